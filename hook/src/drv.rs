@@ -1,1 +1,418 @@
+//! Reading Nix derivations (`.drv` files, ATerm syntax) straight from bytes.
+//!
+//! The format is `Derive([outputs],[inputDrvs],[inputSrcs],"system","builder",[args],[env])`
+//! (DESIGN.md §4). Strings are byte strings, not UTF-8: Nix accepts latin-1 and cp1252 in
+//! attribute values, so every string here is a `Cow<[u8]>` that borrows from the input unless it
+//! held an escape. Escapes follow Nix's own reader exactly: `\n`, `\r`, `\t` are control
+//! characters and a backslash before any other byte stands for that byte.
+//!
+//! Every malformed input yields a [`DrvError`] carrying the byte offset of the problem; the
+//! parser never panics and never reads past the input.
 
+use std::borrow::Cow;
+use std::fmt;
+
+/// A byte string from a derivation, borrowed from the file unless it had escapes.
+pub type DrvStr<'a> = Cow<'a, [u8]>;
+
+/// One output of a derivation: `("out","/nix/store/…-name","","")`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output<'a> {
+    /// Output name, e.g. `out` or `dev`.
+    pub name: DrvStr<'a>,
+    /// Store path of the output (empty for content-addressed floating outputs).
+    pub path: DrvStr<'a>,
+    /// Hash algorithm for fixed-output derivations (e.g. `r:sha256`), else empty.
+    pub hash_algo: DrvStr<'a>,
+    /// Expected hash for fixed-output derivations, else empty.
+    pub hash: DrvStr<'a>,
+}
+
+/// One input derivation and the outputs of it that this derivation uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputDrv<'a> {
+    /// Store path of the input `.drv`.
+    pub path: DrvStr<'a>,
+    /// Names of the outputs used.
+    pub outputs: Vec<DrvStr<'a>>,
+}
+
+/// A parsed derivation. Field order follows the ATerm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derivation<'a> {
+    /// The outputs, in file order (Nix writes them sorted by name).
+    pub outputs: Vec<Output<'a>>,
+    /// Input derivations with the outputs used from each.
+    pub input_drvs: Vec<InputDrv<'a>>,
+    /// Input sources (store paths that are not derivations).
+    pub input_srcs: Vec<DrvStr<'a>>,
+    /// The platform, e.g. `x86_64-linux`.
+    pub system: DrvStr<'a>,
+    /// The builder program.
+    pub builder: DrvStr<'a>,
+    /// Arguments to the builder.
+    pub args: Vec<DrvStr<'a>>,
+    /// Environment of the builder, in file order (Nix writes it sorted by name).
+    pub env: Vec<(DrvStr<'a>, DrvStr<'a>)>,
+}
+
+/// Why a `.drv` could not be read, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrvError {
+    /// Byte offset in the file at which the problem was found.
+    pub offset: usize,
+    /// What was wrong there.
+    pub message: String,
+}
+
+impl fmt::Display for DrvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed derivation at byte {}: {}", self.offset, self.message)
+    }
+}
+
+impl std::error::Error for DrvError {}
+
+/// The system features a derivation requires, and where they were found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequiredFeatures<'a> {
+    /// Each feature as bytes, in the order the derivation lists them (duplicates kept).
+    pub features: Vec<DrvStr<'a>>,
+    /// True when the list came from structured attrs (`__json`), false for the plain env entry.
+    pub structured: bool,
+}
+
+impl RequiredFeatures<'_> {
+    /// Whether `feature` is among the required features.
+    pub fn contains(&self, feature: &[u8]) -> bool {
+        self.features.iter().any(|f| f.as_ref() == feature)
+    }
+
+    /// The features as text, with bytes that are not UTF-8 shown as U+FFFD.
+    pub fn lossy(&self) -> Vec<String> {
+        self.features
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+}
+
+const ENV_FEATURES: &[u8] = b"requiredSystemFeatures";
+const ENV_STRUCTURED: &[u8] = b"__json";
+
+impl<'a> Derivation<'a> {
+    /// Parses a whole `.drv` file. Trailing bytes after the closing parenthesis are an error.
+    pub fn parse(input: &'a [u8]) -> Result<Self, DrvError> {
+        let mut p = Parser { input, pos: 0 };
+        let drv = p.derivation()?;
+        if p.pos != input.len() {
+            return Err(p.error("unexpected bytes after the end of the derivation"));
+        }
+        Ok(drv)
+    }
+
+    /// The value of environment variable `name`, if set.
+    pub fn env_var(&self, name: &[u8]) -> Option<&[u8]> {
+        self.env
+            .iter()
+            .find(|(k, _)| k.as_ref() == name)
+            .map(|(_, v)| v.as_ref())
+    }
+
+    /// The derivation's `requiredSystemFeatures`, read the way Nix reads them: from the
+    /// `__json` structured attributes when present, else from the whitespace-separated env
+    /// entry. Fails (with the offset 0, as the JSON lives in one value) when `__json` is not a
+    /// JSON object or its `requiredSystemFeatures` is not a list of strings.
+    pub fn required_features(&self) -> Result<RequiredFeatures<'_>, DrvError> {
+        if let Some(json) = self.env_var(ENV_STRUCTURED) {
+            return structured_features(json).map(|features| RequiredFeatures {
+                features,
+                structured: true,
+            });
+        }
+        let features = match self.env_var(ENV_FEATURES) {
+            Some(value) => value
+                .split(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+                .filter(|token| !token.is_empty())
+                .map(Cow::Borrowed)
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(RequiredFeatures {
+            features,
+            structured: false,
+        })
+    }
+}
+
+fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
+    #[derive(serde::Deserialize)]
+    struct Attrs {
+        #[serde(rename = "requiredSystemFeatures", default)]
+        required_system_features: Option<Vec<String>>,
+    }
+    let attrs: Attrs = serde_json::from_slice(json).map_err(|e| DrvError {
+        offset: 0,
+        message: format!("structured attrs (__json) are not valid: {e}"),
+    })?;
+    Ok(attrs
+        .required_system_features
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| Cow::Owned(s.into_bytes()))
+        .collect())
+}
+
+struct Parser<'a> {
+    input: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn error(&self, message: impl Into<String>) -> DrvError {
+        DrvError {
+            offset: self.pos,
+            message: message.into(),
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.input.get(self.pos).copied()
+    }
+
+    fn expect(&mut self, literal: &[u8]) -> Result<(), DrvError> {
+        if self.input[self.pos..].starts_with(literal) {
+            self.pos += literal.len();
+            Ok(())
+        } else {
+            Err(self.error(format!(
+                "expected '{}', found {}",
+                String::from_utf8_lossy(literal),
+                self.describe_here()
+            )))
+        }
+    }
+
+    fn describe_here(&self) -> String {
+        match self.peek() {
+            None => "end of file".to_string(),
+            Some(b) if b.is_ascii_graphic() || b == b' ' => format!("'{}'", b as char),
+            Some(b) => format!("byte 0x{b:02x}"),
+        }
+    }
+
+    fn derivation(&mut self) -> Result<Derivation<'a>, DrvError> {
+        if self.input.starts_with(b"DrvWithVersion(") {
+            return Err(self.error(
+                "this is a DrvWithVersion derivation from a newer Nix; this hook reads the \
+                 classic Derive(...) format only",
+            ));
+        }
+        self.expect(b"Derive(")?;
+        let outputs = self.list(|p| {
+            p.expect(b"(")?;
+            let name = p.string()?;
+            p.expect(b",")?;
+            let path = p.string()?;
+            p.expect(b",")?;
+            let hash_algo = p.string()?;
+            p.expect(b",")?;
+            let hash = p.string()?;
+            p.expect(b")")?;
+            Ok(Output {
+                name,
+                path,
+                hash_algo,
+                hash,
+            })
+        })?;
+        self.expect(b",")?;
+        let input_drvs = self.list(|p| {
+            p.expect(b"(")?;
+            let path = p.string()?;
+            p.expect(b",")?;
+            let outputs = p.list(Parser::string)?;
+            p.expect(b")")?;
+            Ok(InputDrv { path, outputs })
+        })?;
+        self.expect(b",")?;
+        let input_srcs = self.list(Parser::string)?;
+        self.expect(b",")?;
+        let system = self.string()?;
+        self.expect(b",")?;
+        let builder = self.string()?;
+        self.expect(b",")?;
+        let args = self.list(Parser::string)?;
+        self.expect(b",")?;
+        let env = self.list(|p| {
+            p.expect(b"(")?;
+            let key = p.string()?;
+            p.expect(b",")?;
+            let value = p.string()?;
+            p.expect(b")")?;
+            Ok((key, value))
+        })?;
+        self.expect(b")")?;
+        Ok(Derivation {
+            outputs,
+            input_drvs,
+            input_srcs,
+            system,
+            builder,
+            args,
+            env,
+        })
+    }
+
+    /// `[` item (`,` item)* `]`, or `[]`.
+    fn list<T>(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> Result<T, DrvError>,
+    ) -> Result<Vec<T>, DrvError> {
+        self.expect(b"[")?;
+        let mut items = Vec::new();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(items);
+        }
+        loop {
+            items.push(item(self)?);
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(items);
+                }
+                _ => {
+                    return Err(self.error(format!(
+                        "expected ',' or ']' in a list, found {}",
+                        self.describe_here()
+                    )))
+                }
+            }
+        }
+    }
+
+    /// A quoted string. Borrows from the input when it holds no escape.
+    fn string(&mut self) -> Result<DrvStr<'a>, DrvError> {
+        let start = self.pos;
+        self.expect(b"\"")?;
+        let body = self.pos;
+        let unterminated = |offset| DrvError {
+            offset,
+            message: "unterminated string".to_string(),
+        };
+        // Fast path: scan to the first quote or backslash.
+        let first = memchr::memchr2(b'"', b'\\', &self.input[body..])
+            .ok_or_else(|| unterminated(start))?
+            + body;
+        if self.input[first] == b'"' {
+            self.pos = first + 1;
+            return Ok(Cow::Borrowed(&self.input[body..first]));
+        }
+        let mut owned = Vec::with_capacity(first - body + 16);
+        owned.extend_from_slice(&self.input[body..first]);
+        let mut at = first;
+        loop {
+            // `at` is on a backslash or a quote.
+            if self.input[at] == b'"' {
+                self.pos = at + 1;
+                return Ok(Cow::Owned(owned));
+            }
+            let escaped = *self.input.get(at + 1).ok_or_else(|| unterminated(start))?;
+            owned.push(match escaped {
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                other => other,
+            });
+            let from = at + 2;
+            let next = memchr::memchr2(b'"', b'\\', &self.input[from..])
+                .ok_or_else(|| unterminated(start))?
+                + from;
+            owned.extend_from_slice(&self.input[from..next]);
+            at = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIMPLE: &[u8] = br#"Derive([("out","/nix/store/abc-x","","")],[("/nix/store/def-y.drv",["dev","out"])],["/nix/store/ghi-src"],"x86_64-linux","/bin/sh",["-c","echo \"hi\"\n"],[("out","/nix/store/abc-x"),("requiredSystemFeatures","cuda  big-parallel\t")])"#;
+
+    #[test]
+    fn parses_every_field() {
+        let drv = Derivation::parse(SIMPLE).unwrap();
+        assert_eq!(drv.outputs.len(), 1);
+        assert_eq!(drv.outputs[0].name.as_ref(), b"out");
+        assert_eq!(drv.input_drvs[0].outputs.len(), 2);
+        assert_eq!(drv.input_srcs[0].as_ref(), b"/nix/store/ghi-src");
+        assert_eq!(drv.system.as_ref(), b"x86_64-linux");
+        assert_eq!(drv.args[1].as_ref(), b"echo \"hi\"\n");
+        assert!(matches!(drv.args[0], Cow::Borrowed(_)));
+        assert!(matches!(drv.args[1], Cow::Owned(_)));
+    }
+
+    #[test]
+    fn plain_features_split_on_nix_whitespace() {
+        let drv = Derivation::parse(SIMPLE).unwrap();
+        let f = drv.required_features().unwrap();
+        assert!(!f.structured);
+        assert_eq!(f.lossy(), vec!["cuda", "big-parallel"]);
+        assert!(f.contains(b"cuda"));
+        assert!(!f.contains(b"gpu"));
+    }
+
+    #[test]
+    fn structured_features_come_from_json() {
+        let text = br#"Derive([],[],[],"s","b",[],[("__json","{\"requiredSystemFeatures\":[\"cuda\",\"kvm\"],\"x\":{\"y\":[1,2]}}"),("requiredSystemFeatures","ignored")])"#;
+        let drv = Derivation::parse(text).unwrap();
+        let f = drv.required_features().unwrap();
+        assert!(f.structured);
+        assert_eq!(f.lossy(), vec!["cuda", "kvm"]);
+    }
+
+    #[test]
+    fn structured_features_must_be_strings() {
+        let text = br#"Derive([],[],[],"s","b",[],[("__json","{\"requiredSystemFeatures\":[1]}")])"#;
+        let drv = Derivation::parse(text).unwrap();
+        assert!(drv.required_features().is_err());
+    }
+
+    #[test]
+    fn escapes_follow_nix() {
+        let text = br#"Derive([],[],[],"a\\b\"c\qd\re","b",[],[])"#;
+        let drv = Derivation::parse(text).unwrap();
+        assert_eq!(drv.system.as_ref(), b"a\\b\"cqd\re");
+    }
+
+    #[test]
+    fn non_utf8_bytes_are_kept() {
+        let mut text = br#"Derive([],[],[],"caf"#.to_vec();
+        text.push(0xe9);
+        text.extend_from_slice(br#"","b",[],[])"#);
+        let drv = Derivation::parse(&text).unwrap();
+        assert_eq!(drv.system.as_ref(), b"caf\xe9");
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_not_a_panic() {
+        for end in 0..SIMPLE.len() {
+            let err = Derivation::parse(&SIMPLE[..end]).unwrap_err();
+            assert!(err.offset <= end, "offset {} beyond input {end}", err.offset);
+        }
+    }
+
+    #[test]
+    fn errors_carry_the_offset() {
+        let err = Derivation::parse(br#"Derive([],[],[] "s","b",[],[])"#).unwrap_err();
+        assert_eq!(err.offset, 15);
+        assert!(err.to_string().contains("byte 15"), "{err}");
+        let err = Derivation::parse(b"DrvWithVersion(\"xp-dyn-drv\",[])").unwrap_err();
+        assert!(err.message.contains("newer Nix"));
+        let err = Derivation::parse(br#"Derive([],[],[],"s","b",[],[])x"#).unwrap_err();
+        assert!(err.message.contains("after the end"));
+    }
+}
