@@ -1,1 +1,128 @@
-fn main() {}
+//! `cuda-sandbox-hook`: argv → hook mode or a subcommand. No logic lives here.
+
+use clap::{Parser, Subcommand};
+use cuda_sandbox_hook::{explain, hook, log};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const AFTER_HELP: &str = "\
+SETUP (as root, in the Nix daemon's nix.conf):
+  sandbox = true
+  pre-build-hook = /path/to/cuda-sandbox-hook
+  extra-system-features = cuda gpu nvidia-gpu opengl
+
+Nix then runs `cuda-sandbox-hook <drv-path> <chroot-root>` before every sandboxed build. For a
+derivation whose requiredSystemFeatures names a configured feature, the hook prints the
+`extra-sandbox-paths` that give the build the GPU device nodes and the driver (with its store
+closure); for every other build it prints nothing.
+
+CONFIG: --config FILE, else $CUDA_SANDBOX_CONFIG, else /etc/cuda-sandbox/config.toml, else a
+built-in NixOS default (features cuda, gpu, nvidia-gpu, opengl; /dev/nvidia*; /run/opengl-driver).
+
+DEBUG: `cuda-sandbox-hook explain /nix/store/…-x.drv` shows what that build would get and why.";
+
+/// Nix pre-build-hook exposing NVIDIA GPUs and the CUDA driver to tagged sandboxed builds.
+#[derive(Parser)]
+#[command(
+    name = "cuda-sandbox-hook",
+    version,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    /// Configuration file (default: $CUDA_SANDBOX_CONFIG, then /etc/cuda-sandbox/config.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Hook mode: the derivation Nix is about to build.
+    #[arg(value_name = "DRV")]
+    drv: Option<PathBuf>,
+    /// Hook mode: the sandbox root directory Nix prepared.
+    #[arg(value_name = "CHROOT", requires = "drv")]
+    chroot: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what a build would be given, and why (features, rules, paths, skips, verdict).
+    Explain {
+        /// The derivation to explain (a .drv path).
+        drv: Option<PathBuf>,
+        /// Also (or instead) explain a build requiring these features (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        features: Vec<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the configuration and print where it was read from.
+    CheckConfig,
+}
+
+fn main() -> ExitCode {
+    // Fast path: Nix always calls `HOOK <drv> <chroot>` with absolute paths.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() == 3 && args[1].as_encoded_bytes().starts_with(b"/") {
+        return run_hook(Path::new(&args[1]), None);
+    }
+    let cli = Cli::parse();
+    match (cli.command, cli.drv) {
+        (Some(Command::Explain { drv, features, json }), _) => {
+            if drv.is_none() && features.is_empty() {
+                log::error("explain needs a .drv path or --features");
+                return ExitCode::from(2);
+            }
+            match explain::explain(drv.as_deref(), &features, cli.config.as_deref()) {
+                Ok(e) if json => {
+                    println!("{}", serde_json::to_string_pretty(&e).expect("plain data"));
+                    ExitCode::SUCCESS
+                }
+                Ok(e) => {
+                    print!("{}", explain::render_text(&e));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    log::error(e);
+                    ExitCode::from(2)
+                }
+            }
+        }
+        (Some(Command::CheckConfig), _) => {
+            let source = cuda_sandbox_hook::config::locate(cli.config.as_deref());
+            match cuda_sandbox_hook::config::Config::load(&source) {
+                Ok(c) => {
+                    println!("config {source}: ok, {} rule(s)", c.rules.len());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    log::error(e);
+                    ExitCode::from(2)
+                }
+            }
+        }
+        (None, Some(drv)) if cli.chroot.is_some() => run_hook(&drv, cli.config.as_deref()),
+        (None, _) => {
+            log::error("expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_hook(drv: &Path, config: Option<&Path>) -> ExitCode {
+    match hook::pre_build(drv, config) {
+        Ok(answer) => {
+            let mut out = std::io::stdout().lock();
+            if out.write_all(&answer).and_then(|()| out.flush()).is_err() {
+                log::error("cannot write the answer to Nix on stdout");
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            log::error(e);
+            ExitCode::FAILURE
+        }
+    }
+}

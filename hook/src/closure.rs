@@ -1,0 +1,306 @@
+//! Runtime closures of store paths, computed with `nix-store --query --requisites` and cached
+//! on disk.
+//!
+//! Nix adds no closure for hook paths (DESIGN.md §3), so exposing `/nix/store/X` means exposing
+//! every path X refers to, transitively. Store paths are immutable, so a closure is cached
+//! forever, keyed by the store path's base name. Entries are written atomically (temporary file
+//! + rename) and checked on read: a malformed or tampered entry is recomputed, never trusted.
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+const HEADER: &str = "cuda-sandbox closure v1";
+
+/// A closure and whether it came from the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closure {
+    /// Every store path in the closure, the path itself included.
+    pub members: Vec<PathBuf>,
+    /// True when read from the cache, false when computed now.
+    pub from_cache: bool,
+}
+
+/// Why a closure could not be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosureError {
+    /// The store path whose closure was wanted.
+    pub store_path: PathBuf,
+    /// What went wrong, in one line.
+    pub message: String,
+}
+
+impl fmt::Display for ClosureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot compute the closure of {}: {}",
+            self.store_path.display(),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ClosureError {}
+
+/// Computes and caches closures.
+#[derive(Debug, Clone)]
+pub struct ClosureCache {
+    /// Cache directory (created on first write).
+    pub dir: PathBuf,
+    /// The store directory, e.g. `/nix/store`.
+    pub store_dir: PathBuf,
+    /// The `nix-store` program.
+    pub nix_store: PathBuf,
+}
+
+/// The top-level store path containing `path` (`/nix/store/abc-x/lib/y` → `/nix/store/abc-x`),
+/// or `None` when `path` is not strictly inside `store_dir`. `path` must be normalised.
+pub fn store_path_of(path: &Path, store_dir: &Path) -> Option<PathBuf> {
+    let rest = path.strip_prefix(store_dir).ok()?;
+    match rest.components().next()? {
+        Component::Normal(name) => Some(store_dir.join(name)),
+        _ => None,
+    }
+}
+
+impl ClosureCache {
+    /// The closure of `store_path` (a top-level store path), from the cache when a valid entry
+    /// exists, else from `nix-store` (and then cached; a cache that cannot be written only costs
+    /// a warning).
+    pub fn closure(&self, store_path: &Path) -> Result<Closure, ClosureError> {
+        let entry = self.entry_path(store_path)?;
+        if let Ok(text) = std::fs::read(&entry) {
+            if let Some(members) = self.decode(store_path, &text) {
+                return Ok(Closure {
+                    members,
+                    from_cache: true,
+                });
+            }
+            crate::log::warn(format_args!(
+                "closure cache entry {} is corrupt; recomputing it",
+                entry.display()
+            ));
+        }
+        let members = self.query(store_path)?;
+        if let Err(e) = self.store(&entry, store_path, &members) {
+            crate::log::warn(format_args!(
+                "cannot write closure cache entry {}: {e}",
+                entry.display()
+            ));
+        }
+        Ok(Closure {
+            members,
+            from_cache: false,
+        })
+    }
+
+    fn entry_path(&self, store_path: &Path) -> Result<PathBuf, ClosureError> {
+        match store_path_of(store_path, &self.store_dir) {
+            Some(top) if top == store_path => {
+                Ok(self.dir.join(store_path.file_name().expect("store path has a name")))
+            }
+            _ => Err(ClosureError {
+                store_path: store_path.to_path_buf(),
+                message: format!(
+                    "not a top-level path of the store {}",
+                    self.store_dir.display()
+                ),
+            }),
+        }
+    }
+
+    fn query(&self, store_path: &Path) -> Result<Vec<PathBuf>, ClosureError> {
+        let fail = |message: String| ClosureError {
+            store_path: store_path.to_path_buf(),
+            message,
+        };
+        let output = Command::new(&self.nix_store)
+            .args(["--query", "--requisites"])
+            .arg(store_path)
+            .output()
+            .map_err(|e| {
+                fail(format!(
+                    "cannot run {}: {e} (set nix_store in the config to the nix-store program)",
+                    self.nix_store.display()
+                ))
+            })?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            return Err(fail(format!(
+                "`{} --query --requisites` failed ({}): {first}",
+                self.nix_store.display(),
+                output.status
+            )));
+        }
+        let members = self
+            .parse_members(store_path, &output.stdout)
+            .ok_or_else(|| fail("nix-store printed something that is not a list of store paths".into()))?;
+        Ok(members)
+    }
+
+    /// Lines of store paths, each a direct child of the store, the path itself among them.
+    fn parse_members(&self, store_path: &Path, body: &[u8]) -> Option<Vec<PathBuf>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut members = Vec::new();
+        for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(line));
+            if store_path_of(&path, &self.store_dir).as_deref() != Some(path.as_path()) {
+                return None;
+            }
+            members.push(path);
+        }
+        members.iter().any(|m| m == store_path).then_some(members)
+    }
+
+    fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<PathBuf>> {
+        use std::os::unix::ffi::OsStrExt;
+        let text = text.strip_suffix(b"\n")?;
+        let (head, rest) = split_line(text)?;
+        let expected_head = [HEADER.as_bytes(), b" ", store_path.as_os_str().as_bytes()].concat();
+        if head != expected_head.as_slice() {
+            return None;
+        }
+        let trailer_at = rest.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let (body, trailer) = rest.split_at(trailer_at);
+        let members = self.parse_members(store_path, body)?;
+        let expected_trailer = format!("end {} {:016x}", members.len(), fnv1a(body));
+        (trailer == expected_trailer.as_bytes()).then_some(members)
+    }
+
+    fn store(&self, entry: &Path, store_path: &Path, members: &[PathBuf]) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut body = Vec::new();
+        for m in members {
+            body.extend_from_slice(m.as_os_str().as_bytes());
+            body.push(b'\n');
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        let mut file = tempfile::NamedTempFile::new_in(&self.dir)?;
+        file.write_all(HEADER.as_bytes())?;
+        file.write_all(b" ")?;
+        file.write_all(store_path.as_os_str().as_bytes())?;
+        file.write_all(b"\n")?;
+        file.write_all(&body)?;
+        writeln!(file, "end {} {:016x}", members.len(), fnv1a(&body))?;
+        file.as_file().sync_data()?;
+        file.persist(entry).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+fn split_line(text: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = text.iter().position(|b| *b == b'\n')?;
+    Some((&text[..i], &text[i + 1..]))
+}
+
+/// FNV-1a, 64 bits: enough to catch a damaged cache entry (entries are not secrets; the
+/// directory's permissions guard against tampering).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(dir: &Path, nix_store: &Path) -> ClosureCache {
+        ClosureCache {
+            dir: dir.join("cache"),
+            store_dir: PathBuf::from("/nix/store"),
+            nix_store: nix_store.to_path_buf(),
+        }
+    }
+
+    /// A fake nix-store that prints a fixed closure and counts its calls.
+    fn fake_nix_store(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let script = dir.join("nix-store");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho x >> {}/calls\necho \"$3\"\necho /nix/store/bbb-dep\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        script
+    }
+
+    fn calls(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("calls")).map_or(0, |s| s.lines().count())
+    }
+
+    #[test]
+    fn store_path_of_takes_the_top_level() {
+        let s = Path::new("/nix/store");
+        assert_eq!(
+            store_path_of(Path::new("/nix/store/abc-x/lib/y"), s).unwrap(),
+            Path::new("/nix/store/abc-x")
+        );
+        assert_eq!(store_path_of(Path::new("/nix/store"), s), None);
+        assert_eq!(store_path_of(Path::new("/nix/storex/a"), s), None);
+        assert_eq!(store_path_of(Path::new("/run/x"), s), None);
+    }
+
+    #[test]
+    fn second_query_comes_from_the_cache() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cache(t.path(), &fake_nix_store(t.path()));
+        let p = Path::new("/nix/store/aaa-top");
+        let first = c.closure(p).unwrap();
+        assert!(!first.from_cache);
+        assert_eq!(first.members.len(), 2);
+        let second = c.closure(p).unwrap();
+        assert!(second.from_cache);
+        assert_eq!(second.members, first.members);
+        assert_eq!(calls(t.path()), 1);
+    }
+
+    #[test]
+    fn corrupt_entry_is_recomputed() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cache(t.path(), &fake_nix_store(t.path()));
+        let p = Path::new("/nix/store/aaa-top");
+        c.closure(p).unwrap();
+        let entry = t.path().join("cache/aaa-top");
+        for damage in [
+            b"".to_vec(),
+            b"garbage\n".to_vec(),
+            std::fs::read(&entry).unwrap().replace_bytes(b"bbb-dep", b"/etc/shadow"),
+            std::fs::read(&entry).unwrap().replace_bytes(b"bbb-dep", b"ccc-dep"),
+            std::fs::read(&entry).unwrap()[..40].to_vec(),
+        ] {
+            std::fs::write(&entry, &damage).unwrap();
+            let again = c.closure(p).unwrap();
+            assert!(!again.from_cache, "trusted {:?}", String::from_utf8_lossy(&damage));
+            assert_eq!(again.members[1], Path::new("/nix/store/bbb-dep"));
+        }
+    }
+
+    #[test]
+    fn failing_nix_store_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cache(t.path(), Path::new("/bin/false"));
+        let e = c.closure(Path::new("/nix/store/aaa-top")).unwrap_err();
+        assert!(e.to_string().contains("failed"), "{e}");
+        let c = cache(t.path(), Path::new("/nonexistent/nix-store"));
+        let e = c.closure(Path::new("/nix/store/aaa-top")).unwrap_err();
+        assert!(e.to_string().contains("set nix_store"), "{e}");
+    }
+
+    trait ReplaceBytes {
+        fn replace_bytes(self, from: &[u8], to: &[u8]) -> Vec<u8>;
+    }
+    impl ReplaceBytes for Vec<u8> {
+        fn replace_bytes(self, from: &[u8], to: &[u8]) -> Vec<u8> {
+            let i = self.windows(from.len()).position(|w| w == from).unwrap();
+            [&self[..i], to, &self[i + from.len()..]].concat()
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The hook's configuration: which features get which devices and paths.
+//!
+//! Read from TOML (`/etc/cuda-sandbox/config.toml` unless `--config` or `CUDA_SANDBOX_CONFIG`
+//! name another file). With no file at the default location, [`Config::builtin`] serves NixOS.
+//! Unknown keys are errors naming the key with its line and column, so a typo never silently
+//! drops a device from every GPU build.
+
+use serde::Deserialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Default location of the configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuda-sandbox/config.toml";
+/// Environment variable naming the configuration file (below `--config`, above the default).
+pub const CONFIG_ENV: &str = "CUDA_SANDBOX_CONFIG";
+/// The features the built-in configuration answers to.
+pub const DEFAULT_FEATURES: [&str; 4] = ["cuda", "gpu", "nvidia-gpu", "opengl"];
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Root under which `[[rule.device]]` globs and `[[rule.path]]` paths are looked up; the
+    /// paths are exposed inside the sandbox without this prefix. `/` in production; a fake
+    /// root in tests.
+    #[serde(default = "default_host_root")]
+    pub host_root: PathBuf,
+    /// The Nix store directory; paths under it are never re-rooted and get their closure.
+    #[serde(default = "default_store_dir")]
+    pub store_dir: PathBuf,
+    /// Directory holding cached store-path closures.
+    #[serde(default = "default_closure_cache")]
+    pub closure_cache: PathBuf,
+    /// The `nix-store` program used to compute closures (a name is looked up in `PATH`).
+    #[serde(default = "default_nix_store")]
+    pub nix_store: PathBuf,
+    /// The rules, each answering to a set of features.
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<Rule>,
+}
+
+/// What a set of features gets inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// A name for messages and `explain`.
+    pub name: String,
+    /// The `requiredSystemFeatures` this rule answers to (any one of them suffices).
+    pub features: Vec<String>,
+    /// Device nodes, by glob under the host root.
+    #[serde(default, rename = "device")]
+    pub devices: Vec<DeviceGlob>,
+    /// Host paths exposed at the same place inside.
+    #[serde(default, rename = "path")]
+    pub paths: Vec<HostPath>,
+    /// Host paths exposed at another place inside.
+    #[serde(default, rename = "mount")]
+    pub mounts: Vec<Mount>,
+}
+
+/// A glob of device nodes, e.g. `/dev/nvidia[0-9]*`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceGlob {
+    /// Absolute glob, matched under the host root; only character devices and directories count.
+    pub glob: String,
+    /// Fail tagged builds when nothing matches.
+    #[serde(default)]
+    pub required: bool,
+    /// What to tell the user when a required glob matches nothing.
+    #[serde(default)]
+    pub hint: Option<String>,
+}
+
+/// A host path exposed at the same path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostPath {
+    /// Absolute path, looked up under the host root.
+    pub path: PathBuf,
+    /// Fail tagged builds when it does not exist.
+    #[serde(default)]
+    pub required: bool,
+    /// What to tell the user when a required path is missing.
+    #[serde(default)]
+    pub hint: Option<String>,
+}
+
+/// A host path exposed at a different path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Where the build sees it.
+    pub inside: PathBuf,
+    /// The real path on the host (not under the host root).
+    pub outside: PathBuf,
+    /// Fail tagged builds when `outside` does not exist.
+    #[serde(default)]
+    pub required: bool,
+    /// What to tell the user when a required mount source is missing.
+    #[serde(default)]
+    pub hint: Option<String>,
+}
+
+fn default_host_root() -> PathBuf {
+    PathBuf::from("/")
+}
+fn default_store_dir() -> PathBuf {
+    PathBuf::from("/nix/store")
+}
+fn default_closure_cache() -> PathBuf {
+    PathBuf::from("/var/cache/cuda-sandbox/closures")
+}
+fn default_nix_store() -> PathBuf {
+    PathBuf::from("nix-store")
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (or `built-in`) the problem is in.
+    pub source: String,
+    /// One-line description, with line and column where known.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config {}: {}", self.source, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where the configuration was taken from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// A file named by `--config`, the environment, or found at the default path.
+    File(PathBuf),
+    /// No file: the built-in NixOS default.
+    Builtin,
+}
+
+impl fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::File(p) => write!(f, "{}", p.display()),
+            ConfigSource::Builtin => write!(f, "built-in default"),
+        }
+    }
+}
+
+/// The configuration file to read: `--config`, else `$CUDA_SANDBOX_CONFIG`, else the default
+/// path when it exists, else none (use the built-in default).
+pub fn locate(explicit: Option<&Path>) -> ConfigSource {
+    if let Some(p) = explicit {
+        return ConfigSource::File(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
+        return ConfigSource::File(PathBuf::from(p));
+    }
+    let default = Path::new(DEFAULT_CONFIG_PATH);
+    if default.exists() {
+        ConfigSource::File(default.to_path_buf())
+    } else {
+        ConfigSource::Builtin
+    }
+}
+
+impl Config {
+    /// Loads the configuration from `source`.
+    pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
+        match source {
+            ConfigSource::Builtin => Ok(Config::builtin()),
+            ConfigSource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+                    source: path.display().to_string(),
+                    message: format!("cannot read it: {e}"),
+                })?;
+                Config::parse(&text, &path.display().to_string())
+            }
+        }
+    }
+
+    /// Parses and validates TOML text; `source` names it in errors.
+    pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError {
+            source: source.to_string(),
+            message: describe_toml_error(&e, text),
+        })?;
+        config.validate().map_err(|message| ConfigError {
+            source: source.to_string(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// The configuration used when no file exists: NixOS, with the driver at
+    /// `/run/opengl-driver` and the device nodes of DESIGN.md §5.
+    pub fn builtin() -> Config {
+        let device = |glob: &str, required: bool| DeviceGlob {
+            glob: glob.to_string(),
+            required,
+            hint: None,
+        };
+        Config {
+            host_root: default_host_root(),
+            store_dir: default_store_dir(),
+            closure_cache: default_closure_cache(),
+            nix_store: default_nix_store(),
+            rules: vec![Rule {
+                name: "nvidia".to_string(),
+                features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
+                devices: vec![
+                    device("/dev/nvidiactl", true),
+                    device("/dev/nvidia-uvm", true),
+                    device("/dev/nvidia[0-9]*", true),
+                    device("/dev/nvidia-uvm-tools", false),
+                    device("/dev/nvidia-modeset", false),
+                    device("/dev/nvidia-caps/nvidia-cap*", false),
+                    device("/dev/nvidia-caps-imex-channels/*", false),
+                    device("/dev/dri/renderD*", false),
+                    device("/dev/dri/card*", false),
+                ],
+                paths: vec![HostPath {
+                    path: PathBuf::from("/run/opengl-driver"),
+                    required: true,
+                    hint: None,
+                }],
+                mounts: Vec::new(),
+            }],
+        }
+    }
+
+    /// The rules that answer to any of `features`, in file order.
+    pub fn matching_rules<'c>(&'c self, features: &[&[u8]]) -> Vec<&'c Rule> {
+        self.rules
+            .iter()
+            .filter(|r| r.answers_any(features))
+            .collect()
+    }
+
+    /// Whether any rule answers to a feature in `features`.
+    pub fn answers_any(&self, features: &[&[u8]]) -> bool {
+        self.rules.iter().any(|r| r.answers_any(features))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        for (name, path) in [
+            ("host_root", &self.host_root),
+            ("store_dir", &self.store_dir),
+            ("closure_cache", &self.closure_cache),
+        ] {
+            if !path.is_absolute() {
+                return Err(format!("{name} must be an absolute path, got {}", path.display()));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for rule in &self.rules {
+            let at = format!("rule '{}'", rule.name);
+            if rule.name.is_empty() {
+                return Err("a [[rule]] has an empty name".to_string());
+            }
+            if !names.insert(&rule.name) {
+                return Err(format!("{at} is defined twice"));
+            }
+            if rule.features.is_empty() {
+                return Err(format!("{at} has no features, so it would never apply"));
+            }
+            for feature in &rule.features {
+                if feature.is_empty() || feature.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(format!("{at}: feature {feature:?} is empty or holds whitespace"));
+                }
+            }
+            for d in &rule.devices {
+                check_path(&at, "device glob", Path::new(&d.glob))?;
+                glob::Pattern::new(&d.glob)
+                    .map_err(|e| format!("{at}: device glob {:?} is not a valid glob: {e}", d.glob))?;
+            }
+            for p in &rule.paths {
+                check_path(&at, "path", &p.path)?;
+            }
+            for m in &rule.mounts {
+                check_path(&at, "mount inside", &m.inside)?;
+                check_path(&at, "mount outside", &m.outside)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Rule {
+    /// Whether this rule answers to any of `features`.
+    pub fn answers_any(&self, features: &[&[u8]]) -> bool {
+        self.features
+            .iter()
+            .any(|mine| features.iter().any(|f| *f == mine.as_bytes()))
+    }
+
+    /// The first of `features` this rule answers to, for messages.
+    pub fn first_match<'f>(&self, features: &[&'f [u8]]) -> Option<&'f [u8]> {
+        features
+            .iter()
+            .copied()
+            .find(|f| self.features.iter().any(|mine| mine.as_bytes() == *f))
+    }
+}
+
+fn check_path(at: &str, what: &str, path: &Path) -> Result<(), String> {
+    if !path.is_absolute() {
+        return Err(format!("{at}: {what} {} must be absolute", path.display()));
+    }
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.contains(&b'\n') || bytes.contains(&b'=') {
+        return Err(format!(
+            "{at}: {what} {:?} holds a newline or '=', which Nix's hook protocol cannot express",
+            path
+        ));
+    }
+    Ok(())
+}
+
+/// Turns a TOML error into one line with line and column.
+fn describe_toml_error(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_serves_nixos() {
+        let c = Config::builtin();
+        c.validate().unwrap();
+        let rules = c.matching_rules(&[b"big-parallel", b"gpu"]);
+        assert_eq!(rules.len(), 1);
+        assert!(rules[0].devices.iter().any(|d| d.glob == "/dev/nvidia-uvm" && d.required));
+        assert_eq!(rules[0].paths[0].path, Path::new("/run/opengl-driver"));
+        assert!(c.matching_rules(&[b"kvm"]).is_empty());
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let text = r#"
+host_root = "/tmp/root"
+closure_cache = "/tmp/cache"
+[[rule]]
+name = "nvidia"
+features = ["cuda"]
+[[rule.device]]
+glob = "/dev/nvidia[0-9]*"
+required = true
+hint = "load the driver"
+[[rule.path]]
+path = "/run/opengl-driver"
+[[rule.mount]]
+inside = "/run/opengl-driver/lib"
+outside = "/opt/driver"
+required = true
+"#;
+        let c = Config::parse(text, "t").unwrap();
+        assert_eq!(c.host_root, Path::new("/tmp/root"));
+        assert_eq!(c.store_dir, Path::new("/nix/store"));
+        let r = &c.rules[0];
+        assert_eq!(r.devices[0].hint.as_deref(), Some("load the driver"));
+        assert!(!r.paths[0].required);
+        assert!(r.mounts[0].required);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_line_and_column() {
+        let text = "[[rule]]\nname = \"x\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/x\"\nrequird = true\n";
+        let e = Config::parse(text, "f.toml").unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("requird"), "{s}");
+        assert!(s.contains("line 6, column 1"), "{s}");
+        assert!(s.starts_with("config f.toml:"), "{s}");
+    }
+
+    #[test]
+    fn invalid_values_are_refused() {
+        for (text, needle) in [
+            ("[[rule]]\nname=\"a\"\nfeatures=[]\n", "no features"),
+            ("[[rule]]\nname=\"a\"\nfeatures=[\"c d\"]\n", "whitespace"),
+            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.path]]\npath=\"rel\"\n", "absolute"),
+            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.path]]\npath=\"/a=b\"\n", "'='"),
+            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.device]]\nglob=\"/dev/[\"\n", "valid glob"),
+            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule]]\nname=\"a\"\nfeatures=[\"d\"]\n", "twice"),
+            ("host_root = \"x\"\n", "absolute"),
+            ("[[rule]]\nname = 3\n", "line 2"),
+        ] {
+            let e = Config::parse(text, "t").unwrap_err().to_string();
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+}

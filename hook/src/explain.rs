@@ -1,0 +1,164 @@
+//! `cuda-sandbox-hook explain`: the plan rendered for a person (or as JSON).
+//!
+//! Answers "why can't my build see the GPU": the features found, the rules matched, every path
+//! exposed and why, what was skipped and why, and what Nix would be told.
+
+use crate::config::{self, Config};
+use crate::plan::{Plan, Reason};
+use crate::{hook, protocol};
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::Path;
+
+/// A rule that matched, and through which feature.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleMatch {
+    /// The rule's name.
+    pub rule: String,
+    /// The derivation's feature it answered to.
+    pub feature: String,
+}
+
+/// Everything `explain` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    /// The derivation explained, if one was given.
+    pub derivation: Option<String>,
+    /// Its required system features (plus any given with `--features`).
+    pub features: Vec<String>,
+    /// Whether the features came from structured attrs.
+    pub structured_attrs: bool,
+    /// Where the configuration came from.
+    pub config: String,
+    /// Rules that matched.
+    pub rules: Vec<RuleMatch>,
+    /// The plan (empty when nothing matched).
+    pub plan: Plan,
+    /// One sentence: what happens to the build.
+    pub verdict: String,
+    /// Exactly what the hook prints for Nix (empty when it prints nothing).
+    pub nix_answer: String,
+}
+
+/// Explains what a build of `drv` (and/or one requiring `extra_features`) would get.
+pub fn explain(
+    drv: Option<&Path>,
+    extra_features: &[String],
+    config_arg: Option<&Path>,
+) -> Result<Explanation, String> {
+    let (mut features, structured) = match drv {
+        Some(d) => hook::read_features(d)?,
+        None => (Vec::new(), false),
+    };
+    features.extend(extra_features.iter().cloned());
+    let source = config::locate(config_arg);
+    let config = Config::load(&source).map_err(|e| e.to_string())?;
+    let bytes: Vec<&[u8]> = features.iter().map(|f| f.as_bytes()).collect();
+    let rules = config.matching_rules(&bytes);
+    let matches = rules
+        .iter()
+        .map(|r| RuleMatch {
+            rule: r.name.clone(),
+            feature: String::from_utf8_lossy(r.first_match(&bytes).unwrap_or_default()).into(),
+        })
+        .collect();
+    let (plan, verdict, nix_answer) = if rules.is_empty() {
+        let configured: Vec<&str> = config
+            .rules
+            .iter()
+            .flat_map(|r| r.features.iter().map(String::as_str))
+            .collect();
+        let verdict = format!(
+            "untagged: no required feature is one of [{}], so the hook exposes nothing; tag \
+             the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
+            configured.join(", ")
+        );
+        (Plan::default(), verdict, String::new())
+    } else {
+        let plan = Plan::build(&config, &rules);
+        let answer = protocol::render(&plan.exposures);
+        let verdict = if !plan.problems.is_empty() {
+            format!(
+                "FAILS: the hook would refuse this build ({} problem(s), first: {})",
+                plan.problems.len(),
+                plan.problems[0].what
+            )
+        } else if let Err(e) = &answer {
+            format!("FAILS: {e}")
+        } else {
+            format!("tagged: {} paths exposed", plan.exposures.len())
+        };
+        let text = answer
+            .map(|a| String::from_utf8_lossy(&a).into_owned())
+            .unwrap_or_default();
+        (plan, verdict, text)
+    };
+    Ok(Explanation {
+        derivation: drv.map(|d| d.display().to_string()),
+        features,
+        structured_attrs: structured,
+        config: source.to_string(),
+        rules: matches,
+        plan,
+        verdict,
+        nix_answer,
+    })
+}
+
+/// Renders an explanation for a terminal.
+pub fn render_text(e: &Explanation) -> String {
+    let mut s = String::new();
+    if let Some(d) = &e.derivation {
+        let _ = writeln!(s, "derivation:  {d}");
+    }
+    let from = if e.structured_attrs { " (structured attrs)" } else { "" };
+    let features = if e.features.is_empty() {
+        "(none)".to_string()
+    } else {
+        e.features.join(", ")
+    };
+    let _ = writeln!(s, "features:    {features}{from}");
+    let _ = writeln!(s, "config:      {}", e.config);
+    for m in &e.rules {
+        let _ = writeln!(s, "rule:        {} (matched feature '{}')", m.rule, m.feature);
+    }
+    if !e.plan.exposures.is_empty() {
+        let _ = writeln!(s, "\nexposed ({}):", e.plan.exposures.len());
+        for x in &e.plan.exposures {
+            let place = if x.inside == x.outside {
+                x.inside.display().to_string()
+            } else {
+                format!("{} <- {}", x.inside.display(), x.outside.display())
+            };
+            let why = match &x.reason {
+                Reason::Device { rule, glob } => format!("device {glob} (rule {rule})"),
+                Reason::HostPath { rule } => format!("host path (rule {rule})"),
+                Reason::Mount { rule } => format!("mount (rule {rule})"),
+                Reason::SymlinkTarget { link } => format!("symlink target of {}", link.display()),
+                Reason::ClosureMember { of } => format!("closure of {}", of.display()),
+            };
+            let _ = writeln!(s, "  {place:<60} {why}");
+        }
+    }
+    if !e.plan.skipped.is_empty() {
+        let _ = writeln!(s, "\nskipped ({}):", e.plan.skipped.len());
+        for k in &e.plan.skipped {
+            let _ = writeln!(s, "  {:<60} {}", k.path, k.why);
+        }
+    }
+    if e.plan.closures_cached + e.plan.closures_computed > 0 {
+        let _ = writeln!(
+            s,
+            "\nclosures:    {} from cache, {} computed",
+            e.plan.closures_cached, e.plan.closures_computed
+        );
+    }
+    if !e.plan.problems.is_empty() {
+        let _ = writeln!(s, "\nproblems:");
+        for p in &e.plan.problems {
+            let _ = writeln!(s, "  {} (rule {})\n    fix: {}", p.what, p.rule, p.fix);
+        }
+    }
+    let _ = writeln!(s, "\nverdict:     {}", e.verdict);
+    s
+}

@@ -1,0 +1,120 @@
+//! The pre-build-hook itself: `cuda-sandbox-hook <drv-path> <chroot-root>`.
+//!
+//! Failure policy: a build that asks for no configured feature is never failed, whatever is
+//! wrong with the configuration or the host (a warning goes to stderr). A tagged build that
+//! cannot get a working GPU fails with one line saying which derivation, which feature, what is
+//! missing and how to fix it.
+
+use crate::config::{self, Config, DEFAULT_FEATURES};
+use crate::drv::{Derivation, RequiredFeatures};
+use crate::{log, plan::Plan, protocol};
+use std::path::Path;
+
+/// Why a tagged build must not start; the message is one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookFailure(pub String);
+
+impl std::fmt::Display for HookFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Runs the hook for `drv_path` and returns what to print on stdout for Nix.
+pub fn pre_build(drv_path: &Path, config_arg: Option<&Path>) -> Result<Vec<u8>, HookFailure> {
+    let bytes = match std::fs::read(drv_path) {
+        Ok(b) => b,
+        Err(e) => {
+            // Remote builders usually lack the .drv (Nix issue 9272): expose nothing.
+            log::warn(format_args!(
+                "cannot read derivation {} ({e}); exposing nothing (on a remote builder the \
+                 .drv is often absent)",
+                drv_path.display()
+            ));
+            return Ok(Vec::new());
+        }
+    };
+    let name = drv_path.display();
+    let features = match Derivation::parse(&bytes).and_then(|d| {
+        d.required_features()
+            .map(|f| f.features.into_iter().map(|x| x.into_owned()).collect::<Vec<_>>())
+    }) {
+        Ok(f) => f,
+        Err(e) => return unreadable(&bytes, drv_path, config_arg, &e.to_string()),
+    };
+    if features.is_empty() {
+        return Ok(Vec::new());
+    }
+    let features: Vec<&[u8]> = features.iter().map(Vec::as_slice).collect();
+    let source = config::locate(config_arg);
+    let config = match Config::load(&source) {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(f) = features.iter().find(|f| DEFAULT_FEATURES.iter().any(|d| d.as_bytes() == **f)) {
+                return Err(HookFailure(format!(
+                    "{name} requires feature '{}' but the configuration is broken: {e}",
+                    String::from_utf8_lossy(f)
+                )));
+            }
+            log::warn(format_args!("{e} (ignored: this build asks for no GPU feature)"));
+            return Ok(Vec::new());
+        }
+    };
+    let rules = config.matching_rules(&features);
+    if rules.is_empty() {
+        return Ok(Vec::new());
+    }
+    let plan = Plan::build(&config, &rules);
+    if !plan.problems.is_empty() {
+        let feature = rules[0].first_match(&features).unwrap_or_default();
+        let problems: Vec<String> = plan.problems.iter().map(|p| p.to_string()).collect();
+        return Err(HookFailure(format!(
+            "{name} requires feature '{}' (rule '{}') but {}",
+            String::from_utf8_lossy(feature),
+            rules[0].name,
+            problems.join("; ")
+        )));
+    }
+    protocol::render(&plan.exposures)
+        .map_err(|e| HookFailure(format!("{name}: {e}")))
+}
+
+/// A `.drv` we cannot read: fail only when it could be a tagged build, i.e. when the bytes
+/// name a feature some rule answers to (with a broken config: a built-in feature).
+fn unreadable(
+    bytes: &[u8],
+    drv_path: &Path,
+    config_arg: Option<&Path>,
+    error: &str,
+) -> Result<Vec<u8>, HookFailure> {
+    let names: Vec<String> = match Config::load(&config::locate(config_arg)) {
+        Ok(c) => c.rules.iter().flat_map(|r| r.features.clone()).collect(),
+        Err(_) => DEFAULT_FEATURES.iter().map(|s| s.to_string()).collect(),
+    };
+    let may_be_tagged = names
+        .iter()
+        .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some());
+    if may_be_tagged {
+        Err(HookFailure(format!(
+            "cannot read derivation {} ({error}), and it may require a GPU feature",
+            drv_path.display()
+        )))
+    } else {
+        log::warn(format_args!(
+            "cannot read derivation {} ({error}); it names no GPU feature, so exposing nothing",
+            drv_path.display()
+        ));
+        Ok(Vec::new())
+    }
+}
+
+/// The features of a derivation file, for `explain`.
+pub fn read_features(drv_path: &Path) -> Result<(Vec<String>, bool), String> {
+    let bytes = std::fs::read(drv_path)
+        .map_err(|e| format!("cannot read derivation {}: {e}", drv_path.display()))?;
+    let drv = Derivation::parse(&bytes).map_err(|e| format!("{}: {e}", drv_path.display()))?;
+    let f: RequiredFeatures = drv
+        .required_features()
+        .map_err(|e| format!("{}: {e}", drv_path.display()))?;
+    Ok((f.lossy(), f.structured))
+}

@@ -1,0 +1,364 @@
+//! The plan: everything a tagged build gets, each with the reason it is there.
+//!
+//! Computed once from the derivation's features, the configuration and what exists on the host;
+//! then rendered as Nix's answer ([`crate::protocol`]) or as an explanation
+//! ([`crate::explain`]). One plan, so the renderings cannot disagree.
+
+use crate::closure::{store_path_of, ClosureCache};
+use crate::config::{Config, Rule};
+use crate::symlinks::{self, ChainError, Space};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+/// Why a path is exposed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Reason {
+    /// Matched a rule's device glob.
+    Device {
+        /// The rule.
+        rule: String,
+        /// The glob as configured.
+        glob: String,
+    },
+    /// A rule's host path.
+    HostPath {
+        /// The rule.
+        rule: String,
+    },
+    /// A rule's mount.
+    Mount {
+        /// The rule.
+        rule: String,
+    },
+    /// A hop of a symlink chain that starts at `link` (inside path).
+    SymlinkTarget {
+        /// The exposed link the chain starts from.
+        #[serde(serialize_with = "lossy_path")]
+        link: PathBuf,
+    },
+    /// In the runtime closure of an exposed store path.
+    ClosureMember {
+        /// The store path whose closure this belongs to.
+        #[serde(serialize_with = "lossy_path")]
+        of: PathBuf,
+    },
+}
+
+/// One path the build gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Exposure {
+    /// Where the build sees it.
+    #[serde(serialize_with = "lossy_path")]
+    pub inside: PathBuf,
+    /// Where it is on the host.
+    #[serde(serialize_with = "lossy_path")]
+    pub outside: PathBuf,
+    /// Why it is there.
+    pub reason: Reason,
+}
+
+/// Something considered and left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skip {
+    /// The path (or glob) concerned.
+    pub path: String,
+    /// Why it was left out.
+    pub why: String,
+}
+
+/// A reason the plan cannot serve the build: a required device or path is missing, or a
+/// closure could not be computed. Each renders as one line with the fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// The rule concerned.
+    pub rule: String,
+    /// What is missing or broken.
+    pub what: String,
+    /// What to do about it.
+    pub fix: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.fix)
+    }
+}
+
+/// The plan for one build.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// Names of the rules that matched.
+    pub rules: Vec<String>,
+    /// What the build gets, sorted by inside path, nothing nested in another entry.
+    pub exposures: Vec<Exposure>,
+    /// What was considered and left out.
+    pub skipped: Vec<Skip>,
+    /// What stops the build from getting a working GPU; non-empty means a tagged build fails.
+    pub problems: Vec<Problem>,
+    /// How many closures came from the cache and how many were computed.
+    pub closures_cached: usize,
+    /// How many closures were computed with `nix-store` for this plan.
+    pub closures_computed: usize,
+}
+
+impl Plan {
+    /// Builds the plan for `rules` (the ones that matched the derivation) under `config`.
+    pub fn build(config: &Config, rules: &[&Rule]) -> Plan {
+        let mut plan = Plan {
+            rules: rules.iter().map(|r| r.name.clone()).collect(),
+            ..Plan::default()
+        };
+        let rooted = Space::Rooted {
+            root: &config.host_root,
+            store_dir: &config.store_dir,
+        };
+        for rule in rules {
+            plan.add_devices(rule, rooted);
+            for p in &rule.paths {
+                let inside = symlinks::normalize(&p.path);
+                let outside = rooted.outside(&inside);
+                let reason = Reason::HostPath {
+                    rule: rule.name.clone(),
+                };
+                plan.add_path(rule, &inside, &outside, rooted, reason, p.required, &p.hint);
+            }
+            for m in &rule.mounts {
+                let inside = symlinks::normalize(&m.inside);
+                let reason = Reason::Mount {
+                    rule: rule.name.clone(),
+                };
+                plan.add_path(rule, &inside, &m.outside, Space::Literal, reason, m.required, &m.hint);
+            }
+        }
+        plan.add_closures(config);
+        plan.drop_nested();
+        plan
+    }
+
+    fn add_devices(&mut self, rule: &Rule, space: Space<'_>) {
+        let Space::Rooted { root, .. } = space else {
+            unreachable!("devices are always looked up under the host root")
+        };
+        for device in &rule.devices {
+            let pattern = if root == Path::new("/") {
+                device.glob.clone()
+            } else {
+                let root = glob::Pattern::escape(&root.to_string_lossy());
+                format!("{}/{}", root.trim_end_matches('/'), device.glob.trim_start_matches('/'))
+            };
+            let mut found = 0;
+            let matches = match glob::glob(&pattern) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.skipped.push(Skip {
+                        path: device.glob.clone(),
+                        why: format!("invalid glob: {e}"),
+                    });
+                    continue;
+                }
+            };
+            for entry in matches {
+                let outside = match entry {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.skipped.push(Skip {
+                            path: e.path().display().to_string(),
+                            why: format!("cannot read: {}", e.error()),
+                        });
+                        continue;
+                    }
+                };
+                let inside = match outside.strip_prefix(root) {
+                    Ok(rel) => Path::new("/").join(rel),
+                    Err(_) => continue,
+                };
+                match symlinks::follow(&inside, &outside, space) {
+                    Ok(chain) => {
+                        let ft = chain.target.file_type();
+                        if !(ft.is_char_device() || ft.is_dir()) {
+                            self.skipped.push(Skip {
+                                path: inside.display().to_string(),
+                                why: "not a character device or directory".to_string(),
+                            });
+                            continue;
+                        }
+                        found += 1;
+                        let reason = Reason::Device {
+                            rule: rule.name.clone(),
+                            glob: device.glob.clone(),
+                        };
+                        self.add_chain(chain.hops, reason);
+                    }
+                    Err(e) => self.skipped.push(Skip {
+                        path: inside.display().to_string(),
+                        why: e.to_string(),
+                    }),
+                }
+            }
+            if found == 0 {
+                if device.required {
+                    self.problems.push(Problem {
+                        rule: rule.name.clone(),
+                        what: format!("required device {} is missing", device.glob),
+                        fix: device.hint.clone().unwrap_or_else(|| device_hint(&device.glob)),
+                    });
+                } else {
+                    self.skipped.push(Skip {
+                        path: device.glob.clone(),
+                        why: "optional device glob matched nothing".to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add_path(
+        &mut self,
+        rule: &Rule,
+        inside: &Path,
+        outside: &Path,
+        space: Space<'_>,
+        reason: Reason,
+        required: bool,
+        hint: &Option<String>,
+    ) {
+        match symlinks::follow(inside, outside, space) {
+            Ok(chain) => self.add_chain(chain.hops, reason),
+            Err(e) if required => {
+                let fix = match (&e, hint) {
+                    (_, Some(h)) => h.clone(),
+                    (ChainError::Missing(_), None) => path_hint(inside),
+                    (_, None) => "fix the link or remove the entry from the config".to_string(),
+                };
+                self.problems.push(Problem {
+                    rule: rule.name.clone(),
+                    what: format!("required path {} is unusable: {e}", inside.display()),
+                    fix,
+                });
+            }
+            Err(e) => self.skipped.push(Skip {
+                path: inside.display().to_string(),
+                why: format!("optional: {e}"),
+            }),
+        }
+    }
+
+    fn add_chain(&mut self, hops: Vec<symlinks::Hop>, reason: Reason) {
+        let link = hops[0].inside.clone();
+        for (i, hop) in hops.into_iter().enumerate() {
+            let reason = if i == 0 {
+                reason.clone()
+            } else {
+                Reason::SymlinkTarget { link: link.clone() }
+            };
+            self.exposures.push(Exposure {
+                inside: hop.inside,
+                outside: hop.outside,
+                reason,
+            });
+        }
+    }
+
+    fn add_closures(&mut self, config: &Config) {
+        let roots: BTreeSet<PathBuf> = self
+            .exposures
+            .iter()
+            .filter_map(|e| store_path_of(&e.outside, &config.store_dir))
+            .collect();
+        if roots.is_empty() {
+            return;
+        }
+        let cache = ClosureCache {
+            dir: config.closure_cache.clone(),
+            store_dir: config.store_dir.clone(),
+            nix_store: config.nix_store.clone(),
+        };
+        for root in roots {
+            match cache.closure(&root) {
+                Ok(closure) => {
+                    if closure.from_cache {
+                        self.closures_cached += 1;
+                    } else {
+                        self.closures_computed += 1;
+                    }
+                    for member in closure.members {
+                        self.exposures.push(Exposure {
+                            inside: member.clone(),
+                            outside: member,
+                            reason: Reason::ClosureMember { of: root.clone() },
+                        });
+                    }
+                }
+                Err(e) => self.problems.push(Problem {
+                    rule: self.rules.join(","),
+                    what: e.to_string(),
+                    fix: "check that the path is valid in this Nix store (`nix-store --verify-path`)"
+                        .to_string(),
+                }),
+            }
+        }
+    }
+
+    /// Sorts by inside path and drops entries already covered by another: exact duplicates and
+    /// paths nested in an exposed directory at the same relative place.
+    fn drop_nested(&mut self) {
+        let mut all = std::mem::take(&mut self.exposures);
+        // Component-wise order puts every ancestor right before its descendants' run.
+        all.sort_by(|a, b| a.inside.cmp(&b.inside));
+        let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());
+        for e in all {
+            let covered = kept.iter().rev().find_map(|k| {
+                let rel = e.inside.strip_prefix(&k.inside).ok()?;
+                Some((k, rel))
+            });
+            match covered {
+                Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
+                Some((k, _)) if k.inside == e.inside => self.skipped.push(Skip {
+                    path: e.inside.display().to_string(),
+                    why: format!(
+                        "conflicts with {} already exposed there",
+                        k.outside.display()
+                    ),
+                }),
+                _ => kept.push(e),
+            }
+        }
+        self.exposures = kept;
+    }
+}
+
+/// The fix to suggest when a required device glob matches nothing.
+pub fn device_hint(glob: &str) -> String {
+    if glob.contains("nvidia-uvm") {
+        "the nvidia-uvm module is not loaded or its node not created yet: run \
+         `nvidia-modprobe -u -c=0` (or `modprobe nvidia-uvm`) on the builder, and make it \
+         happen at boot"
+            .to_string()
+    } else if glob.contains("nvidiactl") || glob.contains("nvidia[") {
+        "no NVIDIA device nodes: is the NVIDIA kernel driver loaded (`nvidia-smi`)? On NixOS set \
+         services.xserver.videoDrivers = [ \"nvidia\" ] or hardware.nvidia"
+            .to_string()
+    } else {
+        "create the device or mark it `required = false` in the config".to_string()
+    }
+}
+
+fn path_hint(inside: &Path) -> String {
+    if inside.starts_with("/run/opengl-driver") {
+        "the driver link is missing: on NixOS enable hardware.graphics with the NVIDIA driver; \
+         on other distributions add a [[rule.mount]] of the driver libraries at \
+         /run/opengl-driver/lib"
+            .to_string()
+    } else {
+        "create it, or mark it `required = false` in the config".to_string()
+    }
+}
+
+/// Serialises a path as text even when it is not UTF-8 (such bytes become U+FFFD).
+fn lossy_path<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&path.to_string_lossy())
+}
