@@ -98,9 +98,9 @@ impl ClosureCache {
 
     fn entry_path(&self, store_path: &Path) -> Result<PathBuf, ClosureError> {
         match store_path_of(store_path, &self.store_dir) {
-            Some(top) if top == store_path => {
-                Ok(self.dir.join(store_path.file_name().expect("store path has a name")))
-            }
+            Some(top) if top == store_path => Ok(self
+                .dir
+                .join(store_path.file_name().expect("store path has a name"))),
             _ => Err(ClosureError {
                 store_path: store_path.to_path_buf(),
                 message: format!(
@@ -137,7 +137,9 @@ impl ClosureCache {
         }
         let members = self
             .parse_members(store_path, &output.stdout)
-            .ok_or_else(|| fail("nix-store printed something that is not a list of store paths".into()))?;
+            .ok_or_else(|| {
+                fail("nix-store printed something that is not a list of store paths".into())
+            })?;
         Ok(members)
     }
 
@@ -272,13 +274,21 @@ mod tests {
         for damage in [
             b"".to_vec(),
             b"garbage\n".to_vec(),
-            std::fs::read(&entry).unwrap().replace_bytes(b"bbb-dep", b"/etc/shadow"),
-            std::fs::read(&entry).unwrap().replace_bytes(b"bbb-dep", b"ccc-dep"),
+            std::fs::read(&entry)
+                .unwrap()
+                .replace_bytes(b"bbb-dep", b"/etc/shadow"),
+            std::fs::read(&entry)
+                .unwrap()
+                .replace_bytes(b"bbb-dep", b"ccc-dep"),
             std::fs::read(&entry).unwrap()[..40].to_vec(),
         ] {
             std::fs::write(&entry, &damage).unwrap();
             let again = c.closure(p).unwrap();
-            assert!(!again.from_cache, "trusted {:?}", String::from_utf8_lossy(&damage));
+            assert!(
+                !again.from_cache,
+                "trusted {:?}",
+                String::from_utf8_lossy(&damage)
+            );
             assert_eq!(again.members[1], Path::new("/nix/store/bbb-dep"));
         }
     }

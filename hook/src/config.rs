@@ -252,7 +252,10 @@ impl Config {
             ("closure_cache", &self.closure_cache),
         ] {
             if !path.is_absolute() {
-                return Err(format!("{name} must be an absolute path, got {}", path.display()));
+                return Err(format!(
+                    "{name} must be an absolute path, got {}",
+                    path.display()
+                ));
             }
         }
         let mut names = std::collections::HashSet::new();
@@ -268,14 +271,19 @@ impl Config {
                 return Err(format!("{at} has no features, so it would never apply"));
             }
             for feature in &rule.features {
-                if feature.is_empty() || feature.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return Err(format!("{at}: feature {feature:?} is empty or holds whitespace"));
+                if feature.is_empty()
+                    || feature.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(format!(
+                        "{at}: feature {feature:?} is empty or holds whitespace"
+                    ));
                 }
             }
             for d in &rule.devices {
                 check_path(&at, "device glob", Path::new(&d.glob))?;
-                glob::Pattern::new(&d.glob)
-                    .map_err(|e| format!("{at}: device glob {:?} is not a valid glob: {e}", d.glob))?;
+                glob::Pattern::new(&d.glob).map_err(|e| {
+                    format!("{at}: device glob {:?} is not a valid glob: {e}", d.glob)
+                })?;
             }
             for p in &rule.paths {
                 check_path(&at, "path", &p.path)?;
@@ -350,7 +358,10 @@ mod tests {
         c.validate().unwrap();
         let rules = c.matching_rules(&[b"big-parallel", b"gpu"]);
         assert_eq!(rules.len(), 1);
-        assert!(rules[0].devices.iter().any(|d| d.glob == "/dev/nvidia-uvm" && d.required));
+        assert!(rules[0]
+            .devices
+            .iter()
+            .any(|d| d.glob == "/dev/nvidia-uvm" && d.required));
         assert_eq!(rules[0].paths[0].path, Path::new("/run/opengl-driver"));
         assert!(c.matching_rules(&[b"kvm"]).is_empty());
     }
@@ -398,10 +409,22 @@ required = true
         for (text, needle) in [
             ("[[rule]]\nname=\"a\"\nfeatures=[]\n", "no features"),
             ("[[rule]]\nname=\"a\"\nfeatures=[\"c d\"]\n", "whitespace"),
-            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.path]]\npath=\"rel\"\n", "absolute"),
-            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.path]]\npath=\"/a=b\"\n", "'='"),
-            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.device]]\nglob=\"/dev/[\"\n", "valid glob"),
-            ("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule]]\nname=\"a\"\nfeatures=[\"d\"]\n", "twice"),
+            (
+                "[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.path]]\npath=\"rel\"\n",
+                "absolute",
+            ),
+            (
+                "[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.path]]\npath=\"/a=b\"\n",
+                "'='",
+            ),
+            (
+                "[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.device]]\nglob=\"/dev/[\"\n",
+                "valid glob",
+            ),
+            (
+                "[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule]]\nname=\"a\"\nfeatures=[\"d\"]\n",
+                "twice",
+            ),
             ("host_root = \"x\"\n", "absolute"),
             ("[[rule]]\nname = 3\n", "line 2"),
         ] {

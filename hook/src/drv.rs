@@ -67,7 +67,11 @@ pub struct DrvError {
 
 impl fmt::Display for DrvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "malformed derivation at byte {}: {}", self.offset, self.message)
+        write!(
+            f,
+            "malformed derivation at byte {}: {}",
+            self.offset, self.message
+        )
     }
 }
 
@@ -376,7 +380,8 @@ mod tests {
 
     #[test]
     fn structured_features_must_be_strings() {
-        let text = br#"Derive([],[],[],"s","b",[],[("__json","{\"requiredSystemFeatures\":[1]}")])"#;
+        let text =
+            br#"Derive([],[],[],"s","b",[],[("__json","{\"requiredSystemFeatures\":[1]}")])"#;
         let drv = Derivation::parse(text).unwrap();
         assert!(drv.required_features().is_err());
     }
@@ -401,7 +406,11 @@ mod tests {
     fn every_truncation_is_an_error_not_a_panic() {
         for end in 0..SIMPLE.len() {
             let err = Derivation::parse(&SIMPLE[..end]).unwrap_err();
-            assert!(err.offset <= end, "offset {} beyond input {end}", err.offset);
+            assert!(
+                err.offset <= end,
+                "offset {} beyond input {end}",
+                err.offset
+            );
         }
     }
 

@@ -111,7 +111,11 @@ pub fn render_text(e: &Explanation) -> String {
     if let Some(d) = &e.derivation {
         let _ = writeln!(s, "derivation:  {d}");
     }
-    let from = if e.structured_attrs { " (structured attrs)" } else { "" };
+    let from = if e.structured_attrs {
+        " (structured attrs)"
+    } else {
+        ""
+    };
     let features = if e.features.is_empty() {
         "(none)".to_string()
     } else {
@@ -120,7 +124,11 @@ pub fn render_text(e: &Explanation) -> String {
     let _ = writeln!(s, "features:    {features}{from}");
     let _ = writeln!(s, "config:      {}", e.config);
     for m in &e.rules {
-        let _ = writeln!(s, "rule:        {} (matched feature '{}')", m.rule, m.feature);
+        let _ = writeln!(
+            s,
+            "rule:        {} (matched feature '{}')",
+            m.rule, m.feature
+        );
     }
     if !e.plan.exposures.is_empty() {
         let _ = writeln!(s, "\nexposed ({}):", e.plan.exposures.len());

@@ -36,8 +36,12 @@ pub fn pre_build(drv_path: &Path, config_arg: Option<&Path>) -> Result<Vec<u8>, 
     };
     let name = drv_path.display();
     let features = match Derivation::parse(&bytes).and_then(|d| {
-        d.required_features()
-            .map(|f| f.features.into_iter().map(|x| x.into_owned()).collect::<Vec<_>>())
+        d.required_features().map(|f| {
+            f.features
+                .into_iter()
+                .map(|x| x.into_owned())
+                .collect::<Vec<_>>()
+        })
     }) {
         Ok(f) => f,
         Err(e) => return unreadable(&bytes, drv_path, config_arg, &e.to_string()),
@@ -50,13 +54,18 @@ pub fn pre_build(drv_path: &Path, config_arg: Option<&Path>) -> Result<Vec<u8>, 
     let config = match Config::load(&source) {
         Ok(c) => c,
         Err(e) => {
-            if let Some(f) = features.iter().find(|f| DEFAULT_FEATURES.iter().any(|d| d.as_bytes() == **f)) {
+            if let Some(f) = features
+                .iter()
+                .find(|f| DEFAULT_FEATURES.iter().any(|d| d.as_bytes() == **f))
+            {
                 return Err(HookFailure(format!(
                     "{name} requires feature '{}' but the configuration is broken: {e}",
                     String::from_utf8_lossy(f)
                 )));
             }
-            log::warn(format_args!("{e} (ignored: this build asks for no GPU feature)"));
+            log::warn(format_args!(
+                "{e} (ignored: this build asks for no GPU feature)"
+            ));
             return Ok(Vec::new());
         }
     };
@@ -75,8 +84,7 @@ pub fn pre_build(drv_path: &Path, config_arg: Option<&Path>) -> Result<Vec<u8>, 
             problems.join("; ")
         )));
     }
-    protocol::render(&plan.exposures)
-        .map_err(|e| HookFailure(format!("{name}: {e}")))
+    protocol::render(&plan.exposures).map_err(|e| HookFailure(format!("{name}: {e}")))
 }
 
 /// A `.drv` we cannot read: fail only when it could be a tagged build, i.e. when the bytes

@@ -69,7 +69,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match (cli.command, cli.drv) {
-        (Some(Command::Explain { drv, features, json }), _) => {
+        (
+            Some(Command::Explain {
+                drv,
+                features,
+                json,
+            }),
+            _,
+        ) => {
             if drv.is_none() && features.is_empty() {
                 log::error("explain needs a .drv path or --features");
                 return ExitCode::from(2);
@@ -104,7 +111,9 @@ fn main() -> ExitCode {
         }
         (None, Some(drv)) if cli.chroot.is_some() => run_hook(&drv, cli.config.as_deref()),
         (None, _) => {
-            log::error("expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help");
+            log::error(
+                "expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help",
+            );
             ExitCode::from(2)
         }
     }

@@ -130,7 +130,15 @@ impl Plan {
                 let reason = Reason::Mount {
                     rule: rule.name.clone(),
                 };
-                plan.add_path(rule, &inside, &m.outside, Space::Literal, reason, m.required, &m.hint);
+                plan.add_path(
+                    rule,
+                    &inside,
+                    &m.outside,
+                    Space::Literal,
+                    reason,
+                    m.required,
+                    &m.hint,
+                );
             }
         }
         plan.add_closures(config);
@@ -147,7 +155,11 @@ impl Plan {
                 device.glob.clone()
             } else {
                 let root = glob::Pattern::escape(&root.to_string_lossy());
-                format!("{}/{}", root.trim_end_matches('/'), device.glob.trim_start_matches('/'))
+                format!(
+                    "{}/{}",
+                    root.trim_end_matches('/'),
+                    device.glob.trim_start_matches('/')
+                )
             };
             let mut found = 0;
             let matches = match glob::glob(&pattern) {
@@ -203,7 +215,10 @@ impl Plan {
                     self.problems.push(Problem {
                         rule: rule.name.clone(),
                         what: format!("required device {} is missing", device.glob),
-                        fix: device.hint.clone().unwrap_or_else(|| device_hint(&device.glob)),
+                        fix: device
+                            .hint
+                            .clone()
+                            .unwrap_or_else(|| device_hint(&device.glob)),
                     });
                 } else {
                     self.skipped.push(Skip {
@@ -296,8 +311,9 @@ impl Plan {
                 Err(e) => self.problems.push(Problem {
                     rule: self.rules.join(","),
                     what: e.to_string(),
-                    fix: "check that the path is valid in this Nix store (`nix-store --verify-path`)"
-                        .to_string(),
+                    fix:
+                        "check that the path is valid in this Nix store (`nix-store --verify-path`)"
+                            .to_string(),
                 }),
             }
         }

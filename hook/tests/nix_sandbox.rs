@@ -1,0 +1,238 @@
+//! Real Nix builds in a real sandbox with the freshly built hook as `pre-build-hook` and a fake
+//! device tree of real character devices. Needs root and `nix-build`; under `CI=true` these
+//! tests fail rather than skip when either is missing.
+
+use cuda_sandbox_testkit::{nix_available, nonce, FakeDevices, NixSandbox};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+
+fn nix_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/nix")
+        .join(name)
+}
+
+/// A fake host: devices under `root/dev`, a closure cache, and a config pointing at them.
+struct Host {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+}
+
+impl Host {
+    fn new(uvm: bool) -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        FakeDevices::create(&root, 2, uvm).unwrap();
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"host_root = "{root}"
+closure_cache = "{cache}"
+[[rule]]
+name = "nvidia"
+features = ["cuda", "gpu"]
+[[rule.device]]
+glob = "/dev/nvidiactl"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia-uvm"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia[0-9]*"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia-uvm-tools"
+[[rule.path]]
+path = "/run/opengl-driver"
+required = true
+"#,
+                root = root.display(),
+                cache = dir.path().join("cache").display()
+            ),
+        )
+        .unwrap();
+        Host {
+            _dir: dir,
+            root,
+            config,
+        }
+    }
+
+    fn sandbox(&self) -> NixSandbox {
+        let mut s = NixSandbox::with_hook(Path::new(HOOK), &self.config);
+        s.system_features = "cuda benchmark".to_string();
+        s
+    }
+
+    /// Builds the fake driver store path (a closure of three) and links
+    /// `root/run/opengl-driver` to it. Returns the closure.
+    fn install_store_driver(&self) -> Vec<PathBuf> {
+        let build =
+            self.sandbox()
+                .build(&nix_file("driver-store.nix"), &[("nonce", &nonce())], &[]);
+        assert!(
+            build.ok(),
+            "building the fake driver failed:\n{}",
+            build.log
+        );
+        let driver = build.out_paths[0].clone();
+        std::fs::create_dir_all(self.root.join("run")).unwrap();
+        std::os::unix::fs::symlink(&driver, self.root.join("run/opengl-driver")).unwrap();
+        let out = std::process::Command::new("nix-store")
+            .args(["--query", "--requisites"])
+            .arg(&driver)
+            .output()
+            .unwrap();
+        let closure: Vec<PathBuf> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(PathBuf::from)
+            .collect();
+        assert!(closure.len() >= 3, "closure too small: {closure:?}");
+        closure
+    }
+}
+
+/// Builds probe.nix and returns each probe's report, keyed by derivation name.
+fn probe(
+    sandbox: &NixSandbox,
+    read: &[PathBuf],
+    attrs: &[&str],
+) -> (bool, String, BTreeMap<String, String>) {
+    let read: Vec<String> = read.iter().map(|p| p.display().to_string()).collect();
+    let read = read.join(" ");
+    let nonce = nonce();
+    let mut extra = Vec::new();
+    for a in attrs {
+        extra.push("-A");
+        extra.push(a);
+    }
+    let build = sandbox.build(
+        &nix_file("probe.nix"),
+        &[("nonce", &nonce), ("readPaths", &read)],
+        &extra,
+    );
+    let mut reports = BTreeMap::new();
+    for out in &build.out_paths {
+        let name = out.file_name().unwrap().to_string_lossy();
+        let name = name.split_once('-').unwrap().1.to_string();
+        reports.insert(name, std::fs::read_to_string(out).unwrap());
+    }
+    (build.ok(), build.log, reports)
+}
+
+#[test]
+fn tagged_build_sees_gpu_and_driver_closure_untagged_sees_nothing() {
+    if !nix_available("tagged_build_sees_gpu_and_driver_closure_untagged_sees_nothing") {
+        return;
+    }
+    let host = Host::new(true);
+    let closure = host.install_store_driver();
+    let (ok, log, reports) = probe(&host.sandbox(), &closure, &[]);
+    assert!(ok, "nix-build failed:\n{log}");
+    assert_eq!(reports.len(), 4, "{reports:?}");
+
+    for name in ["probe-tagged", "probe-structured"] {
+        let r = &reports[name];
+        for line in [
+            "char /dev/nvidia0 195:0",
+            "char /dev/nvidia1 195:1",
+            "char /dev/nvidiactl 195:255",
+            "char /dev/nvidia-uvm 235:0",
+            "char /dev/nvidia-uvm-tools 235:1",
+            "driver present",
+            "driver-file ./lib/libcuda.so.1 FAKE libcuda",
+        ] {
+            assert!(r.contains(line), "{name} lacks {line:?}:\n{r}");
+        }
+        for member in &closure {
+            let line = format!("read {}", member.display());
+            assert!(
+                r.lines().any(|l| l == line),
+                "{name} cannot read closure member {}:\n{r}",
+                member.display()
+            );
+        }
+    }
+    for name in ["probe-untagged", "probe-other-feature"] {
+        let r = &reports[name];
+        for dev in ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"] {
+            assert!(
+                r.contains(&format!("absent /dev/{dev}\n")),
+                "{name} sees /dev/{dev}:\n{r}"
+            );
+        }
+        assert!(r.contains("driver absent"), "{name} sees the driver:\n{r}");
+        for member in &closure {
+            assert!(
+                r.contains(&format!("unreadable {}", member.display())),
+                "{name} reads {}:\n{r}",
+                member.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn tagged_build_with_missing_required_device_fails_with_the_hooks_reason() {
+    if !nix_available("tagged_build_with_missing_required_device_fails_with_the_hooks_reason") {
+        return;
+    }
+    let host = Host::new(false);
+    host.install_store_driver();
+    let (ok, log, _) = probe(&host.sandbox(), &[], &["tagged"]);
+    assert!(
+        !ok,
+        "a tagged build without /dev/nvidia-uvm succeeded:\n{log}"
+    );
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("cuda-sandbox-hook: error:"))
+        .unwrap_or_else(|| panic!("no hook error line in the build log:\n{log}"));
+    for needle in [
+        "probe-tagged.drv",
+        "feature 'cuda'",
+        "/dev/nvidia-uvm",
+        "nvidia-modprobe",
+    ] {
+        assert!(line.contains(needle), "{needle:?} missing from {line:?}");
+    }
+    // The same host still builds untagged derivations.
+    let (ok, log, reports) = probe(&host.sandbox(), &[], &["untagged"]);
+    assert!(ok, "untagged build failed:\n{log}");
+    assert!(reports["probe-untagged"].contains("absent /dev/nvidia0"));
+}
+
+#[test]
+fn broken_config_fails_tagged_builds_only() {
+    if !nix_available("broken_config_fails_tagged_builds_only") {
+        return;
+    }
+    let host = Host::new(true);
+    std::fs::write(
+        &host.config,
+        "[[rule]]\nname = \"x\"\nfeatures = [\"cuda\"]\nbogus = 1\n",
+    )
+    .unwrap();
+    let (ok, log, reports) = probe(&host.sandbox(), &[], &["untagged", "other-feature"]);
+    assert!(
+        ok,
+        "untagged builds failed because of a broken config:\n{log}"
+    );
+    assert_eq!(reports.len(), 2);
+
+    let (ok, log, _) = probe(&host.sandbox(), &[], &["tagged"]);
+    assert!(!ok, "tagged build succeeded with a broken config:\n{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("cuda-sandbox-hook: error:")
+                && l.contains("configuration is broken")
+                && l.contains("bogus")
+                && l.contains("line 4")),
+        "{log}"
+    );
+}

@@ -1,0 +1,211 @@
+//! Test support shared by the workspace's integration tests.
+//!
+//! Real parts only: [`NixSandbox`] runs Debian's (or any) `nix-build` with the sandbox on and
+//! the freshly built hook as `pre-build-hook`; [`FakeDevices`] makes real character devices with
+//! `mknod`. Tests that need them call [`nix_available`] first: outside CI a machine without
+//! root or Nix skips them with a printed reason; under `CI=true` that is a failure.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Whether tests needing root and `nix-build` can run. Under `CI=true` a missing prerequisite
+/// panics (those tests must run in CI); elsewhere it prints why `test` is skipped.
+pub fn nix_available(test: &str) -> bool {
+    let missing = if !nix::unistd::geteuid().is_root() {
+        Some("not running as root")
+    } else if Command::new("nix-build").arg("--version").output().is_err() {
+        Some("nix-build is not installed (apt-get install nix-bin)")
+    } else {
+        None
+    };
+    match missing {
+        None => true,
+        Some(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("{test} needs root and Nix and must run in CI: {why}")
+        }
+        Some(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+/// A string unique to this process and call, for derivation attributes that force a rebuild
+/// (Nix never rebuilds an output it already has).
+pub fn nonce() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The directory holding the workspace's built binaries and libraries for the running test's
+/// profile (`target/debug` for `cargo test`): the test binary lives in its `deps/`.
+pub fn target_profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current test executable");
+    let deps = exe.parent().expect("test binary directory");
+    deps.parent().unwrap_or(deps).to_path_buf()
+}
+
+/// A binary of the workspace, built in the same profile. Panics with the command to run when
+/// it has not been built, so a missing build never looks like a pass.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let path = target_profile_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build --workspace` before the tests",
+        path.display()
+    );
+    path
+}
+
+/// A fake host tree with real NVIDIA-like character devices.
+#[derive(Debug)]
+pub struct FakeDevices {
+    /// The host root: devices are at `<root>/dev/...`.
+    pub root: PathBuf,
+}
+
+/// Major number of `/dev/nvidia*` nodes.
+pub const NVIDIA_MAJOR: u64 = 195;
+/// A major number standing in for the dynamically allocated `nvidia-uvm` one.
+pub const FAKE_UVM_MAJOR: u64 = 235;
+
+impl FakeDevices {
+    /// Creates `<root>/dev/nvidia0..gpus`, `nvidiactl` (195:255) and, when `uvm`, `nvidia-uvm`
+    /// (235:0) and `nvidia-uvm-tools` (235:1).
+    pub fn create(root: &Path, gpus: u64, uvm: bool) -> std::io::Result<FakeDevices> {
+        let dev = root.join("dev");
+        std::fs::create_dir_all(&dev)?;
+        for i in 0..gpus {
+            mknod_char(&dev.join(format!("nvidia{i}")), NVIDIA_MAJOR, i)?;
+        }
+        mknod_char(&dev.join("nvidiactl"), NVIDIA_MAJOR, 255)?;
+        if uvm {
+            mknod_char(&dev.join("nvidia-uvm"), FAKE_UVM_MAJOR, 0)?;
+            mknod_char(&dev.join("nvidia-uvm-tools"), FAKE_UVM_MAJOR, 1)?;
+        }
+        Ok(FakeDevices {
+            root: root.to_path_buf(),
+        })
+    }
+}
+
+/// Makes a character device node (mode 0666).
+pub fn mknod_char(path: &Path, major: u64, minor: u64) -> std::io::Result<()> {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    mknod(
+        path,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o666),
+        makedev(major, minor),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Writes an executable script.
+pub fn write_script(path: &Path, text: &str) -> std::io::Result<()> {
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+/// How to run `nix-build` for a test: real sandbox, no substituters, the hook installed.
+#[derive(Debug, Clone)]
+pub struct NixSandbox {
+    /// The `pre-build-hook`, if any.
+    pub hook: Option<PathBuf>,
+    /// The hook's config file, passed as `CUDA_SANDBOX_CONFIG`.
+    pub config: Option<PathBuf>,
+    /// The `system-features` setting.
+    pub system_features: String,
+    /// Host paths every build sees (`sandbox-paths`): what a dynamically linked builder needs.
+    pub sandbox_paths: Vec<String>,
+    /// Extra `key = value` settings.
+    pub extra_settings: Vec<String>,
+}
+
+/// What a `nix-build` run did.
+#[derive(Debug)]
+pub struct Build {
+    /// The raw process output.
+    pub output: Output,
+    /// Its stderr (the build log and Nix's messages) as text.
+    pub log: String,
+    /// The output paths it printed.
+    pub out_paths: Vec<PathBuf>,
+}
+
+impl Build {
+    /// Whether nix-build succeeded.
+    pub fn ok(&self) -> bool {
+        self.output.status.success()
+    }
+}
+
+impl NixSandbox {
+    /// A sandbox with `hook` installed (reading `config`) and `system-features = cuda`.
+    pub fn with_hook(hook: &Path, config: &Path) -> NixSandbox {
+        NixSandbox {
+            hook: Some(hook.to_path_buf()),
+            config: Some(config.to_path_buf()),
+            system_features: "cuda".to_string(),
+            sandbox_paths: ["/bin", "/usr", "/lib", "/lib64"]
+                .iter()
+                .filter(|p| Path::new(p).exists())
+                .map(|p| p.to_string())
+                .collect(),
+            extra_settings: Vec::new(),
+        }
+    }
+
+    /// The `NIX_CONFIG` text for this sandbox.
+    pub fn nix_config(&self) -> String {
+        let mut lines = vec![
+            "sandbox = true".to_string(),
+            "sandbox-fallback = false".to_string(),
+            "substituters =".to_string(),
+            format!("system-features = {}", self.system_features),
+            format!("sandbox-paths = {}", self.sandbox_paths.join(" ")),
+        ];
+        if let Some(hook) = &self.hook {
+            lines.push(format!("pre-build-hook = {}", hook.display()));
+        }
+        lines.extend(self.extra_settings.iter().cloned());
+        lines.join("\n")
+    }
+
+    /// Runs `nix-build FILE --no-out-link` with `--argstr` pairs and extra arguments.
+    pub fn build(&self, file: &Path, argstrs: &[(&str, &str)], extra: &[&str]) -> Build {
+        let mut cmd = Command::new("nix-build");
+        cmd.arg(file).arg("--no-out-link");
+        for (k, v) in argstrs {
+            cmd.args(["--argstr", k, v]);
+        }
+        cmd.args(extra);
+        cmd.env("NIX_CONFIG", self.nix_config());
+        match &self.config {
+            Some(c) => cmd.env("CUDA_SANDBOX_CONFIG", c),
+            None => cmd.env_remove("CUDA_SANDBOX_CONFIG"),
+        };
+        let output = cmd.output().expect("run nix-build");
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        let out_paths = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|l| l.starts_with('/'))
+            .map(PathBuf::from)
+            .collect();
+        Build {
+            output,
+            log,
+            out_paths,
+        }
+    }
+}
