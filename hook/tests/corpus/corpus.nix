@@ -126,16 +126,21 @@ in
     __impure = true;
   };
 
-  # Input derivations (several outputs of one, the default of another, a floating CA one whose
-  # outputs are not known yet, which makes this derivation's own output deferred) and input
-  # sources (a path literal, a toFile, a .drv referenced without its outputs).
+  # Input derivations (two outputs of one, the default output of another) and input sources
+  # (a path literal, a toFile, a .drv referenced without its outputs).
   deps = mk {
     name = "deps";
     args = [ "-c" "${multiOutput.dev}/bin/x ${multiOutput.lib} ${plain}" ];
     src = ./data-file;
     script = builtins.toFile "script.sh" "echo \"from toFile\"\n";
-    caDev = "${caFloating.dev}";
     drvOnly = "${builtins.unsafeDiscardOutputDependency plain.drvPath}";
+  };
+
+  # Depends on a floating content-addressed output, whose path is not known yet: Nix defers
+  # this derivation's own output path (empty in the .drv, `{}` in the JSON).
+  deps-deferred = mk {
+    name = "deps-deferred";
+    caDev = "${caFloating.dev}";
   };
 
   strings = mk {

@@ -1,0 +1,300 @@
+//! The hook as Nix runs it (a process with two arguments), and `explain`, against fake roots.
+//! Runs everywhere: needs neither root nor Nix (store closures use a stand-in nix-store).
+
+use cuda_sandbox_testkit::write_script;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn new() -> Case {
+        Case {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    /// Writes a .drv requiring `features` (plain env entry) and returns its path.
+    fn drv(&self, name: &str, features: Option<&str>) -> PathBuf {
+        let mut env = String::from(r#"("out","/nix/store/x-out")"#);
+        if let Some(f) = features {
+            env.push_str(&format!(r#",("requiredSystemFeatures","{f}")"#));
+        }
+        let text = format!(
+            r#"Derive([("out","/nix/store/x-out","","")],[],[],"x86_64-linux","/bin/sh",[],[{env}])"#
+        );
+        let p = self.path(&format!("{name}.drv"));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+    /// A config whose host root is `root` with one rule for `cuda`; `body` adds entries.
+    fn config(&self, body: &str) -> PathBuf {
+        let p = self.path("config.toml");
+        std::fs::write(
+            &p,
+            format!(
+                "host_root = \"{}\"\nclosure_cache = \"{}\"\nnix_store = \"{}\"\n[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n{body}",
+                self.path("root").display(),
+                self.path("cache").display(),
+                self.path("nix-store").display()
+            ),
+        )
+        .unwrap();
+        p
+    }
+    fn hook(&self, drv: &Path, config: &Path) -> Output {
+        Command::new(HOOK)
+            .arg(drv)
+            .arg(self.path("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", config)
+            .output()
+            .unwrap()
+    }
+    fn explain_json(&self, config: &Path, features: &str) -> serde_json::Value {
+        let out = Command::new(HOOK)
+            .args(["explain", "--json", "--features", features, "--config"])
+            .arg(config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn untagged_build_gets_nothing_even_with_a_broken_config() {
+    let c = Case::new();
+    let broken = c.path("broken.toml");
+    std::fs::write(&broken, "this is [not toml").unwrap();
+    for features in [None, Some(""), Some("big-parallel kvm")] {
+        let out = c.hook(&c.drv("plain", features), &broken);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(out.stdout.is_empty());
+    }
+    // With features present the broken config is read, and only warned about.
+    let out = c.hook(&c.drv("plain", Some("kvm")), &broken);
+    assert!(
+        stderr(&out).starts_with("cuda-sandbox-hook: warning:"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn tagged_build_with_broken_config_fails_in_one_line() {
+    let c = Case::new();
+    let broken = c.path("broken.toml");
+    std::fs::write(
+        &broken,
+        "[[rule]]\nname = \"x\"\nfeatures = [\"cuda\"]\ndevice = 3\n",
+    )
+    .unwrap();
+    let out = c.hook(&c.drv("tagged", Some("cuda")), &broken);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("tagged.drv") && err.contains("'cuda'") && err.contains("line 4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_drv_exposes_nothing_with_a_warning() {
+    let c = Case::new();
+    let out = c.hook(&c.path("absent.drv"), &c.config(""));
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(stderr(&out).contains("remote builder"), "{}", stderr(&out));
+}
+
+#[test]
+fn malformed_drv_fails_only_when_it_may_be_tagged() {
+    let c = Case::new();
+    let config = c.config("");
+    let bad = c.path("bad.drv");
+    std::fs::write(
+        &bad,
+        b"Derive([(\"out\",\"/x\",\"\",\"\")],[],oops requiredSystemFeatures cuda",
+    )
+    .unwrap();
+    let out = c.hook(&bad, &config);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("at byte 31"), "{}", stderr(&out));
+    std::fs::write(&bad, b"Derive([(\"out\",\"/x\",\"\",\"\")],[],oops").unwrap();
+    let out = c.hook(&bad, &config);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn tagged_build_gets_devices_mounts_and_link_targets_in_protocol_order() {
+    let c = Case::new();
+    let root = c.path("root");
+    cuda_sandbox_testkit::FakeDevices::create(&root, 0, false).ok();
+    // Devices need mknod (root); without it, stand in with directories, which also count.
+    if !root.join("dev/nvidiactl").exists() {
+        std::fs::create_dir_all(root.join("dev/nvidiactl")).unwrap();
+    }
+    std::fs::create_dir_all(root.join("opt/driver-1.0/lib")).unwrap();
+    std::os::unix::fs::symlink("driver-1.0", root.join("opt/driver")).unwrap();
+    std::fs::create_dir_all(c.path("libs")).unwrap();
+    let config = c.config(
+        "[[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n\
+         [[rule.device]]\nglob = \"/dev/nvidia-modeset\"\n\
+         [[rule.path]]\npath = \"/opt/driver\"\nrequired = true\n\
+         [[rule.path]]\npath = \"/opt/driver/lib\"\n\
+         [[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"LIBS\"\nrequired = true\n"
+            .replace("LIBS", &c.path("libs").display().to_string())
+            .as_str(),
+    );
+    let out = c.hook(&c.drv("t", Some("cuda")), &config);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = root.display();
+    let expected = format!(
+        "extra-sandbox-paths\n/dev/nvidiactl={r}/dev/nvidiactl\n/opt/driver={r}/opt/driver\n\
+         /opt/driver-1.0={r}/opt/driver-1.0\n/run/opengl-driver/lib={}\n\n",
+        c.path("libs").display()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+
+    let e = c.explain_json(&config, "cuda");
+    let kinds: Vec<&str> = e["plan"]["exposures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["reason"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["device", "host-path", "symlink-target", "mount"]);
+    let skipped = e["plan"]["skipped"].to_string();
+    assert!(skipped.contains("nvidia-modeset"), "{skipped}");
+    assert_eq!(e["nix_answer"].as_str().unwrap(), expected);
+    assert!(e["verdict"]
+        .as_str()
+        .unwrap()
+        .starts_with("tagged: 4 paths"));
+}
+
+#[test]
+fn store_paths_bring_their_closure_once_cached() {
+    let c = Case::new();
+    let store = c.path("store");
+    std::fs::create_dir_all(store.join("aaa-driver/lib")).unwrap();
+    std::fs::create_dir_all(c.path("root/run")).unwrap();
+    std::os::unix::fs::symlink(store.join("aaa-driver"), c.path("root/run/opengl-driver")).unwrap();
+    // A stand-in nix-store: answers a two-path closure and counts its calls.
+    write_script(
+        &c.path("nix-store"),
+        &format!(
+            "#!/bin/sh\necho call >> {calls}\necho \"$3\"\necho {store}/bbb-dep\n",
+            calls = c.path("calls").display(),
+            store = store.display()
+        ),
+    )
+    .unwrap();
+    let config = c.config("[[rule.path]]\npath = \"/run/opengl-driver\"\n");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("store_dir = \"{}\"\n{text}", store.display()),
+    )
+    .unwrap();
+
+    let first = c.explain_json(&config, "cuda");
+    let second = c.explain_json(&config, "gpu,cuda");
+    assert_eq!(first["plan"]["closures_computed"], 1, "{first}");
+    assert_eq!(second["plan"]["closures_cached"], 1, "{second}");
+    assert_eq!(first["nix_answer"], second["nix_answer"]);
+    let exposures: Vec<(String, String)> = second["plan"]["exposures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["inside"].as_str().unwrap().to_string(),
+                x["reason"]["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let s = store.display().to_string();
+    assert_eq!(
+        exposures,
+        [
+            ("/run/opengl-driver".to_string(), "host-path".to_string()),
+            (format!("{s}/aaa-driver"), "symlink-target".to_string()),
+            (format!("{s}/bbb-dep"), "closure-member".to_string()),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(c.path("calls"))
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn path_with_newline_is_refused_by_name() {
+    let c = Case::new();
+    std::fs::create_dir_all(c.path("root/run")).unwrap();
+    std::fs::create_dir_all(c.path("root/odd\ndir")).unwrap();
+    std::os::unix::fs::symlink("/odd\ndir", c.path("root/run/opengl-driver")).unwrap();
+    let config = c.config("[[rule.path]]\npath = \"/run/opengl-driver\"\n");
+    let out = c.hook(&c.drv("t", Some("cuda")), &config);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        out.stdout.is_empty(),
+        "printed {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("\"/odd\\ndir\"") && err.contains("cannot express"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_required_path_names_the_fix() {
+    let c = Case::new();
+    let config = c.config("[[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n");
+    let out = c.hook(&c.drv("t", Some("big-parallel cuda")), &config);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("feature 'cuda'")
+            && err.contains("rule 'gpu'")
+            && err.contains("hardware.graphics"),
+        "{err}"
+    );
+}
+
+#[test]
+fn explain_text_says_untagged() {
+    let c = Case::new();
+    let config = c.config("");
+    let out = Command::new(HOOK)
+        .args(["explain", "--config"])
+        .arg(&config)
+        .arg(c.drv("t", Some("kvm")))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("features:    kvm"), "{text}");
+    assert!(text.contains("verdict:     untagged"), "{text}");
+}

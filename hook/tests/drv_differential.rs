@@ -1,0 +1,1225 @@
+//! Differential test of the `.drv` parser (`cuda_sandbox_hook::drv`) against real Nix.
+//!
+//! The corpus (`tests/corpus/corpus.nix` and its data files) is instantiated with Debian's Nix
+//! 2.8 into the real `/nix/store`, then for every `.drv` the corpus pulls in, our parse is
+//! compared on every field with `nix show-derivation`, and `required_features()` with what Nix
+//! itself makes of `requiredSystemFeatures`. Negative cases come from the same real files: every
+//! truncation, and random single-byte corruptions checked against an independent, naive
+//! reference parser.
+//!
+//! Oracles, and what Nix 2.8 does with bytes that are not UTF-8:
+//! - `nix show-derivation` (JSON). Nix 2.8's own JSON writer escapes `"`, `\`, `\n`, `\r`, `\t`
+//!   and other bytes below 0x20 (as `\u00XX`) and copies every other byte as is, so a latin-1
+//!   value comes out as raw 0xE9 etc.: the output is then not UTF-8, hence not valid JSON, and a
+//!   strict reader (`serde_json` into `String`, Python's `json`) rejects it. Nothing is replaced
+//!   or lost, so we read it byte-exactly: every JSON string here goes through serde_json's
+//!   `deserialize_bytes`, which does not check UTF-8 (type `B` below).
+//! - Because that JSON is out of spec exactly where it matters, every environment entry that is
+//!   not plain UTF-8 text (and every entry of the `strings` item, and the 5 MiB value) is also
+//!   checked against `nix-store --query --binding NAME DRV`, which prints the raw value.
+//! - Required system features: `nix-store --realise` on an item whose platform no machine has
+//!   ("cuda-sandbox-none") fails before building anything with "a 'cuda-sandbox-none' with
+//!   features {a, b} is required to build …": the set Nix parsed (sorted, without duplicates),
+//!   or Nix's own error when it rejects the attribute. For every `.drv`, the features are also
+//!   derived from the show-derivation JSON the way Nix's source reads them (the env value split on
+//!   " \t\n\r"; with structured attrs, the `__json` list), in order and with duplicates.
+//!
+//! Needs Nix and root (no daemon: Nix writes the store directly). Without them the tests print
+//! why and pass, unless `CI=true`, where they fail.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use cuda_sandbox_hook::drv::Derivation;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+const CORPUS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus");
+
+/// Settings for every Nix command: no binary cache, the experimental features the corpus uses,
+/// and a machine with no features, no extra platforms and no remote builders, so that
+/// `nix-store --realise` of a "cuda-sandbox-none" derivation can only fail, never build.
+const NIX_CONFIG: &str = "substituters =\n\
+     experimental-features = nix-command ca-derivations impure-derivations\n\
+     system-features =\n\
+     extra-platforms =\n\
+     builders =\n";
+
+/// The platform of the items whose features `nix-store --realise` reports.
+const NO_PLATFORM: &[u8] = b"cuda-sandbox-none";
+
+/// Contents of `corpus/latin1.bin`: latin-1 / cp1252 bytes that are not UTF-8, and control bytes.
+const LATIN1: &[u8] =
+    b"caf\xe9 na\xefve \x80 euro(cp1252) \x93quoted\x94 \xff\xfe\x01ctl\x1besc\x7fdel end";
+
+const MIB: usize = 1024 * 1024;
+
+/// What `required_features()` must give for a corpus item.
+#[derive(Debug, Clone, Copy)]
+enum Features {
+    /// Exactly these, in this order, duplicates kept.
+    List(&'static [&'static [u8]]),
+    /// An error (Nix rejects the attribute too).
+    Err,
+    /// Nix rejects the derivation's `__json` as a whole (it is not UTF-8); we may read it
+    /// anyway, but then must give exactly these bytes.
+    ErrOr(&'static [&'static [u8]]),
+}
+
+/// Every corpus item (attribute of corpus.nix; the derivation has the same name).
+const CORPUS: &[(&str, Features)] = {
+    use Features::*;
+    &[
+        ("big", List(&[])),
+        ("ca-floating", List(&[])),
+        ("deps", List(&[])),
+        ("deps-deferred", List(&[])),
+        ("features-duplicates", List(&[b"cuda", b"gpu", b"cuda"])),
+        ("features-empty-list", List(&[])),
+        ("features-empty-string", List(&[])),
+        (
+            "features-odd-whitespace",
+            List(&[b"cuda", b"gpu", b"big-parallel"]),
+        ),
+        ("features-single", List(&[b"cuda"])),
+        ("features-vtab", List(&[b"cuda\x0b\x0cgpu"])),
+        ("fod-flat", List(&[])),
+        ("fod-recursive", List(&[])),
+        ("impure", List(&[])),
+        (
+            "latin1",
+            List(&[
+                b"cuda",
+                b"caf\xe9",
+                b"na\xefve",
+                b"\x80",
+                b"euro(cp1252)",
+                b"\x93quoted\x94",
+                b"\xff\xfe\x01ctl\x1besc\x7fdel",
+                b"end",
+            ]),
+        ),
+        ("latin1-key", List(&[])),
+        ("many-env", List(&[])),
+        ("multi-output", List(&[])),
+        ("plain", List(&[])),
+        ("strings", List(&[])),
+        ("structured", List(&[b"cuda", b"big-parallel"])),
+        (
+            "structured-duplicates",
+            List(&[b"gpu", b"cuda", b"gpu", b" spaced feature "]),
+        ),
+        ("structured-empty-features", List(&[])),
+        ("structured-latin1", ErrOr(&[b"cuda"])),
+        (
+            "structured-latin1-feature",
+            ErrOr(&[
+                b"cuda",
+                b"xcaf\xe9 na\xefve \x80 euro(cp1252) \x93quoted\x94 \xff\xfe\x01ctl\x1besc\x7fdel end",
+            ]),
+        ),
+        ("structured-no-features", List(&[])),
+        ("structured-not-a-list", Err),
+        ("structured-null", Err),
+    ]
+};
+
+// ---------------------------------------------------------------------------------------------
+// Gate and corpus set-up
+// ---------------------------------------------------------------------------------------------
+
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+fn nix_ready() -> Result<(), String> {
+    for tool in ["nix-instantiate", "nix-store", "nix"] {
+        match Command::new(tool).arg("--version").output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => return Err(format!("`{tool} --version` failed: {}", o.status)),
+            Err(e) => return Err(format!("`{tool}` cannot be run: {e}")),
+        }
+    }
+    match effective_uid() {
+        Some(0) => Ok(()),
+        Some(uid) => Err(format!(
+            "not root (uid {uid}): with no daemon, only root can write /nix/store"
+        )),
+        None => Err("cannot read the effective uid from /proc/self/status".into()),
+    }
+}
+
+struct Drv {
+    path: String,
+    bytes: Vec<u8>,
+}
+
+struct Corpus {
+    /// Holds the GC roots of the instantiated derivations for as long as the tests run.
+    _roots: tempfile::TempDir,
+    /// The corpus items, in the order of `CORPUS`: (name, index into `drvs`).
+    items: Vec<(&'static str, usize)>,
+    /// Every `.drv` in the closure of the corpus, sorted by path.
+    drvs: Vec<Drv>,
+    /// `nix show-derivation` of every one of them, by path.
+    shown: BTreeMap<Vec<u8>, JsonDrv>,
+}
+
+impl Corpus {
+    fn item(&self, name: &str) -> &Drv {
+        let (_, i) = self
+            .items
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no corpus item {name}"));
+        &self.drvs[*i]
+    }
+}
+
+/// The corpus, instantiated once for all tests; `None` when Nix or root is missing (skip).
+fn corpus() -> Option<&'static Corpus> {
+    static CORPUS_ONCE: OnceLock<Option<Corpus>> = OnceLock::new();
+    CORPUS_ONCE
+        .get_or_init(|| match nix_ready() {
+            Ok(()) => Some(instantiate()),
+            Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!(
+                "drv_differential needs Debian's nix-bin (nix-instantiate, nix-store, nix) and \
+                 root, and CI=true makes their absence a failure: {why}"
+            ),
+            Err(why) => {
+                eprintln!(
+                    "SKIPPED drv_differential: {why}. Install Nix (Debian: nix-bin) and run as \
+                     root to run it; with CI=true this is a failure."
+                );
+                None
+            }
+        })
+        .as_ref()
+}
+
+fn nix_command(program: &str) -> Command {
+    let mut command = Command::new(program);
+    command.env("NIX_CONFIG", NIX_CONFIG);
+    command
+}
+
+fn run_ok(command: &mut Command) -> Output {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn instantiate() -> Corpus {
+    let corpus_nix = Path::new(CORPUS_DIR).join("corpus.nix");
+    let latin1 = std::fs::read(Path::new(CORPUS_DIR).join("latin1.bin")).unwrap();
+    assert_eq!(
+        latin1, LATIN1,
+        "corpus/latin1.bin was altered (line endings? re-encoding?)"
+    );
+
+    // The corpus defines exactly the items this test knows about.
+    let dir = corpus_nix.to_str().unwrap();
+    assert!(!dir.contains(['"', '\\', '$']), "odd characters in {dir}");
+    let names = run_ok(nix_command("nix-instantiate").args([
+        "--eval",
+        "--json",
+        "--strict",
+        "--expr",
+        &format!("builtins.attrNames (import (/. + \"{dir}\"))"),
+    ]));
+    let names: Vec<String> = serde_json::from_slice(&names.stdout).unwrap();
+    let expected: Vec<&str> = CORPUS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, expected, "corpus.nix and CORPUS disagree");
+
+    // Instantiate everything in one go, with GC roots in a temporary directory.
+    let roots = tempfile::tempdir().unwrap();
+    let mut command = nix_command("nix-instantiate");
+    command
+        .arg(&corpus_nix)
+        .arg("--add-root")
+        .arg(roots.path().join("root"));
+    for (name, _) in CORPUS {
+        command.args(["-A", name]);
+    }
+    let out = run_ok(&mut command);
+    let root_links: Vec<PathBuf> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(root_links.len(), CORPUS.len(), "one derivation per item");
+    let item_paths: Vec<String> = root_links
+        .iter()
+        .zip(CORPUS)
+        .map(|(link, (name, _))| {
+            let path = std::fs::read_link(link).unwrap();
+            let path = path.to_str().unwrap().to_string();
+            assert!(path.ends_with(&format!("-{name}.drv")), "{name}: {path}");
+            path
+        })
+        .collect();
+
+    // Every .drv the corpus pulls in.
+    let out = run_ok(
+        nix_command("nix-store")
+            .args(["--query", "--requisites"])
+            .args(&item_paths),
+    );
+    let mut paths: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|p| p.ends_with(".drv"))
+        .map(str::to_string)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    for p in &item_paths {
+        assert!(paths.contains(p), "{p} missing from the closure");
+    }
+    let drvs: Vec<Drv> = paths
+        .iter()
+        .map(|path| Drv {
+            path: path.clone(),
+            bytes: std::fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}")),
+        })
+        .collect();
+    let items = CORPUS
+        .iter()
+        .zip(&item_paths)
+        .map(|((name, _), path)| (*name, paths.iter().position(|p| p == path).unwrap()))
+        .collect();
+
+    // The oracle, for all of them at once.
+    let out = run_ok(
+        nix_command("nix")
+            .args([
+                "--extra-experimental-features",
+                "nix-command",
+                "show-derivation",
+            ])
+            .args(&paths),
+    );
+    let shown: Pairs<JsonDrv> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("show-derivation output not understood: {e}"));
+    let shown: BTreeMap<Vec<u8>, JsonDrv> = shown.0.into_iter().collect();
+    assert_eq!(shown.len(), drvs.len(), "show-derivation shows every .drv");
+
+    Corpus {
+        _roots: roots,
+        items,
+        drvs,
+        shown,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading Nix 2.8's JSON byte-exactly
+// ---------------------------------------------------------------------------------------------
+
+/// A JSON string as bytes, without requiring UTF-8 (serde_json's `deserialize_bytes` on a string
+/// unescapes it and does not validate it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct B(Vec<u8>);
+
+impl<'de> Deserialize<'de> for B {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BytesVisitor;
+        impl Visitor<'_> for BytesVisitor {
+            type Value = B;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON string holding any bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<B, E> {
+                Ok(B(v.to_vec()))
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<B, E> {
+                Ok(B(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<B, E> {
+                Ok(B(v.as_bytes().to_vec()))
+            }
+        }
+        deserializer.deserialize_bytes(BytesVisitor)
+    }
+}
+
+/// A JSON object as its entries in document order, keys as bytes.
+#[derive(Debug)]
+struct Pairs<V>(Vec<(Vec<u8>, V)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Pairs<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PairsVisitor<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for PairsVisitor<V> {
+            type Value = Pairs<V>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs<V>, A::Error> {
+                let mut entries = Vec::new();
+                while let Some((key, value)) = map.next_entry::<B, V>()? {
+                    entries.push((key.0, value));
+                }
+                Ok(Pairs(entries))
+            }
+        }
+        deserializer.deserialize_map(PairsVisitor(std::marker::PhantomData))
+    }
+}
+
+/// One output in Nix 2.8's show-derivation JSON.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonOutput {
+    path: Option<B>,
+    #[serde(rename = "hashAlgo")]
+    hash_algo: Option<B>,
+    hash: Option<B>,
+    /// Impure derivations: the `.drv` has the hash `impure`, the JSON `"impure": true`.
+    #[serde(default)]
+    impure: bool,
+}
+
+/// One derivation in Nix 2.8's show-derivation JSON (unknown fields are an error, so that a
+/// field we do not compare cannot go unnoticed).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonDrv {
+    outputs: Pairs<JsonOutput>,
+    #[serde(rename = "inputSrcs")]
+    input_srcs: Vec<B>,
+    #[serde(rename = "inputDrvs")]
+    input_drvs: Pairs<Vec<B>>,
+    /// `system` in Nix 2.8 (some tools call it `platform`).
+    #[serde(alias = "platform")]
+    system: B,
+    builder: B,
+    args: Vec<B>,
+    env: Pairs<B>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// A normal form both sides are compared in
+// ---------------------------------------------------------------------------------------------
+
+type Bytes = Vec<u8>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Norm {
+    /// (name, path, hashAlgo, hash)
+    outputs: Vec<(Bytes, Bytes, Bytes, Bytes)>,
+    input_drvs: Vec<(Bytes, Vec<Bytes>)>,
+    input_srcs: Vec<Bytes>,
+    system: Bytes,
+    builder: Bytes,
+    args: Vec<Bytes>,
+    env: Vec<(Bytes, Bytes)>,
+}
+
+fn norm_ours(d: &Derivation<'_>) -> Norm {
+    Norm {
+        outputs: d
+            .outputs
+            .iter()
+            .map(|o| {
+                (
+                    o.name.to_vec(),
+                    o.path.to_vec(),
+                    o.hash_algo.to_vec(),
+                    o.hash.to_vec(),
+                )
+            })
+            .collect(),
+        input_drvs: d
+            .input_drvs
+            .iter()
+            .map(|i| {
+                (
+                    i.path.to_vec(),
+                    i.outputs.iter().map(|o| o.to_vec()).collect(),
+                )
+            })
+            .collect(),
+        input_srcs: d.input_srcs.iter().map(|s| s.to_vec()).collect(),
+        system: d.system.to_vec(),
+        builder: d.builder.to_vec(),
+        args: d.args.iter().map(|s| s.to_vec()).collect(),
+        env: d
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect(),
+    }
+}
+
+fn norm_json(j: &JsonDrv) -> Norm {
+    let bytes = |b: &Option<B>| b.as_ref().map(|b| b.0.clone()).unwrap_or_default();
+    Norm {
+        outputs: j
+            .outputs
+            .0
+            .iter()
+            .map(|(name, o)| {
+                let hash = if o.impure {
+                    assert!(o.hash.is_none(), "impure output with a hash");
+                    b"impure".to_vec()
+                } else {
+                    bytes(&o.hash)
+                };
+                (name.clone(), bytes(&o.path), bytes(&o.hash_algo), hash)
+            })
+            .collect(),
+        input_drvs: j
+            .input_drvs
+            .0
+            .iter()
+            .map(|(p, outs)| (p.clone(), outs.iter().map(|o| o.0.clone()).collect()))
+            .collect(),
+        input_srcs: j.input_srcs.iter().map(|s| s.0.clone()).collect(),
+        system: j.system.0.clone(),
+        builder: j.builder.0.clone(),
+        args: j.args.iter().map(|s| s.0.clone()).collect(),
+        env: j
+            .env
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect(),
+    }
+}
+
+/// Bytes for a failure message: escaped, and cut short when long.
+fn show(b: &[u8]) -> String {
+    const MAX: usize = 160;
+    let mut s: String = b
+        .iter()
+        .take(MAX)
+        .flat_map(|&c| std::ascii::escape_default(c))
+        .map(char::from)
+        .collect();
+    if b.len() > MAX {
+        s.push_str(&format!("… ({} bytes)", b.len()));
+    }
+    format!("\"{s}\"")
+}
+
+/// Field-by-field comparison, naming the first difference (a whole `Norm` of the 5 MiB
+/// derivation is too big for a failure message).
+fn assert_same(what: &str, ours: &Norm, nix: &Norm) {
+    fn list<T: PartialEq>(
+        what: &str,
+        field: &str,
+        a: &[T],
+        b: &[T],
+        show_item: impl Fn(&T) -> String,
+    ) {
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                x == y,
+                "{what}: {field}[{i}] differs: ours {} nix {}",
+                show_item(x),
+                show_item(y)
+            );
+        }
+        assert_eq!(a.len(), b.len(), "{what}: {field} has a different length");
+    }
+    list(what, "outputs", &ours.outputs, &nix.outputs, |o| {
+        format!(
+            "({}, {}, {}, {})",
+            show(&o.0),
+            show(&o.1),
+            show(&o.2),
+            show(&o.3)
+        )
+    });
+    list(what, "inputDrvs", &ours.input_drvs, &nix.input_drvs, |d| {
+        let outs: Vec<String> = d.1.iter().map(|o| show(o)).collect();
+        format!("({}, [{}])", show(&d.0), outs.join(","))
+    });
+    list(what, "inputSrcs", &ours.input_srcs, &nix.input_srcs, |s| {
+        show(s)
+    });
+    assert!(
+        ours.system == nix.system,
+        "{what}: system {} vs {}",
+        show(&ours.system),
+        show(&nix.system)
+    );
+    assert!(
+        ours.builder == nix.builder,
+        "{what}: builder {} vs {}",
+        show(&ours.builder),
+        show(&nix.builder)
+    );
+    list(what, "args", &ours.args, &nix.args, |s| show(s));
+    list(what, "env", &ours.env, &nix.env, |(k, v)| {
+        format!("{} = {}", show(k), show(v))
+    });
+    assert!(ours == nix, "{what}: differs");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field-by-field agreement with `nix show-derivation`
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn every_field_matches_nix_show_derivation() {
+    let Some(c) = corpus() else { return };
+    for drv in &c.drvs {
+        let ours = Derivation::parse(&drv.bytes)
+            .unwrap_or_else(|e| panic!("{}: Nix wrote it, we cannot read it: {e}", drv.path));
+        let nix = &c.shown[drv.path.as_bytes()];
+        assert_same(&drv.path, &norm_ours(&ours), &norm_json(nix));
+        // Nix writes env (and outputs, inputDrvs) sorted: so do we read them, in file order.
+        assert!(ours.env.windows(2).all(|w| w[0].0 < w[1].0), "{}", drv.path);
+    }
+    eprintln!(
+        "show-derivation agrees on every field of {} .drv files ({} corpus items, {} bytes)",
+        c.drvs.len(),
+        c.items.len(),
+        c.drvs.iter().map(|d| d.bytes.len()).sum::<usize>()
+    );
+}
+
+/// Environment entries that are not plain UTF-8 text: the JSON oracle is out of spec there, so
+/// `nix-store --query --binding` (which prints the raw value) is asked as well.
+#[test]
+fn env_values_match_nix_store_binding() {
+    let Some(c) = corpus() else { return };
+    let strings = &c.item("strings").path;
+    let mut checked = 0;
+    let mut non_utf8 = 0;
+    for drv in &c.drvs {
+        let parsed = Derivation::parse(&drv.bytes).unwrap();
+        for (key, value) in &parsed.env {
+            let odd = |b: &[u8]| {
+                std::str::from_utf8(b).is_err()
+                    || b.iter().any(|&c| c < 0x20 && !b"\n\r\t".contains(&c))
+            };
+            if !(odd(key) || odd(value) || value.len() >= MIB || &drv.path == strings) {
+                continue;
+            }
+            let out = run_ok(
+                nix_command("nix-store")
+                    .args(["--query", "--binding"])
+                    .arg(OsStr::from_bytes(key))
+                    .arg(&drv.path),
+            );
+            let printed = out.stdout.strip_suffix(b"\n").unwrap_or(&out.stdout);
+            assert!(
+                printed == value.as_ref(),
+                "{} {}: ours {} nix-store {}",
+                drv.path,
+                show(key),
+                show(value),
+                show(printed)
+            );
+            checked += 1;
+            non_utf8 += usize::from(std::str::from_utf8(key).is_err())
+                + usize::from(std::str::from_utf8(value).is_err());
+        }
+    }
+    assert!(checked >= 20 && non_utf8 >= 6, "{checked} / {non_utf8}");
+    eprintln!("nix-store --query --binding agrees on {checked} env entries ({non_utf8} non-UTF-8 keys/values)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// requiredSystemFeatures
+// ---------------------------------------------------------------------------------------------
+
+/// What Nix's source does with the env shown by show-derivation: `__json` wins; its
+/// `requiredSystemFeatures` must be absent or a list of strings; without it the plain entry is
+/// split on " \t\n\r". `Err(true)` when `__json` is not UTF-8 (Nix's JSON reader rejects it).
+fn features_from_json_env(env: &Pairs<B>) -> Result<Vec<Bytes>, bool> {
+    let get = |name: &[u8]| env.0.iter().find(|(k, _)| k == name).map(|(_, v)| &v.0);
+    if let Some(json) = get(b"__json") {
+        let value: serde_json::Value =
+            serde_json::from_slice(json).map_err(|_| std::str::from_utf8(json).is_err())?;
+        return match value.get("requiredSystemFeatures") {
+            None => Ok(Vec::new()),
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .map(|i| i.as_str().map(|s| s.as_bytes().to_vec()).ok_or(false))
+                .collect(),
+            Some(_) => Err(false),
+        };
+    }
+    Ok(get(b"requiredSystemFeatures")
+        .map(|v| {
+            v.split(|b| b" \t\n\r".contains(b))
+                .filter(|t| !t.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// The features of a `__json` that is not UTF-8, read byte-exactly.
+fn features_from_json_bytes(json: &[u8]) -> Vec<Bytes> {
+    #[derive(Deserialize)]
+    struct Attrs {
+        #[serde(rename = "requiredSystemFeatures", default)]
+        features: Vec<B>,
+    }
+    let attrs: Attrs = serde_json::from_slice(json).unwrap();
+    attrs.features.into_iter().map(|b| b.0).collect()
+}
+
+/// Asks Nix which features it requires for `drv` (whose platform no machine has, so the realise
+/// fails before anything is built): `Ok(set)` from "with features {a, b} is required to build",
+/// or `Err(message)` when Nix rejects the derivation's features.
+fn features_from_nix_realise(drv: &str) -> Result<BTreeSet<Bytes>, String> {
+    let out = nix_command("nix-store")
+        .args(["--realise", drv])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{drv} was built?!");
+    let stderr = out.stderr;
+    let find = |needle: &[u8], from: usize| {
+        stderr[from..]
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .map(|p| p + from)
+    };
+    let open = b"' with features {";
+    let close = b"} is required to build '";
+    if let (Some(start), Some(end)) = (find(open, 0), find(close, 0)) {
+        let list = &stderr[start + open.len()..end];
+        return Ok(if list.is_empty() {
+            BTreeSet::new()
+        } else {
+            split_bytes(list, b", ").into_iter().collect()
+        });
+    }
+    let text = String::from_utf8_lossy(&stderr).into_owned();
+    let known = [
+        "must be a list of strings",
+        "cannot process __json attribute",
+    ];
+    assert!(
+        known.iter().any(|k| text.contains(k)),
+        "{drv}: unexpected answer from nix-store --realise:\n{text}"
+    );
+    Err(text)
+}
+
+fn split_bytes(mut s: &[u8], sep: &[u8]) -> Vec<Bytes> {
+    let mut parts = Vec::new();
+    while let Some(p) = s.windows(sep.len()).position(|w| w == sep) {
+        parts.push(s[..p].to_vec());
+        s = &s[p + sep.len()..];
+    }
+    parts.push(s.to_vec());
+    parts
+}
+
+#[test]
+fn required_features_match_nix() {
+    let Some(c) = corpus() else { return };
+
+    // 1. Every .drv, against the features derived from show-derivation's env.
+    for drv in &c.drvs {
+        let parsed = Derivation::parse(&drv.bytes).unwrap();
+        let ours = parsed.required_features();
+        let nix = &c.shown[drv.path.as_bytes()];
+        let has_json = nix.env.0.iter().any(|(k, _)| k == b"__json");
+        match (features_from_json_env(&nix.env), &ours) {
+            (Ok(expected), Ok(ours)) => {
+                let ours: Vec<Bytes> = ours.features.iter().map(|f| f.to_vec()).collect();
+                assert_eq!(ours, expected, "{}", drv.path);
+            }
+            (Ok(expected), Err(e)) => panic!("{}: we fail ({e}), Nix: {expected:?}", drv.path),
+            (Err(false), Ok(ours)) => {
+                panic!(
+                    "{}: Nix rejects requiredSystemFeatures, we read {ours:?}",
+                    drv.path
+                )
+            }
+            (Err(false), Err(_)) => {}
+            // __json is not UTF-8: Nix fails on it; reading it anyway is allowed, but must be
+            // exact.
+            (Err(true), Ok(ours)) => {
+                let json = parsed.env_var(b"__json").unwrap();
+                let ours: Vec<Bytes> = ours.features.iter().map(|f| f.to_vec()).collect();
+                assert_eq!(ours, features_from_json_bytes(json), "{}", drv.path);
+            }
+            (Err(true), Err(_)) => {}
+        }
+        if let Ok(f) = &ours {
+            assert_eq!(f.structured, has_json, "{}", drv.path);
+        }
+    }
+
+    // 2. Every corpus item against its expected features, and the ones with no platform
+    //    against what `nix-store --realise` says Nix requires.
+    let mut asked_nix = 0;
+    for &(name, expected) in CORPUS {
+        let drv = c.item(name);
+        let parsed = Derivation::parse(&drv.bytes).unwrap();
+        let ours = parsed
+            .required_features()
+            .map(|f| f.features.iter().map(|f| f.to_vec()).collect::<Vec<_>>());
+        let as_vec = |l: &[&[u8]]| l.iter().map(|f| f.to_vec()).collect::<Vec<_>>();
+        match (expected, &ours) {
+            (Features::List(l), Ok(ours)) => assert_eq!(ours, &as_vec(l), "{name}"),
+            (Features::ErrOr(l), Ok(ours)) => assert_eq!(ours, &as_vec(l), "{name}"),
+            (Features::Err | Features::ErrOr(_), Err(_)) => {}
+            (_, ours) => panic!("{name}: expected {expected:?}, got {ours:?}"),
+        }
+        if parsed.system.as_ref() != NO_PLATFORM {
+            continue;
+        }
+        // Safety: only derivations that no machine can build, with nothing to build first.
+        assert!(parsed.input_drvs.is_empty(), "{name}");
+        asked_nix += 1;
+        match (features_from_nix_realise(&drv.path), &ours) {
+            (Ok(nix), Ok(ours)) => {
+                let ours: BTreeSet<Bytes> = ours.iter().cloned().collect();
+                assert_eq!(ours, nix, "{name}: our features vs the set Nix requires");
+            }
+            (Ok(nix), Err(e)) => panic!("{name}: we fail ({e}), Nix requires {nix:?}"),
+            (Err(_), Err(_)) => {}
+            (Err(_), Ok(_)) if matches!(expected, Features::ErrOr(_)) => {}
+            (Err(nix), Ok(ours)) => panic!("{name}: Nix rejects ({nix}), we read {ours:?}"),
+        }
+    }
+    assert!(
+        asked_nix >= 15,
+        "only {asked_nix} items checked with nix-store --realise"
+    );
+    eprintln!(
+        "required_features() agrees with Nix on {} .drv files; {asked_nix} items also checked \
+         with nix-store --realise",
+        c.drvs.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The corpus really covers what it claims
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn corpus_covers_every_case() {
+    let Some(c) = corpus() else { return };
+    assert_eq!(c.items.len(), CORPUS.len());
+    assert_eq!(c.items.len(), 27, "corpus size changed: update this test");
+    assert!(c.drvs.len() >= c.items.len());
+    let parse = |name: &str| Derivation::parse(&c.item(name).bytes).unwrap();
+    let names =
+        |d: &Derivation<'_>| -> Vec<Bytes> { d.outputs.iter().map(|o| o.name.to_vec()).collect() };
+
+    let d = parse("plain");
+    assert_eq!(names(&d), [b"out".to_vec()]);
+    assert!(d.outputs[0].path.starts_with(b"/nix/store/"));
+    assert!(d.outputs[0].hash_algo.is_empty() && d.outputs[0].hash.is_empty());
+    assert_eq!(d.args.len(), 2);
+
+    let d = parse("structured");
+    assert!(d.env_var(b"__json").is_some());
+    assert!(d.env_var(b"requiredSystemFeatures").is_none());
+    assert!(d.required_features().unwrap().structured);
+
+    let d = parse("multi-output");
+    assert_eq!(
+        names(&d),
+        [b"dev".to_vec(), b"lib".to_vec(), b"out".to_vec()]
+    );
+    assert!(d.outputs.iter().all(|o| o.path.starts_with(b"/nix/store/")));
+
+    let d = parse("fod-flat");
+    assert_eq!(d.outputs[0].hash_algo.as_ref(), b"sha256");
+    assert_eq!(d.outputs[0].hash.len(), 64);
+    let d = parse("fod-recursive");
+    assert_eq!(d.outputs[0].hash_algo.as_ref(), b"r:sha512");
+    assert_eq!(d.outputs[0].hash.len(), 128);
+
+    let d = parse("ca-floating");
+    assert!(d
+        .outputs
+        .iter()
+        .all(|o| o.path.is_empty() && o.hash.is_empty()));
+    assert!(d
+        .outputs
+        .iter()
+        .all(|o| o.hash_algo.as_ref() == b"r:sha256"));
+
+    let d = parse("impure");
+    assert_eq!(d.outputs[0].hash.as_ref(), b"impure");
+
+    let d = parse("deps");
+    let inputs: Vec<(String, Vec<Bytes>)> = d
+        .input_drvs
+        .iter()
+        .map(|i| {
+            let name = String::from_utf8_lossy(&i.path[44..]).into_owned();
+            (name, i.outputs.iter().map(|o| o.to_vec()).collect())
+        })
+        .collect();
+    assert_eq!(
+        inputs,
+        [
+            (
+                "multi-output.drv".to_string(),
+                vec![b"dev".to_vec(), b"lib".to_vec()]
+            ),
+            ("plain.drv".to_string(), vec![b"out".to_vec()]),
+        ]
+    );
+    assert!(!d.outputs[0].path.is_empty());
+    let srcs: Vec<String> = d
+        .input_srcs
+        .iter()
+        .map(|s| String::from_utf8_lossy(&s[44..]).into_owned())
+        .collect();
+    assert_eq!(srcs.len(), 3, "{srcs:?}");
+    for want in ["data-file", "script.sh", "plain.drv"] {
+        assert!(srcs.iter().any(|s| s == want), "{want} not in {srcs:?}");
+    }
+
+    let d = parse("deps-deferred");
+    assert!(d.outputs[0].path.is_empty(), "output should be deferred");
+    assert!(d.input_drvs[0].path.ends_with(b"-ca-floating.drv"));
+    assert_eq!(d.input_drvs[0].outputs, [b"dev".to_vec()]);
+
+    let d = parse("strings");
+    let everything: Vec<&[u8]> = d
+        .env
+        .iter()
+        .flat_map(|(k, v)| [k.as_ref(), v.as_ref()])
+        .chain(d.args.iter().map(|a| a.as_ref()))
+        .collect();
+    for byte in [b'"', b'\\', b'\n', b'\t', b'\r'] {
+        assert!(everything.iter().any(|s| s.contains(&byte)), "no {byte:#x}");
+    }
+    let raw = &c.item("strings").bytes;
+    for escape in [&b"\\\""[..], b"\\\\", b"\\n", b"\\t", b"\\r"] {
+        assert!(
+            raw.windows(2).any(|w| w == escape),
+            "no escape {}",
+            show(escape)
+        );
+    }
+    let emoji = "🎉".as_bytes();
+    assert!(d.env.iter().any(|(_, v)| v.windows(4).any(|w| w == emoji)));
+    assert!(
+        d.env.iter().any(|(k, _)| k.contains(&b'\n')),
+        "a key with a newline"
+    );
+    assert!(d.args.iter().any(|a| a.is_empty()) && d.env_var(b"empty") == Some(&b""[..]));
+
+    let d = parse("latin1");
+    assert_eq!(d.env_var(b"text"), Some(LATIN1));
+    assert_eq!(d.args[1].as_ref(), LATIN1);
+    assert!(std::str::from_utf8(LATIN1).is_err());
+    assert!(std::str::from_utf8(&c.item("latin1").bytes).is_err());
+    let d = parse("latin1-key");
+    assert!(d.env.iter().any(|(k, _)| std::str::from_utf8(k).is_err()));
+
+    let big = c.item("big");
+    assert!(big.bytes.len() >= 5 * MIB, "{}", big.bytes.len());
+    let d = parse("big");
+    let value = d.env_var(b"big").unwrap();
+    assert!(value.len() >= 5 * MIB, "{}", value.len());
+    assert!(value.starts_with(LATIN1) && value.ends_with(LATIN1));
+    assert!(value.contains(&b'"') && value.contains(&b'\\') && value.contains(&b'\r'));
+
+    let d = parse("many-env");
+    assert!(d.env.len() >= 3000, "{}", d.env.len());
+
+    for name in ["features-empty-string", "features-empty-list"] {
+        assert_eq!(
+            parse(name).env_var(b"requiredSystemFeatures"),
+            Some(&b""[..])
+        );
+    }
+    assert_eq!(
+        parse("features-duplicates").env_var(b"requiredSystemFeatures"),
+        Some(&b"cuda gpu cuda"[..])
+    );
+    assert_eq!(
+        parse("features-vtab").env_var(b"requiredSystemFeatures"),
+        Some(&b" cuda\x0b\x0cgpu \t"[..])
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Negative cases from real files: truncations and corruptions
+// ---------------------------------------------------------------------------------------------
+
+/// A deliberately naive reference parser for the same grammar (one byte at a time, no memchr,
+/// no borrowing), to tell whether a corrupted file is still a valid derivation and what it
+/// holds. Strings follow Nix's reader: `\n` `\r` `\t` are control characters, a backslash before
+/// any other byte stands for that byte.
+mod reference {
+    use super::{Bytes, Norm};
+
+    struct R<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+
+    pub fn parse(b: &[u8]) -> Option<Norm> {
+        let mut r = R { b, i: 0 };
+        let n = r.drv()?;
+        (r.i == b.len()).then_some(n)
+    }
+
+    impl R<'_> {
+        fn lit(&mut self, s: &[u8]) -> Option<()> {
+            if self.b.get(self.i..self.i + s.len()) == Some(s) {
+                self.i += s.len();
+                Some(())
+            } else {
+                None
+            }
+        }
+
+        fn byte(&mut self) -> Option<u8> {
+            let c = *self.b.get(self.i)?;
+            self.i += 1;
+            Some(c)
+        }
+
+        fn str(&mut self) -> Option<Bytes> {
+            self.lit(b"\"")?;
+            let mut out = Vec::new();
+            loop {
+                match self.byte()? {
+                    b'"' => return Some(out),
+                    b'\\' => out.push(match self.byte()? {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        other => other,
+                    }),
+                    other => out.push(other),
+                }
+            }
+        }
+
+        fn list<T>(&mut self, item: impl Fn(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+            self.lit(b"[")?;
+            let mut items = Vec::new();
+            if self.lit(b"]").is_some() {
+                return Some(items);
+            }
+            loop {
+                items.push(item(self)?);
+                if self.lit(b",").is_none() {
+                    self.lit(b"]")?;
+                    return Some(items);
+                }
+            }
+        }
+
+        fn tuple<const N: usize>(&mut self) -> Option<[Bytes; N]> {
+            self.lit(b"(")?;
+            let mut out: [Bytes; N] = std::array::from_fn(|_| Vec::new());
+            for (i, slot) in out.iter_mut().enumerate() {
+                if i > 0 {
+                    self.lit(b",")?;
+                }
+                *slot = self.str()?;
+            }
+            self.lit(b")")?;
+            Some(out)
+        }
+
+        fn drv(&mut self) -> Option<Norm> {
+            self.lit(b"Derive(")?;
+            let outputs = self.list(|r| r.tuple::<4>().map(|[a, b, c, d]| (a, b, c, d)))?;
+            self.lit(b",")?;
+            let input_drvs = self.list(|r| {
+                r.lit(b"(")?;
+                let path = r.str()?;
+                r.lit(b",")?;
+                let outs = r.list(R::str)?;
+                r.lit(b")")?;
+                Some((path, outs))
+            })?;
+            self.lit(b",")?;
+            let input_srcs = self.list(R::str)?;
+            self.lit(b",")?;
+            let system = self.str()?;
+            self.lit(b",")?;
+            let builder = self.str()?;
+            self.lit(b",")?;
+            let args = self.list(R::str)?;
+            self.lit(b",")?;
+            let env = self.list(|r| r.tuple::<2>().map(|[k, v]| (k, v)))?;
+            self.lit(b")")?;
+            Some(Norm {
+                outputs,
+                input_drvs,
+                input_srcs,
+                system,
+                builder,
+                args,
+                env,
+            })
+        }
+    }
+}
+
+/// Parses `input` with our parser, turning a panic into a test failure that names the input.
+/// Checks that an error's offset lies within the input, and that features of an accepted
+/// derivation can be asked for without a panic.
+fn parse_checked(input: &[u8], what: &dyn Fn() -> String) -> Option<Norm> {
+    let result = catch_unwind(AssertUnwindSafe(|| match Derivation::parse(input) {
+        Ok(d) => {
+            let _ = d.required_features();
+            Ok(norm_ours(&d))
+        }
+        Err(e) => Err(e),
+    }));
+    match result {
+        Err(_) => panic!("the parser panicked on {}", what()),
+        Ok(Ok(norm)) => Some(norm),
+        Ok(Err(e)) => {
+            assert!(
+                e.offset <= input.len(),
+                "{}: error offset {} beyond the input ({} bytes): {e}",
+                what(),
+                e.offset,
+                input.len()
+            );
+            None
+        }
+    }
+}
+
+/// splitmix64: a small deterministic generator, so that a failure can be reproduced.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("DRV_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_cafe)
+}
+
+#[test]
+fn every_truncation_of_a_real_drv_is_an_error() {
+    let Some(c) = corpus() else { return };
+    let mut checked = 0usize;
+    let mut rng = Rng(seed());
+    for drv in &c.drvs {
+        let len = drv.bytes.len();
+        // Every offset of the small files; for the 5 MiB one, both ends, around its big value,
+        // and a random sample.
+        let offsets: Vec<usize> = if len <= 256 * 1024 {
+            (0..len).collect()
+        } else {
+            let mut o: Vec<usize> = (0..2048).chain(len - 2048..len).collect();
+            let value_start = drv.bytes.windows(6).position(|w| w == b"\"big\",").unwrap() + 6;
+            o.extend(value_start - 64..value_start + 4096);
+            o.extend((0..200).map(|_| rng.below(len)));
+            o
+        };
+        for end in offsets {
+            let input = &drv.bytes[..end];
+            let what = || format!("{} cut at {end} of {len}", drv.path);
+            assert!(parse_checked(input, &what).is_none(), "{} parsed", what());
+            assert!(reference::parse(input).is_none(), "{}", what());
+            checked += 1;
+        }
+    }
+    eprintln!(
+        "{checked} truncations of {} real .drv files: all errors",
+        c.drvs.len()
+    );
+}
+
+#[test]
+fn corrupted_real_drvs_agree_with_the_reference_parser() {
+    let Some(c) = corpus() else { return };
+    // Bytes that matter to the grammar are tried more often than others.
+    const INTERESTING: &[u8] = b"\"\\,()[]ntr \x00\xff";
+    let mut rng = Rng(seed());
+    let (mut total, mut still_valid) = (0usize, 0usize);
+    for drv in &c.drvs {
+        let len = drv.bytes.len();
+        let rounds = if len > 256 * 1024 { 24 } else { 1500 };
+        for round in 0..rounds {
+            let at = rng.below(len);
+            let byte = if rng.next() % 2 == 0 {
+                INTERESTING[rng.below(INTERESTING.len())]
+            } else {
+                rng.next() as u8
+            };
+            let mut input = drv.bytes.clone();
+            let kind = match round % 4 {
+                0 | 1 => {
+                    input[at] = byte;
+                    "replaced"
+                }
+                2 => {
+                    input.remove(at);
+                    "deleted"
+                }
+                _ => {
+                    input.insert(at, byte);
+                    "inserted"
+                }
+            };
+            let what = || {
+                format!(
+                    "{} with byte {at} {kind} ({byte:#04x}), seed {}",
+                    drv.path,
+                    seed()
+                )
+            };
+            let ours = parse_checked(&input, &what);
+            let reference = reference::parse(&input);
+            match (&ours, &reference) {
+                (None, None) => {}
+                (Some(a), Some(b)) => {
+                    assert_same(&what(), a, b);
+                    still_valid += 1;
+                }
+                (Some(_), None) => panic!("{}: accepted, but it is not a derivation", what()),
+                (None, Some(_)) => panic!("{}: rejected, but it is a valid derivation", what()),
+            }
+            total += 1;
+        }
+    }
+    assert!(
+        still_valid > 0 && still_valid < total,
+        "{still_valid} of {total}"
+    );
+    eprintln!(
+        "{total} corruptions of {} real .drv files: {} errors, {still_valid} still valid and \
+         identical to the reference parse",
+        c.drvs.len(),
+        total - still_valid
+    );
+}
