@@ -1,1 +1,202 @@
-fn main() {}
+//! Wall time of the hook as Nix runs it: a fresh process per build, `HOOK <drv> <chroot>`.
+//!
+//! `cargo bench -p cuda-sandbox-hook --bench hook_process` prints the median (and p90, best)
+//! of N runs for: an untagged derivation (the path every non-GPU build takes), a tagged one with
+//! a warm closure cache, and a tagged one with a cold cache (a real `nix-store` query when Nix is
+//! installed, else a stand-in script). Figures, not assertions: compare them with the targets
+//! (untagged ≤ 2 ms, tagged warm ≤ 5 ms) by eye.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+const RUNS: usize = 200;
+
+fn typical_drv(features: Option<&str>) -> String {
+    let mut env = vec![
+        (
+            "builder".to_string(),
+            "/nix/store/8fv91097mbh5049i9rglc73dx6kjg3qk-bash-5.2-p15/bin/bash".to_string(),
+        ),
+        ("name".to_string(), "python3.11-torch-2.1.0".to_string()),
+        (
+            "out".to_string(),
+            "/nix/store/0a6gyfmcmsq2xbqvcjvd2qxwlw7g8bd5-python3.11-torch-2.1.0".to_string(),
+        ),
+        ("system".to_string(), "x86_64-linux".to_string()),
+        (
+            "buildPhase".to_string(),
+            "runHook preBuild\nmake -j$NIX_BUILD_CORES\nrunHook postBuild\n".repeat(8),
+        ),
+    ];
+    for i in 0..40 {
+        env.push((
+            format!("var{i:02}"),
+            format!("/nix/store/{i:032}-dep-{i}/lib /nix/store/{i:032}-dep-{i}-dev"),
+        ));
+    }
+    if let Some(f) = features {
+        env.push(("requiredSystemFeatures".to_string(), f.to_string()));
+    }
+    env.sort();
+    let esc = |s: &str| {
+        s.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    let env: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("(\"{}\",\"{}\")", esc(k), esc(v)))
+        .collect();
+    let inputs: Vec<String> = (0..30)
+        .map(|i| format!("(\"/nix/store/{i:032}-dep-{i}.drv\",[\"out\"])"))
+        .collect();
+    format!(
+        "Derive([(\"out\",\"/nix/store/0a6gyfmcmsq2xbqvcjvd2qxwlw7g8bd5-python3.11-torch-2.1.0\",\"\",\"\")],[{}],[\"/nix/store/aaaa-source\"],\"x86_64-linux\",\"/nix/store/8fv91097mbh5049i9rglc73dx6kjg3qk-bash-5.2-p15/bin/bash\",[\"-e\",\"/nix/store/bbbb-default-builder.sh\"],[{}])",
+        inputs.join(","),
+        env.join(",")
+    )
+}
+
+fn time_runs(drv: &Path, config: &Path, before_each: impl Fn()) -> Vec<Duration> {
+    let mut times = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        before_each();
+        let start = Instant::now();
+        let out = Command::new(HOOK)
+            .arg(drv)
+            .arg("/tmp/unused-chroot")
+            .env("CUDA_SANDBOX_CONFIG", config)
+            .output()
+            .expect("run the hook");
+        times.push(start.elapsed());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    times.sort();
+    times
+}
+
+fn report(what: &str, times: &[Duration]) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "{what:<44} median {:>7.3} ms   p90 {:>7.3} ms   best {:>7.3} ms   ({} runs)",
+        ms(times[times.len() / 2]),
+        ms(times[times.len() * 9 / 10]),
+        ms(times[0]),
+        times.len()
+    );
+}
+
+/// A store path with a real closure when Nix is installed (and we may write the store).
+fn real_store_path(dir: &Path) -> Option<PathBuf> {
+    let file = dir.join("fake-driver-payload");
+    std::fs::write(&file, "bench payload").ok()?;
+    let out = Command::new("nix-store")
+        .arg("--add")
+        .arg(&file)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let root = d.join("root");
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::fs::create_dir_all(root.join("run")).unwrap();
+    for dev in ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"] {
+        // Directories count as devices too, so this runs without root.
+        std::fs::create_dir_all(root.join("dev").join(dev)).unwrap();
+    }
+    let (target, nix_store, store_dir, kind) = match real_store_path(d) {
+        Some(p) => (
+            p,
+            "nix-store".to_string(),
+            "/nix/store".to_string(),
+            "real nix-store",
+        ),
+        None => {
+            let store = d.join("store");
+            std::fs::create_dir_all(store.join("aaa-driver")).unwrap();
+            let script = d.join("nix-store");
+            std::fs::write(&script, "#!/bin/sh\necho \"$3\"\n").unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            (
+                store.join("aaa-driver"),
+                script.display().to_string(),
+                store.display().to_string(),
+                "stand-in nix-store",
+            )
+        }
+    };
+    std::os::unix::fs::symlink(&target, root.join("run/opengl-driver")).unwrap();
+    let cache = d.join("cache");
+    let config = d.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "host_root = \"{}\"\nstore_dir = \"{store_dir}\"\nclosure_cache = \"{}\"\nnix_store = \"{nix_store}\"\n\
+             [[rule]]\nname = \"nvidia\"\nfeatures = [\"cuda\", \"gpu\", \"nvidia-gpu\", \"opengl\"]\n\
+             [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n\
+             [[rule.device]]\nglob = \"/dev/nvidia-uvm\"\nrequired = true\n\
+             [[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\nrequired = true\n\
+             [[rule.device]]\nglob = \"/dev/nvidia-modeset\"\n\
+             [[rule.device]]\nglob = \"/dev/dri/renderD*\"\n\
+             [[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n",
+            root.display(),
+            cache.display()
+        ),
+    )
+    .unwrap();
+    let untagged = d.join("untagged.drv");
+    let untagged_features = d.join("untagged-features.drv");
+    let tagged = d.join("tagged.drv");
+    std::fs::write(&untagged, typical_drv(None)).unwrap();
+    std::fs::write(&untagged_features, typical_drv(Some("big-parallel"))).unwrap();
+    std::fs::write(&tagged, typical_drv(Some("cuda big-parallel"))).unwrap();
+
+    println!(
+        "hook process wall time ({} bytes .drv, {kind}, {} cores)",
+        typical_drv(None).len(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    report(
+        "untagged (no requiredSystemFeatures)",
+        &time_runs(&untagged, &config, || {}),
+    );
+    report(
+        "untagged (features, none configured)",
+        &time_runs(&untagged_features, &config, || {}),
+    );
+    report(
+        "tagged, warm closure cache",
+        &time_runs(&tagged, &config, || {}),
+    );
+    report(
+        "tagged, cold closure cache",
+        &time_runs(&tagged, &config, || {
+            let _ = std::fs::remove_dir_all(&cache);
+        }),
+    );
+    let baseline = {
+        let mut t: Vec<Duration> = (0..RUNS)
+            .map(|_| {
+                let s = Instant::now();
+                Command::new("/bin/true").status().unwrap();
+                s.elapsed()
+            })
+            .collect();
+        t.sort();
+        t
+    };
+    report("baseline: spawning /bin/true", &baseline);
+}
