@@ -1,0 +1,200 @@
+//! `nvml::consistency`: NVML (through `nvml-wrapper`) agrees with CUDA on the GPUs, and the
+//! kernel driver version tells whether the loaded libcuda is a cuda_compat one.
+
+use std::ffi::OsStr;
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use serde_json::json;
+
+use crate::checks::Outcome;
+use crate::cli::ExpectDriver;
+use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
+use crate::facts;
+use crate::session::Session;
+
+/// The name NVML is loaded by, so the loader's normal search applies as for libcuda.
+pub const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
+
+/// One GPU as NVML sees it.
+#[derive(Debug, Clone, serde::Serialize)]
+struct NvmlDevice {
+    name: String,
+    uuid: String,
+    compute_capability: Option<String>,
+}
+
+/// One line for an NVML failure: cause and fix.
+fn explain(error: &NvmlError) -> String {
+    match error {
+        NvmlError::DriverNotLoaded => format!(
+            "NVML cannot reach the NVIDIA kernel driver ({error}): /dev/nvidiactl is not exposed \
+             (tag the derivation with requiredSystemFeatures = [ \"cuda\" ] and install \
+             cuda-sandbox-hook) or the nvidia module is not loaded on the host"
+        ),
+        NvmlError::LibloadingError(_) | NvmlError::FailedToLoadSymbol(_) => format!(
+            "{LIBNVIDIA_ML} is not usable ({error}): expose the driver's libnvidia-ml.so.1 next to \
+             libcuda.so.1"
+        ),
+        other => format!("NVML failed: {other}"),
+    }
+}
+
+fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
+    let count = nvml.device_count()?;
+    (0..count)
+        .map(|index| {
+            let device = nvml.device_by_index(index)?;
+            Ok(NvmlDevice {
+                name: device.name()?,
+                uuid: device.uuid()?,
+                compute_capability: device
+                    .cuda_compute_capability()
+                    .ok()
+                    .map(|cc| format!("{}.{}", cc.major, cc.minor)),
+            })
+        })
+        .collect()
+}
+
+/// Runs `nvml::consistency`.
+pub fn consistency(session: &Session) -> Outcome {
+    let expect = session.options.expect_driver.as_ref();
+    let expects_kind = matches!(expect, Some(ExpectDriver::Host | ExpectDriver::Compat));
+    let nvml = match Nvml::builder().lib_path(OsStr::new(LIBNVIDIA_ML)).init() {
+        Ok(nvml) => nvml,
+        Err(error @ NvmlError::LibloadingError(_)) if !expects_kind => {
+            return Outcome::skipped(
+                format!(
+                    "{} (normal on Jetson, which has no NVML); nothing to compare",
+                    explain(&error)
+                ),
+                facts! {},
+            )
+        }
+        Err(error) => return Outcome::fail(explain(&error), facts! {}),
+    };
+    let kernel_driver = match nvml.sys_driver_version() {
+        Ok(version) => version,
+        Err(error) => return Outcome::fail(explain(&error), facts! {}),
+    };
+    let nvml_cuda = nvml
+        .sys_cuda_driver_version()
+        .ok()
+        .map(|v| CudaVersion(v).to_string());
+    let kernel_cuda = cuda_version_of_kernel_driver(&kernel_driver);
+    let loaded_cuda = session
+        .driver()
+        .ok()
+        .and_then(|d| d.version().ok())
+        .map(CudaVersion);
+    let compat_active = match (loaded_cuda, kernel_cuda) {
+        (Some(loaded), Some(kernel)) => Some(loaded > kernel),
+        _ => None,
+    };
+    let nvml_devices = devices(&nvml);
+    let cuda_devices = session.devices();
+    let facts = facts! {
+        "kernel_driver" => &kernel_driver,
+        "kernel_driver_cuda_version" => kernel_cuda.map(|v| v.to_string()),
+        "nvml_cuda_driver_version" => nvml_cuda,
+        "loaded_libcuda_cuda_version" => loaded_cuda.map(|v| v.to_string()),
+        "compat_active" => compat_active,
+        "expect_driver" => expect.map(ExpectDriver::describe),
+        "nvml_devices" => nvml_devices.as_ref().ok(),
+        "cuda_devices" => cuda_devices.as_ref().ok(),
+    };
+    let which = match compat_active {
+        Some(true) => format!(
+            "compat active: libcuda provides CUDA {} above kernel driver {kernel_driver} (CUDA {})",
+            loaded_cuda.map(|v| v.to_string()).unwrap_or_default(),
+            kernel_cuda.map(|v| v.to_string()).unwrap_or_default()
+        ),
+        Some(false) => format!("host driver: kernel driver {kernel_driver}"),
+        None => format!("kernel driver {kernel_driver} (compat unknown: branch not in the table or libcuda unavailable)"),
+    };
+
+    match (expect, compat_active) {
+        (Some(ExpectDriver::Host), Some(true)) => {
+            return Outcome::fail(
+                format!("expected the host driver but {which}: the hook chose cuda_compat; check its compat policy"),
+                facts,
+            )
+        }
+        (Some(ExpectDriver::Compat), Some(false)) => {
+            return Outcome::fail(
+                format!(
+                    "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
+                     the compat libcuda is not exposed ahead of the host one"
+                ),
+                facts,
+            )
+        }
+        (Some(ExpectDriver::Host | ExpectDriver::Compat), None) => {
+            return Outcome::fail(
+                format!("cannot tell host from compat: {which}"),
+                facts,
+            )
+        }
+        _ => {}
+    }
+
+    let nvml_devices = match nvml_devices {
+        Ok(devices) => devices,
+        Err(error) => return Outcome::fail(explain(&error), facts),
+    };
+    let cuda_devices = match cuda_devices {
+        Ok(devices) => devices,
+        Err(why) => return Outcome::fail(format!("cannot compare with CUDA: {why}"), facts),
+    };
+    if nvml_devices.len() != cuda_devices.len() {
+        return Outcome::fail(
+            format!(
+                "NVML sees {} GPUs but CUDA sees {}: a GPU's device node is missing from the \
+                 sandbox, or CUDA_VISIBLE_DEVICES hides some",
+                nvml_devices.len(),
+                cuda_devices.len()
+            ),
+            facts,
+        );
+    }
+    // NVML and CUDA may order GPUs differently: match by UUID.
+    for cuda in cuda_devices {
+        match nvml_devices.iter().find(|n| n.uuid == cuda.uuid) {
+            None => {
+                return Outcome::fail(
+                    format!(
+                        "CUDA device {} ({}) has UUID {} which NVML does not know: libcuda and \
+                         libnvidia-ml come from different drivers",
+                        cuda.ordinal, cuda.name, cuda.uuid
+                    ),
+                    facts,
+                )
+            }
+            Some(n) if n.name != cuda.name => {
+                return Outcome::fail(
+                    format!(
+                        "GPU {} is {:?} to CUDA but {:?} to NVML: libcuda and libnvidia-ml come \
+                         from different drivers",
+                        cuda.uuid, cuda.name, n.name
+                    ),
+                    facts,
+                )
+            }
+            Some(_) => {}
+        }
+    }
+    let names: Vec<String> = cuda_devices
+        .iter()
+        .map(|d| format!("{} {}", d.name, d.uuid))
+        .collect();
+    let mut outcome = Outcome::pass(
+        format!(
+            "{which}; NVML and CUDA agree on {} GPU(s)",
+            cuda_devices.len()
+        ),
+        facts,
+    );
+    outcome.facts.insert("gpus".into(), json!(names));
+    outcome
+}

@@ -1,0 +1,104 @@
+//! The GPUs the driver reports after `cuInit`.
+
+use std::ffi::{c_char, c_int, CStr};
+
+use serde::Serialize;
+
+use super::driver::Driver;
+use super::result::CuError;
+
+/// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
+const ATTRIBUTE_CC: [c_int; 2] = [75, 76];
+
+/// One GPU as CUDA sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CudaDevice {
+    /// CUDA ordinal.
+    pub ordinal: i32,
+    /// `cuDeviceGetName`.
+    pub name: String,
+    /// `cuDeviceGetUuid(_v2)` in NVML's `GPU-xxxxxxxx-…` spelling, to match NVML by UUID.
+    pub uuid: String,
+    /// `major.minor`.
+    pub compute_capability: String,
+    /// `cuDeviceTotalMem_v2`, bytes.
+    pub total_memory_bytes: u64,
+}
+
+/// Spells 16 UUID bytes as NVML does: `GPU-8-4-4-4-12` lowercase hex.
+pub fn nvml_uuid(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// Every device, in CUDA order. Needs a successful `cuInit`.
+pub fn list(driver: &Driver) -> Result<Vec<CudaDevice>, String> {
+    let api = &driver.api;
+    let count_fn = driver.need(api.device_get_count, "cuDeviceGetCount")?;
+    let get = driver.need(api.device_get, "cuDeviceGet")?;
+    let get_name = driver.need(api.device_get_name, "cuDeviceGetName")?;
+    let get_uuid = driver.need(
+        api.device_get_uuid_v2.or(api.device_get_uuid),
+        "cuDeviceGetUuid",
+    )?;
+    let get_attribute = driver.need(api.device_get_attribute, "cuDeviceGetAttribute")?;
+    let total_mem = driver.need(api.device_total_mem, "cuDeviceTotalMem_v2")?;
+    let fail =
+        |call: &'static str, code: c_int| CuError::check(call, code).map_err(|e| e.to_string());
+
+    let mut count = 0;
+    // SAFETY (whole block): cuda.h signatures, out-pointers to live locals of the right size.
+    unsafe {
+        fail("cuDeviceGetCount", count_fn(&mut count))?;
+        let mut devices = Vec::new();
+        for ordinal in 0..count {
+            let mut device = 0;
+            fail("cuDeviceGet", get(&mut device, ordinal))?;
+            let mut name = [0 as c_char; 256];
+            fail(
+                "cuDeviceGetName",
+                get_name(name.as_mut_ptr(), name.len() as c_int, device),
+            )?;
+            let mut uuid = [0u8; 16];
+            fail("cuDeviceGetUuid", get_uuid(&mut uuid, device))?;
+            let mut cc = [0; 2];
+            for (value, attribute) in cc.iter_mut().zip(ATTRIBUTE_CC) {
+                fail(
+                    "cuDeviceGetAttribute",
+                    get_attribute(value, attribute, device),
+                )?;
+            }
+            let mut bytes = 0usize;
+            fail("cuDeviceTotalMem_v2", total_mem(&mut bytes, device))?;
+            devices.push(CudaDevice {
+                ordinal,
+                name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
+                uuid: nvml_uuid(&uuid),
+                compute_capability: format!("{}.{}", cc[0], cc[1]),
+                total_memory_bytes: bytes as u64,
+            });
+        }
+        Ok(devices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uuids_are_spelled_like_nvml() {
+        let mut bytes = [0u8; 16];
+        bytes[0] = 0xfa;
+        bytes[15] = 0x01;
+        assert_eq!(
+            super::nvml_uuid(&bytes),
+            "GPU-fa000000-0000-0000-0000-000000000001"
+        );
+    }
+}

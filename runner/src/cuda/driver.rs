@@ -1,0 +1,187 @@
+//! The CUDA driver, dlopen'd by plain name (`libcuda.so.1`) so the loader's normal search
+//! (LD_LIBRARY_PATH, RUNPATH, ld.so.cache) decides which one, as it would for any program.
+//! Only `_v2` ABIs are resolved by name (DESIGN §7); never the 32-bit legacy ones.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+
+use libloading::Library;
+
+use super::loaded::LoadedFile;
+use super::result::CuError;
+
+/// The name the driver is loaded by.
+pub const LIBCUDA: &str = "libcuda.so.1";
+
+/// `CUdevice`.
+pub type CuDevice = c_int;
+/// `CUdeviceptr`.
+pub type CuDevicePtr = u64;
+/// Opaque driver handles (`CUcontext`, `CUmodule`, `CUfunction`, `CUevent`, `CUstream`).
+pub type Handle = *mut c_void;
+
+macro_rules! driver_api {
+    ($( $field:ident = $symbol:literal : fn($($arg:ty),*) ; )*) => {
+        /// The driver functions the runner calls, each `None` when this libcuda lacks it.
+        #[allow(non_snake_case, missing_docs)]
+        #[derive(Clone, Copy)]
+        pub struct DriverFunctions {
+            $( pub $field: Option<unsafe extern "C" fn($($arg),*) -> c_int>, )*
+        }
+
+        impl DriverFunctions {
+            fn resolve(library: &Library) -> DriverFunctions {
+                DriverFunctions {
+                    // SAFETY: each symbol has this signature in cuda.h.
+                    $( $field: unsafe { library.get(concat!($symbol, "\0").as_bytes()).ok().map(|s| *s) }, )*
+                }
+            }
+        }
+
+        /// The export name of each [`DriverFunctions`] field, for "not exported" messages.
+        pub const DRIVER_SYMBOLS: &[&str] = &[$($symbol),*];
+    };
+}
+
+driver_api! {
+    init = "cuInit": fn(c_uint);
+    driver_get_version = "cuDriverGetVersion": fn(*mut c_int);
+    device_get_count = "cuDeviceGetCount": fn(*mut c_int);
+    device_get = "cuDeviceGet": fn(*mut CuDevice, c_int);
+    device_get_name = "cuDeviceGetName": fn(*mut c_char, c_int, CuDevice);
+    device_get_uuid = "cuDeviceGetUuid": fn(*mut [u8; 16], CuDevice);
+    device_get_uuid_v2 = "cuDeviceGetUuid_v2": fn(*mut [u8; 16], CuDevice);
+    device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CuDevice);
+    device_total_mem = "cuDeviceTotalMem_v2": fn(*mut usize, CuDevice);
+    primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut Handle, CuDevice);
+    primary_ctx_release_v2 = "cuDevicePrimaryCtxRelease_v2": fn(CuDevice);
+    primary_ctx_release = "cuDevicePrimaryCtxRelease": fn(CuDevice);
+    ctx_set_current = "cuCtxSetCurrent": fn(Handle);
+    ctx_synchronize = "cuCtxSynchronize": fn();
+    mem_alloc = "cuMemAlloc_v2": fn(*mut CuDevicePtr, usize);
+    mem_free = "cuMemFree_v2": fn(CuDevicePtr);
+    memcpy_htod = "cuMemcpyHtoD_v2": fn(CuDevicePtr, *const c_void, usize);
+    memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CuDevicePtr, usize);
+    module_load_data_ex = "cuModuleLoadDataEx": fn(*mut Handle, *const c_void, c_uint, *mut c_int, *mut *mut c_void);
+    module_get_function = "cuModuleGetFunction": fn(*mut Handle, Handle, *const c_char);
+    module_unload = "cuModuleUnload": fn(Handle);
+    launch_kernel = "cuLaunchKernel": fn(Handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Handle, *mut *mut c_void, *mut *mut c_void);
+    event_create = "cuEventCreate": fn(*mut Handle, c_uint);
+    event_record = "cuEventRecord": fn(Handle, Handle);
+    event_synchronize = "cuEventSynchronize": fn(Handle);
+    event_elapsed_time = "cuEventElapsedTime": fn(*mut f32, Handle, Handle);
+    event_destroy = "cuEventDestroy_v2": fn(Handle);
+    get_proc_address = "cuGetProcAddress": fn(*const c_char, *mut *mut c_void, c_int, u64);
+    get_proc_address_v2 = "cuGetProcAddress_v2": fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
+}
+
+/// The loaded driver: its file and its functions. Never unloaded.
+pub struct Driver {
+    /// Which file the loader picked.
+    pub file: LoadedFile,
+    /// The resolved functions.
+    pub api: DriverFunctions,
+    library: Library,
+}
+
+/// What one `cuGetProcAddress` call answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcAddress {
+    /// The CUresult.
+    pub code: c_int,
+    /// The pointer (null on failure).
+    pub pointer: usize,
+    /// `symbolStatus` (0 found, 1 not found, 2 version not sufficient); `None` from the 11.3 ABI.
+    pub symbol_status: Option<c_int>,
+}
+
+impl Driver {
+    /// dlopen's `libcuda.so.1` through the loader's normal search.
+    pub fn load() -> Result<Driver, String> {
+        // SAFETY: loading the driver runs its initialisers, which is what using it means.
+        let library = unsafe { Library::new(LIBCUDA) }.map_err(|e| e.to_string())?;
+        let api = DriverFunctions::resolve(&library);
+        let anchor = Driver::symbol_in(&library, "cuInit").ok_or_else(|| {
+            format!("{LIBCUDA} was loaded but exports no cuInit: not a CUDA driver")
+        })?;
+        let file = LoadedFile::containing(anchor)
+            .ok_or_else(|| format!("the loader cannot say which file {LIBCUDA} is"))?;
+        Ok(Driver { file, api, library })
+    }
+
+    fn symbol_in(library: &Library, name: &str) -> Option<usize> {
+        let name = CString::new(name).ok()?;
+        // SAFETY: only the address is read, never called through.
+        let symbol = unsafe { library.get::<*mut c_void>(name.as_bytes_with_nul()) }.ok()?;
+        let address = *symbol as usize;
+        (address != 0).then_some(address)
+    }
+
+    /// The address `dlsym` gives for export `name`, or `None` when not exported.
+    pub fn export_address(&self, name: &str) -> Option<usize> {
+        Driver::symbol_in(&self.library, name)
+    }
+
+    /// `f` if this libcuda exports it, else an error naming the missing export.
+    pub fn need<F>(&self, f: Option<F>, symbol: &'static str) -> Result<F, String> {
+        f.ok_or_else(|| {
+            format!(
+                "{} does not export {symbol}: this driver is too old for the runner",
+                self.file.real_path.display()
+            )
+        })
+    }
+
+    /// The name of the `cuGetProcAddress` export the runner uses: `_v2` when present.
+    pub fn get_proc_address_export(&self) -> Option<&'static str> {
+        if self.api.get_proc_address_v2.is_some() {
+            Some("cuGetProcAddress_v2")
+        } else if self.api.get_proc_address.is_some() {
+            Some("cuGetProcAddress")
+        } else {
+            None
+        }
+    }
+
+    /// `cuGetProcAddress(symbol, version, flags 0)` through the `_v2` export when present.
+    pub fn get_proc_address(&self, symbol: &str, version: i32) -> Option<ProcAddress> {
+        let name = CString::new(symbol).ok()?;
+        let mut pointer: *mut c_void = std::ptr::null_mut();
+        // SAFETY: cuda.h signatures; all out-pointers point at live locals.
+        unsafe {
+            if let Some(f) = self.api.get_proc_address_v2 {
+                let mut status: c_int = -1;
+                let code = f(name.as_ptr(), &mut pointer, version, 0, &mut status);
+                Some(ProcAddress {
+                    code,
+                    pointer: pointer as usize,
+                    symbol_status: Some(status),
+                })
+            } else {
+                let f = self.api.get_proc_address?;
+                let code = f(name.as_ptr(), &mut pointer, version, 0);
+                Some(ProcAddress {
+                    code,
+                    pointer: pointer as usize,
+                    symbol_status: None,
+                })
+            }
+        }
+    }
+
+    /// `cuDriverGetVersion`.
+    pub fn version(&self) -> Result<i32, String> {
+        let f = self.need(self.api.driver_get_version, "cuDriverGetVersion")?;
+        let mut version = 0;
+        // SAFETY: cuda.h signature, valid out-pointer.
+        CuError::check("cuDriverGetVersion", unsafe { f(&mut version) })
+            .map_err(|e| e.to_string())?;
+        Ok(version)
+    }
+
+    /// `cuInit(0)`.
+    pub fn init(&self) -> Result<(), String> {
+        let f = self.need(self.api.init, "cuInit")?;
+        // SAFETY: cuda.h signature.
+        CuError::check("cuInit", unsafe { f(0) }).map_err(|e| e.to_string())
+    }
+}

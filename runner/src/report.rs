@@ -1,0 +1,86 @@
+//! The JSON report: every check's verdict, message and facts, the options, the summary.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::checks::Outcome;
+use crate::cli::{ExpectDriver, Options};
+
+/// Bumped when a field changes meaning or disappears.
+pub const REPORT_FORMAT: u32 = 1;
+
+/// libtest's tally.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Checks that passed.
+    pub passed: u64,
+    /// Checks that failed.
+    pub failed: u64,
+    /// Checks skipped at run time (e.g. no CUDA runtime) or ignored.
+    pub ignored: u64,
+    /// Checks not run because of a name filter.
+    pub filtered_out: u64,
+    /// The process exit status (0 or 101).
+    pub exit_code: u8,
+}
+
+impl Summary {
+    /// The tally of a libtest-mimic run.
+    pub fn of(conclusion: &libtest_mimic::Conclusion) -> Summary {
+        Summary {
+            passed: conclusion.num_passed,
+            failed: conclusion.num_failed,
+            ignored: conclusion.num_ignored,
+            filtered_out: conclusion.num_filtered_out,
+            exit_code: if conclusion.has_failed() { 101 } else { 0 },
+        }
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// [`REPORT_FORMAT`].
+    pub format: u32,
+    /// `cuda-sandbox-check`.
+    pub tool: &'static str,
+    /// The runner's version.
+    pub version: &'static str,
+    /// The expectations the run was given.
+    pub options: Value,
+    /// Every check that ran, by name.
+    pub checks: BTreeMap<String, Outcome>,
+    /// libtest's tally.
+    pub summary: Summary,
+}
+
+impl Report {
+    /// Assembles the report of a finished run.
+    pub fn new(options: &Options, checks: BTreeMap<String, Outcome>, summary: Summary) -> Report {
+        Report {
+            format: REPORT_FORMAT,
+            tool: env!("CARGO_PKG_NAME"),
+            version: env!("CARGO_PKG_VERSION"),
+            options: serde_json::json!({
+                "expect_driver": options.expect_driver.as_ref().map(ExpectDriver::describe),
+                "min_cuda_version": options.min_cuda_version.map(|v| v.to_string()),
+                "api_version": options.api_version.map(|v| v.to_string()),
+                "cudart": options.cudart,
+                "saxpy_elements": options.saxpy_elements,
+                "dev_root": options.dev_root,
+            }),
+            checks,
+            summary,
+        }
+    }
+
+    /// Writes the report as pretty JSON to `path`.
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write the report to {}: {e}", path.display()))
+    }
+}
