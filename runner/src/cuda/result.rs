@@ -110,13 +110,13 @@ pub fn explanation(code: i32) -> &'static str {
         700 | 719 => "the kernel faulted on the GPU; the driver or the GPU is unhealthy",
         801 => "the operation is not supported by this driver or GPU",
         803 => {
-            "the cuda_compat libcuda does not support the host's kernel driver \
-                (SYSTEM_DRIVER_MISMATCH): expose the host driver, or a compat package whose \
+            "the cuda_compat libcuda does not support the host's kernel driver: \
+                expose the host driver, or a compat package whose \
                 fwd_compatibility note lists this kernel driver branch"
         }
         804 => {
-            "cuda_compat works only on data-center GPUs and Jetson, not this GPU \
-                (COMPAT_NOT_SUPPORTED_ON_DEVICE): expose the host driver instead of the \
+            "cuda_compat works only on data-center GPUs and Jetson, not this GPU: \
+                expose the host driver instead of the \
                 compat one"
         }
         999 => "unknown driver error; often /dev/nvidia-uvm is missing or not accessible",

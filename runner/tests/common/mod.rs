@@ -1,0 +1,154 @@
+//! Support for the runner's integration tests: fake driver directories assembled from the
+//! fixtures' cdylibs, and runs of the built `cuda-sandbox-check` against them.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use fake_driver::{assemble, FakeLibrary, Sidecar, DRIVER_LIBRARIES};
+use serde_json::Value;
+
+/// The runner binary cargo built for these tests.
+pub const RUNNER: &str = env!("CARGO_BIN_EXE_cuda-sandbox-check");
+
+/// Where cargo put the runner, hence the fixtures' cdylibs (same profile directory).
+pub fn artifacts_dir() -> PathBuf {
+    Path::new(RUNNER)
+        .parent()
+        .expect("runner binary directory")
+        .to_path_buf()
+}
+
+/// A fake driver directory in a temporary directory.
+pub struct FakeDriver {
+    _temp: tempfile::TempDir,
+    /// The directory holding `libcuda.so.1` & co. and `fake-driver.conf`.
+    pub dir: PathBuf,
+}
+
+impl FakeDriver {
+    /// A directory with `libraries` playing `sidecar`. Panics, naming the command to run, when
+    /// the fixtures have not been built.
+    pub fn with(sidecar: &Sidecar, libraries: &[FakeLibrary]) -> FakeDriver {
+        let temp = tempfile::tempdir().expect("temporary directory");
+        let dir = temp.path().join("driver");
+        if let Err(error) = assemble(&artifacts_dir(), &dir, libraries, sidecar) {
+            panic!("cannot assemble a fake driver: {error}");
+        }
+        FakeDriver { _temp: temp, dir }
+    }
+
+    /// A driver directory (libcuda and NVML) playing `sidecar`.
+    pub fn driver(sidecar: &Sidecar) -> FakeDriver {
+        FakeDriver::with(sidecar, &DRIVER_LIBRARIES)
+    }
+}
+
+/// One finished run of the runner.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit status.
+    pub code: i32,
+    /// libtest's output and the printed facts.
+    pub stdout: String,
+    /// Diagnostics.
+    pub stderr: String,
+    /// The `--report` JSON.
+    pub report: Value,
+}
+
+impl Run {
+    /// The report entry of `check`, or a panic showing the whole output.
+    pub fn check(&self, check: &str) -> &Value {
+        let entry = &self.report["checks"][check];
+        assert!(!entry.is_null(), "{check} did not run\n{self}");
+        entry
+    }
+
+    /// Asserts `check`'s verdict and that its message contains every needle.
+    pub fn assert_check(&self, check: &str, verdict: &str, needles: &[&str]) {
+        let entry = self.check(check);
+        assert_eq!(entry["verdict"], verdict, "{check}\n{self}");
+        let message = entry["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.contains('\n'),
+            "{check}: message is not one line: {message}"
+        );
+        for needle in needles {
+            assert!(
+                message.contains(needle),
+                "{check}: message lacks {needle:?}: {message}\n{self}"
+            );
+        }
+    }
+
+    /// A fact of `check`.
+    pub fn fact(&self, check: &str, key: &str) -> &Value {
+        &self.check(check)["facts"][key]
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--- exit {} --- stdout:\n{}\n--- stderr:\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs the runner with `LD_LIBRARY_PATH=library_path`, small saxpy, a report in a temp dir.
+pub fn run(library_path: &Path, args: &[&str]) -> Run {
+    run_with_env(library_path, args, &[])
+}
+
+/// [`run`] with extra environment variables.
+pub fn run_with_env(library_path: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let report = temp.path().join("report.json");
+    let output = Command::new(RUNNER)
+        .env("LD_LIBRARY_PATH", library_path)
+        .env_remove("out")
+        .env_remove("NIX_BUILD_TOP")
+        .envs(env.iter().copied())
+        .arg("--report")
+        .arg(&report)
+        .args(["--saxpy-elements", "4096"])
+        .args(args)
+        .output()
+        .expect("run cuda-sandbox-check");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let report = std::fs::read_to_string(&report)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout,
+        stderr,
+        report,
+    }
+}
+
+/// Runs every check except `devices::nodes` (which needs a device tree, hence root).
+pub fn run_without_devices(library_path: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["--skip", "devices::nodes"];
+    all.extend_from_slice(args);
+    run(library_path, &all)
+}
+
+/// Whether this process may `mknod` character devices. Outside CI a non-root run skips the
+/// test with a printed reason; under `CI=true` it fails instead.
+pub fn can_make_devices(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test} needs root (mknod) and must run in CI");
+    }
+    eprintln!("SKIPPED {test}: not running as root, cannot mknod device nodes");
+    false
+}
