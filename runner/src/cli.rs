@@ -96,17 +96,21 @@ impl Options {
     }
 }
 
+/// Listed after the flags in `--help`.
+const AFTER_HELP: &str = "\
+Checks: devices::nodes, driver::library, driver::version, driver::entry_points,
+runtime::entry_points, kernel::saxpy, nvml::consistency. libtest flags (--list, --exact,
+FILTER, --skip, --format, --test-threads, ...) behave as in `cargo test`.
+Exit status: 0 all passed (or skipped), 101 a check failed.
+As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.";
+
 /// The whole command line: the runner's flags, then libtest's.
 #[derive(Debug, Parser)]
 #[command(
     name = "cuda-sandbox-check",
     version,
-    about = "Checks, inside a Nix sandbox or anywhere, that the NVIDIA GPU and CUDA driver \
-             exposed to this process work. Exit status: 0 all passed, 101 a check failed.",
-    after_help = "Checks: devices::nodes, driver::library, driver::version, \
-                  driver::entry_points, runtime::entry_points, kernel::saxpy, \
-                  nvml::consistency. libtest flags (--list, --exact, FILTER, \
-                  --format, --test-threads, ...) behave as in `cargo test`."
+    about = "Checks, inside a Nix build sandbox or anywhere, that the NVIDIA GPU and CUDA \
+             driver exposed to this process work."
 )]
 pub struct Cli {
     /// The runner's flags.
@@ -117,13 +121,33 @@ pub struct Cli {
     pub libtest: libtest_mimic::Arguments,
 }
 
+impl Cli {
+    /// The clap command, with the help layout and `--version` that libtest-mimic's
+    /// flattened arguments would otherwise replace.
+    pub fn command_line() -> clap::Command {
+        <Cli as clap::CommandFactory>::command()
+            .help_template(
+                "{name} {version}\n{about}\n\n{usage-heading} {usage}\n\n{all-args}\n\n{after-help}",
+            )
+            .disable_version_flag(false)
+            .after_help(AFTER_HELP)
+    }
+
+    /// Parses `std::env::args`; exits with clap's message on bad flags, `--help`, `--version`.
+    pub fn from_env() -> Cli {
+        let matches = Cli::command_line().get_matches();
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Cli {
-        Cli::try_parse_from(std::iter::once("cuda-sandbox-check").chain(args.iter().copied()))
-            .unwrap()
+        let argv = std::iter::once("cuda-sandbox-check").chain(args.iter().copied());
+        let matches = Cli::command_line().try_get_matches_from(argv).unwrap();
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap()
     }
 
     #[test]

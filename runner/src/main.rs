@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
 use cuda_sandbox_check::cli::Cli;
 use cuda_sandbox_check::harness::{self, FactsOutput};
 use cuda_sandbox_check::report::{Report, Summary};
@@ -11,7 +10,7 @@ use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_env();
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
         Some(FormatSetting::Json) => FactsOutput::Stderr,

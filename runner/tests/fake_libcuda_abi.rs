@@ -89,3 +89,14 @@ fn other_ptx_is_refused_with_a_jit_log_and_unknown_symbols_with_500() {
         assert!(pointer.is_null());
     }
 }
+
+#[test]
+fn a_missing_sidecar_makes_every_call_fail_loudly() {
+    let driver = FakeDriver::driver(&Sidecar::default());
+    std::fs::remove_file(driver.dir.join(fake_driver::SIDECAR_NAME)).unwrap();
+    // SAFETY: cuInit has this signature.
+    unsafe {
+        let lib = Library::new(driver.dir.join("libcuda.so.1")).unwrap();
+        assert_eq!(lib.get::<Init>(b"cuInit\0").unwrap()(0), 999);
+    }
+}

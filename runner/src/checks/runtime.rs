@@ -102,7 +102,7 @@ pub fn runtime_entry_points(session: &Session) -> Outcome {
     facts.insert("compared_at".into(), json!(at.to_string()));
     facts.insert("symbols".into(), json!(symbols));
     if r > d {
-        return Outcome::fail(
+        let outcome = Outcome::fail(
             format!(
                 "libcudart {} is CUDA {r}, newer than the driver's CUDA {d}: cudaGetDriverEntryPoint \
                  asks the driver for CUDA {r} entry points it does not have (mixed CUDA versions); \
@@ -111,8 +111,14 @@ pub fn runtime_entry_points(session: &Session) -> Outcome {
                 runtime.file.real_path.display()
             ),
             facts,
-        )
-        .with_detail(format!("entry points that differ: {}", mismatches.join(", ")));
+        );
+        if mismatches.is_empty() {
+            return outcome;
+        }
+        return outcome.with_detail(format!(
+            "entry points that differ: {}",
+            mismatches.join(", ")
+        ));
     }
     if !mismatches.is_empty() {
         return Outcome::fail(

@@ -1,0 +1,157 @@
+//! The runner as the builder of a tagged derivation in a real Nix sandbox, with the fake
+//! driver and a fake device tree exposed by the real hook; and the same derivation failing,
+//! explained, when the hook is not installed. Needs root and `nix-build`; under `CI=true`
+//! these tests fail rather than skip when either is missing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{FakeDriver, RUNNER};
+use cuda_sandbox_testkit::{nix_available, nonce, workspace_binary, FakeDevices, NixSandbox};
+use fake_driver::Sidecar;
+
+fn gpu_check_nix() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/gpu-check.nix")
+}
+
+/// A fake host: one GPU's device nodes under `root/dev`, a fake driver directory, and a hook
+/// config that exposes both (the driver at /run/opengl-driver/lib).
+struct Host {
+    _dir: tempfile::TempDir,
+    _driver: FakeDriver,
+    config: PathBuf,
+}
+
+impl Host {
+    fn new() -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        FakeDevices::create(&root, 1, true).unwrap();
+        let driver = FakeDriver::driver(&Sidecar::default());
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"host_root = "{root}"
+closure_cache = "{cache}"
+[[rule]]
+name = "nvidia"
+features = ["cuda"]
+[[rule.device]]
+glob = "/dev/nvidia[0-9]*"
+required = true
+[[rule.device]]
+glob = "/dev/nvidiactl"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia-uvm"
+required = true
+[[rule.mount]]
+inside = "/run/opengl-driver/lib"
+outside = "{driver}"
+required = true
+"#,
+                root = root.display(),
+                cache = dir.path().join("cache").display(),
+                driver = driver.dir.display(),
+            ),
+        )
+        .unwrap();
+        Host {
+            _dir: dir,
+            _driver: driver,
+            config,
+        }
+    }
+}
+
+/// What a dynamically linked builder needs from the host, and nothing else.
+fn minimal(mut sandbox: NixSandbox) -> NixSandbox {
+    sandbox.sandbox_paths = ["/lib", "/lib64"]
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .collect();
+    sandbox
+}
+
+fn build(sandbox: &NixSandbox) -> cuda_sandbox_testkit::Build {
+    sandbox.build(
+        &gpu_check_nix(),
+        &[("runner", RUNNER), ("nonce", &nonce())],
+        &[],
+    )
+}
+
+#[test]
+fn runner_as_builder_passes_with_the_hook_and_writes_its_report_to_out() {
+    if !nix_available("runner_as_builder_passes_with_the_hook_and_writes_its_report_to_out") {
+        return;
+    }
+    let hook = workspace_binary("cuda-sandbox-hook");
+    let host = Host::new();
+    let build = build(&minimal(NixSandbox::with_hook(&hook, &host.config)));
+    assert!(build.ok(), "nix-build failed:\n{}", build.log);
+    let out = &build.out_paths[0];
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    let verdict = |check: &str| {
+        report["checks"][check]["verdict"]
+            .as_str()
+            .unwrap_or("missing")
+            .to_owned()
+    };
+    for check in [
+        "devices::nodes",
+        "driver::library",
+        "driver::version",
+        "driver::entry_points",
+        "kernel::saxpy",
+        "nvml::consistency",
+    ] {
+        assert_eq!(verdict(check), "pass", "{check}: {report:#}");
+    }
+    assert_eq!(verdict("runtime::entry_points"), "skipped");
+    let library = &report["checks"]["driver::library"]["facts"];
+    assert_eq!(
+        library["path"], "/run/opengl-driver/lib/libcuda.so.1",
+        "{report:#}"
+    );
+    assert_eq!(
+        report["checks"]["devices::nodes"]["facts"]["gpu_nodes"][0],
+        "/dev/nvidia0"
+    );
+    assert_eq!(
+        report["checks"]["kernel::saxpy"]["facts"]["elements"],
+        65536
+    );
+    assert_eq!(report["summary"]["exit_code"], 0);
+}
+
+#[test]
+fn same_derivation_without_the_hook_fails_with_the_runners_explanation() {
+    if !nix_available("same_derivation_without_the_hook_fails_with_the_runners_explanation") {
+        return;
+    }
+    let mut sandbox = minimal(NixSandbox::with_hook(
+        Path::new("/unused"),
+        Path::new("/unused"),
+    ));
+    sandbox.hook = None;
+    sandbox.config = None;
+    let build = build(&sandbox);
+    assert!(!build.ok(), "built without the hook:\n{}", build.log);
+    for explanation in [
+        "/dev/nvidiactl is missing",
+        "libcuda.so.1 cannot be loaded",
+        "requiredSystemFeatures = [ \"cuda\" ]",
+        "pre-build-hook",
+    ] {
+        assert!(
+            build.log.contains(explanation),
+            "the build log lacks {explanation:?}:\n{}",
+            build.log
+        );
+    }
+}
