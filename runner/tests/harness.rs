@@ -142,3 +142,28 @@ fn report_records_options_and_every_check_that_ran() {
         assert!(entry["facts"].is_object(), "{name} has no facts");
     }
 }
+
+#[test]
+fn default_saxpy_runs_two_to_the_24_elements() {
+    let driver = FakeDriver::driver(&Sidecar::default());
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let output = Command::new(RUNNER)
+        .env("LD_LIBRARY_PATH", &driver.dir)
+        .arg("--report")
+        .arg(&report)
+        .args(["--exact", "kernel::saxpy"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let facts = &report["checks"]["kernel::saxpy"]["facts"];
+    assert_eq!(facts["elements"], 1 << 24);
+    assert_eq!(facts["bytes_moved"], 12.0 * f64::from(1 << 24));
+    assert_eq!(facts["wrong_elements"], 0);
+}
