@@ -116,16 +116,18 @@ impl ClosureCache {
             store_path: store_path.to_path_buf(),
             message,
         };
-        let output = Command::new(&self.nix_store)
-            .args(["--query", "--requisites"])
-            .arg(store_path)
-            .output()
-            .map_err(|e| {
-                fail(format!(
-                    "cannot run {}: {e} (set nix_store in the config to the nix-store program)",
-                    self.nix_store.display()
-                ))
-            })?;
+        let output = run_retrying_busy(|| {
+            Command::new(&self.nix_store)
+                .args(["--query", "--requisites"])
+                .arg(store_path)
+                .output()
+        })
+        .map_err(|e| {
+            fail(format!(
+                "cannot run {}: {e} (set nix_store in the config to the nix-store program)",
+                self.nix_store.display()
+            ))
+        })?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -190,6 +192,24 @@ impl ClosureCache {
         file.as_file().sync_data()?;
         file.persist(entry).map_err(|e| e.error)?;
         Ok(())
+    }
+}
+
+/// Runs `spawn`, retrying briefly on ETXTBSY: a program just written by one thread can be
+/// held open for writing by a child another thread forked but has not yet exec'd.
+fn run_retrying_busy(
+    spawn: impl Fn() -> std::io::Result<std::process::Output>,
+) -> std::io::Result<std::process::Output> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match spawn() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -34,6 +34,9 @@ pub struct Config {
     /// The `nix-store` program used to compute closures (a name is looked up in `PATH`).
     #[serde(default = "default_nix_store")]
     pub nix_store: PathBuf,
+    /// Directory for per-build manifests (outside every sandbox); stale files are removed.
+    #[serde(default = "default_runtime_dir")]
+    pub runtime_dir: PathBuf,
     /// The rules, each answering to a set of features.
     #[serde(default, rename = "rule")]
     pub rules: Vec<Rule>,
@@ -56,6 +59,43 @@ pub struct Rule {
     /// Host paths exposed at another place inside.
     #[serde(default, rename = "mount")]
     pub mounts: Vec<Mount>,
+    /// The NVIDIA driver: where to find it and which compat drivers to consider.
+    #[serde(default)]
+    pub driver: Option<DriverConfig>,
+}
+
+/// Where the driver comes from, and the `cuda_compat` drivers to consider (DESIGN.md §5–§6).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverConfig {
+    /// The NixOS driver link; used (with its closure) when it exists under the host root.
+    #[serde(default = "default_driver_link")]
+    pub link: PathBuf,
+    /// Without the link: bind the host's driver libraries (from `/etc/ld.so.cache`, then
+    /// `library_dirs`) at `<link>/lib/<name>`.
+    #[serde(default = "yes")]
+    pub host_libraries: bool,
+    /// Directories searched for driver libraries after the loader cache.
+    #[serde(default = "default_library_dirs")]
+    pub library_dirs: Vec<PathBuf>,
+    /// Compat driver directories (globs; under the host root unless in the store).
+    #[serde(default = "default_compat")]
+    pub compat: Vec<String>,
+    /// Fail tagged builds when no driver is found.
+    #[serde(default = "yes")]
+    pub required: bool,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            link: default_driver_link(),
+            host_libraries: true,
+            library_dirs: default_library_dirs(),
+            compat: default_compat(),
+            required: true,
+        }
+    }
 }
 
 /// A glob of device nodes, e.g. `/dev/nvidia[0-9]*`.
@@ -113,6 +153,27 @@ fn default_closure_cache() -> PathBuf {
 }
 fn default_nix_store() -> PathBuf {
     PathBuf::from("nix-store")
+}
+fn default_runtime_dir() -> PathBuf {
+    PathBuf::from("/run/cuda-sandbox")
+}
+fn default_driver_link() -> PathBuf {
+    PathBuf::from("/run/opengl-driver")
+}
+fn default_library_dirs() -> Vec<PathBuf> {
+    crate::discover::host::USUAL_LIBRARY_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+}
+fn default_compat() -> Vec<String> {
+    vec![
+        "/usr/local/cuda*/compat".to_string(),
+        "/usr/local/cuda*/compat_orin".to_string(),
+    ]
+}
+fn yes() -> bool {
+    true
 }
 
 /// Why a configuration could not be used.
@@ -208,6 +269,7 @@ impl Config {
             store_dir: default_store_dir(),
             closure_cache: default_closure_cache(),
             nix_store: default_nix_store(),
+            runtime_dir: default_runtime_dir(),
             rules: vec![Rule {
                 name: "nvidia".to_string(),
                 features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
@@ -222,12 +284,9 @@ impl Config {
                     device("/dev/dri/renderD*", false),
                     device("/dev/dri/card*", false),
                 ],
-                paths: vec![HostPath {
-                    path: PathBuf::from("/run/opengl-driver"),
-                    required: true,
-                    hint: None,
-                }],
+                paths: Vec::new(),
                 mounts: Vec::new(),
+                driver: Some(DriverConfig::default()),
             }],
         }
     }
@@ -250,6 +309,7 @@ impl Config {
             ("host_root", &self.host_root),
             ("store_dir", &self.store_dir),
             ("closure_cache", &self.closure_cache),
+            ("runtime_dir", &self.runtime_dir),
         ] {
             if !path.is_absolute() {
                 return Err(format!(
@@ -292,6 +352,17 @@ impl Config {
                 check_path(&at, "mount inside", &m.inside)?;
                 check_path(&at, "mount outside", &m.outside)?;
             }
+            if let Some(d) = &rule.driver {
+                check_path(&at, "driver link", &d.link)?;
+                for dir in &d.library_dirs {
+                    check_path(&at, "driver library_dirs entry", dir)?;
+                }
+                for c in &d.compat {
+                    check_path(&at, "driver compat glob", Path::new(c))?;
+                    glob::Pattern::new(c)
+                        .map_err(|e| format!("{at}: compat glob {c:?} is not a valid glob: {e}"))?;
+                }
+            }
         }
         Ok(())
     }
@@ -302,7 +373,7 @@ impl Rule {
     pub fn answers_any(&self, features: &[&[u8]]) -> bool {
         self.features
             .iter()
-            .any(|mine| features.iter().any(|f| *f == mine.as_bytes()))
+            .any(|mine| features.contains(&mine.as_bytes()))
     }
 
     /// The first of `features` this rule answers to, for messages.
@@ -362,7 +433,9 @@ mod tests {
             .devices
             .iter()
             .any(|d| d.glob == "/dev/nvidia-uvm" && d.required));
-        assert_eq!(rules[0].paths[0].path, Path::new("/run/opengl-driver"));
+        let driver = rules[0].driver.as_ref().unwrap();
+        assert_eq!(driver.link, Path::new("/run/opengl-driver"));
+        assert!(driver.required && driver.host_libraries);
         assert!(c.matching_rules(&[b"kvm"]).is_empty());
     }
 

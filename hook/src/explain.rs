@@ -75,7 +75,12 @@ pub fn explain(
         );
         (Plan::default(), verdict, String::new())
     } else {
-        let plan = Plan::build(&config, &rules);
+        let ctx = crate::plan::BuildContext {
+            derivation: drv.map(|d| d.display().to_string()).unwrap_or_default(),
+            features: features.clone(),
+            chroot: None,
+        };
+        let plan = Plan::build(&config, &rules, &ctx);
         let answer = protocol::render(&plan.exposures);
         let verdict = if !plan.problems.is_empty() {
             format!(
@@ -144,6 +149,8 @@ pub fn render_text(e: &Explanation) -> String {
                 Reason::Mount { rule } => format!("mount (rule {rule})"),
                 Reason::SymlinkTarget { link } => format!("symlink target of {}", link.display()),
                 Reason::ClosureMember { of } => format!("closure of {}", of.display()),
+                Reason::Driver { rule, source } => format!("driver: {source} (rule {rule})"),
+                Reason::Manifest => "manifest for the runner".to_string(),
             };
             let _ = writeln!(s, "  {place:<60} {why}");
         }
@@ -160,6 +167,21 @@ pub fn render_text(e: &Explanation) -> String {
             "\nclosures:    {} from cache, {} computed",
             e.plan.closures_cached, e.plan.closures_computed
         );
+    }
+    if let Some(d) = &e.plan.driver {
+        let _ = writeln!(
+            s,
+            "\ndriver:      {} (CUDA {})",
+            d.kind,
+            d.cuda_version.as_deref().unwrap_or("unknown")
+        );
+        if let Some(k) = &d.kernel_driver {
+            let _ = writeln!(s, "kernel:      NVIDIA kernel module {k}");
+        }
+        let _ = writeln!(s, "why:         {}", d.reason);
+        if !d.libcuda.is_empty() {
+            let _ = writeln!(s, "libcuda:     {}", d.libcuda.join(" | "));
+        }
     }
     if !e.plan.problems.is_empty() {
         let _ = writeln!(s, "\nproblems:");

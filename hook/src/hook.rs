@@ -7,7 +7,8 @@
 
 use crate::config::{self, Config, DEFAULT_FEATURES};
 use crate::drv::{Derivation, RequiredFeatures};
-use crate::{log, plan::Plan, protocol};
+use crate::plan::{BuildContext, Plan};
+use crate::{log, manifest_file, protocol};
 use std::path::Path;
 
 /// Why a tagged build must not start; the message is one line.
@@ -21,7 +22,11 @@ impl std::fmt::Display for HookFailure {
 }
 
 /// Runs the hook for `drv_path` and returns what to print on stdout for Nix.
-pub fn pre_build(drv_path: &Path, config_arg: Option<&Path>) -> Result<Vec<u8>, HookFailure> {
+pub fn pre_build(
+    drv_path: &Path,
+    chroot: &Path,
+    config_arg: Option<&Path>,
+) -> Result<Vec<u8>, HookFailure> {
     let bytes = match std::fs::read(drv_path) {
         Ok(b) => b,
         Err(e) => {
@@ -73,7 +78,15 @@ pub fn pre_build(drv_path: &Path, config_arg: Option<&Path>) -> Result<Vec<u8>, 
     if rules.is_empty() {
         return Ok(Vec::new());
     }
-    let plan = Plan::build(&config, &rules);
+    let ctx = BuildContext {
+        derivation: drv_path.display().to_string(),
+        features: features
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect(),
+        chroot: Some(chroot.to_path_buf()),
+    };
+    let plan = Plan::build(&config, &rules, &ctx);
     if !plan.problems.is_empty() {
         let feature = rules[0].first_match(&features).unwrap_or_default();
         let problems: Vec<String> = plan.problems.iter().map(|p| p.to_string()).collect();
@@ -84,7 +97,17 @@ pub fn pre_build(drv_path: &Path, config_arg: Option<&Path>) -> Result<Vec<u8>, 
             problems.join("; ")
         )));
     }
-    protocol::render(&plan.exposures).map_err(|e| HookFailure(format!("{name}: {e}")))
+    let answer =
+        protocol::render(&plan.exposures).map_err(|e| HookFailure(format!("{name}: {e}")))?;
+    if let Some(m) = &plan.manifest {
+        manifest_file::write(m, &config.runtime_dir).map_err(|e| {
+            HookFailure(format!(
+                "{name}: cannot write the manifest {}: {e}",
+                m.outside.display()
+            ))
+        })?;
+    }
+    Ok(answer)
 }
 
 /// A `.drv` we cannot read: fail only when it could be a tagged build, i.e. when the bytes

@@ -8,10 +8,12 @@
 
 pub mod closure;
 pub mod config;
+pub mod discover;
 pub mod drv;
 pub mod explain;
 pub mod hook;
 pub mod log;
+pub mod manifest_file;
 pub mod plan;
 pub mod protocol;
 pub mod symlinks;

@@ -65,7 +65,7 @@ fn main() -> ExitCode {
     // Fast path: Nix always calls `HOOK <drv> <chroot>` with absolute paths.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.len() == 3 && args[1].as_encoded_bytes().starts_with(b"/") {
-        return run_hook(Path::new(&args[1]), None);
+        return run_hook(Path::new(&args[1]), Path::new(&args[2]), None);
     }
     let cli = Cli::parse();
     match (cli.command, cli.drv) {
@@ -109,7 +109,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        (None, Some(drv)) if cli.chroot.is_some() => run_hook(&drv, cli.config.as_deref()),
+        (None, Some(drv)) => match cli.chroot {
+            Some(chroot) => run_hook(&drv, &chroot, cli.config.as_deref()),
+            None => {
+                log::error("hook mode needs two arguments: <drv-path> <chroot-root>");
+                ExitCode::from(2)
+            }
+        },
         (None, _) => {
             log::error(
                 "expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help",
@@ -119,8 +125,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_hook(drv: &Path, config: Option<&Path>) -> ExitCode {
-    match hook::pre_build(drv, config) {
+fn run_hook(drv: &Path, chroot: &Path, config: Option<&Path>) -> ExitCode {
+    match hook::pre_build(drv, chroot, config) {
         Ok(answer) => {
             let mut out = std::io::stdout().lock();
             if out.write_all(&answer).and_then(|()| out.flush()).is_err() {

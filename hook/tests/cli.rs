@@ -39,8 +39,9 @@ impl Case {
         std::fs::write(
             &p,
             format!(
-                "host_root = \"{}\"\nclosure_cache = \"{}\"\nnix_store = \"{}\"\n[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n{body}",
+                "host_root = \"{}\"\nruntime_dir = \"{}\"\nclosure_cache = \"{}\"\nnix_store = \"{}\"\n[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n{body}",
                 self.path("root").display(),
+                self.path("run").display(),
                 self.path("cache").display(),
                 self.path("nix-store").display()
             ),
@@ -167,7 +168,9 @@ fn tagged_build_gets_devices_mounts_and_link_targets_in_protocol_order() {
     let r = root.display();
     let expected = format!(
         "extra-sandbox-paths\n/dev/nvidiactl={r}/dev/nvidiactl\n/opt/driver={r}/opt/driver\n\
-         /opt/driver-1.0={r}/opt/driver-1.0\n/run/opengl-driver/lib={}\n\n",
+         /opt/driver-1.0={r}/opt/driver-1.0\n/run/cuda-sandbox/manifest.json={}\n\
+         /run/opengl-driver/lib={}\n\n",
+        c.path("run/manifests/chroot.json").display(),
         c.path("libs").display()
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
@@ -179,14 +182,29 @@ fn tagged_build_gets_devices_mounts_and_link_targets_in_protocol_order() {
         .iter()
         .map(|x| x["reason"]["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["device", "host-path", "symlink-target", "mount"]);
+    assert_eq!(
+        kinds,
+        ["device", "host-path", "symlink-target", "manifest", "mount"]
+    );
     let skipped = e["plan"]["skipped"].to_string();
     assert!(skipped.contains("nvidia-modeset"), "{skipped}");
-    assert_eq!(e["nix_answer"].as_str().unwrap(), expected);
+    // explain plans the same, except for the manifest's file name (no chroot).
+    let explained = expected.replace("chroot.json", "explain.json");
+    assert_eq!(e["nix_answer"].as_str().unwrap(), explained);
     assert!(e["verdict"]
         .as_str()
         .unwrap()
-        .starts_with("tagged: 4 paths"));
+        .starts_with("tagged: 5 paths"));
+    // The hook wrote the manifest, read-only, naming the devices and the build.
+    let manifest = c.path("run/manifests/chroot.json");
+    let m = cuda_sandbox_manifest::Manifest::read(&manifest).unwrap();
+    assert_eq!(m.devices, ["/dev/nvidiactl"]);
+    assert!(m.derivation.ends_with("t.drv"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&manifest).unwrap().permissions().mode() & 0o777,
+        0o444
+    );
 }
 
 #[test]
@@ -234,6 +252,10 @@ fn store_paths_bring_their_closure_once_cached() {
     assert_eq!(
         exposures,
         [
+            (
+                "/run/cuda-sandbox/manifest.json".to_string(),
+                "manifest".to_string()
+            ),
             ("/run/opengl-driver".to_string(), "host-path".to_string()),
             (format!("{s}/aaa-driver"), "symlink-target".to_string()),
             (format!("{s}/bbb-dep"), "closure-member".to_string()),

@@ -32,6 +32,7 @@ impl Host {
             format!(
                 r#"host_root = "{root}"
 closure_cache = "{cache}"
+runtime_dir = "{run}"
 [[rule]]
 name = "nvidia"
 features = ["cuda", "gpu"]
@@ -51,7 +52,8 @@ path = "/run/opengl-driver"
 required = true
 "#,
                 root = root.display(),
-                cache = dir.path().join("cache").display()
+                cache = dir.path().join("cache").display(),
+                run = dir.path().join("run").display()
             ),
         )
         .unwrap();
@@ -149,6 +151,9 @@ fn tagged_build_sees_gpu_and_driver_closure_untagged_sees_nothing() {
         ] {
             assert!(r.contains(line), "{name} lacks {line:?}:\n{r}");
         }
+        let manifest = r.lines().find(|l| l.starts_with("manifest ")).unwrap();
+        assert!(manifest.contains(&format!("-{name}.drv\"")), "{manifest}");
+        assert!(manifest.contains("\"/dev/nvidia-uvm\""), "{manifest}");
         for member in &closure {
             let line = format!("read {}", member.display());
             assert!(
@@ -167,6 +172,10 @@ fn tagged_build_sees_gpu_and_driver_closure_untagged_sees_nothing() {
             );
         }
         assert!(r.contains("driver absent"), "{name} sees the driver:\n{r}");
+        assert!(
+            r.contains("manifest absent"),
+            "{name} sees a manifest:\n{r}"
+        );
         for member in &closure {
             assert!(
                 r.contains(&format!("unreadable {}", member.display())),

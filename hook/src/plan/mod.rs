@@ -4,9 +4,13 @@
 //! then rendered as Nix's answer ([`crate::protocol`]) or as an explanation
 //! ([`crate::explain`]). One plan, so the renderings cannot disagree.
 
+mod driver;
+
 use crate::closure::{store_path_of, ClosureCache};
 use crate::config::{Config, Rule};
+use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::symlinks::{self, ChainError, Space};
+use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_PATH, MANIFEST_VERSION};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::os::unix::fs::FileTypeExt;
@@ -39,6 +43,16 @@ pub enum Reason {
         #[serde(serialize_with = "lossy_path")]
         link: PathBuf,
     },
+    /// The NVIDIA driver: `driver-link`, `host-library from …`, `compat`, or
+    /// `compat-at-driver-link`.
+    Driver {
+        /// The rule.
+        rule: String,
+        /// Where the driver file or directory comes from.
+        source: String,
+    },
+    /// The manifest the runner reads.
+    Manifest,
     /// In the runtime closure of an exposed store path.
     ClosureMember {
         /// The store path whose closure this belongs to.
@@ -102,11 +116,40 @@ pub struct Plan {
     pub closures_cached: usize,
     /// How many closures were computed with `nix-store` for this plan.
     pub closures_computed: usize,
+    /// The driver the build should load (when a rule configures a driver).
+    pub driver: Option<DriverManifest>,
+    /// What is known of the host driver.
+    pub driver_facts: Option<HostDriverFacts>,
+    /// The compat decision, with every rejected candidate.
+    pub driver_choice: Option<DriverChoice>,
+    /// The manifest to write for the build, and where (outside).
+    pub manifest: Option<PlannedManifest>,
+}
+
+/// The manifest of a tagged build and the host file it is written to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedManifest {
+    /// The file outside the sandbox (bound read-only at [`MANIFEST_PATH`] inside).
+    #[serde(serialize_with = "lossy_path")]
+    pub outside: PathBuf,
+    /// Its content.
+    pub content: Manifest,
+}
+
+/// What the plan is for: the derivation, its features, and the sandbox (absent for `explain`).
+#[derive(Debug, Clone, Default)]
+pub struct BuildContext {
+    /// The derivation path (for the manifest and messages).
+    pub derivation: String,
+    /// Its required features.
+    pub features: Vec<String>,
+    /// The chroot root Nix passed, when planning for a real build.
+    pub chroot: Option<PathBuf>,
 }
 
 impl Plan {
     /// Builds the plan for `rules` (the ones that matched the derivation) under `config`.
-    pub fn build(config: &Config, rules: &[&Rule]) -> Plan {
+    pub fn build(config: &Config, rules: &[&Rule], ctx: &BuildContext) -> Plan {
         let mut plan = Plan {
             rules: rules.iter().map(|r| r.name.clone()).collect(),
             ..Plan::default()
@@ -140,10 +183,67 @@ impl Plan {
                     &m.hint,
                 );
             }
+            if let Some(driver) = &rule.driver {
+                if plan.driver.is_none() {
+                    plan.add_driver(rule, driver, config);
+                }
+            }
         }
         plan.add_closures(config);
         plan.drop_nested();
+        plan.add_manifest(config, ctx);
         plan
+    }
+
+    /// Plans the manifest: its content from the final exposures, its file under the runtime
+    /// directory (named after the chroot), and its exposure at [`MANIFEST_PATH`].
+    fn add_manifest(&mut self, config: &Config, ctx: &BuildContext) {
+        let name = ctx
+            .chroot
+            .as_deref()
+            .and_then(Path::file_name)
+            .map(|n| sanitize_file_name(&n.to_string_lossy()))
+            .unwrap_or_else(|| "explain".to_string());
+        let outside = config
+            .runtime_dir
+            .join("manifests")
+            .join(format!("{name}.json"));
+        let devices = self
+            .exposures
+            .iter()
+            .filter(|e| matches!(e.reason, Reason::Device { .. }))
+            .map(|e| e.inside.to_string_lossy().into_owned())
+            .collect();
+        let driver = self.driver.clone().unwrap_or_else(|| DriverManifest {
+            kind: cuda_sandbox_manifest::DriverKind::None,
+            libcuda: Vec::new(),
+            cuda_version: None,
+            host_cuda_version: None,
+            kernel_driver: None,
+            compat_dir: None,
+            driver_link_lib: None,
+            reason: "no rule configures a driver".to_string(),
+        });
+        let content = Manifest {
+            version: MANIFEST_VERSION,
+            derivation: ctx.derivation.clone(),
+            chroot: ctx
+                .chroot
+                .as_ref()
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            rules: self.rules.clone(),
+            features: ctx.features.clone(),
+            devices,
+            driver,
+        };
+        self.exposures.push(Exposure {
+            inside: PathBuf::from(MANIFEST_PATH),
+            outside: outside.clone(),
+            reason: Reason::Manifest,
+        });
+        self.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
+        self.manifest = Some(PlannedManifest { outside, content });
     }
 
     fn add_devices(&mut self, rule: &Rule, space: Space<'_>) {
@@ -345,6 +445,19 @@ impl Plan {
         }
         self.exposures = kept;
     }
+}
+
+/// A file name made of the safe characters of `name` (others become `_`).
+fn sanitize_file_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "+-._".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The fix to suggest when a required device glob matches nothing.

@@ -27,6 +27,11 @@ let
           else
             echo "driver absent"
           fi
+          if [ -f /run/cuda-sandbox/manifest.json ]; then
+            echo "manifest $(tr -d ' \n' < /run/cuda-sandbox/manifest.json | head -c 2000)"
+          else
+            echo "manifest absent"
+          fi
           for f in $READ_PATHS; do
             if [ -d "$f" ] && ls "$f" >/dev/null 2>&1; then echo "read $f"
             elif [ -f "$f" ] && head -c 1 "$f" >/dev/null 2>&1; then echo "read $f"

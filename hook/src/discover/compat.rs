@@ -1,0 +1,243 @@
+//! `cuda_compat` drivers: finding them and reading their `.note.cuda.fwd_compatibility` note.
+//!
+//! Recent compat `libcuda.so` files carry an ELF note (owner `NVIDIA Corporation`) whose
+//! descriptor is JSON such as `{"Format":1,"CUDA Version":"12.9","Driver":[535,550],…}`
+//! (DESIGN.md §6). The `object` crate finds the section and the byte order; the note records
+//! themselves are walked here with bounds checks, so a damaged file is an error, not a panic.
+
+use super::versions::{self, CudaVersion};
+use object::{Object, ObjectSection};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Section holding the forward-compatibility note.
+pub const NOTE_SECTION: &str = ".note.cuda.fwd_compatibility";
+/// Owner name of NVIDIA's notes.
+pub const NOTE_OWNER: &[u8] = b"NVIDIA Corporation";
+
+/// What a compat driver's note says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CompatNote {
+    /// `"CUDA Version"`: the CUDA version this compat driver provides.
+    pub cuda_version: Option<CudaVersion>,
+    /// `"Driver"`: kernel driver branches it runs on; `None` when the note has no list.
+    pub drivers: Option<Vec<u32>>,
+    /// The note's JSON, verbatim.
+    pub json: String,
+}
+
+/// A compat driver found on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CompatDriver {
+    /// The directory holding it (`…/compat`), as the build sees it.
+    pub dir: PathBuf,
+    /// Where that directory is on the host.
+    pub dir_outside: PathBuf,
+    /// The compat `libcuda.so.<version>` file name.
+    pub libcuda: String,
+    /// The note, when the library has one.
+    pub note: Option<CompatNote>,
+    /// The CUDA version: from the note, else from the file name's driver branch.
+    pub cuda_version: Option<CudaVersion>,
+}
+
+/// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
+pub fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, String> {
+    let file = object::File::parse(elf).map_err(|e| format!("not a readable ELF file: {e}"))?;
+    let Some(section) = file.section_by_name(NOTE_SECTION) else {
+        return Ok(None);
+    };
+    let data = section
+        .data()
+        .map_err(|e| format!("cannot read {NOTE_SECTION}: {e}"))?;
+    let little = file.is_little_endian();
+    let word = |at: usize| -> Option<usize> {
+        let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(if little {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        } as usize)
+    };
+    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
+    let mut at = 0;
+    while at < data.len() {
+        let bad = || format!("{NOTE_SECTION} is malformed at byte {at}");
+        let namesz = word(at).ok_or_else(bad)?;
+        let descsz = word(at + 4).ok_or_else(bad)?;
+        let name_at = at + 12;
+        let desc_at = align4(namesz)
+            .and_then(|n| name_at.checked_add(n))
+            .ok_or_else(bad)?;
+        let next = align4(descsz)
+            .and_then(|n| desc_at.checked_add(n))
+            .ok_or_else(bad)?;
+        let name = data.get(name_at..name_at + namesz).ok_or_else(bad)?;
+        let desc = data.get(desc_at..desc_at + descsz).ok_or_else(bad)?;
+        let name = name.strip_suffix(&[0]).unwrap_or(name);
+        if name == NOTE_OWNER {
+            let desc = desc.split(|b| *b == 0).next().unwrap_or_default();
+            return parse_note_json(desc).map(Some);
+        }
+        at = next;
+    }
+    Ok(None)
+}
+
+fn parse_note_json(desc: &[u8]) -> Result<CompatNote, String> {
+    let json = std::str::from_utf8(desc).map_err(|_| "compat note is not UTF-8".to_string())?;
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("compat note is not JSON: {e}"))?;
+    let cuda_version = value
+        .get("CUDA Version")
+        .and_then(|v| v.as_str())
+        .and_then(CudaVersion::parse);
+    let drivers = match value.get("Driver") {
+        None => None,
+        Some(serde_json::Value::Array(items)) => Some(
+            items
+                .iter()
+                .map(|d| match d {
+                    serde_json::Value::Number(n) => n.as_u64().map(|n| n as u32),
+                    serde_json::Value::String(s) => versions::driver_branch(s),
+                    _ => None,
+                })
+                .collect::<Option<Vec<u32>>>()
+                .ok_or("compat note's Driver list holds something other than driver branches")?,
+        ),
+        Some(_) => return Err("compat note's Driver is not a list".to_string()),
+    };
+    Ok(CompatNote {
+        cuda_version,
+        drivers,
+        json: json.to_string(),
+    })
+}
+
+/// Looks at a candidate compat directory: the `libcuda.so.<version>` in it and its note.
+/// `Ok(None)` when the directory holds no compat libcuda.
+pub fn inspect_dir(dir: &Path, dir_outside: &Path) -> Result<Option<CompatDriver>, String> {
+    let entries = match std::fs::read_dir(dir_outside) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot list {}: {e}", dir_outside.display())),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("libcuda.so."))
+        .collect();
+    // Prefer the versioned file (`libcuda.so.550.54.15`) over `libcuda.so.1`.
+    names.sort_by_key(|n| {
+        (
+            versions::version_in_file_name(n, "libcuda").is_none(),
+            n.clone(),
+        )
+    });
+    let Some(libcuda) = names.into_iter().next() else {
+        return Ok(None);
+    };
+    let path = dir_outside.join(&libcuda);
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let note = read_note(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cuda_version = note.as_ref().and_then(|n| n.cuda_version).or_else(|| {
+        versions::version_in_file_name(&libcuda, "libcuda")
+            .and_then(|v| versions::driver_branch(&v))
+            .and_then(versions::cuda_for_branch)
+    });
+    Ok(Some(CompatDriver {
+        dir: dir.to_path_buf(),
+        dir_outside: dir_outside.to_path_buf(),
+        libcuda,
+        note,
+        cuda_version,
+    }))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Makes a real shared library with the C compiler and, when `json` is given, adds the
+    /// compat note with objcopy (a `.note*` section added by objcopy is SHT_NOTE).
+    pub(crate) fn compat_library(dir: &Path, name: &str, json: Option<&str>) -> PathBuf {
+        let src = dir.join("lib.c");
+        std::fs::write(&src, "int cuInit(unsigned int f) { return (int)f; }\n").unwrap();
+        let out = dir.join(name);
+        let ok = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("cc")
+            .success();
+        assert!(ok, "cc failed");
+        if let Some(json) = json {
+            let mut note = Vec::new();
+            let owner = b"NVIDIA Corporation\0";
+            note.extend_from_slice(&(owner.len() as u32).to_le_bytes());
+            note.extend_from_slice(&(json.len() as u32 + 1).to_le_bytes());
+            note.extend_from_slice(&1u32.to_le_bytes());
+            note.extend_from_slice(owner);
+            while note.len() % 4 != 0 {
+                note.push(0);
+            }
+            note.extend_from_slice(json.as_bytes());
+            note.push(0);
+            while note.len() % 4 != 0 {
+                note.push(0);
+            }
+            let note_file = dir.join("note.bin");
+            std::fs::write(&note_file, note).unwrap();
+            let ok = std::process::Command::new("objcopy")
+                .arg("--add-section")
+                .arg(format!("{NOTE_SECTION}={}", note_file.display()))
+                .arg(&out)
+                .status()
+                .expect("objcopy")
+                .success();
+            assert!(ok, "objcopy failed");
+        }
+        out
+    }
+
+    #[test]
+    fn reads_the_note_of_a_real_elf() {
+        let t = tempfile::tempdir().unwrap();
+        let lib = compat_library(
+            t.path(),
+            "libcuda.so.535.104.05",
+            Some(r#"{"Format":1,"CUDA Version":"12.2","Driver":[470,525],"Device":[]}"#),
+        );
+        let note = read_note(&std::fs::read(&lib).unwrap()).unwrap().unwrap();
+        assert_eq!(note.cuda_version, Some(CudaVersion(12020)));
+        assert_eq!(note.drivers, Some(vec![470, 525]));
+        let found = inspect_dir(Path::new("/compat"), t.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.libcuda, "libcuda.so.535.104.05");
+        assert_eq!(found.cuda_version, Some(CudaVersion(12020)));
+    }
+
+    #[test]
+    fn no_note_means_version_from_the_file_name() {
+        let t = tempfile::tempdir().unwrap();
+        compat_library(t.path(), "libcuda.so.550.54.15", None);
+        let found = inspect_dir(Path::new("/c"), t.path()).unwrap().unwrap();
+        assert_eq!(found.note, None);
+        assert_eq!(found.cuda_version, Some(CudaVersion(12040)));
+        assert!(inspect_dir(Path::new("/c"), &t.path().join("absent"))
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn damaged_notes_and_files_are_errors() {
+        assert!(read_note(b"not an elf").is_err());
+        assert!(parse_note_json(b"{\"Driver\": 3}").is_err());
+        assert!(parse_note_json(b"{\"Driver\": [\"x\"]}").is_err());
+        assert!(parse_note_json(b"nope").is_err());
+        let n = parse_note_json(br#"{"CUDA Version":"12.9"}"#).unwrap();
+        assert_eq!(n.drivers, None);
+    }
+}

@@ -1,0 +1,320 @@
+//! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
+//! choice, and the libcuda paths the build is expected to load.
+
+use super::{Plan, Problem, Reason, Skip};
+use crate::config::{Config, DriverConfig, Rule};
+use crate::discover::choice;
+use crate::discover::compat::{self, CompatDriver};
+use crate::discover::host::{self, HostLibrary, COMPAT_LIBRARIES};
+use crate::symlinks::{self, Space};
+use cuda_sandbox_manifest::{DriverKind, DriverManifest};
+use std::path::{Path, PathBuf};
+
+/// Where the host driver comes from.
+enum HostSource {
+    /// The NixOS driver link, as the build sees it.
+    Link(PathBuf),
+    /// Host libraries bound at `<link>/lib/<name>`.
+    Libraries(Vec<HostLibrary>),
+    /// Nothing found.
+    Absent,
+}
+
+impl Plan {
+    pub(super) fn add_driver(&mut self, rule: &Rule, cfg: &DriverConfig, config: &Config) {
+        let space = Space::Rooted {
+            root: &config.host_root,
+            store_dir: &config.store_dir,
+        };
+        let link = symlinks::normalize(&cfg.link);
+        let link_lib = link.join("lib");
+        let source = if std::fs::symlink_metadata(space.outside(&link)).is_ok() {
+            HostSource::Link(link.clone())
+        } else if cfg.host_libraries {
+            let mut warnings = Vec::new();
+            let libs = host::host_libraries(
+                &config.host_root,
+                &config.store_dir,
+                &cfg.library_dirs,
+                &mut warnings,
+            );
+            for w in warnings {
+                self.skipped.push(Skip {
+                    path: "/etc/ld.so.cache".into(),
+                    why: w,
+                });
+            }
+            if libs.iter().any(|l| l.stem == "libcuda") {
+                HostSource::Libraries(libs)
+            } else {
+                HostSource::Absent
+            }
+        } else {
+            HostSource::Absent
+        };
+
+        // The host libcuda's real file name tells the host driver's version.
+        let host_libcuda_outside = match &source {
+            HostSource::Link(l) => Some(space.outside(&l.join("lib/libcuda.so.1"))),
+            HostSource::Libraries(libs) => libs
+                .iter()
+                .find(|l| l.name == "libcuda.so.1")
+                .or_else(|| libs.iter().find(|l| l.stem == "libcuda"))
+                .map(|l| l.outside.clone()),
+            HostSource::Absent => None,
+        };
+        let real_name = host_libcuda_outside
+            .as_ref()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let facts = host::host_facts(&config.host_root, &config.store_dir, real_name.as_deref());
+
+        let candidates = self.compat_candidates(cfg, config);
+        let choice = choice::choose(&facts, candidates);
+        let compat = choice.compat.clone();
+        let compat_in_store = compat
+            .as_ref()
+            .is_some_and(|c| c.dir_outside.starts_with(&config.store_dir));
+        // A compat driver outside the store replaces the host's libcuda (and friends) at the
+        // driver link, so that binaries finding libcuda through DT_RUNPATH load it too.
+        let replace_at_link = compat.is_some() && !compat_in_store;
+        let reason = |source: &str| Reason::Driver {
+            rule: rule.name.clone(),
+            source: source.to_string(),
+        };
+
+        let mut expected: Vec<PathBuf> = Vec::new();
+        match &source {
+            HostSource::Link(l) => {
+                let outside = space.outside(l);
+                self.add_path(
+                    rule,
+                    l,
+                    &outside,
+                    space,
+                    reason("driver-link"),
+                    cfg.required,
+                    &None,
+                );
+                if compat.is_none() {
+                    expected.extend(self.libcuda_paths(&l.join("lib/libcuda.so.1"), space, config));
+                }
+            }
+            HostSource::Libraries(libs) => {
+                for lib in libs {
+                    let inside = link_lib.join(&lib.name);
+                    if replace_at_link && COMPAT_LIBRARIES.contains(&lib.stem) {
+                        self.skipped.push(Skip {
+                            path: lib.outside.display().to_string(),
+                            why: "replaced by the compat driver's library".into(),
+                        });
+                        continue;
+                    }
+                    let why = format!("host-library from {}", lib.found_in);
+                    self.add_path(
+                        rule,
+                        &inside,
+                        &lib.outside,
+                        Space::Literal,
+                        reason(&why),
+                        false,
+                        &None,
+                    );
+                }
+                if compat.is_none() {
+                    let lib = libs
+                        .iter()
+                        .find(|l| l.name == "libcuda.so.1")
+                        .or_else(|| libs.iter().find(|l| l.stem == "libcuda"));
+                    if let Some(lib) = lib {
+                        expected.extend(self.mount_paths(&link_lib.join(&lib.name), &lib.outside));
+                    }
+                }
+            }
+            HostSource::Absent if cfg.required => self.problems.push(Problem {
+                rule: rule.name.clone(),
+                what: format!(
+                    "no NVIDIA driver found (no {} and no libcuda.so.1 in /etc/ld.so.cache or {})",
+                    link.display(),
+                    cfg.library_dirs
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                fix:
+                    "install the NVIDIA driver; on NixOS enable hardware.graphics with the NVIDIA \
+                      driver, elsewhere make sure ldconfig knows libcuda.so.1"
+                        .into(),
+            }),
+            HostSource::Absent => self.skipped.push(Skip {
+                path: link.display().to_string(),
+                why: "no NVIDIA driver found (optional)".into(),
+            }),
+        }
+
+        if let Some(c) = &compat {
+            self.add_path(
+                rule,
+                &c.dir,
+                &c.dir_outside,
+                space,
+                reason("compat"),
+                true,
+                &None,
+            );
+            expected.extend(self.libcuda_paths(&c.dir.join("libcuda.so.1"), space, config));
+            expected.extend(self.libcuda_paths(&c.dir.join(&c.libcuda), space, config));
+            if replace_at_link {
+                self.bind_compat_at_link(rule, c, &link_lib, &mut expected);
+            }
+        }
+        expected.sort();
+        expected.dedup();
+
+        let kind = match (&source, &compat) {
+            (_, Some(_)) => DriverKind::Compat,
+            (HostSource::Absent, None) => DriverKind::None,
+            _ => DriverKind::Host,
+        };
+        self.driver = Some(DriverManifest {
+            kind,
+            libcuda: expected
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+            cuda_version: choice.cuda_version.map(|v| v.to_string()),
+            host_cuda_version: facts.cuda_version.map(|v| v.to_string()),
+            kernel_driver: facts.kernel_driver.clone(),
+            compat_dir: compat
+                .as_ref()
+                .map(|c| c.dir.to_string_lossy().into_owned()),
+            driver_link_lib: (!matches!(source, HostSource::Absent) || replace_at_link)
+                .then(|| link_lib.to_string_lossy().into_owned()),
+            reason: if kind == DriverKind::None {
+                "no NVIDIA driver was found on this host".to_string()
+            } else {
+                choice.reason.clone()
+            },
+        });
+        self.driver_facts = Some(facts);
+        self.driver_choice = Some(choice);
+    }
+
+    /// Compat directories named by the config's globs (under the host root unless in the
+    /// store) that hold a compat libcuda.
+    fn compat_candidates(&mut self, cfg: &DriverConfig, config: &Config) -> Vec<CompatDriver> {
+        let mut out = Vec::new();
+        for pattern in &cfg.compat {
+            let in_store = Path::new(pattern).starts_with(&config.store_dir);
+            let root = &config.host_root;
+            let full = if in_store || root == Path::new("/") {
+                pattern.clone()
+            } else {
+                format!(
+                    "{}/{}",
+                    glob::Pattern::escape(&root.to_string_lossy()).trim_end_matches('/'),
+                    pattern.trim_start_matches('/')
+                )
+            };
+            let Ok(paths) = glob::glob(&full) else {
+                continue;
+            };
+            for outside in paths.filter_map(Result::ok) {
+                let inside = if in_store || root == Path::new("/") {
+                    outside.clone()
+                } else {
+                    match outside.strip_prefix(root) {
+                        Ok(rel) => Path::new("/").join(rel),
+                        Err(_) => continue,
+                    }
+                };
+                match compat::inspect_dir(&inside, &outside) {
+                    Ok(Some(c)) => out.push(c),
+                    Ok(None) => self.skipped.push(Skip {
+                        path: inside.display().to_string(),
+                        why: "compat directory without a libcuda.so.*".into(),
+                    }),
+                    Err(e) => self.skipped.push(Skip {
+                        path: inside.display().to_string(),
+                        why: format!("compat driver unreadable: {e}"),
+                    }),
+                }
+            }
+        }
+        out
+    }
+
+    /// Binds the compat driver's libraries at the driver link in place of the host's.
+    fn bind_compat_at_link(
+        &mut self,
+        rule: &Rule,
+        c: &CompatDriver,
+        link_lib: &Path,
+        expected: &mut Vec<PathBuf>,
+    ) {
+        let Ok(entries) = std::fs::read_dir(&c.dir_outside) else {
+            return;
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| host::driver_library_stem(n).is_some_and(|s| COMPAT_LIBRARIES.contains(&s)))
+            .collect();
+        names.sort();
+        for name in names {
+            let inside = link_lib.join(&name);
+            let outside = c.dir_outside.join(&name);
+            let reason = Reason::Driver {
+                rule: rule.name.clone(),
+                source: "compat-at-driver-link".into(),
+            };
+            self.add_path(
+                rule,
+                &inside,
+                &outside,
+                Space::Literal,
+                reason,
+                false,
+                &None,
+            );
+            if name.starts_with("libcuda.so") {
+                expected.extend(self.mount_paths(&inside, &outside));
+            }
+        }
+    }
+
+    /// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain
+    /// and its real path.
+    fn libcuda_paths(&self, inside: &Path, space: Space<'_>, config: &Config) -> Vec<PathBuf> {
+        let outside = space.outside(inside);
+        let mut out = vec![inside.to_path_buf()];
+        if let Ok(chain) = symlinks::follow(inside, &outside, space) {
+            out.extend(chain.hops.into_iter().map(|h| h.inside));
+        }
+        if let Ok(real) = std::fs::canonicalize(&outside) {
+            out.push(inside_of(&real, config));
+        }
+        out
+    }
+
+    /// As [`Self::libcuda_paths`] for a file bound at `inside` from a literal host path.
+    fn mount_paths(&self, inside: &Path, outside: &Path) -> Vec<PathBuf> {
+        let mut out = vec![inside.to_path_buf()];
+        if let Ok(chain) = symlinks::follow(inside, outside, Space::Literal) {
+            out.extend(chain.hops.into_iter().map(|h| h.inside));
+        }
+        out
+    }
+}
+
+/// The inside path of a real host path: store paths as they are, others without the root.
+fn inside_of(real: &Path, config: &Config) -> PathBuf {
+    if real.starts_with(&config.store_dir) || config.host_root == Path::new("/") {
+        return real.to_path_buf();
+    }
+    match real.strip_prefix(&config.host_root) {
+        Ok(rel) => Path::new("/").join(rel),
+        Err(_) => real.to_path_buf(),
+    }
+}
