@@ -78,7 +78,8 @@ pub struct Manifest {
 impl Manifest {
     /// Reads a manifest file.
     pub fn read(path: &Path) -> Result<Manifest, String> {
-        let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let m: Manifest = serde_json::from_slice(&text)
             .map_err(|e| format!("{} is not a cuda-sandbox manifest: {e}", path.display()))?;
         if m.version != MANIFEST_VERSION {
