@@ -110,6 +110,19 @@ pub struct DeviceGlob {
     /// What to tell the user when a required glob matches nothing.
     #[serde(default)]
     pub hint: Option<String>,
+    /// Only on this kind of host: `tegra` (Jetson) or `discrete`; absent: on every host.
+    #[serde(default)]
+    pub platform: Option<Platform>,
+}
+
+/// The kind of NVIDIA host, for devices that exist on one kind only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// Jetson (Tegra): `/etc/nv_tegra_release` or `/sys/devices/soc0/family` = tegra*.
+    Tegra,
+    /// Any other NVIDIA host (`/dev/nvidiactl` and friends).
+    Discrete,
 }
 
 /// A host path exposed at the same path inside the sandbox.
@@ -259,11 +272,15 @@ impl Config {
     /// The configuration used when no file exists: NixOS, with the driver at
     /// `/run/opengl-driver` and the device nodes of DESIGN.md §5.
     pub fn builtin() -> Config {
-        let device = |glob: &str, required: bool| DeviceGlob {
+        let on = |platform: Option<Platform>, glob: &str, required: bool| DeviceGlob {
             glob: glob.to_string(),
             required,
             hint: None,
+            platform,
         };
+        let device = |glob: &str, required: bool| on(None, glob, required);
+        let discrete = |glob: &str| on(Some(Platform::Discrete), glob, true);
+        let tegra = |glob: &str, required: bool| on(Some(Platform::Tegra), glob, required);
         Config {
             host_root: default_host_root(),
             store_dir: default_store_dir(),
@@ -274,15 +291,20 @@ impl Config {
                 name: "nvidia".to_string(),
                 features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
                 devices: vec![
-                    device("/dev/nvidiactl", true),
-                    device("/dev/nvidia-uvm", true),
-                    device("/dev/nvidia[0-9]*", true),
+                    discrete("/dev/nvidiactl"),
+                    discrete("/dev/nvidia-uvm"),
+                    discrete("/dev/nvidia[0-9]*"),
                     device("/dev/nvidia-uvm-tools", false),
                     device("/dev/nvidia-modeset", false),
                     device("/dev/nvidia-caps/nvidia-cap*", false),
                     device("/dev/nvidia-caps-imex-channels/*", false),
                     device("/dev/dri/renderD*", false),
                     device("/dev/dri/card*", false),
+                    tegra("/dev/nvmap", true),
+                    tegra("/dev/nvhost-*", false),
+                    tegra("/dev/nvgpu/igpu0/*", false),
+                    tegra("/dev/nvsciipc", false),
+                    tegra("/dev/host1x-fence", false),
                 ],
                 paths: Vec::new(),
                 mounts: Vec::new(),

@@ -152,8 +152,9 @@ impl<'a> Derivation<'a> {
 fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
     #[derive(serde::Deserialize)]
     struct Attrs {
+        // Absent means none; `null` (like any other non-list) is an error, as in Nix.
         #[serde(rename = "requiredSystemFeatures", default)]
-        required_system_features: Option<Vec<String>>,
+        required_system_features: Vec<String>,
     }
     let attrs: Attrs = serde_json::from_slice(json).map_err(|e| DrvError {
         offset: 0,
@@ -161,7 +162,6 @@ fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
     })?;
     Ok(attrs
         .required_system_features
-        .unwrap_or_default()
         .into_iter()
         .map(|s| Cow::Owned(s.into_bytes()))
         .collect())
@@ -384,6 +384,18 @@ mod tests {
             br#"Derive([],[],[],"s","b",[],[("__json","{\"requiredSystemFeatures\":[1]}")])"#;
         let drv = Derivation::parse(text).unwrap();
         assert!(drv.required_features().is_err());
+    }
+
+    #[test]
+    fn structured_features_null_is_an_error_like_in_nix() {
+        // Nix 2.8: "attribute 'requiredSystemFeatures' of derivation … must be a list of strings".
+        let text =
+            br#"Derive([],[],[],"s","b",[],[("__json","{\"requiredSystemFeatures\":null}")])"#;
+        let drv = Derivation::parse(text).unwrap();
+        assert!(drv.required_features().is_err());
+        let text = br#"Derive([],[],[],"s","b",[],[("__json","{\"other\":null}")])"#;
+        let drv = Derivation::parse(text).unwrap();
+        assert!(drv.required_features().unwrap().features.is_empty());
     }
 
     #[test]

@@ -209,3 +209,75 @@ impl NixSandbox {
         }
     }
 }
+
+/// Builds a real shared library at `path` with the C compiler, with `soname` as its DT_SONAME
+/// when given. Its one function is `int cuInit(unsigned)`, enough for loaders and ELF readers.
+pub fn shared_library(path: &Path, soname: Option<&str>) -> std::io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let src = dir.path().join("lib.c");
+    std::fs::write(&src, "int cuInit(unsigned int f) { return (int)f; }\n")?;
+    let mut cc = Command::new("cc");
+    cc.args(["-shared", "-fPIC", "-o"]).arg(path).arg(&src);
+    if let Some(s) = soname {
+        cc.arg(format!("-Wl,-soname,{s}"));
+    }
+    let out = cc.output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// Adds a `.note.cuda.fwd_compatibility` note (owner `NVIDIA Corporation`, descriptor `json`)
+/// to the ELF file at `path` with objcopy, as NVIDIA's compat `libcuda.so` files carry.
+pub fn add_compat_note(path: &Path, json: &str) -> std::io::Result<()> {
+    let mut note = Vec::new();
+    let owner = b"NVIDIA Corporation\0";
+    let pad = |v: &mut Vec<u8>| {
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+    };
+    note.extend_from_slice(&(owner.len() as u32).to_le_bytes());
+    note.extend_from_slice(&(json.len() as u32 + 1).to_le_bytes());
+    note.extend_from_slice(&1u32.to_le_bytes());
+    note.extend_from_slice(owner);
+    pad(&mut note);
+    note.extend_from_slice(json.as_bytes());
+    note.push(0);
+    pad(&mut note);
+    let dir = tempfile::tempdir()?;
+    let note_file = dir.path().join("note.bin");
+    std::fs::write(&note_file, note)?;
+    // A section whose name starts with .note is added as SHT_NOTE.
+    let out = Command::new("objcopy")
+        .arg("--add-section")
+        .arg(format!(
+            ".note.cuda.fwd_compatibility={}",
+            note_file.display()
+        ))
+        .arg(path)
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "objcopy failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// Whether tests needing root can run; like [`nix_available`] for root alone.
+pub fn root_available(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test} needs root and must run in CI");
+    }
+    eprintln!("SKIPPED {test}: not running as root");
+    false
+}

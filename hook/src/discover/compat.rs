@@ -158,45 +158,12 @@ pub fn inspect_dir(dir: &Path, dir_outside: &Path) -> Result<Option<CompatDriver
 pub(crate) mod tests {
     use super::*;
 
-    /// Makes a real shared library with the C compiler and, when `json` is given, adds the
-    /// compat note with objcopy (a `.note*` section added by objcopy is SHT_NOTE).
+    /// A real shared library named `name` in `dir`, with the compat note when `json` is given.
     pub(crate) fn compat_library(dir: &Path, name: &str, json: Option<&str>) -> PathBuf {
-        let src = dir.join("lib.c");
-        std::fs::write(&src, "int cuInit(unsigned int f) { return (int)f; }\n").unwrap();
         let out = dir.join(name);
-        let ok = std::process::Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("cc")
-            .success();
-        assert!(ok, "cc failed");
+        cuda_sandbox_testkit::shared_library(&out, Some("libcuda.so.1")).unwrap();
         if let Some(json) = json {
-            let mut note = Vec::new();
-            let owner = b"NVIDIA Corporation\0";
-            note.extend_from_slice(&(owner.len() as u32).to_le_bytes());
-            note.extend_from_slice(&(json.len() as u32 + 1).to_le_bytes());
-            note.extend_from_slice(&1u32.to_le_bytes());
-            note.extend_from_slice(owner);
-            while note.len() % 4 != 0 {
-                note.push(0);
-            }
-            note.extend_from_slice(json.as_bytes());
-            note.push(0);
-            while note.len() % 4 != 0 {
-                note.push(0);
-            }
-            let note_file = dir.join("note.bin");
-            std::fs::write(&note_file, note).unwrap();
-            let ok = std::process::Command::new("objcopy")
-                .arg("--add-section")
-                .arg(format!("{NOTE_SECTION}={}", note_file.display()))
-                .arg(&out)
-                .status()
-                .expect("objcopy")
-                .success();
-            assert!(ok, "objcopy failed");
+            cuda_sandbox_testkit::add_compat_note(&out, json).unwrap();
         }
         out
     }

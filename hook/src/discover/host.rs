@@ -178,6 +178,18 @@ pub fn host_facts(root: &Path, store_dir: &Path, libcuda_file: Option<&str>) -> 
     }
 }
 
+/// Whether the host under `root` is a Tegra (Jetson): `/etc/nv_tegra_release` exists or
+/// `/sys/devices/soc0/family` starts with "tegra".
+pub fn is_tegra(root: &Path, store_dir: &Path) -> bool {
+    under(root, store_dir, Path::new("/etc/nv_tegra_release")).exists()
+        || std::fs::read_to_string(under(
+            root,
+            store_dir,
+            Path::new("/sys/devices/soc0/family"),
+        ))
+        .is_ok_and(|f| f.trim().to_ascii_lowercase().starts_with("tegra"))
+}
+
 /// `path` under `root` (store paths and a root of `/` leave it as it is).
 pub fn under(root: &Path, store_dir: &Path, path: &Path) -> PathBuf {
     if root == Path::new("/") || path.starts_with(store_dir) {

@@ -72,12 +72,11 @@ impl Plan {
         let candidates = self.compat_candidates(cfg, config);
         let choice = choice::choose(&facts, candidates);
         let compat = choice.compat.clone();
-        let compat_in_store = compat
-            .as_ref()
-            .is_some_and(|c| c.dir_outside.starts_with(&config.store_dir));
-        // A compat driver outside the store replaces the host's libcuda (and friends) at the
-        // driver link, so that binaries finding libcuda through DT_RUNPATH load it too.
-        let replace_at_link = compat.is_some() && !compat_in_store;
+        // Where the hook binds the driver file by file (no NixOS link), the compat driver's
+        // libraries replace the host's at the link, so that binaries finding libcuda through
+        // DT_RUNPATH (or LD_LIBRARY_PATH) load it too. A NixOS link is one directory: there
+        // the build's library path must put the compat directory first.
+        let replace_at_link = compat.is_some() && !matches!(source, HostSource::Link(_));
         let reason = |source: &str| Reason::Driver {
             rule: rule.name.clone(),
             source: source.to_string(),

@@ -7,7 +7,7 @@
 mod driver;
 
 use crate::closure::{store_path_of, ClosureCache};
-use crate::config::{Config, Rule};
+use crate::config::{Config, Platform, Rule};
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::symlinks::{self, ChainError, Space};
 use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_PATH, MANIFEST_VERSION};
@@ -158,8 +158,13 @@ impl Plan {
             root: &config.host_root,
             store_dir: &config.store_dir,
         };
+        let platform = if crate::discover::host::is_tegra(&config.host_root, &config.store_dir) {
+            Platform::Tegra
+        } else {
+            Platform::Discrete
+        };
         for rule in rules {
-            plan.add_devices(rule, rooted);
+            plan.add_devices(rule, rooted, platform);
             for p in &rule.paths {
                 let inside = symlinks::normalize(&p.path);
                 let outside = rooted.outside(&inside);
@@ -246,11 +251,22 @@ impl Plan {
         self.manifest = Some(PlannedManifest { outside, content });
     }
 
-    fn add_devices(&mut self, rule: &Rule, space: Space<'_>) {
+    fn add_devices(&mut self, rule: &Rule, space: Space<'_>, platform: Platform) {
         let Space::Rooted { root, .. } = space else {
             unreachable!("devices are always looked up under the host root")
         };
         for device in &rule.devices {
+            if device.platform.is_some_and(|p| p != platform) {
+                self.skipped.push(Skip {
+                    path: device.glob.clone(),
+                    why: format!(
+                        "only on {} hosts; this one is {}",
+                        name_of(device.platform.unwrap()),
+                        name_of(platform)
+                    ),
+                });
+                continue;
+            }
             let pattern = if root == Path::new("/") {
                 device.glob.clone()
             } else {
@@ -444,6 +460,13 @@ impl Plan {
             }
         }
         self.exposures = kept;
+    }
+}
+
+fn name_of(p: Platform) -> &'static str {
+    match p {
+        Platform::Tegra => "Tegra (Jetson)",
+        Platform::Discrete => "discrete-GPU",
     }
 }
 

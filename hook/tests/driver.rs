@@ -1,0 +1,362 @@
+//! The hook's driver choice on fake host roots: other distributions (a real `ld.so.cache` made
+//! by `ldconfig -r`), compat drivers with and without the host's kernel branch in their note,
+//! and Jetson. Checked through `explain --json` and through the hook's real answer and manifest.
+
+use cuda_sandbox_manifest::{DriverKind, Manifest};
+use cuda_sandbox_testkit::{add_compat_note, root_available, shared_library};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+const LIBDIR: &str = "usr/lib/x86_64-linux-gnu";
+
+struct Root {
+    dir: tempfile::TempDir,
+}
+
+impl Root {
+    fn new(kernel_driver: &str) -> Root {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Root { dir };
+        for dev in ["nvidia0", "nvidiactl", "nvidia-uvm"] {
+            // Directories stand in for device nodes (they count as devices for the hook).
+            std::fs::create_dir_all(r.path(&format!("root/dev/{dev}"))).unwrap();
+        }
+        std::fs::create_dir_all(r.path("root/proc/driver/nvidia")).unwrap();
+        std::fs::write(
+            r.path("root/proc/driver/nvidia/version"),
+            format!("NVRM version: NVIDIA UNIX x86_64 Kernel Module  {kernel_driver}  Thu Jan 1 (FAKE)\n"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(r.path(&format!("root/{LIBDIR}"))).unwrap();
+        r
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// A host library `file` with `soname`, plus the soname link, as driver packages install.
+    fn host_library(&self, file: &str, soname: &str) {
+        let lib = self.path(&format!("root/{LIBDIR}/{file}"));
+        shared_library(&lib, Some(soname)).unwrap();
+        if file != soname {
+            std::os::unix::fs::symlink(file, self.path(&format!("root/{LIBDIR}/{soname}")))
+                .unwrap();
+        }
+    }
+
+    /// Writes the loader cache of the fake root with the real ldconfig.
+    fn ldconfig(&self) {
+        std::fs::create_dir_all(self.path("root/etc")).unwrap();
+        std::fs::write(self.path("root/etc/ld.so.conf"), format!("/{LIBDIR}\n")).unwrap();
+        let out = Command::new("ldconfig")
+            .arg("-r")
+            .arg(self.path("root"))
+            .output()
+            .expect("ldconfig");
+        assert!(
+            out.status.success(),
+            "ldconfig: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(self.path("root/etc/ld.so.cache").exists());
+    }
+
+    /// A compat directory `rel` (under the root) with a versioned libcuda and its note.
+    fn compat(&self, rel: &str, file: &str, note: Option<&str>) {
+        let dir = self.path(&format!("root/{rel}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        shared_library(&dir.join(file), Some("libcuda.so.1")).unwrap();
+        if let Some(json) = note {
+            add_compat_note(&dir.join(file), json).unwrap();
+        }
+        std::os::unix::fs::symlink(file, dir.join("libcuda.so.1")).unwrap();
+    }
+
+    fn config(&self, compat: &[&str]) -> PathBuf {
+        let globs: Vec<String> = compat.iter().map(|c| format!("{c:?}")).collect();
+        let p = self.path("config.toml");
+        std::fs::write(
+            &p,
+            format!(
+                "host_root = \"{}\"\nruntime_dir = \"{}\"\nclosure_cache = \"{}\"\n\
+                 [[rule]]\nname = \"nvidia\"\nfeatures = [\"cuda\"]\n\
+                 [[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\nrequired = true\n\
+                 [rule.driver]\ncompat = [{}]\n",
+                self.path("root").display(),
+                self.path("run").display(),
+                self.path("cache").display(),
+                globs.join(", ")
+            ),
+        )
+        .unwrap();
+        p
+    }
+
+    fn explain(&self, config: &Path) -> Value {
+        let out = Command::new(HOOK)
+            .args(["explain", "--json", "--features", "cuda", "--config"])
+            .arg(config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn explain_text(&self, config: &Path) -> String {
+        let out = Command::new(HOOK)
+            .args(["explain", "--features", "cuda", "--config"])
+            .arg(config)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs the hook as Nix would for a tagged .drv; returns its answer and the manifest.
+    fn hook(&self, config: &Path) -> (String, Manifest) {
+        let drv = self.path("t.drv");
+        std::fs::write(
+            &drv,
+            r#"Derive([("out","/nix/store/x-t","","")],[],[],"x86_64-linux","/bin/sh",[],[("requiredSystemFeatures","cuda")])"#,
+        )
+        .unwrap();
+        let out = Command::new(HOOK)
+            .arg(&drv)
+            .arg(self.path("t.drv.chroot"))
+            .env("CUDA_SANDBOX_CONFIG", config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::create_dir_all(self.path("t.drv.chroot")).unwrap();
+        let manifest = Manifest::read(&self.path("run/manifests/t.drv.chroot.json")).unwrap();
+        (String::from_utf8(out.stdout).unwrap(), manifest)
+    }
+}
+
+fn exposures(e: &Value) -> Vec<(String, String, String)> {
+    e["plan"]["exposures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["inside"].as_str().unwrap().to_string(),
+                x["outside"].as_str().unwrap().to_string(),
+                x["reason"]["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn other_distro_libraries_come_from_ld_cache_without_libc() {
+    if !root_available("other_distro_libraries_come_from_ld_cache_without_libc") {
+        return;
+    }
+    let r = Root::new("535.104.05");
+    r.host_library("libcuda.so.535.104.05", "libcuda.so.1");
+    r.host_library("libnvidia-ml.so.535.104.05", "libnvidia-ml.so.1");
+    r.host_library(
+        "libnvidia-ptxjitcompiler.so.535.104.05",
+        "libnvidia-ptxjitcompiler.so.1",
+    );
+    r.host_library("libc.so.6", "libc.so.6");
+    r.host_library("libstdc++.so.6.0.30", "libstdc++.so.6");
+    r.ldconfig();
+    let config = r.config(&[]);
+    let e = r.explain(&config);
+    let x = exposures(&e);
+    let lib = r.path(&format!("root/{LIBDIR}"));
+    let bound = |name: &str| {
+        x.iter().any(|(i, o, _)| {
+            i == &format!("/run/opengl-driver/lib/{name}")
+                && o == &lib.join(name).display().to_string()
+        })
+    };
+    for name in [
+        "libcuda.so.1",
+        "libcuda.so.535.104.05",
+        "libnvidia-ml.so.1",
+        "libnvidia-ptxjitcompiler.so.1",
+    ] {
+        assert!(bound(name), "{name} not bound at the driver link: {x:#?}");
+    }
+    for (inside, outside, _) in &x {
+        for bad in ["libc.so", "libstdc++"] {
+            assert!(
+                !inside.contains(bad) && !outside.contains(bad),
+                "host {bad} exposed: {inside} <- {outside}"
+            );
+        }
+    }
+    let driver = &e["plan"]["driver"];
+    assert_eq!(driver["kind"], "host");
+    assert_eq!(driver["cuda_version"], "12.2");
+    assert_eq!(driver["kernel_driver"], "535.104.05");
+    assert!(driver["libcuda"]
+        .to_string()
+        .contains("/run/opengl-driver/lib/libcuda.so.1"));
+
+    let (answer, manifest) = r.hook(&config);
+    assert!(
+        answer.contains(&format!(
+            "/run/opengl-driver/lib/libcuda.so.1={}/libcuda.so.1",
+            lib.display()
+        )),
+        "{answer}"
+    );
+    assert_eq!(manifest.driver.kind, DriverKind::Host);
+    assert_eq!(manifest.devices, ["/dev/nvidia0"]);
+}
+
+#[test]
+fn compat_listing_the_kernel_branch_replaces_host_libcuda_at_the_link() {
+    if !root_available("compat_listing_the_kernel_branch_replaces_host_libcuda_at_the_link") {
+        return;
+    }
+    let r = Root::new("470.82.01");
+    r.host_library("libcuda.so.470.82.01", "libcuda.so.1");
+    r.host_library("libnvidia-ml.so.470.82.01", "libnvidia-ml.so.1");
+    r.ldconfig();
+    r.compat(
+        "usr/local/cuda-12.2/compat",
+        "libcuda.so.535.104.05",
+        Some(r#"{"Format":1,"CUDA Version":"12.2","Driver":[470,525]}"#),
+    );
+    let config = r.config(&["/usr/local/cuda*/compat"]);
+    let e = r.explain(&config);
+    let driver = &e["plan"]["driver"];
+    assert_eq!(driver["kind"], "compat", "{e:#}");
+    assert_eq!(driver["cuda_version"], "12.2");
+    assert_eq!(driver["host_cuda_version"], "11.4");
+    assert!(driver["reason"]
+        .as_str()
+        .unwrap()
+        .contains("lists kernel driver branch 470"));
+    let x = exposures(&e);
+    let compat = r.path("root/usr/local/cuda-12.2/compat");
+    assert!(
+        x.iter()
+            .any(|(i, o, _)| i == "/run/opengl-driver/lib/libcuda.so.1"
+                && o == &compat.join("libcuda.so.1").display().to_string()),
+        "compat libcuda not at the driver link: {x:#?}"
+    );
+    assert!(
+        x.iter().any(|(i, _, _)| i == "/usr/local/cuda-12.2/compat"),
+        "{x:#?}"
+    );
+    assert!(
+        !x.iter().any(|(_, o, _)| o.contains("libcuda.so.470")),
+        "the host libcuda is still exposed: {x:#?}"
+    );
+    assert!(
+        x.iter()
+            .any(|(i, _, _)| i == "/run/opengl-driver/lib/libnvidia-ml.so.1"),
+        "{x:#?}"
+    );
+    let (_, manifest) = r.hook(&config);
+    assert_eq!(manifest.driver.kind, DriverKind::Compat);
+    assert!(manifest
+        .driver
+        .libcuda
+        .contains(&"/run/opengl-driver/lib/libcuda.so.1".to_string()));
+    assert_eq!(
+        manifest.driver.compat_dir.as_deref(),
+        Some("/usr/local/cuda-12.2/compat")
+    );
+}
+
+#[test]
+fn compat_not_listing_the_kernel_branch_is_rejected_and_explained() {
+    if !root_available("compat_not_listing_the_kernel_branch_is_rejected_and_explained") {
+        return;
+    }
+    let r = Root::new("470.82.01");
+    r.host_library("libcuda.so.470.82.01", "libcuda.so.1");
+    r.ldconfig();
+    r.compat(
+        "usr/local/cuda-12.2/compat",
+        "libcuda.so.535.104.05",
+        Some(r#"{"Format":1,"CUDA Version":"12.2","Driver":[525,535]}"#),
+    );
+    let config = r.config(&["/usr/local/cuda*/compat"]);
+    let e = r.explain(&config);
+    assert_eq!(e["plan"]["driver"]["kind"], "host");
+    let why = e["plan"]["driver_choice"]["rejected"][0]["why"]
+        .as_str()
+        .unwrap();
+    assert!(
+        why.contains("does not list the host's kernel driver branch 470"),
+        "{why}"
+    );
+    let text = r.explain_text(&config);
+    assert!(text.contains("driver:      host (CUDA 11.4)"), "{text}");
+    assert!(
+        text.contains("does not list the host's kernel driver branch 470"),
+        "{text}"
+    );
+    assert!(!exposures(&e).iter().any(|(i, _, _)| i.contains("compat")));
+}
+
+#[test]
+fn jetson_gets_tegra_devices_and_host_only_libraries() {
+    if !root_available("jetson_gets_tegra_devices_and_host_only_libraries") {
+        return;
+    }
+    let r = Root::new("540.3.0");
+    std::fs::create_dir_all(r.path("root/etc")).unwrap();
+    std::fs::write(
+        r.path("root/etc/nv_tegra_release"),
+        "# R36 (release), REVISION: 3.0, GCID: 1\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(r.path("root/dev/nvmap")).unwrap();
+    r.host_library("libcuda.so.1.1", "libcuda.so.1");
+    r.host_library("libnvrm_gpu.so", "libnvrm_gpu.so");
+    r.host_library("libnvos.so", "libnvos.so");
+    r.ldconfig();
+    // The built-in rule, re-rooted: its device list knows Tegra.
+    let config = r.path("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "host_root = \"{}\"\nruntime_dir = \"{}\"\n[[rule]]\nname = \"jetson\"\nfeatures = [\"cuda\"]\n\
+             [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\nplatform = \"discrete\"\n\
+             [[rule.device]]\nglob = \"/dev/nvmap\"\nrequired = true\nplatform = \"tegra\"\n[rule.driver]\n",
+            r.path("root").display(),
+            r.path("run").display()
+        ),
+    )
+    .unwrap();
+    let e = r.explain(&config);
+    assert!(
+        e["plan"]["problems"].as_array().unwrap().is_empty(),
+        "{e:#}"
+    );
+    let x = exposures(&e);
+    for inside in [
+        "/dev/nvmap",
+        "/run/opengl-driver/lib/libnvrm_gpu.so",
+        "/run/opengl-driver/lib/libnvos.so",
+        "/run/opengl-driver/lib/libcuda.so.1",
+    ] {
+        assert!(
+            x.iter().any(|(i, _, _)| i == inside),
+            "{inside} missing: {x:#?}"
+        );
+    }
+    assert!(e["plan"]["skipped"]
+        .to_string()
+        .contains("only on discrete-GPU hosts"));
+    assert_eq!(e["plan"]["driver"]["host_cuda_version"], "12.2");
+}
