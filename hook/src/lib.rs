@@ -10,6 +10,8 @@ pub mod closure;
 pub mod config;
 pub mod discover;
 pub mod drv;
+pub mod elfdeps;
+pub mod exec;
 pub mod explain;
 pub mod hook;
 pub mod log;

@@ -1,7 +1,7 @@
 //! `cuda-sandbox-hook`: argv → hook mode or a subcommand. No logic lives here.
 
 use clap::{Parser, Subcommand};
-use cuda_sandbox_hook::{explain, hook, log};
+use cuda_sandbox_hook::{exec, explain, hook, log};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,6 +59,20 @@ enum Command {
     },
     /// Check the configuration and print where it was read from.
     CheckConfig,
+    /// Run a command in a private mount namespace holding a minimal root plus exactly what
+    /// the hook would expose (and the command's own libraries): "what my build sees", without
+    /// Nix. Needs root.
+    Exec {
+        /// Use this derivation's required features.
+        #[arg(long, value_name = "DRV")]
+        drv: Option<PathBuf>,
+        /// Features (comma-separated; default `cuda` when no --drv).
+        #[arg(long, value_delimiter = ',')]
+        features: Vec<String>,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -90,6 +104,28 @@ fn main() -> ExitCode {
                     print!("{}", explain::render_text(&e));
                     ExitCode::SUCCESS
                 }
+                Err(e) => {
+                    log::error(e);
+                    ExitCode::from(2)
+                }
+            }
+        }
+        (
+            Some(Command::Exec {
+                drv,
+                features,
+                command,
+            }),
+            _,
+        ) => {
+            let req = exec::ExecRequest {
+                drv,
+                features,
+                config: cli.config,
+                command,
+            };
+            match exec::exec(&req) {
+                Ok(never) => match never {},
                 Err(e) => {
                     log::error(e);
                     ExitCode::from(2)

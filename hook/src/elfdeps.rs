@@ -1,0 +1,214 @@
+//! The shared libraries a program needs, resolved on the host the way the dynamic loader would:
+//! its interpreter, then each `DT_NEEDED` through `DT_RUNPATH`/`DT_RPATH` (with `$ORIGIN`), the
+//! loader cache and the default directories, recursively. `exec` binds them so that a command
+//! runs in a root holding nothing else.
+
+use crate::discover::ldcache::{self, CacheEntry};
+use object::elf;
+use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+use object::Endianness;
+use std::collections::{BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+/// What one ELF file asks of the loader.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DynamicInfo {
+    /// `PT_INTERP`, for executables.
+    pub interpreter: Option<PathBuf>,
+    /// `DT_NEEDED` names.
+    pub needed: Vec<String>,
+    /// `DT_RUNPATH` (or `DT_RPATH` when there is no runpath), split at `:`.
+    pub runpath: Vec<String>,
+}
+
+/// Reads the dynamic information of a 64-bit ELF file; `Ok(None)` for anything else.
+pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
+    let Ok(header) = elf::FileHeader64::<Endianness>::parse(data) else {
+        return Ok(None);
+    };
+    let endian = header.endian().map_err(|e| e.to_string())?;
+    let mut info = DynamicInfo::default();
+    for ph in header
+        .program_headers(endian, data)
+        .map_err(|e| e.to_string())?
+    {
+        if ph.p_type(endian) == elf::PT_INTERP {
+            let bytes = ph
+                .data(endian, data)
+                .map_err(|_| "bad PT_INTERP".to_string())?;
+            let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
+            info.interpreter = Some(PathBuf::from(String::from_utf8_lossy(bytes).into_owned()));
+        }
+    }
+    let sections = header.sections(endian, data).map_err(|e| e.to_string())?;
+    let Some((dyns, link)) = sections.dynamic(endian, data).map_err(|e| e.to_string())? else {
+        return Ok(Some(info));
+    };
+    let strings = sections
+        .strings(endian, data, link)
+        .map_err(|e| e.to_string())?;
+    let (mut runpath, mut rpath) = (Vec::new(), Vec::new());
+    for d in dyns {
+        let tag = d.d_tag(endian) as u32;
+        let text = || {
+            d.string(endian, strings)
+                .ok()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+        };
+        match tag {
+            elf::DT_NEEDED => info.needed.extend(text()),
+            elf::DT_RUNPATH => runpath.extend(text()),
+            elf::DT_RPATH => rpath.extend(text()),
+            _ => {}
+        }
+    }
+    let chosen = if runpath.is_empty() { rpath } else { runpath };
+    info.runpath = chosen
+        .iter()
+        .flat_map(|r| r.split(':'))
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    Ok(Some(info))
+}
+
+const DEFAULT_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+
+/// Every file the programs or libraries in `roots` need at run time (the roots excluded),
+/// each as the path the loader would open. Names that cannot be found are returned in the
+/// second list.
+pub fn library_closure(roots: &[PathBuf]) -> (BTreeSet<PathBuf>, Vec<String>) {
+    let cache: Vec<CacheEntry> = std::fs::read("/etc/ld.so.cache")
+        .ok()
+        .and_then(|b| ldcache::parse(&b).ok())
+        .unwrap_or_default();
+    let native = ldcache::native_flags();
+    let mut found = BTreeSet::new();
+    let mut missing = Vec::new();
+    let mut queue: VecDeque<PathBuf> = roots.iter().cloned().collect();
+    let mut seen: BTreeSet<PathBuf> = roots.iter().cloned().collect();
+    while let Some(file) = queue.pop_front() {
+        let Ok(data) = std::fs::read(&file) else {
+            continue;
+        };
+        let Ok(Some(info)) = dynamic_info(&data) else {
+            continue;
+        };
+        let origin = std::fs::canonicalize(&file)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        let mut next = Vec::new();
+        if let Some(interp) = &info.interpreter {
+            next.push(interp.clone());
+        }
+        for name in &info.needed {
+            match resolve(name, &info.runpath, &origin, &cache, native) {
+                Some(p) => next.push(p),
+                None => missing.push(format!("{name} (needed by {})", file.display())),
+            }
+        }
+        for p in next {
+            if seen.insert(p.clone()) {
+                found.insert(p.clone());
+                queue.push_back(p);
+            }
+        }
+    }
+    (found, missing)
+}
+
+fn resolve(
+    name: &str,
+    runpath: &[String],
+    origin: &Path,
+    cache: &[CacheEntry],
+    native: Option<i32>,
+) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name)).filter(|p| p.exists());
+    }
+    let origin = origin.to_string_lossy();
+    for dir in runpath {
+        let dir = dir
+            .replace("$ORIGIN", &origin)
+            .replace("${ORIGIN}", &origin);
+        let p = Path::new(&dir).join(name);
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    if let Some(e) = cache
+        .iter()
+        .find(|e| e.soname == name.as_bytes() && native.is_none_or(|f| e.flags == f))
+    {
+        return Some(e.path.clone());
+    }
+    DEFAULT_DIRS
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_real_program_needs_libc_and_its_interpreter() {
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let info = dynamic_info(&std::fs::read(&sh).unwrap()).unwrap().unwrap();
+        assert!(info.interpreter.is_some());
+        assert!(
+            info.needed.iter().any(|n| n.starts_with("libc.so")),
+            "{info:?}"
+        );
+        let (closure, missing) = library_closure(&[sh]);
+        assert!(missing.is_empty(), "{missing:?}");
+        assert!(closure
+            .iter()
+            .any(|p| p.to_string_lossy().contains("libc.so")));
+        assert!(dynamic_info(b"not elf").unwrap().is_none());
+    }
+
+    #[test]
+    fn runpath_with_origin_is_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        cuda_sandbox_testkit::shared_library(&d.join("libdep.so"), Some("libdep.so")).unwrap();
+        let src = d.join("main.c");
+        std::fs::write(
+            &src,
+            "int cuInit(unsigned); int main(void) { return cuInit(0); }\n",
+        )
+        .unwrap();
+        let ok = std::process::Command::new("cc")
+            .arg("-o")
+            .arg(d.join("main"))
+            .arg(&src)
+            .arg(format!("-L{}", d.display()))
+            .arg("-ldep")
+            .arg("-Wl,-rpath,$ORIGIN")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let info = dynamic_info(&std::fs::read(d.join("main")).unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(info.runpath, ["$ORIGIN"]);
+        let (closure, missing) = library_closure(&[d.join("main")]);
+        assert!(missing.is_empty(), "{missing:?}");
+        let dep = std::fs::canonicalize(d).unwrap().join("libdep.so");
+        assert!(closure.contains(&dep), "{closure:?}");
+    }
+}

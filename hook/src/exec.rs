@@ -1,0 +1,301 @@
+//! `cuda-sandbox-hook exec`: the plan rendered as bind mounts in a private mount namespace.
+//!
+//! Reproduces "what my CUDA build sees" without Nix: a minimal root like Nix's sandbox (`/dev`
+//! with the usual pseudo-devices, `/proc`, `/tmp`, `/build`, a tiny `/etc`), plus exactly the
+//! paths the hook would expose for the given features, plus the shared libraries the command
+//! (and the exposed driver libraries) need, resolved as the loader would. Then the command runs
+//! there. Needs root (mount namespaces); the namespace, and every mount in it, ends with the
+//! command.
+
+use crate::config::{self, Config};
+use crate::elfdeps;
+use crate::plan::{BuildContext, Plan, Reason};
+use crate::{hook, manifest_file};
+use nix::mount::{mount, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// What to run, and for which build.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// A derivation whose features to use.
+    pub drv: Option<PathBuf>,
+    /// Features to use (added to the derivation's).
+    pub features: Vec<String>,
+    /// The configuration file, if not the default.
+    pub config: Option<PathBuf>,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+}
+
+/// One bind mount of the rendered plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    /// Path inside the new root.
+    pub inside: PathBuf,
+    /// Host path.
+    pub outside: PathBuf,
+}
+
+/// Plans the root for `req`: the hook's exposures, then the libraries the command and the
+/// exposed driver libraries need. Also writes the manifest the plan names (the command may be
+/// the runner, which reads it). Returns the binds and the command's path inside.
+pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), String> {
+    let (mut features, _) = match &req.drv {
+        Some(d) => hook::read_features(d)?,
+        None => (Vec::new(), false),
+    };
+    features.extend(req.features.iter().cloned());
+    if features.is_empty() {
+        features.push("cuda".to_string());
+    }
+    let config = Config::load(&config::locate(req.config.as_deref())).map_err(|e| e.to_string())?;
+    let bytes: Vec<&[u8]> = features.iter().map(|f| f.as_bytes()).collect();
+    let rules = config.matching_rules(&bytes);
+    if rules.is_empty() {
+        return Err(format!(
+            "no rule answers to the features [{}]: a build with them would get nothing",
+            features.join(", ")
+        ));
+    }
+    let ctx = BuildContext {
+        derivation: req
+            .drv
+            .as_ref()
+            .map_or("(exec)".to_string(), |d| d.display().to_string()),
+        features: features.clone(),
+        chroot: Some(root.to_path_buf()),
+    };
+    let plan = Plan::build(&config, &rules, &ctx);
+    if let Some(p) = plan.problems.first() {
+        return Err(format!("the hook would refuse this build: {p}"));
+    }
+    if let Some(m) = &plan.manifest {
+        manifest_file::write(m, &config.runtime_dir)
+            .map_err(|e| format!("cannot write the manifest {}: {e}", m.outside.display()))?;
+    }
+    let mut binds: Vec<Bind> = plan
+        .exposures
+        .iter()
+        .map(|e| Bind {
+            inside: e.inside.clone(),
+            outside: e.outside.clone(),
+        })
+        .collect();
+
+    let program = req.command.first().ok_or("exec needs a command after --")?;
+    let program_inside = find_program(program)?;
+    let program_real = std::fs::canonicalize(&program_inside)
+        .map_err(|e| format!("{}: {e}", program_inside.display()))?;
+    binds.push(Bind {
+        inside: program_inside.clone(),
+        outside: program_real.clone(),
+    });
+    // The command needs its libraries; exposed host driver libraries need theirs (libc and
+    // friends), which a Nix build would get from its own closure.
+    let mut elf_roots = vec![program_real];
+    for e in &plan.exposures {
+        let driver_lib = matches!(
+            e.reason,
+            Reason::Driver { .. } | Reason::SymlinkTarget { .. }
+        );
+        if driver_lib && e.outside.is_file() {
+            elf_roots.push(e.outside.clone());
+        } else if matches!(e.reason, Reason::Driver { .. }) && e.outside.is_dir() {
+            elf_roots.extend(shared_objects_in(&e.outside));
+            elf_roots.extend(shared_objects_in(&e.outside.join("lib")));
+        }
+    }
+    let (libraries, missing) = elfdeps::library_closure(&elf_roots);
+    if let Some(m) = missing.first() {
+        crate::log::warn(format_args!(
+            "exec: a needed library is not on this host: {m}"
+        ));
+    }
+    for lib in libraries {
+        let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
+        if !covered {
+            let outside = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
+            binds.push(Bind {
+                inside: lib,
+                outside,
+            });
+        }
+    }
+    binds.sort_by(|a, b| a.inside.cmp(&b.inside));
+    binds.dedup_by(|a, b| a.inside == b.inside);
+    Ok((binds, program_inside))
+}
+
+/// Runs `req`: never returns on success (the command replaces this process).
+pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("exec needs root for its mount namespace: run it with sudo".into());
+    }
+    let config = Config::load(&config::locate(req.config.as_deref())).map_err(|e| e.to_string())?;
+    let root = config.runtime_dir.join("exec-root");
+    std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    let (binds, program) = prepare(req, &root)?;
+
+    let sys = |what: &str, e: nix::Error| format!("exec: {what}: {e}");
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| sys("unshare(CLONE_NEWNS)", e))?;
+    // Nothing mounted from here on may propagate back to the host.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| sys("making / private", e))?;
+    mount(
+        Some("tmpfs"),
+        &root,
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("mode=0755"),
+    )
+    .map_err(|e| sys("tmpfs on the new root", e))?;
+    minimal_root(&root)?;
+    for b in &binds {
+        bind(&root, b)?;
+    }
+    nix::unistd::chroot(&root).map_err(|e| sys("chroot", e))?;
+    std::env::set_current_dir("/build").map_err(|e| format!("exec: chdir /build: {e}"))?;
+    let args: Vec<CString> = std::iter::once(program.as_os_str().to_owned())
+        .chain(req.command.iter().skip(1).cloned())
+        .map(|a| {
+            CString::new(a.as_bytes()).map_err(|_| "exec: an argument holds a NUL byte".to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    let path = CString::new(program.as_os_str().as_bytes())
+        .map_err(|_| "exec: NUL in the program path")?;
+    nix::unistd::execv(&path, &args).map_err(|e| sys(&format!("running {}", program.display()), e))
+}
+
+/// `/dev` (pseudo-devices bound from the host, `shm`, the fd links), `/proc`, `/tmp`,
+/// `/build`, and an `/etc` with only `passwd`, `group` and `hosts`, as in Nix's sandbox.
+fn minimal_root(root: &Path) -> Result<(), String> {
+    let io = |what: &Path, e: std::io::Error| format!("exec: {}: {e}", what.display());
+    for dir in ["dev", "dev/shm", "proc", "tmp", "build", "etc"] {
+        let p = root.join(dir);
+        std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?;
+    }
+    for dev in ["null", "zero", "full", "random", "urandom", "tty"] {
+        bind(
+            root,
+            &Bind {
+                inside: Path::new("/dev").join(dev),
+                outside: Path::new("/dev").join(dev),
+            },
+        )?;
+    }
+    for (link, target) in [
+        ("dev/fd", "/proc/self/fd"),
+        ("dev/stdin", "/proc/self/fd/0"),
+        ("dev/stdout", "/proc/self/fd/1"),
+        ("dev/stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, root.join(link)).map_err(|e| io(&root.join(link), e))?;
+    }
+    let sys = |what: &str, e: nix::Error| format!("exec: mounting {what}: {e}");
+    mount(
+        Some("tmpfs"),
+        &root.join("dev/shm"),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("mode=1777"),
+    )
+    .map_err(|e| sys("/dev/shm", e))?;
+    mount(
+        Some("tmpfs"),
+        &root.join("tmp"),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("mode=1777"),
+    )
+    .map_err(|e| sys("/tmp", e))?;
+    mount(
+        Some("proc"),
+        &root.join("proc"),
+        Some("proc"),
+        MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|e| sys("/proc", e))?;
+    for (file, text) in [
+        (
+            "etc/passwd",
+            "root:x:0:0:root:/build:/noshell\nnobody:x:65534:65534:nobody:/:/noshell\n",
+        ),
+        ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+        ("etc/hosts", "127.0.0.1 localhost\n::1 localhost\n"),
+    ] {
+        std::fs::write(root.join(file), text).map_err(|e| io(&root.join(file), e))?;
+    }
+    Ok(())
+}
+
+/// Bind-mounts `b.outside` at `b.inside` under `root`, making the mount point (a directory or
+/// an empty file, like the source) first. Symlinks in the source are followed, as Nix 2.8 does.
+fn bind(root: &Path, b: &Bind) -> Result<(), String> {
+    let target = root.join(b.inside.strip_prefix("/").unwrap_or(&b.inside));
+    let meta =
+        std::fs::metadata(&b.outside).map_err(|e| format!("exec: {}: {e}", b.outside.display()))?;
+    let io = |e: std::io::Error| format!("exec: mount point {}: {e}", target.display());
+    if meta.is_dir() {
+        std::fs::create_dir_all(&target).map_err(io)?;
+    } else {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        if !target.exists() {
+            std::fs::File::create(&target).map_err(io)?;
+        }
+    }
+    mount(
+        Some(&b.outside),
+        &target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        format!(
+            "exec: binding {} at {}: {e}",
+            b.outside.display(),
+            b.inside.display()
+        )
+    })
+}
+
+/// The absolute path of `program`: as given when it holds a `/`, else found in `PATH`.
+fn find_program(program: &OsString) -> Result<PathBuf, String> {
+    let p = Path::new(program);
+    if p.as_os_str().as_bytes().contains(&b'/') {
+        return std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
+        .ok_or_else(|| format!("{} not found in PATH", p.display()))
+}
+
+/// The shared objects (`*.so*`) directly in `dir`.
+fn shared_objects_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(".so"))
+        })
+        .collect()
+}

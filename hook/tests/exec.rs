@@ -1,0 +1,153 @@
+//! `cuda-sandbox-hook exec`: a command in a private mount namespace with exactly what the hook
+//! exposes. Needs root (and the workspace's runner and fake driver, built by
+//! `cargo build --workspace`); under `CI=true` a missing root fails instead of skipping.
+
+use cuda_sandbox_testkit::{root_available, workspace_binary, FakeDevices};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+
+struct Host {
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    /// Two GPUs on the host; the config exposes only `nvidia0`, plus the fake driver behind a
+    /// driver link and a kernel module version.
+    fn new() -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        FakeDevices::create(&root, 2, true).unwrap();
+        std::fs::create_dir_all(root.join("proc/driver/nvidia")).unwrap();
+        std::fs::write(
+            root.join("proc/driver/nvidia/version"),
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  (FAKE)\n",
+        )
+        .unwrap();
+        let out = Command::new(workspace_binary("make-fake-driver"))
+            .arg(root.join("run/opengl-driver/lib"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(
+            dir.path().join("config.toml"),
+            format!(
+                "host_root = \"{}\"\nruntime_dir = \"{}\"\nclosure_cache = \"{}\"\n\
+                 [[rule]]\nname = \"nvidia\"\nfeatures = [\"cuda\"]\n\
+                 [[rule.device]]\nglob = \"/dev/nvidia0\"\nrequired = true\n\
+                 [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n\
+                 [[rule.device]]\nglob = \"/dev/nvidia-uvm\"\nrequired = true\n\
+                 [rule.driver]\ncompat = []\n",
+                root.display(),
+                dir.path().join("run").display(),
+                dir.path().join("cache").display()
+            ),
+        )
+        .unwrap();
+        Host { dir }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+
+    fn exec(&self, command: &[&str]) -> Output {
+        Command::new(HOOK)
+            .args(["exec", "--features", "cuda", "--config"])
+            .arg(self.config())
+            .arg("--")
+            .args(command)
+            .env("LD_LIBRARY_PATH", "/run/opengl-driver/lib")
+            .output()
+            .unwrap()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn runner_passes_inside_exec_with_the_fake_driver() {
+    if !root_available("runner_passes_inside_exec_with_the_fake_driver") {
+        return;
+    }
+    let host = Host::new();
+    let runner = workspace_binary("cuda-sandbox-check");
+    let report = Path::new("/tmp/report.json");
+    let out = host.exec(&[
+        runner.to_str().unwrap(),
+        "--saxpy-elements",
+        "65536",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let t = text(&out);
+    assert!(out.status.success(), "runner failed inside exec:\n{t}");
+    for line in [
+        "test devices::nodes        ... ok",
+        "test driver::library       ... ok",
+        "test kernel::saxpy         ... ok",
+        "/run/opengl-driver/lib/libcuda.so.1",
+    ] {
+        assert!(t.contains(line), "{line:?} missing:\n{t}");
+    }
+}
+
+#[test]
+fn paths_the_hook_did_not_expose_are_absent_inside_exec() {
+    if !root_available("paths_the_hook_did_not_expose_are_absent_inside_exec") {
+        return;
+    }
+    let host = Host::new();
+    let script = r#"
+        for p in /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm; do [ -c "$p" ] && echo "char $p"; done
+        for p in /dev/nvidia1 /etc/shadow /usr/bin /home /root /run/opengl-driver/lib/fake-driver.conf.missing; do
+          [ -e "$p" ] && echo "PRESENT $p"
+        done
+        [ -f /run/cuda-sandbox/manifest.json ] && echo "manifest"
+        [ -f /run/opengl-driver/lib/libcuda.so.1 ] && echo "libcuda"
+        echo end
+    "#;
+    let out = host.exec(&["/bin/sh", "-c", script]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for line in [
+        "char /dev/nvidia0",
+        "char /dev/nvidiactl",
+        "char /dev/nvidia-uvm",
+        "manifest",
+        "libcuda",
+        "end",
+    ] {
+        assert!(t.lines().any(|l| l == line), "{line:?} missing:\n{t}");
+    }
+    assert!(!t.contains("PRESENT"), "unexposed paths visible:\n{t}");
+    // The host itself still has the second GPU: exec hid it.
+    assert!(host.dir.path().join("root/dev/nvidia1").exists());
+}
+
+#[test]
+fn exec_refuses_what_the_hook_would_refuse() {
+    if !root_available("exec_refuses_what_the_hook_would_refuse") {
+        return;
+    }
+    let host = Host::new();
+    std::fs::remove_file(host.dir.path().join("root/dev/nvidia-uvm")).unwrap();
+    let out = host.exec(&["/bin/true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("would refuse") && t.contains("/dev/nvidia-uvm"),
+        "{t}"
+    );
+}
