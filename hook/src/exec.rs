@@ -26,6 +26,8 @@ pub struct ExecRequest {
     pub features: Vec<String>,
     /// The configuration file, if not the default.
     pub config: Option<PathBuf>,
+    /// Extra host paths bound at the same place (e.g. a directory for the command's output).
+    pub extra_binds: Vec<PathBuf>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
 }
@@ -85,6 +87,20 @@ pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), S
         })
         .collect();
 
+    for extra in &req.extra_binds {
+        let abs =
+            std::path::absolute(extra).map_err(|e| format!("--bind {}: {e}", extra.display()))?;
+        if !abs.exists() {
+            return Err(format!(
+                "--bind {}: no such file or directory",
+                abs.display()
+            ));
+        }
+        binds.push(Bind {
+            inside: abs.clone(),
+            outside: abs,
+        });
+    }
     let program = req.command.first().ok_or("exec needs a command after --")?;
     let program_inside = find_program(program)?;
     let program_real = std::fs::canonicalize(&program_inside)

@@ -69,6 +69,9 @@ enum Command {
         /// Features (comma-separated; default `cuda` when no --drv).
         #[arg(long, value_delimiter = ',')]
         features: Vec<String>,
+        /// Also bind this host path at the same place, read-write (repeatable).
+        #[arg(long = "bind", value_name = "PATH")]
+        binds: Vec<PathBuf>,
         /// The command and its arguments (after `--`).
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
             Some(Command::Exec {
                 drv,
                 features,
+                binds,
                 command,
             }),
             _,
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
                 drv,
                 features,
                 config: cli.config,
+                extra_binds: binds,
                 command,
             };
             match exec::exec(&req) {

@@ -3,7 +3,7 @@
 //! `cargo build --workspace`); under `CI=true` a missing root fails instead of skipping.
 
 use cuda_sandbox_testkit::{root_available, workspace_binary, FakeDevices};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
@@ -57,9 +57,13 @@ impl Host {
     }
 
     fn exec(&self, command: &[&str]) -> Output {
+        let out = self.dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
         Command::new(HOOK)
             .args(["exec", "--features", "cuda", "--config"])
             .arg(self.config())
+            .arg("--bind")
+            .arg(&out)
             .arg("--")
             .args(command)
             .env("LD_LIBRARY_PATH", "/run/opengl-driver/lib")
@@ -83,7 +87,7 @@ fn runner_passes_inside_exec_with_the_fake_driver() {
     }
     let host = Host::new();
     let runner = workspace_binary("cuda-sandbox-check");
-    let report = Path::new("/tmp/report.json");
+    let report = host.dir.path().join("out/report.json");
     let out = host.exec(&[
         runner.to_str().unwrap(),
         "--saxpy-elements",
@@ -101,6 +105,9 @@ fn runner_passes_inside_exec_with_the_fake_driver() {
     ] {
         assert!(t.contains(line), "{line:?} missing:\n{t}");
     }
+    // The report came out through --bind, and names the manifest exec wrote.
+    let report = std::fs::read_to_string(&report).unwrap();
+    assert!(report.contains("\"kernel::saxpy\""), "{report}");
 }
 
 #[test]
