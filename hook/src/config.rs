@@ -34,12 +34,30 @@ pub struct Config {
     /// The `nix-store` program used to compute closures (a name is looked up in `PATH`).
     #[serde(default = "default_nix_store")]
     pub nix_store: PathBuf,
+    /// What to do when the `.drv` is not on disk and Nix passed no JSON derivation (remote
+    /// builders): `skip` (expose nothing, warn), `expose` (plan for every rule, as on a GPU
+    /// builder whose mandatory features include `cuda`), or `fail`.
+    #[serde(default)]
+    pub missing_drv: MissingDrv,
     /// Directory for per-build manifests (outside every sandbox); stale files are removed.
     #[serde(default = "default_runtime_dir")]
     pub runtime_dir: PathBuf,
     /// The rules, each answering to a set of features.
     #[serde(default, rename = "rule")]
     pub rules: Vec<Rule>,
+}
+
+/// The policy for a derivation that is not on disk (see [`Config::missing_drv`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MissingDrv {
+    /// Expose nothing, with a warning.
+    #[default]
+    Skip,
+    /// Expose what every rule gives.
+    Expose,
+    /// Fail the build.
+    Fail,
 }
 
 /// What a set of features gets inside the sandbox.
@@ -286,6 +304,7 @@ impl Config {
             store_dir: default_store_dir(),
             closure_cache: default_closure_cache(),
             nix_store: default_nix_store(),
+            missing_drv: MissingDrv::Skip,
             runtime_dir: default_runtime_dir(),
             rules: vec![Rule {
                 name: "nvidia".to_string(),

@@ -149,6 +149,64 @@ impl<'a> Derivation<'a> {
     }
 }
 
+/// The required features of a derivation given as JSON (what some Nix variants pass to the hook
+/// in `NIX_DERIVATION_V4` when the `.drv` is not on disk): either the derivation object itself
+/// or `{ "<drv path>": { … } }`. Features come from `structuredAttrs`, else `env.__json`, else
+/// the whitespace-separated `env.requiredSystemFeatures`, as for `.drv` files.
+pub fn features_from_json(json: &[u8]) -> Result<RequiredFeatures<'static>, DrvError> {
+    let bad = |message: String| DrvError { offset: 0, message };
+    let value: serde_json::Value = serde_json::from_slice(json)
+        .map_err(|e| bad(format!("derivation JSON is not valid: {e}")))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| bad("derivation JSON is not an object".into()))?;
+    let drv = if object.contains_key("env") || object.contains_key("structuredAttrs") {
+        object
+    } else {
+        match object.values().collect::<Vec<_>>().as_slice() {
+            [single] => single
+                .as_object()
+                .ok_or_else(|| bad("derivation JSON holds no derivation object".into()))?,
+            _ => return Err(bad("derivation JSON holds no single derivation".into())),
+        }
+    };
+    let from_list = |v: &serde_json::Value| -> Result<Vec<DrvStr<'static>>, DrvError> {
+        serde_json::from_value::<Vec<String>>(v.clone())
+            .map(|l| l.into_iter().map(|s| Cow::Owned(s.into_bytes())).collect())
+            .map_err(|_| bad("requiredSystemFeatures is not a list of strings".into()))
+    };
+    if let Some(attrs) = drv.get("structuredAttrs").filter(|a| !a.is_null()) {
+        let features = match attrs.get("requiredSystemFeatures") {
+            Some(list) => from_list(list)?,
+            None => Vec::new(),
+        };
+        return Ok(RequiredFeatures {
+            features,
+            structured: true,
+        });
+    }
+    let env = drv.get("env").and_then(|e| e.as_object());
+    if let Some(json) = env.and_then(|e| e.get("__json")).and_then(|j| j.as_str()) {
+        return Ok(RequiredFeatures {
+            features: structured_features(json.as_bytes())?,
+            structured: true,
+        });
+    }
+    let features = match env.and_then(|e| e.get("requiredSystemFeatures")) {
+        None => Vec::new(),
+        Some(serde_json::Value::String(s)) => s
+            .split([' ', '\t', '\n', '\r'])
+            .filter(|t| !t.is_empty())
+            .map(|t| Cow::Owned(t.as_bytes().to_vec()))
+            .collect(),
+        Some(_) => return Err(bad("env.requiredSystemFeatures is not a string".into())),
+    };
+    Ok(RequiredFeatures {
+        features,
+        structured: false,
+    })
+}
+
 fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
     #[derive(serde::Deserialize)]
     struct Attrs {
@@ -396,6 +454,32 @@ mod tests {
         let text = br#"Derive([],[],[],"s","b",[],[("__json","{\"other\":null}")])"#;
         let drv = Derivation::parse(text).unwrap();
         assert!(drv.required_features().unwrap().features.is_empty());
+    }
+
+    #[test]
+    fn json_derivations_give_the_same_features() {
+        let plain = br#"{"/nix/store/x.drv":{"env":{"requiredSystemFeatures":" cuda\tkvm "}}}"#;
+        assert_eq!(features_from_json(plain).unwrap().lossy(), ["cuda", "kvm"]);
+        let bare = br#"{"env":{"out":"/x"}}"#;
+        assert!(features_from_json(bare).unwrap().features.is_empty());
+        let v4 = br#"{"env":{},"structuredAttrs":{"requiredSystemFeatures":["gpu"]}}"#;
+        let f = features_from_json(v4).unwrap();
+        assert!(f.structured);
+        assert_eq!(f.lossy(), ["gpu"]);
+        let json_env = br#"{"env":{"__json":"{\"requiredSystemFeatures\":[\"cuda\"]}"}}"#;
+        assert_eq!(features_from_json(json_env).unwrap().lossy(), ["cuda"]);
+        for bad in [
+            &b"[]"[..],
+            b"{",
+            b"{\"a\":1,\"b\":2}",
+            br#"{"env":{"requiredSystemFeatures":3}}"#,
+        ] {
+            assert!(
+                features_from_json(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! cannot get a working GPU fails with one line saying which derivation, which feature, what is
 //! missing and how to fix it.
 
-use crate::config::{self, Config, DEFAULT_FEATURES};
-use crate::drv::{Derivation, RequiredFeatures};
+use crate::config::{self, Config, MissingDrv, Rule, DEFAULT_FEATURES};
+use crate::drv::{self, Derivation, RequiredFeatures};
 use crate::plan::{BuildContext, Plan};
 use crate::{log, manifest_file, protocol};
 use std::path::Path;
@@ -21,35 +21,31 @@ impl std::fmt::Display for HookFailure {
     }
 }
 
+/// Environment variable in which some Nix variants pass the derivation as JSON.
+pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
+
 /// Runs the hook for `drv_path` and returns what to print on stdout for Nix.
 pub fn pre_build(
     drv_path: &Path,
     chroot: &Path,
     config_arg: Option<&Path>,
 ) -> Result<Vec<u8>, HookFailure> {
-    let bytes = match std::fs::read(drv_path) {
-        Ok(b) => b,
-        Err(e) => {
-            // Remote builders usually lack the .drv (Nix issue 9272): expose nothing.
-            log::warn(format_args!(
-                "cannot read derivation {} ({e}); exposing nothing (on a remote builder the \
-                 .drv is often absent)",
-                drv_path.display()
-            ));
-            return Ok(Vec::new());
-        }
-    };
     let name = drv_path.display();
-    let features = match Derivation::parse(&bytes).and_then(|d| {
-        d.required_features().map(|f| {
-            f.features
-                .into_iter()
-                .map(|x| x.into_owned())
-                .collect::<Vec<_>>()
-        })
-    }) {
-        Ok(f) => f,
-        Err(e) => return unreadable(&bytes, drv_path, config_arg, &e.to_string()),
+    let features = match std::fs::read(drv_path) {
+        Ok(bytes) => match Derivation::parse(&bytes).and_then(|d| owned(d.required_features())) {
+            Ok(f) => f,
+            Err(e) => return unreadable(&bytes, drv_path, config_arg, &e.to_string()),
+        },
+        Err(e) => match std::env::var_os(DERIVATION_ENV) {
+            Some(json) => match drv::features_from_json(json.as_encoded_bytes()) {
+                Ok(f) => owned(Ok(f)).expect("already parsed"),
+                Err(e) => {
+                    let what = format!("{DERIVATION_ENV}: {e}");
+                    return unreadable(json.as_encoded_bytes(), drv_path, config_arg, &what);
+                }
+            },
+            None => return missing_drv(drv_path, chroot, config_arg, &e.to_string()),
+        },
     };
     if features.is_empty() {
         return Ok(Vec::new());
@@ -78,6 +74,23 @@ pub fn pre_build(
     if rules.is_empty() {
         return Ok(Vec::new());
     }
+    serve(drv_path, chroot, &config, &rules, &features)
+}
+
+fn owned(f: Result<RequiredFeatures<'_>, drv::DrvError>) -> Result<Vec<Vec<u8>>, drv::DrvError> {
+    f.map(|f| f.features.into_iter().map(|x| x.into_owned()).collect())
+}
+
+/// Plans for `rules`, writes the manifest and renders the answer; a plan with problems fails
+/// the build in one line.
+fn serve(
+    drv_path: &Path,
+    chroot: &Path,
+    config: &Config,
+    rules: &[&Rule],
+    features: &[&[u8]],
+) -> Result<Vec<u8>, HookFailure> {
+    let name = drv_path.display();
     let ctx = BuildContext {
         derivation: drv_path.display().to_string(),
         features: features
@@ -86,9 +99,9 @@ pub fn pre_build(
             .collect(),
         chroot: Some(chroot.to_path_buf()),
     };
-    let plan = Plan::build(&config, &rules, &ctx);
+    let plan = Plan::build(config, rules, &ctx);
     if !plan.problems.is_empty() {
-        let feature = rules[0].first_match(&features).unwrap_or_default();
+        let feature = rules[0].first_match(features).unwrap_or_default();
         let problems: Vec<String> = plan.problems.iter().map(|p| p.to_string()).collect();
         return Err(HookFailure(format!(
             "{name} requires feature '{}' (rule '{}') but {}",
@@ -108,6 +121,53 @@ pub fn pre_build(
         })?;
     }
     Ok(answer)
+}
+
+/// The `.drv` is not on disk and Nix passed no JSON (remote builders, Nix issue 9272): follow
+/// the configured `missing_drv` policy.
+fn missing_drv(
+    drv_path: &Path,
+    chroot: &Path,
+    config_arg: Option<&Path>,
+    error: &str,
+) -> Result<Vec<u8>, HookFailure> {
+    let name = drv_path.display();
+    let config = match Config::load(&config::locate(config_arg)) {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn(format_args!(
+                "cannot read derivation {name} ({error}) and {e}; exposing nothing"
+            ));
+            return Ok(Vec::new());
+        }
+    };
+    match config.missing_drv {
+        MissingDrv::Skip => {
+            log::warn(format_args!(
+                "cannot read derivation {name} ({error}); exposing nothing (missing_drv = \
+                 \"skip\"; on a remote GPU builder that only receives GPU builds, set \
+                 missing_drv = \"expose\")"
+            ));
+            Ok(Vec::new())
+        }
+        MissingDrv::Fail => Err(HookFailure(format!(
+            "cannot read derivation {name} ({error}) and missing_drv = \"fail\""
+        ))),
+        MissingDrv::Expose => {
+            let rules: Vec<&Rule> = config.rules.iter().collect();
+            if rules.is_empty() {
+                return Ok(Vec::new());
+            }
+            let all: Vec<&[u8]> = rules
+                .iter()
+                .flat_map(|r| r.features.iter().map(|f| f.as_bytes()))
+                .collect();
+            log::warn(format_args!(
+                "derivation {name} is not on disk; exposing every rule (missing_drv = \"expose\")"
+            ));
+            serve(drv_path, chroot, &config, &rules, &all)
+        }
+    }
 }
 
 /// A `.drv` we cannot read: fail only when it could be a tagged build, i.e. when the bytes

@@ -120,7 +120,87 @@ fn missing_drv_exposes_nothing_with_a_warning() {
     let out = c.hook(&c.path("absent.drv"), &c.config(""));
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
-    assert!(stderr(&out).contains("remote builder"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("missing_drv = \"skip\"") && err.contains("remote GPU builder"),
+        "{err}"
+    );
+}
+
+/// A config whose rule exposes one directory, with `missing_drv` set.
+fn remote_case(policy: &str) -> (Case, PathBuf) {
+    let c = Case::new();
+    std::fs::create_dir_all(c.path("root/run/gpu-tools")).unwrap();
+    let config = c.config("[[rule.path]]\npath = \"/run/gpu-tools\"\n");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("missing_drv = \"{policy}\"\n{text}")).unwrap();
+    (c, config)
+}
+
+#[test]
+fn missing_drv_policies_expose_or_fail() {
+    let (c, config) = remote_case("expose");
+    let out = c.hook(&c.path("absent.drv"), &config);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("/run/gpu-tools="),
+        "{:?}",
+        out
+    );
+
+    let (c, config) = remote_case("fail");
+    let out = c.hook(&c.path("absent.drv"), &config);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("missing_drv = \"fail\""),
+        "{}",
+        stderr(&out)
+    );
+
+    let (c, config) = remote_case("sometimes");
+    let out = Command::new(HOOK)
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("line 1") && stderr(&out).contains("`sometimes`"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = c;
+}
+
+#[test]
+fn derivation_json_from_the_environment_is_used_when_the_drv_is_absent() {
+    let (c, config) = remote_case("fail");
+    let run = |json: &str| {
+        Command::new(HOOK)
+            .arg(c.path("absent.drv"))
+            .arg(c.path("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .env("NIX_DERIVATION_V4", json)
+            .output()
+            .unwrap()
+    };
+    let tagged = run(r#"{"env":{"requiredSystemFeatures":"cuda"}}"#);
+    assert!(tagged.status.success(), "{}", stderr(&tagged));
+    assert!(String::from_utf8_lossy(&tagged.stdout).contains("/run/gpu-tools="));
+    let untagged = run(r#"{"env":{"requiredSystemFeatures":"kvm"}}"#);
+    assert!(untagged.status.success() && untagged.stdout.is_empty());
+    let broken = run("{not json");
+    assert!(
+        broken.status.success(),
+        "a broken JSON naming no GPU feature must not fail"
+    );
+    let broken_tagged = run("{not json cuda");
+    assert_eq!(broken_tagged.status.code(), Some(1));
+    assert!(
+        stderr(&broken_tagged).contains("NIX_DERIVATION_V4"),
+        "{}",
+        stderr(&broken_tagged)
+    );
 }
 
 #[test]
