@@ -81,6 +81,44 @@ pub struct Options {
     /// Directory holding the device nodes (testing aid: point it at a fake tree).
     #[arg(long, value_name = "DIR", default_value = "/dev")]
     pub dev_root: PathBuf,
+
+    /// The hook's manifest to check the loaded driver against (default:
+    /// /run/cuda-sandbox/manifest.json when it exists).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_manifest")]
+    pub manifest: Option<PathBuf>,
+
+    /// Ignore the hook's manifest: check only what the flags ask.
+    #[arg(long)]
+    pub no_manifest: bool,
+
+    /// Also run the `lint::elf` check on these files or directories (repeatable).
+    #[arg(long = "lint", value_name = "PATH")]
+    pub lint_paths: Vec<PathBuf>,
+
+    /// What the ELF lint expects.
+    #[command(flatten)]
+    pub lint: LintOptions,
+}
+
+/// The driver directory nixpkgs binaries carry in DT_RUNPATH (`autoAddDriverRunpath`).
+pub const DEFAULT_DRIVER_LINK: &str = "/run/opengl-driver/lib";
+
+/// What the ELF lint expects of the files it reads (shared by `--lint` and `lint`).
+#[derive(Debug, Clone, Args)]
+pub struct LintOptions {
+    /// The driver link every libcuda user must carry in DT_RUNPATH.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DRIVER_LINK)]
+    pub driver_link: PathBuf,
+
+    /// A cuda_compat directory that must come before the driver link in DT_RUNPATH
+    /// (default: the manifest's, when the hook chose compat).
+    #[arg(long, value_name = "DIR")]
+    pub compat_dir: Option<PathBuf>,
+
+    /// Also look for static CUDA archives in the runtime closure (`nix-store --query
+    /// --requisites`) of the store paths given.
+    #[arg(long)]
+    pub closure: bool,
 }
 
 impl Options {
@@ -99,10 +137,13 @@ impl Options {
 /// Listed after the flags in `--help`.
 const AFTER_HELP: &str = "\
 Checks: devices::nodes, driver::library, driver::version, driver::entry_points,
-runtime::entry_points, kernel::saxpy, nvml::consistency. libtest flags (--list, --exact,
-FILTER, --skip, --format, --test-threads, ...) behave as in `cargo test`.
-Exit status: 0 all passed (or skipped), 101 a check failed.
-As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.";
+runtime::entry_points, kernel::saxpy, nvml::consistency, and lint::elf with --lint.
+libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) behave as in
+`cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed.
+The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
+driver must be the one the hook chose.
+As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
+ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).";
 
 /// The whole command line: the runner's flags, then libtest's.
 #[derive(Debug, Parser)]
@@ -140,9 +181,52 @@ impl Cli {
     }
 }
 
+/// `cuda-sandbox-check lint PATH...`: the ELF RUNPATH and static-archive lint on its own.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cuda-sandbox-check lint",
+    version,
+    about = "Checks a package's ELF files: every libcuda user carries the driver link in \
+             DT_RUNPATH, a cuda_compat directory comes before it, no CUDA stubs directory is \
+             there; and no static CUDA archive ships in the package (or its closure).",
+    after_help = "Exit status: 0 clean, 101 findings, 2 bad usage."
+)]
+pub struct LintCli {
+    /// Files or directories to check (directories are walked; symlinks are not followed).
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    /// What the lint expects.
+    #[command(flatten)]
+    pub lint: LintOptions,
+
+    /// The hook's manifest, for the compat directory (default: the standard path, when it
+    /// exists).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_manifest")]
+    pub manifest: Option<PathBuf>,
+
+    /// Ignore the hook's manifest.
+    #[arg(long)]
+    pub no_manifest: bool,
+
+    /// Print the findings as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl LintCli {
+    /// Parses `args` (the words after `lint`); exits with clap's message on bad flags.
+    pub fn parse_after(args: impl IntoIterator<Item = String>) -> LintCli {
+        <LintCli as Parser>::parse_from(
+            std::iter::once("cuda-sandbox-check lint".into()).chain(args),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Cli {
         let argv = std::iter::once("cuda-sandbox-check").chain(args.iter().copied());
@@ -185,6 +269,35 @@ mod tests {
             explicit.options.report_path(nix),
             Some(PathBuf::from("/tmp/r.json"))
         );
+    }
+
+    #[test]
+    fn manifest_and_lint_flags_parse() {
+        let cli = parse(&[
+            "--no-manifest",
+            "--lint",
+            "/a",
+            "--lint",
+            "/b",
+            "--compat-dir",
+            "/c",
+        ]);
+        assert!(cli.options.no_manifest);
+        assert_eq!(
+            cli.options.lint_paths,
+            [PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        assert_eq!(cli.options.lint.driver_link, Path::new(DEFAULT_DRIVER_LINK));
+        assert_eq!(
+            cli.options.lint.compat_dir.as_deref(),
+            Some(Path::new("/c"))
+        );
+        let argv = ["cuda-sandbox-check", "--no-manifest", "--manifest", "/m"];
+        assert!(Cli::command_line().try_get_matches_from(argv).is_err());
+        let lint =
+            LintCli::try_parse_from(["lint", "--closure", "/nix/store/x", "--json"]).unwrap();
+        assert!(lint.lint.closure && lint.json);
+        assert!(LintCli::try_parse_from(["lint"]).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use libtest_mimic::{Completion, Failed, Trial};
 use serde_json::Value;
 
-use crate::checks::{Outcome, Verdict, CHECKS};
+use crate::checks::{Outcome, Verdict, CHECKS, LINT_CHECK};
 use crate::session::Session;
 
 /// Where a trial prints what it found.
@@ -40,10 +40,12 @@ fn print(name: &str, outcome: &Outcome, to: FactsOutput) {
     };
 }
 
-/// One trial per check, sharing `session`.
+/// One trial per check, sharing `session`; `lint::elf` only when `--lint` paths are given.
 pub fn trials(session: &Arc<Session>, facts_output: FactsOutput) -> Vec<Trial> {
+    let lint = (!session.options.lint_paths.is_empty()).then_some(&LINT_CHECK);
     CHECKS
         .iter()
+        .chain(lint)
         .map(|check| {
             let session = Arc::clone(session);
             Trial::ignorable_test(check.name, move || {

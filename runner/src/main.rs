@@ -1,15 +1,23 @@
-//! `cuda-sandbox-check`: argv → checks → libtest output, JSON report, exit status.
+//! `cuda-sandbox-check`: argv → checks → libtest output, JSON report, exit status; or
+//! `cuda-sandbox-check lint PATH…` → the ELF lint's findings.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use cuda_sandbox_check::cli::Cli;
+use cuda_sandbox_check::checks;
+use cuda_sandbox_check::cli::{Cli, LintCli};
 use cuda_sandbox_check::harness::{self, FactsOutput};
+use cuda_sandbox_check::lint;
+use cuda_sandbox_check::manifest::ManifestState;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
 
 fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("lint") {
+        return lint_main(LintCli::parse_after(args.skip(1)));
+    }
     let cli = Cli::from_env();
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
@@ -24,6 +32,7 @@ fn main() -> ExitCode {
     if let Some(path) = report_path {
         let report = Report::new(
             &session.options,
+            &session.manifest,
             session.outcomes(),
             Summary::of(&conclusion),
         );
@@ -33,4 +42,31 @@ fn main() -> ExitCode {
         }
     }
     conclusion.exit_code()
+}
+
+/// `lint`: one line per finding, then a summary; 0 clean, 101 findings, 2 unusable input.
+fn lint_main(cli: LintCli) -> ExitCode {
+    let manifest = ManifestState::load(cli.manifest.as_deref(), cli.no_manifest);
+    if let Some(why) = manifest.broken() {
+        eprintln!("cuda-sandbox-check lint: {why}");
+        return ExitCode::from(2);
+    }
+    let config = checks::lint::config(&cli.lint, &manifest);
+    let report = lint::lint(&cli.paths, &config);
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("plain data")
+        );
+    } else {
+        for finding in &report.findings {
+            println!("{finding}");
+        }
+        println!("lint: {}", report.summary());
+    }
+    if report.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(101)
+    }
 }

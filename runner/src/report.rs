@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::checks::Outcome;
 use crate::cli::{ExpectDriver, Options};
+use crate::manifest::ManifestState;
 
 /// Bumped when a field changes meaning or disappears.
 pub const REPORT_FORMAT: u32 = 1;
@@ -51,6 +52,8 @@ pub struct Report {
     pub version: &'static str,
     /// The expectations the run was given.
     pub options: Value,
+    /// The hook's manifest: `path`, `status` (loaded, absent, broken), `message`, `content`.
+    pub manifest: Value,
     /// Every check that ran, by name.
     pub checks: BTreeMap<String, Outcome>,
     /// libtest's tally.
@@ -59,7 +62,12 @@ pub struct Report {
 
 impl Report {
     /// Assembles the report of a finished run.
-    pub fn new(options: &Options, checks: BTreeMap<String, Outcome>, summary: Summary) -> Report {
+    pub fn new(
+        options: &Options,
+        manifest: &ManifestState,
+        checks: BTreeMap<String, Outcome>,
+        summary: Summary,
+    ) -> Report {
         Report {
             format: REPORT_FORMAT,
             tool: env!("CARGO_PKG_NAME"),
@@ -71,7 +79,13 @@ impl Report {
                 "cudart": options.cudart,
                 "saxpy_elements": options.saxpy_elements,
                 "dev_root": options.dev_root,
+                "manifest": options.manifest,
+                "no_manifest": options.no_manifest,
+                "lint": options.lint_paths,
+                "driver_link": options.lint.driver_link,
+                "compat_dir": options.lint.compat_dir,
             }),
+            manifest: manifest.report(),
             checks,
             summary,
         }

@@ -9,11 +9,14 @@ use crate::cli::Options;
 use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, LIBCUDA};
 use crate::cuda::runtime::Runtime;
+use crate::manifest::ManifestState;
 
 /// One run of the runner.
 pub struct Session {
     /// The runner's flags.
     pub options: Options,
+    /// The hook's manifest (or why there is none), read once at the start.
+    pub manifest: ManifestState,
     driver: OnceLock<Result<Driver, String>>,
     init: OnceLock<Result<(), String>>,
     devices: OnceLock<Result<Vec<CudaDevice>, String>>,
@@ -22,10 +25,12 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session; nothing is loaded until a check asks.
+    /// A session; the manifest is read now, nothing is loaded until a check asks.
     pub fn new(options: Options) -> Session {
+        let manifest = ManifestState::load(options.manifest.as_deref(), options.no_manifest);
         Session {
             options,
+            manifest,
             driver: OnceLock::new(),
             init: OnceLock::new(),
             devices: OnceLock::new(),

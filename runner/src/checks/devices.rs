@@ -1,5 +1,6 @@
 //! `devices::nodes`: the NVIDIA device nodes exist, are character devices with the
-//! right numbers, and there are at least as many `/dev/nvidiaN` as CUDA devices.
+//! right numbers, and there are at least as many `/dev/nvidiaN` as CUDA devices. With the
+//! hook's manifest, every device it says it exposed must be here.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -102,6 +103,42 @@ pub fn nodes(session: &Session) -> Outcome {
         problems.push(format!("no {}/nvidiaN node: {NOT_EXPOSED}", root.display()));
     }
 
+    let exposed: Vec<&str> = session
+        .manifest
+        .manifest()
+        .map(|m| m.devices.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    for device in &exposed {
+        // The manifest names inside paths under /dev; --dev-root moves /dev.
+        let here = match Path::new(device).strip_prefix("/dev") {
+            Ok(rest) => root.join(rest),
+            Err(_) => Path::new(device).to_path_buf(),
+        };
+        if std::fs::symlink_metadata(&here).is_err() {
+            problems.push(format!(
+                "the hook's manifest lists {device} as exposed, but {} is missing: the sandbox \
+                 did not get what the hook planned (a stale manifest, or a Nix without \
+                 pre-build-hook support for it)",
+                here.display()
+            ));
+        }
+    }
+    let manifest_gpus = exposed
+        .iter()
+        .filter(|d| {
+            d.strip_prefix("/dev/nvidia")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count();
+    if session.manifest.manifest().is_some() && gpus.len() > manifest_gpus {
+        problems.push(format!(
+            "{} /dev/nvidiaN node(s) are here but the hook's manifest lists {manifest_gpus}: \
+             something other than cuda-sandbox-hook exposes GPUs to this build (check Nix's \
+             sandbox-paths)",
+            gpus.len()
+        ));
+    }
+
     let cuda_count = session.devices().map(<[_]>::len);
     if let Ok(count) = cuda_count {
         if gpus.len() < count {
@@ -121,6 +158,9 @@ pub fn nodes(session: &Session) -> Outcome {
         "nvidia_uvm_major_in_proc_devices" => uvm_expected,
         "cuda_device_count" => cuda_count.as_ref().ok(),
         "cuda_device_count_unavailable" => cuda_count.as_ref().err(),
+        "manifest" => session.manifest.fact(),
+        "manifest_devices" => session.manifest.manifest().map(|m| &m.devices),
+        "manifest_gpu_nodes" => session.manifest.manifest().map(|_| manifest_gpus),
     };
     match problems.first() {
         None => Outcome::pass(

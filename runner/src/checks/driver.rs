@@ -1,37 +1,68 @@
-//! `driver::library` (which libcuda.so.1 the loader picked) and `driver::version`
-//! (`cuInit`, `cuDriverGetVersion`, `--min-cuda-version`).
+//! `driver::library` (which libcuda.so.1 the loader picked, and whether it is the one the
+//! hook's manifest chose) and `driver::version` (`cuInit`, `cuDriverGetVersion`,
+//! `--min-cuda-version`, the manifest's CUDA version).
 
 use crate::checks::Outcome;
 use crate::cli::ExpectDriver;
 use crate::cuda::version::CudaVersion;
 use crate::facts;
+use crate::manifest;
 use crate::session::Session;
+use cuda_sandbox_manifest::DriverKind;
 
 /// Runs `driver::library`.
 pub fn library(session: &Session) -> Outcome {
     let search_path = std::env::var("LD_LIBRARY_PATH").ok();
     let expect = session.options.expect_driver.as_ref();
+    let chosen = session.manifest.driver();
     let driver = match session.driver() {
         Ok(driver) => driver,
         Err(why) => {
+            let why = match chosen {
+                Some(m) if !m.libcuda.is_empty() => format!(
+                    "{why} (the hook chose {} {})",
+                    m.kind,
+                    manifest::chosen_path(m)
+                ),
+                _ => why,
+            };
             return Outcome::fail(
                 why,
-                facts! { "ld_library_path" => search_path, "expect_driver" => expect.map(ExpectDriver::describe) },
-            )
+                facts! {
+                    "ld_library_path" => search_path,
+                    "expect_driver" => expect.map(ExpectDriver::describe),
+                    "manifest" => session.manifest.fact(),
+                },
+            );
         }
     };
     let file = &driver.file;
+    let version = driver.version().ok().map(CudaVersion);
     let facts = facts! {
         "path" => &file.path,
         "real_path" => &file.real_path,
         "ld_library_path" => search_path,
         "expect_driver" => expect.map(ExpectDriver::describe),
+        "manifest" => session.manifest.fact(),
+        "manifest_libcuda" => chosen.map(|m| &m.libcuda),
     };
     let loaded = format!(
         "loaded {} (real file {})",
         file.path.display(),
         file.real_path.display()
     );
+    if let Some(why) = session.manifest.broken() {
+        return Outcome::fail(format!("{loaded}, but {why}"), facts);
+    }
+    let loaded = match chosen {
+        Some(m) if !m.libcuda.is_empty() => {
+            if !manifest::is_chosen(file, m) {
+                return Outcome::fail(manifest::library_mismatch(file, version, m), facts);
+            }
+            format!("{loaded}, the {} driver the hook chose", m.kind)
+        }
+        _ => loaded,
+    };
     match expect {
         Some(ExpectDriver::PathPrefix(prefix)) if !file.is_under(prefix) => Outcome::fail(
             format!(
@@ -62,11 +93,44 @@ pub fn version(session: &Session) -> Outcome {
         "cuda_version_number" => version.as_ref().ok().map(|v| v.0),
         "cuInit" => if init.is_ok() { "ok" } else { "failed" },
         "min_cuda_version" => session.options.min_cuda_version.map(|v| v.to_string()),
+        "manifest" => session.manifest.fact(),
     };
     let version = match version {
         Ok(version) => version,
         Err(why) => return Outcome::fail(why, facts),
     };
+    if let Some(m) = session.manifest.driver() {
+        let chosen = m
+            .cuda_version
+            .as_deref()
+            .and_then(|v| CudaVersion::parse(v).ok());
+        if let Some(chosen) = chosen.filter(|c| *c != version) {
+            let fix = match m.kind {
+                DriverKind::Compat if version < chosen => {
+                    "the host's libcuda was loaded instead of the compat one: put the compat \
+                     directory before the driver link in DT_RUNPATH or LD_LIBRARY_PATH (see \
+                     driver::library)"
+                }
+                DriverKind::Host if version > chosen => {
+                    "a compat libcuda was loaded though the hook chose the host driver for this \
+                     kernel driver: remove the compat directory from DT_RUNPATH and \
+                     LD_LIBRARY_PATH (see driver::library)"
+                }
+                _ => {
+                    "another libcuda.so.1 was loaded than the one the hook chose (see \
+                     driver::library)"
+                }
+            };
+            return Outcome::fail(
+                format!(
+                    "the loaded driver provides CUDA {version} but the hook chose the {} driver \
+                     providing CUDA {chosen}: {fix}",
+                    m.kind
+                ),
+                facts,
+            );
+        }
+    }
     if let Err(why) = init {
         return Outcome::fail(why, facts);
     }

@@ -10,6 +10,7 @@ pub mod devices;
 pub mod driver;
 pub mod entry_points;
 pub mod kernel;
+pub mod lint;
 pub mod nvml;
 pub mod runtime;
 
@@ -85,7 +86,7 @@ pub struct Check {
     pub run: fn(&Session) -> Outcome,
 }
 
-/// Every check, in the order they are listed.
+/// Every GPU check, in the order they are listed ([`LINT_CHECK`] follows with `--lint`).
 pub const CHECKS: &[Check] = &[
     Check {
         name: "devices::nodes",
@@ -116,6 +117,12 @@ pub const CHECKS: &[Check] = &[
         run: nvml::consistency,
     },
 ];
+
+/// The ELF lint, run only when `--lint PATH` is given.
+pub const LINT_CHECK: Check = Check {
+    name: "lint::elf",
+    run: lint::elf,
+};
 
 /// Builds a facts map: `facts! { "key" => value, ... }`.
 #[macro_export]

@@ -1,5 +1,6 @@
 //! `nvml::consistency`: NVML (through `nvml-wrapper`) agrees with CUDA on the GPUs, and the
-//! kernel driver version tells whether the loaded libcuda is a cuda_compat one.
+//! kernel driver version tells whether the loaded libcuda is a cuda_compat one; both must
+//! match the hook's manifest when there is one.
 
 use std::ffi::OsStr;
 
@@ -12,6 +13,7 @@ use crate::cli::ExpectDriver;
 use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
 use crate::facts;
 use crate::session::Session;
+use cuda_sandbox_manifest::DriverKind;
 
 /// The name NVML is loaded by, so the loader's normal search applies as for libcuda.
 pub const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
@@ -101,6 +103,7 @@ pub fn consistency(session: &Session) -> Outcome {
         "loaded_libcuda_cuda_version" => loaded_cuda.map(|v| v.to_string()),
         "compat_active" => compat_active,
         "expect_driver" => expect.map(ExpectDriver::describe),
+        "manifest" => session.manifest.fact(),
         "nvml_devices" => nvml_devices.as_ref().ok(),
         "cuda_devices" => cuda_devices.as_ref().ok(),
     };
@@ -113,6 +116,44 @@ pub fn consistency(session: &Session) -> Outcome {
         Some(false) => format!("host driver: kernel driver {kernel_driver}"),
         None => format!("kernel driver {kernel_driver} (compat unknown: branch not in the table or libcuda unavailable)"),
     };
+
+    if let Some(m) = session.manifest.driver() {
+        if let Some(read) = m.kernel_driver.as_deref().filter(|k| *k != kernel_driver) {
+            return Outcome::fail(
+                format!(
+                    "NVML reports kernel driver {kernel_driver} but the hook read {read} from \
+                     /proc/driver/nvidia/version: {LIBNVIDIA_ML} belongs to another driver than \
+                     the kernel module; expose the host driver's own libnvidia-ml (the hook's \
+                     driver link) and nothing else"
+                ),
+                facts,
+            );
+        }
+        match (m.kind, compat_active) {
+            (DriverKind::Compat, Some(false)) => {
+                return Outcome::fail(
+                    format!(
+                        "the hook chose the compat driver (CUDA {}) but the loaded libcuda is \
+                         the host's ({which}): put the compat directory before the driver link \
+                         in DT_RUNPATH or LD_LIBRARY_PATH",
+                        m.cuda_version.as_deref().unwrap_or("unknown")
+                    ),
+                    facts,
+                )
+            }
+            (DriverKind::Host, Some(true)) => {
+                return Outcome::fail(
+                    format!(
+                        "the hook chose the host driver (its reason: {}) but {which}: remove \
+                         the compat directory from DT_RUNPATH and LD_LIBRARY_PATH",
+                        m.reason.trim_end_matches('.')
+                    ),
+                    facts,
+                )
+            }
+            _ => {}
+        }
+    }
 
     match (expect, compat_active) {
         (Some(ExpectDriver::Host), Some(true)) => {

@@ -1,0 +1,543 @@
+//! The ELF lint: does a package find the driver the hook exposes?
+//!
+//! nixpkgs binaries find `libcuda.so.1` through DT_RUNPATH `/run/opengl-driver/lib` (added by
+//! `autoAddDriverRunpath`), and on Jetson a `cuda_compat` directory must come *before* that link
+//! or the host's older libcuda wins (DESIGN.md §5–§6). For each ELF file that needs `libcuda`
+//! or carries the driver link in its search path, the lint checks:
+//! - the driver link is in DT_RUNPATH (DT_RPATH when the file has no DT_RUNPATH);
+//! - with a compat directory, it is there and comes before the driver link;
+//! - no CUDA `stubs` directory is there (the toolkit's stub libcuda makes every driver call
+//!   fail with CUDA_ERROR_STUB_LIBRARY, 34).
+//!
+//! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
+//! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
+//! paths given. Files are walked with `walkdir` (symlinks not followed) and read with `object`.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+use object::elf::{FileHeader32, FileHeader64, DT_NEEDED, DT_RPATH, DT_RUNPATH};
+use object::read::elf::{Dyn, FileHeader};
+use object::{Endianness, FileKind};
+use serde::Serialize;
+
+/// What the lint expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LintConfig {
+    /// The driver link every libcuda user must search (`/run/opengl-driver/lib`).
+    pub driver_link: PathBuf,
+    /// A compat directory that must come before the driver link, when compat is in use.
+    pub compat_dir: Option<PathBuf>,
+    /// Also look for static CUDA archives in the runtime closure of the store paths given.
+    pub closure: bool,
+    /// The Nix store directory (store paths and their closures).
+    pub store_dir: PathBuf,
+}
+
+impl LintConfig {
+    /// The defaults: the NixOS driver link, no compat, no closure walk.
+    pub fn new(driver_link: impl Into<PathBuf>) -> LintConfig {
+        LintConfig {
+            driver_link: driver_link.into(),
+            compat_dir: None,
+            closure: false,
+            store_dir: PathBuf::from("/nix/store"),
+        }
+    }
+}
+
+/// What is wrong with one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// Needs libcuda but does not search the driver link.
+    NoDriverLink,
+    /// Searches the driver link before the compat directory.
+    CompatAfterDriverLink,
+    /// Searches the driver link but not the compat directory.
+    CompatMissing,
+    /// Searches a CUDA `stubs` directory.
+    StubsInSearchPath,
+    /// A static CUDA library in the package or its closure.
+    StaticCudaArchive,
+    /// A file that could not be read or parsed.
+    Unreadable,
+}
+
+/// One problem: the file, its kind, and one line of cause and fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// The file concerned.
+    pub file: PathBuf,
+    /// What kind of problem.
+    pub kind: FindingKind,
+    /// One line: what is wrong and what to change.
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.file.display(), self.message)
+    }
+}
+
+/// The lint's result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LintReport {
+    /// Regular files looked at.
+    pub files: usize,
+    /// ELF files among them.
+    pub elf_files: usize,
+    /// ELF files that need libcuda or search the driver link (the ones checked).
+    pub libcuda_users: Vec<PathBuf>,
+    /// Store paths whose runtime closure was searched for static archives.
+    pub closure_of: Vec<PathBuf>,
+    /// Every problem found, in path order.
+    pub findings: Vec<Finding>,
+}
+
+impl LintReport {
+    /// One line summarising the run.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} file(s), {} ELF, {} using libcuda; {} finding(s)",
+            self.files,
+            self.elf_files,
+            self.libcuda_users.len(),
+            self.findings.len()
+        )
+    }
+}
+
+/// An ELF file's dynamic dependencies and library search path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DynamicInfo {
+    /// DT_NEEDED entries.
+    pub needed: Vec<String>,
+    /// DT_RUNPATH, split at `:`, when present.
+    pub runpath: Option<Vec<String>>,
+    /// DT_RPATH, split at `:`, when present.
+    pub rpath: Option<Vec<String>>,
+}
+
+impl DynamicInfo {
+    /// The search path the loader uses from the file itself (DT_RPATH is ignored when
+    /// DT_RUNPATH exists), and the tag's name.
+    pub fn search_path(&self) -> (&[String], &'static str) {
+        match (&self.runpath, &self.rpath) {
+            (Some(r), _) => (r, "DT_RUNPATH"),
+            (None, Some(r)) => (r, "DT_RPATH"),
+            (None, None) => (&[], "DT_RUNPATH"),
+        }
+    }
+
+    /// Whether the file needs the driver (`libcuda.so*`).
+    pub fn needs_libcuda(&self) -> bool {
+        self.needed.iter().any(|n| n.starts_with("libcuda.so"))
+    }
+}
+
+/// Reads the dynamic section of an ELF file's bytes. `Ok(None)`: not an ELF file.
+pub fn read_dynamic(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
+    match FileKind::parse(data) {
+        Ok(FileKind::Elf32) => dynamic_of::<FileHeader32<Endianness>>(data).map(Some),
+        Ok(FileKind::Elf64) => dynamic_of::<FileHeader64<Endianness>>(data).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn dynamic_of<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<DynamicInfo, String> {
+    let bad = |e: object::read::Error| format!("not a readable ELF file: {e}");
+    let header = H::parse(data).map_err(bad)?;
+    let endian = header.endian().map_err(bad)?;
+    let sections = header.sections(endian, data).map_err(bad)?;
+    let mut info = DynamicInfo::default();
+    let Some((entries, link)) = sections.dynamic(endian, data).map_err(bad)? else {
+        return Ok(info); // static executable or object file: no search path
+    };
+    let strings = sections.strings(endian, data, link).map_err(bad)?;
+    for entry in entries {
+        let Some(tag) = entry.tag32(endian) else {
+            continue;
+        };
+        if ![DT_NEEDED, DT_RUNPATH, DT_RPATH].contains(&tag) {
+            continue;
+        }
+        let value = entry.string(endian, strings).map_err(bad)?;
+        let value = String::from_utf8_lossy(value).into_owned();
+        let split = || value.split(':').filter(|s| !s.is_empty()).map(String::from);
+        match tag {
+            DT_NEEDED => info.needed.push(value.clone()),
+            DT_RUNPATH => info.runpath.get_or_insert_with(Vec::new).extend(split()),
+            _ => info.rpath.get_or_insert_with(Vec::new).extend(split()),
+        }
+    }
+    Ok(info)
+}
+
+/// Library name prefixes (after `lib`, lower case) of the CUDA toolkit's libraries.
+pub const CUDA_LIBRARY_PREFIXES: &[&str] = &[
+    "cuda", // cudart_static, cudadevrt, cuda (the stub)
+    "cublas",
+    "cufft",
+    "curand",
+    "cusparse",
+    "cusolver",
+    "cutensor",
+    "cudnn",
+    "culibos",
+    "cupti",
+    "nvrtc",
+    "nvjitlink",
+    "nvptxcompiler",
+    "nvjpeg",
+    "npp",
+    "nccl",
+];
+
+/// Whether `name` is a static archive of a CUDA library (`libcudart_static.a`, `libnppc.a`).
+pub fn is_static_cuda_archive(name: &str) -> bool {
+    let Some(stem) = name.strip_prefix("lib").and_then(|n| n.strip_suffix(".a")) else {
+        return false;
+    };
+    let stem = stem.to_ascii_lowercase();
+    CUDA_LIBRARY_PREFIXES.iter().any(|p| stem.starts_with(p))
+}
+
+/// `path` without `.`, duplicate or trailing slashes, for comparing search-path entries.
+fn normalize(path: &str) -> PathBuf {
+    Path::new(path)
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect()
+}
+
+fn is_stubs_dir(entry: &str) -> bool {
+    Path::new(entry)
+        .components()
+        .any(|c| c.as_os_str() == "stubs")
+}
+
+/// The findings for one ELF file's dynamic section (none when it neither needs libcuda nor
+/// searches the driver link).
+pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Finding> {
+    let (search, tag) = info.search_path();
+    let position = |dir: &Path| search.iter().position(|e| normalize(e) == dir);
+    let link = normalize(&config.driver_link.to_string_lossy());
+    let link_at = position(&link);
+    if !info.needs_libcuda() && link_at.is_none() {
+        return Vec::new();
+    }
+    let shown = format!("{tag} [{}]", search.join(":"));
+    let finding = |kind, message: String| Finding {
+        file: file.to_path_buf(),
+        kind,
+        message,
+    };
+    let mut out = Vec::new();
+    if link_at.is_none() {
+        out.push(finding(
+            FindingKind::NoDriverLink,
+            format!(
+                "needs libcuda but {shown} lacks the driver link {}: inside the sandbox (and on \
+                 NixOS) the loader cannot find the driver; add it to DT_RUNPATH (nixpkgs: \
+                 autoAddDriverRunpath)",
+                link.display()
+            ),
+        ));
+    }
+    if let Some(compat) = &config.compat_dir {
+        let compat = normalize(&compat.to_string_lossy());
+        match (position(&compat), link_at) {
+            (Some(c), Some(l)) if c > l => out.push(finding(
+                FindingKind::CompatAfterDriverLink,
+                format!(
+                    "{shown} has the driver link {} before the compat directory {}: the host's \
+                     older libcuda loads and the compat driver is ignored; put the compat \
+                     directory first",
+                    link.display(),
+                    compat.display()
+                ),
+            )),
+            (None, _) => out.push(finding(
+                FindingKind::CompatMissing,
+                format!(
+                    "{shown} lacks the compat directory {}: the host's older libcuda loads from \
+                     the driver link; add the compat directory before {}",
+                    compat.display(),
+                    link.display()
+                ),
+            )),
+            _ => {}
+        }
+    }
+    for stubs in search.iter().filter(|e| is_stubs_dir(e)) {
+        out.push(finding(
+            FindingKind::StubsInSearchPath,
+            format!(
+                "{tag} holds the CUDA stubs directory {stubs}: the toolkit's stub libcuda there \
+                 makes every driver call fail with CUDA_ERROR_STUB_LIBRARY (34) at run time; \
+                 stubs are for linking only, remove it from {tag}"
+            ),
+        ));
+    }
+    out
+}
+
+fn archive_finding(file: &Path, closure_of: Option<&Path>) -> Finding {
+    let place = match closure_of {
+        Some(root) => format!("in the runtime closure of {}", root.display()),
+        None => "in the package".to_string(),
+    };
+    Finding {
+        file: file.to_path_buf(),
+        kind: FindingKind::StaticCudaArchive,
+        message: format!(
+            "static CUDA library {place}: it is needed only to link, makes the runtime closure \
+             carry the toolkit, and binaries linked with it embed their own CUDA version; move \
+             it to a separate output (e.g. \"static\") or delete it"
+        ),
+    }
+}
+
+/// Reads the start of a file; ELF files are then read whole.
+fn read_if_elf(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let mut file = std::fs::File::open(path)?;
+    let mut magic = [0u8; 4];
+    match file.read_exact(&mut magic) {
+        Ok(()) if &magic == b"\x7fELF" => {}
+        Ok(()) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut data = magic.to_vec();
+    file.read_to_end(&mut data)?;
+    Ok(Some(data))
+}
+
+/// The store path (`/nix/store/<hash>-<name>`) a path lies in, if any.
+fn store_path_of(path: &Path, store_dir: &Path) -> Option<PathBuf> {
+    let rest = path.strip_prefix(store_dir).ok()?;
+    let first = rest.components().next()?;
+    Some(store_dir.join(first))
+}
+
+/// The runtime closure of `store_path` (`nix-store --query --requisites`).
+fn closure_of(store_path: &Path) -> Result<Vec<PathBuf>, String> {
+    let output = Command::new("nix-store")
+        .args(["--query", "--requisites"])
+        .arg(store_path)
+        .output()
+        .map_err(|e| format!("cannot run nix-store: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "nix-store --query --requisites {} failed: {}",
+            store_path.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect())
+}
+
+/// Lints `paths` (files or directories, walked without following symlinks).
+pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
+    let mut report = LintReport::default();
+    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
+    for root in paths {
+        for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    report.findings.push(Finding {
+                        file: e.path().unwrap_or(root).to_path_buf(),
+                        kind: FindingKind::Unreadable,
+                        message: format!("cannot be walked: {e}"),
+                    });
+                    continue;
+                }
+            };
+            if !entry.file_type().is_file() || !seen.insert(entry.path().to_path_buf()) {
+                continue;
+            }
+            report.files += 1;
+            lint_file(entry.path(), config, &mut report);
+        }
+    }
+    if config.closure {
+        let roots: BTreeSet<PathBuf> = paths
+            .iter()
+            .filter_map(|p| store_path_of(p, &config.store_dir))
+            .collect();
+        for root in roots {
+            match closure_of(&root) {
+                Ok(members) => {
+                    for member in members.iter().filter(|m| **m != root) {
+                        for entry in walkdir::WalkDir::new(member)
+                            .sort_by_file_name()
+                            .into_iter()
+                            .filter_map(Result::ok)
+                        {
+                            let name = entry.file_name().to_string_lossy();
+                            if entry.file_type().is_file()
+                                && is_static_cuda_archive(&name)
+                                && seen.insert(entry.path().to_path_buf())
+                            {
+                                report
+                                    .findings
+                                    .push(archive_finding(entry.path(), Some(&root)));
+                            }
+                        }
+                    }
+                }
+                Err(why) => report.findings.push(Finding {
+                    file: root.clone(),
+                    kind: FindingKind::Unreadable,
+                    message: format!("its runtime closure is unknown: {why}"),
+                }),
+            }
+            report.closure_of.push(root);
+        }
+    }
+    report
+}
+
+fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    if is_static_cuda_archive(&name) {
+        report.findings.push(archive_finding(path, None));
+        return;
+    }
+    let unreadable = |message: String| Finding {
+        file: path.to_path_buf(),
+        kind: FindingKind::Unreadable,
+        message,
+    };
+    let data = match read_if_elf(path) {
+        Ok(Some(data)) => data,
+        Ok(None) => return,
+        Err(e) => {
+            report
+                .findings
+                .push(unreadable(format!("cannot be read: {e}")));
+            return;
+        }
+    };
+    report.elf_files += 1;
+    match read_dynamic(&data) {
+        Ok(Some(info)) => {
+            let findings = check_elf(path, &info, config);
+            let link = normalize(&config.driver_link.to_string_lossy());
+            let searches_link = info.search_path().0.iter().any(|e| normalize(e) == link);
+            if info.needs_libcuda() || searches_link {
+                report.libcuda_users.push(path.to_path_buf());
+            }
+            report.findings.extend(findings);
+        }
+        Ok(None) => {}
+        Err(e) => report.findings.push(unreadable(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(needed: &[&str], runpath: Option<&str>) -> DynamicInfo {
+        DynamicInfo {
+            needed: needed.iter().map(|s| s.to_string()).collect(),
+            runpath: runpath.map(|r| r.split(':').map(String::from).collect()),
+            rpath: None,
+        }
+    }
+
+    fn kinds(info: &DynamicInfo, compat: Option<&str>) -> Vec<FindingKind> {
+        let mut config = LintConfig::new("/run/opengl-driver/lib");
+        config.compat_dir = compat.map(PathBuf::from);
+        check_elf(Path::new("f"), info, &config)
+            .into_iter()
+            .map(|f| f.kind)
+            .collect()
+    }
+
+    #[test]
+    fn libcuda_users_need_the_driver_link() {
+        let ok = info(
+            &["libcuda.so.1"],
+            Some("/run/opengl-driver/lib/:/nix/store/x/lib"),
+        );
+        assert!(kinds(&ok, None).is_empty());
+        let missing = info(&["libcuda.so.1"], Some("/nix/store/x/lib"));
+        assert_eq!(kinds(&missing, None), [FindingKind::NoDriverLink]);
+        let unrelated = info(&["libm.so.6"], Some("/nix/store/cuda/lib/stubs"));
+        assert!(kinds(&unrelated, None).is_empty());
+    }
+
+    #[test]
+    fn compat_must_come_first() {
+        let c = "/nix/store/c-cuda-compat/compat";
+        let right = info(
+            &["libcuda.so.1"],
+            Some(&format!("{c}:/run/opengl-driver/lib")),
+        );
+        assert!(kinds(&right, Some(c)).is_empty());
+        let wrong = info(
+            &["libcuda.so.1"],
+            Some(&format!("/run/opengl-driver/lib:{c}")),
+        );
+        assert_eq!(kinds(&wrong, Some(c)), [FindingKind::CompatAfterDriverLink]);
+        let absent = info(&["libcuda.so.1"], Some("/run/opengl-driver/lib"));
+        assert_eq!(kinds(&absent, Some(c)), [FindingKind::CompatMissing]);
+    }
+
+    #[test]
+    fn stubs_are_found_and_rpath_counts_without_runpath() {
+        let stubs = info(
+            &["libcuda.so.1"],
+            Some("/nix/store/t-cuda/lib/stubs:/run/opengl-driver/lib"),
+        );
+        assert_eq!(kinds(&stubs, None), [FindingKind::StubsInSearchPath]);
+        let mut rpath = info(&["libcuda.so.1"], None);
+        rpath.rpath = Some(vec!["/run/opengl-driver/lib".into()]);
+        assert!(kinds(&rpath, None).is_empty());
+        assert_eq!(rpath.search_path().1, "DT_RPATH");
+    }
+
+    #[test]
+    fn static_cuda_archives_are_recognised_by_name() {
+        for yes in [
+            "libcudart_static.a",
+            "libcublasLt_static.a",
+            "libnvJitLink_static.a",
+            "libnppc.a",
+        ] {
+            assert!(is_static_cuda_archive(yes), "{yes}");
+        }
+        for no in [
+            "libcudart.so.12",
+            "libm.a",
+            "cudart_static.a",
+            "libfoo_cuda.a",
+            "libcudart_static.a.txt",
+        ] {
+            assert!(!is_static_cuda_archive(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn store_paths_are_found_for_closures() {
+        let store = Path::new("/nix/store");
+        assert_eq!(
+            store_path_of(Path::new("/nix/store/abc-pkg/lib/libx.so"), store),
+            Some(PathBuf::from("/nix/store/abc-pkg"))
+        );
+        assert_eq!(store_path_of(Path::new("/tmp/x"), store), None);
+    }
+}

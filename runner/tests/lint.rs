@@ -1,0 +1,305 @@
+//! The ELF lint on real ELF files made here with the C compiler and linker flags (`-rpath`):
+//! a libcuda user with the compat directory before the driver link passes; the driver link
+//! first, a CUDA stubs directory in DT_RUNPATH, or no driver link at all each fail, explained;
+//! a static CUDA archive in the package is reported. Needs `cc` (and `ar`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::RUNNER;
+use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
+
+const LINK: &str = "/run/opengl-driver/lib";
+const COMPAT: &str = "/nix/store/00000000000000000000000000000000-fake-cuda-compat/compat";
+
+/// A package tree of real ELF files, one per situation, each in its own directory.
+struct Package {
+    _temp: tempfile::TempDir,
+    root: PathBuf,
+    stubs: PathBuf,
+}
+
+fn cc(args: &[&str]) {
+    let output = Command::new("cc")
+        .args(args)
+        .output()
+        .expect("run cc (install gcc)");
+    assert!(
+        output.status.success(),
+        "cc {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+impl Package {
+    fn new() -> Package {
+        let temp = tempfile::tempdir().unwrap();
+        let root = temp.path().join("pkg");
+        let stubs = temp.path().join("toolkit/lib/stubs");
+        std::fs::create_dir_all(&stubs).unwrap();
+        // The toolkit's stub libcuda, to link against (as a real build does).
+        let src = temp.path().join("stub.c");
+        std::fs::write(&src, "int cuInit(unsigned int flags) { return 34; }\n").unwrap();
+        let stub = stubs.join("libcuda.so");
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            stub.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ]);
+        let user = temp.path().join("user.c");
+        std::fs::write(
+            &user,
+            "int cuInit(unsigned int);\nint use_gpu(void) { return cuInit(0); }\n",
+        )
+        .unwrap();
+        let package = Package {
+            _temp: temp,
+            root,
+            stubs,
+        };
+        let stubs = package.stubs.display().to_string();
+        package.library("right", Some(&format!("{COMPAT}:{LINK}")), &user, true);
+        package.library("wrong", Some(&format!("{LINK}:{COMPAT}")), &user, true);
+        package.library(
+            "stubs",
+            Some(&format!("{COMPAT}:{LINK}:{stubs}")),
+            &user,
+            true,
+        );
+        package.library("nolink", Some("/nix/store/x-cuda/lib"), &user, true);
+        package.library("plain", Some("/nix/store/x-zlib/lib"), &user, false);
+        package
+    }
+
+    /// Builds `<root>/<name>/lib/lib<name>.so` with `runpath`, needing libcuda when `cuda`.
+    fn library(&self, name: &str, runpath: Option<&str>, src: &Path, cuda: bool) {
+        let dir = self.root.join(name).join("lib");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join(format!("lib{name}.so"));
+        let mut args: Vec<String> = vec!["-shared".into(), "-fPIC".into(), "-o".into()];
+        args.push(out.display().to_string());
+        args.push(src.display().to_string());
+        if let Some(runpath) = runpath {
+            args.push(format!("-Wl,--enable-new-dtags,-rpath,{runpath}"));
+        }
+        if cuda {
+            args.push(format!("-L{}", self.stubs.display()));
+            args.push("-lcuda".into());
+        } else {
+            args.push("-Wl,--unresolved-symbols=ignore-all".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cc(&args);
+    }
+
+    fn dir(&self, name: &str) -> String {
+        self.root.join(name).display().to_string()
+    }
+}
+
+struct Lint {
+    code: i32,
+    stdout: String,
+}
+
+fn lint(args: &[&str]) -> Lint {
+    let output = Command::new(RUNNER)
+        .arg("lint")
+        .arg("--no-manifest")
+        .args(args)
+        .output()
+        .unwrap();
+    Lint {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr),
+    }
+}
+
+#[test]
+fn lint_passes_compat_before_the_driver_link() {
+    let p = Package::new();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("right"), &p.dir("plain")]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("2 ELF, 1 using libcuda; 0 finding(s)"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn lint_fails_the_driver_link_before_compat_explained() {
+    let p = Package::new();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("wrong")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    let line = run.stdout.lines().next().unwrap();
+    for needle in [
+        "libwrong.so: DT_RUNPATH [/run/opengl-driver/lib:",
+        "has the driver link /run/opengl-driver/lib before the compat directory",
+        "the compat driver is ignored; put the compat directory first",
+    ] {
+        assert!(line.contains(needle), "{needle:?} not in {line}");
+    }
+}
+
+#[test]
+fn lint_fails_a_stubs_directory_in_runpath_explained() {
+    let p = Package::new();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("stubs")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!(
+            "libstubs.so: DT_RUNPATH holds the CUDA stubs directory {}",
+            p.stubs.display()
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("CUDA_ERROR_STUB_LIBRARY (34)"));
+    assert!(run.stdout.contains("1 finding(s)"), "{}", run.stdout);
+}
+
+#[test]
+fn lint_fails_a_libcuda_user_without_the_driver_link() {
+    let p = Package::new();
+    let run = lint(&[&p.dir("nolink")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("needs libcuda but DT_RUNPATH [/nix/store/x-cuda/lib] lacks the driver link /run/opengl-driver/lib"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("autoAddDriverRunpath"));
+}
+
+#[test]
+fn lint_reports_static_cuda_archives() {
+    let p = Package::new();
+    let lib = p.root.join("right/lib");
+    let object = lib.join("x.o");
+    std::fs::write(lib.join("x.c"), "int x;\n").unwrap();
+    cc(&[
+        "-c",
+        "-o",
+        object.to_str().unwrap(),
+        lib.join("x.c").to_str().unwrap(),
+    ]);
+    let archive = lib.join("libcudart_static.a");
+    let ar = Command::new("ar")
+        .arg("rcs")
+        .arg(&archive)
+        .arg(&object)
+        .status()
+        .unwrap();
+    assert!(ar.success());
+    std::fs::write(lib.join("libz.a"), "!<arch>\n").unwrap();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("right")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!(
+            "{}: static CUDA library in the package",
+            archive.display()
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("libz.a"), "{}", run.stdout);
+}
+
+#[test]
+fn lint_json_lists_every_finding_with_its_kind() {
+    let p = Package::new();
+    let run = lint(&[
+        "--json",
+        "--compat-dir",
+        COMPAT,
+        &p.root.display().to_string(),
+    ]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let mut kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "compat-after-driver-link",
+            "compat-missing",
+            "no-driver-link",
+            "stubs-in-search-path"
+        ],
+        "{report:#}"
+    );
+    assert_eq!(report["libcuda_users"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn lint_check_in_the_harness_takes_compat_from_the_manifest() {
+    let p = Package::new();
+    let temp = tempfile::tempdir().unwrap();
+    let manifest = temp.path().join("manifest.json");
+    let m = Manifest {
+        version: MANIFEST_VERSION,
+        derivation: "/nix/store/x.drv".into(),
+        chroot: "/nix/store/x.drv.chroot".into(),
+        rules: vec!["nvidia".into()],
+        features: vec!["cuda".into()],
+        devices: Vec::new(),
+        driver: DriverManifest {
+            kind: DriverKind::Compat,
+            libcuda: vec![format!("{COMPAT}/libcuda.so.1")],
+            cuda_version: Some("12.2".into()),
+            host_cuda_version: Some("11.4".into()),
+            kernel_driver: Some("470.82.01".into()),
+            compat_dir: Some(COMPAT.into()),
+            driver_link_lib: Some(LINK.into()),
+            reason: "compat".into(),
+        },
+    };
+    std::fs::write(&manifest, m.to_json()).unwrap();
+    let report = temp.path().join("report.json");
+    let run = |dir: &str| {
+        let output = Command::new(RUNNER)
+            .args(["--manifest", manifest.to_str().unwrap(), "--lint", dir])
+            .args(["--report", report.to_str().unwrap(), "--exact", "lint::elf"])
+            .output()
+            .unwrap();
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        (output.status.code(), report["checks"]["lint::elf"].clone())
+    };
+    let (code, right) = run(&p.dir("right"));
+    assert_eq!(code, Some(0), "{right:#}");
+    assert_eq!(right["verdict"], "pass");
+    assert_eq!(right["facts"]["compat_dir"], COMPAT);
+    let (code, wrong) = run(&p.dir("wrong"));
+    assert_eq!(code, Some(101), "{wrong:#}");
+    assert!(
+        wrong["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 finding(s); first: "),
+        "{wrong:#}"
+    );
+
+    let listed = Command::new(RUNNER)
+        .args(["--no-manifest", "--list", "--lint", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("lint::elf: test"));
+    let listed = Command::new(RUNNER)
+        .args(["--no-manifest", "--list"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("lint::elf"));
+}
