@@ -1,6 +1,8 @@
 # The GPU checks as Nix derivations: each is tagged `requiredSystemFeatures = [ "cuda" ]`, has
 # the runner (`cuda-sandbox-check`) itself as its builder (no stdenv, no shell), and writes the
-# runner's JSON report to $out. One derivation per check group, plus `all`.
+# runner's JSON report to $out. One derivation per check group, plus `all`; and `no-gpu`, the
+# negative check, which is NOT tagged and passes only when it sees no GPU device and no driver
+# (so it is not part of `all`: build it on its own, on any machine with the hook installed).
 #
 # The same file serves the flake (runner = the nixpkgs-built package) and CI / scripts/main
 # (runner = the absolute path of a cargo-built binary, with the fake driver):
@@ -18,6 +20,10 @@
   expectDriver ? null,
   # LD_LIBRARY_PATH of the checks: the driver link, for runners without it in DT_RUNPATH.
   libraryPath ? "/run/opengl-driver/lib",
+  # A cuda_compat package (its `compat/` directory is searched before the driver, as nixpkgs
+  # binaries' DT_RUNPATH does); the checks then expect the compat driver unless `expectDriver`
+  # says otherwise.
+  cudaCompat ? null,
   saxpyElements ? null,
   extraArgs ? [ ],
 }:
@@ -31,8 +37,17 @@ let
     else
       "${runner}/bin/cuda-sandbox-check";
 
+  expectedDriver = if expectDriver == null && cudaCompat != null then "compat" else expectDriver;
+
+  searchPath = builtins.filter (p: p != null) [
+    (if cudaCompat == null then null else "${cudaCompat}/compat")
+    libraryPath
+  ];
+  libraryEnv =
+    if searchPath == [ ] then { } else { LD_LIBRARY_PATH = builtins.concatStringsSep ":" searchPath; };
+
   optionalArgs =
-    (if expectDriver == null then [ ] else [ "--expect-driver" expectDriver ])
+    (if expectedDriver == null then [ ] else [ "--expect-driver" expectedDriver ])
     ++ (if saxpyElements == null then [ ] else [ "--saxpy-elements" (toString saxpyElements) ])
     ++ extraArgs;
 
@@ -45,8 +60,20 @@ let
         args = optionalArgs ++ filter;
         requiredSystemFeatures = features;
       }
-      // (if libraryPath == null then { } else { LD_LIBRARY_PATH = libraryPath; })
+      // libraryEnv
     );
+
+  # Untagged, with the same library path: were the driver or a device leaking into every build,
+  # the runner would find it here. `isolation::no_gpu` fails on any /dev/nvidia* node, a
+  # loadable libcuda.so.1 or a hook manifest.
+  noGpu = derivation (
+    {
+      name = "cuda-sandbox-check-no-gpu";
+      inherit system builder nonce;
+      args = [ "--expect-no-gpu" ];
+    }
+    // libraryEnv
+  );
 
   groups = {
     devices = "devices::";
@@ -59,4 +86,5 @@ in
 builtins.mapAttrs (name: prefix: check name [ prefix ]) groups
 // {
   all = check "all" [ ];
+  no-gpu = noGpu;
 }
