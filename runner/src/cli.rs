@@ -95,6 +95,11 @@ pub struct Options {
     #[arg(long = "lint", value_name = "PATH")]
     pub lint_paths: Vec<PathBuf>,
 
+    /// The negative check instead of the GPU checks: pass only when no GPU device, driver
+    /// library, driver link or manifest is visible (for an untagged derivation).
+    #[arg(long)]
+    pub expect_no_gpu: bool,
+
     /// What the ELF lint expects.
     #[command(flatten)]
     pub lint: LintOptions,

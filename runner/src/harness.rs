@@ -6,7 +6,7 @@ use std::sync::Arc;
 use libtest_mimic::{Completion, Failed, Trial};
 use serde_json::Value;
 
-use crate::checks::{Outcome, Verdict, CHECKS, LINT_CHECK};
+use crate::checks::{Check, Outcome, Verdict, CHECKS, ISOLATION_CHECK, LINT_CHECK};
 use crate::session::Session;
 
 /// Where a trial prints what it found.
@@ -40,12 +40,17 @@ fn print(name: &str, outcome: &Outcome, to: FactsOutput) {
     };
 }
 
-/// One trial per check, sharing `session`; `lint::elf` only when `--lint` paths are given.
+/// One trial per check, sharing `session`; `lint::elf` only when `--lint` paths are given;
+/// only `isolation::no_gpu` with `--expect-no-gpu`.
 pub fn trials(session: &Arc<Session>, facts_output: FactsOutput) -> Vec<Trial> {
     let lint = (!session.options.lint_paths.is_empty()).then_some(&LINT_CHECK);
-    CHECKS
-        .iter()
-        .chain(lint)
+    let checks: Vec<&Check> = if session.options.expect_no_gpu {
+        vec![&ISOLATION_CHECK]
+    } else {
+        CHECKS.iter().chain(lint).collect()
+    };
+    checks
+        .into_iter()
         .map(|check| {
             let session = Arc::clone(session);
             Trial::ignorable_test(check.name, move || {

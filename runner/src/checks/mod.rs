@@ -9,6 +9,7 @@ use crate::session::Session;
 pub mod devices;
 pub mod driver;
 pub mod entry_points;
+pub mod isolation;
 pub mod kernel;
 pub mod lint;
 pub mod nvml;
@@ -122,6 +123,12 @@ pub const CHECKS: &[Check] = &[
 pub const LINT_CHECK: Check = Check {
     name: "lint::elf",
     run: lint::elf,
+};
+
+/// The negative check, run alone with `--expect-no-gpu`.
+pub const ISOLATION_CHECK: Check = Check {
+    name: "isolation::no_gpu",
+    run: isolation::no_gpu,
 };
 
 /// Builds a facts map: `facts! { "key" => value, ... }`.

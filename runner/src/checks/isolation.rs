@@ -1,0 +1,84 @@
+//! `isolation::no_gpu`: the negative check, for an *untagged* build. It passes only when the
+//! build sees no NVIDIA device node, cannot load `libcuda.so.1` or `libnvidia-ml.so.1`, and has
+//! neither the driver link nor a hook manifest: proof that the hook gave nothing to a build
+//! that did not ask.
+
+use std::path::Path;
+
+use super::Outcome;
+use crate::facts;
+use crate::session::Session;
+
+/// Device names (in the device root) that must not be visible to an untagged build.
+const GPU_NODES: &[&str] = &[
+    "nvidia",
+    "nvmap",
+    "nvhost-",
+    "nvgpu",
+    "nvsciipc",
+    "host1x-fence",
+];
+
+/// The check.
+pub fn no_gpu(session: &Session) -> Outcome {
+    let dev_root = &session.options.dev_root;
+    let mut seen: Vec<String> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dev_root) {
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if GPU_NODES.iter().any(|p| name.starts_with(p)) {
+                seen.push(dev_root.join(&name).display().to_string());
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(dev_root.join("dri")) {
+        seen.extend(
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().display().to_string()),
+        );
+    }
+    let mut loadable: Vec<String> = Vec::new();
+    for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        // SAFETY: loading runs the library's initialisers; a driver that loads here is
+        // exactly the failure this check reports, and nothing from it is called.
+        if unsafe { libloading::Library::new(lib) }.is_ok() {
+            loadable.push(lib.to_string());
+        }
+    }
+    let manifest = session
+        .options
+        .manifest
+        .clone()
+        .unwrap_or_else(|| cuda_sandbox_manifest::MANIFEST_PATH.into());
+    let mut paths: Vec<String> = Vec::new();
+    for p in [manifest.as_path(), Path::new("/run/opengl-driver")] {
+        if p.exists() {
+            paths.push(p.display().to_string());
+        }
+    }
+    seen.sort();
+    let facts = facts! {
+        "dev_root" => dev_root.display().to_string(),
+        "gpu_nodes_seen" => seen,
+        "driver_libraries_loadable" => loadable,
+        "driver_paths_seen" => paths,
+    };
+    if seen.is_empty() && loadable.is_empty() && paths.is_empty() {
+        return Outcome::pass(
+            "no GPU device, driver library, driver link or manifest is visible",
+            facts,
+        );
+    }
+    let mut what = seen.clone();
+    what.extend(loadable.iter().map(|l| format!("{l} loads")));
+    what.extend(paths.iter().cloned());
+    Outcome::fail(
+        format!(
+            "this build must not see the GPU but sees {}: the hook exposed it to a build \
+             without a configured requiredSystemFeatures, or the sandbox is off",
+            what.join(", ")
+        ),
+        facts,
+    )
+}
