@@ -400,3 +400,14 @@ fn explain_text_says_untagged() {
     assert!(text.contains("features:    kvm"), "{text}");
     assert!(text.contains("verdict:     untagged"), "{text}");
 }
+
+#[test]
+fn readme_config_example_is_valid() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let start = readme.find("```toml\n").expect("a toml block in the README") + 8;
+    let end = start + readme[start..].find("```").unwrap();
+    let config = cuda_sandbox_hook::config::Config::parse(&readme[start..end], "README.md")
+        .unwrap_or_else(|e| panic!("the README's config example is invalid: {e}"));
+    assert!(config.rules[0].driver.is_some());
+    assert!(config.rules[0].devices.iter().any(|d| d.platform.is_some()));
+}
