@@ -34,6 +34,10 @@ pub struct Config {
     /// The `nix-store` program used to compute closures (a name is looked up in `PATH`).
     #[serde(default = "default_nix_store")]
     pub nix_store: PathBuf,
+    /// Where symlinks may lead (inside paths, under the host root); the store is always
+    /// allowed. A link in an exposed place that leads elsewhere (e.g. to `/etc`) is not followed.
+    #[serde(default = "default_symlink_roots")]
+    pub symlink_roots: Vec<PathBuf>,
     /// What to do when the `.drv` is not on disk and Nix passed no JSON derivation (remote
     /// builders): `skip` (expose nothing, warn), `expose` (plan for every rule, as on a GPU
     /// builder whose mandatory features include `cuda`), or `fail`.
@@ -185,6 +189,12 @@ fn default_closure_cache() -> PathBuf {
 fn default_nix_store() -> PathBuf {
     PathBuf::from("nix-store")
 }
+fn default_symlink_roots() -> Vec<PathBuf> {
+    ["/dev", "/run", "/usr", "/lib", "/lib64", "/opt"]
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+}
 fn default_runtime_dir() -> PathBuf {
     PathBuf::from("/run/cuda-sandbox")
 }
@@ -265,7 +275,12 @@ impl Config {
         match source {
             ConfigSource::Builtin => Ok(Config::builtin()),
             ConfigSource::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+                let file = std::fs::File::open(path).map_err(|e| ConfigError {
+                    source: path.display().to_string(),
+                    message: format!("cannot read it: {e}"),
+                })?;
+                check_trusted(&file, path)?;
+                let text = std::io::read_to_string(file).map_err(|e| ConfigError {
                     source: path.display().to_string(),
                     message: format!("cannot read it: {e}"),
                 })?;
@@ -305,6 +320,7 @@ impl Config {
             closure_cache: default_closure_cache(),
             nix_store: default_nix_store(),
             missing_drv: MissingDrv::Skip,
+            symlink_roots: default_symlink_roots(),
             runtime_dir: default_runtime_dir(),
             rules: vec![Rule {
                 name: "nvidia".to_string(),
@@ -352,6 +368,15 @@ impl Config {
             ("closure_cache", &self.closure_cache),
             ("runtime_dir", &self.runtime_dir),
         ] {
+            if !path.is_absolute() {
+                return Err(format!(
+                    "{name} must be an absolute path, got {}",
+                    path.display()
+                ));
+            }
+        }
+        for path in &self.symlink_roots {
+            let name = "symlink_roots entry";
             if !path.is_absolute() {
                 return Err(format!(
                     "{name} must be an absolute path, got {}",
@@ -424,6 +449,37 @@ impl Rule {
             .copied()
             .find(|f| self.features.iter().any(|mine| mine.as_bytes() == *f))
     }
+}
+
+/// Refuses a configuration others could have written, as sudo does for sudoers: the hook runs
+/// as root before every build, so whoever can write its config decides what builds see. The
+/// file must be owned by root (or by the user running the hook) and not writable by group or
+/// others. Checked on the opened file, so a swap after the check changes nothing.
+fn check_trusted(file: &std::fs::File, path: &Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |message: String| ConfigError {
+        source: path.display().to_string(),
+        message,
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(refuse(format!(
+            "refused: owned by uid {}, not by root; run `chown root {}`",
+            meta.uid(),
+            path.display()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "refused: writable by group or others (mode {:o}); run `chmod go-w {}`",
+            meta.mode() & 0o7777,
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 fn check_path(at: &str, what: &str, path: &Path) -> Result<(), String> {

@@ -77,6 +77,13 @@ pub enum ChainError {
     Loop(PathBuf),
     /// Any other I/O error.
     Io(PathBuf, String),
+    /// A link leads outside the roots symlinks may be followed into.
+    Escapes {
+        /// The link (inside path).
+        link: PathBuf,
+        /// Where it leads (inside path).
+        target: PathBuf,
+    },
 }
 
 impl fmt::Display for ChainError {
@@ -91,6 +98,13 @@ impl fmt::Display for ChainError {
             ),
             ChainError::Loop(p) => write!(f, "symlink loop at {}", p.display()),
             ChainError::Io(p, e) => write!(f, "cannot inspect {}: {e}", p.display()),
+            ChainError::Escapes { link, target } => write!(
+                f,
+                "symlink {} leads to {}, outside the roots symlinks may be followed into \
+                 (add its root to symlink_roots in the config to allow it)",
+                link.display(),
+                target.display()
+            ),
         }
     }
 }
@@ -131,6 +145,22 @@ pub fn follow(inside: &Path, outside: &Path, space: Space<'_>) -> Result<Chain, 
         }
         hops.push(next);
     }
+}
+
+/// Checks that every hop after the first (the configured path itself) lies under one of
+/// `roots` (inside paths): a link in an allowed place must not lead the build to, say,
+/// `/etc/shadow`.
+pub fn check_within(chain: &Chain, roots: &[PathBuf]) -> Result<(), ChainError> {
+    for pair in chain.hops.windows(2) {
+        let target = &pair[1].inside;
+        if !roots.iter().any(|r| target.starts_with(r)) {
+            return Err(ChainError::Escapes {
+                link: pair[0].inside.clone(),
+                target: target.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Where a link's target lies, inside and out. A relative target resolves against the link's

@@ -351,24 +351,121 @@ fn store_paths_bring_their_closure_once_cached() {
 }
 
 #[test]
-fn path_with_newline_is_refused_by_name() {
+fn link_targets_with_newline_or_equals_are_refused_by_name() {
+    for (dir, shown) in [("odd\ndir", "\"/opt/odd\\ndir\""), ("a=b", "\"/opt/a=b\"")] {
+        let c = Case::new();
+        std::fs::create_dir_all(c.path("root/run")).unwrap();
+        std::fs::create_dir_all(c.path("root/opt").join(dir)).unwrap();
+        std::os::unix::fs::symlink(
+            Path::new("/opt").join(dir),
+            c.path("root/run/opengl-driver"),
+        )
+        .unwrap();
+        let config = c.config("[[rule.path]]\npath = \"/run/opengl-driver\"\n");
+        let out = c.hook(&c.drv("t", Some("cuda")), &config);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            out.stdout.is_empty(),
+            "printed {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let err = stderr(&out);
+        assert!(
+            err.contains(shown) && err.contains("cannot express"),
+            "{err}"
+        );
+        // An untagged build on the same host is untouched.
+        let out = c.hook(&c.drv("u", Some("kvm")), &config);
+        assert!(out.status.success() && out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn symlinks_leading_outside_the_allowed_roots_are_not_followed() {
     let c = Case::new();
     std::fs::create_dir_all(c.path("root/run")).unwrap();
-    std::fs::create_dir_all(c.path("root/odd\ndir")).unwrap();
-    std::os::unix::fs::symlink("/odd\ndir", c.path("root/run/opengl-driver")).unwrap();
-    let config = c.config("[[rule.path]]\npath = \"/run/opengl-driver\"\n");
+    std::fs::create_dir_all(c.path("root/etc")).unwrap();
+    std::fs::write(c.path("root/etc/shadow"), "secret").unwrap();
+    std::fs::create_dir_all(c.path("root/dev")).unwrap();
+    std::os::unix::fs::symlink("/etc", c.path("root/run/opengl-driver")).unwrap();
+    std::os::unix::fs::symlink("../etc/shadow", c.path("root/dev/nvidia0")).unwrap();
+    let config = c.config(
+        "[[rule.path]]\npath = \"/run/opengl-driver\"\n[[rule.device]]\nglob = \"/dev/nvidia*\"\n",
+    );
+    let e = c.explain_json(&config, "cuda");
+    let exposed = e["plan"]["exposures"].to_string();
+    assert!(!exposed.contains("/etc"), "followed into /etc: {exposed}");
+    let skipped = e["plan"]["skipped"].to_string();
+    assert!(
+        skipped.contains("outside the roots symlinks may be followed into"),
+        "{skipped}"
+    );
+    // Required, it fails the tagged build with the reason.
+    let config = c.config("[[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n");
+    let out = c.hook(&c.drv("t", Some("cuda")), &config);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("symlink_roots"), "{}", stderr(&out));
+    // Allowed explicitly, it is followed.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("symlink_roots = [\"/etc\"]\n{text}")).unwrap();
+    let out = c.hook(&c.drv("t", Some("cuda")), &config);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn hostile_feature_lists_are_a_safe_no_op_or_tagged() {
+    let c = Case::new();
+    let config = c.config("");
+    for features in ["cuda\\u0000", "c=uda", "cu\\nda", "\\u0001cuda\\u0001"] {
+        let out = c.hook(&c.drv("odd", Some(features)), &config);
+        assert!(out.status.success(), "{features}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{features} was treated as tagged");
+    }
+    // Real control bytes around a real feature: whitespace splits, other bytes stay.
+    let drv = c.path("ctl.drv");
+    let mut text = br#"Derive([],[],[],"s","b",[],[("requiredSystemFeatures","kvm"#.to_vec();
+    text.extend_from_slice(b"\x01\x7f\n cuda\r");
+    text.extend_from_slice(br#"")])"#);
+    std::fs::write(&drv, text).unwrap();
+    let out = c.hook(&drv, &config);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // `cuda` is a feature of its own here, so the (empty) rule answers: the manifest is exposed.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("/run/cuda-sandbox/manifest.json"));
+}
+
+#[test]
+fn configs_others_can_write_are_refused_for_tagged_builds_only() {
+    if !cuda_sandbox_testkit::root_available(
+        "configs_others_can_write_are_refused_for_tagged_builds_only",
+    ) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let c = Case::new();
+    let config = c.config("");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o666)).unwrap();
     let out = c.hook(&c.drv("t", Some("cuda")), &config);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        out.stdout.is_empty(),
-        "printed {:?}",
-        String::from_utf8_lossy(&out.stdout)
+        stderr(&out).contains("writable by group or others") && stderr(&out).contains("chmod go-w"),
+        "{}",
+        stderr(&out)
     );
-    let err = stderr(&out);
+    let out = c.hook(&c.drv("u", Some("kvm")), &config);
+    assert!(out.status.success() && out.stdout.is_empty());
+
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&config, Some(65534), None).unwrap();
+    let out = c.hook(&c.drv("t", Some("cuda")), &config);
+    assert_eq!(out.status.code(), Some(1));
     assert!(
-        err.contains("\"/odd\\ndir\"") && err.contains("cannot express"),
-        "{err}"
+        stderr(&out).contains("owned by uid 65534"),
+        "{}",
+        stderr(&out)
     );
+    std::os::unix::fs::chown(&config, Some(0), None).unwrap();
+    let out = c.hook(&c.drv("t", Some("cuda")), &config);
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]
@@ -403,8 +500,13 @@ fn explain_text_says_untagged() {
 
 #[test]
 fn readme_config_example_is_valid() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let start = readme.find("```toml\n").expect("a toml block in the README") + 8;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let start = readme
+        .find("```toml\n")
+        .expect("a toml block in the README")
+        + 8;
     let end = start + readme[start..].find("```").unwrap();
     let config = cuda_sandbox_hook::config::Config::parse(&readme[start..end], "README.md")
         .unwrap_or_else(|e| panic!("the README's config example is invalid: {e}"));

@@ -124,6 +124,9 @@ pub struct Plan {
     pub driver_choice: Option<DriverChoice>,
     /// The manifest to write for the build, and where (outside).
     pub manifest: Option<PlannedManifest>,
+    /// Where symlinks may lead (the store and the configured roots).
+    #[serde(skip)]
+    symlink_roots: Vec<PathBuf>,
 }
 
 /// The manifest of a tagged build and the host file it is written to.
@@ -152,6 +155,9 @@ impl Plan {
     pub fn build(config: &Config, rules: &[&Rule], ctx: &BuildContext) -> Plan {
         let mut plan = Plan {
             rules: rules.iter().map(|r| r.name.clone()).collect(),
+            symlink_roots: std::iter::once(config.store_dir.clone())
+                .chain(config.symlink_roots.iter().cloned())
+                .collect(),
             ..Plan::default()
         };
         let rooted = Space::Rooted {
@@ -303,7 +309,9 @@ impl Plan {
                     Ok(rel) => Path::new("/").join(rel),
                     Err(_) => continue,
                 };
-                match symlinks::follow(&inside, &outside, space) {
+                match symlinks::follow(&inside, &outside, space)
+                    .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+                {
                     Ok(chain) => {
                         let ft = chain.target.file_type();
                         if !(ft.is_char_device() || ft.is_dir()) {
@@ -357,7 +365,9 @@ impl Plan {
         required: bool,
         hint: &Option<String>,
     ) {
-        match symlinks::follow(inside, outside, space) {
+        match symlinks::follow(inside, outside, space)
+            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+        {
             Ok(chain) => self.add_chain(chain.hops, reason),
             Err(e) if required => {
                 let fix = match (&e, hint) {
