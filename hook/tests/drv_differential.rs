@@ -1273,3 +1273,170 @@ fn corrupted_real_drvs_agree_with_the_reference_parser() {
         total - still_valid
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Property: generated derivations read the same by us and by Nix
+// ---------------------------------------------------------------------------------------------
+
+/// Bytes a generated value is drawn from: what makes escaping and splitting hard, plus
+/// ordinary text. No NUL: Nix strings cannot hold one.
+const HARD: &[&[u8]] = &[
+    b"\"",
+    b"\\",
+    b"\n",
+    b"\t",
+    b"\r",
+    b"${",
+    b"$",
+    b"{",
+    b"}",
+    b"=",
+    b" ",
+    b"cuda",
+    b"gpu",
+    b"a",
+    b"Z",
+    b"0",
+    b"-",
+    b"\xc3\xa9",
+    b"\xe2\x82\xac",
+    b"\xf0\x9f\x90\x8d",
+    b"\x01",
+    b"\x7f",
+];
+/// Non-UTF-8 bytes, only where structured attrs do not have to carry them.
+const LATIN1_BYTES: &[&[u8]] = &[b"\xe9", b"\x80", b"\xff", b"\x93"];
+
+fn generated_value(rng: &mut Rng, utf8_only: bool) -> Vec<u8> {
+    let len = rng.below(24);
+    let mut v = Vec::new();
+    for _ in 0..len {
+        if !utf8_only && rng.below(8) == 0 {
+            v.extend_from_slice(LATIN1_BYTES[rng.below(LATIN1_BYTES.len())]);
+        } else {
+            v.extend_from_slice(HARD[rng.below(HARD.len())]);
+        }
+    }
+    v
+}
+
+/// One generated derivation as a Nix expression; values live in files read with
+/// `builtins.readFile` so that any byte reaches the `.drv` unchanged.
+fn generated_case(rng: &mut Rng, i: usize, dir: &Path) -> String {
+    let structured = rng.below(3) == 0;
+    let mut file = 0;
+    let mut value = |rng: &mut Rng| {
+        let path = dir.join(format!("case{i}-{file}.bin"));
+        file += 1;
+        std::fs::write(&path, generated_value(rng, structured)).unwrap();
+        format!("(builtins.readFile (/. + \"{}\"))", path.display())
+    };
+    let mut attrs = vec![
+        format!("name = \"gen-{i}\";"),
+        "system = \"cuda-sandbox-none\";".to_string(),
+        "builder = \"/bin/sh\";".to_string(),
+    ];
+    let outputs = ["out", "dev", "lib"];
+    let n_outputs = 1 + rng.below(3);
+    let chosen: Vec<String> = outputs[..n_outputs]
+        .iter()
+        .map(|o| format!("\"{o}\""))
+        .collect();
+    attrs.push(format!("outputs = [ {} ];", chosen.join(" ")));
+    let args: Vec<String> = (0..rng.below(4)).map(|_| value(rng)).collect();
+    attrs.push(format!("args = [ {} ];", args.join(" ")));
+    for k in 0..rng.below(6) {
+        attrs.push(format!("\"v{k}-{}\" = {};", rng.below(1000), value(rng)));
+    }
+    match rng.below(4) {
+        0 => {}
+        1 => {
+            let tokens = ["cuda", "gpu", "kvm", "big-parallel", "x=y"];
+            let spaces = [" ", "  ", "\\t", "\\n", "\\r\\n", ""];
+            let mut s = String::new();
+            for _ in 0..rng.below(5) {
+                s.push_str(spaces[rng.below(spaces.len())]);
+                s.push_str(tokens[rng.below(tokens.len())]);
+            }
+            attrs.push(format!("requiredSystemFeatures = \"{s}\";"));
+        }
+        _ => {
+            let list: Vec<String> = (0..rng.below(4))
+                .map(|_| ["\"cuda\"", "\"gpu\"", "\"kvm\""][rng.below(3)].to_string())
+                .collect();
+            attrs.push(format!("requiredSystemFeatures = [ {} ];", list.join(" ")));
+        }
+    }
+    if structured {
+        attrs.push("__structuredAttrs = true;".to_string());
+    }
+    format!("  gen{i} = derivation {{ {} }};\n", attrs.join(" "))
+}
+
+#[test]
+fn generated_derivations_agree_with_nix() {
+    if corpus().is_none() {
+        return; // skipped (or failed under CI) by the gate above
+    }
+    const CASES: usize = 64;
+    let seed = seed();
+    let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let dir = tempfile::tempdir().unwrap();
+    let mut nix = String::from("{\n");
+    for i in 0..CASES {
+        nix.push_str(&generated_case(&mut rng, i, dir.path()));
+    }
+    nix.push_str("}\n");
+    let file = dir.path().join("generated.nix");
+    std::fs::write(&file, &nix).unwrap();
+    let mut command = nix_command("nix-instantiate");
+    command
+        .arg(&file)
+        .arg("--add-root")
+        .arg(dir.path().join("root"));
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "seed {seed}: nix-instantiate rejected a generated case:\n{}\n{nix}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let paths: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| std::fs::read_link(l).unwrap().display().to_string())
+        .collect();
+    assert_eq!(paths.len(), CASES);
+    let shown = run_ok(
+        nix_command("nix")
+            .args([
+                "--extra-experimental-features",
+                "nix-command",
+                "show-derivation",
+            ])
+            .args(&paths),
+    );
+    let shown: Pairs<JsonDrv> = serde_json::from_slice(&shown.stdout).unwrap();
+    let shown: BTreeMap<Vec<u8>, JsonDrv> = shown.0.into_iter().collect();
+    for path in &paths {
+        let bytes = std::fs::read(path).unwrap();
+        let ours = Derivation::parse(&bytes).unwrap_or_else(|e| {
+            panic!("seed {seed}: {path}: Nix wrote it, we cannot read it: {e}")
+        });
+        let theirs = &shown[path.as_bytes()];
+        assert_same(
+            &format!("seed {seed}: {path}"),
+            &norm_ours(&ours),
+            &norm_json(theirs),
+        );
+        let expected = features_from_json_env(&theirs.env);
+        let got = ours
+            .required_features()
+            .map(|f| f.features.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
+        match (expected, got) {
+            (Ok(e), Ok(g)) => assert_eq!(g, e, "seed {seed}: {path}: features"),
+            (Err(_), Err(_)) => {}
+            (e, g) => panic!("seed {seed}: {path}: Nix {e:?} vs ours {g:?}"),
+        }
+    }
+    eprintln!("{CASES} generated derivations (seed {seed}): every field and the features agree");
+}
