@@ -4,6 +4,8 @@
 //! One schema in one place, so the two sides cannot drift. The hook writes it outside the
 //! chroot (a runtime directory) and exposes it read-only at [`MANIFEST_PATH`] inside.
 
+pub mod versions;
+
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

@@ -148,7 +148,7 @@ mod tests {
     use crate::discover::compat::CompatNote;
     use std::path::PathBuf;
 
-    fn host(branch: Option<u32>, cuda: u32) -> HostDriverFacts {
+    fn host(branch: Option<u32>, cuda: i32) -> HostDriverFacts {
         HostDriverFacts {
             kernel_driver: branch.map(|b| format!("{b}.1.2")),
             kernel_branch: branch,
@@ -157,7 +157,7 @@ mod tests {
         }
     }
 
-    fn compat(dir: &str, cuda: u32, drivers: Option<Vec<u32>>) -> CompatDriver {
+    fn compat(dir: &str, cuda: i32, drivers: Option<Vec<u32>>) -> CompatDriver {
         CompatDriver {
             dir: PathBuf::from(dir),
             dir_outside: PathBuf::from(dir),

@@ -91,7 +91,7 @@ fn parse_note_json(desc: &[u8]) -> Result<CompatNote, String> {
     let cuda_version = value
         .get("CUDA Version")
         .and_then(|v| v.as_str())
-        .and_then(CudaVersion::parse);
+        .and_then(|v| CudaVersion::parse(v).ok());
     let drivers = match value.get("Driver") {
         None => None,
         Some(serde_json::Value::Array(items)) => Some(

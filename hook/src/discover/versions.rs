@@ -1,69 +1,8 @@
-//! Driver and CUDA version facts: the kernel module's version, Tegra's L4T release, the
-//! user-space driver version in `libcuda.so.<version>`, and the branch → CUDA table of
-//! DESIGN.md §6.
+//! Driver version facts read from the host: the kernel module's version, Tegra's L4T release, the
+//! user-space driver version in `libcuda.so.<version>`. The CUDA version type and the
+//! branch → CUDA table (DESIGN.md §6) live in the manifest crate, shared with the runner.
 
-use serde::{Serialize, Serializer};
-use std::fmt;
-
-/// A CUDA version as the driver API encodes it: `1000 * major + 10 * minor`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CudaVersion(pub u32);
-
-impl CudaVersion {
-    /// Parses `"12.2"` (or `"12"`).
-    pub fn parse(text: &str) -> Option<CudaVersion> {
-        let mut parts = text.trim().split('.');
-        let major: u32 = parts.next()?.parse().ok()?;
-        let minor: u32 = parts.next().map_or(Some(0), |m| m.parse().ok())?;
-        (major < 1000 && minor < 100).then_some(CudaVersion(major * 1000 + minor * 10))
-    }
-}
-
-impl fmt::Display for CudaVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.0 / 1000, (self.0 % 1000) / 10)
-    }
-}
-
-impl Serialize for CudaVersion {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-/// The newest CUDA version a driver branch supports (DESIGN.md §6), e.g. 535 → 12.2.
-pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
-    const TABLE: &[(u32, u32)] = &[
-        (470, 11040),
-        (495, 11050),
-        (510, 11060),
-        (515, 11070),
-        (520, 11080),
-        (525, 12000),
-        (530, 12010),
-        (535, 12020),
-        (545, 12030),
-        (550, 12040),
-        (555, 12050),
-        (560, 12060),
-        (565, 12070),
-        (570, 12080),
-        (575, 12090),
-        (580, 13000),
-        (590, 13010),
-    ];
-    // A branch between two listed ones supports what the lower one does.
-    TABLE
-        .iter()
-        .rev()
-        .find(|(b, _)| *b <= branch)
-        .map(|(_, v)| CudaVersion(*v))
-}
-
-/// The major number of a driver version string: `"550.54.14"` → 550.
-pub fn driver_branch(version: &str) -> Option<u32> {
-    version.split('.').next()?.parse().ok()
-}
+pub use cuda_sandbox_manifest::versions::{cuda_for_branch, driver_branch, CudaVersion};
 
 /// The kernel module version from `/proc/driver/nvidia/version`, e.g.
 /// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 …` → `550.54.14`.
@@ -120,19 +59,6 @@ pub fn version_in_file_name(name: &str, stem: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cuda_versions() {
-        assert_eq!(CudaVersion::parse("12.2"), Some(CudaVersion(12020)));
-        assert_eq!(CudaVersion::parse("13"), Some(CudaVersion(13000)));
-        assert_eq!(CudaVersion::parse("x"), None);
-        assert_eq!(CudaVersion(11040).to_string(), "11.4");
-        assert_eq!(cuda_for_branch(470), Some(CudaVersion(11040)));
-        assert_eq!(cuda_for_branch(535), Some(CudaVersion(12020)));
-        assert_eq!(cuda_for_branch(536), Some(CudaVersion(12020)));
-        assert_eq!(cuda_for_branch(590), Some(CudaVersion(13010)));
-        assert_eq!(cuda_for_branch(390), None);
-    }
 
     #[test]
     fn kernel_module_lines() {

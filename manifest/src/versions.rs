@@ -1,0 +1,123 @@
+//! CUDA version numbers and the driver branch → CUDA table (DESIGN.md §6), shared by the hook
+//! (which chooses a driver by them) and the runner (which checks the loaded one).
+
+use serde::{Serialize, Serializer};
+use std::fmt;
+
+/// A CUDA version as the driver API encodes it: `1000 * major + 10 * minor` (`12020` is 12.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CudaVersion(pub i32);
+
+impl CudaVersion {
+    /// Parses `12.2`, `13` (a major version) or the encoded `12020`.
+    pub fn parse(text: &str) -> Result<CudaVersion, String> {
+        let bad = || format!("bad CUDA version {text:?}: write 12.2 or 12020");
+        let text = text.trim();
+        let value = match text.split_once('.') {
+            Some((major, minor)) => {
+                let major: i32 = major.parse().map_err(|_| bad())?;
+                let minor: i32 = minor.parse().map_err(|_| bad())?;
+                if !(0..100).contains(&minor) || !(0..1000).contains(&major) {
+                    return Err(bad());
+                }
+                1000 * major + 10 * minor
+            }
+            None => match text.parse::<i32>().map_err(|_| bad())? {
+                major @ 1..=999 => 1000 * major,
+                encoded => encoded,
+            },
+        };
+        if value <= 0 {
+            return Err(bad());
+        }
+        Ok(CudaVersion(value))
+    }
+
+    /// The next minor version: the smallest version this one does not implement.
+    pub fn next_minor(self) -> CudaVersion {
+        CudaVersion(self.0 + 10)
+    }
+}
+
+impl fmt::Display for CudaVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0 / 1000, (self.0 % 1000) / 10)
+    }
+}
+
+impl Serialize for CudaVersion {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// Kernel driver branch → the CUDA version its own libcuda provides.
+const BRANCHES: [(u32, i32); 17] = [
+    (470, 11040),
+    (495, 11050),
+    (510, 11060),
+    (515, 11070),
+    (520, 11080),
+    (525, 12000),
+    (530, 12010),
+    (535, 12020),
+    (545, 12030),
+    (550, 12040),
+    (555, 12050),
+    (560, 12060),
+    (565, 12070),
+    (570, 12080),
+    (575, 12090),
+    (580, 13000),
+    (590, 13010),
+];
+
+/// The CUDA version a driver branch provides (e.g. 535 → 12.2): the newest known branch at or
+/// below it. `None` for branches older than 470, or newer than the table knows.
+pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
+    let newest_known = BRANCHES[BRANCHES.len() - 1].0;
+    if branch > newest_known + 9 {
+        return None;
+    }
+    BRANCHES
+        .iter()
+        .rev()
+        .find(|(b, _)| *b <= branch)
+        .map(|(_, cuda)| CudaVersion(*cuda))
+}
+
+/// The branch (major number) of a driver version: `"550.54.14"` → 550.
+pub fn driver_branch(version: &str) -> Option<u32> {
+    version.split('.').next()?.trim().parse().ok()
+}
+
+/// The CUDA version of the driver whose version is `driver` (e.g. `535.104.05` → 12.2).
+pub fn cuda_for_driver(driver: &str) -> Option<CudaVersion> {
+    driver_branch(driver).and_then(cuda_for_branch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_and_print_both_ways() {
+        assert_eq!(CudaVersion::parse("12.2"), Ok(CudaVersion(12020)));
+        assert_eq!(CudaVersion::parse("11040"), Ok(CudaVersion(11040)));
+        assert_eq!(CudaVersion::parse("13"), Ok(CudaVersion(13000)));
+        assert!(CudaVersion::parse("12.x").is_err());
+        assert!(CudaVersion::parse("0").is_err());
+        assert_eq!(CudaVersion(12090).to_string(), "12.9");
+        assert_eq!(CudaVersion(12020).next_minor(), CudaVersion(12030));
+    }
+
+    #[test]
+    fn branches_map_to_their_cuda_version() {
+        assert_eq!(cuda_for_driver("535.104.05"), Some(CudaVersion(12020)));
+        assert_eq!(cuda_for_driver("536.1"), Some(CudaVersion(12020)));
+        assert_eq!(cuda_for_driver("470.82.01"), Some(CudaVersion(11040)));
+        assert_eq!(cuda_for_branch(590), Some(CudaVersion(13010)));
+        assert_eq!(cuda_for_driver("418.67"), None);
+        assert_eq!(cuda_for_driver("900.1"), None);
+    }
+}
