@@ -1,0 +1,577 @@
+//! Real Nix remote builds through `ssh-ng://`, the way a GPU builder is used.
+//!
+//! Each test starts a throwaway `sshd` on 127.0.0.1 (its own host key, config and authorised
+//! client key in a temp dir; killed at the end). The builder URI is
+//! `ssh-ng://root@127.0.0.1?remote-program=<wrapper>`: the wrapper gives the remote
+//! `nix-daemon --stdio` its own nix.conf (`NIX_CONF_DIR`: sandbox on, `system-features = cuda`,
+//! the freshly built hook as `pre-build-hook`), the hook's config (`CUDA_SANDBOX_CONFIG`: a fake
+//! device tree of real character devices and a `missing_drv` policy) and sends the daemon's
+//! stderr to a file: the builder's log, where the hook's messages go (Nix 2.8's client drops
+//! non-JSON stderr lines of a remote build, so they never reach the client's log).
+//!
+//! The two sides have separate stores, as two machines would: the client is a chroot store
+//! (`store = local?root=<tmp>`), the builder the machine's `/nix/store`. `ssh-ng` sends only a
+//! `BasicDerivation`, so the hook on the builder is called with a `.drv` path that does not exist
+//! there, and `missing_drv` decides. A control test swaps the stores (client: `/nix/store`,
+//! builder: a chroot store via `remote-store=local?root=<tmp>`): the hook looks the `.drv` up
+//! at its path `/nix/store/…drv`, finds the client's copy there, and follows the derivation's
+//! tags. (One store for both sides deadlocks: the client holds the output's lock while the
+//! builder waits for it.)
+//!
+//! Needs root, `nix-build`, `ssh`, `ssh-keygen` and `sshd` (Debian: openssh-client,
+//! openssh-server). Outside CI a missing one skips with a printed reason; under `CI=true` it is
+//! a failure.
+
+use cuda_sandbox_testkit::{nix_available, nonce, write_script, FakeDevices};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+
+/// What CI must install for these tests.
+const APT: &str = "apt-get install -y openssh-server openssh-client";
+
+/// A build that takes longer has hung (e.g. on a store lock): fail instead of waiting.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn probe_nix() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/probe.nix")
+}
+
+/// `name` found in PATH or in the sbin directories (sshd lives in /usr/sbin).
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Whether the remote-build tests can run: root and Nix ([`nix_available`]), then the SSH
+/// programs. Under `CI=true` a missing one panics with the line that installs it.
+fn remote_available(test: &str) -> bool {
+    if !nix_available(test) {
+        return false;
+    }
+    let missing: Vec<&str> = ["sshd", "ssh", "ssh-keygen", "nix-daemon"]
+        .into_iter()
+        .filter(|p| find_program(p).is_none())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!("{} not found (Debian: {APT})", missing.join(", "));
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test} must run in CI: {why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A file with mode 0644 whatever the umask (the hook refuses configs others can write).
+fn write_file(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+/// A GPU builder reached over ssh-ng: sshd, the remote daemon's wrapper and configuration.
+struct Builder {
+    dir: tempfile::TempDir,
+    sshd: Child,
+    port: u16,
+    /// The client's store, a chroot store; `None`: the client uses `/nix/store`.
+    client_store: Option<PathBuf>,
+    /// The builder's store, a chroot store; `None`: the builder uses `/nix/store`.
+    builder_store: Option<PathBuf>,
+}
+
+/// Which store each side uses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stores {
+    /// Client: a chroot store; builder: `/nix/store`. The `.drv` is not on the builder.
+    Separate,
+    /// Client: `/nix/store`; builder: a chroot store, whose hook still finds the `.drv` at its
+    /// path `/nix/store/…drv` on this machine (the client wrote it there). The two cannot
+    /// share one store: the client holds the output's lock while the builder waits for it.
+    DrvVisible,
+}
+
+impl Drop for Builder {
+    fn drop(&mut self) {
+        let _ = self.sshd.kill();
+        let _ = self.sshd.wait();
+    }
+}
+
+impl Builder {
+    /// Starts a builder whose hook follows `missing_drv = policy`.
+    fn start(policy: &str, stores: Stores) -> Builder {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+
+        // The fake GPU host and the hook's config.
+        let root = d.join("root");
+        FakeDevices::create(&root, 2, true).unwrap();
+        let libcuda = d.join("libcuda.so.1");
+        write_file(&libcuda, "FAKE libcuda on the remote builder\n");
+        let hook_config = d.join("hook.toml");
+        write_file(
+            &hook_config,
+            &format!(
+                r#"missing_drv = "{policy}"
+host_root = "{root}"
+closure_cache = "{d}/cache"
+runtime_dir = "{d}/run"
+[[rule]]
+name = "nvidia"
+features = ["cuda", "gpu"]
+[[rule.device]]
+glob = "/dev/nvidiactl"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia-uvm"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia[0-9]*"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia-uvm-tools"
+[[rule.mount]]
+inside = "/run/opengl-driver/lib/libcuda.so.1"
+outside = "{libcuda}"
+required = true
+"#,
+                root = root.display(),
+                d = d.display(),
+                libcuda = libcuda.display(),
+            ),
+        );
+
+        // The builder's own nix.conf, and the wrapper ssh runs instead of `nix-daemon`.
+        let conf_dir = d.join("remote-etc-nix");
+        std::fs::create_dir(&conf_dir).unwrap();
+        let sandbox_paths: Vec<&str> = ["/bin", "/usr", "/lib", "/lib64"]
+            .into_iter()
+            .filter(|p| Path::new(p).exists())
+            .collect();
+        write_file(
+            &conf_dir.join("nix.conf"),
+            &format!(
+                "sandbox = true\nsandbox-fallback = false\nsubstituters =\n\
+                 system-features = cuda gpu\nsandbox-paths = {}\npre-build-hook = {HOOK}\n",
+                sandbox_paths.join(" ")
+            ),
+        );
+        let daemon = find_program("nix-daemon").unwrap();
+        write_script(
+            &d.join("remote-daemon"),
+            &format!(
+                "#!/bin/sh\n\
+                 # The GPU builder's nix-daemon: its own nix.conf and hook config; its stderr\n\
+                 # (the hook's messages) is the builder's log.\n\
+                 unset NIX_CONFIG NIX_REMOTE\n\
+                 export NIX_CONF_DIR={conf}\n\
+                 export NIX_USER_CONF_FILES={conf}/nix.conf\n\
+                 export CUDA_SANDBOX_CONFIG={hook_config}\n\
+                 echo \"remote-daemon $*\" >> {d}/builder.log\n\
+                 exec {daemon} \"$@\" 2>> {d}/builder.log\n",
+                conf = conf_dir.display(),
+                hook_config = hook_config.display(),
+                d = d.display(),
+                daemon = daemon.display(),
+            ),
+        )
+        .unwrap();
+
+        // Keys: the server's host key, and a client key authorised for root.
+        for key in ["host_key", "client_key"] {
+            run(Command::new(find_program("ssh-keygen").unwrap())
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(d.join(key)));
+        }
+        std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
+        // sshd refuses to start without its privilege separation directory.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+
+        let (sshd, port) = start_sshd(d);
+        let (client_store, builder_store) = match stores {
+            Stores::Separate => (Some(d.join("client-store")), None),
+            Stores::DrvVisible => (None, Some(d.join("builder-store"))),
+        };
+        Builder {
+            dir,
+            sshd,
+            port,
+            client_store,
+            builder_store,
+        }
+    }
+
+    /// Whether the `.drv` of `remote`'s build is on disk at its path on this machine, where the
+    /// builder's hook looks for it; checks that the client's store has it.
+    fn drv_where_the_hook_looks(&self, remote: &Remote) -> bool {
+        let drv = remote.drv();
+        let in_client = match &self.client_store {
+            Some(store) => store.join(drv.strip_prefix("/").unwrap()),
+            None => drv.clone(),
+        };
+        assert!(
+            in_client.is_file(),
+            "{} is not in the client's store",
+            drv.display()
+        );
+        drv.is_file()
+    }
+
+    /// The builder's log: the remote daemon's stderr, hook messages included.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("builder.log")).unwrap_or_default()
+    }
+
+    /// The builder URI.
+    fn uri(&self) -> String {
+        let mut uri = format!(
+            "ssh-ng://root@127.0.0.1?remote-program={}",
+            self.dir.path().join("remote-daemon").display()
+        );
+        if let Some(store) = &self.builder_store {
+            uri.push_str(&format!("&remote-store=local?root={}", store.display()));
+        }
+        uri
+    }
+
+    /// The `builders` line: URI, systems, SSH key, max jobs, speed factor, supported and
+    /// mandatory features.
+    fn machine(&self, mandatory: &str) -> String {
+        format!(
+            "{} {}-linux {} 1 1 cuda,gpu {mandatory}",
+            self.uri(),
+            std::env::consts::ARCH,
+            self.dir.path().join("client_key").display()
+        )
+    }
+
+    /// Builds `attr` of probe.nix (fresh nonce) on a client that cannot build locally (max-jobs
+    /// 0, no system features) and sends builds to this builder. Returns success, the client's
+    /// log, the builder's log from this build, and the probe's report when it was built.
+    fn build(&self, attr: &str, mandatory: &str) -> Remote {
+        let before = self.log().len();
+        let mut nix_config = vec![
+            "substituters =".to_string(),
+            "builders-use-substitutes = false".to_string(),
+            "system-features =".to_string(),
+            "max-jobs = 0".to_string(),
+            format!("builders = {}", self.machine(mandatory)),
+        ];
+        if let Some(store) = &self.client_store {
+            nix_config.push(format!("store = local?root={}", store.display()));
+        }
+        let ssh_opts = format!(
+            "-F none -p {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+             -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=10",
+            self.port
+        );
+        let start = Instant::now();
+        let (stdout, stderr) = (
+            self.dir.path().join("stdout"),
+            self.dir.path().join("stderr"),
+        );
+        let mut child = Command::new("nix-build")
+            .arg(probe_nix())
+            .args(["-A", attr, "--no-out-link", "--argstr", "nonce", &nonce()])
+            .env("NIX_CONFIG", nix_config.join("\n"))
+            .env("NIX_SSHOPTS", ssh_opts)
+            .env_remove("CUDA_SANDBOX_CONFIG")
+            .env_remove("NIX_REMOTE")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("run nix-build");
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > BUILD_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "nix-build -A {attr} via ssh-ng took over {BUILD_TIMEOUT:?}; client log:\n{}\n\
+                     builder log:\n{}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        eprintln!("nix-build -A {attr} via ssh-ng: {:?}", start.elapsed());
+        let client_log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        let builder_log = self.log()[before..].to_string();
+        let report = std::fs::read_to_string(&stdout)
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with('/'))
+            .map(|out| {
+                // The output as the client has it: under the chroot store's root if any.
+                let real = match &self.client_store {
+                    Some(s) => s.join(out.trim_start_matches('/')),
+                    None => PathBuf::from(out),
+                };
+                std::fs::read_to_string(&real)
+                    .unwrap_or_else(|e| panic!("cannot read {}: {e}", real.display()))
+            });
+        Remote {
+            ok: status.success(),
+            client_log,
+            builder_log,
+            report,
+        }
+    }
+}
+
+/// What a build through the builder did.
+#[derive(Debug)]
+struct Remote {
+    ok: bool,
+    client_log: String,
+    builder_log: String,
+    report: Option<String>,
+}
+
+impl Remote {
+    /// The report of a build that must have succeeded, after checking it ran on the builder.
+    fn report(&self) -> &str {
+        assert!(self.ok, "the build failed:\n{self:#?}");
+        assert!(
+            self.client_log.contains("on 'ssh-ng://root@127.0.0.1"),
+            "the build did not go to the builder:\n{self:#?}"
+        );
+        assert!(
+            self.builder_log.contains("remote-daemon --stdio"),
+            "the builder's daemon did not run:\n{self:#?}"
+        );
+        self.report.as_deref().expect("an output")
+    }
+
+    /// The `.drv` the client sent to the builder (its path, as both sides name it).
+    fn drv(&self) -> PathBuf {
+        let line = self
+            .client_log
+            .lines()
+            .find(|l| l.starts_with("building '") && l.contains("' on 'ssh-ng://"))
+            .unwrap_or_else(|| panic!("no remote build in the client's log:\n{self:#?}"));
+        PathBuf::from(line.split('\'').nth(1).unwrap())
+    }
+
+    /// The hook's log lines on the builder.
+    fn hook_lines(&self) -> Vec<&str> {
+        self.builder_log
+            .lines()
+            .filter(|l| l.starts_with("cuda-sandbox-hook:"))
+            .collect()
+    }
+}
+
+/// Starts `sshd -D -e` on a free port of 127.0.0.1 with a config in `dir`; retries on another
+/// port when the chosen one was taken meanwhile.
+fn start_sshd(dir: &Path) -> (Child, u16) {
+    let sshd = find_program("sshd").unwrap();
+    let mut last_log = String::new();
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.join("sshd_config");
+        write_file(
+            &config,
+            &format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\n\
+                 AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n\
+                 PubkeyAuthentication yes\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
+                 PidFile {d}/sshd.pid\nLogLevel INFO\n",
+                d = dir.display()
+            ),
+        );
+        let log = dir.join("sshd.log");
+        let mut child = Command::new(&sshd)
+            .arg("-f")
+            .arg(&config)
+            .args(["-D", "-e"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", sshd.display()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return (child, port);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        last_log = std::fs::read_to_string(&log).unwrap_or_default();
+    }
+    panic!("sshd did not start:\n{last_log}");
+}
+
+fn assert_sees_gpu(report: &str, drv_name: &str) {
+    for line in [
+        "char /dev/nvidia0 195:0",
+        "char /dev/nvidia1 195:1",
+        "char /dev/nvidiactl 195:255",
+        "char /dev/nvidia-uvm 235:0",
+        "char /dev/nvidia-uvm-tools 235:1",
+        "driver present",
+        "driver-file ./lib/libcuda.so.1 FAKE libcuda on the remote builder",
+    ] {
+        assert!(
+            report.contains(line),
+            "{drv_name} lacks {line:?}:\n{report}"
+        );
+    }
+    let manifest = report.lines().find(|l| l.starts_with("manifest ")).unwrap();
+    assert!(
+        manifest.contains(&format!("-{drv_name}.drv\"")),
+        "{manifest}"
+    );
+}
+
+fn assert_sees_nothing(report: &str, drv_name: &str) {
+    for dev in [
+        "nvidia0",
+        "nvidia1",
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+    ] {
+        assert!(
+            report.contains(&format!("absent /dev/{dev}\n")),
+            "{drv_name} sees /dev/{dev}:\n{report}"
+        );
+    }
+    assert!(
+        report.contains("driver absent"),
+        "{drv_name} sees the driver:\n{report}"
+    );
+    assert!(
+        report.contains("manifest absent"),
+        "{drv_name} sees a manifest:\n{report}"
+    );
+}
+
+/// The hook's line saying the `.drv` is not on the builder, for `probe-tagged`.
+fn assert_drv_missing_on_builder<'a>(remote: &'a Remote, policy_text: &str) -> &'a str {
+    let line = remote
+        .hook_lines()
+        .into_iter()
+        .find(|l| l.contains("-probe-tagged.drv") && l.contains(policy_text))
+        .unwrap_or_else(|| {
+            panic!("no hook line with {policy_text:?} on the builder:\n{remote:#?}")
+        });
+    assert!(
+        line.contains("No such file"),
+        "the hook read the .drv on the builder: {line}"
+    );
+    line
+}
+
+#[test]
+fn remote_build_missing_drv_expose_gives_the_tagged_build_the_gpu() {
+    if !remote_available("remote_build_missing_drv_expose_gives_the_tagged_build_the_gpu") {
+        return;
+    }
+    let builder = Builder::start("expose", Stores::Separate);
+    let remote = builder.build("tagged", "cuda");
+    assert!(!builder.drv_where_the_hook_looks(&remote));
+    assert_sees_gpu(remote.report(), "probe-tagged");
+    let line = remote
+        .hook_lines()
+        .into_iter()
+        .find(|l| l.contains("-probe-tagged.drv is not on disk"))
+        .unwrap_or_else(|| panic!("no missing_drv line on the builder:\n{remote:#?}"));
+    assert!(line.contains("missing_drv = \"expose\""), "{line}");
+
+    // Why `expose` belongs on a builder whose mandatory features include cuda: the hook cannot
+    // tell an untagged build from a tagged one there, so one that reaches it gets the GPU too.
+    let remote = builder.build("untagged", "-");
+    assert_sees_gpu(remote.report(), "probe-untagged");
+}
+
+#[test]
+fn remote_build_missing_drv_skip_builds_without_gpu_and_warns_on_the_builder() {
+    if !remote_available(
+        "remote_build_missing_drv_skip_builds_without_gpu_and_warns_on_the_builder",
+    ) {
+        return;
+    }
+    let builder = Builder::start("skip", Stores::Separate);
+    let remote = builder.build("tagged", "cuda");
+    assert!(!builder.drv_where_the_hook_looks(&remote));
+    assert_sees_nothing(remote.report(), "probe-tagged");
+    let line = assert_drv_missing_on_builder(&remote, "missing_drv = \"skip\"");
+    assert!(line.starts_with("cuda-sandbox-hook: warning:"), "{line}");
+    assert!(line.contains("set missing_drv = \"expose\""), "{line}");
+}
+
+#[test]
+fn remote_build_missing_drv_fail_fails_with_the_hooks_reason() {
+    if !remote_available("remote_build_missing_drv_fail_fails_with_the_hooks_reason") {
+        return;
+    }
+    let builder = Builder::start("fail", Stores::Separate);
+    let remote = builder.build("tagged", "cuda");
+    assert!(!builder.drv_where_the_hook_looks(&remote));
+    assert!(!remote.ok, "the build succeeded:\n{remote:#?}");
+    assert!(remote.report.is_none());
+    // The client learns that the hook failed on the builder ...
+    assert!(
+        remote.client_log.contains("on 'ssh-ng://root@127.0.0.1")
+            && remote
+                .client_log
+                .contains(&format!("program '{HOOK}' failed with exit code 1")),
+        "{remote:#?}"
+    );
+    // ... and the builder's log has the hook's one-line reason.
+    let line = assert_drv_missing_on_builder(&remote, "missing_drv = \"fail\"");
+    assert!(line.starts_with("cuda-sandbox-hook: error:"), "{line}");
+}
+
+#[test]
+fn remote_build_with_the_drv_on_the_builder_follows_its_tags() {
+    if !remote_available("remote_build_with_the_drv_on_the_builder_follows_its_tags") {
+        return;
+    }
+    // The client wrote the .drv to /nix/store, where the builder's hook looks for it (the
+    // builder's own store is a chroot store), so `missing_drv` (here "fail") never applies and
+    // the derivation's tags decide.
+    let builder = Builder::start("fail", Stores::DrvVisible);
+    let remote = builder.build("tagged", "cuda");
+    assert!(builder.drv_where_the_hook_looks(&remote));
+    assert_sees_gpu(remote.report(), "probe-tagged");
+    let remote = builder.build("untagged", "-");
+    assert!(builder.drv_where_the_hook_looks(&remote));
+    assert_sees_nothing(remote.report(), "probe-untagged");
+    assert!(remote.hook_lines().is_empty(), "{remote:#?}");
+}
