@@ -46,6 +46,14 @@ pub struct Config {
     /// Directory for per-build manifests (outside every sandbox); stale files are removed.
     #[serde(default = "default_runtime_dir")]
     pub runtime_dir: PathBuf,
+    /// GPUs leased to each tagged build for itself alone (`0`: every build gets every GPU).
+    /// A derivation may ask for another number with the env attribute `cudaSandboxGpus`.
+    /// Leases live in `<runtime_dir>/leases/` (see [`crate::lease`]).
+    #[serde(default)]
+    pub gpus_per_build: u32,
+    /// How long a tagged build waits for enough free GPUs before failing (`0`: fail at once).
+    #[serde(default = "default_lease_wait_seconds")]
+    pub lease_wait_seconds: u64,
     /// The rules, each answering to a set of features.
     #[serde(default, rename = "rule")]
     pub rules: Vec<Rule>,
@@ -198,6 +206,9 @@ fn default_symlink_roots() -> Vec<PathBuf> {
 fn default_runtime_dir() -> PathBuf {
     PathBuf::from("/run/cuda-sandbox")
 }
+fn default_lease_wait_seconds() -> u64 {
+    600
+}
 fn default_driver_link() -> PathBuf {
     PathBuf::from("/run/opengl-driver")
 }
@@ -322,6 +333,8 @@ impl Config {
             missing_drv: MissingDrv::Skip,
             symlink_roots: default_symlink_roots(),
             runtime_dir: default_runtime_dir(),
+            gpus_per_build: 0,
+            lease_wait_seconds: default_lease_wait_seconds(),
             rules: vec![Rule {
                 name: "nvidia".to_string(),
                 features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),

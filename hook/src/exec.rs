@@ -69,6 +69,9 @@ pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), S
             .map_or("(exec)".to_string(), |d| d.display().to_string()),
         features: features.clone(),
         chroot: Some(root.to_path_buf()),
+        // exec shows what a build would get now; its tmpfs root cannot carry a lease.
+        gpus_wanted: req.drv.as_deref().and_then(crate::lease::requested_gpus_of),
+        take_lease: false,
     };
     let plan = Plan::build(&config, &rules, &ctx);
     if let Some(p) = plan.problems.first() {

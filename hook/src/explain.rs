@@ -79,6 +79,8 @@ pub fn explain(
             derivation: drv.map(|d| d.display().to_string()).unwrap_or_default(),
             features: features.clone(),
             chroot: None,
+            gpus_wanted: drv.and_then(crate::lease::requested_gpus_of),
+            take_lease: false,
         };
         let plan = Plan::build(&config, &rules, &ctx);
         let answer = protocol::render(&plan.exposures);
@@ -166,6 +168,24 @@ pub fn render_text(e: &Explanation) -> String {
             s,
             "\nclosures:    {} from cache, {} computed",
             e.plan.closures_cached, e.plan.closures_computed
+        );
+    }
+    if !e.plan.leased_gpus.is_empty() {
+        let gpus: Vec<String> = e
+            .plan
+            .leased_gpus
+            .iter()
+            .map(|g| format!("nvidia{g}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\ngpus:        {} ({})",
+            gpus.join(", "),
+            if e.plan.lease_taken {
+                "leased to this build"
+            } else {
+                "would be leased now; explain takes no lease"
+            }
         );
     }
     if let Some(d) = &e.plan.driver {

@@ -98,6 +98,8 @@ fn serve(
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .collect(),
         chroot: Some(chroot.to_path_buf()),
+        gpus_wanted: crate::lease::requested_gpus_of(drv_path),
+        take_lease: true,
     };
     let plan = Plan::build(config, rules, &ctx);
     if !plan.problems.is_empty() {

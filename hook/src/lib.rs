@@ -14,6 +14,7 @@ pub mod elfdeps;
 pub mod exec;
 pub mod explain;
 pub mod hook;
+pub mod lease;
 pub mod log;
 pub mod manifest_file;
 pub mod plan;

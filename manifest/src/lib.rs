@@ -73,6 +73,11 @@ pub struct Manifest {
     pub features: Vec<String>,
     /// Device nodes exposed (inside paths).
     pub devices: Vec<String>,
+    /// The GPUs (`/dev/nvidiaN` numbers) leased to this build alone when the hook gives each
+    /// build its own GPUs (`gpus_per_build`); empty when every build gets every GPU. The CUDA
+    /// device count inside must equal its length.
+    #[serde(default)]
+    pub leased_gpus: Vec<u32>,
     /// The driver chosen.
     pub driver: DriverManifest,
 }
@@ -113,6 +118,7 @@ mod tests {
             rules: vec!["nvidia".into()],
             features: vec!["cuda".into()],
             devices: vec!["/dev/nvidia0".into()],
+            leased_gpus: vec![0],
             driver: DriverManifest {
                 kind: DriverKind::Compat,
                 libcuda: vec!["/nix/store/c/compat/libcuda.so.1".into()],
@@ -128,6 +134,11 @@ mod tests {
         std::fs::write(&t, m.to_json()).unwrap();
         assert_eq!(Manifest::read(&t).unwrap(), m);
         assert!(m.to_json().contains("\"kind\": \"compat\""));
+        // Manifests written before leases existed still read, with no leased GPU.
+        let old = m.to_json().replace("\"leased_gpus\": [\n    0\n  ],", "");
+        assert!(!old.contains("leased_gpus"), "{old}");
+        std::fs::write(&t, old).unwrap();
+        assert!(Manifest::read(&t).unwrap().leased_gpus.is_empty());
         std::fs::write(&t, "{}").unwrap();
         assert!(Manifest::read(&t).is_err());
         std::fs::remove_file(&t).unwrap();

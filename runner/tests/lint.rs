@@ -255,6 +255,7 @@ fn lint_check_in_the_harness_takes_compat_from_the_manifest() {
         rules: vec!["nvidia".into()],
         features: vec!["cuda".into()],
         devices: Vec::new(),
+        leased_gpus: Vec::new(),
         driver: DriverManifest {
             kind: DriverKind::Compat,
             libcuda: vec![format!("{COMPAT}/libcuda.so.1")],

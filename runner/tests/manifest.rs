@@ -81,6 +81,10 @@ impl Drivers {
 }
 
 fn write_manifest(path: &Path, driver: DriverManifest, devices: &[&str]) {
+    write_leased_manifest(path, driver, devices, &[]);
+}
+
+fn write_leased_manifest(path: &Path, driver: DriverManifest, devices: &[&str], leased: &[u32]) {
     let manifest = Manifest {
         version: MANIFEST_VERSION,
         derivation: "/nix/store/00000000000000000000000000000000-gpu-check.drv".into(),
@@ -88,6 +92,7 @@ fn write_manifest(path: &Path, driver: DriverManifest, devices: &[&str]) {
         rules: vec!["nvidia".into()],
         features: vec!["cuda".into()],
         devices: devices.iter().map(|d| d.to_string()).collect(),
+        leased_gpus: leased.to_vec(),
         driver,
     };
     std::fs::write(path, manifest.to_json()).unwrap();
@@ -320,5 +325,55 @@ fn devices_the_manifest_lists_must_be_present() {
         "devices::nodes",
         "fail",
         &["lists /dev/nvidia1 as exposed", "is missing"],
+    );
+}
+
+#[test]
+fn cuda_device_count_must_equal_the_leased_gpus() {
+    if !can_make_devices("cuda_device_count_must_equal_the_leased_gpus") {
+        return;
+    }
+    let d = Drivers::new();
+    let temp = tempfile::tempdir().unwrap();
+    FakeDevices::create(temp.path(), 2, true).unwrap();
+    let driver = DriverManifest {
+        kind: DriverKind::None,
+        libcuda: Vec::new(),
+        cuda_version: None,
+        host_cuda_version: None,
+        kernel_driver: None,
+        compat_dir: None,
+        driver_link_lib: None,
+        reason: "no driver configured".into(),
+    };
+    let devices = [
+        "/dev/nvidia0",
+        "/dev/nvidia1",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+    ];
+    let dev = temp.path().join("dev");
+    let args = [
+        "--manifest",
+        d.manifest.to_str().unwrap(),
+        "--dev-root",
+        dev.to_str().unwrap(),
+        "devices::nodes",
+    ];
+    // The fake driver plays one CUDA device.
+    write_leased_manifest(&d.manifest, driver.clone(), &devices, &[1]);
+    let one = run(&d.host.dir, &args);
+    one.assert_check("devices::nodes", "pass", &["for 1 CUDA device(s)"]);
+    assert_eq!(
+        one.fact("devices::nodes", "manifest_leased_gpus"),
+        &serde_json::json!([1])
+    );
+
+    write_leased_manifest(&d.manifest, driver, &devices, &[0, 1]);
+    let two = run(&d.host.dir, &args);
+    two.assert_check(
+        "devices::nodes",
+        "fail",
+        &["CUDA reports 1 device(s) but the hook leased this build 2 GPU(s) [0, 1]"],
     );
 }

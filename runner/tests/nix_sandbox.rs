@@ -25,17 +25,34 @@ struct Host {
 
 impl Host {
     fn new() -> Host {
+        Host::with_gpus(1, 0)
+    }
+
+    /// `gpus` GPU nodes, each build leased `gpus_per_build` of them (0: all), and a fake
+    /// driver that, like the real one, sees as many GPUs as the sandbox has nodes.
+    fn with_gpus(gpus: u64, gpus_per_build: u32) -> Host {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
-        FakeDevices::create(&root, 1, true).unwrap();
-        let driver = FakeDriver::driver(&Sidecar::default());
+        FakeDevices::create(&root, gpus, true).unwrap();
+        let driver = FakeDriver::driver(&Sidecar {
+            devices_from_nodes: gpus_per_build > 0,
+            ..Sidecar::default()
+        });
         let config = dir.path().join("config.toml");
+        let lease = if gpus_per_build > 0 {
+            format!(
+                "gpus_per_build = {gpus_per_build}\nruntime_dir = \"{}\"\n",
+                dir.path().join("run").display()
+            )
+        } else {
+            String::new()
+        };
         std::fs::write(
             &config,
             format!(
                 r#"host_root = "{root}"
 closure_cache = "{cache}"
-[[rule]]
+{lease}[[rule]]
 name = "nvidia"
 features = ["cuda"]
 [[rule.device]]
@@ -152,6 +169,35 @@ fn same_derivation_without_the_hook_fails_with_the_runners_explanation() {
             build.log.contains(explanation),
             "the build log lacks {explanation:?}:\n{}",
             build.log
+        );
+    }
+}
+
+#[test]
+fn runner_as_builder_sees_exactly_its_leased_gpu() {
+    if !nix_available("runner_as_builder_sees_exactly_its_leased_gpu") {
+        return;
+    }
+    let hook = workspace_binary("cuda-sandbox-hook");
+    let host = Host::with_gpus(3, 1);
+    let build = build(&minimal(NixSandbox::with_hook(&hook, &host.config)));
+    assert!(build.ok(), "nix-build failed:\n{}", build.log);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&build.out_paths[0]).unwrap()).unwrap();
+    let nodes = &report["checks"]["devices::nodes"];
+    assert_eq!(nodes["verdict"], "pass", "{report:#}");
+    let leased = nodes["facts"]["manifest_leased_gpus"].as_array().unwrap();
+    assert_eq!(leased.len(), 1, "{report:#}");
+    assert_eq!(
+        nodes["facts"]["gpu_nodes"],
+        serde_json::json!([format!("/dev/nvidia{}", leased[0])]),
+        "{report:#}"
+    );
+    assert_eq!(nodes["facts"]["cuda_device_count"], 1, "{report:#}");
+    for check in ["kernel::saxpy", "nvml::consistency"] {
+        assert_eq!(
+            report["checks"][check]["verdict"], "pass",
+            "{check}: {report:#}"
         );
     }
 }

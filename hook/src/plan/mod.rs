@@ -9,6 +9,7 @@ mod driver;
 use crate::closure::{store_path_of, ClosureCache};
 use crate::config::{Config, Platform, Rule};
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
+use crate::lease::{self, Holder, LeaseRequest, Leases};
 use crate::symlinks::{self, ChainError, Space};
 use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_PATH, MANIFEST_VERSION};
 use serde::Serialize;
@@ -124,6 +125,12 @@ pub struct Plan {
     pub driver_choice: Option<DriverChoice>,
     /// The manifest to write for the build, and where (outside).
     pub manifest: Option<PlannedManifest>,
+    /// With `gpus_per_build > 0`: the GPUs (`/dev/nvidiaN` numbers) leased to this build
+    /// alone, or for `explain` and `exec` the ones a build would get now. Empty when every
+    /// build gets every GPU.
+    pub leased_gpus: Vec<u32>,
+    /// Whether `leased_gpus` are held by a lease (hook mode) or only shown.
+    pub lease_taken: bool,
     /// Where symlinks may lead (the store and the configured roots).
     #[serde(skip)]
     symlink_roots: Vec<PathBuf>,
@@ -148,6 +155,10 @@ pub struct BuildContext {
     pub features: Vec<String>,
     /// The chroot root Nix passed, when planning for a real build.
     pub chroot: Option<PathBuf>,
+    /// The derivation's `cudaSandboxGpus` attribute ([`lease::GPUS_ATTR`]), when set.
+    pub gpus_wanted: Option<String>,
+    /// Take GPU leases for `chroot` (hook mode); otherwise only show what a build would get.
+    pub take_lease: bool,
 }
 
 impl Plan {
@@ -202,8 +213,129 @@ impl Plan {
         }
         plan.add_closures(config);
         plan.drop_nested();
+        if plan.problems.is_empty() {
+            plan.lease_gpus(config, ctx);
+        }
         plan.add_manifest(config, ctx);
         plan
+    }
+
+    /// With `gpus_per_build > 0`: leases this build its own GPUs (or, without
+    /// `ctx.take_lease`, picks the ones it would get) and drops the other `/dev/nvidiaN`
+    /// nodes; the control nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process
+    /// needs them.
+    fn lease_gpus(&mut self, config: &Config, ctx: &BuildContext) {
+        if config.gpus_per_build == 0 {
+            if let Some(v) = &ctx.gpus_wanted {
+                self.skipped.push(Skip {
+                    path: format!("{} = {v:?}", lease::GPUS_ATTR),
+                    why: "ignored: gpus_per_build = 0 gives every GPU to every build".to_string(),
+                });
+            }
+            return;
+        }
+        let mut gpus: Vec<u32> = self
+            .exposures
+            .iter()
+            .filter(|e| matches!(e.reason, Reason::Device { .. }))
+            .filter_map(|e| gpu_number(&e.inside))
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        if gpus.is_empty() {
+            return;
+        }
+        let rule = self.rules.join(",");
+        let problem = |what: String, fix: &str| Problem {
+            rule: rule.clone(),
+            what,
+            fix: fix.to_string(),
+        };
+        let count = match lease::wanted(
+            ctx.gpus_wanted.as_deref(),
+            config.gpus_per_build,
+            gpus.len(),
+        ) {
+            Ok(n) => n,
+            Err(e) => {
+                self.problems
+                    .push(problem(e, "see gpus_per_build in the README"));
+                return;
+            }
+        };
+        let leases = Leases::new(&config.runtime_dir);
+        let picked = match (&ctx.chroot, ctx.take_lease) {
+            (Some(chroot), true) => {
+                let Some(holder) = Holder::parent() else {
+                    self.problems.push(problem(
+                        "cannot read /proc/<parent>/stat to record who holds the GPU lease"
+                            .to_string(),
+                        "run the hook as Nix's pre-build-hook with /proc mounted",
+                    ));
+                    return;
+                };
+                let req = LeaseRequest {
+                    gpus: &gpus,
+                    count,
+                    chroot,
+                    derivation: &ctx.derivation,
+                    wait: std::time::Duration::from_secs(config.lease_wait_seconds),
+                };
+                match leases.acquire(&req, holder) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.problems.push(problem(
+                            format!("no GPU could be leased: {e}"),
+                            "see gpus_per_build in the README",
+                        ));
+                        return;
+                    }
+                }
+            }
+            _ => match leases.preview(&gpus, count) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.skipped.push(Skip {
+                        path: format!("{count} GPU lease(s)"),
+                        why: format!(
+                            "none free now, a build would wait up to {} s: {e}",
+                            config.lease_wait_seconds
+                        ),
+                    });
+                    gpus[..count].to_vec()
+                }
+            },
+        };
+        let others: Vec<PathBuf> = self
+            .exposures
+            .iter()
+            .filter(|e| matches!(e.reason, Reason::Device { .. }))
+            .filter(|e| gpu_number(&e.inside).is_some_and(|g| !picked.contains(&g)))
+            .map(|e| e.inside.clone())
+            .collect();
+        self.exposures.retain(|e| match &e.reason {
+            Reason::SymlinkTarget { link } => !others.contains(link),
+            _ => !others.contains(&e.inside),
+        });
+        let given: Vec<String> = picked.iter().map(|g| format!("nvidia{g}")).collect();
+        let who = if ctx.take_lease {
+            "this build is leased"
+        } else {
+            "a build now would be leased"
+        };
+        for other in others {
+            self.skipped.push(Skip {
+                path: other.display().to_string(),
+                why: format!(
+                    "another build's GPU: {who} {} only ({count} of {} GPUs; gpus_per_build = {})",
+                    given.join(", "),
+                    gpus.len(),
+                    config.gpus_per_build
+                ),
+            });
+        }
+        self.leased_gpus = picked;
+        self.lease_taken = ctx.take_lease && ctx.chroot.is_some();
     }
 
     /// Plans the manifest: its content from the final exposures, its file under the runtime
@@ -246,6 +378,7 @@ impl Plan {
             rules: self.rules.clone(),
             features: ctx.features.clone(),
             devices,
+            leased_gpus: self.leased_gpus.clone(),
             driver,
         };
         self.exposures.push(Exposure {
@@ -478,6 +611,15 @@ fn name_of(p: Platform) -> &'static str {
         Platform::Tegra => "Tegra (Jetson)",
         Platform::Discrete => "discrete-GPU",
     }
+}
+
+/// N for a GPU node `/dev/nvidiaN` (not `nvidiactl`, `nvidia-uvm`, …).
+fn gpu_number(inside: &Path) -> Option<u32> {
+    let digits = inside.to_str()?.strip_prefix("/dev/nvidia")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// A file name made of the safe characters of `name` (others become `_`).

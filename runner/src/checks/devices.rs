@@ -1,6 +1,7 @@
 //! `devices::nodes`: the NVIDIA device nodes exist, are character devices with the
 //! right numbers, and there are at least as many `/dev/nvidiaN` as CUDA devices. With the
-//! hook's manifest, every device it says it exposed must be here.
+//! hook's manifest, every device it says it exposed must be here, and when the hook leased
+//! this build its own GPUs, CUDA must see exactly that many devices.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -139,8 +140,23 @@ pub fn nodes(session: &Session) -> Outcome {
         ));
     }
 
+    let leased: &[u32] = session
+        .manifest
+        .manifest()
+        .map_or(&[], |m| m.leased_gpus.as_slice());
     let cuda_count = session.devices().map(<[_]>::len);
     if let Ok(count) = cuda_count {
+        if !leased.is_empty() && count != leased.len() {
+            problems.push(format!(
+                "CUDA reports {count} device(s) but the hook leased this build {} GPU(s) {leased:?}:                  {}",
+                leased.len(),
+                if count > leased.len() {
+                    "the build reaches GPUs leased to other builds (is something other than                      cuda-sandbox-hook exposing /dev/nvidiaN, or CUDA_VISIBLE_DEVICES unset                      where the driver ignores device nodes?)"
+                } else {
+                    "some leased GPU nodes are not usable here (check the hook's device globs                      and the nodes' permissions)"
+                }
+            ));
+        }
         if gpus.len() < count {
             problems.push(format!(
                 "CUDA reports {count} devices but only {} /dev/nvidiaN nodes exist: the hook's \
@@ -161,6 +177,7 @@ pub fn nodes(session: &Session) -> Outcome {
         "manifest" => session.manifest.fact(),
         "manifest_devices" => session.manifest.manifest().map(|m| &m.devices),
         "manifest_gpu_nodes" => session.manifest.manifest().map(|_| manifest_gpus),
+        "manifest_leased_gpus" => session.manifest.manifest().map(|m| &m.leased_gpus),
     };
     match problems.first() {
         None => Outcome::pass(

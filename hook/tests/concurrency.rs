@@ -1,0 +1,463 @@
+//! Many tagged builds at once through the real Nix sandbox: the closure cache and the
+//! manifests stay whole, and with `gpus_per_build` each build gets a GPU of its own, which a
+//! killed build gives back. Needs root and `nix-build`; under `CI=true` these tests fail
+//! rather than skip when either is missing.
+
+use cuda_sandbox_hook::closure::ClosureCache;
+use cuda_sandbox_hook::lease::Leases;
+use cuda_sandbox_manifest::Manifest;
+use cuda_sandbox_testkit::{nix_available, nonce, FakeDevices, NixSandbox};
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+
+/// One test at a time: Nix kills leftover processes of a build user when it hands that user
+/// to a new build, so another test's builds could end the orphan the killed-build test
+/// watches, and parallel builds would blur the timing of the GPU-per-build test.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn nix_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/nix")
+        .join(name)
+}
+
+/// A fake host with `gpus` GPU nodes and a config leasing `gpus_per_build` of them.
+struct Host {
+    dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+}
+
+impl Host {
+    fn new(gpus: u64, gpus_per_build: u32, lease_wait_seconds: u64, driver: bool) -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        FakeDevices::create(&root, gpus, true).unwrap();
+        let config = dir.path().join("config.toml");
+        let driver = if driver {
+            "[[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &config,
+            format!(
+                r#"host_root = "{root}"
+closure_cache = "{cache}"
+runtime_dir = "{run}"
+gpus_per_build = {gpus_per_build}
+lease_wait_seconds = {lease_wait_seconds}
+[[rule]]
+name = "nvidia"
+features = ["cuda"]
+[[rule.device]]
+glob = "/dev/nvidiactl"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia-uvm"
+required = true
+[[rule.device]]
+glob = "/dev/nvidia[0-9]*"
+required = true
+{driver}"#,
+                root = root.display(),
+                cache = dir.path().join("cache").display(),
+                run = dir.path().join("run").display(),
+            ),
+        )
+        .unwrap();
+        Host { dir, root, config }
+    }
+
+    fn sandbox(&self, max_jobs: usize) -> NixSandbox {
+        let mut s = NixSandbox::with_hook(Path::new(HOOK), &self.config);
+        s.extra_settings.push(format!("max-jobs = {max_jobs}"));
+        s
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+
+    /// Builds a fake driver store path (three paths in its closure) and links
+    /// `root/run/opengl-driver` to it. Returns the closure.
+    fn install_store_driver(&self) -> Vec<PathBuf> {
+        let build =
+            self.sandbox(1)
+                .build(&nix_file("driver-store.nix"), &[("nonce", &nonce())], &[]);
+        assert!(
+            build.ok(),
+            "building the fake driver failed:\n{}",
+            build.log
+        );
+        let driver = build.out_paths[0].clone();
+        std::fs::create_dir_all(self.root.join("run")).unwrap();
+        std::os::unix::fs::symlink(&driver, self.root.join("run/opengl-driver")).unwrap();
+        let out = Command::new("nix-store")
+            .args(["--query", "--requisites"])
+            .arg(&driver)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(PathBuf::from)
+            .collect()
+    }
+}
+
+/// What one build of concurrent.nix reported.
+#[derive(Debug)]
+struct Report {
+    start: f64,
+    end: f64,
+    nodes: Vec<String>,
+    manifest: Manifest,
+    lines: Vec<String>,
+}
+
+fn report(text: &str) -> Report {
+    let time = |key: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key:?} line in:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let manifest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("manifest "))
+        .unwrap_or_else(|| panic!("no manifest line in:\n{text}"));
+    Report {
+        start: time("start "),
+        end: time("end "),
+        nodes: text
+            .lines()
+            .filter_map(|l| l.strip_prefix("char "))
+            .map(str::to_string)
+            .collect(),
+        manifest: serde_json::from_str(manifest)
+            .unwrap_or_else(|e| panic!("{e}: the build saw a torn manifest: {manifest}")),
+        lines: text.lines().map(str::to_string).collect(),
+    }
+}
+
+/// Builds `count` derivations of concurrent.nix with `max-jobs = count`; returns the reports
+/// by derivation name.
+fn build_many(
+    host: &Host,
+    count: usize,
+    args: &[(&str, &str)],
+) -> (bool, String, BTreeMap<String, Report>) {
+    let nonce = nonce();
+    let count_text = count.to_string();
+    let mut argstrs = vec![("nonce", nonce.as_str()), ("count", count_text.as_str())];
+    argstrs.extend_from_slice(args);
+    let build = host
+        .sandbox(count)
+        .build(&nix_file("concurrent.nix"), &argstrs, &[]);
+    let mut reports = BTreeMap::new();
+    for out in &build.out_paths {
+        let name = out.file_name().unwrap().to_string_lossy();
+        let name = name.split_once('-').unwrap().1.to_string();
+        reports.insert(name, report(&std::fs::read_to_string(out).unwrap()));
+    }
+    (build.ok(), build.log, reports)
+}
+
+/// Files a writer left half-done: tempfile's `.tmp*` names.
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".tmp"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn sixteen_concurrent_tagged_builds_pass_and_leave_whole_cache_and_manifests() {
+    if !nix_available("sixteen_concurrent_tagged_builds_pass_and_leave_whole_cache_and_manifests") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(2, 0, 0, true);
+    let closure = host.install_store_driver();
+    assert!(closure.len() >= 3, "{closure:?}");
+    let read: Vec<String> = closure.iter().map(|p| p.display().to_string()).collect();
+    let read = read.join(" ");
+    // Two nix-build processes at once, 16 builds each: their hooks race on the closure cache
+    // and the manifest directory; within one process, 16 builders run at once.
+    let started = Instant::now();
+    let (first, second) = std::thread::scope(|s| {
+        let other = s.spawn(|| build_many(&host, 16, &[("readPaths", &read), ("prefix", "other")]));
+        let first = build_many(&host, 16, &[("readPaths", &read)]);
+        (first, other.join().unwrap())
+    });
+    eprintln!(
+        "32 tagged builds in two nix-build processes: {:?}",
+        started.elapsed()
+    );
+    for (ok, log, reports) in [&first, &second] {
+        assert!(ok, "nix-build failed:\n{log}");
+        assert_eq!(reports.len(), 16, "{log}");
+        for (name, r) in reports {
+            for node in [
+                "/dev/nvidia0",
+                "/dev/nvidia1",
+                "/dev/nvidiactl",
+                "/dev/nvidia-uvm",
+            ] {
+                assert!(
+                    r.nodes.iter().any(|n| n == node),
+                    "{name} lacks {node}: {r:?}"
+                );
+            }
+            assert!(
+                r.manifest.derivation.ends_with(&format!("-{name}.drv")),
+                "{r:?}"
+            );
+            assert!(r.manifest.leased_gpus.is_empty(), "{r:?}");
+            for member in &closure {
+                let line = format!("read {}", member.display());
+                assert!(r.lines.contains(&line), "{name} cannot read {line}: {r:?}");
+            }
+        }
+    }
+    // Every cache entry reads back as a valid entry (a torn one would be recomputed, and
+    // there is no nix-store here to recompute it with).
+    let cache_dir = host.dir.path().join("cache");
+    let cache = ClosureCache {
+        dir: cache_dir.clone(),
+        store_dir: PathBuf::from("/nix/store"),
+        nix_store: PathBuf::from("/nonexistent/nix-store"),
+    };
+    let mut entries = 0;
+    for entry in std::fs::read_dir(&cache_dir).unwrap() {
+        let name = entry.unwrap().file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let closure = cache.closure(&Path::new("/nix/store").join(&name)).unwrap();
+        assert!(closure.from_cache, "{name:?}");
+        entries += 1;
+    }
+    assert_eq!(entries, 1, "one store path, one cache entry");
+    let manifests = host.run_dir().join("manifests");
+    for entry in std::fs::read_dir(&manifests).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            Manifest::read(&path).unwrap();
+        }
+    }
+    for dir in [&cache_dir, &manifests] {
+        assert_eq!(
+            temp_files(dir),
+            Vec::<PathBuf>::new(),
+            "leftover temporary files"
+        );
+    }
+}
+
+#[test]
+fn each_concurrent_build_gets_its_own_gpu_and_all_gpus_are_used() {
+    if !nix_available("each_concurrent_build_gets_its_own_gpu_and_all_gpus_are_used") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(4, 1, 60, false);
+    let started = Instant::now();
+    let (ok, log, reports) = build_many(&host, 8, &[("sleep", "1")]);
+    eprintln!(
+        "8 builds, 1 s each, on 4 leased GPUs: {:?}",
+        started.elapsed()
+    );
+    assert!(ok, "nix-build failed:\n{log}");
+    assert_eq!(reports.len(), 8, "{log}");
+    let mut on_gpu: BTreeMap<String, Vec<(f64, f64, &str)>> = BTreeMap::new();
+    for (name, r) in &reports {
+        let gpus: Vec<&String> = r
+            .nodes
+            .iter()
+            .filter(|n| n.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+            .collect();
+        assert_eq!(gpus.len(), 1, "{name} sees other than one GPU: {r:?}");
+        for control in ["/dev/nvidiactl", "/dev/nvidia-uvm"] {
+            assert!(
+                r.nodes.iter().any(|n| n == control),
+                "{name} lacks {control}"
+            );
+        }
+        let n: u32 = gpus[0].trim_start_matches("/dev/nvidia").parse().unwrap();
+        assert_eq!(r.manifest.leased_gpus, [n], "{name}: {r:?}");
+        assert_eq!(
+            r.manifest
+                .devices
+                .iter()
+                .filter(|d| d.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+                .collect::<Vec<_>>(),
+            [gpus[0]]
+        );
+        on_gpu
+            .entry(gpus[0].clone())
+            .or_default()
+            .push((r.start, r.end, name));
+    }
+    assert_eq!(on_gpu.len(), 4, "not every GPU was used: {on_gpu:?}");
+    for (gpu, runs) in &mut on_gpu {
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for pair in runs.windows(2) {
+            assert!(
+                pair[0].1 <= pair[1].0,
+                "{} and {} overlapped on {gpu}: {pair:?}",
+                pair[0].2,
+                pair[1].2
+            );
+        }
+    }
+}
+
+/// The pids of processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .collect()
+}
+
+/// `cuda-sandbox-hook explain --features cuda` under the host's config.
+fn explain(host: &Host) -> String {
+    let out = Command::new(HOOK)
+        .args(["explain", "--features", "cuda"])
+        .env("CUDA_SANDBOX_CONFIG", &host.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// SIGKILL to the process group `pgid`; whether there was one.
+fn kill_group(pgid: i32) -> bool {
+    Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_killed_build_gives_its_gpu_back() {
+    if !nix_available("a_killed_build_gives_its_gpu_back") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let sandbox = host.sandbox(1);
+    let long_nonce = nonce();
+    let mut long = Command::new("nix-build")
+        .arg(nix_file("concurrent.nix"))
+        .args([
+            "--no-out-link",
+            "--argstr",
+            "count",
+            "1",
+            "--argstr",
+            "sleep",
+            "600",
+        ])
+        .args([
+            "--argstr",
+            "prefix",
+            "long",
+            "--argstr",
+            "nonce",
+            &long_nonce,
+        ])
+        .env("NIX_CONFIG", sandbox.nix_config())
+        .env("CUDA_SANDBOX_CONFIG", &host.config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let leases = Leases::new(&host.run_dir());
+    let marker = format!("builder {long_nonce}");
+    wait_for("the long build to run", Duration::from_secs(60), || {
+        leases.record(0).is_some() && !processes_with(&marker).is_empty()
+    });
+    let lease = leases.record(0).unwrap();
+    assert!(lease.derivation.ends_with("-long-0.drv"), "{lease:?}");
+
+    // Kill nix-build and everything in its process group, as a crash would.
+    assert!(kill_group(long.id() as i32));
+    long.wait().unwrap();
+    // Nix 2.8 leaves the chroot behind, and the builder (in its own session) runs on.
+    assert!(
+        lease.chroot.exists(),
+        "Nix deleted the chroot of a killed build"
+    );
+    // The orphaned builder still uses the GPU, so the lease holds (shown by `explain`, which
+    // takes no lease). Nix itself ends the orphan when it hands its build user to a new build
+    // (see the README), which a Nix outside this test may do at any time: check only while
+    // the orphan is known to have run throughout.
+    let orphans = processes_with(&marker);
+    let held = explain(&host);
+    if !orphans.is_empty() && processes_with(&marker) == orphans {
+        assert!(
+            held.contains("all 1 GPUs are leased by other builds (nvidia0: ")
+                && held.contains("-long-0.drv"),
+            "{held}"
+        );
+    } else {
+        eprintln!("note: another Nix build ended the orphaned builder early");
+    }
+
+    // Once the builder is gone too, the GPU is free although the chroot is still there.
+    // Nix starts the builder in a session of its own: its pid is its process group.
+    for pid in orphans {
+        kill_group(pid);
+    }
+    wait_for(
+        "the orphaned builder to end",
+        Duration::from_secs(10),
+        || processes_with(&marker).is_empty(),
+    );
+    assert!(explain(&host).contains("nvidia0 (would be leased now"));
+    assert!(lease.chroot.exists());
+    let (ok, log, reports) = build_many(&host, 1, &[]);
+    assert!(ok, "the killed build kept its GPU:\n{log}");
+    let r = reports.values().next().unwrap();
+    assert_eq!(r.manifest.leased_gpus, [0], "{r:?}");
+    assert!(r.nodes.iter().any(|n| n == "/dev/nvidia0"), "{r:?}");
+    let _ = std::fs::remove_dir_all(&lease.chroot);
+}

@@ -1,0 +1,42 @@
+# `count` tagged derivations that report what the sandbox shows them, for
+# hook/tests/concurrency.rs. Each writes to $out: `start <time>`, one `char <node>` line per
+# NVIDIA device node it sees, its manifest, `read`/`unreadable` for each of `readPaths`, then
+# sleeps `sleep` seconds and writes `end <time>`. `nonce` forces fresh builds; it is also in
+# the builder's command line, so a test can find a builder among the host's processes.
+{ nonce, count ? "16", readPaths ? "", sleep ? "0", gpus ? "", prefix ? "concurrent" }:
+let
+  build = i: derivation ({
+    name = "${prefix}-${toString i}";
+    inherit nonce;
+    system = builtins.currentSystem;
+    builder = "/bin/bash";
+    PATH = "/bin:/usr/bin";
+    READ_PATHS = builtins.unsafeDiscardStringContext readPaths;
+    SLEEP = sleep;
+    requiredSystemFeatures = [ "cuda" ];
+    args = [ "-c" ''
+      set -u
+      {
+        echo "start $(date +%s.%N)"
+        for d in /dev/nvidia*; do
+          if [ -c "$d" ]; then echo "char $d"; fi
+        done
+        if [ -f /run/cuda-sandbox/manifest.json ]; then
+          echo "manifest $(tr -d ' \n' < /run/cuda-sandbox/manifest.json)"
+        else
+          echo "manifest absent"
+        fi
+        for f in $READ_PATHS; do
+          if [ -d "$f" ] && ls "$f" >/dev/null 2>&1; then echo "read $f"
+          elif [ -f "$f" ] && head -c 1 "$f" >/dev/null 2>&1; then echo "read $f"
+          else echo "unreadable $f"; fi
+        done
+      } > "$out"
+      sleep "$SLEEP" # builder ${nonce}
+      echo "end $(date +%s.%N)" >> "$out"
+    '' ];
+  } // (if gpus != "" then { cudaSandboxGpus = gpus; } else { }));
+in
+builtins.listToAttrs (builtins.genList
+  (i: { name = "b${toString i}"; value = build i; })
+  (builtins.fromJSON count))
