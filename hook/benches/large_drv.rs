@@ -53,7 +53,11 @@ fn main() {
             .output()
             .unwrap();
         let wall = start.elapsed();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let peak_kib = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap().max_rss();
         println!(
             "{name:<9} {:.1} MiB .drv: {:>7.1} ms, peak RSS {:.1} MiB",
