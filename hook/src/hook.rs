@@ -7,6 +7,7 @@
 
 use crate::config::{self, Config, MissingDrv, Rule, DEFAULT_FEATURES};
 use crate::drv::{self, Derivation, RequiredFeatures};
+use crate::lease;
 use crate::plan::{BuildContext, Plan};
 use crate::{log, manifest_file, protocol};
 use std::path::Path;
@@ -31,14 +32,20 @@ pub fn pre_build(
     config_arg: Option<&Path>,
 ) -> Result<Vec<u8>, HookFailure> {
     let name = drv_path.display();
-    let features = match std::fs::read(drv_path) {
-        Ok(bytes) => match Derivation::parse(&bytes).and_then(|d| owned(d.required_features())) {
-            Ok(f) => f,
+    // Read the derivation once: its features and, for GPU leases, its cudaSandboxGpus.
+    let (features, gpus_wanted) = match std::fs::read(drv_path) {
+        Ok(bytes) => match Derivation::parse(&bytes)
+            .and_then(|d| Ok((owned(d.required_features())?, lease::requested_gpus(&d))))
+        {
+            Ok(read) => read,
             Err(e) => return unreadable(&bytes, drv_path, config_arg, &e.to_string()),
         },
         Err(e) => match std::env::var_os(DERIVATION_ENV) {
             Some(json) => match drv::features_from_json(json.as_encoded_bytes()) {
-                Ok(f) => owned(Ok(f)).expect("already parsed"),
+                Ok(f) => (
+                    owned(Ok(f)).expect("already parsed"),
+                    lease::requested_gpus_json(json.as_encoded_bytes()),
+                ),
                 Err(e) => {
                     let what = format!("{DERIVATION_ENV}: {e}");
                     return unreadable(json.as_encoded_bytes(), drv_path, config_arg, &what);
@@ -74,7 +81,7 @@ pub fn pre_build(
     if rules.is_empty() {
         return Ok(Vec::new());
     }
-    serve(drv_path, chroot, &config, &rules, &features)
+    serve(drv_path, chroot, &config, &rules, &features, gpus_wanted)
 }
 
 fn owned(f: Result<RequiredFeatures<'_>, drv::DrvError>) -> Result<Vec<Vec<u8>>, drv::DrvError> {
@@ -89,6 +96,7 @@ fn serve(
     config: &Config,
     rules: &[&Rule],
     features: &[&[u8]],
+    gpus_wanted: Option<String>,
 ) -> Result<Vec<u8>, HookFailure> {
     let name = drv_path.display();
     let ctx = BuildContext {
@@ -98,7 +106,7 @@ fn serve(
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .collect(),
         chroot: Some(chroot.to_path_buf()),
-        gpus_wanted: crate::lease::requested_gpus_of(drv_path),
+        gpus_wanted,
         take_lease: true,
     };
     let plan = Plan::build(config, rules, &ctx);
@@ -167,7 +175,7 @@ fn missing_drv(
             log::warn(format_args!(
                 "derivation {name} is not on disk; exposing every rule (missing_drv = \"expose\")"
             ));
-            serve(drv_path, chroot, &config, &rules, &all)
+            serve(drv_path, chroot, &config, &rules, &all, None)
         }
     }
 }

@@ -406,6 +406,31 @@ pub fn requested_gpus(drv: &crate::drv::Derivation) -> Option<String> {
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
+/// [`GPUS_ATTR`] of a derivation given as JSON (`NIX_DERIVATION_V4`): from `structuredAttrs`,
+/// `env.__json` or `env`, like the features (see [`crate::drv::features_from_json`]).
+pub fn requested_gpus_json(json: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let object = value.as_object()?;
+    let drv = if object.contains_key("env") || object.contains_key("structuredAttrs") {
+        object
+    } else {
+        object.values().next()?.as_object()?
+    };
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if let Some(attrs) = drv.get("structuredAttrs").and_then(|a| a.as_object()) {
+        return attrs.get(GPUS_ATTR).map(text);
+    }
+    let env = drv.get("env")?.as_object()?;
+    if let Some(json) = env.get("__json").and_then(|j| j.as_str()) {
+        let attrs: serde_json::Value = serde_json::from_str(json).ok()?;
+        return attrs.get(GPUS_ATTR).map(text);
+    }
+    env.get(GPUS_ATTR).map(text)
+}
+
 /// [`requested_gpus`] of the `.drv` file at `path` (`None` when it cannot be read: remote
 /// builds then get `gpus_per_build`).
 pub fn requested_gpus_of(path: &Path) -> Option<String> {
@@ -672,6 +697,18 @@ mod tests {
         let drv = crate::drv::Derivation::parse(plain).unwrap();
         assert_eq!(requested_gpus(&drv).as_deref(), Some("2"));
         let structured = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("__json","{\"cudaSandboxGpus\":3,\"requiredSystemFeatures\":[\"cuda\"]}"),("out","/nix/store/a-x")])"#;
+        assert_eq!(
+            requested_gpus_json(br#"{"env":{"cudaSandboxGpus":"2"}}"#).as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            requested_gpus_json(
+                br#"{"/nix/store/x.drv":{"structuredAttrs":{"cudaSandboxGpus":3}}}"#
+            )
+            .as_deref(),
+            Some("3")
+        );
+        assert_eq!(requested_gpus_json(br#"{"env":{}}"#), None);
         let drv = crate::drv::Derivation::parse(structured).unwrap();
         assert_eq!(requested_gpus(&drv).as_deref(), Some("3"));
         let none = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("out","/nix/store/a-x")])"#;

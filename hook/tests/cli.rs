@@ -513,3 +513,63 @@ fn readme_config_example_is_valid() {
     assert!(config.rules[0].driver.is_some());
     assert!(config.rules[0].devices.iter().any(|d| d.platform.is_some()));
 }
+
+#[test]
+fn cuda_sandbox_gpus_is_validated_and_honoured() {
+    let c = Case::new();
+    for gpu in ["nvidia0", "nvidia1", "nvidiactl"] {
+        // Directories stand in for device nodes (they count as devices for the hook).
+        std::fs::create_dir_all(c.path("root/dev").join(gpu)).unwrap();
+    }
+    let config = c.config(
+        "[[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\nrequired = true\n\
+         [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n",
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("gpus_per_build = 1\nlease_wait_seconds = 0\n{text}"),
+    )
+    .unwrap();
+    let drv = |name: &str, gpus: &str| {
+        let p = c.path(&format!("{name}.drv"));
+        std::fs::write(
+            &p,
+            format!(
+                r#"Derive([("out","/nix/store/x-out","","")],[],[],"x86_64-linux","/bin/sh",[],[("cudaSandboxGpus","{gpus}"),("requiredSystemFeatures","cuda")])"#
+            ),
+        )
+        .unwrap();
+        p
+    };
+    for bad in ["zero", "0", "3", "-1"] {
+        let out = c.hook(&drv("bad", bad), &config);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "cudaSandboxGpus = {bad} accepted"
+        );
+        let err = stderr(&out);
+        assert!(
+            err.contains("cudaSandboxGpus") && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+    // Nix creates the sandbox directory before it runs the hook; a lease records it.
+    std::fs::create_dir_all(c.path("chroot")).unwrap();
+    let out = c.hook(&drv("two", "2"), &config);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answer.contains("/dev/nvidia0=") && answer.contains("/dev/nvidia1="),
+        "{answer}"
+    );
+    let one = c.hook(&c.drv("one", Some("cuda")), &config);
+    assert!(one.status.success(), "{}", stderr(&one));
+    let answer = String::from_utf8_lossy(&one.stdout);
+    assert_eq!(
+        answer.matches("/dev/nvidia0=").count() + answer.matches("/dev/nvidia1=").count(),
+        1,
+        "{answer}"
+    );
+}
