@@ -6,7 +6,7 @@
 use cuda_sandbox_hook::closure::ClosureCache;
 use cuda_sandbox_hook::lease::Leases;
 use cuda_sandbox_manifest::Manifest;
-use cuda_sandbox_testkit::{nix_available, nonce, FakeDevices, NixSandbox};
+use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, NixSandbox};
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -48,31 +48,12 @@ impl Host {
         } else {
             ""
         };
+        let top = format!(
+            "gpus_per_build = {gpus_per_build}\nlease_wait_seconds = {lease_wait_seconds}\n"
+        );
         std::fs::write(
             &config,
-            format!(
-                r#"host_root = "{root}"
-closure_cache = "{cache}"
-runtime_dir = "{run}"
-gpus_per_build = {gpus_per_build}
-lease_wait_seconds = {lease_wait_seconds}
-[[rule]]
-name = "nvidia"
-features = ["cuda"]
-[[rule.device]]
-glob = "/dev/nvidiactl"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia-uvm"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia[0-9]*"
-required = true
-{driver}"#,
-                root = root.display(),
-                cache = dir.path().join("cache").display(),
-                run = dir.path().join("run").display(),
-            ),
+            hook_config(&root, dir.path(), &top, &["cuda"], driver),
         )
         .unwrap();
         Host { dir, root, config }

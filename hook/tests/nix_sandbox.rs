@@ -2,7 +2,7 @@
 //! device tree of real character devices. Needs root and `nix-build`; under `CI=true` these
 //! tests fail rather than skip when either is missing.
 
-use cuda_sandbox_testkit::{nix_available, nonce, FakeDevices, NixSandbox};
+use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, NixSandbox};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -29,31 +29,13 @@ impl Host {
         let config = dir.path().join("config.toml");
         std::fs::write(
             &config,
-            format!(
-                r#"host_root = "{root}"
-closure_cache = "{cache}"
-runtime_dir = "{run}"
-[[rule]]
-name = "nvidia"
-features = ["cuda", "gpu"]
-[[rule.device]]
-glob = "/dev/nvidiactl"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia-uvm"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia[0-9]*"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia-uvm-tools"
-[[rule.path]]
-path = "/run/opengl-driver"
-required = true
-"#,
-                root = root.display(),
-                cache = dir.path().join("cache").display(),
-                run = dir.path().join("run").display()
+            hook_config(
+                &root,
+                dir.path(),
+                "",
+                &["cuda", "gpu"],
+                "[[rule.device]]\nglob = \"/dev/nvidia-uvm-tools\"\n\
+                 [[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n",
             ),
         )
         .unwrap();

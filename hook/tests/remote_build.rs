@@ -131,33 +131,17 @@ impl Builder {
         let hook_config = d.join("hook.toml");
         write_file(
             &hook_config,
-            &format!(
-                r#"missing_drv = "{policy}"
-host_root = "{root}"
-closure_cache = "{d}/cache"
-runtime_dir = "{d}/run"
-[[rule]]
-name = "nvidia"
-features = ["cuda", "gpu"]
-[[rule.device]]
-glob = "/dev/nvidiactl"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia-uvm"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia[0-9]*"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia-uvm-tools"
-[[rule.mount]]
-inside = "/run/opengl-driver/lib/libcuda.so.1"
-outside = "{libcuda}"
-required = true
-"#,
-                root = root.display(),
-                d = d.display(),
-                libcuda = libcuda.display(),
+            &cuda_sandbox_testkit::hook_config(
+                &root,
+                d,
+                &format!("missing_drv = \"{policy}\"\n"),
+                &["cuda", "gpu"],
+                &format!(
+                    "[[rule.device]]\nglob = \"/dev/nvidia-uvm-tools\"\n\
+                     [[rule.mount]]\ninside = \"/run/opengl-driver/lib/libcuda.so.1\"\n\
+                     outside = \"{}\"\nrequired = true\n",
+                    libcuda.display()
+                ),
             ),
         );
 

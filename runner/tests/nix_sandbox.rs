@@ -8,7 +8,9 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{FakeDriver, RUNNER};
-use cuda_sandbox_testkit::{nix_available, nonce, workspace_binary, FakeDevices, NixSandbox};
+use cuda_sandbox_testkit::{
+    hook_config, nix_available, nonce, workspace_binary, FakeDevices, NixSandbox,
+};
 use fake_driver::Sidecar;
 
 fn gpu_check_nix() -> PathBuf {
@@ -39,39 +41,19 @@ impl Host {
             ..Sidecar::default()
         });
         let config = dir.path().join("config.toml");
-        let lease = if gpus_per_build > 0 {
-            format!(
-                "gpus_per_build = {gpus_per_build}\nruntime_dir = \"{}\"\n",
-                dir.path().join("run").display()
-            )
-        } else {
-            String::new()
-        };
+        let top = format!("gpus_per_build = {gpus_per_build}\n");
         std::fs::write(
             &config,
-            format!(
-                r#"host_root = "{root}"
-closure_cache = "{cache}"
-{lease}[[rule]]
-name = "nvidia"
-features = ["cuda"]
-[[rule.device]]
-glob = "/dev/nvidia[0-9]*"
-required = true
-[[rule.device]]
-glob = "/dev/nvidiactl"
-required = true
-[[rule.device]]
-glob = "/dev/nvidia-uvm"
-required = true
-[[rule.mount]]
-inside = "/run/opengl-driver/lib"
-outside = "{driver}"
-required = true
-"#,
-                root = root.display(),
-                cache = dir.path().join("cache").display(),
-                driver = driver.dir.display(),
+            hook_config(
+                &root,
+                dir.path(),
+                &top,
+                &["cuda"],
+                &format!(
+                    "[[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"{}\"\n\
+                     required = true\n",
+                    driver.dir.display()
+                ),
             ),
         )
         .unwrap();

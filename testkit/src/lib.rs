@@ -281,3 +281,22 @@ pub fn root_available(test: &str) -> bool {
     eprintln!("SKIPPED {test}: not running as root");
     false
 }
+
+/// The hook configuration the sandbox tests share: `root` as the host root, closure cache and
+/// manifests under `state`, and one rule `nvidia` answering to `features` that requires the
+/// NVIDIA nodes every CUDA process needs (`nvidiactl`, `nvidia-uvm`, `nvidia[0-9]*`). `top`
+/// adds top-level keys (each line ending in a newline); `rule` adds entries to the rule.
+pub fn hook_config(root: &Path, state: &Path, top: &str, features: &[&str], rule: &str) -> String {
+    let features: Vec<String> = features.iter().map(|f| format!("{f:?}")).collect();
+    format!(
+        "{top}host_root = \"{root}\"\nclosure_cache = \"{cache}\"\nruntime_dir = \"{run}\"\n\
+         [[rule]]\nname = \"nvidia\"\nfeatures = [{features}]\n\
+         [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n\
+         [[rule.device]]\nglob = \"/dev/nvidia-uvm\"\nrequired = true\n\
+         [[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\nrequired = true\n{rule}",
+        root = root.display(),
+        cache = state.join("cache").display(),
+        run = state.join("run").display(),
+        features = features.join(", "),
+    )
+}
