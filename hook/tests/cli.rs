@@ -5,7 +5,9 @@ use cuda_sandbox_testkit::write_script;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+mod common;
+
+use common::HOOK;
 
 struct Case {
     dir: tempfile::TempDir,
@@ -58,17 +60,7 @@ impl Case {
             .unwrap()
     }
     fn explain_json(&self, config: &Path, features: &str) -> serde_json::Value {
-        let out = Command::new(HOOK)
-            .args(["explain", "--json", "--features", features, "--config"])
-            .arg(config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        common::explain_json(config, features)
     }
 }
 

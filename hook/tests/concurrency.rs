@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+mod common;
+
+use common::{nix_file, HOOK};
 
 /// One test at a time: Nix kills leftover processes of a build user when it hands that user
 /// to a new build, so another test's builds could end the orphan the killed-build test
@@ -22,12 +24,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn nix_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/nix")
-        .join(name)
 }
 
 /// A fake host with `gpus` GPU nodes and a config leasing `gpus_per_build` of them.
@@ -325,17 +321,7 @@ fn processes_with(marker: &str) -> Vec<i32> {
 
 /// `cuda-sandbox-hook explain --features cuda` under the host's config.
 fn explain(host: &Host) -> String {
-    let out = Command::new(HOOK)
-        .args(["explain", "--features", "cuda"])
-        .env("CUDA_SANDBOX_CONFIG", &host.config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::explain_output(&host.config, "cuda", false)
 }
 
 /// SIGKILL to the process group `pgid`; whether there was one.

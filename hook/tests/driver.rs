@@ -8,7 +8,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+mod common;
+
+use common::HOOK;
 const LIBDIR: &str = "usr/lib/x86_64-linux-gnu";
 
 struct Root {
@@ -96,26 +98,11 @@ impl Root {
     }
 
     fn explain(&self, config: &Path) -> Value {
-        let out = Command::new(HOOK)
-            .args(["explain", "--json", "--features", "cuda", "--config"])
-            .arg(config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        common::explain_json(config, "cuda")
     }
 
     fn explain_text(&self, config: &Path) -> String {
-        let out = Command::new(HOOK)
-            .args(["explain", "--features", "cuda", "--config"])
-            .arg(config)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
+        common::explain_output(config, "cuda", false)
     }
 
     /// Runs the hook as Nix would for a tagged .drv; returns its answer and the manifest.

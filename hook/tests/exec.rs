@@ -6,7 +6,9 @@ use cuda_sandbox_testkit::{root_available, workspace_binary, FakeDevices};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+mod common;
+
+use common::HOOK;
 
 struct Host {
     dir: tempfile::TempDir,

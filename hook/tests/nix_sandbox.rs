@@ -6,13 +6,9 @@ use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, NixSa
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+mod common;
 
-fn nix_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/nix")
-        .join(name)
-}
+use common::{nix_file, HOOK};
 
 /// A fake host: devices under `root/dev`, a closure cache, and a config pointing at them.
 struct Host {

@@ -28,7 +28,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+mod common;
+
+use common::HOOK;
 
 /// What CI must install for these tests.
 const APT: &str = "apt-get install -y openssh-server openssh-client";
@@ -37,7 +39,7 @@ const APT: &str = "apt-get install -y openssh-server openssh-client";
 const BUILD_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn probe_nix() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/probe.nix")
+    common::nix_file("probe.nix")
 }
 
 /// `name` found in PATH or in the sbin directories (sshd lives in /usr/sbin).

@@ -82,6 +82,22 @@ pub struct Manifest {
     pub driver: DriverManifest,
 }
 
+impl DriverManifest {
+    /// No driver: nothing for the runner to compare the loaded libcuda with, and why.
+    pub fn none(reason: impl Into<String>) -> DriverManifest {
+        DriverManifest {
+            kind: DriverKind::None,
+            libcuda: Vec::new(),
+            cuda_version: None,
+            host_cuda_version: None,
+            kernel_driver: None,
+            compat_dir: None,
+            driver_link_lib: None,
+            reason: reason.into(),
+        }
+    }
+}
+
 impl Manifest {
     /// Reads a manifest file.
     pub fn read(path: &Path) -> Result<Manifest, String> {

@@ -288,16 +288,7 @@ fn devices_the_manifest_lists_must_be_present() {
     let d = Drivers::new();
     let temp = tempfile::tempdir().unwrap();
     FakeDevices::create(temp.path(), 1, true).unwrap();
-    let driver = DriverManifest {
-        kind: DriverKind::None,
-        libcuda: Vec::new(),
-        cuda_version: None,
-        host_cuda_version: None,
-        kernel_driver: None,
-        compat_dir: None,
-        driver_link_lib: None,
-        reason: "no driver configured".into(),
-    };
+    let driver = DriverManifest::none("no driver configured");
     write_manifest(
         &d.manifest,
         driver.clone(),
@@ -336,16 +327,7 @@ fn cuda_device_count_must_equal_the_leased_gpus() {
     let d = Drivers::new();
     let temp = tempfile::tempdir().unwrap();
     FakeDevices::create(temp.path(), 2, true).unwrap();
-    let driver = DriverManifest {
-        kind: DriverKind::None,
-        libcuda: Vec::new(),
-        cuda_version: None,
-        host_cuda_version: None,
-        kernel_driver: None,
-        compat_dir: None,
-        driver_link_lib: None,
-        reason: "no driver configured".into(),
-    };
+    let driver = DriverManifest::none("no driver configured");
     let devices = [
         "/dev/nvidia0",
         "/dev/nvidia1",

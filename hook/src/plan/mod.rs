@@ -357,16 +357,10 @@ impl Plan {
             .filter(|e| matches!(e.reason, Reason::Device { .. }))
             .map(|e| e.inside.to_string_lossy().into_owned())
             .collect();
-        let driver = self.driver.clone().unwrap_or_else(|| DriverManifest {
-            kind: cuda_sandbox_manifest::DriverKind::None,
-            libcuda: Vec::new(),
-            cuda_version: None,
-            host_cuda_version: None,
-            kernel_driver: None,
-            compat_dir: None,
-            driver_link_lib: None,
-            reason: "no rule configures a driver".to_string(),
-        });
+        let driver = self
+            .driver
+            .clone()
+            .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
         let content = Manifest {
             version: MANIFEST_VERSION,
             derivation: ctx.derivation.clone(),

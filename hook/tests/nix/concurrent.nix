@@ -5,6 +5,7 @@
 # the builder's command line, so a test can find a builder among the host's processes.
 { nonce, count ? "16", readPaths ? "", sleep ? "0", gpus ? "", prefix ? "concurrent" }:
 let
+  report = import ./report.nix;
   build = i: derivation ({
     name = "${prefix}-${toString i}";
     inherit nonce;
@@ -21,16 +22,8 @@ let
         for d in /dev/nvidia*; do
           if [ -c "$d" ]; then echo "char $d"; fi
         done
-        if [ -f /run/cuda-sandbox/manifest.json ]; then
-          echo "manifest $(tr -d ' \n' < /run/cuda-sandbox/manifest.json)"
-        else
-          echo "manifest absent"
-        fi
-        for f in $READ_PATHS; do
-          if [ -d "$f" ] && ls "$f" >/dev/null 2>&1; then echo "read $f"
-          elif [ -f "$f" ] && head -c 1 "$f" >/dev/null 2>&1; then echo "read $f"
-          else echo "unreadable $f"; fi
-        done
+        ${report.manifest}
+        ${report.readPaths}
       } > "$out"
       sleep "$SLEEP" # builder ${nonce}
       echo "end $(date +%s.%N)" >> "$out"

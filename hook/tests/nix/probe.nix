@@ -3,6 +3,7 @@
 # without string context, so Nix does not add them to the sandbox by itself).
 { nonce, readPaths ? "" }:
 let
+  report = import ./report.nix;
   probe = { name, tagged ? true, structured ? false, features ? [ "cuda" ] }:
     derivation ({
       inherit name nonce;
@@ -27,16 +28,8 @@ let
           else
             echo "driver absent"
           fi
-          if [ -f /run/cuda-sandbox/manifest.json ]; then
-            echo "manifest $(tr -d ' \n' < /run/cuda-sandbox/manifest.json | head -c 2000)"
-          else
-            echo "manifest absent"
-          fi
-          for f in $READ_PATHS; do
-            if [ -d "$f" ] && ls "$f" >/dev/null 2>&1; then echo "read $f"
-            elif [ -f "$f" ] && head -c 1 "$f" >/dev/null 2>&1; then echo "read $f"
-            else echo "unreadable $f"; fi
-          done
+          ${report.manifest}
+          ${report.readPaths}
         } > "$out"
       '' ];
     } // (if tagged then { requiredSystemFeatures = features; } else { })
