@@ -139,16 +139,8 @@ pub fn run_without_devices(library_path: &Path, args: &[&str]) -> Run {
     run(library_path, &all)
 }
 
-/// Whether this process may `mknod` character devices. Outside CI a non-root run skips the
-/// test with a printed reason; under `CI=true` it fails instead.
+/// Whether this process may `mknod` character devices (root): testkit's rule, skip outside CI
+/// with a printed reason, fail under `CI=true`.
 pub fn can_make_devices(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{test} needs root (mknod) and must run in CI");
-    }
-    eprintln!("SKIPPED {test}: not running as root, cannot mknod device nodes");
-    false
+    cuda_sandbox_testkit::root_available(test)
 }
