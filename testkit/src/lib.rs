@@ -5,6 +5,8 @@
 //! `mknod`. Tests that need them call [`nix_available`] first: outside CI a machine without
 //! root or Nix skips them with a printed reason; under `CI=true` that is a failure.
 
+pub mod real_nvidia;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,150 @@
+//! The real NVIDIA userspace that `scripts/nvidia-userspace` unpacks into a cache directory:
+//! Debian's driver libraries of two branches, NVIDIA's cudart of three majors and ptxas of two.
+//! They load and answer without a GPU, so tests hold the runner and the fakes to them.
+
+use std::path::{Path, PathBuf};
+
+/// Where `scripts/nvidia-userspace` puts the libraries: `$CUDA_SANDBOX_NVIDIA_CACHE`, else
+/// `~/.cache/cuda-sandbox/nvidia`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CUDA_SANDBOX_NVIDIA_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".cache/cuda-sandbox/nvidia")
+}
+
+/// A driver branch in the cache (Debian's packages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Branch {
+    /// `libcuda1` etc.: 535.x, CUDA 12.2.
+    R535,
+    /// `libnvidia-tesla-470-cuda1` etc.: 470.x, CUDA 11.4.
+    R470,
+}
+
+impl Branch {
+    /// Every branch the cache holds.
+    pub const ALL: [Branch; 2] = [Branch::R535, Branch::R470];
+
+    /// The cache subdirectory.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Branch::R535 => "driver-535",
+            Branch::R470 => "driver-470",
+        }
+    }
+
+    /// `cuDriverGetVersion` of this branch (DESIGN.md §6's table).
+    pub fn cuda_version(self) -> i32 {
+        match self {
+            Branch::R535 => 12020,
+            Branch::R470 => 11040,
+        }
+    }
+}
+
+/// A CUDA runtime in the cache (NVIDIA's wheels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cudart {
+    /// `nvidia-cuda-runtime-cu11` 11.8.89: `libcudart.so.11.0`.
+    V11_8,
+    /// `nvidia-cuda-runtime-cu12` 12.9.79: `libcudart.so.12`.
+    V12_9,
+    /// `nvidia-cuda-runtime` 13.0.96: `libcudart.so.13`.
+    V13_0,
+}
+
+impl Cudart {
+    /// Every runtime the cache holds.
+    pub const ALL: [Cudart; 3] = [Cudart::V11_8, Cudart::V12_9, Cudart::V13_0];
+
+    /// The cache subdirectory.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Cudart::V11_8 => "cudart-11.8",
+            Cudart::V12_9 => "cudart-12.9",
+            Cudart::V13_0 => "cudart-13.0",
+        }
+    }
+
+    /// The shared library's file name (its SONAME).
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Cudart::V11_8 => "libcudart.so.11.0",
+            Cudart::V12_9 => "libcudart.so.12",
+            Cudart::V13_0 => "libcudart.so.13",
+        }
+    }
+
+    /// `cudaRuntimeGetVersion`.
+    pub fn cuda_version(self) -> i32 {
+        match self {
+            Cudart::V11_8 => 11080,
+            Cudart::V12_9 => 12090,
+            Cudart::V13_0 => 13000,
+        }
+    }
+}
+
+/// The unpacked cache, once checked to be complete.
+#[derive(Debug, Clone)]
+pub struct RealNvidia {
+    dir: PathBuf,
+}
+
+impl RealNvidia {
+    /// The cache if `scripts/nvidia-userspace` has filled it. Under `CI=true` a missing cache
+    /// panics (these tests must run in CI); elsewhere it prints why `test` is skipped.
+    pub fn find(test: &str) -> Option<RealNvidia> {
+        let dir = cache_dir();
+        if dir.join("READY").is_file() {
+            return Some(RealNvidia { dir });
+        }
+        let why = format!(
+            "the real NVIDIA userspace is not in {} (run scripts/nvidia-userspace)",
+            dir.display()
+        );
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{test} needs the real NVIDIA libraries and must run in CI: {why}");
+        }
+        eprintln!("SKIPPED {test}: {why}");
+        None
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The directory holding a branch's `libcuda.so.1`, `libnvidia-ml.so.1` and
+    /// `libnvidia-ptxjitcompiler.so.1`.
+    pub fn driver_dir(&self, branch: Branch) -> PathBuf {
+        self.dir.join(branch.dir_name())
+    }
+
+    /// The real file behind a branch's `libcuda.so.1` (`libcuda.so.<driver version>`).
+    pub fn libcuda_file(&self, branch: Branch) -> PathBuf {
+        std::fs::canonicalize(self.driver_dir(branch).join("libcuda.so.1"))
+            .expect("libcuda.so.1 in the real NVIDIA cache")
+    }
+
+    /// The directory holding a runtime's shared library, static archive and headers.
+    pub fn cudart_dir(&self, cudart: Cudart) -> PathBuf {
+        self.dir.join(cudart.dir_name())
+    }
+
+    /// A runtime's shared library.
+    pub fn cudart(&self, cudart: Cudart) -> PathBuf {
+        self.cudart_dir(cudart).join(cudart.file_name())
+    }
+
+    /// ptxas of a CUDA major (12 or 13).
+    pub fn ptxas(&self, major: u32) -> PathBuf {
+        self.dir.join(match major {
+            12 => "ptxas-12.9/ptxas",
+            13 => "ptxas-13.0/ptxas",
+            other => panic!("no ptxas {other} in the cache"),
+        })
+    }
+}
