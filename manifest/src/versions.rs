@@ -33,9 +33,9 @@ impl CudaVersion {
         Ok(CudaVersion(value))
     }
 
-    /// The next minor version: the smallest version this one does not implement.
-    pub fn next_minor(self) -> CudaVersion {
-        CudaVersion(self.0 + 10)
+    /// The major version (`12` for 12.2): runtimes of a newer major need a newer driver.
+    pub fn major(self) -> i32 {
+        self.0 / 1000
     }
 }
 
@@ -108,7 +108,7 @@ mod tests {
         assert!(CudaVersion::parse("12.x").is_err());
         assert!(CudaVersion::parse("0").is_err());
         assert_eq!(CudaVersion(12090).to_string(), "12.9");
-        assert_eq!(CudaVersion(12020).next_minor(), CudaVersion(12030));
+        assert_eq!(CudaVersion(12020).major(), 12);
     }
 
     #[test]

@@ -64,9 +64,10 @@ pub struct Options {
     #[arg(long, value_name = "VERSION", value_parser = parse_cuda_version)]
     pub api_version: Option<CudaVersion>,
 
-    /// CUDA runtime to check (default: the first libcudart.so* the loader finds).
+    /// CUDA runtime to check; repeat it for a package that ships several (default: every
+    /// libcudart this process can load, in the loader's search order).
     #[arg(long, value_name = "PATH")]
-    pub cudart: Option<PathBuf>,
+    pub cudart: Vec<PathBuf>,
 
     /// Number of saxpy elements (each moves 12 bytes).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SAXPY_ELEMENTS,

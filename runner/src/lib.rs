@@ -8,6 +8,7 @@
 //! files (`cuda-sandbox-check lint`, or the `lint::elf` check). Facts and verdicts end in a
 //! JSON report ([`report`]).
 
+pub mod access;
 pub mod checks;
 pub mod cli;
 pub mod cuda;

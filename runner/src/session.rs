@@ -1,13 +1,16 @@
-//! State shared by the checks of one run: the driver and runtime (loaded once, lazily,
-//! from whichever check needs them first) and every check's outcome, for the report.
+//! State shared by the checks of one run: GPU access as it stood before any driver call, the
+//! driver and runtimes (loaded once, lazily, from whichever check needs them first) and every
+//! check's outcome, for the report.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
+use crate::access::{Access, KERNEL_MODULE_FILE};
 use crate::checks::Outcome;
 use crate::cli::Options;
 use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, LIBCUDA};
+use crate::cuda::result::{self, NO_DEVICE};
 use crate::cuda::runtime::Runtime;
 use crate::manifest::ManifestState;
 
@@ -17,24 +20,33 @@ pub struct Session {
     pub options: Options,
     /// The hook's manifest (or why there is none), read once at the start.
     pub manifest: ManifestState,
+    /// Device nodes and kernel module as they were before any driver call.
+    pub access: Access,
     driver: OnceLock<Result<Driver, String>>,
-    init: OnceLock<Result<(), String>>,
+    init: OnceLock<Result<(), (i32, String)>>,
     devices: OnceLock<Result<Vec<CudaDevice>, String>>,
-    runtime: OnceLock<Result<Option<Runtime>, String>>,
+    runtimes: OnceLock<Result<Vec<Runtime>, String>>,
     outcomes: Mutex<BTreeMap<String, Outcome>>,
 }
 
 impl Session {
-    /// A session; the manifest is read now, nothing is loaded until a check asks.
+    /// A session; the manifest and the device nodes are read now, before any driver call;
+    /// nothing is loaded until a check asks.
     pub fn new(options: Options) -> Session {
         let manifest = ManifestState::load(options.manifest.as_deref(), options.no_manifest);
+        let access = Access::scan(
+            &options.dev_root,
+            std::path::Path::new(KERNEL_MODULE_FILE),
+            manifest.manifest().is_some(),
+        );
         Session {
             options,
             manifest,
+            access,
             driver: OnceLock::new(),
             init: OnceLock::new(),
             devices: OnceLock::new(),
-            runtime: OnceLock::new(),
+            runtimes: OnceLock::new(),
             outcomes: Mutex::new(BTreeMap::new()),
         }
     }
@@ -57,13 +69,35 @@ impl Session {
             .map_err(Clone::clone)
     }
 
-    /// The driver after a successful `cuInit(0)`, or the one-line reason it failed.
+    /// The driver after a successful `cuInit(0)`, or the one-line reason it failed; a "no
+    /// device" answer names its true cause (nodes, kernel module or GPU, see [`Access`]).
     pub fn initialized(&self) -> Result<&Driver, String> {
         let driver = self.driver()?;
         self.init
-            .get_or_init(|| driver.init())
-            .clone()
+            .get_or_init(|| {
+                driver.init().map_err(|error| match error.code {
+                    NO_DEVICE => (
+                        NO_DEVICE,
+                        format!(
+                            "{} failed with {NO_DEVICE} {}: {}",
+                            error.call,
+                            result::name(NO_DEVICE),
+                            self.access.explain_no_gpu()
+                        ),
+                    ),
+                    code => (code, error.to_string()),
+                })
+            })
+            .as_ref()
             .map(|()| driver)
+            .map_err(|(_, why)| why.clone())
+    }
+
+    /// `cuInit`'s CUresult once it has run (0 on success); `None` before, or without a driver.
+    pub fn init_code(&self) -> Option<i32> {
+        self.init
+            .get()
+            .map(|r| r.as_ref().map_or_else(|(code, _)| *code, |()| 0))
     }
 
     /// The GPUs CUDA reports (needs `cuInit`).
@@ -76,12 +110,12 @@ impl Session {
             .map_err(Clone::clone)
     }
 
-    /// The CUDA runtime: `Ok(None)` when none is loadable and `--cudart` was not given.
-    pub fn runtime(&self) -> Result<Option<&Runtime>, String> {
-        self.runtime
-            .get_or_init(|| Runtime::load(self.options.cudart.as_deref()))
-            .as_ref()
-            .map(Option::as_ref)
+    /// The CUDA runtimes to check: each `--cudart`, or else every libcudart this process
+    /// can load, in the loader's search order. Empty when there is none.
+    pub fn runtimes(&self) -> Result<&[Runtime], String> {
+        self.runtimes
+            .get_or_init(|| Runtime::load_all(&self.options.cudart))
+            .as_deref()
             .map_err(Clone::clone)
     }
 

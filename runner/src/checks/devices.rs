@@ -3,30 +3,12 @@
 //! hook's manifest, every device it says it exposed must be here, and when the hook leased
 //! this build its own GPUs, CUDA must see exactly that many devices.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+use crate::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
 use crate::checks::Outcome;
 use crate::facts;
 use crate::session::Session;
-
-/// The NVIDIA character device major number (`/dev/nvidiaN`, `/dev/nvidiactl`).
-const NVIDIA_MAJOR: u32 = 195;
-/// `/dev/nvidiactl`'s minor number.
-const NVIDIACTL_MINOR: u32 = 255;
-
-const NOT_EXPOSED: &str = "the GPU device nodes are not exposed: tag the derivation with \
-    requiredSystemFeatures = [ \"cuda\" ] and install cuda-sandbox-hook as Nix's pre-build-hook";
-
-/// A character device's (major, minor), or a description of what is there instead.
-fn char_device(path: &Path) -> Result<(u32, u32), String> {
-    let metadata = std::fs::metadata(path).map_err(|_| "missing".to_owned())?;
-    if !metadata.file_type().is_char_device() {
-        return Err("not a character device".to_owned());
-    }
-    let rdev = metadata.rdev();
-    Ok((libc::major(rdev), libc::minor(rdev)))
-}
 
 /// The major number of `nvidia-uvm` in /proc/devices, when listed.
 fn uvm_major_from_proc() -> Option<u32> {
@@ -38,70 +20,92 @@ fn uvm_major_from_proc() -> Option<u32> {
     })
 }
 
-/// The `nvidiaN` entries of `dev_root`, sorted by N.
-fn numbered_nodes(dev_root: &Path) -> Vec<(u32, std::path::PathBuf)> {
-    let mut nodes: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir(dev_root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let number: u32 = name.strip_prefix("nvidia")?.parse().ok()?;
-            Some((number, entry.path()))
-        })
-        .collect();
-    nodes.sort();
-    nodes
+/// What a node was, for messages.
+fn describe(node: &Node) -> &'static str {
+    match node {
+        Node::Missing => "missing",
+        Node::NotCharDevice => "not a character device",
+        Node::Char(..) => "a character device",
+    }
+}
+
+/// A note for a node that was missing before any driver call but is here now: the real
+/// `cuInit`, run as root, creates `/dev/nvidiactl` itself.
+fn created_since(before: &Node, path: &Path) -> String {
+    if *before == Node::Missing && Node::at(path).exists() {
+        " (it exists now because the driver created it: cuInit running as root makes a missing \
+         nvidiactl itself; it was not exposed)"
+            .to_owned()
+    } else {
+        String::new()
+    }
 }
 
 /// Runs `devices::nodes`.
 pub fn nodes(session: &Session) -> Outcome {
-    let root = &session.options.dev_root;
+    // Judged on the nodes as they were before any driver call (see crate::access).
+    let before: &NodeSnapshot = &session.access.nodes;
+    let root = &before.dev_root;
     let mut problems: Vec<String> = Vec::new();
+    let not_exposed = session.access.explain_no_gpu();
+    // The driver runs first, so that a node it creates itself is seen and named as such.
+    let cuda_count = session.devices().map(<[_]>::len);
 
     let ctl = root.join("nvidiactl");
-    match char_device(&ctl) {
-        Ok((NVIDIA_MAJOR, NVIDIACTL_MINOR)) => {}
-        Ok((major, minor)) => problems.push(format!(
+    match &before.nvidiactl {
+        Node::Char(NVIDIA_MAJOR, NVIDIACTL_MINOR) => {}
+        Node::Char(major, minor) => problems.push(format!(
             "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{NVIDIACTL_MINOR}: not the NVIDIA control device",
             ctl.display()
         )),
-        Err(what) => problems.push(format!("{} is {what}: {NOT_EXPOSED}", ctl.display())),
+        other => problems.push(format!(
+            "{} was {} before any driver call{}: {not_exposed}",
+            ctl.display(),
+            describe(other),
+            created_since(other, &ctl)
+        )),
     }
 
     let uvm = root.join("nvidia-uvm");
     let uvm_expected = uvm_major_from_proc();
-    match char_device(&uvm) {
-        Ok((major, _)) if uvm_expected.is_some_and(|m| m != major) => problems.push(format!(
+    match &before.nvidia_uvm {
+        Node::Char(major, _) if uvm_expected.is_some_and(|m| m != *major) => {
+            problems.push(format!(
             "{} has major {major} but /proc/devices says nvidia-uvm is {}: a stale or wrong node",
             uvm.display(),
             uvm_expected.unwrap_or_default()
-        )),
-        Ok((NVIDIA_MAJOR, minor)) => problems.push(format!(
+        ))
+        }
+        Node::Char(NVIDIA_MAJOR, minor) => problems.push(format!(
             "{} is {NVIDIA_MAJOR}:{minor}, a GPU node, not nvidia-uvm (which has its own major)",
             uvm.display()
         )),
-        Ok(_) => {}
-        Err(what) => problems.push(format!(
-            "{} is {what}: the nvidia-uvm module creates it lazily; run `nvidia-modprobe -u -c=0` \
+        Node::Char(..) => {}
+        other => problems.push(format!(
+            "{} is {}: the nvidia-uvm module creates it lazily; run `nvidia-modprobe -u -c=0` \
              on the host (then the hook exposes it)",
-            uvm.display()
+            uvm.display(),
+            describe(other)
         )),
     }
 
-    let gpus = numbered_nodes(root);
-    for (number, path) in &gpus {
-        match char_device(path) {
-            Ok((NVIDIA_MAJOR, minor)) if minor == *number => {}
-            Ok((major, minor)) => problems.push(format!(
+    let gpus: Vec<(u32, std::path::PathBuf)> = before
+        .gpus
+        .iter()
+        .map(|(n, p, _)| (*n, p.clone()))
+        .collect();
+    for (number, path, node) in &before.gpus {
+        match node {
+            Node::Char(NVIDIA_MAJOR, minor) if minor == number => {}
+            Node::Char(major, minor) => problems.push(format!(
                 "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{number}",
                 path.display()
             )),
-            Err(what) => problems.push(format!("{} is {what}", path.display())),
+            other => problems.push(format!("{} is {}", path.display(), describe(other))),
         }
     }
     if gpus.is_empty() {
-        problems.push(format!("no {}/nvidiaN node: {NOT_EXPOSED}", root.display()));
+        problems.push(format!("no {}/nvidiaN node: {not_exposed}", root.display()));
     }
 
     let exposed: Vec<&str> = session
@@ -144,7 +148,6 @@ pub fn nodes(session: &Session) -> Outcome {
         .manifest
         .manifest()
         .map_or(&[], |m| m.leased_gpus.as_slice());
-    let cuda_count = session.devices().map(<[_]>::len);
     if let Ok(count) = cuda_count {
         if !leased.is_empty() && count != leased.len() {
             problems.push(format!(
@@ -169,8 +172,8 @@ pub fn nodes(session: &Session) -> Outcome {
     let facts = facts! {
         "dev_root" => root,
         "gpu_nodes" => gpus.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
-        "nvidiactl" => char_device(&ctl).ok(),
-        "nvidia_uvm" => char_device(&uvm).ok(),
+        "nodes_before_driver_calls" => before,
+        "nvidiactl_now" => Node::at(&ctl),
         "nvidia_uvm_major_in_proc_devices" => uvm_expected,
         "cuda_device_count" => cuda_count.as_ref().ok(),
         "cuda_device_count_unavailable" => cuda_count.as_ref().err(),

@@ -4,6 +4,7 @@
 
 use crate::checks::Outcome;
 use crate::cli::ExpectDriver;
+use crate::cuda::result::NO_DEVICE;
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::manifest;
@@ -131,9 +132,22 @@ pub fn version(session: &Session) -> Outcome {
             );
         }
     }
-    if let Err(why) = init {
-        return Outcome::fail(why, facts);
-    }
+    // "No device" is a matter of GPU access (nodes, kernel module, GPU), which the checks
+    // that need a GPU report with its cause; any other cuInit failure is the driver's own.
+    let init_note = match (&init, session.access.no_gpu_cause()) {
+        (Ok(()), _) => String::new(),
+        (Err(why), _) if session.init_code() != Some(NO_DEVICE) => {
+            return Outcome::fail(why.clone(), facts)
+        }
+        (Err(_), cause) => format!(
+            "; cuInit finds no GPU ({}), see the GPU checks",
+            match cause {
+                crate::access::NoGpuCause::NodesNotExposed => "device nodes not exposed",
+                crate::access::NoGpuCause::KernelModuleNotLoaded => "kernel module not loaded",
+                crate::access::NoGpuCause::NoUsableGpu => "no usable GPU",
+            }
+        ),
+    };
     if let Some(min) = session.options.min_cuda_version {
         if version < min {
             return Outcome::fail(
@@ -146,7 +160,15 @@ pub fn version(session: &Session) -> Outcome {
         }
     }
     Outcome::pass(
-        format!("cuInit ok, driver provides CUDA {version} ({})", version.0),
+        format!(
+            "driver provides CUDA {version} ({}){}",
+            version.0,
+            if init.is_ok() {
+                "; cuInit ok"
+            } else {
+                &init_note
+            }
+        ),
         facts,
     )
 }

@@ -3,8 +3,6 @@
 //! neither the driver link nor a hook manifest: proof that the hook gave nothing to a build
 //! that did not ask.
 
-use std::path::Path;
-
 use super::Outcome;
 use crate::facts;
 use crate::session::Session;
@@ -52,8 +50,12 @@ pub fn no_gpu(session: &Session) -> Outcome {
         .clone()
         .unwrap_or_else(|| cuda_sandbox_manifest::MANIFEST_PATH.into());
     let mut paths: Vec<String> = Vec::new();
-    for p in [manifest.as_path(), Path::new("/run/opengl-driver")] {
-        if p.exists() {
+    // The driver link (`--driver-link`, /run/opengl-driver/lib by default) and the link
+    // itself (/run/opengl-driver), taken from the flag so tests never look at the host's.
+    let link = &session.options.lint.driver_link;
+    let link_parent = link.parent().unwrap_or(link);
+    for p in [manifest.as_path(), link_parent, link.as_path()] {
+        if p.symlink_metadata().is_ok() && !paths.contains(&p.display().to_string()) {
             paths.push(p.display().to_string());
         }
     }

@@ -106,8 +106,12 @@ pub const CHECKS: &[Check] = &[
         run: entry_points::driver_entry_points,
     },
     Check {
+        name: "runtime::compatibility",
+        run: runtime::compatibility,
+    },
+    Check {
         name: "runtime::entry_points",
-        run: runtime::runtime_entry_points,
+        run: runtime::entry_points,
     },
     Check {
         name: "kernel::saxpy",

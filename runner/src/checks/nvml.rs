@@ -8,6 +8,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use serde_json::json;
 
+use crate::access::Access;
 use crate::checks::Outcome;
 use crate::cli::ExpectDriver;
 use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
@@ -27,12 +28,11 @@ struct NvmlDevice {
 }
 
 /// One line for an NVML failure: cause and fix.
-fn explain(error: &NvmlError) -> String {
+fn explain(error: &NvmlError, access: &Access) -> String {
     match error {
         NvmlError::DriverNotLoaded => format!(
-            "NVML cannot reach the NVIDIA kernel driver ({error}): /dev/nvidiactl is not exposed \
-             (tag the derivation with requiredSystemFeatures = [ \"cuda\" ] and install \
-             cuda-sandbox-hook) or the nvidia module is not loaded on the host"
+            "NVML cannot reach the NVIDIA kernel driver ({error}): {}",
+            access.explain_no_gpu()
         ),
         NvmlError::LibloadingError(_) | NvmlError::FailedToLoadSymbol(_) => format!(
             "{LIBNVIDIA_ML} is not usable ({error}): expose the driver's libnvidia-ml.so.1 next to \
@@ -69,16 +69,16 @@ pub fn consistency(session: &Session) -> Outcome {
             return Outcome::skipped(
                 format!(
                     "{} (normal on Jetson, which has no NVML); nothing to compare",
-                    explain(&error)
+                    explain(&error, &session.access)
                 ),
                 facts! {},
             )
         }
-        Err(error) => return Outcome::fail(explain(&error), facts! {}),
+        Err(error) => return Outcome::fail(explain(&error, &session.access), facts! {}),
     };
     let kernel_driver = match nvml.sys_driver_version() {
         Ok(version) => version,
-        Err(error) => return Outcome::fail(explain(&error), facts! {}),
+        Err(error) => return Outcome::fail(explain(&error, &session.access), facts! {}),
     };
     let nvml_cuda = nvml
         .sys_cuda_driver_version()
@@ -182,7 +182,7 @@ pub fn consistency(session: &Session) -> Outcome {
 
     let nvml_devices = match nvml_devices {
         Ok(devices) => devices,
-        Err(error) => return Outcome::fail(explain(&error), facts),
+        Err(error) => return Outcome::fail(explain(&error, &session.access), facts),
     };
     let cuda_devices = match cuda_devices {
         Ok(devices) => devices,

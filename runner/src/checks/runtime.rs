@@ -1,30 +1,214 @@
-//! `runtime::entry_points`: a loadable CUDA runtime (libcudart) must not be newer than the
-//! driver, and its `cudaGetDriverEntryPoint` must give the pointers `cuGetProcAddress`
-//! gives at min(runtime, driver).
+//! The CUDA runtimes (libcudart) beside the driver, as CUDA's version rules decide them.
+//!
+//! - `runtime::compatibility` (needs no GPU): every runtime this process can load (or each
+//!   `--cudart`) against the loaded driver. Same major and not newer: fine. Same major and
+//!   newer: CUDA's minor-version compatibility, which works; the check passes and reports the
+//!   driver functions whose ABI differs between the two versions. Newer major: every runtime
+//!   call fails with cudaErrorInsufficientDriver (35); the check fails naming it and the fix.
+//!   Runtimes that resolve entry points at different versions in one process are flagged.
+//! - `runtime::entry_points` (needs a GPU): `cudaGetDriverEntryPoint` hands out exactly the
+//!   pointers `cuGetProcAddress` gives at min(runtime version, driver version), which are the
+//!   versioned exports for that version: the rule the version-mixing hazard follows.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::checks::Outcome;
-use crate::cuda::runtime::CUDART_NAMES;
-use crate::cuda::symbols::CHECKED_SYMBOLS;
+use crate::cuda::runtime::{error_name, CUDART_NAMES, INSUFFICIENT_DRIVER, NO_DEVICE};
+use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::session::Session;
 
-/// Runs `runtime::entry_points`.
-pub fn runtime_entry_points(session: &Session) -> Outcome {
-    let runtime = match session.runtime() {
-        Ok(Some(runtime)) => runtime,
-        Ok(None) => {
-            return Outcome::skipped(
-                format!(
-                    "no CUDA runtime loadable ({} not found by the loader, no --cudart): \
-                     nothing to compare",
-                    CUDART_NAMES.join(", ")
-                ),
-                facts! { "cudart" => Option::<String>::None },
+/// How a runtime stands with the loaded driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Standing {
+    /// Not newer than the driver: entry points at the runtime's own version.
+    Supported(CudaVersion),
+    /// Same major, newer minor: minor-version compatibility; entry points at the driver's.
+    MinorNewer(CudaVersion),
+    /// Same major, minor unknown without a GPU (cudart 11.x before cuInit).
+    SameMajor,
+    /// A newer major: cudaErrorInsufficientDriver.
+    NewerMajor,
+}
+
+fn standing(runtime: &crate::cuda::runtime::RuntimeVersion, driver: CudaVersion) -> Standing {
+    if runtime.major > driver.major() {
+        return Standing::NewerMajor;
+    }
+    match runtime.exact {
+        Some(r) if r > driver => Standing::MinorNewer(r),
+        Some(r) => Standing::Supported(r),
+        None if runtime.major < driver.major() => Standing::Supported(driver),
+        None => Standing::SameMajor,
+    }
+}
+
+fn describe_differences(diffs: &[AbiDifference], lower: CudaVersion, higher: &str) -> String {
+    diffs
+        .iter()
+        .map(|d| {
+            format!(
+                "{} ({lower} gets {}, code built for {higher} expects {})",
+                d.symbol,
+                d.lower.unwrap_or("nothing"),
+                d.higher.unwrap_or("nothing")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn no_runtime() -> Outcome {
+    Outcome::skipped(
+        format!(
+            "no CUDA runtime loadable ({} not found by the loader, no --cudart): nothing to compare",
+            CUDART_NAMES.join(", ")
+        ),
+        facts! { "cudarts" => Vec::<String>::new() },
+    )
+}
+
+/// Runs `runtime::compatibility`.
+pub fn compatibility(session: &Session) -> Outcome {
+    let runtimes = match session.runtimes() {
+        Ok([]) => return no_runtime(),
+        Ok(runtimes) => runtimes,
+        Err(why) => {
+            return Outcome::fail(
+                format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
+                facts! {},
             )
         }
+    };
+    let driver = match session.driver().and_then(|d| d.version().map(CudaVersion)) {
+        Ok(v) => v,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    let mut failures: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let mut resolved_at: Vec<(CudaVersion, String)> = Vec::new();
+    let mut per_runtime: Vec<Value> = Vec::new();
+    for runtime in runtimes {
+        let file = runtime.file.real_path.display().to_string();
+        let Some(version) = runtime.version() else {
+            failures.push(format!(
+                "{file}: cudaRuntimeGetVersion fails and the file name gives no version"
+            ));
+            continue;
+        };
+        let says_driver = runtime.driver_version().map(CudaVersion);
+        let standing = standing(&version, driver);
+        let mut diffs: Vec<AbiDifference> = Vec::new();
+        match (&standing, says_driver) {
+            (_, Ok(d)) if d != driver => failures.push(format!(
+                "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
+                 {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
+            )),
+            (Standing::NewerMajor, _) => {
+                // Confirm what the runtime really does: every call gives 35.
+                let answer = runtime
+                    .driver_entry_point("cuInit", driver.0)
+                    .map(|e| e.code);
+                failures.push(format!(
+                    "libcudart {} ({file}) is a newer major than the driver's CUDA {driver}: \
+                     every runtime call fails with cudaErrorInsufficientDriver (35){}; install \
+                     a driver providing CUDA >= {}.0 on the host, or use cuda_compat >= {} on \
+                     a data-centre GPU or Jetson, or build against CUDA {}.x",
+                    version.describe(),
+                    match answer {
+                        Some(INSUFFICIENT_DRIVER) => {
+                            " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
+                        }
+                        Some(code) => format!(
+                            " (here cudaGetDriverEntryPoint answered {code} {})",
+                            error_name(code)
+                        ),
+                        None => String::new(),
+                    },
+                    version.major,
+                    version.describe(),
+                    driver.major()
+                ));
+            }
+            (Standing::MinorNewer(r), _) => {
+                diffs = abi_differences(driver, *r);
+                notes.push(format!(
+                    "libcudart {r} on driver {driver}: minor-version compatibility; \
+                     cudaGetDriverEntryPoint resolves at {driver}{}",
+                    if diffs.is_empty() {
+                        String::from(" (no checked function differs)")
+                    } else {
+                        format!(
+                            ", so these differ: {}",
+                            describe_differences(&diffs, driver, &r.to_string())
+                        )
+                    }
+                ));
+                resolved_at.push((driver, file.clone()));
+            }
+            (Standing::Supported(r), _) => {
+                notes.push(format!(
+                    "libcudart {} on driver {driver}: supported",
+                    version.describe()
+                ));
+                resolved_at.push(((*r).min(driver), file.clone()));
+            }
+            (Standing::SameMajor, _) => notes.push(format!(
+                "libcudart {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
+                 {} {} without a GPU, so the minor is unknown; minor-version compatibility \
+                 covers it)",
+                version.describe(),
+                version.error.unwrap_or_default(),
+                error_name(version.error.unwrap_or_default())
+            )),
+        }
+        per_runtime.push(json!({
+            "cudart": &runtime.file,
+            "runtime_version": version.exact.map(|v| v.to_string()),
+            "runtime_major": version.major,
+            "runtime_version_error": version.error,
+            "runtime_driver_version": says_driver.ok().map(|v| v.to_string()),
+            "standing": format!("{standing:?}"),
+            "abi_differences": diffs,
+        }));
+    }
+    // Two runtimes in one process resolving at different versions hand out different ABIs.
+    resolved_at.sort();
+    resolved_at.dedup_by_key(|(v, _)| *v);
+    if let [(low, low_file), .., (high, high_file)] = resolved_at.as_slice() {
+        let diffs = abi_differences(*low, *high);
+        if !diffs.is_empty() {
+            failures.push(format!(
+                "mixed CUDA runtimes: {low_file} resolves driver entry points at {low}, \
+                 {high_file} at {high}; one process loading both gets two ABIs of {}; build \
+                 everything against one CUDA version",
+                describe_differences(&diffs, *low, &high.to_string())
+            ));
+        }
+    }
+    let facts = facts! {
+        "driver_version" => driver.to_string(),
+        "cudarts" => per_runtime,
+    };
+    if failures.is_empty() {
+        Outcome::pass(notes.join("; "), facts)
+    } else {
+        let outcome = Outcome::fail(failures[0].clone(), facts);
+        let rest: Vec<String> = failures[1..].iter().chain(&notes).cloned().collect();
+        if rest.is_empty() {
+            outcome
+        } else {
+            outcome.with_detail(rest.join("\n"))
+        }
+    }
+}
+
+/// Runs `runtime::entry_points`.
+pub fn entry_points(session: &Session) -> Outcome {
+    let runtimes = match session.runtimes() {
+        Ok([]) => return no_runtime(),
+        Ok(runtimes) => runtimes,
         Err(why) => {
             return Outcome::fail(
                 format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
@@ -34,107 +218,109 @@ pub fn runtime_entry_points(session: &Session) -> Outcome {
     };
     let driver = match session.driver() {
         Ok(driver) => driver,
-        Err(why) => return Outcome::fail(why, facts! { "cudart" => &runtime.file }),
+        Err(why) => return Outcome::fail(why, facts! {}),
     };
-    let runtime_version = runtime.runtime_version().map(CudaVersion);
-    let runtime_driver_version = runtime.driver_version().map(CudaVersion);
-    let driver_version = driver.version().map(CudaVersion);
-    let mut facts = facts! {
-        "cudart" => &runtime.file,
-        "entry_point_function" => runtime.entry_point_export(),
-        "runtime_version" => runtime_version.ok().map(|v| v.to_string()),
-        "runtime_driver_version" => runtime_driver_version.ok().map(|v| v.to_string()),
-        "driver_version" => driver_version.as_ref().ok().map(ToString::to_string),
+    let driver_version = match driver.version() {
+        Ok(v) => CudaVersion(v),
+        Err(why) => return Outcome::fail(why, facts! {}),
     };
-    let (r, d) = match (runtime_version, runtime_driver_version, driver_version) {
-        (Ok(r), Ok(d), Ok(own)) if d == own => (r, d),
-        (Ok(_), Ok(d), Ok(own)) => {
-            return Outcome::fail(
-                format!(
-                "cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says {own}: the \
-                     runtime talks to a different driver; expose a single libcuda.so.1"
-            ),
-                facts,
-            )
+    let mut failures: Vec<String> = Vec::new();
+    let mut passes: Vec<String> = Vec::new();
+    let mut per_runtime: Vec<Value> = Vec::new();
+    for runtime in runtimes {
+        let file = runtime.file.real_path.display().to_string();
+        let Some(function) = runtime.entry_point_export() else {
+            passes.push(format!(
+                "{file} has no cudaGetDriverEntryPoint (older than 11.3)"
+            ));
+            continue;
+        };
+        // The first call initialises the runtime; afterwards even cudart 11.x knows its version.
+        let probe = runtime.driver_entry_point("cuInit", driver_version.0);
+        match probe.map(|p| p.code) {
+            Some(0) => {}
+            Some(NO_DEVICE) => {
+                failures.push(format!(
+                    "{function} failed with cudaErrorNoDevice (100): {}",
+                    session.access.explain_no_gpu()
+                ));
+                continue;
+            }
+            Some(INSUFFICIENT_DRIVER) => {
+                failures.push(format!(
+                    "{function} of {file} failed with cudaErrorInsufficientDriver (35): the \
+                     runtime is newer than the driver's CUDA {driver_version} (see \
+                     runtime::compatibility)"
+                ));
+                continue;
+            }
+            Some(code) => {
+                failures.push(format!(
+                    "{function} of {file} failed with {code} {}",
+                    error_name(code)
+                ));
+                continue;
+            }
+            None => continue,
         }
-        (Err(code), _, _) => {
-            return Outcome::fail(
-                format!("cudaRuntimeGetVersion failed with cudaError {code}"),
-                facts,
-            )
+        let Some(r) = runtime.version().and_then(|v| v.exact) else {
+            failures.push(format!("{file}: cudaRuntimeGetVersion gives no version"));
+            continue;
+        };
+        let at = r.min(driver_version);
+        let mut symbols = Vec::new();
+        let mut wrong = Vec::new();
+        for entry in CHECKED_SYMBOLS {
+            let Some(expected) = entry.expected_export(at.0) else {
+                continue;
+            };
+            let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
+            let from_driver = driver.get_proc_address(entry.symbol, at.0);
+            let export = driver.export_address(expected);
+            let same = matches!(
+                (from_runtime, from_driver, export),
+                (Some(rt), Some(dr), Some(ex))
+                    if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
+            );
+            if !same {
+                wrong.push(entry.symbol);
+            }
+            symbols.push(json!({
+                "symbol": entry.symbol,
+                "expected_export": expected,
+                "runtime_result": from_runtime.map(|e| e.code),
+                "runtime_status": from_runtime.map(|e| e.status),
+                "matches": same,
+            }));
         }
-        (_, Err(code), _) => {
-            return Outcome::fail(
-                format!("cudaDriverGetVersion failed with cudaError {code}"),
-                facts,
-            )
+        if wrong.is_empty() {
+            passes.push(format!(
+                "libcudart {r}: {function} gives the CUDA {at} variants (min(runtime {r}, driver \
+                 {driver_version})) for {} functions",
+                symbols.len()
+            ));
+        } else {
+            failures.push(format!(
+                "{function} of libcudart {r} does not give the CUDA {at} variants (min(runtime, \
+                 driver)) for {}: two drivers are mixed in this process; expose one",
+                wrong.join(", ")
+            ));
         }
-        (_, _, Err(why)) => return Outcome::fail(why, facts),
-    };
-    let Some(entry_point_function) = runtime.entry_point_export() else {
-        return Outcome::skipped(
-            format!("libcudart {r} has no cudaGetDriverEntryPoint (older than 11.3): nothing to compare"),
-            facts,
-        );
-    };
-    let at = r.min(d);
-    let mut symbols = Vec::new();
-    let mut mismatches = Vec::new();
-    for entry in CHECKED_SYMBOLS {
-        let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
-        let from_driver = driver.get_proc_address(entry.symbol, at.0);
-        let same = matches!(
-            (from_runtime, from_driver),
-            (Some(rt), Some(dr)) if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer
-        );
-        if !same {
-            mismatches.push(entry.symbol);
-        }
-        symbols.push(json!({
-            "symbol": entry.symbol,
-            "runtime_result": from_runtime.map(|e| e.code),
-            "runtime_status": from_runtime.map(|e| e.status),
-            "runtime_pointer": from_runtime.map(|e| format!("{:#x}", e.pointer)),
-            "driver_pointer": from_driver.map(|p| format!("{:#x}", p.pointer)),
-            "matches": same,
-        }));
-    }
-    facts.insert("compared_at".into(), json!(at.to_string()));
-    facts.insert("symbols".into(), json!(symbols));
-    if r > d {
-        let outcome = Outcome::fail(
-            format!(
-                "libcudart {} is CUDA {r}, newer than the driver's CUDA {d}: cudaGetDriverEntryPoint \
-                 asks the driver for CUDA {r} entry points it does not have (mixed CUDA versions); \
-                 use a CUDA runtime <= {d}, or expose a newer driver (cuda_compat >= {r} on a \
-                 data-center GPU or Jetson)",
-                runtime.file.real_path.display()
-            ),
-            facts,
-        );
-        if mismatches.is_empty() {
-            return outcome;
-        }
-        return outcome.with_detail(format!(
-            "entry points that differ: {}",
-            mismatches.join(", ")
-        ));
-    }
-    if !mismatches.is_empty() {
-        return Outcome::fail(
-            format!(
-                "{entry_point_function} and cuGetProcAddress at {at} disagree on {}: two drivers or \
-                 two runtimes are mixed in this process; expose one of each",
-                mismatches.join(", ")
-            ),
-            facts,
+        per_runtime.push(
+            json!({ "cudart": &runtime.file, "compared_at": at.to_string(), "symbols": symbols }),
         );
     }
-    Outcome::pass(
-        format!(
-            "libcudart {r} on driver {d}: {entry_point_function} matches cuGetProcAddress at {at} for {} symbols",
-            symbols.len()
-        ),
-        facts,
-    )
+    let facts = facts! { "driver_version" => driver_version.to_string(), "cudarts" => per_runtime };
+    match failures.first() {
+        None => Outcome::pass(passes.join("; "), facts),
+        Some(first) => {
+            let outcome = Outcome::fail(first.clone(), facts);
+            let rest: Vec<String> = failures[1..].iter().chain(&passes).cloned().collect();
+            if rest.is_empty() {
+                outcome
+            } else {
+                outcome.with_detail(rest.join("\n"))
+            }
+        }
+    }
 }

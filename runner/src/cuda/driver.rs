@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use libloading::Library;
 
 use super::loaded::LoadedFile;
-use super::result::CuError;
+use super::result::{self, CuError};
 
 /// The name the driver is loaded by.
 pub const LIBCUDA: &str = "libcuda.so.1";
@@ -36,9 +36,6 @@ macro_rules! driver_api {
                 }
             }
         }
-
-        /// The export name of each [`DriverFunctions`] field, for "not exported" messages.
-        pub const DRIVER_SYMBOLS: &[&str] = &[$($symbol),*];
     };
 }
 
@@ -179,9 +176,15 @@ impl Driver {
     }
 
     /// `cuInit(0)`.
-    pub fn init(&self) -> Result<(), String> {
-        let f = self.need(self.api.init, "cuInit")?;
+    pub fn init(&self) -> Result<(), CuError> {
+        let Some(f) = self.api.init else {
+            // Driver::load refuses a libcuda without cuInit; kept total all the same.
+            return Err(CuError {
+                call: "cuInit",
+                code: result::NOT_FOUND,
+            });
+        };
         // SAFETY: cuda.h signature.
-        CuError::check("cuInit", unsafe { f(0) }).map_err(|e| e.to_string())
+        CuError::check("cuInit", unsafe { f(0) })
     }
 }

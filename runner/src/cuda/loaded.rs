@@ -38,3 +38,73 @@ impl LoadedFile {
         self.path.starts_with(prefix) || self.real_path.starts_with(prefix)
     }
 }
+
+/// `Dl_serpath` of `<dlfcn.h>`: one directory of the loader's search path.
+#[repr(C)]
+struct SearchPath {
+    name: *mut libc::c_char,
+    flags: libc::c_uint,
+}
+
+/// `Dl_serinfo` of `<dlfcn.h>` (glibc), with room for `count` entries after it.
+#[repr(C)]
+struct SearchInfo {
+    size: libc::size_t,
+    count: libc::c_uint,
+    first: SearchPath,
+}
+
+const RTLD_DI_SERINFO: libc::c_int = 4;
+const RTLD_DI_SERINFOSIZE: libc::c_int = 5;
+
+/// The directories the dynamic loader searches, in its order, for a library this program
+/// loads by name (LD_LIBRARY_PATH, the program's RUNPATH, the system directories; the
+/// `ld.so.cache` is consulted between the last two and is not a directory). Asked of the loader
+/// itself with `dlinfo(RTLD_DI_SERINFO)`; empty if it cannot say.
+pub fn loader_search_path() -> Vec<PathBuf> {
+    // SAFETY: dlopen(NULL) returns the main program's handle; dlinfo with SERINFOSIZE fills a
+    // Dl_serinfo header, then SERINFO fills a buffer of that size (8-byte aligned here, as
+    // the struct needs), whose string pointers point into the same buffer.
+    unsafe {
+        let handle = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
+        if handle.is_null() {
+            return Vec::new();
+        }
+        let mut header = SearchInfo {
+            size: 0,
+            count: 0,
+            first: SearchPath {
+                name: std::ptr::null_mut(),
+                flags: 0,
+            },
+        };
+        if libc::dlinfo(
+            handle,
+            RTLD_DI_SERINFOSIZE,
+            (&mut header as *mut SearchInfo).cast(),
+        ) != 0
+        {
+            return Vec::new();
+        }
+        let words = header
+            .size
+            .div_ceil(8)
+            .max(std::mem::size_of::<SearchInfo>() / 8);
+        let mut buffer = vec![0u64; words];
+        let info = buffer.as_mut_ptr().cast::<SearchInfo>();
+        (*info).size = header.size;
+        (*info).count = header.count;
+        if libc::dlinfo(handle, RTLD_DI_SERINFO, info.cast()) != 0 {
+            return Vec::new();
+        }
+        let first = std::ptr::addr_of!((*info).first);
+        (0..(*info).count as usize)
+            .filter_map(|i| {
+                let entry = &*first.add(i);
+                (!entry.name.is_null()).then(|| {
+                    PathBuf::from(OsStr::from_bytes(CStr::from_ptr(entry.name).to_bytes()))
+                })
+            })
+            .collect()
+    }
+}

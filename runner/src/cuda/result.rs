@@ -36,6 +36,11 @@ impl fmt::Display for CuError {
     }
 }
 
+/// CUDA_ERROR_NO_DEVICE: its cause is named by [`crate::access::Access`], not by this table.
+pub const NO_DEVICE: i32 = 100;
+/// CUDA_ERROR_NOT_FOUND.
+pub const NOT_FOUND: i32 = 500;
+
 /// The `cuda.h` name of a CUresult.
 pub fn name(code: i32) -> &'static str {
     match code {
@@ -71,9 +76,7 @@ pub fn name(code: i32) -> &'static str {
 /// One line naming the likely cause and the fix.
 pub fn explanation(code: i32) -> &'static str {
     match code {
-        1 => {
-            "the driver refused an argument (an API version above the driver's is refused this way)"
-        }
+        1 => "the driver refused an argument",
         2 => "the GPU is out of memory; free memory or use fewer --saxpy-elements",
         3 => "cuInit has not succeeded; see the driver::version check",
         34 => {
@@ -86,9 +89,8 @@ pub fn explanation(code: i32) -> &'static str {
             "the GPU is in exclusive-process mode and busy, or unavailable; retry when it is free"
         }
         100 => {
-            "no CUDA device is visible: tag the derivation with requiredSystemFeatures = \
-                [ \"cuda\" ] and install cuda-sandbox-hook as Nix's pre-build-hook so that \
-                /dev/nvidia* are exposed (outside Nix: is the nvidia kernel module loaded?)"
+            "no CUDA device is usable: the device nodes are not exposed, the nvidia kernel \
+                module is not loaded, or there is no GPU (the checks name which)"
         }
         101 => "the device ordinal does not exist (fewer GPUs visible than expected)",
         200 | 209 => {

@@ -1,20 +1,28 @@
-//! A CUDA runtime (`libcudart`), when one is loadable: its versions and
-//! `cudaGetDriverEntryPoint`, to compare with the driver's own answers.
+//! CUDA runtimes (`libcudart`): every one this process can load, in the loader's order, with
+//! their versions and `cudaGetDriverEntryPoint`, to compare with the driver's own answers.
+//!
+//! Measured on the real runtimes (11.8, 12.9, 13.0) with the real drivers (535, 470) and no
+//! GPU: `cudaDriverGetVersion` always answers; `cudaRuntimeGetVersion` answers, except that
+//! 11.8 returns cudaErrorNoDevice (100) without a GPU; `cudaGetDriverEntryPoint` needs a GPU
+//! (100 without one) and returns cudaErrorInsufficientDriver (35) for every symbol when the
+//! runtime's major is newer than the driver's.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use super::loaded::LoadedFile;
+use super::loaded::{loader_search_path, LoadedFile};
+use super::version::CudaVersion;
 
-/// Names tried, newest first, when no `--cudart` is given.
-pub const CUDART_NAMES: &[&str] = &[
-    "libcudart.so",
-    "libcudart.so.13",
-    "libcudart.so.12",
-    "libcudart.so.11.0",
-];
+/// The SONAMEs of the CUDA runtimes, newest first: what a program built against CUDA 13, 12
+/// or 11 asks the loader for.
+pub const CUDART_NAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"];
+
+/// cudaErrorInsufficientDriver: the runtime needs a newer driver.
+pub const INSUFFICIENT_DRIVER: c_int = 35;
+/// cudaErrorNoDevice.
+pub const NO_DEVICE: c_int = 100;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetEntryPoint =
@@ -44,23 +52,97 @@ pub struct EntryPoint {
     pub status: c_int,
 }
 
+/// A runtime's CUDA version, and how it was learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeVersion {
+    /// The major version, always known (from `cudaRuntimeGetVersion` or the file name).
+    pub major: i32,
+    /// The whole version, when `cudaRuntimeGetVersion` or the file name gives it.
+    pub exact: Option<CudaVersion>,
+    /// `cudaRuntimeGetVersion`'s error, when it refused to answer.
+    pub error: Option<c_int>,
+}
+
+impl RuntimeVersion {
+    /// `12.9`, or `11.x` when only the major is known.
+    pub fn describe(&self) -> String {
+        match self.exact {
+            Some(v) => v.to_string(),
+            None => format!("{}.x", self.major),
+        }
+    }
+}
+
+/// The version in a runtime's file name: `libcudart.so.12.9.79` → 12.9, `libcudart.so.12` →
+/// major 12 only. `libcudart.so.11.0` is the SONAME of every 11.x runtime, not version 11.0.
+fn version_from_file_name(path: &Path) -> Option<(i32, Option<CudaVersion>)> {
+    let name = path.file_name()?.to_str()?;
+    let rest = name.strip_prefix("libcudart.so.")?;
+    let mut parts = rest.split('.');
+    let major: i32 = parts.next()?.parse().ok()?;
+    let minor: Option<i32> = parts.next().and_then(|m| m.parse().ok());
+    let exact = match (rest, minor) {
+        ("11.0", _) | (_, None) => None,
+        (_, Some(minor)) => Some(CudaVersion(major * 1000 + minor * 10)),
+    };
+    Some((major, exact))
+}
+
 impl Runtime {
-    /// Loads `explicit` (from `--cudart`), or else the first of [`CUDART_NAMES`] the loader
-    /// finds. `Ok(None)` when none is found and none was asked for.
-    pub fn load(explicit: Option<&Path>) -> Result<Option<Runtime>, String> {
-        if let Some(path) = explicit {
-            // SAFETY: loading a library runs its initialisers; that is the point.
-            let library = unsafe { Library::new(path) }
-                .map_err(|e| format!("--cudart {}: {e}", path.display()))?;
-            return Runtime::from_library(library).map(Some);
+    /// Loads each of `explicit` (from `--cudart`), or else every CUDA runtime this process can
+    /// load by name: the `libcudart.so*` files in the loader's search directories, in its
+    /// order, then any the loader finds only through `ld.so.cache`.
+    pub fn load_all(explicit: &[PathBuf]) -> Result<Vec<Runtime>, String> {
+        if !explicit.is_empty() {
+            return explicit
+                .iter()
+                .map(|path| {
+                    // SAFETY: loading a library runs its initialisers; that is the point.
+                    let library = unsafe { Library::new(path) }
+                        .map_err(|e| format!("--cudart {}: {e}", path.display()))?;
+                    Runtime::from_library(library)
+                        .map_err(|e| format!("--cudart {}: {e}", path.display()))
+                })
+                .collect();
         }
-        for name in CUDART_NAMES {
-            // SAFETY: as above.
-            if let Ok(library) = unsafe { Library::new(name) } {
-                return Runtime::from_library(library).map(Some);
+        let mut runtimes: Vec<Runtime> = Vec::new();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        for dir in loader_search_path() {
+            let mut here: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("libcudart.so."))
+                })
+                .collect();
+            here.sort();
+            candidates.extend(here);
+        }
+        candidates.extend(CUDART_NAMES.iter().map(PathBuf::from));
+        for candidate in candidates {
+            let real = std::fs::canonicalize(&candidate).ok();
+            if real.as_ref().is_some_and(|r| seen.contains(r)) {
+                continue;
             }
+            // SAFETY: as above. A bare name goes through the loader's search (ld.so.cache).
+            let Ok(library) = (unsafe { Library::new(&candidate) }) else {
+                continue;
+            };
+            let Ok(runtime) = Runtime::from_library(library) else {
+                continue;
+            };
+            if seen.contains(&runtime.file.real_path) {
+                continue;
+            }
+            seen.push(runtime.file.real_path.clone());
+            runtimes.push(runtime);
         }
-        Ok(None)
+        Ok(runtimes)
     }
 
     fn from_library(library: Library) -> Result<Runtime, String> {
@@ -91,12 +173,35 @@ impl Runtime {
     }
 
     /// `cudaRuntimeGetVersion` (`Err` holds the cudaError_t).
-    pub fn runtime_version(&self) -> Result<i32, c_int> {
+    pub fn runtime_version_call(&self) -> Result<i32, c_int> {
         let mut version = 0;
         // SAFETY: valid out-pointer.
         match unsafe { (self.runtime_get_version)(&mut version) } {
             0 => Ok(version),
             code => Err(code),
+        }
+    }
+
+    /// The runtime's version: `cudaRuntimeGetVersion`, else what the file names say (the
+    /// loaded path, then the real file), else `None`.
+    pub fn version(&self) -> Option<RuntimeVersion> {
+        match self.runtime_version_call() {
+            Ok(v) => Some(RuntimeVersion {
+                major: v / 1000,
+                exact: Some(CudaVersion(v)),
+                error: None,
+            }),
+            Err(code) => {
+                let by_name = [&self.file.real_path, &self.file.path]
+                    .into_iter()
+                    .filter_map(|p| version_from_file_name(p))
+                    .max_by_key(|(_, exact)| exact.is_some())?;
+                Some(RuntimeVersion {
+                    major: by_name.0,
+                    exact: by_name.1,
+                    error: Some(code),
+                })
+            }
         }
     }
 
@@ -110,9 +215,9 @@ impl Runtime {
         }
     }
 
-    /// `cudaGetDriverEntryPoint(symbol, flags 0)`, which resolves at the runtime's own
-    /// version; through `…ByVersion` at `runtime_version` when only that is exported.
-    pub fn driver_entry_point(&self, symbol: &str, runtime_version: i32) -> Option<EntryPoint> {
+    /// `cudaGetDriverEntryPoint(symbol, flags 0)`, which resolves at min(the runtime's own
+    /// version, the driver's); through `…ByVersion` at `version` when only that is exported.
+    pub fn driver_entry_point(&self, symbol: &str, version: i32) -> Option<EntryPoint> {
         let name = CString::new(symbol).ok()?;
         let mut pointer: *mut c_void = std::ptr::null_mut();
         let mut status: c_int = -1;
@@ -126,7 +231,7 @@ impl Runtime {
                 f(
                     name.as_ptr(),
                     &mut pointer,
-                    runtime_version as c_uint,
+                    version as c_uint,
                     0,
                     &mut status,
                 )
@@ -148,5 +253,42 @@ impl Runtime {
         } else {
             None
         }
+    }
+}
+
+/// The name of a cudaError_t that the runtime checks meet.
+pub fn error_name(code: c_int) -> &'static str {
+    match code {
+        0 => "cudaSuccess",
+        1 => "cudaErrorInvalidValue",
+        3 => "cudaErrorInitializationError",
+        34 => "cudaErrorStubLibrary",
+        INSUFFICIENT_DRIVER => "cudaErrorInsufficientDriver",
+        NO_DEVICE => "cudaErrorNoDevice",
+        500 => "cudaErrorSymbolNotFound",
+        803 => "cudaErrorSystemDriverMismatch",
+        804 => "cudaErrorCompatNotSupportedOnDevice",
+        _ => "cudaError (unlisted)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_give_what_they_can() {
+        let v = |n: &str| version_from_file_name(Path::new(n));
+        assert_eq!(
+            v("libcudart.so.12.9.79"),
+            Some((12, Some(CudaVersion(12090))))
+        );
+        assert_eq!(v("libcudart.so.12"), Some((12, None)));
+        assert_eq!(v("libcudart.so.11.0"), Some((11, None)));
+        assert_eq!(
+            v("libcudart.so.11.8.89"),
+            Some((11, Some(CudaVersion(11080))))
+        );
+        assert_eq!(v("libcuda.so.1"), None);
     }
 }
