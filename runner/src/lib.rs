@@ -16,4 +16,5 @@ pub mod harness;
 pub mod lint;
 pub mod manifest;
 pub mod report;
+pub mod runtimes;
 pub mod session;

@@ -23,6 +23,8 @@ use object::read::elf::{Dyn, FileHeader};
 use object::{Endianness, FileKind};
 use serde::Serialize;
 
+use crate::runtimes::{mixed_versions, runtime_in, FoundRuntime};
+
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LintConfig {
@@ -62,6 +64,8 @@ pub enum FindingKind {
     StubsInSearchPath,
     /// A static CUDA library in the package or its closure.
     StaticCudaArchive,
+    /// CUDA runtimes of different versions in one package.
+    MixedCudaRuntimes,
     /// A file that could not be read or parsed.
     Unreadable,
 }
@@ -94,6 +98,8 @@ pub struct LintReport {
     pub libcuda_users: Vec<PathBuf>,
     /// Store paths whose runtime closure was searched for static archives.
     pub closure_of: Vec<PathBuf>,
+    /// Every CUDA runtime found: shared libraries, archives, static copies in other ELF files.
+    pub cuda_runtimes: Vec<FoundRuntime>,
     /// Every problem found, in path order.
     pub findings: Vec<Finding>,
 }
@@ -102,10 +108,11 @@ impl LintReport {
     /// One line summarising the run.
     pub fn summary(&self) -> String {
         format!(
-            "{} file(s), {} ELF, {} using libcuda; {} finding(s)",
+            "{} file(s), {} ELF, {} using libcuda, {} CUDA runtime(s); {} finding(s)",
             self.files,
             self.elf_files,
             self.libcuda_users.len(),
+            self.cuda_runtimes.len(),
             self.findings.len()
         )
     }
@@ -403,6 +410,31 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
             report.closure_of.push(root);
         }
     }
+    if let Some(versions) = mixed_versions(&report.cuda_runtimes) {
+        let files: Vec<String> = report
+            .cuda_runtimes
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} ({})",
+                    r.file.display(),
+                    r.version.as_deref().unwrap_or("version unknown")
+                )
+            })
+            .collect();
+        report.findings.push(Finding {
+            file: report.cuda_runtimes[0].file.clone(),
+            kind: FindingKind::MixedCudaRuntimes,
+            message: format!(
+                "CUDA runtimes of versions {} in one package ({}): each resolves driver entry \
+                 points through cudaGetDriverEntryPoint at min(its own version, the driver's), \
+                 so one process loading two gets two ABIs of the same driver functions; build \
+                 everything against one CUDA version",
+                versions.join(" and "),
+                files.join(", ")
+            ),
+        });
+    }
     report
 }
 
@@ -412,6 +444,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
     if is_static_cuda_archive(&name) {
+        report.cuda_runtimes.extend(runtime_in(path, None));
         report.findings.push(archive_finding(path, None));
         return;
     }
@@ -431,6 +464,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         }
     };
     report.elf_files += 1;
+    report.cuda_runtimes.extend(runtime_in(path, Some(&data)));
     match read_dynamic(&data) {
         Ok(Some(info)) => {
             let findings = check_elf(path, &info, config);

@@ -59,6 +59,14 @@ fn lint_main(cli: LintCli) -> ExitCode {
             serde_json::to_string_pretty(&report).expect("plain data")
         );
     } else {
+        for runtime in &report.cuda_runtimes {
+            println!(
+                "cuda runtime: {} ({:?}, {})",
+                runtime.file.display(),
+                runtime.form,
+                runtime.version.as_deref().unwrap_or("version unknown")
+            );
+        }
         for finding in &report.findings {
             println!("{finding}");
         }

@@ -304,3 +304,92 @@ fn lint_check_in_the_harness_takes_compat_from_the_manifest() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&listed.stdout).contains("lint::elf"));
 }
+
+/// Every CUDA runtime of a package is listed, real ones included: shared libraries named as
+/// Nixpkgs names them, and a static copy of NVIDIA's real libcudart_static.a linked into a
+/// program here; two exact versions are flagged as mixed.
+#[test]
+fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions() {
+    use cuda_sandbox_testkit::real_nvidia::{Cudart, RealNvidia};
+    let Some(real) = RealNvidia::find("lint_lists_every_cuda_runtime") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let lib = temp.path().join("pkg/lib");
+    let bin = temp.path().join("pkg/bin");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(real.cudart(Cudart::V12_9), lib.join("libcudart.so.12.9.79")).unwrap();
+    std::fs::copy(real.cudart(Cudart::V11_8), lib.join("libcudart.so.11.8.89")).unwrap();
+    let source = temp.path().join("app.c");
+    std::fs::write(
+        &source,
+        "extern int cudaGetDriverEntryPoint(const char*, void**, unsigned long long, int*);\n\
+         int main(void) { void *p; int s; return cudaGetDriverEntryPoint(\"cuInit\", &p, 0, &s); }\n",
+    )
+    .unwrap();
+    let archive = real.cudart_dir(Cudart::V12_9).join("libcudart_static.a");
+    let app = bin.join("app");
+    cc(&[
+        "-o",
+        app.to_str().unwrap(),
+        source.to_str().unwrap(),
+        archive.to_str().unwrap(),
+        "-lpthread",
+        "-ldl",
+        "-lrt",
+        "-lstdc++",
+    ]);
+    let out = Command::new(RUNNER)
+        .args(["lint", "--no-manifest", "--json"])
+        .arg(temp.path().join("pkg"))
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let runtimes = report["cuda_runtimes"].as_array().unwrap();
+    let found: Vec<(String, String, String)> = runtimes
+        .iter()
+        .map(|r| {
+            (
+                Path::new(r["file"].as_str().unwrap())
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                r["form"].as_str().unwrap().to_owned(),
+                r["version"].as_str().unwrap_or("unknown").to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        found.contains(&("app".into(), "static-copy".into(), "unknown".into())),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&(
+            "libcudart.so.12.9.79".into(),
+            "shared".into(),
+            "12.9".into()
+        )),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&(
+            "libcudart.so.11.8.89".into(),
+            "shared".into(),
+            "11.8".into()
+        )),
+        "{found:?}"
+    );
+    let mixed: Vec<&serde_json::Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "mixed-cuda-runtimes")
+        .collect();
+    assert_eq!(mixed.len(), 1, "{report}");
+    let message = mixed[0]["message"].as_str().unwrap();
+    assert!(message.contains("11.8 and 12.9"), "{message}");
+    assert!(!out.status.success());
+}
