@@ -1,0 +1,80 @@
+//! The runner as the builder of a tagged derivation in a real Nix sandbox, the real hook
+//! exposing real character devices (mknod'd under a fake host root) and the REAL NVIDIA 535
+//! userspace at /run/opengl-driver/lib: a GPU-shaped host without the kernel module. What
+//! needs no GPU passes; what needs one fails naming the missing kernel module, with the advice
+//! for a build the hook made (its manifest is there). Needs root, `nix-build` and the
+//! libraries of `scripts/nvidia-userspace`; under `CI=true` it fails rather than skips.
+
+use std::path::Path;
+
+use cuda_sandbox_testkit::real_nvidia::{Branch, RealNvidia};
+use cuda_sandbox_testkit::{
+    hook_config, nix_available, nonce, workspace_binary, FakeDevices, NixSandbox,
+};
+
+const RUNNER: &str = env!("CARGO_BIN_EXE_cuda-sandbox-check");
+
+#[test]
+fn real_driver_in_a_hook_made_build_names_the_missing_kernel_module() {
+    let test = "real_driver_in_a_hook_made_build_names_the_missing_kernel_module";
+    if !nix_available(test) {
+        return;
+    }
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    FakeDevices::create(&root, 1, true).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        hook_config(
+            &root,
+            dir.path(),
+            "",
+            &["cuda"],
+            &format!(
+                "[[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"{}\"\n\
+                 required = true\n",
+                real.driver_dir(Branch::R535).display()
+            ),
+        ),
+    )
+    .unwrap();
+    let hook = workspace_binary("cuda-sandbox-hook");
+    let mut sandbox = NixSandbox::with_hook(&hook, &config);
+    sandbox.sandbox_paths = ["/lib", "/lib64"]
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .collect();
+    let build = sandbox.build(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/gpu-check.nix"),
+        &[("runner", RUNNER), ("nonce", &nonce())],
+        &[],
+    );
+    let log = &build.log;
+    // Without a GPU the build must fail, and say why.
+    assert!(!build.ok(), "a build without a GPU passed:\n{log}");
+    for line in [
+        "test driver::library        ... ok",
+        "test driver::version        ... ok",
+        "test driver::entry_points   ... ok",
+        "test devices::nodes         ... ok",
+        "test kernel::saxpy          ... FAILED",
+        "libcuda.so.535.",
+    ] {
+        assert!(log.contains(line), "the log lacks {line:?}:\n{log}");
+    }
+    assert!(!log.contains("not exposed"), "{log}");
+    if !Path::new("/proc/driver/nvidia/version").exists() {
+        assert!(
+            log.contains(
+                "the nvidia kernel module is not loaded on the host (/proc/driver/nvidia/version \
+                 is missing), though the hook exposed the device nodes"
+            ),
+            "{log}"
+        );
+    }
+}
