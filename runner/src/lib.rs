@@ -3,7 +3,7 @@
 //!
 //! A libtest-mimic harness of named checks ([`checks::CHECKS`]). The driver is dlopen'd by
 //! plain name ([`cuda::driver`]), never linked, so the dynamic loader's normal search picks
-//! it; NVML comes through `nvml-wrapper`. When the hook left a manifest ([`manifest`]), the
+//! it; NVML comes through `nvml-wrapper`. When the hook left a manifest ([`expectations`]), the
 //! checks compare the loaded driver with the one it chose. [`lint`] checks a package's ELF
 //! files (`cuda-sandbox-check lint`, or the `lint::elf` check). Facts and verdicts end in a
 //! JSON report ([`report`]).
@@ -12,9 +12,9 @@ pub mod access;
 pub mod checks;
 pub mod cli;
 pub mod cuda;
+pub mod expectations;
 pub mod harness;
 pub mod lint;
-pub mod manifest;
 pub mod report;
 pub mod runtimes;
 pub mod session;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use cuda_sandbox_check::checks;
 use cuda_sandbox_check::cli::{Cli, LintCli};
+use cuda_sandbox_check::expectations::ManifestState;
 use cuda_sandbox_check::harness::{self, FactsOutput};
 use cuda_sandbox_check::lint;
-use cuda_sandbox_check::manifest::ManifestState;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::checks::Outcome;
 use crate::cli::{ExpectDriver, Options};
-use crate::manifest::ManifestState;
+use crate::expectations::ManifestState;
 
 /// Bumped when a field changes meaning or disappears.
 pub const REPORT_FORMAT: u32 = 1;

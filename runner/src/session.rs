@@ -12,7 +12,7 @@ use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, LIBCUDA};
 use crate::cuda::result::{self, NO_DEVICE};
 use crate::cuda::runtime::Runtime;
-use crate::manifest::ManifestState;
+use crate::expectations::ManifestState;
 
 /// One run of the runner.
 pub struct Session {

@@ -6,8 +6,8 @@ use crate::checks::Outcome;
 use crate::cli::ExpectDriver;
 use crate::cuda::result::NO_DEVICE;
 use crate::cuda::version::CudaVersion;
+use crate::expectations;
 use crate::facts;
-use crate::manifest;
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
 
@@ -23,7 +23,7 @@ pub fn library(session: &Session) -> Outcome {
                 Some(m) if !m.libcuda.is_empty() => format!(
                     "{why} (the hook chose {} {})",
                     m.kind,
-                    manifest::chosen_path(m)
+                    expectations::chosen_path(m)
                 ),
                 _ => why,
             };
@@ -57,8 +57,8 @@ pub fn library(session: &Session) -> Outcome {
     }
     let loaded = match chosen {
         Some(m) if !m.libcuda.is_empty() => {
-            if !manifest::is_chosen(file, m) {
-                return Outcome::fail(manifest::library_mismatch(file, version, m), facts);
+            if !expectations::is_chosen(file, m) {
+                return Outcome::fail(expectations::library_mismatch(file, version, m), facts);
             }
             format!("{loaded}, the {} driver the hook chose", m.kind)
         }

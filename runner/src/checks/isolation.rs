@@ -38,9 +38,8 @@ pub fn no_gpu(session: &Session) -> Outcome {
     }
     let mut loadable: Vec<String> = Vec::new();
     for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-        // SAFETY: loading runs the library's initialisers; a driver that loads here is
-        // exactly the failure this check reports, and nothing from it is called.
-        if unsafe { libloading::Library::new(lib) }.is_ok() {
+        // A driver that loads here is exactly the failure this check reports.
+        if crate::cuda::loaded::library_loads(lib) {
             loadable.push(lib.to_string());
         }
     }

@@ -6,9 +6,9 @@ use serde_json::json;
 
 use crate::checks::Outcome;
 use crate::cli::LintOptions;
+use crate::expectations::ManifestState;
 use crate::facts;
 use crate::lint::{self, LintConfig};
-use crate::manifest::ManifestState;
 use crate::session::Session;
 
 /// The lint's settings from the flags, the compat directory falling back to the manifest's.

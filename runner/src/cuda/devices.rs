@@ -54,7 +54,7 @@ pub fn list(driver: &Driver) -> Result<Vec<CudaDevice>, String> {
         |call: &'static str, code: c_int| CuError::check(call, code).map_err(|e| e.to_string());
 
     let mut count = 0;
-    // SAFETY (whole block): cuda.h signatures, out-pointers to live locals of the right size.
+    // SAFETY: cuda.h signatures, out-pointers to live locals of the right size (whole block).
     unsafe {
         fail("cuDeviceGetCount", count_fn(&mut count))?;
         let mut devices = Vec::new();

@@ -19,8 +19,9 @@ pub struct LoadedFile {
 impl LoadedFile {
     /// The file containing `address` (only looked up, never dereferenced), or `None` if the loader knows no such object.
     pub fn containing(address: usize) -> Option<LoadedFile> {
-        // SAFETY: dladdr only reads the loader's tables; `info` is plain old data.
+        // SAFETY: `Dl_info` is plain old data; all zeroes is a valid value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables and writes `info`.
         if unsafe { libc::dladdr(address as *const c_void, &mut info) } == 0
             || info.dli_fname.is_null()
         {
@@ -107,4 +108,12 @@ pub fn loader_search_path() -> Vec<PathBuf> {
             })
             .collect()
     }
+}
+
+/// Whether the dynamic loader can load `name` into this process (it stays loaded; nothing in
+/// it is called, but its initialisers run).
+pub fn library_loads(name: &str) -> bool {
+    // SAFETY: loading runs the library's initialisers, which is what this asks about; no
+    // symbol of it is used.
+    unsafe { libloading::Library::new(name) }.is_ok()
 }

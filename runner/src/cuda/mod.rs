@@ -1,8 +1,10 @@
-//! The CUDA driver and runtime as the runner sees them: dlopen'd function tables,
-//! CUresult names and explanations, versions, devices.
+//! The CUDA driver and runtime as the runner sees them: dlopen'd function tables, safe
+//! wrappers for a kernel run ([`gpu`]), CUresult names and explanations, versions, devices.
+//! The runner's only `unsafe` code lives here.
 
 pub mod devices;
 pub mod driver;
+pub mod gpu;
 pub mod loaded;
 pub mod result;
 pub mod runtime;

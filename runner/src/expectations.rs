@@ -1,4 +1,5 @@
-//! The hook's manifest, as the checks see it: read once per run from `--manifest` (default
+//! What the hook's manifest makes the checks expect (named apart from the shared manifest crate,
+//! which holds the schema): read once per run from `--manifest` (default
 //! [`MANIFEST_PATH`]), and the comparisons `driver::library`, `driver::version`,
 //! `nvml::consistency` and `devices::nodes` make against it.
 //!

@@ -1,0 +1,350 @@
+//! Safe wrappers over the driver calls a kernel run needs: the device's primary context, a
+//! module JIT-compiled from PTX (with the JIT error log), device buffers, timing events, and
+//! the saxpy kernel with its typed launch. Each wrapper releases what it holds when dropped,
+//! so an early return cleans up; release errors change nothing about a verdict and are ignored.
+
+use std::ffi::{c_int, c_uint, c_void, CStr, CString};
+use std::marker::PhantomData;
+
+use super::driver::{CuDevice, CuDevicePtr, Driver, Handle};
+use super::result::CuError;
+
+/// The saxpy kernel (`y[i] = a * x[i] + y[i]` for `i < n`), as the driver JIT-compiles it:
+/// `.version 6.0`, `.target sm_50`, parameters `(u32 n, f32 a, f32* x, f32* y)`.
+pub const SAXPY_PTX: &str = include_str!("saxpy.ptx");
+
+/// CU_JIT_ERROR_LOG_BUFFER
+const JIT_ERROR_LOG_BUFFER: c_int = 5;
+/// CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+const JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
+
+/// A driver call that failed, with the JIT error log when the call was the JIT's.
+#[derive(Debug, Clone)]
+pub struct GpuError {
+    /// The failed call and its CUresult, or a missing export.
+    pub message: String,
+    /// The JIT error log, when there is one.
+    pub jit_log: Option<String>,
+}
+
+impl From<CuError> for GpuError {
+    fn from(error: CuError) -> GpuError {
+        GpuError {
+            message: error.to_string(),
+            jit_log: None,
+        }
+    }
+}
+
+impl From<String> for GpuError {
+    fn from(message: String) -> GpuError {
+        GpuError {
+            message,
+            jit_log: None,
+        }
+    }
+}
+
+/// A device's primary context, retained and current on this thread until dropped.
+pub struct PrimaryContext<'d> {
+    driver: &'d Driver,
+    device: CuDevice,
+}
+
+impl<'d> PrimaryContext<'d> {
+    /// Retains device `ordinal`'s primary context and makes it current.
+    pub fn retain(driver: &'d Driver, ordinal: c_int) -> Result<PrimaryContext<'d>, GpuError> {
+        let api = &driver.api;
+        let device_get = driver.need(api.device_get, "cuDeviceGet")?;
+        let retain = driver.need(api.primary_ctx_retain, "cuDevicePrimaryCtxRetain")?;
+        let set_current = driver.need(api.ctx_set_current, "cuCtxSetCurrent")?;
+        let mut device: CuDevice = 0;
+        // SAFETY: cuda.h signature; valid out-pointer.
+        CuError::check("cuDeviceGet", unsafe { device_get(&mut device, ordinal) })?;
+        let mut context: Handle = std::ptr::null_mut();
+        // SAFETY: cuda.h signature; valid out-pointer.
+        CuError::check("cuDevicePrimaryCtxRetain", unsafe {
+            retain(&mut context, device)
+        })?;
+        let held = PrimaryContext { driver, device };
+        // SAFETY: `context` was just retained by this driver.
+        CuError::check("cuCtxSetCurrent", unsafe { set_current(context) })?;
+        Ok(held)
+    }
+
+    /// Waits for all work in the context (`cuCtxSynchronize`).
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        let f = self
+            .driver
+            .need(self.driver.api.ctx_synchronize, "cuCtxSynchronize")?;
+        // SAFETY: cuda.h signature; a context is current.
+        Ok(CuError::check("cuCtxSynchronize", unsafe { f() })?)
+    }
+}
+
+impl Drop for PrimaryContext<'_> {
+    fn drop(&mut self) {
+        let api = &self.driver.api;
+        if let Some(release) = api.primary_ctx_release_v2.or(api.primary_ctx_release) {
+            // SAFETY: retained once in `retain`, released once here.
+            unsafe { release(self.device) };
+        }
+    }
+}
+
+/// A module JIT-compiled from PTX, unloaded when dropped.
+pub struct Module<'c> {
+    driver: &'c Driver,
+    handle: Handle,
+    _context: PhantomData<&'c PrimaryContext<'c>>,
+}
+
+impl<'c> Module<'c> {
+    /// JIT-compiles `ptx` (`cuModuleLoadDataEx`), capturing the JIT error log on failure.
+    pub fn load_ptx(context: &'c PrimaryContext<'c>, ptx: &str) -> Result<Module<'c>, GpuError> {
+        let driver = context.driver;
+        let load = driver.need(driver.api.module_load_data_ex, "cuModuleLoadDataEx")?;
+        let ptx = CString::new(ptx).map_err(|e| e.to_string())?;
+        let mut log = vec![0u8; 16 * 1024];
+        let mut options = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+        let mut values = [log.as_mut_ptr().cast::<c_void>(), log.len() as *mut c_void];
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: cuda.h signature; `ptx` is NUL-terminated; the option values are the log
+        // buffer and its size, both live for the call.
+        let code = unsafe {
+            load(
+                &mut handle,
+                ptx.as_ptr().cast(),
+                options.len() as c_uint,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if let Err(error) = CuError::check("cuModuleLoadDataEx", code) {
+            // The driver writes the log's length back into the size option.
+            let written = (values[1] as usize).min(log.len());
+            let text = String::from_utf8_lossy(&log[..written]);
+            let text = text.trim_end_matches('\0').trim();
+            return Err(GpuError {
+                message: error.to_string(),
+                jit_log: (!text.is_empty()).then(|| format!("JIT error log:\n{text}")),
+            });
+        }
+        Ok(Module {
+            driver,
+            handle,
+            _context: PhantomData,
+        })
+    }
+
+    fn function(&self, name: &CStr) -> Result<Handle, GpuError> {
+        let get = self
+            .driver
+            .need(self.driver.api.module_get_function, "cuModuleGetFunction")?;
+        let mut function: Handle = std::ptr::null_mut();
+        // SAFETY: cuda.h signature; the module is loaded; `name` is NUL-terminated.
+        CuError::check("cuModuleGetFunction", unsafe {
+            get(&mut function, self.handle, name.as_ptr())
+        })?;
+        Ok(function)
+    }
+}
+
+impl Drop for Module<'_> {
+    fn drop(&mut self) {
+        if let Some(unload) = self.driver.api.module_unload {
+            // SAFETY: loaded once in `load_ptx`, unloaded once here.
+            unsafe { unload(self.handle) };
+        }
+    }
+}
+
+/// A device buffer of `f32`s, freed when dropped.
+pub struct DeviceBuffer<'c> {
+    driver: &'c Driver,
+    pointer: CuDevicePtr,
+    len: usize,
+    _context: PhantomData<&'c PrimaryContext<'c>>,
+}
+
+impl<'c> DeviceBuffer<'c> {
+    /// Allocates room for `len` floats and copies `data` in (`cuMemAlloc_v2`, `cuMemcpyHtoD_v2`).
+    pub fn from_host(
+        context: &'c PrimaryContext<'c>,
+        data: &[f32],
+    ) -> Result<DeviceBuffer<'c>, GpuError> {
+        let driver = context.driver;
+        let alloc = driver.need(driver.api.mem_alloc, "cuMemAlloc_v2")?;
+        let htod = driver.need(driver.api.memcpy_htod, "cuMemcpyHtoD_v2")?;
+        let bytes = std::mem::size_of_val(data);
+        let mut pointer: CuDevicePtr = 0;
+        // SAFETY: cuda.h signature; valid out-pointer.
+        CuError::check("cuMemAlloc_v2", unsafe { alloc(&mut pointer, bytes) })?;
+        let buffer = DeviceBuffer {
+            driver,
+            pointer,
+            len: data.len(),
+            _context: PhantomData,
+        };
+        // SAFETY: the device buffer and `data` both hold `bytes` bytes.
+        CuError::check("cuMemcpyHtoD_v2", unsafe {
+            htod(pointer, data.as_ptr().cast(), bytes)
+        })?;
+        Ok(buffer)
+    }
+
+    /// Copies the buffer back (`cuMemcpyDtoH_v2`).
+    pub fn to_host(&self) -> Result<Vec<f32>, GpuError> {
+        let dtoh = self
+            .driver
+            .need(self.driver.api.memcpy_dtoh, "cuMemcpyDtoH_v2")?;
+        let mut data = vec![0f32; self.len];
+        // SAFETY: `data` and the device buffer both hold `len` floats.
+        CuError::check("cuMemcpyDtoH_v2", unsafe {
+            dtoh(
+                data.as_mut_ptr().cast(),
+                self.pointer,
+                std::mem::size_of_val(data.as_slice()),
+            )
+        })?;
+        Ok(data)
+    }
+
+    /// The number of floats.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no float.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for DeviceBuffer<'_> {
+    fn drop(&mut self) {
+        if let Some(free) = self.driver.api.mem_free {
+            // SAFETY: allocated once in `from_host`, freed once here.
+            unsafe { free(self.pointer) };
+        }
+    }
+}
+
+/// A timing event on the default stream, destroyed when dropped.
+pub struct Event<'c> {
+    driver: &'c Driver,
+    handle: Handle,
+    _context: PhantomData<&'c PrimaryContext<'c>>,
+}
+
+impl<'c> Event<'c> {
+    /// Creates an event (`cuEventCreate`, default flags: timing enabled).
+    pub fn new(context: &'c PrimaryContext<'c>) -> Result<Event<'c>, GpuError> {
+        let driver = context.driver;
+        let create = driver.need(driver.api.event_create, "cuEventCreate")?;
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: cuda.h signature; valid out-pointer.
+        CuError::check("cuEventCreate", unsafe { create(&mut handle, 0) })?;
+        Ok(Event {
+            driver,
+            handle,
+            _context: PhantomData,
+        })
+    }
+
+    /// Records the event on the default stream.
+    pub fn record(&self) -> Result<(), GpuError> {
+        let record = self
+            .driver
+            .need(self.driver.api.event_record, "cuEventRecord")?;
+        // SAFETY: cuda.h signature; a live event; the null stream is the default stream.
+        Ok(CuError::check("cuEventRecord", unsafe {
+            record(self.handle, std::ptr::null_mut())
+        })?)
+    }
+
+    /// Milliseconds from `start` to this event, after waiting for this one.
+    pub fn elapsed_since(&self, start: &Event<'_>) -> Result<f32, GpuError> {
+        let api = &self.driver.api;
+        let sync = self
+            .driver
+            .need(api.event_synchronize, "cuEventSynchronize")?;
+        let elapsed = self
+            .driver
+            .need(api.event_elapsed_time, "cuEventElapsedTime")?;
+        // SAFETY: cuda.h signature; a live event.
+        CuError::check("cuEventSynchronize", unsafe { sync(self.handle) })?;
+        let mut ms = 0f32;
+        // SAFETY: cuda.h signature; both events are live; valid out-pointer.
+        CuError::check("cuEventElapsedTime", unsafe {
+            elapsed(&mut ms, start.handle, self.handle)
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event<'_> {
+    fn drop(&mut self) {
+        if let Some(destroy) = self.driver.api.event_destroy {
+            // SAFETY: created once in `new`, destroyed once here.
+            unsafe { destroy(self.handle) };
+        }
+    }
+}
+
+/// The saxpy kernel of [`SAXPY_PTX`], loaded, with a launch typed by its parameters.
+pub struct Saxpy<'c> {
+    module: Module<'c>,
+    function: Handle,
+}
+
+impl<'c> Saxpy<'c> {
+    /// Threads per block.
+    pub const BLOCK: u32 = 256;
+
+    /// JIT-compiles [`SAXPY_PTX`] and finds its entry point.
+    pub fn load(context: &'c PrimaryContext<'c>) -> Result<Saxpy<'c>, GpuError> {
+        let module = Module::load_ptx(context, SAXPY_PTX)?;
+        let function = module.function(c"saxpy")?;
+        Ok(Saxpy { module, function })
+    }
+
+    /// Launches `y = a * x + y` over every element on the default stream (`cuLaunchKernel`).
+    pub fn launch(
+        &self,
+        a: f32,
+        x: &DeviceBuffer<'_>,
+        y: &DeviceBuffer<'_>,
+    ) -> Result<(), GpuError> {
+        let driver = self.module.driver;
+        let launch = driver.need(driver.api.launch_kernel, "cuLaunchKernel")?;
+        let n = u32::try_from(x.len().min(y.len()))
+            .map_err(|_| String::from("saxpy takes at most 2^32 - 1 elements"))?;
+        let (mut arg_n, mut arg_a, mut arg_x, mut arg_y) = (n, a, x.pointer, y.pointer);
+        let mut params: [*mut c_void; 4] = [
+            std::ptr::addr_of_mut!(arg_n).cast(),
+            std::ptr::addr_of_mut!(arg_a).cast(),
+            std::ptr::addr_of_mut!(arg_x).cast(),
+            std::ptr::addr_of_mut!(arg_y).cast(),
+        ];
+        // SAFETY: cuda.h signature; `params` points at one live local per kernel parameter,
+        // in the PTX's order and types (u32, f32, u64, u64), read during the call; both
+        // buffers hold at least `n` floats, which bounds every access of the kernel.
+        CuError::check("cuLaunchKernel", unsafe {
+            launch(
+                self.function,
+                n.div_ceil(Self::BLOCK),
+                1,
+                1,
+                Self::BLOCK,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        Ok(())
+    }
+}
