@@ -55,7 +55,7 @@ fn empty_tree_fails_naming_the_hook() {
         "devices::nodes",
         "fail",
         &[
-            "nvidiactl is missing",
+            "nvidiactl was missing before any driver call",
             "requiredSystemFeatures",
             "pre-build-hook",
         ],

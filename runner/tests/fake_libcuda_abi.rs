@@ -1,5 +1,6 @@
 //! The fake libcuda's own contract, called directly: anything but the saxpy PTX is refused
-//! with 218 and a JIT log, and versioned lookup refuses what the driver does not have.
+//! with 218 and a JIT log, and versioned lookup answers as the real driver does (statuses for
+//! unknown symbols and too-low versions, the newest variant above the driver's version).
 
 mod common;
 
@@ -68,9 +69,11 @@ fn other_ptx_is_refused_with_a_jit_log_and_unknown_symbols_with_500() {
                 0,
                 &mut status
             ),
-            500
+            0,
+            "the real _v2 answers an unknown symbol with CUDA_SUCCESS and a status"
         );
         assert_eq!(status, 1, "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND");
+        assert!(pointer.is_null());
         assert_eq!(
             get(
                 c"cuLaunchKernel".as_ptr(),
@@ -79,14 +82,20 @@ fn other_ptx_is_refused_with_a_jit_log_and_unknown_symbols_with_500() {
                 0,
                 &mut status
             ),
-            500
+            0
         );
         assert_eq!(status, 2, "CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT");
+        // Above the driver's own version (12.2) the real driver answers with its newest
+        // variant instead of refusing.
         assert_eq!(
             get(c"cuMemAlloc".as_ptr(), &mut pointer, 12030, 0, &mut status),
-            1
+            0
         );
-        assert!(pointer.is_null());
+        assert_eq!(status, 0);
+        assert_eq!(
+            pointer,
+            *lib.get::<*mut c_void>(b"cuMemAlloc_v2\0").unwrap()
+        );
     }
 }
 

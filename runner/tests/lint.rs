@@ -127,7 +127,8 @@ fn lint_passes_compat_before_the_driver_link() {
     let run = lint(&["--compat-dir", COMPAT, &p.dir("right"), &p.dir("plain")]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
-        run.stdout.contains("2 ELF, 1 using libcuda; 0 finding(s)"),
+        run.stdout
+            .contains("2 ELF, 1 using libcuda, 0 CUDA runtime(s); 0 finding(s)"),
         "{}",
         run.stdout
     );

@@ -142,7 +142,7 @@ fn same_derivation_without_the_hook_fails_with_the_runners_explanation() {
     let build = build(&sandbox);
     assert!(!build.ok(), "built without the hook:\n{}", build.log);
     for explanation in [
-        "/dev/nvidiactl is missing",
+        "/dev/nvidiactl was missing before any driver call",
         "libcuda.so.1 cannot be loaded",
         "requiredSystemFeatures = [ \"cuda\" ]",
         "pre-build-hook",

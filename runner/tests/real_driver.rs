@@ -153,7 +153,7 @@ fn what_needs_no_gpu_passes_and_what_needs_one_names_the_missing_kernel_module()
                 &report,
                 "driver::entry_points",
                 "pass",
-                &["matches the versioned exports"],
+                &["symbols match their versioned exports"],
             );
             expect(&report, "kernel::saxpy", "fail", &["100", MODULE]);
             expect(&report, "nvml::consistency", "fail", &[MODULE]);

@@ -1,5 +1,7 @@
-//! `runtime::entry_points` with a (fake) CUDA runtime: a runtime no newer than the driver
-//! agrees with the driver; a newer one is the mixed-versions footgun, failed and explained.
+//! The runtime checks with a (fake) CUDA runtime, whose answers the differential test holds
+//! to NVIDIA's real cudart: a runtime no newer than the driver agrees with it; a newer minor is
+//! CUDA's minor-version compatibility (passes, with the functions whose ABI differs); a newer
+//! major fails naming cudaErrorInsufficientDriver (35) and the fix.
 
 mod common;
 
@@ -16,27 +18,45 @@ fn cudart(runtime: i32) -> FakeDriver {
     FakeDriver::with(&sidecar, &[LIBCUDART])
 }
 
+/// The fake runtime's file in `dir` (the fake plays any version under one file name; the
+/// version comes from its sidecar).
+fn libcudart(dir: &FakeDriver, _runtime: i32) -> String {
+    std::fs::read_dir(&dir.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("libcudart.so")
+        })
+        .expect("a fake libcudart")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 #[test]
 fn runtime_older_than_the_driver_agrees_with_it() {
     let driver = FakeDriver::driver(&Sidecar::default()); // CUDA 12.2
     let runtime = cudart(12000);
-    let libcudart = runtime.dir.join("libcudart.so.12");
     let run = run_without_devices(
         &driver.dir,
-        &["--cudart", libcudart.to_str().unwrap(), "entry_points"],
+        &["--cudart", &libcudart(&runtime, 12000), "entry_points"],
     );
     assert_eq!(run.code, 0, "{run}");
     run.assert_check(
         "runtime::entry_points",
         "pass",
-        &[
-            "libcudart 12.0 on driver 12.2",
-            "matches cuGetProcAddress at 12.0",
-        ],
+        &["libcudart 12.0: cudaGetDriverEntryPoint gives the CUDA 12.0 variants (min(runtime 12.0, driver 12.2))"],
     );
-    // Without --api-version, the driver check uses min(driver, runtime).
-    run.assert_check("driver::entry_points", "pass", &["at 12.0"]);
-    assert_eq!(run.fact("runtime::entry_points", "compared_at"), "12.0");
+    // Without --api-version, the driver check asks at min(driver, runtime) first.
+    run.assert_check("driver::entry_points", "pass", &["at 12.0:"]);
+    assert_eq!(
+        run.fact("runtime::entry_points", "cudarts")[0]["compared_at"],
+        "12.0"
+    );
 }
 
 #[test]
@@ -45,11 +65,12 @@ fn runtime_equal_to_the_driver_is_found_on_the_library_path() {
     let run = run_without_devices(&driver.dir, &["runtime::"]);
     assert_eq!(run.code, 0, "{run}");
     run.assert_check(
-        "runtime::entry_points",
+        "runtime::compatibility",
         "pass",
-        &["libcudart 12.2 on driver 12.2"],
+        &["libcudart 12.2 on driver 12.2: supported"],
     );
-    let found = run.fact("runtime::entry_points", "cudart")["path"]
+    run.assert_check("runtime::entry_points", "pass", &["libcudart 12.2"]);
+    let found = run.fact("runtime::compatibility", "cudarts")[0]["cudart"]["path"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -57,22 +78,76 @@ fn runtime_equal_to_the_driver_is_found_on_the_library_path() {
 }
 
 #[test]
-fn runtime_newer_than_the_driver_fails_with_the_footgun_explained() {
+fn runtime_of_a_newer_minor_passes_with_the_functions_whose_abi_differs() {
     let driver = FakeDriver::driver(&Sidecar::default()); // CUDA 12.2
-    let runtime = cudart(12040);
-    let libcudart = runtime.dir.join("libcudart.so.12");
+    let runtime = cudart(12090);
     let run = run_without_devices(
         &driver.dir,
-        &["--cudart", libcudart.to_str().unwrap(), "runtime::"],
+        &["--cudart", &libcudart(&runtime, 12090), "runtime::"],
+    );
+    assert_eq!(run.code, 0, "{run}");
+    run.assert_check(
+        "runtime::compatibility",
+        "pass",
+        &[
+            "libcudart 12.9 on driver 12.2: minor-version compatibility",
+            "cuCtxCreate (12.2 gets cuCtxCreate_v3, code built for 12.9 expects cuCtxCreate_v4)",
+        ],
+    );
+    // The rule the footgun follows: entry points at min(12.9, 12.2) = 12.2.
+    run.assert_check(
+        "runtime::entry_points",
+        "pass",
+        &["gives the CUDA 12.2 variants (min(runtime 12.9, driver 12.2))"],
+    );
+}
+
+#[test]
+fn runtime_of_a_newer_major_fails_naming_35_and_the_fix() {
+    let driver = FakeDriver::driver(&Sidecar::default()); // CUDA 12.2
+    let runtime = cudart(13000);
+    let run = run_without_devices(
+        &driver.dir,
+        &["--cudart", &libcudart(&runtime, 13000), "runtime::"],
     );
     assert_eq!(run.code, 101, "{run}");
     run.assert_check(
-        "runtime::entry_points",
+        "runtime::compatibility",
         "fail",
         &[
-            "is CUDA 12.4, newer than the driver's CUDA 12.2",
-            "cudaGetDriverEntryPoint",
-            "use a CUDA runtime <= 12.2",
+            "newer major than the driver's CUDA 12.2",
+            "cudaErrorInsufficientDriver (35)",
+            "answered 35 here",
+            "cuda_compat >= 13.0",
+        ],
+    );
+    run.assert_check("runtime::entry_points", "fail", &["(35)"]);
+}
+
+#[test]
+fn two_runtimes_that_resolve_at_different_versions_are_flagged() {
+    let driver = FakeDriver::driver(&Sidecar::default()); // CUDA 12.2
+    let old = cudart(11080);
+    let new = cudart(12020);
+    let run = run_without_devices(
+        &driver.dir,
+        &[
+            "--cudart",
+            &libcudart(&old, 11080),
+            "--cudart",
+            &libcudart(&new, 12020),
+            "runtime::compatibility",
+        ],
+    );
+    assert_eq!(run.code, 101, "{run}");
+    run.assert_check(
+        "runtime::compatibility",
+        "fail",
+        &[
+            "mixed CUDA runtimes",
+            "at 11.8",
+            "at 12.2",
+            "cuGetProcAddress",
         ],
     );
 }
@@ -85,9 +160,7 @@ fn an_unloadable_cudart_flag_fails_instead_of_skipping() {
         &["--cudart", "/nonexistent/libcudart.so", "runtime::"],
     );
     assert_eq!(run.code, 101, "{run}");
-    run.assert_check(
-        "runtime::entry_points",
-        "fail",
-        &["--cudart /nonexistent/libcudart.so"],
-    );
+    for check in ["runtime::compatibility", "runtime::entry_points"] {
+        run.assert_check(check, "fail", &["--cudart /nonexistent/libcudart.so"]);
+    }
 }

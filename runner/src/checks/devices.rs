@@ -172,6 +172,8 @@ pub fn nodes(session: &Session) -> Outcome {
     let facts = facts! {
         "dev_root" => root,
         "gpu_nodes" => gpus.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+        "nvidiactl" => match before.nvidiactl { Node::Char(a, b) => Some((a, b)), _ => None },
+        "nvidia_uvm" => match before.nvidia_uvm { Node::Char(a, b) => Some((a, b)), _ => None },
         "nodes_before_driver_calls" => before,
         "nvidiactl_now" => Node::at(&ctl),
         "nvidia_uvm_major_in_proc_devices" => uvm_expected,

@@ -58,6 +58,18 @@ pub fn compare_with_exports(
     (facts, mismatches)
 }
 
+/// The API version the process would ask at: `--api-version`, else min(runtime, driver) for
+/// the first loadable runtime (the loader's choice), else the driver's own.
+fn primary_version(session: &Session, driver_version: CudaVersion) -> CudaVersion {
+    session.options.api_version.unwrap_or_else(|| {
+        session
+            .runtimes()
+            .ok()
+            .and_then(|r| r.first()?.version()?.exact)
+            .map_or(driver_version, |r| r.min(driver_version))
+    })
+}
+
 /// The API versions to probe for a driver of `driver_version`.
 fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<CudaVersion> {
     let mut versions = abi_boundaries(driver_version);
@@ -102,6 +114,8 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
         );
     }
     let versions = versions_to_probe(session, driver_version);
+    let primary = primary_version(session, driver_version);
+    let (primary_symbols, _) = compare_with_exports(driver, primary, primary);
     let mut per_version = Vec::new();
     let mut mismatches = Vec::new();
     let mut compared = 0;
@@ -118,6 +132,8 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
     let facts = facts! {
         "get_proc_address" => export,
         "driver_version" => driver_version.to_string(),
+        "api_version" => primary.to_string(),
+        "symbols" => primary_symbols,
         "api_versions" => versions.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "per_version" => per_version,
         "above_driver_version" => above.to_string(),
@@ -145,16 +161,17 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
             above_wrong[0]
         )
     };
+    let others: Vec<String> = versions
+        .iter()
+        .filter(|v| **v != primary)
+        .map(ToString::to_string)
+        .collect();
     Outcome::pass(
         format!(
-            "{export} matches the versioned exports at {} API versions ({}; {compared} lookups); \
-             {above_note}",
-            versions.len(),
-            versions
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
+            "{export} at {primary}: {} symbols match their versioned exports, and so at every \
+             other ABI boundary ({}; {compared} lookups in all); {above_note}",
+            facts["symbols"].as_array().map_or(0, Vec::len),
+            others.join(", "),
         ),
         facts,
     )
