@@ -115,7 +115,11 @@ fn no_device_is_explained() {
     run.assert_check(
         "nvml::consistency",
         "fail",
-        &["cannot reach the NVIDIA kernel driver", "/dev/nvidiactl"],
+        &[
+            "cannot reach the NVIDIA kernel driver",
+            "nvidiactl",
+            "not exposed",
+        ],
     );
 }
 
