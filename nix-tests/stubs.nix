@@ -20,7 +20,12 @@
 #   - nixos/modules/misc/meta.nix: `meta.maintainers`, a list that concatenates;
 #   - `environment.systemPackages` (list of packages), `environment.etc.<name>.source`,
 #     `systemd.services` (loosely typed), `hardware.graphics.enable`, `assertions`, `warnings`.
-{ lib }:
+{
+  lib,
+  # How a text file becomes a "package": by default a fake store path that is never built
+  # (evaluation tests); ./stub-nixpkgs.nix passes a real one, for builds in the sandbox.
+  writeText ? null,
+}:
 let
   toTOML = import ./toml.nix { inherit lib; };
 
@@ -31,9 +36,12 @@ let
     inherit name;
     outPath = storePath name;
   };
+  textFile =
+    name: text:
+    (if writeText == null then fakePackage name else writeText name text) // { inherit text; };
 in
 {
-  inherit fakePackage;
+  inherit fakePackage textFile;
 
   pkgs = {
     cuda-sandbox = fakePackage "cuda-sandbox-0.1.0" // {
@@ -77,11 +85,7 @@ in
           let
             plain = builtins.fromJSON (builtins.toJSON value);
           in
-          fakePackage name
-          // {
-            value = plain;
-            text = toTOML plain;
-          };
+          textFile name (toTOML plain) // { value = plain; };
       };
   };
 
@@ -199,9 +203,7 @@ in
           "big-parallel"
           "kvm"
         ];
-        environment.etc."nix/nix.conf".source = fakePackage "nix.conf" // {
-          text = nixConf;
-        };
+        environment.etc."nix/nix.conf".source = textFile "nix.conf" nixConf;
       };
     };
 }
