@@ -20,6 +20,9 @@
   lib,
   system ? "x86_64-linux",
   hookBin ? null,
+  # Any string; a new one gives the package (and all that uses it) a new derivation, so that a
+  # test's builds run again instead of finding their outputs in the store.
+  nonce ? "",
   # Extra attributes for the package set (e.g. a `cudaPackages` with cuda_compat available).
   extraPackages ? { },
 }:
@@ -95,10 +98,11 @@ let
             else
               shDerivation name {
                 outputs = args.outputs or [ "out" ];
-                inherit hookBin;
+                inherit hookBin nonce;
               } ''
-                mkdir -p "$out/bin" "$fixtures"
+                mkdir -p "$out/bin"
                 cp "$hookBin/cuda-sandbox-hook" "$out/bin/"
+                if [ -n "''${fixtures:-}" ]; then mkdir -p "$fixtures"; fi
               '';
         in
         drv
