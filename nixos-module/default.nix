@@ -262,8 +262,11 @@ in
         `''${cuda_compat}/compat` before the driver link in their DT_RUNPATH exactly when
         `cudaPackages.cuda_compat.meta.available`. That needs `nixpkgs.config.cudaSupport = true`
         (without it the package is marked broken), its unfree licence allowed, and a platform
-        NVIDIA ships it for (older Nixpkgs: Jetson builds only). Elsewhere the default is empty.
-        A listed package that is not available fails an assertion saying so.
+        NVIDIA ships it for: Jetson only (NVIDIA's manifest has it for linux-aarch64, as
+        "CUDA compat L4T"; older Nixpkgs also requires a Jetson `cudaCapabilities`). Elsewhere
+        the default is empty; a data-centre GPU's compat directory (NVIDIA's `cuda-compat`
+        package) can be listed as a path, though Nixpkgs' binaries do not load it. A listed
+        package that is not available fails an assertion saying so.
       '';
     };
 
@@ -419,9 +422,9 @@ in
           programs.cuda-sandbox.compat lists ${
             lib.concatMapStringsSep ", " (p: p.name or "a package") unusableCompat
           }, which is not available with this Nixpkgs configuration. cudaPackages.cuda_compat is
-          unfree and marked broken unless nixpkgs.config.cudaSupport = true, and exists only on
-          the platforms NVIDIA ships it for (Jetson; in older Nixpkgs, Jetson builds only, i.e.
-          nixpkgs.config.cudaCapabilities of a Jetson). Set those, or remove it from the list.
+          unfree and marked broken unless nixpkgs.config.cudaSupport = true, and NVIDIA ships it
+          for Jetson (linux-aarch64) only; older Nixpkgs also needs a Jetson
+          nixpkgs.config.cudaCapabilities. Set those, or remove it from the list.
         '';
       }
       {
