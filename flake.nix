@@ -24,8 +24,22 @@
           lib,
           rustPlatform,
           autoAddDriverRunpath,
+          runCommand,
+          writeText,
+          testers,
+          cudaPackages ? { },
         }:
-        rustPlatform.buildRustPackage {
+        let
+          # Nixpkgs' CUDA binaries load `${cuda_compat}/compat` before the driver link exactly
+          # when cuda_compat is available (autoAddCudaCompatRunpath); the runner must load what
+          # they would, or its driver check would contradict them.
+          compatAvailable =
+            let
+              tried = builtins.tryEval (cudaPackages.cuda_compat.meta.available or false);
+            in
+            tried.success && tried.value;
+
+          package = rustPlatform.buildRustPackage {
           pname = "cuda-sandbox";
           inherit (cargoToml.workspace.package) version;
 
@@ -60,7 +74,12 @@
 
           # libcuda.so.1 is found like in every nixpkgs CUDA binary: through DT_RUNPATH
           # /run/opengl-driver/lib, which the hook exposes in the sandbox.
-          nativeBuildInputs = [ autoAddDriverRunpath ];
+          # After it, when cuda_compat is available, `${cuda_compat}/compat` goes before the link,
+          # as in every Nixpkgs CUDA redistributable (the hook exposes it when it picks compat).
+          nativeBuildInputs = [
+            autoAddDriverRunpath
+          ]
+          ++ lib.optional compatAvailable cudaPackages.autoAddCudaCompatRunpath;
 
           # The fake driver (make-fake-driver and libfake_*.so) is for tests: never in `out`,
           # where a library directory might be taken for a driver.
@@ -75,14 +94,28 @@
             rmdir --ignore-fail-on-non-empty $out/lib
           '';
 
+          # The NixOS VM test of the module with this very package.
+          passthru.tests.vm = import ./nix-tests/vm.nix {
+            inherit
+              runCommand
+              writeText
+              testers
+              package
+              ;
+            module = ./nixos-module;
+          };
+
           meta = {
             description = "Nix pre-build-hook exposing NVIDIA GPUs and the CUDA driver to tagged builds, and the in-sandbox checks";
             homepage = cargoToml.workspace.package.repository;
             license = lib.licenses.mit;
             platforms = lib.platforms.linux;
+            maintainers = [ (import ./nixos-module/maintainers.nix).cuda-sandbox ];
             mainProgram = "cuda-sandbox-hook";
           };
         };
+        in
+        package;
 
       # A derivation that runs, in the sandbox of a GPU builder, the runner's checks, the ELF
       # lint of `package`, then `command` (the package's own GPU test).
@@ -143,15 +176,19 @@
         };
 
       lib = {
-        # mkGpuCheck { package, name ? …, features ? [ "cuda" ], expectDriver ? null,
-        #              command ? null, lint ? true }
-        # Built with this flake's nixpkgs for the package's platform; pass `pkgs` (and `runner`)
-        # to use another package set.
+        # mkGpuCheck { pkgs, package, name ? …, features ? [ "cuda" ], expectDriver ? null,
+        #              command ? null, lint ? true, runner ? … }
+        # `pkgs` is the package set `package` is built with: the check and the runner are built
+        # with it (the runner is `pkgs.cuda-sandbox` with the overlay, else the same callPackage
+        # the NixOS module uses), so no second Nixpkgs and no second Rust build enter.
         mkGpuCheck =
-          args@{ package, ... }:
+          args@{
+            pkgs ? throw "cuda-sandbox.lib.mkGpuCheck: pass `pkgs`, the package set your package is built with: mkGpuCheck { inherit pkgs; package = …; }",
+            package,
+            ...
+          }:
           let
-            pkgs = args.pkgs or nixpkgs.legacyPackages.${package.stdenv.hostPlatform.system or package.system};
-            runner = args.runner or (pkgs.callPackage cudaSandbox { });
+            runner = args.runner or (pkgs.cuda-sandbox or (pkgs.callPackage cudaSandbox { }));
           in
           mkGpuCheckWith { inherit pkgs runner; } (
             removeAttrs args [
@@ -213,8 +250,10 @@
                 nativeBuildInputs = [ package ];
                 configs = lib.attrValues (lib.mapAttrs pkgs.writeText result.configs);
               }
+              # --content-only: inside the sandbox the store file is owned by an unmapped uid;
+              # the hook's own ownership check is tested elsewhere (hook/tests/cli.rs).
               ''
-                for c in $configs; do cuda-sandbox-hook check-config --config "$c"; done
+                for c in $configs; do cuda-sandbox-hook check-config --content-only --config "$c"; done
                 echo "${toString result.passed} evaluation checks passed" > $out
               '';
 
@@ -223,10 +262,10 @@
           nixos-config =
             let
               nixos = lib.nixosSystem {
-                inherit system;
                 modules = [
                   self.nixosModules.default
                   {
+                    nixpkgs.hostPlatform = system;
                     programs.cuda-sandbox.enable = true;
                     hardware.graphics.enable = true;
                     boot.loader.grub.enable = false;
@@ -238,7 +277,7 @@
               etc = nixos.config.environment.etc;
             in
             pkgs.runCommand "cuda-sandbox-nixos-config" { nativeBuildInputs = [ package ]; } ''
-              cuda-sandbox-hook check-config --config ${etc."cuda-sandbox/config.toml".source}
+              cuda-sandbox-hook check-config --content-only --config ${etc."cuda-sandbox/config.toml".source}
               conf=${etc."nix/nix.conf".source}
               line=$(grep '^system-features = ' $conf)
               for f in nixos-test benchmark big-parallel kvm cuda gpu nvidia-gpu opengl; do
@@ -254,10 +293,7 @@
           # NixOS VM: the module with a fake device tree and the fake driver; a tagged
           # derivation built through the real daemon passes the GPU checks, an untagged one sees
           # nothing. Needs KVM (or patience) on x86_64-linux/aarch64-linux.
-          vm = import ./nix-tests/vm.nix {
-            inherit pkgs package;
-            module = self.nixosModules.default;
-          };
+          inherit (package.tests) vm;
         }
       );
     };

@@ -1,65 +1,32 @@
-# Evaluation test of flake.nix's outputs, without Nixpkgs: `outputs` is called with a STUB
-# `nixpkgs` input whose `lib` is the real Nixpkgs lib and whose package set is the stub below
-# (each "package" an attribute set that records how it was made; nothing is built). So this
-# checks the flake's shape and wiring — outputs present, the package's build arguments,
-# `tests.cuda` made of tests-gpu's checks, mkGpuCheck's derivation, the module's wiring —
-# not that the package builds or the VM test passes (those need Nixpkgs: `nix flake check`).
+# Evaluation test of flake.nix's outputs, without Nixpkgs: `outputs` is called with the STUB
+# `nixpkgs` input of ./stub-nixpkgs.nix (the real Nixpkgs lib; packages that are real but
+# trivial derivations, each recording how it was made). So this checks the flake's shape and
+# wiring — outputs present, the package's build arguments, `tests.cuda` made of tests-gpu's
+# checks, mkGpuCheck's derivation and package set, the module's wiring, the checks — not that
+# the package builds or the VM test passes (those need Nixpkgs). nix-tests/flake-check runs
+# `nix flake check --no-build` and builds two checks for real with the same stub.
 #
 #   nix-instantiate --eval --strict nix-tests/flake-eval.nix --arg lib 'import /path/to/nixpkgs.lib/lib'
 { lib }:
 let
   system = "x86_64-linux";
-  storePath = name: "${builtins.storeDir}/00000000000000000000000000000000-${name}";
-  stubDrv =
-    name: attrs:
-    attrs
-    // {
-      type = "derivation";
-      inherit name system;
-      outPath = storePath name;
-    };
 
-  pkgs = {
-    inherit lib;
-    stdenv.hostPlatform.system = system;
-    callPackage =
-      fn: args:
-      let
-        f = if builtins.isFunction fn then fn else import fn;
-      in
-      f (builtins.intersectAttrs (builtins.functionArgs f) pkgs // args);
-    rustPlatform.buildRustPackage =
-      args:
-      stubDrv "${args.pname}-${args.version}" {
-        inherit args;
-        fixtures = stubDrv "${args.pname}-${args.version}-fixtures" { };
-      };
-    autoAddDriverRunpath = stubDrv "auto-add-driver-runpath-hook" { };
-    runCommand =
-      name: env: script:
-      stubDrv name { inherit env script; };
-    linkFarm = name: entries: stubDrv name { inherit entries; };
-    writeText = name: text: stubDrv name { inherit text; };
-    mkShell = args: stubDrv "shell" { inherit args; };
-    clippy = stubDrv "clippy" { };
-    rustfmt = stubDrv "rustfmt" { };
-    rust-analyzer = stubDrv "rust-analyzer" { };
-    nixfmt = stubDrv "nixfmt" { };
-  };
-
-  nixpkgs = {
-    inherit lib;
-    legacyPackages.${system} = pkgs;
-    outPath = storePath "nixpkgs-stub";
-  };
+  nixpkgs = import ./stub-nixpkgs.nix { inherit lib system; };
+  pkgs = nixpkgs.legacyPackages.${system};
 
   flake = import ../flake.nix;
-  outputs = flake.outputs {
-    self = outputs // {
-      outPath = toString ../.;
-    };
-    inherit nixpkgs;
-  };
+  outputsWith =
+    nixpkgs:
+    let
+      outputs = flake.outputs {
+        self = outputs // {
+          outPath = toString ../.;
+        };
+        inherit nixpkgs;
+      };
+    in
+    outputs;
+  outputs = outputsWith nixpkgs;
 
   package = outputs.packages.${system}.default;
   cudaTests = outputs.legacyPackages.${system}.tests.cuda;
@@ -70,32 +37,70 @@ let
   };
 
   # A package that adds a GPU check of itself, as the README shows.
-  myPackage = stubDrv "my-cuda-app-1.0" { stdenv.hostPlatform.system = system; };
+  # (A fake store path without string context, so that the script can be searched for it.)
+  myPackage = (import ./stubs.nix { inherit lib; }).fakePackage "my-cuda-app-1.0";
   gpuCheck = outputs.lib.mkGpuCheck {
+    inherit pkgs;
     package = myPackage;
     expectDriver = "host";
     command = "${myPackage}/bin/my-cuda-app --self-test";
   };
   gpuCheckNoLint = outputs.lib.mkGpuCheck {
+    inherit pkgs;
     package = myPackage;
     name = "plain";
     features = [ "gpu" ];
     lint = false;
   };
+  # The caller's package set decides: another one (marked) builds the check and the runner.
+  otherPkgs = pkgs // {
+    runCommand = name: env: script: pkgs.runCommand name env script // { builtWithOtherPkgs = true; };
+  };
+  gpuCheckOtherPkgs = outputs.lib.mkGpuCheck {
+    pkgs = otherPkgs;
+    package = myPackage;
+  };
+  # With the overlay, the runner is the package set's own cuda-sandbox.
+  # (Marked: any callPackage of the same function would give the same derivation.)
+  overlaid = pkgs // {
+    cuda-sandbox = (outputs.overlays.default overlaid pkgs).cuda-sandbox // {
+      fromOverlay = true;
+    };
+  };
+  gpuCheckOverlay = outputs.lib.mkGpuCheck {
+    pkgs = overlaid;
+    package = myPackage;
+  };
+
+  # cuda_compat available (cudaSupport, a platform NVIDIA ships it for): the runner loads it
+  # first, as Nixpkgs' CUDA binaries do.
+  compatHook = pkgs.writeText "auto-add-cuda-compat-runpath-hook" "";
+  compatNixpkgs = import ./stub-nixpkgs.nix {
+    inherit lib system;
+    extraPackages.cudaPackages = {
+      cuda_compat = pkgs.writeText "cuda_compat-12.9" "" // {
+        meta.available = true;
+      };
+      autoAddCudaCompatRunpath = compatHook;
+    };
+  };
+  compatPackage = (outputsWith compatNixpkgs).packages.${system}.default;
 
   # The flake's module with the stub NixOS of ./stubs.nix: the package comes from the flake.
-  stubs = import ./stubs.nix { inherit lib; };
-  nixos =
-    (lib.evalModules {
+  nixosWith =
+    config:
+    (nixpkgs.lib.nixosSystem {
       modules = [
-        stubs.module
         outputs.nixosModules.default
-        { programs.cuda-sandbox.enable = true; }
+        config
       ];
-      specialArgs.pkgs = pkgs // stubs.pkgs // { inherit (pkgs) callPackage; };
     }).config;
+  nixos = nixosWith { programs.cuda-sandbox.enable = true; };
 
   members = (lib.importTOML ../Cargo.toml).workspace.members;
+  checks' = outputs.checks.${system};
+
+  throws = value: !(builtins.tryEval (builtins.deepSeq value value)).success;
 
   check = what: condition: lib.assertMsg condition "flake-eval: ${what}";
 
@@ -117,8 +122,14 @@ let
     (check "the package: cargoLock.lockFile is ./Cargo.lock" (
       package.args.cargoLock.lockFile == ../Cargo.lock
     ))
-    (check "the package: autoAddDriverRunpath puts the driver link in DT_RUNPATH" (
-      lib.elem pkgs.autoAddDriverRunpath package.args.nativeBuildInputs
+    (check "the package: autoAddDriverRunpath puts the driver link in DT_RUNPATH, alone without cuda_compat" (
+      package.args.nativeBuildInputs == [ pkgs.autoAddDriverRunpath ]
+    ))
+    (check "the package: with cuda_compat available, autoAddCudaCompatRunpath comes after the driver link's hook (so compat is first)" (
+      compatPackage.args.nativeBuildInputs == [
+        compatNixpkgs.legacyPackages.${system}.autoAddDriverRunpath
+        compatHook
+      ]
     ))
     (check "the package's source holds every workspace member" (
       lib.all (m: builtins.pathExists "${package.args.src}/${m}/Cargo.toml") members
@@ -130,9 +141,15 @@ let
       ]
       && lib.hasInfix "mv $out/lib/libfake_*.so $fixtures/lib/" package.args.postInstall
     ))
-    (check "overlays.default adds cuda-sandbox" (
-      (outputs.overlays.default pkgs pkgs).cuda-sandbox.name == package.name
+    (check "the package: meta.maintainers and mainProgram" (
+      package.meta.mainProgram == "cuda-sandbox-hook"
+      && lib.any (m: m.github or "" == "cuda-sandbox") package.meta.maintainers
     ))
+    (check "the package: passthru.tests.vm is the VM test, and checks.vm is it" (
+      package.tests.vm.args.name == "cuda-sandbox"
+      && checks'.vm.drvPath == package.tests.vm.drvPath
+    ))
+    (check "overlays.default adds cuda-sandbox" (overlaid.cuda-sandbox.name == package.name))
     (check "tests.cuda builds all and no-gpu" (
       cudaTests.entries.all.drvPath == tests-gpu.all.drvPath
       && cudaTests.entries.no-gpu.drvPath == tests-gpu.no-gpu.drvPath
@@ -165,16 +182,39 @@ let
       && gpuCheckNoLint.env.requiredSystemFeatures == [ "gpu" ]
       && !(lib.hasInfix "lint" gpuCheckNoLint.script)
     ))
-    (check "nixosModules.default: the hook is the flake's package" (
+    (check "mkGpuCheck: built with the caller's pkgs (no Nixpkgs of its own)" (
+      gpuCheckOtherPkgs.builtWithOtherPkgs or false
+    ))
+    (check "mkGpuCheck: with the overlay, the runner is pkgs.cuda-sandbox (no second Rust build)" (
+      map (p: p.fromOverlay or false) gpuCheckOverlay.env.nativeBuildInputs == [ true ]
+    ))
+    (check "mkGpuCheck: without pkgs it fails, naming it" (
+      throws (outputs.lib.mkGpuCheck { package = myPackage; })
+    ))
+    (check "nixosModules.default: the hook is the flake's package, on PATH too" (
       nixos.nix.settings.pre-build-hook == "${package}/bin/cuda-sandbox-hook"
+      && lib.elem package.outPath (map (p: p.outPath) nixos.environment.systemPackages)
     ))
     (check "checks: CPU checks and the VM test" (
-      builtins.attrNames outputs.checks.${system} == [
+      builtins.attrNames checks' == [
         "module-eval"
         "nixos-config"
         "package"
         "vm"
       ]
+    ))
+    (check "checks: module-eval and nixos-config check the configs' content (the store file is not root's in a build)" (
+      lib.hasInfix "check-config --content-only" checks'.module-eval.script
+      && lib.hasInfix "check-config --content-only" checks'.nixos-config.script
+    ))
+    # The stub's nixosSystem refuses `system` (./stub-nixpkgs.nix), so instantiating the check
+    # proves the flake does not pass it; the legacy call fails there.
+    (check "checks.nixos-config: nixosSystem without the legacy `system` argument" (
+      !(throws checks'.nixos-config.drvPath)
+      && throws (nixpkgs.lib.nixosSystem {
+        inherit system;
+        modules = [ ];
+      }).config
     ))
     (check "devShells.default" (outputs.devShells.${system}.default.name == "shell"))
   ];

@@ -11,22 +11,23 @@
 let
   stubs = import ./stubs.nix { inherit lib; };
 
-  eval =
-    config:
+  evalWith =
+    pkgs: config:
     lib.evalModules {
       modules = [
         stubs.module
         ../nixos-module
         config
       ];
-      specialArgs.pkgs = stubs.pkgs;
+      specialArgs.pkgs = pkgs;
     };
+  eval = evalWith stubs.pkgs;
 
   # The configuration as the system would see it, with the failing assertions and warnings.
-  system =
-    config:
+  systemWith =
+    pkgs: config:
     let
-      c = (eval config).config;
+      c = (evalWith pkgs config).config;
       etc = c.environment.etc."cuda-sandbox/config.toml".source;
     in
     {
@@ -38,7 +39,17 @@ let
       failed = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
       inherit (c) warnings;
       uvm = c.systemd.services.cuda-sandbox-nvidia-uvm or null;
+      packages = c.environment.systemPackages;
+      maintainers = c.meta.maintainers;
+      nixConf = c.environment.etc."nix/nix.conf".source.text or null;
     };
+  system = systemWith stubs.pkgs;
+
+  # Whether evaluating `value` fails (a type error, an assertion).
+  fails = value: !(builtins.tryEval (builtins.deepSeq value value)).success;
+
+  package = stubs.pkgs.cuda-sandbox;
+  hookPath = "${package}/bin/cuda-sandbox-hook";
 
   check =
     case: condition: what:
@@ -126,6 +137,72 @@ let
 
   noGraphics = system { programs.cuda-sandbox.enable = true; };
 
+  # The features through extra-system-features, beside the user's own system-features.
+  extraFeatures = system {
+    imports = [ enabled ];
+    nix.settings.system-features = [ "kvm" ];
+    nix.settings.extra-system-features = cudaFeatures;
+  };
+
+  # Nix managed outside NixOS: no nix.conf from NixOS, so a warning with the lines to add.
+  nixDisabled = system {
+    imports = [ enabled ];
+    nix.enable = false;
+  };
+
+  # hardware.nvidia drives the GPU: it already loads nvidia-uvm and makes the node.
+  withNvidiaModule = system {
+    imports = [ enabled ];
+    services.xserver.videoDrivers = [ "nvidia" ];
+  };
+  withDatacenterDriver = system {
+    imports = [ enabled ];
+    hardware.nvidia.datacenter.enable = true;
+    programs.cuda-sandbox.createUvmNode = true;
+  };
+
+  # A dedicated GPU builder, and a user's own policy over it.
+  dedicated = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.dedicatedBuilder = true;
+  };
+  dedicatedButFail = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.dedicatedBuilder = true;
+    programs.cuda-sandbox.settings.missing_drv = "fail";
+  };
+
+  # Typed settings refuse what the hook would refuse.
+  badPolicy = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.settings.missing_drv = "sometimes";
+  };
+  badGpus = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.settings.gpus_per_build = -1;
+  };
+  badCache = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.settings.closure_cache = "relative/cache";
+  };
+
+  # cuda_compat: unavailable under a default config (the stub); available where Nixpkgs' CUDA
+  # binaries would load it (cudaSupport, unfree allowed, a platform NVIDIA ships it for).
+  availableCompat = stubs.fakePackage "cuda_compat-12.9" // {
+    meta.available = true;
+  };
+  compatPkgs = stubs.pkgs // {
+    cudaPackages.cuda_compat = availableCompat;
+  };
+  compatByDefault = systemWith compatPkgs enabled;
+  unavailableCompat = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.compat = [
+      stubs.pkgs.cudaPackages.cuda_compat
+      "/usr/local/cuda-12.9/compat"
+    ];
+  };
+
   disabled = system { };
 
   # Negative controls: the two obvious ways to add features, and why the module uses neither.
@@ -184,6 +261,11 @@ let
   checks = [
     # defaults
     (checkEqual "defaults" "the whole settings" defaults.settings {
+      missing_drv = "skip";
+      gpus_per_build = 0;
+      lease_wait_seconds = 600;
+      closure_cache = "/var/cache/cuda-sandbox/closures";
+      runtime_dir = "/run/cuda-sandbox";
       rule = [
         {
           name = "nvidia";
@@ -199,9 +281,20 @@ let
       ];
     })
     (checkEqual "defaults" "config.toml" defaults.toml (builtins.readFile ./expected/default.toml))
-    (checkEqual "defaults" "nix.settings.pre-build-hook" defaults.hook
+    (checkEqual "defaults" "nix.settings.pre-build-hook (lib.getExe)" defaults.hook
       "${builtins.storeDir}/00000000000000000000000000000000-cuda-sandbox-0.1.0/bin/cuda-sandbox-hook"
     )
+    (check "defaults" (lib.elem package defaults.packages)
+      "the package is in environment.systemPackages (explain, check-config on PATH)"
+    )
+    (check "defaults" (
+      lib.any (m: m.github or "" == "cuda-sandbox") defaults.maintainers
+    ) "meta.maintainers names the project")
+    (check "defaults" (
+      defaults.nixConf != null
+      && lib.hasInfix "pre-build-hook = ${hookPath}\n" defaults.nixConf
+      && lib.hasInfix "system-features = nixos-test benchmark big-parallel kvm cuda gpu nvidia-gpu opengl\n" defaults.nixConf
+    ) "nix.conf has the hook and all features, got ${toString defaults.nixConf}")
     (checkEqual "defaults" "nix.settings.system-features (Nix's defaults kept, then the module's)"
       defaults.system-features
       (nixDefaults ++ cudaFeatures)
@@ -216,6 +309,20 @@ let
     ) "a oneshot creates /dev/nvidia-uvm before nix-daemon, when the NVIDIA driver is loaded")
 
     # compat
+    (checkEqual "compat" "default compat, cuda_compat unavailable" defaults.nvidia.driver.compat [ ])
+    (checkEqual "compat" "default compat, cuda_compat available" compatByDefault.nvidia.driver.compat [
+      "${availableCompat}/compat"
+    ])
+    (checkEqual "compat" "failed assertions, cuda_compat available" compatByDefault.failed [ ])
+    (checkEqual "compat" "an unavailable package is left out of the file"
+      unavailableCompat.nvidia.driver.compat
+      [ "/usr/local/cuda-12.9/compat" ]
+    )
+    (check "compat" (
+      lib.length unavailableCompat.failed == 1
+      && lib.hasInfix "cuda_compat-12.9, which is not available" (lib.head unavailableCompat.failed)
+      && lib.hasInfix "nixpkgs.config.cudaSupport = true" (lib.head unavailableCompat.failed)
+    ) "one assertion saying what to set, got ${builtins.toJSON unavailableCompat.failed}")
     (checkEqual "compat" "driver.compat" withCompat.nvidia.driver.compat [
       "${builtins.storeDir}/11111111111111111111111111111111-cuda_compat-12.9/compat"
       "/usr/local/cuda-12.9/compat"
@@ -257,8 +364,48 @@ let
     (checkEqual "user-features" "system-features" userFeatures.system-features [ "kvm" ])
     (check "user-features" (
       lib.length userFeatures.failed == 1
-      && lib.hasInfix "lacks cuda, gpu, nvidia-gpu, opengl" (lib.head userFeatures.failed)
+      && lib.hasInfix "has cuda, gpu, nvidia-gpu, opengl" (lib.head userFeatures.failed)
+      && lib.hasInfix "extra-system-features" (lib.head userFeatures.failed)
     ) "one assertion naming the missing features, got ${builtins.toJSON userFeatures.failed}")
+    (checkEqual "extra-features" "failed assertions (extra-system-features counts)"
+      extraFeatures.failed
+      [ ]
+    )
+    (check "extra-features" (
+      lib.hasInfix "extra-system-features = cuda gpu nvidia-gpu opengl\n" extraFeatures.nixConf
+      && lib.hasInfix "system-features = kvm\n" extraFeatures.nixConf
+    ) "nix.conf has both lines, got ${extraFeatures.nixConf}")
+
+    # nix.enable = false: a warning with the lines to put in the nix.conf the user manages
+    (check "nix-disabled" (
+      nixDisabled.failed == [ ]
+      && nixDisabled.nixConf == null
+      && lib.length nixDisabled.warnings == 1
+      && lib.hasInfix "nix.enable is false" (lib.head nixDisabled.warnings)
+      && lib.hasInfix "pre-build-hook = ${hookPath}\n" (lib.head nixDisabled.warnings)
+      && lib.hasInfix "extra-system-features = cuda gpu nvidia-gpu opengl\n" (
+        lib.head nixDisabled.warnings
+      )
+    ) "one warning with the nix.conf lines, got ${builtins.toJSON nixDisabled.warnings}")
+
+    # createUvmNode: off where hardware.nvidia already makes /dev/nvidia-uvm
+    (check "nvidia-module" (withNvidiaModule.uvm == null)
+      "no second /dev/nvidia-uvm unit when hardware.nvidia is enabled"
+    )
+    (check "nvidia-module" (withDatacenterDriver.uvm != null)
+      "an explicit createUvmNode = true still wins"
+    )
+
+    # dedicated GPU builder
+    (checkEqual "dedicated" "missing_drv" dedicated.settings.missing_drv "expose")
+    (checkEqual "dedicated" "the user's own missing_drv wins" dedicatedButFail.settings.missing_drv
+      "fail"
+    )
+
+    # typed settings
+    (check "typed-settings" (fails badPolicy.settings) "missing_drv = \"sometimes\" is refused")
+    (check "typed-settings" (fails badGpus.settings) "gpus_per_build = -1 is refused")
+    (check "typed-settings" (fails badCache.settings) "a relative closure_cache is refused")
 
     # sandbox off: the hook would never run
     (check "sandbox-off" (
@@ -277,6 +424,7 @@ let
     # disabled: nothing at all
     (check "disabled" (
       disabled.hook == null
+      && disabled.packages == [ ]
       && disabled.system-features == nixDefaults
       && disabled.uvm == null
       && disabled.failed == [ ]
@@ -296,5 +444,7 @@ assert lib.all lib.id checks;
     default = defaults.toml;
     compat = withCompat.toml;
     devices = withDevices.toml;
+    dedicated = dedicated.toml;
+    compat-by-default = compatByDefault.toml;
   };
 }

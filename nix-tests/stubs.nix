@@ -1,15 +1,31 @@
 # What the evaluation tests put in place of NixOS and Nixpkgs, which this machine does not
-# have. Everything here is a STUB, kept as small and as faithful as the tests need:
+# have. Everything here is a STUB, written for these tests from the facts of the real files
+# (read in NixOS/nixpkgs; no code copied), kept as small and as faithful as the tests need:
 #
-# - `pkgs`: strings where the module only interpolates a package, and `formats.toml` with the
-#   real type (copied from nixpkgs' pkgs/pkgs-lib/formats.nix) but a pure-Nix `generate`
-#   (./toml.nix) instead of remarshal, which would need a build.
-# - `module`: declarations of the NixOS options the module reads or sets. `nix.settings` copies
-#   nixpkgs' nixos/modules/config/nix.nix: the same freeform type, `sandbox` with its default,
-#   `system-features` without an option default, and the same `mkDefault` definition of Nix's
-#   default features. That definition is what decides how the module must add its features,
-#   so it is copied exactly; the rest (etc, systemd, hardware.graphics) is loosely typed.
-{ lib }:
+# - `pkgs`: strings where the module only interpolates a package, `addDriverRunpath.driverLink`,
+#   `cudaPackages.cuda_compat` (unavailable, as under a default Nixpkgs config: it is broken
+#   without `config.cudaSupport`), and `formats.toml` with the real type but a pure-Nix
+#   `generate` (./toml.nix) instead of remarshal, which would need a build.
+# - `module`: the NixOS options the module reads or sets, declared the way NixOS declares them:
+#   - nixos/modules/services/system/nix-daemon.nix: `nix.enable`, a bool defaulting to true;
+#   - nixos/modules/config/nix.nix: `nix.settings`, a submodule with a free-form type of Nix
+#     config atoms (so `extra-system-features` is free-form: NixOS does not declare it),
+#     `sandbox` (bool or "relaxed", default true), `system-features` declared WITHOUT a
+#     default; and, only under `mkIf config.nix.enable`, the `mkDefault` definition of Nix's
+#     default features and /etc/nix/nix.conf rendered from the settings (`key = value`, lists
+#     space-separated, booleans true/false). That definition and its priority decide how the
+#     module must add its features;
+#   - nixos/modules/hardware/video/nvidia.nix: `hardware.nvidia.enabled`, read-only, true when
+#     "nvidia" is in `services.xserver.videoDrivers` or `hardware.nvidia.datacenter.enable`;
+#   - nixos/modules/misc/meta.nix: `meta.maintainers`, a list that concatenates;
+#   - `environment.systemPackages` (list of packages), `environment.etc.<name>.source`,
+#     `systemd.services` (loosely typed), `hardware.graphics.enable`, `assertions`, `warnings`.
+{
+  lib,
+  # How a text file becomes a "package": by default a fake store path that is never built
+  # (evaluation tests); ./stub-nixpkgs.nix passes a real one, for builds in the sandbox.
+  writeText ? null,
+}:
 let
   toTOML = import ./toml.nix { inherit lib; };
 
@@ -20,10 +36,22 @@ let
     inherit name;
     outPath = storePath name;
   };
+  textFile =
+    name: text:
+    (if writeText == null then fakePackage name else writeText name text) // { inherit text; };
 in
 {
+  inherit fakePackage textFile;
+
   pkgs = {
-    cuda-sandbox = fakePackage "cuda-sandbox-0.1.0";
+    cuda-sandbox = fakePackage "cuda-sandbox-0.1.0" // {
+      meta.mainProgram = "cuda-sandbox-hook";
+    };
+    addDriverRunpath.driverLink = "/run/opengl-driver";
+    # Under a default config cuda_compat is marked broken (and it is unfree): not available.
+    cudaPackages.cuda_compat = fakePackage "cuda_compat-12.9" // {
+      meta.available = false;
+    };
     kmod = fakePackage "kmod";
     coreutils = fakePackage "coreutils";
     gnugrep = fakePackage "gnugrep";
@@ -57,11 +85,7 @@ in
           let
             plain = builtins.fromJSON (builtins.toJSON value);
           in
-          fakePackage name
-          // {
-            value = plain;
-            text = toTOML plain;
-          };
+          textFile name (toTOML plain) // { value = plain; };
       };
   };
 
@@ -69,6 +93,22 @@ in
     { config, ... }:
     let
       loose = lib.types.attrsOf lib.types.anything;
+
+      # nix.nix renders each setting as `key = value`: lists space-separated, booleans as
+      # true/false, null as nothing, packages and paths as their store path.
+      confValue =
+        v:
+        if v == null then
+          ""
+        else if builtins.isBool v then
+          lib.boolToString v
+        else if builtins.isList v then
+          lib.concatMapStringsSep " " confValue v
+        else
+          toString v;
+      nixConf = lib.concatStrings (
+        lib.mapAttrsToList (k: v: "${k} = ${confValue v}\n") config.nix.settings
+      );
     in
     {
       options = {
@@ -80,11 +120,19 @@ in
           type = lib.types.listOf lib.types.str;
           default = [ ];
         };
+        meta.maintainers = lib.mkOption {
+          type = lib.types.listOf (lib.types.attrsOf lib.types.str);
+          default = [ ];
+        };
+
+        nix.enable = lib.mkOption {
+          type = lib.types.bool;
+          default = true;
+        };
 
         nix.settings = lib.mkOption {
           default = { };
           type = lib.types.submodule {
-            # nixpkgs' semanticConfType.
             freeformType =
               with lib.types;
               let
@@ -116,6 +164,10 @@ in
           );
           default = { };
         };
+        environment.systemPackages = lib.mkOption {
+          type = lib.types.listOf lib.types.package;
+          default = [ ];
+        };
 
         systemd.services = lib.mkOption {
           type = lib.types.attrsOf loose;
@@ -126,14 +178,32 @@ in
           type = lib.types.bool;
           default = false;
         };
+        services.xserver.videoDrivers = lib.mkOption {
+          type = lib.types.listOf lib.types.str;
+          default = [ ];
+        };
+        hardware.nvidia.datacenter.enable = lib.mkOption {
+          type = lib.types.bool;
+          default = false;
+        };
+        hardware.nvidia.enabled = lib.mkOption {
+          type = lib.types.bool;
+          readOnly = true;
+          default =
+            lib.elem "nvidia" config.services.xserver.videoDrivers
+            || config.hardware.nvidia.datacenter.enable;
+        };
       };
 
       # As nixos/modules/config/nix.nix (without the gccarch-* features of a gcc.arch platform).
-      config.nix.settings.system-features = lib.mkDefault [
-        "nixos-test"
-        "benchmark"
-        "big-parallel"
-        "kvm"
-      ];
+      config = lib.mkIf config.nix.enable {
+        nix.settings.system-features = lib.mkDefault [
+          "nixos-test"
+          "benchmark"
+          "big-parallel"
+          "kvm"
+        ];
+        environment.etc."nix/nix.conf".source = textFile "nix.conf" nixConf;
+      };
     };
 }

@@ -7,21 +7,24 @@
 #
 # Not run on the development machine (no Nixpkgs, no KVM there); it runs with
 # `nix build .#checks.x86_64-linux.vm` wherever Nixpkgs and KVM are.
+# The package's `passthru.tests.vm` (the flake's `checks.<system>.vm` is the same derivation).
 {
-  pkgs,
+  runCommand,
+  writeText,
+  testers,
   package,
   module,
 }:
 let
   fakeRoot = "/var/lib/fake-gpu";
 
-  fakeDriver = pkgs.runCommand "fake-nvidia-driver-535" { } ''
+  fakeDriver = runCommand "fake-nvidia-driver-535" { } ''
     ${package.fixtures}/bin/make-fake-driver $out/lib --artifacts ${package.fixtures}/lib \
       --cuda-version 12.2 --kernel-driver 535.104.05
   '';
 
   # Evaluated inside the VM: tests-gpu with the runner that is in the VM's store.
-  testsNix = pkgs.writeText "cuda-sandbox-tests.nix" ''
+  testsNix = writeText "cuda-sandbox-tests.nix" ''
     import ${../tests-gpu} {
       runner = { outPath = builtins.storePath "${package}"; };
       libraryPath = null;
@@ -29,7 +32,7 @@ let
     }
   '';
 in
-pkgs.testers.runNixOSTest {
+testers.runNixOSTest {
   name = "cuda-sandbox";
 
   nodes.machine =

@@ -4,6 +4,8 @@
 #
 # The flake's `nixosModules.default` imports this file and supplies `package`; used without the
 # flake, set `programs.cuda-sandbox.package` (or add the flake's overlay).
+#
+# Needs NixOS 24.11 or later (`hardware.graphics`, which replaced `hardware.opengl` in 24.11).
 {
   config,
   lib,
@@ -111,14 +113,94 @@ let
       inherit (cfg.driver) link required;
       # NixOS has no driver in the loader cache or /usr/lib: the link is the only source.
       host_libraries = false;
-      compat = map compatDir cfg.compat;
+      compat = map compatDir (lib.filter usable cfg.compat);
     };
   }
   // lib.optionalAttrs (cfg.extraPaths != [ ]) { path = map dropNulls cfg.extraPaths; };
 
-  missingFeatures = lib.subtractLists config.nix.settings.system-features cfg.features;
+  # Nix reads both lists: `extra-system-features` adds to `system-features`.
+  declaredFeatures =
+    config.nix.settings.system-features ++ (config.nix.settings.extra-system-features or [ ]);
+  missingFeatures = lib.subtractLists declaredFeatures cfg.features;
+
+  # A package that cannot be built here (cuda_compat is unfree and broken unless
+  # nixpkgs.config.cudaSupport is set): rendering its path would abort the evaluation, so it is
+  # left out of the file and an assertion says what to set.
+  usable = entry: !(lib.isDerivation entry) || (entry.meta.available or true);
+  unusableCompat = lib.filter (entry: !(usable entry)) cfg.compat;
+
+  # Nixpkgs' CUDA redistributables put `${cuda_compat}/compat` before the driver link in
+  # DT_RUNPATH exactly when `cuda_compat.meta.available` (autoAddCudaCompatRunpath); the hook
+  # should then consider the same compat driver that those binaries load.
+  nixpkgsCompat =
+    let
+      compat = pkgs.cudaPackages.cuda_compat or null;
+      available = builtins.tryEval (compat != null && (compat.meta.available or false));
+    in
+    lib.optional (available.success && available.value) compat;
+
+  renderedFeatures = lib.concatStringsSep " " cfg.features;
+
+  # What `settings` knows; anything else is free-form and goes to the file as written.
+  absolutePath = lib.types.strMatching "/.*";
+  knownSettings = {
+    missing_drv = lib.mkOption {
+      type = lib.types.enum [
+        "skip"
+        "expose"
+        "fail"
+      ];
+      default = "skip";
+      description = ''
+        What the hook does when the `.drv` of a build is not on disk and Nix passed the
+        derivation no other way (a remote builder on upstream Nix, NixOS/nix#9272): `skip`
+        exposes nothing, with a warning; `expose` gives the build every rule's devices, as if it
+        were tagged; `fail` fails it. {option}`programs.cuda-sandbox.dedicatedBuilder` sets
+        `expose`, which is right only on a builder that receives GPU builds alone.
+      '';
+    };
+    gpus_per_build = lib.mkOption {
+      type = lib.types.ints.unsigned;
+      default = 0;
+      description = ''
+        GPUs leased to each tagged build for itself alone; `0`: every tagged build sees every
+        GPU. A derivation may ask for another number with the attribute `cudaSandboxGpus`.
+      '';
+    };
+    lease_wait_seconds = lib.mkOption {
+      type = lib.types.ints.unsigned;
+      default = 600;
+      description = ''
+        With `gpus_per_build`: how long a tagged build waits for enough free GPUs before it
+        fails; `0` fails at once.
+      '';
+    };
+    closure_cache = lib.mkOption {
+      type = absolutePath;
+      default = "/var/cache/cuda-sandbox/closures";
+      description = "Directory of cached store-path closures (one file per store path).";
+    };
+    runtime_dir = lib.mkOption {
+      type = absolutePath;
+      default = "/run/cuda-sandbox";
+      description = ''
+        Per-build manifests (`manifests/`, bound read-only into each tagged build) and GPU leases
+        (`leases/`).
+      '';
+    };
+    rule = lib.mkOption {
+      type = lib.types.listOf settingsFormat.type;
+      default = [ ];
+      description = ''
+        `[[rule]]` tables: the rule `nvidia` that the options above describe comes first, then
+        these. `lib.mkForce` replaces the list, the module's rule included.
+      '';
+    };
+  };
 in
 {
+  meta.maintainers = [ (import ./maintainers.nix).cuda-sandbox ];
+
   options.programs.cuda-sandbox = {
     enable = lib.mkEnableOption ''
       cuda-sandbox: the NVIDIA GPU and the CUDA driver inside the Nix build sandbox, for
@@ -145,10 +227,11 @@ in
     driver = {
       link = lib.mkOption {
         type = lib.types.str;
-        default = "/run/opengl-driver";
+        default = pkgs.addDriverRunpath.driverLink;
+        defaultText = lib.literalExpression "pkgs.addDriverRunpath.driverLink";
         description = ''
-          The driver link, exposed with its store closure. On NixOS
-          {option}`hardware.graphics` makes `/run/opengl-driver` point at
+          The driver link (`/run/opengl-driver`), exposed with its store closure. On NixOS
+          {option}`hardware.graphics` makes it point at
           {option}`hardware.graphics.package` and {option}`hardware.graphics.extraPackages`,
           where `hardware.nvidia` puts the driver; nixpkgs binaries find `libcuda.so.1` there
           through their DT_RUNPATH.
@@ -163,14 +246,39 @@ in
 
     compat = lib.mkOption {
       type = lib.types.listOf (lib.types.either lib.types.package lib.types.str);
-      default = [ ];
-      example = lib.literalExpression ''[ pkgs.cudaPackages.cuda_compat ]'';
+      default = nixpkgsCompat;
+      defaultText = lib.literalExpression ''
+        lib.optional pkgs.cudaPackages.cuda_compat.meta.available pkgs.cudaPackages.cuda_compat
+      '';
+      example = lib.literalExpression ''[ "/usr/local/cuda-12.9/compat" ]'';
       description = ''
         `cuda_compat` drivers to consider: packages (their `compat/` directory is used) or
-        absolute directory globs. The hook picks one only when it supports the host's kernel
-        driver and is newer than it (data-center GPUs and Jetson only).
+        absolute directory globs. The hook picks one only when its ELF note lists the host's
+        kernel driver branch and its CUDA version is newer than the host driver's; otherwise
+        `cuInit` would fail (803, or 804 on GPUs that cannot use compat: only data-centre GPUs
+        and Jetson can).
+
+        The default is what Nixpkgs' own CUDA binaries load: Nixpkgs puts
+        `''${cuda_compat}/compat` before the driver link in their DT_RUNPATH exactly when
+        `cudaPackages.cuda_compat.meta.available`. That needs `nixpkgs.config.cudaSupport = true`
+        (without it the package is marked broken), its unfree licence allowed, and a platform
+        NVIDIA ships it for: Jetson only (NVIDIA's manifest has it for linux-aarch64, as
+        "CUDA compat L4T"; older Nixpkgs also requires a Jetson `cudaCapabilities`). Elsewhere
+        the default is empty; a data-centre GPU's compat directory (NVIDIA's `cuda-compat`
+        package) can be listed as a path, though Nixpkgs' binaries do not load it. A listed
+        package that is not available fails an assertion saying so.
       '';
     };
+
+    dedicatedBuilder = lib.mkEnableOption ''
+      the settings of a dedicated GPU builder: a machine whose entry in the clients'
+      {option}`nix.buildMachines` (or /etc/nix/machines) lists `cuda` among its
+      `mandatoryFeatures`, so that it receives only GPU builds. On upstream Nix the hook of a
+      remote builder is handed a `.drv` path that does not exist there (NixOS/nix#9272), so it
+      cannot read the build's features. On a dedicated builder every build asked for the GPU,
+      so this sets {option}`programs.cuda-sandbox.settings.missing_drv` to `expose` (at
+      `mkDefault` priority). Do not set it on a builder that also takes other builds: they would
+      get the GPU too'';
 
     extraDevices = lib.mkOption {
       type = lib.types.listOf deviceType;
@@ -195,16 +303,25 @@ in
 
     createUvmNode = lib.mkOption {
       type = lib.types.bool;
-      default = true;
+      default = !(config.hardware.nvidia.enabled or false);
+      defaultText = lib.literalExpression "!config.hardware.nvidia.enabled";
       description = ''
-        Load `nvidia-uvm` and create `/dev/nvidia-uvm` at boot. The driver creates the node
-        lazily (on the first CUDA call outside a sandbox), and the sandbox cannot create it,
-        so without this a freshly booted builder fails its first CUDA builds.
+        Load `nvidia-uvm` and create `/dev/nvidia-uvm` at boot. Without a module that does it,
+        the node appears only on the first CUDA call outside a sandbox (the sandbox cannot
+        create it), so a freshly booted builder fails its first CUDA builds.
+
+        {option}`hardware.nvidia` already does it (it loads `nvidia-uvm` after `nvidia` and a
+        udev rule makes `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools` when the module loads), so
+        the default is off where that module drives the GPU, on elsewhere (e.g. a driver from
+        outside {option}`hardware.nvidia`).
       '';
     };
 
     settings = lib.mkOption {
-      type = settingsFormat.type;
+      type = lib.types.submodule {
+        freeformType = settingsFormat.type;
+        options = knownSettings;
+      };
       default = { };
       example = {
         closure_cache = "/var/cache/cuda-sandbox/closures";
@@ -218,8 +335,10 @@ in
       };
       description = ''
         The hook's configuration, rendered to {file}`/etc/cuda-sandbox/config.toml` (see the
-        configuration reference in the README). The options above define the rule `nvidia`;
-        rules given here are added after it (`lib.mkForce` replaces it).
+        configuration reference in the README). The keys documented here are typed; any other
+        key of the reference (e.g. `host_root`, `symlink_roots`) is passed through as written,
+        and the hook rejects unknown ones. The options above define the rule `nvidia`; rules
+        given here are added after it (`lib.mkForce` replaces it).
       '';
     };
   };
@@ -227,12 +346,17 @@ in
   config = lib.mkIf cfg.enable {
     # mkBefore: the module's rule comes first whatever the order of imports.
     programs.cuda-sandbox.settings.rule = lib.mkBefore [ rule ];
+    # mkDefault beats the option's default and loses to the user's own definition.
+    programs.cuda-sandbox.settings.missing_drv = lib.mkIf cfg.dedicatedBuilder (lib.mkDefault "expose");
+
+    # `cuda-sandbox-hook explain`, `check-config` and `exec` for the administrator.
+    environment.systemPackages = [ cfg.package ];
 
     environment.etc."cuda-sandbox/config.toml".source =
       settingsFormat.generate "cuda-sandbox.toml" cfg.settings;
 
     nix.settings = {
-      pre-build-hook = "${cfg.package}/bin/cuda-sandbox-hook";
+      pre-build-hook = lib.getExe cfg.package;
       # Nixpkgs sets its defaults (nixos-test, benchmark, big-parallel, kvm, gccarch-*) with
       # mkDefault. A plain definition would replace them (the bug of programs.nix-required-mounts);
       # mkOptionDefault would lose to them. At mkDefault priority the lists concatenate, and a
@@ -285,10 +409,22 @@ in
       {
         assertion = missingFeatures == [ ];
         message = ''
-          programs.cuda-sandbox: nix.settings.system-features lacks ${lib.concatStringsSep ", " missingFeatures},
+          programs.cuda-sandbox: neither nix.settings.system-features nor
+          nix.settings.extra-system-features has ${lib.concatStringsSep ", " missingFeatures},
           so the daemon would refuse every derivation requiring them. Your own definition of
           nix.settings.system-features replaces the module's; add
-          config.programs.cuda-sandbox.features to it.
+          config.programs.cuda-sandbox.features to it (or to nix.settings.extra-system-features).
+        '';
+      }
+      {
+        assertion = unusableCompat == [ ];
+        message = ''
+          programs.cuda-sandbox.compat lists ${
+            lib.concatMapStringsSep ", " (p: p.name or "a package") unusableCompat
+          }, which is not available with this Nixpkgs configuration. cudaPackages.cuda_compat is
+          unfree and marked broken unless nixpkgs.config.cudaSupport = true, and NVIDIA ships it
+          for Jetson (linux-aarch64) only; older Nixpkgs also needs a Jetson
+          nixpkgs.config.cudaCapabilities. Set those, or remove it from the list.
         '';
       }
       {
@@ -302,7 +438,14 @@ in
     ];
 
     warnings =
-      lib.optional
+      lib.optional (!config.nix.enable) ''
+        programs.cuda-sandbox: nix.enable is false, so NixOS writes no nix.conf and neither the
+        hook nor its features reach Nix. Add to the nix.conf of the Nix you manage:
+          pre-build-hook = ${lib.getExe cfg.package}
+          extra-system-features = ${renderedFeatures}
+        (/etc/cuda-sandbox/config.toml is still written.)
+      ''
+      ++ lib.optional
         (cfg.driver.required && cfg.driver.link == "/run/opengl-driver" && !config.hardware.graphics.enable)
         ''
           programs.cuda-sandbox: hardware.graphics.enable is false, so /run/opengl-driver (the

@@ -300,6 +300,22 @@ impl Config {
         }
     }
 
+    /// Loads the configuration from `source` without the ownership and mode check of
+    /// [`Config::load`]: what `check-config --content-only` validates inside a Nix build, where
+    /// a store file is owned by an unmapped uid. The hook never uses this.
+    pub fn load_content(source: &ConfigSource) -> Result<Config, ConfigError> {
+        match source {
+            ConfigSource::Builtin => Ok(Config::builtin()),
+            ConfigSource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+                    source: path.display().to_string(),
+                    message: format!("cannot read it: {e}"),
+                })?;
+                Config::parse(&text, &path.display().to_string())
+            }
+        }
+    }
+
     /// Parses and validates TOML text; `source` names it in errors.
     pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError {

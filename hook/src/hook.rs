@@ -22,8 +22,41 @@ impl std::fmt::Display for HookFailure {
     }
 }
 
-/// Environment variable in which some Nix variants pass the derivation as JSON.
+/// Environment variable in which some Nix variants pass the derivation as JSON (Determinate
+/// Nix, DeterminateSystems/nix-src#424).
 pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
+
+/// Environment variable naming an open file descriptor from which the derivation's ATerm can be
+/// read (proposed for upstream Nix in NixOS/nix#16413, not merged). A JSON document there is
+/// read like [`DERIVATION_ENV`], in case the proposal settles on JSON.
+pub const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
+
+/// The derivation's bytes: the `.drv` file, else the descriptor named by [`ATERM_FD_ENV`]. The
+/// second value prefixes parse errors, to say where the bytes came from.
+fn read_drv(drv_path: &Path) -> Result<(Vec<u8>, String), std::io::Error> {
+    let file_error = match std::fs::read(drv_path) {
+        Ok(bytes) => return Ok((bytes, String::new())),
+        Err(e) => e,
+    };
+    let Some(fd) = std::env::var_os(ATERM_FD_ENV) else {
+        return Err(file_error);
+    };
+    let fd = fd.to_string_lossy().into_owned();
+    let unusable = |why: String| {
+        std::io::Error::new(
+            file_error.kind(),
+            format!("{file_error}; and {ATERM_FD_ENV}={fd}: {why}"),
+        )
+    };
+    if fd.is_empty() || !fd.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(unusable("not a file descriptor number".to_string()));
+    }
+    // Through /proc: a fresh open file description reads from the start whatever the offset
+    // of the one Nix handed over, and needs no unsafe code to adopt a raw descriptor.
+    std::fs::read(format!("/proc/self/fd/{fd}"))
+        .map(|bytes| (bytes, format!("{ATERM_FD_ENV}: ")))
+        .map_err(|e| unusable(e.to_string()))
+}
 
 /// Runs the hook for `drv_path` and returns what to print on stdout for Nix.
 pub fn pre_build(
@@ -32,13 +65,26 @@ pub fn pre_build(
     config_arg: Option<&Path>,
 ) -> Result<Vec<u8>, HookFailure> {
     let name = drv_path.display();
-    // Read the derivation once: its features and, for GPU leases, its cudaSandboxGpus.
-    let (features, gpus_wanted) = match std::fs::read(drv_path) {
-        Ok(bytes) => match Derivation::parse(&bytes)
+    // Read the derivation once: its features and, for GPU leases, its cudaSandboxGpus. The
+    // file first; on a remote builder, where it is absent, what Nix passed instead.
+    let (features, gpus_wanted) = match read_drv(drv_path) {
+        Ok((bytes, _)) if bytes.trim_ascii_start().starts_with(b"{") => {
+            match drv::features_from_json(&bytes) {
+                Ok(f) => (
+                    owned(Ok(f)).expect("already parsed"),
+                    lease::requested_gpus_json(&bytes),
+                ),
+                Err(e) => {
+                    let what = format!("{ATERM_FD_ENV}: {e}");
+                    return unreadable(&bytes, drv_path, config_arg, &what);
+                }
+            }
+        }
+        Ok((bytes, from)) => match Derivation::parse(&bytes)
             .and_then(|d| Ok((owned(d.required_features())?, lease::requested_gpus(&d))))
         {
             Ok(read) => read,
-            Err(e) => return unreadable(&bytes, drv_path, config_arg, &e.to_string()),
+            Err(e) => return unreadable(&bytes, drv_path, config_arg, &format!("{from}{e}")),
         },
         Err(e) => match std::env::var_os(DERIVATION_ENV) {
             Some(json) => match drv::features_from_json(json.as_encoded_bytes()) {

@@ -58,7 +58,12 @@ enum Command {
         json: bool,
     },
     /// Check the configuration and print where it was read from.
-    CheckConfig,
+    CheckConfig {
+        /// Check only what the file says, not who owns it. For checks inside a Nix build, where
+        /// a store file shows up owned by `nobody`: the hook itself always checks ownership.
+        #[arg(long)]
+        content_only: bool,
+    },
     /// Run a command in a private mount namespace holding a minimal root plus exactly what
     /// the hook would expose (and the command's own libraries): "what my build sees", without
     /// Nix. Needs root.
@@ -137,11 +142,21 @@ fn main() -> ExitCode {
                 }
             }
         }
-        (Some(Command::CheckConfig), _) => {
+        (Some(Command::CheckConfig { content_only }), _) => {
             let source = cuda_sandbox_hook::config::locate(cli.config.as_deref());
-            match cuda_sandbox_hook::config::Config::load(&source) {
+            let loaded = if content_only {
+                cuda_sandbox_hook::config::Config::load_content(&source)
+            } else {
+                cuda_sandbox_hook::config::Config::load(&source)
+            };
+            match loaded {
                 Ok(c) => {
-                    println!("config {source}: ok, {} rule(s)", c.rules.len());
+                    let scope = if content_only {
+                        " (content only: ownership and mode not checked)"
+                    } else {
+                        ""
+                    };
+                    println!("config {source}: ok, {} rule(s){scope}", c.rules.len());
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

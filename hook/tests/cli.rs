@@ -195,6 +195,62 @@ fn derivation_json_from_the_environment_is_used_when_the_drv_is_absent() {
     );
 }
 
+/// Upstream Nix's proposed protocol (NixOS/nix#16413): the `.drv` path does not exist on the
+/// builder, the ATerm is readable from the descriptor named by `DRV_ATERM_FD`.
+#[test]
+fn derivation_aterm_from_drv_aterm_fd_is_used_when_the_drv_is_absent() {
+    let (c, config) = remote_case("fail");
+    // The descriptor is opened by a shell that then execs the hook, as Nix would hand it over.
+    let run = |source: &Path, fd: &str| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec 3<"$1"; DRV_ATERM_FD="$2" exec "$0" "$3" "$4""#)
+            .arg(HOOK)
+            .arg(source)
+            .arg(fd)
+            .arg(c.path("absent.drv"))
+            .arg(c.path("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .output()
+            .unwrap()
+    };
+    let tagged = run(&c.drv("tagged", Some("big-parallel cuda")), "3");
+    assert!(tagged.status.success(), "{}", stderr(&tagged));
+    assert!(String::from_utf8_lossy(&tagged.stdout).contains("/run/gpu-tools="));
+
+    let untagged = run(&c.drv("untagged", Some("kvm")), "3");
+    assert!(untagged.status.success(), "{}", stderr(&untagged));
+    assert!(untagged.stdout.is_empty());
+
+    let json = c.path("drv.json");
+    std::fs::write(&json, r#" {"env":{"requiredSystemFeatures":"cuda"}}"#).unwrap();
+    let from_json = run(&json, "3");
+    assert!(from_json.status.success(), "{}", stderr(&from_json));
+    assert!(String::from_utf8_lossy(&from_json.stdout).contains("/run/gpu-tools="));
+
+    let garbled = c.path("garbled.drv");
+    std::fs::write(&garbled, "Derive([(\"out\",cuda").unwrap();
+    let broken = run(&garbled, "3");
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(
+        stderr(&broken).contains("DRV_ATERM_FD: "),
+        "{}",
+        stderr(&broken)
+    );
+
+    // A descriptor that is not open, or not a number: the missing_drv policy ("fail" here)
+    // applies, and the message says why the descriptor was no help.
+    for fd in ["9", "three"] {
+        let out = run(&c.drv("unused", Some("cuda")), fd);
+        assert_eq!(out.status.code(), Some(1), "fd {fd}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("DRV_ATERM_FD={fd}")) && err.contains("missing_drv = \"fail\""),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn malformed_drv_fails_only_when_it_may_be_tagged() {
     let c = Case::new();
@@ -458,6 +514,59 @@ fn configs_others_can_write_are_refused_for_tagged_builds_only() {
     std::os::unix::fs::chown(&config, Some(0), None).unwrap();
     let out = c.hook(&c.drv("t", Some("cuda")), &config);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A store file inside a Nix build is owned by an unmapped uid (65534): `check-config
+/// --content-only` validates what it says, plain `check-config` (like the hook) still refuses it.
+#[test]
+fn check_config_content_only_ignores_ownership_the_hook_does_not() {
+    if !cuda_sandbox_testkit::root_available(
+        "check_config_content_only_ignores_ownership_the_hook_does_not",
+    ) {
+        return;
+    }
+    let check = |config: &Path, content_only: bool| {
+        let mut cmd = Command::new(HOOK);
+        cmd.args(["check-config", "--config"]).arg(config);
+        if content_only {
+            cmd.arg("--content-only");
+        }
+        cmd.output().unwrap()
+    };
+    let c = Case::new();
+    let config = c.config("");
+    std::os::unix::fs::chown(&config, Some(65534), Some(65534)).unwrap();
+
+    let full = check(&config, false);
+    assert_eq!(full.status.code(), Some(2));
+    assert!(
+        stderr(&full).contains("owned by uid 65534"),
+        "{}",
+        stderr(&full)
+    );
+    let content = check(&config, true);
+    assert!(content.status.success(), "{}", stderr(&content));
+    assert!(
+        String::from_utf8_lossy(&content.stdout).contains("ok, 1 rule(s) (content only"),
+        "{:?}",
+        content
+    );
+    let tagged = c.hook(&c.drv("t", Some("cuda")), &config);
+    assert_eq!(
+        tagged.status.code(),
+        Some(1),
+        "the hook must keep the check"
+    );
+
+    // Content errors are still errors.
+    std::fs::write(&config, "[[rule]]\nname = \"x\"\nfeatures = []\n").unwrap();
+    let broken = check(&config, true);
+    assert_eq!(broken.status.code(), Some(2));
+    assert!(
+        stderr(&broken).contains("no features"),
+        "{}",
+        stderr(&broken)
+    );
 }
 
 #[test]

@@ -122,6 +122,14 @@ impl Drop for Builder {
 impl Builder {
     /// Starts a builder whose hook follows `missing_drv = policy`.
     fn start(policy: &str, stores: Stores) -> Builder {
+        Builder::start_with(policy, stores, false)
+    }
+
+    /// As [`Builder::start`]; with `aterm_fd`, the builder's Nix hands the hook the derivation
+    /// the way NixOS/nix#16413 proposes (its ATerm on the descriptor named by `DRV_ATERM_FD`).
+    /// Nix 2.8 cannot, so a wrapper around the hook does it: it opens the client's copy of the
+    /// `.drv` (the client's chroot store is on this machine) as descriptor 3 and execs the hook.
+    fn start_with(policy: &str, stores: Stores, aterm_fd: bool) -> Builder {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
 
@@ -147,6 +155,28 @@ impl Builder {
             ),
         );
 
+        let hook = if aterm_fd {
+            assert!(
+                stores == Stores::Separate,
+                "the wrapper reads the client's chroot store"
+            );
+            let wrapper = d.join("hook-with-aterm-fd");
+            write_script(
+                &wrapper,
+                &format!(
+                    "#!/bin/sh\n\
+                     # What upstream Nix would do with NixOS/nix#16413: the ATerm on a descriptor.\n\
+                     exec 3< \"{store}$1\" || exit 1\n\
+                     DRV_ATERM_FD=3 exec {HOOK} \"$@\"\n",
+                    store = d.join("client-store").display()
+                ),
+            )
+            .unwrap();
+            wrapper
+        } else {
+            PathBuf::from(HOOK)
+        };
+
         // The builder's own nix.conf, and the wrapper ssh runs instead of `nix-daemon`.
         let conf_dir = d.join("remote-etc-nix");
         std::fs::create_dir(&conf_dir).unwrap();
@@ -158,8 +188,9 @@ impl Builder {
             &conf_dir.join("nix.conf"),
             &format!(
                 "sandbox = true\nsandbox-fallback = false\nsubstituters =\n\
-                 system-features = cuda gpu\nsandbox-paths = {}\npre-build-hook = {HOOK}\n",
-                sandbox_paths.join(" ")
+                 system-features = cuda gpu\nsandbox-paths = {}\npre-build-hook = {}\n",
+                sandbox_paths.join(" "),
+                hook.display()
             ),
         );
         let daemon = find_program("nix-daemon").unwrap();
@@ -558,6 +589,25 @@ fn remote_build_with_the_drv_on_the_builder_follows_its_tags() {
     assert_sees_gpu(remote.report(), "probe-tagged");
     let remote = builder.build("untagged", "-");
     assert!(builder.drv_where_the_hook_looks(&remote));
+    assert_sees_nothing(remote.report(), "probe-untagged");
+    assert!(remote.hook_lines().is_empty(), "{remote:#?}");
+}
+
+#[test]
+fn remote_build_with_drv_aterm_fd_follows_the_tags_whatever_missing_drv_says() {
+    if !remote_available(
+        "remote_build_with_drv_aterm_fd_follows_the_tags_whatever_missing_drv_says",
+    ) {
+        return;
+    }
+    // missing_drv = "fail" would fail both builds: the descriptor is what lets them through.
+    let builder = Builder::start_with("fail", Stores::Separate, true);
+    let remote = builder.build("tagged", "cuda");
+    assert!(!builder.drv_where_the_hook_looks(&remote));
+    assert_sees_gpu(remote.report(), "probe-tagged");
+    assert!(remote.hook_lines().is_empty(), "{remote:#?}");
+    let remote = builder.build("untagged", "-");
+    assert!(!builder.drv_where_the_hook_looks(&remote));
     assert_sees_nothing(remote.report(), "probe-untagged");
     assert!(remote.hook_lines().is_empty(), "{remote:#?}");
 }
