@@ -2,12 +2,15 @@
 # the hook exposed and writes its JSON report to $out. Built by runner/tests/nix_sandbox.rs.
 # `runner` is the absolute path of the built runner (copied into the store); `nonce` forces a
 # fresh build each run.
-{ runner, nonce, expectDriver ? "/run/opengl-driver/lib" }:
+# `threads` ("" = libtest's default) makes the log's "test NAME ... ok" lines whole for tests
+# that read the log.
+{ runner, nonce, expectDriver ? "/run/opengl-driver/lib", threads ? "" }:
 derivation {
   name = "gpu-check";
   system = builtins.currentSystem;
   builder = builtins.path { path = /. + runner; name = "cuda-sandbox-check"; };
-  args = [ "--expect-driver" expectDriver "--saxpy-elements" "65536" ];
+  args = [ "--expect-driver" expectDriver "--saxpy-elements" "65536" ]
+    ++ (if threads == "" then [ ] else [ "--test-threads" threads ]);
   requiredSystemFeatures = [ "cuda" ];
   # Where the hook mounts the driver; nixpkgs binaries get it through RUNPATH instead.
   LD_LIBRARY_PATH = "/run/opengl-driver/lib";
