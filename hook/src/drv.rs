@@ -207,6 +207,65 @@ pub fn features_from_json(json: &[u8]) -> Result<RequiredFeatures<'static>, DrvE
     })
 }
 
+/// The derivation attribute asking for a number of GPUs (see [`crate::lease`]).
+pub const GPUS_ATTR: &str = "cudaSandboxGpus";
+
+impl Derivation<'_> {
+    /// The derivation's [`GPUS_ATTR`] as text: with structured attrs the `__json` member (a
+    /// string or a number), else the plain env entry. `None` when unset or unreadable. Only
+    /// that member is kept in memory: the rest of `__json` is skipped, not built.
+    pub fn gpus_attr(&self) -> Option<String> {
+        if let Some(json) = self.env_var(ENV_STRUCTURED) {
+            return gpus_in_attrs(json);
+        }
+        self.env_var(GPUS_ATTR.as_bytes())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
+/// [`GPUS_ATTR`] of a structured-attrs object (`__json`), reading only that key.
+fn gpus_in_attrs(json: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Attrs {
+        // Every other key is skipped (serde's IgnoredAny); a repeated key is an error, as
+        // for requiredSystemFeatures.
+        #[serde(rename = "cudaSandboxGpus", default)]
+        gpus: Option<serde_json::Value>,
+    }
+    let attrs: Attrs = serde_json::from_slice(json).ok()?;
+    attrs.gpus.map(|v| attr_text(&v))
+}
+
+fn attr_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// [`GPUS_ATTR`] of a derivation given as JSON (`NIX_DERIVATION_V4`): from `structuredAttrs`,
+/// `env.__json` or `env`, found as [`features_from_json`] finds the features.
+pub fn gpus_attr_from_json(json: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let object = value.as_object()?;
+    let drv = if object.contains_key("env") || object.contains_key("structuredAttrs") {
+        object
+    } else {
+        match object.values().collect::<Vec<_>>().as_slice() {
+            [single] => single.as_object()?,
+            _ => return None,
+        }
+    };
+    if let Some(attrs) = drv.get("structuredAttrs").filter(|a| !a.is_null()) {
+        return attrs.get(GPUS_ATTR).map(attr_text);
+    }
+    let env = drv.get("env")?.as_object()?;
+    if let Some(json) = env.get("__json").and_then(|j| j.as_str()) {
+        return gpus_in_attrs(json.as_bytes());
+    }
+    env.get(GPUS_ATTR).map(attr_text)
+}
+
 fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
     #[derive(serde::Deserialize)]
     struct Attrs {

@@ -7,10 +7,11 @@
 //! there. Needs root (mount namespaces); the namespace, and every mount in it, ends with the
 //! command.
 
-use crate::config::{self, Config};
+use crate::act::Mode;
 use crate::elfdeps;
-use crate::plan::{BuildContext, Plan, Reason};
-use crate::{hook, manifest_file};
+use crate::hook;
+use crate::plan::Reason;
+use crate::request::{self, Input, Request, Verdict};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use std::ffi::{CString, OsString};
@@ -41,45 +42,36 @@ pub struct Bind {
     pub outside: PathBuf,
 }
 
-/// Plans the root for `req`: the hook's exposures, then the libraries the command and the
-/// exposed driver libraries need. Also writes the manifest the plan names (the command may be
-/// the runner, which reads it). Returns the binds and the command's path inside.
-pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), String> {
-    let (mut features, _) = match &req.drv {
-        Some(d) => hook::read_features(d)?,
-        None => (Vec::new(), false),
-    };
-    features.extend(req.features.iter().cloned());
-    if features.is_empty() {
-        features.push("cuda".to_string());
-    }
-    let config = Config::load(&config::locate(req.config.as_deref())).map_err(|e| e.to_string())?;
-    let bytes: Vec<&[u8]> = features.iter().map(|f| f.as_bytes()).collect();
-    let rules = config.matching_rules(&bytes);
-    if rules.is_empty() {
+/// Resolves `req` as the hook would (the derivation's features, else `--features`, else
+/// `cuda`).
+pub fn resolve(req: &ExecRequest) -> Request {
+    request::resolve(&Input {
+        drv: req.drv.as_deref(),
+        extra_features: &req.features,
+        default_features: &["cuda"],
+        config: req.config.as_deref(),
+        ..Input::default()
+    })
+}
+
+/// Plans the root for `req` (resolved as `resolved`, with the private root as its chroot):
+/// the hook's exposures, then the libraries the command and the exposed driver libraries need.
+/// Also writes the manifest the plan names (the command may be the runner, which reads it).
+/// Returns the binds and the command's path inside.
+pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, PathBuf), String> {
+    if let Verdict::Nothing(_) = resolved.verdict {
         return Err(format!(
             "no rule answers to the features [{}]: a build with them would get nothing",
-            features.join(", ")
+            resolved.features_lossy().join(", ")
         ));
     }
-    let ctx = BuildContext {
-        derivation: req
-            .drv
-            .as_ref()
-            .map_or("(exec)".to_string(), |d| d.display().to_string()),
-        features: features.clone(),
-        chroot: Some(root.to_path_buf()),
-        // exec shows what a build would get now; its tmpfs root cannot carry a lease.
-        gpus_wanted: req.drv.as_deref().and_then(crate::lease::requested_gpus_of),
-        take_lease: false,
-    };
-    let plan = Plan::build(&config, &rules, &ctx);
+    let (plan, answer) = hook::answer(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
         return Err(format!("the hook would refuse this build: {p}"));
     }
-    if let Some(m) = &plan.manifest {
-        manifest_file::write(m, &config.runtime_dir)
-            .map_err(|e| format!("cannot write the manifest {}: {e}", m.outside.display()))?;
+    answer.map_err(|e| format!("the hook would refuse this build: {e}"))?;
+    if let Some(config) = resolved.tagged() {
+        crate::act::write_manifest(&plan, config)?;
     }
     let mut binds: Vec<Bind> = plan
         .exposures
@@ -153,10 +145,16 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("exec needs root for its mount namespace: run it with sudo".into());
     }
-    let config = Config::load(&config::locate(req.config.as_deref())).map_err(|e| e.to_string())?;
-    let root = config.runtime_dir.join("exec-root");
+    let mut resolved = resolve(req);
+    let runtime_dir = match (&resolved.verdict, &resolved.config) {
+        (Verdict::Fail(m), _) => return Err(m.clone()),
+        (_, Some(c)) => c.runtime_dir.clone(),
+        (_, None) => return Err("no usable configuration".into()),
+    };
+    let root = runtime_dir.join("exec-root");
     std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
-    let (binds, program) = prepare(req, &root)?;
+    resolved.chroot = Some(root.clone());
+    let (binds, program) = prepare(req, &resolved)?;
 
     let sys = |what: &str, e: nix::Error| format!("exec: {what}: {e}");
     unshare(CloneFlags::CLONE_NEWNS).map_err(|e| sys("unshare(CLONE_NEWNS)", e))?;
