@@ -7,7 +7,7 @@
 //! [`crate::drv`]; the GPU count only once a rule has matched. Writes nothing.
 
 use crate::config::{self, Config, ConfigSource, MissingDrv, DEFAULT_FEATURES};
-use crate::drv::{self, Derivation, RequiredFeatures};
+use crate::drv::{self, DrvEnv, RequiredFeatures};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -128,7 +128,7 @@ pub fn resolve(input: &Input<'_>) -> Request {
         return req;
     };
     match std::fs::read(drv_path) {
-        Ok(bytes) => match Derivation::parse(&bytes) {
+        Ok(bytes) => match DrvEnv::parse(&bytes) {
             Ok(d) => match d.required_features() {
                 Ok(f) => {
                     let (features, structured) = owned(f);
