@@ -33,6 +33,9 @@ fn write_streamed(path: &Path, head: &str, chunk: &str, tail: &str) -> usize {
     len
 }
 
+/// Writes a derivation requiring the given features to a path; returns its size.
+type WriteDrv = fn(&Path, &str) -> usize;
+
 /// A 100 MiB derivation with one env value full of escapes.
 fn drv(path: &Path, features: &str) -> usize {
     write_streamed(
@@ -59,6 +62,8 @@ fn structured_drv(path: &Path, features: &str) -> usize {
 
 /// Runs `cmd` and returns its exit status and its own peak RSS in KiB (`wait4`).
 fn run_measured(cmd: &mut Command) -> (std::process::ExitStatus, i64) {
+    // Reaped below with wait4(2), which also gives its peak RSS.
+    #[allow(clippy::zombie_processes)]
     let child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -89,7 +94,7 @@ fn main() {
     )
     .unwrap();
     println!("hook on 100 MiB derivations (peak RSS of each hook process alone)");
-    let cases: [(&str, fn(&Path, &str) -> usize, &str); 4] = [
+    let cases: [(&str, WriteDrv, &str); 4] = [
         ("untagged", drv, "big-parallel"),
         ("tagged", drv, "cuda"),
         ("untagged __json", structured_drv, "big-parallel"),

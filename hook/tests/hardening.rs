@@ -330,6 +330,8 @@ fn an_untagged_structured_derivation_stays_under_twice_its_size() {
             out.flush().unwrap();
             (len / 1024) as i64
         };
+        // Reaped below with wait4(2), which also gives its peak RSS.
+        #[allow(clippy::zombie_processes)]
         let child = Command::new(HOOK)
             .arg(&drv)
             .arg(h.path("chroot"))
