@@ -16,17 +16,25 @@
 //!
 //! 1. the chroot directory Nix passed still exists with the same inode (Nix deletes it when the
 //!    build ends; a rebuild of the same derivation makes a new one), and
-//! 2. some process has that directory as its root (`/proc/<pid>/root`): the builder and its
-//!    children after Nix's `pivot_root`. Or, before the builder starts, the Nix process that
-//!    ran the hook (recorded by pid and start time) is alive and the lease is younger than
-//!    [`PENDING_GRACE`].
+//! 2. one of:
+//!    - the Nix process that ran the hook (recorded by pid and start time) is alive: Nix
+//!      tracks the build until it ends, whatever the builder does (no time limit, so a
+//!      builder that leaves its chroot — `unshare -rm`, a bind of `/dev`, `chroot`
+//!      elsewhere — keeps its lease while Nix runs it);
+//!    - some process has that directory as its root (`/proc/<pid>/root`): the builder and
+//!      its children after Nix's `pivot_root`. Each hook that sees one records the build's
+//!      PID namespace in the lease ([`LeaseRecord::pid_namespaces`]);
+//!    - some process is still in a recorded PID namespace: a process cannot leave its PID
+//!      namespace, and the namespace's init (the builder) outlives every process in it and
+//!      in namespaces nested in it.
 //!
 //! Rule 2 is what makes a killed build give its GPU back. Nix 2.8 (checked on Debian's
 //! nix-bin) leaves the chroot directory behind when `nix-build` or the daemon is killed with
 //! SIGKILL, and the builder runs on, orphaned, in its own session: its GPU is still in use
 //! until it ends, and the lease with it. Once no process is left in the sandbox and Nix is
 //! gone, the lease is stale and the next hook removes it. A lease held by the very Nix
-//! process now running this hook counts only by rule 2's processes: that process is blocked
+//! process now running this hook counts only by rule 2's processes and namespaces (that
+//! Nix being alive proves nothing): that process is blocked
 //! in this hook, so its other builds have started already (Nix waits for the sandbox to be
 //! set up before it moves on), and a finished one whose chroot Nix has not yet deleted must
 //! not block this build forever.
@@ -40,9 +48,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
 pub use crate::drv::GPUS_ATTR;
-/// How long a lease counts before its builder starts, while the Nix process that took it is
-/// alive and is not the one running this hook.
-pub const PENDING_GRACE: Duration = Duration::from_secs(30);
 /// How often a waiting hook looks again.
 const POLL: Duration = Duration::from_millis(100);
 const LOCK_FILE: &str = ".lock";
@@ -59,12 +64,20 @@ pub struct LeaseRecord {
     pub chroot: PathBuf,
     /// Device and inode of `chroot` when the lease was taken.
     pub chroot_id: (u64, u64),
+    /// Birth time of `chroot` (nanoseconds since the epoch), where the filesystem keeps one:
+    /// a directory made anew can get the inode of a deleted one (ext4 reuses them).
+    #[serde(default)]
+    pub chroot_born: Option<u128>,
     /// The process that ran the hook (Nix), which starts the builder.
     pub holder_pid: u32,
     /// Its start time (`/proc/<pid>/stat` field 22), so a reused pid does not count.
     pub holder_start: u64,
     /// When the lease was taken (seconds since the epoch).
     pub since: u64,
+    /// The PID namespaces (`/proc/<pid>/ns/pid` inodes) of processes seen rooted in the
+    /// chroot: the build's, which its processes cannot leave.
+    #[serde(default)]
+    pub pid_namespaces: Vec<u64>,
 }
 
 /// Why no GPUs could be leased; one line.
@@ -214,9 +227,11 @@ impl Leases {
                             derivation: req.derivation.to_string(),
                             chroot: req.chroot.to_path_buf(),
                             chroot_id,
+                            chroot_born: born(req.chroot),
                             holder_pid: holder.pid,
                             holder_start: holder.start,
                             since: now_secs(),
+                            pid_namespaces: Vec::new(),
                         };
                         let path = self.file(*gpu);
                         let mut bytes = serde_json::to_vec(&record).expect("plain data");
@@ -301,21 +316,35 @@ fn held(
     mine: Option<(&Path, (u64, u64))>,
     me: Option<Holder>,
 ) -> Vec<LeaseRecord> {
-    let mut roots: Option<HashSet<(u64, u64)>> = None;
+    let mut procs: Option<Processes> = None;
     let mut held = Vec::new();
     for gpu in gpus {
         let name = file_name(*gpu);
-        let record = match dir.read_bytes(&name) {
-            Ok(bytes) => serde_json::from_slice::<LeaseRecord>(&bytes).ok(),
+        let mut record = match dir.read_bytes(&name) {
+            Ok(bytes) => serde_json::from_slice::<LeaseRecord>(&bytes)
+                .ok()
+                .map(|record| Checked {
+                    record,
+                    pid_namespaces_grew: false,
+                }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(_) => None,
         };
-        let live = record.as_ref().is_some_and(|r| {
-            let own = mine.is_some_and(|(c, id)| c == r.chroot && id == r.chroot_id);
-            !own && r.is_live(me, roots.get_or_insert_with(process_roots))
+        let live = record.as_mut().is_some_and(|r| {
+            let own = mine.is_some_and(|(c, id)| c == r.record.chroot && id == r.record.chroot_id);
+            !own && r.is_live(me, procs.get_or_insert_with(Processes::scan))
         });
         match record {
-            Some(r) if live => held.push(r),
+            Some(r) if live => {
+                // Under the lock: keep the namespaces seen, for when the builder leaves its
+                // chroot (a failed write only loses that memory).
+                if mine.is_some() && r.pid_namespaces_grew {
+                    let mut bytes = serde_json::to_vec(&r.record).expect("plain data");
+                    bytes.push(b'\n');
+                    let _ = dir.write_atomic(&name, &bytes, 0o644);
+                }
+                held.push(r.record)
+            }
             _ if mine.is_some() => {
                 let _ = dir.remove(&name);
             }
@@ -368,25 +397,93 @@ fn usage(dir: &StateDir) -> BTreeMap<u32, u64> {
         .unwrap_or_default()
 }
 
-impl LeaseRecord {
+/// A lease record being checked, and whether the check saw new PID namespaces of its build.
+struct Checked {
+    record: LeaseRecord,
+    pid_namespaces_grew: bool,
+}
+
+impl Checked {
     /// Whether its build can still use the GPU (see the module documentation). `me` is the
-    /// Nix process running the asking hook; `roots` the (device, inode) of every process's
-    /// root directory.
-    fn is_live(&self, me: Option<Holder>, roots: &HashSet<(u64, u64)>) -> bool {
-        let same_dir =
-            std::fs::metadata(&self.chroot).is_ok_and(|m| (m.dev(), m.ino()) == self.chroot_id);
+    /// Nix process running the asking hook.
+    fn is_live(&mut self, me: Option<Holder>, procs: &Processes) -> bool {
+        let r = &mut self.record;
+        let same_dir = std::fs::metadata(&r.chroot).is_ok_and(|m| {
+            (m.dev(), m.ino()) == r.chroot_id
+                && (r.chroot_born.is_none() || r.chroot_born == born(&r.chroot))
+        });
         if !same_dir {
             return false;
         }
-        if roots.contains(&self.chroot_id) {
+        let mut live = false;
+        for ns in procs.namespaces_rooted_at(r.chroot_id) {
+            live = true;
+            if Some(ns) != procs.own_namespace && !r.pid_namespaces.contains(&ns) {
+                r.pid_namespaces.push(ns);
+                self.pid_namespaces_grew = true;
+            }
+        }
+        if live
+            || r.pid_namespaces
+                .iter()
+                .any(|ns| procs.namespaces.contains(ns))
+        {
             return true;
         }
         let holder = Holder {
-            pid: self.holder_pid,
-            start: self.holder_start,
+            pid: r.holder_pid,
+            start: r.holder_start,
         };
-        let pending = now_secs().saturating_sub(self.since) < PENDING_GRACE.as_secs();
-        me != Some(holder) && pending && holder.alive()
+        me != Some(holder) && holder.alive()
+    }
+}
+
+/// What the processes on the host are, as far as leases care: each one's root directory and
+/// PID namespace.
+struct Processes {
+    /// (root directory (device, inode), PID namespace inode) of every process we may inspect.
+    all: Vec<((u64, u64), Option<u64>)>,
+    /// The PID namespaces with at least one process.
+    namespaces: HashSet<u64>,
+    /// This hook's own PID namespace (never recorded as a build's).
+    own_namespace: Option<u64>,
+}
+
+impl Processes {
+    fn scan() -> Processes {
+        let ns_of = |dir: &Path| std::fs::metadata(dir.join("ns/pid")).ok().map(|m| m.ino());
+        let mut all = Vec::new();
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            for e in entries.filter_map(Result::ok) {
+                if !e
+                    .file_name()
+                    .as_encoded_bytes()
+                    .iter()
+                    .all(u8::is_ascii_digit)
+                {
+                    continue;
+                }
+                let path = e.path();
+                if let Ok(m) = std::fs::metadata(path.join("root")) {
+                    all.push(((m.dev(), m.ino()), ns_of(&path)));
+                }
+            }
+        }
+        let namespaces = all.iter().filter_map(|(_, ns)| *ns).collect();
+        Processes {
+            all,
+            namespaces,
+            own_namespace: ns_of(Path::new("/proc/self")),
+        }
+    }
+
+    /// The PID namespaces of the processes rooted at `root` (one entry per process).
+    fn namespaces_rooted_at(&self, root: (u64, u64)) -> Vec<u64> {
+        self.all
+            .iter()
+            .filter(|(r, _)| *r == root)
+            .map(|(_, ns)| ns.unwrap_or(0))
+            .collect()
     }
 }
 
@@ -399,22 +496,10 @@ fn least_used(free: &[u32], usage: &BTreeMap<u32, u64>, count: usize) -> Vec<u32
     order
 }
 
-/// (device, inode) of the root directory of every process we may inspect.
-fn process_roots() -> HashSet<(u64, u64)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return HashSet::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .as_encoded_bytes()
-                .iter()
-                .all(u8::is_ascii_digit)
-        })
-        .filter_map(|e| std::fs::metadata(e.path().join("root")).ok())
-        .map(|m| (m.dev(), m.ino()))
-        .collect()
+/// The birth time of `path`, when its filesystem records one.
+fn born(path: &Path) -> Option<u128> {
+    let t = std::fs::metadata(path).ok()?.created().ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_nanos())
 }
 
 fn now_secs() -> u64 {
@@ -595,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn pending_lease_holds_until_the_grace_ends_but_not_against_its_own_nix() {
+    fn a_lease_holds_while_its_nix_runs_however_old_but_not_against_its_own_nix() {
         let f = fixture();
         let a = f.chroot("a");
         let nix = f.nix();
@@ -615,12 +700,60 @@ mod tests {
         assert!(e.contains("raise lease_wait_seconds"), "{e}");
         // The same Nix is blocked in this hook, so a's build is not pending but finished.
         assert_eq!(f.try_take(&b, &[0], 1, nix, Duration::ZERO).unwrap(), [0]);
-        // Past the grace, with no process in the sandbox: stale.
+        // Issue 12, finding 2: no grace window. An hour old, with no process in the sandbox
+        // (a builder that left its chroot), the lease holds while its Nix runs the build...
         let mut old = f.leases.record(0).unwrap();
-        old.since -= PENDING_GRACE.as_secs() + 1;
+        old.since -= 3600;
         std::fs::write(f.leases.file(0), serde_json::to_vec(&old).unwrap()).unwrap();
         let c = f.chroot("c");
+        assert!(f.try_take(&c, &[0], 1, f.nix(), Duration::ZERO).is_err());
+        // ...and ends with it.
+        f.kill(nix);
         assert_eq!(f.take(&c, &[0], 1), [0]);
+    }
+
+    #[test]
+    fn a_lease_lives_while_its_builds_pid_namespace_does() {
+        // Issue 12, finding 2: a builder that left its chroot cannot leave its PID namespace.
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED: unshare --pid needs root");
+            return;
+        }
+        let f = fixture();
+        let mut build = Command::new("unshare")
+            .args(["--pid", "--fork", "sleep", "600"])
+            .spawn()
+            .unwrap();
+        let inner = (0..200)
+            .find_map(|_| {
+                let children =
+                    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", build.id()))
+                        .ok()?;
+                let pid = children.split_whitespace().next().map(str::to_string);
+                if pid.is_none() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                pid
+            })
+            .unwrap();
+        let ns = std::fs::metadata(format!("/proc/{inner}/ns/pid"))
+            .unwrap()
+            .ino();
+        let a = f.chroot("a");
+        let nix = f.nix();
+        f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+        f.kill(nix);
+        let mut record = f.leases.record(0).unwrap();
+        record.pid_namespaces = vec![ns];
+        std::fs::write(f.leases.file(0), serde_json::to_vec(&record).unwrap()).unwrap();
+        // Nix is gone and nothing is rooted in the chroot, but the build's namespace lives.
+        let b = f.chroot("b");
+        assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
+        let _ = Command::new("kill")
+            .args(["-KILL", inner.as_str()])
+            .status();
+        build.wait().unwrap();
+        assert_eq!(f.take(&b, &[0], 1), [0]);
     }
 
     #[test]

@@ -280,7 +280,8 @@ fn a_symlinked_directory_mid_path_does_not_expose_host_files() {
     // Issue 12, finding 5: /dev/nvidia-caps -> /etc made a host directory a "device".
     let h = Host::new();
     std::fs::create_dir_all(h.path("root/etc/nvidia-cap1")).unwrap();
-    std::os::unix::fs::symlink("/etc", h.path("root/dev/nvidia-caps")).unwrap();
+    // Relative, so that it resolves inside the fake root on the real filesystem too.
+    std::os::unix::fs::symlink("../etc", h.path("root/dev/nvidia-caps")).unwrap();
     let config = h.trusted_config("");
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(
