@@ -214,7 +214,7 @@ impl ClosureCache {
         file.push(b'\n');
         file.extend_from_slice(&body);
         file.extend_from_slice(format!("end {} {:016x}\n", members.len(), fnv1a(&body)).as_bytes());
-        dir.write_atomic(name, &file, 0o644)
+        dir.write_atomic(name, &file, 0o644, true)
     }
 }
 

@@ -236,14 +236,14 @@ impl Leases {
                         let path = self.file(*gpu);
                         let mut bytes = serde_json::to_vec(&record).expect("plain data");
                         bytes.push(b'\n');
-                        dir.write_atomic(&file_name(*gpu), &bytes, 0o644)
+                        dir.write_atomic(&file_name(*gpu), &bytes, 0o644, false)
                             .map_err(|e| io(&path, e))?;
                         *usage.entry(*gpu).or_default() += 1;
                     }
                     let path = self.dir.join(USAGE_FILE);
                     let mut bytes = serde_json::to_vec(&usage).expect("plain data");
                     bytes.push(b'\n');
-                    dir.write_atomic(USAGE_FILE, &bytes, 0o644)
+                    dir.write_atomic(USAGE_FILE, &bytes, 0o644, false)
                         .map_err(|e| io(&path, e))?;
                     return Ok(picked);
                 }
@@ -341,7 +341,7 @@ fn held(
                 if mine.is_some() && r.pid_namespaces_grew {
                     let mut bytes = serde_json::to_vec(&r.record).expect("plain data");
                     bytes.push(b'\n');
-                    let _ = dir.write_atomic(&name, &bytes, 0o644);
+                    let _ = dir.write_atomic(&name, &bytes, 0o644, false);
                 }
                 held.push(r.record)
             }

@@ -23,7 +23,7 @@ pub fn write(m: &PlannedManifest, runtime_dir: &Path) -> std::io::Result<()> {
     remove_stale(&dir);
     let mut bytes = m.content.to_json().into_bytes();
     bytes.push(b'\n');
-    dir.write_atomic(name, &bytes, 0o444)
+    dir.write_atomic(name, &bytes, 0o444, false)
 }
 
 /// Removes manifests whose chroot directory no longer exists (and unreadable leftovers).

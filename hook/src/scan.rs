@@ -129,6 +129,8 @@ pub fn scan(config: &Config, rules: &[&Rule]) -> HostView {
         Platform::Discrete
     });
     let platform = view.platform();
+    // Each device directory is listed once, however many globs look into it.
+    let mut listed = BTreeMap::new();
     let chain = |inside: &Path, outside: &Path, space: Space<'_>| {
         let _ = symlinks::follow(inside, outside, space, &fs);
     };
@@ -138,7 +140,7 @@ pub fn scan(config: &Config, rules: &[&Rule]) -> HostView {
             if device.platform.is_some_and(|p| p != platform) {
                 continue;
             }
-            let matches = glob_under(&config.host_root, &device.glob);
+            let matches = glob_under(&config.host_root, &device.glob, &mut listed);
             for m in matches.iter().flatten() {
                 if let Ok(rel) = m.strip_prefix(&config.host_root) {
                     chain(&Path::new("/").join(rel), m, rooted);
@@ -228,8 +230,63 @@ impl HostView {
     }
 }
 
-/// The host paths `glob` (absolute, as configured) matches under `root`.
-fn glob_under(root: &Path, glob: &str) -> GlobMatches {
+/// A directory's entry names, read once per scan (`None`: it could not be listed).
+type Listings = BTreeMap<PathBuf, Result<Vec<std::ffi::OsString>, String>>;
+
+/// The host paths `glob` (absolute, as configured) matches under `root`, in the order
+/// `glob::glob` gives them. The usual device glob (wildcards in the last component only) is
+/// matched against one listing of its directory, shared by every glob there; others go to
+/// `glob::glob`.
+fn glob_under(root: &Path, glob: &str, listed: &mut Listings) -> GlobMatches {
+    let wild = |t: &str| t.contains(['*', '?', '[']);
+    let (dir, last) = match glob.rsplit_once('/') {
+        Some((dir, last)) if !wild(dir) && !last.is_empty() => (dir, last),
+        _ => return glob_crate(root, glob),
+    };
+    let dir = if root == Path::new("/") {
+        PathBuf::from(if dir.is_empty() { "/" } else { dir })
+    } else {
+        root.join(dir.trim_start_matches('/'))
+    };
+    if !wild(last) {
+        // A literal: there when it (or what it links to) exists, as glob::glob has it.
+        let path = dir.join(last);
+        return if path.metadata().is_ok() {
+            vec![Ok(path)]
+        } else {
+            Vec::new()
+        };
+    }
+    let Ok(pattern) = glob::Pattern::new(last) else {
+        return glob_crate(root, glob);
+    };
+    let names = listed
+        .entry(dir.clone())
+        .or_insert_with(|| match std::fs::read_dir(&dir) {
+            Ok(entries) => {
+                let mut names: Vec<std::ffi::OsString> = entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name())
+                    .collect();
+                names.sort();
+                Ok(names)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) if e.raw_os_error() == Some(20) => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        });
+    match names {
+        Ok(names) => names
+            .iter()
+            .filter(|n| n.to_str().is_some_and(|n| pattern.matches(n)))
+            .map(|n| Ok(dir.join(n)))
+            .collect(),
+        Err(e) => vec![Err((dir, e.clone()))],
+    }
+}
+
+/// `glob::glob` of `glob` under `root`.
+fn glob_crate(root: &Path, glob: &str) -> GlobMatches {
     let pattern = if root == Path::new("/") {
         glob.to_string()
     } else {
@@ -290,4 +347,43 @@ fn compat_library_names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listing_glob_matches_like_glob_crate() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        for d in [
+            "dev/nvidia0",
+            "dev/nvidia12",
+            "dev/nvidiactl",
+            "dev/.nvidia9",
+            "dev/dri/card0",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("nowhere", root.join("dev/nvidia7")).unwrap();
+        let mut listed = Listings::new();
+        for pattern in [
+            "/dev/nvidia[0-9]*",
+            "/dev/nvidia*",
+            "/dev/*",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/dri/card*",
+            "/dev/absent/x*",
+            "/dev/*/card*",
+            "/dev/nvidiactl/x*",
+        ] {
+            assert_eq!(
+                glob_under(root, pattern, &mut listed),
+                glob_crate(root, pattern),
+                "{pattern}"
+            );
+        }
+    }
 }

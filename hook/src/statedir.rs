@@ -291,8 +291,16 @@ impl StateDir {
     }
 
     /// Writes `bytes` to `name` atomically (a new temporary file, then `renameat`), with
-    /// `mode`. A reader sees the old file or the new one, never a torn one.
-    pub fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    /// `mode`. A reader sees the old file or the new one, never a torn one. `durable`: the data
+    /// reaches the disk before the rename (for files that outlive a reboot, like the closure
+    /// cache; manifests and leases describe running builds and need not).
+    pub fn write_atomic(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        mode: u32,
+        durable: bool,
+    ) -> std::io::Result<()> {
         let mut tmp = String::new();
         let mut fd = None;
         for attempt in 0..100u32 {
@@ -324,7 +332,7 @@ impl StateDir {
                 nix::sys::stat::fchmod(file.as_raw_fd(), Mode::from_bits_truncate(mode))
                     .map_err(std::io::Error::from)
             })
-            .and_then(|()| file.sync_data())
+            .and_then(|()| if durable { file.sync_data() } else { Ok(()) })
             .and_then(|()| {
                 nix::fcntl::renameat(Some(self.raw()), tmp.as_str(), Some(self.raw()), name)
                     .map_err(std::io::Error::from)
