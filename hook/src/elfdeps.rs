@@ -49,7 +49,10 @@ pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
         .map_err(|e| e.to_string())?;
     let (mut runpath, mut rpath) = (Vec::new(), Vec::new());
     for d in dyns {
-        let tag = d.d_tag(endian) as u32;
+        // A tag that does not fit 32 bits is none of these (no truncation to a known one).
+        let Some(tag) = d.tag32(endian) else {
+            continue;
+        };
         let text = || {
             d.string(endian, strings)
                 .ok()
