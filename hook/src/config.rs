@@ -277,13 +277,22 @@ impl fmt::Display for ConfigSource {
 /// The configuration file to read: `--config`, else `$CUDA_SANDBOX_CONFIG`, else the default
 /// path when it exists, else none (use the built-in default).
 pub fn locate(explicit: Option<&Path>) -> ConfigSource {
+    let env = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty());
+    locate_in(
+        explicit,
+        env.map(PathBuf::from),
+        Path::new(DEFAULT_CONFIG_PATH),
+    )
+}
+
+/// [`locate`] with the environment's value and the default path given.
+fn locate_in(explicit: Option<&Path>, env: Option<PathBuf>, default: &Path) -> ConfigSource {
     if let Some(p) = explicit {
         return ConfigSource::File(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
-        return ConfigSource::File(PathBuf::from(p));
+    if let Some(p) = env {
+        return ConfigSource::File(p);
     }
-    let default = Path::new(DEFAULT_CONFIG_PATH);
     // The file, or its directory without it: a deleted file is an error, not the built-in.
     let dir_exists = default
         .parent()
@@ -658,5 +667,19 @@ required = true
             let e = Config::parse(text, "t").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_deleted_config_is_not_the_builtin() {
+        // Issue 12, finding 1: deleting the file silently widened what builds got.
+        let t = tempfile::tempdir().unwrap();
+        let default = t.path().join("cuda-sandbox/config.toml");
+        assert_eq!(locate_in(None, None, &default), ConfigSource::Builtin);
+        std::fs::create_dir(t.path().join("cuda-sandbox")).unwrap();
+        let located = locate_in(None, None, &default);
+        assert_eq!(located, ConfigSource::File(default.clone()));
+        assert!(Config::load(&located).is_err());
+        std::fs::write(&default, "").unwrap();
+        assert!(Config::load(&locate_in(None, None, &default)).is_ok());
     }
 }

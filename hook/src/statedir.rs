@@ -382,3 +382,73 @@ fn nanos() -> u32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    fn mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    #[test]
+    fn a_nixos_style_etc_static_chain_is_trusted() {
+        // /etc/x -> /etc/static/x, /etc/static -> /nix/store/…-etc/etc; the store is root's,
+        // mode 1775 (group-writable, sticky).
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        let store = d.join("store");
+        std::fs::create_dir_all(store.join("aaa-etc/etc/cuda-sandbox")).unwrap();
+        std::fs::write(store.join("aaa-etc/etc/cuda-sandbox/config.toml"), "").unwrap();
+        mode(&store, 0o1775);
+        std::fs::create_dir_all(d.join("etc")).unwrap();
+        symlink(store.join("aaa-etc/etc"), d.join("etc/static")).unwrap();
+        symlink("static/cuda-sandbox", d.join("etc/cuda-sandbox")).unwrap();
+        check_trusted(&d.join("etc/cuda-sandbox/config.toml")).unwrap();
+    }
+
+    #[test]
+    fn a_writable_directory_on_the_way_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        std::fs::create_dir(d.join("open")).unwrap();
+        std::fs::write(d.join("open/config.toml"), "").unwrap();
+        mode(&d.join("open"), 0o777);
+        let e = check_trusted(&d.join("open/config.toml")).unwrap_err();
+        assert!(
+            e.contains("writable by group or others") && e.contains("chmod go-w"),
+            "{e}"
+        );
+        // Through a symlink too: the target's directories count.
+        std::fs::create_dir(d.join("safe")).unwrap();
+        symlink(d.join("open/config.toml"), d.join("safe/config.toml")).unwrap();
+        assert!(check_trusted(&d.join("safe/config.toml")).is_err());
+        assert!(check_trusted(Path::new("relative")).is_err());
+    }
+
+    #[test]
+    fn state_directories_are_created_0700_and_used_without_following_links() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(&t.path().join("a/b")).unwrap();
+        let m = std::fs::metadata(t.path().join("a/b")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o700);
+        dir.write_atomic("x", b"hello", 0o444, false).unwrap();
+        assert_eq!(dir.read_bytes("x").unwrap(), b"hello");
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "x").unwrap();
+        symlink(&victim, t.path().join("a/b/link")).unwrap();
+        assert!(dir.read_bytes("link").is_err());
+        assert!(dir.open_lock("link").is_err());
+        dir.remove("link").unwrap();
+        assert!(victim.exists());
+        symlink(t.path().join("a"), t.path().join("c")).unwrap();
+        let e = StateDir::open(&t.path().join("c/b")).unwrap_err();
+        assert!(e.contains("symlink"), "{e}");
+        assert!(StateDir::open_existing(&t.path().join("absent"))
+            .unwrap()
+            .is_none());
+    }
+}
