@@ -39,7 +39,7 @@ pub fn plan(req: &Request, config: &Config, mode: Mode) -> Plan {
 /// Completes `plan`: adds the closures of its store paths, prunes nested paths, leases (or
 /// previews) its GPUs and plans the manifest. Problems met here are added to the plan.
 pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
-    add_closures(&mut plan, config);
+    add_closures(&mut plan, config, mode);
     plan.drop_nested();
     if plan.problems.is_empty() {
         lease(&mut plan, req, config, mode);
@@ -58,7 +58,7 @@ pub fn write_manifest(plan: &Plan, config: &Config) -> Result<(), String> {
     }
 }
 
-fn add_closures(plan: &mut Plan, config: &Config) {
+fn add_closures(plan: &mut Plan, config: &Config, mode: Mode) {
     if plan.closure_roots.is_empty() {
         return;
     }
@@ -67,8 +67,15 @@ fn add_closures(plan: &mut Plan, config: &Config) {
         store_dir: config.store_dir.clone(),
         nix_store: config.nix_store.clone(),
     };
+    // A user running `explain` cannot (and need not) use root's cache.
+    let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
     for root in plan.closure_roots.clone() {
-        match cache.closure(&root) {
+        let closure = if uncached {
+            cache.closure_uncached(&root)
+        } else {
+            cache.closure(&root)
+        };
+        match closure {
             Ok(closure) => {
                 if closure.from_cache {
                     plan.closures_cached += 1;
@@ -85,6 +92,11 @@ fn add_closures(plan: &mut Plan, config: &Config) {
                     .collect();
                 plan.add_closure(&root, members, &config.store_dir);
             }
+            // Not the hook's verdict: the hook runs as root.
+            Err(e) if uncached => plan.skipped.push(Skip {
+                path: root.display().to_string(),
+                why: format!("closure not shown: {e}; run explain as root to see it"),
+            }),
             Err(e) => plan.problems.push(Problem {
                 rule: plan.rules.join(","),
                 what: e.to_string(),

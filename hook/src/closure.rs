@@ -111,6 +111,16 @@ impl ClosureCache {
         })
     }
 
+    /// The closure of `store_path` from `nix-store`, without reading or writing the cache (for
+    /// `explain` run by a user who may not use root's cache).
+    pub fn closure_uncached(&self, store_path: &Path) -> Result<Closure, ClosureError> {
+        self.entry_path(store_path)?;
+        Ok(Closure {
+            members: self.query(store_path)?,
+            from_cache: false,
+        })
+    }
+
     fn entry_path(&self, store_path: &Path) -> Result<PathBuf, ClosureError> {
         match store_path_of(store_path, &self.store_dir) {
             Some(top) if top == store_path => Ok(self
