@@ -47,6 +47,7 @@
                 "Cargo.toml"
                 "Cargo.lock"
                 "hook"
+                "elfkit"
                 "runner"
                 "manifest"
                 "testkit"

@@ -11,7 +11,7 @@
 
 use crate::statedir::{self, StateDir};
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const HEADER: &str = "cuda-sandbox closure v1";
@@ -58,15 +58,8 @@ pub struct ClosureCache {
     pub nix_store: PathBuf,
 }
 
-/// The top-level store path containing `path` (`/nix/store/abc-x/lib/y` → `/nix/store/abc-x`),
-/// or `None` when `path` is not strictly inside `store_dir`. `path` must be normalised.
-pub fn store_path_of(path: &Path, store_dir: &Path) -> Option<PathBuf> {
-    let rest = path.strip_prefix(store_dir).ok()?;
-    match rest.components().next()? {
-        Component::Normal(name) => Some(store_dir.join(name)),
-        _ => None,
-    }
-}
+/// The top-level store path containing a path (shared with the runner's helpers).
+pub use cuda_sandbox_elfkit::store_path_of;
 
 impl ClosureCache {
     /// The closure of `store_path` (a top-level store path), from the cache when a valid entry

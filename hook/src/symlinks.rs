@@ -366,19 +366,7 @@ fn next_hop(link: &Hop, target: &Path, space: Space<'_>) -> Hop {
 }
 
 /// Lexically removes `.` and `..` components (`..` at the root stays at the root).
-pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
+pub use cuda_sandbox_elfkit::normalize;
 
 #[cfg(test)]
 mod tests {
