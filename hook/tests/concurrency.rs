@@ -452,21 +452,27 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it() {
         .spawn()
         .unwrap();
     let marker = format!("escaped-{n}");
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the lease", Duration::from_secs(60), || {
+        leases.record(0).is_some()
+    });
+    let lease = leases.record(0).unwrap();
+    assert!(lease.derivation.ends_with("-escape.drv"), "{lease:?}");
+    // The marker is in the builder's script too: wait until every process holding it has a
+    // root other than the chroot.
+    let root_of = |pid: &i32| {
+        std::fs::metadata(format!("/proc/{pid}/root"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
     wait_for(
         "the builder to leave its chroot",
         Duration::from_secs(60),
-        || !processes_with(&marker).is_empty(),
+        || {
+            let pids = processes_with(&marker);
+            !pids.is_empty() && pids.iter().all(|p| root_of(p) != Some(lease.chroot_id))
+        },
     );
-    let lease = Leases::new(&host.run_dir()).record(0).unwrap();
-    assert!(lease.derivation.ends_with("-escape.drv"), "{lease:?}");
-    for pid in processes_with(&marker) {
-        let root = std::fs::metadata(format!("/proc/{pid}/root")).unwrap();
-        assert_ne!(
-            (root.dev(), root.ino()),
-            lease.chroot_id,
-            "the builder did not leave its chroot"
-        );
-    }
     // Past the 30 s the old rule gave a lease without a process in its chroot.
     std::thread::sleep(Duration::from_secs(31));
     assert!(
