@@ -61,6 +61,7 @@
                 "Cargo.toml"
                 "Cargo.lock"
                 "hook"
+                "elfkit"
                 "runner"
                 "manifest"
                 "testkit"

@@ -3,8 +3,10 @@
 //! `cargo bench -p cuda-sandbox-hook --bench hook_process` prints the median (and p90, best)
 //! of N runs for: an untagged derivation (the path every non-GPU build takes), a tagged one with
 //! a warm closure cache, and a tagged one with a cold cache (a real `nix-store` query when Nix is
-//! installed, else a stand-in script). Figures, not assertions: compare them with the targets
-//! (untagged ≤ 2 ms, tagged warm ≤ 5 ms) by eye.
+//! installed, else a stand-in script). Then the ratios issue 13 asks for, from paired runs (the
+//! hook, then an empty `fn main(){}` binary built with the same rustc, alternately, so both see
+//! the same machine load): untagged ≤ 1.2× and tagged with a warm cache ≤ 1.5× that floor.
+//! Figures, not assertions.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -199,4 +201,74 @@ fn main() {
         t
     };
     report("baseline: spawning /bin/true", &baseline);
+
+    match empty_main(d) {
+        Some(floor) => {
+            println!(
+                "paired with an empty `fn main(){{}}` (the process floor), median of {RUNS} pairs:"
+            );
+            for (what, drv, target) in [
+                ("untagged", &untagged, 1.2),
+                (
+                    "untagged (features, none configured)",
+                    &untagged_features,
+                    1.2,
+                ),
+                ("tagged, warm closure cache", &tagged, 1.5),
+            ] {
+                let (hook, base) = paired(drv, &config, &floor);
+                let ratio = hook.as_secs_f64() / base.as_secs_f64();
+                println!(
+                    "  {what:<40} hook {:>7.3} ms  floor {:>7.3} ms  ratio {ratio:.2}x (target <= {target}x: {})",
+                    hook.as_secs_f64() * 1e3,
+                    base.as_secs_f64() * 1e3,
+                    if ratio <= target { "met" } else { "NOT met" }
+                );
+            }
+        }
+        None => println!("(no rustc found: the empty-main floor was not measured)"),
+    }
+}
+
+/// An empty `fn main(){}` built like the hook (optimised, panic = abort), when rustc is here.
+fn empty_main(dir: &Path) -> Option<PathBuf> {
+    let src = dir.join("empty.rs");
+    std::fs::write(&src, "fn main() {}\n").ok()?;
+    let out = dir.join("empty-main");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let ok = Command::new(rustc)
+        .args(["-C", "opt-level=3", "-C", "panic=abort", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .ok()?
+        .success();
+    ok.then_some(out)
+}
+
+/// Median hook time and median floor time over `RUNS` alternating pairs.
+fn paired(drv: &Path, config: &Path, floor: &Path) -> (Duration, Duration) {
+    let mut hook = Vec::with_capacity(RUNS);
+    let mut base = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let s = Instant::now();
+        let out = Command::new(HOOK)
+            .arg(drv)
+            .arg("/tmp/unused-chroot")
+            .env("CUDA_SANDBOX_CONFIG", config)
+            .output()
+            .expect("run the hook");
+        hook.push(s.elapsed());
+        assert!(out.status.success());
+        let s = Instant::now();
+        Command::new(floor)
+            .arg(drv)
+            .arg("/tmp/unused-chroot")
+            .output()
+            .expect("run the floor");
+        base.push(s.elapsed());
+    }
+    hook.sort();
+    base.sort();
+    (hook[RUNS / 2], base[RUNS / 2])
 }

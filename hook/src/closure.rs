@@ -3,12 +3,15 @@
 //!
 //! Nix adds no closure for hook paths (DESIGN.md §3), so exposing `/nix/store/X` means exposing
 //! every path X refers to, transitively. Store paths are immutable, so a closure is cached
-//! forever, keyed by the store path's base name. Entries are written atomically (temporary file
-//! + rename) and checked on read: a malformed or tampered entry is recomputed, never trusted.
+//! forever, keyed by the store path's base name. The cache directory is a verified
+//! [`StateDir`] (root-owned, not writable by others, checked on every use), so only root can
+//! have written an entry; entries are written atomically (temporary file + rename) and carry a
+//! checksum, so a torn or damaged entry is recomputed. `nix-store` is run only when it is a
+//! trusted program ([`crate::statedir::program`]).
 
+use crate::statedir::{self, StateDir};
 use std::fmt;
-use std::io::Write;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const HEADER: &str = "cuda-sandbox closure v1";
@@ -55,15 +58,8 @@ pub struct ClosureCache {
     pub nix_store: PathBuf,
 }
 
-/// The top-level store path containing `path` (`/nix/store/abc-x/lib/y` → `/nix/store/abc-x`),
-/// or `None` when `path` is not strictly inside `store_dir`. `path` must be normalised.
-pub fn store_path_of(path: &Path, store_dir: &Path) -> Option<PathBuf> {
-    let rest = path.strip_prefix(store_dir).ok()?;
-    match rest.components().next()? {
-        Component::Normal(name) => Some(store_dir.join(name)),
-        _ => None,
-    }
-}
+/// The top-level store path containing a path (shared with the runner's helpers).
+pub use cuda_sandbox_elfkit::store_path_of;
 
 impl ClosureCache {
     /// The closure of `store_path` (a top-level store path), from the cache when a valid entry
@@ -71,7 +67,19 @@ impl ClosureCache {
     /// a warning).
     pub fn closure(&self, store_path: &Path) -> Result<Closure, ClosureError> {
         let entry = self.entry_path(store_path)?;
-        if let Ok(text) = std::fs::read(&entry) {
+        let name = entry
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| ClosureError {
+                store_path: store_path.to_path_buf(),
+                message: "the store path's name is not UTF-8".to_string(),
+            })?
+            .to_string();
+        let dir = StateDir::open(&self.dir).map_err(|message| ClosureError {
+            store_path: store_path.to_path_buf(),
+            message,
+        })?;
+        if let Ok(text) = dir.read_bytes(&name) {
             if let Some(members) = self.decode(store_path, &text) {
                 return Ok(Closure {
                     members,
@@ -84,7 +92,7 @@ impl ClosureCache {
             ));
         }
         let members = self.query(store_path)?;
-        if let Err(e) = self.store(&entry, store_path, &members) {
+        if let Err(e) = self.store(&dir, &name, store_path, &members) {
             crate::log::warn(format_args!(
                 "cannot write closure cache entry {}: {e}",
                 entry.display()
@@ -92,6 +100,16 @@ impl ClosureCache {
         }
         Ok(Closure {
             members,
+            from_cache: false,
+        })
+    }
+
+    /// The closure of `store_path` from `nix-store`, without reading or writing the cache (for
+    /// `explain` run by a user who may not use root's cache).
+    pub fn closure_uncached(&self, store_path: &Path) -> Result<Closure, ClosureError> {
+        self.entry_path(store_path)?;
+        Ok(Closure {
+            members: self.query(store_path)?,
             from_cache: false,
         })
     }
@@ -116,8 +134,13 @@ impl ClosureCache {
             store_path: store_path.to_path_buf(),
             message,
         };
+        let nix_store = statedir::program(&self.nix_store).map_err(|e| {
+            fail(format!(
+                "{e} (set nix_store in the config to the nix-store program)"
+            ))
+        })?;
         let output = run_retrying_busy(|| {
-            Command::new(&self.nix_store)
+            Command::new(&nix_store)
                 .args(["--query", "--requisites"])
                 .arg(store_path)
                 .output()
@@ -174,24 +197,27 @@ impl ClosureCache {
         (trailer == expected_trailer.as_bytes()).then_some(members)
     }
 
-    fn store(&self, entry: &Path, store_path: &Path, members: &[PathBuf]) -> std::io::Result<()> {
+    fn store(
+        &self,
+        dir: &StateDir,
+        name: &str,
+        store_path: &Path,
+        members: &[PathBuf],
+    ) -> std::io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let mut body = Vec::new();
         for m in members {
             body.extend_from_slice(m.as_os_str().as_bytes());
             body.push(b'\n');
         }
-        std::fs::create_dir_all(&self.dir)?;
-        let mut file = tempfile::NamedTempFile::new_in(&self.dir)?;
-        file.write_all(HEADER.as_bytes())?;
-        file.write_all(b" ")?;
-        file.write_all(store_path.as_os_str().as_bytes())?;
-        file.write_all(b"\n")?;
-        file.write_all(&body)?;
-        writeln!(file, "end {} {:016x}", members.len(), fnv1a(&body))?;
-        file.as_file().sync_data()?;
-        file.persist(entry).map_err(|e| e.error)?;
-        Ok(())
+        let mut file = Vec::new();
+        file.extend_from_slice(HEADER.as_bytes());
+        file.push(b' ');
+        file.extend_from_slice(store_path.as_os_str().as_bytes());
+        file.push(b'\n');
+        file.extend_from_slice(&body);
+        file.extend_from_slice(format!("end {} {:016x}\n", members.len(), fnv1a(&body)).as_bytes());
+        dir.write_atomic(name, &file, 0o644, true)
     }
 }
 
@@ -218,8 +244,8 @@ fn split_line(text: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&text[..i], &text[i + 1..]))
 }
 
-/// FNV-1a, 64 bits: enough to catch a damaged cache entry (entries are not secrets; the
-/// directory's permissions guard against tampering).
+/// FNV-1a, 64 bits: enough to catch a damaged cache entry. It is no protection against
+/// tampering; the verified directory is.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)

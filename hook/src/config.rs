@@ -1,9 +1,12 @@
 //! The hook's configuration: which features get which devices and paths.
 //!
 //! Read from TOML (`/etc/cuda-sandbox/config.toml` unless `--config` or `CUDA_SANDBOX_CONFIG`
-//! name another file). With no file at the default location, [`Config::builtin`] serves NixOS.
-//! Unknown keys are errors naming the key with its line and column, so a typo never silently
-//! drops a device from every GPU build.
+//! name another file). With neither the file nor its directory `/etc/cuda-sandbox`,
+//! [`Config::builtin`] serves NixOS: the default rule of `hook/default-config.toml`, embedded.
+//! A directory without its file is a broken configuration (a deleted config must not turn into
+//! the built-in one silently). Unknown keys are errors naming the key with its line and column,
+//! so a typo never silently drops a device from every GPU build. A file is used only when
+//! it is trusted like sudo's `sudoers` ([`crate::statedir::check_trusted`]).
 
 use serde::Deserialize;
 use std::fmt;
@@ -13,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuda-sandbox/config.toml";
 /// Environment variable naming the configuration file (below `--config`, above the default).
 pub const CONFIG_ENV: &str = "CUDA_SANDBOX_CONFIG";
+/// The built-in configuration's text (one file in the repository, `hook/default-config.toml`).
+pub const BUILTIN_TOML: &str = include_str!("../default-config.toml");
 /// The features the built-in configuration answers to.
 pub const DEFAULT_FEATURES: [&str; 4] = ["cuda", "gpu", "nvidia-gpu", "opengl"];
 
@@ -31,7 +36,9 @@ pub struct Config {
     /// Directory holding cached store-path closures.
     #[serde(default = "default_closure_cache")]
     pub closure_cache: PathBuf,
-    /// The `nix-store` program used to compute closures (a name is looked up in `PATH`).
+    /// The `nix-store` program used to compute closures: an absolute path to a trusted (root-
+    /// owned, not group/other-writable) program. Only the default, `nix-store`, is looked up in
+    /// `PATH` (and the file found must be trusted too).
     #[serde(default = "default_nix_store")]
     pub nix_store: PathBuf,
     /// Where symlinks may lead (inside paths, under the host root); the store is always
@@ -51,6 +58,10 @@ pub struct Config {
     /// Leases live in `<runtime_dir>/leases/` (see [`crate::lease`]).
     #[serde(default)]
     pub gpus_per_build: u32,
+    /// The most GPUs one build may lease, whatever its `cudaSandboxGpus` asks (`0`: no cap
+    /// but the host's GPUs).
+    #[serde(default)]
+    pub max_gpus_per_build: u32,
     /// How long a tagged build waits for enough free GPUs before failing (`0`: fail at once).
     #[serde(default = "default_lease_wait_seconds")]
     pub lease_wait_seconds: u64,
@@ -266,14 +277,27 @@ impl fmt::Display for ConfigSource {
 /// The configuration file to read: `--config`, else `$CUDA_SANDBOX_CONFIG`, else the default
 /// path when it exists, else none (use the built-in default).
 pub fn locate(explicit: Option<&Path>) -> ConfigSource {
+    let env = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty());
+    locate_in(
+        explicit,
+        env.map(PathBuf::from),
+        Path::new(DEFAULT_CONFIG_PATH),
+    )
+}
+
+/// [`locate`] with the environment's value and the default path given.
+fn locate_in(explicit: Option<&Path>, env: Option<PathBuf>, default: &Path) -> ConfigSource {
     if let Some(p) = explicit {
         return ConfigSource::File(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
-        return ConfigSource::File(PathBuf::from(p));
+    if let Some(p) = env {
+        return ConfigSource::File(p);
     }
-    let default = Path::new(DEFAULT_CONFIG_PATH);
-    if default.exists() {
+    // The file, or its directory without it: a deleted file is an error, not the built-in.
+    let dir_exists = default
+        .parent()
+        .is_some_and(|d| d.symlink_metadata().is_ok());
+    if dir_exists || default.symlink_metadata().is_ok() {
         ConfigSource::File(default.to_path_buf())
     } else {
         ConfigSource::Builtin
@@ -288,7 +312,17 @@ impl Config {
             ConfigSource::File(path) => {
                 let file = std::fs::File::open(path).map_err(|e| ConfigError {
                     source: path.display().to_string(),
-                    message: format!("cannot read it: {e}"),
+                    message: if e.kind() == std::io::ErrorKind::NotFound
+                        && path == Path::new(DEFAULT_CONFIG_PATH)
+                    {
+                        format!(
+                            "cannot read it: {e}; restore it, or remove the directory {} to \
+                             use the built-in default",
+                            path.parent().unwrap_or(path).display()
+                        )
+                    } else {
+                        format!("cannot read it: {e}")
+                    },
                 })?;
                 check_trusted(&file, path)?;
                 let text = std::io::read_to_string(file).map_err(|e| ConfigError {
@@ -330,51 +364,11 @@ impl Config {
     }
 
     /// The configuration used when no file exists: NixOS, with the driver at
-    /// `/run/opengl-driver` and the device nodes of DESIGN.md §5.
+    /// `/run/opengl-driver` and the device nodes of DESIGN.md §5, from the embedded
+    /// `hook/default-config.toml`.
     pub fn builtin() -> Config {
-        let on = |platform: Option<Platform>, glob: &str, required: bool| DeviceGlob {
-            glob: glob.to_string(),
-            required,
-            hint: None,
-            platform,
-        };
-        let device = |glob: &str, required: bool| on(None, glob, required);
-        let discrete = |glob: &str| on(Some(Platform::Discrete), glob, true);
-        let tegra = |glob: &str, required: bool| on(Some(Platform::Tegra), glob, required);
-        Config {
-            host_root: default_host_root(),
-            store_dir: default_store_dir(),
-            closure_cache: default_closure_cache(),
-            nix_store: default_nix_store(),
-            missing_drv: MissingDrv::Skip,
-            symlink_roots: default_symlink_roots(),
-            runtime_dir: default_runtime_dir(),
-            gpus_per_build: 0,
-            lease_wait_seconds: default_lease_wait_seconds(),
-            rules: vec![Rule {
-                name: "nvidia".to_string(),
-                features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
-                devices: vec![
-                    discrete("/dev/nvidiactl"),
-                    discrete("/dev/nvidia-uvm"),
-                    discrete("/dev/nvidia[0-9]*"),
-                    device("/dev/nvidia-uvm-tools", false),
-                    device("/dev/nvidia-modeset", false),
-                    device("/dev/nvidia-caps/nvidia-cap*", false),
-                    device("/dev/nvidia-caps-imex-channels/*", false),
-                    device("/dev/dri/renderD*", false),
-                    device("/dev/dri/card*", false),
-                    tegra("/dev/nvmap", true),
-                    tegra("/dev/nvhost-*", false),
-                    tegra("/dev/nvgpu/igpu0/*", false),
-                    tegra("/dev/nvsciipc", false),
-                    tegra("/dev/host1x-fence", false),
-                ],
-                paths: Vec::new(),
-                mounts: Vec::new(),
-                driver: Some(DriverConfig::default()),
-            }],
-        }
+        // A unit test parses the embedded file, so this cannot fail in a built hook.
+        Config::parse(BUILTIN_TOML, "built-in").expect("hook/default-config.toml is valid")
     }
 
     /// The rules that answer to any of `features`, in file order.
@@ -383,11 +377,6 @@ impl Config {
             .iter()
             .filter(|r| r.answers_any(features))
             .collect()
-    }
-
-    /// Whether any rule answers to a feature in `features`.
-    pub fn answers_any(&self, features: &[&[u8]]) -> bool {
-        self.rules.iter().any(|r| r.answers_any(features))
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -403,6 +392,12 @@ impl Config {
                     path.display()
                 ));
             }
+        }
+        if self.nix_store != Path::new("nix-store") && !self.nix_store.is_absolute() {
+            return Err(format!(
+                "nix_store must be an absolute path to a root-owned program, got {}",
+                self.nix_store.display()
+            ));
         }
         for path in &self.symlink_roots {
             let name = "symlink_roots entry";
@@ -481,15 +476,20 @@ impl Rule {
 }
 
 /// Refuses a configuration others could have written, as sudo does for sudoers: the hook runs
-/// as root before every build, so whoever can write its config decides what builds see. The
-/// file must be owned by root (or by the user running the hook) and not writable by group or
-/// others. Checked on the opened file, so a swap after the check changes nothing.
+/// as root before every build, so whoever can write its config decides what builds see (and
+/// which program root runs). Every component of the path and every symlink target on the way
+/// must be owned by root (or by the user running the hook) and not writable by group or others
+/// ([`crate::statedir::check_trusted`]); the opened file is checked again, so a swap after the
+/// walk changes nothing.
 fn check_trusted(file: &std::fs::File, path: &Path) -> Result<(), ConfigError> {
     use std::os::unix::fs::MetadataExt;
     let refuse = |message: String| ConfigError {
         source: path.display().to_string(),
         message,
     };
+    let absolute =
+        std::path::absolute(path).map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
+    crate::statedir::check_trusted(&absolute).map_err(|e| refuse(format!("refused: {e}")))?;
     let meta = file
         .metadata()
         .map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
@@ -548,6 +548,59 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_embedded_default_is_the_reference_builtin() {
+        assert_eq!(Config::builtin(), reference_builtin());
+    }
+
+    /// The built-in configuration as it was written in Rust before it moved to a TOML file.
+    fn reference_builtin() -> Config {
+        let on = |platform: Option<Platform>, glob: &str, required: bool| DeviceGlob {
+            glob: glob.to_string(),
+            required,
+            hint: None,
+            platform,
+        };
+        let device = |glob: &str, required: bool| on(None, glob, required);
+        let discrete = |glob: &str| on(Some(Platform::Discrete), glob, true);
+        let tegra = |glob: &str, required: bool| on(Some(Platform::Tegra), glob, required);
+        Config {
+            host_root: default_host_root(),
+            store_dir: default_store_dir(),
+            closure_cache: default_closure_cache(),
+            nix_store: default_nix_store(),
+            missing_drv: MissingDrv::Skip,
+            symlink_roots: default_symlink_roots(),
+            runtime_dir: default_runtime_dir(),
+            gpus_per_build: 0,
+            max_gpus_per_build: 0,
+            lease_wait_seconds: default_lease_wait_seconds(),
+            rules: vec![Rule {
+                name: "nvidia".to_string(),
+                features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
+                devices: vec![
+                    discrete("/dev/nvidiactl"),
+                    discrete("/dev/nvidia-uvm"),
+                    discrete("/dev/nvidia[0-9]*"),
+                    device("/dev/nvidia-uvm-tools", false),
+                    device("/dev/nvidia-modeset", false),
+                    device("/dev/nvidia-caps/nvidia-cap*", false),
+                    device("/dev/nvidia-caps-imex-channels/*", false),
+                    device("/dev/dri/renderD*", false),
+                    device("/dev/dri/card*", false),
+                    tegra("/dev/nvmap", true),
+                    tegra("/dev/nvhost-*", false),
+                    tegra("/dev/nvgpu/igpu0/*", false),
+                    tegra("/dev/nvsciipc", false),
+                    tegra("/dev/host1x-fence", false),
+                ],
+                paths: Vec::new(),
+                mounts: Vec::new(),
+                driver: Some(DriverConfig::default()),
+            }],
+        }
+    }
 
     #[test]
     fn builtin_serves_nixos() {
@@ -630,5 +683,19 @@ required = true
             let e = Config::parse(text, "t").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_deleted_config_is_not_the_builtin() {
+        // Issue 12, finding 1: deleting the file silently widened what builds got.
+        let t = tempfile::tempdir().unwrap();
+        let default = t.path().join("cuda-sandbox/config.toml");
+        assert_eq!(locate_in(None, None, &default), ConfigSource::Builtin);
+        std::fs::create_dir(t.path().join("cuda-sandbox")).unwrap();
+        let located = locate_in(None, None, &default);
+        assert_eq!(located, ConfigSource::File(default.clone()));
+        assert!(Config::load(&located).is_err());
+        std::fs::write(&default, "").unwrap();
+        assert!(Config::load(&locate_in(None, None, &default)).is_ok());
     }
 }

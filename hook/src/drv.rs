@@ -207,14 +207,82 @@ pub fn features_from_json(json: &[u8]) -> Result<RequiredFeatures<'static>, DrvE
     })
 }
 
-fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
-    #[derive(serde::Deserialize)]
-    struct Attrs {
-        // Absent means none; `null` (like any other non-list) is an error, as in Nix.
-        #[serde(rename = "requiredSystemFeatures", default)]
-        required_system_features: Vec<String>,
+/// The derivation attribute asking for a number of GPUs (see [`crate::lease`]).
+pub const GPUS_ATTR: &str = "cudaSandboxGpus";
+
+impl Derivation<'_> {
+    /// The derivation's [`GPUS_ATTR`] as text: with structured attrs the `__json` member (a
+    /// string or a number), else the plain env entry. `None` when unset or unreadable. Only
+    /// that member is kept in memory: the rest of `__json` is skipped, not built.
+    pub fn gpus_attr(&self) -> Option<String> {
+        if let Some(json) = self.env_var(ENV_STRUCTURED) {
+            return gpus_in_attrs(json);
+        }
+        self.env_var(GPUS_ATTR.as_bytes())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
     }
-    let attrs: Attrs = serde_json::from_slice(json).map_err(|e| DrvError {
+}
+
+/// [`GPUS_ATTR`] of a structured-attrs object (`__json`), reading only that key.
+fn gpus_in_attrs(json: &[u8]) -> Option<String> {
+    let attrs: GpusAttrs = serde_json::from_slice(json).ok()?;
+    attrs.gpus.map(|v| attr_text(&v))
+}
+
+fn attr_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// [`GPUS_ATTR`] of a derivation given as JSON (`NIX_DERIVATION_V4`): from `structuredAttrs`,
+/// `env.__json` or `env`, found as [`features_from_json`] finds the features.
+pub fn gpus_attr_from_json(json: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let object = value.as_object()?;
+    let drv = if object.contains_key("env") || object.contains_key("structuredAttrs") {
+        object
+    } else {
+        match object.values().collect::<Vec<_>>().as_slice() {
+            [single] => single.as_object()?,
+            _ => return None,
+        }
+    };
+    if let Some(attrs) = drv.get("structuredAttrs").filter(|a| !a.is_null()) {
+        return attrs.get(GPUS_ATTR).map(attr_text);
+    }
+    let env = drv.get("env")?.as_object()?;
+    if let Some(json) = env.get("__json").and_then(|j| j.as_str()) {
+        return gpus_in_attrs(json.as_bytes());
+    }
+    env.get(GPUS_ATTR).map(attr_text)
+}
+
+/// The structured attributes the hook reads; every other key is skipped unread (serde's
+/// `IgnoredAny`), so a huge `__json` is never built in memory.
+#[derive(serde::Deserialize)]
+struct FeatureAttrs {
+    // Absent means none; `null` (like any other non-list) is an error, as in Nix.
+    #[serde(rename = "requiredSystemFeatures", default)]
+    required_system_features: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct GpusAttrs {
+    // A repeated key is an error, as for requiredSystemFeatures.
+    #[serde(rename = "cudaSandboxGpus", default)]
+    gpus: Option<serde_json::Value>,
+}
+
+fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
+    structured_features_from(serde_json::from_slice(json))
+}
+
+fn structured_features_from(
+    parsed: Result<FeatureAttrs, serde_json::Error>,
+) -> Result<Vec<DrvStr<'static>>, DrvError> {
+    let attrs = parsed.map_err(|e| DrvError {
         offset: 0,
         message: format!("structured attrs (__json) are not valid: {e}"),
     })?;
@@ -223,6 +291,137 @@ fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
         .into_iter()
         .map(|s| Cow::Owned(s.into_bytes()))
         .collect())
+}
+
+/// A string of the derivation as written, escapes and all: read without copying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawStr<'a> {
+    raw: &'a [u8],
+    escaped: bool,
+}
+
+impl<'a> RawStr<'a> {
+    /// The string's bytes, unescaped (a copy only when it holds an escape).
+    pub fn unescape(&self) -> DrvStr<'a> {
+        if !self.escaped {
+            return Cow::Borrowed(self.raw);
+        }
+        let mut out = Vec::with_capacity(self.raw.len());
+        let mut bytes = self.raw.iter();
+        while let Some(b) = bytes.next() {
+            out.push(match (b, *b == b'\\') {
+                (_, true) => match bytes.next() {
+                    Some(b'n') => b'\n',
+                    Some(b'r') => b'\r',
+                    Some(b't') => b'\t',
+                    Some(other) => *other,
+                    None => break,
+                },
+                (b, false) => *b,
+            });
+        }
+        Cow::Owned(out)
+    }
+
+    /// A reader of the unescaped bytes, so that a huge value (`__json`) is never copied.
+    fn reader(&self) -> Unescape<'a> {
+        Unescape { rest: self.raw }
+    }
+}
+
+/// Unescapes an ATerm string body while reading it.
+struct Unescape<'a> {
+    rest: &'a [u8],
+}
+
+impl std::io::Read for Unescape<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(&b) = self.rest.first() else { break };
+            if b == b'\\' {
+                let Some(&e) = self.rest.get(1) else { break };
+                buf[n] = match e {
+                    b'n' => b'\n',
+                    b'r' => b'\r',
+                    b't' => b'\t',
+                    other => other,
+                };
+                self.rest = &self.rest[2..];
+                n += 1;
+                continue;
+            }
+            // Copy the run up to the next backslash at once.
+            let run = memchr::memchr(b'\\', self.rest).unwrap_or(self.rest.len());
+            let take = run.min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&self.rest[..take]);
+            self.rest = &self.rest[take..];
+            n += take;
+        }
+        Ok(n)
+    }
+}
+
+/// The environment of a derivation, read for the hook: the whole `.drv` is checked exactly as
+/// [`Derivation::parse`] checks it, but no string is copied; only the few values the hook
+/// needs are ever unescaped, and `__json` is parsed straight from the file's bytes. So the
+/// memory the hook needs stays near the file's size whatever the derivation holds.
+#[derive(Debug, Clone)]
+pub struct DrvEnv<'a> {
+    env: Vec<(RawStr<'a>, RawStr<'a>)>,
+}
+
+impl<'a> DrvEnv<'a> {
+    /// Parses a whole `.drv` file (same grammar and errors as [`Derivation::parse`]).
+    pub fn parse(input: &'a [u8]) -> Result<Self, DrvError> {
+        let mut p = Parser { input, pos: 0 };
+        let env = p.env_only()?;
+        if p.pos != input.len() {
+            return Err(p.error("unexpected bytes after the end of the derivation"));
+        }
+        Ok(DrvEnv { env })
+    }
+
+    fn get(&self, name: &[u8]) -> Option<RawStr<'a>> {
+        self.env
+            .iter()
+            .find(|(k, _)| k.unescape().as_ref() == name)
+            .map(|(_, v)| *v)
+    }
+
+    /// As [`Derivation::required_features`].
+    pub fn required_features(&self) -> Result<RequiredFeatures<'a>, DrvError> {
+        if let Some(json) = self.get(ENV_STRUCTURED) {
+            return structured_features_from(serde_json::from_reader(json.reader())).map(
+                |features| RequiredFeatures {
+                    features,
+                    structured: true,
+                },
+            );
+        }
+        let features = match self.get(ENV_FEATURES).map(|v| v.unescape()) {
+            Some(value) => value
+                .split(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+                .filter(|token| !token.is_empty())
+                .map(|t| Cow::Owned(t.to_vec()))
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(RequiredFeatures {
+            features,
+            structured: false,
+        })
+    }
+
+    /// As [`Derivation::gpus_attr`].
+    pub fn gpus_attr(&self) -> Option<String> {
+        if let Some(json) = self.get(ENV_STRUCTURED) {
+            let attrs: GpusAttrs = serde_json::from_reader(json.reader()).ok()?;
+            return attrs.gpus.map(|v| attr_text(&v));
+        }
+        self.get(GPUS_ATTR.as_bytes())
+            .map(|v| String::from_utf8_lossy(&v.unescape()).into_owned())
+    }
 }
 
 struct Parser<'a> {
@@ -324,6 +523,84 @@ impl<'a> Parser<'a> {
             args,
             env,
         })
+    }
+
+    /// The grammar of [`Parser::derivation`], keeping only the environment, as raw strings.
+    fn env_only(&mut self) -> Result<Vec<(RawStr<'a>, RawStr<'a>)>, DrvError> {
+        if self.input.starts_with(b"DrvWithVersion(") {
+            return Err(self.error(
+                "this is a DrvWithVersion derivation from a newer Nix; this hook reads the \
+                 classic Derive(...) format only",
+            ));
+        }
+        self.expect(b"Derive(")?;
+        self.list(|p| {
+            p.expect(b"(")?;
+            for last in [false, false, false, true] {
+                p.raw_string()?;
+                if !last {
+                    p.expect(b",")?;
+                }
+            }
+            p.expect(b")")
+        })?;
+        self.expect(b",")?;
+        self.list(|p| {
+            p.expect(b"(")?;
+            p.raw_string()?;
+            p.expect(b",")?;
+            p.list(Parser::raw_string)?;
+            p.expect(b")")
+        })?;
+        self.expect(b",")?;
+        self.list(Parser::raw_string)?;
+        self.expect(b",")?;
+        self.raw_string()?;
+        self.expect(b",")?;
+        self.raw_string()?;
+        self.expect(b",")?;
+        self.list(Parser::raw_string)?;
+        self.expect(b",")?;
+        let env = self.list(|p| {
+            p.expect(b"(")?;
+            let key = p.raw_string()?;
+            p.expect(b",")?;
+            let value = p.raw_string()?;
+            p.expect(b")")?;
+            Ok((key, value))
+        })?;
+        self.expect(b")")?;
+        Ok(env)
+    }
+
+    /// A quoted string as written (checked like [`Parser::string`], never copied).
+    fn raw_string(&mut self) -> Result<RawStr<'a>, DrvError> {
+        let start = self.pos;
+        self.expect(b"\"")?;
+        let body = self.pos;
+        let mut at = body;
+        let mut escaped = false;
+        loop {
+            let next = memchr::memchr2(b'"', b'\\', &self.input[at..]).ok_or(DrvError {
+                offset: start,
+                message: "unterminated string".to_string(),
+            })? + at;
+            if self.input[next] == b'"' {
+                self.pos = next + 1;
+                return Ok(RawStr {
+                    raw: &self.input[body..next],
+                    escaped,
+                });
+            }
+            if next + 1 >= self.input.len() {
+                return Err(DrvError {
+                    offset: start,
+                    message: "unterminated string".to_string(),
+                });
+            }
+            escaped = true;
+            at = next + 2;
+        }
     }
 
     /// `[` item (`,` item)* `]`, or `[]`.
@@ -519,5 +796,74 @@ mod tests {
         assert!(err.message.contains("newer Nix"));
         let err = Derivation::parse(br#"Derive([],[],[],"s","b",[],[])x"#).unwrap_err();
         assert!(err.message.contains("after the end"));
+    }
+
+    #[test]
+    fn the_hooks_lean_reader_agrees_with_the_full_parser() {
+        let samples: [&[u8]; 4] = [
+            br#"Derive([("out","/nix/store/a-x","","")],[("/nix/store/b.drv",["out"])],["/nix/store/c"],"x86_64-linux","/bin/sh",["-e","a\"b"],[("cudaSandboxGpus","2"),("out","/nix/store/a-x"),("requiredSystemFeatures","big-parallel\tcuda")])"#,
+            br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("__json","{\"big\":\"a\\nb\\\"c\",\"cudaSandboxGpus\":3,\"requiredSystemFeatures\":[\"cuda\",\"kvm\"]}"),("out","/nix/store/a-x")])"#,
+            br#"Derive([],[],[],"","",[],[("__json","{\"requiredSystemFeatures\":null}")])"#,
+            br#"Derive([],[],[],"","",[],[("re\quiredSystemFeatures","x\ny")])"#,
+        ];
+        let mut checked = 0;
+        for sample in samples {
+            let mut inputs: Vec<Vec<u8>> =
+                (0..=sample.len()).map(|n| sample[..n].to_vec()).collect();
+            for i in 0..sample.len() {
+                for b in [b'"', b'\\', b',', b')', b'x'] {
+                    let mut v = sample.to_vec();
+                    v[i] = b;
+                    inputs.push(v);
+                }
+            }
+            for input in inputs {
+                let full = Derivation::parse(&input);
+                let lean = DrvEnv::parse(&input);
+                match (&full, &lean) {
+                    (Ok(d), Ok(e)) => {
+                        let a = d.required_features().map(|f| f.features);
+                        let b = e.required_features().map(|f| f.features);
+                        assert_eq!(a.is_ok(), b.is_ok(), "{}", String::from_utf8_lossy(&input));
+                        if let (Ok(a), Ok(b)) = (a, b) {
+                            assert_eq!(a, b, "{}", String::from_utf8_lossy(&input));
+                        }
+                        assert_eq!(d.gpus_attr(), e.gpus_attr());
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a, b),
+                    _ => panic!("{}: {full:?} vs {lean:?}", String::from_utf8_lossy(&input)),
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 1000);
+    }
+
+    #[test]
+    fn the_gpus_attribute_is_read_plain_and_structured() {
+        let plain = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("cudaSandboxGpus","2"),("out","/nix/store/a-x")])"#;
+        assert_eq!(
+            Derivation::parse(plain).unwrap().gpus_attr().as_deref(),
+            Some("2")
+        );
+        let structured = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("__json","{\"cudaSandboxGpus\":3,\"requiredSystemFeatures\":[\"cuda\"]}"),("out","/nix/store/a-x")])"#;
+        assert_eq!(
+            DrvEnv::parse(structured).unwrap().gpus_attr().as_deref(),
+            Some("3")
+        );
+        let none = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("out","/nix/store/a-x")])"#;
+        assert_eq!(DrvEnv::parse(none).unwrap().gpus_attr(), None);
+        assert_eq!(
+            gpus_attr_from_json(br#"{"env":{"cudaSandboxGpus":"2"}}"#).as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            gpus_attr_from_json(
+                br#"{"/nix/store/x.drv":{"structuredAttrs":{"cudaSandboxGpus":3}}}"#
+            )
+            .as_deref(),
+            Some("3")
+        );
+        assert_eq!(gpus_attr_from_json(br#"{"env":{}}"#), None);
     }
 }

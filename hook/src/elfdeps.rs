@@ -4,73 +4,10 @@
 //! runs in a root holding nothing else.
 
 use crate::discover::ldcache::{self, CacheEntry};
-use object::elf;
-use object::read::elf::{Dyn, FileHeader, ProgramHeader};
-use object::Endianness;
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
-/// What one ELF file asks of the loader.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DynamicInfo {
-    /// `PT_INTERP`, for executables.
-    pub interpreter: Option<PathBuf>,
-    /// `DT_NEEDED` names.
-    pub needed: Vec<String>,
-    /// `DT_RUNPATH` (or `DT_RPATH` when there is no runpath), split at `:`.
-    pub runpath: Vec<String>,
-}
-
-/// Reads the dynamic information of a 64-bit ELF file; `Ok(None)` for anything else.
-pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
-    let Ok(header) = elf::FileHeader64::<Endianness>::parse(data) else {
-        return Ok(None);
-    };
-    let endian = header.endian().map_err(|e| e.to_string())?;
-    let mut info = DynamicInfo::default();
-    for ph in header
-        .program_headers(endian, data)
-        .map_err(|e| e.to_string())?
-    {
-        if ph.p_type(endian) == elf::PT_INTERP {
-            let bytes = ph
-                .data(endian, data)
-                .map_err(|_| "bad PT_INTERP".to_string())?;
-            let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
-            info.interpreter = Some(PathBuf::from(String::from_utf8_lossy(bytes).into_owned()));
-        }
-    }
-    let sections = header.sections(endian, data).map_err(|e| e.to_string())?;
-    let Some((dyns, link)) = sections.dynamic(endian, data).map_err(|e| e.to_string())? else {
-        return Ok(Some(info));
-    };
-    let strings = sections
-        .strings(endian, data, link)
-        .map_err(|e| e.to_string())?;
-    let (mut runpath, mut rpath) = (Vec::new(), Vec::new());
-    for d in dyns {
-        let tag = d.d_tag(endian) as u32;
-        let text = || {
-            d.string(endian, strings)
-                .ok()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-        };
-        match tag {
-            elf::DT_NEEDED => info.needed.extend(text()),
-            elf::DT_RUNPATH => runpath.extend(text()),
-            elf::DT_RPATH => rpath.extend(text()),
-            _ => {}
-        }
-    }
-    let chosen = if runpath.is_empty() { rpath } else { runpath };
-    info.runpath = chosen
-        .iter()
-        .flat_map(|r| r.split(':'))
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
-    Ok(Some(info))
-}
+pub use cuda_sandbox_elfkit::{dynamic_info, DynamicInfo};
 
 const DEFAULT_DIRS: &[&str] = &[
     "/lib/x86_64-linux-gnu",

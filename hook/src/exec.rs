@@ -4,13 +4,18 @@
 //! with the usual pseudo-devices, `/proc`, `/tmp`, `/build`, a tiny `/etc`), plus exactly the
 //! paths the hook would expose for the given features, plus the shared libraries the command
 //! (and the exposed driver libraries) need, resolved as the loader would. Then the command runs
-//! there. Needs root (mount namespaces); the namespace, and every mount in it, ends with the
-//! command.
+//! there, isolated like a build: in its own PID namespace with its own `/proc` (so
+//! `/proc/<pid>/root` of host processes is out of reach), as an unprivileged user (`nobody`
+//! unless `--user` says otherwise) with no supplementary groups and `no_new_privs` (setuid
+//! programs gain nothing), and with every exposed path bound read-only except device nodes and
+//! `--bind` paths. Needs root (namespaces); the namespaces, and every mount in them, end with
+//! the command.
 
-use crate::config::{self, Config};
+use crate::act::Mode;
 use crate::elfdeps;
-use crate::plan::{BuildContext, Plan, Reason};
-use crate::{hook, manifest_file};
+use crate::hook;
+use crate::plan::Reason;
+use crate::request::{self, Input, Request, Verdict};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use std::ffi::{CString, OsString};
@@ -30,7 +35,12 @@ pub struct ExecRequest {
     pub extra_binds: Vec<PathBuf>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
+    /// The user (and group) the command runs as.
+    pub user: (u32, u32),
 }
+
+/// The user `exec` runs a command as unless told otherwise: `nobody`.
+pub const DEFAULT_USER: (u32, u32) = (65534, 65534);
 
 /// One bind mount of the rendered plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,47 +49,40 @@ pub struct Bind {
     pub inside: PathBuf,
     /// Host path.
     pub outside: PathBuf,
+    /// Writable (device nodes and `--bind` paths); everything else is bound read-only.
+    pub writable: bool,
 }
 
-/// Plans the root for `req`: the hook's exposures, then the libraries the command and the
-/// exposed driver libraries need. Also writes the manifest the plan names (the command may be
-/// the runner, which reads it). Returns the binds and the command's path inside.
-pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), String> {
-    let (mut features, _) = match &req.drv {
-        Some(d) => hook::read_features(d)?,
-        None => (Vec::new(), false),
-    };
-    features.extend(req.features.iter().cloned());
-    if features.is_empty() {
-        features.push("cuda".to_string());
-    }
-    let config = Config::load(&config::locate(req.config.as_deref())).map_err(|e| e.to_string())?;
-    let bytes: Vec<&[u8]> = features.iter().map(|f| f.as_bytes()).collect();
-    let rules = config.matching_rules(&bytes);
-    if rules.is_empty() {
+/// Resolves `req` as the hook would (the derivation's features, else `--features`, else
+/// `cuda`).
+pub fn resolve(req: &ExecRequest) -> Request {
+    request::resolve(&Input {
+        drv: req.drv.as_deref(),
+        extra_features: &req.features,
+        default_features: &["cuda"],
+        config: req.config.as_deref(),
+        ..Input::default()
+    })
+}
+
+/// Plans the root for `req` (resolved as `resolved`, with the private root as its chroot):
+/// the hook's exposures, then the libraries the command and the exposed driver libraries need.
+/// Also writes the manifest the plan names (the command may be the runner, which reads it).
+/// Returns the binds and the command's path inside.
+pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, PathBuf), String> {
+    if let Verdict::Nothing(_) = resolved.verdict {
         return Err(format!(
             "no rule answers to the features [{}]: a build with them would get nothing",
-            features.join(", ")
+            resolved.features_lossy().join(", ")
         ));
     }
-    let ctx = BuildContext {
-        derivation: req
-            .drv
-            .as_ref()
-            .map_or("(exec)".to_string(), |d| d.display().to_string()),
-        features: features.clone(),
-        chroot: Some(root.to_path_buf()),
-        // exec shows what a build would get now; its tmpfs root cannot carry a lease.
-        gpus_wanted: req.drv.as_deref().and_then(crate::lease::requested_gpus_of),
-        take_lease: false,
-    };
-    let plan = Plan::build(&config, &rules, &ctx);
+    let (plan, answer) = hook::answer(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
         return Err(format!("the hook would refuse this build: {p}"));
     }
-    if let Some(m) = &plan.manifest {
-        manifest_file::write(m, &config.runtime_dir)
-            .map_err(|e| format!("cannot write the manifest {}: {e}", m.outside.display()))?;
+    answer.map_err(|e| format!("the hook would refuse this build: {e}"))?;
+    if let Some(config) = resolved.tagged() {
+        crate::act::write_manifest(&plan, config)?;
     }
     let mut binds: Vec<Bind> = plan
         .exposures
@@ -87,6 +90,7 @@ pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), S
         .map(|e| Bind {
             inside: e.inside.clone(),
             outside: e.outside.clone(),
+            writable: is_char_device(&e.outside),
         })
         .collect();
 
@@ -102,6 +106,7 @@ pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), S
         binds.push(Bind {
             inside: abs.clone(),
             outside: abs,
+            writable: true,
         });
     }
     let program = req.command.first().ok_or("exec needs a command after --")?;
@@ -111,6 +116,7 @@ pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), S
     binds.push(Bind {
         inside: program_inside.clone(),
         outside: program_real.clone(),
+        writable: false,
     });
     // The command needs its libraries; exposed host driver libraries need theirs (libc and
     // friends), which a Nix build would get from its own closure.
@@ -140,6 +146,7 @@ pub fn prepare(req: &ExecRequest, root: &Path) -> Result<(Vec<Bind>, PathBuf), S
             binds.push(Bind {
                 inside: lib,
                 outside,
+                writable: false,
             });
         }
     }
@@ -153,13 +160,21 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("exec needs root for its mount namespace: run it with sudo".into());
     }
-    let config = Config::load(&config::locate(req.config.as_deref())).map_err(|e| e.to_string())?;
-    let root = config.runtime_dir.join("exec-root");
+    let mut resolved = resolve(req);
+    let runtime_dir = match (&resolved.verdict, &resolved.config) {
+        (Verdict::Fail(m), _) => return Err(m.clone()),
+        (_, Some(c)) => c.runtime_dir.clone(),
+        (_, None) => return Err("no usable configuration".into()),
+    };
+    let root = runtime_dir.join("exec-root");
     std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
-    let (binds, program) = prepare(req, &root)?;
+    resolved.chroot = Some(root.clone());
+    let (binds, program) = prepare(req, &resolved)?;
 
     let sys = |what: &str, e: nix::Error| format!("exec: {what}: {e}");
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| sys("unshare(CLONE_NEWNS)", e))?;
+    // A new mount namespace now; a new PID namespace for the child forked below.
+    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
+        .map_err(|e| sys("unshare(CLONE_NEWNS | CLONE_NEWPID)", e))?;
     // Nothing mounted from here on may propagate back to the host.
     mount(
         None::<&str>,
@@ -177,12 +192,10 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
         Some("mode=0755"),
     )
     .map_err(|e| sys("tmpfs on the new root", e))?;
-    minimal_root(&root)?;
+    minimal_root(&root, req.user)?;
     for b in &binds {
         bind(&root, b)?;
     }
-    nix::unistd::chroot(&root).map_err(|e| sys("chroot", e))?;
-    std::env::set_current_dir("/build").map_err(|e| format!("exec: chdir /build: {e}"))?;
     let args: Vec<CString> = std::iter::once(program.as_os_str().to_owned())
         .chain(req.command.iter().skip(1).cloned())
         .map(|a| {
@@ -191,12 +204,75 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
         .collect::<Result<_, _>>()?;
     let path = CString::new(program.as_os_str().as_bytes())
         .map_err(|_| "exec: NUL in the program path")?;
-    nix::unistd::execv(&path, &args).map_err(|e| sys(&format!("running {}", program.display()), e))
+    // SAFETY: the hook is single-threaded here; the child only makes system calls and execs.
+    match unsafe { nix::unistd::fork() }.map_err(|e| sys("fork", e))? {
+        nix::unistd::ForkResult::Child => {
+            let e = run_child(&root, req.user, &path, &args);
+            crate::log::error(e);
+            // SAFETY: _exit in the forked child, without running the parent's destructors.
+            unsafe { nix::libc::_exit(127) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            use nix::sys::wait::{waitpid, WaitStatus};
+            let code = loop {
+                match waitpid(child, None) {
+                    Ok(WaitStatus::Exited(_, code)) => break code,
+                    Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
+                    Ok(_) | Err(nix::Error::EINTR) => continue,
+                    Err(e) => return Err(sys("waiting for the command", e)),
+                }
+            };
+            std::process::exit(code)
+        }
+    }
+}
+
+/// In the forked child, PID 1 of the new PID namespace: its own `/proc`, the new root, the
+/// unprivileged user, `no_new_privs`, then the command. Returns only on failure.
+fn run_child(root: &Path, user: (u32, u32), path: &CString, args: &[CString]) -> String {
+    let sys = |what: &str, e: nix::Error| format!("exec: {what}: {e}");
+    // Mounted from inside the namespace, so it shows this namespace's processes only.
+    if let Err(e) = mount(
+        Some("proc"),
+        &root.join("proc"),
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    ) {
+        return sys("mounting /proc", e);
+    }
+    if let Err(e) = nix::unistd::chroot(root) {
+        return sys("chroot", e);
+    }
+    if let Err(e) = std::env::set_current_dir("/build") {
+        return format!("exec: chdir /build: {e}");
+    }
+    let (uid, gid) = (
+        nix::unistd::Uid::from_raw(user.0),
+        nix::unistd::Gid::from_raw(user.1),
+    );
+    if let Err(e) = nix::unistd::setgroups(&[]) {
+        return sys("dropping supplementary groups", e);
+    }
+    if let Err(e) = nix::unistd::setgid(gid) {
+        return sys("setgid", e);
+    }
+    if let Err(e) = nix::unistd::setuid(uid) {
+        return sys("setuid", e);
+    }
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) only sets a flag of this process.
+    if unsafe { nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return format!("exec: no_new_privs: {}", std::io::Error::last_os_error());
+    }
+    match nix::unistd::execv(path, args) {
+        Err(e) => sys(&format!("running {}", path.to_string_lossy()), e),
+        Ok(never) => match never {},
+    }
 }
 
 /// `/dev` (pseudo-devices bound from the host, `shm`, the fd links), `/proc`, `/tmp`,
 /// `/build`, and an `/etc` with only `passwd`, `group` and `hosts`, as in Nix's sandbox.
-fn minimal_root(root: &Path) -> Result<(), String> {
+fn minimal_root(root: &Path, user: (u32, u32)) -> Result<(), String> {
     let io = |what: &Path, e: std::io::Error| format!("exec: {}: {e}", what.display());
     for dir in ["dev", "dev/shm", "proc", "tmp", "build", "etc"] {
         let p = root.join(dir);
@@ -208,6 +284,7 @@ fn minimal_root(root: &Path) -> Result<(), String> {
             &Bind {
                 inside: Path::new("/dev").join(dev),
                 outside: Path::new("/dev").join(dev),
+                writable: true,
             },
         )?;
     }
@@ -236,14 +313,13 @@ fn minimal_root(root: &Path) -> Result<(), String> {
         Some("mode=1777"),
     )
     .map_err(|e| sys("/tmp", e))?;
-    mount(
-        Some("proc"),
-        &root.join("proc"),
-        Some("proc"),
-        MsFlags::empty(),
-        None::<&str>,
+    // /build belongs to the command's user, as a build's directory to its build user.
+    nix::unistd::chown(
+        &root.join("build"),
+        Some(nix::unistd::Uid::from_raw(user.0)),
+        Some(nix::unistd::Gid::from_raw(user.1)),
     )
-    .map_err(|e| sys("/proc", e))?;
+    .map_err(|e| sys("/build", e))?;
     for (file, text) in [
         (
             "etc/passwd",
@@ -287,7 +363,23 @@ fn bind(root: &Path, b: &Bind) -> Result<(), String> {
             b.outside.display(),
             b.inside.display()
         )
-    })
+    })?;
+    if !b.writable {
+        mount(
+            None::<&str>,
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID,
+            None::<&str>,
+        )
+        .map_err(|e| format!("exec: making {} read-only: {e}", b.inside.display()))?;
+    }
+    Ok(())
+}
+
+fn is_char_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 /// The absolute path of `program`: as given when it holds a `/`, else found in `PATH`.

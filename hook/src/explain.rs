@@ -1,11 +1,15 @@
 //! `cuda-sandbox-hook explain`: the plan rendered for a person (or as JSON).
 //!
 //! Answers "why can't my build see the GPU": the features found, the rules matched, every path
-//! exposed and why, what was skipped and why, and what Nix would be told.
+//! exposed and why, what was skipped and why, and what Nix would be told. The request is
+//! resolved by the same function as the hook's ([`crate::request::resolve`], `missing_drv` and
+//! `NIX_DERIVATION_V4` included) and the answer computed by the same code
+//! ([`crate::hook::answer`]), without a lease and without writing a manifest.
 
-use crate::config::{self, Config};
+use crate::act::Mode;
+use crate::hook;
 use crate::plan::{Plan, Reason};
-use crate::{hook, protocol};
+use crate::request::{self, Input, Verdict, ATERM_FD_ENV, DERIVATION_ENV};
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::Path;
@@ -38,6 +42,8 @@ pub struct Explanation {
     pub verdict: String,
     /// Exactly what the hook prints for Nix (empty when it prints nothing).
     pub nix_answer: String,
+    /// What the hook would warn about on stderr.
+    pub warnings: Vec<String>,
 }
 
 /// Explains what a build of `drv` (and/or one requiring `extra_features`) would get.
@@ -46,69 +52,63 @@ pub fn explain(
     extra_features: &[String],
     config_arg: Option<&Path>,
 ) -> Result<Explanation, String> {
-    let (mut features, structured) = match drv {
-        Some(d) => hook::read_features(d)?,
-        None => (Vec::new(), false),
+    let req = request::resolve(&Input {
+        drv,
+        derivation_json: std::env::var_os(DERIVATION_ENV),
+        aterm_fd: std::env::var_os(ATERM_FD_ENV),
+        extra_features,
+        config: config_arg,
+        always_load_config: true,
+        ..Input::default()
+    });
+    let matches = match &req.config {
+        Some(config) => {
+            let bytes: Vec<&[u8]> = req.features.iter().map(Vec::as_slice).collect();
+            req.rules
+                .iter()
+                .map(|i| {
+                    let r = &config.rules[*i];
+                    RuleMatch {
+                        rule: r.name.clone(),
+                        feature: String::from_utf8_lossy(r.first_match(&bytes).unwrap_or_default())
+                            .into(),
+                    }
+                })
+                .collect()
+        }
+        None => Vec::new(),
     };
-    features.extend(extra_features.iter().cloned());
-    let source = config::locate(config_arg);
-    let config = Config::load(&source).map_err(|e| e.to_string())?;
-    let bytes: Vec<&[u8]> = features.iter().map(|f| f.as_bytes()).collect();
-    let rules = config.matching_rules(&bytes);
-    let matches = rules
-        .iter()
-        .map(|r| RuleMatch {
-            rule: r.name.clone(),
-            feature: String::from_utf8_lossy(r.first_match(&bytes).unwrap_or_default()).into(),
-        })
-        .collect();
-    let (plan, verdict, nix_answer) = if rules.is_empty() {
-        let configured: Vec<&str> = config
-            .rules
-            .iter()
-            .flat_map(|r| r.features.iter().map(String::as_str))
-            .collect();
-        let verdict = format!(
-            "untagged: no required feature is one of [{}], so the hook exposes nothing; tag \
-             the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
-            configured.join(", ")
-        );
-        (Plan::default(), verdict, String::new())
-    } else {
-        let ctx = crate::plan::BuildContext {
-            derivation: drv.map(|d| d.display().to_string()).unwrap_or_default(),
-            features: features.clone(),
-            chroot: None,
-            gpus_wanted: drv.and_then(crate::lease::requested_gpus_of),
-            take_lease: false,
-        };
-        let plan = Plan::build(&config, &rules, &ctx);
-        let answer = protocol::render(&plan.exposures);
-        let verdict = if !plan.problems.is_empty() {
-            format!(
-                "FAILS: the hook would refuse this build ({} problem(s), first: {})",
-                plan.problems.len(),
-                plan.problems[0].what
-            )
-        } else if let Err(e) = &answer {
-            format!("FAILS: {e}")
-        } else {
-            format!("tagged: {} paths exposed", plan.exposures.len())
-        };
-        let text = answer
-            .map(|a| String::from_utf8_lossy(&a).into_owned())
-            .unwrap_or_default();
-        (plan, verdict, text)
+    let (plan, answer) = hook::answer(&req, Mode::Explain);
+    let (verdict, nix_answer) = match answer {
+        Ok(answer) => {
+            let verdict = match &req.verdict {
+                Verdict::Nothing(why) => why.clone(),
+                _ => format!("tagged: {} paths exposed", plan.exposures.len()),
+            };
+            (verdict, String::from_utf8_lossy(&answer).into_owned())
+        }
+        Err(e) => {
+            let verdict = match plan.problems.first() {
+                Some(first) => format!(
+                    "FAILS: the hook would refuse this build ({} problem(s), first: {})",
+                    plan.problems.len(),
+                    first.what
+                ),
+                None => format!("FAILS: {e}"),
+            };
+            (verdict, String::new())
+        }
     };
     Ok(Explanation {
         derivation: drv.map(|d| d.display().to_string()),
-        features,
-        structured_attrs: structured,
-        config: source.to_string(),
+        features: req.features_lossy(),
+        structured_attrs: req.structured,
+        config: req.config_source.to_string(),
         rules: matches,
         plan,
         verdict,
         nix_answer,
+        warnings: req.warnings,
     })
 }
 
@@ -208,6 +208,9 @@ pub fn render_text(e: &Explanation) -> String {
         for p in &e.plan.problems {
             let _ = writeln!(s, "  {} (rule {})\n    fix: {}", p.what, p.rule, p.fix);
         }
+    }
+    for w in &e.warnings {
+        let _ = writeln!(s, "\nwarning:     {w}");
     }
     let _ = writeln!(s, "\nverdict:     {}", e.verdict);
     s

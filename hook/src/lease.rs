@@ -2,8 +2,10 @@
 //! build holds, the least used first.
 //!
 //! One file per leased GPU, `<runtime_dir>/leases/nvidia<N>.lease` (JSON [`LeaseRecord`]),
-//! written atomically (temporary file + rename). Every decision is taken under an exclusive
-//! `flock` on `<runtime_dir>/leases/.lock`, so two hooks never pick the same GPU. A per-GPU
+//! written atomically (temporary file + rename) in a verified [`StateDir`] (root-owned, not a
+//! symlink, checked on every run). Every decision is taken under an exclusive `flock` on
+//! `<runtime_dir>/leases/.lock`, so two hooks never pick the same GPU; the wait for that lock
+//! is bounded by the lease wait, like the wait for a free GPU. A per-GPU
 //! count of leases granted (`usage.json`) orders the free GPUs: least used first, then by
 //! number.
 //!
@@ -14,33 +16,38 @@
 //!
 //! 1. the chroot directory Nix passed still exists with the same inode (Nix deletes it when the
 //!    build ends; a rebuild of the same derivation makes a new one), and
-//! 2. some process has that directory as its root (`/proc/<pid>/root`): the builder and its
-//!    children after Nix's `pivot_root`. Or, before the builder starts, the Nix process that
-//!    ran the hook (recorded by pid and start time) is alive and the lease is younger than
-//!    [`PENDING_GRACE`].
+//! 2. one of:
+//!    - the Nix process that ran the hook (recorded by pid and start time) is alive: Nix
+//!      tracks the build until it ends, whatever the builder does (no time limit, so a
+//!      builder that leaves its chroot — `unshare -rm`, a bind of `/dev`, `chroot`
+//!      elsewhere — keeps its lease while Nix runs it);
+//!    - some process has that directory as its root (`/proc/<pid>/root`): the builder and
+//!      its children after Nix's `pivot_root`. Each hook that sees one records the build's
+//!      PID namespace in the lease ([`LeaseRecord::pid_namespaces`]);
+//!    - some process is still in a recorded PID namespace: a process cannot leave its PID
+//!      namespace, and the namespace's init (the builder) outlives every process in it and
+//!      in namespaces nested in it.
 //!
 //! Rule 2 is what makes a killed build give its GPU back. Nix 2.8 (checked on Debian's
 //! nix-bin) leaves the chroot directory behind when `nix-build` or the daemon is killed with
 //! SIGKILL, and the builder runs on, orphaned, in its own session: its GPU is still in use
 //! until it ends, and the lease with it. Once no process is left in the sandbox and Nix is
 //! gone, the lease is stale and the next hook removes it. A lease held by the very Nix
-//! process now running this hook counts only by rule 2's processes: that process is blocked
+//! process now running this hook counts only by rule 2's processes and namespaces (that
+//! Nix being alive proves nothing): that process is blocked
 //! in this hook, so its other builds have started already (Nix waits for the sandbox to be
 //! set up before it moves on), and a finished one whose chroot Nix has not yet deleted must
 //! not block this build forever.
 
+use crate::statedir::StateDir;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
-pub const GPUS_ATTR: &str = "cudaSandboxGpus";
-/// How long a lease counts before its builder starts, while the Nix process that took it is
-/// alive and is not the one running this hook.
-pub const PENDING_GRACE: Duration = Duration::from_secs(30);
+pub use crate::drv::GPUS_ATTR;
 /// How often a waiting hook looks again.
 const POLL: Duration = Duration::from_millis(100);
 const LOCK_FILE: &str = ".lock";
@@ -57,12 +64,20 @@ pub struct LeaseRecord {
     pub chroot: PathBuf,
     /// Device and inode of `chroot` when the lease was taken.
     pub chroot_id: (u64, u64),
+    /// Birth time of `chroot` (nanoseconds since the epoch), where the filesystem keeps one:
+    /// a directory made anew can get the inode of a deleted one (ext4 reuses them).
+    #[serde(default)]
+    pub chroot_born: Option<u128>,
     /// The process that ran the hook (Nix), which starts the builder.
     pub holder_pid: u32,
     /// Its start time (`/proc/<pid>/stat` field 22), so a reused pid does not count.
     pub holder_start: u64,
     /// When the lease was taken (seconds since the epoch).
     pub since: u64,
+    /// The PID namespaces (`/proc/<pid>/ns/pid` inodes) of processes seen rooted in the
+    /// chroot: the build's, which its processes cannot leave.
+    #[serde(default)]
+    pub pid_namespaces: Vec<u64>,
 }
 
 /// Why no GPUs could be leased; one line.
@@ -187,15 +202,16 @@ impl Leases {
         let io = |what: &Path, e: std::io::Error| {
             LeaseError::Io(format!("cannot use GPU lease {}: {e}", what.display()))
         };
-        std::fs::create_dir_all(&self.dir).map_err(|e| io(&self.dir, e))?;
+        let dir = StateDir::open(&self.dir).map_err(LeaseError::Io)?;
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
             .map_err(|e| io(req.chroot, e))?;
         let started = std::time::Instant::now();
         loop {
             let held = {
-                let _lock = self.lock()?;
-                let held = self.held(req.gpus, Some((req.chroot, chroot_id)), Some(holder));
+                let left = req.wait.saturating_sub(started.elapsed());
+                let _lock = lock(&dir, left)?;
+                let held = held(&dir, req.gpus, Some((req.chroot, chroot_id)), Some(holder));
                 let free: Vec<u32> = req
                     .gpus
                     .iter()
@@ -203,7 +219,7 @@ impl Leases {
                     .filter(|g| !held.iter().any(|h| h.gpu == *g))
                     .collect();
                 if free.len() >= req.count {
-                    let mut usage = self.usage();
+                    let mut usage = usage(&dir);
                     let picked = least_used(&free, &usage, req.count);
                     for gpu in &picked {
                         let record = LeaseRecord {
@@ -211,17 +227,23 @@ impl Leases {
                             derivation: req.derivation.to_string(),
                             chroot: req.chroot.to_path_buf(),
                             chroot_id,
+                            chroot_born: born(req.chroot),
                             holder_pid: holder.pid,
                             holder_start: holder.start,
                             since: now_secs(),
+                            pid_namespaces: Vec::new(),
                         };
                         let path = self.file(*gpu);
-                        write_atomically(&self.dir, &path, &serde_json::to_vec(&record).unwrap())
+                        let mut bytes = serde_json::to_vec(&record).expect("plain data");
+                        bytes.push(b'\n');
+                        dir.write_atomic(&file_name(*gpu), &bytes, 0o644, false)
                             .map_err(|e| io(&path, e))?;
                         *usage.entry(*gpu).or_default() += 1;
                     }
                     let path = self.dir.join(USAGE_FILE);
-                    write_atomically(&self.dir, &path, &serde_json::to_vec(&usage).unwrap())
+                    let mut bytes = serde_json::to_vec(&usage).expect("plain data");
+                    bytes.push(b'\n');
+                    dir.write_atomic(USAGE_FILE, &bytes, 0o644, false)
                         .map_err(|e| io(&path, e))?;
                     return Ok(picked);
                 }
@@ -246,7 +268,11 @@ impl Leases {
     /// The GPUs a build asking for `count` would get now, without taking them or waiting
     /// (for `explain` and `exec`). Reads without the lock: lease files are written atomically.
     pub fn preview(&self, gpus: &[u32], count: usize) -> Result<Vec<u32>, LeaseError> {
-        let held = self.held(gpus, None, None);
+        let dir = StateDir::open_existing(&self.dir).map_err(LeaseError::Io)?;
+        let (held, usage) = match &dir {
+            Some(d) => (held(d, gpus, None, None), usage(d)),
+            None => (Vec::new(), BTreeMap::new()),
+        };
         let free: Vec<u32> = gpus
             .iter()
             .copied()
@@ -263,58 +289,7 @@ impl Leases {
                 waited: Duration::ZERO,
             });
         }
-        Ok(least_used(&free, &self.usage(), count))
-    }
-
-    /// The live leases on `gpus`. With `mine` (under the lock), stale lease files and the
-    /// build's own earlier ones are removed; without it nothing is changed.
-    fn held(
-        &self,
-        gpus: &[u32],
-        mine: Option<(&Path, (u64, u64))>,
-        me: Option<Holder>,
-    ) -> Vec<LeaseRecord> {
-        let mut roots: Option<HashSet<(u64, u64)>> = None;
-        let mut held = Vec::new();
-        for gpu in gpus {
-            let path = self.file(*gpu);
-            let record = match std::fs::read(&path) {
-                Ok(bytes) => serde_json::from_slice::<LeaseRecord>(&bytes).ok(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(_) => None,
-            };
-            let live = record.as_ref().is_some_and(|r| {
-                let own = mine.is_some_and(|(c, id)| c == r.chroot && id == r.chroot_id);
-                !own && r.is_live(me, roots.get_or_insert_with(process_roots))
-            });
-            match record {
-                Some(r) if live => held.push(r),
-                _ if mine.is_some() => {
-                    let _ = std::fs::remove_file(&path);
-                }
-                _ => {}
-            }
-        }
-        held
-    }
-
-    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, LeaseError> {
-        let path = self.dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| LeaseError::Io(format!("cannot open {}: {e}", path.display())))?;
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| LeaseError::Io(format!("cannot lock {}: {e}", path.display())))
-    }
-
-    fn usage(&self) -> BTreeMap<u32, u64> {
-        std::fs::read(self.dir.join(USAGE_FILE))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
+        Ok(least_used(&free, &usage, count))
     }
 
     /// The lease file of `gpu`.
@@ -324,30 +299,191 @@ impl Leases {
 
     /// Reads the lease file of `gpu`, if any (whether or not its build still runs).
     pub fn record(&self, gpu: u32) -> Option<LeaseRecord> {
-        let bytes = std::fs::read(self.file(gpu)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let dir = StateDir::open_existing(&self.dir).ok()??;
+        serde_json::from_slice(&dir.read_bytes(&file_name(gpu)).ok()?).ok()
     }
 }
 
-impl LeaseRecord {
+fn file_name(gpu: u32) -> String {
+    format!("nvidia{gpu}.lease")
+}
+
+/// The live leases on `gpus`. With `mine` (under the lock), stale lease files and the build's
+/// own earlier ones are removed; without it nothing is changed.
+fn held(
+    dir: &StateDir,
+    gpus: &[u32],
+    mine: Option<(&Path, (u64, u64))>,
+    me: Option<Holder>,
+) -> Vec<LeaseRecord> {
+    let mut procs: Option<Processes> = None;
+    let mut held = Vec::new();
+    for gpu in gpus {
+        let name = file_name(*gpu);
+        let mut record = match dir.read_bytes(&name) {
+            Ok(bytes) => serde_json::from_slice::<LeaseRecord>(&bytes)
+                .ok()
+                .map(|record| Checked {
+                    record,
+                    pid_namespaces_grew: false,
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => None,
+        };
+        let live = record.as_mut().is_some_and(|r| {
+            let own = mine.is_some_and(|(c, id)| c == r.record.chroot && id == r.record.chroot_id);
+            !own && r.is_live(me, procs.get_or_insert_with(Processes::scan))
+        });
+        match record {
+            Some(r) if live => {
+                // Under the lock: keep the namespaces seen, for when the builder leaves its
+                // chroot (a failed write only loses that memory).
+                if mine.is_some() && r.pid_namespaces_grew {
+                    let mut bytes = serde_json::to_vec(&r.record).expect("plain data");
+                    bytes.push(b'\n');
+                    let _ = dir.write_atomic(&name, &bytes, 0o644, false);
+                }
+                held.push(r.record)
+            }
+            _ if mine.is_some() => {
+                let _ = dir.remove(&name);
+            }
+            _ => {}
+        }
+    }
+    held
+}
+
+/// Takes the exclusive lock of the lease directory, waiting at most `wait` (another hook holds
+/// it only for a moment; a lock held longer is a stuck or hostile process, and the build fails
+/// rather than hang).
+fn lock(dir: &StateDir, wait: Duration) -> Result<nix::fcntl::Flock<std::fs::File>, LeaseError> {
+    let path = dir.path.join(LOCK_FILE);
+    let started = std::time::Instant::now();
+    let mut file = dir
+        .open_lock(LOCK_FILE)
+        .map_err(|e| LeaseError::Io(format!("cannot open {}: {e}", path.display())))?;
+    loop {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::Error::EWOULDBLOCK)) => {
+                // At least a second, so that a lease wait of 0 still rides out a peer's
+                // moment under the lock.
+                if started.elapsed() >= wait.max(Duration::from_secs(1)) {
+                    return Err(LeaseError::Io(format!(
+                        "the GPU lease lock {} stayed held for {} s: find the process holding                          it (`fuser {}`)",
+                        path.display(),
+                        started.elapsed().as_secs(),
+                        path.display()
+                    )));
+                }
+                file = f;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err((_, e)) => {
+                return Err(LeaseError::Io(format!(
+                    "cannot lock {}: {e}",
+                    path.display()
+                )))
+            }
+        }
+    }
+}
+
+fn usage(dir: &StateDir) -> BTreeMap<u32, u64> {
+    dir.read_bytes(USAGE_FILE)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// A lease record being checked, and whether the check saw new PID namespaces of its build.
+struct Checked {
+    record: LeaseRecord,
+    pid_namespaces_grew: bool,
+}
+
+impl Checked {
     /// Whether its build can still use the GPU (see the module documentation). `me` is the
-    /// Nix process running the asking hook; `roots` the (device, inode) of every process's
-    /// root directory.
-    fn is_live(&self, me: Option<Holder>, roots: &HashSet<(u64, u64)>) -> bool {
-        let same_dir =
-            std::fs::metadata(&self.chroot).is_ok_and(|m| (m.dev(), m.ino()) == self.chroot_id);
+    /// Nix process running the asking hook.
+    fn is_live(&mut self, me: Option<Holder>, procs: &Processes) -> bool {
+        let r = &mut self.record;
+        let same_dir = std::fs::metadata(&r.chroot).is_ok_and(|m| {
+            (m.dev(), m.ino()) == r.chroot_id
+                && (r.chroot_born.is_none() || r.chroot_born == born(&r.chroot))
+        });
         if !same_dir {
             return false;
         }
-        if roots.contains(&self.chroot_id) {
+        let mut live = false;
+        for ns in procs.namespaces_rooted_at(r.chroot_id) {
+            live = true;
+            if Some(ns) != procs.own_namespace && !r.pid_namespaces.contains(&ns) {
+                r.pid_namespaces.push(ns);
+                self.pid_namespaces_grew = true;
+            }
+        }
+        if live
+            || r.pid_namespaces
+                .iter()
+                .any(|ns| procs.namespaces.contains(ns))
+        {
             return true;
         }
         let holder = Holder {
-            pid: self.holder_pid,
-            start: self.holder_start,
+            pid: r.holder_pid,
+            start: r.holder_start,
         };
-        let pending = now_secs().saturating_sub(self.since) < PENDING_GRACE.as_secs();
-        me != Some(holder) && pending && holder.alive()
+        me != Some(holder) && holder.alive()
+    }
+}
+
+/// What the processes on the host are, as far as leases care: each one's root directory and
+/// PID namespace.
+struct Processes {
+    /// (root directory (device, inode), PID namespace inode) of every process we may inspect.
+    all: Vec<((u64, u64), Option<u64>)>,
+    /// The PID namespaces with at least one process.
+    namespaces: HashSet<u64>,
+    /// This hook's own PID namespace (never recorded as a build's).
+    own_namespace: Option<u64>,
+}
+
+impl Processes {
+    fn scan() -> Processes {
+        let ns_of = |dir: &Path| std::fs::metadata(dir.join("ns/pid")).ok().map(|m| m.ino());
+        let mut all = Vec::new();
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            for e in entries.filter_map(Result::ok) {
+                if !e
+                    .file_name()
+                    .as_encoded_bytes()
+                    .iter()
+                    .all(u8::is_ascii_digit)
+                {
+                    continue;
+                }
+                let path = e.path();
+                if let Ok(m) = std::fs::metadata(path.join("root")) {
+                    all.push(((m.dev(), m.ino()), ns_of(&path)));
+                }
+            }
+        }
+        let namespaces = all.iter().filter_map(|(_, ns)| *ns).collect();
+        Processes {
+            all,
+            namespaces,
+            own_namespace: ns_of(Path::new("/proc/self")),
+        }
+    }
+
+    /// The PID namespaces of the processes rooted at `root` (one entry per process).
+    fn namespaces_rooted_at(&self, root: (u64, u64)) -> Vec<u64> {
+        self.all
+            .iter()
+            .filter(|(r, _)| *r == root)
+            .map(|(_, ns)| ns.unwrap_or(0))
+            .collect()
     }
 }
 
@@ -360,22 +496,10 @@ fn least_used(free: &[u32], usage: &BTreeMap<u32, u64>, count: usize) -> Vec<u32
     order
 }
 
-/// (device, inode) of the root directory of every process we may inspect.
-fn process_roots() -> HashSet<(u64, u64)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return HashSet::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .as_encoded_bytes()
-                .iter()
-                .all(u8::is_ascii_digit)
-        })
-        .filter_map(|e| std::fs::metadata(e.path().join("root")).ok())
-        .map(|m| (m.dev(), m.ino()))
-        .collect()
+/// The birth time of `path`, when its filesystem records one.
+fn born(path: &Path) -> Option<u128> {
+    let t = std::fs::metadata(path).ok()?.created().ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_nanos())
 }
 
 fn now_secs() -> u64 {
@@ -384,70 +508,27 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    file.write_all(bytes)?;
-    file.write_all(b"\n")?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
-/// The derivation's [`GPUS_ATTR`] as text: the plain env entry, or with structured attrs the
-/// `__json` member (a string or a number). `None` when unset or unreadable.
-pub fn requested_gpus(drv: &crate::drv::Derivation) -> Option<String> {
-    if let Some(json) = drv.env_var(b"__json") {
-        let attrs: serde_json::Value = serde_json::from_slice(json).ok()?;
-        return match attrs.get(GPUS_ATTR)? {
-            serde_json::Value::String(s) => Some(s.clone()),
-            other => Some(other.to_string()),
-        };
-    }
-    drv.env_var(GPUS_ATTR.as_bytes())
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
-/// [`GPUS_ATTR`] of a derivation given as JSON (`NIX_DERIVATION_V4`): from `structuredAttrs`,
-/// `env.__json` or `env`, like the features (see [`crate::drv::features_from_json`]).
-pub fn requested_gpus_json(json: &[u8]) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
-    let object = value.as_object()?;
-    let drv = if object.contains_key("env") || object.contains_key("structuredAttrs") {
-        object
-    } else {
-        object.values().next()?.as_object()?
-    };
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    if let Some(attrs) = drv.get("structuredAttrs").and_then(|a| a.as_object()) {
-        return attrs.get(GPUS_ATTR).map(text);
-    }
-    let env = drv.get("env")?.as_object()?;
-    if let Some(json) = env.get("__json").and_then(|j| j.as_str()) {
-        let attrs: serde_json::Value = serde_json::from_str(json).ok()?;
-        return attrs.get(GPUS_ATTR).map(text);
-    }
-    env.get(GPUS_ATTR).map(text)
-}
-
-/// [`requested_gpus`] of the `.drv` file at `path` (`None` when it cannot be read: remote
-/// builds then get `gpus_per_build`).
-pub fn requested_gpus_of(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
-    requested_gpus(&crate::drv::Derivation::parse(&bytes).ok()?)
-}
-
 /// The number of GPUs a build needs: the derivation's [`GPUS_ATTR`] when set (`value`),
-/// else `gpus_per_build`. Errors say what is wrong with the value.
-pub fn wanted(value: Option<&str>, gpus_per_build: u32, available: usize) -> Result<usize, String> {
+/// else `gpus_per_build`; never more than `max` (`max_gpus_per_build`, 0: no cap) or the GPUs
+/// `available`. Errors say what is wrong with the value.
+pub fn wanted(
+    value: Option<&str>,
+    gpus_per_build: u32,
+    max: u32,
+    available: usize,
+) -> Result<usize, String> {
+    let available = if max > 0 {
+        available.min(max as usize)
+    } else {
+        available
+    };
     let Some(text) = value else {
         let n = gpus_per_build as usize;
         return if n <= available {
             Ok(n)
         } else {
             Err(format!(
-                "gpus_per_build = {n} but this host has only {available} GPU(s): lower \
+                "gpus_per_build = {n} but a build may have only {available} GPU(s) here: lower \
                  gpus_per_build in the config"
             ))
         };
@@ -455,8 +536,13 @@ pub fn wanted(value: Option<&str>, gpus_per_build: u32, available: usize) -> Res
     match text.trim().parse::<usize>() {
         Ok(n) if n >= 1 && n <= available => Ok(n),
         _ => Err(format!(
-            "{GPUS_ATTR} = {text:?} is not a whole number from 1 to {available} (the GPUs on \
-             this host): fix the derivation's {GPUS_ATTR}"
+            "{GPUS_ATTR} = {text:?} is not a whole number from 1 to {available} (the GPUs a \
+             build may have on this host{}): fix the derivation's {GPUS_ATTR}",
+            if max > 0 {
+                format!(", max_gpus_per_build = {max}")
+            } else {
+                String::new()
+            }
         )),
     }
 }
@@ -558,7 +644,7 @@ mod tests {
         assert_eq!(f.take(&d, &gpus, 1), [0]);
         assert_eq!(f.leases.record(0).unwrap().chroot, d);
         assert_eq!(f.leases.record(1).unwrap().chroot, b);
-        let usage = f.leases.usage();
+        let usage = usage(&StateDir::open(&f.leases.dir).unwrap());
         assert_eq!(usage.values().sum::<u64>(), 5, "{usage:?}");
         assert!(f.leases.preview(&gpus, 1).is_err());
     }
@@ -594,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn pending_lease_holds_until_the_grace_ends_but_not_against_its_own_nix() {
+    fn a_lease_holds_while_its_nix_runs_however_old_but_not_against_its_own_nix() {
         let f = fixture();
         let a = f.chroot("a");
         let nix = f.nix();
@@ -614,12 +700,61 @@ mod tests {
         assert!(e.contains("raise lease_wait_seconds"), "{e}");
         // The same Nix is blocked in this hook, so a's build is not pending but finished.
         assert_eq!(f.try_take(&b, &[0], 1, nix, Duration::ZERO).unwrap(), [0]);
-        // Past the grace, with no process in the sandbox: stale.
+        // Issue 12, finding 2: no grace window. An hour old, with no process in the sandbox
+        // (a builder that left its chroot), the lease holds while its Nix runs the build...
         let mut old = f.leases.record(0).unwrap();
-        old.since -= PENDING_GRACE.as_secs() + 1;
+        old.since -= 3600;
         std::fs::write(f.leases.file(0), serde_json::to_vec(&old).unwrap()).unwrap();
         let c = f.chroot("c");
+        assert!(f.try_take(&c, &[0], 1, f.nix(), Duration::ZERO).is_err());
+        // ...and ends with it.
+        f.kill(nix);
         assert_eq!(f.take(&c, &[0], 1), [0]);
+    }
+
+    #[test]
+    fn a_lease_lives_while_its_builds_pid_namespace_does() {
+        // Issue 12, finding 2: a builder that left its chroot cannot leave its PID namespace.
+        if !cuda_sandbox_testkit::root_available(
+            "a_lease_lives_while_its_builds_pid_namespace_does",
+        ) {
+            return;
+        }
+        let f = fixture();
+        let mut build = Command::new("unshare")
+            .args(["--pid", "--fork", "sleep", "600"])
+            .spawn()
+            .unwrap();
+        let inner = (0..200)
+            .find_map(|_| {
+                let children =
+                    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", build.id()))
+                        .ok()?;
+                let pid = children.split_whitespace().next().map(str::to_string);
+                if pid.is_none() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                pid
+            })
+            .unwrap();
+        let ns = std::fs::metadata(format!("/proc/{inner}/ns/pid"))
+            .unwrap()
+            .ino();
+        let a = f.chroot("a");
+        let nix = f.nix();
+        f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+        f.kill(nix);
+        let mut record = f.leases.record(0).unwrap();
+        record.pid_namespaces = vec![ns];
+        std::fs::write(f.leases.file(0), serde_json::to_vec(&record).unwrap()).unwrap();
+        // Nix is gone and nothing is rooted in the chroot, but the build's namespace lives.
+        let b = f.chroot("b");
+        assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
+        let _ = Command::new("kill")
+            .args(["-KILL", inner.as_str()])
+            .status();
+        build.wait().unwrap();
+        assert_eq!(f.take(&b, &[0], 1), [0]);
     }
 
     #[test]
@@ -692,37 +827,12 @@ mod tests {
     }
 
     #[test]
-    fn the_gpus_attribute_is_read_plain_and_structured() {
-        let plain = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("cudaSandboxGpus","2"),("out","/nix/store/a-x")])"#;
-        let drv = crate::drv::Derivation::parse(plain).unwrap();
-        assert_eq!(requested_gpus(&drv).as_deref(), Some("2"));
-        let structured = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("__json","{\"cudaSandboxGpus\":3,\"requiredSystemFeatures\":[\"cuda\"]}"),("out","/nix/store/a-x")])"#;
-        assert_eq!(
-            requested_gpus_json(br#"{"env":{"cudaSandboxGpus":"2"}}"#).as_deref(),
-            Some("2")
-        );
-        assert_eq!(
-            requested_gpus_json(
-                br#"{"/nix/store/x.drv":{"structuredAttrs":{"cudaSandboxGpus":3}}}"#
-            )
-            .as_deref(),
-            Some("3")
-        );
-        assert_eq!(requested_gpus_json(br#"{"env":{}}"#), None);
-        let drv = crate::drv::Derivation::parse(structured).unwrap();
-        assert_eq!(requested_gpus(&drv).as_deref(), Some("3"));
-        let none = br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("out","/nix/store/a-x")])"#;
-        let drv = crate::drv::Derivation::parse(none).unwrap();
-        assert_eq!(requested_gpus(&drv), None);
-    }
-
-    #[test]
     fn the_gpus_attribute_is_validated() {
-        assert_eq!(wanted(None, 1, 4), Ok(1));
-        assert_eq!(wanted(Some("2"), 1, 4), Ok(2));
-        assert_eq!(wanted(Some(" 4 "), 1, 4), Ok(4));
+        assert_eq!(wanted(None, 1, 0, 4), Ok(1));
+        assert_eq!(wanted(Some("2"), 1, 0, 4), Ok(2));
+        assert_eq!(wanted(Some(" 4 "), 1, 0, 4), Ok(4));
         for bad in ["0", "5", "-1", "two", "", "1.5"] {
-            let e = wanted(Some(bad), 1, 4).unwrap_err();
+            let e = wanted(Some(bad), 1, 0, 4).unwrap_err();
             assert!(
                 e.starts_with(&format!(
                     "{GPUS_ATTR} = {bad:?} is not a whole number from 1 to 4"
@@ -730,8 +840,38 @@ mod tests {
                 "{e}"
             );
         }
-        assert!(wanted(None, 3, 2)
+        assert!(wanted(None, 3, 0, 2)
             .unwrap_err()
             .contains("lower gpus_per_build"));
+    }
+
+    #[test]
+    fn max_gpus_per_build_caps_what_a_derivation_may_ask() {
+        // Issue 12, finding 7: without the cap a derivation could take every GPU.
+        assert_eq!(wanted(Some("4"), 1, 0, 4), Ok(4));
+        let e = wanted(Some("4"), 1, 2, 4).unwrap_err();
+        assert!(
+            e.contains("from 1 to 2") && e.contains("max_gpus_per_build = 2"),
+            "{e}"
+        );
+        assert_eq!(wanted(Some("2"), 1, 2, 4), Ok(2));
+        assert!(wanted(None, 3, 2, 4).is_err());
+    }
+
+    #[test]
+    fn a_held_lock_makes_the_lease_fail_in_bounded_time() {
+        // Issue 12, finding 7: a process holding the lock forever must not hang every build.
+        let f = fixture();
+        let dir = StateDir::open(&f.leases.dir).unwrap();
+        let holder = dir.open_lock(LOCK_FILE).unwrap();
+        let _held = nix::fcntl::Flock::lock(holder, nix::fcntl::FlockArg::LockExclusive).unwrap();
+        let a = f.chroot("a");
+        let started = std::time::Instant::now();
+        let e = f
+            .try_take(&a, &[0], 1, f.nix(), Duration::from_millis(1500))
+            .unwrap_err()
+            .to_string();
+        assert!(started.elapsed() < Duration::from_secs(5), "{e}");
+        assert!(e.contains("stayed held") && e.contains("fuser"), "{e}");
     }
 }

@@ -1,11 +1,18 @@
 //! cuda-sandbox-hook: a Nix `pre-build-hook` that exposes NVIDIA GPUs and the driver to builds
 //! that declare `requiredSystemFeatures = [ "cuda" ]`, and nothing to any other build.
 //!
-//! The flow (DESIGN.md §2): [`drv`] reads the derivation's features; [`config`] says which
-//! rules answer to them; [`plan`] computes what to expose and why (following [`symlinks`] and
-//! store [`closure`]s); the plan is rendered by [`protocol`] for Nix and by [`explain`] for
-//! people. [`hook`] ties them together with the failure policy.
+//! One pipeline (STYLE.md), each stage in its module, data flowing one way:
+//! 1. [`request`] resolves what is asked: the derivation ([`drv`]), the configuration
+//!    ([`config`], trusted like sudoers), the matching rules and the verdict;
+//! 2. [`scan`] reads the host into a [`scan::HostView`] (with the helpers in [`discover`] and
+//!    [`symlinks`]); it only reads;
+//! 3. [`plan`] decides, purely, what to expose and why;
+//! 4. [`act`] adds store [`closure`]s, the GPU [`lease`] and the manifest ([`manifest_file`]),
+//!    the only steps that change the host, in verified state directories ([`statedir`]);
+//! 5. the plan is rendered for Nix ([`protocol`], by [`hook`]), for people ([`explain`]), and
+//!    as a private namespace ([`exec`], with [`elfdeps`] for the command's libraries).
 
+pub mod act;
 pub mod closure;
 pub mod config;
 pub mod discover;
@@ -19,4 +26,7 @@ pub mod log;
 pub mod manifest_file;
 pub mod plan;
 pub mod protocol;
+pub mod request;
+pub mod scan;
+pub mod statedir;
 pub mod symlinks;

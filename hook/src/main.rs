@@ -74,9 +74,13 @@ enum Command {
         /// Features (comma-separated; default `cuda` when no --drv).
         #[arg(long, value_delimiter = ',')]
         features: Vec<String>,
-        /// Also bind this host path at the same place, read-write (repeatable).
+        /// Also bind this host path at the same place, read-write (repeatable). The command's
+        /// user must be able to write it.
         #[arg(long = "bind", value_name = "PATH")]
         binds: Vec<PathBuf>,
+        /// Run the command as this user (`UID` or `UID:GID`; default 65534:65534, nobody).
+        #[arg(long, value_name = "UID[:GID]", value_parser = parse_user)]
+        user: Option<(u32, u32)>,
         /// The command and its arguments (after `--`).
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
                 drv,
                 features,
                 binds,
+                user,
                 command,
             }),
             _,
@@ -133,6 +138,7 @@ fn main() -> ExitCode {
                 config: cli.config,
                 extra_binds: binds,
                 command,
+                user: user.unwrap_or(exec::DEFAULT_USER),
             };
             match exec::exec(&req) {
                 Ok(never) => match never {},
@@ -178,6 +184,18 @@ fn main() -> ExitCode {
             );
             ExitCode::from(2)
         }
+    }
+}
+
+/// `UID` or `UID:GID` (the group defaults to the uid's number).
+fn parse_user(text: &str) -> Result<(u32, u32), String> {
+    let number = |t: &str| {
+        t.parse::<u32>()
+            .map_err(|_| format!("{t:?} is not a numeric uid/gid: give e.g. --user 30001:30000"))
+    };
+    match text.split_once(':') {
+        Some((u, g)) => Ok((number(u)?, number(g)?)),
+        None => number(text).map(|u| (u, u)),
     }
 }
 

@@ -6,7 +6,6 @@
 //! would resolve to inside the sandbox.
 
 use std::fmt;
-use std::fs::Metadata;
 use std::path::{Component, Path, PathBuf};
 
 /// The most hops followed before a chain counts as a loop (the kernel's limit is 40).
@@ -51,14 +50,82 @@ pub struct Hop {
     pub outside: PathBuf,
 }
 
-/// A resolved chain: the starting path, then each symlink target in turn, and the metadata of
-/// the final (non-link) path.
-#[derive(Debug)]
+/// What one `lstat` found at a path: the data the plan needs of a filesystem entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    /// Nothing there.
+    Missing,
+    /// A directory.
+    Dir,
+    /// A character device.
+    CharDevice,
+    /// A regular file.
+    File,
+    /// Anything else that is not a link (block device, socket, fifo).
+    Other,
+    /// A symbolic link and its target, as written.
+    Symlink(PathBuf),
+    /// The entry could not be inspected.
+    Error(String),
+}
+
+impl Node {
+    /// `lstat` (and `readlink`) of `path` on the real filesystem.
+    pub fn of(path: &Path) -> Node {
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::symlink_metadata(path) {
+            Ok(m) => {
+                let ft = m.file_type();
+                if ft.is_symlink() {
+                    match std::fs::read_link(path) {
+                        Ok(t) => Node::Symlink(t),
+                        Err(e) => Node::Error(e.to_string()),
+                    }
+                } else if ft.is_dir() {
+                    Node::Dir
+                } else if ft.is_char_device() {
+                    Node::CharDevice
+                } else if ft.is_file() {
+                    Node::File
+                } else {
+                    Node::Other
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Node::Missing,
+            // A component that is not a directory means the path cannot exist.
+            Err(e) if e.raw_os_error() == Some(20) => Node::Missing,
+            Err(e) => Node::Error(e.to_string()),
+        }
+    }
+}
+
+/// Where [`follow`] looks entries up: the real filesystem while scanning, the recorded
+/// [`crate::scan::HostView`] while deciding.
+pub trait Lookup {
+    /// What is at `outside` (without following a final symlink).
+    fn lstat(&self, outside: &Path) -> Node;
+}
+
+/// The real filesystem.
+pub struct RealFs;
+
+impl Lookup for RealFs {
+    fn lstat(&self, outside: &Path) -> Node {
+        Node::of(outside)
+    }
+}
+
+/// A resolved chain: the starting path, then each symlink target in turn, and what the final
+/// (non-link) path is.
+#[derive(Debug, Clone)]
 pub struct Chain {
     /// The start and every hop; the first is the path asked for.
     pub hops: Vec<Hop>,
-    /// Metadata of the last hop, which is not a symlink.
-    pub target: Metadata,
+    /// What the last hop is (never a symlink).
+    pub target: Node,
+    /// Directory symlinks met on the way (in a parent of a hop), each with the inside path it
+    /// resolved to; these must lie within the allowed roots too.
+    pub via: Vec<Hop>,
 }
 
 /// Why a chain could not be followed.
@@ -109,17 +176,27 @@ impl fmt::Display for ChainError {
     }
 }
 
-/// Follows the chain starting at (`inside`, `outside`) in `space`.
-pub fn follow(inside: &Path, outside: &Path, space: Space<'_>) -> Result<Chain, ChainError> {
+/// Follows the chain starting at (`inside`, `outside`) in `space`, looking entries up in
+/// `fs`. Every directory of every hop is resolved too, component by component: a symlinked
+/// directory in the middle of a path (`/dev/nvidia-caps -> /etc`) is recorded in
+/// [`Chain::via`], so that [`check_within`] sees where the path really leads.
+pub fn follow(
+    inside: &Path,
+    outside: &Path,
+    space: Space<'_>,
+    fs: &dyn Lookup,
+) -> Result<Chain, ChainError> {
     let mut hops = vec![Hop {
         inside: inside.to_path_buf(),
         outside: outside.to_path_buf(),
     }];
+    let mut via = Vec::new();
     loop {
-        let here = hops.last().expect("chain is never empty");
-        let meta = match std::fs::symlink_metadata(&here.outside) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let here = hops.last().expect("chain is never empty").clone();
+        resolve_parents(&here, space, fs, &mut via)?;
+        let node = fs.lstat(&here.outside);
+        let target = match node {
+            Node::Missing => {
                 return Err(if hops.len() == 1 {
                     ChainError::Missing(here.outside.clone())
                 } else {
@@ -129,17 +206,20 @@ pub fn follow(inside: &Path, outside: &Path, space: Space<'_>) -> Result<Chain, 
                     }
                 })
             }
-            Err(e) => return Err(ChainError::Io(here.outside.clone(), e.to_string())),
+            Node::Error(e) => return Err(ChainError::Io(here.outside.clone(), e)),
+            Node::Symlink(t) => t,
+            other => {
+                return Ok(Chain {
+                    hops,
+                    target: other,
+                    via,
+                })
+            }
         };
-        if !meta.file_type().is_symlink() {
-            return Ok(Chain { hops, target: meta });
-        }
         if hops.len() > MAX_HOPS {
             return Err(ChainError::Loop(here.outside.clone()));
         }
-        let target = std::fs::read_link(&here.outside)
-            .map_err(|e| ChainError::Io(here.outside.clone(), e.to_string()))?;
-        let next = next_hop(here, &target, space);
+        let next = next_hop(&here, &target, space);
         if hops.iter().any(|h| h.outside == next.outside) {
             return Err(ChainError::Loop(next.outside));
         }
@@ -147,13 +227,118 @@ pub fn follow(inside: &Path, outside: &Path, space: Space<'_>) -> Result<Chain, 
     }
 }
 
-/// Checks that every hop after the first (the configured path itself) lies under one of
-/// `roots` (inside paths): a link in an allowed place must not lead the build to, say,
+/// Resolves every directory above `hop`, one component at a time, and records each symlinked
+/// directory with the inside path it leads to (following links in the link targets too).
+fn resolve_parents(
+    hop: &Hop,
+    space: Space<'_>,
+    fs: &dyn Lookup,
+    via: &mut Vec<Hop>,
+) -> Result<(), ChainError> {
+    let Some(parent) = hop.inside.parent() else {
+        return Ok(());
+    };
+    // Which side to walk: inside paths under a root; the outside path for literal mounts.
+    let (walk, literal) = match space {
+        Space::Rooted { .. } => (parent.to_path_buf(), false),
+        Space::Literal => (
+            hop.outside.parent().unwrap_or(Path::new("/")).to_path_buf(),
+            true,
+        ),
+    };
+    let mut resolved = PathBuf::from("/");
+    let mut pending: Vec<std::ffi::OsString> = walk
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            _ => None,
+        })
+        .rev()
+        .collect();
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        let here = resolved.join(&name);
+        let outside = if literal {
+            here.clone()
+        } else {
+            space.outside(&here)
+        };
+        match fs.lstat(&outside) {
+            Node::Symlink(target) => {
+                links += 1;
+                if links > MAX_HOPS {
+                    return Err(ChainError::Loop(outside));
+                }
+                let to = if target.is_absolute() {
+                    normalize(&target)
+                } else {
+                    normalize(&resolved.join(&target))
+                };
+                // Inside paths under a root, host paths for literal mounts: either way the
+                // place the directory really is, for check_within.
+                via.push(Hop {
+                    inside: here.clone(),
+                    outside: to.clone(),
+                });
+                // Continue from the target: its components, then what was left.
+                resolved = PathBuf::from("/");
+                for c in to
+                    .components()
+                    .filter_map(|c| match c {
+                        Component::Normal(n) => Some(n.to_os_string()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                {
+                    pending.push(c);
+                }
+            }
+            _ => resolved = here,
+        }
+    }
+    Ok(())
+}
+
+/// Places a symlink never leads a build into, whatever `symlink_roots` says: directories
+/// every local user can write, where anyone could plant a "device" or a "library".
+pub const NEVER_FOLLOWED: &[&str] = &[
+    "/dev/shm",
+    "/dev/mqueue",
+    "/run/user",
+    "/run/lock",
+    "/tmp",
+    "/var/tmp",
+];
+
+/// Checks that every hop after the first (the configured path itself), and every symlinked
+/// directory met on the way, lies under one of `roots` (inside paths) and not in a
+/// [`NEVER_FOLLOWED`] place below that root: a link in an allowed place must not lead the build to, say,
 /// `/etc/shadow`.
 pub fn check_within(chain: &Chain, roots: &[PathBuf]) -> Result<(), ChainError> {
+    // A root covers what lies under it, except the never-followed places below it (a root
+    // of `/run` does not open `/run/user`; a root inside one of them, like a store in /tmp
+    // for tests, is taken as configured).
+    let allowed = |p: &Path| {
+        roots.iter().any(|r| {
+            p.starts_with(r)
+                && !NEVER_FOLLOWED
+                    .iter()
+                    .any(|n| p.starts_with(n) && !r.starts_with(n))
+        })
+    };
+    for v in &chain.via {
+        if !allowed(&v.outside) {
+            return Err(ChainError::Escapes {
+                link: v.inside.clone(),
+                target: v.outside.clone(),
+            });
+        }
+    }
     for pair in chain.hops.windows(2) {
         let target = &pair[1].inside;
-        if !roots.iter().any(|r| target.starts_with(r)) {
+        if !allowed(target) {
             return Err(ChainError::Escapes {
                 link: pair[0].inside.clone(),
                 target: target.clone(),
@@ -181,19 +366,7 @@ fn next_hop(link: &Hop, target: &Path, space: Space<'_>) -> Hop {
 }
 
 /// Lexically removes `.` and `..` components (`..` at the root stays at the root).
-pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
+pub use cuda_sandbox_elfkit::normalize;
 
 #[cfg(test)]
 mod tests {
@@ -219,7 +392,7 @@ mod tests {
             store_dir: Path::new("/nix/store"),
         };
         let inside = Path::new("/run/link1");
-        let chain = follow(inside, &space.outside(inside), space).unwrap();
+        let chain = follow(inside, &space.outside(inside), space, &RealFs).unwrap();
         let insides: Vec<_> = chain.hops.iter().map(|h| h.inside.clone()).collect();
         assert_eq!(
             insides,
@@ -230,7 +403,7 @@ mod tests {
             ]
         );
         assert_eq!(chain.hops[2].outside, root.join("opt/drv"));
-        assert!(chain.target.is_dir());
+        assert_eq!(chain.target, Node::Dir);
         assert_eq!(
             space.outside(Path::new("/nix/store/abc")),
             Path::new("/nix/store/abc")
@@ -245,15 +418,15 @@ mod tests {
         symlink(d.join("a"), d.join("b")).unwrap();
         symlink(d.join("nowhere"), d.join("c")).unwrap();
         assert!(matches!(
-            follow(&d.join("a"), &d.join("a"), Space::Literal),
+            follow(&d.join("a"), &d.join("a"), Space::Literal, &RealFs),
             Err(ChainError::Loop(_))
         ));
         assert!(matches!(
-            follow(&d.join("c"), &d.join("c"), Space::Literal),
+            follow(&d.join("c"), &d.join("c"), Space::Literal, &RealFs),
             Err(ChainError::Dangling { .. })
         ));
         assert!(matches!(
-            follow(&d.join("zz"), &d.join("zz"), Space::Literal),
+            follow(&d.join("zz"), &d.join("zz"), Space::Literal, &RealFs),
             Err(ChainError::Missing(_))
         ));
     }
@@ -264,7 +437,13 @@ mod tests {
         let d = t.path();
         std::fs::create_dir(d.join("lib64")).unwrap();
         symlink("lib64", d.join("lib")).unwrap();
-        let chain = follow(Path::new("/run/x/lib"), &d.join("lib"), Space::Literal).unwrap();
+        let chain = follow(
+            Path::new("/run/x/lib"),
+            &d.join("lib"),
+            Space::Literal,
+            &RealFs,
+        )
+        .unwrap();
         assert_eq!(chain.hops[1].inside, Path::new("/run/x/lib64"));
         assert_eq!(chain.hops[1].outside, d.join("lib64"));
     }

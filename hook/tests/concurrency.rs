@@ -8,6 +8,7 @@ use cuda_sandbox_hook::lease::Leases;
 use cuda_sandbox_manifest::Manifest;
 use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, NixSandbox};
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -426,5 +427,78 @@ fn a_killed_build_gives_its_gpu_back() {
     let r = reports.values().next().unwrap();
     assert_eq!(r.manifest.leased_gpus, [0], "{r:?}");
     assert!(r.nodes.iter().any(|n| n == "/dev/nvidia0"), "{r:?}");
+    let _ = std::fs::remove_dir_all(&lease.chroot);
+}
+
+#[test]
+fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it() {
+    // Issue 12, finding 2: a lease lived while a process had the build's chroot as its root
+    // (or 30 s after it was taken). A builder that chroots elsewhere kept /dev/nvidia0 while
+    // the hook handed the same GPU to the next build.
+    if !nix_available("a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let n = nonce();
+    let mut escaping = Command::new("nix-build")
+        .arg(nix_file("escape.nix"))
+        .args(["--no-out-link", "--argstr", "nonce", &n])
+        .env("NIX_CONFIG", host.sandbox(1).nix_config())
+        .env("CUDA_SANDBOX_CONFIG", &host.config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let marker = format!("escaped-{n}");
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the lease", Duration::from_secs(60), || {
+        leases.record(0).is_some()
+    });
+    let lease = leases.record(0).unwrap();
+    assert!(lease.derivation.ends_with("-escape.drv"), "{lease:?}");
+    // The marker is in the builder's script too: wait until every process holding it has a
+    // root other than the chroot.
+    let root_of = |pid: &i32| {
+        std::fs::metadata(format!("/proc/{pid}/root"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    wait_for(
+        "the builder to leave its chroot",
+        Duration::from_secs(60),
+        || {
+            let pids = processes_with(&marker);
+            !pids.is_empty() && pids.iter().all(|p| root_of(p) != Some(lease.chroot_id))
+        },
+    );
+    // Past the 30 s the old rule gave a lease without a process in its chroot.
+    std::thread::sleep(Duration::from_secs(31));
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "the escaped builder ended early"
+    );
+    let (ok, log, _) = build_many(&host, 1, &[]);
+    assert!(
+        !ok && log.contains("all 1 GPUs are leased by other builds"),
+        "another build got the GPU the escaped builder holds:\n{log}"
+    );
+    // When Nix and the build are gone, the GPU is free.
+    assert!(kill_group(escaping.id() as i32));
+    escaping.wait().unwrap();
+    for pid in processes_with(&marker) {
+        kill_group(pid);
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    wait_for(
+        "the escaped builder to end",
+        Duration::from_secs(10),
+        || processes_with(&marker).is_empty(),
+    );
+    let (ok, log, _) = build_many(&host, 1, &[]);
+    assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }

@@ -61,6 +61,8 @@ impl Host {
     fn exec(&self, command: &[&str]) -> Output {
         let out = self.dir.path().join("out");
         std::fs::create_dir_all(&out).unwrap();
+        // exec runs the command as nobody, like a build user: its output directory is its own.
+        std::os::unix::fs::chown(&out, Some(65534), Some(65534)).unwrap();
         Command::new(HOOK)
             .args(["exec", "--features", "cuda", "--config"])
             .arg(self.config())
@@ -163,4 +165,43 @@ fn exec_refuses_what_the_hook_would_refuse() {
         t.contains("would refuse") && t.contains("/dev/nvidia-uvm"),
         "{t}"
     );
+}
+
+#[test]
+fn exec_runs_isolated_like_a_build() {
+    // Issue 12, finding 4: the command ran as root with the host's PID namespace and /proc, so
+    // /proc/1/root reached the host.
+    if !root_available("exec_runs_isolated_like_a_build") {
+        return;
+    }
+    let host = Host::new();
+    let script = r#"
+        while read -r key value rest; do
+          case $key in Uid:|NoNewPrivs:) echo "$key $value";; esac
+        done < /proc/self/status
+        n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo "processes $n"
+        echo "pid $$"
+        [ -e /proc/1/root/etc/shadow ] && echo "HOST REACHED"
+        if (: > /run/opengl-driver/lib/planted) 2>/dev/null; then echo "WROTE"; else echo "read-only"; fi
+        if (: > /build/mine) 2>/dev/null; then echo "build writable"; fi
+        echo end
+    "#;
+    let out = host.exec(&["/bin/sh", "-c", script]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for line in [
+        "Uid: 65534",
+        "NoNewPrivs: 1",
+        "processes 1",
+        "pid 1",
+        "read-only",
+        "build writable",
+        "end",
+    ] {
+        assert!(t.lines().any(|l| l == line), "{line:?} missing:\n{t}");
+    }
+    assert!(!t.contains("HOST REACHED") && !t.contains("WROTE"), "{t}");
+    // The exit status comes through.
+    let out = host.exec(&["/bin/sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out));
 }

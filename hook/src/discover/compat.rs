@@ -2,18 +2,17 @@
 //!
 //! Recent compat `libcuda.so` files carry an ELF note (owner `NVIDIA Corporation`) whose
 //! descriptor is JSON such as `{"Format":1,"CUDA Version":"12.9","Driver":[535,550],…}`
-//! (DESIGN.md §6). The `object` crate finds the section and the byte order; the note records
-//! themselves are walked here with bounds checks, so a damaged file is an error, not a panic.
+//! (DESIGN.md §6). The note is found by the shared ELF crate (`cuda_sandbox_elfkit`), with
+//! bounds checks, so a damaged file is an error, not a panic; its JSON is read here.
 
 use super::versions::{self, CudaVersion};
-use object::{Object, ObjectSection};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// Section holding the forward-compatibility note.
-pub const NOTE_SECTION: &str = ".note.cuda.fwd_compatibility";
-/// Owner name of NVIDIA's notes.
-pub const NOTE_OWNER: &[u8] = b"NVIDIA Corporation";
+/// Section holding the forward-compatibility note, and the owner name of NVIDIA's notes.
+pub use cuda_sandbox_elfkit::{
+    COMPAT_NOTE_OWNER as NOTE_OWNER, COMPAT_NOTE_SECTION as NOTE_SECTION,
+};
 
 /// What a compat driver's note says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -43,45 +42,10 @@ pub struct CompatDriver {
 
 /// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
 pub fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, String> {
-    let file = object::File::parse(elf).map_err(|e| format!("not a readable ELF file: {e}"))?;
-    let Some(section) = file.section_by_name(NOTE_SECTION) else {
-        return Ok(None);
-    };
-    let data = section
-        .data()
-        .map_err(|e| format!("cannot read {NOTE_SECTION}: {e}"))?;
-    let little = file.is_little_endian();
-    let word = |at: usize| -> Option<usize> {
-        let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
-        Some(if little {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        } as usize)
-    };
-    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
-    let mut at = 0;
-    while at < data.len() {
-        let bad = || format!("{NOTE_SECTION} is malformed at byte {at}");
-        let namesz = word(at).ok_or_else(bad)?;
-        let descsz = word(at + 4).ok_or_else(bad)?;
-        let name_at = at + 12;
-        let desc_at = align4(namesz)
-            .and_then(|n| name_at.checked_add(n))
-            .ok_or_else(bad)?;
-        let next = align4(descsz)
-            .and_then(|n| desc_at.checked_add(n))
-            .ok_or_else(bad)?;
-        let name = data.get(name_at..name_at + namesz).ok_or_else(bad)?;
-        let desc = data.get(desc_at..desc_at + descsz).ok_or_else(bad)?;
-        let name = name.strip_suffix(&[0]).unwrap_or(name);
-        if name == NOTE_OWNER {
-            let desc = desc.split(|b| *b == 0).next().unwrap_or_default();
-            return parse_note_json(desc).map(Some);
-        }
-        at = next;
+    match cuda_sandbox_elfkit::compat_note(elf)? {
+        Some(desc) => parse_note_json(desc).map(Some),
+        None => Ok(None),
     }
-    Ok(None)
 }
 
 fn parse_note_json(desc: &[u8]) -> Result<CompatNote, String> {

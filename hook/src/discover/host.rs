@@ -1,9 +1,8 @@
-//! What the host has: its NVIDIA kernel module, whether it is a Jetson, and its driver
-//! libraries when they are not behind a NixOS driver link (found through `/etc/ld.so.cache`,
-//! then the usual directories). All paths are read under the configured host root.
+//! The host's driver libraries when they are not behind a NixOS driver link (found through
+//! `/etc/ld.so.cache`, then the usual directories), read under the configured host root, and
+//! the lists of library names that count as the driver.
 
-use super::choice::HostDriverFacts;
-use super::{ldcache, versions};
+use super::ldcache;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -145,51 +144,6 @@ pub fn host_libraries(
     found.into_values().collect()
 }
 
-/// The kernel module and Tegra facts of the host under `root`. The host driver's CUDA version
-/// is filled from `libcuda_file` (the real file name of the host's libcuda) when it carries a
-/// version, else from the kernel branch, else from the L4T release.
-pub fn host_facts(root: &Path, store_dir: &Path, libcuda_file: Option<&str>) -> HostDriverFacts {
-    let read = |p: &str| std::fs::read_to_string(under(root, store_dir, Path::new(p))).ok();
-    let kernel_driver = read("/proc/driver/nvidia/version")
-        .as_deref()
-        .and_then(versions::kernel_module_version);
-    let kernel_branch = kernel_driver.as_deref().and_then(versions::driver_branch);
-    let l4t = read("/etc/nv_tegra_release")
-        .as_deref()
-        .and_then(versions::l4t_release);
-    let tegra = l4t.is_some()
-        || read("/sys/devices/soc0/family")
-            .is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("tegra"));
-    let from_file = libcuda_file
-        .and_then(|f| versions::version_in_file_name(f, "libcuda"))
-        .and_then(|v| versions::driver_branch(&v))
-        .and_then(versions::cuda_for_branch);
-    let cuda_version = from_file
-        .or_else(|| kernel_branch.and_then(versions::cuda_for_branch))
-        .or_else(|| {
-            l4t.as_ref()
-                .and_then(|(major, _)| versions::cuda_for_l4t(*major))
-        });
-    HostDriverFacts {
-        kernel_driver,
-        kernel_branch,
-        cuda_version,
-        tegra,
-    }
-}
-
-/// Whether the host under `root` is a Tegra (Jetson): `/etc/nv_tegra_release` exists or
-/// `/sys/devices/soc0/family` starts with "tegra".
-pub fn is_tegra(root: &Path, store_dir: &Path) -> bool {
-    under(root, store_dir, Path::new("/etc/nv_tegra_release")).exists()
-        || std::fs::read_to_string(under(
-            root,
-            store_dir,
-            Path::new("/sys/devices/soc0/family"),
-        ))
-        .is_ok_and(|f| f.trim().to_ascii_lowercase().starts_with("tegra"))
-}
-
 /// `path` under `root` (store paths and a root of `/` leave it as it is).
 pub fn under(root: &Path, store_dir: &Path, path: &Path) -> PathBuf {
     if root == Path::new("/") || path.starts_with(store_dir) {
@@ -224,29 +178,5 @@ mod tests {
         ] {
             assert_eq!(driver_library_stem(not), None, "{not}");
         }
-    }
-
-    #[test]
-    fn facts_from_a_fake_root() {
-        let t = tempfile::tempdir().unwrap();
-        let r = t.path();
-        std::fs::create_dir_all(r.join("proc/driver/nvidia")).unwrap();
-        std::fs::write(
-            r.join("proc/driver/nvidia/version"),
-            "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  470.82.01  Release Build\n",
-        )
-        .unwrap();
-        std::fs::create_dir_all(r.join("etc")).unwrap();
-        std::fs::write(
-            r.join("etc/nv_tegra_release"),
-            "# R35 (release), REVISION: 4.1, GCID: 1\n",
-        )
-        .unwrap();
-        let f = host_facts(r, Path::new("/nix/store"), Some("libcuda.so.1.1"));
-        assert_eq!(f.kernel_branch, Some(470));
-        assert!(f.tegra);
-        assert_eq!(f.cuda_version, Some(versions::CudaVersion(11040)));
-        let f = host_facts(r, Path::new("/nix/store"), Some("libcuda.so.535.1.1"));
-        assert_eq!(f.cuda_version, Some(versions::CudaVersion(12020)));
     }
 }

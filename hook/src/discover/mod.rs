@@ -1,5 +1,6 @@
-//! Discovery: what the host has (kernel module, Tegra, driver libraries, the loader cache,
-//! compat drivers) and the choice of driver. Discovery only reads; the plan acts on it.
+//! Discovery helpers, all read-only: the loader cache, compat drivers and their ELF notes,
+//! driver and CUDA versions, the host's driver libraries, and the choice between host and
+//! compat driver (pure). [`crate::scan`] calls them to build the host view.
 
 pub mod choice;
 pub mod compat;

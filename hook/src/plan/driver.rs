@@ -1,12 +1,14 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{Plan, Problem, Reason, Skip};
-use crate::config::{Config, DriverConfig, Rule};
-use crate::discover::choice;
-use crate::discover::compat::{self, CompatDriver};
-use crate::discover::host::{self, HostLibrary, COMPAT_LIBRARIES};
-use crate::symlinks::{self, Space};
+use super::{Plan, Problem, Reason, Skip, Want, OPTIONAL};
+use crate::config::{Config, DriverConfig, Platform, Rule};
+use crate::discover::choice::{self, HostDriverFacts};
+use crate::discover::compat::CompatDriver;
+use crate::discover::host::{HostLibrary, COMPAT_LIBRARIES};
+use crate::discover::versions;
+use crate::scan::HostView;
+use crate::symlinks::{self, Lookup, Node, Space};
 use cuda_sandbox_manifest::{DriverKind, DriverManifest};
 use std::path::{Path, PathBuf};
 
@@ -21,24 +23,29 @@ enum HostSource {
 }
 
 impl Plan {
-    pub(super) fn add_driver(&mut self, rule: &Rule, cfg: &DriverConfig, config: &Config) {
+    pub(super) fn add_driver(
+        &mut self,
+        rule: &Rule,
+        cfg: &DriverConfig,
+        config: &Config,
+        view: &HostView,
+    ) {
         let space = Space::Rooted {
             root: &config.host_root,
             store_dir: &config.store_dir,
         };
         let link = symlinks::normalize(&cfg.link);
         let link_lib = link.join("lib");
-        let source = if std::fs::symlink_metadata(space.outside(&link)).is_ok() {
+        let source = if !matches!(view.lstat(&space.outside(&link)), Node::Missing) {
             HostSource::Link(link.clone())
         } else if cfg.host_libraries {
-            let mut warnings = Vec::new();
-            let libs = host::host_libraries(
-                &config.host_root,
-                &config.store_dir,
-                &cfg.library_dirs,
-                &mut warnings,
-            );
-            for w in warnings {
+            let found = view
+                .host_libraries
+                .get(&cfg.library_dirs)
+                .cloned()
+                .unwrap_or_default();
+            let libs = found.libraries;
+            for w in found.warnings {
                 self.skipped.push(Skip {
                     path: "/etc/ld.so.cache".into(),
                     why: w,
@@ -65,11 +72,11 @@ impl Plan {
         };
         let real_name = host_libcuda_outside
             .as_ref()
-            .and_then(|p| std::fs::canonicalize(p).ok())
+            .and_then(|p| view.real_paths.get(p))
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-        let facts = host::host_facts(&config.host_root, &config.store_dir, real_name.as_deref());
+        let facts = host_facts(view, real_name.as_deref());
 
-        let candidates = self.compat_candidates(cfg, config);
+        let candidates = self.compat_candidates(cfg, view);
         let choice = choice::choose(&facts, candidates);
         let compat = choice.compat.clone();
         // Where the hook binds the driver file by file (no NixOS link), the compat driver's
@@ -86,17 +93,18 @@ impl Plan {
         match &source {
             HostSource::Link(l) => {
                 let outside = space.outside(l);
-                self.add_path(
-                    rule,
-                    l,
-                    &outside,
-                    space,
-                    reason("driver-link"),
-                    cfg.required,
-                    &None,
-                );
+                let want = Want {
+                    required: cfg.required,
+                    hint: &None,
+                };
+                self.add_path(rule, l, &outside, space, view, reason("driver-link"), want);
                 if compat.is_none() {
-                    expected.extend(self.libcuda_paths(&l.join("lib/libcuda.so.1"), space, config));
+                    expected.extend(libcuda_paths(
+                        &l.join("lib/libcuda.so.1"),
+                        space,
+                        config,
+                        view,
+                    ));
                 }
             }
             HostSource::Libraries(libs) => {
@@ -115,9 +123,9 @@ impl Plan {
                         &inside,
                         &lib.outside,
                         Space::Literal,
+                        view,
                         reason(&why),
-                        false,
-                        &None,
+                        OPTIONAL,
                     );
                 }
                 if compat.is_none() {
@@ -126,7 +134,7 @@ impl Plan {
                         .find(|l| l.name == "libcuda.so.1")
                         .or_else(|| libs.iter().find(|l| l.stem == "libcuda"));
                     if let Some(lib) = lib {
-                        expected.extend(self.mount_paths(&link_lib.join(&lib.name), &lib.outside));
+                        expected.extend(mount_paths(&link_lib.join(&lib.name), &lib.outside, view));
                     }
                 }
             }
@@ -153,19 +161,21 @@ impl Plan {
         }
 
         if let Some(c) = &compat {
-            self.add_path(
-                rule,
-                &c.dir,
-                &c.dir_outside,
+            let want = Want {
+                required: true,
+                hint: &None,
+            };
+            let (dir, dir_outside) = (&c.dir, &c.dir_outside);
+            self.add_path(rule, dir, dir_outside, space, view, reason("compat"), want);
+            expected.extend(libcuda_paths(
+                &c.dir.join("libcuda.so.1"),
                 space,
-                reason("compat"),
-                true,
-                &None,
-            );
-            expected.extend(self.libcuda_paths(&c.dir.join("libcuda.so.1"), space, config));
-            expected.extend(self.libcuda_paths(&c.dir.join(&c.libcuda), space, config));
+                config,
+                view,
+            ));
+            expected.extend(libcuda_paths(&c.dir.join(&c.libcuda), space, config, view));
             if replace_at_link {
-                self.bind_compat_at_link(rule, c, &link_lib, &mut expected);
+                self.bind_compat_at_link(rule, c, &link_lib, view, &mut expected);
             }
         }
         expected.sort();
@@ -200,42 +210,20 @@ impl Plan {
         self.driver_choice = Some(choice);
     }
 
-    /// Compat directories named by the config's globs (under the host root unless in the
-    /// store) that hold a compat libcuda.
-    fn compat_candidates(&mut self, cfg: &DriverConfig, config: &Config) -> Vec<CompatDriver> {
+    /// The compat drivers the scan found in the config's compat directories; directories
+    /// without one, or unreadable, are skips.
+    fn compat_candidates(&mut self, cfg: &DriverConfig, view: &HostView) -> Vec<CompatDriver> {
         let mut out = Vec::new();
         for pattern in &cfg.compat {
-            let in_store = Path::new(pattern).starts_with(&config.store_dir);
-            let root = &config.host_root;
-            let full = if in_store || root == Path::new("/") {
-                pattern.clone()
-            } else {
-                format!(
-                    "{}/{}",
-                    glob::Pattern::escape(&root.to_string_lossy()).trim_end_matches('/'),
-                    pattern.trim_start_matches('/')
-                )
-            };
-            let Ok(paths) = glob::glob(&full) else {
-                continue;
-            };
-            for outside in paths.filter_map(Result::ok) {
-                let inside = if in_store || root == Path::new("/") {
-                    outside.clone()
-                } else {
-                    match outside.strip_prefix(root) {
-                        Ok(rel) => Path::new("/").join(rel),
-                        Err(_) => continue,
-                    }
-                };
-                match compat::inspect_dir(&inside, &outside) {
-                    Ok(Some(c)) => out.push(c),
+            for seen in view.compat.get(pattern).into_iter().flatten() {
+                match &seen.found {
+                    Ok(Some(c)) => out.push(c.clone()),
                     Ok(None) => self.skipped.push(Skip {
-                        path: inside.display().to_string(),
+                        path: seen.inside.display().to_string(),
                         why: "compat directory without a libcuda.so.*".into(),
                     }),
                     Err(e) => self.skipped.push(Skip {
-                        path: inside.display().to_string(),
+                        path: seen.inside.display().to_string(),
                         why: format!("compat driver unreadable: {e}"),
                     }),
                 }
@@ -250,17 +238,14 @@ impl Plan {
         rule: &Rule,
         c: &CompatDriver,
         link_lib: &Path,
+        view: &HostView,
         expected: &mut Vec<PathBuf>,
     ) {
-        let Ok(entries) = std::fs::read_dir(&c.dir_outside) else {
-            return;
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| host::driver_library_stem(n).is_some_and(|s| COMPAT_LIBRARIES.contains(&s)))
-            .collect();
-        names.sort();
+        let names = view
+            .listings
+            .get(&c.dir_outside)
+            .cloned()
+            .unwrap_or_default();
         for name in names {
             let inside = link_lib.join(&name);
             let outside = c.dir_outside.join(&name);
@@ -273,37 +258,70 @@ impl Plan {
                 &inside,
                 &outside,
                 Space::Literal,
+                view,
                 reason,
-                false,
-                &None,
+                OPTIONAL,
             );
             if name.starts_with("libcuda.so") {
-                expected.extend(self.mount_paths(&inside, &outside));
+                expected.extend(mount_paths(&inside, &outside, view));
             }
         }
     }
+}
 
-    /// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain
-    /// and its real path.
-    fn libcuda_paths(&self, inside: &Path, space: Space<'_>, config: &Config) -> Vec<PathBuf> {
-        let outside = space.outside(inside);
-        let mut out = vec![inside.to_path_buf()];
-        if let Ok(chain) = symlinks::follow(inside, &outside, space) {
-            out.extend(chain.hops.into_iter().map(|h| h.inside));
-        }
-        if let Ok(real) = std::fs::canonicalize(&outside) {
-            out.push(inside_of(&real, config));
-        }
-        out
+/// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain and
+/// its real path.
+fn libcuda_paths(
+    inside: &Path,
+    space: Space<'_>,
+    config: &Config,
+    view: &HostView,
+) -> Vec<PathBuf> {
+    let outside = space.outside(inside);
+    let mut out = vec![inside.to_path_buf()];
+    if let Ok(chain) = symlinks::follow(inside, &outside, space, view) {
+        out.extend(chain.hops.into_iter().map(|h| h.inside));
     }
+    if let Some(real) = view.real_paths.get(&outside) {
+        out.push(inside_of(real, config));
+    }
+    out
+}
 
-    /// As [`Self::libcuda_paths`] for a file bound at `inside` from a literal host path.
-    fn mount_paths(&self, inside: &Path, outside: &Path) -> Vec<PathBuf> {
-        let mut out = vec![inside.to_path_buf()];
-        if let Ok(chain) = symlinks::follow(inside, outside, Space::Literal) {
-            out.extend(chain.hops.into_iter().map(|h| h.inside));
-        }
-        out
+/// As [`libcuda_paths`] for a file bound at `inside` from a literal host path.
+fn mount_paths(inside: &Path, outside: &Path, view: &HostView) -> Vec<PathBuf> {
+    let mut out = vec![inside.to_path_buf()];
+    if let Ok(chain) = symlinks::follow(inside, outside, Space::Literal, view) {
+        out.extend(chain.hops.into_iter().map(|h| h.inside));
+    }
+    out
+}
+
+/// What is known of the host driver: the kernel module (and its branch), Tegra, and the CUDA
+/// version of the host's user-space driver, from `libcuda_file` (the real file name of the
+/// host's libcuda) when it carries a version, else from the kernel branch, else from the L4T
+/// release.
+pub fn host_facts(view: &HostView, libcuda_file: Option<&str>) -> HostDriverFacts {
+    let kernel_branch = view
+        .kernel_driver
+        .as_deref()
+        .and_then(versions::driver_branch);
+    let from_file = libcuda_file
+        .and_then(|f| versions::version_in_file_name(f, "libcuda"))
+        .and_then(|v| versions::driver_branch(&v))
+        .and_then(versions::cuda_for_branch);
+    let cuda_version = from_file
+        .or_else(|| kernel_branch.and_then(versions::cuda_for_branch))
+        .or_else(|| {
+            view.l4t
+                .as_ref()
+                .and_then(|(major, _)| versions::cuda_for_l4t(*major))
+        });
+    HostDriverFacts {
+        kernel_driver: view.kernel_driver.clone(),
+        kernel_branch,
+        cuda_version,
+        tegra: view.platform() == Platform::Tegra,
     }
 }
 

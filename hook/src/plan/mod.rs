@@ -1,20 +1,23 @@
-//! The plan: everything a tagged build gets, each with the reason it is there.
+//! Decide: the request, the configuration and the host view → the plan. Pure: reads nothing
+//! but its arguments, writes nothing.
 //!
-//! Computed once from the derivation's features, the configuration and what exists on the host;
-//! then rendered as Nix's answer ([`crate::protocol`]) or as an explanation
-//! ([`crate::explain`]). One plan, so the renderings cannot disagree.
+//! The plan is everything a tagged build gets, each with the reason it is there, what was left
+//! out and why, and what stops the build. [`crate::act`] then adds the store closures, the GPU
+//! lease and the manifest (the only steps that touch the host); [`crate::protocol`],
+//! [`crate::explain`] and [`crate::exec`] render the same plan, so they cannot disagree.
 
 mod driver;
 
-use crate::closure::{store_path_of, ClosureCache};
+use crate::closure::store_path_of;
 use crate::config::{Config, Platform, Rule};
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
-use crate::lease::{self, Holder, LeaseRequest, Leases};
-use crate::symlinks::{self, ChainError, Space};
+use crate::lease;
+use crate::request::Request;
+use crate::scan::HostView;
+use crate::symlinks::{self, ChainError, Node, Space};
 use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_PATH, MANIFEST_VERSION};
 use serde::Serialize;
 use std::collections::BTreeSet;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 /// Why a path is exposed.
@@ -134,6 +137,22 @@ pub struct Plan {
     /// Where symlinks may lead (the store and the configured roots).
     #[serde(skip)]
     symlink_roots: Vec<PathBuf>,
+    /// The store paths whose closures [`crate::act`] must add.
+    #[serde(skip)]
+    pub closure_roots: Vec<PathBuf>,
+    /// With `gpus_per_build > 0`: the GPUs found and how many this build needs, for
+    /// [`crate::act`] to lease.
+    #[serde(skip)]
+    pub gpu_demand: Option<GpuDemand>,
+}
+
+/// The GPUs a build must be leased before it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuDemand {
+    /// The `/dev/nvidiaN` numbers the plan found.
+    pub gpus: Vec<u32>,
+    /// How many of them the build needs.
+    pub count: usize,
 }
 
 /// The manifest of a tagged build and the host file it is written to.
@@ -146,87 +165,93 @@ pub struct PlannedManifest {
     pub content: Manifest,
 }
 
-/// What the plan is for: the derivation, its features, and the sandbox (absent for `explain`).
-#[derive(Debug, Clone, Default)]
-pub struct BuildContext {
-    /// The derivation path (for the manifest and messages).
-    pub derivation: String,
-    /// Its required features.
-    pub features: Vec<String>,
-    /// The chroot root Nix passed, when planning for a real build.
-    pub chroot: Option<PathBuf>,
-    /// The derivation's `cudaSandboxGpus` attribute ([`lease::GPUS_ATTR`]), when set.
-    pub gpus_wanted: Option<String>,
-    /// Take GPU leases for `chroot` (hook mode); otherwise only show what a build would get.
-    pub take_lease: bool,
+/// The plan for `req` (a tagged request) under `config` on the host `view`: devices, paths,
+/// mounts and the driver, each with its reason, nested paths pruned, the closures to add and
+/// the GPUs to lease. Pure.
+pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
+    let rules: Vec<&Rule> = req.rules.iter().map(|i| &config.rules[*i]).collect();
+    let mut plan = Plan {
+        rules: rules.iter().map(|r| r.name.clone()).collect(),
+        symlink_roots: std::iter::once(config.store_dir.clone())
+            .chain(config.symlink_roots.iter().cloned())
+            .collect(),
+        ..Plan::default()
+    };
+    let rooted = Space::Rooted {
+        root: &config.host_root,
+        store_dir: &config.store_dir,
+    };
+    for rule in &rules {
+        plan.add_devices(rule, config, view);
+        for p in &rule.paths {
+            let inside = symlinks::normalize(&p.path);
+            let outside = rooted.outside(&inside);
+            let reason = Reason::HostPath {
+                rule: rule.name.clone(),
+            };
+            let want = Want {
+                required: p.required,
+                hint: &p.hint,
+            };
+            plan.add_path(rule, &inside, &outside, rooted, view, reason, want);
+        }
+        for m in &rule.mounts {
+            let inside = symlinks::normalize(&m.inside);
+            let reason = Reason::Mount {
+                rule: rule.name.clone(),
+            };
+            let want = Want {
+                required: m.required,
+                hint: &m.hint,
+            };
+            plan.add_path(
+                rule,
+                &inside,
+                &m.outside,
+                Space::Literal,
+                view,
+                reason,
+                want,
+            );
+        }
+        if let Some(driver) = &rule.driver {
+            if plan.driver.is_none() {
+                plan.add_driver(rule, driver, config, view);
+            }
+        }
+    }
+    plan.drop_nested();
+    plan.closure_roots = plan
+        .exposures
+        .iter()
+        .filter_map(|e| store_path_of(&e.outside, &config.store_dir))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if plan.problems.is_empty() {
+        plan.gpu_demand(config, req.gpus_wanted.as_deref());
+    }
+    plan
 }
 
-impl Plan {
-    /// Builds the plan for `rules` (the ones that matched the derivation) under `config`.
-    pub fn build(config: &Config, rules: &[&Rule], ctx: &BuildContext) -> Plan {
-        let mut plan = Plan {
-            rules: rules.iter().map(|r| r.name.clone()).collect(),
-            symlink_roots: std::iter::once(config.store_dir.clone())
-                .chain(config.symlink_roots.iter().cloned())
-                .collect(),
-            ..Plan::default()
-        };
-        let rooted = Space::Rooted {
-            root: &config.host_root,
-            store_dir: &config.store_dir,
-        };
-        let platform = if crate::discover::host::is_tegra(&config.host_root, &config.store_dir) {
-            Platform::Tegra
-        } else {
-            Platform::Discrete
-        };
-        for rule in rules {
-            plan.add_devices(rule, rooted, platform);
-            for p in &rule.paths {
-                let inside = symlinks::normalize(&p.path);
-                let outside = rooted.outside(&inside);
-                let reason = Reason::HostPath {
-                    rule: rule.name.clone(),
-                };
-                plan.add_path(rule, &inside, &outside, rooted, reason, p.required, &p.hint);
-            }
-            for m in &rule.mounts {
-                let inside = symlinks::normalize(&m.inside);
-                let reason = Reason::Mount {
-                    rule: rule.name.clone(),
-                };
-                plan.add_path(
-                    rule,
-                    &inside,
-                    &m.outside,
-                    Space::Literal,
-                    reason,
-                    m.required,
-                    &m.hint,
-                );
-            }
-            if let Some(driver) = &rule.driver {
-                if plan.driver.is_none() {
-                    plan.add_driver(rule, driver, config);
-                }
-            }
-        }
-        plan.add_closures(config);
-        plan.drop_nested();
-        if plan.problems.is_empty() {
-            plan.lease_gpus(config, ctx);
-        }
-        plan.add_manifest(config, ctx);
-        plan
-    }
+/// Whether a configured path must exist, and what to say when it does not.
+#[derive(Clone, Copy)]
+struct Want<'a> {
+    required: bool,
+    hint: &'a Option<String>,
+}
 
-    /// With `gpus_per_build > 0`: leases this build its own GPUs (or, without
-    /// `ctx.take_lease`, picks the ones it would get) and drops the other `/dev/nvidiaN`
-    /// nodes; the control nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process
-    /// needs them.
-    fn lease_gpus(&mut self, config: &Config, ctx: &BuildContext) {
+const OPTIONAL: Want<'static> = Want {
+    required: false,
+    hint: &None,
+};
+
+impl Plan {
+    /// With `gpus_per_build > 0`: the GPUs found and how many the build needs (its
+    /// `cudaSandboxGpus`, else `gpus_per_build`, never above `max_gpus_per_build`).
+    fn gpu_demand(&mut self, config: &Config, wanted: Option<&str>) {
         if config.gpus_per_build == 0 {
-            if let Some(v) = &ctx.gpus_wanted {
+            if let Some(v) = wanted {
                 self.skipped.push(Skip {
                     path: format!("{} = {v:?}", lease::GPUS_ATTR),
                     why: "ignored: gpus_per_build = 0 gives every GPU to every build".to_string(),
@@ -245,66 +270,27 @@ impl Plan {
         if gpus.is_empty() {
             return;
         }
-        let rule = self.rules.join(",");
-        let problem = |what: String, fix: &str| Problem {
-            rule: rule.clone(),
-            what,
-            fix: fix.to_string(),
-        };
-        let count = match lease::wanted(
-            ctx.gpus_wanted.as_deref(),
+        match lease::wanted(
+            wanted,
             config.gpus_per_build,
+            config.max_gpus_per_build,
             gpus.len(),
         ) {
-            Ok(n) => n,
-            Err(e) => {
-                self.problems
-                    .push(problem(e, "see gpus_per_build in the README"));
-                return;
-            }
-        };
-        let leases = Leases::new(&config.runtime_dir);
-        let picked = match (&ctx.chroot, ctx.take_lease) {
-            (Some(chroot), true) => {
-                let Some(holder) = Holder::parent() else {
-                    self.problems.push(problem(
-                        "cannot read /proc/<parent>/stat to record who holds the GPU lease"
-                            .to_string(),
-                        "run the hook as Nix's pre-build-hook with /proc mounted",
-                    ));
-                    return;
-                };
-                let req = LeaseRequest {
-                    gpus: &gpus,
-                    count,
-                    chroot,
-                    derivation: &ctx.derivation,
-                    wait: std::time::Duration::from_secs(config.lease_wait_seconds),
-                };
-                match leases.acquire(&req, holder) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        self.problems.push(problem(
-                            format!("no GPU could be leased: {e}"),
-                            "see gpus_per_build in the README",
-                        ));
-                        return;
-                    }
-                }
-            }
-            _ => match leases.preview(&gpus, count) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.skipped.push(Skip {
-                        path: format!("{count} GPU lease(s)"),
-                        why: format!(
-                            "none free now, a build would wait up to {} s: {e}",
-                            config.lease_wait_seconds
-                        ),
-                    });
-                    gpus[..count].to_vec()
-                }
-            },
+            Ok(count) => self.gpu_demand = Some(GpuDemand { gpus, count }),
+            Err(e) => self.problems.push(Problem {
+                rule: self.rules.join(","),
+                what: e,
+                fix: "see gpus_per_build in the README".to_string(),
+            }),
+        }
+    }
+
+    /// Keeps only the GPUs `picked` (leased, or for `explain` and `exec` the ones a build
+    /// would get now) and drops the other `/dev/nvidiaN` nodes; the control nodes
+    /// (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them.
+    pub fn keep_gpus(&mut self, picked: Vec<u32>, taken: bool, config: &Config) {
+        let Some(demand) = self.gpu_demand.clone() else {
+            return;
         };
         let others: Vec<PathBuf> = self
             .exposures
@@ -318,7 +304,7 @@ impl Plan {
             _ => !others.contains(&e.inside),
         });
         let given: Vec<String> = picked.iter().map(|g| format!("nvidia{g}")).collect();
-        let who = if ctx.take_lease {
+        let who = if taken {
             "this build is leased"
         } else {
             "a build now would be leased"
@@ -327,21 +313,57 @@ impl Plan {
             self.skipped.push(Skip {
                 path: other.display().to_string(),
                 why: format!(
-                    "another build's GPU: {who} {} only ({count} of {} GPUs; gpus_per_build = {})",
+                    "another build's GPU: {who} {} only ({} of {} GPUs; gpus_per_build = {})",
                     given.join(", "),
-                    gpus.len(),
+                    demand.count,
+                    demand.gpus.len(),
                     config.gpus_per_build
                 ),
             });
         }
         self.leased_gpus = picked;
-        self.lease_taken = ctx.take_lease && ctx.chroot.is_some();
+        self.lease_taken = taken;
+    }
+
+    /// Adds the members of `root`'s closure. A member that is a symlink leading out of the
+    /// store is never exposed (Nix would bind its target): it is a problem.
+    pub fn add_closure(&mut self, root: &Path, members: Vec<(PathBuf, Node)>, store_dir: &Path) {
+        for (member, node) in members {
+            if let Node::Symlink(target) = &node {
+                let to = if target.is_absolute() {
+                    symlinks::normalize(target)
+                } else {
+                    symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
+                };
+                if !to.starts_with(store_dir) {
+                    self.problems.push(Problem {
+                        rule: self.rules.join(","),
+                        what: format!(
+                            "closure member {} is a symlink to {}, outside the store",
+                            member.display(),
+                            to.display()
+                        ),
+                        fix: "a store path must not lead out of the store: check the closure \
+                              cache and the store (`nix-store --verify --check-contents`)"
+                            .to_string(),
+                    });
+                    continue;
+                }
+            }
+            self.exposures.push(Exposure {
+                inside: member.clone(),
+                outside: member,
+                reason: Reason::ClosureMember {
+                    of: root.to_path_buf(),
+                },
+            });
+        }
     }
 
     /// Plans the manifest: its content from the final exposures, its file under the runtime
     /// directory (named after the chroot), and its exposure at [`MANIFEST_PATH`].
-    fn add_manifest(&mut self, config: &Config, ctx: &BuildContext) {
-        let name = ctx
+    pub fn add_manifest(&mut self, config: &Config, req: &Request) {
+        let name = req
             .chroot
             .as_deref()
             .and_then(Path::file_name)
@@ -363,14 +385,14 @@ impl Plan {
             .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
         let content = Manifest {
             version: MANIFEST_VERSION,
-            derivation: ctx.derivation.clone(),
-            chroot: ctx
+            derivation: req.derivation_name(),
+            chroot: req
                 .chroot
                 .as_ref()
                 .map(|c| c.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             rules: self.rules.clone(),
-            features: ctx.features.clone(),
+            features: req.features_lossy(),
             devices,
             leased_gpus: self.leased_gpus.clone(),
             driver,
@@ -384,50 +406,38 @@ impl Plan {
         self.manifest = Some(PlannedManifest { outside, content });
     }
 
-    fn add_devices(&mut self, rule: &Rule, space: Space<'_>, platform: Platform) {
-        let Space::Rooted { root, .. } = space else {
-            unreachable!("devices are always looked up under the host root")
+    fn add_devices(&mut self, rule: &Rule, config: &Config, view: &HostView) {
+        let root = &config.host_root;
+        let space = Space::Rooted {
+            root,
+            store_dir: &config.store_dir,
         };
+        let platform = view.platform();
         for device in &rule.devices {
             if device.platform.is_some_and(|p| p != platform) {
                 self.skipped.push(Skip {
                     path: device.glob.clone(),
                     why: format!(
                         "only on {} hosts; this one is {}",
-                        name_of(device.platform.unwrap()),
+                        name_of(device.platform.unwrap_or(Platform::Discrete)),
                         name_of(platform)
                     ),
                 });
                 continue;
             }
-            let pattern = if root == Path::new("/") {
-                device.glob.clone()
-            } else {
-                let root = glob::Pattern::escape(&root.to_string_lossy());
-                format!(
-                    "{}/{}",
-                    root.trim_end_matches('/'),
-                    device.glob.trim_start_matches('/')
-                )
-            };
             let mut found = 0;
-            let matches = match glob::glob(&pattern) {
-                Ok(m) => m,
-                Err(e) => {
-                    self.skipped.push(Skip {
-                        path: device.glob.clone(),
-                        why: format!("invalid glob: {e}"),
-                    });
-                    continue;
-                }
-            };
+            let matches = view.globs.get(&device.glob).map_or(&[][..], Vec::as_slice);
             for entry in matches {
                 let outside = match entry {
                     Ok(p) => p,
-                    Err(e) => {
+                    Err((path, e)) => {
                         self.skipped.push(Skip {
-                            path: e.path().display().to_string(),
-                            why: format!("cannot read: {}", e.error()),
+                            path: path.display().to_string(),
+                            why: if e.starts_with("invalid glob") {
+                                e.clone()
+                            } else {
+                                format!("cannot read: {e}")
+                            },
                         });
                         continue;
                     }
@@ -436,12 +446,11 @@ impl Plan {
                     Ok(rel) => Path::new("/").join(rel),
                     Err(_) => continue,
                 };
-                match symlinks::follow(&inside, &outside, space)
+                match symlinks::follow(&inside, outside, space, view)
                     .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
                 {
                     Ok(chain) => {
-                        let ft = chain.target.file_type();
-                        if !(ft.is_char_device() || ft.is_dir()) {
+                        if !matches!(chain.target, Node::CharDevice | Node::Dir) {
                             self.skipped.push(Skip {
                                 path: inside.display().to_string(),
                                 why: "not a character device or directory".to_string(),
@@ -488,16 +497,16 @@ impl Plan {
         inside: &Path,
         outside: &Path,
         space: Space<'_>,
+        view: &HostView,
         reason: Reason,
-        required: bool,
-        hint: &Option<String>,
+        want: Want<'_>,
     ) {
-        match symlinks::follow(inside, outside, space)
+        match symlinks::follow(inside, outside, space, view)
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
         {
             Ok(chain) => self.add_chain(chain.hops, reason),
-            Err(e) if required => {
-                let fix = match (&e, hint) {
+            Err(e) if want.required => {
+                let fix = match (&e, want.hint) {
                     (_, Some(h)) => h.clone(),
                     (ChainError::Missing(_), None) => path_hint(inside),
                     (_, None) => "fix the link or remove the entry from the config".to_string(),
@@ -531,50 +540,9 @@ impl Plan {
         }
     }
 
-    fn add_closures(&mut self, config: &Config) {
-        let roots: BTreeSet<PathBuf> = self
-            .exposures
-            .iter()
-            .filter_map(|e| store_path_of(&e.outside, &config.store_dir))
-            .collect();
-        if roots.is_empty() {
-            return;
-        }
-        let cache = ClosureCache {
-            dir: config.closure_cache.clone(),
-            store_dir: config.store_dir.clone(),
-            nix_store: config.nix_store.clone(),
-        };
-        for root in roots {
-            match cache.closure(&root) {
-                Ok(closure) => {
-                    if closure.from_cache {
-                        self.closures_cached += 1;
-                    } else {
-                        self.closures_computed += 1;
-                    }
-                    for member in closure.members {
-                        self.exposures.push(Exposure {
-                            inside: member.clone(),
-                            outside: member,
-                            reason: Reason::ClosureMember { of: root.clone() },
-                        });
-                    }
-                }
-                Err(e) => self.problems.push(Problem {
-                    rule: self.rules.join(","),
-                    what: e.to_string(),
-                    fix:
-                        "check that the path is valid in this Nix store (`nix-store --verify-path`)"
-                            .to_string(),
-                }),
-            }
-        }
-    }
-
     /// Sorts by inside path and drops entries already covered by another: exact duplicates and
     /// paths nested in an exposed directory at the same relative place.
-    fn drop_nested(&mut self) {
+    pub fn drop_nested(&mut self) {
         let mut all = std::mem::take(&mut self.exposures);
         // Component-wise order puts every ancestor right before its descendants' run.
         all.sort_by(|a, b| a.inside.cmp(&b.inside));
@@ -660,3 +628,6 @@ fn path_hint(inside: &Path) -> String {
 fn lossy_path<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&path.to_string_lossy())
 }
+
+#[cfg(test)]
+mod tests;

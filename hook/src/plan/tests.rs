@@ -1,0 +1,417 @@
+//! Unit tests of `decide` on hand-made host views: no filesystem, no Nix.
+
+use super::*;
+use crate::config::ConfigSource;
+use crate::discover::compat::{CompatDriver, CompatNote};
+use crate::discover::versions::CudaVersion;
+use crate::request::Verdict;
+use crate::scan::CompatSeen;
+use cuda_sandbox_manifest::DriverKind;
+
+const ROOT: &str = "/fake";
+
+fn config(body: &str) -> Config {
+    let text =
+        format!("host_root = \"{ROOT}\"\n[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n{body}");
+    Config::parse(&text, "test").unwrap()
+}
+
+fn request(config: &Config, gpus: Option<&str>) -> Request {
+    Request {
+        derivation: Some(PathBuf::from("/nix/store/x-t.drv")),
+        chroot: Some(PathBuf::from("/tmp/chroot")),
+        features: vec![b"cuda".to_vec()],
+        structured: false,
+        config_source: ConfigSource::Builtin,
+        config: Some(config.clone()),
+        rules: (0..config.rules.len()).collect(),
+        gpus_wanted: gpus.map(str::to_string),
+        verdict: Verdict::Tagged,
+        warnings: Vec::new(),
+    }
+}
+
+/// A view of a host with the given entries (host paths under the fake root, or store paths).
+fn host(entries: &[(&str, Node)]) -> HostView {
+    let mut v = HostView {
+        platform: Some(Platform::Discrete),
+        ..HostView::default()
+    };
+    for (p, n) in entries {
+        v.nodes.insert(PathBuf::from(p), n.clone());
+    }
+    v
+}
+
+fn dir() -> Node {
+    Node::Dir
+}
+fn dev() -> Node {
+    Node::CharDevice
+}
+fn link(to: &str) -> Node {
+    Node::Symlink(PathBuf::from(to))
+}
+
+/// The parents every path under the fake root passes through.
+fn with_parents(mut v: HostView, dirs: &[&str]) -> HostView {
+    for d in ["/fake", "/fake/dev", "/fake/run", "/nix", "/nix/store"]
+        .iter()
+        .chain(dirs)
+    {
+        v.nodes.entry(PathBuf::from(d)).or_insert(Node::Dir);
+    }
+    v
+}
+
+fn glob(mut v: HostView, pattern: &str, matches: &[&str]) -> HostView {
+    v.globs.insert(
+        pattern.to_string(),
+        matches.iter().map(|m| Ok(PathBuf::from(m))).collect(),
+    );
+    v
+}
+
+fn insides(plan: &Plan) -> Vec<String> {
+    plan.exposures
+        .iter()
+        .map(|e| e.inside.display().to_string())
+        .collect()
+}
+
+#[test]
+fn devices_are_exposed_with_their_glob_as_reason() {
+    let c = config("[[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\nrequired = true\n");
+    let v = host(&[("/fake/dev/nvidia0", dev()), ("/fake/dev/nvidia1", dev())]);
+    let v = glob(
+        with_parents(v, &[]),
+        "/dev/nvidia[0-9]*",
+        &["/fake/dev/nvidia0", "/fake/dev/nvidia1"],
+    );
+    let plan = decide(&request(&c, None), &c, &v);
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    assert_eq!(insides(&plan), ["/dev/nvidia0", "/dev/nvidia1"]);
+    assert_eq!(plan.exposures[0].outside, Path::new("/fake/dev/nvidia0"));
+    assert_eq!(
+        plan.exposures[0].reason,
+        Reason::Device {
+            rule: "gpu".into(),
+            glob: "/dev/nvidia[0-9]*".into()
+        }
+    );
+}
+
+#[test]
+fn a_required_device_that_is_missing_is_a_problem_with_the_fix() {
+    let c = config("[[rule.device]]\nglob = \"/dev/nvidia-uvm\"\nrequired = true\n");
+    let v = glob(with_parents(host(&[]), &[]), "/dev/nvidia-uvm", &[]);
+    let plan = decide(&request(&c, None), &c, &v);
+    assert_eq!(plan.problems.len(), 1);
+    assert!(plan.problems[0].what.contains("/dev/nvidia-uvm is missing"));
+    assert!(plan.problems[0].fix.contains("nvidia-modprobe"));
+}
+
+#[test]
+fn skips_say_why() {
+    let c = config(
+        "[[rule.device]]\nglob = \"/dev/nvmap\"\nplatform = \"tegra\"\n\
+         [[rule.device]]\nglob = \"/dev/dri/card*\"\n\
+         [[rule.device]]\nglob = \"/dev/nvidia-modeset\"\n",
+    );
+    let v = host(&[("/fake/dev/nvidia-modeset", Node::File)]);
+    let v = glob(with_parents(v, &[]), "/dev/dri/card*", &[]);
+    let v = glob(v, "/dev/nvidia-modeset", &["/fake/dev/nvidia-modeset"]);
+    let plan = decide(&request(&c, None), &c, &v);
+    let why: Vec<(&str, &str)> = plan
+        .skipped
+        .iter()
+        .map(|s| (s.path.as_str(), s.why.as_str()))
+        .collect();
+    assert_eq!(
+        why,
+        [
+            (
+                "/dev/nvmap",
+                "only on Tegra (Jetson) hosts; this one is discrete-GPU"
+            ),
+            ("/dev/dri/card*", "optional device glob matched nothing"),
+            ("/dev/nvidia-modeset", "not a character device or directory"),
+            (
+                "/dev/nvidia-modeset",
+                "optional device glob matched nothing"
+            ),
+        ]
+    );
+    assert!(plan.exposures.is_empty() && plan.problems.is_empty());
+}
+
+#[test]
+fn a_link_out_of_the_roots_is_not_followed() {
+    let c = config("[[rule.path]]\npath = \"/run/gpu\"\n");
+    let v = host(&[
+        ("/fake/run/gpu", link("/etc/shadow")),
+        ("/fake/etc/shadow", Node::File),
+    ]);
+    let v = with_parents(v, &["/fake/etc"]);
+    let plan = decide(&request(&c, None), &c, &v);
+    assert!(plan.exposures.is_empty());
+    assert!(
+        plan.skipped[0].why.contains("leads to /etc/shadow"),
+        "{:?}",
+        plan.skipped
+    );
+}
+
+#[test]
+fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
+    // Issue 12, finding 5: /dev/nvidia-caps -> /etc made /etc/nvidia-cap1 a "device".
+    let c = config("[[rule.device]]\nglob = \"/dev/nvidia-caps/nvidia-cap*\"\n");
+    let v = host(&[
+        ("/fake/dev/nvidia-caps", link("/etc")),
+        ("/fake/dev/nvidia-caps/nvidia-cap1", dev()),
+        ("/fake/etc", dir()),
+    ]);
+    let v = glob(
+        with_parents(v, &[]),
+        "/dev/nvidia-caps/nvidia-cap*",
+        &["/fake/dev/nvidia-caps/nvidia-cap1"],
+    );
+    let plan = decide(&request(&c, None), &c, &v);
+    assert!(plan.exposures.is_empty(), "{:?}", plan.exposures);
+    assert!(
+        plan.skipped[0]
+            .why
+            .contains("/dev/nvidia-caps leads to /etc"),
+        "{:?}",
+        plan.skipped
+    );
+    // The same link within the roots is fine.
+    let v = host(&[
+        ("/fake/dev/nvidia-caps", link("/dev/caps")),
+        ("/fake/dev/caps", dir()),
+        ("/fake/dev/caps/nvidia-cap1", dev()),
+        ("/fake/dev/nvidia-caps/nvidia-cap1", dev()),
+    ]);
+    let v = glob(
+        with_parents(v, &[]),
+        "/dev/nvidia-caps/nvidia-cap*",
+        &["/fake/dev/nvidia-caps/nvidia-cap1"],
+    );
+    let plan = decide(&request(&c, None), &c, &v);
+    assert_eq!(insides(&plan), ["/dev/nvidia-caps/nvidia-cap1"]);
+}
+
+#[test]
+fn user_writable_places_are_never_followed_into() {
+    // Issue 12, finding 5: the default roots include /run and /dev, but not /run/user or
+    // /dev/shm, where any user can plant a file.
+    for target in ["/run/user/1000/fake", "/dev/shm/fake", "/run/lock/fake"] {
+        let c = config("[[rule.path]]\npath = \"/run/gpu\"\n");
+        let v = host(&[("/fake/run/gpu", link(target))]);
+        let v = with_parents(
+            v,
+            &[
+                "/fake/run/user",
+                "/fake/run/user/1000",
+                "/fake/dev/shm",
+                "/fake/run/lock",
+            ],
+        )
+        .with(&format!("/fake{target}"), dev());
+        let plan = decide(&request(&c, None), &c, &v);
+        assert!(plan.exposures.is_empty(), "{target}: {:?}", plan.exposures);
+        assert!(
+            plan.skipped[0].why.contains("outside the roots"),
+            "{:?}",
+            plan.skipped
+        );
+    }
+}
+
+#[test]
+fn nested_paths_are_pruned_and_conflicts_skipped() {
+    let mut plan = Plan::default();
+    let e = |inside: &str, outside: &str| Exposure {
+        inside: inside.into(),
+        outside: outside.into(),
+        reason: Reason::Manifest,
+    };
+    plan.exposures = vec![
+        e("/run/x/lib", "/h/x/lib"),
+        e("/run/x", "/h/x"),
+        e("/run/x/other", "/elsewhere/other"),
+        e("/run/x", "/h/y"),
+        e("/run/x", "/h/x"),
+    ];
+    plan.drop_nested();
+    assert_eq!(insides(&plan), ["/run/x", "/run/x/other"]);
+    assert_eq!(plan.skipped.len(), 1);
+    assert!(
+        plan.skipped[0].why.contains("conflicts with /h/x"),
+        "{:?}",
+        plan.skipped
+    );
+}
+
+fn compat(branches: Option<Vec<u32>>, cuda: i32) -> CompatDriver {
+    CompatDriver {
+        dir: PathBuf::from("/usr/local/cuda-12.9/compat"),
+        dir_outside: PathBuf::from("/fake/usr/local/cuda-12.9/compat"),
+        libcuda: "libcuda.so.575.51.03".into(),
+        note: Some(CompatNote {
+            cuda_version: Some(CudaVersion(cuda)),
+            drivers: branches,
+            json: String::new(),
+        }),
+        cuda_version: Some(CudaVersion(cuda)),
+    }
+}
+
+/// A NixOS host with driver 535 (CUDA 12.2) at /run/opengl-driver, and one compat driver.
+fn driver_host(c: CompatDriver) -> HostView {
+    let mut v = host(&[
+        ("/fake/run/opengl-driver", link("/nix/store/aaa-driver")),
+        ("/nix/store/aaa-driver", dir()),
+        ("/nix/store/aaa-driver/lib", dir()),
+        (
+            "/nix/store/aaa-driver/lib/libcuda.so.1",
+            link("libcuda.so.535.104.05"),
+        ),
+        (
+            "/nix/store/aaa-driver/lib/libcuda.so.535.104.05",
+            Node::File,
+        ),
+        ("/fake/usr", dir()),
+        ("/fake/usr/local", dir()),
+        ("/fake/usr/local/cuda-12.9", dir()),
+        ("/fake/usr/local/cuda-12.9/compat", dir()),
+        (
+            "/fake/usr/local/cuda-12.9/compat/libcuda.so.1",
+            link("libcuda.so.575.51.03"),
+        ),
+        (
+            "/fake/usr/local/cuda-12.9/compat/libcuda.so.575.51.03",
+            Node::File,
+        ),
+    ]);
+    v = with_parents(v, &[]);
+    v.kernel_driver = Some("535.104.05".into());
+    v.real_paths.insert(
+        "/nix/store/aaa-driver/lib/libcuda.so.1".into(),
+        "/nix/store/aaa-driver/lib/libcuda.so.535.104.05".into(),
+    );
+    v.compat.insert(
+        "/usr/local/cuda*/compat".into(),
+        vec![CompatSeen {
+            inside: c.dir.clone(),
+            outside: c.dir_outside.clone(),
+            found: Ok(Some(c)),
+        }],
+    );
+    v
+}
+
+#[test]
+fn compat_is_chosen_when_its_note_lists_the_host_driver() {
+    let c = config("[rule.driver]\ncompat = [\"/usr/local/cuda*/compat\"]\n");
+    let plan = decide(
+        &request(&c, None),
+        &c,
+        &driver_host(compat(Some(vec![535, 550]), 12090)),
+    );
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    let d = plan.driver.as_ref().unwrap();
+    assert_eq!(d.kind, DriverKind::Compat);
+    assert_eq!(d.cuda_version.as_deref(), Some("12.9"));
+    assert_eq!(d.host_cuda_version.as_deref(), Some("12.2"));
+    assert!(insides(&plan).contains(&"/usr/local/cuda-12.9/compat".to_string()));
+    assert!(insides(&plan).contains(&"/run/opengl-driver".to_string()));
+    assert_eq!(plan.closure_roots, [PathBuf::from("/nix/store/aaa-driver")]);
+}
+
+#[test]
+fn compat_not_listing_the_host_driver_is_rejected_with_its_reason() {
+    let c = config("[rule.driver]\ncompat = [\"/usr/local/cuda*/compat\"]\n");
+    let plan = decide(
+        &request(&c, None),
+        &c,
+        &driver_host(compat(Some(vec![550]), 12090)),
+    );
+    let d = plan.driver.as_ref().unwrap();
+    assert_eq!(d.kind, DriverKind::Host);
+    let choice = plan.driver_choice.as_ref().unwrap();
+    assert_eq!(choice.rejected.len(), 1);
+    assert!(
+        choice.rejected[0].why.contains("535"),
+        "{:?}",
+        choice.rejected
+    );
+    assert!(!insides(&plan).contains(&"/usr/local/cuda-12.9/compat".to_string()));
+    assert!(d
+        .libcuda
+        .contains(&"/run/opengl-driver/lib/libcuda.so.1".to_string()));
+}
+
+#[test]
+fn no_driver_is_a_problem_when_required() {
+    let c = config("[rule.driver]\nhost_libraries = false\n");
+    let v = with_parents(host(&[("/fake/run/opengl-driver", Node::Missing)]), &[]);
+    let plan = decide(&request(&c, None), &c, &v);
+    assert_eq!(plan.problems.len(), 1);
+    assert!(plan.problems[0].what.starts_with("no NVIDIA driver found"));
+}
+
+#[test]
+fn gpu_demand_follows_the_derivation_and_the_cap() {
+    let body = "gpus_per_build = 1\nmax_gpus_per_build = 2\n";
+    let text = format!("{body}host_root = \"{ROOT}\"\n[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\n");
+    let c = Config::parse(&text, "t").unwrap();
+    let nodes: Vec<(String, Node)> = (0..4)
+        .map(|i| (format!("/fake/dev/nvidia{i}"), dev()))
+        .collect();
+    let refs: Vec<(&str, Node)> = nodes.iter().map(|(p, n)| (p.as_str(), n.clone())).collect();
+    let names: Vec<&str> = nodes.iter().map(|(p, _)| p.as_str()).collect();
+    let v = glob(with_parents(host(&refs), &[]), "/dev/nvidia[0-9]*", &names);
+    let plan = decide(&request(&c, None), &c, &v);
+    assert_eq!(
+        plan.gpu_demand,
+        Some(GpuDemand {
+            gpus: vec![0, 1, 2, 3],
+            count: 1
+        })
+    );
+    let plan = decide(&request(&c, Some("2")), &c, &v);
+    assert_eq!(plan.gpu_demand.unwrap().count, 2);
+    let plan = decide(&request(&c, Some("4")), &c, &v);
+    assert!(
+        plan.problems[0].what.contains("max_gpus_per_build = 2"),
+        "{:?}",
+        plan.problems
+    );
+    // keep_gpus leaves the control nodes and the picked GPU.
+    let mut plan = decide(&request(&c, None), &c, &v);
+    plan.keep_gpus(vec![2], true, &c);
+    assert_eq!(insides(&plan), ["/dev/nvidia2"]);
+    assert_eq!(plan.skipped.len(), 3);
+}
+
+#[test]
+fn a_closure_member_linking_out_of_the_store_is_refused() {
+    // Issue 12, finding 3: a poisoned cache or store path must not bind a host file.
+    let mut plan = Plan::default();
+    let store = Path::new("/nix/store");
+    plan.add_closure(
+        Path::new("/nix/store/aaa-x"),
+        vec![
+            ("/nix/store/aaa-x".into(), Node::Dir),
+            ("/nix/store/bbb-ok".into(), link("ccc-in-store")),
+            ("/nix/store/ddd-evil".into(), link("/etc/shadow")),
+            ("/nix/store/eee-evil".into(), link("../../../root")),
+        ],
+        store,
+    );
+    assert_eq!(insides(&plan), ["/nix/store/aaa-x", "/nix/store/bbb-ok"]);
+    assert_eq!(plan.problems.len(), 2);
+    assert!(plan.problems[0].what.contains("/etc/shadow"));
+    assert!(plan.problems[1].what.contains("/root"));
+}

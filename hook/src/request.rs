@@ -1,0 +1,362 @@
+//! Resolve: what is asked for. One function for the hook, `explain` and `exec`.
+//!
+//! Reads the derivation (the `.drv` file, else the JSON some Nix variants pass in
+//! `NIX_DERIVATION_V4`), applies the `missing_drv` policy when neither is there, loads the
+//! configuration (with its trust check) only when a feature was found, and yields the
+//! features, the matching rules and the verdict. The derivation's attributes are read in
+//! [`crate::drv`]; the GPU count only once a rule has matched. Writes nothing.
+
+use crate::config::{self, Config, ConfigSource, MissingDrv, DEFAULT_FEATURES};
+use crate::drv::{self, DrvEnv, RequiredFeatures};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Environment variable in which some Nix variants pass the derivation as JSON.
+pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
+
+/// Environment variable naming an open file descriptor from which the derivation's ATerm can be
+/// read (proposed for upstream Nix in NixOS/nix#16413, not merged). A JSON document there is
+/// read like [`DERIVATION_ENV`], in case the proposal settles on JSON.
+pub const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
+
+/// What the build is to get.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing: no configured feature (or a policy said so). The text says why.
+    Nothing(String),
+    /// Plan for the matching rules.
+    Tagged,
+    /// The build must fail, with this one-line message.
+    Fail(String),
+}
+
+/// Where the request comes from: the derivation and the caller's additions.
+#[derive(Debug, Clone, Default)]
+pub struct Input<'a> {
+    /// The `.drv` path (as Nix passes it, or as given to `explain`/`exec`).
+    pub drv: Option<&'a Path>,
+    /// The derivation as JSON, when the caller has it (the hook: `$NIX_DERIVATION_V4`).
+    pub derivation_json: Option<OsString>,
+    /// A file descriptor number holding the derivation, when the `.drv` is absent (the hook:
+    /// `$DRV_ATERM_FD`).
+    pub aterm_fd: Option<OsString>,
+    /// Features added by the caller (`--features`).
+    pub extra_features: &'a [String],
+    /// Features to use when the derivation and the caller name none (`exec`: `cuda`).
+    pub default_features: &'a [&'a str],
+    /// `--config`.
+    pub config: Option<&'a Path>,
+    /// The sandbox root (the hook's second argument; `exec`'s private root).
+    pub chroot: Option<&'a Path>,
+    /// Load the configuration even for an untagged request (`explain` shows it).
+    pub always_load_config: bool,
+}
+
+/// The resolved request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The derivation path, when one was named.
+    pub derivation: Option<PathBuf>,
+    /// The sandbox root.
+    pub chroot: Option<PathBuf>,
+    /// The required features (bytes, as in the derivation), plus the caller's.
+    pub features: Vec<Vec<u8>>,
+    /// Whether the features came from structured attrs.
+    pub structured: bool,
+    /// Where the configuration comes from.
+    pub config_source: ConfigSource,
+    /// The configuration, when it was loaded and is usable.
+    pub config: Option<Config>,
+    /// Indices of the matching rules in `config.rules`.
+    pub rules: Vec<usize>,
+    /// The derivation's `cudaSandboxGpus`, read only when a rule matched.
+    pub gpus_wanted: Option<String>,
+    /// What the build gets.
+    pub verdict: Verdict,
+    /// Things worth a warning on stderr (ignored broken config, missing `.drv`, …).
+    pub warnings: Vec<String>,
+}
+
+impl Request {
+    /// The derivation's name for messages and the manifest.
+    pub fn derivation_name(&self) -> String {
+        self.derivation
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The features as text (bytes that are not UTF-8 shown as U+FFFD).
+    pub fn features_lossy(&self) -> Vec<String> {
+        self.features
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+
+    /// The configuration and the matching rules, when the verdict is [`Verdict::Tagged`].
+    pub fn tagged(&self) -> Option<&Config> {
+        match (&self.verdict, &self.config) {
+            (Verdict::Tagged, Some(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The first feature of the first matching rule, for messages.
+    pub fn first_match(&self) -> String {
+        let Some(config) = &self.config else {
+            return String::new();
+        };
+        let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
+        self.rules
+            .first()
+            .and_then(|i| config.rules[*i].first_match(&features))
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Resolves `input`: derivation → features → configuration → rules → verdict.
+pub fn resolve(input: &Input<'_>) -> Request {
+    let mut req = Request {
+        derivation: input.drv.map(Path::to_path_buf),
+        chroot: input.chroot.map(Path::to_path_buf),
+        features: Vec::new(),
+        structured: false,
+        config_source: config::locate(input.config),
+        config: None,
+        rules: Vec::new(),
+        gpus_wanted: None,
+        verdict: Verdict::Tagged,
+        warnings: Vec::new(),
+    };
+    let name = req.derivation_name();
+    let Some(drv_path) = input.drv else {
+        req.with_features(Vec::new(), false, input, || None);
+        return req;
+    };
+    // The file first; on a remote builder, where it is absent, what Nix passed instead.
+    match read_drv(drv_path, input.aterm_fd.as_deref()) {
+        Ok((bytes, Some(from))) if bytes.trim_ascii_start().starts_with(b"{") => {
+            req.with_json_derivation(&bytes, from, &name, input);
+        }
+        Ok((bytes, from)) => match DrvEnv::parse(&bytes) {
+            Ok(d) => match d.required_features() {
+                Ok(f) => {
+                    let (features, structured) = owned(f);
+                    req.with_features(features, structured, input, || d.gpus_attr());
+                }
+                Err(e) => req.unreadable(&bytes, &name, &prefixed(from, &e)),
+            },
+            Err(e) => req.unreadable(&bytes, &name, &prefixed(from, &e)),
+        },
+        Err(e) => match &input.derivation_json {
+            Some(json) => {
+                req.with_json_derivation(json.as_encoded_bytes(), DERIVATION_ENV, &name, input)
+            }
+            None => req.missing_drv(&name, &e.to_string()),
+        },
+    }
+    req
+}
+
+/// `error`, prefixed with where the bytes came from when not from the `.drv` file.
+fn prefixed(from: Option<&str>, error: &dyn std::fmt::Display) -> String {
+    match from {
+        Some(source) => format!("{source}: {error}"),
+        None => error.to_string(),
+    }
+}
+
+/// The derivation's bytes: the `.drv` file, else the descriptor named by `aterm_fd`
+/// ([`ATERM_FD_ENV`]), with `Some(ATERM_FD_ENV)` saying they came from there.
+fn read_drv(
+    drv_path: &Path,
+    aterm_fd: Option<&std::ffi::OsStr>,
+) -> std::io::Result<(Vec<u8>, Option<&'static str>)> {
+    let file_error = match std::fs::read(drv_path) {
+        Ok(bytes) => return Ok((bytes, None)),
+        Err(e) => e,
+    };
+    let Some(fd) = aterm_fd else {
+        return Err(file_error);
+    };
+    let fd = fd.to_string_lossy().into_owned();
+    let unusable = |why: String| {
+        std::io::Error::new(
+            file_error.kind(),
+            format!("{file_error}; and {ATERM_FD_ENV}={fd}: {why}"),
+        )
+    };
+    if fd.is_empty() || !fd.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(unusable("not a file descriptor number".to_owned()));
+    }
+    // Through /proc: a fresh open file description reads from the start whatever the offset
+    // of the one Nix handed over, and needs no unsafe code to adopt a raw descriptor.
+    std::fs::read(format!("/proc/self/fd/{fd}"))
+        .map(|bytes| (bytes, Some(ATERM_FD_ENV)))
+        .map_err(|e| unusable(e.to_string()))
+}
+
+fn owned(f: RequiredFeatures<'_>) -> (Vec<Vec<u8>>, bool) {
+    (
+        f.features.into_iter().map(|x| x.into_owned()).collect(),
+        f.structured,
+    )
+}
+
+impl Request {
+    /// The derivation as JSON (from `source`, named in errors): its features, then as
+    /// [`Request::with_features`].
+    fn with_json_derivation(&mut self, json: &[u8], source: &str, name: &str, input: &Input<'_>) {
+        match drv::features_from_json(json) {
+            Ok(f) => {
+                let (features, structured) = owned(f);
+                self.with_features(features, structured, input, || {
+                    drv::gpus_attr_from_json(json)
+                });
+            }
+            Err(e) => self.unreadable(json, name, &format!("{source}: {e}")),
+        }
+    }
+
+    /// The derivation's features are known: add the caller's, load the configuration, match
+    /// the rules, and read the GPU count when one matched.
+    fn with_features(
+        &mut self,
+        mut features: Vec<Vec<u8>>,
+        structured: bool,
+        input: &Input<'_>,
+        gpus: impl FnOnce() -> Option<String>,
+    ) {
+        features.extend(input.extra_features.iter().map(|f| f.as_bytes().to_vec()));
+        if features.is_empty() {
+            features.extend(input.default_features.iter().map(|f| f.as_bytes().to_vec()));
+        }
+        self.features = features;
+        self.structured = structured;
+        if self.features.is_empty() && !input.always_load_config {
+            // The fast path: no feature, no configuration read.
+            self.verdict = Verdict::Nothing("the derivation requires no system feature".into());
+            return;
+        }
+        let config = match Config::load(&self.config_source) {
+            Ok(c) => c,
+            Err(e) => {
+                let name = self.derivation_name();
+                let builtin = self.features.iter().find(|f| {
+                    DEFAULT_FEATURES
+                        .iter()
+                        .any(|d| d.as_bytes() == f.as_slice())
+                });
+                self.verdict = match builtin {
+                    Some(f) => Verdict::Fail(format!(
+                        "{name} requires feature '{}' but the configuration is broken: {e}",
+                        String::from_utf8_lossy(f)
+                    )),
+                    None => {
+                        self.warnings
+                            .push(format!("{e} (ignored: this build asks for no GPU feature)"));
+                        Verdict::Nothing(format!("the configuration is broken: {e}"))
+                    }
+                };
+                return;
+            }
+        };
+        let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
+        self.rules = (0..config.rules.len())
+            .filter(|i| config.rules[*i].answers_any(&features))
+            .collect();
+        if self.rules.is_empty() {
+            let configured: Vec<&str> = config
+                .rules
+                .iter()
+                .flat_map(|r| r.features.iter().map(String::as_str))
+                .collect();
+            self.verdict = Verdict::Nothing(format!(
+                "untagged: no required feature is one of [{}], so the hook exposes nothing; \
+                 tag the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
+                configured.join(", ")
+            ));
+        } else {
+            self.gpus_wanted = gpus();
+            self.verdict = Verdict::Tagged;
+        }
+        self.config = Some(config);
+    }
+
+    /// The `.drv` is not on disk and Nix passed no JSON (remote builders, Nix issue 9272):
+    /// follow the configured `missing_drv` policy.
+    fn missing_drv(&mut self, name: &str, error: &str) {
+        let config = match Config::load(&self.config_source) {
+            Ok(c) => c,
+            Err(e) => {
+                let why =
+                    format!("cannot read derivation {name} ({error}) and {e}; exposing nothing");
+                self.warnings.push(why.clone());
+                self.verdict = Verdict::Nothing(why);
+                return;
+            }
+        };
+        match config.missing_drv {
+            MissingDrv::Skip => {
+                let why = format!(
+                    "cannot read derivation {name} ({error}); exposing nothing (missing_drv = \
+                     \"skip\"; on a remote GPU builder that only receives GPU builds, set \
+                     missing_drv = \"expose\")"
+                );
+                self.warnings.push(why.clone());
+                self.verdict = Verdict::Nothing(why);
+            }
+            MissingDrv::Fail => {
+                self.verdict = Verdict::Fail(format!(
+                    "cannot read derivation {name} ({error}) and missing_drv = \"fail\""
+                ))
+            }
+            MissingDrv::Expose => {
+                self.rules = (0..config.rules.len()).collect();
+                self.features = config
+                    .rules
+                    .iter()
+                    .flat_map(|r| r.features.iter().map(|f| f.as_bytes().to_vec()))
+                    .collect();
+                if self.rules.is_empty() {
+                    self.verdict = Verdict::Nothing("the configuration has no rule".into());
+                } else {
+                    self.warnings.push(format!(
+                        "derivation {name} is not on disk; exposing every rule (missing_drv = \
+                         \"expose\")"
+                    ));
+                    self.verdict = Verdict::Tagged;
+                }
+            }
+        }
+        self.config = Some(config);
+    }
+
+    /// A derivation we cannot read: fail only when it could be a tagged build, i.e. when the
+    /// bytes name a feature some rule answers to (with a broken config: a built-in feature).
+    fn unreadable(&mut self, bytes: &[u8], name: &str, error: &str) {
+        let loaded = Config::load(&self.config_source);
+        let names: Vec<String> = match &loaded {
+            Ok(c) => c.rules.iter().flat_map(|r| r.features.clone()).collect(),
+            Err(_) => DEFAULT_FEATURES.iter().map(|s| s.to_string()).collect(),
+        };
+        let may_be_tagged = names
+            .iter()
+            .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some());
+        self.verdict = if may_be_tagged {
+            Verdict::Fail(format!(
+                "cannot read derivation {name} ({error}), and it may require a GPU feature"
+            ))
+        } else {
+            let why = format!(
+                "cannot read derivation {name} ({error}); it names no GPU feature, so exposing \
+                 nothing"
+            );
+            self.warnings.push(why.clone());
+            Verdict::Nothing(why)
+        };
+        self.config = loaded.ok();
+    }
+}
