@@ -2,14 +2,15 @@
 //! dynamic loader (32- and 64-bit, either byte order, through `object`), the
 //! `.note.cuda.fwd_compatibility` note of a `cuda_compat` libcuda, and store-path arithmetic.
 //!
-//! Used by the hook; meant to replace the runner's own ELF reader and store helpers
-//! (`runner/src/lint.rs`) when that crate adopts it. Reads bytes it is given and paths as text:
-//! it touches no file.
+//! Used by the hook (exposure, closures, `exec`) and the runner (the ELF lint), so both read
+//! ELF files and the store the same way. Reads bytes it is given and paths as text, touches no
+//! file; [`requisites`] is the one place either crate asks `nix-store` for a closure.
 
 use object::elf;
 use object::read::elf::{Dyn, FileHeader, ProgramHeader};
 use object::Endianness;
 use std::path::{Component, Path, PathBuf};
+use std::process::{Command, ExitStatus};
 
 /// What one ELF file asks of the loader.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,12 +19,32 @@ pub struct DynamicInfo {
     pub interpreter: Option<PathBuf>,
     /// `DT_NEEDED` names.
     pub needed: Vec<String>,
-    /// `DT_RUNPATH` (or `DT_RPATH` when there is no runpath), split at `:`.
-    pub runpath: Vec<String>,
+    /// `DT_RUNPATH`, split at `:`, when the file has one.
+    pub runpath: Option<Vec<String>>,
+    /// `DT_RPATH`, split at `:`, when the file has one.
+    pub rpath: Option<Vec<String>>,
 }
 
-/// Reads the dynamic information of an ELF file (32- or 64-bit); `Ok(None)` for anything that
-/// is not ELF. Errors name what is malformed.
+impl DynamicInfo {
+    /// The search path the loader takes from the file itself, and the tag's name: `DT_RUNPATH`
+    /// when the file has one (its `DT_RPATH` is then ignored, as glibc does), else `DT_RPATH`.
+    pub fn search_path(&self) -> (&[String], &'static str) {
+        match (&self.runpath, &self.rpath) {
+            (Some(r), _) => (r, "DT_RUNPATH"),
+            (None, Some(r)) => (r, "DT_RPATH"),
+            (None, None) => (&[], "DT_RUNPATH"),
+        }
+    }
+
+    /// Whether the file needs the CUDA driver (`libcuda.so*`).
+    pub fn needs_libcuda(&self) -> bool {
+        self.needed.iter().any(|n| n.starts_with("libcuda.so"))
+    }
+}
+
+/// Reads the dynamic information of an ELF file (32- or 64-bit, either byte order); `Ok(None)`
+/// for anything that is not ELF. An ELF file whose headers, dynamic section or strings cannot
+/// be read is an error naming what is wrong.
 pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
     match object::FileKind::parse(data) {
         Ok(object::FileKind::Elf64) => dynamic_info_of::<elf::FileHeader64<Endianness>>(data),
@@ -35,55 +56,41 @@ pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
 fn dynamic_info_of<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
 ) -> Result<Option<DynamicInfo>, String> {
-    let Ok(header) = Elf::parse(data) else {
-        return Ok(None);
-    };
-    let endian = header.endian().map_err(|e| e.to_string())?;
+    let bad = |e: object::read::Error| format!("not a readable ELF file: {e}");
+    let header = Elf::parse(data).map_err(bad)?;
+    let endian = header.endian().map_err(bad)?;
     let mut info = DynamicInfo::default();
-    for ph in header
-        .program_headers(endian, data)
-        .map_err(|e| e.to_string())?
-    {
+    for ph in header.program_headers(endian, data).map_err(bad)? {
         if ph.p_type(endian) == elf::PT_INTERP {
             let bytes = ph
                 .data(endian, data)
-                .map_err(|_| "bad PT_INTERP".to_string())?;
+                .map_err(|_| "not a readable ELF file: bad PT_INTERP".to_string())?;
             let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
             info.interpreter = Some(PathBuf::from(String::from_utf8_lossy(bytes).into_owned()));
         }
     }
-    let sections = header.sections(endian, data).map_err(|e| e.to_string())?;
-    let Some((dyns, link)) = sections.dynamic(endian, data).map_err(|e| e.to_string())? else {
-        return Ok(Some(info));
+    let sections = header.sections(endian, data).map_err(bad)?;
+    let Some((dyns, link)) = sections.dynamic(endian, data).map_err(bad)? else {
+        return Ok(Some(info)); // a static executable or an object file: no search path
     };
-    let strings = sections
-        .strings(endian, data, link)
-        .map_err(|e| e.to_string())?;
-    let (mut runpath, mut rpath) = (Vec::new(), Vec::new());
+    let strings = sections.strings(endian, data, link).map_err(bad)?;
     for d in dyns {
         // A tag that does not fit 32 bits is none of these (no truncation to a known one).
         let Some(tag) = d.tag32(endian) else {
             continue;
         };
-        let text = || {
-            d.string(endian, strings)
-                .ok()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-        };
+        if ![elf::DT_NEEDED, elf::DT_RUNPATH, elf::DT_RPATH].contains(&tag) {
+            continue;
+        }
+        let value = d.string(endian, strings).map_err(bad)?;
+        let value = String::from_utf8_lossy(value).into_owned();
+        let split = || value.split(':').filter(|s| !s.is_empty()).map(String::from);
         match tag {
-            elf::DT_NEEDED => info.needed.extend(text()),
-            elf::DT_RUNPATH => runpath.extend(text()),
-            elf::DT_RPATH => rpath.extend(text()),
-            _ => {}
+            elf::DT_NEEDED => info.needed.push(value.clone()),
+            elf::DT_RUNPATH => info.runpath.get_or_insert_with(Vec::new).extend(split()),
+            _ => info.rpath.get_or_insert_with(Vec::new).extend(split()),
         }
     }
-    let chosen = if runpath.is_empty() { rpath } else { runpath };
-    info.runpath = chosen
-        .iter()
-        .flat_map(|r| r.split(':'))
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
     Ok(Some(info))
 }
 
@@ -169,6 +176,102 @@ pub fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// Why `nix-store --query --requisites` gave no closure.
+#[derive(Debug)]
+pub enum RequisitesError {
+    /// The program could not be started.
+    Spawn {
+        /// The program tried.
+        program: PathBuf,
+        /// Why it did not start.
+        error: std::io::Error,
+    },
+    /// It ran and failed.
+    Failed {
+        /// The program run.
+        program: PathBuf,
+        /// Its exit status.
+        status: ExitStatus,
+        /// The first non-empty line of its standard error.
+        stderr: String,
+    },
+}
+
+impl std::fmt::Display for RequisitesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequisitesError::Spawn { program, error } => {
+                write!(f, "cannot run {}: {error}", program.display())
+            }
+            RequisitesError::Failed {
+                program,
+                status,
+                stderr,
+            } => write!(
+                f,
+                "`{} --query --requisites` failed ({status}): {stderr}",
+                program.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RequisitesError {}
+
+/// The runtime closure of `store_path` as `nix_store --query --requisites` prints it: one path
+/// a line, in its order, the path itself among them. The lines are not checked here; callers
+/// that trust them only as store paths check them against their store directory.
+pub fn requisites(nix_store: &Path, store_path: &Path) -> Result<Vec<PathBuf>, RequisitesError> {
+    use std::os::unix::ffi::OsStrExt;
+    let output = run_retrying_busy(|| {
+        Command::new(nix_store)
+            .args(["--query", "--requisites"])
+            .arg(store_path)
+            .output()
+    })
+    .map_err(|error| RequisitesError::Spawn {
+        program: nix_store.to_path_buf(),
+        error,
+    })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(RequisitesError::Failed {
+            program: nix_store.to_path_buf(),
+            status: output.status,
+            stderr: stderr
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_string(),
+        });
+    }
+    Ok(output
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)))
+        .collect())
+}
+
+/// Runs `spawn`, retrying briefly on ETXTBSY: a program just written by one thread can be
+/// held open for writing by a child another thread forked but has not yet exec'd.
+fn run_retrying_busy(
+    spawn: impl Fn() -> std::io::Result<std::process::Output>,
+) -> std::io::Result<std::process::Output> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match spawn() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +288,38 @@ mod tests {
         );
         assert_eq!(dynamic_info(b"#!/bin/sh\n").unwrap(), None);
         assert_eq!(dynamic_info(b"").unwrap(), None);
+    }
+
+    #[test]
+    fn runpath_hides_rpath_and_libcuda_users_are_seen() {
+        let mut info = DynamicInfo {
+            needed: vec!["libcuda.so.1".into()],
+            rpath: Some(vec!["/r".into()]),
+            ..DynamicInfo::default()
+        };
+        assert!(info.needs_libcuda());
+        assert_eq!(info.search_path(), (&["/r".to_string()][..], "DT_RPATH"));
+        info.runpath = Some(vec![]);
+        assert_eq!(info.search_path(), (&[][..], "DT_RUNPATH"));
+    }
+
+    #[test]
+    fn requisites_come_from_nix_store_or_say_why_not() {
+        let p = Path::new("/nix/store/aaa-x");
+        let echo = requisites(Path::new("/bin/echo"), p).unwrap();
+        assert_eq!(
+            echo,
+            [PathBuf::from("--query --requisites /nix/store/aaa-x")]
+        );
+        let e = requisites(Path::new("/bin/false"), p).unwrap_err();
+        assert!(matches!(e, RequisitesError::Failed { .. }), "{e}");
+        assert!(e.to_string().contains("failed"), "{e}");
+        let e = requisites(Path::new("/nonexistent/nix-store"), p).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot run /nonexistent/nix-store"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Runtime closures of store paths, computed with `nix-store --query --requisites` and cached
+//! Runtime closures of store paths, computed with `nix-store --query --requisites`
+//! ([`cuda_sandbox_elfkit::requisites`]) and cached
 //! on disk.
 //!
 //! Nix adds no closure for hook paths (DESIGN.md §3), so exposing `/nix/store/X` means exposing
@@ -10,9 +11,9 @@
 //! trusted program ([`crate::statedir::program`]).
 
 use crate::statedir::{self, StateDir};
+use cuda_sandbox_elfkit::RequisitesError;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const HEADER: &str = "cuda-sandbox closure v1";
 
@@ -139,47 +140,36 @@ impl ClosureCache {
                 "{e} (set nix_store in the config to the nix-store program)"
             ))
         })?;
-        let output = run_retrying_busy(|| {
-            Command::new(&nix_store)
-                .args(["--query", "--requisites"])
-                .arg(store_path)
-                .output()
-        })
-        .map_err(|e| {
-            fail(format!(
-                "cannot run {}: {e} (set nix_store in the config to the nix-store program)",
-                self.nix_store.display()
-            ))
-        })?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            return Err(fail(format!(
-                "`{} --query --requisites` failed ({}): {first}",
-                self.nix_store.display(),
-                output.status
-            )));
-        }
-        let members = self
-            .parse_members(store_path, &output.stdout)
-            .ok_or_else(|| {
-                fail("nix-store printed something that is not a list of store paths".into())
+        let lines =
+            cuda_sandbox_elfkit::requisites(&nix_store, store_path).map_err(|e| match e {
+                RequisitesError::Spawn { error, .. } => fail(format!(
+                    "cannot run {}: {error} (set nix_store in the config to the nix-store program)",
+                    self.nix_store.display()
+                )),
+                failed => fail(failed.to_string()),
             })?;
-        Ok(members)
+        self.check_members(store_path, lines).ok_or_else(|| {
+            fail("nix-store printed something that is not a list of store paths".into())
+        })
     }
 
     /// Lines of store paths, each a direct child of the store, the path itself among them.
     fn parse_members(&self, store_path: &Path, body: &[u8]) -> Option<Vec<PathBuf>> {
         use std::os::unix::ffi::OsStrExt;
-        let mut members = Vec::new();
-        for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let path = PathBuf::from(std::ffi::OsStr::from_bytes(line));
-            if store_path_of(&path, &self.store_dir).as_deref() != Some(path.as_path()) {
-                return None;
-            }
-            members.push(path);
-        }
-        members.iter().any(|m| m == store_path).then_some(members)
+        let lines = body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)))
+            .collect();
+        self.check_members(store_path, lines)
+    }
+
+    /// `members` when each is a direct child of the store and `store_path` is among them.
+    fn check_members(&self, store_path: &Path, members: Vec<PathBuf>) -> Option<Vec<PathBuf>> {
+        let ok = members
+            .iter()
+            .all(|m| store_path_of(m, &self.store_dir).as_deref() == Some(m.as_path()));
+        (ok && members.iter().any(|m| m == store_path)).then_some(members)
     }
 
     fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<PathBuf>> {
@@ -218,24 +208,6 @@ impl ClosureCache {
         file.extend_from_slice(&body);
         file.extend_from_slice(format!("end {} {:016x}\n", members.len(), fnv1a(&body)).as_bytes());
         dir.write_atomic(name, &file, 0o644, true)
-    }
-}
-
-/// Runs `spawn`, retrying briefly on ETXTBSY: a program just written by one thread can be
-/// held open for writing by a child another thread forked but has not yet exec'd.
-fn run_retrying_busy(
-    spawn: impl Fn() -> std::io::Result<std::process::Output>,
-) -> std::io::Result<std::process::Output> {
-    const ETXTBSY: i32 = 26;
-    let mut tries = 0;
-    loop {
-        match spawn() {
-            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 20 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            other => return other,
-        }
     }
 }
 
@@ -282,18 +254,6 @@ mod tests {
 
     fn calls(dir: &Path) -> usize {
         std::fs::read_to_string(dir.join("calls")).map_or(0, |s| s.lines().count())
-    }
-
-    #[test]
-    fn store_path_of_takes_the_top_level() {
-        let s = Path::new("/nix/store");
-        assert_eq!(
-            store_path_of(Path::new("/nix/store/abc-x/lib/y"), s).unwrap(),
-            Path::new("/nix/store/abc-x")
-        );
-        assert_eq!(store_path_of(Path::new("/nix/store"), s), None);
-        assert_eq!(store_path_of(Path::new("/nix/storex/a"), s), None);
-        assert_eq!(store_path_of(Path::new("/run/x"), s), None);
     }
 
     #[test]

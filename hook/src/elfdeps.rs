@@ -49,7 +49,7 @@ pub fn library_closure(roots: &[PathBuf]) -> (BTreeSet<PathBuf>, Vec<String>) {
             next.push(interp.clone());
         }
         for name in &info.needed {
-            match resolve(name, &info.runpath, &origin, &cache, native) {
+            match resolve(name, info.search_path().0, &origin, &cache, native) {
                 Some(p) => next.push(p),
                 None => missing.push(format!("{name} (needed by {})", file.display())),
             }
@@ -102,19 +102,13 @@ mod tests {
 
     #[test]
     fn a_real_program_needs_libc_and_its_interpreter() {
+        // What the file asks for is elfkit's to read (and test); here, that it is found.
         let sh = std::fs::canonicalize("/bin/sh").unwrap();
-        let info = dynamic_info(&std::fs::read(&sh).unwrap()).unwrap().unwrap();
-        assert!(info.interpreter.is_some());
-        assert!(
-            info.needed.iter().any(|n| n.starts_with("libc.so")),
-            "{info:?}"
-        );
         let (closure, missing) = library_closure(&[sh]);
         assert!(missing.is_empty(), "{missing:?}");
         assert!(closure
             .iter()
             .any(|p| p.to_string_lossy().contains("libc.so")));
-        assert!(dynamic_info(b"not elf").unwrap().is_none());
     }
 
     #[test]
@@ -142,7 +136,7 @@ mod tests {
         let info = dynamic_info(&std::fs::read(d.join("main")).unwrap())
             .unwrap()
             .unwrap();
-        assert_eq!(info.runpath, ["$ORIGIN"]);
+        assert_eq!(info.search_path().0, ["$ORIGIN"]);
         let (closure, missing) = library_closure(&[d.join("main")]);
         assert!(missing.is_empty(), "{missing:?}");
         let dep = std::fs::canonicalize(d).unwrap().join("libdep.so");

@@ -374,12 +374,6 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     #[test]
-    fn normalize_handles_dots() {
-        assert_eq!(normalize(Path::new("/a/./b/../c")), Path::new("/a/c"));
-        assert_eq!(normalize(Path::new("/../../x")), Path::new("/x"));
-    }
-
-    #[test]
     fn chain_in_a_fake_root_keeps_store_paths_shared() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path();

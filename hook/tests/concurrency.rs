@@ -80,16 +80,7 @@ impl Host {
         let driver = build.out_paths[0].clone();
         std::fs::create_dir_all(self.root.join("run")).unwrap();
         std::os::unix::fs::symlink(&driver, self.root.join("run/opengl-driver")).unwrap();
-        let out = Command::new("nix-store")
-            .args(["--query", "--requisites"])
-            .arg(&driver)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(PathBuf::from)
-            .collect()
+        cuda_sandbox_elfkit::requisites(Path::new("nix-store"), Path::new(&driver)).unwrap()
     }
 }
 

@@ -62,16 +62,8 @@ impl Host {
         let driver = build.out_paths[0].clone();
         std::fs::create_dir_all(self.root.join("run")).unwrap();
         std::os::unix::fs::symlink(&driver, self.root.join("run/opengl-driver")).unwrap();
-        let out = std::process::Command::new("nix-store")
-            .args(["--query", "--requisites"])
-            .arg(&driver)
-            .output()
-            .unwrap();
-        let closure: Vec<PathBuf> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(PathBuf::from)
-            .collect();
+        let closure =
+            cuda_sandbox_elfkit::requisites(Path::new("nix-store"), Path::new(&driver)).unwrap();
         assert!(closure.len() >= 3, "closure too small: {closure:?}");
         closure
     }

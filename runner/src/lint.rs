@@ -11,16 +11,14 @@
 //!
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
-//! paths given. Files are walked with `walkdir` (symlinks not followed) and read with `object`.
+//! paths given. Files are walked with `walkdir` (symlinks not followed); ELF reading, store paths and
+//! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
-use std::process::Command;
+use std::path::{Path, PathBuf};
 
-use object::elf::{FileHeader32, FileHeader64, DT_NEEDED, DT_RPATH, DT_RUNPATH};
-use object::read::elf::{Dyn, FileHeader};
-use object::{Endianness, FileKind};
+use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::runtimes::{mixed_versions, runtime_in, FoundRuntime};
@@ -118,71 +116,7 @@ impl LintReport {
     }
 }
 
-/// An ELF file's dynamic dependencies and library search path.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DynamicInfo {
-    /// DT_NEEDED entries.
-    pub needed: Vec<String>,
-    /// DT_RUNPATH, split at `:`, when present.
-    pub runpath: Option<Vec<String>>,
-    /// DT_RPATH, split at `:`, when present.
-    pub rpath: Option<Vec<String>>,
-}
-
-impl DynamicInfo {
-    /// The search path the loader uses from the file itself (DT_RPATH is ignored when
-    /// DT_RUNPATH exists), and the tag's name.
-    pub fn search_path(&self) -> (&[String], &'static str) {
-        match (&self.runpath, &self.rpath) {
-            (Some(r), _) => (r, "DT_RUNPATH"),
-            (None, Some(r)) => (r, "DT_RPATH"),
-            (None, None) => (&[], "DT_RUNPATH"),
-        }
-    }
-
-    /// Whether the file needs the driver (`libcuda.so*`).
-    pub fn needs_libcuda(&self) -> bool {
-        self.needed.iter().any(|n| n.starts_with("libcuda.so"))
-    }
-}
-
-/// Reads the dynamic section of an ELF file's bytes. `Ok(None)`: not an ELF file.
-pub fn read_dynamic(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
-    match FileKind::parse(data) {
-        Ok(FileKind::Elf32) => dynamic_of::<FileHeader32<Endianness>>(data).map(Some),
-        Ok(FileKind::Elf64) => dynamic_of::<FileHeader64<Endianness>>(data).map(Some),
-        _ => Ok(None),
-    }
-}
-
-fn dynamic_of<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<DynamicInfo, String> {
-    let bad = |e: object::read::Error| format!("not a readable ELF file: {e}");
-    let header = H::parse(data).map_err(bad)?;
-    let endian = header.endian().map_err(bad)?;
-    let sections = header.sections(endian, data).map_err(bad)?;
-    let mut info = DynamicInfo::default();
-    let Some((entries, link)) = sections.dynamic(endian, data).map_err(bad)? else {
-        return Ok(info); // static executable or object file: no search path
-    };
-    let strings = sections.strings(endian, data, link).map_err(bad)?;
-    for entry in entries {
-        let Some(tag) = entry.tag32(endian) else {
-            continue;
-        };
-        if ![DT_NEEDED, DT_RUNPATH, DT_RPATH].contains(&tag) {
-            continue;
-        }
-        let value = entry.string(endian, strings).map_err(bad)?;
-        let value = String::from_utf8_lossy(value).into_owned();
-        let split = || value.split(':').filter(|s| !s.is_empty()).map(String::from);
-        match tag {
-            DT_NEEDED => info.needed.push(value.clone()),
-            DT_RUNPATH => info.runpath.get_or_insert_with(Vec::new).extend(split()),
-            _ => info.rpath.get_or_insert_with(Vec::new).extend(split()),
-        }
-    }
-    Ok(info)
-}
+pub use cuda_sandbox_elfkit::DynamicInfo;
 
 /// Library name prefixes (after `lib`, lower case) of the CUDA toolkit's libraries.
 pub const CUDA_LIBRARY_PREFIXES: &[&str] = &[
@@ -213,12 +147,12 @@ pub fn is_static_cuda_archive(name: &str) -> bool {
     CUDA_LIBRARY_PREFIXES.iter().any(|p| stem.starts_with(p))
 }
 
-/// `path` without `.`, duplicate or trailing slashes, for comparing search-path entries.
-fn normalize(path: &str) -> PathBuf {
-    Path::new(path)
-        .components()
-        .filter(|c| !matches!(c, Component::CurDir))
-        .collect()
+/// A search-path entry as a directory to compare with the driver link or compat directory:
+/// absolute entries normalised ([`normalize`]), others (relative, `$ORIGIN/…`) never equal to
+/// an absolute directory.
+fn entry_dir(entry: &str) -> Option<PathBuf> {
+    let path = Path::new(entry);
+    path.is_absolute().then(|| normalize(path))
 }
 
 fn is_stubs_dir(entry: &str) -> bool {
@@ -231,8 +165,12 @@ fn is_stubs_dir(entry: &str) -> bool {
 /// searches the driver link).
 pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Finding> {
     let (search, tag) = info.search_path();
-    let position = |dir: &Path| search.iter().position(|e| normalize(e) == dir);
-    let link = normalize(&config.driver_link.to_string_lossy());
+    let position = |dir: &Path| {
+        search
+            .iter()
+            .position(|e| entry_dir(e).as_deref() == Some(dir))
+    };
+    let link = normalize(&config.driver_link);
     let link_at = position(&link);
     if !info.needs_libcuda() && link_at.is_none() {
         return Vec::new();
@@ -256,7 +194,7 @@ pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Fi
         ));
     }
     if let Some(compat) = &config.compat_dir {
-        let compat = normalize(&compat.to_string_lossy());
+        let compat = normalize(compat);
         match (position(&compat), link_at) {
             (Some(c), Some(l)) if c > l => out.push(finding(
                 FindingKind::CompatAfterDriverLink,
@@ -324,33 +262,6 @@ fn read_if_elf(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     Ok(Some(data))
 }
 
-/// The store path (`/nix/store/<hash>-<name>`) a path lies in, if any.
-fn store_path_of(path: &Path, store_dir: &Path) -> Option<PathBuf> {
-    let rest = path.strip_prefix(store_dir).ok()?;
-    let first = rest.components().next()?;
-    Some(store_dir.join(first))
-}
-
-/// The runtime closure of `store_path` (`nix-store --query --requisites`).
-fn closure_of(store_path: &Path) -> Result<Vec<PathBuf>, String> {
-    let output = Command::new("nix-store")
-        .args(["--query", "--requisites"])
-        .arg(store_path)
-        .output()
-        .map_err(|e| format!("cannot run nix-store: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "nix-store --query --requisites {} failed: {}",
-            store_path.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(PathBuf::from)
-        .collect())
-}
-
 /// Lints `paths` (files or directories, walked without following symlinks).
 pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
     let mut report = LintReport::default();
@@ -381,7 +292,7 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
             .filter_map(|p| store_path_of(p, &config.store_dir))
             .collect();
         for root in roots {
-            match closure_of(&root) {
+            match requisites(Path::new("nix-store"), &root) {
                 Ok(members) => {
                     for member in members.iter().filter(|m| **m != root) {
                         for entry in walkdir::WalkDir::new(member)
@@ -465,11 +376,15 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     };
     report.elf_files += 1;
     report.cuda_runtimes.extend(runtime_in(path, Some(&data)));
-    match read_dynamic(&data) {
+    match dynamic_info(&data) {
         Ok(Some(info)) => {
             let findings = check_elf(path, &info, config);
-            let link = normalize(&config.driver_link.to_string_lossy());
-            let searches_link = info.search_path().0.iter().any(|e| normalize(e) == link);
+            let link = normalize(&config.driver_link);
+            let searches_link = info
+                .search_path()
+                .0
+                .iter()
+                .any(|e| entry_dir(e).as_ref() == Some(&link));
             if info.needs_libcuda() || searches_link {
                 report.libcuda_users.push(path.to_path_buf());
             }
@@ -488,7 +403,7 @@ mod tests {
         DynamicInfo {
             needed: needed.iter().map(|s| s.to_string()).collect(),
             runpath: runpath.map(|r| r.split(':').map(String::from).collect()),
-            rpath: None,
+            ..DynamicInfo::default()
         }
     }
 
@@ -512,6 +427,15 @@ mod tests {
         assert_eq!(kinds(&missing, None), [FindingKind::NoDriverLink]);
         let unrelated = info(&["libm.so.6"], Some("/nix/store/cuda/lib/stubs"));
         assert!(kinds(&unrelated, None).is_empty());
+    }
+
+    #[test]
+    fn search_path_entries_compare_as_directories() {
+        let dotted = info(&["libcuda.so.1"], Some("/run/./opengl-driver//lib/"));
+        assert!(kinds(&dotted, None).is_empty());
+        // A relative entry is relative to the process's directory, not the driver link.
+        let relative = info(&["libcuda.so.1"], Some("run/opengl-driver/lib"));
+        assert_eq!(kinds(&relative, None), [FindingKind::NoDriverLink]);
     }
 
     #[test]
@@ -563,15 +487,5 @@ mod tests {
         ] {
             assert!(!is_static_cuda_archive(no), "{no}");
         }
-    }
-
-    #[test]
-    fn store_paths_are_found_for_closures() {
-        let store = Path::new("/nix/store");
-        assert_eq!(
-            store_path_of(Path::new("/nix/store/abc-pkg/lib/libx.so"), store),
-            Some(PathBuf::from("/nix/store/abc-pkg"))
-        );
-        assert_eq!(store_path_of(Path::new("/tmp/x"), store), None);
     }
 }

@@ -262,18 +262,12 @@ fn nixos_link_host_driver_passes() {
     assert_eq!(driver["kind"], "host", "{explain:#}");
     assert_eq!(driver["cuda_version"], "12.2", "{explain:#}");
     assert_eq!(driver["kernel_driver"], "535.104.05");
-    let closure: Vec<String> = String::from_utf8(
-        Command::new("nix-store")
-            .args(["--query", "--requisites"])
-            .arg(&store)
-            .output()
+    let closure: Vec<String> =
+        cuda_sandbox_elfkit::requisites(Path::new("nix-store"), Path::new(&store))
             .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .lines()
-    .map(String::from)
-    .collect();
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
     assert!(closure.len() >= 2, "the fake driver's closure: {closure:?}");
     let inside = exposed(&explain);
     for member in &closure {
