@@ -193,7 +193,8 @@ pub fn render_text(e: &Explanation) -> String {
             s,
             "\ndriver:      {} (CUDA {})",
             d.kind,
-            d.cuda_version.as_deref().unwrap_or("unknown")
+            d.cuda_version
+                .map_or_else(|| "unknown".to_string(), |v| v.to_string())
         );
         if let Some(k) = &d.kernel_driver {
             let _ = writeln!(s, "kernel:      NVIDIA kernel module {k}");

@@ -6,8 +6,9 @@
 
 pub mod versions;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
+use versions::CudaVersion;
 
 /// Where a build finds its manifest.
 pub const MANIFEST_PATH: &str = "/run/cuda-sandbox/manifest.json";
@@ -44,10 +45,12 @@ pub struct DriverManifest {
     /// Paths (as the build sees them) any of which is the right `libcuda.so.1` once resolved:
     /// the chosen library's name, each symlink hop, and its real path.
     pub libcuda: Vec<String>,
-    /// The CUDA version the chosen driver provides (`"12.2"`), when known.
-    pub cuda_version: Option<String>,
-    /// The host driver's CUDA version, when known.
-    pub host_cuda_version: Option<String>,
+    /// The CUDA version the chosen driver provides (written `"12.2"`), when known.
+    #[serde(default, deserialize_with = "cuda_version_field")]
+    pub cuda_version: Option<CudaVersion>,
+    /// The host driver's CUDA version (written `"11.4"`), when known.
+    #[serde(default, deserialize_with = "host_cuda_version_field")]
+    pub host_cuda_version: Option<CudaVersion>,
     /// The kernel module's version (`"535.104.05"`), when known.
     pub kernel_driver: Option<String>,
     /// The compat directory as the build sees it, when compat was chosen.
@@ -80,6 +83,28 @@ pub struct Manifest {
     pub leased_gpus: Vec<u32>,
     /// The driver chosen.
     pub driver: DriverManifest,
+}
+
+/// A CUDA version field, whose error names the field: serde's own errors name the position
+/// only, and "driver.cuda_version: bad CUDA version \"twelve\"" says what to fix.
+fn version_field<'de, D: Deserializer<'de>>(
+    d: D,
+    field: &str,
+) -> Result<Option<CudaVersion>, D::Error> {
+    let text = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
+    text.map(|t| CudaVersion::parse(&t))
+        .transpose()
+        .map_err(|e| serde::de::Error::custom(format!("driver.{field}: {e}")))
+}
+
+fn cuda_version_field<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CudaVersion>, D::Error> {
+    version_field(d, "cuda_version")
+}
+
+fn host_cuda_version_field<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<CudaVersion>, D::Error> {
+    version_field(d, "host_cuda_version")
 }
 
 impl DriverManifest {
@@ -138,8 +163,8 @@ mod tests {
             driver: DriverManifest {
                 kind: DriverKind::Compat,
                 libcuda: vec!["/nix/store/c/compat/libcuda.so.1".into()],
-                cuda_version: Some("12.2".into()),
-                host_cuda_version: Some("11.4".into()),
+                cuda_version: Some(CudaVersion(12020)),
+                host_cuda_version: Some(CudaVersion(11040)),
                 kernel_driver: Some("470.82.01".into()),
                 compat_dir: Some("/nix/store/c/compat".into()),
                 driver_link_lib: Some("/run/opengl-driver/lib".into()),
@@ -150,6 +175,9 @@ mod tests {
         std::fs::write(&t, m.to_json()).unwrap();
         assert_eq!(Manifest::read(&t).unwrap(), m);
         assert!(m.to_json().contains("\"kind\": \"compat\""));
+        // CUDA versions are written as text, as before they were typed.
+        assert!(m.to_json().contains("\"cuda_version\": \"12.2\""));
+        assert!(m.to_json().contains("\"host_cuda_version\": \"11.4\""));
         // Manifests written before leases existed still read, with no leased GPU.
         let old = m.to_json().replace("\"leased_gpus\": [\n    0\n  ],", "");
         assert!(!old.contains("leased_gpus"), "{old}");
@@ -157,6 +185,18 @@ mod tests {
         assert!(Manifest::read(&t).unwrap().leased_gpus.is_empty());
         std::fs::write(&t, "{}").unwrap();
         assert!(Manifest::read(&t).is_err());
+        // A version that does not parse makes the manifest unreadable, naming the field.
+        let bad = m.to_json().replace("\"11.4\"", "\"eleven\"");
+        std::fs::write(&t, bad).unwrap();
+        let e = Manifest::read(&t).unwrap_err();
+        assert!(
+            e.contains("driver.host_cuda_version: bad CUDA version \"eleven\""),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        let null = m.to_json().replace("\"11.4\"", "null");
+        std::fs::write(&t, null).unwrap();
+        assert_eq!(Manifest::read(&t).unwrap().driver.host_cuda_version, None);
         std::fs::remove_file(&t).unwrap();
     }
 }

@@ -1,7 +1,7 @@
 //! CUDA version numbers and the driver branch → CUDA table (DESIGN.md §6), shared by the hook
 //! (which chooses a driver by them) and the runner (which checks the loaded one).
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// A CUDA version as the driver API encodes it: `1000 * major + 10 * minor` (`12020` is 12.2).
@@ -48,6 +48,15 @@ impl fmt::Display for CudaVersion {
 impl Serialize for CudaVersion {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.to_string())
+    }
+}
+
+/// Read from the text [`CudaVersion::parse`] reads (the manifest writes `"12.2"`); anything
+/// else is an error that quotes it.
+impl<'de> Deserialize<'de> for CudaVersion {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        CudaVersion::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -109,6 +118,19 @@ mod tests {
         assert!(CudaVersion::parse("0").is_err());
         assert_eq!(CudaVersion(12090).to_string(), "12.9");
         assert_eq!(CudaVersion(12020).major(), 12);
+    }
+
+    #[test]
+    fn versions_are_json_strings_both_ways() {
+        assert_eq!(
+            serde_json::to_string(&CudaVersion(12020)).unwrap(),
+            "\"12.2\""
+        );
+        let v: CudaVersion = serde_json::from_str("\"12.2\"").unwrap();
+        assert_eq!(v, CudaVersion(12020));
+        let e = serde_json::from_str::<CudaVersion>("\"twelve\"").unwrap_err();
+        assert!(e.to_string().contains("bad CUDA version \"twelve\""), "{e}");
+        assert!(serde_json::from_str::<CudaVersion>("12020").is_err());
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //!
 //! The schema is [`cuda_sandbox_manifest`]'s, shared with the hook. A missing file at the
 //! default path is a fact (the build did not run under the hook, or an older one), not a
-//! failure; a missing file named with `--manifest`, or one that does not parse, fails
-//! `driver::library` (and the `lint` subcommand).
+//! failure; a missing file named with `--manifest`, or one that does not parse (a CUDA version
+//! that is not one included: the error names the field), fails `driver::library` (and the
+//! `lint` subcommand).
 
 use std::path::{Path, PathBuf};
 
@@ -143,10 +144,7 @@ pub fn kind_of(
             return Some(DriverKind::Compat);
         }
     }
-    let host_cuda = driver
-        .host_cuda_version
-        .as_deref()
-        .and_then(|v| CudaVersion::parse(v).ok());
+    let host_cuda = driver.host_cuda_version;
     if let Some(link) = &driver.driver_link_lib {
         let at_link = file.path.starts_with(link);
         // A compat driver outside the store is bound at the driver link in place of the
@@ -187,8 +185,11 @@ pub fn chosen_path(driver: &DriverManifest) -> String {
 }
 
 /// `"CUDA 12.2"`, or `"CUDA unknown"`.
-pub fn cuda_label(version: Option<&str>) -> String {
-    format!("CUDA {}", version.unwrap_or("unknown"))
+pub fn cuda_label(version: Option<CudaVersion>) -> String {
+    match version {
+        Some(v) => format!("CUDA {v}"),
+        None => "CUDA unknown".to_string(),
+    }
 }
 
 /// One line saying why the loaded libcuda is not the one the hook chose, and what to change.
@@ -198,7 +199,7 @@ pub fn library_mismatch(
     driver: &DriverManifest,
 ) -> String {
     let loaded_kind = kind_of(file, version, driver);
-    let loaded_cuda = cuda_label(version.map(|v| v.to_string()).as_deref());
+    let loaded_cuda = cuda_label(version);
     let loaded = match loaded_kind {
         Some(kind) => format!("loaded {} ({kind}, {loaded_cuda})", file.path.display()),
         None => format!("loaded {} ({loaded_cuda})", file.path.display()),
@@ -207,7 +208,7 @@ pub fn library_mismatch(
         "the hook chose {} {} ({})",
         driver.kind,
         chosen_path(driver),
-        cuda_label(driver.cuda_version.as_deref())
+        cuda_label(driver.cuda_version)
     );
     let fix = match (loaded_kind, driver.kind) {
         (Some(DriverKind::Host), DriverKind::Compat) => {
@@ -249,15 +250,12 @@ mod tests {
                 ],
                 _ => vec!["/run/opengl-driver/lib/libcuda.so.1".into()],
             },
-            cuda_version: Some(
-                if kind == DriverKind::Compat {
-                    "12.2"
-                } else {
-                    "11.4"
-                }
-                .into(),
-            ),
-            host_cuda_version: Some("11.4".into()),
+            cuda_version: Some(if kind == DriverKind::Compat {
+                CudaVersion(12020)
+            } else {
+                CudaVersion(11040)
+            }),
+            host_cuda_version: Some(CudaVersion(11040)),
             kernel_driver: Some("470.82.01".into()),
             compat_dir: (kind == DriverKind::Compat).then(|| "/nix/store/c-compat/compat".into()),
             driver_link_lib: Some("/run/opengl-driver/lib".into()),

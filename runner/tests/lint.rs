@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::RUNNER;
+use cuda_sandbox_manifest::versions::CudaVersion;
 use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
 
 const LINK: &str = "/run/opengl-driver/lib";
@@ -260,8 +261,8 @@ fn lint_check_in_the_harness_takes_compat_from_the_manifest() {
         driver: DriverManifest {
             kind: DriverKind::Compat,
             libcuda: vec![format!("{COMPAT}/libcuda.so.1")],
-            cuda_version: Some("12.2".into()),
-            host_cuda_version: Some("11.4".into()),
+            cuda_version: Some(CudaVersion(12020)),
+            host_cuda_version: Some(CudaVersion(11040)),
             kernel_driver: Some("470.82.01".into()),
             compat_dir: Some(COMPAT.into()),
             driver_link_lib: Some(LINK.into()),

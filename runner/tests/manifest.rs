@@ -5,8 +5,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use common::{can_make_devices, run, run_without_devices, FakeDriver};
+use cuda_sandbox_manifest::versions::CudaVersion;
 use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
 use cuda_sandbox_testkit::FakeDevices;
 use fake_driver::{Sidecar, LIBCUDA};
@@ -61,15 +63,12 @@ impl Drivers {
                 DriverKind::Compat => vec![lib(&self.compat.dir)],
                 _ => vec![lib(&self.host.dir)],
             },
-            cuda_version: Some(
-                if kind == DriverKind::Compat {
-                    "12.2"
-                } else {
-                    "11.4"
-                }
-                .into(),
-            ),
-            host_cuda_version: Some("11.4".into()),
+            cuda_version: Some(if kind == DriverKind::Compat {
+                CudaVersion(12020)
+            } else {
+                CudaVersion(11040)
+            }),
+            host_cuda_version: Some(CudaVersion(11040)),
             kernel_driver: Some(KERNEL.into()),
             compat_dir: (kind == DriverKind::Compat).then(|| self.compat.dir.display().to_string()),
             driver_link_lib: Some(self.host.dir.display().to_string()),
@@ -210,8 +209,8 @@ fn kernel_driver_other_than_the_hooks_fails_naming_both() {
     let mut driver = DriverManifest {
         kind: DriverKind::Host,
         libcuda: vec![d.host.dir.join("libcuda.so.1").display().to_string()],
-        cuda_version: Some("11.4".into()),
-        host_cuda_version: Some("11.4".into()),
+        cuda_version: Some(CudaVersion(11040)),
+        host_cuda_version: Some(CudaVersion(11040)),
         kernel_driver: Some("535.104.05".into()),
         compat_dir: None,
         driver_link_lib: None,
@@ -226,7 +225,7 @@ fn kernel_driver_other_than_the_hooks_fails_naming_both() {
     );
     // A CUDA version other than the one the hook chose is explained too.
     driver.kernel_driver = None;
-    driver.cuda_version = Some("12.0".into());
+    driver.cuda_version = Some(CudaVersion(12000));
     write_manifest(&d.manifest, driver, &[]);
     let run = run_without_devices(&d.host.dir, &["--manifest", d.manifest.to_str().unwrap()]);
     run.assert_check(
@@ -254,6 +253,36 @@ fn missing_named_manifest_fails_and_no_manifest_ignores_it() {
     assert_eq!(run.report["manifest"]["status"], "absent");
     let fact = run.fact("driver::library", "manifest").as_str().unwrap();
     assert!(fact.starts_with("no manifest:"), "{fact}");
+}
+
+#[test]
+fn a_cuda_version_that_does_not_parse_makes_the_manifest_fail_naming_the_field() {
+    let d = Drivers::new();
+    d.choose(DriverKind::Host, HOST_REASON);
+    let written = std::fs::read_to_string(&d.manifest).unwrap();
+    let bad = written.replace("\"cuda_version\": \"11.4\"", "\"cuda_version\": \"twelve\"");
+    assert_ne!(bad, written, "the manifest the hook writes: {written}");
+    std::fs::write(&d.manifest, bad).unwrap();
+    let path = d.manifest.to_str().unwrap();
+    let why = ["manifest is unusable", "driver.cuda_version", "\"twelve\""];
+
+    let run = run_without_devices(&d.host.dir, &["--manifest", path]);
+    assert_eq!(run.code, 101, "{run}");
+    run.assert_check("driver::library", "fail", &why);
+    assert_eq!(run.report["manifest"]["status"], "broken");
+
+    // The lint subcommand refuses it as well, in one line.
+    let lint = Command::new(common::RUNNER)
+        .args(["lint", "--manifest", path])
+        .arg(&d.host.dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&lint.stderr);
+    assert_eq!(lint.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    for part in why {
+        assert!(stderr.contains(part), "{part:?} not in {stderr}");
+    }
 }
 
 #[test]

@@ -192,8 +192,8 @@ impl Plan {
                 .iter()
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
-            cuda_version: choice.cuda_version.map(|v| v.to_string()),
-            host_cuda_version: facts.cuda_version.map(|v| v.to_string()),
+            cuda_version: choice.cuda_version,
+            host_cuda_version: facts.cuda_version,
             kernel_driver: facts.kernel_driver.clone(),
             compat_dir: compat
                 .as_ref()

@@ -322,8 +322,8 @@ fn compat_is_chosen_when_its_note_lists_the_host_driver() {
     assert!(plan.problems.is_empty(), "{:?}", plan.problems);
     let d = plan.driver.as_ref().unwrap();
     assert_eq!(d.kind, DriverKind::Compat);
-    assert_eq!(d.cuda_version.as_deref(), Some("12.9"));
-    assert_eq!(d.host_cuda_version.as_deref(), Some("12.2"));
+    assert_eq!(d.cuda_version, Some(CudaVersion(12090)));
+    assert_eq!(d.host_cuda_version, Some(CudaVersion(12020)));
     assert!(insides(&plan).contains(&"/usr/local/cuda-12.9/compat".to_string()));
     assert!(insides(&plan).contains(&"/run/opengl-driver".to_string()));
     assert_eq!(plan.closure_roots, [PathBuf::from("/nix/store/aaa-driver")]);

@@ -101,11 +101,7 @@ pub fn version(session: &Session) -> Outcome {
         Err(why) => return Outcome::fail(why, facts),
     };
     if let Some(m) = session.manifest.driver() {
-        let chosen = m
-            .cuda_version
-            .as_deref()
-            .and_then(|v| CudaVersion::parse(v).ok());
-        if let Some(chosen) = chosen.filter(|c| *c != version) {
+        if let Some(chosen) = m.cuda_version.filter(|c| *c != version) {
             let fix = match m.kind {
                 DriverKind::Compat if version < chosen => {
                     "the host's libcuda was loaded instead of the compat one: put the compat \

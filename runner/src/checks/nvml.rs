@@ -136,7 +136,8 @@ pub fn consistency(session: &Session) -> Outcome {
                         "the hook chose the compat driver (CUDA {}) but the loaded libcuda is \
                          the host's ({which}): put the compat directory before the driver link \
                          in DT_RUNPATH or LD_LIBRARY_PATH",
-                        m.cuda_version.as_deref().unwrap_or("unknown")
+                        m.cuda_version
+                            .map_or_else(|| "unknown".to_string(), |v| v.to_string())
                     ),
                     facts,
                 )
