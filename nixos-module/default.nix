@@ -59,57 +59,31 @@ let
 
   pathType = entryType "path" { };
 
-  # The device nodes of DESIGN.md §5, as in the hook's built-in default. Discrete GPUs need
-  # nvidiactl, nvidia-uvm and at least one nvidiaN; Jetson needs nvmap.
-  defaultDevices =
-    let
-      discrete = glob: {
-        inherit glob;
-        required = true;
-        platform = "discrete";
-      };
-      optional = glob: { inherit glob; };
-      tegra =
-        required: glob:
-        {
-          inherit glob;
-          platform = "tegra";
-        }
-        // lib.optionalAttrs required { required = true; };
-    in
-    [
-      (discrete "/dev/nvidiactl")
-      (
-        discrete "/dev/nvidia-uvm"
-        // {
-          hint =
-            "the node is created lazily: run `nvidia-modprobe -u -c=0` "
-            + "(programs.cuda-sandbox.createUvmNode does it at boot)";
-        }
-      )
-      (discrete "/dev/nvidia[0-9]*")
-      (optional "/dev/nvidia-uvm-tools")
-      (optional "/dev/nvidia-modeset")
-      (optional "/dev/nvidia-caps/nvidia-cap*")
-      (optional "/dev/nvidia-caps-imex-channels/*")
-      (optional "/dev/dri/renderD*")
-      (optional "/dev/dri/card*")
-      (tegra true "/dev/nvmap")
-      (tegra false "/dev/nvhost-*")
-      (tegra false "/dev/nvgpu/igpu0/*")
-      (tegra false "/dev/nvsciipc")
-      (tegra false "/dev/host1x-fence")
-    ];
+  # The hook's built-in rule (DESIGN.md §5's device nodes, the driver at the NixOS link), read
+  # from the very file the hook embeds, so the two cannot drift apart. The options below extend
+  # it: they set its features and driver, and add devices and paths.
+  builtinRule = lib.head (lib.importTOML ../hook/default-config.toml).rule;
+
+  # The built-in devices, with a NixOS-specific fix on the node that appears only lazily.
+  defaultDevices = map (
+    device:
+    device
+    // lib.optionalAttrs (device.glob == "/dev/nvidia-uvm") {
+      hint =
+        "the node is created lazily: run `nvidia-modprobe -u -c=0` "
+        + "(programs.cuda-sandbox.createUvmNode does it at boot)";
+    }
+  ) builtinRule.device;
 
   # nixpkgs binaries carry `${cuda_compat}/compat` in DT_RUNPATH; the hook wants that directory.
   compatDir = entry: if lib.isDerivation entry then "${entry}/compat" else entry;
 
   # The rule the options describe; `settings.rule` definitions are appended to it.
   rule = {
-    name = "nvidia";
+    inherit (builtinRule) name;
     inherit (cfg) features;
     device = map dropNulls (defaultDevices ++ cfg.extraDevices);
-    driver = {
+    driver = builtinRule.driver // {
       inherit (cfg.driver) link required;
       # NixOS has no driver in the loader cache or /usr/lib: the link is the only source.
       host_libraries = false;
@@ -211,12 +185,7 @@ in
 
     features = lib.mkOption {
       type = lib.types.listOf (lib.types.strMatching "[^[:space:]]+");
-      default = [
-        "cuda"
-        "gpu"
-        "nvidia-gpu"
-        "opengl"
-      ];
+      default = builtinRule.features;
       description = ''
         The `requiredSystemFeatures` that get the GPU. They are added to
         {option}`nix.settings.system-features` (keeping Nix's defaults), so the daemon

@@ -1,0 +1,49 @@
+# Shared by scripts/main and nix-tests/sandbox-builds (sourced, not run): the hook's config
+# written from the default rule, the FAKE host (device nodes and driver), and the NIX_CONFIG of
+# a sandboxed build with the freshly built hook as pre-build-hook.
+
+# The one default rule (the hook embeds it, the NixOS module imports it).
+default_rule_toml=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/hook/default-config.toml
+
+# write_config OUT TOP_LEVEL [DRIVER_KEYS]: TOP_LEVEL (host-specific top-level keys, one per
+# line) goes first, as TOML wants top-level keys before any table; then the default rule as it
+# is; then DRIVER_KEYS, which land in its `[rule.driver]`, the file's last table.
+write_config() {
+  local last
+  last=$(grep '^\[' "$default_rule_toml" | tail -n 1)
+  if [ "$last" != "[rule.driver]" ]; then
+    printf '%s: the last table is %s, not [rule.driver]: driver keys cannot be appended\n' \
+      "$default_rule_toml" "$last" >&2
+    return 1
+  fi
+  { printf '%s\n' "$2"; cat "$default_rule_toml"; printf '%s\n' "${3:-}"; } >"$1"
+}
+
+# make_fake_root ROOT BIN: real character devices of a discrete GPU, the kernel module's
+# version file and the FAKE driver (fixtures/, built by cargo into BIN) at the driver link.
+# Needs root (mknod).
+make_fake_root() {
+  local root=$1 bin=$2
+  mkdir -p "$root/dev" "$root/proc/driver/nvidia" "$root/run/opengl-driver"
+  mknod -m 666 "$root/dev/nvidia0" c 195 0
+  mknod -m 666 "$root/dev/nvidiactl" c 195 255
+  mknod -m 666 "$root/dev/nvidia-uvm" c 235 0
+  echo "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  (FAKE, cuda-sandbox fixtures)" \
+    >"$root/proc/driver/nvidia/version"
+  "$bin/make-fake-driver" "$root/run/opengl-driver/lib" --cuda-version 12.2 \
+    --kernel-driver 535.104.05 >/dev/null
+}
+
+# use_hook BIN CONFIG: Nix builds from here on run sandboxed, substitute nothing, have the GPU
+# features and call BIN's hook, which reads CONFIG.
+use_hook() {
+  local bin=$1 sandbox_paths="" p
+  for p in /lib /lib64; do [ -e "$p" ] && sandbox_paths="$sandbox_paths $p"; done
+  export CUDA_SANDBOX_CONFIG=$2
+  export NIX_CONFIG="sandbox = true
+sandbox-fallback = false
+substituters =
+pre-build-hook = $bin/cuda-sandbox-hook
+system-features = cuda gpu nvidia-gpu opengl
+sandbox-paths =$sandbox_paths"
+}
