@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use common::{FakeDriver, RUNNER};
 use cuda_sandbox_testkit::{
-    hook_config, nix_available, nonce, workspace_binary, FakeDevices, NixSandbox,
+    builder_sandbox_paths, driver_mount, hook_config, nix_available, nonce, workspace_binary,
+    FakeDevices, NixSandbox,
 };
 use fake_driver::Sidecar;
 
@@ -49,11 +50,7 @@ impl Host {
                 dir.path(),
                 &top,
                 &["cuda"],
-                &format!(
-                    "[[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"{}\"\n\
-                     required = true\n",
-                    driver.dir.display()
-                ),
+                &driver_mount(&driver.dir),
             ),
         )
         .unwrap();
@@ -67,11 +64,7 @@ impl Host {
 
 /// What a dynamically linked builder needs from the host, and nothing else.
 fn minimal(mut sandbox: NixSandbox) -> NixSandbox {
-    sandbox.sandbox_paths = ["/lib", "/lib64"]
-        .iter()
-        .filter(|p| Path::new(p).exists())
-        .map(|p| p.to_string())
-        .collect();
+    sandbox.sandbox_paths = builder_sandbox_paths();
     sandbox
 }
 

@@ -9,7 +9,8 @@ use std::path::Path;
 
 use cuda_sandbox_testkit::real_nvidia::{Branch, RealNvidia};
 use cuda_sandbox_testkit::{
-    hook_config, nix_available, nonce, workspace_binary, FakeDevices, NixSandbox,
+    builder_sandbox_paths, driver_mount, hook_config, nix_available, nonce, workspace_binary,
+    FakeDevices, NixSandbox,
 };
 
 const RUNNER: &str = env!("CARGO_BIN_EXE_cuda-sandbox-check");
@@ -34,21 +35,13 @@ fn real_driver_in_a_hook_made_build_names_the_missing_kernel_module() {
             dir.path(),
             "",
             &["cuda"],
-            &format!(
-                "[[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"{}\"\n\
-                 required = true\n",
-                real.driver_dir(Branch::R535).display()
-            ),
+            &driver_mount(&real.driver_dir(Branch::R535)),
         ),
     )
     .unwrap();
     let hook = workspace_binary("cuda-sandbox-hook");
     let mut sandbox = NixSandbox::with_hook(&hook, &config);
-    sandbox.sandbox_paths = ["/lib", "/lib64"]
-        .iter()
-        .filter(|p| Path::new(p).exists())
-        .map(|p| p.to_string())
-        .collect();
+    sandbox.sandbox_paths = builder_sandbox_paths();
     let build = sandbox.build(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/gpu-check.nix"),
         &[("runner", RUNNER), ("nonce", &nonce()), ("threads", "1")],

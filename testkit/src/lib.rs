@@ -302,3 +302,22 @@ pub fn hook_config(root: &Path, state: &Path, top: &str, features: &[&str], rule
         features = features.join(", "),
     )
 }
+
+/// A `[[rule.mount]]` entry (for [`hook_config`]'s `rule`) that binds `driver_dir` at
+/// `/run/opengl-driver/lib` inside the build, as the NixOS driver link would be, required.
+pub fn driver_mount(driver_dir: &Path) -> String {
+    format!(
+        "[[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"{}\"\nrequired = true\n",
+        driver_dir.display()
+    )
+}
+
+/// What a dynamically linked builder needs from the host (`/lib`, `/lib64` where they exist),
+/// and nothing else: the `sandbox-paths` of a sandbox that shows only what the hook adds.
+pub fn builder_sandbox_paths() -> Vec<String> {
+    ["/lib", "/lib64"]
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .collect()
+}
