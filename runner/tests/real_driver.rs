@@ -242,7 +242,7 @@ fn every_loadable_runtime_is_checked_in_the_loaders_order() {
     let Some(real) = can_run("every_loadable_runtime") else {
         return;
     };
-    // Two runtimes on the search path, 11.8 first: both are checked, 11.8 first.
+    // Two runtimes on the search path, 11.8 first: both are checked, 11.8 first, and flagged.
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("r.json");
     let path = format!(
@@ -278,4 +278,11 @@ fn every_loadable_runtime_is_checked_in_the_loaders_order() {
     assert!(files[0].ends_with("libcudart.so.11.0"), "{files:?}");
     assert!(files[1].ends_with("libcudart.so.12"), "{files:?}");
     assert!(Path::new(files[0]).starts_with(real.dir()), "{files:?}");
+    // One process that can load both gets two ABIs of the same driver functions.
+    let check = &report["checks"]["runtime::compatibility"];
+    assert_eq!(check["verdict"], "fail", "{check}");
+    let message = check["message"].as_str().unwrap();
+    for part in ["mixed CUDA runtimes", "at 11.x", "at 12.2", "cuGetProcAddress_v2"] {
+        assert!(message.contains(part), "{message:?} lacks {part:?}");
+    }
 }

@@ -28,6 +28,8 @@ enum Standing {
     MinorNewer(CudaVersion),
     /// Same major, minor unknown without a GPU (cudart 11.x before cuInit).
     SameMajor,
+    /// An older major, minor unknown: entry points at that major's own (unknown) version.
+    OlderMajor,
     /// A newer major: cudaErrorInsufficientDriver.
     NewerMajor,
 }
@@ -39,12 +41,12 @@ fn standing(runtime: &crate::cuda::runtime::RuntimeVersion, driver: CudaVersion)
     match runtime.exact {
         Some(r) if r > driver => Standing::MinorNewer(r),
         Some(r) => Standing::Supported(r),
-        None if runtime.major < driver.major() => Standing::Supported(driver),
+        None if runtime.major < driver.major() => Standing::OlderMajor,
         None => Standing::SameMajor,
     }
 }
 
-fn describe_differences(diffs: &[AbiDifference], lower: CudaVersion, higher: &str) -> String {
+fn describe_differences(diffs: &[AbiDifference], lower: &str, higher: &str) -> String {
     diffs
         .iter()
         .map(|d| {
@@ -87,7 +89,9 @@ pub fn compatibility(session: &Session) -> Outcome {
     };
     let mut failures: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
-    let mut resolved_at: Vec<(CudaVersion, String)> = Vec::new();
+    // Where each runtime resolves entry points: (a version to compute differences with, the
+    // file, how to print the version).
+    let mut resolved_at: Vec<(CudaVersion, String, String)> = Vec::new();
     let mut per_runtime: Vec<Value> = Vec::new();
     for runtime in runtimes {
         let file = runtime.file.real_path.display().to_string();
@@ -141,18 +145,29 @@ pub fn compatibility(session: &Session) -> Outcome {
                     } else {
                         format!(
                             ", so these differ: {}",
-                            describe_differences(&diffs, driver, &r.to_string())
+                            describe_differences(&diffs, &driver.to_string(), &r.to_string())
                         )
                     }
                 ));
-                resolved_at.push((driver, file.clone()));
+                resolved_at.push((driver, file.clone(), driver.to_string()));
             }
             (Standing::Supported(r), _) => {
                 notes.push(format!(
                     "libcudart {} on driver {driver}: supported",
                     version.describe()
                 ));
-                resolved_at.push(((*r).min(driver), file.clone()));
+                let at = (*r).min(driver);
+                resolved_at.push((at, file.clone(), at.to_string()));
+            }
+            (Standing::OlderMajor, _) => {
+                notes.push(format!(
+                    "libcudart {} on driver {driver}: supported (an older major)",
+                    version.describe()
+                ));
+                // The minor is unknown: compare as the major's last minor, so only the
+                // differences every minor of it has are claimed.
+                let last = CudaVersion(version.major * 1000 + 990);
+                resolved_at.push((last, file.clone(), version.describe()));
             }
             (Standing::SameMajor, _) => notes.push(format!(
                 "libcudart {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
@@ -175,15 +190,16 @@ pub fn compatibility(session: &Session) -> Outcome {
     }
     // Two runtimes in one process resolving at different versions hand out different ABIs.
     resolved_at.sort();
-    resolved_at.dedup_by_key(|(v, _)| *v);
-    if let [(low, low_file), .., (high, high_file)] = resolved_at.as_slice() {
+    resolved_at.dedup_by_key(|(v, _, _)| *v);
+    if let [(low, low_file, low_shown), .., (high, high_file, high_shown)] = resolved_at.as_slice()
+    {
         let diffs = abi_differences(*low, *high);
         if !diffs.is_empty() {
             failures.push(format!(
-                "mixed CUDA runtimes: {low_file} resolves driver entry points at {low}, \
-                 {high_file} at {high}; one process loading both gets two ABIs of {}; build \
-                 everything against one CUDA version",
-                describe_differences(&diffs, *low, &high.to_string())
+                "mixed CUDA runtimes: {low_file} resolves driver entry points at {low_shown}, \
+                 {high_file} at {high_shown}; one process loading both gets two ABIs of {}; \
+                 build everything against one CUDA version",
+                describe_differences(&diffs, low_shown, high_shown)
             ));
         }
     }
