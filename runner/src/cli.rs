@@ -59,8 +59,9 @@ pub struct Options {
     #[arg(long, value_name = "VERSION", value_parser = parse_cuda_version)]
     pub min_cuda_version: Option<CudaVersion>,
 
-    /// API version for cuGetProcAddress checks (default: min(driver, runtime), or the
-    /// driver's version when no CUDA runtime is loadable).
+    /// The API version a program would ask cuGetProcAddress at (default: min(driver, runtime),
+    /// or the driver's version when no CUDA runtime is loadable); every ABI boundary is
+    /// probed as well.
     #[arg(long, value_name = "VERSION", value_parser = parse_cuda_version)]
     pub api_version: Option<CudaVersion>,
 
