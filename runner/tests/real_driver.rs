@@ -282,7 +282,12 @@ fn every_loadable_runtime_is_checked_in_the_loaders_order() {
     let check = &report["checks"]["runtime::compatibility"];
     assert_eq!(check["verdict"], "fail", "{check}");
     let message = check["message"].as_str().unwrap();
-    for part in ["mixed CUDA runtimes", "at 11.x", "at 12.2", "cuGetProcAddress_v2"] {
+    for part in [
+        "mixed CUDA runtimes",
+        "at 11.x",
+        "at 12.2",
+        "cuGetProcAddress_v2",
+    ] {
         assert!(message.contains(part), "{message:?} lacks {part:?}");
     }
 }
