@@ -2,7 +2,7 @@
 //! device tree of real character devices. Needs root and `nix-build`; under `CI=true` these
 //! tests fail rather than skip when either is missing.
 
-use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, NixSandbox};
+use cuda_sandbox_testkit::{nix_available, nonce, FakeHost, NixSandbox};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -19,26 +19,18 @@ struct Host {
 
 impl Host {
     fn new(uvm: bool) -> Host {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        FakeDevices::create(&root, 2, uvm).unwrap();
-        let config = dir.path().join("config.toml");
-        std::fs::write(
-            &config,
-            hook_config(
-                &root,
-                dir.path(),
-                "",
-                &["cuda", "gpu"],
-                "[[rule.device]]\nglob = \"/dev/nvidia-uvm-tools\"\n\
-                 [[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n",
-            ),
-        )
-        .unwrap();
+        let host = FakeHost::new(
+            2,
+            uvm,
+            "",
+            &["cuda", "gpu"],
+            "[[rule.device]]\nglob = \"/dev/nvidia-uvm-tools\"\n\
+             [[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n",
+        );
         Host {
-            _dir: dir,
-            root,
-            config,
+            root: host.root.clone(),
+            config: host.config.clone(),
+            _dir: host.dir,
         }
     }
 

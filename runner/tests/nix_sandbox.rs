@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use common::{FakeDriver, RUNNER};
 use cuda_sandbox_testkit::{
-    builder_sandbox_paths, driver_mount, hook_config, nix_available, nonce, workspace_binary,
-    FakeDevices, NixSandbox,
+    builder_sandbox_paths, driver_mount, nix_available, nonce, workspace_binary, FakeHost,
+    NixSandbox,
 };
 use fake_driver::Sidecar;
 
@@ -34,30 +34,16 @@ impl Host {
     /// `gpus` GPU nodes, each build leased `gpus_per_build` of them (0: all), and a fake
     /// driver that, like the real one, sees as many GPUs as the sandbox has nodes.
     fn with_gpus(gpus: u64, gpus_per_build: u32) -> Host {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        FakeDevices::create(&root, gpus, true).unwrap();
         let driver = FakeDriver::driver(&Sidecar {
             devices_from_nodes: gpus_per_build > 0,
             ..Sidecar::default()
         });
-        let config = dir.path().join("config.toml");
         let top = format!("gpus_per_build = {gpus_per_build}\n");
-        std::fs::write(
-            &config,
-            hook_config(
-                &root,
-                dir.path(),
-                &top,
-                &["cuda"],
-                &driver_mount(&driver.dir),
-            ),
-        )
-        .unwrap();
+        let host = FakeHost::new(gpus, true, &top, &["cuda"], &driver_mount(&driver.dir));
         Host {
-            _dir: dir,
+            config: host.config.clone(),
+            _dir: host.dir,
             _driver: driver,
-            config,
         }
     }
 }

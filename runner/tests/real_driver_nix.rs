@@ -9,8 +9,8 @@ use std::path::Path;
 
 use cuda_sandbox_testkit::real_nvidia::{Branch, RealNvidia};
 use cuda_sandbox_testkit::{
-    builder_sandbox_paths, driver_mount, hook_config, nix_available, nonce, workspace_binary,
-    FakeDevices, NixSandbox,
+    builder_sandbox_paths, driver_mount, nix_available, nonce, workspace_binary, FakeHost,
+    NixSandbox,
 };
 
 const RUNNER: &str = env!("CARGO_BIN_EXE_cuda-sandbox-check");
@@ -24,23 +24,15 @@ fn real_driver_in_a_hook_made_build_names_the_missing_kernel_module() {
     let Some(real) = RealNvidia::find(test) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    FakeDevices::create(&root, 1, true).unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        hook_config(
-            &root,
-            dir.path(),
-            "",
-            &["cuda"],
-            &driver_mount(&real.driver_dir(Branch::R535)),
-        ),
-    )
-    .unwrap();
+    let host = FakeHost::new(
+        1,
+        true,
+        "",
+        &["cuda"],
+        &driver_mount(&real.driver_dir(Branch::R535)),
+    );
     let hook = workspace_binary("cuda-sandbox-hook");
-    let mut sandbox = NixSandbox::with_hook(&hook, &config);
+    let mut sandbox = NixSandbox::with_hook(&hook, &host.config);
     sandbox.sandbox_paths = builder_sandbox_paths();
     let build = sandbox.build(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/gpu-check.nix"),

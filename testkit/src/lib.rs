@@ -321,3 +321,29 @@ pub fn builder_sandbox_paths() -> Vec<String> {
         .map(|p| p.to_string())
         .collect()
 }
+
+/// A fake host for the sandbox tests: a temporary directory holding `root/` (a [`FakeDevices`]
+/// tree) and `config.toml`, a [`hook_config`] for that root with its state beside it.
+#[derive(Debug)]
+pub struct FakeHost {
+    /// The temporary directory (removed when dropped).
+    pub dir: tempfile::TempDir,
+    /// The host root the hook looks at (`host_root`).
+    pub root: PathBuf,
+    /// The hook configuration.
+    pub config: PathBuf,
+}
+
+impl FakeHost {
+    /// `gpus` GPU nodes (and the uvm nodes when `uvm`) under a fresh root, and a config with
+    /// [`hook_config`]'s `top`, `features` and `rule`.
+    pub fn new(gpus: u64, uvm: bool, top: &str, features: &[&str], rule: &str) -> FakeHost {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let root = dir.path().join("root");
+        FakeDevices::create(&root, gpus, uvm).expect("mknod the fake devices (needs root)");
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, hook_config(&root, dir.path(), top, features, rule))
+            .expect("write the hook config");
+        FakeHost { dir, root, config }
+    }
+}
