@@ -249,9 +249,27 @@ pub struct ConfigError {
 }
 
 impl fmt::Display for ConfigError {
+    /// Always one line: control characters from the file (a `\n` inside a quoted TOML value,
+    /// say) are printed escaped, so the error cannot break Nix's one-line log or fake a second
+    /// message.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "config {}: {}", self.source, self.message)
+        f.write_str("config ")?;
+        write_one_line(f, &self.source)?;
+        f.write_str(": ")?;
+        write_one_line(f, &self.message)
     }
+}
+
+/// Writes `text` with every control character escaped (`\n`, `\u{1b}`), everything else as is.
+fn write_one_line(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
+    for c in text.chars() {
+        if c.is_control() {
+            write!(f, "{}", c.escape_debug())?;
+        } else {
+            write!(f, "{c}")?;
+        }
+    }
+    Ok(())
 }
 
 impl std::error::Error for ConfigError {}
@@ -387,25 +405,19 @@ impl Config {
             ("runtime_dir", &self.runtime_dir),
         ] {
             if !path.is_absolute() {
-                return Err(format!(
-                    "{name} must be an absolute path, got {}",
-                    path.display()
-                ));
+                return Err(format!("{name} must be an absolute path, got {path:?}"));
             }
         }
         if self.nix_store != Path::new("nix-store") && !self.nix_store.is_absolute() {
             return Err(format!(
-                "nix_store must be an absolute path to a root-owned program, got {}",
-                self.nix_store.display()
+                "nix_store must be an absolute path to a root-owned program, got {:?}",
+                self.nix_store
             ));
         }
         for path in &self.symlink_roots {
             let name = "symlink_roots entry";
             if !path.is_absolute() {
-                return Err(format!(
-                    "{name} must be an absolute path, got {}",
-                    path.display()
-                ));
+                return Err(format!("{name} must be an absolute path, got {path:?}"));
             }
         }
         let mut names = std::collections::HashSet::new();
@@ -548,6 +560,23 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `config_parse` fuzz target: a `\n` escape inside a quoted value was echoed
+    /// into the error, which then spanned two lines.
+    #[test]
+    fn errors_stay_on_one_line_whatever_the_values_hold() {
+        for text in [
+            "closure_cache = \"arv/cc/ahe/cuda-s\\nd vmap\"",
+            "nix_store = \"bin/\\nnix-store\"",
+            "symlink_roots = [\"x\\ny\"]",
+            "[[rule]]\nname = \"a\\nb\"\nfeatures = []",
+            "[[rule]]\nname = \"a\\u001bb\"\nfeatures = [\"cuda\"]\n[[rule]]\nname = \"a\\u001bb\"\nfeatures = [\"cuda\"]",
+        ] {
+            let e = Config::parse(text, "t\nest").expect_err(text).to_string();
+            assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{text:?} gave {e:?}");
+            assert!(e.starts_with("config t\\nest: "), "{e}");
+        }
+    }
 
     #[test]
     fn the_embedded_default_is_the_reference_builtin() {
