@@ -26,7 +26,14 @@
 //!      PID namespace in the lease ([`LeaseRecord::pid_namespaces`]);
 //!    - some process is still in a recorded PID namespace: a process cannot leave its PID
 //!      namespace, and the namespace's init (the builder) outlives every process in it and
-//!      in namespaces nested in it.
+//!      in namespaces nested in it;
+//!    - some live process runs as the build's build user ([`LeaseRecord::build_user`], read
+//!      from the `userpool/<uid>` lock file the Nix process running the hook holds). An
+//!      unprivileged builder cannot change its host uid, so this holds a builder that left its
+//!      chroot before any hook saw it there, after its Nix was killed. Nix kills every process
+//!      of a build user before it hands the user to another build, so a later build's
+//!      processes can make an ended lease look alive only until a tagged build's hook (which
+//!      runs after that clean-up) or the end of that build: never the other way round.
 //!
 //! Rule 2 is what makes a killed build give its GPU back. Nix 2.8 (checked on Debian's
 //! nix-bin) leaves the chroot directory behind when `nix-build` or the daemon is killed with
@@ -78,6 +85,10 @@ pub struct LeaseRecord {
     /// chroot: the build's, which its processes cannot leave.
     #[serde(default)]
     pub pid_namespaces: Vec<u64>,
+    /// The build user (host uid) Nix runs the build as, from the `userpool/<uid>` lock its
+    /// process holds; `None` without build users. A builder cannot change its host uid.
+    #[serde(default)]
+    pub build_user: Option<u32>,
 }
 
 /// Why no GPUs could be leased; one line.
@@ -163,6 +174,34 @@ impl Holder {
     fn alive(self) -> bool {
         Holder::of(self.pid) == Some(self)
     }
+
+    /// The build user this Nix process holds for the build it is setting up: Nix keeps
+    /// `<state dir>/userpool/<uid>` open and locked for as long as a build runs as `<uid>`
+    /// (checked on Nix 2.8: the worker running the hook holds exactly one). `None` when it
+    /// holds none (no `build-users-group`, or `auto-allocate-uids`, whose `userpool2/slot-<n>`
+    /// files do not name the uid) or more than one.
+    pub fn build_user(self) -> Option<u32> {
+        let mut found = None;
+        for entry in std::fs::read_dir(format!("/proc/{}/fd", self.pid)).ok()? {
+            let Ok(target) = entry.and_then(|e| std::fs::read_link(e.path())) else {
+                continue;
+            };
+            let in_pool = target
+                .parent()
+                .is_some_and(|d| d.file_name() == Some("userpool".as_ref()));
+            let uid = target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u32>().ok());
+            if let (true, Some(uid)) = (in_pool, uid) {
+                if uid == 0 || found.is_some_and(|f| f != uid) {
+                    return None;
+                }
+                found = Some(uid);
+            }
+        }
+        found
+    }
 }
 
 /// What one build asks for.
@@ -206,6 +245,7 @@ impl Leases {
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
             .map_err(|e| io(req.chroot, e))?;
+        let build_user = holder.build_user();
         let started = std::time::Instant::now();
         loop {
             let held = {
@@ -232,6 +272,7 @@ impl Leases {
                             holder_start: holder.start,
                             since: now_secs(),
                             pid_namespaces: Vec::new(),
+                            build_user,
                         };
                         let path = self.file(*gpu);
                         let mut bytes = serde_json::to_vec(&record).expect("plain data");
@@ -371,7 +412,7 @@ fn lock(dir: &StateDir, wait: Duration) -> Result<nix::fcntl::Flock<std::fs::Fil
                 // moment under the lock.
                 if started.elapsed() >= wait.max(Duration::from_secs(1)) {
                     return Err(LeaseError::Io(format!(
-                        "the GPU lease lock {} stayed held for {} s: find the process holding                          it (`fuser {}`)",
+                        "the GPU lease lock {} stayed held for {} s: find the process holding it (`fuser {}`)",
                         path.display(),
                         started.elapsed().as_secs(),
                         path.display()
@@ -434,7 +475,8 @@ impl Checked {
             pid: r.holder_pid,
             start: r.holder_start,
         };
-        me != Some(holder) && holder.alive()
+        (me != Some(holder) && holder.alive())
+            || r.build_user.is_some_and(|uid| procs.uid_in_use(uid))
     }
 }
 
@@ -447,6 +489,8 @@ struct Processes {
     namespaces: HashSet<u64>,
     /// This hook's own PID namespace (never recorded as a build's).
     own_namespace: Option<u64>,
+    /// The uids (real, effective, saved, filesystem) of every process, read when first asked.
+    uids: std::cell::OnceCell<HashSet<u32>>,
 }
 
 impl Processes {
@@ -474,7 +518,35 @@ impl Processes {
             all,
             namespaces,
             own_namespace: ns_of(Path::new("/proc/self")),
+            uids: std::cell::OnceCell::new(),
         }
+    }
+
+    /// Whether some live process runs as `uid` (any of its four uids, from
+    /// `/proc/<pid>/status`). Zombies do not count: they hold no files, and an orphaned one
+    /// stays until its new parent reaps it, which a container's init may never do.
+    fn uid_in_use(&self, uid: u32) -> bool {
+        self.uids
+            .get_or_init(|| {
+                let mut uids = HashSet::new();
+                for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                    let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+                        continue;
+                    };
+                    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+                    let dead = field("State:").is_some_and(|s| {
+                        matches!(s.trim_start().as_bytes().first(), Some(b'Z' | b'X'))
+                    });
+                    if let (false, Some(line)) = (dead, field("Uid:")) {
+                        uids.extend(
+                            line.split_whitespace()
+                                .filter_map(|u| u.parse::<u32>().ok()),
+                        );
+                    }
+                }
+                uids
+            })
+            .contains(&uid)
     }
 
     /// The PID namespaces of the processes rooted at `root` (one entry per process).
@@ -754,6 +826,51 @@ mod tests {
             .args(["-KILL", inner.as_str()])
             .status();
         build.wait().unwrap();
+        assert_eq!(f.take(&b, &[0], 1), [0]);
+    }
+
+    #[test]
+    fn a_lease_lives_while_its_build_user_runs_anything() {
+        // Issue 12, finding 2: a builder that leaves its chroot before any hook has seen it
+        // there, and whose Nix is then killed, is neither rooted in the chroot nor in a
+        // recorded namespace. It still runs as its build user, which it cannot change.
+        if !cuda_sandbox_testkit::root_available("a_lease_lives_while_its_build_user_runs_anything")
+        {
+            return;
+        }
+        let f = fixture();
+        // A uid no account on any host uses, so that only this test's process runs as it.
+        let uid = 3_000_000_000 + std::process::id();
+        let pool = f.base.join("var/nix/userpool");
+        std::fs::create_dir_all(&pool).unwrap();
+        let lock = pool.join(uid.to_string());
+        std::fs::write(&lock, "").unwrap();
+        // The stand-in Nix holds the build user's pool file open, as Nix's worker does.
+        let child = Command::new("sleep")
+            .arg("600")
+            .stdin(std::fs::File::open(&lock).unwrap())
+            .spawn()
+            .unwrap();
+        let nix = Holder::of(child.id()).unwrap();
+        f.nixes.borrow_mut().push(child);
+        assert_eq!(nix.build_user(), Some(uid));
+        assert_eq!(f.nix().build_user(), None);
+        let mut builder = Command::new("setpriv")
+            .args(["--reuid", &uid.to_string(), "--regid", &uid.to_string()])
+            .args(["--clear-groups", "sleep", "600"])
+            .spawn()
+            .unwrap();
+        let a = f.chroot("a");
+        f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+        assert_eq!(f.leases.record(0).unwrap().build_user, Some(uid));
+        f.kill(nix);
+        // Nix is gone, nothing is rooted in the chroot, no namespace was recorded: the build
+        // user's process keeps the GPU.
+        let b = f.chroot("b");
+        let e = f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO);
+        assert!(e.is_err(), "{e:?}");
+        builder.kill().unwrap();
+        builder.wait().unwrap();
         assert_eq!(f.take(&b, &[0], 1), [0]);
     }
 

@@ -422,11 +422,12 @@ fn a_killed_build_gives_its_gpu_back() {
 }
 
 #[test]
-fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it() {
+fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() {
     // Issue 12, finding 2: a lease lived while a process had the build's chroot as its root
     // (or 30 s after it was taken). A builder that chroots elsewhere kept /dev/nvidia0 while
     // the hook handed the same GPU to the next build.
-    if !nix_available("a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it") {
+    if !nix_available("a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after")
+    {
         return;
     }
     let _serial = serial();
@@ -475,11 +476,32 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it() {
         !ok && log.contains("all 1 GPUs are leased by other builds"),
         "another build got the GPU the escaped builder holds:\n{log}"
     );
-    // When Nix and the build are gone, the GPU is free.
+    // Nix killed, the escaped builder runs on as its build user, which it cannot change: the
+    // lease holds (no hook ever saw the builder in its chroot, so no namespace was recorded).
+    let user = lease
+        .build_user
+        .expect("Nix ran the build as a build user, and the hook recorded which");
     assert!(kill_group(escaping.id() as i32));
     escaping.wait().unwrap();
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "the escaped builder ended with its Nix"
+    );
+    assert!(leases.record(0).unwrap().pid_namespaces.is_empty());
+    // Nix kills a build user's processes when it hands that user to a new build; hold the
+    // user's pool lock so the next builds get another user and the escapee lives on.
+    let pool = std::fs::File::open(format!("/nix/var/nix/userpool/{user}")).unwrap();
+    let held = nix::fcntl::Flock::lock(pool, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .expect("no Nix holds the killed build's user");
+    let (ok, log, _) = build_many(&host, 1, &[]);
+    assert!(
+        !ok && log.contains("all 1 GPUs are leased by other builds"),
+        "another build got the GPU the escaped builder of a killed Nix holds:\n{log}"
+    );
+    drop(held);
+    // When the build is gone too, the GPU is free. The builder is its PID namespace's init:
+    // killing it ends every process of the build.
     for pid in processes_with(&marker) {
-        kill_group(pid);
         let _ = Command::new("kill")
             .args(["-KILL", &pid.to_string()])
             .status();
