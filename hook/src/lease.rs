@@ -27,8 +27,8 @@
 //!    - some process is still in a recorded PID namespace: a process cannot leave its PID
 //!      namespace, and the namespace's init (the builder) outlives every process in it and
 //!      in namespaces nested in it;
-//!    - some live process runs as the build's build user ([`LeaseRecord::build_user`], read
-//!      from the `userpool/<uid>` lock file the Nix process running the hook holds). An
+//!    - some live process runs as the build's build user ([`LeaseRecord::build_users`], read
+//!      from the `userpool/<uid>` lock files the Nix process running the hook holds). An
 //!      unprivileged builder cannot change its host uid, so this holds a builder that left its
 //!      chroot before any hook saw it there, after its Nix was killed. Nix kills every process
 //!      of a build user before it hands the user to another build, so a later build's
@@ -85,10 +85,11 @@ pub struct LeaseRecord {
     /// chroot: the build's, which its processes cannot leave.
     #[serde(default)]
     pub pid_namespaces: Vec<u64>,
-    /// The build user (host uid) Nix runs the build as, from the `userpool/<uid>` lock its
-    /// process holds; `None` without build users. A builder cannot change its host uid.
+    /// The build users (host uids) of the Nix process that ran the hook, from the
+    /// `userpool/<uid>` locks it holds ([`Holder::build_users`]): the build runs as one of
+    /// them, and a builder cannot change its host uid. Empty without build users.
     #[serde(default)]
-    pub build_user: Option<u32>,
+    pub build_users: Vec<u32>,
 }
 
 /// Why no GPUs could be leased; one line.
@@ -175,32 +176,29 @@ impl Holder {
         Holder::of(self.pid) == Some(self)
     }
 
-    /// The build user this Nix process holds for the build it is setting up: Nix keeps
-    /// `<state dir>/userpool/<uid>` open and locked for as long as a build runs as `<uid>`
-    /// (checked on Nix 2.8: the worker running the hook holds exactly one). `None` when it
-    /// holds none (no `build-users-group`, or `auto-allocate-uids`, whose `userpool2/slot-<n>`
-    /// files do not name the uid) or more than one.
-    pub fn build_user(self) -> Option<u32> {
-        let mut found = None;
-        for entry in std::fs::read_dir(format!("/proc/{}/fd", self.pid)).ok()? {
-            let Ok(target) = entry.and_then(|e| std::fs::read_link(e.path())) else {
-                continue;
-            };
-            let in_pool = target
-                .parent()
-                .is_some_and(|d| d.file_name() == Some("userpool".as_ref()));
-            let uid = target
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.parse::<u32>().ok());
-            if let (true, Some(uid)) = (in_pool, uid) {
-                if uid == 0 || found.is_some_and(|f| f != uid) {
-                    return None;
-                }
-                found = Some(uid);
-            }
-        }
-        found
+    /// The build users this Nix process holds: Nix keeps `<state dir>/userpool/<uid>` open
+    /// and locked for as long as a build runs as `<uid>` (checked on Nix 2.8). A Nix running
+    /// several builds at once holds one per build, and nothing at hook time says which is
+    /// this build's, so all are returned (a lease kept by them can only last longer). Empty
+    /// without build users, or with `auto-allocate-uids`, whose `userpool2/slot-<n>` files do
+    /// not name the uid.
+    pub fn build_users(self) -> Vec<u32> {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.pid)) else {
+            return Vec::new();
+        };
+        let mut users: Vec<u32> = fds
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|target| {
+                target
+                    .parent()
+                    .is_some_and(|d| d.file_name() == Some("userpool".as_ref()))
+            })
+            .filter_map(|target| target.file_name()?.to_str()?.parse::<u32>().ok())
+            .filter(|uid| *uid != 0)
+            .collect();
+        users.sort_unstable();
+        users.dedup();
+        users
     }
 }
 
@@ -245,7 +243,7 @@ impl Leases {
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
             .map_err(|e| io(req.chroot, e))?;
-        let build_user = holder.build_user();
+        let build_users = holder.build_users();
         let started = std::time::Instant::now();
         loop {
             let held = {
@@ -272,7 +270,7 @@ impl Leases {
                             holder_start: holder.start,
                             since: now_secs(),
                             pid_namespaces: Vec::new(),
-                            build_user,
+                            build_users: build_users.clone(),
                         };
                         let path = self.file(*gpu);
                         let mut bytes = serde_json::to_vec(&record).expect("plain data");
@@ -476,7 +474,7 @@ impl Checked {
             start: r.holder_start,
         };
         (me != Some(holder) && holder.alive())
-            || r.build_user.is_some_and(|uid| procs.uid_in_use(uid))
+            || r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
     }
 }
 
@@ -853,8 +851,8 @@ mod tests {
             .unwrap();
         let nix = Holder::of(child.id()).unwrap();
         f.nixes.borrow_mut().push(child);
-        assert_eq!(nix.build_user(), Some(uid));
-        assert_eq!(f.nix().build_user(), None);
+        assert_eq!(nix.build_users(), [uid]);
+        assert!(f.nix().build_users().is_empty());
         let mut builder = Command::new("setpriv")
             .args(["--reuid", &uid.to_string(), "--regid", &uid.to_string()])
             .args(["--clear-groups", "sleep", "600"])
@@ -862,7 +860,7 @@ mod tests {
             .unwrap();
         let a = f.chroot("a");
         f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
-        assert_eq!(f.leases.record(0).unwrap().build_user, Some(uid));
+        assert_eq!(f.leases.record(0).unwrap().build_users, [uid]);
         f.kill(nix);
         // Nix is gone, nothing is rooted in the chroot, no namespace was recorded: the build
         // user's process keeps the GPU.

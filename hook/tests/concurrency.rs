@@ -478,9 +478,9 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     );
     // Nix killed, the escaped builder runs on as its build user, which it cannot change: the
     // lease holds (no hook ever saw the builder in its chroot, so no namespace was recorded).
-    let user = lease
-        .build_user
-        .expect("Nix ran the build as a build user, and the hook recorded which");
+    let [user] = lease.build_users[..] else {
+        panic!("Nix ran the one build as a build user, and the hook recorded it: {lease:?}");
+    };
     assert!(kill_group(escaping.id() as i32));
     escaping.wait().unwrap();
     assert!(
