@@ -20,20 +20,21 @@ pub fn write(m: &PlannedManifest, runtime_dir: &Path) -> std::io::Result<()> {
         .and_then(|n| n.to_str())
         .ok_or_else(|| std::io::Error::other("the manifest's name is not UTF-8"))?;
     let dir = StateDir::open(dir_path).map_err(std::io::Error::other)?;
-    remove_stale(&dir);
+    remove_stale(&dir, name);
     let mut bytes = m.content.to_json().into_bytes();
     bytes.push(b'\n');
     dir.write_atomic(name, &bytes, 0o444, false)
 }
 
-/// Removes manifests whose chroot directory no longer exists (and unreadable leftovers).
-fn remove_stale(dir: &StateDir) {
+/// Removes manifests whose chroot directory no longer exists (and unreadable leftovers), but
+/// for `replaced`: the one about to be written, which the rename replaces anyway.
+fn remove_stale(dir: &StateDir, replaced: &str) {
     #[derive(serde::Deserialize)]
     struct Owner {
         chroot: String,
     }
     for name in dir.names() {
-        if !name.ends_with(".json") {
+        if !name.ends_with(".json") || name == replaced {
             continue;
         }
         let stale = match dir
