@@ -20,21 +20,20 @@ pub fn write(m: &PlannedManifest, runtime_dir: &Path) -> std::io::Result<()> {
         .and_then(|n| n.to_str())
         .ok_or_else(|| std::io::Error::other("the manifest's name is not UTF-8"))?;
     let dir = StateDir::open(dir_path).map_err(std::io::Error::other)?;
-    remove_stale(&dir, name);
+    remove_stale(&dir);
     let mut bytes = m.content.to_json().into_bytes();
     bytes.push(b'\n');
     dir.write_atomic(name, &bytes, 0o444, false)
 }
 
-/// Removes manifests whose chroot directory no longer exists (and unreadable leftovers), but
-/// for `replaced`: the one about to be written, which the rename replaces anyway.
-fn remove_stale(dir: &StateDir, replaced: &str) {
+/// Removes manifests whose chroot directory no longer exists (and unreadable leftovers).
+fn remove_stale(dir: &StateDir) {
     #[derive(serde::Deserialize)]
     struct Owner {
         chroot: String,
     }
     for name in dir.names() {
-        if !name.ends_with(".json") || name == replaced {
+        if !name.ends_with(".json") {
             continue;
         }
         let stale = match dir
