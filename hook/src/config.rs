@@ -328,7 +328,7 @@ impl Config {
         match source {
             ConfigSource::Builtin => Ok(Config::builtin()),
             ConfigSource::File(path) => {
-                let file = std::fs::File::open(path).map_err(|e| ConfigError {
+                let (file, no_link) = open_config(path).map_err(|e| ConfigError {
                     source: path.display().to_string(),
                     message: if e.kind() == std::io::ErrorKind::NotFound
                         && path == Path::new(DEFAULT_CONFIG_PATH)
@@ -342,11 +342,13 @@ impl Config {
                         format!("cannot read it: {e}")
                     },
                 })?;
-                check_trusted(&file, path)?;
-                let text = std::io::read_to_string(file).map_err(|e| ConfigError {
-                    source: path.display().to_string(),
-                    message: format!("cannot read it: {e}"),
-                })?;
+                let size = check_trusted(&file, no_link, path)?;
+                let text = crate::statedir::read_sized(&file, size)
+                    .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+                    .map_err(|e| ConfigError {
+                        source: path.display().to_string(),
+                        message: format!("cannot read it: {e}"),
+                    })?;
                 Config::parse(&text, &path.display().to_string())
             }
         }
@@ -420,7 +422,8 @@ impl Config {
                 return Err(format!("{name} must be an absolute path, got {path:?}"));
             }
         }
-        let mut names = std::collections::HashSet::new();
+        // A BTreeSet: a HashSet would ask the kernel for a random seed on every run.
+        let mut names = std::collections::BTreeSet::new();
         for rule in &self.rules {
             let at = format!("rule '{}'", rule.name);
             if rule.name.is_empty() {
@@ -487,13 +490,30 @@ impl Rule {
     }
 }
 
+/// Opens the configuration file, first without following a last-component symlink (then
+/// `true`: [`check_trusted`] knows the file is no link and need not `lstat` it again), else
+/// following it (its chain is walked by [`check_trusted`]).
+fn open_config(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            std::fs::File::open(path).map(|f| (f, false))
+        }
+        opened => opened.map(|f| (f, true)),
+    }
+}
+
 /// Refuses a configuration others could have written, as sudo does for sudoers: the hook runs
 /// as root before every build, so whoever can write its config decides what builds see (and
 /// which program root runs). Every component of the path and every symlink target on the way
 /// must be owned by root (or by the user running the hook) and not writable by group or others
 /// ([`crate::statedir::check_trusted`]); the opened file is checked again, so a swap after the
-/// walk changes nothing.
-fn check_trusted(file: &std::fs::File, path: &Path) -> Result<(), ConfigError> {
+/// walk changes nothing. Returns the file's size.
+fn check_trusted(file: &std::fs::File, no_link: bool, path: &Path) -> Result<u64, ConfigError> {
     use std::os::unix::fs::MetadataExt;
     let refuse = |message: String| ConfigError {
         source: path.display().to_string(),
@@ -501,12 +521,17 @@ fn check_trusted(file: &std::fs::File, path: &Path) -> Result<(), ConfigError> {
     };
     let absolute =
         std::path::absolute(path).map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
-    crate::statedir::check_trusted(&absolute).map_err(|e| refuse(format!("refused: {e}")))?;
     let meta = file
         .metadata()
         .map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != 0 && meta.uid() != me {
+    // Opened without following a link: its last component is this very file, so only the
+    // directories on the way are walked (see `open_config`).
+    let walked = no_link
+        .then(|| crate::statedir::check_trusted_opened(&absolute, &meta))
+        .flatten()
+        .unwrap_or_else(|| crate::statedir::check_trusted(&absolute));
+    walked.map_err(|e| refuse(format!("refused: {e}")))?;
+    if meta.uid() != 0 && meta.uid() != nix::unistd::geteuid().as_raw() {
         return Err(refuse(format!(
             "refused: owned by uid {}, not by root; run `chown root {}`",
             meta.uid(),
@@ -520,7 +545,7 @@ fn check_trusted(file: &std::fs::File, path: &Path) -> Result<(), ConfigError> {
             path.display()
         )));
     }
-    Ok(())
+    Ok(meta.len())
 }
 
 fn check_path(at: &str, what: &str, path: &Path) -> Result<(), String> {

@@ -352,7 +352,7 @@ impl std::io::Read for Unescape<'_> {
                 continue;
             }
             // Copy the run up to the next backslash at once.
-            let run = memchr::memchr(b'\\', self.rest).unwrap_or(self.rest.len());
+            let run = crate::bytes::find(b'\\', self.rest).unwrap_or(self.rest.len());
             let take = run.min(buf.len() - n);
             buf[n..n + take].copy_from_slice(&self.rest[..take]);
             self.rest = &self.rest[take..];
@@ -581,7 +581,7 @@ impl<'a> Parser<'a> {
         let mut at = body;
         let mut escaped = false;
         loop {
-            let next = memchr::memchr2(b'"', b'\\', &self.input[at..]).ok_or(DrvError {
+            let next = crate::bytes::find2(b'"', b'\\', &self.input[at..]).ok_or(DrvError {
                 offset: start,
                 message: "unterminated string".to_string(),
             })? + at;
@@ -642,7 +642,7 @@ impl<'a> Parser<'a> {
             message: "unterminated string".to_string(),
         };
         // Fast path: scan to the first quote or backslash.
-        let first = memchr::memchr2(b'"', b'\\', &self.input[body..])
+        let first = crate::bytes::find2(b'"', b'\\', &self.input[body..])
             .ok_or_else(|| unterminated(start))?
             + body;
         if self.input[first] == b'"' {
@@ -666,7 +666,7 @@ impl<'a> Parser<'a> {
                 other => other,
             });
             let from = at + 2;
-            let next = memchr::memchr2(b'"', b'\\', &self.input[from..])
+            let next = crate::bytes::find2(b'"', b'\\', &self.input[from..])
                 .ok_or_else(|| unterminated(start))?
                 + from;
             owned.extend_from_slice(&self.input[from..next]);

@@ -13,6 +13,7 @@
 //!    as a private namespace ([`exec`], with [`elfdeps`] for the command's libraries).
 
 pub mod act;
+mod bytes;
 pub mod closure;
 pub mod config;
 pub mod discover;

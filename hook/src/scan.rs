@@ -44,9 +44,11 @@ pub type GlobMatches = Vec<Result<PathBuf, (PathBuf, String)>>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostView {
     /// Jetson or not: the one Tegra detector (`/etc/nv_tegra_release`, or
-    /// `/sys/devices/soc0/family` starting with "tegra").
+    /// `/sys/devices/soc0/family` starting with "tegra"). `None` when no matched rule has a
+    /// driver or a platform-specific device, so nothing asks (nor was it read).
     pub platform: Option<Platform>,
-    /// The kernel module version (`/proc/driver/nvidia/version`).
+    /// The kernel module version (`/proc/driver/nvidia/version`; read only when a matched rule
+    /// has a driver or a platform-specific device, as the Tegra facts).
     pub kernel_driver: Option<String>,
     /// The L4T release (major, revision) from `/etc/nv_tegra_release`.
     pub l4t: Option<(u32, String)>,
@@ -115,19 +117,26 @@ pub fn scan(config: &Config, rules: &[&Rule]) -> HostView {
     };
     let under = |p: &str| host::under(&config.host_root, &config.store_dir, Path::new(p));
     let read = |p: &str| std::fs::read_to_string(under(p)).ok();
-    view.kernel_driver = read("/proc/driver/nvidia/version")
-        .as_deref()
-        .and_then(versions::kernel_module_version);
-    let tegra_release = read("/etc/nv_tegra_release");
-    view.l4t = tegra_release.as_deref().and_then(versions::l4t_release);
-    let tegra = tegra_release.is_some()
-        || read("/sys/devices/soc0/family")
-            .is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("tegra"));
-    view.platform = Some(if tegra {
-        Platform::Tegra
-    } else {
-        Platform::Discrete
-    });
+    // The host facts serve the driver choice and platform-specific devices only: a rule with
+    // neither (device nodes and paths alone) does without the three reads.
+    let facts_needed = rules
+        .iter()
+        .any(|r| r.driver.is_some() || r.devices.iter().any(|d| d.platform.is_some()));
+    if facts_needed {
+        view.kernel_driver = read("/proc/driver/nvidia/version")
+            .as_deref()
+            .and_then(versions::kernel_module_version);
+        let tegra_release = read("/etc/nv_tegra_release");
+        view.l4t = tegra_release.as_deref().and_then(versions::l4t_release);
+        let tegra = tegra_release.is_some()
+            || read("/sys/devices/soc0/family")
+                .is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("tegra"));
+        view.platform = Some(if tegra {
+            Platform::Tegra
+        } else {
+            Platform::Discrete
+        });
+    }
     let platform = view.platform();
     // Each device directory is listed once, however many globs look into it.
     let mut listed = BTreeMap::new();
@@ -140,7 +149,7 @@ pub fn scan(config: &Config, rules: &[&Rule]) -> HostView {
             if device.platform.is_some_and(|p| p != platform) {
                 continue;
             }
-            let matches = glob_under(&config.host_root, &device.glob, &mut listed);
+            let matches = glob_under(&config.host_root, &device.glob, &mut listed, &fs);
             for m in matches.iter().flatten() {
                 if let Ok(rel) = m.strip_prefix(&config.host_root) {
                     chain(&Path::new("/").join(rel), m, rooted);
@@ -237,7 +246,7 @@ type Listings = BTreeMap<PathBuf, Result<Vec<std::ffi::OsString>, String>>;
 /// `glob::glob` gives them. The usual device glob (wildcards in the last component only) is
 /// matched against one listing of its directory, shared by every glob there; others go to
 /// `glob::glob`.
-fn glob_under(root: &Path, glob: &str, listed: &mut Listings) -> GlobMatches {
+fn glob_under(root: &Path, glob: &str, listed: &mut Listings, fs: &impl Lookup) -> GlobMatches {
     let wild = |t: &str| t.contains(['*', '?', '[']);
     let (dir, last) = match glob.rsplit_once('/') {
         Some((dir, last)) if !wild(dir) && !last.is_empty() => (dir, last),
@@ -249,13 +258,15 @@ fn glob_under(root: &Path, glob: &str, listed: &mut Listings) -> GlobMatches {
         root.join(dir.trim_start_matches('/'))
     };
     if !wild(last) {
-        // A literal: there when it (or what it links to) exists, as glob::glob has it.
+        // A literal: there when it (or what it links to) exists, as glob::glob has it. Its
+        // `lstat` (recorded in `fs`, which the scan follows next) says so but for a link.
         let path = dir.join(last);
-        return if path.metadata().is_ok() {
-            vec![Ok(path)]
-        } else {
-            Vec::new()
+        let there = match fs.lstat(&path) {
+            Node::Missing => false,
+            Node::Symlink(_) | Node::Error(_) => path.metadata().is_ok(),
+            Node::Dir | Node::CharDevice | Node::File | Node::Other => true,
         };
+        return if there { vec![Ok(path)] } else { Vec::new() };
     }
     let Ok(pattern) = glob::Pattern::new(last) else {
         return glob_crate(root, glob);
@@ -380,7 +391,7 @@ mod tests {
             "/dev/nvidiactl/x*",
         ] {
             assert_eq!(
-                glob_under(root, pattern, &mut listed),
+                glob_under(root, pattern, &mut listed, &crate::symlinks::RealFs),
                 glob_crate(root, pattern),
                 "{pattern}"
             );

@@ -75,6 +75,28 @@ pub fn check_trusted(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// [`check_trusted`] for a regular file already opened from `path` (absolute) with
+/// `O_NOFOLLOW`, whose descriptor's metadata is `meta`: its last component was no symlink, so
+/// only the directories on the way are walked, and the file is checked from `meta` (one `lstat`
+/// fewer). `None`: the last component is not a plain name; use [`check_trusted`].
+pub fn check_trusted_opened(path: &Path, meta: &std::fs::Metadata) -> Option<Result<(), String>> {
+    let Some(Component::Normal(_)) = path.components().next_back() else {
+        return None;
+    };
+    let parent = path.parent()?;
+    Some(check_trusted(parent).and_then(|()| check_entry(path, Some(meta))))
+}
+
+/// Reads `file` to its end, `size` bytes expected (from a `stat` already made): no second
+/// `stat` and no `lseek` as `std::fs::read` makes, and one short read to see the end.
+pub fn read_sized(file: &File, size: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
+    // `Take` reads with the generic loop, which trusts the capacity it is given.
+    file.take(u64::MAX).read_to_end(&mut out)?;
+    Ok(out)
+}
+
 fn names(path: &Path) -> Vec<std::ffi::OsString> {
     path.components()
         .filter_map(|c| match c {
@@ -256,6 +278,11 @@ impl StateDir {
 
     /// Opens the regular file `name` in this directory for reading, never following a link.
     pub fn open_read(&self, name: &str) -> std::io::Result<File> {
+        self.open_read_sized(name).map(|(file, _)| file)
+    }
+
+    /// As [`StateDir::open_read`], with the file's size.
+    fn open_read_sized(&self, name: &str) -> std::io::Result<(File, u64)> {
         let fd = nix::fcntl::openat(
             Some(self.raw()),
             name,
@@ -268,14 +295,13 @@ impl StateDir {
         if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
             return Err(std::io::Error::other("not a regular file"));
         }
-        Ok(file)
+        Ok((file, u64::try_from(st.st_size).unwrap_or(0)))
     }
 
     /// Reads the regular file `name` as bytes (never through a link).
     pub fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut self.open_read(name)?, &mut out)?;
-        Ok(out)
+        let (file, size) = self.open_read_sized(name)?;
+        read_sized(&file, size)
     }
 
     /// Opens (creating, mode 0600) the file `name` for a lock, never following a link.
