@@ -6,7 +6,9 @@
 //! installed, else a stand-in script). Then the ratios issue 13 asks for, from paired runs (the
 //! hook, then an empty `fn main(){}` binary built with the same rustc, alternately, so both see
 //! the same machine load): untagged ≤ 1.2× and tagged with a warm cache ≤ 1.5× that floor.
-//! Figures, not assertions.
+//! Each run gets a fresh sandbox directory (the previous one removed, as Nix does), and the
+//! config keeps all state in the benchmark's temporary directories: the runtime directory on
+//! tmpfs (`/dev/shm`) where there is one, as `/run` is. Figures, not assertions.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,14 +63,20 @@ fn typical_drv(features: Option<&str>) -> String {
     )
 }
 
-fn time_runs(drv: &Path, config: &Path, before_each: impl Fn()) -> Vec<Duration> {
+fn time_runs(
+    drv: &Path,
+    config: &Path,
+    sandboxes: &Sandboxes,
+    before_each: impl Fn(),
+) -> Vec<Duration> {
     let mut times = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
         before_each();
+        let chroot = sandboxes.next();
         let start = Instant::now();
         let out = Command::new(HOOK)
             .arg(drv)
-            .arg("/tmp/unused-chroot")
+            .arg(&chroot)
             .env("CUDA_SANDBOX_CONFIG", config)
             .output()
             .expect("run the hook");
@@ -81,6 +89,25 @@ fn time_runs(drv: &Path, config: &Path, before_each: impl Fn()) -> Vec<Duration>
     }
     times.sort();
     times
+}
+
+/// A fresh sandbox directory per run, the previous one removed, as Nix does for each build:
+/// every run writes a manifest of its own, and the manifests of ended builds pile up until the
+/// hook sweeps them, so the sweep's cost is in the figures at the rate a real host pays it.
+struct Sandboxes {
+    dir: PathBuf,
+    count: std::cell::Cell<usize>,
+}
+
+impl Sandboxes {
+    fn next(&self) -> PathBuf {
+        let n = self.count.get();
+        let _ = std::fs::remove_dir(self.dir.join(format!("build-{n}.drv.chroot")));
+        self.count.set(n + 1);
+        let chroot = self.dir.join(format!("build-{}.drv.chroot", n + 1));
+        std::fs::create_dir_all(&chroot).unwrap();
+        chroot
+    }
 }
 
 fn report(what: &str, times: &[Duration]) {
@@ -142,11 +169,24 @@ fn main() {
     };
     std::os::unix::fs::symlink(&target, root.join("run/opengl-driver")).unwrap();
     let cache = d.join("cache");
+    // The runtime directory (manifests) and the sandboxes on tmpfs where there is one, as
+    // `/run` is on systemd hosts and NixOS: a file written on a disk filesystem costs journal
+    // and writeback work that the hook's real runtime directory does not.
+    let volatile = tempfile::Builder::new()
+        .prefix("cuda-sandbox-bench")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    let v = volatile.path();
+    let sandboxes = Sandboxes {
+        dir: v.join("sandboxes"),
+        count: Default::default(),
+    };
     let config = d.join("config.toml");
     std::fs::write(
         &config,
         format!(
-            "host_root = \"{}\"\nstore_dir = \"{store_dir}\"\nclosure_cache = \"{}\"\nnix_store = \"{nix_store}\"\n\
+            "host_root = \"{}\"\nstore_dir = \"{store_dir}\"\nclosure_cache = \"{}\"\nruntime_dir = \"{}\"\nnix_store = \"{nix_store}\"\n\
              [[rule]]\nname = \"nvidia\"\nfeatures = [\"cuda\", \"gpu\", \"nvidia-gpu\", \"opengl\"]\n\
              [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n\
              [[rule.device]]\nglob = \"/dev/nvidia-uvm\"\nrequired = true\n\
@@ -155,7 +195,8 @@ fn main() {
              [[rule.device]]\nglob = \"/dev/dri/renderD*\"\n\
              [[rule.path]]\npath = \"/run/opengl-driver\"\nrequired = true\n",
             root.display(),
-            cache.display()
+            cache.display(),
+            v.join("run").display()
         ),
     )
     .unwrap();
@@ -167,25 +208,26 @@ fn main() {
     std::fs::write(&tagged, typical_drv(Some("cuda big-parallel"))).unwrap();
 
     println!(
-        "hook process wall time ({} bytes .drv, {kind}, {} cores)",
+        "hook process wall time ({} bytes .drv, {kind}, {} cores, runtime_dir in {})",
         typical_drv(None).len(),
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        v.display()
     );
     report(
         "untagged (no requiredSystemFeatures)",
-        &time_runs(&untagged, &config, || {}),
+        &time_runs(&untagged, &config, &sandboxes, || {}),
     );
     report(
         "untagged (features, none configured)",
-        &time_runs(&untagged_features, &config, || {}),
+        &time_runs(&untagged_features, &config, &sandboxes, || {}),
     );
     report(
         "tagged, warm closure cache",
-        &time_runs(&tagged, &config, || {}),
+        &time_runs(&tagged, &config, &sandboxes, || {}),
     );
     report(
         "tagged, cold closure cache",
-        &time_runs(&tagged, &config, || {
+        &time_runs(&tagged, &config, &sandboxes, || {
             let _ = std::fs::remove_dir_all(&cache);
         }),
     );
@@ -216,7 +258,7 @@ fn main() {
                 ),
                 ("tagged, warm closure cache", &tagged, 1.5),
             ] {
-                let (hook, base) = paired(drv, &config, &floor);
+                let (hook, base) = paired(drv, &config, &floor, &sandboxes);
                 let ratio = hook.as_secs_f64() / base.as_secs_f64();
                 println!(
                     "  {what:<40} hook {:>7.3} ms  floor {:>7.3} ms  ratio {ratio:.2}x (target <= {target}x: {})",
@@ -247,14 +289,15 @@ fn empty_main(dir: &Path) -> Option<PathBuf> {
 }
 
 /// Median hook time and median floor time over `RUNS` alternating pairs.
-fn paired(drv: &Path, config: &Path, floor: &Path) -> (Duration, Duration) {
+fn paired(drv: &Path, config: &Path, floor: &Path, sandboxes: &Sandboxes) -> (Duration, Duration) {
     let mut hook = Vec::with_capacity(RUNS);
     let mut base = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
+        let chroot = sandboxes.next();
         let s = Instant::now();
         let out = Command::new(HOOK)
             .arg(drv)
-            .arg("/tmp/unused-chroot")
+            .arg(&chroot)
             .env("CUDA_SANDBOX_CONFIG", config)
             .output()
             .expect("run the hook");
@@ -263,7 +306,7 @@ fn paired(drv: &Path, config: &Path, floor: &Path) -> (Duration, Duration) {
         let s = Instant::now();
         Command::new(floor)
             .arg(drv)
-            .arg("/tmp/unused-chroot")
+            .arg(&chroot)
             .output()
             .expect("run the floor");
         base.push(s.elapsed());

@@ -323,6 +323,50 @@ fn locate_in(explicit: Option<&Path>, env: Option<PathBuf>, default: &Path) -> C
 }
 
 impl Config {
+    /// Whether the configuration at `source` may have a rule answering one of `features`,
+    /// judged from its text alone, without parsing or trusting it: `false` only when the text
+    /// holds no escape (`\`, so every string in it is written literally) and none of the
+    /// features occurs in it. An untagged build asking for other features (`big-parallel`,
+    /// `kvm`) then skips the parse and the trust walk. A `false` can only make the hook expose
+    /// nothing, so a text nobody should trust cannot widen what a build gets. Opened without
+    /// blocking (a FIFO planted at the path cannot hang the hook); anything but a regular file
+    /// up to 1 MiB, or a read error, gives `true`, and the full load reports the problem.
+    pub fn may_answer(source: &ConfigSource, features: &[Vec<u8>]) -> bool {
+        let text = match source {
+            ConfigSource::Builtin => std::borrow::Cow::Borrowed(BUILTIN_TOML.as_bytes()),
+            ConfigSource::File(path) => {
+                use std::io::Read;
+                use std::os::unix::fs::OpenOptionsExt;
+                let Ok(file) = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(nix::libc::O_NONBLOCK)
+                    .open(path)
+                else {
+                    return true;
+                };
+                let size = match file.metadata() {
+                    Ok(m) if m.is_file() && m.len() <= 1 << 20 => m.len(),
+                    _ => return true,
+                };
+                let mut text = Vec::with_capacity(size as usize + 1);
+                if file.take(1 << 20).read_to_end(&mut text).is_err() {
+                    return true;
+                }
+                std::borrow::Cow::Owned(text)
+            }
+        };
+        Config::text_may_answer(&text, features)
+    }
+
+    /// [`Config::may_answer`] for the text itself: `false` only when `text` holds no `\` and
+    /// none of `features` (an empty feature is in every text).
+    pub fn text_may_answer(text: &[u8], features: &[Vec<u8>]) -> bool {
+        crate::bytes::find(b'\\', text).is_some()
+            || features
+                .iter()
+                .any(|f| f.is_empty() || text.windows(f.len()).any(|w| w == f.as_slice()))
+    }
+
     /// Loads the configuration from `source`.
     pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         match source {
@@ -585,6 +629,45 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_config_without_the_features_or_escapes_cannot_answer() {
+        let text = BUILTIN_TOML.as_bytes();
+        let f = |names: &[&str]| -> Vec<Vec<u8>> {
+            names.iter().map(|n| n.as_bytes().to_vec()).collect()
+        };
+        assert!(!Config::text_may_answer(text, &f(&["big-parallel", "kvm"])));
+        assert!(Config::text_may_answer(text, &f(&["kvm", "cuda"])));
+        assert!(Config::text_may_answer(text, &f(&[""])));
+        let escaped = "[[rule]]\nname = \"r\"\nfeatures = [\"\\u006bvm\"]\n";
+        let parsed = Config::parse(escaped, "t").unwrap();
+        assert_eq!(parsed.rules[0].features, ["kvm"]);
+        assert!(Config::text_may_answer(escaped.as_bytes(), &f(&["kvm"])));
+        // Every rule of a parsed config answers its own features.
+        for rule in &Config::builtin().rules {
+            for feature in &rule.features {
+                assert!(Config::text_may_answer(text, &f(&[feature])), "{feature}");
+            }
+        }
+    }
+
+    #[test]
+    fn may_answer_never_blocks_or_guesses_on_odd_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let features = vec![b"big-parallel".to_vec()];
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(Config::may_answer(&ConfigSource::File(fifo), &features));
+        let missing = dir.path().join("missing.toml");
+        assert!(Config::may_answer(&ConfigSource::File(missing), &features));
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).unwrap();
+        assert!(Config::may_answer(&ConfigSource::File(big), &features));
+        let plain = dir.path().join("plain.toml");
+        std::fs::write(&plain, BUILTIN_TOML).unwrap();
+        assert!(!Config::may_answer(&ConfigSource::File(plain), &features));
+        assert!(!Config::may_answer(&ConfigSource::Builtin, &features));
+    }
 
     /// Found by the `config_parse` fuzz target: a `\n` escape inside a quoted value was echoed
     /// into the error, which then spanned two lines.

@@ -240,15 +240,37 @@ impl Request {
             self.verdict = Verdict::Nothing("the derivation requires no system feature".into());
             return;
         }
+        let builtin = self.features.iter().find(|f| {
+            DEFAULT_FEATURES
+                .iter()
+                .any(|d| d.as_bytes() == f.as_slice())
+        });
+        // The next fastest path: features, but none a GPU feature and none anywhere in the
+        // configuration's text, so no rule can answer them and the hook parses nothing (nor
+        // warns about a broken configuration: tagged builds and `check-config` report that).
+        let unanswerable =
+            builtin.is_none() && !Config::may_answer(&self.config_source, &self.features);
+        if unanswerable && !input.always_load_config {
+            self.verdict = Verdict::Nothing(
+                "untagged: no required feature appears in the configuration, so the hook \
+                 exposes nothing"
+                    .into(),
+            );
+            return;
+        }
         let config = match Config::load(&self.config_source) {
             Ok(c) => c,
+            Err(e) if unanswerable => {
+                // `explain`: what the hook does (nothing, silently), and what is wrong.
+                self.verdict = Verdict::Nothing(format!(
+                    "untagged: no required feature appears in the configuration, so the hook \
+                     exposes nothing (and does not read it further; note that it is broken, \
+                     which fails tagged builds: {e})"
+                ));
+                return;
+            }
             Err(e) => {
                 let name = self.derivation_name();
-                let builtin = self.features.iter().find(|f| {
-                    DEFAULT_FEATURES
-                        .iter()
-                        .any(|d| d.as_bytes() == f.as_slice())
-                });
                 self.verdict = match builtin {
                     Some(f) => Verdict::Fail(format!(
                         "{name} requires feature '{}' but the configuration is broken: {e}",

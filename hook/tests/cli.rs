@@ -78,8 +78,16 @@ fn untagged_build_gets_nothing_even_with_a_broken_config() {
         assert!(out.status.success(), "{}", stderr(&out));
         assert!(out.stdout.is_empty());
     }
-    // With features present the broken config is read, and only warned about.
+    // A feature that appears nowhere in the config's text cannot be answered by it: the hook
+    // does not parse it (issue 13's fast path), so it has nothing to warn about.
     let out = c.hook(&c.drv("plain", Some("kvm")), &broken);
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    // A feature the broken text mentions makes the hook read it, and only warn.
+    let mentions_kvm = c.path("broken-kvm.toml");
+    std::fs::write(&mentions_kvm, "features = [\"kvm\"\nthis is [not toml").unwrap();
+    let out = c.hook(&c.drv("plain", Some("kvm")), &mentions_kvm);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
     assert!(
         stderr(&out).starts_with("cuda-sandbox-hook: warning:"),
         "{}",
