@@ -66,7 +66,7 @@ fn remove_stale(dir: &StateDir) {
 mod tests {
     use super::*;
     use crate::plan::PlannedManifest;
-    use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
+    use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_VERSION};
 
     fn manifest(dir: &Path, chroot: &Path) -> PlannedManifest {
         let name = chroot.file_name().unwrap().to_str().unwrap();
@@ -80,16 +80,7 @@ mod tests {
                 features: vec!["cuda".to_string()],
                 devices: Vec::new(),
                 leased_gpus: Vec::new(),
-                driver: DriverManifest {
-                    kind: DriverKind::None,
-                    libcuda: Vec::new(),
-                    cuda_version: None,
-                    host_cuda_version: None,
-                    kernel_driver: None,
-                    compat_dir: None,
-                    driver_link_lib: None,
-                    reason: "test".to_string(),
-                },
+                driver: DriverManifest::none("test"),
             },
         }
     }
