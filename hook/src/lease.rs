@@ -163,12 +163,16 @@ impl Holder {
         Holder::of(std::os::unix::process::parent_id())
     }
 
-    /// The process `pid`, if it runs.
+    /// The process `pid`, if it runs (a zombie, which no one has reaped yet, does not).
     pub fn of(pid: u32) -> Option<Holder> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // The command name (field 2) may hold spaces and parentheses; fields after it don't.
         let after_name = &stat[stat.rfind(')')? + 1..];
-        let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
+        let mut fields = after_name.split_whitespace();
+        if matches!(fields.next(), Some("Z" | "X")) {
+            return None;
+        }
+        let start = fields.nth(18)?.parse().ok()?;
         Some(Holder { pid, start })
     }
 
@@ -825,6 +829,27 @@ mod tests {
             .status();
         build.wait().unwrap();
         assert_eq!(f.take(&b, &[0], 1), [0]);
+    }
+
+    #[test]
+    fn a_zombie_nix_holds_no_lease() {
+        let f = fixture();
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie until `wait`.
+        let zombie = (0..500).find_map(|_| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()? == "Z";
+            if !state {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            state.then_some(())
+        });
+        assert!(zombie.is_some(), "`true` did not end");
+        assert_eq!(Holder::of(pid), None);
+        let live = f.nix();
+        assert_eq!(Holder::of(live.pid), Some(live));
+        child.wait().unwrap();
     }
 
     #[test]
