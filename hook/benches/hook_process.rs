@@ -72,23 +72,28 @@ fn time_runs(
     let mut times = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
         before_each();
-        let chroot = sandboxes.next();
-        let start = Instant::now();
-        let out = Command::new(HOOK)
-            .arg(drv)
-            .arg(&chroot)
-            .env("CUDA_SANDBOX_CONFIG", config)
-            .output()
-            .expect("run the hook");
-        times.push(start.elapsed());
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        times.push(run_hook(drv, config, &sandboxes.next()));
     }
     times.sort();
     times
+}
+
+/// One hook run as Nix makes it (`HOOK <drv> <chroot>`), timed; it must succeed.
+fn run_hook(drv: &Path, config: &Path, chroot: &Path) -> Duration {
+    let start = Instant::now();
+    let out = Command::new(HOOK)
+        .arg(drv)
+        .arg(chroot)
+        .env("CUDA_SANDBOX_CONFIG", config)
+        .output()
+        .expect("run the hook");
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
 }
 
 /// A fresh sandbox directory per run, the previous one removed, as Nix does for each build:
@@ -294,15 +299,7 @@ fn paired(drv: &Path, config: &Path, floor: &Path, sandboxes: &Sandboxes) -> (Du
     let mut base = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
         let chroot = sandboxes.next();
-        let s = Instant::now();
-        let out = Command::new(HOOK)
-            .arg(drv)
-            .arg(&chroot)
-            .env("CUDA_SANDBOX_CONFIG", config)
-            .output()
-            .expect("run the hook");
-        hook.push(s.elapsed());
-        assert!(out.status.success());
+        hook.push(run_hook(drv, config, &chroot));
         let s = Instant::now();
         Command::new(floor)
             .arg(drv)

@@ -62,6 +62,25 @@ impl Host {
         s
     }
 
+    /// Starts `nix-build` of `file` with `--argstr` pairs `args` in the background, one job,
+    /// in a process group of its own (so a test can kill it and everything it started, as a
+    /// crash would), its output discarded.
+    fn spawn_build(&self, file: &str, args: &[(&str, &str)]) -> std::process::Child {
+        let mut build = Command::new("nix-build");
+        build.arg(nix_file(file)).arg("--no-out-link");
+        for (name, value) in args {
+            build.args(["--argstr", name, value]);
+        }
+        build
+            .env("NIX_CONFIG", self.sandbox(1).nix_config())
+            .env("CUDA_SANDBOX_CONFIG", &self.config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
     fn run_dir(&self) -> PathBuf {
         self.dir.path().join("run")
     }
@@ -341,34 +360,16 @@ fn a_killed_build_gives_its_gpu_back() {
     }
     let _serial = serial();
     let host = Host::new(1, 1, 0, false);
-    let sandbox = host.sandbox(1);
     let long_nonce = nonce();
-    let mut long = Command::new("nix-build")
-        .arg(nix_file("concurrent.nix"))
-        .args([
-            "--no-out-link",
-            "--argstr",
-            "count",
-            "1",
-            "--argstr",
-            "sleep",
-            "600",
-        ])
-        .args([
-            "--argstr",
-            "prefix",
-            "long",
-            "--argstr",
-            "nonce",
-            &long_nonce,
-        ])
-        .env("NIX_CONFIG", sandbox.nix_config())
-        .env("CUDA_SANDBOX_CONFIG", &host.config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .unwrap();
+    let mut long = host.spawn_build(
+        "concurrent.nix",
+        &[
+            ("count", "1"),
+            ("sleep", "600"),
+            ("prefix", "long"),
+            ("nonce", &long_nonce),
+        ],
+    );
     let leases = Leases::new(&host.run_dir());
     let marker = format!("builder {long_nonce}");
     wait_for("the long build to run", Duration::from_secs(60), || {
@@ -433,16 +434,7 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     let _serial = serial();
     let host = Host::new(1, 1, 0, false);
     let n = nonce();
-    let mut escaping = Command::new("nix-build")
-        .arg(nix_file("escape.nix"))
-        .args(["--no-out-link", "--argstr", "nonce", &n])
-        .env("NIX_CONFIG", host.sandbox(1).nix_config())
-        .env("CUDA_SANDBOX_CONFIG", &host.config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .unwrap();
+    let mut escaping = host.spawn_build("escape.nix", &[("nonce", &n)]);
     let marker = format!("escaped-{n}");
     let leases = Leases::new(&host.run_dir());
     wait_for("the lease", Duration::from_secs(60), || {

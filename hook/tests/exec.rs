@@ -74,6 +74,18 @@ impl Host {
             .output()
             .unwrap()
     }
+
+    /// Runs `sh -c script` under exec; it must succeed and print every line of `expected`.
+    /// Returns what it printed.
+    fn run_script(&self, script: &str, expected: &[&str]) -> String {
+        let out = self.exec(&["/bin/sh", "-c", script]);
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        for line in expected {
+            assert!(t.lines().any(|l| l == *line), "{line:?} missing:\n{t}");
+        }
+        t
+    }
 }
 
 fn text(o: &Output) -> String {
@@ -133,19 +145,17 @@ fn paths_the_hook_did_not_expose_are_absent_inside_exec() {
         [ -f /run/opengl-driver/lib/libcuda.so.1 ] && echo "libcuda"
         echo end
     "#;
-    let out = host.exec(&["/bin/sh", "-c", script]);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    for line in [
-        "char /dev/nvidia0",
-        "char /dev/nvidiactl",
-        "char /dev/nvidia-uvm",
-        "manifest",
-        "libcuda",
-        "end",
-    ] {
-        assert!(t.lines().any(|l| l == line), "{line:?} missing:\n{t}");
-    }
+    let t = host.run_script(
+        script,
+        &[
+            "char /dev/nvidia0",
+            "char /dev/nvidiactl",
+            "char /dev/nvidia-uvm",
+            "manifest",
+            "libcuda",
+            "end",
+        ],
+    );
     assert!(!t.contains("PRESENT"), "unexposed paths visible:\n{t}");
     // The host itself still has the second GPU: exec hid it.
     assert!(host.dir.path().join("root/dev/nvidia1").exists());
@@ -186,20 +196,18 @@ fn exec_runs_isolated_like_a_build() {
         if (: > /build/mine) 2>/dev/null; then echo "build writable"; fi
         echo end
     "#;
-    let out = host.exec(&["/bin/sh", "-c", script]);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    for line in [
-        "Uid: 65534",
-        "NoNewPrivs: 1",
-        "processes 1",
-        "pid 1",
-        "read-only",
-        "build writable",
-        "end",
-    ] {
-        assert!(t.lines().any(|l| l == line), "{line:?} missing:\n{t}");
-    }
+    let t = host.run_script(
+        script,
+        &[
+            "Uid: 65534",
+            "NoNewPrivs: 1",
+            "processes 1",
+            "pid 1",
+            "read-only",
+            "build writable",
+            "end",
+        ],
+    );
     assert!(!t.contains("HOST REACHED") && !t.contains("WROTE"), "{t}");
     // The exit status comes through.
     let out = host.exec(&["/bin/sh", "-c", "exit 7"]);
