@@ -883,6 +883,18 @@ mod tests {
             .args(["--clear-groups", "sleep", "600"])
             .spawn()
             .unwrap();
+        // setpriv runs as root until it switches: wait until the builder runs as the user.
+        let switched = (0..500).any(|_| {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", builder.id())).unwrap();
+            let runs_as_user = status.lines().any(|l| {
+                l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some(&*uid.to_string())
+            });
+            if !runs_as_user {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            runs_as_user
+        });
+        assert!(switched, "setpriv did not switch to uid {uid}");
         let a = f.chroot("a");
         f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
         assert_eq!(f.leases.record(0).unwrap().build_users, [uid]);
