@@ -6,6 +6,9 @@
 //! ELF files and the store the same way. Reads bytes it is given and paths as text, touches no
 //! file; [`requisites`] is the one place either crate asks `nix-store` for a closure.
 
+pub mod fatbin;
+pub mod map;
+
 use object::elf;
 use object::read::elf::{Dyn, FileHeader, ProgramHeader};
 use object::Endianness;

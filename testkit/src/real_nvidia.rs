@@ -1,6 +1,7 @@
 //! The real NVIDIA userspace that `scripts/nvidia-userspace` unpacks into a cache directory:
-//! Debian's driver libraries of two branches, NVIDIA's cudart of three majors and ptxas of two.
-//! They load and answer without a GPU, so tests hold the runner and the fakes to them.
+//! Debian's driver libraries of two branches, NVIDIA's cudart of three majors, ptxas of two,
+//! the CUDA 13.5 fat-binary tools and cuRAND. They load and answer without a GPU, so tests hold
+//! the runner and the fakes to them.
 
 use std::path::{Path, PathBuf};
 
@@ -146,5 +147,42 @@ impl RealNvidia {
             13 => "ptxas-13.0/ptxas",
             other => panic!("no ptxas {other} in the cache"),
         })
+    }
+
+    /// The directory of NVIDIA's CUDA 13.5 command-line tools: `ptxas`, `fatbinary`, `nvlink`
+    /// and `cuobjdump`.
+    pub fn tools_dir(&self) -> PathBuf {
+        self.dir.join("tools-13.5")
+    }
+
+    /// `cuobjdump` 13.5, the reference lister of the fat binaries in a file.
+    pub fn cuobjdump(&self) -> PathBuf {
+        self.tools_dir().join("cuobjdump")
+    }
+
+    /// `fatbinary` 13.5, which packs cubins and PTX into fat binaries.
+    pub fn fatbinary(&self) -> PathBuf {
+        self.tools_dir().join("fatbinary")
+    }
+
+    /// `ptxas` 13.5 (beside `fatbinary`; [`RealNvidia::ptxas`] has the 12.9 and 13.0 ones).
+    pub fn ptxas_13_5(&self) -> PathBuf {
+        self.tools_dir().join("ptxas")
+    }
+
+    /// NVIDIA's cuRAND 10.4 (`libcurand.so.10`, 104 MB): a real library whose `.nv_fatbin`
+    /// holds many fat-binary containers.
+    pub fn curand(&self) -> PathBuf {
+        self.dir.join("curand-10.4/libcurand.so.10")
+    }
+
+    /// A runtime's `libcudadevrt.a`, whose archive member carries a relocatable fat binary
+    /// (`__nv_relfatbin`). Only 12.9 and 13.0 have one in the cache; 11.8 panics.
+    pub fn cudadevrt(&self, cudart: Cudart) -> PathBuf {
+        assert!(
+            cudart != Cudart::V11_8,
+            "no libcudadevrt.a for cudart 11.8 in the cache"
+        );
+        self.cudart_dir(cudart).join("libcudadevrt.a")
     }
 }

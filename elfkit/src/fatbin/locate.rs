@@ -1,0 +1,302 @@
+//! Where a file's containers are: the sections NVIDIA's toolchain writes them to, the wrappers
+//! that point at them, archive members, a bare `.fatbin` file, and, by their magic, anywhere
+//! else a program keeps one as bytes.
+//!
+//! Each byte of the file is looked at a bounded number of times: sections that hold containers
+//! are walked once, the magic scan covers the other data sections once and resumes past every
+//! candidate it tried, so a file of any size is read in linear time.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use memchr::memmem;
+use object::read::archive::ArchiveFile;
+use object::{Object, ObjectKind, ObjectSection, SectionKind};
+
+use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
+use super::{Container, FatbinError, GpuCode, Origin};
+
+/// The section of linked programs and libraries that holds their containers back to back.
+pub const FATBIN_SECTION: &str = ".nv_fatbin";
+/// The section of relocatable objects (`nvcc -rdc`) that holds them.
+pub const RELFATBIN_SECTION: &str = "__nv_relfatbin";
+/// The section of 24-byte wrappers `{u32 0x466243B1, u32 version, u64 address, u64 list}`.
+pub const WRAPPER_SECTION: &str = ".nvFatBinSegment";
+/// A wrapper's magic.
+pub const WRAPPER_MAGIC: u32 = 0x4662_43B1;
+
+/// The containers of a file's bytes: an ELF file, a `.a` archive of them, or a bare fat binary.
+/// Anything else has none.
+pub fn read_gpu_code(data: &[u8]) -> Result<GpuCode, FatbinError> {
+    let mut code = GpuCode::default();
+    if data.starts_with(b"!<arch>\n") || data.starts_with(b"!<thin>\n") {
+        let archive =
+            ArchiveFile::parse(data).map_err(|e| FatbinError::Container(e.to_string()))?;
+        for member in archive.members() {
+            let member = member.map_err(|e| FatbinError::Container(e.to_string()))?;
+            let (start, size) = member.file_range();
+            let Some(bytes) = usize::try_from(start)
+                .ok()
+                .zip(usize::try_from(size).ok())
+                .and_then(|(s, n)| data.get(s..s.checked_add(n)?))
+            else {
+                continue; // a thin archive's member lives in another file
+            };
+            if !bytes.starts_with(b"\x7fELF") {
+                continue;
+            }
+            let name = String::from_utf8_lossy(member.name()).into_owned();
+            let mut found = Vec::new();
+            // ELF headers are read in place and must be aligned; `ar` aligns members to 2.
+            let mut copy = Vec::new();
+            elf_containers(aligned(bytes, &mut copy), start, &mut found)?;
+            for mut c in found {
+                c.member = Some(name.clone());
+                code.containers.push(c);
+            }
+        }
+    } else if data.starts_with(b"\x7fELF") {
+        elf_containers(data, 0, &mut code.containers)?;
+    } else if super::parse::has_magic(data, 0) {
+        for (at, entries, end) in containers_in(data, 0)? {
+            code.containers.push(Container {
+                offset: at as u64,
+                size: (end - at) as u64,
+                origin: Origin::File,
+                member: None,
+                entries,
+            });
+        }
+    }
+    Ok(code)
+}
+
+/// `bytes`, or, when they do not start 8-aligned, a copy of them in `buffer` that does.
+fn aligned<'a>(bytes: &'a [u8], buffer: &'a mut Vec<u8>) -> &'a [u8] {
+    if bytes.as_ptr().align_offset(8) == 0 {
+        return bytes;
+    }
+    buffer.resize(bytes.len() + 8, 0);
+    let skip = buffer.as_ptr().align_offset(8);
+    buffer[skip..skip + bytes.len()].copy_from_slice(bytes);
+    &buffer[skip..skip + bytes.len()]
+}
+
+/// The containers of one ELF file (`base`: its offset in the file read, for archive members).
+fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<(), FatbinError> {
+    let file = object::File::parse(data).map_err(|e| FatbinError::Container(e.to_string()))?;
+    if !file.is_little_endian() {
+        return Ok(()); // fat binaries are little-endian; NVIDIA ships no others
+    }
+    let sections: Vec<_> = file.sections().collect();
+    if sections.is_empty() {
+        // No section headers (stripped by sstrip, say): the magic scan over the whole file.
+        scan(data, 0, data.len(), base, "(no sections)", out);
+        return Ok(());
+    }
+    let range = |s: &object::Section| -> Option<(usize, usize)> {
+        let (start, size) = s.file_range()?;
+        let start = usize::try_from(start).ok()?;
+        let end = start.checked_add(usize::try_from(size).ok()?)?;
+        (end <= data.len()).then_some((start, end))
+    };
+    // Offsets where a container starts or whose bytes a walk covered.
+    let mut walked: Vec<(usize, usize)> = Vec::new();
+    let mut starts: BTreeSet<usize> = BTreeSet::new();
+    for s in &sections {
+        let name = s.name().unwrap_or_default();
+        if name != FATBIN_SECTION && name != RELFATBIN_SECTION {
+            continue;
+        }
+        let Some((start, end)) = range(s) else {
+            continue;
+        };
+        for (at, entries, stop) in containers_in(&data[start..end], base + start as u64)? {
+            starts.insert(start + at);
+            out.push(Container {
+                offset: base + (start + at) as u64,
+                size: (stop - at) as u64,
+                origin: Origin::Section(name.to_owned()),
+                member: None,
+                entries,
+            });
+        }
+        walked.push((start, end));
+    }
+    // Wrappers hold the address of their container; in a relocatable object it is filled in by
+    // a relocation, so only linked files are followed.
+    if file.kind() != ObjectKind::Relocatable {
+        if let Some(wrappers) = file.section_by_name(WRAPPER_SECTION) {
+            if let Some((start, end)) = range(&wrappers) {
+                for w in data[start..end].chunks_exact(24) {
+                    if u32::from_le_bytes(w[0..4].try_into().unwrap_or_default()) != WRAPPER_MAGIC {
+                        continue;
+                    }
+                    let address = u64::from_le_bytes(w[8..16].try_into().unwrap_or_default());
+                    let Some((at, section)) = file_offset_of(&sections, address, data.len()) else {
+                        continue;
+                    };
+                    if starts.contains(&at) || walked.iter().any(|&(s, e)| s <= at && at < e) {
+                        continue;
+                    }
+                    let (entries, stop) = container_at(data, at, base)?;
+                    starts.insert(at);
+                    walked.push((at, stop));
+                    out.push(Container {
+                        offset: base + at as u64,
+                        size: (stop - at) as u64,
+                        origin: Origin::Wrapper(section),
+                        member: None,
+                        entries,
+                    });
+                }
+            }
+        }
+    }
+    // The magic elsewhere: data sections only (never code, never the ones walked).
+    for s in &sections {
+        let name = s.name().unwrap_or_default();
+        if name == FATBIN_SECTION || name == RELFATBIN_SECTION || name == WRAPPER_SECTION {
+            continue;
+        }
+        if !matches!(
+            s.kind(),
+            SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
+        ) {
+            continue;
+        }
+        let Some((start, end)) = range(s) else {
+            continue;
+        };
+        let before = out.len();
+        scan(data, start, end, base, name, out);
+        // A wrapper-found container inside a scanned section is not found twice.
+        let mut i = before;
+        while i < out.len() {
+            let at = (out[i].offset - base) as usize;
+            if starts.contains(&at) {
+                out.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+    out.sort_by_key(|c| c.offset);
+    Ok(())
+}
+
+/// The file offset of a virtual address, and the name of the section holding it.
+fn file_offset_of(
+    sections: &[object::Section],
+    address: u64,
+    len: usize,
+) -> Option<(usize, String)> {
+    sections.iter().find_map(|s| {
+        let (start, size) = s.file_range()?;
+        let into = address.checked_sub(s.address())?;
+        (s.address() != 0 && into < size)
+            .then(|| usize::try_from(start + into).ok())
+            .flatten()
+            .filter(|&at| at < len)
+            .map(|at| (at, s.name().unwrap_or_default().to_owned()))
+    })
+}
+
+/// Finds containers by their magic in `data[start..end]`. A candidate that does not parse is
+/// a coincidence of bytes and is skipped; the search resumes past every candidate tried, so
+/// bytes a valid container covers are not searched again.
+fn scan(data: &[u8], start: usize, end: usize, base: u64, section: &str, out: &mut Vec<Container>) {
+    let magic = CONTAINER_MAGIC.to_le_bytes();
+    let finder = memmem::Finder::new(&magic);
+    let region = &data[..end];
+    let mut p = start;
+    while let Some(hit) = finder.find(&region[p..]) {
+        let at = p + hit;
+        match container_at(region, at, base) {
+            Ok((entries, stop)) if !entries.is_empty() => {
+                out.push(Container {
+                    offset: base + at as u64,
+                    size: (stop - at) as u64,
+                    origin: Origin::Scan(section.to_owned()),
+                    member: None,
+                    entries,
+                });
+                p = stop;
+            }
+            _ => p = at + 1,
+        }
+    }
+}
+
+/// Reads the containers of the file at `path`, mapped rather than read: only the pages holding
+/// headers are touched. Files that are not regular are refused; an empty file has none.
+pub fn read_file(path: &Path) -> Result<GpuCode, FatbinError> {
+    let io = |e: std::io::Error| FatbinError::Io(format!("{}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(FatbinError::Io(format!(
+            "{}: not a regular file",
+            path.display()
+        )));
+    }
+    if meta.len() == 0 {
+        return Ok(GpuCode::default());
+    }
+    let map = crate::map::Mapped::of(&file).map_err(io)?;
+    read_gpu_code(map.bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fatbin::parse::tests::{container, entry};
+
+    #[test]
+    fn a_bare_fatbin_file_lists_its_containers() {
+        let mut file = container(&[entry(2, 90, 1, 8, 0x11, 8)]);
+        file.extend(container(&[entry(1, 80, 8, 0, 0x11, 8)]));
+        let code = read_gpu_code(&file).unwrap();
+        assert_eq!(code.containers.len(), 2);
+        assert_eq!(code.containers[1].origin, Origin::File);
+        assert_eq!(code.containers[1].offset, 88);
+    }
+
+    #[test]
+    fn other_files_have_no_gpu_code() {
+        assert_eq!(read_gpu_code(b"#!/bin/sh\n").unwrap(), GpuCode::default());
+        assert_eq!(read_gpu_code(b"").unwrap(), GpuCode::default());
+    }
+
+    #[test]
+    fn the_scan_finds_a_container_among_other_bytes_and_skips_coincidences() {
+        let mut data = vec![0x11u8; 37];
+        data.extend_from_slice(&CONTAINER_MAGIC.to_le_bytes()); // a coincidence: no header
+        data.extend_from_slice(&[0x22; 5]);
+        let at = data.len();
+        data.extend(container(&[entry(2, 86, 1, 8, 0x11, 3)]));
+        data.extend_from_slice(&[0x33; 9]);
+        let mut out = Vec::new();
+        scan(&data, 0, data.len(), 0, ".rodata", &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].offset, at as u64);
+        assert_eq!(out[0].origin, Origin::Scan(".rodata".into()));
+    }
+
+    #[test]
+    fn a_magic_on_every_byte_is_scanned_in_linear_time() {
+        // Candidates that claim the whole rest of the region and fail at its end.
+        let mut data = Vec::new();
+        for _ in 0..20_000 {
+            data.extend_from_slice(&CONTAINER_MAGIC.to_le_bytes());
+            data.extend_from_slice(&1u16.to_le_bytes());
+            data.extend_from_slice(&16u16.to_le_bytes());
+        }
+        let started = std::time::Instant::now();
+        let mut out = Vec::new();
+        scan(&data, 0, data.len(), 0, ".data", &mut out);
+        assert!(out.is_empty());
+        // 160 kB: a quadratic scan takes minutes here, a linear one well under a second.
+        assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    }
+}

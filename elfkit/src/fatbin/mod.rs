@@ -1,0 +1,410 @@
+//! A package's GPU code: the fat binaries (NVIDIA's `fatbin` containers) inside its files, what
+//! each one carries, and whether a GPU with a given driver can load it.
+//!
+//! - [`parse`] reads one container's header and its entry headers (never a payload: listing
+//!   needs no decompression).
+//! - [`locate`] finds the containers of a file: `.nv_fatbin`, the `.nvFatBinSegment` wrappers,
+//!   relocatable `__nv_relfatbin` sections in objects and `.a` members, a bare `.fatbin` file,
+//!   and containers elsewhere (byte arrays in `.rodata`, `.data`) by their magic.
+//! - [`rules`] is CUDA's loading rules as a pure function: one module, one GPU, one driver.
+//! - [`verdict`] turns the modules of a file into one verdict, by a stated policy.
+//!
+//! The layout was read from NVIDIA's files and checked against NVIDIA's `cuobjdump` 13.5, which
+//! the differential test (`runner/tests/fatbin_differential.rs`) keeps as the oracle;
+//! `docs/fatbin.md` has the field facts and their sources. Every input is untrusted: a truncated
+//! or hostile file gives a [`FatbinError`], in time linear in its size and memory bounded by
+//! the number of entry headers it really holds.
+
+pub mod locate;
+pub mod parse;
+pub mod rules;
+pub mod verdict;
+
+use serde::Serialize;
+use std::fmt;
+
+pub use locate::{read_file, read_gpu_code};
+
+/// What an entry of a container holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntryKind {
+    /// PTX text for a virtual architecture (`compute_XY`): the driver JIT-compiles it.
+    Ptx,
+    /// A cubin (an ELF file of SASS) for a real architecture (`sm_XY`).
+    Sass,
+    /// NVVM IR (LTO-IR), linked at run time by nvJitLink; the driver cannot load it as it is.
+    NvvmIr,
+    /// A kind this reader does not know (its number from the entry header).
+    Other(u16),
+}
+
+impl EntryKind {
+    /// The kind from an entry header's `kind` field (1 PTX, 2 ELF, 8 NVVM IR).
+    pub fn from_code(code: u16) -> EntryKind {
+        match code {
+            1 => EntryKind::Ptx,
+            2 => EntryKind::Sass,
+            8 => EntryKind::NvvmIr,
+            other => EntryKind::Other(other),
+        }
+    }
+
+    /// `sass`, `ptx`, `nvvm-ir` or `kind-N`.
+    pub fn name(self) -> String {
+        match self {
+            EntryKind::Ptx => "ptx".into(),
+            EntryKind::Sass => "sass".into(),
+            EntryKind::NvvmIr => "nvvm-ir".into(),
+            EntryKind::Other(code) => format!("kind-{code}"),
+        }
+    }
+}
+
+/// The arch-specific and family-specific variants of an architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// `sm_90`: forward compatible within its major version (SASS) or upwards (PTX).
+    Plain,
+    /// `sm_90a`: only on exactly that compute capability.
+    ArchSpecific,
+    /// `sm_100f`: within its family (same major, minor at least its own).
+    Family,
+}
+
+impl Variant {
+    /// The suffix NVIDIA's tools write: ``, `a`, `f`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Variant::Plain => "",
+            Variant::ArchSpecific => "a",
+            Variant::Family => "f",
+        }
+    }
+}
+
+/// A compute capability, as `major.minor` (9.0) or the `sm_90` number (90).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Capability {
+    /// 9 for 9.0.
+    pub major: u32,
+    /// 0 for 9.0.
+    pub minor: u32,
+}
+
+impl Capability {
+    /// The capability of an `sm_XY` number: 90 → 9.0, 121 → 12.1.
+    pub fn from_sm(number: u32) -> Capability {
+        Capability {
+            major: number / 10,
+            minor: number % 10,
+        }
+    }
+
+    /// The `sm_XY` number: 9.0 → 90.
+    pub fn sm(self) -> u32 {
+        self.major * 10 + self.minor
+    }
+
+    /// Parses `9.0`, `90`, `sm_90` or `compute_90` (no variant suffix).
+    pub fn parse(text: &str) -> Result<Capability, String> {
+        let bad = || format!("bad compute capability {text:?}: write 9.0, 90 or sm_90");
+        let t = text.trim();
+        if let Some((major, minor)) = t.split_once('.') {
+            let major = major.parse().map_err(|_| bad())?;
+            let minor: u32 = minor.parse().map_err(|_| bad())?;
+            if minor > 9 {
+                return Err(bad());
+            }
+            return Ok(Capability { major, minor });
+        }
+        let digits = t
+            .strip_prefix("sm_")
+            .or_else(|| t.strip_prefix("compute_"))
+            .unwrap_or(t);
+        let number: u32 = digits.parse().map_err(|_| bad())?;
+        if !(10..1000).contains(&number) {
+            return Err(bad());
+        }
+        Ok(Capability::from_sm(number))
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl Serialize for Capability {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// The architecture an entry was built for: `sm_90a` is 9.0, arch-specific.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arch {
+    /// The compute capability.
+    pub capability: Capability,
+    /// Plain, 'a' or 'f'.
+    pub variant: Variant,
+}
+
+impl Arch {
+    /// `sm_90a`, as NVIDIA's tools name a real architecture.
+    pub fn sm_name(self) -> String {
+        format!("sm_{}{}", self.capability.sm(), self.variant.suffix())
+    }
+
+    /// `compute_90a`, as NVIDIA's tools name a virtual architecture (PTX).
+    pub fn compute_name(self) -> String {
+        format!("compute_{}{}", self.capability.sm(), self.variant.suffix())
+    }
+
+    /// Parses `sm_90a`, `compute_100f`, `90`, `9.0`.
+    pub fn parse(text: &str) -> Result<Arch, String> {
+        let t = text.trim();
+        let (body, variant) = match t.as_bytes().last() {
+            Some(b'a') => (&t[..t.len() - 1], Variant::ArchSpecific),
+            Some(b'f') => (&t[..t.len() - 1], Variant::Family),
+            _ => (t, Variant::Plain),
+        };
+        Ok(Arch {
+            capability: Capability::parse(body)
+                .map_err(|_| format!("bad architecture {text:?}: write sm_90, sm_90a or 9.0"))?,
+            variant,
+        })
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.sm_name())
+    }
+}
+
+impl Serialize for Arch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.sm_name())
+    }
+}
+
+/// A `major.minor` version from an entry header: the PTX ISA version of a PTX entry (9.5), the
+/// format version of a cubin entry (1.8 from CUDA 13's `fatbinary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// The major number.
+    pub major: u16,
+    /// The minor number.
+    pub minor: u16,
+}
+
+impl Version {
+    /// `major.minor`.
+    pub const fn new(major: u16, minor: u16) -> Version {
+        Version { major, minor }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl Serialize for Version {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// How an entry's payload is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compression {
+    /// Stored as it is.
+    None,
+    /// LZ4 block (flag 0x2000; `fatbinary --compress-mode=speed`).
+    Lz4,
+    /// Zstandard (flag 0x8000; `fatbinary` 13.x's default).
+    Zstd,
+    /// Both flags set: not a layout NVIDIA's tools were seen to write.
+    Unknown,
+}
+
+/// Entry header flags (measured with `fatbinary` 13.5; `docs/fatbin.md`).
+pub mod flags {
+    /// 64-bit code.
+    pub const BITS_64: u64 = 0x1;
+    /// Debug information.
+    pub const DEBUG: u64 = 0x2;
+    /// Built for Linux.
+    pub const LINUX: u64 = 0x10;
+    /// LZ4-compressed payload.
+    pub const LZ4: u64 = 0x2000;
+    /// Zstandard-compressed payload.
+    pub const ZSTD: u64 = 0x8000;
+    /// An arch-specific ('a') architecture.
+    pub const ARCH_SPECIFIC: u64 = 0x10_0000;
+    /// A family-specific ('f') architecture.
+    pub const FAMILY: u64 = 0x20_0000;
+}
+
+impl Compression {
+    /// The compression an entry's flags name.
+    pub fn from_flags(value: u64) -> Compression {
+        match (value & flags::LZ4 != 0, value & flags::ZSTD != 0) {
+            (false, false) => Compression::None,
+            (true, false) => Compression::Lz4,
+            (false, true) => Compression::Zstd,
+            (true, true) => Compression::Unknown,
+        }
+    }
+}
+
+/// One image in a container: what the driver may pick to load the module. Serialized as
+/// `{kind, arch, ptx_isa | cubin_version, compression, concatenated, offset, stored_size}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// SASS, PTX, NVVM IR.
+    pub kind: EntryKind,
+    /// The architecture it was built for, with its variant.
+    pub arch: Arch,
+    /// PTX: the ISA version; SASS: the entry's format version.
+    pub version: Version,
+    /// How its payload is stored.
+    pub compression: Compression,
+    /// The header's flags, as they are.
+    pub flags: u64,
+    /// Offset of its header in the file (for a part of a concatenated entry: the outer one's).
+    pub offset: u64,
+    /// Payload bytes as stored (for a part of a concatenated entry: its size once unpacked).
+    pub stored_size: u64,
+    /// Whether it is one part of a CUDA 13 concatenated entry (kind 0x100).
+    pub concatenated: bool,
+}
+
+impl Serialize for Entry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = s.serialize_struct("Entry", 7)?;
+        out.serialize_field("kind", &self.kind.name())?;
+        out.serialize_field("arch", &self.arch)?;
+        match self.kind {
+            EntryKind::Ptx | EntryKind::NvvmIr => out.serialize_field("ptx_isa", &self.version)?,
+            _ => out.serialize_field("cubin_version", &self.version)?,
+        }
+        out.serialize_field("compression", &self.compression)?;
+        out.serialize_field("concatenated", &self.concatenated)?;
+        out.serialize_field("offset", &self.offset)?;
+        out.serialize_field("stored_size", &self.stored_size)?;
+        out.end()
+    }
+}
+
+impl Entry {
+    /// `sm_90a` for SASS, `compute_90a` for PTX and NVVM IR.
+    pub fn arch_name(&self) -> String {
+        match self.kind {
+            EntryKind::Sass | EntryKind::Other(_) => self.arch.sm_name(),
+            EntryKind::Ptx | EntryKind::NvvmIr => self.arch.compute_name(),
+        }
+    }
+}
+
+/// Where in the file a container was found.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "by", content = "section")]
+pub enum Origin {
+    /// Walking a section that holds containers back to back (`.nv_fatbin`, `__nv_relfatbin`).
+    Section(String),
+    /// A `.nvFatBinSegment` wrapper's address, outside the sections walked.
+    Wrapper(String),
+    /// The container magic elsewhere (a byte array in `.rodata` or `.data`): code the program
+    /// loads itself (`cuModuleLoadData`), which NVIDIA's `cuobjdump` does not list.
+    Scan(String),
+    /// The file is itself a fat binary (`.fatbin`).
+    File,
+}
+
+/// One fat binary: the unit the driver loads as a module, choosing one of its entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Container {
+    /// Offset of its header in the file.
+    pub offset: u64,
+    /// Its size, header included.
+    pub size: u64,
+    /// Where it was found.
+    pub origin: Origin,
+    /// The `.a` member holding it, for archives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Its entries, in file order.
+    pub entries: Vec<Entry>,
+}
+
+/// Why a file's GPU code could not be read: one line, naming the offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FatbinError {
+    /// A header runs past the end of its container, section or file.
+    Truncated {
+        /// What was being read.
+        what: &'static str,
+        /// Its offset in the file.
+        at: u64,
+    },
+    /// A field holds a value no container can have.
+    Malformed {
+        /// What is wrong.
+        what: String,
+        /// The offset of the header holding it.
+        at: u64,
+    },
+    /// The file's ELF or archive structure could not be read.
+    Container(String),
+    /// The file could not be opened or mapped.
+    Io(String),
+}
+
+impl fmt::Display for FatbinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FatbinError::Truncated { what, at } => {
+                write!(
+                    f,
+                    "fat binary truncated: {what} at byte {at} runs past its end"
+                )
+            }
+            FatbinError::Malformed { what, at } => {
+                write!(f, "malformed fat binary at byte {at}: {what}")
+            }
+            FatbinError::Container(why) => write!(f, "cannot read the file's structure: {why}"),
+            FatbinError::Io(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for FatbinError {}
+
+/// Every container of one file, in file order (archive members in member order).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GpuCode {
+    /// The containers: one module each.
+    pub containers: Vec<Container>,
+}
+
+impl GpuCode {
+    /// Every entry of every container, in order.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.containers.iter().flat_map(|c| c.entries.iter())
+    }
+
+    /// The containers NVIDIA's `cuobjdump` lists: all but those found by the magic scan.
+    pub fn listed_by_cuobjdump(&self) -> impl Iterator<Item = &Container> {
+        self.containers
+            .iter()
+            .filter(|c| !matches!(c.origin, Origin::Scan(_)))
+    }
+}
