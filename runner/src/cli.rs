@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser};
 
 use crate::cuda::version::CudaVersion;
+use cuda_sandbox_elfkit::fatbin::{Arch, Capability};
 
 /// Which driver the runner must find loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +127,21 @@ pub struct LintOptions {
     /// --requisites`) of the store paths given.
     #[arg(long)]
     pub closure: bool,
+
+    /// Judge the files' GPU code (fat binaries) for a GPU of this compute capability: sm_90,
+    /// 9.0 or 90. Without it the GPU code is listed, not judged.
+    #[arg(long, value_name = "sm_XY", value_parser = parse_target)]
+    pub target: Option<Capability>,
+
+    /// The CUDA version of the driver that will load the GPU code (12.2 for a 535 driver),
+    /// for --target (default: the hook's manifest's driver, when there is one).
+    #[arg(long, value_name = "X.Y", value_parser = parse_cuda_version, requires = "target")]
+    pub driver_cuda: Option<CudaVersion>,
+}
+
+/// `--target`: a compute capability; a variant suffix names the same GPU (`sm_90a` is 9.0).
+fn parse_target(text: &str) -> Result<Capability, String> {
+    Arch::parse(text).map(|arch| arch.capability)
 }
 
 impl Options {
@@ -195,8 +211,16 @@ impl Cli {
     version,
     about = "Checks a package's ELF files: every libcuda user carries the driver link in \
              DT_RUNPATH, a cuda_compat directory comes before it, no CUDA stubs directory is \
-             there; and no static CUDA archive ships in the package (or its closure).",
-    after_help = "Exit status: 0 clean, 101 findings, 2 bad usage."
+             there; and no static CUDA archive ships in the package (or its closure). Lists \
+             the GPU code (fat binaries) each file carries and, with --target, judges whether \
+             it runs on that GPU with that driver.",
+    after_help = "GPU code: with --target sm_XY (and --driver-cuda X.Y, or the hook's manifest), \
+                  a file that cannot run there is a finding: no kernel image for the GPU \
+                  (CUDA error 209) or PTX newer than the driver (222). Modules holding only \
+                  arch- or family-specific images for other GPUs are reported, not failed, \
+                  while another module of the file loads. --json lists every entry.\n\
+                  Exit status: 0 clean, 101 findings (a file that cannot run on the target \
+                  among them), 2 bad usage."
 )]
 pub struct LintCli {
     /// Files or directories to check (directories are walked; symlinks are not followed).

@@ -13,6 +13,7 @@ pub mod checks;
 pub mod cli;
 pub mod cuda;
 pub mod expectations;
+pub mod gpu_code;
 pub mod harness;
 pub mod lint;
 pub mod report;

@@ -9,18 +9,26 @@
 //! - no CUDA `stubs` directory is there (the toolkit's stub libcuda makes every driver call
 //!   fail with CUDA_ERROR_STUB_LIBRARY, 34).
 //!
+//! With a target GPU and driver ([`LintConfig::target`]) it also judges every file's GPU code
+//! (its fat binaries, [`crate::gpu_code`]): a file that cannot run there is a finding naming the
+//! module, what it carries, what the GPU needs and the fix. Without a target the GPU code is
+//! listed, not judged.
+//!
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
 //! paths given. Files are walked with `walkdir` (symlinks not followed); ELF reading, store paths and
 //! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
+use cuda_sandbox_elfkit::fatbin::{read_gpu_code, rules::Load};
+use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
+use crate::gpu_code::{examine, failure, FileGpuCode, Target};
 use crate::runtimes::{mixed_versions, runtime_in, FoundRuntime};
 
 /// What the lint expects.
@@ -34,6 +42,8 @@ pub struct LintConfig {
     pub closure: bool,
     /// The Nix store directory (store paths and their closures).
     pub store_dir: PathBuf,
+    /// The GPU and driver to judge the files' GPU code for; `None` lists it without judging.
+    pub target: Option<Target>,
 }
 
 impl LintConfig {
@@ -44,6 +54,7 @@ impl LintConfig {
             compat_dir: None,
             closure: false,
             store_dir: PathBuf::from("/nix/store"),
+            target: None,
         }
     }
 }
@@ -64,6 +75,13 @@ pub enum FindingKind {
     StaticCudaArchive,
     /// CUDA runtimes of different versions in one package.
     MixedCudaRuntimes,
+    /// GPU code with no kernel image for the target GPU (CUDA_ERROR_NO_BINARY_FOR_GPU, 209).
+    NoKernelImage,
+    /// GPU code whose only way onto the target GPU is PTX newer than the driver
+    /// (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222).
+    PtxTooNew,
+    /// GPU code the loading rules cannot judge for the target (an ISA or GPU beyond them).
+    GpuCodeUnknown,
     /// A file that could not be read or parsed.
     Unreadable,
 }
@@ -98,6 +116,8 @@ pub struct LintReport {
     pub closure_of: Vec<PathBuf>,
     /// Every CUDA runtime found: shared libraries, archives, static copies in other ELF files.
     pub cuda_runtimes: Vec<FoundRuntime>,
+    /// The GPU code of every file that has fat binaries, judged when a target was given.
+    pub gpu_code: Vec<FileGpuCode>,
     /// Every problem found, in path order.
     pub findings: Vec<Finding>,
 }
@@ -106,11 +126,13 @@ impl LintReport {
     /// One line summarising the run.
     pub fn summary(&self) -> String {
         format!(
-            "{} file(s), {} ELF, {} using libcuda, {} CUDA runtime(s); {} finding(s)",
+            "{} file(s), {} ELF, {} using libcuda, {} CUDA runtime(s), {} with GPU code; {} \
+             finding(s)",
             self.files,
             self.elf_files,
             self.libcuda_users.len(),
             self.cuda_runtimes.len(),
+            self.gpu_code.len(),
             self.findings.len()
         )
     }
@@ -247,19 +269,30 @@ fn archive_finding(file: &Path, closure_of: Option<&Path>) -> Finding {
     }
 }
 
-/// Reads the start of a file; ELF files are then read whole.
-fn read_if_elf(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-    let mut file = std::fs::File::open(path)?;
-    let mut magic = [0u8; 4];
-    match file.read_exact(&mut magic) {
-        Ok(()) if &magic == b"\x7fELF" => {}
-        Ok(()) => return Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+/// What a file is, from its first bytes.
+enum Contents {
+    /// An ELF file.
+    Elf,
+    /// A bare fat binary (`.fatbin`), loaded with `cuModuleLoad` at run time.
+    Fatbin,
+    /// Anything else.
+    Other,
+}
+
+/// Maps a file (mapped, not read: GPU code is listed from its header pages alone) and says
+/// what it is; an empty file is none of them.
+fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() < 4 {
+        return Ok(None);
     }
-    let mut data = magic.to_vec();
-    file.read_to_end(&mut data)?;
-    Ok(Some(data))
+    let map = Mapped::of(&file)?;
+    let kind = match map.bytes() {
+        [0x7f, b'E', b'L', b'F', ..] => Contents::Elf,
+        [0x50, 0xed, 0x55, 0xba, ..] => Contents::Fatbin,
+        _ => Contents::Other,
+    };
+    Ok(Some((map, kind)))
 }
 
 /// Lints `paths` (files or directories, walked without following symlinks).
@@ -364,8 +397,8 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         kind: FindingKind::Unreadable,
         message,
     };
-    let data = match read_if_elf(path) {
-        Ok(Some(data)) => data,
+    let (map, contents) = match map_file(path) {
+        Ok(Some(found)) => found,
         Ok(None) => return,
         Err(e) => {
             report
@@ -374,9 +407,18 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
             return;
         }
     };
+    let data = map.bytes();
+    match contents {
+        Contents::Other => return,
+        Contents::Fatbin => {
+            gpu_code_of(path, data, config, report);
+            return;
+        }
+        Contents::Elf => {}
+    }
     report.elf_files += 1;
-    report.cuda_runtimes.extend(runtime_in(path, Some(&data)));
-    match dynamic_info(&data) {
+    report.cuda_runtimes.extend(runtime_in(path, Some(data)));
+    match dynamic_info(data) {
         Ok(Some(info)) => {
             let findings = check_elf(path, &info, config);
             let link = normalize(&config.driver_link);
@@ -393,6 +435,70 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         Ok(None) => {}
         Err(e) => report.findings.push(unreadable(e)),
     }
+    gpu_code_of(path, data, config, report);
+}
+
+/// The GPU code of one file, judged for the target when there is one: a file that cannot run
+/// there, or that the rules cannot judge, is a finding.
+fn gpu_code_of(path: &Path, data: &[u8], config: &LintConfig, report: &mut LintReport) {
+    let code = match read_gpu_code(data) {
+        Ok(code) => code,
+        Err(e) => {
+            report.findings.push(Finding {
+                file: path.to_path_buf(),
+                kind: FindingKind::Unreadable,
+                message: format!("its GPU code cannot be read: {e}"),
+            });
+            return;
+        }
+    };
+    let target = config.target.as_ref();
+    let Some(found) = examine(path, code, target) else {
+        return;
+    };
+    if let (Some(j), Some(t)) = (&found.judgement, target) {
+        let (kind, module) = match j.verdict {
+            FileVerdict::Fails => {
+                let first = j
+                    .failing()
+                    .next()
+                    .expect("a failing file has a failing module");
+                let kind = match first.load {
+                    Load::UnsupportedPtx { .. } => FindingKind::PtxTooNew,
+                    _ => FindingKind::NoKernelImage,
+                };
+                (Some(kind), Some(first))
+            }
+            FileVerdict::Unknown => (
+                Some(FindingKind::GpuCodeUnknown),
+                j.modules
+                    .iter()
+                    .find(|m| matches!(m.load, Load::Unknown { .. })),
+            ),
+            _ => (None, None),
+        };
+        if let (Some(kind), Some(module)) = (kind, module) {
+            let others = match j.verdict {
+                FileVerdict::Fails => j.failing().count() - 1,
+                _ => 0,
+            };
+            let more = if others > 0 {
+                format!(" ({others} more module(s) fail alike)")
+            } else {
+                String::new()
+            };
+            report.findings.push(Finding {
+                file: path.to_path_buf(),
+                kind,
+                message: format!(
+                    "cannot run on {}: {}{more}",
+                    t.describe(),
+                    failure(&found.modules, module, t)
+                ),
+            });
+        }
+    }
+    report.gpu_code.push(found);
 }
 
 #[cfg(test)]

@@ -51,7 +51,13 @@ fn lint_main(cli: LintCli) -> ExitCode {
         eprintln!("cuda-sandbox-check lint: {why}");
         return ExitCode::from(2);
     }
-    let config = checks::lint::config(&cli.lint, &manifest);
+    let config = match checks::lint::config(&cli.lint, &manifest) {
+        Ok(config) => config,
+        Err(why) => {
+            eprintln!("cuda-sandbox-check lint: {why}");
+            return ExitCode::from(2);
+        }
+    };
     let report = lint::lint(&cli.paths, &config);
     if cli.json {
         println!(
@@ -66,6 +72,9 @@ fn lint_main(cli: LintCli) -> ExitCode {
                 runtime.form,
                 runtime.version.as_deref().unwrap_or("version unknown")
             );
+        }
+        for code in &report.gpu_code {
+            println!("gpu code: {}: {}", code.file.display(), code.summary);
         }
         for finding in &report.findings {
             println!("{finding}");

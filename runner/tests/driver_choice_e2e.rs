@@ -629,7 +629,7 @@ fn lint_finds_static_cuda_archives_in_a_store_packages_closure() {
     let (code, text) = lint(false);
     assert_eq!(code, Some(0), "{text}");
     assert!(
-        text.contains("1 using libcuda, 0 CUDA runtime(s); 0 finding(s)"),
+        text.contains("1 using libcuda, 0 CUDA runtime(s), 0 with GPU code; 0 finding(s)"),
         "{text}"
     );
     let (code, text) = lint(true);

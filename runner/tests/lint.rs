@@ -129,7 +129,7 @@ fn lint_passes_compat_before_the_driver_link() {
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
         run.stdout
-            .contains("2 ELF, 1 using libcuda, 0 CUDA runtime(s); 0 finding(s)"),
+            .contains("2 ELF, 1 using libcuda, 0 CUDA runtime(s), 0 with GPU code; 0 finding(s)"),
         "{}",
         run.stdout
     );

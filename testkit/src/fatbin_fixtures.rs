@@ -450,6 +450,67 @@ pub fn build(real: &RealNvidia, dir: &Path) -> Vec<Fixture> {
     fixtures
 }
 
+/// A shared library `DIR/NAME.so` as nvcc builds one, for the tests of what a package's GPU
+/// code does on a GPU: one module in `.nv_fatbin` holding SASS for each of `sass` (`"sm_80"`)
+/// and PTX for each of `ptx` (`("compute_80", "8.8")`: the target and its ISA version), made
+/// by ptxas and fatbinary 13.5 from [`kernel_ptx`], then `cc -shared`. Extra `cc` arguments
+/// (a runtime to link, a DT_RUNPATH) go in `cc_args`.
+pub fn gpu_library(
+    real: &RealNvidia,
+    dir: &Path,
+    name: &str,
+    sass: &[&str],
+    ptx: &[(&str, &str)],
+    cc_args: &[&str],
+) -> PathBuf {
+    let work = dir.join(format!("{name}.build"));
+    std::fs::create_dir_all(&work).unwrap_or_else(|e| panic!("create {}: {e}", work.display()));
+    let mut images = Vec::new();
+    for arch in sass {
+        let src = work.join(format!("{arch}.ptx"));
+        write(&src, kernel_ptx(arch).as_bytes());
+        let cubin = work.join(format!("{arch}.cubin"));
+        run(Command::new(real.ptxas_13_5())
+            .arg(format!("--gpu-name={arch}"))
+            .arg(&src)
+            .arg("-o")
+            .arg(&cubin));
+        images.push(Image {
+            kind: "elf",
+            sm: arch.trim_start_matches("sm_").to_string(),
+            file: cubin,
+        });
+    }
+    for (target, isa) in ptx {
+        let sm = target.trim_start_matches("compute_");
+        let text = kernel_ptx(&format!("sm_{sm}")).replacen(
+            &format!(".version {PTX_VERSION}"),
+            &format!(".version {isa}"),
+            1,
+        );
+        let file = work.join(format!("{target}.ptx"));
+        write(&file, text.as_bytes());
+        run(Command::new(real.ptxas_13_5())
+            .arg(format!("--gpu-name={target}"))
+            .arg(&file)
+            .arg("-o")
+            .arg(work.join(format!("{target}.unused"))));
+        images.push(Image {
+            kind: "ptx",
+            sm: sm.to_string(),
+            file,
+        });
+    }
+    let c = embedded_c(real, &work, name, &images, false);
+    let out = dir.join(format!("{name}.so"));
+    run(Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .args(cc_args));
+    out
+}
+
 /// Writes `DIR/STEM.fatbin` and its `--embedded-fatbin` include file, and a C file including
 /// it with what `fatbinary_section.h` (not in the wheels) would define; returns the C file.
 /// With `device_c` the container goes to `__nv_relfatbin` and the wrapper is the global

@@ -4,8 +4,11 @@
 //! `.nv_fatbin` and some 1,700 more in `.data`), and guard arch-specific kernels at run time.
 //! So, for one GPU and driver:
 //! 1. a module with only NVVM IR (or kinds unknown here) is not judged: nvJitLink links it;
-//! 2. a module that cannot load, and whose images are all arch- or family-specific ('a'/'f')
-//!    for other GPUs, is *reported*, not failed, while some other module of the file loads;
+//! 2. a module that cannot load is *reported*, not failed, while some other module of the file
+//!    loads, when its images are all arch- or family-specific ('a'/'f') for other GPUs, or when
+//!    the program loads it itself: found by the magic scan, a byte array the library hands to
+//!    `cuModuleLoadData` (cuRAND keeps one single-architecture module per GPU in `.data` and
+//!    picks the one for the GPU it runs on);
 //! 3. any other module that cannot load (209, 222) fails the file;
 //! 4. a file none of whose judged modules loads fails;
 //! 5. otherwise a module the rules cannot judge makes the file unknown, never a pass;
@@ -14,7 +17,17 @@
 use serde::Serialize;
 
 use super::rules::{load, ptx_applies, sass_runs, CudaEncoded, Load};
-use super::{Capability, Container, EntryKind, GpuCode, Variant};
+use super::{Capability, Container, EntryKind, GpuCode, Origin, Variant};
+
+/// Why a module that cannot load does not fail its file (rule 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Excuse {
+    /// Its images are all 'a'/'f' for other GPUs.
+    OnlyForOtherGpus,
+    /// The program loads it itself (a byte array found by the magic scan).
+    LoadedByTheProgram,
+}
 
 /// One module's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -24,8 +37,9 @@ pub struct ModuleVerdict {
     /// What the driver does with it.
     #[serde(flatten)]
     pub load: Load,
-    /// It cannot load, but carries only 'a'/'f' images for other GPUs (rule 2).
-    pub for_other_gpus: bool,
+    /// Why it would not fail the file, when it cannot load (rule 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excuse: Option<Excuse>,
 }
 
 /// The answer for a whole file.
@@ -66,15 +80,15 @@ impl Judgement {
         let none_loads = !self.modules.iter().any(|m| m.load.loads());
         self.modules
             .iter()
-            .filter(move |m| m.load.fails() && (none_loads || !m.for_other_gpus))
+            .filter(move |m| m.load.fails() && (none_loads || m.excuse.is_none()))
     }
 
-    /// The modules reported under rule 2: only for other GPUs, while others load.
+    /// The modules reported under rule 2, while others load.
     pub fn reported(&self) -> impl Iterator<Item = &ModuleVerdict> {
         let some_loads = self.modules.iter().any(|m| m.load.loads());
         self.modules
             .iter()
-            .filter(move |m| some_loads && m.for_other_gpus)
+            .filter(move |m| some_loads && m.load.fails() && m.excuse.is_some())
     }
 }
 
@@ -104,10 +118,19 @@ pub fn judge(code: &GpuCode, device: Capability, driver: CudaEncoded) -> Judgeme
         .enumerate()
         .map(|(i, c)| {
             let load = load(&c.entries, device, driver);
+            let excuse = if !load.fails() {
+                None
+            } else if only_for_other_gpus(c, device) {
+                Some(Excuse::OnlyForOtherGpus)
+            } else if matches!(c.origin, Origin::Scan(_)) {
+                Some(Excuse::LoadedByTheProgram)
+            } else {
+                None
+            };
             ModuleVerdict {
                 module: i,
-                for_other_gpus: load.fails() && only_for_other_gpus(c, device),
                 load,
+                excuse,
             }
         })
         .filter(|m| m.load != Load::NotForTheDriver)
@@ -141,7 +164,7 @@ pub fn judge(code: &GpuCode, device: Capability, driver: CudaEncoded) -> Judgeme
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fatbin::{Arch, Compression, Entry, Origin, Version};
+    use crate::fatbin::{Arch, Compression, Entry, Version};
 
     fn module(images: &[(&str, EntryKind)]) -> Container {
         Container {
@@ -193,6 +216,26 @@ mod tests {
         let on_ampere = judge(&file, cc("8.6"), 12020);
         assert_eq!(on_ampere.verdict, FileVerdict::RunsBySass);
         assert_eq!(on_ampere.reported().count(), 2);
+    }
+
+    #[test]
+    fn modules_the_program_loads_itself_are_reported_while_a_registered_one_loads() {
+        let mut per_gpu = vec![module(&[("sm_80", S), ("sm_90", S)])];
+        for arch in ["sm_75", "sm_86", "sm_120"] {
+            let mut m = module(&[(arch, S)]);
+            m.origin = Origin::Scan(".data".into());
+            per_gpu.push(m);
+        }
+        let j = judge(&code(per_gpu.clone()), cc("9.0"), 13000);
+        assert_eq!(j.verdict, FileVerdict::RunsBySass);
+        assert_eq!(j.reported().count(), 3);
+        assert!(j
+            .reported()
+            .all(|m| m.excuse == Some(Excuse::LoadedByTheProgram)));
+        // None loads: the file fails, scanned modules and all.
+        let j = judge(&code(per_gpu), cc("7.0"), 13000);
+        assert_eq!(j.verdict, FileVerdict::Fails);
+        assert_eq!(j.failing().count(), 4);
     }
 
     #[test]

@@ -8,11 +8,14 @@ use crate::checks::Outcome;
 use crate::cli::LintOptions;
 use crate::expectations::ManifestState;
 use crate::facts;
+use crate::gpu_code::Target;
 use crate::lint::{self, LintConfig};
 use crate::session::Session;
 
-/// The lint's settings from the flags, the compat directory falling back to the manifest's.
-pub fn config(options: &LintOptions, manifest: &ManifestState) -> LintConfig {
+/// The lint's settings from the flags: the compat directory falls back to the manifest's, and
+/// so does the driver CUDA version of `--target`. A target without a driver version to judge
+/// PTX by is an error saying which flag to give.
+pub fn config(options: &LintOptions, manifest: &ManifestState) -> Result<LintConfig, String> {
     let mut config = LintConfig::new(&options.driver_link);
     config.compat_dir = options.compat_dir.clone().or_else(|| {
         manifest
@@ -21,12 +24,28 @@ pub fn config(options: &LintOptions, manifest: &ManifestState) -> LintConfig {
             .and_then(|d| d.compat_dir.as_ref().map(Into::into))
     });
     config.closure = options.closure;
-    config
+    if let Some(device) = options.target {
+        let driver = options
+            .driver_cuda
+            .or_else(|| manifest.driver().and_then(|d| d.cuda_version))
+            .ok_or_else(|| {
+                format!(
+                    "--target sm_{} needs the CUDA version of the driver that will load the \
+                     code: add --driver-cuda X.Y (e.g. 12.2 for a 535 driver)",
+                    device.sm()
+                )
+            })?;
+        config.target = Some(Target { device, driver });
+    }
+    Ok(config)
 }
 
 /// Runs `lint::elf`.
 pub fn elf(session: &Session) -> Outcome {
-    let config = config(&session.options.lint, &session.manifest);
+    let config = match config(&session.options.lint, &session.manifest) {
+        Ok(config) => config,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
     let report = lint::lint(&session.options.lint_paths, &config);
     let mut facts = facts! {
         "paths" => &session.options.lint_paths,
