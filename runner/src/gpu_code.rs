@@ -184,11 +184,18 @@ pub fn summary(
         }
         FileVerdict::Fails => {
             let failing: Vec<&ModuleVerdict> = j.failing().collect();
+            let codes: BTreeSet<&str> = failing
+                .iter()
+                .map(|m| match m.load {
+                    Load::UnsupportedPtx { .. } => "222: PTX newer than the driver",
+                    _ => "209: no kernel image for this GPU",
+                })
+                .collect();
             format!(
-                "CANNOT run on {on}: {} of {} module(s) cannot load; first: {}",
+                "CANNOT run on {on}: {} of {} module(s) cannot load (CUDA error {})",
                 failing.len(),
                 j.modules.len(),
-                failure(modules, failing[0], t)
+                codes.into_iter().collect::<Vec<_>>().join("; ")
             )
         }
         FileVerdict::Unknown => {
