@@ -94,6 +94,18 @@ pub struct Options {
     #[arg(long)]
     pub no_manifest: bool,
 
+    /// The package under test (a store path or directory; repeatable): run the `package::*`
+    /// checks on its runtime closure: its GPU code on these GPUs with this driver, its CUDA
+    /// runtimes, and the libcuda.so.1 each of its objects would load.
+    #[arg(long = "package", value_name = "PATH")]
+    pub packages: Vec<PathBuf>,
+
+    /// The package's runtime closure, as `exportReferencesGraph` or Nixpkgs' `closureInfo`
+    /// (`store-paths`) write it (inside a Nix build, where `nix-store` cannot answer; default:
+    /// `nix-store --query --requisites`).
+    #[arg(long, value_name = "FILE", requires = "packages")]
+    pub package_closure: Option<PathBuf>,
+
     /// Also run the `lint::elf` check on these files or directories (repeatable).
     #[arg(long = "lint", value_name = "PATH")]
     pub lint_paths: Vec<PathBuf>,
@@ -160,7 +172,11 @@ impl Options {
 /// Listed after the flags in `--help`.
 const AFTER_HELP: &str = "\
 Checks: devices::nodes, driver::library, driver::version, driver::entry_points,
-runtime::entry_points, kernel::saxpy, nvml::consistency, and lint::elf with --lint.
+runtime::compatibility, runtime::entry_points, kernel::saxpy, nvml::consistency; lint::elf
+with --lint; package::gpu_code, package::runtimes, package::driver with --package.
+package::gpu_code judges the package's fat binaries against every GPU the driver reports and
+the loaded driver's CUDA version; without a GPU, against --target/--driver-cuda, else it is
+skipped (it never passes without a target).
 libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) behave as in
 `cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed.
 The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
@@ -329,6 +345,25 @@ mod tests {
             LintCli::try_parse_from(["lint", "--closure", "/nix/store/x", "--json"]).unwrap();
         assert!(lint.lint.closure && lint.json);
         assert!(LintCli::try_parse_from(["lint"]).is_err());
+    }
+
+    #[test]
+    fn help_names_every_check() {
+        use crate::checks::{CHECKS, ISOLATION_CHECK, LINT_CHECK, PACKAGE_CHECKS};
+        let all = CHECKS
+            .iter()
+            .chain(PACKAGE_CHECKS)
+            .chain([&LINT_CHECK, &ISOLATION_CHECK]);
+        for check in all {
+            if check.name == ISOLATION_CHECK.name {
+                continue; // documented with --expect-no-gpu
+            }
+            assert!(
+                AFTER_HELP.contains(check.name),
+                "{} not in --help",
+                check.name
+            );
+        }
     }
 
     #[test]

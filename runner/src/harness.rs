@@ -6,7 +6,7 @@ use std::sync::Arc;
 use libtest_mimic::{Completion, Failed, Trial};
 use serde_json::Value;
 
-use crate::checks::{Check, Outcome, Verdict, CHECKS, ISOLATION_CHECK, LINT_CHECK};
+use crate::checks::{Check, Outcome, Verdict, CHECKS, ISOLATION_CHECK, LINT_CHECK, PACKAGE_CHECKS};
 use crate::session::Session;
 
 /// Where a trial prints what it found.
@@ -40,14 +40,20 @@ fn print(name: &str, outcome: &Outcome, to: FactsOutput) {
     };
 }
 
-/// One trial per check, sharing `session`; `lint::elf` only when `--lint` paths are given;
-/// only `isolation::no_gpu` with `--expect-no-gpu`.
+/// One trial per check, sharing `session`; `lint::elf` only when `--lint` paths are given,
+/// the `package::*` checks only with `--package`; only `isolation::no_gpu` with
+/// `--expect-no-gpu`.
 pub fn trials(session: &Arc<Session>, facts_output: FactsOutput) -> Vec<Trial> {
     let lint = (!session.options.lint_paths.is_empty()).then_some(&LINT_CHECK);
     let checks: Vec<&Check> = if session.options.expect_no_gpu {
         vec![&ISOLATION_CHECK]
     } else {
-        CHECKS.iter().chain(lint).collect()
+        let package: &[Check] = if session.options.packages.is_empty() {
+            &[]
+        } else {
+            PACKAGE_CHECKS
+        };
+        CHECKS.iter().chain(lint).chain(package).collect()
     };
     checks
         .into_iter()

@@ -13,6 +13,7 @@ use crate::cuda::driver::{Driver, LIBCUDA};
 use crate::cuda::result::{self, NO_DEVICE};
 use crate::cuda::runtime::Runtime;
 use crate::expectations::ManifestState;
+use crate::package::PackageUnderTest;
 
 /// One run of the runner.
 pub struct Session {
@@ -26,6 +27,7 @@ pub struct Session {
     init: OnceLock<Result<(), (i32, String)>>,
     devices: OnceLock<Result<Vec<CudaDevice>, String>>,
     runtimes: OnceLock<Result<Vec<Runtime>, String>>,
+    package: OnceLock<Result<PackageUnderTest, String>>,
     outcomes: Mutex<BTreeMap<String, Outcome>>,
 }
 
@@ -47,6 +49,7 @@ impl Session {
             init: OnceLock::new(),
             devices: OnceLock::new(),
             runtimes: OnceLock::new(),
+            package: OnceLock::new(),
             outcomes: Mutex::new(BTreeMap::new()),
         }
     }
@@ -116,6 +119,19 @@ impl Session {
         self.runtimes
             .get_or_init(|| Runtime::load_all(&self.options.cudart))
             .as_deref()
+            .map_err(Clone::clone)
+    }
+
+    /// The package under test (`--package`), read and scanned once.
+    pub fn package(&self) -> Result<&PackageUnderTest, String> {
+        self.package
+            .get_or_init(|| {
+                PackageUnderTest::read(
+                    &self.options.packages,
+                    self.options.package_closure.as_deref(),
+                )
+            })
+            .as_ref()
             .map_err(Clone::clone)
     }
 

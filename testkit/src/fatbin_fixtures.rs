@@ -453,8 +453,8 @@ pub fn build(real: &RealNvidia, dir: &Path) -> Vec<Fixture> {
 /// A shared library `DIR/NAME.so` as nvcc builds one, for the tests of what a package's GPU
 /// code does on a GPU: one module in `.nv_fatbin` holding SASS for each of `sass` (`"sm_80"`)
 /// and PTX for each of `ptx` (`("compute_80", "8.8")`: the target and its ISA version), made
-/// by ptxas and fatbinary 13.5 from [`kernel_ptx`], then `cc -shared`. Extra `cc` arguments
-/// (a runtime to link, a DT_RUNPATH) go in `cc_args`.
+/// by ptxas and fatbinary 13.5 from [`kernel_ptx`], then `cc -shared`; `dir` gets the library
+/// alone. Extra `cc` arguments (a runtime to link, a DT_RUNPATH) go in `cc_args`.
 pub fn gpu_library(
     real: &RealNvidia,
     dir: &Path,
@@ -463,8 +463,10 @@ pub fn gpu_library(
     ptx: &[(&str, &str)],
     cc_args: &[&str],
 ) -> PathBuf {
-    let work = dir.join(format!("{name}.build"));
-    std::fs::create_dir_all(&work).unwrap_or_else(|e| panic!("create {}: {e}", work.display()));
+    // Intermediate files (cubins, the .fatbin, the C file) go to a directory of their own, so
+    // that `dir` holds the library alone, as an installed package would.
+    let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary directory: {e}"));
+    let work = temp.path();
     let mut images = Vec::new();
     for arch in sass {
         let src = work.join(format!("{arch}.ptx"));
@@ -501,7 +503,7 @@ pub fn gpu_library(
             file,
         });
     }
-    let c = embedded_c(real, &work, name, &images, false);
+    let c = embedded_c(real, work, name, &images, false);
     let out = dir.join(format!("{name}.so"));
     run(Command::new("cc")
         .args(["-shared", "-fPIC", "-O2", "-o"])

@@ -13,6 +13,7 @@ pub mod isolation;
 pub mod kernel;
 pub mod lint;
 pub mod nvml;
+pub mod package;
 pub mod runtime;
 
 /// How a check ended.
@@ -128,6 +129,12 @@ pub const LINT_CHECK: Check = Check {
     name: "lint::elf",
     run: lint::elf,
 };
+
+/// The checks of the package under test, run only when `--package PATH` is given.
+pub const PACKAGE_CHECKS: &[Check] = &[Check {
+    name: "package::gpu_code",
+    run: package::gpu_code,
+}];
 
 /// The negative check, run alone with `--expect-no-gpu`.
 pub const ISOLATION_CHECK: Check = Check {

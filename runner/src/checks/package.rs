@@ -1,0 +1,216 @@
+//! The `package::*` checks (only with `--package`): will the package under test run here?
+//!
+//! - `package::gpu_code`: every module of every file in the package's closure, judged for every
+//!   GPU the driver reports and the loaded driver's CUDA version, with the file policy of
+//!   `cuda_sandbox_elfkit::fatbin::verdict`. SASS for each GPU passes; JIT only passes with a
+//!   note (the first launch compiles, and where the JIT cache is); 209 or 222 fails naming the
+//!   file, the module, what it carries, what the GPU needs and the fix. Without a GPU it judges
+//!   `--target`/`--driver-cuda` when given, else it is skipped: it never passes without one.
+
+use std::path::PathBuf;
+
+use cuda_sandbox_elfkit::fatbin::rules::Load;
+use cuda_sandbox_elfkit::fatbin::verdict::{judge, FileVerdict};
+use cuda_sandbox_elfkit::fatbin::Capability;
+use serde_json::{json, Value};
+
+use crate::checks::Outcome;
+use crate::cuda::version::CudaVersion;
+use crate::facts;
+use crate::gpu_code::{failure, summary, Target};
+use crate::session::Session;
+
+/// The GPUs and driver to judge GPU code for: every GPU the driver reports with the loaded
+/// driver's version; else `--target` with `--driver-cuda` (or the manifest's, or the loaded
+/// driver's); else why there is none.
+fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
+    let loaded = session
+        .driver()
+        .and_then(|d| d.version().map(CudaVersion))
+        .ok();
+    let devices = session.devices();
+    if let Ok(devices) = devices {
+        if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
+            let mut targets = Vec::new();
+            for d in devices {
+                let device = Capability::parse(&d.compute_capability)
+                    .map_err(|e| format!("GPU {} reports compute capability {e}", d.ordinal))?;
+                let target = Target { device, driver };
+                if !targets.contains(&target) {
+                    targets.push(target);
+                }
+            }
+            return Ok((targets, "every GPU the driver reports".into()));
+        }
+    }
+    let lint = &session.options.lint;
+    let Some(device) = lint.target else {
+        return Err(format!(
+            "no GPU to judge the package's GPU code for ({}) and no --target sm_XY: not judged",
+            devices
+                .err()
+                .unwrap_or_else(|| "the driver reports none".into())
+        ));
+    };
+    let driver = lint
+        .driver_cuda
+        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
+        .or(loaded)
+        .ok_or_else(|| {
+            format!(
+                "--target sm_{} needs the CUDA version of the driver: add --driver-cuda X.Y",
+                device.sm()
+            )
+        })?;
+    Ok((vec![Target { device, driver }], "--target".into()))
+}
+
+/// Where the driver keeps JIT-compiled PTX, and whether it can write there.
+fn jit_cache() -> String {
+    let dir = match std::env::var_os("CUDA_CACHE_PATH") {
+        Some(dir) => PathBuf::from(dir),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".nv/ComputeCache"),
+            None => return "no JIT cache ($HOME and $CUDA_CACHE_PATH unset)".into(),
+        },
+    };
+    if std::env::var("CUDA_CACHE_DISABLE").as_deref() == Ok("1") {
+        return "the JIT cache is disabled (CUDA_CACHE_DISABLE=1): every run compiles again".into();
+    }
+    let writable = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .and_then(|a| a.metadata().ok())
+        .is_some_and(|m| !m.permissions().readonly());
+    if writable {
+        format!("the JIT cache is {}", dir.display())
+    } else {
+        format!(
+            "the JIT cache {} cannot be written here (in a Nix build $HOME is \
+             /homeless-shelter): every run compiles again",
+            dir.display()
+        )
+    }
+}
+
+/// Runs `package::gpu_code`.
+pub fn gpu_code(session: &Session) -> Outcome {
+    let package = match session.package() {
+        Ok(p) => p,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    let (targets, from) = match targets(session) {
+        Ok(t) => t,
+        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
+    };
+    let mut failures: Vec<String> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
+    let mut jit: Vec<String> = Vec::new();
+    let mut judged: Vec<Value> = Vec::new();
+    let mut files = 0;
+    for file in package.with_gpu_code() {
+        files += 1;
+        let modules = &file.gpu_code.containers;
+        for target in &targets {
+            let j = judge(&file.gpu_code, target.device, target.driver.0);
+            let shown = file.path.display();
+            match j.verdict {
+                FileVerdict::Fails => {
+                    let failing: Vec<_> = j.failing().collect();
+                    let more = match failing.len() {
+                        1 => String::new(),
+                        n => format!(" ({} more module(s) fail alike)", n - 1),
+                    };
+                    failures.push(format!(
+                        "{shown} cannot run on {}: {}{more}",
+                        target.describe(),
+                        failure(modules, failing[0], target)
+                    ));
+                }
+                FileVerdict::Unknown => {
+                    if let Some(m) = j
+                        .modules
+                        .iter()
+                        .find(|m| matches!(m.load, Load::Unknown { .. }))
+                    {
+                        unknown.push(format!("{shown}: {}", failure(modules, m, target)));
+                    }
+                }
+                FileVerdict::RunsByJit => jit.push(format!(
+                    "{shown}: {}",
+                    summary(modules, Some(&j), Some(target))
+                )),
+                FileVerdict::RunsBySass | FileVerdict::NoGpuCode => {}
+            }
+            judged.push(json!({
+                "file": &file.path,
+                "target": target,
+                "verdict": j.verdict,
+                "modules": j.modules,
+            }));
+        }
+    }
+    let on: Vec<String> = targets.iter().map(Target::describe).collect();
+    let facts = facts! {
+        "targets" => &targets,
+        "targets_from" => from,
+        "closure_from" => &package.closure_from,
+        "files" => package.files,
+        "files_with_gpu_code" => files,
+        "unreadable" => &package.unreadable,
+        "judged" => judged,
+    };
+    let on = on.join(", ");
+    if let Some(first) = failures.first() {
+        let rest: Vec<String> = failures[1..].iter().chain(&unknown).cloned().collect();
+        let outcome = Outcome::fail(
+            format!(
+                "{} file(s) cannot run on {on}; first: {first}",
+                failures.len()
+            ),
+            facts,
+        );
+        return if rest.is_empty() {
+            outcome
+        } else {
+            outcome.with_detail(rest.join("\n"))
+        };
+    }
+    if !unknown.is_empty() {
+        return Outcome::skipped(
+            format!(
+                "the loading rules cannot judge {} file(s) for {on} (not a pass); first: {}",
+                unknown.len(),
+                unknown[0]
+            ),
+            facts,
+        );
+    }
+    if files == 0 {
+        return Outcome::pass(
+            format!(
+                "the package's closure ({} files) carries no GPU code: nothing for the driver \
+                 to load",
+                package.files
+            ),
+            facts,
+        );
+    }
+    if jit.is_empty() {
+        Outcome::pass(
+            format!("every file with GPU code ({files}) runs on {on} by SASS"),
+            facts,
+        )
+    } else {
+        Outcome::pass(
+            format!(
+                "every file with GPU code ({files}) runs on {on}; {} by JIT: their first launch \
+                 compiles PTX, and {}",
+                jit.len(),
+                jit_cache()
+            ),
+            facts,
+        )
+        .with_detail(jit.join("\n"))
+    }
+}

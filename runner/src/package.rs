@@ -1,0 +1,243 @@
+//! The package under test (`--package PATH`): its runtime closure and what each file in it
+//! carries that decides whether it runs here (its GPU code, its CUDA runtimes, what it asks
+//! of the loader). Read once, shared by the `package::*` checks.
+//!
+//! Inside a Nix build there is no store database to ask for a closure, so the derivation
+//! hands it over: `mkGpuCheck` sets `exportReferencesGraph`, and `--package-closure FILE`
+//! reads that file (or Nixpkgs' `closureInfo` `store-paths`). Elsewhere the closure comes from
+//! `nix-store --query --requisites`, as `lint --closure` does; a path outside the store is its
+//! own closure.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use cuda_sandbox_elfkit::fatbin::{read_gpu_code, GpuCode};
+use cuda_sandbox_elfkit::map::Mapped;
+use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
+use serde::Serialize;
+
+use crate::runtimes::{runtime_in, FoundRuntime};
+
+/// The store directory package paths live in.
+pub const STORE_DIR: &str = "/nix/store";
+
+/// One file of the closure that matters to the checks.
+#[derive(Debug, Clone)]
+pub struct ScannedFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// What it asks of the loader, for an ELF file.
+    pub dynamic: Option<DynamicInfo>,
+    /// Its fat binaries (empty when it has none).
+    pub gpu_code: GpuCode,
+    /// The CUDA runtime it is or holds, if any.
+    pub runtime: Option<FoundRuntime>,
+}
+
+/// The package under test, read.
+#[derive(Debug, Clone, Serialize)]
+pub struct PackageUnderTest {
+    /// The paths given with `--package`.
+    pub roots: Vec<PathBuf>,
+    /// Their runtime closure: every path walked.
+    pub closure: Vec<PathBuf>,
+    /// Where the closure came from, for messages.
+    pub closure_from: String,
+    /// Regular files walked.
+    pub files: usize,
+    /// Files that could not be read, with why.
+    pub unreadable: Vec<String>,
+    /// The files that carry GPU code, a CUDA runtime, or an ELF dynamic section.
+    #[serde(skip)]
+    pub scanned: Vec<ScannedFile>,
+}
+
+/// The store paths listed in a closure file: `exportReferencesGraph`'s (each path, its
+/// deriver, a count, its references) or `closureInfo`'s `store-paths` (one a line). Every line
+/// that is a store path and not a `.drv` is a member.
+pub fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
+    let mut members = BTreeSet::new();
+    for line in text.lines().map(str::trim) {
+        let path = Path::new(line);
+        if line.ends_with(".drv") || !path.is_absolute() {
+            continue;
+        }
+        if let Some(member) = store_path_of(path, store_dir) {
+            members.insert(member);
+        }
+    }
+    members.into_iter().collect()
+}
+
+impl PackageUnderTest {
+    /// Reads the closure of `roots` (from `closure_file`, else `nix-store`) and scans its files.
+    pub fn read(
+        roots: &[PathBuf],
+        closure_file: Option<&Path>,
+    ) -> Result<PackageUnderTest, String> {
+        let store = Path::new(STORE_DIR);
+        let (closure, closure_from) = match closure_file {
+            Some(file) => {
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| format!("--package-closure {}: {e}", file.display()))?;
+                let members = parse_closure_file(&text, store);
+                for root in roots {
+                    let in_store = store_path_of(root, store);
+                    if in_store.as_ref().is_some_and(|r| !members.contains(r)) {
+                        return Err(format!(
+                            "--package-closure {} does not list {}: give the closure of the \
+                             package (exportReferencesGraph = [ \"closure\" package ])",
+                            file.display(),
+                            root.display()
+                        ));
+                    }
+                }
+                let mut all: BTreeSet<PathBuf> = members.into_iter().collect();
+                all.extend(
+                    roots
+                        .iter()
+                        .filter(|r| store_path_of(r, store).is_none())
+                        .cloned(),
+                );
+                (
+                    all.into_iter().collect(),
+                    format!("the closure file {}", file.display()),
+                )
+            }
+            None => {
+                let mut all = BTreeSet::new();
+                for root in roots {
+                    match store_path_of(root, store) {
+                        Some(path) => {
+                            let members =
+                                requisites(Path::new("nix-store"), &path).map_err(|e| {
+                                    format!(
+                                        "the runtime closure of {} is unknown ({e}); inside a \
+                                         Nix build give --package-closure FILE (mkGpuCheck \
+                                         does)",
+                                        path.display()
+                                    )
+                                })?;
+                            all.extend(members);
+                        }
+                        None => {
+                            all.insert(normalize(root));
+                        }
+                    }
+                }
+                (
+                    all.into_iter().collect(),
+                    "nix-store --query --requisites".into(),
+                )
+            }
+        };
+        let mut package = PackageUnderTest {
+            roots: roots.to_vec(),
+            closure,
+            closure_from,
+            files: 0,
+            unreadable: Vec::new(),
+            scanned: Vec::new(),
+        };
+        package.scan();
+        Ok(package)
+    }
+
+    fn scan(&mut self) {
+        let mut seen = BTreeSet::new();
+        for member in self.closure.clone() {
+            for entry in walkdir::WalkDir::new(&member).sort_by_file_name() {
+                let entry = match entry {
+                    Ok(e) => e,
+                    Err(e) => {
+                        self.unreadable.push(format!("{}: {e}", member.display()));
+                        continue;
+                    }
+                };
+                if !entry.file_type().is_file() || !seen.insert(entry.path().to_path_buf()) {
+                    continue;
+                }
+                self.files += 1;
+                match scan_file(entry.path()) {
+                    Ok(Some(file)) => self.scanned.push(file),
+                    Ok(None) => {}
+                    Err(why) => self
+                        .unreadable
+                        .push(format!("{}: {why}", entry.path().display())),
+                }
+            }
+        }
+    }
+
+    /// The scanned files that carry GPU code.
+    pub fn with_gpu_code(&self) -> impl Iterator<Item = &ScannedFile> {
+        self.scanned
+            .iter()
+            .filter(|f| !f.gpu_code.containers.is_empty())
+    }
+
+    /// The scanned files that are or hold a CUDA runtime.
+    pub fn runtimes(&self) -> impl Iterator<Item = (&ScannedFile, &FoundRuntime)> {
+        self.scanned
+            .iter()
+            .filter_map(|f| f.runtime.as_ref().map(|r| (f, r)))
+    }
+}
+
+/// One file, mapped: `None` when it is neither ELF nor a fat binary.
+fn scan_file(path: &Path) -> Result<Option<ScannedFile>, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if len < 4 {
+        return Ok(None);
+    }
+    let map = Mapped::of(&file).map_err(|e| e.to_string())?;
+    let data = map.bytes();
+    let elf = data.starts_with(b"\x7fELF");
+    let archive = data.starts_with(b"!<arch>\n");
+    let fatbin = data.starts_with(&0xBA55_ED50u32.to_le_bytes());
+    if !elf && !archive && !fatbin {
+        return Ok(None);
+    }
+    let gpu_code = read_gpu_code(data).map_err(|e| format!("its GPU code: {e}"))?;
+    let dynamic = if elf { dynamic_info(data)? } else { None };
+    let runtime = if elf || archive {
+        runtime_in(path, elf.then_some(data))
+    } else {
+        None
+    };
+    if gpu_code.containers.is_empty() && dynamic.is_none() && runtime.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(ScannedFile {
+        path: path.to_path_buf(),
+        dynamic,
+        gpu_code,
+        runtime,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closure_files_of_both_formats_list_their_store_paths() {
+        let store = Path::new("/nix/store");
+        // exportReferencesGraph: path, deriver, count, references.
+        let graph = "/nix/store/aaa-app\n/nix/store/ddd-app.drv\n2\n/nix/store/aaa-app\n\
+                     /nix/store/bbb-glibc\n/nix/store/bbb-glibc\n\n0\n";
+        assert_eq!(
+            parse_closure_file(graph, store),
+            [
+                PathBuf::from("/nix/store/aaa-app"),
+                PathBuf::from("/nix/store/bbb-glibc")
+            ]
+        );
+        // closureInfo's store-paths.
+        let paths = "/nix/store/bbb-glibc\n/nix/store/aaa-app\n";
+        assert_eq!(parse_closure_file(paths, store).len(), 2);
+        // Lines that are not store paths are not members.
+        assert!(parse_closure_file("2\n/etc/passwd\nrelative\n", store).is_empty());
+    }
+}

@@ -1,0 +1,138 @@
+//! The `package::*` checks on packages built here with NVIDIA's ptxas and fatbinary 13.5
+//! (testkit::fatbin_fixtures::gpu_library), run against the fake driver playing a GPU of a
+//! chosen compute capability and driver version. The fake's `cuDeviceGetAttribute` answers the
+//! capability as the real driver does on a GPU (its differential test holds it to the real
+//! 535 and 470 drivers where they can answer without one). Needs the real NVIDIA tools
+//! (scripts/nvidia-userspace); under CI=true their absence fails the tests.
+
+mod common;
+
+use std::path::Path;
+
+use common::{run_without_devices, FakeDriver};
+use cuda_sandbox_testkit::fatbin_fixtures::gpu_library;
+use cuda_sandbox_testkit::real_nvidia::RealNvidia;
+use fake_driver::{Mode, Sidecar};
+
+fn driver(cc: (i32, i32), cuda: i32) -> FakeDriver {
+    FakeDriver::driver(&Sidecar {
+        compute_capability: cc,
+        cuda_version: cuda,
+        runtime_version: cuda,
+        ..Sidecar::default()
+    })
+}
+
+fn package_args(dir: &Path) -> Vec<String> {
+    vec![
+        "--no-manifest".into(),
+        "--package".into(),
+        dir.display().to_string(),
+        "package::".into(),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn gpu_code_is_judged_on_the_gpu_the_driver_reports() {
+    let Some(real) = RealNvidia::find("gpu_code_is_judged_on_the_gpu_the_driver_reports") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let pkg = temp.path().join("pkg/lib");
+    std::fs::create_dir_all(&pkg).unwrap();
+    // cudaCapabilities = [ "8.0" ] with cudaForwardCompat, built by CUDA 12.9.
+    gpu_library(
+        &real,
+        &pkg,
+        "libampere",
+        &["sm_80"],
+        &[("compute_80", "8.8")],
+        &[],
+    );
+    let args = package_args(&temp.path().join("pkg"));
+
+    // An A100-class GPU with a 535 driver: its own SASS.
+    let a100 = driver((8, 0), 12020);
+    let run = run_without_devices(&a100.dir, &strs(&args));
+    run.assert_check(
+        "package::gpu_code",
+        "pass",
+        &["runs on sm_80 (driver CUDA 12.2) by SASS"],
+    );
+
+    // An H100-class GPU with a 535 driver: only PTX of ISA 8.8, which needs 12.9: 222.
+    let h100 = driver((9, 0), 12020);
+    let run = run_without_devices(&h100.dir, &strs(&args));
+    run.assert_check(
+        "package::gpu_code",
+        "fail",
+        &[
+            "libampere.so cannot run on sm_90 (driver CUDA 12.2)",
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
+            "cudaCapabilities = [ \"9.0\" ]",
+        ],
+    );
+    assert_ne!(run.code, 0, "{run}");
+
+    // The same GPU with a 12.9 driver JITs it: a pass with a note.
+    let h100_new = driver((9, 0), 12090);
+    let run = run_without_devices(&h100_new.dir, &strs(&args));
+    run.assert_check(
+        "package::gpu_code",
+        "pass",
+        &[
+            "runs on sm_90 (driver CUDA 12.9)",
+            "1 by JIT",
+            "first launch compiles",
+        ],
+    );
+}
+
+#[test]
+fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
+    let Some(real) = RealNvidia::find("without_a_gpu_gpu_code_is_judged_only_for_a_target") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let pkg = temp.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    gpu_library(&real, &pkg, "libturing", &["sm_75"], &[], &[]);
+    let no_gpu = FakeDriver::driver(&Sidecar {
+        mode: Mode::NoKernelModule,
+        ..Sidecar::default()
+    });
+    let args = package_args(&pkg);
+    let run = run_without_devices(&no_gpu.dir, &strs(&args));
+    run.assert_check(
+        "package::gpu_code",
+        "skipped",
+        &["no --target", "not judged"],
+    );
+
+    let mut with_target = args.clone();
+    with_target.extend([
+        "--target".into(),
+        "sm_86".into(),
+        "--driver-cuda".into(),
+        "12.2".into(),
+    ]);
+    let run = run_without_devices(&no_gpu.dir, &strs(&with_target));
+    run.assert_check(
+        "package::gpu_code",
+        "fail",
+        &["cannot run on sm_86", "CUDA_ERROR_NO_BINARY_FOR_GPU, 209"],
+    );
+    let mut ok_target = args;
+    ok_target.extend([
+        "--target".into(),
+        "7.5".into(),
+        "--driver-cuda".into(),
+        "12.2".into(),
+    ]);
+    let run = run_without_devices(&no_gpu.dir, &strs(&ok_target));
+    run.assert_check("package::gpu_code", "pass", &["by SASS"]);
+}
