@@ -136,13 +136,19 @@
           {
             requiredSystemFeatures = features;
             nativeBuildInputs = [ runner ];
+            # The package's runtime closure, for the package::* checks: inside the sandbox
+            # there is no store database to ask.
+            exportReferencesGraph = [
+              "package-closure"
+              package
+            ];
             passthru = { inherit package; };
           }
           ''
             mkdir -p $out
             cuda-sandbox-check ${
               lib.optionalString (expectDriver != null) "--expect-driver ${lib.escapeShellArg expectDriver}"
-            } --report $out/report.json
+            } --package ${package} --package-closure package-closure --report $out/report.json
             ${lib.optionalString lint "cuda-sandbox-check lint ${package}"}
             ${lib.optionalString (command != null) command}
           '';

@@ -169,11 +169,12 @@ let
       && !(cudaTests.kernel ? LD_LIBRARY_PATH)
       && cudaTests.kernel.requiredSystemFeatures == [ "cuda" ]
     ))
-    (check "mkGpuCheck: tagged, runs the checks, the lint, then the command" (
+    (check "mkGpuCheck: tagged, runs the checks on the package and its closure, the lint, then the command" (
       gpuCheck.name == "my-cuda-app-gpu-check"
       && gpuCheck.env.requiredSystemFeatures == [ "cuda" ]
       && gpuCheck.env.nativeBuildInputs == [ package ]
-      && lib.hasInfix "cuda-sandbox-check --expect-driver host --report $out/report.json" gpuCheck.script
+      && lib.hasInfix "cuda-sandbox-check --expect-driver host --package ${myPackage} --package-closure package-closure --report $out/report.json" gpuCheck.script
+      && gpuCheck.env.exportReferencesGraph == [ "package-closure" myPackage ]
       && lib.hasInfix "cuda-sandbox-check lint ${myPackage}" gpuCheck.script
       && lib.hasInfix "${myPackage}/bin/my-cuda-app --self-test" gpuCheck.script
     ))

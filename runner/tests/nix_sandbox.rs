@@ -34,10 +34,20 @@ impl Host {
     /// `gpus` GPU nodes, each build leased `gpus_per_build` of them (0: all), and a fake
     /// driver that, like the real one, sees as many GPUs as the sandbox has nodes.
     fn with_gpus(gpus: u64, gpus_per_build: u32) -> Host {
-        let driver = FakeDriver::driver(&Sidecar {
-            devices_from_nodes: gpus_per_build > 0,
-            ..Sidecar::default()
-        });
+        Host::playing(
+            gpus,
+            gpus_per_build,
+            Sidecar {
+                devices_from_nodes: gpus_per_build > 0,
+                ..Sidecar::default()
+            },
+        )
+    }
+
+    /// `gpus` GPU nodes and a fake driver playing `sidecar` (a GPU's compute capability, a
+    /// driver's CUDA version).
+    fn playing(gpus: u64, gpus_per_build: u32, sidecar: Sidecar) -> Host {
+        let driver = FakeDriver::driver(&sidecar);
         let top = format!("gpus_per_build = {gpus_per_build}\n");
         let host = FakeHost::new(gpus, true, &top, &["cuda"], &driver_mount(&driver.dir));
         Host {
@@ -159,6 +169,91 @@ fn runner_as_builder_sees_exactly_its_leased_gpu() {
         assert_eq!(
             report["checks"][check]["verdict"], "pass",
             "{check}: {report:#}"
+        );
+    }
+}
+
+/// A library built like Nixpkgs with `cudaCapabilities = [ "8.0" ]` and cudaForwardCompat by
+/// CUDA 12.9 (SASS sm_80, PTX compute_80 of ISA 8.8), in `dir/lib`.
+fn ampere_package(dir: &Path) -> Option<PathBuf> {
+    let real = cuda_sandbox_testkit::real_nvidia::RealNvidia::find(
+        "package_checks_judge_the_package_on_the_gpu_the_fake_driver_plays",
+    )?;
+    let lib = dir.join("pkg/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    cuda_sandbox_testkit::fatbin_fixtures::gpu_library(
+        &real,
+        &lib,
+        "libampere",
+        &["sm_80"],
+        &[("compute_80", "8.8")],
+        &[],
+    );
+    Some(dir.join("pkg"))
+}
+
+#[test]
+fn package_checks_judge_the_package_on_the_gpu_the_fake_driver_plays() {
+    if !nix_available("package_checks_judge_the_package_on_the_gpu_the_fake_driver_plays") {
+        return;
+    }
+    let temp = tempfile::tempdir().unwrap();
+    let Some(package) = ampere_package(temp.path()) else {
+        return;
+    };
+    let package = package.display().to_string();
+    let hook = workspace_binary("cuda-sandbox-hook");
+    let build = |cc: (i32, i32), cuda: i32| {
+        let host = Host::playing(
+            1,
+            0,
+            Sidecar {
+                compute_capability: cc,
+                cuda_version: cuda,
+                runtime_version: cuda,
+                ..Sidecar::default()
+            },
+        );
+        minimal(NixSandbox::with_hook(&hook, &host.config)).build(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/package-check.nix"),
+            &[
+                ("runner", RUNNER),
+                ("nonce", &nonce()),
+                ("package", &package),
+            ],
+            &[],
+        )
+    };
+    // An A100-class GPU and a 535 driver: the package's own SASS; its report is $out.
+    let a100 = build((8, 0), 12020);
+    assert!(a100.ok(), "nix-build failed:\n{}", a100.log);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a100.out_paths[0]).unwrap()).unwrap();
+    let check = &report["checks"]["package::gpu_code"];
+    assert_eq!(check["verdict"], "pass", "{report:#}");
+    assert!(
+        check["message"]
+            .as_str()
+            .unwrap()
+            .contains("runs on sm_80 (driver CUDA 12.2) by SASS"),
+        "{report:#}"
+    );
+    assert_eq!(
+        check["facts"]["closure_from"], "the closure file package-closure",
+        "{report:#}"
+    );
+    // An H100-class GPU and the same driver: PTX of ISA 8.8 cannot be JIT-compiled by 12.2.
+    let h100 = build((9, 0), 12020);
+    assert!(!h100.ok(), "built:\n{}", h100.log);
+    for needle in [
+        "package::gpu_code",
+        "libampere.so cannot run on sm_90 (driver CUDA 12.2)",
+        "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
+    ] {
+        assert!(
+            h100.log.contains(needle),
+            "{needle:?} not in:\n{}",
+            h100.log
         );
     }
 }
