@@ -136,3 +136,53 @@ fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
     let run = run_without_devices(&no_gpu.dir, &strs(&ok_target));
     run.assert_check("package::gpu_code", "pass", &["by SASS"]);
 }
+
+#[test]
+fn the_packages_cuda_runtimes_are_judged_against_the_driver_in_use() {
+    let Some(real) =
+        RealNvidia::find("the_packages_cuda_runtimes_are_judged_against_the_driver_in_use")
+    else {
+        return;
+    };
+    use cuda_sandbox_testkit::real_nvidia::Cudart;
+    let temp = tempfile::tempdir().unwrap();
+    let with = |name: &str, cudarts: &[Cudart]| {
+        let lib = temp.path().join(name).join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        for c in cudarts {
+            std::fs::copy(real.cudart(*c), lib.join(c.file_name())).unwrap();
+        }
+        package_args(&temp.path().join(name))
+    };
+    let driver_535 = driver((9, 0), 12020);
+    // NVIDIA's cudart 12.9 on a 12.2 driver: minor-version compatibility, with the report.
+    let run = run_without_devices(&driver_535.dir, &strs(&with("minor", &[Cudart::V12_9])));
+    run.assert_check(
+        "package::runtimes",
+        "pass",
+        &["libcudart 12.9 on driver 12.2: minor-version compatibility"],
+    );
+    // cudart 13.0 on the same driver: a newer major, 35.
+    let run = run_without_devices(&driver_535.dir, &strs(&with("major", &[Cudart::V13_0])));
+    run.assert_check(
+        "package::runtimes",
+        "fail",
+        &[
+            "is a newer major than the driver's CUDA 12.2",
+            "cudaErrorInsufficientDriver (35)",
+        ],
+    );
+    // 11.8 and 12.9 in one closure: version mixing, naming the functions that differ.
+    let run = run_without_devices(
+        &driver_535.dir,
+        &strs(&with("mixed", &[Cudart::V11_8, Cudart::V12_9])),
+    );
+    run.assert_check(
+        "package::runtimes",
+        "fail",
+        &["mixed CUDA runtimes", "cuGetProcAddress_v2"],
+    );
+    // None at all: nothing to judge, said so.
+    let run = run_without_devices(&driver_535.dir, &strs(&with("none", &[])));
+    run.assert_check("package::runtimes", "pass", &["carries no CUDA runtime"]);
+}

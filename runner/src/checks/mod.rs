@@ -131,10 +131,16 @@ pub const LINT_CHECK: Check = Check {
 };
 
 /// The checks of the package under test, run only when `--package PATH` is given.
-pub const PACKAGE_CHECKS: &[Check] = &[Check {
-    name: "package::gpu_code",
-    run: package::gpu_code,
-}];
+pub const PACKAGE_CHECKS: &[Check] = &[
+    Check {
+        name: "package::gpu_code",
+        run: package::gpu_code,
+    },
+    Check {
+        name: "package::runtimes",
+        run: package::runtimes,
+    },
+];
 
 /// The negative check, run alone with `--expect-no-gpu`.
 pub const ISOLATION_CHECK: Check = Check {

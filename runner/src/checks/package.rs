@@ -6,6 +6,12 @@
 //!   note (the first launch compiles, and where the JIT cache is); 209 or 222 fails naming the
 //!   file, the module, what it carries, what the GPU needs and the fix. Without a GPU it judges
 //!   `--target`/`--driver-cuda` when given, else it is skipped: it never passes without one.
+//! - `package::runtimes`: every CUDA runtime in the closure, shared (loaded, to ask its
+//!   version) or linked statically into another ELF file (found in stripped files too, by
+//!   what the runtime's own code and data contain), judged against the driver in use by the
+//!   rules and ABI-difference report of `runtime::compatibility`: minor-version compatible
+//!   passes with the report, a newer major fails naming 35, runtimes of different versions in
+//!   one closure are flagged as version mixing.
 
 use std::path::PathBuf;
 
@@ -14,10 +20,13 @@ use cuda_sandbox_elfkit::fatbin::verdict::{judge, FileVerdict};
 use cuda_sandbox_elfkit::fatbin::Capability;
 use serde_json::{json, Value};
 
+use crate::checks::runtime::{judge as judge_runtimes, Candidate};
 use crate::checks::Outcome;
+use crate::cuda::runtime::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::gpu_code::{failure, summary, Target};
+use crate::runtimes::RuntimeForm;
 use crate::session::Session;
 
 /// The GPUs and driver to judge GPU code for: every GPU the driver reports with the loaded
@@ -213,4 +222,106 @@ pub fn gpu_code(session: &Session) -> Outcome {
         )
         .with_detail(jit.join("\n"))
     }
+}
+
+/// A runtime's version as the package scan gives it: `12.9`, `12.x`, or unknown.
+fn scanned_version(text: Option<&str>) -> Option<RuntimeVersion> {
+    let text = text?;
+    if let Some(major) = text.strip_suffix(".x") {
+        return Some(RuntimeVersion {
+            major: major.parse().ok()?,
+            exact: None,
+            error: None,
+        });
+    }
+    let version = CudaVersion::parse(text).ok()?;
+    Some(RuntimeVersion {
+        major: version.major(),
+        exact: Some(version),
+        error: None,
+    })
+}
+
+/// Runs `package::runtimes`.
+pub fn runtimes(session: &Session) -> Outcome {
+    let package = match session.package() {
+        Ok(p) => p,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    // Archives are for linking only (the lint reports them); what runs is shared or linked in.
+    let found: Vec<_> = package
+        .runtimes()
+        .filter(|(_, r)| r.form != RuntimeForm::Archive)
+        .collect();
+    if found.is_empty() {
+        return Outcome::pass(
+            format!(
+                "the package's closure ({} files) carries no CUDA runtime, shared or static",
+                package.files
+            ),
+            facts! { "closure_from" => &package.closure_from },
+        );
+    }
+    let driver = session
+        .driver()
+        .and_then(|d| d.version().map(CudaVersion))
+        .ok()
+        .or(session.options.lint.driver_cuda)
+        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version));
+    let Some(driver) = driver else {
+        return Outcome::skipped(
+            format!(
+                "{} CUDA runtime(s) in the package, but no driver to judge them against (none \
+                 loads, no --driver-cuda)",
+                found.len()
+            ),
+            facts! { "runtimes" => found.iter().map(|(_, r)| r).collect::<Vec<_>>() },
+        );
+    };
+    // Shared runtimes are loaded to ask their versions, as runtime::compatibility does.
+    let mut loaded: Vec<(usize, Runtime)> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    for (i, (file, runtime)) in found.iter().enumerate() {
+        if runtime.form == RuntimeForm::Shared {
+            match Runtime::load_all(std::slice::from_ref(&file.path)) {
+                Ok(mut one) if one.len() == 1 => loaded.push((i, one.remove(0))),
+                Ok(_) => {}
+                Err(why) => failures.push(why),
+            }
+        }
+    }
+    let candidates: Vec<Candidate> = found
+        .iter()
+        .enumerate()
+        .map(
+            |(i, (file, runtime))| match loaded.iter().find(|(j, _)| *j == i) {
+                Some((_, r)) => Candidate::loaded(r),
+                None => Candidate {
+                    file: file.path.display().to_string(),
+                    cudart: json!({ "path": &file.path }),
+                    form: match runtime.form {
+                        RuntimeForm::StaticCopy => "static libcudart",
+                        _ => "libcudart",
+                    },
+                    version: scanned_version(runtime.version.as_deref()),
+                    loaded: None,
+                },
+            },
+        )
+        .collect();
+    let outcome = judge_runtimes(&candidates, driver);
+    if let Some(first) = failures.first() {
+        let detail = failures[1..]
+            .iter()
+            .cloned()
+            .chain(std::iter::once(outcome.message.clone()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Outcome::fail(
+            format!("a CUDA runtime of the package cannot be loaded: {first}"),
+            outcome.facts,
+        )
+        .with_detail(detail);
+    }
+    outcome
 }

@@ -13,7 +13,9 @@
 use serde_json::{json, Value};
 
 use crate::checks::Outcome;
-use crate::cuda::runtime::{error_name, CUDART_NAMES, INSUFFICIENT_DRIVER, NO_DEVICE};
+use crate::cuda::runtime::{
+    error_name, Runtime, RuntimeVersion, CUDART_NAMES, INSUFFICIENT_DRIVER, NO_DEVICE,
+};
 use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
@@ -34,7 +36,7 @@ enum Standing {
     NewerMajor,
 }
 
-fn standing(runtime: &crate::cuda::runtime::RuntimeVersion, driver: CudaVersion) -> Standing {
+fn standing(runtime: &RuntimeVersion, driver: CudaVersion) -> Standing {
     if runtime.major > driver.major() {
         return Standing::NewerMajor;
     }
@@ -71,51 +73,83 @@ fn no_runtime() -> Outcome {
     )
 }
 
-/// Runs `runtime::compatibility`.
-pub fn compatibility(session: &Session) -> Outcome {
-    let runtimes = match session.runtimes() {
-        Ok([]) => return no_runtime(),
-        Ok(runtimes) => runtimes,
-        Err(why) => {
-            return Outcome::fail(
-                format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
-                facts! {},
-            )
+/// One CUDA runtime to judge against the driver: where it is, its version, and, for a loaded
+/// one, what it says of the driver and the library itself (to confirm a newer major's 35).
+pub struct Candidate<'r> {
+    /// The file, as messages name it.
+    pub file: String,
+    /// The file for the report: `{path, real_path}`.
+    pub cudart: Value,
+    /// How it is present (`libcudart`, `a static copy in`, …), for messages.
+    pub form: &'static str,
+    /// Its version, when known.
+    pub version: Option<RuntimeVersion>,
+    /// The loaded runtime, when it was loaded.
+    pub loaded: Option<&'r Runtime>,
+}
+
+impl<'r> Candidate<'r> {
+    /// A runtime this process loaded.
+    pub fn loaded(runtime: &'r Runtime) -> Candidate<'r> {
+        Candidate {
+            file: runtime.file.real_path.display().to_string(),
+            cudart: json!(&runtime.file),
+            form: "libcudart",
+            version: runtime.version(),
+            loaded: Some(runtime),
         }
-    };
-    let driver = match session.driver().and_then(|d| d.version().map(CudaVersion)) {
-        Ok(v) => v,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+    }
+}
+
+/// Judges `candidates` against the driver of CUDA `driver` by CUDA's version rules (the
+/// module doc), with the ABI-difference report for minor-version compatibility and for
+/// runtimes of one process resolving at different versions. A candidate whose version is
+/// unknown fails when it was loaded (it should answer), and is a note otherwise.
+pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
     let mut failures: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     // Where each runtime resolves entry points: (a version to compute differences with, the
     // file, how to print the version).
     let mut resolved_at: Vec<(CudaVersion, String, String)> = Vec::new();
     let mut per_runtime: Vec<Value> = Vec::new();
-    for runtime in runtimes {
-        let file = runtime.file.real_path.display().to_string();
-        let Some(version) = runtime.version() else {
-            failures.push(format!(
-                "{file}: cudaRuntimeGetVersion fails and the file name gives no version"
-            ));
+    for candidate in candidates {
+        let file = &candidate.file;
+        let form = candidate.form;
+        let Some(version) = candidate.version else {
+            match candidate.loaded {
+                Some(_) => failures.push(format!(
+                    "{file}: cudaRuntimeGetVersion fails and the file name gives no version"
+                )),
+                None => notes.push(format!(
+                    "{form} {file}: its version cannot be read (a stripped static copy keeps no \
+                     version string), so it is not judged"
+                )),
+            }
+            per_runtime.push(json!({
+                "cudart": &candidate.cudart,
+                "form": form,
+                "runtime_version": null,
+            }));
             continue;
         };
-        let says_driver = runtime.driver_version().map(CudaVersion);
+        let says_driver = candidate
+            .loaded
+            .map(|r| r.driver_version().map(CudaVersion));
         let standing = standing(&version, driver);
         let mut diffs: Vec<AbiDifference> = Vec::new();
         match (&standing, says_driver) {
-            (_, Ok(d)) if d != driver => failures.push(format!(
+            (_, Some(Ok(d))) if d != driver => failures.push(format!(
                 "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
                  {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
             )),
             (Standing::NewerMajor, _) => {
-                // Confirm what the runtime really does: every call gives 35.
-                let answer = runtime
-                    .driver_entry_point("cuInit", driver.0)
+                // Confirm what a loaded runtime really does: every call gives 35.
+                let answer = candidate
+                    .loaded
+                    .and_then(|r| r.driver_entry_point("cuInit", driver.0))
                     .map(|e| e.code);
                 failures.push(format!(
-                    "libcudart {} ({file}) is a newer major than the driver's CUDA {driver}: \
+                    "{form} {} ({file}) is a newer major than the driver's CUDA {driver}: \
                      every runtime call fails with cudaErrorInsufficientDriver (35){}; install \
                      a driver providing CUDA >= {}.0 on the host, or use cuda_compat >= {} on \
                      a data-centre GPU or Jetson, or build against CUDA {}.x",
@@ -138,7 +172,7 @@ pub fn compatibility(session: &Session) -> Outcome {
             (Standing::MinorNewer(r), _) => {
                 diffs = abi_differences(driver, *r);
                 notes.push(format!(
-                    "libcudart {r} on driver {driver}: minor-version compatibility; \
+                    "{form} {r} on driver {driver}: minor-version compatibility; \
                      cudaGetDriverEntryPoint resolves at {driver}{}",
                     if diffs.is_empty() {
                         String::from(" (no checked function differs)")
@@ -153,7 +187,7 @@ pub fn compatibility(session: &Session) -> Outcome {
             }
             (Standing::Supported(r), _) => {
                 notes.push(format!(
-                    "libcudart {} on driver {driver}: supported",
+                    "{form} {} on driver {driver}: supported",
                     version.describe()
                 ));
                 let at = (*r).min(driver);
@@ -161,7 +195,7 @@ pub fn compatibility(session: &Session) -> Outcome {
             }
             (Standing::OlderMajor, _) => {
                 notes.push(format!(
-                    "libcudart {} on driver {driver}: supported (an older major)",
+                    "{form} {} on driver {driver}: supported (an older major)",
                     version.describe()
                 ));
                 // The minor is unknown: compare as the major's last minor, so only the
@@ -169,21 +203,28 @@ pub fn compatibility(session: &Session) -> Outcome {
                 let last = CudaVersion(version.major * 1000 + 990);
                 resolved_at.push((last, file.clone(), version.describe()));
             }
-            (Standing::SameMajor, _) => notes.push(format!(
-                "libcudart {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
-                 {} {} without a GPU, so the minor is unknown; minor-version compatibility \
-                 covers it)",
-                version.describe(),
-                version.error.unwrap_or_default(),
-                error_name(version.error.unwrap_or_default())
-            )),
+            (Standing::SameMajor, _) => notes.push(match version.error {
+                Some(code) => format!(
+                    "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
+                     {code} {} without a GPU, so the minor is unknown; minor-version \
+                     compatibility covers it)",
+                    version.describe(),
+                    error_name(code)
+                ),
+                None => format!(
+                    "{form} {} on driver {driver}: same major (the minor is unknown; \
+                     minor-version compatibility covers it)",
+                    version.describe()
+                ),
+            }),
         }
         per_runtime.push(json!({
-            "cudart": &runtime.file,
+            "cudart": &candidate.cudart,
+            "form": form,
             "runtime_version": version.exact.map(|v| v.to_string()),
             "runtime_major": version.major,
             "runtime_version_error": version.error,
-            "runtime_driver_version": says_driver.ok().map(|v| v.to_string()),
+            "runtime_driver_version": says_driver.and_then(Result::ok).map(|v| v.to_string()),
             "standing": format!("{standing:?}"),
             "abi_differences": diffs,
         }));
@@ -218,6 +259,26 @@ pub fn compatibility(session: &Session) -> Outcome {
             outcome.with_detail(rest.join("\n"))
         }
     }
+}
+
+/// Runs `runtime::compatibility`.
+pub fn compatibility(session: &Session) -> Outcome {
+    let runtimes = match session.runtimes() {
+        Ok([]) => return no_runtime(),
+        Ok(runtimes) => runtimes,
+        Err(why) => {
+            return Outcome::fail(
+                format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
+                facts! {},
+            )
+        }
+    };
+    let driver = match session.driver().and_then(|d| d.version().map(CudaVersion)) {
+        Ok(v) => v,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    let candidates: Vec<Candidate> = runtimes.iter().map(Candidate::loaded).collect();
+    judge(&candidates, driver)
 }
 
 /// Runs `runtime::entry_points`.
