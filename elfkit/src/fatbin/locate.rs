@@ -6,7 +6,7 @@
 //! are walked once, the magic scan covers the other data sections once and resumes past every
 //! candidate it tried, so a file of any size is read in linear time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use memchr::memmem;
@@ -82,129 +82,179 @@ fn aligned<'a>(bytes: &'a [u8], buffer: &'a mut Vec<u8>) -> &'a [u8] {
     &buffer[skip..skip + bytes.len()]
 }
 
+/// Disjoint byte ranges of a file, merged as they are added: what the walks have covered.
+#[derive(Default)]
+struct Ranges(BTreeMap<usize, usize>);
+
+impl Ranges {
+    /// Whether any added range meets `[start, end)`.
+    fn meets(&self, start: usize, end: usize) -> bool {
+        self.0
+            .range(..end.max(start + 1))
+            .next_back()
+            .is_some_and(|(_, &e)| e > start)
+    }
+
+    fn add(&mut self, mut start: usize, mut end: usize) {
+        while let Some((&s, &e)) = self.0.range(..=end).next_back() {
+            if e < start {
+                break;
+            }
+            self.0.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.0.insert(start, end);
+    }
+}
+
+/// A section with a file range, for address look-ups and the scan.
+struct Placed {
+    name: String,
+    address: u64,
+    start: usize,
+    end: usize,
+    kind: SectionKind,
+}
+
 /// The containers of one ELF file (`base`: its offset in the file read, for archive members).
+/// Sections that overlap are each looked at once: a fat-binary section meeting one already
+/// walked is skipped, data sections are merged before the scan.
 fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<(), FatbinError> {
     let file = object::File::parse(data).map_err(|e| FatbinError::Container(e.to_string()))?;
     if !file.is_little_endian() {
         return Ok(()); // fat binaries are little-endian; NVIDIA ships no others
     }
-    let sections: Vec<_> = file.sections().collect();
-    if sections.is_empty() {
+    let mut placed: Vec<Placed> = file
+        .sections()
+        .filter_map(|s| {
+            let (start, size) = s.file_range()?;
+            let start = usize::try_from(start).ok()?;
+            let end = start.checked_add(usize::try_from(size).ok()?)?;
+            (end <= data.len()).then(|| Placed {
+                name: s.name().unwrap_or_default().to_owned(),
+                address: s.address(),
+                start,
+                end,
+                kind: s.kind(),
+            })
+        })
+        .collect();
+    if file.sections().next().is_none() {
         // No section headers (stripped by sstrip, say): the magic scan over the whole file.
         scan(data, 0, data.len(), base, "(no sections)", out);
         return Ok(());
     }
-    let range = |s: &object::Section| -> Option<(usize, usize)> {
-        let (start, size) = s.file_range()?;
-        let start = usize::try_from(start).ok()?;
-        let end = start.checked_add(usize::try_from(size).ok()?)?;
-        (end <= data.len()).then_some((start, end))
-    };
-    // Offsets where a container starts or whose bytes a walk covered.
-    let mut walked: Vec<(usize, usize)> = Vec::new();
+    let mut walked = Ranges::default();
     let mut starts: BTreeSet<usize> = BTreeSet::new();
-    for s in &sections {
-        let name = s.name().unwrap_or_default();
-        if name != FATBIN_SECTION && name != RELFATBIN_SECTION {
+    for s in &placed {
+        if s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION {
             continue;
         }
-        let Some((start, end)) = range(s) else {
+        if walked.meets(s.start, s.end) {
             continue;
-        };
+        }
+        let (start, end) = (s.start, s.end);
         for (at, entries, stop) in containers_in(&data[start..end], base + start as u64)? {
             starts.insert(start + at);
             out.push(Container {
                 offset: base + (start + at) as u64,
                 size: (stop - at) as u64,
-                origin: Origin::Section(name.to_owned()),
+                origin: Origin::Section(s.name.clone()),
                 member: None,
                 entries,
             });
         }
-        walked.push((start, end));
+        walked.add(start, end);
     }
     // Wrappers hold the address of their container; in a relocatable object it is filled in by
-    // a relocation, so only linked files are followed.
+    // a relocation, so only linked files are followed. Addresses are looked up among the
+    // sections sorted by address.
+    placed.sort_by_key(|s| s.address);
     if file.kind() != ObjectKind::Relocatable {
-        if let Some(wrappers) = file.section_by_name(WRAPPER_SECTION) {
-            if let Some((start, end)) = range(&wrappers) {
-                for w in data[start..end].chunks_exact(24) {
-                    if u32::from_le_bytes(w[0..4].try_into().unwrap_or_default()) != WRAPPER_MAGIC {
-                        continue;
-                    }
-                    let address = u64::from_le_bytes(w[8..16].try_into().unwrap_or_default());
-                    let Some((at, section)) = file_offset_of(&sections, address, data.len()) else {
-                        continue;
-                    };
-                    if starts.contains(&at) || walked.iter().any(|&(s, e)| s <= at && at < e) {
-                        continue;
-                    }
-                    let (entries, stop) = container_at(data, at, base)?;
-                    starts.insert(at);
-                    walked.push((at, stop));
-                    out.push(Container {
-                        offset: base + at as u64,
-                        size: (stop - at) as u64,
-                        origin: Origin::Wrapper(section),
-                        member: None,
-                        entries,
-                    });
+        let wrappers: Vec<(usize, usize)> = placed
+            .iter()
+            .filter(|s| s.name == WRAPPER_SECTION)
+            .map(|s| (s.start, s.end))
+            .collect();
+        for (start, end) in wrappers.into_iter().take(1) {
+            for w in data[start..end].chunks_exact(24) {
+                if u32::from_le_bytes(w[0..4].try_into().unwrap_or_default()) != WRAPPER_MAGIC {
+                    continue;
                 }
+                let address = u64::from_le_bytes(w[8..16].try_into().unwrap_or_default());
+                let Some((at, section)) = file_offset_of(&placed, address) else {
+                    continue;
+                };
+                if starts.contains(&at) || walked.meets(at, at + 1) {
+                    continue;
+                }
+                let (entries, stop) = container_at(data, at, base)?;
+                starts.insert(at);
+                walked.add(at, stop);
+                out.push(Container {
+                    offset: base + at as u64,
+                    size: (stop - at) as u64,
+                    origin: Origin::Wrapper(section),
+                    member: None,
+                    entries,
+                });
             }
         }
     }
-    // The magic elsewhere: data sections only (never code, never the ones walked).
-    for s in &sections {
-        let name = s.name().unwrap_or_default();
-        if name == FATBIN_SECTION || name == RELFATBIN_SECTION || name == WRAPPER_SECTION {
+    // The magic elsewhere: data sections only (never code, never the ones walked), each byte
+    // once however the section headers overlap.
+    let mut data_sections: Vec<&Placed> = placed
+        .iter()
+        .filter(|s| {
+            s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION && s.name != WRAPPER_SECTION
+        })
+        .filter(|s| {
+            matches!(
+                s.kind,
+                SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
+            )
+        })
+        .collect();
+    data_sections.sort_by_key(|s| (s.start, s.end));
+    let mut scanned_to = 0;
+    let before = out.len();
+    for s in data_sections {
+        let start = s.start.max(scanned_to);
+        if start >= s.end {
             continue;
         }
-        if !matches!(
-            s.kind(),
-            SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
-        ) {
-            continue;
-        }
-        let Some((start, end)) = range(s) else {
-            continue;
-        };
-        let before = out.len();
-        scan(data, start, end, base, name, out);
-        // A wrapper-found container inside a scanned section is not found twice.
-        let mut i = before;
-        while i < out.len() {
-            let at = (out[i].offset - base) as usize;
-            if starts.contains(&at) {
-                out.remove(i);
-            } else {
-                i += 1;
-            }
-        }
+        scan(data, start, s.end, base, &s.name, out);
+        scanned_to = s.end;
     }
+    // A container a walk or a wrapper found is not found twice by the scan.
+    let mut kept = out.split_off(before);
+    kept.retain(|c| {
+        let at = (c.offset - base) as usize;
+        !starts.contains(&at) && !walked.meets(at, at + 1)
+    });
+    out.extend(kept);
     out.sort_by_key(|c| c.offset);
     Ok(())
 }
 
-/// The file offset of a virtual address, and the name of the section holding it.
-fn file_offset_of(
-    sections: &[object::Section],
-    address: u64,
-    len: usize,
-) -> Option<(usize, String)> {
-    sections.iter().find_map(|s| {
-        let (start, size) = s.file_range()?;
-        let into = address.checked_sub(s.address())?;
-        (s.address() != 0 && into < size)
-            .then(|| usize::try_from(start + into).ok())
-            .flatten()
-            .filter(|&at| at < len)
-            .map(|at| (at, s.name().unwrap_or_default().to_owned()))
-    })
+/// The file offset of a virtual address, and the name of the section holding it, among
+/// `sections` sorted by address.
+fn file_offset_of(sections: &[Placed], address: u64) -> Option<(usize, String)> {
+    let i = sections
+        .partition_point(|s| s.address <= address)
+        .checked_sub(1)?;
+    let s = &sections[i];
+    let into = usize::try_from(address - s.address).ok()?;
+    let at = s.start.checked_add(into)?;
+    (s.address != 0 && at < s.end).then(|| (at, s.name.clone()))
 }
 
 /// Finds containers by their magic in `data[start..end]`. A candidate that does not parse is
-/// a coincidence of bytes and is skipped; the search resumes past every candidate tried, so
-/// bytes a valid container covers are not searched again.
+/// a coincidence of bytes and is skipped, and the search resumes past what its walk read (the
+/// header it failed at): bytes a candidate walked, valid or not, are not searched again, so
+/// each byte is read a bounded number of times. (A real container hidden inside the entries of
+/// a bogus one is then missed: only a file made to deceive has that.)
 fn scan(data: &[u8], start: usize, end: usize, base: u64, section: &str, out: &mut Vec<Container>) {
     let magic = CONTAINER_MAGIC.to_le_bytes();
     let finder = memmem::Finder::new(&magic);
@@ -223,7 +273,11 @@ fn scan(data: &[u8], start: usize, end: usize, base: u64, section: &str, out: &m
                 });
                 p = stop;
             }
-            _ => p = at + 1,
+            Ok((_, stop)) => p = stop.max(at + 1),
+            Err(e) => {
+                let reached = usize::try_from(e.offset().saturating_sub(base)).unwrap_or(at);
+                p = reached.clamp(at + 1, end);
+            }
         }
     }
 }
@@ -281,6 +335,43 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].offset, at as u64);
         assert_eq!(out[0].origin, Origin::Scan(".rodata".into()));
+    }
+
+    /// A crafted region: 64-byte entry headers, each holding a container header at byte 48
+    /// whose entries run on to a truncated last one. Every candidate fails at the end; a scan
+    /// that walked each again would read the region once per candidate.
+    #[test]
+    fn failed_candidates_that_walk_far_are_not_walked_again() {
+        let headers = 1 << 15; // 2 MiB: minutes for a quadratic scan, milliseconds here
+        let len = headers * 64 + 32; // the last entry header is cut short
+        let mut data = Vec::with_capacity(len);
+        for k in 0..headers {
+            let mut h = entry(2, 80, 1, 8, 0x11, 0);
+            // Its entries are the headers after this one, up to the end of the data.
+            h[48..52].copy_from_slice(&CONTAINER_MAGIC.to_le_bytes());
+            h[52..54].copy_from_slice(&1u16.to_le_bytes());
+            h[54..56].copy_from_slice(&16u16.to_le_bytes());
+            h[56..64].copy_from_slice(&((len - 64 * (k + 1)) as u64).to_le_bytes());
+            data.extend(h);
+        }
+        data.resize(len, 0);
+        let started = std::time::Instant::now();
+        let mut out = Vec::new();
+        scan(&data, 0, data.len(), 0, ".rodata", &mut out);
+        assert!(out.is_empty());
+        assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn ranges_merge_and_answer_overlaps() {
+        let mut r = Ranges::default();
+        r.add(10, 20);
+        r.add(30, 40);
+        assert!(r.meets(15, 16) && r.meets(5, 11) && r.meets(39, 50));
+        assert!(!r.meets(20, 30) && !r.meets(0, 10) && !r.meets(40, 41));
+        r.add(18, 32);
+        assert_eq!(r.0.len(), 1);
+        assert!(r.meets(25, 26));
     }
 
     #[test]

@@ -388,6 +388,16 @@ impl fmt::Display for FatbinError {
 
 impl std::error::Error for FatbinError {}
 
+impl FatbinError {
+    /// The file offset the error is at (0 for errors of the file's structure).
+    pub fn offset(&self) -> u64 {
+        match self {
+            FatbinError::Truncated { at, .. } | FatbinError::Malformed { at, .. } => *at,
+            FatbinError::Container(_) | FatbinError::Io(_) => 0,
+        }
+    }
+}
+
 /// Every container of one file, in file order (archive members in member order).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GpuCode {
