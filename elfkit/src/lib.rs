@@ -10,8 +10,8 @@ pub mod fatbin;
 pub mod map;
 
 use object::elf;
-use object::read::elf::{Dyn, FileHeader, ProgramHeader};
-use object::Endianness;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{Endian, Endianness};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
@@ -46,13 +46,66 @@ impl DynamicInfo {
 }
 
 /// Reads the dynamic information of an ELF file (32- or 64-bit, either byte order); `Ok(None)`
-/// for anything that is not ELF. An ELF file whose headers, dynamic section or strings cannot
+/// for anything that is not ELF. An ELF file whose headers, dynamic segment or strings cannot
 /// be read is an error naming what is wrong.
+///
+/// It reads what the kernel and `ld.so` read, never the section headers (which the loader
+/// ignores, so a file may make them say anything): the interpreter from the first `PT_INTERP`'s
+/// file bytes (as `binfmt_elf` does), the dynamic array at the last `PT_DYNAMIC`'s *address*
+/// (as glibc's `ld.so` does), that address and `DT_STRTAB`'s taken through the `PT_LOAD`
+/// segments to the file bytes the loader would map there (bytes past a segment's file size are
+/// zeros, as in memory), and each string within `DT_STRSZ`. Where a tag repeats, the last one
+/// counts, as in glibc's `elf_get_dynamic_info` (`DT_NEEDED` excepted: each is a library).
 pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
     match object::FileKind::parse(data) {
         Ok(object::FileKind::Elf64) => dynamic_info_of::<elf::FileHeader64<Endianness>>(data),
         Ok(object::FileKind::Elf32) => dynamic_info_of::<elf::FileHeader32<Endianness>>(data),
         _ => Ok(None),
+    }
+}
+
+/// The file as the loader maps it: its `PT_LOAD` segments, in program header order.
+struct LoadImage<'a> {
+    data: &'a [u8],
+    /// `(p_vaddr, p_memsz, p_offset, p_filesz)` of each `PT_LOAD`.
+    segments: Vec<(u64, u64, u64, u64)>,
+}
+
+/// What lies at an address of the loaded image.
+enum Mapped<'a> {
+    /// File bytes, from the address to the end of its segment's file part.
+    File(&'a [u8]),
+    /// Zeros (past the segment's file size, inside its memory size).
+    Zeros,
+}
+
+impl<'a> LoadImage<'a> {
+    /// What the loader would have at `addr`; a later segment maps over an earlier one, as
+    /// `mmap(MAP_FIXED)` in program header order does.
+    fn at(&self, addr: u64, what: &str) -> Result<Mapped<'a>, String> {
+        let &(vaddr, _, offset, filesz) = self
+            .segments
+            .iter()
+            .rev()
+            .find(|&&(v, m, _, _)| addr >= v && addr - v < m)
+            .ok_or_else(|| {
+                format!("not a readable ELF file: {what} at {addr:#x} lies in no PT_LOAD segment")
+            })?;
+        let delta = addr - vaddr;
+        if delta >= filesz {
+            return Ok(Mapped::Zeros);
+        }
+        let start = offset.checked_add(delta);
+        let end = offset.checked_add(filesz);
+        match (start, end) {
+            (Some(s), Some(e)) if e <= self.data.len() as u64 => {
+                Ok(Mapped::File(&self.data[s as usize..e as usize]))
+            }
+            _ => Err(format!(
+                "not a readable ELF file: the PT_LOAD segment holding {what} runs past the end \
+                 of the file"
+            )),
+        }
     }
 }
 
@@ -63,37 +116,111 @@ fn dynamic_info_of<Elf: FileHeader<Endian = Endianness>>(
     let header = Elf::parse(data).map_err(bad)?;
     let endian = header.endian().map_err(bad)?;
     let mut info = DynamicInfo::default();
+    let mut image = LoadImage {
+        data,
+        segments: Vec::new(),
+    };
+    let mut dynamic = None;
     for ph in header.program_headers(endian, data).map_err(bad)? {
-        if ph.p_type(endian) == elf::PT_INTERP {
-            let bytes = ph
-                .data(endian, data)
-                .map_err(|_| "not a readable ELF file: bad PT_INTERP".to_string())?;
-            let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
-            info.interpreter = Some(PathBuf::from(String::from_utf8_lossy(bytes).into_owned()));
+        match ph.p_type(endian) {
+            elf::PT_INTERP if info.interpreter.is_none() => {
+                let bytes = ph
+                    .data(endian, data)
+                    .map_err(|_| "not a readable ELF file: bad PT_INTERP".to_string())?;
+                let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
+                info.interpreter = Some(PathBuf::from(String::from_utf8_lossy(bytes).into_owned()));
+            }
+            elf::PT_DYNAMIC => {
+                dynamic = Some((ph.p_vaddr(endian).into(), ph.p_memsz(endian).into()))
+            }
+            elf::PT_LOAD => image.segments.push((
+                ph.p_vaddr(endian).into(),
+                ph.p_memsz(endian).into(),
+                ph.p_offset(endian).into(),
+                ph.p_filesz(endian).into(),
+            )),
+            _ => {}
         }
     }
-    let sections = header.sections(endian, data).map_err(bad)?;
-    let Some((dyns, link)) = sections.dynamic(endian, data).map_err(bad)? else {
+    let Some((address, memsz)) = dynamic else {
         return Ok(Some(info)); // a static executable or an object file: no search path
     };
-    let strings = sections.strings(endian, data, link).map_err(bad)?;
-    for d in dyns {
-        // A tag that does not fit 32 bits is none of these (no truncation to a known one).
-        let Some(tag) = d.tag32(endian) else {
-            continue;
-        };
-        if ![elf::DT_NEEDED, elf::DT_RUNPATH, elf::DT_RPATH].contains(&tag) {
-            continue;
+    let entries = match image.at(address, "PT_DYNAMIC")? {
+        Mapped::File(bytes) => bytes,
+        Mapped::Zeros => return Ok(Some(info)), // DT_NULL first: nothing to load
+    };
+    let wide = header.is_type_64();
+    let little = endian.is_little_endian();
+    let word_size = if wide { 8 } else { 4 };
+    let word = |bytes: &[u8]| -> u64 {
+        let mut b = [0u8; 8];
+        if little {
+            b[..bytes.len()].copy_from_slice(bytes);
+            u64::from_le_bytes(b)
+        } else {
+            b[8 - bytes.len()..].copy_from_slice(bytes);
+            u64::from_be_bytes(b)
         }
-        let value = d.string(endian, strings).map_err(bad)?;
-        let value = String::from_utf8_lossy(value).into_owned();
-        let split = || value.split(':').filter(|s| !s.is_empty()).map(String::from);
-        match tag {
-            elf::DT_NEEDED => info.needed.push(value.clone()),
-            elf::DT_RUNPATH => info.runpath.get_or_insert_with(Vec::new).extend(split()),
-            _ => info.rpath.get_or_insert_with(Vec::new).extend(split()),
+    };
+    // ld.so reads p_memsz / sizeof(Dyn) entries at most, up to DT_NULL; past the segment's
+    // file bytes its memory holds zeros, that is DT_NULL.
+    let count = memsz / (2 * word_size as u64);
+    let mut strtab = None;
+    let mut strsz = None;
+    let mut needed = Vec::new();
+    let (mut runpath, mut rpath) = (None, None);
+    for entry in entries.chunks_exact(2 * word_size).take(count as usize) {
+        let tag = word(&entry[..word_size]);
+        let value = word(&entry[word_size..]);
+        // A tag that does not fit 32 bits is none of these (no truncation to a known one).
+        match u32::try_from(tag).ok() {
+            Some(elf::DT_NULL) => break,
+            Some(elf::DT_STRTAB) => strtab = Some(value),
+            Some(elf::DT_STRSZ) => strsz = Some(value),
+            Some(elf::DT_NEEDED) => needed.push(value),
+            Some(elf::DT_RUNPATH) => runpath = Some(value),
+            Some(elf::DT_RPATH) => rpath = Some(value),
+            _ => {}
         }
     }
+    if needed.is_empty() && runpath.is_none() && rpath.is_none() {
+        return Ok(Some(info));
+    }
+    let strtab = strtab.ok_or("not a readable ELF file: strings named but no DT_STRTAB")?;
+    let table = match image.at(strtab, "DT_STRTAB")? {
+        Mapped::File(bytes) => bytes,
+        Mapped::Zeros => &[],
+    };
+    let table = match strsz {
+        Some(size) => &table[..table.len().min(usize::try_from(size).unwrap_or(usize::MAX))],
+        None => table,
+    };
+    let string = |offset: u64| -> Result<String, String> {
+        let bytes = usize::try_from(offset)
+            .ok()
+            .and_then(|o| table.get(o..))
+            .and_then(|rest| {
+                rest.split(|b| *b == 0)
+                    .next()
+                    .filter(|s| s.len() < rest.len())
+            })
+            .ok_or_else(|| {
+                format!("not a readable ELF file: string {offset:#x} is outside DT_STRTAB")
+            })?;
+        Ok(String::from_utf8_lossy(bytes).into_owned())
+    };
+    let split = |value: String| -> Vec<String> {
+        value
+            .split(':')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    for offset in needed {
+        info.needed.push(string(offset)?);
+    }
+    info.runpath = runpath.map(string).transpose()?.map(split);
+    info.rpath = rpath.map(string).transpose()?.map(split);
     Ok(Some(info))
 }
 
@@ -291,6 +418,121 @@ mod tests {
         );
         assert_eq!(dynamic_info(b"#!/bin/sh\n").unwrap(), None);
         assert_eq!(dynamic_info(b"").unwrap(), None);
+    }
+
+    /// The old reader, through the section headers: for a well-formed file it must agree with
+    /// the program headers; for a crafted one it is what an attacker fools.
+    fn from_sections(data: &[u8]) -> Option<(Vec<String>, Option<Vec<String>>)> {
+        use object::read::elf::Dyn;
+        let header = elf::FileHeader64::<Endianness>::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let sections = header.sections(endian, data).ok()?;
+        let (dyns, link) = sections.dynamic(endian, data).ok()??;
+        let strings = sections.strings(endian, data, link).ok()?;
+        let (mut needed, mut runpath) = (Vec::new(), None);
+        for d in dyns {
+            let value = || String::from_utf8_lossy(d.string(endian, strings).unwrap()).into_owned();
+            match d.tag32(endian) {
+                Some(elf::DT_NEEDED) => needed.push(value()),
+                Some(elf::DT_RUNPATH) => {
+                    runpath = Some(value().split(':').map(String::from).collect());
+                }
+                _ => {}
+            }
+        }
+        Some((needed, runpath))
+    }
+
+    fn compile(dir: &Path, name: &str, source: &str) -> PathBuf {
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(&src, source).unwrap();
+        let out = dir.join(name);
+        let ok = Command::new("cc")
+            .arg("-o")
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cc failed");
+        out
+    }
+
+    #[test]
+    fn lying_section_headers_and_dynamic_offset_are_not_believed() {
+        // Issue 20: dependencies came from the section headers, which the loader ignores, so a
+        // program could name any host file and have `exec` bind it.
+        let t = tempfile::tempdir().unwrap();
+        let program = compile(t.path(), "p", "int main(void) { return 0; }\n");
+        let honest = dynamic_info(&std::fs::read(&program).unwrap())
+            .unwrap()
+            .unwrap();
+        cuda_sandbox_testkit::crafted_elf::lie_about_dependencies(
+            &program,
+            &["/home/victim/private.txt", "libc.so.6"],
+            Some("/home/victim"),
+        )
+        .unwrap();
+        let crafted = std::fs::read(&program).unwrap();
+        // The lie is there for a reader of sections to believe ...
+        let (needed, runpath) = from_sections(&crafted).unwrap();
+        assert_eq!(needed, ["/home/victim/private.txt", "libc.so.6"]);
+        assert_eq!(runpath, Some(vec!["/home/victim".to_string()]));
+        // ... the loader does not (the program still runs), and neither do we.
+        assert!(Command::new(&program).status().unwrap().success());
+        assert_eq!(dynamic_info(&crafted).unwrap().unwrap(), honest);
+        assert!(!honest.needed.iter().any(|n| n.contains("victim")));
+    }
+
+    #[test]
+    fn well_formed_files_read_as_their_sections_say() {
+        // Program headers and section headers agree on every well-formed file of this host.
+        let mut compared = 0;
+        for dir in [
+            "/usr/bin",
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+        ] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.filter_map(Result::ok).take(400) {
+                let path = entry.path();
+                let Ok(meta) = std::fs::metadata(&path) else {
+                    continue;
+                };
+                if !meta.is_file() || meta.len() > 64 << 20 {
+                    continue;
+                }
+                let Ok(data) = std::fs::read(&path) else {
+                    continue;
+                };
+                if !data.starts_with(b"\x7fELF\x02") {
+                    continue;
+                }
+                let Some(expected) = from_sections(&data) else {
+                    continue;
+                };
+                let info = dynamic_info(&data).unwrap().unwrap();
+                assert_eq!((info.needed, info.runpath), expected, "{}", path.display());
+                compared += 1;
+            }
+        }
+        assert!(compared > 50, "only {compared} ELF files compared");
+        // A debug-only file keeps the program headers with no bytes behind them: nothing.
+        let t = tempfile::tempdir().unwrap();
+        let debug = t.path().join("sh.debug");
+        let ok = Command::new("objcopy")
+            .args(["--only-keep-debug", "/bin/sh"])
+            .arg(&debug)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let info = dynamic_info(&std::fs::read(&debug).unwrap())
+            .unwrap()
+            .unwrap();
+        assert!(info.needed.is_empty() && info.runpath.is_none(), "{info:?}");
     }
 
     #[test]

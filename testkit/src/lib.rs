@@ -5,6 +5,7 @@
 //! `mknod`. Tests that need them call [`nix_available`] first: outside CI a machine without
 //! root or Nix skips them with a printed reason; under `CI=true` that is a failure.
 
+pub mod crafted_elf;
 pub mod fatbin_fixtures;
 pub mod real_nvidia;
 
