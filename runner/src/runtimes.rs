@@ -1,11 +1,18 @@
 //! The CUDA runtimes inside a package: shared `libcudart` files and static copies linked into
-//! other ELF files (any ELF that is not libcudart but defines `cudaGetDriverEntryPoint`), with
-//! their versions where a name gives them. Two runtimes of different versions in one package
-//! are the version-mixing hazard: each resolves driver entry points at its own version.
+//! other ELF files, with their versions where a name or the runtime's own code gives them. Two
+//! runtimes of different versions in one package are the version-mixing hazard: each resolves
+//! driver entry points at its own version.
+//!
+//! A static copy (`libcudart_static.a` linked into a program or library) is found by the symbol
+//! `cudaGetDriverEntryPoint` while the file has a symbol table, else by what the runtime's own
+//! data contains ([`static_runtime_in`]): Nixpkgs' default `strip -S` keeps `.symtab`, but
+//! `stripAllList`/`strip -s`, `--strip-unneeded`, `-Wl,-s` and section-less (sstrip-ed) files
+//! leave no symbol to read.
 
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSymbol};
+use memchr::memmem;
+use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
@@ -31,6 +38,200 @@ pub struct FoundRuntime {
     pub form: RuntimeForm,
     /// `12.9`, `12.x` (major only), or `None` when nothing names it.
     pub version: Option<String>,
+    /// Why it counts as a runtime and where the version comes from, e.g. `symbol
+    /// cudaGetDriverEntryPoint; version 12.9 from cudaRuntimeGetVersion's constant 12090`.
+    pub evidence: String,
+}
+
+/// The runtime's own strings a static copy keeps when stripped, none of them a symbol name, one
+/// a line ([`runtime_markers`]). Measured (2026-12-01) in the `.rodata` of NVIDIA's libcudart
+/// 11.8.89 (shared), 12.9.79 and 13.0.96 (shared, and `libcudart_static.a` linked into programs
+/// and shared libraries, stripped with `-S`, `-s`, `--strip-unneeded`, and `-Wl,--gc-sections
+/// -s`): all four in every one. In none of libcuda 535.309.01 / 470.256.02, libnvidia-ml,
+/// libnvidia-ptxjitcompiler, libcurand 10.4, the CUDA 13.5 tools, nor any of 4,230 other ELF
+/// files of a Debian 12 system (`/lib`, `/usr`, the Rust toolchain). [`MARKERS_NEEDED`] of them
+/// must be there as C strings, with [`DRIVER_NAME`]. Kept as lines (each ends in `\n`, never in
+/// NUL) so that this program's own copy of them is no match:
+/// - `/cudart.shm.%x.%x.%llx`: the name of the runtime's shared-memory segment (`shm_open`);
+/// - `cudaErrorCudartUnloading`: in `cudaGetErrorName`'s table, an error only the runtime has;
+/// - `CUDA driver version is insufficient for CUDA runtime version`: `cudaGetErrorString` of
+///   cudaErrorInsufficientDriver (35);
+/// - `CUDA_ENABLE_MODULE_LAZY_LOADING`: an environment variable the runtime reads.
+pub const RUNTIME_MARKERS: &str = "/cudart.shm.%x.%x.%llx\n\
+    cudaErrorCudartUnloading\n\
+    CUDA driver version is insufficient for CUDA runtime version\n\
+    CUDA_ENABLE_MODULE_LAZY_LOADING\n";
+
+/// [`RUNTIME_MARKERS`], one string each.
+pub fn runtime_markers() -> Vec<&'static str> {
+    RUNTIME_MARKERS.lines().collect()
+}
+
+/// How many of [`RUNTIME_MARKERS`] a static copy must hold: all four in every runtime measured;
+/// one may change in a later release.
+pub const MARKERS_NEEDED: usize = 3;
+
+/// The driver every runtime `dlopen`s by name: required as well (alone it proves nothing: the
+/// driver itself and NVML hold it too).
+pub const DRIVER_NAME: &str = "libcuda.so.1";
+
+/// A name in the runtime's table of API names from CUDA 12.0 (`cudaGetDeviceProperties` became
+/// `_v2` there) that 13.0 dropped: measured in 12.9.79, absent from 11.8.89 and 13.0.96.
+const NAME_OF_12: &str = "cudaGetDeviceProperties_v2";
+
+/// A name in that table from 13.0 on: in 13.0.96, absent from 12.9.79 and 11.8.89. It bounds
+/// the version from below only, so alone it gives no major.
+const NAME_FROM_13: &str = "cudaLogsCurrent";
+
+/// What shows a CUDA runtime inside an ELF file without its symbols: [`static_runtime_in`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StaticEvidence {
+    /// Those of [`runtime_markers`] found, in that order.
+    pub markers: Vec<&'static str>,
+    /// Its version, where its code or data gives one: [`runtime_version_in`].
+    pub version: Option<ContentVersion>,
+}
+
+impl StaticEvidence {
+    /// `strings: /cudart.shm.%x.%x.%llx, …`.
+    pub fn describe(&self) -> String {
+        format!("strings: {}", self.markers.join(", "))
+    }
+}
+
+/// A runtime version read from the runtime's own code or data, and from what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContentVersion {
+    /// `12.9`, or `12.x` when only the major can be read.
+    pub version: String,
+    /// What gave it, e.g. `cudaRuntimeGetVersion's constant 12090`.
+    pub source: String,
+}
+
+/// The parts of an ELF file to search: allocated data (`.rodata`, `.data.rel.ro`, `.data`; not
+/// the symbol and string tables, not fat binaries, which are device code) and code. The whole
+/// file for both when it has no section headers (or they do not parse).
+fn regions(data: &[u8]) -> (Vec<&[u8]>, Vec<&[u8]>) {
+    let mut read_only = Vec::new();
+    let mut code = Vec::new();
+    if let Ok(file) = object::File::parse(data) {
+        for section in file.sections() {
+            let name = section.name().unwrap_or("");
+            if matches!(name, ".nv_fatbin" | "__nv_relfatbin" | ".nvFatBinSegment") {
+                continue;
+            }
+            let Ok(bytes) = section.data() else { continue };
+            match section.kind() {
+                SectionKind::ReadOnlyData | SectionKind::ReadOnlyString | SectionKind::Data => {
+                    read_only.push(bytes)
+                }
+                SectionKind::Text => code.push(bytes),
+                _ => {}
+            }
+        }
+    }
+    if read_only.is_empty() && code.is_empty() {
+        return (vec![data], vec![data]);
+    }
+    (read_only, code)
+}
+
+/// Whether one of `regions` holds `text` as a C string (with its NUL; a longer string ending in
+/// it counts too, as the linker merges such tails).
+fn has_string(regions: &[&[u8]], text: &str) -> bool {
+    let mut needle = Vec::with_capacity(text.len() + 1);
+    needle.extend_from_slice(text.as_bytes());
+    needle.push(0);
+    let finder = memmem::Finder::new(&needle);
+    regions.iter().any(|r| finder.find(r).is_some())
+}
+
+/// Whether `data` (an ELF file's bytes) holds a CUDA runtime by its own strings: [`DRIVER_NAME`]
+/// and at least [`MARKERS_NEEDED`] of [`runtime_markers`] in its allocated data sections (the
+/// whole file when it has no section headers). Reads no symbol, so it works on stripped files;
+/// libcuda itself does not qualify. With the version where [`runtime_version_in`] reads one.
+pub fn static_runtime_in(data: &[u8]) -> Option<StaticEvidence> {
+    let (read_only, code) = regions(data);
+    let all = runtime_markers();
+    let mut markers = Vec::new();
+    for (i, marker) in all.iter().enumerate() {
+        if has_string(&read_only, marker) {
+            markers.push(*marker);
+        } else if i + 1 - markers.len() > all.len() - MARKERS_NEEDED {
+            return None;
+        }
+    }
+    if markers.len() < MARKERS_NEEDED || !has_string(&read_only, DRIVER_NAME) {
+        return None;
+    }
+    Some(StaticEvidence {
+        markers,
+        version: version_of(&read_only, &code),
+    })
+}
+
+/// The values of every `int *out` getter in `code` that, compiled for x86-64, reads
+/// `if (!out) …; *out = IMM; return 0;`: `test %rdi,%rdi; je …; movl $IMM,(%rdi); xor
+/// %eax,%eax; ret` (48 85 ff 74 xx c7 07 IMM32 31 c0 c3). NVIDIA's `cudaRuntimeGetVersion`
+/// calls one holding the runtime's version (12090 in 12.9.79, 13000 in 13.0.96, 11080 in
+/// 11.8.89, static and shared alike: the archive's code is NVIDIA's, whatever compiles the
+/// program).
+fn getter_constants(code: &[&[u8]]) -> Vec<i32> {
+    const HEAD: &[u8] = &[0x48, 0x85, 0xff, 0x74];
+    let finder = memmem::Finder::new(HEAD);
+    let mut values = Vec::new();
+    for region in code {
+        for at in finder.find_iter(region) {
+            let Some(tail) = region.get(at + 5..at + 14) else {
+                continue;
+            };
+            if tail[..2] == [0xc7, 0x07] && tail[6..] == [0x31, 0xc0, 0xc3] {
+                values.push(i32::from_le_bytes([tail[2], tail[3], tail[4], tail[5]]));
+            }
+        }
+    }
+    values
+}
+
+/// A value `cudaRuntimeGetVersion` could answer: 1000·major + 10·minor, major 9 to 99.
+fn plausible_runtime_version(value: i32) -> bool {
+    (9000..100_000).contains(&value) && value % 10 == 0
+}
+
+fn version_of(read_only: &[&[u8]], code: &[&[u8]]) -> Option<ContentVersion> {
+    let names_12 = has_string(read_only, NAME_OF_12);
+    let names_13 = has_string(read_only, NAME_FROM_13);
+    let mut constants: Vec<i32> = getter_constants(code)
+        .into_iter()
+        .filter(|v| plausible_runtime_version(*v))
+        .collect();
+    constants.sort_unstable();
+    constants.dedup();
+    if let [value] = constants[..] {
+        let agrees =
+            (!names_12 || (12000..13000).contains(&value)) && (!names_13 || value >= 13000);
+        if agrees {
+            return Some(ContentVersion {
+                version: CudaVersion(value).to_string(),
+                source: format!("cudaRuntimeGetVersion's constant {value}"),
+            });
+        }
+    }
+    (names_12 && !names_13).then(|| ContentVersion {
+        version: "12.x".into(),
+        source: format!("API name {NAME_OF_12} (12.0 to 12.9)"),
+    })
+}
+
+/// The version of the CUDA runtime in `data` (an ELF file's bytes, holding one), read from its
+/// code and data, never from symbols: exact from the constant `cudaRuntimeGetVersion` returns
+/// (x86-64 code: [`getter_constants`]), when exactly one such getter holds a plausible version
+/// and it agrees with the API names below; else `12.x` when the runtime's table of API names has
+/// `cudaGetDeviceProperties_v2` (12.0 to 12.9) and not `cudaLogsCurrent` (13.0 on); else
+/// `None` (13.0's names bound it from below only, and a future major may keep them).
+pub fn runtime_version_in(data: &[u8]) -> Option<ContentVersion> {
+    let (read_only, code) = regions(data);
+    version_of(&read_only, &code)
 }
 
 /// The CUDA version a path names: `libcudart.so.12.9.79` → 12.9; a store path such as
@@ -74,23 +275,83 @@ pub fn defines_runtime(data: &[u8]) -> bool {
         .any(|s| s.name() == Ok("cudaGetDriverEntryPoint") && s.is_definition())
 }
 
-/// Classifies one file; `data` is its bytes when it is an ELF file.
+/// The major of `12.9` or `12.x`.
+fn major_of(version: &str) -> Option<&str> {
+    version.split('.').next()
+}
+
+/// Classifies one file; `data` is its bytes when it is an ELF file. `libcudart.so*` and
+/// `libcudart_static*.a` count by name; another ELF file when it defines
+/// `cudaGetDriverEntryPoint` ([`defines_runtime`]), else when the runtime's own strings are in
+/// it ([`static_runtime_in`]). The version: from the name ([`version_named_by`]); for a static
+/// copy first from its code ([`runtime_version_in`]); for a shared library named with its major
+/// only (`libcudart.so.12`), from its code when that is a runtime's and agrees on the major.
 pub fn runtime_in(path: &Path, data: Option<&[u8]>) -> Option<FoundRuntime> {
     let name = path.file_name()?.to_string_lossy();
-    let form = if name.starts_with("libcudart.so") {
-        RuntimeForm::Shared
-    } else if name.starts_with("libcudart_static") && name.ends_with(".a") {
-        RuntimeForm::Archive
-    } else if data.is_some_and(defines_runtime) {
-        RuntimeForm::StaticCopy
-    } else {
-        return None;
+    let named = version_named_by(path);
+    let from_name = |version: &Option<String>| match version {
+        Some(v) => format!("version {v} from the path"),
+        None => "version unknown".to_owned(),
     };
-    Some(FoundRuntime {
+    let found = |form, version: Option<String>, evidence: String| FoundRuntime {
         file: path.to_path_buf(),
         form,
-        version: version_named_by(path),
-    })
+        version,
+        evidence,
+    };
+    if name.starts_with("libcudart.so") {
+        let exact = named.as_ref().is_some_and(|v| !v.ends_with(".x"));
+        let content = data
+            .filter(|_| !exact)
+            .and_then(static_runtime_in)
+            .and_then(|e| e.version)
+            .filter(|c| {
+                named
+                    .as_deref()
+                    .is_none_or(|n| major_of(n) == major_of(&c.version))
+            });
+        return Some(match content {
+            Some(c) if !c.version.ends_with(".x") || named.is_none() => found(
+                RuntimeForm::Shared,
+                Some(c.version.clone()),
+                format!("file name; version {} from {}", c.version, c.source),
+            ),
+            _ => found(
+                RuntimeForm::Shared,
+                named.clone(),
+                format!("file name; {}", from_name(&named)),
+            ),
+        });
+    }
+    if name.starts_with("libcudart_static") && name.ends_with(".a") {
+        return Some(found(
+            RuntimeForm::Archive,
+            named.clone(),
+            format!("file name; {}", from_name(&named)),
+        ));
+    }
+    let data = data?;
+    let (why, content) = if defines_runtime(data) {
+        (
+            "symbol cudaGetDriverEntryPoint".to_owned(),
+            runtime_version_in(data),
+        )
+    } else {
+        let evidence = static_runtime_in(data)?;
+        (evidence.describe(), evidence.version)
+    };
+    let (version, source) = match content {
+        Some(c) if !c.version.ends_with(".x") || named.is_none() => {
+            let text = format!("version {} from {}", c.version, c.source);
+            (Some(c.version), text)
+        }
+        _ => (named.clone(), from_name(&named)),
+    };
+    Some(found(
+        RuntimeForm::StaticCopy,
+        version,
+        format!("{why}; {source}"),
+    ))
 }
 
 /// The distinct versions among `runtimes` that are exact (`12.9`, not `12.x`), when more than
@@ -124,12 +385,90 @@ mod tests {
         assert_eq!(v("/x/bin/app"), None);
     }
 
+    /// Bytes holding `strings` as C strings, then `code`.
+    fn blob(strings: &[&str], code: &[u8]) -> Vec<u8> {
+        let mut data = b"junk\0".to_vec();
+        for s in strings {
+            data.extend_from_slice(s.as_bytes());
+            data.push(0);
+        }
+        data.extend_from_slice(code);
+        data
+    }
+
+    /// `test %rdi,%rdi; je +8; movl $value,(%rdi); xor %eax,%eax; ret`.
+    fn getter(value: i32) -> Vec<u8> {
+        let mut code = vec![0x48, 0x85, 0xff, 0x74, 0x08, 0xc7, 0x07];
+        code.extend_from_slice(&value.to_le_bytes());
+        code.extend_from_slice(&[0x31, 0xc0, 0xc3]);
+        code
+    }
+
+    #[test]
+    fn the_runtime_strings_without_symbols_are_a_runtime() {
+        let mut strings = runtime_markers();
+        assert_eq!(strings.len(), 4);
+        strings.push(DRIVER_NAME);
+        let found = static_runtime_in(&blob(&strings, &[])).expect("a runtime");
+        assert_eq!(found.markers, runtime_markers());
+        assert_eq!(found.version, None);
+        // One marker may be missing, not two; the driver's name must be there.
+        assert!(static_runtime_in(&blob(&strings[1..], &[])).is_some());
+        assert!(static_runtime_in(&blob(&strings[2..], &[])).is_none());
+        assert!(static_runtime_in(&blob(&runtime_markers(), &[])).is_none());
+        // A longer string is no marker (only its tail may be shared).
+        let prefixed: Vec<String> = strings.iter().map(|s| format!("{s}_v2")).collect();
+        let prefixed: Vec<&str> = prefixed.iter().map(String::as_str).collect();
+        assert!(static_runtime_in(&blob(&prefixed, &[])).is_none());
+        // What libcuda holds: its name and its own error strings.
+        let driver = blob(
+            &[DRIVER_NAME, "CUDA driver is a stub library", "%d.%d.%d"],
+            &[],
+        );
+        assert!(static_runtime_in(&driver).is_none());
+    }
+
+    #[test]
+    fn the_version_constant_gives_the_version() {
+        let mut strings = runtime_markers();
+        strings.push(DRIVER_NAME);
+        let version = |extra: &[&str], code: &[u8]| {
+            let mut all = strings.clone();
+            all.extend_from_slice(extra);
+            static_runtime_in(&blob(&all, code))
+                .expect("a runtime")
+                .version
+                .map(|v| v.version)
+        };
+        let mut code = getter(12090);
+        code.extend(getter(2)); // not a version: ignored
+        assert_eq!(version(&[NAME_OF_12], &code).as_deref(), Some("12.9"));
+        assert_eq!(
+            version(&[NAME_FROM_13], &getter(13000)).as_deref(),
+            Some("13.0")
+        );
+        assert_eq!(version(&[], &getter(11080)).as_deref(), Some("11.8"));
+        // Two candidates, or one the API names contradict: not read; the names' major instead.
+        let mut two = getter(12090);
+        two.extend(getter(12080));
+        assert_eq!(version(&[NAME_OF_12], &two).as_deref(), Some("12.x"));
+        assert_eq!(
+            version(&[NAME_OF_12], &getter(13000)).as_deref(),
+            Some("12.x")
+        );
+        assert_eq!(version(&[NAME_FROM_13], &getter(12090)), None);
+        // 13.0's names alone bound the version from below only.
+        assert_eq!(version(&[NAME_FROM_13], &[]), None);
+        assert_eq!(version(&[], &[]), None);
+    }
+
     #[test]
     fn mixing_needs_two_exact_versions() {
         let r = |v: &str| FoundRuntime {
             file: PathBuf::from("f"),
             form: RuntimeForm::Shared,
             version: Some(v.into()),
+            evidence: "file name".into(),
         };
         assert_eq!(mixed_versions(&[r("12.9"), r("12.x")]), None);
         assert_eq!(

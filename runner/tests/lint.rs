@@ -365,7 +365,7 @@ fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions
         })
         .collect();
     assert!(
-        found.contains(&("app".into(), "static-copy".into(), "unknown".into())),
+        found.contains(&("app".into(), "static-copy".into(), "12.9".into())),
         "{found:?}"
     );
     assert!(

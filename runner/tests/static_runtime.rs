@@ -1,0 +1,306 @@
+//! CUDA runtimes linked statically into programs and libraries, then stripped as Nixpkgs and
+//! others strip them, are still found (`runtimes::static_runtime_in`: the runtime's own strings,
+//! not its symbols), with the version its code holds; the driver and other libraries are not
+//! runtimes. Against NVIDIA's real `libcudart_static.a` 12.9.79 and 13.0.96 and the real shared
+//! runtimes and drivers (`scripts/nvidia-userspace`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::RUNNER;
+use cuda_sandbox_check::runtimes::{runtime_in, static_runtime_in, FoundRuntime, RuntimeForm};
+use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
+
+/// Calls into the runtime so that the linker keeps it.
+const PROGRAM: &str = "#include <stdio.h>\n\
+    int cudaRuntimeGetVersion(int *version);\n\
+    int main(void) { int v = 0; int r = cudaRuntimeGetVersion(&v); printf(\"%d %d\\n\", r, v); return r; }\n";
+
+/// The same, in a shared library.
+const LIBRARY: &str = "int cudaRuntimeGetVersion(int *version);\n\
+    int runtime_version(void) { int v = 0; cudaRuntimeGetVersion(&v); return v; }\n";
+
+/// No runtime: loads libraries by name, as a runtime does.
+const CONTROL: &str = "#include <stdio.h>\n#include <dlfcn.h>\n\
+    int main(void) { printf(\"%p\\n\", dlopen(\"libcuda.so.1\", RTLD_NOW)); return 0; }\n";
+
+fn run(program: &str, args: &[&str]) {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program} (install gcc and binutils): {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Compiles `source` into `out` with `flags`, against the static runtime of `cudart` if given.
+fn build(dir: &Path, real: &RealNvidia, source: &str, out: &str, flags: &[&str]) -> PathBuf {
+    build_with(dir, real, None, source, out, flags)
+}
+
+fn build_with(
+    dir: &Path,
+    real: &RealNvidia,
+    cudart: Option<Cudart>,
+    source: &str,
+    out: &str,
+    flags: &[&str],
+) -> PathBuf {
+    let src = dir.join(format!("{out}.c"));
+    std::fs::write(&src, source).unwrap();
+    let target = dir.join(out);
+    let mut args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    args.extend([
+        "-o".into(),
+        target.display().to_string(),
+        src.display().to_string(),
+    ]);
+    if let Some(cudart) = cudart {
+        args.push(format!("-L{}", real.cudart_dir(cudart).display()));
+        args.push("-lcudart_static".into());
+        args.extend(["-lpthread", "-ldl", "-lrt"].map(String::from));
+    } else {
+        args.push("-ldl".into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run("cc", &args);
+    target
+}
+
+/// How a file is stripped.
+#[derive(Debug, Clone, Copy)]
+enum Strip {
+    /// Nixpkgs' default for `stripDebugList` (lib, bin, …): `strip -S -p`; keeps `.symtab`.
+    NixpkgsDebug,
+    /// Nixpkgs' `stripAllList` default, `strip -s -p`: no symbol table left.
+    NixpkgsAll,
+    /// `strip --strip-unneeded`.
+    Unneeded,
+    /// `strip -s`, then the section headers removed too (as `sstrip` does).
+    NoSections,
+}
+
+impl Strip {
+    const ALL: [Strip; 4] = [
+        Strip::NixpkgsDebug,
+        Strip::NixpkgsAll,
+        Strip::Unneeded,
+        Strip::NoSections,
+    ];
+
+    /// A stripped copy of `file`.
+    fn copy(self, file: &Path) -> PathBuf {
+        let out = PathBuf::from(format!("{}.{self:?}", file.display()));
+        std::fs::copy(file, &out).unwrap();
+        let path = out.to_str().unwrap();
+        match self {
+            Strip::NixpkgsDebug => run("strip", &["-S", "-p", path]),
+            Strip::NixpkgsAll => run("strip", &["-s", "-p", path]),
+            Strip::Unneeded => run("strip", &["--strip-unneeded", path]),
+            Strip::NoSections => {
+                run("strip", &["-s", path]);
+                let mut data = std::fs::read(&out).unwrap();
+                assert_eq!(&data[..5], b"\x7fELF\x02", "a 64-bit ELF file");
+                // e_shoff, then e_shnum and e_shstrndx (ELF64 header).
+                data[0x28..0x30].fill(0);
+                data[0x3c..0x40].fill(0);
+                std::fs::write(&out, data).unwrap();
+            }
+        }
+        out
+    }
+
+    /// Whether a symbol table survives.
+    fn keeps_symbols(self) -> bool {
+        matches!(self, Strip::NixpkgsDebug)
+    }
+}
+
+fn classify(path: &Path) -> Option<FoundRuntime> {
+    let data = std::fs::read(path).unwrap();
+    runtime_in(path, Some(&data))
+}
+
+/// The version `cudart` reports (`12.9`).
+fn version_of(cudart: Cudart) -> String {
+    let v = cudart.cuda_version();
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+#[test]
+fn stripped_static_copies_are_found_with_their_version() {
+    let Some(real) = RealNvidia::find("stripped_static_copies_are_found_with_their_version") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    for cudart in [Cudart::V12_9, Cudart::V13_0] {
+        let version = version_of(cudart);
+        let program = build_with(
+            temp.path(),
+            &real,
+            Some(cudart),
+            PROGRAM,
+            &format!("app-{version}"),
+            &[],
+        );
+        // The runtime runs and says its version: the copy is a working one.
+        let out = Command::new(&program).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("0 {}", cudart.cuda_version())
+        );
+        let library = build_with(
+            temp.path(),
+            &real,
+            Some(cudart),
+            LIBRARY,
+            &format!("libapp-{version}.so"),
+            &["-shared", "-fPIC"],
+        );
+        let collected = build_with(
+            temp.path(),
+            &real,
+            Some(cudart),
+            PROGRAM,
+            &format!("app-gc-{version}"),
+            &["-O2", "-ffunction-sections", "-Wl,--gc-sections"],
+        );
+        for file in [&program, &library, &collected] {
+            for strip in Strip::ALL {
+                let stripped = strip.copy(file);
+                let found = classify(&stripped)
+                    .unwrap_or_else(|| panic!("no runtime found in {}", stripped.display()));
+                assert_eq!(found.form, RuntimeForm::StaticCopy, "{found:?}");
+                assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+                let by = if strip.keeps_symbols() {
+                    "symbol cudaGetDriverEntryPoint; "
+                } else {
+                    "strings: "
+                };
+                assert!(found.evidence.starts_with(by), "{found:?}");
+                let constant =
+                    format!("cudaRuntimeGetVersion's constant {}", cudart.cuda_version());
+                assert!(found.evidence.ends_with(&constant), "{found:?}");
+                let data = std::fs::read(&stripped).unwrap();
+                let evidence = static_runtime_in(&data).expect("the runtime's strings");
+                assert_eq!(evidence.markers.len(), 4, "{evidence:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn drivers_and_other_libraries_are_not_runtimes() {
+    let Some(real) = RealNvidia::find("drivers_and_other_libraries_are_not_runtimes") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let control = build(temp.path(), &real, CONTROL, "control", &[]);
+    let mut files = vec![control.clone(), Strip::NixpkgsAll.copy(&control)];
+    for branch in Branch::ALL {
+        let dir = real.driver_dir(branch);
+        files.push(real.libcuda_file(branch));
+        files.push(std::fs::canonicalize(dir.join("libnvidia-ml.so.1")).unwrap());
+        files.push(std::fs::canonicalize(dir.join("libnvidia-ptxjitcompiler.so.1")).unwrap());
+    }
+    files.push(real.curand());
+    files.extend([real.cuobjdump(), real.fatbinary()]);
+    for system in [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/x86_64-linux-gnu/libstdc++.so.6",
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/bin/ls",
+    ] {
+        if Path::new(system).is_file() {
+            files.push(std::fs::canonicalize(system).unwrap());
+        }
+    }
+    files.push(PathBuf::from(RUNNER));
+    for file in &files {
+        let data = std::fs::read(file).unwrap();
+        assert_eq!(
+            static_runtime_in(&data),
+            None,
+            "{} holds no CUDA runtime",
+            file.display()
+        );
+        assert_eq!(runtime_in(file, Some(&data)), None, "{}", file.display());
+    }
+}
+
+#[test]
+fn shared_runtimes_are_found_with_the_version_in_their_code() {
+    let Some(real) = RealNvidia::find("shared_runtimes_are_found_with_the_version_in_their_code")
+    else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    for cudart in Cudart::ALL {
+        let version = version_of(cudart);
+        // In the cache: the directory (`cudart-12.9`) names the version.
+        let found = classify(&real.cudart(cudart)).expect("a runtime");
+        assert_eq!(found.form, RuntimeForm::Shared);
+        assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+        // Under its SONAME only (`libcudart.so.12`, or 11.8's `libcudart.so.11.0`), which names
+        // the major at most: the code gives the rest.
+        let dir = temp.path().join(format!("{cudart:?}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bare = dir.join(cudart.file_name());
+        std::fs::copy(real.cudart(cudart), &bare).unwrap();
+        let found = classify(&bare).expect("a runtime");
+        assert_eq!(found.form, RuntimeForm::Shared);
+        assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+        assert!(
+            found.evidence.contains("cudaRuntimeGetVersion's constant"),
+            "{found:?}"
+        );
+        // Its strings are the runtime's, as in the static copies.
+        let data = std::fs::read(&bare).unwrap();
+        let evidence = static_runtime_in(&data).expect("the runtime's strings");
+        assert_eq!(evidence.markers.len(), 4, "{evidence:?}");
+        assert_eq!(
+            evidence.version.map(|v| v.version).as_deref(),
+            Some(&*version)
+        );
+    }
+}
+
+#[test]
+fn lint_lists_a_stripped_static_copy() {
+    let Some(real) = RealNvidia::find("lint_lists_a_stripped_static_copy") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let build_dir = temp.path().join("build");
+    let bin = temp.path().join("pkg/bin");
+    std::fs::create_dir_all(&build_dir).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
+    for (cudart, name) in [(Cudart::V12_9, "app12"), (Cudart::V13_0, "app13")] {
+        let program = build_with(&build_dir, &real, Some(cudart), PROGRAM, name, &[]);
+        std::fs::copy(Strip::NixpkgsAll.copy(&program), bin.join(name)).unwrap();
+    }
+    let control = build(&build_dir, &real, CONTROL, "control", &[]);
+    std::fs::copy(Strip::NixpkgsAll.copy(&control), bin.join("control")).unwrap();
+    let out = Command::new(RUNNER)
+        .args(["lint", "--no-manifest"])
+        .arg(temp.path().join("pkg"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (name, version) in [("app12", "12.9"), ("app13", "13.0")] {
+        let line = format!(
+            "cuda runtime: {} (StaticCopy, {version})",
+            bin.join(name).display()
+        );
+        assert!(stdout.lines().any(|l| l == line), "{line} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("control"), "{stdout}");
+    assert!(stdout.contains("2 CUDA runtime(s)"), "{stdout}");
+    // Two versions in one package: the mixing finding names both.
+    assert!(stdout.contains("12.9 and 13.0"), "{stdout}");
+}
