@@ -11,7 +11,7 @@ pub mod map;
 
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader};
-use object::{Endian, Endianness};
+use object::{Endian, Endianness, ReadRef};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
@@ -57,32 +57,49 @@ impl DynamicInfo {
 /// zeros, as in memory), and each string within `DT_STRSZ`. Where a tag repeats, the last one
 /// counts, as in glibc's `elf_get_dynamic_info` (`DT_NEEDED` excepted: each is a library).
 pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
+    dynamic_info_in(data)
+}
+
+/// [`dynamic_info`] of an open file, reading only what the loader would read: the ELF and
+/// program headers, the interpreter, the dynamic array (at most [`MAX_DYNAMIC_BYTES`]) and each
+/// string it names (at most 4096 bytes), each with `pread`-like reads. A file of any size costs
+/// a few small reads; nothing is mapped, so a file truncated meanwhile is an error, not a fault.
+/// The caller decides which files to open (a FIFO or a device is not a file to read).
+pub fn dynamic_info_of_file(file: &std::fs::File) -> Result<Option<DynamicInfo>, String> {
+    dynamic_info_in(&object::ReadCache::new(file))
+}
+
+/// The most bytes of dynamic array read (4096 entries of a 64-bit file; real files have tens).
+pub const MAX_DYNAMIC_BYTES: u64 = 64 << 10;
+
+fn dynamic_info_in<'data, R: ReadRef<'data>>(data: R) -> Result<Option<DynamicInfo>, String> {
     match object::FileKind::parse(data) {
-        Ok(object::FileKind::Elf64) => dynamic_info_of::<elf::FileHeader64<Endianness>>(data),
-        Ok(object::FileKind::Elf32) => dynamic_info_of::<elf::FileHeader32<Endianness>>(data),
+        Ok(object::FileKind::Elf64) => dynamic_info_of::<elf::FileHeader64<Endianness>, R>(data),
+        Ok(object::FileKind::Elf32) => dynamic_info_of::<elf::FileHeader32<Endianness>, R>(data),
         _ => Ok(None),
     }
 }
 
 /// The file as the loader maps it: its `PT_LOAD` segments, in program header order.
-struct LoadImage<'a> {
-    data: &'a [u8],
+struct LoadImage {
     /// `(p_vaddr, p_memsz, p_offset, p_filesz)` of each `PT_LOAD`.
     segments: Vec<(u64, u64, u64, u64)>,
+    /// The file's length.
+    len: u64,
 }
 
 /// What lies at an address of the loaded image.
-enum Mapped<'a> {
-    /// File bytes, from the address to the end of its segment's file part.
-    File(&'a [u8]),
+enum Mapped {
+    /// File bytes: their offset, and how many there are to the end of the segment's file part.
+    File(u64, u64),
     /// Zeros (past the segment's file size, inside its memory size).
     Zeros,
 }
 
-impl<'a> LoadImage<'a> {
+impl LoadImage {
     /// What the loader would have at `addr`; a later segment maps over an earlier one, as
     /// `mmap(MAP_FIXED)` in program header order does.
-    fn at(&self, addr: u64, what: &str) -> Result<Mapped<'a>, String> {
+    fn at(&self, addr: u64, what: &str) -> Result<Mapped, String> {
         let &(vaddr, _, offset, filesz) = self
             .segments
             .iter()
@@ -95,12 +112,8 @@ impl<'a> LoadImage<'a> {
         if delta >= filesz {
             return Ok(Mapped::Zeros);
         }
-        let start = offset.checked_add(delta);
-        let end = offset.checked_add(filesz);
-        match (start, end) {
-            (Some(s), Some(e)) if e <= self.data.len() as u64 => {
-                Ok(Mapped::File(&self.data[s as usize..e as usize]))
-            }
+        match offset.checked_add(filesz) {
+            Some(end) if end <= self.len => Ok(Mapped::File(offset + delta, filesz - delta)),
             _ => Err(format!(
                 "not a readable ELF file: the PT_LOAD segment holding {what} runs past the end \
                  of the file"
@@ -109,16 +122,17 @@ impl<'a> LoadImage<'a> {
     }
 }
 
-fn dynamic_info_of<Elf: FileHeader<Endian = Endianness>>(
-    data: &[u8],
+fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    data: R,
 ) -> Result<Option<DynamicInfo>, String> {
     let bad = |e: object::read::Error| format!("not a readable ELF file: {e}");
+    let unreadable = |what: &str| format!("not a readable ELF file: cannot read {what}");
     let header = Elf::parse(data).map_err(bad)?;
     let endian = header.endian().map_err(bad)?;
     let mut info = DynamicInfo::default();
     let mut image = LoadImage {
-        data,
         segments: Vec::new(),
+        len: data.len().map_err(|()| unreadable("its length"))?,
     };
     let mut dynamic = None;
     for ph in header.program_headers(endian, data).map_err(bad)? {
@@ -131,7 +145,7 @@ fn dynamic_info_of<Elf: FileHeader<Endian = Endianness>>(
                 info.interpreter = Some(PathBuf::from(String::from_utf8_lossy(bytes).into_owned()));
             }
             elf::PT_DYNAMIC => {
-                dynamic = Some((ph.p_vaddr(endian).into(), ph.p_memsz(endian).into()))
+                dynamic = Some((ph.p_vaddr(endian).into(), ph.p_memsz(endian).into()));
             }
             elf::PT_LOAD => image.segments.push((
                 ph.p_vaddr(endian).into(),
@@ -145,13 +159,12 @@ fn dynamic_info_of<Elf: FileHeader<Endian = Endianness>>(
     let Some((address, memsz)) = dynamic else {
         return Ok(Some(info)); // a static executable or an object file: no search path
     };
-    let entries = match image.at(address, "PT_DYNAMIC")? {
-        Mapped::File(bytes) => bytes,
+    let (offset, available) = match image.at(address, "PT_DYNAMIC")? {
+        Mapped::File(offset, available) => (offset, available),
         Mapped::Zeros => return Ok(Some(info)), // DT_NULL first: nothing to load
     };
-    let wide = header.is_type_64();
+    let word_size: usize = if header.is_type_64() { 8 } else { 4 };
     let little = endian.is_little_endian();
-    let word_size = if wide { 8 } else { 4 };
     let word = |bytes: &[u8]| -> u64 {
         let mut b = [0u8; 8];
         if little {
@@ -164,17 +177,25 @@ fn dynamic_info_of<Elf: FileHeader<Endian = Endianness>>(
     };
     // ld.so reads p_memsz / sizeof(Dyn) entries at most, up to DT_NULL; past the segment's
     // file bytes its memory holds zeros, that is DT_NULL.
-    let count = memsz / (2 * word_size as u64);
+    let entry_size = 2 * word_size as u64;
+    let length = (memsz - memsz % entry_size).min(available - available % entry_size);
+    let entries = data
+        .read_bytes_at(offset, length.min(MAX_DYNAMIC_BYTES))
+        .map_err(|()| unreadable("PT_DYNAMIC"))?;
     let mut strtab = None;
     let mut strsz = None;
     let mut needed = Vec::new();
     let (mut runpath, mut rpath) = (None, None);
-    for entry in entries.chunks_exact(2 * word_size).take(count as usize) {
+    let mut ended = length <= MAX_DYNAMIC_BYTES;
+    for entry in entries.chunks_exact(2 * word_size) {
         let tag = word(&entry[..word_size]);
         let value = word(&entry[word_size..]);
         // A tag that does not fit 32 bits is none of these (no truncation to a known one).
         match u32::try_from(tag).ok() {
-            Some(elf::DT_NULL) => break,
+            Some(elf::DT_NULL) => {
+                ended = true;
+                break;
+            }
             Some(elf::DT_STRTAB) => strtab = Some(value),
             Some(elf::DT_STRSZ) => strsz = Some(value),
             Some(elf::DT_NEEDED) => needed.push(value),
@@ -183,30 +204,28 @@ fn dynamic_info_of<Elf: FileHeader<Endian = Endianness>>(
             _ => {}
         }
     }
+    if !ended {
+        return Err(format!(
+            "not a readable ELF file: its dynamic array has no DT_NULL in {MAX_DYNAMIC_BYTES} bytes"
+        ));
+    }
     if needed.is_empty() && runpath.is_none() && rpath.is_none() {
         return Ok(Some(info));
     }
     let strtab = strtab.ok_or("not a readable ELF file: strings named but no DT_STRTAB")?;
-    let table = match image.at(strtab, "DT_STRTAB")? {
-        Mapped::File(bytes) => bytes,
-        Mapped::Zeros => &[],
-    };
-    let table = match strsz {
-        Some(size) => &table[..table.len().min(usize::try_from(size).unwrap_or(usize::MAX))],
-        None => table,
+    let (table, table_len) = match image.at(strtab, "DT_STRTAB")? {
+        Mapped::File(offset, available) => (offset, available.min(strsz.unwrap_or(u64::MAX))),
+        Mapped::Zeros => (0, 0),
     };
     let string = |offset: u64| -> Result<String, String> {
-        let bytes = usize::try_from(offset)
-            .ok()
-            .and_then(|o| table.get(o..))
-            .and_then(|rest| {
-                rest.split(|b| *b == 0)
-                    .next()
-                    .filter(|s| s.len() < rest.len())
-            })
-            .ok_or_else(|| {
-                format!("not a readable ELF file: string {offset:#x} is outside DT_STRTAB")
-            })?;
+        let outside =
+            || format!("not a readable ELF file: string {offset:#x} is outside DT_STRTAB");
+        if offset >= table_len {
+            return Err(outside());
+        }
+        let bytes = data
+            .read_bytes_at_until(table + offset..table + table_len, 0)
+            .map_err(|()| outside())?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     };
     let split = |value: String| -> Vec<String> {
@@ -479,7 +498,8 @@ mod tests {
         assert_eq!(needed, ["/home/victim/private.txt", "libc.so.6"]);
         assert_eq!(runpath, Some(vec!["/home/victim".to_string()]));
         // ... the loader does not (the program still runs), and neither do we.
-        assert!(Command::new(&program).status().unwrap().success());
+        let ran = run_retrying_busy(|| Command::new(&program).output()).unwrap();
+        assert!(ran.status.success());
         assert_eq!(dynamic_info(&crafted).unwrap().unwrap(), honest);
         assert!(!honest.needed.iter().any(|n| n.contains("victim")));
     }
@@ -514,6 +534,8 @@ mod tests {
                     continue;
                 };
                 let info = dynamic_info(&data).unwrap().unwrap();
+                let file = std::fs::File::open(&path).unwrap();
+                assert_eq!(dynamic_info_of_file(&file).unwrap().as_ref(), Some(&info));
                 assert_eq!((info.needed, info.runpath), expected, "{}", path.display());
                 compared += 1;
             }
@@ -533,6 +555,30 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(info.needed.is_empty() && info.runpath.is_none(), "{info:?}");
+    }
+
+    #[test]
+    fn a_large_file_costs_a_few_small_reads() {
+        // Issue 20: every "library" was read to its end, as root.
+        let rchar = || -> u64 {
+            let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+            let line = io.lines().find(|l| l.starts_with("rchar:")).unwrap();
+            line[6..].trim().parse().unwrap()
+        };
+        let t = tempfile::tempdir().unwrap();
+        let big = t.path().join("big.so");
+        std::fs::copy("/bin/sh", &big).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&big).unwrap();
+        file.set_len(1 << 30).unwrap(); // 1 GiB, sparse
+        let file = std::fs::File::open(&big).unwrap();
+        let before = rchar();
+        let info = dynamic_info_of_file(&file).unwrap().unwrap();
+        let read = rchar() - before;
+        assert!(
+            info.needed.iter().any(|n| n.starts_with("libc.so")),
+            "{info:?}"
+        );
+        assert!(read < 64 << 10, "read {read} bytes");
     }
 
     #[test]
