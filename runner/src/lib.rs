@@ -16,6 +16,7 @@ pub mod expectations;
 pub mod gpu_code;
 pub mod harness;
 pub mod lint;
+pub mod loader;
 pub mod package;
 pub mod report;
 pub mod runtimes;

@@ -257,3 +257,123 @@ fn package_checks_judge_the_package_on_the_gpu_the_fake_driver_plays() {
         );
     }
 }
+
+/// A copy of the runner whose DT_RUNPATH has the driver link, as Nixpkgs builds it
+/// (autoAddDriverRunpath), so that a build needs no LD_LIBRARY_PATH.
+fn runner_with_driver_link(dir: &Path) -> PathBuf {
+    let copy = dir.join("cuda-sandbox-check");
+    std::fs::copy(RUNNER, &copy).unwrap();
+    let out = std::process::Command::new("patchelf")
+        .args(["--add-rpath", "/run/opengl-driver/lib"])
+        .arg(&copy)
+        .output()
+        .expect("run patchelf (scripts/setup installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    copy
+}
+
+#[test]
+fn package_driver_check_follows_each_objects_runpath_inside_the_sandbox() {
+    if !nix_available("package_driver_check_follows_each_objects_runpath_inside_the_sandbox") {
+        return;
+    }
+    let Some(real) = cuda_sandbox_testkit::real_nvidia::RealNvidia::find(
+        "package_driver_check_follows_each_objects_runpath_inside_the_sandbox",
+    ) else {
+        return;
+    };
+    use cuda_sandbox_testkit::real_nvidia::Cudart;
+    let temp = tempfile::tempdir().unwrap();
+    let runner = runner_with_driver_link(temp.path());
+    let patchelf = |args: &[&str], file: &Path| {
+        let out = std::process::Command::new("patchelf")
+            .args(args)
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // NVIDIA's cudart 12.9 with the driver link in DT_RUNPATH, as Nixpkgs ships it.
+    let good = temp.path().join("good/lib");
+    std::fs::create_dir_all(&good).unwrap();
+    let cudart = good.join(Cudart::V12_9.file_name());
+    std::fs::copy(real.cudart(Cudart::V12_9), &cudart).unwrap();
+    patchelf(&["--set-rpath", "/run/opengl-driver/lib"], &cudart);
+    // The same runtime without it: inside the sandbox it finds no driver.
+    let bad = temp.path().join("bad/lib");
+    std::fs::create_dir_all(&bad).unwrap();
+    let lost = bad.join(Cudart::V12_9.file_name());
+    std::fs::copy(real.cudart(Cudart::V12_9), &lost).unwrap();
+    patchelf(
+        &[
+            "--set-rpath",
+            "/nix/store/00000000000000000000000000000000-x/lib",
+        ],
+        &lost,
+    );
+
+    let hook = workspace_binary("cuda-sandbox-hook");
+    let host = Host::new();
+    let build = |package: &Path| {
+        minimal(NixSandbox::with_hook(&hook, &host.config)).build(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/package-check.nix"),
+            &[
+                ("runner", runner.to_str().unwrap()),
+                ("nonce", &nonce()),
+                ("package", package.parent().unwrap().to_str().unwrap()),
+                ("ldLibraryPath", ""),
+            ],
+            &[],
+        )
+    };
+    let ok = build(&good);
+    assert!(ok.ok(), "nix-build failed:\n{}", ok.log);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ok.out_paths[0]).unwrap()).unwrap();
+    let check = &report["checks"]["package::driver"];
+    assert_eq!(check["verdict"], "pass", "{report:#}");
+    let message = check["message"].as_str().unwrap();
+    // The fake host mounts the driver (no driver rule), so the manifest names no libcuda: the
+    // objects are held to the one the runner loaded, /run/opengl-driver/lib/libcuda.so.1.
+    assert!(
+        message
+            .contains("1 object(s) opening libcuda.so.1 get the libcuda.so.1 this runner loaded"),
+        "{message}"
+    );
+    assert_eq!(
+        check["facts"]["objects"][0]["gets"], "/run/opengl-driver/lib/libcuda.so.1",
+        "{report:#}"
+    );
+    let runtimes = &report["checks"]["package::runtimes"];
+    assert_eq!(runtimes["verdict"], "pass", "{report:#}");
+    assert!(
+        runtimes["message"]
+            .as_str()
+            .unwrap()
+            .contains("libcudart 12.9 on driver 12.2: minor-version compatibility"),
+        "{report:#}"
+    );
+
+    let lost = build(&bad);
+    assert!(!lost.ok(), "built:\n{}", lost.log);
+    for needle in [
+        "package::driver",
+        "libcudart.so.12 (a CUDA runtime: it dlopens libcuda.so.1) finds no libcuda.so.1",
+        "DT_RUNPATH [/nix/store/00000000000000000000000000000000-x/lib]",
+        "autoAddDriverRunpath",
+    ] {
+        assert!(
+            lost.log.contains(needle),
+            "{needle:?} not in:\n{}",
+            lost.log
+        );
+    }
+}

@@ -186,3 +186,69 @@ fn the_packages_cuda_runtimes_are_judged_against_the_driver_in_use() {
     let run = run_without_devices(&driver_535.dir, &strs(&with("none", &[])));
     run.assert_check("package::runtimes", "pass", &["carries no CUDA runtime"]);
 }
+
+fn cc(args: &[&str]) {
+    let out = std::process::Command::new("cc")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn each_object_that_opens_libcuda_gets_the_driver_in_use_or_is_named() {
+    let temp = tempfile::tempdir().unwrap();
+    let t = temp.path();
+    // The driver in use (LD_LIBRARY_PATH), and another one a package might carry a path to.
+    let in_use = driver((9, 0), 12020);
+    let other = driver((9, 0), 12090);
+    let source = t.join("user.c");
+    std::fs::write(
+        &source,
+        "int cuInit(unsigned int);\nint use_gpu(void) { return cuInit(0); }\n",
+    )
+    .unwrap();
+    let library = |name: &str, flags: &[&str]| {
+        let dir = t.join(name).join("lib");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join(format!("lib{name}.so"));
+        let link = format!("-L{}", in_use.dir.display());
+        let mut args = vec![
+            "-shared",
+            "-fPIC",
+            "-o",
+            out.to_str().unwrap(),
+            source.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        args.extend([link.as_str(), "-l:libcuda.so.1"]);
+        cc(&args);
+        t.join(name)
+    };
+    // DT_RUNPATH of its own comes after LD_LIBRARY_PATH: it gets the driver in use.
+    let good = library("good", &["-Wl,--enable-new-dtags,-rpath,/nonexistent/lib"]);
+    let run = run_without_devices(&in_use.dir, &strs(&package_args(&good)));
+    run.assert_check(
+        "package::driver",
+        "pass",
+        &["1 object(s) opening libcuda.so.1 get the libcuda.so.1 this runner loaded"],
+    );
+    // DT_RPATH comes before LD_LIBRARY_PATH: it gets the other driver, named with its search.
+    let rpath = format!("-Wl,--disable-new-dtags,-rpath,{}", other.dir.display());
+    let bad = library("bad", &[rpath.as_str()]);
+    let run = run_without_devices(&in_use.dir, &strs(&package_args(&bad)));
+    run.assert_check(
+        "package::driver",
+        "fail",
+        &[
+            "libbad.so (needs libcuda.so.1 (DT_NEEDED)) would load",
+            &format!("{}/libcuda.so.1", other.dir.display()),
+            "but this runner loaded",
+            "DT_RPATH",
+        ],
+    );
+}

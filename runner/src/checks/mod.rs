@@ -140,6 +140,10 @@ pub const PACKAGE_CHECKS: &[Check] = &[
         name: "package::runtimes",
         run: package::runtimes,
     },
+    Check {
+        name: "package::driver",
+        run: package::driver,
+    },
 ];
 
 /// The negative check, run alone with `--expect-no-gpu`.

@@ -12,6 +12,11 @@
 //!   rules and ABI-difference report of `runtime::compatibility`: minor-version compatible
 //!   passes with the report, a newer major fails naming 35, runtimes of different versions in
 //!   one closure are flagged as version mixing.
+//! - `package::driver`: for each object of the closure that opens libcuda (a `libcudart.so`, an
+//!   ELF file with a static libcudart inside, an ELF file with `libcuda.so.1` in DT_NEEDED), the
+//!   `libcuda.so.1` glibc's loader would give it in this process ([`crate::loader`]: its
+//!   DT_RPATH, `LD_LIBRARY_PATH`, its DT_RUNPATH, the loader's default directories), compared
+//!   with the driver the hook chose (the manifest), else with the one this runner loaded.
 
 use std::path::PathBuf;
 
@@ -22,10 +27,13 @@ use serde_json::{json, Value};
 
 use crate::checks::runtime::{judge as judge_runtimes, Candidate};
 use crate::checks::Outcome;
+use crate::cuda::loaded::LoadedFile;
 use crate::cuda::runtime::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
+use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
 use crate::gpu_code::{failure, summary, Target};
+use crate::loader::{resolve, Outcome as Search, RealFs, SearchContext};
 use crate::runtimes::RuntimeForm;
 use crate::session::Session;
 
@@ -324,4 +332,200 @@ pub fn runtimes(session: &Session) -> Outcome {
         .with_detail(detail);
     }
     outcome
+}
+
+/// The driver library name every object asks the loader for.
+const LIBCUDA: &str = "libcuda.so.1";
+
+/// Why an object of the package opens libcuda, or `None` when it does not.
+fn opens_libcuda(file: &crate::package::ScannedFile) -> Option<&'static str> {
+    let name = file.path.file_name()?.to_string_lossy();
+    let info = file.dynamic.as_ref()?;
+    if info
+        .needed
+        .iter()
+        .any(|n| n == LIBCUDA || n == "libcuda.so")
+    {
+        Some("needs libcuda.so.1 (DT_NEEDED)")
+    } else if name.starts_with("libcudart.so") {
+        Some("a CUDA runtime: it dlopens libcuda.so.1")
+    } else if file
+        .runtime
+        .as_ref()
+        .is_some_and(|r| r.form == RuntimeForm::StaticCopy)
+    {
+        Some("holds a static CUDA runtime: its dlopen searches its own DT_RUNPATH")
+    } else {
+        None
+    }
+}
+
+/// The interpreter of this process: a library of the package is judged as loaded by it.
+fn own_interpreter() -> Option<PathBuf> {
+    let exe = std::fs::read("/proc/self/exe").ok()?;
+    cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter
+}
+
+/// Runs `package::driver`.
+pub fn driver(session: &Session) -> Outcome {
+    let package = match session.package() {
+        Ok(p) => p,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    let objects: Vec<_> = package
+        .scanned
+        .iter()
+        .filter_map(|f| opens_libcuda(f).map(|why| (f, why)))
+        .collect();
+    if objects.is_empty() {
+        return Outcome::pass(
+            "no object of the package opens libcuda.so.1 (no libcudart, no static runtime, \
+             no DT_NEEDED on it)",
+            facts! { "closure_from" => &package.closure_from },
+        );
+    }
+    // What each object must get: the hook's choice, else what this runner loaded.
+    let chosen = session.manifest.driver().filter(|d| !d.libcuda.is_empty());
+    let loaded = session
+        .driver()
+        .ok()
+        .map(|d| (d.file.clone(), d.version().ok().map(CudaVersion)));
+    if chosen.is_none() && loaded.is_none() {
+        return Outcome::skipped(
+            format!(
+                "{} object(s) of the package open libcuda.so.1, but there is no manifest and no \
+                 libcuda.so.1 loads here to compare with",
+                objects.len()
+            ),
+            facts! {},
+        );
+    }
+    let ld_library_path = std::env::var("LD_LIBRARY_PATH").ok();
+    let runner_interpreter = own_interpreter();
+    let mut failures = Vec::new();
+    let mut passes = Vec::new();
+    let mut per_object = Vec::new();
+    for (file, why) in &objects {
+        let Some(info) = file.dynamic.as_ref() else {
+            continue;
+        };
+        let executable = info.interpreter.is_some();
+        let Some(interpreter) = info
+            .interpreter
+            .clone()
+            .or_else(|| runner_interpreter.clone())
+        else {
+            failures.push(format!(
+                "{}: no dynamic loader to model its search with",
+                file.path.display()
+            ));
+            continue;
+        };
+        let context = SearchContext::for_process(
+            &interpreter,
+            executable.then_some(file.path.as_path()),
+            ld_library_path.as_deref(),
+        );
+        let context = match context {
+            Ok(c) => c,
+            Err(e) => {
+                failures.push(format!(
+                    "{}: its loader {} cannot be asked for its search path: {e}",
+                    file.path.display(),
+                    interpreter.display()
+                ));
+                continue;
+            }
+        };
+        let resolution = resolve(LIBCUDA, &file.path, info, &context, &RealFs);
+        let shown = file.path.display();
+        let searched = resolution.describe();
+        let verdict = match &resolution.outcome {
+            Search::Found {
+                path, real_path, ..
+            } => {
+                let got = LoadedFile {
+                    path: path.clone(),
+                    real_path: real_path.clone().unwrap_or_else(|| path.clone()),
+                };
+                let version = loaded.as_ref().and_then(|(_, v)| *v);
+                let right = match (chosen, &loaded) {
+                    (Some(driver), _) => is_chosen(&got, driver),
+                    (None, Some((file, _))) => file.real_path == got.real_path,
+                    (None, None) => false,
+                };
+                if right {
+                    passes.push(format!("{shown} gets {}", path.display()));
+                } else {
+                    let why_wrong = match (chosen, &loaded) {
+                        (Some(driver), _) => library_mismatch(&got, version, driver),
+                        (None, Some((file, _))) => format!(
+                            "loaded {} but this runner loaded {}",
+                            path.display(),
+                            file.path.display()
+                        ),
+                        (None, None) => String::new(),
+                    };
+                    failures.push(format!(
+                        "{shown} ({why}) would load {}: {why_wrong}; it searches {searched}",
+                        path.display()
+                    ));
+                }
+                json!({ "object": &file.path, "opens": why, "gets": path, "right": right })
+            }
+            Search::Error { path, reason } => {
+                failures.push(format!(
+                    "{shown} ({why}) would fail to load libcuda.so.1: {} is {reason}; it \
+                     searches {searched}",
+                    path.display()
+                ));
+                json!({ "object": &file.path, "opens": why, "error": reason })
+            }
+            Search::NotFound { .. } => {
+                failures.push(format!(
+                    "{shown} ({why}) finds no libcuda.so.1: it searches {searched}; add the \
+                     driver link to its DT_RUNPATH (Nixpkgs: autoAddDriverRunpath)"
+                ));
+                json!({ "object": &file.path, "opens": why, "gets": null })
+            }
+        };
+        per_object.push(verdict);
+    }
+    let against = match chosen {
+        Some(d) => format!(
+            "the hook's choice ({} {})",
+            d.kind,
+            crate::expectations::chosen_path(d)
+        ),
+        None if session.manifest.manifest().is_some() => {
+            "the libcuda.so.1 this runner loaded (the manifest names no driver)".to_string()
+        }
+        None => "the libcuda.so.1 this runner loaded (no manifest)".to_string(),
+    };
+    let facts = facts! {
+        "against" => &against,
+        "ld_library_path" => &ld_library_path,
+        "objects" => per_object,
+    };
+    match failures.split_first() {
+        None => Outcome::pass(
+            format!(
+                "{} object(s) opening libcuda.so.1 get {against}",
+                passes.len()
+            ),
+            facts,
+        )
+        .with_detail(passes.join("\n")),
+        Some((first, rest)) => {
+            let outcome = Outcome::fail(
+                format!("{} of {} object(s): {first}", failures.len(), objects.len()),
+                facts,
+            );
+            if rest.is_empty() {
+                outcome
+            } else {
+                outcome.with_detail(rest.join("\n"))
+            }
+        }
+    }
 }

@@ -4,12 +4,14 @@
 # `--package` and the closure Nix writes for it (exportReferencesGraph), since there is no
 # store database inside the sandbox. Built by runner/tests/nix_sandbox.rs; `nonce` forces a
 # fresh build.
-{ runner, nonce, package }:
+# `ldLibraryPath` ("" for none: a runner whose DT_RUNPATH has the driver link, as Nixpkgs builds
+# it) is where the runner finds the driver.
+{ runner, nonce, package, ldLibraryPath ? "/run/opengl-driver/lib" }:
 let
   # The files as a store path of their own: its closure is itself.
   gpuPackage = builtins.path { path = /. + package; name = "gpu-package"; };
 in
-derivation {
+derivation ({
   name = "package-check";
   system = builtins.currentSystem;
   builder = builtins.path { path = /. + runner; name = "cuda-sandbox-check"; };
@@ -21,6 +23,5 @@ derivation {
   ];
   exportReferencesGraph = [ "package-closure" gpuPackage ];
   requiredSystemFeatures = [ "cuda" ];
-  LD_LIBRARY_PATH = "/run/opengl-driver/lib";
   inherit nonce;
-}
+} // (if ldLibraryPath == "" then { } else { LD_LIBRARY_PATH = ldLibraryPath; }))
