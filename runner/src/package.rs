@@ -106,9 +106,11 @@ impl PackageUnderTest {
             }
             None => {
                 let mut all = BTreeSet::new();
+                let mut asked = false;
                 for root in roots {
                     match store_path_of(root, store) {
                         Some(path) => {
+                            asked = true;
                             let members =
                                 requisites(Path::new("nix-store"), &path).map_err(|e| {
                                     format!(
@@ -125,10 +127,12 @@ impl PackageUnderTest {
                         }
                     }
                 }
-                (
-                    all.into_iter().collect(),
-                    "nix-store --query --requisites".into(),
-                )
+                let from = if asked {
+                    "nix-store --query --requisites"
+                } else {
+                    "the paths given (not in the store: each is its own closure)"
+                };
+                (all.into_iter().collect(), from.into())
             }
         };
         let mut package = PackageUnderTest {

@@ -252,3 +252,93 @@ fn each_object_that_opens_libcuda_gets_the_driver_in_use_or_is_named() {
         ],
     );
 }
+
+/// The Jetson case (context: cuda_compat must come before the driver link): the hook chose the
+/// compat driver; an object whose search path has the host driver first gets the wrong one.
+#[test]
+fn an_object_that_finds_the_host_driver_before_the_hooks_compat_choice_fails_with_the_fix() {
+    use cuda_sandbox_manifest::versions::CudaVersion as V;
+    use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
+    let temp = tempfile::tempdir().unwrap();
+    let t = temp.path();
+    let host = driver((8, 7), 11040);
+    let compat = driver((8, 7), 12020);
+    let manifest = t.join("manifest.json");
+    let lib = |d: &Path| d.join("libcuda.so.1").display().to_string();
+    let chosen = Manifest {
+        version: MANIFEST_VERSION,
+        derivation: "/nix/store/00000000000000000000000000000000-check.drv".into(),
+        chroot: "/nix/store/00000000000000000000000000000000-check.drv.chroot".into(),
+        rules: vec!["nvidia".into()],
+        features: vec!["cuda".into()],
+        devices: vec![],
+        leased_gpus: vec![],
+        driver: DriverManifest {
+            kind: DriverKind::Compat,
+            libcuda: vec![lib(&compat.dir)],
+            cuda_version: Some(V(12020)),
+            host_cuda_version: Some(V(11040)),
+            kernel_driver: Some("470.256.02".into()),
+            compat_dir: Some(compat.dir.display().to_string()),
+            driver_link_lib: Some(host.dir.display().to_string()),
+            reason: "compat driver provides CUDA 12.2, newer than the host's 11.4".into(),
+        },
+    };
+    std::fs::write(&manifest, chosen.to_json()).unwrap();
+    let source = t.join("user.c");
+    std::fs::write(
+        &source,
+        "int cuInit(unsigned int);\nint use_gpu(void) { return cuInit(0); }\n",
+    )
+    .unwrap();
+    let library = |name: &str, first: &Path, second: &Path| {
+        let dir = t.join(name).join("lib");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join(format!("lib{name}.so"));
+        // DT_RPATH, which comes before LD_LIBRARY_PATH (the runner's own driver path here).
+        let rpath = format!(
+            "-Wl,--disable-new-dtags,-rpath,{}:{}",
+            first.display(),
+            second.display()
+        );
+        let link = format!("-L{}", compat.dir.display());
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            out.to_str().unwrap(),
+            source.to_str().unwrap(),
+            &rpath,
+            &link,
+            "-l:libcuda.so.1",
+        ]);
+        t.join(name)
+    };
+    let with_manifest = |pkg: &Path| {
+        vec![
+            "--manifest".to_string(),
+            manifest.display().to_string(),
+            "--package".into(),
+            pkg.display().to_string(),
+            "package::driver".into(),
+        ]
+    };
+    let right = library("right", &compat.dir, &host.dir);
+    let run = run_without_devices(&compat.dir, &strs(&with_manifest(&right)));
+    run.assert_check(
+        "package::driver",
+        "pass",
+        &["get the hook's choice (compat"],
+    );
+    let wrong = library("wrong", &host.dir, &compat.dir);
+    let run = run_without_devices(&compat.dir, &strs(&with_manifest(&wrong)));
+    run.assert_check(
+        "package::driver",
+        "fail",
+        &[
+            "libwrong.so",
+            "(host, CUDA unknown) but the hook chose compat",
+            "put the compat directory before the driver link",
+        ],
+    );
+}

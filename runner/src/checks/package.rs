@@ -448,7 +448,14 @@ pub fn driver(session: &Session) -> Outcome {
                     path: path.clone(),
                     real_path: real_path.clone().unwrap_or_else(|| path.clone()),
                 };
-                let version = loaded.as_ref().and_then(|(_, v)| *v);
+                // Its CUDA version, where the file's name gives the driver branch
+                // (`libcuda.so.535.104.05`); the runner's own driver says nothing about it.
+                let version = got
+                    .real_path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix("libcuda.so."))
+                    .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
                 let right = match (chosen, &loaded) {
                     (Some(driver), _) => is_chosen(&got, driver),
                     (None, Some((file, _))) => file.real_path == got.real_path,
