@@ -35,12 +35,14 @@ let
       hook = c.nix.settings.pre-build-hook or null;
       toml = etc.text;
       settings = etc.value;
-      nvidia = lib.head etc.value.rule;
+      nvidia = lib.findFirst (r: r.name == "nvidia") null etc.value.rule;
       failed = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
       inherit (c) warnings;
-      uvm = c.systemd.services.cuda-sandbox-nvidia-uvm or null;
+      udevRules = c.services.udev.extraRules;
+      modprobe = c.boot.extraModprobeConfig;
       packages = c.environment.systemPackages;
       maintainers = c.meta.maintainers;
+      rules = etc.value.rule;
       nixConf = c.environment.etc."nix/nix.conf".source.text or null;
     };
   system = systemWith stubs.pkgs;
@@ -205,6 +207,94 @@ let
 
   disabled = system { };
 
+  # programs.nix-required-mounts' configuration, under programs.cuda-sandbox: Nixpkgs' own
+  # nixosTests.nix-required-mounts (nixos/tests/nix-required-mounts/default.nix): the feature
+  # `supported-feature`, the path /supported-feature-files, a { host; guest; } mount of a
+  # directory at the driver link's lib/, unsafeFollowSymlinks; system-features set by hand;
+  # no preset. Plus a package and a device glob, as the nvidia-gpu preset lists them.
+  requiredMountsConfig = {
+    nix.settings.system-features = [ "supported-feature" ];
+    programs.cuda-sandbox.enable = true;
+    programs.cuda-sandbox.presets.nvidia-gpu.enable = false;
+    programs.cuda-sandbox.allowedPatterns.supported-feature = {
+      onFeatures = [ "supported-feature" ];
+      paths = [
+        "/supported-feature-files"
+        {
+          host = "/usr/lib/imaginary-fhs-drivers";
+          guest = "/run/opengl-driver/lib";
+        }
+      ];
+      unsafeFollowSymlinks = true;
+    };
+  };
+  requiredMounts = system requiredMountsConfig;
+  ruleNamed = name: s: lib.findFirst (r: r.name == name) null s.rules;
+  requiredMountsExtended = system {
+    imports = [ requiredMountsConfig ];
+    programs.cuda-sandbox.allowedPatterns.supported-feature.paths = [
+      "/dev/video*"
+      (stubs.fakePackage "mesa-25.0")
+    ];
+    # onFeatures defaults to the pattern's name, as in nix-required-mounts.
+    programs.cuda-sandbox.allowedPatterns.ipfs.paths = [ "/ipfs" ];
+    programs.cuda-sandbox.extraWrapperArgs = [
+      "--add-flags"
+      "-v"
+    ];
+  };
+  requiredMountsWithPreset = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.presets.nvidia-gpu.enable = true;
+    programs.cuda-sandbox.allowedPatterns.ipfs.paths = [ "/ipfs" ];
+  };
+  requiredMountsBadGlob = system {
+    imports = [ requiredMountsConfig ];
+    programs.cuda-sandbox.allowedPatterns.supported-feature.paths = [ "/usr/lib/libfoo*.so" ];
+  };
+  requiredMountsNvidia = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.allowedPatterns.nvidia.paths = [ "/ipfs" ];
+  };
+
+  # meta.maintainers as NixOS checks it: entries of lib.maintainers only, by file.
+  foreignMaintainer = system {
+    imports = [ enabled ];
+    meta.maintainers = [
+      {
+        name = "someone";
+        github = "someone";
+      }
+    ];
+  };
+  listedMaintainer = system {
+    imports = [ enabled ];
+    meta.maintainers = [ stubs.maintainers.alice ];
+  };
+
+  # The features as NixOS users write them: nix.settings' free-form type takes a string, and
+  # nix.extraOptions lines come after the settings in nix.conf.
+  stringFeatures = system {
+    imports = [ enabled ];
+    nix.settings.system-features = [ "kvm" ];
+    nix.settings.extra-system-features = "cuda gpu  nvidia-gpu opengl";
+  };
+  extraOptionsFeatures = system {
+    imports = [ enabled ];
+    nix.settings.system-features = [ "kvm" ];
+    nix.extraOptions = ''
+      keep-outputs = true
+      extra-system-features = cuda gpu
+      	extra-system-features	=  nvidia-gpu opengl
+    '';
+  };
+  # A later `system-features` line replaces what came before it, as Nix reads nix.conf.
+  extraOptionsReplace = system {
+    imports = [ enabled ];
+    nix.settings.extra-system-features = cudaFeatures;
+    nix.extraOptions = "system-features = kvm";
+  };
+
   # Negative controls: the two obvious ways to add features, and why the module uses neither.
   # A plain definition drops Nixpkgs' defaults (the bug of programs.nix-required-mounts)...
   plainDefinition = (eval { nix.settings.system-features = cudaFeatures; }).config.nix.settings;
@@ -288,8 +378,15 @@ let
       "the package is in environment.systemPackages (explain, check-config on PATH)"
     )
     (check "defaults" (
-      lib.any (m: m.github or "" == "cuda-sandbox") defaults.maintainers
-    ) "meta.maintainers names the project")
+      !(fails defaults.maintainers) && defaults.maintainers == { }
+    ) "meta.maintainers (checked against lib.maintainers, as NixOS does) evaluates and the module adds none")
+    (check "control: meta.maintainers" (fails foreignMaintainer.maintainers)
+      "an entry outside lib.maintainers fails, as on NixOS unstable (the stand-in checks)"
+    )
+    (checkEqual "control: meta.maintainers" "a lib.maintainers entry, by file"
+      (lib.attrValues listedMaintainer.maintainers)
+      [ [ stubs.maintainers.alice ] ]
+    )
     (check "defaults" (
       defaults.nixConf != null
       && lib.hasInfix "pre-build-hook = ${hookPath}\n" defaults.nixConf
@@ -302,11 +399,12 @@ let
     (checkEqual "defaults" "failed assertions" defaults.failed [ ])
     (checkEqual "defaults" "warnings" defaults.warnings [ ])
     (check "defaults" (
-      defaults.uvm != null
-      && defaults.uvm.before == [ "nix-daemon.service" ]
-      && lib.hasInfix "modprobe nvidia-uvm" defaults.uvm.script
-      && lib.elem "/proc/driver/nvidia/version" defaults.uvm.unitConfig.ConditionPathExists
-    ) "a oneshot creates /dev/nvidia-uvm before nix-daemon, when the NVIDIA driver is loaded")
+      lib.hasInfix "softdep nvidia post: nvidia-uvm" defaults.modprobe
+      && lib.hasInfix ''ACTION=="add", KERNEL=="nvidia_uvm", RUN+="'' defaults.udevRules
+    ) "nvidia-uvm loads with nvidia, and a udev rule makes its nodes when it loads, got ${defaults.modprobe} ${defaults.udevRules}")
+    (check "defaults" (builtins.match ''.*RUN\+="[^"]*-cuda-sandbox-nvidia-uvm-nodes".*'' defaults.udevRules != null)
+      "the rule runs the script that makes the nodes"
+    )
 
     # compat
     (checkEqual "compat" "default compat, cuda_compat unavailable" defaults.nvidia.driver.compat [ ])
@@ -358,7 +456,13 @@ let
     ])
     (checkEqual "devices" "closure_cache" withDevices.settings.closure_cache "/var/cache/gpu-closures")
     (checkEqual "devices" "missing_drv" withDevices.settings.missing_drv "expose")
-    (checkEqual "devices" "system-features" withDevices.system-features (nixDefaults ++ [ "cuda" ]))
+    (checkEqual "devices" "system-features: every rule's features" withDevices.system-features (
+      nixDefaults
+      ++ [
+        "cuda"
+        "rdma"
+      ]
+    ))
 
     # the user's own system-features: the assertion says what to add
     (checkEqual "user-features" "system-features" userFeatures.system-features [ "kvm" ])
@@ -376,6 +480,99 @@ let
       && lib.hasInfix "system-features = kvm\n" extraFeatures.nixConf
     ) "nix.conf has both lines, got ${extraFeatures.nixConf}")
 
+    (checkEqual "string-features" "failed assertions (a string is split on whitespace)"
+      stringFeatures.failed
+      [ ]
+    )
+    (check "string-features" (
+      lib.hasInfix "extra-system-features = cuda gpu  nvidia-gpu opengl\n" stringFeatures.nixConf
+    ) "nix.conf has the string as written, got ${stringFeatures.nixConf}")
+    (checkEqual "extra-options" "failed assertions (nix.extraOptions counts)"
+      extraOptionsFeatures.failed
+      [ ]
+    )
+    (check "extra-options" (
+      lib.length extraOptionsReplace.failed == 1
+      && lib.hasInfix "has cuda, gpu, nvidia-gpu, opengl" (lib.head extraOptionsReplace.failed)
+    ) "a later system-features line in nix.extraOptions replaces the list, got ${builtins.toJSON extraOptionsReplace.failed}")
+
+    # coming from nix-required-mounts
+    (checkEqual "required-mounts" "Nixpkgs' test configuration, as rules" requiredMounts.rules [
+      {
+        name = "supported-feature";
+        features = [ "supported-feature" ];
+        path = [
+          {
+            path = "/supported-feature-files";
+            required = true;
+          }
+        ];
+        mount = [
+          {
+            inside = "/run/opengl-driver/lib";
+            outside = "/usr/lib/imaginary-fhs-drivers";
+            required = true;
+          }
+        ];
+      }
+    ])
+    (checkEqual "required-mounts" "failed assertions and warnings" (
+      requiredMounts.failed ++ requiredMounts.warnings
+    ) [ ])
+    (checkEqual "required-mounts" "the user's system-features" requiredMounts.system-features [
+      "supported-feature"
+    ])
+    (check "required-mounts" (requiredMounts.hook == hookPath) "the hook is cuda-sandbox-hook")
+    (checkEqual "required-mounts" "a device glob and a package, as the preset lists them"
+      (ruleNamed "supported-feature" requiredMountsExtended).device
+      [
+        {
+          glob = "/dev/video*";
+          required = true;
+        }
+      ]
+    )
+    (check "required-mounts" (lib.elem {
+      path = "${builtins.storeDir}/00000000000000000000000000000000-mesa-25.0";
+      required = true;
+    } (ruleNamed "supported-feature" requiredMountsExtended).path) "a package is a path (its closure comes with it)")
+    (checkEqual "required-mounts" "onFeatures defaults to the name" (ruleNamed "ipfs" requiredMountsExtended) {
+      name = "ipfs";
+      features = [ "ipfs" ];
+      path = [
+        {
+          path = "/ipfs";
+          required = true;
+        }
+      ];
+    })
+    (check "required-mounts" (
+      lib.length requiredMountsExtended.failed == 1
+      && lib.hasInfix "has ipfs" (lib.head requiredMountsExtended.failed)
+    ) "every rule's features must be system features, got ${builtins.toJSON requiredMountsExtended.failed}")
+    (check "required-mounts" (
+      lib.length requiredMountsExtended.warnings == 1
+      && lib.hasInfix "extraWrapperArgs is ignored" (lib.head requiredMountsExtended.warnings)
+    ) "extraWrapperArgs: a warning")
+    (checkEqual "required-mounts" "the preset is the rule nvidia, then the patterns"
+      (map (r: r.name) requiredMountsWithPreset.rules)
+      [
+        "nvidia"
+        "ipfs"
+      ]
+    )
+    (checkEqual "required-mounts" "with the preset, both rules' features are added"
+      requiredMountsWithPreset.system-features
+      (nixDefaults ++ cudaFeatures ++ [ "ipfs" ])
+    )
+    (check "required-mounts" (
+      lib.length requiredMountsBadGlob.failed == 1
+      && lib.hasInfix "/usr/lib/libfoo*.so: a glob outside" (lib.head requiredMountsBadGlob.failed)
+    ) "a glob outside /dev is refused, naming it, got ${builtins.toJSON requiredMountsBadGlob.failed}")
+    (check "required-mounts" (
+      lib.any (lib.hasInfix "allowedPatterns.nvidia: the name of the module's own rule") requiredMountsNvidia.failed
+    ) "a pattern named nvidia beside the preset is refused")
+
     # nix.enable = false: a warning with the lines to put in the nix.conf the user manages
     (check "nix-disabled" (
       nixDisabled.failed == [ ]
@@ -389,10 +586,10 @@ let
     ) "one warning with the nix.conf lines, got ${builtins.toJSON nixDisabled.warnings}")
 
     # createUvmNode: off where hardware.nvidia already makes /dev/nvidia-uvm
-    (check "nvidia-module" (withNvidiaModule.uvm == null)
-      "no second /dev/nvidia-uvm unit when hardware.nvidia is enabled"
+    (check "nvidia-module" (withNvidiaModule.udevRules == "" && withNvidiaModule.modprobe == "")
+      "no second nvidia-uvm rule when hardware.nvidia is enabled"
     )
-    (check "nvidia-module" (withDatacenterDriver.uvm != null)
+    (check "nvidia-module" (lib.hasInfix "nvidia_uvm" withDatacenterDriver.udevRules)
       "an explicit createUvmNode = true still wins"
     )
 
@@ -411,7 +608,10 @@ let
     (check "sandbox-off" (
       lib.length sandboxOff.failed == 1
       && lib.hasInfix "nix.settings.sandbox is false" (lib.head sandboxOff.failed)
-      && lib.hasInfix "Nix runs a pre-build-hook only" (lib.head sandboxOff.failed)
+      && lib.hasInfix "sees all of its devices and libraries, tagged or not" (
+        lib.head sandboxOff.failed
+      )
+      && lib.hasInfix "pre-build-hook only" (lib.head sandboxOff.failed)
     ) "one assertion about the sandbox, got ${builtins.toJSON sandboxOff.failed}")
 
     # no hardware.graphics: a warning, not an error (the driver link may come from elsewhere)
@@ -426,7 +626,7 @@ let
       disabled.hook == null
       && disabled.packages == [ ]
       && disabled.system-features == nixDefaults
-      && disabled.uvm == null
+      && disabled.udevRules == ""
       && disabled.failed == [ ]
     ) "the module sets nothing when not enabled")
 
@@ -445,6 +645,8 @@ assert lib.all lib.id checks;
     compat = withCompat.toml;
     devices = withDevices.toml;
     dedicated = dedicated.toml;
+    required-mounts = requiredMounts.toml;
+    required-mounts-extended = requiredMountsExtended.toml;
     compat-by-default = compatByDefault.toml;
   };
 }

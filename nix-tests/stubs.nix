@@ -10,14 +10,20 @@
 #   - nixos/modules/services/system/nix-daemon.nix: `nix.enable`, a bool defaulting to true;
 #   - nixos/modules/config/nix.nix: `nix.settings`, a submodule with a free-form type of Nix
 #     config atoms (so `extra-system-features` is free-form: NixOS does not declare it),
-#     `sandbox` (bool or "relaxed", default true), `system-features` declared WITHOUT a
+#     `sandbox` (bool or "relaxed", default true), `system-features` (a list of strings)
+#     declared WITHOUT a
 #     default; and, only under `mkIf config.nix.enable`, the `mkDefault` definition of Nix's
 #     default features and /etc/nix/nix.conf rendered from the settings (`key = value`, lists
 #     space-separated, booleans true/false). That definition and its priority decide how the
 #     module must add its features;
 #   - nixos/modules/hardware/video/nvidia.nix: `hardware.nvidia.enabled`, read-only, true when
 #     "nvidia" is in `services.xserver.videoDrivers` or `hardware.nvidia.datacenter.enable`;
-#   - nixos/modules/misc/meta.nix: `meta.maintainers`, a list that concatenates;
+#   - modules/generic/meta-maintainers.nix (imported by nixos/modules/misc/meta.nix):
+#     `meta.maintainers`, whose every entry must be one of `lib.maintainers` (the stand-in
+#     list `maintainers` below: the lib checkout here has no maintainer-list.nix) and whose
+#     value is `{ <file> = [ … ]; }`, by the file that defined it;
+#   - `nix.extraOptions` (lines appended to nix.conf after the settings),
+#     `boot.extraModprobeConfig` and `services.udev.extraRules` (lines);
 #   - `environment.systemPackages` (list of packages), `environment.etc.<name>.source`,
 #     `systemd.services` (loosely typed), `hardware.graphics.enable`, `assertions`, `warnings`.
 {
@@ -39,9 +45,49 @@ let
   textFile =
     name: text:
     (if writeText == null then fakePackage name else writeText name text) // { inherit text; };
+
+  # A stand-in for `lib.maintainers` (maintainers/maintainer-list.nix), which the lib checkout
+  # lacks; NixOS's check is membership of its values.
+  maintainers = {
+    alice = {
+      name = "Alice";
+      github = "alice";
+      githubId = 1;
+    };
+  };
+  maintainer = lib.mkOptionType {
+    name = "maintainer";
+    check = m: lib.elem m (lib.attrValues maintainers);
+    merge =
+      loc: defs:
+      lib.listToAttrs (lib.singleton (lib.nameValuePair (lib.last defs).file (lib.last defs).value));
+  };
+  # By file: each definition's entries merged one by one, then zipped by file name. The newest
+  # file validates every entry (its test injects a maintainer "so it passes the addCheck
+  # validation"): an entry outside lib.maintainers is an error, which this stand-in raises.
+  maintainersType = lib.types.addCheck (lib.types.listOf maintainer) (lib.all maintainer.check) // {
+    merge =
+      loc: defs:
+      lib.zipAttrs (
+        lib.flatten (
+          lib.imap1 (
+            n: def:
+            lib.imap1 (
+              m: entry:
+              maintainer.merge (loc ++ [ "[${toString n}-${toString m}]" ]) [
+                {
+                  inherit (def) file;
+                  value = entry;
+                }
+              ]
+            ) def.value
+          ) defs
+        )
+      );
+  };
 in
 {
-  inherit fakePackage textFile;
+  inherit fakePackage textFile maintainers;
 
   pkgs = {
     cuda-sandbox = fakePackage "cuda-sandbox-0.1.0" // {
@@ -53,6 +99,8 @@ in
       meta.available = false;
     };
     kmod = fakePackage "kmod";
+    runtimeShell = "/bin/sh";
+    writeShellScript = name: text: textFile name "#!/bin/sh\n${text}";
     coreutils = fakePackage "coreutils";
     gnugrep = fakePackage "gnugrep";
 
@@ -106,9 +154,9 @@ in
           lib.concatMapStringsSep " " confValue v
         else
           toString v;
-      nixConf = lib.concatStrings (
-        lib.mapAttrsToList (k: v: "${k} = ${confValue v}\n") config.nix.settings
-      );
+      nixConf =
+        lib.concatStrings (lib.mapAttrsToList (k: v: "${k} = ${confValue v}\n") config.nix.settings)
+        + config.nix.extraOptions;
     in
     {
       options = {
@@ -121,8 +169,20 @@ in
           default = [ ];
         };
         meta.maintainers = lib.mkOption {
-          type = lib.types.listOf (lib.types.attrsOf lib.types.str);
+          type = maintainersType;
           default = [ ];
+        };
+        nix.extraOptions = lib.mkOption {
+          type = lib.types.lines;
+          default = "";
+        };
+        boot.extraModprobeConfig = lib.mkOption {
+          type = lib.types.lines;
+          default = "";
+        };
+        services.udev.extraRules = lib.mkOption {
+          type = lib.types.lines;
+          default = "";
         };
 
         nix.enable = lib.mkOption {

@@ -86,8 +86,8 @@ testers.runNixOSTest {
         for feature in ["nixos-test", "benchmark", "big-parallel", "kvm", "cuda", "gpu", "nvidia-gpu", "opengl"]:
             assert f" {feature}" in line, f"{feature} missing from {line}"
         machine.succeed("grep -q '^pre-build-hook = ${package}/bin/cuda-sandbox-hook$' /etc/nix/nix.conf")
-        # No NVIDIA kernel driver here: the uvm unit is skipped, not failed.
-        machine.succeed("systemctl show -p ConditionResult cuda-sandbox-nvidia-uvm.service | grep -q no")
+        # No NVIDIA kernel driver here: the udev rule that makes /dev/nvidia-uvm waits for it.
+        machine.succeed("grep -q 'KERNEL==\"nvidia_uvm\"' /etc/udev/rules.d/99-local.rules")
 
     with subtest("a tagged derivation gets the GPU and the driver, and passes every check"):
         report = machine.succeed(

@@ -2,8 +2,9 @@
 # derivations tagged `requiredSystemFeatures = [ "cuda" ]` see the NVIDIA GPU and the driver in
 # the sandbox, and every other derivation sees nothing.
 #
-# The flake's `nixosModules.default` imports this file and supplies `package`; used without the
-# flake, set `programs.cuda-sandbox.package` (or add the flake's overlay).
+# The flake's `nixosModules.default` is this file. Its default package is ../package.nix built
+# with the system's `pkgs` (or `pkgs.cuda-sandbox`, with the flake's overlay), so it works the
+# same without flakes: `imports = [ ./cuda-sandbox/nixos-module ];`.
 #
 # Needs NixOS 24.11 or later (`hardware.graphics`, which replaced `hardware.opengl` in 24.11).
 {
@@ -92,10 +93,33 @@ let
   }
   // lib.optionalAttrs (cfg.extraPaths != [ ]) { path = map dropNulls cfg.extraPaths; };
 
-  # Nix reads both lists: `extra-system-features` adds to `system-features`.
-  declaredFeatures =
-    config.nix.settings.system-features ++ (config.nix.settings.extra-system-features or [ ]);
-  missingFeatures = lib.subtractLists declaredFeatures cfg.features;
+  # What Nix will see as its system features. `nix.settings`' free-form type lets a setting be
+  # a list or a string ("a b", as nix.conf writes it), so both are split on whitespace. Nix
+  # reads nix.conf top to bottom and NixOS appends `nix.extraOptions` after the settings: there
+  # a `system-features` line replaces what came before and `extra-system-features` adds to it.
+  featureList =
+    value:
+    lib.concatMap (v: lib.filter (w: w != "") (lib.splitString " " (toString v))) (
+      lib.toList value
+    );
+  extraLines = lib.filter (l: l != null) (
+    map (builtins.match "[[:space:]]*((extra-)?system-features)[[:space:]]*=(.*)") (
+      lib.splitString "\n" (lib.replaceStrings [ "\t" ] [ " " ] (config.nix.extraOptions or ""))
+    )
+  );
+  declaredFeatures = lib.foldl' (
+    features: line:
+    if lib.elemAt line 0 == "system-features" then
+      featureList (lib.elemAt line 2)
+    else
+      features ++ featureList (lib.elemAt line 2)
+  ) (featureList config.nix.settings.system-features
+    ++ featureList (config.nix.settings.extra-system-features or [ ])
+  ) extraLines;
+  # Every rule's features (the module's, the translated allowedPatterns, settings.rule): Nix
+  # refuses a derivation requiring a feature it does not declare, so all of them must be there.
+  ruleFeatures = lib.unique (lib.concatMap (r: r.features or [ ]) cfg.settings.rule);
+  missingFeatures = lib.subtractLists declaredFeatures ruleFeatures;
 
   # A package that cannot be built here (cuda_compat is unfree and broken unless
   # nixpkgs.config.cudaSupport is set): rendering its path would abort the evaluation, so it is
@@ -113,7 +137,18 @@ let
     in
     lib.optional (available.success && available.value) compat;
 
-  renderedFeatures = lib.concatStringsSep " " cfg.features;
+  renderedFeatures = lib.concatStringsSep " " ruleFeatures;
+
+  # Run by udev when nvidia_uvm loads: the nodes `nvidia-modprobe -u -c=0` would make.
+  uvmNodes = pkgs.writeShellScript "cuda-sandbox-nvidia-uvm-nodes" ''
+    major=$(${pkgs.gnugrep}/bin/grep -m1 ' nvidia-uvm$' /proc/devices | ${pkgs.coreutils}/bin/cut -d ' ' -f 1)
+    if [ -z "$major" ]; then
+      echo "cuda-sandbox: nvidia_uvm is loaded but nvidia-uvm is not in /proc/devices" >&2
+      exit 1
+    fi
+    [ -c /dev/nvidia-uvm ] || ${pkgs.coreutils}/bin/mknod -m 666 /dev/nvidia-uvm c "$major" 0
+    [ -c /dev/nvidia-uvm-tools ] || ${pkgs.coreutils}/bin/mknod -m 666 /dev/nvidia-uvm-tools c "$major" 1
+  '';
 
   # What `settings` knows; anything else is free-form and goes to the file as written.
   absolutePath = lib.types.strMatching "/.*";
@@ -173,7 +208,10 @@ let
   };
 in
 {
-  meta.maintainers = [ (import ./maintainers.nix).cuda-sandbox ];
+  imports = [ ./required-mounts.nix ];
+
+  # No meta.maintainers here: NixOS accepts only entries of lib.maintainers there, and this
+  # project is not (yet) in that list; the package's meta names its maintainers.
 
   options.programs.cuda-sandbox = {
     enable = lib.mkEnableOption ''
@@ -181,7 +219,15 @@ in
       derivations that require one of {option}`programs.cuda-sandbox.features`
     '';
 
-    package = lib.mkPackageOption pkgs "cuda-sandbox" { };
+    package = lib.mkOption {
+      type = lib.types.package;
+      default = pkgs.cuda-sandbox or (pkgs.callPackage ../package.nix { });
+      defaultText = lib.literalExpression "pkgs.cuda-sandbox or (pkgs.callPackage ./cuda-sandbox/package.nix { })";
+      description = ''
+        The cuda-sandbox package. By default the flake's overlay's `pkgs.cuda-sandbox`, else
+        the repository's {file}`package.nix` built with this system's Nixpkgs.
+      '';
+    };
 
     features = lib.mkOption {
       type = lib.types.listOf (lib.types.strMatching "[^[:space:]]+");
@@ -275,9 +321,11 @@ in
       default = !(config.hardware.nvidia.enabled or false);
       defaultText = lib.literalExpression "!config.hardware.nvidia.enabled";
       description = ''
-        Load `nvidia-uvm` and create `/dev/nvidia-uvm` at boot. Without a module that does it,
-        the node appears only on the first CUDA call outside a sandbox (the sandbox cannot
-        create it), so a freshly booted builder fails its first CUDA builds.
+        Load `nvidia-uvm` whenever `nvidia` loads (a modprobe softdep) and create
+        `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools` as soon as it is loaded (a udev rule),
+        however late in boot that is. Without a module that does it, the node appears only on
+        the first CUDA call outside a sandbox (the sandbox cannot create it), so a freshly
+        booted builder fails its first CUDA builds.
 
         {option}`hardware.nvidia` already does it (it loads `nvidia-uvm` after `nvidia` and a
         udev rule makes `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools` when the module loads), so
@@ -314,7 +362,9 @@ in
 
   config = lib.mkIf cfg.enable {
     # mkBefore: the module's rule comes first whatever the order of imports.
-    programs.cuda-sandbox.settings.rule = lib.mkBefore [ rule ];
+    programs.cuda-sandbox.settings.rule = lib.mkBefore (
+      lib.optional cfg.presets.nvidia-gpu.enable rule
+    );
     # mkDefault beats the option's default and loses to the user's own definition.
     programs.cuda-sandbox.settings.missing_drv = lib.mkIf cfg.dedicatedBuilder (lib.mkDefault "expose");
 
@@ -330,49 +380,31 @@ in
       # mkDefault. A plain definition would replace them (the bug of programs.nix-required-mounts);
       # mkOptionDefault would lose to them. At mkDefault priority the lists concatenate, and a
       # user's own plain definition still wins: the assertion below then names what is missing.
-      system-features = lib.mkDefault cfg.features;
+      system-features = lib.mkDefault ruleFeatures;
     };
 
-    systemd.services.cuda-sandbox-nvidia-uvm = lib.mkIf cfg.createUvmNode {
-      description = "Create /dev/nvidia-uvm for CUDA builds in the Nix sandbox";
-      wantedBy = [ "multi-user.target" ];
-      before = [ "nix-daemon.service" ];
-      after = [ "systemd-modules-load.service" ];
-      # Only with the NVIDIA kernel driver loaded; Jetson has no nvidia-uvm.
-      unitConfig.ConditionPathExists = [
-        "/proc/driver/nvidia/version"
-        "!/etc/nv_tegra_release"
-      ];
-      serviceConfig = {
-        Type = "oneshot";
-        RemainAfterExit = true;
-      };
-      path = [
-        pkgs.kmod
-        pkgs.coreutils
-        pkgs.gnugrep
-      ];
-      # What `nvidia-modprobe -u -c=0` does, without its setuid helper: the major number of
-      # nvidia-uvm is dynamic, so read it from /proc/devices.
-      script = ''
-        modprobe nvidia-uvm
-        major=$(grep -m1 ' nvidia-uvm$' /proc/devices | cut -d ' ' -f 1)
-        if [ -z "$major" ]; then
-          echo "nvidia-uvm is loaded but not in /proc/devices" >&2
-          exit 1
-        fi
-        [ -c /dev/nvidia-uvm ] || mknod -m 666 /dev/nvidia-uvm c "$major" 0
-        [ -c /dev/nvidia-uvm-tools ] || mknod -m 666 /dev/nvidia-uvm-tools c "$major" 1
-      '';
-    };
+    # /dev/nvidia-uvm, made when the module appears rather than at a moment in boot (a
+    # driver that udev's coldplug loads late would miss a unit ordered after
+    # systemd-modules-load). As hardware.nvidia does: the softdep loads nvidia-uvm right after
+    # nvidia, whoever loads nvidia, and the udev rule makes the nodes once nvidia_uvm is in.
+    # nvidia-uvm's major number is dynamic, so it is read from /proc/devices. Jetson has no
+    # nvidia module, so neither ever fires there.
+    boot.extraModprobeConfig = lib.mkIf cfg.createUvmNode ''
+      softdep nvidia post: nvidia-uvm
+    '';
+    services.udev.extraRules = lib.mkIf cfg.createUvmNode ''
+      ACTION=="add", KERNEL=="nvidia_uvm", RUN+="${uvmNodes}"
+    '';
 
     assertions = [
       {
         assertion = config.nix.settings.sandbox != false;
         message = ''
-          programs.cuda-sandbox: nix.settings.sandbox is false. Nix runs a pre-build-hook only
-          for sandboxed builds, so cuda-sandbox-hook would never run and no build would get a GPU.
-          Set nix.settings.sandbox = true (or "relaxed").
+          programs.cuda-sandbox: nix.settings.sandbox is false, so every build runs on the host
+          itself and sees all of its devices and libraries, tagged or not, and Nix runs a
+          pre-build-hook only for sandboxed builds, so cuda-sandbox-hook would never run. The
+          module exists to give the GPU to the builds that ask for it and to no other. Set
+          nix.settings.sandbox = true (or "relaxed").
         '';
       }
       {
@@ -381,8 +413,8 @@ in
           programs.cuda-sandbox: neither nix.settings.system-features nor
           nix.settings.extra-system-features has ${lib.concatStringsSep ", " missingFeatures},
           so the daemon would refuse every derivation requiring them. Your own definition of
-          nix.settings.system-features replaces the module's; add
-          config.programs.cuda-sandbox.features to it (or to nix.settings.extra-system-features).
+          nix.settings.system-features replaces the module's; add these features to it (or to
+          nix.settings.extra-system-features).
         '';
       }
       {
@@ -401,7 +433,9 @@ in
         message = ''
           programs.cuda-sandbox and programs.nix-required-mounts both want
           nix.settings.pre-build-hook, and Nix runs only one. Disable
-          programs.nix-required-mounts.
+          programs.nix-required-mounts: its allowedPatterns, presets.nvidia-gpu.enable and
+          extraWrapperArgs are accepted under programs.cuda-sandbox (README: "Coming from
+          nix-required-mounts").
         '';
       }
     ];
@@ -415,7 +449,12 @@ in
         (/etc/cuda-sandbox/config.toml is still written.)
       ''
       ++ lib.optional
-        (cfg.driver.required && cfg.driver.link == "/run/opengl-driver" && !config.hardware.graphics.enable)
+        (
+          cfg.presets.nvidia-gpu.enable
+          && cfg.driver.required
+          && cfg.driver.link == "/run/opengl-driver"
+          && !config.hardware.graphics.enable
+        )
         ''
           programs.cuda-sandbox: hardware.graphics.enable is false, so /run/opengl-driver (the
           driver) may not exist and tagged builds will fail. Enable hardware.graphics with the
