@@ -15,111 +15,15 @@
       ];
       forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
-      cargoToml = lib.importTOML ./Cargo.toml;
+      # The package (./package.nix): the overlay, the flake's packages, the NixOS module's
+      # default and mkGpuCheck all `callPackage` it with the package set they are given.
+      cudaSandbox = ./package.nix;
 
-      # The package, as a callPackage function so that the overlay, the flake's packages and
-      # mkGpuCheck all build it with the package set they are given.
-      cudaSandbox =
-        {
-          lib,
-          rustPlatform,
-          autoAddDriverRunpath,
-          runCommand,
-          writeText,
-          testers,
-          cudaPackages ? { },
-        }:
-        let
-          # Nixpkgs' CUDA binaries load `${cuda_compat}/compat` before the driver link exactly
-          # when cuda_compat is available (autoAddCudaCompatRunpath); the runner must load what
-          # they would, or its driver check would contradict them.
-          compatAvailable =
-            let
-              tried = builtins.tryEval (cudaPackages.cuda_compat.meta.available or false);
-            in
-            tried.success && tried.value;
-
-          package = rustPlatform.buildRustPackage {
-          pname = "cuda-sandbox";
-          inherit (cargoToml.workspace.package) version;
-
-          # Only what cargo reads, so that editing the Nix files or the docs rebuilds nothing.
-          # (cleanSourceWith rather than lib.fileset: it also evaluates on Nix 2.8, where
-          # nix-tests/ checks that every workspace member is here.)
-          src = lib.cleanSourceWith {
-            name = "cuda-sandbox-source";
-            src = ./.;
-            filter =
-              path: _type:
-              let
-                relative = lib.removePrefix "${toString ./.}/" (toString path);
-              in
-              # hook/fuzz is outside the workspace (cargo-fuzz, its corpus and artifacts).
-              relative != "hook/fuzz"
-              && baseNameOf relative != "target"
-              && lib.any (top: relative == top || lib.hasPrefix "${top}/" relative) [
-                "Cargo.toml"
-                "Cargo.lock"
-                "hook"
-                "elfkit"
-                "runner"
-                "manifest"
-                "testkit"
-                "fixtures"
-              ];
-          };
-          cargoLock.lockFile = ./Cargo.lock;
-
-          # The whole workspace is built: the runner's tests load the fake driver libraries.
-          # Tests that need root or a Nix daemon skip themselves inside the build sandbox.
-
-          # libcuda.so.1 is found like in every nixpkgs CUDA binary: through DT_RUNPATH
-          # /run/opengl-driver/lib, which the hook exposes in the sandbox.
-          # After it, when cuda_compat is available, `${cuda_compat}/compat` goes before the link,
-          # as in every Nixpkgs CUDA redistributable (the hook exposes it when it picks compat).
-          nativeBuildInputs = [
-            autoAddDriverRunpath
-          ]
-          ++ lib.optional compatAvailable cudaPackages.autoAddCudaCompatRunpath;
-
-          # The fake driver (make-fake-driver and libfake_*.so) is for tests: never in `out`,
-          # where a library directory might be taken for a driver.
-          outputs = [
-            "out"
-            "fixtures"
-          ];
-          postInstall = ''
-            mkdir -p $fixtures/bin $fixtures/lib
-            mv $out/bin/make-fake-driver $fixtures/bin/
-            mv $out/lib/libfake_*.so $fixtures/lib/
-            rmdir --ignore-fail-on-non-empty $out/lib
-          '';
-
-          # The NixOS VM test of the module with this very package.
-          passthru.tests.vm = import ./nix-tests/vm.nix {
-            inherit
-              runCommand
-              writeText
-              testers
-              package
-              ;
-            module = ./nixos-module;
-          };
-
-          meta = {
-            description = "Nix pre-build-hook exposing NVIDIA GPUs and the CUDA driver to tagged builds, and the in-sandbox checks";
-            homepage = cargoToml.workspace.package.repository;
-            license = lib.licenses.mit;
-            platforms = lib.platforms.linux;
-            maintainers = [ (import ./nixos-module/maintainers.nix).cuda-sandbox ];
-            mainProgram = "cuda-sandbox-hook";
-          };
-        };
-        in
-        package;
-
-      # A derivation that runs, in the sandbox of a GPU builder, the runner's checks, the ELF
-      # lint of `package`, then `command` (the package's own GPU test).
+      # The GPU check of `package`, in the shape of Nixpkgs' `cudaPackages.writeGpuTestPython`
+      # (what the NixOS-CUDA Hydra collects, DESIGN.md §11): a runnable tester, whose
+      # `.gpuCheck` is the tagged derivation that runs the same steps in a GPU builder's
+      # sandbox. The steps: the runner's checks with the package under test, the ELF lint of
+      # `package`, then `command` (the package's own GPU test).
       mkGpuCheckWith =
         { pkgs, runner }:
         {
@@ -131,27 +35,75 @@
           # Shell commands run last, with $out existing (e.g. "${package}/bin/my-gpu-test").
           command ? null,
           lint ? true,
+          # Extra attributes of `.gpuCheck` (as writeGpuTestPython's): lists such as
+          # nativeBuildInputs and requiredSystemFeatures are added to the check's own.
+          gpuCheckArgs ? { },
         }:
-        pkgs.runCommand name
-          {
-            requiredSystemFeatures = features;
-            nativeBuildInputs = [ runner ];
-            # The package's runtime closure, for the package::* checks: inside the sandbox
-            # there is no store database to ask.
-            exportReferencesGraph = [
-              "package-closure"
-              package
-            ];
-            passthru = { inherit package; };
-          }
-          ''
-            mkdir -p $out
-            cuda-sandbox-check ${
-              lib.optionalString (expectDriver != null) "--expect-driver ${lib.escapeShellArg expectDriver}"
-            } --package ${package} --package-closure package-closure --report $out/report.json
-            ${lib.optionalString lint "cuda-sandbox-check lint ${package}"}
-            ${lib.optionalString (command != null) command}
-          '';
+        let
+          # The one list of steps, for both places. In a build: the hook's manifest says which
+          # driver the build was given, and exportReferencesGraph wrote the package's closure
+          # (there is no store database to ask). Outside: no manifest exists, so the checks
+          # judge the host's driver on their own, and the runner asks nix-store for the closure.
+          steps =
+            { inBuild }:
+            let
+              manifest = lib.optionalString (!inBuild) " --no-manifest";
+              expect = lib.optionalString (
+                expectDriver != null
+              ) " --expect-driver ${lib.escapeShellArg expectDriver}";
+              closure = lib.optionalString inBuild " --package-closure package-closure";
+              extra = lib.optionalString (!inBuild) " \"$@\"";
+            in
+            ''
+              cuda-sandbox-check${expect} --package ${package}${closure}${manifest} --report "$out/report.json"${extra}
+              ${lib.optionalString lint "cuda-sandbox-check lint${manifest} ${package}"}
+              ${lib.optionalString (command != null) command}
+            '';
+
+          gpuCheck = pkgs.runCommand name (
+            gpuCheckArgs
+            // {
+              requiredSystemFeatures = features ++ gpuCheckArgs.requiredSystemFeatures or [ ];
+              nativeBuildInputs = [ runner ] ++ gpuCheckArgs.nativeBuildInputs or [ ];
+              # The package's runtime closure, for the package::* checks.
+              exportReferencesGraph = [
+                "package-closure"
+                package
+              ]
+              ++ gpuCheckArgs.exportReferencesGraph or [ ];
+              passthru = {
+                inherit package tester;
+              }
+              // gpuCheckArgs.passthru or { };
+            }
+          ) "mkdir -p $out\n${steps { inBuild = true; }}";
+
+          # `nix run`, or its bin/: the same steps on this machine, against the host's driver,
+          # outside any sandbox. Arguments go to the first `cuda-sandbox-check`.
+          tester =
+            pkgs.runCommand "tester-${name}"
+              {
+                script = ''
+                  #!${pkgs.runtimeShell}
+                  # ${name}: the GPU checks of ${package}, on this machine.
+                  set -eu
+                  PATH=${runner}/bin''${PATH:+:$PATH}
+                  out=$(mktemp -d "''${TMPDIR:-/tmp}/${name}.XXXXXX")
+                  echo "${name}: outside the Nix sandbox: checking this machine's GPU and driver, without a hook manifest (--no-manifest); report: $out/report.json" >&2
+                  ${steps { inBuild = false; }}
+                  echo "${name}: passed" >&2
+                '';
+                passAsFile = [ "script" ];
+                passthru = { inherit package gpuCheck; };
+                meta.mainProgram = name;
+              }
+              ''
+                mkdir -p "$out/bin"
+                cp "$scriptPath" "$out/bin/"${lib.escapeShellArg name}
+                chmod +x "$out/bin/"${lib.escapeShellArg name}
+              '';
+        in
+        tester;
 
       # The GPU checks of tests-gpu/ with the nixpkgs-built runner, which needs no
       # LD_LIBRARY_PATH: its DT_RUNPATH has the driver link.
@@ -174,20 +126,22 @@
         default = cuda-sandbox;
       });
 
-      nixosModules.default =
-        { lib, pkgs, ... }:
-        {
-          imports = [ ./nixos-module ];
-          # Built with the system's own nixpkgs, so no second nixpkgs enters the closure.
-          programs.cuda-sandbox.package = lib.mkDefault (pkgs.callPackage cudaSandbox { });
-        };
+      # The module's default package is ./package.nix built with the system's own Nixpkgs
+      # (`pkgs.cuda-sandbox` when the overlay is used), so no second Nixpkgs enters the closure.
+      nixosModules.default = {
+        imports = [ ./nixos-module ];
+      };
 
       lib = {
         # mkGpuCheck { pkgs, package, name ? …, features ? [ "cuda" ], expectDriver ? null,
-        #              command ? null, lint ? true, runner ? … }
+        #              command ? null, lint ? true, gpuCheckArgs ? { }, runner ? … }
+        # returns the tester (`nix run` it: the checks on this machine, outside any sandbox);
+        # its `.gpuCheck` is the derivation tagged `features`, for GPU builders and the
+        # NixOS-CUDA Hydra (which builds `<pkg>.passthru.tests.<name>.gpuCheck`).
         # `pkgs` is the package set `package` is built with: the check and the runner are built
-        # with it (the runner is `pkgs.cuda-sandbox` with the overlay, else the same callPackage
-        # the NixOS module uses), so no second Nixpkgs and no second Rust build enter.
+        # with it (the runner is `pkgs.cuda-sandbox` with the overlay, else ./package.nix by
+        # the same callPackage the NixOS module uses), so no second Nixpkgs and no second Rust
+        # build enter.
         mkGpuCheck =
           args@{
             pkgs ? throw "cuda-sandbox.lib.mkGpuCheck: pass `pkgs`, the package set your package is built with: mkGpuCheck { inherit pkgs; package = …; }",

@@ -39,19 +39,104 @@ let
   # A package that adds a GPU check of itself, as the README shows.
   # (A fake store path without string context, so that the script can be searched for it.)
   myPackage = (import ./stubs.nix { inherit lib; }).fakePackage "my-cuda-app-1.0";
-  gpuCheck = outputs.lib.mkGpuCheck {
+  tester = outputs.lib.mkGpuCheck {
     inherit pkgs;
     package = myPackage;
     expectDriver = "host";
     command = "${myPackage}/bin/my-cuda-app --self-test";
   };
-  gpuCheckNoLint = outputs.lib.mkGpuCheck {
-    inherit pkgs;
-    package = myPackage;
-    name = "plain";
-    features = [ "gpu" ];
-    lint = false;
+  inherit (tester) gpuCheck;
+  gpuCheckNoLint =
+    (outputs.lib.mkGpuCheck {
+      inherit pkgs;
+      package = myPackage;
+      name = "plain";
+      features = [ "gpu" ];
+      lint = false;
+    }).gpuCheck;
+  # gpuCheckArgs, as writeGpuTestPython's: extra attributes, lists added to the check's own.
+  hook = pkgs.writeText "writable-tmp-dir-as-home-hook" "";
+  gpuCheckWithArgs =
+    (outputs.lib.mkGpuCheck {
+      inherit pkgs;
+      package = myPackage;
+      gpuCheckArgs = {
+        nativeBuildInputs = [ hook ];
+        requiredSystemFeatures = [ "big-parallel" ];
+        HOME_NOTE = "kept";
+      };
+    }).gpuCheck;
+
+  # The NixOS-CUDA Hydra's selection (nixos-cuda/hydra-jobsets, jobsets/cuda-tests.nix, as
+  # that file states it; a stand-in, not its code): of each package, `passthru.gpuCheck` and
+  # every `passthru.tests.<name>.gpuCheck` whose requiredSystemFeatures has "cuda". The value
+  # is the tree of attribute paths the jobset would build.
+  jobsetSelects =
+    package:
+    let
+      passthru = builtins.tryEval (package.passthru or { });
+      tests =
+        let
+          t = builtins.tryEval (passthru.value.tests or { });
+        in
+        if t.success then t.value else { };
+      hasCudaGpuCheck = v: v ? gpuCheck && builtins.elem "cuda" (v.gpuCheck.requiredSystemFeatures or [ ]);
+      testChecks = lib.mapAttrs (_: test: lib.optionalAttrs (hasCudaGpuCheck test) { gpuCheck = true; }) tests;
+      selectedTests = lib.filterAttrs (_: v: v != { }) testChecks;
+    in
+    if passthru.success then
+      lib.optionalAttrs (selectedTests != { }) { tests = selectedTests; }
+      // lib.optionalAttrs (hasCudaGpuCheck passthru.value) { gpuCheck = true; }
+    else
+      { };
+  # An example package as the README writes it (its snippet, nix-tests/readme checks that it
+  # is this one), in both layouts, and the layout of before (a plain check under gpuChecks).
+  myApp = pkgs.stdenv.mkDerivation (finalAttrs: {
+    pname = "my-app";
+    version = "1.0";
+    passthru.tests.selfTest = outputs.lib.mkGpuCheck {
+      inherit pkgs;
+      package = finalAttrs.finalPackage;
+      command = "${finalAttrs.finalPackage}/bin/my-app --self-test";
+    };
+    passthru.gpuChecks.plain = (outputs.lib.mkGpuCheck {
+      inherit pkgs;
+      package = finalAttrs.finalPackage;
+    }).gpuCheck;
+  });
+  myAppDirect = pkgs.stdenv.mkDerivation (finalAttrs: {
+    pname = "my-app";
+    version = "1.0";
+    passthru.gpuCheck = (outputs.lib.mkGpuCheck {
+      inherit pkgs;
+      package = finalAttrs.finalPackage;
+    }).gpuCheck;
+  });
+  myAppUntagged = pkgs.stdenv.mkDerivation (finalAttrs: {
+    pname = "my-app";
+    version = "1.0";
+    passthru.tests.selfTest = outputs.lib.mkGpuCheck {
+      inherit pkgs;
+      package = finalAttrs.finalPackage;
+      features = [ "gpu" ];
+    };
+  });
+
+  # Without flakes, as the README writes it: the module imported by path, the package from
+  # package.nix by callPackage, or the module's own default (the same callPackage).
+  nonFlakeWith =
+    config:
+    (nixpkgs.lib.nixosSystem {
+      modules = [
+        ../nixos-module
+        config
+      ];
+    }).config;
+  nonFlake = nonFlakeWith {
+    programs.cuda-sandbox.enable = true;
+    programs.cuda-sandbox.package = pkgs.callPackage ../package.nix { };
   };
+  nonFlakeDefault = nonFlakeWith { programs.cuda-sandbox.enable = true; };
   # The caller's package set decides: another one (marked) builds the check and the runner.
   otherPkgs = pkgs // {
     runCommand = name: env: script: pkgs.runCommand name env script // { builtWithOtherPkgs = true; };
@@ -169,14 +254,64 @@ let
       && !(cudaTests.kernel ? LD_LIBRARY_PATH)
       && cudaTests.kernel.requiredSystemFeatures == [ "cuda" ]
     ))
-    (check "mkGpuCheck: tagged, runs the checks on the package and its closure, the lint, then the command" (
+    (check "mkGpuCheck: .gpuCheck is tagged, runs the checks on the package and its closure, the lint, then the command" (
       gpuCheck.name == "my-cuda-app-gpu-check"
       && gpuCheck.env.requiredSystemFeatures == [ "cuda" ]
+      && gpuCheck.requiredSystemFeatures == [ "cuda" ]
       && gpuCheck.env.nativeBuildInputs == [ package ]
-      && lib.hasInfix "cuda-sandbox-check --expect-driver host --package ${myPackage} --package-closure package-closure --report $out/report.json" gpuCheck.script
+      && lib.hasInfix ''cuda-sandbox-check --expect-driver host --package ${myPackage} --package-closure package-closure --report "$out/report.json"
+      '' gpuCheck.script
       && gpuCheck.env.exportReferencesGraph == [ "package-closure" myPackage ]
       && lib.hasInfix "cuda-sandbox-check lint ${myPackage}" gpuCheck.script
       && lib.hasInfix "${myPackage}/bin/my-cuda-app --self-test" gpuCheck.script
+      && !(lib.hasInfix "--no-manifest" gpuCheck.script)
+    ))
+    (check "mkGpuCheck: the tester is untagged, runnable (meta.mainProgram, bin/), the same steps outside any sandbox: no manifest, the closure from nix-store, and says so" (
+      !(tester ? requiredSystemFeatures)
+      && tester.name == "tester-my-cuda-app-gpu-check"
+      && tester.meta.mainProgram == "my-cuda-app-gpu-check"
+      && lib.hasInfix ''cp "$scriptPath" "$out/bin/"my-cuda-app-gpu-check'' tester.script
+      && lib.hasInfix ''cuda-sandbox-check --expect-driver host --package ${myPackage} --no-manifest --report "$out/report.json" "$@"
+      '' tester.env.script
+      && !(lib.hasInfix "package-closure" tester.env.script)
+      && lib.hasInfix "cuda-sandbox-check lint --no-manifest ${myPackage}" tester.env.script
+      && lib.hasInfix "${myPackage}/bin/my-cuda-app --self-test" tester.env.script
+      && lib.hasInfix "outside the Nix sandbox" tester.env.script
+      && lib.hasInfix "PATH=${builtins.unsafeDiscardStringContext package.outPath}/bin" (
+        builtins.unsafeDiscardStringContext tester.env.script
+      )
+      && tester.gpuCheck.drvPath == gpuCheck.drvPath
+      && gpuCheck.tester.drvPath == tester.drvPath
+      && tester.package == myPackage
+    ))
+    (check "mkGpuCheck: gpuCheckArgs pass through, their lists added to the check's own" (
+      gpuCheckWithArgs.env.nativeBuildInputs == [
+        package
+        hook
+      ]
+      && gpuCheckWithArgs.requiredSystemFeatures == [
+        "cuda"
+        "big-parallel"
+      ]
+      && gpuCheckWithArgs.HOME_NOTE == "kept"
+      && gpuCheckWithArgs.env.exportReferencesGraph == [ "package-closure" myPackage ]
+    ))
+    (check "the CUDA Hydra's selection: passthru.tests.<name> = mkGpuCheck … is selected (tests.selfTest.gpuCheck), the old gpuChecks layout is not" (
+      jobsetSelects myApp == { tests.selfTest.gpuCheck = true; }
+      && myApp.tests.selfTest.gpuCheck.requiredSystemFeatures == [ "cuda" ]
+      && lib.hasInfix "--package ${builtins.unsafeDiscardStringContext myApp.outPath}" (
+        builtins.unsafeDiscardStringContext myApp.tests.selfTest.gpuCheck.script
+      )
+    ))
+    (check "the CUDA Hydra's selection: passthru.gpuCheck = (mkGpuCheck …).gpuCheck is selected" (
+      jobsetSelects myAppDirect == { gpuCheck = true; }
+    ))
+    (check "the CUDA Hydra's selection: a check tagged without cuda is not (control)" (
+      jobsetSelects myAppUntagged == { }
+    ))
+    (check "without flakes: imports = [ nixos-module ] and package = pkgs.callPackage package.nix { }" (
+      nonFlake.nix.settings.pre-build-hook == "${package}/bin/cuda-sandbox-hook"
+      && nonFlakeDefault.nix.settings.pre-build-hook == "${package}/bin/cuda-sandbox-hook"
     ))
     (check "mkGpuCheck: name, features and lint = false" (
       gpuCheckNoLint.name == "plain"
@@ -184,10 +319,11 @@ let
       && !(lib.hasInfix "lint" gpuCheckNoLint.script)
     ))
     (check "mkGpuCheck: built with the caller's pkgs (no Nixpkgs of its own)" (
-      gpuCheckOtherPkgs.builtWithOtherPkgs or false
+      (gpuCheckOtherPkgs.builtWithOtherPkgs or false)
+      && (gpuCheckOtherPkgs.gpuCheck.builtWithOtherPkgs or false)
     ))
     (check "mkGpuCheck: with the overlay, the runner is pkgs.cuda-sandbox (no second Rust build)" (
-      map (p: p.fromOverlay or false) gpuCheckOverlay.env.nativeBuildInputs == [ true ]
+      map (p: p.fromOverlay or false) gpuCheckOverlay.gpuCheck.env.nativeBuildInputs == [ true ]
     ))
     (check "mkGpuCheck: without pkgs it fails, naming it" (
       throws (outputs.lib.mkGpuCheck { package = myPackage; })

@@ -42,6 +42,7 @@ let
         removeAttrs env [
           "nativeBuildInputs"
           "passthru"
+          "meta"
         ]
         // {
           inherit name system;
@@ -54,7 +55,12 @@ let
         }
       );
     in
-    drv // (env.passthru or { }) // { inherit env script; };
+    drv
+    // (env.passthru or { })
+    // {
+      inherit env script;
+      meta = env.meta or { };
+    };
 
   # A derivation that cannot be built here, and says so.
   unbuildable =
@@ -71,6 +77,32 @@ let
 
   stubs = import ./stubs.nix { inherit lib writeText; };
 
+  # As Nixpkgs' make-derivation.nix: attributes or a function of the final attributes
+  # (with `finalPackage`); passthru merged into the result, which also keeps it as
+  # `.passthru` (what the NixOS-CUDA Hydra's jobset reads).
+  mkDerivation =
+    fnOrAttrs:
+    let
+      attrs = if builtins.isFunction fnOrAttrs then fnOrAttrs final else fnOrAttrs;
+      final = attrs // {
+        finalPackage = result;
+      };
+      name = attrs.name or "${attrs.pname}-${attrs.version}";
+      passthru = attrs.passthru or { };
+      drv = shDerivation name (removeAttrs attrs [
+        "passthru"
+        "meta"
+      ]) (attrs.buildCommand or "mkdir -p $out");
+      result =
+        drv
+        // passthru
+        // {
+          inherit passthru;
+          meta = attrs.meta or { };
+        };
+    in
+    result;
+
   # The module's stand-ins, less `cuda-sandbox`: Nixpkgs has no such package (the flake's
   # overlay adds it).
   pkgs =
@@ -80,6 +112,7 @@ let
       stdenv = {
         inherit hostPlatform;
         buildPlatform = hostPlatform;
+        inherit mkDerivation;
       };
       callPackage =
         fn: args:
@@ -114,6 +147,7 @@ let
       autoAddDriverRunpath = unbuildable "auto-add-driver-runpath-hook" { };
 
       runCommand = name: env: script: shDerivation name env script;
+
       linkFarm = name: entries: unbuildable name { inherit entries; };
       mkShell = args: unbuildable "shell" { inherit args; };
       testers.runNixOSTest = args: unbuildable "vm-test-run-${args.name}" { inherit args; };
