@@ -67,30 +67,10 @@ let
       };
     }).gpuCheck;
 
-  # The NixOS-CUDA Hydra's selection (nixos-cuda/hydra-jobsets, jobsets/cuda-tests.nix, as
-  # that file states it; a stand-in, not its code): of each package, `passthru.gpuCheck` and
-  # every `passthru.tests.<name>.gpuCheck` whose requiredSystemFeatures has "cuda". The value
-  # is the tree of attribute paths the jobset would build.
-  jobsetSelects =
-    package:
-    let
-      passthru = builtins.tryEval (package.passthru or { });
-      tests =
-        let
-          t = builtins.tryEval (passthru.value.tests or { });
-        in
-        if t.success then t.value else { };
-      hasCudaGpuCheck = v: v ? gpuCheck && builtins.elem "cuda" (v.gpuCheck.requiredSystemFeatures or [ ]);
-      testChecks = lib.mapAttrs (_: test: lib.optionalAttrs (hasCudaGpuCheck test) { gpuCheck = true; }) tests;
-      selectedTests = lib.filterAttrs (_: v: v != { }) testChecks;
-    in
-    if passthru.success then
-      lib.optionalAttrs (selectedTests != { }) { tests = selectedTests; }
-      // lib.optionalAttrs (hasCudaGpuCheck passthru.value) { gpuCheck = true; }
-    else
-      { };
-  # An example package as the README writes it (its snippet, nix-tests/readme checks that it
-  # is this one), in both layouts, and the layout of before (a plain check under gpuChecks).
+  # The NixOS-CUDA Hydra's selection rule (./hydra-cuda-tests.nix).
+  jobsetSelects = import ./hydra-cuda-tests.nix { inherit lib; };
+  # An example package in both layouts (nix-tests/readme-eval.nix evaluates the README's),
+  # and the layout of before (a plain check under gpuChecks).
   myApp = pkgs.stdenv.mkDerivation (finalAttrs: {
     pname = "my-app";
     version = "1.0";

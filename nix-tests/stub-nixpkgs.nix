@@ -108,7 +108,7 @@ let
   pkgs =
     removeAttrs stubs.pkgs [ "cuda-sandbox" ]
     // {
-      inherit lib writeText;
+      inherit lib writeText pkgs;
       stdenv = {
         inherit hostPlatform;
         buildPlatform = hostPlatform;
@@ -173,6 +173,10 @@ let
         default = { };
       };
       system.stateVersion = lib.mkOption { type = lib.types.str; };
+      nixpkgs.config = lib.mkOption {
+        type = lib.types.attrsOf lib.types.anything;
+        default = { };
+      };
     };
   };
 in

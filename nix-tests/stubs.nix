@@ -18,6 +18,8 @@
 #     module must add its features;
 #   - nixos/modules/hardware/video/nvidia.nix: `hardware.nvidia.enabled`, read-only, true when
 #     "nvidia" is in `services.xserver.videoDrivers` or `hardware.nvidia.datacenter.enable`;
+#     `hardware.nvidia.open` (null or a bool, default null), which must be set when the
+#     driver is enabled (its assertion, for drivers 560 and newer);
 #   - modules/generic/meta-maintainers.nix (imported by nixos/modules/misc/meta.nix):
 #     `meta.maintainers`, whose every entry must be one of `lib.maintainers` (the stand-in
 #     list `maintainers` below: the lib checkout here has no maintainer-list.nix) and whose
@@ -246,6 +248,10 @@ in
           type = lib.types.bool;
           default = false;
         };
+        hardware.nvidia.open = lib.mkOption {
+          type = lib.types.nullOr lib.types.bool;
+          default = null;
+        };
         hardware.nvidia.enabled = lib.mkOption {
           type = lib.types.bool;
           readOnly = true;
@@ -255,15 +261,26 @@ in
         };
       };
 
-      # As nixos/modules/config/nix.nix (without the gccarch-* features of a gcc.arch platform).
-      config = lib.mkIf config.nix.enable {
-        nix.settings.system-features = lib.mkDefault [
-          "nixos-test"
-          "benchmark"
-          "big-parallel"
-          "kvm"
-        ];
-        environment.etc."nix/nix.conf".source = textFile "nix.conf" nixConf;
-      };
+      config = lib.mkMerge [
+        # As nixos/modules/hardware/video/nvidia.nix.
+        {
+          assertions = [
+            {
+              assertion = !config.hardware.nvidia.enabled || config.hardware.nvidia.open != null;
+              message = "You must configure `hardware.nvidia.open` on NVIDIA driver versions >= 560.";
+            }
+          ];
+        }
+        # As nixos/modules/config/nix.nix (without the gccarch-* features of a gcc.arch platform).
+        (lib.mkIf config.nix.enable {
+          nix.settings.system-features = lib.mkDefault [
+            "nixos-test"
+            "benchmark"
+            "big-parallel"
+            "kvm"
+          ];
+          environment.etc."nix/nix.conf".source = textFile "nix.conf" nixConf;
+        })
+      ];
     };
 }

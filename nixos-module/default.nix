@@ -312,8 +312,13 @@ in
     extraPaths = lib.mkOption {
       type = lib.types.listOf pathType;
       default = [ ];
-      example = [ "/etc/nvidia" ];
-      description = "Host paths exposed at the same place (symlinks and store closures followed).";
+      example = [ "/opt/my-tools" ];
+      description = ''
+        Host paths exposed at the same place (symlinks and store closures followed, symlinks
+        only into `settings.symlink_roots` and the store). Not `/etc/<name>`: on NixOS that is
+        a link through `/etc/static`; give its store path
+        (`config.environment.etc."<name>".source`) instead.
+      '';
     };
 
     createUvmNode = lib.mkOption {
