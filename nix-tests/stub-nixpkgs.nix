@@ -3,9 +3,10 @@
 # the host's /bin/sh (so a sandboxed build needs `sandbox-paths = /bin /usr /lib /lib64`).
 # Written for these tests from what the flake uses; no Nixpkgs code in it.
 #
-# - the package (`rustPlatform.buildRustPackage`) copies a prebuilt `cuda-sandbox-hook` from
-#   `hookBin` (nix-tests/flake-check puts `cargo build`'s binary there); without `hookBin` it
-#   is a derivation that fails if built;
+# - the package (`rustPlatform.buildRustPackage`) copies a prebuilt `cuda-sandbox-hook` (and
+#   `cuda-sandbox-check`, when there) from `hookBin` (nix-tests/flake-check and
+#   nix-tests/gpu-check-builds put `cargo build`'s binaries there); without `hookBin` it is a
+#   derivation that fails if built;
 # - `runCommand`, `writeText`, `linkFarm` work for real; `testers.runNixOSTest`, `mkShell` and
 #   the tools of the dev shell are derivations that fail if built (`nix flake check --no-build`
 #   only instantiates them);
@@ -135,6 +136,7 @@ let
               } ''
                 mkdir -p "$out/bin"
                 cp "$hookBin/cuda-sandbox-hook" "$out/bin/"
+                if [ -e "$hookBin/cuda-sandbox-check" ]; then cp "$hookBin/cuda-sandbox-check" "$out/bin/"; fi
                 if [ -n "''${fixtures:-}" ]; then mkdir -p "$fixtures"; fi
               '';
         in
