@@ -10,6 +10,14 @@
 //! programs gain nothing), and with every exposed path bound read-only except device nodes and
 //! `--bind` paths. Needs root (namespaces); the namespaces, and every mount in them, end with
 //! the command.
+//!
+//! The command is no way back to the host that started it (issue 20): it runs in a session of
+//! its own, with no controlling terminal, and never holds a descriptor of exec's terminal (a
+//! terminal on stdin becomes `/dev/null`, on stdout or stderr a pipe that exec copies to it),
+//! so it cannot type into that terminal (`TIOCSTI`) or signal its jobs. Its environment is
+//! [`BASE_ENVIRONMENT`] plus what `--env` gives, never exec's own; descriptors above 2 are
+//! closed. Its libraries are read as the loader reads them and taken only from the store and
+//! the loader's directories ([`crate::elfdeps`]).
 
 use crate::act::Mode;
 use crate::elfdeps;
@@ -37,6 +45,63 @@ pub struct ExecRequest {
     pub command: Vec<OsString>,
     /// The user (and group) the command runs as.
     pub user: (u32, u32),
+    /// `--env` arguments: `NAME=VALUE` sets a variable, `NAME` passes exec's own value (when
+    /// it has one).
+    pub env: Vec<OsString>,
+}
+
+/// The environment every command starts with, as in Nix's sandbox: a build's temporary
+/// directory, a home and a `PATH` that lead nowhere, and the store (`NIX_STORE`, from the
+/// configuration's `store_dir`, is added). Nothing of exec's own environment is passed unless
+/// `--env` names it.
+pub const BASE_ENVIRONMENT: &[(&str, &str)] = &[
+    ("HOME", "/homeless-shelter"),
+    ("NIX_BUILD_TOP", "/build"),
+    ("PATH", "/path-not-set"),
+    ("PWD", "/build"),
+    ("TEMP", "/build"),
+    ("TEMPDIR", "/build"),
+    ("TERM", "xterm-256color"),
+    ("TMP", "/build"),
+    ("TMPDIR", "/build"),
+];
+
+/// The command's environment: [`BASE_ENVIRONMENT`], `NIX_STORE=store_dir`, then each `--env`
+/// in order (`NAME=VALUE` sets, replacing what was there; `NAME` passes `host(NAME)` when it
+/// is set and is skipped otherwise, as `docker run -e NAME` does).
+pub fn environment(
+    settings: &[OsString],
+    store_dir: &Path,
+    host: impl Fn(&std::ffi::OsStr) -> Option<OsString>,
+) -> Result<Vec<(OsString, OsString)>, String> {
+    let mut env: Vec<(OsString, OsString)> = BASE_ENVIRONMENT
+        .iter()
+        .map(|(n, v)| (OsString::from(n), OsString::from(v)))
+        .collect();
+    env.push(("NIX_STORE".into(), store_dir.as_os_str().to_owned()));
+    for setting in settings {
+        let bytes = setting.as_bytes();
+        let (name, value) = match bytes.iter().position(|b| *b == b'=') {
+            Some(at) => (
+                std::ffi::OsStr::from_bytes(&bytes[..at]).to_owned(),
+                Some(std::ffi::OsStr::from_bytes(&bytes[at + 1..]).to_owned()),
+            ),
+            None => (setting.clone(), None),
+        };
+        if name.is_empty() || bytes.contains(&0) {
+            return Err(format!(
+                "--env {}: give NAME=VALUE or NAME",
+                setting.to_string_lossy()
+            ));
+        }
+        let Some(value) = value.or_else(|| host(&name)) else {
+            continue;
+        };
+        env.retain(|(n, _)| *n != name);
+        env.push((name, value));
+    }
+    env.sort();
+    Ok(env)
 }
 
 /// The user `exec` runs a command as unless told otherwise: `nobody`.
@@ -113,6 +178,14 @@ pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, Path
     let program_inside = find_program(program)?;
     let program_real = std::fs::canonicalize(&program_inside)
         .map_err(|e| format!("{}: {e}", program_inside.display()))?;
+    if !std::fs::metadata(&program_real).is_ok_and(|m| m.is_file()) {
+        return Err(format!(
+            "{} is not a regular file: exec runs programs only",
+            program_inside.display()
+        ));
+    }
+    // What the command sees anyway; everything else it names must be the loader's.
+    let visible: Vec<PathBuf> = binds.iter().map(|b| b.outside.clone()).collect();
     binds.push(Bind {
         inside: program_inside.clone(),
         outside: program_real.clone(),
@@ -133,13 +206,21 @@ pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, Path
             elf_roots.extend(shared_objects_in(&e.outside.join("lib")));
         }
     }
-    let (libraries, missing) = elfdeps::library_closure(&elf_roots);
-    if let Some(m) = missing.first() {
+    let store_dir = resolved
+        .config
+        .as_ref()
+        .map_or_else(|| PathBuf::from("/nix/store"), |c| c.store_dir.clone());
+    let sources = elfdeps::Sources::of_host(&store_dir, visible);
+    let closure = elfdeps::library_closure(&elf_roots, &sources);
+    for m in &closure.missing {
         crate::log::warn(format_args!(
             "exec: a needed library is not on this host: {m}"
         ));
     }
-    for lib in libraries {
+    for r in &closure.refused {
+        crate::log::warn(format_args!("exec: not binding {r}"));
+    }
+    for lib in closure.libraries {
         let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
         if !covered {
             let outside = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
@@ -160,14 +241,18 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("exec needs root for its mount namespace: run it with sudo".into());
     }
+    // What exec creates (mount points, /etc files) gets the modes written here, not the
+    // caller's umask: 0755 directories the command can cross, 0644 files.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    standard_descriptors_open();
     let mut resolved = resolve(req);
-    let runtime_dir = match (&resolved.verdict, &resolved.config) {
+    let (runtime_dir, store_dir) = match (&resolved.verdict, &resolved.config) {
         (Verdict::Fail(m), _) => return Err(m.clone()),
-        (_, Some(c)) => c.runtime_dir.clone(),
+        (_, Some(c)) => (c.runtime_dir.clone(), c.store_dir.clone()),
         (_, None) => return Err("no usable configuration".into()),
     };
-    let root = runtime_dir.join("exec-root");
-    std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    let env = environment(&req.env, &store_dir, |n| std::env::var_os(n))?;
+    let root = staging_root(&runtime_dir)?;
     resolved.chroot = Some(root.clone());
     let (binds, program) = prepare(req, &resolved)?;
 
@@ -204,16 +289,28 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
         .collect::<Result<_, _>>()?;
     let path = CString::new(program.as_os_str().as_bytes())
         .map_err(|_| "exec: NUL in the program path")?;
+    let env: Vec<CString> = env
+        .iter()
+        .map(|(n, v)| {
+            let mut pair = n.as_bytes().to_vec();
+            pair.push(b'=');
+            pair.extend_from_slice(v.as_bytes());
+            CString::new(pair).map_err(|_| "exec: an --env value holds a NUL byte".to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    let stdio = Stdio::for_command().map_err(|e| format!("exec: standard streams: {e}"))?;
     // SAFETY: the hook is single-threaded here; the child only makes system calls and execs.
     match unsafe { nix::unistd::fork() }.map_err(|e| sys("fork", e))? {
         nix::unistd::ForkResult::Child => {
-            let e = run_child(&root, req.user, &path, &args);
+            let e = run_child(&root, req.user, &stdio, &path, &args, &env);
             crate::log::error(e);
             // SAFETY: _exit in the forked child, without running the parent's destructors.
             unsafe { nix::libc::_exit(127) }
         }
         nix::unistd::ForkResult::Parent { child } => {
             use nix::sys::wait::{waitpid, WaitStatus};
+            forward_signals_to(child);
+            stdio.relay();
             let code = loop {
                 match waitpid(child, None) {
                     Ok(WaitStatus::Exited(_, code)) => break code,
@@ -227,10 +324,196 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
     }
 }
 
-/// In the forked child, PID 1 of the new PID namespace: its own `/proc`, the new root, the
-/// unprivileged user, `no_new_privs`, then the command. Returns only on failure.
-fn run_child(root: &Path, user: (u32, u32), path: &CString, args: &[CString]) -> String {
+/// Makes sure descriptors 0, 1 and 2 are open (on `/dev/null` where they were not), so that
+/// nothing exec opens later lands on one of them and reaches the command as a standard stream.
+fn standard_descriptors_open() {
+    for fd in 0..=2 {
+        if nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD) == Err(nix::Error::EBADF) {
+            // Opening takes the lowest free descriptor: this one. Kept open for the run.
+            if let Ok(null) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+            {
+                std::mem::forget(null);
+            }
+        }
+    }
+}
+
+/// The host directory the private root is mounted on, `<runtime_dir>/exec-root`: a state
+/// directory of root's (checked from `/` without following links), mode 0700. Only exec
+/// itself uses the path: the command's root is a tmpfs mounted over it inside exec's own mount
+/// namespace, so the directory is never reached through by the command, and no one else on
+/// the host needs to see into it.
+fn staging_root(runtime_dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let root = runtime_dir.join("exec-root");
+    crate::statedir::StateDir::open(&root)?;
+    // One made by an older exec was 0755.
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("exec: {}: {e}", root.display()))?;
+    Ok(root)
+}
+
+/// How the command's standard streams reach exec's: a terminal never does. stdin on a
+/// terminal becomes `/dev/null` (a build reads no terminal); stdout and stderr on a terminal
+/// become pipes that exec copies to it. Anything else (a file, a pipe) is passed as it is.
+struct Stdio {
+    /// For each of 0, 1, 2: the descriptor the command gets instead, if not exec's own.
+    replace: [Option<std::os::fd::OwnedFd>; 3],
+    /// For 1 and 2 when piped: the read end exec copies from.
+    relay: [Option<std::os::fd::OwnedFd>; 2],
+}
+
+impl Stdio {
+    fn for_command() -> std::io::Result<Stdio> {
+        use std::os::fd::OwnedFd;
+        let is_tty = |fd| nix::unistd::isatty(fd).unwrap_or(false);
+        let mut stdio = Stdio {
+            replace: [None, None, None],
+            relay: [None, None],
+        };
+        if is_tty(0) {
+            stdio.replace[0] = Some(OwnedFd::from(std::fs::File::open("/dev/null")?));
+        }
+        for fd in [1, 2] {
+            if is_tty(fd) {
+                let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+                stdio.replace[fd as usize] = Some(write);
+                stdio.relay[fd as usize - 1] = Some(read);
+            }
+        }
+        Ok(stdio)
+    }
+
+    /// In exec, after the fork: drops the write ends and copies each pipe to exec's own
+    /// stream until the command's side closes (the command's namespace ends with it, so that
+    /// is when it exits at the latest). One thread with poll(2): after unshare(CLONE_NEWPID)
+    /// this process can start no thread.
+    fn relay(self) {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        drop(self.replace);
+        let mut streams: Vec<(std::fs::File, Option<std::fs::File>)> = Vec::new();
+        for (i, read) in self.relay.into_iter().enumerate() {
+            if let Some(read) = read {
+                let to = nix::unistd::dup(i as i32 + 1).ok().map(|fd| {
+                    // SAFETY: `fd` was just returned by dup(2) and is owned by nobody else.
+                    unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+                });
+                streams.push((std::fs::File::from(read), to));
+            }
+        }
+        let mut buffer = vec![0u8; 64 << 10];
+        while !streams.is_empty() {
+            let mut polled: Vec<nix::libc::pollfd> = streams
+                .iter()
+                .map(|(from, _)| nix::libc::pollfd {
+                    fd: from.as_raw_fd(),
+                    events: nix::libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: `polled` is a live array of `polled.len()` pollfd structures.
+            let ready = unsafe { nix::libc::poll(polled.as_mut_ptr(), polled.len() as _, -1) };
+            if ready < 0 {
+                continue; // EINTR: a signal passed on to the command
+            }
+            let mut ended = Vec::new();
+            for (i, p) in polled.iter().enumerate() {
+                if p.revents == 0 {
+                    continue;
+                }
+                let (from, to) = &mut streams[i];
+                match from.read(&mut buffer) {
+                    Ok(0) => ended.push(i),
+                    Ok(n) => {
+                        // A terminal gone away: keep reading, so the command never blocks.
+                        if to
+                            .as_mut()
+                            .is_some_and(|t| t.write_all(&buffer[..n]).is_err())
+                        {
+                            *to = None;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => ended.push(i),
+                }
+            }
+            for i in ended.into_iter().rev() {
+                streams.remove(i);
+            }
+        }
+    }
+}
+
+/// The command exec waits for, for the signal handler.
+static COMMAND_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// How many of SIGINT, SIGTERM, SIGHUP, SIGQUIT exec has been sent.
+static SIGNALS_SEEN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The command has its own session, so the terminal's Ctrl-C no longer reaches it, and as PID
+/// 1 of its namespace it ignores signals it has no handler for: exec passes on the first
+/// SIGINT, SIGTERM, SIGHUP or SIGQUIT it gets, and ends the command (SIGKILL) at the second.
+fn forward_signals_to(child: nix::unistd::Pid) {
+    use std::sync::atomic::Ordering;
+    extern "C" fn on_signal(signal: nix::libc::c_int) {
+        let pid = COMMAND_PID.load(Ordering::SeqCst);
+        let seen = SIGNALS_SEEN.fetch_add(1, Ordering::SeqCst);
+        let signal = if seen == 0 {
+            signal
+        } else {
+            nix::libc::SIGKILL
+        };
+        if pid > 0 {
+            // SAFETY: kill(2) is async-signal-safe and takes plain integers.
+            unsafe { nix::libc::kill(pid, signal) };
+        }
+    }
+    COMMAND_PID.store(child.as_raw(), Ordering::SeqCst);
+    for signal in [
+        nix::libc::SIGINT,
+        nix::libc::SIGTERM,
+        nix::libc::SIGHUP,
+        nix::libc::SIGQUIT,
+    ] {
+        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler only
+        // touches atomics and calls kill(2), both async-signal-safe.
+        unsafe {
+            let mut action: nix::libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            action.sa_flags = nix::libc::SA_RESTART;
+            nix::libc::sigemptyset(&mut action.sa_mask);
+            nix::libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// In the forked child, PID 1 of the new PID namespace: a session of its own, its standard
+/// streams, its own `/proc`, the new root, the unprivileged user, `no_new_privs`, no other
+/// descriptor, then the command with `env`. Returns only on failure.
+fn run_child(
+    root: &Path,
+    user: (u32, u32),
+    stdio: &Stdio,
+    path: &CString,
+    args: &[CString],
+    env: &[CString],
+) -> String {
+    use std::os::fd::AsRawFd;
     let sys = |what: &str, e: nix::Error| format!("exec: {what}: {e}");
+    // No controlling terminal from here on: TIOCSTI, /dev/tty and job control signals need one.
+    if let Err(e) = nix::unistd::setsid() {
+        return sys("setsid", e);
+    }
+    for (fd, with) in stdio.replace.iter().enumerate() {
+        if let Some(with) = with {
+            if let Err(e) = nix::unistd::dup2(with.as_raw_fd(), fd as i32) {
+                return sys("standard streams", e);
+            }
+        }
+    }
     // Mounted from inside the namespace, so it shows this namespace's processes only.
     if let Err(e) = mount(
         Some("proc"),
@@ -264,9 +547,25 @@ fn run_child(root: &Path, user: (u32, u32), path: &CString, args: &[CString]) ->
     if unsafe { nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return format!("exec: no_new_privs: {}", std::io::Error::last_os_error());
     }
-    match nix::unistd::execv(path, args) {
+    close_descriptors_above_stderr();
+    match nix::unistd::execve(path, args, env) {
         Err(e) => sys(&format!("running {}", path.to_string_lossy()), e),
         Ok(never) => match never {},
+    }
+}
+
+/// Closes every descriptor from 3 up: whatever exec inherited (or opened) stays with exec.
+fn close_descriptors_above_stderr() {
+    // SAFETY: close_range(2) takes plain integers and only closes descriptors of this process,
+    // which is about to exec and holds no Rust object owning them that is used again.
+    let closed = unsafe { nix::libc::syscall(nix::libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if closed != 0 {
+        // Before Linux 5.9: one by one, up to the descriptor limit.
+        let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1 << 16, |(soft, _)| soft.min(1 << 20));
+        for fd in 3..limit as i32 {
+            let _ = nix::unistd::close(fd);
+        }
     }
 }
 
@@ -409,4 +708,26 @@ fn shared_objects_in(dir: &Path) -> Vec<PathBuf> {
                     .is_some_and(|n| n.to_string_lossy().contains(".so"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_is_the_documented_base_plus_what_env_gives() {
+        let host = |n: &std::ffi::OsStr| (n == "FROM_HOST").then(|| OsString::from("h"));
+        let args = ["FROM_HOST", "UNSET", "PATH=/bin", "EMPTY=", "A=b=c"].map(OsString::from);
+        let env = environment(&args, Path::new("/nix/store"), host).unwrap();
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+        assert_eq!(get("FROM_HOST"), Some("h".into()));
+        assert_eq!(get("UNSET"), None);
+        assert_eq!(get("PATH"), Some("/bin".into()), "--env replaces the base");
+        assert_eq!(get("EMPTY"), Some("".into()));
+        assert_eq!(get("A"), Some("b=c".into()));
+        assert_eq!(get("NIX_STORE"), Some("/nix/store".into()));
+        assert_eq!(get("HOME"), Some("/homeless-shelter".into()));
+        assert_eq!(env.len(), BASE_ENVIRONMENT.len() + 4, "{env:?}"); // NIX_STORE, 3 new
+        assert!(environment(&["=x".into()], Path::new("/nix/store"), host).is_err());
+    }
 }

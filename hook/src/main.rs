@@ -81,6 +81,10 @@ enum Command {
         /// Run the command as this user (`UID` or `UID:GID`; default 65534:65534, nobody).
         #[arg(long, value_name = "UID[:GID]", value_parser = parse_user)]
         user: Option<(u32, u32)>,
+        /// Set NAME to VALUE in the command's environment, or pass exec's own NAME (repeatable).
+        /// The command starts from a minimal environment like a build's, not exec's.
+        #[arg(long = "env", value_name = "NAME[=VALUE]")]
+        env: Vec<std::ffi::OsString>,
         /// The command and its arguments (after `--`).
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
                 features,
                 binds,
                 user,
+                env,
                 command,
             }),
             _,
@@ -139,6 +144,7 @@ fn main() -> ExitCode {
                 extra_binds: binds,
                 command,
                 user: user.unwrap_or(exec::DEFAULT_USER),
+                env,
             };
             match exec::exec(&req) {
                 Ok(never) => match never {},

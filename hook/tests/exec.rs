@@ -3,8 +3,10 @@
 //! `cargo build --workspace`); under `CI=true` a missing root fails instead of skipping.
 
 use cuda_sandbox_testkit::{root_available, workspace_binary, FakeDevices};
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 mod common;
 
@@ -58,21 +60,32 @@ impl Host {
         self.dir.path().join("config.toml")
     }
 
-    fn exec(&self, command: &[&str]) -> Output {
+    /// `exec --features cuda --config … --bind OUT --env LD_LIBRARY_PATH=… -- command`, as
+    /// a command line (the driver directory is on the loader's path, as in a Nix build).
+    fn exec_command(&self, command: &[&str]) -> Command {
+        self.exec_command_with(&[], command)
+    }
+
+    /// [`Host::exec_command`] with more options for exec (before the `--`).
+    fn exec_command_with(&self, options: &[&str], command: &[&str]) -> Command {
         let out = self.dir.path().join("out");
         std::fs::create_dir_all(&out).unwrap();
         // exec runs the command as nobody, like a build user: its output directory is its own.
         std::os::unix::fs::chown(&out, Some(65534), Some(65534)).unwrap();
-        Command::new(HOOK)
-            .args(["exec", "--features", "cuda", "--config"])
+        let mut cmd = Command::new(HOOK);
+        cmd.args(["exec", "--features", "cuda", "--config"])
             .arg(self.config())
             .arg("--bind")
             .arg(&out)
+            .args(["--env", "LD_LIBRARY_PATH=/run/opengl-driver/lib"])
+            .args(options)
             .arg("--")
-            .args(command)
-            .env("LD_LIBRARY_PATH", "/run/opengl-driver/lib")
-            .output()
-            .unwrap()
+            .args(command);
+        cmd
+    }
+
+    fn exec(&self, command: &[&str]) -> Output {
+        self.exec_command(command).output().unwrap()
     }
 
     /// Runs `sh -c script` under exec; it must succeed and print every line of `expected`.
@@ -212,4 +225,366 @@ fn exec_runs_isolated_like_a_build() {
     // The exit status comes through.
     let out = host.exec(&["/bin/sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+}
+
+/// Compiles `source` to `dir/name` with `cc` and `extra` arguments.
+fn compile(dir: &Path, name: &str, source: &str, extra: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    out
+}
+
+/// Runs `cmd` for at most `seconds`; `None` (after killing it) when it did not finish.
+fn output_within(mut cmd: Command, seconds: u64) -> Option<Output> {
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Prints what the command can do to the terminal exec was started from: TIOCSTI on each
+/// standard stream and on /dev/tty, and its controlling terminal (`tty_nr` of /proc/self/stat).
+const TTY_PROBE: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+static const char line[] = "echo INJECTED-BY-THE-COMMAND\n";
+static void type_into(int fd, const char *what) {
+    for (const char *c = line; *c; c++) {
+        if (ioctl(fd, TIOCSTI, c) != 0) {
+            printf("TIOCSTI %s: refused: %s\n", what, strerror(errno));
+            return;
+        }
+    }
+    printf("TIOCSTI %s: TYPED\n", what);
+}
+int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    type_into(0, "stdin");
+    type_into(1, "stdout");
+    type_into(2, "stderr");
+    int tty = open("/dev/tty", O_RDWR);
+    if (tty < 0) printf("/dev/tty: %s\n", strerror(errno));
+    else type_into(tty, "/dev/tty");
+    char stat[512] = {0};
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (f && fread(stat, 1, sizeof stat - 1, f) > 0) {
+        int ppid, pgrp, session, tty_nr;
+        char state;
+        if (sscanf(strrchr(stat, ')') + 2, "%c %d %d %d %d", &state, &ppid, &pgrp, &session,
+                   &tty_nr) == 5)
+            printf("tty_nr %d\n", tty_nr);
+    }
+    printf("isatty %d %d %d\n", isatty(0), isatty(1), isatty(2));
+    return 0;
+}
+"#;
+
+/// `script -qfc "CMD; then read one line from the terminal" /dev/null`: the output of the
+/// session on a fresh pty, whose shell reads, after CMD, whatever was typed into it.
+fn on_a_terminal(command_line: &str) -> String {
+    let line = format!(
+        "{command_line}; timeout 3 sh -c 'read -r l && echo \"typed into the terminal: $l\"'"
+    );
+    let mut child = Command::new("script")
+        .args(["-qfc", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped()) // open, silent: the pty sees no end of file
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs commands on a fresh pty");
+    let stdin = child.stdin.take();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    text(&out)
+}
+
+#[test]
+fn the_command_cannot_type_into_the_terminal_exec_was_started_from() {
+    // Issue 20, finding 1: the command kept exec's terminal as its controlling tty, and as
+    // nobody pushed `id > FILE` into root's shell with TIOCSTI.
+    if !root_available("the_command_cannot_type_into_the_terminal_exec_was_started_from") {
+        return;
+    }
+    let legacy = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti")
+        .map(|s| s.trim() == "1")
+        .unwrap_or(true);
+    let host = Host::new();
+    let probe = compile(host.dir.path(), "tty-probe", TTY_PROBE, &[]);
+    // The harness sees an injection: the probe run straight on the pty types into it (as
+    // root, TIOCSTI works on one's controlling terminal whatever legacy_tiocsti says).
+    let control = on_a_terminal(probe.to_str().unwrap());
+    assert!(
+        control.contains("TIOCSTI stdin: TYPED")
+            && control.contains("typed into the terminal: echo INJECTED-BY-THE-COMMAND"),
+        "the control run did not type into its terminal:\n{control}"
+    );
+    let cmd = host.exec_command(&[probe.to_str().unwrap()]);
+    let words: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_str().unwrap().to_string())
+        .collect();
+    let t = on_a_terminal(&words.join(" "));
+    assert!(
+        t.contains("tty_nr 0"),
+        "the command has a controlling tty:\n{t}"
+    );
+    assert!(
+        t.contains("isatty 0 0 0"),
+        "the command holds a terminal:\n{t}"
+    );
+    assert!(
+        t.contains("/dev/tty: No such device or address"),
+        "/dev/tty opened:\n{t}"
+    );
+    assert!(t.contains("TIOCSTI stdin: refused"), "{t}");
+    assert!(
+        !t.contains("TYPED") && !t.contains("typed into the terminal"),
+        "the command typed into exec's terminal (legacy_tiocsti {legacy}):\n{t}"
+    );
+}
+
+#[test]
+fn a_program_whose_section_headers_lie_gets_no_private_host_file() {
+    // Issue 20, finding 2: the dependencies came from the section headers, which the loader
+    // ignores: a program listing a file of a 0700 home got it bound and read it as nobody.
+    if !root_available("a_program_whose_section_headers_lie_gets_no_private_host_file") {
+        return;
+    }
+    let host = Host::new();
+    let home = host.dir.path().join("home/victim");
+    std::fs::create_dir_all(&home).unwrap();
+    let private = home.join("private.txt");
+    std::fs::write(&private, "SECRET-OF-THE-VICTIM\n").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&home, Some(4242), Some(4242)).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let reader = compile(
+        host.dir.path(),
+        "reader",
+        r#"
+        #include <errno.h>
+        #include <stdio.h>
+        #include <string.h>
+        int main(int argc, char **argv) {
+            FILE *f = fopen(argv[1], "r");
+            char text[256] = {0};
+            if (!f) { printf("cannot open %s: %s\n", argv[1], strerror(errno)); return 0; }
+            fread(text, 1, sizeof text - 1, f);
+            printf("read: %s", text);
+            return 0;
+        }
+        "#,
+        &[],
+    );
+    cuda_sandbox_testkit::crafted_elf::lie_about_dependencies(
+        &reader,
+        &[private.to_str().unwrap(), "libc.so.6"],
+        Some(home.to_str().unwrap()),
+    )
+    .unwrap();
+    let out = host.exec(&[reader.to_str().unwrap(), private.to_str().unwrap()]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("cannot open"), "{t}");
+    assert!(
+        !t.contains("SECRET-OF-THE-VICTIM"),
+        "the private file was bound:\n{t}"
+    );
+}
+
+#[test]
+fn fifos_and_devices_named_as_libraries_are_never_opened() {
+    // Issue 20, finding 2: every named "library" was read to its end as root: /dev/zero
+    // without end, and a FIFO hung exec.
+    if !root_available("fifos_and_devices_named_as_libraries_are_never_opened") {
+        return;
+    }
+    let host = Host::new();
+    let d = host.dir.path();
+    let fifo = d.join("libfifo.so");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let fifo = fifo.to_str().unwrap();
+    // DT_NEEDED holds a library's soname: stubs named after the FIFO and /dev/zero.
+    for (stub, soname) in [
+        ("libnamed-fifo.so", fifo),
+        ("libnamed-zero.so", "/dev/zero"),
+    ] {
+        let path = d.join(stub);
+        cuda_sandbox_testkit::shared_library(&path, Some(soname)).unwrap();
+    }
+    let main = "int main(void) { return 0; }\n";
+    let fifo_stub = d.join("libnamed-fifo.so");
+    let zero_stub = d.join("libnamed-zero.so");
+    let programs = [
+        // The FIFO first: the old code blocked there, before reading /dev/zero without end.
+        compile(
+            d,
+            "needs",
+            main,
+            &[
+                "-Wl,--no-as-needed",
+                fifo_stub.to_str().unwrap(),
+                zero_stub.to_str().unwrap(),
+            ],
+        ),
+        compile(
+            d,
+            "interp-fifo",
+            main,
+            &[&format!("-Wl,--dynamic-linker={fifo}")],
+        ),
+        compile(d, "interp-zero", main, &["-Wl,--dynamic-linker=/dev/zero"]),
+    ];
+    let needs = cuda_sandbox_elfkit::dynamic_info(&std::fs::read(&programs[0]).unwrap())
+        .unwrap()
+        .unwrap()
+        .needed;
+    assert_eq!(needs[..2], [fifo, "/dev/zero"], "{needs:?}");
+    for program in &programs {
+        // Memory capped too: the old code read /dev/zero until it ran out.
+        let exec = host.exec_command(&[program.to_str().unwrap()]);
+        let mut capped = Command::new("sh");
+        capped
+            .args(["-c", "ulimit -v 4194304; exec \"$@\"", "sh"])
+            .arg(exec.get_program())
+            .args(exec.get_args());
+        let out = output_within(capped, 60)
+            .unwrap_or_else(|| panic!("exec hung on {}", program.display()));
+        let t = text(&out);
+        let refused = if program.ends_with("interp-zero") {
+            vec!["/dev/zero"]
+        } else if program.ends_with("interp-fifo") {
+            vec![fifo]
+        } else {
+            vec![fifo, "/dev/zero"]
+        };
+        for path in refused {
+            let kind = if path == fifo { "a FIFO" } else { "a device" };
+            assert!(
+                t.contains(&format!("not binding {path} (named by"))
+                    && t.contains(&format!("it is {kind}, not a regular file")),
+                "{}: {path} not refused as {kind}:\n{t}",
+                program.display()
+            );
+        }
+        assert!(
+            out.status.code().is_some(),
+            "{}: exec killed:\n{t}",
+            program.display()
+        );
+    }
+}
+
+#[test]
+fn the_command_gets_a_clean_environment_and_no_inherited_descriptor() {
+    // Issue 20, finding 2: the command inherited root's whole environment (a secret token was
+    // printed) and root's open descriptors.
+    if !root_available("the_command_gets_a_clean_environment_and_no_inherited_descriptor") {
+        return;
+    }
+    let host = Host::new();
+    let secret = host.dir.path().join("secret");
+    std::fs::write(&secret, "SECRET-OF-FD-7\n").unwrap();
+    let script = r#"
+        export -p
+        [ -e /proc/self/fd/7 ] && echo "FD 7 OPEN"
+        (read -r line <&7 && echo "fd 7 reads: $line") 2>/dev/null
+        for fd in /proc/self/fd/*; do echo "fd ${fd##*/}"; done
+        echo end
+    "#;
+    let exec = host.exec_command_with(
+        &[
+            "--env",
+            "PASSED_THROUGH",
+            "--env",
+            "SET_HERE=chosen value",
+            "--env",
+            "NOT_SET_ANYWHERE",
+        ],
+        &["/bin/sh", "-c", script],
+    );
+    // The hook gets fd 7 open on the secret, as a root shell's `exec 7<FILE` leaves it.
+    let out = Command::new("sh")
+        .args(["-c", "exec 7<\"$1\"; shift; exec \"$@\"", "sh"])
+        .arg(&secret)
+        .arg(exec.get_program())
+        .args(exec.get_args())
+        .env("SECRET_TOKEN", "hunter2")
+        .env("PASSED_THROUGH", "from the caller")
+        .env_remove("NOT_SET_ANYWHERE")
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.lines().any(|l| l == "end"), "{t}");
+    assert!(!t.contains("hunter2") && !t.contains("SECRET_TOKEN"), "{t}");
+    assert!(
+        !t.contains("FD 7 OPEN") && !t.contains("SECRET-OF-FD-7"),
+        "{t}"
+    );
+    // 0, 1, 2 and the directory the shell is listing: nothing else.
+    let fds: Vec<&str> = t.lines().filter_map(|l| l.strip_prefix("fd ")).collect();
+    assert_eq!(fds, ["0", "1", "2", "3"], "{t}");
+    let names: std::collections::BTreeSet<&str> = t
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("export ")
+                .or_else(|| l.strip_prefix("declare -x "))
+        })
+        .map(|l| l.split('=').next().unwrap())
+        .collect();
+    let mut expected: std::collections::BTreeSet<&str> = cuda_sandbox_hook::exec::BASE_ENVIRONMENT
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    expected.extend(["NIX_STORE", "LD_LIBRARY_PATH", "PASSED_THROUGH", "SET_HERE"]);
+    assert_eq!(names, expected, "{t}");
+    for line in [
+        "export PASSED_THROUGH='from the caller'",
+        "export SET_HERE='chosen value'",
+        "export HOME='/homeless-shelter'",
+        "export PATH='/path-not-set'",
+    ] {
+        assert!(t.lines().any(|l| l == line), "{line:?} missing:\n{t}");
+    }
+}
+
+#[test]
+fn exec_stages_its_root_in_a_directory_only_root_can_enter() {
+    // Issue 20: the host-side directory exec mounts its root on was 0755.
+    if !root_available("exec_stages_its_root_in_a_directory_only_root_can_enter") {
+        return;
+    }
+    let host = Host::new();
+    let staging = host.dir.path().join("run/exec-root");
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o755)).unwrap();
+    host.run_script("echo end", &["end"]);
+    let mode = std::fs::metadata(&staging).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "{mode:o}");
 }
