@@ -7,8 +7,10 @@
 
 pub mod crafted_elf;
 pub mod fatbin_fixtures;
+pub mod nix_version;
 pub mod real_nvidia;
 
+pub use nix_version::NixVersion;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -170,14 +172,23 @@ impl NixSandbox {
         }
     }
 
-    /// The `NIX_CONFIG` text for this sandbox.
+    /// The `NIX_CONFIG` text for this sandbox. Under a Nix that copies symlinks into the
+    /// sandbox ([`NixVersion::copies_sandbox_symlinks`]), `sandbox-paths` also lists the
+    /// targets of the links among them (`/lib -> usr/lib`), so that the sandbox shows what Nix
+    /// 2.8 shows; under 2.8 the paths are as given.
     pub fn nix_config(&self) -> String {
+        let copies = NixVersion::current().is_some_and(NixVersion::copies_sandbox_symlinks);
+        let sandbox_paths = if copies {
+            nix_version::with_link_targets(&self.sandbox_paths)
+        } else {
+            self.sandbox_paths.clone()
+        };
         let mut lines = vec![
             "sandbox = true".to_string(),
             "sandbox-fallback = false".to_string(),
             "substituters =".to_string(),
             format!("system-features = {}", self.system_features),
-            format!("sandbox-paths = {}", self.sandbox_paths.join(" ")),
+            format!("sandbox-paths = {}", sandbox_paths.join(" ")),
         ];
         if let Some(hook) = &self.hook {
             lines.push(format!("pre-build-hook = {}", hook.display()));

@@ -1,0 +1,202 @@
+//! Which Nix the tests run under, and every way Nix versions differ where a test depends on it.
+//!
+//! The tests run under Debian bookworm's Nix 2.8 (the host's), and under trixie's 2.26 and
+//! sid's 2.34 with `scripts/with-nix` (see the README's "Testing"). A behaviour that differs
+//! between them is one method of [`NixVersion`] here, named for the behaviour and saying which
+//! versions were measured; tests ask it rather than compare version numbers. Versions between
+//! the measured ones were not checked: each method gives the newer behaviour from the first
+//! measured version that shows it.
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// A Nix release, as `nix-build --version` prints it (`nix-build (Nix) 2.34.8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NixVersion {
+    /// The major version (2).
+    pub major: u32,
+    /// The minor version (8, 26, 34).
+    pub minor: u32,
+    /// The patch level.
+    pub patch: u32,
+}
+
+/// The first measured version past 2.8 (trixie's): where the behaviours below change.
+const MEASURED_NEWER: NixVersion = NixVersion {
+    major: 2,
+    minor: 26,
+    patch: 0,
+};
+
+impl NixVersion {
+    /// Reads the version from a `--version` line such as `nix-build (Nix) 2.34.8`, or from a
+    /// bare `2.26.3`; a suffix (`2.34.8+dfsg`, `2.26pre...`) is ignored.
+    pub fn parse(text: &str) -> Option<NixVersion> {
+        let word = text.split_whitespace().last()?;
+        let mut parts = word.split('.').map(|p| {
+            let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u32>().ok()
+        });
+        let major = parts.next()??;
+        let minor = parts.next()??;
+        let patch = parts.next().flatten().unwrap_or(0);
+        Some(NixVersion {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    /// The Nix that `nix-build` on `PATH` is, asked once per test process; `None` when it
+    /// cannot be run. When `CUDA_SANDBOX_NIX` (set by `scripts/with-nix`) names another
+    /// version, this panics: a test must never believe it ran under a Nix it did not.
+    pub fn current() -> Option<NixVersion> {
+        static CURRENT: OnceLock<Option<NixVersion>> = OnceLock::new();
+        *CURRENT.get_or_init(|| {
+            let out = Command::new("nix-build").arg("--version").output().ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let version = NixVersion::parse(text.lines().next().unwrap_or(""))?;
+            if let Ok(wanted) = std::env::var("CUDA_SANDBOX_NIX") {
+                assert!(
+                    version.is(&wanted),
+                    "CUDA_SANDBOX_NIX={wanted} but nix-build is {version}: run the tests with \
+                     scripts/with-nix {wanted}"
+                );
+            }
+            Some(version)
+        })
+    }
+
+    /// Whether this is the release `wanted` names: `2.34` (any patch level) or `2.34.8`.
+    pub fn is(self, wanted: &str) -> bool {
+        match NixVersion::parse(wanted) {
+            Some(w) if wanted.matches('.').count() >= 2 => w == self,
+            Some(w) => (w.major, w.minor) == (self.major, self.minor),
+            None => false,
+        }
+    }
+
+    /// Chroot layout: the hook's second argument. Nix 2.8 passes the sandbox root
+    /// `<store>/<hash>-<name>.drv.chroot` (or under the build directory); 2.26 and 2.34 pass
+    /// `….chroot/root`, a `root` directory inside it (measured: the hook logs its arguments,
+    /// `hook/tests/nix_versions.rs`).
+    pub fn chroot_is_a_root_subdirectory(self) -> bool {
+        self >= MEASURED_NEWER
+    }
+
+    /// Symlinks copied: a `sandbox-paths` (or hook) entry that is a symlink appears inside the
+    /// sandbox as that symlink, so its target must be in the sandbox too (2.26, 2.34); Nix 2.8
+    /// follows it and binds the target at the link's path. On Debian, `/lib` and `/lib64` are
+    /// such links (`usr/lib`, `usr/lib64`).
+    pub fn copies_sandbox_symlinks(self) -> bool {
+        self >= MEASURED_NEWER
+    }
+
+    /// UTF-8 in structured attrs: 2.26 and 2.34 refuse a derivation whose `__structuredAttrs`
+    /// hold a string that is not UTF-8, at instantiation (nlohmann-json's "invalid UTF-8 byte"
+    /// or "incomplete UTF-8 string"); 2.8 writes it.
+    pub fn refuses_non_utf8_structured_attrs(self) -> bool {
+        self >= MEASURED_NEWER
+    }
+
+    /// The words of the `nix` command that prints derivations as JSON: `show-derivation` on
+    /// 2.8, `derivation show` on newer Nix (whose JSON is another format).
+    pub fn derivation_show(self) -> &'static [&'static str] {
+        if self >= MEASURED_NEWER {
+            &["derivation", "show"]
+        } else {
+            &["show-derivation"]
+        }
+    }
+
+    /// How Nix reports a program that failed (the hook, for one): 2.8 quotes the path with
+    /// `'…'`, 2.34 with `"…"`.
+    pub fn program_failed(self, program: &str, code: i32) -> String {
+        if self >= MEASURED_NEWER {
+            format!("program \"{program}\" failed with exit code {code}")
+        } else {
+            format!("program '{program}' failed with exit code {code}")
+        }
+    }
+}
+
+impl std::fmt::Display for NixVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// `paths` and, for each one that is a symlink, every link and target on its way (relative
+/// targets resolved against the link's directory), ending at a path that is not a link; each
+/// path once, in order. What a Nix that copies symlinks into the sandbox
+/// ([`NixVersion::copies_sandbox_symlinks`]) needs in `sandbox-paths` to show what a Nix that
+/// follows them shows.
+pub fn with_link_targets(paths: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let push = |p: String, out: &mut Vec<String>| {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    };
+    for path in paths {
+        let mut current = std::path::PathBuf::from(path);
+        push(path.clone(), &mut out);
+        // A bound on the chain, as the kernel has (40 links).
+        for _ in 0..40 {
+            let Ok(target) = std::fs::read_link(&current) else {
+                break;
+            };
+            let next = match current.parent() {
+                Some(dir) if target.is_relative() => dir.join(&target),
+                _ => target,
+            };
+            current = normalize(&next);
+            push(current.display().to_string(), &mut out);
+        }
+    }
+    out
+}
+
+/// `path` with `.` and `..` components removed lexically.
+fn normalize(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_from_what_nix_prints() {
+        let v = NixVersion::parse("nix-build (Nix) 2.34.8").unwrap();
+        assert_eq!((v.major, v.minor, v.patch), (2, 34, 8));
+        assert_eq!(NixVersion::parse("2.26.3+dfsg-1").unwrap().minor, 26);
+        assert!(v.is("2.34") && v.is("2.34.8") && !v.is("2.34.7") && !v.is("2.26"));
+        assert!(NixVersion::parse("2.8.0").unwrap() < NixVersion::parse("2.26.3").unwrap());
+    }
+
+    #[test]
+    fn link_targets_follow_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("usr/lib")).unwrap();
+        std::os::unix::fs::symlink("usr/lib", d.join("lib")).unwrap();
+        std::os::unix::fs::symlink(d.join("lib"), d.join("lib2")).unwrap();
+        let s = |p: &str| d.join(p).display().to_string();
+        assert_eq!(
+            with_link_targets(&[s("lib2"), s("usr/lib")]),
+            [s("lib2"), s("lib"), s("usr/lib")]
+        );
+    }
+}
