@@ -233,7 +233,8 @@ impl Cli {
     after_help = "GPU code: with --target sm_XY (and --driver-cuda X.Y, or the hook's manifest), \
                   a file that cannot run there is a finding: no kernel image for the GPU \
                   (CUDA error 209) or PTX newer than the driver (222). Modules holding only \
-                  arch- or family-specific images for other GPUs are reported, not failed, \
+                  arch- or family-specific images for other GPUs, and modules the program \
+                  loads itself (byte arrays found by their magic), are reported, not failed, \
                   while another module of the file loads. --json lists every entry.\n\
                   Exit status: 0 clean, 101 findings (a file that cannot run on the target \
                   among them), 2 bad usage."
