@@ -324,78 +324,44 @@ fn locate_in(explicit: Option<&Path>, env: Option<PathBuf>, default: &Path) -> C
 
 impl Config {
     /// Whether the configuration at `source` may have a rule answering one of `features`,
-    /// judged from its text alone, without parsing or trusting it: `false` only when the text
-    /// holds no escape (`\`, so every string in it is written literally) and none of the
-    /// features occurs in it. An untagged build asking for other features (`big-parallel`,
-    /// `kvm`) then skips the parse and the trust walk. A `false` can only make the hook expose
-    /// nothing, so a text nobody should trust cannot widen what a build gets. Opened without
-    /// blocking (a FIFO planted at the path cannot hang the hook); anything but a regular file
-    /// up to 1 MiB, or a read error, gives `true`, and the full load reports the problem.
+    /// judged from its text alone, without parsing it: `false` only when the text holds no
+    /// escape (`\`, so every string in it is written literally) and none of the features
+    /// occurs in it. An untagged build asking for other features (`big-parallel`, `kvm`) then
+    /// skips the parse. The text is read as [`Config::load`] reads it, trusted first
+    /// ([`read_text`]): nothing untrusted is opened. A file that cannot be trusted or read gives
+    /// `true`, and the full load reports the problem.
     pub fn may_answer(source: &ConfigSource, features: &[Vec<u8>]) -> bool {
-        let text = match source {
-            ConfigSource::Builtin => std::borrow::Cow::Borrowed(BUILTIN_TOML.as_bytes()),
-            ConfigSource::File(path) => {
-                use std::io::Read;
-                use std::os::unix::fs::OpenOptionsExt;
-                let Ok(file) = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(nix::libc::O_NONBLOCK)
-                    .open(path)
-                else {
-                    return true;
-                };
-                let size = match file.metadata() {
-                    Ok(m) if m.is_file() && m.len() <= 1 << 20 => m.len(),
-                    _ => return true,
-                };
-                let mut text = Vec::with_capacity(size as usize + 1);
-                if file.take(1 << 20).read_to_end(&mut text).is_err() {
-                    return true;
-                }
-                std::borrow::Cow::Owned(text)
-            }
-        };
-        Config::text_may_answer(&text, features)
+        read_text(source).map_or(true, |text| {
+            Config::text_may_answer(text.as_bytes(), features)
+        })
     }
 
     /// [`Config::may_answer`] for the text itself: `false` only when `text` holds no `\` and
-    /// none of `features` (an empty feature is in every text).
+    /// none of `features` (an empty feature is in every text). Linear in the text for each
+    /// feature (a substring search, not a window scan); more than [`PRECHECK_FEATURES`]
+    /// features give `true` (parse instead), so a derivation listing millions of features
+    /// cannot make this cost their number times the text.
     pub fn text_may_answer(text: &[u8], features: &[Vec<u8>]) -> bool {
         crate::bytes::find(b'\\', text).is_some()
+            || features.len() > PRECHECK_FEATURES
             || features
                 .iter()
-                .any(|f| f.is_empty() || text.windows(f.len()).any(|w| w == f.as_slice()))
+                .any(|f| f.is_empty() || memchr::memmem::find(text, f).is_some())
     }
 
-    /// Loads the configuration from `source`.
-    pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
+    /// Builds the configuration of `source` from its text (as [`read_text`] gave it).
+    pub fn from_text(source: &ConfigSource, text: &str) -> Result<Config, ConfigError> {
         match source {
             ConfigSource::Builtin => Ok(Config::builtin()),
-            ConfigSource::File(path) => {
-                let (file, no_link) = open_config(path).map_err(|e| ConfigError {
-                    source: path.display().to_string(),
-                    message: if e.kind() == std::io::ErrorKind::NotFound
-                        && path == Path::new(DEFAULT_CONFIG_PATH)
-                    {
-                        format!(
-                            "cannot read it: {e}; restore it, or remove the directory {} to \
-                             use the built-in default",
-                            path.parent().unwrap_or(path).display()
-                        )
-                    } else {
-                        format!("cannot read it: {e}")
-                    },
-                })?;
-                let size = check_trusted(&file, no_link, path)?;
-                let text = crate::statedir::read_sized(&file, size)
-                    .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
-                    .map_err(|e| ConfigError {
-                        source: path.display().to_string(),
-                        message: format!("cannot read it: {e}"),
-                    })?;
-                Config::parse(&text, &path.display().to_string())
-            }
+            ConfigSource::File(path) => Config::parse(text, &path.display().to_string()),
         }
+    }
+
+    /// Loads the configuration from `source`: its text, trusted first ([`read_text`]), parsed
+    /// and validated.
+    pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
+        let text = read_text(source)?;
+        Config::from_text(source, &text)
     }
 
     /// Loads the configuration from `source` without the ownership and mode check of
@@ -433,6 +399,21 @@ impl Config {
     pub fn builtin() -> Config {
         // A unit test parses the embedded file, so this cannot fail in a built hook.
         Config::parse(BUILTIN_TOML, "built-in").expect("hook/default-config.toml is valid")
+    }
+
+    /// Settings that have no effect as written, one line each with what to change
+    /// (`check-config` prints them): `max_gpus_per_build` without `gpus_per_build`, which
+    /// gives every GPU to every build and leases none.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.gpus_per_build == 0 && self.max_gpus_per_build > 0 {
+            notes.push(format!(
+                "max_gpus_per_build = {} has no effect: gpus_per_build = 0 gives every GPU to \
+                 every tagged build and leases none; set gpus_per_build (e.g. 1) to lease GPUs",
+                self.max_gpus_per_build
+            ));
+        }
+        notes
     }
 
     /// The rules that answer to any of `features`, in file order.
@@ -534,62 +515,126 @@ impl Rule {
     }
 }
 
-/// Opens the configuration file, first without following a last-component symlink (then
-/// `true`: [`check_trusted`] knows the file is no link and need not `lstat` it again), else
-/// following it (its chain is walked by [`check_trusted`]).
-fn open_config(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-    {
-        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
-            std::fs::File::open(path).map(|f| (f, false))
-        }
-        opened => opened.map(|f| (f, true)),
-    }
-}
+/// The most bytes a configuration file may hold: far more than any real one (the built-in is
+/// 3 KiB), little enough to read whole.
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
-/// Refuses a configuration others could have written, as sudo does for sudoers: the hook runs
-/// as root before every build, so whoever can write its config decides what builds see (and
-/// which program root runs). Every component of the path and every symlink target on the way
-/// must be owned by root (or by the user running the hook) and not writable by group or others
-/// ([`crate::statedir::check_trusted`]); the opened file is checked again, so a swap after the
-/// walk changes nothing. Returns the file's size.
-fn check_trusted(file: &std::fs::File, no_link: bool, path: &Path) -> Result<u64, ConfigError> {
-    use std::os::unix::fs::MetadataExt;
-    let refuse = |message: String| ConfigError {
+/// At most this many features are looked for in the configuration's text
+/// ([`Config::text_may_answer`]); Nix builds a derivation only when the builder has every
+/// feature it requires, so real ones list a few.
+pub const PRECHECK_FEATURES: usize = 64;
+
+/// The configuration's text: the built-in one, or the file's, read only once it is trusted as
+/// sudo trusts `sudoers`. The hook runs as root before every build, so whoever can write its
+/// config decides what builds see (and which program root runs). In this order:
+/// 1. every component of the path and every symlink target on the way must be owned by root
+///    (or by the user running the hook) and not writable by group or others
+///    ([`crate::statedir::resolve_trusted`], with `lstat` and `readlink`: nothing is opened);
+///    the file found must be a regular file;
+/// 2. its trusted parent directory is opened, and the file `openat` from it with `O_NOFOLLOW`
+///    and `O_NONBLOCK` (a FIFO or device put there since cannot block or be followed);
+/// 3. the opened file must still be a regular file, owned and moded as in 1, at most
+///    [`MAX_CONFIG_BYTES`]; then it is read.
+pub fn read_text(source: &ConfigSource) -> Result<std::borrow::Cow<'static, str>, ConfigError> {
+    let path = match source {
+        ConfigSource::Builtin => return Ok(std::borrow::Cow::Borrowed(BUILTIN_TOML)),
+        ConfigSource::File(path) => path,
+    };
+    let fail = |message: String| ConfigError {
         source: path.display().to_string(),
         message,
     };
     let absolute =
-        std::path::absolute(path).map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
+        std::path::absolute(path).map_err(|e| fail(format!("cannot inspect it: {e}")))?;
+    let (resolved, last) = crate::statedir::resolve_trusted(&absolute).map_err(|e| {
+        // `exists` follows links with stat(2): it opens nothing either.
+        if absolute.exists() {
+            fail(format!("refused: {e}"))
+        } else if path == Path::new(DEFAULT_CONFIG_PATH) {
+            fail(format!(
+                "cannot read it: {e}; restore it, or remove the directory {} to use the \
+                 built-in default",
+                path.parent().unwrap_or(path).display()
+            ))
+        } else {
+            fail(format!("cannot read it: {e}"))
+        }
+    })?;
+    if !last.is_some_and(|m| m.is_file()) {
+        return Err(fail(format!(
+            "refused: {} is not a regular file",
+            resolved.display()
+        )));
+    }
+    let file = open_in_parent(&resolved).map_err(|e| fail(format!("cannot read it: {e}")))?;
     let meta = file
         .metadata()
-        .map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
-    // Opened without following a link: its last component is this very file, so only the
-    // directories on the way are walked (see `open_config`).
-    let walked = no_link
-        .then(|| crate::statedir::check_trusted_opened(&absolute, &meta))
-        .flatten()
-        .unwrap_or_else(|| crate::statedir::check_trusted(&absolute));
-    walked.map_err(|e| refuse(format!("refused: {e}")))?;
+        .map_err(|e| fail(format!("cannot inspect it: {e}")))?;
+    check_opened(&meta, path).map_err(fail)?;
+    let text = crate::statedir::read_sized(&file, meta.len())
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(fail(format!(
+            "refused: larger than {MAX_CONFIG_BYTES} bytes"
+        )));
+    }
+    Ok(std::borrow::Cow::Owned(text))
+}
+
+/// Opens `path` (absolute, every component trusted and no symlink) for reading: its parent as
+/// a directory, then the file from that descriptor, without following a link and without
+/// blocking.
+fn open_in_parent(path: &Path) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::OFlag;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other("not a file name"));
+    };
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+        .open(parent)?;
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: `fd` was just returned by openat(2) and is owned by nobody else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// The opened configuration file, checked again from its descriptor: a regular file owned by
+/// root (or the hook's user), not writable by group or others, at most [`MAX_CONFIG_BYTES`].
+fn check_opened(meta: &std::fs::Metadata, path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_file() {
+        return Err("refused: not a regular file".to_owned());
+    }
     if meta.uid() != 0 && meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(refuse(format!(
+        return Err(format!(
             "refused: owned by uid {}, not by root; run `chown root {}`",
             meta.uid(),
             path.display()
-        )));
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(refuse(format!(
+        return Err(format!(
             "refused: writable by group or others (mode {:o}); run `chmod go-w {}`",
             meta.mode() & 0o7777,
             path.display()
-        )));
+        ));
     }
-    Ok(meta.len())
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(format!("refused: larger than {MAX_CONFIG_BYTES} bytes"));
+    }
+    Ok(())
 }
 
 fn check_path(at: &str, what: &str, path: &Path) -> Result<(), String> {
@@ -657,12 +702,33 @@ mod tests {
         let features = vec![b"big-parallel".to_vec()];
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        assert!(Config::may_answer(&ConfigSource::File(fifo), &features));
+        assert!(Config::may_answer(
+            &ConfigSource::File(fifo.clone()),
+            &features
+        ));
+        // Refused from its `lstat`, never opened (an open for reading would block).
+        let e = Config::load(&ConfigSource::File(fifo))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let link = dir.path().join("null.toml");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        let e = Config::load(&ConfigSource::File(link))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("refused: /dev/null"), "{e}");
         let missing = dir.path().join("missing.toml");
         assert!(Config::may_answer(&ConfigSource::File(missing), &features));
         let big = dir.path().join("big.toml");
-        std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).unwrap();
-        assert!(Config::may_answer(&ConfigSource::File(big), &features));
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        assert!(Config::may_answer(
+            &ConfigSource::File(big.clone()),
+            &features
+        ));
+        let e = Config::load(&ConfigSource::File(big))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("larger than"), "{e}");
         let plain = dir.path().join("plain.toml");
         std::fs::write(&plain, BUILTIN_TOML).unwrap();
         assert!(!Config::may_answer(&ConfigSource::File(plain), &features));

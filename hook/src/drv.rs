@@ -9,6 +9,7 @@
 //! Every malformed input yields a [`DrvError`] carrying the byte offset of the problem; the
 //! parser never panics and never reads past the input.
 
+use serde::Deserialize as _;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -150,61 +151,11 @@ impl<'a> Derivation<'a> {
 }
 
 /// The required features of a derivation given as JSON (what some Nix variants pass to the hook
-/// in `NIX_DERIVATION_V4` when the `.drv` is not on disk): either the derivation object itself
-/// or `{ "<drv path>": { … } }`. Features come from `structuredAttrs`, else `env.__json`, else
-/// the whitespace-separated `env.requiredSystemFeatures`, as for `.drv` files.
+/// in `NIX_DERIVATION_V4`, or on `DRV_ATERM_FD`, when the `.drv` is not on disk): see
+/// [`JsonDerivation::parse`] for the shapes read. Features come from `structuredAttrs`, else
+/// `env.__json`, else the whitespace-separated `env.requiredSystemFeatures`, as for `.drv` files.
 pub fn features_from_json(json: &[u8]) -> Result<RequiredFeatures<'static>, DrvError> {
-    let bad = |message: String| DrvError { offset: 0, message };
-    let value: serde_json::Value = serde_json::from_slice(json)
-        .map_err(|e| bad(format!("derivation JSON is not valid: {e}")))?;
-    let object = value
-        .as_object()
-        .ok_or_else(|| bad("derivation JSON is not an object".into()))?;
-    let drv = if object.contains_key("env") || object.contains_key("structuredAttrs") {
-        object
-    } else {
-        match object.values().collect::<Vec<_>>().as_slice() {
-            [single] => single
-                .as_object()
-                .ok_or_else(|| bad("derivation JSON holds no derivation object".into()))?,
-            _ => return Err(bad("derivation JSON holds no single derivation".into())),
-        }
-    };
-    let from_list = |v: &serde_json::Value| -> Result<Vec<DrvStr<'static>>, DrvError> {
-        serde_json::from_value::<Vec<String>>(v.clone())
-            .map(|l| l.into_iter().map(|s| Cow::Owned(s.into_bytes())).collect())
-            .map_err(|_| bad("requiredSystemFeatures is not a list of strings".into()))
-    };
-    if let Some(attrs) = drv.get("structuredAttrs").filter(|a| !a.is_null()) {
-        let features = match attrs.get("requiredSystemFeatures") {
-            Some(list) => from_list(list)?,
-            None => Vec::new(),
-        };
-        return Ok(RequiredFeatures {
-            features,
-            structured: true,
-        });
-    }
-    let env = drv.get("env").and_then(|e| e.as_object());
-    if let Some(json) = env.and_then(|e| e.get("__json")).and_then(|j| j.as_str()) {
-        return Ok(RequiredFeatures {
-            features: structured_features(json.as_bytes())?,
-            structured: true,
-        });
-    }
-    let features = match env.and_then(|e| e.get("requiredSystemFeatures")) {
-        None => Vec::new(),
-        Some(serde_json::Value::String(s)) => s
-            .split([' ', '\t', '\n', '\r'])
-            .filter(|t| !t.is_empty())
-            .map(|t| Cow::Owned(t.as_bytes().to_vec()))
-            .collect(),
-        Some(_) => return Err(bad("env.requiredSystemFeatures is not a string".into())),
-    };
-    Ok(RequiredFeatures {
-        features,
-        structured: false,
-    })
+    JsonDerivation::parse(json)?.required_features()
 }
 
 /// The derivation attribute asking for a number of GPUs (see [`crate::lease`]).
@@ -226,37 +177,340 @@ impl Derivation<'_> {
 /// [`GPUS_ATTR`] of a structured-attrs object (`__json`), reading only that key.
 fn gpus_in_attrs(json: &[u8]) -> Option<String> {
     let attrs: GpusAttrs = serde_json::from_slice(json).ok()?;
-    attrs.gpus.map(|v| attr_text(&v))
-}
-
-fn attr_text(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+    attrs.gpus.map(|v| v.0)
 }
 
 /// [`GPUS_ATTR`] of a derivation given as JSON (`NIX_DERIVATION_V4`): from `structuredAttrs`,
 /// `env.__json` or `env`, found as [`features_from_json`] finds the features.
 pub fn gpus_attr_from_json(json: &[u8]) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_slice(json).ok()?;
-    let object = value.as_object()?;
-    let drv = if object.contains_key("env") || object.contains_key("structuredAttrs") {
-        object
-    } else {
-        match object.values().collect::<Vec<_>>().as_slice() {
-            [single] => single.as_object()?,
-            _ => return None,
+    JsonDerivation::parse(json).ok()?.gpus_attr()
+}
+
+/// What the hook reads of a derivation given as JSON, and nothing more: typed readers keep the
+/// features, the GPU count and `env.__json`, and skip every other value unbuilt (serde's
+/// `IgnoredAny`), so memory stays near the JSON's size and time linear in it.
+#[derive(Debug, Default)]
+pub struct JsonDerivation {
+    env: Option<JsonEnv>,
+    /// `Some(None)`: `"structuredAttrs": null`, which means none.
+    structured_attrs: Option<Option<StructuredAttrs>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct JsonEnv {
+    #[serde(rename = "__json", default)]
+    json: Option<Lenient>,
+    #[serde(rename = "requiredSystemFeatures", default)]
+    features: Option<Lenient>,
+    #[serde(rename = "cudaSandboxGpus", default, deserialize_with = "present")]
+    gpus: Option<AttrText>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StructuredAttrs {
+    // Absent means none; anything but a list of strings is an error, as in Nix.
+    #[serde(
+        rename = "requiredSystemFeatures",
+        default,
+        deserialize_with = "present_list"
+    )]
+    features: Option<Vec<String>>,
+    #[serde(rename = "cudaSandboxGpus", default, deserialize_with = "present")]
+    gpus: Option<AttrText>,
+}
+
+/// A JSON value read as a string when it is one; any other value is skipped, not built.
+#[derive(Debug)]
+enum Lenient {
+    Str(String),
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Lenient {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match AttrText::deserialize(d)? {
+            AttrText(s, true) => Ok(Lenient::Str(s)),
+            _ => Ok(Lenient::Other),
         }
+    }
+}
+
+/// An attribute's value as text, the way messages show it: a string as itself, a number,
+/// boolean or `null` as JSON writes it, a list or object as `[…]` or `{…}` (skipped, never
+/// built, so a hostile value costs no memory). The flag: it was a string.
+#[derive(Debug)]
+struct AttrText(String, bool);
+
+impl<'de> serde::Deserialize<'de> for AttrText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> serde::de::Visitor<'de> for Text {
+            type Value = AttrText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<AttrText, E> {
+                Ok(AttrText(v.to_owned(), true))
+            }
+            fn visit_string<E>(self, v: String) -> Result<AttrText, E> {
+                Ok(AttrText(v, true))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<AttrText, E> {
+                Ok(AttrText(v.to_string(), false))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<AttrText, E> {
+                Ok(AttrText(v.to_string(), false))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<AttrText, E> {
+                Ok(AttrText(v.to_string(), false))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<AttrText, E> {
+                let text = serde_json::Number::from_f64(v)
+                    .map_or_else(|| v.to_string(), |n| n.to_string());
+                Ok(AttrText(text, false))
+            }
+            fn visit_unit<E>(self) -> Result<AttrText, E> {
+                Ok(AttrText("null".to_owned(), false))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<AttrText, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(AttrText("[…]".to_owned(), false))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<AttrText, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(AttrText("{…}".to_owned(), false))
+            }
+        }
+        d.deserialize_any(Text)
+    }
+}
+
+/// A present member is read as itself, `null` included (absent is `None` by `default`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<AttrText>, D::Error> {
+    AttrText::deserialize(d).map(Some)
+}
+
+/// A present list of strings, read as itself (`null` is an error: absent is `None`).
+fn present_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    Vec::<String>::deserialize(d).map(Some)
+}
+
+/// A top-level member of a JSON document that may be the derivation (an object) or not.
+enum Candidate {
+    Derivation(JsonDerivation),
+    NotAnObject,
+}
+
+impl<'de> serde::Deserialize<'de> for Candidate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> serde::de::Visitor<'de> for Any {
+            type Value = Candidate;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Candidate, A::Error> {
+                read_derivation_object(map).map(|d| Candidate::Derivation(d.derivation))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Candidate, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Candidate::NotAnObject)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Candidate, E> {
+                Ok(Candidate::NotAnObject)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Candidate, E> {
+                Ok(Candidate::NotAnObject)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Candidate, E> {
+                Ok(Candidate::NotAnObject)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Candidate, E> {
+                Ok(Candidate::NotAnObject)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Candidate, E> {
+                Ok(Candidate::NotAnObject)
+            }
+            fn visit_unit<E>(self) -> Result<Candidate, E> {
+                Ok(Candidate::NotAnObject)
+            }
+        }
+        d.deserialize_any(Any)
+    }
+}
+
+/// One JSON object read as a derivation (`env`, `structuredAttrs`), with each of its other
+/// members read as a [`Candidate`] in case the object is a wrapper around the derivation.
+struct ReadObject {
+    derivation: JsonDerivation,
+    /// Whether `env` or `structuredAttrs` was a member: then this object is the derivation.
+    is_derivation: bool,
+    members: usize,
+    /// The single member, if there was exactly one, or the `derivation` member.
+    inner: Option<Candidate>,
+    wrapped: Option<Candidate>,
+}
+
+fn read_derivation_object<'de, A: serde::de::MapAccess<'de>>(
+    mut map: A,
+) -> Result<ReadObject, A::Error> {
+    let mut read = ReadObject {
+        derivation: JsonDerivation::default(),
+        is_derivation: false,
+        members: 0,
+        inner: None,
+        wrapped: None,
     };
-    if let Some(attrs) = drv.get("structuredAttrs").filter(|a| !a.is_null()) {
-        return attrs.get(GPUS_ATTR).map(attr_text);
+    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        read.members += 1;
+        match key.as_ref() {
+            "env" => {
+                read.is_derivation = true;
+                read.derivation.env = Some(map.next_value()?);
+            }
+            "structuredAttrs" => {
+                read.is_derivation = true;
+                read.derivation.structured_attrs = Some(map.next_value()?);
+            }
+            "derivation" => read.wrapped = Some(map.next_value()?),
+            _ if read.members == 1 => read.inner = Some(map.next_value()?),
+            _ => {
+                read.inner = None;
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
     }
-    let env = drv.get("env")?.as_object()?;
-    if let Some(json) = env.get("__json").and_then(|j| j.as_str()) {
-        return gpus_in_attrs(json.as_bytes());
+    Ok(read)
+}
+
+impl JsonDerivation {
+    /// Reads a derivation given as JSON, in one pass: the derivation object itself (it has
+    /// `env` or `structuredAttrs`), `{ "<drv path>": { … } }` (`nix show-derivation`), or a
+    /// record holding it as `derivation` (the input NixOS/nix#16413 proposes for hooks).
+    pub fn parse(json: &[u8]) -> Result<JsonDerivation, DrvError> {
+        let bad = |message: String| DrvError { offset: 0, message };
+        struct Top;
+        impl<'de> serde::de::Visitor<'de> for Top {
+            type Value = Option<ReadObject>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                read_derivation_object(map).map(Some)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(None)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let top = serde::Deserializer::deserialize_any(&mut de, Top)
+            .and_then(|t| de.end().map(|()| t))
+            .map_err(|e| bad(format!("derivation JSON is not valid: {e}")))?;
+        let read = top.ok_or_else(|| bad("derivation JSON is not an object".into()))?;
+        if read.is_derivation {
+            return Ok(read.derivation);
+        }
+        let chosen = match (read.members, read.inner, read.wrapped) {
+            (1, Some(inner), _) => inner,
+            (_, _, Some(wrapped)) => wrapped,
+            _ => return Err(bad("derivation JSON holds no single derivation".into())),
+        };
+        match chosen {
+            Candidate::Derivation(d) => Ok(d),
+            Candidate::NotAnObject => Err(bad("derivation JSON holds no derivation object".into())),
+        }
     }
-    env.get(GPUS_ATTR).map(attr_text)
+
+    /// The derivation's required features (as [`features_from_json`]).
+    pub fn required_features(&self) -> Result<RequiredFeatures<'static>, DrvError> {
+        let bad = |message: &str| DrvError {
+            offset: 0,
+            message: message.to_owned(),
+        };
+        if let Some(Some(attrs)) = &self.structured_attrs {
+            return Ok(RequiredFeatures {
+                features: attrs
+                    .features
+                    .iter()
+                    .flatten()
+                    .map(|s| Cow::Owned(s.as_bytes().to_vec()))
+                    .collect(),
+                structured: true,
+            });
+        }
+        let env = self.env.as_ref();
+        if let Some(Lenient::Str(json)) = env.and_then(|e| e.json.as_ref()) {
+            return Ok(RequiredFeatures {
+                features: structured_features(json.as_bytes())?,
+                structured: true,
+            });
+        }
+        let features = match env.and_then(|e| e.features.as_ref()) {
+            None => Vec::new(),
+            Some(Lenient::Str(s)) => s
+                .split([' ', '\t', '\n', '\r'])
+                .filter(|t| !t.is_empty())
+                .map(|t| Cow::Owned(t.as_bytes().to_vec()))
+                .collect(),
+            Some(Lenient::Other) => return Err(bad("env.requiredSystemFeatures is not a string")),
+        };
+        Ok(RequiredFeatures {
+            features,
+            structured: false,
+        })
+    }
+
+    /// The derivation's [`GPUS_ATTR`] (as [`gpus_attr_from_json`]).
+    pub fn gpus_attr(&self) -> Option<String> {
+        if let Some(Some(attrs)) = &self.structured_attrs {
+            return attrs.gpus.as_ref().map(|v| v.0.clone());
+        }
+        let env = self.env.as_ref()?;
+        if let Some(Lenient::Str(json)) = &env.json {
+            return gpus_in_attrs(json.as_bytes());
+        }
+        env.gpus.as_ref().map(|v| v.0.clone())
+    }
 }
 
 /// The structured attributes the hook reads; every other key is skipped unread (serde's
@@ -271,8 +525,8 @@ struct FeatureAttrs {
 #[derive(serde::Deserialize)]
 struct GpusAttrs {
     // A repeated key is an error, as for requiredSystemFeatures.
-    #[serde(rename = "cudaSandboxGpus", default)]
-    gpus: Option<serde_json::Value>,
+    #[serde(rename = "cudaSandboxGpus", default, deserialize_with = "present")]
+    gpus: Option<AttrText>,
 }
 
 fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
@@ -323,13 +577,31 @@ impl<'a> RawStr<'a> {
         Cow::Owned(out)
     }
 
-    /// A reader of the unescaped bytes, so that a huge value (`__json`) is never copied.
-    fn reader(&self) -> Unescape<'a> {
-        Unescape { rest: self.raw }
+    /// Whether the string, unescaped, is `name`: compared in place, never copied (a key may be
+    /// huge and full of escapes).
+    fn is(&self, name: &[u8]) -> bool {
+        if !self.escaped {
+            return self.raw == name;
+        }
+        // Each escape is two bytes for one: longer than twice `name`, it cannot be `name`.
+        if self.raw.len() > 2 * name.len() + 1 {
+            return false;
+        }
+        self.unescape().as_ref() == name
+    }
+
+    /// A buffered reader of the unescaped bytes, so that a huge value (`__json`) is never
+    /// copied whole. `serde_json` reads a byte at a time: the buffer turns that into one
+    /// [`Unescape::read`] per 64 KiB.
+    fn reader(&self) -> std::io::BufReader<Unescape<'a>> {
+        std::io::BufReader::with_capacity(64 << 10, Unescape { rest: self.raw })
     }
 }
 
-/// Unescapes an ATerm string body while reading it.
+/// Unescapes an ATerm string body while reading it. Each `read` looks at no more of the input
+/// than it can return, so reading the whole body is linear in its length whatever the buffer
+/// size (issue 19: it used to search all the rest for the next `\` on every read, quadratic
+/// for a long run without escapes).
 struct Unescape<'a> {
     rest: &'a [u8],
 }
@@ -351,10 +623,10 @@ impl std::io::Read for Unescape<'_> {
                 n += 1;
                 continue;
             }
-            // Copy the run up to the next backslash at once.
-            let run = crate::bytes::find(b'\\', self.rest).unwrap_or(self.rest.len());
-            let take = run.min(buf.len() - n);
-            buf[n..n + take].copy_from_slice(&self.rest[..take]);
+            // Copy the run up to the next backslash, within what fits.
+            let window = &self.rest[..self.rest.len().min(buf.len() - n)];
+            let take = crate::bytes::find(b'\\', window).unwrap_or(window.len());
+            buf[n..n + take].copy_from_slice(&window[..take]);
             self.rest = &self.rest[take..];
             n += take;
         }
@@ -383,10 +655,7 @@ impl<'a> DrvEnv<'a> {
     }
 
     fn get(&self, name: &[u8]) -> Option<RawStr<'a>> {
-        self.env
-            .iter()
-            .find(|(k, _)| k.unescape().as_ref() == name)
-            .map(|(_, v)| *v)
+        self.env.iter().find(|(k, _)| k.is(name)).map(|(_, v)| *v)
     }
 
     /// As [`Derivation::required_features`].
@@ -417,7 +686,7 @@ impl<'a> DrvEnv<'a> {
     pub fn gpus_attr(&self) -> Option<String> {
         if let Some(json) = self.get(ENV_STRUCTURED) {
             let attrs: GpusAttrs = serde_json::from_reader(json.reader()).ok()?;
-            return attrs.gpus.map(|v| attr_text(&v));
+            return attrs.gpus.map(|v| v.0);
         }
         self.get(GPUS_ATTR.as_bytes())
             .map(|v| String::from_utf8_lossy(&v.unescape()).into_owned())
@@ -757,6 +1026,44 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn json_derivations_in_every_shape_are_read_with_typed_structs() {
+        // The record NixOS/nix#16413 proposes for hooks: the derivation as `derivation`.
+        let hook_input = br#"{"derivation":{"env":{"requiredSystemFeatures":"cuda","cudaSandboxGpus":"2"}},"outputs":{"out":"/nix/store/x"}}"#;
+        assert_eq!(features_from_json(hook_input).unwrap().lossy(), ["cuda"]);
+        assert_eq!(gpus_attr_from_json(hook_input).as_deref(), Some("2"));
+        // `structuredAttrs: null` means none: the env is read.
+        let null_attrs = br#"{"env":{"requiredSystemFeatures":"kvm"},"structuredAttrs":null}"#;
+        let f = features_from_json(null_attrs).unwrap();
+        assert!(!f.structured);
+        assert_eq!(f.lossy(), ["kvm"]);
+        // As in Nix, a `null` list of features is an error, not an empty list.
+        let null_list = br#"{"structuredAttrs":{"requiredSystemFeatures":null}}"#;
+        assert!(features_from_json(null_list).is_err());
+        // A hostile GPU count is shown, never built: a list as `[…]`, numbers as JSON writes them.
+        let listed = br#"{"structuredAttrs":{"cudaSandboxGpus":[1,[2,{"a":3}]]}}"#;
+        assert_eq!(gpus_attr_from_json(listed).as_deref(), Some("[…]"));
+        for (value, text) in [
+            ("3", "3"),
+            ("3.0", "3.0"),
+            ("null", "null"),
+            ("true", "true"),
+        ] {
+            let json = format!(r#"{{"structuredAttrs":{{"cudaSandboxGpus":{value}}}}}"#);
+            assert_eq!(gpus_attr_from_json(json.as_bytes()).as_deref(), Some(text));
+        }
+        // Not one derivation: an error naming the shape.
+        let two = br#"{"/nix/store/a.drv":{"env":{}},"/nix/store/b.drv":{"env":{}}}"#;
+        assert!(features_from_json(two)
+            .unwrap_err()
+            .message
+            .contains("single"));
+        assert!(features_from_json(br#"{"/nix/store/a.drv":3}"#)
+            .unwrap_err()
+            .message
+            .contains("no derivation object"));
     }
 
     #[test]

@@ -33,6 +33,14 @@ fn describe(mode: u32) -> String {
 /// owned by root (or the hook's user) and not writable by group or others. Errors are one line
 /// naming the offending component and the fix.
 pub fn check_trusted(path: &Path) -> Result<(), String> {
+    resolve_trusted(path).map(|_| ())
+}
+
+/// [`check_trusted`], returning the path with every symlink resolved, and the `lstat` of its
+/// last component (`None` for `/`): each component was checked (with `lstat` and `readlink`,
+/// nothing opened) and is no symlink, so a file opened from it (`openat` of its last name in
+/// its parent) is the one checked, unless root changed it.
+pub fn resolve_trusted(path: &Path) -> Result<(PathBuf, Option<std::fs::Metadata>), String> {
     if !path.is_absolute() {
         return Err(format!(
             "{} is not an absolute path: name it from /",
@@ -42,10 +50,12 @@ pub fn check_trusted(path: &Path) -> Result<(), String> {
     let mut resolved = PathBuf::from("/");
     let mut pending: Vec<std::ffi::OsString> = names(path).into_iter().rev().collect();
     let mut links = 0;
+    let mut last = None;
     check_entry(&resolved, None)?;
     while let Some(name) = pending.pop() {
         if name == ".." {
             resolved.pop();
+            last = None;
             continue;
         }
         let here = resolved.join(&name);
@@ -71,20 +81,9 @@ pub fn check_trusted(path: &Path) -> Result<(), String> {
         }
         check_entry(&here, Some(&meta))?;
         resolved = here;
+        last = Some(meta);
     }
-    Ok(())
-}
-
-/// [`check_trusted`] for a regular file already opened from `path` (absolute) with
-/// `O_NOFOLLOW`, whose descriptor's metadata is `meta`: its last component was no symlink, so
-/// only the directories on the way are walked, and the file is checked from `meta` (one `lstat`
-/// fewer). `None`: the last component is not a plain name; use [`check_trusted`].
-pub fn check_trusted_opened(path: &Path, meta: &std::fs::Metadata) -> Option<Result<(), String>> {
-    let Some(Component::Normal(_)) = path.components().next_back() else {
-        return None;
-    };
-    let parent = path.parent()?;
-    Some(check_trusted(parent).and_then(|()| check_entry(path, Some(meta))))
+    Ok((resolved, last))
 }
 
 /// Reads `file` to its end, `size` bytes expected (from a `stat` already made): no second

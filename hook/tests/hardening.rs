@@ -355,3 +355,86 @@ fn an_untagged_structured_derivation_stays_under_twice_its_size() {
         );
     }
 }
+
+/// Runs the hook as Nix would for a derivation requiring `features` under `config`, and
+/// fails the test when it has not exited after `limit` (killing it): a hang, not a verdict.
+fn hook_within(h: &Host, config: &Path, features: &str, limit: std::time::Duration) -> Output {
+    let drv = h.path(&format!("{}.drv", features.replace(' ', "-")));
+    std::fs::write(
+        &drv,
+        format!(
+            r#"Derive([("out","/nix/store/x-out","","")],[],[],"x86_64-linux","/bin/sh",[],[("out","/nix/store/x-out"),("requiredSystemFeatures","{features}")])"#
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(HOOK)
+        .arg(&drv)
+        .arg(h.path("chroot"))
+        .env("CUDA_SANDBOX_CONFIG", config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the hook hung for {features:?} under {}", config.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_fifo_config_never_hangs_a_build() {
+    if !root_available("a_fifo_config_never_hangs_a_build") {
+        return;
+    }
+    // Issue 19, finding 2: the config was opened (blocking, on a FIFO) before it was checked,
+    // so every build with a system feature hung, untagged ones too.
+    let h = Host::new();
+    let limit = std::time::Duration::from_secs(10);
+    let (uid, gid) = unprivileged_user();
+    let trusted = h.path("trusted/fifo.toml");
+    nix::unistd::mkfifo(&trusted, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let planted = h.path("user/config.toml");
+    nix::unistd::mkfifo(&planted, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    std::os::unix::fs::chown(&planted, Some(uid), Some(gid)).unwrap();
+    for fifo in [&trusted, &planted] {
+        let untagged = hook_within(&h, fifo, "big-parallel kvm", limit);
+        passes(&untagged);
+        assert!(untagged.stdout.is_empty());
+        let tagged = hook_within(&h, fifo, "cuda", limit);
+        refused(&tagged, &["refused"]);
+    }
+    let err =
+        String::from_utf8_lossy(&hook_within(&h, &trusted, "cuda", limit).stderr).into_owned();
+    assert!(err.contains("not a regular file"), "{err}");
+}
+
+#[test]
+fn an_untrusted_config_is_not_read_even_for_the_precheck() {
+    if !root_available("an_untrusted_config_is_not_read_even_for_the_precheck") {
+        return;
+    }
+    // Issue 19, finding 2: `may_answer` read the text of a config nobody had trusted (to see
+    // whether a build's features appear in it). Now an untrusted file is never opened: the
+    // untagged build still gets nothing, with the warning a refused config earns.
+    let h = Host::new();
+    let real = h.trusted_config("");
+    let planted = h.path("user/config.toml");
+    std::fs::copy(&real, &planted).unwrap();
+    let (uid, gid) = unprivileged_user();
+    std::os::unix::fs::chown(&planted, Some(uid), Some(gid)).unwrap();
+    let limit = std::time::Duration::from_secs(10);
+    let quiet = hook_within(&h, &real, "big-parallel", limit);
+    passes(&quiet);
+    assert!(quiet.stderr.is_empty(), "{quiet:?}");
+    let untagged = hook_within(&h, &planted, "big-parallel", limit);
+    passes(&untagged);
+    assert!(untagged.stdout.is_empty());
+    let err = String::from_utf8_lossy(&untagged.stderr);
+    assert!(err.contains("refused") && err.contains("ignored"), "{err}");
+}

@@ -1,0 +1,341 @@
+//! Untrusted input in linear time and bounded memory (issue 19): derivations as ATerm, their
+//! `__json`, derivations as JSON (`DRV_ATERM_FD`, `NIX_DERIVATION_V4`), and what
+//! `DRV_ATERM_FD` may name. The time bounds are so generous that only super-linear code can
+//! miss them: 8 MiB in under 10 s in a debug build, where the quadratic `__json` reader of
+//! f51a825 needed minutes (2 MiB took it 55 s).
+
+use cuda_sandbox_hook::drv::{features_from_json, gpus_attr_from_json, DrvEnv};
+use cuda_sandbox_hook::request::{read_aterm_fd, FdLimits, ATERM_FD_LIMITS};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::HOOK;
+
+const SIZE: usize = 8 << 20;
+const BOUND: Duration = Duration::from_secs(10);
+
+/// `head`, then `unit` repeated to about [`SIZE`] bytes, then `tail`.
+fn big(head: &str, unit: &str, tail: &str) -> Vec<u8> {
+    big_of(SIZE, head, unit, tail)
+}
+
+/// `head`, then `unit` repeated to about `size` bytes, then `tail`.
+fn big_of(size: usize, head: &str, unit: &str, tail: &str) -> Vec<u8> {
+    let mut out = String::with_capacity(size + head.len() + tail.len() + unit.len());
+    out.push_str(head);
+    while out.len() < size {
+        out.push_str(unit);
+    }
+    out.push_str(tail);
+    out.into_bytes()
+}
+
+/// A structured-attrs `.drv` whose `__json` holds `"big":` `value_head` `unit`… `value_tail`
+/// (JSON as the ATerm writes it: each `"` of the JSON escaped), then the features.
+fn structured_drv(value_head: &str, unit: &str, value_tail: &str, features: &str) -> Vec<u8> {
+    big(
+        &format!(
+            r#"Derive([("out","/nix/store/x-big","","")],[],[],"x86_64-linux","/bin/sh",[],[("__json","{{\"big\":{value_head}"#
+        ),
+        unit,
+        &format!(
+            r#"{value_tail},\"cudaSandboxGpus\":2,\"requiredSystemFeatures\":[\"{features}\"]}}"),("out","/nix/store/x-big")])"#
+        ),
+    )
+}
+
+fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let out = f();
+    let took = start.elapsed();
+    assert!(
+        took < BOUND,
+        "{what}: {took:?} for 8 MiB (linear code takes well under 1 s)"
+    );
+    out
+}
+
+#[test]
+fn structured_attrs_with_long_escape_free_runs_parse_in_linear_time() {
+    // 2^22 small array values, and one 8 MiB string without an escape: no `\` for 8 MiB.
+    for (name, drv) in [
+        (
+            "array of small values",
+            structured_drv("[", "0,", "0]", "cuda"),
+        ),
+        (
+            "escape-free string",
+            structured_drv(r#"\""#, "abcdefgh", r#"\""#, "cuda"),
+        ),
+    ] {
+        let (features, gpus) = timed(name, || {
+            let env = DrvEnv::parse(&drv).unwrap();
+            (env.required_features().unwrap(), env.gpus_attr())
+        });
+        assert_eq!(features.lossy(), ["cuda"], "{name}");
+        assert!(features.structured);
+        assert_eq!(gpus.as_deref(), Some("2"), "{name}");
+    }
+}
+
+#[test]
+fn json_derivations_parse_in_linear_time() {
+    for (name, json) in [
+        (
+            "env value",
+            big(
+                r#"{"env":{"big":""#,
+                "abcdefgh",
+                r#"","requiredSystemFeatures":"cuda"}}"#,
+            ),
+        ),
+        (
+            "array",
+            big(
+                r#"{"/nix/store/x.drv":{"args":["#,
+                "0,",
+                r#"0],"env":{"requiredSystemFeatures":"kvm cuda","cudaSandboxGpus":"1"}}}"#,
+            ),
+        ),
+        (
+            "__json in env",
+            big(
+                r#"{"env":{"__json":"{\"big\":["#,
+                "0,",
+                r#"0],\"requiredSystemFeatures\":[\"cuda\"]}"}}"#,
+            ),
+        ),
+    ] {
+        let features = timed(name, || features_from_json(&json).unwrap());
+        assert!(features.contains(b"cuda"), "{name}: {:?}", features.lossy());
+        timed(name, || gpus_attr_from_json(&json));
+    }
+}
+
+#[test]
+fn the_hook_reads_a_big_untagged_structured_drv_in_linear_time() {
+    // What nix-build met on f51a825: 50 s of hook for a 2 MB derivation.
+    let dir = tempfile::tempdir().unwrap();
+    let drv = dir.path().join("big.drv");
+    std::fs::write(&drv, structured_drv("[", "0,", "0]", "big-parallel")).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n").unwrap();
+    let out = timed("the hook", || {
+        Command::new(HOOK)
+            .arg(&drv)
+            .arg(dir.path().join("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .output()
+            .unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+}
+
+/// The peak RSS of the biggest child this process has waited for, in MiB.
+fn children_peak_mib() -> f64 {
+    let usage =
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
+    usage.max_rss() as f64 / 1024.0
+}
+
+#[test]
+fn a_json_derivation_on_drv_aterm_fd_costs_memory_near_its_size() {
+    // f51a825 built a full serde_json::Value twice: 720 MB of RSS for a 60 MB derivation.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("drv.json");
+    let text = big_of(
+        48 << 20,
+        r#"{"env":{"requiredSystemFeatures":"kvm"},"args":["#,
+        r#"[1,2,{"a":"b"}],"#,
+        r#"[]]}"#,
+    );
+    std::fs::write(&json, &text).unwrap();
+    let mib = text.len() as f64 / (1 << 20) as f64;
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n").unwrap();
+    drop(text);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec 3<"$1"; DRV_ATERM_FD=3 exec "$0" "$2" "$3""#)
+        .arg(HOOK)
+        .arg(&json)
+        .arg(dir.path().join("absent.drv"))
+        .arg(dir.path().join("chroot"))
+        .env("CUDA_SANDBOX_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let peak = children_peak_mib();
+    assert!(
+        peak < 3.0 * mib,
+        "peak RSS {peak:.0} MiB for a {mib:.0} MiB JSON derivation"
+    );
+}
+
+// DRV_ATERM_FD: what it may name, read in this process (the descriptors are this test's).
+
+const QUICK: FdLimits = FdLimits {
+    max_bytes: 1 << 20,
+    pipe_wait: Duration::from_millis(300),
+};
+
+const DRV: &[u8] = br#"Derive([("out","/nix/store/x","","")],[],[],"x86_64-linux","/bin/sh",[],[("requiredSystemFeatures","cuda")])"#;
+
+#[test]
+fn drv_aterm_fd_refuses_the_hooks_own_descriptors_and_devices() {
+    for fd in ["0", "1", "2"] {
+        let e = read_aterm_fd(fd, &ATERM_FD_LIMITS).unwrap_err();
+        assert!(e.contains("the hook's own"), "{fd}: {e}");
+    }
+    // /dev/zero never ends; a terminal would block: neither is opened, let alone read.
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let e = read_aterm_fd(&zero.as_raw_fd().to_string(), &ATERM_FD_LIMITS).unwrap_err();
+    assert!(e.contains("character device"), "{e}");
+    let dir = std::fs::File::open("/").unwrap();
+    let e = read_aterm_fd(&dir.as_raw_fd().to_string(), &ATERM_FD_LIMITS).unwrap_err();
+    assert!(e.contains("directory"), "{e}");
+    for bad in ["", "x", "-3", "99999999999"] {
+        assert!(read_aterm_fd(bad, &ATERM_FD_LIMITS).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn drv_aterm_fd_reads_files_and_memfds_from_their_start_up_to_the_cap() {
+    use std::io::{Seek, Write};
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(DRV).unwrap();
+    // The handed-over offset is at the end: the fresh open reads from the start.
+    let fd = file.as_raw_fd().to_string();
+    assert_eq!(read_aterm_fd(&fd, &QUICK).unwrap(), DRV);
+
+    let memfd =
+        nix::sys::memfd::memfd_create(c"drv", nix::sys::memfd::MemFdCreateFlag::empty()).unwrap();
+    let mut memfd = std::fs::File::from(memfd);
+    memfd.write_all(DRV).unwrap();
+    memfd.rewind().unwrap();
+    assert_eq!(
+        read_aterm_fd(&memfd.as_raw_fd().to_string(), &QUICK).unwrap(),
+        DRV
+    );
+
+    // Over the cap: refused from its size, unread (a sparse file of 1 TiB reads nothing).
+    let huge = tempfile::tempfile().unwrap();
+    huge.set_len(1 << 40).unwrap();
+    let start = Instant::now();
+    let e = read_aterm_fd(&huge.as_raw_fd().to_string(), &ATERM_FD_LIMITS).unwrap_err();
+    assert!(e.contains("above the cap"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn drv_aterm_fd_pipes_are_read_to_their_end_and_never_block_past_the_bound() {
+    use std::io::Write;
+    // A pipe whose writer wrote everything and closed it: read whole.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let mut writer = std::fs::File::from(write);
+    writer.write_all(DRV).unwrap();
+    drop(writer);
+    assert_eq!(
+        read_aterm_fd(&read.as_raw_fd().to_string(), &QUICK).unwrap(),
+        DRV
+    );
+
+    // A writer that keeps the pipe open and never writes (or writes part and stalls): the
+    // read gives up after the bound instead of hanging the build.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let mut writer = std::fs::File::from(write);
+    writer.write_all(&DRV[..10]).unwrap();
+    let start = Instant::now();
+    let e = read_aterm_fd(&read.as_raw_fd().to_string(), &QUICK).unwrap_err();
+    let took = start.elapsed();
+    assert!(e.contains("did not reach its end"), "{e}");
+    assert!(
+        took >= QUICK.pipe_wait / 2 && took < QUICK.pipe_wait * 10,
+        "{took:?}"
+    );
+
+    // A writer that never stops: the cap ends the read (a thread writes 2 MiB against 1 MiB).
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let mut writer = std::fs::File::from(write);
+        let chunk = vec![b'x'; 64 << 10];
+        for _ in 0..32 {
+            if writer.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    let e = read_aterm_fd(&read.as_raw_fd().to_string(), &QUICK).unwrap_err();
+    assert!(e.contains("above the cap"), "{e}");
+    drop(read);
+    feeder.join().unwrap();
+}
+
+/// The hook itself, with `DRV_ATERM_FD` naming descriptors a shell sets up: none of these may
+/// hang it, and each falls back to the `missing_drv` policy ("fail" here) saying why.
+#[test]
+fn the_hook_never_hangs_on_what_drv_aterm_fd_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = d.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "missing_drv = \"fail\"\nruntime_dir = \"{}\"\n[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n",
+            d.join("run").display()
+        ),
+    )
+    .unwrap();
+    let fifo = d.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Each script ends by exec'ing the hook with DRV_ATERM_FD set.
+    for (name, script) in [
+        // A FIFO whose writer (a background sleep) holds it open and never writes.
+        (
+            "held FIFO",
+            r#"sleep 60 > "$4" 2>/dev/null & exec 3< "$4"; DRV_ATERM_FD=3 "$0" "$1" "$2"; s=$?; kill $!; exit $s"#,
+        ),
+        // Its own stdout: a pipe to the test, which reads it to the end.
+        ("stdout", r#"DRV_ATERM_FD=1 exec "$0" "$1" "$2""#),
+        (
+            "/dev/zero",
+            r#"exec 3< /dev/zero; DRV_ATERM_FD=3 exec "$0" "$1" "$2""#,
+        ),
+    ] {
+        let start = Instant::now();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(HOOK)
+            .arg(d.join("absent.drv"))
+            .arg(d.join("chroot"))
+            .arg(&config)
+            .arg(&fifo)
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .output()
+            .unwrap();
+        let took = start.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.contains("DRV_ATERM_FD=") && err.contains("missing_drv"),
+            "{name}: {err}"
+        );
+        assert!(
+            took < ATERM_FD_LIMITS.pipe_wait + Duration::from_secs(10),
+            "{name}: {took:?}"
+        );
+    }
+}
