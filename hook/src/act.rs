@@ -44,7 +44,8 @@ pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
     if plan.problems.is_empty() {
         lease(&mut plan, req, config, mode);
     }
-    plan.add_manifest(config, req);
+    let name = manifest_file::name_for(req.chroot.as_deref());
+    plan.add_manifest(config, req, &name);
     plan
 }
 

@@ -11,7 +11,6 @@ use crate::hook;
 use crate::plan::{Plan, Reason};
 use crate::request::{self, Input, Verdict, ATERM_FD_ENV, DERIVATION_ENV};
 use serde::Serialize;
-use std::fmt::Write;
 use std::path::Path;
 
 /// A rule that matched, and through which feature.
@@ -112,11 +111,14 @@ pub fn explain(
     })
 }
 
-/// Renders an explanation for a terminal.
+/// Renders an explanation for a terminal. Every line goes through [`Lines::line`], which
+/// escapes control characters ([`crate::log::one_line`]): features, paths and names come from
+/// the derivation and the host, and a newline or an escape sequence in one must not forge a
+/// line (`verdict: …`) or drive the terminal.
 pub fn render_text(e: &Explanation) -> String {
-    let mut s = String::new();
+    let mut s = Lines(String::new());
     if let Some(d) = &e.derivation {
-        let _ = writeln!(s, "derivation:  {d}");
+        s.line(format!("derivation:  {d}"));
     }
     let from = if e.structured_attrs {
         " (structured attrs)"
@@ -128,17 +130,17 @@ pub fn render_text(e: &Explanation) -> String {
     } else {
         e.features.join(", ")
     };
-    let _ = writeln!(s, "features:    {features}{from}");
-    let _ = writeln!(s, "config:      {}", e.config);
+    s.line(format!("features:    {features}{from}"));
+    s.line(format!("config:      {}", e.config));
     for m in &e.rules {
-        let _ = writeln!(
-            s,
+        s.line(format!(
             "rule:        {} (matched feature '{}')",
             m.rule, m.feature
-        );
+        ));
     }
     if !e.plan.exposures.is_empty() {
-        let _ = writeln!(s, "\nexposed ({}):", e.plan.exposures.len());
+        s.blank();
+        s.line(format!("exposed ({}):", e.plan.exposures.len()));
         for x in &e.plan.exposures {
             let place = if x.inside == x.outside {
                 x.inside.display().to_string()
@@ -154,21 +156,22 @@ pub fn render_text(e: &Explanation) -> String {
                 Reason::Driver { rule, source } => format!("driver: {source} (rule {rule})"),
                 Reason::Manifest => "manifest for the runner".to_string(),
             };
-            let _ = writeln!(s, "  {place:<60} {why}");
+            s.line(format!("  {place:<60} {why}"));
         }
     }
     if !e.plan.skipped.is_empty() {
-        let _ = writeln!(s, "\nskipped ({}):", e.plan.skipped.len());
+        s.blank();
+        s.line(format!("skipped ({}):", e.plan.skipped.len()));
         for k in &e.plan.skipped {
-            let _ = writeln!(s, "  {:<60} {}", k.path, k.why);
+            s.line(format!("  {:<60} {}", k.path, k.why));
         }
     }
     if e.plan.closures_cached + e.plan.closures_computed > 0 {
-        let _ = writeln!(
-            s,
-            "\nclosures:    {} from cache, {} computed",
+        s.blank();
+        s.line(format!(
+            "closures:    {} from cache, {} computed",
             e.plan.closures_cached, e.plan.closures_computed
-        );
+        ));
     }
     if !e.plan.leased_gpus.is_empty() {
         let gpus: Vec<String> = e
@@ -177,42 +180,100 @@ pub fn render_text(e: &Explanation) -> String {
             .iter()
             .map(|g| format!("nvidia{g}"))
             .collect();
-        let _ = writeln!(
-            s,
-            "\ngpus:        {} ({})",
+        s.blank();
+        s.line(format!(
+            "gpus:        {} ({})",
             gpus.join(", "),
             if e.plan.lease_taken {
                 "leased to this build"
             } else {
                 "would be leased now; explain takes no lease"
             }
-        );
+        ));
     }
     if let Some(d) = &e.plan.driver {
-        let _ = writeln!(
-            s,
-            "\ndriver:      {} (CUDA {})",
+        s.blank();
+        s.line(format!(
+            "driver:      {} (CUDA {})",
             d.kind,
             d.cuda_version
                 .map_or_else(|| "unknown".to_string(), |v| v.to_string())
-        );
+        ));
         if let Some(k) = &d.kernel_driver {
-            let _ = writeln!(s, "kernel:      NVIDIA kernel module {k}");
+            s.line(format!("kernel:      NVIDIA kernel module {k}"));
         }
-        let _ = writeln!(s, "why:         {}", d.reason);
+        s.line(format!("why:         {}", d.reason));
         if !d.libcuda.is_empty() {
-            let _ = writeln!(s, "libcuda:     {}", d.libcuda.join(" | "));
+            s.line(format!("libcuda:     {}", d.libcuda.join(" | ")));
         }
     }
     if !e.plan.problems.is_empty() {
-        let _ = writeln!(s, "\nproblems:");
+        s.blank();
+        s.line("problems:".to_string());
         for p in &e.plan.problems {
-            let _ = writeln!(s, "  {} (rule {})\n    fix: {}", p.what, p.rule, p.fix);
+            s.line(format!("  {} (rule {})", p.what, p.rule));
+            s.line(format!("    fix: {}", p.fix));
         }
     }
-    for w in &e.warnings {
-        let _ = writeln!(s, "\nwarning:     {w}");
+    for w in e.warnings.iter().chain(&e.plan.warnings) {
+        s.blank();
+        s.line(format!("warning:     {w}"));
     }
-    let _ = writeln!(s, "\nverdict:     {}", e.verdict);
-    s
+    s.blank();
+    s.line(format!("verdict:     {}", e.verdict));
+    s.0
+}
+
+/// The text output, one escaped line at a time.
+struct Lines(String);
+
+impl Lines {
+    /// Appends `text` as one line, its control characters escaped.
+    fn line(&mut self, text: String) {
+        self.0.push_str(&crate::log::one_line(&text));
+        self.0.push('\n');
+    }
+
+    fn blank(&mut self) {
+        self.0.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 19, finding 5: structured-attrs features were printed raw, so a newline in one
+    /// forged a `verdict:` line and an escape sequence reached the terminal.
+    #[test]
+    fn hostile_features_cannot_forge_a_line_or_reach_the_terminal() {
+        let e = Explanation {
+            derivation: Some("/nix/store/x-\u{1b}]0;pwned\u{7}.drv".into()),
+            features: vec![
+                "kvm\nverdict:     tagged: 9 paths exposed".into(),
+                "\u{1b}[2J\u{202e}x".into(),
+            ],
+            structured_attrs: true,
+            config: "built-in default".into(),
+            rules: Vec::new(),
+            plan: Plan::default(),
+            verdict: "untagged".into(),
+            nix_answer: String::new(),
+            warnings: vec!["w\r\nverdict: forged".into()],
+        };
+        let text = render_text(&e);
+        let verdicts: Vec<&str> = text.lines().filter(|l| l.contains("verdict:")).collect();
+        assert_eq!(verdicts.len(), 3, "{text}");
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("verdict:")).count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(!text.contains('\u{202e}'), "{text:?}");
+        assert!(text.contains("kvm\\nverdict:"), "{text}");
+    }
 }

@@ -38,7 +38,11 @@ pub fn pre_build(
     for w in &req.warnings {
         log::warn(w);
     }
-    answer(&req, Mode::Hook).1
+    let (plan, answer) = answer(&req, Mode::Hook);
+    for w in &plan.warnings {
+        log::warn(w);
+    }
+    answer
 }
 
 /// The plan for a request and the hook's answer to Nix, as the hook (or `explain`, which

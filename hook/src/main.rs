@@ -169,6 +169,9 @@ fn main() -> ExitCode {
                         ""
                     };
                     println!("config {source}: ok, {} rule(s){scope}", c.rules.len());
+                    for note in c.notes() {
+                        println!("note: {note}");
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

@@ -107,7 +107,9 @@ fn agree(what: &str, s: &Scenario, drv: &Path, config: &Path, json: Option<&str>
             "{what}: hook passed, explain says {verdict}"
         );
         // The manifest's file is named after the chroot; explain has none.
-        let answer = String::from_utf8_lossy(&h.stdout).replace("/chroot.json", "/explain.json");
+        let name = cuda_sandbox_hook::manifest_file::name_for(Some(&s.path("chroot")));
+        let answer =
+            String::from_utf8_lossy(&h.stdout).replace(&format!("/{name}"), "/explain.json");
         assert_eq!(answer, e["nix_answer"].as_str().unwrap(), "{what}");
         for w in e["warnings"].as_array().unwrap() {
             assert!(

@@ -59,6 +59,11 @@ impl Case {
             .output()
             .unwrap()
     }
+    /// The manifest the hook writes for a build in `chroot/`.
+    fn manifest(&self) -> PathBuf {
+        let name = cuda_sandbox_hook::manifest_file::name_for(Some(&self.path("chroot")));
+        self.path("run/manifests").join(name)
+    }
     fn explain_json(&self, config: &Path, features: &str) -> serde_json::Value {
         common::explain_json(config, features)
     }
@@ -306,7 +311,7 @@ fn tagged_build_gets_devices_mounts_and_link_targets_in_protocol_order() {
         "extra-sandbox-paths\n/dev/nvidiactl={r}/dev/nvidiactl\n/opt/driver={r}/opt/driver\n\
          /opt/driver-1.0={r}/opt/driver-1.0\n/run/cuda-sandbox/manifest.json={}\n\
          /run/opengl-driver/lib={}\n\n",
-        c.path("run/manifests/chroot.json").display(),
+        c.manifest().display(),
         c.path("libs").display()
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
@@ -325,14 +330,17 @@ fn tagged_build_gets_devices_mounts_and_link_targets_in_protocol_order() {
     let skipped = e["plan"]["skipped"].to_string();
     assert!(skipped.contains("nvidia-modeset"), "{skipped}");
     // explain plans the same, except for the manifest's file name (no chroot).
-    let explained = expected.replace("chroot.json", "explain.json");
+    let explained = expected.replace(
+        &c.manifest().display().to_string(),
+        &c.path("run/manifests/explain.json").display().to_string(),
+    );
     assert_eq!(e["nix_answer"].as_str().unwrap(), explained);
     assert!(e["verdict"]
         .as_str()
         .unwrap()
         .starts_with("tagged: 5 paths"));
     // The hook wrote the manifest, read-only, naming the devices and the build.
-    let manifest = c.path("run/manifests/chroot.json");
+    let manifest = c.manifest();
     let m = cuda_sandbox_manifest::Manifest::read(&manifest).unwrap();
     assert_eq!(m.devices, ["/dev/nvidiactl"]);
     assert!(m.derivation.ends_with("t.drv"));
@@ -681,4 +689,141 @@ fn cuda_sandbox_gpus_is_validated_and_honoured() {
         1,
         "{answer}"
     );
+}
+
+/// Issue 19, finding 4: current Nix (`chrootRootDir` in `getPreBuildHookArgs`) passes
+/// `<drv>.chroot/root`, Nix 2.8 `<drv>.chroot`. Every build of the first shape got the manifest
+/// `root.json`, so concurrent builds bound each other's. Now each build binds its own.
+#[test]
+fn each_build_binds_its_own_manifest_with_either_shape_of_chroot() {
+    let c = Case::new();
+    std::fs::create_dir_all(c.path("root/run/gpu-tools")).unwrap();
+    let config = c.config("[[rule.path]]\npath = \"/run/gpu-tools\"\n");
+    let mut bound = std::collections::BTreeSet::new();
+    for (name, chroot) in [
+        ("aaa-x", "store/aaa-x.drv.chroot/root"),
+        ("bbb-y", "store/bbb-y.drv.chroot/root"),
+        ("ccc-z", "store/ccc-z.drv.chroot"),
+        ("ddd-w", "store/ddd-w.drv.chroot"),
+    ] {
+        let chroot = c.path(chroot);
+        std::fs::create_dir_all(&chroot).unwrap();
+        let out = Command::new(HOOK)
+            .arg(c.drv(name, Some("cuda")))
+            .arg(&chroot)
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let answer = String::from_utf8(out.stdout).unwrap();
+        let manifest = answer
+            .lines()
+            .find_map(|l| l.strip_prefix("/run/cuda-sandbox/manifest.json="))
+            .unwrap_or_else(|| panic!("{answer}"))
+            .to_owned();
+        let m = cuda_sandbox_manifest::Manifest::read(Path::new(&manifest)).unwrap();
+        assert!(
+            m.derivation.ends_with(&format!("{name}.drv")),
+            "{manifest}: {m:?}"
+        );
+        assert_eq!(m.chroot, chroot.display().to_string());
+        bound.insert(manifest);
+    }
+    assert_eq!(bound.len(), 4, "{bound:?}");
+    assert_eq!(
+        std::fs::read_dir(c.path("run/manifests")).unwrap().count(),
+        4
+    );
+}
+
+/// Issue 19, finding 5: `max_gpus_per_build` was silently ignored with `gpus_per_build = 0`.
+#[test]
+fn check_config_says_when_max_gpus_per_build_has_no_effect() {
+    let c = Case::new();
+    let check = |top: &str| {
+        let config = c.path("check.toml");
+        std::fs::write(
+            &config,
+            format!("{top}[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n"),
+        )
+        .unwrap();
+        let out = Command::new(HOOK)
+            .args(["check-config", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let ignored = check("max_gpus_per_build = 2\n");
+    assert!(
+        ignored.contains("note: max_gpus_per_build = 2 has no effect")
+            && ignored.contains("set gpus_per_build"),
+        "{ignored}"
+    );
+    for used in ["gpus_per_build = 1\nmax_gpus_per_build = 2\n", ""] {
+        assert!(!check(used).contains("note:"), "{used}");
+    }
+}
+
+/// Issue 19, finding 5: an optional device whose name holds `=` (or a newline) cannot be said
+/// in the hook protocol, and failed every tagged build. It is skipped with a warning now; a
+/// required one still fails, naming it.
+#[test]
+fn an_optional_device_the_protocol_cannot_express_is_skipped_with_a_warning() {
+    let c = Case::new();
+    for dir in [
+        "root/dev/nvidiactl",
+        "root/dev/extra/ok",
+        "root/dev/extra/a=b",
+    ] {
+        std::fs::create_dir_all(c.path(dir)).unwrap();
+    }
+    let optional = c.config(
+        "[[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n\
+         [[rule.device]]\nglob = \"/dev/extra/*\"\n",
+    );
+    let out = c.hook(&c.drv("t", Some("cuda")), &optional);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answer.contains("/dev/extra/ok=") && !answer.contains("a=b"),
+        "{answer}"
+    );
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains("/dev/extra/a=b"),
+        "{}",
+        stderr(&out)
+    );
+    let required = c.config("[[rule.device]]\nglob = \"/dev/extra/*\"\nrequired = true\n");
+    let out = c.hook(&c.drv("t", Some("cuda")), &required);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a=b"), "{}", stderr(&out));
+}
+
+/// Issue 19, finding 5: `explain` printed structured-attrs features raw; a newline in one
+/// forged a `verdict:` line.
+#[test]
+fn explain_text_escapes_what_the_derivation_says() {
+    let c = Case::new();
+    let config = c.config("");
+    let drv = c.path("hostile.drv");
+    std::fs::write(
+        &drv,
+        r#"Derive([("out","/nix/store/x-out","","")],[],[],"x86_64-linux","/bin/sh",[],[("__json","{\"requiredSystemFeatures\":[\"kvm\\nverdict:     tagged: 9 paths exposed\",\"\\u001b[2J\"]}"),("out","/nix/store/x-out")])"#,
+    )
+    .unwrap();
+    let out = Command::new(HOOK)
+        .args(["explain", "--config"])
+        .arg(&config)
+        .arg(&drv)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let verdicts: Vec<&str> = text.lines().filter(|l| l.starts_with("verdict:")).collect();
+    assert_eq!(verdicts.len(), 1, "{text}");
+    assert!(verdicts[0].contains("untagged"), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(text.contains(r"kvm\nverdict:"), "{text}");
 }

@@ -113,9 +113,12 @@ impl Root {
             r#"Derive([("out","/nix/store/x-t","","")],[],[],"x86_64-linux","/bin/sh",[],[("requiredSystemFeatures","cuda")])"#,
         )
         .unwrap();
+        // Nix creates the chroot before it runs the hook.
+        let chroot = self.path("t.drv.chroot");
+        std::fs::create_dir_all(&chroot).unwrap();
         let out = Command::new(HOOK)
             .arg(&drv)
-            .arg(self.path("t.drv.chroot"))
+            .arg(&chroot)
             .env("CUDA_SANDBOX_CONFIG", config)
             .output()
             .unwrap();
@@ -124,8 +127,8 @@ impl Root {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        std::fs::create_dir_all(self.path("t.drv.chroot")).unwrap();
-        let manifest = Manifest::read(&self.path("run/manifests/t.drv.chroot.json")).unwrap();
+        let name = cuda_sandbox_hook::manifest_file::name_for(Some(&chroot));
+        let manifest = Manifest::read(&self.path("run/manifests").join(name)).unwrap();
         (String::from_utf8(out.stdout).unwrap(), manifest)
     }
 }

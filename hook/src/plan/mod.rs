@@ -116,6 +116,9 @@ pub struct Plan {
     pub skipped: Vec<Skip>,
     /// What stops the build from getting a working GPU; non-empty means a tagged build fails.
     pub problems: Vec<Problem>,
+    /// What the hook warns about on stderr although the build goes on (an optional device it
+    /// cannot express, …).
+    pub warnings: Vec<String>,
     /// How many closures came from the cache and how many were computed.
     pub closures_cached: usize,
     /// How many closures were computed with `nix-store` for this plan.
@@ -360,19 +363,11 @@ impl Plan {
         }
     }
 
-    /// Plans the manifest: its content from the final exposures, its file under the runtime
-    /// directory (named after the chroot), and its exposure at [`MANIFEST_PATH`].
-    pub fn add_manifest(&mut self, config: &Config, req: &Request) {
-        let name = req
-            .chroot
-            .as_deref()
-            .and_then(Path::file_name)
-            .map(|n| sanitize_file_name(&n.to_string_lossy()))
-            .unwrap_or_else(|| "explain".to_string());
-        let outside = config
-            .runtime_dir
-            .join("manifests")
-            .join(format!("{name}.json"));
+    /// Plans the manifest: its content from the final exposures, its file `name` under the
+    /// runtime directory ([`crate::manifest_file::name_for`] the chroot), and its exposure at
+    /// [`MANIFEST_PATH`].
+    pub fn add_manifest(&mut self, config: &Config, req: &Request, name: &str) {
+        let outside = config.runtime_dir.join("manifests").join(name);
         let devices = self
             .exposures
             .iter()
@@ -455,6 +450,31 @@ impl Plan {
                                 path: inside.display().to_string(),
                                 why: "not a character device or directory".to_string(),
                             });
+                            continue;
+                        }
+                        if let Some(bad) = unexpressible(&chain.hops) {
+                            let what = format!(
+                                "device {} (glob {}) cannot be given to the build: {bad:?} holds \
+                                 a newline or '=', which Nix's pre-build-hook protocol cannot \
+                                 express",
+                                inside.display(),
+                                device.glob
+                            );
+                            if device.required {
+                                self.problems.push(Problem {
+                                    rule: rule.name.clone(),
+                                    what,
+                                    fix: "rename the device node (its udev rule)".to_string(),
+                                });
+                            } else {
+                                self.warnings.push(format!("{what}; skipped (optional)"));
+                                self.skipped.push(Skip {
+                                    path: inside.display().to_string(),
+                                    why: "optional, and its path cannot be expressed in Nix's \
+                                          pre-build-hook protocol (newline or '=')"
+                                        .to_string(),
+                                });
+                            }
                             continue;
                         }
                         found += 1;
@@ -575,6 +595,17 @@ fn name_of(p: Platform) -> &'static str {
     }
 }
 
+/// The first path of `hops` (inside or outside) that the hook protocol cannot express
+/// ([`crate::protocol`]): one holding a newline or `=`.
+fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
+    hops.iter()
+        .flat_map(|h| [h.inside.as_path(), h.outside.as_path()])
+        .find(|p| {
+            let bytes = p.as_os_str().as_encoded_bytes();
+            bytes.contains(&b'\n') || bytes.contains(&b'=')
+        })
+}
+
 /// N for a GPU node `/dev/nvidiaN` (not `nvidiactl`, `nvidia-uvm`, …).
 fn gpu_number(inside: &Path) -> Option<u32> {
     let digits = inside.to_str()?.strip_prefix("/dev/nvidia")?;
@@ -582,19 +613,6 @@ fn gpu_number(inside: &Path) -> Option<u32> {
         return None;
     }
     digits.parse().ok()
-}
-
-/// A file name made of the safe characters of `name` (others become `_`).
-fn sanitize_file_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "+-._".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// The fix to suggest when a required device glob matches nothing.
