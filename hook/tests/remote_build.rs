@@ -22,7 +22,7 @@
 //! openssh-server). Outside CI a missing one skips with a printed reason; under `CI=true` it is
 //! a failure.
 
-use cuda_sandbox_testkit::{nix_available, nonce, write_script, FakeDevices};
+use cuda_sandbox_testkit::{nix_available, nonce, write_script, FakeDevices, NixVersion};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -70,6 +70,21 @@ fn remote_available(test: &str) -> bool {
     }
     eprintln!("SKIPPED {test}: {why}");
     false
+}
+
+/// The Nix these tests run under (client and builder are the same).
+fn nix_version() -> NixVersion {
+    NixVersion::current().expect("nix-build --version")
+}
+
+/// Where the tests' directories go: a root-owned directory no one else can write, never
+/// `/tmp`. Nix 2.34 refuses to build into a chroot store below a world-writable directory
+/// ("Path \"/tmp\" is world-writable or a symlink"); Nix 2.8 did not check.
+fn private_tmp() -> PathBuf {
+    let dir = PathBuf::from("/var/lib/cuda-sandbox-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -130,7 +145,7 @@ impl Builder {
     /// Nix 2.8 cannot, so a wrapper around the hook does it: it opens the client's copy of the
     /// `.drv` (the client's chroot store is on this machine) as descriptor 3 and execs the hook.
     fn start_with(policy: &str, stores: Stores, aterm_fd: bool) -> Builder {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in(private_tmp()).unwrap();
         let d = dir.path();
 
         // The fake GPU host and the hook's config.
@@ -567,7 +582,7 @@ fn remote_build_missing_drv_fail_fails_with_the_hooks_reason() {
         remote.client_log.contains("on 'ssh-ng://root@127.0.0.1")
             && remote
                 .client_log
-                .contains(&format!("program '{HOOK}' failed with exit code 1")),
+                .contains(&nix_version().program_failed(HOOK, 1)),
         "{remote:#?}"
     );
     // ... and the builder's log has the hook's one-line reason.

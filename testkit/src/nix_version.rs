@@ -28,6 +28,13 @@ const MEASURED_NEWER: NixVersion = NixVersion {
     patch: 0,
 };
 
+/// The first measured version that quotes paths in messages with `"…"` (sid's).
+const MEASURED_DOUBLE_QUOTES: NixVersion = NixVersion {
+    major: 2,
+    minor: 34,
+    patch: 0,
+};
+
 impl NixVersion {
     /// Reads the version from a `--version` line such as `nix-build (Nix) 2.34.8`, or from a
     /// bare `2.26.3`; a suffix (`2.34.8+dfsg`, `2.26pre...`) is ignored.
@@ -109,10 +116,10 @@ impl NixVersion {
         }
     }
 
-    /// How Nix reports a program that failed (the hook, for one): 2.8 quotes the path with
-    /// `'…'`, 2.34 with `"…"`.
+    /// How Nix reports a program that failed (the hook, for one): 2.8 and 2.26 quote the path
+    /// with `'…'`, 2.34 with `"…"`.
     pub fn program_failed(self, program: &str, code: i32) -> String {
-        if self >= MEASURED_NEWER {
+        if self >= MEASURED_DOUBLE_QUOTES {
             format!("program \"{program}\" failed with exit code {code}")
         } else {
             format!("program '{program}' failed with exit code {code}")
