@@ -501,10 +501,12 @@ let
       {
         name = "supported-feature";
         features = [ "supported-feature" ];
+        # unsafeFollowSymlinks: the links inside the directories bring their targets.
         path = [
           {
             path = "/supported-feature-files";
             required = true;
+            follow_entry_symlinks = true;
           }
         ];
         mount = [
@@ -512,6 +514,7 @@ let
             inside = "/run/opengl-driver/lib";
             outside = "/usr/lib/imaginary-fhs-drivers";
             required = true;
+            follow_entry_symlinks = true;
           }
         ];
       }
@@ -535,6 +538,7 @@ let
     (check "required-mounts" (lib.elem {
       path = "${builtins.storeDir}/00000000000000000000000000000000-mesa-25.0";
       required = true;
+      follow_entry_symlinks = true;
     } (ruleNamed "supported-feature" requiredMountsExtended).path) "a package is a path (its closure comes with it)")
     (checkEqual "required-mounts" "onFeatures defaults to the name" (ruleNamed "ipfs" requiredMountsExtended) {
       name = "ipfs";

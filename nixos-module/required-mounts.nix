@@ -9,8 +9,10 @@
 #                                when a path is missing); a store path brings its closure
 #   paths: a glob under /dev   → [[rule.device]], required (it must match, as there)
 #   paths: { host; guest; }    → [[rule.mount]] inside = guest, outside = host, required
-#   unsafeFollowSymlinks       → accepted; the hook always follows a symlink it exposes and
-#                                every symlinked directory on the way, within symlink_roots
+#   unsafeFollowSymlinks       → follow_entry_symlinks on its paths and mounts: the targets of
+#                                the symlinks directly inside an exposed directory are exposed
+#                                too (the hook always follows a symlink it exposes and every
+#                                symlinked directory on the way), within symlink_roots
 #   extraWrapperArgs           → accepted and ignored, with a warning
 {
   config,
@@ -54,12 +56,12 @@ let
         '';
       };
       options.unsafeFollowSymlinks = lib.mkEnableOption ''
-        following symlinks, as nix-required-mounts' option does. Accepted for compatibility:
-        cuda-sandbox-hook always exposes the target of a symlink it exposes and of every
-        symlinked directory on the way, but only where `settings.symlink_roots` allows
-        (`/dev`, `/run`, `/usr`, `/lib`, `/lib64`, `/opt` and the store by default), and
-        never the targets of the symlinks inside an exposed directory; list those paths
-        themselves'';
+        following symlinks, as nix-required-mounts' option does: the targets of the symlinks
+        directly inside an exposed directory are exposed too (`follow_entry_symlinks` of the
+        pattern's paths and mounts). cuda-sandbox-hook always exposes the target of a symlink
+        it exposes and of every symlinked directory on the way; all of them only where
+        `settings.symlink_roots` allows (`/dev`, `/run`, `/usr`, `/lib`, `/lib64`, `/opt` and
+        the store by default)'';
     }
   );
 
@@ -75,6 +77,7 @@ let
       mounts = lib.filter isMount pattern.paths;
       globs = lib.filter isGlob strings;
       literals = lib.filter (s: !(isGlob s)) strings;
+      follow = lib.optionalAttrs pattern.unsafeFollowSymlinks { follow_entry_symlinks = true; };
     in
     {
       inherit name;
@@ -87,17 +90,25 @@ let
       }) globs;
     }
     // lib.optionalAttrs (literals != [ ]) {
-      path = map (path: {
-        inherit path;
-        required = true;
-      }) literals;
+      path = map (
+        path:
+        {
+          inherit path;
+          required = true;
+        }
+        // follow
+      ) literals;
     }
     // lib.optionalAttrs (mounts != [ ]) {
-      mount = map (m: {
-        inside = m.guest;
-        outside = m.host;
-        required = true;
-      }) mounts;
+      mount = map (
+        m:
+        {
+          inside = m.guest;
+          outside = m.host;
+          required = true;
+        }
+        // follow
+      ) mounts;
     };
 
   # Globs the hook cannot take: it globs device nodes and directories under the host root.

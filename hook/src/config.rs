@@ -178,6 +178,10 @@ pub struct HostPath {
     /// What to tell the user when a required path is missing.
     #[serde(default)]
     pub hint: Option<String>,
+    /// For a directory: also expose the targets of the symlinks directly inside it (within
+    /// `symlink_roots`), as nix-required-mounts' `unsafeFollowSymlinks` does.
+    #[serde(default)]
+    pub follow_entry_symlinks: bool,
 }
 
 /// A host path exposed at a different path inside the sandbox.
@@ -194,6 +198,10 @@ pub struct Mount {
     /// What to tell the user when a required mount source is missing.
     #[serde(default)]
     pub hint: Option<String>,
+    /// For a directory: also expose the targets of the symlinks directly inside it (within
+    /// `symlink_roots`), as nix-required-mounts' `unsafeFollowSymlinks` does.
+    #[serde(default)]
+    pub follow_entry_symlinks: bool,
 }
 
 fn default_host_root() -> PathBuf {

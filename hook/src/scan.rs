@@ -64,7 +64,15 @@ pub struct HostView {
     pub compat: BTreeMap<String, Vec<CompatSeen>>,
     /// Names of the compat libraries in each compat directory (host path).
     pub listings: BTreeMap<PathBuf, Vec<String>>,
+    /// The symlinks directly inside each directory whose entries' links a rule follows
+    /// (`follow_entry_symlinks`), keyed by the directory's host path, at most
+    /// [`ENTRY_SYMLINKS_MAX`] each.
+    pub entry_symlinks: BTreeMap<PathBuf, Vec<String>>,
 }
+
+/// The most entries of one directory that `follow_entry_symlinks` looks at: a bound on the
+/// work a directory anyone filled can cause.
+pub const ENTRY_SYMLINKS_MAX: usize = 4096;
 
 impl Lookup for HostView {
     fn lstat(&self, outside: &Path) -> Node {
@@ -104,6 +112,48 @@ impl Lookup for Recorder<'_> {
             .insert(outside.to_path_buf(), n.clone());
         n
     }
+}
+
+/// Where the directory `inside` (host path `outside`) really is, once its own links are
+/// followed: `None` when it is not a directory.
+pub fn entry_symlink_dir(
+    inside: &Path,
+    outside: &Path,
+    space: Space<'_>,
+    fs: &impl Lookup,
+) -> Option<symlinks::Hop> {
+    let chain = symlinks::follow(inside, outside, space, fs).ok()?;
+    (chain.target == Node::Dir).then(|| chain.hops.last().cloned())?
+}
+
+/// Lists the symlinks directly inside the directory at `inside` (for `follow_entry_symlinks`)
+/// and follows each, so that the plan can expose their targets.
+fn entry_symlinks(
+    inside: &Path,
+    outside: &Path,
+    space: Space<'_>,
+    fs: &Recorder<'_>,
+    view: &mut HostView,
+) {
+    let Some(dir) = entry_symlink_dir(inside, outside, space, fs) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(&dir.outside) else {
+        return;
+    };
+    let mut names = Vec::new();
+    for entry in entries.flatten().take(ENTRY_SYMLINKS_MAX) {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let link_outside = dir.outside.join(&name);
+        if matches!(fs.lstat(&link_outside), Node::Symlink(_)) {
+            let _ = symlinks::follow(&dir.inside.join(&name), &link_outside, space, fs);
+            names.push(name);
+        }
+    }
+    names.sort();
+    view.entry_symlinks.insert(dir.outside, names);
 }
 
 /// Reads what `rules` under `config` need to know of the host. Never writes.
@@ -160,10 +210,16 @@ pub fn scan(config: &Config, rules: &[&Rule]) -> HostView {
         for p in &rule.paths {
             let inside = symlinks::normalize(&p.path);
             chain(&inside, &rooted.outside(&inside), rooted);
+            if p.follow_entry_symlinks {
+                entry_symlinks(&inside, &rooted.outside(&inside), rooted, &fs, &mut view);
+            }
         }
         for m in &rule.mounts {
             let inside = symlinks::normalize(&m.inside);
             chain(&inside, &m.outside, Space::Literal);
+            if m.follow_entry_symlinks {
+                entry_symlinks(&inside, &m.outside, Space::Literal, &fs, &mut view);
+            }
         }
         let Some(driver) = &rule.driver else { continue };
         let link = symlinks::normalize(&driver.link);

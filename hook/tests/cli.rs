@@ -827,3 +827,35 @@ fn explain_text_escapes_what_the_derivation_says() {
     assert!(!text.contains('\u{1b}'), "{text:?}");
     assert!(text.contains(r"kvm\nverdict:"), "{text}");
 }
+
+/// `follow_entry_symlinks` on a mount (nix-required-mounts' `unsafeFollowSymlinks`, as in its
+/// own NixOS test: a directory whose entries are symlinks into /usr): the targets of the links
+/// directly inside it are exposed, within `symlink_roots`; a link elsewhere is not followed.
+#[test]
+fn entry_symlinks_of_a_mounted_directory_are_followed_only_when_asked() {
+    let c = Case::new();
+    let libs = c.path("libs");
+    std::fs::create_dir_all(&libs).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/env", libs.join("env")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", libs.join("passwd")).unwrap();
+    std::fs::write(libs.join("plain"), "not a link").unwrap();
+    let body = |follow: bool| {
+        format!(
+            "[[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"{}\"\n\
+             follow_entry_symlinks = {follow}\n",
+            libs.display()
+        )
+    };
+    let drv = c.drv("t", Some("cuda"));
+    let followed = c.config(&body(true));
+    let out = c.hook(&drv, &followed);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let answer = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(answer.contains("\n/usr/bin/env\n"), "{answer}");
+    assert!(!answer.contains("passwd"), "{answer}");
+    assert!(answer.contains(&format!("/run/opengl-driver/lib={}\n", libs.display())));
+    let plain = c.config(&body(false));
+    let out = c.hook(&drv, &plain);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("/usr/bin/env"));
+}

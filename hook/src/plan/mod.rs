@@ -197,6 +197,9 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
                 hint: &p.hint,
             };
             plan.add_path(rule, &inside, &outside, rooted, view, reason, want);
+            if p.follow_entry_symlinks {
+                plan.add_entry_symlinks(rule, &inside, &outside, rooted, view);
+            }
         }
         for m in &rule.mounts {
             let inside = symlinks::normalize(&m.inside);
@@ -216,6 +219,9 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
                 reason,
                 want,
             );
+            if m.follow_entry_symlinks {
+                plan.add_entry_symlinks(rule, &inside, &m.outside, Space::Literal, view);
+            }
         }
         if let Some(driver) = &rule.driver {
             if plan.driver.is_none() {
@@ -541,6 +547,39 @@ impl Plan {
                 path: inside.display().to_string(),
                 why: format!("optional: {e}"),
             }),
+        }
+    }
+
+    /// `follow_entry_symlinks`: each symlink the scan found directly inside the directory at
+    /// `inside` is exposed with its targets, as an optional path (a target outside
+    /// `symlink_roots` is skipped, named).
+    fn add_entry_symlinks(
+        &mut self,
+        rule: &Rule,
+        inside: &Path,
+        outside: &Path,
+        space: Space<'_>,
+        view: &HostView,
+    ) {
+        let Some(dir) = crate::scan::entry_symlink_dir(inside, outside, space, view) else {
+            return;
+        };
+        let Some(names) = view.entry_symlinks.get(&dir.outside) else {
+            return;
+        };
+        for name in names {
+            let reason = Reason::HostPath {
+                rule: rule.name.clone(),
+            };
+            self.add_path(
+                rule,
+                &dir.inside.join(name),
+                &dir.outside.join(name),
+                space,
+                view,
+                reason,
+                OPTIONAL,
+            );
         }
     }
 

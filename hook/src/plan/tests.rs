@@ -415,3 +415,58 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
     assert!(plan.problems[0].what.contains("/etc/shadow"));
     assert!(plan.problems[1].what.contains("/root"));
 }
+
+/// nix-required-mounts' own test: a mount of a directory whose entries are symlinks into
+/// /usr/lib (`unsafeFollowSymlinks`). With `follow_entry_symlinks` their targets are exposed
+/// too, within `symlink_roots`; without it, or for a target outside them, they are not.
+#[test]
+fn entry_symlinks_of_a_mounted_directory_bring_their_targets_when_asked() {
+    let body = |follow: bool| {
+        format!(
+            "[[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\n\
+             outside = \"/usr/lib/imaginary-fhs-drivers\"\nfollow_entry_symlinks = {follow}\n"
+        )
+    };
+    let mut view = with_parents(
+        host(&[
+            ("/", dir()),
+            ("/usr", dir()),
+            ("/usr/lib", dir()),
+            ("/usr/lib/imaginary-fhs-drivers", dir()),
+            (
+                "/usr/lib/imaginary-fhs-drivers/libcuda.so",
+                link("/usr/lib/libcuda.so"),
+            ),
+            ("/usr/lib/imaginary-fhs-drivers/secret", link("/etc/shadow")),
+            ("/usr/lib/libcuda.so", Node::File),
+            ("/etc", dir()),
+            ("/etc/shadow", Node::File),
+        ]),
+        &[],
+    );
+    view.entry_symlinks.insert(
+        PathBuf::from("/usr/lib/imaginary-fhs-drivers"),
+        vec!["libcuda.so".into(), "secret".into()],
+    );
+    let followed = config(&body(true));
+    let plan = decide(&request(&followed, None), &followed, &view);
+    let shown = insides(&plan);
+    assert!(
+        shown.contains(&"/usr/lib/libcuda.so".to_string()),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains(&"/run/opengl-driver/lib".to_string()),
+        "{shown:?}"
+    );
+    assert!(!shown.iter().any(|p| p.contains("shadow")), "{shown:?}");
+    assert!(
+        plan.skipped.iter().any(|s| s.path.ends_with("/secret")),
+        "{:?}",
+        plan.skipped
+    );
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    let plain = config(&body(false));
+    let plan = decide(&request(&plain, None), &plain, &view);
+    assert!(!insides(&plan).contains(&"/usr/lib/libcuda.so".to_string()));
+}
