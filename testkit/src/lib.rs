@@ -10,7 +10,7 @@ pub mod fatbin_fixtures;
 pub mod nix_version;
 pub mod real_nvidia;
 
-pub use nix_version::NixVersion;
+pub use nix_version::{DerivationJson, NixVersion};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

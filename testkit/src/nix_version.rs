@@ -116,6 +116,51 @@ impl NixVersion {
         }
     }
 
+    /// Derivation show refuses non-UTF-8: `nix derivation show` on 2.26 and 2.34 fails on a
+    /// derivation holding a string that is not UTF-8 anywhere (env, args; nlohmann-json's
+    /// "invalid UTF-8 byte"), and one such path fails the whole command; 2.8's
+    /// `show-derivation` copies the bytes into its (then invalid) JSON.
+    pub fn derivation_show_refuses_non_utf8(self) -> bool {
+        self >= MEASURED_NEWER
+    }
+
+    /// The shape of the derivation JSON that [`derivation_show`](Self::derivation_show) prints.
+    pub fn derivation_json(self) -> DerivationJson {
+        if self >= MEASURED_DOUBLE_QUOTES {
+            DerivationJson::V4
+        } else if self >= MEASURED_NEWER {
+            DerivationJson::WithMethod
+        } else {
+            DerivationJson::Legacy
+        }
+    }
+
+    /// How `nix-store --realise` names the features a derivation requires when no machine can
+    /// build it: the text of the set (`a, b`), or `None` when `stderr` does not say. 2.8 and
+    /// 2.26: "a 'SYSTEM' with features {a, b} is required to build '…'"; 2.34: "Cannot build
+    /// '…'", "Reason: platform mismatch", then "Required features: {a, b}" on a line of its
+    /// own, a line left out when the set is empty.
+    pub fn required_features_reported(self, stderr: &[u8]) -> Option<Vec<u8>> {
+        let find = |needle: &[u8], from: usize| {
+            stderr[from..]
+                .windows(needle.len())
+                .position(|w| w == needle)
+                .map(|p| p + from)
+        };
+        let between = |open: &[u8], close: &[u8]| {
+            let start = find(open, 0)? + open.len();
+            let end = find(close, start)?;
+            Some(stderr[start..end].to_vec())
+        };
+        if self >= MEASURED_DOUBLE_QUOTES {
+            find(b"Cannot build '", 0)?;
+            between(b"Required features: {", b"}\n")
+                .or_else(|| find(b"Reason: platform mismatch", 0).map(|_| Vec::new()))
+        } else {
+            between(b"' with features {", b"} is required to build '")
+        }
+    }
+
     /// How Nix reports a program that failed (the hook, for one): 2.8 and 2.26 quote the path
     /// with `'…'`, 2.34 with `"…"`.
     pub fn program_failed(self, program: &str, code: i32) -> String {
@@ -125,6 +170,24 @@ impl NixVersion {
             format!("program '{program}' failed with exit code {code}")
         }
     }
+}
+
+/// The derivation JSON of `nix show-derivation` / `nix derivation show`, as measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DerivationJson {
+    /// 2.8: an object keyed by `.drv` path; `outputs.NAME` has `path`, `hashAlgo` (`r:sha256`
+    /// for a recursive hash, as in the `.drv`), `hash` (hex), `impure`; `inputDrvs` maps a
+    /// path to its output names; `inputSrcs`; `env` holds everything, `__json` included.
+    Legacy,
+    /// 2.26: keyed by path as 2.8, plus `name`; an output's hash mode is a separate `method`
+    /// (`nar`, `flat`, `text`) and `hashAlgo` is the bare algorithm; an `inputDrvs` entry is
+    /// `{"dynamicOutputs": {}, "outputs": [...]}`.
+    WithMethod,
+    /// 2.34: `{"derivations": {BASENAME: …}, "version": 4}`, keyed by base name, each with
+    /// `version: 4` and `name`; output paths and `inputs.drvs`/`inputs.srcs` without the
+    /// store directory; a fixed output's hash as SRI (`sha256-<base64>`) without `hashAlgo`;
+    /// structured attrs as a JSON object `structuredAttrs`, not an env entry `__json`.
+    V4,
 }
 
 impl std::fmt::Display for NixVersion {
@@ -191,6 +254,37 @@ mod tests {
         assert_eq!(NixVersion::parse("2.26.3+dfsg-1").unwrap().minor, 26);
         assert!(v.is("2.34") && v.is("2.34.8") && !v.is("2.34.7") && !v.is("2.26"));
         assert!(NixVersion::parse("2.8.0").unwrap() < NixVersion::parse("2.26.3").unwrap());
+    }
+
+    #[test]
+    fn required_features_are_read_as_each_nix_reports_them() {
+        let v = |s: &str| NixVersion::parse(s).unwrap();
+        let old = b"error: a 'cuda-sandbox-none' with features {cuda, gpu} is required to build \
+            '/nix/store/x.drv', but I am a 'x86_64-linux' with features {ca-derivations}";
+        let some = |s: &[u8]| Some(s.to_vec());
+        assert_eq!(
+            v("2.8.0").required_features_reported(old),
+            some(b"cuda, gpu")
+        );
+        assert_eq!(
+            v("2.26.3").required_features_reported(old),
+            some(b"cuda, gpu")
+        );
+        let new = b"error: Cannot build '/nix/store/x.drv'.\n       Reason: platform mismatch\n\
+            \x20      Required system: 'cuda-sandbox-none'\n       Current system: 'x86_64-linux'\n\
+            \x20      Reason: missing system features\n       Required features: {cuda, gpu}\n\
+            \x20      Available features: {ca-derivations}\n";
+        assert_eq!(
+            v("2.34.8").required_features_reported(new),
+            some(b"cuda, gpu")
+        );
+        let none = b"error: Cannot build '/nix/store/x.drv'.\n       Reason: platform mismatch\n";
+        assert_eq!(v("2.34.8").required_features_reported(none), some(b""));
+        assert_eq!(
+            v("2.34.8").required_features_reported(b"error: other"),
+            None
+        );
+        assert_eq!(v("2.8.0").required_features_reported(new), None);
     }
 
     #[test]
