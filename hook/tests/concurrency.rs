@@ -6,7 +6,9 @@
 use cuda_sandbox_hook::closure::ClosureCache;
 use cuda_sandbox_hook::lease::Leases;
 use cuda_sandbox_manifest::Manifest;
-use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, NixSandbox};
+use cuda_sandbox_testkit::{
+    hook_config, nix_available, nonce, FakeDevices, NixSandbox, NixVersion,
+};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
@@ -398,6 +400,14 @@ fn a_killed_build_gives_its_gpu_back() {
                 && held.contains("-long-0.drv"),
             "{held}"
         );
+    } else if NixVersion::current().is_some_and(NixVersion::builder_dies_with_a_killed_nix) {
+        // This Nix takes the builder with it (its processes end within moments): the rest
+        // checks the GPU is free.
+        wait_for(
+            "the builder to end with its killed Nix",
+            Duration::from_secs(10),
+            || processes_with(&marker).is_empty(),
+        );
     } else {
         eprintln!("note: another Nix build ended the orphaned builder early");
     }
@@ -427,6 +437,8 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     // Issue 12, finding 2: a lease lived while a process had the build's chroot as its root
     // (or 30 s after it was taken). A builder that chroots elsewhere kept /dev/nvidia0 while
     // the hook handed the same GPU to the next build.
+    // Not run under Nix 2.34 by scripts/test-nix-versions: there the escaped builder
+    // intermittently ends before the 31 s wait (see that script).
     if !nix_available("a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after")
     {
         return;
@@ -475,6 +487,19 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     };
     assert!(kill_group(escaping.id() as i32));
     escaping.wait().unwrap();
+    if NixVersion::current().is_some_and(NixVersion::builder_dies_with_a_killed_nix) {
+        // This Nix takes its builder with it, escaped or not: nothing of the build is left,
+        // so its GPU is free at once.
+        wait_for(
+            "the escaped builder to end with its Nix",
+            Duration::from_secs(10),
+            || processes_with(&marker).is_empty(),
+        );
+        let (ok, log, _) = build_many(&host, 1, &[]);
+        assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
+        let _ = std::fs::remove_dir_all(&lease.chroot);
+        return;
+    }
     assert!(
         !processes_with(&marker).is_empty(),
         "the escaped builder ended with its Nix"

@@ -161,6 +161,18 @@ impl NixVersion {
         }
     }
 
+    /// Builder dies with its Nix: with no daemon, the builder (PID 1 of the build's PID
+    /// namespace) is a child of `nix-build` itself under every measured version. When that
+    /// `nix-build` is killed with SIGKILL (no cleanup can run), 2.34 takes the builder with it,
+    /// and so every process of the build, even one that left its chroot in a user namespace of
+    /// its own; 2.8 and 2.26 leave it running, reparented to init, as its build user.
+    /// Measured with `hook/tests/nix/escape.nix` (no cgroup is used: `/proc/PID/cgroup` shows
+    /// none of Nix's), which is what a parent-death signal set on the builder does; the Nix
+    /// source was not checked.
+    pub fn builder_dies_with_a_killed_nix(self) -> bool {
+        self >= MEASURED_DOUBLE_QUOTES
+    }
+
     /// How Nix reports a program that failed (the hook, for one): 2.8 and 2.26 quote the path
     /// with `'…'`, 2.34 with `"…"`.
     pub fn program_failed(self, program: &str, code: i32) -> String {
