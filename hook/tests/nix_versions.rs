@@ -352,7 +352,9 @@ fn nix_holds_the_build_users_userpool_lock_while_its_build_runs() {
         "userpool",
         &sh_derivation(
             "userpool",
-            &format!("sleep 30; : {marker}; echo built > $out"),
+            // Long enough for a loaded machine (the whole suite under another Nix on two
+            // cores) to start it: the test ends the build as soon as it has looked.
+            &format!("sleep 300; : {marker}; echo built > $out"),
             "",
         ),
     );
@@ -366,16 +368,23 @@ fn nix_holds_the_build_users_userpool_lock_while_its_build_runs() {
         .spawn()
         .unwrap();
     let nix_pid = child.id();
+    let uid_of = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+        line.split_whitespace().nth(1)?.parse::<u32>().ok()
+    };
     let start = Instant::now();
+    // The builder's uids are read while it runs, before anything is killed.
     let found = loop {
         let users = cuda_sandbox_hook::lease::Holder::of(nix_pid)
             .map(|h| h.build_users())
             .unwrap_or_default();
-        let builders = processes_with(&marker);
-        if !users.is_empty() && !builders.is_empty() {
-            break Some((users, builders));
+        let builder_uids: Vec<Option<u32>> =
+            processes_with(&marker).into_iter().map(uid_of).collect();
+        if !users.is_empty() && !builder_uids.is_empty() {
+            break Some((users, builder_uids));
         }
-        if start.elapsed() > Duration::from_secs(20) {
+        if start.elapsed() > Duration::from_secs(240) {
             break None;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -385,24 +394,18 @@ fn nix_holds_the_build_users_userpool_lock_while_its_build_runs() {
     for pid in processes_with(&marker) {
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
     }
-    let (users, builders) = found.unwrap_or_else(|| {
+    let (users, builder_uids) = found.unwrap_or_else(|| {
         panic!(
             "Nix {} held no userpool/<uid> lock while its build ran",
             version()
         )
     });
-    let uid_of = |pid: u32| {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-        line.split_whitespace().nth(1)?.parse::<u32>().ok()
-    };
     assert!(
-        builders
+        builder_uids
             .iter()
-            .any(|p| uid_of(*p).is_some_and(|u| users.contains(&u))),
-        "Nix {} holds userpool locks {users:?} but its builder runs as {:?}",
-        version(),
-        builders.iter().map(|p| uid_of(*p)).collect::<Vec<_>>()
+            .any(|u| u.is_some_and(|u| users.contains(&u))),
+        "Nix {} holds userpool locks {users:?} but its builder runs as {builder_uids:?}",
+        version()
     );
 }
 
