@@ -21,17 +21,7 @@ fn version() -> NixVersion {
 
 /// A sandbox without the hook: what a builder needs from the host, and nothing else.
 fn plain_sandbox() -> NixSandbox {
-    NixSandbox {
-        hook: None,
-        config: None,
-        system_features: "cuda".to_string(),
-        sandbox_paths: ["/bin", "/usr", "/lib", "/lib64"]
-            .iter()
-            .filter(|p| Path::new(p).exists())
-            .map(|p| p.to_string())
-            .collect(),
-        extra_settings: Vec::new(),
-    }
+    NixSandbox::without_hook()
 }
 
 /// Writes `expr` (a Nix function of `{ nonce }`) to `dir/NAME.nix`.

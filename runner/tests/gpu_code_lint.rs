@@ -18,6 +18,20 @@ struct Lint {
     out: String,
 }
 
+impl Lint {
+    /// Asserts the exit status and that the output says every one of `needles`.
+    fn says(&self, code: i32, needles: &[&str]) {
+        assert_eq!(self.code, code, "{}", self.out);
+        for needle in needles {
+            assert!(
+                self.out.contains(needle),
+                "{needle:?} not in:\n{}",
+                self.out
+            );
+        }
+    }
+}
+
 fn lint(args: &[&str], paths: &[&Path]) -> Lint {
     let output = Command::new(RUNNER)
         .arg("lint")
@@ -69,17 +83,17 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
 
     // Hopper with a 535 driver: only the PTX fits, and ISA 8.8 needs CUDA 12.9.
     let ptx = lint(&["--target", "sm_90", "--driver-cuda", "12.2"], &[&ampere]);
-    assert_eq!(ptx.code, 101, "{}", ptx.out);
-    for needle in [
-        "CANNOT run on sm_90 (driver CUDA 12.2)",
-        "ISA 8.8, which needs a CUDA 12.9 driver",
-        "JITs PTX up to ISA 8.2",
-        "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
-        "cudaCapabilities = [ \"9.0\" ]",
-        "libampere.so",
-    ] {
-        assert!(ptx.out.contains(needle), "{needle:?} not in:\n{}", ptx.out);
-    }
+    ptx.says(
+        101,
+        &[
+            "CANNOT run on sm_90 (driver CUDA 12.2)",
+            "ISA 8.8, which needs a CUDA 12.9 driver",
+            "JITs PTX up to ISA 8.2",
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
+            "cudaCapabilities = [ \"9.0\" ]",
+            "libampere.so",
+        ],
+    );
 
     // With a 12.9 driver the same PTX JITs: it runs, and the first launch compiles.
     let jit = lint(&["--target", "9.0", "--driver-cuda", "12.9"], &[&ampere]);
@@ -88,19 +102,15 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
 
     // SASS for Turing alone, no PTX: no kernel image for Ampere.
     let none = lint(&["--target", "sm_80", "--driver-cuda", "13.0"], &[&turing]);
-    assert_eq!(none.code, 101, "{}", none.out);
-    for needle in [
-        "no kernel image for a 8.0 GPU",
-        "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
-        "SASS sm_80, or PTX for compute_80 or older",
-        "carries SASS sm_75",
-    ] {
-        assert!(
-            none.out.contains(needle),
-            "{needle:?} not in:\n{}",
-            none.out
-        );
-    }
+    none.says(
+        101,
+        &[
+            "no kernel image for a 8.0 GPU",
+            "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
+            "SASS sm_80, or PTX for compute_80 or older",
+            "carries SASS sm_75",
+        ],
+    );
 
     // Without a target the GPU code is listed, not judged.
     let listed = lint(&[], &[&ampere, &turing]);

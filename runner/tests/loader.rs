@@ -214,6 +214,18 @@ fn info_of(path: &Path) -> cuda_sandbox_elfkit::DynamicInfo {
         .unwrap()
 }
 
+/// Our resolution of `libcuda.so.1` for `object`, held to what the real loader tried.
+fn resolved_like(
+    real: &Real,
+    object: &Path,
+    info: &cuda_sandbox_elfkit::DynamicInfo,
+    ctx: &SearchContext,
+) -> Resolution {
+    let res = loader::resolve("libcuda.so.1", object, info, ctx, &RealFs);
+    assert_same_search(&res, real);
+    res
+}
+
 fn found_line(res: &Resolution) -> String {
     match &res.outcome {
         Outcome::Found { path, .. } => format!("FOUND {}", path.display()),
@@ -242,8 +254,7 @@ fn the_executables_runpath_comes_after_ld_library_path_and_origin_is_its_real_di
     let llp = format!("{}/llp", d.display());
     let real = run_real(&link, &[], Some(&llp));
     let ctx = context(&link, Some(&llp));
-    let res = loader::resolve("libcuda.so.1", &link, &info_of(&prog), &ctx, &RealFs);
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &link, &info_of(&prog), &ctx);
     assert_eq!(found_line(&res), real.line);
     let Outcome::Found {
         real_path, source, ..
@@ -288,27 +299,13 @@ fn the_executables_rpath_comes_before_ld_library_path() {
     cc(PROG, &prog, &[&rp, "-ldl"]);
     let llp = format!("{}/llp", d.display());
     let real = run_real(&prog, &[], Some(&llp));
-    let res = loader::resolve(
-        "libcuda.so.1",
-        &prog,
-        &info_of(&prog),
-        &context(&prog, Some(&llp)),
-        &RealFs,
-    );
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &prog, &info_of(&prog), &context(&prog, Some(&llp)));
     assert_eq!(real.line, format!("FOUND {}", want.display()));
     assert_eq!(found_line(&res), real.line);
     // Without the one in b/, LD_LIBRARY_PATH's comes next.
     std::fs::remove_file(&want).unwrap();
     let real = run_real(&prog, &[], Some(&llp));
-    let res = loader::resolve(
-        "libcuda.so.1",
-        &prog,
-        &info_of(&prog),
-        &context(&prog, Some(&llp)),
-        &RealFs,
-    );
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &prog, &info_of(&prog), &context(&prog, Some(&llp)));
     assert_eq!(real.line, format!("FOUND {llp}/libcuda.so.1"));
     assert_eq!(found_line(&res), real.line);
 }
@@ -343,8 +340,7 @@ fn a_library_doing_the_dlopen_uses_its_own_runpath_not_the_executables() {
     std::os::unix::fs::symlink(&mid, &sym).unwrap();
     let real = run_real(&prog, &[&sym], None);
     let ctx = context(&prog, None);
-    let res = loader::resolve("libcuda.so.1", &sym, &info_of(&mid), &ctx, &RealFs);
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &sym, &info_of(&mid), &ctx);
     assert_eq!(
         real.line,
         format!("FOUND {}/sym/../mid-rp/libcuda.so.1", d.display())
@@ -373,8 +369,7 @@ fn a_library_without_runpath_gets_the_executables_rpath() {
         ctx.executable_rpath,
         Some(vec!["$ORIGIN/exe-rpath".to_string()])
     );
-    let res = loader::resolve("libcuda.so.1", &mid, &info_of(&mid), &ctx, &RealFs);
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &mid, &info_of(&mid), &ctx);
     let canon = d.canonicalize().unwrap();
     assert_eq!(
         real.line,
@@ -387,8 +382,7 @@ fn a_library_without_runpath_gets_the_executables_rpath() {
     let own = format!("-Wl,--enable-new-dtags,-rpath,{}/nothing-here", d.display());
     cc(MID, &mid2, &["-shared", "-fPIC", &own, "-ldl"]);
     let real = run_real(&prog, &[&mid2], None);
-    let res = loader::resolve("libcuda.so.1", &mid2, &info_of(&mid2), &ctx, &RealFs);
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &mid2, &info_of(&mid2), &ctx);
     assert!(real.line.starts_with("ERROR "), "{}", real.line);
     assert_eq!(res.outcome, Outcome::NotFound { other_class: false });
 }
@@ -420,16 +414,14 @@ fn wrong_class_and_machine_are_skipped_and_a_non_elf_file_ends_the_search() {
     let real = run_real(&prog, &[], None);
     // (glibc 2.36 skips them silently; newer ones log "(incompatible ELF class)".)
     let ctx = context(&prog, None);
-    let res = loader::resolve("libcuda.so.1", &prog, &info_of(&prog), &ctx, &RealFs);
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &prog, &info_of(&prog), &ctx);
     assert_eq!(real.line, format!("FOUND {}", want.display()));
     assert_eq!(found_line(&res), real.line);
     // Only the other-class ones left: "wrong ELF class".
     std::fs::remove_file(&want).unwrap();
     std::fs::remove_dir_all(d.join("aarch64")).unwrap();
     let real = run_real(&prog, &[], None);
-    let res = loader::resolve("libcuda.so.1", &prog, &info_of(&prog), &ctx, &RealFs);
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &prog, &info_of(&prog), &ctx);
     assert!(
         real.line.contains("wrong ELF class: ELFCLASS32"),
         "{}",
@@ -445,8 +437,7 @@ fn wrong_class_and_machine_are_skipped_and_a_non_elf_file_ends_the_search() {
     )
     .unwrap();
     let real = run_real(&prog, &[], None);
-    let res = loader::resolve("libcuda.so.1", &prog, &info_of(&prog), &ctx, &RealFs);
-    assert_same_search(&res, &real);
+    let res = resolved_like(&real, &prog, &info_of(&prog), &ctx);
     assert!(real.line.contains("invalid ELF header"), "{}", real.line);
     assert_eq!(
         res.outcome,

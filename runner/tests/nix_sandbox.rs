@@ -263,15 +263,10 @@ fn package_checks_judge_the_package_on_the_gpu_the_fake_driver_plays() {
 fn runner_with_driver_link(dir: &Path) -> PathBuf {
     let copy = dir.join("cuda-sandbox-check");
     std::fs::copy(RUNNER, &copy).unwrap();
-    let out = std::process::Command::new("patchelf")
-        .args(["--add-rpath", "/run/opengl-driver/lib"])
-        .arg(&copy)
-        .output()
-        .expect("run patchelf (scripts/setup installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    cuda_sandbox_testkit::run_ok(
+        std::process::Command::new("patchelf")
+            .args(["--add-rpath", "/run/opengl-driver/lib"])
+            .arg(&copy),
     );
     copy
 }
@@ -290,16 +285,7 @@ fn package_driver_check_follows_each_objects_runpath_inside_the_sandbox() {
     let temp = tempfile::tempdir().unwrap();
     let runner = runner_with_driver_link(temp.path());
     let patchelf = |args: &[&str], file: &Path| {
-        let out = std::process::Command::new("patchelf")
-            .args(args)
-            .arg(file)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        cuda_sandbox_testkit::run_ok(std::process::Command::new("patchelf").args(args).arg(file));
     };
     // NVIDIA's cudart 12.9 with the driver link in DT_RUNPATH, as Nixpkgs ships it.
     let good = temp.path().join("good/lib");

@@ -188,15 +188,7 @@ fn the_packages_cuda_runtimes_are_judged_against_the_driver_in_use() {
 }
 
 fn cc(args: &[&str]) {
-    let out = std::process::Command::new("cc")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cuda_sandbox_testkit::run_ok(std::process::Command::new("cc").args(args));
 }
 
 #[test]

@@ -26,9 +26,10 @@
 //!   not used. No option lists NVVM (LTO-IR) entries, and these tools cannot make one.
 
 use crate::real_nvidia::RealNvidia;
+use crate::run_ok as run;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// The PTX ISA version of the kernel: the lowest that ptxas 13.5 accepts for every target
 /// (`sm_107*` needs 9.4, `sm_88` and `sm_110*` 9.0, `sm_103*` and `sm_121*` 8.8).
@@ -688,20 +689,6 @@ pub fn cuobjdump_list(real: &RealNvidia, path: &Path) -> Vec<Listed> {
         }));
     }
     listed
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("run {:?}: {e}", cmd.get_program()));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
 }
 
 fn stdout(cmd: &mut Command) -> String {

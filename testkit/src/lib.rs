@@ -162,6 +162,16 @@ impl NixSandbox {
         NixSandbox {
             hook: Some(hook.to_path_buf()),
             config: Some(config.to_path_buf()),
+            ..NixSandbox::without_hook()
+        }
+    }
+
+    /// A sandbox with no hook, `system-features = cuda`, and the host's `/bin`, `/usr`,
+    /// `/lib`, `/lib64` (those that exist) for dynamically linked builders.
+    pub fn without_hook() -> NixSandbox {
+        NixSandbox {
+            hook: None,
+            config: None,
             system_features: "cuda".to_string(),
             sandbox_paths: ["/bin", "/usr", "/lib", "/lib64"]
                 .iter()
@@ -359,4 +369,20 @@ impl FakeHost {
             .expect("write the hook config");
         FakeHost { dir, root, config }
     }
+}
+
+/// Runs `cmd` and returns its output; a command that cannot start or fails panics with its
+/// status and output.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("run {:?}: {e}", cmd.get_program()));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
 }

@@ -53,6 +53,22 @@ struct Header {
     flags: u64,
 }
 
+impl Header {
+    /// The entry this header describes, its header at file offset `offset`.
+    fn entry(&self, compression: Compression, offset: u64, concatenated: bool) -> Entry {
+        Entry {
+            kind: EntryKind::from_code(self.kind),
+            arch: arch_of(self.arch, self.flags),
+            version: self.version,
+            compression,
+            flags: self.flags,
+            offset,
+            stored_size: self.payload,
+            concatenated,
+        }
+    }
+}
+
 fn header_at(data: &[u8], at: usize) -> Option<Header> {
     data.get(at..at.checked_add(ENTRY_HEADER_MIN)?)?;
     Some(Header {
@@ -127,16 +143,7 @@ pub fn container_at(data: &[u8], at: usize, base: u64) -> Result<(Vec<Entry>, us
         if h.kind == KIND_CONCATENATED {
             parts(data, p, &h, compression, base, &mut entries)?;
         } else {
-            entries.push(Entry {
-                kind: EntryKind::from_code(h.kind),
-                arch: arch_of(h.arch, h.flags),
-                version: h.version,
-                compression,
-                flags: h.flags,
-                offset: pos(p),
-                stored_size: h.payload,
-                concatenated: false,
-            });
+            entries.push(h.entry(compression, pos(p), false));
         }
         p = next;
     }
@@ -182,16 +189,7 @@ fn parts(
         if u16_at(data, q + 2) != Some(0x0101) {
             return Err(bad());
         }
-        entries.push(Entry {
-            kind: EntryKind::from_code(h.kind),
-            arch: arch_of(h.arch, h.flags),
-            version: h.version,
-            compression,
-            flags: h.flags,
-            offset: at,
-            stored_size: h.payload,
-            concatenated: true,
-        });
+        entries.push(h.entry(compression, at, true));
         q = q
             .checked_add(part_size(&data[..table_end], q, &h).ok_or_else(bad)?)
             .ok_or_else(bad)?;

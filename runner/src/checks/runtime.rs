@@ -261,17 +261,23 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
     }
 }
 
+/// The runtimes the `runtime::*` checks look at, or the outcome to give when there are none.
+fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
+    match session.runtimes() {
+        Ok([]) => Err(no_runtime()),
+        Ok(runtimes) => Ok(runtimes),
+        Err(why) => Err(Outcome::fail(
+            format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
+            facts! {},
+        )),
+    }
+}
+
 /// Runs `runtime::compatibility`.
 pub fn compatibility(session: &Session) -> Outcome {
-    let runtimes = match session.runtimes() {
-        Ok([]) => return no_runtime(),
+    let runtimes = match loadable_runtimes(session) {
         Ok(runtimes) => runtimes,
-        Err(why) => {
-            return Outcome::fail(
-                format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
-                facts! {},
-            )
-        }
+        Err(outcome) => return outcome,
     };
     let driver = match session.driver().and_then(|d| d.version().map(CudaVersion)) {
         Ok(v) => v,
@@ -283,15 +289,9 @@ pub fn compatibility(session: &Session) -> Outcome {
 
 /// Runs `runtime::entry_points`.
 pub fn entry_points(session: &Session) -> Outcome {
-    let runtimes = match session.runtimes() {
-        Ok([]) => return no_runtime(),
+    let runtimes = match loadable_runtimes(session) {
         Ok(runtimes) => runtimes,
-        Err(why) => {
-            return Outcome::fail(
-                format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
-                facts! {},
-            )
-        }
+        Err(outcome) => return outcome,
     };
     let driver = match session.driver() {
         Ok(driver) => driver,
