@@ -153,6 +153,22 @@ pub fn failure(modules: &[Container], module: &ModuleVerdict, target: &Target) -
     }
 }
 
+/// Why a file cannot run on `target`, in one line: its first failing module and how many
+/// more fail alike; `None` when no module fails the file.
+pub fn cannot_run(modules: &[Container], judgement: &Judgement, target: &Target) -> Option<String> {
+    let mut failing = judgement.failing();
+    let first = failing.next()?;
+    let more = match failing.count() {
+        0 => String::new(),
+        n => format!(" ({n} more module(s) fail alike)"),
+    };
+    Some(format!(
+        "cannot run on {}: {}{more}",
+        target.describe(),
+        failure(modules, first, target)
+    ))
+}
+
 /// One line for a file: what it carries, and on the target whether it runs, by SASS or JIT.
 pub fn summary(
     modules: &[Container],

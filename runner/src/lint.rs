@@ -28,7 +28,7 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
-use crate::gpu_code::{examine, failure, FileGpuCode, Target};
+use crate::gpu_code::{cannot_run, examine, failure, FileGpuCode, Target};
 use crate::runtimes::{mixed_versions, runtime_in, FoundRuntime};
 
 /// What the lint expects.
@@ -457,44 +457,35 @@ fn gpu_code_of(path: &Path, data: &[u8], config: &LintConfig, report: &mut LintR
         return;
     };
     if let (Some(j), Some(t)) = (&found.judgement, target) {
-        let (kind, module) = match j.verdict {
+        let finding = match j.verdict {
             FileVerdict::Fails => {
-                let first = j
-                    .failing()
-                    .next()
-                    .expect("a failing file has a failing module");
-                let kind = match first.load {
-                    Load::UnsupportedPtx { .. } => FindingKind::PtxTooNew,
+                let kind = match j.failing().next().map(|m| &m.load) {
+                    Some(Load::UnsupportedPtx { .. }) => FindingKind::PtxTooNew,
                     _ => FindingKind::NoKernelImage,
                 };
-                (Some(kind), Some(first))
+                cannot_run(&found.modules, j, t).map(|message| (kind, message))
             }
-            FileVerdict::Unknown => (
-                Some(FindingKind::GpuCodeUnknown),
-                j.modules
-                    .iter()
-                    .find(|m| matches!(m.load, Load::Unknown { .. })),
-            ),
-            _ => (None, None),
+            FileVerdict::Unknown => j
+                .modules
+                .iter()
+                .find(|m| matches!(m.load, Load::Unknown { .. }))
+                .map(|m| {
+                    (
+                        FindingKind::GpuCodeUnknown,
+                        format!(
+                            "cannot be judged for {}: {}",
+                            t.describe(),
+                            failure(&found.modules, m, t)
+                        ),
+                    )
+                }),
+            _ => None,
         };
-        if let (Some(kind), Some(module)) = (kind, module) {
-            let others = match j.verdict {
-                FileVerdict::Fails => j.failing().count() - 1,
-                _ => 0,
-            };
-            let more = if others > 0 {
-                format!(" ({others} more module(s) fail alike)")
-            } else {
-                String::new()
-            };
+        if let Some((kind, message)) = finding {
             report.findings.push(Finding {
                 file: path.to_path_buf(),
                 kind,
-                message: format!(
-                    "cannot run on {}: {}{more}",
-                    t.describe(),
-                    failure(&found.modules, module, t)
-                ),
+                message,
             });
         }
     }

@@ -32,7 +32,7 @@ use crate::cuda::runtime::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
-use crate::gpu_code::{failure, summary, Target};
+use crate::gpu_code::{cannot_run, failure, summary, Target};
 use crate::loader::{resolve, Outcome as Search, RealFs, SearchContext};
 use crate::runtimes::RuntimeForm;
 use crate::session::Session;
@@ -133,16 +133,9 @@ pub fn gpu_code(session: &Session) -> Outcome {
             let shown = file.path.display();
             match j.verdict {
                 FileVerdict::Fails => {
-                    let failing: Vec<_> = j.failing().collect();
-                    let more = match failing.len() {
-                        1 => String::new(),
-                        n => format!(" ({} more module(s) fail alike)", n - 1),
-                    };
-                    failures.push(format!(
-                        "{shown} cannot run on {}: {}{more}",
-                        target.describe(),
-                        failure(modules, failing[0], target)
-                    ));
+                    failures.extend(
+                        cannot_run(modules, &j, target).map(|why| format!("{shown} {why}")),
+                    );
                 }
                 FileVerdict::Unknown => {
                     if let Some(m) = j
