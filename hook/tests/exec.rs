@@ -2,6 +2,7 @@
 //! exposes. Needs root (and the workspace's runner and fake driver, built by
 //! `cargo build --workspace`); under `CI=true` a missing root fails instead of skipping.
 
+use cuda_sandbox_testkit::terminal::run_on_a_fresh_terminal;
 use cuda_sandbox_testkit::{root_available, workspace_binary, FakeDevices};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -304,25 +305,6 @@ int main(void) {
 }
 "#;
 
-/// `script -qfc "CMD; then read one line from the terminal" /dev/null`: the output of the
-/// session on a fresh pty, whose shell reads, after CMD, whatever was typed into it.
-fn on_a_terminal(command_line: &str) -> String {
-    let line = format!(
-        "{command_line}; timeout 3 sh -c 'read -r l && echo \"typed into the terminal: $l\"'"
-    );
-    let mut child = Command::new("script")
-        .args(["-qfc", &line, "/dev/null"])
-        .stdin(std::process::Stdio::piped()) // open, silent: the pty sees no end of file
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script (util-linux) runs commands on a fresh pty");
-    let stdin = child.stdin.take();
-    let out = child.wait_with_output().unwrap();
-    drop(stdin);
-    text(&out)
-}
-
 #[test]
 fn the_command_cannot_type_into_the_terminal_exec_was_started_from() {
     // Issue 20, finding 1: the command kept exec's terminal as its controlling tty, and as
@@ -335,36 +317,36 @@ fn the_command_cannot_type_into_the_terminal_exec_was_started_from() {
         .unwrap_or(true);
     let host = Host::new();
     let probe = compile(host.dir.path(), "tty-probe", TTY_PROBE, &[]);
+    let injected = "echo INJECTED-BY-THE-COMMAND\n";
     // The harness sees an injection: the probe run straight on the pty types into it (as
     // root, TIOCSTI works on one's controlling terminal whatever legacy_tiocsti says).
-    let control = on_a_terminal(probe.to_str().unwrap());
+    let control = run_on_a_fresh_terminal(&mut Command::new(&probe), Duration::from_secs(60));
     assert!(
-        control.contains("TIOCSTI stdin: TYPED")
-            && control.contains("typed into the terminal: echo INJECTED-BY-THE-COMMAND"),
-        "the control run did not type into its terminal:\n{control}"
+        control.output.contains("TIOCSTI stdin: TYPED") && control.typed.contains(injected),
+        "the control run did not type into its terminal: {control:?}"
     );
-    let cmd = host.exec_command(&[probe.to_str().unwrap()]);
-    let words: Vec<String> = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_str().unwrap().to_string())
-        .collect();
-    let t = on_a_terminal(&words.join(" "));
-    assert!(
-        t.contains("tty_nr 0"),
-        "the command has a controlling tty:\n{t}"
+    let t = run_on_a_fresh_terminal(
+        &mut host.exec_command(&[probe.to_str().unwrap()]),
+        Duration::from_secs(60),
     );
+    assert!(t.status.is_some_and(|s| s.success()), "exec failed: {t:?}");
+    let out = &t.output;
     assert!(
-        t.contains("isatty 0 0 0"),
-        "the command holds a terminal:\n{t}"
+        out.contains("tty_nr 0"),
+        "the command has a controlling tty: {t:?}"
     );
     assert!(
-        t.contains("/dev/tty: No such device or address"),
-        "/dev/tty opened:\n{t}"
+        out.contains("isatty 0 0 0"),
+        "the command holds a terminal: {t:?}"
     );
-    assert!(t.contains("TIOCSTI stdin: refused"), "{t}");
     assert!(
-        !t.contains("TYPED") && !t.contains("typed into the terminal"),
-        "the command typed into exec's terminal (legacy_tiocsti {legacy}):\n{t}"
+        out.contains("/dev/tty: No such device or address"),
+        "/dev/tty opened: {t:?}"
+    );
+    assert!(out.contains("TIOCSTI stdin: refused"), "{t:?}");
+    assert!(
+        !out.contains("TYPED") && t.typed.is_empty(),
+        "the command typed into exec's terminal (legacy_tiocsti {legacy}): {t:?}"
     );
 }
 

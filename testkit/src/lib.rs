@@ -9,6 +9,7 @@ pub mod crafted_elf;
 pub mod fatbin_fixtures;
 pub mod nix_version;
 pub mod real_nvidia;
+pub mod terminal;
 
 pub use nix_version::{DerivationJson, NixVersion};
 use std::os::unix::fs::PermissionsExt;
