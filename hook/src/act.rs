@@ -3,38 +3,21 @@
 //!
 //! Reads the plan from [`crate::plan::decide`]; writes the closure cache, the lease files and
 //! the manifest, each in a state directory that is verified on every run (root-owned, not
-//! writable by group or others, not a symlink; see [`crate::statedir`]). `explain` acts
-//! without a lease (it shows which GPUs a build would get) and without writing a manifest.
+//! writable by group or others, not a symlink; see [`crate::statedir`]). Computing a closure
+//! reads the store (`nix-store`, and an `lstat` of each member) and may fill the cache, so it
+//! is done here, not in the scan. `explain` acts without a lease (it shows which GPUs a build
+//! would get) and without writing a manifest; [`crate::pipeline`] decides which mode runs.
 
 use crate::closure::ClosureCache;
 use crate::config::Config;
 use crate::lease::{Holder, LeaseRequest, Leases};
 use crate::manifest_file;
-use crate::plan::{decide, Plan, Problem, Skip};
+use crate::pipeline::Mode;
+use crate::plan::{Plan, Problem, Skip};
 use crate::request::Request;
-use crate::scan::scan;
 use crate::symlinks::Node;
+use std::path::PathBuf;
 use std::time::Duration;
-
-/// Who acts, and so what may change on the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// The pre-build hook: lease GPUs to the build in its chroot and write its manifest.
-    Hook,
-    /// `explain`: show what a build would get; no lease, no manifest.
-    Explain,
-    /// `exec`: no lease (its private root cannot carry one); the manifest is written.
-    Exec,
-}
-
-/// The whole pipeline after resolve, for a tagged request: scan the host, decide the plan, and
-/// act on it ([`act`]). Used alike by the hook, `explain` and `exec`.
-pub fn plan(req: &Request, config: &Config, mode: Mode) -> Plan {
-    let rules: Vec<&crate::config::Rule> = req.rules.iter().map(|i| &config.rules[*i]).collect();
-    let view = scan(config, &rules);
-    let plan = decide(req, config, &view);
-    act(plan, req, config, mode)
-}
 
 /// Completes `plan`: adds the closures of its store paths, prunes nested paths, leases (or
 /// previews) its GPUs and plans the manifest. Problems met here are added to the plan.
@@ -49,12 +32,55 @@ pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
     plan
 }
 
-/// Writes the plan's manifest (hook and exec, once the plan has no problems and its answer
-/// could be rendered).
-pub fn write_manifest(plan: &Plan, config: &Config) -> Result<(), String> {
+/// The manifest file could not be written.
+#[derive(Debug)]
+pub struct ManifestWriteError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub error: std::io::Error,
+}
+
+impl std::fmt::Display for ManifestWriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot write the manifest {}: {}",
+            self.path.display(),
+            self.error
+        )
+    }
+}
+
+impl std::error::Error for ManifestWriteError {}
+
+impl Clone for ManifestWriteError {
+    fn clone(&self) -> Self {
+        ManifestWriteError {
+            path: self.path.clone(),
+            error: std::io::Error::new(self.error.kind(), self.error.to_string()),
+        }
+    }
+}
+
+impl PartialEq for ManifestWriteError {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path && self.error.to_string() == other.error.to_string()
+    }
+}
+
+impl Eq for ManifestWriteError {}
+
+/// Writes the plan's manifest (the pipeline calls it in the modes that write one, once the
+/// plan has no problems and its answer could be rendered).
+pub fn write_manifest(plan: &Plan, config: &Config) -> Result<(), ManifestWriteError> {
     match &plan.manifest {
-        Some(m) => manifest_file::write(m, &config.runtime_dir)
-            .map_err(|e| format!("cannot write the manifest {}: {e}", m.outside.display())),
+        Some(m) => {
+            manifest_file::write(m, &config.runtime_dir).map_err(|error| ManifestWriteError {
+                path: m.outside.clone(),
+                error,
+            })
+        }
         None => Ok(()),
     }
 }

@@ -19,11 +19,10 @@
 //! closed. Its libraries are read as the loader reads them and taken only from the store and
 //! the loader's directories ([`crate::elfdeps`]).
 
-use crate::act::Mode;
 use crate::elfdeps;
-use crate::hook;
+use crate::pipeline::{self, Mode};
 use crate::plan::Reason;
-use crate::request::{self, Input, Request, Verdict};
+use crate::request::{self, Environment, Input, Request, Verdict};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use std::ffi::{CString, OsString};
@@ -48,6 +47,10 @@ pub struct ExecRequest {
     /// `--env` arguments: `NAME=VALUE` sets a variable, `NAME` passes exec's own value (when
     /// it has one).
     pub env: Vec<OsString>,
+    /// The variables the hook itself reads ([`Environment`]), read once by the caller.
+    pub environment: Environment,
+    /// Exec's own environment, read once by the caller: the values `--env NAME` passes on.
+    pub caller_env: Vec<(OsString, OsString)>,
 }
 
 /// The environment every command starts with, as in Nix's sandbox: a build's temporary
@@ -126,13 +129,14 @@ pub fn resolve(req: &ExecRequest) -> Request {
         extra_features: &req.features,
         default_features: &["cuda"],
         config: req.config.as_deref(),
-        ..Input::default()
+        ..Input::new(&req.environment)
     })
 }
 
 /// Plans the root for `req` (resolved as `resolved`, with the private root as its chroot):
 /// the hook's exposures, then the libraries the command and the exposed driver libraries need.
-/// Also writes the manifest the plan names (the command may be the runner, which reads it).
+/// The pipeline writes the manifest the plan names (the command may be the runner, which
+/// reads it).
 /// Returns the binds and the command's path inside.
 pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, PathBuf), String> {
     if let Verdict::Nothing(_) = resolved.verdict {
@@ -141,14 +145,11 @@ pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, Path
             resolved.features_lossy().join(", ")
         ));
     }
-    let (plan, answer) = hook::answer(resolved, Mode::Exec);
+    let pipeline::Outcome { plan, answer } = pipeline::run(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
         return Err(format!("the hook would refuse this build: {p}"));
     }
     answer.map_err(|e| format!("the hook would refuse this build: {e}"))?;
-    if let Some(config) = resolved.tagged() {
-        crate::act::write_manifest(&plan, config)?;
-    }
     let mut binds: Vec<Bind> = plan
         .exposures
         .iter()
@@ -175,7 +176,7 @@ pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, Path
         });
     }
     let program = req.command.first().ok_or("exec needs a command after --")?;
-    let program_inside = find_program(program)?;
+    let program_inside = find_program(program, req.environment.path.as_deref())?;
     let program_real = std::fs::canonicalize(&program_inside)
         .map_err(|e| format!("{}: {e}", program_inside.display()))?;
     if !std::fs::metadata(&program_real).is_ok_and(|m| m.is_file()) {
@@ -251,7 +252,13 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, String> {
         (_, Some(c)) => (c.runtime_dir.clone(), c.store_dir.clone()),
         (_, None) => return Err("no usable configuration".into()),
     };
-    let env = environment(&req.env, &store_dir, |n| std::env::var_os(n))?;
+    let caller = |name: &std::ffi::OsStr| {
+        req.caller_env
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let env = environment(&req.env, &store_dir, caller)?;
     let root = staging_root(&runtime_dir)?;
     resolved.chroot = Some(root.clone());
     let (binds, program) = prepare(req, &resolved)?;
@@ -681,14 +688,14 @@ fn is_char_device(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
-/// The absolute path of `program`: as given when it holds a `/`, else found in `PATH`.
-fn find_program(program: &OsString) -> Result<PathBuf, String> {
+/// The absolute path of `program`: as given when it holds a `/`, else found in `path` (the
+/// caller's `PATH`).
+fn find_program(program: &OsString, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, String> {
     let p = Path::new(program);
     if p.as_os_str().as_bytes().contains(&b'/') {
         return std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()));
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    std::env::split_paths(path.unwrap_or_default())
         .map(|d| d.join(p))
         .find(|c| c.is_file())
         .ok_or_else(|| format!("{} not found in PATH", p.display()))

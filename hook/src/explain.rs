@@ -3,13 +3,12 @@
 //! Answers "why can't my build see the GPU": the features found, the rules matched, every path
 //! exposed and why, what was skipped and why, and what Nix would be told. The request is
 //! resolved by the same function as the hook's ([`crate::request::resolve`], `missing_drv` and
-//! `NIX_DERIVATION_V4` included) and the answer computed by the same code
-//! ([`crate::hook::answer`]), without a lease and without writing a manifest.
+//! `NIX_DERIVATION_V4` included) and the answer computed by the same pipeline
+//! ([`crate::pipeline::run`]), without a lease and without writing a manifest.
 
-use crate::act::Mode;
-use crate::hook;
+use crate::pipeline::{self, Mode};
 use crate::plan::{Plan, Reason};
-use crate::request::{self, Input, Verdict, ATERM_FD_ENV, DERIVATION_ENV};
+use crate::request::{self, Environment, Input, Verdict};
 use serde::Serialize;
 use std::path::Path;
 
@@ -50,34 +49,30 @@ pub fn explain(
     drv: Option<&Path>,
     extra_features: &[String],
     config_arg: Option<&Path>,
-) -> Result<Explanation, String> {
+    env: &Environment,
+) -> Explanation {
     let req = request::resolve(&Input {
         drv,
-        derivation_json: std::env::var_os(DERIVATION_ENV),
-        aterm_fd: std::env::var_os(ATERM_FD_ENV),
         extra_features,
         config: config_arg,
         always_load_config: true,
-        ..Input::default()
+        ..Input::new(env)
     });
     let matches = match &req.config {
         Some(config) => {
             let bytes: Vec<&[u8]> = req.features.iter().map(Vec::as_slice).collect();
-            req.rules
-                .iter()
-                .map(|i| {
-                    let r = &config.rules[*i];
-                    RuleMatch {
-                        rule: r.name.clone(),
-                        feature: String::from_utf8_lossy(r.first_match(&bytes).unwrap_or_default())
-                            .into(),
-                    }
+            req.matched_rules(config)
+                .into_iter()
+                .map(|(_, r)| RuleMatch {
+                    rule: r.name.clone(),
+                    feature: String::from_utf8_lossy(r.first_match(&bytes).unwrap_or_default())
+                        .into(),
                 })
                 .collect()
         }
         None => Vec::new(),
     };
-    let (plan, answer) = hook::answer(&req, Mode::Explain);
+    let pipeline::Outcome { plan, answer } = pipeline::run(&req, Mode::Explain);
     let (verdict, nix_answer) = match answer {
         Ok(answer) => {
             let verdict = match &req.verdict {
@@ -98,7 +93,7 @@ pub fn explain(
             (verdict, String::new())
         }
     };
-    Ok(Explanation {
+    Explanation {
         derivation: drv.map(|d| d.display().to_string()),
         features: req.features_lossy(),
         structured_attrs: req.structured,
@@ -108,7 +103,7 @@ pub fn explain(
         verdict,
         nix_answer,
         warnings: req.warnings,
-    })
+    }
 }
 
 /// Renders an explanation for a terminal. Every line goes through [`Lines::line`], which

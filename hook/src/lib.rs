@@ -25,6 +25,7 @@ pub mod hook;
 pub mod lease;
 pub mod log;
 pub mod manifest_file;
+pub mod pipeline;
 pub mod plan;
 pub mod protocol;
 pub mod request;

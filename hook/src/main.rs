@@ -1,6 +1,7 @@
 //! `cuda-sandbox-hook`: argv → hook mode or a subcommand. No logic lives here.
 
 use clap::{Parser, Subcommand};
+use cuda_sandbox_hook::request::Environment;
 use cuda_sandbox_hook::{exec, explain, hook, log};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -111,20 +112,14 @@ fn main() -> ExitCode {
                 log::error("explain needs a .drv path or --features");
                 return ExitCode::from(2);
             }
-            match explain::explain(drv.as_deref(), &features, cli.config.as_deref()) {
-                Ok(e) if json => {
-                    println!("{}", serde_json::to_string_pretty(&e).expect("plain data"));
-                    ExitCode::SUCCESS
-                }
-                Ok(e) => {
-                    print!("{}", explain::render_text(&e));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    log::error(e);
-                    ExitCode::from(2)
-                }
+            let env = Environment::of_process();
+            let e = explain::explain(drv.as_deref(), &features, cli.config.as_deref(), &env);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&e).expect("plain data"));
+            } else {
+                print!("{}", explain::render_text(&e));
             }
+            ExitCode::SUCCESS
         }
         (
             Some(Command::Exec {
@@ -145,6 +140,8 @@ fn main() -> ExitCode {
                 command,
                 user: user.unwrap_or(exec::DEFAULT_USER),
                 env,
+                environment: Environment::of_process(),
+                caller_env: std::env::vars_os().collect(),
             };
             match exec::exec(&req) {
                 Ok(never) => match never {},
@@ -209,7 +206,7 @@ fn parse_user(text: &str) -> Result<(u32, u32), String> {
 }
 
 fn run_hook(drv: &Path, chroot: &Path, config: Option<&Path>) -> ExitCode {
-    match hook::pre_build(drv, chroot, config) {
+    match hook::pre_build(drv, chroot, config, &Environment::of_process()) {
         Ok(answer) => {
             let mut out = std::io::stdout().lock();
             if out.write_all(&answer).and_then(|()| out.flush()).is_err() {

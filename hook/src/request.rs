@@ -6,7 +6,7 @@
 //! features, the matching rules and the verdict. The derivation's attributes are read in
 //! [`crate::drv`]; the GPU count only once a rule has matched. Writes nothing.
 
-use crate::config::{self, Config, ConfigSource, MissingDrv, DEFAULT_FEATURES};
+use crate::config::{self, Config, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
 use crate::drv::{self, DrvEnv, RequiredFeatures};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,48 @@ pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
 /// read (proposed for upstream Nix in NixOS/nix#16413, not merged). A JSON document there is
 /// read like [`DERIVATION_ENV`], in case the proposal settles on JSON.
 pub const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
+
+/// The process environment the hook reads, read once by the caller (`main`) and passed in:
+/// no other code reads an environment variable.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// [`DERIVATION_ENV`]: the derivation as JSON.
+    pub derivation_json: Option<OsString>,
+    /// [`ATERM_FD_ENV`]: a descriptor holding the derivation.
+    pub aterm_fd: Option<OsString>,
+    /// [`config::CONFIG_ENV`]: the configuration file to use.
+    pub config: Option<OsString>,
+    /// `PATH`, where `exec` finds its command.
+    pub path: Option<OsString>,
+}
+
+impl Environment {
+    /// Reads the variables above from this process's environment.
+    pub fn of_process() -> Environment {
+        Environment {
+            derivation_json: std::env::var_os(DERIVATION_ENV),
+            aterm_fd: std::env::var_os(ATERM_FD_ENV),
+            config: std::env::var_os(config::CONFIG_ENV),
+            path: std::env::var_os("PATH"),
+        }
+    }
+}
+
+/// A rule of the configuration, by its place in `Config::rules`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleId(usize);
+
+impl RuleId {
+    /// The rule in `config` (the configuration the id was made for).
+    pub fn of(self, config: &Config) -> &Rule {
+        &config.rules[self.0]
+    }
+
+    /// The ids of every rule of `config`, in order.
+    pub fn all(config: &Config) -> impl Iterator<Item = RuleId> {
+        (0..config.rules.len()).map(RuleId)
+    }
+}
 
 /// What the build is to get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,15 +73,13 @@ pub enum Verdict {
 }
 
 /// Where the request comes from: the derivation and the caller's additions.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Input<'a> {
     /// The `.drv` path (as Nix passes it, or as given to `explain`/`exec`).
     pub drv: Option<&'a Path>,
-    /// The derivation as JSON, when the caller has it (the hook: `$NIX_DERIVATION_V4`).
-    pub derivation_json: Option<OsString>,
-    /// A file descriptor number holding the derivation, when the `.drv` is absent (the hook:
-    /// `$DRV_ATERM_FD`).
-    pub aterm_fd: Option<OsString>,
+    /// The environment: the derivation as JSON or on a descriptor when the `.drv` is absent,
+    /// and the configuration file.
+    pub env: &'a Environment,
     /// Features added by the caller (`--features`).
     pub extra_features: &'a [String],
     /// Features to use when the derivation and the caller name none (`exec`: `cuda`).
@@ -50,6 +90,21 @@ pub struct Input<'a> {
     pub chroot: Option<&'a Path>,
     /// Load the configuration even for an untagged request (`explain` shows it).
     pub always_load_config: bool,
+}
+
+impl<'a> Input<'a> {
+    /// An input with nothing but the environment: no derivation, no additions.
+    pub fn new(env: &'a Environment) -> Input<'a> {
+        Input {
+            drv: None,
+            env,
+            extra_features: &[],
+            default_features: &[],
+            config: None,
+            chroot: None,
+            always_load_config: false,
+        }
+    }
 }
 
 /// The resolved request.
@@ -67,11 +122,12 @@ pub struct Request {
     pub config_source: ConfigSource,
     /// The configuration, when it was loaded and is usable.
     pub config: Option<Config>,
-    /// Indices of the matching rules in `config.rules`.
-    pub rules: Vec<usize>,
+    /// The matching rules of `config`.
+    pub rules: Vec<RuleId>,
     /// The derivation's `cudaSandboxGpus`, read only when a rule matched.
     pub gpus_wanted: Option<String>,
-    /// What the build gets.
+    /// What the build gets. It is [`Verdict::Fail`] until the request is resolved, so a path
+    /// through the resolver that forgets to decide fails the build rather than exposing.
     pub verdict: Verdict,
     /// Things worth a warning on stderr (ignored broken config, missing `.drv`, …).
     pub warnings: Vec<String>,
@@ -102,6 +158,11 @@ impl Request {
         }
     }
 
+    /// The matching rules of `config` (the request's own configuration), with their ids.
+    pub fn matched_rules<'c>(&self, config: &'c Config) -> Vec<(RuleId, &'c Rule)> {
+        self.rules.iter().map(|id| (*id, id.of(config))).collect()
+    }
+
     /// The first feature of the first matching rule, for messages.
     pub fn first_match(&self) -> String {
         let Some(config) = &self.config else {
@@ -110,7 +171,7 @@ impl Request {
         let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
         self.rules
             .first()
-            .and_then(|i| config.rules[*i].first_match(&features))
+            .and_then(|id| id.of(config).first_match(&features))
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .unwrap_or_default()
     }
@@ -127,7 +188,13 @@ pub fn resolve(input: &Input<'_>) -> Request {
         config: None,
         rules: Vec::new(),
         gpus_wanted: None,
-        verdict: Verdict::Tagged,
+        verdict: Verdict::Fail(format!(
+            "the request for {} was not resolved (a bug in cuda-sandbox: please report it)",
+            input
+                .drv
+                .map(|d| d.display().to_string())
+                .unwrap_or_default()
+        )),
         warnings: Vec::new(),
     };
     let name = req.derivation_name();
@@ -136,7 +203,7 @@ pub fn resolve(input: &Input<'_>) -> Request {
         return req;
     };
     // The file first; on a remote builder, where it is absent, what Nix passed instead.
-    match read_drv(drv_path, input.aterm_fd.as_deref()) {
+    match read_drv(drv_path, input.env.aterm_fd.as_deref()) {
         Ok((bytes, Some(from))) if bytes.trim_ascii_start().starts_with(b"{") => {
             req.with_json_derivation(&bytes, from, &name, input);
         }
@@ -150,7 +217,7 @@ pub fn resolve(input: &Input<'_>) -> Request {
             },
             Err(e) => req.unreadable(&bytes, &name, &prefixed(from, &e)),
         },
-        Err(e) => match &input.derivation_json {
+        Err(e) => match &input.env.derivation_json {
             Some(json) => {
                 req.with_json_derivation(json.as_encoded_bytes(), DERIVATION_ENV, &name, input)
             }
@@ -415,8 +482,8 @@ impl Request {
             }
         };
         let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
-        self.rules = (0..config.rules.len())
-            .filter(|i| config.rules[*i].answers_any(&features))
+        self.rules = RuleId::all(&config)
+            .filter(|id| id.of(&config).answers_any(&features))
             .collect();
         if self.rules.is_empty() {
             let configured: Vec<&str> = config
@@ -465,7 +532,7 @@ impl Request {
                 ))
             }
             MissingDrv::Expose => {
-                self.rules = (0..config.rules.len()).collect();
+                self.rules = RuleId::all(&config).collect();
                 self.features = config
                     .rules
                     .iter()

@@ -67,6 +67,9 @@ pub enum Node {
     Symlink(PathBuf),
     /// The entry could not be inspected.
     Error(String),
+    /// A recorded view of the host has nothing for this path: the scan did not look at it.
+    /// Following a chain through it fails ([`ChainError::Unscanned`]), never guesses.
+    Unscanned,
 }
 
 impl Node {
@@ -100,7 +103,7 @@ impl Node {
 }
 
 /// Where [`follow`] looks entries up: the real filesystem while scanning, the recorded
-/// [`crate::scan::HostView`] while deciding.
+/// [`crate::scan::Snapshot`] while deciding.
 pub trait Lookup {
     /// What is at `outside` (without following a final symlink).
     fn lstat(&self, outside: &Path) -> Node;
@@ -144,6 +147,8 @@ pub enum ChainError {
     Loop(PathBuf),
     /// Any other I/O error.
     Io(PathBuf, String),
+    /// The path was not looked at by the scan whose record is being followed.
+    Unscanned(PathBuf),
     /// A link leads outside the roots symlinks may be followed into.
     Escapes {
         /// The link (inside path).
@@ -165,6 +170,11 @@ impl fmt::Display for ChainError {
             ),
             ChainError::Loop(p) => write!(f, "symlink loop at {}", p.display()),
             ChainError::Io(p, e) => write!(f, "cannot inspect {}: {e}", p.display()),
+            ChainError::Unscanned(p) => write!(
+                f,
+                "{} was not looked at by the scan (a bug in cuda-sandbox: please report it)",
+                p.display()
+            ),
             ChainError::Escapes { link, target } => write!(
                 f,
                 "symlink {} leads to {}, outside the roots symlinks may be followed into \
@@ -207,6 +217,7 @@ pub fn follow(
                 })
             }
             Node::Error(e) => return Err(ChainError::Io(here.outside.clone(), e)),
+            Node::Unscanned => return Err(ChainError::Unscanned(here.outside.clone())),
             Node::Symlink(t) => t,
             other => {
                 return Ok(Chain {

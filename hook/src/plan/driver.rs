@@ -2,15 +2,42 @@
 //! choice, and the libcuda paths the build is expected to load.
 
 use super::{Plan, Problem, Reason, Skip, Want, OPTIONAL};
-use crate::config::{Config, DriverConfig, Platform, Rule};
+use crate::config::{Config, Platform};
 use crate::discover::choice::{self, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
 use crate::discover::host::{HostLibrary, COMPAT_LIBRARIES};
 use crate::discover::versions;
-use crate::scan::HostView;
-use crate::symlinks::{self, Lookup, Node, Space};
+use crate::scan::{DriverView, HostFacts, HostView};
+use crate::symlinks::{self, Space};
 use cuda_sandbox_manifest::{DriverKind, DriverManifest};
 use std::path::{Path, PathBuf};
+
+/// Where an exposed driver file or directory comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverSource {
+    /// The NixOS driver link (`driver-link`).
+    DriverLink,
+    /// A host library bound at the link (`host-library from <where it was found>`).
+    HostLibrary {
+        /// Where it was found (`ld.so.cache` or a directory).
+        found_in: String,
+    },
+    /// The chosen compat driver's directory (`compat`).
+    Compat,
+    /// A compat library bound at the link in place of the host's (`compat-at-driver-link`).
+    CompatAtDriverLink,
+}
+
+impl std::fmt::Display for DriverSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverSource::DriverLink => f.write_str("driver-link"),
+            DriverSource::HostLibrary { found_in } => write!(f, "host-library from {found_in}"),
+            DriverSource::Compat => f.write_str("compat"),
+            DriverSource::CompatAtDriverLink => f.write_str("compat-at-driver-link"),
+        }
+    }
+}
 
 /// Where the host driver comes from.
 enum HostSource {
@@ -25,25 +52,21 @@ enum HostSource {
 impl Plan {
     pub(super) fn add_driver(
         &mut self,
-        rule: &Rule,
-        cfg: &DriverConfig,
+        rule: &str,
+        driver: &DriverView,
         config: &Config,
         view: &HostView,
     ) {
+        let cfg = &driver.source;
         let space = Space::Rooted {
             root: &config.host_root,
             store_dir: &config.store_dir,
         };
         let link = symlinks::normalize(&cfg.link);
         let link_lib = link.join("lib");
-        let source = if !matches!(view.lstat(&space.outside(&link)), Node::Missing) {
+        let source = if driver.link_present {
             HostSource::Link(link.clone())
-        } else if cfg.host_libraries {
-            let found = view
-                .host_libraries
-                .get(&cfg.library_dirs)
-                .cloned()
-                .unwrap_or_default();
+        } else if let Some(found) = driver.host_libraries.clone() {
             let libs = found.libraries;
             for w in found.warnings {
                 self.skipped.push(Skip {
@@ -72,11 +95,11 @@ impl Plan {
         };
         let real_name = host_libcuda_outside
             .as_ref()
-            .and_then(|p| view.real_paths.get(p))
+            .and_then(|p| view.snapshot.real_paths.get(p))
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-        let facts = host_facts(view, real_name.as_deref());
+        let facts = host_facts(&view.facts, real_name.as_deref());
 
-        let candidates = self.compat_candidates(cfg, view);
+        let candidates = self.compat_candidates(driver);
         let choice = choice::choose(&facts, candidates);
         let compat = choice.compat.clone();
         // Where the hook binds the driver file by file (no NixOS link), the compat driver's
@@ -84,9 +107,9 @@ impl Plan {
         // DT_RUNPATH (or LD_LIBRARY_PATH) load it too. A NixOS link is one directory: there
         // the build's library path must put the compat directory first.
         let replace_at_link = compat.is_some() && !matches!(source, HostSource::Link(_));
-        let reason = |source: &str| Reason::Driver {
-            rule: rule.name.clone(),
-            source: source.to_string(),
+        let reason = |source: DriverSource| Reason::Driver {
+            rule: rule.to_string(),
+            source,
         };
 
         let mut expected: Vec<PathBuf> = Vec::new();
@@ -97,7 +120,15 @@ impl Plan {
                     required: cfg.required,
                     hint: &None,
                 };
-                self.add_path(rule, l, &outside, space, view, reason("driver-link"), want);
+                self.add_path(
+                    rule,
+                    l,
+                    &outside,
+                    space,
+                    view,
+                    reason(DriverSource::DriverLink),
+                    want,
+                );
                 if compat.is_none() {
                     expected.extend(libcuda_paths(
                         &l.join("lib/libcuda.so.1"),
@@ -117,14 +148,16 @@ impl Plan {
                         });
                         continue;
                     }
-                    let why = format!("host-library from {}", lib.found_in);
+                    let why = DriverSource::HostLibrary {
+                        found_in: lib.found_in.clone(),
+                    };
                     self.add_path(
                         rule,
                         &inside,
                         &lib.outside,
                         Space::Literal,
                         view,
-                        reason(&why),
+                        reason(why),
                         OPTIONAL,
                     );
                 }
@@ -139,7 +172,7 @@ impl Plan {
                 }
             }
             HostSource::Absent if cfg.required => self.problems.push(Problem {
-                rule: rule.name.clone(),
+                rule: rule.to_string(),
                 what: format!(
                     "no NVIDIA driver found (no {} and no libcuda.so.1 in /etc/ld.so.cache or {})",
                     link.display(),
@@ -166,7 +199,15 @@ impl Plan {
                 hint: &None,
             };
             let (dir, dir_outside) = (&c.dir, &c.dir_outside);
-            self.add_path(rule, dir, dir_outside, space, view, reason("compat"), want);
+            self.add_path(
+                rule,
+                dir,
+                dir_outside,
+                space,
+                view,
+                reason(DriverSource::Compat),
+                want,
+            );
             expected.extend(libcuda_paths(
                 &c.dir.join("libcuda.so.1"),
                 space,
@@ -175,7 +216,12 @@ impl Plan {
             ));
             expected.extend(libcuda_paths(&c.dir.join(&c.libcuda), space, config, view));
             if replace_at_link {
-                self.bind_compat_at_link(rule, c, &link_lib, view, &mut expected);
+                let names = driver
+                    .compat
+                    .iter()
+                    .find(|seen| seen.outside == c.dir_outside)
+                    .map_or(&[][..], |seen| seen.libraries.as_slice());
+                self.bind_compat_at_link(rule, c, names, &link_lib, view, &mut expected);
             }
         }
         expected.sort();
@@ -212,21 +258,19 @@ impl Plan {
 
     /// The compat drivers the scan found in the config's compat directories; directories
     /// without one, or unreadable, are skips.
-    fn compat_candidates(&mut self, cfg: &DriverConfig, view: &HostView) -> Vec<CompatDriver> {
+    fn compat_candidates(&mut self, driver: &DriverView) -> Vec<CompatDriver> {
         let mut out = Vec::new();
-        for pattern in &cfg.compat {
-            for seen in view.compat.get(pattern).into_iter().flatten() {
-                match &seen.found {
-                    Ok(Some(c)) => out.push(c.clone()),
-                    Ok(None) => self.skipped.push(Skip {
-                        path: seen.inside.display().to_string(),
-                        why: "compat directory without a libcuda.so.*".into(),
-                    }),
-                    Err(e) => self.skipped.push(Skip {
-                        path: seen.inside.display().to_string(),
-                        why: format!("compat driver unreadable: {e}"),
-                    }),
-                }
+        for seen in &driver.compat {
+            match &seen.found {
+                Ok(Some(c)) => out.push(c.clone()),
+                Ok(None) => self.skipped.push(Skip {
+                    path: seen.inside.display().to_string(),
+                    why: "compat directory without a libcuda.so.*".into(),
+                }),
+                Err(e) => self.skipped.push(Skip {
+                    path: seen.inside.display().to_string(),
+                    why: format!("compat driver unreadable: {e}"),
+                }),
             }
         }
         out
@@ -235,23 +279,19 @@ impl Plan {
     /// Binds the compat driver's libraries at the driver link in place of the host's.
     fn bind_compat_at_link(
         &mut self,
-        rule: &Rule,
+        rule: &str,
         c: &CompatDriver,
+        names: &[String],
         link_lib: &Path,
         view: &HostView,
         expected: &mut Vec<PathBuf>,
     ) {
-        let names = view
-            .listings
-            .get(&c.dir_outside)
-            .cloned()
-            .unwrap_or_default();
         for name in names {
-            let inside = link_lib.join(&name);
-            let outside = c.dir_outside.join(&name);
+            let inside = link_lib.join(name);
+            let outside = c.dir_outside.join(name);
             let reason = Reason::Driver {
-                rule: rule.name.clone(),
-                source: "compat-at-driver-link".into(),
+                rule: rule.to_string(),
+                source: DriverSource::CompatAtDriverLink,
             };
             self.add_path(
                 rule,
@@ -282,7 +322,7 @@ fn libcuda_paths(
     if let Ok(chain) = symlinks::follow(inside, &outside, space, view) {
         out.extend(chain.hops.into_iter().map(|h| h.inside));
     }
-    if let Some(real) = view.real_paths.get(&outside) {
+    if let Some(real) = view.snapshot.real_paths.get(&outside) {
         out.push(inside_of(real, config));
     }
     out
@@ -301,7 +341,7 @@ fn mount_paths(inside: &Path, outside: &Path, view: &HostView) -> Vec<PathBuf> {
 /// version of the host's user-space driver, from `libcuda_file` (the real file name of the
 /// host's libcuda) when it carries a version, else from the kernel branch, else from the L4T
 /// release.
-pub fn host_facts(view: &HostView, libcuda_file: Option<&str>) -> HostDriverFacts {
+pub fn host_facts(view: &HostFacts, libcuda_file: Option<&str>) -> HostDriverFacts {
     let kernel_branch = view
         .kernel_driver
         .as_deref()

@@ -6,15 +6,19 @@
 //! lease and the manifest (the only steps that touch the host); [`crate::protocol`],
 //! [`crate::explain`] and [`crate::exec`] render the same plan, so they cannot disagree.
 
+mod devices;
 mod driver;
+mod paths;
+
+pub use driver::DriverSource;
 
 use crate::closure::store_path_of;
-use crate::config::{Config, Platform, Rule};
+use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::lease;
 use crate::request::Request;
 use crate::scan::HostView;
-use crate::symlinks::{self, ChainError, Node, Space};
+use crate::symlinks::{self, Node};
 use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_PATH, MANIFEST_VERSION};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -47,13 +51,13 @@ pub enum Reason {
         #[serde(serialize_with = "lossy_path")]
         link: PathBuf,
     },
-    /// The NVIDIA driver: `driver-link`, `host-library from …`, `compat`, or
-    /// `compat-at-driver-link`.
+    /// The NVIDIA driver.
     Driver {
         /// The rule.
         rule: String,
         /// Where the driver file or directory comes from.
-        source: String,
+        #[serde(serialize_with = "as_text")]
+        source: DriverSource,
     },
     /// The manifest the runner reads.
     Manifest,
@@ -63,6 +67,14 @@ pub enum Reason {
         #[serde(serialize_with = "lossy_path")]
         of: PathBuf,
     },
+}
+
+impl Reason {
+    /// Whether the exposure is a device node a rule's device glob matched: these are the
+    /// build's devices (the manifest lists them, and the GPUs among them are leased).
+    pub fn is_device(&self) -> bool {
+        matches!(self, Reason::Device { .. })
+    }
 }
 
 /// One path the build gets.
@@ -172,60 +184,23 @@ pub struct PlannedManifest {
 /// mounts and the driver, each with its reason, nested paths pruned, the closures to add and
 /// the GPUs to lease. Pure.
 pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
-    let rules: Vec<&Rule> = req.rules.iter().map(|i| &config.rules[*i]).collect();
     let mut plan = Plan {
-        rules: rules.iter().map(|r| r.name.clone()).collect(),
+        rules: view.rules.iter().map(|r| r.name.clone()).collect(),
         symlink_roots: std::iter::once(config.store_dir.clone())
             .chain(config.symlink_roots.iter().cloned())
             .collect(),
         ..Plan::default()
     };
-    let rooted = Space::Rooted {
-        root: &config.host_root,
-        store_dir: &config.store_dir,
-    };
-    for rule in &rules {
-        plan.add_devices(rule, config, view);
-        for p in &rule.paths {
-            let inside = symlinks::normalize(&p.path);
-            let outside = rooted.outside(&inside);
-            let reason = Reason::HostPath {
-                rule: rule.name.clone(),
-            };
-            let want = Want {
-                required: p.required,
-                hint: &p.hint,
-            };
-            plan.add_path(rule, &inside, &outside, rooted, view, reason, want);
-            if p.follow_entry_symlinks {
-                plan.add_entry_symlinks(rule, &inside, &outside, rooted, view);
-            }
+    for rule in &view.rules {
+        for device in &rule.devices {
+            plan.add_device(&rule.name, device, config, view);
         }
-        for m in &rule.mounts {
-            let inside = symlinks::normalize(&m.inside);
-            let reason = Reason::Mount {
-                rule: rule.name.clone(),
-            };
-            let want = Want {
-                required: m.required,
-                hint: &m.hint,
-            };
-            plan.add_path(
-                rule,
-                &inside,
-                &m.outside,
-                Space::Literal,
-                view,
-                reason,
-                want,
-            );
-            if m.follow_entry_symlinks {
-                plan.add_entry_symlinks(rule, &inside, &m.outside, Space::Literal, view);
-            }
+        for path in &rule.paths {
+            plan.add_configured_path(&rule.name, path, config, view);
         }
         if let Some(driver) = &rule.driver {
             if plan.driver.is_none() {
-                plan.add_driver(rule, driver, config, view);
+                plan.add_driver(&rule.name, driver, config, view);
             }
         }
     }
@@ -269,9 +244,7 @@ impl Plan {
             return;
         }
         let mut gpus: Vec<u32> = self
-            .exposures
-            .iter()
-            .filter(|e| matches!(e.reason, Reason::Device { .. }))
+            .devices()
             .filter_map(|e| gpu_number(&e.inside))
             .collect();
         gpus.sort_unstable();
@@ -302,9 +275,7 @@ impl Plan {
             return;
         };
         let others: Vec<PathBuf> = self
-            .exposures
-            .iter()
-            .filter(|e| matches!(e.reason, Reason::Device { .. }))
+            .devices()
             .filter(|e| gpu_number(&e.inside).is_some_and(|g| !picked.contains(&g)))
             .map(|e| e.inside.clone())
             .collect();
@@ -375,9 +346,7 @@ impl Plan {
     pub fn add_manifest(&mut self, config: &Config, req: &Request, name: &str) {
         let outside = config.runtime_dir.join("manifests").join(name);
         let devices = self
-            .exposures
-            .iter()
-            .filter(|e| matches!(e.reason, Reason::Device { .. }))
+            .devices()
             .map(|e| e.inside.to_string_lossy().into_owned())
             .collect();
         let driver = self
@@ -407,180 +376,9 @@ impl Plan {
         self.manifest = Some(PlannedManifest { outside, content });
     }
 
-    fn add_devices(&mut self, rule: &Rule, config: &Config, view: &HostView) {
-        let root = &config.host_root;
-        let space = Space::Rooted {
-            root,
-            store_dir: &config.store_dir,
-        };
-        let platform = view.platform();
-        for device in &rule.devices {
-            if device.platform.is_some_and(|p| p != platform) {
-                self.skipped.push(Skip {
-                    path: device.glob.clone(),
-                    why: format!(
-                        "only on {} hosts; this one is {}",
-                        name_of(device.platform.unwrap_or(Platform::Discrete)),
-                        name_of(platform)
-                    ),
-                });
-                continue;
-            }
-            let mut found = 0;
-            let matches = view.globs.get(&device.glob).map_or(&[][..], Vec::as_slice);
-            for entry in matches {
-                let outside = match entry {
-                    Ok(p) => p,
-                    Err((path, e)) => {
-                        self.skipped.push(Skip {
-                            path: path.display().to_string(),
-                            why: if e.starts_with("invalid glob") {
-                                e.clone()
-                            } else {
-                                format!("cannot read: {e}")
-                            },
-                        });
-                        continue;
-                    }
-                };
-                let inside = match outside.strip_prefix(root) {
-                    Ok(rel) => Path::new("/").join(rel),
-                    Err(_) => continue,
-                };
-                match symlinks::follow(&inside, outside, space, view)
-                    .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-                {
-                    Ok(chain) => {
-                        if !matches!(chain.target, Node::CharDevice | Node::Dir) {
-                            self.skipped.push(Skip {
-                                path: inside.display().to_string(),
-                                why: "not a character device or directory".to_string(),
-                            });
-                            continue;
-                        }
-                        if let Some(bad) = unexpressible(&chain.hops) {
-                            let what = format!(
-                                "device {} (glob {}) cannot be given to the build: {bad:?} holds \
-                                 a newline or '=', which Nix's pre-build-hook protocol cannot \
-                                 express",
-                                inside.display(),
-                                device.glob
-                            );
-                            if device.required {
-                                self.problems.push(Problem {
-                                    rule: rule.name.clone(),
-                                    what,
-                                    fix: "rename the device node (its udev rule)".to_string(),
-                                });
-                            } else {
-                                self.warnings.push(format!("{what}; skipped (optional)"));
-                                self.skipped.push(Skip {
-                                    path: inside.display().to_string(),
-                                    why: "optional, and its path cannot be expressed in Nix's \
-                                          pre-build-hook protocol (newline or '=')"
-                                        .to_string(),
-                                });
-                            }
-                            continue;
-                        }
-                        found += 1;
-                        let reason = Reason::Device {
-                            rule: rule.name.clone(),
-                            glob: device.glob.clone(),
-                        };
-                        self.add_chain(chain.hops, reason);
-                    }
-                    Err(e) => self.skipped.push(Skip {
-                        path: inside.display().to_string(),
-                        why: e.to_string(),
-                    }),
-                }
-            }
-            if found == 0 {
-                if device.required {
-                    self.problems.push(Problem {
-                        rule: rule.name.clone(),
-                        what: format!("required device {} is missing", device.glob),
-                        fix: device
-                            .hint
-                            .clone()
-                            .unwrap_or_else(|| device_hint(&device.glob)),
-                    });
-                } else {
-                    self.skipped.push(Skip {
-                        path: device.glob.clone(),
-                        why: "optional device glob matched nothing".to_string(),
-                    });
-                }
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn add_path(
-        &mut self,
-        rule: &Rule,
-        inside: &Path,
-        outside: &Path,
-        space: Space<'_>,
-        view: &HostView,
-        reason: Reason,
-        want: Want<'_>,
-    ) {
-        match symlinks::follow(inside, outside, space, view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-        {
-            Ok(chain) => self.add_chain(chain.hops, reason),
-            Err(e) if want.required => {
-                let fix = match (&e, want.hint) {
-                    (_, Some(h)) => h.clone(),
-                    (ChainError::Missing(_), None) => path_hint(inside),
-                    (_, None) => "fix the link or remove the entry from the config".to_string(),
-                };
-                self.problems.push(Problem {
-                    rule: rule.name.clone(),
-                    what: format!("required path {} is unusable: {e}", inside.display()),
-                    fix,
-                });
-            }
-            Err(e) => self.skipped.push(Skip {
-                path: inside.display().to_string(),
-                why: format!("optional: {e}"),
-            }),
-        }
-    }
-
-    /// `follow_entry_symlinks`: each symlink the scan found directly inside the directory at
-    /// `inside` is exposed with its targets, as an optional path (a target outside
-    /// `symlink_roots` is skipped, named).
-    fn add_entry_symlinks(
-        &mut self,
-        rule: &Rule,
-        inside: &Path,
-        outside: &Path,
-        space: Space<'_>,
-        view: &HostView,
-    ) {
-        let Some(dir) = crate::scan::entry_symlink_dir(inside, outside, space, view) else {
-            return;
-        };
-        let Some(names) = view.entry_symlinks.get(&dir.outside) else {
-            return;
-        };
-        for name in names {
-            let reason = Reason::HostPath {
-                rule: rule.name.clone(),
-            };
-            self.add_path(
-                rule,
-                &dir.inside.join(name),
-                &dir.outside.join(name),
-                space,
-                view,
-                reason,
-                OPTIONAL,
-            );
-        }
+    /// The build's device nodes: the exposures a device glob matched.
+    fn devices(&self) -> impl Iterator<Item = &Exposure> {
+        self.exposures.iter().filter(|e| e.reason.is_device())
     }
 
     fn add_chain(&mut self, hops: Vec<symlinks::Hop>, reason: Reason) {
@@ -627,24 +425,6 @@ impl Plan {
     }
 }
 
-fn name_of(p: Platform) -> &'static str {
-    match p {
-        Platform::Tegra => "Tegra (Jetson)",
-        Platform::Discrete => "discrete-GPU",
-    }
-}
-
-/// The first path of `hops` (inside or outside) that the hook protocol cannot express
-/// ([`crate::protocol`]): one holding a newline or `=`.
-fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
-    hops.iter()
-        .flat_map(|h| [h.inside.as_path(), h.outside.as_path()])
-        .find(|p| {
-            let bytes = p.as_os_str().as_encoded_bytes();
-            bytes.contains(&b'\n') || bytes.contains(&b'=')
-        })
-}
-
 /// N for a GPU node `/dev/nvidiaN` (not `nvidiactl`, `nvidia-uvm`, …).
 fn gpu_number(inside: &Path) -> Option<u32> {
     let digits = inside.to_str()?.strip_prefix("/dev/nvidia")?;
@@ -654,31 +434,9 @@ fn gpu_number(inside: &Path) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// The fix to suggest when a required device glob matches nothing.
-pub fn device_hint(glob: &str) -> String {
-    if glob.contains("nvidia-uvm") {
-        "the nvidia-uvm module is not loaded or its node not created yet: run \
-         `nvidia-modprobe -u -c=0` (or `modprobe nvidia-uvm`) on the builder, and make it \
-         happen at boot"
-            .to_string()
-    } else if glob.contains("nvidiactl") || glob.contains("nvidia[") {
-        "no NVIDIA device nodes: is the NVIDIA kernel driver loaded (`nvidia-smi`)? On NixOS set \
-         services.xserver.videoDrivers = [ \"nvidia\" ] or hardware.nvidia"
-            .to_string()
-    } else {
-        "create the device or mark it `required = false` in the config".to_string()
-    }
-}
-
-fn path_hint(inside: &Path) -> String {
-    if inside.starts_with("/run/opengl-driver") {
-        "the driver link is missing: on NixOS enable hardware.graphics with the NVIDIA driver; \
-         on other distributions add a [[rule.mount]] of the driver libraries at \
-         /run/opengl-driver/lib"
-            .to_string()
-    } else {
-        "create it, or mark it `required = false` in the config".to_string()
-    }
+/// Serialises a value as its one-line text.
+fn as_text<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
 }
 
 /// Serialises a path as text even when it is not UTF-8 (such bytes become U+FFFD).

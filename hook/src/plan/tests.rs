@@ -2,11 +2,162 @@
 
 use super::*;
 use crate::config::ConfigSource;
+use crate::config::Platform;
 use crate::discover::compat::{CompatDriver, CompatNote};
 use crate::discover::versions::CudaVersion;
-use crate::request::Verdict;
-use crate::scan::CompatSeen;
+use crate::request::{RuleId, Verdict};
+use crate::scan::{
+    CompatSeen, DeviceScan, DeviceView, DriverView, EntrySymlinks, GlobMatches, HostFacts,
+    PathOrigin, PathView, RuleView, Snapshot,
+};
+use crate::symlinks::{Lookup, Space};
 use cuda_sandbox_manifest::DriverKind;
+use std::collections::BTreeMap;
+
+/// What a scan would have found, written by hand: the entries looked at, what each glob
+/// matched, the compat directories and the links in followed directories.
+#[derive(Default)]
+struct Hand {
+    platform: Option<Platform>,
+    kernel_driver: Option<String>,
+    nodes: BTreeMap<PathBuf, Node>,
+    real_paths: BTreeMap<PathBuf, PathBuf>,
+    globs: BTreeMap<String, GlobMatches>,
+    compat: BTreeMap<String, Vec<CompatSeen>>,
+    entry_symlinks: BTreeMap<PathBuf, Vec<String>>,
+}
+
+impl Hand {
+    /// Records `node` at `path`.
+    fn with(mut self, path: &str, node: Node) -> Hand {
+        self.nodes.insert(PathBuf::from(path), node);
+        self
+    }
+}
+
+/// `decide` on the view a scan of the `hand`-made host would give for `req`'s rules.
+fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Plan {
+    let snapshot = Snapshot {
+        nodes: hand.nodes.clone(),
+        real_paths: hand.real_paths.clone(),
+    };
+    let facts = HostFacts {
+        platform: hand.platform,
+        kernel_driver: hand.kernel_driver.clone(),
+        l4t: None,
+    };
+    let rooted = Space::Rooted {
+        root: &config.host_root,
+        store_dir: &config.store_dir,
+    };
+    let path_view = |origin: PathOrigin,
+                     inside: &Path,
+                     outside: PathBuf,
+                     required: bool,
+                     hint: &Option<String>,
+                     follow: bool| {
+        let space = match origin {
+            PathOrigin::HostPath => rooted,
+            PathOrigin::Mount => Space::Literal,
+        };
+        let inside = symlinks::normalize(inside);
+        let entry_symlinks = follow
+            .then(|| symlinks::follow(&inside, &outside, space, &snapshot).ok())
+            .flatten()
+            .filter(|c| c.target == Node::Dir)
+            .and_then(|c| c.hops.last().cloned())
+            .map(|dir| EntrySymlinks {
+                names: hand
+                    .entry_symlinks
+                    .get(&dir.outside)
+                    .cloned()
+                    .unwrap_or_default(),
+                dir,
+            });
+        PathView {
+            origin,
+            inside,
+            outside,
+            required,
+            hint: hint.clone(),
+            entry_symlinks,
+        }
+    };
+    let rules = req
+        .matched_rules(config)
+        .into_iter()
+        .map(|(id, rule)| RuleView {
+            id,
+            name: rule.name.clone(),
+            devices: rule
+                .devices
+                .iter()
+                .map(|d| DeviceView {
+                    source: d.clone(),
+                    found: match d.platform.filter(|p| *p != facts.platform()) {
+                        Some(wants) => DeviceScan::OtherPlatform {
+                            wants,
+                            host: facts.platform(),
+                        },
+                        None => DeviceScan::Matched(
+                            hand.globs.get(&d.glob).cloned().unwrap_or_default(),
+                        ),
+                    },
+                })
+                .collect(),
+            paths: rule
+                .paths
+                .iter()
+                .map(|p| {
+                    let inside = symlinks::normalize(&p.path);
+                    let outside = rooted.outside(&inside);
+                    let follow = p.follow_entry_symlinks;
+                    path_view(
+                        PathOrigin::HostPath,
+                        &inside,
+                        outside,
+                        p.required,
+                        &p.hint,
+                        follow,
+                    )
+                })
+                .chain(rule.mounts.iter().map(|m| {
+                    let (outside, follow) = (m.outside.clone(), m.follow_entry_symlinks);
+                    path_view(
+                        PathOrigin::Mount,
+                        &m.inside,
+                        outside,
+                        m.required,
+                        &m.hint,
+                        follow,
+                    )
+                }))
+                .collect(),
+            driver: rule.driver.as_ref().map(|d| DriverView {
+                source: d.clone(),
+                link_present: !matches!(
+                    snapshot.lstat(&rooted.outside(&symlinks::normalize(&d.link))),
+                    Node::Missing
+                ),
+                host_libraries: None,
+                compat: d
+                    .compat
+                    .iter()
+                    .flat_map(|pattern| hand.compat.get(pattern).cloned().unwrap_or_default())
+                    .collect(),
+            }),
+        })
+        .collect();
+    decide(
+        req,
+        config,
+        &HostView {
+            facts,
+            snapshot,
+            rules,
+        },
+    )
+}
 
 const ROOT: &str = "/fake";
 
@@ -24,7 +175,7 @@ fn request(config: &Config, gpus: Option<&str>) -> Request {
         structured: false,
         config_source: ConfigSource::Builtin,
         config: Some(config.clone()),
-        rules: (0..config.rules.len()).collect(),
+        rules: RuleId::all(config).collect(),
         gpus_wanted: gpus.map(str::to_string),
         verdict: Verdict::Tagged,
         warnings: Vec::new(),
@@ -32,10 +183,10 @@ fn request(config: &Config, gpus: Option<&str>) -> Request {
 }
 
 /// A view of a host with the given entries (host paths under the fake root, or store paths).
-fn host(entries: &[(&str, Node)]) -> HostView {
-    let mut v = HostView {
+fn host(entries: &[(&str, Node)]) -> Hand {
+    let mut v = Hand {
         platform: Some(Platform::Discrete),
-        ..HostView::default()
+        ..Hand::default()
     };
     for (p, n) in entries {
         v.nodes.insert(PathBuf::from(p), n.clone());
@@ -54,7 +205,7 @@ fn link(to: &str) -> Node {
 }
 
 /// The parents every path under the fake root passes through.
-fn with_parents(mut v: HostView, dirs: &[&str]) -> HostView {
+fn with_parents(mut v: Hand, dirs: &[&str]) -> Hand {
     for d in ["/fake", "/fake/dev", "/fake/run", "/nix", "/nix/store"]
         .iter()
         .chain(dirs)
@@ -64,7 +215,7 @@ fn with_parents(mut v: HostView, dirs: &[&str]) -> HostView {
     v
 }
 
-fn glob(mut v: HostView, pattern: &str, matches: &[&str]) -> HostView {
+fn glob(mut v: Hand, pattern: &str, matches: &[&str]) -> Hand {
     v.globs.insert(
         pattern.to_string(),
         matches.iter().map(|m| Ok(PathBuf::from(m))).collect(),
@@ -88,7 +239,7 @@ fn devices_are_exposed_with_their_glob_as_reason() {
         "/dev/nvidia[0-9]*",
         &["/fake/dev/nvidia0", "/fake/dev/nvidia1"],
     );
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     assert!(plan.problems.is_empty(), "{:?}", plan.problems);
     assert_eq!(insides(&plan), ["/dev/nvidia0", "/dev/nvidia1"]);
     assert_eq!(plan.exposures[0].outside, Path::new("/fake/dev/nvidia0"));
@@ -105,7 +256,7 @@ fn devices_are_exposed_with_their_glob_as_reason() {
 fn a_required_device_that_is_missing_is_a_problem_with_the_fix() {
     let c = config("[[rule.device]]\nglob = \"/dev/nvidia-uvm\"\nrequired = true\n");
     let v = glob(with_parents(host(&[]), &[]), "/dev/nvidia-uvm", &[]);
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(plan.problems.len(), 1);
     assert!(plan.problems[0].what.contains("/dev/nvidia-uvm is missing"));
     assert!(plan.problems[0].fix.contains("nvidia-modprobe"));
@@ -121,7 +272,7 @@ fn skips_say_why() {
     let v = host(&[("/fake/dev/nvidia-modeset", Node::File)]);
     let v = glob(with_parents(v, &[]), "/dev/dri/card*", &[]);
     let v = glob(v, "/dev/nvidia-modeset", &["/fake/dev/nvidia-modeset"]);
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     let why: Vec<(&str, &str)> = plan
         .skipped
         .iter()
@@ -153,7 +304,7 @@ fn a_link_out_of_the_roots_is_not_followed() {
         ("/fake/etc/shadow", Node::File),
     ]);
     let v = with_parents(v, &["/fake/etc"]);
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     assert!(plan.exposures.is_empty());
     assert!(
         plan.skipped[0].why.contains("leads to /etc/shadow"),
@@ -176,7 +327,7 @@ fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
         "/dev/nvidia-caps/nvidia-cap*",
         &["/fake/dev/nvidia-caps/nvidia-cap1"],
     );
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     assert!(plan.exposures.is_empty(), "{:?}", plan.exposures);
     assert!(
         plan.skipped[0]
@@ -197,7 +348,7 @@ fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
         "/dev/nvidia-caps/nvidia-cap*",
         &["/fake/dev/nvidia-caps/nvidia-cap1"],
     );
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(insides(&plan), ["/dev/nvidia-caps/nvidia-cap1"]);
 }
 
@@ -218,7 +369,7 @@ fn user_writable_places_are_never_followed_into() {
             ],
         )
         .with(&format!("/fake{target}"), dev());
-        let plan = decide(&request(&c, None), &c, &v);
+        let plan = decide_on(&request(&c, None), &c, &v);
         assert!(plan.exposures.is_empty(), "{target}: {:?}", plan.exposures);
         assert!(
             plan.skipped[0].why.contains("outside the roots"),
@@ -268,7 +419,7 @@ fn compat(branches: Option<Vec<u32>>, cuda: i32) -> CompatDriver {
 }
 
 /// A NixOS host with driver 535 (CUDA 12.2) at /run/opengl-driver, and one compat driver.
-fn driver_host(c: CompatDriver) -> HostView {
+fn driver_host(c: CompatDriver) -> Hand {
     let mut v = host(&[
         ("/fake/run/opengl-driver", link("/nix/store/aaa-driver")),
         ("/nix/store/aaa-driver", dir()),
@@ -306,6 +457,7 @@ fn driver_host(c: CompatDriver) -> HostView {
             inside: c.dir.clone(),
             outside: c.dir_outside.clone(),
             found: Ok(Some(c)),
+            libraries: Vec::new(),
         }],
     );
     v
@@ -314,7 +466,7 @@ fn driver_host(c: CompatDriver) -> HostView {
 #[test]
 fn compat_is_chosen_when_its_note_lists_the_host_driver() {
     let c = config("[rule.driver]\ncompat = [\"/usr/local/cuda*/compat\"]\n");
-    let plan = decide(
+    let plan = decide_on(
         &request(&c, None),
         &c,
         &driver_host(compat(Some(vec![535, 550]), 12090)),
@@ -332,7 +484,7 @@ fn compat_is_chosen_when_its_note_lists_the_host_driver() {
 #[test]
 fn compat_not_listing_the_host_driver_is_rejected_with_its_reason() {
     let c = config("[rule.driver]\ncompat = [\"/usr/local/cuda*/compat\"]\n");
-    let plan = decide(
+    let plan = decide_on(
         &request(&c, None),
         &c,
         &driver_host(compat(Some(vec![550]), 12090)),
@@ -356,7 +508,7 @@ fn compat_not_listing_the_host_driver_is_rejected_with_its_reason() {
 fn no_driver_is_a_problem_when_required() {
     let c = config("[rule.driver]\nhost_libraries = false\n");
     let v = with_parents(host(&[("/fake/run/opengl-driver", Node::Missing)]), &[]);
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(plan.problems.len(), 1);
     assert!(plan.problems[0].what.starts_with("no NVIDIA driver found"));
 }
@@ -372,7 +524,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     let refs: Vec<(&str, Node)> = nodes.iter().map(|(p, n)| (p.as_str(), n.clone())).collect();
     let names: Vec<&str> = nodes.iter().map(|(p, _)| p.as_str()).collect();
     let v = glob(with_parents(host(&refs), &[]), "/dev/nvidia[0-9]*", &names);
-    let plan = decide(&request(&c, None), &c, &v);
+    let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(
         plan.gpu_demand,
         Some(GpuDemand {
@@ -380,16 +532,16 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
             count: 1
         })
     );
-    let plan = decide(&request(&c, Some("2")), &c, &v);
+    let plan = decide_on(&request(&c, Some("2")), &c, &v);
     assert_eq!(plan.gpu_demand.unwrap().count, 2);
-    let plan = decide(&request(&c, Some("4")), &c, &v);
+    let plan = decide_on(&request(&c, Some("4")), &c, &v);
     assert!(
         plan.problems[0].what.contains("max_gpus_per_build = 2"),
         "{:?}",
         plan.problems
     );
     // keep_gpus leaves the control nodes and the picked GPU.
-    let mut plan = decide(&request(&c, None), &c, &v);
+    let mut plan = decide_on(&request(&c, None), &c, &v);
     plan.keep_gpus(vec![2], true, &c);
     assert_eq!(insides(&plan), ["/dev/nvidia2"]);
     assert_eq!(plan.skipped.len(), 3);
@@ -449,7 +601,7 @@ fn entry_symlinks_of_a_mounted_directory_bring_their_targets_when_asked() {
         vec!["libcuda.so".into(), "secret".into()],
     );
     let followed = config(&body(true));
-    let plan = decide(&request(&followed, None), &followed, &view);
+    let plan = decide_on(&request(&followed, None), &followed, &view);
     let shown = insides(&plan);
     assert!(
         shown.contains(&"/usr/lib/libcuda.so".to_string()),
@@ -467,6 +619,6 @@ fn entry_symlinks_of_a_mounted_directory_bring_their_targets_when_asked() {
     );
     assert!(plan.problems.is_empty(), "{:?}", plan.problems);
     let plain = config(&body(false));
-    let plan = decide(&request(&plain, None), &plain, &view);
+    let plan = decide_on(&request(&plain, None), &plain, &view);
     assert!(!insides(&plan).contains(&"/usr/lib/libcuda.so".to_string()));
 }

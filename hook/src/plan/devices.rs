@@ -1,0 +1,156 @@
+//! The device-glob planner: each node a glob matched (scanned by [`crate::scan::devices`]),
+//! with the links on the way, as a device exposure; what cannot be exposed, skipped or a
+//! problem, with the reason.
+
+use super::{Plan, Problem, Reason, Skip};
+use crate::config::{Config, Platform};
+use crate::scan::{DeviceScan, DeviceView, HostView};
+use crate::symlinks::{self, Node, Space};
+use std::path::Path;
+
+impl Plan {
+    /// Plans one device glob of the rule `rule`.
+    pub(super) fn add_device(
+        &mut self,
+        rule: &str,
+        device: &DeviceView,
+        config: &Config,
+        view: &HostView,
+    ) {
+        let glob = &device.source;
+        let matches = match &device.found {
+            DeviceScan::OtherPlatform { wants, host } => {
+                self.skipped.push(Skip {
+                    path: glob.glob.clone(),
+                    why: format!(
+                        "only on {} hosts; this one is {}",
+                        name_of(*wants),
+                        name_of(*host)
+                    ),
+                });
+                return;
+            }
+            DeviceScan::Matched(matches) => matches,
+        };
+        let root = &config.host_root;
+        let space = Space::Rooted {
+            root,
+            store_dir: &config.store_dir,
+        };
+        let mut found = 0;
+        for entry in matches {
+            let outside = match entry {
+                Ok(p) => p,
+                Err(e) => {
+                    self.skipped.push(Skip {
+                        path: e.path().display().to_string(),
+                        why: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let inside = match outside.strip_prefix(root) {
+                Ok(rel) => Path::new("/").join(rel),
+                Err(_) => continue,
+            };
+            let chain = match symlinks::follow(&inside, outside, space, view)
+                .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+            {
+                Ok(chain) => chain,
+                Err(e) => {
+                    self.skipped.push(Skip {
+                        path: inside.display().to_string(),
+                        why: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            if !matches!(chain.target, Node::CharDevice | Node::Dir) {
+                self.skipped.push(Skip {
+                    path: inside.display().to_string(),
+                    why: "not a character device or directory".to_string(),
+                });
+                continue;
+            }
+            if let Some(bad) = unexpressible(&chain.hops) {
+                let what = format!(
+                    "device {} (glob {}) cannot be given to the build: {bad:?} holds a newline \
+                     or '=', which Nix's pre-build-hook protocol cannot express",
+                    inside.display(),
+                    glob.glob
+                );
+                if glob.required {
+                    self.problems.push(Problem {
+                        rule: rule.to_string(),
+                        what,
+                        fix: "rename the device node (its udev rule)".to_string(),
+                    });
+                } else {
+                    self.warnings.push(format!("{what}; skipped (optional)"));
+                    self.skipped.push(Skip {
+                        path: inside.display().to_string(),
+                        why: "optional, and its path cannot be expressed in Nix's pre-build-hook \
+                              protocol (newline or '=')"
+                            .to_string(),
+                    });
+                }
+                continue;
+            }
+            found += 1;
+            let reason = Reason::Device {
+                rule: rule.to_string(),
+                glob: glob.glob.clone(),
+            };
+            self.add_chain(chain.hops, reason);
+        }
+        if found > 0 {
+            return;
+        }
+        if glob.required {
+            self.problems.push(Problem {
+                rule: rule.to_string(),
+                what: format!("required device {} is missing", glob.glob),
+                fix: glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
+            });
+        } else {
+            self.skipped.push(Skip {
+                path: glob.glob.clone(),
+                why: "optional device glob matched nothing".to_string(),
+            });
+        }
+    }
+}
+
+fn name_of(p: Platform) -> &'static str {
+    match p {
+        Platform::Tegra => "Tegra (Jetson)",
+        Platform::Discrete => "discrete-GPU",
+    }
+}
+
+/// The first path of `hops` (inside or outside) that the hook protocol cannot express
+/// ([`crate::protocol`]): one holding a newline or `=`.
+fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
+    hops.iter()
+        .flat_map(|h| [h.inside.as_path(), h.outside.as_path()])
+        .find(|p| {
+            let bytes = p.as_os_str().as_encoded_bytes();
+            bytes.contains(&b'\n') || bytes.contains(&b'=')
+        })
+}
+
+/// The fix to suggest when a required device glob matches nothing.
+pub fn device_hint(glob: &str) -> String {
+    if glob.contains("nvidia-uvm") {
+        "the nvidia-uvm module is not loaded or its node not created yet: run \
+         `nvidia-modprobe -u -c=0` (or `modprobe nvidia-uvm`) on the builder, and make it \
+         happen at boot"
+            .to_string()
+    } else if glob.contains("nvidiactl") || glob.contains("nvidia[") {
+        "no NVIDIA device nodes: is the NVIDIA kernel driver loaded (`nvidia-smi`)? On NixOS set \
+         services.xserver.videoDrivers = [ \"nvidia\" ] or hardware.nvidia"
+            .to_string()
+    } else {
+        "create the device or mark it `required = false` in the config".to_string()
+    }
+}

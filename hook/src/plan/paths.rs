@@ -1,0 +1,100 @@
+//! The path planner: a rule's host paths and mounts (scanned by [`crate::scan::paths`]),
+//! each with its symlink chain, and with `follow_entry_symlinks` the targets of the links in
+//! the directory. [`Plan::add_path`] is shared with the driver planner.
+
+use super::{Plan, Problem, Reason, Skip, Want, OPTIONAL};
+use crate::config::Config;
+use crate::scan::{HostView, PathOrigin, PathView};
+use crate::symlinks::{self, ChainError, Space};
+use std::path::Path;
+
+impl Plan {
+    /// Plans one configured path or mount of the rule `rule`.
+    pub(super) fn add_configured_path(
+        &mut self,
+        rule: &str,
+        path: &PathView,
+        config: &Config,
+        view: &HostView,
+    ) {
+        let space = path.space(&config.host_root, &config.store_dir);
+        let reason = match path.origin {
+            PathOrigin::HostPath => Reason::HostPath {
+                rule: rule.to_string(),
+            },
+            PathOrigin::Mount => Reason::Mount {
+                rule: rule.to_string(),
+            },
+        };
+        let want = Want {
+            required: path.required,
+            hint: &path.hint,
+        };
+        self.add_path(rule, &path.inside, &path.outside, space, view, reason, want);
+        // Each link directly in the directory is exposed with its targets, as an optional
+        // host path (a target outside `symlink_roots` is skipped, named).
+        if let Some(entries) = &path.entry_symlinks {
+            for name in &entries.names {
+                let reason = Reason::HostPath {
+                    rule: rule.to_string(),
+                };
+                self.add_path(
+                    rule,
+                    &entries.dir.inside.join(name),
+                    &entries.dir.outside.join(name),
+                    space,
+                    view,
+                    reason,
+                    OPTIONAL,
+                );
+            }
+        }
+    }
+
+    /// Exposes the chain at (`inside`, `outside`) for `reason`; when it cannot be followed or
+    /// leaves the allowed roots, a problem if `want` requires it, else a skip.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn add_path(
+        &mut self,
+        rule: &str,
+        inside: &Path,
+        outside: &Path,
+        space: Space<'_>,
+        view: &HostView,
+        reason: Reason,
+        want: Want<'_>,
+    ) {
+        match symlinks::follow(inside, outside, space, view)
+            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+        {
+            Ok(chain) => self.add_chain(chain.hops, reason),
+            Err(e) if want.required => {
+                let fix = match (&e, want.hint) {
+                    (_, Some(h)) => h.clone(),
+                    (ChainError::Missing(_), None) => path_hint(inside),
+                    (_, None) => "fix the link or remove the entry from the config".to_string(),
+                };
+                self.problems.push(Problem {
+                    rule: rule.to_string(),
+                    what: format!("required path {} is unusable: {e}", inside.display()),
+                    fix,
+                });
+            }
+            Err(e) => self.skipped.push(Skip {
+                path: inside.display().to_string(),
+                why: format!("optional: {e}"),
+            }),
+        }
+    }
+}
+
+fn path_hint(inside: &Path) -> String {
+    if inside.starts_with("/run/opengl-driver") {
+        "the driver link is missing: on NixOS enable hardware.graphics with the NVIDIA driver; \
+         on other distributions add a [[rule.mount]] of the driver libraries at \
+         /run/opengl-driver/lib"
+            .to_string()
+    } else {
+        "create it, or mark it `required = false` in the config".to_string()
+    }
+}

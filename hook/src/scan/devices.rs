@@ -1,0 +1,234 @@
+//! The device-glob source: every entry a rule's device glob matches under the host root, with
+//! the links on the way recorded for the planner ([`crate::plan::devices`]).
+
+use super::Recorder;
+use crate::config::{Config, DeviceGlob, Platform};
+use crate::symlinks::{Lookup, Node, Space};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A configured device glob and what it matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceView {
+    /// The glob, as configured.
+    pub source: DeviceGlob,
+    /// What the scan found for it.
+    pub found: DeviceScan,
+}
+
+/// What the scan found for one device glob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceScan {
+    /// The glob is for another kind of host than this one; it was not matched.
+    OtherPlatform {
+        /// The kind of host the glob is for.
+        wants: Platform,
+        /// This host's kind.
+        host: Platform,
+    },
+    /// The host paths it matched, in the order `glob::glob` gives them.
+    Matched(GlobMatches),
+}
+
+/// What a glob matched: host paths, or an entry that could not be read.
+pub type GlobMatches = Vec<Result<PathBuf, GlobError>>;
+
+/// Why a glob (or one entry it reached) gave no path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GlobError {
+    /// The glob itself is not a valid pattern.
+    Invalid {
+        /// The glob.
+        glob: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A directory on the way could not be read.
+    Unreadable {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        error: String,
+    },
+}
+
+impl GlobError {
+    /// The path the error concerns (the glob itself when it is invalid).
+    pub fn path(&self) -> PathBuf {
+        match self {
+            GlobError::Invalid { glob, .. } => PathBuf::from(glob),
+            GlobError::Unreadable { path, .. } => path.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for GlobError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GlobError::Invalid { why, .. } => write!(f, "invalid glob: {why}"),
+            GlobError::Unreadable { error, .. } => write!(f, "cannot read: {error}"),
+        }
+    }
+}
+
+/// Scans `device` under `config`'s host root on a host of kind `platform`: each match, and
+/// the chain from it, recorded in `fs`. Each directory is listed once however many globs look
+/// into it (`listings`).
+pub fn scan(
+    device: &DeviceGlob,
+    config: &Config,
+    platform: Platform,
+    listings: &mut Listings,
+    fs: &Recorder,
+) -> DeviceView {
+    if let Some(wants) = device.platform.filter(|p| *p != platform) {
+        return DeviceView {
+            source: device.clone(),
+            found: DeviceScan::OtherPlatform {
+                wants,
+                host: platform,
+            },
+        };
+    }
+    let rooted = Space::Rooted {
+        root: &config.host_root,
+        store_dir: &config.store_dir,
+    };
+    let matches = glob_under(&config.host_root, &device.glob, listings, fs);
+    for m in matches.iter().flatten() {
+        if let Ok(rel) = m.strip_prefix(&config.host_root) {
+            fs.follow(&Path::new("/").join(rel), m, rooted);
+        }
+    }
+    DeviceView {
+        source: device.clone(),
+        found: DeviceScan::Matched(matches),
+    }
+}
+
+/// A directory's entry names, read once per scan (`None`: it could not be listed).
+pub type Listings = BTreeMap<PathBuf, Result<Vec<std::ffi::OsString>, String>>;
+
+/// The host paths `glob` (absolute, as configured) matches under `root`, in the order
+/// `glob::glob` gives them. The usual device glob (wildcards in the last component only) is
+/// matched against one listing of its directory, shared by every glob there; others go to
+/// `glob::glob`.
+fn glob_under(root: &Path, glob: &str, listed: &mut Listings, fs: &impl Lookup) -> GlobMatches {
+    let wild = |t: &str| t.contains(['*', '?', '[']);
+    let (dir, last) = match glob.rsplit_once('/') {
+        Some((dir, last)) if !wild(dir) && !last.is_empty() => (dir, last),
+        _ => return glob_crate(root, glob),
+    };
+    let dir = if root == Path::new("/") {
+        PathBuf::from(if dir.is_empty() { "/" } else { dir })
+    } else {
+        root.join(dir.trim_start_matches('/'))
+    };
+    if !wild(last) {
+        // A literal: there when it (or what it links to) exists, as glob::glob has it. Its
+        // `lstat` (recorded in `fs`, which the scan follows next) says so but for a link.
+        let path = dir.join(last);
+        let there = match fs.lstat(&path) {
+            Node::Missing => false,
+            Node::Symlink(_) | Node::Error(_) | Node::Unscanned => path.metadata().is_ok(),
+            Node::Dir | Node::CharDevice | Node::File | Node::Other => true,
+        };
+        return if there { vec![Ok(path)] } else { Vec::new() };
+    }
+    let Ok(pattern) = glob::Pattern::new(last) else {
+        return glob_crate(root, glob);
+    };
+    let names = listed
+        .entry(dir.clone())
+        .or_insert_with(|| match std::fs::read_dir(&dir) {
+            Ok(entries) => {
+                let mut names: Vec<std::ffi::OsString> = entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name())
+                    .collect();
+                names.sort();
+                Ok(names)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) if e.raw_os_error() == Some(20) => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        });
+    match names {
+        Ok(names) => names
+            .iter()
+            .filter(|n| n.to_str().is_some_and(|n| pattern.matches(n)))
+            .map(|n| Ok(dir.join(n)))
+            .collect(),
+        Err(e) => vec![Err(GlobError::Unreadable {
+            path: dir,
+            error: e.clone(),
+        })],
+    }
+}
+
+/// `glob::glob` of `glob` under `root`.
+fn glob_crate(root: &Path, glob: &str) -> GlobMatches {
+    let pattern = if root == Path::new("/") {
+        glob.to_string()
+    } else {
+        let root = glob::Pattern::escape(&root.to_string_lossy());
+        format!(
+            "{}/{}",
+            root.trim_end_matches('/'),
+            glob.trim_start_matches('/')
+        )
+    };
+    match glob::glob(&pattern) {
+        Ok(m) => m
+            .map(|e| {
+                e.map_err(|e| GlobError::Unreadable {
+                    path: e.path().to_path_buf(),
+                    error: e.error().to_string(),
+                })
+            })
+            .collect(),
+        Err(e) => vec![Err(GlobError::Invalid {
+            glob: glob.to_string(),
+            why: e.to_string(),
+        })],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listing_glob_matches_like_glob_crate() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        for d in [
+            "dev/nvidia0",
+            "dev/nvidia12",
+            "dev/nvidiactl",
+            "dev/.nvidia9",
+            "dev/dri/card0",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("nowhere", root.join("dev/nvidia7")).unwrap();
+        let mut listed = Listings::new();
+        for pattern in [
+            "/dev/nvidia[0-9]*",
+            "/dev/nvidia*",
+            "/dev/*",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/dri/card*",
+            "/dev/absent/x*",
+            "/dev/*/card*",
+            "/dev/nvidiactl/x*",
+        ] {
+            assert_eq!(
+                glob_under(root, pattern, &mut listed, &crate::symlinks::RealFs),
+                glob_crate(root, pattern),
+                "{pattern}"
+            );
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The driver source: the NixOS driver link (and the libcuda behind it), the host's driver
+//! libraries found through the loader cache and library directories when there is no link,
+//! and the compat directories (their ELF notes and libraries). The planner is
+//! [`crate::plan::driver`].
+
+use super::Recorder;
+use crate::config::{Config, DriverConfig};
+use crate::discover::compat::{self, CompatDriver};
+use crate::discover::host::{self, HostLibrary, COMPAT_LIBRARIES};
+use crate::symlinks::{self, Lookup, Node, Space};
+use std::path::{Path, PathBuf};
+
+/// A rule's driver configuration and what the scan found for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverView {
+    /// The driver configuration.
+    pub source: DriverConfig,
+    /// Whether the driver link (inside path `source.link`) exists on the host.
+    pub link_present: bool,
+    /// The host's driver libraries, looked for when the link is absent and
+    /// `host_libraries` is set.
+    pub host_libraries: Option<HostLibraries>,
+    /// The directories the compat globs matched, in configuration order.
+    pub compat: Vec<CompatSeen>,
+}
+
+/// The host's libraries found through the loader cache and the library directories, with the
+/// warnings (e.g. an unreadable cache) met on the way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostLibraries {
+    /// The driver libraries, by name.
+    pub libraries: Vec<HostLibrary>,
+    /// What could not be read.
+    pub warnings: Vec<String>,
+}
+
+/// One directory a compat glob matched, and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompatSeen {
+    /// Inside path of the directory.
+    pub inside: PathBuf,
+    /// Host path.
+    pub outside: PathBuf,
+    /// The compat driver in it (`Ok(None)`: no compat libcuda there).
+    pub found: Result<Option<CompatDriver>, String>,
+    /// The names of the compat libraries in it (libcuda, the JIT compiler, …), sorted.
+    pub libraries: Vec<String>,
+}
+
+/// Scans `driver` under `config`: every path the planner follows is recorded in `fs`.
+pub fn scan(driver: &DriverConfig, config: &Config, fs: &Recorder) -> DriverView {
+    let rooted = Space::Rooted {
+        root: &config.host_root,
+        store_dir: &config.store_dir,
+    };
+    let link = symlinks::normalize(&driver.link);
+    let link_lib = link.join("lib");
+    fs.follow(&link, &rooted.outside(&link), rooted);
+    let libcuda = link.join("lib/libcuda.so.1");
+    let libcuda_outside = rooted.outside(&libcuda);
+    fs.follow(&libcuda, &libcuda_outside, rooted);
+    fs.record_real(&libcuda_outside);
+    let link_present = !matches!(fs.lstat(&rooted.outside(&link)), Node::Missing);
+    let host_libraries = (!link_present && driver.host_libraries).then(|| {
+        let mut warnings = Vec::new();
+        let libraries = host::host_libraries(
+            &config.host_root,
+            &config.store_dir,
+            &driver.library_dirs,
+            &mut warnings,
+        );
+        for lib in &libraries {
+            fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
+            if lib.stem == "libcuda" {
+                fs.record_real(&lib.outside);
+            }
+        }
+        HostLibraries {
+            libraries,
+            warnings,
+        }
+    });
+    let mut compat_seen = Vec::new();
+    for pattern in &driver.compat {
+        for (inside, outside) in compat_dirs(config, pattern) {
+            let found = compat::inspect_dir(&inside, &outside);
+            let mut libraries = Vec::new();
+            if let Ok(Some(c)) = &found {
+                fs.follow(&c.dir, &c.dir_outside, rooted);
+                for name in ["libcuda.so.1", c.libcuda.as_str()] {
+                    let inside = c.dir.join(name);
+                    let outside = rooted.outside(&inside);
+                    fs.follow(&inside, &outside, rooted);
+                    fs.record_real(&outside);
+                }
+                libraries = compat_library_names(&c.dir_outside);
+                for name in &libraries {
+                    fs.follow(
+                        &link_lib.join(name),
+                        &c.dir_outside.join(name),
+                        Space::Literal,
+                    );
+                }
+            }
+            compat_seen.push(CompatSeen {
+                inside,
+                outside,
+                found,
+                libraries,
+            });
+        }
+    }
+    DriverView {
+        source: driver.clone(),
+        link_present,
+        host_libraries,
+        compat: compat_seen,
+    }
+}
+
+/// The (inside, outside) directories a compat glob names: under the host root unless in the
+/// store.
+fn compat_dirs(config: &Config, pattern: &str) -> Vec<(PathBuf, PathBuf)> {
+    let in_store = Path::new(pattern).starts_with(&config.store_dir);
+    let root = &config.host_root;
+    let full = if in_store || root == Path::new("/") {
+        pattern.to_string()
+    } else {
+        format!(
+            "{}/{}",
+            glob::Pattern::escape(&root.to_string_lossy()).trim_end_matches('/'),
+            pattern.trim_start_matches('/')
+        )
+    };
+    let Ok(paths) = glob::glob(&full) else {
+        return Vec::new();
+    };
+    paths
+        .filter_map(Result::ok)
+        .filter_map(|outside| {
+            let inside = if in_store || root == Path::new("/") {
+                outside.clone()
+            } else {
+                Path::new("/").join(outside.strip_prefix(root).ok()?)
+            };
+            Some((inside, outside))
+        })
+        .collect()
+}
+
+/// The compat libraries (`libcuda`, the JIT compiler, …) directly in `dir`, sorted.
+fn compat_library_names(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| host::driver_library_stem(n).is_some_and(|s| COMPAT_LIBRARIES.contains(&s)))
+        .collect();
+    names.sort();
+    names
+}

@@ -1,0 +1,222 @@
+//! Scan: what the host has, read once and only read. Writes nothing.
+//!
+//! Each kind of source a rule can name has its scan here, in its own module, and its planner
+//! in the module of the same name under [`crate::plan`]:
+//! - [`devices`]: the device globs (every entry they match, and the links on the way);
+//! - [`paths`]: host paths and mounts (and, with `follow_entry_symlinks`, the links directly
+//!   inside a directory);
+//! - [`driver`]: the driver link, the host's libraries when there is no link, and the compat
+//!   directories (their ELF notes).
+//!
+//! A scan result holds its source (the configured item, copied) beside what was found for it,
+//! so a planner takes both from one value and never looks anything up by configuration text.
+//! Host facts that several sources need (the kernel module version, the Tegra facts) are read
+//! once into [`HostFacts`], and every `lstat` the scans made is kept in [`Snapshot`], over
+//! which the planners follow symlink chains purely. The result, [`HostView`], is plain data:
+//! [`crate::plan::decide`] works on it alone, so the decision is unit-tested on views made by
+//! hand. How to add a source: `docs/architecture.md`.
+
+pub mod devices;
+pub mod driver;
+pub mod paths;
+
+use crate::config::{Config, Platform, Rule};
+use crate::discover::{host, versions};
+use crate::request::RuleId;
+use crate::symlinks::{self, Lookup, Node, Space};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub use devices::{DeviceScan, DeviceView, GlobError, GlobMatches};
+pub use driver::{CompatSeen, DriverView, HostLibraries};
+pub use paths::{EntrySymlinks, PathOrigin, PathView, ENTRY_SYMLINKS_MAX};
+
+/// What the host has, as data. Built by [`scan`]; tests build it by hand.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostView {
+    /// Facts of the host that are not one source's: platform, kernel module, L4T.
+    pub facts: HostFacts,
+    /// Every entry the scans looked at, and the real paths of the libcuda files.
+    pub snapshot: Snapshot,
+    /// Each matched rule's sources and what was found for them, in rule order.
+    pub rules: Vec<RuleView>,
+}
+
+/// Host facts read once for every source that needs them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostFacts {
+    /// Jetson or not: the one Tegra detector (`/etc/nv_tegra_release`, or
+    /// `/sys/devices/soc0/family` starting with "tegra"). `None` when no matched rule has a
+    /// driver or a platform-specific device, so nothing asks (nor was it read).
+    pub platform: Option<Platform>,
+    /// The kernel module version (`/proc/driver/nvidia/version`; read only when a matched rule
+    /// has a driver or a platform-specific device, as the Tegra facts).
+    pub kernel_driver: Option<String>,
+    /// The L4T release (major, revision) from `/etc/nv_tegra_release`.
+    pub l4t: Option<(u32, String)>,
+}
+
+impl HostFacts {
+    /// The kind of host; `Discrete` unless the scan found a Tegra.
+    pub fn platform(&self) -> Platform {
+        self.platform.unwrap_or(Platform::Discrete)
+    }
+}
+
+/// What the scans saw of the filesystem.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// What `lstat` found at each host path looked at.
+    pub nodes: BTreeMap<PathBuf, Node>,
+    /// Real paths (every link resolved) of the libcuda files the driver planner names.
+    pub real_paths: BTreeMap<PathBuf, PathBuf>,
+}
+
+impl Lookup for Snapshot {
+    fn lstat(&self, outside: &Path) -> Node {
+        self.nodes.get(outside).cloned().unwrap_or(Node::Unscanned)
+    }
+}
+
+impl Lookup for HostView {
+    fn lstat(&self, outside: &Path) -> Node {
+        self.snapshot.lstat(outside)
+    }
+}
+
+/// One matched rule: its sources, each beside what the scan found for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleView {
+    /// The rule.
+    pub id: RuleId,
+    /// Its name, for reasons and problems.
+    pub name: String,
+    /// Its device globs.
+    pub devices: Vec<DeviceView>,
+    /// Its host paths, then its mounts.
+    pub paths: Vec<PathView>,
+    /// Its driver, when it configures one.
+    pub driver: Option<DriverView>,
+}
+
+impl HostView {
+    /// The kind of host; `Discrete` unless the scan found a Tegra.
+    pub fn platform(&self) -> Platform {
+        self.facts.platform()
+    }
+}
+
+/// The real filesystem, remembering every answer in the snapshot (each path is looked at once).
+pub struct Recorder {
+    nodes: RefCell<BTreeMap<PathBuf, Node>>,
+    real_paths: RefCell<BTreeMap<PathBuf, PathBuf>>,
+}
+
+impl Lookup for Recorder {
+    fn lstat(&self, outside: &Path) -> Node {
+        if let Some(n) = self.nodes.borrow().get(outside) {
+            return n.clone();
+        }
+        let n = Node::of(outside);
+        self.nodes
+            .borrow_mut()
+            .insert(outside.to_path_buf(), n.clone());
+        n
+    }
+}
+
+impl Recorder {
+    fn new() -> Recorder {
+        Recorder {
+            nodes: RefCell::new(BTreeMap::new()),
+            real_paths: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// Follows the chain at (`inside`, `outside`), recording every entry on the way, so that a
+    /// planner can follow it again over the snapshot.
+    pub fn follow(&self, inside: &Path, outside: &Path, space: Space<'_>) {
+        let _ = symlinks::follow(inside, outside, space, self);
+    }
+
+    /// Records the real path of the file at `outside` (every link resolved).
+    pub fn record_real(&self, outside: &Path) {
+        if let Ok(real) = std::fs::canonicalize(outside) {
+            self.real_paths
+                .borrow_mut()
+                .insert(outside.to_path_buf(), real);
+        }
+    }
+
+    fn into_snapshot(self) -> Snapshot {
+        Snapshot {
+            nodes: self.nodes.into_inner(),
+            real_paths: self.real_paths.into_inner(),
+        }
+    }
+}
+
+/// Reads what the `rules` (matched, with their ids) under `config` need to know of the host.
+/// Never writes.
+pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
+    let fs = Recorder::new();
+    let facts = host_facts(config, rules);
+    let rooted = Space::Rooted {
+        root: &config.host_root,
+        store_dir: &config.store_dir,
+    };
+    let mut listings = devices::Listings::new();
+    let views = rules
+        .iter()
+        .map(|(id, rule)| RuleView {
+            id: *id,
+            name: rule.name.clone(),
+            devices: rule
+                .devices
+                .iter()
+                .map(|d| devices::scan(d, config, facts.platform(), &mut listings, &fs))
+                .collect(),
+            paths: rule
+                .paths
+                .iter()
+                .map(|p| paths::scan_host_path(p, rooted, &fs))
+                .chain(rule.mounts.iter().map(|m| paths::scan_mount(m, &fs)))
+                .collect(),
+            driver: rule.driver.as_ref().map(|d| driver::scan(d, config, &fs)),
+        })
+        .collect();
+    HostView {
+        facts,
+        snapshot: fs.into_snapshot(),
+        rules: views,
+    }
+}
+
+/// The host facts, read only when a rule has a driver or a platform-specific device: a rule
+/// with neither (device nodes and paths alone) does without the three reads.
+fn host_facts(config: &Config, rules: &[(RuleId, &Rule)]) -> HostFacts {
+    let needed = rules
+        .iter()
+        .any(|(_, r)| r.driver.is_some() || r.devices.iter().any(|d| d.platform.is_some()));
+    if !needed {
+        return HostFacts::default();
+    }
+    let under = |p: &str| host::under(&config.host_root, &config.store_dir, Path::new(p));
+    let read = |p: &str| std::fs::read_to_string(under(p)).ok();
+    let tegra_release = read("/etc/nv_tegra_release");
+    let tegra = tegra_release.is_some()
+        || read("/sys/devices/soc0/family")
+            .is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("tegra"));
+    HostFacts {
+        kernel_driver: read("/proc/driver/nvidia/version")
+            .as_deref()
+            .and_then(versions::kernel_module_version),
+        l4t: tegra_release.as_deref().and_then(versions::l4t_release),
+        platform: Some(if tegra {
+            Platform::Tegra
+        } else {
+            Platform::Discrete
+        }),
+    }
+}
