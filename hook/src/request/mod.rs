@@ -11,6 +11,10 @@ use crate::drv::{self, DrvEnv, RequiredFeatures};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+mod aterm_fd;
+
+pub use aterm_fd::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
+
 /// Environment variable in which some Nix variants pass the derivation as JSON.
 pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
 
@@ -258,137 +262,6 @@ fn read_drv(
                 format!("{file_error}; and {ATERM_FD_ENV}={fd}: {why}"),
             )
         })
-}
-
-/// How much [`read_aterm_fd`] reads, and how long it waits for a pipe.
-#[derive(Debug, Clone, Copy)]
-pub struct FdLimits {
-    /// The most bytes a derivation on the descriptor may have.
-    pub max_bytes: u64,
-    /// How long a pipe may take to deliver all of it (its writer closing it).
-    pub pipe_wait: std::time::Duration,
-}
-
-/// The hook's limits on [`ATERM_FD_ENV`]: 256 MiB (Nix itself sets none; the largest
-/// derivations in Nixpkgs are a few MiB), and 5 s for a pipe, far more than a writer needs.
-pub const ATERM_FD_LIMITS: FdLimits = FdLimits {
-    max_bytes: 256 << 20,
-    pipe_wait: std::time::Duration::from_secs(5),
-};
-
-/// Reads the derivation from descriptor `fd` (its number, as text), as NixOS/nix#16413
-/// proposes to hand it over: an anonymous temporary file (`O_TMPFILE` or a memfd), or a pipe.
-/// Never blocks past `limits`, never reads more than `limits.max_bytes`:
-/// - descriptors 0–2 are refused: they are the hook's own stdin, stdout (its answer to Nix)
-///   and stderr, never a derivation;
-/// - the descriptor's type is looked at before anything is opened (`stat` of
-///   `/proc/self/fd/N` opens nothing): only a regular file (memfds are) or a pipe/FIFO is
-///   read; a terminal, `/dev/zero` or any other device, a socket or a directory is refused;
-/// - a regular file larger than the cap is refused unread, and read with the cap as bound
-///   (it could grow meanwhile);
-/// - a pipe is read without blocking (`O_NONBLOCK`, `poll`) until its end, the cap, or
-///   `limits.pipe_wait`, whichever comes first: a writer that keeps the pipe open and never
-///   writes (or never closes it) makes this fail, never hang. We accept every pipe rather
-///   than guess which came from Nix: the bound is what makes any pipe safe.
-///
-/// The descriptor is reopened through `/proc/self/fd/N`: a fresh open file description reads
-/// a file from its start whatever the offset of the one handed over, and no raw descriptor
-/// needs adopting (no unsafe code).
-pub fn read_aterm_fd(fd: &str, limits: &FdLimits) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let number: u32 = match fd.parse() {
-        Ok(n) if !fd.is_empty() && fd.bytes().all(|b| b.is_ascii_digit()) => n,
-        _ => return Err("not a file descriptor number".to_owned()),
-    };
-    if number <= 2 {
-        return Err(format!(
-            "descriptor {number} is the hook's own {}, not a derivation",
-            ["stdin", "stdout", "stderr"][number as usize]
-        ));
-    }
-    let proc = format!("/proc/self/fd/{number}");
-    let meta = std::fs::metadata(&proc).map_err(|e| format!("not usable: {e}"))?;
-    let kind = meta.file_type();
-    let too_big = |size: u64| {
-        format!(
-            "holds {size} bytes or more, above the cap of {} bytes",
-            limits.max_bytes
-        )
-    };
-    if kind.is_file() && meta.len() > limits.max_bytes {
-        return Err(too_big(meta.len()));
-    }
-    if !kind.is_file() && !kind.is_fifo() {
-        let what = if kind.is_char_device() {
-            "a character device (a terminal, /dev/zero, …)"
-        } else if kind.is_socket() {
-            "a socket"
-        } else if kind.is_dir() {
-            "a directory"
-        } else {
-            "neither a regular file nor a pipe"
-        };
-        return Err(format!("is {what}: give a file, a memfd or a pipe"));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
-        .open(&proc)
-        .map_err(|e| format!("cannot open it: {e}"))?;
-    let mut out = Vec::new();
-    if kind.is_file() {
-        let mut bounded = file.take(limits.max_bytes + 1);
-        bounded
-            .read_to_end(&mut out)
-            .map_err(|e| format!("cannot read it: {e}"))?;
-    } else {
-        read_pipe(file, limits, &mut out)?;
-    }
-    if out.len() as u64 > limits.max_bytes {
-        return Err(too_big(out.len() as u64));
-    }
-    Ok(out)
-}
-
-/// Reads a non-blocking pipe into `out` until its end, `limits.max_bytes + 1` bytes, or
-/// `limits.pipe_wait`.
-fn read_pipe(mut pipe: std::fs::File, limits: &FdLimits, out: &mut Vec<u8>) -> Result<(), String> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::io::Read;
-    use std::os::fd::AsFd;
-    let deadline = std::time::Instant::now() + limits.pipe_wait;
-    let mut chunk = vec![0u8; 64 << 10];
-    loop {
-        match pipe.read(&mut chunk) {
-            Ok(0) => return Ok(()),
-            Ok(n) => {
-                out.extend_from_slice(&chunk[..n]);
-                if out.len() as u64 > limits.max_bytes {
-                    return Ok(());
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
-                let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
-                match poll(&mut fds, timeout) {
-                    Ok(0) => {
-                        return Err(format!(
-                            "a pipe that did not reach its end within {} s ({} bytes read): \
-                             its writer keeps it open",
-                            limits.pipe_wait.as_secs_f64(),
-                            out.len()
-                        ))
-                    }
-                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                    Err(e) => return Err(format!("cannot wait for it: {e}")),
-                }
-            }
-            Err(e) => return Err(format!("cannot read it: {e}")),
-        }
-    }
 }
 
 fn owned(f: RequiredFeatures<'_>) -> (Vec<Vec<u8>>, bool) {
