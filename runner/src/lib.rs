@@ -9,6 +9,7 @@
 //! JSON report ([`report`]).
 
 pub mod access;
+pub mod check;
 pub mod checks;
 pub mod cli;
 pub mod cuda;

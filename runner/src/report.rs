@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cli::{ExpectDriver, Options};
 use crate::expectations::ManifestState;
 

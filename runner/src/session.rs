@@ -1,12 +1,9 @@
-//! State shared by the checks of one run: GPU access as it stood before any driver call, the
-//! driver and runtimes (loaded once, lazily, from whichever check needs them first) and every
-//! check's outcome, for the report.
+//! State shared by the checks of one run: GPU access as it stood before any driver call, and
+//! the driver, runtimes and package (loaded once, lazily, by whichever check needs them first).
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::access::{Access, KERNEL_MODULE_FILE};
-use crate::checks::Outcome;
 use crate::cli::Options;
 use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, LIBCUDA};
@@ -28,7 +25,6 @@ pub struct Session {
     devices: OnceLock<Result<Vec<CudaDevice>, String>>,
     runtimes: OnceLock<Result<Vec<Runtime>, String>>,
     package: OnceLock<Result<PackageUnderTest, String>>,
-    outcomes: Mutex<BTreeMap<String, Outcome>>,
 }
 
 impl Session {
@@ -50,7 +46,6 @@ impl Session {
             devices: OnceLock::new(),
             runtimes: OnceLock::new(),
             package: OnceLock::new(),
-            outcomes: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -133,19 +128,5 @@ impl Session {
             })
             .as_ref()
             .map_err(Clone::clone)
-    }
-
-    /// Records a check's outcome for the report.
-    pub fn record(&self, name: &str, outcome: Outcome) {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-        outcomes.insert(name.to_owned(), outcome);
-    }
-
-    /// Every recorded outcome, by check name.
-    pub fn outcomes(&self) -> BTreeMap<String, Outcome> {
-        self.outcomes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::facts;
 use crate::session::Session;
 

@@ -2,7 +2,7 @@
 //! hook's manifest chose) and `driver::version` (`cuInit`, `cuDriverGetVersion`,
 //! `--min-cuda-version`, the manifest's CUDA version).
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cli::ExpectDriver;
 use crate::cuda::result::NO_DEVICE;
 use crate::cuda::version::CudaVersion;

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cuda::driver::Driver;
 use crate::cuda::gpu::{DeviceBuffer, Event, GpuError, PrimaryContext, Saxpy};
 use crate::facts;

@@ -4,7 +4,7 @@
 use cuda_sandbox_manifest::DriverKind;
 use serde_json::json;
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cli::LintOptions;
 use crate::expectations::ManifestState;
 use crate::facts;

@@ -25,8 +25,8 @@ use cuda_sandbox_elfkit::fatbin::verdict::{judge, FileVerdict};
 use cuda_sandbox_elfkit::fatbin::Capability;
 use serde_json::{json, Value};
 
+use crate::check::Outcome;
 use crate::checks::runtime::{judge as judge_runtimes, Candidate};
-use crate::checks::Outcome;
 use crate::cuda::loaded::LoadedFile;
 use crate::cuda::runtime::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;

@@ -12,7 +12,7 @@
 
 use serde_json::{json, Value};
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cuda::runtime::{
     error_name, Runtime, RuntimeVersion, CUDART_NAMES, INSUFFICIENT_DRIVER, NO_DEVICE,
 };
