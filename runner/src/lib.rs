@@ -20,5 +20,5 @@ pub mod lint;
 pub mod loader;
 pub mod package;
 pub mod report;
-pub mod runtimes;
+pub mod runtime_scan;
 pub mod session;

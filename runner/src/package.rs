@@ -16,7 +16,7 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
 use serde::Serialize;
 
-use crate::runtimes::{runtime_in, FoundRuntime};
+use crate::runtime_scan::{runtime_in, FoundRuntime};
 
 /// The store directory package paths live in.
 pub const STORE_DIR: &str = "/nix/store";

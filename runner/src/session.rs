@@ -5,10 +5,10 @@ use std::sync::OnceLock;
 
 use crate::access::{Access, KERNEL_MODULE_FILE};
 use crate::cli::Options;
+use crate::cuda::cudart::Runtime;
 use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, LIBCUDA};
-use crate::cuda::result::{self, NO_DEVICE};
-use crate::cuda::runtime::Runtime;
+use crate::cuda::result::{self, CUDA_ERROR_NO_DEVICE};
 use crate::expectations::ManifestState;
 use crate::package::PackageUnderTest;
 
@@ -74,12 +74,12 @@ impl Session {
         self.init
             .get_or_init(|| {
                 driver.init().map_err(|error| match error.code {
-                    NO_DEVICE => (
-                        NO_DEVICE,
+                    CUDA_ERROR_NO_DEVICE => (
+                        CUDA_ERROR_NO_DEVICE,
                         format!(
-                            "{} failed with {NO_DEVICE} {}: {}",
+                            "{} failed with {CUDA_ERROR_NO_DEVICE} {}: {}",
                             error.call,
-                            result::name(NO_DEVICE),
+                            result::name(CUDA_ERROR_NO_DEVICE),
                             self.access.explain_no_gpu()
                         ),
                     ),

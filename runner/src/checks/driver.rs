@@ -4,7 +4,7 @@
 
 use crate::check::Outcome;
 use crate::cli::ExpectDriver;
-use crate::cuda::result::NO_DEVICE;
+use crate::cuda::result::CUDA_ERROR_NO_DEVICE;
 use crate::cuda::version::CudaVersion;
 use crate::expectations;
 use crate::facts;
@@ -132,7 +132,7 @@ pub fn version(session: &Session) -> Outcome {
     // that need a GPU report with its cause; any other cuInit failure is the driver's own.
     let init_note = match (&init, session.access.no_gpu_cause()) {
         (Ok(()), _) => String::new(),
-        (Err(why), _) if session.init_code() != Some(NO_DEVICE) => {
+        (Err(why), _) if session.init_code() != Some(CUDA_ERROR_NO_DEVICE) => {
             return Outcome::fail(why.clone(), facts)
         }
         (Err(_), cause) => format!(

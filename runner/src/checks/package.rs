@@ -27,14 +27,14 @@ use serde_json::{json, Value};
 
 use crate::check::Outcome;
 use crate::checks::runtime::{judge as judge_runtimes, Candidate};
+use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::loaded::LoadedFile;
-use crate::cuda::runtime::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
 use crate::gpu_code::{cannot_run, failure, summary, Target};
 use crate::loader::{resolve, Outcome as Search, RealFs, SearchContext};
-use crate::runtimes::RuntimeForm;
+use crate::runtime_scan::RuntimeForm;
 use crate::session::Session;
 
 /// The GPUs and driver to judge GPU code for: every GPU the driver reports with the loaded

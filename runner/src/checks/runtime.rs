@@ -1,4 +1,5 @@
-//! The CUDA runtimes (libcudart) beside the driver, as CUDA's version rules decide them.
+//! The `runtime::*` checks: the CUDA runtimes (libcudart) this process loads
+//! ([`crate::cuda::cudart`]) beside the driver, as CUDA's version rules decide them.
 //!
 //! - `runtime::compatibility` (needs no GPU): every runtime this process can load (or each
 //!   `--cudart`) against the loaded driver. Same major and not newer: fine. Same major and
@@ -13,8 +14,9 @@
 use serde_json::{json, Value};
 
 use crate::check::Outcome;
-use crate::cuda::runtime::{
-    error_name, Runtime, RuntimeVersion, CUDART_NAMES, INSUFFICIENT_DRIVER, NO_DEVICE,
+use crate::cuda::cudart::{
+    error_name, Runtime, RuntimeVersion, CUDART_ERROR_INSUFFICIENT_DRIVER, CUDART_ERROR_NO_DEVICE,
+    CUDART_NAMES,
 };
 use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
@@ -155,7 +157,7 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
                      a data-centre GPU or Jetson, or build against CUDA {}.x",
                     version.describe(),
                     match answer {
-                        Some(INSUFFICIENT_DRIVER) => {
+                        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
                             " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
                         }
                         Some(code) => format!(
@@ -316,14 +318,14 @@ pub fn entry_points(session: &Session) -> Outcome {
         let probe = runtime.driver_entry_point("cuInit", driver_version.0);
         match probe.map(|p| p.code) {
             Some(0) => {}
-            Some(NO_DEVICE) => {
+            Some(CUDART_ERROR_NO_DEVICE) => {
                 failures.push(format!(
                     "{function} failed with cudaErrorNoDevice (100): {}",
                     session.access.explain_no_gpu()
                 ));
                 continue;
             }
-            Some(INSUFFICIENT_DRIVER) => {
+            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
                 failures.push(format!(
                     "{function} of {file} failed with cudaErrorInsufficientDriver (35): the \
                      runtime is newer than the driver's CUDA {driver_version} (see \

@@ -1,6 +1,7 @@
 //! The CUDA driver, dlopen'd by plain name (`libcuda.so.1`) so the loader's normal search
 //! (LD_LIBRARY_PATH, RUNPATH, ld.so.cache) decides which one, as it would for any program.
-//! Only `_v2` ABIs are resolved by name (DESIGN §7); never the 32-bit legacy ones.
+//! Only the `_v2` exports that `cuda.h` maps the plain names to (`#define cuMemAlloc
+//! cuMemAlloc_v2`) are resolved by name; never the legacy ones with 32-bit sizes.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 
@@ -181,7 +182,7 @@ impl Driver {
             // Driver::load refuses a libcuda without cuInit; kept total all the same.
             return Err(CuError {
                 call: "cuInit",
-                code: result::NOT_FOUND,
+                code: result::CUDA_ERROR_NOT_FOUND,
             });
         };
         // SAFETY: cuda.h signature.

@@ -1,5 +1,8 @@
-//! CUDA runtimes (`libcudart`): every one this process can load, in the loader's order, with
-//! their versions and `cudaGetDriverEntryPoint`, to compare with the driver's own answers.
+//! The binding to the CUDA runtime API (`libcudart`), dlopen'd: every runtime this process can
+//! load, in the loader's order, with `cudaRuntimeGetVersion`, `cudaDriverGetVersion` and
+//! `cudaGetDriverEntryPoint`, to compare with the driver's own answers. Finding runtimes inside
+//! a package's files, without loading them, is [`crate::runtime_scan`]; the `runtime::*` checks
+//! are [`crate::checks::runtime`].
 //!
 //! Measured on the real runtimes (11.8, 12.9, 13.0) with the real drivers (535, 470) and no
 //! GPU: `cudaDriverGetVersion` always answers; `cudaRuntimeGetVersion` answers, except that
@@ -19,10 +22,12 @@ use super::version::CudaVersion;
 /// or 11 asks the loader for.
 pub const CUDART_NAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"];
 
-/// cudaErrorInsufficientDriver: the runtime needs a newer driver.
-pub const INSUFFICIENT_DRIVER: c_int = 35;
-/// cudaErrorNoDevice.
-pub const NO_DEVICE: c_int = 100;
+/// The runtime API's (`cudaError_t`) cudaErrorInsufficientDriver: the runtime needs a newer
+/// driver.
+pub const CUDART_ERROR_INSUFFICIENT_DRIVER: c_int = 35;
+/// The runtime API's (`cudaError_t`) cudaErrorNoDevice; the driver API's CUDA_ERROR_NO_DEVICE
+/// has the same number in another enum ([`crate::cuda::result::CUDA_ERROR_NO_DEVICE`]).
+pub const CUDART_ERROR_NO_DEVICE: c_int = 100;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetEntryPoint =
@@ -263,8 +268,8 @@ pub fn error_name(code: c_int) -> &'static str {
         1 => "cudaErrorInvalidValue",
         3 => "cudaErrorInitializationError",
         34 => "cudaErrorStubLibrary",
-        INSUFFICIENT_DRIVER => "cudaErrorInsufficientDriver",
-        NO_DEVICE => "cudaErrorNoDevice",
+        CUDART_ERROR_INSUFFICIENT_DRIVER => "cudaErrorInsufficientDriver",
+        CUDART_ERROR_NO_DEVICE => "cudaErrorNoDevice",
         500 => "cudaErrorSymbolNotFound",
         803 => "cudaErrorSystemDriverMismatch",
         804 => "cudaErrorCompatNotSupportedOnDevice",
