@@ -2,6 +2,8 @@
 //! what it returns ([`Outcome`]: a [`Verdict`], a one-line message, optional detail and the
 //! facts for the report). The checks themselves live in [`crate::checks`], one file per group.
 
+use std::fmt::Display;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -31,7 +33,7 @@ pub fn facts_of(typed: &impl Serialize) -> Facts {
     }
 }
 
-/// A check's result.
+/// A check's result. Its message is where a typed error becomes its one line.
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
     /// Pass, fail or skipped.
@@ -47,24 +49,24 @@ pub struct Outcome {
 
 impl Outcome {
     /// A passing outcome.
-    pub fn pass(message: impl Into<String>, facts: Facts) -> Outcome {
+    pub fn pass(message: impl Display, facts: Facts) -> Outcome {
         Outcome::new(Verdict::Pass, message, facts)
     }
 
     /// A failing outcome.
-    pub fn fail(message: impl Into<String>, facts: Facts) -> Outcome {
+    pub fn fail(message: impl Display, facts: Facts) -> Outcome {
         Outcome::new(Verdict::Fail, message, facts)
     }
 
     /// A skipped outcome.
-    pub fn skipped(message: impl Into<String>, facts: Facts) -> Outcome {
+    pub fn skipped(message: impl Display, facts: Facts) -> Outcome {
         Outcome::new(Verdict::Skipped, message, facts)
     }
 
-    fn new(verdict: Verdict, message: impl Into<String>, facts: Facts) -> Outcome {
+    fn new(verdict: Verdict, message: impl Display, facts: Facts) -> Outcome {
         Outcome {
             verdict,
-            message: message.into(),
+            message: message.to_string(),
             detail: None,
             facts,
         }

@@ -25,7 +25,7 @@ pub fn library(session: &Session) -> Outcome {
                     m.kind,
                     expectations::chosen_path(m)
                 ),
-                _ => why,
+                _ => why.to_string(),
             };
             return Outcome::fail(
                 why,

@@ -68,10 +68,10 @@ pub fn saxpy(session: &Session) -> Outcome {
     match run(driver, n) {
         Err(failure) => {
             let outcome = Outcome::fail(
-                failure.message,
-                facts! { "elements" => n, "device" => device, "jit_log" => failure.jit_log },
+                &failure,
+                facts! { "elements" => n, "device" => device, "jit_log" => failure.jit_log() },
             );
-            match failure.jit_log {
+            match failure.jit_log() {
                 Some(log) => outcome.with_detail(log),
                 None => outcome,
             }

@@ -18,10 +18,11 @@ use crate::cuda::cudart::{
     error_name, Runtime, RuntimeVersion, CUDART_ERROR_INSUFFICIENT_DRIVER, CUDART_ERROR_NO_DEVICE,
     CUDART_NAMES,
 };
+use crate::cuda::driver::Driver;
 use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
-use crate::session::Session;
+use crate::session::{GpuUnavailable, Session};
 
 /// How a runtime stands with the loaded driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -281,7 +282,8 @@ pub fn compatibility(session: &Session) -> Outcome {
         Ok(runtimes) => runtimes,
         Err(outcome) => return outcome,
     };
-    let driver = match session.driver().and_then(|d| d.version().map(CudaVersion)) {
+    let version = |d: &Driver| d.version().map(CudaVersion).map_err(GpuUnavailable::from);
+    let driver = match session.driver().and_then(version) {
         Ok(v) => v,
         Err(why) => return Outcome::fail(why, facts! {}),
     };

@@ -93,20 +93,47 @@ fn version_from_file_name(path: &Path) -> Option<(i32, Option<CudaVersion>)> {
     Some((major, exact))
 }
 
+/// A `--cudart` file that cannot be used as a CUDA runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--cudart {}: {why}", .path.display())]
+pub struct CudartError {
+    /// The file as given.
+    pub path: PathBuf,
+    /// Why it is refused.
+    pub why: NotARuntime,
+}
+
+/// Why a library is not a usable CUDA runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotARuntime {
+    /// `dlopen` failed; the loader's own message.
+    #[error("{0}")]
+    NotLoadable(String),
+    /// It lacks `cudaRuntimeGetVersion` or `cudaDriverGetVersion`; the loader's message.
+    #[error("not a CUDA runtime: {0}")]
+    MissingExport(String),
+    /// `dladdr` could not name the file the loader picked.
+    #[error("the loader cannot say which file the CUDA runtime is")]
+    FileUnknown,
+}
+
 impl Runtime {
     /// Loads each of `explicit` (from `--cudart`), or else every CUDA runtime this process can
     /// load by name: the `libcudart.so*` files in the loader's search directories, in its
     /// order, then any the loader finds only through `ld.so.cache`.
-    pub fn load_all(explicit: &[PathBuf]) -> Result<Vec<Runtime>, String> {
+    pub fn load_all(explicit: &[PathBuf]) -> Result<Vec<Runtime>, CudartError> {
         if !explicit.is_empty() {
             return explicit
                 .iter()
                 .map(|path| {
+                    let refused = |why| CudartError {
+                        path: path.clone(),
+                        why,
+                    };
                     // SAFETY: loading a library runs its initialisers; that is the point.
                     let library = unsafe { Library::new(path) }
-                        .map_err(|e| format!("--cudart {}: {e}", path.display()))?;
-                    Runtime::from_library(library)
-                        .map_err(|e| format!("--cudart {}: {e}", path.display()))
+                        .map_err(|e| refused(NotARuntime::NotLoadable(e.to_string())))?;
+                    Runtime::from_library(library).map_err(refused)
                 })
                 .collect();
         }
@@ -150,22 +177,22 @@ impl Runtime {
         Ok(runtimes)
     }
 
-    fn from_library(library: Library) -> Result<Runtime, String> {
+    fn from_library(library: Library) -> Result<Runtime, NotARuntime> {
         // SAFETY: the signatures are cuda_runtime_api.h's.
         unsafe {
             let runtime_get_version: GetVersion = *library
                 .get(b"cudaRuntimeGetVersion\0")
-                .map_err(|e| format!("not a CUDA runtime: {e}"))?;
+                .map_err(|e| NotARuntime::MissingExport(e.to_string()))?;
             let driver_get_version: GetVersion = *library
                 .get(b"cudaDriverGetVersion\0")
-                .map_err(|e| format!("not a CUDA runtime: {e}"))?;
+                .map_err(|e| NotARuntime::MissingExport(e.to_string()))?;
             let get_entry_point = library.get(b"cudaGetDriverEntryPoint\0").ok().map(|s| *s);
             let get_entry_point_by_version = library
                 .get(b"cudaGetDriverEntryPointByVersion\0")
                 .ok()
                 .map(|s| *s);
             let file = LoadedFile::containing(runtime_get_version as usize)
-                .ok_or("the loader cannot say which file the CUDA runtime is")?;
+                .ok_or(NotARuntime::FileUnknown)?;
             Ok(Runtime {
                 file,
                 runtime_get_version,

@@ -22,6 +22,8 @@ impl CuError {
     }
 }
 
+impl std::error::Error for CuError {}
+
 impl fmt::Display for CuError {
     /// `cuInit failed with 100 CUDA_ERROR_NO_DEVICE: <cause and fix>`, one line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
