@@ -2,7 +2,12 @@
 //! hook's manifest chose) and `driver::version` (`cuInit`, `cuDriverGetVersion`,
 //! `--min-cuda-version`, the manifest's CUDA version).
 
-use crate::check::Outcome;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::check::{facts_of, Outcome};
 use crate::cli::ExpectDriver;
 use crate::cuda::result::CUDA_ERROR_NO_DEVICE;
 use crate::cuda::version::CudaVersion;
@@ -10,6 +15,24 @@ use crate::expectations;
 use crate::facts;
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
+
+/// What `driver::library` reports once `libcuda.so.1` is loaded (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LibraryFacts {
+    /// The path the loader opened.
+    pub path: PathBuf,
+    /// Its real file.
+    pub real_path: PathBuf,
+    /// `LD_LIBRARY_PATH` as this process has it.
+    pub ld_library_path: Option<String>,
+    /// `--expect-driver`, spelled as given.
+    pub expect_driver: Option<String>,
+    /// The manifest in brief (`path`, `kind`, `cuda_version`, `kernel_driver`), or a string
+    /// saying why there is none ([`crate::expectations::ManifestState::fact`]).
+    pub manifest: Value,
+    /// The manifest's right `libcuda.so.1` paths, when there is a manifest.
+    pub manifest_libcuda: Option<Vec<String>>,
+}
 
 /// Runs `driver::library`.
 pub fn library(session: &Session) -> Outcome {
@@ -39,14 +62,14 @@ pub fn library(session: &Session) -> Outcome {
     };
     let file = &driver.file;
     let version = driver.version().ok().map(CudaVersion);
-    let facts = facts! {
-        "path" => &file.path,
-        "real_path" => &file.real_path,
-        "ld_library_path" => search_path,
-        "expect_driver" => expect.map(ExpectDriver::describe),
-        "manifest" => session.manifest.fact(),
-        "manifest_libcuda" => chosen.map(|m| &m.libcuda),
-    };
+    let facts = facts_of(&LibraryFacts {
+        path: file.path.clone(),
+        real_path: file.real_path.clone(),
+        ld_library_path: search_path,
+        expect_driver: expect.map(ExpectDriver::describe),
+        manifest: session.manifest.fact(),
+        manifest_libcuda: chosen.map(|m| m.libcuda.clone()),
+    });
     let loaded = format!(
         "loaded {} (real file {})",
         file.path.display(),

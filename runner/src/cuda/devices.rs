@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::driver::{Driver, DriverError};
 use super::result::CuError;
@@ -11,7 +11,7 @@ use super::result::CuError;
 const ATTRIBUTE_CC: [c_int; 2] = [75, 76];
 
 /// One GPU as CUDA sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CudaDevice {
     /// CUDA ordinal.
     pub ordinal: i32,
