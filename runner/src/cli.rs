@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser};
 
+use crate::check::RunsWhen;
+use crate::checks::CHECKS;
 use crate::cuda::version::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::{Arch, Capability};
 
@@ -169,11 +171,8 @@ impl Options {
     }
 }
 
-/// Listed after the flags in `--help`.
+/// Listed after the flags in `--help`, after the list of checks.
 const AFTER_HELP: &str = "\
-Checks: devices::nodes, driver::library, driver::version, driver::entry_points,
-runtime::compatibility, runtime::entry_points, kernel::saxpy, nvml::consistency; lint::elf
-with --lint; package::gpu_code, package::runtimes, package::driver with --package.
 package::gpu_code judges the package's fat binaries against every GPU the driver reports and
 the loaded driver's CUDA version; without a GPU, against --target/--driver-cuda, else it is
 skipped (it never passes without a target).
@@ -183,6 +182,44 @@ The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the 
 driver must be the one the hook chose.
 As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
 ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).";
+
+/// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
+/// [`CHECKS`], wrapped at 94 columns.
+fn checks_help() -> String {
+    let mut parts = Vec::new();
+    for when in [
+        RunsWhen::Always,
+        RunsWhen::WithLint,
+        RunsWhen::WithPackage,
+        RunsWhen::ExpectNoGpu,
+    ] {
+        let names: Vec<&str> = CHECKS
+            .iter()
+            .filter(|check| check.runs_when == when)
+            .map(|check| check.name)
+            .collect();
+        let names = names.join(", ");
+        parts.push(match when.flag() {
+            None => names,
+            Some(flag @ "--expect-no-gpu") => format!("{names} alone with {flag}"),
+            Some(flag) => format!("{names} with {flag}"),
+        });
+    }
+    let mut text = String::new();
+    let mut line = String::new();
+    for word in format!("Checks: {}.", parts.join("; ")).split(' ') {
+        if !line.is_empty() && line.len() + 1 + word.len() > 94 {
+            text.push_str(&line);
+            text.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    text + &line
+}
 
 /// The whole command line: the runner's flags, then libtest's.
 #[derive(Debug, Parser)]
@@ -210,7 +247,7 @@ impl Cli {
                 "{name} {version}\n{about}\n\n{usage-heading} {usage}\n\n{all-args}\n\n{after-help}",
             )
             .disable_version_flag(false)
-            .after_help(AFTER_HELP)
+            .after_help(format!("{}\n{AFTER_HELP}", checks_help()))
     }
 
     /// Parses `std::env::args`; exits with clap's message on bad flags, `--help`, `--version`.
@@ -349,22 +386,33 @@ mod tests {
     }
 
     #[test]
-    fn help_names_every_check() {
-        use crate::checks::{CHECKS, ISOLATION_CHECK, LINT_CHECK, PACKAGE_CHECKS};
-        let all = CHECKS
-            .iter()
-            .chain(PACKAGE_CHECKS)
-            .chain([&LINT_CHECK, &ISOLATION_CHECK]);
-        for check in all {
-            if check.name == ISOLATION_CHECK.name {
-                continue; // documented with --expect-no-gpu
-            }
-            assert!(
-                AFTER_HELP.contains(check.name),
-                "{} not in --help",
+    fn help_lists_every_check_once_with_the_flag_that_runs_it() {
+        let help = Cli::command_line().render_long_help().to_string();
+        let checks = checks_help();
+        assert!(help.contains(&checks), "--help lacks the checks:\n{help}");
+        for check in CHECKS {
+            assert_eq!(
+                checks.matches(check.name).count(),
+                1,
+                "{} is not named exactly once in --help's checks:\n{checks}",
                 check.name
             );
         }
+        assert!(checks.lines().all(|line| line.len() <= 94), "{checks}");
+        let checks = checks.replace('\n', " ");
+        assert!(
+            checks.starts_with("Checks: devices::nodes, driver::library,"),
+            "{checks}"
+        );
+        assert!(checks.contains("lint::elf with --lint;"), "{checks}");
+        assert!(
+            checks.contains("package::driver with --package;"),
+            "{checks}"
+        );
+        assert!(
+            checks.ends_with("isolation::no_gpu alone with --expect-no-gpu."),
+            "{checks}"
+        );
     }
 
     #[test]

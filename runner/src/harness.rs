@@ -1,12 +1,14 @@
 //! The checks as libtest-mimic trials: run, print facts, record the outcome.
 
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use libtest_mimic::{Completion, Failed, Trial};
 use serde_json::Value;
 
-use crate::checks::{Check, Outcome, Verdict, CHECKS, ISOLATION_CHECK, LINT_CHECK, PACKAGE_CHECKS};
+use crate::check::{Outcome, Verdict};
+use crate::checks;
 use crate::session::Session;
 
 /// Where a trial prints what it found.
@@ -40,39 +42,53 @@ fn print(name: &str, outcome: &Outcome, to: FactsOutput) {
     };
 }
 
-/// One trial per check, sharing `session`; `lint::elf` only when `--lint` paths are given,
-/// the `package::*` checks only with `--package`; only `isolation::no_gpu` with
-/// `--expect-no-gpu`.
-pub fn trials(session: &Arc<Session>, facts_output: FactsOutput) -> Vec<Trial> {
-    let lint = (!session.options.lint_paths.is_empty()).then_some(&LINT_CHECK);
-    let checks: Vec<&Check> = if session.options.expect_no_gpu {
-        vec![&ISOLATION_CHECK]
-    } else {
-        let package: &[Check] = if session.options.packages.is_empty() {
-            &[]
-        } else {
-            PACKAGE_CHECKS
-        };
-        CHECKS.iter().chain(lint).chain(package).collect()
-    };
-    checks
-        .into_iter()
-        .map(|check| {
-            let session = Arc::clone(session);
-            Trial::ignorable_test(check.name, move || {
-                let outcome = (check.run)(&session);
-                print(check.name, &outcome, facts_output);
-                let result = match outcome.verdict {
-                    Verdict::Pass => Ok(Completion::Completed),
-                    Verdict::Skipped => Ok(Completion::ignored_with(&outcome.message)),
-                    Verdict::Fail => Err(Failed::from(match &outcome.detail {
-                        Some(detail) => format!("{}\n{detail}", outcome.message),
-                        None => outcome.message.clone(),
-                    })),
-                };
-                session.record(check.name, outcome);
-                result
-            })
+/// Every outcome of one run, by check name, for the report.
+#[derive(Debug, Default)]
+pub struct Outcomes(Mutex<BTreeMap<String, Outcome>>);
+
+impl Outcomes {
+    /// Records a check's outcome.
+    pub fn record(&self, name: &str, outcome: Outcome) {
+        let mut outcomes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        outcomes.insert(name.to_owned(), outcome);
+    }
+
+    /// Every recorded outcome, by check name.
+    pub fn all(&self) -> BTreeMap<String, Outcome> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// One trial per check of this run ([`checks::selected`]), sharing `session`; each records its
+/// outcome in `outcomes`.
+pub fn trials(
+    session: &Arc<Session>,
+    outcomes: &Arc<Outcomes>,
+    facts_output: FactsOutput,
+) -> Vec<Trial> {
+    let options = &session.options;
+    checks::selected(
+        !options.lint_paths.is_empty(),
+        !options.packages.is_empty(),
+        options.expect_no_gpu,
+    )
+    .map(|check| {
+        let session = Arc::clone(session);
+        let outcomes = Arc::clone(outcomes);
+        Trial::ignorable_test(check.name, move || {
+            let outcome = (check.run)(&session);
+            print(check.name, &outcome, facts_output);
+            let result = match outcome.verdict {
+                Verdict::Pass => Ok(Completion::Completed),
+                Verdict::Skipped => Ok(Completion::ignored_with(&outcome.message)),
+                Verdict::Fail => Err(Failed::from(match &outcome.detail {
+                    Some(detail) => format!("{}\n{detail}", outcome.message),
+                    None => outcome.message.clone(),
+                })),
+            };
+            outcomes.record(check.name, outcome);
+            result
         })
-        .collect()
+    })
+    .collect()
 }

@@ -1,7 +1,8 @@
 //! cuda-sandbox-check: proves, from inside a Nix build sandbox (or anywhere), that the
 //! NVIDIA GPU and CUDA driver exposed to the process work.
 //!
-//! A libtest-mimic harness of named checks ([`checks::CHECKS`]). The driver is dlopen'd by
+//! A libtest-mimic harness of named checks ([`checks::CHECKS`], each a [`check::Check`]
+//! returning a [`check::Outcome`]). The driver is dlopen'd by
 //! plain name ([`cuda::driver`]), never linked, so the dynamic loader's normal search picks
 //! it; NVML comes through `nvml-wrapper`. When the hook left a manifest ([`expectations`]), the
 //! checks compare the loaded driver with the one it chose. [`lint`] checks a package's ELF
@@ -9,6 +10,7 @@
 //! JSON report ([`report`]).
 
 pub mod access;
+pub mod check;
 pub mod checks;
 pub mod cli;
 pub mod cuda;
@@ -19,5 +21,5 @@ pub mod lint;
 pub mod loader;
 pub mod package;
 pub mod report;
-pub mod runtimes;
+pub mod runtime_scan;
 pub mod session;

@@ -2,8 +2,10 @@
 //!
 //! nixpkgs binaries find `libcuda.so.1` through DT_RUNPATH `/run/opengl-driver/lib` (added by
 //! `autoAddDriverRunpath`), and on Jetson a `cuda_compat` directory must come *before* that link
-//! or the host's older libcuda wins (DESIGN.md §5–§6). For each ELF file that needs `libcuda`
-//! or carries the driver link in its search path, the lint checks:
+//! or the host's older libcuda wins: the loader takes the first `libcuda.so.1` on the search
+//! path (ld.so(8)), and NVIDIA's forward compatibility works only when the compat libcuda is the
+//! one loaded (CUDA Compatibility guide). For each ELF file that needs `libcuda` or carries the
+//! driver link in its search path, the lint checks:
 //! - the driver link is in DT_RUNPATH (DT_RPATH when the file has no DT_RUNPATH);
 //! - with a compat directory, it is there and comes before the driver link;
 //! - no CUDA `stubs` directory is there (the toolkit's stub libcuda makes every driver call
@@ -29,7 +31,7 @@ use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::gpu_code::{cannot_run, examine, failure, FileGpuCode, Target};
-use crate::runtimes::{mixed_versions, runtime_in, FoundRuntime};
+use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
 
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -108,7 +108,7 @@ impl SearchContext {
         interpreter: &Path,
         executable: Option<&Path>,
         ld_library_path: Option<&str>,
-    ) -> Result<SearchContext, String> {
+    ) -> Result<SearchContext, ContextError> {
         let interp = interpreter_info(interpreter)?;
         let mut ctx = SearchContext::new(interp.default_dirs.clone());
         ctx.use_ld_so_cache = interp.reads_ld_so_cache();
@@ -118,9 +118,13 @@ impl SearchContext {
             .unwrap_or_default();
         if let Some(exe) = executable {
             ctx.executable = Some(exe.to_path_buf());
-            let bytes = std::fs::read(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
-            let info = cuda_sandbox_elfkit::dynamic_info(&bytes)
-                .map_err(|e| format!("{}: {e}", exe.display()))?;
+            let unreadable = |error: String| ContextError::Executable {
+                path: exe.to_path_buf(),
+                error,
+            };
+            let bytes = std::fs::read(exe).map_err(|e| unreadable(e.to_string()))?;
+            let info =
+                cuda_sandbox_elfkit::dynamic_info(&bytes).map_err(|e| unreadable(e.to_string()))?;
             // An executable with DT_RUNPATH has its DT_RPATH ignored (get-dynamic-info.h).
             ctx.executable_rpath =
                 info.and_then(|i| if i.runpath.is_some() { None } else { i.rpath });
@@ -205,7 +209,7 @@ impl InterpreterInfo {
 /// Parses the output of `INTERP --help`: the lines under "Shared library search path:" and
 /// "Subdirectories of glibc-hwcaps directories, in priority order:". An output without
 /// system search path lines is an error.
-pub fn parse_interpreter_help(text: &str) -> Result<InterpreterInfo, String> {
+pub fn parse_interpreter_help(text: &str) -> Result<InterpreterInfo, NoSystemSearchPath> {
     let mut info = InterpreterInfo::default();
     let mut section = "";
     for line in text.lines() {
@@ -232,32 +236,92 @@ pub fn parse_interpreter_help(text: &str) -> Result<InterpreterInfo, String> {
         }
     }
     if info.default_dirs.is_empty() {
-        return Err("its --help lists no \"(system search path)\" directories".into());
+        return Err(NoSystemSearchPath);
     }
     Ok(info)
 }
 
 /// Runs `INTERP --help` and parses it ([`parse_interpreter_help`]).
-pub fn interpreter_info(interpreter: &Path) -> Result<InterpreterInfo, String> {
+pub fn interpreter_info(interpreter: &Path) -> Result<InterpreterInfo, InterpreterError> {
+    let path = || interpreter.to_path_buf();
     let out = Command::new(interpreter)
         .arg("--help")
         .output()
-        .map_err(|e| format!("cannot run {} --help: {e}", interpreter.display()))?;
+        .map_err(|e| InterpreterError::CannotRun {
+            interpreter: path(),
+            error: e.to_string(),
+        })?;
     if !out.status.success() {
-        return Err(format!(
-            "{} --help failed ({}): it is not glibc's ld.so, or older than glibc 2.33",
-            interpreter.display(),
-            out.status
-        ));
+        return Err(InterpreterError::HelpFailed {
+            interpreter: path(),
+            status: out.status.to_string(),
+        });
     }
-    parse_interpreter_help(&String::from_utf8_lossy(&out.stdout))
-        .map_err(|e| format!("{}: {e}", interpreter.display()))
+    parse_interpreter_help(&String::from_utf8_lossy(&out.stdout)).map_err(|why| {
+        InterpreterError::NoSearchPath {
+            interpreter: path(),
+            why,
+        }
+    })
+}
+
+/// `INTERP --help` without the "(system search path)" lines of glibc 2.33 and later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("its --help lists no \"(system search path)\" directories")]
+pub struct NoSystemSearchPath;
+
+/// Why a dynamic loader cannot say how it searches.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InterpreterError {
+    /// It cannot be run.
+    #[error("cannot run {} --help: {error}", .interpreter.display())]
+    CannotRun {
+        /// The loader.
+        interpreter: PathBuf,
+        /// Why `exec` failed.
+        error: String,
+    },
+    /// `--help` exits with an error.
+    #[error(
+        "{} --help failed ({status}): it is not glibc's ld.so, or older than glibc 2.33",
+        .interpreter.display()
+    )]
+    HelpFailed {
+        /// The loader.
+        interpreter: PathBuf,
+        /// Its exit status.
+        status: String,
+    },
+    /// `--help` lists no system search path.
+    #[error("{}: {why}", .interpreter.display())]
+    NoSearchPath {
+        /// The loader.
+        interpreter: PathBuf,
+        /// What its output lacks.
+        why: NoSystemSearchPath,
+    },
+}
+
+/// Why [`SearchContext::for_process`] cannot set up a process's search.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    /// The loader cannot say how it searches.
+    #[error(transparent)]
+    Interpreter(#[from] InterpreterError),
+    /// The executable cannot be read as ELF.
+    #[error("{}: {error}", .path.display())]
+    Executable {
+        /// The executable.
+        path: PathBuf,
+        /// Why it cannot be read.
+        error: String,
+    },
 }
 
 /// The default directories of the dynamic loader `interpreter`, as its `--help` prints them
 /// (glibc ≥ 2.33). Where that fails (an older glibc, another libc) there is no reliable
 /// answer: [`fallback_default_dirs`] is a guess that holds for Nixpkgs' glibc.
-pub fn default_dirs_of(interpreter: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn default_dirs_of(interpreter: &Path) -> Result<Vec<PathBuf>, InterpreterError> {
     interpreter_info(interpreter).map(|i| i.default_dirs)
 }
 

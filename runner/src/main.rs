@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cuda_sandbox_check::checks;
 use cuda_sandbox_check::cli::{Cli, LintCli};
 use cuda_sandbox_check::expectations::ManifestState;
-use cuda_sandbox_check::harness::{self, FactsOutput};
+use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
 use cuda_sandbox_check::lint;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
@@ -25,7 +25,9 @@ fn main() -> ExitCode {
         _ => FactsOutput::Stdout,
     };
     let session = Arc::new(Session::new(cli.options));
-    let conclusion = libtest_mimic::run(&cli.libtest, harness::trials(&session, facts_output));
+    let outcomes = Arc::new(Outcomes::default());
+    let trials = harness::trials(&session, &outcomes, facts_output);
+    let conclusion = libtest_mimic::run(&cli.libtest, trials);
     if cli.libtest.list {
         return ExitCode::SUCCESS;
     }
@@ -33,7 +35,7 @@ fn main() -> ExitCode {
         let report = Report::new(
             &session.options,
             &session.manifest,
-            session.outcomes(),
+            outcomes.all(),
             Summary::of(&conclusion),
         );
         if let Err(error) = report.write(&path) {

@@ -16,7 +16,7 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
 use serde::Serialize;
 
-use crate::runtimes::{runtime_in, FoundRuntime};
+use crate::runtime_scan::{runtime_in, FoundRuntime};
 
 /// The store directory package paths live in.
 pub const STORE_DIR: &str = "/nix/store";
@@ -69,27 +69,67 @@ pub fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
     members.into_iter().collect()
 }
 
+/// Why the package's closure cannot be known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PackageError {
+    /// `--package-closure` cannot be read.
+    #[error("--package-closure {}: {error}", .file.display())]
+    ClosureFileUnreadable {
+        /// The file given.
+        file: PathBuf,
+        /// The I/O error.
+        error: String,
+    },
+    /// `--package-closure` does not list a store path given with `--package`.
+    #[error(
+        "--package-closure {} does not list {}: give the closure of the package \
+         (exportReferencesGraph = [ \"closure\" package ])",
+        .file.display(),
+        .root.display()
+    )]
+    ClosureFileLacksRoot {
+        /// The file given.
+        file: PathBuf,
+        /// The package it lacks.
+        root: PathBuf,
+    },
+    /// `nix-store --query --requisites` did not answer.
+    #[error(
+        "the runtime closure of {} is unknown ({error}); inside a Nix build give \
+         --package-closure FILE (mkGpuCheck does)",
+        .path.display()
+    )]
+    ClosureUnknown {
+        /// The store path asked about.
+        path: PathBuf,
+        /// Why `nix-store` did not answer.
+        error: String,
+    },
+}
+
 impl PackageUnderTest {
     /// Reads the closure of `roots` (from `closure_file`, else `nix-store`) and scans its files.
     pub fn read(
         roots: &[PathBuf],
         closure_file: Option<&Path>,
-    ) -> Result<PackageUnderTest, String> {
+    ) -> Result<PackageUnderTest, PackageError> {
         let store = Path::new(STORE_DIR);
         let (closure, closure_from) = match closure_file {
             Some(file) => {
-                let text = std::fs::read_to_string(file)
-                    .map_err(|e| format!("--package-closure {}: {e}", file.display()))?;
+                let text = std::fs::read_to_string(file).map_err(|e| {
+                    PackageError::ClosureFileUnreadable {
+                        file: file.to_path_buf(),
+                        error: e.to_string(),
+                    }
+                })?;
                 let members = parse_closure_file(&text, store);
                 for root in roots {
                     let in_store = store_path_of(root, store);
                     if in_store.as_ref().is_some_and(|r| !members.contains(r)) {
-                        return Err(format!(
-                            "--package-closure {} does not list {}: give the closure of the \
-                             package (exportReferencesGraph = [ \"closure\" package ])",
-                            file.display(),
-                            root.display()
-                        ));
+                        return Err(PackageError::ClosureFileLacksRoot {
+                            file: file.to_path_buf(),
+                            root: root.clone(),
+                        });
                     }
                 }
                 let mut all: BTreeSet<PathBuf> = members.into_iter().collect();
@@ -113,12 +153,10 @@ impl PackageUnderTest {
                             asked = true;
                             let members =
                                 requisites(Path::new("nix-store"), &path).map_err(|e| {
-                                    format!(
-                                        "the runtime closure of {} is unknown ({e}); inside a \
-                                         Nix build give --package-closure FILE (mkGpuCheck \
-                                         does)",
-                                        path.display()
-                                    )
+                                    PackageError::ClosureUnknown {
+                                        path: path.clone(),
+                                        error: e.to_string(),
+                                    }
                                 })?;
                             all.extend(members);
                         }

@@ -1,17 +1,28 @@
 //! The JSON report: every check's verdict, message and facts, the options, the summary.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cli::{ExpectDriver, Options};
 use crate::expectations::ManifestState;
 
 /// Bumped when a field changes meaning or disappears.
 pub const REPORT_FORMAT: u32 = 1;
+
+/// The report cannot be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the report to {}: {error}", .path.display())]
+pub struct ReportError {
+    /// Where it was to go.
+    pub path: PathBuf,
+    /// The I/O error.
+    #[source]
+    pub error: std::io::Error,
+}
 
 /// libtest's tally.
 #[derive(Debug, Clone, Serialize)]
@@ -92,9 +103,11 @@ impl Report {
     }
 
     /// Writes the report as pretty JSON to `path`.
-    pub fn write(&self, path: &Path) -> Result<(), String> {
-        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("cannot write the report to {}: {e}", path.display()))
+    pub fn write(&self, path: &Path) -> Result<(), ReportError> {
+        let text = serde_json::to_string_pretty(self).expect("the report is plain data");
+        std::fs::write(path, text + "\n").map_err(|error| ReportError {
+            path: path.to_path_buf(),
+            error,
+        })
     }
 }

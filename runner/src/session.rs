@@ -1,19 +1,53 @@
-//! State shared by the checks of one run: GPU access as it stood before any driver call, the
-//! driver and runtimes (loaded once, lazily, from whichever check needs them first) and every
-//! check's outcome, for the report.
+//! State shared by the checks of one run: GPU access as it stood before any driver call, and
+//! the driver, runtimes and package (loaded once, lazily, by whichever check needs them first).
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::access::{Access, KERNEL_MODULE_FILE};
-use crate::checks::Outcome;
 use crate::cli::Options;
+use crate::cuda::cudart::{CudartError, Runtime};
 use crate::cuda::devices::{self, CudaDevice};
-use crate::cuda::driver::{Driver, LIBCUDA};
-use crate::cuda::result::{self, NO_DEVICE};
-use crate::cuda::runtime::Runtime;
+use crate::cuda::driver::{Driver, DriverError, LoadError, LIBCUDA};
+use crate::cuda::result::{self, CuError, CUDA_ERROR_NO_DEVICE};
 use crate::expectations::ManifestState;
-use crate::package::PackageUnderTest;
+use crate::package::{PackageError, PackageUnderTest};
+
+/// Why a check cannot use the driver or the GPU.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuUnavailable {
+    /// `libcuda.so.1` cannot be loaded: the driver is not exposed.
+    #[error(
+        "{LIBCUDA} cannot be loaded ({0}): the driver is not exposed to this process; tag the \
+         derivation with requiredSystemFeatures = [ \"cuda\" ] and install cuda-sandbox-hook \
+         as Nix's pre-build-hook (it exposes the driver at /run/opengl-driver/lib), or outside \
+         Nix put the driver on LD_LIBRARY_PATH"
+    )]
+    NoDriver(LoadError),
+    /// `cuInit` found no device; `cause` is [`Access::explain_no_gpu`], told apart from the
+    /// device nodes and kernel module as they were before any driver call.
+    #[error("{} failed with {CUDA_ERROR_NO_DEVICE} {}: {cause}", .error.call, result::name(CUDA_ERROR_NO_DEVICE))]
+    NoDevice {
+        /// `cuInit`'s error.
+        error: CuError,
+        /// The cause and its fix.
+        cause: String,
+    },
+    /// Another driver failure (`cuInit`'s other errors, a missing export).
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+}
+
+impl GpuUnavailable {
+    /// The CUresult behind it, when a driver call returned one.
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            GpuUnavailable::NoDriver(_) => None,
+            GpuUnavailable::NoDevice { error, .. }
+            | GpuUnavailable::Driver(DriverError::Call(error)) => Some(error.code),
+            GpuUnavailable::Driver(DriverError::MissingExport { .. }) => None,
+        }
+    }
+}
 
 /// One run of the runner.
 pub struct Session {
@@ -23,12 +57,11 @@ pub struct Session {
     pub manifest: ManifestState,
     /// Device nodes and kernel module as they were before any driver call.
     pub access: Access,
-    driver: OnceLock<Result<Driver, String>>,
-    init: OnceLock<Result<(), (i32, String)>>,
-    devices: OnceLock<Result<Vec<CudaDevice>, String>>,
-    runtimes: OnceLock<Result<Vec<Runtime>, String>>,
-    package: OnceLock<Result<PackageUnderTest, String>>,
-    outcomes: Mutex<BTreeMap<String, Outcome>>,
+    driver: OnceLock<Result<Driver, LoadError>>,
+    init: OnceLock<Result<(), CuError>>,
+    devices: OnceLock<Result<Vec<CudaDevice>, DriverError>>,
+    runtimes: OnceLock<Result<Vec<Runtime>, CudartError>>,
+    package: OnceLock<Result<PackageUnderTest, PackageError>>,
 }
 
 impl Session {
@@ -50,72 +83,51 @@ impl Session {
             devices: OnceLock::new(),
             runtimes: OnceLock::new(),
             package: OnceLock::new(),
-            outcomes: Mutex::new(BTreeMap::new()),
         }
     }
 
-    /// The loaded driver, or one line saying why it is not there and what to do.
-    pub fn driver(&self) -> Result<&Driver, String> {
+    /// The loaded driver, or why it is not there and what to do.
+    pub fn driver(&self) -> Result<&Driver, GpuUnavailable> {
         self.driver
-            .get_or_init(|| {
-                Driver::load().map_err(|error| {
-                    format!(
-                        "{LIBCUDA} cannot be loaded ({error}): the driver is not exposed to \
-                         this process; tag the derivation with requiredSystemFeatures = \
-                         [ \"cuda\" ] and install cuda-sandbox-hook as Nix's pre-build-hook \
-                         (it exposes the driver at /run/opengl-driver/lib), or outside Nix \
-                         put the driver on LD_LIBRARY_PATH"
-                    )
-                })
-            })
+            .get_or_init(Driver::load)
             .as_ref()
-            .map_err(Clone::clone)
+            .map_err(|error| GpuUnavailable::NoDriver(error.clone()))
     }
 
-    /// The driver after a successful `cuInit(0)`, or the one-line reason it failed; a "no
-    /// device" answer names its true cause (nodes, kernel module or GPU, see [`Access`]).
-    pub fn initialized(&self) -> Result<&Driver, String> {
+    /// The driver after a successful `cuInit(0)`, or why it failed; a "no device" answer names
+    /// its true cause (nodes, kernel module or GPU, see [`Access`]).
+    pub fn initialized(&self) -> Result<&Driver, GpuUnavailable> {
         let driver = self.driver()?;
-        self.init
-            .get_or_init(|| {
-                driver.init().map_err(|error| match error.code {
-                    NO_DEVICE => (
-                        NO_DEVICE,
-                        format!(
-                            "{} failed with {NO_DEVICE} {}: {}",
-                            error.call,
-                            result::name(NO_DEVICE),
-                            self.access.explain_no_gpu()
-                        ),
-                    ),
-                    code => (code, error.to_string()),
-                })
-            })
-            .as_ref()
-            .map(|()| driver)
-            .map_err(|(_, why)| why.clone())
+        match self.init.get_or_init(|| driver.init()) {
+            Ok(()) => Ok(driver),
+            Err(error) if error.code == CUDA_ERROR_NO_DEVICE => Err(GpuUnavailable::NoDevice {
+                error: *error,
+                cause: self.access.explain_no_gpu(),
+            }),
+            Err(error) => Err(DriverError::Call(*error).into()),
+        }
     }
 
     /// `cuInit`'s CUresult once it has run (0 on success); `None` before, or without a driver.
     pub fn init_code(&self) -> Option<i32> {
         self.init
             .get()
-            .map(|r| r.as_ref().map_or_else(|(code, _)| *code, |()| 0))
+            .map(|r| r.as_ref().map_or_else(|error| error.code, |()| 0))
     }
 
     /// The GPUs CUDA reports (needs `cuInit`).
-    pub fn devices(&self) -> Result<&[CudaDevice], String> {
+    pub fn devices(&self) -> Result<&[CudaDevice], GpuUnavailable> {
         let driver = self.initialized()?;
         self.devices
             .get_or_init(|| devices::list(driver))
             .as_ref()
             .map(Vec::as_slice)
-            .map_err(Clone::clone)
+            .map_err(|error| error.clone().into())
     }
 
     /// The CUDA runtimes to check: each `--cudart`, or else every libcudart this process
     /// can load, in the loader's search order. Empty when there is none.
-    pub fn runtimes(&self) -> Result<&[Runtime], String> {
+    pub fn runtimes(&self) -> Result<&[Runtime], CudartError> {
         self.runtimes
             .get_or_init(|| Runtime::load_all(&self.options.cudart))
             .as_deref()
@@ -123,7 +135,7 @@ impl Session {
     }
 
     /// The package under test (`--package`), read and scanned once.
-    pub fn package(&self) -> Result<&PackageUnderTest, String> {
+    pub fn package(&self) -> Result<&PackageUnderTest, PackageError> {
         self.package
             .get_or_init(|| {
                 PackageUnderTest::read(
@@ -133,19 +145,5 @@ impl Session {
             })
             .as_ref()
             .map_err(Clone::clone)
-    }
-
-    /// Records a check's outcome for the report.
-    pub fn record(&self, name: &str, outcome: Outcome) {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-        outcomes.insert(name.to_owned(), outcome);
-    }
-
-    /// Every recorded outcome, by check name.
-    pub fn outcomes(&self) -> BTreeMap<String, Outcome> {
-        self.outcomes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 }

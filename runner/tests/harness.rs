@@ -6,6 +6,7 @@ mod common;
 use std::process::Command;
 
 use common::{run_with_env, run_without_devices, FakeDriver, RUNNER};
+use cuda_sandbox_check::checks::kernel::SaxpyFacts;
 use fake_driver::{Mode, Sidecar};
 
 const CHECK_NAMES: [&str; 7] = [
@@ -162,8 +163,9 @@ fn default_saxpy_runs_two_to_the_24_elements() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    let facts = &report["checks"]["kernel::saxpy"]["facts"];
-    assert_eq!(facts["elements"], 1 << 24);
-    assert_eq!(facts["bytes_moved"], 12.0 * f64::from(1 << 24));
-    assert_eq!(facts["wrong_elements"], 0);
+    let facts: SaxpyFacts =
+        serde_json::from_value(report["checks"]["kernel::saxpy"]["facts"].clone()).unwrap();
+    assert_eq!(facts.elements, 1 << 24);
+    assert_eq!(facts.bytes_moved, 12.0 * f64::from(1 << 24));
+    assert_eq!(facts.wrong_elements, 0);
 }

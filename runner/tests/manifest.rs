@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{can_make_devices, run, run_without_devices, FakeDriver};
+use cuda_sandbox_check::checks::driver::LibraryFacts;
 use cuda_sandbox_manifest::versions::CudaVersion;
 use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
 use cuda_sandbox_testkit::FakeDevices;
@@ -251,7 +252,8 @@ fn missing_named_manifest_fails_and_no_manifest_ignores_it() {
     let run = run_without_devices(&d.host.dir, &["--no-manifest"]);
     assert_eq!(run.code, 0, "{run}");
     assert_eq!(run.report["manifest"]["status"], "absent");
-    let fact = run.fact("driver::library", "manifest").as_str().unwrap();
+    let library: LibraryFacts = run.facts("driver::library");
+    let fact = library.manifest.as_str().unwrap();
     assert!(fact.starts_with("no manifest:"), "{fact}");
 }
 
@@ -297,7 +299,8 @@ fn absent_default_manifest_is_reported_as_a_fact() {
     let d = Drivers::new();
     let run = run_without_devices(&d.host.dir, &["driver::"]);
     assert_eq!(run.code, 0, "{run}");
-    let fact = run.fact("driver::library", "manifest").as_str().unwrap();
+    let library: LibraryFacts = run.facts("driver::library");
+    let fact = library.manifest.as_str().unwrap();
     assert!(
         fact.contains("no manifest:") && fact.contains("does not exist"),
         "{fact}"

@@ -1,5 +1,5 @@
 //! CUDA runtimes linked statically into programs and libraries, then stripped as Nixpkgs and
-//! others strip them, are still found (`runtimes::static_runtime_in`: the runtime's own strings,
+//! others strip them, are still found (`runtime_scan::static_runtime_in`: the runtime's own strings,
 //! not its symbols), with the version its code holds; the driver and other libraries are not
 //! runtimes. Against NVIDIA's real `libcudart_static.a` 12.9.79 and 13.0.96 and the real shared
 //! runtimes and drivers (`scripts/nvidia-userspace`).
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::RUNNER;
-use cuda_sandbox_check::runtimes::{runtime_in, static_runtime_in, FoundRuntime, RuntimeForm};
+use cuda_sandbox_check::runtime_scan::{runtime_in, static_runtime_in, FoundRuntime, RuntimeForm};
 use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
 
 /// Calls into the runtime so that the linker keeps it.

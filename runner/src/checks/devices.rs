@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::facts;
 use crate::session::Session;
 
@@ -178,7 +178,7 @@ pub fn nodes(session: &Session) -> Outcome {
         "nvidiactl_now" => Node::at(&ctl),
         "nvidia_uvm_major_in_proc_devices" => uvm_expected,
         "cuda_device_count" => cuda_count.as_ref().ok(),
-        "cuda_device_count_unavailable" => cuda_count.as_ref().err(),
+        "cuda_device_count_unavailable" => cuda_count.as_ref().err().map(ToString::to_string),
         "manifest" => session.manifest.fact(),
         "manifest_devices" => session.manifest.manifest().map(|m| &m.devices),
         "manifest_gpu_nodes" => session.manifest.manifest().map(|_| manifest_gpus),

@@ -2,14 +2,37 @@
 //! hook's manifest chose) and `driver::version` (`cuInit`, `cuDriverGetVersion`,
 //! `--min-cuda-version`, the manifest's CUDA version).
 
-use crate::checks::Outcome;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::check::{facts_of, Outcome};
 use crate::cli::ExpectDriver;
-use crate::cuda::result::NO_DEVICE;
+use crate::cuda::result::CUDA_ERROR_NO_DEVICE;
 use crate::cuda::version::CudaVersion;
 use crate::expectations;
 use crate::facts;
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
+
+/// What `driver::library` reports once `libcuda.so.1` is loaded (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LibraryFacts {
+    /// The path the loader opened.
+    pub path: PathBuf,
+    /// Its real file.
+    pub real_path: PathBuf,
+    /// `LD_LIBRARY_PATH` as this process has it.
+    pub ld_library_path: Option<String>,
+    /// `--expect-driver`, spelled as given.
+    pub expect_driver: Option<String>,
+    /// The manifest in brief (`path`, `kind`, `cuda_version`, `kernel_driver`), or a string
+    /// saying why there is none ([`crate::expectations::ManifestState::fact`]).
+    pub manifest: Value,
+    /// The manifest's right `libcuda.so.1` paths, when there is a manifest.
+    pub manifest_libcuda: Option<Vec<String>>,
+}
 
 /// Runs `driver::library`.
 pub fn library(session: &Session) -> Outcome {
@@ -25,7 +48,7 @@ pub fn library(session: &Session) -> Outcome {
                     m.kind,
                     expectations::chosen_path(m)
                 ),
-                _ => why,
+                _ => why.to_string(),
             };
             return Outcome::fail(
                 why,
@@ -39,14 +62,14 @@ pub fn library(session: &Session) -> Outcome {
     };
     let file = &driver.file;
     let version = driver.version().ok().map(CudaVersion);
-    let facts = facts! {
-        "path" => &file.path,
-        "real_path" => &file.real_path,
-        "ld_library_path" => search_path,
-        "expect_driver" => expect.map(ExpectDriver::describe),
-        "manifest" => session.manifest.fact(),
-        "manifest_libcuda" => chosen.map(|m| &m.libcuda),
-    };
+    let facts = facts_of(&LibraryFacts {
+        path: file.path.clone(),
+        real_path: file.real_path.clone(),
+        ld_library_path: search_path,
+        expect_driver: expect.map(ExpectDriver::describe),
+        manifest: session.manifest.fact(),
+        manifest_libcuda: chosen.map(|m| m.libcuda.clone()),
+    });
     let loaded = format!(
         "loaded {} (real file {})",
         file.path.display(),
@@ -132,7 +155,7 @@ pub fn version(session: &Session) -> Outcome {
     // that need a GPU report with its cause; any other cuInit failure is the driver's own.
     let init_note = match (&init, session.access.no_gpu_cause()) {
         (Ok(()), _) => String::new(),
-        (Err(why), _) if session.init_code() != Some(NO_DEVICE) => {
+        (Err(why), _) if session.init_code() != Some(CUDA_ERROR_NO_DEVICE) => {
             return Outcome::fail(why.clone(), facts)
         }
         (Err(_), cause) => format!(

@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cuda::driver::Driver;
 use crate::cuda::symbols::{abi_boundaries, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;

@@ -4,7 +4,10 @@
 
 use std::time::Instant;
 
-use crate::checks::Outcome;
+use serde::{Deserialize, Serialize};
+
+use crate::check::{facts_of, Outcome};
+use crate::cuda::devices::CudaDevice;
 use crate::cuda::driver::Driver;
 use crate::cuda::gpu::{DeviceBuffer, Event, GpuError, PrimaryContext, Saxpy};
 use crate::facts;
@@ -12,6 +15,25 @@ use crate::session::Session;
 
 /// The kernel, as the driver JIT-compiles it (kept in `cuda/`, beside its typed launch).
 pub use crate::cuda::gpu::SAXPY_PTX;
+
+/// What `kernel::saxpy` reports when the kernel ran (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SaxpyFacts {
+    /// n, the number of elements.
+    pub elements: u32,
+    /// The GPU it ran on (CUDA's first).
+    pub device: Option<CudaDevice>,
+    /// Time to JIT-compile the PTX, milliseconds.
+    pub jit_ms: f64,
+    /// Kernel time between two events, milliseconds.
+    pub kernel_ms: f64,
+    /// 12·n: bytes read and written by the kernel.
+    pub bytes_moved: f64,
+    /// `bytes_moved` / kernel time, GB/s; `None` when the kernel time reads 0.
+    pub bandwidth_gb_per_s: Option<f64>,
+    /// Elements whose result is wrong.
+    pub wrong_elements: usize,
+}
 
 /// The scale factor `a`.
 const A: f32 = 2.0;
@@ -68,10 +90,10 @@ pub fn saxpy(session: &Session) -> Outcome {
     match run(driver, n) {
         Err(failure) => {
             let outcome = Outcome::fail(
-                failure.message,
-                facts! { "elements" => n, "device" => device, "jit_log" => failure.jit_log },
+                &failure,
+                facts! { "elements" => n, "device" => device, "jit_log" => failure.jit_log() },
             );
-            match failure.jit_log {
+            match failure.jit_log() {
                 Some(log) => outcome.with_detail(log),
                 None => outcome,
             }
@@ -80,15 +102,15 @@ pub fn saxpy(session: &Session) -> Outcome {
             let moved = 12.0 * f64::from(n);
             let bandwidth =
                 (measured.kernel_ms > 0.0).then(|| moved / (measured.kernel_ms / 1e3) / 1e9);
-            let facts = facts! {
-                "elements" => n,
-                "device" => device,
-                "jit_ms" => measured.jit_ms,
-                "kernel_ms" => measured.kernel_ms,
-                "bytes_moved" => moved,
-                "bandwidth_gb_per_s" => bandwidth,
-                "wrong_elements" => measured.mismatches,
-            };
+            let facts = facts_of(&SaxpyFacts {
+                elements: n,
+                device,
+                jit_ms: measured.jit_ms,
+                kernel_ms: measured.kernel_ms,
+                bytes_moved: moved,
+                bandwidth_gb_per_s: bandwidth,
+                wrong_elements: measured.mismatches,
+            });
             if let Some((i, got, want)) = measured.first_mismatch {
                 return Outcome::fail(
                     format!(

@@ -1,10 +1,11 @@
 //! `lint::elf` (only with `--lint PATH`): the ELF lint of [`crate::lint`] as a check, with the
 //! compat directory from `--compat-dir` or, when the hook chose compat, its manifest.
 
+use cuda_sandbox_elfkit::fatbin::Capability;
 use cuda_sandbox_manifest::DriverKind;
 use serde_json::json;
 
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cli::LintOptions;
 use crate::expectations::ManifestState;
 use crate::facts;
@@ -12,10 +13,25 @@ use crate::gpu_code::Target;
 use crate::lint::{self, LintConfig};
 use crate::session::Session;
 
+/// `--target` without a driver CUDA version to judge PTX by (no `--driver-cuda`, no manifest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--target sm_{} needs the CUDA version of the driver that will load the code: add \
+     --driver-cuda X.Y (e.g. 12.2 for a 535 driver)",
+    .device.sm()
+)]
+pub struct TargetNeedsDriver {
+    /// The `--target` given.
+    pub device: Capability,
+}
+
 /// The lint's settings from the flags: the compat directory falls back to the manifest's, and
 /// so does the driver CUDA version of `--target`. A target without a driver version to judge
 /// PTX by is an error saying which flag to give.
-pub fn config(options: &LintOptions, manifest: &ManifestState) -> Result<LintConfig, String> {
+pub fn config(
+    options: &LintOptions,
+    manifest: &ManifestState,
+) -> Result<LintConfig, TargetNeedsDriver> {
     let mut config = LintConfig::new(&options.driver_link);
     config.compat_dir = options.compat_dir.clone().or_else(|| {
         manifest
@@ -28,13 +44,7 @@ pub fn config(options: &LintOptions, manifest: &ManifestState) -> Result<LintCon
         let driver = options
             .driver_cuda
             .or_else(|| manifest.driver().and_then(|d| d.cuda_version))
-            .ok_or_else(|| {
-                format!(
-                    "--target sm_{} needs the CUDA version of the driver that will load the \
-                     code: add --driver-cuda X.Y (e.g. 12.2 for a 535 driver)",
-                    device.sm()
-                )
-            })?;
+            .ok_or(TargetNeedsDriver { device })?;
         config.target = Some(Target { device, driver });
     }
     Ok(config)

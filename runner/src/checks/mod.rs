@@ -1,9 +1,8 @@
-//! The checks: each has a stable name and returns an [`Outcome`] (verdict, one-line
-//! message, optional detail, facts for the report). One file per group.
+//! The checks, one file per group, and [`CHECKS`], the one list of them. Each returns an
+//! [`Outcome`] (see [`crate::check`]).
 
-use serde::Serialize;
-use serde_json::{Map, Value};
-
+use crate::check::RunsWhen::{Always, ExpectNoGpu, WithLint, WithPackage};
+use crate::check::{Check, Outcome, RunsWhen};
 use crate::session::Session;
 
 pub mod devices;
@@ -16,149 +15,194 @@ pub mod nvml;
 pub mod package;
 pub mod runtime;
 
-/// How a check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Everything checked holds.
-    Pass,
-    /// Something is wrong; the message says what and how to fix it.
-    Fail,
-    /// Not applicable here; the message says why.
-    Skipped,
-}
-
-/// A check's result.
-#[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
-    /// Pass, fail or skipped.
-    pub verdict: Verdict,
-    /// One line: what was found, or on failure the cause and the fix.
-    pub message: String,
-    /// Further lines (e.g. the JIT error log), if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// Everything the check learnt, for the JSON report.
-    pub facts: Map<String, Value>,
-}
-
-impl Outcome {
-    /// A passing outcome.
-    pub fn pass(message: impl Into<String>, facts: Map<String, Value>) -> Outcome {
-        Outcome {
-            verdict: Verdict::Pass,
-            message: message.into(),
-            detail: None,
-            facts,
-        }
-    }
-
-    /// A failing outcome.
-    pub fn fail(message: impl Into<String>, facts: Map<String, Value>) -> Outcome {
-        Outcome {
-            verdict: Verdict::Fail,
-            message: message.into(),
-            detail: None,
-            facts,
-        }
-    }
-
-    /// A skipped outcome.
-    pub fn skipped(message: impl Into<String>, facts: Map<String, Value>) -> Outcome {
-        Outcome {
-            verdict: Verdict::Skipped,
-            message: message.into(),
-            detail: None,
-            facts,
-        }
-    }
-
-    /// The same outcome with further lines of detail.
-    pub fn with_detail(mut self, detail: impl Into<String>) -> Outcome {
-        self.detail = Some(detail.into());
-        self
-    }
-}
-
-/// A named check.
-pub struct Check {
-    /// Stable name, `group::check`, as libtest filters and the report use it.
-    pub name: &'static str,
-    /// Runs the check.
-    pub run: fn(&Session) -> Outcome,
-}
-
-/// Every GPU check, in the order they are listed ([`LINT_CHECK`] follows with `--lint`).
+/// Every check, in the order they run and are listed; [`Check::runs_when`] says which runs
+/// include it. `--help`, `tests-gpu/`'s groups and the README's table follow this list (the
+/// last two are tested against it).
 pub const CHECKS: &[Check] = &[
-    Check {
-        name: "devices::nodes",
-        run: devices::nodes,
-    },
-    Check {
-        name: "driver::library",
-        run: driver::library,
-    },
-    Check {
-        name: "driver::version",
-        run: driver::version,
-    },
-    Check {
-        name: "driver::entry_points",
-        run: entry_points::driver_entry_points,
-    },
-    Check {
-        name: "runtime::compatibility",
-        run: runtime::compatibility,
-    },
-    Check {
-        name: "runtime::entry_points",
-        run: runtime::entry_points,
-    },
-    Check {
-        name: "kernel::saxpy",
-        run: kernel::saxpy,
-    },
-    Check {
-        name: "nvml::consistency",
-        run: nvml::consistency,
-    },
+    check("devices::nodes", Always, devices::nodes),
+    check("driver::library", Always, driver::library),
+    check("driver::version", Always, driver::version),
+    check(
+        "driver::entry_points",
+        Always,
+        entry_points::driver_entry_points,
+    ),
+    check("runtime::compatibility", Always, runtime::compatibility),
+    check("runtime::entry_points", Always, runtime::entry_points),
+    check("kernel::saxpy", Always, kernel::saxpy),
+    check("nvml::consistency", Always, nvml::consistency),
+    check("lint::elf", WithLint, lint::elf),
+    check("package::gpu_code", WithPackage, package::gpu_code),
+    check("package::runtimes", WithPackage, package::runtimes),
+    check("package::driver", WithPackage, package::driver),
+    check("isolation::no_gpu", ExpectNoGpu, isolation::no_gpu),
 ];
 
-/// The ELF lint, run only when `--lint PATH` is given.
-pub const LINT_CHECK: Check = Check {
-    name: "lint::elf",
-    run: lint::elf,
-};
-
-/// The checks of the package under test, run only when `--package PATH` is given.
-pub const PACKAGE_CHECKS: &[Check] = &[
+const fn check(name: &'static str, runs_when: RunsWhen, run: fn(&Session) -> Outcome) -> Check {
     Check {
-        name: "package::gpu_code",
-        run: package::gpu_code,
-    },
-    Check {
-        name: "package::runtimes",
-        run: package::runtimes,
-    },
-    Check {
-        name: "package::driver",
-        run: package::driver,
-    },
-];
+        name,
+        runs_when,
+        run,
+    }
+}
 
-/// The negative check, run alone with `--expect-no-gpu`.
-pub const ISOLATION_CHECK: Check = Check {
-    name: "isolation::no_gpu",
-    run: isolation::no_gpu,
-};
+/// The checks of a run with these flags, in [`CHECKS`]' order: only `isolation::no_gpu` with
+/// `--expect-no-gpu`; else every [`RunsWhen::Always`] check, `lint::elf` with `--lint` paths and
+/// the `package::*` checks with `--package`.
+pub fn selected(
+    lint: bool,
+    package: bool,
+    expect_no_gpu: bool,
+) -> impl Iterator<Item = &'static Check> {
+    CHECKS.iter().filter(move |check| match check.runs_when {
+        RunsWhen::ExpectNoGpu => expect_no_gpu,
+        _ if expect_no_gpu => false,
+        RunsWhen::Always => true,
+        RunsWhen::WithLint => lint,
+        RunsWhen::WithPackage => package,
+    })
+}
 
-/// Builds a facts map: `facts! { "key" => value, ... }`.
-#[macro_export]
-macro_rules! facts {
-    ($($key:expr => $value:expr),* $(,)?) => {{
-        #[allow(unused_mut)]
-        let mut map = serde_json::Map::new();
-        $( map.insert(String::from($key), serde_json::json!($value)); )*
-        map
-    }};
+#[cfg(test)]
+mod tests {
+    //! The other copies of the check list (the README's tables, `tests-gpu/`'s groups) name
+    //! exactly the checks of [`CHECKS`].
+
+    use super::*;
+    use std::path::Path;
+
+    fn read(relative: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+    }
+
+    /// Fails naming what `file` lacks and what it has that [`CHECKS`] does not.
+    fn assert_same(file: &str, what: &str, found: &[String], wanted: &[&str]) {
+        let missing: Vec<&&str> = wanted
+            .iter()
+            .filter(|name| !found.iter().any(|f| f == *name))
+            .collect();
+        let extra: Vec<&String> = found
+            .iter()
+            .filter(|name| !wanted.contains(&name.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{file}: {what} disagrees with CHECKS (runner/src/checks/mod.rs): missing {missing:?}, \
+             not a check {extra:?}"
+        );
+        assert_eq!(found, wanted, "{file}: {what} is not in CHECKS' order");
+    }
+
+    /// The first column of the table under the `## {heading}` of `text`, without backticks.
+    fn table_names(text: &str, heading: &str) -> Vec<String> {
+        let section = text
+            .split("\n## ")
+            .find(|section| section.starts_with(heading))
+            .unwrap_or_else(|| panic!("no section ## {heading}"));
+        section
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `"))
+            .filter_map(|rest| rest.split_once('`'))
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    }
+
+    fn names(when: impl Fn(RunsWhen) -> bool) -> Vec<&'static str> {
+        CHECKS
+            .iter()
+            .filter(|check| when(check.runs_when))
+            .map(|check| check.name)
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_checks_table_names_every_check() {
+        let readme = read("README.md");
+        let found = table_names(&readme, "Checks");
+        assert_same(
+            "runner/README.md",
+            "the ## Checks table",
+            &found,
+            &names(|_| true),
+        );
+    }
+
+    #[test]
+    fn the_readme_real_driver_table_names_every_check_of_a_default_run() {
+        let readme = read("README.md");
+        let found = table_names(&readme, "Against the real NVIDIA userspace");
+        let wanted = names(|when| when == RunsWhen::Always);
+        assert_same(
+            "runner/README.md",
+            "the ## Against the real NVIDIA userspace table",
+            &found,
+            &wanted,
+        );
+    }
+
+    /// `groups = { name = "name::"; ... };` in `tests-gpu/default.nix`: one derivation per
+    /// group of the checks a default run runs, each filtering on its own group.
+    #[test]
+    fn the_tests_gpu_groups_are_the_groups_of_a_default_run() {
+        let nix = read("../tests-gpu/default.nix");
+        let block = nix
+            .split_once("groups = {")
+            .and_then(|(_, rest)| rest.split_once("};"))
+            .map(|(block, _)| block)
+            .expect("tests-gpu/default.nix has a `groups = { ... };` attribute set");
+        let mut found = Vec::new();
+        for line in block.lines().map(str::trim).filter(|line| !line.is_empty()) {
+            let (name, filter) = line
+                .trim_end_matches(';')
+                .split_once('=')
+                .unwrap_or_else(|| {
+                    panic!(
+                        "tests-gpu/default.nix: a group that is not `name = \"filter\";`: {line}"
+                    )
+                });
+            let (name, filter) = (name.trim(), filter.trim().trim_matches('"'));
+            assert_eq!(
+                filter,
+                format!("{name}::"),
+                "tests-gpu/default.nix: group {name} must filter on its own group"
+            );
+            found.push(name.to_owned());
+        }
+        let mut wanted: Vec<&str> = Vec::new();
+        for check in CHECKS.iter().filter(|c| c.runs_when == RunsWhen::Always) {
+            if !wanted.contains(&check.group()) {
+                wanted.push(check.group());
+            }
+        }
+        assert_same("tests-gpu/default.nix", "groups", &found, &wanted);
+    }
+
+    #[test]
+    fn a_run_selects_its_checks_by_flag() {
+        let names = |lint, package, no_gpu| -> Vec<&str> {
+            selected(lint, package, no_gpu).map(|c| c.name).collect()
+        };
+        assert_eq!(names(false, false, true), ["isolation::no_gpu"]);
+        assert_eq!(names(true, true, true), ["isolation::no_gpu"]);
+        let plain = names(false, false, false);
+        assert_eq!(plain.len(), 8);
+        assert!(!plain.contains(&"lint::elf"));
+        let all = names(true, true, false);
+        assert_eq!(all.len(), CHECKS.len() - 1);
+        assert!(all.contains(&"lint::elf") && all.contains(&"package::driver"));
+    }
+
+    #[test]
+    fn names_are_unique_group_and_check() {
+        for (i, check) in CHECKS.iter().enumerate() {
+            assert!(check.name.split_once("::").is_some(), "{}", check.name);
+            assert!(
+                CHECKS[..i].iter().all(|c| c.name != check.name),
+                "{} twice",
+                check.name
+            );
+        }
+    }
 }

@@ -9,7 +9,7 @@ use nvml_wrapper::Nvml;
 use serde_json::json;
 
 use crate::access::Access;
-use crate::checks::Outcome;
+use crate::check::Outcome;
 use crate::cli::ExpectDriver;
 use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
 use crate::facts;

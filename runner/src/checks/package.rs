@@ -25,16 +25,16 @@ use cuda_sandbox_elfkit::fatbin::verdict::{judge, FileVerdict};
 use cuda_sandbox_elfkit::fatbin::Capability;
 use serde_json::{json, Value};
 
+use crate::check::Outcome;
 use crate::checks::runtime::{judge as judge_runtimes, Candidate};
-use crate::checks::Outcome;
+use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::loaded::LoadedFile;
-use crate::cuda::runtime::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
 use crate::gpu_code::{cannot_run, failure, summary, Target};
 use crate::loader::{resolve, Outcome as Search, RealFs, SearchContext};
-use crate::runtimes::RuntimeForm;
+use crate::runtime_scan::RuntimeForm;
 use crate::session::Session;
 
 /// The GPUs and driver to judge GPU code for: every GPU the driver reports with the loaded
@@ -43,8 +43,8 @@ use crate::session::Session;
 fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
     let loaded = session
         .driver()
-        .and_then(|d| d.version().map(CudaVersion))
-        .ok();
+        .ok()
+        .and_then(|d| d.version().ok().map(CudaVersion));
     let devices = session.devices();
     if let Ok(devices) = devices {
         if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
@@ -66,7 +66,7 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
             "no GPU to judge the package's GPU code for ({}) and no --target sm_XY: not judged",
             devices
                 .err()
-                .unwrap_or_else(|| "the driver reports none".into())
+                .map_or_else(|| "the driver reports none".into(), |e| e.to_string())
         ));
     };
     let driver = lint
@@ -265,8 +265,8 @@ pub fn runtimes(session: &Session) -> Outcome {
     }
     let driver = session
         .driver()
-        .and_then(|d| d.version().map(CudaVersion))
         .ok()
+        .and_then(|d| d.version().ok().map(CudaVersion))
         .or(session.options.lint.driver_cuda)
         .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version));
     let Some(driver) = driver else {
@@ -287,7 +287,7 @@ pub fn runtimes(session: &Session) -> Outcome {
             match Runtime::load_all(std::slice::from_ref(&file.path)) {
                 Ok(mut one) if one.len() == 1 => loaded.push((i, one.remove(0))),
                 Ok(_) => {}
-                Err(why) => failures.push(why),
+                Err(why) => failures.push(why.to_string()),
             }
         }
     }

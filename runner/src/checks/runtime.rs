@@ -1,4 +1,5 @@
-//! The CUDA runtimes (libcudart) beside the driver, as CUDA's version rules decide them.
+//! The `runtime::*` checks: the CUDA runtimes (libcudart) this process loads
+//! ([`crate::cuda::cudart`]) beside the driver, as CUDA's version rules decide them.
 //!
 //! - `runtime::compatibility` (needs no GPU): every runtime this process can load (or each
 //!   `--cudart`) against the loaded driver. Same major and not newer: fine. Same major and
@@ -12,14 +13,16 @@
 
 use serde_json::{json, Value};
 
-use crate::checks::Outcome;
-use crate::cuda::runtime::{
-    error_name, Runtime, RuntimeVersion, CUDART_NAMES, INSUFFICIENT_DRIVER, NO_DEVICE,
+use crate::check::Outcome;
+use crate::cuda::cudart::{
+    error_name, Runtime, RuntimeVersion, CUDART_ERROR_INSUFFICIENT_DRIVER, CUDART_ERROR_NO_DEVICE,
+    CUDART_NAMES,
 };
+use crate::cuda::driver::Driver;
 use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
-use crate::session::Session;
+use crate::session::{GpuUnavailable, Session};
 
 /// How a runtime stands with the loaded driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +158,7 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
                      a data-centre GPU or Jetson, or build against CUDA {}.x",
                     version.describe(),
                     match answer {
-                        Some(INSUFFICIENT_DRIVER) => {
+                        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
                             " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
                         }
                         Some(code) => format!(
@@ -279,7 +282,8 @@ pub fn compatibility(session: &Session) -> Outcome {
         Ok(runtimes) => runtimes,
         Err(outcome) => return outcome,
     };
-    let driver = match session.driver().and_then(|d| d.version().map(CudaVersion)) {
+    let version = |d: &Driver| d.version().map(CudaVersion).map_err(GpuUnavailable::from);
+    let driver = match session.driver().and_then(version) {
         Ok(v) => v,
         Err(why) => return Outcome::fail(why, facts! {}),
     };
@@ -316,14 +320,14 @@ pub fn entry_points(session: &Session) -> Outcome {
         let probe = runtime.driver_entry_point("cuInit", driver_version.0);
         match probe.map(|p| p.code) {
             Some(0) => {}
-            Some(NO_DEVICE) => {
+            Some(CUDART_ERROR_NO_DEVICE) => {
                 failures.push(format!(
                     "{function} failed with cudaErrorNoDevice (100): {}",
                     session.access.explain_no_gpu()
                 ));
                 continue;
             }
-            Some(INSUFFICIENT_DRIVER) => {
+            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
                 failures.push(format!(
                     "{function} of {file} failed with cudaErrorInsufficientDriver (35): the \
                      runtime is newer than the driver's CUDA {driver_version} (see \

@@ -2,16 +2,16 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::driver::Driver;
+use super::driver::{Driver, DriverError};
 use super::result::CuError;
 
 /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
 const ATTRIBUTE_CC: [c_int; 2] = [75, 76];
 
 /// One GPU as CUDA sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CudaDevice {
     /// CUDA ordinal.
     pub ordinal: i32,
@@ -39,7 +39,7 @@ pub fn nvml_uuid(bytes: &[u8; 16]) -> String {
 }
 
 /// Every device, in CUDA order. Needs a successful `cuInit`.
-pub fn list(driver: &Driver) -> Result<Vec<CudaDevice>, String> {
+pub fn list(driver: &Driver) -> Result<Vec<CudaDevice>, DriverError> {
     let api = &driver.api;
     let count_fn = driver.need(api.device_get_count, "cuDeviceGetCount")?;
     let get = driver.need(api.device_get, "cuDeviceGet")?;
@@ -50,8 +50,7 @@ pub fn list(driver: &Driver) -> Result<Vec<CudaDevice>, String> {
     )?;
     let get_attribute = driver.need(api.device_get_attribute, "cuDeviceGetAttribute")?;
     let total_mem = driver.need(api.device_total_mem, "cuDeviceTotalMem_v2")?;
-    let fail =
-        |call: &'static str, code: c_int| CuError::check(call, code).map_err(|e| e.to_string());
+    let fail = |call: &'static str, code: c_int| CuError::check(call, code);
 
     let mut count = 0;
     // SAFETY: cuda.h signatures, out-pointers to live locals of the right size (whole block).

@@ -1,8 +1,10 @@
 //! The CUDA driver, dlopen'd by plain name (`libcuda.so.1`) so the loader's normal search
 //! (LD_LIBRARY_PATH, RUNPATH, ld.so.cache) decides which one, as it would for any program.
-//! Only `_v2` ABIs are resolved by name (DESIGN §7); never the 32-bit legacy ones.
+//! Only the `_v2` exports that `cuda.h` maps the plain names to (`#define cuMemAlloc
+//! cuMemAlloc_v2`) are resolved by name; never the legacy ones with 32-bit sizes.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::path::PathBuf;
 
 use libloading::Library;
 
@@ -91,17 +93,45 @@ pub struct ProcAddress {
     pub symbol_status: Option<c_int>,
 }
 
+/// Why `libcuda.so.1` could not be loaded as a CUDA driver.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// `dlopen` failed; the loader's own message.
+    #[error("{0}")]
+    NotLoadable(String),
+    /// A library of that name, but not a driver.
+    #[error("{LIBCUDA} was loaded but exports no cuInit: not a CUDA driver")]
+    NoCuInit,
+    /// `dladdr` could not name the file the loader picked.
+    #[error("the loader cannot say which file {LIBCUDA} is")]
+    FileUnknown,
+}
+
+/// A driver function that is missing or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    /// This libcuda does not export a function the runner calls.
+    #[error("{} does not export {symbol}: this driver is too old for the runner", .file.display())]
+    MissingExport {
+        /// The real file of the loaded libcuda.
+        file: PathBuf,
+        /// The missing export.
+        symbol: &'static str,
+    },
+    /// The call returned an error CUresult.
+    #[error(transparent)]
+    Call(#[from] CuError),
+}
+
 impl Driver {
     /// dlopen's `libcuda.so.1` through the loader's normal search.
-    pub fn load() -> Result<Driver, String> {
+    pub fn load() -> Result<Driver, LoadError> {
         // SAFETY: loading the driver runs its initialisers, which is what using it means.
-        let library = unsafe { Library::new(LIBCUDA) }.map_err(|e| e.to_string())?;
+        let library =
+            unsafe { Library::new(LIBCUDA) }.map_err(|e| LoadError::NotLoadable(e.to_string()))?;
         let api = DriverFunctions::resolve(&library);
-        let anchor = Driver::symbol_in(&library, "cuInit").ok_or_else(|| {
-            format!("{LIBCUDA} was loaded but exports no cuInit: not a CUDA driver")
-        })?;
-        let file = LoadedFile::containing(anchor)
-            .ok_or_else(|| format!("the loader cannot say which file {LIBCUDA} is"))?;
+        let anchor = Driver::symbol_in(&library, "cuInit").ok_or(LoadError::NoCuInit)?;
+        let file = LoadedFile::containing(anchor).ok_or(LoadError::FileUnknown)?;
         Ok(Driver { file, api, library })
     }
 
@@ -119,12 +149,10 @@ impl Driver {
     }
 
     /// `f` if this libcuda exports it, else an error naming the missing export.
-    pub fn need<F>(&self, f: Option<F>, symbol: &'static str) -> Result<F, String> {
-        f.ok_or_else(|| {
-            format!(
-                "{} does not export {symbol}: this driver is too old for the runner",
-                self.file.real_path.display()
-            )
+    pub fn need<F>(&self, f: Option<F>, symbol: &'static str) -> Result<F, DriverError> {
+        f.ok_or_else(|| DriverError::MissingExport {
+            file: self.file.real_path.clone(),
+            symbol,
         })
     }
 
@@ -166,12 +194,11 @@ impl Driver {
     }
 
     /// `cuDriverGetVersion`.
-    pub fn version(&self) -> Result<i32, String> {
+    pub fn version(&self) -> Result<i32, DriverError> {
         let f = self.need(self.api.driver_get_version, "cuDriverGetVersion")?;
         let mut version = 0;
         // SAFETY: cuda.h signature, valid out-pointer.
-        CuError::check("cuDriverGetVersion", unsafe { f(&mut version) })
-            .map_err(|e| e.to_string())?;
+        CuError::check("cuDriverGetVersion", unsafe { f(&mut version) })?;
         Ok(version)
     }
 
@@ -181,7 +208,7 @@ impl Driver {
             // Driver::load refuses a libcuda without cuInit; kept total all the same.
             return Err(CuError {
                 call: "cuInit",
-                code: result::NOT_FOUND,
+                code: result::CUDA_ERROR_NOT_FOUND,
             });
         };
         // SAFETY: cuda.h signature.

@@ -6,7 +6,7 @@
 use std::ffi::{c_int, c_uint, c_void, CStr, CString};
 use std::marker::PhantomData;
 
-use super::driver::{CuDevice, CuDevicePtr, Driver, Handle};
+use super::driver::{CuDevice, CuDevicePtr, Driver, DriverError, Handle};
 use super::result::CuError;
 
 /// The saxpy kernel (`y[i] = a * x[i] + y[i]` for `i < n`), as the driver JIT-compiles it:
@@ -18,29 +18,40 @@ const JIT_ERROR_LOG_BUFFER: c_int = 5;
 /// CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
 const JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
 
-/// A driver call that failed, with the JIT error log when the call was the JIT's.
-#[derive(Debug, Clone)]
-pub struct GpuError {
-    /// The failed call and its CUresult, or a missing export.
-    pub message: String,
-    /// The JIT error log, when there is one.
-    pub jit_log: Option<String>,
+/// Why a step of a kernel run failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GpuError {
+    /// A driver function is missing or failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The JIT refused the PTX (`cuModuleLoadDataEx`); its error log, when it wrote one.
+    #[error("{error}")]
+    Jit {
+        /// The failed call.
+        error: CuError,
+        /// `JIT error log:` and the log's lines.
+        log: Option<String>,
+    },
+    /// A launch over more elements than a 32-bit count holds.
+    #[error("saxpy takes at most 2^32 - 1 elements")]
+    TooManyElements,
+    /// The PTX text holds a NUL byte, so the driver cannot take it as a C string.
+    #[error("the PTX holds a NUL byte at offset {0}")]
+    PtxHasNul(usize),
 }
 
 impl From<CuError> for GpuError {
     fn from(error: CuError) -> GpuError {
-        GpuError {
-            message: error.to_string(),
-            jit_log: None,
-        }
+        GpuError::Driver(DriverError::Call(error))
     }
 }
 
-impl From<String> for GpuError {
-    fn from(message: String) -> GpuError {
-        GpuError {
-            message,
-            jit_log: None,
+impl GpuError {
+    /// The JIT error log, when the JIT wrote one.
+    pub fn jit_log(&self) -> Option<&str> {
+        match self {
+            GpuError::Jit { log, .. } => log.as_deref(),
+            _ => None,
         }
     }
 }
@@ -104,7 +115,7 @@ impl<'c> Module<'c> {
     pub fn load_ptx(context: &'c PrimaryContext<'c>, ptx: &str) -> Result<Module<'c>, GpuError> {
         let driver = context.driver;
         let load = driver.need(driver.api.module_load_data_ex, "cuModuleLoadDataEx")?;
-        let ptx = CString::new(ptx).map_err(|e| e.to_string())?;
+        let ptx = CString::new(ptx).map_err(|e| GpuError::PtxHasNul(e.nul_position()))?;
         let mut log = vec![0u8; 16 * 1024];
         let mut options = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
         let mut values = [log.as_mut_ptr().cast::<c_void>(), log.len() as *mut c_void];
@@ -125,9 +136,9 @@ impl<'c> Module<'c> {
             let written = (values[1] as usize).min(log.len());
             let text = String::from_utf8_lossy(&log[..written]);
             let text = text.trim_end_matches('\0').trim();
-            return Err(GpuError {
-                message: error.to_string(),
-                jit_log: (!text.is_empty()).then(|| format!("JIT error log:\n{text}")),
+            return Err(GpuError::Jit {
+                error,
+                log: (!text.is_empty()).then(|| format!("JIT error log:\n{text}")),
             });
         }
         Ok(Module {
@@ -318,8 +329,7 @@ impl<'c> Saxpy<'c> {
     ) -> Result<(), GpuError> {
         let driver = self.module.driver;
         let launch = driver.need(driver.api.launch_kernel, "cuLaunchKernel")?;
-        let n = u32::try_from(x.len().min(y.len()))
-            .map_err(|_| String::from("saxpy takes at most 2^32 - 1 elements"))?;
+        let n = u32::try_from(x.len().min(y.len())).map_err(|_| GpuError::TooManyElements)?;
         let (mut arg_n, mut arg_a, mut arg_x, mut arg_y) = (n, a, x.pointer, y.pointer);
         let mut params: [*mut c_void; 4] = [
             std::ptr::addr_of_mut!(arg_n).cast(),

@@ -2,11 +2,11 @@
 //! wrappers for a kernel run ([`gpu`]), CUresult names and explanations, versions, devices.
 //! The runner's only `unsafe` code lives here.
 
+pub mod cudart;
 pub mod devices;
 pub mod driver;
 pub mod gpu;
 pub mod loaded;
 pub mod result;
-pub mod runtime;
 pub mod symbols;
 pub mod version;

@@ -22,6 +22,8 @@ impl CuError {
     }
 }
 
+impl std::error::Error for CuError {}
+
 impl fmt::Display for CuError {
     /// `cuInit failed with 100 CUDA_ERROR_NO_DEVICE: <cause and fix>`, one line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -36,10 +38,12 @@ impl fmt::Display for CuError {
     }
 }
 
-/// CUDA_ERROR_NO_DEVICE: its cause is named by [`crate::access::Access`], not by this table.
-pub const NO_DEVICE: i32 = 100;
+/// The driver API's (`CUresult`) CUDA_ERROR_NO_DEVICE: its cause is named by
+/// [`crate::access::Access`], not by this table. The runtime API's cudaErrorNoDevice is another
+/// enum with the same number ([`crate::cuda::cudart::CUDART_ERROR_NO_DEVICE`]).
+pub const CUDA_ERROR_NO_DEVICE: i32 = 100;
 /// CUDA_ERROR_NOT_FOUND.
-pub const NOT_FOUND: i32 = 500;
+pub const CUDA_ERROR_NOT_FOUND: i32 = 500;
 
 /// The `cuda.h` name of a CUresult.
 pub fn name(code: i32) -> &'static str {

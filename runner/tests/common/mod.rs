@@ -86,6 +86,17 @@ impl Run {
     pub fn fact(&self, check: &str, key: &str) -> &Value {
         &self.check(check)["facts"][key]
     }
+
+    /// The facts of `check` as its typed facts (e.g. `LibraryFacts` of `driver::library`), or
+    /// a panic showing the whole output.
+    pub fn facts<T: serde::de::DeserializeOwned>(&self, check: &str) -> T {
+        serde_json::from_value(self.check(check)["facts"].clone()).unwrap_or_else(|e| {
+            panic!(
+                "{check}: its facts do not read as {}: {e}\n{self}",
+                std::any::type_name::<T>()
+            )
+        })
+    }
 }
 
 impl std::fmt::Display for Run {

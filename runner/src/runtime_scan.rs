@@ -1,13 +1,15 @@
-//! The CUDA runtimes inside a package: shared `libcudart` files and static copies linked into
-//! other ELF files, with their versions where a name or the runtime's own code gives them. Two
-//! runtimes of different versions in one package are the version-mixing hazard: each resolves
-//! driver entry points at its own version.
+//! Finds the CUDA runtimes inside a package's files, without loading them: shared `libcudart`
+//! files, archives and static copies linked into other ELF files, with their versions where a
+//! name or the runtime's own code gives them. Two runtimes of different versions in one package
+//! are the version-mixing hazard: each resolves driver entry points at its own version.
 //!
 //! A static copy (`libcudart_static.a` linked into a program or library) is found by the symbol
 //! `cudaGetDriverEntryPoint` while the file has a symbol table, else by what the runtime's own
 //! data contains ([`static_runtime_in`]): Nixpkgs' default `strip -S` keeps `.symtab`, but
 //! `stripAllList`/`strip -s`, `--strip-unneeded`, `-Wl,-s` and section-less (sstrip-ed) files
 //! leave no symbol to read.
+//!
+//! Loading a runtime to ask it is [`crate::cuda::cudart`].
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,8 @@
-//! CUDA runtimes (`libcudart`): every one this process can load, in the loader's order, with
-//! their versions and `cudaGetDriverEntryPoint`, to compare with the driver's own answers.
+//! The binding to the CUDA runtime API (`libcudart`), dlopen'd: every runtime this process can
+//! load, in the loader's order, with `cudaRuntimeGetVersion`, `cudaDriverGetVersion` and
+//! `cudaGetDriverEntryPoint`, to compare with the driver's own answers. Finding runtimes inside
+//! a package's files, without loading them, is [`crate::runtime_scan`]; the `runtime::*` checks
+//! are [`crate::checks::runtime`].
 //!
 //! Measured on the real runtimes (11.8, 12.9, 13.0) with the real drivers (535, 470) and no
 //! GPU: `cudaDriverGetVersion` always answers; `cudaRuntimeGetVersion` answers, except that
@@ -19,10 +22,12 @@ use super::version::CudaVersion;
 /// or 11 asks the loader for.
 pub const CUDART_NAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"];
 
-/// cudaErrorInsufficientDriver: the runtime needs a newer driver.
-pub const INSUFFICIENT_DRIVER: c_int = 35;
-/// cudaErrorNoDevice.
-pub const NO_DEVICE: c_int = 100;
+/// The runtime API's (`cudaError_t`) cudaErrorInsufficientDriver: the runtime needs a newer
+/// driver.
+pub const CUDART_ERROR_INSUFFICIENT_DRIVER: c_int = 35;
+/// The runtime API's (`cudaError_t`) cudaErrorNoDevice; the driver API's CUDA_ERROR_NO_DEVICE
+/// has the same number in another enum ([`crate::cuda::result::CUDA_ERROR_NO_DEVICE`]).
+pub const CUDART_ERROR_NO_DEVICE: c_int = 100;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetEntryPoint =
@@ -88,20 +93,47 @@ fn version_from_file_name(path: &Path) -> Option<(i32, Option<CudaVersion>)> {
     Some((major, exact))
 }
 
+/// A `--cudart` file that cannot be used as a CUDA runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--cudart {}: {why}", .path.display())]
+pub struct CudartError {
+    /// The file as given.
+    pub path: PathBuf,
+    /// Why it is refused.
+    pub why: NotARuntime,
+}
+
+/// Why a library is not a usable CUDA runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotARuntime {
+    /// `dlopen` failed; the loader's own message.
+    #[error("{0}")]
+    NotLoadable(String),
+    /// It lacks `cudaRuntimeGetVersion` or `cudaDriverGetVersion`; the loader's message.
+    #[error("not a CUDA runtime: {0}")]
+    MissingExport(String),
+    /// `dladdr` could not name the file the loader picked.
+    #[error("the loader cannot say which file the CUDA runtime is")]
+    FileUnknown,
+}
+
 impl Runtime {
     /// Loads each of `explicit` (from `--cudart`), or else every CUDA runtime this process can
     /// load by name: the `libcudart.so*` files in the loader's search directories, in its
     /// order, then any the loader finds only through `ld.so.cache`.
-    pub fn load_all(explicit: &[PathBuf]) -> Result<Vec<Runtime>, String> {
+    pub fn load_all(explicit: &[PathBuf]) -> Result<Vec<Runtime>, CudartError> {
         if !explicit.is_empty() {
             return explicit
                 .iter()
                 .map(|path| {
+                    let refused = |why| CudartError {
+                        path: path.clone(),
+                        why,
+                    };
                     // SAFETY: loading a library runs its initialisers; that is the point.
                     let library = unsafe { Library::new(path) }
-                        .map_err(|e| format!("--cudart {}: {e}", path.display()))?;
-                    Runtime::from_library(library)
-                        .map_err(|e| format!("--cudart {}: {e}", path.display()))
+                        .map_err(|e| refused(NotARuntime::NotLoadable(e.to_string())))?;
+                    Runtime::from_library(library).map_err(refused)
                 })
                 .collect();
         }
@@ -145,22 +177,22 @@ impl Runtime {
         Ok(runtimes)
     }
 
-    fn from_library(library: Library) -> Result<Runtime, String> {
+    fn from_library(library: Library) -> Result<Runtime, NotARuntime> {
         // SAFETY: the signatures are cuda_runtime_api.h's.
         unsafe {
             let runtime_get_version: GetVersion = *library
                 .get(b"cudaRuntimeGetVersion\0")
-                .map_err(|e| format!("not a CUDA runtime: {e}"))?;
+                .map_err(|e| NotARuntime::MissingExport(e.to_string()))?;
             let driver_get_version: GetVersion = *library
                 .get(b"cudaDriverGetVersion\0")
-                .map_err(|e| format!("not a CUDA runtime: {e}"))?;
+                .map_err(|e| NotARuntime::MissingExport(e.to_string()))?;
             let get_entry_point = library.get(b"cudaGetDriverEntryPoint\0").ok().map(|s| *s);
             let get_entry_point_by_version = library
                 .get(b"cudaGetDriverEntryPointByVersion\0")
                 .ok()
                 .map(|s| *s);
             let file = LoadedFile::containing(runtime_get_version as usize)
-                .ok_or("the loader cannot say which file the CUDA runtime is")?;
+                .ok_or(NotARuntime::FileUnknown)?;
             Ok(Runtime {
                 file,
                 runtime_get_version,
@@ -263,8 +295,8 @@ pub fn error_name(code: c_int) -> &'static str {
         1 => "cudaErrorInvalidValue",
         3 => "cudaErrorInitializationError",
         34 => "cudaErrorStubLibrary",
-        INSUFFICIENT_DRIVER => "cudaErrorInsufficientDriver",
-        NO_DEVICE => "cudaErrorNoDevice",
+        CUDART_ERROR_INSUFFICIENT_DRIVER => "cudaErrorInsufficientDriver",
+        CUDART_ERROR_NO_DEVICE => "cudaErrorNoDevice",
         500 => "cudaErrorSymbolNotFound",
         803 => "cudaErrorSystemDriverMismatch",
         804 => "cudaErrorCompatNotSupportedOnDevice",

@@ -1,0 +1,135 @@
+//! What a check is: its descriptor ([`Check`]: a stable name, when it runs, the function) and
+//! what it returns ([`Outcome`]: a [`Verdict`], a one-line message, optional detail and the
+//! facts for the report). The checks themselves live in [`crate::checks`], one file per group.
+
+use std::fmt::Display;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::session::Session;
+
+/// How a check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Everything checked holds.
+    Pass,
+    /// Something is wrong; the message says what and how to fix it.
+    Fail,
+    /// Not applicable here; the message says why.
+    Skipped,
+}
+
+/// The facts a check learnt, as the report prints them: one JSON object, key by key.
+pub type Facts = Map<String, Value>;
+
+/// Turns a check's typed facts (a struct that serializes to a JSON object) into [`Facts`].
+pub fn facts_of(typed: &impl Serialize) -> Facts {
+    match serde_json::to_value(typed) {
+        Ok(Value::Object(map)) => map,
+        Ok(other) => panic!("a check's facts must serialize to a JSON object, not {other}"),
+        Err(error) => panic!("a check's facts must serialize: {error}"),
+    }
+}
+
+/// A check's result. Its message is where a typed error becomes its one line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Pass, fail or skipped.
+    pub verdict: Verdict,
+    /// One line: what was found, or on failure the cause and the fix.
+    pub message: String,
+    /// Further lines (e.g. the JIT error log), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Everything the check learnt, for the JSON report.
+    pub facts: Facts,
+}
+
+impl Outcome {
+    /// A passing outcome.
+    pub fn pass(message: impl Display, facts: Facts) -> Outcome {
+        Outcome::new(Verdict::Pass, message, facts)
+    }
+
+    /// A failing outcome.
+    pub fn fail(message: impl Display, facts: Facts) -> Outcome {
+        Outcome::new(Verdict::Fail, message, facts)
+    }
+
+    /// A skipped outcome.
+    pub fn skipped(message: impl Display, facts: Facts) -> Outcome {
+        Outcome::new(Verdict::Skipped, message, facts)
+    }
+
+    fn new(verdict: Verdict, message: impl Display, facts: Facts) -> Outcome {
+        Outcome {
+            verdict,
+            message: message.to_string(),
+            detail: None,
+            facts,
+        }
+    }
+
+    /// The same outcome with further lines of detail.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Outcome {
+        self.detail = Some(detail.into());
+        self
+    }
+}
+
+/// When a check is part of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunsWhen {
+    /// In every run, unless `--expect-no-gpu`.
+    Always,
+    /// Only with `--lint PATH`.
+    WithLint,
+    /// Only with `--package PATH`.
+    WithPackage,
+    /// Alone, with `--expect-no-gpu` (for untagged derivations).
+    ExpectNoGpu,
+}
+
+impl RunsWhen {
+    /// The flag that turns the check on, as `--help` names it; `None` for [`RunsWhen::Always`].
+    pub fn flag(self) -> Option<&'static str> {
+        match self {
+            RunsWhen::Always => None,
+            RunsWhen::WithLint => Some("--lint"),
+            RunsWhen::WithPackage => Some("--package"),
+            RunsWhen::ExpectNoGpu => Some("--expect-no-gpu"),
+        }
+    }
+}
+
+/// A named check.
+pub struct Check {
+    /// Stable name, `group::check`, as libtest filters and the report use it.
+    pub name: &'static str,
+    /// Which runs include it.
+    pub runs_when: RunsWhen,
+    /// Runs the check.
+    pub run: fn(&Session) -> Outcome,
+}
+
+impl Check {
+    /// The group: the part of the name before `::` (`driver` for `driver::version`).
+    pub fn group(&self) -> &'static str {
+        self.name
+            .split_once("::")
+            .map_or(self.name, |(group, _)| group)
+    }
+}
+
+/// Builds a facts map: `facts! { "key" => value, ... }`.
+#[macro_export]
+macro_rules! facts {
+    ($($key:expr => $value:expr),* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut map = $crate::check::Facts::new();
+        $( map.insert(String::from($key), serde_json::json!($value)); )*
+        map
+    }};
+}
