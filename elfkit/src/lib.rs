@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn lying_section_headers_and_dynamic_offset_are_not_believed() {
-        // Issue 20: dependencies came from the section headers, which the loader ignores, so a
+        // Dependencies came from the section headers, which the loader ignores, so a
         // program could name any host file and have `exec` bind it.
         let t = tempfile::tempdir().unwrap();
         let program = compile(t.path(), "p", "int main(void) { return 0; }\n");
@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_large_file_costs_a_few_small_reads() {
-        // Issue 20: every "library" was read to its end, as root.
+        // Every "library" was read to its end, as root.
         let rchar = || -> u64 {
             let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
             let line = io.lines().find(|l| l.starts_with("rchar:")).unwrap();

@@ -3,7 +3,7 @@
 //! `cargo bench -p cuda-sandbox-hook --bench hook_process` prints the median (and p90, best)
 //! of N runs for: an untagged derivation (the path every non-GPU build takes), a tagged one with
 //! a warm closure cache, and a tagged one with a cold cache (a real `nix-store` query when Nix is
-//! installed, else a stand-in script). Then the ratios issue 13 asks for, from paired runs (the
+//! installed, else a stand-in script). Then the ratios the hook is held to, from paired runs (the
 //! hook, then an empty `fn main(){}` binary built with the same rustc, alternately, so both see
 //! the same machine load): untagged ≤ 1.2× and tagged with a warm cache ≤ 1.5× that floor.
 //! Each run gets a fresh sandbox directory (the previous one removed, as Nix does), and the

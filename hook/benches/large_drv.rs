@@ -5,8 +5,8 @@
 //! derivations (one env value full of escapes; structured attrs, a 100 MiB `__json` with
 //! `cudaSandboxGpus`, holding one big string, or 2^25 small array values, an escape-free run
 //! of 100 MiB; and a 100 MiB JSON derivation on `DRV_ATERM_FD`): wall time, the peak RSS of
-//! that hook process alone (`wait4`), and the peak as a multiple of the file (issue 12 asks
-//! for at most 2×; issue 19 for linear time on every shape). The hook reads the file once
+//! that hook process alone (`wait4`), and the peak as a multiple of the file (the goal: at
+//! most 2×, and linear time on every shape). The hook reads the file once
 //! and parses it in place, so the peak stays near the file size plus the one escaped value it
 //! must copy; `__json` is read by typed structs that skip every key but the two they need.
 

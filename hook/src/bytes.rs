@@ -3,7 +3,7 @@
 //! `memchr::memchr` picks AVX2 or SSE2 at run time, and its first call asks the CPU which it
 //! has (`cpuid`, through `std_detect`). The hook is a fresh process per build, so it paid for
 //! that question on every run: in a virtual machine, where each `cpuid` traps to the
-//! hypervisor, about 30–40 µs, a few percent of the whole hook (issue 13). SSE2 is part of
+//! hypervisor, about 30–40 µs, a few percent of the whole hook. SSE2 is part of
 //! x86-64 itself, so its searches need no question; elsewhere `memchr` decides as before
 //! (aarch64 has NEON unconditionally).
 

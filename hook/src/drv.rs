@@ -1,7 +1,7 @@
 //! Reading Nix derivations (`.drv` files, ATerm syntax) straight from bytes.
 //!
 //! The format is `Derive([outputs],[inputDrvs],[inputSrcs],"system","builder",[args],[env])`
-//! (DESIGN.md §4). Strings are byte strings, not UTF-8: Nix accepts latin-1 and cp1252 in
+//! (docs/architecture.md, `.drv` formats). Strings are byte strings, not UTF-8: Nix accepts latin-1 and cp1252 in
 //! attribute values, so every string here is a `Cow<[u8]>` that borrows from the input unless it
 //! held an escape. Escapes follow Nix's own reader exactly: `\n`, `\r`, `\t` are control
 //! characters and a backslash before any other byte stands for that byte.
@@ -600,7 +600,7 @@ impl<'a> RawStr<'a> {
 
 /// Unescapes an ATerm string body while reading it. Each `read` looks at no more of the input
 /// than it can return, so reading the whole body is linear in its length whatever the buffer
-/// size (issue 19: it used to search all the rest for the next `\` on every read, quadratic
+/// size (it once searched all the rest for the next `\` on every read, quadratic
 /// for a long run without escapes).
 struct Unescape<'a> {
     rest: &'a [u8],

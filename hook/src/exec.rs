@@ -11,7 +11,7 @@
 //! `--bind` paths. Needs root (namespaces); the namespaces, and every mount in them, end with
 //! the command.
 //!
-//! The command is no way back to the host that started it (issue 20): it runs in a session of
+//! The command is no way back to the host that started it: it runs in a session of
 //! its own, with no controlling terminal, and never holds a descriptor of exec's terminal (a
 //! terminal on stdin becomes `/dev/null`, on stdout or stderr a pipe that exec copies to it),
 //! so it cannot type into that terminal (`TIOCSTI`) or signal its jobs. Its environment is

@@ -238,7 +238,7 @@ impl Lines {
 mod tests {
     use super::*;
 
-    /// Issue 19, finding 5: structured-attrs features were printed raw, so a newline in one
+    /// Structured-attrs features were once printed raw, so a newline in one
     /// forged a `verdict:` line and an escape sequence reached the terminal.
     #[test]
     fn hostile_features_cannot_forge_a_line_or_reach_the_terminal() {

@@ -1,7 +1,7 @@
 //! cuda-sandbox-hook: a Nix `pre-build-hook` that exposes NVIDIA GPUs and the driver to builds
 //! that declare `requiredSystemFeatures = [ "cuda" ]`, and nothing to any other build.
 //!
-//! One pipeline (STYLE.md), each stage in its module, data flowing one way:
+//! One pipeline ([`pipeline`]), each stage in its module, data flowing one way:
 //! 1. [`request`] resolves what is asked: the derivation ([`drv`]), the configuration
 //!    ([`config`], trusted like sudoers), the matching rules and the verdict;
 //! 2. [`scan`] reads the host into a [`scan::HostView`] (with the helpers in [`discover`] and

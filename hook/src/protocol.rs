@@ -1,4 +1,4 @@
-//! The plan rendered as Nix's pre-build-hook answer (DESIGN.md §3).
+//! The plan rendered as Nix's pre-build-hook answer (the protocol: docs/architecture.md).
 //!
 //! `extra-sandbox-paths`, one `inside=outside` (or `path`) line per exposure, then an empty line.
 //! There is no escaping in this protocol, so a path holding a newline or `=` cannot be said: it

@@ -1,7 +1,7 @@
 //! Following symlink chains so that a link and everything it points to are exposed together.
 //!
 //! Nix 2.8 binds a symlink's target at the link's inside path; newer Nix copies the link itself
-//! into the sandbox, where its target must then exist too (DESIGN.md §3). So for every exposed
+//! into the sandbox, where its target must then exist too (docs/architecture.md, the hook protocol). So for every exposed
 //! path the plan exposes the link *and* each hop of its chain, each at the place the copied link
 //! would resolve to inside the sandbox.
 

@@ -84,7 +84,7 @@ fn untagged_build_gets_nothing_even_with_a_broken_config() {
         assert!(out.stdout.is_empty());
     }
     // A feature that appears nowhere in the config's text cannot be answered by it: the hook
-    // does not parse it (issue 13's fast path), so it has nothing to warn about.
+    // does not parse it (the fast path), so it has nothing to warn about.
     let out = c.hook(&c.drv("plain", Some("kvm")), &broken);
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     // A feature the broken text mentions makes the hook read it, and only warn.
@@ -691,7 +691,7 @@ fn cuda_sandbox_gpus_is_validated_and_honoured() {
     );
 }
 
-/// Issue 19, finding 4: current Nix (`chrootRootDir` in `getPreBuildHookArgs`) passes
+/// Current Nix (`chrootRootDir` in `getPreBuildHookArgs`) passes
 /// `<drv>.chroot/root`, Nix 2.8 `<drv>.chroot`. Every build of the first shape got the manifest
 /// `root.json`, so concurrent builds bound each other's. Now each build binds its own.
 #[test]
@@ -736,7 +736,7 @@ fn each_build_binds_its_own_manifest_with_either_shape_of_chroot() {
     );
 }
 
-/// Issue 19, finding 5: `max_gpus_per_build` was silently ignored with `gpus_per_build = 0`.
+/// `max_gpus_per_build` was silently ignored with `gpus_per_build = 0`.
 #[test]
 fn check_config_says_when_max_gpus_per_build_has_no_effect() {
     let c = Case::new();
@@ -766,7 +766,7 @@ fn check_config_says_when_max_gpus_per_build_has_no_effect() {
     }
 }
 
-/// Issue 19, finding 5: an optional device whose name holds `=` (or a newline) cannot be said
+/// An optional device whose name holds `=` (or a newline) cannot be said
 /// in the hook protocol, and failed every tagged build. It is skipped with a warning now; a
 /// required one still fails, naming it.
 #[test]
@@ -801,7 +801,7 @@ fn an_optional_device_the_protocol_cannot_express_is_skipped_with_a_warning() {
     assert!(stderr(&out).contains("a=b"), "{}", stderr(&out));
 }
 
-/// Issue 19, finding 5: `explain` printed structured-attrs features raw; a newline in one
+/// `explain` printed structured-attrs features raw; a newline in one
 /// forged a `verdict:` line.
 #[test]
 fn explain_text_escapes_what_the_derivation_says() {

@@ -193,7 +193,7 @@ fn exec_refuses_what_the_hook_would_refuse() {
 
 #[test]
 fn exec_runs_isolated_like_a_build() {
-    // Issue 12, finding 4: the command ran as root with the host's PID namespace and /proc, so
+    // The command ran as root with the host's PID namespace and /proc, so
     // /proc/1/root reached the host.
     if !root_available("exec_runs_isolated_like_a_build") {
         return;
@@ -307,7 +307,7 @@ int main(void) {
 
 #[test]
 fn the_command_cannot_type_into_the_terminal_exec_was_started_from() {
-    // Issue 20, finding 1: the command kept exec's terminal as its controlling tty, and as
+    // The command kept exec's terminal as its controlling tty, and as
     // nobody pushed `id > FILE` into root's shell with TIOCSTI.
     if !root_available("the_command_cannot_type_into_the_terminal_exec_was_started_from") {
         return;
@@ -352,7 +352,7 @@ fn the_command_cannot_type_into_the_terminal_exec_was_started_from() {
 
 #[test]
 fn a_program_whose_section_headers_lie_gets_no_private_host_file() {
-    // Issue 20, finding 2: the dependencies came from the section headers, which the loader
+    // The dependencies came from the section headers, which the loader
     // ignores: a program listing a file of a 0700 home got it bound and read it as nobody.
     if !root_available("a_program_whose_section_headers_lie_gets_no_private_host_file") {
         return;
@@ -401,7 +401,7 @@ fn a_program_whose_section_headers_lie_gets_no_private_host_file() {
 
 #[test]
 fn fifos_and_devices_named_as_libraries_are_never_opened() {
-    // Issue 20, finding 2: every named "library" was read to its end as root: /dev/zero
+    // Every named "library" was read to its end as root: /dev/zero
     // without end, and a FIFO hung exec.
     if !root_available("fifos_and_devices_named_as_libraries_are_never_opened") {
         return;
@@ -484,7 +484,7 @@ fn fifos_and_devices_named_as_libraries_are_never_opened() {
 
 #[test]
 fn the_command_gets_a_clean_environment_and_no_inherited_descriptor() {
-    // Issue 20, finding 2: the command inherited root's whole environment (a secret token was
+    // The command inherited root's whole environment (a secret token was
     // printed) and root's open descriptors.
     if !root_available("the_command_gets_a_clean_environment_and_no_inherited_descriptor") {
         return;
@@ -558,7 +558,7 @@ fn the_command_gets_a_clean_environment_and_no_inherited_descriptor() {
 
 #[test]
 fn exec_stages_its_root_in_a_directory_only_root_can_enter() {
-    // Issue 20: the host-side directory exec mounts its root on was 0755.
+    // The host-side directory exec mounts its root on was 0755.
     if !root_available("exec_stages_its_root_in_a_directory_only_root_can_enter") {
         return;
     }

@@ -1,4 +1,4 @@
-//! Issue 12's findings, attacked for real: a real unprivileged user (made here with `useradd`)
+//! The hook's trust rules, attacked for real: a real unprivileged user (made here with `useradd`)
 //! plants what it can, and the hook (run as root, as Nix runs it) must not follow. Needs root;
 //! under `CI=true` missing root is a failure, not a skip.
 
@@ -277,7 +277,7 @@ fn a_symlinked_directory_mid_path_does_not_expose_host_files() {
     if !root_available("a_symlinked_directory_mid_path_does_not_expose_host_files") {
         return;
     }
-    // Issue 12, finding 5: /dev/nvidia-caps -> /etc made a host directory a "device".
+    // /dev/nvidia-caps -> /etc made a host directory a "device".
     let h = Host::new();
     std::fs::create_dir_all(h.path("root/etc/nvidia-cap1")).unwrap();
     // Relative, so that it resolves inside the fake root on the real filesystem too.
@@ -305,7 +305,7 @@ fn an_untagged_structured_derivation_stays_under_twice_its_size() {
     if !root_available("an_untagged_structured_derivation_stays_under_twice_its_size") {
         return;
     }
-    // Issue 12, finding 6: the whole __json was parsed into a serde_json::Value (about 18x the
+    // The whole __json was parsed into a serde_json::Value (about 18x the
     // file) for every derivation. 32 MiB here; the bench large_drv measures 100 MiB.
     let h = Host::new();
     let config = h.trusted_config("gpus_per_build = 1\n");
@@ -392,7 +392,7 @@ fn a_fifo_config_never_hangs_a_build() {
     if !root_available("a_fifo_config_never_hangs_a_build") {
         return;
     }
-    // Issue 19, finding 2: the config was opened (blocking, on a FIFO) before it was checked,
+    // The config was opened (blocking, on a FIFO) before it was checked,
     // so every build with a system feature hung, untagged ones too.
     let h = Host::new();
     let limit = std::time::Duration::from_secs(10);
@@ -419,7 +419,7 @@ fn an_untrusted_config_is_not_read_even_for_the_precheck() {
     if !root_available("an_untrusted_config_is_not_read_even_for_the_precheck") {
         return;
     }
-    // Issue 19, finding 2: `may_answer` read the text of a config nobody had trusted (to see
+    // `may_answer` read the text of a config nobody had trusted (to see
     // whether a build's features appear in it). Now an untrusted file is never opened: the
     // untagged build still gets nothing, with the warning a refused config earns.
     let h = Host::new();

@@ -1,4 +1,4 @@
-//! Untrusted input in linear time and bounded memory (issue 19): derivations as ATerm, their
+//! Untrusted input in linear time and bounded memory: derivations as ATerm, their
 //! `__json`, derivations as JSON (`DRV_ATERM_FD`, `NIX_DERIVATION_V4`), and what
 //! `DRV_ATERM_FD` may name. The time bounds are so generous that only super-linear code can
 //! miss them: 8 MiB in under 10 s in a debug build, where the quadratic `__json` reader of

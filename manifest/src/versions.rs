@@ -1,4 +1,4 @@
-//! CUDA version numbers and the driver branch → CUDA table (DESIGN.md §6), shared by the hook
+//! CUDA version numbers and the driver branch → CUDA table (docs/architecture.md, driver facts), shared by the hook
 //! (which chooses a driver by them) and the runner (which checks the loaded one).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -36,7 +36,7 @@ impl Branch {
         }
     }
 
-    /// `cuDriverGetVersion` of this branch (DESIGN.md §6's table).
+    /// `cuDriverGetVersion` of this branch (the branch table in docs/architecture.md).
     pub fn cuda_version(self) -> i32 {
         match self {
             Branch::R535 => 12020,

@@ -1,7 +1,7 @@
 //! Fuzzes the `.drv` readers: any bytes must give a derivation or an error with an offset inside
 //! the input, never a panic or a hang; the hook's lean reader (which streams `__json` through
 //! its unescaper) must agree with the full parser; the JSON derivation reader likewise never
-//! panics. Seeds include long runs without escapes (issue 19: the streaming reader was
+//! panics. Seeds include long runs without escapes (the streaming reader was once
 //! quadratic on them).
 #![no_main]
 

@@ -315,7 +315,7 @@ fn a_link_out_of_the_roots_is_not_followed() {
 
 #[test]
 fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
-    // Issue 12, finding 5: /dev/nvidia-caps -> /etc made /etc/nvidia-cap1 a "device".
+    // /dev/nvidia-caps -> /etc made /etc/nvidia-cap1 a "device".
     let c = config("[[rule.device]]\nglob = \"/dev/nvidia-caps/nvidia-cap*\"\n");
     let v = host(&[
         ("/fake/dev/nvidia-caps", link("/etc")),
@@ -354,7 +354,7 @@ fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
 
 #[test]
 fn user_writable_places_are_never_followed_into() {
-    // Issue 12, finding 5: the default roots include /run and /dev, but not /run/user or
+    // The default roots include /run and /dev, but not /run/user or
     // /dev/shm, where any user can plant a file.
     for target in ["/run/user/1000/fake", "/dev/shm/fake", "/run/lock/fake"] {
         let c = config("[[rule.path]]\npath = \"/run/gpu\"\n");
@@ -549,7 +549,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
 
 #[test]
 fn a_closure_member_linking_out_of_the_store_is_refused() {
-    // Issue 12, finding 3: a poisoned cache or store path must not bind a host file.
+    // A poisoned cache or store path must not bind a host file.
     let mut plan = Plan::default();
     let store = Path::new("/nix/store");
     plan.add_closure(

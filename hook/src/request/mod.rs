@@ -376,7 +376,7 @@ impl Request {
         self.config = Some(config);
     }
 
-    /// The `.drv` is not on disk and Nix passed no JSON (remote builders, Nix issue 9272):
+    /// The `.drv` is not on disk and Nix passed no JSON (remote builders, NixOS/nix#9272):
     /// follow the configured `missing_drv` policy.
     fn missing_drv(&mut self, name: &str, error: &str) {
         let config = match Config::load(&self.config_source) {
