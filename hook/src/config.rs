@@ -554,20 +554,22 @@ pub fn read_text(source: &ConfigSource) -> Result<std::borrow::Cow<'static, str>
     };
     let absolute =
         std::path::absolute(path).map_err(|e| fail(format!("cannot inspect it: {e}")))?;
-    let (resolved, last) = crate::statedir::resolve_trusted(&absolute).map_err(|e| {
-        // `exists` follows links with stat(2): it opens nothing either.
-        if absolute.exists() {
-            fail(format!("refused: {e}"))
-        } else if path == Path::new(DEFAULT_CONFIG_PATH) {
-            fail(format!(
-                "cannot read it: {e}; restore it, or remove the directory {} to use the \
+    let (resolved, last) = crate::trust::resolve(&absolute)
+        .map(|r| (r.path, r.meta))
+        .map_err(|e| {
+            // `exists` follows links with stat(2): it opens nothing either.
+            if absolute.exists() {
+                fail(format!("refused: {e}"))
+            } else if path == Path::new(DEFAULT_CONFIG_PATH) {
+                fail(format!(
+                    "cannot read it: {e}; restore it, or remove the directory {} to use the \
                  built-in default",
-                path.parent().unwrap_or(path).display()
-            ))
-        } else {
-            fail(format!("cannot read it: {e}"))
-        }
-    })?;
+                    path.parent().unwrap_or(path).display()
+                ))
+            } else {
+                fail(format!("cannot read it: {e}"))
+            }
+        })?;
     if !last.is_some_and(|m| m.is_file()) {
         return Err(fail(format!(
             "refused: {} is not a regular file",

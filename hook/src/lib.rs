@@ -31,3 +31,4 @@ pub mod request;
 pub mod scan;
 pub mod statedir;
 pub mod symlinks;
+pub mod trust;
