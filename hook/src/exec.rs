@@ -126,6 +126,7 @@ pub fn resolve(req: &ExecRequest) -> Request {
         extra_features: &req.features,
         default_features: &["cuda"],
         config: req.config.as_deref(),
+        config_env: std::env::var_os(crate::config::CONFIG_ENV),
         ..Input::default()
     })
 }

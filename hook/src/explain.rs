@@ -57,6 +57,7 @@ pub fn explain(
         aterm_fd: std::env::var_os(ATERM_FD_ENV),
         extra_features,
         config: config_arg,
+        config_env: std::env::var_os(crate::config::CONFIG_ENV),
         always_load_config: true,
         ..Input::default()
     });

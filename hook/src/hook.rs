@@ -32,6 +32,7 @@ pub fn pre_build(
         derivation_json: std::env::var_os(DERIVATION_ENV),
         aterm_fd: std::env::var_os(ATERM_FD_ENV),
         config: config_arg,
+        config_env: std::env::var_os(crate::config::CONFIG_ENV),
         chroot: Some(chroot),
         ..Input::default()
     });

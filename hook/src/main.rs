@@ -155,7 +155,10 @@ fn main() -> ExitCode {
             }
         }
         (Some(Command::CheckConfig { content_only }), _) => {
-            let source = cuda_sandbox_hook::config::locate(cli.config.as_deref());
+            let source = cuda_sandbox_hook::config::locate(
+                cli.config.as_deref(),
+                std::env::var_os(cuda_sandbox_hook::config::CONFIG_ENV).as_deref(),
+            );
             let loaded = if content_only {
                 cuda_sandbox_hook::config::Config::load_content(&source)
             } else {

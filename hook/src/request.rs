@@ -46,6 +46,8 @@ pub struct Input<'a> {
     pub default_features: &'a [&'a str],
     /// `--config`.
     pub config: Option<&'a Path>,
+    /// The value of [`config::CONFIG_ENV`], when the caller reads it.
+    pub config_env: Option<OsString>,
     /// The sandbox root (the hook's second argument; `exec`'s private root).
     pub chroot: Option<&'a Path>,
     /// Load the configuration even for an untagged request (`explain` shows it).
@@ -123,7 +125,7 @@ pub fn resolve(input: &Input<'_>) -> Request {
         chroot: input.chroot.map(Path::to_path_buf),
         features: Vec::new(),
         structured: false,
-        config_source: config::locate(input.config),
+        config_source: config::locate(input.config, input.config_env.as_deref()),
         config: None,
         rules: Vec::new(),
         gpus_wanted: None,
