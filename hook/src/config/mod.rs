@@ -21,7 +21,7 @@ mod validate;
 pub use error::{ConfigError, Problem, Syntax};
 pub use locate::{locate, read_text, ConfigSource};
 pub use schema::{Config, DeviceGlob, DriverConfig, HostPath, MissingDrv, Mount, Platform, Rule};
-pub use validate::Invalid;
+pub use validate::{Invalid, Note};
 
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuda-sandbox/config.toml";
@@ -113,21 +113,6 @@ impl Config {
     pub fn builtin() -> Config {
         // A unit test parses the embedded file, so this cannot fail in a built hook.
         Config::parse(BUILTIN_TOML, "built-in").expect("hook/default-config.toml is valid")
-    }
-
-    /// Settings that have no effect as written, one line each with what to change
-    /// (`check-config` prints them): `max_gpus_per_build` without `gpus_per_build`, which
-    /// gives every GPU to every build and leases none.
-    pub fn notes(&self) -> Vec<String> {
-        let mut notes = Vec::new();
-        if self.gpus_per_build == 0 && self.max_gpus_per_build > 0 {
-            notes.push(format!(
-                "max_gpus_per_build = {} has no effect: gpus_per_build = 0 gives every GPU to \
-                 every tagged build and leases none; set gpus_per_build (e.g. 1) to lease GPUs",
-                self.max_gpus_per_build
-            ));
-        }
-        notes
     }
 
     /// The rules that answer to any of `features`, in file order.

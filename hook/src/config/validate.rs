@@ -2,6 +2,7 @@
 //! can express, valid globs, unique rule names, features that can match.
 
 use super::Config;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// A value the configuration may not hold.
@@ -136,6 +137,43 @@ impl Config {
     }
 }
 
+/// A setting that has no effect as written (`check-config` prints it, with what to change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// `max_gpus_per_build` without `gpus_per_build`, which gives every GPU to every build
+    /// and leases none.
+    MaxWithoutLease {
+        /// The `max_gpus_per_build` set.
+        max: u32,
+    },
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::MaxWithoutLease { max } => write!(
+                f,
+                "max_gpus_per_build = {max} has no effect: gpus_per_build = 0 gives every GPU \
+                 to every tagged build and leases none; set gpus_per_build (e.g. 1) to lease \
+                 GPUs"
+            ),
+        }
+    }
+}
+
+impl Config {
+    /// The settings of this configuration that have no effect as written.
+    pub fn notes(&self) -> Vec<Note> {
+        let mut notes = Vec::new();
+        if self.gpus_per_build == 0 && self.max_gpus_per_build > 0 {
+            notes.push(Note::MaxWithoutLease {
+                max: self.max_gpus_per_build,
+            });
+        }
+        notes
+    }
+}
+
 fn absolute(field: &'static str, path: &Path) -> Result<(), Invalid> {
     if path.is_absolute() {
         Ok(())
@@ -205,6 +243,17 @@ mod tests {
             let e = Config::parse(&text, "t").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_cap_without_leases_is_noted() {
+        let c = Config::parse("max_gpus_per_build = 2\n", "t").unwrap();
+        assert_eq!(c.notes(), [Note::MaxWithoutLease { max: 2 }]);
+        assert!(c.notes()[0]
+            .to_string()
+            .starts_with("max_gpus_per_build = 2 has no effect"));
+        let c = Config::parse("gpus_per_build = 1\nmax_gpus_per_build = 2\n", "t").unwrap();
+        assert!(c.notes().is_empty());
     }
 
     #[test]
