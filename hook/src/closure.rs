@@ -8,9 +8,9 @@
 //! [`StateDir`] (root-owned, not writable by others, checked on every use), so only root can
 //! have written an entry; entries are written atomically (temporary file + rename) and carry a
 //! checksum, so a torn or damaged entry is recomputed. `nix-store` is run only when it is a
-//! trusted program ([`crate::statedir::program`]).
+//! trusted program ([`crate::trust::program`]).
 
-use crate::statedir::{self, StateDir};
+use crate::statedir::StateDir;
 use cuda_sandbox_elfkit::RequisitesError;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -76,9 +76,9 @@ impl ClosureCache {
                 message: "the store path's name is not UTF-8".to_string(),
             })?
             .to_string();
-        let dir = StateDir::open(&self.dir).map_err(|message| ClosureError {
+        let dir = StateDir::open(&self.dir).map_err(|e| ClosureError {
             store_path: store_path.to_path_buf(),
-            message,
+            message: e.to_string(),
         })?;
         if let Ok(text) = dir.read_bytes(&name) {
             if let Some(members) = self.decode(store_path, &text) {
@@ -135,11 +135,13 @@ impl ClosureCache {
             store_path: store_path.to_path_buf(),
             message,
         };
-        let nix_store = statedir::program(&self.nix_store).map_err(|e| {
-            fail(format!(
-                "{e} (set nix_store in the config to the nix-store program)"
-            ))
-        })?;
+        let search_path = std::env::var_os("PATH");
+        let nix_store =
+            crate::trust::program(&self.nix_store, search_path.as_deref()).map_err(|e| {
+                fail(format!(
+                    "{e} (set nix_store in the config to the nix-store program)"
+                ))
+            })?;
         let lines =
             cuda_sandbox_elfkit::requisites(&nix_store, store_path).map_err(|e| match e {
                 RequisitesError::Spawn { error, .. } => fail(format!(

@@ -356,7 +356,7 @@ fn standard_descriptors_open() {
 fn staging_root(runtime_dir: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     let root = runtime_dir.join("exec-root");
-    crate::statedir::StateDir::open(&root)?;
+    crate::statedir::StateDir::open(&root).map_err(|e| e.to_string())?;
     // One made by an older exec was 0755.
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("exec: {}: {e}", root.display()))?;

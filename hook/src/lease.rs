@@ -243,7 +243,7 @@ impl Leases {
         let io = |what: &Path, e: std::io::Error| {
             LeaseError::Io(format!("cannot use GPU lease {}: {e}", what.display()))
         };
-        let dir = StateDir::open(&self.dir).map_err(LeaseError::Io)?;
+        let dir = StateDir::open(&self.dir).map_err(|e| LeaseError::Io(e.to_string()))?;
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
             .map_err(|e| io(req.chroot, e))?;
@@ -311,7 +311,7 @@ impl Leases {
     /// The GPUs a build asking for `count` would get now, without taking them or waiting
     /// (for `explain` and `exec`). Reads without the lock: lease files are written atomically.
     pub fn preview(&self, gpus: &[u32], count: usize) -> Result<Vec<u32>, LeaseError> {
-        let dir = StateDir::open_existing(&self.dir).map_err(LeaseError::Io)?;
+        let dir = StateDir::open_existing(&self.dir).map_err(|e| LeaseError::Io(e.to_string()))?;
         let (held, usage) = match &dir {
             Some(d) => (held(d, gpus, None, None), usage(d)),
             None => (Vec::new(), BTreeMap::new()),

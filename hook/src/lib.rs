@@ -3,7 +3,8 @@
 //!
 //! One pipeline ([`pipeline`]), each stage in its module, data flowing one way:
 //! 1. [`request`] resolves what is asked: the derivation ([`drv`]), the configuration
-//!    ([`config`], trusted like sudoers), the matching rules and the verdict;
+//!    ([`config`], trusted like sudoers by the rules of [`trust`]), the matching rules and the
+//!    verdict;
 //! 2. [`scan`] reads the host into a [`scan::HostView`] (with the helpers in [`discover`] and
 //!    [`symlinks`]); it only reads;
 //! 3. [`plan`] decides, purely, what to expose and why;
@@ -32,3 +33,4 @@ pub mod request;
 pub mod scan;
 pub mod statedir;
 pub mod symlinks;
+pub mod trust;

@@ -152,7 +152,9 @@ fn main() -> ExitCode {
             }
         }
         (Some(Command::CheckConfig { content_only }), _) => {
-            let source = cuda_sandbox_hook::config::locate(cli.config.as_deref());
+            let env = Environment::of_process();
+            let source =
+                cuda_sandbox_hook::config::locate(cli.config.as_deref(), env.config.as_deref());
             let loaded = if content_only {
                 cuda_sandbox_hook::config::Config::load_content(&source)
             } else {

@@ -188,7 +188,7 @@ pub fn resolve(input: &Input<'_>) -> Request {
         chroot: input.chroot.map(Path::to_path_buf),
         features: Vec::new(),
         structured: false,
-        config_source: config::locate(input.config),
+        config_source: config::locate(input.config, input.env.config.as_deref()),
         config: None,
         rules: Vec::new(),
         gpus_wanted: None,

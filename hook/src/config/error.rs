@@ -1,0 +1,122 @@
+//! Why a configuration could not be used, rendered as one line at the edge.
+
+use super::validate::Invalid;
+use super::MAX_CONFIG_BYTES;
+use crate::trust::TrustError;
+use std::fmt::{self, Write as _};
+use std::path::PathBuf;
+
+/// Why a configuration could not be used: where, and what.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// The file (or `built-in`) the problem is in.
+    pub source: String,
+    /// What is wrong with it.
+    pub problem: Problem,
+}
+
+/// What is wrong with a configuration (see [`ConfigError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// The path could not be made absolute.
+    #[error("cannot inspect it: {0}")]
+    Inspect(std::io::Error),
+    /// The file, or a directory on its path, does not exist or cannot be looked at.
+    #[error("cannot read it: {0}")]
+    Missing(TrustError),
+    /// The default file is missing while its directory exists: a deleted configuration,
+    /// which must not turn into the built-in one.
+    #[error(
+        "cannot read it: {error}; restore it, or remove the directory {} to use the built-in \
+         default",
+        dir.display()
+    )]
+    DefaultMissing {
+        /// Why it cannot be reached.
+        error: TrustError,
+        /// The directory to remove.
+        dir: PathBuf,
+    },
+    /// The file exists, but it or a directory on its path is not trusted.
+    #[error("refused: {0}")]
+    Untrusted(TrustError),
+    /// The trusted file could not be opened or read.
+    #[error("cannot read it: {0}")]
+    Unreadable(std::io::Error),
+    /// The file is not UTF-8.
+    #[error("cannot read it: {0}")]
+    NotUtf8(std::string::FromUtf8Error),
+    /// The file is larger than [`MAX_CONFIG_BYTES`].
+    #[error("refused: larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge,
+    /// The text is not TOML of the schema (a syntax error, an unknown key, a wrong type).
+    #[error("{0}")]
+    Syntax(Syntax),
+    /// A value is not allowed.
+    #[error(transparent)]
+    Invalid(Invalid),
+}
+
+/// A TOML or schema error, where the parser places it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Syntax {
+    /// 1-based line and column (in characters), when known.
+    pub at: Option<(usize, usize)>,
+    /// The parser's message, on one line.
+    pub message: String,
+}
+
+impl Syntax {
+    /// The error `e` from parsing `text`.
+    pub fn of(e: &toml::de::Error, text: &str) -> Syntax {
+        Syntax {
+            at: e.span().map(|span| line_column(text, span.start)),
+            message: e.message().trim().replace('\n', " "),
+        }
+    }
+}
+
+impl fmt::Display for Syntax {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.at {
+            Some((line, column)) => write!(f, "line {line}, column {column}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+impl fmt::Display for ConfigError {
+    /// Always one line: control characters from the file (a `\n` inside a quoted TOML value,
+    /// say) are printed escaped, so the error cannot break Nix's one-line log or fake a second
+    /// message.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = OneLine(f);
+        write!(out, "config {}: {}", self.source, self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Writes through to a formatter with every control character escaped (`\n`, `\u{1b}`).
+struct OneLine<'a, 'b>(&'a mut fmt::Formatter<'b>);
+
+impl fmt::Write for OneLine<'_, '_> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        for c in text.chars() {
+            if c.is_control() {
+                write!(self.0, "{}", c.escape_debug())?;
+            } else {
+                self.0.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}

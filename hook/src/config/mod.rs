@@ -1,0 +1,233 @@
+//! The hook's configuration: which features get which devices and paths.
+//!
+//! Read from TOML (`/etc/cuda-sandbox/config.toml` unless `--config` or `CUDA_SANDBOX_CONFIG`
+//! name another file). With neither the file nor its directory `/etc/cuda-sandbox`,
+//! [`Config::builtin`] serves NixOS: the default rule of `hook/default-config.toml`, embedded.
+//! A directory without its file is a broken configuration (a deleted config must not turn into
+//! the built-in one silently). Unknown keys are errors naming the key with its line and column,
+//! so a typo never silently drops a device from every GPU build. A file is used only when
+//! it is trusted like sudo's `sudoers` ([`crate::trust`]).
+//!
+//! - `schema`: the tables and keys, with their defaults;
+//! - `locate`: which file, and its text, read once trusted;
+//! - `validate`: what the values must hold beyond their types;
+//! - `error`: why a configuration cannot be used, as one line.
+
+mod error;
+mod locate;
+mod schema;
+mod validate;
+
+pub use error::{ConfigError, Problem, Syntax};
+pub use locate::{locate, read_text, ConfigSource};
+pub use schema::{Config, DeviceGlob, DriverConfig, HostPath, MissingDrv, Mount, Platform, Rule};
+pub use validate::{Invalid, Note};
+
+/// Default location of the configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuda-sandbox/config.toml";
+/// Environment variable naming the configuration file (below `--config`, above the default).
+pub const CONFIG_ENV: &str = "CUDA_SANDBOX_CONFIG";
+/// The built-in configuration's text (one file in the repository, `hook/default-config.toml`).
+pub const BUILTIN_TOML: &str = include_str!("../../default-config.toml");
+/// The features the built-in configuration answers to.
+pub const DEFAULT_FEATURES: [&str; 4] = ["cuda", "gpu", "nvidia-gpu", "opengl"];
+
+/// The most bytes a configuration file may hold: far more than any real one (the built-in is
+/// 3 KiB), little enough to read whole.
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// At most this many features are looked for in the configuration's text
+/// ([`Config::text_may_answer`]); Nix builds a derivation only when the builder has every
+/// feature it requires, so real ones list a few.
+pub const PRECHECK_FEATURES: usize = 64;
+
+impl Config {
+    /// Whether the configuration at `source` may have a rule answering one of `features`,
+    /// judged from its text alone, without parsing it: `false` only when the text holds no
+    /// escape (`\`, so every string in it is written literally) and none of the features
+    /// occurs in it. An untagged build asking for other features (`big-parallel`, `kvm`) then
+    /// skips the parse. The text is read as [`Config::load`] reads it, trusted first
+    /// ([`read_text`]): nothing untrusted is opened. A file that cannot be trusted or read gives
+    /// `true`, and the full load reports the problem.
+    pub fn may_answer(source: &ConfigSource, features: &[Vec<u8>]) -> bool {
+        read_text(source).map_or(true, |text| {
+            Config::text_may_answer(text.as_bytes(), features)
+        })
+    }
+
+    /// [`Config::may_answer`] for the text itself: `false` only when `text` holds no `\` and
+    /// none of `features` (an empty feature is in every text). Linear in the text for each
+    /// feature (a substring search, not a window scan); more than [`PRECHECK_FEATURES`]
+    /// features give `true` (parse instead), so a derivation listing millions of features
+    /// cannot make this cost their number times the text.
+    pub fn text_may_answer(text: &[u8], features: &[Vec<u8>]) -> bool {
+        crate::bytes::find(b'\\', text).is_some()
+            || features.len() > PRECHECK_FEATURES
+            || features
+                .iter()
+                .any(|f| f.is_empty() || memchr::memmem::find(text, f).is_some())
+    }
+
+    /// Builds the configuration of `source` from its text (as [`read_text`] gave it).
+    pub fn from_text(source: &ConfigSource, text: &str) -> Result<Config, ConfigError> {
+        match source {
+            ConfigSource::Builtin => Ok(Config::builtin()),
+            ConfigSource::File(path) => Config::parse(text, &path.display().to_string()),
+        }
+    }
+
+    /// Loads the configuration from `source`: its text, trusted first ([`read_text`]), parsed
+    /// and validated.
+    pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
+        let text = read_text(source)?;
+        Config::from_text(source, &text)
+    }
+
+    /// Loads the configuration from `source` without the ownership and mode check of
+    /// [`Config::load`]: what `check-config --content-only` validates inside a Nix build, where
+    /// a store file is owned by an unmapped uid. The hook never uses this.
+    pub fn load_content(source: &ConfigSource) -> Result<Config, ConfigError> {
+        match source {
+            ConfigSource::Builtin => Ok(Config::builtin()),
+            ConfigSource::File(path) => {
+                Config::parse(&locate::read_untrusted(path)?, &path.display().to_string())
+            }
+        }
+    }
+
+    /// Parses and validates TOML text; `source` names it in errors.
+    pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
+        let fail = |problem| ConfigError {
+            source: source.to_string(),
+            problem,
+        };
+        let config: Config =
+            toml::from_str(text).map_err(|e| fail(Problem::Syntax(Syntax::of(&e, text))))?;
+        config.validate().map_err(|e| fail(Problem::Invalid(e)))?;
+        Ok(config)
+    }
+
+    /// The configuration used when no file exists: NixOS, with the driver at
+    /// `/run/opengl-driver` and the NVIDIA device nodes of discrete and Jetson hosts, from the
+    /// embedded `hook/default-config.toml`.
+    pub fn builtin() -> Config {
+        // A unit test parses the embedded file, so this cannot fail in a built hook.
+        Config::parse(BUILTIN_TOML, "built-in").expect("hook/default-config.toml is valid")
+    }
+
+    /// The rules that answer to any of `features`, in file order.
+    pub fn matching_rules<'c>(&'c self, features: &[&[u8]]) -> Vec<&'c Rule> {
+        self.rules
+            .iter()
+            .filter(|r| r.answers_any(features))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn only_a_config_without_the_features_or_escapes_cannot_answer() {
+        let text = BUILTIN_TOML.as_bytes();
+        let f = |names: &[&str]| -> Vec<Vec<u8>> {
+            names.iter().map(|n| n.as_bytes().to_vec()).collect()
+        };
+        assert!(!Config::text_may_answer(text, &f(&["big-parallel", "kvm"])));
+        assert!(Config::text_may_answer(text, &f(&["kvm", "cuda"])));
+        assert!(Config::text_may_answer(text, &f(&[""])));
+        let escaped = "[[rule]]\nname = \"r\"\nfeatures = [\"\\u006bvm\"]\n";
+        let parsed = Config::parse(escaped, "t").unwrap();
+        assert_eq!(parsed.rules[0].features, ["kvm"]);
+        assert!(Config::text_may_answer(escaped.as_bytes(), &f(&["kvm"])));
+        // Every rule of a parsed config answers its own features.
+        for rule in &Config::builtin().rules {
+            for feature in &rule.features {
+                assert!(Config::text_may_answer(text, &f(&[feature])), "{feature}");
+            }
+        }
+    }
+
+    /// Found by the `config_parse` fuzz target: a `\n` escape inside a quoted value was echoed
+    /// into the error, which then spanned two lines.
+    #[test]
+    fn errors_stay_on_one_line_whatever_the_values_hold() {
+        for text in [
+            "closure_cache = \"arv/cc/ahe/cuda-s\\nd vmap\"",
+            "nix_store = \"bin/\\nnix-store\"",
+            "symlink_roots = [\"x\\ny\"]",
+            "[[rule]]\nname = \"a\\nb\"\nfeatures = []",
+            "[[rule]]\nname = \"a\\u001bb\"\nfeatures = [\"cuda\"]\n[[rule]]\nname = \"a\\u001bb\"\nfeatures = [\"cuda\"]",
+        ] {
+            let e = Config::parse(text, "t\nest").expect_err(text).to_string();
+            assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{text:?} gave {e:?}");
+            assert!(e.starts_with("config t\\nest: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn builtin_serves_nixos() {
+        let c = Config::builtin();
+        c.validate().unwrap();
+        let rules = c.matching_rules(&[b"big-parallel", b"gpu"]);
+        assert_eq!(rules.len(), 1);
+        assert!(rules[0]
+            .devices
+            .iter()
+            .any(|d| d.glob == "/dev/nvidia-uvm" && d.required));
+        let driver = rules[0].driver.as_ref().unwrap();
+        assert_eq!(driver.link, Path::new("/run/opengl-driver"));
+        assert!(driver.required && driver.host_libraries);
+        assert!(c.matching_rules(&[b"kvm"]).is_empty());
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let text = r#"
+host_root = "/tmp/root"
+closure_cache = "/tmp/cache"
+[[rule]]
+name = "nvidia"
+features = ["cuda"]
+[[rule.device]]
+glob = "/dev/nvidia[0-9]*"
+required = true
+hint = "load the driver"
+[[rule.path]]
+path = "/run/opengl-driver"
+[[rule.mount]]
+inside = "/run/opengl-driver/lib"
+outside = "/opt/driver"
+required = true
+"#;
+        let c = Config::parse(text, "t").unwrap();
+        assert_eq!(c.host_root, Path::new("/tmp/root"));
+        assert_eq!(c.store_dir, Path::new("/nix/store"));
+        let r = &c.rules[0];
+        assert_eq!(r.devices[0].hint.as_deref(), Some("load the driver"));
+        assert!(!r.paths[0].required);
+        assert!(r.mounts[0].required);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_line_and_column() {
+        let text = "[[rule]]\nname = \"x\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/x\"\nrequird = true\n";
+        let e = Config::parse(text, "f.toml").unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("requird"), "{s}");
+        assert!(s.contains("line 6, column 1"), "{s}");
+        assert!(s.starts_with("config f.toml:"), "{s}");
+        assert!(
+            matches!(
+                e.problem,
+                Problem::Syntax(Syntax {
+                    at: Some((6, 1)),
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+    }
+}

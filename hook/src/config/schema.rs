@@ -1,0 +1,306 @@
+//! The configuration's schema: the TOML tables and keys, their types and their defaults.
+
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Root under which `[[rule.device]]` globs and `[[rule.path]]` paths are looked up; the
+    /// paths are exposed inside the sandbox without this prefix. `/` in production; a fake
+    /// root in tests.
+    #[serde(default = "default_host_root")]
+    pub host_root: PathBuf,
+    /// The Nix store directory; paths under it are never re-rooted and get their closure.
+    #[serde(default = "default_store_dir")]
+    pub store_dir: PathBuf,
+    /// Directory holding cached store-path closures.
+    #[serde(default = "default_closure_cache")]
+    pub closure_cache: PathBuf,
+    /// The `nix-store` program used to compute closures: an absolute path to a trusted (root-
+    /// owned, not group/other-writable) program. Only the default, `nix-store`, is looked up in
+    /// `PATH` (and the file found must be trusted too).
+    #[serde(default = "default_nix_store")]
+    pub nix_store: PathBuf,
+    /// Where symlinks may lead (inside paths, under the host root); the store is always
+    /// allowed. A link in an exposed place that leads elsewhere (e.g. to `/etc`) is not followed.
+    #[serde(default = "default_symlink_roots")]
+    pub symlink_roots: Vec<PathBuf>,
+    /// What to do when the `.drv` is not on disk and Nix passed no JSON derivation (remote
+    /// builders): `skip` (expose nothing, warn), `expose` (plan for every rule, as on a GPU
+    /// builder whose mandatory features include `cuda`), or `fail`.
+    #[serde(default)]
+    pub missing_drv: MissingDrv,
+    /// Directory for per-build manifests (outside every sandbox); stale files are removed.
+    #[serde(default = "default_runtime_dir")]
+    pub runtime_dir: PathBuf,
+    /// GPUs leased to each tagged build for itself alone (`0`: every build gets every GPU).
+    /// A derivation may ask for another number with the env attribute `cudaSandboxGpus`.
+    /// Leases live in `<runtime_dir>/leases/` (see [`crate::lease`]).
+    #[serde(default)]
+    pub gpus_per_build: u32,
+    /// The most GPUs one build may lease, whatever its `cudaSandboxGpus` asks (`0`: no cap
+    /// but the host's GPUs).
+    #[serde(default)]
+    pub max_gpus_per_build: u32,
+    /// How long a tagged build waits for enough free GPUs before failing (`0`: fail at once).
+    #[serde(default = "default_lease_wait_seconds")]
+    pub lease_wait_seconds: u64,
+    /// The rules, each answering to a set of features.
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<Rule>,
+}
+
+/// The policy for a derivation that is not on disk (see [`Config::missing_drv`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MissingDrv {
+    /// Expose nothing, with a warning.
+    #[default]
+    Skip,
+    /// Expose what every rule gives.
+    Expose,
+    /// Fail the build.
+    Fail,
+}
+
+/// What a set of features gets inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// A name for messages and `explain`.
+    pub name: String,
+    /// The `requiredSystemFeatures` this rule answers to (any one of them suffices).
+    pub features: Vec<String>,
+    /// Device nodes, by glob under the host root.
+    #[serde(default, rename = "device")]
+    pub devices: Vec<DeviceGlob>,
+    /// Host paths exposed at the same place inside.
+    #[serde(default, rename = "path")]
+    pub paths: Vec<HostPath>,
+    /// Host paths exposed at another place inside.
+    #[serde(default, rename = "mount")]
+    pub mounts: Vec<Mount>,
+    /// The NVIDIA driver: where to find it and which compat drivers to consider.
+    #[serde(default)]
+    pub driver: Option<DriverConfig>,
+}
+
+/// Where the driver comes from, and the `cuda_compat` drivers to consider.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverConfig {
+    /// The NixOS driver link; used (with its closure) when it exists under the host root.
+    #[serde(default = "default_driver_link")]
+    pub link: PathBuf,
+    /// Without the link: bind the host's driver libraries (from `/etc/ld.so.cache`, then
+    /// `library_dirs`) at `<link>/lib/<name>`.
+    #[serde(default = "yes")]
+    pub host_libraries: bool,
+    /// Directories searched for driver libraries after the loader cache.
+    #[serde(default = "default_library_dirs")]
+    pub library_dirs: Vec<PathBuf>,
+    /// Compat driver directories (globs; under the host root unless in the store).
+    #[serde(default = "default_compat")]
+    pub compat: Vec<String>,
+    /// Fail tagged builds when no driver is found.
+    #[serde(default = "yes")]
+    pub required: bool,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            link: default_driver_link(),
+            host_libraries: true,
+            library_dirs: default_library_dirs(),
+            compat: default_compat(),
+            required: true,
+        }
+    }
+}
+
+/// A glob of device nodes, e.g. `/dev/nvidia[0-9]*`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceGlob {
+    /// Absolute glob, matched under the host root; only character devices and directories count.
+    pub glob: String,
+    /// Fail tagged builds when nothing matches.
+    #[serde(default)]
+    pub required: bool,
+    /// What to tell the user when a required glob matches nothing.
+    #[serde(default)]
+    pub hint: Option<String>,
+    /// Only on this kind of host: `tegra` (Jetson) or `discrete`; absent: on every host.
+    #[serde(default)]
+    pub platform: Option<Platform>,
+}
+
+/// The kind of NVIDIA host, for devices that exist on one kind only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// Jetson (Tegra): `/etc/nv_tegra_release` or `/sys/devices/soc0/family` = tegra*.
+    Tegra,
+    /// Any other NVIDIA host (`/dev/nvidiactl` and friends).
+    Discrete,
+}
+
+/// A host path exposed at the same path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostPath {
+    /// Absolute path, looked up under the host root.
+    pub path: PathBuf,
+    /// Fail tagged builds when it does not exist.
+    #[serde(default)]
+    pub required: bool,
+    /// What to tell the user when a required path is missing.
+    #[serde(default)]
+    pub hint: Option<String>,
+    /// For a directory: also expose the targets of the symlinks directly inside it (within
+    /// `symlink_roots`), as nix-required-mounts' `unsafeFollowSymlinks` does.
+    #[serde(default)]
+    pub follow_entry_symlinks: bool,
+}
+
+/// A host path exposed at a different path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Where the build sees it.
+    pub inside: PathBuf,
+    /// The real path on the host (not under the host root).
+    pub outside: PathBuf,
+    /// Fail tagged builds when `outside` does not exist.
+    #[serde(default)]
+    pub required: bool,
+    /// What to tell the user when a required mount source is missing.
+    #[serde(default)]
+    pub hint: Option<String>,
+    /// For a directory: also expose the targets of the symlinks directly inside it (within
+    /// `symlink_roots`), as nix-required-mounts' `unsafeFollowSymlinks` does.
+    #[serde(default)]
+    pub follow_entry_symlinks: bool,
+}
+
+fn default_host_root() -> PathBuf {
+    PathBuf::from("/")
+}
+fn default_store_dir() -> PathBuf {
+    PathBuf::from("/nix/store")
+}
+fn default_closure_cache() -> PathBuf {
+    PathBuf::from("/var/cache/cuda-sandbox/closures")
+}
+fn default_nix_store() -> PathBuf {
+    PathBuf::from("nix-store")
+}
+fn default_symlink_roots() -> Vec<PathBuf> {
+    ["/dev", "/run", "/usr", "/lib", "/lib64", "/opt"]
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+}
+fn default_runtime_dir() -> PathBuf {
+    PathBuf::from("/run/cuda-sandbox")
+}
+fn default_lease_wait_seconds() -> u64 {
+    600
+}
+fn default_driver_link() -> PathBuf {
+    PathBuf::from("/run/opengl-driver")
+}
+fn default_library_dirs() -> Vec<PathBuf> {
+    crate::discover::host::USUAL_LIBRARY_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+}
+fn default_compat() -> Vec<String> {
+    vec![
+        "/usr/local/cuda*/compat".to_string(),
+        "/usr/local/cuda*/compat_orin".to_string(),
+    ]
+}
+fn yes() -> bool {
+    true
+}
+
+impl Rule {
+    /// Whether this rule answers to any of `features`.
+    pub fn answers_any(&self, features: &[&[u8]]) -> bool {
+        self.features
+            .iter()
+            .any(|mine| features.contains(&mine.as_bytes()))
+    }
+
+    /// The first of `features` this rule answers to, for messages.
+    pub fn first_match<'f>(&self, features: &[&'f [u8]]) -> Option<&'f [u8]> {
+        features
+            .iter()
+            .copied()
+            .find(|f| self.features.iter().any(|mine| mine.as_bytes() == *f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::DEFAULT_FEATURES;
+    use super::*;
+
+    #[test]
+    fn the_embedded_default_is_the_reference_builtin() {
+        assert_eq!(Config::builtin(), reference_builtin());
+    }
+
+    /// The built-in configuration as it was written in Rust before it moved to a TOML file.
+    fn reference_builtin() -> Config {
+        let on = |platform: Option<Platform>, glob: &str, required: bool| DeviceGlob {
+            glob: glob.to_string(),
+            required,
+            hint: None,
+            platform,
+        };
+        let device = |glob: &str, required: bool| on(None, glob, required);
+        let discrete = |glob: &str| on(Some(Platform::Discrete), glob, true);
+        let tegra = |glob: &str, required: bool| on(Some(Platform::Tegra), glob, required);
+        Config {
+            host_root: default_host_root(),
+            store_dir: default_store_dir(),
+            closure_cache: default_closure_cache(),
+            nix_store: default_nix_store(),
+            missing_drv: MissingDrv::Skip,
+            symlink_roots: default_symlink_roots(),
+            runtime_dir: default_runtime_dir(),
+            gpus_per_build: 0,
+            max_gpus_per_build: 0,
+            lease_wait_seconds: default_lease_wait_seconds(),
+            rules: vec![Rule {
+                name: "nvidia".to_string(),
+                features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
+                devices: vec![
+                    discrete("/dev/nvidiactl"),
+                    discrete("/dev/nvidia-uvm"),
+                    discrete("/dev/nvidia[0-9]*"),
+                    device("/dev/nvidia-uvm-tools", false),
+                    device("/dev/nvidia-modeset", false),
+                    device("/dev/nvidia-caps/nvidia-cap*", false),
+                    device("/dev/nvidia-caps-imex-channels/*", false),
+                    device("/dev/dri/renderD*", false),
+                    device("/dev/dri/card*", false),
+                    tegra("/dev/nvmap", true),
+                    tegra("/dev/nvhost-*", false),
+                    tegra("/dev/nvgpu/igpu0/*", false),
+                    tegra("/dev/nvsciipc", false),
+                    tegra("/dev/host1x-fence", false),
+                ],
+                paths: Vec::new(),
+                mounts: Vec::new(),
+                driver: Some(DriverConfig::default()),
+            }],
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! What a parsed configuration must hold beyond its schema: absolute paths Nix's hook protocol
+//! can express, valid globs, unique rule names, features that can match.
+
+use super::Config;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A value the configuration may not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum Invalid {
+    /// A top-level path (or a `symlink_roots` entry) is relative.
+    #[error("{field} must be an absolute path, got {path:?}")]
+    NotAbsolute {
+        /// The key, e.g. `host_root`.
+        field: &'static str,
+        /// Its value.
+        path: PathBuf,
+    },
+    /// `nix_store` is neither the default name nor an absolute path.
+    #[error("nix_store must be an absolute path to a root-owned program, got {0:?}")]
+    NixStore(PathBuf),
+    /// A `[[rule]]` has an empty name.
+    #[error("a [[rule]] has an empty name")]
+    EmptyRuleName,
+    /// Two rules share a name.
+    #[error("rule '{0}' is defined twice")]
+    DuplicateRule(String),
+    /// A rule lists no features.
+    #[error("rule '{0}' has no features, so it would never apply")]
+    NoFeatures(String),
+    /// A feature is empty or holds whitespace or a control character.
+    #[error("rule '{rule}': feature {feature:?} is empty or holds whitespace")]
+    Feature {
+        /// The rule.
+        rule: String,
+        /// The feature.
+        feature: String,
+    },
+    /// A rule's path or glob is relative.
+    #[error("rule '{rule}': {what} {} must be absolute", path.display())]
+    RelativePath {
+        /// The rule.
+        rule: String,
+        /// Which value, e.g. `mount inside`.
+        what: &'static str,
+        /// The value.
+        path: PathBuf,
+    },
+    /// A rule's path or glob holds a newline or `=`.
+    #[error(
+        "rule '{rule}': {what} {path:?} holds a newline or '=', which Nix's hook protocol \
+         cannot express"
+    )]
+    Inexpressible {
+        /// The rule.
+        rule: String,
+        /// Which value, e.g. `path`.
+        what: &'static str,
+        /// The value.
+        path: PathBuf,
+    },
+    /// A device or compat glob does not parse.
+    #[error("rule '{rule}': {what} {glob:?} is not a valid glob: {error}")]
+    Glob {
+        /// The rule.
+        rule: String,
+        /// `device glob` or `compat glob`.
+        what: &'static str,
+        /// The glob.
+        glob: String,
+        /// What the glob parser said.
+        error: glob::PatternError,
+    },
+}
+
+impl Config {
+    /// Checks the values the schema cannot: the first problem found, in file order.
+    pub(super) fn validate(&self) -> Result<(), Invalid> {
+        for (field, path) in [
+            ("host_root", &self.host_root),
+            ("store_dir", &self.store_dir),
+            ("closure_cache", &self.closure_cache),
+            ("runtime_dir", &self.runtime_dir),
+        ] {
+            absolute(field, path)?;
+        }
+        if self.nix_store != Path::new("nix-store") && !self.nix_store.is_absolute() {
+            return Err(Invalid::NixStore(self.nix_store.clone()));
+        }
+        for path in &self.symlink_roots {
+            absolute("symlink_roots entry", path)?;
+        }
+        // A BTreeSet: a HashSet would ask the kernel for a random seed on every run.
+        let mut names = std::collections::BTreeSet::new();
+        for rule in &self.rules {
+            let name = &rule.name;
+            if name.is_empty() {
+                return Err(Invalid::EmptyRuleName);
+            }
+            if !names.insert(name) {
+                return Err(Invalid::DuplicateRule(name.clone()));
+            }
+            if rule.features.is_empty() {
+                return Err(Invalid::NoFeatures(name.clone()));
+            }
+            for feature in &rule.features {
+                if feature.is_empty()
+                    || feature.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(Invalid::Feature {
+                        rule: name.clone(),
+                        feature: feature.clone(),
+                    });
+                }
+            }
+            for d in &rule.devices {
+                glob(name, "device glob", &d.glob)?;
+            }
+            for p in &rule.paths {
+                expressible(name, "path", &p.path)?;
+            }
+            for m in &rule.mounts {
+                expressible(name, "mount inside", &m.inside)?;
+                expressible(name, "mount outside", &m.outside)?;
+            }
+            if let Some(d) = &rule.driver {
+                expressible(name, "driver link", &d.link)?;
+                for dir in &d.library_dirs {
+                    expressible(name, "driver library_dirs entry", dir)?;
+                }
+                for c in &d.compat {
+                    glob(name, "compat glob", c)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A setting that has no effect as written (`check-config` prints it, with what to change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// `max_gpus_per_build` without `gpus_per_build`, which gives every GPU to every build
+    /// and leases none.
+    MaxWithoutLease {
+        /// The `max_gpus_per_build` set.
+        max: u32,
+    },
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::MaxWithoutLease { max } => write!(
+                f,
+                "max_gpus_per_build = {max} has no effect: gpus_per_build = 0 gives every GPU \
+                 to every tagged build and leases none; set gpus_per_build (e.g. 1) to lease \
+                 GPUs"
+            ),
+        }
+    }
+}
+
+impl Config {
+    /// The settings of this configuration that have no effect as written.
+    pub fn notes(&self) -> Vec<Note> {
+        let mut notes = Vec::new();
+        if self.gpus_per_build == 0 && self.max_gpus_per_build > 0 {
+            notes.push(Note::MaxWithoutLease {
+                max: self.max_gpus_per_build,
+            });
+        }
+        notes
+    }
+}
+
+fn absolute(field: &'static str, path: &Path) -> Result<(), Invalid> {
+    if path.is_absolute() {
+        Ok(())
+    } else {
+        Err(Invalid::NotAbsolute {
+            field,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// `path` of rule `rule` is absolute and holds no newline or `=`.
+fn expressible(rule: &str, what: &'static str, path: &Path) -> Result<(), Invalid> {
+    if !path.is_absolute() {
+        return Err(Invalid::RelativePath {
+            rule: rule.to_string(),
+            what,
+            path: path.to_path_buf(),
+        });
+    }
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.contains(&b'\n') || bytes.contains(&b'=') {
+        return Err(Invalid::Inexpressible {
+            rule: rule.to_string(),
+            what,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// `glob` of rule `rule` is [`expressible`] and a valid glob.
+fn glob(rule: &str, what: &'static str, glob: &str) -> Result<(), Invalid> {
+    expressible(rule, what, Path::new(glob))?;
+    glob::Pattern::new(glob).map_err(|error| Invalid::Glob {
+        rule: rule.to_string(),
+        what,
+        glob: glob.to_string(),
+        error,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_values_are_refused() {
+        let rule = |body: &str| format!("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n{body}");
+        for (text, needle) in [
+            (
+                "[[rule]]\nname=\"a\"\nfeatures=[]\n".to_string(),
+                "no features",
+            ),
+            (
+                "[[rule]]\nname=\"a\"\nfeatures=[\"c d\"]\n".to_string(),
+                "whitespace",
+            ),
+            (rule("[[rule.path]]\npath=\"rel\"\n"), "absolute"),
+            (rule("[[rule.path]]\npath=\"/a=b\"\n"), "'='"),
+            (rule("[[rule.device]]\nglob=\"/dev/[\"\n"), "valid glob"),
+            (rule("[[rule]]\nname=\"a\"\nfeatures=[\"d\"]\n"), "twice"),
+            ("host_root = \"x\"\n".to_string(), "absolute"),
+            ("[[rule]]\nname = 3\n".to_string(), "line 2"),
+        ] {
+            let e = Config::parse(&text, "t").unwrap_err().to_string();
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_cap_without_leases_is_noted() {
+        let c = Config::parse("max_gpus_per_build = 2\n", "t").unwrap();
+        assert_eq!(c.notes(), [Note::MaxWithoutLease { max: 2 }]);
+        assert!(c.notes()[0]
+            .to_string()
+            .starts_with("max_gpus_per_build = 2 has no effect"));
+        let c = Config::parse("gpus_per_build = 1\nmax_gpus_per_build = 2\n", "t").unwrap();
+        assert!(c.notes().is_empty());
+    }
+
+    #[test]
+    fn each_problem_is_its_own_variant() {
+        let invalid = |text: &str| match Config::parse(text, "t").unwrap_err().problem {
+            super::super::Problem::Invalid(i) => i,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        assert!(matches!(
+            invalid("host_root = \"x\"\n"),
+            Invalid::NotAbsolute { field: "host_root", path } if path == Path::new("x")
+        ));
+        assert!(matches!(
+            invalid("nix_store = \"bin/nix-store\"\n"),
+            Invalid::NixStore(p) if p == Path::new("bin/nix-store")
+        ));
+        assert!(matches!(
+            invalid("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.mount]]\ninside=\"/x\"\noutside=\"/a\\nb\"\n"),
+            Invalid::Inexpressible { what: "mount outside", .. }
+        ));
+        assert!(matches!(
+            invalid("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[rule.driver]\ncompat=[\"/x/[\"]\n"),
+            Invalid::Glob {
+                what: "compat glob",
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,389 @@
+//! Which files and directories root may take its orders from, run, or keep its state in.
+//!
+//! The hook runs as root on input from anyone who can submit a build, so whatever it trusts
+//! must be something only root could have changed, as sudo trusts `sudoers`. The rules, all
+//! here:
+//! - [`check_entry`]: one entry is owned by root (or by the user running the hook) and not
+//!   writable by group or others; a root-owned sticky directory (`/tmp`) may be crossed, as
+//!   others cannot replace what root owns in it.
+//! - [`resolve`] and [`check_path`]: every component of an absolute path, and every symlink
+//!   target on the way, passes [`check_entry`], checked from `/` with `lstat` and `readlink`
+//!   (nothing is opened).
+//! - [`open_file`]: a regular file is opened only once its path passed [`resolve`], from its
+//!   checked parent with `O_NOFOLLOW | O_NONBLOCK`, and checked again from its descriptor.
+//! - [`program`]: a program the hook runs is absolute (only a bare default name is looked up
+//!   in `PATH`), and its path passes [`check_path`].
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, Metadata};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a path, or an entry on it, is not trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// The path is relative: trust is judged from `/`.
+    #[error("{} is not an absolute path: name it from /", .0.display())]
+    NotAbsolute(PathBuf),
+    /// An entry could not be inspected (`lstat`, `readlink`, `fstat`), e.g. it does not exist.
+    #[error("{}: {source}", path.display())]
+    Inspect {
+        /// The entry.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The path holds more symlinks than the loader would follow.
+    #[error("{}: too many symlinks", .0.display())]
+    TooManySymlinks(PathBuf),
+    /// An entry is owned by someone other than root or the hook's user.
+    #[error("{} is owned by uid {uid}, not by root: run `chown root {}`", path.display(), path.display())]
+    Owner {
+        /// The entry.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// An entry is writable by group or others.
+    #[error(
+        "{} is writable by group or others (mode {:o}): run `chmod go-w {}`",
+        path.display(),
+        mode & 0o7777,
+        path.display()
+    )]
+    Writable {
+        /// The entry.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+    /// The file to open is not a regular file (a directory, FIFO, device...).
+    #[error("{} is not a regular file", .0.display())]
+    NotRegular(PathBuf),
+    /// The checked file could not be opened.
+    #[error("{}: {source}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
+/// Why a program may not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    /// A bare name that no directory of `PATH` holds.
+    #[error(
+        "{} not found in PATH: set nix_store in the config to the absolute path of the \
+         nix-store program",
+        .0.display()
+    )]
+    NotInPath(PathBuf),
+    /// A relative path with a `/`: only bare names are looked up.
+    #[error(
+        "program {} is not absolute: set nix_store in the config to an absolute path",
+        .0.display()
+    )]
+    NotAbsolute(PathBuf),
+    /// The program's path is not trusted.
+    #[error("refusing to run {}: {source}", program.display())]
+    Untrusted {
+        /// The program found.
+        program: PathBuf,
+        /// Why it is not trusted.
+        source: TrustError,
+    },
+}
+
+/// Whether `uid` may own a trusted entry: root, or the user running the hook.
+fn trusted_owner(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
+/// Checks one entry, `path`, from its owner `uid` and `mode` (as `lstat` or `fstat` gave
+/// them): owned by a [`trusted_owner`] and not writable by group or others. `crossed`: the
+/// entry is a directory only passed through on the way to another, which a root-owned sticky
+/// bit makes safe to cross though others may write in it.
+pub fn check_entry(path: &Path, uid: u32, mode: u32, crossed: bool) -> Result<(), TrustError> {
+    if !trusted_owner(uid) {
+        return Err(TrustError::Owner {
+            path: path.to_path_buf(),
+            uid,
+        });
+    }
+    let sticky_root = crossed && mode & 0o1000 != 0 && uid == 0;
+    if mode & 0o022 != 0 && !sticky_root {
+        return Err(TrustError::Writable {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// A trusted path with every symlink resolved, as [`resolve`] found it.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The path without symlinks.
+    pub path: PathBuf,
+    /// The `lstat` of its last component (`None` for `/`).
+    pub meta: Option<Metadata>,
+}
+
+/// Checks that `path` (absolute) is trusted: every component, and every symlink target met,
+/// passes [`check_entry`] (a directory counts as crossed).
+pub fn check_path(path: &Path) -> Result<(), TrustError> {
+    resolve(path).map(|_| ())
+}
+
+/// [`check_path`], returning the path with every symlink resolved: each component was checked
+/// (with `lstat` and `readlink`, nothing opened) and is no symlink, so a file opened from it
+/// (`openat` of its last name in its parent) is the one checked, unless root changed it.
+pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
+    if !path.is_absolute() {
+        return Err(TrustError::NotAbsolute(path.to_path_buf()));
+    }
+    let mut resolved = PathBuf::from("/");
+    let mut pending: Vec<OsString> = names(path).into_iter().rev().collect();
+    let mut links = 0;
+    let mut last = None;
+    check_meta(&resolved, &lstat(&resolved)?)?;
+    while let Some(name) = pending.pop() {
+        if name == ".." {
+            resolved.pop();
+            last = None;
+            continue;
+        }
+        let here = resolved.join(&name);
+        let meta = lstat(&here)?;
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > crate::symlinks::MAX_HOPS {
+                return Err(TrustError::TooManySymlinks(path.to_path_buf()));
+            }
+            // The link itself lives in a checked directory; its target is checked in turn.
+            let target = std::fs::read_link(&here).map_err(|source| TrustError::Inspect {
+                path: here.clone(),
+                source,
+            })?;
+            if target.is_absolute() {
+                resolved = PathBuf::from("/");
+            }
+            pending.extend(names(&target).into_iter().rev());
+            continue;
+        }
+        check_meta(&here, &meta)?;
+        resolved = here;
+        last = Some(meta);
+    }
+    Ok(Resolved {
+        path: resolved,
+        meta: last,
+    })
+}
+
+/// Opens the regular file at `path` (absolute) for reading, once trusted: its path passes
+/// [`resolve`] and ends in a regular file; the file is opened from its parent directory
+/// (itself opened with `O_NOFOLLOW`) with `O_NOFOLLOW | O_NONBLOCK`, so a FIFO or device put
+/// there since can neither block nor be followed; the opened file must again be a regular
+/// file passing [`check_entry`]. Returns it with its `fstat`.
+pub fn open_file(path: &Path) -> Result<(File, Metadata), TrustError> {
+    let resolved = resolve(path)?;
+    let path = resolved.path;
+    if !resolved.meta.is_some_and(|m| m.is_file()) {
+        return Err(TrustError::NotRegular(path));
+    }
+    let file = open_in_parent(&path).map_err(|source| TrustError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    let meta = file.metadata().map_err(|source| TrustError::Inspect {
+        path: path.clone(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(TrustError::NotRegular(path));
+    }
+    check_entry(&path, meta.uid(), meta.mode(), false)?;
+    Ok((file, meta))
+}
+
+/// The program `name` the hook is to run, checked: an absolute path that passes
+/// [`check_path`]. A bare name (only the built-in default, `nix-store`) is looked up in
+/// `search_path` (the value of `PATH`), and the file found must pass too.
+pub fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBuf, ProgramError> {
+    let found = if name.is_absolute() {
+        name.to_path_buf()
+    } else if name.components().count() == 1 {
+        std::env::split_paths(search_path.unwrap_or_default())
+            .filter(|d| d.is_absolute())
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+            .ok_or_else(|| ProgramError::NotInPath(name.to_path_buf()))?
+    } else {
+        return Err(ProgramError::NotAbsolute(name.to_path_buf()));
+    };
+    match check_path(&found) {
+        Ok(()) => Ok(found),
+        Err(source) => Err(ProgramError::Untrusted {
+            program: found,
+            source,
+        }),
+    }
+}
+
+fn lstat(path: &Path) -> Result<Metadata, TrustError> {
+    std::fs::symlink_metadata(path).map_err(|source| TrustError::Inspect {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn check_meta(path: &Path, meta: &Metadata) -> Result<(), TrustError> {
+    check_entry(path, meta.uid(), meta.mode(), meta.is_dir())
+}
+
+fn names(path: &Path) -> Vec<OsString> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Opens `path` (absolute, every component trusted and no symlink) for reading: its parent as
+/// a directory, then the file from that descriptor, without following a link and without
+/// blocking.
+fn open_in_parent(path: &Path) -> std::io::Result<File> {
+    use nix::fcntl::OFlag;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other("not a file name"));
+    };
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+        .open(parent)?;
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: `fd` was just returned by openat(2) and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    fn mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    #[test]
+    fn a_nixos_style_etc_static_chain_is_trusted() {
+        // /etc/x -> /etc/static/x, /etc/static -> /nix/store/…-etc/etc; the store is root's,
+        // mode 1775 (group-writable, sticky).
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        let store = d.join("store");
+        std::fs::create_dir_all(store.join("aaa-etc/etc/cuda-sandbox")).unwrap();
+        std::fs::write(store.join("aaa-etc/etc/cuda-sandbox/config.toml"), "").unwrap();
+        mode(&store, 0o1775);
+        std::fs::create_dir_all(d.join("etc")).unwrap();
+        symlink(store.join("aaa-etc/etc"), d.join("etc/static")).unwrap();
+        symlink("static/cuda-sandbox", d.join("etc/cuda-sandbox")).unwrap();
+        check_path(&d.join("etc/cuda-sandbox/config.toml")).unwrap();
+        let resolved = resolve(&d.join("etc/cuda-sandbox/config.toml")).unwrap();
+        assert_eq!(
+            resolved.path,
+            store.join("aaa-etc/etc/cuda-sandbox/config.toml")
+        );
+        open_file(&d.join("etc/cuda-sandbox/config.toml")).unwrap();
+    }
+
+    #[test]
+    fn a_writable_directory_on_the_way_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        std::fs::create_dir(d.join("open")).unwrap();
+        std::fs::write(d.join("open/config.toml"), "").unwrap();
+        mode(&d.join("open"), 0o777);
+        let e = check_path(&d.join("open/config.toml")).unwrap_err();
+        assert!(
+            matches!(&e, TrustError::Writable { path, .. } if path == &d.join("open")),
+            "{e:?}"
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.contains("writable by group or others") && shown.contains("chmod go-w"),
+            "{shown}"
+        );
+        // Through a symlink too: the target's directories count.
+        std::fs::create_dir(d.join("safe")).unwrap();
+        symlink(d.join("open/config.toml"), d.join("safe/config.toml")).unwrap();
+        assert!(check_path(&d.join("safe/config.toml")).is_err());
+        assert!(matches!(
+            check_path(Path::new("relative")),
+            Err(TrustError::NotAbsolute(_))
+        ));
+    }
+
+    #[test]
+    fn only_a_regular_file_is_opened() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        let fifo = d.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(matches!(open_file(&fifo), Err(TrustError::NotRegular(_))));
+        assert!(matches!(open_file(d), Err(TrustError::NotRegular(_))));
+        assert!(matches!(
+            open_file(&d.join("missing")),
+            Err(TrustError::Inspect { .. })
+        ));
+    }
+
+    #[test]
+    fn a_bare_program_name_is_looked_up_in_the_given_path_only() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        std::fs::write(d.join("tool"), "").unwrap();
+        mode(&d.join("tool"), 0o755);
+        let search = std::env::join_paths([Path::new("relative"), d]).unwrap();
+        assert_eq!(
+            program(Path::new("tool"), Some(&search)).unwrap(),
+            d.join("tool")
+        );
+        assert!(matches!(
+            program(Path::new("tool"), None),
+            Err(ProgramError::NotInPath(_))
+        ));
+        assert!(matches!(
+            program(Path::new("bin/tool"), Some(&search)),
+            Err(ProgramError::NotAbsolute(_))
+        ));
+        mode(&d.join("tool"), 0o775);
+        assert!(matches!(
+            program(Path::new("tool"), Some(&search)),
+            Err(ProgramError::Untrusted {
+                source: TrustError::Writable { .. },
+                ..
+            })
+        ));
+    }
+}
