@@ -79,18 +79,20 @@ let
       package = finalAttrs.finalPackage;
       command = "${finalAttrs.finalPackage}/bin/my-app --self-test";
     };
-    passthru.gpuChecks.plain = (outputs.lib.mkGpuCheck {
-      inherit pkgs;
-      package = finalAttrs.finalPackage;
-    }).gpuCheck;
+    passthru.gpuChecks.plain =
+      (outputs.lib.mkGpuCheck {
+        inherit pkgs;
+        package = finalAttrs.finalPackage;
+      }).gpuCheck;
   });
   myAppDirect = pkgs.stdenv.mkDerivation (finalAttrs: {
     pname = "my-app";
     version = "1.0";
-    passthru.gpuCheck = (outputs.lib.mkGpuCheck {
-      inherit pkgs;
-      package = finalAttrs.finalPackage;
-    }).gpuCheck;
+    passthru.gpuCheck =
+      (outputs.lib.mkGpuCheck {
+        inherit pkgs;
+        package = finalAttrs.finalPackage;
+      }).gpuCheck;
   });
   myAppUntagged = pkgs.stdenv.mkDerivation (finalAttrs: {
     pname = "my-app";
@@ -119,7 +121,9 @@ let
   nonFlakeDefault = nonFlakeWith { programs.cuda-sandbox.enable = true; };
   # The caller's package set decides: another one (marked) builds the check and the runner.
   otherPkgs = pkgs // {
-    runCommand = name: env: script: pkgs.runCommand name env script // { builtWithOtherPkgs = true; };
+    runCommand =
+      name: env: script:
+      pkgs.runCommand name env script // { builtWithOtherPkgs = true; };
   };
   gpuCheckOtherPkgs = outputs.lib.mkGpuCheck {
     pkgs = otherPkgs;
@@ -187,15 +191,19 @@ let
     (check "the package: cargoLock.lockFile is ./Cargo.lock" (
       package.args.cargoLock.lockFile == ../Cargo.lock
     ))
-    (check "the package: autoAddDriverRunpath puts the driver link in DT_RUNPATH, alone without cuda_compat" (
-      package.args.nativeBuildInputs == [ pkgs.autoAddDriverRunpath ]
-    ))
-    (check "the package: with cuda_compat available, autoAddCudaCompatRunpath comes after the driver link's hook (so compat is first)" (
-      compatPackage.args.nativeBuildInputs == [
-        compatNixpkgs.legacyPackages.${system}.autoAddDriverRunpath
-        compatHook
-      ]
-    ))
+    (check
+      "the package: autoAddDriverRunpath puts the driver link in DT_RUNPATH, alone without cuda_compat"
+      (package.args.nativeBuildInputs == [ pkgs.autoAddDriverRunpath ])
+    )
+    (check
+      "the package: with cuda_compat available, autoAddCudaCompatRunpath comes after the driver link's hook (so compat is first)"
+      (
+        compatPackage.args.nativeBuildInputs == [
+          compatNixpkgs.legacyPackages.${system}.autoAddDriverRunpath
+          compatHook
+        ]
+      )
+    )
     (check "the package's source holds every workspace member" (
       lib.all (m: builtins.pathExists "${package.args.src}/${m}/Cargo.toml") members
     ))
@@ -211,8 +219,7 @@ let
       && lib.any (m: m.github or "" == "cuda-sandbox") package.meta.maintainers
     ))
     (check "the package: passthru.tests.vm is the VM test, and checks.vm is it" (
-      package.tests.vm.args.name == "cuda-sandbox"
-      && checks'.vm.drvPath == package.tests.vm.drvPath
+      package.tests.vm.args.name == "cuda-sandbox" && checks'.vm.drvPath == package.tests.vm.drvPath
     ))
     (check "overlays.default adds cuda-sandbox" (overlaid.cuda-sandbox.name == package.name))
     (check "tests.cuda builds all and no-gpu" (
@@ -234,55 +241,77 @@ let
       && !(cudaTests.kernel ? LD_LIBRARY_PATH)
       && cudaTests.kernel.requiredSystemFeatures == [ "cuda" ]
     ))
-    (check "mkGpuCheck: .gpuCheck is tagged, runs the checks on the package and its closure, the lint, then the command" (
-      gpuCheck.name == "my-cuda-app-gpu-check"
-      && gpuCheck.env.requiredSystemFeatures == [ "cuda" ]
-      && gpuCheck.requiredSystemFeatures == [ "cuda" ]
-      && gpuCheck.env.nativeBuildInputs == [ package ]
-      && lib.hasInfix ''cuda-sandbox-check --expect-driver host --package ${myPackage} --package-closure package-closure --report "$out/report.json"
-      '' gpuCheck.script
-      && gpuCheck.env.exportReferencesGraph == [ "package-closure" myPackage ]
-      && lib.hasInfix "cuda-sandbox-check lint ${myPackage}" gpuCheck.script
-      && lib.hasInfix "${myPackage}/bin/my-cuda-app --self-test" gpuCheck.script
-      && !(lib.hasInfix "--no-manifest" gpuCheck.script)
-    ))
-    (check "mkGpuCheck: the tester is untagged, runnable (meta.mainProgram, bin/), the same steps outside any sandbox: no manifest, the closure from nix-store, and says so" (
-      !(tester ? requiredSystemFeatures)
-      && tester.name == "tester-my-cuda-app-gpu-check"
-      && tester.meta.mainProgram == "my-cuda-app-gpu-check"
-      && lib.hasInfix ''cp "$scriptPath" "$out/bin/"my-cuda-app-gpu-check'' tester.script
-      && lib.hasInfix ''cuda-sandbox-check --expect-driver host --package ${myPackage} --no-manifest --report "$out/report.json" "$@"
-      '' tester.env.script
-      && !(lib.hasInfix "package-closure" tester.env.script)
-      && lib.hasInfix "cuda-sandbox-check lint --no-manifest ${myPackage}" tester.env.script
-      && lib.hasInfix "${myPackage}/bin/my-cuda-app --self-test" tester.env.script
-      && lib.hasInfix "outside the Nix sandbox" tester.env.script
-      && lib.hasInfix "PATH=${builtins.unsafeDiscardStringContext package.outPath}/bin" (
-        builtins.unsafeDiscardStringContext tester.env.script
+    (check
+      "mkGpuCheck: .gpuCheck is tagged, runs the checks on the package and its closure, the lint, then the command"
+      (
+        gpuCheck.name == "my-cuda-app-gpu-check"
+        && gpuCheck.env.requiredSystemFeatures == [ "cuda" ]
+        && gpuCheck.requiredSystemFeatures == [ "cuda" ]
+        && gpuCheck.env.nativeBuildInputs == [ package ]
+        && lib.hasInfix ''
+          cuda-sandbox-check --expect-driver host --package ${myPackage} --package-closure package-closure --report "$out/report.json"
+        '' gpuCheck.script
+        &&
+          gpuCheck.env.exportReferencesGraph == [
+            "package-closure"
+            myPackage
+          ]
+        && lib.hasInfix "cuda-sandbox-check lint ${myPackage}" gpuCheck.script
+        && lib.hasInfix "${myPackage}/bin/my-cuda-app --self-test" gpuCheck.script
+        && !(lib.hasInfix "--no-manifest" gpuCheck.script)
       )
-      && tester.gpuCheck.drvPath == gpuCheck.drvPath
-      && gpuCheck.tester.drvPath == tester.drvPath
-      && tester.package == myPackage
-    ))
+    )
+    (check
+      "mkGpuCheck: the tester is untagged, runnable (meta.mainProgram, bin/), the same steps outside any sandbox: no manifest, the closure from nix-store, and says so"
+      (
+        !(tester ? requiredSystemFeatures)
+        && tester.name == "tester-my-cuda-app-gpu-check"
+        && tester.meta.mainProgram == "my-cuda-app-gpu-check"
+        && lib.hasInfix ''cp "$scriptPath" "$out/bin/"my-cuda-app-gpu-check'' tester.script
+        && lib.hasInfix ''
+          cuda-sandbox-check --expect-driver host --package ${myPackage} --no-manifest --report "$out/report.json" "$@"
+        '' tester.env.script
+        && !(lib.hasInfix "package-closure" tester.env.script)
+        && lib.hasInfix "cuda-sandbox-check lint --no-manifest ${myPackage}" tester.env.script
+        && lib.hasInfix "${myPackage}/bin/my-cuda-app --self-test" tester.env.script
+        && lib.hasInfix "outside the Nix sandbox" tester.env.script
+        && lib.hasInfix "PATH=${builtins.unsafeDiscardStringContext package.outPath}/bin" (
+          builtins.unsafeDiscardStringContext tester.env.script
+        )
+        && tester.gpuCheck.drvPath == gpuCheck.drvPath
+        && gpuCheck.tester.drvPath == tester.drvPath
+        && tester.package == myPackage
+      )
+    )
     (check "mkGpuCheck: gpuCheckArgs pass through, their lists added to the check's own" (
       gpuCheckWithArgs.env.nativeBuildInputs == [
         package
         hook
       ]
-      && gpuCheckWithArgs.requiredSystemFeatures == [
-        "cuda"
-        "big-parallel"
-      ]
+      &&
+        gpuCheckWithArgs.requiredSystemFeatures == [
+          "cuda"
+          "big-parallel"
+        ]
       && gpuCheckWithArgs.HOME_NOTE == "kept"
-      && gpuCheckWithArgs.env.exportReferencesGraph == [ "package-closure" myPackage ]
+      &&
+        gpuCheckWithArgs.env.exportReferencesGraph == [
+          "package-closure"
+          myPackage
+        ]
     ))
-    (check "the CUDA Hydra's selection: passthru.tests.<name> = mkGpuCheck … is selected (tests.selfTest.gpuCheck), the old gpuChecks layout is not" (
-      jobsetSelects myApp == { tests.selfTest.gpuCheck = true; }
-      && myApp.tests.selfTest.gpuCheck.requiredSystemFeatures == [ "cuda" ]
-      && lib.hasInfix "--package ${builtins.unsafeDiscardStringContext myApp.outPath}" (
-        builtins.unsafeDiscardStringContext myApp.tests.selfTest.gpuCheck.script
+    (check
+      "the CUDA Hydra's selection: passthru.tests.<name> = mkGpuCheck … is selected (tests.selfTest.gpuCheck), the old gpuChecks layout is not"
+      (
+        jobsetSelects myApp == {
+          tests.selfTest.gpuCheck = true;
+        }
+        && myApp.tests.selfTest.gpuCheck.requiredSystemFeatures == [ "cuda" ]
+        && lib.hasInfix "--package ${builtins.unsafeDiscardStringContext myApp.outPath}" (
+          builtins.unsafeDiscardStringContext myApp.tests.selfTest.gpuCheck.script
+        )
       )
-    ))
+    )
     (check "the CUDA Hydra's selection: passthru.gpuCheck = (mkGpuCheck …).gpuCheck is selected" (
       jobsetSelects myAppDirect == { gpuCheck = true; }
     ))
@@ -320,18 +349,23 @@ let
         "vm"
       ]
     ))
-    (check "checks: module-eval and nixos-config check the configs' content (the store file is not root's in a build)" (
-      lib.hasInfix "check-config --content-only" checks'.module-eval.script
-      && lib.hasInfix "check-config --content-only" checks'.nixos-config.script
-    ))
+    (check
+      "checks: module-eval and nixos-config check the configs' content (the store file is not root's in a build)"
+      (
+        lib.hasInfix "check-config --content-only" checks'.module-eval.script
+        && lib.hasInfix "check-config --content-only" checks'.nixos-config.script
+      )
+    )
     # The stub's nixosSystem refuses `system` (./stub-nixpkgs.nix), so instantiating the check
     # proves the flake does not pass it; the legacy call fails there.
     (check "checks.nixos-config: nixosSystem without the legacy `system` argument" (
       !(throws checks'.nixos-config.drvPath)
-      && throws (nixpkgs.lib.nixosSystem {
-        inherit system;
-        modules = [ ];
-      }).config
+      &&
+        throws
+          (nixpkgs.lib.nixosSystem {
+            inherit system;
+            modules = [ ];
+          }).config
     ))
     (check "devShells.default" (outputs.devShells.${system}.default.name == "shell"))
   ];

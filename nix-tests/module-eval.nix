@@ -377,9 +377,9 @@ let
     (check "defaults" (lib.elem package defaults.packages)
       "the package is in environment.systemPackages (explain, check-config on PATH)"
     )
-    (check "defaults" (
-      !(fails defaults.maintainers) && defaults.maintainers == { }
-    ) "meta.maintainers (checked against lib.maintainers, as NixOS does) evaluates and the module adds none")
+    (check "defaults" (!(fails defaults.maintainers) && defaults.maintainers == { })
+      "meta.maintainers (checked against lib.maintainers, as NixOS does) evaluates and the module adds none"
+    )
     (check "control: meta.maintainers" (fails foreignMaintainer.maintainers)
       "an entry outside lib.maintainers fails, as on NixOS unstable (the stand-in checks)"
     )
@@ -398,13 +398,16 @@ let
     )
     (checkEqual "defaults" "failed assertions" defaults.failed [ ])
     (checkEqual "defaults" "warnings" defaults.warnings [ ])
-    (check "defaults" (
-      lib.hasInfix "softdep nvidia post: nvidia-uvm" defaults.modprobe
-      && lib.hasInfix ''ACTION=="add", KERNEL=="nvidia_uvm", RUN+="'' defaults.udevRules
-    ) "nvidia-uvm loads with nvidia, and a udev rule makes its nodes when it loads, got ${defaults.modprobe} ${defaults.udevRules}")
-    (check "defaults" (builtins.match ''.*RUN\+="[^"]*-cuda-sandbox-nvidia-uvm-nodes".*'' defaults.udevRules != null)
-      "the rule runs the script that makes the nodes"
+    (check "defaults"
+      (
+        lib.hasInfix "softdep nvidia post: nvidia-uvm" defaults.modprobe
+        && lib.hasInfix ''ACTION=="add", KERNEL=="nvidia_uvm", RUN+="'' defaults.udevRules
+      )
+      "nvidia-uvm loads with nvidia, and a udev rule makes its nodes when it loads, got ${defaults.modprobe} ${defaults.udevRules}"
     )
+    (check "defaults" (
+      builtins.match ''.*RUN\+="[^"]*-cuda-sandbox-nvidia-uvm-nodes".*'' defaults.udevRules != null
+    ) "the rule runs the script that makes the nodes")
 
     # compat
     (checkEqual "compat" "default compat, cuda_compat unavailable" defaults.nvidia.driver.compat [ ])
@@ -471,8 +474,7 @@ let
       && lib.hasInfix "has cuda, gpu, nvidia-gpu, opengl" (lib.head userFeatures.failed)
       && lib.hasInfix "extra-system-features" (lib.head userFeatures.failed)
     ) "one assertion naming the missing features, got ${builtins.toJSON userFeatures.failed}")
-    (checkEqual "extra-features" "failed assertions (extra-system-features counts)"
-      extraFeatures.failed
+    (checkEqual "extra-features" "failed assertions (extra-system-features counts)" extraFeatures.failed
       [ ]
     )
     (check "extra-features" (
@@ -484,17 +486,21 @@ let
       stringFeatures.failed
       [ ]
     )
-    (check "string-features" (
-      lib.hasInfix "extra-system-features = cuda gpu  nvidia-gpu opengl\n" stringFeatures.nixConf
-    ) "nix.conf has the string as written, got ${stringFeatures.nixConf}")
+    (check "string-features"
+      (lib.hasInfix "extra-system-features = cuda gpu  nvidia-gpu opengl\n" stringFeatures.nixConf)
+      "nix.conf has the string as written, got ${stringFeatures.nixConf}"
+    )
     (checkEqual "extra-options" "failed assertions (nix.extraOptions counts)"
       extraOptionsFeatures.failed
       [ ]
     )
-    (check "extra-options" (
-      lib.length extraOptionsReplace.failed == 1
-      && lib.hasInfix "has cuda, gpu, nvidia-gpu, opengl" (lib.head extraOptionsReplace.failed)
-    ) "a later system-features line in nix.extraOptions replaces the list, got ${builtins.toJSON extraOptionsReplace.failed}")
+    (check "extra-options"
+      (
+        lib.length extraOptionsReplace.failed == 1
+        && lib.hasInfix "has cuda, gpu, nvidia-gpu, opengl" (lib.head extraOptionsReplace.failed)
+      )
+      "a later system-features line in nix.extraOptions replaces the list, got ${builtins.toJSON extraOptionsReplace.failed}"
+    )
 
     # coming from nix-required-mounts
     (checkEqual "required-mounts" "Nixpkgs' test configuration, as rules" requiredMounts.rules [
@@ -535,25 +541,34 @@ let
         }
       ]
     )
-    (check "required-mounts" (lib.elem {
-      path = "${builtins.storeDir}/00000000000000000000000000000000-mesa-25.0";
-      required = true;
-      follow_entry_symlinks = true;
-    } (ruleNamed "supported-feature" requiredMountsExtended).path) "a package is a path (its closure comes with it)")
-    (checkEqual "required-mounts" "onFeatures defaults to the name" (ruleNamed "ipfs" requiredMountsExtended) {
-      name = "ipfs";
-      features = [ "ipfs" ];
-      path = [
-        {
-          path = "/ipfs";
-          required = true;
-        }
-      ];
-    })
-    (check "required-mounts" (
-      lib.length requiredMountsExtended.failed == 1
-      && lib.hasInfix "has ipfs" (lib.head requiredMountsExtended.failed)
-    ) "every rule's features must be system features, got ${builtins.toJSON requiredMountsExtended.failed}")
+    (check "required-mounts" (lib.elem
+      {
+        path = "${builtins.storeDir}/00000000000000000000000000000000-mesa-25.0";
+        required = true;
+        follow_entry_symlinks = true;
+      }
+      (ruleNamed "supported-feature" requiredMountsExtended).path
+    ) "a package is a path (its closure comes with it)")
+    (checkEqual "required-mounts" "onFeatures defaults to the name"
+      (ruleNamed "ipfs" requiredMountsExtended)
+      {
+        name = "ipfs";
+        features = [ "ipfs" ];
+        path = [
+          {
+            path = "/ipfs";
+            required = true;
+          }
+        ];
+      }
+    )
+    (check "required-mounts"
+      (
+        lib.length requiredMountsExtended.failed == 1
+        && lib.hasInfix "has ipfs" (lib.head requiredMountsExtended.failed)
+      )
+      "every rule's features must be system features, got ${builtins.toJSON requiredMountsExtended.failed}"
+    )
     (check "required-mounts" (
       lib.length requiredMountsExtended.warnings == 1
       && lib.hasInfix "extraWrapperArgs is ignored" (lib.head requiredMountsExtended.warnings)
@@ -573,9 +588,10 @@ let
       lib.length requiredMountsBadGlob.failed == 1
       && lib.hasInfix "/usr/lib/libfoo*.so: a glob outside" (lib.head requiredMountsBadGlob.failed)
     ) "a glob outside /dev is refused, naming it, got ${builtins.toJSON requiredMountsBadGlob.failed}")
-    (check "required-mounts" (
-      lib.any (lib.hasInfix "allowedPatterns.nvidia: the name of the module's own rule") requiredMountsNvidia.failed
-    ) "a pattern named nvidia beside the preset is refused")
+    (check "required-mounts"
+      (lib.any (lib.hasInfix "allowedPatterns.nvidia: the name of the module's own rule") requiredMountsNvidia.failed)
+      "a pattern named nvidia beside the preset is refused"
+    )
 
     # nix.enable = false: a warning with the lines to put in the nix.conf the user manages
     (check "nix-disabled" (
@@ -590,9 +606,9 @@ let
     ) "one warning with the nix.conf lines, got ${builtins.toJSON nixDisabled.warnings}")
 
     # createUvmNode: off where hardware.nvidia already makes /dev/nvidia-uvm
-    (check "nvidia-module" (withNvidiaModule.udevRules == "" && withNvidiaModule.modprobe == "")
-      "no second nvidia-uvm rule when hardware.nvidia is enabled"
-    )
+    (check "nvidia-module" (
+      withNvidiaModule.udevRules == "" && withNvidiaModule.modprobe == ""
+    ) "no second nvidia-uvm rule when hardware.nvidia is enabled")
     (check "nvidia-module" (lib.hasInfix "nvidia_uvm" withDatacenterDriver.udevRules)
       "an explicit createUvmNode = true still wins"
     )
@@ -612,9 +628,7 @@ let
     (check "sandbox-off" (
       lib.length sandboxOff.failed == 1
       && lib.hasInfix "nix.settings.sandbox is false" (lib.head sandboxOff.failed)
-      && lib.hasInfix "sees all of its devices and libraries, tagged or not" (
-        lib.head sandboxOff.failed
-      )
+      && lib.hasInfix "sees all of its devices and libraries, tagged or not" (lib.head sandboxOff.failed)
       && lib.hasInfix "pre-build-hook only" (lib.head sandboxOff.failed)
     ) "one assertion about the sandbox, got ${builtins.toJSON sandboxOff.failed}")
 

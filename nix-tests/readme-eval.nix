@@ -49,9 +49,9 @@ let
     && lib.assertMsg (lib.hasSuffix "/bin/cuda-sandbox-hook" (
       config.nix.settings.pre-build-hook or ""
     )) "readme-eval: ${where}: nix.settings.pre-build-hook is not cuda-sandbox-hook"
-    && lib.assertMsg (lib.all (
-      f: lib.elem f config.nix.settings.system-features
-    ) (lib.concatMap (r: r.features) config.programs.cuda-sandbox.settings.rule)) "readme-eval: ${where}: a rule's features are not system features";
+    && lib.assertMsg (lib.all (f: lib.elem f config.nix.settings.system-features) (
+      lib.concatMap (r: r.features) config.programs.cuda-sandbox.settings.rule
+    )) "readme-eval: ${where}: a rule's features are not system features";
 
   evaluate =
     snippet:
@@ -117,9 +117,11 @@ let
         package = pkgs.callPackage file { inherit cuda-sandbox; };
         check = package.tests.selfTest.gpuCheck;
       in
-      lib.assertMsg (jobsetSelects package == {
-        tests.selfTest.gpuCheck = true;
-      }) "readme-eval: ${where}: the CUDA Hydra's rule does not select tests.selfTest.gpuCheck"
+      lib.assertMsg (
+        jobsetSelects package == {
+          tests.selfTest.gpuCheck = true;
+        }
+      ) "readme-eval: ${where}: the CUDA Hydra's rule does not select tests.selfTest.gpuCheck"
       && lib.assertMsg (
         check.requiredSystemFeatures == [ "cuda" ] && package.gpuChecks.selfTest.drvPath == check.drvPath
       ) "readme-eval: ${where}: gpuChecks.selfTest is not the tagged tests.selfTest.gpuCheck"
@@ -131,9 +133,13 @@ let
 
   kinds = lib.unique (map (s: s.kind) snippets);
 in
-assert lib.assertMsg (lib.all (
-  k: lib.elem k kinds
-) [ "system-flake" "module" "module-without-flakes" "module-fragment" "package" ]) "readme-eval: the README lost a kind of snippet: ${toString kinds}";
+assert lib.assertMsg (lib.all (k: lib.elem k kinds) [
+  "system-flake"
+  "module"
+  "module-without-flakes"
+  "module-fragment"
+  "package"
+]) "readme-eval: the README lost a kind of snippet: ${toString kinds}";
 assert lib.all evaluate snippets;
 {
   evaluated = lib.length snippets;

@@ -130,15 +130,17 @@ let
             if hookBin == null then
               unbuildable name { }
             else
-              shDerivation name {
-                outputs = args.outputs or [ "out" ];
-                inherit hookBin nonce;
-              } ''
-                mkdir -p "$out/bin"
-                cp "$hookBin/cuda-sandbox-hook" "$out/bin/"
-                if [ -e "$hookBin/cuda-sandbox-check" ]; then cp "$hookBin/cuda-sandbox-check" "$out/bin/"; fi
-                if [ -n "''${fixtures:-}" ]; then mkdir -p "$fixtures"; fi
-              '';
+              shDerivation name
+                {
+                  outputs = args.outputs or [ "out" ];
+                  inherit hookBin nonce;
+                }
+                ''
+                  mkdir -p "$out/bin"
+                  cp "$hookBin/cuda-sandbox-hook" "$out/bin/"
+                  if [ -e "$hookBin/cuda-sandbox-check" ]; then cp "$hookBin/cuda-sandbox-check" "$out/bin/"; fi
+                  if [ -n "''${fixtures:-}" ]; then mkdir -p "$fixtures"; fi
+                '';
         in
         drv
         // (args.passthru or { })
@@ -148,7 +150,9 @@ let
         };
       autoAddDriverRunpath = unbuildable "auto-add-driver-runpath-hook" { };
 
-      runCommand = name: env: script: shDerivation name env script;
+      runCommand =
+        name: env: script:
+        shDerivation name env script;
 
       linkFarm = name: entries: unbuildable name { inherit entries; };
       mkShell = args: unbuildable "shell" { inherit args; };
@@ -191,8 +195,9 @@ in
         ...
       }:
       # The legacy argument: NixOS takes the platform from nixpkgs.hostPlatform now.
-      assert lib.assertMsg (!(args ? system))
-        "nixosSystem (stub): the legacy `system` argument; set nixpkgs.hostPlatform in a module";
+      assert lib.assertMsg (
+        !(args ? system)
+      ) "nixosSystem (stub): the legacy `system` argument; set nixpkgs.hostPlatform in a module";
       lib.evalModules {
         modules = [
           stubs.module

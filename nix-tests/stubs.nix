@@ -256,8 +256,7 @@ in
           type = lib.types.bool;
           readOnly = true;
           default =
-            lib.elem "nvidia" config.services.xserver.videoDrivers
-            || config.hardware.nvidia.datacenter.enable;
+            lib.elem "nvidia" config.services.xserver.videoDrivers || config.hardware.nvidia.datacenter.enable;
         };
       };
 

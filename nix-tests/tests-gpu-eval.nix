@@ -40,9 +40,7 @@ let
   ];
   tagged = groups ++ [ "all" ];
 
-  check =
-    what: condition:
-    if condition then true else throw "tests-gpu-eval: ${what}";
+  check = what: condition: if condition then true else throw "tests-gpu-eval: ${what}";
 
   checks = [
     (check "the attributes: one per group, all, no-gpu" (
@@ -64,12 +62,15 @@ let
         "1048576"
         "kernel::"
       ]
-      && ci.all.args == [
-        "--saxpy-elements"
-        "1048576"
-      ]
+      &&
+        ci.all.args == [
+          "--saxpy-elements"
+          "1048576"
+        ]
     ))
-    (check "the nonce reaches every derivation" (all (n: ci.${n}.nonce == "42") (tagged ++ [ "no-gpu" ])))
+    (check "the nonce reaches every derivation" (
+      all (n: ci.${n}.nonce == "42") (tagged ++ [ "no-gpu" ])
+    ))
     (check "CI's runner gets the driver link as LD_LIBRARY_PATH, no-gpu too" (
       ci.all.LD_LIBRARY_PATH == "/run/opengl-driver/lib"
       && ci.no-gpu.LD_LIBRARY_PATH == "/run/opengl-driver/lib"
@@ -79,10 +80,11 @@ let
     ))
     (check "cudaCompat: its compat/ first in the search path, compat expected" (
       compat.all.LD_LIBRARY_PATH == "${cudaCompat.outPath}/compat:/run/opengl-driver/lib"
-      && compat.all.args == [
-        "--expect-driver"
-        "compat"
-      ]
+      &&
+        compat.all.args == [
+          "--expect-driver"
+          "compat"
+        ]
     ))
     (check "cudaCompat with expectDriver = host: host is expected" (
       compatHost.all.args == [

@@ -29,12 +29,7 @@ let
     assert lib.assertMsg (
       match ".*${controlCharacters}.*" s == null
     ) "toml.nix: control character in ${s}";
-    ''"${
-      replaceStrings
-        [ "\\" "\"" "\n" "\r" "\t" ]
-        [ "\\\\" "\\\"" "\\n" "\\r" "\\t" ]
-        s
-    }"'';
+    ''"${replaceStrings [ "\\" "\"" "\n" "\r" "\t" ] [ "\\\\" "\\\"" "\\n" "\\r" "\\t" ] s}"'';
 
   scalar =
     v:

@@ -99,23 +99,26 @@ let
   # a `system-features` line replaces what came before and `extra-system-features` adds to it.
   featureList =
     value:
-    lib.concatMap (v: lib.filter (w: w != "") (lib.splitString " " (toString v))) (
-      lib.toList value
-    );
+    lib.concatMap (v: lib.filter (w: w != "") (lib.splitString " " (toString v))) (lib.toList value);
   extraLines = lib.filter (l: l != null) (
     map (builtins.match "[[:space:]]*((extra-)?system-features)[[:space:]]*=(.*)") (
       lib.splitString "\n" (lib.replaceStrings [ "\t" ] [ " " ] (config.nix.extraOptions or ""))
     )
   );
-  declaredFeatures = lib.foldl' (
-    features: line:
-    if lib.elemAt line 0 == "system-features" then
-      featureList (lib.elemAt line 2)
-    else
-      features ++ featureList (lib.elemAt line 2)
-  ) (featureList config.nix.settings.system-features
-    ++ featureList (config.nix.settings.extra-system-features or [ ])
-  ) extraLines;
+  declaredFeatures =
+    lib.foldl'
+      (
+        features: line:
+        if lib.elemAt line 0 == "system-features" then
+          featureList (lib.elemAt line 2)
+        else
+          features ++ featureList (lib.elemAt line 2)
+      )
+      (
+        featureList config.nix.settings.system-features
+        ++ featureList (config.nix.settings.extra-system-features or [ ])
+      )
+      extraLines;
   # Every rule's features (the module's, the translated allowedPatterns, settings.rule): Nix
   # refuses a derivation requiring a feature it does not declare, so all of them must be there.
   ruleFeatures = lib.unique (lib.concatMap (r: r.features or [ ]) cfg.settings.rule);
@@ -453,17 +456,18 @@ in
           extra-system-features = ${renderedFeatures}
         (/etc/cuda-sandbox/config.toml is still written.)
       ''
-      ++ lib.optional
-        (
-          cfg.presets.nvidia-gpu.enable
-          && cfg.driver.required
-          && cfg.driver.link == "/run/opengl-driver"
-          && !config.hardware.graphics.enable
-        )
-        ''
-          programs.cuda-sandbox: hardware.graphics.enable is false, so /run/opengl-driver (the
-          driver) may not exist and tagged builds will fail. Enable hardware.graphics with the
-          NVIDIA driver (hardware.nvidia), or set programs.cuda-sandbox.driver.link.
-        '';
+      ++
+        lib.optional
+          (
+            cfg.presets.nvidia-gpu.enable
+            && cfg.driver.required
+            && cfg.driver.link == "/run/opengl-driver"
+            && !config.hardware.graphics.enable
+          )
+          ''
+            programs.cuda-sandbox: hardware.graphics.enable is false, so /run/opengl-driver (the
+            driver) may not exist and tagged builds will fail. Enable hardware.graphics with the
+            NVIDIA driver (hardware.nvidia), or set programs.cuda-sandbox.driver.link.
+          '';
   };
 }

@@ -66,7 +66,8 @@ let
   );
 
   isGlob = s: builtins.match ".*[][*?].*" s != null;
-  entryName = entry: if builtins.isAttrs entry && !(lib.isStringLike entry) then entry.host else toString entry;
+  entryName =
+    entry: if builtins.isAttrs entry && !(lib.isStringLike entry) then entry.host else toString entry;
 
   # One pattern as a rule of the hook's configuration.
   translate =

@@ -47,8 +47,24 @@ let
     if searchPath == [ ] then { } else { LD_LIBRARY_PATH = builtins.concatStringsSep ":" searchPath; };
 
   optionalArgs =
-    (if expectedDriver == null then [ ] else [ "--expect-driver" expectedDriver ])
-    ++ (if saxpyElements == null then [ ] else [ "--saxpy-elements" (toString saxpyElements) ])
+    (
+      if expectedDriver == null then
+        [ ]
+      else
+        [
+          "--expect-driver"
+          expectedDriver
+        ]
+    )
+    ++ (
+      if saxpyElements == null then
+        [ ]
+      else
+        [
+          "--saxpy-elements"
+          (toString saxpyElements)
+        ]
+    )
     ++ extraArgs;
 
   check =

@@ -5,18 +5,11 @@
 # The one default rule (the hook embeds it, the NixOS module imports it).
 default_rule_toml=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/hook/default-config.toml
 
-# write_config OUT TOP_LEVEL [DRIVER_KEYS]: TOP_LEVEL (host-specific top-level keys, one per
-# line) goes first, as TOML wants top-level keys before any table; then the default rule as it
-# is; then DRIVER_KEYS, which land in its `[rule.driver]`, the file's last table.
+# write_config OUT TOP_LEVEL [DRIVER_KEYS]: the default rule with TOP_LEVEL (host-specific
+# top-level keys, as TOML) set at the top level and DRIVER_KEYS (TOML) in its `[rule.driver]`,
+# merged as parsed data, not as text (scripts/lib/write-config.py).
 write_config() {
-  local last
-  last=$(grep '^\[' "$default_rule_toml" | tail -n 1)
-  if [ "$last" != "[rule.driver]" ]; then
-    printf '%s: the last table is %s, not [rule.driver]: driver keys cannot be appended\n' \
-      "$default_rule_toml" "$last" >&2
-    return 1
-  fi
-  { printf '%s\n' "$2"; cat "$default_rule_toml"; printf '%s\n' "${3:-}"; } >"$1"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/write-config.py" "$default_rule_toml" "$1" "$2" "${3:-}"
 }
 
 # make_fake_root ROOT BIN: real character devices of a discrete GPU, the kernel module's

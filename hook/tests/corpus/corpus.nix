@@ -13,7 +13,15 @@ let
   # A platform no machine has: realising such a derivation fails before anything runs.
   none = "cuda-sandbox-none";
   system = "x86_64-linux";
-  mk = attrs: derivation ({ builder = "/bin/sh"; inherit system; } // attrs);
+  mk =
+    attrs:
+    derivation (
+      {
+        builder = "/bin/sh";
+        inherit system;
+      }
+      // attrs
+    );
   mkNone = attrs: mk ({ system = none; } // attrs);
 
   # Raw bytes that are not UTF-8 (latin-1 / cp1252), plus control characters.
@@ -24,14 +32,24 @@ let
 
   plain = mk {
     name = "plain";
-    args = [ "-c" "echo hello" ];
+    args = [
+      "-c"
+      "echo hello"
+    ];
     greeting = "hello";
   };
 
   multiOutput = mk {
     name = "multi-output";
-    outputs = [ "out" "dev" "lib" ];
-    args = [ "-c" "true" ];
+    outputs = [
+      "out"
+      "dev"
+      "lib"
+    ];
+    args = [
+      "-c"
+      "true"
+    ];
   };
 
   caFloating = mk {
@@ -39,7 +57,10 @@ let
     __contentAddressed = true;
     outputHashMode = "recursive";
     outputHashAlgo = "sha256";
-    outputs = [ "out" "dev" ];
+    outputs = [
+      "out"
+      "dev"
+    ];
   };
 in
 {
@@ -48,9 +69,18 @@ in
   structured = mkNone {
     name = "structured";
     __structuredAttrs = true;
-    requiredSystemFeatures = [ "cuda" "big-parallel" ];
+    requiredSystemFeatures = [
+      "cuda"
+      "big-parallel"
+    ];
     nested = {
-      list = [ 1 2.5 true null "x\"y\\z\n\t\r é 🎉" ];
+      list = [
+        1
+        2.5
+        true
+        null
+        "x\"y\\z\n\t\r é 🎉"
+      ];
       empty = { };
     };
     "key \"quoted\"" = "value\\";
@@ -71,7 +101,12 @@ in
   structured-duplicates = mkNone {
     name = "structured-duplicates";
     __structuredAttrs = true;
-    requiredSystemFeatures = [ "gpu" "cuda" "gpu" " spaced feature " ];
+    requiredSystemFeatures = [
+      "gpu"
+      "cuda"
+      "gpu"
+      " spaced feature "
+    ];
   };
 
   # Nix: "attribute 'requiredSystemFeatures' of derivation … must be a list of strings".
@@ -100,7 +135,10 @@ in
   structured-latin1-feature = mkNone {
     name = "structured-latin1-feature";
     __structuredAttrs = true;
-    requiredSystemFeatures = [ "cuda" "x${latin1}" ];
+    requiredSystemFeatures = [
+      "cuda"
+      "x${latin1}"
+    ];
   };
 
   multi-output = multiOutput;
@@ -130,7 +168,10 @@ in
   # (a path literal, a toFile, a .drv referenced without its outputs).
   deps = mk {
     name = "deps";
-    args = [ "-c" "${multiOutput.dev}/bin/x ${multiOutput.lib} ${plain}" ];
+    args = [
+      "-c"
+      "${multiOutput.dev}/bin/x ${multiOutput.lib} ${plain}"
+    ];
     src = ./data-file;
     script = builtins.toFile "script.sh" "echo \"from toFile\"\n";
     drvOnly = "${builtins.unsafeDiscardOutputDependency plain.drvPath}";
@@ -171,19 +212,33 @@ in
 
   latin1 = mkNone {
     name = "latin1";
-    args = [ "-c" latin1 ];
+    args = [
+      "-c"
+      latin1
+    ];
     text = latin1;
     requiredSystemFeatures = "cuda ${latin1}";
   };
 
   # An environment variable whose name is not UTF-8.
-  latin1-key = mk ({
-    name = "latin1-key";
-  } // builtins.listToAttrs [ { name = "key-${latin1}"; value = "v-${latin1}"; } ]);
+  latin1-key = mk (
+    {
+      name = "latin1-key";
+    }
+    // builtins.listToAttrs [
+      {
+        name = "key-${latin1}";
+        value = "v-${latin1}";
+      }
+    ]
+  );
 
   big = mk {
     name = "big";
-    args = [ "-c" "true" ];
+    args = [
+      "-c"
+      "true"
+    ];
     big = latin1 + builtins.concatStringsSep "" (builtins.genList bigLine 120000) + latin1;
     small = "after the big one";
   };
@@ -206,7 +261,11 @@ in
 
   features-duplicates = mkNone {
     name = "features-duplicates";
-    requiredSystemFeatures = [ "cuda" "gpu" "cuda" ];
+    requiredSystemFeatures = [
+      "cuda"
+      "gpu"
+      "cuda"
+    ];
   };
 
   # Vertical tab and form feed are not separators for Nix: one feature "cuda\v\fgpu".
@@ -220,9 +279,15 @@ in
     requiredSystemFeatures = "cuda";
   };
 
-  many-env = mk ({
-    name = "many-env";
-  } // builtins.listToAttrs (builtins.genList
-    (i: { name = "VAR_${toString i}"; value = "value ${toString i} \"${toString (i * 7)}\"\n"; })
-    3000));
+  many-env = mk (
+    {
+      name = "many-env";
+    }
+    // builtins.listToAttrs (
+      builtins.genList (i: {
+        name = "VAR_${toString i}";
+        value = "value ${toString i} \"${toString (i * 7)}\"\n";
+      }) 3000
+    )
+  );
 }

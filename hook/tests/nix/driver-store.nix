@@ -10,8 +10,11 @@ derivation {
   system = builtins.currentSystem;
   builder = "/bin/bash";
   PATH = "/bin:/usr/bin";
-  args = [ "-c" ''
-    mkdir -p $out/lib
-    echo "FAKE libcuda, depends on ${b}" > $out/lib/libcuda.so.1
-  '' ];
+  args = [
+    "-c"
+    ''
+      mkdir -p $out/lib
+      echo "FAKE libcuda, depends on ${b}" > $out/lib/libcuda.so.1
+    ''
+  ];
 }

@@ -4,13 +4,34 @@
 # fresh build each run.
 # `threads` ("" = libtest's default) makes the log's "test NAME ... ok" lines whole for tests
 # that read the log.
-{ runner, nonce, expectDriver ? "/run/opengl-driver/lib", threads ? "" }:
+{
+  runner,
+  nonce,
+  expectDriver ? "/run/opengl-driver/lib",
+  threads ? "",
+}:
 derivation {
   name = "gpu-check";
   system = builtins.currentSystem;
-  builder = builtins.path { path = /. + runner; name = "cuda-sandbox-check"; };
-  args = [ "--expect-driver" expectDriver "--saxpy-elements" "65536" ]
-    ++ (if threads == "" then [ ] else [ "--test-threads" threads ]);
+  builder = builtins.path {
+    path = /. + runner;
+    name = "cuda-sandbox-check";
+  };
+  args = [
+    "--expect-driver"
+    expectDriver
+    "--saxpy-elements"
+    "65536"
+  ]
+  ++ (
+    if threads == "" then
+      [ ]
+    else
+      [
+        "--test-threads"
+        threads
+      ]
+  );
   requiredSystemFeatures = [ "cuda" ];
   # Where the hook mounts the driver; nixpkgs binaries get it through RUNPATH instead.
   LD_LIBRARY_PATH = "/run/opengl-driver/lib";

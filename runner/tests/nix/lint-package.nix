@@ -8,11 +8,20 @@ derivation {
   system = builtins.currentSystem;
   builder = "/bin/sh";
   PATH = "/bin:/usr/bin";
-  src = builtins.path { path = /. + package; name = "fake-cuda-app-files"; };
-  toolkit = builtins.path { path = /. + toolkit; name = "fake-cuda-toolkit-static"; };
-  args = [ "-c" ''
-    mkdir -p $out
-    cp -R $src/. $out/
-    echo "$toolkit" > $out/built-with
-  '' ];
+  src = builtins.path {
+    path = /. + package;
+    name = "fake-cuda-app-files";
+  };
+  toolkit = builtins.path {
+    path = /. + toolkit;
+    name = "fake-cuda-toolkit-static";
+  };
+  args = [
+    "-c"
+    ''
+      mkdir -p $out
+      cp -R $src/. $out/
+      echo "$toolkit" > $out/built-with
+    ''
+  ];
 }

@@ -6,22 +6,43 @@
 # fresh build.
 # `ldLibraryPath` ("" for none: a runner whose DT_RUNPATH has the driver link, as Nixpkgs builds
 # it) is where the runner finds the driver.
-{ runner, nonce, package, ldLibraryPath ? "/run/opengl-driver/lib" }:
+{
+  runner,
+  nonce,
+  package,
+  ldLibraryPath ? "/run/opengl-driver/lib",
+}:
 let
   # The files as a store path of their own: its closure is itself.
-  gpuPackage = builtins.path { path = /. + package; name = "gpu-package"; };
+  gpuPackage = builtins.path {
+    path = /. + package;
+    name = "gpu-package";
+  };
 in
-derivation ({
-  name = "package-check";
-  system = builtins.currentSystem;
-  builder = builtins.path { path = /. + runner; name = "cuda-sandbox-check"; };
-  args = [
-    "--saxpy-elements" "4096"
-    "--test-threads" "1"
-    "--package" "${gpuPackage}"
-    "--package-closure" "package-closure"
-  ];
-  exportReferencesGraph = [ "package-closure" gpuPackage ];
-  requiredSystemFeatures = [ "cuda" ];
-  inherit nonce;
-} // (if ldLibraryPath == "" then { } else { LD_LIBRARY_PATH = ldLibraryPath; }))
+derivation (
+  {
+    name = "package-check";
+    system = builtins.currentSystem;
+    builder = builtins.path {
+      path = /. + runner;
+      name = "cuda-sandbox-check";
+    };
+    args = [
+      "--saxpy-elements"
+      "4096"
+      "--test-threads"
+      "1"
+      "--package"
+      "${gpuPackage}"
+      "--package-closure"
+      "package-closure"
+    ];
+    exportReferencesGraph = [
+      "package-closure"
+      gpuPackage
+    ];
+    requiredSystemFeatures = [ "cuda" ];
+    inherit nonce;
+  }
+  // (if ldLibraryPath == "" then { } else { LD_LIBRARY_PATH = ldLibraryPath; })
+)
