@@ -1,0 +1,89 @@
+//! Why `exec` could not run the command. Each renders as one line.
+
+use crate::pipeline::HookFailure;
+use crate::plan::Problem;
+use crate::statedir::StateDirError;
+use std::path::PathBuf;
+
+/// Why `exec` could not run the command.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// Namespaces need root.
+    #[error("exec needs root for its mount namespace: run it with sudo")]
+    NotRoot,
+    /// The request fails as a build would (the resolver's one-line reason).
+    #[error("{0}")]
+    Refused(String),
+    /// No configuration could be used.
+    #[error("no usable configuration")]
+    NoConfig,
+    /// No rule answers the features.
+    #[error("no rule answers to the features [{}]: a build with them would get nothing", .0.join(", "))]
+    NoRule(Vec<String>),
+    /// The plan has a problem.
+    #[error("the hook would refuse this build: {0}")]
+    Problem(Problem),
+    /// The hook's answer failed.
+    #[error("the hook would refuse this build: {0}")]
+    Hook(HookFailure),
+    /// An `--env` argument is malformed.
+    #[error("--env {0}: give NAME=VALUE or NAME")]
+    BadEnv(String),
+    /// A `--bind` path cannot be used.
+    #[error("--bind {}: {why}", .path.display())]
+    BadBind {
+        /// The path as given.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// No command was given.
+    #[error("exec needs a command after --")]
+    NoCommand,
+    /// The command cannot be found or is not a program.
+    #[error("{0}")]
+    Program(String),
+    /// A system call failed.
+    #[error("exec: {what}: {errno}")]
+    Sys {
+        /// What exec was doing.
+        what: String,
+        /// The error.
+        errno: nix::Error,
+    },
+    /// A file operation failed.
+    #[error("exec: {}: {error}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// An argument, the program path or an `--env` value holds a NUL byte.
+    #[error("exec: {0} holds a NUL byte")]
+    Nul(&'static str),
+    /// The command's standard streams could not be set up.
+    #[error("exec: standard streams: {0}")]
+    Stdio(std::io::Error),
+    /// The staging directory cannot be trusted or made.
+    #[error(transparent)]
+    Staging(#[from] StateDirError),
+}
+
+impl ExecError {
+    /// A failed system call while doing `what`.
+    pub fn sys(what: impl Into<String>, errno: nix::Error) -> ExecError {
+        ExecError::Sys {
+            what: what.into(),
+            errno,
+        }
+    }
+
+    /// A failed file operation on `path`.
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> ExecError {
+        ExecError::Io {
+            path: path.into(),
+            error,
+        }
+    }
+}

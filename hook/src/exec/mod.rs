@@ -1,0 +1,310 @@
+//! `cuda-sandbox-hook exec`: the plan rendered as bind mounts in a private mount namespace.
+//!
+//! Reproduces "what my CUDA build sees" without Nix: a minimal root like Nix's sandbox (`/dev`
+//! with the usual pseudo-devices, `/proc`, `/tmp`, `/build`, a tiny `/etc`), plus exactly the
+//! paths the hook would expose for the given features, plus the shared libraries the command
+//! (and the exposed driver libraries) need, resolved as the loader would. Then the command runs
+//! there, isolated like a build: in its own PID namespace with its own `/proc` (so
+//! `/proc/<pid>/root` of host processes is out of reach), as an unprivileged user (`nobody`
+//! unless `--user` says otherwise) with no supplementary groups and `no_new_privs` (setuid
+//! programs gain nothing), and with every exposed path bound read-only except device nodes and
+//! `--bind` paths. Needs root (namespaces); the namespaces, and every mount in them, end with
+//! the command.
+//!
+//! The command is no way back to the host that started it: it runs in a session of
+//! its own, with no controlling terminal, and never holds a descriptor of exec's terminal (a
+//! terminal on stdin becomes `/dev/null`, on stdout or stderr a pipe that exec copies to it),
+//! so it cannot type into that terminal (`TIOCSTI`) or signal its jobs. Its environment is
+//! [`BASE_ENVIRONMENT`] plus what `--env` gives, never exec's own; descriptors above 2 are
+//! closed. Its libraries are read as the loader reads them and taken only from the store and
+//! the loader's directories ([`crate::elfdeps`]).
+
+mod child;
+mod environment;
+mod error;
+mod root;
+mod stdio;
+
+pub use environment::{environment, BASE_ENVIRONMENT};
+pub use error::ExecError;
+pub use root::Bind;
+
+use crate::elfdeps;
+use crate::pipeline::{self, Mode};
+use crate::plan::Reason;
+use crate::request::{self, Environment, Input, Request, Verdict};
+use child::{forward_signals_to, run_child};
+use nix::mount::{mount, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use root::{bind, minimal_root, staging_root};
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use stdio::{standard_descriptors_open, Stdio};
+
+/// What to run, and for which build.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// A derivation whose features to use.
+    pub drv: Option<PathBuf>,
+    /// Features to use (added to the derivation's).
+    pub features: Vec<String>,
+    /// The configuration file, if not the default.
+    pub config: Option<PathBuf>,
+    /// Extra host paths bound at the same place (e.g. a directory for the command's output).
+    pub extra_binds: Vec<PathBuf>,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// The user (and group) the command runs as.
+    pub user: (u32, u32),
+    /// `--env` arguments: `NAME=VALUE` sets a variable, `NAME` passes exec's own value (when
+    /// it has one).
+    pub env: Vec<OsString>,
+    /// The variables the hook itself reads ([`Environment`]), read once by the caller.
+    pub environment: Environment,
+    /// Exec's own environment, read once by the caller: the values `--env NAME` passes on.
+    pub caller_env: Vec<(OsString, OsString)>,
+}
+
+/// The user `exec` runs a command as unless told otherwise: `nobody`.
+pub const DEFAULT_USER: (u32, u32) = (65534, 65534);
+
+/// Resolves `req` as the hook would (the derivation's features, else `--features`, else
+/// `cuda`).
+pub fn resolve(req: &ExecRequest) -> Request {
+    request::resolve(&Input {
+        drv: req.drv.as_deref(),
+        extra_features: &req.features,
+        default_features: &["cuda"],
+        config: req.config.as_deref(),
+        ..Input::new(&req.environment)
+    })
+}
+
+/// Plans the root for `req` (resolved as `resolved`, with the private root as its chroot):
+/// the hook's exposures, then the libraries the command and the exposed driver libraries need.
+/// The pipeline writes the manifest the plan names (the command may be the runner, which
+/// reads it).
+/// Returns the binds and the command's path inside.
+pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, PathBuf), ExecError> {
+    if let Verdict::Nothing(_) = resolved.verdict {
+        return Err(ExecError::NoRule(resolved.features_lossy()));
+    }
+    let pipeline::Outcome { plan, answer } = pipeline::run(resolved, Mode::Exec);
+    if let Some(p) = plan.problems.first() {
+        return Err(ExecError::Problem(p.clone()));
+    }
+    answer.map_err(ExecError::Hook)?;
+    let mut binds: Vec<Bind> = plan
+        .exposures
+        .iter()
+        .map(|e| Bind {
+            inside: e.inside.clone(),
+            outside: e.outside.clone(),
+            writable: is_char_device(&e.outside),
+        })
+        .collect();
+
+    for extra in &req.extra_binds {
+        let bad = |why: String| ExecError::BadBind {
+            path: extra.clone(),
+            why,
+        };
+        let abs = std::path::absolute(extra).map_err(|e| bad(e.to_string()))?;
+        if !abs.exists() {
+            return Err(bad("no such file or directory".into()));
+        }
+        binds.push(Bind {
+            inside: abs.clone(),
+            outside: abs,
+            writable: true,
+        });
+    }
+    let program = req.command.first().ok_or(ExecError::NoCommand)?;
+    let program_inside = find_program(program, req.environment.path.as_deref())?;
+    let program_real = std::fs::canonicalize(&program_inside)
+        .map_err(|e| ExecError::Program(format!("{}: {e}", program_inside.display())))?;
+    if !std::fs::metadata(&program_real).is_ok_and(|m| m.is_file()) {
+        return Err(ExecError::Program(format!(
+            "{} is not a regular file: exec runs programs only",
+            program_inside.display()
+        )));
+    }
+    // What the command sees anyway; everything else it names must be the loader's.
+    let visible: Vec<PathBuf> = binds.iter().map(|b| b.outside.clone()).collect();
+    binds.push(Bind {
+        inside: program_inside.clone(),
+        outside: program_real.clone(),
+        writable: false,
+    });
+    // The command needs its libraries; exposed host driver libraries need theirs (libc and
+    // friends), which a Nix build would get from its own closure.
+    let mut elf_roots = vec![program_real];
+    for e in &plan.exposures {
+        let driver_lib = matches!(
+            e.reason,
+            Reason::Driver { .. } | Reason::SymlinkTarget { .. }
+        );
+        if driver_lib && e.outside.is_file() {
+            elf_roots.push(e.outside.clone());
+        } else if matches!(e.reason, Reason::Driver { .. }) && e.outside.is_dir() {
+            elf_roots.extend(shared_objects_in(&e.outside));
+            elf_roots.extend(shared_objects_in(&e.outside.join("lib")));
+        }
+    }
+    let store_dir = resolved
+        .config
+        .as_ref()
+        .map_or_else(|| PathBuf::from("/nix/store"), |c| c.store_dir.clone());
+    let sources = elfdeps::Sources::of_host(&store_dir, visible);
+    let closure = elfdeps::library_closure(&elf_roots, &sources);
+    for m in &closure.missing {
+        crate::log::warn(format_args!(
+            "exec: a needed library is not on this host: {m}"
+        ));
+    }
+    for r in &closure.refused {
+        crate::log::warn(format_args!("exec: not binding {r}"));
+    }
+    for lib in closure.libraries {
+        let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
+        if !covered {
+            let outside = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
+            binds.push(Bind {
+                inside: lib,
+                outside,
+                writable: false,
+            });
+        }
+    }
+    binds.sort_by(|a, b| a.inside.cmp(&b.inside));
+    binds.dedup_by(|a, b| a.inside == b.inside);
+    Ok((binds, program_inside))
+}
+
+/// Runs `req`: never returns on success (the command replaces this process).
+pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(ExecError::NotRoot);
+    }
+    // What exec creates (mount points, /etc files) gets the modes written here, not the
+    // caller's umask: 0755 directories the command can cross, 0644 files.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    standard_descriptors_open();
+    let mut resolved = resolve(req);
+    let (runtime_dir, store_dir) = match (&resolved.verdict, &resolved.config) {
+        (Verdict::Fail(m), _) => return Err(ExecError::Refused(m.clone())),
+        (_, Some(c)) => (c.runtime_dir.clone(), c.store_dir.clone()),
+        (_, None) => return Err(ExecError::NoConfig),
+    };
+    let caller = |name: &std::ffi::OsStr| {
+        req.caller_env
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let env = environment(&req.env, &store_dir, caller)?;
+    let root = staging_root(&runtime_dir)?;
+    resolved.chroot = Some(root.clone());
+    let (binds, program) = prepare(req, &resolved)?;
+
+    let sys = ExecError::sys;
+    // A new mount namespace now; a new PID namespace for the child forked below.
+    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
+        .map_err(|e| sys("unshare(CLONE_NEWNS | CLONE_NEWPID)", e))?;
+    // Nothing mounted from here on may propagate back to the host.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| sys("making / private", e))?;
+    mount(
+        Some("tmpfs"),
+        &root,
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("mode=0755"),
+    )
+    .map_err(|e| sys("tmpfs on the new root", e))?;
+    minimal_root(&root, req.user)?;
+    for b in &binds {
+        bind(&root, b)?;
+    }
+    let args: Vec<CString> = std::iter::once(program.as_os_str().to_owned())
+        .chain(req.command.iter().skip(1).cloned())
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| ExecError::Nul("an argument")))
+        .collect::<Result<_, _>>()?;
+    let path = CString::new(program.as_os_str().as_bytes())
+        .map_err(|_| ExecError::Nul("the program path"))?;
+    let env: Vec<CString> = env
+        .iter()
+        .map(|(n, v)| {
+            let mut pair = n.as_bytes().to_vec();
+            pair.push(b'=');
+            pair.extend_from_slice(v.as_bytes());
+            CString::new(pair).map_err(|_| ExecError::Nul("an --env value"))
+        })
+        .collect::<Result<_, _>>()?;
+    let stdio = Stdio::for_command().map_err(ExecError::Stdio)?;
+    // SAFETY: the hook is single-threaded here; the child only makes system calls and execs.
+    match unsafe { nix::unistd::fork() }.map_err(|e| sys("fork", e))? {
+        nix::unistd::ForkResult::Child => {
+            let e = run_child(&root, req.user, &stdio, &path, &args, &env);
+            crate::log::error(e);
+            // SAFETY: _exit in the forked child, without running the parent's destructors.
+            unsafe { nix::libc::_exit(127) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            use nix::sys::wait::{waitpid, WaitStatus};
+            forward_signals_to(child);
+            stdio.relay();
+            let code = loop {
+                match waitpid(child, None) {
+                    Ok(WaitStatus::Exited(_, code)) => break code,
+                    Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
+                    Ok(_) | Err(nix::Error::EINTR) => continue,
+                    Err(e) => return Err(sys("waiting for the command", e)),
+                }
+            };
+            std::process::exit(code)
+        }
+    }
+}
+
+fn is_char_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
+}
+
+/// The absolute path of `program`: as given when it holds a `/`, else found in `path` (the
+/// caller's `PATH`).
+fn find_program(program: &OsString, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, ExecError> {
+    let p = Path::new(program);
+    if p.as_os_str().as_bytes().contains(&b'/') {
+        return std::path::absolute(p)
+            .map_err(|e| ExecError::Program(format!("{}: {e}", p.display())));
+    }
+    std::env::split_paths(path.unwrap_or_default())
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
+        .ok_or_else(|| ExecError::Program(format!("{} not found in PATH", p.display())))
+}
+
+/// The shared objects (`*.so*`) directly in `dir`.
+fn shared_objects_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(".so"))
+        })
+        .collect()
+}
