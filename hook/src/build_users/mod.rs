@@ -61,7 +61,8 @@ impl Builders {
         match self {
             Builders::NixUser => "the Nix user itself (build-users-group is empty)".to_string(),
             Builders::Users { group, users, .. } => {
-                format!("the {} members of group '{group}'", users.len())
+                let names: Vec<&str> = users.iter().map(|u| u.name.as_str()).collect();
+                format!("the members of group '{group}' ({})", names.join(", "))
             }
             Builders::MissingGroup { group } => {
                 format!("group '{group}' (build-users-group), which does not exist")
