@@ -6,6 +6,7 @@
 //! `NIX_DERIVATION_V4` included) and the answer computed by the same pipeline
 //! ([`crate::pipeline::run`]), without a lease and without writing a manifest.
 
+use crate::build_users::{self, AccessCheck};
 use crate::pipeline::{self, Mode};
 use crate::plan::{Plan, Reason};
 use crate::request::{self, Environment, Input, Verdict};
@@ -42,6 +43,8 @@ pub struct Explanation {
     pub nix_answer: String,
     /// What the hook would warn about on stderr.
     pub warnings: Vec<String>,
+    /// Whether Nix's build users can open the device nodes exposed (tagged builds only).
+    pub build_users: Option<AccessCheck>,
 }
 
 /// Explains what a build of `drv` (and/or one requiring `extra_features`) would get.
@@ -73,6 +76,10 @@ pub fn explain(
         None => Vec::new(),
     };
     let pipeline::Outcome { plan, answer } = pipeline::run(&req, Mode::Explain);
+    let build_users = req
+        .tagged()
+        .filter(|_| plan.exposures.iter().any(|e| e.reason.is_device()))
+        .map(|config| build_users::check(&plan, &config.host_root));
     let (verdict, nix_answer) = match answer {
         Ok(answer) => {
             let verdict = match &req.verdict {
@@ -103,6 +110,7 @@ pub fn explain(
         verdict,
         nix_answer,
         warnings: req.warnings,
+        build_users,
     }
 }
 
@@ -210,7 +218,17 @@ pub fn render_text(e: &Explanation) -> String {
             s.line(format!("    fix: {}", p.fix));
         }
     }
-    for w in e.warnings.iter().chain(&e.plan.warnings) {
+    if let Some(check) = &e.build_users {
+        s.blank();
+        s.line(format!("build users: {}", check.builders.describe()));
+    }
+    let access = e.build_users.as_ref().map(AccessCheck::warnings);
+    for w in e
+        .warnings
+        .iter()
+        .chain(&e.plan.warnings)
+        .chain(access.iter().flatten())
+    {
         s.blank();
         s.line(format!("warning:     {w}"));
     }
@@ -255,6 +273,7 @@ mod tests {
             verdict: "untagged".into(),
             nix_answer: String::new(),
             warnings: vec!["w\r\nverdict: forged".into()],
+            build_users: None,
         };
         let text = render_text(&e);
         let verdicts: Vec<&str> = text.lines().filter(|l| l.contains("verdict:")).collect();

@@ -14,6 +14,7 @@
 //!    as a private namespace ([`exec`], with [`elfdeps`] for the command's libraries).
 
 pub mod act;
+pub mod build_users;
 mod bytes;
 pub mod closure;
 pub mod config;

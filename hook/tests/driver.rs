@@ -107,6 +107,19 @@ impl Root {
 
     /// Runs the hook as Nix would for a tagged .drv; returns its answer and the manifest.
     fn hook(&self, config: &Path) -> (String, Manifest) {
+        let (out, chroot) = self.run_hook(config);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let name = cuda_sandbox_hook::manifest_file::name_for(Some(&chroot));
+        let manifest = Manifest::read(&self.path("run/manifests").join(name)).unwrap();
+        (String::from_utf8(out.stdout).unwrap(), manifest)
+    }
+
+    /// Runs the hook as Nix would for a tagged .drv; returns its output and the chroot.
+    fn run_hook(&self, config: &Path) -> (std::process::Output, PathBuf) {
         let drv = self.path("t.drv");
         std::fs::write(
             &drv,
@@ -122,14 +135,7 @@ impl Root {
             .env("CUDA_SANDBOX_CONFIG", config)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let name = cuda_sandbox_hook::manifest_file::name_for(Some(&chroot));
-        let manifest = Manifest::read(&self.path("run/manifests").join(name)).unwrap();
-        (String::from_utf8(out.stdout).unwrap(), manifest)
+        (out, chroot)
     }
 }
 
@@ -349,4 +355,111 @@ fn jetson_gets_tegra_devices_and_host_only_libraries() {
         .to_string()
         .contains("only on discrete-GPU hosts"));
     assert_eq!(e["plan"]["driver"]["host_cuda_version"], "12.2");
+}
+
+/// After a driver upgrade without a reboot: user space 535.309.01 (the real Debian libcuda's
+/// name) under a loaded 550.54.14 kernel module.
+#[test]
+fn a_stale_user_space_driver_fails_tagged_builds_with_one_line_naming_both_versions() {
+    if !root_available(
+        "a_stale_user_space_driver_fails_tagged_builds_with_one_line_naming_both_versions",
+    ) {
+        return;
+    }
+    let r = Root::new("550.54.14");
+    r.host_library("libcuda.so.535.309.01", "libcuda.so.1");
+    r.host_library("libnvidia-ml.so.535.309.01", "libnvidia-ml.so.1");
+    r.ldconfig();
+    let config = r.config(&[]);
+    let (out, chroot) = r.run_hook(&config);
+    assert!(!out.status.success(), "a stale driver was exposed");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    for needle in ["t.drv", "535.309.01", "550.54.14", "reboot", "reinstall"] {
+        assert!(
+            lines[0].contains(needle),
+            "{needle:?} missing from {}",
+            lines[0]
+        );
+    }
+    let name = cuda_sandbox_hook::manifest_file::name_for(Some(&chroot));
+    assert!(
+        !r.path("run/manifests").join(name).exists(),
+        "a refused build left a manifest"
+    );
+
+    let e = r.explain(&config);
+    let problems = e["plan"]["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{e:#}");
+    assert!(problems[0]["what"].as_str().unwrap().contains("550.54.14"));
+    let text = r.explain_text(&config);
+    assert!(text.contains("problems:"), "{text}");
+    assert!(text.contains("verdict:     FAILS"), "{text}");
+}
+
+/// The NixOS layout after `nixos-rebuild switch`: `/run/opengl-driver` is the new driver,
+/// `/run/booted-system` still names the old one, in the store, which matches the module.
+#[test]
+fn a_stale_nixos_driver_link_is_offered_the_booted_systems_driver() {
+    if !root_available("a_stale_nixos_driver_link_is_offered_the_booted_systems_driver") {
+        return;
+    }
+    let r = Root::new("550.54.14");
+    let store = r.path("store");
+    let driver = |name: &str, version: &str| {
+        let lib = store.join(name).join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        let file = format!("libcuda.so.{version}");
+        shared_library(&lib.join(&file), Some("libcuda.so.1")).unwrap();
+        std::os::unix::fs::symlink(&file, lib.join("libcuda.so.1")).unwrap();
+        store.join(name)
+    };
+    let new = driver("nnn-graphics-drivers", "560.35.03");
+    let old = driver("ooo-graphics-drivers", "550.54.14");
+    let system = store.join("sss-nixos-system");
+    std::fs::create_dir_all(system.join("etc/tmpfiles.d")).unwrap();
+    std::fs::write(
+        system.join("etc/tmpfiles.d/graphics-driver.conf"),
+        format!(
+            "'L+' '/run/opengl-driver' '-' '-' '-' '-' {}\n",
+            old.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(r.path("root/run")).unwrap();
+    std::os::unix::fs::symlink(&new, r.path("root/run/opengl-driver")).unwrap();
+    std::os::unix::fs::symlink(&system, r.path("root/run/booted-system")).unwrap();
+    let config = r.config(&[]);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("store_dir = \"{}\"\n{text}", store.display()),
+    )
+    .unwrap();
+
+    let (out, _) = r.run_hook(&config);
+    assert!(!out.status.success(), "a stale driver was exposed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "560.35.03",
+        "550.54.14",
+        &format!("ln -sfn {} /run/opengl-driver", old.display()),
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} missing from {stderr}");
+    }
+
+    // Once the link points at the booted driver again, it is no longer stale (this fake
+    // store is no Nix store, so only its closure is then a problem).
+    std::fs::remove_file(r.path("root/run/opengl-driver")).unwrap();
+    std::os::unix::fs::symlink(&old, r.path("root/run/opengl-driver")).unwrap();
+    let e = r.explain(&config);
+    let problems = e["plan"]["problems"].to_string();
+    assert!(!problems.contains("kernel module"), "{e:#}");
+    assert_eq!(e["plan"]["driver"]["kernel_driver"], "550.54.14");
 }

@@ -84,7 +84,9 @@ fn probe(
     for out in &build.out_paths {
         let name = out.file_name().unwrap().to_string_lossy();
         let name = name.split_once('-').unwrap().1.to_string();
-        reports.insert(name, std::fs::read_to_string(out).unwrap());
+        // A report quotes the first bytes of each driver file, which may be ELF.
+        let report = String::from_utf8_lossy(&std::fs::read(out).unwrap()).into_owned();
+        reports.insert(name, report);
     }
     (build.ok(), build.log, reports)
 }
@@ -206,4 +208,57 @@ fn broken_config_fails_tagged_builds_only() {
                 && l.contains("line 4")),
         "{log}"
     );
+}
+
+/// A fake host whose driver link holds the fake driver named `libcuda.so.535.104.05` while
+/// the kernel module `kernel` is loaded; the rule configures the driver.
+fn driver_host(kernel: &str) -> FakeHost {
+    let host = FakeHost::new(1, true, "", &["cuda"], "[rule.driver]\ncompat = []\n");
+    std::fs::create_dir_all(host.root.join("proc/driver/nvidia")).unwrap();
+    std::fs::write(
+        host.root.join("proc/driver/nvidia/version"),
+        format!("NVRM version: NVIDIA UNIX x86_64 Kernel Module  {kernel}  (FAKE)\n"),
+    )
+    .unwrap();
+    cuda_sandbox_testkit::run_ok(
+        std::process::Command::new(cuda_sandbox_testkit::workspace_binary("make-fake-driver"))
+            .arg(host.root.join("run/opengl-driver/lib"))
+            .args(["--libcuda-version", "535.104.05"]),
+    );
+    host
+}
+
+#[test]
+fn a_stale_driver_fails_the_tagged_build_in_the_hook_and_a_matching_one_builds() {
+    if !nix_available("a_stale_driver_fails_the_tagged_build_in_the_hook_and_a_matching_one_builds")
+    {
+        return;
+    }
+    let host = driver_host("550.54.14");
+    let sandbox = NixSandbox::with_hook(Path::new(HOOK), &host.config);
+    let (ok, log, _) = probe(&sandbox, &[], &["tagged"]);
+    assert!(!ok, "a tagged build ran on a stale driver:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("cuda-sandbox-hook: error:"))
+        .unwrap_or_else(|| panic!("no hook error line in the build log:\n{log}"));
+    for needle in ["probe-tagged.drv", "535.104.05", "550.54.14", "reboot"] {
+        assert!(line.contains(needle), "{needle:?} missing from {line:?}");
+    }
+    // Untagged builds on the same host are untouched.
+    let (ok, log, reports) = probe(&sandbox, &[], &["untagged"]);
+    assert!(ok, "untagged build failed:\n{log}");
+    assert!(reports["probe-untagged"].contains("driver absent"));
+
+    // After the reboot the module matches, and the same build gets the driver.
+    std::fs::write(
+        host.root.join("proc/driver/nvidia/version"),
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  (FAKE)\n",
+    )
+    .unwrap();
+    let (ok, log, reports) = probe(&sandbox, &[], &["tagged"]);
+    assert!(ok, "a matching driver failed:\n{log}");
+    let r = &reports["probe-tagged"];
+    assert!(r.contains("driver present"), "{r}");
+    assert!(r.contains("char /dev/nvidia0 195:0"), "{r}");
 }

@@ -98,6 +98,8 @@ impl Plan {
             .and_then(|p| view.snapshot.real_paths.get(p))
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
         let facts = host_facts(&view.facts, real_name.as_deref());
+        let at_link = matches!(source, HostSource::Link(_)).then_some(link.as_path());
+        self.add_stale_driver(rule, &view.facts, real_name.as_deref(), at_link);
 
         let candidates = self.compat_candidates(driver);
         let choice = choice::choose(&facts, candidates);

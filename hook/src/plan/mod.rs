@@ -9,8 +9,10 @@
 mod devices;
 mod driver;
 mod paths;
+mod stale;
 
 pub use driver::DriverSource;
+pub use stale::{stale_driver, StaleDriver};
 
 use crate::closure::store_path_of;
 use crate::config::Config;

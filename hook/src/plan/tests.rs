@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 struct Hand {
     platform: Option<Platform>,
     kernel_driver: Option<String>,
+    booted_driver: Option<crate::scan::BootedDriver>,
     nodes: BTreeMap<PathBuf, Node>,
     real_paths: BTreeMap<PathBuf, PathBuf>,
     globs: BTreeMap<String, GlobMatches>,
@@ -45,6 +46,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Plan {
         platform: hand.platform,
         kernel_driver: hand.kernel_driver.clone(),
         l4t: None,
+        booted_driver: hand.booted_driver.clone(),
     };
     let rooted = Space::Rooted {
         root: &config.host_root,
@@ -502,6 +504,100 @@ fn compat_not_listing_the_host_driver_is_rejected_with_its_reason() {
     assert!(d
         .libcuda
         .contains(&"/run/opengl-driver/lib/libcuda.so.1".to_string()));
+}
+
+/// `driver_host` with the kernel module `kernel` loaded under the 535.104.05 user space.
+fn stale_host(kernel: &str) -> Hand {
+    let mut v = with_real_libcuda(driver_host(compat(Some(vec![535]), 12090)));
+    v.compat.clear();
+    v.kernel_driver = Some(kernel.into());
+    v
+}
+
+/// `v` with the real path the scan records for the driver link's libcuda.
+fn with_real_libcuda(mut v: Hand) -> Hand {
+    v.real_paths.insert(
+        "/fake/run/opengl-driver/lib/libcuda.so.1".into(),
+        "/nix/store/aaa-driver/lib/libcuda.so.535.104.05".into(),
+    );
+    v
+}
+
+#[test]
+fn a_user_space_driver_newer_than_the_kernel_module_is_a_problem_naming_both() {
+    let c = config("[rule.driver]\n");
+    let plan = decide_on(&request(&c, None), &c, &stale_host("550.54.14"));
+    assert_eq!(plan.problems.len(), 1, "{:?}", plan.problems);
+    let line = plan.problems[0].to_string();
+    for needle in [
+        "535.104.05",
+        "550.54.14",
+        "reboot",
+        "/proc/driver/nvidia/version",
+    ] {
+        assert!(line.contains(needle), "{needle:?} missing from {line}");
+    }
+    assert!(
+        !line.contains("ln -sfn"),
+        "no booted driver was found: {line}"
+    );
+}
+
+#[test]
+fn the_booted_systems_driver_is_offered_when_it_matches_the_kernel_module() {
+    let c = config("[rule.driver]\n");
+    let mut host = stale_host("550.54.14");
+    host.booted_driver = Some(crate::scan::BootedDriver {
+        driver: "/nix/store/bbb-graphics-drivers".into(),
+        libcuda_version: Some("550.54.14".into()),
+    });
+    let plan = decide_on(&request(&c, None), &c, &host);
+    let line = plan.problems[0].to_string();
+    assert!(
+        line.contains("ln -sfn /nix/store/bbb-graphics-drivers /run/opengl-driver"),
+        "{line}"
+    );
+    // A booted driver of yet another version is not offered.
+    host.booted_driver.as_mut().unwrap().libcuda_version = Some("545.29.06".into());
+    let plan = decide_on(&request(&c, None), &c, &host);
+    assert!(!plan.problems[0].to_string().contains("ln -sfn"));
+}
+
+#[test]
+fn a_matching_driver_and_an_unknown_kernel_module_are_no_problem() {
+    let c = config("[rule.driver]\n");
+    let plan = decide_on(&request(&c, None), &c, &stale_host("535.104.05"));
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    let mut host = stale_host("550.54.14");
+    host.kernel_driver = None;
+    let plan = decide_on(&request(&c, None), &c, &host);
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+}
+
+#[test]
+fn a_compat_driver_newer_than_the_kernel_module_is_no_stale_driver_but_the_hosts_must_match() {
+    let c = config("[rule.driver]\ncompat = [\"/usr/local/cuda*/compat\"]\n");
+    let plan = decide_on(
+        &request(&c, None),
+        &c,
+        &with_real_libcuda(driver_host(compat(Some(vec![535]), 12090))),
+    );
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    assert_eq!(plan.driver.as_ref().unwrap().kind, DriverKind::Compat);
+    let mut stale = with_real_libcuda(driver_host(compat(None, 12090)));
+    stale.kernel_driver = Some("550.54.14".into());
+    let plan = decide_on(&request(&c, None), &c, &stale);
+    assert_eq!(plan.problems.len(), 1, "{:?}", plan.problems);
+    assert!(plan.problems[0].what.contains("535.104.05"));
+}
+
+#[test]
+fn a_jetson_is_exempt() {
+    let c = config("[rule.driver]\n");
+    let mut host = stale_host("550.54.14");
+    host.platform = Some(Platform::Tegra);
+    let plan = decide_on(&request(&c, None), &c, &host);
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
 }
 
 #[test]

@@ -16,6 +16,7 @@
 //! [`crate::plan::decide`] works on it alone, so the decision is unit-tested on views made by
 //! hand. How to add a source: `docs/architecture.md`.
 
+pub mod booted;
 pub mod devices;
 pub mod driver;
 pub mod paths;
@@ -28,6 +29,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub use booted::BootedDriver;
 pub use devices::{DeviceScan, DeviceView, GlobError, GlobMatches};
 pub use driver::{CompatSeen, DriverView, HostLibraries};
 pub use paths::{EntrySymlinks, PathOrigin, PathView, ENTRY_SYMLINKS_MAX};
@@ -55,6 +57,9 @@ pub struct HostFacts {
     pub kernel_driver: Option<String>,
     /// The L4T release (major, revision) from `/etc/nv_tegra_release`.
     pub l4t: Option<(u32, String)>,
+    /// The booted NixOS system's driver, read only when a matched rule has a driver and the
+    /// kernel module's version is known (a stale driver is then offered this one).
+    pub booted_driver: Option<BootedDriver>,
 }
 
 impl HostFacts {
@@ -208,10 +213,15 @@ fn host_facts(config: &Config, rules: &[(RuleId, &Rule)]) -> HostFacts {
     let tegra = tegra_release.is_some()
         || read("/sys/devices/soc0/family")
             .is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("tegra"));
+    let kernel_driver = read("/proc/driver/nvidia/version")
+        .as_deref()
+        .and_then(versions::kernel_module_version);
+    let has_driver = rules.iter().any(|(_, r)| r.driver.is_some());
     HostFacts {
-        kernel_driver: read("/proc/driver/nvidia/version")
-            .as_deref()
-            .and_then(versions::kernel_module_version),
+        booted_driver: (has_driver && kernel_driver.is_some())
+            .then(|| booted::booted_driver(&config.host_root, &config.store_dir))
+            .flatten(),
+        kernel_driver,
         l4t: tegra_release.as_deref().and_then(versions::l4t_release),
         platform: Some(if tegra {
             Platform::Tegra
