@@ -7,6 +7,7 @@ use std::process::Command;
 
 use common::{run, run_without_devices, FakeDriver};
 use cuda_sandbox_check::checks::driver::LibraryFacts;
+use cuda_sandbox_check::checks::entry_points::EntryPointsFacts;
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
 use cuda_sandbox_check::checks::nvml::ConsistencyFacts;
 use fake_driver::{FakeDevice, Mode, Sidecar};
@@ -296,14 +297,10 @@ fn several_gpus_are_matched_between_cuda_and_nvml_by_uuid() {
 fn entry_points_resolve_to_the_abi_of_the_requested_version() {
     let driver = FakeDriver::driver(&Sidecar::default());
     let symbols = |run: &common::Run| {
-        let list = run
-            .fact("driver::entry_points", "symbols")
-            .as_array()
-            .unwrap()
-            .clone();
+        let facts: EntryPointsFacts = run.facts("driver::entry_points");
         move |symbol: &str| {
-            let entry = list.iter().find(|e| e["symbol"] == symbol).unwrap();
-            entry["expected_export"].as_str().unwrap().to_owned()
+            let entry = facts.symbols.iter().find(|e| e.symbol == symbol).unwrap();
+            entry.expected_export.clone()
         }
     };
     let new = run(
