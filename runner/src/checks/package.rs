@@ -26,7 +26,7 @@ use cuda_sandbox_elfkit::fatbin::Capability;
 use serde_json::{json, Value};
 
 use crate::check::Outcome;
-use crate::checks::runtime::{judge as judge_runtimes, Candidate};
+use crate::checks::runtime::{judge as judge_runtimes, Candidate, CudartFile};
 use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::loaded::LoadedFile;
 use crate::cuda::version::CudaVersion;
@@ -299,7 +299,10 @@ pub fn runtimes(session: &Session) -> Outcome {
                 Some((_, r)) => Candidate::loaded(r),
                 None => Candidate {
                     file: file.path.display().to_string(),
-                    cudart: json!({ "path": &file.path }),
+                    cudart: CudartFile {
+                        path: file.path.clone(),
+                        real_path: None,
+                    },
                     form: match runtime.form {
                         RuntimeForm::StaticCopy => "static libcudart",
                         _ => "libcudart",
