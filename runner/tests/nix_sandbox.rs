@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use common::{report_facts, FakeDriver, RUNNER};
 use cuda_sandbox_check::checks::devices::NodesFacts;
+use cuda_sandbox_check::checks::driver::LibraryFacts;
+use cuda_sandbox_check::checks::kernel::SaxpyFacts;
 use cuda_sandbox_testkit::{
     builder_sandbox_paths, driver_mount, nix_available, nonce, workspace_binary, FakeHost,
     NixSandbox,
@@ -102,17 +104,16 @@ fn runner_as_builder_passes_with_the_hook_and_writes_its_report_to_out() {
         assert_eq!(verdict(check), "pass", "{check}: {report:#}");
     }
     assert_eq!(verdict("runtime::entry_points"), "skipped");
-    let library = &report["checks"]["driver::library"]["facts"];
+    let library: LibraryFacts = report_facts(&report, "driver::library");
     assert_eq!(
-        library["path"], "/run/opengl-driver/lib/libcuda.so.1",
+        library.path,
+        Path::new("/run/opengl-driver/lib/libcuda.so.1"),
         "{report:#}"
     );
     let nodes: NodesFacts = report_facts(&report, "devices::nodes");
     assert_eq!(nodes.gpu_nodes[0], Path::new("/dev/nvidia0"), "{report:#}");
-    assert_eq!(
-        report["checks"]["kernel::saxpy"]["facts"]["elements"],
-        65536
-    );
+    let saxpy: SaxpyFacts = report_facts(&report, "kernel::saxpy");
+    assert_eq!(saxpy.elements, 65536, "{report:#}");
     assert_eq!(report["summary"]["exit_code"], 0);
 }
 

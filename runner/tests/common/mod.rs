@@ -83,11 +83,6 @@ impl Run {
         }
     }
 
-    /// A fact of `check`.
-    pub fn fact(&self, check: &str, key: &str) -> &Value {
-        &self.check(check)["facts"][key]
-    }
-
     /// The facts of `check` as its typed facts (e.g. `LibraryFacts` of `driver::library`), or
     /// a panic showing the whole output.
     pub fn facts<T: DeserializeOwned>(&self, check: &str) -> T {
