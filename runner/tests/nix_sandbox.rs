@@ -11,6 +11,7 @@ use common::{report_facts, FakeDriver, RUNNER};
 use cuda_sandbox_check::checks::devices::NodesFacts;
 use cuda_sandbox_check::checks::driver::LibraryFacts;
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
+use cuda_sandbox_check::checks::package::{DriverFacts, ObjectSearch};
 use cuda_sandbox_testkit::{
     builder_sandbox_paths, driver_mount, nix_available, nonce, workspace_binary, FakeHost,
     NixSandbox,
@@ -337,8 +338,13 @@ fn package_driver_check_follows_each_objects_runpath_inside_the_sandbox() {
             .contains("1 object(s) opening libcuda.so.1 get the libcuda.so.1 this runner loaded"),
         "{message}"
     );
+    let driver: DriverFacts = report_facts(&report, "package::driver");
     assert_eq!(
-        check["facts"]["objects"][0]["gets"], "/run/opengl-driver/lib/libcuda.so.1",
+        driver.objects[0].found,
+        ObjectSearch::Found {
+            gets: "/run/opengl-driver/lib/libcuda.so.1".into(),
+            right: true
+        },
         "{report:#}"
     );
     let runtimes = &report["checks"]["package::runtimes"];
