@@ -9,7 +9,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The NVIDIA character device major number (`/dev/nvidiaN`, `/dev/nvidiactl`).
 pub const NVIDIA_MAJOR: u32 = 195;
@@ -19,7 +19,7 @@ pub const NVIDIACTL_MINOR: u32 = 255;
 pub const KERNEL_MODULE_FILE: &str = "/proc/driver/nvidia/version";
 
 /// What a device path held.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Node {
     /// A character device with these numbers.
@@ -47,7 +47,7 @@ impl Node {
 }
 
 /// The device nodes in a device root at one moment.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeSnapshot {
     /// The directory looked at (`/dev`, or `--dev-root`).
     pub dev_root: PathBuf,

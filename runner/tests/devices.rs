@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::{can_make_devices, run, FakeDriver};
+use cuda_sandbox_check::checks::devices::NodesFacts;
 use cuda_sandbox_testkit::{mknod_char, FakeDevices, NVIDIA_MAJOR};
 use fake_driver::{FakeDevice, Mode, Sidecar};
 
@@ -36,10 +37,8 @@ fn complete_tree_passes() {
         "pass",
         &["2 GPU node(s) present for 1 CUDA device(s)"],
     );
-    assert_eq!(
-        run.fact("devices::nodes", "nvidiactl"),
-        &serde_json::json!([195, 255])
-    );
+    let nodes: NodesFacts = run.facts("devices::nodes");
+    assert_eq!(nodes.nvidiactl, Some((195, 255)));
 }
 
 #[test]

@@ -13,7 +13,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::artifacts_dir;
+use common::{artifacts_dir, report_facts};
+use cuda_sandbox_check::checks::driver::LibraryFacts;
 use cuda_sandbox_testkit::{
     nix_available, nonce, workspace_binary, Build, FakeDevices, NixSandbox,
 };
@@ -276,9 +277,10 @@ fn nixos_link_host_driver_passes() {
 
     let report = report(&host.check(LINK_LIB, "host"));
     assert_all_pass(&report);
+    let library: LibraryFacts = report_facts(&report, "driver::library");
     assert_eq!(
-        report["checks"]["driver::library"]["facts"]["path"],
-        "/run/opengl-driver/lib/libcuda.so.1"
+        library.path,
+        Path::new("/run/opengl-driver/lib/libcuda.so.1")
     );
     assert!(message(&report, "driver::library").contains("the host driver the hook chose"));
     assert_eq!(report["manifest"]["status"], "loaded", "{report:#}");
@@ -340,10 +342,10 @@ fn jetson_compat_first_passes() {
 
     let report = report(&host.check(&format!("{compat_dir}:{LINK_LIB}"), "compat"));
     assert_all_pass(&report);
-    let library = &report["checks"]["driver::library"];
+    let library: LibraryFacts = report_facts(&report, "driver::library");
     assert_eq!(
-        library["facts"]["path"],
-        format!("{compat_dir}/libcuda.so.1").as_str()
+        library.path,
+        PathBuf::from(format!("{compat_dir}/libcuda.so.1"))
     );
     assert!(
         message(&report, "driver::library").contains("the compat driver the hook chose"),
@@ -524,9 +526,10 @@ fn other_distro_ld_cache_libraries_pass_without_libc() {
 
     let report = report(&host.check(LINK_LIB, "host"));
     assert_all_pass(&report);
+    let library: LibraryFacts = report_facts(&report, "driver::library");
     assert_eq!(
-        report["checks"]["driver::library"]["facts"]["path"],
-        "/run/opengl-driver/lib/libcuda.so.1"
+        library.path,
+        Path::new("/run/opengl-driver/lib/libcuda.so.1")
     );
     assert_eq!(report["manifest"]["content"]["driver"]["kind"], "host");
 }

@@ -7,7 +7,9 @@ use std::process::Command;
 
 use common::{run, run_without_devices, FakeDriver};
 use cuda_sandbox_check::checks::driver::LibraryFacts;
+use cuda_sandbox_check::checks::entry_points::EntryPointsFacts;
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
+use cuda_sandbox_check::checks::nvml::ConsistencyFacts;
 use fake_driver::{FakeDevice, Mode, Sidecar};
 
 fn sidecar(mode: Mode) -> Sidecar {
@@ -249,7 +251,8 @@ fn compat_is_recognised_from_the_kernel_driver_version() {
     let expected = run_without_devices(&driver.dir, &["--expect-driver", "compat"]);
     assert_eq!(expected.code, 0, "{expected}");
     expected.assert_check("nvml::consistency", "pass", &["compat active", "470.82.01"]);
-    assert_eq!(expected.fact("nvml::consistency", "compat_active"), true);
+    let nvml: ConsistencyFacts = expected.facts("nvml::consistency");
+    assert_eq!(nvml.compat_active, Some(true), "{nvml:?}");
 
     let wrong = run_without_devices(&driver.dir, &["--expect-driver", "host", "nvml::"]);
     assert_eq!(wrong.code, 101, "{wrong}");
@@ -270,7 +273,8 @@ fn host_driver_fails_a_compat_expectation() {
         "fail",
         &["expected a cuda_compat driver", "host"],
     );
-    assert_eq!(run.fact("nvml::consistency", "compat_active"), false);
+    let nvml: ConsistencyFacts = run.facts("nvml::consistency");
+    assert_eq!(nvml.compat_active, Some(false), "{nvml:?}");
 }
 
 #[test]
@@ -283,22 +287,20 @@ fn several_gpus_are_matched_between_cuda_and_nvml_by_uuid() {
     let run = run_without_devices(&driver.dir, &["nvml::"]);
     assert_eq!(run.code, 0, "{run}");
     run.assert_check("nvml::consistency", "pass", &["agree on 3 GPU(s)"]);
-    let cuda = run.fact("nvml::consistency", "cuda_devices");
-    assert_eq!(cuda[2]["uuid"], FakeDevice::generated(2).uuid.as_str());
+    let nvml: ConsistencyFacts = run.facts("nvml::consistency");
+    let cuda = nvml.cuda_devices.expect("CUDA lists its devices");
+    assert_eq!(cuda[2].uuid, FakeDevice::generated(2).uuid);
+    assert_eq!(nvml.gpus.map(|g| g.len()), Some(3));
 }
 
 #[test]
 fn entry_points_resolve_to_the_abi_of_the_requested_version() {
     let driver = FakeDriver::driver(&Sidecar::default());
     let symbols = |run: &common::Run| {
-        let list = run
-            .fact("driver::entry_points", "symbols")
-            .as_array()
-            .unwrap()
-            .clone();
+        let facts: EntryPointsFacts = run.facts("driver::entry_points");
         move |symbol: &str| {
-            let entry = list.iter().find(|e| e["symbol"] == symbol).unwrap();
-            entry["expected_export"].as_str().unwrap().to_owned()
+            let entry = facts.symbols.iter().find(|e| e.symbol == symbol).unwrap();
+            entry.expected_export.clone()
         }
     };
     let new = run(

@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{run_with_env, run_without_devices, FakeDriver, RUNNER};
+use common::{report_facts, run_with_env, run_without_devices, FakeDriver, RUNNER};
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
 use fake_driver::{Mode, Sidecar};
 
@@ -163,8 +163,7 @@ fn default_saxpy_runs_two_to_the_24_elements() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    let facts: SaxpyFacts =
-        serde_json::from_value(report["checks"]["kernel::saxpy"]["facts"].clone()).unwrap();
+    let facts: SaxpyFacts = report_facts(&report, "kernel::saxpy");
     assert_eq!(facts.elements, 1 << 24);
     assert_eq!(facts.bytes_moved, 12.0 * f64::from(1 << 24));
     assert_eq!(facts.wrong_elements, 0);

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{can_make_devices, run, run_without_devices, FakeDriver};
+use cuda_sandbox_check::checks::devices::NodesFacts;
 use cuda_sandbox_check::checks::driver::LibraryFacts;
 use cuda_sandbox_manifest::versions::CudaVersion;
 use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
@@ -336,7 +337,8 @@ fn devices_the_manifest_lists_must_be_present() {
     ];
     let ok = run(&d.host.dir, &args);
     ok.assert_check("devices::nodes", "pass", &["1 GPU node(s)"]);
-    assert_eq!(ok.fact("devices::nodes", "manifest_gpu_nodes"), 1);
+    let nodes: NodesFacts = ok.facts("devices::nodes");
+    assert_eq!(nodes.manifest_gpu_nodes, Some(1));
 
     write_manifest(
         &d.manifest,
@@ -378,10 +380,8 @@ fn cuda_device_count_must_equal_the_leased_gpus() {
     write_leased_manifest(&d.manifest, driver.clone(), &devices, &[1]);
     let one = run(&d.host.dir, &args);
     one.assert_check("devices::nodes", "pass", &["for 1 CUDA device(s)"]);
-    assert_eq!(
-        one.fact("devices::nodes", "manifest_leased_gpus"),
-        &serde_json::json!([1])
-    );
+    let nodes: NodesFacts = one.facts("devices::nodes");
+    assert_eq!(nodes.manifest_leased_gpus, Some(vec![1]));
 
     write_leased_manifest(&d.manifest, driver, &devices, &[0, 1]);
     let two = run(&d.host.dir, &args);

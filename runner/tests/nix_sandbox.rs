@@ -7,7 +7,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{FakeDriver, RUNNER};
+use common::{report_facts, FakeDriver, RUNNER};
+use cuda_sandbox_check::checks::devices::NodesFacts;
+use cuda_sandbox_check::checks::driver::LibraryFacts;
+use cuda_sandbox_check::checks::kernel::SaxpyFacts;
+use cuda_sandbox_check::checks::package::{DriverFacts, ObjectSearch};
 use cuda_sandbox_testkit::{
     builder_sandbox_paths, driver_mount, nix_available, nonce, workspace_binary, FakeHost,
     NixSandbox,
@@ -101,19 +105,16 @@ fn runner_as_builder_passes_with_the_hook_and_writes_its_report_to_out() {
         assert_eq!(verdict(check), "pass", "{check}: {report:#}");
     }
     assert_eq!(verdict("runtime::entry_points"), "skipped");
-    let library = &report["checks"]["driver::library"]["facts"];
+    let library: LibraryFacts = report_facts(&report, "driver::library");
     assert_eq!(
-        library["path"], "/run/opengl-driver/lib/libcuda.so.1",
+        library.path,
+        Path::new("/run/opengl-driver/lib/libcuda.so.1"),
         "{report:#}"
     );
-    assert_eq!(
-        report["checks"]["devices::nodes"]["facts"]["gpu_nodes"][0],
-        "/dev/nvidia0"
-    );
-    assert_eq!(
-        report["checks"]["kernel::saxpy"]["facts"]["elements"],
-        65536
-    );
+    let nodes: NodesFacts = report_facts(&report, "devices::nodes");
+    assert_eq!(nodes.gpu_nodes[0], Path::new("/dev/nvidia0"), "{report:#}");
+    let saxpy: SaxpyFacts = report_facts(&report, "kernel::saxpy");
+    assert_eq!(saxpy.elements, 65536, "{report:#}");
     assert_eq!(report["summary"]["exit_code"], 0);
 }
 
@@ -155,16 +156,19 @@ fn runner_as_builder_sees_exactly_its_leased_gpu() {
     assert!(build.ok(), "nix-build failed:\n{}", build.log);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&build.out_paths[0]).unwrap()).unwrap();
-    let nodes = &report["checks"]["devices::nodes"];
-    assert_eq!(nodes["verdict"], "pass", "{report:#}");
-    let leased = nodes["facts"]["manifest_leased_gpus"].as_array().unwrap();
-    assert_eq!(leased.len(), 1, "{report:#}");
     assert_eq!(
-        nodes["facts"]["gpu_nodes"],
-        serde_json::json!([format!("/dev/nvidia{}", leased[0])]),
+        report["checks"]["devices::nodes"]["verdict"], "pass",
         "{report:#}"
     );
-    assert_eq!(nodes["facts"]["cuda_device_count"], 1, "{report:#}");
+    let nodes: NodesFacts = report_facts(&report, "devices::nodes");
+    let leased = nodes.manifest_leased_gpus.expect("a manifest");
+    assert_eq!(leased.len(), 1, "{report:#}");
+    assert_eq!(
+        nodes.gpu_nodes,
+        [PathBuf::from(format!("/dev/nvidia{}", leased[0]))],
+        "{report:#}"
+    );
+    assert_eq!(nodes.cuda_device_count, Some(1), "{report:#}");
     for check in ["kernel::saxpy", "nvml::consistency"] {
         assert_eq!(
             report["checks"][check]["verdict"], "pass",
@@ -334,8 +338,13 @@ fn package_driver_check_follows_each_objects_runpath_inside_the_sandbox() {
             .contains("1 object(s) opening libcuda.so.1 get the libcuda.so.1 this runner loaded"),
         "{message}"
     );
+    let driver: DriverFacts = report_facts(&report, "package::driver");
     assert_eq!(
-        check["facts"]["objects"][0]["gets"], "/run/opengl-driver/lib/libcuda.so.1",
+        driver.objects[0].found,
+        ObjectSearch::Found {
+            gets: "/run/opengl-driver/lib/libcuda.so.1".into(),
+            right: true
+        },
         "{report:#}"
     );
     let runtimes = &report["checks"]["package::runtimes"];

@@ -12,6 +12,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use cuda_sandbox_check::checks::runtime::RuntimesFacts;
 use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
 use serde_json::Value;
 
@@ -267,17 +268,18 @@ fn every_loadable_runtime_is_checked_in_the_loaders_order() {
         .unwrap();
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap())
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
-    let cudarts = report["checks"]["runtime::compatibility"]["facts"]["cudarts"]
-        .as_array()
-        .unwrap();
-    let files: Vec<&str> = cudarts
+    let facts: RuntimesFacts =
+        serde_json::from_value(report["checks"]["runtime::compatibility"]["facts"].clone())
+            .unwrap_or_else(|e| panic!("{e}: {report:#}"));
+    let files: Vec<&Path> = facts
+        .cudarts
         .iter()
-        .map(|c| c["cudart"]["real_path"].as_str().unwrap())
+        .map(|c| c.cudart.real_path.as_deref().expect("a loaded runtime"))
         .collect();
     assert_eq!(files.len(), 2, "{files:?}");
     assert!(files[0].ends_with("libcudart.so.11.0"), "{files:?}");
     assert!(files[1].ends_with("libcudart.so.12"), "{files:?}");
-    assert!(Path::new(files[0]).starts_with(real.dir()), "{files:?}");
+    assert!(files[0].starts_with(real.dir()), "{files:?}");
     // One process that can load both gets two ABIs of the same driver functions.
     let check = &report["checks"]["runtime::compatibility"];
     assert_eq!(check["verdict"], "fail", "{check}");

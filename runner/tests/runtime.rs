@@ -6,6 +6,7 @@
 mod common;
 
 use common::{run_without_devices, FakeDriver};
+use cuda_sandbox_check::checks::runtime::{RuntimeEntryPointsFacts, RuntimesFacts};
 use fake_driver::assemble::LIBCUDART;
 use fake_driver::{Sidecar, ALL_LIBRARIES};
 
@@ -53,10 +54,8 @@ fn runtime_older_than_the_driver_agrees_with_it() {
     );
     // Without --api-version, the driver check asks at min(driver, runtime) first.
     run.assert_check("driver::entry_points", "pass", &["at 12.0:"]);
-    assert_eq!(
-        run.fact("runtime::entry_points", "cudarts")[0]["compared_at"],
-        "12.0"
-    );
+    let entry_points: RuntimeEntryPointsFacts = run.facts("runtime::entry_points");
+    assert_eq!(entry_points.cudarts[0].compared_at, "12.0");
 }
 
 #[test]
@@ -70,11 +69,9 @@ fn runtime_equal_to_the_driver_is_found_on_the_library_path() {
         &["libcudart 12.2 on driver 12.2: supported"],
     );
     run.assert_check("runtime::entry_points", "pass", &["libcudart 12.2"]);
-    let found = run.fact("runtime::compatibility", "cudarts")[0]["cudart"]["path"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(found.starts_with(driver.dir.to_str().unwrap()), "{found}");
+    let compatibility: RuntimesFacts = run.facts("runtime::compatibility");
+    let found = &compatibility.cudarts[0].cudart.path;
+    assert!(found.starts_with(&driver.dir), "{found:?}");
 }
 
 #[test]

@@ -3,12 +3,46 @@
 //! hook's manifest, every device it says it exposed must be here, and when the hook leased
 //! this build its own GPUs, CUDA must see exactly that many devices.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
-use crate::check::Outcome;
-use crate::facts;
+use crate::check::{facts_of, Outcome};
 use crate::session::Session;
+
+/// What `devices::nodes` reports (the report's `facts`), whether it passes or fails.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodesFacts {
+    /// The directory looked at (`/dev`, or `--dev-root`).
+    pub dev_root: PathBuf,
+    /// Every `nvidiaN` there before any driver call, sorted by N.
+    pub gpu_nodes: Vec<PathBuf>,
+    /// `nvidiactl`'s (major, minor) before any driver call, when it was a character device.
+    pub nvidiactl: Option<(u32, u32)>,
+    /// `nvidia-uvm`'s (major, minor) before any driver call, when it was a character device.
+    pub nvidia_uvm: Option<(u32, u32)>,
+    /// The nodes as they were before any driver call, which the check judges.
+    pub nodes_before_driver_calls: NodeSnapshot,
+    /// `nvidiactl` after the driver ran (the real `cuInit`, as root, creates it).
+    pub nvidiactl_now: Node,
+    /// The major number `/proc/devices` gives `nvidia-uvm`, when listed.
+    pub nvidia_uvm_major_in_proc_devices: Option<u32>,
+    /// How many devices CUDA reports, when it can say.
+    pub cuda_device_count: Option<usize>,
+    /// Why CUDA cannot say how many devices there are.
+    pub cuda_device_count_unavailable: Option<String>,
+    /// The manifest in brief, or a string saying why there is none
+    /// ([`crate::expectations::ManifestState::fact`]).
+    pub manifest: Value,
+    /// The device paths the manifest says the hook exposed, when there is a manifest.
+    pub manifest_devices: Option<Vec<String>>,
+    /// How many of those are `/dev/nvidiaN`, when there is a manifest.
+    pub manifest_gpu_nodes: Option<usize>,
+    /// The GPUs the hook leased this build, when there is a manifest.
+    pub manifest_leased_gpus: Option<Vec<u32>>,
+}
 
 /// The major number of `nvidia-uvm` in /proc/devices, when listed.
 fn uvm_major_from_proc() -> Option<u32> {
@@ -89,7 +123,7 @@ pub fn nodes(session: &Session) -> Outcome {
         )),
     }
 
-    let gpus: Vec<(u32, std::path::PathBuf)> = before
+    let gpus: Vec<(u32, PathBuf)> = before
         .gpus
         .iter()
         .map(|(n, p, _)| (*n, p.clone()))
@@ -169,21 +203,26 @@ pub fn nodes(session: &Session) -> Outcome {
         }
     }
 
-    let facts = facts! {
-        "dev_root" => root,
-        "gpu_nodes" => gpus.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
-        "nvidiactl" => match before.nvidiactl { Node::Char(a, b) => Some((a, b)), _ => None },
-        "nvidia_uvm" => match before.nvidia_uvm { Node::Char(a, b) => Some((a, b)), _ => None },
-        "nodes_before_driver_calls" => before,
-        "nvidiactl_now" => Node::at(&ctl),
-        "nvidia_uvm_major_in_proc_devices" => uvm_expected,
-        "cuda_device_count" => cuda_count.as_ref().ok(),
-        "cuda_device_count_unavailable" => cuda_count.as_ref().err().map(ToString::to_string),
-        "manifest" => session.manifest.fact(),
-        "manifest_devices" => session.manifest.manifest().map(|m| &m.devices),
-        "manifest_gpu_nodes" => session.manifest.manifest().map(|_| manifest_gpus),
-        "manifest_leased_gpus" => session.manifest.manifest().map(|m| &m.leased_gpus),
+    let char_numbers = |node: &Node| match node {
+        Node::Char(major, minor) => Some((*major, *minor)),
+        _ => None,
     };
+    let manifest = session.manifest.manifest();
+    let facts = facts_of(&NodesFacts {
+        dev_root: root.clone(),
+        gpu_nodes: gpus.iter().map(|(_, p)| p.clone()).collect(),
+        nvidiactl: char_numbers(&before.nvidiactl),
+        nvidia_uvm: char_numbers(&before.nvidia_uvm),
+        nodes_before_driver_calls: before.clone(),
+        nvidiactl_now: Node::at(&ctl),
+        nvidia_uvm_major_in_proc_devices: uvm_expected,
+        cuda_device_count: cuda_count.as_ref().ok().copied(),
+        cuda_device_count_unavailable: cuda_count.as_ref().err().map(ToString::to_string),
+        manifest: session.manifest.fact(),
+        manifest_devices: manifest.map(|m| m.devices.clone()),
+        manifest_gpu_nodes: manifest.map(|_| manifest_gpus),
+        manifest_leased_gpus: manifest.map(|m| m.leased_gpus.clone()),
+    });
     match problems.first() {
         None => Outcome::pass(
             format!(

@@ -8,23 +8,74 @@
 //! newest variant (measured on 535 and 470). The check confirms and reports that, because it
 //! is how code built against newer headers silently gets an older ABI.
 
-use serde_json::{json, Value};
+use std::os::raw::c_int;
 
-use crate::check::Outcome;
+use serde::{Deserialize, Serialize};
+
+use crate::check::{facts_of, Outcome};
 use crate::cuda::driver::Driver;
 use crate::cuda::symbols::{abi_boundaries, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::session::Session;
 
+/// What `cuGetProcAddress` answered for one checked function, beside its versioned export.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SymbolAnswer {
+    /// The base name, e.g. `cuMemAlloc`.
+    pub symbol: String,
+    /// The export `dlsym` gives for it at the version compared with, e.g. `cuMemAlloc_v2`.
+    pub expected_export: String,
+    /// The CUresult, when the driver could be asked.
+    pub result: Option<c_int>,
+    /// `symbolStatus` (0 found, 1 not found, 2 version not sufficient); `None` from the 11.3
+    /// ABI.
+    pub symbol_status: Option<c_int>,
+    /// Whether the answer is CUDA_SUCCESS with exactly that export's address.
+    pub matches: bool,
+}
+
+/// The answers at one API version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionAnswers {
+    /// The version asked at, e.g. `12.0`.
+    pub api_version: String,
+    /// Every checked function that exists there.
+    pub symbols: Vec<SymbolAnswer>,
+}
+
+/// What `driver::entry_points` reports once it has probed the driver (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryPointsFacts {
+    /// The export used: `cuGetProcAddress_v2` or `cuGetProcAddress`.
+    pub get_proc_address: String,
+    /// The driver's CUDA version.
+    pub driver_version: String,
+    /// The version the process would ask at (`--api-version`, else min(runtime, driver), else
+    /// the driver's).
+    pub api_version: String,
+    /// The answers there.
+    pub symbols: Vec<SymbolAnswer>,
+    /// Every version probed.
+    pub api_versions: Vec<String>,
+    /// The answers at each of them.
+    pub per_version: Vec<VersionAnswers>,
+    /// The next major above the driver's version, e.g. `13.0` for a 12.2 driver.
+    pub above_driver_version: String,
+    /// The answers there, compared with the driver's own variants.
+    pub above_driver_symbols: Vec<SymbolAnswer>,
+    /// Whether above its version the driver answers with its newest variants.
+    pub above_driver_answers_with_newest: bool,
+}
+
 /// Compares `cuGetProcAddress(symbol, version)` with `dlsym(expected export at
 /// expected_at)` for every checked symbol that exists at `expected_at`; returns the
-/// per-symbol facts and the mismatches.
+/// per-symbol answers and the mismatches.
 pub fn compare_with_exports(
     driver: &Driver,
     version: CudaVersion,
     expected_at: CudaVersion,
-) -> (Vec<Value>, Vec<String>) {
+) -> (Vec<SymbolAnswer>, Vec<String>) {
     let mut facts = Vec::new();
     let mut mismatches = Vec::new();
     for entry in CHECKED_SYMBOLS {
@@ -47,13 +98,13 @@ pub fn compare_with_exports(
                 _ => format!("{} at {version} is not {expected}", entry.symbol),
             });
         }
-        facts.push(json!({
-            "symbol": entry.symbol,
-            "expected_export": expected,
-            "result": answer.map(|a| a.code),
-            "symbol_status": answer.and_then(|a| a.symbol_status),
-            "matches": ok,
-        }));
+        facts.push(SymbolAnswer {
+            symbol: entry.symbol.to_owned(),
+            expected_export: expected.to_owned(),
+            result: answer.map(|a| a.code),
+            symbol_status: answer.and_then(|a| a.symbol_status),
+            matches: ok,
+        });
     }
     (facts, mismatches)
 }
@@ -122,23 +173,26 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
     for version in &versions {
         let (symbols, wrong) = compare_with_exports(driver, *version, *version);
         compared += symbols.len();
-        per_version.push(json!({ "api_version": version.to_string(), "symbols": symbols }));
+        per_version.push(VersionAnswers {
+            api_version: version.to_string(),
+            symbols,
+        });
         mismatches.extend(wrong);
     }
 
     // Above the driver's version: the real driver answers with its newest variants.
     let above = CudaVersion((driver_version.0 / 1000 + 1) * 1000);
     let (above_symbols, above_wrong) = compare_with_exports(driver, above, driver_version);
-    let facts = facts! {
-        "get_proc_address" => export,
-        "driver_version" => driver_version.to_string(),
-        "api_version" => primary.to_string(),
-        "symbols" => primary_symbols,
-        "api_versions" => versions.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "per_version" => per_version,
-        "above_driver_version" => above.to_string(),
-        "above_driver_symbols" => above_symbols,
-        "above_driver_answers_with_newest" => above_wrong.is_empty(),
+    let facts = EntryPointsFacts {
+        get_proc_address: export.to_owned(),
+        driver_version: driver_version.to_string(),
+        api_version: primary.to_string(),
+        symbols: primary_symbols,
+        api_versions: versions.iter().map(ToString::to_string).collect(),
+        per_version,
+        above_driver_version: above.to_string(),
+        above_driver_symbols: above_symbols,
+        above_driver_answers_with_newest: above_wrong.is_empty(),
     };
     if let Some(first) = mismatches.first() {
         return Outcome::fail(
@@ -146,7 +200,7 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
                 "{export} disagrees with the driver's exports ({first}): this libcuda.so.1 is \
                  inconsistent (mixed driver files?); expose one complete driver"
             ),
-            facts,
+            facts_of(&facts),
         )
         .with_detail(mismatches.join("\n"));
     }
@@ -170,9 +224,9 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
         format!(
             "{export} at {primary}: {} symbols match their versioned exports, and so at every \
              other ABI boundary ({}; {compared} lookups in all); {above_note}",
-            facts["symbols"].as_array().map_or(0, Vec::len),
+            facts.symbols.len(),
             others.join(", "),
         ),
-        facts,
+        facts_of(&facts),
     )
 }

@@ -6,11 +6,13 @@ use std::ffi::OsStr;
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::access::Access;
-use crate::check::Outcome;
+use crate::check::{facts_of, Outcome};
 use crate::cli::ExpectDriver;
+use crate::cuda::devices::CudaDevice;
 use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
 use crate::facts;
 use crate::session::Session;
@@ -20,11 +22,43 @@ use cuda_sandbox_manifest::DriverKind;
 pub const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
 
 /// One GPU as NVML sees it.
-#[derive(Debug, Clone, serde::Serialize)]
-struct NvmlDevice {
-    name: String,
-    uuid: String,
-    compute_capability: Option<String>,
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmlDevice {
+    /// Its product name.
+    pub name: String,
+    /// Its UUID (`GPU-…`), by which it is matched with CUDA's device.
+    pub uuid: String,
+    /// `major.minor`, when NVML gives it.
+    pub compute_capability: Option<String>,
+}
+
+/// What `nvml::consistency` reports once NVML answers with the kernel driver's version (the
+/// report's `facts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsistencyFacts {
+    /// The kernel driver's version, as NVML gives it (e.g. `535.104.05`).
+    pub kernel_driver: String,
+    /// The CUDA version that kernel driver's branch provides, when the branch is known.
+    pub kernel_driver_cuda_version: Option<String>,
+    /// The CUDA version NVML says the driver provides.
+    pub nvml_cuda_driver_version: Option<String>,
+    /// The CUDA version the loaded `libcuda.so.1` provides, when it loads.
+    pub loaded_libcuda_cuda_version: Option<String>,
+    /// Whether the loaded libcuda is a cuda_compat one (newer than the kernel driver's CUDA);
+    /// `None` when either version is unknown.
+    pub compat_active: Option<bool>,
+    /// `--expect-driver`, spelled as given.
+    pub expect_driver: Option<String>,
+    /// The manifest in brief, or a string saying why there is none
+    /// ([`crate::expectations::ManifestState::fact`]).
+    pub manifest: Value,
+    /// The GPUs NVML sees, when it can list them.
+    pub nvml_devices: Option<Vec<NvmlDevice>>,
+    /// The GPUs CUDA sees, when it can list them.
+    pub cuda_devices: Option<Vec<CudaDevice>>,
+    /// `name uuid` of each GPU NVML and CUDA agree on: only when the check passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<String>>,
 }
 
 /// One line for an NVML failure: cause and fix.
@@ -96,16 +130,17 @@ pub fn consistency(session: &Session) -> Outcome {
     };
     let nvml_devices = devices(&nvml);
     let cuda_devices = session.devices();
-    let facts = facts! {
-        "kernel_driver" => &kernel_driver,
-        "kernel_driver_cuda_version" => kernel_cuda.map(|v| v.to_string()),
-        "nvml_cuda_driver_version" => nvml_cuda,
-        "loaded_libcuda_cuda_version" => loaded_cuda.map(|v| v.to_string()),
-        "compat_active" => compat_active,
-        "expect_driver" => expect.map(ExpectDriver::describe),
-        "manifest" => session.manifest.fact(),
-        "nvml_devices" => nvml_devices.as_ref().ok(),
-        "cuda_devices" => cuda_devices.as_ref().ok(),
+    let mut facts = ConsistencyFacts {
+        kernel_driver: kernel_driver.clone(),
+        kernel_driver_cuda_version: kernel_cuda.map(|v| v.to_string()),
+        nvml_cuda_driver_version: nvml_cuda,
+        loaded_libcuda_cuda_version: loaded_cuda.map(|v| v.to_string()),
+        compat_active,
+        expect_driver: expect.map(ExpectDriver::describe),
+        manifest: session.manifest.fact(),
+        nvml_devices: nvml_devices.as_ref().ok().cloned(),
+        cuda_devices: cuda_devices.as_ref().ok().map(|d| d.to_vec()),
+        gpus: None,
     };
     let which = match compat_active {
         Some(true) => format!(
@@ -126,7 +161,7 @@ pub fn consistency(session: &Session) -> Outcome {
                      the kernel module; expose the host driver's own libnvidia-ml (the hook's \
                      driver link) and nothing else"
                 ),
-                facts,
+                facts_of(&facts),
             );
         }
         match (m.kind, compat_active) {
@@ -139,7 +174,7 @@ pub fn consistency(session: &Session) -> Outcome {
                         m.cuda_version
                             .map_or_else(|| "unknown".to_string(), |v| v.to_string())
                     ),
-                    facts,
+                    facts_of(&facts),
                 )
             }
             (DriverKind::Host, Some(true)) => {
@@ -149,7 +184,7 @@ pub fn consistency(session: &Session) -> Outcome {
                          the compat directory from DT_RUNPATH and LD_LIBRARY_PATH",
                         m.reason.trim_end_matches('.')
                     ),
-                    facts,
+                    facts_of(&facts),
                 )
             }
             _ => {}
@@ -160,7 +195,7 @@ pub fn consistency(session: &Session) -> Outcome {
         (Some(ExpectDriver::Host), Some(true)) => {
             return Outcome::fail(
                 format!("expected the host driver but {which}: the hook chose cuda_compat; check its compat policy"),
-                facts,
+                facts_of(&facts),
             )
         }
         (Some(ExpectDriver::Compat), Some(false)) => {
@@ -169,13 +204,13 @@ pub fn consistency(session: &Session) -> Outcome {
                     "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
                      the compat libcuda is not exposed ahead of the host one"
                 ),
-                facts,
+                facts_of(&facts),
             )
         }
         (Some(ExpectDriver::Host | ExpectDriver::Compat), None) => {
             return Outcome::fail(
                 format!("cannot tell host from compat: {which}"),
-                facts,
+                facts_of(&facts),
             )
         }
         _ => {}
@@ -183,11 +218,13 @@ pub fn consistency(session: &Session) -> Outcome {
 
     let nvml_devices = match nvml_devices {
         Ok(devices) => devices,
-        Err(error) => return Outcome::fail(explain(&error, &session.access), facts),
+        Err(error) => return Outcome::fail(explain(&error, &session.access), facts_of(&facts)),
     };
     let cuda_devices = match cuda_devices {
         Ok(devices) => devices,
-        Err(why) => return Outcome::fail(format!("cannot compare with CUDA: {why}"), facts),
+        Err(why) => {
+            return Outcome::fail(format!("cannot compare with CUDA: {why}"), facts_of(&facts))
+        }
     };
     if nvml_devices.len() != cuda_devices.len() {
         return Outcome::fail(
@@ -197,7 +234,7 @@ pub fn consistency(session: &Session) -> Outcome {
                 nvml_devices.len(),
                 cuda_devices.len()
             ),
-            facts,
+            facts_of(&facts),
         );
     }
     // NVML and CUDA may order GPUs differently: match by UUID.
@@ -210,7 +247,7 @@ pub fn consistency(session: &Session) -> Outcome {
                          libnvidia-ml come from different drivers",
                         cuda.ordinal, cuda.name, cuda.uuid
                     ),
-                    facts,
+                    facts_of(&facts),
                 )
             }
             Some(n) if n.name != cuda.name => {
@@ -220,23 +257,23 @@ pub fn consistency(session: &Session) -> Outcome {
                          from different drivers",
                         cuda.uuid, cuda.name, n.name
                     ),
-                    facts,
+                    facts_of(&facts),
                 )
             }
             Some(_) => {}
         }
     }
-    let names: Vec<String> = cuda_devices
-        .iter()
-        .map(|d| format!("{} {}", d.name, d.uuid))
-        .collect();
-    let mut outcome = Outcome::pass(
+    facts.gpus = Some(
+        cuda_devices
+            .iter()
+            .map(|d| format!("{} {}", d.name, d.uuid))
+            .collect(),
+    );
+    Outcome::pass(
         format!(
             "{which}; NVML and CUDA agree on {} GPU(s)",
             cuda_devices.len()
         ),
-        facts,
-    );
-    outcome.facts.insert("gpus".into(), json!(names));
-    outcome
+        facts_of(&facts),
+    )
 }

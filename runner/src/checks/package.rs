@@ -23,10 +23,11 @@ use std::path::PathBuf;
 use cuda_sandbox_elfkit::fatbin::rules::Load;
 use cuda_sandbox_elfkit::fatbin::verdict::{judge, FileVerdict};
 use cuda_sandbox_elfkit::fatbin::Capability;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::check::Outcome;
-use crate::checks::runtime::{judge as judge_runtimes, Candidate};
+use crate::check::{facts_of, Outcome};
+use crate::checks::runtime::{judge as judge_runtimes, Candidate, CudartFile};
 use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::loaded::LoadedFile;
 use crate::cuda::version::CudaVersion;
@@ -299,7 +300,10 @@ pub fn runtimes(session: &Session) -> Outcome {
                 Some((_, r)) => Candidate::loaded(r),
                 None => Candidate {
                     file: file.path.display().to_string(),
-                    cudart: json!({ "path": &file.path }),
+                    cudart: CudartFile {
+                        path: file.path.clone(),
+                        real_path: None,
+                    },
                     form: match runtime.form {
                         RuntimeForm::StaticCopy => "static libcudart",
                         _ => "libcudart",
@@ -325,6 +329,53 @@ pub fn runtimes(session: &Session) -> Outcome {
         .with_detail(detail);
     }
     outcome
+}
+
+/// What the loader would give one object of the package that opens libcuda.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectDriver {
+    /// The object's file.
+    pub object: PathBuf,
+    /// Why it opens libcuda (DT_NEEDED, a runtime, a static runtime inside).
+    pub opens: String,
+    /// What its search finds.
+    #[serde(flatten)]
+    pub found: ObjectSearch,
+}
+
+/// What one object's search for `libcuda.so.1` finds, as the report spells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ObjectSearch {
+    /// A `libcuda.so.1` (`gets`: the path found), and whether it is the right one.
+    Found {
+        /// The path the loader would open.
+        gets: PathBuf,
+        /// Whether it is the driver the hook chose, else the one this runner loaded.
+        right: bool,
+    },
+    /// A file the loader would stop at, and why it cannot load it.
+    Error {
+        /// Why the loader refuses it.
+        error: String,
+    },
+    /// Nothing (`gets` is null).
+    NotFound {
+        /// Always `None`.
+        gets: Option<PathBuf>,
+    },
+}
+
+/// What `package::driver` reports once it has objects to judge and a driver to judge them
+/// against (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverFacts {
+    /// What each object must get: the hook's choice, else the runner's own libcuda.
+    pub against: String,
+    /// `LD_LIBRARY_PATH` as this process has it (every object's search includes it).
+    pub ld_library_path: Option<String>,
+    /// Every object that opens libcuda, in the package's order.
+    pub objects: Vec<ObjectDriver>,
 }
 
 /// The driver library name every object asks the loader for.
@@ -433,7 +484,7 @@ pub fn driver(session: &Session) -> Outcome {
         let resolution = resolve(LIBCUDA, &file.path, info, &context, &RealFs);
         let shown = file.path.display();
         let searched = resolution.describe();
-        let verdict = match &resolution.outcome {
+        let found = match &resolution.outcome {
             Search::Found {
                 path, real_path, ..
             } => {
@@ -471,7 +522,10 @@ pub fn driver(session: &Session) -> Outcome {
                         path.display()
                     ));
                 }
-                json!({ "object": &file.path, "opens": why, "gets": path, "right": right })
+                ObjectSearch::Found {
+                    gets: path.clone(),
+                    right,
+                }
             }
             Search::Error { path, reason } => {
                 failures.push(format!(
@@ -479,17 +533,23 @@ pub fn driver(session: &Session) -> Outcome {
                      searches {searched}",
                     path.display()
                 ));
-                json!({ "object": &file.path, "opens": why, "error": reason })
+                ObjectSearch::Error {
+                    error: reason.clone(),
+                }
             }
             Search::NotFound { .. } => {
                 failures.push(format!(
                     "{shown} ({why}) finds no libcuda.so.1: it searches {searched}; add the \
                      driver link to its DT_RUNPATH (Nixpkgs: autoAddDriverRunpath)"
                 ));
-                json!({ "object": &file.path, "opens": why, "gets": null })
+                ObjectSearch::NotFound { gets: None }
             }
         };
-        per_object.push(verdict);
+        per_object.push(ObjectDriver {
+            object: file.path.clone(),
+            opens: (*why).to_owned(),
+            found,
+        });
     }
     let against = match chosen {
         Some(d) => format!(
@@ -502,11 +562,11 @@ pub fn driver(session: &Session) -> Outcome {
         }
         None => "the libcuda.so.1 this runner loaded (no manifest)".to_string(),
     };
-    let facts = facts! {
-        "against" => &against,
-        "ld_library_path" => &ld_library_path,
-        "objects" => per_object,
-    };
+    let facts = facts_of(&DriverFacts {
+        against: against.clone(),
+        ld_library_path,
+        objects: per_object,
+    });
     match failures.split_first() {
         None => Outcome::pass(
             format!(
@@ -526,6 +586,60 @@ pub fn driver(session: &Session) -> Outcome {
             } else {
                 outcome.with_detail(rest.join("\n"))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each search result has the report's shape and reads back as itself.
+
+    use super::*;
+
+    fn object(found: ObjectSearch) -> ObjectDriver {
+        ObjectDriver {
+            object: "/nix/store/x/lib/libcudart.so.12".into(),
+            opens: "a CUDA runtime: it dlopens libcuda.so.1".into(),
+            found,
+        }
+    }
+
+    #[test]
+    fn each_search_result_has_its_report_shape_and_reads_back() {
+        let shapes = [
+            (
+                ObjectSearch::Found {
+                    gets: "/run/opengl-driver/lib/libcuda.so.1".into(),
+                    right: true,
+                },
+                json!({ "gets": "/run/opengl-driver/lib/libcuda.so.1", "right": true }),
+            ),
+            (
+                ObjectSearch::Error {
+                    error: "file too short".into(),
+                },
+                json!({ "error": "file too short" }),
+            ),
+            (
+                ObjectSearch::NotFound { gets: None },
+                json!({ "gets": null }),
+            ),
+        ];
+        for (found, extra) in shapes {
+            let entry = object(found);
+            let mut want = json!({
+                "object": "/nix/store/x/lib/libcudart.so.12",
+                "opens": "a CUDA runtime: it dlopens libcuda.so.1",
+            });
+            want.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let value = serde_json::to_value(&entry).unwrap();
+            assert_eq!(value, want);
+            assert_eq!(
+                serde_json::from_value::<ObjectDriver>(value).unwrap(),
+                entry
+            );
         }
     }
 }

@@ -11,14 +11,18 @@
 //!   pointers `cuGetProcAddress` gives at min(runtime version, driver version), which are the
 //!   versioned exports for that version: the rule the version-mixing hazard follows.
 
-use serde_json::{json, Value};
+use std::os::raw::c_int;
+use std::path::PathBuf;
 
-use crate::check::Outcome;
+use serde::{Deserialize, Serialize};
+
+use crate::check::{facts_of, Outcome};
 use crate::cuda::cudart::{
     error_name, Runtime, RuntimeVersion, CUDART_ERROR_INSUFFICIENT_DRIVER, CUDART_ERROR_NO_DEVICE,
     CUDART_NAMES,
 };
 use crate::cuda::driver::Driver;
+use crate::cuda::loaded::LoadedFile;
 use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
@@ -58,12 +62,108 @@ fn describe_differences(diffs: &[AbiDifference], lower: &str, higher: &str) -> S
             format!(
                 "{} ({lower} gets {}, code built for {higher} expects {})",
                 d.symbol,
-                d.lower.unwrap_or("nothing"),
-                d.higher.unwrap_or("nothing")
+                d.lower.as_deref().unwrap_or("nothing"),
+                d.higher.as_deref().unwrap_or("nothing")
             )
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// A runtime's file as the report names it: where it was loaded from and its real file, or,
+/// for one found in a package and not loaded, its path alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudartFile {
+    /// The path it was loaded or found at.
+    pub path: PathBuf,
+    /// That path with every symlink resolved, for a loaded runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_path: Option<PathBuf>,
+}
+
+impl From<&LoadedFile> for CudartFile {
+    fn from(file: &LoadedFile) -> CudartFile {
+        CudartFile {
+            path: file.path.clone(),
+            real_path: Some(file.real_path.clone()),
+        }
+    }
+}
+
+/// How one runtime was judged, when its version is known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Judged {
+    /// Its major version.
+    pub runtime_major: i32,
+    /// `cudaRuntimeGetVersion`'s error, when it refused to answer.
+    pub runtime_version_error: Option<c_int>,
+    /// The driver version a loaded runtime says it talks to.
+    pub runtime_driver_version: Option<String>,
+    /// How it stands with the driver, e.g. `Supported(CudaVersion(12000))` or `NewerMajor`.
+    pub standing: String,
+    /// The checked functions whose ABI differs between it and the driver, under
+    /// minor-version compatibility.
+    pub abi_differences: Vec<AbiDifference>,
+}
+
+/// One runtime in the facts of `runtime::compatibility` and `package::runtimes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JudgedRuntime {
+    /// Its file.
+    pub cudart: CudartFile,
+    /// How it is present (`libcudart`, `static libcudart`).
+    pub form: String,
+    /// Its version, when known exactly.
+    pub runtime_version: Option<String>,
+    /// The judgement; `None` (and absent from the report) when its version is unknown.
+    #[serde(flatten)]
+    pub judged: Option<Judged>,
+}
+
+/// What `runtime::compatibility` and `package::runtimes` report once there are runtimes and a
+/// driver version to judge them by (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimesFacts {
+    /// The driver's CUDA version they were judged against.
+    pub driver_version: String,
+    /// Every runtime judged, in order.
+    pub cudarts: Vec<JudgedRuntime>,
+}
+
+/// One function as `runtime::entry_points` compared it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeSymbol {
+    /// The base name, e.g. `cuMemAlloc`.
+    pub symbol: String,
+    /// The export for it at min(runtime, driver), e.g. `cuMemAlloc_v2`.
+    pub expected_export: String,
+    /// `cudaGetDriverEntryPoint`'s `cudaError_t`.
+    pub runtime_result: Option<c_int>,
+    /// Its `cudaDriverEntryPointQueryResult`.
+    pub runtime_status: Option<c_int>,
+    /// Whether runtime, `cuGetProcAddress` and the export agree on the address.
+    pub matches: bool,
+}
+
+/// One runtime as `runtime::entry_points` compared it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeEntryPoints {
+    /// Its file.
+    pub cudart: LoadedFile,
+    /// min(runtime version, driver version), where it must resolve.
+    pub compared_at: String,
+    /// Every checked function that exists there.
+    pub symbols: Vec<RuntimeSymbol>,
+}
+
+/// What `runtime::entry_points` reports once the driver gives its version (the report's
+/// `facts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeEntryPointsFacts {
+    /// The driver's CUDA version.
+    pub driver_version: String,
+    /// Every runtime that answered, in the loader's order.
+    pub cudarts: Vec<RuntimeEntryPoints>,
 }
 
 fn no_runtime() -> Outcome {
@@ -81,8 +181,8 @@ fn no_runtime() -> Outcome {
 pub struct Candidate<'r> {
     /// The file, as messages name it.
     pub file: String,
-    /// The file for the report: `{path, real_path}`.
-    pub cudart: Value,
+    /// The file for the report.
+    pub cudart: CudartFile,
     /// How it is present (`libcudart`, `a static copy in`, …), for messages.
     pub form: &'static str,
     /// Its version, when known.
@@ -96,7 +196,7 @@ impl<'r> Candidate<'r> {
     pub fn loaded(runtime: &'r Runtime) -> Candidate<'r> {
         Candidate {
             file: runtime.file.real_path.display().to_string(),
-            cudart: json!(&runtime.file),
+            cudart: CudartFile::from(&runtime.file),
             form: "libcudart",
             version: runtime.version(),
             loaded: Some(runtime),
@@ -114,7 +214,7 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
     // Where each runtime resolves entry points: (a version to compute differences with, the
     // file, how to print the version).
     let mut resolved_at: Vec<(CudaVersion, String, String)> = Vec::new();
-    let mut per_runtime: Vec<Value> = Vec::new();
+    let mut per_runtime: Vec<JudgedRuntime> = Vec::new();
     for candidate in candidates {
         let file = &candidate.file;
         let form = candidate.form;
@@ -128,11 +228,12 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
                      version string), so it is not judged"
                 )),
             }
-            per_runtime.push(json!({
-                "cudart": &candidate.cudart,
-                "form": form,
-                "runtime_version": null,
-            }));
+            per_runtime.push(JudgedRuntime {
+                cudart: candidate.cudart.clone(),
+                form: form.to_owned(),
+                runtime_version: None,
+                judged: None,
+            });
             continue;
         };
         let says_driver = candidate
@@ -221,16 +322,18 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
                 ),
             }),
         }
-        per_runtime.push(json!({
-            "cudart": &candidate.cudart,
-            "form": form,
-            "runtime_version": version.exact.map(|v| v.to_string()),
-            "runtime_major": version.major,
-            "runtime_version_error": version.error,
-            "runtime_driver_version": says_driver.and_then(Result::ok).map(|v| v.to_string()),
-            "standing": format!("{standing:?}"),
-            "abi_differences": diffs,
-        }));
+        per_runtime.push(JudgedRuntime {
+            cudart: candidate.cudart.clone(),
+            form: form.to_owned(),
+            runtime_version: version.exact.map(|v| v.to_string()),
+            judged: Some(Judged {
+                runtime_major: version.major,
+                runtime_version_error: version.error,
+                runtime_driver_version: says_driver.and_then(Result::ok).map(|v| v.to_string()),
+                standing: format!("{standing:?}"),
+                abi_differences: diffs,
+            }),
+        });
     }
     // Two runtimes in one process resolving at different versions hand out different ABIs.
     resolved_at.sort();
@@ -247,10 +350,10 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
             ));
         }
     }
-    let facts = facts! {
-        "driver_version" => driver.to_string(),
-        "cudarts" => per_runtime,
-    };
+    let facts = facts_of(&RuntimesFacts {
+        driver_version: driver.to_string(),
+        cudarts: per_runtime,
+    });
     if failures.is_empty() {
         Outcome::pass(notes.join("; "), facts)
     } else {
@@ -307,7 +410,7 @@ pub fn entry_points(session: &Session) -> Outcome {
     };
     let mut failures: Vec<String> = Vec::new();
     let mut passes: Vec<String> = Vec::new();
-    let mut per_runtime: Vec<Value> = Vec::new();
+    let mut per_runtime: Vec<RuntimeEntryPoints> = Vec::new();
     for runtime in runtimes {
         let file = runtime.file.real_path.display().to_string();
         let Some(function) = runtime.entry_point_export() else {
@@ -366,13 +469,13 @@ pub fn entry_points(session: &Session) -> Outcome {
             if !same {
                 wrong.push(entry.symbol);
             }
-            symbols.push(json!({
-                "symbol": entry.symbol,
-                "expected_export": expected,
-                "runtime_result": from_runtime.map(|e| e.code),
-                "runtime_status": from_runtime.map(|e| e.status),
-                "matches": same,
-            }));
+            symbols.push(RuntimeSymbol {
+                symbol: entry.symbol.to_owned(),
+                expected_export: expected.to_owned(),
+                runtime_result: from_runtime.map(|e| e.code),
+                runtime_status: from_runtime.map(|e| e.status),
+                matches: same,
+            });
         }
         if wrong.is_empty() {
             passes.push(format!(
@@ -387,11 +490,16 @@ pub fn entry_points(session: &Session) -> Outcome {
                 wrong.join(", ")
             ));
         }
-        per_runtime.push(
-            json!({ "cudart": &runtime.file, "compared_at": at.to_string(), "symbols": symbols }),
-        );
+        per_runtime.push(RuntimeEntryPoints {
+            cudart: runtime.file.clone(),
+            compared_at: at.to_string(),
+            symbols,
+        });
     }
-    let facts = facts! { "driver_version" => driver_version.to_string(), "cudarts" => per_runtime };
+    let facts = facts_of(&RuntimeEntryPointsFacts {
+        driver_version: driver_version.to_string(),
+        cudarts: per_runtime,
+    });
     match failures.first() {
         None => Outcome::pass(passes.join("; "), facts),
         Some(first) => {

@@ -5,10 +5,10 @@ use std::ffi::{c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A loaded shared library's file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoadedFile {
     /// The path the loader opened (e.g. `/run/opengl-driver/lib/libcuda.so.1`).
     pub path: PathBuf,

@@ -5,6 +5,8 @@
 //! newer than CUDA 12.2 come from those headers (a newer driver confirms them at run time).
 //! Flags are always 0, so per-thread-stream variants are not involved.
 
+use std::borrow::Cow;
+
 use super::version::CudaVersion;
 
 /// A base symbol and its exports, oldest first: (CUDA version introduced, export name).
@@ -77,15 +79,16 @@ impl VersionedSymbol {
     }
 }
 
-/// One driver function that two CUDA versions see as different ABIs.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// One driver function that two CUDA versions see as different ABIs. The names borrow the
+/// symbol table's; read back from a report, they are owned.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AbiDifference {
     /// The base name, e.g. `cuCtxCreate`.
-    pub symbol: &'static str,
+    pub symbol: Cow<'static, str>,
     /// The export at the lower version (`None`: the function does not exist there).
-    pub lower: Option<&'static str>,
+    pub lower: Option<Cow<'static, str>>,
     /// The export at the higher version.
-    pub higher: Option<&'static str>,
+    pub higher: Option<Cow<'static, str>>,
 }
 
 /// The checked functions whose export differs between `a` and `b` (in either order): what a
@@ -98,9 +101,9 @@ pub fn abi_differences(a: CudaVersion, b: CudaVersion) -> Vec<AbiDifference> {
             let at_lower = entry.expected_export(lower.0);
             let at_higher = entry.expected_export(higher.0);
             (at_lower != at_higher && at_higher.is_some()).then_some(AbiDifference {
-                symbol: entry.symbol,
-                lower: at_lower,
-                higher: at_higher,
+                symbol: entry.symbol.into(),
+                lower: at_lower.map(Cow::from),
+                higher: at_higher.map(Cow::from),
             })
         })
         .collect()
@@ -152,8 +155,8 @@ mod tests {
     fn differences_between_12_2_and_13_0_name_both_sides() {
         let diffs = abi_differences(CudaVersion(13000), CudaVersion(12020));
         let ctx = diffs.iter().find(|d| d.symbol == "cuCtxCreate").unwrap();
-        assert_eq!(ctx.lower, Some("cuCtxCreate_v3"));
-        assert_eq!(ctx.higher, Some("cuCtxCreate_v4"));
+        assert_eq!(ctx.lower.as_deref(), Some("cuCtxCreate_v3"));
+        assert_eq!(ctx.higher.as_deref(), Some("cuCtxCreate_v4"));
         assert!(!diffs.iter().any(|d| d.symbol == "cuMemAlloc"));
     }
 

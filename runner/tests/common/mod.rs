@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use fake_driver::{assemble, FakeLibrary, Sidecar, DRIVER_LIBRARIES};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// The runner binary cargo built for these tests.
@@ -82,14 +83,9 @@ impl Run {
         }
     }
 
-    /// A fact of `check`.
-    pub fn fact(&self, check: &str, key: &str) -> &Value {
-        &self.check(check)["facts"][key]
-    }
-
     /// The facts of `check` as its typed facts (e.g. `LibraryFacts` of `driver::library`), or
     /// a panic showing the whole output.
-    pub fn facts<T: serde::de::DeserializeOwned>(&self, check: &str) -> T {
+    pub fn facts<T: DeserializeOwned>(&self, check: &str) -> T {
         serde_json::from_value(self.check(check)["facts"].clone()).unwrap_or_else(|e| {
             panic!(
                 "{check}: its facts do not read as {}: {e}\n{self}",
@@ -97,6 +93,17 @@ impl Run {
             )
         })
     }
+}
+
+/// The facts of `check` in a report read from a file (a build's `$out`) as its typed facts, or
+/// a panic showing the report.
+pub fn report_facts<T: DeserializeOwned>(report: &Value, check: &str) -> T {
+    serde_json::from_value(report["checks"][check]["facts"].clone()).unwrap_or_else(|e| {
+        panic!(
+            "{check}: its facts do not read as {}: {e}\n{report:#}",
+            std::any::type_name::<T>()
+        )
+    })
 }
 
 impl std::fmt::Display for Run {
