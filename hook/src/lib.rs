@@ -14,6 +14,7 @@
 
 pub mod act;
 mod bytes;
+pub mod cdi;
 pub mod closure;
 pub mod config;
 pub mod discover;
