@@ -47,8 +47,15 @@ pub struct CompatSeen {
     pub libraries: Vec<String>,
 }
 
-/// Scans `driver` under `config`: every path the planner follows is recorded in `fs`.
-pub fn scan(driver: &DriverConfig, config: &Config, fs: &Recorder) -> DriverView {
+/// Scans `driver` under `config`: every path the planner follows is recorded in `fs`. Without
+/// the link, the host's libraries are `from_spec` (those a CDI spec mounts) when given, else
+/// found through the loader cache and the library directories.
+pub fn scan(
+    driver: &DriverConfig,
+    config: &Config,
+    from_spec: Option<Vec<HostLibrary>>,
+    fs: &Recorder,
+) -> DriverView {
     let rooted = Space::Rooted {
         root: &config.host_root,
         store_dir: &config.store_dir,
@@ -61,14 +68,17 @@ pub fn scan(driver: &DriverConfig, config: &Config, fs: &Recorder) -> DriverView
     fs.follow(&libcuda, &libcuda_outside, rooted);
     fs.record_real(&libcuda_outside);
     let link_present = !matches!(fs.lstat(&rooted.outside(&link)), Node::Missing);
-    let host_libraries = (!link_present && driver.host_libraries).then(|| {
+    let wanted = from_spec.is_some() || driver.host_libraries;
+    let host_libraries = (!link_present && wanted).then(|| {
         let mut warnings = Vec::new();
-        let libraries = host::host_libraries(
-            &config.host_root,
-            &config.store_dir,
-            &driver.library_dirs,
-            &mut warnings,
-        );
+        let libraries = from_spec.unwrap_or_else(|| {
+            host::host_libraries(
+                &config.host_root,
+                &config.store_dir,
+                &driver.library_dirs,
+                &mut warnings,
+            )
+        });
         for lib in &libraries {
             fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
             if lib.stem == "libcuda" {
