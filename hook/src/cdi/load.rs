@@ -53,6 +53,16 @@ pub enum SpecError {
     },
 }
 
+impl SpecError {
+    /// The directory or file concerned.
+    pub fn path(&self) -> &Path {
+        match self {
+            SpecError::Dir { dir, .. } | SpecError::TooMany { dir } => dir,
+            SpecError::Read { file, .. } | SpecError::Parse { file, .. } => file,
+        }
+    }
+}
+
 /// One spec file that was read and parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedSpec {

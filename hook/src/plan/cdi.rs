@@ -19,7 +19,7 @@ use super::{Plan, Problem, Reason, Skip, OPTIONAL};
 use crate::cdi::spec::Hook;
 use crate::config::{Config, DriverConfig};
 use crate::discover::host;
-use crate::scan::cdi::{host_path, is_library_name};
+use crate::scan::cdi::{below_library_dir, host_path, is_library_name};
 use crate::scan::{CdiDevice, CdiView, DriverView, HostView};
 use crate::symlinks::{self, Node, Space};
 use serde::Serialize;
@@ -172,28 +172,6 @@ pub struct NotCarriedOut {
     pub why: &'static str,
 }
 
-/// The library directories a spec's libraries are in: their last component.
-fn is_library_dir(name: &str) -> bool {
-    name == "lib" || name == "lib64" || name.ends_with("-linux-gnu")
-}
-
-/// The place of a library below its library directory (`vdpau/libvdpau_nvidia.so.1`): the
-/// part after the last `lib`, `lib64` or multiarch component, else the file name.
-pub fn below_library_dir(path: &Path) -> PathBuf {
-    let names: Vec<&std::ffi::OsStr> = path
-        .components()
-        .filter_map(|c| match c {
-            std::path::Component::Normal(n) => Some(n),
-            _ => None,
-        })
-        .collect();
-    let start = names
-        .iter()
-        .rposition(|n| n.to_str().is_some_and(is_library_dir))
-        .map_or(names.len().saturating_sub(1), |i| i + 1);
-    names[start.min(names.len())..].iter().collect()
-}
-
 /// File names of the host's C and C++ runtime, which must never shadow Nix's.
 fn is_host_runtime(name: &str) -> bool {
     const RUNTIME: &[&str] = &[
@@ -255,7 +233,7 @@ impl Plan {
     ) {
         for e in &cdi.spec_errors {
             let skip = Skip {
-                path: "CDI specs".into(),
+                path: e.path().display().to_string(),
                 why: e.to_string(),
             };
             if !self.skipped.contains(&skip) {
@@ -523,11 +501,17 @@ impl Plan {
             .unwrap_or_default();
         let target_path =
             symlinks::normalize(&link_path.parent().unwrap_or(Path::new("/")).join(target));
-        let mounted = found
-            .edits
-            .mounts
-            .iter()
-            .find(|m| symlinks::normalize(Path::new(&m.container_path)) == target_path);
+        // The target is a mounted file, or the soname link ldconfig makes to one.
+        let mounted = found.edits.mounts.iter().find(|m| {
+            let path = symlinks::normalize(Path::new(&m.container_path));
+            path == target_path
+                || (path.parent() == target_path.parent()
+                    && found
+                        .sonames
+                        .get(&host_path(&m.host_path, config))
+                        .map(Path::new)
+                        == target_path.file_name().map(Path::new))
+        });
         let (true, Some(m)) = (is_library_name(&name) && !at.link_present, mounted) else {
             return Some(CdiEdit::Link {
                 link: link.to_string(),

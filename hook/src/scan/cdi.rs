@@ -53,24 +53,24 @@ impl CdiView {
         for d in self.devices.iter().filter_map(|d| d.found.as_ref().ok()) {
             for m in &d.edits.mounts {
                 let outside = host_path(&m.host_path, config);
-                let Some(file) = Path::new(&m.container_path)
-                    .file_name()
-                    .and_then(|f| f.to_str())
-                else {
+                let inside = symlinks::normalize(Path::new(&m.container_path));
+                let Some(file) = inside.file_name().and_then(|f| f.to_str()) else {
                     continue;
                 };
+                let rel = below_library_dir(&inside);
                 let Some(stem) = host::driver_library_stem(file) else {
                     continue;
                 };
                 let found_in = format!("CDI spec {}", d.spec.display());
-                let names =
-                    std::iter::once(file.to_string()).chain(d.sonames.get(&outside).cloned());
-                for name in names {
+                let names = std::iter::once(rel.clone())
+                    .chain(d.sonames.get(&outside).map(|s| rel.with_file_name(s)));
+                for name in names.filter_map(|n| n.to_str().map(str::to_owned)) {
                     out.entry(name.clone()).or_insert(HostLibrary {
                         name,
                         stem,
                         outside: outside.clone(),
                         found_in: found_in.clone(),
+                        capability: host::capability_of(stem),
                     });
                 }
             }
@@ -94,6 +94,28 @@ pub fn is_library_name(name: &str) -> bool {
         && name
             .split_once(".so")
             .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with('.'))
+}
+
+/// The library directories a spec's libraries are in: their last component.
+fn is_library_dir(name: &str) -> bool {
+    name == "lib" || name == "lib64" || name.ends_with("-linux-gnu")
+}
+
+/// The place of a library below its library directory (`vdpau/libvdpau_nvidia.so.1`): the
+/// part after the last `lib`, `lib64` or multiarch component, else the file name.
+pub fn below_library_dir(path: &Path) -> PathBuf {
+    let names: Vec<&std::ffi::OsStr> = path
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let start = names
+        .iter()
+        .rposition(|n| n.to_str().is_some_and(is_library_dir))
+        .map_or(names.len().saturating_sub(1), |i| i + 1);
+    names[start.min(names.len())..].iter().collect()
 }
 
 /// The specs, read once for every rule that names a CDI device.

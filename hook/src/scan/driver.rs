@@ -6,7 +6,7 @@
 use super::Recorder;
 use crate::config::{Config, DriverConfig};
 use crate::discover::compat::{self, CompatDriver};
-use crate::discover::host::{self, HostLibrary, COMPAT_LIBRARIES};
+use crate::discover::host::{self, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,9 @@ pub struct DriverView {
 pub struct HostLibraries {
     /// The driver libraries, by name.
     pub libraries: Vec<HostLibrary>,
+    /// The driver's data files (ICD files, `nvoptix.bin`); none when the libraries come from a
+    /// CDI spec, whose planner binds the spec's own.
+    pub data_files: Vec<HostDataFile>,
     /// What could not be read.
     pub warnings: Vec<String>,
 }
@@ -71,6 +74,13 @@ pub fn scan(
     let wanted = from_spec.is_some() || driver.host_libraries;
     let host_libraries = (!link_present && wanted).then(|| {
         let mut warnings = Vec::new();
+        let data_files = match from_spec {
+            Some(_) => Vec::new(),
+            None => host::host_data_files(&config.host_root, &config.store_dir),
+        };
+        for f in &data_files {
+            fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
+        }
         let libraries = from_spec.unwrap_or_else(|| {
             host::host_libraries(
                 &config.host_root,
@@ -87,6 +97,7 @@ pub fn scan(
         }
         HostLibraries {
             libraries,
+            data_files,
             warnings,
         }
     });
