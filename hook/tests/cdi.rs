@@ -4,7 +4,9 @@
 //! Checked through `explain --json` and the hook's real answer and manifest.
 
 use cuda_sandbox_manifest::{DriverKind, Manifest};
-use cuda_sandbox_testkit::{mknod_char, root_available, shared_library, write_script};
+use cuda_sandbox_testkit::{
+    mknod_char, nix_available, nonce, root_available, shared_library, write_script, NixSandbox,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -570,4 +572,90 @@ fn untrusted_spec_directories_give_nothing() {
         .to_string()
         .contains("writable by group or others"));
     assert!(e["verdict"].as_str().unwrap().starts_with("FAILS"), "{e:#}");
+}
+
+#[test]
+fn a_sandboxed_build_gets_what_the_cdi_test_spec_lists_with_closures_and_relocated_libraries() {
+    let name =
+        "a_sandboxed_build_gets_what_the_cdi_test_spec_lists_with_closures_and_relocated_libraries";
+    if !nix_available(name) || !testdata_available(name) {
+        return;
+    }
+    let h = Host::new();
+    h.spec(
+        "high",
+        "spec-example.json",
+        &std::fs::read_to_string(Path::new(CDI_TESTDATA).join("good/spec-example.json")).unwrap(),
+    );
+    h.node("vendorroot/dev/card1", 226, 1);
+    h.node("dev/card2", 226, 2);
+    h.node("dev/vendorctl", 240, 0);
+    h.file("usr/lib/libVendor.so.0", Some("libVendor.so.0"));
+    h.file("bin/vendorBin", None);
+    // The real store and nix-store: a store path a spec mounts brings its closure.
+    let config = h.config(
+        &["vendor.com/device=myDevice", "vendor.com/store=driver"],
+        "",
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            &format!("store_dir = \"{}\"\n", h.path("store").display()),
+            "",
+        )
+        .replace(
+            &format!("nix_store = \"{}\"\n", h.path("nix-store").display()),
+            "",
+        );
+    std::fs::write(&config, text).unwrap();
+    let sandbox = NixSandbox::with_hook(Path::new(HOOK), &config);
+    let driver = sandbox.build(
+        &common::nix_file("driver-store.nix"),
+        &[("nonce", &nonce())],
+        &[],
+    );
+    assert!(
+        driver.ok(),
+        "building the fake driver failed:\n{}",
+        driver.log
+    );
+    let driver = driver.out_paths[0].clone();
+    let closure =
+        cuda_sandbox_elfkit::requisites(Path::new("nix-store"), &driver).expect("closure");
+    assert!(closure.len() >= 3, "{closure:?}");
+    h.spec(
+        "high",
+        "store.yaml",
+        &format!(
+            "cdiVersion: 0.5.0\nkind: vendor.com/store\ndevices:\n- name: driver\n  \
+             containerEdits:\n    mounts:\n    - hostPath: {}/lib/libcuda.so.1\n      \
+             containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.1\n",
+            driver.display()
+        ),
+    );
+    let read: Vec<String> = closure.iter().map(|p| p.display().to_string()).collect();
+    let build = sandbox.build(
+        &common::nix_file("cdi-probe.nix"),
+        &[("nonce", &nonce()), ("readPaths", &read.join(" "))],
+        &[],
+    );
+    assert!(build.ok(), "nix-build failed:\n{}", build.log);
+    let r = std::fs::read_to_string(&build.out_paths[0]).unwrap();
+    for line in [
+        "char /dev/card1 226:1",
+        "char /dev/card2 226:2",
+        "char /dev/vendorctl 240:0",
+        "file /run/opengl-driver/lib/libVendor.so.0 .ELF",
+        "file /run/opengl-driver/lib/libcuda.so.1 FAKE libcuda",
+        "absent /bin/vendorBin",
+    ] {
+        assert!(r.contains(line), "the build lacks {line:?}:\n{r}");
+    }
+    for member in &read {
+        assert!(
+            r.contains(&format!("read {member}\n")),
+            "closure member {member}:\n{r}"
+        );
+    }
+    assert!(r.contains("\"/dev/card1\""), "manifest devices:\n{r}");
 }
