@@ -659,3 +659,32 @@ fn a_sandboxed_build_gets_what_the_cdi_test_spec_lists_with_closures_and_relocat
     }
     assert!(r.contains("\"/dev/card1\""), "manifest devices:\n{r}");
 }
+
+#[test]
+fn with_gpus_per_build_a_cdi_rule_leases_one_gpu_of_those_its_spec_lists() {
+    if !root_available("with_gpus_per_build_a_cdi_rule_leases_one_gpu_of_those_its_spec_lists") {
+        return;
+    }
+    let h = Host::new();
+    h.spec(
+        "high",
+        "two.yaml",
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n\
+         - name: all\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n    - path: /dev/nvidia1\n\
+         containerEdits:\n  deviceNodes:\n  - path: /dev/nvidiactl\n",
+    );
+    h.nvidia_nodes();
+    h.node("dev/nvidia1", 195, 1);
+    let config = h.config(&["nvidia.com/gpu=all"], "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("gpus_per_build = 1\n{text}")).unwrap();
+    let (answer, manifest) = h.hook(&config);
+    assert_eq!(manifest.leased_gpus.len(), 1, "{manifest:?}");
+    let gpus: Vec<&String> = manifest
+        .devices
+        .iter()
+        .filter(|d| d.starts_with("/dev/nvidia") && d[11..].bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    assert_eq!(gpus.len(), 1, "{manifest:?}");
+    assert!(answer.contains("/dev/nvidiactl="), "{answer}");
+}

@@ -172,6 +172,22 @@ pub struct NotCarriedOut {
     pub why: &'static str,
 }
 
+/// Why a spec's paths cannot be given to a build: a relative path, or one holding a newline
+/// or `=`, which Nix's pre-build-hook protocol cannot express.
+fn unusable(paths: &[&str]) -> Option<String> {
+    paths.iter().find_map(|p| {
+        if !p.starts_with('/') {
+            Some(format!("{p:?} is not an absolute path"))
+        } else if p.contains(['\n', '=']) {
+            Some(format!(
+                "{p:?} holds a newline or '=', which Nix's pre-build-hook protocol cannot express"
+            ))
+        } else {
+            None
+        }
+    })
+}
+
 /// File names of the host's C and C++ runtime, which must never shadow Nix's.
 fn is_host_runtime(name: &str) -> bool {
     const RUNTIME: &[&str] = &[
@@ -330,6 +346,14 @@ impl Plan {
         }
 
         for n in &edits.device_nodes {
+            if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
+                self.problems.push(Problem {
+                    rule: at.rule.to_string(),
+                    what: format!("CDI {device}: device node {why}"),
+                    fix: "fix the spec (`nvidia-ctk cdi generate`)".to_string(),
+                });
+                continue;
+            }
             let inside = symlinks::normalize(Path::new(&n.path));
             let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
             self.add_cdi_node(
@@ -347,6 +371,13 @@ impl Plan {
             }
             let inside = symlinks::normalize(Path::new(&m.container_path));
             let outside = host_path(&m.host_path, config);
+            if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
+                self.skipped.push(Skip {
+                    path: m.container_path.clone(),
+                    why: format!("CDI {device}: {why}"),
+                });
+                continue;
+            }
             let name = inside
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -604,6 +635,14 @@ mod tests {
             ("/opt/odd/libX.so", "libX.so"),
         ] {
             assert_eq!(below_library_dir(Path::new(path)), Path::new(rel), "{path}");
+        }
+    }
+
+    #[test]
+    fn relative_or_unexpressible_spec_paths_are_refused() {
+        assert!(unusable(&["/dev/nvidia0", "/dev/nvidia0"]).is_none());
+        for bad in ["dev/nvidia0", "/dev/a=b", "/dev/a\nb"] {
+            assert!(unusable(&["/dev/ok", bad]).is_some(), "{bad:?}");
         }
     }
 
