@@ -210,3 +210,24 @@ fn soname_of(path: &Path) -> Option<String> {
         .soname
         .filter(|s| !s.contains('/') && is_library_name(s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libraries_keep_their_place_below_the_library_directory() {
+        for (path, rel) in [
+            ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "libcuda.so.1"),
+            (
+                "/usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.1",
+                "vdpau/libvdpau_nvidia.so.1",
+            ),
+            ("/nix/store/x-nvidia/lib/libcuda.so", "libcuda.so"),
+            ("/usr/lib/libVendor.so.0", "libVendor.so.0"),
+            ("/opt/odd/libX.so", "libX.so"),
+        ] {
+            assert_eq!(below_library_dir(Path::new(path)), Path::new(rel), "{path}");
+        }
+    }
+}
