@@ -8,7 +8,7 @@
 //! - [`load`]: the spec directories (`/etc/cdi`, `/var/run/cdi`), each spec trusted like the
 //!   configuration before it is read, and a device looked up by its name.
 //!
-//! [`crate::scan::cdi`] reads the specs a rule names and [`crate::plan::cdi`] turns what they
+//! [`crate::scan::cdi`] reads the specs a rule names and the CDI planner (`plan/cdi`) turns what they
 //! list into exposures.
 
 pub mod load;

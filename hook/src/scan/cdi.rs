@@ -1,6 +1,6 @@
 //! The CDI source: the devices a rule names, looked up in the spec directories, with what
 //! their specs list (the device's edits, then its spec's) and, for each path, the chain from it
-//! recorded for the planner ([`crate::plan::cdi`]). A library a spec mounts is opened (a
+//! recorded for the CDI planner (`plan/cdi`). A library a spec mounts is opened (a
 //! regular file only, without following a link or blocking) to read its `DT_SONAME`, the name
 //! the loader looks for.
 //!
