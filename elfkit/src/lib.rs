@@ -26,6 +26,8 @@ pub struct DynamicInfo {
     pub runpath: Option<Vec<String>>,
     /// `DT_RPATH`, split at `:`, when the file has one.
     pub rpath: Option<Vec<String>>,
+    /// `DT_SONAME`: the name a library is loaded by (`libcuda.so.1`), when it has one.
+    pub soname: Option<String>,
 }
 
 impl DynamicInfo {
@@ -185,7 +187,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     let mut strtab = None;
     let mut strsz = None;
     let mut needed = Vec::new();
-    let (mut runpath, mut rpath) = (None, None);
+    let (mut runpath, mut rpath, mut soname) = (None, None, None);
     let mut ended = length <= MAX_DYNAMIC_BYTES;
     for entry in entries.chunks_exact(2 * word_size) {
         let tag = word(&entry[..word_size]);
@@ -201,6 +203,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
             Some(elf::DT_NEEDED) => needed.push(value),
             Some(elf::DT_RUNPATH) => runpath = Some(value),
             Some(elf::DT_RPATH) => rpath = Some(value),
+            Some(elf::DT_SONAME) => soname = Some(value),
             _ => {}
         }
     }
@@ -209,7 +212,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
             "not a readable ELF file: its dynamic array has no DT_NULL in {MAX_DYNAMIC_BYTES} bytes"
         ));
     }
-    if needed.is_empty() && runpath.is_none() && rpath.is_none() {
+    if needed.is_empty() && runpath.is_none() && rpath.is_none() && soname.is_none() {
         return Ok(Some(info));
     }
     let strtab = strtab.ok_or("not a readable ELF file: strings named but no DT_STRTAB")?;
@@ -240,6 +243,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     }
     info.runpath = runpath.map(string).transpose()?.map(split);
     info.rpath = rpath.map(string).transpose()?.map(split);
+    info.soname = soname.map(string).transpose()?;
     Ok(Some(info))
 }
 

@@ -157,6 +157,12 @@ pub fn render_text(e: &Explanation) -> String {
                 Reason::SymlinkTarget { link } => format!("symlink target of {}", link.display()),
                 Reason::ClosureMember { of } => format!("closure of {}", of.display()),
                 Reason::Driver { rule, source } => format!("driver: {source} (rule {rule})"),
+                Reason::Cdi {
+                    rule,
+                    device,
+                    spec,
+                    item,
+                } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
                 Reason::Manifest => "manifest for the runner".to_string(),
             };
             s.line(format!("  {place:<60} {why}"));
@@ -167,6 +173,17 @@ pub fn render_text(e: &Explanation) -> String {
         s.line(format!("skipped ({}):", e.plan.skipped.len()));
         for k in &e.plan.skipped {
             s.line(format!("  {:<60} {}", k.path, k.why));
+        }
+    }
+    if !e.plan.not_carried_out.is_empty() {
+        s.blank();
+        s.line(format!(
+            "not carried out ({}):",
+            e.plan.not_carried_out.len()
+        ));
+        for n in &e.plan.not_carried_out {
+            let what = format!("CDI {}: {}", n.device, n.edit);
+            s.line(format!("  {what:<60} {}", n.why));
         }
     }
     if e.plan.closures_cached + e.plan.closures_computed > 0 {

@@ -6,7 +6,7 @@
 //!    ([`config`], trusted like sudoers by the rules of [`trust`]), the matching rules and the
 //!    verdict;
 //! 2. [`scan`] reads the host into a [`scan::HostView`] (with the helpers in [`discover`] and
-//!    [`symlinks`]); it only reads;
+//!    [`symlinks`], and the CDI specs of [`cdi`]); it only reads;
 //! 3. [`plan`] decides, purely, what to expose and why;
 //! 4. [`act`] adds store [`closure`]s, the GPU [`lease`] and the manifest ([`manifest_file`]),
 //!    the only steps that change the host, in verified state directories ([`statedir`]);
@@ -16,6 +16,7 @@
 pub mod act;
 pub mod build_users;
 mod bytes;
+pub mod cdi;
 pub mod closure;
 pub mod config;
 pub mod discover;

@@ -463,3 +463,84 @@ fn a_stale_nixos_driver_link_is_offered_the_booted_systems_driver() {
     assert!(!problems.contains("kernel module"), "{e:#}");
     assert_eq!(e["plan"]["driver"]["kernel_driver"], "550.54.14");
 }
+
+#[test]
+fn without_cdi_an_opengl_build_gets_graphics_and_video_libraries_and_icd_files() {
+    if !root_available(
+        "without_cdi_an_opengl_build_gets_graphics_and_video_libraries_and_icd_files",
+    ) {
+        return;
+    }
+    let r = Root::new("550.54.14");
+    r.host_library("libcuda.so.550.54.14", "libcuda.so.1");
+    r.host_library(
+        "libnvidia-glcore.so.550.54.14",
+        "libnvidia-glcore.so.550.54.14",
+    );
+    r.host_library("libGLX_nvidia.so.550.54.14", "libGLX_nvidia.so.0");
+    r.host_library("libEGL_nvidia.so.550.54.14", "libEGL_nvidia.so.0");
+    r.host_library("libnvcuvid.so.550.54.14", "libnvcuvid.so.1");
+    r.host_library("libnvidia-encode.so.550.54.14", "libnvidia-encode.so.1");
+    r.host_library("libnvoptix.so.550.54.14", "libnvoptix.so.1");
+    r.host_library("libGL.so.1.7.0", "libGL.so.1");
+    r.ldconfig();
+    for (dir, rel) in [
+        ("usr/share", "vulkan/icd.d/nvidia_icd.json"),
+        ("usr/share", "glvnd/egl_vendor.d/10_nvidia.json"),
+        ("usr/share", "nvidia/nvoptix.bin"),
+        ("etc", "vulkan/implicit_layer.d/nvidia_layers.json"),
+    ] {
+        let p = r.path(&format!("root/{dir}/{rel}"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "{}\n").unwrap();
+    }
+    let config = r.config(&[]);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("features = [\"cuda\"]", "features = [\"cuda\", \"opengl\"]");
+    std::fs::write(&config, text).unwrap();
+    let e = common::explain_json(&config, "opengl");
+    let lib = r.path(&format!("root/{LIBDIR}"));
+    let x = e["plan"]["exposures"].as_array().unwrap();
+    let source_of = |inside: &str| {
+        x.iter()
+            .find(|x| x["inside"] == inside)
+            .map(|x| x["reason"]["source"].as_str().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("{inside} not exposed: {e:#}"))
+    };
+    for (name, capability) in [
+        ("libnvidia-glcore.so.550.54.14", "graphics"),
+        ("libGLX_nvidia.so.0", "graphics"),
+        ("libEGL_nvidia.so.0", "graphics"),
+        ("libnvoptix.so.1", "graphics"),
+        ("libnvcuvid.so.1", "video"),
+        ("libnvidia-encode.so.1", "video"),
+        ("libcuda.so.1", "compute"),
+    ] {
+        let source = source_of(&format!("/run/opengl-driver/lib/{name}"));
+        assert_eq!(
+            source,
+            format!("host-library ({capability}) from /etc/ld.so.cache"),
+            "{name}"
+        );
+    }
+    for (rel, from) in [
+        ("vulkan/icd.d/nvidia_icd.json", "/usr/share"),
+        ("glvnd/egl_vendor.d/10_nvidia.json", "/usr/share"),
+        ("nvidia/nvoptix.bin", "/usr/share"),
+        ("vulkan/implicit_layer.d/nvidia_layers.json", "/etc"),
+    ] {
+        let source = source_of(&format!("/run/opengl-driver/share/{rel}"));
+        assert_eq!(
+            source,
+            format!("host-data-file (graphics) from {from}"),
+            "{rel}"
+        );
+    }
+    // The GLVND dispatcher is Nixpkgs' own.
+    assert!(
+        !x.iter()
+            .any(|x| x["outside"] == lib.join("libGL.so.1").display().to_string()),
+        "{e:#}"
+    );
+}

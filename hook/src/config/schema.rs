@@ -47,6 +47,9 @@ pub struct Config {
     /// How long a tagged build waits for enough free GPUs before failing (`0`: fail at once).
     #[serde(default = "default_lease_wait_seconds")]
     pub lease_wait_seconds: u64,
+    /// Where CDI specs are read from, lowest priority first (see [`crate::cdi`]).
+    #[serde(default)]
+    pub cdi_spec_dirs: crate::cdi::SpecDirs,
     /// The rules, each answering to a set of features.
     #[serde(default, rename = "rule")]
     pub rules: Vec<Rule>,
@@ -85,6 +88,10 @@ pub struct Rule {
     /// The NVIDIA driver: where to find it and which compat drivers to consider.
     #[serde(default)]
     pub driver: Option<DriverConfig>,
+    /// CDI devices (`nvidia.com/gpu=all`) whose specs' device nodes and mounts the build gets
+    /// (see [`crate::cdi`]).
+    #[serde(default)]
+    pub cdi: Vec<crate::cdi::DeviceName>,
 }
 
 /// Where the driver comes from, and the `cuda_compat` drivers to consider.
@@ -278,6 +285,7 @@ mod tests {
             gpus_per_build: 0,
             max_gpus_per_build: 0,
             lease_wait_seconds: default_lease_wait_seconds(),
+            cdi_spec_dirs: crate::cdi::SpecDirs::default(),
             rules: vec![Rule {
                 name: "nvidia".to_string(),
                 features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
@@ -300,6 +308,7 @@ mod tests {
                 paths: Vec::new(),
                 mounts: Vec::new(),
                 driver: Some(DriverConfig::default()),
+                cdi: Vec::new(),
             }],
         }
     }

@@ -6,22 +6,110 @@ use super::ldcache;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Stems of the compute driver's libraries (the NVIDIA container toolkit's list, DESIGN.md §5).
-pub const DRIVER_LIBRARIES: &[&str] = &[
-    "libcuda",
-    "libnvidia-ptxjitcompiler",
-    "libnvidia-nvvm",
-    "libcudadebugger",
-    "libnvidia-ml",
-    "libnvidia-gpucomp",
-    "libnvidia-pkcs11",
-    "libnvidia-pkcs11-openssl3",
-    "libnvidia-tileiras",
-    "libnvidia-allocator",
-    "libnvidia-opencl",
-    "libnvidia-cfg",
-    "libnvidia-nscq",
+/// What a driver library or file is for: the NVIDIA container toolkit's driver capabilities
+/// (`NVIDIA_DRIVER_CAPABILITIES`, whose `graphics` the `opengl` feature asks for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capability {
+    /// CUDA and OpenCL.
+    Compute,
+    /// NVML and the configuration libraries (`nvidia-smi`'s).
+    Utility,
+    /// Video decoding and encoding (NVDEC, NVENC, optical flow).
+    Video,
+    /// OpenGL, EGL, GLX, Vulkan and OptiX.
+    Graphics,
+}
+
+impl std::fmt::Display for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Capability::Compute => "compute",
+            Capability::Utility => "utility",
+            Capability::Video => "video",
+            Capability::Graphics => "graphics",
+        })
+    }
+}
+
+/// Stems of the driver's libraries by capability: the lists of libnvidia-container
+/// (`src/nvc_info.c`: `utility_libs`, `compute_libs`, `video_libs`, `graphics_libs`,
+/// `graphics_libs_glvnd`), which the NVIDIA container toolkit mounts for each capability.
+/// Left out: the GLVND dispatchers (`libGL`, `libEGL`, …, which Nixpkgs brings itself), and
+/// `libvdpau_nvidia`, which lives in a `vdpau/` directory of its own.
+pub const DRIVER_LIBRARIES: &[(Capability, &[&str])] = &[
+    (
+        Capability::Compute,
+        &[
+            "libcuda",
+            "libcudadebugger",
+            "libnvidia-opencl",
+            "libnvidia-gpucomp",
+            "libnvidia-ptxjitcompiler",
+            "libnvidia-fatbinaryloader",
+            "libnvidia-allocator",
+            "libnvidia-compiler",
+            "libnvidia-pkcs11",
+            "libnvidia-pkcs11-openssl3",
+            "libnvidia-nvvm",
+            "libnvidia-tileiras",
+        ],
+    ),
+    (
+        Capability::Utility,
+        &["libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"],
+    ),
+    (
+        Capability::Video,
+        &["libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"],
+    ),
+    (
+        Capability::Graphics,
+        &[
+            "libnvidia-eglcore",
+            "libnvidia-glcore",
+            "libnvidia-tls",
+            "libnvidia-glsi",
+            "libnvidia-fbc",
+            "libnvidia-ifr",
+            "libnvidia-rtcore",
+            "libnvoptix",
+            "libGLX_nvidia",
+            "libEGL_nvidia",
+            "libGLESv2_nvidia",
+            "libGLESv1_CM_nvidia",
+            "libnvidia-glvkspirv",
+            "libnvidia-cbl",
+        ],
+    ),
 ];
+
+/// The driver's data files by capability, relative to a configuration directory (`/etc`,
+/// `/usr/share`): the NVIDIA container toolkit's graphics mounts (`internal/discover/graphics.go`:
+/// the EGL vendor and external-platform files, `nvoptix.bin`, the Vulkan ICD and layer files).
+/// They are bound under the driver link's `share`, where Nixpkgs' loaders look.
+pub const DRIVER_DATA_FILES: &[(Capability, &str)] = &[
+    (Capability::Graphics, "glvnd/egl_vendor.d/10_nvidia.json"),
+    (
+        Capability::Graphics,
+        "egl/egl_external_platform.d/15_nvidia_gbm.json",
+    ),
+    (
+        Capability::Graphics,
+        "egl/egl_external_platform.d/10_nvidia_wayland.json",
+    ),
+    (Capability::Graphics, "nvidia/nvoptix.bin"),
+    (Capability::Graphics, "vulkan/icd.d/nvidia_icd.json"),
+    (Capability::Graphics, "vulkan/icd.d/nvidia_layers.json"),
+    (
+        Capability::Graphics,
+        "vulkan/implicit_layer.d/nvidia_layers.json",
+    ),
+];
+
+/// The configuration directories data files are looked for in, first found wins (the
+/// toolkit's order).
+pub const DATA_FILE_DIRS: &[&str] = &["/etc", "/usr/local/share", "/usr/share"];
 
 /// Stems of Jetson's host-only libraries, which a compat driver needs too.
 pub const JETSON_LIBRARIES: &[&str] = &[
@@ -64,12 +152,21 @@ pub fn driver_library_stem(name: &str) -> Option<&'static str> {
     }
     if let Some(s) = DRIVER_LIBRARIES
         .iter()
+        .flat_map(|(_, stems)| stems.iter())
         .chain(JETSON_LIBRARIES)
         .find(|s| **s == stem)
     {
         return Some(s);
     }
     stem.starts_with("libnvrm_").then_some("libnvrm_")
+}
+
+/// The capability a driver library's stem serves (Jetson's host libraries: compute).
+pub fn capability_of(stem: &str) -> Capability {
+    DRIVER_LIBRARIES
+        .iter()
+        .find(|(_, stems)| stems.contains(&stem))
+        .map_or(Capability::Compute, |(c, _)| *c)
 }
 
 /// A host driver library to expose.
@@ -83,6 +180,40 @@ pub struct HostLibrary {
     pub outside: PathBuf,
     /// Where it was found (`ld.so.cache` or a directory).
     pub found_in: String,
+    /// What it is for.
+    pub capability: Capability,
+}
+
+/// A driver data file of the host's (an ICD file, `nvoptix.bin`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostDataFile {
+    /// Its place relative to its configuration directory, and under the driver link's `share`.
+    pub rel: PathBuf,
+    /// Where it is on the host (under the host root).
+    pub outside: PathBuf,
+    /// The configuration directory it was found in.
+    pub found_in: String,
+    /// What it is for.
+    pub capability: Capability,
+}
+
+/// The host's driver data files ([`DRIVER_DATA_FILES`]), each from the first of
+/// [`DATA_FILE_DIRS`] that has it under `root` (looked at with `lstat`, nothing opened).
+pub fn host_data_files(root: &Path, store_dir: &Path) -> Vec<HostDataFile> {
+    DRIVER_DATA_FILES
+        .iter()
+        .filter_map(|(capability, rel)| {
+            DATA_FILE_DIRS.iter().find_map(|dir| {
+                let outside = under(root, store_dir, &Path::new(dir).join(rel));
+                outside.symlink_metadata().ok().map(|_| HostDataFile {
+                    rel: PathBuf::from(rel),
+                    outside,
+                    found_in: (*dir).to_string(),
+                    capability: *capability,
+                })
+            })
+        })
+        .collect()
 }
 
 /// The host's driver libraries: loader-cache entries for this architecture first (the first
@@ -114,6 +245,7 @@ pub fn host_libraries(
                         stem,
                         outside: under(root, store_dir, &e.path),
                         found_in: "/etc/ld.so.cache".to_string(),
+                        capability: capability_of(stem),
                     });
                 }
             }
@@ -138,6 +270,7 @@ pub fn host_libraries(
                 stem,
                 outside: entry.path(),
                 found_in: dir.display().to_string(),
+                capability: capability_of(stem),
             });
         }
     }
@@ -174,9 +307,26 @@ mod tests {
             "libcudart.so.12",
             "libcuda.sox",
             "libcublas.so.12",
-            "libnvidia-glcore.so.550",
+            "libGL.so.1",
+            "libEGL.so.1",
         ] {
             assert_eq!(driver_library_stem(not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn graphics_and_video_libraries_count_with_their_capability() {
+        for (name, capability) in [
+            ("libnvidia-glcore.so.550.54.14", Capability::Graphics),
+            ("libGLX_nvidia.so.0", Capability::Graphics),
+            ("libnvoptix.so.1", Capability::Graphics),
+            ("libnvcuvid.so.1", Capability::Video),
+            ("libnvidia-encode.so.1", Capability::Video),
+            ("libnvidia-ml.so.1", Capability::Utility),
+            ("libcuda.so.1", Capability::Compute),
+        ] {
+            let stem = driver_library_stem(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(capability_of(stem), capability, "{name}");
         }
     }
 }

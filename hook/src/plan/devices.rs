@@ -130,7 +130,7 @@ fn name_of(p: Platform) -> &'static str {
 
 /// The first path of `hops` (inside or outside) that the hook protocol cannot express
 /// ([`crate::protocol`]): one holding a newline or `=`.
-fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
+pub(super) fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
     hops.iter()
         .flat_map(|h| [h.inside.as_path(), h.outside.as_path()])
         .find(|p| {

@@ -5,7 +5,7 @@ use super::{Plan, Problem, Reason, Skip, Want, OPTIONAL};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
-use crate::discover::host::{HostLibrary, COMPAT_LIBRARIES};
+use crate::discover::host::{Capability, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::discover::versions;
 use crate::scan::{DriverView, HostFacts, HostView};
 use crate::symlinks::{self, Space};
@@ -17,9 +17,20 @@ use std::path::{Path, PathBuf};
 pub enum DriverSource {
     /// The NixOS driver link (`driver-link`).
     DriverLink,
-    /// A host library bound at the link (`host-library from <where it was found>`).
+    /// A host library bound at the link (`host-library (<capability>) from <where it was
+    /// found>`).
     HostLibrary {
-        /// Where it was found (`ld.so.cache` or a directory).
+        /// What it is for.
+        capability: Capability,
+        /// Where it was found (`ld.so.cache`, a directory, or a CDI spec).
+        found_in: String,
+    },
+    /// A host data file (ICD file, `nvoptix.bin`) bound under the link's `share`
+    /// (`host-data-file (<capability>) from <directory>`).
+    HostDataFile {
+        /// What it is for.
+        capability: Capability,
+        /// The configuration directory it was found in.
         found_in: String,
     },
     /// The chosen compat driver's directory (`compat`).
@@ -32,7 +43,14 @@ impl std::fmt::Display for DriverSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DriverSource::DriverLink => f.write_str("driver-link"),
-            DriverSource::HostLibrary { found_in } => write!(f, "host-library from {found_in}"),
+            DriverSource::HostLibrary {
+                capability,
+                found_in,
+            } => write!(f, "host-library ({capability}) from {found_in}"),
+            DriverSource::HostDataFile {
+                capability,
+                found_in,
+            } => write!(f, "host-data-file ({capability}) from {found_in}"),
             DriverSource::Compat => f.write_str("compat"),
             DriverSource::CompatAtDriverLink => f.write_str("compat-at-driver-link"),
         }
@@ -43,8 +61,8 @@ impl std::fmt::Display for DriverSource {
 enum HostSource {
     /// The NixOS driver link, as the build sees it.
     Link(PathBuf),
-    /// Host libraries bound at `<link>/lib/<name>`.
-    Libraries(Vec<HostLibrary>),
+    /// Host libraries bound at `<link>/lib/<name>`, and data files at `<link>/share/<rel>`.
+    Libraries(Vec<HostLibrary>, Vec<HostDataFile>),
     /// Nothing found.
     Absent,
 }
@@ -75,7 +93,7 @@ impl Plan {
                 });
             }
             if libs.iter().any(|l| l.stem == "libcuda") {
-                HostSource::Libraries(libs)
+                HostSource::Libraries(libs, found.data_files)
             } else {
                 HostSource::Absent
             }
@@ -86,7 +104,7 @@ impl Plan {
         // The host libcuda's real file name tells the host driver's version.
         let host_libcuda_outside = match &source {
             HostSource::Link(l) => Some(space.outside(&l.join("lib/libcuda.so.1"))),
-            HostSource::Libraries(libs) => libs
+            HostSource::Libraries(libs, _) => libs
                 .iter()
                 .find(|l| l.name == "libcuda.so.1")
                 .or_else(|| libs.iter().find(|l| l.stem == "libcuda"))
@@ -140,7 +158,22 @@ impl Plan {
                     ));
                 }
             }
-            HostSource::Libraries(libs) => {
+            HostSource::Libraries(libs, data_files) => {
+                for file in data_files {
+                    let why = DriverSource::HostDataFile {
+                        capability: file.capability,
+                        found_in: file.found_in.clone(),
+                    };
+                    self.add_path(
+                        rule,
+                        &link.join("share").join(&file.rel),
+                        &file.outside,
+                        Space::Literal,
+                        view,
+                        reason(why),
+                        OPTIONAL,
+                    );
+                }
                 for lib in libs {
                     let inside = link_lib.join(&lib.name);
                     if replace_at_link && COMPAT_LIBRARIES.contains(&lib.stem) {
@@ -151,6 +184,7 @@ impl Plan {
                         continue;
                     }
                     let why = DriverSource::HostLibrary {
+                        capability: lib.capability,
                         found_in: lib.found_in.clone(),
                     };
                     self.add_path(

@@ -6,11 +6,13 @@
 //! lease and the manifest (the only steps that touch the host); [`crate::protocol`],
 //! [`crate::explain`] and [`crate::exec`] render the same plan, so they cannot disagree.
 
+mod cdi;
 mod devices;
 mod driver;
 mod paths;
 mod stale;
 
+pub use cdi::{CdiEdit, CdiItem, NotCarriedOut};
 pub use driver::DriverSource;
 pub use stale::{stale_driver, StaleDriver};
 
@@ -61,6 +63,18 @@ pub enum Reason {
         #[serde(serialize_with = "as_text")]
         source: DriverSource,
     },
+    /// What a CDI spec lists for a device a rule names.
+    Cdi {
+        /// The rule.
+        rule: String,
+        /// The CDI device (`nvidia.com/gpu=all`).
+        device: String,
+        /// The spec file that lists it.
+        #[serde(serialize_with = "lossy_path")]
+        spec: PathBuf,
+        /// What it is.
+        item: CdiItem,
+    },
     /// The manifest the runner reads.
     Manifest,
     /// In the runtime closure of an exposed store path.
@@ -72,10 +86,18 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Whether the exposure is a device node a rule's device glob matched: these are the
-    /// build's devices (the manifest lists them, and the GPUs among them are leased).
+    /// Whether the exposure is a device node a rule's device glob matched or a CDI spec
+    /// listed: these are the build's devices (the manifest lists them, and the GPUs among them
+    /// are leased).
     pub fn is_device(&self) -> bool {
-        matches!(self, Reason::Device { .. })
+        matches!(
+            self,
+            Reason::Device { .. }
+                | Reason::Cdi {
+                    item: CdiItem::DeviceNode,
+                    ..
+                }
+        )
     }
 }
 
@@ -128,6 +150,8 @@ pub struct Plan {
     pub exposures: Vec<Exposure>,
     /// What was considered and left out.
     pub skipped: Vec<Skip>,
+    /// What CDI specs ask for that a pre-build hook cannot carry out, each with the reason.
+    pub not_carried_out: Vec<NotCarriedOut>,
     /// What stops the build from getting a working GPU; non-empty means a tagged build fails.
     pub problems: Vec<Problem>,
     /// What the hook warns about on stderr although the build goes on (an optional device it
@@ -199,6 +223,9 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
         }
         for path in &rule.paths {
             plan.add_configured_path(&rule.name, path, config, view);
+        }
+        if let Some(cdi) = &rule.cdi {
+            plan.add_cdi(&rule.name, cdi, rule.driver.as_ref(), config, view);
         }
         if let Some(driver) = &rule.driver {
             if plan.driver.is_none() {

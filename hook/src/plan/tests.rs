@@ -148,6 +148,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Plan {
                     .flat_map(|pattern| hand.compat.get(pattern).cloned().unwrap_or_default())
                     .collect(),
             }),
+            cdi: None,
         })
         .collect();
     decide(

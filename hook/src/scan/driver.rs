@@ -6,7 +6,7 @@
 use super::Recorder;
 use crate::config::{Config, DriverConfig};
 use crate::discover::compat::{self, CompatDriver};
-use crate::discover::host::{self, HostLibrary, COMPAT_LIBRARIES};
+use crate::discover::host::{self, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,9 @@ pub struct DriverView {
 pub struct HostLibraries {
     /// The driver libraries, by name.
     pub libraries: Vec<HostLibrary>,
+    /// The driver's data files (ICD files, `nvoptix.bin`); none when the libraries come from a
+    /// CDI spec, whose planner binds the spec's own.
+    pub data_files: Vec<HostDataFile>,
     /// What could not be read.
     pub warnings: Vec<String>,
 }
@@ -47,8 +50,15 @@ pub struct CompatSeen {
     pub libraries: Vec<String>,
 }
 
-/// Scans `driver` under `config`: every path the planner follows is recorded in `fs`.
-pub fn scan(driver: &DriverConfig, config: &Config, fs: &Recorder) -> DriverView {
+/// Scans `driver` under `config`: every path the planner follows is recorded in `fs`. Without
+/// the link, the host's libraries are `from_spec` (those a CDI spec mounts) when given, else
+/// found through the loader cache and the library directories.
+pub fn scan(
+    driver: &DriverConfig,
+    config: &Config,
+    from_spec: Option<Vec<HostLibrary>>,
+    fs: &Recorder,
+) -> DriverView {
     let rooted = Space::Rooted {
         root: &config.host_root,
         store_dir: &config.store_dir,
@@ -61,14 +71,24 @@ pub fn scan(driver: &DriverConfig, config: &Config, fs: &Recorder) -> DriverView
     fs.follow(&libcuda, &libcuda_outside, rooted);
     fs.record_real(&libcuda_outside);
     let link_present = !matches!(fs.lstat(&rooted.outside(&link)), Node::Missing);
-    let host_libraries = (!link_present && driver.host_libraries).then(|| {
+    let wanted = from_spec.is_some() || driver.host_libraries;
+    let host_libraries = (!link_present && wanted).then(|| {
         let mut warnings = Vec::new();
-        let libraries = host::host_libraries(
-            &config.host_root,
-            &config.store_dir,
-            &driver.library_dirs,
-            &mut warnings,
-        );
+        let data_files = match from_spec {
+            Some(_) => Vec::new(),
+            None => host::host_data_files(&config.host_root, &config.store_dir),
+        };
+        for f in &data_files {
+            fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
+        }
+        let libraries = from_spec.unwrap_or_else(|| {
+            host::host_libraries(
+                &config.host_root,
+                &config.store_dir,
+                &driver.library_dirs,
+                &mut warnings,
+            )
+        });
         for lib in &libraries {
             fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
             if lib.stem == "libcuda" {
@@ -77,6 +97,7 @@ pub fn scan(driver: &DriverConfig, config: &Config, fs: &Recorder) -> DriverView
         }
         HostLibraries {
             libraries,
+            data_files,
             warnings,
         }
     });

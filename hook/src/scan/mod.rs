@@ -5,8 +5,9 @@
 //! - [`devices`]: the device globs (every entry they match, and the links on the way);
 //! - [`paths`]: host paths and mounts (and, with `follow_entry_symlinks`, the links directly
 //!   inside a directory);
-//! - [`driver`]: the driver link, the host's libraries when there is no link, and the compat
-//!   directories (their ELF notes).
+//! - [`driver`]: the driver link, the host's libraries when there is no link (or those a CDI
+//!   spec mounts), and the compat directories (their ELF notes);
+//! - [`cdi`]: the CDI devices a rule names, with what their specs list.
 //!
 //! A scan result holds its source (the configured item, copied) beside what was found for it,
 //! so a planner takes both from one value and never looks anything up by configuration text.
@@ -17,6 +18,7 @@
 //! hand. How to add a source: `docs/architecture.md`.
 
 pub mod booted;
+pub mod cdi;
 pub mod devices;
 pub mod driver;
 pub mod paths;
@@ -30,6 +32,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use booted::BootedDriver;
+pub use cdi::{CdiDevice, CdiDeviceView, CdiView};
 pub use devices::{DeviceScan, DeviceView, GlobError, GlobMatches};
 pub use driver::{CompatSeen, DriverView, HostLibraries};
 pub use paths::{EntrySymlinks, PathOrigin, PathView, ENTRY_SYMLINKS_MAX};
@@ -103,6 +106,8 @@ pub struct RuleView {
     pub paths: Vec<PathView>,
     /// Its driver, when it configures one.
     pub driver: Option<DriverView>,
+    /// Its CDI devices, when it names any.
+    pub cdi: Option<CdiView>,
 }
 
 impl HostView {
@@ -172,23 +177,36 @@ pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
         store_dir: &config.store_dir,
     };
     let mut listings = devices::Listings::new();
+    let mut specs = cdi::Specs::None;
     let views = rules
         .iter()
-        .map(|(id, rule)| RuleView {
-            id: *id,
-            name: rule.name.clone(),
-            devices: rule
-                .devices
-                .iter()
-                .map(|d| devices::scan(d, config, facts.platform(), &mut listings, &fs))
-                .collect(),
-            paths: rule
-                .paths
-                .iter()
-                .map(|p| paths::scan_host_path(p, rooted, &fs))
-                .chain(rule.mounts.iter().map(|m| paths::scan_mount(m, &fs)))
-                .collect(),
-            driver: rule.driver.as_ref().map(|d| driver::scan(d, config, &fs)),
+        .map(|(id, rule)| {
+            let cdi = (!rule.cdi.is_empty()).then(|| cdi::scan(&rule.cdi, config, &mut specs, &fs));
+            // A host driver a spec mounts replaces the one the loader cache would give.
+            let spec_libraries = cdi
+                .as_ref()
+                .map(|c| c.driver_libraries(config))
+                .filter(|libs| !libs.is_empty());
+            RuleView {
+                id: *id,
+                name: rule.name.clone(),
+                devices: rule
+                    .devices
+                    .iter()
+                    .map(|d| devices::scan(d, config, facts.platform(), &mut listings, &fs))
+                    .collect(),
+                paths: rule
+                    .paths
+                    .iter()
+                    .map(|p| paths::scan_host_path(p, rooted, &fs))
+                    .chain(rule.mounts.iter().map(|m| paths::scan_mount(m, &fs)))
+                    .collect(),
+                driver: rule
+                    .driver
+                    .as_ref()
+                    .map(|d| driver::scan(d, config, spec_libraries, &fs)),
+                cdi,
+            }
         })
         .collect();
     HostView {

@@ -1,0 +1,372 @@
+//! Reading the spec directories, and finding a device in them.
+//!
+//! A spec says which host files root gives a build, so it is trusted exactly like the
+//! configuration: each directory only when it and every component on the way are owned by
+//! root (or the hook's user) and not writable by group or others, and each file through
+//! [`crate::config::read_text`] (the same checks, then `openat` with `O_NOFOLLOW|O_NONBLOCK`
+//! from its trusted parent, a regular file of at most [`crate::config::MAX_CONFIG_BYTES`]). A
+//! directory or file that fails is not read and is reported; it never widens what a build
+//! gets.
+
+use super::name::DeviceName;
+use super::spec::{Device, Format, ParseError, Spec};
+use super::SpecDirs;
+use crate::config::{self, ConfigSource};
+use std::path::{Path, PathBuf};
+
+/// The most entries of one spec directory looked at: far more than any host has specs, and a
+/// bound on the work a full directory can cause.
+pub const MAX_DIR_ENTRIES: usize = 1024;
+
+/// Why a spec directory or file was not used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The directory (or a component on its way) is not trusted, or cannot be listed.
+    #[error("CDI spec directory {dir}: {why}")]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong, with the fix.
+        why: String,
+    },
+    /// The directory holds more entries than are looked at.
+    #[error("CDI spec directory {dir}: more than {MAX_DIR_ENTRIES} entries; only the first were looked at")]
+    TooMany {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The file is not trusted, or cannot be read.
+    #[error("CDI spec {file}: {why}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong, with the fix.
+        why: String,
+    },
+    /// The file is no valid spec.
+    #[error("CDI spec {file}: {error}")]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        error: ParseError,
+    },
+}
+
+impl SpecError {
+    /// The directory or file concerned.
+    pub fn path(&self) -> &Path {
+        match self {
+            SpecError::Dir { dir, .. } | SpecError::TooMany { dir } => dir,
+            SpecError::Read { file, .. } | SpecError::Parse { file, .. } => file,
+        }
+    }
+}
+
+/// One spec file that was read and parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedSpec {
+    /// The file (every symlink on the way resolved).
+    pub file: PathBuf,
+    /// Its directory's place in [`SpecDirs`] (higher wins).
+    pub priority: usize,
+    /// The spec.
+    pub spec: Spec,
+}
+
+/// Every spec of the spec directories, and what could not be used.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecSet {
+    /// The specs read, lowest priority first, in file-name order within a directory.
+    pub specs: Vec<LoadedSpec>,
+    /// The directories and files that were not used, and why.
+    pub errors: Vec<SpecError>,
+}
+
+/// Why a named device was not found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// No spec of the right kind defines it.
+    #[error("no CDI spec in {dirs} defines {name}")]
+    NotFound {
+        /// The device.
+        name: DeviceName,
+        /// The directories looked in, for the message.
+        dirs: String,
+    },
+    /// Two specs of the same priority define it (the CDI spec calls this a conflict).
+    #[error("{name} is defined by both {first} and {second}; remove one")]
+    Conflict {
+        /// The device.
+        name: DeviceName,
+        /// One spec.
+        first: PathBuf,
+        /// The other.
+        second: PathBuf,
+    },
+}
+
+/// A device and the spec that defines it.
+#[derive(Debug, Clone, Copy)]
+pub struct Found<'a> {
+    /// The spec's file.
+    pub file: &'a Path,
+    /// The spec (its own edits come with the device).
+    pub spec: &'a Spec,
+    /// The device.
+    pub device: &'a Device,
+}
+
+impl SpecSet {
+    /// Reads every spec in `dirs`. A missing directory holds no spec; anything else that
+    /// cannot be used is recorded in [`SpecSet::errors`].
+    pub fn load(dirs: &SpecDirs) -> SpecSet {
+        let mut set = SpecSet::default();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for (priority, dir) in dirs.dirs().iter().enumerate() {
+            // `symlink_metadata` and `exists` open nothing; a dangling link is no directory.
+            if dir.symlink_metadata().is_err() {
+                continue;
+            }
+            let resolved = match crate::trust::resolve(dir) {
+                Ok(crate::trust::Resolved {
+                    path,
+                    meta: Some(meta),
+                }) if meta.is_dir() => path,
+                Ok(_) => {
+                    set.errors.push(SpecError::Dir {
+                        dir: dir.clone(),
+                        why: "not a directory".into(),
+                    });
+                    continue;
+                }
+                Err(why) => {
+                    set.errors.push(SpecError::Dir {
+                        dir: dir.clone(),
+                        why: format!("refused: {why}"),
+                    });
+                    continue;
+                }
+            };
+            // `/var/run` is `/run` on most hosts: one directory named twice is read once, at
+            // its higher priority.
+            if let Some(i) = seen.iter().position(|s| *s == resolved) {
+                seen.remove(i);
+                for s in set
+                    .specs
+                    .iter_mut()
+                    .filter(|s| s.file.starts_with(&resolved))
+                {
+                    s.priority = priority;
+                }
+                seen.push(resolved);
+                continue;
+            }
+            set.read_dir(dir, &resolved, priority);
+            seen.push(resolved);
+        }
+        set
+    }
+
+    fn read_dir(&mut self, dir: &Path, resolved: &Path, priority: usize) {
+        let entries = match std::fs::read_dir(resolved) {
+            Ok(e) => e,
+            Err(e) => {
+                self.errors.push(SpecError::Dir {
+                    dir: dir.to_path_buf(),
+                    why: format!("cannot list it: {e}"),
+                });
+                return;
+            }
+        };
+        let mut names: Vec<String> = Vec::new();
+        for (i, entry) in entries.enumerate() {
+            if i == MAX_DIR_ENTRIES {
+                self.errors.push(SpecError::TooMany {
+                    dir: dir.to_path_buf(),
+                });
+                break;
+            }
+            let Ok(entry) = entry else { continue };
+            if let Ok(name) = entry.file_name().into_string() {
+                if Format::of(&name).is_some() && !name.starts_with('.') {
+                    names.push(name);
+                }
+            }
+        }
+        names.sort();
+        for name in names {
+            let file = resolved.join(&name);
+            let Some(format) = Format::of(&name) else {
+                continue;
+            };
+            let text = match config::read_text(&ConfigSource::File(file.clone())) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.errors.push(SpecError::Read {
+                        file,
+                        why: e.problem.to_string(),
+                    });
+                    continue;
+                }
+            };
+            match Spec::parse(&text, format) {
+                Ok(spec) => self.specs.push(LoadedSpec {
+                    file,
+                    priority,
+                    spec,
+                }),
+                Err(error) => self.errors.push(SpecError::Parse { file, error }),
+            }
+        }
+    }
+
+    /// The device `name`: from the spec of its kind with the highest priority that defines it.
+    pub fn find(&self, name: &DeviceName, dirs: &SpecDirs) -> Result<Found<'_>, LookupError> {
+        let mut best: Option<(&LoadedSpec, &Device)> = None;
+        for s in self.specs.iter().filter(|s| s.spec.kind == name.kind()) {
+            let Some(device) = s.spec.device(name.device()) else {
+                continue;
+            };
+            match best {
+                Some((b, _)) if b.priority > s.priority => {}
+                Some((b, _)) if b.priority == s.priority => {
+                    return Err(LookupError::Conflict {
+                        name: name.clone(),
+                        first: b.file.clone(),
+                        second: s.file.clone(),
+                    })
+                }
+                _ => best = Some((s, device)),
+            }
+        }
+        let (s, device) = best.ok_or_else(|| LookupError::NotFound {
+            name: name.clone(),
+            dirs: dirs
+                .dirs()
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+        Ok(Found {
+            file: &s.file,
+            spec: &s.spec,
+            device,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn spec(kind: &str, device: &str, node: &str) -> String {
+        format!(
+            r#"{{"cdiVersion":"0.5.0","kind":"{kind}","devices":[{{"name":"{device}","containerEdits":{{"deviceNodes":[{{"path":"{node}"}}]}}}}]}}"#
+        )
+    }
+
+    fn dirs(paths: &[&Path]) -> SpecDirs {
+        SpecDirs::try_from(paths.iter().map(|p| p.to_path_buf()).collect::<Vec<_>>()).unwrap()
+    }
+
+    fn node_of(found: Found<'_>) -> String {
+        found.device.container_edits.device_nodes[0].path.clone()
+    }
+
+    #[test]
+    fn a_later_directory_wins_and_one_directory_conflicts() {
+        let t = tempfile::tempdir().unwrap();
+        let (etc, run) = (t.path().join("etc"), t.path().join("run"));
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(etc.join("a.json"), spec("nvidia.com/gpu", "0", "/dev/etc")).unwrap();
+        std::fs::write(run.join("b.yaml"), spec("nvidia.com/gpu", "0", "/dev/run")).unwrap();
+        std::fs::write(etc.join("c.json"), spec("nvidia.com/gpu", "1", "/dev/one")).unwrap();
+        std::fs::write(etc.join("notes.txt"), "not a spec").unwrap();
+        let d = dirs(&[&etc, &run]);
+        let set = SpecSet::load(&d);
+        assert!(set.errors.is_empty(), "{:?}", set.errors);
+        let name = |n: &str| DeviceName::parse(n).unwrap();
+        assert_eq!(
+            node_of(set.find(&name("nvidia.com/gpu=0"), &d).unwrap()),
+            "/dev/run"
+        );
+        assert_eq!(
+            node_of(set.find(&name("nvidia.com/gpu=1"), &d).unwrap()),
+            "/dev/one"
+        );
+        assert!(matches!(
+            set.find(&name("nvidia.com/gpu=2"), &d),
+            Err(LookupError::NotFound { .. })
+        ));
+        assert!(matches!(
+            set.find(&name("other.com/gpu=0"), &d),
+            Err(LookupError::NotFound { .. })
+        ));
+        std::fs::write(etc.join("d.json"), spec("nvidia.com/gpu", "1", "/dev/two")).unwrap();
+        let set = SpecSet::load(&d);
+        assert!(matches!(
+            set.find(&name("nvidia.com/gpu=1"), &d),
+            Err(LookupError::Conflict { .. })
+        ));
+    }
+
+    #[test]
+    fn untrusted_or_odd_specs_are_not_read() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("cdi");
+        std::fs::create_dir(&dir).unwrap();
+        let good = dir.join("good.json");
+        std::fs::write(&good, spec("a.com/b", "x", "/dev/x")).unwrap();
+        let writable = dir.join("writable.json");
+        std::fs::write(&writable, spec("a.com/b", "y", "/dev/y")).unwrap();
+        std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o666)).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("fifo.json"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.yaml")).unwrap();
+        std::fs::write(dir.join("broken.yaml"), "kind: [").unwrap();
+        let d = dirs(&[&dir, &t.path().join("missing")]);
+        let set = SpecSet::load(&d);
+        assert_eq!(set.specs.len(), 1, "{set:?}");
+        assert_eq!(set.specs[0].file, good);
+        assert_eq!(set.errors.len(), 4, "{:?}", set.errors);
+        for e in &set.errors {
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+        assert!(set
+            .errors
+            .iter()
+            .any(|e| e.to_string().contains("writable by group or others")));
+        // A directory anyone can write is not read at all.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let set = SpecSet::load(&d);
+        assert!(set.specs.is_empty());
+        assert!(
+            matches!(set.errors[..], [SpecError::Dir { .. }]),
+            "{:?}",
+            set.errors
+        );
+    }
+
+    #[test]
+    fn one_directory_named_twice_is_read_once() {
+        let t = tempfile::tempdir().unwrap();
+        let run = t.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::os::unix::fs::symlink(&run, t.path().join("var-run")).unwrap();
+        std::fs::write(run.join("a.json"), spec("a.com/b", "x", "/dev/x")).unwrap();
+        let d = dirs(&[&run, &t.path().join("var-run")]);
+        let set = SpecSet::load(&d);
+        assert_eq!(set.specs.len(), 1);
+        assert_eq!(set.specs[0].priority, 1);
+        assert!(set
+            .find(&DeviceName::parse("a.com/b=x").unwrap(), &d)
+            .is_ok());
+    }
+}

@@ -1,0 +1,379 @@
+//! The CDI planner: what the specs of a rule's CDI devices list (scanned by
+//! [`crate::scan::cdi`]) as exposures, through the same symlink and root rules as every other
+//! path; what must never enter a sandbox, skipped with the reason; and every edit a pre-build
+//! hook cannot carry out, listed in [`Plan::not_carried_out`].
+//!
+//! - `deviceNodes`: the host node (`hostPath`, else `path`), a character device, at `path`;
+//!   each is required, as the rule asked for the device.
+//! - `mounts`: a library is bound at the driver link under its file name and its soname
+//!   (Nixpkgs binaries find libraries through their DT_RUNPATH, which holds
+//!   `/run/opengl-driver/lib`, never in FHS directories); with a `[rule.driver]` the driver
+//!   libraries are the driver planner's (the host driver then comes from the spec). Vendor
+//!   data files (Vulkan, EGL and GLVND ICD files, `nvoptix.bin`) are bound at their path and
+//!   under the driver link's `share`. Other files are bound at `containerPath`. Host C and C++
+//!   runtimes and FHS programs are skipped.
+//! - `hooks`: the links the NVIDIA container toolkit's `create-symlinks` hook would make in a
+//!   library directory are made at the driver link; no other hook can run.
+//!
+//! [`edits`] holds the typed reasons (what an exposure is, what was not carried out);
+//! [`classify`] what a spec's entry is (a host runtime, an FHS program, a data file, a
+//! `create-symlinks` link).
+
+mod classify;
+mod edits;
+
+pub use edits::{CdiEdit, CdiItem, NotCarriedOut};
+
+use super::{Plan, Problem, Reason, Skip, OPTIONAL};
+use crate::config::{Config, DriverConfig};
+use crate::discover::host;
+use crate::scan::cdi::{below_library_dir, host_path, is_library_name};
+use crate::scan::{CdiDevice, CdiView, DriverView, HostView};
+use crate::symlinks::{self, Node, Space};
+use classify::{
+    create_symlinks, data_file_place, is_fhs_program, is_host_runtime, program_of, unusable,
+};
+use std::path::{Path, PathBuf};
+
+impl Plan {
+    /// Plans a rule's CDI devices. `driver` is the rule's driver, whose planner binds the
+    /// driver libraries the spec mounts.
+    pub(super) fn add_cdi(
+        &mut self,
+        rule: &str,
+        cdi: &CdiView,
+        driver: Option<&DriverView>,
+        config: &Config,
+        view: &HostView,
+    ) {
+        for e in &cdi.spec_errors {
+            let skip = Skip {
+                path: e.path().display().to_string(),
+                why: e.to_string(),
+            };
+            if !self.skipped.contains(&skip) {
+                self.skipped.push(skip);
+            }
+        }
+        let default_driver = DriverConfig::default();
+        let link = symlinks::normalize(&driver.map_or(&default_driver, |d| &d.source).link);
+        let place = Place {
+            rule,
+            link_lib: link.join("lib"),
+            link_share: link.join("share"),
+            link_present: driver.is_some_and(|d| d.link_present),
+            driver_binds_libraries: driver.is_some_and(|d| d.host_libraries.is_some()),
+        };
+        for d in &cdi.devices {
+            match &d.found {
+                Ok(found) => self.add_cdi_device(&place, d.name.as_str(), found, config, view),
+                Err(e) => self.problems.push(Problem {
+                    rule: rule.to_string(),
+                    what: e.to_string(),
+                    fix: "generate the spec (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`) \
+                          or name a device it lists (`nvidia-ctk cdi list`)"
+                        .to_string(),
+                }),
+            }
+        }
+    }
+
+    fn add_cdi_device(
+        &mut self,
+        at: &Place<'_>,
+        device: &str,
+        found: &CdiDevice,
+        config: &Config,
+        view: &HostView,
+    ) {
+        let reason = |item: CdiItem| Reason::Cdi {
+            rule: at.rule.to_string(),
+            device: device.to_string(),
+            spec: found.spec.clone(),
+            item,
+        };
+        let mut pending: Vec<CdiEdit> = Vec::new();
+        let mut not_done = |edit: CdiEdit| pending.push(edit);
+        let edits = &found.edits;
+        for value in &edits.env {
+            not_done(CdiEdit::Env {
+                value: value.clone(),
+            });
+        }
+        if !edits.additional_gids.is_empty() {
+            not_done(CdiEdit::AdditionalGids {
+                gids: edits.additional_gids.clone(),
+            });
+        }
+        for key in edits.other.keys() {
+            not_done(CdiEdit::Other { key: key.clone() });
+        }
+        for n in &edits.device_nodes {
+            if n.uid.is_some()
+                || n.gid.is_some()
+                || n.file_mode.is_some()
+                || n.permissions.is_some()
+            {
+                not_done(CdiEdit::NodeAttributes {
+                    path: n.path.clone(),
+                });
+            }
+        }
+        for m in &edits.mounts {
+            if !m.options.is_empty() {
+                not_done(CdiEdit::MountOptions {
+                    container_path: m.container_path.clone(),
+                    options: m.options.clone(),
+                });
+            }
+            if let Some(kind) = m.kind.as_ref().filter(|k| k.as_str() != "bind") {
+                not_done(CdiEdit::MountType {
+                    container_path: m.container_path.clone(),
+                    kind: kind.clone(),
+                });
+            }
+        }
+        let mut links = Vec::new();
+        for h in &edits.hooks {
+            match create_symlinks(h) {
+                Some(l) => links.extend(l),
+                None => not_done(CdiEdit::Hook {
+                    hook_name: h.hook_name.clone(),
+                    program: program_of(h),
+                }),
+            }
+        }
+
+        for n in &edits.device_nodes {
+            if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
+                self.problems.push(Problem {
+                    rule: at.rule.to_string(),
+                    what: format!("CDI {device}: device node {why}"),
+                    fix: "fix the spec (`nvidia-ctk cdi generate`)".to_string(),
+                });
+                continue;
+            }
+            let inside = symlinks::normalize(Path::new(&n.path));
+            let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
+            self.add_cdi_node(
+                at.rule,
+                device,
+                &inside,
+                &outside,
+                view,
+                reason(CdiItem::DeviceNode),
+            );
+        }
+        for m in &edits.mounts {
+            if m.kind.as_ref().is_some_and(|k| k.as_str() != "bind") {
+                continue;
+            }
+            let inside = symlinks::normalize(Path::new(&m.container_path));
+            let outside = host_path(&m.host_path, config);
+            if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
+                self.skipped.push(Skip {
+                    path: m.container_path.clone(),
+                    why: format!("CDI {device}: {why}"),
+                });
+                continue;
+            }
+            let name = inside
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let skip = |why: String| Skip {
+                path: inside.display().to_string(),
+                why,
+            };
+            if is_host_runtime(&name) {
+                self.skipped.push(skip(format!(
+                    "CDI {device}: the host's C/C++ runtime never enters the sandbox (Nix's \
+                     glibc and libstdc++ must be the ones loaded)"
+                )));
+                continue;
+            }
+            if is_fhs_program(&inside) {
+                self.skipped.push(skip(format!(
+                    "CDI {device}: an FHS program; builds do not look in {} and a program built \
+                     for the host's glibc cannot run against Nix's (use the Nixpkgs package)",
+                    inside.parent().unwrap_or(Path::new("/")).display()
+                )));
+                continue;
+            }
+            if is_library_name(&name) {
+                if at.link_present {
+                    self.skipped.push(skip(format!(
+                        "CDI {device}: the driver link {} is exposed, with the driver behind it",
+                        at.link_lib.parent().unwrap_or(&at.link_lib).display()
+                    )));
+                    continue;
+                }
+                if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
+                    // The driver planner binds it (the host driver comes from the spec).
+                    continue;
+                }
+                let rel = below_library_dir(&inside);
+                let soname = found.sonames.get(&outside);
+                let names = std::iter::once(rel.clone()).chain(
+                    soname
+                        .filter(|s| Some(s.as_str()) != rel.file_name().and_then(|f| f.to_str()))
+                        .map(|s| rel.with_file_name(s)),
+                );
+                for rel in names {
+                    let inside = at.link_lib.join(rel);
+                    self.add_path(
+                        at.rule,
+                        &inside,
+                        &outside,
+                        Space::Literal,
+                        view,
+                        reason(CdiItem::Library),
+                        OPTIONAL,
+                    );
+                }
+                continue;
+            }
+            if let Some(rel) = data_file_place(&inside) {
+                self.add_path(
+                    at.rule,
+                    &at.link_share.join(rel),
+                    &outside,
+                    Space::Literal,
+                    view,
+                    reason(CdiItem::DataFile),
+                    OPTIONAL,
+                );
+            }
+            self.add_path(
+                at.rule,
+                &inside,
+                &outside,
+                Space::Literal,
+                view,
+                reason(CdiItem::Mount),
+                OPTIONAL,
+            );
+        }
+        for (target, link) in links {
+            if let Some(edit) = self.add_cdi_link(at, device, found, &target, &link, config, view) {
+                pending.push(edit);
+            }
+        }
+        for edit in pending {
+            let why = edit.why();
+            let entry = NotCarriedOut {
+                rule: at.rule.to_string(),
+                device: device.to_string(),
+                edit,
+                why,
+            };
+            if !self.not_carried_out.contains(&entry) {
+                self.not_carried_out.push(entry);
+            }
+        }
+    }
+
+    /// Exposes one device node: a character device, required.
+    fn add_cdi_node(
+        &mut self,
+        rule: &str,
+        device: &str,
+        inside: &Path,
+        outside: &Path,
+        view: &HostView,
+        reason: Reason,
+    ) {
+        let fail = |what: String| Problem {
+            rule: rule.to_string(),
+            what: format!("CDI {device}: device node {} {what}", inside.display()),
+            fix: "load the driver and create its nodes (`nvidia-modprobe`), or regenerate the \
+                  spec (`nvidia-ctk cdi generate`)"
+                .to_string(),
+        };
+        let chain = match symlinks::follow(inside, outside, Space::Literal, view)
+            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+        {
+            Ok(c) => c,
+            Err(e) => return self.problems.push(fail(format!("is unusable: {e}"))),
+        };
+        if chain.target != Node::CharDevice {
+            return self.problems.push(fail(format!(
+                "({}) is not a character device",
+                outside.display()
+            )));
+        }
+        if let Some(bad) = super::devices::unexpressible(&chain.hops) {
+            return self.problems.push(fail(format!(
+                "cannot be given to the build: {bad:?} holds a newline or '=', which Nix's \
+                 pre-build-hook protocol cannot express"
+            )));
+        }
+        self.add_chain(chain.hops, reason);
+    }
+
+    /// Makes a `create-symlinks` link at the driver link when it names a library, by exposing
+    /// the file its target names there; another link is returned, as not carried out.
+    #[allow(clippy::too_many_arguments)]
+    fn add_cdi_link(
+        &mut self,
+        at: &Place<'_>,
+        device: &str,
+        found: &CdiDevice,
+        target: &str,
+        link: &str,
+        config: &Config,
+        view: &HostView,
+    ) -> Option<CdiEdit> {
+        let link_path = symlinks::normalize(Path::new(link));
+        let name = link_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let target_path =
+            symlinks::normalize(&link_path.parent().unwrap_or(Path::new("/")).join(target));
+        // The target is a mounted file, or the soname link ldconfig makes to one.
+        let mounted = found.edits.mounts.iter().find(|m| {
+            let path = symlinks::normalize(Path::new(&m.container_path));
+            path == target_path
+                || (path.parent() == target_path.parent()
+                    && found
+                        .sonames
+                        .get(&host_path(&m.host_path, config))
+                        .map(Path::new)
+                        == target_path.file_name().map(Path::new))
+        });
+        let (true, Some(m)) = (is_library_name(&name) && !at.link_present, mounted) else {
+            return Some(CdiEdit::Link {
+                link: link.to_string(),
+                target: target.to_string(),
+            });
+        };
+        let inside = at.link_lib.join(below_library_dir(&link_path));
+        let reason = Reason::Cdi {
+            rule: at.rule.to_string(),
+            device: device.to_string(),
+            spec: found.spec.clone(),
+            item: CdiItem::Link,
+        };
+        let outside = host_path(&m.host_path, config);
+        self.add_path(
+            at.rule,
+            &inside,
+            &outside,
+            Space::Literal,
+            view,
+            reason,
+            OPTIONAL,
+        );
+        None
+    }
+}
+
+/// Where a rule's CDI libraries go, and whether the driver planner takes them.
+struct Place<'a> {
+    rule: &'a str,
+    link_lib: PathBuf,
+    link_share: PathBuf,
+    link_present: bool,
+    driver_binds_libraries: bool,
+}
