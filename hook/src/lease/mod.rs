@@ -1,0 +1,299 @@
+//! GPU leases: with `gpus_per_build > 0`, each tagged build gets GPUs that no other running
+//! build holds, the least used first.
+//!
+//! One file per leased GPU, `<runtime_dir>/leases/nvidia<N>.lease` (JSON [`LeaseRecord`]),
+//! written atomically (temporary file + rename) in a verified [`StateDir`] (root-owned, not a
+//! symlink, checked on every run). Every decision is taken under an exclusive `flock` on
+//! `<runtime_dir>/leases/.lock`, so two hooks never pick the same GPU; the wait for that lock
+//! is bounded by the lease wait, like the wait for a free GPU. A per-GPU
+//! count of leases granted (`usage.json`) orders the free GPUs: least used first, then by
+//! number.
+//!
+//! # When a lease ends
+//!
+//! The hook exits before the build starts, so nothing of it can hold the lease. A lease is
+//! alive while its build can still use the GPU:
+//!
+//! 1. the chroot directory Nix passed still exists with the same inode (Nix deletes it when the
+//!    build ends; a rebuild of the same derivation makes a new one), and
+//! 2. one of:
+//!    - the Nix process that ran the hook (recorded by pid and start time) is alive: Nix
+//!      tracks the build until it ends, whatever the builder does (no time limit, so a
+//!      builder that leaves its chroot — `unshare -rm`, a bind of `/dev`, `chroot`
+//!      elsewhere — keeps its lease while Nix runs it);
+//!    - some process has that directory as its root (`/proc/<pid>/root`): the builder and
+//!      its children after Nix's `pivot_root`. Each hook that sees one records the build's
+//!      PID namespace in the lease ([`LeaseRecord::pid_namespaces`]);
+//!    - some process is still in a recorded PID namespace: a process cannot leave its PID
+//!      namespace, and the namespace's init (the builder) outlives every process in it and
+//!      in namespaces nested in it;
+//!    - some live process runs as the build's build user ([`LeaseRecord::build_users`], read
+//!      from the `userpool/<uid>` lock files the Nix process running the hook holds). An
+//!      unprivileged builder cannot change its host uid, so this holds a builder that left its
+//!      chroot before any hook saw it there, after its Nix was killed. Nix kills every process
+//!      of a build user before it hands the user to another build, so a later build's
+//!      processes can make an ended lease look alive only until a tagged build's hook (which
+//!      runs after that clean-up) or the end of that build: never the other way round.
+//!
+//! Rule 2 is what makes a killed build give its GPU back. Nix 2.8 (checked on Debian's
+//! nix-bin) leaves the chroot directory behind when `nix-build` or the daemon is killed with
+//! SIGKILL, and the builder runs on, orphaned, in its own session: its GPU is still in use
+//! until it ends, and the lease with it. Once no process is left in the sandbox and Nix is
+//! gone, the lease is stale and the next hook removes it. A lease held by the very Nix
+//! process now running this hook counts only by rule 2's processes and namespaces (that
+//! Nix being alive proves nothing): that process is blocked
+//! in this hook, so its other builds have started already (Nix waits for the sandbox to be
+//! set up before it moves on), and a finished one whose chroot Nix has not yet deleted must
+//! not block this build forever.
+
+mod choice;
+mod liveness;
+mod lock;
+mod record;
+mod sweep;
+mod wanted;
+
+pub use liveness::Holder;
+pub use lock::LockError;
+pub use record::LeaseRecord;
+pub use wanted::wanted;
+
+/// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
+pub use crate::drv::GPUS_ATTR;
+
+use crate::statedir::StateDir;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often a waiting hook looks again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Why no GPUs could be leased; one line.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Not enough free GPUs within the wait.
+    #[error("{}", exhausted(*total, *wanted, held, *waited))]
+    Exhausted {
+        /// GPUs on the host.
+        total: usize,
+        /// GPUs this build needs.
+        wanted: usize,
+        /// Who holds the others: (GPU, derivation, seconds held).
+        held: Vec<(u32, String, u64)>,
+        /// How long the hook waited.
+        waited: Duration,
+    },
+    /// The lease directory failed its check or could not be opened.
+    #[error("{0}")]
+    StateDir(String),
+    /// The build's chroot could not be looked at.
+    #[error("cannot use GPU lease {}: {source}", path.display())]
+    Chroot {
+        /// The chroot Nix passed.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A lease file or the usage counts could not be written.
+    #[error("cannot use GPU lease {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The lease directory's lock could not be taken.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// The one-line text of [`LeaseError::Exhausted`].
+fn exhausted(total: usize, wanted: usize, held: &[(u32, String, u64)], waited: Duration) -> String {
+    let holders: Vec<String> = held
+        .iter()
+        .map(|(gpu, drv, secs)| format!("nvidia{gpu}: {drv} for {secs} s"))
+        .collect();
+    let what = if held.len() >= total {
+        format!("all {total} GPUs are leased by other builds")
+    } else {
+        format!(
+            "it needs {wanted} GPU(s) but only {} of {total} are free",
+            total - held.len()
+        )
+    };
+    format!(
+        "{what} ({}); waited {} s: raise lease_wait_seconds or lower gpus_per_build \
+         (or the derivation's {GPUS_ATTR})",
+        holders.join(", "),
+        waited.as_secs()
+    )
+}
+
+impl LeaseError {
+    /// The error for a build asking `wanted` of `gpus.len()` GPUs while `shortage` holds too
+    /// many, after waiting `waited`.
+    fn exhausted(
+        gpus: &[u32],
+        wanted: usize,
+        shortage: choice::Shortage,
+        waited: Duration,
+    ) -> Self {
+        LeaseError::Exhausted {
+            total: gpus.len(),
+            wanted,
+            held: shortage
+                .held
+                .into_iter()
+                .map(|r| (r.gpu, r.derivation, now_secs().saturating_sub(r.since)))
+                .collect(),
+            waited,
+        }
+    }
+}
+
+/// What one build asks for.
+#[derive(Debug, Clone)]
+pub struct LeaseRequest<'a> {
+    /// The GPUs the host has (`/dev/nvidia<N>` numbers).
+    pub gpus: &'a [u32],
+    /// How many this build needs.
+    pub count: usize,
+    /// The build's sandbox root.
+    pub chroot: &'a Path,
+    /// The derivation, for the lease file and other builds' messages.
+    pub derivation: &'a str,
+    /// How long to wait for enough free GPUs.
+    pub wait: Duration,
+}
+
+/// The lease directory, `<runtime_dir>/leases`.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    /// The directory holding the lease files, the lock and the usage counts.
+    pub dir: PathBuf,
+}
+
+impl Leases {
+    /// The leases kept under `runtime_dir`.
+    pub fn new(runtime_dir: &Path) -> Leases {
+        Leases {
+            dir: runtime_dir.join("leases"),
+        }
+    }
+
+    /// Leases `req.count` free GPUs to the build in `req.chroot`, least used first, waiting
+    /// up to `req.wait` for other builds to end. `holder` is the Nix process that starts the
+    /// build ([`Holder::parent`] in hook mode).
+    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<u32>, LeaseError> {
+        let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
+        let chroot_id = std::fs::metadata(req.chroot)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|source| LeaseError::Chroot {
+                path: req.chroot.to_path_buf(),
+                source,
+            })?;
+        let asker = sweep::Asker {
+            chroot: req.chroot,
+            chroot_id,
+            holder,
+        };
+        let build_users = holder.build_users();
+        let started = Instant::now();
+        loop {
+            let shortage = {
+                let _lock = lock::lock(&dir, req.wait.saturating_sub(started.elapsed()))?;
+                let held = sweep::held(&dir, req.gpus, Some(asker));
+                let mut usage = record::usage(&dir);
+                match choice::choose(req.gpus, held, &usage, req.count) {
+                    Ok(picked) => {
+                        for gpu in &picked {
+                            let lease = LeaseRecord {
+                                gpu: *gpu,
+                                derivation: req.derivation.to_string(),
+                                chroot: req.chroot.to_path_buf(),
+                                chroot_id,
+                                chroot_born: liveness::born(req.chroot),
+                                holder_pid: holder.pid,
+                                holder_start: holder.start,
+                                since: now_secs(),
+                                pid_namespaces: Vec::new(),
+                                build_users: build_users.clone(),
+                            };
+                            record::write(&dir, &lease).map_err(|source| LeaseError::Write {
+                                path: self.file(*gpu),
+                                source,
+                            })?;
+                            *usage.entry(*gpu).or_default() += 1;
+                        }
+                        record::write_usage(&dir, &usage).map_err(|source| LeaseError::Write {
+                            path: record::usage_path(&dir),
+                            source,
+                        })?;
+                        return Ok(picked);
+                    }
+                    Err(shortage) => shortage,
+                }
+            };
+            let waited = started.elapsed();
+            if waited >= req.wait {
+                return Err(LeaseError::exhausted(req.gpus, req.count, shortage, waited));
+            }
+            std::thread::sleep(POLL.min(req.wait - waited));
+        }
+    }
+
+    /// The GPUs a build asking for `count` would get now, without taking them or waiting
+    /// (for `explain` and `exec`). Reads without the lock: lease files are written atomically.
+    pub fn preview(&self, gpus: &[u32], count: usize) -> Result<Vec<u32>, LeaseError> {
+        let dir = StateDir::open_existing(&self.dir).map_err(LeaseError::StateDir)?;
+        let (held, usage) = match &dir {
+            Some(d) => (sweep::held(d, gpus, None), record::usage(d)),
+            None => (Vec::new(), record::Usage::new()),
+        };
+        choice::choose(gpus, held, &usage, count)
+            .map_err(|shortage| LeaseError::exhausted(gpus, count, shortage, Duration::ZERO))
+    }
+
+    /// The lease file of `gpu`.
+    pub fn file(&self, gpu: u32) -> PathBuf {
+        self.dir.join(record::file_name(gpu))
+    }
+
+    /// Reads the lease file of `gpu`, if any (whether or not its build still runs).
+    pub fn record(&self, gpu: u32) -> Option<LeaseRecord> {
+        let dir = StateDir::open_existing(&self.dir).ok()??;
+        match record::read(&dir, gpu) {
+            record::Read::Lease(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exhaustion_is_one_line_naming_the_holders_and_the_fix() {
+        let e = LeaseError::Exhausted {
+            total: 2,
+            wanted: 2,
+            held: vec![(0, "/nix/store/x-a.drv".into(), 312)],
+            waited: Duration::from_secs(600),
+        }
+        .to_string();
+        assert_eq!(
+            e,
+            "it needs 2 GPU(s) but only 1 of 2 are free (nvidia0: /nix/store/x-a.drv for 312 s); \
+             waited 600 s: raise lease_wait_seconds or lower gpus_per_build (or the \
+             derivation's cudaSandboxGpus)"
+        );
+    }
+}
