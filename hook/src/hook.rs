@@ -64,14 +64,19 @@ pub fn answer(req: &Request, mode: Mode) -> (Plan, Result<Vec<u8>, HookFailure>)
             plan.rules.first().map(String::as_str).unwrap_or_default(),
             problems.join("; ")
         ));
+        act::release_lease(&plan, req, config);
         return (plan, Err(e));
     }
     let bytes = match protocol::render(&plan.exposures) {
         Ok(b) => b,
-        Err(e) => return (plan, Err(HookFailure(format!("{name}: {e}")))),
+        Err(e) => {
+            act::release_lease(&plan, req, config);
+            return (plan, Err(HookFailure(format!("{name}: {e}"))));
+        }
     };
     if mode == Mode::Hook {
         if let Err(e) = act::write_manifest(&plan, config) {
+            act::release_lease(&plan, req, config);
             return (plan, Err(HookFailure(format!("{name}: {e}"))));
         }
     }

@@ -68,13 +68,24 @@ impl Host {
     /// in a process group of its own (so a test can kill it and everything it started, as a
     /// crash would), its output discarded.
     fn spawn_build(&self, file: &str, args: &[(&str, &str)]) -> std::process::Child {
+        self.spawn_build_with(self.sandbox(1), file, args, &[])
+    }
+
+    /// As [`Host::spawn_build`], under `sandbox` and with `extra` arguments to nix-build.
+    fn spawn_build_with(
+        &self,
+        sandbox: NixSandbox,
+        file: &str,
+        args: &[(&str, &str)],
+        extra: &[&str],
+    ) -> std::process::Child {
         let mut build = Command::new("nix-build");
-        build.arg(nix_file(file)).arg("--no-out-link");
+        build.arg(nix_file(file)).arg("--no-out-link").args(extra);
         for (name, value) in args {
             build.args(["--argstr", name, value]);
         }
         build
-            .env("NIX_CONFIG", self.sandbox(1).nix_config())
+            .env("NIX_CONFIG", sandbox.nix_config())
             .env("CUDA_SANDBOX_CONFIG", &self.config)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -504,7 +515,19 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
         !processes_with(&marker).is_empty(),
         "the escaped builder ended with its Nix"
     );
-    assert!(leases.record(0).unwrap().pid_namespaces.is_empty());
+    // The other Nix's hook found the escaped builder among its Nix's children (it is the init
+    // of the build's PID namespace) and recorded it; that alone keeps the lease now. Forget it,
+    // as if no hook had looked, to check that the build user keeps the lease too.
+    let mut record = leases.record(0).unwrap();
+    assert!(
+        record
+            .builders
+            .iter()
+            .any(|b| processes_with(&marker).contains(&(b.pid as i32))),
+        "the escaped builder was not recorded: {record:?}"
+    );
+    record.builders.clear();
+    std::fs::write(leases.file(0), serde_json::to_vec(&record).unwrap()).unwrap();
     // Nix kills a build user's processes when it hands that user to a new build; hold the
     // user's pool lock so the next builds get another user and the escapee lives on.
     let pool = std::fs::File::open(format!("/nix/var/nix/userpool/{user}")).unwrap();
@@ -531,4 +554,188 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     let (ok, log, _) = build_many(&host, 1, &[]);
     assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
     let _ = std::fs::remove_dir_all(&lease.chroot);
+}
+
+#[test]
+fn a_failed_builds_gpu_is_free_while_its_nix_goes_on() {
+    // Nix 2.8 and 2.26 keep a failed build's chroot until `nix-build --keep-going` ends when
+    // another build needs it; its lease held the GPU as long as that Nix ran.
+    if !nix_available("a_failed_builds_gpu_is_free_while_its_nix_goes_on") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let n = nonce();
+    let mut run = host.spawn_build_with(
+        host.sandbox(2),
+        "keep-going.nix",
+        &[("nonce", &n)],
+        &["--keep-going"],
+    );
+    let leases = Leases::new(&host.run_dir());
+    let marker = format!("long-{n}");
+    wait_for(
+        "the failing build's lease and the long build",
+        Duration::from_secs(120),
+        || leases.record(0).is_some() && !processes_with(&marker).is_empty(),
+    );
+    let lease = leases.record(0).unwrap();
+    assert!(lease.derivation.ends_with("-failing.drv"), "{lease:?}");
+    // The failing builder exits at once; its Nix runs on with the long build.
+    wait_for(
+        "the failed build's GPU to be free",
+        Duration::from_secs(60),
+        || explain(&host).contains("nvidia0 (would be leased now"),
+    );
+    eprintln!(
+        "the failed build's chroot {} while its Nix runs",
+        if lease.chroot.exists() {
+            "is kept"
+        } else {
+            "is gone"
+        }
+    );
+    assert!(
+        run.try_wait().unwrap().is_none() && !processes_with(&marker).is_empty(),
+        "the keep-going run ended early"
+    );
+    let (ok, log, reports) = build_many(&host, 1, &[]);
+    assert!(
+        ok,
+        "the failed build kept its GPU while its Nix ran:\n{log}"
+    );
+    assert_eq!(reports.values().next().unwrap().manifest.leased_gpus, [0]);
+    assert!(kill_group(run.id() as i32));
+    run.wait().unwrap();
+    for pid in processes_with(&marker) {
+        kill_group(pid);
+    }
+}
+
+#[test]
+fn builds_of_one_nix_without_build_users_do_not_share_a_gpu() {
+    // Root Nix without `build-users-group`: every build runs as root, so no build user tells
+    // them apart, and the second build's hook runs in the Nix that runs the first. It judged
+    // the first build's lease stale once its builder had left the chroot, and gave the GPU
+    // the escaped builder still held to the second build.
+    if !nix_available("builds_of_one_nix_without_build_users_do_not_share_a_gpu") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let mut sandbox = host.sandbox(3);
+    sandbox.extra_settings.push("build-users-group =".into());
+    let n = nonce();
+    let build = sandbox.build(
+        &nix_file("same-nix.nix"),
+        &[("nonce", &n), ("delay", "8"), ("sleep", "30")],
+        &["--keep-going"],
+    );
+    assert!(
+        !build.ok()
+            && build.log.contains("-second.drv")
+            && build
+                .log
+                .contains("all 1 GPUs are leased by other builds (nvidia0: ")
+            && build.log.contains("-escape.drv"),
+        "the second build got the GPU the escaped builder of the same Nix holds:\n{}",
+        build.log
+    );
+    let lease = Leases::new(&host.run_dir()).record(0);
+    assert!(
+        lease.as_ref().is_some_and(|l| l.build_users.is_empty()),
+        "{lease:?}"
+    );
+    for pid in processes_with(&format!("escaped-{n}")) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+}
+
+#[test]
+fn a_full_runtime_filesystem_fails_the_build_and_strands_no_lease() {
+    // With the runtime directory full, the hook wrote one lease, failed on the next file, and
+    // left that lease behind.
+    if !nix_available("a_full_runtime_filesystem_fails_the_build_and_strands_no_lease") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(2, 1, 0, false);
+    let run = host.run_dir();
+    std::fs::create_dir_all(&run).unwrap();
+    let mounted = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=256k,mode=0755",
+            "cuda-sandbox-full",
+        ])
+        .arg(&run)
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "cannot mount a tmpfs on {}",
+        run.display()
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(run.clone());
+    // The hook makes its directories first; then fill the filesystem but for one page, room
+    // for one lease file and not two.
+    std::fs::create_dir_all(run.join("leases")).unwrap();
+    std::fs::create_dir_all(run.join("manifests")).unwrap();
+    // Never fill anything but the small tmpfs: check it is one, and write at most 1 MiB.
+    let fs = nix::sys::statfs::statfs(&run).unwrap();
+    assert!(
+        fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC && fs.blocks() <= 64,
+        "{} is not the small tmpfs",
+        run.display()
+    );
+    let filler = run.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        for _ in 0..256 {
+            if f.write_all(&[0u8; 4096]).is_err() {
+                break;
+            }
+        }
+        let _ = f.flush();
+    }
+    let size = std::fs::metadata(&filler).unwrap().len();
+    let page = 4096;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&filler)
+        .unwrap();
+    file.set_len(size / page * page - page).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    let (ok, log, _) = build_many(&host, 1, &[("gpus", "2")]);
+    assert!(!ok, "the build passed on a full runtime filesystem:\n{log}");
+    assert!(
+        log.contains("No space left on device"),
+        "the build failed for another reason:\n{log}"
+    );
+    let left: Vec<String> = std::fs::read_dir(run.join("leases"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".lease") || n.starts_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}\n{log}");
+    // With room again, the GPUs are free.
+    std::fs::remove_file(&filler).unwrap();
+    let (ok, log, reports) = build_many(&host, 1, &[("gpus", "2")]);
+    assert!(ok, "{log}");
+    assert_eq!(
+        reports.values().next().unwrap().manifest.leased_gpus,
+        [0, 1]
+    );
 }

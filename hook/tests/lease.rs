@@ -1,7 +1,7 @@
 //! GPU leases against real processes: stand-in Nix processes (`sleep`), builds in a PID
 //! namespace of their own (`unshare`) and build users (`setpriv`). The namespace and build-user
 //! tests need root; under `CI=true` they fail rather than skip without it.
-use cuda_sandbox_hook::lease::{Holder, LeaseError, LeaseRequest, Leases};
+use cuda_sandbox_hook::lease::{Builder, Holder, LeaseError, LeaseRequest, Leases};
 use cuda_sandbox_hook::statedir::StateDir;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -170,46 +170,117 @@ fn a_lease_holds_while_its_nix_runs_however_old_but_not_against_its_own_nix() {
     assert_eq!(f.take(&c, &[0], 1), [0]);
 }
 
+/// A stand-in Nix with a sandboxed builder: `unshare --pid --fork sleep 600`, whose child is
+/// PID 1 of a PID namespace of its own, as Nix's builder is. Returns the stand-in (the holder)
+/// and the builder's pid.
+fn nix_with_builder(f: &Fixture) -> (Holder, u32) {
+    let child = Command::new("unshare")
+        .args(["--pid", "--fork", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    f.nixes.borrow_mut().push(child);
+    let builder = (0..500)
+        .find_map(|_| {
+            let children =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+            let builder = children.split_whitespace().next()?.parse::<u32>().ok()?;
+            // unshare forks, then the child execs sleep: wait for it to be in its namespace.
+            let status = std::fs::read_to_string(format!("/proc/{builder}/status")).ok()?;
+            let init = status
+                .lines()
+                .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"));
+            if !init {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            init.then_some(builder)
+        })
+        .expect("unshare started no builder");
+    (Holder::of(pid).unwrap(), builder)
+}
+
+/// A chroot Nix has set up the sandbox in (the sandbox's `/proc` mount point exists).
+fn set_up(chroot: &Path) {
+    std::fs::create_dir(chroot.join("proc")).unwrap();
+}
+
 #[test]
 fn a_lease_lives_while_its_builds_pid_namespace_does() {
-    // a builder that left its chroot cannot leave its PID namespace.
+    // A builder that left its chroot cannot leave its PID namespace: the next hook finds it
+    // among its Nix's children and records it, and it keeps the lease after its Nix is gone.
     if !cuda_sandbox_testkit::root_available("a_lease_lives_while_its_builds_pid_namespace_does") {
         return;
     }
     let f = fixture();
-    let mut build = Command::new("unshare")
-        .args(["--pid", "--fork", "sleep", "600"])
-        .spawn()
-        .unwrap();
-    let inner = (0..200)
-        .find_map(|_| {
-            let children =
-                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", build.id())).ok()?;
-            let pid = children.split_whitespace().next().map(str::to_string);
-            if pid.is_none() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            pid
-        })
-        .unwrap();
-    let ns = std::fs::metadata(format!("/proc/{inner}/ns/pid"))
-        .unwrap()
-        .ino();
+    let (nix, builder) = nix_with_builder(&f);
+    let a = f.chroot("a");
+    f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+    set_up(&a);
+    let b = f.chroot("b");
+    assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
+    let recorded = f.leases.record(0).unwrap().builders;
+    assert_eq!(
+        recorded.iter().map(|b| b.pid).collect::<Vec<_>>(),
+        [builder],
+        "{recorded:?}"
+    );
+    // Nix is gone and nothing is rooted in the chroot, but the build's namespace lives.
+    f.kill(nix);
+    assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
+    let _ = Command::new("kill")
+        .args(["-KILL", &builder.to_string()])
+        .status();
+    let gone = (0..500).any(|_| {
+        let alive = Holder::of(builder).is_some();
+        if alive {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        !alive
+    });
+    assert!(gone, "the builder did not end");
+    assert_eq!(f.take(&b, &[0], 1), [0]);
+}
+
+#[test]
+fn a_set_up_build_whose_builder_ended_frees_its_gpu_while_its_nix_runs() {
+    // Nix (2.8, 2.26) keeps a failed build's chroot while it goes on with other builds: once
+    // the sandbox was set up and no builder of that Nix may be the build's, the lease ends.
+    let f = fixture();
+    let nix = f.nix();
+    let a = f.chroot("a");
+    f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+    let b = f.chroot("b");
+    // Not set up yet: the build is pending while its Nix runs.
+    assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
+    set_up(&a);
+    assert_eq!(
+        f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).unwrap(),
+        [0]
+    );
+}
+
+#[test]
+fn a_reused_namespace_inode_keeps_no_lease() {
+    // An unprivileged `unshare -Upf` can get a dead build's PID namespace inode: the builder is
+    // recorded by pid and start time, and a live namespace with its inode keeps nothing.
+    let f = fixture();
     let a = f.chroot("a");
     let nix = f.nix();
     f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
     f.kill(nix);
+    let mut ended = Command::new("true").spawn().unwrap();
+    let pid = ended.id();
+    ended.wait().unwrap();
     let mut record = f.leases.record(0).unwrap();
-    record.pid_namespaces = vec![ns];
+    record.builders = vec![Builder {
+        pid,
+        start: 1,
+        // This test's own namespace: alive, and so a namespace with this inode exists.
+        pid_namespace: std::fs::metadata("/proc/self/ns/pid").unwrap().ino(),
+        uid: 0,
+    }];
     std::fs::write(f.leases.file(0), serde_json::to_vec(&record).unwrap()).unwrap();
-    // Nix is gone and nothing is rooted in the chroot, but the build's namespace lives.
-    let b = f.chroot("b");
-    assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
-    let _ = Command::new("kill")
-        .args(["-KILL", inner.as_str()])
-        .status();
-    build.wait().unwrap();
-    assert_eq!(f.take(&b, &[0], 1), [0]);
+    assert_eq!(f.take(&f.chroot("b"), &[0], 1), [0]);
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! Process liveness: whether a lease's build can still use its GPU, read from `/proc` (see
 //! "When a lease ends" in the [`super`] module documentation).
 
-use super::record::LeaseRecord;
+use super::record::{Builder, LeaseRecord};
+use std::cell::OnceCell;
 use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 /// The process that will start the build and so keeps a pending lease alive: pid and start
@@ -26,14 +29,7 @@ impl Holder {
 
     /// The process `pid`, if it runs (a zombie, which no one has reaped yet, does not).
     pub fn of(pid: u32) -> Option<Holder> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name (field 2) may hold spaces and parentheses; fields after it don't.
-        let after_name = &stat[stat.rfind(')')? + 1..];
-        let mut fields = after_name.split_whitespace();
-        if matches!(fields.next(), Some("Z" | "X")) {
-            return None;
-        }
-        let start = fields.nth(18)?.parse().ok()?;
+        let (_, start) = parent_and_start(pid)?;
         Some(Holder { pid, start })
     }
 
@@ -68,25 +64,41 @@ impl Holder {
     }
 }
 
+impl Builder {
+    /// Whether this builder still runs: then its PID namespace, and every process of the
+    /// build, lives (when a namespace's init ends, the kernel kills the rest, pid_namespaces(7)).
+    pub fn alive(&self) -> bool {
+        Holder::of(self.pid).is_some_and(|h| h.start == self.start)
+    }
+}
+
 /// The birth time of `path`, when its filesystem records one.
 pub fn born(path: &Path) -> Option<u128> {
     let t = std::fs::metadata(path).ok()?.created().ok()?;
     Some(t.duration_since(UNIX_EPOCH).ok()?.as_nanos())
 }
 
-/// A lease record being checked, and whether the check saw new PID namespaces of its build.
+/// Whether Nix has set up the sandbox of the build in `chroot`: the mount point of the
+/// sandbox's `/proc` exists. Nix creates it in the builder's process, after the hook and before
+/// the builder runs (seen on Nix 2.8, 2.26 and 2.34), and only root can write the chroot's top
+/// directory.
+pub fn sandbox_set_up(chroot: &Path) -> bool {
+    std::fs::symlink_metadata(chroot.join("proc")).is_ok_and(|m| m.is_dir())
+}
+
+/// A lease record being checked, and whether the check learnt something to keep.
 pub struct Checked {
-    /// The record, with the namespaces the check saw added.
+    /// The record, with the builders the check found added.
     pub record: LeaseRecord,
-    /// Whether the check added namespaces (the record should be written back).
+    /// Whether the check added builders (the record should be written back).
     pub grew: bool,
 }
 
 impl Checked {
-    /// Whether its build can still use the GPU (see the module documentation). `me` is the
-    /// Nix process running the asking hook.
+    /// Whether its build can still use the GPU (see "When a lease ends" in the module
+    /// documentation). `me` is the Nix process running the asking hook.
     pub fn is_live(&mut self, me: Option<Holder>, procs: &Processes) -> bool {
-        let r = &mut self.record;
+        let r = &self.record;
         let same_dir = std::fs::metadata(&r.chroot).is_ok_and(|m| {
             (m.dev(), m.ino()) == r.chroot_id
                 && (r.chroot_born.is_none() || r.chroot_born == born(&r.chroot))
@@ -94,71 +106,209 @@ impl Checked {
         if !same_dir {
             return false;
         }
-        let mut live = false;
-        for ns in procs.namespaces_rooted_at(r.chroot_id) {
-            live = true;
-            if Some(ns) != procs.own_namespace && !r.pid_namespaces.contains(&ns) {
-                r.pid_namespaces.push(ns);
-                self.grew = true;
-            }
+        if r.builders.iter().any(Builder::alive) {
+            return true;
         }
-        if live
-            || r.pid_namespaces
-                .iter()
-                .any(|ns| procs.namespaces.contains(ns))
-        {
+        let rooted = procs.rooted_at(r.chroot_id);
+        if !rooted.is_empty() {
+            for pid in rooted {
+                if let Some(init) = procs.init_of_namespace_of(pid) {
+                    self.add(init);
+                }
+            }
             return true;
         }
         let holder = Holder {
             pid: r.holder_pid,
             start: r.holder_start,
         };
-        (me != Some(holder) && holder.alive())
-            || r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
+        if holder.alive() {
+            // The holder that runs the asking hook has moved on from this build, so its sandbox
+            // is set up (Nix waits for that), even if this check cannot see it.
+            if me != Some(holder) && !sandbox_set_up(&r.chroot) {
+                return true;
+            }
+            // Set up: the builder, while it runs, is the holder's child, the init of a PID
+            // namespace of its own. Ended builders were seen or are gone; a child rooted in the
+            // chroot of another build is that build's. Any other child may be this build's
+            // builder, which left its chroot before a hook saw it: it keeps the lease.
+            let store = chroot_store_dir(&r.chroot);
+            let unknown: Vec<Builder> = procs
+                .sandbox_children(holder)
+                .into_iter()
+                .filter(|b| !store.is_some_and(|s| procs.in_nix_chroot(b.pid, s)))
+                .collect();
+            let live = !unknown.is_empty();
+            for b in unknown {
+                self.add(b);
+            }
+            return live;
+        }
+        // The holder is gone: a builder it left behind is no longer its child.
+        r.builders.is_empty() && r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
+    }
+
+    fn add(&mut self, b: Builder) {
+        if !self.record.builders.contains(&b) {
+            self.record.builders.push(b);
+            self.grew = true;
+        }
     }
 }
 
-/// What the processes on the host are, as far as leases care: each one's root directory and
-/// PID namespace.
+/// The store directory a Nix chroot `chroot` lies in: `<store>/<drv>.chroot` (Nix 2.8) or
+/// `<store>/<drv>.chroot/root` (current Nix).
+fn chroot_store_dir(chroot: &Path) -> Option<&Path> {
+    let is_chroot = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".drv.chroot"))
+    };
+    let dir = if chroot.file_name() == Some("root".as_ref()) {
+        chroot.parent()?
+    } else {
+        chroot
+    };
+    is_chroot(dir).then(|| dir.parent()).flatten()
+}
+
+/// One process as far as leases care.
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    start: u64,
+    /// Its root directory (device, inode).
+    root: Option<(u64, u64)>,
+    /// Its PID namespace's inode.
+    pid_ns: Option<u64>,
+}
+
+/// What the processes on the host are, as far as leases care: each one's parent, start time,
+/// root directory and PID namespace.
 pub struct Processes {
-    /// (root directory (device, inode), PID namespace inode) of every process we may inspect.
-    all: Vec<((u64, u64), Option<u64>)>,
-    /// The PID namespaces with at least one process.
-    namespaces: HashSet<u64>,
+    all: Vec<Proc>,
     /// This hook's own PID namespace (never recorded as a build's).
     own_namespace: Option<u64>,
     /// The uids (real, effective, saved, filesystem) of every process, read when first asked.
-    uids: std::cell::OnceCell<HashSet<u32>>,
+    uids: OnceCell<HashSet<u32>>,
+    /// This process's mounts, read when first asked.
+    own_mounts: OnceCell<Vec<Mount>>,
 }
 
 impl Processes {
-    /// Reads every process's root and PID namespace from `/proc`.
+    /// Reads every process's parent, start time, root and PID namespace from `/proc`.
     pub fn scan() -> Processes {
         let ns_of = |dir: &Path| std::fs::metadata(dir.join("ns/pid")).ok().map(|m| m.ino());
         let mut all = Vec::new();
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for e in entries.filter_map(Result::ok) {
-                if !e
-                    .file_name()
-                    .as_encoded_bytes()
-                    .iter()
-                    .all(u8::is_ascii_digit)
-                {
-                    continue;
-                }
-                let path = e.path();
-                if let Ok(m) = std::fs::metadata(path.join("root")) {
-                    all.push(((m.dev(), m.ino()), ns_of(&path)));
-                }
-            }
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let path = e.path();
+            let Some((ppid, start)) = parent_and_start(pid) else {
+                continue;
+            };
+            all.push(Proc {
+                pid,
+                ppid,
+                start,
+                root: std::fs::metadata(path.join("root"))
+                    .ok()
+                    .map(|m| (m.dev(), m.ino())),
+                pid_ns: ns_of(&path),
+            });
         }
-        let namespaces = all.iter().filter_map(|(_, ns)| *ns).collect();
         Processes {
             all,
-            namespaces,
             own_namespace: ns_of(Path::new("/proc/self")),
-            uids: std::cell::OnceCell::new(),
+            uids: OnceCell::new(),
+            own_mounts: OnceCell::new(),
         }
+    }
+
+    /// The processes rooted at `root`.
+    fn rooted_at(&self, root: (u64, u64)) -> Vec<u32> {
+        self.all
+            .iter()
+            .filter(|p| p.root == Some(root))
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    fn get(&self, pid: u32) -> Option<&Proc> {
+        self.all.iter().find(|p| p.pid == pid)
+    }
+
+    /// The init (PID 1) of the PID namespace `pid` is in, unless that is this hook's own.
+    fn init_of_namespace_of(&self, pid: u32) -> Option<Builder> {
+        let ns = self.get(pid)?.pid_ns?;
+        if Some(ns) == self.own_namespace {
+            return None;
+        }
+        self.all
+            .iter()
+            .filter(|p| p.pid_ns == Some(ns))
+            .find_map(|p| self.as_init(p))
+    }
+
+    /// `p` as a builder, if it is the init of its PID namespace: its parent is in another one
+    /// and it is PID 1 in its own (`NSpid` in `/proc/<pid>/status`).
+    fn as_init(&self, p: &Proc) -> Option<Builder> {
+        let parent_ns = self.get(p.ppid).and_then(|q| q.pid_ns);
+        if p.pid_ns.is_none() || parent_ns == p.pid_ns {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok()?;
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+        if field("NSpid:")?.split_whitespace().last()? != "1" {
+            return None;
+        }
+        Some(Builder {
+            pid: p.pid,
+            start: p.start,
+            pid_namespace: p.pid_ns?,
+            uid: field("Uid:")?.split_whitespace().next()?.parse().ok()?,
+        })
+    }
+
+    /// The children of `holder` that are the init of a PID namespace of their own: its
+    /// running sandboxed builders.
+    fn sandbox_children(&self, holder: Holder) -> Vec<Builder> {
+        self.all
+            .iter()
+            .filter(|p| p.ppid == holder.pid)
+            .filter_map(|p| self.as_init(p))
+            .collect()
+    }
+
+    /// Whether process `pid` runs in the chroot of a Nix build in `store`: its root is a
+    /// mount of `<store>/<name>.drv.chroot` (or `…/root`) and is that very directory. Its
+    /// mount table (`/proc/<pid>/mountinfo`, proc(5)) names the directory relative to its
+    /// filesystem; this process's own mount table maps that back to a path here.
+    fn in_nix_chroot(&self, pid: u32, store: &Path) -> bool {
+        let Some(root) = self.get(pid).and_then(|p| p.root) else {
+            return false;
+        };
+        let Some(theirs) = read_mounts(&format!("/proc/{pid}/mountinfo")) else {
+            return false;
+        };
+        let Some(top) = theirs.iter().find(|m| m.mount_point == Path::new("/")) else {
+            return false;
+        };
+        let own = self
+            .own_mounts
+            .get_or_init(|| read_mounts("/proc/self/mountinfo").unwrap_or_default());
+        own.iter()
+            .filter(|m| m.device == top.device)
+            .filter_map(|m| {
+                let rest = top.root.strip_prefix(&m.root).ok()?;
+                Some(m.mount_point.join(rest))
+            })
+            .any(|here| {
+                chroot_store_dir(&here) == Some(store)
+                    && std::fs::symlink_metadata(&here)
+                        .is_ok_and(|md| md.is_dir() && (md.dev(), md.ino()) == root)
+            })
     }
 
     /// Whether some live process runs as `uid` (any of its four uids, from
@@ -187,15 +337,83 @@ impl Processes {
             })
             .contains(&uid)
     }
+}
 
-    /// The PID namespaces of the processes rooted at `root` (one entry per process).
-    fn namespaces_rooted_at(&self, root: (u64, u64)) -> Vec<u64> {
-        self.all
-            .iter()
-            .filter(|(r, _)| *r == root)
-            .map(|(_, ns)| ns.unwrap_or(0))
-            .collect()
+/// The parent pid and start time of `pid`, unless it is a zombie or gone.
+fn parent_and_start(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields after it don't.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
     }
+    let ppid = fields.next()?.parse().ok()?;
+    let start = fields.nth(17)?.parse().ok()?;
+    Some((ppid, start))
+}
+
+/// One line of a mount table (`/proc/<pid>/mountinfo`, see proc(5)).
+#[derive(Debug, PartialEq, Eq)]
+struct Mount {
+    /// `major:minor` of the filesystem.
+    device: String,
+    /// The directory of the filesystem mounted here.
+    root: PathBuf,
+    /// Where it is mounted, relative to the process's root.
+    mount_point: PathBuf,
+}
+
+/// The most a mount table is read: a sandbox has a few dozen mounts, a host some hundreds.
+const MOUNTINFO_LIMIT: u64 = 4 << 20;
+
+/// Reads a mount table, at most [`MOUNTINFO_LIMIT`] bytes of it.
+fn read_mounts(path: &str) -> Option<Vec<Mount>> {
+    let mut text = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MOUNTINFO_LIMIT)
+        .read_to_end(&mut text)
+        .ok()?;
+    Some(parse_mounts(&text))
+}
+
+/// The mounts in mount table text; lines that do not parse are left out.
+fn parse_mounts(text: &[u8]) -> Vec<Mount> {
+    text.split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let mut f = line.split(|b| *b == b' ');
+            let device = std::str::from_utf8(f.nth(2)?).ok()?.to_string();
+            let root = unescape(f.next()?);
+            let mount_point = unescape(f.next()?);
+            Some(Mount {
+                device,
+                root,
+                mount_point,
+            })
+        })
+        .collect()
+}
+
+/// A mount table path: space, tab, newline and backslash are written as `\ooo` octal.
+fn unescape(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (field[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 #[cfg(test)]

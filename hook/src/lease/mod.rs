@@ -55,7 +55,7 @@ mod wanted;
 
 pub use liveness::Holder;
 pub use lock::LockError;
-pub use record::LeaseRecord;
+pub use record::{Builder, LeaseRecord};
 pub use wanted::wanted;
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
@@ -207,8 +207,9 @@ impl Leases {
                 let mut usage = record::usage(&dir);
                 match choice::choose(req.gpus, held, &usage, req.count) {
                     Ok(picked) => {
-                        for gpu in &picked {
-                            let lease = LeaseRecord {
+                        let leases: Vec<LeaseRecord> = picked
+                            .iter()
+                            .map(|gpu| LeaseRecord {
                                 gpu: *gpu,
                                 derivation: req.derivation.to_string(),
                                 chroot: req.chroot.to_path_buf(),
@@ -217,19 +218,17 @@ impl Leases {
                                 holder_pid: holder.pid,
                                 holder_start: holder.start,
                                 since: now_secs(),
-                                pid_namespaces: Vec::new(),
+                                builders: Vec::new(),
                                 build_users: build_users.clone(),
-                            };
-                            record::write(&dir, &lease).map_err(|source| LeaseError::Write {
-                                path: self.file(*gpu),
-                                source,
-                            })?;
+                            })
+                            .collect();
+                        self.write_all(&dir, &leases)?;
+                        // The counts only order free GPUs: a failed write (a full disk) costs
+                        // that order, not the build.
+                        for gpu in &picked {
                             *usage.entry(*gpu).or_default() += 1;
                         }
-                        record::write_usage(&dir, &usage).map_err(|source| LeaseError::Write {
-                            path: record::usage_path(&dir),
-                            source,
-                        })?;
+                        let _ = record::write_usage(&dir, &usage);
                         return Ok(picked);
                     }
                     Err(shortage) => shortage,
@@ -241,6 +240,51 @@ impl Leases {
             }
             std::thread::sleep(POLL.min(req.wait - waited));
         }
+    }
+
+    /// Writes `leases`, all or none: when one cannot be written (a full runtime filesystem),
+    /// those written are removed again, so no lease is left behind by a build that fails.
+    fn write_all(&self, dir: &StateDir, leases: &[LeaseRecord]) -> Result<(), LeaseError> {
+        for (i, lease) in leases.iter().enumerate() {
+            if let Err(source) = record::write(dir, lease) {
+                for written in &leases[..i] {
+                    let _ = record::remove(dir, written.gpu);
+                }
+                return Err(LeaseError::Write {
+                    path: self.file(lease.gpu),
+                    source,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the leases of the build in `chroot`, taken by this hook run, when the hook fails
+    /// after [`Leases::acquire`]: Nix then never starts the build. Removes only lease files of
+    /// `gpus` that name this chroot (by path, device and inode) and `holder`.
+    pub fn release(&self, gpus: &[u32], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
+        let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
+        let chroot_id = std::fs::metadata(chroot)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|source| LeaseError::Chroot {
+                path: chroot.to_path_buf(),
+                source,
+            })?;
+        let _lock = lock::lock(&dir, Duration::ZERO)?;
+        for gpu in gpus {
+            if let record::Read::Lease(r) = record::read(&dir, *gpu) {
+                if r.chroot == chroot
+                    && r.chroot_id == chroot_id
+                    && (r.holder_pid, r.holder_start) == (holder.pid, holder.start)
+                {
+                    record::remove(&dir, *gpu).map_err(|source| LeaseError::Write {
+                        path: self.file(*gpu),
+                        source,
+                    })?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The GPUs a build asking for `count` would get now, without taking them or waiting

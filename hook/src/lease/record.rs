@@ -33,10 +33,12 @@ pub struct LeaseRecord {
     pub holder_start: u64,
     /// When the lease was taken (seconds since the epoch).
     pub since: u64,
-    /// The PID namespaces (`/proc/<pid>/ns/pid` inodes) of processes seen rooted in the
-    /// chroot: the build's, which its processes cannot leave.
+    /// The build's builders as hooks saw them: the init of each PID namespace seen rooted in
+    /// the chroot, or a child of the holder that may be this build's. The build lives while
+    /// one runs; recorded by pid and start time, which are never reused together (a bare
+    /// namespace inode is).
     #[serde(default)]
-    pub pid_namespaces: Vec<u64>,
+    pub builders: Vec<Builder>,
     /// The build users (host uids) of the Nix process that ran the hook, from the
     /// `userpool/<uid>` locks it holds ([`super::Holder::build_users`]): the build runs as one
     /// of them, and a builder cannot change its host uid. Empty without build users.
@@ -57,10 +59,24 @@ impl LeaseRecord {
             holder_pid: 0,
             holder_start: 0,
             since: 0,
-            pid_namespaces: Vec::new(),
+            builders: Vec::new(),
             build_users: Vec::new(),
         }
     }
+}
+
+/// A builder: the init (PID 1) of a build's PID namespace, which no process of the build can
+/// leave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Builder {
+    /// Its pid (on the host).
+    pub pid: u32,
+    /// Its start time (`/proc/<pid>/stat` field 22).
+    pub start: u64,
+    /// Its PID namespace's inode, for messages and tests.
+    pub pid_namespace: u64,
+    /// Its real uid on the host.
+    pub uid: u32,
 }
 
 /// The name of `gpu`'s lease file in the lease directory.
@@ -108,11 +124,6 @@ pub fn usage(dir: &StateDir) -> Usage {
 /// Writes the per-GPU lease counts.
 pub fn write_usage(dir: &StateDir, usage: &Usage) -> std::io::Result<()> {
     write_json(dir, USAGE_FILE, usage)
-}
-
-/// The path of the usage file, for messages.
-pub fn usage_path(dir: &StateDir) -> PathBuf {
-    dir.path.join(USAGE_FILE)
 }
 
 /// Writes `value` as one line of JSON to `name`, atomically, mode 0644 (leases describe
