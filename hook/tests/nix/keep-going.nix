@@ -1,7 +1,7 @@
-# For `nix-build --keep-going`: a tagged build that fails at once, an untagged build that needs
-# it (so Nix keeps the failed build's goal, and under Nix 2.8 and 2.26 its chroot, until the
-# run ends), and an untagged build that sleeps `sleep` seconds with `long-<nonce>` on its
-# command line, so that the run goes on.
+# For `nix-build --keep-going`: a tagged build that fails after a second, a build that needs
+# it, and an untagged build that sleeps `sleep` seconds with `long-<nonce>` on its command
+# line, so that the run goes on. Nix 2.8 keeps the failed build's chroot while the run goes on
+# in this shape (a failed build asked for and needed by another).
 { nonce, sleep ? "600" }:
 let
   mk = name: attrs: derivation ({
@@ -12,10 +12,11 @@ let
   } // attrs);
   failing = mk "failing" {
     requiredSystemFeatures = [ "cuda" ];
-    args = [ "-c" "exit 1" ];
+    args = [ "-c" "sleep 1; exit 1" ];
   };
 in
 {
-  after = mk "after-failing" { dep = failing; args = [ "-c" "echo > $out" ]; };
+  inherit failing;
+  after = mk "after-failing" { inherit failing; args = [ "-c" "echo > $out" ]; };
   long = mk "long" { args = [ "-c" "sleep ${sleep}; echo > $out # long-${nonce}" ]; };
 }
