@@ -757,3 +757,111 @@ fn a_full_runtime_filesystem_fails_the_build_and_strands_no_lease() {
         [0, 1]
     );
 }
+
+#[test]
+fn a_reused_pid_namespace_inode_keeps_no_gpu() {
+    // A lease recorded its build's PID namespace by inode, which the kernel hands out again:
+    // an unprivileged `unshare -Upf` got a dead build's inode and kept its GPU leased.
+    if !nix_available("a_reused_pid_namespace_inode_keeps_no_gpu") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let n = nonce();
+    // The builder orphaned by its killed Nix must be reaped for its namespace, and the inode,
+    // to be freed; the init of a container may never reap it. Adopt it instead.
+    struct Subreaper;
+    impl Drop for Subreaper {
+        fn drop(&mut self) {
+            let _ = nix::sys::prctl::set_child_subreaper(false);
+        }
+    }
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let subreaper = Subreaper;
+    let mut long = host.spawn_build(
+        "concurrent.nix",
+        &[
+            ("count", "1"),
+            ("sleep", "600"),
+            ("prefix", "long"),
+            ("nonce", &n),
+        ],
+    );
+    let marker = format!("builder {n}");
+    let _cleanup = KillOnDrop {
+        group: long.id() as i32,
+        marker: marker.clone(),
+    };
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the long build to run", Duration::from_secs(60), || {
+        leases.record(0).is_some() && !processes_with(&marker).is_empty()
+    });
+    // Another build's hook sees the builder in its chroot and records it.
+    let (ok, log, _) = build_many(&host, 1, &[]);
+    assert!(!ok && log.contains("all 1 GPUs are leased"), "{log}");
+    let lease = leases.record(0).unwrap();
+    // The builder is the init of the build's PID namespace: the oldest process with the marker.
+    let namespace = processes_with(&marker)
+        .iter()
+        .filter_map(|pid| std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok())
+        .map(|m| m.ino())
+        .next()
+        .expect("the builder's PID namespace");
+    // The build ends: its Nix killed, then its builder (Nix 2.8 leaves the chroot behind).
+    assert!(kill_group(long.id() as i32));
+    long.wait().unwrap();
+    for pid in processes_with(&marker) {
+        kill_group(pid);
+    }
+    wait_for("the builder to end", Duration::from_secs(10), || {
+        processes_with(&marker).is_empty()
+    });
+    let reap = Instant::now();
+    while reap.elapsed() < Duration::from_secs(2) {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(20)),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    drop(subreaper);
+    // An unprivileged user makes PID namespaces, keeping each, until one gets the build's
+    // inode: the kernel hands out the lowest free one. In a user namespace of its own, each
+    // `unshare -pf` takes one inode.
+    let mut maker = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .args(["unshare", "-Ur", "sh", "-c"])
+        .arg("for i in $(seq 64); do unshare -pf sleep 120 & done; wait")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let in_target = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .any(|e| {
+                std::fs::metadata(e.path().join("ns/pid")).is_ok_and(|m| m.ino() == namespace)
+                    && std::fs::metadata(e.path()).is_ok_and(|m| m.uid() == 65534)
+            })
+    };
+    let started = Instant::now();
+    while !in_target() && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let reused = in_target();
+    eprintln!(
+        "the build's PID namespace inode {namespace} reused by another user's namespace: \
+         {reused}"
+    );
+    let (ok, log, reports) = build_many(&host, 1, &[]);
+    kill_group(maker.id() as i32);
+    let _ = maker.wait();
+    assert!(ok, "an ended build kept its GPU:\n{log}");
+    assert_eq!(reports.values().next().unwrap().manifest.leased_gpus, [0]);
+    assert!(
+        lease.builders.iter().any(|b| b.pid_namespace == namespace),
+        "the builder was not recorded by pid and start time: {lease:?}"
+    );
+    let _ = std::fs::remove_dir_all(&lease.chroot);
+}
