@@ -796,10 +796,6 @@ fn a_reused_pid_namespace_inode_keeps_no_gpu() {
     wait_for("the long build to run", Duration::from_secs(60), || {
         leases.record(0).is_some() && !processes_with(&marker).is_empty()
     });
-    // Another build's hook sees the builder in its chroot and records it.
-    let (ok, log, _) = build_many(&host, 1, &[]);
-    assert!(!ok && log.contains("all 1 GPUs are leased"), "{log}");
-    let lease = leases.record(0).unwrap();
     // The builder is the init of the build's PID namespace: the oldest process with the marker.
     let namespace = processes_with(&marker)
         .iter()
@@ -807,6 +803,20 @@ fn a_reused_pid_namespace_inode_keeps_no_gpu() {
         .map(|m| m.ino())
         .next()
         .expect("the builder's PID namespace");
+    // Another build's hook sees the builder in its chroot and records it.
+    let (ok, log, _) = build_many(&host, 1, &[]);
+    if processes_with(&marker).is_empty()
+        && NixVersion::current().is_some_and(NixVersion::builder_dies_with_a_killed_nix)
+    {
+        // Nix 2.34 intermittently ends a builder early in a loaded run (see
+        // scripts/test-nix-versions); without it there is nothing to check.
+        eprintln!("note: the builder ended before it could be recorded");
+        kill_group(long.id() as i32);
+        let _ = long.wait();
+        return;
+    }
+    assert!(!ok && log.contains("all 1 GPUs are leased"), "{log}");
+    let lease = leases.record(0).unwrap();
     // The build ends: its Nix killed, then its builder (Nix 2.8 leaves the chroot behind).
     assert!(kill_group(long.id() as i32));
     long.wait().unwrap();

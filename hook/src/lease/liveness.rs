@@ -423,6 +423,49 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn a_mount_table_is_read_with_its_escapes() {
+        let table = b"152 131 254:0 /nix/store/x-a.drv.chroot / rw - ext4 /dev/vda rw\n\
+            168 152 0:42 / /proc rw - proc none rw\n\
+            170 152 0:44 /a\\040b /dev/my\\134dir rw - tmpfs none rw\n\
+            garbage\n";
+        assert_eq!(
+            parse_mounts(table),
+            [
+                Mount {
+                    device: "254:0".into(),
+                    root: "/nix/store/x-a.drv.chroot".into(),
+                    mount_point: "/".into(),
+                },
+                Mount {
+                    device: "0:42".into(),
+                    root: "/".into(),
+                    mount_point: "/proc".into(),
+                },
+                Mount {
+                    device: "0:44".into(),
+                    root: "/a b".into(),
+                    mount_point: "/dev/my\\dir".into(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chroot_names_its_store_in_either_layout() {
+        let store = Some(Path::new("/nix/store"));
+        assert_eq!(
+            chroot_store_dir(Path::new("/nix/store/x-a.drv.chroot")),
+            store
+        );
+        assert_eq!(
+            chroot_store_dir(Path::new("/nix/store/x-a.drv.chroot/root")),
+            store
+        );
+        assert_eq!(chroot_store_dir(Path::new("/build/x")), None);
+        assert_eq!(chroot_store_dir(Path::new("/tmp/root")), None);
+    }
+
+    #[test]
     fn a_zombie_nix_holds_no_lease() {
         let mut child = Command::new("true").spawn().unwrap();
         let pid = child.id();

@@ -2,49 +2,48 @@
 //! build holds, the least used first.
 //!
 //! One file per leased GPU, `<runtime_dir>/leases/nvidia<N>.lease` (JSON [`LeaseRecord`]),
-//! written atomically (temporary file + rename) in a verified [`StateDir`] (root-owned, not a
-//! symlink, checked on every run). Every decision is taken under an exclusive `flock` on
-//! `<runtime_dir>/leases/.lock`, so two hooks never pick the same GPU; the wait for that lock
-//! is bounded by the lease wait, like the wait for a free GPU. A per-GPU
-//! count of leases granted (`usage.json`) orders the free GPUs: least used first, then by
-//! number.
+//! written atomically in a verified [`StateDir`] (root-owned, not a symlink, checked on every
+//! run) by `record`. Every decision is taken under an exclusive `flock` of
+//! `<runtime_dir>/leases/.lock` (`lock`), so two hooks never pick the same GPU; the wait for
+//! that lock is bounded by the lease wait, like the wait for a free GPU. `choice` picks the
+//! free GPUs, least used first by a per-GPU count of leases granted (`usage.json`), then by
+//! number; `sweep` finds the live leases and removes stale ones; `liveness` says which are
+//! live; [`wanted`] is the derivation's GPU count.
 //!
 //! # When a lease ends
 //!
-//! The hook exits before the build starts, so nothing of it can hold the lease. A lease is
-//! alive while its build can still use the GPU:
+//! The hook exits before the build starts, so nothing of it can hold the lease; the next hook
+//! that needs a GPU judges it. A lease is alive while its build can still use the GPU:
 //!
-//! 1. the chroot directory Nix passed still exists with the same inode (Nix deletes it when the
-//!    build ends; a rebuild of the same derivation makes a new one), and
+//! 1. the chroot directory Nix passed still exists with the same inode and birth time (Nix
+//!    deletes it when the build ends; a rebuild of the same derivation makes a new one), and
 //! 2. one of:
-//!    - the Nix process that ran the hook (recorded by pid and start time) is alive: Nix
-//!      tracks the build until it ends, whatever the builder does (no time limit, so a
-//!      builder that leaves its chroot — `unshare -rm`, a bind of `/dev`, `chroot`
-//!      elsewhere — keeps its lease while Nix runs it);
-//!    - some process has that directory as its root (`/proc/<pid>/root`): the builder and
-//!      its children after Nix's `pivot_root`. Each hook that sees one records the build's
-//!      PID namespace in the lease ([`LeaseRecord::pid_namespaces`]);
-//!    - some process is still in a recorded PID namespace: a process cannot leave its PID
-//!      namespace, and the namespace's init (the builder) outlives every process in it and
-//!      in namespaces nested in it;
-//!    - some live process runs as the build's build user ([`LeaseRecord::build_users`], read
-//!      from the `userpool/<uid>` lock files the Nix process running the hook holds). An
-//!      unprivileged builder cannot change its host uid, so this holds a builder that left its
-//!      chroot before any hook saw it there, after its Nix was killed. Nix kills every process
-//!      of a build user before it hands the user to another build, so a later build's
-//!      processes can make an ended lease look alive only until a tagged build's hook (which
-//!      runs after that clean-up) or the end of that build: never the other way round.
+//!    - a builder recorded in the lease runs ([`LeaseRecord::builders`]: the init of the
+//!      build's PID namespace, by pid and start time, never reused together). A process cannot
+//!      leave its PID namespace, and when the init ends the kernel kills the rest
+//!      (pid_namespaces(7)), so the build runs exactly as long as its init;
+//!    - some process has the chroot as its root (`/proc/<pid>/root`): the builder and its
+//!      children after Nix's `pivot_root`. The init of its PID namespace is recorded;
+//!    - the Nix process that ran the hook (recorded by pid and start time) runs, and either
+//!      it has not set up the sandbox yet (no `/proc` mount point in the chroot: the build is
+//!      pending; a hook of that same Nix knows it has moved on), or one of its children is the
+//!      init of a PID namespace that is not rooted in another Nix build's chroot. Nix starts
+//!      each sandboxed builder as its own direct child, the init of a new PID namespace (seen
+//!      on Nix 2.8, 2.26 and 2.34), so that child may be this build's builder after it left
+//!      its chroot: it is recorded, and keeps the lease. A set-up build with no such child has
+//!      ended, even while its Nix goes on (a failed build under `--keep-going`), and builds of
+//!      one Nix are told apart without build users;
+//!    - the Nix process is gone, no builder was recorded, and a live process runs as one of
+//!      the build users that Nix held when the hook ran ([`LeaseRecord::build_users`], from
+//!      its `userpool/<uid>` locks). An unprivileged builder cannot change its host uid, so
+//!      this holds a builder that left its chroot before any hook saw it, after its Nix was
+//!      killed. Nix kills every process of a build user before it hands the user to another
+//!      build, so this can only make an ended lease last longer, never a live one end.
 //!
-//! Rule 2 is what makes a killed build give its GPU back. Nix 2.8 (checked on Debian's
-//! nix-bin) leaves the chroot directory behind when `nix-build` or the daemon is killed with
-//! SIGKILL, and the builder runs on, orphaned, in its own session: its GPU is still in use
-//! until it ends, and the lease with it. Once no process is left in the sandbox and Nix is
-//! gone, the lease is stale and the next hook removes it. A lease held by the very Nix
-//! process now running this hook counts only by rule 2's processes and namespaces (that
-//! Nix being alive proves nothing): that process is blocked
-//! in this hook, so its other builds have started already (Nix waits for the sandbox to be
-//! set up before it moves on), and a finished one whose chroot Nix has not yet deleted must
-//! not block this build forever.
+//! Nix 2.8 (checked on Debian's nix-bin) leaves the chroot behind when `nix-build` or the
+//! daemon is killed with SIGKILL, and the builder runs on, orphaned: its GPU is still in use
+//! until it ends, and the lease with it. Where these rules cannot tell, the lease stays: a
+//! wrong guess only makes a build wait (up to `lease_wait_seconds`) and fail naming the holder.
 
 mod choice;
 mod liveness;
