@@ -875,3 +875,107 @@ fn a_reused_pid_namespace_inode_keeps_no_gpu() {
     );
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
+
+/// The first Nix with `auto-allocate-uids` (an experimental feature since 2.12, per the Nix
+/// manual's list of settings).
+const AUTO_ALLOCATE_UIDS_SINCE: NixVersion = NixVersion {
+    major: 2,
+    minor: 12,
+    patch: 0,
+};
+
+#[test]
+fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
+    // With `auto-allocate-uids` the pool files (`userpool2/slot-<n>`) name no uid, so no build
+    // user was recorded: a builder that left its chroot before any hook saw it there kept its
+    // GPU only while its Nix ran, and lost it (still running) once that Nix was killed.
+    if !nix_available("an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu") {
+        return;
+    }
+    let Some(version) = NixVersion::current().filter(|v| *v >= AUTO_ALLOCATE_UIDS_SINCE) else {
+        eprintln!("note: this Nix has no auto-allocate-uids");
+        return;
+    };
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let mut sandbox = host.sandbox(1);
+    sandbox.extra_settings.extend([
+        "experimental-features = auto-allocate-uids".to_string(),
+        "auto-allocate-uids = true".to_string(),
+    ]);
+    let n = nonce();
+    let mut escaping = host.spawn_build_with(sandbox, "escape.nix", &[("nonce", &n)], &[]);
+    let marker = format!("escaped-{n}");
+    let _cleanup = KillOnDrop {
+        group: escaping.id() as i32,
+        marker: marker.clone(),
+    };
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the lease", Duration::from_secs(60), || {
+        leases.record(0).is_some()
+    });
+    let lease = leases.record(0).unwrap();
+    let root_of = |pid: &i32| {
+        std::fs::metadata(format!("/proc/{pid}/root"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    wait_for(
+        "the builder to leave its chroot",
+        Duration::from_secs(60),
+        || {
+            let pids = processes_with(&marker);
+            !pids.is_empty() && pids.iter().all(|p| root_of(p) != Some(lease.chroot_id))
+        },
+    );
+    assert!(lease.build_users.is_empty(), "{lease:?}");
+    let (ok, log, _) = build_many(&host, 1, &[]);
+    if processes_with(&marker).is_empty() && version.builder_dies_with_a_killed_nix() {
+        // Nix 2.34 intermittently ends a builder early in a loaded run (see
+        // scripts/test-nix-versions).
+        eprintln!("note: the escaped builder ended early");
+        kill_group(escaping.id() as i32);
+        let _ = escaping.wait();
+        return;
+    }
+    assert!(
+        !ok && log.contains("all 1 GPUs are leased by other builds"),
+        "another build got the GPU the escaped builder holds:\n{log}"
+    );
+    let recorded = leases.record(0).unwrap().builders;
+    let escaped = processes_with(&marker);
+    // Nix killed: the recorded builder keeps the lease while it runs.
+    assert!(kill_group(escaping.id() as i32));
+    escaping.wait().unwrap();
+    if !version.builder_dies_with_a_killed_nix() {
+        assert!(
+            !processes_with(&marker).is_empty(),
+            "the escaped builder ended with its Nix"
+        );
+        let (ok, log, _) = build_many(&host, 1, &[]);
+        assert!(
+            !ok && log.contains("all 1 GPUs are leased by other builds"),
+            "another build got the GPU the escaped builder of a killed Nix holds:\n{log}"
+        );
+        for pid in processes_with(&marker) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+    wait_for(
+        "the escaped builder to end",
+        Duration::from_secs(10),
+        || processes_with(&marker).is_empty(),
+    );
+    let (ok, log, _) = build_many(&host, 1, &[]);
+    assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
+    // The other Nix's hook recorded the escaped builder, with its allocated uid.
+    assert!(
+        recorded
+            .iter()
+            .any(|b| escaped.contains(&(b.pid as i32)) && b.uid >= 872_415_232),
+        "the escaped builder was not recorded: {recorded:?}"
+    );
+    let _ = std::fs::remove_dir_all(&lease.chroot);
+}
