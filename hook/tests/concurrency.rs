@@ -623,7 +623,9 @@ fn a_failed_builds_gpu_is_free_while_its_nix_goes_on() {
     let (ok, log, reports) = build_many(&host, 1, &[]);
     assert!(
         ok,
-        "the failed build kept its GPU while its Nix ran:\n{log}"
+        "the failed build kept its GPU while its Nix ran:\n{log}\nexplain now: {}\nlease: {:?}",
+        explain(&host),
+        leases.record(0)
     );
     assert_eq!(reports.values().next().unwrap().manifest.leased_gpus, [0]);
     assert!(kill_group(run.id() as i32));

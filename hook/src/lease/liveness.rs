@@ -111,12 +111,15 @@ impl Checked {
         }
         let rooted = procs.rooted_at(r.chroot_id);
         if !rooted.is_empty() {
-            for pid in rooted {
-                if let Some(init) = procs.init_of_namespace_of(pid) {
-                    self.add(init);
-                }
+            for init in procs.inits_of_namespaces_of(&rooted) {
+                self.add(init);
             }
             return true;
+        }
+        // Every builder of the build that ran when a hook looked was recorded then (rooted in
+        // the chroot, or a child of its Nix), so with all of them gone the build has ended.
+        if !r.builders.is_empty() {
+            return false;
         }
         let holder = Holder {
             pid: r.holder_pid,
@@ -144,8 +147,9 @@ impl Checked {
             }
             return live;
         }
-        // The holder is gone: a builder it left behind is no longer its child.
-        r.builders.is_empty() && r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
+        // The holder is gone, and with it the way to find a builder no hook saw: one that
+        // left its chroot still runs as its build user.
+        r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
     }
 
     fn add(&mut self, b: Builder) {
@@ -239,16 +243,18 @@ impl Processes {
         self.all.iter().find(|p| p.pid == pid)
     }
 
-    /// The init (PID 1) of the PID namespace `pid` is in, unless that is this hook's own.
-    fn init_of_namespace_of(&self, pid: u32) -> Option<Builder> {
-        let ns = self.get(pid)?.pid_ns?;
-        if Some(ns) == self.own_namespace {
-            return None;
-        }
+    /// The inits (PID 1) of the PID namespaces `pids` are in, but this hook's own.
+    fn inits_of_namespaces_of(&self, pids: &[u32]) -> Vec<Builder> {
+        let namespaces: HashSet<u64> = pids
+            .iter()
+            .filter_map(|pid| self.get(*pid)?.pid_ns)
+            .filter(|ns| Some(*ns) != self.own_namespace)
+            .collect();
         self.all
             .iter()
-            .filter(|p| p.pid_ns == Some(ns))
-            .find_map(|p| self.as_init(p))
+            .filter(|p| p.pid_ns.is_some_and(|ns| namespaces.contains(&ns)))
+            .filter_map(|p| self.as_init(p))
+            .collect()
     }
 
     /// `p` as a builder, if it is the init of its PID namespace: its parent is in another one
