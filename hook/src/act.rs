@@ -32,6 +32,15 @@ pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
     plan
 }
 
+/// Ends the lease `plan` took (hook mode) when the hook fails after taking it: Nix then does
+/// not start the build, so nothing else would end the lease before that Nix ends. A lease that
+/// cannot be ended here stays (the next hook judges it as usual).
+pub fn release_lease(plan: &Plan, req: &Request, config: &Config) {
+    if let (true, Some(chroot), Some(holder)) = (plan.lease_taken, &req.chroot, Holder::parent()) {
+        let _ = Leases::new(&config.runtime_dir).release(&plan.leased_gpus, chroot, holder);
+    }
+}
+
 /// The manifest file could not be written.
 #[derive(Debug)]
 pub struct ManifestWriteError {

@@ -12,6 +12,7 @@
 //!   the same plan for a person and as a private root.
 
 use crate::act;
+use crate::config::Config;
 use crate::plan::{decide, Plan, Problem};
 use crate::protocol;
 use crate::request::{Request, Verdict};
@@ -126,6 +127,18 @@ pub fn run(req: &Request, mode: Mode) -> Outcome {
     let derivation = req.derivation_name();
     let view = scan(config, &req.matched_rules(config));
     let plan = act::act(decide(req, config, &view), req, config, mode);
+    let outcome = answer(req, config, mode, plan, derivation);
+    if outcome.answer.is_err() {
+        // Nix will not start the build, so nothing else would end its lease before that Nix
+        // ends.
+        act::release_lease(&outcome.plan, req, config);
+    }
+    outcome
+}
+
+/// The answer for Nix once act has run: the problems, or the rendered exposures (and the
+/// manifest written, where `mode` writes one).
+fn answer(req: &Request, config: &Config, mode: Mode, plan: Plan, derivation: String) -> Outcome {
     if !plan.problems.is_empty() {
         let answer = Err(HookFailure::Problems {
             derivation,

@@ -9,6 +9,7 @@
 mod cdi;
 mod devices;
 mod driver;
+mod gpus;
 mod paths;
 mod stale;
 
@@ -19,8 +20,7 @@ pub use stale::{stale_driver, StaleDriver};
 use crate::closure::store_path_of;
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
-use crate::lease;
-use crate::request::Request;
+use crate::request::{GpusWanted, Request};
 use crate::scan::HostView;
 use crate::symlinks::{self, Node};
 use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_PATH, MANIFEST_VERSION};
@@ -242,7 +242,7 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
         .into_iter()
         .collect();
     if plan.problems.is_empty() {
-        plan.gpu_demand(config, req.gpus_wanted.as_deref());
+        plan.gpu_demand(config, req.gpus_wanted.as_ref());
     }
     plan
 }
@@ -262,11 +262,11 @@ const OPTIONAL: Want<'static> = Want {
 impl Plan {
     /// With `gpus_per_build > 0`: the GPUs found and how many the build needs (its
     /// `cudaSandboxGpus`, else `gpus_per_build`, never above `max_gpus_per_build`).
-    fn gpu_demand(&mut self, config: &Config, wanted: Option<&str>) {
+    fn gpu_demand(&mut self, config: &Config, wanted: Option<&GpusWanted>) {
         if config.gpus_per_build == 0 {
             if let Some(v) = wanted {
                 self.skipped.push(Skip {
-                    path: format!("{} = {v:?}", lease::GPUS_ATTR),
+                    path: format!("{} = {:?}", crate::drv::GPUS_ATTR, v.text),
                     why: "ignored: gpus_per_build = 0 gives every GPU to every build".to_string(),
                 });
             }
@@ -281,7 +281,7 @@ impl Plan {
         if gpus.is_empty() {
             return;
         }
-        match lease::wanted(
+        match gpus::gpu_count(
             wanted,
             config.gpus_per_build,
             config.max_gpus_per_build,
@@ -290,7 +290,7 @@ impl Plan {
             Ok(count) => self.gpu_demand = Some(GpuDemand { gpus, count }),
             Err(e) => self.problems.push(Problem {
                 rule: self.rules.join(","),
-                what: e,
+                what: e.to_string(),
                 fix: "see gpus_per_build in the README".to_string(),
             }),
         }

@@ -179,7 +179,7 @@ fn request(config: &Config, gpus: Option<&str>) -> Request {
         config_source: ConfigSource::Builtin,
         config: Some(config.clone()),
         rules: RuleId::all(config).collect(),
-        gpus_wanted: gpus.map(str::to_string),
+        gpus_wanted: gpus.map(crate::request::GpusWanted::parse),
         verdict: Verdict::Tagged,
         warnings: Vec::new(),
     }

@@ -49,6 +49,25 @@ impl Environment {
     }
 }
 
+/// The derivation's GPU count ([`crate::drv::GPUS_ATTR`]), as written and as a number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpusWanted {
+    /// The value as the derivation wrote it (for messages).
+    pub text: String,
+    /// The whole number it holds (surrounding whitespace allowed); `None` when it is not one.
+    pub count: Option<usize>,
+}
+
+impl GpusWanted {
+    /// Parses the attribute's value.
+    pub fn parse(text: &str) -> GpusWanted {
+        GpusWanted {
+            text: text.to_string(),
+            count: text.trim().parse().ok(),
+        }
+    }
+}
+
 /// A rule of the configuration, by its place in `Config::rules`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RuleId(usize);
@@ -128,8 +147,8 @@ pub struct Request {
     pub config: Option<Config>,
     /// The matching rules of `config`.
     pub rules: Vec<RuleId>,
-    /// The derivation's `cudaSandboxGpus`, read only when a rule matched.
-    pub gpus_wanted: Option<String>,
+    /// The derivation's `cudaSandboxGpus`, read and parsed only when a rule matched.
+    pub gpus_wanted: Option<GpusWanted>,
     /// What the build gets. It is [`Verdict::Fail`] until the request is resolved, so a path
     /// through the resolver that forgets to decide fails the build rather than exposing.
     pub verdict: Verdict,
@@ -370,7 +389,7 @@ impl Request {
                 configured.join(", ")
             ));
         } else {
-            self.gpus_wanted = gpus();
+            self.gpus_wanted = gpus().as_deref().map(GpusWanted::parse);
             self.verdict = Verdict::Tagged;
         }
         self.config = Some(config);

@@ -1,0 +1,493 @@
+//! Process liveness: whether a lease's build can still use its GPU, read from `/proc` (see
+//! "When a lease ends" in the [`super`] module documentation).
+
+use super::record::{Builder, LeaseRecord};
+use std::cell::OnceCell;
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+/// The process that will start the build and so keeps a pending lease alive: pid and start
+/// time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time, from `/proc/<pid>/stat`.
+    pub start: u64,
+}
+
+impl Holder {
+    /// The process that ran this hook: Nix (the daemon's worker, or an in-process
+    /// `nix-build`). A wrapper script around the hook must `exec` it.
+    pub fn parent() -> Option<Holder> {
+        Holder::of(std::os::unix::process::parent_id())
+    }
+
+    /// The process `pid`, if it runs (a zombie, which no one has reaped yet, does not).
+    pub fn of(pid: u32) -> Option<Holder> {
+        let (_, start) = parent_and_start(pid)?;
+        Some(Holder { pid, start })
+    }
+
+    /// Whether this very process (same pid, same start time) still runs.
+    pub fn alive(self) -> bool {
+        Holder::of(self.pid) == Some(self)
+    }
+
+    /// The build users this Nix process holds: Nix keeps `<state dir>/userpool/<uid>` open
+    /// and locked for as long as a build runs as `<uid>` (checked on Nix 2.8). A Nix running
+    /// several builds at once holds one per build, and nothing at hook time says which is
+    /// this build's, so all are returned (a lease kept by them can only last longer). Empty
+    /// without build users, or with `auto-allocate-uids`, whose `userpool2/slot-<n>` files do
+    /// not name the uid.
+    pub fn build_users(self) -> Vec<u32> {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.pid)) else {
+            return Vec::new();
+        };
+        let mut users: Vec<u32> = fds
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|target| {
+                target
+                    .parent()
+                    .is_some_and(|d| d.file_name() == Some("userpool".as_ref()))
+            })
+            .filter_map(|target| target.file_name()?.to_str()?.parse::<u32>().ok())
+            .filter(|uid| *uid != 0)
+            .collect();
+        users.sort_unstable();
+        users.dedup();
+        users
+    }
+}
+
+impl Builder {
+    /// Whether this builder still runs: then its PID namespace, and every process of the
+    /// build, lives (when a namespace's init ends, the kernel kills the rest, pid_namespaces(7)).
+    pub fn alive(&self) -> bool {
+        Holder::of(self.pid).is_some_and(|h| h.start == self.start)
+    }
+}
+
+/// The birth time of `path`, when its filesystem records one.
+pub fn born(path: &Path) -> Option<u128> {
+    let t = std::fs::metadata(path).ok()?.created().ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_nanos())
+}
+
+/// Whether Nix has set up the sandbox of the build in `chroot`: the mount point of the
+/// sandbox's `/proc` exists. Nix creates it in the builder's process, after the hook and before
+/// the builder runs (seen on Nix 2.8, 2.26 and 2.34), and only root can write the chroot's top
+/// directory.
+pub fn sandbox_set_up(chroot: &Path) -> bool {
+    std::fs::symlink_metadata(chroot.join("proc")).is_ok_and(|m| m.is_dir())
+}
+
+/// A lease record being checked, and whether the check learnt something to keep.
+pub struct Checked {
+    /// The record, with the builders the check found added.
+    pub record: LeaseRecord,
+    /// Whether the check added builders (the record should be written back).
+    pub grew: bool,
+}
+
+impl Checked {
+    /// Whether its build can still use the GPU (see "When a lease ends" in the module
+    /// documentation). `me` is the Nix process running the asking hook.
+    pub fn is_live(&mut self, me: Option<Holder>, procs: &Processes) -> bool {
+        let r = &self.record;
+        let same_dir = std::fs::metadata(&r.chroot).is_ok_and(|m| {
+            (m.dev(), m.ino()) == r.chroot_id
+                && (r.chroot_born.is_none() || r.chroot_born == born(&r.chroot))
+        });
+        if !same_dir {
+            return false;
+        }
+        if r.builders.iter().any(Builder::alive) {
+            return true;
+        }
+        let rooted = procs.rooted_at(r.chroot_id);
+        if !rooted.is_empty() {
+            for init in procs.inits_of_namespaces_of(&rooted) {
+                self.add(init);
+            }
+            return true;
+        }
+        // Every builder of the build that ran when a hook looked was recorded then (rooted in
+        // the chroot, or a child of its Nix), so with all of them gone the build has ended.
+        if !r.builders.is_empty() {
+            return false;
+        }
+        let holder = Holder {
+            pid: r.holder_pid,
+            start: r.holder_start,
+        };
+        if holder.alive() {
+            // The holder that runs the asking hook has moved on from this build, so its sandbox
+            // is set up (Nix waits for that), even if this check cannot see it.
+            if me != Some(holder) && !sandbox_set_up(&r.chroot) {
+                return true;
+            }
+            // Set up: the builder, while it runs, is the holder's child, the init of a PID
+            // namespace of its own. Ended builders were seen or are gone; a child rooted in the
+            // chroot of another build is that build's. Any other child may be this build's
+            // builder, which left its chroot before a hook saw it: it keeps the lease.
+            let store = chroot_store_dir(&r.chroot);
+            let unknown: Vec<Builder> = procs
+                .sandbox_children(holder)
+                .into_iter()
+                .filter(|b| !store.is_some_and(|s| procs.in_nix_chroot(b.pid, s)))
+                .collect();
+            let live = !unknown.is_empty();
+            for b in unknown {
+                self.add(b);
+            }
+            return live;
+        }
+        // The holder is gone, and with it the way to find a builder no hook saw: one that
+        // left its chroot still runs as its build user.
+        r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
+    }
+
+    fn add(&mut self, b: Builder) {
+        if !self.record.builders.contains(&b) {
+            self.record.builders.push(b);
+            self.grew = true;
+        }
+    }
+}
+
+/// The store directory a Nix chroot `chroot` lies in: `<store>/<drv>.chroot` (Nix 2.8) or
+/// `<store>/<drv>.chroot/root` (current Nix).
+fn chroot_store_dir(chroot: &Path) -> Option<&Path> {
+    let is_chroot = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".drv.chroot"))
+    };
+    let dir = if chroot.file_name() == Some("root".as_ref()) {
+        chroot.parent()?
+    } else {
+        chroot
+    };
+    is_chroot(dir).then(|| dir.parent()).flatten()
+}
+
+/// One process as far as leases care.
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    start: u64,
+    /// Its root directory (device, inode).
+    root: Option<(u64, u64)>,
+    /// Its PID namespace's inode.
+    pid_ns: Option<u64>,
+}
+
+/// What the processes on the host are, as far as leases care: each one's parent, start time,
+/// root directory and PID namespace.
+pub struct Processes {
+    all: Vec<Proc>,
+    /// This hook's own PID namespace (never recorded as a build's).
+    own_namespace: Option<u64>,
+    /// The uids (real, effective, saved, filesystem) of every process, read when first asked.
+    uids: OnceCell<HashSet<u32>>,
+    /// This process's mounts, read when first asked.
+    own_mounts: OnceCell<Vec<Mount>>,
+}
+
+impl Processes {
+    /// Reads every process's parent, start time, root and PID namespace from `/proc`.
+    pub fn scan() -> Processes {
+        let ns_of = |dir: &Path| std::fs::metadata(dir.join("ns/pid")).ok().map(|m| m.ino());
+        let mut all = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let path = e.path();
+            let Some((ppid, start)) = parent_and_start(pid) else {
+                continue;
+            };
+            all.push(Proc {
+                pid,
+                ppid,
+                start,
+                root: std::fs::metadata(path.join("root"))
+                    .ok()
+                    .map(|m| (m.dev(), m.ino())),
+                pid_ns: ns_of(&path),
+            });
+        }
+        Processes {
+            all,
+            own_namespace: ns_of(Path::new("/proc/self")),
+            uids: OnceCell::new(),
+            own_mounts: OnceCell::new(),
+        }
+    }
+
+    /// The processes rooted at `root`.
+    fn rooted_at(&self, root: (u64, u64)) -> Vec<u32> {
+        self.all
+            .iter()
+            .filter(|p| p.root == Some(root))
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    fn get(&self, pid: u32) -> Option<&Proc> {
+        self.all.iter().find(|p| p.pid == pid)
+    }
+
+    /// The inits (PID 1) of the PID namespaces `pids` are in, but this hook's own.
+    fn inits_of_namespaces_of(&self, pids: &[u32]) -> Vec<Builder> {
+        let namespaces: HashSet<u64> = pids
+            .iter()
+            .filter_map(|pid| self.get(*pid)?.pid_ns)
+            .filter(|ns| Some(*ns) != self.own_namespace)
+            .collect();
+        self.all
+            .iter()
+            .filter(|p| p.pid_ns.is_some_and(|ns| namespaces.contains(&ns)))
+            .filter_map(|p| self.as_init(p))
+            .collect()
+    }
+
+    /// `p` as a builder, if it is the init of its PID namespace: its parent is in another one
+    /// and it is PID 1 in its own (`NSpid` in `/proc/<pid>/status`).
+    fn as_init(&self, p: &Proc) -> Option<Builder> {
+        let parent_ns = self.get(p.ppid).and_then(|q| q.pid_ns);
+        if p.pid_ns.is_none() || parent_ns == p.pid_ns {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok()?;
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+        if field("NSpid:")?.split_whitespace().last()? != "1" {
+            return None;
+        }
+        Some(Builder {
+            pid: p.pid,
+            start: p.start,
+            pid_namespace: p.pid_ns?,
+            uid: field("Uid:")?.split_whitespace().next()?.parse().ok()?,
+        })
+    }
+
+    /// The children of `holder` that are the init of a PID namespace of their own: its
+    /// running sandboxed builders.
+    fn sandbox_children(&self, holder: Holder) -> Vec<Builder> {
+        self.all
+            .iter()
+            .filter(|p| p.ppid == holder.pid)
+            .filter_map(|p| self.as_init(p))
+            .collect()
+    }
+
+    /// Whether process `pid` runs in the chroot of a Nix build in `store`: its root is a
+    /// mount of `<store>/<name>.drv.chroot` (or `…/root`) and is that very directory. Its
+    /// mount table (`/proc/<pid>/mountinfo`, proc(5)) names the directory relative to its
+    /// filesystem; this process's own mount table maps that back to a path here.
+    fn in_nix_chroot(&self, pid: u32, store: &Path) -> bool {
+        let Some(root) = self.get(pid).and_then(|p| p.root) else {
+            return false;
+        };
+        let Some(theirs) = read_mounts(&format!("/proc/{pid}/mountinfo")) else {
+            return false;
+        };
+        let Some(top) = theirs.iter().find(|m| m.mount_point == Path::new("/")) else {
+            return false;
+        };
+        let own = self
+            .own_mounts
+            .get_or_init(|| read_mounts("/proc/self/mountinfo").unwrap_or_default());
+        own.iter()
+            .filter(|m| m.device == top.device)
+            .filter_map(|m| {
+                let rest = top.root.strip_prefix(&m.root).ok()?;
+                Some(m.mount_point.join(rest))
+            })
+            .any(|here| {
+                chroot_store_dir(&here) == Some(store)
+                    && std::fs::symlink_metadata(&here)
+                        .is_ok_and(|md| md.is_dir() && (md.dev(), md.ino()) == root)
+            })
+    }
+
+    /// Whether some live process runs as `uid` (any of its four uids, from
+    /// `/proc/<pid>/status`). Zombies do not count: they hold no files, and an orphaned one
+    /// stays until its new parent reaps it, which a container's init may never do.
+    fn uid_in_use(&self, uid: u32) -> bool {
+        self.uids
+            .get_or_init(|| {
+                let mut uids = HashSet::new();
+                for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                    let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+                        continue;
+                    };
+                    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+                    let dead = field("State:").is_some_and(|s| {
+                        matches!(s.trim_start().as_bytes().first(), Some(b'Z' | b'X'))
+                    });
+                    if let (false, Some(line)) = (dead, field("Uid:")) {
+                        uids.extend(
+                            line.split_whitespace()
+                                .filter_map(|u| u.parse::<u32>().ok()),
+                        );
+                    }
+                }
+                uids
+            })
+            .contains(&uid)
+    }
+}
+
+/// The parent pid and start time of `pid`, unless it is a zombie or gone.
+fn parent_and_start(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields after it don't.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    let ppid = fields.next()?.parse().ok()?;
+    let start = fields.nth(17)?.parse().ok()?;
+    Some((ppid, start))
+}
+
+/// One line of a mount table (`/proc/<pid>/mountinfo`, see proc(5)).
+#[derive(Debug, PartialEq, Eq)]
+struct Mount {
+    /// `major:minor` of the filesystem.
+    device: String,
+    /// The directory of the filesystem mounted here.
+    root: PathBuf,
+    /// Where it is mounted, relative to the process's root.
+    mount_point: PathBuf,
+}
+
+/// The most a mount table is read: a sandbox has a few dozen mounts, a host some hundreds.
+const MOUNTINFO_LIMIT: u64 = 4 << 20;
+
+/// Reads a mount table, at most [`MOUNTINFO_LIMIT`] bytes of it.
+fn read_mounts(path: &str) -> Option<Vec<Mount>> {
+    let mut text = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MOUNTINFO_LIMIT)
+        .read_to_end(&mut text)
+        .ok()?;
+    Some(parse_mounts(&text))
+}
+
+/// The mounts in mount table text; lines that do not parse are left out.
+fn parse_mounts(text: &[u8]) -> Vec<Mount> {
+    text.split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let mut f = line.split(|b| *b == b' ');
+            let device = std::str::from_utf8(f.nth(2)?).ok()?.to_string();
+            let root = unescape(f.next()?);
+            let mount_point = unescape(f.next()?);
+            Some(Mount {
+                device,
+                root,
+                mount_point,
+            })
+        })
+        .collect()
+}
+
+/// A mount table path: space, tab, newline and backslash are written as `\ooo` octal.
+fn unescape(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (field[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use std::time::Duration;
+
+    #[test]
+    fn a_mount_table_is_read_with_its_escapes() {
+        let table = b"152 131 254:0 /nix/store/x-a.drv.chroot / rw - ext4 /dev/vda rw\n\
+            168 152 0:42 / /proc rw - proc none rw\n\
+            170 152 0:44 /a\\040b /dev/my\\134dir rw - tmpfs none rw\n\
+            garbage\n";
+        assert_eq!(
+            parse_mounts(table),
+            [
+                Mount {
+                    device: "254:0".into(),
+                    root: "/nix/store/x-a.drv.chroot".into(),
+                    mount_point: "/".into(),
+                },
+                Mount {
+                    device: "0:42".into(),
+                    root: "/".into(),
+                    mount_point: "/proc".into(),
+                },
+                Mount {
+                    device: "0:44".into(),
+                    root: "/a b".into(),
+                    mount_point: "/dev/my\\dir".into(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chroot_names_its_store_in_either_layout() {
+        let store = Some(Path::new("/nix/store"));
+        assert_eq!(
+            chroot_store_dir(Path::new("/nix/store/x-a.drv.chroot")),
+            store
+        );
+        assert_eq!(
+            chroot_store_dir(Path::new("/nix/store/x-a.drv.chroot/root")),
+            store
+        );
+        assert_eq!(chroot_store_dir(Path::new("/build/x")), None);
+        assert_eq!(chroot_store_dir(Path::new("/tmp/root")), None);
+    }
+
+    #[test]
+    fn a_zombie_nix_holds_no_lease() {
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie until `wait`.
+        let zombie = (0..500).find_map(|_| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()? == "Z";
+            if !state {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            state.then_some(())
+        });
+        assert!(zombie.is_some(), "`true` did not end");
+        assert_eq!(Holder::of(pid), None);
+        let me = Holder::of(std::process::id()).unwrap();
+        assert!(me.alive());
+        child.wait().unwrap();
+    }
+}

@@ -1,0 +1,76 @@
+//! The lease directory's lock: every lease decision is taken under an exclusive `flock` of
+//! `<runtime_dir>/leases/.lock`, so two hooks never pick the same GPU.
+
+use crate::statedir::StateDir;
+use nix::fcntl::{Flock, FlockArg};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The lock file's name in the lease directory.
+pub const LOCK_FILE: &str = ".lock";
+
+/// The lock held; released when dropped.
+pub type Held = Flock<std::fs::File>;
+
+/// Why the lock could not be taken; one line.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The lock file could not be opened.
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Another process held the lock for the whole wait.
+    #[error(
+        "the GPU lease lock {} stayed held for {} s: find the process holding it (`fuser {}`)",
+        path.display(),
+        waited.as_secs(),
+        path.display()
+    )]
+    StayedHeld {
+        /// The lock file.
+        path: PathBuf,
+        /// How long the hook waited.
+        waited: Duration,
+    },
+    /// `flock` failed for another reason.
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: nix::Error,
+    },
+}
+
+/// Takes the exclusive lock of the lease directory `dir`, waiting at most `wait`, and at least a
+/// second so that a lease wait of 0 still rides out a peer's moment under the lock. Another
+/// hook holds it only for a moment; a lock held longer is a stuck or hostile process, and the
+/// build fails rather than hang.
+pub fn lock(dir: &StateDir, wait: Duration) -> Result<Held, LockError> {
+    let path = dir.path.join(LOCK_FILE);
+    let started = Instant::now();
+    let mut file = match dir.open_lock(LOCK_FILE) {
+        Ok(file) => file,
+        Err(source) => return Err(LockError::Open { path, source }),
+    };
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::Error::EWOULDBLOCK)) => {
+                if started.elapsed() >= wait.max(Duration::from_secs(1)) {
+                    return Err(LockError::StayedHeld {
+                        path,
+                        waited: started.elapsed(),
+                    });
+                }
+                file = f;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err((_, source)) => return Err(LockError::Lock { path, source }),
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! GPU leases: with `gpus_per_build > 0`, each tagged build gets GPUs that no other running
+//! build holds, the least used first.
+//!
+//! One file per leased GPU, `<runtime_dir>/leases/nvidia<N>.lease` (JSON [`LeaseRecord`]),
+//! written atomically in a verified [`StateDir`] (root-owned, not a symlink, checked on every
+//! run) by `record`. Every decision is taken under an exclusive `flock` of
+//! `<runtime_dir>/leases/.lock` (`lock`), so two hooks never pick the same GPU; the wait for
+//! that lock is bounded by the lease wait, like the wait for a free GPU. `choice` picks the
+//! free GPUs, least used first by a per-GPU count of leases granted (`usage.json`), then by
+//! number; `sweep` finds the live leases and removes stale ones; `liveness` says which are
+//! live.
+//!
+//! # When a lease ends
+//!
+//! The hook exits before the build starts, so nothing of it can hold the lease; the next hook
+//! that needs a GPU judges it. A lease is alive while its build can still use the GPU:
+//!
+//! 1. the chroot directory Nix passed still exists with the same inode and birth time (Nix
+//!    deletes it when the build ends; a rebuild of the same derivation makes a new one), and
+//! 2. one of:
+//!    - a builder recorded in the lease runs ([`LeaseRecord::builders`]: the init of the
+//!      build's PID namespace, by pid and start time, never reused together). A process cannot
+//!      leave its PID namespace, and when the init ends the kernel kills the rest
+//!      (pid_namespaces(7)), so the build runs exactly as long as its init;
+//!    - some process has the chroot as its root (`/proc/<pid>/root`): the builder and its
+//!      children after Nix's `pivot_root`. The init of its PID namespace is recorded;
+//!    - the Nix process that ran the hook (recorded by pid and start time) runs, and either
+//!      it has not set up the sandbox yet (no `/proc` mount point in the chroot: the build is
+//!      pending; a hook of that same Nix knows it has moved on), or one of its children is the
+//!      init of a PID namespace that is not rooted in another Nix build's chroot. Nix starts
+//!      each sandboxed builder as its own direct child, the init of a new PID namespace (seen
+//!      on Nix 2.8, 2.26 and 2.34), so that child may be this build's builder after it left
+//!      its chroot: it is recorded, and keeps the lease. A set-up build with no such child has
+//!      ended, even while its Nix goes on (a failed build under `--keep-going`), and builds of
+//!      one Nix are told apart without build users;
+//!    - the Nix process is gone, no builder was recorded, and a live process runs as one of
+//!      the build users that Nix held when the hook ran ([`LeaseRecord::build_users`], from
+//!      its `userpool/<uid>` locks). An unprivileged builder cannot change its host uid, so
+//!      this holds a builder that left its chroot before any hook saw it, after its Nix was
+//!      killed. Nix kills every process of a build user before it hands the user to another
+//!      build, so this can only make an ended lease last longer, never a live one end.
+//!
+//! Nix 2.8 (checked on Debian's nix-bin) leaves the chroot behind when `nix-build` or the
+//! daemon is killed with SIGKILL, and the builder runs on, orphaned: its GPU is still in use
+//! until it ends, and the lease with it. Where these rules cannot tell, the lease stays: a
+//! wrong guess only makes a build wait (up to `lease_wait_seconds`) and fail naming the holder.
+
+mod choice;
+mod liveness;
+mod lock;
+mod record;
+mod sweep;
+
+pub use liveness::Holder;
+pub use lock::LockError;
+pub use record::{Builder, LeaseRecord};
+
+/// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
+pub use crate::drv::GPUS_ATTR;
+
+use crate::statedir::StateDir;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often a waiting hook looks again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Why no GPUs could be leased; one line.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Not enough free GPUs within the wait.
+    #[error("{}", exhausted(*total, *wanted, held, *waited))]
+    Exhausted {
+        /// GPUs on the host.
+        total: usize,
+        /// GPUs this build needs.
+        wanted: usize,
+        /// Who holds the others: (GPU, derivation, seconds held).
+        held: Vec<(u32, String, u64)>,
+        /// How long the hook waited.
+        waited: Duration,
+    },
+    /// The lease directory failed its check or could not be opened.
+    #[error(transparent)]
+    StateDir(#[from] crate::statedir::StateDirError),
+    /// The build's chroot could not be looked at.
+    #[error("cannot use GPU lease {}: {source}", path.display())]
+    Chroot {
+        /// The chroot Nix passed.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A lease file or the usage counts could not be written.
+    #[error("cannot use GPU lease {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The lease directory's lock could not be taken.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// The one-line text of [`LeaseError::Exhausted`].
+fn exhausted(total: usize, wanted: usize, held: &[(u32, String, u64)], waited: Duration) -> String {
+    let holders: Vec<String> = held
+        .iter()
+        .map(|(gpu, drv, secs)| format!("nvidia{gpu}: {drv} for {secs} s"))
+        .collect();
+    let what = if held.len() >= total {
+        format!("all {total} GPUs are leased by other builds")
+    } else {
+        format!(
+            "it needs {wanted} GPU(s) but only {} of {total} are free",
+            total - held.len()
+        )
+    };
+    format!(
+        "{what} ({}); waited {} s: raise lease_wait_seconds or lower gpus_per_build \
+         (or the derivation's {GPUS_ATTR})",
+        holders.join(", "),
+        waited.as_secs()
+    )
+}
+
+impl LeaseError {
+    /// The error for a build asking `wanted` of `gpus.len()` GPUs while `shortage` holds too
+    /// many, after waiting `waited`.
+    fn exhausted(
+        gpus: &[u32],
+        wanted: usize,
+        shortage: choice::Shortage,
+        waited: Duration,
+    ) -> Self {
+        LeaseError::Exhausted {
+            total: gpus.len(),
+            wanted,
+            held: shortage
+                .held
+                .into_iter()
+                .map(|r| (r.gpu, r.derivation, now_secs().saturating_sub(r.since)))
+                .collect(),
+            waited,
+        }
+    }
+}
+
+/// What one build asks for.
+#[derive(Debug, Clone)]
+pub struct LeaseRequest<'a> {
+    /// The GPUs the host has (`/dev/nvidia<N>` numbers).
+    pub gpus: &'a [u32],
+    /// How many this build needs.
+    pub count: usize,
+    /// The build's sandbox root.
+    pub chroot: &'a Path,
+    /// The derivation, for the lease file and other builds' messages.
+    pub derivation: &'a str,
+    /// How long to wait for enough free GPUs.
+    pub wait: Duration,
+}
+
+/// The lease directory, `<runtime_dir>/leases`.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    /// The directory holding the lease files, the lock and the usage counts.
+    pub dir: PathBuf,
+}
+
+impl Leases {
+    /// The leases kept under `runtime_dir`.
+    pub fn new(runtime_dir: &Path) -> Leases {
+        Leases {
+            dir: runtime_dir.join("leases"),
+        }
+    }
+
+    /// Leases `req.count` free GPUs to the build in `req.chroot`, least used first, waiting
+    /// up to `req.wait` for other builds to end. `holder` is the Nix process that starts the
+    /// build ([`Holder::parent`] in hook mode).
+    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<u32>, LeaseError> {
+        let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
+        let chroot_id = std::fs::metadata(req.chroot)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|source| LeaseError::Chroot {
+                path: req.chroot.to_path_buf(),
+                source,
+            })?;
+        let asker = sweep::Asker {
+            chroot: req.chroot,
+            chroot_id,
+            holder,
+        };
+        let build_users = holder.build_users();
+        let started = Instant::now();
+        loop {
+            let shortage = {
+                let _lock = lock::lock(&dir, req.wait.saturating_sub(started.elapsed()))?;
+                let held = sweep::held(&dir, req.gpus, Some(asker));
+                let mut usage = record::usage(&dir);
+                match choice::choose(req.gpus, held, &usage, req.count) {
+                    Ok(picked) => {
+                        let leases: Vec<LeaseRecord> = picked
+                            .iter()
+                            .map(|gpu| LeaseRecord {
+                                gpu: *gpu,
+                                derivation: req.derivation.to_string(),
+                                chroot: req.chroot.to_path_buf(),
+                                chroot_id,
+                                chroot_born: liveness::born(req.chroot),
+                                holder_pid: holder.pid,
+                                holder_start: holder.start,
+                                since: now_secs(),
+                                builders: Vec::new(),
+                                build_users: build_users.clone(),
+                            })
+                            .collect();
+                        self.write_all(&dir, &leases)?;
+                        // The counts only order free GPUs: a failed write (a full disk) costs
+                        // that order, not the build.
+                        for gpu in &picked {
+                            *usage.entry(*gpu).or_default() += 1;
+                        }
+                        let _ = record::write_usage(&dir, &usage);
+                        return Ok(picked);
+                    }
+                    Err(shortage) => shortage,
+                }
+            };
+            let waited = started.elapsed();
+            if waited >= req.wait {
+                return Err(LeaseError::exhausted(req.gpus, req.count, shortage, waited));
+            }
+            std::thread::sleep(POLL.min(req.wait - waited));
+        }
+    }
+
+    /// Writes `leases`, all or none: when one cannot be written (a full runtime filesystem),
+    /// those written are removed again, so no lease is left behind by a build that fails.
+    fn write_all(&self, dir: &StateDir, leases: &[LeaseRecord]) -> Result<(), LeaseError> {
+        for (i, lease) in leases.iter().enumerate() {
+            if let Err(source) = record::write(dir, lease) {
+                for written in &leases[..i] {
+                    let _ = record::remove(dir, written.gpu);
+                }
+                return Err(LeaseError::Write {
+                    path: self.file(lease.gpu),
+                    source,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the leases of the build in `chroot`, taken by this hook run, when the hook fails
+    /// after [`Leases::acquire`]: Nix then never starts the build. Removes only lease files of
+    /// `gpus` that name this chroot (by path, device and inode) and `holder`.
+    pub fn release(&self, gpus: &[u32], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
+        let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
+        let chroot_id = std::fs::metadata(chroot)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|source| LeaseError::Chroot {
+                path: chroot.to_path_buf(),
+                source,
+            })?;
+        let _lock = lock::lock(&dir, Duration::ZERO)?;
+        for gpu in gpus {
+            if let record::Read::Lease(r) = record::read(&dir, *gpu) {
+                if r.chroot == chroot
+                    && r.chroot_id == chroot_id
+                    && (r.holder_pid, r.holder_start) == (holder.pid, holder.start)
+                {
+                    record::remove(&dir, *gpu).map_err(|source| LeaseError::Write {
+                        path: self.file(*gpu),
+                        source,
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The GPUs a build asking for `count` would get now, without taking them or waiting
+    /// (for `explain` and `exec`). Reads without the lock: lease files are written atomically.
+    pub fn preview(&self, gpus: &[u32], count: usize) -> Result<Vec<u32>, LeaseError> {
+        let dir = StateDir::open_existing(&self.dir).map_err(LeaseError::StateDir)?;
+        let (held, usage) = match &dir {
+            Some(d) => (sweep::held(d, gpus, None), record::usage(d)),
+            None => (Vec::new(), record::Usage::new()),
+        };
+        choice::choose(gpus, held, &usage, count)
+            .map_err(|shortage| LeaseError::exhausted(gpus, count, shortage, Duration::ZERO))
+    }
+
+    /// The lease file of `gpu`.
+    pub fn file(&self, gpu: u32) -> PathBuf {
+        self.dir.join(record::file_name(gpu))
+    }
+
+    /// Reads the lease file of `gpu`, if any (whether or not its build still runs).
+    pub fn record(&self, gpu: u32) -> Option<LeaseRecord> {
+        let dir = StateDir::open_existing(&self.dir).ok()??;
+        match record::read(&dir, gpu) {
+            record::Read::Lease(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exhaustion_is_one_line_naming_the_holders_and_the_fix() {
+        let e = LeaseError::Exhausted {
+            total: 2,
+            wanted: 2,
+            held: vec![(0, "/nix/store/x-a.drv".into(), 312)],
+            waited: Duration::from_secs(600),
+        }
+        .to_string();
+        assert_eq!(
+            e,
+            "it needs 2 GPU(s) but only 1 of 2 are free (nvidia0: /nix/store/x-a.drv for 312 s); \
+             waited 600 s: raise lease_wait_seconds or lower gpus_per_build (or the \
+             derivation's cudaSandboxGpus)"
+        );
+    }
+}

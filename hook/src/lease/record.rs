@@ -1,0 +1,135 @@
+//! The record store: one JSON file per leased GPU, `nvidia<N>.lease` ([`LeaseRecord`]), and
+//! the per-GPU count of leases granted, `usage.json`, all in the verified lease directory and
+//! each written atomically (temporary file + rename).
+
+use crate::statedir::StateDir;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The per-GPU count of leases granted, which orders the free GPUs.
+pub type Usage = BTreeMap<u32, u64>;
+
+const USAGE_FILE: &str = "usage.json";
+
+/// One leased GPU: the file `nvidia<N>.lease`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// The GPU (`/dev/nvidia<gpu>`).
+    pub gpu: u32,
+    /// The derivation being built, for messages.
+    pub derivation: String,
+    /// The build's sandbox root (the chroot directory Nix passed the hook).
+    pub chroot: PathBuf,
+    /// Device and inode of `chroot` when the lease was taken.
+    pub chroot_id: (u64, u64),
+    /// Birth time of `chroot` (nanoseconds since the epoch), where the filesystem keeps one:
+    /// a directory made anew can get the inode of a deleted one (ext4 reuses them).
+    #[serde(default)]
+    pub chroot_born: Option<u128>,
+    /// The process that ran the hook (Nix), which starts the builder.
+    pub holder_pid: u32,
+    /// Its start time (`/proc/<pid>/stat` field 22), so a reused pid does not count.
+    pub holder_start: u64,
+    /// When the lease was taken (seconds since the epoch).
+    pub since: u64,
+    /// The build's builders as hooks saw them: the init of each PID namespace seen rooted in
+    /// the chroot, or a child of the holder that may be this build's. The build lives while
+    /// one runs; recorded by pid and start time, which are never reused together (a bare
+    /// namespace inode is).
+    #[serde(default)]
+    pub builders: Vec<Builder>,
+    /// The build users (host uids) of the Nix process that ran the hook, from the
+    /// `userpool/<uid>` locks it holds ([`super::Holder::build_users`]): the build runs as one
+    /// of them, and a builder cannot change its host uid. Empty without build users.
+    #[serde(default)]
+    pub build_users: Vec<u32>,
+}
+
+#[cfg(test)]
+impl LeaseRecord {
+    /// A record with made-up values, for unit tests.
+    pub(crate) fn test_record() -> LeaseRecord {
+        LeaseRecord {
+            gpu: 0,
+            derivation: "/nix/store/x-test.drv".into(),
+            chroot: "/nonexistent".into(),
+            chroot_id: (0, 0),
+            chroot_born: None,
+            holder_pid: 0,
+            holder_start: 0,
+            since: 0,
+            builders: Vec::new(),
+            build_users: Vec::new(),
+        }
+    }
+}
+
+/// A builder: the init (PID 1) of a build's PID namespace, which no process of the build can
+/// leave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Builder {
+    /// Its pid (on the host).
+    pub pid: u32,
+    /// Its start time (`/proc/<pid>/stat` field 22).
+    pub start: u64,
+    /// Its PID namespace's inode, for messages and tests.
+    pub pid_namespace: u64,
+    /// Its real uid on the host.
+    pub uid: u32,
+}
+
+/// The name of `gpu`'s lease file in the lease directory.
+pub fn file_name(gpu: u32) -> String {
+    format!("nvidia{gpu}.lease")
+}
+
+/// What reading a lease file found.
+pub enum Read {
+    /// No lease file: the GPU is free.
+    Absent,
+    /// A lease file that cannot be read or parsed: holds no GPU.
+    Junk,
+    /// A lease.
+    Lease(LeaseRecord),
+}
+
+/// Reads `gpu`'s lease file.
+pub fn read(dir: &StateDir, gpu: u32) -> Read {
+    match dir.read_bytes(&file_name(gpu)) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_or(Read::Junk, Read::Lease),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Absent,
+        Err(_) => Read::Junk,
+    }
+}
+
+/// Writes `record` as its GPU's lease file.
+pub fn write(dir: &StateDir, record: &LeaseRecord) -> std::io::Result<()> {
+    write_json(dir, &file_name(record.gpu), record)
+}
+
+/// Removes `gpu`'s lease file.
+pub fn remove(dir: &StateDir, gpu: u32) -> std::io::Result<()> {
+    dir.remove(&file_name(gpu))
+}
+
+/// The per-GPU lease counts; none when the file is missing or unreadable (it only orders).
+pub fn usage(dir: &StateDir) -> Usage {
+    dir.read_bytes(USAGE_FILE)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Writes the per-GPU lease counts.
+pub fn write_usage(dir: &StateDir, usage: &Usage) -> std::io::Result<()> {
+    write_json(dir, USAGE_FILE, usage)
+}
+
+/// Writes `value` as one line of JSON to `name`, atomically, mode 0644 (leases describe
+/// running builds: they need not survive a reboot, so the write is not synced).
+fn write_json(dir: &StateDir, name: &str, value: &impl Serialize) -> std::io::Result<()> {
+    let mut bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    dir.write_atomic(name, &bytes, 0o644, false)
+}

@@ -1,0 +1,59 @@
+//! Staleness clean-up: the live leases on a set of GPUs; under the lock, stale lease files
+//! (and the asking build's own earlier ones) are removed.
+
+use super::liveness::{Checked, Holder, Processes};
+use super::record::{self, LeaseRecord, Read};
+use crate::statedir::StateDir;
+use std::path::Path;
+
+/// The build asking, under the lock: its chroot (path, device and inode) and its Nix.
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    /// The build's chroot.
+    pub chroot: &'a Path,
+    /// Its device and inode.
+    pub chroot_id: (u64, u64),
+    /// The Nix process running the asking hook.
+    pub holder: Holder,
+}
+
+/// The live leases on `gpus`. With `asker` (under the lock), stale lease files and the
+/// asker's own earlier ones are removed, and namespaces newly seen are written back; without
+/// it nothing is changed.
+pub fn held(dir: &StateDir, gpus: &[u32], asker: Option<Asker>) -> Vec<LeaseRecord> {
+    let mut procs: Option<Processes> = None;
+    let mut held = Vec::new();
+    for gpu in gpus {
+        let mut checked = match record::read(dir, *gpu) {
+            Read::Absent => continue,
+            Read::Junk => None,
+            Read::Lease(record) => Some(Checked {
+                record,
+                grew: false,
+            }),
+        };
+        let live = checked.as_mut().is_some_and(|c| {
+            let own = asker
+                .is_some_and(|a| a.chroot == c.record.chroot && a.chroot_id == c.record.chroot_id);
+            !own && c.is_live(
+                asker.map(|a| a.holder),
+                procs.get_or_insert_with(Processes::scan),
+            )
+        });
+        match checked {
+            Some(c) if live => {
+                // Keep the namespaces seen, for when the builder leaves its chroot (a failed
+                // write only loses that memory).
+                if asker.is_some() && c.grew {
+                    let _ = record::write(dir, &c.record);
+                }
+                held.push(c.record)
+            }
+            _ if asker.is_some() => {
+                let _ = record::remove(dir, *gpu);
+            }
+            _ => {}
+        }
+    }
+    held
+}

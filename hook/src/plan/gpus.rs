@@ -1,0 +1,117 @@
+//! How many GPUs a tagged build gets: the derivation's count (parsed when the request was
+//! resolved), else `gpus_per_build`, within the host's GPUs and `max_gpus_per_build`.
+
+use crate::drv::GPUS_ATTR;
+use crate::request::GpusWanted;
+
+/// Why a build's GPU count cannot be met. Renders as one line with the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuCountError {
+    /// The configured per-build count is above what a build may have here.
+    #[error(
+        "gpus_per_build = {wanted} but a build may have only {available} GPU(s) here: lower \
+         gpus_per_build in the config"
+    )]
+    PerBuild {
+        /// `gpus_per_build`.
+        wanted: usize,
+        /// The GPUs a build may have.
+        available: usize,
+    },
+    /// The derivation's count is not a whole number in range.
+    #[error(
+        "{GPUS_ATTR} = {text:?} is not a whole number from 1 to {available} (the GPUs a build \
+         may have on this host{}): fix the derivation's {GPUS_ATTR}",
+        if *max > 0 { format!(", max_gpus_per_build = {max}") } else { String::new() }
+    )]
+    Attribute {
+        /// The value as the derivation wrote it.
+        text: String,
+        /// The GPUs a build may have.
+        available: usize,
+        /// `max_gpus_per_build` (0: no cap).
+        max: u32,
+    },
+}
+
+/// The number of GPUs a build needs: the derivation's [`GPUS_ATTR`] when set (`wanted`), else
+/// `gpus_per_build`; never more than `max` (`max_gpus_per_build`, 0: no cap) or the GPUs
+/// `available`.
+pub fn gpu_count(
+    wanted: Option<&GpusWanted>,
+    gpus_per_build: u32,
+    max: u32,
+    available: usize,
+) -> Result<usize, GpuCountError> {
+    let available = if max > 0 {
+        available.min(max as usize)
+    } else {
+        available
+    };
+    let Some(wanted) = wanted else {
+        let n = gpus_per_build as usize;
+        return if n <= available {
+            Ok(n)
+        } else {
+            Err(GpuCountError::PerBuild {
+                wanted: n,
+                available,
+            })
+        };
+    };
+    match wanted.count {
+        Some(n) if n >= 1 && n <= available => Ok(n),
+        _ => Err(GpuCountError::Attribute {
+            text: wanted.text.clone(),
+            available,
+            max,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(
+        value: Option<&str>,
+        per_build: u32,
+        max: u32,
+        available: usize,
+    ) -> Result<usize, String> {
+        let value = value.map(GpusWanted::parse);
+        gpu_count(value.as_ref(), per_build, max, available).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_gpus_attribute_is_validated() {
+        assert_eq!(wanted(None, 1, 0, 4), Ok(1));
+        assert_eq!(wanted(Some("2"), 1, 0, 4), Ok(2));
+        assert_eq!(wanted(Some(" 4 "), 1, 0, 4), Ok(4));
+        for bad in ["0", "5", "-1", "two", "", "1.5"] {
+            let e = wanted(Some(bad), 1, 0, 4).unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "{GPUS_ATTR} = {bad:?} is not a whole number from 1 to 4"
+                )),
+                "{e}"
+            );
+        }
+        assert!(wanted(None, 3, 0, 2)
+            .unwrap_err()
+            .contains("lower gpus_per_build"));
+    }
+
+    #[test]
+    fn max_gpus_per_build_caps_what_a_derivation_may_ask() {
+        // Without the cap a derivation could take every GPU.
+        assert_eq!(wanted(Some("4"), 1, 0, 4), Ok(4));
+        let e = wanted(Some("4"), 1, 2, 4).unwrap_err();
+        assert!(
+            e.contains("from 1 to 2") && e.contains("max_gpus_per_build = 2"),
+            "{e}"
+        );
+        assert_eq!(wanted(Some("2"), 1, 2, 4), Ok(2));
+        assert!(wanted(None, 3, 2, 4).is_err());
+    }
+}
