@@ -19,13 +19,19 @@
 //! links to an `nvidia-x11` path, a closure of [`DRIVER_CLOSURE`] paths, and the configuration
 //! reached through the `/etc/static` links NixOS makes. `HOOK_BENCH_RUNS` sets the number of
 //! runs (default 200); `HOOK_BENCH_KEEP=1` keeps the fake host and prints how to run the hook
-//! on it (for `strace`, `valgrind` or `perf`).
+//! on it (for `strace`, `valgrind` or `perf`); `HOOK_BENCH_BIN` times another build of the hook
+//! (to compare two builds on the same fixtures).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+const BUILT_HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+
+/// The hook binary timed: this build's, or `HOOK_BENCH_BIN`.
+fn hook_bin() -> PathBuf {
+    std::env::var_os("HOOK_BENCH_BIN").map_or_else(|| PathBuf::from(BUILT_HOOK), PathBuf::from)
+}
 const DEFAULT_RUNS: usize = 200;
 /// Store paths in the fake driver's closure: a NixOS `graphics-drivers` path with the NVIDIA
 /// driver has a few dozen (`nix-store -qR /run/opengl-driver`: the driver, Mesa, libglvnd,
@@ -104,7 +110,7 @@ fn time_runs(
 /// One hook run as Nix makes it (`HOOK <drv> <chroot>`), timed; it must succeed.
 fn run_hook(drv: &Path, config: &Path, chroot: &Path) -> Duration {
     let start = Instant::now();
-    let out = Command::new(HOOK)
+    let out = Command::new(hook_bin())
         .arg(drv)
         .arg(chroot)
         .env("CUDA_SANDBOX_CONFIG", config)
@@ -335,8 +341,9 @@ fn main() {
         let keep = |t: tempfile::TempDir| t.keep().display().to_string();
         let chroot = sandboxes.next();
         println!(
-            "kept: CUDA_SANDBOX_CONFIG={} {HOOK} {} {} (and {}, {}, {})",
+            "kept: CUDA_SANDBOX_CONFIG={} {} {} {} (and {}, {}, {})",
             nixos.module_config.display(),
+            hook_bin().display(),
             tagged.display(),
             chroot.display(),
             nixos.builtin_config.display(),
