@@ -2,11 +2,11 @@
 //!
 //! Nix starts the hook afresh before every build, so its process start is on every build's
 //! path. The binary has its own C `main` (`#![no_main]`) in place of the Rust runtime's
-//! start-up, which does the two things here that the hook relies on and skips the one that is
-//! costly: it finds the main thread's stack with `pthread_getattr_np`, which glibc answers by
-//! reading and parsing `/proc/self/maps` (a tenth of an empty Rust program's start on a small
-//! virtual machine), to print a message when the stack overflows. Without it an overflow still
-//! ends the process, on the kernel's guard gap, with `SIGSEGV`.
+//! start-up: `start_up` does the two things of it that the hook relies on, and skips the
+//! costly one. The runtime finds the main thread's stack with `pthread_getattr_np`, which glibc
+//! answers by reading and parsing `/proc/self/maps`, only to print a message when the stack
+//! overflows (19 system calls, about 70 µs of a 1 ms run on a 2-core virtual machine). Without
+//! it an overflow still ends the process, on the kernel's stack guard gap, with `SIGSEGV`.
 #![no_main]
 
 use clap::{Parser, Subcommand};
