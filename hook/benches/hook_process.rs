@@ -9,13 +9,42 @@
 //! Each run gets a fresh sandbox directory (the previous one removed, as Nix does), and the
 //! config keeps all state in the benchmark's temporary directories: the runtime directory on
 //! tmpfs (`/dev/shm`) where there is one, as `/run` is. Figures, not assertions.
+//!
+//! The same ratios are then printed for the default rule as a NixOS host runs it: the NixOS
+//! module's rendering of it (`nix-tests/expected/default.toml`, which `nix-tests/module-eval.nix`
+//! holds to the module's output) and the built-in rule (`hook/default-config.toml`), each with
+//! only the state paths pointed into the benchmark's directories, on a fake host ([`NixosHost`]):
+//! character devices made with `mknod` when the benchmark runs as root, the kernel module's
+//! version file, `/run/opengl-driver` leading into a store through a `graphics-drivers` path of
+//! links to an `nvidia-x11` path, a closure of [`DRIVER_CLOSURE`] paths, and the configuration
+//! reached through the `/etc/static` links NixOS makes. `HOOK_BENCH_RUNS` sets the number of
+//! runs (default 200); `HOOK_BENCH_KEEP=1` keeps the fake host and prints how to run the hook
+//! on it (for `strace`, `valgrind` or `perf`); `HOOK_BENCH_BIN` times another build of the hook
+//! (to compare two builds on the same fixtures).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
-const RUNS: usize = 200;
+const BUILT_HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
+
+/// The hook binary timed: this build's, or `HOOK_BENCH_BIN`.
+fn hook_bin() -> PathBuf {
+    std::env::var_os("HOOK_BENCH_BIN").map_or_else(|| PathBuf::from(BUILT_HOOK), PathBuf::from)
+}
+const DEFAULT_RUNS: usize = 200;
+/// Store paths in the fake driver's closure: a NixOS `graphics-drivers` path with the NVIDIA
+/// driver has a few dozen (`nix-store -qR /run/opengl-driver`: the driver, Mesa, libglvnd,
+/// libdrm, glibc and their libraries).
+const DRIVER_CLOSURE: usize = 40;
+
+fn runs() -> usize {
+    std::env::var("HOOK_BENCH_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_RUNS)
+}
 
 fn typical_drv(features: Option<&str>) -> String {
     let mut env = vec![
@@ -69,8 +98,8 @@ fn time_runs(
     sandboxes: &Sandboxes,
     before_each: impl Fn(),
 ) -> Vec<Duration> {
-    let mut times = Vec::with_capacity(RUNS);
-    for _ in 0..RUNS {
+    let mut times = Vec::with_capacity(runs());
+    for _ in 0..runs() {
         before_each();
         times.push(run_hook(drv, config, &sandboxes.next()));
     }
@@ -81,7 +110,7 @@ fn time_runs(
 /// One hook run as Nix makes it (`HOOK <drv> <chroot>`), timed; it must succeed.
 fn run_hook(drv: &Path, config: &Path, chroot: &Path) -> Duration {
     let start = Instant::now();
-    let out = Command::new(HOOK)
+    let out = Command::new(hook_bin())
         .arg(drv)
         .arg(chroot)
         .env("CUDA_SANDBOX_CONFIG", config)
@@ -237,7 +266,7 @@ fn main() {
         }),
     );
     let baseline = {
-        let mut t: Vec<Duration> = (0..RUNS)
+        let mut t: Vec<Duration> = (0..runs())
             .map(|_| {
                 let s = Instant::now();
                 Command::new("/bin/true").status().unwrap();
@@ -249,31 +278,80 @@ fn main() {
     };
     report("baseline: spawning /bin/true", &baseline);
 
-    match empty_main(d) {
-        Some(floor) => {
-            println!(
-                "paired with an empty `fn main(){{}}` (the process floor), median of {RUNS} pairs:"
-            );
-            for (what, drv, target) in [
-                ("untagged", &untagged, 1.2),
-                (
-                    "untagged (features, none configured)",
-                    &untagged_features,
-                    1.2,
-                ),
-                ("tagged, warm closure cache", &tagged, 1.5),
-            ] {
-                let (hook, base) = paired(drv, &config, &floor, &sandboxes);
-                let ratio = hook.as_secs_f64() / base.as_secs_f64();
-                println!(
-                    "  {what:<40} hook {:>7.3} ms  floor {:>7.3} ms  ratio {ratio:.2}x (target <= {target}x: {})",
-                    hook.as_secs_f64() * 1e3,
-                    base.as_secs_f64() * 1e3,
-                    if ratio <= target { "met" } else { "NOT met" }
-                );
-            }
+    let nixos_dir = tempfile::Builder::new()
+        .prefix("cuda-sandbox-bench-nixos")
+        .tempdir()
+        .unwrap();
+    let nixos = NixosHost::create(nixos_dir.path(), v);
+    // Fill the closure cache, as the first tagged build on a host does.
+    for config in [&nixos.module_config, &nixos.builtin_config] {
+        run_hook(&tagged, config, &sandboxes.next());
+    }
+    let Some(floor) = empty_main(d) else {
+        println!("(no rustc found: the empty-main floor was not measured)");
+        return;
+    };
+    println!(
+        "paired with an empty `fn main(){{}}` (the process floor), median of {} pairs:",
+        runs()
+    );
+    for (what, drv, target) in [
+        ("untagged", &untagged, 1.2),
+        (
+            "untagged (features, none configured)",
+            &untagged_features,
+            1.2,
+        ),
+        ("tagged, warm closure cache", &tagged, 1.5),
+    ] {
+        print_paired(what, paired(drv, &config, &floor, &sandboxes), target);
+    }
+    println!(
+        "the default rule on a NixOS-like host ({}, driver closure of {DRIVER_CLOSURE}, \
+         config through /etc/static), paired the same way:",
+        if nixos.char_devices {
+            "character devices"
+        } else {
+            "directories for devices: not root"
         }
-        None => println!("(no rustc found: the empty-main floor was not measured)"),
+    );
+    for (what, drv, config, target) in [
+        (
+            "untagged, module's config",
+            &untagged,
+            &nixos.module_config,
+            1.2,
+        ),
+        (
+            "tagged, module's rendering, warm",
+            &tagged,
+            &nixos.module_config,
+            1.5,
+        ),
+        (
+            "tagged, built-in rule, warm",
+            &tagged,
+            &nixos.builtin_config,
+            1.5,
+        ),
+    ] {
+        print_paired(what, paired(drv, config, &floor, &sandboxes), target);
+    }
+    if std::env::var_os("HOOK_BENCH_KEEP").is_some() {
+        let keep = |t: tempfile::TempDir| t.keep().display().to_string();
+        let chroot = sandboxes.next();
+        println!(
+            "kept: CUDA_SANDBOX_CONFIG={} {} {} {} (and {}, {}, {})",
+            nixos.module_config.display(),
+            hook_bin().display(),
+            tagged.display(),
+            chroot.display(),
+            nixos.builtin_config.display(),
+            keep(nixos_dir),
+            keep(dir),
+        );
+        println!("floor: {}", floor.display());
+        let _ = keep(volatile);
     }
 }
 
@@ -293,11 +371,11 @@ fn empty_main(dir: &Path) -> Option<PathBuf> {
     ok.then_some(out)
 }
 
-/// Median hook time and median floor time over `RUNS` alternating pairs.
+/// Median hook time and median floor time over [`runs`] alternating pairs.
 fn paired(drv: &Path, config: &Path, floor: &Path, sandboxes: &Sandboxes) -> (Duration, Duration) {
-    let mut hook = Vec::with_capacity(RUNS);
-    let mut base = Vec::with_capacity(RUNS);
-    for _ in 0..RUNS {
+    let mut hook = Vec::with_capacity(runs());
+    let mut base = Vec::with_capacity(runs());
+    for _ in 0..runs() {
         let chroot = sandboxes.next();
         hook.push(run_hook(drv, config, &chroot));
         let s = Instant::now();
@@ -310,5 +388,149 @@ fn paired(drv: &Path, config: &Path, floor: &Path, sandboxes: &Sandboxes) -> (Du
     }
     hook.sort();
     base.sort();
-    (hook[RUNS / 2], base[RUNS / 2])
+    (hook[hook.len() / 2], base[base.len() / 2])
+}
+
+/// Prints one paired case: the hook's median, the floor's, their ratio and the target.
+fn print_paired(what: &str, (hook, base): (Duration, Duration), target: f64) {
+    let ratio = hook.as_secs_f64() / base.as_secs_f64();
+    println!(
+        "  {what:<40} hook {:>7.3} ms  floor {:>7.3} ms  ratio {ratio:.2}x (target <= {target}x: {})",
+        hook.as_secs_f64() * 1e3,
+        base.as_secs_f64() * 1e3,
+        if ratio <= target { "met" } else { "NOT met" }
+    );
+}
+
+/// A host as NixOS sets it up for the default rule, under `dir`, with the hook's state in the
+/// benchmark's directories (`volatile`: the runtime directory, on tmpfs where there is one).
+struct NixosHost {
+    /// The configuration with the module's rendering of the default rule, as `/etc` holds it:
+    /// `etc/cuda-sandbox/config.toml` → `etc/static/…` → a store file.
+    module_config: PathBuf,
+    /// The built-in rule (`hook/default-config.toml`) with the same state paths.
+    builtin_config: PathBuf,
+    /// Whether the devices are real character devices (`mknod` needs root).
+    char_devices: bool,
+}
+
+/// The NixOS module's rendering of the default rule with default options.
+const MODULE_RENDERING: &str = include_str!("../../nix-tests/expected/default.toml");
+
+impl NixosHost {
+    fn create(dir: &Path, volatile: &Path) -> NixosHost {
+        use std::os::unix::fs::symlink;
+        let root = dir.join("root");
+        let store = dir.join("store");
+        let char_devices = cuda_sandbox_testkit::FakeDevices::create(&root, 2, true).is_ok();
+        if !char_devices {
+            for dev in [
+                "nvidia0",
+                "nvidia1",
+                "nvidiactl",
+                "nvidia-uvm",
+                "nvidia-uvm-tools",
+            ] {
+                // Directories count as devices too, so this runs without root.
+                std::fs::create_dir_all(root.join("dev").join(dev)).unwrap();
+            }
+        }
+        std::fs::create_dir_all(root.join("proc/driver/nvidia")).unwrap();
+        std::fs::write(
+            root.join("proc/driver/nvidia/version"),
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n\
+             GCC version:  gcc version 13.2.0 (GCC)\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("run")).unwrap();
+
+        // The driver as NixOS installs it: `nvidia-x11` holds the libraries (versioned file,
+        // soname link), `graphics-drivers` (a buildEnv) links to them, `/run/opengl-driver` to it.
+        let version = "550.54.14";
+        let x11 = store.join(format!("{}-nvidia-x11-{version}", "1".repeat(32)));
+        let drivers = store.join(format!("{}-graphics-drivers", "2".repeat(32)));
+        std::fs::create_dir_all(x11.join("lib")).unwrap();
+        std::fs::create_dir_all(drivers.join("lib")).unwrap();
+        let libs = [
+            "libcuda",
+            "libnvidia-ml",
+            "libnvidia-ptxjitcompiler",
+            "libnvidia-nvvm",
+        ];
+        for lib in libs {
+            let file = format!("{lib}.so.{version}");
+            let soname = format!("{lib}.so.1");
+            if cuda_sandbox_testkit::shared_library(&x11.join("lib").join(&file), Some(&soname))
+                .is_err()
+            {
+                std::fs::write(x11.join("lib").join(&file), b"\x7fELF").unwrap();
+            }
+            symlink(&file, x11.join("lib").join(&soname)).unwrap();
+            symlink(&soname, x11.join("lib").join(format!("{lib}.so"))).unwrap();
+            for name in [file, soname, format!("{lib}.so")] {
+                symlink(x11.join("lib").join(&name), drivers.join("lib").join(&name)).unwrap();
+            }
+        }
+        symlink(&drivers, root.join("run/opengl-driver")).unwrap();
+        let mut closure = vec![drivers.clone(), x11];
+        for i in closure.len()..DRIVER_CLOSURE {
+            let member = store.join(format!("{i:032}-driver-dep-{i}"));
+            std::fs::create_dir_all(member.join("lib")).unwrap();
+            closure.push(member);
+        }
+        // `nix-store --query --requisites PATH`: the closure, the path itself first.
+        let nix_store = dir.join("nix-store");
+        let others: Vec<String> = closure[1..]
+            .iter()
+            .map(|p| format!("echo {}\n", p.display()))
+            .collect();
+        cuda_sandbox_testkit::write_script(
+            &nix_store,
+            &format!("#!/bin/sh\necho \"$3\"\n{}", others.concat()),
+        )
+        .unwrap();
+
+        // Only the state paths differ from a real host's: the benchmark keeps them to itself.
+        let state = format!(
+            "host_root = \"{}\"\nstore_dir = \"{}\"\nnix_store = \"{}\"\n",
+            root.display(),
+            store.display(),
+            nix_store.display()
+        );
+        let paths = format!(
+            "closure_cache = \"{}\"\nruntime_dir = \"{}\"\n",
+            dir.join("cache/closures").display(),
+            volatile.join("nixos-run").display()
+        );
+        let module_text: String = MODULE_RENDERING
+            .lines()
+            .filter(|l| !l.starts_with("closure_cache = ") && !l.starts_with("runtime_dir = "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let module_text = format!("{state}{paths}{module_text}");
+        // /etc/cuda-sandbox/config.toml → /etc/static/cuda-sandbox/config.toml, /etc/static →
+        // the system's `etc` store path, whose entry links to the rendered file in the store.
+        let rendered = store.join(format!("{}-cuda-sandbox.toml", "3".repeat(32)));
+        std::fs::write(&rendered, module_text).unwrap();
+        let etc_store = store.join(format!("{}-etc", "4".repeat(32)));
+        std::fs::create_dir_all(etc_store.join("etc/cuda-sandbox")).unwrap();
+        symlink(&rendered, etc_store.join("etc/cuda-sandbox/config.toml")).unwrap();
+        let etc = dir.join("etc");
+        std::fs::create_dir_all(etc.join("cuda-sandbox")).unwrap();
+        symlink(etc_store.join("etc"), etc.join("static")).unwrap();
+        let module_config = etc.join("cuda-sandbox/config.toml");
+        symlink(etc.join("static/cuda-sandbox/config.toml"), &module_config).unwrap();
+
+        let builtin_config = dir.join("builtin.toml");
+        std::fs::write(
+            &builtin_config,
+            format!("{state}{paths}{}", cuda_sandbox_hook::config::BUILTIN_TOML),
+        )
+        .unwrap();
+        NixosHost {
+            module_config,
+            builtin_config,
+            char_devices,
+        }
+    }
 }

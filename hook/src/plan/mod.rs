@@ -433,10 +433,21 @@ impl Plan {
         // Component-wise order puts every ancestor right before its descendants' run.
         all.sort_by(|a, b| a.inside.cmp(&b.inside));
         let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());
+        // The kept entries whose inside path holds the current one, outermost first. In
+        // component-wise order a path's descendants directly follow it, so an entry that does
+        // not hold the current path holds no later one either: one pass, not a search of
+        // `kept` for each entry.
+        let mut holders: Vec<usize> = Vec::new();
         for e in all {
-            let covered = kept.iter().rev().find_map(|k| {
-                let rel = e.inside.strip_prefix(&k.inside).ok()?;
-                Some((k, rel))
+            while holders
+                .last()
+                .is_some_and(|&k| !e.inside.starts_with(&kept[k].inside))
+            {
+                holders.pop();
+            }
+            let covered = holders.last().and_then(|&k| {
+                let k = &kept[k];
+                Some((k, e.inside.strip_prefix(&k.inside).ok()?))
             });
             match covered {
                 Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
@@ -447,7 +458,10 @@ impl Plan {
                         k.outside.display()
                     ),
                 }),
-                _ => kept.push(e),
+                _ => {
+                    holders.push(kept.len());
+                    kept.push(e);
+                }
             }
         }
         self.exposures = kept;

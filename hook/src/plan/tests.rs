@@ -719,3 +719,68 @@ fn entry_symlinks_of_a_mounted_directory_bring_their_targets_when_asked() {
     let plan = decide_on(&request(&plain, None), &plain, &view);
     assert!(!insides(&plan).contains(&"/usr/lib/libcuda.so".to_string()));
 }
+
+/// The one-pass pruning keeps and skips exactly what a search of every kept entry would, on
+/// many random sets of nested, equal and conflicting paths.
+#[test]
+fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
+    fn reference(mut all: Vec<Exposure>) -> (Vec<Exposure>, Vec<Skip>) {
+        all.sort_by(|a, b| a.inside.cmp(&b.inside));
+        let (mut kept, mut skipped): (Vec<Exposure>, Vec<Skip>) = (Vec::new(), Vec::new());
+        for e in all {
+            let covered = kept.iter().rev().find_map(|k| {
+                let rel = e.inside.strip_prefix(&k.inside).ok()?;
+                Some((k, rel))
+            });
+            match covered {
+                Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
+                Some((k, _)) if k.inside == e.inside => skipped.push(Skip {
+                    path: e.inside.display().to_string(),
+                    why: format!(
+                        "conflicts with {} already exposed there",
+                        k.outside.display()
+                    ),
+                }),
+                _ => kept.push(e),
+            }
+        }
+        (kept, skipped)
+    }
+    let parts = ["a", "b", "ab", "a b"];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for _ in 0..2000 {
+        let count = 1 + next(12);
+        let exposures: Vec<Exposure> = (0..count)
+            .map(|_| {
+                let depth = 1 + next(3);
+                let inside: PathBuf = std::iter::once("/")
+                    .chain((0..depth).map(|_| parts[next(parts.len())]))
+                    .collect();
+                let outside = match next(3) {
+                    0 => inside.clone(),
+                    1 => Path::new("/other").join(inside.strip_prefix("/").unwrap()),
+                    _ => PathBuf::from(format!("/elsewhere/{}", next(4))),
+                };
+                Exposure {
+                    inside,
+                    outside,
+                    reason: Reason::Manifest,
+                }
+            })
+            .collect();
+        let mut plan = Plan {
+            exposures: exposures.clone(),
+            ..Plan::default()
+        };
+        plan.drop_nested();
+        let (kept, skipped) = reference(exposures.clone());
+        assert_eq!(plan.exposures, kept, "{exposures:?}");
+        assert_eq!(plan.skipped, skipped, "{exposures:?}");
+    }
+}
