@@ -15,14 +15,13 @@ use crate::manifest_file;
 use crate::pipeline::Mode;
 use crate::plan::{Plan, Problem, Skip};
 use crate::request::Request;
-use crate::symlinks::Node;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Completes `plan`: adds the closures of its store paths, prunes nested paths, leases (or
 /// previews) its GPUs and plans the manifest. Problems met here are added to the plan.
 pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
-    add_closures(&mut plan, config, mode);
+    add_closures(&mut plan, req, config, mode);
     plan.drop_nested();
     if plan.problems.is_empty() {
         lease(&mut plan, req, config, mode);
@@ -94,7 +93,7 @@ pub fn write_manifest(plan: &Plan, config: &Config) -> Result<(), ManifestWriteE
     }
 }
 
-fn add_closures(plan: &mut Plan, config: &Config, mode: Mode) {
+fn add_closures(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
     if plan.closure_roots.is_empty() {
         return;
     }
@@ -102,6 +101,7 @@ fn add_closures(plan: &mut Plan, config: &Config, mode: Mode) {
         dir: config.closure_cache.clone(),
         store_dir: config.store_dir.clone(),
         nix_store: config.nix_store.clone(),
+        search_path: req.search_path.clone(),
     };
     // A user running `explain` cannot (and need not) use root's cache.
     let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
@@ -118,15 +118,7 @@ fn add_closures(plan: &mut Plan, config: &Config, mode: Mode) {
                 } else {
                     plan.closures_computed += 1;
                 }
-                let members = closure
-                    .members
-                    .into_iter()
-                    .map(|m| {
-                        let node = Node::of(&m);
-                        (m, node)
-                    })
-                    .collect();
-                plan.add_closure(&root, members, &config.store_dir);
+                plan.add_closure(&root, closure.members, &config.store_dir);
             }
             // Not the hook's verdict: the hook runs as root.
             Err(e) if uncached => plan.skipped.push(Skip {

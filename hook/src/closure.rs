@@ -9,19 +9,30 @@
 //! have written an entry; entries are written atomically (temporary file + rename) and carry a
 //! checksum, so a torn or damaged entry is recomputed. `nix-store` is run only when it is a
 //! trusted program ([`crate::trust::program`]).
+//!
+//! An entry also records what each member is (a directory, a file, a symlink…), looked at
+//! once when the closure is computed: a store path never changes, so later builds need not
+//! `lstat` every member again. A symlink member is looked at again on every use (its target
+//! decides whether it may be exposed), as is anything that was not a plain directory, file
+//! or device.
 
 use crate::statedir::StateDir;
+use crate::symlinks::Node;
 use cuda_sandbox_elfkit::RequisitesError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-const HEADER: &str = "cuda-sandbox closure v1";
+const HEADER: &str = "cuda-sandbox closure v2";
+
+/// The header of entries written before member kinds were recorded: recomputed silently.
+const OLD_HEADER: &str = "cuda-sandbox closure v1";
 
 /// A closure and whether it came from the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Closure {
-    /// Every store path in the closure, the path itself included.
-    pub members: Vec<PathBuf>,
+    /// Every store path in the closure, the path itself included, with what `lstat` found
+    /// there.
+    pub members: Vec<(PathBuf, Node)>,
     /// True when read from the cache, false when computed now.
     pub from_cache: bool,
 }
@@ -57,6 +68,8 @@ pub struct ClosureCache {
     pub store_dir: PathBuf,
     /// The `nix-store` program.
     pub nix_store: PathBuf,
+    /// The `PATH` to find it in when it is a bare name (the caller's, read once).
+    pub search_path: Option<std::ffi::OsString>,
 }
 
 /// The top-level store path containing a path (shared with the runner's helpers).
@@ -87,10 +100,12 @@ impl ClosureCache {
                     from_cache: true,
                 });
             }
-            crate::log::warn(format_args!(
-                "closure cache entry {} is corrupt; recomputing it",
-                entry.display()
-            ));
+            if !text.starts_with(OLD_HEADER.as_bytes()) {
+                crate::log::warn(format_args!(
+                    "closure cache entry {} is corrupt; recomputing it",
+                    entry.display()
+                ));
+            }
         }
         let members = self.query(store_path)?;
         if let Err(e) = self.store(&dir, &name, store_path, &members) {
@@ -130,14 +145,13 @@ impl ClosureCache {
         }
     }
 
-    fn query(&self, store_path: &Path) -> Result<Vec<PathBuf>, ClosureError> {
+    fn query(&self, store_path: &Path) -> Result<Vec<(PathBuf, Node)>, ClosureError> {
         let fail = |message: String| ClosureError {
             store_path: store_path.to_path_buf(),
             message,
         };
-        let search_path = std::env::var_os("PATH");
-        let nix_store =
-            crate::trust::program(&self.nix_store, search_path.as_deref()).map_err(|e| {
+        let nix_store = crate::trust::program(&self.nix_store, self.search_path.as_deref())
+            .map_err(|e| {
                 fail(format!(
                     "{e} (set nix_store in the config to the nix-store program)"
                 ))
@@ -150,20 +164,41 @@ impl ClosureCache {
                 )),
                 failed => fail(failed.to_string()),
             })?;
-        self.check_members(store_path, lines).ok_or_else(|| {
+        let members = self.check_members(store_path, lines).ok_or_else(|| {
             fail("nix-store printed something that is not a list of store paths".into())
-        })
+        })?;
+        Ok(members
+            .into_iter()
+            .map(|m| {
+                let node = Node::of(&m);
+                (m, node)
+            })
+            .collect())
     }
 
-    /// Lines of store paths, each a direct child of the store, the path itself among them.
-    fn parse_members(&self, store_path: &Path, body: &[u8]) -> Option<Vec<PathBuf>> {
+    /// Lines of `<kind> <store path>`, each path a direct child of the store, the path itself
+    /// among them; a kind that is not kept is looked at again ([`Kind::node`]).
+    fn parse_members(&self, store_path: &Path, body: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
-        let lines = body
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)))
-            .collect();
-        self.check_members(store_path, lines)
+        let mut kinds = Vec::new();
+        let mut paths = Vec::new();
+        for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let (&kind, rest) = line.split_first()?;
+            let path = rest.strip_prefix(b" ")?;
+            kinds.push(Kind::from_byte(kind)?);
+            paths.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
+        }
+        let paths = self.check_members(store_path, paths)?;
+        Some(
+            paths
+                .into_iter()
+                .zip(kinds)
+                .map(|(p, k)| {
+                    let node = k.node(&p);
+                    (p, node)
+                })
+                .collect(),
+        )
     }
 
     /// `members` when each is a direct child of the store and `store_path` is among them.
@@ -177,7 +212,7 @@ impl ClosureCache {
         (ok && members.iter().any(|m| m == store_path)).then_some(members)
     }
 
-    fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<PathBuf>> {
+    fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
         let text = text.strip_suffix(b"\n")?;
         let (head, rest) = split_line(text)?;
@@ -197,11 +232,13 @@ impl ClosureCache {
         dir: &StateDir,
         name: &str,
         store_path: &Path,
-        members: &[PathBuf],
+        members: &[(PathBuf, Node)],
     ) -> std::io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let mut body = Vec::new();
-        for m in members {
+        for (m, node) in members {
+            body.push(Kind::of(node).byte());
+            body.push(b' ');
             body.extend_from_slice(m.as_os_str().as_bytes());
             body.push(b'\n');
         }
@@ -213,6 +250,53 @@ impl ClosureCache {
         file.extend_from_slice(&body);
         file.extend_from_slice(format!("end {} {:016x}\n", members.len(), fnv1a(&body)).as_bytes());
         dir.write_atomic(name, &file, 0o644, true)
+    }
+}
+
+/// What a cache entry records of a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// Anything else: looked at again on use.
+    LookAgain,
+}
+
+impl Kind {
+    fn of(node: &Node) -> Kind {
+        match node {
+            Node::Dir => Kind::Dir,
+            Node::File => Kind::File,
+            _ => Kind::LookAgain,
+        }
+    }
+
+    fn byte(self) -> u8 {
+        match self {
+            Kind::Dir => b'd',
+            Kind::File => b'f',
+            Kind::LookAgain => b'?',
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Kind> {
+        match b {
+            b'd' => Some(Kind::Dir),
+            b'f' => Some(Kind::File),
+            b'?' => Some(Kind::LookAgain),
+            _ => None,
+        }
+    }
+
+    /// The member's node: as recorded, or from an `lstat` now.
+    fn node(self, path: &Path) -> Node {
+        match self {
+            Kind::Dir => Node::Dir,
+            Kind::File => Node::File,
+            Kind::LookAgain => Node::of(path),
+        }
     }
 }
 
@@ -257,6 +341,7 @@ mod tests {
             dir: dir.join("cache"),
             store_dir: PathBuf::from("/nix/store"),
             nix_store: nix_store.to_path_buf(),
+            search_path: std::env::var_os("PATH"),
         }
     }
 
@@ -319,8 +404,38 @@ mod tests {
                 "trusted {:?}",
                 String::from_utf8_lossy(&damage)
             );
-            assert_eq!(again.members[1], Path::new("/nix/store/bbb-dep"));
+            assert_eq!(again.members[1].0, Path::new("/nix/store/bbb-dep"));
         }
+    }
+
+    #[test]
+    fn member_kinds_are_kept_and_anything_else_is_looked_at_again() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cache(t.path(), &fake_nix_store(t.path()));
+        let p = Path::new("/nix/store/aaa-top");
+        let body = b"d /nix/store/aaa-top\nf /nix/store/bbb-dep\n? /nix/store/ccc-gone\n";
+        let mut entry = format!("{HEADER} {}\n", p.display()).into_bytes();
+        entry.extend_from_slice(body);
+        entry.extend_from_slice(format!("end 3 {:016x}\n", fnv1a(body)).as_bytes());
+        let members = c.decode(p, &entry).unwrap();
+        assert_eq!(members[0], (PathBuf::from("/nix/store/aaa-top"), Node::Dir));
+        assert_eq!(
+            members[1],
+            (PathBuf::from("/nix/store/bbb-dep"), Node::File)
+        );
+        // Not recorded: an lstat now (here: nothing there).
+        assert_eq!(members[2].1, Node::Missing);
+        let unknown = [&entry[..], b""]
+            .concat()
+            .replace_bytes(b"f /nix", b"x /nix");
+        assert_eq!(
+            c.decode(p, &unknown),
+            None,
+            "an unknown kind is a damaged entry"
+        );
+        // An entry of the format without kinds is recomputed, silently.
+        let old = entry.replace_bytes(HEADER.as_bytes(), OLD_HEADER.as_bytes());
+        assert_eq!(c.decode(p, &old), None);
     }
 
     #[test]

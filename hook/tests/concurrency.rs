@@ -244,6 +244,7 @@ fn sixteen_concurrent_tagged_builds_pass_and_leave_whole_cache_and_manifests() {
         dir: cache_dir.clone(),
         store_dir: PathBuf::from("/nix/store"),
         nix_store: PathBuf::from("/nonexistent/nix-store"),
+        search_path: None,
     };
     let mut entries = 0;
     for entry in std::fs::read_dir(&cache_dir).unwrap() {

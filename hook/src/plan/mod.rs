@@ -401,7 +401,7 @@ impl Plan {
             outside: outside.clone(),
             reason: Reason::Manifest,
         });
-        self.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
+        sort_by_inside(&mut self.exposures);
         self.manifest = Some(PlannedManifest { outside, content });
     }
 
@@ -431,7 +431,7 @@ impl Plan {
     pub fn drop_nested(&mut self) {
         let mut all = std::mem::take(&mut self.exposures);
         // Component-wise order puts every ancestor right before its descendants' run.
-        all.sort_by(|a, b| a.inside.cmp(&b.inside));
+        sort_by_inside(&mut all);
         let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());
         // The kept entries whose inside path holds the current one, outermost first. In
         // component-wise order a path's descendants directly follow it, so an entry that does
@@ -475,6 +475,24 @@ fn gpu_number(inside: &Path) -> Option<u32> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// Sorts exposures by inside path in component-wise order, as `Path`'s `Ord` has it, comparing
+/// bytes: each path's key is its bytes with `/` made the lowest byte, so that a component ends
+/// before any longer one that shares its start (`/a/b` before `/a-b`), which is `Path`'s order
+/// for the normalised absolute paths a plan holds. One key per path instead of a component
+/// walk per comparison.
+fn sort_by_inside(exposures: &mut [Exposure]) {
+    exposures.sort_by_cached_key(|e| component_order_key(&e.inside));
+}
+
+/// `path`'s bytes with each `/` replaced by 0, the lowest byte (a path never holds a 0 byte).
+fn component_order_key(path: &Path) -> Vec<u8> {
+    path.as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .map(|&b| if b == b'/' { 0 } else { b })
+        .collect()
 }
 
 /// Serialises a value as its one-line text.

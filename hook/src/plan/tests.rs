@@ -39,7 +39,7 @@ impl Hand {
 /// `decide` on the view a scan of the `hand`-made host would give for `req`'s rules.
 fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Plan {
     let snapshot = Snapshot {
-        nodes: hand.nodes.clone(),
+        nodes: hand.nodes.clone().into_iter().collect(),
         real_paths: hand.real_paths.clone(),
     };
     let facts = HostFacts {
@@ -181,6 +181,7 @@ fn request(config: &Config, gpus: Option<&str>) -> Request {
         rules: RuleId::all(config).collect(),
         gpus_wanted: gpus.map(crate::request::GpusWanted::parse),
         verdict: Verdict::Tagged,
+        search_path: None,
         warnings: Vec::new(),
     }
 }
@@ -783,4 +784,32 @@ fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
         assert_eq!(plan.exposures, kept, "{exposures:?}");
         assert_eq!(plan.skipped, skipped, "{exposures:?}");
     }
+}
+
+/// The byte key sorts normalised absolute paths as `Path`'s component-wise order does.
+#[test]
+fn the_sort_key_orders_paths_as_path_does() {
+    let paths = [
+        "/",
+        "/a",
+        "/a/b",
+        "/a-b",
+        "/a b",
+        "/a/b/c",
+        "/ab",
+        "/a.b",
+        "/a/b-c",
+        "/a/b/c/d",
+        "/b",
+        "/a\u{1}",
+        "/nix/store/x-a",
+        "/nix/store/x-a/lib",
+        "/nix/store/x",
+        "/nix/store/x/lib",
+    ];
+    let mut by_path: Vec<&str> = paths.to_vec();
+    by_path.sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
+    let mut by_key: Vec<&str> = paths.to_vec();
+    by_key.sort_by_cached_key(|p| super::component_order_key(Path::new(p)));
+    assert_eq!(by_key, by_path);
 }

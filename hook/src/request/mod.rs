@@ -152,6 +152,9 @@ pub struct Request {
     /// What the build gets. It is [`Verdict::Fail`] until the request is resolved, so a path
     /// through the resolver that forgets to decide fails the build rather than exposing.
     pub verdict: Verdict,
+    /// The caller's `PATH` ([`Environment::path`]), where act finds `nix-store` when the
+    /// configuration names it bare.
+    pub search_path: Option<OsString>,
     /// Things worth a warning on stderr (ignored broken config, missing `.drv`, …).
     pub warnings: Vec<String>,
 }
@@ -211,6 +214,7 @@ pub fn resolve(input: &Input<'_>) -> Request {
         config: None,
         rules: Vec::new(),
         gpus_wanted: None,
+        search_path: input.env.path.clone(),
         verdict: Verdict::Fail(format!(
             "the request for {} was not resolved (a bug in cuda-sandbox: please report it)",
             input

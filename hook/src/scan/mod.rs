@@ -28,7 +28,7 @@ use crate::discover::{host, versions};
 use crate::request::RuleId;
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 pub use booted::BootedDriver;
@@ -75,8 +75,9 @@ impl HostFacts {
 /// What the scans saw of the filesystem.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// What `lstat` found at each host path looked at.
-    pub nodes: BTreeMap<PathBuf, Node>,
+    /// What `lstat` found at each host path looked at (hashed: the planners look paths up
+    /// hundreds of times a run, and a sorted map compares paths component by component).
+    pub nodes: HashMap<PathBuf, Node>,
     /// Real paths (every link resolved) of the libcuda files the driver planner names.
     pub real_paths: BTreeMap<PathBuf, PathBuf>,
 }
@@ -119,7 +120,7 @@ impl HostView {
 
 /// The real filesystem, remembering every answer in the snapshot (each path is looked at once).
 pub struct Recorder {
-    nodes: RefCell<BTreeMap<PathBuf, Node>>,
+    nodes: RefCell<HashMap<PathBuf, Node>>,
     real_paths: RefCell<BTreeMap<PathBuf, PathBuf>>,
 }
 
@@ -139,7 +140,7 @@ impl Lookup for Recorder {
 impl Recorder {
     fn new() -> Recorder {
         Recorder {
-            nodes: RefCell::new(BTreeMap::new()),
+            nodes: RefCell::new(HashMap::new()),
             real_paths: RefCell::new(BTreeMap::new()),
         }
     }
