@@ -321,7 +321,6 @@ let
     }
     { glob = "/dev/nvidia-uvm-tools"; }
     { glob = "/dev/nvidia-modeset"; }
-    { glob = "/dev/nvidia-caps/nvidia-cap*"; }
     { glob = "/dev/nvidia-caps-imex-channels/*"; }
     { glob = "/dev/dri/renderD*"; }
     { glob = "/dev/dri/card*"; }

@@ -81,7 +81,9 @@ let
 
   # The rule the options describe; `settings.rule` definitions are appended to it.
   rule = {
-    inherit (builtinRule) name;
+    # `mig`: the MIG source, as built in (each instance's capability nodes; never config or
+    # monitor).
+    inherit (builtinRule) name mig;
     inherit (cfg) features;
     device = map dropNulls (defaultDevices ++ cfg.extraDevices);
     driver = builtinRule.driver // {

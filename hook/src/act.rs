@@ -36,7 +36,7 @@ pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
 /// cannot be ended here stays (the next hook judges it as usual).
 pub fn release_lease(plan: &Plan, req: &Request, config: &Config) {
     if let (true, Some(chroot), Some(holder)) = (plan.lease_taken, &req.chroot, Holder::parent()) {
-        let _ = Leases::new(&config.runtime_dir).release(&plan.leased_gpus, chroot, holder);
+        let _ = Leases::new(&config.runtime_dir).release(&plan.leased_slots, chroot, holder);
     }
 }
 
@@ -157,7 +157,7 @@ fn lease(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
             };
             let derivation = req.derivation_name();
             let lease_req = LeaseRequest {
-                gpus: &demand.gpus,
+                slots: &demand.slots,
                 count: demand.count,
                 chroot,
                 derivation: &derivation,
@@ -167,7 +167,7 @@ fn lease(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
                 Ok(p) => p,
                 Err(e) => {
                     let p = problem(
-                        format!("no GPU could be leased: {e}"),
+                        format!("no GPU or MIG instance could be leased: {e}"),
                         "see gpus_per_build in the README",
                     );
                     plan.problems.push(p);
@@ -175,7 +175,7 @@ fn lease(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
                 }
             }
         }
-        _ => match leases.preview(&demand.gpus, demand.count) {
+        _ => match leases.preview(&demand.slots, demand.count) {
             Ok(p) => p,
             Err(e) => {
                 plan.skipped.push(Skip {
@@ -185,7 +185,7 @@ fn lease(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
                         config.lease_wait_seconds
                     ),
                 });
-                demand.gpus[..demand.count].to_vec()
+                demand.slots[..demand.count].to_vec()
             }
         },
     };

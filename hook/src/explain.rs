@@ -7,6 +7,7 @@
 //! ([`crate::pipeline::run`]), without a lease and without writing a manifest.
 
 use crate::build_users::{self, AccessCheck};
+use crate::lease::Slot;
 use crate::pipeline::{self, Mode};
 use crate::plan::{Plan, Reason};
 use crate::request::{self, Environment, Input, Verdict};
@@ -163,6 +164,7 @@ pub fn render_text(e: &Explanation) -> String {
                     spec,
                     item,
                 } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
+                Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
                 Reason::Manifest => "manifest for the runner".to_string(),
             };
             s.line(format!("  {place:<60} {why}"));
@@ -193,12 +195,18 @@ pub fn render_text(e: &Explanation) -> String {
             e.plan.closures_cached, e.plan.closures_computed
         ));
     }
-    if !e.plan.leased_gpus.is_empty() {
+    if !e.plan.leased_slots.is_empty() {
         let gpus: Vec<String> = e
             .plan
-            .leased_gpus
+            .leased_slots
             .iter()
-            .map(|g| format!("nvidia{g}"))
+            .map(|slot| match slot {
+                Slot::Gpu(g) => format!("nvidia{g}"),
+                Slot::Mig(i) => format!(
+                    "nvidia{} MIG instance gi{} ci{} (one MIG instance per build)",
+                    i.gpu, i.gi, i.ci
+                ),
+            })
             .collect();
         s.blank();
         s.line(format!(

@@ -28,6 +28,7 @@ pub mod hook;
 pub mod lease;
 pub mod log;
 pub mod manifest_file;
+pub mod mig;
 pub mod pipeline;
 pub mod plan;
 pub mod protocol;

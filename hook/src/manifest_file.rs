@@ -135,6 +135,7 @@ mod tests {
                 features: vec!["cuda".to_string()],
                 devices: Vec::new(),
                 leased_gpus: Vec::new(),
+                mig: None,
                 driver: DriverManifest::none("test"),
             },
         }

@@ -4,10 +4,12 @@
 //! rather than skip when either is missing.
 
 use cuda_sandbox_hook::closure::ClosureCache;
-use cuda_sandbox_hook::lease::Leases;
+use cuda_sandbox_hook::lease::{Leases, Slot};
+use cuda_sandbox_hook::mig::InstanceId;
 use cuda_sandbox_manifest::Manifest;
+use cuda_sandbox_testkit::fake_mig::{ci_minor, gi_minor};
 use cuda_sandbox_testkit::{
-    hook_config, nix_available, nonce, FakeDevices, NixSandbox, NixVersion,
+    hook_config, nix_available, nonce, FakeDevices, FakeMig, NixSandbox, NixVersion,
 };
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -56,6 +58,18 @@ impl Host {
         )
         .unwrap();
         Host { dir, root, config }
+    }
+
+    /// One GPU split into the MIG `instances` (GPU 0, GI, CI 0), with their capability nodes,
+    /// one instance leased per build.
+    fn mig(gis: &[u32], lease_wait_seconds: u64) -> Host {
+        let host = Host::new(1, 1, lease_wait_seconds, false);
+        let instances: Vec<(u32, u32, u32)> = gis.iter().map(|gi| (0, *gi, 0)).collect();
+        FakeMig::create(&host.root, &instances, true).unwrap();
+        let mut text = std::fs::read_to_string(&host.config).unwrap();
+        text.push_str("[rule.mig]\n");
+        std::fs::write(&host.config, text).unwrap();
+        host
     }
 
     fn sandbox(&self, max_jobs: usize) -> NixSandbox {
@@ -981,4 +995,159 @@ fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
         "the escaped builder was not recorded: {recorded:?}"
     );
     let _ = std::fs::remove_dir_all(&lease.chroot);
+}
+
+/// The GPU instances of a 7-slice H200 (1g × 7).
+const SEVEN_GIS: [u32; 7] = [7, 8, 9, 10, 11, 12, 13];
+
+/// The capability nodes of instance (0, `gi`, 0).
+fn mig_nodes(gi: u32) -> Vec<String> {
+    [gi_minor(0, gi), ci_minor(0, gi, 0)]
+        .iter()
+        .map(|m| format!("/dev/nvidia-caps/nvidia-cap{m}"))
+        .collect()
+}
+
+/// The MIG capability nodes a build saw.
+fn caps_seen(r: &Report) -> Vec<String> {
+    let mut caps: Vec<String> = r
+        .nodes
+        .iter()
+        .filter(|n| n.starts_with("/dev/nvidia-caps/"))
+        .cloned()
+        .collect();
+    caps.sort();
+    caps
+}
+
+#[test]
+fn seven_builds_on_a_seven_slice_gpu_each_get_their_own_instance_and_an_eighth_waits() {
+    if !nix_available(
+        "seven_builds_on_a_seven_slice_gpu_each_get_their_own_instance_and_an_eighth_waits",
+    ) {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::mig(&SEVEN_GIS, 60);
+    let started = Instant::now();
+    let (ok, log, reports) = build_many(&host, 8, &[("sleep", "3")]);
+    eprintln!(
+        "8 builds, 3 s each, on 7 MIG instances: {:?}",
+        started.elapsed()
+    );
+    assert!(ok, "nix-build failed:\n{log}");
+    assert_eq!(reports.len(), 8, "{log}");
+    let mut on_instance: BTreeMap<u32, Vec<(f64, f64, &str)>> = BTreeMap::new();
+    for (name, r) in &reports {
+        let mig = r
+            .manifest
+            .mig
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no MIG instance in {r:?}"));
+        assert_eq!((mig.gpu, mig.ci), (0, 0), "{name}: {r:?}");
+        assert!(SEVEN_GIS.contains(&mig.gi), "{name}: {r:?}");
+        let mut expected = mig_nodes(mig.gi);
+        expected.sort();
+        assert_eq!(caps_seen(r), expected, "{name} sees other capability nodes");
+        assert_eq!(r.manifest.leased_gpus, [0], "{name}: {r:?}");
+        for node in ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"] {
+            assert!(r.nodes.iter().any(|n| n == node), "{name} lacks {node}");
+        }
+        on_instance
+            .entry(mig.gi)
+            .or_default()
+            .push((r.start, r.end, name));
+    }
+    assert_eq!(
+        on_instance.len(),
+        7,
+        "not every instance was used: {on_instance:?}"
+    );
+    for (gi, runs) in &mut on_instance {
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for pair in runs.windows(2) {
+            assert!(
+                pair[0].1 <= pair[1].0,
+                "{} and {} overlapped on gi{gi}: {pair:?}",
+                pair[0].2,
+                pair[1].2
+            );
+        }
+    }
+}
+
+#[test]
+fn an_eighth_build_on_seven_slices_fails_in_bounded_time() {
+    if !nix_available("an_eighth_build_on_seven_slices_fails_in_bounded_time") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::mig(&SEVEN_GIS, 0);
+    let started = Instant::now();
+    let n = nonce();
+    let build = host.sandbox(8).build(
+        &nix_file("concurrent.nix"),
+        &[("nonce", &n), ("count", "8"), ("sleep", "10")],
+        &[],
+    );
+    let elapsed = started.elapsed();
+    assert!(!build.ok(), "eight builds got seven slices:\n{}", build.log);
+    assert!(
+        build
+            .log
+            .contains("all 7 MIG instances are leased by other builds")
+            && build.log.contains("waited 0 s"),
+        "{}",
+        build.log
+    );
+    assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
+}
+
+#[test]
+fn a_killed_build_gives_its_mig_instance_back() {
+    if !nix_available("a_killed_build_gives_its_mig_instance_back") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::mig(&[7], 0);
+    let slot = Slot::Mig(InstanceId {
+        gpu: 0,
+        gi: 7,
+        ci: 0,
+    });
+    let long_nonce = nonce();
+    let mut long = host.spawn_build(
+        "concurrent.nix",
+        &[
+            ("count", "1"),
+            ("sleep", "600"),
+            ("prefix", "long"),
+            ("nonce", &long_nonce),
+        ],
+    );
+    let leases = Leases::new(&host.run_dir());
+    let marker = format!("builder {long_nonce}");
+    wait_for("the long build to run", Duration::from_secs(60), || {
+        leases.record(slot).is_some() && !processes_with(&marker).is_empty()
+    });
+    assert!(host.run_dir().join("leases/nvidia0-gi7-ci0.lease").exists());
+    assert!(explain(&host).contains("all 1 MIG instances are leased by other builds"));
+    // Kill nix-build as a crash would, then the builder it left running.
+    assert!(kill_group(long.id() as i32));
+    long.wait().unwrap();
+    for pid in processes_with(&marker) {
+        kill_group(pid);
+    }
+    wait_for("the builder to end", Duration::from_secs(10), || {
+        processes_with(&marker).is_empty()
+    });
+    let (ok, log, reports) = build_many(&host, 1, &[]);
+    assert!(ok, "the killed build kept its MIG instance:\n{log}");
+    let r = reports.values().next().unwrap();
+    assert_eq!(r.manifest.mig.as_ref().map(|m| m.gi), Some(7), "{r:?}");
+    assert_eq!(caps_seen(r), {
+        let mut n = mig_nodes(7);
+        n.sort();
+        n
+    });
 }

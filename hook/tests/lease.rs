@@ -1,7 +1,7 @@
 //! GPU leases against real processes: stand-in Nix processes (`sleep`), builds in a PID
 //! namespace of their own (`unshare`) and build users (`setpriv`). The namespace and build-user
 //! tests need root; under `CI=true` they fail rather than skip without it.
-use cuda_sandbox_hook::lease::{Builder, Holder, LeaseError, LeaseRequest, Leases};
+use cuda_sandbox_hook::lease::{Builder, Holder, LeaseError, LeaseRequest, Leases, Slot};
 use cuda_sandbox_hook::statedir::StateDir;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -74,15 +74,23 @@ impl Fixture {
         holder: Holder,
         wait: Duration,
     ) -> Result<Vec<u32>, LeaseError> {
+        let slots = whole(gpus);
         let req = LeaseRequest {
-            gpus,
+            slots: &slots,
             count,
             chroot,
             derivation: "/nix/store/x-test.drv",
             wait,
         };
-        self.leases.acquire(&req, holder)
+        self.leases
+            .acquire(&req, holder)
+            .map(|picked| picked.iter().map(Slot::gpu).collect())
     }
+}
+
+/// The slots of whole GPUs `gpus`.
+fn whole(gpus: &[u32]) -> Vec<Slot> {
+    gpus.iter().map(|g| Slot::Gpu(*g)).collect()
 }
 
 #[test]
@@ -101,10 +109,10 @@ fn least_used_free_gpu_first_and_never_twice() {
     assert_eq!(f.take(&d, &gpus, 1), [0]);
     assert_eq!(f.leases.record(0).unwrap().chroot, d);
     assert_eq!(f.leases.record(1).unwrap().chroot, b);
-    let usage: BTreeMap<u32, u64> =
+    let usage: BTreeMap<String, u64> =
         serde_json::from_slice(&std::fs::read(f.leases.dir.join("usage.json")).unwrap()).unwrap();
     assert_eq!(usage.values().sum::<u64>(), 5, "{usage:?}");
-    assert!(f.leases.preview(&gpus, 1).is_err());
+    assert!(f.leases.preview(&whole(&gpus), 1).is_err());
 }
 
 #[test]
@@ -349,7 +357,7 @@ fn a_lease_lives_while_a_process_is_rooted_in_its_chroot() {
         .leases
         .acquire(
             &LeaseRequest {
-                gpus: &gpus,
+                slots: &whole(&gpus),
                 count: 1,
                 chroot: Path::new("/"),
                 derivation: "/nix/store/x-busy.drv",
@@ -358,7 +366,7 @@ fn a_lease_lives_while_a_process_is_rooted_in_its_chroot() {
             nix,
         )
         .unwrap();
-    assert_eq!(busy, [0]);
+    assert_eq!(busy, [Slot::Gpu(0)]);
     f.kill(nix);
     let b = f.chroot("b");
     assert_eq!(f.take(&b, &gpus, 1), [1]);
@@ -400,11 +408,18 @@ fn exhaustion_waits_then_fails_in_one_line() {
 #[test]
 fn preview_takes_nothing() {
     let f = fixture();
-    assert_eq!(f.leases.preview(&[0, 1], 1).unwrap(), [0]);
+    assert_eq!(
+        f.leases.preview(&whole(&[0, 1]), 1).unwrap(),
+        [Slot::Gpu(0)]
+    );
     assert!(!f.leases.dir.exists());
     let a = f.chroot("a");
     f.take(&a, &[0, 1], 2);
-    let e = f.leases.preview(&[0, 1], 1).unwrap_err().to_string();
+    let e = f
+        .leases
+        .preview(&whole(&[0, 1]), 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("all 2 GPUs are leased"), "{e}");
 }
 

@@ -61,6 +61,24 @@ pub struct DriverManifest {
     pub reason: String,
 }
 
+/// One MIG compute instance: the parent GPU (`/dev/nvidia<gpu>`), its GPU instance and the
+/// compute instance in it, as the driver numbers them in
+/// `/proc/driver/nvidia/capabilities/gpu<gpu>/mig/gi<gi>/ci<ci>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInstance {
+    /// The parent GPU.
+    pub gpu: u32,
+    /// The GPU instance.
+    pub gi: u32,
+    /// The compute instance.
+    pub ci: u32,
+    /// The instance's UUID (`MIG-…`), when known. The hook reads only the driver's `/proc`
+    /// files, which do not give it (NVML does), so it writes `None`: the runner then checks
+    /// that CUDA sees one MIG device, without comparing UUIDs.
+    #[serde(default)]
+    pub uuid: Option<String>,
+}
+
 /// Everything the runner needs to check a build's GPU exposure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -81,6 +99,10 @@ pub struct Manifest {
     /// device count inside must equal its length.
     #[serde(default)]
     pub leased_gpus: Vec<u32>,
+    /// The MIG instance leased to this build, when its GPU is split into MIG instances and
+    /// the hook leases one per build; `None` otherwise.
+    #[serde(default)]
+    pub mig: Option<MigInstance>,
     /// The driver chosen.
     pub driver: DriverManifest,
 }
@@ -160,6 +182,7 @@ mod tests {
             features: vec!["cuda".into()],
             devices: vec!["/dev/nvidia0".into()],
             leased_gpus: vec![0],
+            mig: None,
             driver: DriverManifest {
                 kind: DriverKind::Compat,
                 libcuda: vec!["/nix/store/c/compat/libcuda.so.1".into()],

@@ -258,6 +258,7 @@ fn lint_check_in_the_harness_takes_compat_from_the_manifest() {
         features: vec!["cuda".into()],
         devices: Vec::new(),
         leased_gpus: Vec::new(),
+        mig: None,
         driver: DriverManifest {
             kind: DriverKind::Compat,
             libcuda: vec![format!("{COMPAT}/libcuda.so.1")],

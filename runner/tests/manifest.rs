@@ -94,6 +94,7 @@ fn write_leased_manifest(path: &Path, driver: DriverManifest, devices: &[&str], 
         features: vec!["cuda".into()],
         devices: devices.iter().map(|d| d.to_string()).collect(),
         leased_gpus: leased.to_vec(),
+        mig: None,
         driver,
     };
     std::fs::write(path, manifest.to_json()).unwrap();

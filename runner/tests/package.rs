@@ -265,6 +265,7 @@ fn an_object_that_finds_the_host_driver_before_the_hooks_compat_choice_fails_wit
         features: vec!["cuda".into()],
         devices: vec![],
         leased_gpus: vec![],
+        mig: None,
         driver: DriverManifest {
             kind: DriverKind::Compat,
             libcuda: vec![lib(&compat.dir)],

@@ -6,11 +6,13 @@
 //! root or Nix skips them with a printed reason; under `CI=true` that is a failure.
 
 pub mod crafted_elf;
+pub mod fake_mig;
 pub mod fatbin_fixtures;
 pub mod nix_version;
 pub mod real_nvidia;
 pub mod terminal;
 
+pub use fake_mig::FakeMig;
 pub use nix_version::{DerivationJson, NixVersion};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -20,7 +20,9 @@ mod validate;
 
 pub use error::{ConfigError, Problem, Syntax};
 pub use locate::{locate, read_text, ConfigSource};
-pub use schema::{Config, DeviceGlob, DriverConfig, HostPath, MissingDrv, Mount, Platform, Rule};
+pub use schema::{
+    Config, DeviceGlob, DriverConfig, HostPath, MigConfig, MissingDrv, Mount, Platform, Rule,
+};
 pub use validate::{Invalid, Note};
 
 /// Default location of the configuration file.

@@ -92,6 +92,23 @@ pub struct Rule {
     /// (see [`crate::cdi`]).
     #[serde(default)]
     pub cdi: Vec<crate::cdi::DeviceName>,
+    /// MIG instances as the driver publishes them (see [`crate::mig`]): with `gpus_per_build`
+    /// each build is leased one, else every build gets every instance.
+    #[serde(default)]
+    pub mig: Option<MigConfig>,
+}
+
+/// The MIG source of a rule: each instance's GPU-instance and compute-instance capability
+/// nodes; the administration capabilities only when named here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigConfig {
+    /// Also expose the `config` capability (create and destroy MIG instances).
+    #[serde(default)]
+    pub config: bool,
+    /// Also expose the `monitor` capability (see every instance of every GPU).
+    #[serde(default)]
+    pub monitor: bool,
 }
 
 /// Where the driver comes from, and the `cuda_compat` drivers to consider.
@@ -295,7 +312,6 @@ mod tests {
                     discrete("/dev/nvidia[0-9]*"),
                     device("/dev/nvidia-uvm-tools", false),
                     device("/dev/nvidia-modeset", false),
-                    device("/dev/nvidia-caps/nvidia-cap*", false),
                     device("/dev/nvidia-caps-imex-channels/*", false),
                     device("/dev/dri/renderD*", false),
                     device("/dev/dri/card*", false),
@@ -309,6 +325,7 @@ mod tests {
                 mounts: Vec::new(),
                 driver: Some(DriverConfig::default()),
                 cdi: Vec::new(),
+                mig: Some(MigConfig::default()),
             }],
         }
     }

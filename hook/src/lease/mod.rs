@@ -1,14 +1,16 @@
-//! GPU leases: with `gpus_per_build > 0`, each tagged build gets GPUs that no other running
-//! build holds, the least used first.
+//! GPU leases: with `gpus_per_build > 0`, each tagged build gets GPUs, or one MIG instance
+//! of a GPU, that no other running build holds, the least used first.
 //!
-//! One file per leased GPU, `<runtime_dir>/leases/nvidia<N>.lease` (JSON [`LeaseRecord`]),
-//! written atomically in a verified [`StateDir`] (root-owned, not a symlink, checked on every
-//! run) by `record`. Every decision is taken under an exclusive `flock` of
-//! `<runtime_dir>/leases/.lock` (`lock`), so two hooks never pick the same GPU; the wait for
-//! that lock is bounded by the lease wait, like the wait for a free GPU. `choice` picks the
-//! free GPUs, least used first by a per-GPU count of leases granted (`usage.json`), then by
-//! number; `sweep` finds the live leases and removes stale ones; `liveness` says which are
-//! live.
+//! What a lease holds is a [`Slot`]: a whole GPU, or one MIG compute instance (`slot`). One
+//! file per leased slot, `<runtime_dir>/leases/nvidia<N>.lease` or
+//! `nvidia<N>-gi<G>-ci<C>.lease` (JSON [`LeaseRecord`]), written atomically in a verified
+//! [`StateDir`] (root-owned, not a symlink, checked on every run) by `record`. Every decision
+//! is taken under an exclusive `flock` of `<runtime_dir>/leases/.lock` (`lock`), so two hooks
+//! never pick the same slot (nor a whole GPU and a slice of it); the wait for that lock is
+//! bounded by the lease wait, like the wait for a free slot. `choice` picks the free slots,
+//! least used first by a per-slot count of leases granted (`usage.json`), then in order;
+//! `sweep` finds the live leases and removes stale ones; `liveness` says which are live. A
+//! slice's lease lives and ends by exactly the rules of a GPU's.
 //!
 //! # When a lease ends
 //!
@@ -49,11 +51,13 @@ mod choice;
 mod liveness;
 mod lock;
 mod record;
+mod slot;
 mod sweep;
 
 pub use liveness::Holder;
 pub use lock::LockError;
 pub use record::{Builder, LeaseRecord};
+pub use slot::{MigSlice, Slot};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
 pub use crate::drv::GPUS_ATTR;
@@ -69,15 +73,15 @@ const POLL: Duration = Duration::from_millis(100);
 /// Why no GPUs could be leased; one line.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    /// Not enough free GPUs within the wait.
+    /// Not enough free slots within the wait.
     #[error("{}", exhausted(*total, *wanted, held, *waited))]
     Exhausted {
-        /// GPUs on the host.
+        /// Slots (GPUs, MIG instances) the build could have had.
         total: usize,
-        /// GPUs this build needs.
+        /// Slots this build needs.
         wanted: usize,
-        /// Who holds the others: (GPU, derivation, seconds held).
-        held: Vec<(u32, String, u64)>,
+        /// Who holds the others: (slot, derivation, seconds held).
+        held: Vec<(Slot, String, u64)>,
         /// How long the hook waited.
         waited: Duration,
     },
@@ -106,13 +110,27 @@ pub enum LeaseError {
 }
 
 /// The one-line text of [`LeaseError::Exhausted`].
-fn exhausted(total: usize, wanted: usize, held: &[(u32, String, u64)], waited: Duration) -> String {
+fn exhausted(
+    total: usize,
+    wanted: usize,
+    held: &[(Slot, String, u64)],
+    waited: Duration,
+) -> String {
     let holders: Vec<String> = held
         .iter()
-        .map(|(gpu, drv, secs)| format!("nvidia{gpu}: {drv} for {secs} s"))
+        .map(|(slot, drv, secs)| format!("{slot}: {drv} for {secs} s"))
         .collect();
+    let slices = held
+        .iter()
+        .filter(|(s, _, _)| matches!(s, Slot::Mig(_)))
+        .count();
+    let noun = match slices {
+        0 => "GPUs",
+        n if n == held.len() => "MIG instances",
+        _ => "GPUs and MIG instances",
+    };
     let what = if held.len() >= total {
-        format!("all {total} GPUs are leased by other builds")
+        format!("all {total} {noun} are leased by other builds")
     } else {
         format!(
             "it needs {wanted} GPU(s) but only {} of {total} are free",
@@ -128,21 +146,21 @@ fn exhausted(total: usize, wanted: usize, held: &[(u32, String, u64)], waited: D
 }
 
 impl LeaseError {
-    /// The error for a build asking `wanted` of `gpus.len()` GPUs while `shortage` holds too
-    /// many, after waiting `waited`.
+    /// The error for a build asking `wanted` of `slots.len()` slots while `shortage` holds
+    /// too many, after waiting `waited`.
     fn exhausted(
-        gpus: &[u32],
+        slots: &[Slot],
         wanted: usize,
         shortage: choice::Shortage,
         waited: Duration,
     ) -> Self {
         LeaseError::Exhausted {
-            total: gpus.len(),
+            total: slots.len(),
             wanted,
             held: shortage
                 .held
                 .into_iter()
-                .map(|r| (r.gpu, r.derivation, now_secs().saturating_sub(r.since)))
+                .map(|r| (r.slot(), r.derivation, now_secs().saturating_sub(r.since)))
                 .collect(),
             waited,
         }
@@ -152,8 +170,8 @@ impl LeaseError {
 /// What one build asks for.
 #[derive(Debug, Clone)]
 pub struct LeaseRequest<'a> {
-    /// The GPUs the host has (`/dev/nvidia<N>` numbers).
-    pub gpus: &'a [u32],
+    /// The slots the build may be given: whole GPUs, MIG instances.
+    pub slots: &'a [Slot],
     /// How many this build needs.
     pub count: usize,
     /// The build's sandbox root.
@@ -179,10 +197,10 @@ impl Leases {
         }
     }
 
-    /// Leases `req.count` free GPUs to the build in `req.chroot`, least used first, waiting
+    /// Leases `req.count` free slots to the build in `req.chroot`, least used first, waiting
     /// up to `req.wait` for other builds to end. `holder` is the Nix process that starts the
     /// build ([`Holder::parent`] in hook mode).
-    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<u32>, LeaseError> {
+    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<Slot>, LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
@@ -200,14 +218,15 @@ impl Leases {
         loop {
             let shortage = {
                 let _lock = lock::lock(&dir, req.wait.saturating_sub(started.elapsed()))?;
-                let held = sweep::held(&dir, req.gpus, Some(asker));
+                let held = sweep::held(&dir, req.slots, Some(asker));
                 let mut usage = record::usage(&dir);
-                match choice::choose(req.gpus, held, &usage, req.count) {
+                match choice::choose(req.slots, held, &usage, req.count) {
                     Ok(picked) => {
                         let leases: Vec<LeaseRecord> = picked
                             .iter()
-                            .map(|gpu| LeaseRecord {
-                                gpu: *gpu,
+                            .map(|slot| LeaseRecord {
+                                gpu: slot.gpu(),
+                                mig: slot.mig(),
                                 derivation: req.derivation.to_string(),
                                 chroot: req.chroot.to_path_buf(),
                                 chroot_id,
@@ -220,10 +239,10 @@ impl Leases {
                             })
                             .collect();
                         self.write_all(&dir, &leases)?;
-                        // The counts only order free GPUs: a failed write (a full disk) costs
+                        // The counts only order free slots: a failed write (a full disk) costs
                         // that order, not the build.
-                        for gpu in &picked {
-                            *usage.entry(*gpu).or_default() += 1;
+                        for slot in &picked {
+                            *usage.entry(slot.key()).or_default() += 1;
                         }
                         let _ = record::write_usage(&dir, &usage);
                         return Ok(picked);
@@ -233,7 +252,9 @@ impl Leases {
             };
             let waited = started.elapsed();
             if waited >= req.wait {
-                return Err(LeaseError::exhausted(req.gpus, req.count, shortage, waited));
+                return Err(LeaseError::exhausted(
+                    req.slots, req.count, shortage, waited,
+                ));
             }
             std::thread::sleep(POLL.min(req.wait - waited));
         }
@@ -245,10 +266,10 @@ impl Leases {
         for (i, lease) in leases.iter().enumerate() {
             if let Err(source) = record::write(dir, lease) {
                 for written in &leases[..i] {
-                    let _ = record::remove(dir, written.gpu);
+                    let _ = record::remove(dir, written.slot());
                 }
                 return Err(LeaseError::Write {
-                    path: self.file(lease.gpu),
+                    path: self.file(lease.slot()),
                     source,
                 });
             }
@@ -258,8 +279,8 @@ impl Leases {
 
     /// Ends the leases of the build in `chroot`, taken by this hook run, when the hook fails
     /// after [`Leases::acquire`]: Nix then never starts the build. Removes only lease files of
-    /// `gpus` that name this chroot (by path, device and inode) and `holder`.
-    pub fn release(&self, gpus: &[u32], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
+    /// `slots` that name this chroot (by path, device and inode) and `holder`.
+    pub fn release(&self, slots: &[Slot], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(chroot)
             .map(|m| (m.dev(), m.ino()))
@@ -268,14 +289,14 @@ impl Leases {
                 source,
             })?;
         let _lock = lock::lock(&dir, Duration::ZERO)?;
-        for gpu in gpus {
-            if let record::Read::Lease(r) = record::read(&dir, *gpu) {
+        for slot in slots {
+            if let record::Read::Lease(r) = record::read(&dir, *slot) {
                 if r.chroot == chroot
                     && r.chroot_id == chroot_id
                     && (r.holder_pid, r.holder_start) == (holder.pid, holder.start)
                 {
-                    record::remove(&dir, *gpu).map_err(|source| LeaseError::Write {
-                        path: self.file(*gpu),
+                    record::remove(&dir, *slot).map_err(|source| LeaseError::Write {
+                        path: self.file(*slot),
                         source,
                     })?;
                 }
@@ -284,27 +305,29 @@ impl Leases {
         Ok(())
     }
 
-    /// The GPUs a build asking for `count` would get now, without taking them or waiting
-    /// (for `explain` and `exec`). Reads without the lock: lease files are written atomically.
-    pub fn preview(&self, gpus: &[u32], count: usize) -> Result<Vec<u32>, LeaseError> {
+    /// The slots a build asking for `count` of `slots` would get now, without taking them or
+    /// waiting (for `explain` and `exec`). Reads without the lock: lease files are written
+    /// atomically.
+    pub fn preview(&self, slots: &[Slot], count: usize) -> Result<Vec<Slot>, LeaseError> {
         let dir = StateDir::open_existing(&self.dir).map_err(LeaseError::StateDir)?;
         let (held, usage) = match &dir {
-            Some(d) => (sweep::held(d, gpus, None), record::usage(d)),
+            Some(d) => (sweep::held(d, slots, None), record::usage(d)),
             None => (Vec::new(), record::Usage::new()),
         };
-        choice::choose(gpus, held, &usage, count)
-            .map_err(|shortage| LeaseError::exhausted(gpus, count, shortage, Duration::ZERO))
+        choice::choose(slots, held, &usage, count)
+            .map_err(|shortage| LeaseError::exhausted(slots, count, shortage, Duration::ZERO))
     }
 
-    /// The lease file of `gpu`.
-    pub fn file(&self, gpu: u32) -> PathBuf {
-        self.dir.join(record::file_name(gpu))
+    /// The lease file of `slot` (a GPU number is its whole GPU).
+    pub fn file(&self, slot: impl Into<Slot>) -> PathBuf {
+        self.dir.join(record::file_name(slot.into()))
     }
 
-    /// Reads the lease file of `gpu`, if any (whether or not its build still runs).
-    pub fn record(&self, gpu: u32) -> Option<LeaseRecord> {
+    /// Reads the lease file of `slot` (a GPU number is its whole GPU), if any (whether or not
+    /// its build still runs).
+    pub fn record(&self, slot: impl Into<Slot>) -> Option<LeaseRecord> {
         let dir = StateDir::open_existing(&self.dir).ok()??;
-        match record::read(&dir, gpu) {
+        match record::read(&dir, slot.into()) {
             record::Read::Lease(r) => Some(r),
             _ => None,
         }
@@ -326,7 +349,7 @@ mod tests {
         let e = LeaseError::Exhausted {
             total: 2,
             wanted: 2,
-            held: vec![(0, "/nix/store/x-a.drv".into(), 312)],
+            held: vec![(Slot::Gpu(0), "/nix/store/x-a.drv".into(), 312)],
             waited: Duration::from_secs(600),
         }
         .to_string();

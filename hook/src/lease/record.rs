@@ -1,22 +1,27 @@
-//! The record store: one JSON file per leased GPU, `nvidia<N>.lease` ([`LeaseRecord`]), and
-//! the per-GPU count of leases granted, `usage.json`, all in the verified lease directory and
-//! each written atomically (temporary file + rename).
+//! The record store: one JSON file per leased slot ([`LeaseRecord`]): `nvidia<N>.lease` for a
+//! whole GPU, `nvidia<N>-gi<G>-ci<C>.lease` for a MIG instance; and the per-slot count of
+//! leases granted, `usage.json`, all in the verified lease directory and each written
+//! atomically (temporary file + rename).
 
+use super::slot::{MigSlice, Slot};
 use crate::statedir::StateDir;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// The per-GPU count of leases granted, which orders the free GPUs.
-pub type Usage = BTreeMap<u32, u64>;
+/// The per-slot count of leases granted (by [`Slot::key`]), which orders the free slots.
+pub type Usage = BTreeMap<String, u64>;
 
 const USAGE_FILE: &str = "usage.json";
 
-/// One leased GPU: the file `nvidia<N>.lease`.
+/// One leased slot: the file `<slot key>.lease`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
     /// The GPU (`/dev/nvidia<gpu>`).
     pub gpu: u32,
+    /// The MIG instance of it, when the lease is one slice (absent: the whole GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigSlice>,
     /// The derivation being built, for messages.
     pub derivation: String,
     /// The build's sandbox root (the chroot directory Nix passed the hook).
@@ -52,6 +57,7 @@ impl LeaseRecord {
     pub(crate) fn test_record() -> LeaseRecord {
         LeaseRecord {
             gpu: 0,
+            mig: None,
             derivation: "/nix/store/x-test.drv".into(),
             chroot: "/nonexistent".into(),
             chroot_id: (0, 0),
@@ -79,9 +85,29 @@ pub struct Builder {
     pub uid: u32,
 }
 
-/// The name of `gpu`'s lease file in the lease directory.
-pub fn file_name(gpu: u32) -> String {
-    format!("nvidia{gpu}.lease")
+impl LeaseRecord {
+    /// The slot the record leases.
+    pub fn slot(&self) -> Slot {
+        Slot::of(self.gpu, self.mig)
+    }
+}
+
+const SUFFIX: &str = ".lease";
+
+/// The name of `slot`'s lease file in the lease directory.
+pub fn file_name(slot: Slot) -> String {
+    format!("{}{SUFFIX}", slot.key())
+}
+
+/// The slots of the lease files in the lease directory.
+pub fn slots(dir: &StateDir) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = dir
+        .names()
+        .iter()
+        .filter_map(|n| Slot::from_key(n.strip_suffix(SUFFIX)?))
+        .collect();
+    slots.sort_unstable();
+    slots
 }
 
 /// What reading a lease file found.
@@ -94,26 +120,29 @@ pub enum Read {
     Lease(LeaseRecord),
 }
 
-/// Reads `gpu`'s lease file.
-pub fn read(dir: &StateDir, gpu: u32) -> Read {
-    match dir.read_bytes(&file_name(gpu)) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_or(Read::Junk, Read::Lease),
+/// Reads `slot`'s lease file; one naming another slot is junk.
+pub fn read(dir: &StateDir, slot: Slot) -> Read {
+    match dir.read_bytes(&file_name(slot)) {
+        Ok(bytes) => serde_json::from_slice::<LeaseRecord>(&bytes)
+            .ok()
+            .filter(|r| r.slot() == slot)
+            .map_or(Read::Junk, Read::Lease),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Absent,
         Err(_) => Read::Junk,
     }
 }
 
-/// Writes `record` as its GPU's lease file.
+/// Writes `record` as its slot's lease file.
 pub fn write(dir: &StateDir, record: &LeaseRecord) -> std::io::Result<()> {
-    write_json(dir, &file_name(record.gpu), record)
+    write_json(dir, &file_name(record.slot()), record)
 }
 
-/// Removes `gpu`'s lease file.
-pub fn remove(dir: &StateDir, gpu: u32) -> std::io::Result<()> {
-    dir.remove(&file_name(gpu))
+/// Removes `slot`'s lease file.
+pub fn remove(dir: &StateDir, slot: Slot) -> std::io::Result<()> {
+    dir.remove(&file_name(slot))
 }
 
-/// The per-GPU lease counts; none when the file is missing or unreadable (it only orders).
+/// The per-slot lease counts; none when the file is missing or unreadable (it only orders).
 pub fn usage(dir: &StateDir) -> Usage {
     dir.read_bytes(USAGE_FILE)
         .ok()
@@ -121,7 +150,7 @@ pub fn usage(dir: &StateDir) -> Usage {
         .unwrap_or_default()
 }
 
-/// Writes the per-GPU lease counts.
+/// Writes the per-slot lease counts.
 pub fn write_usage(dir: &StateDir, usage: &Usage) -> std::io::Result<()> {
     write_json(dir, USAGE_FILE, usage)
 }

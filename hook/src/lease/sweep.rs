@@ -1,8 +1,9 @@
-//! Staleness clean-up: the live leases on a set of GPUs; under the lock, stale lease files
-//! (and the asking build's own earlier ones) are removed.
+//! Staleness clean-up: the live leases on a set of slots (and on what overlaps them); under
+//! the lock, stale lease files (and the asking build's own earlier ones) are removed.
 
 use super::liveness::{Checked, Holder, Processes};
 use super::record::{self, LeaseRecord, Read};
+use super::slot::Slot;
 use crate::statedir::StateDir;
 use std::path::Path;
 
@@ -17,14 +18,16 @@ pub struct Asker<'a> {
     pub holder: Holder,
 }
 
-/// The live leases on `gpus`. With `asker` (under the lock), stale lease files and the
-/// asker's own earlier ones are removed, and namespaces newly seen are written back; without
-/// it nothing is changed.
-pub fn held(dir: &StateDir, gpus: &[u32], asker: Option<Asker>) -> Vec<LeaseRecord> {
+/// The live leases on `slots` and on the slots overlapping them (a whole GPU and its MIG
+/// instances). With `asker` (under the lock), stale lease files and the asker's own earlier
+/// ones are removed, and namespaces newly seen are written back; without it nothing is
+/// changed.
+pub fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<LeaseRecord> {
     let mut procs: Option<Processes> = None;
     let mut held = Vec::new();
-    for gpu in gpus {
-        let mut checked = match record::read(dir, *gpu) {
+    let files = record::slots(dir);
+    for slot in files.iter().filter(|f| slots.iter().any(|s| s.overlaps(f))) {
+        let mut checked = match record::read(dir, *slot) {
             Read::Absent => continue,
             Read::Junk => None,
             Read::Lease(record) => Some(Checked {
@@ -50,7 +53,7 @@ pub fn held(dir: &StateDir, gpus: &[u32], asker: Option<Asker>) -> Vec<LeaseReco
                 held.push(c.record)
             }
             _ if asker.is_some() => {
-                let _ = record::remove(dir, *gpu);
+                let _ = record::remove(dir, *slot);
             }
             _ => {}
         }

@@ -4,6 +4,7 @@
 
 use super::{Plan, Problem, Reason, Skip};
 use crate::config::{Config, Platform};
+use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
 use crate::symlinks::{self, Node, Space};
 use std::path::Path;
@@ -53,6 +54,17 @@ impl Plan {
                 Ok(rel) => Path::new("/").join(rel),
                 Err(_) => continue,
             };
+            if is_wild(&glob.glob) && inside.starts_with(mig::CAPS_DEV_DIR) {
+                // A wildcard would give every MIG instance, and the config and monitor
+                // capabilities, to every build.
+                self.skipped.push(Skip {
+                    path: inside.display().to_string(),
+                    why: "a MIG capability node: only [rule.mig] exposes these (each build its \
+                          own instance's), or a device glob naming the node itself"
+                        .to_string(),
+                });
+                continue;
+            }
             let chain = match symlinks::follow(&inside, outside, space, view)
                 .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
             {
@@ -119,6 +131,11 @@ impl Plan {
             });
         }
     }
+}
+
+/// Whether a glob has wildcards (then it names no node itself).
+fn is_wild(glob: &str) -> bool {
+    glob.contains(['*', '?', '['])
 }
 
 fn name_of(p: Platform) -> &'static str {

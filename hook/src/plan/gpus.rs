@@ -1,7 +1,10 @@
 //! How many GPUs a tagged build gets: the derivation's count (parsed when the request was
-//! resolved), else `gpus_per_build`, within the host's GPUs and `max_gpus_per_build`.
+//! resolved), else `gpus_per_build`, within the host's GPUs and `max_gpus_per_build`; and at
+//! most one MIG instance, since CUDA enumerates one MIG instance per process (NVIDIA's MIG
+//! user guide, "CUDA Device Enumeration").
 
 use crate::drv::GPUS_ATTR;
+use crate::lease::Slot;
 use crate::request::GpusWanted;
 
 /// Why a build's GPU count cannot be met. Renders as one line with the fix.
@@ -32,6 +35,56 @@ pub enum GpuCountError {
         /// `max_gpus_per_build` (0: no cap).
         max: u32,
     },
+    /// More than one slot is asked where some GPUs are MIG instances and too few are whole.
+    #[error(
+        "{asked} asks for {count} GPUs, but a build may have at most one MIG instance (CUDA \
+         enumerates one MIG instance per process) and this host has only {whole} GPU(s) \
+         without MIG: {}",
+        if attribute.is_some() {
+            format!("set the derivation's {GPUS_ATTR} to \"1\" to get one MIG instance")
+        } else {
+            "set gpus_per_build = 1 to lease one MIG instance per build".to_string()
+        }
+    )]
+    OneMigInstance {
+        /// Who asks: the derivation's attribute, or the configuration.
+        asked: String,
+        /// How many.
+        count: usize,
+        /// The whole GPUs (without MIG instances) there are.
+        whole: usize,
+        /// The derivation's text, when it asked.
+        attribute: Option<String>,
+    },
+}
+
+/// The slots of `slots` a build needing `count` may be given: any one of them for one; only
+/// whole GPUs for more, since CUDA enumerates at most one MIG instance per process.
+pub fn one_mig_instance(
+    count: usize,
+    slots: &[Slot],
+    wanted: Option<&GpusWanted>,
+) -> Result<Vec<Slot>, GpuCountError> {
+    if count <= 1 {
+        return Ok(slots.to_vec());
+    }
+    let whole: Vec<Slot> = slots
+        .iter()
+        .copied()
+        .filter(|s| matches!(s, Slot::Gpu(_)))
+        .collect();
+    if whole.len() >= count || whole.len() == slots.len() {
+        return Ok(whole);
+    }
+    Err(GpuCountError::OneMigInstance {
+        asked: match wanted {
+            Some(w) => format!("{GPUS_ATTR} = {:?}", w.text),
+            None => format!("gpus_per_build = {count}"),
+        },
+        count,
+        whole: whole.len(),
+        attribute: wanted.map(|w| w.text.clone()),
+    })
 }
 
 /// The number of GPUs a build needs: the derivation's [`GPUS_ATTR`] when set (`wanted`), else
@@ -113,5 +166,33 @@ mod tests {
         );
         assert_eq!(wanted(Some("2"), 1, 2, 4), Ok(2));
         assert!(wanted(None, 3, 2, 4).is_err());
+    }
+
+    #[test]
+    fn a_build_gets_at_most_one_mig_instance() {
+        use crate::mig::InstanceId;
+        let slice = |gi| Slot::Mig(InstanceId { gpu: 0, gi, ci: 0 });
+        let slots = [slice(1), slice(2), Slot::Gpu(1)];
+        assert_eq!(one_mig_instance(1, &slots, None).unwrap(), slots);
+        let two = GpusWanted::parse("2");
+        let e = one_mig_instance(2, &slots, Some(&two))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "cudaSandboxGpus = \"2\" asks for 2 GPUs, but a build may have at most one MIG \
+             instance (CUDA enumerates one MIG instance per process) and this host has only 1 \
+             GPU(s) without MIG: set the derivation's cudaSandboxGpus to \"1\" to get one MIG \
+             instance"
+        );
+        let whole = [Slot::Gpu(0), Slot::Gpu(1), slice(1)];
+        assert_eq!(
+            one_mig_instance(2, &whole, Some(&two)).unwrap(),
+            [Slot::Gpu(0), Slot::Gpu(1)]
+        );
+        assert!(one_mig_instance(2, &slots, None)
+            .unwrap_err()
+            .to_string()
+            .contains("set gpus_per_build = 1"));
     }
 }

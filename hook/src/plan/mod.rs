@@ -10,6 +10,7 @@ mod cdi;
 mod devices;
 mod driver;
 mod gpus;
+mod mig;
 mod paths;
 mod stale;
 
@@ -20,10 +21,14 @@ pub use stale::{stale_driver, StaleDriver};
 use crate::closure::store_path_of;
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
+use crate::lease::Slot;
+use crate::mig::{Capability, InstanceId};
 use crate::request::{GpusWanted, Request};
 use crate::scan::HostView;
 use crate::symlinks::{self, Node};
-use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_PATH, MANIFEST_VERSION};
+use cuda_sandbox_manifest::{
+    DriverManifest, Manifest, MigInstance, MANIFEST_PATH, MANIFEST_VERSION,
+};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -75,6 +80,14 @@ pub enum Reason {
         /// What it is.
         item: CdiItem,
     },
+    /// A MIG capability node of a rule's MIG source.
+    Mig {
+        /// The rule.
+        rule: String,
+        /// The capability the node grants.
+        #[serde(serialize_with = "as_text")]
+        capability: Capability,
+    },
     /// The manifest the runner reads.
     Manifest,
     /// In the runtime closure of an exposed store path.
@@ -86,13 +99,14 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Whether the exposure is a device node a rule's device glob matched or a CDI spec
-    /// listed: these are the build's devices (the manifest lists them, and the GPUs among them
-    /// are leased).
+    /// Whether the exposure is a device node a rule's device glob matched, a CDI spec listed
+    /// or a MIG source found: these are the build's devices (the manifest lists them, and the
+    /// GPUs and MIG instances among them are leased).
     pub fn is_device(&self) -> bool {
         matches!(
             self,
             Reason::Device { .. }
+                | Reason::Mig { .. }
                 | Reason::Cdi {
                     item: CdiItem::DeviceNode,
                     ..
@@ -173,6 +187,11 @@ pub struct Plan {
     /// alone, or for `explain` and `exec` the ones a build would get now. Empty when every
     /// build gets every GPU.
     pub leased_gpus: Vec<u32>,
+    /// The MIG instance leased to this build (or shown), when its GPU is one of MIG slices.
+    pub leased_mig: Option<InstanceId>,
+    /// What the lease holds (or would): whole GPUs or one MIG instance.
+    #[serde(skip)]
+    pub leased_slots: Vec<Slot>,
     /// Whether `leased_gpus` are held by a lease (hook mode) or only shown.
     pub lease_taken: bool,
     /// Where symlinks may lead (the store and the configured roots).
@@ -181,18 +200,21 @@ pub struct Plan {
     /// The store paths whose closures [`crate::act`] must add.
     #[serde(skip)]
     pub closure_roots: Vec<PathBuf>,
-    /// With `gpus_per_build > 0`: the GPUs found and how many this build needs, for
-    /// [`crate::act`] to lease.
+    /// With `gpus_per_build > 0`: the slots found (whole GPUs, MIG instances) and how many
+    /// this build needs, for [`crate::act`] to lease.
     #[serde(skip)]
     pub gpu_demand: Option<GpuDemand>,
 }
 
-/// The GPUs a build must be leased before it starts.
+/// The slots a build must be leased before it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuDemand {
-    /// The `/dev/nvidiaN` numbers the plan found.
+    /// The slots it may be given: each GPU the plan found whole, or its MIG instances when
+    /// it has some; only whole GPUs when it needs more than one.
+    pub slots: Vec<Slot>,
+    /// The GPUs the plan found (`/dev/nvidiaN` numbers).
     pub gpus: Vec<u32>,
-    /// How many of them the build needs.
+    /// How many slots the build needs.
     pub count: usize,
 }
 
@@ -226,6 +248,9 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
         }
         if let Some(cdi) = &rule.cdi {
             plan.add_cdi(&rule.name, cdi, rule.driver.as_ref(), config, view);
+        }
+        if let Some(mig) = &rule.mig {
+            plan.add_mig(&rule.name, mig, config, view);
         }
         if let Some(driver) = &rule.driver {
             if plan.driver.is_none() {
@@ -281,13 +306,31 @@ impl Plan {
         if gpus.is_empty() {
             return;
         }
-        match gpus::gpu_count(
+        let instances = self.mig_instances();
+        let slots: Vec<Slot> = gpus
+            .iter()
+            .flat_map(|g| {
+                let on: Vec<Slot> = instances
+                    .iter()
+                    .filter(|i| i.gpu == *g)
+                    .map(|i| Slot::Mig(*i))
+                    .collect();
+                if on.is_empty() {
+                    vec![Slot::Gpu(*g)]
+                } else {
+                    on
+                }
+            })
+            .collect();
+        let counted = gpus::gpu_count(
             wanted,
             config.gpus_per_build,
             config.max_gpus_per_build,
-            gpus.len(),
-        ) {
-            Ok(count) => self.gpu_demand = Some(GpuDemand { gpus, count }),
+            slots.len(),
+        )
+        .and_then(|count| gpus::one_mig_instance(count, &slots, wanted).map(|s| (count, s)));
+        match counted {
+            Ok((count, slots)) => self.gpu_demand = Some(GpuDemand { slots, gpus, count }),
             Err(e) => self.problems.push(Problem {
                 rule: self.rules.join(","),
                 what: e.to_string(),
@@ -296,41 +339,91 @@ impl Plan {
         }
     }
 
-    /// Keeps only the GPUs `picked` (leased, or for `explain` and `exec` the ones a build
-    /// would get now) and drops the other `/dev/nvidiaN` nodes; the control nodes
-    /// (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them.
-    pub fn keep_gpus(&mut self, picked: Vec<u32>, taken: bool, config: &Config) {
+    /// The MIG instances whose compute-instance node the plan exposes.
+    fn mig_instances(&self) -> Vec<InstanceId> {
+        let mut found: Vec<InstanceId> = self
+            .exposures
+            .iter()
+            .filter_map(|e| match &e.reason {
+                Reason::Mig {
+                    capability: Capability::Ci(id),
+                    ..
+                } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// Keeps only the slots `picked` (leased, or for `explain` and `exec` the ones a build
+    /// would get now): the other `/dev/nvidiaN` nodes and the other MIG instances' capability
+    /// nodes are dropped; the control nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA
+    /// process needs them, and so do the MIG administration nodes a rule names.
+    pub fn keep_gpus(&mut self, picked: Vec<Slot>, taken: bool, config: &Config) {
         let Some(demand) = self.gpu_demand.clone() else {
             return;
         };
-        let others: Vec<PathBuf> = self
+        let parents: Vec<u32> = {
+            let mut p: Vec<u32> = picked.iter().map(Slot::gpu).collect();
+            p.dedup();
+            p
+        };
+        let kept = |e: &Exposure| match &e.reason {
+            Reason::Mig { capability, .. } => match capability {
+                Capability::Gi { gpu, gi } => picked
+                    .iter()
+                    .any(|s| matches!(s, Slot::Mig(i) if (i.gpu, i.gi) == (*gpu, *gi))),
+                Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
+                Capability::Config | Capability::Monitor => true,
+            },
+            _ => gpu_number(&e.inside).is_none_or(|g| parents.contains(&g)),
+        };
+        let others: Vec<(PathBuf, bool)> = self
             .devices()
-            .filter(|e| gpu_number(&e.inside).is_some_and(|g| !picked.contains(&g)))
-            .map(|e| e.inside.clone())
+            .filter(|e| !kept(e))
+            .map(|e| (e.inside.clone(), matches!(e.reason, Reason::Mig { .. })))
             .collect();
+        let dropped = |p: &PathBuf| others.iter().any(|(o, _)| o == p);
         self.exposures.retain(|e| match &e.reason {
-            Reason::SymlinkTarget { link } => !others.contains(link),
-            _ => !others.contains(&e.inside),
+            Reason::SymlinkTarget { link } => !dropped(link),
+            _ => !dropped(&e.inside),
         });
-        let given: Vec<String> = picked.iter().map(|g| format!("nvidia{g}")).collect();
+        let given: Vec<String> = picked.iter().map(Slot::to_string).collect();
         let who = if taken {
             "this build is leased"
         } else {
             "a build now would be leased"
         };
-        for other in others {
+        for (other, mig) in others {
+            let what = if mig {
+                "another build's MIG instance"
+            } else {
+                "another build's GPU"
+            };
             self.skipped.push(Skip {
                 path: other.display().to_string(),
                 why: format!(
-                    "another build's GPU: {who} {} only ({} of {} GPUs; gpus_per_build = {})",
+                    "{what}: {who} {} only ({} of {} {}; gpus_per_build = {})",
                     given.join(", "),
                     demand.count,
-                    demand.gpus.len(),
+                    demand.slots.len(),
+                    if demand.slots.iter().any(|s| matches!(s, Slot::Mig(_))) {
+                        "GPUs and MIG instances"
+                    } else {
+                        "GPUs"
+                    },
                     config.gpus_per_build
                 ),
             });
         }
-        self.leased_gpus = picked;
+        self.leased_gpus = parents;
+        self.leased_mig = picked.iter().find_map(|s| match s {
+            Slot::Mig(i) => Some(*i),
+            Slot::Gpu(_) => None,
+        });
+        self.leased_slots = picked;
         self.lease_taken = taken;
     }
 
@@ -394,6 +487,12 @@ impl Plan {
             features: req.features_lossy(),
             devices,
             leased_gpus: self.leased_gpus.clone(),
+            mig: self.leased_mig.map(|i| MigInstance {
+                gpu: i.gpu,
+                gi: i.gi,
+                ci: i.ci,
+                uuid: None,
+            }),
             driver,
         };
         self.exposures.push(Exposure {

@@ -26,6 +26,7 @@ struct Hand {
     globs: BTreeMap<String, GlobMatches>,
     compat: BTreeMap<String, Vec<CompatSeen>>,
     entry_symlinks: BTreeMap<PathBuf, Vec<String>>,
+    mig: Option<Result<crate::scan::MigHost, crate::scan::MigScanError>>,
 }
 
 impl Hand {
@@ -149,6 +150,10 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Plan {
                     .collect(),
             }),
             cdi: None,
+            mig: rule.mig.as_ref().map(|m| crate::scan::MigView {
+                source: m.clone(),
+                found: hand.mig.clone().unwrap_or_else(|| Ok(Default::default())),
+            }),
         })
         .collect();
     decide(
@@ -319,8 +324,9 @@ fn a_link_out_of_the_roots_is_not_followed() {
 
 #[test]
 fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
-    // /dev/nvidia-caps -> /etc made /etc/nvidia-cap1 a "device".
-    let c = config("[[rule.device]]\nglob = \"/dev/nvidia-caps/nvidia-cap*\"\n");
+    // /dev/nvidia-caps -> /etc made /etc/nvidia-cap1 a "device" (the node named, as a rule
+    // may name the MIG config capability).
+    let c = config("[[rule.device]]\nglob = \"/dev/nvidia-caps/nvidia-cap1\"\n");
     let v = host(&[
         ("/fake/dev/nvidia-caps", link("/etc")),
         ("/fake/dev/nvidia-caps/nvidia-cap1", dev()),
@@ -328,7 +334,7 @@ fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
     ]);
     let v = glob(
         with_parents(v, &[]),
-        "/dev/nvidia-caps/nvidia-cap*",
+        "/dev/nvidia-caps/nvidia-cap1",
         &["/fake/dev/nvidia-caps/nvidia-cap1"],
     );
     let plan = decide_on(&request(&c, None), &c, &v);
@@ -349,7 +355,7 @@ fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
     ]);
     let v = glob(
         with_parents(v, &[]),
-        "/dev/nvidia-caps/nvidia-cap*",
+        "/dev/nvidia-caps/nvidia-cap1",
         &["/fake/dev/nvidia-caps/nvidia-cap1"],
     );
     let plan = decide_on(&request(&c, None), &c, &v);
@@ -626,6 +632,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     assert_eq!(
         plan.gpu_demand,
         Some(GpuDemand {
+            slots: (0..4).map(Slot::Gpu).collect(),
             gpus: vec![0, 1, 2, 3],
             count: 1
         })
@@ -640,7 +647,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     );
     // keep_gpus leaves the control nodes and the picked GPU.
     let mut plan = decide_on(&request(&c, None), &c, &v);
-    plan.keep_gpus(vec![2], true, &c);
+    plan.keep_gpus(vec![Slot::Gpu(2)], true, &c);
     assert_eq!(insides(&plan), ["/dev/nvidia2"]);
     assert_eq!(plan.skipped.len(), 3);
 }

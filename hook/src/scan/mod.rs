@@ -7,7 +7,8 @@
 //!   inside a directory);
 //! - [`driver`]: the driver link, the host's libraries when there is no link (or those a CDI
 //!   spec mounts), and the compat directories (their ELF notes);
-//! - [`cdi`]: the CDI devices a rule names, with what their specs list.
+//! - [`cdi`]: the CDI devices a rule names, with what their specs list;
+//! - [`mig`]: the MIG instances the driver publishes, with their capability nodes.
 //!
 //! A scan result holds its source (the configured item, copied) beside what was found for it,
 //! so a planner takes both from one value and never looks anything up by configuration text.
@@ -21,6 +22,7 @@ pub mod booted;
 pub mod cdi;
 pub mod devices;
 pub mod driver;
+pub mod mig;
 pub mod paths;
 
 use crate::config::{Config, Platform, Rule};
@@ -35,6 +37,7 @@ pub use booted::BootedDriver;
 pub use cdi::{CdiDevice, CdiDeviceView, CdiView};
 pub use devices::{DeviceScan, DeviceView, GlobError, GlobMatches};
 pub use driver::{CompatSeen, DriverView, HostLibraries};
+pub use mig::{CapNode, InstanceFound, MigHost, MigScanError, MigView, NodeState};
 pub use paths::{EntrySymlinks, PathOrigin, PathView, ENTRY_SYMLINKS_MAX};
 
 /// What the host has, as data. Built by [`scan`]; tests build it by hand.
@@ -109,6 +112,8 @@ pub struct RuleView {
     pub driver: Option<DriverView>,
     /// Its CDI devices, when it names any.
     pub cdi: Option<CdiView>,
+    /// Its MIG source, when it has one.
+    pub mig: Option<MigView>,
 }
 
 impl HostView {
@@ -207,6 +212,7 @@ pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
                     .as_ref()
                     .map(|d| driver::scan(d, config, spec_libraries, &fs)),
                 cdi,
+                mig: rule.mig.as_ref().map(|m| mig::scan(m, config, &fs)),
             }
         })
         .collect();

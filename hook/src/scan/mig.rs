@@ -1,0 +1,320 @@
+//! The MIG source: the instances the driver publishes under the host root's `/proc`
+//! ([`crate::mig`]), each with its capability nodes checked under the host root's `/dev`.
+//!
+//! Every file is opened only once trusted ([`crate::trust::open_file`]: root-owned, not
+//! writable by group or others, no symlink on the way to elsewhere) and read to a bound;
+//! directories are listed only once their path is trusted, to a bound of entries. A node is
+//! present only when it is a character device of the `nvidia-caps` major and the capability's
+//! minor. Nothing is written.
+
+use super::Recorder;
+use crate::config::{Config, MigConfig};
+use crate::discover::host;
+use crate::mig::formats::{self, FormatError, MigMinors};
+use crate::mig::{self, Capability, InstanceId};
+use crate::symlinks::Space;
+use crate::trust::{self, TrustError};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// The most entries looked at in one directory of the capability tree (the driver publishes
+/// at most 32 GPUs, 15 GPU instances and 8 compute instances each).
+pub const ENTRIES_MAX: usize = 4096;
+
+/// A rule's MIG source and what was found for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigView {
+    /// The source, as configured.
+    pub source: MigConfig,
+    /// The instances (none where MIG is off), or why they could not be read.
+    pub found: Result<MigHost, MigScanError>,
+}
+
+/// The MIG instances of the host and the administration capabilities the source names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigHost {
+    /// Every compute instance, in order, with its GPU instance's node and its own.
+    pub instances: Vec<InstanceFound>,
+    /// The `config` and `monitor` capabilities, when the source names them.
+    pub admin: Vec<CapNode>,
+}
+
+/// One compute instance and the two nodes a process needs to use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceFound {
+    /// The instance.
+    pub id: InstanceId,
+    /// Its GPU instance's capability node.
+    pub gi: CapNode,
+    /// Its own capability node.
+    pub ci: CapNode,
+}
+
+/// A capability and its device node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapNode {
+    /// The capability.
+    pub capability: Capability,
+    /// Its minor (`DeviceFileMinor`).
+    pub minor: u32,
+    /// What is at `/dev/nvidia-caps/nvidia-cap<minor>` under the host root.
+    pub node: NodeState,
+}
+
+impl CapNode {
+    /// The node as the build sees it.
+    pub fn inside(&self) -> PathBuf {
+        mig::node_path(self.minor)
+    }
+}
+
+/// What the capability's device node is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeState {
+    /// The right character device.
+    Present,
+    /// Nothing there (`nvidia-modprobe -f` creates it).
+    Missing,
+    /// Something else: why it is not the capability's node.
+    Wrong(String),
+}
+
+/// Why the MIG files could not be read; one line naming the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MigScanError {
+    /// A file or directory failed the trust check or could not be read.
+    #[error("cannot read {}: {why}", path.display())]
+    Read {
+        /// The host path.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A file is not of the documented form.
+    #[error("{}: {error}", path.display())]
+    Format {
+        /// The host path.
+        path: PathBuf,
+        /// What is wrong.
+        error: FormatError,
+    },
+    /// A capability file and `mig-minors` disagree on its minor.
+    #[error(
+        "{capability}: {} says minor {access}, {} says {listed}",
+        path.display(),
+        mig::MIG_MINORS
+    )]
+    Mismatch {
+        /// The capability.
+        capability: Capability,
+        /// Its file.
+        path: PathBuf,
+        /// The minor its file gives.
+        access: u32,
+        /// The minor `mig-minors` gives.
+        listed: u32,
+    },
+    /// Instances exist but `/proc/devices` lists no `nvidia-caps` major.
+    #[error(
+        "MIG instances exist but {} lists no nvidia-caps major",
+        mig::PROC_DEVICES
+    )]
+    NoMajor,
+    /// A directory holds more entries than the driver ever publishes.
+    #[error("{} holds more than {ENTRIES_MAX} entries", .0.display())]
+    TooMany(PathBuf),
+}
+
+/// Scans the MIG source `source` under `config`'s host root, recording each present node in
+/// `fs` for the planner.
+pub fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigView {
+    MigView {
+        source: source.clone(),
+        found: scan_host(source, config, fs),
+    }
+}
+
+fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHost, MigScanError> {
+    let under = |p: &Path| host::under(&config.host_root, &config.store_dir, p);
+    let caps_dir = under(Path::new(mig::CAPABILITIES_DIR));
+    // Each GPU instance with its compute instances, then the administration capabilities.
+    let mut walked: Vec<WalkedGi> = Vec::new();
+    let mut admin = Vec::new();
+    if caps_dir.exists() {
+        for gpu in numbered(&caps_dir, "gpu")? {
+            let mig_dir = caps_dir.join(format!("gpu{gpu}/mig"));
+            if !mig_dir.exists() {
+                continue;
+            }
+            for gi in numbered(&mig_dir, "gi")? {
+                let gi_dir = mig_dir.join(format!("gi{gi}"));
+                let gi_minor = access_minor(&gi_dir.join("access"))?;
+                let mut cis = Vec::new();
+                for ci in numbered(&gi_dir, "ci")? {
+                    let path = gi_dir.join(format!("ci{ci}/access"));
+                    cis.push((InstanceId { gpu, gi, ci }, access_minor(&path)?));
+                }
+                walked.push((Capability::Gi { gpu, gi }, gi_minor, cis));
+            }
+        }
+        let named = [
+            (source.config, Capability::Config),
+            (source.monitor, Capability::Monitor),
+        ];
+        for (_, cap) in named.iter().filter(|(named, _)| *named) {
+            admin.push((*cap, access_minor(&under(&cap.proc_path()))?));
+        }
+    }
+    let minors: Vec<(Capability, u32)> = walked
+        .iter()
+        .flat_map(|(gi, minor, cis)| {
+            std::iter::once((*gi, *minor))
+                .chain(cis.iter().map(|(id, m)| (Capability::Ci(*id), *m)))
+        })
+        .chain(admin.iter().copied())
+        .collect();
+    if minors.is_empty() {
+        return Ok(MigHost::default());
+    }
+    let listed = listed_minors(&under(Path::new(mig::MIG_MINORS)))?;
+    for (cap, minor) in &minors {
+        if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
+            if l != minor {
+                return Err(MigScanError::Mismatch {
+                    capability: *cap,
+                    path: under(&cap.proc_path()),
+                    access: *minor,
+                    listed: *l,
+                });
+            }
+        }
+    }
+    let devices = under(Path::new(mig::PROC_DEVICES));
+    let major = formats::caps_major(&read_bounded(&devices, formats::PROC_DEVICES_MAX)?)
+        .map_err(|error| MigScanError::Format {
+            path: devices,
+            error,
+        })?
+        .ok_or(MigScanError::NoMajor)?;
+    let rooted = Space::Rooted {
+        root: &config.host_root,
+        store_dir: &config.store_dir,
+    };
+    let node = |capability: Capability, minor: u32| {
+        let inside = mig::node_path(minor);
+        let outside = under(&inside);
+        let node = node_state(&outside, major, minor);
+        if node == NodeState::Present {
+            fs.follow(&inside, &outside, rooted);
+        }
+        CapNode {
+            capability,
+            minor,
+            node,
+        }
+    };
+    let mut host = MigHost::default();
+    for (gi_cap, gi_minor, cis) in walked {
+        let gi = node(gi_cap, gi_minor);
+        for (id, minor) in cis {
+            host.instances.push(InstanceFound {
+                id,
+                gi: gi.clone(),
+                ci: node(Capability::Ci(id), minor),
+            });
+        }
+    }
+    host.admin = admin.into_iter().map(|(cap, m)| node(cap, m)).collect();
+    Ok(host)
+}
+
+/// A GPU instance as the walk found it: its capability and minor, and its compute instances'
+/// ids and minors.
+type WalkedGi = (Capability, u32, Vec<(InstanceId, u32)>);
+
+/// The numbers N of the entries `<prefix>N` of the directory `dir` (trusted first), sorted.
+fn numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, MigScanError> {
+    let read_err = |why: String| MigScanError::Read {
+        path: dir.to_path_buf(),
+        why,
+    };
+    trust::check_path(dir).map_err(|e| read_err(e.to_string()))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| read_err(e.to_string()))?;
+    let mut found = Vec::new();
+    for (i, entry) in entries.enumerate() {
+        if i >= ENTRIES_MAX {
+            return Err(MigScanError::TooMany(dir.to_path_buf()));
+        }
+        let name = entry.map_err(|e| read_err(e.to_string()))?.file_name();
+        if let Some(n) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(formats::number)
+        {
+            found.push(n);
+        }
+    }
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// The `DeviceFileMinor` of the capability file at `path`.
+fn access_minor(path: &Path) -> Result<u32, MigScanError> {
+    formats::access_minor(&read_bounded(path, formats::ACCESS_MAX)?).map_err(|error| {
+        MigScanError::Format {
+            path: path.to_path_buf(),
+            error,
+        }
+    })
+}
+
+/// `mig-minors`, when the driver has one.
+fn listed_minors(path: &Path) -> Result<Option<MigMinors>, MigScanError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = read_bounded(path, formats::MIG_MINORS_MAX)?;
+    formats::mig_minors(&text)
+        .map(Some)
+        .map_err(|error| MigScanError::Format {
+            path: path.to_path_buf(),
+            error,
+        })
+}
+
+/// The file at `path`, opened once trusted, read to at most `limit` + 1 bytes (so that a
+/// larger one is caught by the parser's bound). `/proc` files report size 0, so the size is
+/// not asked.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, MigScanError> {
+    let err = |why: String| MigScanError::Read {
+        path: path.to_path_buf(),
+        why,
+    };
+    let (file, _) = trust::open_file(path).map_err(|e: TrustError| err(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| err(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// Whether `outside` is the character device `major`:`minor` (no symlink followed).
+fn node_state(outside: &Path, major: u32, minor: u32) -> NodeState {
+    let meta = match std::fs::symlink_metadata(outside) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return NodeState::Missing,
+        Err(e) => return NodeState::Wrong(e.to_string()),
+    };
+    if !meta.file_type().is_char_device() {
+        return NodeState::Wrong("not a character device".to_string());
+    }
+    let rdev = meta.rdev();
+    let (got_major, got_minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    if (got_major, got_minor) != (u64::from(major), u64::from(minor)) {
+        return NodeState::Wrong(format!(
+            "device {got_major}:{got_minor}, not nvidia-caps {major}:{minor}"
+        ));
+    }
+    NodeState::Present
+}
