@@ -94,6 +94,9 @@ fn remove_stale(dir: &StateDir) {
     struct Owner {
         chroot: String,
     }
+    if !dir.may_hold(SWEEP_AT) {
+        return;
+    }
     let names: Vec<String> = dir
         .names()
         .into_iter()

@@ -149,6 +149,11 @@ pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
     let mut links = 0;
     let mut last = None;
     check_meta(&resolved, &lstat(&resolved)?)?;
+    // The directories this walk already checked (and found no symlink): an absolute link
+    // target restarts the walk from `/`, and its prefixes (`/nix`, `/nix/store`) need no
+    // second `lstat` within the same call. The file opened at the end is checked again from
+    // its descriptor ([`open_file`]).
+    let mut checked: Vec<(PathBuf, Metadata)> = Vec::new();
     while let Some(name) = pending.pop() {
         if name == ".." {
             resolved.pop();
@@ -156,6 +161,11 @@ pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
             continue;
         }
         let here = resolved.join(&name);
+        if let Some((_, meta)) = checked.iter().find(|(p, _)| *p == here) {
+            last = Some(meta.clone());
+            resolved = here;
+            continue;
+        }
         let meta = lstat(&here)?;
         if meta.file_type().is_symlink() {
             links += 1;
@@ -174,6 +184,9 @@ pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
             continue;
         }
         check_meta(&here, &meta)?;
+        if meta.is_dir() {
+            checked.push((here.clone(), meta.clone()));
+        }
         resolved = here;
         last = Some(meta);
     }

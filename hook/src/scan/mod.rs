@@ -63,8 +63,9 @@ pub struct HostFacts {
     pub kernel_driver: Option<String>,
     /// The L4T release (major, revision) from `/etc/nv_tegra_release`.
     pub l4t: Option<(u32, String)>,
-    /// The booted NixOS system's driver, read only when a matched rule has a driver and the
-    /// kernel module's version is known (a stale driver is then offered this one).
+    /// The booted NixOS system's driver, read only when a matched rule has a driver and a
+    /// libcuda found names a version other than the kernel module's (a stale driver is then
+    /// offered this one).
     pub booted_driver: Option<BootedDriver>,
 }
 
@@ -158,11 +159,57 @@ impl Recorder {
 
     /// Records the real path of the file at `outside` (every link resolved).
     pub fn record_real(&self, outside: &Path) {
-        if let Ok(real) = std::fs::canonicalize(outside) {
+        if let Some(real) = self.real_path(outside) {
             self.real_paths
                 .borrow_mut()
                 .insert(outside.to_path_buf(), real);
         }
+    }
+
+    /// What `realpath(3)` gives for `path` (absolute), resolved over this recorder: every
+    /// component is looked at once per scan, so the libcuda files of one driver, which share
+    /// their directories, cost one `lstat` per directory instead of a `readlink` per component
+    /// each. `None` when a component is missing or cannot be looked at.
+    fn real_path(&self, path: &Path) -> Option<PathBuf> {
+        use std::path::Component;
+        let names = |p: &Path| -> Vec<std::ffi::OsString> {
+            p.components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_os_string()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .rev()
+                .collect()
+        };
+        if !path.is_absolute() {
+            return None;
+        }
+        let mut resolved = PathBuf::from("/");
+        let mut pending = names(path);
+        let mut links = 0;
+        while let Some(name) = pending.pop() {
+            if name == ".." {
+                resolved.pop();
+                continue;
+            }
+            let here = resolved.join(&name);
+            match self.lstat(&here) {
+                Node::Symlink(target) => {
+                    links += 1;
+                    if links > symlinks::MAX_HOPS {
+                        return None;
+                    }
+                    if target.is_absolute() {
+                        resolved = PathBuf::from("/");
+                    }
+                    pending.extend(names(&target));
+                }
+                Node::Missing | Node::Error(_) | Node::Unscanned => return None,
+                Node::Dir | Node::CharDevice | Node::File | Node::Other => resolved = here,
+            }
+        }
+        Some(resolved)
     }
 
     fn into_snapshot(self) -> Snapshot {
@@ -184,7 +231,7 @@ pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
     };
     let mut listings = devices::Listings::new();
     let mut specs = cdi::Specs::None;
-    let views = rules
+    let views: Vec<RuleView> = rules
         .iter()
         .map(|(id, rule)| {
             let cdi = (!rule.cdi.is_empty()).then(|| cdi::scan(&rule.cdi, config, &mut specs, &fs));
@@ -216,11 +263,34 @@ pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
             }
         })
         .collect();
+    let snapshot = fs.into_snapshot();
+    let mut facts = facts;
+    // The booted system's driver serves only the fix for a stale driver: it is read when a
+    // libcuda the scan found carries a version other than the kernel module's (a newer compat
+    // driver does too, and is then judged by the planner), never on a host whose driver
+    // matches its module.
+    let has_driver = views.iter().any(|v| v.driver.is_some());
+    if has_driver && differs_from_kernel(&snapshot, facts.kernel_driver.as_deref()) {
+        facts.booted_driver = booted::booted_driver(&config.host_root, &config.store_dir);
+    }
     HostView {
         facts,
-        snapshot: fs.into_snapshot(),
+        snapshot,
         rules: views,
     }
+}
+
+/// Whether a libcuda whose real path the scan recorded names a version other than `kernel`'s.
+fn differs_from_kernel(snapshot: &Snapshot, kernel: Option<&str>) -> bool {
+    let Some(kernel) = kernel else {
+        return false;
+    };
+    snapshot.real_paths.values().any(|real| {
+        real.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| versions::version_in_file_name(n, "libcuda"))
+            .is_some_and(|v| v != kernel)
+    })
 }
 
 /// The host facts, read only when a rule has a driver or a platform-specific device: a rule
@@ -241,11 +311,8 @@ fn host_facts(config: &Config, rules: &[(RuleId, &Rule)]) -> HostFacts {
     let kernel_driver = read("/proc/driver/nvidia/version")
         .as_deref()
         .and_then(versions::kernel_module_version);
-    let has_driver = rules.iter().any(|(_, r)| r.driver.is_some());
     HostFacts {
-        booted_driver: (has_driver && kernel_driver.is_some())
-            .then(|| booted::booted_driver(&config.host_root, &config.store_dir))
-            .flatten(),
+        booted_driver: None,
         kernel_driver,
         l4t: tegra_release.as_deref().and_then(versions::l4t_release),
         platform: Some(if tegra {
@@ -253,5 +320,48 @@ fn host_facts(config: &Config, rules: &[(RuleId, &Rule)]) -> HostFacts {
         } else {
             Platform::Discrete
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// The recorder's real path is `canonicalize`'s, through absolute and relative links,
+    /// `..` in a target and linked directories; and nothing for a dangling link.
+    #[test]
+    fn real_paths_are_what_canonicalize_gives() {
+        let t = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        let store = base.join("store/aaa-driver/lib");
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join("libcuda.so.550.54.14"), b"").unwrap();
+        symlink("libcuda.so.550.54.14", store.join("libcuda.so.1")).unwrap();
+        std::fs::create_dir_all(base.join("env/lib")).unwrap();
+        symlink(
+            store.join("libcuda.so.1"),
+            base.join("env/lib/libcuda.so.1"),
+        )
+        .unwrap();
+        symlink("../env", base.join("store/link")).unwrap();
+        std::fs::create_dir_all(base.join("run")).unwrap();
+        symlink(base.join("store/link"), base.join("run/opengl-driver")).unwrap();
+        symlink("nowhere", base.join("run/dangling")).unwrap();
+        let fs = Recorder::new();
+        for p in [
+            "run/opengl-driver/lib/libcuda.so.1",
+            "env/lib/libcuda.so.1",
+            "store/aaa-driver/lib/libcuda.so.1",
+            "store/link/../run",
+        ] {
+            let p = base.join(p);
+            assert_eq!(fs.real_path(&p), std::fs::canonicalize(&p).ok(), "{p:?}");
+        }
+        assert_eq!(fs.real_path(&base.join("run/dangling")), None);
+        assert_eq!(
+            fs.real_path(&base.join("store/aaa-driver/lib/libcuda.so.1/x")),
+            None
+        );
     }
 }
