@@ -97,6 +97,7 @@ let
     runtime = "runtime::";
     kernel = "kernel::";
     nvml = "nvml::";
+    mig = "mig::";
   };
 in
 builtins.mapAttrs (name: prefix: check name [ prefix ]) groups

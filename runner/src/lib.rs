@@ -19,6 +19,7 @@ pub mod gpu_code;
 pub mod harness;
 pub mod lint;
 pub mod loader;
+pub mod nvml_mig;
 pub mod package;
 pub mod report;
 pub mod runtime_scan;

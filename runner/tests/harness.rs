@@ -9,7 +9,7 @@ use common::{report_facts, run_with_env, run_without_devices, FakeDriver, RUNNER
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
 use fake_driver::{Mode, Sidecar};
 
-const CHECK_NAMES: [&str; 7] = [
+const CHECK_NAMES: [&str; 8] = [
     "devices::nodes",
     "driver::library",
     "driver::version",
@@ -17,6 +17,7 @@ const CHECK_NAMES: [&str; 7] = [
     "runtime::entry_points",
     "kernel::saxpy",
     "nvml::consistency",
+    "mig::instance",
 ];
 
 #[test]
@@ -47,7 +48,7 @@ fn exact_filter_runs_one_check() {
     assert_eq!(run.code, 0, "{run}");
     let checks = run.report["checks"].as_object().unwrap();
     assert_eq!(checks.keys().collect::<Vec<_>>(), ["driver::version"]);
-    assert_eq!(run.report["summary"]["filtered_out"], 7);
+    assert_eq!(run.report["summary"]["filtered_out"], 8);
 }
 
 #[test]
@@ -138,7 +139,7 @@ fn report_records_options_and_every_check_that_ran() {
     assert_eq!(run.report["options"]["min_cuda_version"], "11.8");
     assert_eq!(run.report["options"]["saxpy_elements"], 4096);
     let checks = run.report["checks"].as_object().unwrap();
-    assert_eq!(checks.len(), 7);
+    assert_eq!(checks.len(), 8);
     for (name, entry) in checks {
         assert!(entry["facts"].is_object(), "{name} has no facts");
     }

@@ -158,6 +158,12 @@ fn what_needs_no_gpu_passes_and_what_needs_one_names_the_missing_kernel_module()
             );
             expect(&report, "kernel::saxpy", "fail", &["100", MODULE]);
             expect(&report, "nvml::consistency", "fail", &[MODULE]);
+            expect(
+                &report,
+                "mig::instance",
+                "skipped",
+                &["no MIG instance to check"],
+            );
             let newer_major = cudart.cuda_version() / 1000 > branch.cuda_version() / 1000;
             if newer_major {
                 expect(

@@ -11,6 +11,7 @@ pub mod entry_points;
 pub mod isolation;
 pub mod kernel;
 pub mod lint;
+pub mod mig;
 pub mod nvml;
 pub mod package;
 pub mod runtime;
@@ -31,6 +32,7 @@ pub const CHECKS: &[Check] = &[
     check("runtime::entry_points", Always, runtime::entry_points),
     check("kernel::saxpy", Always, kernel::saxpy),
     check("nvml::consistency", Always, nvml::consistency),
+    check("mig::instance", Always, mig::instance),
     check("lint::elf", WithLint, lint::elf),
     check("package::gpu_code", WithPackage, package::gpu_code),
     check("package::runtimes", WithPackage, package::runtimes),
@@ -187,7 +189,7 @@ mod tests {
         assert_eq!(names(false, false, true), ["isolation::no_gpu"]);
         assert_eq!(names(true, true, true), ["isolation::no_gpu"]);
         let plain = names(false, false, false);
-        assert_eq!(plain.len(), 8);
+        assert_eq!(plain.len(), 9);
         assert!(!plain.contains(&"lint::elf"));
         let all = names(true, true, false);
         assert_eq!(all.len(), CHECKS.len() - 1);

@@ -15,6 +15,7 @@ use crate::cli::ExpectDriver;
 use crate::cuda::devices::CudaDevice;
 use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
 use crate::facts;
+use crate::nvml_mig::{self, GpuMig, NvmlMigDevice};
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
 
@@ -30,6 +31,45 @@ pub struct NvmlDevice {
     pub uuid: String,
     /// `major.minor`, when NVML gives it.
     pub compute_capability: Option<String>,
+    /// Its MIG mode, `/dev/nvidiaN` minor and MIG devices.
+    #[serde(default)]
+    pub mig: GpuMig,
+}
+
+impl NvmlDevice {
+    /// Whether NVML says the GPU is in MIG mode (CUDA then sees its MIG instances, not it).
+    pub fn in_mig_mode(&self) -> bool {
+        self.mig.mig_mode == Some(true)
+    }
+}
+
+/// A MIG device NVML lists, with its parent GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct MigMatch<'a> {
+    /// The parent GPU.
+    pub parent: &'a NvmlDevice,
+    /// The MIG device.
+    pub mig: &'a NvmlMigDevice,
+}
+
+/// The MIG device whose UUID is `mig_uuid` (`MIG-…`), under any GPU in MIG mode.
+pub fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
+    devices
+        .iter()
+        .filter(|d| d.in_mig_mode())
+        .find_map(|parent| {
+            parent
+                .mig
+                .mig_devices
+                .iter()
+                .find(|m| m.uuid == mig_uuid)
+                .map(|mig| MigMatch { parent, mig })
+        })
+}
+
+/// Loads and initialises NVML by [`LIBNVIDIA_ML`], as the loader finds it.
+pub fn load() -> Result<Nvml, NvmlError> {
+    Nvml::builder().lib_path(OsStr::new(LIBNVIDIA_ML)).init()
 }
 
 /// What `nvml::consistency` reports once NVML answers with the kernel driver's version (the
@@ -62,7 +102,7 @@ pub struct ConsistencyFacts {
 }
 
 /// One line for an NVML failure: cause and fix.
-fn explain(error: &NvmlError, access: &Access) -> String {
+pub fn explain(error: &NvmlError, access: &Access) -> String {
     match error {
         NvmlError::DriverNotLoaded => format!(
             "NVML cannot reach the NVIDIA kernel driver ({error}): {}",
@@ -76,7 +116,8 @@ fn explain(error: &NvmlError, access: &Access) -> String {
     }
 }
 
-fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
+/// Every GPU NVML lists, with what it says about MIG on each.
+pub fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
     let count = nvml.device_count()?;
     (0..count)
         .map(|index| {
@@ -88,6 +129,7 @@ fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
                     .cuda_compute_capability()
                     .ok()
                     .map(|cc| format!("{}.{}", cc.major, cc.minor)),
+                mig: nvml_mig::query(&device),
             })
         })
         .collect()
@@ -97,7 +139,7 @@ fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
 pub fn consistency(session: &Session) -> Outcome {
     let expect = session.options.expect_driver.as_ref();
     let expects_kind = matches!(expect, Some(ExpectDriver::Host | ExpectDriver::Compat));
-    let nvml = match Nvml::builder().lib_path(OsStr::new(LIBNVIDIA_ML)).init() {
+    let nvml = match load() {
         Ok(nvml) => nvml,
         Err(error @ NvmlError::LibloadingError(_)) if !expects_kind => {
             return Outcome::skipped(
@@ -226,47 +268,19 @@ pub fn consistency(session: &Session) -> Outcome {
             return Outcome::fail(format!("cannot compare with CUDA: {why}"), facts_of(&facts))
         }
     };
-    if nvml_devices.len() != cuda_devices.len() {
-        return Outcome::fail(
-            format!(
-                "NVML sees {} GPUs but CUDA sees {}: a GPU's device node is missing from the \
-                 sandbox, or CUDA_VISIBLE_DEVICES hides some",
-                nvml_devices.len(),
-                cuda_devices.len()
-            ),
-            facts_of(&facts),
-        );
-    }
-    // NVML and CUDA may order GPUs differently: match by UUID.
-    for cuda in cuda_devices {
-        match nvml_devices.iter().find(|n| n.uuid == cuda.uuid) {
-            None => {
-                return Outcome::fail(
-                    format!(
-                        "CUDA device {} ({}) has UUID {} which NVML does not know: libcuda and \
-                         libnvidia-ml come from different drivers",
-                        cuda.ordinal, cuda.name, cuda.uuid
-                    ),
-                    facts_of(&facts),
-                )
-            }
-            Some(n) if n.name != cuda.name => {
-                return Outcome::fail(
-                    format!(
-                        "GPU {} is {:?} to CUDA but {:?} to NVML: libcuda and libnvidia-ml come \
-                         from different drivers",
-                        cuda.uuid, cuda.name, n.name
-                    ),
-                    facts_of(&facts),
-                )
-            }
-            Some(_) => {}
-        }
+    if let Err(why) = match_devices(&nvml_devices, cuda_devices) {
+        return Outcome::fail(why, facts_of(&facts));
     }
     facts.gpus = Some(
         cuda_devices
             .iter()
-            .map(|d| format!("{} {}", d.name, d.uuid))
+            .map(|d| match find_mig(&nvml_devices, &d.mig_uuid()) {
+                Some(m) => format!(
+                    "{} {} (MIG device of {} {})",
+                    d.name, m.mig.uuid, m.parent.name, m.parent.uuid
+                ),
+                None => format!("{} {}", d.name, d.uuid),
+            })
             .collect(),
     );
     Outcome::pass(
@@ -276,4 +290,78 @@ pub fn consistency(session: &Session) -> Outcome {
         ),
         facts_of(&facts),
     )
+}
+
+/// Matches CUDA's devices with NVML's GPUs; the error is the failure's one line. NVML and CUDA
+/// may order GPUs differently: matched by UUID. A GPU in MIG mode is not a CUDA device: CUDA
+/// enumerates one of its MIG instances instead (one per process, the MIG user guide's CUDA
+/// Device Enumeration), whose `cuDeviceGetUuid_v2` is the `MIG-…` UUID of one of the GPU's
+/// MIG device handles in NVML (the NVML reference for `nvmlDeviceGetUUID`). MIG devices are
+/// matched by UUID alone: what the real driver names a MIG instance in CUDA and in NVML has
+/// not been compared here.
+fn match_devices(nvml: &[NvmlDevice], cuda: &[CudaDevice]) -> Result<(), String> {
+    let whole: Vec<&NvmlDevice> = nvml.iter().filter(|d| !d.in_mig_mode()).collect();
+    let in_mig_mode = nvml.len() - whole.len();
+    let cuda_mig: Vec<&CudaDevice> = cuda
+        .iter()
+        .filter(|d| find_mig(nvml, &d.mig_uuid()).is_some())
+        .collect();
+    let cuda_whole = cuda.len() - cuda_mig.len();
+    if in_mig_mode == 0 && nvml.len() != cuda.len() {
+        return Err(format!(
+            "NVML sees {} GPUs but CUDA sees {}: a GPU's device node is missing from the \
+             sandbox, or CUDA_VISIBLE_DEVICES hides some",
+            nvml.len(),
+            cuda.len()
+        ));
+    }
+    if in_mig_mode > 0 && whole.len() != cuda_whole {
+        return Err(format!(
+            "NVML sees {} GPU(s) not in MIG mode (and {in_mig_mode} in MIG mode) but CUDA sees \
+             {cuda_whole} whole GPU(s) (and {} MIG instance(s)): a GPU's device node is missing \
+             from the sandbox, or CUDA_VISIBLE_DEVICES hides some",
+            whole.len(),
+            cuda_mig.len()
+        ));
+    }
+    if cuda_mig.len() > 1 {
+        return Err(format!(
+            "CUDA sees {} MIG instances, but a CUDA process enumerates only one: libcuda and \
+             libnvidia-ml come from different drivers",
+            cuda_mig.len()
+        ));
+    }
+    for device in cuda {
+        if cuda_mig.iter().any(|m| m.ordinal == device.ordinal) {
+            continue;
+        }
+        match whole.iter().find(|n| n.uuid == device.uuid) {
+            None => {
+                return Err(format!(
+                    "CUDA device {} ({}) has UUID {} which NVML does not know{}: libcuda and \
+                     libnvidia-ml come from different drivers",
+                    device.ordinal,
+                    device.name,
+                    device.uuid,
+                    if in_mig_mode > 0 {
+                        format!(
+                            ", neither as a GPU nor as {} of a MIG device",
+                            device.mig_uuid()
+                        )
+                    } else {
+                        String::new()
+                    }
+                ))
+            }
+            Some(n) if n.name != device.name => {
+                return Err(format!(
+                    "GPU {} is {:?} to CUDA but {:?} to NVML: libcuda and libnvidia-ml come \
+                     from different drivers",
+                    device.uuid, device.name, n.name
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }

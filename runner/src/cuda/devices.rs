@@ -17,12 +17,23 @@ pub struct CudaDevice {
     pub ordinal: i32,
     /// `cuDeviceGetName`.
     pub name: String,
-    /// `cuDeviceGetUuid(_v2)` in NVML's `GPU-xxxxxxxx-…` spelling, to match NVML by UUID.
+    /// `cuDeviceGetUuid_v2` (`cuDeviceGetUuid` on drivers before 11.4) in NVML's
+    /// `GPU-xxxxxxxx-…` spelling, to match NVML by UUID; a MIG instance's is
+    /// [`CudaDevice::mig_uuid`].
     pub uuid: String,
     /// `major.minor`.
     pub compute_capability: String,
     /// `cuDeviceTotalMem_v2`, bytes.
     pub total_memory_bytes: u64,
+}
+
+impl CudaDevice {
+    /// The same 16 bytes in NVML's `MIG-…` spelling. CUDA does not say whether a device is a
+    /// MIG instance; when it is, `cuDeviceGetUuid_v2` gives the instance's MIG UUID (the
+    /// CUDA driver API reference), which NVML spells `MIG-…` for the MIG device handle.
+    pub fn mig_uuid(&self) -> String {
+        self.uuid.replacen("GPU-", "MIG-", 1)
+    }
 }
 
 /// Spells 16 UUID bytes as NVML does: `GPU-8-4-4-4-12` lowercase hex.
@@ -90,6 +101,21 @@ pub fn list(driver: &Driver) -> Result<Vec<CudaDevice>, DriverError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mig_spelling_keeps_the_bytes() {
+        let device = super::CudaDevice {
+            ordinal: 0,
+            name: "NVIDIA H200 MIG 1g.18gb".into(),
+            uuid: "GPU-fa000000-0000-0000-0000-000000000001".into(),
+            compute_capability: "9.0".into(),
+            total_memory_bytes: 0,
+        };
+        assert_eq!(
+            device.mig_uuid(),
+            "MIG-fa000000-0000-0000-0000-000000000001"
+        );
+    }
+
     #[test]
     fn uuids_are_spelled_like_nvml() {
         let mut bytes = [0u8; 16];

@@ -1,0 +1,213 @@
+//! NVML's view of MIG for one GPU: its MIG mode, its `/dev/nvidiaN` minor and its MIG devices
+//! (one per compute instance, each with its own `MIG-…` UUID, GPU instance ID and compute
+//! instance ID).
+//!
+//! `nvml-wrapper` 0.11 wraps `nvmlDeviceGetMigMode` and `nvmlDeviceGetMinorNumber` but not
+//! the MIG device handles, so those calls (`nvmlDeviceGetMaxMigDeviceCount`,
+//! `nvmlDeviceGetMigDeviceHandleByIndex`, `nvmlDeviceIsMigDeviceHandle`,
+//! `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`, `nvmlDeviceGetGpuInstanceId`,
+//! `nvmlDeviceGetComputeInstanceId`, and `nvmlDeviceGetUUID`/`nvmlDeviceGetName` of a MIG
+//! handle) are looked up here in the same `libnvidia-ml.so.1` (dlopen of the same name gives
+//! the library `nvml-wrapper` already initialised), with the signatures of NVIDIA's NVML
+//! reference.
+
+use std::ffi::{c_char, c_uint, c_void, CStr};
+
+use nvml_wrapper::Device;
+use serde::{Deserialize, Serialize};
+
+/// `nvmlDevice_t`.
+type Handle = *mut c_void;
+/// NVML_SUCCESS
+const SUCCESS: c_uint = 0;
+/// NVML_ERROR_NOT_FOUND: no MIG device at this index (indices may have gaps).
+const NOT_FOUND: c_uint = 6;
+/// NVML_DEVICE_UUID_V2_BUFFER_SIZE, also enough for NVML_DEVICE_NAME_V2_BUFFER_SIZE.
+const BUFFER: usize = 96;
+
+/// One MIG device (a compute instance) as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmlMigDevice {
+    /// `MIG-…`, what `cuDeviceGetUuid_v2` gives CUDA for this instance.
+    pub uuid: String,
+    /// Its name (e.g. `NVIDIA H200 MIG 1g.18gb`), when NVML gives it.
+    pub name: Option<String>,
+    /// `nvmlDeviceGetGpuInstanceId`, when NVML gives it.
+    pub gpu_instance_id: Option<u32>,
+    /// `nvmlDeviceGetComputeInstanceId`, when NVML gives it.
+    pub compute_instance_id: Option<u32>,
+    /// `nvmlDeviceIsMigDeviceHandle` said so, and
+    /// `nvmlDeviceGetDeviceHandleFromMigDeviceHandle` gave back the parent's handle.
+    pub handle_checked: bool,
+}
+
+/// What NVML says about MIG on one GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuMig {
+    /// `nvmlDeviceGetMigMode`'s current mode; `None` when the GPU does not support MIG (or
+    /// NVML does not say).
+    pub mig_mode: Option<bool>,
+    /// `nvmlDeviceGetMinorNumber`: N of `/dev/nvidiaN`, when NVML gives it.
+    pub minor_number: Option<u32>,
+    /// Its MIG devices, in NVML's index order (empty when not in MIG mode).
+    pub mig_devices: Vec<NvmlMigDevice>,
+    /// Why the MIG devices could not be listed, if they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_devices_unavailable: Option<String>,
+}
+
+/// Why NVML's MIG devices could not be listed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MigQueryError {
+    /// `libnvidia-ml.so.1` lacks an export (a driver older than MIG, R450).
+    #[error("{0} is not exported by libnvidia-ml.so.1 (a driver without MIG support)")]
+    MissingExport(&'static str),
+    /// A call failed.
+    #[error("{call} failed with NVML error {code}")]
+    Call {
+        /// The NVML function.
+        call: &'static str,
+        /// Its `nvmlReturn_t`.
+        code: u32,
+    },
+}
+
+type CountFn = unsafe extern "C" fn(Handle, *mut c_uint) -> c_uint;
+type ByIndexFn = unsafe extern "C" fn(Handle, c_uint, *mut Handle) -> c_uint;
+type ParentFn = unsafe extern "C" fn(Handle, *mut Handle) -> c_uint;
+type StringFn = unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> c_uint;
+
+/// The NVML MIG calls, resolved once per query.
+struct MigApi {
+    _library: libloading::Library,
+    max_count: CountFn,
+    by_index: ByIndexFn,
+    is_mig: CountFn,
+    parent: ParentFn,
+    gpu_instance_id: CountFn,
+    compute_instance_id: CountFn,
+    uuid: StringFn,
+    name: StringFn,
+}
+
+impl MigApi {
+    fn load() -> Result<MigApi, MigQueryError> {
+        // SAFETY: loading NVML runs its ELF constructors, as nvml-wrapper already did when
+        // it loaded the same library; this only adds a reference.
+        let library = unsafe { libloading::Library::new(crate::checks::nvml::LIBNVIDIA_ML) }
+            .map_err(|_| MigQueryError::MissingExport("libnvidia-ml.so.1"))?;
+        /// Looks up `name` as a function of type `T`.
+        fn get<T: Copy>(
+            library: &libloading::Library,
+            name: &'static str,
+        ) -> Result<T, MigQueryError> {
+            // SAFETY: each `T` below is the signature NVIDIA's nvml.h gives `name`.
+            unsafe { library.get::<T>(name.as_bytes()) }
+                .map(|symbol| *symbol)
+                .map_err(|_| MigQueryError::MissingExport(name))
+        }
+        Ok(MigApi {
+            max_count: get(&library, "nvmlDeviceGetMaxMigDeviceCount")?,
+            by_index: get(&library, "nvmlDeviceGetMigDeviceHandleByIndex")?,
+            is_mig: get(&library, "nvmlDeviceIsMigDeviceHandle")?,
+            parent: get(&library, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")?,
+            gpu_instance_id: get(&library, "nvmlDeviceGetGpuInstanceId")?,
+            compute_instance_id: get(&library, "nvmlDeviceGetComputeInstanceId")?,
+            uuid: get(&library, "nvmlDeviceGetUUID")?,
+            name: get(&library, "nvmlDeviceGetName")?,
+            _library: library,
+        })
+    }
+
+    /// One `unsigned int` out-parameter.
+    fn number(&self, f: CountFn, call: &'static str, handle: Handle) -> Result<u32, MigQueryError> {
+        let mut value: c_uint = 0;
+        // SAFETY: nvml.h: (device, unsigned int *) with a live local as the out-parameter.
+        let code = unsafe { f(handle, &mut value) };
+        match code {
+            SUCCESS => Ok(value),
+            code => Err(MigQueryError::Call { call, code }),
+        }
+    }
+
+    /// A string into a buffer of [`BUFFER`] bytes.
+    fn text(
+        &self,
+        f: StringFn,
+        call: &'static str,
+        handle: Handle,
+    ) -> Result<String, MigQueryError> {
+        let mut buffer = [0 as c_char; BUFFER];
+        // SAFETY: nvml.h: (device, char *, length) with a live buffer of that length.
+        let code = unsafe { f(handle, buffer.as_mut_ptr(), BUFFER as c_uint) };
+        if code != SUCCESS {
+            return Err(MigQueryError::Call { call, code });
+        }
+        // SAFETY: NVML wrote a NUL-terminated string into `buffer` (it returned success).
+        Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    fn mig_devices(&self, parent: Handle) -> Result<Vec<NvmlMigDevice>, MigQueryError> {
+        let max = self.number(self.max_count, "nvmlDeviceGetMaxMigDeviceCount", parent)?;
+        let mut devices = Vec::new();
+        for index in 0..max {
+            let mut handle: Handle = std::ptr::null_mut();
+            // SAFETY: nvml.h: (device, index, nvmlDevice_t *) with a live local.
+            match unsafe { (self.by_index)(parent, index, &mut handle) } {
+                SUCCESS => {}
+                NOT_FOUND => continue,
+                code => {
+                    return Err(MigQueryError::Call {
+                        call: "nvmlDeviceGetMigDeviceHandleByIndex",
+                        code,
+                    })
+                }
+            }
+            let mut back: Handle = std::ptr::null_mut();
+            // SAFETY: nvml.h: (MIG device, nvmlDevice_t *) with a live local.
+            let parent_code = unsafe { (self.parent)(handle, &mut back) };
+            let is_mig = self.number(self.is_mig, "nvmlDeviceIsMigDeviceHandle", handle);
+            devices.push(NvmlMigDevice {
+                uuid: self.text(self.uuid, "nvmlDeviceGetUUID", handle)?,
+                name: self.text(self.name, "nvmlDeviceGetName", handle).ok(),
+                gpu_instance_id: self
+                    .number(self.gpu_instance_id, "nvmlDeviceGetGpuInstanceId", handle)
+                    .ok(),
+                compute_instance_id: self
+                    .number(
+                        self.compute_instance_id,
+                        "nvmlDeviceGetComputeInstanceId",
+                        handle,
+                    )
+                    .ok(),
+                handle_checked: is_mig == Ok(1) && parent_code == SUCCESS && back == parent,
+            });
+        }
+        Ok(devices)
+    }
+}
+
+/// MIG mode, minor number and MIG devices of `device` (a GPU handle). A GPU without MIG
+/// support answers NOT_SUPPORTED to `nvmlDeviceGetMigMode`: `mig_mode` is then `None`.
+pub fn query(device: &Device<'_>) -> GpuMig {
+    let mig_mode = match device.mig_mode() {
+        Ok(mode) => Some(mode.current == 1),
+        Err(_) => None,
+    };
+    let mut gpu = GpuMig {
+        mig_mode,
+        minor_number: device.minor_number().ok(),
+        ..GpuMig::default()
+    };
+    if mig_mode == Some(true) {
+        // SAFETY: the raw handle is used only while `device` (and so NVML) is alive.
+        let handle = unsafe { device.handle() } as Handle;
+        match MigApi::load().and_then(|api| api.mig_devices(handle)) {
+            Ok(devices) => gpu.mig_devices = devices,
+            Err(error) => gpu.mig_devices_unavailable = Some(error.to_string()),
+        }
+    }
+    gpu
+}
