@@ -2,21 +2,43 @@
 # it, and an untagged build that sleeps `sleep` seconds with `long-<nonce>` on its command
 # line, so that the run goes on. Nix 2.8 keeps the failed build's chroot while the run goes on
 # in this shape (a failed build asked for and needed by another).
-{ nonce, sleep ? "600" }:
+{
+  nonce,
+  sleep ? "600",
+}:
 let
-  mk = name: attrs: derivation ({
-    inherit name nonce;
-    system = builtins.currentSystem;
-    builder = "/bin/bash";
-    PATH = "/bin:/usr/bin";
-  } // attrs);
+  mk =
+    name: attrs:
+    derivation (
+      {
+        inherit name nonce;
+        system = builtins.currentSystem;
+        builder = "/bin/bash";
+        PATH = "/bin:/usr/bin";
+      }
+      // attrs
+    );
   failing = mk "failing" {
     requiredSystemFeatures = [ "cuda" ];
-    args = [ "-c" "sleep 1; exit 1" ];
+    args = [
+      "-c"
+      "sleep 1; exit 1"
+    ];
   };
 in
 {
   inherit failing;
-  after = mk "after-failing" { inherit failing; args = [ "-c" "echo > $out" ]; };
-  long = mk "long" { args = [ "-c" "sleep ${sleep}; echo > $out # long-${nonce}" ]; };
+  after = mk "after-failing" {
+    inherit failing;
+    args = [
+      "-c"
+      "echo > $out"
+    ];
+  };
+  long = mk "long" {
+    args = [
+      "-c"
+      "sleep ${sleep}; echo > $out # long-${nonce}"
+    ];
+  };
 }

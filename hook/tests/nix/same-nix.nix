@@ -1,21 +1,38 @@
 # Two tagged builds of one Nix process: escape.nix's builder, which leaves its chroot at once,
 # and a second one that starts `delay` seconds later (it needs an untagged build that sleeps
 # that long), while the escaped builder still sleeps `sleep` seconds.
-{ nonce, delay ? "8", sleep ? "30" }:
+{
+  nonce,
+  delay ? "8",
+  sleep ? "30",
+}:
 let
-  mk = name: attrs: derivation ({
-    inherit name nonce;
-    system = builtins.currentSystem;
-    builder = "/bin/bash";
-    PATH = "/bin:/usr/bin";
-  } // attrs);
-  wait = mk "delay" { args = [ "-c" "sleep ${delay}; echo > $out" ]; };
+  mk =
+    name: attrs:
+    derivation (
+      {
+        inherit name nonce;
+        system = builtins.currentSystem;
+        builder = "/bin/bash";
+        PATH = "/bin:/usr/bin";
+      }
+      // attrs
+    );
+  wait = mk "delay" {
+    args = [
+      "-c"
+      "sleep ${delay}; echo > $out"
+    ];
+  };
 in
 {
   escape = import ./escape.nix { inherit nonce sleep; };
   second = mk "second" {
     requiredSystemFeatures = [ "cuda" ];
     after = wait;
-    args = [ "-c" "echo > $out" ];
+    args = [
+      "-c"
+      "echo > $out"
+    ];
   };
 }
