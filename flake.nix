@@ -20,7 +20,7 @@
       cudaSandbox = ./package.nix;
 
       # The GPU check of `package`, in the shape of Nixpkgs' `cudaPackages.writeGpuTestPython`
-      # (what the NixOS-CUDA Hydra collects, DESIGN.md §11): a runnable tester, whose
+      # (what the NixOS-CUDA Hydra collects: docs/architecture.md): a runnable tester, whose
       # `.gpuCheck` is the tagged derivation that runs the same steps in a GPU builder's
       # sandbox. The steps: the runner's checks with the package under test, the ELF lint of
       # `package`, then `command` (the package's own GPU test).

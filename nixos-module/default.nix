@@ -60,7 +60,7 @@ let
 
   pathType = entryType "path" { };
 
-  # The hook's built-in rule (DESIGN.md §5's device nodes, the driver at the NixOS link), read
+  # The hook's built-in rule (the NVIDIA device nodes, the driver at the NixOS link), read
   # from the very file the hook embeds, so the two cannot drift apart. The options below extend
   # it: they set its features and driver, and add devices and paths.
   builtinRule = lib.head (lib.importTOML ../hook/default-config.toml).rule;

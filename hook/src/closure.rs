@@ -2,7 +2,7 @@
 //! ([`cuda_sandbox_elfkit::requisites`]) and cached
 //! on disk.
 //!
-//! Nix adds no closure for hook paths (DESIGN.md §3), so exposing `/nix/store/X` means exposing
+//! Nix adds no closure for hook paths (docs/architecture.md, the hook protocol), so exposing `/nix/store/X` means exposing
 //! every path X refers to, transitively. Store paths are immutable, so a closure is cached
 //! forever, keyed by the store path's base name. The cache directory is a verified
 //! [`StateDir`] (root-owned, not writable by others, checked on every use), so only root can

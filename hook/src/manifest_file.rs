@@ -26,7 +26,7 @@ pub const SWEEP_AT: usize = 64;
 /// Nix 2.8 passes the hook `<drv>.chroot`; current Nix passes `<drv>.chroot/root` (the
 /// `chrootRootDir` of `getPreBuildHookArgs`, NixOS/nix `src/libstore/unix/build/
 /// linux-derivation-builder.cc`), so the last component alone named every build `root`
-/// (issue 19). The name is a label for people, the chroot's last components
+/// (Nix 2.26 and later). The name is a label for people, the chroot's last components
 /// (`…-x.drv.chroot.root`, at most 120 bytes of them, unsafe bytes as `_`), then the chroot
 /// directory's device and inode: no two directories that exist at once share them, so no two
 /// running builds share a manifest, whatever their paths. A chroot that does not exist (a
@@ -168,7 +168,7 @@ mod tests {
         }
     }
 
-    /// Issue 19, finding 4: current Nix passes `<drv>.chroot/root`, and every manifest was
+    /// Current Nix passes `<drv>.chroot/root`, and every manifest was
     /// `root.json`; two builds then bound each other's, with each other's GPUs.
     #[test]
     fn every_build_gets_its_own_manifest_with_either_shape_of_chroot() {

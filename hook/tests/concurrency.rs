@@ -460,7 +460,7 @@ fn a_killed_build_gives_its_gpu_back() {
 
 #[test]
 fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() {
-    // Issue 12, finding 2: a lease lived while a process had the build's chroot as its root
+    // A red-team finding: a lease lived while a process had the build's chroot as its root
     // (or 30 s after it was taken). A builder that chroots elsewhere kept /dev/nvidia0 while
     // the hook handed the same GPU to the next build.
     // Not run under Nix 2.34 by scripts/test-nix-versions: there the escaped builder

@@ -1,4 +1,4 @@
-//! Choosing the driver: the host's, or a newer `cuda_compat` one (DESIGN.md §6).
+//! Choosing the driver: the host's, or a newer `cuda_compat` one (NVIDIA's CUDA Compatibility guide; docs/architecture.md).
 //!
 //! A compat driver is used only when it provides a newer CUDA than the host driver and, when its
 //! note lists the kernel driver branches it runs on, the host's kernel module is among them

@@ -2,7 +2,7 @@
 //!
 //! Recent compat `libcuda.so` files carry an ELF note (owner `NVIDIA Corporation`) whose
 //! descriptor is JSON such as `{"Format":1,"CUDA Version":"12.9","Driver":[535,550],…}`
-//! (DESIGN.md §6). The note is found by the shared ELF crate (`cuda_sandbox_elfkit`), with
+//! (docs/architecture.md, the NVIDIA driver). The note is found by the shared ELF crate (`cuda_sandbox_elfkit`), with
 //! bounds checks, so a damaged file is an error, not a panic; its JSON is read here.
 
 use super::versions::{self, CudaVersion};

@@ -1,6 +1,6 @@
 //! Driver version facts read from the host: the kernel module's version, Tegra's L4T release, the
 //! user-space driver version in `libcuda.so.<version>`. The CUDA version type and the
-//! branch → CUDA table (DESIGN.md §6) live in the manifest crate, shared with the runner.
+//! branch → CUDA table (docs/architecture.md) live in the manifest crate, shared with the runner.
 
 pub use cuda_sandbox_manifest::versions::{cuda_for_branch, driver_branch, CudaVersion};
 

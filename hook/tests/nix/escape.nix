@@ -1,4 +1,4 @@
-# A tagged build whose builder leaves its chroot, as issue 12 (finding 2) demonstrated: in a
+# A tagged build whose builder leaves its chroot, as a red-team pass demonstrated: in a
 # user and mount namespace of its own (`unshare -rm`) it mounts a tmpfs, binds /dev (so it
 # keeps the GPU) and the host tools into it, and chroots there; then it sleeps `sleep` seconds.
 # Its command line holds `escaped-<nonce>`, so a test can find it.
