@@ -188,22 +188,29 @@ fn nix_with_builder(f: &Fixture) -> (Holder, u32) {
         .unwrap();
     let pid = child.id();
     f.nixes.borrow_mut().push(child);
-    let builder = (0..500)
-        .find_map(|_| {
-            let children =
-                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-            let builder = children.split_whitespace().next()?.parse::<u32>().ok()?;
-            // unshare forks, then the child execs sleep: wait for it to be in its namespace.
-            let status = std::fs::read_to_string(format!("/proc/{builder}/status")).ok()?;
-            let init = status
-                .lines()
-                .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"));
-            if !init {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            init.then_some(builder)
-        })
-        .expect("unshare started no builder");
+    // unshare forks, then the child execs sleep: wait (up to 60 s on a loaded machine) for
+    // the child to exist and be PID 1 of its namespace.
+    let in_its_namespace = || {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        let builder = children.split_whitespace().next()?.parse::<u32>().ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{builder}/status")).ok()?;
+        status
+            .lines()
+            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"))
+            .then_some(builder)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let builder = loop {
+        if let Some(builder) = in_its_namespace() {
+            break builder;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unshare started no builder in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
     (Holder::of(pid).unwrap(), builder)
 }
 
