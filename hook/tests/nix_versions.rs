@@ -414,3 +414,76 @@ fn processes_with(marker: &str) -> Vec<u32> {
     }
     pids
 }
+
+/// The uids of the `nixbld*` users in the passwd file `path`; empty when it cannot be read.
+fn build_uids(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("nixbld"))
+        .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn no_two_nix_installations_here_share_a_build_uid() {
+    // A Nix that takes a build user first kills every process running as its uid (Nix 2.8:
+    // UserLock::kill in src/libstore/lock.cc; 2.34: prepareUser -> killSandbox in
+    // src/libstore/unix/build/derivation-builder.cc), whichever Nix started it, while each
+    // installation locks its users in its own `userpool`. The roots' users once had the host's
+    // uids (995 was the host's nixbld2 and 2.34's nixbld1), and a host build SIGKILLed a 2.34
+    // builder mid-build. Inside a root, scripts/with-nix shows the host's passwd and the roots'
+    // cache under CUDA_SANDBOX_HOST_VIEW.
+    if !nix_available("no_two_nix_installations_here_share_a_build_uid") {
+        return;
+    }
+    let (mut files, roots) = match std::env::var("CUDA_SANDBOX_HOST_VIEW") {
+        Ok(view) => (
+            vec![Path::new(&view).join("passwd")],
+            Path::new(&view).join("cache"),
+        ),
+        Err(_) => (
+            vec![PathBuf::from("/etc/passwd")],
+            std::env::var("CUDA_SANDBOX_NIX_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| {
+                    Path::new(&std::env::var("HOME").unwrap()).join(".cache/cuda-sandbox")
+                }),
+        ),
+    };
+    if let Ok(entries) = std::fs::read_dir(&roots) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("nix-") {
+                files.push(e.path().join("root/etc/passwd"));
+            }
+        }
+    }
+    let mine = build_uids(Path::new("/etc/passwd"));
+    assert!(!mine.is_empty(), "Nix {} has no nixbld users", version());
+    files.sort();
+    files.dedup();
+    let sets: Vec<(PathBuf, Vec<u32>)> = files
+        .into_iter()
+        .map(|f| {
+            let uids = build_uids(&f);
+            (f, uids)
+        })
+        .filter(|(_, u)| !u.is_empty())
+        .collect();
+    eprintln!("build uids: {sets:?}");
+    assert!(
+        sets.iter().any(|(_, u)| *u == mine),
+        "this Nix's build users {mine:?} are none of {sets:?}"
+    );
+    for (i, (a, ua)) in sets.iter().enumerate() {
+        for (b, ub) in &sets[i + 1..] {
+            let shared: Vec<&u32> = ua.iter().filter(|u| ub.contains(u)).collect();
+            assert!(
+                shared.is_empty(),
+                "{} and {} both have build uids {shared:?}: run scripts/nix-versions",
+                a.display(),
+                b.display()
+            );
+        }
+    }
+}

@@ -167,8 +167,13 @@ impl NixVersion {
     /// and so every process of the build, even one that left its chroot in a user namespace of
     /// its own; 2.8 and 2.26 leave it running, reparented to init, as its build user.
     /// Measured with `hook/tests/nix/escape.nix` (no cgroup is used: `/proc/PID/cgroup` shows
-    /// none of Nix's), which is what a parent-death signal set on the builder does; the Nix
-    /// source was not checked.
+    /// none of Nix's). It is a parent-death signal: every Nix starts the builder with
+    /// `startProcess`, whose `dieWithParent` (on by default) sets `PR_SET_PDEATHSIG` to SIGKILL,
+    /// and the kernel clears that when the builder's setuid/setgid change its credentials
+    /// (prctl(2)). 2.34 sets it again after them (`preserveDeathSignal` in
+    /// src/libstore/unix/build/derivation-builder.cc, Nix commit 34688ecf5f, first in 2.34.0);
+    /// 2.26 does not. The parent is the nix-build thread that started the build, its main
+    /// thread (`/proc/NIXPID/task/TID/children`), so the signal comes only when nix-build ends.
     pub fn builder_dies_with_a_killed_nix(self) -> bool {
         self >= MEASURED_DOUBLE_QUOTES
     }
