@@ -191,8 +191,7 @@ fn nix_with_builder(f: &Fixture) -> (Holder, u32) {
     // unshare forks, then the child execs sleep: wait (up to 60 s on a loaded machine) for
     // the child to exist and be PID 1 of its namespace.
     let in_its_namespace = || {
-        let children =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
         let builder = children.split_whitespace().next()?.parse::<u32>().ok()?;
         let status = std::fs::read_to_string(format!("/proc/{builder}/status")).ok()?;
         status
