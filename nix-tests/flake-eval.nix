@@ -233,6 +233,7 @@ let
         "runtime"
         "kernel"
         "nvml"
+        "mig"
         "no-gpu"
       ]
     ))

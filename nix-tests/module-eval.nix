@@ -366,6 +366,7 @@ let
             host_libraries = false;
             compat = [ ];
           };
+          mig = { };
         }
       ];
     })

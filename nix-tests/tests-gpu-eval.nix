@@ -37,6 +37,7 @@ let
     "runtime"
     "kernel"
     "nvml"
+    "mig"
   ];
   tagged = groups ++ [ "all" ];
 
