@@ -28,9 +28,35 @@ use std::time::{Duration, Instant};
 
 const BUILT_HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
 
-/// The hook binary timed: this build's, or `HOOK_BENCH_BIN`.
+/// The hook binary timed: this build's, or `HOOK_BENCH_BIN`, as installed ([`installed`]).
 fn hook_bin() -> PathBuf {
-    std::env::var_os("HOOK_BENCH_BIN").map_or_else(|| PathBuf::from(BUILT_HOOK), PathBuf::from)
+    static HOOK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOOK.get_or_init(|| {
+        let built = std::env::var_os("HOOK_BENCH_BIN")
+            .map_or_else(|| PathBuf::from(BUILT_HOOK), PathBuf::from);
+        installed(&built)
+    })
+    .clone()
+}
+
+/// A copy of `binary`, as a binary is installed (Nix copies a build's outputs into the store),
+/// in a directory kept for the run. Both the hook and the floor are timed as copies: a file
+/// the linker has just written starts with 6–8 more page faults than a copy of it (`perf stat
+/// -e page-faults` on both), which would count the build, not the program.
+fn installed(binary: &Path) -> PathBuf {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("a directory for the copies"));
+    let name = format!(
+        "{}-{}",
+        dir.path().read_dir().map_or(0, |d| d.count()),
+        binary
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("binary")
+    );
+    let copy = dir.path().join(name);
+    std::fs::copy(binary, &copy).expect("copy the binary");
+    copy
 }
 const DEFAULT_RUNS: usize = 200;
 /// Store paths in the fake driver's closure: a NixOS `graphics-drivers` path with the NVIDIA
@@ -368,7 +394,7 @@ fn empty_main(dir: &Path) -> Option<PathBuf> {
         .status()
         .ok()?
         .success();
-    ok.then_some(out)
+    ok.then(|| installed(&out))
 }
 
 /// Median hook time and median floor time over [`runs`] alternating pairs.
