@@ -506,13 +506,22 @@ mod tests {
                     _ => None,
                 })
                 .collect();
+            let walked = || outcome(StateDir::open_walking(&path, &parts, create));
             let quick = match StateDir::open_checked(&path, &parts, create) {
                 Ok(Some(r)) => outcome(Ok(r)),
-                Ok(None) => panic!("{rel}: openat2 fell back to the walk on this kernel"),
+                // No openat2 here (a kernel before 5.6, or a seccomp filter refusing it): the
+                // walk alone serves, and it must still open the good directories.
+                Ok(None) => {
+                    eprintln!("{rel}: openat2 unavailable here; the descriptor walk serves");
+                    let w = walked();
+                    if matches!(rel, "good/state" | "good/made/deeper") {
+                        assert!(w.starts_with("open "), "{rel}: {w}");
+                    }
+                    continue;
+                }
                 Err(e) => outcome(Err(e)),
             };
-            let walked = outcome(StateDir::open_walking(&path, &parts, create));
-            assert_eq!(quick, walked, "{rel}");
+            assert_eq!(quick, walked(), "{rel}");
         }
     }
 
