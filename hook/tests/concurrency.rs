@@ -381,6 +381,36 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Asserts that a build now cannot get the one GPU: another build (`holder`) still holds it.
+fn assert_gpu_held(host: &Host, holder: &str) {
+    let (ok, log, _) = build_many(host, 1, &[]);
+    assert!(
+        !ok && log.contains("all 1 GPUs are leased by other builds"),
+        "another build got the GPU {holder} holds:\n{log}"
+    );
+}
+
+/// Ends every process of the build marked `marker` (SIGKILL; its builder is PID 1 of its
+/// namespace, so that ends the rest) and waits up to 10 s for them to be gone.
+fn end_processes_with(marker: &str) {
+    for pid in processes_with(marker) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    wait_for(
+        "the build's processes to end",
+        Duration::from_secs(10),
+        || processes_with(marker).is_empty(),
+    );
+}
+
+/// Asserts that the GPU is free again: a build gets it.
+fn assert_gpu_free(host: &Host) {
+    let (ok, log, _) = build_many(host, 1, &[]);
+    assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
+}
+
 #[test]
 fn a_killed_build_gives_its_gpu_back() {
     if !nix_available("a_killed_build_gives_its_gpu_back") {
@@ -499,11 +529,7 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
         !processes_with(&marker).is_empty(),
         "the escaped builder ended early"
     );
-    let (ok, log, _) = build_many(&host, 1, &[]);
-    assert!(
-        !ok && log.contains("all 1 GPUs are leased by other builds"),
-        "another build got the GPU the escaped builder holds:\n{log}"
-    );
+    assert_gpu_held(&host, "the escaped builder");
     // Nix killed, the escaped builder runs on as its build user, which it cannot change: the
     // lease holds (no hook ever saw the builder in its chroot, so no namespace was recorded).
     let [user] = lease.build_users[..] else {
@@ -519,8 +545,7 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
             Duration::from_secs(10),
             || processes_with(&marker).is_empty(),
         );
-        let (ok, log, _) = build_many(&host, 1, &[]);
-        assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
+        assert_gpu_free(&host);
         let _ = std::fs::remove_dir_all(&lease.chroot);
         return;
     }
@@ -546,26 +571,12 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     let pool = std::fs::File::open(format!("/nix/var/nix/userpool/{user}")).unwrap();
     let held = nix::fcntl::Flock::lock(pool, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .expect("no Nix holds the killed build's user");
-    let (ok, log, _) = build_many(&host, 1, &[]);
-    assert!(
-        !ok && log.contains("all 1 GPUs are leased by other builds"),
-        "another build got the GPU the escaped builder of a killed Nix holds:\n{log}"
-    );
+    assert_gpu_held(&host, "the escaped builder of a killed Nix");
     drop(held);
     // When the build is gone too, the GPU is free. The builder is its PID namespace's init:
     // killing it ends every process of the build.
-    for pid in processes_with(&marker) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
-    wait_for(
-        "the escaped builder to end",
-        Duration::from_secs(10),
-        || processes_with(&marker).is_empty(),
-    );
-    let (ok, log, _) = build_many(&host, 1, &[]);
-    assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
+    end_processes_with(&marker);
+    assert_gpu_free(&host);
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
@@ -825,12 +836,7 @@ fn a_reused_pid_namespace_inode_keeps_no_gpu() {
     // The build ends: its Nix killed, then its builder (Nix 2.8 leaves the chroot behind).
     assert!(kill_group(long.id() as i32));
     long.wait().unwrap();
-    for pid in processes_with(&marker) {
-        kill_group(pid);
-    }
-    wait_for("the builder to end", Duration::from_secs(10), || {
-        processes_with(&marker).is_empty()
-    });
+    end_processes_with(&marker);
     let reap = Instant::now();
     while reap.elapsed() < Duration::from_secs(2) {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -940,11 +946,7 @@ fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
         },
     );
     assert!(lease.build_users.is_empty(), "{lease:?}");
-    let (ok, log, _) = build_many(&host, 1, &[]);
-    assert!(
-        !ok && log.contains("all 1 GPUs are leased by other builds"),
-        "another build got the GPU the escaped builder holds:\n{log}"
-    );
+    assert_gpu_held(&host, "the escaped builder");
     let recorded = leases.record(0).unwrap().builders;
     let escaped = processes_with(&marker);
     // Nix killed: the recorded builder keeps the lease while it runs.
@@ -955,24 +957,15 @@ fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
             !processes_with(&marker).is_empty(),
             "the escaped builder ended with its Nix"
         );
-        let (ok, log, _) = build_many(&host, 1, &[]);
-        assert!(
-            !ok && log.contains("all 1 GPUs are leased by other builds"),
-            "another build got the GPU the escaped builder of a killed Nix holds:\n{log}"
-        );
-        for pid in processes_with(&marker) {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
+        assert_gpu_held(&host, "the escaped builder of a killed Nix");
+        end_processes_with(&marker);
     }
     wait_for(
         "the escaped builder to end",
         Duration::from_secs(10),
         || processes_with(&marker).is_empty(),
     );
-    let (ok, log, _) = build_many(&host, 1, &[]);
-    assert!(ok, "the GPU stayed leased after the build ended:\n{log}");
+    assert_gpu_free(&host);
     // The other Nix's hook recorded the escaped builder, with its allocated uid.
     assert!(
         recorded
@@ -1121,12 +1114,7 @@ fn a_killed_build_gives_its_mig_instance_back() {
     // Kill nix-build as a crash would, then the builder it left running.
     assert!(kill_group(long.id() as i32));
     long.wait().unwrap();
-    for pid in processes_with(&marker) {
-        kill_group(pid);
-    }
-    wait_for("the builder to end", Duration::from_secs(10), || {
-        processes_with(&marker).is_empty()
-    });
+    end_processes_with(&marker);
     let (ok, log, reports) = build_many(&host, 1, &[]);
     assert!(ok, "the killed build kept its MIG instance:\n{log}");
     let r = reports.values().next().unwrap();

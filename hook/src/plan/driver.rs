@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{Plan, Problem, Reason, Skip, Want, OPTIONAL};
+use super::{Plan, Problem, Reason, Skip, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -164,14 +164,12 @@ impl Plan {
                         capability: file.capability,
                         found_in: file.found_in.clone(),
                     };
-                    self.add_path(
+                    self.add_optional_host_path(
                         rule,
                         &link.join("share").join(&file.rel),
                         &file.outside,
-                        Space::Literal,
                         view,
                         reason(why),
-                        OPTIONAL,
                     );
                 }
                 for lib in libs {
@@ -187,15 +185,7 @@ impl Plan {
                         capability: lib.capability,
                         found_in: lib.found_in.clone(),
                     };
-                    self.add_path(
-                        rule,
-                        &inside,
-                        &lib.outside,
-                        Space::Literal,
-                        view,
-                        reason(why),
-                        OPTIONAL,
-                    );
+                    self.add_optional_host_path(rule, &inside, &lib.outside, view, reason(why));
                 }
                 if compat.is_none() {
                     let lib = libs
@@ -329,15 +319,7 @@ impl Plan {
                 rule: rule.to_string(),
                 source: DriverSource::CompatAtDriverLink,
             };
-            self.add_path(
-                rule,
-                &inside,
-                &outside,
-                Space::Literal,
-                view,
-                reason,
-                OPTIONAL,
-            );
+            self.add_optional_host_path(rule, &inside, &outside, view, reason);
             if name.starts_with("libcuda.so") {
                 expected.extend(mount_paths(&inside, &outside, view));
             }

@@ -51,6 +51,27 @@ impl Plan {
         }
     }
 
+    /// Exposes the host file or directory `outside` (a literal host path) at `inside` when it
+    /// is usable, else skips it: how the driver and CDI planners bind what they found.
+    pub(super) fn add_optional_host_path(
+        &mut self,
+        rule: &str,
+        inside: &Path,
+        outside: &Path,
+        view: &HostView,
+        reason: Reason,
+    ) {
+        self.add_path(
+            rule,
+            inside,
+            outside,
+            Space::Literal,
+            view,
+            reason,
+            OPTIONAL,
+        );
+    }
+
     /// Exposes the chain at (`inside`, `outside`) for `reason`; when it cannot be followed or
     /// leaves the allowed roots, a problem if `want` requires it, else a skip.
     #[allow(clippy::too_many_arguments)]

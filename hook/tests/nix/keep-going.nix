@@ -7,17 +7,7 @@
   sleep ? "600",
 }:
 let
-  mk =
-    name: attrs:
-    derivation (
-      {
-        inherit name nonce;
-        system = builtins.currentSystem;
-        builder = "/bin/bash";
-        PATH = "/bin:/usr/bin";
-      }
-      // attrs
-    );
+  mk = import ./bash-derivation.nix { inherit nonce; };
   failing = mk "failing" {
     requiredSystemFeatures = [ "cuda" ];
     args = [

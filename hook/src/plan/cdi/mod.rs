@@ -24,7 +24,7 @@ mod edits;
 
 pub use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Plan, Problem, Reason, Skip, OPTIONAL};
+use super::{Plan, Problem, Reason, Skip};
 use crate::config::{Config, DriverConfig};
 use crate::discover::host;
 use crate::scan::cdi::{below_library_dir, host_path, is_library_name};
@@ -221,38 +221,26 @@ impl Plan {
                 );
                 for rel in names {
                     let inside = at.link_lib.join(rel);
-                    self.add_path(
+                    self.add_optional_host_path(
                         at.rule,
                         &inside,
                         &outside,
-                        Space::Literal,
                         view,
                         reason(CdiItem::Library),
-                        OPTIONAL,
                     );
                 }
                 continue;
             }
             if let Some(rel) = data_file_place(&inside) {
-                self.add_path(
+                self.add_optional_host_path(
                     at.rule,
                     &at.link_share.join(rel),
                     &outside,
-                    Space::Literal,
                     view,
                     reason(CdiItem::DataFile),
-                    OPTIONAL,
                 );
             }
-            self.add_path(
-                at.rule,
-                &inside,
-                &outside,
-                Space::Literal,
-                view,
-                reason(CdiItem::Mount),
-                OPTIONAL,
-            );
+            self.add_optional_host_path(at.rule, &inside, &outside, view, reason(CdiItem::Mount));
         }
         for (target, link) in links {
             if let Some(edit) = self.add_cdi_link(at, device, found, &target, &link, config, view) {
@@ -356,15 +344,7 @@ impl Plan {
             item: CdiItem::Link,
         };
         let outside = host_path(&m.host_path, config);
-        self.add_path(
-            at.rule,
-            &inside,
-            &outside,
-            Space::Literal,
-            view,
-            reason,
-            OPTIONAL,
-        );
+        self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
         None
     }
 }
