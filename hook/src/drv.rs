@@ -6,10 +6,13 @@
 //! held an escape. Escapes follow Nix's own reader exactly: `\n`, `\r`, `\t` are control
 //! characters and a backslash before any other byte stands for that byte.
 //!
-//! Every malformed input yields a [`DrvError`] carrying the byte offset of the problem; the
-//! parser never panics and never reads past the input.
+//! A key set more than once is read as Nix reads it, the last value counting, except a key the
+//! hook decides on ([`DecidingKey`]): a repeat of one, in the env or in the structured attrs, in
+//! any form, is [`DrvError::Repeated`], which fails the build.
+//!
+//! Every malformed input yields a [`DrvError`] (the ATerm's carrying the byte offset of the
+//! problem); the parser never panics and never reads past the input.
 
-use serde::Deserialize as _;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -53,30 +56,114 @@ pub struct Derivation<'a> {
     pub builder: DrvStr<'a>,
     /// Arguments to the builder.
     pub args: Vec<DrvStr<'a>>,
-    /// Environment of the builder, in file order (Nix writes it sorted by name).
+    /// Environment of the builder, in file order (Nix writes it sorted by name), a repeated key
+    /// as often as it is written.
     pub env: Vec<(DrvStr<'a>, DrvStr<'a>)>,
 }
 
-/// Why a `.drv` could not be read, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrvError {
-    /// Byte offset in the file at which the problem was found.
-    pub offset: usize,
-    /// What was wrong there.
-    pub message: String,
+/// Why the hook cannot decide on a derivation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DrvError {
+    /// The ATerm does not follow the grammar.
+    #[error("malformed derivation at byte {offset}: {message}")]
+    Malformed {
+        /// Byte offset in the file at which the problem was found.
+        offset: usize,
+        /// What was wrong there.
+        message: String,
+    },
+    /// JSON the hook reads (the derivation as JSON, or its structured attrs) is not what Nix
+    /// writes.
+    #[error("{0}")]
+    Json(String),
+    /// A key the hook decides on is set more than once. Nix keeps the last value, a reader that
+    /// keeps the first disagrees with it (the hook did), so the build is refused rather than
+    /// exposed on either.
+    #[error(
+        "{key} is set more than once in the {within}, and which value counts depends on who \
+         reads it"
+    )]
+    Repeated {
+        /// The key.
+        key: DecidingKey,
+        /// Where.
+        within: Within,
+    },
 }
 
-impl fmt::Display for DrvError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "malformed derivation at byte {}: {}",
-            self.offset, self.message
-        )
+impl DrvError {
+    fn json(message: impl Into<String>) -> DrvError {
+        DrvError::Json(message.into())
+    }
+
+    /// The byte offset of a [`DrvError::Malformed`] ATerm's problem.
+    pub fn offset(&self) -> Option<usize> {
+        match self {
+            DrvError::Malformed { offset, .. } => Some(*offset),
+            _ => None,
+        }
     }
 }
 
-impl std::error::Error for DrvError {}
+/// A key of a derivation that decides what the hook exposes: a repeat of one is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidingKey {
+    /// `requiredSystemFeatures`.
+    Features,
+    /// `__json`, the structured attrs (an env key only).
+    StructuredAttrs,
+    /// [`GPUS_ATTR`].
+    Gpus,
+}
+
+impl DecidingKey {
+    /// The key as the derivation writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecidingKey::Features => "requiredSystemFeatures",
+            DecidingKey::StructuredAttrs => "__json",
+            DecidingKey::Gpus => GPUS_ATTR,
+        }
+    }
+
+    /// The deciding key `name` is, if any.
+    fn of(name: &[u8]) -> Option<DecidingKey> {
+        [
+            DecidingKey::Features,
+            DecidingKey::StructuredAttrs,
+            DecidingKey::Gpus,
+        ]
+        .into_iter()
+        .find(|k| k.name().as_bytes() == name)
+    }
+
+    /// The longest name, for a cheap check before unescaping a key.
+    const LONGEST: usize = 22;
+}
+
+impl fmt::Display for DecidingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}\"", self.name())
+    }
+}
+
+/// Where a [`DecidingKey`] was repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Within {
+    /// The derivation's env (the ATerm's env list, or `env` of the JSON).
+    Env,
+    /// The structured attrs (`__json`, or `structuredAttrs` of the JSON).
+    StructuredAttrs,
+}
+
+impl fmt::Display for Within {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Within::Env => "env",
+            Within::StructuredAttrs => "structured attrs (__json)",
+        })
+    }
+}
 
 /// The system features a derivation requires, and where they were found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -102,8 +189,262 @@ impl RequiredFeatures<'_> {
     }
 }
 
-const ENV_FEATURES: &[u8] = b"requiredSystemFeatures";
-const ENV_STRUCTURED: &[u8] = b"__json";
+/// The derivation attribute asking for a number of GPUs (see [`crate::lease`]).
+pub const GPUS_ATTR: &str = "cudaSandboxGpus";
+
+/// What the hook decides on, read from a derivation as Nix reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrvAttrs<'a> {
+    /// `requiredSystemFeatures`.
+    pub features: RequiredFeatures<'a>,
+    /// [`GPUS_ATTR`] as text: a string as itself, another JSON value as [`AttrText`] shows it;
+    /// `None` when unset.
+    pub gpus: Option<String>,
+}
+
+/// The values of the [`DecidingKey`]s of one env or structured-attrs object, each kept the
+/// first time it is set; a second time is recorded in `repeated` (the first such key), and the
+/// value is not kept. So a reader holds three values, whatever the derivation repeats.
+#[derive(Debug, Clone)]
+struct Deciding<V> {
+    features: Option<V>,
+    structured_attrs: Option<V>,
+    gpus: Option<V>,
+    repeated: Option<DecidingKey>,
+}
+
+impl<V> Default for Deciding<V> {
+    fn default() -> Self {
+        Deciding {
+            features: None,
+            structured_attrs: None,
+            gpus: None,
+            repeated: None,
+        }
+    }
+}
+
+impl<V> Deciding<V> {
+    fn slot(&mut self, key: DecidingKey) -> &mut Option<V> {
+        match key {
+            DecidingKey::Features => &mut self.features,
+            DecidingKey::StructuredAttrs => &mut self.structured_attrs,
+            DecidingKey::Gpus => &mut self.gpus,
+        }
+    }
+
+    /// Whether `key` is set already: then a new value of it is a repeat (recorded), not kept.
+    fn repeats(&mut self, key: DecidingKey) -> bool {
+        let repeated = self.slot(key).is_some();
+        if repeated {
+            self.repeated.get_or_insert(key);
+        }
+        repeated
+    }
+
+    /// Keeps `value` for `key`, or records the repeat.
+    fn set(&mut self, key: DecidingKey, value: V) {
+        if !self.repeats(key) {
+            *self.slot(key) = Some(value);
+        }
+    }
+
+    /// An error for the first repeat, if any.
+    fn unrepeated(&self, within: Within) -> Result<(), DrvError> {
+        match self.repeated {
+            Some(key) => Err(DrvError::Repeated { key, within }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An env value as one form of derivation holds it: the ATerm's bytes (borrowed, or raw with
+/// escapes), or a JSON value.
+trait EnvValue<'a> {
+    /// The value read as structured attrs (the `__json` entry).
+    fn structured_attrs(&self) -> Result<StructuredAttrs, DrvError>;
+    /// The value's bytes, when it is a string.
+    fn string(&self) -> Option<DrvStr<'a>>;
+    /// The value as the text [`DrvAttrs::gpus`] holds.
+    fn text(&self) -> String;
+}
+
+/// The one reading of what the hook decides on, for every form: refuses a repeated
+/// [`DecidingKey`]; the structured attrs when `__json` is set, else the whitespace-separated
+/// `requiredSystemFeatures` and [`GPUS_ATTR`] of the env.
+fn attrs_of_env<'a, V: EnvValue<'a>>(env: &Deciding<V>) -> Result<DrvAttrs<'a>, DrvError> {
+    env.unrepeated(Within::Env)?;
+    if let Some(json) = &env.structured_attrs {
+        return json.structured_attrs()?.to_attrs();
+    }
+    let features = match &env.features {
+        None => Vec::new(),
+        Some(value) => split_features(
+            value
+                .string()
+                .ok_or_else(|| DrvError::json("env.requiredSystemFeatures is not a string"))?,
+        ),
+    };
+    Ok(DrvAttrs {
+        features: RequiredFeatures {
+            features,
+            structured: false,
+        },
+        gpus: env.gpus.as_ref().map(EnvValue::text),
+    })
+}
+
+/// A whitespace-separated feature list, split as Nix splits it (" \t\n\r"), borrowing where
+/// the value does.
+fn split_features(value: DrvStr<'_>) -> Vec<DrvStr<'_>> {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    match value {
+        Cow::Borrowed(v) => v
+            .split(is_space)
+            .filter(|t| !t.is_empty())
+            .map(Cow::Borrowed)
+            .collect(),
+        Cow::Owned(v) => v
+            .split(is_space)
+            .filter(|t| !t.is_empty())
+            .map(|t| Cow::Owned(t.to_vec()))
+            .collect(),
+    }
+}
+
+impl<'a> EnvValue<'a> for &'a [u8] {
+    fn structured_attrs(&self) -> Result<StructuredAttrs, DrvError> {
+        StructuredAttrs::read(serde_json::from_slice(self))
+    }
+    fn string(&self) -> Option<DrvStr<'a>> {
+        Some(Cow::Borrowed(self))
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(self).into_owned()
+    }
+}
+
+impl<'a> EnvValue<'a> for RawStr<'a> {
+    fn structured_attrs(&self) -> Result<StructuredAttrs, DrvError> {
+        StructuredAttrs::read(serde_json::from_reader(self.reader()))
+    }
+    fn string(&self) -> Option<DrvStr<'a>> {
+        Some(self.unescape())
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.unescape()).into_owned()
+    }
+}
+
+impl EnvValue<'static> for AttrText {
+    fn structured_attrs(&self) -> Result<StructuredAttrs, DrvError> {
+        match self {
+            AttrText(json, true) => StructuredAttrs::read(serde_json::from_str(json)),
+            _ => Err(DrvError::json("env.__json is not a string")),
+        }
+    }
+    fn string(&self) -> Option<DrvStr<'static>> {
+        self.1.then(|| Cow::Owned(self.0.as_bytes().to_vec()))
+    }
+    fn text(&self) -> String {
+        self.0.clone()
+    }
+}
+
+/// A structured-attrs object (`__json`, or `structuredAttrs` of the JSON) as the hook reads
+/// it: the features and the GPU count, a repeat of either recorded; every other member is
+/// skipped unbuilt (serde's `IgnoredAny`), so a huge one is never held in memory.
+#[derive(Debug, Default)]
+struct StructuredAttrs {
+    features: Option<Vec<String>>,
+    gpus: Option<AttrText>,
+    repeated: Option<DecidingKey>,
+}
+
+impl StructuredAttrs {
+    /// The attrs, or why they are not valid.
+    fn read(parsed: Result<StructuredAttrs, serde_json::Error>) -> Result<Self, DrvError> {
+        parsed.map_err(|e| DrvError::json(format!("structured attrs (__json) are not valid: {e}")))
+    }
+
+    fn to_attrs(&self) -> Result<DrvAttrs<'static>, DrvError> {
+        if let Some(key) = self.repeated {
+            return Err(DrvError::Repeated {
+                key,
+                within: Within::StructuredAttrs,
+            });
+        }
+        Ok(DrvAttrs {
+            features: RequiredFeatures {
+                features: self
+                    .features
+                    .iter()
+                    .flatten()
+                    .map(|s| Cow::Owned(s.as_bytes().to_vec()))
+                    .collect(),
+                structured: true,
+            },
+            gpus: self.gpus.as_ref().map(|t| t.0.clone()),
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StructuredAttrs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = StructuredAttrs;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<StructuredAttrs, A::Error> {
+                let mut attrs = StructuredAttrs::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key.0 {
+                        // Anything but a list of strings (`null` too) is an error, as in Nix.
+                        Some(DecidingKey::Features) if attrs.features.is_none() => {
+                            attrs.features = Some(map.next_value()?);
+                        }
+                        Some(DecidingKey::Gpus) if attrs.gpus.is_none() => {
+                            attrs.gpus = Some(map.next_value()?);
+                        }
+                        repeat => {
+                            if let Some(key @ (DecidingKey::Features | DecidingKey::Gpus)) = repeat
+                            {
+                                attrs.repeated.get_or_insert(key);
+                            }
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(attrs)
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+/// A JSON object's key, read as the [`DecidingKey`] it is, if any, without copying it.
+struct Key(Option<DecidingKey>);
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+                Ok(Key(DecidingKey::of(v.as_bytes())))
+            }
+        }
+        d.deserialize_identifier(Name)
+    }
+}
 
 impl<'a> Derivation<'a> {
     /// Parses a whole `.drv` file. Trailing bytes after the closing parenthesis are an error.
@@ -116,37 +457,38 @@ impl<'a> Derivation<'a> {
         Ok(drv)
     }
 
-    /// The value of environment variable `name`, if set.
+    /// The value of environment variable `name`, if set: the last one, as Nix reads a repeat.
     pub fn env_var(&self, name: &[u8]) -> Option<&[u8]> {
         self.env
             .iter()
+            .rev()
             .find(|(k, _)| k.as_ref() == name)
             .map(|(_, v)| v.as_ref())
     }
 
-    /// The derivation's `requiredSystemFeatures`, read the way Nix reads them: from the
-    /// `__json` structured attributes when present, else from the whitespace-separated env
-    /// entry. Fails (with the offset 0, as the JSON lives in one value) when `__json` is not a
-    /// JSON object or its `requiredSystemFeatures` is not a list of strings.
-    pub fn required_features(&self) -> Result<RequiredFeatures<'_>, DrvError> {
-        if let Some(json) = self.env_var(ENV_STRUCTURED) {
-            return structured_features(json).map(|features| RequiredFeatures {
-                features,
-                structured: true,
-            });
+    /// What the hook decides on, read the way Nix reads it: from the `__json` structured
+    /// attributes when present, else from the env entries. Fails when a [`DecidingKey`] is
+    /// repeated, when `__json` is not a JSON object, or when its `requiredSystemFeatures` is
+    /// not a list of strings.
+    pub fn attrs(&self) -> Result<DrvAttrs<'_>, DrvError> {
+        let mut env = Deciding::default();
+        for (key, value) in &self.env {
+            if let Some(key) = DecidingKey::of(key) {
+                env.set(key, value.as_ref());
+            }
         }
-        let features = match self.env_var(ENV_FEATURES) {
-            Some(value) => value
-                .split(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-                .filter(|token| !token.is_empty())
-                .map(Cow::Borrowed)
-                .collect(),
-            None => Vec::new(),
-        };
-        Ok(RequiredFeatures {
-            features,
-            structured: false,
-        })
+        attrs_of_env(&env)
+    }
+
+    /// The derivation's `requiredSystemFeatures` (as [`Derivation::attrs`]).
+    pub fn required_features(&self) -> Result<RequiredFeatures<'_>, DrvError> {
+        self.attrs().map(|a| a.features)
+    }
+
+    /// The derivation's [`GPUS_ATTR`] (as [`Derivation::attrs`]); `None` when unset or when the
+    /// attrs cannot be read.
+    pub fn gpus_attr(&self) -> Option<String> {
+        self.attrs().ok()?.gpus
     }
 }
 
@@ -155,40 +497,20 @@ impl<'a> Derivation<'a> {
 /// [`JsonDerivation::parse`] for the shapes read. Features come from `structuredAttrs`, else
 /// `env.__json`, else the whitespace-separated `env.requiredSystemFeatures`, as for `.drv` files.
 pub fn features_from_json(json: &[u8]) -> Result<RequiredFeatures<'static>, DrvError> {
-    JsonDerivation::parse(json)?.required_features()
-}
-
-/// The derivation attribute asking for a number of GPUs (see [`crate::lease`]).
-pub const GPUS_ATTR: &str = "cudaSandboxGpus";
-
-impl Derivation<'_> {
-    /// The derivation's [`GPUS_ATTR`] as text: with structured attrs the `__json` member (a
-    /// string or a number), else the plain env entry. `None` when unset or unreadable. Only
-    /// that member is kept in memory: the rest of `__json` is skipped, not built.
-    pub fn gpus_attr(&self) -> Option<String> {
-        if let Some(json) = self.env_var(ENV_STRUCTURED) {
-            return gpus_in_attrs(json);
-        }
-        self.env_var(GPUS_ATTR.as_bytes())
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    }
-}
-
-/// [`GPUS_ATTR`] of a structured-attrs object (`__json`), reading only that key.
-fn gpus_in_attrs(json: &[u8]) -> Option<String> {
-    let attrs: GpusAttrs = serde_json::from_slice(json).ok()?;
-    attrs.gpus.map(|v| v.0)
+    JsonDerivation::parse(json)?.attrs().map(|a| a.features)
 }
 
 /// [`GPUS_ATTR`] of a derivation given as JSON (`NIX_DERIVATION_V4`): from `structuredAttrs`,
-/// `env.__json` or `env`, found as [`features_from_json`] finds the features.
+/// `env.__json` or `env`, found as [`features_from_json`] finds the features; `None` when unset
+/// or unreadable.
 pub fn gpus_attr_from_json(json: &[u8]) -> Option<String> {
-    JsonDerivation::parse(json).ok()?.gpus_attr()
+    JsonDerivation::parse(json).ok()?.attrs().ok()?.gpus
 }
 
 /// What the hook reads of a derivation given as JSON, and nothing more: typed readers keep the
 /// features, the GPU count and `env.__json`, and skip every other value unbuilt (serde's
-/// `IgnoredAny`), so memory stays near the JSON's size and time linear in it.
+/// `IgnoredAny`), so memory stays near the JSON's size and time linear in it. A repeated member
+/// counts as its last, as Nix's JSON library reads it, except a [`DecidingKey`]'s.
 #[derive(Debug, Default)]
 pub struct JsonDerivation {
     env: Option<JsonEnv>,
@@ -196,42 +518,35 @@ pub struct JsonDerivation {
     structured_attrs: Option<Option<StructuredAttrs>>,
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
-struct JsonEnv {
-    #[serde(rename = "__json", default)]
-    json: Option<Lenient>,
-    #[serde(rename = "requiredSystemFeatures", default)]
-    features: Option<Lenient>,
-    #[serde(rename = "cudaSandboxGpus", default, deserialize_with = "present")]
-    gpus: Option<AttrText>,
-}
+/// The `env` object of a derivation given as JSON: its [`DecidingKey`]s.
+#[derive(Debug, Default)]
+struct JsonEnv(Deciding<AttrText>);
 
-#[derive(Debug, serde::Deserialize)]
-struct StructuredAttrs {
-    // Absent means none; anything but a list of strings is an error, as in Nix.
-    #[serde(
-        rename = "requiredSystemFeatures",
-        default,
-        deserialize_with = "present_list"
-    )]
-    features: Option<Vec<String>>,
-    #[serde(rename = "cudaSandboxGpus", default, deserialize_with = "present")]
-    gpus: Option<AttrText>,
-}
-
-/// A JSON value read as a string when it is one; any other value is skipped, not built.
-#[derive(Debug)]
-enum Lenient {
-    Str(String),
-    Other,
-}
-
-impl<'de> serde::Deserialize<'de> for Lenient {
+impl<'de> serde::Deserialize<'de> for JsonEnv {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match AttrText::deserialize(d)? {
-            AttrText(s, true) => Ok(Lenient::Str(s)),
-            _ => Ok(Lenient::Other),
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = JsonEnv;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<JsonEnv, A::Error> {
+                let mut env = Deciding::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key.0 {
+                        Some(key) if !env.repeats(key) => env.set(key, map.next_value()?),
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(JsonEnv(env))
+            }
         }
+        d.deserialize_map(Object)
     }
 }
 
@@ -294,16 +609,6 @@ impl<'de> serde::Deserialize<'de> for AttrText {
     }
 }
 
-/// A present member is read as itself, `null` included (absent is `None` by `default`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<AttrText>, D::Error> {
-    AttrText::deserialize(d).map(Some)
-}
-
-/// A present list of strings, read as itself (`null` is an error: absent is `None`).
-fn present_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    Vec::<String>::deserialize(d).map(Some)
-}
-
 /// A top-level member of a JSON document that may be the derivation (an object) or not.
 enum Candidate {
     Derivation(JsonDerivation),
@@ -355,15 +660,25 @@ impl<'de> serde::Deserialize<'de> for Candidate {
 }
 
 /// One JSON object read as a derivation (`env`, `structuredAttrs`), with each of its other
-/// members read as a [`Candidate`] in case the object is a wrapper around the derivation.
+/// members read as a [`Candidate`] in case the object is a wrapper around the derivation. A
+/// repeated member counts as its last.
 struct ReadObject {
     derivation: JsonDerivation,
     /// Whether `env` or `structuredAttrs` was a member: then this object is the derivation.
     is_derivation: bool,
-    members: usize,
-    /// The single member, if there was exactly one, or the `derivation` member.
-    inner: Option<Candidate>,
+    /// The `derivation` member.
     wrapped: Option<Candidate>,
+    /// The members other than those.
+    others: Others,
+}
+
+/// The members of a JSON object other than the ones [`ReadObject`] knows.
+enum Others {
+    None,
+    /// One key (perhaps repeated), with its last value.
+    One(String, Candidate),
+    /// More than one key.
+    Several,
 }
 
 fn read_derivation_object<'de, A: serde::de::MapAccess<'de>>(
@@ -372,12 +687,10 @@ fn read_derivation_object<'de, A: serde::de::MapAccess<'de>>(
     let mut read = ReadObject {
         derivation: JsonDerivation::default(),
         is_derivation: false,
-        members: 0,
-        inner: None,
         wrapped: None,
+        others: Others::None,
     };
     while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-        read.members += 1;
         match key.as_ref() {
             "env" => {
                 read.is_derivation = true;
@@ -388,10 +701,17 @@ fn read_derivation_object<'de, A: serde::de::MapAccess<'de>>(
                 read.derivation.structured_attrs = Some(map.next_value()?);
             }
             "derivation" => read.wrapped = Some(map.next_value()?),
-            _ if read.members == 1 => read.inner = Some(map.next_value()?),
-            _ => {
-                read.inner = None;
-                map.next_value::<serde::de::IgnoredAny>()?;
+            other => {
+                read.others = match read.others {
+                    Others::None => Others::One(other.to_owned(), map.next_value()?),
+                    Others::One(first, _) if first == other => {
+                        Others::One(first, map.next_value()?)
+                    }
+                    _ => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        Others::Several
+                    }
+                }
             }
         }
     }
@@ -403,7 +723,7 @@ impl JsonDerivation {
     /// `env` or `structuredAttrs`), `{ "<drv path>": { … } }` (`nix show-derivation`), or a
     /// record holding it as `derivation` (the input NixOS/nix#16413 proposes for hooks).
     pub fn parse(json: &[u8]) -> Result<JsonDerivation, DrvError> {
-        let bad = |message: String| DrvError { offset: 0, message };
+        let bad = DrvError::Json;
         struct Top;
         impl<'de> serde::de::Visitor<'de> for Top {
             type Value = Option<ReadObject>;
@@ -450,9 +770,9 @@ impl JsonDerivation {
         if read.is_derivation {
             return Ok(read.derivation);
         }
-        let chosen = match (read.members, read.inner, read.wrapped) {
-            (1, Some(inner), _) => inner,
-            (_, _, Some(wrapped)) => wrapped,
+        let chosen = match (read.wrapped, read.others) {
+            (Some(wrapped), _) => wrapped,
+            (None, Others::One(_, inner)) => inner,
             _ => return Err(bad("derivation JSON holds no single derivation".into())),
         };
         match chosen {
@@ -461,90 +781,28 @@ impl JsonDerivation {
         }
     }
 
+    /// What the hook decides on (as [`Derivation::attrs`]): from `structuredAttrs`, else as
+    /// from a `.drv`'s env. A repeated [`DecidingKey`] in `env` is refused even then.
+    pub fn attrs(&self) -> Result<DrvAttrs<'static>, DrvError> {
+        let env = self.env.as_ref().map(|e| &e.0);
+        if let Some(env) = env {
+            env.unrepeated(Within::Env)?;
+        }
+        if let Some(Some(attrs)) = &self.structured_attrs {
+            return attrs.to_attrs();
+        }
+        attrs_of_env(env.unwrap_or(&Deciding::default()))
+    }
+
     /// The derivation's required features (as [`features_from_json`]).
     pub fn required_features(&self) -> Result<RequiredFeatures<'static>, DrvError> {
-        let bad = |message: &str| DrvError {
-            offset: 0,
-            message: message.to_owned(),
-        };
-        if let Some(Some(attrs)) = &self.structured_attrs {
-            return Ok(RequiredFeatures {
-                features: attrs
-                    .features
-                    .iter()
-                    .flatten()
-                    .map(|s| Cow::Owned(s.as_bytes().to_vec()))
-                    .collect(),
-                structured: true,
-            });
-        }
-        let env = self.env.as_ref();
-        if let Some(Lenient::Str(json)) = env.and_then(|e| e.json.as_ref()) {
-            return Ok(RequiredFeatures {
-                features: structured_features(json.as_bytes())?,
-                structured: true,
-            });
-        }
-        let features = match env.and_then(|e| e.features.as_ref()) {
-            None => Vec::new(),
-            Some(Lenient::Str(s)) => s
-                .split([' ', '\t', '\n', '\r'])
-                .filter(|t| !t.is_empty())
-                .map(|t| Cow::Owned(t.as_bytes().to_vec()))
-                .collect(),
-            Some(Lenient::Other) => return Err(bad("env.requiredSystemFeatures is not a string")),
-        };
-        Ok(RequiredFeatures {
-            features,
-            structured: false,
-        })
+        self.attrs().map(|a| a.features)
     }
 
     /// The derivation's [`GPUS_ATTR`] (as [`gpus_attr_from_json`]).
     pub fn gpus_attr(&self) -> Option<String> {
-        if let Some(Some(attrs)) = &self.structured_attrs {
-            return attrs.gpus.as_ref().map(|v| v.0.clone());
-        }
-        let env = self.env.as_ref()?;
-        if let Some(Lenient::Str(json)) = &env.json {
-            return gpus_in_attrs(json.as_bytes());
-        }
-        env.gpus.as_ref().map(|v| v.0.clone())
+        self.attrs().ok()?.gpus
     }
-}
-
-/// The structured attributes the hook reads; every other key is skipped unread (serde's
-/// `IgnoredAny`), so a huge `__json` is never built in memory.
-#[derive(serde::Deserialize)]
-struct FeatureAttrs {
-    // Absent means none; `null` (like any other non-list) is an error, as in Nix.
-    #[serde(rename = "requiredSystemFeatures", default)]
-    required_system_features: Vec<String>,
-}
-
-#[derive(serde::Deserialize)]
-struct GpusAttrs {
-    // A repeated key is an error, as for requiredSystemFeatures.
-    #[serde(rename = "cudaSandboxGpus", default, deserialize_with = "present")]
-    gpus: Option<AttrText>,
-}
-
-fn structured_features(json: &[u8]) -> Result<Vec<DrvStr<'static>>, DrvError> {
-    structured_features_from(serde_json::from_slice(json))
-}
-
-fn structured_features_from(
-    parsed: Result<FeatureAttrs, serde_json::Error>,
-) -> Result<Vec<DrvStr<'static>>, DrvError> {
-    let attrs = parsed.map_err(|e| DrvError {
-        offset: 0,
-        message: format!("structured attrs (__json) are not valid: {e}"),
-    })?;
-    Ok(attrs
-        .required_system_features
-        .into_iter()
-        .map(|s| Cow::Owned(s.into_bytes()))
-        .collect())
 }
 
 /// A string of the derivation as written, escapes and all: read without copying.
@@ -577,17 +835,16 @@ impl<'a> RawStr<'a> {
         Cow::Owned(out)
     }
 
-    /// Whether the string, unescaped, is `name`: compared in place, never copied (a key may be
-    /// huge and full of escapes).
-    fn is(&self, name: &[u8]) -> bool {
+    /// The [`DecidingKey`] this key is, unescaped, if any: compared in place (a key may be huge
+    /// and full of escapes; one longer than twice the longest name cannot be one).
+    fn deciding(&self) -> Option<DecidingKey> {
         if !self.escaped {
-            return self.raw == name;
+            return DecidingKey::of(self.raw);
         }
-        // Each escape is two bytes for one: longer than twice `name`, it cannot be `name`.
-        if self.raw.len() > 2 * name.len() + 1 {
-            return false;
+        if self.raw.len() > 2 * DecidingKey::LONGEST + 1 {
+            return None;
         }
-        self.unescape().as_ref() == name
+        DecidingKey::of(&self.unescape())
     }
 
     /// A buffered reader of the unescaped bytes, so that a huge value (`__json`) is never
@@ -635,12 +892,12 @@ impl std::io::Read for Unescape<'_> {
 }
 
 /// The environment of a derivation, read for the hook: the whole `.drv` is checked exactly as
-/// [`Derivation::parse`] checks it, but no string is copied; only the few values the hook
-/// needs are ever unescaped, and `__json` is parsed straight from the file's bytes. So the
-/// memory the hook needs stays near the file's size whatever the derivation holds.
+/// [`Derivation::parse`] checks it, but no string is copied and only the [`DecidingKey`]s are
+/// kept; only their values are ever unescaped, and `__json` is parsed straight from the file's
+/// bytes. So the memory the hook needs stays near the file's size whatever the derivation holds.
 #[derive(Debug, Clone)]
 pub struct DrvEnv<'a> {
-    env: Vec<(RawStr<'a>, RawStr<'a>)>,
+    env: Deciding<RawStr<'a>>,
 }
 
 impl<'a> DrvEnv<'a> {
@@ -654,42 +911,19 @@ impl<'a> DrvEnv<'a> {
         Ok(DrvEnv { env })
     }
 
-    fn get(&self, name: &[u8]) -> Option<RawStr<'a>> {
-        self.env.iter().find(|(k, _)| k.is(name)).map(|(_, v)| *v)
+    /// As [`Derivation::attrs`].
+    pub fn attrs(&self) -> Result<DrvAttrs<'a>, DrvError> {
+        attrs_of_env(&self.env)
     }
 
     /// As [`Derivation::required_features`].
     pub fn required_features(&self) -> Result<RequiredFeatures<'a>, DrvError> {
-        if let Some(json) = self.get(ENV_STRUCTURED) {
-            return structured_features_from(serde_json::from_reader(json.reader())).map(
-                |features| RequiredFeatures {
-                    features,
-                    structured: true,
-                },
-            );
-        }
-        let features = match self.get(ENV_FEATURES).map(|v| v.unescape()) {
-            Some(value) => value
-                .split(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-                .filter(|token| !token.is_empty())
-                .map(|t| Cow::Owned(t.to_vec()))
-                .collect(),
-            None => Vec::new(),
-        };
-        Ok(RequiredFeatures {
-            features,
-            structured: false,
-        })
+        self.attrs().map(|a| a.features)
     }
 
     /// As [`Derivation::gpus_attr`].
     pub fn gpus_attr(&self) -> Option<String> {
-        if let Some(json) = self.get(ENV_STRUCTURED) {
-            let attrs: GpusAttrs = serde_json::from_reader(json.reader()).ok()?;
-            return attrs.gpus.map(|v| v.0);
-        }
-        self.get(GPUS_ATTR.as_bytes())
-            .map(|v| String::from_utf8_lossy(&v.unescape()).into_owned())
+        self.attrs().ok()?.gpus
     }
 }
 
@@ -700,7 +934,7 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn error(&self, message: impl Into<String>) -> DrvError {
-        DrvError {
+        DrvError::Malformed {
             offset: self.pos,
             message: message.into(),
         }
@@ -795,7 +1029,7 @@ impl<'a> Parser<'a> {
     }
 
     /// The grammar of [`Parser::derivation`], keeping only the environment, as raw strings.
-    fn env_only(&mut self) -> Result<Vec<(RawStr<'a>, RawStr<'a>)>, DrvError> {
+    fn env_only(&mut self) -> Result<Deciding<RawStr<'a>>, DrvError> {
         if self.input.starts_with(b"DrvWithVersion(") {
             return Err(self.error(
                 "this is a DrvWithVersion derivation from a newer Nix; this hook reads the \
@@ -830,13 +1064,17 @@ impl<'a> Parser<'a> {
         self.expect(b",")?;
         self.list(Parser::raw_string)?;
         self.expect(b",")?;
-        let env = self.list(|p| {
+        let mut env = Deciding::default();
+        self.list(|p| {
             p.expect(b"(")?;
             let key = p.raw_string()?;
             p.expect(b",")?;
             let value = p.raw_string()?;
             p.expect(b")")?;
-            Ok((key, value))
+            if let Some(key) = key.deciding() {
+                env.set(key, value);
+            }
+            Ok(())
         })?;
         self.expect(b")")?;
         Ok(env)
@@ -850,10 +1088,11 @@ impl<'a> Parser<'a> {
         let mut at = body;
         let mut escaped = false;
         loop {
-            let next = crate::bytes::find2(b'"', b'\\', &self.input[at..]).ok_or(DrvError {
-                offset: start,
-                message: "unterminated string".to_string(),
-            })? + at;
+            let next =
+                crate::bytes::find2(b'"', b'\\', &self.input[at..]).ok_or(DrvError::Malformed {
+                    offset: start,
+                    message: "unterminated string".to_string(),
+                })? + at;
             if self.input[next] == b'"' {
                 self.pos = next + 1;
                 return Ok(RawStr {
@@ -862,7 +1101,7 @@ impl<'a> Parser<'a> {
                 });
             }
             if next + 1 >= self.input.len() {
-                return Err(DrvError {
+                return Err(DrvError::Malformed {
                     offset: start,
                     message: "unterminated string".to_string(),
                 });
@@ -906,7 +1145,7 @@ impl<'a> Parser<'a> {
         let start = self.pos;
         self.expect(b"\"")?;
         let body = self.pos;
-        let unterminated = |offset| DrvError {
+        let unterminated = |offset| DrvError::Malformed {
             offset,
             message: "unterminated string".to_string(),
         };
@@ -1058,12 +1297,184 @@ mod tests {
         let two = br#"{"/nix/store/a.drv":{"env":{}},"/nix/store/b.drv":{"env":{}}}"#;
         assert!(features_from_json(two)
             .unwrap_err()
-            .message
+            .to_string()
             .contains("single"));
         assert!(features_from_json(br#"{"/nix/store/a.drv":3}"#)
             .unwrap_err()
-            .message
+            .to_string()
             .contains("no derivation object"));
+    }
+
+    /// An ATerm `.drv` with the env entries `env`.
+    fn with_env(env: &str) -> Vec<u8> {
+        format!(
+            r#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[{env}])"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_repeated_deciding_key_is_refused_in_every_form() {
+        use DecidingKey::*;
+        let repeated = |key, within| Err(DrvError::Repeated { key, within });
+        for (env, key, within) in [
+            (
+                r#"("requiredSystemFeatures","cuda"),("requiredSystemFeatures","")"#,
+                Features,
+                Within::Env,
+            ),
+            (
+                r#"("re\quiredSystemFeatures","cuda"),("requiredSystemFeatures","")"#,
+                Features,
+                Within::Env,
+            ),
+            (
+                r#"("__json","{}"),("__json","{}")"#,
+                StructuredAttrs,
+                Within::Env,
+            ),
+            (
+                r#"("cudaSandboxGpus","1"),("requiredSystemFeatures","cuda"),("cudaSandboxGpus","2")"#,
+                Gpus,
+                Within::Env,
+            ),
+            // With structured attrs, the env's features are not read, but still refused.
+            (
+                r#"("__json","{}"),("requiredSystemFeatures",""),("requiredSystemFeatures","")"#,
+                Features,
+                Within::Env,
+            ),
+            (
+                r#"("__json","{\"requiredSystemFeatures\":[\"cuda\"],\"requiredSystemFeatures\":[]}")"#,
+                Features,
+                Within::StructuredAttrs,
+            ),
+            (
+                r#"("__json","{\"requiredSystemFeatures\":[],\"required\\u0053ystemFeatures\":[\"cuda\"]}")"#,
+                Features,
+                Within::StructuredAttrs,
+            ),
+            (
+                r#"("__json","{\"cudaSandboxGpus\":1,\"cudaSandboxGpus\":[2]}")"#,
+                Gpus,
+                Within::StructuredAttrs,
+            ),
+        ] {
+            let drv = with_env(env);
+            let full = Derivation::parse(&drv).unwrap();
+            assert_eq!(full.attrs(), repeated(key, within), "{env}");
+            let lean = DrvEnv::parse(&drv).unwrap();
+            assert_eq!(lean.attrs(), repeated(key, within), "{env}");
+            assert_eq!(lean.gpus_attr(), None, "{env}");
+        }
+        for (json, key, within) in [
+            (
+                r#"{"env":{"requiredSystemFeatures":"cuda","requiredSystemFeatures":""}}"#,
+                Features,
+                Within::Env,
+            ),
+            (
+                r#"{"env":{"__json":"{}","__json":"{}"}}"#,
+                StructuredAttrs,
+                Within::Env,
+            ),
+            (
+                r#"{"env":{"cudaSandboxGpus":"1","cudaSandboxGpus":"1"},"structuredAttrs":{}}"#,
+                Gpus,
+                Within::Env,
+            ),
+            (
+                r#"{"env":{"__json":"{\"requiredSystemFeatures\":[],\"requiredSystemFeatures\":[]}"}}"#,
+                Features,
+                Within::StructuredAttrs,
+            ),
+            (
+                r#"{"structuredAttrs":{"cudaSandboxGpus":1,"requiredSystemFeatures":[],"cudaSandboxGpus":1}}"#,
+                Gpus,
+                Within::StructuredAttrs,
+            ),
+            (
+                r#"{"derivation":{"structuredAttrs":{"requiredSystemFeatures":[],"requiredSystemFeature\u0073":[]}}}"#,
+                Features,
+                Within::StructuredAttrs,
+            ),
+        ] {
+            let d = JsonDerivation::parse(json.as_bytes()).unwrap();
+            assert_eq!(d.attrs(), repeated(key, within), "{json}");
+            let e = features_from_json(json.as_bytes()).unwrap_err();
+            assert_eq!(e.to_string().lines().count(), 1);
+            assert!(
+                e.to_string()
+                    .contains(&format!("\"{}\" is set more than once", key.name())),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_other_repeat_counts_as_its_last() {
+        let drv = with_env(
+            r#"("out","/a"),("out","/nix/store/a-x"),("requiredSystemFeatures","kvm"),("x","1"),("x","2")"#,
+        );
+        let full = Derivation::parse(&drv).unwrap();
+        assert_eq!(full.env_var(b"out"), Some(&b"/nix/store/a-x"[..]));
+        assert_eq!(full.env_var(b"x"), Some(&b"2"[..]));
+        assert_eq!(full.env.len(), 5, "the oracle keeps every entry");
+        assert_eq!(full.required_features().unwrap().lossy(), ["kvm"]);
+        assert_eq!(
+            DrvEnv::parse(&drv)
+                .unwrap()
+                .required_features()
+                .unwrap()
+                .lossy(),
+            ["kvm"]
+        );
+        // Inside `__json`, a member the hook does not read.
+        let drv = with_env(
+            r#"("__json","{\"x\":1,\"x\":{\"requiredSystemFeatures\":[]},\"requiredSystemFeatures\":[\"cuda\"]}")"#,
+        );
+        assert_eq!(
+            DrvEnv::parse(&drv)
+                .unwrap()
+                .required_features()
+                .unwrap()
+                .lossy(),
+            ["cuda"]
+        );
+        // JSON: a repeated `env`, `structuredAttrs`, `derivation` or `.drv` path is its last.
+        for (json, features) in [
+            (
+                r#"{"env":{"requiredSystemFeatures":"cuda"},"env":{"requiredSystemFeatures":"kvm"}}"#,
+                vec!["kvm"],
+            ),
+            (
+                r#"{"structuredAttrs":{"requiredSystemFeatures":["cuda"]},"structuredAttrs":null,"env":{}}"#,
+                vec![],
+            ),
+            (
+                r#"{"derivation":{"env":{}},"derivation":{"env":{"requiredSystemFeatures":"cuda"}}}"#,
+                vec!["cuda"],
+            ),
+            (
+                r#"{"/nix/store/a.drv":{"env":{"requiredSystemFeatures":"cuda"}},"/nix/store/a.drv":{"env":{}}}"#,
+                vec![],
+            ),
+            (
+                r#"{"/nix/store/a.drv":3,"/nix/store/a.drv":{"env":{"x":"1","x":"2","requiredSystemFeatures":"gpu"}}}"#,
+                vec!["gpu"],
+            ),
+        ] {
+            assert_eq!(
+                features_from_json(json.as_bytes()).unwrap().lossy(),
+                features,
+                "{json}"
+            );
+        }
+        let two = br#"{"/nix/store/a.drv":{"env":{}},"/nix/store/b.drv":{"env":{}},"/nix/store/a.drv":{"env":{}}}"#;
+        assert!(features_from_json(two)
+            .unwrap_err()
+            .to_string()
+            .contains("single"));
     }
 
     #[test]
@@ -1085,33 +1496,34 @@ mod tests {
     #[test]
     fn every_truncation_is_an_error_not_a_panic() {
         for end in 0..SIMPLE.len() {
-            let err = Derivation::parse(&SIMPLE[..end]).unwrap_err();
-            assert!(
-                err.offset <= end,
-                "offset {} beyond input {end}",
-                err.offset
-            );
+            let offset = Derivation::parse(&SIMPLE[..end])
+                .unwrap_err()
+                .offset()
+                .unwrap();
+            assert!(offset <= end, "offset {offset} beyond input {end}");
         }
     }
 
     #[test]
     fn errors_carry_the_offset() {
         let err = Derivation::parse(br#"Derive([],[],[] "s","b",[],[])"#).unwrap_err();
-        assert_eq!(err.offset, 15);
+        assert_eq!(err.offset(), Some(15));
         assert!(err.to_string().contains("byte 15"), "{err}");
         let err = Derivation::parse(b"DrvWithVersion(\"xp-dyn-drv\",[])").unwrap_err();
-        assert!(err.message.contains("newer Nix"));
+        assert!(err.to_string().contains("newer Nix"));
         let err = Derivation::parse(br#"Derive([],[],[],"s","b",[],[])x"#).unwrap_err();
-        assert!(err.message.contains("after the end"));
+        assert!(err.to_string().contains("after the end"));
     }
 
     #[test]
     fn the_hooks_lean_reader_agrees_with_the_full_parser() {
-        let samples: [&[u8]; 4] = [
+        let samples: [&[u8]; 6] = [
             br#"Derive([("out","/nix/store/a-x","","")],[("/nix/store/b.drv",["out"])],["/nix/store/c"],"x86_64-linux","/bin/sh",["-e","a\"b"],[("cudaSandboxGpus","2"),("out","/nix/store/a-x"),("requiredSystemFeatures","big-parallel\tcuda")])"#,
             br#"Derive([("out","/nix/store/a-x","","")],[],[],"x86_64-linux","/bin/sh",[],[("__json","{\"big\":\"a\\nb\\\"c\",\"cudaSandboxGpus\":3,\"requiredSystemFeatures\":[\"cuda\",\"kvm\"]}"),("out","/nix/store/a-x")])"#,
             br#"Derive([],[],[],"","",[],[("__json","{\"requiredSystemFeatures\":null}")])"#,
             br#"Derive([],[],[],"","",[],[("re\quiredSystemFeatures","x\ny")])"#,
+            br#"Derive([],[],[],"","",[],[("cudaSandboxGpus","1"),("requiredSystemFeatures","cuda"),("requiredSystemFeatures","")])"#,
+            br#"Derive([],[],[],"","",[],[("__json","{\"cudaSandboxGpus\":1,\"x\":2,\"x\":3,\"cudaSandboxGpus\":2}")])"#,
         ];
         let mut checked = 0;
         for sample in samples {
@@ -1128,15 +1540,16 @@ mod tests {
                 let full = Derivation::parse(&input);
                 let lean = DrvEnv::parse(&input);
                 match (&full, &lean) {
-                    (Ok(d), Ok(e)) => {
-                        let a = d.required_features().map(|f| f.features);
-                        let b = e.required_features().map(|f| f.features);
-                        assert_eq!(a.is_ok(), b.is_ok(), "{}", String::from_utf8_lossy(&input));
-                        if let (Ok(a), Ok(b)) = (a, b) {
-                            assert_eq!(a, b, "{}", String::from_utf8_lossy(&input));
-                        }
-                        assert_eq!(d.gpus_attr(), e.gpus_attr());
-                    }
+                    (Ok(d), Ok(e)) => match (d.attrs(), e.attrs()) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", String::from_utf8_lossy(&input)),
+                        (Err(a), Err(b)) => assert_eq!(
+                            std::mem::discriminant(&a),
+                            std::mem::discriminant(&b),
+                            "{}: {a} vs {b}",
+                            String::from_utf8_lossy(&input)
+                        ),
+                        (a, b) => panic!("{}: {a:?} vs {b:?}", String::from_utf8_lossy(&input)),
+                    },
                     (Err(a), Err(b)) => assert_eq!(a, b),
                     _ => panic!("{}: {full:?} vs {lean:?}", String::from_utf8_lossy(&input)),
                 }

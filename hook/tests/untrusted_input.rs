@@ -115,6 +115,80 @@ fn json_derivations_parse_in_linear_time() {
     }
 }
 
+/// A key repeated a million times, in each form: found in one pass, kept once (the readers
+/// hold the deciding keys' first values only), and refused.
+#[test]
+fn repeated_keys_are_refused_in_linear_time() {
+    let aterm = |unit: &str| {
+        big(
+            r#"Derive([("out","/nix/store/x-big","","")],[],[],"x86_64-linux","/bin/sh",[],["#,
+            unit,
+            r#"("out","/nix/store/x-big")])"#,
+        )
+    };
+    for (name, drv) in [
+        ("env key", aterm(r#"("requiredSystemFeatures","cuda"),"#)),
+        (
+            "escaped env key",
+            aterm(r#"("re\quiredSystemFeatures","cuda"),"#),
+        ),
+        ("other env key", aterm(r#"("x","cuda"),"#)),
+        (
+            "__json member",
+            structured_drv(
+                r#"0,\"cudaSandboxGpus\":"#,
+                r#"1,\"cudaSandboxGpus\":"#,
+                "1",
+                "cuda",
+            ),
+        ),
+    ] {
+        let result = timed(name, || DrvEnv::parse(&drv).unwrap().required_features());
+        match name {
+            "other env key" => assert!(result.unwrap().features.is_empty()),
+            _ => assert!(
+                result.unwrap_err().to_string().contains("more than once"),
+                "{name}"
+            ),
+        }
+    }
+    for (name, json) in [
+        (
+            "env member",
+            big(
+                r#"{"env":{"#,
+                r#""requiredSystemFeatures":"cuda","#,
+                r#""x":""}}"#,
+            ),
+        ),
+        (
+            "structuredAttrs member",
+            big(
+                r#"{"structuredAttrs":{"#,
+                r#""cudaSandboxGpus":1,"#,
+                r#""requiredSystemFeatures":["cuda"]}}"#,
+            ),
+        ),
+        (
+            ".drv path",
+            big(
+                r#"{"#,
+                r#""/nix/store/a.drv":{"env":{"x":""}},"#,
+                r#""/nix/store/a.drv":{"env":{"requiredSystemFeatures":"cuda"}}}"#,
+            ),
+        ),
+    ] {
+        let result = timed(name, || features_from_json(&json));
+        match name {
+            ".drv path" => assert_eq!(result.unwrap().lossy(), ["cuda"]),
+            _ => assert!(
+                result.unwrap_err().to_string().contains("more than once"),
+                "{name}"
+            ),
+        }
+    }
+}
+
 #[test]
 fn the_hook_reads_a_big_untagged_structured_drv_in_linear_time() {
     // What nix-build met on f51a825: 50 s of hook for a 2 MB derivation.
