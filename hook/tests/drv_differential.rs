@@ -2,7 +2,7 @@
 //!
 //! The corpus (`tests/corpus/corpus.nix` and its data files) is instantiated with Debian's Nix
 //! 2.8 into the real `/nix/store`, then for every `.drv` the corpus pulls in, our parse is
-//! compared on every field with `nix show-derivation`, and `required_features()` with what Nix
+//! compared on every field with `nix show-derivation`, and its required features (`attrs()`) with what Nix
 //! itself makes of `requiredSystemFeatures`. Negative cases come from the same real files: every
 //! truncation, and random single-byte corruptions checked against an independent, naive
 //! reference parser.
@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use cuda_sandbox_hook::drv::{features_from_json, Derivation, DrvEnv};
+use cuda_sandbox_hook::drv::{Derivation, DrvEnv, DrvError, JsonDerivation, RequiredFeatures};
 use cuda_sandbox_testkit::{DerivationJson, NixVersion};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -69,7 +69,7 @@ const LATIN1: &[u8] =
 
 const MIB: usize = 1024 * 1024;
 
-/// What `required_features()` must give for a corpus item.
+/// What the required features (`attrs()`) must be for a corpus item.
 #[derive(Debug, Clone, Copy)]
 enum Features {
     /// Exactly these, in this order, duplicates kept.
@@ -1068,7 +1068,7 @@ fn required_features_match_nix() {
     // 1. Every .drv, against the features derived from show-derivation's env.
     for drv in &c.drvs {
         let parsed = Derivation::parse(&drv.bytes).unwrap();
-        let ours = parsed.required_features();
+        let ours = parsed.attrs().map(|a| a.features);
         // Not shown by this Nix (not UTF-8): part 2 asks nix-store --realise.
         let Some(nix) = c.shown.get(drv.path.as_bytes()) else {
             continue;
@@ -1111,7 +1111,8 @@ fn required_features_match_nix() {
         let drv = c.item(name);
         let parsed = Derivation::parse(&drv.bytes).unwrap();
         let ours = parsed
-            .required_features()
+            .attrs()
+            .map(|a| a.features)
             .map(|f| f.features.iter().map(|f| f.to_vec()).collect::<Vec<_>>());
         let as_vec = |l: &[&[u8]]| l.iter().map(|f| f.to_vec()).collect::<Vec<_>>();
         match (expected, &ours) {
@@ -1142,7 +1143,7 @@ fn required_features_match_nix() {
         "only {asked_nix} items checked with nix-store --realise"
     );
     eprintln!(
-        "required_features() agrees with Nix on {} .drv files; {asked_nix} items also checked \
+        "the required features agree with Nix on {} .drv files; {asked_nix} items also checked \
          with nix-store --realise; {} items refused by Nix {} at instantiation",
         c.shown.len(),
         c.refused.len(),
@@ -1173,7 +1174,7 @@ fn corpus_covers_every_case() {
     let d = parse("structured");
     assert!(d.env_var(b"__json").is_some());
     assert!(d.env_var(b"requiredSystemFeatures").is_none());
-    assert!(d.required_features().unwrap().structured);
+    assert!(d.attrs().map(|a| a.features).unwrap().structured);
 
     let d = parse("multi-output");
     assert_eq!(
@@ -1422,7 +1423,7 @@ mod reference {
 fn parse_checked(input: &[u8], what: &dyn Fn() -> String) -> Option<Norm> {
     let result = catch_unwind(AssertUnwindSafe(|| match Derivation::parse(input) {
         Ok(d) => {
-            let _ = d.required_features();
+            let _ = d.attrs().map(|a| a.features);
             Ok(norm_ours(&d))
         }
         Err(e) => Err(e),
@@ -1746,7 +1747,8 @@ fn generated_derivations_agree_with_nix() {
         );
         let expected = features_from_json_env(&theirs.env);
         let got = ours
-            .required_features()
+            .attrs()
+            .map(|a| a.features)
             .map(|f| f.features.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
         match (expected, got) {
             (Ok(e), Ok(g)) => assert_eq!(g, e, "seed {seed}: {path}: features"),
@@ -1846,6 +1848,13 @@ const REPEATS: &[Repeat] = &[
         refused: None,
     },
 ];
+
+/// The required features of a derivation given as JSON, as the hook reads them.
+fn json_features(json: &[u8]) -> Result<RequiredFeatures<'static>, DrvError> {
+    JsonDerivation::parse(json)
+        .and_then(|d| d.attrs())
+        .map(|a| a.features)
+}
 
 /// A string as Nix writes it into a `.drv`.
 fn aterm_quoted(s: &[u8]) -> Vec<u8> {
@@ -2091,11 +2100,14 @@ fn repeated_keys_are_read_as_nix_reads_them_and_refused_where_the_hook_decides()
         let lean = DrvEnv::parse(&bytes).unwrap();
         match case.refused {
             Some(key) => {
-                assert_refuses(ours.required_features(), key, &what);
-                assert_refuses(lean.required_features(), key, &what);
+                assert_refuses(ours.attrs().map(|a| a.features), key, &what);
+                assert_refuses(lean.attrs().map(|a| a.features), key, &what);
             }
             None => {
-                for features in [ours.required_features(), lean.required_features()] {
+                for features in [
+                    ours.attrs().map(|a| a.features),
+                    lean.attrs().map(|a| a.features),
+                ] {
                     let features = features.unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert_eq!(features.lossy(), ["kvm"], "{what}");
                 }
@@ -2108,9 +2120,9 @@ fn repeated_keys_are_read_as_nix_reads_them_and_refused_where_the_hook_decides()
         let json = serde_json::to_vec(&nix_json_of(&path)).unwrap();
         let json_repeats = case.first.is_none() && version.derivation_json() != DerivationJson::V4;
         match case.refused.filter(|_| json_repeats) {
-            Some(key) => assert_refuses(features_from_json(&json), key, &what),
+            Some(key) => assert_refuses(json_features(&json), key, &what),
             None => {
-                let features = features_from_json(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let features = json_features(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(features.lossy(), ["kvm"], "{what}: JSON");
             }
         }
@@ -2168,9 +2180,9 @@ fn repeated_keys_are_read_as_nix_reads_them_and_refused_where_the_hook_decides()
             "{what}: Nix wrote another derivation than the one of the last values"
         );
         match refused {
-            Some(key) => assert_refuses(features_from_json(&json), key, &what),
+            Some(key) => assert_refuses(json_features(&json), key, &what),
             None => {
-                let features = features_from_json(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let features = json_features(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(features.lossy(), ["kvm"], "{what}");
             }
         }

@@ -4,7 +4,7 @@
 //! miss them: 8 MiB in under 10 s in a debug build, where the quadratic `__json` reader of
 //! f51a825 needed minutes (2 MiB took it 55 s).
 
-use cuda_sandbox_hook::drv::{features_from_json, gpus_attr_from_json, DrvEnv};
+use cuda_sandbox_hook::drv::{DrvAttrs, DrvEnv, DrvError, JsonDerivation};
 use cuda_sandbox_hook::request::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 use std::os::fd::AsRawFd;
 use std::process::Command;
@@ -47,6 +47,11 @@ fn structured_drv(value_head: &str, unit: &str, value_tail: &str, features: &str
     )
 }
 
+/// What the hook decides on of a derivation given as JSON.
+fn json_attrs(json: &[u8]) -> Result<DrvAttrs<'static>, DrvError> {
+    JsonDerivation::parse(json)?.attrs()
+}
+
 fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let start = Instant::now();
     let out = f();
@@ -71,10 +76,8 @@ fn structured_attrs_with_long_escape_free_runs_parse_in_linear_time() {
             structured_drv(r#"\""#, "abcdefgh", r#"\""#, "cuda"),
         ),
     ] {
-        let (features, gpus) = timed(name, || {
-            let env = DrvEnv::parse(&drv).unwrap();
-            (env.required_features().unwrap(), env.gpus_attr())
-        });
+        let DrvAttrs { features, gpus } =
+            timed(name, || DrvEnv::parse(&drv).unwrap().attrs().unwrap());
         assert_eq!(features.lossy(), ["cuda"], "{name}");
         assert!(features.structured);
         assert_eq!(gpus.as_deref(), Some("2"), "{name}");
@@ -109,9 +112,12 @@ fn json_derivations_parse_in_linear_time() {
             ),
         ),
     ] {
-        let features = timed(name, || features_from_json(&json).unwrap());
-        assert!(features.contains(b"cuda"), "{name}: {:?}", features.lossy());
-        timed(name, || gpus_attr_from_json(&json));
+        let attrs = timed(name, || json_attrs(&json).unwrap());
+        assert!(
+            attrs.features.contains(b"cuda"),
+            "{name}: {:?}",
+            attrs.features.lossy()
+        );
     }
 }
 
@@ -143,9 +149,9 @@ fn repeated_keys_are_refused_in_linear_time() {
             ),
         ),
     ] {
-        let result = timed(name, || DrvEnv::parse(&drv).unwrap().required_features());
+        let result = timed(name, || DrvEnv::parse(&drv).unwrap().attrs());
         match name {
-            "other env key" => assert!(result.unwrap().features.is_empty()),
+            "other env key" => assert!(result.unwrap().features.features.is_empty()),
             _ => assert!(
                 result.unwrap_err().to_string().contains("more than once"),
                 "{name}"
@@ -178,9 +184,9 @@ fn repeated_keys_are_refused_in_linear_time() {
             ),
         ),
     ] {
-        let result = timed(name, || features_from_json(&json));
+        let result = timed(name, || json_attrs(&json));
         match name {
-            ".drv path" => assert_eq!(result.unwrap().lossy(), ["cuda"]),
+            ".drv path" => assert_eq!(result.unwrap().features.lossy(), ["cuda"]),
             _ => assert!(
                 result.unwrap_err().to_string().contains("more than once"),
                 "{name}"

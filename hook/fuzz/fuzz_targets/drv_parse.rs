@@ -5,9 +5,7 @@
 //! quadratic on them).
 #![no_main]
 
-use cuda_sandbox_hook::drv::{
-    features_from_json, gpus_attr_from_json, Derivation, DrvEnv, DrvError,
-};
+use cuda_sandbox_hook::drv::{Derivation, DrvEnv, DrvError, JsonDerivation};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -33,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
         }
         _ => panic!("the readers disagree: {full:?} vs {lean:?}"),
     }
-    let _ = features_from_json(data);
-    let _ = gpus_attr_from_json(data);
+    if let Ok(d) = JsonDerivation::parse(data) {
+        let _ = d.attrs();
+    }
 });
