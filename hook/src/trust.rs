@@ -18,6 +18,9 @@
 //!   checked parent with `O_NOFOLLOW | O_NONBLOCK`, and checked again from its descriptor.
 //! - [`program`]: a program the hook runs is absolute (only a bare default name is looked up
 //!   in `PATH`), and its path passes [`check_path`].
+//! - [`open_without_symlinks`]: a path someone names for their own use (`exec --bind`) has no
+//!   symlink anywhere on it; it is walked from `/` with `O_NOFOLLOW` and what was walked to is
+//!   returned as a descriptor, so whatever is renamed there afterwards is not what is used.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
@@ -51,6 +54,12 @@ pub enum TrustError {
         /// Its owner.
         uid: u32,
     },
+    /// The path holds a symlink where none may be.
+    #[error("{} is a symlink: name the path it leads to, with no symlink on the way", .0.display())]
+    Symlink(PathBuf),
+    /// The path holds `..` where it must be walked as written.
+    #[error("{} holds `..`: name the path without it", .0.display())]
+    ParentDir(PathBuf),
     /// A directory to list is no directory.
     #[error("{} is not a directory", .0.display())]
     NotADirectory(PathBuf),
@@ -292,6 +301,64 @@ pub fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBuf, Prog
     }
 }
 
+/// Opens `path` (absolute, without `..`) as an `O_PATH` descriptor, with no symlink anywhere
+/// on it: each component is opened from its parent's descriptor with `O_NOFOLLOW` and must be
+/// no symlink, so the descriptor is the entry this walk reached, whatever is renamed or linked
+/// on the path afterwards. Owners and modes are not judged (the caller says whose the entry
+/// must be). Returns it with its `fstat`.
+pub fn open_without_symlinks(
+    path: &Path,
+) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), TrustError> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::{fstat, SFlag};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if !path.is_absolute() {
+        return Err(TrustError::NotAbsolute(path.to_path_buf()));
+    }
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let inspect = |at: &Path| {
+        let path = at.to_path_buf();
+        move |errno: nix::Error| TrustError::Inspect {
+            path,
+            source: errno.into(),
+        }
+    };
+    let mut here = PathBuf::from("/");
+    // SAFETY: open(2) just returned the descriptor; nothing else owns it.
+    let adopt = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut entry = adopt(
+        nix::fcntl::open(
+            "/",
+            flags | OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(inspect(&here))?,
+    );
+    let mut stat = fstat(entry.as_raw_fd()).map_err(inspect(&here))?;
+    for component in path.components() {
+        let name = match component {
+            Component::Normal(name) => name,
+            Component::ParentDir => return Err(TrustError::ParentDir(path.to_path_buf())),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+        };
+        here.push(name);
+        let fd = nix::fcntl::openat(
+            Some(entry.as_raw_fd()),
+            name,
+            flags,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(inspect(&here))?;
+        entry = adopt(fd);
+        stat = fstat(entry.as_raw_fd()).map_err(inspect(&here))?;
+        let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+        if kind == SFlag::S_IFLNK {
+            return Err(TrustError::Symlink(here));
+        }
+    }
+    Ok((entry, stat))
+}
+
 fn lstat(path: &Path) -> Result<Metadata, TrustError> {
     std::fs::symlink_metadata(path).map_err(|source| TrustError::Inspect {
         path: path.to_path_buf(),
@@ -502,6 +569,45 @@ mod tests {
         assert!(matches!(
             listed_dir(&d.join("file")),
             Err(TrustError::NotADirectory(_))
+        ));
+    }
+
+    #[test]
+    fn a_path_opened_without_symlinks_has_none_anywhere_on_it() {
+        use std::os::fd::AsRawFd;
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/file"), "x").unwrap();
+        let (fd, stat) = open_without_symlinks(&d.join("dir/file")).unwrap();
+        let meta = std::fs::metadata(d.join("dir/file")).unwrap();
+        assert_eq!((stat.st_dev, stat.st_ino), (meta.dev(), meta.ino()));
+        // The descriptor is the file walked to, whatever is put at the path afterwards.
+        std::fs::rename(d.join("dir/file"), d.join("moved")).unwrap();
+        symlink("/etc/hostname", d.join("dir/file")).unwrap();
+        let proc = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        assert_eq!(std::fs::read_link(proc).unwrap(), d.join("moved"));
+        for (path, at) in [
+            (d.join("dir/file"), d.join("dir/file")),
+            (d.join("up/dir"), d.join("up")),
+        ] {
+            let _ = symlink(d, d.join("up"));
+            match open_without_symlinks(&path) {
+                Err(TrustError::Symlink(p)) => assert_eq!(p, at),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+        }
+        assert!(matches!(
+            open_without_symlinks(&d.join("dir/../moved")),
+            Err(TrustError::ParentDir(_))
+        ));
+        assert!(matches!(
+            open_without_symlinks(&d.join("absent")),
+            Err(TrustError::Inspect { .. })
+        ));
+        assert!(matches!(
+            open_without_symlinks(Path::new("relative")),
+            Err(TrustError::NotAbsolute(_))
         ));
     }
 
