@@ -204,7 +204,8 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
             return Err(ExecError::NoConfig("no configuration was loaded".into()))
         }
     };
-    // Opened before anything is mounted, and held until every bind is made.
+    // Checked before anything is planned, for a clear error; each is checked again when it
+    // is bound, and bound through the descriptor of that walk.
     let user_binds = req
         .extra_binds
         .iter()
