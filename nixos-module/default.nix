@@ -396,7 +396,7 @@ in
       };
       description = ''
         The hook's configuration, rendered to {file}`/etc/cuda-sandbox/config.toml` (see the
-        configuration reference in the README). The keys documented here are typed; any other
+        configuration reference in docs/configuration.md). The keys documented here are typed; any other
         key of the reference (e.g. `host_root`, `symlink_roots`) is passed through as written,
         and the hook rejects unknown ones. The options above define the rule `nvidia`; rules
         given here are added after it (`lib.mkForce` replaces it).

@@ -1,9 +1,9 @@
 //! Which Nix the tests run under, and every way Nix versions differ where a test depends on it.
 //!
 //! The tests run under Debian bookworm's Nix 2.8 (the host's), and under trixie's 2.26 and
-//! sid's 2.34 with `scripts/with-nix` (see the README's "Testing"). A behaviour that differs
-//! between them is one method of [`NixVersion`] here, named for the behaviour and saying which
-//! versions were measured; tests ask it rather than compare version numbers. Versions between
+//! sid's 2.34 with `scripts/with-nix` (see docs/testing.md, "Nix versions"). A behaviour that
+//! differs between them is one method of [`NixVersion`] here, named for the behaviour and saying
+//! which versions were measured; tests ask it rather than compare version numbers. Versions between
 //! the measured ones were not checked: each method gives the newer behaviour from the first
 //! measured version that shows it.
 
