@@ -122,7 +122,11 @@ fn the_hook_reads_a_big_untagged_structured_drv_in_linear_time() {
     let drv = dir.path().join("big.drv");
     std::fs::write(&drv, structured_drv("[", "0,", "0]", "big-parallel")).unwrap();
     let config = dir.path().join("config.toml");
-    std::fs::write(&config, "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n").unwrap();
+    std::fs::write(
+        &config,
+        "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
+    )
+    .unwrap();
     let out = timed("the hook", || {
         Command::new(HOOK)
             .arg(&drv)
@@ -160,7 +164,11 @@ fn a_json_derivation_on_drv_aterm_fd_costs_memory_near_its_size() {
     std::fs::write(&json, &text).unwrap();
     let mib = text.len() as f64 / (1 << 20) as f64;
     let config = dir.path().join("config.toml");
-    std::fs::write(&config, "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n").unwrap();
+    std::fs::write(
+        &config,
+        "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
+    )
+    .unwrap();
     drop(text);
     let out = Command::new("sh")
         .arg("-c")
@@ -296,7 +304,7 @@ fn the_hook_never_hangs_on_what_drv_aterm_fd_names() {
     std::fs::write(
         &config,
         format!(
-            "missing_drv = \"fail\"\nruntime_dir = \"{}\"\n[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n",
+            "missing_drv = \"fail\"\nruntime_dir = \"{}\"\n[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
             d.join("run").display()
         ),
     )
