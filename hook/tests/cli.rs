@@ -69,6 +69,9 @@ impl Case {
     }
 }
 
+/// An optional device for a rule that needs nothing else: a rule must name something to expose.
+const A_DEVICE: &str = "[[rule.device]]\nglob = \"/dev/nvidia0\"\n";
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -122,7 +125,7 @@ fn tagged_build_with_broken_config_fails_in_one_line() {
 #[test]
 fn missing_drv_exposes_nothing_with_a_warning() {
     let c = Case::new();
-    let out = c.hook(&c.path("absent.drv"), &c.config(""));
+    let out = c.hook(&c.path("absent.drv"), &c.config(A_DEVICE));
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
     let err = stderr(&out);
@@ -267,7 +270,7 @@ fn derivation_aterm_from_drv_aterm_fd_is_used_when_the_drv_is_absent() {
 #[test]
 fn malformed_drv_fails_only_when_it_may_be_tagged() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     let bad = c.path("bad.drv");
     std::fs::write(
         &bad,
@@ -479,7 +482,7 @@ fn symlinks_leading_outside_the_allowed_roots_are_not_followed() {
 #[test]
 fn hostile_feature_lists_are_a_safe_no_op_or_tagged() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     for features in ["cuda\\u0000", "c=uda", "cu\\nda", "\\u0001cuda\\u0001"] {
         let out = c.hook(&c.drv("odd", Some(features)), &config);
         assert!(out.status.success(), "{features}: {}", stderr(&out));
@@ -493,7 +496,7 @@ fn hostile_feature_lists_are_a_safe_no_op_or_tagged() {
     std::fs::write(&drv, text).unwrap();
     let out = c.hook(&drv, &config);
     assert!(out.status.success(), "{}", stderr(&out));
-    // `cuda` is a feature of its own here, so the (empty) rule answers: the manifest is exposed.
+    // `cuda` is a feature of its own here, so the rule answers: the manifest is exposed.
     assert!(String::from_utf8_lossy(&out.stdout).contains("/run/cuda-sandbox/manifest.json"));
 }
 
@@ -506,7 +509,7 @@ fn configs_others_can_write_are_refused_for_tagged_builds_only() {
     }
     use std::os::unix::fs::PermissionsExt;
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o666)).unwrap();
     let out = c.hook(&c.drv("t", Some("cuda")), &config);
     assert_eq!(out.status.code(), Some(1));
@@ -550,7 +553,7 @@ fn check_config_content_only_ignores_ownership_the_hook_does_not() {
         cmd.output().unwrap()
     };
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     std::os::unix::fs::chown(&config, Some(65534), Some(65534)).unwrap();
 
     let full = check(&config, false);
@@ -603,7 +606,7 @@ fn missing_required_path_names_the_fix() {
 #[test]
 fn explain_text_says_untagged() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     let out = Command::new(HOOK)
         .args(["explain", "--config"])
         .arg(&config)
@@ -752,7 +755,7 @@ fn check_config_says_when_max_gpus_per_build_has_no_effect() {
         let config = c.path("check.toml");
         std::fs::write(
             &config,
-            format!("{top}[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n"),
+            format!("{top}[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n{A_DEVICE}"),
         )
         .unwrap();
         let out = Command::new(HOOK)
@@ -814,7 +817,7 @@ fn an_optional_device_the_protocol_cannot_express_is_skipped_with_a_warning() {
 #[test]
 fn explain_text_escapes_what_the_derivation_says() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     let drv = c.path("hostile.drv");
     std::fs::write(
         &drv,

@@ -19,9 +19,11 @@ pub use aterm_fd::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 /// Environment variable in which some Nix variants pass the derivation as JSON.
 pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
 
-/// Environment variable naming an open file descriptor from which the derivation's ATerm can be
-/// read (proposed for upstream Nix in NixOS/nix#16413, not merged). A JSON document there is
-/// read like [`DERIVATION_ENV`], in case the proposal settles on JSON.
+/// Environment variable naming an open file descriptor from which the derivation can be read:
+/// its ATerm, or JSON read like [`DERIVATION_ENV`] (the derivation, or NixOS/nix#16413's record
+/// holding it). The hook's own name, for a Nix that names a descriptor: #16413 (not merged)
+/// `dup2`s its record onto standard input in the revision under review, which the hook never
+/// reads, and its reviewers ask for a descriptor named in the environment.
 pub const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
 
 /// The process environment the hook reads, read once by the caller (`main`) and passed in:
