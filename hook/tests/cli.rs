@@ -906,7 +906,7 @@ fn assert_refused_for(out: &Output, key: &str, case: &str) {
 #[test]
 fn a_repeated_gpu_attribute_fails_the_build_in_every_form() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     let aterm = [
         (
             "requiredSystemFeatures",
@@ -1030,7 +1030,7 @@ fn a_repeated_gpu_attribute_fails_the_build_in_every_form() {
 #[test]
 fn other_repeated_keys_are_read_as_nix_reads_them() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     // A repeated key the hook does not decide on changes nothing.
     let out = c.hook(
         &drv_with_env(
