@@ -4,7 +4,7 @@
 //! miss them: 8 MiB in under 10 s in a debug build, where the quadratic `__json` reader of
 //! f51a825 needed minutes (2 MiB took it 55 s).
 
-use cuda_sandbox_hook::drv::{features_from_json, gpus_attr_from_json, DrvEnv};
+use cuda_sandbox_hook::drv::{DrvAttrs, DrvEnv, DrvError, JsonDerivation};
 use cuda_sandbox_hook::request::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 use std::os::fd::AsRawFd;
 use std::process::Command;
@@ -47,6 +47,11 @@ fn structured_drv(value_head: &str, unit: &str, value_tail: &str, features: &str
     )
 }
 
+/// What the hook decides on of a derivation given as JSON.
+fn json_attrs(json: &[u8]) -> Result<DrvAttrs<'static>, DrvError> {
+    JsonDerivation::parse(json)?.attrs()
+}
+
 fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let start = Instant::now();
     let out = f();
@@ -71,10 +76,8 @@ fn structured_attrs_with_long_escape_free_runs_parse_in_linear_time() {
             structured_drv(r#"\""#, "abcdefgh", r#"\""#, "cuda"),
         ),
     ] {
-        let (features, gpus) = timed(name, || {
-            let env = DrvEnv::parse(&drv).unwrap();
-            (env.required_features().unwrap(), env.gpus_attr())
-        });
+        let DrvAttrs { features, gpus } =
+            timed(name, || DrvEnv::parse(&drv).unwrap().attrs().unwrap());
         assert_eq!(features.lossy(), ["cuda"], "{name}");
         assert!(features.structured);
         assert_eq!(gpus.as_deref(), Some("2"), "{name}");
@@ -109,9 +112,86 @@ fn json_derivations_parse_in_linear_time() {
             ),
         ),
     ] {
-        let features = timed(name, || features_from_json(&json).unwrap());
-        assert!(features.contains(b"cuda"), "{name}: {:?}", features.lossy());
-        timed(name, || gpus_attr_from_json(&json));
+        let attrs = timed(name, || json_attrs(&json).unwrap());
+        assert!(
+            attrs.features.contains(b"cuda"),
+            "{name}: {:?}",
+            attrs.features.lossy()
+        );
+    }
+}
+
+/// A key repeated a million times, in each form: found in one pass, kept once (the readers
+/// hold the deciding keys' first values only), and refused.
+#[test]
+fn repeated_keys_are_refused_in_linear_time() {
+    let aterm = |unit: &str| {
+        big(
+            r#"Derive([("out","/nix/store/x-big","","")],[],[],"x86_64-linux","/bin/sh",[],["#,
+            unit,
+            r#"("out","/nix/store/x-big")])"#,
+        )
+    };
+    for (name, drv) in [
+        ("env key", aterm(r#"("requiredSystemFeatures","cuda"),"#)),
+        (
+            "escaped env key",
+            aterm(r#"("re\quiredSystemFeatures","cuda"),"#),
+        ),
+        ("other env key", aterm(r#"("x","cuda"),"#)),
+        (
+            "__json member",
+            structured_drv(
+                r#"0,\"cudaSandboxGpus\":"#,
+                r#"1,\"cudaSandboxGpus\":"#,
+                "1",
+                "cuda",
+            ),
+        ),
+    ] {
+        let result = timed(name, || DrvEnv::parse(&drv).unwrap().attrs());
+        match name {
+            "other env key" => assert!(result.unwrap().features.features.is_empty()),
+            _ => assert!(
+                result.unwrap_err().to_string().contains("more than once"),
+                "{name}"
+            ),
+        }
+    }
+    for (name, json) in [
+        (
+            "env member",
+            big(
+                r#"{"env":{"#,
+                r#""requiredSystemFeatures":"cuda","#,
+                r#""x":""}}"#,
+            ),
+        ),
+        (
+            "structuredAttrs member",
+            big(
+                r#"{"structuredAttrs":{"#,
+                r#""cudaSandboxGpus":1,"#,
+                r#""requiredSystemFeatures":["cuda"]}}"#,
+            ),
+        ),
+        (
+            ".drv path",
+            big(
+                r#"{"#,
+                r#""/nix/store/a.drv":{"env":{"x":""}},"#,
+                r#""/nix/store/a.drv":{"env":{"requiredSystemFeatures":"cuda"}}}"#,
+            ),
+        ),
+    ] {
+        let result = timed(name, || json_attrs(&json));
+        match name {
+            ".drv path" => assert_eq!(result.unwrap().features.lossy(), ["cuda"]),
+            _ => assert!(
+                result.unwrap_err().to_string().contains("more than once"),
+                "{name}"
+            ),
+        }
     }
 }
 
