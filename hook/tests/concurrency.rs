@@ -583,8 +583,8 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
-/// Kills a background `nix-build`'s process group and the builders holding `marker` (each in a
-/// session of its own) when a test ends, passed or failed.
+/// Kills a background `nix-build`'s process group (none when `group` is 0) and the builders
+/// holding `marker` (each in a session of its own) when a test ends, passed or failed.
 struct KillOnDrop {
     group: i32,
     marker: String,
@@ -592,7 +592,9 @@ struct KillOnDrop {
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        kill_group(self.group);
+        if self.group > 0 {
+            kill_group(self.group);
+        }
         for pid in processes_with(&self.marker) {
             kill_group(pid);
         }
@@ -773,14 +775,51 @@ fn builds_of_one_nix_without_build_users_do_not_share_a_gpu() {
     }
     let _serial = serial();
     let host = Host::new(1, 1, 0, false);
+    let handshake = host.dir.path().join("handshake");
+    std::fs::create_dir(&handshake).unwrap();
     let mut sandbox = host.sandbox(3);
     sandbox.extra_settings.push("build-users-group =".into());
+    sandbox
+        .sandbox_paths
+        .push(handshake.to_string_lossy().into_owned());
     let n = nonce();
-    let build = sandbox.build(
-        &nix_file("same-nix.nix"),
-        &[("nonce", &n), ("delay", "8"), ("sleep", "30")],
-        &["--keep-going"],
+    let escaped = format!("escaped-{n}");
+    let _cleanup = KillOnDrop {
+        group: 0,
+        marker: escaped.clone(),
+    };
+    let run = {
+        let (n, handshake) = (n.clone(), handshake.clone());
+        std::thread::spawn(move || {
+            sandbox.build(
+                &nix_file("same-nix.nix"),
+                &[("nonce", &n), ("handshake", handshake.to_str().unwrap())],
+                &["--keep-going"],
+            )
+        })
+    };
+    // The second build starts once the first builder has left its chroot.
+    let leases = Leases::new(&host.run_dir());
+    wait_for(
+        "the first builder to leave its chroot",
+        Duration::from_secs(60),
+        || {
+            let Some(lease) = leases.record(0) else {
+                return false;
+            };
+            let pids = processes_with(&escaped);
+            !pids.is_empty() && pids.iter().all(|p| root_of(*p) != Some(lease.chroot_id))
+        },
     );
+    std::fs::write(handshake.join("go"), "").unwrap();
+    // The second build's hook found the escaped builder among its Nix's children and recorded
+    // it; then the first build may end.
+    wait_for("the second build's hook", Duration::from_secs(60), || {
+        leases.record(0).is_some_and(|l| !l.builders.is_empty())
+    });
+    let lease = leases.record(0);
+    end_processes_with(&escaped);
+    let build = run.join().unwrap();
     assert!(
         !build.ok()
             && build.log.contains("-second.drv")
@@ -791,16 +830,10 @@ fn builds_of_one_nix_without_build_users_do_not_share_a_gpu() {
         "the second build got the GPU the escaped builder of the same Nix holds:\n{}",
         build.log
     );
-    let lease = Leases::new(&host.run_dir()).record(0);
     assert!(
         lease.as_ref().is_some_and(|l| l.build_users.is_empty()),
         "{lease:?}"
     );
-    for pid in processes_with(&format!("escaped-{n}")) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
 }
 
 #[test]

@@ -401,6 +401,42 @@ fn a_builder_not_yet_in_its_sandbox_keeps_no_ended_build_alive() {
 }
 
 #[test]
+fn a_builder_setting_up_its_sandbox_keeps_its_lease() {
+    // Between the sandbox's `/proc` mount point and its `pivot_root`, Nix's builder is still
+    // rooted where Nix is, with the chroot bound onto itself in its own mount namespace.
+    if !cuda_sandbox_testkit::root_available("a_builder_setting_up_its_sandbox_keeps_its_lease") {
+        return;
+    }
+    let f = fixture();
+    let a = f.chroot("a");
+    let script = format!("mount --bind {0} {0} && exec sleep 600", a.display());
+    let (nix, builder) = nix_with_builder_running(&f, None, &script);
+    wait_until("the builder's bind of its chroot", || {
+        let mounts = std::fs::read_to_string(format!("/proc/{builder}/mountinfo")).ok()?;
+        mounts.contains(&format!(" {} ", a.display())).then_some(())
+    });
+    f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+    set_up(&a);
+    let b = f.chroot("b");
+    let e = f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO);
+    assert!(
+        e.is_err(),
+        "the GPU of a build setting up went to another: {e:?}"
+    );
+    let recorded: Vec<u32> = f
+        .leases
+        .record(0)
+        .unwrap()
+        .builders
+        .iter()
+        .map(|b| b.pid)
+        .collect();
+    assert_eq!(recorded, [builder]);
+    kill_and_wait(builder);
+    assert_eq!(f.take(&b, &[0], 1), [0]);
+}
+
+#[test]
 fn a_previous_hooks_record_is_judged_by_its_builders_and_then_by_the_build() {
     // Records without a `version` were written by a hook that could record a nested
     // namespace's init as the builder: while a recorded builder runs the lease holds, and

@@ -141,15 +141,22 @@ impl Checked {
             }
             // Set up, and no hook saw the builder in its chroot. While it runs, the builder is
             // the holder's child, the init of a PID namespace of its own. A child still rooted
-            // where its Nix is has not entered a sandbox yet: a build starting, never this
-            // one (a build cannot reach the host's root). A child rooted in the chroot of
-            // another build is that build's. Any other child may be this build's builder,
-            // which left its chroot before a hook saw it: it keeps the lease.
+            // where its Nix is has not entered its sandbox yet: it is this build's builder
+            // setting up when it has mounts in this chroot (Nix binds the chroot onto itself
+            // before it makes anything in it), and otherwise another build starting, never this
+            // one after it left its chroot (a build cannot reach the host's root again). A
+            // child rooted in the chroot of another build is that build's. Any other child may
+            // be this build's builder, which left its chroot before a hook saw it. Either keeps
+            // the lease, and is recorded.
             let store = chroot_store_dir(&r.chroot);
             let unknown: Vec<Builder> = procs
                 .sandbox_children(holder)
                 .into_iter()
-                .filter(|b| !store.is_some_and(|s| procs.in_nix_chroot(b.pid, s)))
+                .filter(|(b, entered)| match entered {
+                    Entered::NotYet => procs.mounts_under(b.pid, &r.chroot),
+                    Entered::Left => !store.is_some_and(|s| procs.in_nix_chroot(b.pid, s)),
+                })
+                .map(|(b, _)| b)
                 .collect();
             let live = !unknown.is_empty();
             for b in unknown {
@@ -187,6 +194,15 @@ fn chroot_store_dir(chroot: &Path) -> Option<&Path> {
         chroot
     };
     is_chroot(dir).then(|| dir.parent()).flatten()
+}
+
+/// Whether a builder has left its Nix's root for its sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entered {
+    /// Still rooted where its Nix is: setting up its sandbox.
+    NotYet,
+    /// Rooted elsewhere: in its sandbox, or somewhere it went from there.
+    Left,
 }
 
 /// One process as far as leases care.
@@ -304,17 +320,30 @@ impl Processes {
         })
     }
 
-    /// The children of `holder` that are the init of a PID namespace of their own and have
-    /// left the holder's root: its sandboxed builders, once Nix has moved them into their
-    /// sandbox (`pivot_root`). A child not yet moved is rooted where the holder is.
-    fn sandbox_children(&self, holder: Holder) -> Vec<Builder> {
+    /// The children of `holder` that are the init of a PID namespace of their own: its
+    /// sandboxed builders, each with whether it has left the holder's root (Nix moves a
+    /// builder into its sandbox with `pivot_root`; until then it is rooted where Nix is).
+    fn sandbox_children(&self, holder: Holder) -> Vec<(Builder, Entered)> {
         let holder_root = self.get(holder.pid).and_then(|h| h.root);
         self.all
             .iter()
             .filter(|p| p.ppid == holder.pid)
-            .filter(|p| holder_root.is_none() || p.root != holder_root)
-            .filter_map(|p| self.as_init(p))
+            .filter_map(|p| {
+                let entered = if holder_root.is_some() && p.root == holder_root {
+                    Entered::NotYet
+                } else {
+                    Entered::Left
+                };
+                Some((self.as_init(p)?, entered))
+            })
             .collect()
+    }
+
+    /// Whether process `pid`, rooted where this hook is, has a mount at or below `dir` (in its
+    /// mount table, paths are relative to its root).
+    fn mounts_under(&self, pid: u32, dir: &Path) -> bool {
+        read_mounts(&format!("/proc/{pid}/mountinfo"))
+            .is_some_and(|mounts| mounts.iter().any(|m| m.mount_point.starts_with(dir)))
     }
 
     /// Whether process `pid` runs in the chroot of a Nix build in `store`: its root is a

@@ -39,11 +39,14 @@
 //!      its children is the init of a PID namespace that has left Nix's root and is not rooted
 //!      in another Nix build's chroot. Nix starts each sandboxed builder as its own direct
 //!      child, the init of a new PID namespace (seen on Nix 2.8, 2.26 and 2.34), which stays
-//!      rooted where Nix is until its `pivot_root`: such a child is a build starting, and a
-//!      build cannot reach the host's root again. A child that left it may be this build's
-//!      builder after it left its chroot: it is recorded, and keeps the lease. A set-up build
-//!      with no such child has ended, even while its Nix goes on (a failed build under
-//!      `--keep-going`), and builds of one Nix are told apart without build users;
+//!      rooted where Nix is until its `pivot_root`. Such a child is this build's builder
+//!      setting up when it has mounts in this chroot (Nix binds the chroot onto itself first),
+//!      and otherwise another build starting: a build that left its chroot cannot reach the
+//!      host's root again. A child that left Nix's root, and is not in another build's chroot,
+//!      may be this build's builder after it left its chroot. Either is recorded, and keeps
+//!      the lease. A set-up build with no such child has ended, even while its Nix goes on (a
+//!      failed build under `--keep-going`), and builds of one Nix are told apart without
+//!      build users;
 //!    - the Nix process is gone, no builder was recorded, and a live process runs as one of
 //!      the build users that Nix held when the hook ran ([`LeaseRecord::build_users`], from
 //!      its `userpool/<uid>` locks). An unprivileged builder cannot change its host uid, so
