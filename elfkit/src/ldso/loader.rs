@@ -186,6 +186,18 @@ impl Loader {
         }
     }
 
+    /// Whether the executable named to this loader (`ld.so PROG`) has the `$ORIGIN` of its
+    /// real path, as when the kernel starts it: glibc 2.42 and later (`9b646f5dc9`, BZ
+    /// 25263); earlier ones take the path as given. A loader of unknown version is taken to
+    /// be a current one.
+    pub fn explicit_origin_is_real(&self) -> bool {
+        let Some(v) = &self.version else {
+            return true;
+        };
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 42)
+    }
+
     /// The subdirectories tried in each directory of a search, in order, the directory itself
     /// (`""`) last.
     pub fn subdirs(&self) -> Vec<String> {

@@ -36,9 +36,13 @@ impl Environment {
 pub enum Start {
     /// `execve` by the kernel: `$ORIGIN` is the directory of its real path (`/proc/self/exe`).
     Kernel,
-    /// Named to the loader (`ld.so PROG`, `ld.so --list PROG`; also how a library on its own
-    /// is judged): `$ORIGIN` is the directory of the path as given.
+    /// Named to the loader (`ld.so PROG`, `ld.so --list PROG`): `$ORIGIN` is the directory of
+    /// the path as given before glibc 2.42, of its real path since (BZ 25263,
+    /// [`Loader::explicit_origin_is_real`]).
     Loader,
+    /// A library judged on its own, as loaded by the path given: `$ORIGIN` is that path's
+    /// directory, symlinks not followed, as for every library.
+    Library,
 }
 
 /// An object's place in the process.
@@ -212,13 +216,15 @@ impl<'a, F: Fs> Process<'a, F> {
                 })
             }
         };
-        let origin = match how {
-            Start::Kernel => self
-                .fs
+        let real =
+            how == Start::Kernel || (how == Start::Loader && self.loader.explicit_origin_is_real());
+        let origin = if real {
+            self.fs
                 .canonicalize(path)
                 .ok()
-                .and_then(|r| r.parent().map(|p| p.to_string_lossy().into_owned())),
-            Start::Loader => path_origin(path),
+                .and_then(|r| r.parent().map(|p| p.to_string_lossy().into_owned()))
+        } else {
+            path_origin(path)
         };
         let info = opened.dynamic.ok().flatten().unwrap_or_default();
         let main = self.add(Object {

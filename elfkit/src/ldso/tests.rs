@@ -313,9 +313,18 @@ fn origins_subdirectories_and_repeats() {
             "libx.so",
         ]
     );
-    // Named to the loader, the executable's origin is the path as given.
+    // Named to the loader, the executable's origin is the path as given before glibc 2.42,
+    // its real path since; a library's is always the path as given.
     let mut p = Process::new(&l, &fs, Environment::default());
     p.start(Path::new("/run/exe"), Start::Loader).unwrap();
+    assert_eq!(p.searches()[0].lists[0].dirs[0], "/real/bin/../lib");
+    let mut old = l.clone();
+    old.version = Some("2.41".into());
+    let mut p = Process::new(&old, &fs, Environment::default());
+    p.start(Path::new("/run/exe"), Start::Loader).unwrap();
+    assert_eq!(p.searches()[0].lists[0].dirs[0], "/run/../lib");
+    let mut p = Process::new(&l, &fs, Environment::default());
+    p.start(Path::new("/run/exe"), Start::Library).unwrap();
     assert_eq!(p.searches()[0].lists[0].dirs[0], "/run/../lib");
     // A name with a slash is not searched; its DSTs are replaced.
     let mut p = Process::new(&l, &fs, Environment::default());
