@@ -296,6 +296,31 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn agrees_with_ldconfig_on_this_machine() {
+        let Ok(bytes) = std::fs::read("/etc/ld.so.cache") else {
+            return; // not a glibc system
+        };
+        let ours = Cache::parse(&bytes).unwrap().entries;
+        let Ok(out) = std::process::Command::new("ldconfig").arg("-p").output() else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let theirs: Vec<(String, String)> = text
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let (left, path) = l.trim().split_once(" => ")?;
+                Some((left.split(' ').next()?.to_string(), path.to_string()))
+            })
+            .collect();
+        assert_eq!(ours.len(), theirs.len());
+        for ((name, path), e) in theirs.iter().zip(&ours) {
+            assert_eq!(name.as_bytes(), e.soname.as_slice());
+            assert_eq!(Path::new(path), e.path);
+        }
+    }
+
+    #[test]
     fn lookup_prefers_the_best_hwcaps_subdirectory_then_the_plain_entry() {
         let mut loader = Loader::debian("/lib64/ld-linux-x86-64.so.2".into());
         loader.elf = crate::ldso::ElfHost::X86_64;

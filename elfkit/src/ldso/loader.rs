@@ -63,6 +63,16 @@ impl ElfHost {
         }
     }
 
+    /// The path programs for this machine name as their interpreter (`PT_INTERP`) outside
+    /// Nix: `/lib64/ld-linux-x86-64.so.2`, `/lib/ld-linux-aarch64.so.1`.
+    pub fn standard_interpreter(self) -> Option<&'static Path> {
+        match (self.machine, self.class64) {
+            (62, true) => Some(Path::new("/lib64/ld-linux-x86-64.so.2")),
+            (183, true) => Some(Path::new("/lib/ld-linux-aarch64.so.1")),
+            _ => None,
+        }
+    }
+
     /// The Debian multiarch triplet (`x86_64-linux-gnu`), where known.
     pub fn multiarch(self) -> Option<&'static str> {
         match (self.machine, self.class64) {

@@ -348,6 +348,12 @@ impl<'a, F: Fs> Process<'a, F> {
         self.main
     }
 
+    /// The loader's own object, when its file could be opened (listed among
+    /// [`Process::objects`] only once something needs it; the kernel maps it regardless).
+    pub fn interpreter(&self) -> Option<usize> {
+        self.rtld
+    }
+
     /// Every search made, in order.
     pub fn searches(&self) -> &[Search] {
         &self.searches
