@@ -144,6 +144,8 @@ pub struct Closure {
     /// Every file its process loads (the program excluded, the interpreter included), as the
     /// path the loader opens inside.
     pub libraries: BTreeSet<PathBuf>,
+    /// Each of those with the name it was first asked for (`libcuda.so.1`), in load order.
+    pub named: Vec<(String, PathBuf)>,
     /// Names found nowhere (with the file needing them).
     pub missing: Vec<String>,
     /// Files named but not taken, and why.
@@ -263,13 +265,12 @@ pub fn library_closure(
         process.dlopen(&lib.to_string_lossy(), main);
     }
     let interpreter = process.interpreter();
-    for (id, object) in process
-        .objects()
-        .skip(1)
-        .chain(interpreter.map(|i| (i, process.object(i))))
-    {
-        let _ = id;
-        closure.libraries.insert(object.path.clone());
+    let listed = process.objects().skip(1).map(|(_, o)| o);
+    for object in listed.chain(interpreter.map(|i| process.object(i))) {
+        if closure.libraries.insert(object.path.clone()) {
+            let name = object.names.first().cloned().unwrap_or_default();
+            closure.named.push((name, object.path.clone()));
+        }
     }
     for m in process.missing() {
         let by = process.object(m.by).path.display();

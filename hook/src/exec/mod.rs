@@ -86,13 +86,12 @@ pub fn resolve(req: &ExecRequest) -> Request {
 /// the hook's exposures, then the libraries the command and the exposed driver libraries need.
 /// The pipeline writes the manifest the plan names (the command may be the runner, which
 /// reads it).
-/// `env` is the command's environment (its `LD_LIBRARY_PATH` is searched). Returns the binds
-/// and the command's path inside.
+/// `env` is the command's environment (its `LD_LIBRARY_PATH` is searched).
 pub fn prepare(
     req: &ExecRequest,
     resolved: &Request,
     env: &[(OsString, OsString)],
-) -> Result<(Vec<Bind>, PathBuf), ExecError> {
+) -> Result<Prepared, ExecError> {
     if let Verdict::Nothing(_) = resolved.verdict {
         return Err(ExecError::NoRule(resolved.features_lossy()));
     }
@@ -175,7 +174,7 @@ pub fn prepare(
         .map_or_else(|| PathBuf::from("/nix/store"), |c| c.store_dir.clone());
     let Some(loader) = elfdeps::loader_of(&program_real, &store_dir) else {
         // A static program: nothing to load.
-        return Ok(finish(binds, program_inside));
+        return Ok(finish(binds, program_inside, elfdeps::Closure::default()));
     };
     let ld_library_path = env
         .iter()
@@ -197,25 +196,39 @@ pub fn prepare(
     for r in &closure.refused {
         crate::log::warn(format_args!("exec: not binding {r}"));
     }
-    for lib in closure.libraries {
+    for lib in &closure.libraries {
         let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
         if !covered {
-            let outside = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
+            let outside = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.clone());
             binds.push(Bind {
-                inside: lib,
+                inside: lib.clone(),
                 outside,
                 writable: false,
             });
         }
     }
-    Ok(finish(binds, program_inside))
+    Ok(finish(binds, program_inside, closure))
 }
 
-/// The binds in order, one per inside path, and the program.
-fn finish(mut binds: Vec<Bind>, program_inside: PathBuf) -> (Vec<Bind>, PathBuf) {
+/// What [`prepare`] plans.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The binds, in order, one per inside path.
+    pub binds: Vec<Bind>,
+    /// The command's path inside.
+    pub program: PathBuf,
+    /// What the command's process loads there (its libraries, by their paths inside).
+    pub closure: elfdeps::Closure,
+}
+
+fn finish(mut binds: Vec<Bind>, program: PathBuf, closure: elfdeps::Closure) -> Prepared {
     binds.sort_by(|a, b| a.inside.cmp(&b.inside));
     binds.dedup_by(|a, b| a.inside == b.inside);
-    (binds, program_inside)
+    Prepared {
+        binds,
+        program,
+        closure,
+    }
 }
 
 /// Runs `req`: never returns on success (the command replaces this process).
@@ -242,7 +255,7 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     let env = environment(&req.env, &store_dir, caller)?;
     let root = staging_root(&runtime_dir)?;
     resolved.chroot = Some(root.clone());
-    let (binds, program) = prepare(req, &resolved, &env)?;
+    let Prepared { binds, program, .. } = prepare(req, &resolved, &env)?;
 
     let sys = ExecError::sys;
     // A new mount namespace now; a new PID namespace for the child forked below.
