@@ -11,7 +11,7 @@
 //! extension section of tag 1, an array of string offsets naming the subdirectories. Every
 //! offset is bounds-checked: a damaged cache is an error, never a panic.
 
-use super::Loader;
+use super::ElfHost;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -58,12 +58,26 @@ pub struct Cache {
     pub entries: Vec<CacheEntry>,
 }
 
-/// The flags of libraries for this machine's architecture (`_DL_CACHE_DEFAULT_ID`), when known.
+/// The flags of libraries for this process's machine (`_DL_CACHE_DEFAULT_ID`), when known.
 pub fn native_flags() -> Option<i32> {
-    match std::env::consts::ARCH {
-        "x86_64" => Some(FLAG_ELF_LIBC6 | FLAG_X8664_LIB64),
-        "aarch64" => Some(FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64),
+    default_flags(ElfHost::native())
+}
+
+/// The cache flags of `elf`'s libraries (`_DL_CACHE_DEFAULT_ID`), where glibc defines them.
+pub fn default_flags(elf: ElfHost) -> Option<i32> {
+    match (elf.machine, elf.class64) {
+        (62, true) => Some(FLAG_ELF_LIBC6 | FLAG_X8664_LIB64),
+        (183, true) => Some(FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64),
         _ => None,
+    }
+}
+
+/// Whether a cache entry with `flags` is for `elf` (`_dl_cache_check_flags`: the machine's
+/// own flags, or on machines without any, `FLAG_ELF` or `FLAG_ELF_LIBC6`).
+pub fn flags_match(elf: ElfHost, flags: i32) -> bool {
+    match default_flags(elf) {
+        Some(f) => flags == f,
+        None => flags == 1 || flags == 3,
     }
 }
 
@@ -121,19 +135,20 @@ impl Cache {
         Ok(Cache { entries })
     }
 
-    /// The path the cache gives `name` for `loader`, as `search_cache` picks it: among the
-    /// entries of that name with the loader's flags, the glibc-hwcaps entry of the highest
-    /// priority the loader searches, else the first plain entry.
-    pub fn lookup(&self, name: &str, loader: &Loader) -> Option<&Path> {
+    /// The path the cache gives `name` for a loader of `elf` searching the glibc-hwcaps
+    /// subdirectories `glibc_hwcaps` (best first), as `search_cache` picks it: among the
+    /// entries of that name with the machine's flags, the glibc-hwcaps entry of the highest
+    /// priority searched, else the first plain entry.
+    pub fn lookup(&self, name: &str, elf: ElfHost, glibc_hwcaps: &[String]) -> Option<&Path> {
         let mut best: Option<(&Path, Option<usize>)> = None;
         for entry in self.entries.iter().filter(|e| e.soname == name.as_bytes()) {
-            if !loader.elf.cache_flags_match(entry.flags) {
+            if !flags_match(elf, entry.flags) {
                 continue;
             }
             match &entry.glibc_hwcaps {
                 Some(sub) => {
                     // Priority: the position among the subdirectories searched (0 best).
-                    let Some(priority) = loader.glibc_hwcaps.iter().position(|s| s == sub) else {
+                    let Some(priority) = glibc_hwcaps.iter().position(|s| s == sub) else {
                         continue;
                     };
                     match best {
@@ -152,7 +167,7 @@ impl Cache {
                         continue;
                     }
                     best = Some((&entry.path, None));
-                    if Some(entry.flags) == loader.elf.cache_default_flags() {
+                    if Some(entry.flags) == default_flags(elf) {
                         break;
                     }
                 }
@@ -322,9 +337,8 @@ pub(crate) mod tests {
 
     #[test]
     fn lookup_prefers_the_best_hwcaps_subdirectory_then_the_plain_entry() {
-        let mut loader = Loader::debian("/lib64/ld-linux-x86-64.so.2".into());
-        loader.elf = crate::ldso::ElfHost::X86_64;
-        loader.glibc_hwcaps = vec!["x86-64-v3".into(), "x86-64-v2".into()];
+        let x86 = ElfHost::X86_64;
+        let mut hwcaps = vec!["x86-64-v3".to_string(), "x86-64-v2".to_string()];
         let bytes = build(&[
             (
                 "libx.so.1",
@@ -349,13 +363,13 @@ pub(crate) mod tests {
         ]);
         let c = Cache::parse(&bytes).unwrap();
         assert_eq!(c.entries[2].glibc_hwcaps.as_deref(), Some("x86-64-v4"));
-        let got = c.lookup("libx.so.1", &loader);
+        let got = c.lookup("libx.so.1", x86, &hwcaps);
         assert_eq!(got, Some(Path::new("/a/glibc-hwcaps/x86-64-v3/libx.so.1")));
-        loader.glibc_hwcaps.clear();
+        hwcaps.clear();
         assert_eq!(
-            c.lookup("libx.so.1", &loader),
+            c.lookup("libx.so.1", x86, &hwcaps),
             Some(Path::new("/a/libx.so.1"))
         );
-        assert_eq!(c.lookup("liby.so.1", &loader), None);
+        assert_eq!(c.lookup("liby.so.1", x86, &hwcaps), None);
     }
 }

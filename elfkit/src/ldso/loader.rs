@@ -43,26 +43,6 @@ impl ElfHost {
         }
     }
 
-    /// The cache flags of this machine's libraries (`_DL_CACHE_DEFAULT_ID`), where glibc
-    /// defines them for it.
-    pub fn cache_default_flags(self) -> Option<i32> {
-        use super::cache::{FLAG_AARCH64_LIB64, FLAG_ELF_LIBC6, FLAG_X8664_LIB64};
-        match (self.machine, self.class64) {
-            (62, true) => Some(FLAG_ELF_LIBC6 | FLAG_X8664_LIB64),
-            (183, true) => Some(FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64),
-            _ => None,
-        }
-    }
-
-    /// Whether a cache entry with `flags` is for this machine (`_dl_cache_check_flags`: the
-    /// machine's own flags, or on machines without any, `FLAG_ELF` or `FLAG_ELF_LIBC6`).
-    pub fn cache_flags_match(self, flags: i32) -> bool {
-        match self.cache_default_flags() {
-            Some(f) => flags == f,
-            None => flags == 1 || flags == 3,
-        }
-    }
-
     /// The path programs for this machine name as their interpreter (`PT_INTERP`) outside
     /// Nix: `/lib64/ld-linux-x86-64.so.2`, `/lib/ld-linux-aarch64.so.1`.
     pub fn standard_interpreter(self) -> Option<&'static Path> {

@@ -205,7 +205,8 @@ pub(crate) fn run(
     let subdirs = loader.subdirs();
     'lists: for list in &lists {
         if let Source::Cache(_) = &list.source {
-            let Some(path) = cache.and_then(|c| c.lookup(name, loader)) else {
+            let Some(path) = cache.and_then(|c| c.lookup(name, loader.elf, &loader.glibc_hwcaps))
+            else {
                 continue;
             };
             let (attempt, opened) = try_file(path, loader.elf, fs);

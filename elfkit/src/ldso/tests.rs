@@ -28,8 +28,10 @@ impl FakeFs {
             d = p.parent();
         }
     }
+    /// `p` with `..` taken lexically (its directories are real ones here), then its link.
     fn real_of(&self, p: &Path) -> PathBuf {
-        self.real.get(p).cloned().unwrap_or_else(|| p.into())
+        let p = crate::normalize(p);
+        self.real.get(&p).cloned().unwrap_or(p)
     }
 }
 
@@ -60,7 +62,8 @@ impl Fs for FakeFs {
         Ok(self.real_of(path))
     }
     fn is_dir(&self, path: &Path) -> bool {
-        self.dirs.iter().any(|d| d == path)
+        let path = crate::normalize(path);
+        self.dirs.contains(&path)
     }
     fn read(&self, path: &Path, _limit: u64) -> io::Result<Vec<u8>> {
         self.raw
@@ -464,4 +467,46 @@ fn the_loader_is_listed_where_it_is_first_needed() {
         ["/bin/exe", "/glibc/lib/libc.so.6", "/glibc/lib/ld.so"]
     );
     assert_eq!(p.searches().len(), 1, "ld.so answered by its soname");
+}
+
+#[test]
+fn the_runtimes_one_process_loads_are_in_its_graph_and_only_there() {
+    // What `mixed-cuda-runtimes` asks: two runtimes reached through two libraries are one
+    // process's; two programs with one runtime each are two processes.
+    let mut fs = FakeFs::default();
+    fs.lib(
+        "/p/bin/both",
+        exe(&["liba.so", "libb.so"], Some(&["/p/lib"]), None),
+    );
+    fs.lib("/p/bin/one", exe(&["libb.so"], Some(&["/p/lib"]), None));
+    fs.lib(
+        "/p/lib/liba.so",
+        info(&["libcudart.so.12"], Some(&["$ORIGIN/../cuda12"]), None),
+    );
+    fs.lib(
+        "/p/lib/libb.so",
+        info(&["libcudart.so.11.0"], Some(&["$ORIGIN/../cuda11"]), None),
+    );
+    fs.lib("/p/cuda12/libcudart.so.12", DynamicInfo::default());
+    fs.lib("/p/cuda11/libcudart.so.11.0", DynamicInfo::default());
+    let l = loader();
+    let runtimes = |program: &str| -> Vec<PathBuf> {
+        let mut p = Process::new(&l, &fs, Environment::default());
+        p.start(Path::new(program), Start::Kernel).unwrap();
+        p.objects()
+            .map(|(_, o)| o.path.clone())
+            .filter(|p| p.to_string_lossy().contains("libcudart"))
+            .collect()
+    };
+    assert_eq!(
+        runtimes("/p/bin/both"),
+        [
+            PathBuf::from("/p/lib/../cuda12/libcudart.so.12"),
+            "/p/lib/../cuda11/libcudart.so.11.0".into()
+        ]
+    );
+    assert_eq!(
+        runtimes("/p/bin/one"),
+        [PathBuf::from("/p/lib/../cuda11/libcudart.so.11.0")]
+    );
 }
