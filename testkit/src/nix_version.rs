@@ -124,6 +124,22 @@ impl NixVersion {
         self >= MEASURED_NEWER
     }
 
+    /// The words of the `nix` command that reads a derivation as JSON and writes its `.drv`:
+    /// `derivation add` on 2.26 and 2.34 (it keeps the last of a repeated JSON member, as
+    /// nlohmann-json does); 2.8 has none ("'derivation' is not a recognised command").
+    pub fn derivation_add(self) -> Option<&'static [&'static str]> {
+        (self >= MEASURED_NEWER).then_some(&["derivation", "add"][..])
+    }
+
+    /// Structured attrs rewritten at instantiation: 2.34 parses a `__json` attribute's string
+    /// (nlohmann-json: a repeated member's last value) and writes it back compact, so the
+    /// `.drv` it writes repeats no member, and it hashes a `.drv`'s outputs over that rewrite
+    /// (a `.drv` added with `nix-store --add` must have those outputs); 2.8 and 2.26 write
+    /// the string as given and hash it so.
+    pub fn rewrites_structured_attrs(self) -> bool {
+        self >= MEASURED_DOUBLE_QUOTES
+    }
+
     /// The shape of the derivation JSON that [`derivation_show`](Self::derivation_show) prints.
     pub fn derivation_json(self) -> DerivationJson {
         if self >= MEASURED_DOUBLE_QUOTES {
