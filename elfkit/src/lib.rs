@@ -3,8 +3,10 @@
 //! `.note.cuda.fwd_compatibility` note of a `cuda_compat` libcuda, and store-path arithmetic.
 //!
 //! Used by the hook (exposure, closures, `exec`) and the runner (the ELF lint), so both read
-//! ELF files and the store the same way. Reads bytes it is given and paths as text, touches no
-//! file; [`requisites`] is the one place either crate asks `nix-store` for a closure.
+//! ELF files and the store the same way. Reads bytes it is given and paths as text; [`ldso`],
+//! glibc's library search, reads files only through the `Fs` its caller gives it (and runs a
+//! loader's `--help` only when asked: `ldso::Loader::ask`); [`requisites`] is the one place
+//! either crate asks `nix-store` for a closure.
 
 pub mod fatbin;
 pub mod ldso;
