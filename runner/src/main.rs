@@ -43,10 +43,19 @@ fn main() -> ExitCode {
             return ExitCode::from(101);
         }
     }
+    let undecided = outcomes.all().values().any(|o| o.undecided);
+    if !conclusion.has_failed() && undecided {
+        return ExitCode::from(UNDECIDED);
+    }
     conclusion.exit_code()
 }
 
-/// `lint`: one line per finding, then a summary; 0 clean, 101 findings, 2 unusable input.
+/// Exit status of a run in which nothing failed but some file could not be judged (`lint`:
+/// only `gpu-code-unknown` findings; checks: an undecided `package::gpu_code`).
+const UNDECIDED: u8 = 3;
+
+/// `lint`: one line per finding, then a summary; 0 clean, 101 findings, 3 only files the
+/// rules cannot judge, 2 unusable input.
 fn lint_main(cli: LintCli) -> ExitCode {
     let manifest = ManifestState::load(cli.manifest.as_deref(), cli.no_manifest);
     if let Some(why) = manifest.broken() {
@@ -85,6 +94,8 @@ fn lint_main(cli: LintCli) -> ExitCode {
     }
     if report.findings.is_empty() {
         ExitCode::SUCCESS
+    } else if report.only_unknowns() {
+        ExitCode::from(UNDECIDED)
     } else {
         ExitCode::from(101)
     }

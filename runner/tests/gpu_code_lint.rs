@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::RUNNER;
-use cuda_sandbox_testkit::fatbin_fixtures::gpu_library;
+use cuda_sandbox_testkit::fatbin_fixtures::gpu_library_of;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 
 struct Lint {
@@ -48,17 +48,19 @@ fn lint(args: &[&str], paths: &[&Path]) -> Lint {
 }
 
 /// A package built like Nixpkgs with `cudaCapabilities = [ "8.0" ]` and cudaForwardCompat by
-/// CUDA 12.9 (SASS sm_80, PTX compute_80 of ISA 8.8), and one with SASS for sm_75 alone.
+/// CUDA 12.9 (SASS sm_80 from ptxas 12.9, PTX compute_80 of ISA 8.8), and one with SASS for
+/// sm_75 alone (CUDA 12.9 too).
 fn packages(real: &RealNvidia, dir: &Path) -> (PathBuf, PathBuf) {
-    let ampere = gpu_library(
+    let ampere = gpu_library_of(
         real,
+        "12.9",
         dir,
         "libampere",
         &["sm_80"],
         &[("compute_80", "8.8")],
         &[],
     );
-    let turing = gpu_library(real, dir, "libturing", &["sm_75"], &[], &[]);
+    let turing = gpu_library_of(real, "12.9", dir, "libturing", &["sm_75"], &[], &[]);
     (ampere, turing)
 }
 
@@ -86,7 +88,7 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
     ptx.says(
         101,
         &[
-            "CANNOT run on sm_90 (driver CUDA 12.2)",
+            "cannot run on sm_90 (driver CUDA 12.2)",
             "ISA 8.8, which needs a CUDA 12.9 driver",
             "JITs PTX up to ISA 8.2",
             "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
@@ -151,8 +153,14 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
     assert_eq!(entries[1]["kind"], "ptx");
     assert_eq!(entries[1]["arch"], "sm_80");
     assert_eq!(entries[1]["ptx_isa"], "8.8");
-    assert_eq!(file["judgement"]["verdict"], "fails");
-    assert_eq!(file["judgement"]["modules"][0]["load"], "unsupported-ptx");
+    let verdict = &file["verdicts"][0];
+    assert_eq!(verdict["verdict"], "fails");
+    assert_eq!(verdict["rule"], "ptx-too-new");
+    assert_eq!(verdict["target"]["device"], "9.0");
+    assert_eq!(
+        verdict["judgement"]["modules"][0]["load"],
+        "unsupported-ptx"
+    );
     assert_eq!(json["findings"][0]["kind"], "ptx-too-new");
 }
 
@@ -165,20 +173,28 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
     // cuRAND 10.4 (CUDA 13.x, PTX ISA 9.4) carries SASS sm_75 to sm_120 and PTX from
     // compute_75: every GPU from Turing on runs it with a driver of its own CUDA version.
     let curand = real.curand();
-    for target in [
-        "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1",
-    ] {
-        let out = lint(&["--target", target, "--driver-cuda", "13.5"], &[&curand]);
-        assert_eq!(out.code, 0, "{target}: {}", out.out);
-        assert!(out.out.contains("runs on"), "{target}: {}", out.out);
-    }
-    for older in ["7.0", "6.1"] {
-        let out = lint(&["--target", older, "--driver-cuda", "13.5"], &[&curand]);
-        assert_eq!(out.code, 101, "{older}: {}", out.out);
-        assert!(
-            out.out.contains("CUDA_ERROR_NO_BINARY_FOR_GPU, 209"),
-            "{}",
-            out.out
-        );
-    }
+    let every = "7.5,8.0,8.6,8.7,8.9,9.0,10.0,10.3,11.0,12.0,12.1";
+    let out = lint(&["--target", every, "--driver-cuda", "13.5"], &[&curand]);
+    assert_eq!(out.code, 0, "{}", out.out);
+    assert_eq!(out.out.matches("runs on").count(), 11, "{}", out.out);
+    // Volta and Pascal have no image, JIT or SASS: 209, on a 580 driver (CUDA 13.0), the last
+    // branch that drives them.
+    let older = lint(
+        &["--target", "7.0,6.1", "--driver-cuda", "13.0"],
+        &[&curand],
+    );
+    older.says(
+        101,
+        &[
+            "cannot run on sm_70 (driver CUDA 13.0): module 1 of",
+            "cannot run on sm_61 (driver CUDA 13.0): module 1 of",
+            "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
+        ],
+    );
+    // A newer driver does not drive them at all (NVIDIA: R580 is their last branch).
+    let dropped = lint(&["--target", "7.0", "--driver-cuda", "13.1"], &[&curand]);
+    dropped.says(
+        101,
+        &["compute capability 7.0 (Volta) is driven up to CUDA 13.0 (R580)"],
+    );
 }

@@ -1,5 +1,5 @@
-//! The `package::*` checks on packages built here with NVIDIA's ptxas and fatbinary 13.5
-//! (testkit::fatbin_fixtures::gpu_library), run against the fake driver playing a GPU of a
+//! The `package::*` checks on packages built here with NVIDIA's ptxas 12.9 and fatbinary 13.5
+//! (testkit::fatbin_fixtures::gpu_library_of), run against the fake driver playing a GPU of a
 //! chosen compute capability and driver version. The fake's `cuDeviceGetAttribute` answers the
 //! capability as the real driver does on a GPU (its differential test holds it to the real
 //! 535 and 470 drivers where they can answer without one). Needs the real NVIDIA tools
@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 
 use common::{run_without_devices, FakeDriver};
-use cuda_sandbox_testkit::fatbin_fixtures::gpu_library;
+use cuda_sandbox_testkit::fatbin_fixtures::gpu_library_of;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 use fake_driver::{Mode, Sidecar};
 
@@ -45,8 +45,9 @@ fn gpu_code_is_judged_on_the_gpu_the_driver_reports() {
     let pkg = temp.path().join("pkg/lib");
     std::fs::create_dir_all(&pkg).unwrap();
     // cudaCapabilities = [ "8.0" ] with cudaForwardCompat, built by CUDA 12.9.
-    gpu_library(
+    gpu_library_of(
         &real,
+        "12.9",
         &pkg,
         "libampere",
         &["sm_80"],
@@ -71,7 +72,7 @@ fn gpu_code_is_judged_on_the_gpu_the_driver_reports() {
         "package::gpu_code",
         "fail",
         &[
-            "libampere.so cannot run on sm_90 (driver CUDA 12.2)",
+            "libampere.so: cannot run on sm_90 (driver CUDA 12.2)",
             "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
             "cudaCapabilities = [ \"9.0\" ]",
         ],
@@ -100,7 +101,7 @@ fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
     let temp = tempfile::tempdir().unwrap();
     let pkg = temp.path().join("pkg");
     std::fs::create_dir_all(&pkg).unwrap();
-    gpu_library(&real, &pkg, "libturing", &["sm_75"], &[], &[]);
+    gpu_library_of(&real, "12.9", &pkg, "libturing", &["sm_75"], &[], &[]);
     let no_gpu = FakeDriver::driver(&Sidecar {
         mode: Mode::NoKernelModule,
         ..Sidecar::default()

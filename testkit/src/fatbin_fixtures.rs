@@ -455,7 +455,8 @@ pub fn build(real: &RealNvidia, dir: &Path) -> Vec<Fixture> {
 /// code does on a GPU: one module in `.nv_fatbin` holding SASS for each of `sass` (`"sm_80"`)
 /// and PTX for each of `ptx` (`("compute_80", "8.8")`: the target and its ISA version), made
 /// by ptxas and fatbinary 13.5 from [`kernel_ptx`], then `cc -shared`; `dir` gets the library
-/// alone. Extra `cc` arguments (a runtime to link, a DT_RUNPATH) go in `cc_args`.
+/// alone. Extra `cc` arguments (a runtime to link, a DT_RUNPATH) go in `cc_args`. Its cubins
+/// record CUDA 13.5: a CUDA 13 build ([`gpu_library_of`] makes one of another release).
 pub fn gpu_library(
     real: &RealNvidia,
     dir: &Path,
@@ -464,6 +465,30 @@ pub fn gpu_library(
     ptx: &[(&str, &str)],
     cc_args: &[&str],
 ) -> PathBuf {
+    gpu_library_of(real, "13.5", dir, name, sass, ptx, cc_args)
+}
+
+/// [`gpu_library`] with its SASS assembled by the ptxas of CUDA `release` (`"12.9"`, one the
+/// cache holds) from the kernel at the newest ISA that release takes, so its cubins record
+/// that release; fatbinary 13.5 packs them.
+pub fn gpu_library_of(
+    real: &RealNvidia,
+    release: &str,
+    dir: &Path,
+    name: &str,
+    sass: &[&str],
+    ptx: &[(&str, &str)],
+    cc_args: &[&str],
+) -> PathBuf {
+    let ptxas = real
+        .ptxas_release(release)
+        .unwrap_or_else(|| panic!("no ptxas {release} in the cache"));
+    let isa = match release {
+        "13.5" => PTX_VERSION,
+        "12.9" => "8.8",
+        "12.8" => "8.7",
+        other => panic!("the kernel's ISA for ptxas {other} is not known here"),
+    };
     // Intermediate files (cubins, the .fatbin, the C file) go to a directory of their own, so
     // that `dir` holds the library alone, as an installed package would.
     let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary directory: {e}"));
@@ -471,9 +496,14 @@ pub fn gpu_library(
     let mut images = Vec::new();
     for arch in sass {
         let src = work.join(format!("{arch}.ptx"));
-        write(&src, kernel_ptx(arch).as_bytes());
+        let text = kernel_ptx(arch).replacen(
+            &format!(".version {PTX_VERSION}"),
+            &format!(".version {isa}"),
+            1,
+        );
+        write(&src, text.as_bytes());
         let cubin = work.join(format!("{arch}.cubin"));
-        run(Command::new(real.ptxas_13_5())
+        run(Command::new(&ptxas)
             .arg(format!("--gpu-name={arch}"))
             .arg(&src)
             .arg("-o")
