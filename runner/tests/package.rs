@@ -127,7 +127,7 @@ fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
         "fail",
         &["cannot run on sm_86", "CUDA_ERROR_NO_BINARY_FOR_GPU, 209"],
     );
-    let mut ok_target = args;
+    let mut ok_target = args.clone();
     ok_target.extend([
         "--target".into(),
         "7.5".into(),
@@ -136,6 +136,24 @@ fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
     ]);
     let run = run_without_devices(&no_gpu.dir, &strs(&ok_target));
     run.assert_check("package::gpu_code", "pass", &["by SASS"]);
+
+    // A GPU the rules do not know: not a pass, not a failure, and its own exit status (3),
+    // as `lint` gives for the same file and target.
+    let mut unknown = args;
+    unknown.extend([
+        "--target".into(),
+        "9.5".into(),
+        "--driver-cuda".into(),
+        "12.2".into(),
+    ]);
+    let run = run_without_devices(&no_gpu.dir, &strs(&unknown));
+    run.assert_check(
+        "package::gpu_code",
+        "skipped",
+        &["the rules cannot judge", "cannot be judged for sm_95"],
+    );
+    assert_eq!(run.check("package::gpu_code")["undecided"], true, "{run}");
+    assert_eq!(run.code, 3, "{run}");
 }
 
 #[test]
