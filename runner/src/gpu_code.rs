@@ -622,6 +622,19 @@ fn verdict(
     }
 }
 
+/// Judges one file (its GPU code `code`, read from `data`) for every target, in order.
+pub fn judge_all(
+    code: &GpuCode,
+    data: &[u8],
+    runtimes: &[RuntimeUse],
+    targets: &[Target],
+) -> Vec<TargetVerdict> {
+    targets
+        .iter()
+        .map(|t| judge_file(code, data, runtimes, t))
+        .collect()
+}
+
 /// Reads and judges one file for every target; `None` when it has no fat binary at all.
 pub fn examine(
     path: &Path,
@@ -633,10 +646,7 @@ pub fn examine(
     if code.containers.is_empty() {
         return None;
     }
-    let verdicts: Vec<TargetVerdict> = targets
-        .iter()
-        .map(|t| judge_file(&code, data, runtimes, t))
-        .collect();
+    let verdicts = judge_all(&code, data, runtimes, targets);
     let mut summary = format!(
         "{} module(s): {}",
         code.containers.len(),

@@ -36,7 +36,7 @@ use crate::cuda::loaded::LoadedFile;
 use crate::cuda::version::CudaVersion;
 use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
-use crate::gpu_code::{examine, runtime_uses, Target};
+use crate::gpu_code::{judge_all, runtime_uses, Target};
 use crate::loader::{resolve, Outcome as Search, RealFs, SearchContext};
 use crate::runtime_scan::RuntimeForm;
 use crate::session::Session;
@@ -164,17 +164,8 @@ pub fn gpu_code(session: &Session) -> Outcome {
             }
         };
         let uses = runtime_uses(file.dynamic.as_ref(), file.runtime.as_ref());
-        let Some(found) = examine(
-            &file.path,
-            map.bytes(),
-            file.gpu_code.clone(),
-            &uses,
-            &targets,
-        ) else {
-            continue;
-        };
         let shown = file.path.display();
-        for v in &found.verdicts {
+        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, &targets) {
             let line = format!("{shown}: {}", v.reason);
             match v.verdict {
                 FileVerdict::Fails => failures.push(line),
