@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use cuda_sandbox_check::checks;
 use cuda_sandbox_check::cli::{Cli, LintCli};
+use cuda_sandbox_check::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::expectations::ManifestState;
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
 use cuda_sandbox_check::lint;
@@ -17,6 +18,9 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("lint") {
         return lint_main(LintCli::parse_after(args.skip(1)));
+    }
+    if args.peek().map(String::as_str) == Some("gpu-confirm") {
+        return confirm_main(&ConfirmCli::parse_after(args.skip(1)));
     }
     let cli = Cli::from_env();
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
@@ -48,6 +52,27 @@ fn main() -> ExitCode {
         return ExitCode::from(UNDECIDED);
     }
     conclusion.exit_code()
+}
+
+/// `gpu-confirm`: the report as JSON; 0 every prediction held, 101 one did not, 2 no GPU.
+fn confirm_main(cli: &ConfirmCli) -> ExitCode {
+    match confirm(cli) {
+        Ok((report, found)) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).expect("plain data")
+            );
+            match found {
+                Confirmed::Held => ExitCode::SUCCESS,
+                Confirmed::NotBorneOut => ExitCode::from(101),
+                Confirmed::NoGpu => ExitCode::from(2),
+            }
+        }
+        Err(why) => {
+            eprintln!("cuda-sandbox-check gpu-confirm: {why}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Exit status of a run in which nothing failed but some file could not be judged (`lint`:
