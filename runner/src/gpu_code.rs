@@ -23,7 +23,8 @@ use cuda_sandbox_elfkit::fatbin::rules::{
     newest_ptx_isa, release, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
 };
 use cuda_sandbox_elfkit::fatbin::verdict::{
-    judge, Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
+    judge_given, newer_toolkit, Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
+    NewerToolkit,
 };
 use cuda_sandbox_elfkit::fatbin::{Arch, Capability, Container, EntryKind, GpuCode, Origin};
 use cuda_sandbox_elfkit::DynamicInfo;
@@ -507,7 +508,20 @@ pub fn judge_file(
     runtimes: &[RuntimeUse],
     target: &Target,
 ) -> TargetVerdict {
-    let j = judge(code, data, target.device, &target.driver);
+    let toolkit = newer_toolkit(code, data, &target.driver);
+    judge_file_given(code, data, runtimes, target, toolkit)
+}
+
+/// [`judge_file`] with elfkit's rule 6 (the file's cubins against the driver) already answered
+/// for this driver: it does not depend on the GPU.
+fn judge_file_given(
+    code: &GpuCode,
+    data: &[u8],
+    runtimes: &[RuntimeUse],
+    target: &Target,
+    toolkit: Option<NewerToolkit>,
+) -> TargetVerdict {
+    let j = judge_given(code, data, target.device, &target.driver, toolkit);
     let on = target.describe();
     if j.modules.is_empty() && j.not_judged.link_input == code.containers.len() {
         let reason = format!(
@@ -629,9 +643,21 @@ pub fn judge_all(
     runtimes: &[RuntimeUse],
     targets: &[Target],
 ) -> Vec<TargetVerdict> {
+    // Rule 6 reads cubins; its answer depends on the driver only.
+    let mut by_driver: Vec<(Driver, Option<NewerToolkit>)> = Vec::new();
     targets
         .iter()
-        .map(|t| judge_file(code, data, runtimes, t))
+        .map(|t| {
+            let toolkit = match by_driver.iter().find(|(d, _)| *d == t.driver) {
+                Some((_, known)) => *known,
+                None => {
+                    let found = newer_toolkit(code, data, &t.driver);
+                    by_driver.push((t.driver, found));
+                    found
+                }
+            };
+            judge_file_given(code, data, runtimes, t, toolkit)
+        })
         .collect()
 }
 

@@ -214,25 +214,24 @@ fn only_for_other_gpus(module: &Container, device: Capability) -> bool {
 
 /// Whether nothing in `module` can be launched or read (rule 5): every image read, and none
 /// with a kernel or device data. An image that cannot be read, or of a kind unknown here,
-/// counts as holding something.
+/// counts as holding something. The cheapest images are read first (stored as they are, then
+/// the smallest): one that holds something ends the question.
 fn inert(data: &[u8], module: &Container) -> bool {
-    let mut images = 0;
-    for e in &module.entries {
-        let holds_nothing = match e.kind {
-            EntryKind::NvvmIr => continue,
-            EntryKind::Other(_) => false,
+    let mut images: Vec<&Entry> = module
+        .entries
+        .iter()
+        .filter(|e| e.kind != EntryKind::NvvmIr)
+        .collect();
+    images.sort_by_key(|e| (e.compression != super::Compression::None, e.stored.size));
+    !images.is_empty()
+        && images.into_iter().all(|e| match e.kind {
             EntryKind::Sass => payload(data, e)
                 .ok()
                 .and_then(|b| cubin_facts(&b).ok())
                 .is_some_and(|f| f.inert()),
             EntryKind::Ptx => payload(data, e).is_ok_and(|b| ptx_facts(&b).inert()),
-        };
-        if !holds_nothing {
-            return false;
-        }
-        images += 1;
-    }
-    images > 0
+            _ => false,
+        })
 }
 
 /// Whether the cubin `entry`'s format allows a toolkit of a newer major than `driver`'s: ELF
@@ -247,47 +246,61 @@ fn may_be_newer(entry: &Entry, driver: &Driver) -> bool {
     }
 }
 
-/// Rule 6: one cubin per module the file registers, whose format allows a newer major (an
-/// uncompressed one first: it needs no unpacking), until one was built by a toolkit of a
-/// newer major than `driver` serves.
-fn newer_toolkit(code: &GpuCode, data: &[u8], driver: &Driver) -> Option<NewerToolkit> {
+/// Rule 6: one cubin per module the file registers, whose format allows a newer major, until
+/// one was built by a toolkit of a newer major than `driver` serves. The cheapest are read
+/// first (stored as they are, then the smallest), so a file that fails by it is found fast.
+/// It depends on the driver alone, not on the GPU: [`judge_given`] takes it computed once.
+pub fn newer_toolkit(code: &GpuCode, data: &[u8], driver: &Driver) -> Option<NewerToolkit> {
+    let mut candidates: Vec<(usize, usize, &Entry)> = Vec::new();
     for (module, c) in code.containers.iter().enumerate() {
         if c.purpose != Purpose::Loadable || matches!(c.origin, Origin::Scan(_)) {
             continue;
         }
-        let candidates = || {
-            c.entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.kind == EntryKind::Sass && may_be_newer(e, driver))
-        };
-        let Some((image, entry)) = candidates()
-            .find(|(_, e)| e.compression == super::Compression::None)
-            .or_else(|| candidates().next())
-        else {
-            continue;
-        };
-        let Some(toolkit) = payload(data, entry)
-            .ok()
-            .and_then(|b| cubin_facts(&b).ok())
-            .and_then(|f| f.toolkit)
-        else {
-            continue;
-        };
-        if toolkit_on_driver(Toolkit::Exact(toolkit), driver) == ToolkitFit::NewerMajor {
-            return Some(NewerToolkit {
+        let cost = |e: &Entry| (e.compression != super::Compression::None, e.stored.size);
+        let cheapest = c
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == EntryKind::Sass && may_be_newer(e, driver))
+            .min_by_key(|(_, e)| cost(e));
+        if let Some((image, entry)) = cheapest {
+            candidates.push((module, image, entry));
+        }
+    }
+    candidates.sort_by_key(|(_, _, e)| (e.compression != super::Compression::None, e.stored.size));
+    candidates.into_iter().find_map(|(module, image, entry)| {
+        let toolkit = cubin_facts(&payload(data, entry).ok()?).ok()?.toolkit?;
+        (toolkit_on_driver(Toolkit::Exact(toolkit), driver) == ToolkitFit::NewerMajor).then_some(
+            NewerToolkit {
                 module,
                 image,
                 toolkit,
-            });
-        }
-    }
-    None
+            },
+        )
+    })
 }
 
 /// Judges every module of `code` (read from the file `data`) for a GPU of capability `device`
 /// with `driver`, and the file by the policy above.
 pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -> Judgement {
+    judge_given(
+        code,
+        data,
+        device,
+        driver,
+        newer_toolkit(code, data, driver),
+    )
+}
+
+/// [`judge`], with rule 6's answer for this file and driver already known
+/// ([`newer_toolkit`]): for judging several GPUs with one driver.
+pub fn judge_given(
+    code: &GpuCode,
+    data: &[u8],
+    device: Capability,
+    driver: &Driver,
+    toolkit: Option<NewerToolkit>,
+) -> Judgement {
     let mut judgement = Judgement {
         verdict: FileVerdict::NoGpuCode,
         gpu: GpuDriven::from(gpus::drives(driver.kernel, device)),
@@ -317,6 +330,9 @@ pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -
             return judgement;
         }
     }
+    // Rule 6 first: a file it fails needs no module read for rule 5.
+    judgement.newer_toolkit = toolkit;
+    let read_modules = judgement.newer_toolkit.is_none();
     for i in loadable {
         let c = &code.containers[i];
         let mut load = load(&c.entries, device, driver);
@@ -329,7 +345,7 @@ pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -
         } else {
             None
         };
-        if load.fails() && excuse.is_none() && inert(data, c) {
+        if read_modules && load.fails() && excuse.is_none() && inert(data, c) {
             load = Load::Inert;
         }
         match load {
@@ -342,7 +358,6 @@ pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -
             }),
         }
     }
-    judgement.newer_toolkit = newer_toolkit(code, data, driver);
     judgement.verdict = if judgement.newer_toolkit.is_some() {
         FileVerdict::Fails
     } else if judgement.modules.is_empty() {
