@@ -6,8 +6,14 @@
 # Every check is an `assert`: a failure stops the evaluation with a message naming the case
 # and what differed. The result holds the rendered config.toml of each case, which nix-tests/run
 # writes to files and gives to `cuda-sandbox-hook check-config`: that proves the module renders
-# what the hook accepts.
-{ lib }:
+# what the hook accepts. `refused` holds the cases the hook must refuse, with the rule it must
+# name. With `fakeRoot` (a directory nix-tests/fake-host-explain fills), `hosts` holds the
+# migration cases rendered for that fake host, with the features to `explain` and the paths
+# the build must then see: the hook, not this file, says what they expose.
+{
+  lib,
+  fakeRoot ? null,
+}:
 let
   stubs = import ./stubs.nix { inherit lib; };
 
@@ -101,7 +107,7 @@ let
   withDevices = system {
     imports = [ enabled ];
     programs.cuda-sandbox = {
-      features = [ "cuda" ];
+      features = lib.mkForce [ "cuda" ];
       extraDevices = [
         "/dev/infiniband/uverbs*"
         {
@@ -212,7 +218,8 @@ let
   # `supported-feature`, the path /supported-feature-files, a { host; guest; } mount of a
   # directory at the driver link's lib/, unsafeFollowSymlinks; system-features set by hand;
   # no preset. Plus a package and a device glob, as the nvidia-gpu preset lists them.
-  requiredMountsConfig = {
+  # `drivers`: where the mounted directory is (a fake host has it inside its root).
+  requiredMountsMachine = drivers: {
     nix.settings.system-features = [ "supported-feature" ];
     programs.cuda-sandbox.enable = true;
     programs.cuda-sandbox.presets.nvidia-gpu.enable = false;
@@ -221,13 +228,14 @@ let
       paths = [
         "/supported-feature-files"
         {
-          host = "/usr/lib/imaginary-fhs-drivers";
+          host = drivers;
           guest = "/run/opengl-driver/lib";
         }
       ];
       unsafeFollowSymlinks = true;
     };
   };
+  requiredMountsConfig = requiredMountsMachine "/usr/lib/imaginary-fhs-drivers";
   requiredMounts = system requiredMountsConfig;
   ruleNamed = name: s: lib.findFirst (r: r.name == name) null s.rules;
   requiredMountsExtended = system {
@@ -255,6 +263,151 @@ let
   requiredMountsNvidia = system {
     imports = [ enabled ];
     programs.cuda-sandbox.allowedPatterns.nvidia.paths = [ "/ipfs" ];
+  };
+
+  # The NixOS-CUDA builders' setting (nixos-cuda/infra), with the prefix renamed: their common
+  # NVIDIA module (modules/common/nvidia.nix) enables the preset and defines the pattern's
+  # onFeatures from an option whose default is [ ]; host ada (hosts/ada/default.nix) defines
+  # them as [ "cuda-ada" ]. In nix-required-mounts both join the preset's, so `cuda-ada`
+  # builds get the GPU: here they join the rule nvidia.
+  nixosCudaCommon = extra: {
+    services.xserver.videoDrivers = [ "nvidia" ];
+    hardware.graphics.enable = true;
+    programs.cuda-sandbox = {
+      enable = true;
+      presets.nvidia-gpu.enable = true;
+      allowedPatterns.nvidia-gpu.onFeatures = [ ];
+    };
+    imports = [ extra ];
+  };
+  nixosCudaAda = {
+    hardware.nvidia.open = true;
+    programs.cuda-sandbox.allowedPatterns.nvidia-gpu.onFeatures = [ "cuda-ada" ];
+  };
+  nixosCudaBuilder = system (nixosCudaCommon nixosCudaAda);
+  cudaAdaFeatures = cudaFeatures ++ [ "cuda-ada" ];
+
+  # nix-required-mounts' option text: "extend or override the exposed paths via
+  # allowedPatterns.nvidia-gpu.paths". A path, a device glob, a mount and a package.
+  presetPaths = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.allowedPatterns.nvidia-gpu.paths = [
+      "/opt/nvidia-extra"
+      "/dev/video*"
+      {
+        host = "/opt/fhs-driver";
+        guest = "/usr/lib/fhs-driver";
+      }
+      (stubs.fakePackage "mesa-25.0")
+    ];
+  };
+  # The preset defines unsafeFollowSymlinks = true, as Nixpkgs' does: false conflicts.
+  presetNoFollow = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.allowedPatterns.nvidia-gpu.unsafeFollowSymlinks = false;
+  };
+  presetFollow = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.allowedPatterns.nvidia-gpu.unsafeFollowSymlinks = true;
+  };
+  # `features` adds: a plain list and mkAfter keep the built-in features, mkForce replaces them.
+  featuresPlain = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.features = [ "cuda-ada" ];
+  };
+  featuresAfter = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.features = lib.mkAfter [ "cuda-ada" ];
+  };
+  featuresForced = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.features = lib.mkForce [ "cuda-ada" ];
+  };
+
+  # Rules that expose nothing: a pattern without paths, a settings.rule without sources.
+  emptyPattern = system {
+    imports = [ enabled ];
+    nix.settings.extra-system-features = [ "ipfs" ];
+    programs.cuda-sandbox.allowedPatterns.ipfs.paths = [ ];
+  };
+  emptySettingsRule = system {
+    imports = [ enabled ];
+    nix.settings.extra-system-features = [ "rdma" ];
+    programs.cuda-sandbox.settings.rule = [
+      {
+        name = "rdma";
+        features = [ "rdma" ];
+      }
+    ];
+  };
+
+  # The same cases on nix-tests/fake-host-explain's fake host: its root, the hook's state
+  # beside it, and mounts of directories inside it (a mount's source is a literal host path).
+  onFakeHost = {
+    programs.cuda-sandbox.settings = {
+      host_root = fakeRoot;
+      runtime_dir = "${fakeRoot}.state/run";
+      closure_cache = "${fakeRoot}.state/closures";
+    };
+  };
+  fakeHosts = {
+    nixos-cuda-builder = {
+      config = nixosCudaCommon {
+        imports = [
+          nixosCudaAda
+          onFakeHost
+        ];
+      };
+      features = "cuda-ada";
+      sees = [
+        "/dev/nvidia0"
+        "/dev/nvidiactl"
+        "/dev/nvidia-uvm"
+        "/run/opengl-driver"
+      ];
+    };
+    preset-paths = {
+      config = {
+        imports = [
+          enabled
+          onFakeHost
+        ];
+        programs.cuda-sandbox.allowedPatterns.nvidia-gpu.paths = [
+          "/opt/nvidia-extra"
+          "/dev/video*"
+          {
+            host = "${fakeRoot}/opt/fhs-driver";
+            guest = "/usr/lib/fhs-driver";
+          }
+        ];
+      };
+      features = "cuda";
+      sees = [
+        "/dev/nvidia0"
+        "/run/opengl-driver"
+        "/opt/nvidia-extra"
+        "/dev/video0"
+        "/usr/lib/fhs-driver"
+      ];
+    };
+    # nixos/tests/nix-required-mounts' machine, renamed; its tmpfiles rules are the fake
+    # host's, with a relative link where the test's is absolute (a mount's links are looked up
+    # literally, and the fake /usr is inside the fake root): the build sees the link's target
+    # where the link leads inside, beside the mounted directory.
+    required-mounts = {
+      config = {
+        imports = [
+          (requiredMountsMachine "${fakeRoot}/usr/lib/imaginary-fhs-drivers")
+          onFakeHost
+        ];
+      };
+      features = "supported-feature";
+      sees = [
+        "/supported-feature-files"
+        "/run/opengl-driver/lib"
+        "/run/opengl-driver/libcuda.so"
+      ];
+    };
   };
 
   # meta.maintainers as NixOS checks it: entries of lib.maintainers only, by file.
@@ -593,6 +746,87 @@ let
       "a pattern named nvidia beside the preset is refused"
     )
 
+    # the preset is allowedPatterns.nvidia-gpu, as in nix-required-mounts
+    (checkEqual "nixos-cuda" "rule names (no rule of its own for the pattern)" (map (
+      r: r.name
+    ) nixosCudaBuilder.rules) [ "nvidia" ])
+    (checkEqual "nixos-cuda" "the rule's features: the preset's and cuda-ada"
+      nixosCudaBuilder.nvidia.features
+      cudaAdaFeatures
+    )
+    (checkEqual "nixos-cuda" "system-features: Nix's defaults kept, cuda-ada added"
+      nixosCudaBuilder.system-features
+      (nixDefaults ++ cudaAdaFeatures)
+    )
+    (checkEqual "nixos-cuda" "the GPU's devices" nixosCudaBuilder.nvidia.device expectedDevices)
+    (checkEqual "nixos-cuda" "failed assertions and warnings" (
+      nixosCudaBuilder.failed ++ nixosCudaBuilder.warnings
+    ) [ ])
+    (checkEqual "preset-paths" "rule names" (map (r: r.name) presetPaths.rules) [ "nvidia" ])
+    (checkEqual "preset-paths" "the features stay the preset's" presetPaths.nvidia.features
+      cudaFeatures
+    )
+    (checkEqual "preset-paths" "a device glob joins the devices" presetPaths.nvidia.device (
+      expectedDevices
+      ++ [
+        {
+          glob = "/dev/video*";
+          required = true;
+        }
+      ]
+    ))
+    (checkEqual "preset-paths" "paths and a package join the paths, links followed as the preset does"
+      presetPaths.nvidia.path
+      [
+        {
+          path = "/opt/nvidia-extra";
+          required = true;
+          follow_entry_symlinks = true;
+        }
+        {
+          path = "${builtins.storeDir}/00000000000000000000000000000000-mesa-25.0";
+          required = true;
+          follow_entry_symlinks = true;
+        }
+      ]
+    )
+    (checkEqual "preset-paths" "a mount" presetPaths.nvidia.mount [
+      {
+        inside = "/usr/lib/fhs-driver";
+        outside = "/opt/fhs-driver";
+        required = true;
+        follow_entry_symlinks = true;
+      }
+    ])
+    (checkEqual "preset-paths" "failed assertions" presetPaths.failed [ ])
+    (check "preset-follow" (fails presetNoFollow.settings)
+      "unsafeFollowSymlinks = false beside the preset is a conflicting definition, as in Nixpkgs"
+    )
+    (checkEqual "preset-follow" "unsafeFollowSymlinks = true agrees with the preset"
+      presetFollow.settings
+      defaults.settings
+    )
+    (checkEqual "features" "a plain list adds" (lib.sort lib.lessThan featuresPlain.nvidia.features) (
+      lib.sort lib.lessThan cudaAdaFeatures
+    ))
+    (checkEqual "features" "mkAfter adds, after the built-in ones" featuresAfter.nvidia.features
+      cudaAdaFeatures
+    )
+    (checkEqual "features" "mkForce replaces" featuresForced.nvidia.features [ "cuda-ada" ])
+    (checkEqual "features" "system-features follow" featuresAfter.system-features (
+      nixDefaults ++ cudaAdaFeatures
+    ))
+    (check "empty-rule" (
+      lib.length emptyPattern.failed == 1
+      && lib.hasInfix "the rule ipfs of" (lib.head emptyPattern.failed)
+      && lib.hasInfix "exposes nothing" (lib.head emptyPattern.failed)
+    ) "a pattern without paths is refused, naming it, got ${builtins.toJSON emptyPattern.failed}")
+    (check "empty-rule" (
+      lib.length emptySettingsRule.failed == 1
+      && lib.hasInfix "the rule rdma of" (lib.head emptySettingsRule.failed)
+    ) "a settings.rule without sources is refused, got ${builtins.toJSON emptySettingsRule.failed}")
+    (checkEqual "empty-rule" "the module's own rule is never empty" defaults.failed [ ])
+
     # nix.enable = false: a warning with the lines to put in the nix.conf the user manages
     (check "nix-disabled" (
       nixDisabled.failed == [ ]
@@ -658,7 +892,25 @@ in
 assert lib.all lib.id checks;
 {
   passed = lib.length checks;
+  refused = {
+    empty-pattern = {
+      inherit (emptyPattern) toml;
+      rule = "ipfs";
+    };
+    empty-settings-rule = {
+      inherit (emptySettingsRule) toml;
+      rule = "rdma";
+    };
+  };
+  hosts = lib.optionalAttrs (fakeRoot != null) (
+    lib.mapAttrs (_: host: {
+      inherit (host) features sees;
+      inherit (system host.config) toml failed;
+    }) fakeHosts
+  );
   configs = {
+    nixos-cuda-builder = nixosCudaBuilder.toml;
+    preset-paths = presetPaths.toml;
     default = defaults.toml;
     compat = withCompat.toml;
     devices = withDevices.toml;

@@ -1,11 +1,11 @@
-# The README's snippets for NixOS users (extracted by ./readme-snippets), evaluated as written
+# The snippets for NixOS users in the README and docs/ (extracted by ./readme-snippets), evaluated as written
 # with the stand-ins of ./stub-nixpkgs.nix and ./stubs.nix and this repository's flake as the
 # input `cuda-sandbox`. Each must evaluate with no failed assertion and give what it promises:
 # a system with cuda-sandbox-hook as Nix's pre-build-hook, or a package whose GPU check the
 # NixOS-CUDA Hydra selects (./hydra-cuda-tests.nix).
 {
   lib,
-  # [ { kind; dir; line; } ]
+  # [ { kind; dir; file; line; } ]
   snippets,
 }:
 let
@@ -56,7 +56,7 @@ let
   evaluate =
     snippet:
     let
-      where = "README.md:${toString snippet.line} (${snippet.kind})";
+      where = "${snippet.file}:${toString snippet.line} (${snippet.kind})";
       file = /. + "${snippet.dir}/snippet.nix";
     in
     if snippet.kind == "system-flake" then
@@ -139,7 +139,7 @@ assert lib.assertMsg (lib.all (k: lib.elem k kinds) [
   "module-without-flakes"
   "module-fragment"
   "package"
-]) "readme-eval: the README lost a kind of snippet: ${toString kinds}";
+]) "readme-eval: the README and docs/ lost a kind of snippet: ${toString kinds}";
 assert lib.all evaluate snippets;
 {
   evaluated = lib.length snippets;

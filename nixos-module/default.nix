@@ -79,21 +79,34 @@ let
   # nixpkgs binaries carry `${cuda_compat}/compat` in DT_RUNPATH; the hook wants that directory.
   compatDir = entry: if lib.isDerivation entry then "${entry}/compat" else entry;
 
+  # With the preset, `allowedPatterns.nvidia-gpu` (./required-mounts.nix defines it from
+  # `features`) as entries of the rule: nix-required-mounts' preset is that pattern, so what a
+  # user adds to it extends this rule, as it extends the preset there.
+  preset =
+    (import ./patterns.nix { inherit lib; }).translate builtinRule.name
+      cfg.allowedPatterns.nvidia-gpu;
+
   # The rule the options describe; `settings.rule` definitions are appended to it.
-  rule = {
-    # `mig`: the MIG source, as built in (each instance's capability nodes; never config or
-    # monitor).
-    inherit (builtinRule) name mig;
-    inherit (cfg) features;
-    device = map dropNulls (defaultDevices ++ cfg.extraDevices);
-    driver = builtinRule.driver // {
-      inherit (cfg.driver) link required;
-      # NixOS has no driver in the loader cache or /usr/lib: the link is the only source.
-      host_libraries = false;
-      compat = map compatDir (lib.filter usable cfg.compat);
-    };
-  }
-  // lib.optionalAttrs (cfg.extraPaths != [ ]) { path = map dropNulls cfg.extraPaths; };
+  rule =
+    let
+      paths = map dropNulls cfg.extraPaths ++ preset.path or [ ];
+    in
+    {
+      # `mig`: the MIG source, as built in (each instance's capability nodes; never config or
+      # monitor).
+      inherit (builtinRule) name mig;
+      # `features` and the pattern's own onFeatures, each once.
+      features = lib.unique preset.features;
+      device = map dropNulls (defaultDevices ++ cfg.extraDevices) ++ preset.device or [ ];
+      driver = builtinRule.driver // {
+        inherit (cfg.driver) link required;
+        # NixOS has no driver in the loader cache or /usr/lib: the link is the only source.
+        host_libraries = false;
+        compat = map compatDir (lib.filter usable cfg.compat);
+      };
+    }
+    // lib.optionalAttrs (paths != [ ]) { path = paths; }
+    // lib.optionalAttrs (preset ? mount) { inherit (preset) mount; };
 
   # What Nix will see as its system features. `nix.settings`' free-form type lets a setting be
   # a list or a string ("a b", as nix.conf writes it), so both are split on whitespace. Nix
@@ -125,6 +138,20 @@ let
   # refuses a derivation requiring a feature it does not declare, so all of them must be there.
   ruleFeatures = lib.unique (lib.concatMap (r: r.features or [ ]) cfg.settings.rule);
   missingFeatures = lib.subtractLists declaredFeatures ruleFeatures;
+
+  # Rules that name nothing to expose, as the hook's `check-config` judges them: a tagged build
+  # would be told it is tagged and get nothing.
+  sources = [
+    "device"
+    "path"
+    "mount"
+    "driver"
+    "cdi"
+    "mig"
+  ];
+  emptyRules = map (r: r.name or "(unnamed)") (
+    lib.filter (r: !lib.any (key: (r.${key} or [ ]) != [ ]) sources) cfg.settings.rule
+  );
 
   # A package that cannot be built here (cuda_compat is unfree and broken unless
   # nixpkgs.config.cudaSupport is set): rendering its path would abort the evaluation, so it is
@@ -237,10 +264,17 @@ in
     features = lib.mkOption {
       type = lib.types.listOf (lib.types.strMatching "[^[:space:]]+");
       default = builtinRule.features;
+      example = lib.literalExpression ''[ "cuda-ada" ]'';
       description = ''
-        The `requiredSystemFeatures` that get the GPU. They are added to
-        {option}`nix.settings.system-features` (keeping Nix's defaults), so the daemon
-        accepts such derivations at all.
+        The `requiredSystemFeatures` that get the GPU (the rule `nvidia`). The module defines
+        the built-in ones, `${lib.concatStringsSep " " builtinRule.features}`, as a plain
+        definition, so a definition of yours adds to them, as lists join in NixOS
+        (`[ "cuda-ada" ]` and `lib.mkAfter [ "cuda-ada" ]` alike), and `lib.mkForce` replaces
+        them. Adding, because replacing was silent: a list that left out `cuda` took the GPU
+        from every derivation that asks for it the usual way, with nothing to say so.
+        {option}`programs.cuda-sandbox.allowedPatterns.nvidia-gpu.onFeatures` adds the same
+        way. All of them are added to {option}`nix.settings.system-features` (keeping Nix's
+        defaults), so the daemon accepts such derivations at all.
       '';
     };
 
@@ -362,7 +396,7 @@ in
       };
       description = ''
         The hook's configuration, rendered to {file}`/etc/cuda-sandbox/config.toml` (see the
-        configuration reference in the README). The keys documented here are typed; any other
+        configuration reference in docs/configuration.md). The keys documented here are typed; any other
         key of the reference (e.g. `host_root`, `symlink_roots`) is passed through as written,
         and the hook rejects unknown ones. The options above define the rule `nvidia`; rules
         given here are added after it (`lib.mkForce` replaces it).
@@ -371,6 +405,8 @@ in
   };
 
   config = lib.mkIf cfg.enable {
+    # A plain definition, so that the user's join it (see the option's description).
+    programs.cuda-sandbox.features = builtinRule.features;
     # mkBefore: the module's rule comes first whatever the order of imports.
     programs.cuda-sandbox.settings.rule = lib.mkBefore (
       lib.optional cfg.presets.nvidia-gpu.enable rule
@@ -425,6 +461,17 @@ in
           so the daemon would refuse every derivation requiring them. Your own definition of
           nix.settings.system-features replaces the module's; add these features to it (or to
           nix.settings.extra-system-features).
+        '';
+      }
+      {
+        assertion = emptyRules == [ ];
+        message = ''
+          programs.cuda-sandbox: the rule ${lib.concatStringsSep ", " emptyRules} of
+          /etc/cuda-sandbox/config.toml exposes nothing (no device, path, mount, driver, CDI
+          device or MIG), so the builds that ask for its features would get nothing;
+          cuda-sandbox-hook check-config refuses it. Give the pattern (allowedPatterns.<name>)
+          or the rule (settings.rule) what its builds need, or remove it. With
+          presets.nvidia-gpu.enable, allowedPatterns.nvidia-gpu extends the rule nvidia.
         '';
       }
       {

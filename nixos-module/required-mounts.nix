@@ -1,7 +1,9 @@
 # programs.nix-required-mounts' options, under programs.cuda-sandbox: a configuration written for
 # Nixpkgs' nix-required-mounts (nixos/modules/programs/nix-required-mounts.nix) switches by
 # renaming its prefix. Each `allowedPatterns.<name>` becomes a `[[rule]]` of the hook's
-# configuration; `presets.nvidia-gpu.enable` is the module's own rule `nvidia`.
+# configuration; `presets.nvidia-gpu.enable` is the module's own rule `nvidia`, and, as the
+# preset there is the pattern `nvidia-gpu`, `allowedPatterns.nvidia-gpu` extends that rule: its
+# onFeatures join the rule's features (and Nix's system features), its paths the rule's.
 #
 # The option shape is nix-required-mounts' (names, types, defaults); the translation:
 #   onFeatures                 → the rule's `features` (and Nix's system-features)
@@ -65,60 +67,23 @@ let
     }
   );
 
-  isGlob = s: builtins.match ".*[][*?].*" s != null;
-  entryName =
-    entry: if builtins.isAttrs entry && !(lib.isStringLike entry) then entry.host else toString entry;
+  patterns = import ./patterns.nix { inherit lib; };
 
-  # One pattern as a rule of the hook's configuration.
-  translate =
-    name: pattern:
-    let
-      isMount = entry: builtins.isAttrs entry && !(lib.isStringLike entry);
-      strings = map toString (lib.filter (e: !(isMount e)) pattern.paths);
-      mounts = lib.filter isMount pattern.paths;
-      globs = lib.filter isGlob strings;
-      literals = lib.filter (s: !(isGlob s)) strings;
-      follow = lib.optionalAttrs pattern.unsafeFollowSymlinks { follow_entry_symlinks = true; };
-    in
-    {
-      inherit name;
-      features = pattern.onFeatures;
-    }
-    // lib.optionalAttrs (globs != [ ]) {
-      device = map (glob: {
-        inherit glob;
-        required = true;
-      }) globs;
-    }
-    // lib.optionalAttrs (literals != [ ]) {
-      path = map (
-        path:
-        {
-          inherit path;
-          required = true;
-        }
-        // follow
-      ) literals;
-    }
-    // lib.optionalAttrs (mounts != [ ]) {
-      mount = map (
-        m:
-        {
-          inside = m.guest;
-          outside = m.host;
-          required = true;
-        }
-        // follow
-      ) mounts;
-    };
+  # With the preset, `allowedPatterns.nvidia-gpu` is the rule `nvidia` (./default.nix), as the
+  # preset is that pattern in nix-required-mounts; every other pattern is a rule of its own.
+  ownRules =
+    if cfg.presets.nvidia-gpu.enable then
+      removeAttrs cfg.allowedPatterns [ "nvidia-gpu" ]
+    else
+      cfg.allowedPatterns;
 
   # Globs the hook cannot take: it globs device nodes and directories under the host root.
   globsOutsideDev = lib.concatLists (
     lib.mapAttrsToList (
       name: pattern:
       map (path: "allowedPatterns.${name}: ${path}") (
-        lib.filter (s: isGlob s && !(lib.hasPrefix "/dev/" s)) (
-          map entryName (lib.filter lib.isStringLike pattern.paths)
+        lib.filter (s: patterns.isGlob s && !(lib.hasPrefix "/dev/" s)) (
+          map patterns.entryName (lib.filter lib.isStringLike pattern.paths)
         )
       )
     ) cfg.allowedPatterns
@@ -132,10 +97,14 @@ in
       description = ''
         The rule `nvidia` that {option}`programs.cuda-sandbox.features`, `driver`, `compat`,
         `extraDevices` and `extraPaths` describe: the NVIDIA device nodes and the driver for
-        derivations that require one of those features. On by default (programs.nix-required-
-        mounts has it off: a configuration of that module without the preset sets it to
-        false here). Off: only {option}`programs.cuda-sandbox.allowedPatterns` and
-        `settings.rule` apply.
+        derivations that require one of those features. As nix-required-mounts' preset is
+        its pattern `nvidia-gpu`, this one defines
+        {option}`programs.cuda-sandbox.allowedPatterns.nvidia-gpu` (`onFeatures` from
+        `features`, no `paths`, `unsafeFollowSymlinks = true` as Nixpkgs' preset has it): a
+        definition of its `onFeatures` or `paths` extends the rule `nvidia` as it extends the
+        preset there. On by default (programs.nix-required-mounts has it off: a
+        configuration of that module without the preset sets it to false here). Off: only
+        {option}`programs.cuda-sandbox.allowedPatterns` and `settings.rule` apply.
       '';
     };
 
@@ -149,7 +118,9 @@ in
       description = ''
         programs.nix-required-mounts' patterns: for each, the paths exposed to the builds that
         require one of its `onFeatures`. Each becomes a rule of the hook's configuration,
-        named after it, after the rule `nvidia`.
+        named after it, after the rule `nvidia`; with
+        {option}`programs.cuda-sandbox.presets.nvidia-gpu.enable`, `nvidia-gpu` is the rule
+        `nvidia` itself. A pattern with no paths would expose nothing, and is refused.
       '';
     };
 
@@ -164,7 +135,18 @@ in
   };
 
   config = lib.mkIf cfg.enable {
-    programs.cuda-sandbox.settings.rule = lib.mapAttrsToList translate cfg.allowedPatterns;
+    # The preset defines the pattern `nvidia-gpu`, as nix-required-mounts' does, at normal
+    # priority: a user's `onFeatures` and `paths` join these (lists concatenate), `lib.mkForce`
+    # replaces them, and a different `unsafeFollowSymlinks` is a conflicting definition, as
+    # there (Nixpkgs' preset defines `true` since NixOS/nixpkgs#488199, `false` before).
+    programs.cuda-sandbox.allowedPatterns = lib.mkIf cfg.presets.nvidia-gpu.enable {
+      nvidia-gpu = {
+        onFeatures = cfg.features;
+        paths = [ ];
+        unsafeFollowSymlinks = true;
+      };
+    };
+    programs.cuda-sandbox.settings.rule = lib.mapAttrsToList patterns.translate ownRules;
 
     assertions = [
       {

@@ -113,7 +113,7 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            "runtime_dir = \"{}\"\n[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n",
+            "runtime_dir = \"{}\"\n[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
             dir.path().join("run").display()
         ),
     )

@@ -1,11 +1,13 @@
-//! Throughput of the `.drv` parser (`cuda_sandbox_hook::drv`).
+//! Throughput of the `.drv` readers (`cuda_sandbox_hook::drv`): the hook's (`DrvEnv`: parse,
+//! then `attrs()`, what the hook runs for every build) and the oracle's (`Derivation::parse`,
+//! every field unescaped, for the tests).
 //!
 //! `cargo bench -p cuda-sandbox-hook --bench parse` prints, for a realistic ~5 MiB derivation
 //! built in memory (normal fields plus one big environment value: a build script with the usual
-//! sprinkling of quotes, backslashes, tabs and newlines), the parse throughput in MiB/s (median
-//! and best over at least 1 s and 20 iterations); the same for an escape-dense worst case and,
-//! when Nix and root are available, the real 5 MiB derivation of the differential test's corpus;
-//! and the time of `required_features()` on a typical small derivation and on a 5 MiB
+//! sprinkling of quotes, backslashes, tabs and newlines), the throughput of each reader in MiB/s
+//! (median and best over at least 1 s and 20 iterations); the same for an escape-dense worst
+//! case and, when Nix and root are available, the real 5 MiB derivation of the differential
+//! test's corpus; and the time of each on a typical small derivation and on a 5 MiB
 //! structured-attrs (`__json`) one. Figures, not assertions: the target is ≥ 500 MiB/s for the
 //! realistic derivation in release.
 
@@ -14,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cuda_sandbox_hook::drv::Derivation;
+use cuda_sandbox_hook::drv::{Derivation, DrvAttrs, DrvEnv};
 
 const MIB: f64 = 1024.0 * 1024.0;
 const MIN_TIME: Duration = Duration::from_secs(1);
@@ -182,26 +184,39 @@ fn median(sorted: &[Duration]) -> Duration {
     sorted[sorted.len() / 2]
 }
 
+/// What the hook reads of `drv`: the whole grammar, and the attributes it decides on.
+fn hook_read(drv: &[u8]) -> DrvAttrs<'_> {
+    DrvEnv::parse(drv).unwrap().attrs().unwrap()
+}
+
 fn throughput(label: &str, drv: &[u8]) {
     let parsed = Derivation::parse(drv).expect("the benchmark derivation parses");
     let largest = parsed.env.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
     drop(parsed);
-    let times = time_iterations(|| {
+    let mibs = |t: Duration| drv.len() as f64 / MIB / t.as_secs_f64();
+    let hook = time_iterations(|| {
+        black_box(hook_read(black_box(drv)));
+    });
+    let oracle = time_iterations(|| {
         let d = Derivation::parse(black_box(drv)).unwrap();
         black_box(&d);
     });
-    let mibs = |t: Duration| drv.len() as f64 / MIB / t.as_secs_f64();
-    println!(
-        "parse {:.1} MiB drv ({label}): median {:.0} MiB/s (best {:.0} MiB/s, {} iterations; \
-         {} bytes, largest env value {} bytes, median {:.2} ms)",
-        drv.len() as f64 / MIB,
-        mibs(median(&times)),
-        mibs(times[0]),
-        times.len(),
-        drv.len(),
-        largest,
-        median(&times).as_secs_f64() * 1e3,
-    );
+    for (reader, times) in [
+        ("hook (DrvEnv + attrs)", hook),
+        ("oracle (Derivation)", oracle),
+    ] {
+        println!(
+            "{reader}: {:.1} MiB drv ({label}): median {:.0} MiB/s (best {:.0} MiB/s, {} \
+             iterations; {} bytes, largest env value {} bytes, median {:.2} ms)",
+            drv.len() as f64 / MIB,
+            mibs(median(&times)),
+            mibs(times[0]),
+            times.len(),
+            drv.len(),
+            largest,
+            median(&times).as_secs_f64() * 1e3,
+        );
+    }
 }
 
 /// Median time per call of `f`, timing batches of `batch` calls.
@@ -272,20 +287,24 @@ fn main() {
         "requiredSystemFeatures".into(),
         b"big-parallel cuda".to_vec(),
     )]);
+    assert!(hook_read(&small).features.contains(b"cuda"));
+    let (hook, calls) = per_call(1_000, || {
+        black_box(hook_read(black_box(&small)));
+    });
     let small_drv = Derivation::parse(&small).unwrap();
-    assert!(small_drv.required_features().unwrap().contains(b"cuda"));
-    let (features, calls) = per_call(10_000, || {
-        black_box(black_box(&small_drv).required_features().unwrap());
+    let (attrs, _) = per_call(10_000, || {
+        black_box(black_box(&small_drv).attrs().unwrap());
     });
     let (both, _) = per_call(1_000, || {
         let d = Derivation::parse(black_box(&small)).unwrap();
-        black_box(d.required_features().unwrap());
+        black_box(d.attrs().unwrap());
     });
     println!(
-        "required_features() on a typical {} byte drv: {} per call ({calls} calls); parse + \
-         required_features(): {}",
+        "a typical {} byte drv: the hook's read (DrvEnv::parse + attrs) {} per call ({calls} \
+         calls); the oracle's attrs() {}, Derivation::parse + attrs() {}",
         small.len(),
-        micros(features),
+        micros(hook),
+        micros(attrs),
         micros(both),
     );
 
@@ -298,20 +317,26 @@ fn main() {
     json.extend_from_slice(br#","system":"x86_64-linux"}"#);
     let structured = derivation(vec![("__json".into(), json)]);
     let structured_drv = Derivation::parse(&structured).unwrap();
-    let features = structured_drv.required_features().unwrap();
+    let features = structured_drv.attrs().unwrap().features;
     assert!(features.structured && features.contains(b"cuda"));
-    let times = time_iterations(|| {
-        black_box(black_box(&structured_drv).required_features().unwrap());
-    });
     let json_len = structured_drv.env_var(b"__json").unwrap().len();
-    println!(
-        "required_features() on a {:.1} MiB structured-attrs drv ({json_len} byte __json): \
-         median {:.2} ms ({:.0} MiB/s of JSON, best {:.2} ms, {} iterations)",
-        structured.len() as f64 / MIB,
-        median(&times).as_secs_f64() * 1e3,
-        json_len as f64 / MIB / median(&times).as_secs_f64(),
-        times[0].as_secs_f64() * 1e3,
-        times.len(),
-    );
+    let env = DrvEnv::parse(&structured).unwrap();
+    let hook = time_iterations(|| {
+        black_box(black_box(&env).attrs().unwrap());
+    });
+    let oracle = time_iterations(|| {
+        black_box(black_box(&structured_drv).attrs().unwrap());
+    });
+    for (reader, times) in [("hook (DrvEnv)", hook), ("oracle (Derivation)", oracle)] {
+        println!(
+            "{reader}: attrs() of a {:.1} MiB structured-attrs drv ({json_len} byte __json): \
+             median {:.2} ms ({:.0} MiB/s of JSON, best {:.2} ms, {} iterations)",
+            structured.len() as f64 / MIB,
+            median(&times).as_secs_f64() * 1e3,
+            json_len as f64 / MIB / median(&times).as_secs_f64(),
+            times[0].as_secs_f64() * 1e3,
+            times.len(),
+        );
+    }
     throughput("structured attrs", &structured);
 }

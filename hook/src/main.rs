@@ -82,11 +82,12 @@ enum Command {
         /// Use this derivation's required features.
         #[arg(long, value_name = "DRV")]
         drv: Option<PathBuf>,
-        /// Features (comma-separated; default `cuda` when no --drv).
+        /// Features (comma-separated; default `cuda` when no --drv). Features no rule answers
+        /// give what an untagged build gets: the minimal root and nothing of the hook's.
         #[arg(long, value_delimiter = ',')]
         features: Vec<String>,
         /// Also bind this host path at the same place, read-write (repeatable). The command's
-        /// user must be able to write it.
+        /// user must be able to write it, and no symlink may be on it.
         #[arg(long = "bind", value_name = "PATH")]
         binds: Vec<PathBuf>,
         /// Run the command as this user (`UID` or `UID:GID`; default 65534:65534, nobody).

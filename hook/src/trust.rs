@@ -4,15 +4,23 @@
 //! must be something only root could have changed, as sudo trusts `sudoers`. The rules, all
 //! here:
 //! - [`check_entry`]: one entry is owned by root (or by the user running the hook) and not
-//!   writable by group or others; a root-owned sticky directory (`/tmp`) may be crossed, as
-//!   others cannot replace what root owns in it.
+//!   writable by group or others; a root-owned sticky directory (`/tmp`, `/nix/store`) may be
+//!   crossed, as others cannot replace what root owns in it.
 //! - [`resolve`] and [`check_path`]: every component of an absolute path, and every symlink
 //!   target on the way, passes [`check_entry`], checked from `/` with `lstat` and `readlink`
-//!   (nothing is opened).
+//!   (nothing is opened); a symlink is followed only when root (or the hook's user) owns it,
+//!   wherever it is, as the kernel's `protected_symlinks` reasons for sticky directories:
+//!   whoever made a link chose its target, and every store file is root's, whoever built it.
+//! - [`listed_dir`]: a directory whose entries the hook lists (a CDI spec directory) decides
+//!   by what is in it what is read, so it passes [`check_entry`] as an entry of its own, never
+//!   as one crossed: not writable by group or others, sticky or not.
 //! - [`open_file`]: a regular file is opened only once its path passed [`resolve`], from its
 //!   checked parent with `O_NOFOLLOW | O_NONBLOCK`, and checked again from its descriptor.
 //! - [`program`]: a program the hook runs is absolute (only a bare default name is looked up
 //!   in `PATH`), and its path passes [`check_path`].
+//! - [`open_without_symlinks`]: a path someone names for their own use (`exec --bind`) has no
+//!   symlink anywhere on it; it is walked from `/` with `O_NOFOLLOW` and what was walked to is
+//!   returned as a descriptor, so whatever is renamed there afterwards is not what is used.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
@@ -33,6 +41,28 @@ pub enum TrustError {
         /// What the system said.
         source: std::io::Error,
     },
+    /// A symlink on the path is owned by someone other than root or the hook's user, so they
+    /// chose where it leads.
+    #[error(
+        "{} is a symlink owned by uid {uid}, not by root: only root's symlinks are followed \
+         (name the file it leads to, or have root make the link)",
+        link.display()
+    )]
+    LinkOwner {
+        /// The symlink.
+        link: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// The path holds a symlink where none may be.
+    #[error("{} is a symlink: name the path it leads to, with no symlink on the way", .0.display())]
+    Symlink(PathBuf),
+    /// The path holds `..` where it must be walked as written.
+    #[error("{} holds `..`: name the path without it", .0.display())]
+    ParentDir(PathBuf),
+    /// A directory to list is no directory.
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
     /// The path holds more symlinks than the loader would follow.
     #[error("{}: too many symlinks", .0.display())]
     TooManySymlinks(PathBuf),
@@ -132,7 +162,8 @@ pub struct Resolved {
 }
 
 /// Checks that `path` (absolute) is trusted: every component, and every symlink target met,
-/// passes [`check_entry`] (a directory counts as crossed).
+/// passes [`check_entry`] (a directory counts as crossed), and every symlink met is owned by a
+/// trusted owner.
 pub fn check_path(path: &Path) -> Result<(), TrustError> {
     resolve(path).map(|_| ())
 }
@@ -168,6 +199,13 @@ pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
         }
         let meta = lstat(&here)?;
         if meta.file_type().is_symlink() {
+            // Its maker chose the target: in a sticky directory anyone may have made it.
+            if !trusted_owner(meta.uid()) {
+                return Err(TrustError::LinkOwner {
+                    link: here,
+                    uid: meta.uid(),
+                });
+            }
             links += 1;
             if links > crate::symlinks::MAX_HOPS {
                 return Err(TrustError::TooManySymlinks(path.to_path_buf()));
@@ -194,6 +232,23 @@ pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
         path: resolved,
         meta: last,
     })
+}
+
+/// The directory at `path` (absolute), every symlink resolved, once trusted for the hook to
+/// list: its path passes [`resolve`], it is a directory, and it passes [`check_entry`] as an
+/// entry of its own (not as one crossed), so that no one but root (or the hook's user) can add
+/// an entry to it, sticky or not.
+pub fn listed_dir(path: &Path) -> Result<PathBuf, TrustError> {
+    let resolved = resolve(path)?;
+    let meta = match resolved.meta {
+        Some(meta) => meta,
+        None => lstat(&resolved.path)?,
+    };
+    if !meta.is_dir() {
+        return Err(TrustError::NotADirectory(resolved.path));
+    }
+    check_entry(&resolved.path, meta.uid(), meta.mode(), false)?;
+    Ok(resolved.path)
 }
 
 /// Opens the regular file at `path` (absolute) for reading, once trusted: its path passes
@@ -244,6 +299,64 @@ pub fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBuf, Prog
             source,
         }),
     }
+}
+
+/// Opens `path` (absolute, without `..`) as an `O_PATH` descriptor, with no symlink anywhere
+/// on it: each component is opened from its parent's descriptor with `O_NOFOLLOW` and must be
+/// no symlink, so the descriptor is the entry this walk reached, whatever is renamed or linked
+/// on the path afterwards. Owners and modes are not judged (the caller says whose the entry
+/// must be). Returns it with its `fstat`.
+pub fn open_without_symlinks(
+    path: &Path,
+) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), TrustError> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::{fstat, SFlag};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if !path.is_absolute() {
+        return Err(TrustError::NotAbsolute(path.to_path_buf()));
+    }
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let inspect = |at: &Path| {
+        let path = at.to_path_buf();
+        move |errno: nix::Error| TrustError::Inspect {
+            path,
+            source: errno.into(),
+        }
+    };
+    let mut here = PathBuf::from("/");
+    // SAFETY: open(2) just returned the descriptor; nothing else owns it.
+    let adopt = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut entry = adopt(
+        nix::fcntl::open(
+            "/",
+            flags | OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(inspect(&here))?,
+    );
+    let mut stat = fstat(entry.as_raw_fd()).map_err(inspect(&here))?;
+    for component in path.components() {
+        let name = match component {
+            Component::Normal(name) => name,
+            Component::ParentDir => return Err(TrustError::ParentDir(path.to_path_buf())),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+        };
+        here.push(name);
+        let fd = nix::fcntl::openat(
+            Some(entry.as_raw_fd()),
+            name,
+            flags,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(inspect(&here))?;
+        entry = adopt(fd);
+        stat = fstat(entry.as_raw_fd()).map_err(inspect(&here))?;
+        let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+        if kind == SFlag::S_IFLNK {
+            return Err(TrustError::Symlink(here));
+        }
+    }
+    Ok((entry, stat))
 }
 
 fn lstat(path: &Path) -> Result<Metadata, TrustError> {
@@ -325,6 +438,177 @@ mod tests {
             store.join("aaa-etc/etc/cuda-sandbox/config.toml")
         );
         open_file(&d.join("etc/cuda-sandbox/config.toml")).unwrap();
+    }
+
+    /// The NixOS shape the first test misses: `/etc/cuda-sandbox/config.toml` (in a real
+    /// directory) links to `/etc/static/…`, `/etc/static` to the store's `etc`, and that entry
+    /// to a single-file store path, directly in the store (root's, mode 1775, group-writable
+    /// by the build users' group). The program `nix_store` names has the same shape.
+    #[test]
+    fn a_nixos_chain_to_a_single_file_store_path_is_trusted() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        let store = d.join("store");
+        std::fs::create_dir_all(store.join("aaa-etc/etc/cuda-sandbox")).unwrap();
+        std::fs::write(store.join("bbb-config.toml"), "").unwrap();
+        mode(&store.join("bbb-config.toml"), 0o444);
+        std::fs::write(store.join("ccc-nix-store"), "").unwrap();
+        mode(&store.join("ccc-nix-store"), 0o555);
+        symlink(
+            store.join("bbb-config.toml"),
+            store.join("aaa-etc/etc/cuda-sandbox/config.toml"),
+        )
+        .unwrap();
+        mode(&store, 0o1775);
+        std::fs::create_dir_all(d.join("etc/cuda-sandbox")).unwrap();
+        symlink(store.join("aaa-etc/etc"), d.join("etc/static")).unwrap();
+        symlink(
+            d.join("etc/static/cuda-sandbox/config.toml"),
+            d.join("etc/cuda-sandbox/config.toml"),
+        )
+        .unwrap();
+        let config = d.join("etc/cuda-sandbox/config.toml");
+        assert_eq!(
+            resolve(&config).unwrap().path,
+            store.join("bbb-config.toml")
+        );
+        open_file(&config).unwrap();
+        std::fs::create_dir_all(d.join("sw/bin")).unwrap();
+        symlink(store.join("ccc-nix-store"), d.join("sw/bin/nix-store")).unwrap();
+        program(&d.join("sw/bin/nix-store"), None).unwrap();
+    }
+
+    /// Makes `link` (a symlink) owned by `uid`, as if that user had made it.
+    fn lchown(link: &Path, uid: u32) {
+        nix::unistd::fchownat(
+            None,
+            link,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            None,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+    }
+
+    /// A symlink anyone but root made is never followed, wherever it is: in a sticky
+    /// directory its maker could point it at any root-owned file (every store file is root's,
+    /// whoever built it), as the kernel's `protected_symlinks` reasons.
+    #[test]
+    fn a_symlink_is_followed_only_when_root_made_it() {
+        if !cuda_sandbox_testkit::root_available("a_symlink_is_followed_only_when_root_made_it") {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        std::fs::write(d.join("store-file"), "").unwrap();
+        mode(&d.join("store-file"), 0o444);
+        std::fs::create_dir(d.join("sticky")).unwrap();
+        mode(&d.join("sticky"), 0o1777);
+        let link = d.join("sticky/config.toml");
+        symlink(d.join("store-file"), &link).unwrap();
+        open_file(&link).unwrap();
+        lchown(&link, 65534);
+        let e = open_file(&link).unwrap_err();
+        assert!(
+            matches!(&e, TrustError::LinkOwner { link: l, uid: 65534 } if l == &link),
+            "{e:?}"
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.contains("symlink") && shown.contains("uid 65534"),
+            "{shown}"
+        );
+        // Mid-path too, and in a directory nobody else may write.
+        std::fs::create_dir(d.join("safe")).unwrap();
+        symlink(d, d.join("safe/up")).unwrap();
+        lchown(&d.join("safe/up"), 65534);
+        assert!(matches!(
+            check_path(&d.join("safe/up/store-file")),
+            Err(TrustError::LinkOwner { .. })
+        ));
+        assert!(matches!(
+            program(&d.join("safe/up/store-file"), None),
+            Err(ProgramError::Untrusted {
+                source: TrustError::LinkOwner { .. },
+                ..
+            })
+        ));
+    }
+
+    /// A directory whose entries the hook lists (a CDI spec directory) decides what is read by
+    /// what is in it: no one but root may add to it, sticky or not. Crossing a sticky one on
+    /// the way stays allowed.
+    #[test]
+    fn a_listed_directory_is_writable_by_root_alone_even_when_sticky() {
+        if !cuda_sandbox_testkit::root_available(
+            "a_listed_directory_is_writable_by_root_alone_even_when_sticky",
+        ) {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        let sticky = d.join("sticky");
+        std::fs::create_dir_all(sticky.join("cdi")).unwrap();
+        mode(&sticky, 0o1777);
+        assert_eq!(listed_dir(&sticky.join("cdi")).unwrap(), sticky.join("cdi"));
+        let e = listed_dir(&sticky).unwrap_err();
+        assert!(
+            matches!(&e, TrustError::Writable { path, .. } if path == &sticky),
+            "{e:?}"
+        );
+        // Reached through a link, the directory it leads to is judged.
+        symlink(&sticky, d.join("cdi-link")).unwrap();
+        assert!(matches!(
+            listed_dir(&d.join("cdi-link")),
+            Err(TrustError::Writable { .. })
+        ));
+        std::fs::write(d.join("file"), "").unwrap();
+        assert!(matches!(
+            listed_dir(&d.join("file")),
+            Err(TrustError::NotADirectory(_))
+        ));
+    }
+
+    #[test]
+    fn a_path_opened_without_symlinks_has_none_anywhere_on_it() {
+        use std::os::fd::AsRawFd;
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/file"), "x").unwrap();
+        let (fd, stat) = open_without_symlinks(&d.join("dir/file")).unwrap();
+        let meta = std::fs::metadata(d.join("dir/file")).unwrap();
+        assert_eq!((stat.st_dev, stat.st_ino), (meta.dev(), meta.ino()));
+        // The descriptor is the file walked to, whatever is put at the path afterwards.
+        std::fs::rename(d.join("dir/file"), d.join("moved")).unwrap();
+        symlink("/etc/hostname", d.join("dir/file")).unwrap();
+        let proc = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        assert_eq!(std::fs::read_link(proc).unwrap(), d.join("moved"));
+        for (path, at) in [
+            (d.join("dir/file"), d.join("dir/file")),
+            (d.join("up/dir"), d.join("up")),
+        ] {
+            let _ = symlink(d, d.join("up"));
+            match open_without_symlinks(&path) {
+                Err(TrustError::Symlink(p)) => assert_eq!(p, at),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+        }
+        assert!(matches!(
+            open_without_symlinks(&d.join("dir/../moved")),
+            Err(TrustError::ParentDir(_))
+        ));
+        assert!(matches!(
+            open_without_symlinks(&d.join("absent")),
+            Err(TrustError::Inspect { .. })
+        ));
+        assert!(matches!(
+            open_without_symlinks(Path::new("relative")),
+            Err(TrustError::NotAbsolute(_))
+        ));
     }
 
     #[test]

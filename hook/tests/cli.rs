@@ -69,6 +69,9 @@ impl Case {
     }
 }
 
+/// An optional device for a rule that needs nothing else: a rule must name something to expose.
+const A_DEVICE: &str = "[[rule.device]]\nglob = \"/dev/nvidia0\"\n";
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -122,7 +125,7 @@ fn tagged_build_with_broken_config_fails_in_one_line() {
 #[test]
 fn missing_drv_exposes_nothing_with_a_warning() {
     let c = Case::new();
-    let out = c.hook(&c.path("absent.drv"), &c.config(""));
+    let out = c.hook(&c.path("absent.drv"), &c.config(A_DEVICE));
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
     let err = stderr(&out);
@@ -267,7 +270,7 @@ fn derivation_aterm_from_drv_aterm_fd_is_used_when_the_drv_is_absent() {
 #[test]
 fn malformed_drv_fails_only_when_it_may_be_tagged() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     let bad = c.path("bad.drv");
     std::fs::write(
         &bad,
@@ -479,7 +482,7 @@ fn symlinks_leading_outside_the_allowed_roots_are_not_followed() {
 #[test]
 fn hostile_feature_lists_are_a_safe_no_op_or_tagged() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     for features in ["cuda\\u0000", "c=uda", "cu\\nda", "\\u0001cuda\\u0001"] {
         let out = c.hook(&c.drv("odd", Some(features)), &config);
         assert!(out.status.success(), "{features}: {}", stderr(&out));
@@ -493,7 +496,7 @@ fn hostile_feature_lists_are_a_safe_no_op_or_tagged() {
     std::fs::write(&drv, text).unwrap();
     let out = c.hook(&drv, &config);
     assert!(out.status.success(), "{}", stderr(&out));
-    // `cuda` is a feature of its own here, so the (empty) rule answers: the manifest is exposed.
+    // `cuda` is a feature of its own here, so the rule answers: the manifest is exposed.
     assert!(String::from_utf8_lossy(&out.stdout).contains("/run/cuda-sandbox/manifest.json"));
 }
 
@@ -506,7 +509,7 @@ fn configs_others_can_write_are_refused_for_tagged_builds_only() {
     }
     use std::os::unix::fs::PermissionsExt;
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o666)).unwrap();
     let out = c.hook(&c.drv("t", Some("cuda")), &config);
     assert_eq!(out.status.code(), Some(1));
@@ -550,7 +553,7 @@ fn check_config_content_only_ignores_ownership_the_hook_does_not() {
         cmd.output().unwrap()
     };
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     std::os::unix::fs::chown(&config, Some(65534), Some(65534)).unwrap();
 
     let full = check(&config, false);
@@ -603,7 +606,7 @@ fn missing_required_path_names_the_fix() {
 #[test]
 fn explain_text_says_untagged() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     let out = Command::new(HOOK)
         .args(["explain", "--config"])
         .arg(&config)
@@ -615,18 +618,26 @@ fn explain_text_says_untagged() {
     assert!(text.contains("verdict:     untagged"), "{text}");
 }
 
+/// The example of docs/configuration.md's "Configuration reference": the first ```toml block
+/// under that heading parses, with a driver and a platform-limited device.
 #[test]
-fn readme_config_example_is_valid() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
-    let start = readme
+fn configuration_reference_example_is_valid() {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md"),
+    )
+    .unwrap();
+    let section = doc
+        .split("\n## ")
+        .find(|section| section.starts_with("Configuration reference\n"))
+        .expect("a ## Configuration reference in docs/configuration.md");
+    let start = section
         .find("```toml\n")
-        .expect("a toml block in the README")
+        .expect("a toml block in docs/configuration.md's Configuration reference")
         + 8;
-    let end = start + readme[start..].find("```").unwrap();
-    let config = cuda_sandbox_hook::config::Config::parse(&readme[start..end], "README.md")
-        .unwrap_or_else(|e| panic!("the README's config example is invalid: {e}"));
+    let end = start + section[start..].find("```").unwrap();
+    let config =
+        cuda_sandbox_hook::config::Config::parse(&section[start..end], "docs/configuration.md")
+            .unwrap_or_else(|e| panic!("docs/configuration.md's config example is invalid: {e}"));
     assert!(config.rules[0].driver.is_some());
     assert!(config.rules[0].devices.iter().any(|d| d.platform.is_some()));
 }
@@ -744,7 +755,7 @@ fn check_config_says_when_max_gpus_per_build_has_no_effect() {
         let config = c.path("check.toml");
         std::fs::write(
             &config,
-            format!("{top}[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n"),
+            format!("{top}[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n{A_DEVICE}"),
         )
         .unwrap();
         let out = Command::new(HOOK)
@@ -806,7 +817,7 @@ fn an_optional_device_the_protocol_cannot_express_is_skipped_with_a_warning() {
 #[test]
 fn explain_text_escapes_what_the_derivation_says() {
     let c = Case::new();
-    let config = c.config("");
+    let config = c.config(A_DEVICE);
     let drv = c.path("hostile.drv");
     std::fs::write(
         &drv,
@@ -858,4 +869,231 @@ fn entry_symlinks_of_a_mounted_directory_are_followed_only_when_asked() {
     let out = c.hook(&drv, &plain);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("/usr/bin/env"));
+}
+
+/// A `.drv` with the env entries `env` (ATerm, as written between the brackets).
+fn drv_with_env(c: &Case, name: &str, env: &str) -> PathBuf {
+    let p = c.path(&format!("{name}.drv"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"Derive([("out","/nix/store/x-out","","")],[],[],"x86_64-linux","/bin/sh",[],[{env}])"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Asserts that `out` is the hook refusing a derivation that sets `key` twice: exit 1 and one
+/// line naming the key, nothing for Nix.
+fn assert_refused_for(out: &Output, key: &str, case: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{case}: {err}");
+    assert!(out.stdout.is_empty(), "{case}: exposed");
+    assert_eq!(err.lines().count(), 1, "{case}: {err}");
+    assert!(
+        err.contains(&format!("\"{key}\"")) && err.contains("more than once"),
+        "{case}: {err}"
+    );
+}
+
+/// Nix keeps the last of a repeated env key (2.8's `drv.env[name] = value`, `insert_or_assign`
+/// since), and its JSON library the last of a repeated member, so `("requiredSystemFeatures",
+/// "cuda")` then `("requiredSystemFeatures","")` is untagged for Nix, which builds it on a
+/// machine without `cuda`; the hook took the first and exposed the GPU. A key the hook decides
+/// on (the features, `__json`, the GPU count), set twice in any form, now fails the build in one
+/// line, whichever value comes last.
+#[test]
+fn a_repeated_gpu_attribute_fails_the_build_in_every_form() {
+    let c = Case::new();
+    let config = c.config(A_DEVICE);
+    let aterm = [
+        (
+            "requiredSystemFeatures",
+            r#"("requiredSystemFeatures","cuda"),("requiredSystemFeatures","")"#,
+        ),
+        (
+            "requiredSystemFeatures",
+            r#"("requiredSystemFeatures",""),("requiredSystemFeatures","cuda")"#,
+        ),
+        // The same key, written with an escape: Nix's reader unescapes keys too.
+        (
+            "requiredSystemFeatures",
+            r#"("re\quiredSystemFeatures","cuda"),("requiredSystemFeatures","kvm")"#,
+        ),
+        (
+            "__json",
+            r#"("__json","{\"requiredSystemFeatures\":[\"cuda\"]}"),("__json","{}")"#,
+        ),
+        (
+            "cudaSandboxGpus",
+            r#"("cudaSandboxGpus","2"),("cudaSandboxGpus","1"),("requiredSystemFeatures","cuda")"#,
+        ),
+        // Inside `__json`'s own object, which Nix reads with its JSON library.
+        (
+            "requiredSystemFeatures",
+            r#"("__json","{\"requiredSystemFeatures\":[\"cuda\"],\"requiredSystemFeatures\":[]}")"#,
+        ),
+        (
+            "requiredSystemFeatures",
+            r#"("__json","{\"requiredSystemFeatures\":[],\"required\\u0053ystemFeatures\":[\"cuda\"]}")"#,
+        ),
+        (
+            "cudaSandboxGpus",
+            r#"("__json","{\"cudaSandboxGpus\":2,\"requiredSystemFeatures\":[\"cuda\"],\"cudaSandboxGpus\":1}")"#,
+        ),
+    ];
+    for (i, (key, env)) in aterm.iter().enumerate() {
+        let out = c.hook(&drv_with_env(&c, &format!("dup{i}"), env), &config);
+        assert_refused_for(&out, key, env);
+    }
+
+    // The derivation as JSON, when the `.drv` is absent.
+    let (c, config) = remote_case("skip");
+    let json = [
+        (
+            "requiredSystemFeatures",
+            r#"{"env":{"requiredSystemFeatures":"cuda","requiredSystemFeatures":""}}"#,
+        ),
+        (
+            "cudaSandboxGpus",
+            r#"{"env":{"cudaSandboxGpus":"2","requiredSystemFeatures":"cuda","cudaSandboxGpus":"1"}}"#,
+        ),
+        ("__json", r#"{"env":{"__json":"{}","__json":"{}"}}"#),
+        (
+            "requiredSystemFeatures",
+            r#"{"env":{"__json":"{\"requiredSystemFeatures\":[\"cuda\"],\"requiredSystemFeatures\":[]}"}}"#,
+        ),
+        (
+            "requiredSystemFeatures",
+            r#"{"structuredAttrs":{"requiredSystemFeatures":["cuda"],"requiredSystemFeatures":[]}}"#,
+        ),
+        (
+            "cudaSandboxGpus",
+            r#"{"/nix/store/x.drv":{"structuredAttrs":{"cudaSandboxGpus":2,"cudaSandboxGpus":1,"requiredSystemFeatures":["cuda"]}}}"#,
+        ),
+    ];
+    for (key, text) in json {
+        let out = Command::new(HOOK)
+            .arg(c.path("absent.drv"))
+            .arg(c.path("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .env("NIX_DERIVATION_V4", text)
+            .output()
+            .unwrap();
+        assert_refused_for(&out, key, text);
+    }
+
+    // On `DRV_ATERM_FD`, as ATerm and as JSON.
+    let on_fd = |source: &Path| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec 3<"$1"; DRV_ATERM_FD=3 exec "$0" "$2" "$3""#)
+            .arg(HOOK)
+            .arg(source)
+            .arg(c.path("absent.drv"))
+            .arg(c.path("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .output()
+            .unwrap()
+    };
+    let source = drv_with_env(&c, "fd", aterm[0].1);
+    assert_refused_for(&on_fd(&source), "requiredSystemFeatures", "DRV_ATERM_FD");
+    let source = c.path("fd.json");
+    std::fs::write(&source, json[0].1).unwrap();
+    assert_refused_for(
+        &on_fd(&source),
+        "requiredSystemFeatures",
+        "DRV_ATERM_FD JSON",
+    );
+
+    // `explain` says why.
+    let out = Command::new(HOOK)
+        .args(["explain", "--config"])
+        .arg(&config)
+        .arg(drv_with_env(&c, "explained", aterm[0].1))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let verdict = text
+        .lines()
+        .find(|l| l.starts_with("verdict:"))
+        .unwrap_or_else(|| panic!("no verdict: {text}{}", stderr(&out)));
+    assert!(
+        verdict.contains("FAILS") && verdict.contains("\"requiredSystemFeatures\""),
+        "{text}"
+    );
+}
+
+/// Every other repeated key is read as Nix reads it: the last one counts. A repeated `env`
+/// member or `.drv` path in the JSON is such a key (Nix's JSON library keeps the last member).
+#[test]
+fn other_repeated_keys_are_read_as_nix_reads_them() {
+    let c = Case::new();
+    let config = c.config(A_DEVICE);
+    // A repeated key the hook does not decide on changes nothing.
+    let out = c.hook(
+        &drv_with_env(
+            &c,
+            "other",
+            r#"("out","/a"),("out","/nix/store/x-out"),("requiredSystemFeatures","cuda")"#,
+        ),
+        &config,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("manifest.json"));
+    let out = c.hook(
+        &drv_with_env(
+            &c,
+            "inner-other",
+            r#"("__json","{\"x\":1,\"x\":[2],\"requiredSystemFeatures\":[\"kvm\"]}")"#,
+        ),
+        &config,
+    );
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "{}",
+        stderr(&out)
+    );
+
+    let (c, config) = remote_case("fail");
+    let run = |json: &str| {
+        Command::new(HOOK)
+            .arg(c.path("absent.drv"))
+            .arg(c.path("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .env("NIX_DERIVATION_V4", json)
+            .output()
+            .unwrap()
+    };
+    for (json, tagged) in [
+        (
+            r#"{"env":{"requiredSystemFeatures":"cuda"},"env":{"requiredSystemFeatures":"kvm"}}"#,
+            false,
+        ),
+        (
+            r#"{"env":{"requiredSystemFeatures":"kvm"},"env":{"requiredSystemFeatures":"cuda"}}"#,
+            true,
+        ),
+        (
+            r#"{"/nix/store/a.drv":{"env":{"requiredSystemFeatures":"cuda"}},"/nix/store/a.drv":{"env":{}}}"#,
+            false,
+        ),
+        (
+            r#"{"/nix/store/a.drv":{"env":{}},"/nix/store/a.drv":{"env":{"requiredSystemFeatures":"cuda"}}}"#,
+            true,
+        ),
+        (
+            r#"{"derivation":{"env":{}},"derivation":{"env":{"requiredSystemFeatures":"cuda"}}}"#,
+            true,
+        ),
+    ] {
+        let out = run(json);
+        assert!(out.status.success(), "{json}: {}", stderr(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).contains("/run/gpu-tools="),
+            tagged,
+            "{json}"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use cuda_sandbox_testkit::{
     hook_config, nix_available, nonce, FakeDevices, FakeMig, NixSandbox, NixVersion,
 };
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -384,8 +384,11 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 /// Asserts that a build now cannot get the one GPU: another build (`holder`) still holds it.
 fn assert_gpu_held(host: &Host, holder: &str) {
     let (ok, log, _) = build_many(host, 1, &[]);
+    let all_leased = ["all 1 GPUs", "all 1 MIG instances"]
+        .iter()
+        .any(|all| log.contains(&format!("{all} are leased by other builds")));
     assert!(
-        !ok && log.contains("all 1 GPUs are leased by other builds"),
+        !ok && all_leased,
         "another build got the GPU {holder} holds:\n{log}"
     );
 }
@@ -580,8 +583,8 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
-/// Kills a background `nix-build`'s process group and the builders holding `marker` (each in a
-/// session of its own) when a test ends, passed or failed.
+/// Kills a background `nix-build`'s process group (none when `group` is 0) and the builders
+/// holding `marker` (each in a session of its own) when a test ends, passed or failed.
 struct KillOnDrop {
     group: i32,
     marker: String,
@@ -589,7 +592,9 @@ struct KillOnDrop {
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        kill_group(self.group);
+        if self.group > 0 {
+            kill_group(self.group);
+        }
         for pid in processes_with(&self.marker) {
             kill_group(pid);
         }
@@ -656,6 +661,109 @@ fn a_failed_builds_gpu_is_free_while_its_nix_goes_on() {
     run.wait().unwrap();
 }
 
+/// The root directory (device, inode) of process `pid`.
+fn root_of(pid: i32) -> Option<(u64, u64)> {
+    let m = std::fs::metadata(format!("/proc/{pid}/root")).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// Runs nested-escape.nix on `host`, whose one slot is `slot`: the build keeps a nested PID
+/// namespace's init in its chroot, leaves the chroot, and once a hook has recorded what it saw,
+/// kills that init and runs on. Its lease must hold until the build itself ends.
+fn a_build_cannot_end_its_own_lease_early(host: &Host, slot: Slot) {
+    let n = nonce();
+    // The handshake directory the build waits in, shared with the sandbox.
+    let handshake = host.dir.path().join("handshake");
+    std::fs::create_dir(&handshake).unwrap();
+    std::fs::set_permissions(&handshake, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut sandbox = host.sandbox(1);
+    sandbox
+        .sandbox_paths
+        .push(handshake.to_string_lossy().into_owned());
+    let mut run = host.spawn_build_with(
+        sandbox,
+        "nested-escape.nix",
+        &[("nonce", &n), ("handshake", handshake.to_str().unwrap())],
+        &[],
+    );
+    let escaped = format!("escaped-{n}");
+    let nested = format!("nested-{n}");
+    let _cleanup = KillOnDrop {
+        group: run.id() as i32,
+        marker: escaped.clone(),
+    };
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the lease", Duration::from_secs(60), || {
+        leases.record(slot).is_some()
+    });
+    let lease = leases.record(slot).unwrap();
+    assert!(
+        lease.derivation.ends_with("-nested-escape.drv"),
+        "{lease:?}"
+    );
+    wait_for(
+        "the builder to leave its chroot, with a nested init left there",
+        Duration::from_secs(60),
+        || {
+            let out = processes_with(&escaped);
+            let inside = processes_with(&nested);
+            !out.is_empty()
+                && out.iter().all(|p| root_of(*p) != Some(lease.chroot_id))
+                && inside.iter().any(|p| root_of(*p) == Some(lease.chroot_id))
+        },
+    );
+    // This build's hook sweeps the leases and records what it saw of the build.
+    assert_gpu_held(host, "the build in its chroot");
+    // What it recorded is the build's own PID 1 (which left the chroot), not the nested init.
+    let recorded = leases.record(slot).unwrap().builders;
+    let builder = processes_with(&escaped);
+    assert!(
+        !recorded.is_empty() && recorded.iter().all(|b| builder.contains(&(b.pid as i32))),
+        "recorded {recorded:?}, the build's PID 1 is {builder:?}"
+    );
+    // The build kills the nested init, and every other process but its own PID 1.
+    std::fs::write(handshake.join("go"), "").unwrap();
+    wait_for(
+        "the build to kill its nested init",
+        Duration::from_secs(60),
+        || handshake.join("killed").exists() && processes_with(&nested).is_empty(),
+    );
+    assert!(!processes_with(&escaped).is_empty(), "the build ended");
+    assert_gpu_held(host, "the build that killed its nested init");
+    end_processes_with(&escaped);
+    assert_gpu_free(host);
+    // The builder's end fails the build.
+    assert!(!run.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&lease.chroot);
+}
+
+#[test]
+fn a_build_that_kills_a_namespace_of_its_own_keeps_its_gpu() {
+    // A red-team finding: the init of the nested namespace was recorded as the build's
+    // builder, so killing it ended the lease while the build held /dev/nvidia0.
+    if !nix_available("a_build_that_kills_a_namespace_of_its_own_keeps_its_gpu") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
+}
+
+#[test]
+fn a_build_that_kills_a_namespace_of_its_own_keeps_its_mig_instance() {
+    if !nix_available("a_build_that_kills_a_namespace_of_its_own_keeps_its_mig_instance") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::mig(&[7], 0);
+    let slot = Slot::Mig(InstanceId {
+        gpu: 0,
+        gi: 7,
+        ci: 0,
+    });
+    a_build_cannot_end_its_own_lease_early(&host, slot);
+}
+
 #[test]
 fn builds_of_one_nix_without_build_users_do_not_share_a_gpu() {
     // Root Nix without `build-users-group`: every build runs as root, so no build user tells
@@ -667,14 +775,51 @@ fn builds_of_one_nix_without_build_users_do_not_share_a_gpu() {
     }
     let _serial = serial();
     let host = Host::new(1, 1, 0, false);
+    let handshake = host.dir.path().join("handshake");
+    std::fs::create_dir(&handshake).unwrap();
     let mut sandbox = host.sandbox(3);
     sandbox.extra_settings.push("build-users-group =".into());
+    sandbox
+        .sandbox_paths
+        .push(handshake.to_string_lossy().into_owned());
     let n = nonce();
-    let build = sandbox.build(
-        &nix_file("same-nix.nix"),
-        &[("nonce", &n), ("delay", "8"), ("sleep", "30")],
-        &["--keep-going"],
+    let escaped = format!("escaped-{n}");
+    let _cleanup = KillOnDrop {
+        group: 0,
+        marker: escaped.clone(),
+    };
+    let run = {
+        let (n, handshake) = (n.clone(), handshake.clone());
+        std::thread::spawn(move || {
+            sandbox.build(
+                &nix_file("same-nix.nix"),
+                &[("nonce", &n), ("handshake", handshake.to_str().unwrap())],
+                &["--keep-going"],
+            )
+        })
+    };
+    // The second build starts once the first builder has left its chroot.
+    let leases = Leases::new(&host.run_dir());
+    wait_for(
+        "the first builder to leave its chroot",
+        Duration::from_secs(60),
+        || {
+            let Some(lease) = leases.record(0) else {
+                return false;
+            };
+            let pids = processes_with(&escaped);
+            !pids.is_empty() && pids.iter().all(|p| root_of(*p) != Some(lease.chroot_id))
+        },
     );
+    std::fs::write(handshake.join("go"), "").unwrap();
+    // The second build's hook found the escaped builder among its Nix's children and recorded
+    // it; then the first build may end.
+    wait_for("the second build's hook", Duration::from_secs(60), || {
+        leases.record(0).is_some_and(|l| !l.builders.is_empty())
+    });
+    let lease = leases.record(0);
+    end_processes_with(&escaped);
+    let build = run.join().unwrap();
     assert!(
         !build.ok()
             && build.log.contains("-second.drv")
@@ -685,16 +830,10 @@ fn builds_of_one_nix_without_build_users_do_not_share_a_gpu() {
         "the second build got the GPU the escaped builder of the same Nix holds:\n{}",
         build.log
     );
-    let lease = Leases::new(&host.run_dir()).record(0);
     assert!(
         lease.as_ref().is_some_and(|l| l.build_users.is_empty()),
         "{lease:?}"
     );
-    for pid in processes_with(&format!("escaped-{n}")) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
 }
 
 #[test]

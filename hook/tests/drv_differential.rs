@@ -2,7 +2,7 @@
 //!
 //! The corpus (`tests/corpus/corpus.nix` and its data files) is instantiated with Debian's Nix
 //! 2.8 into the real `/nix/store`, then for every `.drv` the corpus pulls in, our parse is
-//! compared on every field with `nix show-derivation`, and `required_features()` with what Nix
+//! compared on every field with `nix show-derivation`, and its required features (`attrs()`) with what Nix
 //! itself makes of `requiredSystemFeatures`. Negative cases come from the same real files: every
 //! truncation, and random single-byte corruptions checked against an independent, naive
 //! reference parser.
@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use cuda_sandbox_hook::drv::Derivation;
+use cuda_sandbox_hook::drv::{Derivation, DrvEnv, DrvError, JsonDerivation, RequiredFeatures};
 use cuda_sandbox_testkit::{DerivationJson, NixVersion};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -69,7 +69,7 @@ const LATIN1: &[u8] =
 
 const MIB: usize = 1024 * 1024;
 
-/// What `required_features()` must give for a corpus item.
+/// What the required features (`attrs()`) must be for a corpus item.
 #[derive(Debug, Clone, Copy)]
 enum Features {
     /// Exactly these, in this order, duplicates kept.
@@ -1068,7 +1068,7 @@ fn required_features_match_nix() {
     // 1. Every .drv, against the features derived from show-derivation's env.
     for drv in &c.drvs {
         let parsed = Derivation::parse(&drv.bytes).unwrap();
-        let ours = parsed.required_features();
+        let ours = parsed.attrs().map(|a| a.features);
         // Not shown by this Nix (not UTF-8): part 2 asks nix-store --realise.
         let Some(nix) = c.shown.get(drv.path.as_bytes()) else {
             continue;
@@ -1111,7 +1111,8 @@ fn required_features_match_nix() {
         let drv = c.item(name);
         let parsed = Derivation::parse(&drv.bytes).unwrap();
         let ours = parsed
-            .required_features()
+            .attrs()
+            .map(|a| a.features)
             .map(|f| f.features.iter().map(|f| f.to_vec()).collect::<Vec<_>>());
         let as_vec = |l: &[&[u8]]| l.iter().map(|f| f.to_vec()).collect::<Vec<_>>();
         match (expected, &ours) {
@@ -1142,7 +1143,7 @@ fn required_features_match_nix() {
         "only {asked_nix} items checked with nix-store --realise"
     );
     eprintln!(
-        "required_features() agrees with Nix on {} .drv files; {asked_nix} items also checked \
+        "the required features agree with Nix on {} .drv files; {asked_nix} items also checked \
          with nix-store --realise; {} items refused by Nix {} at instantiation",
         c.shown.len(),
         c.refused.len(),
@@ -1173,7 +1174,7 @@ fn corpus_covers_every_case() {
     let d = parse("structured");
     assert!(d.env_var(b"__json").is_some());
     assert!(d.env_var(b"requiredSystemFeatures").is_none());
-    assert!(d.required_features().unwrap().structured);
+    assert!(d.attrs().map(|a| a.features).unwrap().structured);
 
     let d = parse("multi-output");
     assert_eq!(
@@ -1422,7 +1423,7 @@ mod reference {
 fn parse_checked(input: &[u8], what: &dyn Fn() -> String) -> Option<Norm> {
     let result = catch_unwind(AssertUnwindSafe(|| match Derivation::parse(input) {
         Ok(d) => {
-            let _ = d.required_features();
+            let _ = d.attrs().map(|a| a.features);
             Ok(norm_ours(&d))
         }
         Err(e) => Err(e),
@@ -1431,11 +1432,11 @@ fn parse_checked(input: &[u8], what: &dyn Fn() -> String) -> Option<Norm> {
         Err(_) => panic!("the parser panicked on {}", what()),
         Ok(Ok(norm)) => Some(norm),
         Ok(Err(e)) => {
+            let offset = e.offset().expect("a parse error has an offset");
             assert!(
-                e.offset <= input.len(),
-                "{}: error offset {} beyond the input ({} bytes): {e}",
+                offset <= input.len(),
+                "{}: error offset {offset} beyond the input ({} bytes): {e}",
                 what(),
-                e.offset,
                 input.len()
             );
             None
@@ -1746,7 +1747,8 @@ fn generated_derivations_agree_with_nix() {
         );
         let expected = features_from_json_env(&theirs.env);
         let got = ours
-            .required_features()
+            .attrs()
+            .map(|a| a.features)
             .map(|f| f.features.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
         match (expected, got) {
             (Ok(e), Ok(g)) => assert_eq!(g, e, "seed {seed}: {path}: features"),
@@ -1760,4 +1762,431 @@ fn generated_derivations_agree_with_nix() {
         not_shown.len(),
         nix_version()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Repeated keys: read as Nix reads them, and refused where the hook decides on them
+// ---------------------------------------------------------------------------------------------
+
+/// The bases of the repeated-key cases: derivations no machine can build (so that `nix-store
+/// --realise` reports the features Nix requires), each the `.drv` a repeat is written into.
+/// The `inner-*` ones set `__json` as a plain attribute, which Nix takes as structured attrs,
+/// so that the repeat is inside its object.
+const REPEATS_NIX: &str = r#"
+let
+  base = name: attrs: derivation ({ inherit name; system = "cuda-sandbox-none"; builder = "/bin/sh"; } // attrs);
+in {
+  plain = base "repeat-plain" { requiredSystemFeatures = "kvm"; cudaSandboxGpus = "1"; other = "last"; };
+  structured = base "repeat-structured" { __structuredAttrs = true; requiredSystemFeatures = [ "kvm" ]; other = "last"; };
+  inner-features = base "repeat-inner-features" { __json = INNER_FEATURES; };
+  inner-gpus = base "repeat-inner-gpus" { __json = INNER_GPUS; };
+  inner-other = base "repeat-inner-other" { __json = INNER_OTHER; };
+}
+"#;
+
+/// The `__json` of the `inner-*` bases: a member repeated, the last value Nix's.
+const INNER: &[(&str, &str)] = &[
+    (
+        "INNER_FEATURES",
+        r#"{"requiredSystemFeatures":["cuda"],"requiredSystemFeatures":["kvm"]}"#,
+    ),
+    (
+        "INNER_GPUS",
+        r#"{"cudaSandboxGpus":2,"requiredSystemFeatures":["kvm"],"cudaSandboxGpus":1}"#,
+    ),
+    (
+        "INNER_OTHER",
+        r#"{"other":"first","requiredSystemFeatures":["kvm"],"other":"last"}"#,
+    ),
+];
+
+/// One repeated-key case.
+struct Repeat {
+    /// The base (an attribute of [`REPEATS_NIX`]).
+    base: &'static str,
+    /// An env entry (key, value as the ATerm writes it) put before the base's own entry of
+    /// that key; `None` for the `inner-*` bases, whose repeat is inside `__json`.
+    first: Option<(&'static str, &'static str)>,
+    /// The key the hook must refuse, or `None` when it reads the derivation as Nix does.
+    refused: Option<&'static str>,
+}
+
+const REPEATS: &[Repeat] = &[
+    Repeat {
+        base: "plain",
+        first: Some(("other", "first")),
+        refused: None,
+    },
+    Repeat {
+        base: "plain",
+        first: Some(("requiredSystemFeatures", "cuda")),
+        refused: Some("requiredSystemFeatures"),
+    },
+    Repeat {
+        base: "plain",
+        first: Some(("cudaSandboxGpus", "8")),
+        refused: Some("cudaSandboxGpus"),
+    },
+    Repeat {
+        base: "structured",
+        first: Some(("__json", r#"{\"requiredSystemFeatures\":[\"cuda\"]}"#)),
+        refused: Some("__json"),
+    },
+    Repeat {
+        base: "inner-features",
+        first: None,
+        refused: Some("requiredSystemFeatures"),
+    },
+    Repeat {
+        base: "inner-gpus",
+        first: None,
+        refused: Some("cudaSandboxGpus"),
+    },
+    Repeat {
+        base: "inner-other",
+        first: None,
+        refused: None,
+    },
+];
+
+/// The required features of a derivation given as JSON, as the hook reads them.
+fn json_features(json: &[u8]) -> Result<RequiredFeatures<'static>, DrvError> {
+    JsonDerivation::parse(json)
+        .and_then(|d| d.attrs())
+        .map(|a| a.features)
+}
+
+/// A string as Nix writes it into a `.drv`.
+fn aterm_quoted(s: &[u8]) -> Vec<u8> {
+    let mut out = vec![b'"'];
+    for &b in s {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+    out
+}
+
+/// `bytes` with `insertion` put at the one place `needle` occurs, before it or after it.
+fn spliced(bytes: &[u8], needle: &[u8], insertion: &[u8], before: bool) -> Vec<u8> {
+    let at: Vec<usize> = (0..bytes.len())
+        .filter(|&i| bytes[i..].starts_with(needle))
+        .collect();
+    assert_eq!(at.len(), 1, "{} in {}", show(needle), show(bytes));
+    let at = if before { at[0] } else { at[0] + needle.len() };
+    [&bytes[..at], insertion, &bytes[at..]].concat()
+}
+
+/// Where the env entry that starts with `needle` (`("key",`, once in `bytes`) ends: just
+/// after its `)`.
+fn entry_end(bytes: &[u8], needle: &[u8]) -> usize {
+    let start = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap()
+        + needle.len();
+    assert_eq!(bytes[start], b'"');
+    let mut i = start + 1;
+    while bytes[i] != b'"' {
+        i += if bytes[i] == b'\\' { 2 } else { 1 };
+    }
+    assert_eq!(bytes[i + 1], b')');
+    i + 2
+}
+
+/// Adds `bytes` to the store as the `.drv` `name` (`nix-store --add`): its path, or Nix's
+/// error.
+fn add_drv(dir: &Path, name: &str, bytes: &[u8]) -> Result<String, String> {
+    let sub = tempfile::tempdir_in(dir).unwrap();
+    let file = sub.path().join(name);
+    std::fs::write(&file, bytes).unwrap();
+    let out = nix_command("nix-store")
+        .arg("--add")
+        .arg(&file)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap().trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The one derivation of what this Nix's `show-derivation` / `derivation show` printed for
+/// `path`, as the JSON object Nix writes for it (the form a hook may be given).
+fn nix_json_of(path: &str) -> serde_json::Value {
+    let out = run_ok(
+        nix_command("nix")
+            .args(["--extra-experimental-features", "nix-command"])
+            .args(nix_version().derivation_show())
+            .arg(path),
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let drvs = value.get("derivations").unwrap_or(&value);
+    let drvs = drvs.as_object().expect("an object of derivations");
+    assert_eq!(drvs.len(), 1, "{path}");
+    drvs.values().next().unwrap().clone()
+}
+
+/// Our env, each key with its last value: how Nix reads it.
+fn last_of_each(d: &Derivation<'_>) -> BTreeMap<Bytes, Bytes> {
+    d.env
+        .iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect()
+}
+
+/// Asserts that `result` (a reading of the features) is the hook refusing `key`.
+fn assert_refuses<T: fmt::Debug, E: fmt::Display>(result: Result<T, E>, key: &str, what: &str) {
+    match result {
+        Ok(v) => panic!("{what}: read {v:?}; it repeats {key}, which must be refused"),
+        Err(e) => {
+            let e = e.to_string();
+            assert!(
+                e.contains(&format!("\"{key}\"")) && e.contains("more than once"),
+                "{what}: {e}"
+            );
+        }
+    }
+}
+
+/// A `.drv` may set an env key twice, and a `__json` member twice: no Nix writes one from an
+/// expression (except a `__json` attribute's string under 2.8 and 2.26), but `nix-store --add`
+/// takes one. Measured on 2.8.0, 2.26.3 and 2.34.8, each holding this test to it:
+/// - **Nix keeps the last.** `show-derivation` / `derivation show` print the last value of a
+///   repeated env key; `nix-store --realise` requires the features of the last
+///   `requiredSystemFeatures`, of the last `__json`, and of the last member inside it.
+/// - **`nix-store --add` accepts the repeat** when the outputs are those of the derivation with
+///   the last values (the output path hashes the parsed derivation); with the first value's
+///   outputs it refuses ("has incorrect output …, should be …").
+/// - **Inside `__json`**: 2.8 and 2.26 write a `__json` attribute's string as given, repeats
+///   and all, and hash it so; 2.34 rewrites it ([`NixVersion::rewrites_structured_attrs`]),
+///   so that a repeat reaches its `.drv` only by `nix-store --add` of a file with the
+///   outputs of the rewrite, which it then accepts. Its `derivation show` prints the attrs as
+///   an object (repeats gone), the other versions the string (repeats kept).
+/// - **JSON**: `nix derivation add` (2.26, 2.34; [`NixVersion::derivation_add`]) keeps the last
+///   of a repeated env member (2.34: and of a `structuredAttrs` member), and writes the `.drv`
+///   of the last values.
+///
+/// So which value counts depends on the reader, and a reader that takes the first (the hook
+/// did, and exposed the GPU to `("requiredSystemFeatures","cuda")` then
+/// `("requiredSystemFeatures","")`, which Nix builds on a machine without `cuda`) disagrees
+/// with Nix. The hook reads every other repeat as Nix does, and refuses one of a key it decides
+/// on (`requiredSystemFeatures`, `__json`, `cudaSandboxGpus`), in every form.
+#[test]
+fn repeated_keys_are_read_as_nix_reads_them_and_refused_where_the_hook_decides() {
+    if corpus().is_none() {
+        return; // skipped (or failed under CI) by the gate above
+    }
+    let version = nix_version();
+    let dir = tempfile::tempdir().unwrap();
+    let mut nix = REPEATS_NIX.to_string();
+    for (name, json) in INNER {
+        nix = nix.replace(name, &format!("''{json}''"));
+    }
+    let file = dir.path().join("repeats.nix");
+    std::fs::write(&file, nix).unwrap();
+    let instantiated = |base: &str| -> (String, Vec<u8>) {
+        let out = run_ok(
+            nix_command("nix-instantiate")
+                .arg(&file)
+                .args(["-A", base, "--add-root"])
+                .arg(dir.path().join(format!("root-{base}"))),
+        );
+        let link = String::from_utf8(out.stdout).unwrap();
+        let path = std::fs::read_link(link.trim()).unwrap();
+        let path = path.to_str().unwrap().to_string();
+        let bytes = std::fs::read(&path).unwrap();
+        (path, bytes)
+    };
+    let mut checked = 0;
+    for case in REPEATS {
+        let (base_path, base) = instantiated(case.base);
+        let name = base_path.rsplit_once('/').unwrap().1[33..].to_string();
+        let what = format!("{}{:?} (Nix {version})", case.base, case.first);
+        // The `.drv` with the repeat, and the value Nix must keep.
+        let (path, bytes) = match case.first {
+            Some((key, value)) => {
+                let needle = [b"(\"", key.as_bytes(), b"\","].concat();
+                let entry = format!("(\"{key}\",\"{value}\")");
+                let before = spliced(&base, &needle, format!("{entry},").as_bytes(), true);
+                let path = add_drv(dir.path(), &name, &before)
+                    .unwrap_or_else(|e| panic!("{what}: nix-store --add refused it: {e}"));
+                // The first value's outputs are wrong for Nix: it hashes the last.
+                let end = entry_end(&base, &needle);
+                let after = [&base[..end], b",", entry.as_bytes(), &base[end..]].concat();
+                let refused = add_drv(dir.path(), &name, &after);
+                assert!(
+                    refused
+                        .as_ref()
+                        .is_err_and(|e| e.contains("incorrect output")),
+                    "{what}: with the base's value first, nix-store --add: {refused:?}"
+                );
+                (path, before)
+            }
+            None => {
+                let given = INNER
+                    .iter()
+                    .find(|(n, _)| n.to_lowercase().replace('_', "-") == case.base)
+                    .unwrap()
+                    .1;
+                let written = Derivation::parse(&base).unwrap();
+                let written = written.env_var(b"__json").unwrap().to_vec();
+                if version.rewrites_structured_attrs() {
+                    assert_ne!(written, given.as_bytes(), "{what}: not rewritten");
+                    let old = aterm_quoted(&written);
+                    let at = base.windows(old.len()).position(|w| w == old).unwrap();
+                    let crafted = [
+                        &base[..at],
+                        &aterm_quoted(given.as_bytes()),
+                        &base[at + old.len()..],
+                    ]
+                    .concat();
+                    let path = add_drv(dir.path(), &name, &crafted)
+                        .unwrap_or_else(|e| panic!("{what}: nix-store --add refused it: {e}"));
+                    (path, crafted)
+                } else {
+                    assert_eq!(written, given.as_bytes(), "{what}: rewritten");
+                    (base_path.clone(), base.clone())
+                }
+            }
+        };
+
+        // What Nix makes of it: the env it shows, the features it requires.
+        let (shown, _) = show_derivations(std::slice::from_ref(&path));
+        let shown = &shown[path.as_bytes()];
+        let nix_env: BTreeMap<Bytes, Bytes> = shown
+            .env
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect();
+        let nix_features = features_from_nix_realise(&path)
+            .unwrap_or_else(|e| panic!("{what}: Nix rejects its features: {e}"));
+        assert_eq!(
+            nix_features,
+            BTreeSet::from([b"kvm".to_vec()]),
+            "{what}: Nix keeps the last"
+        );
+
+        // Ours: every key with its last value, as Nix shows it (the `__json` object compared
+        // as JSON: a Nix that rewrites it shows it without the repeat).
+        let ours = Derivation::parse(&bytes).unwrap();
+        let mut our_env = last_of_each(&ours);
+        let mut their_env = nix_env.clone();
+        if let (Some(a), Some(b)) = (
+            our_env.remove(&b"__json"[..]),
+            their_env.remove(&b"__json"[..]),
+        ) {
+            let json = |v: &[u8]| serde_json::from_slice::<serde_json::Value>(v).unwrap();
+            assert_eq!(json(&a), json(&b), "{what}: __json");
+        }
+        assert_eq!(our_env, their_env, "{what}: env");
+        if let Some((key, _)) = case.first {
+            assert_eq!(
+                ours.env_var(key.as_bytes()),
+                nix_env.get(key.as_bytes()).map(Vec::as_slice),
+                "{what}: {key}"
+            );
+        }
+
+        // The hook's readers: the oracle's and the lean one the hook runs.
+        let lean = DrvEnv::parse(&bytes).unwrap();
+        match case.refused {
+            Some(key) => {
+                assert_refuses(ours.attrs().map(|a| a.features), key, &what);
+                assert_refuses(lean.attrs().map(|a| a.features), key, &what);
+            }
+            None => {
+                for features in [
+                    ours.attrs().map(|a| a.features),
+                    lean.attrs().map(|a| a.features),
+                ] {
+                    let features = features.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(features.lossy(), ["kvm"], "{what}");
+                }
+            }
+        }
+
+        // The JSON this Nix prints for it, as a hook may be given it: no repeated member,
+        // except inside a `__json` string, which only a Nix that prints the attrs as an
+        // object rewrites.
+        let json = serde_json::to_vec(&nix_json_of(&path)).unwrap();
+        let json_repeats = case.first.is_none() && version.derivation_json() != DerivationJson::V4;
+        match case.refused.filter(|_| json_repeats) {
+            Some(key) => assert_refuses(json_features(&json), key, &what),
+            None => {
+                let features = json_features(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(features.lossy(), ["kvm"], "{what}: JSON");
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, REPEATS.len());
+
+    // Repeated JSON members, as `nix derivation add` reads them: the last counts.
+    let Some(add) = version.derivation_add() else {
+        eprintln!(
+            "repeated keys: {checked} cases agree with Nix {version} (it has no `derivation add`)"
+        );
+        return;
+    };
+    let mut injections = vec![
+        ("plain", r#""other":"last""#, r#""other":"first","#, None),
+        (
+            "plain",
+            r#""requiredSystemFeatures":"kvm""#,
+            r#""requiredSystemFeatures":"cuda","#,
+            Some("requiredSystemFeatures"),
+        ),
+    ];
+    if version.derivation_json() == DerivationJson::V4 {
+        injections.push((
+            "structured",
+            r#""requiredSystemFeatures":["kvm"]"#,
+            r#""requiredSystemFeatures":["cuda"],"#,
+            Some("requiredSystemFeatures"),
+        ));
+    }
+    for (base, needle, first, refused) in injections {
+        let (base_path, _) = instantiated(base);
+        let json = serde_json::to_vec(&nix_json_of(&base_path)).unwrap();
+        let json = spliced(&json, needle.as_bytes(), first.as_bytes(), true);
+        let what = format!("{} (Nix {version})", String::from_utf8_lossy(&json));
+        let mut child = nix_command("nix")
+            .args(add)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(&json).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{what}: nix derivation add: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            base_path,
+            "{what}: Nix wrote another derivation than the one of the last values"
+        );
+        match refused {
+            Some(key) => assert_refuses(json_features(&json), key, &what),
+            None => {
+                let features = json_features(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(features.lossy(), ["kvm"], "{what}");
+            }
+        }
+        checked += 1;
+    }
+    eprintln!("repeated keys: {checked} cases agree with Nix {version}");
 }

@@ -570,3 +570,147 @@ fn exec_stages_its_root_in_a_directory_only_root_can_enter() {
     let mode = std::fs::metadata(&staging).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o700, "{mode:o}");
 }
+
+/// Runs `ln -s target link` as nobody (uid and gid 65534), the user exec runs commands as.
+fn link_as_nobody(target: &Path, link: &Path) {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("ln")
+        .arg("-s")
+        .arg(target)
+        .arg(link)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ln -s as nobody: {}", text(&out));
+}
+
+#[test]
+fn a_bind_path_through_a_symlink_nobody_planted_is_refused() {
+    // Run by root, `exec --bind /tmp/out/link` followed nobody's link and bound a file of a
+    // root-only directory, read-write, where the command (as nobody) read it.
+    if !root_available("a_bind_path_through_a_symlink_nobody_planted_is_refused") {
+        return;
+    }
+    let host = Host::new();
+    let d = host.dir.path();
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = d.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(private.join("secret"), "ROOT-ONLY-SECRET\n").unwrap();
+    std::fs::set_permissions(
+        private.join("secret"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let drop = d.join("drop");
+    std::fs::create_dir(&drop).unwrap();
+    std::os::unix::fs::chown(&drop, Some(65534), Some(65534)).unwrap();
+    link_as_nobody(&private.join("secret"), &drop.join("link"));
+    link_as_nobody(&private, &drop.join("dir"));
+    for (bound, link) in [
+        (drop.join("link"), drop.join("link")),
+        (drop.join("dir/secret"), drop.join("dir")),
+    ] {
+        let out = host
+            .exec_command_with(
+                &["--bind", bound.to_str().unwrap()],
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "read -r line < \"$0\"; echo \"read: $line\"; echo end",
+                    bound.to_str().unwrap(),
+                ],
+            )
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(
+            !t.contains("ROOT-ONLY-SECRET"),
+            "the link was followed:\n{t}"
+        );
+        assert_eq!(out.status.code(), Some(2), "{t}");
+        assert_eq!(t.lines().count(), 1, "{t}");
+        assert!(
+            t.contains(&format!("--bind {}", bound.display()))
+                && t.contains(&format!("{} is a symlink", link.display())),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn a_bind_path_the_command_cannot_write_is_refused() {
+    // `--help` says the command's user must be able to write a --bind path; nothing checked.
+    if !root_available("a_bind_path_the_command_cannot_write_is_refused") {
+        return;
+    }
+    let host = Host::new();
+    let d = host.dir.path();
+    let roots = d.join("roots");
+    std::fs::create_dir(&roots).unwrap();
+    std::fs::set_permissions(&roots, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = host
+        .exec_command_with(&["--bind", roots.to_str().unwrap()], &["/bin/true"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert_eq!(t.lines().count(), 1, "{t}");
+    assert!(
+        t.contains("cannot write it") && t.contains("uid 65534") && t.contains("--user"),
+        "{t}"
+    );
+    // As root, or for a group-writable one as a user of its group, the command may.
+    std::os::unix::fs::chown(&roots, Some(0), Some(4242)).unwrap();
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (user, mode) in [("0", 0o755), ("4242:4242", 0o775)] {
+        std::fs::set_permissions(&roots, std::fs::Permissions::from_mode(mode)).unwrap();
+        let script = format!(": > {}/made && echo made", roots.display());
+        let out = Command::new(HOOK)
+            .args(["exec", "--features", "cuda", "--config"])
+            .arg(host.config())
+            .args(["--user", user, "--bind", roots.to_str().unwrap()])
+            .args(["--", "/bin/sh", "-c", &script])
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(out.status.success() && t.contains("made"), "{user}: {t}");
+        std::fs::remove_file(roots.join("made")).unwrap();
+    }
+}
+
+#[test]
+fn exec_runs_the_untagged_view_a_build_without_gpu_features_gets() {
+    // `explain --features unrelated` showed the untagged view, while exec refused it with "no
+    // usable configuration". exec now runs it: a build's sandbox with nothing of the hook's,
+    // where the runner's --expect-no-gpu checks what an untagged build must not see.
+    if !root_available("exec_runs_the_untagged_view_a_build_without_gpu_features_gets") {
+        return;
+    }
+    let host = Host::new();
+    let runner = workspace_binary("cuda-sandbox-check");
+    let exec = |command: &[&str]| {
+        Command::new(HOOK)
+            .args(["exec", "--features", "unrelated", "--config"])
+            .arg(host.config())
+            .arg("--")
+            .args(command)
+            .output()
+            .unwrap()
+    };
+    let out = exec(&[runner.to_str().unwrap(), "--expect-no-gpu"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("isolation::no_gpu"), "{t}");
+    let out = exec(&[
+        "/bin/sh",
+        "-c",
+        "for p in /dev/nvidia0 /dev/nvidiactl /run/opengl-driver /run/cuda-sandbox/manifest.json; do \
+         [ -e \"$p\" ] && echo \"PRESENT $p\"; done; echo end",
+    ]);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("end"), "{t}");
+    assert!(!t.contains("PRESENT"), "{t}");
+}

@@ -438,3 +438,180 @@ fn an_untrusted_config_is_not_read_even_for_the_precheck() {
     let err = String::from_utf8_lossy(&untagged.stderr);
     assert!(err.contains("refused") && err.contains("ignored"), "{err}");
 }
+
+/// `nobody`, a user every system has: the uid and gid the kernel's own overflow ids use.
+const NOBODY: (u32, u32) = (65534, 65534);
+
+/// Runs `ln -s target link` as `nobody`.
+fn link_as_nobody(target: &Path, link: &Path) {
+    let out = Command::new("ln")
+        .arg("-s")
+        .arg(target)
+        .arg(link)
+        .uid(NOBODY.0)
+        .gid(NOBODY.1)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ln -s as nobody: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = std::fs::symlink_metadata(link).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.uid(), NOBODY.0, "the link is nobody's");
+}
+
+/// A root-owned file of `mode` at `at` holding `text`, as every store path is root's,
+/// whoever had it built or added.
+fn store_file(at: &Path, text: &str, mode: u32) {
+    std::fs::write(at, text).unwrap();
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A directory at `at`, root's, with `mode` (`1777` for a sticky one anyone can write in).
+fn dir_with_mode(at: &Path, mode: u32) {
+    std::fs::create_dir_all(at).unwrap();
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn a_spec_nobody_links_into_a_sticky_spec_directory_is_refused() {
+    if !root_available("a_spec_nobody_links_into_a_sticky_spec_directory_is_refused") {
+        return;
+    }
+    // In a 1777 spec directory, nobody linked x.json to a store file of its own: the spec was
+    // read, and its mount gave every tagged build the host's /etc/shadow.
+    let h = Host::new();
+    let shadow = h.path("root/etc/shadow");
+    std::fs::create_dir_all(shadow.parent().unwrap()).unwrap();
+    store_file(&shadow, "root:SECRET:19000::::::\n", 0o600);
+    let evil = h.path("store/ccc-evil.json");
+    store_file(
+        &evil,
+        r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"all","containerEdits":{"mounts":[{"hostPath":"/etc/shadow","containerPath":"/etc/shadow"}]}}]}"#,
+        0o444,
+    );
+    let specs = h.path("specs");
+    dir_with_mode(&specs, 0o1777);
+    link_as_nobody(&evil, &specs.join("x.json"));
+    let config = h.path("trusted/cdi.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "host_root = \"{}\"\nstore_dir = \"{}\"\nnix_store = \"{}\"\n\
+             runtime_dir = \"{}\"\nclosure_cache = \"{}\"\ncdi_spec_dirs = [\"{}\"]\n\
+             [[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\ncdi = [\"nvidia.com/gpu=all\"]\n",
+            h.path("root").display(),
+            h.path("store").display(),
+            h.path("trusted/nix-store").display(),
+            h.path("state/run").display(),
+            h.path("state/cache").display(),
+            specs.display()
+        ),
+    )
+    .unwrap();
+    let e = common::explain_json(&config, "cuda");
+    let shown = e.to_string();
+    assert!(
+        !shown.contains(&shadow.display().to_string()),
+        "the planted spec was read: {e:#}"
+    );
+    assert!(
+        shown.contains("writable by group or others"),
+        "the sticky spec directory was not refused: {e:#}"
+    );
+    refused(&h.hook(&config), &["nvidia.com/gpu=all"]);
+}
+
+#[test]
+fn a_config_or_nix_store_nobody_links_into_a_sticky_directory_is_refused() {
+    if !root_available("a_config_or_nix_store_nobody_links_into_a_sticky_directory_is_refused") {
+        return;
+    }
+    // The same shape for the configuration and the program the hook runs as root: nobody's
+    // link in a sticky directory, to a root-owned file (a store path nobody added).
+    let h = Host::new();
+    let sticky = h.path("sticky");
+    dir_with_mode(&sticky, 0o1777);
+    let real = h.trusted_config("");
+    passes(&h.hook(&real));
+    let link = sticky.join("config.toml");
+    link_as_nobody(&real, &link);
+    refused(
+        &h.hook(&link),
+        &["symlink", &format!("owned by uid {}", NOBODY.0)],
+    );
+
+    // A fresh host: the first one's closure cache would spare the hook running nix-store.
+    let h = Host::new();
+    let sticky = h.path("sticky");
+    dir_with_mode(&sticky, 0o1777);
+    let marker = h.path("ran-as-root");
+    let program = h.path("store/ddd-nix-store");
+    store_file(
+        &program,
+        &format!("#!/bin/sh\ntouch {}\necho \"$3\"\n", marker.display()),
+        0o555,
+    );
+    let link = sticky.join("nix-store");
+    link_as_nobody(&program, &link);
+    let config = h.config(
+        "trusted/config.toml",
+        &format!("nix_store = \"{}\"\n", link.display()),
+    );
+    refused(
+        &h.hook(&config),
+        &["refusing to run", "symlink", &format!("uid {}", NOBODY.0)],
+    );
+    assert!(!marker.exists(), "nobody's link was run as root");
+}
+
+#[test]
+fn the_nixos_chain_to_a_single_file_store_path_is_trusted() {
+    if !root_available("the_nixos_chain_to_a_single_file_store_path_is_trusted") {
+        return;
+    }
+    // NixOS: /etc/cuda-sandbox/config.toml -> /etc/static/cuda-sandbox/config.toml,
+    // /etc/static -> /nix/store/…-etc/etc, whose entry links to a single-file store path
+    // directly in /nix/store: root's, mode 1775, group-writable by the build users' group.
+    // nix_store names a program of the same shape. The hook must keep trusting both.
+    let h = Host::new();
+    let store = h.path("store");
+    let config_file = store.join("eee-config.toml");
+    let trusted = h.trusted_config("");
+    std::fs::copy(&trusted, &config_file).unwrap();
+    std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let nix_store = store.join("fff-nix-store");
+    std::fs::copy(h.path("trusted/nix-store"), &nix_store).unwrap();
+    std::fs::set_permissions(&nix_store, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let etc_in_store = store.join("ggg-etc/etc");
+    std::fs::create_dir_all(etc_in_store.join("cuda-sandbox")).unwrap();
+    std::os::unix::fs::symlink(&config_file, etc_in_store.join("cuda-sandbox/config.toml"))
+        .unwrap();
+    // The build users' group: a real group, not root's (nobody's here).
+    std::os::unix::fs::chown(&store, Some(0), Some(NOBODY.1)).unwrap();
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o1775)).unwrap();
+    let etc = h.path("etc");
+    std::fs::create_dir_all(etc.join("cuda-sandbox")).unwrap();
+    std::os::unix::fs::symlink(&etc_in_store, etc.join("static")).unwrap();
+    let config = etc.join("cuda-sandbox/config.toml");
+    std::os::unix::fs::symlink(etc.join("static/cuda-sandbox/config.toml"), &config).unwrap();
+    // nix_store through the system profile's bin, to the single-file store path.
+    std::fs::create_dir_all(h.path("sw/bin")).unwrap();
+    std::os::unix::fs::symlink(&nix_store, h.path("sw/bin/nix-store")).unwrap();
+    let text = std::fs::read_to_string(&trusted).unwrap().replace(
+        &h.path("trusted/nix-store").display().to_string(),
+        &h.path("sw/bin/nix-store").display().to_string(),
+    );
+    std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&config_file, text).unwrap();
+    std::fs::set_permissions(&config_file, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let out = h.hook(&config);
+    passes(&out);
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answer.contains("bbb-dep"),
+        "nix-store did not run: {answer}"
+    );
+}

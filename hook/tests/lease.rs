@@ -15,6 +15,8 @@ struct Fixture {
     leases: Leases,
     base: PathBuf,
     nixes: std::cell::RefCell<Vec<Child>>,
+    /// Stand-in builders, which outlive their stand-in Nix (killed with the fixture).
+    builders: std::cell::RefCell<Vec<u32>>,
 }
 
 impl Drop for Fixture {
@@ -22,6 +24,12 @@ impl Drop for Fixture {
         for child in self.nixes.get_mut() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        for builder in self.builders.get_mut() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*builder as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
@@ -34,6 +42,7 @@ fn fixture() -> Fixture {
         base,
         _dir: dir,
         nixes: Default::default(),
+        builders: Default::default(),
     }
 }
 
@@ -178,26 +187,54 @@ fn a_lease_holds_while_its_nix_runs_however_old_but_not_against_its_own_nix() {
     assert_eq!(f.take(&c, &[0], 1), [0]);
 }
 
-/// A stand-in Nix with a sandboxed builder: `unshare --pid --fork sleep 600`, whose child is
-/// PID 1 of a PID namespace of its own, as Nix's builder is. Returns the stand-in (the holder)
-/// and the builder's pid.
-fn nix_with_builder(f: &Fixture) -> (Holder, u32) {
+/// The shell words that make `dir` a root a process can run the host's programs in (binds of
+/// `/usr`, `/dev` and the other program directories, or their links), for a builder that entered its
+/// sandbox. Run in a mount namespace of its own.
+fn rootable(dir: &Path) -> String {
+    format!(
+        "for d in usr bin lib lib64 sbin dev; do \
+           if [ -L /$d ]; then ln -sfn \"$(readlink /$d)\" {dir}/$d; \
+           elif [ -d /$d ]; then mkdir -p {dir}/$d && mount --rbind /$d {dir}/$d; fi; \
+         done",
+        dir = dir.display()
+    )
+}
+
+/// A stand-in Nix with a sandboxed builder: `unshare --pid --fork`, whose child is PID 1 of a
+/// PID namespace of its own, as Nix's builder is. The builder runs `script` (sh) with `root`
+/// as its root directory, in a mount namespace of its own, or where the stand-in runs without
+/// `root` (a builder that has not entered its sandbox yet). Returns the stand-in (the holder)
+/// and the builder's pid once the builder runs `script`.
+fn nix_with_builder_running(f: &Fixture, root: Option<&Path>, script: &str) -> (Holder, u32) {
+    let inner = match root {
+        Some(dir) => format!(
+            "{}; exec chroot {} /bin/sh -c '{script}'",
+            rootable(dir),
+            dir.display()
+        ),
+        None => format!("exec /bin/sh -c '{script}'"),
+    };
     let child = Command::new("unshare")
-        .args(["--pid", "--fork", "sleep", "600"])
+        .args(["--pid", "--fork", "--mount", "--propagation", "private"])
+        .args(["/bin/sh", "-c", &inner])
         .spawn()
         .unwrap();
     let pid = child.id();
     f.nixes.borrow_mut().push(child);
-    // unshare forks, then the child execs sleep: wait (up to 60 s on a loaded machine) for
-    // the child to exist and be PID 1 of its namespace.
+    let root_id = root.map(|dir| {
+        let m = std::fs::metadata(dir).unwrap();
+        (m.dev(), m.ino())
+    });
+    // unshare forks, then the child sets up and execs: wait (up to 60 s on a loaded machine)
+    // for the child to be PID 1 of its namespace, in its root.
     let in_its_namespace = || {
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-        let builder = children.split_whitespace().next()?.parse::<u32>().ok()?;
+        let builder = children(pid).into_iter().next()?;
         let status = std::fs::read_to_string(format!("/proc/{builder}/status")).ok()?;
-        status
+        let init = status
             .lines()
-            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"))
-            .then_some(builder)
+            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"));
+        let rooted = root_id.is_none_or(|id| root_of(builder) == Some(id));
+        (init && rooted).then_some(builder)
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let builder = loop {
@@ -210,7 +247,52 @@ fn nix_with_builder(f: &Fixture) -> (Holder, u32) {
         );
         std::thread::sleep(Duration::from_millis(10));
     };
+    f.builders.borrow_mut().push(builder);
     (Holder::of(pid).unwrap(), builder)
+}
+
+/// A stand-in Nix whose builder left its chroot: PID 1 of its PID namespace, rooted in a
+/// directory of its own (neither the chroot nor the stand-in's root).
+fn nix_with_builder(f: &Fixture) -> (Holder, u32) {
+    let elsewhere = f.chroot("elsewhere");
+    nix_with_builder_running(f, Some(&elsewhere), "exec sleep 600")
+}
+
+/// The children of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+/// The root directory (device, inode) of process `pid`.
+fn root_of(pid: u32) -> Option<(u64, u64)> {
+    let m = std::fs::metadata(format!("/proc/{pid}/root")).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// Waits up to 60 s for `what`, and returns what it found.
+fn wait_until<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(t) = found() {
+            return t;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGKILL to `pid`, and waits until it is gone.
+fn kill_and_wait(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    wait_until("the process to end", || {
+        Holder::of(pid).is_none().then_some(())
+    });
 }
 
 /// A chroot Nix has set up the sandbox in (the sandbox's `/proc` mount point exists).
@@ -241,18 +323,170 @@ fn a_lease_lives_while_its_builds_pid_namespace_does() {
     // Nix is gone and nothing is rooted in the chroot, but the build's namespace lives.
     f.kill(nix);
     assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
-    let _ = Command::new("kill")
-        .args(["-KILL", &builder.to_string()])
-        .status();
-    let gone = (0..500).any(|_| {
-        let alive = Holder::of(builder).is_some();
-        if alive {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        !alive
-    });
-    assert!(gone, "the builder did not end");
+    kill_and_wait(builder);
     assert_eq!(f.take(&b, &[0], 1), [0]);
+}
+
+#[test]
+fn a_namespace_the_build_made_inside_its_own_does_not_stand_for_the_build() {
+    // A red-team finding: the init of the PID namespace of whatever was rooted in the chroot
+    // was recorded as the build's builder. A build left its chroot, kept a nested namespace's
+    // init there until a hook recorded it, killed it, and was judged ended while it still
+    // held /dev/nvidia0.
+    if !cuda_sandbox_testkit::root_available(
+        "a_namespace_the_build_made_inside_its_own_does_not_stand_for_the_build",
+    ) {
+        return;
+    }
+    let f = fixture();
+    let a = f.chroot("a");
+    // The builder, in its chroot, starts a nested PID namespace whose init stays there.
+    let (nix, builder) = nix_with_builder_running(
+        &f,
+        Some(&a),
+        "unshare --pid --fork sleep 601 & exec sleep 600",
+    );
+    let nested = wait_until("the nested namespace's init", || {
+        let unshare = children(builder).into_iter().next()?;
+        let init = children(unshare).into_iter().next()?;
+        let status = std::fs::read_to_string(format!("/proc/{init}/status")).ok()?;
+        let pid_1 = status
+            .lines()
+            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"));
+        pid_1.then_some(init)
+    });
+    f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+    set_up(&a);
+    let b = f.chroot("b");
+    assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
+    let recorded: Vec<u32> = f
+        .leases
+        .record(0)
+        .unwrap()
+        .builders
+        .iter()
+        .map(|b| b.pid)
+        .collect();
+    assert_eq!(recorded, [builder], "the nested init {nested} was recorded");
+    // The build ends the nested namespace and goes on: the lease holds.
+    kill_and_wait(nested);
+    let e = f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO);
+    assert!(e.is_err(), "the build's GPU went to another build: {e:?}");
+    kill_and_wait(builder);
+    assert_eq!(f.take(&b, &[0], 1), [0]);
+}
+
+#[test]
+fn a_builder_not_yet_in_its_sandbox_keeps_no_ended_build_alive() {
+    // Nix starts each builder as its own child, rooted where Nix is until its `pivot_root`.
+    // A set-up build with no builder recorded took such a child (its Nix's next build
+    // starting) for its own escaped builder, recorded it, and held the GPU for that whole
+    // next build.
+    if !cuda_sandbox_testkit::root_available(
+        "a_builder_not_yet_in_its_sandbox_keeps_no_ended_build_alive",
+    ) {
+        return;
+    }
+    let f = fixture();
+    let (nix, _starting) = nix_with_builder_running(&f, None, "exec sleep 600");
+    let a = f.chroot("a");
+    f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+    set_up(&a);
+    let b = f.chroot("b");
+    assert_eq!(
+        f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).unwrap(),
+        [0]
+    );
+    assert!(f.leases.record(0).unwrap().builders.is_empty());
+}
+
+#[test]
+fn a_builder_setting_up_its_sandbox_keeps_its_lease() {
+    // Between the sandbox's `/proc` mount point and its `pivot_root`, Nix's builder is still
+    // rooted where Nix is, with the chroot bound onto itself in its own mount namespace.
+    if !cuda_sandbox_testkit::root_available("a_builder_setting_up_its_sandbox_keeps_its_lease") {
+        return;
+    }
+    let f = fixture();
+    let a = f.chroot("a");
+    let script = format!("mount --bind {0} {0} && exec sleep 600", a.display());
+    let (nix, builder) = nix_with_builder_running(&f, None, &script);
+    wait_until("the builder's bind of its chroot", || {
+        let mounts = std::fs::read_to_string(format!("/proc/{builder}/mountinfo")).ok()?;
+        mounts.contains(&format!(" {} ", a.display())).then_some(())
+    });
+    f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+    set_up(&a);
+    let b = f.chroot("b");
+    let e = f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO);
+    assert!(
+        e.is_err(),
+        "the GPU of a build setting up went to another: {e:?}"
+    );
+    let recorded: Vec<u32> = f
+        .leases
+        .record(0)
+        .unwrap()
+        .builders
+        .iter()
+        .map(|b| b.pid)
+        .collect();
+    assert_eq!(recorded, [builder]);
+    kill_and_wait(builder);
+    assert_eq!(f.take(&b, &[0], 1), [0]);
+}
+
+#[test]
+fn a_previous_hooks_record_is_judged_by_its_builders_and_then_by_the_build() {
+    // Records without a `version` were written by a hook that could record a nested
+    // namespace's init as the builder: while a recorded builder runs the lease holds, and
+    // when all have ended the build itself is looked for, rather than judged ended.
+    if !cuda_sandbox_testkit::root_available(
+        "a_previous_hooks_record_is_judged_by_its_builders_and_then_by_the_build",
+    ) {
+        return;
+    }
+    let f = fixture();
+    let (nix, builder) = nix_with_builder(&f);
+    let a = f.chroot("a");
+    f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
+    set_up(&a);
+    let mut ended = Command::new("true").spawn().unwrap();
+    let gone = Holder::of(ended.id());
+    ended.wait().unwrap();
+    let dead = Builder {
+        pid: ended.id(),
+        start: gone.map_or(1, |h| h.start),
+        pid_namespace: 1,
+        uid: 0,
+    };
+    let write_old = |builders: Vec<Builder>| {
+        let mut record = f.leases.record(0).unwrap();
+        record.builders = builders;
+        let mut json = serde_json::to_value(&record).unwrap();
+        json.as_object_mut().unwrap().remove("version");
+        std::fs::write(f.leases.file(0), serde_json::to_vec(&json).unwrap()).unwrap();
+    };
+    // The old record's only builder has ended, but the build's own builder runs (it left its
+    // chroot): the lease holds, and the builder found is recorded with this version.
+    write_old(vec![dead.clone()]);
+    let b = f.chroot("b");
+    assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
+    let record = f.leases.record(0).unwrap();
+    assert_eq!(record.version, cuda_sandbox_hook::lease::OUTERMOST_BUILDERS);
+    assert!(
+        record.builders.iter().any(|b| b.pid == builder),
+        "{record:?}"
+    );
+    // The same ended builder in a record of this version: the build has ended.
+    let mut current = f.leases.record(0).unwrap();
+    current.builders = vec![dead];
+    std::fs::write(f.leases.file(0), serde_json::to_vec(&current).unwrap()).unwrap();
+    assert_eq!(
+        f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).unwrap(),
+        [0]
+    );
+    kill_and_wait(builder);
 }
 
 #[test]

@@ -262,3 +262,79 @@ fn a_stale_driver_fails_the_tagged_build_in_the_hook_and_a_matching_one_builds()
     assert!(r.contains("driver present"), "{r}");
     assert!(r.contains("char /dev/nvidia0 195:0"), "{r}");
 }
+
+/// The `.drv` of issue 30 (item 5), built for real: `("requiredSystemFeatures","cuda")` then
+/// `("requiredSystemFeatures","")`. Nix keeps the last, so the build is untagged for it and
+/// runs anywhere, `nix-store --add` accepts the file (its outputs are those of the derivation
+/// with the last value), and the hook, which took the first, exposed the GPU. Now the hook
+/// refuses the build in one line, and the builder never runs.
+#[test]
+fn a_drv_that_repeats_its_features_is_refused_in_a_real_build() {
+    if !nix_available("a_drv_that_repeats_its_features_is_refused_in_a_real_build") {
+        return;
+    }
+    let host = Host::new(true);
+    host.install_store_driver();
+    let sandbox = host.sandbox();
+    let dir = tempfile::tempdir().unwrap();
+    let expr = dir.path().join("repeat.nix");
+    std::fs::write(
+        &expr,
+        format!(
+            "derivation {{ name = \"repeat\"; nonce = \"{}\"; system = builtins.currentSystem; \
+             builder = \"/bin/sh\"; PATH = \"/bin:/usr/bin\"; requiredSystemFeatures = \"\"; \
+             args = [ \"-c\" \"if [ -e /dev/nvidia0 ]; then echo exposed; else echo hidden; fi > $out\" ]; }}\n",
+            nonce()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("nix-instantiate")
+        .arg(&expr)
+        .env("NIX_CONFIG", sandbox.nix_config())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let drv = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let text = std::fs::read_to_string(&drv).unwrap();
+    let repeated = text.replacen(
+        r#"("requiredSystemFeatures","")"#,
+        r#"("requiredSystemFeatures","cuda"),("requiredSystemFeatures","")"#,
+        1,
+    );
+    assert_ne!(repeated, text);
+    let file = dir.path().join("repeat.drv");
+    std::fs::write(&file, repeated).unwrap();
+    let out = std::process::Command::new("nix-store")
+        .arg("--add")
+        .arg(&file)
+        .env("NIX_CONFIG", sandbox.nix_config())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "nix-store --add refused the repeat: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let added = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+
+    let build = sandbox.build(&added, &[], &[]);
+    let built = build.out_paths.first().map(std::fs::read_to_string);
+    assert!(
+        !build.ok(),
+        "built, and the builder saw: {built:?}\n{}",
+        build.log
+    );
+    let line = build
+        .log
+        .lines()
+        .find(|l| l.starts_with("cuda-sandbox-hook: error:"))
+        .unwrap_or_else(|| panic!("no hook error line in the build log:\n{}", build.log));
+    assert!(
+        line.contains("\"requiredSystemFeatures\"") && line.contains("more than once"),
+        "{line}"
+    );
+}

@@ -16,7 +16,9 @@
 //! builder: a chroot store via `remote-store=local?root=<tmp>`): the hook looks the `.drv` up
 //! at its path `/nix/store/…drv`, finds the client's copy there, and follows the derivation's
 //! tags. (One store for both sides deadlocks: the client holds the output's lock while the
-//! builder waits for it.)
+//! builder waits for it.) NixOS/hydra#1565's case copies the `.drv` to the builder's store
+//! through its daemon before the build (`nix copy --derivation`), as that patch to Hydra's
+//! queue runner does.
 //!
 //! Needs root, `nix-build`, `ssh`, `ssh-keygen` and `sshd` (Debian: openssh-client,
 //! openssh-server). Outside CI a missing one skips with a printed reason; under `CI=true` it is
@@ -137,17 +139,29 @@ impl Drop for Builder {
     }
 }
 
+/// What runs as the builder's `pre-build-hook`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HookAs {
+    /// The hook itself.
+    Itself,
+    /// A wrapper that hands the hook the derivation on a descriptor named by `DRV_ATERM_FD`,
+    /// as a Nix that names one would (NixOS/nix#16413 is not settled). Nix 2.8 cannot, so the
+    /// wrapper opens the client's copy of the `.drv` (the client's chroot store is on this
+    /// machine) as descriptor 3 and execs the hook.
+    WithAtermFd,
+    /// A wrapper that logs what the hook's standard input is (a `hook-stdin:` line of the
+    /// builder's log) and execs the hook.
+    ShowingStdin,
+}
+
 impl Builder {
     /// Starts a builder whose hook follows `missing_drv = policy`.
     fn start(policy: &str, stores: Stores) -> Builder {
-        Builder::start_with(policy, stores, false)
+        Builder::start_with(policy, stores, HookAs::Itself)
     }
 
-    /// As [`Builder::start`]; with `aterm_fd`, the builder's Nix hands the hook the derivation
-    /// the way NixOS/nix#16413 proposes (its ATerm on the descriptor named by `DRV_ATERM_FD`).
-    /// Nix 2.8 cannot, so a wrapper around the hook does it: it opens the client's copy of the
-    /// `.drv` (the client's chroot store is on this machine) as descriptor 3 and execs the hook.
-    fn start_with(policy: &str, stores: Stores, aterm_fd: bool) -> Builder {
+    /// As [`Builder::start`], with `hook` as the builder's `pre-build-hook`.
+    fn start_with(policy: &str, stores: Stores, hook: HookAs) -> Builder {
         let dir = tempfile::tempdir_in(private_tmp()).unwrap();
         let d = dir.path();
 
@@ -173,26 +187,42 @@ impl Builder {
             ),
         );
 
-        let hook = if aterm_fd {
-            assert!(
-                stores == Stores::Separate,
-                "the wrapper reads the client's chroot store"
-            );
-            let wrapper = d.join("hook-with-aterm-fd");
-            write_script(
-                &wrapper,
-                &format!(
-                    "#!/bin/sh\n\
-                     # What upstream Nix would do with NixOS/nix#16413: the ATerm on a descriptor.\n\
-                     exec 3< \"{store}$1\" || exit 1\n\
-                     DRV_ATERM_FD=3 exec {HOOK} \"$@\"\n",
-                    store = d.join("client-store").display()
-                ),
-            )
-            .unwrap();
-            wrapper
-        } else {
-            PathBuf::from(HOOK)
+        let hook = match hook {
+            HookAs::Itself => PathBuf::from(HOOK),
+            HookAs::WithAtermFd => {
+                assert!(
+                    stores == Stores::Separate,
+                    "the wrapper reads the client's chroot store"
+                );
+                let wrapper = d.join("hook-with-aterm-fd");
+                write_script(
+                    &wrapper,
+                    &format!(
+                        "#!/bin/sh\n\
+                         # A Nix that names a descriptor: the ATerm on it.\n\
+                         exec 3< \"{store}$1\" || exit 1\n\
+                         DRV_ATERM_FD=3 exec {HOOK} \"$@\"\n",
+                        store = d.join("client-store").display()
+                    ),
+                )
+                .unwrap();
+                wrapper
+            }
+            HookAs::ShowingStdin => {
+                let wrapper = d.join("hook-showing-stdin");
+                write_script(
+                    &wrapper,
+                    &format!(
+                        "#!/bin/sh\n\
+                         # The hook's stdin, and the stdin of the daemon that runs it ($PPID).\n\
+                         echo \"hook-stdin: $(readlink /proc/self/fd/0) daemon-stdin: \
+                         $(readlink /proc/$PPID/fd/0)\" >&2\n\
+                         exec {HOOK} \"$@\"\n"
+                    ),
+                )
+                .unwrap();
+                wrapper
+            }
         };
 
         // The builder's own nix.conf, and the wrapper ssh runs instead of `nix-daemon`.
@@ -301,11 +331,9 @@ impl Builder {
         )
     }
 
-    /// Builds `attr` of probe.nix (fresh nonce) on a client that cannot build locally (max-jobs
-    /// 0, no system features) and sends builds to this builder. Returns success, the client's
-    /// log, the builder's log from this build, and the probe's report when it was built.
-    fn build(&self, attr: &str, mandatory: &str) -> Remote {
-        let before = self.log().len();
+    /// The client's `NIX_CONFIG`: it cannot build locally (max-jobs 0, no system features) and
+    /// sends builds to this builder.
+    fn client_nix_config(&self, mandatory: &str) -> String {
         let mut nix_config = vec![
             "substituters =".to_string(),
             "builders-use-substitutes = false".to_string(),
@@ -316,11 +344,56 @@ impl Builder {
         if let Some(store) = &self.client_store {
             nix_config.push(format!("store = local?root={}", store.display()));
         }
-        let ssh_opts = format!(
+        nix_config.join("\n")
+    }
+
+    /// `NIX_SSHOPTS` for this builder's sshd.
+    fn ssh_opts(&self) -> String {
+        format!(
             "-F none -p {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
              -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=10",
             self.port
-        );
+        )
+    }
+
+    /// The `.drv` of `attr` of probe.nix with `nonce`, written to the client's store.
+    fn instantiate(&self, attr: &str, nonce: &str) -> PathBuf {
+        let out = run(Command::new("nix-instantiate")
+            .arg(probe_nix())
+            .args(["-A", attr, "--argstr", "nonce", nonce])
+            .env("NIX_CONFIG", self.client_nix_config("-"))
+            .env_remove("NIX_REMOTE"));
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    }
+
+    /// Copies `drv` (with its closure) from the client's store to the builder's through the
+    /// builder's daemon, as NixOS/hydra#1565's queue runner adds it to the paths it copies
+    /// before a remote build.
+    fn copy_to_builder(&self, drv: &Path) {
+        run(Command::new("nix")
+            .args(["--extra-experimental-features", "nix-command", "copy"])
+            .args(["--derivation", "--no-check-sigs", "--to"])
+            .arg(format!(
+                "{}&ssh-key={}",
+                self.uri(),
+                self.dir.path().join("client_key").display()
+            ))
+            .arg(drv)
+            .env("NIX_CONFIG", self.client_nix_config("-"))
+            .env("NIX_SSHOPTS", self.ssh_opts())
+            .env_remove("NIX_REMOTE"));
+    }
+
+    /// Builds `attr` of probe.nix (fresh nonce) through this builder. Returns success, the
+    /// client's log, the builder's log from this build, and the probe's report when it was
+    /// built.
+    fn build(&self, attr: &str, mandatory: &str) -> Remote {
+        self.build_with_nonce(attr, mandatory, &nonce())
+    }
+
+    /// As [`Builder::build`], with `nonce` (so that the `.drv` is one already instantiated).
+    fn build_with_nonce(&self, attr: &str, mandatory: &str, nonce: &str) -> Remote {
+        let before = self.log().len();
         let start = Instant::now();
         let (stdout, stderr) = (
             self.dir.path().join("stdout"),
@@ -338,9 +411,9 @@ impl Builder {
         };
         let mut child = client
             .arg(probe_nix())
-            .args(["-A", attr, "--no-out-link", "--argstr", "nonce", &nonce()])
-            .env("NIX_CONFIG", nix_config.join("\n"))
-            .env("NIX_SSHOPTS", ssh_opts)
+            .args(["-A", attr, "--no-out-link", "--argstr", "nonce", nonce])
+            .env("NIX_CONFIG", self.client_nix_config(mandatory))
+            .env("NIX_SSHOPTS", self.ssh_opts())
             .env_remove("CUDA_SANDBOX_CONFIG")
             .env_remove("NIX_REMOTE")
             .stdin(Stdio::null())
@@ -622,6 +695,58 @@ fn remote_build_with_the_drv_on_the_builder_follows_its_tags() {
     assert!(remote.hook_lines().is_empty(), "{remote:#?}");
 }
 
+/// NixOS/hydra#1565, which the NixOS-CUDA Hydra runs as a patch: the queue runner adds the
+/// `.drv` to the paths it copies to the builder before the build, so the builder's hook finds
+/// it on disk and reads its tags. `missing_drv` is never consulted: "fail" would fail both.
+/// The hook's standard input there is the daemon's, the connection to the client: never read.
+#[test]
+fn remote_build_with_the_drv_copied_to_the_builder_as_hydra_1565_does_follows_its_tags() {
+    if !remote_available(
+        "remote_build_with_the_drv_copied_to_the_builder_as_hydra_1565_does_follows_its_tags",
+    ) {
+        return;
+    }
+    let builder = Builder::start_with("fail", Stores::Separate, HookAs::ShowingStdin);
+    for (attr, mandatory) in [("tagged", "cuda"), ("untagged", "-")] {
+        let nonce = nonce();
+        let drv = builder.instantiate(attr, &nonce);
+        assert!(
+            !drv.is_file(),
+            "{} is on the builder already",
+            drv.display()
+        );
+        builder.copy_to_builder(&drv);
+        assert!(
+            drv.is_file(),
+            "{} was not copied to the builder",
+            drv.display()
+        );
+        let remote = builder.build_with_nonce(attr, mandatory, &nonce);
+        assert_eq!(remote.drv(), drv);
+        let name = format!("probe-{attr}");
+        if attr == "tagged" {
+            assert_sees_gpu(remote.report(), &name);
+        } else {
+            assert_sees_nothing(remote.report(), &name);
+        }
+        assert!(remote.hook_lines().is_empty(), "{remote:#?}");
+        let stdin = remote
+            .builder_log
+            .lines()
+            .find(|l| l.starts_with("hook-stdin: "))
+            .unwrap_or_else(|| panic!("the hook did not run:\n{remote:#?}"));
+        let (hook, daemon) = stdin
+            .trim_start_matches("hook-stdin: ")
+            .split_once(" daemon-stdin: ")
+            .unwrap();
+        eprintln!("{name} on the builder: {stdin}");
+        assert!(
+            hook == daemon && (hook.starts_with("socket:") || hook.starts_with("pipe:")),
+            "the hook's stdin is not the daemon's connection: {stdin}"
+        );
+    }
+}
+
 #[test]
 fn remote_build_with_drv_aterm_fd_follows_the_tags_whatever_missing_drv_says() {
     if !remote_available(
@@ -630,7 +755,7 @@ fn remote_build_with_drv_aterm_fd_follows_the_tags_whatever_missing_drv_says() {
         return;
     }
     // missing_drv = "fail" would fail both builds: the descriptor is what lets them through.
-    let builder = Builder::start_with("fail", Stores::Separate, true);
+    let builder = Builder::start_with("fail", Stores::Separate, HookAs::WithAtermFd);
     let remote = builder.build("tagged", "cuda");
     assert!(!builder.drv_where_the_hook_looks(&remote));
     assert_sees_gpu(remote.report(), "probe-tagged");

@@ -4,7 +4,7 @@
 //! miss them: 8 MiB in under 10 s in a debug build, where the quadratic `__json` reader of
 //! f51a825 needed minutes (2 MiB took it 55 s).
 
-use cuda_sandbox_hook::drv::{features_from_json, gpus_attr_from_json, DrvEnv};
+use cuda_sandbox_hook::drv::{DrvAttrs, DrvEnv, DrvError, JsonDerivation};
 use cuda_sandbox_hook::request::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 use std::os::fd::AsRawFd;
 use std::process::Command;
@@ -47,6 +47,11 @@ fn structured_drv(value_head: &str, unit: &str, value_tail: &str, features: &str
     )
 }
 
+/// What the hook decides on of a derivation given as JSON.
+fn json_attrs(json: &[u8]) -> Result<DrvAttrs<'static>, DrvError> {
+    JsonDerivation::parse(json)?.attrs()
+}
+
 fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let start = Instant::now();
     let out = f();
@@ -71,10 +76,8 @@ fn structured_attrs_with_long_escape_free_runs_parse_in_linear_time() {
             structured_drv(r#"\""#, "abcdefgh", r#"\""#, "cuda"),
         ),
     ] {
-        let (features, gpus) = timed(name, || {
-            let env = DrvEnv::parse(&drv).unwrap();
-            (env.required_features().unwrap(), env.gpus_attr())
-        });
+        let DrvAttrs { features, gpus } =
+            timed(name, || DrvEnv::parse(&drv).unwrap().attrs().unwrap());
         assert_eq!(features.lossy(), ["cuda"], "{name}");
         assert!(features.structured);
         assert_eq!(gpus.as_deref(), Some("2"), "{name}");
@@ -109,9 +112,86 @@ fn json_derivations_parse_in_linear_time() {
             ),
         ),
     ] {
-        let features = timed(name, || features_from_json(&json).unwrap());
-        assert!(features.contains(b"cuda"), "{name}: {:?}", features.lossy());
-        timed(name, || gpus_attr_from_json(&json));
+        let attrs = timed(name, || json_attrs(&json).unwrap());
+        assert!(
+            attrs.features.contains(b"cuda"),
+            "{name}: {:?}",
+            attrs.features.lossy()
+        );
+    }
+}
+
+/// A key repeated a million times, in each form: found in one pass, kept once (the readers
+/// hold the deciding keys' first values only), and refused.
+#[test]
+fn repeated_keys_are_refused_in_linear_time() {
+    let aterm = |unit: &str| {
+        big(
+            r#"Derive([("out","/nix/store/x-big","","")],[],[],"x86_64-linux","/bin/sh",[],["#,
+            unit,
+            r#"("out","/nix/store/x-big")])"#,
+        )
+    };
+    for (name, drv) in [
+        ("env key", aterm(r#"("requiredSystemFeatures","cuda"),"#)),
+        (
+            "escaped env key",
+            aterm(r#"("re\quiredSystemFeatures","cuda"),"#),
+        ),
+        ("other env key", aterm(r#"("x","cuda"),"#)),
+        (
+            "__json member",
+            structured_drv(
+                r#"0,\"cudaSandboxGpus\":"#,
+                r#"1,\"cudaSandboxGpus\":"#,
+                "1",
+                "cuda",
+            ),
+        ),
+    ] {
+        let result = timed(name, || DrvEnv::parse(&drv).unwrap().attrs());
+        match name {
+            "other env key" => assert!(result.unwrap().features.features.is_empty()),
+            _ => assert!(
+                result.unwrap_err().to_string().contains("more than once"),
+                "{name}"
+            ),
+        }
+    }
+    for (name, json) in [
+        (
+            "env member",
+            big(
+                r#"{"env":{"#,
+                r#""requiredSystemFeatures":"cuda","#,
+                r#""x":""}}"#,
+            ),
+        ),
+        (
+            "structuredAttrs member",
+            big(
+                r#"{"structuredAttrs":{"#,
+                r#""cudaSandboxGpus":1,"#,
+                r#""requiredSystemFeatures":["cuda"]}}"#,
+            ),
+        ),
+        (
+            ".drv path",
+            big(
+                r#"{"#,
+                r#""/nix/store/a.drv":{"env":{"x":""}},"#,
+                r#""/nix/store/a.drv":{"env":{"requiredSystemFeatures":"cuda"}}}"#,
+            ),
+        ),
+    ] {
+        let result = timed(name, || json_attrs(&json));
+        match name {
+            ".drv path" => assert_eq!(result.unwrap().features.lossy(), ["cuda"]),
+            _ => assert!(
+                result.unwrap_err().to_string().contains("more than once"),
+                "{name}"
+            ),
+        }
     }
 }
 
@@ -122,7 +202,11 @@ fn the_hook_reads_a_big_untagged_structured_drv_in_linear_time() {
     let drv = dir.path().join("big.drv");
     std::fs::write(&drv, structured_drv("[", "0,", "0]", "big-parallel")).unwrap();
     let config = dir.path().join("config.toml");
-    std::fs::write(&config, "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n").unwrap();
+    std::fs::write(
+        &config,
+        "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
+    )
+    .unwrap();
     let out = timed("the hook", || {
         Command::new(HOOK)
             .arg(&drv)
@@ -160,7 +244,11 @@ fn a_json_derivation_on_drv_aterm_fd_costs_memory_near_its_size() {
     std::fs::write(&json, &text).unwrap();
     let mib = text.len() as f64 / (1 << 20) as f64;
     let config = dir.path().join("config.toml");
-    std::fs::write(&config, "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n").unwrap();
+    std::fs::write(
+        &config,
+        "[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
+    )
+    .unwrap();
     drop(text);
     let out = Command::new("sh")
         .arg("-c")
@@ -296,7 +384,7 @@ fn the_hook_never_hangs_on_what_drv_aterm_fd_names() {
     std::fs::write(
         &config,
         format!(
-            "missing_drv = \"fail\"\nruntime_dir = \"{}\"\n[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n",
+            "missing_drv = \"fail\"\nruntime_dir = \"{}\"\n[[rule]]\nname = \"n\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
             d.join("run").display()
         ),
     )
@@ -341,4 +429,156 @@ fn the_hook_never_hangs_on_what_drv_aterm_fd_names() {
             "{name}: {took:?}"
         );
     }
+}
+
+// CDI specs in YAML: no anchor or alias is replayed, and the events read are capped.
+
+/// What a child run of the hook cost.
+struct Run {
+    /// Its exit status (`None`: killed by a signal).
+    code: Option<i32>,
+    /// Its stdout.
+    stdout: String,
+    /// Its wall time.
+    took: Duration,
+    /// Its peak RSS, in MiB, from `wait4(2)`.
+    peak_mib: f64,
+}
+
+/// `explain --json --features cuda --config CONFIG` as a child with at most 1 GiB of address
+/// space (`ulimit -v`, so a run that amplifies fails fast instead of taking the machine's
+/// memory), killed after `limit`. Returns what it cost.
+fn explain_capped(config: &std::path::Path, stdout: &std::path::Path, limit: Duration) -> Run {
+    let start = Instant::now();
+    // Reaped below with wait4(2), which also gives its peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -v 1048576; exec \"$@\"", "sh", HOOK])
+        .args(["explain", "--json", "--features", "cuda", "--config"])
+        .arg(config)
+        .stdout(std::fs::File::create(stdout).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: our own unwaited child; both out-pointers are valid.
+        let got = unsafe { nix::libc::wait4(pid, &mut status, nix::libc::WNOHANG, &mut usage) };
+        assert!(got >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if got == pid {
+            break;
+        }
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            // SAFETY: as above.
+            unsafe { nix::libc::wait4(pid, &mut status, 0, &mut usage) };
+            panic!("explain ran past {limit:?} on the spec (killed)");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let code = nix::libc::WIFEXITED(status).then(|| nix::libc::WEXITSTATUS(status));
+    Run {
+        code,
+        stdout: std::fs::read_to_string(stdout).unwrap(),
+        took: start.elapsed(),
+        peak_mib: usage.ru_maxrss as f64 / 1024.0,
+    }
+}
+
+/// A spec directory holding `spec.yaml` with `text`, and a config whose one rule names
+/// `nvidia.com/gpu=all` from it. Returns the config and the spec's path.
+fn yaml_spec_host(dir: &std::path::Path, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let specs = dir.join("cdi");
+    std::fs::create_dir(&specs).unwrap();
+    let spec = specs.join("spec.yaml");
+    std::fs::write(&spec, text).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "runtime_dir = \"{}\"\nclosure_cache = \"{}\"\ncdi_spec_dirs = [\"{}\"]\n\
+             [[rule]]\nname = \"r\"\nfeatures = [\"cuda\"]\ncdi = [\"nvidia.com/gpu=all\"]\n",
+            dir.join("run").display(),
+            dir.join("cache").display(),
+            specs.display()
+        ),
+    )
+    .unwrap();
+    (config, spec)
+}
+
+#[test]
+fn a_yaml_spec_of_one_anchor_aliased_many_times_is_refused_at_once() {
+    // serde_norway's alias limit counts jumps, not the events they replay: this 200 KB spec
+    // (a 100 KB list anchored once, then aliased as the arguments of 2,500 hooks) made the
+    // hook replay about 60 million strings; a root `explain` ran past 100 s at 12.8 GiB.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text =
+        String::from("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  env: &a [");
+    while text.len() < 100 << 10 {
+        text.push_str("\"x\", ");
+    }
+    text.push_str("\"x\"]\ndevices:\n- name: all\n  containerEdits:\n    hooks:\n");
+    while text.len() < 200 << 10 {
+        text.push_str("    - {hookName: createContainer, path: /bin/true, args: *a}\n");
+    }
+    let (config, spec) = yaml_spec_host(dir.path(), &text);
+    let run = explain_capped(
+        &config,
+        &dir.path().join("out.json"),
+        Duration::from_secs(20),
+    );
+    eprintln!(
+        "{} KiB spec: explain took {:?}, peak RSS {:.1} MiB",
+        text.len() >> 10,
+        run.took,
+        run.peak_mib
+    );
+    assert_eq!(run.code, Some(0), "explain did not finish: {}", run.stdout);
+    let e: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let skipped = e["plan"]["skipped"].to_string();
+    assert!(
+        skipped.contains(&spec.display().to_string()) && skipped.contains("anchor"),
+        "the spec was not refused for its anchor: {e:#}"
+    );
+    assert!(run.took < Duration::from_secs(1), "{:?}", run.took);
+    assert!(run.peak_mib < 64.0, "peak RSS {:.1} MiB", run.peak_mib);
+}
+
+#[test]
+fn a_yaml_spec_of_more_events_than_any_spec_has_is_refused_in_bounded_memory() {
+    // No anchor, but 1.5 million events (3 MiB of one-letter list items): refused at the cap,
+    // before a deserialiser holds them all.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from(
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\ncontainerEdits:\n  env: [",
+    );
+    while text.len() < 3 << 20 {
+        text.push_str("x,");
+    }
+    text.push_str("x]\n");
+    let (config, spec) = yaml_spec_host(dir.path(), &text);
+    let run = explain_capped(
+        &config,
+        &dir.path().join("out.json"),
+        Duration::from_secs(20),
+    );
+    eprintln!(
+        "{} KiB spec: explain took {:?}, peak RSS {:.1} MiB",
+        text.len() >> 10,
+        run.took,
+        run.peak_mib
+    );
+    assert_eq!(run.code, Some(0), "explain did not finish: {}", run.stdout);
+    let skipped = run.stdout.clone();
+    assert!(
+        skipped.contains(&spec.display().to_string()) && skipped.contains("events"),
+        "the spec was not refused at the event cap: {skipped}"
+    );
+    assert!(run.took < BOUND, "{:?}", run.took);
+    // The text itself (read whole, 3 MiB) and the hook: the events are never all held.
+    assert!(run.peak_mib < 64.0, "peak RSS {:.1} MiB", run.peak_mib);
 }

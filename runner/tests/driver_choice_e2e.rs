@@ -606,7 +606,7 @@ fn lint_finds_static_cuda_archives_in_a_store_packages_closure() {
     let config = t.join("config.toml");
     std::fs::write(
         &config,
-        "[[rule]]\nname = \"nvidia\"\nfeatures = [\"cuda\"]\n",
+        "[[rule]]\nname = \"nvidia\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia0\"\n",
     )
     .unwrap();
     let build = NixSandbox::with_hook(&hook, &config).build(

@@ -1,9 +1,9 @@
 //! Which Nix the tests run under, and every way Nix versions differ where a test depends on it.
 //!
 //! The tests run under Debian bookworm's Nix 2.8 (the host's), and under trixie's 2.26 and
-//! sid's 2.34 with `scripts/with-nix` (see the README's "Testing"). A behaviour that differs
-//! between them is one method of [`NixVersion`] here, named for the behaviour and saying which
-//! versions were measured; tests ask it rather than compare version numbers. Versions between
+//! sid's 2.34 with `scripts/with-nix` (see docs/testing.md, "Nix versions"). A behaviour that
+//! differs between them is one method of [`NixVersion`] here, named for the behaviour and saying
+//! which versions were measured; tests ask it rather than compare version numbers. Versions between
 //! the measured ones were not checked: each method gives the newer behaviour from the first
 //! measured version that shows it.
 
@@ -122,6 +122,22 @@ impl NixVersion {
     /// `show-derivation` copies the bytes into its (then invalid) JSON.
     pub fn derivation_show_refuses_non_utf8(self) -> bool {
         self >= MEASURED_NEWER
+    }
+
+    /// The words of the `nix` command that reads a derivation as JSON and writes its `.drv`:
+    /// `derivation add` on 2.26 and 2.34 (it keeps the last of a repeated JSON member, as
+    /// nlohmann-json does); 2.8 has none ("'derivation' is not a recognised command").
+    pub fn derivation_add(self) -> Option<&'static [&'static str]> {
+        (self >= MEASURED_NEWER).then_some(&["derivation", "add"][..])
+    }
+
+    /// Structured attrs rewritten at instantiation: 2.34 parses a `__json` attribute's string
+    /// (nlohmann-json: a repeated member's last value) and writes it back compact, so the
+    /// `.drv` it writes repeats no member, and it hashes a `.drv`'s outputs over that rewrite
+    /// (a `.drv` added with `nix-store --add` must have those outputs); 2.8 and 2.26 write
+    /// the string as given and hash it so.
+    pub fn rewrites_structured_attrs(self) -> bool {
+        self >= MEASURED_DOUBLE_QUOTES
     }
 
     /// The shape of the derivation JSON that [`derivation_show`](Self::derivation_show) prints.

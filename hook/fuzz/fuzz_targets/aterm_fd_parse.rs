@@ -41,12 +41,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(bytes, data);
             if bytes.trim_ascii_start().starts_with(b"{") {
                 if let Ok(d) = JsonDerivation::parse(&bytes) {
-                    let _ = d.required_features();
-                    let _ = d.gpus_attr();
+                    let _ = d.attrs();
                 }
             } else if let Ok(env) = DrvEnv::parse(&bytes) {
-                let _ = env.required_features();
-                let _ = env.gpus_attr();
+                let _ = env.attrs();
             }
         }
         Err(e) => assert!(

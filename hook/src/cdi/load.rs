@@ -2,7 +2,9 @@
 //!
 //! A spec says which host files root gives a build, so it is trusted exactly like the
 //! configuration: each directory only when it and every component on the way are owned by
-//! root (or the hook's user) and not writable by group or others, and each file through
+//! root (or the hook's user) and not writable by group or others (the directory itself not
+//! even when sticky: what is in it decides what is read, [`crate::trust::listed_dir`]), each
+//! symlink on the way only when root made it, and each file through
 //! [`crate::config::read_text`] (the same checks, then `openat` with `O_NOFOLLOW|O_NONBLOCK`
 //! from its trusted parent, a regular file of at most [`crate::config::MAX_CONFIG_BYTES`]). A
 //! directory or file that fails is not read and is reported; it never widens what a build
@@ -128,12 +130,9 @@ impl SpecSet {
             if dir.symlink_metadata().is_err() {
                 continue;
             }
-            let resolved = match crate::trust::resolve(dir) {
-                Ok(crate::trust::Resolved {
-                    path,
-                    meta: Some(meta),
-                }) if meta.is_dir() => path,
-                Ok(_) => {
+            let resolved = match crate::trust::listed_dir(dir) {
+                Ok(path) => path,
+                Err(crate::trust::TrustError::NotADirectory(_)) => {
                     set.errors.push(SpecError::Dir {
                         dir: dir.clone(),
                         why: "not a directory".into(),

@@ -5,6 +5,7 @@
 //!
 //! - [`name`]: the fully qualified device names a rule's `cdi` list holds;
 //! - [`spec`]: the spec's schema (CDI spec `specs-go/config.go`), read from JSON or YAML;
+//! - [`yaml`]: the guard a YAML spec passes first: no anchor or alias, and a cap on its events;
 //! - [`load`]: the spec directories (`/etc/cdi`, `/var/run/cdi`), each spec trusted like the
 //!   configuration before it is read, and a device looked up by its name.
 //!
@@ -14,6 +15,7 @@
 pub mod load;
 pub mod name;
 pub mod spec;
+pub mod yaml;
 
 pub use load::{LoadedSpec, SpecError, SpecSet};
 pub use name::{DeviceName, NameError};

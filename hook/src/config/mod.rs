@@ -140,7 +140,7 @@ mod tests {
         assert!(!Config::text_may_answer(text, &f(&["big-parallel", "kvm"])));
         assert!(Config::text_may_answer(text, &f(&["kvm", "cuda"])));
         assert!(Config::text_may_answer(text, &f(&[""])));
-        let escaped = "[[rule]]\nname = \"r\"\nfeatures = [\"\\u006bvm\"]\n";
+        let escaped = "[[rule]]\nname = \"r\"\nfeatures = [\"\\u006bvm\"]\n[rule.mig]\n";
         let parsed = Config::parse(escaped, "t").unwrap();
         assert_eq!(parsed.rules[0].features, ["kvm"]);
         assert!(Config::text_may_answer(escaped.as_bytes(), &f(&["kvm"])));

@@ -1,7 +1,8 @@
 //! What a parsed configuration must hold beyond its schema: absolute paths Nix's hook protocol
-//! can express, valid globs, unique rule names, features that can match.
+//! can express, valid globs, unique rule names, features that can match, and something to
+//! expose in every rule.
 
-use super::Config;
+use super::{Config, Rule};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,12 @@ pub enum Invalid {
     /// A rule lists no features.
     #[error("rule '{0}' has no features, so it would never apply")]
     NoFeatures(String),
+    /// A rule names no source at all: its builds would be told they are tagged and get nothing.
+    #[error(
+        "rule '{0}' exposes nothing: it has no [[rule.device]], [[rule.path]], [[rule.mount]], \
+         [rule.driver], cdi or [rule.mig]; add what its builds need, or remove the rule"
+    )]
+    NothingToExpose(String),
     /// A feature is empty or holds whitespace or a control character.
     #[error("rule '{rule}': feature {feature:?} is empty or holds whitespace")]
     Feature {
@@ -113,6 +120,9 @@ impl Config {
                     });
                 }
             }
+            if !names_a_source(rule) {
+                return Err(Invalid::NothingToExpose(name.clone()));
+            }
             for d in &rule.devices {
                 glob(name, "device glob", &d.glob)?;
             }
@@ -172,6 +182,18 @@ impl Config {
         }
         notes
     }
+}
+
+/// Whether `rule` names anything to expose: a device glob, a path, a mount, the driver, a CDI
+/// device or MIG. What the host then has is the scan's business; a rule naming none of them
+/// can never give a build anything.
+fn names_a_source(rule: &Rule) -> bool {
+    !rule.devices.is_empty()
+        || !rule.paths.is_empty()
+        || !rule.mounts.is_empty()
+        || rule.driver.is_some()
+        || !rule.cdi.is_empty()
+        || rule.mig.is_some()
 }
 
 fn absolute(field: &'static str, path: &Path) -> Result<(), Invalid> {
@@ -236,12 +258,48 @@ mod tests {
             (rule("[[rule.path]]\npath=\"rel\"\n"), "absolute"),
             (rule("[[rule.path]]\npath=\"/a=b\"\n"), "'='"),
             (rule("[[rule.device]]\nglob=\"/dev/[\"\n"), "valid glob"),
-            (rule("[[rule]]\nname=\"a\"\nfeatures=[\"d\"]\n"), "twice"),
+            (
+                rule("[rule.mig]\n[[rule]]\nname=\"a\"\nfeatures=[\"d\"]\n[rule.mig]\n"),
+                "twice",
+            ),
             ("host_root = \"x\"\n".to_string(), "absolute"),
             ("[[rule]]\nname = 3\n".to_string(), "line 2"),
         ] {
             let e = Config::parse(&text, "t").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    /// A rule that names no source is refused, naming the rule; any one source is enough.
+    #[test]
+    fn a_rule_that_exposes_nothing_is_refused_by_name() {
+        let with = |body: &str| {
+            format!(
+                "[[rule]]\nname=\"gpu\"\nfeatures=[\"cuda\"]\n[[rule.device]]\nglob=\"/dev/x\"\n\
+                 [[rule]]\nname=\"nvidia-gpu\"\nfeatures=[\"cuda-ada\"]\n{body}"
+            )
+        };
+        let e = Config::parse(&with(""), "t").unwrap_err();
+        assert!(
+            matches!(&e.problem, super::super::Problem::Invalid(Invalid::NothingToExpose(r)) if r == "nvidia-gpu"),
+            "{e:?}"
+        );
+        let line = e.to_string();
+        assert!(
+            line.starts_with("config t: rule 'nvidia-gpu' exposes nothing:")
+                && line.contains("add what its builds need, or remove the rule")
+                && !line.contains('\n'),
+            "{line}"
+        );
+        for source in [
+            "[[rule.device]]\nglob=\"/dev/y\"\n",
+            "[[rule.path]]\npath=\"/opt/y\"\n",
+            "[[rule.mount]]\ninside=\"/y\"\noutside=\"/opt/y\"\n",
+            "[rule.driver]\n",
+            "cdi=[\"nvidia.com/gpu=all\"]\n",
+            "[rule.mig]\n",
+        ] {
+            Config::parse(&with(source), "t").unwrap_or_else(|e| panic!("{source:?}: {e}"));
         }
     }
 

@@ -14,12 +14,13 @@ pub enum ExecError {
     /// The request fails as a build would (the resolver's one-line reason).
     #[error("{0}")]
     Refused(String),
-    /// No configuration could be used.
-    #[error("no usable configuration")]
-    NoConfig,
-    /// No rule answers the features.
-    #[error("no rule answers to the features [{}]: a build with them would get nothing", .0.join(", "))]
-    NoRule(Vec<String>),
+    /// No configuration could be used: exec keeps its root in the configured runtime
+    /// directory, for untagged requests too. The text says why.
+    #[error(
+        "exec needs a usable configuration (its root is kept in the runtime directory): {0}; \
+         `cuda-sandbox-hook check-config` shows what is wrong"
+    )]
+    NoConfig(String),
     /// The plan has a problem.
     #[error("the hook would refuse this build: {0}")]
     Problem(Problem),

@@ -2,7 +2,9 @@
 //!
 //! Reproduces "what my CUDA build sees" without Nix: a minimal root like Nix's sandbox (`/dev`
 //! with the usual pseudo-devices, `/proc`, `/tmp`, `/build`, a tiny `/etc`), plus exactly the
-//! paths the hook would expose for the given features, plus the shared libraries the command
+//! paths the hook would expose for the given features (none for features no rule answers: the
+//! view an untagged build gets, [`resolve`]), plus the `--bind` paths (no symlink on them,
+//! writable by the command's user: [`UserBind`]), plus the shared libraries the command
 //! (and the exposed driver libraries) need, resolved as the loader would. Then the command runs
 //! there, isolated like a build: in its own PID namespace with its own `/proc` (so
 //! `/proc/<pid>/root` of host processes is out of reach), as an unprivileged user (`nobody`
@@ -24,10 +26,12 @@ mod environment;
 mod error;
 mod root;
 mod stdio;
+mod user_bind;
 
 pub use environment::{environment, BASE_ENVIRONMENT};
 pub use error::ExecError;
 pub use root::Bind;
+pub use user_bind::UserBind;
 
 use crate::elfdeps;
 use crate::pipeline::{self, Mode};
@@ -70,26 +74,33 @@ pub struct ExecRequest {
 pub const DEFAULT_USER: (u32, u32) = (65534, 65534);
 
 /// Resolves `req` as the hook would (the derivation's features, else `--features`, else
-/// `cuda`).
+/// `cuda`), loading the configuration even when no rule answers the features: an untagged
+/// request is run too, in the view an untagged build gets (the minimal root and nothing of
+/// the hook's, as `explain` shows it), so that what such a build must not see can be checked
+/// (`cuda-sandbox-check --expect-no-gpu`); exec needs the configuration for its runtime
+/// directory either way.
 pub fn resolve(req: &ExecRequest) -> Request {
     request::resolve(&Input {
         drv: req.drv.as_deref(),
         extra_features: &req.features,
         default_features: &["cuda"],
         config: req.config.as_deref(),
+        always_load_config: true,
         ..Input::new(&req.environment)
     })
 }
 
 /// Plans the root for `req` (resolved as `resolved`, with the private root as its chroot):
-/// the hook's exposures, then the libraries the command and the exposed driver libraries need.
-/// The pipeline writes the manifest the plan names (the command may be the runner, which
-/// reads it).
+/// the hook's exposures (none for an untagged request, as for an untagged build), the
+/// `--bind` paths (`user_binds`, checked), then the libraries the command and the exposed
+/// driver libraries need. The pipeline writes the manifest the plan names (the command may be
+/// the runner, which reads it).
 /// Returns the binds and the command's path inside.
-pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, PathBuf), ExecError> {
-    if let Verdict::Nothing(_) = resolved.verdict {
-        return Err(ExecError::NoRule(resolved.features_lossy()));
-    }
+pub fn prepare(
+    req: &ExecRequest,
+    resolved: &Request,
+    user_binds: &[UserBind],
+) -> Result<(Vec<Bind>, PathBuf), ExecError> {
     let pipeline::Outcome { plan, answer } = pipeline::run(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
         return Err(ExecError::Problem(p.clone()));
@@ -102,24 +113,10 @@ pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, Path
             inside: e.inside.clone(),
             outside: e.outside.clone(),
             writable: is_char_device(&e.outside),
+            for_user: None,
         })
         .collect();
 
-    for extra in &req.extra_binds {
-        let bad = |why: String| ExecError::BadBind {
-            path: extra.clone(),
-            why,
-        };
-        let abs = std::path::absolute(extra).map_err(|e| bad(e.to_string()))?;
-        if !abs.exists() {
-            return Err(bad("no such file or directory".into()));
-        }
-        binds.push(Bind {
-            inside: abs.clone(),
-            outside: abs,
-            writable: true,
-        });
-    }
     let program = req.command.first().ok_or(ExecError::NoCommand)?;
     let program_inside = find_program(program, req.environment.path.as_deref())?;
     let program_real = std::fs::canonicalize(&program_inside)
@@ -131,11 +128,17 @@ pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, Path
         )));
     }
     // What the command sees anyway; everything else it names must be the loader's.
-    let visible: Vec<PathBuf> = binds.iter().map(|b| b.outside.clone()).collect();
+    let visible: Vec<PathBuf> = binds
+        .iter()
+        .map(|b| b.outside.clone())
+        .chain(user_binds.iter().map(|b| b.path.clone()))
+        .collect();
+    binds.extend(user_binds.iter().map(|b| b.bind(req.user)));
     binds.push(Bind {
         inside: program_inside.clone(),
         outside: program_real.clone(),
         writable: false,
+        for_user: None,
     });
     // The command needs its libraries; exposed host driver libraries need theirs (libc and
     // friends), which a Nix build would get from its own closure.
@@ -174,6 +177,7 @@ pub fn prepare(req: &ExecRequest, resolved: &Request) -> Result<(Vec<Bind>, Path
                 inside: lib,
                 outside,
                 writable: false,
+                for_user: None,
             });
         }
     }
@@ -195,8 +199,18 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     let (runtime_dir, store_dir) = match (&resolved.verdict, &resolved.config) {
         (Verdict::Fail(m), _) => return Err(ExecError::Refused(m.clone())),
         (_, Some(c)) => (c.runtime_dir.clone(), c.store_dir.clone()),
-        (_, None) => return Err(ExecError::NoConfig),
+        (Verdict::Nothing(why), None) => return Err(ExecError::NoConfig(why.clone())),
+        (Verdict::Tagged, None) => {
+            return Err(ExecError::NoConfig("no configuration was loaded".into()))
+        }
     };
+    // Checked before anything is planned, for a clear error; each is checked again when it
+    // is bound, and bound through the descriptor of that walk.
+    let user_binds = req
+        .extra_binds
+        .iter()
+        .map(|b| UserBind::open(b, req.user))
+        .collect::<Result<Vec<_>, _>>()?;
     let caller = |name: &std::ffi::OsStr| {
         req.caller_env
             .iter()
@@ -206,7 +220,7 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     let env = environment(&req.env, &store_dir, caller)?;
     let root = staging_root(&runtime_dir)?;
     resolved.chroot = Some(root.clone());
-    let (binds, program) = prepare(req, &resolved)?;
+    let (binds, program) = prepare(req, &resolved, &user_binds)?;
 
     let sys = ExecError::sys;
     // A new mount namespace now; a new PID namespace for the child forked below.

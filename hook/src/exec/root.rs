@@ -1,6 +1,6 @@
 //! The private root: its staging directory, a minimal Nix-like tree, and the bind mounts.
 
-use super::ExecError;
+use super::{ExecError, UserBind};
 use nix::mount::{mount, MsFlags};
 use std::path::{Path, PathBuf};
 
@@ -13,6 +13,10 @@ pub struct Bind {
     pub outside: PathBuf,
     /// Writable (device nodes and `--bind` paths); everything else is bound read-only.
     pub writable: bool,
+    /// For a `--bind` path, the command's user (uid, gid): the path is checked again when it
+    /// is bound ([`UserBind::open`]: no symlink on it, writable by that user) and bound
+    /// through the descriptor that walk reached, not by its name.
+    pub for_user: Option<(u32, u32)>,
 }
 
 /// The host directory the private root is mounted on, `<runtime_dir>/exec-root`: a state
@@ -45,6 +49,7 @@ pub(super) fn minimal_root(root: &Path, user: (u32, u32)) -> Result<(), ExecErro
                 inside: Path::new("/dev").join(dev),
                 outside: Path::new("/dev").join(dev),
                 writable: true,
+                for_user: None,
             },
         )?;
     }
@@ -94,10 +99,21 @@ pub(super) fn minimal_root(root: &Path, user: (u32, u32)) -> Result<(), ExecErro
 }
 
 /// Bind-mounts `b.outside` at `b.inside` under `root`, making the mount point (a directory or
-/// an empty file, like the source) first. Symlinks in the source are followed, as Nix 2.8 does.
+/// an empty file, like the source) first. Symlinks in the source are followed, as Nix 2.8 does
+/// (the hook's exposures were judged with them), except in a `--bind` path, which holds none:
+/// it is walked again here, in the namespace the mount is made in (a descriptor of another
+/// namespace's mount cannot be bound), and bound through the descriptor.
 pub(super) fn bind(root: &Path, b: &Bind) -> Result<(), ExecError> {
     let target = root.join(b.inside.strip_prefix("/").unwrap_or(&b.inside));
-    let meta = std::fs::metadata(&b.outside).map_err(|e| ExecError::io(&b.outside, e))?;
+    // Held open until the mount is made.
+    let walked = match b.for_user {
+        Some(user) => Some(UserBind::open(&b.outside, user)?),
+        None => None,
+    };
+    let source = walked
+        .as_ref()
+        .map_or_else(|| b.outside.clone(), UserBind::source);
+    let meta = std::fs::metadata(&source).map_err(|e| ExecError::io(&b.outside, e))?;
     let io = |e| ExecError::io(&target, e);
     if meta.is_dir() {
         std::fs::create_dir_all(&target).map_err(io)?;
@@ -110,7 +126,7 @@ pub(super) fn bind(root: &Path, b: &Bind) -> Result<(), ExecError> {
         }
     }
     mount(
-        Some(&b.outside),
+        Some(&source),
         &target,
         None::<&str>,
         MsFlags::MS_BIND | MsFlags::MS_REC,

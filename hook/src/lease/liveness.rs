@@ -3,7 +3,7 @@
 
 use super::record::{Builder, LeaseRecord};
 use std::cell::OnceCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
@@ -111,14 +111,22 @@ impl Checked {
         }
         let rooted = procs.rooted_at(r.chroot_id);
         if !rooted.is_empty() {
-            for init in procs.inits_of_namespaces_of(&rooted) {
+            // Only the build's outermost init is recorded: a namespace the build made inside
+            // its own has an init the build can kill while it goes on.
+            let outermost: HashSet<Builder> = rooted
+                .iter()
+                .filter_map(|pid| procs.outermost_init(*pid))
+                .collect();
+            for init in outermost {
                 self.add(init);
             }
             return true;
         }
-        // Every builder of the build that ran when a hook looked was recorded then (rooted in
-        // the chroot, or a child of its Nix), so with all of them gone the build has ended.
-        if !r.builders.is_empty() {
+        // The builders recorded are the build's outermost inits (a record of this hook's
+        // version): every process of the build descends from one of them, so with all of them
+        // gone the build has ended. The holder's children are not looked at again: its next
+        // build's builder is one of them for a moment, and the lease would latch onto it.
+        if !r.builders.is_empty() && r.version >= super::record::OUTERMOST_BUILDERS {
             return false;
         }
         let holder = Holder {
@@ -131,15 +139,24 @@ impl Checked {
             if me != Some(holder) && !sandbox_set_up(&r.chroot) {
                 return true;
             }
-            // Set up: the builder, while it runs, is the holder's child, the init of a PID
-            // namespace of its own. Ended builders were seen or are gone; a child rooted in the
-            // chroot of another build is that build's. Any other child may be this build's
-            // builder, which left its chroot before a hook saw it: it keeps the lease.
+            // Set up, and no hook saw the builder in its chroot. While it runs, the builder is
+            // the holder's child, the init of a PID namespace of its own. A child still rooted
+            // where its Nix is has not entered its sandbox yet: it is this build's builder
+            // setting up when it has mounts in this chroot (Nix binds the chroot onto itself
+            // before it makes anything in it), and otherwise another build starting, never this
+            // one after it left its chroot (a build cannot reach the host's root again). A
+            // child rooted in the chroot of another build is that build's. Any other child may
+            // be this build's builder, which left its chroot before a hook saw it. Either keeps
+            // the lease, and is recorded.
             let store = chroot_store_dir(&r.chroot);
             let unknown: Vec<Builder> = procs
                 .sandbox_children(holder)
                 .into_iter()
-                .filter(|b| !store.is_some_and(|s| procs.in_nix_chroot(b.pid, s)))
+                .filter(|(b, entered)| match entered {
+                    Entered::NotYet => procs.mounts_under(b.pid, &r.chroot),
+                    Entered::Left => !store.is_some_and(|s| procs.in_nix_chroot(b.pid, s)),
+                })
+                .map(|(b, _)| b)
                 .collect();
             let live = !unknown.is_empty();
             for b in unknown {
@@ -152,9 +169,12 @@ impl Checked {
         r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
     }
 
+    /// Records `b`, an outermost init of the build (the only kind this hook records), so the
+    /// record is written back as of this version.
     fn add(&mut self, b: Builder) {
         if !self.record.builders.contains(&b) {
             self.record.builders.push(b);
+            self.record.version = self.record.version.max(super::record::OUTERMOST_BUILDERS);
             self.grew = true;
         }
     }
@@ -176,6 +196,15 @@ fn chroot_store_dir(chroot: &Path) -> Option<&Path> {
     is_chroot(dir).then(|| dir.parent()).flatten()
 }
 
+/// Whether a builder has left its Nix's root for its sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entered {
+    /// Still rooted where its Nix is: setting up its sandbox.
+    NotYet,
+    /// Rooted elsewhere: in its sandbox, or somewhere it went from there.
+    Left,
+}
+
 /// One process as far as leases care.
 struct Proc {
     pid: u32,
@@ -191,6 +220,8 @@ struct Proc {
 /// root directory and PID namespace.
 pub struct Processes {
     all: Vec<Proc>,
+    /// Where each pid is in `all`.
+    index: HashMap<u32, usize>,
     /// This hook's own PID namespace (never recorded as a build's).
     own_namespace: Option<u64>,
     /// The uids (real, effective, saved, filesystem) of every process, read when first asked.
@@ -222,8 +253,10 @@ impl Processes {
                 pid_ns: ns_of(&path),
             });
         }
+        let index = all.iter().enumerate().map(|(i, p)| (p.pid, i)).collect();
         Processes {
             all,
+            index,
             own_namespace: ns_of(Path::new("/proc/self")),
             uids: OnceCell::new(),
             own_mounts: OnceCell::new(),
@@ -240,21 +273,31 @@ impl Processes {
     }
 
     fn get(&self, pid: u32) -> Option<&Proc> {
-        self.all.iter().find(|p| p.pid == pid)
+        self.all.get(*self.index.get(&pid)?)
     }
 
-    /// The inits (PID 1) of the PID namespaces `pids` are in, but this hook's own.
-    fn inits_of_namespaces_of(&self, pids: &[u32]) -> Vec<Builder> {
-        let namespaces: HashSet<u64> = pids
-            .iter()
-            .filter_map(|pid| self.get(*pid)?.pid_ns)
-            .filter(|ns| Some(*ns) != self.own_namespace)
-            .collect();
-        self.all
-            .iter()
-            .filter(|p| p.pid_ns.is_some_and(|ns| namespaces.contains(&ns)))
-            .filter_map(|p| self.as_init(p))
-            .collect()
+    /// The outermost init of the PID namespaces `pid` is in: the ancestor whose parent is in
+    /// this hook's PID namespace (Nix's: a sandboxed builder is Nix's own child), when it is
+    /// the init of its namespace. None for a process of this hook's namespace.
+    ///
+    /// The walk up the parents is reliable: an orphan is re-parented only within its PID
+    /// namespace, the kernel refuses `CLONE_PARENT` to a namespace's init, and no build can
+    /// join an outer namespace, so every process of a build descends from its builder.
+    fn outermost_init(&self, pid: u32) -> Option<Builder> {
+        let mut p = self.get(pid)?;
+        // Each step goes to a parent: no chain is longer than the process table.
+        for _ in 0..self.all.len() {
+            if p.pid_ns.is_none() || p.pid_ns == self.own_namespace {
+                return None;
+            }
+            match self.get(p.ppid) {
+                Some(parent) if parent.pid_ns.is_some() && parent.pid_ns != self.own_namespace => {
+                    p = parent
+                }
+                _ => return self.as_init(p),
+            }
+        }
+        None
     }
 
     /// `p` as a builder, if it is the init of its PID namespace: its parent is in another one
@@ -278,13 +321,29 @@ impl Processes {
     }
 
     /// The children of `holder` that are the init of a PID namespace of their own: its
-    /// running sandboxed builders.
-    fn sandbox_children(&self, holder: Holder) -> Vec<Builder> {
+    /// sandboxed builders, each with whether it has left the holder's root (Nix moves a
+    /// builder into its sandbox with `pivot_root`; until then it is rooted where Nix is).
+    fn sandbox_children(&self, holder: Holder) -> Vec<(Builder, Entered)> {
+        let holder_root = self.get(holder.pid).and_then(|h| h.root);
         self.all
             .iter()
             .filter(|p| p.ppid == holder.pid)
-            .filter_map(|p| self.as_init(p))
+            .filter_map(|p| {
+                let entered = if holder_root.is_some() && p.root == holder_root {
+                    Entered::NotYet
+                } else {
+                    Entered::Left
+                };
+                Some((self.as_init(p)?, entered))
+            })
             .collect()
+    }
+
+    /// Whether process `pid`, rooted where this hook is, has a mount at or below `dir` (in its
+    /// mount table, paths are relative to its root).
+    fn mounts_under(&self, pid: u32, dir: &Path) -> bool {
+        read_mounts(&format!("/proc/{pid}/mountinfo"))
+            .is_some_and(|mounts| mounts.iter().any(|m| m.mount_point.starts_with(dir)))
     }
 
     /// Whether process `pid` runs in the chroot of a Nix build in `store`: its root is a

@@ -21,26 +21,43 @@
 //!    deletes it when the build ends; a rebuild of the same derivation makes a new one), and
 //! 2. one of:
 //!    - a builder recorded in the lease runs ([`LeaseRecord::builders`]: the init of the
-//!      build's PID namespace, by pid and start time, never reused together). A process cannot
-//!      leave its PID namespace, and when the init ends the kernel kills the rest
-//!      (pid_namespaces(7)), so the build runs exactly as long as its init;
+//!      build's outermost PID namespace, the process Nix started, by pid and start time, never
+//!      reused together). A process cannot leave its PID namespace, and when the init ends the
+//!      kernel kills the rest (pid_namespaces(7)), so the build runs exactly as long as its
+//!      init. Once every recorded builder has ended, the build has ended: nothing else is
+//!      looked at. A namespace the build makes inside its own (`unshare -pf`) has an init of
+//!      its own, which the build can kill while it goes on: it is never recorded;
 //!    - some process has the chroot as its root (`/proc/<pid>/root`): the builder and its
-//!      children after Nix's `pivot_root`. The init of its PID namespace is recorded;
-//!    - the Nix process that ran the hook (recorded by pid and start time) runs, and either
-//!      it has not set up the sandbox yet (no `/proc` mount point in the chroot: the build is
-//!      pending; a hook of that same Nix knows it has moved on), or one of its children is the
-//!      init of a PID namespace that is not rooted in another Nix build's chroot. Nix starts
-//!      each sandboxed builder as its own direct child, the init of a new PID namespace (seen
-//!      on Nix 2.8, 2.26 and 2.34), so that child may be this build's builder after it left
-//!      its chroot: it is recorded, and keeps the lease. A set-up build with no such child has
-//!      ended, even while its Nix goes on (a failed build under `--keep-going`), and builds of
-//!      one Nix are told apart without build users;
+//!      children after Nix's `pivot_root`. From it the parents are followed up to the process
+//!      whose parent is in this hook's PID namespace (Nix's), the build's outermost init, which
+//!      is recorded. An orphan is re-parented only within its PID namespace and the kernel
+//!      refuses `CLONE_PARENT` to a namespace's init, so no process of a build can make a
+//!      parent outside it;
+//!    - no builder was recorded, the Nix process that ran the hook (recorded by pid and start
+//!      time) runs, and either it has not set up the sandbox yet (no `/proc` mount point in the
+//!      chroot: the build is pending; a hook of that same Nix knows it has moved on), or one of
+//!      its children is the init of a PID namespace that has left Nix's root and is not rooted
+//!      in another Nix build's chroot. Nix starts each sandboxed builder as its own direct
+//!      child, the init of a new PID namespace (seen on Nix 2.8, 2.26 and 2.34), which stays
+//!      rooted where Nix is until its `pivot_root`. Such a child is this build's builder
+//!      setting up when it has mounts in this chroot (Nix binds the chroot onto itself first),
+//!      and otherwise another build starting: a build that left its chroot cannot reach the
+//!      host's root again. A child that left Nix's root, and is not in another build's chroot,
+//!      may be this build's builder after it left its chroot. Either is recorded, and keeps
+//!      the lease. A set-up build with no such child has ended, even while its Nix goes on (a
+//!      failed build under `--keep-going`), and builds of one Nix are told apart without
+//!      build users;
 //!    - the Nix process is gone, no builder was recorded, and a live process runs as one of
 //!      the build users that Nix held when the hook ran ([`LeaseRecord::build_users`], from
 //!      its `userpool/<uid>` locks). An unprivileged builder cannot change its host uid, so
 //!      this holds a builder that left its chroot before any hook saw it, after its Nix was
 //!      killed. Nix kills every process of a build user before it hands the user to another
 //!      build, so this can only make an ended lease last longer, never a live one end.
+//!
+//! Records written by hooks before [`OUTERMOST_BUILDERS`] (no `version` key) may hold a
+//! nested namespace's init among their builders: while one runs it keeps the lease, but when
+//! all have ended the other rules decide, and the builders then found are recorded with the
+//! current version.
 //!
 //! Nix 2.8 (checked on Debian's nix-bin) leaves the chroot behind when `nix-build` or the
 //! daemon is killed with SIGKILL, and the builder runs on, orphaned: its GPU is still in use
@@ -56,7 +73,7 @@ mod sweep;
 
 pub use liveness::Holder;
 pub use lock::LockError;
-pub use record::{Builder, LeaseRecord};
+pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
 pub use slot::{MigSlice, Slot};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
@@ -225,6 +242,7 @@ impl Leases {
                         let leases: Vec<LeaseRecord> = picked
                             .iter()
                             .map(|slot| LeaseRecord {
+                                version: record::OUTERMOST_BUILDERS,
                                 gpu: slot.gpu(),
                                 mig: slot.mig(),
                                 derivation: req.derivation.to_string(),

@@ -14,9 +14,23 @@ pub type Usage = BTreeMap<String, u64>;
 
 const USAGE_FILE: &str = "usage.json";
 
+/// The record version from which [`LeaseRecord::builders`] holds only each build's outermost
+/// init (the builder Nix started). Records of earlier hooks (version 1, no `version` key) may
+/// hold the init of a namespace the build made inside its own, which the build can end while
+/// it goes on: their builders keep a lease while they run, but their end proves nothing.
+pub const OUTERMOST_BUILDERS: u32 = 2;
+
+/// The version of records written by hooks before [`OUTERMOST_BUILDERS`], which had no key.
+fn first_version() -> u32 {
+    1
+}
+
 /// One leased slot: the file `<slot key>.lease`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
+    /// What the record's fields promise: [`OUTERMOST_BUILDERS`] for records of this hook.
+    #[serde(default = "first_version")]
+    pub version: u32,
     /// The GPU (`/dev/nvidia<gpu>`).
     pub gpu: u32,
     /// The MIG instance of it, when the lease is one slice (absent: the whole GPU).
@@ -38,10 +52,10 @@ pub struct LeaseRecord {
     pub holder_start: u64,
     /// When the lease was taken (seconds since the epoch).
     pub since: u64,
-    /// The build's builders as hooks saw them: the init of each PID namespace seen rooted in
-    /// the chroot, or a child of the holder that may be this build's. The build lives while
-    /// one runs; recorded by pid and start time, which are never reused together (a bare
-    /// namespace inode is).
+    /// The build's builders as hooks saw them: the outermost init of the PID namespaces of the
+    /// processes seen rooted in the chroot, or a child of the holder that may be this build's
+    /// after it left its chroot. The build lives while one runs; recorded by pid and start
+    /// time, which are never reused together (a bare namespace inode is).
     #[serde(default)]
     pub builders: Vec<Builder>,
     /// The build users (host uids) of the Nix process that ran the hook, from the
@@ -56,6 +70,7 @@ impl LeaseRecord {
     /// A record with made-up values, for unit tests.
     pub(crate) fn test_record() -> LeaseRecord {
         LeaseRecord {
+            version: OUTERMOST_BUILDERS,
             gpu: 0,
             mig: None,
             derivation: "/nix/store/x-test.drv".into(),
@@ -73,7 +88,7 @@ impl LeaseRecord {
 
 /// A builder: the init (PID 1) of a build's PID namespace, which no process of the build can
 /// leave.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Builder {
     /// Its pid (on the host).
     pub pid: u32,

@@ -84,8 +84,9 @@ pub const ATERM_FD_LIMITS: FdLimits = FdLimits {
     pipe_wait: std::time::Duration::from_secs(5),
 };
 
-/// Reads the derivation from descriptor `fd` (its number, as text), as NixOS/nix#16413
-/// proposes to hand it over: an anonymous temporary file (`O_TMPFILE` or a memfd), or a pipe.
+/// Reads the derivation from descriptor `fd` (its number, as text), handed over as
+/// NixOS/nix#16413 writes it (an anonymous temporary file: `O_TMPFILE` or a memfd) or as a
+/// pipe.
 /// Never blocks past `limits`, never reads more than `limits.max_bytes`:
 /// - descriptors 0–2 are refused: they are the hook's own stdin, stdout (its answer to Nix)
 ///   and stderr, never a derivation;

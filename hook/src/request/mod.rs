@@ -4,10 +4,11 @@
 //! `NIX_DERIVATION_V4`), applies the `missing_drv` policy when neither is there, loads the
 //! configuration (with its trust check) only when a feature was found, and yields the
 //! features, the matching rules and the verdict. The derivation's attributes are read in
-//! [`crate::drv`]; the GPU count only once a rule has matched. Writes nothing.
+//! [`crate::drv`], the GPU count with the features, and parsed only once a rule has matched; a
+//! derivation that repeats one of them is refused. Writes nothing.
 
 use crate::config::{self, Config, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
-use crate::drv::{self, DrvEnv, RequiredFeatures};
+use crate::drv::{self, DrvAttrs, DrvEnv, DrvError};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -18,9 +19,11 @@ pub use aterm_fd::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 /// Environment variable in which some Nix variants pass the derivation as JSON.
 pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
 
-/// Environment variable naming an open file descriptor from which the derivation's ATerm can be
-/// read (proposed for upstream Nix in NixOS/nix#16413, not merged). A JSON document there is
-/// read like [`DERIVATION_ENV`], in case the proposal settles on JSON.
+/// Environment variable naming an open file descriptor from which the derivation can be read:
+/// its ATerm, or JSON read like [`DERIVATION_ENV`] (the derivation, or NixOS/nix#16413's record
+/// holding it). The hook's own name, for a Nix that names a descriptor: #16413 (not merged)
+/// `dup2`s its record onto standard input in the revision under review, which the hook never
+/// reads, and its reviewers ask for a descriptor named in the environment.
 pub const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
 
 /// The process environment the hook reads, read once by the caller (`main`) and passed in:
@@ -226,7 +229,7 @@ pub fn resolve(input: &Input<'_>) -> Request {
     };
     let name = req.derivation_name();
     let Some(drv_path) = input.drv else {
-        req.with_features(Vec::new(), false, input, || None);
+        req.with_features(Vec::new(), false, input, None);
         return req;
     };
     // The file first; on a remote builder, where it is absent, what Nix passed instead.
@@ -234,15 +237,9 @@ pub fn resolve(input: &Input<'_>) -> Request {
         Ok((bytes, Some(from))) if bytes.trim_ascii_start().starts_with(b"{") => {
             req.with_json_derivation(&bytes, from, &name, input);
         }
-        Ok((bytes, from)) => match DrvEnv::parse(&bytes) {
-            Ok(d) => match d.required_features() {
-                Ok(f) => {
-                    let (features, structured) = owned(f);
-                    req.with_features(features, structured, input, || d.gpus_attr());
-                }
-                Err(e) => req.unreadable(&bytes, &name, &prefixed(from, &e)),
-            },
-            Err(e) => req.unreadable(&bytes, &name, &prefixed(from, &e)),
+        Ok((bytes, from)) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()) {
+            Ok(attrs) => req.with_attrs(attrs, input),
+            Err(e) => req.unusable(&bytes, &name, from, &e),
         },
         Err(e) => match &input.env.derivation_json {
             Some(json) => {
@@ -287,34 +284,50 @@ fn read_drv(
         })
 }
 
-fn owned(f: RequiredFeatures<'_>) -> (Vec<Vec<u8>>, bool) {
-    (
-        f.features.into_iter().map(|x| x.into_owned()).collect(),
-        f.structured,
-    )
-}
-
 impl Request {
-    /// The derivation as JSON (from `source`, named in errors): its features, then as
-    /// [`Request::with_features`].
+    /// The derivation as JSON (from `source`, named in errors): its attributes, then as
+    /// [`Request::with_attrs`].
     fn with_json_derivation(&mut self, json: &[u8], source: &str, name: &str, input: &Input<'_>) {
-        match drv::JsonDerivation::parse(json).and_then(|d| d.required_features().map(|f| (d, f))) {
-            Ok((d, f)) => {
-                let (features, structured) = owned(f);
-                self.with_features(features, structured, input, || d.gpus_attr());
+        match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
+            Ok(attrs) => self.with_attrs(attrs, input),
+            Err(e) => self.unusable(json, name, Some(source), &e),
+        }
+    }
+
+    /// The derivation's attributes are read: as [`Request::with_features`].
+    fn with_attrs(&mut self, attrs: DrvAttrs<'_>, input: &Input<'_>) {
+        let features = attrs
+            .features
+            .features
+            .into_iter()
+            .map(|f| f.into_owned())
+            .collect();
+        self.with_features(features, attrs.features.structured, input, attrs.gpus);
+    }
+
+    /// The derivation (`bytes`, from `from` when not the `.drv` file) cannot be used: a
+    /// repeated attribute the hook decides on fails the build; anything else is
+    /// [`Request::unreadable`].
+    fn unusable(&mut self, bytes: &[u8], name: &str, from: Option<&str>, error: &DrvError) {
+        match error {
+            DrvError::Repeated { .. } => {
+                self.verdict = Verdict::Fail(format!(
+                    "refusing derivation {name}: {}",
+                    prefixed(from, error)
+                ));
             }
-            Err(e) => self.unreadable(json, name, &format!("{source}: {e}")),
+            _ => self.unreadable(bytes, name, &prefixed(from, error)),
         }
     }
 
     /// The derivation's features are known: add the caller's, load the configuration, match
-    /// the rules, and read the GPU count when one matched.
+    /// the rules, and parse the GPU count when one matched.
     fn with_features(
         &mut self,
         mut features: Vec<Vec<u8>>,
         structured: bool,
         input: &Input<'_>,
-        gpus: impl FnOnce() -> Option<String>,
+        gpus: Option<String>,
     ) {
         features.extend(input.extra_features.iter().map(|f| f.as_bytes().to_vec()));
         if features.is_empty() {
@@ -393,7 +406,7 @@ impl Request {
                 configured.join(", ")
             ));
         } else {
-            self.gpus_wanted = gpus().as_deref().map(GpusWanted::parse);
+            self.gpus_wanted = gpus.as_deref().map(GpusWanted::parse);
             self.verdict = Verdict::Tagged;
         }
         self.config = Some(config);

@@ -233,14 +233,15 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
 /// ids and minors.
 type WalkedGi = (Capability, u32, Vec<(InstanceId, u32)>);
 
-/// The numbers N of the entries `<prefix>N` of the directory `dir` (trusted first), sorted.
+/// The numbers N of the entries `<prefix>N` of the directory `dir` (trusted first, as a
+/// directory to list: [`trust::listed_dir`]), sorted.
 fn numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, MigScanError> {
     let read_err = |why: String| MigScanError::Read {
         path: dir.to_path_buf(),
         why,
     };
-    trust::check_path(dir).map_err(|e| read_err(e.to_string()))?;
-    let entries = std::fs::read_dir(dir).map_err(|e| read_err(e.to_string()))?;
+    let listed = trust::listed_dir(dir).map_err(|e| read_err(e.to_string()))?;
+    let entries = std::fs::read_dir(listed).map_err(|e| read_err(e.to_string()))?;
     let mut found = Vec::new();
     for (i, entry) in entries.enumerate() {
         if i >= ENTRIES_MAX {

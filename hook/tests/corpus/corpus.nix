@@ -7,8 +7,9 @@
 #
 # Items whose system is "cuda-sandbox-none" are also handed to `nix-store --realise`, which refuses
 # them (no machine has that platform) with a message that lists the required system features as
-# Nix itself parsed them: that is the oracle for `required_features()`. Keep every such item free
-# of input derivations, and never give one a real platform, or Nix would try to build it.
+# Nix itself parsed them: that is the oracle for the features `attrs()` reads. Keep every such
+# item free of input derivations, and never give one a real platform, or Nix would try to build
+# it.
 let
   # A platform no machine has: realising such a derivation fails before anything runs.
   none = "cuda-sandbox-none";

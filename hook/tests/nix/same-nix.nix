@@ -1,17 +1,18 @@
-# Two tagged builds of one Nix process: escape.nix's builder, which leaves its chroot at once,
-# and a second one that starts `delay` seconds later (it needs an untagged build that sleeps
-# that long), while the escaped builder still sleeps `sleep` seconds.
+# Two tagged builds of one Nix process: escape.nix's builder, which leaves its chroot at once
+# and sleeps `sleep` seconds, and a second one that starts once the test creates `go` in the
+# shared directory `handshake` (it needs an untagged build that waits for it), so that its hook
+# runs after the first builder left its chroot.
 {
   nonce,
-  delay ? "8",
-  sleep ? "30",
+  handshake,
+  sleep ? "600",
 }:
 let
   mk = import ./bash-derivation.nix { inherit nonce; };
   wait = mk "delay" {
     args = [
       "-c"
-      "sleep ${delay}; echo > $out"
+      "while [ ! -e ${handshake}/go ]; do sleep 0.05; done; echo > $out"
     ];
   };
 in

@@ -1,0 +1,395 @@
+//! What the hook decides on, read once for every form of derivation: the keys that decide
+//! ([`DecidingKey`]), collected from an env with a repeat of one recorded ([`Deciding`]), then
+//! the features and the GPU count read from them as Nix reads them ([`attrs_of_env`]), from
+//! the structured attrs (`__json`, [`StructuredAttrs`]) when there are some.
+
+use super::{DrvError, DrvStr};
+use std::borrow::Cow;
+use std::fmt;
+
+/// The derivation attribute asking for a number of GPUs (see [`crate::lease`]).
+pub const GPUS_ATTR: &str = "cudaSandboxGpus";
+
+/// A key of a derivation that decides what the hook exposes: a repeat of one is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidingKey {
+    /// `requiredSystemFeatures`.
+    Features,
+    /// `__json`, the structured attrs (an env key only).
+    StructuredAttrs,
+    /// [`GPUS_ATTR`].
+    Gpus,
+}
+
+impl DecidingKey {
+    /// The key as the derivation writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecidingKey::Features => "requiredSystemFeatures",
+            DecidingKey::StructuredAttrs => "__json",
+            DecidingKey::Gpus => GPUS_ATTR,
+        }
+    }
+
+    /// The deciding key `name` is, if any.
+    pub(super) fn of(name: &[u8]) -> Option<DecidingKey> {
+        [
+            DecidingKey::Features,
+            DecidingKey::StructuredAttrs,
+            DecidingKey::Gpus,
+        ]
+        .into_iter()
+        .find(|k| k.name().as_bytes() == name)
+    }
+
+    /// The length of the longest name, for a cheap check before unescaping a key.
+    pub(super) const LONGEST: usize = 22;
+}
+
+impl fmt::Display for DecidingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}\"", self.name())
+    }
+}
+
+/// Where a [`DecidingKey`] was repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Within {
+    /// The derivation's env (the ATerm's env list, or `env` of the JSON).
+    Env,
+    /// The structured attrs (`__json`, or `structuredAttrs` of the JSON).
+    StructuredAttrs,
+}
+
+impl fmt::Display for Within {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Within::Env => "env",
+            Within::StructuredAttrs => "structured attrs (__json)",
+        })
+    }
+}
+
+/// The system features a derivation requires, and where they were found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequiredFeatures<'a> {
+    /// Each feature as bytes, in the order the derivation lists them (duplicates kept).
+    pub features: Vec<DrvStr<'a>>,
+    /// True when the list came from structured attrs (`__json`), false for the plain env entry.
+    pub structured: bool,
+}
+
+impl RequiredFeatures<'_> {
+    /// Whether `feature` is among the required features.
+    pub fn contains(&self, feature: &[u8]) -> bool {
+        self.features.iter().any(|f| f.as_ref() == feature)
+    }
+
+    /// The features as text, with bytes that are not UTF-8 shown as U+FFFD.
+    pub fn lossy(&self) -> Vec<String> {
+        self.features
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+}
+
+/// What the hook decides on, read from a derivation as Nix reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrvAttrs<'a> {
+    /// `requiredSystemFeatures`.
+    pub features: RequiredFeatures<'a>,
+    /// [`GPUS_ATTR`] as text: a string as itself, another JSON value as [`AttrText`] shows it;
+    /// `None` when unset.
+    pub gpus: Option<String>,
+}
+
+/// The values of the [`DecidingKey`]s of one env, each kept the first time it is set; a second
+/// time is recorded in `repeated` (the first such key) and its value dropped. So a reader holds
+/// three values, whatever the derivation repeats.
+#[derive(Debug, Clone)]
+pub(super) struct Deciding<V> {
+    features: Option<V>,
+    structured_attrs: Option<V>,
+    gpus: Option<V>,
+    repeated: Option<DecidingKey>,
+}
+
+impl<V> Default for Deciding<V> {
+    fn default() -> Self {
+        Deciding {
+            features: None,
+            structured_attrs: None,
+            gpus: None,
+            repeated: None,
+        }
+    }
+}
+
+impl<V> Deciding<V> {
+    fn slot(&mut self, key: DecidingKey) -> &mut Option<V> {
+        match key {
+            DecidingKey::Features => &mut self.features,
+            DecidingKey::StructuredAttrs => &mut self.structured_attrs,
+            DecidingKey::Gpus => &mut self.gpus,
+        }
+    }
+
+    /// Whether `key` is set already: then a new value of it is a repeat (recorded, so that a
+    /// reader can skip the value unread).
+    pub(super) fn repeats(&mut self, key: DecidingKey) -> bool {
+        let repeated = self.slot(key).is_some();
+        if repeated {
+            self.repeated.get_or_insert(key);
+        }
+        repeated
+    }
+
+    /// Keeps `value` for `key`, or records the repeat.
+    pub(super) fn set(&mut self, key: DecidingKey, value: V) {
+        if !self.repeats(key) {
+            *self.slot(key) = Some(value);
+        }
+    }
+
+    /// An error for the first repeat, if any.
+    pub(super) fn unrepeated(&self) -> Result<(), DrvError> {
+        match self.repeated {
+            Some(key) => Err(DrvError::Repeated {
+                key,
+                within: Within::Env,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An env value as one form of derivation holds it: the ATerm's bytes (unescaped, or raw with
+/// escapes), or a JSON value.
+pub(super) trait EnvValue<'a> {
+    /// The value read as structured attrs (the `__json` entry).
+    fn structured_attrs(&self) -> Result<StructuredAttrs, DrvError>;
+    /// The value's bytes, when it is a string.
+    fn string(&self) -> Option<DrvStr<'a>>;
+    /// The value as the text [`DrvAttrs::gpus`] holds.
+    fn text(&self) -> String;
+}
+
+/// The one reading of what the hook decides on, for every form: refuses a repeated
+/// [`DecidingKey`]; reads the structured attrs when `__json` is set, else the
+/// whitespace-separated `requiredSystemFeatures` and [`GPUS_ATTR`] of the env.
+pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
+    env: &Deciding<V>,
+) -> Result<DrvAttrs<'a>, DrvError> {
+    env.unrepeated()?;
+    if let Some(json) = &env.structured_attrs {
+        return json.structured_attrs()?.attrs();
+    }
+    let features = match &env.features {
+        None => Vec::new(),
+        Some(value) => split_features(
+            value
+                .string()
+                .ok_or_else(|| DrvError::json("env.requiredSystemFeatures is not a string"))?,
+        ),
+    };
+    Ok(DrvAttrs {
+        features: RequiredFeatures {
+            features,
+            structured: false,
+        },
+        gpus: env.gpus.as_ref().map(EnvValue::text),
+    })
+}
+
+/// A whitespace-separated feature list, split as Nix splits it (" \t\n\r"), borrowing where
+/// the value does.
+fn split_features(value: DrvStr<'_>) -> Vec<DrvStr<'_>> {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    match value {
+        Cow::Borrowed(v) => v
+            .split(is_space)
+            .filter(|t| !t.is_empty())
+            .map(Cow::Borrowed)
+            .collect(),
+        Cow::Owned(v) => v
+            .split(is_space)
+            .filter(|t| !t.is_empty())
+            .map(|t| Cow::Owned(t.to_vec()))
+            .collect(),
+    }
+}
+
+/// A structured-attrs object (`__json`, or `structuredAttrs` of the JSON) as the hook reads
+/// it: the features and the GPU count, a repeat of either recorded; every other member is
+/// skipped unbuilt (serde's `IgnoredAny`), so a huge one is never held in memory.
+#[derive(Debug, Default)]
+pub(super) struct StructuredAttrs {
+    features: Option<Vec<String>>,
+    gpus: Option<AttrText>,
+    repeated: Option<DecidingKey>,
+}
+
+impl StructuredAttrs {
+    /// The attrs `serde_json` read, or why they are not valid.
+    pub(super) fn parsed(
+        read: Result<StructuredAttrs, serde_json::Error>,
+    ) -> Result<Self, DrvError> {
+        read.map_err(|e| DrvError::json(format!("structured attrs (__json) are not valid: {e}")))
+    }
+
+    /// What the hook decides on; a repeat is refused.
+    pub(super) fn attrs(&self) -> Result<DrvAttrs<'static>, DrvError> {
+        if let Some(key) = self.repeated {
+            return Err(DrvError::Repeated {
+                key,
+                within: Within::StructuredAttrs,
+            });
+        }
+        Ok(DrvAttrs {
+            features: RequiredFeatures {
+                features: self
+                    .features
+                    .iter()
+                    .flatten()
+                    .map(|s| Cow::Owned(s.as_bytes().to_vec()))
+                    .collect(),
+                structured: true,
+            },
+            gpus: self.gpus.as_ref().map(|t| t.text.clone()),
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StructuredAttrs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = StructuredAttrs;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<StructuredAttrs, A::Error> {
+                let mut attrs = StructuredAttrs::default();
+                while let Some(JsonKey(key)) = map.next_key()? {
+                    match key {
+                        // Anything but a list of strings (`null` too) is an error, as in Nix.
+                        Some(DecidingKey::Features) if attrs.features.is_none() => {
+                            attrs.features = Some(map.next_value()?);
+                        }
+                        Some(DecidingKey::Gpus) if attrs.gpus.is_none() => {
+                            attrs.gpus = Some(map.next_value()?);
+                        }
+                        repeat => {
+                            if let Some(key @ (DecidingKey::Features | DecidingKey::Gpus)) = repeat
+                            {
+                                attrs.repeated.get_or_insert(key);
+                            }
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(attrs)
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+/// A JSON object's key, read as the [`DecidingKey`] it is, if any, without copying it.
+pub(super) struct JsonKey(pub(super) Option<DecidingKey>);
+
+impl<'de> serde::Deserialize<'de> for JsonKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = JsonKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<JsonKey, E> {
+                Ok(JsonKey(DecidingKey::of(v.as_bytes())))
+            }
+        }
+        d.deserialize_identifier(Name)
+    }
+}
+
+/// A JSON value as text, the way messages show it: a string as itself, a number, boolean or
+/// `null` as JSON writes it, a list or object as `[…]` or `{…}` (skipped, never built, so a
+/// hostile value costs no memory).
+#[derive(Debug, Clone)]
+pub(super) struct AttrText {
+    /// The text.
+    pub(super) text: String,
+    /// Whether the value was a string.
+    pub(super) string: bool,
+}
+
+impl AttrText {
+    fn other(text: impl Into<String>) -> AttrText {
+        AttrText {
+            text: text.into(),
+            string: false,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AttrText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> serde::de::Visitor<'de> for Text {
+            type Value = AttrText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<AttrText, E> {
+                Ok(AttrText {
+                    text: v.to_owned(),
+                    string: true,
+                })
+            }
+            fn visit_string<E>(self, text: String) -> Result<AttrText, E> {
+                Ok(AttrText { text, string: true })
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<AttrText, E> {
+                Ok(AttrText::other(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<AttrText, E> {
+                Ok(AttrText::other(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<AttrText, E> {
+                Ok(AttrText::other(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<AttrText, E> {
+                let text = serde_json::Number::from_f64(v)
+                    .map_or_else(|| v.to_string(), |n| n.to_string());
+                Ok(AttrText::other(text))
+            }
+            fn visit_unit<E>(self) -> Result<AttrText, E> {
+                Ok(AttrText::other("null"))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<AttrText, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(AttrText::other("[…]"))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<AttrText, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(AttrText::other("{…}"))
+            }
+        }
+        d.deserialize_any(Text)
+    }
+}
