@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::RUNNER;
-use cuda_sandbox_testkit::fatbin_fixtures::{gpu_library_of, kernelless_library};
+use cuda_sandbox_testkit::gpu_library::{gpu_library_of, kernelless_library};
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 
 struct Lint {

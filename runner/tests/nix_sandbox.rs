@@ -185,7 +185,7 @@ fn ampere_package(dir: &Path) -> Option<PathBuf> {
     )?;
     let lib = dir.join("pkg/lib");
     std::fs::create_dir_all(&lib).unwrap();
-    cuda_sandbox_testkit::fatbin_fixtures::gpu_library_of(
+    cuda_sandbox_testkit::gpu_library::gpu_library_of(
         &real,
         "12.9",
         &lib,

@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 
 use common::{run_without_devices, FakeDriver};
-use cuda_sandbox_testkit::fatbin_fixtures::gpu_library_of;
+use cuda_sandbox_testkit::gpu_library::gpu_library_of;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 use fake_driver::{Mode, Sidecar};
 

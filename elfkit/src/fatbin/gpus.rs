@@ -10,8 +10,8 @@
 
 use std::sync::OnceLock;
 
-use super::rules::CudaEncoded;
 use super::Capability;
+use super::CudaEncoded;
 
 /// The table, as written (see its header for the columns).
 pub const TABLE: &str = include_str!("gpus.txt");

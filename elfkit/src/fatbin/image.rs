@@ -17,7 +17,7 @@
 //!   tools, release 13.0, V13.0.88"). cuFFT 11.4's kernel-less sm_52 module is
 //!   `e_version` 0x81: CUDA 12.9.
 
-use super::rules::CudaEncoded;
+use super::CudaEncoded;
 
 /// `STO_CUDA_ENTRY`: the `st_other` bit of a kernel's symbol.
 pub const STO_CUDA_ENTRY: u8 = 0x10;

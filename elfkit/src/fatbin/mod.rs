@@ -32,6 +32,15 @@ use std::fmt;
 pub use locate::{read_file, read_gpu_code};
 pub use payload::payload;
 
+/// A CUDA version in the driver API's encoding: `1000 * major + 10 * minor` (12.2 is 12020), as
+/// `cuDriverGetVersion` returns it.
+pub type CudaEncoded = i32;
+
+/// `12.8` for 12080.
+pub fn release(v: CudaEncoded) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
 /// What an entry of a container holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -23,9 +23,7 @@ use serde::Serialize;
 use super::gpus;
 use super::{Capability, Compression, Entry, EntryKind, Variant, Version};
 
-/// A CUDA version in the driver API's encoding: `1000 * major + 10 * minor` (12.2 is 12020), as
-/// `cuDriverGetVersion` returns it.
-pub type CudaEncoded = i32;
+pub use super::{release, CudaEncoded};
 
 /// Each PTX ISA version and the first CUDA release whose compiler (ptxas, and the driver's JIT
 /// of that release's branch) accepts it. Sources: NVIDIA's PTX ISA "PTX Release History"
@@ -156,11 +154,6 @@ pub struct Driver {
 
 fn as_release<S: serde::Serializer>(v: &CudaEncoded, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&release(*v))
-}
-
-/// `12.8` for 12080.
-pub fn release(v: CudaEncoded) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
 impl Driver {

@@ -133,7 +133,7 @@ pub enum GpuDriven {
 }
 
 fn as_release<S: serde::Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&super::rules::release(*v))
+    s.serialize_str(&super::release(*v))
 }
 
 impl From<Drives> for GpuDriven {
