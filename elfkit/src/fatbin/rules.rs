@@ -690,4 +690,111 @@ mod tests {
         assert_eq!(cuda_for_ptx_isa(Version::new(9, 6)), None);
         assert!(PTX_ISA_RELEASES.windows(2).all(|w| w[0] < w[1]));
     }
+
+    /// NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility", table 1 (13.x >= 580,
+    /// 12.x >= 525, 11.x >= 450 with 450.80.02 for minor-version compatibility) and the toolkit
+    /// release notes' minimum drivers (12.x >= 525.60.13): a newer major fails, a newer minor
+    /// needs the floor, an older major is served by backward compatibility.
+    #[test]
+    fn a_driver_serves_its_major_above_the_floor_and_every_older_major() {
+        let fit = |built: Toolkit, cuda: CudaEncoded, version: Option<&str>| {
+            toolkit_on_driver(
+                built,
+                &Driver {
+                    cuda,
+                    kernel: cuda,
+                    version: version.map(|v| DriverVersion::parse(v).unwrap()),
+                },
+            )
+        };
+        assert_eq!(
+            fit(Toolkit::Exact(13040), 12080, None),
+            ToolkitFit::NewerMajor
+        );
+        assert_eq!(fit(Toolkit::Major(13), 12090, None), ToolkitFit::NewerMajor);
+        assert_eq!(
+            fit(Toolkit::Exact(12090), 11080, None),
+            ToolkitFit::NewerMajor
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(13040), 13000, None),
+            ToolkitFit::MinorVersionCompatible
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(12090), 12000, None),
+            ToolkitFit::MinorVersionCompatible
+        );
+        assert_eq!(fit(Toolkit::Exact(12020), 12020, None), ToolkitFit::Served);
+        assert_eq!(fit(Toolkit::Exact(11080), 13000, None), ToolkitFit::Served);
+        assert_eq!(
+            fit(Toolkit::Major(12), 12040, None),
+            ToolkitFit::MinorVersionCompatible
+        );
+        // 11.0 shipped with 450.36.06, below the 11.x floor: only the exact version can say.
+        assert!(matches!(
+            fit(Toolkit::Exact(11080), 11000, None),
+            ToolkitFit::FloorUnknown { .. }
+        ));
+        assert!(matches!(
+            fit(Toolkit::Exact(11080), 11000, Some("450.36.06")),
+            ToolkitFit::BelowFloor { .. }
+        ));
+        assert_eq!(
+            fit(Toolkit::Exact(11080), 11000, Some("450.80.02")),
+            ToolkitFit::MinorVersionCompatible
+        );
+        assert!(matches!(
+            fit(Toolkit::Exact(12090), 12000, Some("525.60.11")),
+            ToolkitFit::BelowFloor { .. }
+        ));
+        assert_eq!(fit(Toolkit::Exact(15000), 15000, None), ToolkitFit::Served);
+        assert_eq!(
+            fit(Toolkit::Exact(15010), 15000, None),
+            ToolkitFit::UnknownMajor
+        );
+    }
+
+    /// rapids-cmake's `rapids_cuda_enable_fatbin_compression` ("balanced" and "size", zstd:
+    /// "CUDA 12 Requires Driver Version: 550.54.14+"; NVIDIA documents none): a Zstandard
+    /// image needs a libcuda of CUDA 12.4; LZ4 and stored images load on every driver.
+    #[test]
+    fn a_zstd_image_needs_an_r550_libcuda_and_lz4_needs_nothing() {
+        let zstd = Entry {
+            compression: Compression::Zstd,
+            flags: 0x8011,
+            ..ptx("compute_80", (8, 0))
+        };
+        assert_eq!(
+            load(std::slice::from_ref(&zstd), cc("9.0"), &R535),
+            Load::CompressionTooNew {
+                image: 0,
+                needs: 12040
+            }
+        );
+        assert_eq!(
+            load(std::slice::from_ref(&zstd), cc("9.0"), &Driver::of(12040)),
+            Load::Jit { image: 0 }
+        );
+        let exact = |v: &str| Driver {
+            version: Some(DriverVersion::parse(v).unwrap()),
+            ..Driver::of(12040)
+        };
+        assert_eq!(unpacks(Compression::Zstd, &exact("550.40.07")), Some(12040));
+        assert_eq!(unpacks(Compression::Zstd, &exact("550.54.14")), None);
+        assert_eq!(unpacks(Compression::Lz4, &Driver::of(11040)), None);
+        assert_eq!(unpacks(Compression::None, &Driver::of(11040)), None);
+        // Only the image the driver picks matters: a stored SASS image beside zstd PTX.
+        let both = [sass("sm_90"), zstd];
+        assert_eq!(load(&both, cc("9.0"), &R535), Load::Sass { image: 0 });
+    }
+
+    #[test]
+    fn driver_versions_parse_and_compare_as_numbers() {
+        let v = |t: &str| DriverVersion::parse(t).unwrap();
+        assert!(v("550.54.14") > v("550.40.07"));
+        assert!(v("580") < v("580.65.06"));
+        assert_eq!(v("450.80.02").to_string(), "450.80.02");
+        assert!(DriverVersion::parse("5x0").is_err());
+        assert!(DriverVersion::parse("1.2.3.4").is_err());
+    }
 }

@@ -515,4 +515,68 @@ mod tests {
             FileVerdict::NoGpuCode
         );
     }
+
+    /// Rule 1: `__nv_relfatbin` in a linked file is device-link input (the driver is handed
+    /// only `.nv_fatbin` through the registration wrappers), and an object's or archive
+    /// member's containers are link input: counted, never judged.
+    #[test]
+    fn link_input_is_counted_and_never_judged() {
+        let mut relocatable = module(&[("sm_75", S)]);
+        relocatable.purpose = Purpose::DeviceLinkInput;
+        let file = code(vec![module(&[("sm_90", S)]), relocatable.clone()]);
+        let j = judge(&file, &[], cc("9.0"), &Driver::of(12020));
+        assert_eq!(j.verdict, FileVerdict::RunsBySass);
+        assert_eq!((j.modules.len(), j.not_judged.device_link_input), (1, 1));
+        // Alone, on a GPU it has no image for: still nothing to judge, never a 209.
+        let j = judge(&code(vec![relocatable]), &[], cc("8.6"), &Driver::of(12020));
+        assert_eq!(j.verdict, FileVerdict::NoGpuCode);
+        let mut object = module(&[("sm_75", S)]);
+        object.purpose = Purpose::LinkInput;
+        let j = judge(&code(vec![object]), &[], cc("9.0"), &Driver::of(12020));
+        assert_eq!(
+            (j.verdict, j.not_judged.link_input),
+            (FileVerdict::NoGpuCode, 1)
+        );
+    }
+
+    /// Rule 2 (gpus.txt, measured with ptxas 12.6/12.8/12.9/13.0): a 12.4 kernel module
+    /// predates Blackwell, 12.8 drives it; Thor is 11.0 under a 13.x driver.
+    #[test]
+    fn a_kernel_module_that_does_not_drive_the_gpu_decides_before_any_module() {
+        let file = code(vec![module(&[("sm_120", S)])]);
+        let j = judge(&file, &[], cc("12.0"), &Driver::of(12040));
+        assert_eq!(j.verdict, FileVerdict::Fails);
+        assert_eq!(j.gpu, GpuDriven::TooOld { first: 12080 });
+        assert!(j.modules.is_empty());
+        // Under compat only libcuda is newer: the kernel module still predates the GPU.
+        let compat = Driver {
+            cuda: 12080,
+            kernel: 12020,
+            version: None,
+        };
+        assert_eq!(
+            judge(&file, &[], cc("12.0"), &compat).verdict,
+            FileVerdict::Fails
+        );
+        assert_eq!(
+            judge(&file, &[], cc("12.0"), &Driver::of(12080)).verdict,
+            FileVerdict::RunsBySass
+        );
+        let thor = code(vec![module(&[("sm_101", S)])]);
+        let j = judge(&thor, &[], cc("10.1"), &Driver::of(13000));
+        assert_eq!(j.verdict, FileVerdict::Unknown);
+        assert_eq!(j.gpu, GpuDriven::Renamed { to: cc("11.0") });
+    }
+
+    /// Rule 6 reads a cubin only where its format allows a newer major than the driver's: a
+    /// 1.8 (ELF ABI 8) entry under a 13.x driver is never read; an unreadable payload proves
+    /// nothing and fails nothing.
+    #[test]
+    fn cubins_are_read_for_their_toolkit_only_where_it_can_matter() {
+        let file = code(vec![module(&[("sm_90", S)])]);
+        assert_eq!(newer_toolkit(&file, &[], &Driver::of(13000)), None);
+        assert_eq!(newer_toolkit(&file, &[], &Driver::of(12040)), None);
+        let j = judge(&file, &[], cc("9.0"), &Driver::of(12040));
+        assert_eq!(j.verdict, FileVerdict::RunsBySass);
+    }
 }
