@@ -7,7 +7,7 @@
 //! ([`crate::pipeline::run`]), without a lease and without writing a manifest.
 
 use crate::build_users::{self, AccessCheck};
-use crate::lease::Slot;
+use crate::slot::Slot;
 use crate::pipeline::{self, Mode};
 use crate::plan::{Plan, Reason};
 use crate::request::{self, Environment, Input, Verdict};

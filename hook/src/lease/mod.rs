@@ -68,13 +68,12 @@ mod choice;
 mod liveness;
 mod lock;
 mod record;
-mod slot;
 mod sweep;
 
 pub use liveness::Holder;
 pub use lock::LockError;
 pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
-pub use slot::{MigSlice, Slot};
+pub use crate::slot::{MigSlice, Slot};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
 pub use crate::drv::GPUS_ATTR;

@@ -4,7 +4,7 @@
 //! user guide, "CUDA Device Enumeration").
 
 use crate::drv::GPUS_ATTR;
-use crate::lease::Slot;
+use crate::slot::Slot;
 use crate::request::GpusWanted;
 
 /// Why a build's GPU count cannot be met. Renders as one line with the fix.

@@ -18,10 +18,10 @@ pub use cdi::{CdiEdit, CdiItem, NotCarriedOut};
 pub use driver::DriverSource;
 pub use stale::{stale_driver, StaleDriver};
 
-use crate::closure::store_path_of;
+use cuda_sandbox_elfkit::store_path_of;
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
-use crate::lease::Slot;
+use crate::slot::Slot;
 use crate::mig::{Capability, InstanceId};
 use crate::request::{GpusWanted, Request};
 use crate::scan::HostView;

@@ -1,4 +1,6 @@
-//! What one lease holds: a whole GPU, or one MIG compute instance of a GPU (a slice).
+//! What one GPU lease holds: a whole GPU, or one MIG compute instance of a GPU (a slice).
+//! Plain data, shared by the planner (which GPUs a build may get) and the leases (which it
+//! got); reads and writes nothing.
 
 use crate::mig::InstanceId;
 use serde::{Deserialize, Serialize};
