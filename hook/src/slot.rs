@@ -98,6 +98,22 @@ impl std::fmt::Display for Slot {
     }
 }
 
+/// The GPUs (`/dev/nvidia<N>` numbers) `slots` are on, in their order, a GPU repeated by the
+/// next slot listed once.
+pub fn gpus(slots: &[Slot]) -> Vec<u32> {
+    let mut gpus: Vec<u32> = slots.iter().map(Slot::gpu).collect();
+    gpus.dedup();
+    gpus
+}
+
+/// The first MIG instance among `slots` (a build is leased at most one).
+pub fn mig(slots: &[Slot]) -> Option<InstanceId> {
+    slots.iter().find_map(|s| match s {
+        Slot::Mig(i) => Some(*i),
+        Slot::Gpu(_) => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

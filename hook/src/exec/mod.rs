@@ -101,7 +101,10 @@ pub fn prepare(
     resolved: &Request,
     user_binds: &[UserBind],
 ) -> Result<(Vec<Bind>, PathBuf), ExecError> {
-    let pipeline::Outcome { plan, answer } = pipeline::run(resolved, Mode::Exec);
+    let pipeline::Outcome {
+        granted: plan,
+        answer,
+    } = pipeline::run(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
         return Err(ExecError::Problem(p.clone()));
     }

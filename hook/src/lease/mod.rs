@@ -65,15 +65,17 @@
 //! wrong guess only makes a build wait (up to `lease_wait_seconds`) and fail naming the holder.
 
 mod choice;
+mod guard;
 mod liveness;
 mod lock;
 mod record;
 mod sweep;
 
+pub use crate::slot::{MigSlice, Slot};
+pub use guard::LeaseGuard;
 pub use liveness::Holder;
 pub use lock::LockError;
 pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
-pub use crate::slot::{MigSlice, Slot};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
 pub use crate::drv::GPUS_ATTR;
@@ -215,8 +217,9 @@ impl Leases {
 
     /// Leases `req.count` free slots to the build in `req.chroot`, least used first, waiting
     /// up to `req.wait` for other builds to end. `holder` is the Nix process that starts the
-    /// build ([`Holder::parent`] in hook mode).
-    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<Slot>, LeaseError> {
+    /// build ([`Holder::parent`] in hook mode). The lease ends when the guard returned is
+    /// dropped uncommitted.
+    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<LeaseGuard, LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
@@ -262,7 +265,12 @@ impl Leases {
                             *usage.entry(slot.key()).or_default() += 1;
                         }
                         let _ = record::write_usage(&dir, &usage);
-                        return Ok(picked);
+                        return Ok(LeaseGuard::new(
+                            self.clone(),
+                            picked,
+                            req.chroot.to_path_buf(),
+                            holder,
+                        ));
                     }
                     Err(shortage) => shortage,
                 }
@@ -295,9 +303,10 @@ impl Leases {
     }
 
     /// Ends the leases of the build in `chroot`, taken by this hook run, when the hook fails
-    /// after [`Leases::acquire`]: Nix then never starts the build. Removes only lease files of
-    /// `slots` that name this chroot (by path, device and inode) and `holder`.
-    pub fn release(&self, slots: &[Slot], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
+    /// after [`Leases::acquire`] ([`LeaseGuard`]'s drop): Nix then never starts the build.
+    /// Removes only lease files of `slots` that name this chroot (by path, device and inode)
+    /// and `holder`.
+    fn release(&self, slots: &[Slot], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(chroot)
             .map(|m| (m.dev(), m.ino()))
