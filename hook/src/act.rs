@@ -333,7 +333,7 @@ fn lease(
                 derivation: &derivation,
                 wait: Duration::from_secs(config.lease_wait_seconds),
             };
-            match leases.acquire(&lease_req, holder) {
+            match leases.acquire_guarded(&lease_req, holder) {
                 Ok(guard) => (guard.slots().to_vec(), Some(guard)),
                 Err(e) => {
                     let p = problem(

@@ -4,11 +4,11 @@ use super::{Holder, Leases};
 use crate::slot::Slot;
 use std::path::PathBuf;
 
-/// The slots [`Leases::acquire`] leased to one build. Dropped uncommitted (the hook failed
-/// after taking it, so Nix never starts the build, and nothing else would end the lease before
-/// that Nix ends), it removes its lease files; once [`LeaseGuard::commit`]ted (the answer for
-/// Nix was rendered and the manifest written), the lease stays, for the next hook to judge.
-/// A lease that cannot be ended on drop stays too (the next hook judges it as usual).
+/// The slots [`Leases::acquire_guarded`] leased to one build. Dropped uncommitted (the hook
+/// failed after taking it, so Nix never starts the build, and nothing else would end the lease
+/// before that Nix ends), it removes its lease files; once [`LeaseGuard::commit`]ted (the
+/// answer for Nix was rendered and the manifest written), the lease stays, for the next hook
+/// to judge. A lease that cannot be ended on drop stays too (the next hook judges it as usual).
 #[derive(Debug)]
 #[must_use = "dropping the guard ends the lease"]
 pub struct LeaseGuard {
@@ -66,7 +66,7 @@ mod tests {
             wait: Duration::ZERO,
         };
         let me = Holder::of(std::process::id()).expect("this process runs");
-        leases.acquire(&req, me).expect("a free GPU")
+        leases.acquire_guarded(&req, me).expect("a free GPU")
     }
 
     #[test]

@@ -217,9 +217,9 @@ impl Leases {
 
     /// Leases `req.count` free slots to the build in `req.chroot`, least used first, waiting
     /// up to `req.wait` for other builds to end. `holder` is the Nix process that starts the
-    /// build ([`Holder::parent`] in hook mode). The lease ends when the guard returned is
-    /// dropped uncommitted.
-    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<LeaseGuard, LeaseError> {
+    /// build ([`Holder::parent`] in hook mode). The lease stays until a hook judges it
+    /// ended; [`Leases::acquire_guarded`] ends it when the hook gives up on the build.
+    pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<Slot>, LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
@@ -265,12 +265,7 @@ impl Leases {
                             *usage.entry(slot.key()).or_default() += 1;
                         }
                         let _ = record::write_usage(&dir, &usage);
-                        return Ok(LeaseGuard::new(
-                            self.clone(),
-                            picked,
-                            req.chroot.to_path_buf(),
-                            holder,
-                        ));
+                        return Ok(picked);
                     }
                     Err(shortage) => shortage,
                 }
@@ -283,6 +278,22 @@ impl Leases {
             }
             std::thread::sleep(POLL.min(req.wait - waited));
         }
+    }
+
+    /// [`Leases::acquire`], the lease held by a guard: ended when the guard is dropped
+    /// uncommitted (the hook failed after taking it), kept once it is committed.
+    pub fn acquire_guarded(
+        &self,
+        req: &LeaseRequest,
+        holder: Holder,
+    ) -> Result<LeaseGuard, LeaseError> {
+        let picked = self.acquire(req, holder)?;
+        Ok(LeaseGuard::new(
+            self.clone(),
+            picked,
+            req.chroot.to_path_buf(),
+            holder,
+        ))
     }
 
     /// Writes `leases`, all or none: when one cannot be written (a full runtime filesystem),

@@ -1,8 +1,8 @@
 //! The MIG planner: each instance's GPU-instance and compute-instance capability nodes
 //! (scanned by [`crate::scan::mig`]) as device exposures, and the administration capabilities
 //! only where the rule names them; a node that is missing or wrong is a problem with its fix,
-//! never a silent non-exposure. With `gpus_per_build`, [`super::GpuDemand::keep`] then keeps only
-//! the leased instance's nodes.
+//! never a silent non-exposure. With `gpus_per_build`, [`super::GpuDemand::keep`] then keeps
+//! only the leased instance's nodes.
 
 use super::devices::unexpressible;
 use super::{Decision, Problem, Reason};

@@ -28,7 +28,7 @@ use crate::mig::{Capability, InstanceId};
 use crate::request::{GpusWanted, Request};
 use crate::scan::HostView;
 use crate::slot::Slot;
-use crate::symlinks::{self, Node};
+use crate::symlinks;
 use cuda_sandbox_elfkit::store_path_of;
 use cuda_sandbox_manifest::{DriverManifest, Manifest};
 use serde::Serialize;

@@ -10,7 +10,7 @@ use crate::scan::{
     CompatSeen, DeviceScan, DeviceView, DriverView, EntrySymlinks, GlobMatches, HostFacts,
     PathOrigin, PathView, RuleView, Snapshot,
 };
-use crate::symlinks::{Lookup, Space};
+use crate::symlinks::{Lookup, Node, Space};
 use cuda_sandbox_manifest::DriverKind;
 use std::collections::BTreeMap;
 
