@@ -132,6 +132,51 @@ let
     };
   };
 
+  # programs.cuda-sandbox.cdi: the toolkit's option declared (on, off), and absent.
+  toolkitOff = system {
+    imports = [
+      enabled
+      stubs.toolkitModule
+    ];
+  };
+  toolkitOn = system {
+    imports = [
+      enabled
+      stubs.toolkitModule
+    ];
+    hardware.nvidia-container-toolkit.enable = true;
+  };
+  cdiWithoutToolkit = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cdi.enable = true;
+  };
+  cdiPerGpu = system {
+    imports = [
+      enabled
+      stubs.toolkitModule
+    ];
+    hardware.nvidia-container-toolkit.enable = true;
+    programs.cuda-sandbox.cdi.devices = [
+      "0"
+      "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c"
+      "0:1"
+    ];
+    programs.cuda-sandbox.settings.gpus_per_build = 1;
+  };
+  cdiBadDevice = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cdi = {
+      enable = true;
+      devices = [ "nvidia.com/gpu=all" ];
+    };
+  };
+  cdiHint =
+    "start the unit that writes /run/cdi/nvidia-container-toolkit.json: "
+    + "systemctl start nvidia-container-toolkit-cdi-generator.service "
+    + "(journalctl -u nvidia-container-toolkit-cdi-generator says why it did not run; "
+    + "it needs hardware.nvidia-container-toolkit.enable)";
+  tegraGlobs = lib.filter (d: (d.platform or null) == "tegra") defaults.nvidia.device;
+
   # A user's own plain definition replaces Nixpkgs' defaults and the module's features alike.
   userFeatures = system {
     imports = [ enabled ];
@@ -839,6 +884,41 @@ let
       )
     ) "one warning with the nix.conf lines, got ${builtins.toJSON nixDisabled.warnings}")
 
+    # cdi: the rule follows hardware.nvidia-container-toolkit.enable, and evaluates without it
+    (checkEqual "cdi: toolkit off" "the rule" toolkitOff.nvidia defaults.nvidia)
+    (check "cdi: toolkit off" (
+      !(defaults.nvidia ? cdi) && defaults.nvidia ? mig && lib.length defaults.nvidia.device > 5
+    ) "no toolkit: the built-in globs and MIG, no cdi")
+    (checkEqual "cdi: toolkit on" "the rule's CDI devices" (toolkitOn.nvidia.cdi or null) [
+      "nvidia.com/gpu=all"
+    ])
+    (checkEqual "cdi: toolkit on" "the fix for a missing spec" (toolkitOn.nvidia.cdi_hint or null
+    ) cdiHint)
+    (check "cdi: toolkit on" (
+      !(toolkitOn.nvidia ? mig)
+      && toolkitOn.nvidia.device == tegraGlobs
+      && tegraGlobs != [ ]
+      && toolkitOn.nvidia.driver == defaults.nvidia.driver
+      && toolkitOn.failed == [ ]
+      && toolkitOn.warnings == [ ]
+    ) "toolkit on: only Jetson's globs, no MIG source, the same driver, no warning")
+    (check "cdi: no toolkit option"
+      (
+        cdiWithoutToolkit.nvidia.cdi == [ "nvidia.com/gpu=all" ]
+        && lib.length cdiWithoutToolkit.warnings == 1
+        && lib.hasInfix "nothing on this system writes /run/cdi" (lib.head cdiWithoutToolkit.warnings)
+      )
+      "cdi.enable without the toolkit: the rule, and a warning, got ${builtins.toJSON cdiWithoutToolkit.warnings}"
+    )
+    (checkEqual "cdi: per GPU" "the rule's CDI devices" cdiPerGpu.nvidia.cdi [
+      "nvidia.com/gpu=0"
+      "nvidia.com/gpu=GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c"
+      "nvidia.com/gpu=0:1"
+    ])
+    (check "cdi: bad device" (fails cdiBadDevice.toml)
+      "a fully qualified name in cdi.devices is refused"
+    )
+
     # createUvmNode: off where hardware.nvidia already makes /dev/nvidia-uvm
     (check "nvidia-module" (
       withNvidiaModule.udevRules == "" && withNvidiaModule.modprobe == ""
@@ -918,5 +998,7 @@ assert lib.all lib.id checks;
     required-mounts = requiredMounts.toml;
     required-mounts-extended = requiredMountsExtended.toml;
     compat-by-default = compatByDefault.toml;
+    cdi-toolkit = toolkitOn.toml;
+    cdi-per-gpu = cdiPerGpu.toml;
   };
 }

@@ -26,6 +26,9 @@
 #     value is `{ <file> = [ … ]; }`, by the file that defined it;
 #   - `nix.extraOptions` (lines appended to nix.conf after the settings),
 #     `boot.extraModprobeConfig` and `services.udev.extraRules` (lines);
+#   - nixos/modules/services/hardware/nvidia-container-toolkit/default.nix:
+#     `hardware.nvidia-container-toolkit.enable`, a bool defaulting to false, in a module of
+#     its own (`toolkitModule`), so that cases can evaluate with and without the option;
 #   - `environment.systemPackages` (list of packages), `environment.etc.<name>.source`,
 #     `systemd.services` (loosely typed), `hardware.graphics.enable`, `assertions`, `warnings`.
 {
@@ -90,6 +93,13 @@ let
 in
 {
   inherit fakePackage textFile maintainers;
+
+  toolkitModule = {
+    options.hardware.nvidia-container-toolkit.enable = lib.mkOption {
+      type = lib.types.bool;
+      default = false;
+    };
+  };
 
   pkgs = {
     cuda-sandbox = fakePackage "cuda-sandbox-0.1.0" // {

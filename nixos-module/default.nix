@@ -86,18 +86,32 @@ let
     (import ./patterns.nix { inherit lib; }).translate builtinRule.name
       cfg.allowedPatterns.nvidia-gpu;
 
+  # With programs.cuda-sandbox.cdi.enable (./cdi.nix): the devices of NixOS's CDI spec in
+  # place of the built-in globs and MIG source; Jetson's globs stay (its spec has no nodes).
+  cdiRule = {
+    cdi = map (device: "nvidia.com/gpu=${device}") cfg.cdi.devices;
+    cdi_hint =
+      "start the unit that writes /run/cdi/nvidia-container-toolkit.json: "
+      + "systemctl start nvidia-container-toolkit-cdi-generator.service "
+      + "(journalctl -u nvidia-container-toolkit-cdi-generator says why it did not run; "
+      + "it needs hardware.nvidia-container-toolkit.enable)";
+  };
+  ownDevices =
+    if cfg.cdi.enable then
+      lib.filter (device: (device.platform or null) == "tegra") builtinRule.device
+    else
+      defaultDevices;
+
   # The rule the options describe; `settings.rule` definitions are appended to it.
   rule =
     let
       paths = map dropNulls cfg.extraPaths ++ preset.path or [ ];
     in
     {
-      # `mig`: the MIG source, as built in (each instance's capability nodes; never config or
-      # monitor).
-      inherit (builtinRule) name mig;
+      inherit (builtinRule) name;
       # `features` and the pattern's own onFeatures, each once.
       features = lib.unique preset.features;
-      device = map dropNulls (defaultDevices ++ cfg.extraDevices) ++ preset.device or [ ];
+      device = map dropNulls (ownDevices ++ cfg.extraDevices) ++ preset.device or [ ];
       driver = builtinRule.driver // {
         inherit (cfg.driver) link required;
         # NixOS has no driver in the loader cache or /usr/lib: the link is the only source.
@@ -105,6 +119,9 @@ let
         compat = map compatDir (lib.filter usable cfg.compat);
       };
     }
+    # `mig`: the MIG source, as built in (each instance's capability nodes; never config or
+    # monitor); with CDI, the spec's MIG devices instead.
+    // (if cfg.cdi.enable then cdiRule else { inherit (builtinRule) mig; })
     // lib.optionalAttrs (paths != [ ]) { path = paths; }
     // lib.optionalAttrs (preset ? mount) { inherit (preset) mount; };
 
@@ -240,7 +257,10 @@ let
   };
 in
 {
-  imports = [ ./required-mounts.nix ];
+  imports = [
+    ./required-mounts.nix
+    ./cdi.nix
+  ];
 
   # No meta.maintainers here: NixOS accepts only entries of lib.maintainers there, and this
   # project is not (yet) in that list; the package's meta names its maintainers.

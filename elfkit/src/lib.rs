@@ -3,10 +3,13 @@
 //! `.note.cuda.fwd_compatibility` note of a `cuda_compat` libcuda, and store-path arithmetic.
 //!
 //! Used by the hook (exposure, closures, `exec`) and the runner (the ELF lint), so both read
-//! ELF files and the store the same way. Reads bytes it is given and paths as text, touches no
-//! file; [`requisites`] is the one place either crate asks `nix-store` for a closure.
+//! ELF files and the store the same way. Reads bytes it is given and paths as text; [`ldso`],
+//! glibc's library search, reads files only through the `Fs` its caller gives it (and runs a
+//! loader's `--help` only when asked: `ldso::Loader::ask`); [`requisites`] is the one place
+//! either crate asks `nix-store` for a closure.
 
 pub mod fatbin;
+pub mod ldso;
 pub mod map;
 
 use object::elf;
@@ -22,9 +25,10 @@ pub struct DynamicInfo {
     pub interpreter: Option<PathBuf>,
     /// `DT_NEEDED` names.
     pub needed: Vec<String>,
-    /// `DT_RUNPATH`, split at `:`, when the file has one.
+    /// `DT_RUNPATH`, split at `:` (an empty entry is the current directory), when the file
+    /// has one.
     pub runpath: Option<Vec<String>>,
-    /// `DT_RPATH`, split at `:`, when the file has one.
+    /// `DT_RPATH`, split at `:` likewise, when the file has one.
     pub rpath: Option<Vec<String>>,
     /// `DT_SONAME`: the name a library is loaded by (`libcuda.so.1`), when it has one.
     pub soname: Option<String>,
@@ -231,12 +235,13 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
             .map_err(|()| outside())?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     };
+    // As glibc's `fillin_rpath` splits it: an empty string is no directory, an empty entry
+    // of a longer one is the current directory.
     let split = |value: String| -> Vec<String> {
-        value
-            .split(':')
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect()
+        if value.is_empty() {
+            return Vec::new();
+        }
+        value.split(':').map(String::from).collect()
     };
     for offset in needed {
         info.needed.push(string(offset)?);

@@ -1,62 +1,88 @@
-//! The shared libraries a program needs, resolved on the host the way the dynamic loader would:
-//! its interpreter, then each `DT_NEEDED` through `DT_RUNPATH`/`DT_RPATH` (with `$ORIGIN`), the
-//! loader cache and the default directories, recursively. `exec` binds them so that a command
-//! runs in a root holding nothing else.
+//! The shared libraries a command needs bound into `exec`'s root: the process glibc's loader
+//! would build for it there ([`cuda_sandbox_elfkit::ldso`], the one model of the search),
+//! seen through this module's policy.
 //!
-//! What a file asks for is read as the kernel and `ld.so` read it, from its program headers
-//! ([`cuda_sandbox_elfkit::dynamic_info_of_file`]): a crafted file's section headers can say
-//! anything. Since the command chooses the names, a name is only a request: a library is taken
-//! only when it is a regular ELF file in the store or one of the loader's directories (its
-//! path and the file it leads to both) that everyone on the host may read, or when the command
-//! sees it anyway (under an exposed or `--bind` path). Everything else is refused with its
-//! reason, and the loader inside looks further, as it would for a file it cannot open. FIFOs
-//! and devices are never opened; files are opened non-blocking and read a few bytes at a time.
+//! The model runs on [`PolicyFs`], the root as the command will see it: a path under a bind
+//! is the bound host file; any other path is the host's file at that path, which `exec` will
+//! bind, but only when it is a regular ELF file in the store or one of the loader's
+//! directories (its path and the file it leads to both) that everyone on the host may read.
+//! Since the command chooses the names, a name is only a request: everything else is refused
+//! with its reason and is absent from the root, so the model, like the loader inside, looks
+//! further. The root has no `/etc/ld.so.cache` (a Nix sandbox has none), so neither has the
+//! model. FIFOs and devices are never opened; files are opened non-blocking and read a few
+//! bytes at a time ([`cuda_sandbox_elfkit::dynamic_info_of_file`], which reads what the
+//! kernel and `ld.so` read: a crafted file's section headers can say anything).
 
-use crate::discover::ldcache::{self, CacheEntry};
-use std::collections::{BTreeSet, VecDeque};
-use std::fs::File;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use cuda_sandbox_elfkit::ldso::{self, Environment, Fs, Loader, Opened, Process, RealFs, Start};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub use cuda_sandbox_elfkit::{dynamic_info, DynamicInfo};
 
-/// glibc's built-in search directories (after `DT_RUNPATH` and the cache).
-const DEFAULT_DIRS: &[&str] = &[
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-];
-
 /// Where libraries may come from.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
-    /// Directories whose files may be bound: the store and the loader's directories (its
-    /// defaults and those of `/etc/ld.so.cache`), all root's.
+    /// Directories whose files may be bound: the store and the loader's directories, all
+    /// root's.
     pub trusted: Vec<PathBuf>,
-    /// Host paths the command sees anyway (exposed, `--bind`): a file under one is taken
-    /// wherever it is.
-    pub visible: Vec<PathBuf>,
+    /// What the command sees anyway, `(inside, outside)`: the exposed paths and `--bind`
+    /// paths. A file under one is taken wherever it is.
+    pub visible: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Sources {
-    /// The store `store_dir`, the loader's default directories and those of the loader cache,
-    /// with `visible` seen anyway.
-    pub fn of_host(store_dir: &Path, visible: Vec<PathBuf>) -> Sources {
-        let mut trusted: Vec<PathBuf> = DEFAULT_DIRS.iter().map(PathBuf::from).collect();
-        trusted.push(store_dir.to_path_buf());
-        for e in loader_cache() {
-            if let Some(dir) = e.path.parent() {
-                if !trusted.iter().any(|t| t == dir) {
-                    trusted.push(dir.to_path_buf());
-                }
+    /// The store `store_dir`, the default directories of `loader` and of the host's loader
+    /// ([`Loader::debian`]) and the host loader's own directory (`/lib64`), and the
+    /// directories `/etc/ld.so.cache` names, with `visible` seen anyway. (Never the directory
+    /// of the interpreter a program names: the program chooses it.)
+    pub fn of_host(store_dir: &Path, loader: &Loader, visible: Vec<(PathBuf, PathBuf)>) -> Sources {
+        let host = Loader::debian(PathBuf::new());
+        let host_interpreter_dir = host.elf.standard_interpreter().and_then(Path::parent);
+        let mut trusted: Vec<PathBuf> = vec![store_dir.to_path_buf()];
+        let cache = RealFs
+            .read(Path::new("/etc/ld.so.cache"), ldso::cache::MAX_CACHE_BYTES)
+            .ok()
+            .and_then(|b| ldso::cache::Cache::parse(&b).ok())
+            .unwrap_or_default();
+        let cache_dirs = cache.entries.iter().filter_map(|e| e.path.parent());
+        for dir in loader
+            .system_dirs
+            .iter()
+            .chain(&host.system_dirs)
+            .map(PathBuf::as_path)
+            .chain(host_interpreter_dir)
+            .chain(cache_dirs)
+        {
+            if !trusted.iter().any(|t| t == dir) {
+                trusted.push(dir.to_path_buf());
             }
         }
         Sources { trusted, visible }
+    }
+
+    /// The host path behind `inside` and whether the command sees it anyway.
+    fn outside(&self, inside: &Path) -> (PathBuf, bool) {
+        let inside = cuda_sandbox_elfkit::normalize(inside);
+        let bind = self
+            .visible
+            .iter()
+            .filter(|(i, _)| inside.starts_with(i))
+            .max_by_key(|(i, _)| i.as_os_str().len());
+        match bind {
+            Some((i, o)) => {
+                let rest = inside.strip_prefix(i).unwrap_or(Path::new(""));
+                let outside = if rest.as_os_str().is_empty() {
+                    o.clone()
+                } else {
+                    o.join(rest)
+                };
+                (outside, true)
+            }
+            None => (inside, false),
+        }
     }
 }
 
@@ -112,201 +138,160 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// What the programs and libraries of a closure need.
+/// What a command's process needs.
 #[derive(Debug, Clone, Default)]
 pub struct Closure {
-    /// Every file needed at run time (the roots excluded), as the path the loader opens.
+    /// Every file its process loads (the program excluded, the interpreter included), as the
+    /// path the loader opens inside.
     pub libraries: BTreeSet<PathBuf>,
+    /// Each of those with the name it was first asked for (`libcuda.so.1`), in load order.
+    pub named: Vec<(String, PathBuf)>,
     /// Names found nowhere (with the file needing them).
     pub missing: Vec<String>,
     /// Files named but not taken, and why.
     pub refused: Vec<Refused>,
 }
 
-/// Every file the programs or libraries in `roots` need at run time, taken only from
-/// `sources`. A root that is not a regular ELF file has no dependencies (and is not read).
-pub fn library_closure(roots: &[PathBuf], sources: &Sources) -> Closure {
-    let cache = loader_cache();
-    let native = ldcache::native_flags();
+/// [`ldso::Fs`] for `exec`'s root: [`Sources`] decide what is there.
+pub struct PolicyFs<'s> {
+    sources: &'s Sources,
+    refused: RefCell<Vec<(PathBuf, Refusal)>>,
+}
+
+impl<'s> PolicyFs<'s> {
+    /// The root `sources` make.
+    pub fn new(sources: &'s Sources) -> PolicyFs<'s> {
+        PolicyFs {
+            sources,
+            refused: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Every path refused so far, in order, with why.
+    pub fn refused(&self) -> Vec<(PathBuf, Refusal)> {
+        self.refused.borrow().clone()
+    }
+
+    fn refuse(&self, path: &Path, why: Refusal) -> io::Error {
+        self.refused.borrow_mut().push((path.to_path_buf(), why));
+        io::ErrorKind::NotFound.into()
+    }
+}
+
+impl Fs for PolicyFs<'_> {
+    fn open(&self, path: &Path) -> io::Result<Opened> {
+        let (outside, visible) = self.sources.outside(path);
+        let file = match RealFs::open_regular(&outside)? {
+            Ok(f) => f,
+            Err(kind) => return Err(self.refuse(path, Refusal::NotRegular(kind))),
+        };
+        if !visible {
+            let normal = cuda_sandbox_elfkit::normalize(path);
+            let real = std::fs::canonicalize(path)?;
+            let under = |p: &Path| self.sources.trusted.iter().any(|d| p.starts_with(d));
+            if !under(&normal) || !under(&real) {
+                return Err(self.refuse(path, Refusal::Untrusted));
+            }
+            if !readable_by_all(&real, &file.metadata()?) {
+                return Err(self.refuse(path, Refusal::Private));
+            }
+        }
+        let opened = ldso::read_opened(&file, &outside)?;
+        match &opened.dynamic {
+            Ok(Some(_)) => Ok(opened),
+            Ok(None) => Err(self.refuse(path, Refusal::NotElf("not an ELF file".into()))),
+            Err(e) => Err(self.refuse(path, Refusal::NotElf(e.clone()))),
+        }
+    }
+
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        let (outside, visible) = self.sources.outside(path);
+        let real = std::fs::canonicalize(&outside)?;
+        if !visible {
+            return Ok(real);
+        }
+        // Inside, a bound path resolves within its bind.
+        let bind = self.sources.visible.iter().find(|(i, o)| {
+            cuda_sandbox_elfkit::normalize(path).starts_with(i) && outside.starts_with(o)
+        });
+        match bind.and_then(|(i, o)| Some(i.join(real.strip_prefix(o).ok()?))) {
+            Some(inside) => Ok(cuda_sandbox_elfkit::normalize(&inside)),
+            None => Ok(real),
+        }
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        self.sources.outside(path).0.is_dir()
+    }
+
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+        // Only what is bound is there to read: the root has no cache of its own.
+        match self.sources.outside(path) {
+            (outside, true) => RealFs.read(&outside, limit),
+            (_, false) => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+}
+
+/// The loader that runs `program` (its `PT_INTERP`), as far as it can be known without
+/// running anything: [`Loader::known`]. `None` for a program without one (static).
+pub fn loader_of(program: &Path, store_dir: &Path) -> Option<Loader> {
+    let file = RealFs::open_regular(program).ok()?.ok()?;
+    let info = cuda_sandbox_elfkit::dynamic_info_of_file(&file).ok()??;
+    Some(Loader::known(&info.interpreter?, store_dir))
+}
+
+/// What the process of `program` (its path inside) needs: its interpreter, its `DT_NEEDED`
+/// breadth first, and each of `dlopened` (paths inside, as the command would `dlopen` them)
+/// with theirs, searched by `loader` with the command's `LD_LIBRARY_PATH`, taken only from
+/// `sources`.
+pub fn library_closure(
+    program: &Path,
+    dlopened: &[PathBuf],
+    ld_library_path: Option<&str>,
+    loader: &Loader,
+    sources: &Sources,
+) -> Closure {
+    let fs = PolicyFs::new(sources);
+    let env = Environment {
+        ld_library_path: ld_library_path.map(String::from),
+    };
+    let mut process = Process::new(loader, &fs, env);
     let mut closure = Closure::default();
-    let mut queue: VecDeque<(PathBuf, File)> = roots
-        .iter()
-        .filter_map(|r| open_regular(r).ok().map(|f| (r.clone(), f)))
-        .collect();
-    let mut seen: BTreeSet<PathBuf> = roots.iter().cloned().collect();
-    while let Some((file, opened)) = queue.pop_front() {
-        let Ok(Some(info)) = cuda_sandbox_elfkit::dynamic_info_of_file(&opened) else {
-            continue;
-        };
-        drop(opened);
-        let origin = std::fs::canonicalize(&file)
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .unwrap_or_default();
-        let mut next = Vec::new();
-        let mut refused = Vec::new();
-        let mut refuse = |path: PathBuf, why: Refusal| {
-            refused.push(Refused {
-                path,
-                needed_by: file.clone(),
-                why,
-            })
-        };
-        if let Some(interp) = &info.interpreter {
-            // The kernel opens the interpreter as named: absolute, or nothing.
-            match accept(interp, sources) {
-                Ok(f) => next.push((interp.clone(), f)),
-                Err(why) => refuse(interp.clone(), why),
-            }
-        }
-        for name in &info.needed {
-            let candidates = candidates(name, info.search_path().0, &origin, &cache, native);
-            let mut found = None;
-            for c in candidates {
-                match accept(&c, sources) {
-                    Ok(f) => {
-                        found = Some((c, f));
-                        break;
-                    }
-                    Err(Refusal::NotRegular("missing")) => {}
-                    Err(why) => refuse(c, why),
-                }
-            }
-            match found {
-                Some(f) => next.push(f),
-                None => closure
-                    .missing
-                    .push(format!("{name} (needed by {})", file.display())),
-            }
-        }
-        closure.refused.extend(refused);
-        for (p, f) in next {
-            if seen.insert(p.clone()) {
-                closure.libraries.insert(p.clone());
-                queue.push_back((p, f));
-            }
+    let Ok(main) = process.start(program, Start::Kernel) else {
+        return closure;
+    };
+    for lib in dlopened {
+        process.dlopen(&lib.to_string_lossy(), main);
+    }
+    let interpreter = process.interpreter();
+    let listed = process.objects().skip(1).map(|(_, o)| o);
+    for object in listed.chain(interpreter.map(|i| process.object(i))) {
+        if closure.libraries.insert(object.path.clone()) {
+            let name = object.names.first().cloned().unwrap_or_default();
+            closure.named.push((name, object.path.clone()));
         }
     }
-    closure.refused.dedup();
-    closure
-}
-
-fn loader_cache() -> Vec<CacheEntry> {
-    // The cache is root's and small; read with a cap all the same.
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    let read = open_regular(Path::new("/etc/ld.so.cache")).and_then(|f| {
-        f.take(64 << 20)
-            .read_to_end(&mut bytes)
-            .map_err(|_| Refusal::Untrusted)
-    });
-    match read {
-        Ok(_) => ldcache::parse(&bytes).unwrap_or_default(),
-        Err(_) => Vec::new(),
+    for m in process.missing() {
+        let by = process.object(m.by).path.display();
+        closure.missing.push(format!("{} (needed by {by})", m.name));
     }
-}
-
-/// The paths the loader would try for `name`, in its order: the name itself when it holds a
-/// `/` (absolute only: a relative one depends on the working directory), else each
-/// `DT_RUNPATH`/`DT_RPATH` entry (with `$ORIGIN`), the cache's entry, the default directories.
-fn candidates(
-    name: &str,
-    runpath: &[String],
-    origin: &Path,
-    cache: &[CacheEntry],
-    native: Option<i32>,
-) -> Vec<PathBuf> {
-    if name.contains('/') {
-        return Some(PathBuf::from(name))
-            .filter(|p| p.is_absolute())
-            .into_iter()
-            .collect();
-    }
-    let origin = origin.to_string_lossy();
-    let mut out: Vec<PathBuf> = runpath
-        .iter()
-        .map(|dir| {
-            let dir = dir
-                .replace("${ORIGIN}", &origin)
-                .replace("$ORIGIN", &origin);
-            Path::new(&dir).join(name)
-        })
-        .collect();
-    out.extend(
-        cache
+    for (path, why) in fs.refused() {
+        let needed_by = process
+            .searches()
             .iter()
-            .filter(|e| e.soname == name.as_bytes() && native.is_none_or(|f| e.flags == f))
-            .map(|e| e.path.clone())
-            .take(1),
-    );
-    out.extend(DEFAULT_DIRS.iter().map(|d| Path::new(d).join(name)));
-    out
-}
-
-/// `path`, opened, when it may be bound: see [`Refusal`]. A path that does not exist is
-/// `NotRegular("missing")`, which the caller treats as "look further".
-fn accept(path: &Path, sources: &Sources) -> Result<File, Refusal> {
-    let meta = std::fs::metadata(path).map_err(|_| Refusal::NotRegular("missing"))?;
-    if !meta.is_file() {
-        return Err(Refusal::NotRegular(kind(&meta)));
-    }
-    let normal = cuda_sandbox_elfkit::normalize(path);
-    let real = std::fs::canonicalize(path).map_err(|_| Refusal::NotRegular("missing"))?;
-    let under = |dirs: &[PathBuf], p: &Path| dirs.iter().any(|d| p.starts_with(d));
-    let visible = under(&sources.visible, &normal) || under(&sources.visible, &real);
-    if !visible {
-        if !under(&sources.trusted, &normal) || !under(&sources.trusted, &real) {
-            return Err(Refusal::Untrusted);
-        }
-        if !readable_by_all(&real, &meta) {
-            return Err(Refusal::Private);
+            .find(|s| s.tried.iter().any(|t| t.file == path))
+            .map_or_else(|| program.to_path_buf(), |s| s.requester.clone());
+        let refused = Refused {
+            path,
+            needed_by,
+            why,
+        };
+        if !closure.refused.contains(&refused) {
+            closure.refused.push(refused);
         }
     }
-    let file = open_regular(path)?;
-    match cuda_sandbox_elfkit::dynamic_info_of_file(&file) {
-        Ok(Some(_)) => Ok(file),
-        Ok(None) => Err(Refusal::NotElf("not an ELF file".into())),
-        Err(e) => Err(Refusal::NotElf(e)),
-    }
-}
-
-/// Opens `path` for reading only if it is a regular file: checked before (so a FIFO or a
-/// device is never opened) and after, on the descriptor (so one swapped in between is not
-/// read); non-blocking and without taking a controlling terminal, whatever it turns out to be.
-fn open_regular(path: &Path) -> Result<File, Refusal> {
-    let meta = std::fs::metadata(path).map_err(|_| Refusal::NotRegular("missing"))?;
-    if !meta.is_file() {
-        return Err(Refusal::NotRegular(kind(&meta)));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
-        .open(path)
-        .map_err(|_| Refusal::NotRegular("missing"))?;
-    let meta = file
-        .metadata()
-        .map_err(|_| Refusal::NotRegular("missing"))?;
-    if !meta.is_file() {
-        return Err(Refusal::NotRegular(kind(&meta)));
-    }
-    Ok(file)
-}
-
-fn kind(meta: &std::fs::Metadata) -> &'static str {
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_file() {
-        "a regular file"
-    } else {
-        "not a file"
-    }
+    closure
 }
 
 /// Whether everyone may read `real` (a canonical path, `meta` its metadata): the file readable
@@ -324,21 +309,36 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn host() -> Sources {
-        Sources::of_host(Path::new("/nix/store"), Vec::new())
+    fn host_loader() -> Loader {
+        Loader::debian("/lib64/ld-linux-x86-64.so.2".into())
+    }
+
+    fn host(visible: Vec<(PathBuf, PathBuf)>) -> Sources {
+        Sources::of_host(Path::new("/nix/store"), &host_loader(), visible)
+    }
+
+    fn closure_of(program: &Path, sources: &Sources) -> Closure {
+        let loader = loader_of(program, Path::new("/nix/store")).unwrap();
+        library_closure(program, &[], None, &loader, sources)
     }
 
     #[test]
     fn a_real_program_needs_libc_and_its_interpreter() {
         // What the file asks for is elfkit's to read (and test); here, that it is found.
         let sh = std::fs::canonicalize("/bin/sh").unwrap();
-        let closure = library_closure(&[sh], &host());
+        let sources = host(vec![(sh.clone(), sh.clone())]);
+        let closure = closure_of(&sh, &sources);
         assert!(closure.missing.is_empty(), "{:?}", closure.missing);
         assert!(closure.refused.is_empty(), "{:?}", closure.refused);
         assert!(closure
             .libraries
             .iter()
             .any(|p| p.to_string_lossy().contains("libc.so")));
+        let interp = dynamic_info(&std::fs::read(&sh).unwrap())
+            .unwrap()
+            .unwrap()
+            .interpreter;
+        assert!(closure.libraries.contains(&interp.unwrap()), "{closure:?}");
     }
 
     fn program_with_origin_library(d: &Path) -> PathBuf {
@@ -372,18 +372,47 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(info.search_path().0, ["$ORIGIN"]);
-        // Outside the store and the loader's directories: refused ...
-        let closure = library_closure(std::slice::from_ref(&main), &host());
+        // The program is bound, its directory is not: its library is refused ...
+        let closure = closure_of(&main, &host(vec![(main.clone(), main.clone())]));
         let dep = d.join("libdep.so");
         assert!(!closure.libraries.contains(&dep), "{closure:?}");
         assert_eq!(closure.refused.len(), 1, "{closure:?}");
         assert_eq!(closure.refused[0].path, dep);
+        assert_eq!(closure.refused[0].needed_by, main);
         assert_eq!(closure.refused[0].why, Refusal::Untrusted);
+        assert_eq!(
+            closure.missing,
+            [format!("libdep.so (needed by {})", main.display())]
+        );
         // ... unless the command sees its directory anyway.
-        let sources = Sources::of_host(Path::new("/nix/store"), vec![d.clone()]);
-        let closure = library_closure(&[main], &sources);
+        let closure = closure_of(&main, &host(vec![(d.clone(), d.clone())]));
         assert!(closure.missing.is_empty(), "{:?}", closure.missing);
         assert!(closure.libraries.contains(&dep), "{closure:?}");
+    }
+
+    #[test]
+    fn a_bound_directory_is_searched_at_its_inside_path() {
+        // The driver's directory is bound at /run/opengl-driver/lib from elsewhere: the
+        // command's LD_LIBRARY_PATH names the inside path, the file is the outside one.
+        let t = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(t.path()).unwrap();
+        let main = program_with_origin_library(&d);
+        let outside = d.join("driver");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::rename(d.join("libdep.so"), outside.join("libdep.so")).unwrap();
+        let inside = PathBuf::from("/run/opengl-driver/lib");
+        let sources = host(vec![
+            (main.clone(), main.clone()),
+            (inside.clone(), outside),
+        ]);
+        let loader = loader_of(&main, Path::new("/nix/store")).unwrap();
+        let llp = Some("/run/opengl-driver/lib");
+        let closure = library_closure(&main, &[], llp, &loader, &sources);
+        assert!(closure.missing.is_empty(), "{closure:?}");
+        assert!(
+            closure.libraries.contains(&inside.join("libdep.so")),
+            "{closure:?}"
+        );
     }
 
     #[test]
@@ -401,13 +430,19 @@ mod tests {
             trusted: vec![lib.clone()],
             visible: Vec::new(),
         };
-        assert!(accept(&so, &sources).is_ok());
-        assert!(matches!(accept(&text, &sources), Err(Refusal::NotElf(_))));
+        let fs = PolicyFs::new(&sources);
+        assert!(fs.open(&so).is_ok());
+        assert!(fs.open(&text).is_err());
         std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o700)).unwrap();
-        assert_eq!(accept(&so, &sources).unwrap_err(), Refusal::Private);
+        assert!(fs.open(&so).is_err());
+        assert!(fs.open(Path::new("/dev/zero")).is_err());
+        let refused: Vec<Refusal> = fs.refused().into_iter().map(|(_, w)| w).collect();
+        assert!(matches!(refused[0], Refusal::NotElf(_)), "{refused:?}");
         assert_eq!(
-            accept(Path::new("/dev/zero"), &sources).unwrap_err(),
-            Refusal::NotRegular("a device")
+            refused[1..],
+            [Refusal::Private, Refusal::NotRegular("a device")]
         );
+        // The root has no loader cache: only what is bound can be read.
+        assert!(fs.read(Path::new("/etc/ld.so.cache"), 1 << 20).is_err());
     }
 }

@@ -688,3 +688,296 @@ fn with_gpus_per_build_a_cdi_rule_leases_one_gpu_of_those_its_spec_lists() {
     assert_eq!(gpus.len(), 1, "{manifest:?}");
     assert!(answer.contains("/dev/nvidiactl="), "{answer}");
 }
+
+/// The fix the NixOS module's rule (`programs.cuda-sandbox.cdi.enable`) gives for a missing
+/// spec, as nixos-module/default.nix renders it (nix-tests/module-eval.nix checks the module
+/// renders this very text).
+const NIXOS_CDI_HINT: &str = "start the unit that writes /run/cdi/nvidia-container-toolkit.json: \
+     systemctl start nvidia-container-toolkit-cdi-generator.service (journalctl -u \
+     nvidia-container-toolkit-cdi-generator says why it did not run; it needs \
+     hardware.nvidia-container-toolkit.enable)";
+
+/// A script that runs `program` (the hook) in a private mount namespace whose `/run` is a
+/// fresh root-owned tmpfs holding `/run/cdi` (mode 0755, as systemd's `RuntimeDirectory`
+/// makes it) and, when `spec` is given, that file as `/run/cdi/nvidia-container-toolkit.json`:
+/// the spec directory the hook reads by default is the test's own, never the host's.
+fn with_private_run_cdi(dir: &Path, program: &Path, spec: Option<&Path>) -> PathBuf {
+    let copy = spec.map_or_else(String::new, |s| {
+        format!(
+            " && cp {} /run/cdi/nvidia-container-toolkit.json",
+            s.display()
+        )
+    });
+    let wrapper = dir.join("hook-in-namespace");
+    write_script(
+        &wrapper,
+        &format!(
+            "#!/bin/sh\nexec unshare --mount --propagation private /bin/sh -c \
+             'mount -t tmpfs -o mode=755 cdi-test /run && mkdir -m 755 /run/cdi{copy} && \
+             exec {} \"$@\"' hook \"$@\"\n",
+            program.display()
+        ),
+    )
+    .unwrap();
+    wrapper
+}
+
+/// The NixOS module's rule with `programs.cuda-sandbox.cdi.enable`, as rendered (less the
+/// Jetson globs, which match nothing on a discrete host), on the host root `h`; the spec
+/// directories are the built-in ones (`/etc/cdi`, `/var/run/cdi`, `/run/cdi`).
+fn nixos_cdi_config(h: &Host, store: Option<&Path>, driver: bool) -> PathBuf {
+    let p = h.path("nixos.toml");
+    let store = store.map_or_else(String::new, |s| {
+        format!(
+            "store_dir = \"{}\"\nnix_store = \"{}\"\n",
+            s.display(),
+            h.path("nix-store").display()
+        )
+    });
+    let driver = if driver {
+        "[rule.driver]\nlink = \"/run/opengl-driver\"\nrequired = true\nhost_libraries = false\ncompat = []\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        &p,
+        format!(
+            "host_root = \"{root}\"\n{store}runtime_dir = \"{run}\"\nclosure_cache = \"{cache}\"\n\
+             [[rule]]\nname = \"nvidia\"\nfeatures = [\"cuda\"]\ncdi = [\"nvidia.com/gpu=all\"]\n\
+             cdi_hint = \"{NIXOS_CDI_HINT}\"\n{driver}",
+            root = h.root().display(),
+            run = h.path("run").display(),
+            cache = h.path("cache").display(),
+        ),
+    )
+    .unwrap();
+    write_script(
+        &h.path("nix-store"),
+        "#!/bin/sh\nshift 2\nfor p in \"$@\"; do echo \"$p\"; done\n",
+    )
+    .unwrap();
+    p
+}
+
+/// `explain --json --features cuda` of `config`, run through `wrapper`.
+fn explain_through(wrapper: &Path, config: &Path) -> Value {
+    let out = Command::new(wrapper)
+        .args(["explain", "--json", "--features", "cuda", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "explain failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The generator-shaped spec with its driver at `driver` and its programs at `driver_bin`.
+fn nixos_toolkit_spec(h: &Host, driver: &Path, driver_bin: &Path) -> PathBuf {
+    let text = fixture("nixos-toolkit.json")
+        .replace("@DRIVER_BIN@", &driver_bin.display().to_string())
+        .replace("@DRIVER@", &driver.display().to_string())
+        .replace("@STORE@", &h.path("store").display().to_string());
+    let p = h.path("nvidia-container-toolkit.json");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn the_spec_nixos_generates_in_run_cdi_gives_the_modules_rule_its_nodes_and_driver() {
+    let name = "the_spec_nixos_generates_in_run_cdi_gives_the_modules_rule_its_nodes_and_driver";
+    if !root_available(name) {
+        return;
+    }
+    let h = Host::new();
+    h.nvidia_nodes();
+    h.node("dev/nvidia1", 195, 1);
+    h.node("dev/nvidia-modeset", 195, 254);
+    let store = h.path("store");
+    let driver = store.join("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nvidia-x11-550.54.14");
+    let driver_bin = store.join("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-nvidia-x11-550.54.14-bin");
+    let lib = |file: &str, soname: &str| {
+        h.file(
+            &driver.join("lib").join(file).display().to_string(),
+            Some(soname),
+        )
+    };
+    let libcuda = lib("libcuda.so.550.54.14", "libcuda.so.1");
+    let nvml = lib("libnvidia-ml.so.550.54.14", "libnvidia-ml.so.1");
+    h.file(
+        &driver_bin.join("bin/nvidia-smi").display().to_string(),
+        None,
+    );
+    let spec = nixos_toolkit_spec(&h, &driver, &driver_bin);
+    let config = nixos_cdi_config(&h, Some(&store), true);
+
+    let hook = with_private_run_cdi(h.dir.path(), Path::new(HOOK), Some(&spec));
+    let e = explain_through(&hook, &config);
+    assert!(
+        e["plan"]["problems"].as_array().unwrap().is_empty(),
+        "{e:#}"
+    );
+    let root = h.root();
+    for node in [
+        "nvidia0",
+        "nvidia1",
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+        "nvidia-modeset",
+    ] {
+        let inside = format!("/dev/{node}");
+        assert_eq!(
+            exposed(&e, &inside, &root.join(&inside[1..])),
+            Some(("cdi".into(), "device-node".into())),
+            "{inside}: {e:#}"
+        );
+    }
+    // No driver link on this host: the spec's libraries are the host driver, bound at the
+    // link under their file names and sonames; the spec found in /run/cdi (or /var/run/cdi,
+    // where that is a link to /run: one directory, read once).
+    let from_spec = |capability: &str| {
+        let found = e["plan"]["exposures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["inside"] == "/run/opengl-driver/lib/libcuda.so.1")
+            .map(|x| x["reason"]["source"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default();
+        assert!(
+            found.starts_with(&format!("host-library ({capability}) from CDI spec "))
+                && found.ends_with("/run/cdi/nvidia-container-toolkit.json"),
+            "{found}: {e:#}"
+        );
+    };
+    from_spec("compute");
+    for (inside, outside) in [
+        ("/run/opengl-driver/lib/libcuda.so.1", &libcuda),
+        ("/run/opengl-driver/lib/libcuda.so.550.54.14", &libcuda),
+        ("/run/opengl-driver/lib/libnvidia-ml.so.1", &nvml),
+    ] {
+        assert!(
+            exposed(&e, inside, outside).is_some_and(|(k, _)| k == "driver"),
+            "{inside}: {e:#}"
+        );
+    }
+    assert_eq!(e["plan"]["driver"]["kind"], "host", "{e:#}");
+    assert!(skipped_why(&e, "/usr/bin/nvidia-smi").contains("FHS program"));
+    let not_done = not_carried_out(&e);
+    for want in [
+        "NVIDIA_VISIBLE_DEVICES=void",
+        "update-ldcache",
+        "enable-cuda-compat",
+        "rprivate",
+    ] {
+        assert!(
+            not_done.iter().any(|n| n.contains(want)),
+            "{want}: {not_done:#?}"
+        );
+    }
+
+    // Before the unit has run: /run/cdi is empty, and the tagged build fails naming the unit.
+    let hook = with_private_run_cdi(h.dir.path(), Path::new(HOOK), None);
+    let e = explain_through(&hook, &config);
+    assert!(e["verdict"].as_str().unwrap().starts_with("FAILS"), "{e:#}");
+    // (The driver, which came from the spec, is missing too: a second problem.)
+    let problems = e["plan"]["problems"].as_array().unwrap();
+    let missing = problems
+        .iter()
+        .find(|p| {
+            p["what"]
+                .as_str()
+                .unwrap()
+                .contains("defines nvidia.com/gpu=all")
+        })
+        .unwrap_or_else(|| panic!("no missing-spec problem: {e:#}"));
+    assert_eq!(missing["fix"], NIXOS_CDI_HINT, "{e:#}");
+    assert!(
+        exposures(&e).iter().all(|x| !x.0.starts_with("/dev/")),
+        "no device without the spec: {e:#}"
+    );
+}
+
+#[test]
+fn a_sandboxed_build_gets_the_nodes_and_relocated_driver_of_the_spec_nixos_generates() {
+    let name = "a_sandboxed_build_gets_the_nodes_and_relocated_driver_of_the_spec_nixos_generates";
+    if !nix_available(name) {
+        return;
+    }
+    let h = Host::new();
+    h.nvidia_nodes();
+    h.node("dev/nvidia1", 195, 1);
+    h.node("dev/nvidia-modeset", 195, 254);
+    let config = nixos_cdi_config(&h, None, false);
+    let plain = NixSandbox::with_hook(Path::new(HOOK), &config);
+    let driver = plain.build(
+        &common::nix_file("driver-store.nix"),
+        &[("nonce", &nonce())],
+        &[],
+    );
+    assert!(
+        driver.ok(),
+        "building the fake driver failed:\n{}",
+        driver.log
+    );
+    let driver = driver.out_paths[0].clone();
+    // The real store's fake driver holds lib/libcuda.so.1 only: the spec mounts that.
+    let spec = nixos_toolkit_spec(&h, &driver, &h.path("store/none-bin"));
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("lib/libcuda.so.550.54.14", "lib/libcuda.so.1");
+    std::fs::write(&spec, text).unwrap();
+    let closure =
+        cuda_sandbox_elfkit::requisites(Path::new("nix-store"), &driver).expect("closure");
+    let read: Vec<String> = closure.iter().map(|p| p.display().to_string()).collect();
+
+    let hook = with_private_run_cdi(h.dir.path(), Path::new(HOOK), Some(&spec));
+    let sandbox = NixSandbox::with_hook(&hook, &config);
+    let build = sandbox.build(
+        &common::nix_file("nixos-cdi-probe.nix"),
+        &[("nonce", &nonce()), ("readPaths", &read.join(" "))],
+        &[],
+    );
+    assert!(build.ok(), "nix-build failed:\n{}", build.log);
+    let r = std::fs::read_to_string(&build.out_paths[0]).unwrap();
+    for line in [
+        "char /dev/nvidia0 195:0",
+        "char /dev/nvidia1 195:1",
+        "char /dev/nvidiactl 195:255",
+        "char /dev/nvidia-modeset 195:254",
+        "char /dev/nvidia-uvm 235:0",
+        "file /run/opengl-driver/lib/libcuda.so.1 FAKE libcuda",
+        "absent /usr/bin/nvidia-smi",
+    ] {
+        assert!(r.contains(line), "the build lacks {line:?}:\n{r}");
+    }
+    for member in &read {
+        assert!(
+            r.contains(&format!("read {member}\n")),
+            "closure member {member}:\n{r}"
+        );
+    }
+
+    // Before the unit has run: the same build fails, naming the unit to start.
+    let hook = with_private_run_cdi(h.dir.path(), Path::new(HOOK), None);
+    let sandbox = NixSandbox::with_hook(&hook, &config);
+    let build = sandbox.build(
+        &common::nix_file("nixos-cdi-probe.nix"),
+        &[("nonce", &nonce())],
+        &[],
+    );
+    assert!(
+        !build.ok(),
+        "a build without the spec succeeded:\n{}",
+        build.log
+    );
+    assert!(
+        build
+            .log
+            .contains("systemctl start nvidia-container-toolkit-cdi-generator.service"),
+        "{}",
+        build.log
+    );
+}

@@ -571,6 +571,149 @@ fn exec_stages_its_root_in_a_directory_only_root_can_enter() {
     assert_eq!(mode, 0o700, "{mode:o}");
 }
 
+/// What `exec` plans for `program` on `host` (its `prepare`, with exec's environment and the
+/// corpus bound), and the closure it computed: the libcuda.so.1 its process loads there.
+fn exec_libcuda(host: &Host, program: &Path, corpus: &Path) -> Option<PathBuf> {
+    use cuda_sandbox_hook::exec::{self, ExecRequest};
+    let req = ExecRequest {
+        drv: None,
+        features: vec!["cuda".into()],
+        config: Some(host.config()),
+        extra_binds: vec![corpus.to_path_buf()],
+        command: vec![program.into()],
+        user: exec::DEFAULT_USER,
+        env: vec!["LD_LIBRARY_PATH=/run/opengl-driver/lib".into()],
+        environment: cuda_sandbox_hook::request::Environment::default(),
+        caller_env: Vec::new(),
+    };
+    let mut resolved = exec::resolve(&req);
+    let chroot = tempfile::tempdir().unwrap();
+    resolved.chroot = Some(chroot.path().to_path_buf());
+    let env = exec::environment(&req.env, Path::new("/nix/store"), |_| None).unwrap();
+    let user_binds = [exec::UserBind::open(corpus, req.user).unwrap()];
+    let prepared = exec::prepare(&req, &resolved, &user_binds, &env).unwrap();
+    let libcuda = prepared
+        .closure
+        .named
+        .iter()
+        .find(|(name, _)| name == "libcuda.so.1")
+        .map(|(_, path)| path.clone());
+    // What it found is what it makes visible inside.
+    if let Some(l) = &libcuda {
+        assert!(
+            prepared.binds.iter().any(|b| l.starts_with(&b.inside)),
+            "{prepared:?}"
+        );
+    }
+    libcuda
+}
+
+#[test]
+fn exec_and_package_driver_agree_on_which_libcuda_each_program_gets() {
+    // Both ask elfkit::ldso: exec to bind a command's libraries, package::driver (run inside
+    // exec, where both look at the same root) to say which libcuda.so.1 an object gets.
+    if !root_available("exec_and_package_driver_agree_on_which_libcuda_each_program_gets") {
+        return;
+    }
+    let host = Host::new();
+    let corpus = host.dir.path().join("corpus");
+    let stub = corpus.join("stub");
+    std::fs::create_dir_all(&stub).unwrap();
+    // A --bind path is one the command's user may write.
+    std::os::unix::fs::chown(&corpus, Some(65534), Some(65534)).unwrap();
+    cuda_sandbox_testkit::shared_library(&stub.join("libcuda.so.1"), Some("libcuda.so.1")).unwrap();
+    let main = "int cuInit(unsigned int); int main(void) { return cuInit(0); }\n";
+    let loader = cuda_sandbox_elfkit::ldso::Loader::debian("/lib64/ld-linux-x86-64.so.2".into());
+    let platform = loader.platform.clone().unwrap();
+    // (name, link flags, where its own libcuda.so.1 is, what it gets)
+    let driver = PathBuf::from("/run/opengl-driver/lib/libcuda.so.1");
+    let cases: Vec<(&str, String, String, PathBuf)> = vec![
+        // DT_RUNPATH comes after LD_LIBRARY_PATH: the driver exec exposes.
+        (
+            "runpath",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../lib".into(),
+            "lib".into(),
+            driver.clone(),
+        ),
+        // DT_RPATH comes before it: the package's own copy.
+        (
+            "rpath",
+            "-Wl,--disable-new-dtags,-rpath,$ORIGIN/../lib".into(),
+            "lib".into(),
+            corpus.join("rpath/bin/../lib/libcuda.so.1"),
+        ),
+        // $LIB and $PLATFORM, as Debian's loader has them on this CPU.
+        (
+            "platform",
+            "-Wl,--disable-new-dtags,-rpath,$ORIGIN/../$LIB/$PLATFORM".into(),
+            format!("{}/{platform}", loader.lib),
+            corpus.join(format!(
+                "platform/bin/../{}/{platform}/libcuda.so.1",
+                loader.lib
+            )),
+        ),
+    ];
+    let mut programs = Vec::new();
+    for (name, flags, lib_dir, want) in &cases {
+        let dir = corpus.join(name);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        let own = dir.join(lib_dir).join("libcuda.so.1");
+        std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+        cuda_sandbox_testkit::shared_library(&own, Some("libcuda.so.1")).unwrap();
+        let link = format!("-L{}", stub.display());
+        let program = compile(
+            &dir.join("bin"),
+            "prog",
+            main,
+            &[&link, "-l:libcuda.so.1", flags],
+        );
+        assert_eq!(
+            exec_libcuda(&host, &program, &corpus).as_ref(),
+            Some(want),
+            "exec: {name}"
+        );
+        programs.push((program, want.clone()));
+    }
+    std::fs::remove_dir_all(&stub).unwrap();
+    let runner = workspace_binary("cuda-sandbox-check");
+    let report = host.dir.path().join("out/report.json");
+    let corpus_arg = corpus.to_str().unwrap();
+    let out = host
+        .exec_command_with(
+            &["--bind", corpus_arg],
+            &[
+                runner.to_str().unwrap(),
+                "--no-manifest",
+                "--package",
+                corpus_arg,
+                "--report",
+                report.to_str().unwrap(),
+                "package::driver",
+            ],
+        )
+        .output()
+        .unwrap();
+    let t = text(&out);
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("no report ({e}):\n{t}")),
+    )
+    .unwrap();
+    let objects = report["checks"]["package::driver"]["facts"]["objects"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no objects:\n{t}"));
+    for (program, want) in &programs {
+        let judged = objects
+            .iter()
+            .find(|o| o["object"] == program.to_str().unwrap())
+            .unwrap_or_else(|| panic!("{} not judged:\n{t}", program.display()));
+        assert_eq!(
+            judged["gets"],
+            want.to_str().unwrap(),
+            "package::driver:\n{t}"
+        );
+    }
+}
+
 /// Runs `ln -s target link` as nobody (uid and gid 65534), the user exec runs commands as.
 fn link_as_nobody(target: &Path, link: &Path) {
     use std::os::unix::process::CommandExt;

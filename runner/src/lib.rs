@@ -18,7 +18,6 @@ pub mod expectations;
 pub mod gpu_code;
 pub mod harness;
 pub mod lint;
-pub mod loader;
 pub mod nvml_mig;
 pub mod package;
 pub mod report;

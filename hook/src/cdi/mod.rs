@@ -6,8 +6,8 @@
 //! - [`name`]: the fully qualified device names a rule's `cdi` list holds;
 //! - [`spec`]: the spec's schema (CDI spec `specs-go/config.go`), read from JSON or YAML;
 //! - [`yaml`]: the guard a YAML spec passes first: no anchor or alias, and a cap on its events;
-//! - [`load`]: the spec directories (`/etc/cdi`, `/var/run/cdi`), each spec trusted like the
-//!   configuration before it is read, and a device looked up by its name.
+//! - [`load`]: the spec directories (`/etc/cdi`, `/var/run/cdi`, `/run/cdi`), each spec
+//!   trusted like the configuration before it is read, and a device looked up by its name.
 //!
 //! [`crate::scan::cdi`] reads the specs a rule names and the CDI planner (`plan/cdi`) turns what they
 //! list into exposures.
@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 /// The directories CDI specs are read from, in increasing priority: a device defined in a
 /// later directory replaces one of the same name in an earlier one (the CDI spec's
-/// `/etc/cdi`, then `/var/run/cdi`). Each must be an absolute path.
+/// `/etc/cdi`, then `/var/run/cdi`, then `/run/cdi`). Each must be an absolute path.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "Vec<PathBuf>")]
 pub struct SpecDirs(Vec<PathBuf>);
@@ -40,11 +40,15 @@ impl SpecDirs {
 
 impl Default for SpecDirs {
     /// `/etc/cdi` and `/var/run/cdi`, where container runtimes look (CDI spec, "CDI file
-    /// locations").
+    /// locations"), and `/run/cdi`, where NixOS's `hardware.nvidia-container-toolkit` writes
+    /// its spec (the unit's `RuntimeDirectory`). Where `/var/run` is a root-owned link to
+    /// `/run` the two are one directory, read once; where it is not (or is not root's), `/run/cdi`
+    /// is still read, on its own trust.
     fn default() -> Self {
         SpecDirs(vec![
             PathBuf::from("/etc/cdi"),
             PathBuf::from("/var/run/cdi"),
+            PathBuf::from("/run/cdi"),
         ])
     }
 }
@@ -82,7 +86,8 @@ mod tests {
             Config::builtin().cdi_spec_dirs.dirs(),
             [
                 std::path::Path::new("/etc/cdi"),
-                std::path::Path::new("/var/run/cdi")
+                std::path::Path::new("/var/run/cdi"),
+                std::path::Path::new("/run/cdi")
             ]
         );
         for (text, needle) in [

@@ -92,6 +92,10 @@ pub struct Rule {
     /// (see [`crate::cdi`]).
     #[serde(default)]
     pub cdi: Vec<crate::cdi::DeviceName>,
+    /// The fix printed when no spec defines one of `cdi` (by default: generate the spec with
+    /// `nvidia-ctk cdi generate`); NixOS's module names the unit that writes its spec.
+    #[serde(default)]
+    pub cdi_hint: Option<String>,
     /// MIG instances as the driver publishes them (see [`crate::mig`]): with `gpus_per_build`
     /// each build is leased one, else every build gets every instance.
     #[serde(default)]
@@ -325,6 +329,7 @@ mod tests {
                 mounts: Vec::new(),
                 driver: Some(DriverConfig::default()),
                 cdi: Vec::new(),
+                cdi_hint: None,
                 mig: Some(MigConfig::default()),
             }],
         }

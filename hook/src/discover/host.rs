@@ -2,7 +2,7 @@
 //! `/etc/ld.so.cache`, then the usual directories), read under the configured host root, and
 //! the lists of library names that count as the driver.
 
-use super::ldcache;
+use cuda_sandbox_elfkit::ldso::cache::{native_flags, Cache};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -227,11 +227,11 @@ pub fn host_libraries(
     let mut found: BTreeMap<String, HostLibrary> = BTreeMap::new();
     let cache_path = under(root, store_dir, Path::new("/etc/ld.so.cache"));
     match std::fs::read(&cache_path) {
-        Ok(bytes) => match ldcache::parse(&bytes) {
-            Ok(entries) => {
-                let native = ldcache::native_flags();
-                for e in entries {
-                    if native.is_some_and(|f| e.flags != f) {
+        Ok(bytes) => match Cache::parse(&bytes) {
+            Ok(cache) => {
+                let native = native_flags();
+                for e in cache.entries {
+                    if native.is_some_and(|f| e.flags != f) || e.glibc_hwcaps.is_some() {
                         continue;
                     }
                     let Ok(name) = String::from_utf8(e.soname) else {

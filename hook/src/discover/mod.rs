@@ -1,9 +1,8 @@
-//! Discovery helpers, all read-only: the loader cache, compat drivers and their ELF notes,
+//! Discovery helpers, all read-only: compat drivers and their ELF notes,
 //! driver and CUDA versions, the host's driver libraries, and the choice between host and
 //! compat driver (pure). [`crate::scan`] calls them to build the host view.
 
 pub mod choice;
 pub mod compat;
 pub mod host;
-pub mod ldcache;
 pub mod versions;

@@ -18,8 +18,9 @@
 //! terminal on stdin becomes `/dev/null`, on stdout or stderr a pipe that exec copies to it),
 //! so it cannot type into that terminal (`TIOCSTI`) or signal its jobs. Its environment is
 //! [`BASE_ENVIRONMENT`] plus what `--env` gives, never exec's own; descriptors above 2 are
-//! closed. Its libraries are read as the loader reads them and taken only from the store and
-//! the loader's directories ([`crate::elfdeps`]).
+//! closed. Its libraries are those glibc's loader would load for it in that root
+//! (`cuda_sandbox_elfkit::ldso`), taken only from the store and the loader's directories
+//! ([`crate::elfdeps`]).
 
 mod child;
 mod environment;
@@ -95,12 +96,13 @@ pub fn resolve(req: &ExecRequest) -> Request {
 /// `--bind` paths (`user_binds`, checked), then the libraries the command and the exposed
 /// driver libraries need. The pipeline writes the manifest the plan names (the command may be
 /// the runner, which reads it).
-/// Returns the binds and the command's path inside.
+/// `env` is the command's environment (its `LD_LIBRARY_PATH` is searched).
 pub fn prepare(
     req: &ExecRequest,
     resolved: &Request,
     user_binds: &[UserBind],
-) -> Result<(Vec<Bind>, PathBuf), ExecError> {
+    env: &[(OsString, OsString)],
+) -> Result<Prepared, ExecError> {
     let pipeline::Outcome {
         granted: plan,
         answer,
@@ -130,12 +132,6 @@ pub fn prepare(
             program_inside.display()
         )));
     }
-    // What the command sees anyway; everything else it names must be the loader's.
-    let visible: Vec<PathBuf> = binds
-        .iter()
-        .map(|b| b.outside.clone())
-        .chain(user_binds.iter().map(|b| b.path.clone()))
-        .collect();
     binds.extend(user_binds.iter().map(|b| b.bind(req.user)));
     binds.push(Bind {
         inside: program_inside.clone(),
@@ -143,27 +139,54 @@ pub fn prepare(
         writable: false,
         for_user: None,
     });
+    // What the command sees anyway; everything else its process loads must be the loader's.
+    let visible: Vec<(PathBuf, PathBuf)> = binds
+        .iter()
+        .map(|b| (b.inside.clone(), b.outside.clone()))
+        .collect();
     // The command needs its libraries; exposed host driver libraries need theirs (libc and
-    // friends), which a Nix build would get from its own closure.
-    let mut elf_roots = vec![program_real];
+    // friends), which a Nix build would get from its own closure: the command's process as
+    // if it dlopened each of them.
+    let mut dlopened = Vec::new();
     for e in &plan.exposures {
         let driver_lib = matches!(
             e.reason,
             Reason::Driver { .. } | Reason::SymlinkTarget { .. }
         );
         if driver_lib && e.outside.is_file() {
-            elf_roots.push(e.outside.clone());
+            dlopened.push(e.inside.clone());
         } else if matches!(e.reason, Reason::Driver { .. }) && e.outside.is_dir() {
-            elf_roots.extend(shared_objects_in(&e.outside));
-            elf_roots.extend(shared_objects_in(&e.outside.join("lib")));
+            for sub in ["", "lib"] {
+                let inside = e.inside.join(sub);
+                let found = shared_objects_in(&e.outside.join(sub));
+                dlopened.extend(
+                    found
+                        .iter()
+                        .filter_map(|p| Some(inside.join(p.file_name()?))),
+                );
+            }
         }
     }
     let store_dir = resolved
         .config
         .as_ref()
         .map_or_else(|| PathBuf::from("/nix/store"), |c| c.store_dir.clone());
-    let sources = elfdeps::Sources::of_host(&store_dir, visible);
-    let closure = elfdeps::library_closure(&elf_roots, &sources);
+    let Some(loader) = elfdeps::loader_of(&program_real, &store_dir) else {
+        // A static program: nothing to load.
+        return Ok(finish(binds, program_inside, elfdeps::Closure::default()));
+    };
+    let ld_library_path = env
+        .iter()
+        .find(|(n, _)| n == "LD_LIBRARY_PATH")
+        .map(|(_, v)| v.to_string_lossy().into_owned());
+    let sources = elfdeps::Sources::of_host(&store_dir, &loader, visible);
+    let closure = elfdeps::library_closure(
+        &program_inside,
+        &dlopened,
+        ld_library_path.as_deref(),
+        &loader,
+        &sources,
+    );
     for m in &closure.missing {
         crate::log::warn(format_args!(
             "exec: a needed library is not on this host: {m}"
@@ -172,21 +195,40 @@ pub fn prepare(
     for r in &closure.refused {
         crate::log::warn(format_args!("exec: not binding {r}"));
     }
-    for lib in closure.libraries {
+    for lib in &closure.libraries {
         let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
         if !covered {
-            let outside = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
+            let outside = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.clone());
             binds.push(Bind {
-                inside: lib,
+                inside: lib.clone(),
                 outside,
                 writable: false,
                 for_user: None,
             });
         }
     }
+    Ok(finish(binds, program_inside, closure))
+}
+
+/// What [`prepare`] plans.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The binds, in order, one per inside path.
+    pub binds: Vec<Bind>,
+    /// The command's path inside.
+    pub program: PathBuf,
+    /// What the command's process loads there (its libraries, by their paths inside).
+    pub closure: elfdeps::Closure,
+}
+
+fn finish(mut binds: Vec<Bind>, program: PathBuf, closure: elfdeps::Closure) -> Prepared {
     binds.sort_by(|a, b| a.inside.cmp(&b.inside));
     binds.dedup_by(|a, b| a.inside == b.inside);
-    Ok((binds, program_inside))
+    Prepared {
+        binds,
+        program,
+        closure,
+    }
 }
 
 /// Runs `req`: never returns on success (the command replaces this process).
@@ -223,7 +265,7 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     let env = environment(&req.env, &store_dir, caller)?;
     let root = staging_root(&runtime_dir)?;
     resolved.chroot = Some(root.clone());
-    let (binds, program) = prepare(req, &resolved, &user_binds)?;
+    let Prepared { binds, program, .. } = prepare(req, &resolved, &user_binds, &env)?;
 
     let sys = ExecError::sys;
     // A new mount namespace now; a new PID namespace for the child forked below.

@@ -23,6 +23,8 @@ pub struct CdiView {
     pub devices: Vec<CdiDeviceView>,
     /// The spec directories and files that could not be used.
     pub spec_errors: Vec<SpecError>,
+    /// The rule's fix for a device no spec defines (`cdi_hint`), copied.
+    pub hint: Option<String>,
 }
 
 /// One named device and what was found for it.
@@ -121,9 +123,15 @@ pub fn below_library_dir(path: &Path) -> PathBuf {
 /// The specs, read once for every rule that names a CDI device.
 pub type Specs = Option<SpecSet>;
 
-/// Scans the devices `names` under `config`, reading the spec directories into `specs` the
-/// first time.
-pub fn scan(names: &[DeviceName], config: &Config, specs: &mut Specs, fs: &Recorder) -> CdiView {
+/// Scans the devices `names` (with the rule's `hint` for a missing one) under `config`,
+/// reading the spec directories into `specs` the first time.
+pub fn scan(
+    names: &[DeviceName],
+    hint: Option<&str>,
+    config: &Config,
+    specs: &mut Specs,
+    fs: &Recorder,
+) -> CdiView {
     let dirs: &SpecDirs = &config.cdi_spec_dirs;
     let set = specs.get_or_insert_with(|| SpecSet::load(dirs));
     let devices = names
@@ -157,6 +165,7 @@ pub fn scan(names: &[DeviceName], config: &Config, specs: &mut Specs, fs: &Recor
     CdiView {
         devices,
         spec_errors: set.errors.clone(),
+        hint: hint.map(str::to_owned),
     }
 }
 

@@ -234,7 +234,10 @@ pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
     let views: Vec<RuleView> = rules
         .iter()
         .map(|(id, rule)| {
-            let cdi = (!rule.cdi.is_empty()).then(|| cdi::scan(&rule.cdi, config, &mut specs, &fs));
+            let cdi = (!rule.cdi.is_empty()).then(|| {
+                let hint = rule.cdi_hint.as_deref();
+                cdi::scan(&rule.cdi, hint, config, &mut specs, &fs)
+            });
             // A host driver a spec mounts replaces the one the loader cache would give.
             let spec_libraries = cdi
                 .as_ref()

@@ -14,9 +14,10 @@
 //!   one closure are flagged as version mixing.
 //! - `package::driver`: for each object of the closure that opens libcuda (a `libcudart.so`, an
 //!   ELF file with a static libcudart inside, an ELF file with `libcuda.so.1` in DT_NEEDED), the
-//!   `libcuda.so.1` glibc's loader would give it in this process ([`crate::loader`]: its
-//!   DT_RPATH, `LD_LIBRARY_PATH`, its DT_RUNPATH, the loader's default directories), compared
-//!   with the driver the hook chose (the manifest), else with the one this runner loaded.
+//!   `libcuda.so.1` glibc's loader would give it in this process ([`cuda_sandbox_elfkit::ldso`]:
+//!   its DT_RPATH, `LD_LIBRARY_PATH`, its DT_RUNPATH, the loader's cache and default
+//!   directories), compared with the driver the hook chose (the manifest), else with the one
+//!   this runner loaded.
 
 use std::path::PathBuf;
 
@@ -34,9 +35,9 @@ use crate::cuda::version::CudaVersion;
 use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
 use crate::gpu_code::{cannot_run, failure, summary, Target};
-use crate::loader::{resolve, Outcome as Search, RealFs, SearchContext};
 use crate::runtime_scan::RuntimeForm;
 use crate::session::Session;
+use cuda_sandbox_elfkit::ldso::{Environment, Loader, Outcome as Search, Process, RealFs, Start};
 
 /// The GPUs and driver to judge GPU code for: every GPU the driver reports with the loaded
 /// driver's version; else `--target` with `--driver-cuda` (or the manifest's, or the loaded
@@ -465,13 +466,8 @@ pub fn driver(session: &Session) -> Outcome {
             ));
             continue;
         };
-        let context = SearchContext::for_process(
-            &interpreter,
-            executable.then_some(file.path.as_path()),
-            ld_library_path.as_deref(),
-        );
-        let context = match context {
-            Ok(c) => c,
+        let loader = match Loader::ask(&interpreter) {
+            Ok(l) => l,
             Err(e) => {
                 failures.push(format!(
                     "{}: its loader {} cannot be asked for its search path: {e}",
@@ -481,9 +477,30 @@ pub fn driver(session: &Session) -> Outcome {
                 continue;
             }
         };
-        let resolution = resolve(LIBCUDA, &file.path, info, &context, &RealFs);
+        // The object's own process (a library: loaded by its path), then its libcuda.so.1:
+        // its DT_NEEDED, else what a dlopen from it gets.
+        let env = Environment {
+            ld_library_path: ld_library_path.clone(),
+        };
+        let mut process = Process::new(&loader, &RealFs, env);
+        let start = if executable {
+            Start::Kernel
+        } else {
+            Start::Library
+        };
+        let main = match process.start(&file.path, start) {
+            Ok(m) => m,
+            Err(e) => {
+                failures.push(format!("{}: cannot be loaded: {e}", file.path.display()));
+                continue;
+            }
+        };
+        let resolution = process.dlopen(LIBCUDA, main);
         let shown = file.path.display();
-        let searched = resolution.describe();
+        let searched = resolution
+            .search
+            .map(|s| process.searches()[s].describe())
+            .unwrap_or_default();
         let found = match &resolution.outcome {
             Search::Found {
                 path, real_path, ..

@@ -25,6 +25,7 @@ mod edits;
 pub use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
 use super::{Decision, Problem, Reason, Skip};
+use crate::cdi::load::LookupError;
 use crate::config::{Config, DriverConfig};
 use crate::discover::host;
 use crate::scan::cdi::{below_library_dir, host_path, is_library_name};
@@ -70,9 +71,19 @@ impl Decision {
                 Err(e) => self.problems.push(Problem {
                     rule: rule.to_string(),
                     what: e.to_string(),
-                    fix: "generate the spec (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`) \
-                          or name a device it lists (`nvidia-ctk cdi list`)"
-                        .to_string(),
+                    fix: match e {
+                        LookupError::NotFound { .. } => cdi.hint.clone().unwrap_or_else(|| {
+                            "generate the spec (`nvidia-ctk cdi generate \
+                             --output=/etc/cdi/nvidia.yaml`) or name a device it lists \
+                             (`nvidia-ctk cdi list`)"
+                                .to_string()
+                        }),
+                        LookupError::Conflict { .. } => {
+                            "remove one of the two specs, or move it to another of \
+                             cdi_spec_dirs"
+                                .to_string()
+                        }
+                    },
                 }),
             }
         }

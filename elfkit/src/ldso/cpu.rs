@@ -1,0 +1,114 @@
+//! What glibc's loader derives from this CPU, for a loader that is not asked
+//! ([`super::Loader::debian`], [`super::Loader::nixpkgs`]): the glibc-hwcaps subdirectories it
+//! searches and what `$PLATFORM` stands for.
+//!
+//! x86-64 only, as glibc has it (`sysdeps/x86/get-isa-level.h`, `sysdeps/x86_64/
+//! dl-hwcaps-subdirs.c`, `sysdeps/x86/cpu-features.c`); elsewhere there are no glibc-hwcaps
+//! subdirectories here and `$PLATFORM` is the kernel's `AT_PLATFORM`. `GLIBC_TUNABLES` masks
+//! are not read. The differential test holds both to `ld.so --list-diagnostics`.
+
+/// The glibc-hwcaps subdirectories this CPU supports, best first (`x86-64-v4`, `x86-64-v3`,
+/// `x86-64-v2`).
+pub fn glibc_hwcaps() -> Vec<String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let level = x86::isa_level();
+        (2..=level).rev().map(|v| format!("x86-64-v{v}")).collect()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        Vec::new()
+    }
+}
+
+/// What `$PLATFORM` stands for in this process's loader: on an Intel x86-64 CPU with AVX2 and
+/// friends `haswell`, else the kernel's `AT_PLATFORM`.
+pub fn platform() -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(p) = x86::platform() {
+        return Some(p.to_string());
+    }
+    at_platform()
+}
+
+/// This process's `AT_PLATFORM` (`x86_64`, `aarch64`), when the kernel gave one.
+pub fn at_platform() -> Option<String> {
+    // SAFETY: getauxval has no preconditions; AT_PLATFORM, when present, points at a
+    // NUL-terminated string the kernel put on the initial stack, alive for the whole process.
+    let p = unsafe { libc::getauxval(libc::AT_PLATFORM) } as *const libc::c_char;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: as above, a valid NUL-terminated string that is never freed.
+    let s = unsafe { std::ffi::CStr::from_ptr(p) };
+    Some(s.to_string_lossy().into_owned())
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::is_x86_feature_detected as has;
+
+    /// `cpuid` of `leaf` (subleaf 0).
+    fn cpuid(leaf: u32) -> std::arch::x86_64::CpuidResult {
+        // SAFETY: every x86-64 CPU has `cpuid`; an unsupported leaf returns zeros or the
+        // highest basic leaf's values, which the callers only compare.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::__cpuid(leaf)
+        }
+    }
+
+    fn lahf_sahf() -> bool {
+        cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & 1 != 0
+    }
+
+    /// glibc's ISA level: 1 (baseline, every x86-64), 2, 3 or 4.
+    pub fn isa_level() -> u32 {
+        let v2 = has!("cmpxchg16b")
+            && lahf_sahf()
+            && has!("popcnt")
+            && has!("sse3")
+            && has!("ssse3")
+            && has!("sse4.1")
+            && has!("sse4.2");
+        let v3 = v2
+            && has!("avx")
+            && has!("avx2")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("f16c")
+            && has!("fma")
+            && has!("lzcnt")
+            && has!("movbe");
+        let v4 = v3
+            && has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512cd")
+            && has!("avx512dq")
+            && has!("avx512vl");
+        1 + u32::from(v2) + u32::from(v3) + u32::from(v4)
+    }
+
+    fn intel() -> bool {
+        let r = cpuid(0);
+        let mut vendor = Vec::with_capacity(12);
+        for w in [r.ebx, r.edx, r.ecx] {
+            vendor.extend_from_slice(&w.to_le_bytes());
+        }
+        vendor == b"GenuineIntel"
+    }
+
+    /// glibc's `dl_platform` override for Intel CPUs (`init_cpu_features`): `haswell` with
+    /// AVX2, FMA, BMI1, BMI2, LZCNT, MOVBE and POPCNT. (Its `xeon_phi`, for AVX512ER and
+    /// AVX512PF, is not detected: Rust no longer names those features.)
+    pub fn platform() -> Option<&'static str> {
+        let haswell = has!("avx2")
+            && has!("fma")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("lzcnt")
+            && has!("movbe")
+            && has!("popcnt");
+        (intel() && haswell).then_some("haswell")
+    }
+}

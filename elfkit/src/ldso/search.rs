@@ -1,0 +1,539 @@
+//! The search for one name: the lists of directories in glibc's order, `$ORIGIN`, `$LIB` and
+//! `$PLATFORM`, the subdirectories tried in each directory, the cache, and what `open_verify`
+//! makes of each file tried.
+
+use super::cache::Cache;
+use super::fs::{Fs, Opened};
+use super::{ElfHost, Loader};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Where a list of the search came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `DT_RPATH` of this object (the loading one, one that caused it to be loaded, or the
+    /// executable).
+    Rpath(PathBuf),
+    /// `LD_LIBRARY_PATH`.
+    LdLibraryPath,
+    /// `DT_RUNPATH` of the loading object.
+    Runpath(PathBuf),
+    /// The loader's cache (this file).
+    Cache(PathBuf),
+    /// The loader's default directories.
+    Default,
+    /// A name with a `/`: no search, the path itself.
+    Direct,
+    /// Already loaded under this name: no search.
+    Loaded,
+}
+
+impl Source {
+    /// The label glibc's `LD_DEBUG=libs` prints for a search path (`RPATH`, `RUNPATH`,
+    /// `LD_LIBRARY_PATH`, `system search path`; `cache` for the " search cache=" line).
+    pub fn ld_debug_kind(&self) -> &'static str {
+        match self {
+            Source::Rpath(_) => "RPATH",
+            Source::LdLibraryPath => "LD_LIBRARY_PATH",
+            Source::Runpath(_) => "RUNPATH",
+            Source::Cache(_) => "cache",
+            Source::Default => "system search path",
+            Source::Direct => "path",
+            Source::Loaded => "loaded",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Rpath(p) => write!(f, "DT_RPATH of {}", p.display()),
+            Source::LdLibraryPath => f.write_str("LD_LIBRARY_PATH"),
+            Source::Runpath(p) => write!(f, "DT_RUNPATH of {}", p.display()),
+            Source::Cache(p) => write!(f, "the cache {}", p.display()),
+            Source::Default => f.write_str("the default directories"),
+            Source::Direct => f.write_str("the path itself"),
+            Source::Loaded => f.write_str("an object already loaded"),
+        }
+    }
+}
+
+/// One list of directories, from one source, after `$ORIGIN`/`$LIB`/`$PLATFORM` expansion,
+/// dropped entries and repeats removed. `""` is the current directory. The cache's list has
+/// no directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchList {
+    /// Where it came from.
+    pub source: Source,
+    /// The directories, without trailing slashes (except `/`).
+    pub dirs: Vec<String>,
+}
+
+/// What trying one file gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// Not there, not readable, or a path component is not a directory: the search goes on.
+    Missing,
+    /// An ELF file of the other class: skipped ("wrong ELF class" if nothing else is found).
+    OtherClass,
+    /// An ELF file for another machine: skipped.
+    OtherMachine,
+    /// Opening failed otherwise (`ELOOP`, `ENAMETOOLONG`, …): once the directory's
+    /// subdirectories are tried, the rest of this list is skipped.
+    ListEnded(String),
+    /// Not a usable ELF file: the search ends with this error.
+    Unusable(String),
+    /// A file the loader takes.
+    Loadable,
+}
+
+/// One file the loader tries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tried {
+    /// The list it belongs to.
+    pub source: Source,
+    /// The directory tried, subdirectory included (`""`: the current directory).
+    pub dir: String,
+    /// The file tried, as the loader names it (`LD_DEBUG`'s "trying file=").
+    pub file: PathBuf,
+    /// Whether `dir` exists. glibc remembers directories it found missing and does not try
+    /// them again; compare with `LD_DEBUG` on existing directories only.
+    pub dir_exists: bool,
+    /// What trying it gave.
+    pub attempt: Attempt,
+}
+
+/// How a search ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// This file is loaded.
+    Found {
+        /// The path the loader opened (the loaded object's `l_name`).
+        path: PathBuf,
+        /// Its real path (symlinks resolved), when it can be had.
+        real_path: Option<PathBuf>,
+        /// The list it was found through.
+        source: Source,
+    },
+    /// The search stopped at a file that is not a usable ELF file: the load fails.
+    Error {
+        /// The file.
+        path: PathBuf,
+        /// glibc's message (`invalid ELF header`, …).
+        reason: String,
+    },
+    /// Nothing found.
+    NotFound {
+        /// Some candidate was of the other ELF class (glibc then says "wrong ELF class").
+        other_class: bool,
+    },
+}
+
+/// The whole search for one name from one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Search {
+    /// The name looked for.
+    pub name: String,
+    /// The object doing the loading (whose `DT_NEEDED` it is, or that called `dlopen`).
+    pub requester: PathBuf,
+    /// The lists, in search order (lists the search did not reach included).
+    pub lists: Vec<SearchList>,
+    /// Every file tried, in order.
+    pub tried: Vec<Tried>,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl Search {
+    /// The file loaded, when one is.
+    pub fn found(&self) -> Option<&Path> {
+        match &self.outcome {
+            Outcome::Found { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The search path in one line, for messages: `DT_RUNPATH [/a:/b], then ld.so.cache
+    /// (/etc/ld.so.cache), then the default directories [/c]`. Empty lists are left out; the
+    /// requester's own lists are named by their tag alone.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for list in &self.lists {
+            let dirs = list
+                .dirs
+                .iter()
+                .map(|d| if d.is_empty() { "." } else { d.as_str() })
+                .collect::<Vec<_>>()
+                .join(":");
+            let what = match &list.source {
+                Source::Cache(p) => {
+                    parts.push(format!("ld.so.cache ({})", p.display()));
+                    continue;
+                }
+                _ if list.dirs.is_empty() && list.source != Source::Default => continue,
+                Source::Rpath(p) if *p == self.requester => "DT_RPATH".to_string(),
+                Source::Rpath(p) => format!("the DT_RPATH of {}", p.display()),
+                Source::Runpath(_) => "DT_RUNPATH".to_string(),
+                other => other.to_string(),
+            };
+            parts.push(format!("{what} [{dirs}]"));
+        }
+        parts.join(", then ")
+    }
+}
+
+/// What a found file was opened as (its path and what was read of it).
+pub(crate) struct Hit {
+    pub path: PathBuf,
+    pub opened: Opened,
+}
+
+/// Searches `lists` for `name` (a name without `/`), each directory with each of the
+/// loader's subdirectories first, the cache at its list.
+pub(crate) fn run(
+    name: &str,
+    requester: &Path,
+    lists: Vec<SearchList>,
+    loader: &Loader,
+    cache: Option<&Cache>,
+    fs: &impl Fs,
+) -> (Search, Option<Hit>) {
+    let mut tried = Vec::new();
+    let mut other_class = false;
+    let mut end = None;
+    let subdirs = loader.subdirs();
+    'lists: for list in &lists {
+        if let Source::Cache(_) = &list.source {
+            let Some(path) = cache.and_then(|c| c.lookup(name, loader.elf, &loader.glibc_hwcaps))
+            else {
+                continue;
+            };
+            let (attempt, opened) = try_file(path, loader.elf, fs);
+            let dir = path.parent().map(|p| p.to_string_lossy().into_owned());
+            other_class |= attempt == Attempt::OtherClass;
+            tried.push(Tried {
+                source: list.source.clone(),
+                dir_exists: true,
+                dir: dir.unwrap_or_default(),
+                file: path.to_path_buf(),
+                attempt: attempt.clone(),
+            });
+            if let Some(o) = finish(&attempt, path, &list.source, opened, fs) {
+                end = Some(o);
+                break 'lists;
+            }
+            continue;
+        }
+        for dir in &list.dirs {
+            let mut last = Attempt::Missing;
+            for sub in &subdirs {
+                let dir = join(dir, sub);
+                let file = PathBuf::from(join(&dir, name));
+                let (attempt, opened) = try_file(&file, loader.elf, fs);
+                let dir_exists = fs.is_dir(Path::new(if dir.is_empty() { "." } else { &dir }));
+                other_class |= attempt == Attempt::OtherClass;
+                tried.push(Tried {
+                    source: list.source.clone(),
+                    dir,
+                    file: file.clone(),
+                    dir_exists,
+                    attempt: attempt.clone(),
+                });
+                if let Some(o) = finish(&attempt, &file, &list.source, opened, fs) {
+                    end = Some(o);
+                    break 'lists;
+                }
+                last = attempt;
+            }
+            if matches!(last, Attempt::ListEnded(_)) {
+                continue 'lists;
+            }
+        }
+    }
+    let (outcome, hit) = match end {
+        Some((o, hit)) => (o, hit),
+        None => (Outcome::NotFound { other_class }, None),
+    };
+    let search = Search {
+        name: name.to_string(),
+        requester: requester.to_path_buf(),
+        lists,
+        tried,
+        outcome,
+    };
+    (search, hit)
+}
+
+/// Opens `path` itself (a name with `/`, its DSTs replaced): no search.
+pub(crate) fn direct(
+    name: &str,
+    path: Option<PathBuf>,
+    requester: &Path,
+    elf: ElfHost,
+    fs: &impl Fs,
+) -> (Search, Option<Hit>) {
+    let mut search = Search {
+        name: name.to_string(),
+        requester: requester.to_path_buf(),
+        lists: vec![SearchList {
+            source: Source::Direct,
+            dirs: Vec::new(),
+        }],
+        tried: Vec::new(),
+        outcome: Outcome::NotFound { other_class: false },
+    };
+    let Some(path) = path else {
+        return (search, None);
+    };
+    let (attempt, opened) = try_file(&path, elf, fs);
+    let dir = path
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    search.tried.push(Tried {
+        source: Source::Direct,
+        dir_exists: fs.is_dir(Path::new(if dir.is_empty() { "." } else { &dir })),
+        dir,
+        file: path.clone(),
+        attempt: attempt.clone(),
+    });
+    match finish(&attempt, &path, &Source::Direct, opened, fs) {
+        Some((o, hit)) => {
+            search.outcome = o;
+            (search, hit)
+        }
+        None => {
+            search.outcome = Outcome::NotFound {
+                other_class: attempt == Attempt::OtherClass,
+            };
+            (search, None)
+        }
+    }
+}
+
+fn finish(
+    attempt: &Attempt,
+    file: &Path,
+    source: &Source,
+    opened: Option<Opened>,
+    fs: &impl Fs,
+) -> Option<(Outcome, Option<Hit>)> {
+    match attempt {
+        Attempt::Loadable => {
+            let opened = opened?;
+            let real_path = opened
+                .real_path
+                .clone()
+                .or_else(|| fs.canonicalize(file).ok());
+            Some((
+                Outcome::Found {
+                    path: file.to_path_buf(),
+                    real_path,
+                    source: source.clone(),
+                },
+                Some(Hit {
+                    path: file.to_path_buf(),
+                    opened,
+                }),
+            ))
+        }
+        Attempt::Unusable(reason) => Some((
+            Outcome::Error {
+                path: file.to_path_buf(),
+                reason: reason.clone(),
+            },
+            None,
+        )),
+        _ => None,
+    }
+}
+
+/// What glibc's `open_verify` makes of the file at `path`, and what was read of it.
+pub(crate) fn try_file(path: &Path, elf: ElfHost, fs: &impl Fs) -> (Attempt, Option<Opened>) {
+    let opened = match fs.open(path) {
+        Ok(o) => o,
+        Err(e) => {
+            let attempt = match e.kind() {
+                io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => Attempt::Missing,
+                _ if e.raw_os_error() == Some(libc::ENOTDIR) => Attempt::Missing,
+                _ => Attempt::ListEnded(e.to_string()),
+            };
+            return (attempt, None);
+        }
+    };
+    let attempt = match &opened.head {
+        Err(e) if e.raw_os_error().is_some() => Attempt::Unusable("cannot read file data".into()),
+        Err(e) => Attempt::Unusable(e.to_string()),
+        Ok(head) => verify_header(head, elf),
+    };
+    let attempt = match (&attempt, &opened.dynamic) {
+        (Attempt::Loadable, Err(e)) => Attempt::Unusable(e.clone()),
+        _ => attempt,
+    };
+    (attempt, Some(opened))
+}
+
+/// The checks of glibc's `open_verify` on the first bytes of a file.
+pub fn verify_header(head: &[u8], host: ElfHost) -> Attempt {
+    let ehdr_len = if host.class64 { 64 } else { 52 };
+    let bad = |s: &str| Attempt::Unusable(s.to_string());
+    if head.len() < ehdr_len {
+        return bad("file too short");
+    }
+    if head[..4] != *b"\x7fELF" {
+        return bad("invalid ELF header");
+    }
+    let class = if host.class64 { 2 } else { 1 };
+    if head[4] != class {
+        return Attempt::OtherClass;
+    }
+    let data = if host.little_endian { 1 } else { 2 };
+    if head[5] != data {
+        return bad(if host.little_endian {
+            "ELF file data encoding not little-endian"
+        } else {
+            "ELF file data encoding not big-endian"
+        });
+    }
+    if head[6] != 1 {
+        return bad("ELF file version ident does not match current one");
+    }
+    // Linux accepts ELFOSABI_SYSV (ABI version 0) and ELFOSABI_GNU.
+    match head[7] {
+        0 if head[8] != 0 => return bad("ELF file ABI version invalid"),
+        0 | 3 => {}
+        _ => return bad("ELF file OS ABI invalid"),
+    }
+    if head[9..16].iter().any(|b| *b != 0) {
+        return bad("nonzero padding in e_ident");
+    }
+    let u16_at = |at: usize| {
+        let b = [head[at], head[at + 1]];
+        if host.little_endian {
+            u16::from_le_bytes(b)
+        } else {
+            u16::from_be_bytes(b)
+        }
+    };
+    let b = [head[20], head[21], head[22], head[23]];
+    let e_version = if host.little_endian {
+        u32::from_le_bytes(b)
+    } else {
+        u32::from_be_bytes(b)
+    };
+    if e_version != 1 {
+        return bad("ELF file version does not match current one");
+    }
+    if u16_at(18) != host.machine {
+        return Attempt::OtherMachine;
+    }
+    let e_type = u16_at(16);
+    if e_type != 2 && e_type != 3 {
+        return bad("only ET_DYN and ET_EXEC can be loaded");
+    }
+    let (phentsize_at, phentsize) = if host.class64 { (54, 56) } else { (42, 32) };
+    if u16_at(phentsize_at) != phentsize {
+        return bad("ELF file's phentsize not the expected size");
+    }
+    Attempt::Loadable
+}
+
+/// One list's entries as `fillin_rpath` makes them: DSTs replaced (an entry with one that
+/// cannot be replaced, or empty after replacing, is dropped; an empty entry stays, the
+/// current directory), trailing slashes dropped, repeats removed.
+pub(crate) fn expand_list(
+    entries: &[String],
+    origin: Option<&str>,
+    loader: &Loader,
+) -> Vec<String> {
+    let mut dirs: Vec<String> = Vec::new();
+    for e in entries {
+        let d = if e.is_empty() {
+            String::new()
+        } else {
+            match expand_dsts(e, origin, loader) {
+                Some(x) if !x.is_empty() => trim_dir(&x),
+                _ => continue,
+            }
+        };
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    dirs
+}
+
+/// Replaces `$ORIGIN`, `$LIB`, `$PLATFORM` (and `${…}`) as `_dl_dst_substitute` does: a name
+/// followed by an identifier character is no DST and stays, as does an unknown `$NAME`; a
+/// known DST without a value makes the whole string unusable (`None`).
+pub fn expand_dsts(input: &str, origin: Option<&str>, loader: &Loader) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = input;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let mut matched = None;
+        for (dst, value) in [
+            ("ORIGIN", origin),
+            ("PLATFORM", loader.platform.as_deref()),
+            ("LIB", Some(loader.lib.as_str())),
+        ] {
+            if let Some(len) = dst_len(after, dst) {
+                matched = Some((len, value));
+                break;
+            }
+        }
+        match matched {
+            Some((len, Some(value))) => {
+                out.push_str(value);
+                rest = &after[len..];
+            }
+            Some((_, None)) => return None,
+            None => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// glibc's `is_dst`: the length of DST `name` at the start of `input` (after the `$`),
+/// braces included, or `None`.
+fn dst_len(input: &str, name: &str) -> Option<usize> {
+    let (curly, body) = match input.strip_prefix('{') {
+        Some(b) => (true, b),
+        None => (false, input),
+    };
+    let tail = body.strip_prefix(name)?;
+    let next = tail.bytes().next();
+    if curly {
+        (next == Some(b'}')).then_some(name.len() + 2)
+    } else if next.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
+        None
+    } else {
+        Some(name.len())
+    }
+}
+
+/// `dir` + `/` + `rest`, as glibc builds names: `""` (the current directory) adds nothing.
+fn join(dir: &str, rest: &str) -> String {
+    match (dir, rest) {
+        (d, "") => d.to_string(),
+        ("", r) => r.to_string(),
+        ("/", r) => format!("/{r}"),
+        (d, r) => format!("{d}/{r}"),
+    }
+}
+
+/// Removes trailing slashes, keeping `/`.
+pub(crate) fn trim_dir(d: &str) -> String {
+    let t = d.trim_end_matches('/');
+    if t.is_empty() && !d.is_empty() {
+        "/".into()
+    } else {
+        t.to_string()
+    }
+}
