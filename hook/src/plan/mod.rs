@@ -79,6 +79,9 @@ pub enum Reason {
         spec: PathBuf,
         /// What it is.
         item: CdiItem,
+        /// With leases: the GPU whose device lists it, kept only for a build leased that GPU.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gpu: Option<u32>,
     },
     /// A MIG capability node of a rule's MIG source.
     Mig {
@@ -378,7 +381,7 @@ impl Plan {
                 Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
                 Capability::Config | Capability::Monitor => true,
             },
-            _ => gpu_number(&e.inside).is_none_or(|g| parents.contains(&g)),
+            _ => cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)),
         };
         let others: Vec<(PathBuf, bool)> = self
             .devices()
@@ -418,6 +421,7 @@ impl Plan {
                 ),
             });
         }
+        cdi::keep_leased(&mut self.not_carried_out, &parents);
         self.leased_gpus = parents;
         self.leased_mig = picked.iter().find_map(|s| match s {
             Slot::Mig(i) => Some(*i),
