@@ -731,7 +731,9 @@ fn with_private_run_cdi(dir: &Path, program: &Path, spec: Option<&Path>) -> Path
 
 /// The NixOS module's rule with `programs.cuda-sandbox.cdi.enable`, as rendered (less the
 /// Jetson globs, which match nothing on a discrete host), on the host root `h`; the spec
-/// directories are the built-in ones (`/etc/cdi`, `/var/run/cdi`, `/run/cdi`).
+/// directories are the built-in ones (`/etc/cdi`, `/var/run/cdi`, `/run/cdi`). The module's
+/// own rendering of this rule is fed to the hook against the same specs by
+/// nix-tests/fake-host-explain (cases `cdi-toolkit`, `cdi-leased`).
 fn nixos_cdi_config(h: &Host, store: Option<&Path>, driver: bool) -> PathBuf {
     let p = h.path("nixos.toml");
     let store = store.map_or_else(String::new, |s| {
