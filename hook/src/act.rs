@@ -365,6 +365,7 @@ fn lease(
         config.gpus_per_build,
         &mut granted.exposures,
         &mut granted.skipped,
+        &mut granted.not_carried_out,
     );
     granted.slots = picked;
     granted.lease = guard;

@@ -167,6 +167,7 @@ pub fn render_text(e: &Explanation) -> String {
                     device,
                     spec,
                     item,
+                    ..
                 } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
                 Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
                 Reason::Manifest => "manifest for the runner".to_string(),

@@ -3,7 +3,8 @@
 //! are kept ([`GpuDemand::keep`]), and the manifest is planned from the result
 //! ([`plan_manifest`]). Reads nothing but its arguments.
 
-use super::{devices, gpu_number, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
+use super::cdi::{self, NotCarriedOut};
+use super::{devices, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
 use super::{Problem, Reason, Skip};
 use crate::config::Config;
 use crate::mig::Capability;
@@ -20,7 +21,8 @@ impl GpuDemand {
     /// ones a build would get now): the other `/dev/nvidiaN` nodes and the other MIG
     /// instances' capability nodes are dropped, each with a skip in `skipped`; the control
     /// nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them, and so do
-    /// the MIG administration nodes a rule names. `taken`: whether a lease holds `picked`.
+    /// the MIG administration nodes a rule names, and the CDI edits not carried out of the
+    /// GPUs kept or of every build. `taken`: whether a lease holds `picked`.
     pub fn keep(
         &self,
         picked: &[Slot],
@@ -28,6 +30,7 @@ impl GpuDemand {
         gpus_per_build: u32,
         exposures: &mut Vec<Exposure>,
         skipped: &mut Vec<Skip>,
+        not_carried_out: &mut Vec<NotCarriedOut>,
     ) {
         let parents = slot::gpus(picked);
         let kept = |e: &Exposure| match &e.reason {
@@ -38,7 +41,7 @@ impl GpuDemand {
                 Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
                 Capability::Config | Capability::Monitor => true,
             },
-            _ => gpu_number(&e.inside).is_none_or(|g| parents.contains(&g)),
+            _ => cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)),
         };
         let others: Vec<(PathBuf, bool)> = devices(exposures)
             .filter(|e| !kept(e))
@@ -77,6 +80,7 @@ impl GpuDemand {
                 ),
             });
         }
+        cdi::keep_leased(not_carried_out, &parents);
     }
 }
 

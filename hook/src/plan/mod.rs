@@ -81,6 +81,9 @@ pub enum Reason {
         spec: PathBuf,
         /// What it is.
         item: CdiItem,
+        /// With leases: the GPU whose device lists it, kept only for a build leased that GPU.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gpu: Option<u32>,
     },
     /// A MIG capability node of a rule's MIG source.
     Mig {

@@ -648,8 +648,19 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     // keep_gpus leaves the control nodes and the picked GPU.
     let mut plan = decide_on(&request(&c, None), &c, &v);
     let demand = plan.gpu_demand.clone().unwrap();
-    let (exposures, skipped) = (&mut plan.exposures, &mut plan.skipped);
-    demand.keep(&[Slot::Gpu(2)], true, c.gpus_per_build, exposures, skipped);
+    let (exposures, skipped, not_carried_out) = (
+        &mut plan.exposures,
+        &mut plan.skipped,
+        &mut plan.not_carried_out,
+    );
+    demand.keep(
+        &[Slot::Gpu(2)],
+        true,
+        c.gpus_per_build,
+        exposures,
+        skipped,
+        not_carried_out,
+    );
     assert_eq!(insides(&plan), ["/dev/nvidia2"]);
     assert_eq!(plan.skipped.len(), 3);
 }
