@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// A rule that matched, and through which feature.
 #[derive(Debug, Clone, Serialize)]
-pub struct RuleMatch {
+pub(crate) struct RuleMatch {
     /// The rule's name.
     pub rule: String,
     /// The derivation's feature it answered to.
@@ -28,25 +28,25 @@ pub struct RuleMatch {
 #[derive(Debug, Serialize)]
 pub struct Explanation {
     /// The derivation explained, if one was given.
-    pub derivation: Option<String>,
+    pub(crate) derivation: Option<String>,
     /// Its required system features (plus any given with `--features`).
-    pub features: Vec<String>,
+    pub(crate) features: Vec<String>,
     /// Whether the features came from structured attrs.
-    pub structured_attrs: bool,
+    pub(crate) structured_attrs: bool,
     /// Where the configuration came from.
-    pub config: String,
+    pub(crate) config: String,
     /// Rules that matched.
-    pub rules: Vec<RuleMatch>,
+    pub(crate) rules: Vec<RuleMatch>,
     /// What the build would be granted (empty when nothing matched).
-    pub plan: Granted,
+    pub(crate) plan: Granted,
     /// One sentence: what happens to the build.
-    pub verdict: String,
+    pub(crate) verdict: String,
     /// Exactly what the hook prints for Nix (empty when it prints nothing).
-    pub nix_answer: String,
+    pub(crate) nix_answer: String,
     /// What the hook would warn about on stderr.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Whether Nix's build users can open the device nodes exposed (tagged builds only).
-    pub build_users: Option<AccessCheck>,
+    pub(crate) build_users: Option<AccessCheck>,
 }
 
 /// Explains what a build of `drv` (and/or one requiring `extra_features`) would get.

@@ -7,8 +7,8 @@
 //! afterwards is followed.
 
 use crate::trust::{self, TrustError};
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fstat, Mode, SFlag};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Write;
@@ -20,14 +20,14 @@ use std::path::{Component, Path, PathBuf};
 #[error("state directory {}: {reason}", path.display())]
 pub struct StateDirError {
     /// The state directory.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// What is wrong with it, or with a directory on its way.
-    pub reason: Reason,
+    pub(crate) reason: Reason,
 }
 
 /// What is wrong with a state directory (see [`StateDirError`]).
 #[derive(Debug, thiserror::Error)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// The path is relative.
     #[error("not an absolute path")]
     NotAbsolute,
@@ -64,7 +64,7 @@ pub enum Reason {
 
 /// Reads `file` to its end, `size` bytes expected (from a `stat` already made): no second
 /// `stat` and no `lseek` as `std::fs::read` makes, and one short read to see the end.
-pub fn read_sized(file: &File, size: u64) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_sized(file: &File, size: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
     // `Take` reads with the generic loop, which trusts the capacity it is given.
@@ -83,7 +83,7 @@ fn adopt(fd: RawFd) -> OwnedFd {
 #[derive(Debug)]
 pub struct StateDir {
     /// Its path, for messages.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     fd: OwnedFd,
 }
 
@@ -97,7 +97,7 @@ impl StateDir {
 
     /// As [`StateDir::open`], but `None` when the directory does not exist (nothing is
     /// created).
-    pub fn open_existing(path: &Path) -> Result<Option<StateDir>, StateDirError> {
+    pub(crate) fn open_existing(path: &Path) -> Result<Option<StateDir>, StateDirError> {
         Self::open_with(path, false)
     }
 
@@ -263,12 +263,8 @@ impl StateDir {
         self.fd.as_fd().as_raw_fd()
     }
 
-    /// Opens the regular file `name` in this directory for reading, never following a link.
-    pub fn open_read(&self, name: &str) -> std::io::Result<File> {
-        self.open_read_sized(name).map(|(file, _)| file)
-    }
-
-    /// As [`StateDir::open_read`], with the file's size.
+    /// Opens the regular file `name` in this directory for reading, never following a link,
+    /// with the file's size.
     fn open_read_sized(&self, name: &str) -> std::io::Result<(File, u64)> {
         let fd = nix::fcntl::openat(
             Some(self.raw()),
@@ -285,7 +281,7 @@ impl StateDir {
     }
 
     /// Reads the regular file `name` as bytes (never through a link).
-    pub fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
         let (file, size) = self.open_read_sized(name)?;
         read_sized(&file, size)
     }
@@ -305,7 +301,7 @@ impl StateDir {
     /// `mode`. A reader sees the old file or the new one, never a torn one. `durable`: the data
     /// reaches the disk before the rename (for files that outlive a reboot, like the closure
     /// cache; manifests and leases describe running builds and need not).
-    pub fn write_atomic(
+    pub(crate) fn write_atomic(
         &self,
         name: &str,
         bytes: &[u8],
@@ -354,7 +350,7 @@ impl StateDir {
     }
 
     /// Removes the entry `name` (a file or a link; never what a link points to).
-    pub fn remove(&self, name: &str) -> std::io::Result<()> {
+    pub(crate) fn remove(&self, name: &str) -> std::io::Result<()> {
         nix::unistd::unlinkat(
             Some(self.raw()),
             name,
@@ -363,16 +359,11 @@ impl StateDir {
         .map_err(std::io::Error::from)
     }
 
-    /// Whether `name` exists here (links not followed).
-    pub fn exists(&self, name: &str) -> bool {
-        fstatat(Some(self.raw()), name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
-    }
-
     /// Whether the directory may hold `n` entries or more (besides `.` and `..`), answered
     /// without reading it where that is exact: on tmpfs (where `/run` is), which sizes a
     /// directory at 20 bytes an entry, `.` and `..` included (`BOGO_DIRENT_SIZE` in the
     /// kernel's `mm/shmem.c`). Elsewhere, or when it cannot tell, true: the caller lists it.
-    pub fn may_hold(&self, n: usize) -> bool {
+    pub(crate) fn may_hold(&self, n: usize) -> bool {
         use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
         const TMPFS_ENTRY_SIZE: i64 = 20;
         match (fstatfs(&self.fd), fstat(self.raw())) {
@@ -384,7 +375,7 @@ impl StateDir {
     }
 
     /// The names of the entries in this directory.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let Ok(dir) = nix::dir::Dir::openat(
             Some(self.raw()),
             ".",

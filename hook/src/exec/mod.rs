@@ -216,7 +216,7 @@ pub struct Prepared {
     /// The binds, in order, one per inside path.
     pub binds: Vec<Bind>,
     /// The command's path inside.
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     /// What the command's process loads there (its libraries, by their paths inside).
     pub closure: elfdeps::Closure,
 }

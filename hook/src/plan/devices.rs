@@ -157,7 +157,7 @@ pub(super) fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
 }
 
 /// The fix to suggest when a required device glob matches nothing.
-pub fn device_hint(glob: &str) -> String {
+pub(super) fn device_hint(glob: &str) -> String {
     if glob.contains("nvidia-uvm") {
         "the nvidia-uvm module is not loaded or its node not created yet: run \
          `nvidia-modprobe -u -c=0` (or `modprobe nvidia-uvm`) on the builder, and make it \

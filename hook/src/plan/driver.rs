@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// Where an exposed driver file or directory comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DriverSource {
+pub(crate) enum DriverSource {
     /// The NixOS driver link (`driver-link`).
     DriverLink,
     /// A host library bound at the link (`host-library (<capability>) from <where it was
@@ -359,7 +359,7 @@ fn mount_paths(inside: &Path, outside: &Path, view: &HostView) -> Vec<PathBuf> {
 /// version of the host's user-space driver, from `libcuda_file` (the real file name of the
 /// host's libcuda) when it carries a version, else from the kernel branch, else from the L4T
 /// release.
-pub fn host_facts(view: &HostFacts, libcuda_file: Option<&str>) -> HostDriverFacts {
+pub(super) fn host_facts(view: &HostFacts, libcuda_file: Option<&str>) -> HostDriverFacts {
     let kernel_branch = view
         .kernel_driver
         .as_deref()

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// A rule's driver configuration and what the scan found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DriverView {
+pub(crate) struct DriverView {
     /// The driver configuration.
     pub source: DriverConfig,
     /// Whether the driver link (inside path `source.link`) exists on the host.
@@ -27,7 +27,7 @@ pub struct DriverView {
 /// The host's libraries found through the loader cache and the library directories, with the
 /// warnings (e.g. an unreadable cache) met on the way.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostLibraries {
+pub(crate) struct HostLibraries {
     /// The driver libraries, by name.
     pub libraries: Vec<HostLibrary>,
     /// The driver's data files (ICD files, `nvoptix.bin`); none when the libraries come from a
@@ -39,7 +39,7 @@ pub struct HostLibraries {
 
 /// One directory a compat glob matched, and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompatSeen {
+pub(crate) struct CompatSeen {
     /// Inside path of the directory.
     pub inside: PathBuf,
     /// Host path.
@@ -53,7 +53,7 @@ pub struct CompatSeen {
 /// Scans `driver` under `config`: every path the planner follows is recorded in `fs`. Without
 /// the link, the host's libraries are `from_spec` (those a CDI spec mounts) when given, else
 /// found through the loader cache and the library directories.
-pub fn scan(
+pub(crate) fn scan(
     driver: &DriverConfig,
     config: &Config,
     from_spec: Option<Vec<HostLibrary>>,

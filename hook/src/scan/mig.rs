@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 
 /// The most entries looked at in one directory of the capability tree (the driver publishes
 /// at most 32 GPUs, 15 GPU instances and 8 compute instances each).
-pub const ENTRIES_MAX: usize = 4096;
+pub(crate) const ENTRIES_MAX: usize = 4096;
 
 /// A rule's MIG source and what was found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigView {
+pub(crate) struct MigView {
     /// The source, as configured.
     pub source: MigConfig,
     /// The instances (none where MIG is off), or why they could not be read.
@@ -33,7 +33,7 @@ pub struct MigView {
 
 /// The MIG instances of the host and the administration capabilities the source names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MigHost {
+pub(crate) struct MigHost {
     /// Every compute instance, in order, with its GPU instance's node and its own.
     pub instances: Vec<InstanceFound>,
     /// The `config` and `monitor` capabilities, when the source names them.
@@ -42,7 +42,7 @@ pub struct MigHost {
 
 /// One compute instance and the two nodes a process needs to use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceFound {
+pub(crate) struct InstanceFound {
     /// The instance.
     pub id: InstanceId,
     /// Its GPU instance's capability node.
@@ -53,7 +53,7 @@ pub struct InstanceFound {
 
 /// A capability and its device node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CapNode {
+pub(crate) struct CapNode {
     /// The capability.
     pub capability: Capability,
     /// Its minor (`DeviceFileMinor`).
@@ -64,14 +64,14 @@ pub struct CapNode {
 
 impl CapNode {
     /// The node as the build sees it.
-    pub fn inside(&self) -> PathBuf {
+    pub(crate) fn inside(&self) -> PathBuf {
         mig::node_path(self.minor)
     }
 }
 
 /// What the capability's device node is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeState {
+pub(crate) enum NodeState {
     /// The right character device.
     Present,
     /// Nothing there (`nvidia-modprobe -f` creates it).
@@ -82,7 +82,7 @@ pub enum NodeState {
 
 /// Why the MIG files could not be read; one line naming the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MigScanError {
+pub(crate) enum MigScanError {
     /// A file or directory failed the trust check or could not be read.
     #[error("cannot read {}: {why}", path.display())]
     Read {
@@ -128,7 +128,7 @@ pub enum MigScanError {
 
 /// Scans the MIG source `source` under `config`'s host root, recording each present node in
 /// `fs` for the planner.
-pub fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigView {
+pub(crate) fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigView {
     MigView {
         source: source.clone(),
         found: scan_host(source, config, fs),

@@ -23,7 +23,7 @@ mod classify;
 mod edits;
 mod lease;
 
-pub use edits::{CdiEdit, CdiItem, NotCarriedOut};
+pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
 use super::{Decision, Exposure, Problem, Reason, Skip};
 use crate::cdi::load::LookupError;
