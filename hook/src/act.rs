@@ -15,6 +15,7 @@ use crate::manifest_file;
 use crate::pipeline::Mode;
 use crate::plan::{Plan, Problem, Skip};
 use crate::request::Request;
+use crate::sysfs;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,11 +23,13 @@ use std::time::Duration;
 /// previews) its GPUs and plans the manifest. Problems met here are added to the plan.
 pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
     add_closures(&mut plan, req, config, mode);
+    let name = manifest_file::name_for(req.chroot.as_deref());
+    plan.place_sysfs(sysfs::tree_name(&name), &config.runtime_dir);
     plan.drop_nested();
     if plan.problems.is_empty() {
         lease(&mut plan, req, config, mode);
     }
-    let name = manifest_file::name_for(req.chroot.as_deref());
+    sysfs_tree(&mut plan, req, config, mode);
     plan.add_manifest(config, req, &name);
     plan
 }
@@ -35,6 +38,9 @@ pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
 /// not start the build, so nothing else would end the lease before that Nix ends. A lease that
 /// cannot be ended here stays (the next hook judges it as usual).
 pub fn release_lease(plan: &Plan, req: &Request, config: &Config) {
+    if let (Some(tree), Some(_)) = (&plan.sysfs, &req.chroot) {
+        let _ = sysfs::remove(&config.runtime_dir, &tree.name);
+    }
     if let (true, Some(chroot), Some(holder)) = (plan.lease_taken, &req.chroot, Holder::parent()) {
         let _ = Leases::new(&config.runtime_dir).release(&plan.leased_slots, chroot, holder);
     }
@@ -191,4 +197,27 @@ fn lease(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
     };
     let taken = mode == Mode::Hook && req.chroot.is_some();
     plan.keep_gpus(picked, taken, config);
+}
+
+/// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
+/// problem: the build does not start without what its rule asks for). `exec` makes none.
+fn sysfs_tree(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
+    let chroot = match (mode, &req.chroot) {
+        (Mode::Hook, Some(chroot)) => chroot,
+        (Mode::Explain, _) => return,
+        _ => return plan.drop_sysfs("exec makes no /sys tree: run the build under Nix"),
+    };
+    let _ = sysfs::sweep(&config.runtime_dir);
+    let Some(tree) = plan.sysfs.as_ref().filter(|_| plan.problems.is_empty()) else {
+        return;
+    };
+    if let Err(e) = sysfs::build(tree, &config.runtime_dir, chroot, plan.lease_taken) {
+        plan.problems.push(Problem {
+            rule: plan.rules.join(","),
+            what: format!("cannot give the build its read-only /sys: {e}"),
+            fix: "run the hook as root on a host with /sys mounted (see sysfs in \
+                  docs/configuration.md)"
+                .to_string(),
+        });
+    }
 }

@@ -36,4 +36,5 @@ pub mod request;
 pub mod scan;
 pub mod statedir;
 pub mod symlinks;
+pub mod sysfs;
 pub mod trust;

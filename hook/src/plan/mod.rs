@@ -13,6 +13,7 @@ mod gpus;
 mod mig;
 mod paths;
 mod stale;
+mod sysfs;
 
 pub use cdi::{CdiEdit, CdiItem, NotCarriedOut};
 pub use driver::DriverSource;
@@ -87,6 +88,11 @@ pub enum Reason {
         /// The capability the node grants.
         #[serde(serialize_with = "as_text")]
         capability: Capability,
+    },
+    /// A read-only part of the host's `/sys` (`sysfs` on a rule), bound from the build's tree.
+    Sysfs {
+        /// The rule.
+        rule: String,
     },
     /// The manifest the runner reads.
     Manifest,
@@ -204,6 +210,13 @@ pub struct Plan {
     /// this build needs, for [`crate::act`] to lease.
     #[serde(skip)]
     pub gpu_demand: Option<GpuDemand>,
+    /// The build's tree of read-only `/sys` binds, when a rule asks for one
+    /// ([`crate::sysfs`]); act names it, makes it, and exposes it.
+    #[serde(skip)]
+    pub sysfs: Option<crate::sysfs::TreeSpec>,
+    /// Which rule asked for each of the tree's mount points.
+    #[serde(skip)]
+    sysfs_rules: Vec<(String, String)>,
 }
 
 /// The slots a build must be leased before it starts.
@@ -256,6 +269,9 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
             if plan.driver.is_none() {
                 plan.add_driver(&rule.name, driver, config, view);
             }
+        }
+        if let Some(sysfs) = rule.sysfs {
+            plan.add_sysfs(&rule.name, sysfs, config);
         }
     }
     plan.drop_nested();
