@@ -14,6 +14,13 @@
 //!   them that stay inside (`node0/cpu0 -> ../../cpu/cpu0`) work, those that lead elsewhere in
 //!   `/sys` dangle.
 //!
+//! The mounts are made in the mount namespace of the Nix that ran the hook
+//! (`mount::in_parents_namespace`): Nix runs its hook in the namespace it saved at start,
+//! while it may set up sandboxes from a private one of its own (`nix-build` as root on Nix
+//! 2.8), where a mount of the hook's namespace never arrives. They end with that namespace,
+//! or when a sweep unmounts them (an `rmdir` of a mount point also detaches it in every other
+//! namespace).
+//!
 //! Each tree has a record, `<runtime_dir>/sysfs/<name>.json` ([`tree`]), written before any
 //! mount is made, naming the build's chroot and the tree's mount points, so a hook killed
 //! half-way leaves nothing that [`sweep`] does not find. A tree lives while the build's lease

@@ -1,9 +1,11 @@
 //! Read-only bind mounts in the host's mount namespace, and their removal.
 
 use crate::trust::{self, TrustError};
+use nix::fcntl::OFlag;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
 /// How often [`detach`] unmounts one mount point at most (a point mounted over repeatedly).
@@ -112,5 +114,43 @@ pub fn detach(target: &Path) -> Result<(), MountError> {
         what: "cannot unmount",
         target: target.to_path_buf(),
         source: nix::Error::EBUSY,
+    })
+}
+
+/// Runs `work` in the mount namespace of this process's parent (the Nix that ran the hook),
+/// on a thread of its own (`unshare(CLONE_FS)`, then `setns`), so that the mounts it makes
+/// are in the namespace Nix clones the build's sandbox from. Nix runs its hook in the
+/// namespace it saved at start (`restoreMountNamespace`), which need not be its own: seen
+/// on Nix 2.8 as root without a daemon, where `nix-build` runs in a private namespace of its
+/// own and a mount made in the hook's never reached the build. Mounts in that namespace end
+/// with it, when that Nix ends.
+pub fn in_parents_namespace<T: Send>(work: impl FnOnce() -> T + Send) -> Result<T, MountError> {
+    use nix::sched::{setns, unshare, CloneFlags};
+    let parent = nix::unistd::getppid();
+    let path = PathBuf::from(format!("/proc/{parent}/ns/mnt"));
+    let failed = |source| MountError::Mount {
+        what: "cannot enter the mount namespace",
+        target: path.clone(),
+        source,
+    };
+    let ns = nix::fcntl::open(&path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+        .map(|fd| {
+            // SAFETY: open(2) just returned the descriptor; nothing else owns it.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+        })
+        .map_err(failed)?;
+    // The parent could have ended (and its pid been reused) before the open.
+    if nix::unistd::getppid() != parent {
+        return Err(failed(nix::Error::ESRCH));
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                unshare(CloneFlags::CLONE_FS).map_err(failed)?;
+                setns(&ns, CloneFlags::CLONE_NEWNS).map_err(failed)?;
+                Ok(work())
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }

@@ -75,6 +75,15 @@ pub fn build(
     chroot: &Path,
     leased: bool,
 ) -> Result<(), TreeError> {
+    mount::in_parents_namespace(|| build_here(spec, runtime_dir, chroot, leased))?
+}
+
+fn build_here(
+    spec: &TreeSpec,
+    runtime_dir: &Path,
+    chroot: &Path,
+    leased: bool,
+) -> Result<(), TreeError> {
     let trees = StateDir::open(&runtime_dir.join(TREES_DIR))?;
     let meta = std::fs::metadata(chroot).map_err(|source| TreeError::Chroot {
         path: chroot.to_path_buf(),
@@ -117,6 +126,10 @@ fn make_binds(trees: &StateDir, spec: &TreeSpec) -> Result<(), TreeError> {
 
 /// Removes the tree `name` and its record, if any (the build failed after it was made).
 pub fn remove(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
+    mount::in_parents_namespace(|| remove_here(runtime_dir, name))?
+}
+
+fn remove_here(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
     match StateDir::open_existing(&runtime_dir.join(TREES_DIR))? {
         Some(trees) => remove_in(&trees, name),
         None => Ok(()),
@@ -126,6 +139,10 @@ pub fn remove(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
 /// Removes every tree whose build has ended (see [`Record::live`]); one that cannot be
 /// removed keeps its record, for the next sweep. A record that cannot be read is left.
 pub fn sweep(runtime_dir: &Path) -> Result<(), TreeError> {
+    mount::in_parents_namespace(|| sweep_here(runtime_dir))?
+}
+
+fn sweep_here(runtime_dir: &Path) -> Result<(), TreeError> {
     let Some(trees) = StateDir::open_existing(&runtime_dir.join(TREES_DIR))? else {
         return Ok(());
     };
