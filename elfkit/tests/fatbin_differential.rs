@@ -228,3 +228,160 @@ fn the_reader_lists_what_cuobjdump_lists_on_nvidias_own_libraries() {
         "{scanned} containers found in cuRAND's data"
     );
 }
+
+/// Every SASS and PTX payload of `path`, unpacked by the reader, against the files
+/// `cuobjdump -xelf all -xptx all` writes for it: the same contents, as multisets (cuobjdump
+/// numbers its files its own way), each without the zero bytes that end it (fatbinary pads a
+/// stored payload to 8 bytes, and PTX text to a NUL; cuobjdump writes neither).
+fn payload_differences(real: &RealNvidia, path: &Path, scratch: &Path) -> Vec<String> {
+    use cuda_sandbox_elfkit::fatbin::payload;
+    let data = std::fs::read(path).unwrap();
+    let code = read_file(path).unwrap();
+    let trim = |b: &[u8]| {
+        let end = b.iter().rposition(|&c| c != 0).map_or(0, |i| i + 1);
+        b[..end].to_vec()
+    };
+    let mut ours: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut errors = Vec::new();
+    for c in code.listed_by_cuobjdump() {
+        for e in &c.entries {
+            let kind = match e.kind {
+                EntryKind::Sass => "cubin",
+                EntryKind::Ptx => "ptx",
+                _ => continue,
+            };
+            match payload(&data, e) {
+                Ok(bytes) => ours.push((kind.into(), trim(&bytes))),
+                Err(err) => errors.push(format!("{}: {err}", path.display())),
+            }
+        }
+    }
+    let out = scratch.join(format!("x-{}", path.file_name().unwrap().to_string_lossy()));
+    std::fs::create_dir_all(&out).unwrap();
+    let run = std::process::Command::new(real.cuobjdump())
+        .args(["-xelf", "all", "-xptx", "all"])
+        .arg(path)
+        .current_dir(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut theirs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|f| {
+            let f = f.unwrap().path();
+            let kind = f.extension().unwrap().to_string_lossy().into_owned();
+            let bytes = std::fs::read(&f).unwrap();
+            (kind, trim(&bytes))
+        })
+        .collect();
+    ours.sort();
+    theirs.sort();
+    if ours.len() != theirs.len() {
+        errors.push(format!(
+            "{}: {} payloads unpacked, cuobjdump extracts {}",
+            path.display(),
+            ours.len(),
+            theirs.len()
+        ));
+    } else if let Some(i) = (0..ours.len()).find(|&i| ours[i] != theirs[i]) {
+        errors.push(format!(
+            "{}: payload {i} ({}, {} bytes) differs from cuobjdump's ({}, {} bytes)",
+            path.display(),
+            ours[i].0,
+            ours[i].1.len(),
+            theirs[i].0,
+            theirs[i].1.len()
+        ));
+    }
+    errors
+}
+
+/// The unpacker (LZ4 blocks, Zstandard frames, concatenated parts) against cuobjdump's
+/// extraction, on fat binaries fatbinary 13.5 packs in every compression mode and on
+/// NVIDIA's nvJPEG 12.4 (LZ4) and 13.2 (Zstandard).
+#[test]
+fn every_payload_unpacks_to_what_cuobjdump_extracts() {
+    let test = "every_payload_unpacks_to_what_cuobjdump_extracts";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = fatbin_fixtures::build(&real, &dir.path().join("fixtures"));
+    let mut paths: Vec<std::path::PathBuf> = fixtures
+        .iter()
+        .filter(|f| {
+            let name = f.path.file_name().unwrap().to_string_lossy();
+            name.starts_with("compress-") || name == "concat.fatbin" || name == "all.fatbin"
+        })
+        .map(|f| f.path.clone())
+        .collect();
+    assert!(paths.len() >= 7, "{paths:?}");
+    for (wheel, file) in [
+        ("nvjpeg-12.4.0", "libnvjpeg.so.12"),
+        ("nvjpeg-13.2.3", "libnvjpeg.so.13"),
+    ] {
+        let path = real.corpus(wheel, file);
+        if !real.has(test, &path) {
+            return;
+        }
+        paths.push(path);
+    }
+    let diffs: Vec<String> = paths
+        .iter()
+        .flat_map(|p| payload_differences(&real, p, dir.path()))
+        .collect();
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+/// `__nv_relfatbin` in a linked shared object is device-link input; every container of an
+/// object or archive member is link input; the rest is loaded by the driver.
+#[test]
+fn link_input_is_told_apart_from_what_the_driver_loads() {
+    use cuda_sandbox_elfkit::fatbin::Purpose;
+    let Some(real) = RealNvidia::find("link_input_is_told_apart_from_what_the_driver_loads") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = fatbin_fixtures::build(&real, &dir.path().join("fixtures"));
+    let by_name = |name: &str| {
+        let f = fixtures
+            .iter()
+            .find(|f| f.path.file_name().unwrap() == name)
+            .unwrap_or_else(|| panic!("no fixture {name}"));
+        read_file(&f.path).unwrap()
+    };
+    let purposes = |code: &GpuCode| -> Vec<(String, Purpose)> {
+        code.containers
+            .iter()
+            .map(|c| {
+                let place = match &c.origin {
+                    Origin::Section(s) | Origin::Wrapper(s) | Origin::Scan(s) => s.clone(),
+                    Origin::File => "file".into(),
+                };
+                (place, c.purpose)
+            })
+            .collect()
+    };
+    let mixed = purposes(&by_name("exec-and-rel.so"));
+    assert!(
+        mixed.contains(&(".nv_fatbin".into(), Purpose::Loadable)),
+        "{mixed:?}"
+    );
+    assert!(
+        mixed.contains(&("__nv_relfatbin".into(), Purpose::DeviceLinkInput)),
+        "{mixed:?}"
+    );
+    for name in ["rel1.o", "librel.a"] {
+        let all = purposes(&by_name(name));
+        assert!(
+            !all.is_empty() && all.iter().all(|(_, p)| *p == Purpose::LinkInput),
+            "{name}: {all:?}"
+        );
+    }
+    let so = purposes(&by_name("embedded.so"));
+    assert!(so.iter().all(|(_, p)| *p == Purpose::Loadable), "{so:?}");
+}

@@ -58,6 +58,9 @@ fn device_check_passes_on_the_fake_driver_and_writes_a_summary() {
         v["exec"]["report"]["libcuda"],
         "/run/opengl-driver/lib/libcuda.so.1"
     );
+    // Step 4 needs a GPU: on the fake driver it is skipped, and says so.
+    assert_eq!(v["gpu_confirm"]["eager"], "skipped", "{summary}");
+    assert_eq!(v["gpu_confirm"]["lazy"], "skipped", "{summary}");
     assert!(v["explain"]["verdict"]
         .as_str()
         .unwrap()

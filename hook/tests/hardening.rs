@@ -14,36 +14,67 @@ use common::HOOK;
 
 const USER: &str = "cudasbx-redteam";
 
-/// The test user's uid and gid, creating the user (no home, no shell) the first time.
+/// The test user's uid and gid (its own group's): fixed, and outside every build-user range a Nix here uses (the
+/// host's nixbld users, and 32601-32632 / 33401-33432 in the Nix 2.26 / 2.34 roots of
+/// scripts/nix-versions). A uid `useradd --system` picked could be a build user's on the host
+/// (it was: 994 in the 2.34 root is the host's nixbld3), and a Nix that takes a build user
+/// kills every process of its uid, whichever root made it, so a build elsewhere on the machine
+/// could end this test's processes.
+const USER_ID: u32 = 30_901;
+
+/// The test user's uid and gid, creating the user (no home, no shell) the first time, once
+/// per process (tests run in threads).
 fn unprivileged_user() -> (u32, u32) {
-    let id = |flag: &str| {
-        let out = Command::new("id").args([flag, USER]).output().unwrap();
-        out.status.success().then(|| {
-            String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse::<u32>()
-                .unwrap()
-        })
-    };
-    if id("-u").is_none() {
-        let out = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                USER,
-            ])
-            .output()
-            .unwrap();
-        // Another test may have made it meanwhile.
-        assert!(
-            out.status.success() || id("-u").is_some(),
-            "useradd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (id("-u").unwrap(), id("-g").unwrap())
+    static MADE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *MADE.get_or_init(|| {
+        let id = |flag: &str| {
+            let out = Command::new("id").args([flag, USER]).output().unwrap();
+            out.status.success().then(|| {
+                String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse::<u32>()
+                    .unwrap()
+            })
+        };
+        if id("-u").is_some_and(|uid| uid != USER_ID) || id("-g").is_some_and(|g| g != USER_ID) {
+            // Made by an earlier version of this test with a uid of useradd's choosing.
+            let out = Command::new("userdel").arg(USER).output().unwrap();
+            assert!(
+                out.status.success(),
+                "userdel: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if id("-u").is_none() {
+            let uid = USER_ID.to_string();
+            // Its own group, with the same fixed id (a gid of groupadd's choosing was the
+            // host's nixbld group in one root).
+            let _ = Command::new("groupdel").arg(USER).output();
+            let _ = Command::new("groupadd")
+                .args(["--system", "--gid", &uid, USER])
+                .output()
+                .unwrap();
+            let out = Command::new("useradd")
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                ])
+                .args(["--uid", &uid, "--gid", &uid, USER])
+                .output()
+                .unwrap();
+            // Another test binary may have made it meanwhile.
+            assert!(
+                out.status.success() || id("-u").is_some(),
+                "useradd: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let made = (id("-u").unwrap(), id("-g").unwrap());
+        assert_eq!(made, (USER_ID, USER_ID), "{USER} has another uid or gid");
+        made
+    })
 }
 
 /// Runs `program args` as the unprivileged user.

@@ -105,9 +105,48 @@ pub fn cuda_for_driver(driver: &str) -> Option<CudaVersion> {
     driver_branch(driver).and_then(cuda_for_branch)
 }
 
+/// The first driver branch that provides CUDA `cuda` (12.8 → 570), when the table has one.
+pub fn branch_for_cuda(cuda: CudaVersion) -> Option<u32> {
+    BRANCHES.iter().find(|(_, c)| *c == cuda.0).map(|(b, _)| *b)
+}
+
+/// The kernel module version from `/proc/driver/nvidia/version`, e.g.
+/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 …` → `550.54.14`.
+pub fn kernel_module_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
+    let after = line.split("Kernel Module").nth(1)?;
+    // "… Kernel Module  550.54.14  …" or "… Open Kernel Module for x86_64  570.86.15  …"
+    after
+        .split_whitespace()
+        .find(|t| {
+            t.contains('.')
+                && t.starts_with(|c: char| c.is_ascii_digit())
+                && t.chars().all(|c| c.is_ascii_digit() || c == '.')
+        })
+        .map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_module_lines() {
+        let t = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\nGCC version:  gcc version 12.2.0\n";
+        assert_eq!(kernel_module_version(t).as_deref(), Some("550.54.14"));
+        let open =
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n";
+        assert_eq!(kernel_module_version(open).as_deref(), Some("570.86.15"));
+        assert_eq!(kernel_module_version("garbage"), None);
+    }
+
+    #[test]
+    fn the_first_branch_of_a_release_is_named() {
+        assert_eq!(branch_for_cuda(CudaVersion(12080)), Some(570));
+        assert_eq!(branch_for_cuda(CudaVersion(12040)), Some(550));
+        assert_eq!(branch_for_cuda(CudaVersion(12070)), Some(565));
+        assert_eq!(branch_for_cuda(CudaVersion(10000)), None);
+    }
 
     #[test]
     fn versions_parse_and_print_both_ways() {

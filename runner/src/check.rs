@@ -45,6 +45,10 @@ pub struct Outcome {
     pub detail: Option<String>,
     /// Everything the check learnt, for the JSON report.
     pub facts: Facts,
+    /// A skip because the rules could not judge (not for want of a GPU or a flag): the run's
+    /// exit status says so (3) when nothing failed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub undecided: bool,
 }
 
 impl Outcome {
@@ -63,12 +67,21 @@ impl Outcome {
         Outcome::new(Verdict::Skipped, message, facts)
     }
 
+    /// A skip because the rules cannot judge what was found (never a pass).
+    pub fn undecided(message: impl Display, facts: Facts) -> Outcome {
+        Outcome {
+            undecided: true,
+            ..Outcome::new(Verdict::Skipped, message, facts)
+        }
+    }
+
     fn new(verdict: Verdict, message: impl Display, facts: Facts) -> Outcome {
         Outcome {
             verdict,
             message: message.to_string(),
             detail: None,
             facts,
+            undecided: false,
         }
     }
 

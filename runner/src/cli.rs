@@ -142,10 +142,11 @@ pub struct LintOptions {
     #[arg(long)]
     pub closure: bool,
 
-    /// Judge the files' GPU code (fat binaries) for a GPU of this compute capability: sm_90,
-    /// 9.0 or 90. Without it the GPU code is listed, not judged.
-    #[arg(long, value_name = "sm_XY", value_parser = parse_target)]
-    pub target: Option<Capability>,
+    /// Judge the files' GPU code (fat binaries) for GPUs of these compute capabilities, each
+    /// apart: sm_90, 9.0 or 90; several as sm_90,sm_120 or by repeating the flag (a fleet).
+    /// Without it the GPU code is listed, not judged.
+    #[arg(long, value_name = "sm_XY,...", value_parser = parse_target, value_delimiter = ',')]
+    pub target: Vec<Capability>,
 
     /// The CUDA version of the driver that will load the GPU code (12.2 for a 535 driver),
     /// for --target (default: the hook's manifest's driver, when there is one).
@@ -177,7 +178,8 @@ package::gpu_code judges the package's fat binaries against every GPU the driver
 the loaded driver's CUDA version; without a GPU, against --target/--driver-cuda, else it is
 skipped (it never passes without a target).
 libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) behave as in
-`cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed.
+`cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed, 3 none failed but
+package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables).
 The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
 driver must be the one the hook chose.
 As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
@@ -267,14 +269,19 @@ impl Cli {
              there; and no static CUDA archive ships in the package (or its closure). Lists \
              the GPU code (fat binaries) each file carries and, with --target, judges whether \
              it runs on that GPU with that driver.",
-    after_help = "GPU code: with --target sm_XY (and --driver-cuda X.Y, or the hook's manifest), \
-                  a file that cannot run there is a finding: no kernel image for the GPU \
-                  (CUDA error 209) or PTX newer than the driver (222). Modules holding only \
+    after_help = "GPU code: with --target sm_XY[,sm_XY...] (and --driver-cuda X.Y, or the \
+                  hook's manifest), a file that cannot run on a target is a finding: a driver \
+                  that does not drive that GPU, a CUDA runtime newer than the driver (35), no \
+                  kernel image for the GPU (209), PTX newer than the driver (222), an image \
+                  the driver cannot unpack, a cubin of a newer CUDA major. Modules holding only \
                   arch- or family-specific images for other GPUs, and modules the program \
                   loads itself (byte arrays found by their magic), are reported, not failed, \
-                  while another module of the file loads. --json lists every entry.\n\
-                  Exit status: 0 clean, 101 findings (a file that cannot run on the target \
-                  among them), 2 bad usage."
+                  while another module of the file loads; modules with no kernel and no device \
+                  data, and link input (__nv_relfatbin, objects, archives), are listed, not \
+                  judged. --json lists every entry and each target's verdict and rule.\n\
+                  Exit status: 0 clean, 101 findings (a file that cannot run on a target among \
+                  them), 3 only files the rules cannot judge (a GPU, ISA or driver beyond their \
+                  tables: not a pass), 2 bad usage."
 )]
 pub struct LintCli {
     /// Files or directories to check (directories are walked; symlinks are not followed).

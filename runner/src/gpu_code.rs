@@ -1,44 +1,202 @@
-//! A package's GPU code in words: what a file's fat binaries carry, and, for a target GPU and
-//! driver, whether it runs there (by SASS or by JIT) or which module fails and how to fix it.
-//! The reading, the rules and the file policy are `cuda_sandbox_elfkit::fatbin`'s.
+//! One judgment for a file, shared by `lint` and the `package::*` checks, so that the same
+//! file, target and driver get the same verdict and the same words on both routes: what its
+//! fat binaries carry, and, for each target GPU and driver, whether it runs there (by SASS or
+//! by JIT), cannot run (and why, with the fix), or cannot be judged.
+//!
+//! The verdict combines, in this order (certain failures first, then what the rules cannot
+//! judge, then the runs):
+//! 1. the driver against the GPU ([`cuda_sandbox_elfkit::fatbin::gpus`]): a kernel module that
+//!    predates the GPU's architecture, or whose branch dropped it, drives nothing;
+//! 2. the driver against the file's CUDA runtime, as `package::runtimes` judges it (a shared
+//!    `libcudart.so.N` in DT_NEEDED, a static copy, the file itself being one): a newer major
+//!    fails with 35, a newer minor needs the major's floor ([`toolkit_on_driver`]);
+//! 3. the modules, by elfkit's rules and file policy ([`judge`]);
+//!
+//! Each verdict names its [`Rule`]. The reading, the rules and the module policy are
+//! `cuda_sandbox_elfkit::fatbin`'s; this module adds the runtime and the words.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::rules::{newest_ptx_isa, Load};
-use cuda_sandbox_elfkit::fatbin::verdict::{judge, Excuse, FileVerdict, Judgement, ModuleVerdict};
+use cuda_sandbox_elfkit::fatbin::gpus::architecture;
+use cuda_sandbox_elfkit::fatbin::rules::{
+    newest_ptx_isa, release, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
+};
+use cuda_sandbox_elfkit::fatbin::verdict::{
+    judge_given, newer_toolkit, Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
+    NewerToolkit,
+};
 use cuda_sandbox_elfkit::fatbin::{Arch, Capability, Container, EntryKind, GpuCode, Origin};
+use cuda_sandbox_elfkit::DynamicInfo;
+use cuda_sandbox_manifest::versions::branch_for_cuda;
 use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
+use crate::runtime_scan::{FoundRuntime, RuntimeForm};
 
 /// The GPU and driver a package's GPU code is judged for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Target {
     /// The GPU's compute capability.
     pub device: Capability,
-    /// The CUDA version of the driver that loads the code (`cuDriverGetVersion`).
-    pub driver: CudaVersion,
+    /// The driver that loads the code: libcuda's CUDA version and the kernel module's.
+    pub driver: Driver,
 }
 
 impl Target {
-    /// `sm_90 (driver CUDA 12.2)`.
+    /// A GPU with a driver of CUDA `cuda`, libcuda and kernel module alike.
+    pub fn new(device: Capability, cuda: CudaVersion) -> Target {
+        Target {
+            device,
+            driver: Driver::of(cuda.0),
+        }
+    }
+
+    /// `sm_90 (driver CUDA 12.2)`, or under compat `sm_90 (driver CUDA 12.8 on a CUDA 12.2
+    /// kernel module)`.
     pub fn describe(&self) -> String {
-        format!("sm_{} (driver CUDA {})", self.device.sm(), self.driver)
+        let d = &self.driver;
+        if d.kernel == d.cuda {
+            format!("sm_{} (driver CUDA {})", self.device.sm(), release(d.cuda))
+        } else {
+            format!(
+                "sm_{} (driver CUDA {} on a CUDA {} kernel module)",
+                self.device.sm(),
+                release(d.cuda),
+                release(d.kernel)
+            )
+        }
     }
 }
 
-/// One file's GPU code, and its judgement when a target was given.
+/// `R570` for 12.8, or the release when no branch is known.
+fn branch_of(cuda: i32) -> String {
+    branch_for_cuda(CudaVersion(cuda))
+        .map(|b| format!("R{b}"))
+        .unwrap_or_else(|| format!("CUDA {}", release(cuda)))
+}
+
+/// A CUDA runtime a file needs or holds, as the runtime rule judges it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuntimeUse {
+    /// How, in words: `a static CUDA runtime 13.4`, `libcudart.so.13 (DT_NEEDED)`.
+    pub what: String,
+    /// The toolkit it comes from.
+    pub toolkit: Toolkit,
+}
+
+/// The runtimes `file` needs (a `libcudart.so.N` in DT_NEEDED) or holds (a static copy, or
+/// the file is one), with a version to judge by; archives are for linking only.
+pub fn runtime_uses(
+    dynamic: Option<&DynamicInfo>,
+    runtime: Option<&FoundRuntime>,
+) -> Vec<RuntimeUse> {
+    let mut uses = Vec::new();
+    if let Some(r) = runtime.filter(|r| r.form != RuntimeForm::Archive) {
+        let toolkit = r
+            .version
+            .as_deref()
+            .and_then(|v| match v.strip_suffix(".x") {
+                Some(major) => major.parse().ok().map(Toolkit::Major),
+                None => CudaVersion::parse(v).ok().map(|v| Toolkit::Exact(v.0)),
+            });
+        if let Some(toolkit) = toolkit {
+            let what = match r.form {
+                RuntimeForm::StaticCopy => format!("a static CUDA runtime {toolkit}"),
+                _ => format!("the CUDA runtime {toolkit} (libcudart)"),
+            };
+            uses.push(RuntimeUse { what, toolkit });
+        }
+    }
+    for needed in dynamic.map(|d| d.needed.as_slice()).unwrap_or_default() {
+        let Some(rest) = needed.strip_prefix("libcudart.so.") else {
+            continue;
+        };
+        if let Some(major) = rest.split('.').next().and_then(|m| m.parse().ok()) {
+            uses.push(RuntimeUse {
+                what: format!("{needed} (DT_NEEDED)"),
+                toolkit: Toolkit::Major(major),
+            });
+        }
+    }
+    uses
+}
+
+/// Which rule decided a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    /// Every judged module loads from SASS.
+    Sass,
+    /// Some module is JIT-compiled from PTX.
+    Jit,
+    /// No module the driver must load (NVVM IR only, modules with nothing to launch or read).
+    NothingToLoad,
+    /// A relocatable object or archive: input for a link, not loaded as it is.
+    LinkInput,
+    /// The kernel module predates the GPU's architecture.
+    DriverPredatesGpu,
+    /// The kernel module's branch no longer drives the GPU's architecture.
+    DriverDroppedGpu,
+    /// Under this driver the GPU reports another capability (Thor).
+    GpuRenamed,
+    /// A GPU the architecture table does not know.
+    GpuUnknown,
+    /// A CUDA runtime of a newer major than the driver's (35).
+    RuntimeNewerMajor,
+    /// A runtime of a newer minor on a driver below the major's floor.
+    RuntimeBelowFloor,
+    /// A runtime of a newer minor, and the driver's exact version is needed to say.
+    RuntimeFloorUnknown,
+    /// No kernel image for the GPU (209).
+    NoKernelImage,
+    /// PTX newer than the driver's JIT (222).
+    PtxTooNew,
+    /// An image compressed in a way the driver cannot unpack.
+    CompressionTooNew,
+    /// The file's own cubins were built by a toolkit of a newer major than the driver's.
+    CubinTooNew,
+    /// A module the rules cannot judge.
+    ModuleUnknown,
+}
+
+/// One file judged for one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetVerdict {
+    /// The GPU and driver.
+    pub target: Target,
+    /// The file's verdict.
+    pub verdict: FileVerdict,
+    /// The rule that decided it.
+    pub rule: Rule,
+    /// The verdict in one line, with the cause and the fix when it cannot run.
+    pub reason: String,
+    /// Every judged module's answer, and the modules listed and not judged.
+    pub judgement: Judgement,
+}
+
+impl TargetVerdict {
+    /// Whether the file cannot run on the target.
+    pub fn fails(&self) -> bool {
+        self.verdict == FileVerdict::Fails
+    }
+
+    /// Whether the rules cannot judge it.
+    pub fn unknown(&self) -> bool {
+        self.verdict == FileVerdict::Unknown
+    }
+}
+
+/// One file's GPU code, and its verdict for each target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FileGpuCode {
     /// The file.
     pub file: PathBuf,
     /// Its modules and their entries.
     pub modules: Vec<Container>,
-    /// The verdict for the target, with every module's answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub judgement: Option<Judgement>,
-    /// The same in one line.
+    /// The verdict for each target, in the order given.
+    pub verdicts: Vec<TargetVerdict>,
+    /// What it carries and each verdict, in one line.
     pub summary: String,
 }
 
@@ -141,11 +299,24 @@ pub fn failure(modules: &[Container], module: &ModuleVerdict, target: &Target) -
                  driver, or cuda_compat where this GPU supports it)",
                 ptx.arch.compute_name(),
                 ptx.version,
-                CudaVersion(*needs),
-                target.driver,
-                newest_ptx_isa(target.driver.0)
+                release(*needs),
+                release(target.driver.cuda),
+                newest_ptx_isa(target.driver.cuda)
                     .map(|v| v.to_string())
                     .unwrap_or_else(|| "none the table knows".into())
+            )
+        }
+        Load::CompressionTooNew { image, needs } => {
+            let e = &c.entries[*image];
+            format!(
+                "{place} carries {carries}: the image it would load ({}) is Zstandard-compressed, \
+                 which libcuda unpacks from CUDA {} ({}, 550.54.14) on; this driver is CUDA {}; \
+                 rebuild with `nvcc --compress-mode=speed` (LZ4) or `none`, or use a newer \
+                 driver",
+                e.arch_name(),
+                release(*needs),
+                branch_of(*needs),
+                release(target.driver.cuda)
             )
         }
         Load::Unknown { why } => format!("{place} carries {carries}: cannot be judged: {why}"),
@@ -153,65 +324,284 @@ pub fn failure(modules: &[Container], module: &ModuleVerdict, target: &Target) -
     }
 }
 
-/// Why a file cannot run on `target`, in one line: its first failing module and how many
-/// more fail alike; `None` when no module fails the file.
-pub fn cannot_run(modules: &[Container], judgement: &Judgement, target: &Target) -> Option<String> {
-    let mut failing = judgement.failing();
-    let first = failing.next()?;
-    let more = match failing.count() {
-        0 => String::new(),
-        n => format!(" ({n} more module(s) fail alike)"),
-    };
-    Some(format!(
-        "cannot run on {}: {}{more}",
-        target.describe(),
-        failure(modules, first, target)
-    ))
+/// The rule of the first failing module.
+fn module_rule(load: &Load) -> Rule {
+    match load {
+        Load::UnsupportedPtx { .. } => Rule::PtxTooNew,
+        Load::CompressionTooNew { .. } => Rule::CompressionTooNew,
+        _ => Rule::NoKernelImage,
+    }
 }
 
-/// One line for a file: what it carries, and on the target whether it runs, by SASS or JIT.
-pub fn summary(
-    modules: &[Container],
-    judgement: Option<&Judgement>,
-    target: Option<&Target>,
-) -> String {
-    let carries = format!(
-        "{} module(s): {}",
-        modules.len(),
-        carried(modules.iter().flat_map(|m| m.entries.iter()))
-    );
-    let (Some(j), Some(t)) = (judgement, target) else {
-        return carries;
-    };
-    let on = t.describe();
-    let verdict = match j.verdict {
-        FileVerdict::NoGpuCode => format!("nothing the driver loads on {on}"),
-        FileVerdict::RunsBySass => format!("runs on {on} by SASS"),
+/// What was listed and not judged, and what was reported and not failed, as a parenthesis.
+fn notes(j: &Judgement) -> String {
+    let n = &j.not_judged;
+    let mut notes = Vec::new();
+    if n.inert > 0 {
+        notes.push(format!(
+            "{} module(s) with no kernel and no device data, which nothing can launch or read",
+            n.inert
+        ));
+    }
+    if n.nvvm_only > 0 {
+        notes.push(format!(
+            "{} module(s) of NVVM IR only, linked at run time by nvJitLink",
+            n.nvvm_only
+        ));
+    }
+    if n.device_link_input > 0 {
+        notes.push(format!(
+            "{} relocatable module(s) in __nv_relfatbin, input for device linking, which the \
+             driver never loads",
+            n.device_link_input
+        ));
+    }
+    let mut reported = Vec::new();
+    let other_gpus = j
+        .reported()
+        .filter(|m| m.excuse == Some(Excuse::OnlyForOtherGpus))
+        .count();
+    let by_program = j.reported().count() - other_gpus;
+    if other_gpus > 0 {
+        reported.push(format!(
+            "{other_gpus} module(s) hold only arch- or family-specific images for other GPUs"
+        ));
+    }
+    if by_program > 0 {
+        reported.push(format!(
+            "{by_program} module(s) the program loads itself cannot load here (kept per GPU, \
+             chosen at run time)"
+        ));
+    }
+    let mut out = String::new();
+    if !notes.is_empty() {
+        out.push_str(&format!(" (listed, not judged: {})", notes.join("; ")));
+    }
+    if !reported.is_empty() {
+        out.push_str(&format!(" (reported, not failed: {})", reported.join("; ")));
+    }
+    out
+}
+
+/// The runtime rule's answer for a file, when it decides: (rule, verdict, words).
+fn runtime_verdict(uses: &[RuntimeUse], target: &Target) -> Option<(Rule, FileVerdict, String)> {
+    let d = &target.driver;
+    let mut unknown = None;
+    for u in uses {
+        match toolkit_on_driver(u.toolkit, d) {
+            ToolkitFit::NewerMajor => {
+                let major = u.toolkit.major();
+                return Some((
+                    Rule::RuntimeNewerMajor,
+                    FileVerdict::Fails,
+                    format!(
+                        "{} is a newer major than the driver's CUDA {}: every runtime call \
+                         fails with cudaErrorInsufficientDriver (35); install a driver \
+                         providing CUDA >= {major}.0 on the host, or use cuda_compat >= \
+                         {major}.0 on a data-centre GPU or Jetson, or build against CUDA {}.x",
+                        u.what,
+                        release(d.cuda),
+                        d.cuda / 1000
+                    ),
+                ));
+            }
+            ToolkitFit::BelowFloor { floor } => {
+                return Some((
+                    Rule::RuntimeBelowFloor,
+                    FileVerdict::Fails,
+                    format!(
+                        "{} is newer than the driver's CUDA {}, and minor-version \
+                         compatibility needs a driver >= {} for CUDA {}.x (this one: {}); \
+                         update the driver",
+                        u.what,
+                        release(d.cuda),
+                        floor.driver,
+                        floor.major,
+                        d.version.map(|v| v.to_string()).unwrap_or_default()
+                    ),
+                ));
+            }
+            ToolkitFit::FloorUnknown { floor } => {
+                unknown.get_or_insert((
+                    Rule::RuntimeFloorUnknown,
+                    FileVerdict::Unknown,
+                    format!(
+                        "{} is newer than the driver's CUDA {}: minor-version compatibility \
+                         needs a driver >= {} for CUDA {}.x, and only the driver's CUDA \
+                         version is known",
+                        u.what,
+                        release(d.cuda),
+                        floor.driver,
+                        floor.major
+                    ),
+                ));
+            }
+            ToolkitFit::UnknownMajor => {
+                unknown.get_or_insert((
+                    Rule::RuntimeFloorUnknown,
+                    FileVerdict::Unknown,
+                    format!(
+                        "{} is of a major the rules have no minimum driver for",
+                        u.what
+                    ),
+                ));
+            }
+            ToolkitFit::Served | ToolkitFit::MinorVersionCompatible => {}
+        }
+    }
+    unknown
+}
+
+/// The driver-against-GPU rule's answer, when the kernel module does not drive the GPU.
+fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
+    let cc = target.device;
+    let name = architecture(cc)
+        .map(|a| format!(" ({})", a.name))
+        .unwrap_or_default();
+    let kernel = target.driver.kernel;
+    Some(match gpu {
+        GpuDriven::Yes => return None,
+        GpuDriven::TooOld { first } => (
+            Rule::DriverPredatesGpu,
+            format!(
+                "the kernel module (CUDA {}, {}) predates compute capability {cc}{name}: the \
+                 first driver for it is CUDA {} ({}); install a newer host driver (cuda_compat \
+                 cannot help: the kernel module decides which GPUs are driven)",
+                release(kernel),
+                branch_of(kernel),
+                release(first),
+                branch_of(first)
+            ),
+        ),
+        GpuDriven::Dropped { last } => (
+            Rule::DriverDroppedGpu,
+            format!(
+                "compute capability {cc}{name} is driven up to CUDA {} ({}); this kernel module \
+                 (CUDA {}) is of a later branch, which no longer drives it; use a {} driver",
+                release(last),
+                branch_of(last),
+                release(kernel),
+                branch_of(last)
+            ),
+        ),
+        GpuDriven::Renamed { to } => (
+            Rule::GpuRenamed,
+            format!(
+                "under a CUDA {} driver this GPU reports compute capability {to}, not {cc} \
+                 (NVIDIA renamed Thor in CUDA 13): judge it as {to}",
+                release(kernel)
+            ),
+        ),
+        GpuDriven::Unknown => (
+            Rule::GpuUnknown,
+            format!("compute capability {cc} is not one the rules' architecture table knows"),
+        ),
+    })
+}
+
+/// Judges one file for one target: the driver against the GPU, against the file's runtimes,
+/// then its modules (the module doc). `data` is the file's bytes, read only where a rule
+/// needs a payload.
+pub fn judge_file(
+    code: &GpuCode,
+    data: &[u8],
+    runtimes: &[RuntimeUse],
+    target: &Target,
+) -> TargetVerdict {
+    let toolkit = newer_toolkit(code, data, &target.driver);
+    judge_file_given(code, data, runtimes, target, toolkit)
+}
+
+/// [`judge_file`] with elfkit's rule 6 (the file's cubins against the driver) already answered
+/// for this driver: it does not depend on the GPU.
+fn judge_file_given(
+    code: &GpuCode,
+    data: &[u8],
+    runtimes: &[RuntimeUse],
+    target: &Target,
+    toolkit: Option<NewerToolkit>,
+) -> TargetVerdict {
+    let j = judge_given(code, data, target.device, &target.driver, toolkit);
+    let on = target.describe();
+    if j.modules.is_empty() && j.not_judged.link_input == code.containers.len() {
+        let reason = format!(
+            "for the link, not loaded as it is: an object or archive carries {} for the program \
+             it is linked into, which is judged itself",
+            carried(code.entries())
+        );
+        return verdict(target, FileVerdict::NoGpuCode, Rule::LinkInput, reason, j);
+    }
+    if j.verdict != FileVerdict::NoGpuCode {
+        if let Some((rule, why)) = gpu_rule(j.gpu, target) {
+            let reason = match j.verdict {
+                FileVerdict::Fails => format!("cannot run on {on}: {why}"),
+                _ => format!("cannot be judged for {on}: {why}"),
+            };
+            return verdict(target, j.verdict, rule, reason, j);
+        }
+    }
+    if let Some((rule, v, why)) = runtime_verdict(runtimes, target) {
+        if v == FileVerdict::Fails || j.verdict != FileVerdict::Fails {
+            let reason = match v {
+                FileVerdict::Fails => format!("cannot run on {on}: {why}"),
+                _ => format!("cannot be judged for {on}: {why}"),
+            };
+            return verdict(target, v, rule, reason, j);
+        }
+    }
+    let modules = &code.containers;
+    if let Some(t) = j.newer_toolkit {
+        let e = &modules[t.module].entries[t.image];
+        let reason = format!(
+            "cannot run on {on}: it was built by CUDA {} (its {} cubin in {} records ptxas \
+             {}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at the \
+             major (a CUDA {}.x build needs a driver of CUDA {}.0 or newer); use a newer \
+             driver, or a build of it for CUDA {}.x",
+            release(t.toolkit),
+            e.arch_name(),
+            module_place(modules, t.module),
+            release(t.toolkit),
+            release(target.driver.cuda),
+            t.toolkit / 1000,
+            t.toolkit / 1000,
+            target.driver.cuda / 1000
+        );
+        return verdict(target, FileVerdict::Fails, Rule::CubinTooNew, reason, j);
+    }
+    let (rule, reason) = match j.verdict {
+        FileVerdict::NoGpuCode => (
+            Rule::NothingToLoad,
+            format!("nothing the driver loads on {on}{}", notes(&j)),
+        ),
+        FileVerdict::RunsBySass => (Rule::Sass, format!("runs on {on} by SASS{}", notes(&j))),
         FileVerdict::RunsByJit => {
             let jit = j
                 .modules
                 .iter()
                 .filter(|m| matches!(m.load, Load::Jit { .. }))
                 .count();
-            format!(
-                "runs on {on} by JIT: {jit} module(s) have no SASS for it and are compiled from \
-                 PTX at their first launch"
+            (
+                Rule::Jit,
+                format!(
+                    "runs on {on} by JIT: {jit} module(s) have no SASS for it and are compiled \
+                     from PTX at their first launch{}",
+                    notes(&j)
+                ),
             )
         }
         FileVerdict::Fails => {
-            let failing: Vec<&ModuleVerdict> = j.failing().collect();
-            let codes: BTreeSet<&str> = failing
-                .iter()
-                .map(|m| match m.load {
-                    Load::UnsupportedPtx { .. } => "222: PTX newer than the driver",
-                    _ => "209: no kernel image for this GPU",
-                })
-                .collect();
-            format!(
-                "CANNOT run on {on}: {} of {} module(s) cannot load (CUDA error {})",
-                failing.len(),
-                j.modules.len(),
-                codes.into_iter().collect::<Vec<_>>().join("; ")
+            let mut failing = j.failing();
+            let first = failing.next().expect("a failing file has a failing module");
+            let more = match failing.count() {
+                0 => String::new(),
+                n => format!(" ({n} more module(s) fail alike)"),
+            };
+            (
+                module_rule(&first.load),
+                format!(
+                    "cannot run on {on}: {}{more}",
+                    failure(modules, first, target)
+                ),
             )
         }
         FileVerdict::Unknown => {
@@ -219,46 +609,83 @@ pub fn summary(
                 .modules
                 .iter()
                 .find(|m| matches!(m.load, Load::Unknown { .. }))
-                .map(|m| failure(modules, m, t))
+                .map(|m| failure(modules, m, target))
                 .unwrap_or_default();
-            format!("cannot be judged for {on}: {first}")
+            (
+                Rule::ModuleUnknown,
+                format!("cannot be judged for {on}: {first}"),
+            )
         }
     };
-    let other_gpus = j
-        .reported()
-        .filter(|m| m.excuse == Some(Excuse::OnlyForOtherGpus))
-        .count();
-    let by_program = j.reported().count() - other_gpus;
-    let mut notes = Vec::new();
-    if other_gpus > 0 {
-        notes.push(format!(
-            "{other_gpus} module(s) hold only arch- or family-specific images for other GPUs"
-        ));
-    }
-    if by_program > 0 {
-        notes.push(format!(
-            "{by_program} module(s) the program loads itself cannot load here (kept per GPU, \
-             chosen at run time)"
-        ));
-    }
-    let reported = if notes.is_empty() {
-        String::new()
-    } else {
-        format!(" (reported, not failed: {})", notes.join("; "))
-    };
-    format!("{carries}; {verdict}{reported}")
+    verdict(target, j.verdict, rule, reason, j)
 }
 
-/// Reads and judges one file; `None` when it has no fat binary at all.
-pub fn examine(path: &Path, code: GpuCode, target: Option<&Target>) -> Option<FileGpuCode> {
+fn verdict(
+    target: &Target,
+    verdict: FileVerdict,
+    rule: Rule,
+    reason: String,
+    judgement: Judgement,
+) -> TargetVerdict {
+    TargetVerdict {
+        target: *target,
+        verdict,
+        rule,
+        reason,
+        judgement,
+    }
+}
+
+/// Judges one file (its GPU code `code`, read from `data`) for every target, in order.
+pub fn judge_all(
+    code: &GpuCode,
+    data: &[u8],
+    runtimes: &[RuntimeUse],
+    targets: &[Target],
+) -> Vec<TargetVerdict> {
+    // Rule 6 reads cubins; its answer depends on the driver only.
+    let mut by_driver: Vec<(Driver, Option<NewerToolkit>)> = Vec::new();
+    targets
+        .iter()
+        .map(|t| {
+            let toolkit = match by_driver.iter().find(|(d, _)| *d == t.driver) {
+                Some((_, known)) => *known,
+                None => {
+                    let found = newer_toolkit(code, data, &t.driver);
+                    by_driver.push((t.driver, found));
+                    found
+                }
+            };
+            judge_file_given(code, data, runtimes, t, toolkit)
+        })
+        .collect()
+}
+
+/// Reads and judges one file for every target; `None` when it has no fat binary at all.
+pub fn examine(
+    path: &Path,
+    data: &[u8],
+    code: GpuCode,
+    runtimes: &[RuntimeUse],
+    targets: &[Target],
+) -> Option<FileGpuCode> {
     if code.containers.is_empty() {
         return None;
     }
-    let judgement = target.map(|t| judge(&code, t.device, t.driver.0));
+    let verdicts = judge_all(&code, data, runtimes, targets);
+    let mut summary = format!(
+        "{} module(s): {}",
+        code.containers.len(),
+        carried(code.entries())
+    );
+    for v in &verdicts {
+        summary.push_str("; ");
+        summary.push_str(&v.reason);
+    }
     Some(FileGpuCode {
         file: path.to_path_buf(),
-        summary: summary(&code.containers, judgement.as_ref(), target),
         modules: code.containers,
-        judgement,
+        verdicts,
+        summary,
     })
 }

@@ -11,10 +11,11 @@
 //! - no CUDA `stubs` directory is there (the toolkit's stub libcuda makes every driver call
 //!   fail with CUDA_ERROR_STUB_LIBRARY, 34).
 //!
-//! With a target GPU and driver ([`LintConfig::target`]) it also judges every file's GPU code
-//! (its fat binaries, [`crate::gpu_code`]): a file that cannot run there is a finding naming the
-//! module, what it carries, what the GPU needs and the fix. Without a target the GPU code is
-//! listed, not judged.
+//! With target GPUs and a driver ([`LintConfig::targets`]) it also judges every file's GPU code
+//! for each target, by the one judgment `package::gpu_code` makes too ([`crate::gpu_code`]): a
+//! file that cannot run there is a finding naming the rule, the module, what it carries, what
+//! the GPU needs and the fix; one the rules cannot judge is a finding of its own kind (and its
+//! own exit status). Without a target the GPU code is listed, not judged.
 //!
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
@@ -24,13 +25,12 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
-use cuda_sandbox_elfkit::fatbin::{read_gpu_code, rules::Load};
+use cuda_sandbox_elfkit::fatbin::read_gpu_code;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
-use crate::gpu_code::{cannot_run, examine, failure, FileGpuCode, Target};
+use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
 use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
 
 /// What the lint expects.
@@ -44,8 +44,8 @@ pub struct LintConfig {
     pub closure: bool,
     /// The Nix store directory (store paths and their closures).
     pub store_dir: PathBuf,
-    /// The GPU and driver to judge the files' GPU code for; `None` lists it without judging.
-    pub target: Option<Target>,
+    /// The GPUs and driver to judge the files' GPU code for; none lists it without judging.
+    pub targets: Vec<Target>,
 }
 
 impl LintConfig {
@@ -56,7 +56,7 @@ impl LintConfig {
             compat_dir: None,
             closure: false,
             store_dir: PathBuf::from("/nix/store"),
-            target: None,
+            targets: Vec::new(),
         }
     }
 }
@@ -82,7 +82,17 @@ pub enum FindingKind {
     /// GPU code whose only way onto the target GPU is PTX newer than the driver
     /// (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222).
     PtxTooNew,
-    /// GPU code the loading rules cannot judge for the target (an ISA or GPU beyond them).
+    /// GPU code whose image for the target is compressed in a way the driver cannot unpack.
+    CompressionTooNew,
+    /// GPU code whose cubin for the target comes from a toolkit of a newer major.
+    CubinTooNew,
+    /// A target GPU the driver's kernel module does not drive (too old a branch, or one that
+    /// dropped it).
+    GpuNotDriven,
+    /// A file with GPU code whose CUDA runtime the driver cannot serve (35, or below the
+    /// major's minimum driver).
+    RuntimeTooNew,
+    /// GPU code the rules cannot judge for the target (an ISA, GPU or floor beyond them).
     GpuCodeUnknown,
     /// A file that could not be read or parsed.
     Unreadable,
@@ -125,6 +135,16 @@ pub struct LintReport {
 }
 
 impl LintReport {
+    /// Whether every finding is one the rules could not judge (`gpu-code-unknown`): the lint's
+    /// own exit status, distinct from a file that cannot run.
+    pub fn only_unknowns(&self) -> bool {
+        !self.findings.is_empty()
+            && self
+                .findings
+                .iter()
+                .all(|f| f.kind == FindingKind::GpuCodeUnknown)
+    }
+
     /// One line summarising the run.
     pub fn summary(&self) -> String {
         format!(
@@ -413,14 +433,20 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     match contents {
         Contents::Other => return,
         Contents::Fatbin => {
-            gpu_code_of(path, data, config, report);
+            gpu_code_of(path, data, &[], config, report);
             return;
         }
         Contents::Elf => {}
     }
     report.elf_files += 1;
-    report.cuda_runtimes.extend(runtime_in(path, Some(data)));
-    match dynamic_info(data) {
+    let runtime = runtime_in(path, Some(data));
+    let dynamic = dynamic_info(data);
+    let uses = runtime_uses(
+        dynamic.as_ref().ok().and_then(Option::as_ref),
+        runtime.as_ref(),
+    );
+    report.cuda_runtimes.extend(runtime);
+    match dynamic {
         Ok(Some(info)) => {
             let findings = check_elf(path, &info, config);
             let link = normalize(&config.driver_link);
@@ -437,12 +463,34 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         Ok(None) => {}
         Err(e) => report.findings.push(unreadable(e)),
     }
-    gpu_code_of(path, data, config, report);
+    gpu_code_of(path, data, &uses, config, report);
 }
 
-/// The GPU code of one file, judged for the target when there is one: a file that cannot run
-/// there, or that the rules cannot judge, is a finding.
-fn gpu_code_of(path: &Path, data: &[u8], config: &LintConfig, report: &mut LintReport) {
+/// The finding kind of a verdict's rule, when the verdict is a finding.
+fn finding_kind(rule: Rule) -> Option<FindingKind> {
+    Some(match rule {
+        Rule::NoKernelImage => FindingKind::NoKernelImage,
+        Rule::PtxTooNew => FindingKind::PtxTooNew,
+        Rule::CompressionTooNew => FindingKind::CompressionTooNew,
+        Rule::CubinTooNew => FindingKind::CubinTooNew,
+        Rule::DriverPredatesGpu | Rule::DriverDroppedGpu => FindingKind::GpuNotDriven,
+        Rule::RuntimeNewerMajor | Rule::RuntimeBelowFloor => FindingKind::RuntimeTooNew,
+        Rule::GpuRenamed | Rule::GpuUnknown | Rule::RuntimeFloorUnknown | Rule::ModuleUnknown => {
+            FindingKind::GpuCodeUnknown
+        }
+        Rule::Sass | Rule::Jit | Rule::NothingToLoad | Rule::LinkInput => return None,
+    })
+}
+
+/// The GPU code of one file, judged for each target: a file that cannot run on one, or that
+/// the rules cannot judge for one, is a finding (one per target).
+fn gpu_code_of(
+    path: &Path,
+    data: &[u8],
+    runtimes: &[RuntimeUse],
+    config: &LintConfig,
+    report: &mut LintReport,
+) {
     let code = match read_gpu_code(data) {
         Ok(code) => code,
         Err(e) => {
@@ -454,40 +502,15 @@ fn gpu_code_of(path: &Path, data: &[u8], config: &LintConfig, report: &mut LintR
             return;
         }
     };
-    let target = config.target.as_ref();
-    let Some(found) = examine(path, code, target) else {
+    let Some(found) = examine(path, data, code, runtimes, &config.targets) else {
         return;
     };
-    if let (Some(j), Some(t)) = (&found.judgement, target) {
-        let finding = match j.verdict {
-            FileVerdict::Fails => {
-                let kind = match j.failing().next().map(|m| &m.load) {
-                    Some(Load::UnsupportedPtx { .. }) => FindingKind::PtxTooNew,
-                    _ => FindingKind::NoKernelImage,
-                };
-                cannot_run(&found.modules, j, t).map(|message| (kind, message))
-            }
-            FileVerdict::Unknown => j
-                .modules
-                .iter()
-                .find(|m| matches!(m.load, Load::Unknown { .. }))
-                .map(|m| {
-                    (
-                        FindingKind::GpuCodeUnknown,
-                        format!(
-                            "cannot be judged for {}: {}",
-                            t.describe(),
-                            failure(&found.modules, m, t)
-                        ),
-                    )
-                }),
-            _ => None,
-        };
-        if let Some((kind, message)) = finding {
+    for v in &found.verdicts {
+        if let Some(kind) = finding_kind(v.rule).filter(|_| v.fails() || v.unknown()) {
             report.findings.push(Finding {
                 file: path.to_path_buf(),
                 kind,
-                message,
+                message: v.reason.clone(),
             });
         }
     }

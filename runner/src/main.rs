@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use cuda_sandbox_check::checks;
 use cuda_sandbox_check::cli::{Cli, LintCli};
+use cuda_sandbox_check::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::expectations::ManifestState;
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
 use cuda_sandbox_check::lint;
@@ -17,6 +18,9 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some("lint") {
         return lint_main(LintCli::parse_after(args.skip(1)));
+    }
+    if args.peek().map(String::as_str) == Some("gpu-confirm") {
+        return confirm_main(&ConfirmCli::parse_after(args.skip(1)));
     }
     let cli = Cli::from_env();
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
@@ -43,10 +47,40 @@ fn main() -> ExitCode {
             return ExitCode::from(101);
         }
     }
+    let undecided = outcomes.all().values().any(|o| o.undecided);
+    if !conclusion.has_failed() && undecided {
+        return ExitCode::from(UNDECIDED);
+    }
     conclusion.exit_code()
 }
 
-/// `lint`: one line per finding, then a summary; 0 clean, 101 findings, 2 unusable input.
+/// `gpu-confirm`: the report as JSON; 0 every prediction held, 101 one did not, 2 no GPU.
+fn confirm_main(cli: &ConfirmCli) -> ExitCode {
+    match confirm(cli) {
+        Ok((report, found)) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).expect("plain data")
+            );
+            match found {
+                Confirmed::Held => ExitCode::SUCCESS,
+                Confirmed::NotBorneOut => ExitCode::from(101),
+                Confirmed::NoGpu => ExitCode::from(2),
+            }
+        }
+        Err(why) => {
+            eprintln!("cuda-sandbox-check gpu-confirm: {why}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Exit status of a run in which nothing failed but some file could not be judged (`lint`:
+/// only `gpu-code-unknown` findings; checks: an undecided `package::gpu_code`).
+const UNDECIDED: u8 = 3;
+
+/// `lint`: one line per finding, then a summary; 0 clean, 101 findings, 3 only files the
+/// rules cannot judge, 2 unusable input.
 fn lint_main(cli: LintCli) -> ExitCode {
     let manifest = ManifestState::load(cli.manifest.as_deref(), cli.no_manifest);
     if let Some(why) = manifest.broken() {
@@ -85,6 +119,8 @@ fn lint_main(cli: LintCli) -> ExitCode {
     }
     if report.findings.is_empty() {
         ExitCode::SUCCESS
+    } else if report.only_unknowns() {
+        ExitCode::from(UNDECIDED)
     } else {
         ExitCode::from(101)
     }

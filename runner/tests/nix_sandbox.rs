@@ -185,8 +185,9 @@ fn ampere_package(dir: &Path) -> Option<PathBuf> {
     )?;
     let lib = dir.join("pkg/lib");
     std::fs::create_dir_all(&lib).unwrap();
-    cuda_sandbox_testkit::fatbin_fixtures::gpu_library(
+    cuda_sandbox_testkit::gpu_library::gpu_library_of(
         &real,
+        "12.9",
         &lib,
         "libampere",
         &["sm_80"],
@@ -251,7 +252,7 @@ fn package_checks_judge_the_package_on_the_gpu_the_fake_driver_plays() {
     assert!(!h100.ok(), "built:\n{}", h100.log);
     for needle in [
         "package::gpu_code",
-        "libampere.so cannot run on sm_90 (driver CUDA 12.2)",
+        "libampere.so: cannot run on sm_90 (driver CUDA 12.2)",
         "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
     ] {
         assert!(

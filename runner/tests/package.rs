@@ -1,5 +1,5 @@
-//! The `package::*` checks on packages built here with NVIDIA's ptxas and fatbinary 13.5
-//! (testkit::fatbin_fixtures::gpu_library), run against the fake driver playing a GPU of a
+//! The `package::*` checks on packages built here with NVIDIA's ptxas 12.9 and fatbinary 13.5
+//! (testkit::fatbin_fixtures::gpu_library_of), run against the fake driver playing a GPU of a
 //! chosen compute capability and driver version. The fake's `cuDeviceGetAttribute` answers the
 //! capability as the real driver does on a GPU (its differential test holds it to the real
 //! 535 and 470 drivers where they can answer without one). Needs the real NVIDIA tools
@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 
 use common::{run_without_devices, FakeDriver};
-use cuda_sandbox_testkit::fatbin_fixtures::gpu_library;
+use cuda_sandbox_testkit::gpu_library::gpu_library_of;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 use fake_driver::{Mode, Sidecar};
 
@@ -45,8 +45,9 @@ fn gpu_code_is_judged_on_the_gpu_the_driver_reports() {
     let pkg = temp.path().join("pkg/lib");
     std::fs::create_dir_all(&pkg).unwrap();
     // cudaCapabilities = [ "8.0" ] with cudaForwardCompat, built by CUDA 12.9.
-    gpu_library(
+    gpu_library_of(
         &real,
+        "12.9",
         &pkg,
         "libampere",
         &["sm_80"],
@@ -71,7 +72,7 @@ fn gpu_code_is_judged_on_the_gpu_the_driver_reports() {
         "package::gpu_code",
         "fail",
         &[
-            "libampere.so cannot run on sm_90 (driver CUDA 12.2)",
+            "libampere.so: cannot run on sm_90 (driver CUDA 12.2)",
             "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
             "cudaCapabilities = [ \"9.0\" ]",
         ],
@@ -100,7 +101,7 @@ fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
     let temp = tempfile::tempdir().unwrap();
     let pkg = temp.path().join("pkg");
     std::fs::create_dir_all(&pkg).unwrap();
-    gpu_library(&real, &pkg, "libturing", &["sm_75"], &[], &[]);
+    gpu_library_of(&real, "12.9", &pkg, "libturing", &["sm_75"], &[], &[]);
     let no_gpu = FakeDriver::driver(&Sidecar {
         mode: Mode::NoKernelModule,
         ..Sidecar::default()
@@ -126,7 +127,7 @@ fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
         "fail",
         &["cannot run on sm_86", "CUDA_ERROR_NO_BINARY_FOR_GPU, 209"],
     );
-    let mut ok_target = args;
+    let mut ok_target = args.clone();
     ok_target.extend([
         "--target".into(),
         "7.5".into(),
@@ -135,6 +136,24 @@ fn without_a_gpu_gpu_code_is_judged_only_for_a_target() {
     ]);
     let run = run_without_devices(&no_gpu.dir, &strs(&ok_target));
     run.assert_check("package::gpu_code", "pass", &["by SASS"]);
+
+    // A GPU the rules do not know: not a pass, not a failure, and its own exit status (3),
+    // as `lint` gives for the same file and target.
+    let mut unknown = args;
+    unknown.extend([
+        "--target".into(),
+        "9.5".into(),
+        "--driver-cuda".into(),
+        "12.2".into(),
+    ]);
+    let run = run_without_devices(&no_gpu.dir, &strs(&unknown));
+    run.assert_check(
+        "package::gpu_code",
+        "skipped",
+        &["the rules cannot judge", "cannot be judged for sm_95"],
+    );
+    assert_eq!(run.check("package::gpu_code")["undecided"], true, "{run}");
+    assert_eq!(run.code, 3, "{run}");
 }
 
 #[test]

@@ -142,12 +142,13 @@ pub fn gpu_names(real: &RealNvidia) -> Vec<String> {
 
 /// An image given to `fatbinary --image3`.
 #[derive(Clone)]
-struct Image {
+pub(crate) struct Image {
     /// `elf` or `ptx`.
-    kind: &'static str,
+    pub(crate) kind: &'static str,
     /// The architecture without its `sm_` or `compute_` prefix: `90a`.
-    sm: String,
-    file: PathBuf,
+    pub(crate) sm: String,
+    /// The cubin or PTX file.
+    pub(crate) file: PathBuf,
 }
 
 impl Image {
@@ -451,75 +452,12 @@ pub fn build(real: &RealNvidia, dir: &Path) -> Vec<Fixture> {
     fixtures
 }
 
-/// A shared library `DIR/NAME.so` as nvcc builds one, for the tests of what a package's GPU
-/// code does on a GPU: one module in `.nv_fatbin` holding SASS for each of `sass` (`"sm_80"`)
-/// and PTX for each of `ptx` (`("compute_80", "8.8")`: the target and its ISA version), made
-/// by ptxas and fatbinary 13.5 from [`kernel_ptx`], then `cc -shared`; `dir` gets the library
-/// alone. Extra `cc` arguments (a runtime to link, a DT_RUNPATH) go in `cc_args`.
-pub fn gpu_library(
-    real: &RealNvidia,
-    dir: &Path,
-    name: &str,
-    sass: &[&str],
-    ptx: &[(&str, &str)],
-    cc_args: &[&str],
-) -> PathBuf {
-    // Intermediate files (cubins, the .fatbin, the C file) go to a directory of their own, so
-    // that `dir` holds the library alone, as an installed package would.
-    let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary directory: {e}"));
-    let work = temp.path();
-    let mut images = Vec::new();
-    for arch in sass {
-        let src = work.join(format!("{arch}.ptx"));
-        write(&src, kernel_ptx(arch).as_bytes());
-        let cubin = work.join(format!("{arch}.cubin"));
-        run(Command::new(real.ptxas_13_5())
-            .arg(format!("--gpu-name={arch}"))
-            .arg(&src)
-            .arg("-o")
-            .arg(&cubin));
-        images.push(Image {
-            kind: "elf",
-            sm: arch.trim_start_matches("sm_").to_string(),
-            file: cubin,
-        });
-    }
-    for (target, isa) in ptx {
-        let sm = target.trim_start_matches("compute_");
-        let text = kernel_ptx(&format!("sm_{sm}")).replacen(
-            &format!(".version {PTX_VERSION}"),
-            &format!(".version {isa}"),
-            1,
-        );
-        let file = work.join(format!("{target}.ptx"));
-        write(&file, text.as_bytes());
-        run(Command::new(real.ptxas_13_5())
-            .arg(format!("--gpu-name={target}"))
-            .arg(&file)
-            .arg("-o")
-            .arg(work.join(format!("{target}.unused"))));
-        images.push(Image {
-            kind: "ptx",
-            sm: sm.to_string(),
-            file,
-        });
-    }
-    let c = embedded_c(real, work, name, &images, false);
-    let out = dir.join(format!("{name}.so"));
-    run(Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&out)
-        .arg(&c)
-        .args(cc_args));
-    out
-}
-
 /// Writes `DIR/STEM.fatbin` and its `--embedded-fatbin` include file, and a C file including
 /// it with what `fatbinary_section.h` (not in the wheels) would define; returns the C file.
 /// With `device_c` the container goes to `__nv_relfatbin` and the wrapper is the global
 /// `__fatbinwrap_cuda_sandbox_STEM` (nvcc names it after `__NV_MODULE_ID`); without, the
 /// wrapper is a static `__fatDeviceText`, kept by a function returning its address.
-fn embedded_c(
+pub(crate) fn embedded_c(
     real: &RealNvidia,
     dir: &Path,
     stem: &str,
@@ -695,7 +633,7 @@ fn stdout(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&run(cmd).stdout).into_owned()
 }
 
-fn write(path: &Path, bytes: &[u8]) {
+pub(crate) fn write(path: &Path, bytes: &[u8]) {
     std::fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 

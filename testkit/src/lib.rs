@@ -8,6 +8,7 @@
 pub mod crafted_elf;
 pub mod fake_mig;
 pub mod fatbin_fixtures;
+pub mod gpu_library;
 pub mod nix_version;
 pub mod real_nvidia;
 pub mod terminal;

@@ -113,6 +113,24 @@ impl RealNvidia {
         None
     }
 
+    /// Whether `path` (a file the cache should hold) is there. A cache filled by an older
+    /// `scripts/nvidia-userspace` lacks the newer files: under `CI=true` that panics, elsewhere
+    /// it prints why `test` is skipped.
+    pub fn has(&self, test: &str, path: &Path) -> bool {
+        if path.exists() {
+            return true;
+        }
+        let why = format!(
+            "{} is not in the cache (rerun scripts/nvidia-userspace: it fetches it)",
+            path.display()
+        );
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{test} needs it and must run in CI: {why}");
+        }
+        eprintln!("SKIPPED {test}: {why}");
+        false
+    }
+
     /// The cache directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -138,6 +156,43 @@ impl RealNvidia {
     /// A runtime's shared library.
     pub fn cudart(&self, cudart: Cudart) -> PathBuf {
         self.cudart_dir(cudart).join(cudart.file_name())
+    }
+
+    /// Every ptxas release in the cache, oldest first, with its release (`"12.8"`): the
+    /// `ptxas-X.Y` directories and the 13.5 tools'. `scripts/nvidia-userspace` fetches those
+    /// that bracket each architecture's first release (11.7 to 13.5).
+    pub fn ptxas_releases(&self) -> Vec<(String, PathBuf)> {
+        let mut found: Vec<(Vec<u32>, String, PathBuf)> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let release = name.strip_prefix("ptxas-")?.to_owned();
+                let key = release
+                    .split('.')
+                    .map(|p| p.parse().ok())
+                    .collect::<Option<_>>()?;
+                Some((key, release, e.path().join("ptxas")))
+            })
+            .collect();
+        found.push((vec![13, 5], "13.5".into(), self.ptxas_13_5()));
+        found.sort();
+        found.into_iter().map(|(_, r, p)| (r, p)).collect()
+    }
+
+    /// ptxas of one release (`"11.8"`), when the cache has it.
+    pub fn ptxas_release(&self, release: &str) -> Option<PathBuf> {
+        self.ptxas_releases()
+            .into_iter()
+            .find(|(r, _)| r == release)
+            .map(|(_, p)| p)
+    }
+
+    /// A file of the vendor corpus (`corpus/<wheel>/<file>`, e.g. `("cufft-11.4.1",
+    /// "libcufft.so.11")`): NVIDIA's libraries as their PyPI wheels ship them.
+    pub fn corpus(&self, wheel: &str, file: &str) -> PathBuf {
+        self.dir.join("corpus").join(wheel).join(file)
     }
 
     /// ptxas of a CUDA major (12 or 13).

@@ -14,7 +14,7 @@ use object::read::archive::ArchiveFile;
 use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
 use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
-use super::{Container, FatbinError, GpuCode, Origin};
+use super::{Container, FatbinError, GpuCode, Origin, Purpose};
 
 /// The section of linked programs and libraries that holds their containers back to back.
 pub const FATBIN_SECTION: &str = ".nv_fatbin";
@@ -63,6 +63,7 @@ pub fn read_gpu_code(data: &[u8]) -> Result<GpuCode, FatbinError> {
                 offset: at as u64,
                 size: (end - at) as u64,
                 origin: Origin::File,
+                purpose: Purpose::Loadable,
                 member: None,
                 entries,
             });
@@ -125,6 +126,7 @@ fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<()
     if !file.is_little_endian() {
         return Ok(()); // fat binaries are little-endian; NVIDIA ships no others
     }
+    let from = out.len();
     let mut placed: Vec<Placed> = file
         .sections()
         .filter_map(|s| {
@@ -145,6 +147,12 @@ fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<()
         scan(data, 0, data.len(), base, "(no sections)", out);
         return Ok(());
     }
+    let relocatable = file.kind() == ObjectKind::Relocatable;
+    let purpose_of = |section: &str| match (relocatable, section) {
+        (true, _) => Purpose::LinkInput,
+        (false, RELFATBIN_SECTION) => Purpose::DeviceLinkInput,
+        (false, _) => Purpose::Loadable,
+    };
     let mut walked = Ranges::default();
     let mut starts: BTreeSet<usize> = BTreeSet::new();
     for s in &placed {
@@ -161,6 +169,7 @@ fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<()
                 offset: base + (start + at) as u64,
                 size: (stop - at) as u64,
                 origin: Origin::Section(s.name.clone()),
+                purpose: purpose_of(&s.name),
                 member: None,
                 entries,
             });
@@ -196,6 +205,7 @@ fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<()
                     offset: base + at as u64,
                     size: (stop - at) as u64,
                     origin: Origin::Wrapper(section),
+                    purpose: Purpose::Loadable,
                     member: None,
                     entries,
                 });
@@ -234,7 +244,12 @@ fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<()
         !starts.contains(&at) && !walked.meets(at, at + 1)
     });
     out.extend(kept);
-    out.sort_by_key(|c| c.offset);
+    out[from..].sort_by_key(|c| c.offset);
+    if relocatable {
+        for c in &mut out[from..] {
+            c.purpose = Purpose::LinkInput;
+        }
+    }
     Ok(())
 }
 
@@ -268,6 +283,7 @@ fn scan(data: &[u8], start: usize, end: usize, base: u64, section: &str, out: &m
                     offset: base + at as u64,
                     size: (stop - at) as u64,
                     origin: Origin::Scan(section.to_owned()),
+                    purpose: Purpose::Loadable,
                     member: None,
                     entries,
                 });

@@ -6,7 +6,10 @@
 //! - [`locate`] finds the containers of a file: `.nv_fatbin`, the `.nvFatBinSegment` wrappers,
 //!   relocatable `__nv_relfatbin` sections in objects and `.a` members, a bare `.fatbin` file,
 //!   and containers elsewhere (byte arrays in `.rodata`, `.data`) by their magic.
-//! - [`rules`] is CUDA's loading rules as a pure function: one module, one GPU, one driver.
+//! - [`payload`] unpacks one entry's payload (LZ4, Zstandard), only when a rule needs it, and
+//!   [`image`] reads what a cubin or PTX holds: kernels, device data, the toolkit.
+//! - [`gpus`] is the table of GPU architectures, as data: the first driver of each.
+//! - [`rules`] is CUDA's loading rules as pure functions: one module, one GPU, one driver.
 //! - [`verdict`] turns the modules of a file into one verdict, by a stated policy.
 //!
 //! The layout was read from NVIDIA's files and checked against NVIDIA's `cuobjdump` 13.5, which
@@ -15,8 +18,11 @@
 //! or hostile file gives a [`FatbinError`], in time linear in its size and memory bounded by
 //! the number of entry headers it really holds.
 
+pub mod gpus;
+pub mod image;
 pub mod locate;
 pub mod parse;
+pub mod payload;
 pub mod rules;
 pub mod verdict;
 
@@ -24,6 +30,16 @@ use serde::Serialize;
 use std::fmt;
 
 pub use locate::{read_file, read_gpu_code};
+pub use payload::payload;
+
+/// A CUDA version in the driver API's encoding: `1000 * major + 10 * minor` (12.2 is 12020), as
+/// `cuDriverGetVersion` returns it.
+pub type CudaEncoded = i32;
+
+/// `12.8` for 12080.
+pub fn release(v: CudaEncoded) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
 
 /// What an entry of a container holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -284,6 +300,32 @@ pub struct Entry {
     pub stored_size: u64,
     /// Whether it is one part of a CUDA 13 concatenated entry (kind 0x100).
     pub concatenated: bool,
+    /// Where its bytes are, for reading them ([`payload`]); not serialized.
+    pub stored: Stored,
+}
+
+/// Where an entry's payload lies in the file and how it is packed (the entry header's fields).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// File offset of the payload (for a part of a concatenated entry: the outer entry's).
+    pub offset: u64,
+    /// Bytes stored there.
+    pub size: u64,
+    /// The compressed length within them (0 when stored as it is).
+    pub compressed: u32,
+    /// Its size once unpacked, as the header says.
+    pub unpacked: u64,
+    /// For a part of a concatenated entry: where it lies in the unpacked payload.
+    pub part: Option<Part>,
+}
+
+/// One image's place in the unpacked payload of a concatenated entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// Its offset in the unpacked payload.
+    pub offset: u64,
+    /// Its size.
+    pub size: u64,
 }
 
 impl Serialize for Entry {
@@ -329,6 +371,21 @@ pub enum Origin {
     File,
 }
 
+/// What a container is for: loaded by the driver, or input for a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Purpose {
+    /// In a linked program or library (or a `.fatbin` file): the driver loads it.
+    Loadable,
+    /// `__nv_relfatbin` in a linked program or library: relocatable device code kept for device
+    /// linking (`nvcc -dlink`); the driver is handed only `.nv_fatbin` through the registration
+    /// wrappers, so it never loads or JITs this.
+    DeviceLinkInput,
+    /// In a relocatable object (`.o`, or a `.a` member): input for the link that makes a
+    /// program, not loaded as it is.
+    LinkInput,
+}
+
 /// One fat binary: the unit the driver loads as a module, choosing one of its entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Container {
@@ -338,6 +395,8 @@ pub struct Container {
     pub size: u64,
     /// Where it was found.
     pub origin: Origin,
+    /// Loaded by the driver, or link input.
+    pub purpose: Purpose,
     /// The `.a` member holding it, for archives.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub member: Option<String>,

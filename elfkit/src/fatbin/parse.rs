@@ -13,7 +13,9 @@
 //!   headers laid out like an entry header, with the part's offset in the unpacked payload
 //!   where the header size is (so a part's own size comes from its options: [`part_size`]).
 
-use super::{Arch, Capability, Compression, Entry, EntryKind, FatbinError, Variant, Version};
+use super::{
+    Arch, Capability, Compression, Entry, EntryKind, FatbinError, Part, Stored, Variant, Version,
+};
 
 /// The first four bytes of a container.
 pub const CONTAINER_MAGIC: u32 = 0xBA55_ED50;
@@ -47,15 +49,18 @@ struct Header {
     /// The header size (a part: its offset in the unpacked payload).
     size: u32,
     payload: u64,
+    compressed: u32,
     options_offset: u32,
     version: Version,
     arch: u32,
     flags: u64,
+    unpacked: u64,
 }
 
 impl Header {
-    /// The entry this header describes, its header at file offset `offset`.
-    fn entry(&self, compression: Compression, offset: u64, concatenated: bool) -> Entry {
+    /// The entry this header describes, its header at file offset `offset`, its bytes where
+    /// `stored` says.
+    fn entry(&self, compression: Compression, offset: u64, stored: Stored) -> Entry {
         Entry {
             kind: EntryKind::from_code(self.kind),
             arch: arch_of(self.arch, self.flags),
@@ -64,7 +69,19 @@ impl Header {
             flags: self.flags,
             offset,
             stored_size: self.payload,
-            concatenated,
+            concatenated: stored.part.is_some(),
+            stored,
+        }
+    }
+
+    /// Where the payload of the entry whose header is at file offset `at` lies.
+    fn stored(&self, at: u64) -> Stored {
+        Stored {
+            offset: at + u64::from(self.size),
+            size: self.payload,
+            compressed: self.compressed,
+            unpacked: self.unpacked,
+            part: None,
         }
     }
 }
@@ -75,10 +92,12 @@ fn header_at(data: &[u8], at: usize) -> Option<Header> {
         kind: u16_at(data, at)?,
         size: u32_at(data, at + 4)?,
         payload: u64_at(data, at + 8)?,
+        compressed: u32_at(data, at + 16)?,
         options_offset: u32_at(data, at + 20)?,
         version: Version::new(u16_at(data, at + 26)?, u16_at(data, at + 24)?),
         arch: u32_at(data, at + 28)?,
         flags: u64_at(data, at + 40)?,
+        unpacked: u64_at(data, at + 56)?,
     })
 }
 
@@ -143,7 +162,7 @@ pub fn container_at(data: &[u8], at: usize, base: u64) -> Result<(Vec<Entry>, us
         if h.kind == KIND_CONCATENATED {
             parts(data, p, &h, compression, base, &mut entries)?;
         } else {
-            entries.push(h.entry(compression, pos(p), false));
+            entries.push(h.entry(compression, pos(p), h.stored(pos(p))));
         }
         p = next;
     }
@@ -189,7 +208,12 @@ fn parts(
         if u16_at(data, q + 2) != Some(0x0101) {
             return Err(bad());
         }
-        entries.push(h.entry(compression, at, true));
+        let mut stored = outer.stored(at);
+        stored.part = Some(Part {
+            offset: u64::from(h.size),
+            size: h.payload,
+        });
+        entries.push(h.entry(compression, at, stored));
         q = q
             .checked_add(part_size(&data[..table_end], q, &h).ok_or_else(bad)?)
             .ok_or_else(bad)?;

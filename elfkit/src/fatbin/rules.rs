@@ -1,6 +1,7 @@
-//! CUDA's loading rules, as a pure function: given one module's entries, a GPU's compute
-//! capability and the driver's CUDA version, which image the driver loads, or the error it
-//! gives. The facts and their sources are in `docs/fatbin.md`; each test names its source.
+//! CUDA's loading rules, as pure functions: given one module's entries, a GPU's compute
+//! capability and the driver ([`Driver`]), which image the driver loads, or the error it
+//! gives; and whether a driver serves what a toolkit built ([`toolkit_on_driver`]). The facts
+//! and their sources are in `docs/fatbin.md`; each test names its source.
 //!
 //! - SASS for sm_XY loads on the same major version with a device minor at least Y (binary
 //!   compatibility within a major: CUDA C Programming Guide, "Binary Compatibility").
@@ -11,15 +12,18 @@
 //!   'f' PTX only in its family), when the driver knows its ISA version: [`PTX_ISA_RELEASES`].
 //! - No usable image: CUDA_ERROR_NO_BINARY_FOR_GPU (209). PTX newer than the driver's JIT:
 //!   CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222). Minor-version compatibility covers SASS, not PTX.
+//! - A Zstandard-compressed image needs a libcuda of R550 (CUDA 12.4) or newer
+//!   ([`ZSTD_DRIVER`]); LZ4 is read by every driver these rules know.
 //! - A capability or ISA newer than these tables know is [`Load::Unknown`], never a pass.
+
+use std::fmt;
 
 use serde::Serialize;
 
-use super::{Capability, Entry, EntryKind, Variant, Version};
+use super::gpus;
+use super::{Capability, Compression, Entry, EntryKind, Variant, Version};
 
-/// A CUDA version in the driver API's encoding: `1000 * major + 10 * minor` (12.2 is 12020), as
-/// `cuDriverGetVersion` returns it.
-pub type CudaEncoded = i32;
+pub use super::{release, CudaEncoded};
 
 /// Each PTX ISA version and the first CUDA release whose compiler (ptxas, and the driver's JIT
 /// of that release's branch) accepts it. Sources: NVIDIA's PTX ISA "PTX Release History"
@@ -59,38 +63,6 @@ pub const PTX_ISA_RELEASES: &[(Version, CudaEncoded)] = &[
     (Version::new(9, 5), 13050),
 ];
 
-/// The compute capabilities of the GPUs these rules know (NVIDIA's CUDA GPUs list, the PTX
-/// ISA's supported targets, `ptxas --help` of 12.9 and 13.5). A device of another capability
-/// is judged [`Load::Unknown`].
-pub const KNOWN_CAPABILITIES: &[(u32, u32)] = &[
-    (3, 0),
-    (3, 2),
-    (3, 5),
-    (3, 7),
-    (5, 0),
-    (5, 2),
-    (5, 3),
-    (6, 0),
-    (6, 1),
-    (6, 2),
-    (7, 0),
-    (7, 2),
-    (7, 5),
-    (8, 0),
-    (8, 6),
-    (8, 7),
-    (8, 8),
-    (8, 9),
-    (9, 0),
-    (10, 0),
-    (10, 1),
-    (10, 3),
-    (10, 7),
-    (11, 0),
-    (12, 0),
-    (12, 1),
-];
-
 /// The first CUDA release that JIT-compiles PTX of `isa`; `None` for an ISA newer than the
 /// table. ISA versions older than 6.0 need nothing newer than CUDA 9.0.
 pub fn cuda_for_ptx_isa(isa: Version) -> Option<CudaEncoded> {
@@ -110,6 +82,253 @@ pub fn newest_ptx_isa(driver: CudaEncoded) -> Option<Version> {
         .rev()
         .find(|(_, cuda)| *cuda <= driver)
         .map(|(v, _)| *v)
+}
+
+/// A driver's own version, `550.54.14`: branch, minor, patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DriverVersion {
+    /// The branch (550).
+    pub branch: u32,
+    /// 54.
+    pub minor: u32,
+    /// 14.
+    pub patch: u32,
+}
+
+impl DriverVersion {
+    /// `branch.minor.patch`.
+    pub const fn new(branch: u32, minor: u32, patch: u32) -> DriverVersion {
+        DriverVersion {
+            branch,
+            minor,
+            patch,
+        }
+    }
+
+    /// Parses `550.54.14`, `580.65` or `580`.
+    pub fn parse(text: &str) -> Result<DriverVersion, String> {
+        let bad = || format!("bad driver version {text:?}: write 550.54.14");
+        let mut parts = text.trim().split('.');
+        let mut next = |required: bool| -> Result<u32, String> {
+            match parts.next() {
+                Some(p) => p.parse().map_err(|_| bad()),
+                None if required => Err(bad()),
+                None => Ok(0),
+            }
+        };
+        let version = DriverVersion::new(next(true)?, next(false)?, next(false)?);
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(version)
+    }
+}
+
+impl fmt::Display for DriverVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:02}.{:02}", self.branch, self.minor, self.patch)
+    }
+}
+
+impl Serialize for DriverVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// The driver that loads a file's GPU code. Two versions, because they can differ: under
+/// `cuda_compat` a newer libcuda runs on an older kernel module, and only libcuda is newer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Driver {
+    /// libcuda's CUDA version (`cuDriverGetVersion`): its PTX JIT, its fat-binary
+    /// decompression, the runtimes and toolkits it serves.
+    #[serde(serialize_with = "as_release")]
+    pub cuda: CudaEncoded,
+    /// The CUDA version of the kernel module's branch (R535: 12.2): the GPUs it drives.
+    #[serde(serialize_with = "as_release")]
+    pub kernel: CudaEncoded,
+    /// libcuda's own version, when known, for floors NVIDIA gives as driver versions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<DriverVersion>,
+}
+
+fn as_release<S: serde::Serializer>(v: &CudaEncoded, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&release(*v))
+}
+
+impl Driver {
+    /// A driver of CUDA `cuda` on a kernel module of the same release (no compat).
+    pub const fn of(cuda: CudaEncoded) -> Driver {
+        Driver {
+            cuda,
+            kernel: cuda,
+            version: None,
+        }
+    }
+}
+
+/// The oldest libcuda that reads Zstandard-compressed images: CUDA 12.4 (550.54.14). Source:
+/// rapids-cmake's `rapids_cuda_enable_fatbin_compression` documentation ("balanced" and
+/// "size", which use zstd: "CUDA 12 Requires Driver Version: 550.54.14+"); no NVIDIA document
+/// found states it (nvcc and fatbinary `--help` 12.8 to 13.5 list `--compress-mode` without a
+/// driver requirement).
+pub const ZSTD_DRIVER: (CudaEncoded, DriverVersion) = (12040, DriverVersion::new(550, 54, 14));
+
+/// The minimum driver for a major's minor-version compatibility: a runtime or cubin of any
+/// X.y runs on a driver of major X at or above it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Floor {
+    /// The toolkit major.
+    pub major: i32,
+    /// The minimum driver.
+    pub driver: DriverVersion,
+    /// The CUDA release of that driver's branch.
+    #[serde(serialize_with = "as_release")]
+    pub cuda: CudaEncoded,
+    /// Whether every driver reporting that release meets it (the release's own driver does):
+    /// then a driver known only by its CUDA version is judged; else only by its version.
+    pub met_by_its_release: bool,
+}
+
+/// NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility", table 1 (13.x >= 580,
+/// 12.x >= 525, 11.x >= 450, with the note: "CUDA 11.0 was released with an earlier driver
+/// version, but by upgrading to Tesla Recommended Drivers 450.80.02 (Linux) ... minor version
+/// compatibility is possible across the CUDA 11.x family"), and the CUDA toolkit release notes'
+/// table of minimum drivers for minor-version compatibility (12.x >= 525.60.13, the 12.0
+/// release's own driver; 11.x >= 450.80.02; 11.0 itself shipped with 450.36.06).
+pub const FLOORS: &[Floor] = &[
+    Floor {
+        major: 11,
+        driver: DriverVersion::new(450, 80, 2),
+        cuda: 11000,
+        met_by_its_release: false,
+    },
+    Floor {
+        major: 12,
+        driver: DriverVersion::new(525, 60, 13),
+        cuda: 12000,
+        met_by_its_release: true,
+    },
+    Floor {
+        major: 13,
+        driver: DriverVersion::new(580, 0, 0),
+        cuda: 13000,
+        met_by_its_release: true,
+    },
+];
+
+/// What built a runtime or a cubin: its CUDA release, or only its major (`libcudart.so.12`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Toolkit {
+    /// The release (12090).
+    Exact(#[serde(serialize_with = "as_release")] CudaEncoded),
+    /// The major only (12).
+    Major(i32),
+}
+
+impl Toolkit {
+    /// Its major.
+    pub fn major(self) -> i32 {
+        match self {
+            Toolkit::Exact(v) => v / 1000,
+            Toolkit::Major(m) => m,
+        }
+    }
+}
+
+impl fmt::Display for Toolkit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Toolkit::Exact(v) => f.write_str(&release(*v)),
+            Toolkit::Major(m) => write!(f, "{m}.x"),
+        }
+    }
+}
+
+/// How a driver serves what a toolkit built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "fit")]
+pub enum ToolkitFit {
+    /// The driver is of a newer major, or of the same major and not older.
+    Served,
+    /// Same major, newer minor (or minor unknown), the driver above the major's floor:
+    /// minor-version compatibility.
+    MinorVersionCompatible,
+    /// A newer major than the driver's: cudaErrorInsufficientDriver (35) for a runtime.
+    NewerMajor,
+    /// Same major, newer minor, the driver below the major's floor.
+    BelowFloor {
+        /// The floor.
+        floor: Floor,
+    },
+    /// Same major, newer minor, the driver of the floor's release but of unknown version.
+    FloorUnknown {
+        /// The floor.
+        floor: Floor,
+    },
+    /// A major the floors do not know.
+    UnknownMajor,
+}
+
+impl ToolkitFit {
+    /// Whether the driver cannot serve it.
+    pub fn fails(self) -> bool {
+        matches!(self, ToolkitFit::NewerMajor | ToolkitFit::BelowFloor { .. })
+    }
+
+    /// Whether the rules cannot say.
+    pub fn unknown(self) -> bool {
+        matches!(
+            self,
+            ToolkitFit::FloorUnknown { .. } | ToolkitFit::UnknownMajor
+        )
+    }
+}
+
+/// Whether `driver` serves what toolkit `built` made (a runtime, a cubin): CUDA's rules as
+/// NVIDIA's CUDA Compatibility guide states them. A newer major fails; within a major, a
+/// newer minor needs the major's floor ([`FLOORS`]); an older major is served (binary
+/// backward compatibility). The floor is compared with libcuda's version when known, else it
+/// holds for a driver of a newer release than the floor's, or of the floor's release when
+/// that release's own driver meets it.
+pub fn toolkit_on_driver(built: Toolkit, driver: &Driver) -> ToolkitFit {
+    let major = driver.cuda / 1000;
+    if built.major() > major {
+        return ToolkitFit::NewerMajor;
+    }
+    if built.major() < major {
+        return ToolkitFit::Served;
+    }
+    if let Toolkit::Exact(v) = built {
+        if v <= driver.cuda {
+            return ToolkitFit::Served;
+        }
+    }
+    let Some(floor) = FLOORS.iter().find(|f| f.major == major).copied() else {
+        return ToolkitFit::UnknownMajor;
+    };
+    let meets = match driver.version {
+        Some(v) => v >= floor.driver,
+        None if driver.cuda > floor.cuda || floor.met_by_its_release => true,
+        None => return ToolkitFit::FloorUnknown { floor },
+    };
+    if meets {
+        ToolkitFit::MinorVersionCompatible
+    } else {
+        ToolkitFit::BelowFloor { floor }
+    }
+}
+
+/// Whether `driver`'s libcuda can unpack an image stored with `compression`: `None` when it
+/// can, else the CUDA release it needs.
+pub fn unpacks(compression: Compression, driver: &Driver) -> Option<CudaEncoded> {
+    let (release, version) = ZSTD_DRIVER;
+    let old = match driver.version {
+        Some(v) => v < version,
+        None => driver.cuda < release,
+    };
+    (compression == Compression::Zstd && old).then_some(release)
 }
 
 fn same_family(image: Capability, device: Capability) -> bool {
@@ -167,9 +386,20 @@ pub enum Load {
         /// The CUDA version its ISA needs.
         needs: CudaEncoded,
     },
+    /// The image the driver would load is compressed in a way this driver's libcuda cannot
+    /// unpack (Zstandard before R550).
+    CompressionTooNew {
+        /// The image.
+        image: usize,
+        /// The CUDA release whose driver unpacks it.
+        needs: CudaEncoded,
+    },
     /// The module holds nothing the driver loads itself (NVVM IR only, linked at run time by
     /// nvJitLink, or kinds unknown here): not judged.
     NotForTheDriver,
+    /// Nothing in the module can be launched or read: no kernel, no device data. It is listed,
+    /// not judged.
+    Inert,
     /// The tables do not know enough to say.
     Unknown {
         /// Why, in one line.
@@ -183,22 +413,53 @@ impl Load {
         matches!(self, Load::Sass { .. } | Load::Jit { .. })
     }
 
-    /// Whether the driver refuses it (209 or 222).
+    /// Whether the driver refuses it (209, 222, an image it cannot unpack).
     pub fn fails(&self) -> bool {
-        matches!(self, Load::NoBinaryForGpu | Load::UnsupportedPtx { .. })
+        matches!(
+            self,
+            Load::NoBinaryForGpu | Load::UnsupportedPtx { .. } | Load::CompressionTooNew { .. }
+        )
+    }
+
+    /// Whether it is judged at all (NVVM IR alone and inert modules are listed, not judged).
+    pub fn judged(&self) -> bool {
+        !matches!(self, Load::NotForTheDriver | Load::Inert)
+    }
+
+    /// The image the driver would load, when it picks one.
+    pub fn image(&self) -> Option<usize> {
+        match self {
+            Load::Sass { image }
+            | Load::Jit { image }
+            | Load::UnsupportedPtx { image, .. }
+            | Load::CompressionTooNew { image, .. } => Some(*image),
+            _ => None,
+        }
     }
 }
 
 /// The image the driver loads from one module's `entries` on a GPU of capability `device`
-/// with a driver of CUDA version `driver`, or why it cannot. Among fitting SASS images it
-/// names the newest architecture (an exact 'a'/'f' image before a plain one); among fitting
-/// PTX images, the newest architecture.
-pub fn load(entries: &[Entry], device: Capability, driver: CudaEncoded) -> Load {
-    if !KNOWN_CAPABILITIES.contains(&(device.major, device.minor)) {
+/// with `driver`, or why it cannot. Among fitting SASS images it names the newest
+/// architecture (an exact 'a'/'f' image before a plain one); among fitting PTX images, the
+/// newest architecture. The image picked must be one the driver's libcuda can unpack. (What
+/// the image holds and who built it needs its payload: [`super::verdict`] reads it.)
+pub fn load(entries: &[Entry], device: Capability, driver: &Driver) -> Load {
+    if gpus::architecture(device).is_none() {
         return Load::Unknown {
             why: format!("compute capability {device} is not one these rules know"),
         };
     }
+    let picked = |image: usize, load: Load| match entries[image].compression {
+        Compression::Unknown => Load::Unknown {
+            why: "the image it would load sets both compression flags, a layout NVIDIA's tools \
+                  were not seen to write"
+                .into(),
+        },
+        c => match unpacks(c, driver) {
+            Some(needs) => Load::CompressionTooNew { image, needs },
+            None => load,
+        },
+    };
     let images = || {
         entries
             .iter()
@@ -213,7 +474,7 @@ pub fn load(entries: &[Entry], device: Capability, driver: CudaEncoded) -> Load 
         .filter(|(_, e)| e.kind == EntryKind::Sass && sass_runs(e.arch, device))
         .max_by_key(|(_, e)| specificity(e))
     {
-        return Load::Sass { image: i };
+        return picked(i, Load::Sass { image: i });
     }
     let ptx: Vec<(usize, &Entry)> = images()
         .filter(|(_, e)| e.kind == EntryKind::Ptx && ptx_applies(e.arch, device))
@@ -236,8 +497,8 @@ pub fn load(entries: &[Entry], device: Capability, driver: CudaEncoded) -> Load 
                 PTX_ISA_RELEASES[PTX_ISA_RELEASES.len() - 1].0
             ),
         },
-        Some(needs) if needs > driver => Load::UnsupportedPtx { image: best, needs },
-        Some(_) => Load::Jit { image: best },
+        Some(needs) if needs > driver.cuda => Load::UnsupportedPtx { image: best, needs },
+        Some(_) => picked(best, Load::Jit { image: best }),
     }
 }
 
@@ -256,6 +517,7 @@ mod tests {
             offset: 0,
             stored_size: 0,
             concatenated: false,
+            stored: Default::default(),
         }
     }
     fn sass(arch: &str) -> Entry {
@@ -267,23 +529,23 @@ mod tests {
     fn cc(text: &str) -> Capability {
         Capability::parse(text).unwrap()
     }
-    const R535: CudaEncoded = 12020;
-    const R580: CudaEncoded = 13000;
+    const R535: Driver = Driver::of(12020);
+    const R580: Driver = Driver::of(13000);
 
     /// CUDA C Programming Guide, "Binary Compatibility": a cubin for X.y runs on X.z, z >= y.
     #[test]
     fn sass_runs_within_its_major_on_equal_or_newer_minors() {
         let m = [sass("sm_80")];
-        assert_eq!(load(&m, cc("8.6"), R535), Load::Sass { image: 0 });
-        assert_eq!(load(&m, cc("8.9"), R535), Load::Sass { image: 0 });
-        assert_eq!(load(&m, cc("8.0"), R535), Load::Sass { image: 0 });
-        assert_eq!(load(&m, cc("9.0"), R535), Load::NoBinaryForGpu);
+        assert_eq!(load(&m, cc("8.6"), &R535), Load::Sass { image: 0 });
+        assert_eq!(load(&m, cc("8.9"), &R535), Load::Sass { image: 0 });
+        assert_eq!(load(&m, cc("8.0"), &R535), Load::Sass { image: 0 });
+        assert_eq!(load(&m, cc("9.0"), &R535), Load::NoBinaryForGpu);
         assert_eq!(
-            load(&[sass("sm_86")], cc("8.0"), R535),
+            load(&[sass("sm_86")], cc("8.0"), &R535),
             Load::NoBinaryForGpu
         );
         assert_eq!(
-            load(&[sass("sm_75")], cc("8.0"), R535),
+            load(&[sass("sm_75")], cc("8.0"), &R535),
             Load::NoBinaryForGpu
         );
     }
@@ -293,17 +555,17 @@ mod tests {
     #[test]
     fn arch_specific_images_run_only_on_that_exact_capability() {
         assert_eq!(
-            load(&[sass("sm_90a")], cc("9.0"), R535),
+            load(&[sass("sm_90a")], cc("9.0"), &R535),
             Load::Sass { image: 0 }
         );
         assert_eq!(
-            load(&[sass("sm_100a")], cc("10.3"), R580),
+            load(&[sass("sm_100a")], cc("10.3"), &R580),
             Load::NoBinaryForGpu
         );
         let p = [ptx("compute_100a", (9, 0))];
-        assert_eq!(load(&p, cc("10.0"), R580), Load::Jit { image: 0 });
-        assert_eq!(load(&p, cc("10.3"), R580), Load::NoBinaryForGpu);
-        assert_eq!(load(&p, cc("12.0"), R580), Load::NoBinaryForGpu);
+        assert_eq!(load(&p, cc("10.0"), &R580), Load::Jit { image: 0 });
+        assert_eq!(load(&p, cc("10.3"), &R580), Load::NoBinaryForGpu);
+        assert_eq!(load(&p, cc("12.0"), &R580), Load::NoBinaryForGpu);
     }
 
     /// `ptxas --help` 13.x ("PTX for .target sm_XYf can be compiled to GPU targets sm_XZ ...
@@ -314,18 +576,24 @@ mod tests {
     fn family_images_run_within_their_family() {
         let s = [sass("sm_100f")];
         for yes in ["10.0", "10.3", "10.7"] {
-            assert_eq!(load(&s, cc(yes), R580), Load::Sass { image: 0 }, "{yes}");
+            assert_eq!(load(&s, cc(yes), &R580), Load::Sass { image: 0 }, "{yes}");
         }
         for no in ["10.1", "11.0", "12.0", "9.0"] {
-            assert_eq!(load(&s, cc(no), R580), Load::NoBinaryForGpu, "{no}");
+            assert_eq!(load(&s, cc(no), &R580), Load::NoBinaryForGpu, "{no}");
         }
         assert_eq!(
-            load(&[sass("sm_103f")], cc("10.0"), R580),
+            load(&[sass("sm_103f")], cc("10.0"), &R580),
             Load::NoBinaryForGpu
         );
         let p = [ptx("compute_120f", (8, 8))];
-        assert_eq!(load(&p, cc("12.1"), 12090), Load::Jit { image: 0 });
-        assert_eq!(load(&p, cc("11.0"), 12090), Load::NoBinaryForGpu);
+        assert_eq!(
+            load(&p, cc("12.1"), &Driver::of(12090)),
+            Load::Jit { image: 0 }
+        );
+        assert_eq!(
+            load(&p, cc("11.0"), &Driver::of(12090)),
+            Load::NoBinaryForGpu
+        );
     }
 
     /// `ptxas --help` 13.5: "PTX for .target sm_XY can be compiled to all GPU targets sm_MN,
@@ -334,9 +602,9 @@ mod tests {
     fn plain_ptx_jits_on_every_newer_gpu_and_the_first_launch_compiles() {
         let p = [ptx("compute_75", (8, 0))];
         for yes in ["7.5", "8.6", "9.0", "10.0", "12.1"] {
-            assert_eq!(load(&p, cc(yes), R535), Load::Jit { image: 0 }, "{yes}");
+            assert_eq!(load(&p, cc(yes), &R535), Load::Jit { image: 0 }, "{yes}");
         }
-        assert_eq!(load(&p, cc("7.0"), R535), Load::NoBinaryForGpu);
+        assert_eq!(load(&p, cc("7.0"), &R535), Load::NoBinaryForGpu);
     }
 
     /// NVIDIA's PTX ISA release history (8.2 is CUDA 12.2's, 8.8 is 12.9's) and
@@ -345,25 +613,28 @@ mod tests {
     fn ptx_newer_than_the_driver_fails_with_222_even_within_the_major() {
         let p = [sass("sm_80"), ptx("compute_80", (8, 8))];
         assert_eq!(
-            load(&p, cc("9.0"), R535),
+            load(&p, cc("9.0"), &R535),
             Load::UnsupportedPtx {
                 image: 1,
                 needs: 12090
             }
         );
-        assert_eq!(load(&p, cc("9.0"), 12090), Load::Jit { image: 1 });
+        assert_eq!(
+            load(&p, cc("9.0"), &Driver::of(12090)),
+            Load::Jit { image: 1 }
+        );
         // SASS for the GPU needs no JIT: minor-version compatibility covers it.
-        assert_eq!(load(&p, cc("8.6"), R535), Load::Sass { image: 0 });
+        assert_eq!(load(&p, cc("8.6"), &R535), Load::Sass { image: 0 });
         let nvbandwidth = [sass("sm_80"), ptx("compute_90", (9, 2))];
         assert_eq!(
-            load(&nvbandwidth, cc("9.0"), R580),
+            load(&nvbandwidth, cc("9.0"), &R580),
             Load::UnsupportedPtx {
                 image: 1,
                 needs: 13020
             }
         );
         assert_eq!(
-            load(&[ptx("compute_75", (8, 2))], cc("9.0"), R535),
+            load(&[ptx("compute_75", (8, 2))], cc("9.0"), &R535),
             Load::Jit { image: 0 }
         );
     }
@@ -372,11 +643,17 @@ mod tests {
     #[test]
     fn an_isa_or_capability_beyond_the_tables_is_unknown() {
         let p = [ptx("compute_75", (9, 6))];
-        assert!(matches!(load(&p, cc("9.0"), 14000), Load::Unknown { .. }));
-        let s = [sass("sm_130")];
-        assert!(matches!(load(&s, cc("13.0"), 14000), Load::Unknown { .. }));
         assert!(matches!(
-            load(&[sass("sm_90")], cc("9.5"), R580),
+            load(&p, cc("9.0"), &Driver::of(14000)),
+            Load::Unknown { .. }
+        ));
+        let s = [sass("sm_130")];
+        assert!(matches!(
+            load(&s, cc("13.0"), &Driver::of(14000)),
+            Load::Unknown { .. }
+        ));
+        assert!(matches!(
+            load(&[sass("sm_90")], cc("9.5"), &R580),
             Load::Unknown { .. }
         ));
     }
@@ -389,16 +666,16 @@ mod tests {
             sass("sm_86"),
             ptx("compute_86", (8, 0)),
         ];
-        assert_eq!(load(&m, cc("8.9"), R535), Load::Sass { image: 2 });
-        assert_eq!(load(&m, cc("9.0"), R535), Load::Jit { image: 3 });
+        assert_eq!(load(&m, cc("8.9"), &R535), Load::Sass { image: 2 });
+        assert_eq!(load(&m, cc("9.0"), &R535), Load::Jit { image: 3 });
         let exact = [sass("sm_90"), sass("sm_90a")];
-        assert_eq!(load(&exact, cc("9.0"), R535), Load::Sass { image: 1 });
+        assert_eq!(load(&exact, cc("9.0"), &R535), Load::Sass { image: 1 });
     }
 
     #[test]
     fn nvvm_ir_alone_is_not_for_the_driver() {
         let m = [image(EntryKind::NvvmIr, "compute_90", (9, 0))];
-        assert_eq!(load(&m, cc("9.0"), R580), Load::NotForTheDriver);
+        assert_eq!(load(&m, cc("9.0"), &R580), Load::NotForTheDriver);
     }
 
     /// The table's rows: PTX ISA release history; each driver JITs up to its own release's ISA.
@@ -412,5 +689,112 @@ mod tests {
         assert_eq!(cuda_for_ptx_isa(Version::new(8, 6)), Some(12070));
         assert_eq!(cuda_for_ptx_isa(Version::new(9, 6)), None);
         assert!(PTX_ISA_RELEASES.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility", table 1 (13.x >= 580,
+    /// 12.x >= 525, 11.x >= 450 with 450.80.02 for minor-version compatibility) and the toolkit
+    /// release notes' minimum drivers (12.x >= 525.60.13): a newer major fails, a newer minor
+    /// needs the floor, an older major is served by backward compatibility.
+    #[test]
+    fn a_driver_serves_its_major_above_the_floor_and_every_older_major() {
+        let fit = |built: Toolkit, cuda: CudaEncoded, version: Option<&str>| {
+            toolkit_on_driver(
+                built,
+                &Driver {
+                    cuda,
+                    kernel: cuda,
+                    version: version.map(|v| DriverVersion::parse(v).unwrap()),
+                },
+            )
+        };
+        assert_eq!(
+            fit(Toolkit::Exact(13040), 12080, None),
+            ToolkitFit::NewerMajor
+        );
+        assert_eq!(fit(Toolkit::Major(13), 12090, None), ToolkitFit::NewerMajor);
+        assert_eq!(
+            fit(Toolkit::Exact(12090), 11080, None),
+            ToolkitFit::NewerMajor
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(13040), 13000, None),
+            ToolkitFit::MinorVersionCompatible
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(12090), 12000, None),
+            ToolkitFit::MinorVersionCompatible
+        );
+        assert_eq!(fit(Toolkit::Exact(12020), 12020, None), ToolkitFit::Served);
+        assert_eq!(fit(Toolkit::Exact(11080), 13000, None), ToolkitFit::Served);
+        assert_eq!(
+            fit(Toolkit::Major(12), 12040, None),
+            ToolkitFit::MinorVersionCompatible
+        );
+        // 11.0 shipped with 450.36.06, below the 11.x floor: only the exact version can say.
+        assert!(matches!(
+            fit(Toolkit::Exact(11080), 11000, None),
+            ToolkitFit::FloorUnknown { .. }
+        ));
+        assert!(matches!(
+            fit(Toolkit::Exact(11080), 11000, Some("450.36.06")),
+            ToolkitFit::BelowFloor { .. }
+        ));
+        assert_eq!(
+            fit(Toolkit::Exact(11080), 11000, Some("450.80.02")),
+            ToolkitFit::MinorVersionCompatible
+        );
+        assert!(matches!(
+            fit(Toolkit::Exact(12090), 12000, Some("525.60.11")),
+            ToolkitFit::BelowFloor { .. }
+        ));
+        assert_eq!(fit(Toolkit::Exact(15000), 15000, None), ToolkitFit::Served);
+        assert_eq!(
+            fit(Toolkit::Exact(15010), 15000, None),
+            ToolkitFit::UnknownMajor
+        );
+    }
+
+    /// rapids-cmake's `rapids_cuda_enable_fatbin_compression` ("balanced" and "size", zstd:
+    /// "CUDA 12 Requires Driver Version: 550.54.14+"; NVIDIA documents none): a Zstandard
+    /// image needs a libcuda of CUDA 12.4; LZ4 and stored images load on every driver.
+    #[test]
+    fn a_zstd_image_needs_an_r550_libcuda_and_lz4_needs_nothing() {
+        let zstd = Entry {
+            compression: Compression::Zstd,
+            flags: 0x8011,
+            ..ptx("compute_80", (8, 0))
+        };
+        assert_eq!(
+            load(std::slice::from_ref(&zstd), cc("9.0"), &R535),
+            Load::CompressionTooNew {
+                image: 0,
+                needs: 12040
+            }
+        );
+        assert_eq!(
+            load(std::slice::from_ref(&zstd), cc("9.0"), &Driver::of(12040)),
+            Load::Jit { image: 0 }
+        );
+        let exact = |v: &str| Driver {
+            version: Some(DriverVersion::parse(v).unwrap()),
+            ..Driver::of(12040)
+        };
+        assert_eq!(unpacks(Compression::Zstd, &exact("550.40.07")), Some(12040));
+        assert_eq!(unpacks(Compression::Zstd, &exact("550.54.14")), None);
+        assert_eq!(unpacks(Compression::Lz4, &Driver::of(11040)), None);
+        assert_eq!(unpacks(Compression::None, &Driver::of(11040)), None);
+        // Only the image the driver picks matters: a stored SASS image beside zstd PTX.
+        let both = [sass("sm_90"), zstd];
+        assert_eq!(load(&both, cc("9.0"), &R535), Load::Sass { image: 0 });
+    }
+
+    #[test]
+    fn driver_versions_parse_and_compare_as_numbers() {
+        let v = |t: &str| DriverVersion::parse(t).unwrap();
+        assert!(v("550.54.14") > v("550.40.07"));
+        assert!(v("580") < v("580.65.06"));
+        assert_eq!(v("450.80.02").to_string(), "450.80.02");
+        assert!(DriverVersion::parse("5x0").is_err());
+        assert!(DriverVersion::parse("1.2.3.4").is_err());
     }
 }

@@ -1,25 +1,52 @@
 //! From modules to one verdict per file, by a stated policy that fits real libraries.
 //!
 //! Real libraries carry modules meant only for some GPUs (NVIDIA's cuRAND has 13 in
-//! `.nv_fatbin` and some 1,700 more in `.data`), and guard arch-specific kernels at run time.
+//! `.nv_fatbin` and some 1,700 more in `.data`), guard arch-specific kernels at run time, and
+//! keep modules nothing can use (cuFFT 11.4 has an sm_52 cubin with no kernel and no data).
 //! So, for one GPU and driver:
-//! 1. a module with only NVVM IR (or kinds unknown here) is not judged: nvJitLink links it;
-//! 2. a module that cannot load is *reported*, not failed, while some other module of the file
+//! 1. containers that are link input are listed, not judged: `__nv_relfatbin` in a linked
+//!    file (device-link input; the driver is handed only `.nv_fatbin`) and every container of
+//!    a relocatable object or `.a` member;
+//! 2. a kernel module that does not drive the GPU fails the file: it predates the GPU's
+//!    architecture, or its branch dropped it ([`super::gpus`]); a GPU the table does not know,
+//!    or one the driver calls by another capability (Thor), makes the file unknown;
+//! 3. a module with only NVVM IR (or kinds unknown here) is not judged: nvJitLink links it;
+//! 4. a module that cannot load is *reported*, not failed, while some other module of the file
 //!    loads, when its images are all arch- or family-specific ('a'/'f') for other GPUs, or when
 //!    the program loads it itself: found by the magic scan, a byte array the library hands to
 //!    `cuModuleLoadData` (cuRAND keeps one single-architecture module per GPU in `.data` and
 //!    picks the one for the GPU it runs on);
-//! 3. any other module that cannot load (209, 222) fails the file;
-//! 4. a file none of whose judged modules loads fails;
-//! 5. otherwise a module the rules cannot judge makes the file unknown, never a pass;
-//! 6. otherwise the file runs: by SASS, or by JIT when any module needs PTX compiled.
+//! 5. any other module that cannot load (209, 222, an image the driver cannot unpack) is
+//!    read: when nothing in it can be launched or read (no kernel entry, no device data, no
+//!    `.entry` in its PTX: [`super::image`]) it is listed, not judged; otherwise it fails the
+//!    file;
+//! 6. a file whose own modules (those it registers, not the byte arrays it loads itself) hold
+//!    a cubin of a newer CUDA major than the driver's fails: the cubin records the toolkit
+//!    that built it, and CUDA's compatibility stops at the major ([`toolkit_on_driver`]). That
+//!    is the file's toolkit, whichever module says it, inert ones included;
+//! 7. a file none of whose judged modules loads fails;
+//! 8. otherwise a module the rules cannot judge makes the file unknown, never a pass;
+//! 9. otherwise the file runs: by SASS, or by JIT when any module needs PTX compiled.
+//!
+//! Payloads are read only where a verdict depends on them: a module that would otherwise fail
+//! (rule 5), and for rule 6 one cubin per registered module (NVIDIA's tools build a module's
+//! images in one compilation), only when the cubin's format allows a toolkit of a newer major
+//! than the driver's (ELF ABI 7 cubins, entry version 1.7, come from ptxas 12.9 or older; ABI
+//! 8, entry version 1.8, from 12.8 or newer: so only under an 11.x driver, or a 12.x driver
+//! for ABI 8 cubins), stopping at the first of a newer major. A cubin of a major newer than 13
+//! that keeps ABI 8 is not caught under a 13.x driver: no such toolkit exists to measure.
 
 use serde::Serialize;
 
-use super::rules::{load, ptx_applies, sass_runs, CudaEncoded, Load};
-use super::{Capability, Container, EntryKind, GpuCode, Origin, Variant};
+use super::gpus::{self, Drives};
+use super::image::{cubin_facts, ptx_facts};
+use super::payload::payload;
+use super::rules::{
+    load, ptx_applies, sass_runs, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
+};
+use super::{Capability, Container, Entry, EntryKind, GpuCode, Origin, Purpose, Variant, Version};
 
-/// Why a module that cannot load does not fail its file (rule 2).
+/// Why a module that cannot load does not fail its file (rule 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Excuse {
@@ -37,7 +64,7 @@ pub struct ModuleVerdict {
     /// What the driver does with it.
     #[serde(flatten)]
     pub load: Load,
-    /// Why it would not fail the file, when it cannot load (rule 2).
+    /// Why it would not fail the file, when it cannot load (rule 4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub excuse: Option<Excuse>,
 }
@@ -52,7 +79,7 @@ pub enum FileVerdict {
     RunsBySass,
     /// It runs, some modules by JIT-compiling PTX at their first launch.
     RunsByJit,
-    /// A module cannot load: see the module verdicts.
+    /// It cannot run: the driver does not drive the GPU, or a module cannot load.
     Fails,
     /// The rules do not know enough to say.
     Unknown,
@@ -65,17 +92,93 @@ impl FileVerdict {
     }
 }
 
+/// The modules listed and not judged, by why (rules 1, 3 and 5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NotJudged {
+    /// `__nv_relfatbin` in a linked file: device-link input.
+    pub device_link_input: usize,
+    /// Containers of a relocatable object or archive member: link input.
+    pub link_input: usize,
+    /// Modules of NVVM IR only.
+    pub nvvm_only: usize,
+    /// Modules with no kernel and no device data.
+    pub inert: usize,
+}
+
+/// Whether the kernel module drives the GPU, as [`gpus::drives`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "drives")]
+pub enum GpuDriven {
+    /// It does.
+    Yes,
+    /// It predates the architecture.
+    TooOld {
+        /// The first release that drives it.
+        #[serde(serialize_with = "as_release")]
+        first: i32,
+    },
+    /// Its branch no longer drives it.
+    Dropped {
+        /// The last release that drives it.
+        #[serde(serialize_with = "as_release")]
+        last: i32,
+    },
+    /// This driver calls the GPU by another capability.
+    Renamed {
+        /// The capability it reports under this driver.
+        to: Capability,
+    },
+    /// The architecture table does not know the capability.
+    Unknown,
+}
+
+fn as_release<S: serde::Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&super::release(*v))
+}
+
+impl From<Drives> for GpuDriven {
+    fn from(d: Drives) -> GpuDriven {
+        match d {
+            Drives::Yes => GpuDriven::Yes,
+            Drives::TooOld { first } => GpuDriven::TooOld { first },
+            Drives::Dropped { last } => GpuDriven::Dropped { last },
+            Drives::Renamed { to, .. } => GpuDriven::Renamed { to },
+            Drives::Unknown => GpuDriven::Unknown,
+        }
+    }
+}
+
+/// A cubin of the file's own modules built by a toolkit of a newer major than the driver's
+/// (rule 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NewerToolkit {
+    /// The module's index in [`GpuCode::containers`].
+    pub module: usize,
+    /// The cubin's index among its entries.
+    pub image: usize,
+    /// The release of the ptxas that built it.
+    #[serde(serialize_with = "as_release")]
+    pub toolkit: i32,
+}
+
 /// One file judged for one GPU and driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Judgement {
     /// The file's verdict.
     pub verdict: FileVerdict,
-    /// Every judged module's answer, in module order (rule 1's modules left out).
+    /// Whether the driver drives the GPU (rule 2).
+    pub gpu: GpuDriven,
+    /// A cubin of the file's own modules of a newer major than the driver's (rule 6).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newer_toolkit: Option<NewerToolkit>,
+    /// Every judged module's answer, in module order.
     pub modules: Vec<ModuleVerdict>,
+    /// The modules listed and not judged.
+    pub not_judged: NotJudged,
 }
 
 impl Judgement {
-    /// The modules that fail the file (rules 3 and 4).
+    /// The modules that fail the file (rules 5 and 6).
     pub fn failing(&self) -> impl Iterator<Item = &ModuleVerdict> {
         let none_loads = !self.modules.iter().any(|m| m.load.loads());
         self.modules
@@ -83,7 +186,7 @@ impl Judgement {
             .filter(move |m| m.load.fails() && (none_loads || m.excuse.is_none()))
     }
 
-    /// The modules reported under rule 2, while others load.
+    /// The modules reported under rule 4, while others load.
     pub fn reported(&self) -> impl Iterator<Item = &ModuleVerdict> {
         let some_loads = self.modules.iter().any(|m| m.load.loads());
         self.modules
@@ -109,37 +212,155 @@ fn only_for_other_gpus(module: &Container, device: Capability) -> bool {
         })
 }
 
-/// Judges every module of `code` for a GPU of capability `device` with a driver of CUDA
-/// version `driver`, and the file by the policy above.
-pub fn judge(code: &GpuCode, device: Capability, driver: CudaEncoded) -> Judgement {
-    let modules: Vec<ModuleVerdict> = code
-        .containers
+/// Whether nothing in `module` can be launched or read (rule 5): every image read, and none
+/// with a kernel or device data. An image that cannot be read, or of a kind unknown here,
+/// counts as holding something. The cheapest images are read first (stored as they are, then
+/// the smallest): one that holds something ends the question.
+fn inert(data: &[u8], module: &Container) -> bool {
+    let mut images: Vec<&Entry> = module
+        .entries
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let load = load(&c.entries, device, driver);
-            let excuse = if !load.fails() {
-                None
-            } else if only_for_other_gpus(c, device) {
-                Some(Excuse::OnlyForOtherGpus)
-            } else if matches!(c.origin, Origin::Scan(_)) {
-                Some(Excuse::LoadedByTheProgram)
-            } else {
-                None
-            };
-            ModuleVerdict {
+        .filter(|e| e.kind != EntryKind::NvvmIr)
+        .collect();
+    images.sort_by_key(|e| (e.compression != super::Compression::None, e.stored.size));
+    !images.is_empty()
+        && images.into_iter().all(|e| match e.kind {
+            EntryKind::Sass => payload(data, e)
+                .ok()
+                .and_then(|b| cubin_facts(&b).ok())
+                .is_some_and(|f| f.inert()),
+            EntryKind::Ptx => payload(data, e).is_ok_and(|b| ptx_facts(&b).inert()),
+            _ => false,
+        })
+}
+
+/// Whether the cubin `entry`'s format allows a toolkit of a newer major than `driver`'s: ELF
+/// ABI 7 (entry 1.7) comes from ptxas 12.9 or older, ABI 8 from 12.8 or newer, 13.x the
+/// newest known.
+fn may_be_newer(entry: &Entry, driver: &Driver) -> bool {
+    let major = driver.cuda / 1000;
+    if entry.version >= Version::new(1, 8) {
+        major < 13
+    } else {
+        major < 12
+    }
+}
+
+/// Rule 6: one cubin per module the file registers, whose format allows a newer major, until
+/// one was built by a toolkit of a newer major than `driver` serves. The cheapest are read
+/// first (stored as they are, then the smallest), so a file that fails by it is found fast.
+/// It depends on the driver alone, not on the GPU: [`judge_given`] takes it computed once.
+pub fn newer_toolkit(code: &GpuCode, data: &[u8], driver: &Driver) -> Option<NewerToolkit> {
+    let mut candidates: Vec<(usize, usize, &Entry)> = Vec::new();
+    for (module, c) in code.containers.iter().enumerate() {
+        if c.purpose != Purpose::Loadable || matches!(c.origin, Origin::Scan(_)) {
+            continue;
+        }
+        let cost = |e: &Entry| (e.compression != super::Compression::None, e.stored.size);
+        let cheapest = c
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == EntryKind::Sass && may_be_newer(e, driver))
+            .min_by_key(|(_, e)| cost(e));
+        if let Some((image, entry)) = cheapest {
+            candidates.push((module, image, entry));
+        }
+    }
+    candidates.sort_by_key(|(_, _, e)| (e.compression != super::Compression::None, e.stored.size));
+    candidates.into_iter().find_map(|(module, image, entry)| {
+        let toolkit = cubin_facts(&payload(data, entry).ok()?).ok()?.toolkit?;
+        (toolkit_on_driver(Toolkit::Exact(toolkit), driver) == ToolkitFit::NewerMajor).then_some(
+            NewerToolkit {
+                module,
+                image,
+                toolkit,
+            },
+        )
+    })
+}
+
+/// Judges every module of `code` (read from the file `data`) for a GPU of capability `device`
+/// with `driver`, and the file by the policy above.
+pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -> Judgement {
+    judge_given(
+        code,
+        data,
+        device,
+        driver,
+        newer_toolkit(code, data, driver),
+    )
+}
+
+/// [`judge`], with rule 6's answer for this file and driver already known
+/// ([`newer_toolkit`]): for judging several GPUs with one driver.
+pub fn judge_given(
+    code: &GpuCode,
+    data: &[u8],
+    device: Capability,
+    driver: &Driver,
+    toolkit: Option<NewerToolkit>,
+) -> Judgement {
+    let mut judgement = Judgement {
+        verdict: FileVerdict::NoGpuCode,
+        gpu: GpuDriven::from(gpus::drives(driver.kernel, device)),
+        newer_toolkit: None,
+        modules: Vec::new(),
+        not_judged: NotJudged::default(),
+    };
+    let mut loadable = Vec::new();
+    for (i, c) in code.containers.iter().enumerate() {
+        match c.purpose {
+            Purpose::Loadable => loadable.push(i),
+            Purpose::DeviceLinkInput => judgement.not_judged.device_link_input += 1,
+            Purpose::LinkInput => judgement.not_judged.link_input += 1,
+        }
+    }
+    if loadable.is_empty() {
+        return judgement;
+    }
+    match judgement.gpu {
+        GpuDriven::Yes => {}
+        GpuDriven::TooOld { .. } | GpuDriven::Dropped { .. } => {
+            judgement.verdict = FileVerdict::Fails;
+            return judgement;
+        }
+        GpuDriven::Renamed { .. } | GpuDriven::Unknown => {
+            judgement.verdict = FileVerdict::Unknown;
+            return judgement;
+        }
+    }
+    // Rule 6 first: a file it fails needs no module read for rule 5.
+    judgement.newer_toolkit = toolkit;
+    let read_modules = judgement.newer_toolkit.is_none();
+    for i in loadable {
+        let c = &code.containers[i];
+        let mut load = load(&c.entries, device, driver);
+        let excuse = if !load.fails() {
+            None
+        } else if only_for_other_gpus(c, device) {
+            Some(Excuse::OnlyForOtherGpus)
+        } else if matches!(c.origin, Origin::Scan(_)) {
+            Some(Excuse::LoadedByTheProgram)
+        } else {
+            None
+        };
+        if read_modules && load.fails() && excuse.is_none() && inert(data, c) {
+            load = Load::Inert;
+        }
+        match load {
+            Load::NotForTheDriver => judgement.not_judged.nvvm_only += 1,
+            Load::Inert => judgement.not_judged.inert += 1,
+            _ => judgement.modules.push(ModuleVerdict {
                 module: i,
                 load,
                 excuse,
-            }
-        })
-        .filter(|m| m.load != Load::NotForTheDriver)
-        .collect();
-    let mut judgement = Judgement {
-        verdict: FileVerdict::NoGpuCode,
-        modules,
-    };
-    judgement.verdict = if judgement.modules.is_empty() {
+            }),
+        }
+    }
+    judgement.verdict = if judgement.newer_toolkit.is_some() {
+        FileVerdict::Fails
+    } else if judgement.modules.is_empty() {
         FileVerdict::NoGpuCode
     } else if judgement.failing().next().is_some() {
         FileVerdict::Fails
@@ -164,13 +385,14 @@ pub fn judge(code: &GpuCode, device: Capability, driver: CudaEncoded) -> Judgeme
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fatbin::{Arch, Compression, Entry, Version};
+    use crate::fatbin::{Arch, Compression};
 
     fn module(images: &[(&str, EntryKind)]) -> Container {
         Container {
             offset: 0,
             size: 0,
             origin: Origin::File,
+            purpose: Purpose::Loadable,
             member: None,
             entries: images
                 .iter()
@@ -187,6 +409,7 @@ mod tests {
                     offset: 0,
                     stored_size: 0,
                     concatenated: false,
+                    stored: Default::default(),
                 })
                 .collect(),
         }
@@ -209,11 +432,11 @@ mod tests {
             module(&[("sm_90a", S)]),
             module(&[("sm_100a", S), ("sm_100f", S)]),
         ]);
-        let on_hopper = judge(&file, cc("9.0"), 12020);
+        let on_hopper = judge(&file, &[], cc("9.0"), &Driver::of(12020));
         assert_eq!(on_hopper.verdict, FileVerdict::RunsBySass);
         let reported: Vec<usize> = on_hopper.reported().map(|m| m.module).collect();
         assert_eq!(reported, [2]);
-        let on_ampere = judge(&file, cc("8.6"), 12020);
+        let on_ampere = judge(&file, &[], cc("8.6"), &Driver::of(12020));
         assert_eq!(on_ampere.verdict, FileVerdict::RunsBySass);
         assert_eq!(on_ampere.reported().count(), 2);
     }
@@ -226,14 +449,14 @@ mod tests {
             m.origin = Origin::Scan(".data".into());
             per_gpu.push(m);
         }
-        let j = judge(&code(per_gpu.clone()), cc("9.0"), 13000);
+        let j = judge(&code(per_gpu.clone()), &[], cc("9.0"), &Driver::of(13000));
         assert_eq!(j.verdict, FileVerdict::RunsBySass);
         assert_eq!(j.reported().count(), 3);
         assert!(j
             .reported()
             .all(|m| m.excuse == Some(Excuse::LoadedByTheProgram)));
         // None loads: the file fails, scanned modules and all.
-        let j = judge(&code(per_gpu), cc("7.0"), 13000);
+        let j = judge(&code(per_gpu), &[], cc("7.0"), &Driver::of(13000));
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.failing().count(), 4);
     }
@@ -241,7 +464,7 @@ mod tests {
     #[test]
     fn a_file_none_of_whose_modules_loads_fails() {
         let file = code(vec![module(&[("sm_90a", S)]), module(&[("sm_100a", S)])]);
-        let j = judge(&file, cc("8.6"), 12020);
+        let j = judge(&file, &[], cc("8.6"), &Driver::of(12020));
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.failing().count(), 2);
     }
@@ -252,7 +475,7 @@ mod tests {
             module(&[("sm_80", S)]),
             module(&[("sm_75", S), ("sm_86", S)]),
         ]);
-        let j = judge(&file, cc("8.0"), 12020);
+        let j = judge(&file, &[], cc("8.0"), &Driver::of(12020));
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.failing().map(|m| m.module).collect::<Vec<_>>(), [1]);
     }
@@ -261,16 +484,16 @@ mod tests {
     fn jit_anywhere_makes_the_file_run_by_jit() {
         let file = code(vec![module(&[("sm_80", S)]), module(&[("compute_80", P)])]);
         assert_eq!(
-            judge(&file, cc("8.0"), 12020).verdict,
+            judge(&file, &[], cc("8.0"), &Driver::of(12020)).verdict,
             FileVerdict::RunsByJit
         );
         let both = code(vec![module(&[("sm_80", S), ("compute_80", P)])]);
         assert_eq!(
-            judge(&both, cc("8.6"), 12020).verdict,
+            judge(&both, &[], cc("8.6"), &Driver::of(12020)).verdict,
             FileVerdict::RunsBySass
         );
         assert_eq!(
-            judge(&both, cc("9.0"), 12020).verdict,
+            judge(&both, &[], cc("9.0"), &Driver::of(12020)).verdict,
             FileVerdict::RunsByJit
         );
     }
@@ -278,15 +501,82 @@ mod tests {
     #[test]
     fn unknown_is_never_a_pass_and_nvvm_alone_is_no_gpu_code() {
         let file = code(vec![module(&[("sm_80", S)])]);
-        assert_eq!(judge(&file, cc("8.5"), 12020).verdict, FileVerdict::Unknown);
+        assert_eq!(
+            judge(&file, &[], cc("8.5"), &Driver::of(12020)).verdict,
+            FileVerdict::Unknown
+        );
         let lto = code(vec![module(&[("compute_90", EntryKind::NvvmIr)])]);
         assert_eq!(
-            judge(&lto, cc("9.0"), 13000).verdict,
+            judge(&lto, &[], cc("9.0"), &Driver::of(13000)).verdict,
             FileVerdict::NoGpuCode
         );
         assert_eq!(
-            judge(&GpuCode::default(), cc("9.0"), 13000).verdict,
+            judge(&GpuCode::default(), &[], cc("9.0"), &Driver::of(13000)).verdict,
             FileVerdict::NoGpuCode
         );
+    }
+
+    /// Rule 1: `__nv_relfatbin` in a linked file is device-link input (the driver is handed
+    /// only `.nv_fatbin` through the registration wrappers), and an object's or archive
+    /// member's containers are link input: counted, never judged.
+    #[test]
+    fn link_input_is_counted_and_never_judged() {
+        let mut relocatable = module(&[("sm_75", S)]);
+        relocatable.purpose = Purpose::DeviceLinkInput;
+        let file = code(vec![module(&[("sm_90", S)]), relocatable.clone()]);
+        let j = judge(&file, &[], cc("9.0"), &Driver::of(12020));
+        assert_eq!(j.verdict, FileVerdict::RunsBySass);
+        assert_eq!((j.modules.len(), j.not_judged.device_link_input), (1, 1));
+        // Alone, on a GPU it has no image for: still nothing to judge, never a 209.
+        let j = judge(&code(vec![relocatable]), &[], cc("8.6"), &Driver::of(12020));
+        assert_eq!(j.verdict, FileVerdict::NoGpuCode);
+        let mut object = module(&[("sm_75", S)]);
+        object.purpose = Purpose::LinkInput;
+        let j = judge(&code(vec![object]), &[], cc("9.0"), &Driver::of(12020));
+        assert_eq!(
+            (j.verdict, j.not_judged.link_input),
+            (FileVerdict::NoGpuCode, 1)
+        );
+    }
+
+    /// Rule 2 (gpus.txt, measured with ptxas 12.6/12.8/12.9/13.0): a 12.4 kernel module
+    /// predates Blackwell, 12.8 drives it; Thor is 11.0 under a 13.x driver.
+    #[test]
+    fn a_kernel_module_that_does_not_drive_the_gpu_decides_before_any_module() {
+        let file = code(vec![module(&[("sm_120", S)])]);
+        let j = judge(&file, &[], cc("12.0"), &Driver::of(12040));
+        assert_eq!(j.verdict, FileVerdict::Fails);
+        assert_eq!(j.gpu, GpuDriven::TooOld { first: 12080 });
+        assert!(j.modules.is_empty());
+        // Under compat only libcuda is newer: the kernel module still predates the GPU.
+        let compat = Driver {
+            cuda: 12080,
+            kernel: 12020,
+            version: None,
+        };
+        assert_eq!(
+            judge(&file, &[], cc("12.0"), &compat).verdict,
+            FileVerdict::Fails
+        );
+        assert_eq!(
+            judge(&file, &[], cc("12.0"), &Driver::of(12080)).verdict,
+            FileVerdict::RunsBySass
+        );
+        let thor = code(vec![module(&[("sm_101", S)])]);
+        let j = judge(&thor, &[], cc("10.1"), &Driver::of(13000));
+        assert_eq!(j.verdict, FileVerdict::Unknown);
+        assert_eq!(j.gpu, GpuDriven::Renamed { to: cc("11.0") });
+    }
+
+    /// Rule 6 reads a cubin only where its format allows a newer major than the driver's: a
+    /// 1.8 (ELF ABI 8) entry under a 13.x driver is never read; an unreadable payload proves
+    /// nothing and fails nothing.
+    #[test]
+    fn cubins_are_read_for_their_toolkit_only_where_it_can_matter() {
+        let file = code(vec![module(&[("sm_90", S)])]);
+        assert_eq!(newer_toolkit(&file, &[], &Driver::of(13000)), None);
+        assert_eq!(newer_toolkit(&file, &[], &Driver::of(12040)), None);
+        let j = judge(&file, &[], cc("9.0"), &Driver::of(12040));
+        assert_eq!(j.verdict, FileVerdict::RunsBySass);
     }
 }

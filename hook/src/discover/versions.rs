@@ -2,23 +2,9 @@
 //! user-space driver version in `libcuda.so.<version>`. The CUDA version type and the
 //! branch → CUDA table (docs/architecture.md) live in the manifest crate, shared with the runner.
 
-pub use cuda_sandbox_manifest::versions::{cuda_for_branch, driver_branch, CudaVersion};
-
-/// The kernel module version from `/proc/driver/nvidia/version`, e.g.
-/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 …` → `550.54.14`.
-pub fn kernel_module_version(text: &str) -> Option<String> {
-    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
-    let after = line.split("Kernel Module").nth(1)?;
-    // "… Kernel Module  550.54.14  …" or "… Open Kernel Module for x86_64  570.86.15  …"
-    after
-        .split_whitespace()
-        .find(|t| {
-            t.contains('.')
-                && t.starts_with(|c: char| c.is_ascii_digit())
-                && t.chars().all(|c| c.is_ascii_digit() || c == '.')
-        })
-        .map(str::to_string)
-}
+pub use cuda_sandbox_manifest::versions::{
+    cuda_for_branch, driver_branch, kernel_module_version, CudaVersion,
+};
 
 /// The L4T release from `/etc/nv_tegra_release`, e.g. `# R35 (release), REVISION: 4.1, …` →
 /// `(35, "35.4.1")`.
@@ -59,16 +45,6 @@ pub fn version_in_file_name(name: &str, stem: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernel_module_lines() {
-        let t = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\nGCC version:  gcc version 12.2.0\n";
-        assert_eq!(kernel_module_version(t).as_deref(), Some("550.54.14"));
-        let open =
-            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n";
-        assert_eq!(kernel_module_version(open).as_deref(), Some("570.86.15"));
-        assert_eq!(kernel_module_version("garbage"), None);
-    }
 
     #[test]
     fn tegra_release() {

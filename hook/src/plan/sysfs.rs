@@ -1,71 +1,60 @@
 //! The planner of `sysfs = "topology"`: which host directories a build's tree binds (in
 //! decide), and, once act knows the tree's name, where the build sees each one.
 
-use super::{Exposure, Plan, Reason, Skip};
+use super::{Decision, Exposure, Reason, Skip};
 use crate::config::{Config, Sysfs};
-use crate::sysfs::{TreeBind, TreeSpec, TOPOLOGY, TREES_DIR};
+use crate::sysfs::{TreeBind, TOPOLOGY, TREES_DIR};
 use std::path::{Path, PathBuf};
 
-impl Plan {
+impl Decision {
     /// Plans the binds of `rule`'s `sysfs` (under the host root); a part another rule asked
     /// for already is planned once.
     pub(super) fn add_sysfs(&mut self, rule: &str, sysfs: Sysfs, config: &Config) {
-        let spec = self.sysfs.get_or_insert_with(|| TreeSpec {
-            name: String::new(),
-            binds: Vec::new(),
-        });
         let parts = match sysfs {
             Sysfs::Topology => TOPOLOGY,
         };
         for (inside, mount_point) in parts {
-            if spec.binds.iter().any(|b| b.mount_point == mount_point) {
+            if self.sysfs.iter().any(|b| b.mount_point == mount_point) {
                 continue;
             }
-            spec.binds.push(TreeBind {
+            self.sysfs.push(TreeBind {
+                inside: PathBuf::from(inside),
                 source: under(&config.host_root, Path::new(inside)),
+                rule: rule.to_string(),
                 mount_point: mount_point.to_string(),
             });
-            self.sysfs_rules
-                .push((mount_point.to_string(), rule.to_string()));
         }
     }
+}
 
-    /// Names the planned tree `name` and exposes each of its mount points at its place under
-    /// `/sys` (for act, which knows the build's chroot and so the name).
-    pub fn place_sysfs(&mut self, name: &str, runtime_dir: &Path) {
-        let Some(spec) = &mut self.sysfs else {
-            return;
-        };
-        spec.name = name.to_string();
-        let tree = runtime_dir.join(TREES_DIR).join(name);
-        for (inside, mount_point) in TOPOLOGY {
-            let Some((_, rule)) = self.sysfs_rules.iter().find(|(m, _)| m == mount_point) else {
-                continue;
-            };
-            self.exposures.push(Exposure {
-                inside: PathBuf::from(inside),
-                outside: tree.join(mount_point),
-                reason: Reason::Sysfs { rule: rule.clone() },
-            });
-        }
-    }
+/// The exposures of the tree `name` holding `binds`: each mount point at its place under
+/// `/sys` (for act, which knows the build's chroot and so the name).
+pub fn sysfs_exposures(binds: &[TreeBind], name: &str, runtime_dir: &Path) -> Vec<Exposure> {
+    let tree = runtime_dir.join(TREES_DIR).join(name);
+    binds
+        .iter()
+        .map(|b| Exposure {
+            inside: b.inside.clone(),
+            outside: tree.join(&b.mount_point),
+            reason: Reason::Sysfs {
+                rule: b.rule.clone(),
+            },
+        })
+        .collect()
+}
 
-    /// Leaves the tree out (`exec`, which makes no tree), saying `why`.
-    pub fn drop_sysfs(&mut self, why: &str) {
-        if self.sysfs.take().is_none() {
-            return;
-        }
-        let (dropped, kept): (Vec<Exposure>, Vec<Exposure>) = std::mem::take(&mut self.exposures)
-            .into_iter()
-            .partition(|e| matches!(e.reason, Reason::Sysfs { .. }));
-        self.exposures = kept;
-        for e in dropped {
-            self.skipped.push(Skip {
+/// Leaves the tree's exposures out (`exec`, which makes no tree), each skipped saying `why`.
+pub fn drop_sysfs(exposures: &mut Vec<Exposure>, skipped: &mut Vec<Skip>, why: &str) {
+    exposures.retain(|e| {
+        let sysfs = matches!(e.reason, Reason::Sysfs { .. });
+        if sysfs {
+            skipped.push(Skip {
                 path: e.inside.display().to_string(),
                 why: why.to_string(),
             });
         }
-    }
+        !sysfs
+    });
 }
 
 /// `path` (absolute) under `root`.
@@ -84,11 +73,10 @@ mod tests {
     #[test]
     fn topology_binds_cpu_and_node_under_the_host_root_once() {
         let c = config("host_root = \"/fake\"\nruntime_dir = \"/run/cs\"\n");
-        let mut plan = Plan::default();
-        plan.add_sysfs("a", Sysfs::Topology, &c);
-        plan.add_sysfs("b", Sysfs::Topology, &c);
-        let spec = plan.sysfs.clone().unwrap();
-        let sources: Vec<_> = spec.binds.iter().map(|b| b.source.clone()).collect();
+        let mut decision = Decision::default();
+        decision.add_sysfs("a", Sysfs::Topology, &c);
+        decision.add_sysfs("b", Sysfs::Topology, &c);
+        let sources: Vec<_> = decision.sysfs.iter().map(|b| b.source.clone()).collect();
         assert_eq!(
             sources,
             [
@@ -96,11 +84,9 @@ mod tests {
                 PathBuf::from("/fake/sys/devices/system/node")
             ]
         );
-        plan.place_sysfs("x-1-2", &c.runtime_dir);
-        let seen: Vec<_> = plan
-            .exposures
-            .iter()
-            .map(|e| (e.inside.clone(), e.outside.clone(), e.reason.clone()))
+        let seen: Vec<_> = sysfs_exposures(&decision.sysfs, "x-1-2", &c.runtime_dir)
+            .into_iter()
+            .map(|e| (e.inside, e.outside, e.reason))
             .collect();
         let sysfs = Reason::Sysfs { rule: "a".into() };
         assert_eq!(
@@ -118,19 +104,23 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(plan.sysfs.unwrap().name, "x-1-2");
     }
 
     #[test]
-    fn a_plan_without_sysfs_places_nothing_and_exec_drops_the_tree() {
+    fn exec_drops_only_the_tree_saying_why() {
         let c = config("runtime_dir = \"/run/cs\"\n");
-        let mut plan = Plan::default();
-        plan.place_sysfs("x", &c.runtime_dir);
-        assert!(plan.exposures.is_empty());
-        plan.add_sysfs("a", Sysfs::Topology, &c);
-        plan.place_sysfs("x", &c.runtime_dir);
-        plan.drop_sysfs("exec makes no tree");
-        assert!(plan.exposures.is_empty() && plan.sysfs.is_none());
-        assert_eq!(plan.skipped.len(), 2);
+        let mut decision = Decision::default();
+        decision.add_sysfs("a", Sysfs::Topology, &c);
+        let mut exposures = sysfs_exposures(&decision.sysfs, "x", &c.runtime_dir);
+        exposures.push(Exposure {
+            inside: "/dev/nvidia0".into(),
+            outside: "/dev/nvidia0".into(),
+            reason: Reason::HostPath { rule: "a".into() },
+        });
+        let mut skipped = Vec::new();
+        drop_sysfs(&mut exposures, &mut skipped, "exec makes no tree");
+        assert_eq!(exposures.len(), 1);
+        assert_eq!(skipped.len(), 2);
+        assert!(skipped.iter().all(|s| s.why == "exec makes no tree"));
     }
 }

@@ -5,8 +5,9 @@
 //! bind of a read-only bind mount is read-only too (the kernel copies the mount's flags, and
 //! a build's user namespace cannot clear a flag it inherited), so the hook builds, for each
 //! build, a tree of its own under `<runtime_dir>/sysfs/<name>/` whose entries are read-only
-//! bind mounts of the host's directories, and hands Nix those ([`TreeSpec`], planned purely
-//! by [`crate::plan`]; made by [`build`]).
+//! bind mounts of the host's directories, and hands Nix those ([`TreeBind`]s, planned purely
+//! by [`crate::plan`]; made by [`build`], whose [`TreeGuard`] removes it again unless the
+//! build may start).
 //!
 //! - `topology`: `/sys/devices/system/cpu` and `/sys/devices/system/node` (under the host
 //!   root), each bound alone (`MS_BIND` without `MS_REC`: nothing mounted below them comes
@@ -34,7 +35,7 @@ mod mount;
 mod tree;
 
 pub use mount::MountError;
-pub use tree::{build, remove, sweep, TreeError};
+pub use tree::{build, sweep, TreeError, TreeGuard};
 
 use std::path::PathBuf;
 
@@ -48,20 +49,15 @@ pub const TOPOLOGY: [(&str, &str); 2] = [
 /// The directory, under the runtime directory, that holds the trees and their records.
 pub const TREES_DIR: &str = "sysfs";
 
-/// One build's tree, as planned: where it goes and what it binds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct TreeSpec {
-    /// Its name under `<runtime_dir>/sysfs/` (from the build's chroot).
-    pub name: String,
-    /// What it binds, each at a mount point of its own.
-    pub binds: Vec<TreeBind>,
-}
-
 /// One read-only bind of a tree.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TreeBind {
+    /// Where the build sees it (under `/sys`).
+    pub inside: PathBuf,
     /// The host directory (under the host root).
     pub source: PathBuf,
+    /// The rule that asked for it.
+    pub rule: String,
     /// The name of its mount point in the tree.
     pub mount_point: String,
 }

@@ -3,7 +3,7 @@
 //! `<name>.json` beside it in `<runtime_dir>/sysfs/`, a verified [`StateDir`].
 
 use super::mount::{self, MountError};
-use super::{TreeSpec, TREES_DIR};
+use super::{TreeBind, TREES_DIR};
 use crate::lease::{born, Leases};
 use crate::statedir::{StateDir, StateDirError};
 use serde::{Deserialize, Serialize};
@@ -66,20 +66,54 @@ impl Record {
     }
 }
 
-/// Makes the tree `spec` for the build in `chroot` (`leased`: whether it holds a lease):
-/// first its record, then each mount point and its read-only bind. On an error every bind
-/// made is undone and the tree removed (or, where that fails too, left to [`sweep`]).
+/// Makes the tree `name` holding `binds` for the build in `chroot` (`leased`: whether it
+/// holds a lease): first its record, then each mount point and its read-only bind, all in
+/// the mount namespace of the Nix that ran the hook. On an error every bind made is undone
+/// and the tree removed (or, where that fails too, left to [`sweep`]).
 pub fn build(
-    spec: &TreeSpec,
+    binds: &[TreeBind],
+    name: &str,
     runtime_dir: &Path,
     chroot: &Path,
     leased: bool,
-) -> Result<(), TreeError> {
-    mount::in_parents_namespace(|| build_here(spec, runtime_dir, chroot, leased))?
+) -> Result<TreeGuard, TreeError> {
+    mount::in_parents_namespace(|| build_here(binds, name, runtime_dir, chroot, leased))??;
+    Ok(TreeGuard {
+        runtime_dir: runtime_dir.to_path_buf(),
+        name: name.to_string(),
+        committed: false,
+    })
+}
+
+/// The tree [`build`] made for one build. Dropped uncommitted (the hook failed after making
+/// it, so Nix never starts the build), it removes the tree; once [`TreeGuard::commit`]ted it
+/// stays, for [`sweep`] to remove when the build has ended.
+#[derive(Debug)]
+#[must_use = "dropping the guard removes the tree"]
+pub struct TreeGuard {
+    runtime_dir: PathBuf,
+    name: String,
+    committed: bool,
+}
+
+impl TreeGuard {
+    /// Keeps the tree for the build: it is no longer removed on drop.
+    pub fn commit(&mut self) {
+        self.committed = true;
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = mount::in_parents_namespace(|| remove_here(&self.runtime_dir, &self.name));
+        }
+    }
 }
 
 fn build_here(
-    spec: &TreeSpec,
+    binds: &[TreeBind],
+    name: &str,
     runtime_dir: &Path,
     chroot: &Path,
     leased: bool,
@@ -90,43 +124,38 @@ fn build_here(
         source,
     })?;
     // A tree of the same name is an ended build's whose chroot had this inode.
-    remove_in(&trees, &spec.name)?;
+    remove_in(&trees, name)?;
     let record = Record {
         chroot: chroot.to_path_buf(),
         chroot_id: (meta.dev(), meta.ino()),
         chroot_born: born(chroot),
         leased,
-        mount_points: spec.binds.iter().map(|b| b.mount_point.clone()).collect(),
+        mount_points: binds.iter().map(|b| b.mount_point.clone()).collect(),
     };
     let bytes = serde_json::to_vec(&record).expect("a record serialises");
-    let record_name = record_file(&spec.name);
+    let record_name = record_file(name);
     trees
         .write_atomic(&record_name, &bytes, 0o600, false)
         .map_err(io("write", trees.path.join(&record_name)))?;
-    let made = make_binds(&trees, spec);
+    let made = make_binds(&trees, binds, name);
     if made.is_err() {
-        let _ = remove_in(&trees, &spec.name);
+        let _ = remove_in(&trees, name);
     }
     made
 }
 
-fn make_binds(trees: &StateDir, spec: &TreeSpec) -> Result<(), TreeError> {
+fn make_binds(trees: &StateDir, binds: &[TreeBind], name: &str) -> Result<(), TreeError> {
     trees
-        .make_dir(&spec.name, 0o700)
-        .map_err(io("make", trees.path.join(&spec.name)))?;
-    let tree = StateDir::open(&trees.path.join(&spec.name))?;
-    for bind in &spec.binds {
+        .make_dir(name, 0o700)
+        .map_err(io("make", trees.path.join(name)))?;
+    let tree = StateDir::open(&trees.path.join(name))?;
+    for bind in binds {
         let target = tree.path.join(&bind.mount_point);
         tree.make_dir(&bind.mount_point, 0o755)
             .map_err(io("make", target.clone()))?;
         mount::bind_read_only(&bind.source, &target)?;
     }
     Ok(())
-}
-
-/// Removes the tree `name` and its record, if any (the build failed after it was made).
-pub fn remove(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
-    mount::in_parents_namespace(|| remove_here(runtime_dir, name))?
 }
 
 fn remove_here(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
@@ -139,6 +168,10 @@ fn remove_here(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
 /// Removes every tree whose build has ended (see [`Record::live`]); one that cannot be
 /// removed keeps its record, for the next sweep. A record that cannot be read is left.
 pub fn sweep(runtime_dir: &Path) -> Result<(), TreeError> {
+    // No tree was ever made here: nothing to enter a namespace for (most hosts, every run).
+    if std::fs::symlink_metadata(runtime_dir.join(TREES_DIR)).is_err() {
+        return Ok(());
+    }
     mount::in_parents_namespace(|| sweep_here(runtime_dir))?
 }
 

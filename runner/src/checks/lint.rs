@@ -1,7 +1,9 @@
 //! `lint::elf` (only with `--lint PATH`): the ELF lint of [`crate::lint`] as a check, with the
 //! compat directory from `--compat-dir` or, when the hook chose compat, its manifest.
 
+use cuda_sandbox_elfkit::fatbin::rules::{Driver, DriverVersion};
 use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_manifest::versions::cuda_for_driver;
 use cuda_sandbox_manifest::DriverKind;
 use serde_json::json;
 
@@ -25,9 +27,44 @@ pub struct TargetNeedsDriver {
     pub device: Capability,
 }
 
+/// The driver the hook chose, as the rules judge it: libcuda's CUDA version, the kernel
+/// module's (from its version, else the host's CUDA version: they differ under compat), and,
+/// for the host's own driver, libcuda's version (that of the kernel module).
+pub fn manifest_driver(manifest: &ManifestState) -> Option<Driver> {
+    let d = manifest.driver()?;
+    let cuda = d.cuda_version?.0;
+    let kernel = d
+        .kernel_driver
+        .as_deref()
+        .and_then(cuda_for_driver)
+        .or(d.host_cuda_version)
+        .map_or(cuda, |v| v.0);
+    let version = match d.kind {
+        DriverKind::Host => d
+            .kernel_driver
+            .as_deref()
+            .and_then(|v| DriverVersion::parse(v).ok()),
+        _ => None,
+    };
+    Some(Driver {
+        cuda,
+        kernel,
+        version,
+    })
+}
+
+/// The driver `--target` is judged with: `--driver-cuda` (libcuda and kernel module of that
+/// release), else the hook's manifest's.
+pub fn target_driver(options: &LintOptions, manifest: &ManifestState) -> Option<Driver> {
+    options
+        .driver_cuda
+        .map(|v| Driver::of(v.0))
+        .or_else(|| manifest_driver(manifest))
+}
+
 /// The lint's settings from the flags: the compat directory falls back to the manifest's, and
-/// so does the driver CUDA version of `--target`. A target without a driver version to judge
-/// PTX by is an error saying which flag to give.
+/// so does the driver of `--target`. Targets without a driver version to judge PTX by are an
+/// error saying which flag to give.
 pub fn config(
     options: &LintOptions,
     manifest: &ManifestState,
@@ -40,12 +77,13 @@ pub fn config(
             .and_then(|d| d.compat_dir.as_ref().map(Into::into))
     });
     config.closure = options.closure;
-    if let Some(device) = options.target {
-        let driver = options
-            .driver_cuda
-            .or_else(|| manifest.driver().and_then(|d| d.cuda_version))
-            .ok_or(TargetNeedsDriver { device })?;
-        config.target = Some(Target { device, driver });
+    if let Some(&device) = options.target.first() {
+        let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver { device })?;
+        config.targets = options
+            .target
+            .iter()
+            .map(|&device| Target { device, driver })
+            .collect();
     }
     Ok(config)
 }
@@ -64,6 +102,18 @@ pub fn elf(session: &Session) -> Outcome {
         "summary" => report.summary(),
     };
     facts.insert("lint".into(), json!(report));
+    if report.only_unknowns() {
+        let lines: Vec<String> = report.findings.iter().map(ToString::to_string).collect();
+        return Outcome::undecided(
+            format!(
+                "the rules cannot judge {} file/target pair(s) (not a pass); first: {}",
+                report.findings.len(),
+                lines[0]
+            ),
+            facts,
+        )
+        .with_detail(lines[1..].join("\n"));
+    }
     match report.findings.split_first() {
         None => Outcome::pass(
             format!(

@@ -21,32 +21,54 @@
 
 use std::path::PathBuf;
 
-use cuda_sandbox_elfkit::fatbin::rules::Load;
-use cuda_sandbox_elfkit::fatbin::verdict::{judge, FileVerdict};
+use cuda_sandbox_elfkit::fatbin::rules::Driver;
+use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_elfkit::map::Mapped;
+use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::check::{facts_of, Outcome};
+use crate::checks::lint::{manifest_driver, target_driver};
 use crate::checks::runtime::{judge as judge_runtimes, Candidate, CudartFile};
 use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::loaded::LoadedFile;
 use crate::cuda::version::CudaVersion;
 use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
-use crate::gpu_code::{cannot_run, failure, summary, Target};
+use crate::gpu_code::{judge_all, runtime_uses, Target};
 use crate::runtime_scan::RuntimeForm;
 use crate::session::Session;
 use cuda_sandbox_elfkit::ldso::{Environment, Loader, Outcome as Search, Process, RealFs, Start};
 
+/// The driver this process loaded, as the rules judge it: libcuda's CUDA version, and the
+/// kernel module's from the hook's manifest, else `/proc/driver/nvidia/version` (the same as
+/// libcuda's when neither says).
+fn loaded_driver(session: &Session) -> Option<Driver> {
+    let cuda = session.driver().ok()?.version().ok()?;
+    let from_manifest = manifest_driver(&session.manifest).filter(|d| d.cuda == cuda);
+    let kernel = from_manifest.map(|d| d.kernel).or_else(|| {
+        session
+            .access
+            .kernel_module
+            .as_deref()
+            .and_then(kernel_module_version)
+            .and_then(|v| cuda_for_driver(&v))
+            .map(|v| v.0)
+    });
+    Some(Driver {
+        cuda,
+        kernel: kernel.unwrap_or(cuda),
+        version: from_manifest.and_then(|d| d.version),
+    })
+}
+
 /// The GPUs and driver to judge GPU code for: every GPU the driver reports with the loaded
-/// driver's version; else `--target` with `--driver-cuda` (or the manifest's, or the loaded
-/// driver's); else why there is none.
+/// driver; else each `--target` with `--driver-cuda` (or the manifest's, or the loaded
+/// driver); else why there is none.
 fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
-    let loaded = session
-        .driver()
-        .ok()
-        .and_then(|d| d.version().ok().map(CudaVersion));
+    let loaded = loaded_driver(session);
     let devices = session.devices();
     if let Ok(devices) = devices {
         if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
@@ -63,7 +85,7 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
         }
     }
     let lint = &session.options.lint;
-    let Some(device) = lint.target else {
+    let Some(&first) = lint.target.first() else {
         return Err(format!(
             "no GPU to judge the package's GPU code for ({}) and no --target sm_XY: not judged",
             devices
@@ -71,17 +93,20 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
                 .map_or_else(|| "the driver reports none".into(), |e| e.to_string())
         ));
     };
-    let driver = lint
-        .driver_cuda
-        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
+    let driver = target_driver(lint, &session.manifest)
         .or(loaded)
         .ok_or_else(|| {
             format!(
                 "--target sm_{} needs the CUDA version of the driver: add --driver-cuda X.Y",
-                device.sm()
+                first.sm()
             )
         })?;
-    Ok((vec![Target { device, driver }], "--target".into()))
+    let targets = lint
+        .target
+        .iter()
+        .map(|&device| Target { device, driver })
+        .collect();
+    Ok((targets, "--target".into()))
 }
 
 /// Where the driver keeps JIT-compiled PTX, and whether it can write there.
@@ -126,39 +151,37 @@ pub fn gpu_code(session: &Session) -> Outcome {
     let mut unknown: Vec<String> = Vec::new();
     let mut jit: Vec<String> = Vec::new();
     let mut judged: Vec<Value> = Vec::new();
+    let mut unreadable = package.unreadable.clone();
     let mut files = 0;
     for file in package.with_gpu_code() {
         files += 1;
-        let modules = &file.gpu_code.containers;
-        for target in &targets {
-            let j = judge(&file.gpu_code, target.device, target.driver.0);
-            let shown = file.path.display();
-            match j.verdict {
-                FileVerdict::Fails => {
-                    failures.extend(
-                        cannot_run(modules, &j, target).map(|why| format!("{shown} {why}")),
-                    );
-                }
-                FileVerdict::Unknown => {
-                    if let Some(m) = j
-                        .modules
-                        .iter()
-                        .find(|m| matches!(m.load, Load::Unknown { .. }))
-                    {
-                        unknown.push(format!("{shown}: {}", failure(modules, m, target)));
-                    }
-                }
-                FileVerdict::RunsByJit => jit.push(format!(
-                    "{shown}: {}",
-                    summary(modules, Some(&j), Some(target))
-                )),
+        // The scan kept what the file carries; payloads are read again, mapped, only where a
+        // rule needs one.
+        let map = match std::fs::File::open(&file.path).and_then(|f| Mapped::of(&f)) {
+            Ok(map) => map,
+            Err(e) => {
+                unreadable.push(format!("{}: {e}", file.path.display()));
+                continue;
+            }
+        };
+        let uses = runtime_uses(file.dynamic.as_ref(), file.runtime.as_ref());
+        let shown = file.path.display();
+        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, &targets) {
+            let line = format!("{shown}: {}", v.reason);
+            match v.verdict {
+                FileVerdict::Fails => failures.push(line),
+                FileVerdict::Unknown => unknown.push(line),
+                FileVerdict::RunsByJit => jit.push(line),
                 FileVerdict::RunsBySass | FileVerdict::NoGpuCode => {}
             }
             judged.push(json!({
                 "file": &file.path,
-                "target": target,
-                "verdict": j.verdict,
-                "modules": j.modules,
+                "target": v.target,
+                "verdict": v.verdict,
+                "rule": v.rule,
+                "reason": &v.reason,
+                "modules": v.judgement.modules,
+                "not_judged": v.judgement.not_judged,
             }));
         }
     }
@@ -169,7 +192,7 @@ pub fn gpu_code(session: &Session) -> Outcome {
         "closure_from" => &package.closure_from,
         "files" => package.files,
         "files_with_gpu_code" => files,
-        "unreadable" => &package.unreadable,
+        "unreadable" => &unreadable,
         "judged" => judged,
     };
     let on = on.join(", ");
@@ -177,7 +200,7 @@ pub fn gpu_code(session: &Session) -> Outcome {
         let rest: Vec<String> = failures[1..].iter().chain(&unknown).cloned().collect();
         let outcome = Outcome::fail(
             format!(
-                "{} file(s) cannot run on {on}; first: {first}",
+                "{} file/target pair(s) cannot run; first: {first}",
                 failures.len()
             ),
             facts,
@@ -189,9 +212,9 @@ pub fn gpu_code(session: &Session) -> Outcome {
         };
     }
     if !unknown.is_empty() {
-        return Outcome::skipped(
+        return Outcome::undecided(
             format!(
-                "the loading rules cannot judge {} file(s) for {on} (not a pass); first: {}",
+                "the rules cannot judge {} file/target pair(s) on {on} (not a pass); first: {}",
                 unknown.len(),
                 unknown[0]
             ),

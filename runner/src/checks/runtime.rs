@@ -14,6 +14,7 @@
 use std::os::raw::c_int;
 use std::path::PathBuf;
 
+use cuda_sandbox_elfkit::fatbin::rules::{self, toolkit_on_driver, Toolkit, ToolkitFit};
 use serde::{Deserialize, Serialize};
 
 use crate::check::{facts_of, Outcome};
@@ -44,7 +45,9 @@ enum Standing {
 }
 
 fn standing(runtime: &RuntimeVersion, driver: CudaVersion) -> Standing {
-    if runtime.major > driver.major() {
+    // The rule `lint --target` and `package::gpu_code` apply to a file's runtime too.
+    let major = Toolkit::Major(runtime.major);
+    if toolkit_on_driver(major, &rules::Driver::of(driver.0)) == ToolkitFit::NewerMajor {
         return Standing::NewerMajor;
     }
     match runtime.exact {

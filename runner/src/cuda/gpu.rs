@@ -148,6 +148,34 @@ impl<'c> Module<'c> {
         })
     }
 
+    /// Loads a fat binary or cubin `image` as it is (`cuModuleLoadDataEx` without options):
+    /// the driver picks the image for its GPU, or answers why it cannot.
+    pub fn load_image(
+        context: &'c PrimaryContext<'c>,
+        image: &[u8],
+    ) -> Result<Module<'c>, GpuError> {
+        let driver = context.driver;
+        let load = driver.need(driver.api.module_load_data_ex, "cuModuleLoadDataEx")?;
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: cuda.h signature; `image` lives for the call (the driver copies what it
+        // keeps); no options.
+        let code = unsafe {
+            load(
+                &mut handle,
+                image.as_ptr().cast(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        CuError::check("cuModuleLoadDataEx", code)?;
+        Ok(Module {
+            driver,
+            handle,
+            _context: PhantomData,
+        })
+    }
+
     fn function(&self, name: &CStr) -> Result<Handle, GpuError> {
         let get = self
             .driver

@@ -7,6 +7,7 @@ pub mod devices;
 pub mod driver;
 pub mod gpu;
 pub mod loaded;
+pub mod registration;
 pub mod result;
 pub mod symbols;
 pub mod version;

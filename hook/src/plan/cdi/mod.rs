@@ -1,7 +1,7 @@
 //! The CDI planner: what the specs of a rule's CDI devices list (scanned by
 //! [`crate::scan::cdi`]) as exposures, through the same symlink and root rules as every other
 //! path; what must never enter a sandbox, skipped with the reason; and every edit a pre-build
-//! hook cannot carry out, listed in [`Plan::not_carried_out`].
+//! hook cannot carry out, listed in [`Decision::not_carried_out`].
 //!
 //! - `deviceNodes`: the host node (`hostPath`, else `path`), a character device, at `path`;
 //!   each is required, as the rule asked for the device.
@@ -24,7 +24,7 @@ mod edits;
 
 pub use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Plan, Problem, Reason, Skip};
+use super::{Decision, Problem, Reason, Skip};
 use crate::cdi::load::LookupError;
 use crate::config::{Config, DriverConfig};
 use crate::discover::host;
@@ -36,7 +36,7 @@ use classify::{
 };
 use std::path::{Path, PathBuf};
 
-impl Plan {
+impl Decision {
     /// Plans a rule's CDI devices. `driver` is the rule's driver, whose planner binds the
     /// driver libraries the spec mounts.
     pub(super) fn add_cdi(

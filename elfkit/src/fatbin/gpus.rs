@@ -1,0 +1,281 @@
+//! The GPU architectures the rules know, as data: `gpus.txt` beside this file, one row per
+//! compute capability with the first CUDA release whose driver drives it, the releases that
+//! added its 'a' and 'f' variants, the last release that drives it under that name, and the
+//! row's source. The loading rules ([`super::rules`]) and the fleet's `cuda-sm-*` features read
+//! the same rows.
+//!
+//! The first ptxas that accepts an architecture stands in for the first driver that drives
+//! it: NVIDIA ships both in one release; no driver was run here. `elfkit/tests/gpus_ptxas.rs`
+//! holds the table to every ptxas release `scripts/nvidia-userspace` fetches.
+
+use std::sync::OnceLock;
+
+use super::Capability;
+use super::CudaEncoded;
+
+/// The table, as written (see its header for the columns).
+pub const TABLE: &str = include_str!("gpus.txt");
+
+/// What happens to an architecture after its last release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retired {
+    /// The next driver branch no longer drives it.
+    Dropped,
+    /// From the next major the same GPU reports another capability (Thor: 10.1 → 11.0).
+    RenamedTo(Capability),
+}
+
+/// The last CUDA release whose kernel module drives an architecture, and why it stops there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Until {
+    /// The last release (the kernel module's CUDA version) that drives it.
+    pub cuda: CudaEncoded,
+    /// Dropped or renamed.
+    pub then: Retired,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Architecture {
+    /// Its compute capability.
+    pub capability: Capability,
+    /// The architecture's name (`Hopper`).
+    pub name: &'static str,
+    /// An integrated (Jetson) GPU, whose driver comes with L4T.
+    pub jetson: bool,
+    /// The first CUDA release whose driver drives it.
+    pub first: CudaEncoded,
+    /// The first release with its `sm_XYa` variant.
+    pub arch_specific: Option<CudaEncoded>,
+    /// The first release with its `sm_XYf` variant.
+    pub family: Option<CudaEncoded>,
+    /// The last release that drives it under this capability, when there is one.
+    pub until: Option<Until>,
+    /// Where the row comes from.
+    pub source: &'static str,
+}
+
+/// `12.8` → 12080.
+fn cuda(text: &str) -> Result<CudaEncoded, String> {
+    let (major, minor) = text
+        .split_once('.')
+        .ok_or_else(|| format!("{text:?} is not a CUDA release X.Y"))?;
+    let major: i32 = major.parse().map_err(|_| format!("bad release {text:?}"))?;
+    let minor: i32 = minor.parse().map_err(|_| format!("bad release {text:?}"))?;
+    if !(0..10).contains(&minor) {
+        return Err(format!("bad release {text:?}"));
+    }
+    Ok(major * 1000 + minor * 10)
+}
+
+fn optional(text: &str) -> Result<Option<CudaEncoded>, String> {
+    if text == "-" {
+        Ok(None)
+    } else {
+        cuda(text).map(Some)
+    }
+}
+
+fn until(text: &str) -> Result<Option<Until>, String> {
+    if text == "-" {
+        return Ok(None);
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let then = match words[1..] {
+        ["dropped"] => Retired::Dropped,
+        ["renamed", to] => Retired::RenamedTo(Capability::parse(to)?),
+        _ => {
+            return Err(format!(
+                "bad until {text:?}: write X.Y dropped or X.Y renamed A.B"
+            ))
+        }
+    };
+    Ok(Some(Until {
+        cuda: cuda(words[0])?,
+        then,
+    }))
+}
+
+/// Parses a table written as [`TABLE`] is.
+pub fn parse(table: &'static str) -> Result<Vec<Architecture>, String> {
+    let mut rows: Vec<Architecture> = Vec::new();
+    for (n, line) in table.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = |why: String| format!("gpus.txt line {}: {why}", n + 1);
+        let fields: Vec<&'static str> = line.split(" | ").map(str::trim).collect();
+        let [capability, name, jetson, first, a, f, last, source] = fields[..] else {
+            return Err(at(format!("{} fields, not 8", fields.len())));
+        };
+        let row = Architecture {
+            capability: Capability::parse(capability).map_err(at)?,
+            name,
+            jetson: match jetson {
+                "yes" => true,
+                "no" => false,
+                other => return Err(at(format!("jetson {other:?}: yes or no"))),
+            },
+            first: cuda(first).map_err(at)?,
+            arch_specific: optional(a).map_err(at)?,
+            family: optional(f).map_err(at)?,
+            until: until(last).map_err(at)?,
+            source,
+        };
+        if rows.last().is_some_and(|r| r.capability >= row.capability) {
+            return Err(at("rows must be in increasing capability".into()));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Every architecture the rules know, in increasing capability.
+pub fn architectures() -> &'static [Architecture] {
+    static ROWS: OnceLock<Vec<Architecture>> = OnceLock::new();
+    // The table is compiled in and its unit test parses it: an error here is a defect of this
+    // crate's source, never of its input.
+    ROWS.get_or_init(|| parse(TABLE).expect("gpus.txt parses (its unit test says so)"))
+}
+
+/// The row of `capability`, when the table has one.
+pub fn architecture(capability: Capability) -> Option<&'static Architecture> {
+    architectures().iter().find(|a| a.capability == capability)
+}
+
+/// Whether a kernel module of CUDA version `kernel` drives a GPU of `capability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drives {
+    /// It does.
+    Yes,
+    /// The driver predates the architecture: its first release is `first`.
+    TooOld {
+        /// The first release that drives it.
+        first: CudaEncoded,
+    },
+    /// The architecture's last branch is older than the driver.
+    Dropped {
+        /// The last release that drives it.
+        last: CudaEncoded,
+    },
+    /// Under this driver the same GPU reports another capability.
+    Renamed {
+        /// The capability it reports there.
+        to: Capability,
+        /// The last release that calls it by the capability asked.
+        last: CudaEncoded,
+    },
+    /// The table has no row for it.
+    Unknown,
+}
+
+/// Whether a kernel module whose branch provides CUDA `kernel` drives a GPU of `capability`
+/// (the kernel module decides: a newer `cuda_compat` libcuda does not make an old module
+/// drive a new GPU).
+pub fn drives(kernel: CudaEncoded, capability: Capability) -> Drives {
+    let Some(row) = architecture(capability) else {
+        return Drives::Unknown;
+    };
+    if kernel < row.first {
+        return Drives::TooOld { first: row.first };
+    }
+    match row.until {
+        Some(Until { cuda, then }) if kernel > cuda => match then {
+            Retired::Dropped => Drives::Dropped { last: cuda },
+            Retired::RenamedTo(to) => Drives::Renamed { to, last: cuda },
+        },
+        _ => Drives::Yes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cc(text: &str) -> Capability {
+        Capability::parse(text).unwrap()
+    }
+
+    #[test]
+    fn the_table_parses_in_order_and_every_row_cites_a_source() {
+        let rows = architectures();
+        assert!(rows.len() >= 25, "{}", rows.len());
+        for row in rows {
+            assert!(!row.source.is_empty(), "{:?}", row.capability);
+            if let Some(a) = row.arch_specific {
+                assert!(a >= row.first, "{:?}", row.capability);
+            }
+            if let Some(u) = row.until {
+                assert!(u.cuda >= row.first, "{:?}", row.capability);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_rows_are_refused_with_their_line() {
+        for bad in [
+            "9.0 | Hopper | no | 11.8 | - | -",
+            "9.0 | Hopper | maybe | 11.8 | - | - | - | x",
+            "9.0 | Hopper | no | 11 | - | - | - | x",
+            "9.0 | Hopper | no | 11.8 | - | - | 13.0 gone | x",
+            "9.0 | Hopper | no | 11.8 | - | - | - | x\n8.9 | Ada | no | 11.8 | - | - | - | x",
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.starts_with("gpus.txt line"), "{err}");
+        }
+    }
+
+    /// Measured with ptxas from PyPI (gpus.txt's header): sm_100 and sm_120 first in 12.8,
+    /// sm_89 and sm_90 in 11.8, sm_103 and sm_121 in 12.9, sm_110 and sm_88 in 13.0, sm_107
+    /// in 13.4.
+    #[test]
+    fn a_driver_drives_the_architectures_of_its_release_and_older() {
+        assert_eq!(drives(12080, cc("12.0")), Drives::Yes);
+        assert_eq!(drives(12080, cc("10.0")), Drives::Yes);
+        assert_eq!(drives(12040, cc("12.0")), Drives::TooOld { first: 12080 });
+        assert_eq!(drives(12020, cc("10.0")), Drives::TooOld { first: 12080 });
+        assert_eq!(drives(11080, cc("9.0")), Drives::Yes);
+        assert_eq!(drives(11070, cc("8.9")), Drives::TooOld { first: 11080 });
+        assert_eq!(drives(12080, cc("12.1")), Drives::TooOld { first: 12090 });
+        assert_eq!(drives(13030, cc("10.7")), Drives::TooOld { first: 13040 });
+        assert_eq!(drives(13000, cc("8.8")), Drives::Yes);
+    }
+
+    /// NVIDIA's Unix graphics feature deprecation schedule: R470 (CUDA 11.4) is the last branch
+    /// for Kepler, R580 (CUDA 13.0) for Maxwell, Pascal and Volta. CUDA 13.0's toolkit no
+    /// longer builds for sm_50 to sm_72, but a 580 driver still drives them.
+    #[test]
+    fn a_driver_branch_drops_an_architecture_a_toolkit_dropping_it_does_not() {
+        assert_eq!(drives(13000, cc("7.0")), Drives::Yes);
+        assert_eq!(drives(13000, cc("6.1")), Drives::Yes);
+        assert_eq!(drives(13010, cc("7.0")), Drives::Dropped { last: 13000 });
+        assert_eq!(drives(11040, cc("3.5")), Drives::Yes);
+        assert_eq!(drives(11050, cc("3.7")), Drives::Dropped { last: 11040 });
+        // Jetson drivers come with L4T: no branch drops them here.
+        assert_eq!(drives(13010, cc("7.2")), Drives::Yes);
+    }
+
+    /// NVIDIA's CUDA 13.0 release notes: Thor, sm_101 in CUDA 12.8 and 12.9, is sm_110 from
+    /// 13.0 (measured: ptxas 12.9 accepts sm_101, 13.0 accepts sm_110 and not sm_101).
+    #[test]
+    fn thor_is_10_1_before_cuda_13_and_11_0_from_it() {
+        assert_eq!(drives(12090, cc("10.1")), Drives::Yes);
+        assert_eq!(
+            drives(13000, cc("10.1")),
+            Drives::Renamed {
+                to: cc("11.0"),
+                last: 12090
+            }
+        );
+        assert_eq!(drives(13000, cc("11.0")), Drives::Yes);
+        assert_eq!(drives(12090, cc("11.0")), Drives::TooOld { first: 13000 });
+        assert!(architecture(cc("10.1")).unwrap().jetson);
+    }
+
+    #[test]
+    fn a_capability_the_table_lacks_is_unknown() {
+        assert_eq!(drives(13050, cc("13.0")), Drives::Unknown);
+        assert_eq!(drives(13050, cc("9.5")), Drives::Unknown);
+    }
+}

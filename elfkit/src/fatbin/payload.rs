@@ -1,0 +1,222 @@
+//! One entry's payload as the driver sees it: the cubin or PTX text, unpacked when the entry
+//! stores it compressed. Listing never needs this (headers are never compressed); the rules
+//! read a payload only for a module whose verdict depends on what it holds, so a library is
+//! not unpacked to be listed.
+//!
+//! Compression (measured with `fatbinary` 13.5 and on NVIDIA's libraries, `docs/fatbin.md`):
+//! flag 0x2000 is an LZ4 block of the header's `compressed size` bytes; flag 0x8000 a
+//! Zstandard frame. Either unpacks to the header's `uncompressed size`, which bounds what is
+//! allocated: an LZ4 block cannot unpack to more than 255 times its size (each byte of a match
+//! length adds at most 255), and the Zstandard decoder is read through a limit of that size,
+//! so memory follows the bytes really produced. A part of a CUDA 13 concatenated entry is cut
+//! out of its outer entry's unpacked payload.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Read;
+
+use super::{Compression, Entry};
+
+/// The most an entry may unpack to (a cubin or PTX of NVIDIA's largest libraries is a few
+/// MiB): a header claiming more is refused rather than believed.
+pub const MAX_UNPACKED: u64 = 1 << 30;
+
+/// Why a payload could not be read, in one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadError {
+    /// What is wrong.
+    pub what: String,
+    /// The entry header's offset in the file.
+    pub at: u64,
+}
+
+impl fmt::Display for PayloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the payload of the entry at byte {}: {}",
+            self.at, self.what
+        )
+    }
+}
+
+impl std::error::Error for PayloadError {}
+
+/// The payload of `entry` in `data` (the whole file the entry was read from), unpacked.
+pub fn payload<'a>(data: &'a [u8], entry: &Entry) -> Result<Cow<'a, [u8]>, PayloadError> {
+    let bad = |what: String| PayloadError {
+        what,
+        at: entry.offset,
+    };
+    let s = entry.stored;
+    let stored = usize::try_from(s.offset)
+        .ok()
+        .zip(usize::try_from(s.size).ok())
+        .and_then(|(at, n)| data.get(at..at.checked_add(n)?))
+        .ok_or_else(|| bad("runs past the end of the file".into()))?;
+    let whole: Cow<'a, [u8]> =
+        match entry.compression {
+            Compression::None => Cow::Borrowed(stored),
+            Compression::Lz4 | Compression::Zstd => {
+                let packed = match s.compressed {
+                    0 => stored,
+                    n => stored.get(..n as usize).ok_or_else(|| {
+                        bad(format!("its compressed size {n} exceeds what is stored"))
+                    })?,
+                };
+                if s.unpacked > MAX_UNPACKED {
+                    return Err(bad(format!(
+                    "it claims to unpack to {} bytes, over the {MAX_UNPACKED} this reader allows",
+                    s.unpacked
+                )));
+                }
+                let unpacked = s.unpacked as usize;
+                let out = if entry.compression == Compression::Lz4 {
+                    lz4(packed, unpacked)
+                } else {
+                    zstd(packed, unpacked)
+                }
+                .map_err(bad)?;
+                Cow::Owned(out)
+            }
+            Compression::Unknown => return Err(bad(
+                "both compression flags are set, a layout NVIDIA's tools were not seen to write"
+                    .into(),
+            )),
+        };
+    let Some(part) = s.part else {
+        return Ok(whole);
+    };
+    let range = usize::try_from(part.offset)
+        .ok()
+        .zip(usize::try_from(part.size).ok())
+        .and_then(|(at, n)| Some(at..at.checked_add(n)?))
+        .filter(|r| r.end <= whole.len())
+        .ok_or_else(|| bad("its part lies outside the unpacked payload".into()))?;
+    Ok(match whole {
+        Cow::Borrowed(b) => Cow::Borrowed(&b[range]),
+        Cow::Owned(mut v) => {
+            v.truncate(range.end);
+            v.drain(..range.start);
+            Cow::Owned(v)
+        }
+    })
+}
+
+/// An LZ4 block that must unpack to exactly `unpacked` bytes.
+fn lz4(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, String> {
+    if unpacked > packed.len().saturating_mul(255).saturating_add(16) {
+        return Err(format!(
+            "an LZ4 block of {} bytes cannot unpack to the {unpacked} its header claims",
+            packed.len()
+        ));
+    }
+    let mut out = vec![0u8; unpacked];
+    let n = lz4_flex::block::decompress_into(packed, &mut out)
+        .map_err(|e| format!("its LZ4 block does not unpack: {e}"))?;
+    if n != unpacked {
+        return Err(format!(
+            "its LZ4 block unpacks to {n} bytes, not the {unpacked} its header claims"
+        ));
+    }
+    Ok(out)
+}
+
+/// A Zstandard frame that must unpack to exactly `unpacked` bytes.
+fn zstd(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, String> {
+    let bad = |e: &dyn fmt::Display| format!("its Zstandard frame does not unpack: {e}");
+    let decoder = ruzstd::StreamingDecoder::new(packed).map_err(|e| bad(&e))?;
+    let mut out = Vec::new();
+    decoder
+        .take(unpacked as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| bad(&e))?;
+    if out.len() != unpacked {
+        return Err(format!(
+            "its Zstandard frame unpacks to {}{} bytes, not the {unpacked} its header claims",
+            if out.len() > unpacked {
+                "more than "
+            } else {
+                ""
+            },
+            out.len().min(unpacked)
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fatbin::parse::container_at;
+    use crate::fatbin::parse::tests::{container, entry};
+
+    /// An entry whose payload is `bytes`, stored with `flags` and the sizes given.
+    fn packed(flags: u64, bytes: &[u8], compressed: u32, unpacked: u64) -> Vec<u8> {
+        let mut e = entry(2, 90, 1, 8, 0x11 | flags, bytes.len());
+        e[16..20].copy_from_slice(&compressed.to_le_bytes());
+        e[56..64].copy_from_slice(&unpacked.to_le_bytes());
+        e[64..].copy_from_slice(bytes);
+        container(&[e])
+    }
+
+    fn first(c: &[u8]) -> Entry {
+        container_at(c, 0, 0).unwrap().0.remove(0)
+    }
+
+    #[test]
+    fn stored_payloads_are_borrowed_as_they_are() {
+        let c = packed(0, b"\x7fELF-cubin", 0, 0);
+        let got = payload(&c, &first(&c)).unwrap();
+        assert!(matches!(got, Cow::Borrowed(_)));
+        assert_eq!(&got[..], b"\x7fELF-cubin");
+    }
+
+    #[test]
+    fn lz4_and_zstd_payloads_unpack_to_their_claimed_size() {
+        let text = b".version 8.8\n.target sm_90\n.entry k() { ret; }\n".repeat(20);
+        let lz = lz4_flex::block::compress(&text);
+        let mut stored = lz.clone();
+        stored.resize(lz.len().next_multiple_of(8), 0); // fatbinary pads to 8
+        let c = packed(0x2000, &stored, lz.len() as u32, text.len() as u64);
+        assert_eq!(&payload(&c, &first(&c)).unwrap()[..], &text[..]);
+        // A claim the block cannot meet is refused, never allocated blindly.
+        let c = packed(0x2000, &stored, lz.len() as u32, 1 << 29);
+        let err = payload(&c, &first(&c)).unwrap_err();
+        assert!(err.to_string().contains("cannot unpack"), "{err}");
+        let c = packed(0x2000, &stored, lz.len() as u32, text.len() as u64 - 1);
+        assert!(payload(&c, &first(&c)).is_err());
+    }
+
+    /// A Zstandard frame written by the zstd command-line tool (`printf 'hello hello hello
+    /// hello hello hello!\n' | zstd -19 -c`): the decoder is held to another encoder, not to
+    /// itself; NVIDIA's frames are held to cuobjdump in elfkit/tests/fatbin_differential.rs.
+    #[test]
+    fn a_zstd_frame_that_claims_too_much_or_too_little_is_refused() {
+        let frame: &[u8] = &[
+            0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x68, 0x75, 0x00, 0x00, 0x40, 0x68, 0x65, 0x6c, 0x6c,
+            0x6f, 0x20, 0x21, 0x0a, 0x01, 0x00, 0xb9, 0x4b, 0x11, 0xb7, 0x01, 0x7b, 0x8c,
+        ];
+        let text = b"hello hello hello hello hello hello!\n";
+        let c = packed(0x8000, frame, frame.len() as u32, text.len() as u64);
+        let got = payload(&c, &first(&c));
+        assert_eq!(&got.unwrap()[..], &text[..]);
+        let c = packed(0x8000, frame, frame.len() as u32, 10);
+        assert!(payload(&c, &first(&c)).is_err());
+        let c = packed(0x8000, frame, frame.len() as u32, 100);
+        assert!(payload(&c, &first(&c)).is_err());
+        let c = packed(0x8000, b"not a frame at all", 18, 5);
+        assert!(payload(&c, &first(&c)).is_err());
+    }
+
+    #[test]
+    fn claims_past_the_file_or_the_cap_are_refused() {
+        let c = packed(0x2000, b"x", 9, 1);
+        assert!(payload(&c, &first(&c)).is_err());
+        let c = packed(0x8000, b"x", 1, MAX_UNPACKED + 1);
+        let err = payload(&c, &first(&c)).unwrap_err();
+        assert!(err.to_string().contains("over the"), "{err}");
+        let c = packed(0xa000, b"x", 1, 1);
+        assert!(payload(&c, &first(&c)).is_err());
+    }
+}

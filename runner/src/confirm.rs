@@ -1,0 +1,302 @@
+//! `cuda-sandbox-check gpu-confirm [--cudart LIB] [FILE...]`: on a GPU, what the rules predict
+//! beside what the driver and the runtime do, so that the verdicts a GPU can confirm are
+//! confirmed on one (`tests-gpu/device-check` runs it):
+//!
+//! 1. with `--cudart`, a module nothing can launch (the hand-built kernel-less sm_52 module of
+//!    [`crate::module_images`], as NVIDIA's cuFFT 11.4 ships one) is registered with the
+//!    runtime before a saxpy module, as a program linked with both registers them, and saxpy
+//!    is launched through the runtime: under `CUDA_MODULE_LOADING=EAGER` (every registered
+//!    module loaded when the context is made) a runtime that trips on the first module fails
+//!    the first call; under `LAZY` only a launch from it would. The rules list such a module
+//!    and judge the file without it, which holds only if both modes succeed.
+//! 2. for each FILE, the verdict for GPU 0 and the loaded driver, and each module the file's
+//!    verdict rests on loaded with `cuModuleLoadDataEx`: the driver's CUresult beside the
+//!    rules' prediction (SASS or JIT: 0; no kernel image: 209; PTX too new: 222). Modules to
+//!    JIT are loaded up to `--jit-limit` (compiling them takes time); modules listed and not
+//!    judged (no kernel, no data) are loaded too and their answer shown, not compared.
+//!
+//! Exit status: 0 every prediction held and the runtime ran saxpy, 101 one did not, 2 no GPU
+//! or bad usage. The report is one JSON document on stdout.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
+use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
+use cuda_sandbox_elfkit::fatbin::{Capability, Purpose};
+use cuda_sandbox_elfkit::map::Mapped;
+use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
+use serde::Serialize;
+
+use crate::access::KERNEL_MODULE_FILE;
+use crate::cuda::devices;
+use crate::cuda::driver::Driver;
+use crate::cuda::gpu::{GpuError, Module, PrimaryContext};
+use crate::cuda::registration::{register_and_launch, RegistrationRun};
+use crate::gpu_code::{judge_file, runtime_uses, Rule, Target};
+use crate::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
+use crate::runtime_scan::runtime_in;
+
+/// `cuda-sandbox-check gpu-confirm`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cuda-sandbox-check gpu-confirm",
+    about = "On a GPU: registers a module with no kernel before a saxpy module with the CUDA \
+             runtime given and launches saxpy (run it under CUDA_MODULE_LOADING=EAGER and \
+             LAZY), then loads the modules of each FILE with the driver and compares the \
+             answers with the rules' verdict for this GPU and driver.",
+    after_help = "Exit status: 0 every prediction held, 101 one did not, 2 no GPU or bad usage."
+)]
+pub struct ConfirmCli {
+    /// Files whose GPU code to load (their verdict for this GPU is what is confirmed).
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// A CUDA runtime (libcudart.so) to register the hand-built modules with.
+    #[arg(long, value_name = "LIB")]
+    pub cudart: Option<PathBuf>,
+
+    /// Load at most this many modules that need JIT per file.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub jit_limit: usize,
+}
+
+impl ConfirmCli {
+    /// Parses `args` (the words after `gpu-confirm`); exits with clap's message on bad flags.
+    pub fn parse_after(args: impl IntoIterator<Item = String>) -> ConfirmCli {
+        <ConfirmCli as Parser>::parse_from(
+            std::iter::once("cuda-sandbox-check gpu-confirm".into()).chain(args),
+        )
+    }
+}
+
+/// One module loaded by the driver.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadedModule {
+    /// Its index in the file (from 0, as the JSON of `lint` numbers them).
+    pub module: usize,
+    /// What the rules predict: `sass`, `jit`, `209`, `222`, `unpack`, or `not judged`.
+    pub predicted: &'static str,
+    /// The CUresult of `cuModuleLoadDataEx`.
+    pub driver: i32,
+    /// Whether they agree (`None` for a module not judged).
+    pub agrees: Option<bool>,
+}
+
+/// One file: its verdict here, and the modules loaded.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfirmedFile {
+    /// The file.
+    pub file: PathBuf,
+    /// The verdict for this GPU and driver.
+    pub verdict: FileVerdict,
+    /// Its rule.
+    pub rule: Rule,
+    /// In words.
+    pub reason: String,
+    /// Every module loaded.
+    pub modules: Vec<LoadedModule>,
+    /// Modules to JIT not loaded (over `--jit-limit`).
+    pub jit_not_loaded: usize,
+}
+
+/// The report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfirmReport {
+    /// GPU 0 and the loaded driver, as the rules judge them; `None` without a GPU.
+    pub target: Option<Target>,
+    /// Why there is no GPU to confirm on, when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_gpu: Option<String>,
+    /// The runtime run, with `--cudart`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration: Option<RegistrationRun>,
+    /// Why the runtime given could not be used at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration_error: Option<String>,
+    /// Each file.
+    pub files: Vec<ConfirmedFile>,
+    /// Predictions the driver or the runtime did not bear out.
+    pub disagreements: Vec<String>,
+}
+
+/// The CUresult a prediction expects, and its name.
+fn expected(load: &Load) -> (&'static str, Option<i32>) {
+    match load {
+        Load::Sass { .. } => ("sass", Some(0)),
+        Load::Jit { .. } => ("jit", Some(0)),
+        Load::NoBinaryForGpu => ("209", Some(209)),
+        Load::UnsupportedPtx { .. } => ("222", Some(222)),
+        Load::CompressionTooNew { .. } => ("unpack", None),
+        _ => ("unknown", None),
+    }
+}
+
+/// GPU 0's capability and the loaded driver (its kernel module's CUDA version from
+/// `/proc/driver/nvidia/version`).
+fn this_gpu(driver: &Driver) -> Result<Target, String> {
+    driver.init().map_err(|e| e.to_string())?;
+    let list = devices::list(driver).map_err(|e| e.to_string())?;
+    let first = list.first().ok_or("the driver reports no GPU")?;
+    let device = Capability::parse(&first.compute_capability)?;
+    let cuda = driver.version().map_err(|e| e.to_string())?;
+    let kernel = std::fs::read_to_string(KERNEL_MODULE_FILE)
+        .ok()
+        .and_then(|t| kernel_module_version(&t))
+        .and_then(|v| cuda_for_driver(&v))
+        .map_or(cuda, |v| v.0);
+    Ok(Target {
+        device,
+        driver: RulesDriver {
+            cuda,
+            kernel,
+            version: None,
+        },
+    })
+}
+
+fn load_result(context: &PrimaryContext, image: &[u8]) -> i32 {
+    match Module::load_image(context, image) {
+        Ok(_) => 0,
+        Err(GpuError::Driver(crate::cuda::driver::DriverError::Call(e))) => e.code,
+        Err(_) => -1,
+    }
+}
+
+/// What `gpu-confirm` found.
+pub enum Confirmed {
+    /// Every prediction held.
+    Held,
+    /// One did not (listed in the report).
+    NotBorneOut,
+    /// There is no GPU to confirm on (the runtime's part may have run).
+    NoGpu,
+}
+
+/// Runs `gpu-confirm`: the report and what it found. An error is a FILE that cannot be read.
+pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
+    let mut disagreements = Vec::new();
+    // The runtime first, before this process touches the driver itself.
+    let attempt = cli
+        .cudart
+        .as_ref()
+        .map(|cudart| register_and_launch(cudart, vec![kernelless_sm52_fatbin()], saxpy_fatbin()));
+    let (registration, registration_error) = match attempt {
+        Some(Ok(run)) => (Some(run), None),
+        Some(Err(why)) => (None, Some(why)),
+        None => (None, None),
+    };
+    match (&registration, &registration_error) {
+        (Some(run), _) => {
+            let ok = run.first_call == 0
+                && run.launch == Some(0)
+                && run.synchronize == Some(0)
+                && run.wrong_elements == Some(0);
+            if !ok {
+                disagreements.push(format!(
+                    "the runtime did not run saxpy beside a registered module with no kernel \
+                     (CUDA_MODULE_LOADING={}): {run:?}; the rules' listing of such modules as \
+                     not judged does not hold there",
+                    run.module_loading.as_deref().unwrap_or("unset")
+                ));
+            }
+        }
+        (None, Some(why)) => disagreements.push(format!("the runtime could not be used: {why}")),
+        (None, None) => {}
+    }
+    let no_gpu = |why: String, registration, registration_error| {
+        let report = ConfirmReport {
+            target: None,
+            no_gpu: Some(why),
+            registration,
+            registration_error,
+            files: Vec::new(),
+            disagreements: Vec::new(),
+        };
+        Ok((report, Confirmed::NoGpu))
+    };
+    let driver = match Driver::load() {
+        Ok(d) => d,
+        Err(e) => return no_gpu(e.to_string(), registration, registration_error),
+    };
+    let target = match this_gpu(&driver) {
+        Ok(t) => t,
+        Err(why) => return no_gpu(why, registration, registration_error),
+    };
+    let context = match PrimaryContext::retain(&driver, 0) {
+        Ok(c) => c,
+        Err(e) => return no_gpu(e.to_string(), registration, registration_error),
+    };
+    let mut files = Vec::new();
+    for path in &cli.files {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let map = Mapped::of(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+        let data = map.bytes();
+        let code = cuda_sandbox_elfkit::fatbin::read_gpu_code(data)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let dynamic = cuda_sandbox_elfkit::dynamic_info(data).ok().flatten();
+        let runtime = runtime_in(path, Some(data));
+        let uses = runtime_uses(dynamic.as_ref(), runtime.as_ref());
+        let verdict = judge_file(&code, data, &uses, &target);
+        let judged: Vec<&ModuleVerdict> = verdict.judgement.modules.iter().collect();
+        let mut modules = Vec::new();
+        let mut jits = 0;
+        let mut jit_not_loaded = 0;
+        for (i, c) in code.containers.iter().enumerate() {
+            if c.purpose != Purpose::Loadable {
+                continue;
+            }
+            let image = &data[c.offset as usize..(c.offset + c.size) as usize];
+            let judged_as = judged.iter().find(|m| m.module == i);
+            let (predicted, wanted) = match judged_as {
+                Some(m) => expected(&m.load),
+                None => ("not judged", None),
+            };
+            if predicted == "jit" {
+                jits += 1;
+                if jits > cli.jit_limit {
+                    jit_not_loaded += 1;
+                    continue;
+                }
+            }
+            let got = load_result(&context, image);
+            let agrees = wanted.map(|w| w == got);
+            if agrees == Some(false) {
+                disagreements.push(format!(
+                    "{} module {i}: the rules predict {predicted}, the driver answered {got}",
+                    path.display()
+                ));
+            }
+            modules.push(LoadedModule {
+                module: i,
+                predicted,
+                driver: got,
+                agrees,
+            });
+        }
+        files.push(ConfirmedFile {
+            file: path.clone(),
+            verdict: verdict.verdict,
+            rule: verdict.rule,
+            reason: verdict.reason,
+            modules,
+            jit_not_loaded,
+        });
+    }
+    let found = if disagreements.is_empty() {
+        Confirmed::Held
+    } else {
+        Confirmed::NotBorneOut
+    };
+    Ok((
+        ConfirmReport {
+            target: Some(target),
+            no_gpu: None,
+            registration,
+            registration_error,
+            files,
+            disagreements,
+        },
+        found,
+    ))
+}

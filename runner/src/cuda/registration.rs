@@ -1,0 +1,235 @@
+//! Fat binaries registered with a CUDA runtime as a program linked with them registers them
+//! (`__cudaRegisterFatBinary`, `__cudaRegisterFunction`, `__cudaRegisterFatBinaryEnd`, what
+//! nvcc's host stubs call at start-up), then one kernel launched through the runtime
+//! (`cudaLaunchKernel`). `gpu-confirm` uses it to see on a GPU what a module nothing can
+//! launch does to the runtime under `CUDA_MODULE_LOADING=EAGER` and `LAZY`.
+//!
+//! The registration ABI is the one nvcc's generated code uses (`crt/host_runtime.h`): the
+//! wrapper `{int magic 0x466243B1, int version 1, const void *data, void *filename}` and the
+//! handle `void **` it returns. The runtime keeps the pointers it is given, so every image and
+//! wrapper registered here lives until the process ends.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::Path;
+
+use libloading::Library;
+use serde::Serialize;
+
+/// The wrapper's magic (`__fatBinC_Wrapper_t`, `fatbinary_section.h`).
+const WRAPPER_MAGIC: c_int = 0x4662_43B1;
+
+/// `__fatBinC_Wrapper_t`.
+#[repr(C)]
+struct Wrapper {
+    magic: c_int,
+    version: c_int,
+    data: *const c_void,
+    filename_or_fatbins: *mut c_void,
+}
+
+/// `dim3`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Dim3 {
+    x: c_uint,
+    y: c_uint,
+    z: c_uint,
+}
+
+type RegisterFatBinary = unsafe extern "C" fn(*mut c_void) -> *mut *mut c_void;
+type RegisterFatBinaryEnd = unsafe extern "C" fn(*mut *mut c_void);
+#[allow(clippy::type_complexity)]
+type RegisterFunction = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *const c_char,
+    *mut c_char,
+    *const c_char,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_int,
+) -> c_int;
+type Malloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+type Memcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
+type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
+type Launch =
+    unsafe extern "C" fn(*const c_void, Dim3, Dim3, *mut *mut c_void, usize, *mut c_void) -> c_int;
+type Synchronize = unsafe extern "C" fn() -> c_int;
+
+/// cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost.
+const HOST_TO_DEVICE: c_int = 1;
+const DEVICE_TO_HOST: c_int = 2;
+
+/// The address the saxpy kernel is registered under, as a host stub's would be.
+static SAXPY_HOST_STUB: u8 = 0;
+
+/// What the runtime answered, step by step (each a `cudaError_t`; `None` for a step not
+/// reached).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RegistrationRun {
+    /// `CUDA_MODULE_LOADING` as this process has it.
+    pub module_loading: Option<String>,
+    /// Fat binaries registered before the first call (the kernel-less one first).
+    pub registered: usize,
+    /// `cudaFree(NULL)`: the first call, which creates the context (and, eager, loads every
+    /// registered module).
+    pub first_call: c_int,
+    /// `cudaLaunchKernel` of saxpy.
+    pub launch: Option<c_int>,
+    /// `cudaDeviceSynchronize` after it.
+    pub synchronize: Option<c_int>,
+    /// Elements saxpy got wrong (of [`ELEMENTS`]).
+    pub wrong_elements: Option<usize>,
+}
+
+/// How many elements the saxpy launch computes.
+pub const ELEMENTS: usize = 4096;
+
+fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
+    // SAFETY: each caller names a runtime export with the signature `T` it was declared with
+    // in NVIDIA's headers.
+    unsafe { library.get::<T>(format!("{name}\0").as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("the runtime lacks {name}: {e}"))
+}
+
+/// Registers each of `images` (fat binaries, kept alive for the process) with the runtime at
+/// `cudart`, the last one with the saxpy kernel (`saxpy_image`'s `.entry saxpy`), then runs
+/// saxpy through the runtime. An error is a runtime that cannot be used at all.
+pub fn register_and_launch(
+    cudart: &Path,
+    images: Vec<Vec<u8>>,
+    saxpy_image: Vec<u8>,
+) -> Result<RegistrationRun, String> {
+    // SAFETY: loading the runtime runs its initialisers, which is what using it means.
+    let library =
+        unsafe { Library::new(cudart) }.map_err(|e| format!("{}: {e}", cudart.display()))?;
+    let register: RegisterFatBinary = symbol(&library, "__cudaRegisterFatBinary")?;
+    let register_end: RegisterFatBinaryEnd = symbol(&library, "__cudaRegisterFatBinaryEnd")?;
+    let register_function: RegisterFunction = symbol(&library, "__cudaRegisterFunction")?;
+    let malloc: Malloc = symbol(&library, "cudaMalloc")?;
+    let memcpy: Memcpy = symbol(&library, "cudaMemcpy")?;
+    let free: Free = symbol(&library, "cudaFree")?;
+    let launch: Launch = symbol(&library, "cudaLaunchKernel")?;
+    let synchronize: Synchronize = symbol(&library, "cudaDeviceSynchronize")?;
+    let mut registered = 0;
+    let mut handle_of = |image: Vec<u8>| {
+        let image: &'static [u8] = Box::leak(image.into_boxed_slice());
+        let wrapper: &'static mut Wrapper = Box::leak(Box::new(Wrapper {
+            magic: WRAPPER_MAGIC,
+            version: 1,
+            data: image.as_ptr().cast(),
+            filename_or_fatbins: std::ptr::null_mut(),
+        }));
+        registered += 1;
+        // SAFETY: the wrapper and its image live until the process ends, as the runtime needs.
+        unsafe { register((wrapper as *mut Wrapper).cast()) }
+    };
+    for image in images {
+        let handle = handle_of(image);
+        // SAFETY: a handle the runtime just returned.
+        unsafe { register_end(handle) };
+    }
+    let handle = handle_of(saxpy_image);
+    let name: &'static CStr = c"saxpy";
+    // SAFETY: the handle was just returned; the names are NUL-terminated statics; the optional
+    // launch bounds are null, as nvcc passes them for a kernel without any.
+    unsafe {
+        register_function(
+            handle,
+            std::ptr::addr_of!(SAXPY_HOST_STUB).cast(),
+            name.as_ptr().cast_mut(),
+            name.as_ptr(),
+            -1,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        register_end(handle);
+    }
+    let mut run = RegistrationRun {
+        module_loading: std::env::var("CUDA_MODULE_LOADING").ok(),
+        registered,
+        // SAFETY: cudaFree(NULL) is a no-op that initialises the runtime.
+        first_call: unsafe { free(std::ptr::null_mut()) },
+        launch: None,
+        synchronize: None,
+        wrong_elements: None,
+    };
+    if run.first_call != 0 {
+        return Ok(run);
+    }
+    let x: Vec<f32> = (0..ELEMENTS).map(|i| (i % 1024) as f32).collect();
+    let mut y = vec![1.0f32; ELEMENTS];
+    let bytes = ELEMENTS * std::mem::size_of::<f32>();
+    let (mut dx, mut dy): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: cuda_runtime_api.h signatures; valid out-pointers; each copy moves `bytes`
+    // between buffers of that size.
+    let copied = unsafe {
+        [
+            malloc(&mut dx, bytes),
+            malloc(&mut dy, bytes),
+            memcpy(dx, x.as_ptr().cast(), bytes, HOST_TO_DEVICE),
+            memcpy(dy, y.as_ptr().cast(), bytes, HOST_TO_DEVICE),
+        ]
+    };
+    if let Some(&code) = copied.iter().find(|&&c| c != 0) {
+        run.launch = Some(code);
+        return Ok(run);
+    }
+    let mut n = ELEMENTS as c_uint;
+    let mut a = 2.0f32;
+    let mut args: [*mut c_void; 4] = [
+        std::ptr::addr_of_mut!(n).cast(),
+        std::ptr::addr_of_mut!(a).cast(),
+        std::ptr::addr_of_mut!(dx).cast(),
+        std::ptr::addr_of_mut!(dy).cast(),
+    ];
+    let threads = 256;
+    let grid = Dim3 {
+        x: ELEMENTS.div_ceil(threads) as c_uint,
+        y: 1,
+        z: 1,
+    };
+    let block = Dim3 {
+        x: threads as c_uint,
+        y: 1,
+        z: 1,
+    };
+    // SAFETY: the kernel was registered under this stub; `args` points at four values of the
+    // kernel's parameter types (u32, f32, u64, u64), alive for the call.
+    run.launch = Some(unsafe {
+        launch(
+            std::ptr::addr_of!(SAXPY_HOST_STUB).cast(),
+            grid,
+            block,
+            args.as_mut_ptr(),
+            0,
+            std::ptr::null_mut(),
+        )
+    });
+    // SAFETY: cuda_runtime_api.h signature.
+    run.synchronize = Some(unsafe { synchronize() });
+    // SAFETY: `y` and `dy` both hold `bytes` bytes.
+    let back = unsafe { memcpy(y.as_mut_ptr().cast(), dy, bytes, DEVICE_TO_HOST) };
+    if back == 0 {
+        let wrong = x
+            .iter()
+            .zip(&y)
+            .filter(|(x, y)| **y != 2.0 * **x + 1.0)
+            .count();
+        run.wrong_elements = Some(wrong);
+    }
+    // SAFETY: allocated above, freed once.
+    unsafe {
+        free(dx);
+        free(dy);
+    }
+    // The runtime keeps the registered images; it is never unloaded.
+    std::mem::forget(library);
+    Ok(run)
+}

@@ -1,0 +1,250 @@
+//! Fat binaries built here, byte by byte, for `gpu-confirm` to hand the driver and the runtime
+//! on a GPU host that has no NVIDIA compiler: a module with no kernel and no data, holding one
+//! sm_52 cubin laid out as NVIDIA's cuFFT 11.4 ships one (ELF ABI 7, `e_version` 0x81 for
+//! CUDA 12.9, sections `.shstrtab`, `.strtab`, `.symtab`, `.nv.callgraph` and nothing that can
+//! be launched or read), and a module of the saxpy PTX the kernel check JIT-compiles. The
+//! layout is `docs/fatbin.md`'s; elfkit reads both back, and NVIDIA's cuobjdump lists them
+//! (runner/tests/gpu_confirm.rs).
+
+use crate::cuda::gpu::SAXPY_PTX;
+
+/// The container magic.
+const CONTAINER_MAGIC: u32 = 0xBA55_ED50;
+/// Entry flags: 64-bit code, built for Linux.
+const FLAGS_64_LINUX: u64 = 0x11;
+
+fn push_u16(out: &mut Vec<u8>, v: u16) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+fn push_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// One fat-binary container holding one uncompressed entry of `kind` (1 PTX, 2 ELF) for
+/// `arch`, of format or ISA version `major.minor`, with `payload` (padded to 8 bytes). A PTX
+/// entry gets the empty option block `fatbinary` 13.5 writes for one (its header 80 bytes,
+/// options at 64: `u32 72, u32 0`), without which cuobjdump refuses the header.
+fn container(kind: u16, arch: u32, major: u16, minor: u16, payload: &[u8]) -> Vec<u8> {
+    let ptx = kind == 1;
+    let header_size: u32 = if ptx { 80 } else { 64 };
+    let mut body = payload.to_vec();
+    body.resize(payload.len().next_multiple_of(8), 0);
+    let mut entry = Vec::with_capacity(header_size as usize + body.len());
+    push_u16(&mut entry, kind);
+    push_u16(&mut entry, 0x0101);
+    push_u32(&mut entry, header_size);
+    push_u64(&mut entry, body.len() as u64);
+    push_u32(&mut entry, 0); // compressed size: stored as it is
+    push_u32(&mut entry, if ptx { 64 } else { 0 }); // options offset
+    push_u16(&mut entry, minor);
+    push_u16(&mut entry, major);
+    push_u32(&mut entry, arch);
+    push_u32(&mut entry, 0); // name offset
+    push_u32(&mut entry, 0); // name length
+    push_u64(&mut entry, FLAGS_64_LINUX);
+    push_u64(&mut entry, 0);
+    push_u64(&mut entry, 0); // uncompressed size: not compressed
+    if ptx {
+        push_u32(&mut entry, 72); // the option string's offset, from the entry's start
+        push_u32(&mut entry, 0); // and its length: none
+        push_u64(&mut entry, 0);
+    }
+    entry.extend(body);
+    let mut out = Vec::with_capacity(16 + entry.len());
+    push_u32(&mut out, CONTAINER_MAGIC);
+    push_u16(&mut out, 1);
+    push_u16(&mut out, 16);
+    push_u64(&mut out, entry.len() as u64);
+    out.extend(entry);
+    out
+}
+
+/// One ELF64 section header.
+struct Section {
+    name: u32,
+    kind: u32,
+    offset: u64,
+    size: u64,
+    link: u32,
+    info: u32,
+    align: u64,
+    entsize: u64,
+}
+
+/// An sm_52 cubin with no kernel and no device data: ELF ABI 7 (`EI_OSABI` 0x33,
+/// `EI_ABIVERSION` 7), `e_version` 0x81 (ptxas 12.9), `e_flags` 0x340534 (sm_52, as cuFFT's),
+/// a symbol table of section symbols only, and a call graph of no function.
+pub fn kernelless_sm52_cubin() -> Vec<u8> {
+    let shstrtab = b"\0.shstrtab\0.strtab\0.symtab\0.nv.callgraph\0".to_vec();
+    let name_at = |name: &[u8]| {
+        shstrtab
+            .windows(name.len())
+            .position(|w| w == name)
+            .expect("a name of the table") as u32
+    };
+    let strtab = b"\0".to_vec();
+    // Symbols: the null one and the section symbol of .nv.callgraph (section 4).
+    let mut symtab = vec![0u8; 24];
+    symtab.extend_from_slice(&[0, 0, 0, 0, 3, 0]); // st_name 0, STT_SECTION, STB_LOCAL
+    symtab.extend_from_slice(&4u16.to_le_bytes()); // st_shndx
+    symtab.extend_from_slice(&[0; 16]); // st_value, st_size
+                                        // The call graph of a module with no function: ptxas writes `<0,-1>` to `<0,-4>`.
+    let mut callgraph = Vec::new();
+    for k in 1..=4i32 {
+        push_u32(&mut callgraph, 0);
+        callgraph.extend_from_slice(&(-k).to_le_bytes());
+    }
+    let mut body = vec![0u8; 64];
+    let mut place = |bytes: &[u8], align: usize| -> u64 {
+        while body.len() % align != 0 {
+            body.push(0);
+        }
+        let at = body.len() as u64;
+        body.extend_from_slice(bytes);
+        at
+    };
+    let at_shstrtab = place(&shstrtab, 1);
+    let at_strtab = place(&strtab, 1);
+    let at_symtab = place(&symtab, 8);
+    let at_callgraph = place(&callgraph, 4);
+    let sections = [
+        Section {
+            name: 0,
+            kind: 0,
+            offset: 0,
+            size: 0,
+            link: 0,
+            info: 0,
+            align: 0,
+            entsize: 0,
+        },
+        Section {
+            name: name_at(b".shstrtab\0"),
+            kind: 3,
+            offset: at_shstrtab,
+            size: shstrtab.len() as u64,
+            link: 0,
+            info: 0,
+            align: 1,
+            entsize: 0,
+        },
+        Section {
+            name: name_at(b".strtab\0"),
+            kind: 3,
+            offset: at_strtab,
+            size: strtab.len() as u64,
+            link: 0,
+            info: 0,
+            align: 1,
+            entsize: 0,
+        },
+        Section {
+            name: name_at(b".symtab\0"),
+            kind: 2,
+            offset: at_symtab,
+            size: symtab.len() as u64,
+            link: 2,
+            info: 2, // one past the last local symbol
+            align: 8,
+            entsize: 24,
+        },
+        Section {
+            name: name_at(b".nv.callgraph\0"),
+            kind: 0x7000_0001, // SHT_CUDA_CALLGRAPH
+            offset: at_callgraph,
+            size: callgraph.len() as u64,
+            link: 3,
+            info: 0,
+            align: 4,
+            entsize: 8,
+        },
+    ];
+    while body.len() % 8 != 0 {
+        body.push(0);
+    }
+    let shoff = body.len() as u64;
+    for s in &sections {
+        push_u32(&mut body, s.name);
+        push_u32(&mut body, s.kind);
+        push_u64(&mut body, 0); // flags
+        push_u64(&mut body, 0); // address
+        push_u64(&mut body, s.offset);
+        push_u64(&mut body, s.size);
+        push_u32(&mut body, s.link);
+        push_u32(&mut body, s.info);
+        push_u64(&mut body, s.align);
+        push_u64(&mut body, s.entsize);
+    }
+    let mut header = Vec::with_capacity(64);
+    header.extend_from_slice(&[
+        0x7f, b'E', b'L', b'F', 2, 1, 1, 0x33, 7, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    push_u16(&mut header, 2); // ET_EXEC
+    push_u16(&mut header, 190); // EM_CUDA
+    push_u32(&mut header, 0x81); // e_version: CUDA 12.9
+    push_u64(&mut header, 0); // e_entry
+    push_u64(&mut header, 0); // e_phoff: no program headers
+    push_u64(&mut header, shoff);
+    push_u32(&mut header, 0x0034_0534); // e_flags: sm_52
+    push_u16(&mut header, 64); // e_ehsize
+    push_u16(&mut header, 56); // e_phentsize
+    push_u16(&mut header, 0); // e_phnum
+    push_u16(&mut header, 64); // e_shentsize
+    push_u16(&mut header, sections.len() as u16);
+    push_u16(&mut header, 1); // e_shstrndx
+    body[..64].copy_from_slice(&header);
+    body
+}
+
+/// A fat binary of one module holding [`kernelless_sm52_cubin`] alone (entry format 1.7, as
+/// CUDA 12.9's fatbinary writes an ABI 7 cubin): on any GPU but a 5.x one, no image fits.
+pub fn kernelless_sm52_fatbin() -> Vec<u8> {
+    container(2, 52, 1, 7, &kernelless_sm52_cubin())
+}
+
+/// A fat binary of one module holding the saxpy PTX (ISA 6.0, compute_50): every driver from
+/// CUDA 9.0 on JIT-compiles it for its GPU.
+pub fn saxpy_fatbin() -> Vec<u8> {
+    let mut text = SAXPY_PTX.as_bytes().to_vec();
+    text.push(0);
+    container(1, 50, 6, 0, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_sandbox_elfkit::fatbin::image::{cubin_facts, ptx_facts};
+    use cuda_sandbox_elfkit::fatbin::{payload, read_gpu_code, EntryKind};
+
+    #[test]
+    fn the_kernelless_module_reads_back_as_an_inert_sm52_cubin_of_cuda_12_9() {
+        let bytes = kernelless_sm52_fatbin();
+        let code = read_gpu_code(&bytes).unwrap();
+        assert_eq!(code.containers.len(), 1);
+        let e = &code.containers[0].entries[0];
+        assert_eq!(
+            (e.kind, e.arch.sm_name()),
+            (EntryKind::Sass, "sm_52".into())
+        );
+        let facts = cubin_facts(&payload(&bytes, e).unwrap()).unwrap();
+        assert!(facts.inert(), "{facts:?}");
+        assert_eq!((facts.abi, facts.toolkit), (7, Some(12090)));
+    }
+
+    #[test]
+    fn the_saxpy_module_reads_back_as_ptx_with_one_kernel() {
+        let bytes = saxpy_fatbin();
+        let code = read_gpu_code(&bytes).unwrap();
+        let e = &code.containers[0].entries[0];
+        assert_eq!(
+            (e.kind, e.arch.compute_name()),
+            (EntryKind::Ptx, "compute_50".into())
+        );
+        assert_eq!(e.version.to_string(), "6.0");
+        let facts = ptx_facts(&payload(&bytes, e).unwrap());
+        assert_eq!(facts.entries, 1);
+    }
+}
