@@ -132,6 +132,12 @@ let
     };
   };
 
+  # programs.cuda-sandbox.sysfs: the rule's read-only part of /sys.
+  withSysfs = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.sysfs = "topology";
+  };
+
   # programs.cuda-sandbox.cdi: the toolkit's option declared (on, off), and absent.
   toolkitOff = system {
     imports = [
@@ -1026,6 +1032,15 @@ let
       && disabled.udevRules == ""
       && disabled.failed == [ ]
     ) "the module sets nothing when not enabled")
+
+    (checkEqual "sysfs" "the rule's sysfs" withSysfs.nvidia.sysfs "topology")
+    (check "sysfs" (!(defaults.nvidia ? sysfs)) "no sysfs unless asked for")
+    (check "sysfs" (fails
+      (system {
+        imports = [ enabled ];
+        programs.cuda-sandbox.sysfs = "all";
+      }).toml
+    ) "only the parts the hook knows are accepted")
 
     # the negative controls
     (checkEqual "control: plain definition" "system-features" plainDefinition.system-features

@@ -37,4 +37,5 @@ pub mod scan;
 pub mod slot;
 pub mod statedir;
 pub mod symlinks;
+pub mod sysfs;
 pub mod trust;

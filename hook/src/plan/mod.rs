@@ -16,11 +16,13 @@ mod grant;
 mod mig;
 mod paths;
 mod stale;
+mod sysfs;
 
 pub use cdi::{CdiEdit, CdiItem, NotCarriedOut};
 pub use driver::DriverSource;
 pub use grant::{closure_members, plan_manifest};
 pub use stale::{stale_driver, StaleDriver};
+pub use sysfs::{drop_sysfs, sysfs_exposures};
 
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
@@ -92,6 +94,11 @@ pub enum Reason {
         /// The capability the node grants.
         #[serde(serialize_with = "as_text")]
         capability: Capability,
+    },
+    /// A read-only part of the host's `/sys` (`sysfs` on a rule), bound from the build's tree.
+    Sysfs {
+        /// The rule.
+        rule: String,
     },
     /// The manifest the runner reads.
     Manifest,
@@ -188,6 +195,9 @@ pub struct Decision {
     /// With `gpus_per_build > 0`: the slots found (whole GPUs, MIG instances) and how many
     /// this build needs, for act to lease.
     pub gpu_demand: Option<GpuDemand>,
+    /// The read-only binds of `/sys` the build's tree holds, when a rule asks for some
+    /// ([`crate::sysfs`]); act names the tree, makes it, and exposes it.
+    pub sysfs: Vec<crate::sysfs::TreeBind>,
     /// Where symlinks may lead (the store and the configured roots).
     symlink_roots: Vec<PathBuf>,
 }
@@ -243,6 +253,9 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Decision {
             if plan.driver.is_none() {
                 plan.add_driver(&rule.name, driver, config, view);
             }
+        }
+        if let Some(sysfs) = rule.sysfs {
+            plan.add_sysfs(&rule.name, sysfs, config);
         }
     }
     plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
