@@ -135,9 +135,7 @@ fn advertised_by(rows: &[Architecture], gpus: &[Capability]) -> Advertised {
         }
         let why = match rows.iter().find(|row| row.capability == gpu) {
             Some(_) => Unknown::NotInNixpkgs,
-            None if rows.last().is_none_or(|last| gpu > last.capability) => {
-                Unknown::NewerThanTable
-            }
+            None if rows.last().is_none_or(|last| gpu > last.capability) => Unknown::NewerThanTable,
             None => Unknown::NotInTable,
         };
         if !unknown.iter().any(|(c, _)| *c == gpu) {
@@ -252,7 +250,10 @@ mod tests {
             ]
         );
         let mixed = advertised(&[cc("13.0"), cc("7.5")]);
-        assert_eq!(mixed.features.last().map(String::as_str), Some("cuda-sm-75"));
+        assert_eq!(
+            mixed.features.last().map(String::as_str),
+            Some("cuda-sm-75")
+        );
         assert_eq!(mixed.unknown, [(cc("13.0"), Unknown::NewerThanTable)]);
     }
 

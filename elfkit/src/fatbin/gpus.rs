@@ -133,7 +133,9 @@ fn nixpkgs_forms(text: &str) -> Result<Vec<Variant>, String> {
             other => return Err(format!("nixpkgs form {other:?}: write sm, a, f or -")),
         };
         if forms.last().is_some_and(|last| *last >= form) {
-            return Err(format!("nixpkgs forms {text:?}: write them once, as sm a f"));
+            return Err(format!(
+                "nixpkgs forms {text:?}: write them once, as sm a f"
+            ));
         }
         forms.push(form);
     }
@@ -191,7 +193,9 @@ pub fn parse(table: &'static str) -> Result<Table, String> {
             row_has(&row.nixpkgs, variant) && since.is_none()
         };
         if lacks(Variant::ArchSpecific, row.arch_specific) || lacks(Variant::Family, row.family) {
-            return Err(at("nixpkgs names a variant the a or f column does not have".into()));
+            return Err(at(
+                "nixpkgs names a variant the a or f column does not have".into(),
+            ));
         }
         if rows.last().is_some_and(|r| r.capability >= row.capability) {
             return Err(at("rows must be in increasing capability".into()));
