@@ -124,7 +124,11 @@ let
         config = nixosWith [ file ];
         gpuMachines = lib.filter (m: lib.elem "cuda" m.supportedFeatures) config.nix.buildMachines;
         isSm = lib.hasPrefix "cuda-sm-";
-        baselines = m: lib.filter (row: lib.elem (fleet.mkCudaSystemFeature row.capability) m.supportedFeatures) fleet.rows;
+        baselines =
+          m:
+          lib.filter (
+            row: lib.elem (fleet.mkCudaSystemFeature row.capability) m.supportedFeatures
+          ) fleet.rows;
         highest = m: (lib.last (baselines m)).capability;
         smOk = m: lib.filter isSm m.supportedFeatures == fleet.getCudaSystemFeatures [ (highest m) ];
       in
@@ -132,7 +136,9 @@ let
       && lib.assertMsg (gpuMachines != [ ]) "readme-eval: ${where}: no builder takes cuda builds"
       && lib.all (
         m:
-        lib.assertMsg (m.mandatoryFeatures == [ "cuda" ]) "readme-eval: ${where}: ${m.hostName}: mandatoryFeatures is not [ \"cuda\" ]"
+        lib.assertMsg (
+          m.mandatoryFeatures == [ "cuda" ]
+        ) "readme-eval: ${where}: ${m.hostName}: mandatoryFeatures is not [ \"cuda\" ]"
         && lib.assertMsg (smOk m) "readme-eval: ${where}: ${m.hostName}: its cuda-sm-* features are not those of ${highest m}"
       ) gpuMachines
     else if snippet.kind == "package" then
