@@ -183,7 +183,8 @@ package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules'
 The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
 driver must be the one the hook chose.
 As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
-ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).";
+ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
+This builder's Nix system features: cuda-sandbox-check features (see features --help).";
 
 /// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
 /// [`CHECKS`], wrapped at 94 columns.

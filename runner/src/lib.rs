@@ -16,6 +16,7 @@ pub mod cli;
 pub mod confirm;
 pub mod cuda;
 pub mod expectations;
+pub mod features;
 pub mod gpu_code;
 pub mod harness;
 pub mod lint;
