@@ -31,6 +31,7 @@ use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
+use crate::provenance::Provenance;
 use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
 
 /// What the lint expects.
@@ -433,7 +434,8 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     match contents {
         Contents::Other => return,
         Contents::Fatbin => {
-            gpu_code_of(path, data, &[], config, report);
+            let provenance = Provenance::of(path, None, &config.store_dir);
+            gpu_code_of(path, data, &[], provenance, config, report);
             return;
         }
         Contents::Elf => {}
@@ -446,6 +448,12 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         runtime.as_ref(),
     );
     report.cuda_runtimes.extend(runtime);
+    let soname = dynamic.as_ref().ok().and_then(Option::as_ref);
+    let provenance = Provenance::of(
+        path,
+        soname.and_then(|d| d.soname.as_deref()),
+        &config.store_dir,
+    );
     match dynamic {
         Ok(Some(info)) => {
             let findings = check_elf(path, &info, config);
@@ -463,7 +471,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         Ok(None) => {}
         Err(e) => report.findings.push(unreadable(e)),
     }
-    gpu_code_of(path, data, &uses, config, report);
+    gpu_code_of(path, data, &uses, provenance, config, report);
 }
 
 /// The finding kind of a verdict's rule, when the verdict is a finding.
@@ -475,9 +483,11 @@ fn finding_kind(rule: Rule) -> Option<FindingKind> {
         Rule::CubinTooNew => FindingKind::CubinTooNew,
         Rule::DriverPredatesGpu | Rule::DriverDroppedGpu => FindingKind::GpuNotDriven,
         Rule::RuntimeNewerMajor | Rule::RuntimeBelowFloor => FindingKind::RuntimeTooNew,
-        Rule::GpuRenamed | Rule::GpuUnknown | Rule::RuntimeFloorUnknown | Rule::ModuleUnknown => {
-            FindingKind::GpuCodeUnknown
-        }
+        Rule::GpuRenamed
+        | Rule::GpuUnknown
+        | Rule::DriverUnknown
+        | Rule::RuntimeFloorUnknown
+        | Rule::ModuleUnknown => FindingKind::GpuCodeUnknown,
         Rule::Sass | Rule::Jit | Rule::NothingToLoad | Rule::LinkInput => return None,
     })
 }
@@ -488,6 +498,7 @@ fn gpu_code_of(
     path: &Path,
     data: &[u8],
     runtimes: &[RuntimeUse],
+    provenance: Provenance,
     config: &LintConfig,
     report: &mut LintReport,
 ) {
@@ -502,7 +513,7 @@ fn gpu_code_of(
             return;
         }
     };
-    let Some(found) = examine(path, data, code, runtimes, &config.targets) else {
+    let Some(found) = examine(path, data, code, runtimes, provenance, &config.targets) else {
         return;
     };
     for v in &found.verdicts {

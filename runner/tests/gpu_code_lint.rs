@@ -89,7 +89,7 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
         101,
         &[
             "cannot run on sm_90 (driver CUDA 12.2)",
-            "ISA 8.8, which needs a CUDA 12.9 driver",
+            "ISA 8.8, which needs a driver of CUDA 12.9 (R575)",
             "JITs PTX up to ISA 8.2",
             "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
             "cudaCapabilities = [ \"9.0\" ]",
@@ -191,6 +191,14 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
             "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
         ],
     );
+    // NVIDIA built cuRAND: the fix is a release of it for this GPU, not cudaCapabilities
+    // (issue 34: a fix that only applies to what Nixpkgs compiles).
+    assert!(
+        older.out.contains("NVIDIA built this file"),
+        "{}",
+        older.out
+    );
+    assert!(!older.out.contains("cudaCapabilities"), "{}", older.out);
     // A newer driver does not drive them at all (NVIDIA: R580 is their last branch).
     let dropped = lint(&["--target", "7.0", "--driver-cuda", "13.1"], &[&curand]);
     dropped.says(
@@ -373,4 +381,50 @@ fn a_fleet_gets_a_verdict_per_target_and_unknown_has_its_own_exit_status() {
         &[&ampere],
     );
     mixed.says(101, &["cannot be judged for sm_95", "cannot run on sm_90"]);
+}
+
+/// Issue 34: `--driver-cuda 535` was read as CUDA 535.0 and passed, `99.9` judged "runs", and
+/// messages named CUDA 12.7, which was never released. Driver versions are taken as users
+/// write them: a release, or a driver's version with `--driver`.
+#[test]
+fn driver_versions_are_taken_as_users_write_them() {
+    let Some(real) = RealNvidia::find("driver_versions_are_taken_as_users_write_them") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (ampere, _) = packages(&real, dir.path());
+    let branch = lint(&["--target", "sm_80", "--driver-cuda", "535"], &[&ampere]);
+    branch.says(2, &["535 is a driver branch: CUDA 12.2", "--driver 535"]);
+    let gap = lint(&["--target", "sm_80", "--driver-cuda", "12.7"], &[&ampere]);
+    gap.says(
+        2,
+        &["CUDA 12.7 was never released (nearest releases: 12.6 and 12.8)"],
+    );
+    // The driver's own version: its branch's CUDA (12.2), so ISA 8.8 PTX cannot JIT.
+    let driver = lint(&["--target", "sm_90", "--driver", "535.104.05"], &[&ampere]);
+    driver.says(101, &["cannot run on sm_90 (driver CUDA 12.2)", "ISA 8.8"]);
+    // Above the newest release the rules know: cannot be judged, never "runs".
+    let future = lint(&["--target", "sm_80", "--driver-cuda", "99.9"], &[&ampere]);
+    future.says(
+        3,
+        &["cannot be judged for sm_80 (driver CUDA 99.9): the driver is newer than the newest CUDA release the rules know (13.5)"],
+    );
+    assert!(!future.out.contains("runs on"), "{}", future.out);
+    // ISA 8.6 is CUDA 12.7 in NVIDIA's ISA table; the message names the release users can
+    // install, 12.8, and the driver-only branch that reports 12.7.
+    let isa86 = gpu_library_of(
+        &real,
+        "12.9",
+        dir.path(),
+        "libisa86",
+        &[],
+        &[("compute_80", "8.6")],
+        &[],
+    );
+    let old = lint(&["--target", "sm_90", "--driver-cuda", "12.6"], &[&isa86]);
+    old.says(
+        101,
+        &["ISA 8.6, which needs a driver of CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)"],
+    );
+    assert!(!old.out.contains("needs a CUDA 12.7"), "{}", old.out);
 }

@@ -58,7 +58,11 @@ pub fn parse(table: &str) -> Result<Releases, String> {
                     .parse()
                     .map_err(|_| at(format!("bad branch {branch:?}")))?;
                 let v = cuda(version).map_err(at)?;
-                if out.branches.last().is_some_and(|(lb, lv)| *lb >= b || *lv > v) {
+                if out
+                    .branches
+                    .last()
+                    .is_some_and(|(lb, lv)| *lb >= b || *lv > v)
+                {
                     return Err(at("branches must be in increasing order".into()));
                 }
                 out.branches.push((b, v));
