@@ -27,3 +27,4 @@ pub mod provenance;
 pub mod report;
 pub mod runtime_scan;
 pub mod session;
+pub mod walk;

@@ -19,7 +19,7 @@
 //!
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
-//! paths given. Files are walked with `walkdir` (symlinks not followed); ELF reading, store paths and
+//! paths given. Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
 //! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
@@ -33,6 +33,7 @@ use serde::Serialize;
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
 use crate::provenance::Provenance;
 use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
+use crate::walk::{resolve, walk};
 
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,27 +322,38 @@ fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
 /// Lints `paths` (files or directories, walked without following symlinks).
 pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
     let mut report = LintReport::default();
-    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
-    for root in paths {
-        for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) => {
-                    report.findings.push(Finding {
-                        file: e.path().unwrap_or(root).to_path_buf(),
-                        kind: FindingKind::Unreadable,
-                        message: format!("cannot be walked: {e}"),
-                    });
-                    continue;
-                }
-            };
-            if !entry.file_type().is_file() || !seen.insert(entry.path().to_path_buf()) {
-                continue;
-            }
-            report.files += 1;
-            lint_file(entry.path(), config, &mut report);
+    let unreadable = |path: &Path, message: String| Finding {
+        file: path.to_path_buf(),
+        kind: FindingKind::Unreadable,
+        message,
+    };
+    let mut roots = Vec::new();
+    for path in paths {
+        match resolve(path) {
+            Ok(root) => roots.push(root),
+            Err(e) => report
+                .findings
+                .push(unreadable(path, format!("cannot be checked: {}", e.why))),
         }
     }
+    let walked = walk(&roots, &config.store_dir);
+    for e in walked.errors {
+        report.findings.push(unreadable(&e.path, e.why));
+    }
+    for (root, n) in roots.iter().zip(&walked.per_root) {
+        if *n == 0 {
+            report.findings.push(unreadable(
+                root,
+                "holds no file to check (nothing to judge is not a pass)".into(),
+            ));
+        }
+    }
+    let mut seen: BTreeSet<PathBuf> = walked.files.iter().cloned().collect();
+    for file in &walked.files {
+        report.files += 1;
+        lint_file(file, config, &mut report);
+    }
+    let paths = &roots;
     if config.closure {
         let roots: BTreeSet<PathBuf> = paths
             .iter()
