@@ -77,9 +77,8 @@ pub fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
         return Ok(cuda);
     }
     let name = |v: Option<i32>| v.map(release);
-    let nearest: Vec<String> = match releases::nearest_releases(cuda.0) {
-        (a, b) => [name(a), name(b)].into_iter().flatten().collect(),
-    };
+    let (below, above) = releases::nearest_releases(cuda.0);
+    let nearest: Vec<String> = [name(below), name(above)].into_iter().flatten().collect();
     let reports = releases::table()
         .branches
         .iter()

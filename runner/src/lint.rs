@@ -117,9 +117,17 @@ impl std::fmt::Display for Finding {
     }
 }
 
+/// The version of the lint's JSON document (`schema`; runner/README.md describes it). 2: the
+/// schema, targets and driver echoed, versions as `"12.9"`, modules numbered from 1.
+pub const LINT_SCHEMA: u32 = 2;
+
 /// The lint's result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LintReport {
+    /// [`LINT_SCHEMA`].
+    pub schema: u32,
+    /// The GPUs and driver the GPU code was judged for (none: listed, not judged).
+    pub targets: Vec<Target>,
     /// Regular files looked at.
     pub files: usize,
     /// ELF files among them.
@@ -147,11 +155,24 @@ impl LintReport {
                 .all(|f| f.kind == FindingKind::GpuCodeUnknown)
     }
 
-    /// One line summarising the run.
+    /// How many files cannot run on some target.
+    pub fn cannot_run(&self) -> usize {
+        self.gpu_code
+            .iter()
+            .filter(|f| f.verdicts.iter().any(|v| v.fails()))
+            .count()
+    }
+
+    /// One line summarising the run; with targets it restates how many files cannot run.
     pub fn summary(&self) -> String {
+        let verdict = if self.targets.is_empty() {
+            String::new()
+        } else {
+            format!("; {} file(s) cannot run on a target", self.cannot_run())
+        };
         format!(
             "{} file(s), {} ELF, {} using libcuda, {} CUDA runtime(s), {} with GPU code; {} \
-             finding(s)",
+             finding(s){verdict}",
             self.files,
             self.elf_files,
             self.libcuda_users.len(),
@@ -321,7 +342,11 @@ fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
 
 /// Lints `paths` (files or directories, walked without following symlinks).
 pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
-    let mut report = LintReport::default();
+    let mut report = LintReport {
+        schema: LINT_SCHEMA,
+        targets: config.targets.clone(),
+        ..LintReport::default()
+    };
     let unreadable = |path: &Path, message: String| Finding {
         file: path.to_path_buf(),
         kind: FindingKind::Unreadable,

@@ -162,6 +162,28 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
         "unsupported-ptx"
     );
     assert_eq!(json["findings"][0]["kind"], "ptx-too-new");
+    // Issue 34: the schema and what was judged are echoed, versions are "12.9", modules
+    // are numbered from 1 as the text does.
+    assert_eq!(json["schema"], 2);
+    assert_eq!(json["targets"][0]["device"], "9.0");
+    assert_eq!(json["targets"][0]["driver"]["cuda"], "12.2");
+    let module = &verdict["judgement"]["modules"][0];
+    assert_eq!(module["module"], 1);
+    assert_eq!(module["needs"], "12.9");
+    // The text: one line per file first, with the answer; the closing line restates it.
+    let text = lint(&["--target", "sm_90", "--driver-cuda", "12.2"], &[&ampere]);
+    let first = text.out.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("libampere.so: cannot run on sm_90 (driver CUDA 12.2): module 1 of 1"),
+        "{}",
+        text.out
+    );
+    let last = text.out.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with("; 1 file(s) cannot run on a target"),
+        "{}",
+        text.out
+    );
 }
 
 #[test]
@@ -176,7 +198,11 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
     let every = "7.5,8.0,8.6,8.7,8.9,9.0,10.0,10.3,11.0,12.0,12.1";
     let out = lint(&["--target", every, "--driver-cuda", "13.5"], &[&curand]);
     assert_eq!(out.code, 0, "{}", out.out);
-    assert_eq!(out.out.matches("runs on").count(), 11, "{}", out.out);
+    let per_file = out
+        .out
+        .lines()
+        .filter(|l| l.starts_with("libcurand.so.10: runs on"));
+    assert_eq!(per_file.count(), 11, "{}", out.out);
     // Volta and Pascal have no image, JIT or SASS: 209, on a 580 driver (CUDA 13.0), the last
     // branch that drives them.
     let older = lint(
@@ -278,8 +304,16 @@ fn link_input_is_listed_and_never_judged_as_loadable() {
         &["--target", "sm_86", "--driver-cuda", "12.2"],
         &[&path("rel1.o")],
     );
-    object.says(0, &["for the link, not loaded as it is"]);
-    assert!(!object.out.contains("cannot run"), "{}", object.out);
+    object.says(
+        0,
+        &["for the link, not loaded as it is", "0 file(s) cannot run"],
+    );
+    assert_eq!(
+        object.out.matches("cannot run").count(),
+        1,
+        "{}",
+        object.out
+    );
 }
 
 /// Rule: an image the driver would load that is Zstandard-compressed needs a libcuda of R550
