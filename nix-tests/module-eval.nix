@@ -132,6 +132,12 @@ let
     };
   };
 
+  # programs.cuda-sandbox.sysfs: the rule's read-only part of /sys.
+  withSysfs = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.sysfs = "topology";
+  };
+
   # programs.cuda-sandbox.cdi: the toolkit's option declared (on, off), and absent.
   toolkitOff = system {
     imports = [
@@ -139,13 +145,7 @@ let
       stubs.toolkitModule
     ];
   };
-  toolkitOn = system {
-    imports = [
-      enabled
-      stubs.toolkitModule
-    ];
-    hardware.nvidia-container-toolkit.enable = true;
-  };
+  toolkitOn = system toolkitOnConfig;
   cdiWithoutToolkit = system {
     imports = [ enabled ];
     programs.cuda-sandbox.cdi.enable = true;
@@ -162,6 +162,25 @@ let
       "0:1"
     ];
     programs.cuda-sandbox.settings.gpus_per_build = 1;
+  };
+  # cdi.enable with spec directories of the user's own: /run/cdi left out, and kept.
+  cdiWithoutRunCdi = system {
+    imports = [ toolkitOnConfig ];
+    programs.cuda-sandbox.settings.cdi_spec_dirs = [ "/etc/cdi" ];
+  };
+  cdiWithRunCdi = system {
+    imports = [ toolkitOnConfig ];
+    programs.cuda-sandbox.settings.cdi_spec_dirs = [
+      "/etc/cdi"
+      "/run/cdi"
+    ];
+  };
+  toolkitOnConfig = {
+    imports = [
+      enabled
+      stubs.toolkitModule
+    ];
+    hardware.nvidia-container-toolkit.enable = true;
   };
   cdiBadDevice = system {
     imports = [ enabled ];
@@ -433,6 +452,53 @@ let
         "/opt/nvidia-extra"
         "/dev/video0"
         "/usr/lib/fhs-driver"
+      ];
+    };
+    # programs.cuda-sandbox.cdi from the toolkit, its spec (hook/tests/cdi/nixos-two-gpus.json:
+    # two GPUs, each with its DRM nodes) put in /run/cdi by nix-tests/fake-host-explain in a
+    # private mount namespace: without leases a build sees both GPUs' nodes; with one GPU per
+    # build (none leased yet: GPU 0) GPU 0's only.
+    cdi-toolkit = {
+      config.imports = [
+        toolkitOnConfig
+        onFakeHost
+      ];
+      features = "cuda";
+      runCdi = "nixos-two-gpus.json";
+      sees = [
+        "/dev/nvidia0"
+        "/dev/nvidia1"
+        "/dev/dri/card1"
+        "/dev/dri/card2"
+        "/dev/dri/renderD128"
+        "/dev/dri/renderD129"
+        "/dev/nvidiactl"
+        "/dev/nvidia-uvm"
+        "/run/opengl-driver"
+      ];
+    };
+    cdi-leased = {
+      config = {
+        imports = [
+          toolkitOnConfig
+          onFakeHost
+        ];
+        programs.cuda-sandbox.settings.gpus_per_build = 1;
+      };
+      features = "cuda";
+      runCdi = "nixos-two-gpus.json";
+      sees = [
+        "/dev/nvidia0"
+        "/dev/dri/card1"
+        "/dev/dri/renderD128"
+        "/dev/nvidiactl"
+        "/dev/nvidia-uvm"
+        "/run/opengl-driver"
+      ];
+      absent = [
+        "/dev/nvidia1"
+        "/dev/dri/card2"
+        "/dev/dri/renderD129"
       ];
     };
     # nixos/tests/nix-required-mounts' machine, renamed; its tmpfiles rules are the fake
@@ -915,6 +981,11 @@ let
       "nvidia.com/gpu=GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c"
       "nvidia.com/gpu=0:1"
     ])
+    (check "cdi: spec directories without /run/cdi" (
+      lib.length cdiWithoutRunCdi.failed == 1
+      && lib.hasInfix "leaves out /run/cdi" (lib.head cdiWithoutRunCdi.failed)
+    ) "one failed assertion naming /run/cdi, got ${builtins.toJSON cdiWithoutRunCdi.failed}")
+    (checkEqual "cdi: spec directories with /run/cdi" "the failed assertions" cdiWithRunCdi.failed [ ])
     (check "cdi: bad device" (fails cdiBadDevice.toml)
       "a fully qualified name in cdi.devices is refused"
     )
@@ -962,6 +1033,15 @@ let
       && disabled.failed == [ ]
     ) "the module sets nothing when not enabled")
 
+    (checkEqual "sysfs" "the rule's sysfs" withSysfs.nvidia.sysfs "topology")
+    (check "sysfs" (!(defaults.nvidia ? sysfs)) "no sysfs unless asked for")
+    (check "sysfs" (fails
+      (system {
+        imports = [ enabled ];
+        programs.cuda-sandbox.sysfs = "all";
+      }).toml
+    ) "only the parts the hook knows are accepted")
+
     # the negative controls
     (checkEqual "control: plain definition" "system-features" plainDefinition.system-features
       cudaFeatures
@@ -985,6 +1065,8 @@ assert lib.all lib.id checks;
   hosts = lib.optionalAttrs (fakeRoot != null) (
     lib.mapAttrs (_: host: {
       inherit (host) features sees;
+      absent = host.absent or [ ];
+      runCdi = host.runCdi or null;
       inherit (system host.config) toml failed;
     }) fakeHosts
   );

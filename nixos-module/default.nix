@@ -123,7 +123,8 @@ let
     # monitor); with CDI, the spec's MIG devices instead.
     // (if cfg.cdi.enable then cdiRule else { inherit (builtinRule) mig; })
     // lib.optionalAttrs (paths != [ ]) { path = paths; }
-    // lib.optionalAttrs (preset ? mount) { inherit (preset) mount; };
+    // lib.optionalAttrs (preset ? mount) { inherit (preset) mount; }
+    // lib.optionalAttrs (cfg.sysfs != null) { inherit (cfg) sysfs; };
 
   # What Nix will see as its system features. `nix.settings`' free-form type lets a setting be
   # a list or a string ("a b", as nix.conf writes it), so both are split on whitespace. Nix
@@ -377,6 +378,18 @@ in
         only into `settings.symlink_roots` and the store). Not `/etc/<name>`: on NixOS that is
         a link through `/etc/static`; give its store path
         (`config.environment.etc."<name>".source`) instead.
+      '';
+    };
+
+    sysfs = lib.mkOption {
+      type = lib.types.nullOr (lib.types.enum [ "topology" ]);
+      default = null;
+      example = "topology";
+      description = ''
+        What of the host's `/sys` the rule's builds see, read-only. `"topology"`:
+        `/sys/devices/system/cpu` and `/sys/devices/system/node`, for hwloc, NVML's affinity
+        calls and NCCL's NUMA placement; nothing else of `/sys` (no PCI devices yet). Untagged
+        builds never see any of it. See `sysfs` in docs/configuration.md.
       '';
     };
 
