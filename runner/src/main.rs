@@ -106,16 +106,26 @@ fn lint_main(cli: LintCli) -> ExitCode {
             serde_json::to_string_pretty(&report).expect("plain data")
         );
     } else {
-        for runtime in &report.cuda_runtimes {
-            println!(
-                "cuda runtime: {} ({:?}, {})",
-                runtime.file.display(),
-                runtime.form,
-                runtime.version.as_deref().unwrap_or("version unknown")
-            );
+        // One line per file and target first: the answer and its reason.
+        for code in &report.gpu_code {
+            let name = code.file.file_name().unwrap_or(code.file.as_os_str());
+            if code.verdicts.is_empty() {
+                println!("{}: {}", name.to_string_lossy(), code.summary);
+            }
+            for v in &code.verdicts {
+                println!("{}: {}", name.to_string_lossy(), v.reason);
+            }
         }
         for code in &report.gpu_code {
             println!("gpu code: {}: {}", code.file.display(), code.summary);
+        }
+        for runtime in &report.cuda_runtimes {
+            println!(
+                "cuda runtime: {} ({}, {})",
+                runtime.file.display(),
+                runtime.form.name(),
+                runtime.version.as_deref().unwrap_or("version unknown")
+            );
         }
         for finding in &report.findings {
             println!("{finding}");

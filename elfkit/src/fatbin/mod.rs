@@ -24,6 +24,7 @@ pub mod image;
 pub mod locate;
 pub mod parse;
 pub mod payload;
+pub mod releases;
 pub mod rules;
 pub mod verdict;
 
