@@ -155,7 +155,9 @@ let
   # Every rule's features (the module's, the translated allowedPatterns, settings.rule): Nix
   # refuses a derivation requiring a feature it does not declare, so all of them must be there.
   ruleFeatures = lib.unique (lib.concatMap (r: r.features or [ ]) cfg.settings.rule);
-  missingFeatures = lib.subtractLists declaredFeatures ruleFeatures;
+  # ...and the GPUs' cuda-sm-* features (./fleet-features.nix), which clients schedule by.
+  advertisedFeatures = ruleFeatures ++ cfg.cudaSystemFeatures;
+  missingFeatures = lib.subtractLists declaredFeatures advertisedFeatures;
 
   # Rules that name nothing to expose, as the hook's `check-config` judges them: a tagged build
   # would be told it is tagged and get nothing.
@@ -187,7 +189,7 @@ let
     in
     lib.optional (available.success && available.value) compat;
 
-  renderedFeatures = lib.concatStringsSep " " ruleFeatures;
+  renderedFeatures = lib.concatStringsSep " " advertisedFeatures;
 
   # Run by udev when nvidia_uvm loads: the nodes `nvidia-modprobe -u -c=0` would make.
   uvmNodes = pkgs.writeShellScript "cuda-sandbox-nvidia-uvm-nodes" ''
@@ -261,6 +263,7 @@ in
   imports = [
     ./required-mounts.nix
     ./cdi.nix
+    ./fleet-features.nix
   ];
 
   # No meta.maintainers here: NixOS accepts only entries of lib.maintainers there, and this
