@@ -3,7 +3,7 @@
 //! read-only binds of this machine's (so what hwloc finds can be held to what it finds here).
 //! Needs root, `nix-build` and hwloc; under `CI=true` these tests fail rather than skip.
 
-use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, NixSandbox};
+use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, FakePci, NixSandbox};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,7 +16,7 @@ const LSTOPO: &str = "/usr/bin/lstopo-no-graphics";
 const TOPOLOGY: [&str; 2] = ["/sys/devices/system/cpu", "/sys/devices/system/node"];
 
 /// A fake host with this machine's CPU and NUMA topology: `root/sys/devices/system/{cpu,node}`
-/// are read-only binds of the real ones. Every mount under the temporary directory (the
+/// are read-only binds of the real ones; its GPUs have fake PCI devices ([`FakePci`]). Every mount under the temporary directory (the
 /// host's and the hook's trees) is undone when it is dropped, before the directory goes.
 struct Host {
     unmount: Unmount,
@@ -37,11 +37,12 @@ impl Drop for Unmount {
 }
 
 impl Host {
-    fn new(top: &str) -> Host {
+    fn new(top: &str, gpus: u32) -> Host {
         let dir = tempfile::tempdir().unwrap();
         let unmount = Unmount(dir.path().to_path_buf());
         let root = dir.path().join("root");
-        FakeDevices::create(&root, 1, true).expect("mknod the fake devices (needs root)");
+        FakeDevices::create(&root, gpus.into(), true).expect("mknod the fake devices (needs root)");
+        FakePci::create(&root, gpus).unwrap();
         for real in TOPOLOGY {
             let fake = root.join(real.trim_start_matches('/'));
             std::fs::create_dir_all(&fake).unwrap();
@@ -144,7 +145,7 @@ fn hwloc_in_a_tagged_build_finds_the_hosts_cores_and_numa_nodes_read_only() {
     if !ready(test) {
         return;
     }
-    let host = Host::new("");
+    let host = Host::new("", 1);
     let truth = host_topology();
     let tagged = host.build("tagged");
     let r = &tagged.report;
@@ -185,8 +186,8 @@ fn hwloc_in_a_tagged_build_finds_the_hosts_cores_and_numa_nodes_read_only() {
         );
     }
     assert!(
-        r.contains("sys present: devices \n"),
-        "the build sees more of /sys than the topology:\n{r}"
+        r.contains("sys present: bus class devices \n"),
+        "the build sees more of /sys than the topology and the GPU's PCI device:\n{r}"
     );
     assert!(r.contains("write failed"), "{r}");
     assert!(r.contains("create failed"), "{r}");
@@ -212,7 +213,7 @@ fn the_tree_goes_with_the_lease_and_nothing_stays_mounted() {
     if !ready(test) {
         return;
     }
-    let host = Host::new("gpus_per_build = 1\nlease_wait_seconds = 30\n");
+    let host = Host::new("gpus_per_build = 1\nlease_wait_seconds = 30\n", 2);
     let records = || -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(host.trees())
             .map(|d| {
@@ -242,4 +243,71 @@ fn the_tree_goes_with_the_lease_and_nothing_stays_mounted() {
     host.build("untagged");
     assert_eq!(records(), second);
     assert_eq!(mounts_under(&host.root).len(), 2);
+}
+
+/// The value of the report's line starting with `prefix`.
+fn line<'a>(report: &'a str, prefix: &str) -> &'a str {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{report}"))
+}
+
+#[test]
+fn a_build_leased_one_of_two_gpus_sees_only_its_pci_device_read_only_and_hwloc_finds_it() {
+    let test =
+        "a_build_leased_one_of_two_gpus_sees_only_its_pci_device_read_only_and_hwloc_finds_it";
+    if !ready(test) {
+        return;
+    }
+    let host = Host::new("gpus_per_build = 1\nlease_wait_seconds = 30\n", 2);
+    let probe = host.build("tagged");
+    let r = &probe.report;
+    let gpus = line(r, "gpus: ").trim();
+    let leased: u32 = gpus
+        .strip_prefix("nvidia")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("one GPU node, not {gpus:?}:\n{r}"));
+    let (gpu, bridge) = (FakePci::gpu(leased), FakePci::bridge(leased));
+    let other = FakePci::gpu(1 - leased);
+    assert_eq!(line(r, "pci devices: ").trim(), gpu, "{r}");
+    assert_eq!(
+        line(r, "pci root: ").trim(),
+        format!("{bridge} pci_bus"),
+        "{r}"
+    );
+    assert_eq!(
+        line(r, "pci buses: ").trim(),
+        format!("0000:00 {}", &gpu[..7]),
+        "{r}"
+    );
+    assert_eq!(line(r, &format!("vendor {gpu} ")), "0x10de", "{r}");
+    assert_eq!(
+        line(r, &format!("nccl path {gpu} ")),
+        format!("/sys/devices/pci0000:00/{bridge}/{gpu}"),
+        "{r}"
+    );
+    assert_eq!(line(r, &format!("bridge numa_node {gpu} ")), "0", "{r}");
+    assert!(r.contains(&format!("pci write failed {gpu}")), "{r}");
+    assert!(r.contains(&format!("bridge write failed {gpu}")), "{r}");
+    assert!(!r.contains(&other), "the other GPU shows:\n{r}");
+    assert!(!r.contains(cuda_sandbox_testkit::fake_pci::FAKE_NIC), "{r}");
+    // hwloc's PCI object for the leased GPU, found through /sys/bus/pci/devices.
+    let pci: Vec<&str> = probe
+        .xml
+        .lines()
+        .filter(|l| l.contains("type=\"PCIDev\""))
+        .collect();
+    assert_eq!(
+        pci.len(),
+        1,
+        "hwloc's PCI objects: {pci:?}\n{}",
+        probe.stderr
+    );
+    assert!(
+        pci[0].contains(&format!("pci_busid=\"{gpu}\"")),
+        "{}",
+        pci[0]
+    );
+    assert!(pci[0].contains("[10de:2330]"), "{}", pci[0]);
 }
