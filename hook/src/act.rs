@@ -23,6 +23,7 @@ use crate::plan::{
 };
 use crate::request::Request;
 use crate::slot::{self, Slot};
+use crate::sysfs::{self, TreeBind, TreeGuard};
 use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -82,6 +83,9 @@ pub(crate) struct Granted {
     /// The lease that holds `slots` (hook mode): ended when dropped, unless committed once the
     /// build may start.
     pub lease: Option<LeaseGuard>,
+    /// The build's tree of read-only `/sys` binds (hook mode, a rule with `sysfs`): removed
+    /// when dropped, unless committed with the lease.
+    pub sysfs: Option<TreeGuard>,
 }
 
 impl Granted {
@@ -90,6 +94,9 @@ impl Granted {
     pub(crate) fn commit(&mut self) {
         if let Some(lease) = &mut self.lease {
             lease.commit();
+        }
+        if let Some(tree) = &mut self.sysfs {
+            tree.commit();
         }
     }
 }
@@ -153,6 +160,7 @@ pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode
         driver_choice,
         closure_roots,
         gpu_demand,
+        sysfs: sysfs_binds,
         ..
     } = decision;
     let mut granted = Granted {
@@ -167,14 +175,19 @@ pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode
         driver_choice,
         ..Granted::default()
     };
-    if add_closures(&mut granted, &closure_roots, req, config, mode) {
+    let name = manifest_file::name_for(req.chroot.as_deref());
+    let tree_name = sysfs::tree_name(&name);
+    let tree = plan::sysfs_exposures(&sysfs_binds, tree_name, &config.runtime_dir);
+    let more = !tree.is_empty();
+    granted.exposures.extend(tree);
+    if add_closures(&mut granted, &closure_roots, req, config, mode) || more {
         granted.exposures =
             plan::drop_nested(std::mem::take(&mut granted.exposures), &mut granted.skipped);
     }
     if let (true, Some(demand)) = (granted.problems.is_empty(), &gpu_demand) {
         lease(&mut granted, demand, req, config, mode);
     }
-    let name = manifest_file::name_for(req.chroot.as_deref());
+    sysfs_tree(&mut granted, &sysfs_binds, tree_name, req, config, mode);
     let manifest = plan_manifest(
         &mut granted.exposures,
         &granted.rules,
@@ -369,4 +382,76 @@ fn lease(
     );
     granted.slots = picked;
     granted.lease = guard;
+}
+
+/// The PCI part of the build's tree: the PCI devices of the GPUs whose `/dev/nvidia<N>` the
+/// build gets (after the lease kept only the leased ones). A GPU whose device cannot be
+/// found is left out, saying why (the build still gets its topology).
+fn pci_layout(granted: &mut Granted, config: &Config) -> sysfs::PciLayout {
+    let minors: Vec<u32> = granted
+        .exposures
+        .iter()
+        .filter_map(|e| e.inside.to_str()?.strip_prefix("/dev/nvidia")?.parse().ok())
+        .collect();
+    let mut gpus = Vec::new();
+    for found in sysfs::discover(&config.host_root) {
+        match found {
+            Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
+            Ok(_) => {}
+            Err(e) => granted.skipped.push(Skip {
+                path: "/sys/devices/pci*".to_string(),
+                why: format!("a GPU's PCI device is not given: {e}"),
+            }),
+        }
+    }
+    sysfs::PciLayout::new(&gpus, &config.host_root)
+}
+
+/// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
+/// problem: the build does not start without what its rule asks for). `exec` makes none.
+fn sysfs_tree(
+    granted: &mut Granted,
+    binds: &[TreeBind],
+    name: &str,
+    req: &Request,
+    config: &Config,
+    mode: Mode,
+) {
+    let chroot = match (mode, &req.chroot) {
+        (Mode::Hook, Some(chroot)) => chroot,
+        (Mode::Explain, _) => return,
+        _ => {
+            let why = "exec makes no /sys tree: run the build under Nix";
+            return plan::drop_sysfs(&mut granted.exposures, &mut granted.skipped, why);
+        }
+    };
+    let _ = sysfs::sweep(&config.runtime_dir);
+    if binds.is_empty() || !granted.problems.is_empty() {
+        return;
+    }
+    let leased = granted.lease.is_some();
+    let pci = pci_layout(granted, config);
+    let tree = config.runtime_dir.join(sysfs::TREES_DIR).join(name);
+    let rule = binds[0].rule.clone();
+    let parts = sysfs::TreeParts { binds, pci: &pci };
+    match sysfs::build(parts, name, &config.runtime_dir, chroot, leased) {
+        Ok(guard) => {
+            granted.sysfs = Some(guard);
+            granted
+                .exposures
+                .extend(pci.exposed.iter().map(|(inside, top)| Exposure {
+                    inside: inside.clone(),
+                    outside: tree.join(top),
+                    reason: plan::Reason::Sysfs { rule: rule.clone() },
+                }));
+            granted.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
+        }
+        Err(e) => granted.problems.push(Problem {
+            rule: granted.rules.join(","),
+            what: format!("cannot give the build its read-only /sys: {e}"),
+            fix: "run the hook as root on a host with /sys mounted (see sysfs in \
+                  docs/configuration.md)"
+                .to_string(),
+        }),
+    }
 }

@@ -170,6 +170,7 @@ pub fn render_text(e: &Explanation) -> String {
                     ..
                 } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
                 Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
+                Reason::Sysfs { rule } => format!("read-only /sys topology (rule {rule})"),
                 Reason::Manifest => "manifest for the runner".to_string(),
             };
             s.line(format!("  {place:<60} {why}"));

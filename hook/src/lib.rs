@@ -37,4 +37,5 @@ mod scan;
 mod slot;
 pub mod statedir;
 mod symlinks;
+mod sysfs;
 mod trust;

@@ -7,8 +7,8 @@
 //! afterwards is followed.
 
 use crate::trust::{self, TrustError};
-use nix::fcntl::OFlag;
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Write;
@@ -355,6 +355,39 @@ impl StateDir {
             Some(self.raw()),
             name,
             nix::unistd::UnlinkatFlags::NoRemoveDir,
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    /// Makes the directory `name` here with `mode` (an existing directory is kept; anything
+    /// else there is an error).
+    pub(crate) fn make_dir(&self, name: &str, mode: u32) -> std::io::Result<()> {
+        match nix::sys::stat::mkdirat(Some(self.raw()), name, Mode::from_bits_truncate(mode)) {
+            Ok(()) => Ok(()),
+            Err(nix::Error::EEXIST) => {
+                let st = fstatat(Some(self.raw()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+                if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::other("exists and is not a directory"))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Makes the symlink `name` here pointing at `target` (never followed by the hook).
+    pub(crate) fn make_link(&self, name: &str, target: &str) -> std::io::Result<()> {
+        nix::unistd::symlinkat(target, Some(self.raw()), name).map_err(std::io::Error::from)
+    }
+
+    /// Removes the empty directory `name` here (never a link's target, never a non-empty or
+    /// mounted-on directory: those stay, with an error).
+    pub(crate) fn remove_dir(&self, name: &str) -> std::io::Result<()> {
+        nix::unistd::unlinkat(
+            Some(self.raw()),
+            name,
+            nix::unistd::UnlinkatFlags::RemoveDir,
         )
         .map_err(std::io::Error::from)
     }

@@ -23,7 +23,7 @@ pub(crate) use error::{Problem, Syntax};
 pub(crate) use locate::read_text;
 pub use locate::{locate, ConfigSource};
 pub use schema::{Config, DeviceGlob, DriverConfig, Platform, Rule};
-pub(crate) use schema::{HostPath, MigConfig, MissingDrv, Mount};
+pub(crate) use schema::{HostPath, MigConfig, MissingDrv, Mount, Sysfs};
 pub use validate::Note;
 
 /// Default location of the configuration file.

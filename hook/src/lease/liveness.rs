@@ -73,7 +73,7 @@ impl Builder {
 }
 
 /// The birth time of `path`, when its filesystem records one.
-pub(super) fn born(path: &Path) -> Option<u128> {
+pub(crate) fn born(path: &Path) -> Option<u128> {
     let t = std::fs::metadata(path).ok()?.created().ok()?;
     Some(t.duration_since(UNIX_EPOCH).ok()?.as_nanos())
 }

@@ -73,6 +73,7 @@ mod sweep;
 
 pub use crate::slot::Slot;
 pub(crate) use guard::LeaseGuard;
+pub(crate) use liveness::born;
 pub use liveness::Holder;
 pub use lock::LockError;
 pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
@@ -353,6 +354,18 @@ impl Leases {
         };
         choice::choose(slots, held, &usage, count)
             .map_err(|shortage| LeaseError::exhausted(slots, count, shortage, Duration::ZERO))
+    }
+
+    /// Whether a lease file (live or not yet judged ended) names the build in `chroot`, with
+    /// device and inode `chroot_id`: what the build's other per-lease state lives by.
+    pub fn names_chroot(&self, chroot: &Path, chroot_id: (u64, u64)) -> bool {
+        let Ok(Some(dir)) = StateDir::open_existing(&self.dir) else {
+            return false;
+        };
+        record::slots(&dir).into_iter().any(|slot| {
+            matches!(record::read(&dir, slot),
+                record::Read::Lease(r) if r.chroot == chroot && r.chroot_id == chroot_id)
+        })
     }
 
     /// The lease file of `slot` (a GPU number is its whole GPU).

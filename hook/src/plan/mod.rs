@@ -16,10 +16,12 @@ mod grant;
 mod mig;
 mod paths;
 mod stale;
+mod sysfs;
 
 pub(crate) use cdi::{CdiItem, NotCarriedOut};
 pub(crate) use driver::DriverSource;
 pub(crate) use grant::{closure_members, plan_manifest};
+pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
 
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
@@ -91,6 +93,11 @@ pub(crate) enum Reason {
         /// The capability the node grants.
         #[serde(serialize_with = "as_text")]
         capability: Capability,
+    },
+    /// A read-only part of the host's `/sys` (`sysfs` on a rule), bound from the build's tree.
+    Sysfs {
+        /// The rule.
+        rule: String,
     },
     /// The manifest the runner reads.
     Manifest,
@@ -187,6 +194,9 @@ pub(crate) struct Decision {
     /// With `gpus_per_build > 0`: the slots found (whole GPUs, MIG instances) and how many
     /// this build needs, for act to lease.
     pub gpu_demand: Option<GpuDemand>,
+    /// The read-only binds of `/sys` the build's tree holds, when a rule asks for some
+    /// ([`crate::sysfs`]); act names the tree, makes it, and exposes it.
+    pub sysfs: Vec<crate::sysfs::TreeBind>,
     /// Where symlinks may lead (the store and the configured roots).
     symlink_roots: Vec<PathBuf>,
 }
@@ -242,6 +252,9 @@ pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decisio
             if plan.driver.is_none() {
                 plan.add_driver(&rule.name, driver, config, view);
             }
+        }
+        if let Some(sysfs) = rule.sysfs {
+            plan.add_sysfs(&rule.name, sysfs, config);
         }
     }
     plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);

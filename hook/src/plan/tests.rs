@@ -156,6 +156,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
                 source: m.clone(),
                 found: hand.mig.clone().unwrap_or_else(|| Ok(Default::default())),
             }),
+            sysfs: rule.sysfs,
         })
         .collect();
     decide(
