@@ -335,10 +335,19 @@ impl Request {
         }
         self.features = features;
         self.structured = structured;
+        if let Some(config) = self.config_for_features(input) {
+            self.match_rules(config, gpus);
+        }
+    }
+
+    /// The configuration the features need, or `None` with the verdict decided without it:
+    /// no feature at all, no feature the configuration's text can answer, or a configuration
+    /// that cannot be loaded.
+    fn config_for_features(&mut self, input: &Input<'_>) -> Option<Config> {
         if self.features.is_empty() && !input.always_load_config {
             // The fast path: no feature, no configuration read.
             self.verdict = Verdict::Nothing("the derivation requires no system feature".into());
-            return;
+            return None;
         }
         let builtin = self.features.iter().find(|f| {
             DEFAULT_FEATURES
@@ -361,10 +370,10 @@ impl Request {
                  exposes nothing"
                     .into(),
             );
-            return;
+            return None;
         }
-        let config = match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
-            Ok(c) => c,
+        match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
+            Ok(c) => Some(c),
             Err(e) if unanswerable => {
                 // `explain`: what the hook does (nothing, silently), and what is wrong.
                 self.verdict = Verdict::Nothing(format!(
@@ -372,7 +381,7 @@ impl Request {
                      exposes nothing (and does not read it further; note that it is broken, \
                      which fails tagged builds: {e})"
                 ));
-                return;
+                None
             }
             Err(e) => {
                 let name = self.derivation_name();
@@ -387,9 +396,14 @@ impl Request {
                         Verdict::Nothing(format!("the configuration is broken: {e}"))
                     }
                 };
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// Matches the rules of `config` that answer the features: tagged (with the GPU count the
+    /// derivation asks, `gpus`) when one does, else untagged, naming the features configured.
+    fn match_rules(&mut self, config: Config, gpus: Option<String>) {
         let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
         self.rules = RuleId::all(&config)
             .filter(|id| id.of(&config).answers_any(&features))
