@@ -3,8 +3,11 @@
 //! read-only binds of this machine's (so what hwloc finds can be held to what it finds here).
 //! Needs root, `nix-build` and hwloc; under `CI=true` these tests fail rather than skip.
 
+use cuda_sandbox_hook::lease::Leases;
 use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, FakePci, NixSandbox};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -243,6 +246,111 @@ fn the_tree_goes_with_the_lease_and_nothing_stays_mounted() {
     host.build("untagged");
     assert_eq!(records(), second);
     assert_eq!(mounts_under(&host.root).len(), 2);
+}
+
+/// The pids of the processes rooted at `dir` (device, inode).
+fn rooted_at(dir: (u64, u64)) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/root")).is_ok_and(|m| (m.dev(), m.ino()) == dir)
+        })
+        .collect()
+}
+
+/// Waits up to 60 s for `done`.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_killed_builds_tree_goes_when_the_next_hook_sweeps() {
+    // Killed, a build's Nix never ends its lease or removes its tree: the next hook that judges
+    // the lease ended removes the tree, PCI parts included, and nothing of it stays mounted.
+    let test = "a_killed_builds_tree_goes_when_the_next_hook_sweeps";
+    if !ready(test) {
+        return;
+    }
+    let host = Host::new("gpus_per_build = 1\nlease_wait_seconds = 30\n", 2);
+    let sandbox = NixSandbox::with_hook(Path::new(HOOK), &host.config);
+    let mut killed = Command::new("nix-build")
+        .arg(nix_file("sysfs-probe.nix"))
+        .args(["--no-out-link", "-A", "tagged"])
+        .args(["--argstr", "nonce", &nonce(), "--argstr", "sleep", "600"])
+        .env("NIX_CONFIG", sandbox.nix_config())
+        .env("CUDA_SANDBOX_CONFIG", &host.config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let leases = Leases::new(&host.unmount.0.join("run"));
+    wait_for("the build's lease", || leases.record(0).is_some());
+    let lease = leases.record(0).unwrap();
+    wait_for("the builder in its sandbox", || {
+        !rooted_at(lease.chroot_id).is_empty()
+    });
+    let trees = std::fs::read_dir(host.trees()).unwrap().count();
+    assert_eq!(trees, 2, "one tree and its record");
+    // Kill nix-build and everything in its process group, as a crash would, then the builder
+    // (in a session of its own), which Nix 2.8 leaves running.
+    let group = nix::unistd::Pid::from_raw(-(killed.id() as i32));
+    nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    killed.wait().unwrap();
+    for pid in rooted_at(lease.chroot_id) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    wait_for("the builder to end", || {
+        rooted_at(lease.chroot_id).is_empty()
+    });
+    let before: Vec<_> = std::fs::read_dir(host.trees())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    // The next build's hook judges the killed build's lease ended and sweeps its tree. With no
+    // builder recorded and its Nix gone, the lease lasts while any process runs as the build
+    // user the killed Nix held; another build on this machine may be running as that user now
+    // (the other tests' builds, in parallel), so build until that is over (bounded).
+    let names = || -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(host.trees())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let probe = host.build("tagged");
+        assert!(
+            probe.report.contains("pci devices: 0000:"),
+            "{}",
+            probe.report
+        );
+        let after = names();
+        if before.iter().all(|n| !after.contains(n)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the killed build's tree stayed: {before:?} then {after:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(mounts_under(&host.trees()), Vec::<PathBuf>::new());
+    let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
 /// The value of the report's line starting with `prefix`.
