@@ -31,7 +31,7 @@ use std::time::Duration;
 
 /// Who runs the pipeline, and so what act may change on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// The pre-build hook: lease GPUs to the build in its chroot and write its manifest.
     Hook,
     /// `explain`: show what a build would get; no lease, no manifest.
@@ -43,7 +43,7 @@ pub enum Mode {
 
 impl Mode {
     /// Whether this mode writes the build's manifest.
-    pub fn writes_manifest(self) -> bool {
+    pub(crate) fn writes_manifest(self) -> bool {
         matches!(self, Mode::Hook | Mode::Exec)
     }
 }
@@ -51,7 +51,7 @@ impl Mode {
 /// What a build was granted: the decision completed by act. Empty for an untagged or refused
 /// request.
 #[derive(Debug, Default)]
-pub struct Granted {
+pub(crate) struct Granted {
     /// Names of the rules that matched.
     pub rules: Vec<String>,
     /// What the build gets, sorted by inside path, nothing nested in another entry.
@@ -91,7 +91,7 @@ pub struct Granted {
 impl Granted {
     /// Keeps the lease for the build (the answer for Nix was rendered and the manifest
     /// written): it is no longer ended when the grant is dropped.
-    pub fn commit(&mut self) {
+    pub(crate) fn commit(&mut self) {
         if let Some(lease) = &mut self.lease {
             lease.commit();
         }
@@ -147,7 +147,7 @@ impl Serialize for Granted {
 /// Grants `decision`: adds the closures of its store paths, prunes nested paths, leases (or
 /// previews) its GPUs and plans the manifest. Problems met here are added after the
 /// decision's.
-pub fn act(decision: Decision, req: &Request, config: &Config, mode: Mode) -> Granted {
+pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode) -> Granted {
     let Decision {
         rules,
         exposures,
@@ -242,7 +242,7 @@ impl Eq for ManifestWriteError {}
 
 /// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
 /// grant has no problems and its answer could be rendered).
-pub fn write_manifest(granted: &Granted, config: &Config) -> Result<(), ManifestWriteError> {
+pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), ManifestWriteError> {
     match &granted.manifest {
         Some(m) => {
             manifest_file::write(m, &config.runtime_dir).map_err(|error| ManifestWriteError {

@@ -9,7 +9,7 @@
 
 /// The index of the first `needle` in `haystack`.
 #[inline]
-pub fn find(needle: u8, haystack: &[u8]) -> Option<usize> {
+pub(crate) fn find(needle: u8, haystack: &[u8]) -> Option<usize> {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     if let Some(one) = memchr::arch::x86_64::sse2::memchr::One::new(needle) {
         return one.find(haystack);
@@ -19,7 +19,7 @@ pub fn find(needle: u8, haystack: &[u8]) -> Option<usize> {
 
 /// The index of the first `a` or `b` in `haystack`.
 #[inline]
-pub fn find2(a: u8, b: u8, haystack: &[u8]) -> Option<usize> {
+pub(crate) fn find2(a: u8, b: u8, haystack: &[u8]) -> Option<usize> {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     if let Some(two) = memchr::arch::x86_64::sse2::memchr::Two::new(a, b) {
         return two.find(haystack);

@@ -32,7 +32,7 @@ const OLD_HEADER: &str = "cuda-sandbox closure v1";
 pub struct Closure {
     /// Every store path in the closure, the path itself included, with what `lstat` found
     /// there.
-    pub members: Vec<(PathBuf, Node)>,
+    pub(crate) members: Vec<(PathBuf, Node)>,
     /// True when read from the cache, false when computed now.
     pub from_cache: bool,
 }
@@ -73,7 +73,7 @@ pub struct ClosureCache {
 }
 
 /// The top-level store path containing a path (shared with the runner's helpers).
-pub use cuda_sandbox_elfkit::store_path_of;
+pub(crate) use cuda_sandbox_elfkit::store_path_of;
 
 impl ClosureCache {
     /// The closure of `store_path` (a top-level store path), from the cache when a valid entry
@@ -122,7 +122,7 @@ impl ClosureCache {
 
     /// The closure of `store_path` from `nix-store`, without reading or writing the cache (for
     /// `explain` run by a user who may not use root's cache).
-    pub fn closure_uncached(&self, store_path: &Path) -> Result<Closure, ClosureError> {
+    pub(crate) fn closure_uncached(&self, store_path: &Path) -> Result<Closure, ClosureError> {
         self.entry_path(store_path)?;
         Ok(Closure {
             members: self.query(store_path)?,

@@ -20,11 +20,9 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-pub use cuda_sandbox_elfkit::{dynamic_info, DynamicInfo};
-
 /// Where libraries may come from.
 #[derive(Debug, Clone, Default)]
-pub struct Sources {
+pub(crate) struct Sources {
     /// Directories whose files may be bound: the store and the loader's directories, all
     /// root's.
     pub trusted: Vec<PathBuf>,
@@ -38,7 +36,11 @@ impl Sources {
     /// ([`Loader::debian`]) and the host loader's own directory (`/lib64`), and the
     /// directories `/etc/ld.so.cache` names, with `visible` seen anyway. (Never the directory
     /// of the interpreter a program names: the program chooses it.)
-    pub fn of_host(store_dir: &Path, loader: &Loader, visible: Vec<(PathBuf, PathBuf)>) -> Sources {
+    pub(crate) fn of_host(
+        store_dir: &Path,
+        loader: &Loader,
+        visible: Vec<(PathBuf, PathBuf)>,
+    ) -> Sources {
         let host = Loader::debian(PathBuf::new());
         let host_interpreter_dir = host.elf.standard_interpreter().and_then(Path::parent);
         let mut trusted: Vec<PathBuf> = vec![store_dir.to_path_buf()];
@@ -88,7 +90,7 @@ impl Sources {
 
 /// Why a file a program names is not bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Not a regular file (a FIFO, a device, a directory, a socket): never opened.
     NotRegular(&'static str),
     /// Outside the store and the loader's directories (the path, or where its links lead).
@@ -117,7 +119,7 @@ impl std::fmt::Display for Refusal {
 
 /// A file a program named that was not bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub(crate) struct Refused {
     /// The path the loader would open.
     pub path: PathBuf,
     /// The file naming it.
@@ -143,24 +145,24 @@ impl std::fmt::Display for Refused {
 pub struct Closure {
     /// Every file its process loads (the program excluded, the interpreter included), as the
     /// path the loader opens inside.
-    pub libraries: BTreeSet<PathBuf>,
+    pub(crate) libraries: BTreeSet<PathBuf>,
     /// Each of those with the name it was first asked for (`libcuda.so.1`), in load order.
     pub named: Vec<(String, PathBuf)>,
     /// Names found nowhere (with the file needing them).
-    pub missing: Vec<String>,
+    pub(crate) missing: Vec<String>,
     /// Files named but not taken, and why.
-    pub refused: Vec<Refused>,
+    pub(crate) refused: Vec<Refused>,
 }
 
 /// [`ldso::Fs`] for `exec`'s root: [`Sources`] decide what is there.
-pub struct PolicyFs<'s> {
+pub(crate) struct PolicyFs<'s> {
     sources: &'s Sources,
     refused: RefCell<Vec<(PathBuf, Refusal)>>,
 }
 
 impl<'s> PolicyFs<'s> {
     /// The root `sources` make.
-    pub fn new(sources: &'s Sources) -> PolicyFs<'s> {
+    pub(crate) fn new(sources: &'s Sources) -> PolicyFs<'s> {
         PolicyFs {
             sources,
             refused: RefCell::new(Vec::new()),
@@ -168,7 +170,7 @@ impl<'s> PolicyFs<'s> {
     }
 
     /// Every path refused so far, in order, with why.
-    pub fn refused(&self) -> Vec<(PathBuf, Refusal)> {
+    pub(crate) fn refused(&self) -> Vec<(PathBuf, Refusal)> {
         self.refused.borrow().clone()
     }
 
@@ -235,7 +237,7 @@ impl Fs for PolicyFs<'_> {
 
 /// The loader that runs `program` (its `PT_INTERP`), as far as it can be known without
 /// running anything: [`Loader::known`]. `None` for a program without one (static).
-pub fn loader_of(program: &Path, store_dir: &Path) -> Option<Loader> {
+pub(crate) fn loader_of(program: &Path, store_dir: &Path) -> Option<Loader> {
     let file = RealFs::open_regular(program).ok()?.ok()?;
     let info = cuda_sandbox_elfkit::dynamic_info_of_file(&file).ok()??;
     Some(Loader::known(&info.interpreter?, store_dir))
@@ -245,7 +247,7 @@ pub fn loader_of(program: &Path, store_dir: &Path) -> Option<Loader> {
 /// breadth first, and each of `dlopened` (paths inside, as the command would `dlopen` them)
 /// with theirs, searched by `loader` with the command's `LD_LIBRARY_PATH`, taken only from
 /// `sources`.
-pub fn library_closure(
+pub(crate) fn library_closure(
     program: &Path,
     dlopened: &[PathBuf],
     ld_library_path: Option<&str>,
@@ -334,7 +336,7 @@ mod tests {
             .libraries
             .iter()
             .any(|p| p.to_string_lossy().contains("libc.so")));
-        let interp = dynamic_info(&std::fs::read(&sh).unwrap())
+        let interp = cuda_sandbox_elfkit::dynamic_info(&std::fs::read(&sh).unwrap())
             .unwrap()
             .unwrap()
             .interpreter;
@@ -368,7 +370,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let d = std::fs::canonicalize(t.path()).unwrap();
         let main = program_with_origin_library(&d);
-        let info = dynamic_info(&std::fs::read(&main).unwrap())
+        let info = cuda_sandbox_elfkit::dynamic_info(&std::fs::read(&main).unwrap())
             .unwrap()
             .unwrap();
         assert_eq!(info.search_path().0, ["$ORIGIN"]);

@@ -12,12 +12,13 @@ use crate::pipeline::{self, Mode};
 use crate::plan::Reason;
 use crate::request::{self, Environment, Input, Verdict};
 use crate::slot::Slot;
+use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
 use std::path::Path;
 
 /// A rule that matched, and through which feature.
 #[derive(Debug, Clone, Serialize)]
-pub struct RuleMatch {
+pub(crate) struct RuleMatch {
     /// The rule's name.
     pub rule: String,
     /// The derivation's feature it answered to.
@@ -28,25 +29,25 @@ pub struct RuleMatch {
 #[derive(Debug, Serialize)]
 pub struct Explanation {
     /// The derivation explained, if one was given.
-    pub derivation: Option<String>,
+    pub(crate) derivation: Option<String>,
     /// Its required system features (plus any given with `--features`).
-    pub features: Vec<String>,
+    pub(crate) features: Vec<String>,
     /// Whether the features came from structured attrs.
-    pub structured_attrs: bool,
+    pub(crate) structured_attrs: bool,
     /// Where the configuration came from.
-    pub config: String,
+    pub(crate) config: String,
     /// Rules that matched.
-    pub rules: Vec<RuleMatch>,
+    pub(crate) rules: Vec<RuleMatch>,
     /// What the build would be granted (empty when nothing matched).
-    pub plan: Granted,
+    pub(crate) plan: Granted,
     /// One sentence: what happens to the build.
-    pub verdict: String,
+    pub(crate) verdict: String,
     /// Exactly what the hook prints for Nix (empty when it prints nothing).
-    pub nix_answer: String,
+    pub(crate) nix_answer: String,
     /// What the hook would warn about on stderr.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Whether Nix's build users can open the device nodes exposed (tagged builds only).
-    pub build_users: Option<AccessCheck>,
+    pub(crate) build_users: Option<AccessCheck>,
 }
 
 /// Explains what a build of `drv` (and/or one requiring `extra_features`) would get.
@@ -125,75 +126,8 @@ pub fn explain(
 /// line (`verdict: …`) or drive the terminal.
 pub fn render_text(e: &Explanation) -> String {
     let mut s = Lines(String::new());
-    if let Some(d) = &e.derivation {
-        s.line(format!("derivation:  {d}"));
-    }
-    let from = if e.structured_attrs {
-        " (structured attrs)"
-    } else {
-        ""
-    };
-    let features = if e.features.is_empty() {
-        "(none)".to_string()
-    } else {
-        e.features.join(", ")
-    };
-    s.line(format!("features:    {features}{from}"));
-    s.line(format!("config:      {}", e.config));
-    for m in &e.rules {
-        s.line(format!(
-            "rule:        {} (matched feature '{}')",
-            m.rule, m.feature
-        ));
-    }
-    if !e.plan.exposures.is_empty() {
-        s.blank();
-        s.line(format!("exposed ({}):", e.plan.exposures.len()));
-        for x in &e.plan.exposures {
-            let place = if x.inside == x.outside {
-                x.inside.display().to_string()
-            } else {
-                format!("{} <- {}", x.inside.display(), x.outside.display())
-            };
-            let why = match &x.reason {
-                Reason::Device { rule, glob } => format!("device {glob} (rule {rule})"),
-                Reason::HostPath { rule } => format!("host path (rule {rule})"),
-                Reason::Mount { rule } => format!("mount (rule {rule})"),
-                Reason::SymlinkTarget { link } => format!("symlink target of {}", link.display()),
-                Reason::ClosureMember { of } => format!("closure of {}", of.display()),
-                Reason::Driver { rule, source } => format!("driver: {source} (rule {rule})"),
-                Reason::Cdi {
-                    rule,
-                    device,
-                    spec,
-                    item,
-                    ..
-                } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
-                Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
-                Reason::Sysfs { rule } => format!("read-only /sys topology (rule {rule})"),
-                Reason::Manifest => "manifest for the runner".to_string(),
-            };
-            s.line(format!("  {place:<60} {why}"));
-        }
-    }
-    if !e.plan.skipped.is_empty() {
-        s.blank();
-        s.line(format!("skipped ({}):", e.plan.skipped.len()));
-        for k in &e.plan.skipped {
-            s.line(format!("  {:<60} {}", k.path, k.why));
-        }
-    }
-    if !e.plan.not_carried_out.is_empty() {
-        s.blank();
-        s.line(format!(
-            "not carried out ({}):",
-            e.plan.not_carried_out.len()
-        ));
-        for n in &e.plan.not_carried_out {
-            let what = format!("CDI {}: {}", n.device, n.edit);
-            s.line(format!("  {what:<60} {}", n.why));
-        }
-    }
+    render_request(&mut s, e);
+    render_lists(&mut s, &e.plan);
     if e.plan.closures_cached + e.plan.closures_computed > 0 {
         s.blank();
         s.line(format!(
@@ -201,45 +135,9 @@ pub fn render_text(e: &Explanation) -> String {
             e.plan.closures_cached, e.plan.closures_computed
         ));
     }
-    if !e.plan.slots.is_empty() {
-        let gpus: Vec<String> = e
-            .plan
-            .slots
-            .iter()
-            .map(|slot| match slot {
-                Slot::Gpu(g) => format!("nvidia{g}"),
-                Slot::Mig(i) => format!(
-                    "nvidia{} MIG instance gi{} ci{} (one MIG instance per build)",
-                    i.gpu, i.gi, i.ci
-                ),
-            })
-            .collect();
-        s.blank();
-        s.line(format!(
-            "gpus:        {} ({})",
-            gpus.join(", "),
-            if e.plan.lease.is_some() {
-                "leased to this build"
-            } else {
-                "would be leased now; explain takes no lease"
-            }
-        ));
-    }
+    render_gpus(&mut s, &e.plan);
     if let Some(d) = &e.plan.driver {
-        s.blank();
-        s.line(format!(
-            "driver:      {} (CUDA {})",
-            d.kind,
-            d.cuda_version
-                .map_or_else(|| "unknown".to_string(), |v| v.to_string())
-        ));
-        if let Some(k) = &d.kernel_driver {
-            s.line(format!("kernel:      NVIDIA kernel module {k}"));
-        }
-        s.line(format!("why:         {}", d.reason));
-        if !d.libcuda.is_empty() {
-            s.line(format!("libcuda:     {}", d.libcuda.join(" | ")));
-        }
+        render_driver(&mut s, d);
     }
     if !e.plan.problems.is_empty() {
         s.blank();
@@ -266,6 +164,132 @@ pub fn render_text(e: &Explanation) -> String {
     s.blank();
     s.line(format!("verdict:     {}", e.verdict));
     s.0
+}
+
+/// What was asked: the derivation, its features, the configuration and the rules matched.
+fn render_request(s: &mut Lines, e: &Explanation) {
+    if let Some(d) = &e.derivation {
+        s.line(format!("derivation:  {d}"));
+    }
+    let from = if e.structured_attrs {
+        " (structured attrs)"
+    } else {
+        ""
+    };
+    let features = if e.features.is_empty() {
+        "(none)".to_string()
+    } else {
+        e.features.join(", ")
+    };
+    s.line(format!("features:    {features}{from}"));
+    s.line(format!("config:      {}", e.config));
+    for m in &e.rules {
+        s.line(format!(
+            "rule:        {} (matched feature '{}')",
+            m.rule, m.feature
+        ));
+    }
+}
+
+/// What was exposed (with why), skipped (with why) and not carried out, each list under its
+/// count when it is not empty.
+fn render_lists(s: &mut Lines, plan: &Granted) {
+    if !plan.exposures.is_empty() {
+        s.blank();
+        s.line(format!("exposed ({}):", plan.exposures.len()));
+        for x in &plan.exposures {
+            let place = if x.inside == x.outside {
+                x.inside.display().to_string()
+            } else {
+                format!("{} <- {}", x.inside.display(), x.outside.display())
+            };
+            s.line(format!("  {place:<60} {}", reason_words(&x.reason)));
+        }
+    }
+    if !plan.skipped.is_empty() {
+        s.blank();
+        s.line(format!("skipped ({}):", plan.skipped.len()));
+        for k in &plan.skipped {
+            s.line(format!("  {:<60} {}", k.path, k.why));
+        }
+    }
+    if !plan.not_carried_out.is_empty() {
+        s.blank();
+        s.line(format!("not carried out ({}):", plan.not_carried_out.len()));
+        for n in &plan.not_carried_out {
+            let what = format!("CDI {}: {}", n.device, n.edit);
+            s.line(format!("  {what:<60} {}", n.why));
+        }
+    }
+}
+
+/// Why a path is exposed, in words.
+fn reason_words(reason: &Reason) -> String {
+    match reason {
+        Reason::Device { rule, glob } => format!("device {glob} (rule {rule})"),
+        Reason::HostPath { rule } => format!("host path (rule {rule})"),
+        Reason::Mount { rule } => format!("mount (rule {rule})"),
+        Reason::SymlinkTarget { link } => format!("symlink target of {}", link.display()),
+        Reason::ClosureMember { of } => format!("closure of {}", of.display()),
+        Reason::Driver { rule, source } => format!("driver: {source} (rule {rule})"),
+        Reason::Cdi {
+            rule,
+            device,
+            spec,
+            item,
+            ..
+        } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
+        Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
+        Reason::Sysfs { rule } => format!("read-only /sys topology (rule {rule})"),
+        Reason::Manifest => "manifest for the runner".to_string(),
+    }
+}
+
+/// The GPUs (or MIG instances) the build is leased, or would be.
+fn render_gpus(s: &mut Lines, plan: &Granted) {
+    if plan.slots.is_empty() {
+        return;
+    }
+    let gpus: Vec<String> = plan
+        .slots
+        .iter()
+        .map(|slot| match slot {
+            Slot::Gpu(g) => format!("nvidia{g}"),
+            Slot::Mig(i) => format!(
+                "nvidia{} MIG instance gi{} ci{} (one MIG instance per build)",
+                i.gpu, i.gi, i.ci
+            ),
+        })
+        .collect();
+    s.blank();
+    s.line(format!(
+        "gpus:        {} ({})",
+        gpus.join(", "),
+        if plan.lease.is_some() {
+            "leased to this build"
+        } else {
+            "would be leased now; explain takes no lease"
+        }
+    ));
+}
+
+/// The driver the build gets: its kind and CUDA version, the kernel module, why, and the
+/// libcuda paths it may load.
+fn render_driver(s: &mut Lines, d: &DriverManifest) {
+    s.blank();
+    s.line(format!(
+        "driver:      {} (CUDA {})",
+        d.kind,
+        d.cuda_version
+            .map_or_else(|| "unknown".to_string(), |v| v.to_string())
+    ));
+    if let Some(k) = &d.kernel_driver {
+        s.line(format!("kernel:      NVIDIA kernel module {k}"));
+    }
+    s.line(format!("why:         {}", d.reason));
+    if !d.libcuda.is_empty() {
+        s.line(format!("libcuda:     {}", d.libcuda.join(" | ")));
+    }
 }
 
 /// The text output, one escaped line at a time.

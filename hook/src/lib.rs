@@ -13,15 +13,15 @@
 //! 5. the plan is rendered for Nix ([`protocol`], by [`hook`]), for people ([`explain`]), and
 //!    as a private namespace ([`exec`], with [`elfdeps`] for the command's libraries).
 
-pub mod act;
-pub mod build_users;
+mod act;
+mod build_users;
 mod bytes;
-pub mod cdi;
+mod cdi;
 pub mod closure;
 pub mod config;
-pub mod discover;
+mod discover;
 pub mod drv;
-pub mod elfdeps;
+mod elfdeps;
 pub mod exec;
 pub mod explain;
 pub mod hook;
@@ -29,13 +29,13 @@ pub mod lease;
 pub mod log;
 pub mod manifest_file;
 pub mod mig;
-pub mod pipeline;
-pub mod plan;
-pub mod protocol;
+mod pipeline;
+mod plan;
+mod protocol;
 pub mod request;
-pub mod scan;
-pub mod slot;
+mod scan;
+mod slot;
 pub mod statedir;
-pub mod symlinks;
-pub mod sysfs;
-pub mod trust;
+mod symlinks;
+mod sysfs;
+mod trust;

@@ -1,10 +1,10 @@
 //! Log lines on stderr, each starting with `cuda-sandbox-hook:` so they stand out in build logs.
 
 /// Prefix of every log line.
-pub const PREFIX: &str = "cuda-sandbox-hook:";
+pub(crate) const PREFIX: &str = "cuda-sandbox-hook:";
 
 /// Writes a warning line to stderr.
-pub fn warn(message: impl std::fmt::Display) {
+pub(crate) fn warn(message: impl std::fmt::Display) {
     eprintln!("{PREFIX} warning: {}", one_line(&message.to_string()));
 }
 
@@ -16,7 +16,7 @@ pub fn error(message: impl std::fmt::Display) {
 /// `text` with every control character (a newline, an escape sequence's ESC) and every
 /// bidirectional-text control written as its Rust escape (`\n`, `\u{1b}`, `\u{202e}`), so
 /// that text from a derivation or the host cannot break a line, forge one, or drive a terminal.
-pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     let hostile =
         |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     if !text.chars().any(hostile) {

@@ -163,6 +163,7 @@ fn run() -> u8 {
         return run_hook(Path::new(&args[1]), Path::new(&args[2]), None);
     }
     let cli = Cli::parse();
+    let config = cli.config.as_deref();
     match (cli.command, cli.drv) {
         (
             Some(Command::Explain {
@@ -171,20 +172,7 @@ fn run() -> u8 {
                 json,
             }),
             _,
-        ) => {
-            if drv.is_none() && features.is_empty() {
-                log::error("explain needs a .drv path or --features");
-                return 2;
-            }
-            let env = Environment::of_process();
-            let e = explain::explain(drv.as_deref(), &features, cli.config.as_deref(), &env);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&e).expect("plain data"));
-            } else {
-                print!("{}", explain::render_text(&e));
-            }
-            0
-        }
+        ) => run_explain(drv.as_deref(), &features, json, config),
         (
             Some(Command::Exec {
                 drv,
@@ -195,56 +183,20 @@ fn run() -> u8 {
                 command,
             }),
             _,
-        ) => {
-            let req = exec::ExecRequest {
-                drv,
-                features,
-                config: cli.config,
-                extra_binds: binds,
-                command,
-                user: user.unwrap_or(exec::DEFAULT_USER),
-                env,
-                environment: Environment::of_process(),
-                caller_env: std::env::vars_os().collect(),
-            };
-            match exec::exec(&req) {
-                Ok(never) => match never {},
-                Err(e) => {
-                    log::error(e);
-                    2
-                }
-            }
-        }
-        (Some(Command::CheckConfig { content_only }), _) => {
-            let env = Environment::of_process();
-            let source =
-                cuda_sandbox_hook::config::locate(cli.config.as_deref(), env.config.as_deref());
-            let loaded = if content_only {
-                cuda_sandbox_hook::config::Config::load_content(&source)
-            } else {
-                cuda_sandbox_hook::config::Config::load(&source)
-            };
-            match loaded {
-                Ok(c) => {
-                    let scope = if content_only {
-                        " (content only: ownership and mode not checked)"
-                    } else {
-                        ""
-                    };
-                    println!("config {source}: ok, {} rule(s){scope}", c.rules.len());
-                    for note in c.notes() {
-                        println!("note: {note}");
-                    }
-                    0
-                }
-                Err(e) => {
-                    log::error(e);
-                    2
-                }
-            }
-        }
+        ) => run_exec(exec::ExecRequest {
+            drv,
+            features,
+            config: cli.config.clone(),
+            extra_binds: binds,
+            command,
+            user: user.unwrap_or(exec::DEFAULT_USER),
+            env,
+            environment: Environment::of_process(),
+            caller_env: std::env::vars_os().collect(),
+        }),
+        (Some(Command::CheckConfig { content_only }), _) => check_config(content_only, config),
         (None, Some(drv)) => match cli.chroot {
-            Some(chroot) => run_hook(&drv, &chroot, cli.config.as_deref()),
+            Some(chroot) => run_hook(&drv, &chroot, config),
             None => {
                 log::error("hook mode needs two arguments: <drv-path> <chroot-root>");
                 2
@@ -254,6 +206,63 @@ fn run() -> u8 {
             log::error(
                 "expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help",
             );
+            2
+        }
+    }
+}
+
+/// `explain`: the plan for a build of `drv` and/or `features`, as text or JSON.
+fn run_explain(drv: Option<&Path>, features: &[String], json: bool, config: Option<&Path>) -> u8 {
+    if drv.is_none() && features.is_empty() {
+        log::error("explain needs a .drv path or --features");
+        return 2;
+    }
+    let env = Environment::of_process();
+    let e = explain::explain(drv, features, config, &env);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&e).expect("plain data"));
+    } else {
+        print!("{}", explain::render_text(&e));
+    }
+    0
+}
+
+/// `exec`: runs the command in the root a build would get; returns only on failure.
+fn run_exec(req: exec::ExecRequest) -> u8 {
+    match exec::exec(&req) {
+        Ok(never) => match never {},
+        Err(e) => {
+            log::error(e);
+            2
+        }
+    }
+}
+
+/// `check-config`: loads the configuration (trusted first, unless `content_only`) and says
+/// how many rules it has and what it notes.
+fn check_config(content_only: bool, config: Option<&Path>) -> u8 {
+    let env = Environment::of_process();
+    let source = cuda_sandbox_hook::config::locate(config, env.config.as_deref());
+    let loaded = if content_only {
+        cuda_sandbox_hook::config::Config::load_content(&source)
+    } else {
+        cuda_sandbox_hook::config::Config::load(&source)
+    };
+    match loaded {
+        Ok(c) => {
+            let scope = if content_only {
+                " (content only: ownership and mode not checked)"
+            } else {
+                ""
+            };
+            println!("config {source}: ok, {} rule(s){scope}", c.rules.len());
+            for note in c.notes() {
+                println!("note: {note}");
+            }
+            0
+        }
+        Err(e) => {
+            log::error(e);
             2
         }
     }

@@ -18,7 +18,7 @@ use crate::statedir::StateDir;
 use std::path::Path;
 
 /// How many manifests the directory may hold before a write sweeps out those of ended builds.
-pub const SWEEP_AT: usize = 64;
+pub(crate) const SWEEP_AT: usize = 64;
 
 /// The file name of the manifest of the build whose sandbox root is `chroot` (`explain.json`
 /// without one), unique among the builds that exist at once.
@@ -73,7 +73,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Writes `m`, first removing manifests of builds that are gone when there are
 /// [`SWEEP_AT`] or more.
-pub fn write(m: &PlannedManifest, runtime_dir: &Path) -> std::io::Result<()> {
+pub(crate) fn write(m: &PlannedManifest, runtime_dir: &Path) -> std::io::Result<()> {
     let dir_path = m.outside.parent().unwrap_or(runtime_dir);
     let name = m
         .outside

@@ -21,7 +21,7 @@ use crate::request::{Request, Verdict};
 use crate::scan::scan;
 
 /// Who runs the pipeline: act's [`act::Mode`].
-pub use crate::act::Mode;
+pub(crate) use crate::act::Mode;
 
 /// Why a tagged build must not start. Renders as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl std::error::Error for HookFailure {}
 
 /// What the pipeline produced for a request.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// What the build was granted (empty for an untagged or refused request). Its lease, when
     /// the answer is a failure, ends when it is dropped.
     pub granted: Granted,
@@ -101,7 +101,7 @@ pub struct Outcome {
 /// for a refused one, else scan, decide, act, and the rendered answer for Nix (the manifest is
 /// written, where `mode` writes it, only once that answer exists; only then is the lease
 /// committed).
-pub fn run(req: &Request, mode: Mode) -> Outcome {
+pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
     let config = match (&req.verdict, req.tagged()) {
         (Verdict::Fail(m), _) => return refused(HookFailure::Refused(m.clone())),
         (Verdict::Tagged, Some(c)) => c,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// A path the protocol cannot express.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unexpressible {
+pub(crate) struct Unexpressible {
     /// The offending path.
     pub path: PathBuf,
 }
@@ -29,7 +29,7 @@ impl std::fmt::Display for Unexpressible {
 impl std::error::Error for Unexpressible {}
 
 /// Renders `exposures` as the hook's stdout.
-pub fn render(exposures: &[Exposure]) -> Result<Vec<u8>, Unexpressible> {
+pub(crate) fn render(exposures: &[Exposure]) -> Result<Vec<u8>, Unexpressible> {
     if exposures.is_empty() {
         return Ok(Vec::new());
     }

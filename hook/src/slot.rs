@@ -17,7 +17,7 @@ pub enum Slot {
 
 /// The MIG part of a lease record (the GPU is the record's own field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MigSlice {
+pub(crate) struct MigSlice {
     /// The GPU instance.
     pub gi: u32,
     /// The compute instance.
@@ -35,7 +35,7 @@ impl Slot {
 
     /// Whether two slots cannot be leased to two builds at once: the same slot, or a whole
     /// GPU and a slice of it.
-    pub fn overlaps(&self, other: &Slot) -> bool {
+    pub(crate) fn overlaps(&self, other: &Slot) -> bool {
         match (self, other) {
             (Slot::Mig(a), Slot::Mig(b)) => a == b,
             _ => self.gpu() == other.gpu(),
@@ -44,7 +44,7 @@ impl Slot {
 
     /// The name of its lease file without `.lease`, also its key in the usage counts:
     /// `nvidia0`, `nvidia0-gi1-ci0`.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         match self {
             Slot::Gpu(g) => format!("nvidia{g}"),
             Slot::Mig(i) => format!("nvidia{}-gi{}-ci{}", i.gpu, i.gi, i.ci),
@@ -52,7 +52,7 @@ impl Slot {
     }
 
     /// The slot a [`Slot::key`] names.
-    pub fn from_key(key: &str) -> Option<Slot> {
+    pub(crate) fn from_key(key: &str) -> Option<Slot> {
         let number = crate::mig::formats::number;
         let rest = key.strip_prefix("nvidia")?;
         let Some((gpu, rest)) = rest.split_once("-gi") else {
@@ -67,7 +67,7 @@ impl Slot {
     }
 
     /// The MIG part, for the lease record.
-    pub fn mig(&self) -> Option<MigSlice> {
+    pub(crate) fn mig(&self) -> Option<MigSlice> {
         match self {
             Slot::Gpu(_) => None,
             Slot::Mig(i) => Some(MigSlice { gi: i.gi, ci: i.ci }),
@@ -75,7 +75,7 @@ impl Slot {
     }
 
     /// The slot of a record's GPU and MIG part.
-    pub fn of(gpu: u32, mig: Option<MigSlice>) -> Slot {
+    pub(crate) fn of(gpu: u32, mig: Option<MigSlice>) -> Slot {
         match mig {
             None => Slot::Gpu(gpu),
             Some(MigSlice { gi, ci }) => Slot::Mig(InstanceId { gpu, gi, ci }),
@@ -100,14 +100,14 @@ impl std::fmt::Display for Slot {
 
 /// The GPUs (`/dev/nvidia<N>` numbers) `slots` are on, in their order, a GPU repeated by the
 /// next slot listed once.
-pub fn gpus(slots: &[Slot]) -> Vec<u32> {
+pub(crate) fn gpus(slots: &[Slot]) -> Vec<u32> {
     let mut gpus: Vec<u32> = slots.iter().map(Slot::gpu).collect();
     gpus.dedup();
     gpus
 }
 
 /// The first MIG instance among `slots` (a build is leased at most one).
-pub fn mig(slots: &[Slot]) -> Option<InstanceId> {
+pub(crate) fn mig(slots: &[Slot]) -> Option<InstanceId> {
     slots.iter().find_map(|s| match s {
         Slot::Mig(i) => Some(*i),
         Slot::Gpu(_) => None,

@@ -20,14 +20,14 @@ use std::path::{Component, Path, PathBuf};
 #[error("state directory {}: {reason}", path.display())]
 pub struct StateDirError {
     /// The state directory.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// What is wrong with it, or with a directory on its way.
-    pub reason: Reason,
+    pub(crate) reason: Reason,
 }
 
 /// What is wrong with a state directory (see [`StateDirError`]).
 #[derive(Debug, thiserror::Error)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// The path is relative.
     #[error("not an absolute path")]
     NotAbsolute,
@@ -64,7 +64,7 @@ pub enum Reason {
 
 /// Reads `file` to its end, `size` bytes expected (from a `stat` already made): no second
 /// `stat` and no `lseek` as `std::fs::read` makes, and one short read to see the end.
-pub fn read_sized(file: &File, size: u64) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_sized(file: &File, size: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
     // `Take` reads with the generic loop, which trusts the capacity it is given.
@@ -83,7 +83,7 @@ fn adopt(fd: RawFd) -> OwnedFd {
 #[derive(Debug)]
 pub struct StateDir {
     /// Its path, for messages.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     fd: OwnedFd,
 }
 
@@ -97,7 +97,7 @@ impl StateDir {
 
     /// As [`StateDir::open`], but `None` when the directory does not exist (nothing is
     /// created).
-    pub fn open_existing(path: &Path) -> Result<Option<StateDir>, StateDirError> {
+    pub(crate) fn open_existing(path: &Path) -> Result<Option<StateDir>, StateDirError> {
         Self::open_with(path, false)
     }
 
@@ -263,12 +263,8 @@ impl StateDir {
         self.fd.as_fd().as_raw_fd()
     }
 
-    /// Opens the regular file `name` in this directory for reading, never following a link.
-    pub fn open_read(&self, name: &str) -> std::io::Result<File> {
-        self.open_read_sized(name).map(|(file, _)| file)
-    }
-
-    /// As [`StateDir::open_read`], with the file's size.
+    /// Opens the regular file `name` in this directory for reading, never following a link,
+    /// with the file's size.
     fn open_read_sized(&self, name: &str) -> std::io::Result<(File, u64)> {
         let fd = nix::fcntl::openat(
             Some(self.raw()),
@@ -285,7 +281,7 @@ impl StateDir {
     }
 
     /// Reads the regular file `name` as bytes (never through a link).
-    pub fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
         let (file, size) = self.open_read_sized(name)?;
         read_sized(&file, size)
     }
@@ -305,7 +301,7 @@ impl StateDir {
     /// `mode`. A reader sees the old file or the new one, never a torn one. `durable`: the data
     /// reaches the disk before the rename (for files that outlive a reboot, like the closure
     /// cache; manifests and leases describe running builds and need not).
-    pub fn write_atomic(
+    pub(crate) fn write_atomic(
         &self,
         name: &str,
         bytes: &[u8],
@@ -354,7 +350,7 @@ impl StateDir {
     }
 
     /// Removes the entry `name` (a file or a link; never what a link points to).
-    pub fn remove(&self, name: &str) -> std::io::Result<()> {
+    pub(crate) fn remove(&self, name: &str) -> std::io::Result<()> {
         nix::unistd::unlinkat(
             Some(self.raw()),
             name,
@@ -365,7 +361,7 @@ impl StateDir {
 
     /// Makes the directory `name` here with `mode` (an existing directory is kept; anything
     /// else there is an error).
-    pub fn make_dir(&self, name: &str, mode: u32) -> std::io::Result<()> {
+    pub(crate) fn make_dir(&self, name: &str, mode: u32) -> std::io::Result<()> {
         match nix::sys::stat::mkdirat(Some(self.raw()), name, Mode::from_bits_truncate(mode)) {
             Ok(()) => Ok(()),
             Err(nix::Error::EEXIST) => {
@@ -381,13 +377,13 @@ impl StateDir {
     }
 
     /// Makes the symlink `name` here pointing at `target` (never followed by the hook).
-    pub fn make_link(&self, name: &str, target: &str) -> std::io::Result<()> {
+    pub(crate) fn make_link(&self, name: &str, target: &str) -> std::io::Result<()> {
         nix::unistd::symlinkat(target, Some(self.raw()), name).map_err(std::io::Error::from)
     }
 
     /// Removes the empty directory `name` here (never a link's target, never a non-empty or
     /// mounted-on directory: those stay, with an error).
-    pub fn remove_dir(&self, name: &str) -> std::io::Result<()> {
+    pub(crate) fn remove_dir(&self, name: &str) -> std::io::Result<()> {
         nix::unistd::unlinkat(
             Some(self.raw()),
             name,
@@ -396,16 +392,11 @@ impl StateDir {
         .map_err(std::io::Error::from)
     }
 
-    /// Whether `name` exists here (links not followed).
-    pub fn exists(&self, name: &str) -> bool {
-        fstatat(Some(self.raw()), name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
-    }
-
     /// Whether the directory may hold `n` entries or more (besides `.` and `..`), answered
     /// without reading it where that is exact: on tmpfs (where `/run` is), which sizes a
     /// directory at 20 bytes an entry, `.` and `..` included (`BOGO_DIRENT_SIZE` in the
     /// kernel's `mm/shmem.c`). Elsewhere, or when it cannot tell, true: the caller lists it.
-    pub fn may_hold(&self, n: usize) -> bool {
+    pub(crate) fn may_hold(&self, n: usize) -> bool {
         use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
         const TMPFS_ENTRY_SIZE: i64 = 20;
         match (fstatfs(&self.fd), fstat(self.raw())) {
@@ -417,7 +408,7 @@ impl StateDir {
     }
 
     /// The names of the entries in this directory.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let Ok(dir) = nix::dir::Dir::openat(
             Some(self.raw()),
             ".",

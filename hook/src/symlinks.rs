@@ -9,11 +9,11 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 /// The most hops followed before a chain counts as a loop (the kernel's limit is 40).
-pub const MAX_HOPS: usize = 40;
+pub(crate) const MAX_HOPS: usize = 40;
 
 /// Where an inside path's outside counterpart is found.
 #[derive(Debug, Clone, Copy)]
-pub enum Space<'a> {
+pub(crate) enum Space<'a> {
     /// Under a host root (`root + inside`), except paths in the store, which are shared.
     Rooted {
         /// The host root, `/` in production.
@@ -27,7 +27,7 @@ pub enum Space<'a> {
 
 impl Space<'_> {
     /// The outside path for `inside`.
-    pub fn outside(&self, inside: &Path) -> PathBuf {
+    pub(crate) fn outside(&self, inside: &Path) -> PathBuf {
         match self {
             Space::Rooted { root, store_dir } => {
                 if inside.starts_with(store_dir) || *root == Path::new("/") {
@@ -43,7 +43,7 @@ impl Space<'_> {
 
 /// One path of a chain: where the build sees it and where it is on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hop {
+pub(crate) struct Hop {
     /// Path inside the sandbox.
     pub inside: PathBuf,
     /// Path on the host.
@@ -52,7 +52,7 @@ pub struct Hop {
 
 /// What one `lstat` found at a path: the data the plan needs of a filesystem entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Node {
+pub(crate) enum Node {
     /// Nothing there.
     Missing,
     /// A directory.
@@ -74,7 +74,7 @@ pub enum Node {
 
 impl Node {
     /// `lstat` (and `readlink`) of `path` on the real filesystem.
-    pub fn of(path: &Path) -> Node {
+    pub(crate) fn of(path: &Path) -> Node {
         use std::os::unix::fs::FileTypeExt;
         match std::fs::symlink_metadata(path) {
             Ok(m) => {
@@ -104,14 +104,16 @@ impl Node {
 
 /// Where [`follow`] looks entries up: the real filesystem while scanning, the recorded
 /// [`crate::scan::Snapshot`] while deciding.
-pub trait Lookup {
+pub(crate) trait Lookup {
     /// What is at `outside` (without following a final symlink).
     fn lstat(&self, outside: &Path) -> Node;
 }
 
-/// The real filesystem.
-pub struct RealFs;
+/// The real filesystem (the tests' lookup: scans record what they see, `scan::Recorder`).
+#[cfg(test)]
+pub(crate) struct RealFs;
 
+#[cfg(test)]
 impl Lookup for RealFs {
     fn lstat(&self, outside: &Path) -> Node {
         Node::of(outside)
@@ -121,7 +123,7 @@ impl Lookup for RealFs {
 /// A resolved chain: the starting path, then each symlink target in turn, and what the final
 /// (non-link) path is.
 #[derive(Debug, Clone)]
-pub struct Chain {
+pub(crate) struct Chain {
     /// The start and every hop; the first is the path asked for.
     pub hops: Vec<Hop>,
     /// What the last hop is (never a symlink).
@@ -133,7 +135,7 @@ pub struct Chain {
 
 /// Why a chain could not be followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChainError {
+pub(crate) enum ChainError {
     /// The starting path does not exist.
     Missing(PathBuf),
     /// A link points at something that does not exist.
@@ -190,7 +192,7 @@ impl fmt::Display for ChainError {
 /// `fs`. Every directory of every hop is resolved too, component by component: a symlinked
 /// directory in the middle of a path (`/dev/nvidia-caps -> /etc`) is recorded in
 /// [`Chain::via`], so that [`check_within`] sees where the path really leads.
-pub fn follow(
+pub(crate) fn follow(
     inside: &Path,
     outside: &Path,
     space: Space<'_>,
@@ -314,7 +316,7 @@ fn resolve_parents(
 
 /// Places a symlink never leads a build into, whatever `symlink_roots` says: directories
 /// every local user can write, where anyone could plant a "device" or a "library".
-pub const NEVER_FOLLOWED: &[&str] = &[
+pub(crate) const NEVER_FOLLOWED: &[&str] = &[
     "/dev/shm",
     "/dev/mqueue",
     "/run/user",
@@ -327,7 +329,7 @@ pub const NEVER_FOLLOWED: &[&str] = &[
 /// directory met on the way, lies under one of `roots` (inside paths) and not in a
 /// [`NEVER_FOLLOWED`] place below that root: a link in an allowed place must not lead the build to, say,
 /// `/etc/shadow`.
-pub fn check_within(chain: &Chain, roots: &[PathBuf]) -> Result<(), ChainError> {
+pub(crate) fn check_within(chain: &Chain, roots: &[PathBuf]) -> Result<(), ChainError> {
     // A root covers what lies under it, except the never-followed places below it (a root
     // of `/run` does not open `/run/user`; a root inside one of them, like a store in /tmp
     // for tests, is taken as configured).
@@ -377,7 +379,7 @@ fn next_hop(link: &Hop, target: &Path, space: Space<'_>) -> Hop {
 }
 
 /// Lexically removes `.` and `..` components (`..` at the root stays at the root).
-pub use cuda_sandbox_elfkit::normalize;
+pub(crate) use cuda_sandbox_elfkit::normalize;
 
 #[cfg(test)]
 mod tests {

@@ -29,7 +29,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// Why a path, or an entry on it, is not trusted.
 #[derive(Debug, thiserror::Error)]
-pub enum TrustError {
+pub(crate) enum TrustError {
     /// The path is relative: trust is judged from `/`.
     #[error("{} is not an absolute path: name it from /", .0.display())]
     NotAbsolute(PathBuf),
@@ -102,7 +102,7 @@ pub enum TrustError {
 
 /// Why a program may not be run.
 #[derive(Debug, thiserror::Error)]
-pub enum ProgramError {
+pub(crate) enum ProgramError {
     /// A bare name that no directory of `PATH` holds.
     #[error(
         "{} not found in PATH: set nix_store in the config to the absolute path of the \
@@ -135,7 +135,12 @@ fn trusted_owner(uid: u32) -> bool {
 /// them): owned by a [`trusted_owner`] and not writable by group or others. `crossed`: the
 /// entry is a directory only passed through on the way to another, which a root-owned sticky
 /// bit makes safe to cross though others may write in it.
-pub fn check_entry(path: &Path, uid: u32, mode: u32, crossed: bool) -> Result<(), TrustError> {
+pub(crate) fn check_entry(
+    path: &Path,
+    uid: u32,
+    mode: u32,
+    crossed: bool,
+) -> Result<(), TrustError> {
     if !trusted_owner(uid) {
         return Err(TrustError::Owner {
             path: path.to_path_buf(),
@@ -154,7 +159,7 @@ pub fn check_entry(path: &Path, uid: u32, mode: u32, crossed: bool) -> Result<()
 
 /// A trusted path with every symlink resolved, as [`resolve`] found it.
 #[derive(Debug)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// The path without symlinks.
     pub path: PathBuf,
     /// The `lstat` of its last component (`None` for `/`).
@@ -164,14 +169,14 @@ pub struct Resolved {
 /// Checks that `path` (absolute) is trusted: every component, and every symlink target met,
 /// passes [`check_entry`] (a directory counts as crossed), and every symlink met is owned by a
 /// trusted owner.
-pub fn check_path(path: &Path) -> Result<(), TrustError> {
+pub(crate) fn check_path(path: &Path) -> Result<(), TrustError> {
     resolve(path).map(|_| ())
 }
 
 /// [`check_path`], returning the path with every symlink resolved: each component was checked
 /// (with `lstat` and `readlink`, nothing opened) and is no symlink, so a file opened from it
 /// (`openat` of its last name in its parent) is the one checked, unless root changed it.
-pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
+pub(crate) fn resolve(path: &Path) -> Result<Resolved, TrustError> {
     if !path.is_absolute() {
         return Err(TrustError::NotAbsolute(path.to_path_buf()));
     }
@@ -238,7 +243,7 @@ pub fn resolve(path: &Path) -> Result<Resolved, TrustError> {
 /// list: its path passes [`resolve`], it is a directory, and it passes [`check_entry`] as an
 /// entry of its own (not as one crossed), so that no one but root (or the hook's user) can add
 /// an entry to it, sticky or not.
-pub fn listed_dir(path: &Path) -> Result<PathBuf, TrustError> {
+pub(crate) fn listed_dir(path: &Path) -> Result<PathBuf, TrustError> {
     let resolved = resolve(path)?;
     let meta = match resolved.meta {
         Some(meta) => meta,
@@ -256,7 +261,7 @@ pub fn listed_dir(path: &Path) -> Result<PathBuf, TrustError> {
 /// (itself opened with `O_NOFOLLOW`) with `O_NOFOLLOW | O_NONBLOCK`, so a FIFO or device put
 /// there since can neither block nor be followed; the opened file must again be a regular
 /// file passing [`check_entry`]. Returns it with its `fstat`.
-pub fn open_file(path: &Path) -> Result<(File, Metadata), TrustError> {
+pub(crate) fn open_file(path: &Path) -> Result<(File, Metadata), TrustError> {
     let resolved = resolve(path)?;
     let path = resolved.path;
     if !resolved.meta.is_some_and(|m| m.is_file()) {
@@ -280,7 +285,7 @@ pub fn open_file(path: &Path) -> Result<(File, Metadata), TrustError> {
 /// The program `name` the hook is to run, checked: an absolute path that passes
 /// [`check_path`]. A bare name (only the built-in default, `nix-store`) is looked up in
 /// `search_path` (the value of `PATH`), and the file found must pass too.
-pub fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBuf, ProgramError> {
+pub(crate) fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBuf, ProgramError> {
     let found = if name.is_absolute() {
         name.to_path_buf()
     } else if name.components().count() == 1 {
@@ -306,7 +311,7 @@ pub fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBuf, Prog
 /// no symlink, so the descriptor is the entry this walk reached, whatever is renamed or linked
 /// on the path afterwards. Owners and modes are not judged (the caller says whose the entry
 /// must be). Returns it with its `fstat`.
-pub fn open_without_symlinks(
+pub(crate) fn open_without_symlinks(
     path: &Path,
 ) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), TrustError> {
     use nix::fcntl::OFlag;

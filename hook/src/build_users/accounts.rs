@@ -7,7 +7,7 @@ use std::path::Path;
 /// A build user as Nix runs a build with it: its uid, the build users group's gid, and the
 /// user's other groups (Nix's `SimpleUserLock`: `getgrouplist` minus the group itself).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct BuildUser {
+pub(crate) struct BuildUser {
     /// The account name.
     pub name: String,
     /// Its uid.
@@ -20,7 +20,7 @@ pub struct BuildUser {
 
 /// One `/etc/group` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Group {
+pub(crate) struct Group {
     /// The group name.
     pub name: String,
     /// Its gid.
@@ -30,7 +30,7 @@ pub struct Group {
 }
 
 /// The groups of `<root>/etc/group` (unreadable or malformed lines are left out).
-pub fn groups(root: &Path) -> Vec<Group> {
+pub(crate) fn groups(root: &Path) -> Vec<Group> {
     let text = std::fs::read_to_string(root.join("etc/group")).unwrap_or_default();
     text.lines()
         .filter_map(|line| {
@@ -64,7 +64,7 @@ fn passwd_entry(text: &str, name: &str) -> Option<(u32, u32)> {
 
 /// The members of the group `group` as build users, or `None` when the group does not exist.
 /// A member without a passwd entry is left out (Nix refuses to build with it).
-pub fn build_users(root: &Path, group: &str) -> Option<(Group, Vec<BuildUser>)> {
+pub(crate) fn build_users(root: &Path, group: &str) -> Option<(Group, Vec<BuildUser>)> {
     let all = groups(root);
     let the_group = all.iter().find(|g| g.name == group)?.clone();
     let passwd = std::fs::read_to_string(root.join("etc/passwd")).unwrap_or_default();

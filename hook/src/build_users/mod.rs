@@ -16,8 +16,8 @@
 //! and write): the owner's bits if the uid owns it, else the group's bits if one of its groups
 //! is the node's, else the other bits (`path_resolution(7)`).
 
-pub mod accounts;
-pub mod nix_conf;
+pub(crate) mod accounts;
+pub(crate) mod nix_conf;
 
 use crate::plan::Exposure;
 use accounts::{BuildUser, Group};
@@ -29,7 +29,7 @@ use std::path::Path;
 /// Who Nix runs builds as on this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Builders {
+pub(crate) enum Builders {
     /// `build-users-group` is empty: builds run as the Nix user (root for the daemon).
     NixUser,
     /// The members of the build users group.
@@ -57,7 +57,7 @@ pub enum Builders {
 
 impl Builders {
     /// Who builds run as, in words.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Builders::NixUser => "the Nix user itself (build-users-group is empty)".to_string(),
             Builders::Users { group, users, .. } => {
@@ -79,7 +79,7 @@ impl Builders {
 
 /// A device node a build user could not open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Unopenable {
+pub(crate) struct Unopenable {
     /// The node, as the build sees it.
     pub node: String,
     /// Its mode bits (`0o660`, …).
@@ -96,7 +96,7 @@ pub struct Unopenable {
 
 impl Unopenable {
     /// The fix, in one line.
-    pub fn fix(&self, builders: &Builders) -> String {
+    pub(crate) fn fix(&self, builders: &Builders) -> String {
         let node = self.node.trim_start_matches("/dev/");
         let udev = format!(
             "a udev rule giving the node mode 0666 (KERNEL==\"{node}\", MODE=\"0666\"; on NixOS \
@@ -134,7 +134,7 @@ impl std::fmt::Display for Unopenable {
 
 /// The check: who builds run as, and the nodes some of them could not open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AccessCheck {
+pub(crate) struct AccessCheck {
     /// The Nix configuration file read.
     pub nix_conf: String,
     /// Who builds run as.
@@ -145,7 +145,7 @@ pub struct AccessCheck {
 
 impl AccessCheck {
     /// One warning line per node a build user could not open, each naming the fix.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let mut out: Vec<String> = self
             .unopenable
             .iter()
@@ -163,7 +163,7 @@ impl AccessCheck {
 }
 
 /// Who builds run as on the host at `root`, from its nix.conf and accounts.
-pub fn builders(settings: &BuildUserSettings, root: &Path) -> Builders {
+pub(crate) fn builders(settings: &BuildUserSettings, root: &Path) -> Builders {
     if settings.auto_allocate_uids {
         return Builders::AutoAllocated {
             start_id: settings.start_id,
@@ -187,7 +187,7 @@ pub fn builders(settings: &BuildUserSettings, root: &Path) -> Builders {
 
 /// Checks the device nodes among `exposures` (those a device glob matched; character devices
 /// only) against the build users of the host at `root`.
-pub fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
+pub(crate) fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
     let settings = nix_conf::read(root);
     let builders = builders(&settings, root);
     let groups = accounts::groups(root);
@@ -224,7 +224,7 @@ pub fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
 
 /// A node's owner, group and mode, as `stat` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Node {
+pub(crate) struct Node {
     /// Owner uid.
     pub uid: u32,
     /// Group gid.
@@ -235,7 +235,7 @@ pub struct Node {
 
 /// Whether a process with `uid`, `gid` and supplementary `groups` may open `node` for reading
 /// and writing (`path_resolution(7)`: one class of bits applies, the first that matches).
-pub fn can_open(uid: u32, gid: u32, groups: &[u32], node: Node) -> bool {
+pub(crate) fn can_open(uid: u32, gid: u32, groups: &[u32], node: Node) -> bool {
     let bits = if uid == node.uid {
         node.mode >> 6
     } else if gid == node.gid || groups.contains(&node.gid) {

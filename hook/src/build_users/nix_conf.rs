@@ -12,18 +12,18 @@ use std::path::{Path, PathBuf};
 
 /// Nix's default for `build-users-group` when it runs as root (`nix config show` with no
 /// configuration file, Nix 2.8 and 2.34).
-pub const DEFAULT_BUILD_USERS_GROUP: &str = "nixbld";
+pub(crate) const DEFAULT_BUILD_USERS_GROUP: &str = "nixbld";
 /// Nix's default `start-id`: the first uid of `auto-allocate-uids`.
-pub const DEFAULT_START_ID: u64 = 872_415_232;
+pub(crate) const DEFAULT_START_ID: u64 = 872_415_232;
 /// Nix's default `id-count`: how many uids `auto-allocate-uids` may use.
-pub const DEFAULT_ID_COUNT: u64 = 8_388_608;
+pub(crate) const DEFAULT_ID_COUNT: u64 = 8_388_608;
 
 /// How deep `include`s may nest before the rest is ignored.
 const MAX_INCLUDE_DEPTH: usize = 8;
 
 /// Who Nix runs builds as, from its configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildUserSettings {
+pub(crate) struct BuildUserSettings {
     /// The file read (under the host root).
     pub file: PathBuf,
     /// `build-users-group`; empty: builds run as the Nix user itself.
@@ -38,7 +38,7 @@ pub struct BuildUserSettings {
 
 /// Reads the settings from `<root>/etc/nix/nix.conf`; Nix's defaults where a setting (or the
 /// file) is absent.
-pub fn read(root: &Path) -> BuildUserSettings {
+pub(crate) fn read(root: &Path) -> BuildUserSettings {
     let file = root.join("etc/nix/nix.conf");
     let mut values = BTreeMap::new();
     read_file(&file, &mut values, 0);

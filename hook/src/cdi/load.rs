@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 
 /// The most entries of one spec directory looked at: far more than any host has specs, and a
 /// bound on the work a full directory can cause.
-pub const MAX_DIR_ENTRIES: usize = 1024;
+pub(crate) const MAX_DIR_ENTRIES: usize = 1024;
 
 /// Why a spec directory or file was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
+pub(crate) enum SpecError {
     /// The directory (or a component on its way) is not trusted, or cannot be listed.
     #[error("CDI spec directory {dir}: {why}")]
     Dir {
@@ -57,7 +57,7 @@ pub enum SpecError {
 
 impl SpecError {
     /// The directory or file concerned.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             SpecError::Dir { dir, .. } | SpecError::TooMany { dir } => dir,
             SpecError::Read { file, .. } | SpecError::Parse { file, .. } => file,
@@ -67,7 +67,7 @@ impl SpecError {
 
 /// One spec file that was read and parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedSpec {
+pub(crate) struct LoadedSpec {
     /// The file (every symlink on the way resolved).
     pub file: PathBuf,
     /// Its directory's place in [`SpecDirs`] (higher wins).
@@ -78,7 +78,7 @@ pub struct LoadedSpec {
 
 /// Every spec of the spec directories, and what could not be used.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SpecSet {
+pub(crate) struct SpecSet {
     /// The specs read, lowest priority first, in file-name order within a directory.
     pub specs: Vec<LoadedSpec>,
     /// The directories and files that were not used, and why.
@@ -87,7 +87,7 @@ pub struct SpecSet {
 
 /// Why a named device was not found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LookupError {
+pub(crate) enum LookupError {
     /// No spec of the right kind defines it.
     #[error("no CDI spec in {dirs} defines {name}")]
     NotFound {
@@ -110,7 +110,7 @@ pub enum LookupError {
 
 /// A device and the spec that defines it.
 #[derive(Debug, Clone, Copy)]
-pub struct Found<'a> {
+pub(crate) struct Found<'a> {
     /// The spec's file.
     pub file: &'a Path,
     /// The spec (its own edits come with the device).
@@ -122,7 +122,7 @@ pub struct Found<'a> {
 impl SpecSet {
     /// Reads every spec in `dirs`. A missing directory holds no spec; anything else that
     /// cannot be used is recorded in [`SpecSet::errors`].
-    pub fn load(dirs: &SpecDirs) -> SpecSet {
+    pub(crate) fn load(dirs: &SpecDirs) -> SpecSet {
         let mut set = SpecSet::default();
         let mut seen: Vec<PathBuf> = Vec::new();
         for (priority, dir) in dirs.dirs().iter().enumerate() {
@@ -221,7 +221,11 @@ impl SpecSet {
     }
 
     /// The device `name`: from the spec of its kind with the highest priority that defines it.
-    pub fn find(&self, name: &DeviceName, dirs: &SpecDirs) -> Result<Found<'_>, LookupError> {
+    pub(crate) fn find(
+        &self,
+        name: &DeviceName,
+        dirs: &SpecDirs,
+    ) -> Result<Found<'_>, LookupError> {
         let mut best: Option<(&LoadedSpec, &Device)> = None;
         for s in self.specs.iter().filter(|s| s.spec.kind == name.kind()) {
             let Some(device) = s.spec.device(name.device()) else {

@@ -12,14 +12,13 @@
 //! [`crate::scan::cdi`] reads the specs a rule names and the CDI planner (`plan/cdi`) turns what they
 //! list into exposures.
 
-pub mod load;
-pub mod name;
-pub mod spec;
-pub mod yaml;
+pub(crate) mod load;
+pub(crate) mod name;
+pub(crate) mod spec;
+pub(crate) mod yaml;
 
-pub use load::{LoadedSpec, SpecError, SpecSet};
-pub use name::{DeviceName, NameError};
-pub use spec::{ContainerEdits, Spec};
+pub(crate) use name::DeviceName;
+pub(crate) use spec::ContainerEdits;
 
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -29,11 +28,11 @@ use std::path::PathBuf;
 /// `/etc/cdi`, then `/var/run/cdi`, then `/run/cdi`). Each must be an absolute path.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "Vec<PathBuf>")]
-pub struct SpecDirs(Vec<PathBuf>);
+pub(crate) struct SpecDirs(Vec<PathBuf>);
 
 impl SpecDirs {
     /// The directories, lowest priority first.
-    pub fn dirs(&self) -> &[PathBuf] {
+    pub(crate) fn dirs(&self) -> &[PathBuf] {
         &self.0
     }
 }

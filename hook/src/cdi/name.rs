@@ -8,7 +8,7 @@ use std::fmt;
 /// `nvidia.com/gpu=GPU-…`. Checked when the configuration is read.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(try_from = "String")]
-pub struct DeviceName {
+pub(crate) struct DeviceName {
     text: String,
     slash: usize,
     equals: usize,
@@ -16,7 +16,7 @@ pub struct DeviceName {
 
 /// Why a text is not a fully qualified device name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NameError {
+pub(crate) enum NameError {
     /// No `/` between vendor and class, or no `=` before the device.
     #[error("CDI device {0:?} is not of the form vendor.com/class=name")]
     Shape(String),
@@ -33,7 +33,7 @@ pub enum NameError {
 
 impl DeviceName {
     /// Parses `text` as a fully qualified device name.
-    pub fn parse(text: &str) -> Result<DeviceName, NameError> {
+    pub(crate) fn parse(text: &str) -> Result<DeviceName, NameError> {
         let shape = || NameError::Shape(text.to_string());
         let equals = text.find('=').ok_or_else(shape)?;
         let slash = text[..equals].find('/').ok_or_else(shape)?;
@@ -59,22 +59,23 @@ impl DeviceName {
     }
 
     /// The kind, `vendor.com/class`: a spec's `kind`.
-    pub fn kind(&self) -> &str {
+    pub(crate) fn kind(&self) -> &str {
         &self.text[..self.equals]
     }
 
     /// The vendor, `nvidia.com`.
-    pub fn vendor(&self) -> &str {
+    #[cfg(test)]
+    fn vendor(&self) -> &str {
         &self.text[..self.slash]
     }
 
     /// The device's name within its kind: `all`, `0`, `0:1`, `GPU-…`.
-    pub fn device(&self) -> &str {
+    pub(crate) fn device(&self) -> &str {
         &self.text[self.equals + 1..]
     }
 
     /// The whole name.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.text
     }
 }

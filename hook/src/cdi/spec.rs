@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 /// One spec file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Spec {
+pub(crate) struct Spec {
     /// The spec format's version (`0.5.0`, `0.8.0`, …).
     pub cdi_version: String,
     /// The kind of device, `vendor.com/class`.
@@ -29,7 +29,7 @@ pub struct Spec {
 /// A device a spec defines.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Device {
+pub(crate) struct Device {
     /// Its name within the spec's kind (`all`, `0`, `0:1`, `GPU-…`).
     pub name: String,
     /// Its edits.
@@ -40,7 +40,7 @@ pub struct Device {
 /// What a device (or a spec) changes in a container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerEdits {
+pub(crate) struct ContainerEdits {
     /// Environment variables, `NAME=value`.
     #[serde(default, deserialize_with = "nullable")]
     pub env: Vec<String>,
@@ -64,7 +64,7 @@ pub struct ContainerEdits {
 impl ContainerEdits {
     /// Appends `more`'s edits to these (a key of `other` once), as a device's edits are
     /// followed by its spec's.
-    pub fn extend(&mut self, more: &ContainerEdits) {
+    pub(crate) fn extend(&mut self, more: &ContainerEdits) {
         self.env.extend(more.env.iter().cloned());
         self.device_nodes.extend(more.device_nodes.iter().cloned());
         self.hooks.extend(more.hooks.iter().cloned());
@@ -79,7 +79,7 @@ impl ContainerEdits {
 
 /// A value the hook does not read, skipped unbuilt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ignored;
+pub(crate) struct Ignored;
 
 impl<'de> Deserialize<'de> for Ignored {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -90,7 +90,7 @@ impl<'de> Deserialize<'de> for Ignored {
 /// A device node to create in the container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeviceNode {
+pub(crate) struct DeviceNode {
     /// Where the container sees it.
     pub path: String,
     /// The host's node, when it is not at `path`.
@@ -122,7 +122,7 @@ pub struct DeviceNode {
 /// A bind mount.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Mount {
+pub(crate) struct Mount {
     /// The host path.
     pub host_path: String,
     /// Where the container sees it.
@@ -138,7 +138,7 @@ pub struct Mount {
 /// An OCI hook.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Hook {
+pub(crate) struct Hook {
     /// When it runs (`createContainer`, `startContainer`, …).
     pub hook_name: String,
     /// The program.
@@ -156,7 +156,7 @@ pub struct Hook {
 
 /// The format of a spec file, from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// `.json`.
     Json,
     /// `.yaml` or `.yml`.
@@ -165,7 +165,7 @@ pub enum Format {
 
 impl Format {
     /// The format of a file named `name`; `None` for a file that is no spec.
-    pub fn of(name: &str) -> Option<Format> {
+    pub(crate) fn of(name: &str) -> Option<Format> {
         if name.ends_with(".json") {
             Some(Format::Json)
         } else if name.ends_with(".yaml") || name.ends_with(".yml") {
@@ -178,7 +178,7 @@ impl Format {
 
 /// Why a spec's text is no spec.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ParseError {
+pub(crate) enum ParseError {
     /// Not valid JSON, or not a spec.
     #[error("not a CDI spec: {0}")]
     Json(String),
@@ -197,7 +197,7 @@ impl Spec {
     /// Parses `text` in `format`, in time linear in the text: YAML only once
     /// [`super::yaml::check`] found no anchor or alias and at most
     /// [`super::yaml::MAX_EVENTS`] events, so nothing is replayed.
-    pub fn parse(text: &str, format: Format) -> Result<Spec, ParseError> {
+    pub(crate) fn parse(text: &str, format: Format) -> Result<Spec, ParseError> {
         let spec: Spec = match format {
             Format::Json => serde_json::from_str(text)
                 .map_err(|e| ParseError::Json(one_line(&e.to_string())))?,
@@ -217,7 +217,7 @@ impl Spec {
     }
 
     /// The device named `name`.
-    pub fn device(&self, name: &str) -> Option<&Device> {
+    pub(crate) fn device(&self, name: &str) -> Option<&Device> {
         self.devices.iter().find(|d| d.name == name)
     }
 }

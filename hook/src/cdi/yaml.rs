@@ -15,11 +15,11 @@ use yaml_rust2::parser::{Event, Parser};
 /// The most YAML events a spec may have: far more than any spec needs (the `nvidia-ctk`-shaped
 /// spec of a GPU host in `hook/tests/cdi/` has 187), and few enough for the deserialiser to
 /// hold at once (`explain` on a spec just under the cap peaks at 20 MiB of RSS).
-pub const MAX_EVENTS: usize = 65_536;
+pub(crate) const MAX_EVENTS: usize = 65_536;
 
 /// Why a YAML text is refused before it is deserialised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum YamlError {
+pub(crate) enum YamlError {
     /// The text anchors a node (`&name`) or aliases one (`*name`).
     #[error(
         "YAML {what} at line {line}, column {column}: anchors and aliases are not allowed in a \
@@ -43,7 +43,7 @@ pub enum YamlError {
 
 /// Scans `text`'s events, in time linear in its length and memory bounded by its longest
 /// scalar: `Ok` when it holds no anchor or alias and at most [`MAX_EVENTS`] events.
-pub fn check(text: &str) -> Result<(), YamlError> {
+pub(crate) fn check(text: &str) -> Result<(), YamlError> {
     let mut parser = Parser::new_from_str(text);
     for _ in 0..MAX_EVENTS {
         let (event, mark) = parser

@@ -10,14 +10,14 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub struct ConfigError {
     /// The file (or `built-in`) the problem is in.
-    pub source: String,
+    pub(crate) source: String,
     /// What is wrong with it.
-    pub problem: Problem,
+    pub(crate) problem: Problem,
 }
 
 /// What is wrong with a configuration (see [`ConfigError`]).
 #[derive(Debug, thiserror::Error)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// The path could not be made absolute.
     #[error("cannot inspect it: {0}")]
     Inspect(std::io::Error),
@@ -59,7 +59,7 @@ pub enum Problem {
 
 /// A TOML or schema error, where the parser places it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Syntax {
+pub(crate) struct Syntax {
     /// 1-based line and column (in characters), when known.
     pub at: Option<(usize, usize)>,
     /// The parser's message, on one line.
@@ -68,7 +68,7 @@ pub struct Syntax {
 
 impl Syntax {
     /// The error `e` from parsing `text`.
-    pub fn of(e: &toml::de::Error, text: &str) -> Syntax {
+    pub(crate) fn of(e: &toml::de::Error, text: &str) -> Syntax {
         Syntax {
             at: e.span().map(|span| line_column(text, span.start)),
             message: e.message().trim().replace('\n', " "),

@@ -63,7 +63,7 @@ fn locate_in(explicit: Option<&Path>, env: Option<&OsStr>, default: &Path) -> Co
 /// owned by root or the hook's user and not writable by group or others; a regular file,
 /// opened without following a link or blocking, and checked again once open), and read only
 /// when at most [`MAX_CONFIG_BYTES`].
-pub fn read_text(source: &ConfigSource) -> Result<Cow<'static, str>, ConfigError> {
+pub(crate) fn read_text(source: &ConfigSource) -> Result<Cow<'static, str>, ConfigError> {
     let path = match source {
         ConfigSource::Builtin => return Ok(Cow::Borrowed(BUILTIN_TOML)),
         ConfigSource::File(path) => path,

@@ -18,30 +18,31 @@ mod locate;
 mod schema;
 mod validate;
 
-pub use error::{ConfigError, Problem, Syntax};
-pub use locate::{locate, read_text, ConfigSource};
-pub use schema::{
-    Config, DeviceGlob, DriverConfig, HostPath, MigConfig, MissingDrv, Mount, Platform, Rule, Sysfs,
-};
-pub use validate::{Invalid, Note};
+pub use error::ConfigError;
+pub(crate) use error::{Problem, Syntax};
+pub(crate) use locate::read_text;
+pub use locate::{locate, ConfigSource};
+pub use schema::{Config, DeviceGlob, DriverConfig, Platform, Rule};
+pub(crate) use schema::{HostPath, MigConfig, MissingDrv, Mount, Sysfs};
+pub use validate::Note;
 
 /// Default location of the configuration file.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuda-sandbox/config.toml";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/cuda-sandbox/config.toml";
 /// Environment variable naming the configuration file (below `--config`, above the default).
-pub const CONFIG_ENV: &str = "CUDA_SANDBOX_CONFIG";
+pub(crate) const CONFIG_ENV: &str = "CUDA_SANDBOX_CONFIG";
 /// The built-in configuration's text (one file in the repository, `hook/default-config.toml`).
 pub const BUILTIN_TOML: &str = include_str!("../../default-config.toml");
 /// The features the built-in configuration answers to.
-pub const DEFAULT_FEATURES: [&str; 4] = ["cuda", "gpu", "nvidia-gpu", "opengl"];
+pub(crate) const DEFAULT_FEATURES: [&str; 4] = ["cuda", "gpu", "nvidia-gpu", "opengl"];
 
 /// The most bytes a configuration file may hold: far more than any real one (the built-in is
 /// 3 KiB), little enough to read whole.
-pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
 /// At most this many features are looked for in the configuration's text
 /// ([`Config::text_may_answer`]); Nix builds a derivation only when the builder has every
 /// feature it requires, so real ones list a few.
-pub const PRECHECK_FEATURES: usize = 64;
+pub(crate) const PRECHECK_FEATURES: usize = 64;
 
 impl Config {
     /// Whether the configuration at `source` may have a rule answering one of `features`,
@@ -51,7 +52,8 @@ impl Config {
     /// skips the parse. The text is read as [`Config::load`] reads it, trusted first
     /// ([`read_text`]): nothing untrusted is opened. A file that cannot be trusted or read gives
     /// `true`, and the full load reports the problem.
-    pub fn may_answer(source: &ConfigSource, features: &[Vec<u8>]) -> bool {
+    #[cfg(test)]
+    fn may_answer(source: &ConfigSource, features: &[Vec<u8>]) -> bool {
         read_text(source).map_or(true, |text| {
             Config::text_may_answer(text.as_bytes(), features)
         })
@@ -71,7 +73,7 @@ impl Config {
     }
 
     /// Builds the configuration of `source` from its text (as [`read_text`] gave it).
-    pub fn from_text(source: &ConfigSource, text: &str) -> Result<Config, ConfigError> {
+    pub(crate) fn from_text(source: &ConfigSource, text: &str) -> Result<Config, ConfigError> {
         match source {
             ConfigSource::Builtin => Ok(Config::builtin()),
             ConfigSource::File(path) => Config::parse(text, &path.display().to_string()),
@@ -112,13 +114,14 @@ impl Config {
     /// The configuration used when no file exists: NixOS, with the driver at
     /// `/run/opengl-driver` and the NVIDIA device nodes of discrete and Jetson hosts, from the
     /// embedded `hook/default-config.toml`.
-    pub fn builtin() -> Config {
+    pub(crate) fn builtin() -> Config {
         // A unit test parses the embedded file, so this cannot fail in a built hook.
         Config::parse(BUILTIN_TOML, "built-in").expect("hook/default-config.toml is valid")
     }
 
     /// The rules that answer to any of `features`, in file order.
-    pub fn matching_rules<'c>(&'c self, features: &[&[u8]]) -> Vec<&'c Rule> {
+    #[cfg(test)]
+    fn matching_rules<'c>(&'c self, features: &[&[u8]]) -> Vec<&'c Rule> {
         self.rules
             .iter()
             .filter(|r| r.answers_any(features))

@@ -11,45 +11,45 @@ pub struct Config {
     /// paths are exposed inside the sandbox without this prefix. `/` in production; a fake
     /// root in tests.
     #[serde(default = "default_host_root")]
-    pub host_root: PathBuf,
+    pub(crate) host_root: PathBuf,
     /// The Nix store directory; paths under it are never re-rooted and get their closure.
     #[serde(default = "default_store_dir")]
-    pub store_dir: PathBuf,
+    pub(crate) store_dir: PathBuf,
     /// Directory holding cached store-path closures.
     #[serde(default = "default_closure_cache")]
-    pub closure_cache: PathBuf,
+    pub(crate) closure_cache: PathBuf,
     /// The `nix-store` program used to compute closures: an absolute path to a trusted (root-
     /// owned, not group/other-writable) program. Only the default, `nix-store`, is looked up in
     /// `PATH` (and the file found must be trusted too).
     #[serde(default = "default_nix_store")]
-    pub nix_store: PathBuf,
+    pub(crate) nix_store: PathBuf,
     /// Where symlinks may lead (inside paths, under the host root); the store is always
     /// allowed. A link in an exposed place that leads elsewhere (e.g. to `/etc`) is not followed.
     #[serde(default = "default_symlink_roots")]
-    pub symlink_roots: Vec<PathBuf>,
+    pub(crate) symlink_roots: Vec<PathBuf>,
     /// What to do when the `.drv` is not on disk and Nix passed no JSON derivation (remote
     /// builders): `skip` (expose nothing, warn), `expose` (plan for every rule, as on a GPU
     /// builder whose mandatory features include `cuda`), or `fail`.
     #[serde(default)]
-    pub missing_drv: MissingDrv,
+    pub(crate) missing_drv: MissingDrv,
     /// Directory for per-build manifests (outside every sandbox); stale files are removed.
     #[serde(default = "default_runtime_dir")]
-    pub runtime_dir: PathBuf,
+    pub(crate) runtime_dir: PathBuf,
     /// GPUs leased to each tagged build for itself alone (`0`: every build gets every GPU).
     /// A derivation may ask for another number with the env attribute `cudaSandboxGpus`.
     /// Leases live in `<runtime_dir>/leases/` (see [`crate::lease`]).
     #[serde(default)]
-    pub gpus_per_build: u32,
+    pub(crate) gpus_per_build: u32,
     /// The most GPUs one build may lease, whatever its `cudaSandboxGpus` asks (`0`: no cap
     /// but the host's GPUs).
     #[serde(default)]
-    pub max_gpus_per_build: u32,
+    pub(crate) max_gpus_per_build: u32,
     /// How long a tagged build waits for enough free GPUs before failing (`0`: fail at once).
     #[serde(default = "default_lease_wait_seconds")]
-    pub lease_wait_seconds: u64,
+    pub(crate) lease_wait_seconds: u64,
     /// Where CDI specs are read from, lowest priority first (see [`crate::cdi`]).
     #[serde(default)]
-    pub cdi_spec_dirs: crate::cdi::SpecDirs,
+    pub(crate) cdi_spec_dirs: crate::cdi::SpecDirs,
     /// The rules, each answering to a set of features.
     #[serde(default, rename = "rule")]
     pub rules: Vec<Rule>,
@@ -58,7 +58,7 @@ pub struct Config {
 /// The policy for a derivation that is not on disk (see [`Config::missing_drv`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum MissingDrv {
+pub(crate) enum MissingDrv {
     /// Expose nothing, with a warning.
     #[default]
     Skip,
@@ -73,7 +73,7 @@ pub enum MissingDrv {
 #[serde(deny_unknown_fields)]
 pub struct Rule {
     /// A name for messages and `explain`.
-    pub name: String,
+    pub(crate) name: String,
     /// The `requiredSystemFeatures` this rule answers to (any one of them suffices).
     pub features: Vec<String>,
     /// Device nodes, by glob under the host root.
@@ -81,34 +81,34 @@ pub struct Rule {
     pub devices: Vec<DeviceGlob>,
     /// Host paths exposed at the same place inside.
     #[serde(default, rename = "path")]
-    pub paths: Vec<HostPath>,
+    pub(crate) paths: Vec<HostPath>,
     /// Host paths exposed at another place inside.
     #[serde(default, rename = "mount")]
-    pub mounts: Vec<Mount>,
+    pub(crate) mounts: Vec<Mount>,
     /// The NVIDIA driver: where to find it and which compat drivers to consider.
     #[serde(default)]
     pub driver: Option<DriverConfig>,
     /// CDI devices (`nvidia.com/gpu=all`) whose specs' device nodes and mounts the build gets
     /// (see [`crate::cdi`]).
     #[serde(default)]
-    pub cdi: Vec<crate::cdi::DeviceName>,
+    pub(crate) cdi: Vec<crate::cdi::DeviceName>,
     /// The fix printed when no spec defines one of `cdi` (by default: generate the spec with
     /// `nvidia-ctk cdi generate`); NixOS's module names the unit that writes its spec.
     #[serde(default)]
-    pub cdi_hint: Option<String>,
+    pub(crate) cdi_hint: Option<String>,
     /// MIG instances as the driver publishes them (see [`crate::mig`]): with `gpus_per_build`
     /// each build is leased one, else every build gets every instance.
     #[serde(default)]
-    pub mig: Option<MigConfig>,
+    pub(crate) mig: Option<MigConfig>,
     /// What of the host's `/sys` the rule's builds see (see [`crate::sysfs`]); absent: none.
     #[serde(default)]
-    pub sysfs: Option<Sysfs>,
+    pub(crate) sysfs: Option<Sysfs>,
 }
 
 /// The part of `/sys` a rule's builds see, read-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Sysfs {
+pub(crate) enum Sysfs {
     /// The CPU and NUMA topology: `/sys/devices/system/cpu` and `/sys/devices/system/node`.
     Topology,
 }
@@ -117,7 +117,7 @@ pub enum Sysfs {
 /// nodes; the administration capabilities only when named here.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MigConfig {
+pub(crate) struct MigConfig {
     /// Also expose the `config` capability (create and destroy MIG instances).
     #[serde(default)]
     pub config: bool,
@@ -132,20 +132,20 @@ pub struct MigConfig {
 pub struct DriverConfig {
     /// The NixOS driver link; used (with its closure) when it exists under the host root.
     #[serde(default = "default_driver_link")]
-    pub link: PathBuf,
+    pub(crate) link: PathBuf,
     /// Without the link: bind the host's driver libraries (from `/etc/ld.so.cache`, then
     /// `library_dirs`) at `<link>/lib/<name>`.
     #[serde(default = "yes")]
-    pub host_libraries: bool,
+    pub(crate) host_libraries: bool,
     /// Directories searched for driver libraries after the loader cache.
     #[serde(default = "default_library_dirs")]
-    pub library_dirs: Vec<PathBuf>,
+    pub(crate) library_dirs: Vec<PathBuf>,
     /// Compat driver directories (globs; under the host root unless in the store).
     #[serde(default = "default_compat")]
-    pub compat: Vec<String>,
+    pub(crate) compat: Vec<String>,
     /// Fail tagged builds when no driver is found.
     #[serde(default = "yes")]
-    pub required: bool,
+    pub(crate) required: bool,
 }
 
 impl Default for DriverConfig {
@@ -165,13 +165,13 @@ impl Default for DriverConfig {
 #[serde(deny_unknown_fields)]
 pub struct DeviceGlob {
     /// Absolute glob, matched under the host root; only character devices and directories count.
-    pub glob: String,
+    pub(crate) glob: String,
     /// Fail tagged builds when nothing matches.
     #[serde(default)]
-    pub required: bool,
+    pub(crate) required: bool,
     /// What to tell the user when a required glob matches nothing.
     #[serde(default)]
-    pub hint: Option<String>,
+    pub(crate) hint: Option<String>,
     /// Only on this kind of host: `tegra` (Jetson) or `discrete`; absent: on every host.
     #[serde(default)]
     pub platform: Option<Platform>,
@@ -190,7 +190,7 @@ pub enum Platform {
 /// A host path exposed at the same path inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HostPath {
+pub(crate) struct HostPath {
     /// Absolute path, looked up under the host root.
     pub path: PathBuf,
     /// Fail tagged builds when it does not exist.
@@ -208,7 +208,7 @@ pub struct HostPath {
 /// A host path exposed at a different path inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Mount {
+pub(crate) struct Mount {
     /// Where the build sees it.
     pub inside: PathBuf,
     /// The real path on the host (not under the host root).
@@ -270,14 +270,14 @@ fn yes() -> bool {
 
 impl Rule {
     /// Whether this rule answers to any of `features`.
-    pub fn answers_any(&self, features: &[&[u8]]) -> bool {
+    pub(crate) fn answers_any(&self, features: &[&[u8]]) -> bool {
         self.features
             .iter()
             .any(|mine| features.contains(&mine.as_bytes()))
     }
 
     /// The first of `features` this rule answers to, for messages.
-    pub fn first_match<'f>(&self, features: &[&'f [u8]]) -> Option<&'f [u8]> {
+    pub(crate) fn first_match<'f>(&self, features: &[&'f [u8]]) -> Option<&'f [u8]> {
         features
             .iter()
             .copied()

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// A value the configuration may not hold.
 #[derive(Debug, thiserror::Error)]
-pub enum Invalid {
+pub(crate) enum Invalid {
     /// A top-level path (or a `symlink_roots` entry) is relative.
     #[error("{field} must be an absolute path, got {path:?}")]
     NotAbsolute {

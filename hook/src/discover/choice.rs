@@ -13,7 +13,7 @@ use serde::Serialize;
 
 /// What is known of the host's own driver.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct HostDriverFacts {
+pub(crate) struct HostDriverFacts {
     /// The kernel module version, e.g. `535.104.05`.
     pub kernel_driver: Option<String>,
     /// Its branch (major), e.g. 535.
@@ -27,7 +27,7 @@ pub struct HostDriverFacts {
 
 /// A compat driver that was not used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     /// The compat directory.
     pub dir: String,
     /// Why it was not used.
@@ -36,7 +36,7 @@ pub struct Rejection {
 
 /// The decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DriverChoice {
+pub(crate) struct DriverChoice {
     /// Host or compat.
     pub kind: DriverKind,
     /// The chosen compat driver, when compat.
@@ -50,7 +50,7 @@ pub struct DriverChoice {
 }
 
 /// Chooses between the host driver and the `candidates`.
-pub fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> DriverChoice {
+pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> DriverChoice {
     let mut rejected = Vec::new();
     let mut accepted: Vec<CompatDriver> = Vec::new();
     for c in candidates {

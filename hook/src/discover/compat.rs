@@ -9,14 +9,9 @@ use super::versions::{self, CudaVersion};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// Section holding the forward-compatibility note, and the owner name of NVIDIA's notes.
-pub use cuda_sandbox_elfkit::{
-    COMPAT_NOTE_OWNER as NOTE_OWNER, COMPAT_NOTE_SECTION as NOTE_SECTION,
-};
-
 /// What a compat driver's note says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CompatNote {
+pub(crate) struct CompatNote {
     /// `"CUDA Version"`: the CUDA version this compat driver provides.
     pub cuda_version: Option<CudaVersion>,
     /// `"Driver"`: kernel driver branches it runs on; `None` when the note has no list.
@@ -27,7 +22,7 @@ pub struct CompatNote {
 
 /// A compat driver found on the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CompatDriver {
+pub(crate) struct CompatDriver {
     /// The directory holding it (`…/compat`), as the build sees it.
     pub dir: PathBuf,
     /// Where that directory is on the host.
@@ -41,7 +36,7 @@ pub struct CompatDriver {
 }
 
 /// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
-pub fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, String> {
+pub(crate) fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, String> {
     match cuda_sandbox_elfkit::compat_note(elf)? {
         Some(desc) => parse_note_json(desc).map(Some),
         None => Ok(None),
@@ -80,7 +75,7 @@ fn parse_note_json(desc: &[u8]) -> Result<CompatNote, String> {
 
 /// Looks at a candidate compat directory: the `libcuda.so.<version>` in it and its note.
 /// `Ok(None)` when the directory holds no compat libcuda.
-pub fn inspect_dir(dir: &Path, dir_outside: &Path) -> Result<Option<CompatDriver>, String> {
+pub(crate) fn inspect_dir(dir: &Path, dir_outside: &Path) -> Result<Option<CompatDriver>, String> {
     let entries = match std::fs::read_dir(dir_outside) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

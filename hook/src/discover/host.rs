@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// (`NVIDIA_DRIVER_CAPABILITIES`, whose `graphics` the `opengl` feature asks for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Capability {
+pub(crate) enum Capability {
     /// CUDA and OpenCL.
     Compute,
     /// NVML and the configuration libraries (`nvidia-smi`'s).
@@ -37,7 +37,7 @@ impl std::fmt::Display for Capability {
 /// `graphics_libs_glvnd`), which the NVIDIA container toolkit mounts for each capability.
 /// Left out: the GLVND dispatchers (`libGL`, `libEGL`, …, which Nixpkgs brings itself), and
 /// `libvdpau_nvidia`, which lives in a `vdpau/` directory of its own.
-pub const DRIVER_LIBRARIES: &[(Capability, &[&str])] = &[
+pub(crate) const DRIVER_LIBRARIES: &[(Capability, &[&str])] = &[
     (
         Capability::Compute,
         &[
@@ -88,7 +88,7 @@ pub const DRIVER_LIBRARIES: &[(Capability, &[&str])] = &[
 /// `/usr/share`): the NVIDIA container toolkit's graphics mounts (`internal/discover/graphics.go`:
 /// the EGL vendor and external-platform files, `nvoptix.bin`, the Vulkan ICD and layer files).
 /// They are bound under the driver link's `share`, where Nixpkgs' loaders look.
-pub const DRIVER_DATA_FILES: &[(Capability, &str)] = &[
+pub(crate) const DRIVER_DATA_FILES: &[(Capability, &str)] = &[
     (Capability::Graphics, "glvnd/egl_vendor.d/10_nvidia.json"),
     (
         Capability::Graphics,
@@ -109,10 +109,10 @@ pub const DRIVER_DATA_FILES: &[(Capability, &str)] = &[
 
 /// The configuration directories data files are looked for in, first found wins (the
 /// toolkit's order).
-pub const DATA_FILE_DIRS: &[&str] = &["/etc", "/usr/local/share", "/usr/share"];
+pub(crate) const DATA_FILE_DIRS: &[&str] = &["/etc", "/usr/local/share", "/usr/share"];
 
 /// Stems of Jetson's host-only libraries, which a compat driver needs too.
-pub const JETSON_LIBRARIES: &[&str] = &[
+pub(crate) const JETSON_LIBRARIES: &[&str] = &[
     "libnvos",
     "libnvsocsys",
     "libnvsciipc",
@@ -125,7 +125,7 @@ pub const JETSON_LIBRARIES: &[&str] = &[
 ];
 
 /// Stems a compat driver ships, replacing the host's.
-pub const COMPAT_LIBRARIES: &[&str] = &[
+pub(crate) const COMPAT_LIBRARIES: &[&str] = &[
     "libcuda",
     "libnvidia-ptxjitcompiler",
     "libnvidia-nvvm",
@@ -133,7 +133,7 @@ pub const COMPAT_LIBRARIES: &[&str] = &[
 ];
 
 /// Directories searched after the loader cache.
-pub const USUAL_LIBRARY_DIRS: &[&str] = &[
+pub(crate) const USUAL_LIBRARY_DIRS: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib64",
     "/usr/lib/aarch64-linux-gnu",
@@ -145,7 +145,7 @@ pub const USUAL_LIBRARY_DIRS: &[&str] = &[
 
 /// The stem of `name` when it is a driver library (`libcuda.so.1` → `libcuda`); `None` for
 /// everything else, libc and libstdc++ included.
-pub fn driver_library_stem(name: &str) -> Option<&'static str> {
+pub(crate) fn driver_library_stem(name: &str) -> Option<&'static str> {
     let (stem, rest) = name.split_once(".so")?;
     if !(rest.is_empty() || rest.starts_with('.')) {
         return None;
@@ -162,7 +162,7 @@ pub fn driver_library_stem(name: &str) -> Option<&'static str> {
 }
 
 /// The capability a driver library's stem serves (Jetson's host libraries: compute).
-pub fn capability_of(stem: &str) -> Capability {
+pub(crate) fn capability_of(stem: &str) -> Capability {
     DRIVER_LIBRARIES
         .iter()
         .find(|(_, stems)| stems.contains(&stem))
@@ -171,7 +171,7 @@ pub fn capability_of(stem: &str) -> Capability {
 
 /// A host driver library to expose.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostLibrary {
+pub(crate) struct HostLibrary {
     /// Its file name (the soname for cache entries), e.g. `libcuda.so.1`.
     pub name: String,
     /// Its stem, e.g. `libcuda`.
@@ -186,7 +186,7 @@ pub struct HostLibrary {
 
 /// A driver data file of the host's (an ICD file, `nvoptix.bin`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostDataFile {
+pub(crate) struct HostDataFile {
     /// Its place relative to its configuration directory, and under the driver link's `share`.
     pub rel: PathBuf,
     /// Where it is on the host (under the host root).
@@ -199,7 +199,7 @@ pub struct HostDataFile {
 
 /// The host's driver data files ([`DRIVER_DATA_FILES`]), each from the first of
 /// [`DATA_FILE_DIRS`] that has it under `root` (looked at with `lstat`, nothing opened).
-pub fn host_data_files(root: &Path, store_dir: &Path) -> Vec<HostDataFile> {
+pub(crate) fn host_data_files(root: &Path, store_dir: &Path) -> Vec<HostDataFile> {
     DRIVER_DATA_FILES
         .iter()
         .filter_map(|(capability, rel)| {
@@ -218,7 +218,7 @@ pub fn host_data_files(root: &Path, store_dir: &Path) -> Vec<HostDataFile> {
 
 /// The host's driver libraries: loader-cache entries for this architecture first (the first
 /// entry of a name wins, as for the loader), then files in `dirs` under `root`.
-pub fn host_libraries(
+pub(crate) fn host_libraries(
     root: &Path,
     store_dir: &Path,
     dirs: &[PathBuf],
@@ -278,7 +278,7 @@ pub fn host_libraries(
 }
 
 /// `path` under `root` (store paths and a root of `/` leave it as it is).
-pub fn under(root: &Path, store_dir: &Path, path: &Path) -> PathBuf {
+pub(crate) fn under(root: &Path, store_dir: &Path, path: &Path) -> PathBuf {
     if root == Path::new("/") || path.starts_with(store_dir) {
         path.to_path_buf()
     } else {

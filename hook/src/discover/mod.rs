@@ -2,7 +2,7 @@
 //! driver and CUDA versions, the host's driver libraries, and the choice between host and
 //! compat driver (pure). [`crate::scan`] calls them to build the host view.
 
-pub mod choice;
-pub mod compat;
-pub mod host;
-pub mod versions;
+pub(crate) mod choice;
+pub(crate) mod compat;
+pub(crate) mod host;
+pub(crate) mod versions;

@@ -2,13 +2,13 @@
 //! user-space driver version in `libcuda.so.<version>`. The CUDA version type and the
 //! branch → CUDA table (docs/architecture.md) live in the manifest crate, shared with the runner.
 
-pub use cuda_sandbox_manifest::versions::{
+pub(crate) use cuda_sandbox_manifest::versions::{
     cuda_for_branch, driver_branch, kernel_module_version, CudaVersion,
 };
 
 /// The L4T release from `/etc/nv_tegra_release`, e.g. `# R35 (release), REVISION: 4.1, …` →
 /// `(35, "35.4.1")`.
-pub fn l4t_release(text: &str) -> Option<(u32, String)> {
+pub(crate) fn l4t_release(text: &str) -> Option<(u32, String)> {
     let line = text.lines().find(|l| l.trim_start().starts_with("# R"))?;
     let major: u32 = line.trim_start()[3..]
         .split(|c: char| !c.is_ascii_digit())
@@ -25,7 +25,7 @@ pub fn l4t_release(text: &str) -> Option<(u32, String)> {
 }
 
 /// The CUDA version of a Jetson's own (non-compat) driver by L4T major release.
-pub fn cuda_for_l4t(major: u32) -> Option<CudaVersion> {
+pub(crate) fn cuda_for_l4t(major: u32) -> Option<CudaVersion> {
     match major {
         32 => Some(CudaVersion(10020)),
         34 | 35 => Some(CudaVersion(11040)),
@@ -36,7 +36,7 @@ pub fn cuda_for_l4t(major: u32) -> Option<CudaVersion> {
 
 /// The user-space driver version in a library file name: `libcuda.so.550.54.14` →
 /// `550.54.14`. Tegra's `libcuda.so.1.1` carries none (returns `None`).
-pub fn version_in_file_name(name: &str, stem: &str) -> Option<String> {
+pub(crate) fn version_in_file_name(name: &str, stem: &str) -> Option<String> {
     let v = name.strip_prefix(stem)?.strip_prefix(".so.")?;
     let branch = driver_branch(v)?;
     (branch >= 100 && v.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| v.to_string())

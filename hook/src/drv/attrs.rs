@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// The derivation attribute asking for a number of GPUs (see [`crate::lease`]).
-pub const GPUS_ATTR: &str = "cudaSandboxGpus";
+pub(crate) const GPUS_ATTR: &str = "cudaSandboxGpus";
 
 /// A key of a derivation that decides what the hook exposes: a repeat of one is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub enum DecidingKey {
 
 impl DecidingKey {
     /// The key as the derivation writes it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DecidingKey::Features => "requiredSystemFeatures",
             DecidingKey::StructuredAttrs => "__json",

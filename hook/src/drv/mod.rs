@@ -30,12 +30,13 @@ mod json;
 mod oracle;
 
 pub use aterm::DrvEnv;
-pub use attrs::{DecidingKey, DrvAttrs, RequiredFeatures, Within, GPUS_ATTR};
+pub(crate) use attrs::GPUS_ATTR;
+pub use attrs::{DecidingKey, DrvAttrs, RequiredFeatures, Within};
 pub use json::JsonDerivation;
 pub use oracle::{Derivation, InputDrv, Output};
 
 /// A byte string from a derivation, borrowed from the input unless it had escapes.
-pub type DrvStr<'a> = Cow<'a, [u8]>;
+pub(crate) type DrvStr<'a> = Cow<'a, [u8]>;
 
 /// Why the hook cannot decide on a derivation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

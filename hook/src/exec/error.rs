@@ -73,7 +73,7 @@ pub enum ExecError {
 
 impl ExecError {
     /// A failed system call while doing `what`.
-    pub fn sys(what: impl Into<String>, errno: nix::Error) -> ExecError {
+    pub(crate) fn sys(what: impl Into<String>, errno: nix::Error) -> ExecError {
         ExecError::Sys {
             what: what.into(),
             errno,
@@ -81,7 +81,7 @@ impl ExecError {
     }
 
     /// A failed file operation on `path`.
-    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> ExecError {
+    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> ExecError {
         ExecError::Io {
             path: path.into(),
             error,

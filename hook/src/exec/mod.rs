@@ -36,13 +36,13 @@ pub use user_bind::UserBind;
 
 use crate::elfdeps;
 use crate::pipeline::{self, Mode};
-use crate::plan::Reason;
+use crate::plan::{Exposure, Reason};
 use crate::request::{self, Environment, Input, Request, Verdict};
 use child::{forward_signals_to, run_child};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use root::{bind, minimal_root, staging_root};
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use stdio::{standard_descriptors_open, Stdio};
@@ -123,15 +123,7 @@ pub fn prepare(
         .collect();
 
     let program = req.command.first().ok_or(ExecError::NoCommand)?;
-    let program_inside = find_program(program, req.environment.path.as_deref())?;
-    let program_real = std::fs::canonicalize(&program_inside)
-        .map_err(|e| ExecError::Program(format!("{}: {e}", program_inside.display())))?;
-    if !std::fs::metadata(&program_real).is_ok_and(|m| m.is_file()) {
-        return Err(ExecError::Program(format!(
-            "{} is not a regular file: exec runs programs only",
-            program_inside.display()
-        )));
-    }
+    let (program_inside, program_real) = program_file(program, req.environment.path.as_deref())?;
     binds.extend(user_binds.iter().map(|b| b.bind(req.user)));
     binds.push(Bind {
         inside: program_inside.clone(),
@@ -144,29 +136,7 @@ pub fn prepare(
         .iter()
         .map(|b| (b.inside.clone(), b.outside.clone()))
         .collect();
-    // The command needs its libraries; exposed host driver libraries need theirs (libc and
-    // friends), which a Nix build would get from its own closure: the command's process as
-    // if it dlopened each of them.
-    let mut dlopened = Vec::new();
-    for e in &plan.exposures {
-        let driver_lib = matches!(
-            e.reason,
-            Reason::Driver { .. } | Reason::SymlinkTarget { .. }
-        );
-        if driver_lib && e.outside.is_file() {
-            dlopened.push(e.inside.clone());
-        } else if matches!(e.reason, Reason::Driver { .. }) && e.outside.is_dir() {
-            for sub in ["", "lib"] {
-                let inside = e.inside.join(sub);
-                let found = shared_objects_in(&e.outside.join(sub));
-                dlopened.extend(
-                    found
-                        .iter()
-                        .filter_map(|p| Some(inside.join(p.file_name()?))),
-                );
-            }
-        }
-    }
+    let dlopened = driver_libraries(&plan.exposures);
     let store_dir = resolved
         .config
         .as_ref()
@@ -187,6 +157,13 @@ pub fn prepare(
         &loader,
         &sources,
     );
+    bind_libraries(&mut binds, &closure);
+    Ok(finish(binds, program_inside, closure))
+}
+
+/// Binds each library of `closure` that no bind already covers, read-only at its path (from
+/// its real path); warns of the libraries missing on this host and of those refused.
+fn bind_libraries(binds: &mut Vec<Bind>, closure: &elfdeps::Closure) {
     for m in &closure.missing {
         crate::log::warn(format_args!(
             "exec: a needed library is not on this host: {m}"
@@ -207,7 +184,49 @@ pub fn prepare(
             });
         }
     }
-    Ok(finish(binds, program_inside, closure))
+}
+
+/// The command's program: its path as found in `path` (the inside path it is bound at) and
+/// its real path, which must be a regular file.
+fn program_file(program: &OsString, path: Option<&OsStr>) -> Result<(PathBuf, PathBuf), ExecError> {
+    let inside = find_program(program, path)?;
+    let real = std::fs::canonicalize(&inside)
+        .map_err(|e| ExecError::Program(format!("{}: {e}", inside.display())))?;
+    if !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
+        return Err(ExecError::Program(format!(
+            "{} is not a regular file: exec runs programs only",
+            inside.display()
+        )));
+    }
+    Ok((inside, real))
+}
+
+/// The exposed driver libraries, by their inside paths: the command needs its libraries, and
+/// exposed host driver libraries need theirs (libc and friends), which a Nix build would get
+/// from its own closure, so the command's process is planned as if it dlopened each of them
+/// (each file, and the shared objects in a driver directory and its `lib`).
+fn driver_libraries(exposures: &[Exposure]) -> Vec<PathBuf> {
+    let mut dlopened = Vec::new();
+    for e in exposures {
+        let driver_lib = matches!(
+            e.reason,
+            Reason::Driver { .. } | Reason::SymlinkTarget { .. }
+        );
+        if driver_lib && e.outside.is_file() {
+            dlopened.push(e.inside.clone());
+        } else if matches!(e.reason, Reason::Driver { .. }) && e.outside.is_dir() {
+            for sub in ["", "lib"] {
+                let inside = e.inside.join(sub);
+                let found = shared_objects_in(&e.outside.join(sub));
+                dlopened.extend(
+                    found
+                        .iter()
+                        .filter_map(|p| Some(inside.join(p.file_name()?))),
+                );
+            }
+        }
+    }
+    dlopened
 }
 
 /// What [`prepare`] plans.
@@ -216,7 +235,7 @@ pub struct Prepared {
     /// The binds, in order, one per inside path.
     pub binds: Vec<Bind>,
     /// The command's path inside.
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     /// What the command's process loads there (its libraries, by their paths inside).
     pub closure: elfdeps::Closure,
 }
@@ -266,7 +285,15 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     let root = staging_root(&runtime_dir)?;
     resolved.chroot = Some(root.clone());
     let Prepared { binds, program, .. } = prepare(req, &resolved, &user_binds, &env)?;
+    build_root(&root, req.user, &binds)?;
+    let (path, args, env) = command_line(&program, &req.command, &env)?;
+    run_command(&root, req.user, &path, &args, &env)
+}
 
+/// Makes `root` the command's root in a new mount namespace (and a new PID namespace for the
+/// child forked next): a private tmpfs with the minimal root and `binds`; nothing mounted
+/// propagates back to the host.
+fn build_root(root: &Path, user: (u32, u32), binds: &[Bind]) -> Result<(), ExecError> {
     let sys = ExecError::sys;
     // A new mount namespace now; a new PID namespace for the child forked below.
     unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
@@ -282,18 +309,28 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     .map_err(|e| sys("making / private", e))?;
     mount(
         Some("tmpfs"),
-        &root,
+        root,
         Some("tmpfs"),
         MsFlags::empty(),
         Some("mode=0755"),
     )
     .map_err(|e| sys("tmpfs on the new root", e))?;
-    minimal_root(&root, req.user)?;
-    for b in &binds {
-        bind(&root, b)?;
+    minimal_root(root, user)?;
+    for b in binds {
+        bind(root, b)?;
     }
+    Ok(())
+}
+
+/// What `execve` gets: the program's path, the arguments (the program's path inside, then
+/// the command's), and the environment as `NAME=VALUE`; a NUL in any of them is an error.
+fn command_line(
+    program: &Path,
+    command: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Result<(CString, Vec<CString>, Vec<CString>), ExecError> {
     let args: Vec<CString> = std::iter::once(program.as_os_str().to_owned())
-        .chain(req.command.iter().skip(1).cloned())
+        .chain(command.iter().skip(1).cloned())
         .map(|a| CString::new(a.as_bytes()).map_err(|_| ExecError::Nul("an argument")))
         .collect::<Result<_, _>>()?;
     let path = CString::new(program.as_os_str().as_bytes())
@@ -307,11 +344,24 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
             CString::new(pair).map_err(|_| ExecError::Nul("an --env value"))
         })
         .collect::<Result<_, _>>()?;
+    Ok((path, args, env))
+}
+
+/// Forks the command (it chroots, drops to `user` and execs `path`), relays its standard
+/// descriptors and signals, and exits with its status.
+fn run_command(
+    root: &Path,
+    user: (u32, u32),
+    path: &CString,
+    args: &[CString],
+    env: &[CString],
+) -> Result<std::convert::Infallible, ExecError> {
+    let sys = ExecError::sys;
     let stdio = Stdio::for_command().map_err(ExecError::Stdio)?;
     // SAFETY: the hook is single-threaded here; the child only makes system calls and execs.
     match unsafe { nix::unistd::fork() }.map_err(|e| sys("fork", e))? {
         nix::unistd::ForkResult::Child => {
-            let e = run_child(&root, req.user, &stdio, &path, &args, &env);
+            let e = run_child(root, user, &stdio, path, args, env);
             crate::log::error(e);
             // SAFETY: _exit in the forked child, without running the parent's destructors.
             unsafe { nix::libc::_exit(127) }

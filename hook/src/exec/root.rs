@@ -10,13 +10,13 @@ pub struct Bind {
     /// Path inside the new root.
     pub inside: PathBuf,
     /// Host path.
-    pub outside: PathBuf,
+    pub(crate) outside: PathBuf,
     /// Writable (device nodes and `--bind` paths); everything else is bound read-only.
-    pub writable: bool,
+    pub(crate) writable: bool,
     /// For a `--bind` path, the command's user (uid, gid): the path is checked again when it
     /// is bound ([`UserBind::open`]: no symlink on it, writable by that user) and bound
     /// through the descriptor that walk reached, not by its name.
-    pub for_user: Option<(u32, u32)>,
+    pub(crate) for_user: Option<(u32, u32)>,
 }
 
 /// The host directory the private root is mounted on, `<runtime_dir>/exec-root`: a state

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct UserBind {
     /// The path, absolute: where the command sees it.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     fd: OwnedFd,
 }
 
@@ -50,7 +50,7 @@ impl UserBind {
 
     /// The bind mount of this path for `user`, at its own place (checked again when it is
     /// bound, [`Bind::for_user`]).
-    pub fn bind(&self, user: (u32, u32)) -> Bind {
+    pub(crate) fn bind(&self, user: (u32, u32)) -> Bind {
         Bind {
             inside: self.path.clone(),
             outside: self.path.clone(),
@@ -60,7 +60,7 @@ impl UserBind {
     }
 
     /// The entry checked, through its descriptor, to mount from while `self` is held.
-    pub fn source(&self) -> PathBuf {
+    pub(crate) fn source(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
     }
 }

@@ -6,14 +6,14 @@ use crate::slot::Slot;
 
 /// Not enough slots are free: the live leases on the others.
 #[derive(Debug)]
-pub struct Shortage {
+pub(super) struct Shortage {
     /// The leases that hold slots.
     pub held: Vec<LeaseRecord>,
 }
 
 /// `count` of `slots` that no lease in `held` overlaps ([`Slot::overlaps`]), the least used
 /// first (by `usage`), then in order, returned in ascending order.
-pub fn choose(
+pub(super) fn choose(
     slots: &[Slot],
     held: Vec<LeaseRecord>,
     usage: &Usage,

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// to judge. A lease that cannot be ended on drop stays too (the next hook judges it as usual).
 #[derive(Debug)]
 #[must_use = "dropping the guard ends the lease"]
-pub struct LeaseGuard {
+pub(crate) struct LeaseGuard {
     leases: Leases,
     slots: Vec<Slot>,
     chroot: PathBuf,
@@ -32,12 +32,12 @@ impl LeaseGuard {
     }
 
     /// The slots leased.
-    pub fn slots(&self) -> &[Slot] {
+    pub(crate) fn slots(&self) -> &[Slot] {
         &self.slots
     }
 
     /// Keeps the lease for the build: it is no longer ended on drop.
-    pub fn commit(&mut self) {
+    pub(crate) fn commit(&mut self) {
         self.committed = true;
     }
 }

@@ -23,7 +23,7 @@ pub struct Holder {
 impl Holder {
     /// The process that ran this hook: Nix (the daemon's worker, or an in-process
     /// `nix-build`). A wrapper script around the hook must `exec` it.
-    pub fn parent() -> Option<Holder> {
+    pub(crate) fn parent() -> Option<Holder> {
         Holder::of(std::os::unix::process::parent_id())
     }
 
@@ -34,7 +34,7 @@ impl Holder {
     }
 
     /// Whether this very process (same pid, same start time) still runs.
-    pub fn alive(self) -> bool {
+    pub(crate) fn alive(self) -> bool {
         Holder::of(self.pid) == Some(self)
     }
 
@@ -67,13 +67,13 @@ impl Holder {
 impl Builder {
     /// Whether this builder still runs: then its PID namespace, and every process of the
     /// build, lives (when a namespace's init ends, the kernel kills the rest, pid_namespaces(7)).
-    pub fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         Holder::of(self.pid).is_some_and(|h| h.start == self.start)
     }
 }
 
 /// The birth time of `path`, when its filesystem records one.
-pub fn born(path: &Path) -> Option<u128> {
+pub(crate) fn born(path: &Path) -> Option<u128> {
     let t = std::fs::metadata(path).ok()?.created().ok()?;
     Some(t.duration_since(UNIX_EPOCH).ok()?.as_nanos())
 }
@@ -82,12 +82,12 @@ pub fn born(path: &Path) -> Option<u128> {
 /// sandbox's `/proc` exists. Nix creates it in the builder's process, after the hook and before
 /// the builder runs (seen on Nix 2.8, 2.26 and 2.34), and only root can write the chroot's top
 /// directory.
-pub fn sandbox_set_up(chroot: &Path) -> bool {
+pub(super) fn sandbox_set_up(chroot: &Path) -> bool {
     std::fs::symlink_metadata(chroot.join("proc")).is_ok_and(|m| m.is_dir())
 }
 
 /// A lease record being checked, and whether the check learnt something to keep.
-pub struct Checked {
+pub(super) struct Checked {
     /// The record, with the builders the check found added.
     pub record: LeaseRecord,
     /// Whether the check added builders (the record should be written back).
@@ -97,7 +97,7 @@ pub struct Checked {
 impl Checked {
     /// Whether its build can still use the GPU (see "When a lease ends" in the module
     /// documentation). `me` is the Nix process running the asking hook.
-    pub fn is_live(&mut self, me: Option<Holder>, procs: &Processes) -> bool {
+    pub(super) fn is_live(&mut self, me: Option<Holder>, procs: &Processes) -> bool {
         let r = &self.record;
         let same_dir = std::fs::metadata(&r.chroot).is_ok_and(|m| {
             (m.dev(), m.ino()) == r.chroot_id
@@ -218,7 +218,7 @@ struct Proc {
 
 /// What the processes on the host are, as far as leases care: each one's parent, start time,
 /// root directory and PID namespace.
-pub struct Processes {
+pub(super) struct Processes {
     all: Vec<Proc>,
     /// Where each pid is in `all`.
     index: HashMap<u32, usize>,
@@ -232,7 +232,7 @@ pub struct Processes {
 
 impl Processes {
     /// Reads every process's parent, start time, root and PID namespace from `/proc`.
-    pub fn scan() -> Processes {
+    pub(super) fn scan() -> Processes {
         let ns_of = |dir: &Path| std::fs::metadata(dir.join("ns/pid")).ok().map(|m| m.ino());
         let mut all = Vec::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The lock file's name in the lease directory.
-pub const LOCK_FILE: &str = ".lock";
+pub(super) const LOCK_FILE: &str = ".lock";
 
 /// The lock held; released when dropped.
-pub type Held = Flock<std::fs::File>;
+pub(super) type Held = Flock<std::fs::File>;
 
 /// Why the lock could not be taken; one line.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum LockError {
 /// second so that a lease wait of 0 still rides out a peer's moment under the lock. Another
 /// hook holds it only for a moment; a lock held longer is a stuck or hostile process, and the
 /// build fails rather than hang.
-pub fn lock(dir: &StateDir, wait: Duration) -> Result<Held, LockError> {
+pub(super) fn lock(dir: &StateDir, wait: Duration) -> Result<Held, LockError> {
     let path = dir.path.join(LOCK_FILE);
     let started = Instant::now();
     let mut file = match dir.open_lock(LOCK_FILE) {

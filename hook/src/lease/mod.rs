@@ -71,14 +71,15 @@ mod lock;
 mod record;
 mod sweep;
 
-pub use crate::slot::{MigSlice, Slot};
-pub use guard::LeaseGuard;
-pub use liveness::{born, Holder};
+pub use crate::slot::Slot;
+pub(crate) use guard::LeaseGuard;
+pub(crate) use liveness::born;
+pub use liveness::Holder;
 pub use lock::LockError;
 pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
-pub use crate::drv::GPUS_ATTR;
+pub(crate) use crate::drv::GPUS_ATTR;
 
 use crate::statedir::StateDir;
 use std::os::unix::fs::MetadataExt;
@@ -282,7 +283,7 @@ impl Leases {
 
     /// [`Leases::acquire`], the lease held by a guard: ended when the guard is dropped
     /// uncommitted (the hook failed after taking it), kept once it is committed.
-    pub fn acquire_guarded(
+    pub(crate) fn acquire_guarded(
         &self,
         req: &LeaseRequest,
         holder: Holder,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The per-slot count of leases granted (by [`Slot::key`]), which orders the free slots.
-pub type Usage = BTreeMap<String, u64>;
+pub(super) type Usage = BTreeMap<String, u64>;
 
 const USAGE_FILE: &str = "usage.json";
 
@@ -32,10 +32,10 @@ pub struct LeaseRecord {
     #[serde(default = "first_version")]
     pub version: u32,
     /// The GPU (`/dev/nvidia<gpu>`).
-    pub gpu: u32,
+    pub(crate) gpu: u32,
     /// The MIG instance of it, when the lease is one slice (absent: the whole GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig: Option<MigSlice>,
+    pub(crate) mig: Option<MigSlice>,
     /// The derivation being built, for messages.
     pub derivation: String,
     /// The build's sandbox root (the chroot directory Nix passed the hook).
@@ -45,11 +45,11 @@ pub struct LeaseRecord {
     /// Birth time of `chroot` (nanoseconds since the epoch), where the filesystem keeps one:
     /// a directory made anew can get the inode of a deleted one (ext4 reuses them).
     #[serde(default)]
-    pub chroot_born: Option<u128>,
+    pub(crate) chroot_born: Option<u128>,
     /// The process that ran the hook (Nix), which starts the builder.
-    pub holder_pid: u32,
+    pub(crate) holder_pid: u32,
     /// Its start time (`/proc/<pid>/stat` field 22), so a reused pid does not count.
-    pub holder_start: u64,
+    pub(crate) holder_start: u64,
     /// When the lease was taken (seconds since the epoch).
     pub since: u64,
     /// The build's builders as hooks saw them: the outermost init of the PID namespaces of the
@@ -102,7 +102,7 @@ pub struct Builder {
 
 impl LeaseRecord {
     /// The slot the record leases.
-    pub fn slot(&self) -> Slot {
+    pub(crate) fn slot(&self) -> Slot {
         Slot::of(self.gpu, self.mig)
     }
 }
@@ -110,12 +110,12 @@ impl LeaseRecord {
 const SUFFIX: &str = ".lease";
 
 /// The name of `slot`'s lease file in the lease directory.
-pub fn file_name(slot: Slot) -> String {
+pub(super) fn file_name(slot: Slot) -> String {
     format!("{}{SUFFIX}", slot.key())
 }
 
 /// The slots of the lease files in the lease directory.
-pub fn slots(dir: &StateDir) -> Vec<Slot> {
+pub(super) fn slots(dir: &StateDir) -> Vec<Slot> {
     let mut slots: Vec<Slot> = dir
         .names()
         .iter()
@@ -126,7 +126,7 @@ pub fn slots(dir: &StateDir) -> Vec<Slot> {
 }
 
 /// What reading a lease file found.
-pub enum Read {
+pub(super) enum Read {
     /// No lease file: the GPU is free.
     Absent,
     /// A lease file that cannot be read or parsed: holds no GPU.
@@ -136,7 +136,7 @@ pub enum Read {
 }
 
 /// Reads `slot`'s lease file; one naming another slot is junk.
-pub fn read(dir: &StateDir, slot: Slot) -> Read {
+pub(super) fn read(dir: &StateDir, slot: Slot) -> Read {
     match dir.read_bytes(&file_name(slot)) {
         Ok(bytes) => serde_json::from_slice::<LeaseRecord>(&bytes)
             .ok()
@@ -148,17 +148,17 @@ pub fn read(dir: &StateDir, slot: Slot) -> Read {
 }
 
 /// Writes `record` as its slot's lease file.
-pub fn write(dir: &StateDir, record: &LeaseRecord) -> std::io::Result<()> {
+pub(super) fn write(dir: &StateDir, record: &LeaseRecord) -> std::io::Result<()> {
     write_json(dir, &file_name(record.slot()), record)
 }
 
 /// Removes `slot`'s lease file.
-pub fn remove(dir: &StateDir, slot: Slot) -> std::io::Result<()> {
+pub(super) fn remove(dir: &StateDir, slot: Slot) -> std::io::Result<()> {
     dir.remove(&file_name(slot))
 }
 
 /// The per-slot lease counts; none when the file is missing or unreadable (it only orders).
-pub fn usage(dir: &StateDir) -> Usage {
+pub(super) fn usage(dir: &StateDir) -> Usage {
     dir.read_bytes(USAGE_FILE)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -166,7 +166,7 @@ pub fn usage(dir: &StateDir) -> Usage {
 }
 
 /// Writes the per-slot lease counts.
-pub fn write_usage(dir: &StateDir, usage: &Usage) -> std::io::Result<()> {
+pub(super) fn write_usage(dir: &StateDir, usage: &Usage) -> std::io::Result<()> {
     write_json(dir, USAGE_FILE, usage)
 }
 

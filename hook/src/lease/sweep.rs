@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// The build asking, under the lock: its chroot (path, device and inode) and its Nix.
 #[derive(Debug, Clone, Copy)]
-pub struct Asker<'a> {
+pub(super) struct Asker<'a> {
     /// The build's chroot.
     pub chroot: &'a Path,
     /// Its device and inode.
@@ -22,7 +22,7 @@ pub struct Asker<'a> {
 /// instances). With `asker` (under the lock), stale lease files and the asker's own earlier
 /// ones are removed, and namespaces newly seen are written back; without it nothing is
 /// changed.
-pub fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<LeaseRecord> {
+pub(super) fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<LeaseRecord> {
     let mut procs: Option<Processes> = None;
     let mut held = Vec::new();
     let files = record::slots(dir);

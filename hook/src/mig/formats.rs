@@ -15,16 +15,16 @@ use super::{Capability, InstanceId};
 use std::collections::BTreeMap;
 
 /// The most bytes read of a capability file (a few short lines in practice).
-pub const ACCESS_MAX: u64 = 4096;
+pub(crate) const ACCESS_MAX: u64 = 4096;
 /// The most bytes read of `mig-minors` (32 GPUs × 15 GIs × 9 capabilities of ~25 bytes each
 /// is about 110 KB).
-pub const MIG_MINORS_MAX: u64 = 1 << 20;
+pub(crate) const MIG_MINORS_MAX: u64 = 1 << 20;
 /// The most bytes read of `/proc/devices`.
-pub const PROC_DEVICES_MAX: u64 = 64 << 10;
+pub(crate) const PROC_DEVICES_MAX: u64 = 64 << 10;
 
 /// Why a MIG file could not be used. Renders as one line (the caller names the file).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FormatError {
+pub(crate) enum FormatError {
     /// The file is larger than any the driver writes.
     #[error("larger than {limit} bytes")]
     TooLarge {
@@ -45,10 +45,10 @@ pub enum FormatError {
 }
 
 /// Every capability `mig-minors` lists, with its minor.
-pub type MigMinors = BTreeMap<Capability, u32>;
+pub(crate) type MigMinors = BTreeMap<Capability, u32>;
 
 /// The `DeviceFileMinor` of a capability file's text.
-pub fn access_minor(text: &[u8]) -> Result<u32, FormatError> {
+pub(crate) fn access_minor(text: &[u8]) -> Result<u32, FormatError> {
     bounded(text, ACCESS_MAX)?;
     let mut minor = None;
     for (i, line) in lines(text) {
@@ -76,7 +76,7 @@ pub fn access_minor(text: &[u8]) -> Result<u32, FormatError> {
 }
 
 /// The capabilities and minors `mig-minors` lists.
-pub fn mig_minors(text: &[u8]) -> Result<MigMinors, FormatError> {
+pub(crate) fn mig_minors(text: &[u8]) -> Result<MigMinors, FormatError> {
     bounded(text, MIG_MINORS_MAX)?;
     let mut minors = MigMinors::new();
     for (i, line) in lines(text) {
@@ -105,7 +105,7 @@ pub fn mig_minors(text: &[u8]) -> Result<MigMinors, FormatError> {
 }
 
 /// The `nvidia-caps` character-device major in `/proc/devices`, if it is listed.
-pub fn caps_major(text: &[u8]) -> Result<Option<u32>, FormatError> {
+pub(crate) fn caps_major(text: &[u8]) -> Result<Option<u32>, FormatError> {
     bounded(text, PROC_DEVICES_MAX)?;
     let mut in_char = false;
     for (i, line) in lines(text) {
@@ -157,7 +157,7 @@ fn capability(name: &str) -> Option<Capability> {
 }
 
 /// A decimal `u32` of digits only (no sign, no spaces).
-pub fn number(text: &str) -> Option<u32> {
+pub(crate) fn number(text: &str) -> Option<u32> {
     if text.is_empty() || text.len() > 10 || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

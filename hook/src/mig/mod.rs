@@ -16,19 +16,19 @@
 //! [`formats`] parses the three files (bounded, typed errors); [`crate::scan::mig`] reads
 //! them under the host root and [`crate::plan`] decides what a build gets.
 
-pub mod formats;
+pub(crate) mod formats;
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// Where the driver publishes its capabilities (as the host sees it).
-pub const CAPABILITIES_DIR: &str = "/proc/driver/nvidia/capabilities";
+pub(crate) const CAPABILITIES_DIR: &str = "/proc/driver/nvidia/capabilities";
 /// The list of every capability the driver can publish, with its minor.
-pub const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
+pub(crate) const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
 /// The kernel's list of device majors.
-pub const PROC_DEVICES: &str = "/proc/devices";
+pub(crate) const PROC_DEVICES: &str = "/proc/devices";
 /// The directory of the capability device nodes.
-pub const CAPS_DEV_DIR: &str = "/dev/nvidia-caps";
+pub(crate) const CAPS_DEV_DIR: &str = "/dev/nvidia-caps";
 
 /// One MIG compute instance: the unit a build is leased.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -50,7 +50,7 @@ impl std::fmt::Display for InstanceId {
 /// Which capability a node grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "capability", rename_all = "kebab-case")]
-pub enum Capability {
+pub(crate) enum Capability {
     /// Access to a GPU instance.
     Gi {
         /// The parent GPU.
@@ -69,7 +69,7 @@ pub enum Capability {
 impl Capability {
     /// The capability's file as the host sees it (`…/gpu0/mig/gi1/access`), which
     /// `nvidia-modprobe -f` takes to create its node.
-    pub fn proc_path(&self) -> PathBuf {
+    pub(crate) fn proc_path(&self) -> PathBuf {
         let dir = PathBuf::from(CAPABILITIES_DIR);
         match self {
             Capability::Gi { gpu, gi } => dir.join(format!("gpu{gpu}/mig/gi{gi}/access")),
@@ -77,11 +77,6 @@ impl Capability {
             Capability::Config => dir.join("mig/config"),
             Capability::Monitor => dir.join("mig/monitor"),
         }
-    }
-
-    /// Whether it is for administration only (never given to a build unless a rule names it).
-    pub fn is_admin(&self) -> bool {
-        matches!(self, Capability::Config | Capability::Monitor)
     }
 }
 
@@ -97,6 +92,6 @@ impl std::fmt::Display for Capability {
 }
 
 /// The device node of the capability with `minor`, as the build sees it.
-pub fn node_path(minor: u32) -> PathBuf {
+pub(crate) fn node_path(minor: u32) -> PathBuf {
     PathBuf::from(format!("{CAPS_DEV_DIR}/nvidia-cap{minor}"))
 }

@@ -3,7 +3,7 @@
 //! problem, with the reason.
 
 use super::{Decision, Problem, Reason, Skip};
-use crate::config::{Config, Platform};
+use crate::config::{Config, DeviceGlob, Platform};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
 use crate::symlinks::{self, Node, Space};
@@ -33,87 +33,19 @@ impl Decision {
             }
             DeviceScan::Matched(matches) => matches,
         };
-        let root = &config.host_root;
-        let space = Space::Rooted {
-            root,
-            store_dir: &config.store_dir,
-        };
         let mut found = 0;
         for entry in matches {
-            let outside = match entry {
-                Ok(p) => p,
-                Err(e) => {
-                    self.skipped.push(Skip {
-                        path: e.path().display().to_string(),
-                        why: e.to_string(),
-                    });
-                    continue;
+            match entry {
+                Ok(outside) => {
+                    if self.add_device_node(rule, glob, outside, config, view) {
+                        found += 1;
+                    }
                 }
-            };
-            let inside = match outside.strip_prefix(root) {
-                Ok(rel) => Path::new("/").join(rel),
-                Err(_) => continue,
-            };
-            if is_wild(&glob.glob) && inside.starts_with(mig::CAPS_DEV_DIR) {
-                // A wildcard would give every MIG instance, and the config and monitor
-                // capabilities, to every build.
-                self.skipped.push(Skip {
-                    path: inside.display().to_string(),
-                    why: "a MIG capability node: only [rule.mig] exposes these (each build its \
-                          own instance's), or a device glob naming the node itself"
-                        .to_string(),
-                });
-                continue;
+                Err(e) => self.skipped.push(Skip {
+                    path: e.path().display().to_string(),
+                    why: e.to_string(),
+                }),
             }
-            let chain = match symlinks::follow(&inside, outside, space, view)
-                .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-            {
-                Ok(chain) => chain,
-                Err(e) => {
-                    self.skipped.push(Skip {
-                        path: inside.display().to_string(),
-                        why: e.to_string(),
-                    });
-                    continue;
-                }
-            };
-            if !matches!(chain.target, Node::CharDevice | Node::Dir) {
-                self.skipped.push(Skip {
-                    path: inside.display().to_string(),
-                    why: "not a character device or directory".to_string(),
-                });
-                continue;
-            }
-            if let Some(bad) = unexpressible(&chain.hops) {
-                let what = format!(
-                    "device {} (glob {}) cannot be given to the build: {bad:?} holds a newline \
-                     or '=', which Nix's pre-build-hook protocol cannot express",
-                    inside.display(),
-                    glob.glob
-                );
-                if glob.required {
-                    self.problems.push(Problem {
-                        rule: rule.to_string(),
-                        what,
-                        fix: "rename the device node (its udev rule)".to_string(),
-                    });
-                } else {
-                    self.warnings.push(format!("{what}; skipped (optional)"));
-                    self.skipped.push(Skip {
-                        path: inside.display().to_string(),
-                        why: "optional, and its path cannot be expressed in Nix's pre-build-hook \
-                              protocol (newline or '=')"
-                            .to_string(),
-                    });
-                }
-                continue;
-            }
-            found += 1;
-            let reason = Reason::Device {
-                rule: rule.to_string(),
-                glob: glob.glob.clone(),
-            };
-            self.add_chain(chain.hops, reason);
         }
         if found > 0 {
             return;
@@ -130,6 +62,88 @@ impl Decision {
                 why: "optional device glob matched nothing".to_string(),
             });
         }
+    }
+
+    /// Exposes one node a device glob matched (`outside`, below the host root), with the
+    /// links on the way, and says whether it did: a MIG capability node under a wildcard, a
+    /// chain that cannot be followed within the roots, what is neither a character device
+    /// nor a directory, and a path Nix's protocol cannot express are not exposed.
+    fn add_device_node(
+        &mut self,
+        rule: &str,
+        glob: &DeviceGlob,
+        outside: &Path,
+        config: &Config,
+        view: &HostView,
+    ) -> bool {
+        let space = Space::Rooted {
+            root: &config.host_root,
+            store_dir: &config.store_dir,
+        };
+        let Ok(rel) = outside.strip_prefix(&config.host_root) else {
+            return false;
+        };
+        let inside = Path::new("/").join(rel);
+        if is_wild(&glob.glob) && inside.starts_with(mig::CAPS_DEV_DIR) {
+            // A wildcard would give every MIG instance, and the config and monitor
+            // capabilities, to every build.
+            self.skipped.push(Skip {
+                path: inside.display().to_string(),
+                why: "a MIG capability node: only [rule.mig] exposes these (each build its \
+                      own instance's), or a device glob naming the node itself"
+                    .to_string(),
+            });
+            return false;
+        }
+        let chain = match symlinks::follow(&inside, outside, space, view)
+            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+        {
+            Ok(chain) => chain,
+            Err(e) => {
+                self.skipped.push(Skip {
+                    path: inside.display().to_string(),
+                    why: e.to_string(),
+                });
+                return false;
+            }
+        };
+        if !matches!(chain.target, Node::CharDevice | Node::Dir) {
+            self.skipped.push(Skip {
+                path: inside.display().to_string(),
+                why: "not a character device or directory".to_string(),
+            });
+            return false;
+        }
+        if let Some(bad) = unexpressible(&chain.hops) {
+            let what = format!(
+                "device {} (glob {}) cannot be given to the build: {bad:?} holds a newline \
+                 or '=', which Nix's pre-build-hook protocol cannot express",
+                inside.display(),
+                glob.glob
+            );
+            if glob.required {
+                self.problems.push(Problem {
+                    rule: rule.to_string(),
+                    what,
+                    fix: "rename the device node (its udev rule)".to_string(),
+                });
+            } else {
+                self.warnings.push(format!("{what}; skipped (optional)"));
+                self.skipped.push(Skip {
+                    path: inside.display().to_string(),
+                    why: "optional, and its path cannot be expressed in Nix's pre-build-hook \
+                          protocol (newline or '=')"
+                        .to_string(),
+                });
+            }
+            return false;
+        }
+        let reason = Reason::Device {
+            rule: rule.to_string(),
+            glob: glob.glob.clone(),
+        };
+        self.add_chain(chain.hops, reason);
+        true
     }
 }
 
@@ -157,7 +171,7 @@ pub(super) fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
 }
 
 /// The fix to suggest when a required device glob matches nothing.
-pub fn device_hint(glob: &str) -> String {
+pub(super) fn device_hint(glob: &str) -> String {
     if glob.contains("nvidia-uvm") {
         "the nvidia-uvm module is not loaded or its node not created yet: run \
          `nvidia-modprobe -u -c=0` (or `modprobe nvidia-uvm`) on the builder, and make it \

@@ -3,7 +3,7 @@
 
 use super::{Decision, Problem, Reason, Skip, Want};
 use crate::config::{Config, Platform};
-use crate::discover::choice::{self, HostDriverFacts};
+use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
 use crate::discover::host::{Capability, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::discover::versions;
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// Where an exposed driver file or directory comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DriverSource {
+pub(crate) enum DriverSource {
     /// The NixOS driver link (`driver-link`).
     DriverLink,
     /// A host library bound at the link (`host-library (<capability>) from <where it was
@@ -67,7 +67,32 @@ enum HostSource {
     Absent,
 }
 
+/// One rule's driver as the planning steps see it: the rule, what the scan found, where the
+/// host is (`space`) and the driver link the build sees (`link`, its `lib`).
+struct DriverSite<'a> {
+    rule: &'a str,
+    driver: &'a DriverView,
+    config: &'a Config,
+    view: &'a HostView,
+    space: Space<'a>,
+    link: PathBuf,
+    link_lib: PathBuf,
+}
+
+impl DriverSite<'_> {
+    /// The exposures' reason, for a file from `source`.
+    fn reason(&self, source: DriverSource) -> Reason {
+        Reason::Driver {
+            rule: self.rule.to_string(),
+            source,
+        }
+    }
+}
+
 impl Decision {
+    /// Plans the driver of `rule`: where the host driver comes from, which driver the build
+    /// gets (the host's or a compat one, `choice::choose`), the files exposed for it, and the
+    /// driver part of the manifest.
     pub(super) fn add_driver(
         &mut self,
         rule: &str,
@@ -75,105 +100,124 @@ impl Decision {
         config: &Config,
         view: &HostView,
     ) {
-        let cfg = &driver.source;
-        let space = Space::Rooted {
-            root: &config.host_root,
-            store_dir: &config.store_dir,
+        let link = symlinks::normalize(&driver.source.link);
+        let site = DriverSite {
+            rule,
+            driver,
+            config,
+            view,
+            space: Space::Rooted {
+                root: &config.host_root,
+                store_dir: &config.store_dir,
+            },
+            link_lib: link.join("lib"),
+            link,
         };
-        let link = symlinks::normalize(&cfg.link);
-        let link_lib = link.join("lib");
-        let source = if driver.link_present {
-            HostSource::Link(link.clone())
-        } else if let Some(found) = driver.host_libraries.clone() {
-            let libs = found.libraries;
-            for w in found.warnings {
-                self.skipped.push(Skip {
-                    path: "/etc/ld.so.cache".into(),
-                    why: w,
-                });
-            }
-            if libs.iter().any(|l| l.stem == "libcuda") {
-                HostSource::Libraries(libs, found.data_files)
-            } else {
-                HostSource::Absent
-            }
-        } else {
-            HostSource::Absent
-        };
+        let source = self.host_source(driver);
 
         // The host libcuda's real file name tells the host driver's version.
-        let host_libcuda_outside = match &source {
-            HostSource::Link(l) => Some(space.outside(&l.join("lib/libcuda.so.1"))),
-            HostSource::Libraries(libs, _) => libs
-                .iter()
-                .find(|l| l.name == "libcuda.so.1")
-                .or_else(|| libs.iter().find(|l| l.stem == "libcuda"))
-                .map(|l| l.outside.clone()),
-            HostSource::Absent => None,
-        };
-        let real_name = host_libcuda_outside
-            .as_ref()
-            .and_then(|p| view.snapshot.real_paths.get(p))
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let real_name = host_libcuda_name(&source, &site);
         let facts = host_facts(&view.facts, real_name.as_deref());
-        let at_link = matches!(source, HostSource::Link(_)).then_some(link.as_path());
+        let at_link = matches!(source, HostSource::Link(_)).then_some(site.link.as_path());
         self.add_stale_driver(rule, &view.facts, real_name.as_deref(), at_link);
 
         let candidates = self.compat_candidates(driver);
         let choice = choice::choose(&facts, candidates);
-        let compat = choice.compat.clone();
         // Where the hook binds the driver file by file (no NixOS link), the compat driver's
         // libraries replace the host's at the link, so that binaries finding libcuda through
         // DT_RUNPATH (or LD_LIBRARY_PATH) load it too. A NixOS link is one directory: there
         // the build's library path must put the compat directory first.
-        let replace_at_link = compat.is_some() && !matches!(source, HostSource::Link(_));
-        let reason = |source: DriverSource| Reason::Driver {
-            rule: rule.to_string(),
-            source,
-        };
+        let replace_at_link = choice.compat.is_some() && !matches!(source, HostSource::Link(_));
 
         let mut expected: Vec<PathBuf> = Vec::new();
-        match &source {
+        self.expose_host_driver(
+            &site,
+            &source,
+            &choice.compat,
+            replace_at_link,
+            &mut expected,
+        );
+        if let Some(c) = &choice.compat {
+            self.expose_compat(&site, c, replace_at_link, &mut expected);
+        }
+        expected.sort();
+        expected.dedup();
+
+        self.driver = Some(driver_manifest(
+            &source,
+            &choice,
+            &facts,
+            &expected,
+            &site.link_lib,
+            replace_at_link,
+        ));
+        self.driver_facts = Some(facts);
+        self.driver_choice = Some(choice);
+    }
+
+    /// Where the host driver comes from: the NixOS link when the scan found it, else the host
+    /// libraries when a libcuda is among them (the library search's warnings become skips).
+    fn host_source(&mut self, driver: &DriverView) -> HostSource {
+        if driver.link_present {
+            return HostSource::Link(symlinks::normalize(&driver.source.link));
+        }
+        let Some(found) = driver.host_libraries.clone() else {
+            return HostSource::Absent;
+        };
+        for w in found.warnings {
+            self.skipped.push(Skip {
+                path: "/etc/ld.so.cache".into(),
+                why: w,
+            });
+        }
+        if found.libraries.iter().any(|l| l.stem == "libcuda") {
+            HostSource::Libraries(found.libraries, found.data_files)
+        } else {
+            HostSource::Absent
+        }
+    }
+
+    /// Exposes the host driver from `source` (the link, or each host library and data file
+    /// at the link, less those a compat driver replaces there), or says that there is none;
+    /// without a compat driver, adds the libcuda paths the build loads to `expected`.
+    fn expose_host_driver(
+        &mut self,
+        site: &DriverSite,
+        source: &HostSource,
+        compat: &Option<CompatDriver>,
+        replace_at_link: bool,
+        expected: &mut Vec<PathBuf>,
+    ) {
+        let (rule, cfg, view) = (site.rule, &site.driver.source, site.view);
+        match source {
             HostSource::Link(l) => {
-                let outside = space.outside(l);
+                let outside = site.space.outside(l);
                 let want = Want {
                     required: cfg.required,
                     hint: &None,
                 };
-                self.add_path(
-                    rule,
-                    l,
-                    &outside,
-                    space,
-                    view,
-                    reason(DriverSource::DriverLink),
-                    want,
-                );
+                let why = site.reason(DriverSource::DriverLink);
+                self.add_path(rule, l, &outside, site.space, view, why, want);
                 if compat.is_none() {
                     expected.extend(libcuda_paths(
                         &l.join("lib/libcuda.so.1"),
-                        space,
-                        config,
+                        site.space,
+                        site.config,
                         view,
                     ));
                 }
             }
             HostSource::Libraries(libs, data_files) => {
                 for file in data_files {
-                    let why = DriverSource::HostDataFile {
+                    let why = site.reason(DriverSource::HostDataFile {
                         capability: file.capability,
                         found_in: file.found_in.clone(),
-                    };
-                    self.add_optional_host_path(
-                        rule,
-                        &link.join("share").join(&file.rel),
-                        &file.outside,
-                        view,
-                        reason(why),
-                    );
+                    });
+                    let inside = site.link.join("share").join(&file.rel);
+                    self.add_optional_host_path(rule, &inside, &file.outside, view, why);
                 }
                 for lib in libs {
-                    let inside = link_lib.join(&lib.name);
+                    let inside = site.link_lib.join(&lib.name);
                     if replace_at_link && COMPAT_LIBRARIES.contains(&lib.stem) {
                         self.skipped.push(Skip {
                             path: lib.outside.display().to_string(),
@@ -181,19 +225,16 @@ impl Decision {
                         });
                         continue;
                     }
-                    let why = DriverSource::HostLibrary {
+                    let why = site.reason(DriverSource::HostLibrary {
                         capability: lib.capability,
                         found_in: lib.found_in.clone(),
-                    };
-                    self.add_optional_host_path(rule, &inside, &lib.outside, view, reason(why));
+                    });
+                    self.add_optional_host_path(rule, &inside, &lib.outside, view, why);
                 }
                 if compat.is_none() {
-                    let lib = libs
-                        .iter()
-                        .find(|l| l.name == "libcuda.so.1")
-                        .or_else(|| libs.iter().find(|l| l.stem == "libcuda"));
-                    if let Some(lib) = lib {
-                        expected.extend(mount_paths(&link_lib.join(&lib.name), &lib.outside, view));
+                    if let Some(lib) = host_libcuda(libs) {
+                        let inside = site.link_lib.join(&lib.name);
+                        expected.extend(mount_paths(&inside, &lib.outside, view));
                     }
                 }
             }
@@ -201,7 +242,7 @@ impl Decision {
                 rule: rule.to_string(),
                 what: format!(
                     "no NVIDIA driver found (no {} and no libcuda.so.1 in /etc/ld.so.cache or {})",
-                    link.display(),
+                    site.link.display(),
                     cfg.library_dirs
                         .iter()
                         .map(|d| d.display().to_string())
@@ -214,72 +255,47 @@ impl Decision {
                         .into(),
             }),
             HostSource::Absent => self.skipped.push(Skip {
-                path: link.display().to_string(),
+                path: site.link.display().to_string(),
                 why: "no NVIDIA driver found (optional)".into(),
             }),
         }
+    }
 
-        if let Some(c) = &compat {
-            let want = Want {
-                required: true,
-                hint: &None,
-            };
-            let (dir, dir_outside) = (&c.dir, &c.dir_outside);
-            self.add_path(
-                rule,
-                dir,
-                dir_outside,
-                space,
-                view,
-                reason(DriverSource::Compat),
-                want,
-            );
-            expected.extend(libcuda_paths(
-                &c.dir.join("libcuda.so.1"),
-                space,
-                config,
-                view,
-            ));
-            expected.extend(libcuda_paths(&c.dir.join(&c.libcuda), space, config, view));
-            if replace_at_link {
-                let names = driver
-                    .compat
-                    .iter()
-                    .find(|seen| seen.outside == c.dir_outside)
-                    .map_or(&[][..], |seen| seen.libraries.as_slice());
-                self.bind_compat_at_link(rule, c, names, &link_lib, view, &mut expected);
-            }
-        }
-        expected.sort();
-        expected.dedup();
-
-        let kind = match (&source, &compat) {
-            (_, Some(_)) => DriverKind::Compat,
-            (HostSource::Absent, None) => DriverKind::None,
-            _ => DriverKind::Host,
+    /// Exposes the chosen compat driver's directory (and, with `replace_at_link`, its
+    /// libraries at the link), adding the libcuda paths the build loads to `expected`.
+    fn expose_compat(
+        &mut self,
+        site: &DriverSite,
+        c: &CompatDriver,
+        replace_at_link: bool,
+        expected: &mut Vec<PathBuf>,
+    ) {
+        let want = Want {
+            required: true,
+            hint: &None,
         };
-        self.driver = Some(DriverManifest {
-            kind,
-            libcuda: expected
+        let why = site.reason(DriverSource::Compat);
+        self.add_path(
+            site.rule,
+            &c.dir,
+            &c.dir_outside,
+            site.space,
+            site.view,
+            why,
+            want,
+        );
+        for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {
+            expected.extend(libcuda_paths(libcuda, site.space, site.config, site.view));
+        }
+        if replace_at_link {
+            let names = site
+                .driver
+                .compat
                 .iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect(),
-            cuda_version: choice.cuda_version,
-            host_cuda_version: facts.cuda_version,
-            kernel_driver: facts.kernel_driver.clone(),
-            compat_dir: compat
-                .as_ref()
-                .map(|c| c.dir.to_string_lossy().into_owned()),
-            driver_link_lib: (!matches!(source, HostSource::Absent) || replace_at_link)
-                .then(|| link_lib.to_string_lossy().into_owned()),
-            reason: if kind == DriverKind::None {
-                "no NVIDIA driver was found on this host".to_string()
-            } else {
-                choice.reason.clone()
-            },
-        });
-        self.driver_facts = Some(facts);
-        self.driver_choice = Some(choice);
+                .find(|seen| seen.outside == c.dir_outside)
+                .map_or(&[][..], |seen| seen.libraries.as_slice());
+            self.bind_compat_at_link(site.rule, c, names, &site.link_lib, site.view, expected);
+        }
     }
 
     /// The compat drivers the scan found in the config's compat directories; directories
@@ -327,6 +343,64 @@ impl Decision {
     }
 }
 
+/// The host's libcuda among `libs`: `libcuda.so.1`, else any libcuda.
+fn host_libcuda(libs: &[HostLibrary]) -> Option<&HostLibrary> {
+    libs.iter()
+        .find(|l| l.name == "libcuda.so.1")
+        .or_else(|| libs.iter().find(|l| l.stem == "libcuda"))
+}
+
+/// The real file name of the host's libcuda from `source`, as the scan recorded it.
+fn host_libcuda_name(source: &HostSource, site: &DriverSite) -> Option<String> {
+    let outside = match source {
+        HostSource::Link(l) => Some(site.space.outside(&l.join("lib/libcuda.so.1"))),
+        HostSource::Libraries(libs, _) => host_libcuda(libs).map(|l| l.outside.clone()),
+        HostSource::Absent => None,
+    };
+    outside
+        .as_ref()
+        .and_then(|p| site.view.snapshot.real_paths.get(p))
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+}
+
+/// The driver part of the manifest: which driver the build gets, the libcuda paths it may
+/// load (`expected`), the versions, and why.
+fn driver_manifest(
+    source: &HostSource,
+    choice: &DriverChoice,
+    facts: &HostDriverFacts,
+    expected: &[PathBuf],
+    link_lib: &Path,
+    replace_at_link: bool,
+) -> DriverManifest {
+    let kind = match (source, &choice.compat) {
+        (_, Some(_)) => DriverKind::Compat,
+        (HostSource::Absent, None) => DriverKind::None,
+        _ => DriverKind::Host,
+    };
+    DriverManifest {
+        kind,
+        libcuda: expected
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
+        cuda_version: choice.cuda_version,
+        host_cuda_version: facts.cuda_version,
+        kernel_driver: facts.kernel_driver.clone(),
+        compat_dir: choice
+            .compat
+            .as_ref()
+            .map(|c| c.dir.to_string_lossy().into_owned()),
+        driver_link_lib: (!matches!(source, HostSource::Absent) || replace_at_link)
+            .then(|| link_lib.to_string_lossy().into_owned()),
+        reason: if kind == DriverKind::None {
+            "no NVIDIA driver was found on this host".to_string()
+        } else {
+            choice.reason.clone()
+        },
+    }
+}
+
 /// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain and
 /// its real path.
 fn libcuda_paths(
@@ -359,7 +433,7 @@ fn mount_paths(inside: &Path, outside: &Path, view: &HostView) -> Vec<PathBuf> {
 /// version of the host's user-space driver, from `libcuda_file` (the real file name of the
 /// host's libcuda) when it carries a version, else from the kernel branch, else from the L4T
 /// release.
-pub fn host_facts(view: &HostFacts, libcuda_file: Option<&str>) -> HostDriverFacts {
+pub(super) fn host_facts(view: &HostFacts, libcuda_file: Option<&str>) -> HostDriverFacts {
     let kernel_branch = view
         .kernel_driver
         .as_deref()

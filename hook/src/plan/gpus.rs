@@ -9,7 +9,7 @@ use crate::slot::Slot;
 
 /// Why a build's GPU count cannot be met. Renders as one line with the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GpuCountError {
+pub(super) enum GpuCountError {
     /// The configured per-build count is above what a build may have here.
     #[error(
         "gpus_per_build = {wanted} but a build may have only {available} GPU(s) here: lower \
@@ -60,7 +60,7 @@ pub enum GpuCountError {
 
 /// The slots of `slots` a build needing `count` may be given: any one of them for one; only
 /// whole GPUs for more, since CUDA enumerates at most one MIG instance per process.
-pub fn one_mig_instance(
+pub(super) fn one_mig_instance(
     count: usize,
     slots: &[Slot],
     wanted: Option<&GpusWanted>,
@@ -90,7 +90,7 @@ pub fn one_mig_instance(
 /// The number of GPUs a build needs: the derivation's [`GPUS_ATTR`] when set (`wanted`), else
 /// `gpus_per_build`; never more than `max` (`max_gpus_per_build`, 0: no cap) or the GPUs
 /// `available`.
-pub fn gpu_count(
+pub(super) fn gpu_count(
     wanted: Option<&GpusWanted>,
     gpus_per_build: u32,
     max: u32,

@@ -23,7 +23,7 @@ impl GpuDemand {
     /// nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them, and so do
     /// the MIG administration nodes a rule names, and the CDI edits not carried out of the
     /// GPUs kept or of every build. `taken`: whether a lease holds `picked`.
-    pub fn keep(
+    pub(crate) fn keep(
         &self,
         picked: &[Slot],
         taken: bool,
@@ -87,7 +87,7 @@ impl GpuDemand {
 /// Adds the members of `root`'s closure to `exposures`. A member that is a symlink leading
 /// out of the store is never exposed (Nix would bind its target): it is a problem of `rules`,
 /// added to `problems`.
-pub fn closure_members(
+pub(crate) fn closure_members(
     root: &Path,
     members: Vec<(PathBuf, Node)>,
     store_dir: &Path,
@@ -131,7 +131,7 @@ pub fn closure_members(
 /// matched, the `driver` it loads and the `leased` slots: its content, its file `name` under
 /// the runtime directory ([`crate::manifest_file::name_for`] the chroot), and its exposure at
 /// [`MANIFEST_PATH`], added to `exposures` in order.
-pub fn plan_manifest(
+pub(crate) fn plan_manifest(
     exposures: &mut Vec<Exposure>,
     rules: &[String],
     driver: Option<&DriverManifest>,

@@ -18,11 +18,10 @@ mod paths;
 mod stale;
 mod sysfs;
 
-pub use cdi::{CdiEdit, CdiItem, NotCarriedOut};
-pub use driver::DriverSource;
-pub use grant::{closure_members, plan_manifest};
-pub use stale::{stale_driver, StaleDriver};
-pub use sysfs::{drop_sysfs, sysfs_exposures};
+pub(crate) use cdi::{CdiItem, NotCarriedOut};
+pub(crate) use driver::DriverSource;
+pub(crate) use grant::{closure_members, plan_manifest};
+pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
 
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
@@ -40,7 +39,7 @@ use std::path::{Path, PathBuf};
 /// Why a path is exposed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Reason {
+pub(crate) enum Reason {
     /// Matched a rule's device glob.
     Device {
         /// The rule.
@@ -114,7 +113,7 @@ impl Reason {
     /// Whether the exposure is a device node a rule's device glob matched, a CDI spec listed
     /// or a MIG source found: these are the build's devices (the manifest lists them, and the
     /// GPUs and MIG instances among them are leased).
-    pub fn is_device(&self) -> bool {
+    pub(crate) fn is_device(&self) -> bool {
         matches!(
             self,
             Reason::Device { .. }
@@ -129,7 +128,7 @@ impl Reason {
 
 /// One path the build gets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Exposure {
+pub(crate) struct Exposure {
     /// Where the build sees it.
     #[serde(serialize_with = "lossy_path")]
     pub inside: PathBuf,
@@ -142,7 +141,7 @@ pub struct Exposure {
 
 /// Something considered and left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Skip {
+pub(crate) struct Skip {
     /// The path (or glob) concerned.
     pub path: String,
     /// Why it was left out.
@@ -170,7 +169,7 @@ impl std::fmt::Display for Problem {
 /// What decide found for one build: its answer, which act takes as it is (what act finds goes
 /// into what it grants, [`crate::act::Granted`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// Names of the rules that matched.
     pub rules: Vec<String>,
     /// What the build gets, sorted by inside path, nothing nested in another entry.
@@ -204,7 +203,7 @@ pub struct Decision {
 
 /// The slots a build must be leased before it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuDemand {
+pub(crate) struct GpuDemand {
     /// The slots it may be given: each GPU the plan found whole, or its MIG instances when
     /// it has some; only whole GPUs when it needs more than one.
     pub slots: Vec<Slot>,
@@ -216,7 +215,7 @@ pub struct GpuDemand {
 
 /// The manifest of a tagged build and the host file it is written to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PlannedManifest {
+pub(crate) struct PlannedManifest {
     /// The file outside the sandbox (bound read-only at
     /// [`cuda_sandbox_manifest::MANIFEST_PATH`] inside).
     #[serde(serialize_with = "lossy_path")]
@@ -228,7 +227,7 @@ pub struct PlannedManifest {
 /// The decision for `req` (a tagged request) under `config` on the host `view`: devices,
 /// paths, mounts and the driver, each with its reason, nested paths pruned, the closures to add
 /// and the GPUs to lease. Pure.
-pub fn decide(req: &Request, config: &Config, view: &HostView) -> Decision {
+pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decision {
     let mut plan = Decision {
         rules: view.rules.iter().map(|r| r.name.clone()).collect(),
         symlink_roots: std::iter::once(config.store_dir.clone())
@@ -377,7 +376,7 @@ impl Decision {
 /// duplicates and paths nested in an exposed directory at the same relative place; an entry
 /// at the same inside path as another with a different outside is a conflict, added to
 /// `skipped`.
-pub fn drop_nested(mut all: Vec<Exposure>, skipped: &mut Vec<Skip>) -> Vec<Exposure> {
+pub(crate) fn drop_nested(mut all: Vec<Exposure>, skipped: &mut Vec<Skip>) -> Vec<Exposure> {
     // Component-wise order puts every ancestor right before its descendants' run.
     sort_by_inside(&mut all);
     let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());

@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// The host's user-space driver and the loaded kernel module disagree.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaleDriver {
+pub(crate) struct StaleDriver {
     /// The user-space version (the host libcuda's real file name).
     pub user_space: String,
     /// The loaded kernel module's version.
@@ -30,7 +30,7 @@ pub struct StaleDriver {
 
 impl StaleDriver {
     /// What is wrong, in one line.
-    pub fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         format!(
             "the NVIDIA user-space driver ({}) does not match the loaded kernel module ({}, \
              /proc/driver/nvidia/version), so every CUDA call would fail with a version mismatch",
@@ -39,7 +39,7 @@ impl StaleDriver {
     }
 
     /// What to do about it, in one line.
-    pub fn fix(&self) -> String {
+    pub(crate) fn fix(&self) -> String {
         let reboot = format!(
             "reboot so that the {} kernel module is loaded",
             self.user_space
@@ -69,7 +69,7 @@ impl StaleDriver {
 /// The stale-driver verdict for the host's libcuda real file name `libcuda_file` under the
 /// host `facts`; `link` is the driver link when the driver comes from it. `None` when they
 /// match or either version is unknown (Jetson, no kernel module, an unversioned libcuda).
-pub fn stale_driver(
+pub(crate) fn stale_driver(
     facts: &HostFacts,
     libcuda_file: Option<&str>,
     link: Option<&Path>,

@@ -29,7 +29,7 @@ impl Decision {
 
 /// The exposures of the tree `name` holding `binds`: each mount point at its place under
 /// `/sys` (for act, which knows the build's chroot and so the name).
-pub fn sysfs_exposures(binds: &[TreeBind], name: &str, runtime_dir: &Path) -> Vec<Exposure> {
+pub(crate) fn sysfs_exposures(binds: &[TreeBind], name: &str, runtime_dir: &Path) -> Vec<Exposure> {
     let tree = runtime_dir.join(TREES_DIR).join(name);
     binds
         .iter()
@@ -44,7 +44,7 @@ pub fn sysfs_exposures(binds: &[TreeBind], name: &str, runtime_dir: &Path) -> Ve
 }
 
 /// Leaves the tree's exposures out (`exec`, which makes no tree), each skipped saying `why`.
-pub fn drop_sysfs(exposures: &mut Vec<Exposure>, skipped: &mut Vec<Skip>, why: &str) {
+pub(crate) fn drop_sysfs(exposures: &mut Vec<Exposure>, skipped: &mut Vec<Skip>, why: &str) {
     exposures.retain(|e| {
         let sysfs = matches!(e.reason, Reason::Sysfs { .. });
         if sysfs {

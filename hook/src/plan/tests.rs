@@ -6,9 +6,11 @@ use crate::config::Platform;
 use crate::discover::compat::{CompatDriver, CompatNote};
 use crate::discover::versions::CudaVersion;
 use crate::request::{RuleId, Verdict};
+use crate::scan::devices::GlobMatches;
+use crate::scan::driver::CompatSeen;
+use crate::scan::paths::EntrySymlinks;
 use crate::scan::{
-    CompatSeen, DeviceScan, DeviceView, DriverView, EntrySymlinks, GlobMatches, HostFacts,
-    PathOrigin, PathView, RuleView, Snapshot,
+    DeviceScan, DeviceView, DriverView, HostFacts, PathOrigin, PathView, RuleView, Snapshot,
 };
 use crate::symlinks::{Lookup, Node, Space};
 use cuda_sandbox_manifest::DriverKind;
@@ -26,7 +28,7 @@ struct Hand {
     globs: BTreeMap<String, GlobMatches>,
     compat: BTreeMap<String, Vec<CompatSeen>>,
     entry_symlinks: BTreeMap<PathBuf, Vec<String>>,
-    mig: Option<Result<crate::scan::MigHost, crate::scan::MigScanError>>,
+    mig: Option<Result<crate::scan::mig::MigHost, crate::scan::mig::MigScanError>>,
 }
 
 impl Hand {

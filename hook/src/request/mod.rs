@@ -17,27 +17,27 @@ mod aterm_fd;
 pub use aterm_fd::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 
 /// Environment variable in which some Nix variants pass the derivation as JSON.
-pub const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
+pub(crate) const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
 
 /// Environment variable naming an open file descriptor from which the derivation can be read:
 /// its ATerm, or JSON read like [`DERIVATION_ENV`] (the derivation, or NixOS/nix#16413's record
 /// holding it). The hook's own name, for a Nix that names a descriptor: #16413 (not merged)
 /// `dup2`s its record onto standard input in the revision under review, which the hook never
 /// reads, and its reviewers ask for a descriptor named in the environment.
-pub const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
+pub(crate) const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
 
 /// The process environment the hook reads, read once by the caller (`main`) and passed in:
 /// no other code reads an environment variable.
 #[derive(Debug, Clone, Default)]
 pub struct Environment {
     /// [`DERIVATION_ENV`]: the derivation as JSON.
-    pub derivation_json: Option<OsString>,
+    pub(crate) derivation_json: Option<OsString>,
     /// [`ATERM_FD_ENV`]: a descriptor holding the derivation.
-    pub aterm_fd: Option<OsString>,
+    pub(crate) aterm_fd: Option<OsString>,
     /// [`config::CONFIG_ENV`]: the configuration file to use.
     pub config: Option<OsString>,
     /// `PATH`, where `exec` finds its command.
-    pub path: Option<OsString>,
+    pub(crate) path: Option<OsString>,
 }
 
 impl Environment {
@@ -54,7 +54,7 @@ impl Environment {
 
 /// The derivation's GPU count ([`crate::drv::GPUS_ATTR`]), as written and as a number.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpusWanted {
+pub(crate) struct GpusWanted {
     /// The value as the derivation wrote it (for messages).
     pub text: String,
     /// The whole number it holds (surrounding whitespace allowed); `None` when it is not one.
@@ -63,7 +63,7 @@ pub struct GpusWanted {
 
 impl GpusWanted {
     /// Parses the attribute's value.
-    pub fn parse(text: &str) -> GpusWanted {
+    pub(crate) fn parse(text: &str) -> GpusWanted {
         GpusWanted {
             text: text.to_string(),
             count: text.trim().parse().ok(),
@@ -73,23 +73,23 @@ impl GpusWanted {
 
 /// A rule of the configuration, by its place in `Config::rules`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RuleId(usize);
+pub(crate) struct RuleId(usize);
 
 impl RuleId {
     /// The rule in `config` (the configuration the id was made for).
-    pub fn of(self, config: &Config) -> &Rule {
+    pub(crate) fn of(self, config: &Config) -> &Rule {
         &config.rules[self.0]
     }
 
     /// The ids of every rule of `config`, in order.
-    pub fn all(config: &Config) -> impl Iterator<Item = RuleId> {
+    pub(crate) fn all(config: &Config) -> impl Iterator<Item = RuleId> {
         (0..config.rules.len()).map(RuleId)
     }
 }
 
 /// What the build is to get.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Nothing: no configured feature (or a policy said so). The text says why.
     Nothing(String),
     /// Plan for the matching rules.
@@ -100,7 +100,7 @@ pub enum Verdict {
 
 /// Where the request comes from: the derivation and the caller's additions.
 #[derive(Debug, Clone)]
-pub struct Input<'a> {
+pub(crate) struct Input<'a> {
     /// The `.drv` path (as Nix passes it, or as given to `explain`/`exec`).
     pub drv: Option<&'a Path>,
     /// The environment: the derivation as JSON or on a descriptor when the `.drv` is absent,
@@ -120,7 +120,7 @@ pub struct Input<'a> {
 
 impl<'a> Input<'a> {
     /// An input with nothing but the environment: no derivation, no additions.
-    pub fn new(env: &'a Environment) -> Input<'a> {
+    pub(crate) fn new(env: &'a Environment) -> Input<'a> {
         Input {
             drv: None,
             env,
@@ -137,34 +137,34 @@ impl<'a> Input<'a> {
 #[derive(Debug, Clone)]
 pub struct Request {
     /// The derivation path, when one was named.
-    pub derivation: Option<PathBuf>,
+    pub(crate) derivation: Option<PathBuf>,
     /// The sandbox root.
     pub chroot: Option<PathBuf>,
     /// The required features (bytes, as in the derivation), plus the caller's.
-    pub features: Vec<Vec<u8>>,
+    pub(crate) features: Vec<Vec<u8>>,
     /// Whether the features came from structured attrs.
-    pub structured: bool,
+    pub(crate) structured: bool,
     /// Where the configuration comes from.
-    pub config_source: ConfigSource,
+    pub(crate) config_source: ConfigSource,
     /// The configuration, when it was loaded and is usable.
-    pub config: Option<Config>,
+    pub(crate) config: Option<Config>,
     /// The matching rules of `config`.
-    pub rules: Vec<RuleId>,
+    pub(crate) rules: Vec<RuleId>,
     /// The derivation's `cudaSandboxGpus`, read and parsed only when a rule matched.
-    pub gpus_wanted: Option<GpusWanted>,
+    pub(crate) gpus_wanted: Option<GpusWanted>,
     /// What the build gets. It is [`Verdict::Fail`] until the request is resolved, so a path
     /// through the resolver that forgets to decide fails the build rather than exposing.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// The caller's `PATH` ([`Environment::path`]), where act finds `nix-store` when the
     /// configuration names it bare.
-    pub search_path: Option<OsString>,
+    pub(crate) search_path: Option<OsString>,
     /// Things worth a warning on stderr (ignored broken config, missing `.drv`, …).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl Request {
     /// The derivation's name for messages and the manifest.
-    pub fn derivation_name(&self) -> String {
+    pub(crate) fn derivation_name(&self) -> String {
         self.derivation
             .as_ref()
             .map(|d| d.display().to_string())
@@ -172,7 +172,7 @@ impl Request {
     }
 
     /// The features as text (bytes that are not UTF-8 shown as U+FFFD).
-    pub fn features_lossy(&self) -> Vec<String> {
+    pub(crate) fn features_lossy(&self) -> Vec<String> {
         self.features
             .iter()
             .map(|f| String::from_utf8_lossy(f).into_owned())
@@ -180,7 +180,7 @@ impl Request {
     }
 
     /// The configuration and the matching rules, when the verdict is [`Verdict::Tagged`].
-    pub fn tagged(&self) -> Option<&Config> {
+    pub(crate) fn tagged(&self) -> Option<&Config> {
         match (&self.verdict, &self.config) {
             (Verdict::Tagged, Some(c)) => Some(c),
             _ => None,
@@ -188,12 +188,12 @@ impl Request {
     }
 
     /// The matching rules of `config` (the request's own configuration), with their ids.
-    pub fn matched_rules<'c>(&self, config: &'c Config) -> Vec<(RuleId, &'c Rule)> {
+    pub(crate) fn matched_rules<'c>(&self, config: &'c Config) -> Vec<(RuleId, &'c Rule)> {
         self.rules.iter().map(|id| (*id, id.of(config))).collect()
     }
 
     /// The first feature of the first matching rule, for messages.
-    pub fn first_match(&self) -> String {
+    pub(crate) fn first_match(&self) -> String {
         let Some(config) = &self.config else {
             return String::new();
         };
@@ -207,7 +207,7 @@ impl Request {
 }
 
 /// Resolves `input`: derivation → features → configuration → rules → verdict.
-pub fn resolve(input: &Input<'_>) -> Request {
+pub(crate) fn resolve(input: &Input<'_>) -> Request {
     let mut req = Request {
         derivation: input.drv.map(Path::to_path_buf),
         chroot: input.chroot.map(Path::to_path_buf),
@@ -335,10 +335,19 @@ impl Request {
         }
         self.features = features;
         self.structured = structured;
+        if let Some(config) = self.config_for_features(input) {
+            self.match_rules(config, gpus);
+        }
+    }
+
+    /// The configuration the features need, or `None` with the verdict decided without it:
+    /// no feature at all, no feature the configuration's text can answer, or a configuration
+    /// that cannot be loaded.
+    fn config_for_features(&mut self, input: &Input<'_>) -> Option<Config> {
         if self.features.is_empty() && !input.always_load_config {
             // The fast path: no feature, no configuration read.
             self.verdict = Verdict::Nothing("the derivation requires no system feature".into());
-            return;
+            return None;
         }
         let builtin = self.features.iter().find(|f| {
             DEFAULT_FEATURES
@@ -361,10 +370,10 @@ impl Request {
                  exposes nothing"
                     .into(),
             );
-            return;
+            return None;
         }
-        let config = match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
-            Ok(c) => c,
+        match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
+            Ok(c) => Some(c),
             Err(e) if unanswerable => {
                 // `explain`: what the hook does (nothing, silently), and what is wrong.
                 self.verdict = Verdict::Nothing(format!(
@@ -372,7 +381,7 @@ impl Request {
                      exposes nothing (and does not read it further; note that it is broken, \
                      which fails tagged builds: {e})"
                 ));
-                return;
+                None
             }
             Err(e) => {
                 let name = self.derivation_name();
@@ -387,9 +396,14 @@ impl Request {
                         Verdict::Nothing(format!("the configuration is broken: {e}"))
                     }
                 };
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// Matches the rules of `config` that answer the features: tagged (with the GPU count the
+    /// derivation asks, `gpus`) when one does, else untagged, naming the features configured.
+    fn match_rules(&mut self, config: Config, gpus: Option<String>) {
         let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
         self.rules = RuleId::all(&config)
             .filter(|id| id.of(&config).answers_any(&features))

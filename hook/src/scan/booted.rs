@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 /// The booted system's driver, still in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BootedDriver {
+pub(crate) struct BootedDriver {
     /// The store path `/run/opengl-driver` pointed at in the booted system.
     pub driver: PathBuf,
     /// The user-space version of its libcuda (`lib/libcuda.so.<version>`), when it has one.
@@ -32,7 +32,7 @@ const RULE_FILES: [&str; 2] = [
 
 /// The driver link of the system `/run/booted-system` (under `root`) names, when that link
 /// leads into `store_dir` and its rule names a store path that still exists.
-pub fn booted_driver(root: &Path, store_dir: &Path) -> Option<BootedDriver> {
+pub(crate) fn booted_driver(root: &Path, store_dir: &Path) -> Option<BootedDriver> {
     let link = crate::discover::host::under(root, store_dir, Path::new("/run/booted-system"));
     crate::trust::check_path(&link).ok()?;
     let system = std::fs::read_link(&link).ok()?;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 /// A rule's CDI devices and what their specs list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CdiView {
+pub(crate) struct CdiView {
     /// Each device the rule names, in configuration order.
     pub devices: Vec<CdiDeviceView>,
     /// The spec directories and files that could not be used.
@@ -29,7 +29,7 @@ pub struct CdiView {
 
 /// One named device and what was found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CdiDeviceView {
+pub(crate) struct CdiDeviceView {
     /// The device, as configured.
     pub name: DeviceName,
     /// Its spec's edits, or why there is none.
@@ -38,7 +38,7 @@ pub struct CdiDeviceView {
 
 /// A device found in a spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CdiDevice {
+pub(crate) struct CdiDevice {
     /// The spec file that defines it.
     pub spec: PathBuf,
     /// The device's edits followed by its spec's.
@@ -58,7 +58,7 @@ pub struct CdiDevice {
 impl CdiView {
     /// The driver libraries the found devices mount, each under its file name and under its
     /// soname, as the driver source binds host libraries; empty when they mount none.
-    pub fn driver_libraries(&self, config: &Config) -> Vec<HostLibrary> {
+    pub(crate) fn driver_libraries(&self, config: &Config) -> Vec<HostLibrary> {
         let mut out: BTreeMap<String, HostLibrary> = BTreeMap::new();
         for d in self.devices.iter().filter_map(|d| d.found.as_ref().ok()) {
             for m in &d.edits.mounts {
@@ -90,7 +90,7 @@ impl CdiView {
 }
 
 /// Where a spec's host path is: under the host root, store paths as they are.
-pub fn host_path(path: &str, config: &Config) -> PathBuf {
+pub(crate) fn host_path(path: &str, config: &Config) -> PathBuf {
     host::under(
         &config.host_root,
         &config.store_dir,
@@ -99,7 +99,7 @@ pub fn host_path(path: &str, config: &Config) -> PathBuf {
 }
 
 /// Whether a file name is a shared library's (`libX.so`, `libX.so.1`, `libX.so.570.86`).
-pub fn is_library_name(name: &str) -> bool {
+pub(crate) fn is_library_name(name: &str) -> bool {
     name.starts_with("lib")
         && name
             .split_once(".so")
@@ -113,7 +113,7 @@ fn is_library_dir(name: &str) -> bool {
 
 /// The place of a library below its library directory (`vdpau/libvdpau_nvidia.so.1`): the
 /// part after the last `lib`, `lib64` or multiarch component, else the file name.
-pub fn below_library_dir(path: &Path) -> PathBuf {
+pub(crate) fn below_library_dir(path: &Path) -> PathBuf {
     let names: Vec<&std::ffi::OsStr> = path
         .components()
         .filter_map(|c| match c {
@@ -129,11 +129,11 @@ pub fn below_library_dir(path: &Path) -> PathBuf {
 }
 
 /// The specs, read once for every rule that names a CDI device.
-pub type Specs = Option<SpecSet>;
+pub(crate) type Specs = Option<SpecSet>;
 
 /// Scans the devices `names` (with the rule's `hint` for a missing one) under `config`,
 /// reading the spec directories into `specs` the first time.
-pub fn scan(
+pub(crate) fn scan(
     names: &[DeviceName],
     hint: Option<&str>,
     config: &Config,

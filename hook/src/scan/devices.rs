@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// A configured device glob and what it matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceView {
+pub(crate) struct DeviceView {
     /// The glob, as configured.
     pub source: DeviceGlob,
     /// What the scan found for it.
@@ -18,7 +18,7 @@ pub struct DeviceView {
 
 /// What the scan found for one device glob.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceScan {
+pub(crate) enum DeviceScan {
     /// The glob is for another kind of host than this one; it was not matched.
     OtherPlatform {
         /// The kind of host the glob is for.
@@ -31,11 +31,11 @@ pub enum DeviceScan {
 }
 
 /// What a glob matched: host paths, or an entry that could not be read.
-pub type GlobMatches = Vec<Result<PathBuf, GlobError>>;
+pub(crate) type GlobMatches = Vec<Result<PathBuf, GlobError>>;
 
 /// Why a glob (or one entry it reached) gave no path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GlobError {
+pub(crate) enum GlobError {
     /// The glob itself is not a valid pattern.
     Invalid {
         /// The glob.
@@ -54,7 +54,7 @@ pub enum GlobError {
 
 impl GlobError {
     /// The path the error concerns (the glob itself when it is invalid).
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         match self {
             GlobError::Invalid { glob, .. } => PathBuf::from(glob),
             GlobError::Unreadable { path, .. } => path.clone(),
@@ -74,7 +74,7 @@ impl std::fmt::Display for GlobError {
 /// Scans `device` under `config`'s host root on a host of kind `platform`: each match, and
 /// the chain from it, recorded in `fs`. Each directory is listed once however many globs look
 /// into it (`listings`).
-pub fn scan(
+pub(crate) fn scan(
     device: &DeviceGlob,
     config: &Config,
     platform: Platform,
@@ -107,7 +107,7 @@ pub fn scan(
 }
 
 /// A directory's entry names, read once per scan (`None`: it could not be listed).
-pub type Listings = BTreeMap<PathBuf, Result<Vec<std::ffi::OsString>, String>>;
+pub(crate) type Listings = BTreeMap<PathBuf, Result<Vec<std::ffi::OsString>, String>>;
 
 /// The host paths `glob` (absolute, as configured) matches under `root`, in the order
 /// `glob::glob` gives them. The usual device glob (wildcards in the last component only) is

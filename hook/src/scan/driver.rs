@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// A rule's driver configuration and what the scan found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DriverView {
+pub(crate) struct DriverView {
     /// The driver configuration.
     pub source: DriverConfig,
     /// Whether the driver link (inside path `source.link`) exists on the host.
@@ -27,7 +27,7 @@ pub struct DriverView {
 /// The host's libraries found through the loader cache and the library directories, with the
 /// warnings (e.g. an unreadable cache) met on the way.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostLibraries {
+pub(crate) struct HostLibraries {
     /// The driver libraries, by name.
     pub libraries: Vec<HostLibrary>,
     /// The driver's data files (ICD files, `nvoptix.bin`); none when the libraries come from a
@@ -39,7 +39,7 @@ pub struct HostLibraries {
 
 /// One directory a compat glob matched, and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompatSeen {
+pub(crate) struct CompatSeen {
     /// Inside path of the directory.
     pub inside: PathBuf,
     /// Host path.
@@ -53,7 +53,7 @@ pub struct CompatSeen {
 /// Scans `driver` under `config`: every path the planner follows is recorded in `fs`. Without
 /// the link, the host's libraries are `from_spec` (those a CDI spec mounts) when given, else
 /// found through the loader cache and the library directories.
-pub fn scan(
+pub(crate) fn scan(
     driver: &DriverConfig,
     config: &Config,
     from_spec: Option<Vec<HostLibrary>>,
@@ -72,35 +72,68 @@ pub fn scan(
     fs.record_real(&libcuda_outside);
     let link_present = !matches!(fs.lstat(&rooted.outside(&link)), Node::Missing);
     let wanted = from_spec.is_some() || driver.host_libraries;
-    let host_libraries = (!link_present && wanted).then(|| {
-        let mut warnings = Vec::new();
-        let data_files = match from_spec {
-            Some(_) => Vec::new(),
-            None => host::host_data_files(&config.host_root, &config.store_dir),
-        };
-        for f in &data_files {
-            fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
-        }
-        let libraries = from_spec.unwrap_or_else(|| {
-            host::host_libraries(
-                &config.host_root,
-                &config.store_dir,
-                &driver.library_dirs,
-                &mut warnings,
-            )
-        });
-        for lib in &libraries {
-            fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
-            if lib.stem == "libcuda" {
-                fs.record_real(&lib.outside);
-            }
-        }
-        HostLibraries {
-            libraries,
-            data_files,
-            warnings,
-        }
+    let host_libraries = (!link_present && wanted)
+        .then(|| scan_host_libraries(driver, config, from_spec, &link, fs));
+    DriverView {
+        source: driver.clone(),
+        link_present,
+        host_libraries,
+        compat: scan_compat(driver, config, &link_lib, fs),
+    }
+}
+
+/// The host's driver libraries (`from_spec` when given, else found through the loader cache
+/// and `library_dirs`) and data files, each followed in `fs` from where it is bound under
+/// `link`.
+fn scan_host_libraries(
+    driver: &DriverConfig,
+    config: &Config,
+    from_spec: Option<Vec<HostLibrary>>,
+    link: &Path,
+    fs: &Recorder,
+) -> HostLibraries {
+    let mut warnings = Vec::new();
+    let data_files = match from_spec {
+        Some(_) => Vec::new(),
+        None => host::host_data_files(&config.host_root, &config.store_dir),
+    };
+    for f in &data_files {
+        fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
+    }
+    let libraries = from_spec.unwrap_or_else(|| {
+        host::host_libraries(
+            &config.host_root,
+            &config.store_dir,
+            &driver.library_dirs,
+            &mut warnings,
+        )
     });
+    let link_lib = link.join("lib");
+    for lib in &libraries {
+        fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
+        if lib.stem == "libcuda" {
+            fs.record_real(&lib.outside);
+        }
+    }
+    HostLibraries {
+        libraries,
+        data_files,
+        warnings,
+    }
+}
+
+/// Each directory the compat globs name, with the compat driver found there (its libcuda
+/// followed in `fs`) and the libraries it would bind at `link_lib`.
+fn scan_compat(
+    driver: &DriverConfig,
+    config: &Config,
+    link_lib: &Path,
+    fs: &Recorder,
+) -> Vec<CompatSeen> {
+    let rooted = Space::Rooted {
+        root: &config.host_root,
+        store_dir: &config.store_dir,
+    };
     let mut compat_seen = Vec::new();
     for pattern in &driver.compat {
         for (inside, outside) in compat_dirs(config, pattern) {
@@ -131,12 +164,7 @@ pub fn scan(
             });
         }
     }
-    DriverView {
-        source: driver.clone(),
-        link_present,
-        host_libraries,
-        compat: compat_seen,
-    }
+    compat_seen
 }
 
 /// The (inside, outside) directories a compat glob names: under the host root unless in the

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 
 /// The most entries looked at in one directory of the capability tree (the driver publishes
 /// at most 32 GPUs, 15 GPU instances and 8 compute instances each).
-pub const ENTRIES_MAX: usize = 4096;
+pub(crate) const ENTRIES_MAX: usize = 4096;
 
 /// A rule's MIG source and what was found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigView {
+pub(crate) struct MigView {
     /// The source, as configured.
     pub source: MigConfig,
     /// The instances (none where MIG is off), or why they could not be read.
@@ -33,7 +33,7 @@ pub struct MigView {
 
 /// The MIG instances of the host and the administration capabilities the source names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MigHost {
+pub(crate) struct MigHost {
     /// Every compute instance, in order, with its GPU instance's node and its own.
     pub instances: Vec<InstanceFound>,
     /// The `config` and `monitor` capabilities, when the source names them.
@@ -42,7 +42,7 @@ pub struct MigHost {
 
 /// One compute instance and the two nodes a process needs to use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceFound {
+pub(crate) struct InstanceFound {
     /// The instance.
     pub id: InstanceId,
     /// Its GPU instance's capability node.
@@ -53,7 +53,7 @@ pub struct InstanceFound {
 
 /// A capability and its device node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CapNode {
+pub(crate) struct CapNode {
     /// The capability.
     pub capability: Capability,
     /// Its minor (`DeviceFileMinor`).
@@ -64,14 +64,14 @@ pub struct CapNode {
 
 impl CapNode {
     /// The node as the build sees it.
-    pub fn inside(&self) -> PathBuf {
+    pub(crate) fn inside(&self) -> PathBuf {
         mig::node_path(self.minor)
     }
 }
 
 /// What the capability's device node is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeState {
+pub(crate) enum NodeState {
     /// The right character device.
     Present,
     /// Nothing there (`nvidia-modprobe -f` creates it).
@@ -82,7 +82,7 @@ pub enum NodeState {
 
 /// Why the MIG files could not be read; one line naming the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MigScanError {
+pub(crate) enum MigScanError {
     /// A file or directory failed the trust check or could not be read.
     #[error("cannot read {}: {why}", path.display())]
     Read {
@@ -128,44 +128,19 @@ pub enum MigScanError {
 
 /// Scans the MIG source `source` under `config`'s host root, recording each present node in
 /// `fs` for the planner.
-pub fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigView {
+pub(crate) fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigView {
     MigView {
         source: source.clone(),
         found: scan_host(source, config, fs),
     }
 }
 
+/// The instances the driver publishes and the administration capabilities the rule names,
+/// checked against `mig-minors`, with the state of each capability's node (each present node
+/// followed in `fs`).
 fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHost, MigScanError> {
     let under = |p: &Path| host::under(&config.host_root, &config.store_dir, p);
-    let caps_dir = under(Path::new(mig::CAPABILITIES_DIR));
-    // Each GPU instance with its compute instances, then the administration capabilities.
-    let mut walked: Vec<WalkedGi> = Vec::new();
-    let mut admin = Vec::new();
-    if caps_dir.exists() {
-        for gpu in numbered(&caps_dir, "gpu")? {
-            let mig_dir = caps_dir.join(format!("gpu{gpu}/mig"));
-            if !mig_dir.exists() {
-                continue;
-            }
-            for gi in numbered(&mig_dir, "gi")? {
-                let gi_dir = mig_dir.join(format!("gi{gi}"));
-                let gi_minor = access_minor(&gi_dir.join("access"))?;
-                let mut cis = Vec::new();
-                for ci in numbered(&gi_dir, "ci")? {
-                    let path = gi_dir.join(format!("ci{ci}/access"));
-                    cis.push((InstanceId { gpu, gi, ci }, access_minor(&path)?));
-                }
-                walked.push((Capability::Gi { gpu, gi }, gi_minor, cis));
-            }
-        }
-        let named = [
-            (source.config, Capability::Config),
-            (source.monitor, Capability::Monitor),
-        ];
-        for (_, cap) in named.iter().filter(|(named, _)| *named) {
-            admin.push((*cap, access_minor(&under(&cap.proc_path()))?));
-        }
-    }
+    let (walked, admin) = walk_capabilities(source, config)?;
     let minors: Vec<(Capability, u32)> = walked
         .iter()
         .flat_map(|(gi, minor, cis)| {
@@ -177,19 +152,7 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     if minors.is_empty() {
         return Ok(MigHost::default());
     }
-    let listed = listed_minors(&under(Path::new(mig::MIG_MINORS)))?;
-    for (cap, minor) in &minors {
-        if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
-            if l != minor {
-                return Err(MigScanError::Mismatch {
-                    capability: *cap,
-                    path: under(&cap.proc_path()),
-                    access: *minor,
-                    listed: *l,
-                });
-            }
-        }
-    }
+    check_listed(&minors, config)?;
     let devices = under(Path::new(mig::PROC_DEVICES));
     let major = formats::caps_major(&read_bounded(&devices, formats::PROC_DEVICES_MAX)?)
         .map_err(|error| MigScanError::Format {
@@ -228,6 +191,69 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     host.admin = admin.into_iter().map(|(cap, m)| node(cap, m)).collect();
     Ok(host)
 }
+
+/// The capability files under the driver's capabilities directory: each GPU instance with
+/// its compute instances, then the administration capabilities the rule names, each with the
+/// minor its `access` file gives. Nothing when the directory is absent.
+fn walk_capabilities(
+    source: &MigConfig,
+    config: &Config,
+) -> Result<(Vec<WalkedGi>, Vec<CapMinor>), MigScanError> {
+    let under = |p: &Path| host::under(&config.host_root, &config.store_dir, p);
+    let caps_dir = under(Path::new(mig::CAPABILITIES_DIR));
+    let mut walked: Vec<WalkedGi> = Vec::new();
+    let mut admin = Vec::new();
+    if !caps_dir.exists() {
+        return Ok((walked, admin));
+    }
+    for gpu in numbered(&caps_dir, "gpu")? {
+        let mig_dir = caps_dir.join(format!("gpu{gpu}/mig"));
+        if !mig_dir.exists() {
+            continue;
+        }
+        for gi in numbered(&mig_dir, "gi")? {
+            let gi_dir = mig_dir.join(format!("gi{gi}"));
+            let gi_minor = access_minor(&gi_dir.join("access"))?;
+            let mut cis = Vec::new();
+            for ci in numbered(&gi_dir, "ci")? {
+                let path = gi_dir.join(format!("ci{ci}/access"));
+                cis.push((InstanceId { gpu, gi, ci }, access_minor(&path)?));
+            }
+            walked.push((Capability::Gi { gpu, gi }, gi_minor, cis));
+        }
+    }
+    let named = [
+        (source.config, Capability::Config),
+        (source.monitor, Capability::Monitor),
+    ];
+    for (_, cap) in named.iter().filter(|(named, _)| *named) {
+        admin.push((*cap, access_minor(&under(&cap.proc_path()))?));
+    }
+    Ok((walked, admin))
+}
+
+/// Fails when `mig-minors` lists one of `minors`' capabilities with another minor than its
+/// `access` file gives (a capability it does not list is not judged).
+fn check_listed(minors: &[(Capability, u32)], config: &Config) -> Result<(), MigScanError> {
+    let under = |p: &Path| host::under(&config.host_root, &config.store_dir, p);
+    let listed = listed_minors(&under(Path::new(mig::MIG_MINORS)))?;
+    for (cap, minor) in minors {
+        if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
+            if l != minor {
+                return Err(MigScanError::Mismatch {
+                    capability: *cap,
+                    path: under(&cap.proc_path()),
+                    access: *minor,
+                    listed: *l,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A capability and the minor its `access` file gives.
+type CapMinor = (Capability, u32);
 
 /// A GPU instance as the walk found it: its capability and minor, and its compute instances'
 /// ids and minors.

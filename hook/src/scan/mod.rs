@@ -18,12 +18,12 @@
 //! [`crate::plan::decide`] works on it alone, so the decision is unit-tested on views made by
 //! hand. How to add a source: `docs/architecture.md`.
 
-pub mod booted;
-pub mod cdi;
-pub mod devices;
-pub mod driver;
-pub mod mig;
-pub mod paths;
+pub(crate) mod booted;
+pub(crate) mod cdi;
+pub(crate) mod devices;
+pub(crate) mod driver;
+pub(crate) mod mig;
+pub(crate) mod paths;
 
 use crate::config::{Config, Platform, Rule};
 use crate::discover::{host, versions};
@@ -33,16 +33,16 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-pub use booted::BootedDriver;
-pub use cdi::{CdiDevice, CdiDeviceView, CdiView};
-pub use devices::{DeviceScan, DeviceView, GlobError, GlobMatches};
-pub use driver::{CompatSeen, DriverView, HostLibraries};
-pub use mig::{CapNode, InstanceFound, MigHost, MigScanError, MigView, NodeState};
-pub use paths::{EntrySymlinks, PathOrigin, PathView, ENTRY_SYMLINKS_MAX};
+pub(crate) use booted::BootedDriver;
+pub(crate) use cdi::{CdiDevice, CdiView};
+pub(crate) use devices::{DeviceScan, DeviceView};
+pub(crate) use driver::DriverView;
+pub(crate) use mig::{CapNode, MigView, NodeState};
+pub(crate) use paths::{PathOrigin, PathView};
 
 /// What the host has, as data. Built by [`scan`]; tests build it by hand.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostView {
+pub(crate) struct HostView {
     /// Facts of the host that are not one source's: platform, kernel module, L4T.
     pub facts: HostFacts,
     /// Every entry the scans looked at, and the real paths of the libcuda files.
@@ -53,7 +53,7 @@ pub struct HostView {
 
 /// Host facts read once for every source that needs them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     /// Jetson or not: the one Tegra detector (`/etc/nv_tegra_release`, or
     /// `/sys/devices/soc0/family` starting with "tegra"). `None` when no matched rule has a
     /// driver or a platform-specific device, so nothing asks (nor was it read).
@@ -71,14 +71,14 @@ pub struct HostFacts {
 
 impl HostFacts {
     /// The kind of host; `Discrete` unless the scan found a Tegra.
-    pub fn platform(&self) -> Platform {
+    pub(crate) fn platform(&self) -> Platform {
         self.platform.unwrap_or(Platform::Discrete)
     }
 }
 
 /// What the scans saw of the filesystem.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// What `lstat` found at each host path looked at (hashed: the planners look paths up
     /// hundreds of times a run, and a sorted map compares paths component by component).
     pub nodes: HashMap<PathBuf, Node>,
@@ -100,7 +100,7 @@ impl Lookup for HostView {
 
 /// One matched rule: its sources, each beside what the scan found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleView {
+pub(crate) struct RuleView {
     /// The rule.
     pub id: RuleId,
     /// Its name, for reasons and problems.
@@ -119,15 +119,8 @@ pub struct RuleView {
     pub sysfs: Option<crate::config::Sysfs>,
 }
 
-impl HostView {
-    /// The kind of host; `Discrete` unless the scan found a Tegra.
-    pub fn platform(&self) -> Platform {
-        self.facts.platform()
-    }
-}
-
 /// The real filesystem, remembering every answer in the snapshot (each path is looked at once).
-pub struct Recorder {
+pub(crate) struct Recorder {
     nodes: RefCell<HashMap<PathBuf, Node>>,
     real_paths: RefCell<BTreeMap<PathBuf, PathBuf>>,
 }
@@ -155,12 +148,12 @@ impl Recorder {
 
     /// Follows the chain at (`inside`, `outside`), recording every entry on the way, so that a
     /// planner can follow it again over the snapshot.
-    pub fn follow(&self, inside: &Path, outside: &Path, space: Space<'_>) {
+    pub(crate) fn follow(&self, inside: &Path, outside: &Path, space: Space<'_>) {
         let _ = symlinks::follow(inside, outside, space, self);
     }
 
     /// Records the real path of the file at `outside` (every link resolved).
-    pub fn record_real(&self, outside: &Path) {
+    pub(crate) fn record_real(&self, outside: &Path) {
         if let Some(real) = self.real_path(outside) {
             self.real_paths
                 .borrow_mut()
@@ -224,7 +217,7 @@ impl Recorder {
 
 /// Reads what the `rules` (matched, with their ids) under `config` need to know of the host.
 /// Never writes.
-pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
+pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
     let fs = Recorder::new();
     let facts = host_facts(config, rules);
     let rooted = Space::Rooted {

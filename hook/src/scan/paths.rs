@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 
 /// The most entries of one directory that `follow_entry_symlinks` looks at: a bound on the
 /// work a directory anyone filled can cause.
-pub const ENTRY_SYMLINKS_MAX: usize = 4096;
+pub(crate) const ENTRY_SYMLINKS_MAX: usize = 4096;
 
 /// Which kind of configured path a [`PathView`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathOrigin {
+pub(crate) enum PathOrigin {
     /// A `[[rule.path]]`: `outside` is `inside` under the host root.
     HostPath,
     /// A `[[rule.mount]]`: `outside` is a literal host path.
@@ -23,7 +23,7 @@ pub enum PathOrigin {
 
 /// A configured path or mount and what the scan found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathView {
+pub(crate) struct PathView {
     /// Which kind of entry it is.
     pub origin: PathOrigin,
     /// Where the build sees it (normalised).
@@ -42,7 +42,7 @@ pub struct PathView {
 impl PathView {
     /// How the path's symlinks resolve: under the host root for host paths, literally on the
     /// host for mounts.
-    pub fn space<'a>(&self, root: &'a Path, store_dir: &'a Path) -> Space<'a> {
+    pub(crate) fn space<'a>(&self, root: &'a Path, store_dir: &'a Path) -> Space<'a> {
         match self.origin {
             PathOrigin::HostPath => Space::Rooted { root, store_dir },
             PathOrigin::Mount => Space::Literal,
@@ -52,7 +52,7 @@ impl PathView {
 
 /// The symlinks directly inside a directory whose entries' links a rule follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntrySymlinks {
+pub(crate) struct EntrySymlinks {
     /// Where the directory really is, once its own links are followed.
     pub dir: symlinks::Hop,
     /// The names of the links in it, sorted, at most [`ENTRY_SYMLINKS_MAX`].
@@ -60,7 +60,7 @@ pub struct EntrySymlinks {
 }
 
 /// Scans a `[[rule.path]]`.
-pub fn scan_host_path(p: &HostPath, rooted: Space<'_>, fs: &Recorder) -> PathView {
+pub(crate) fn scan_host_path(p: &HostPath, rooted: Space<'_>, fs: &Recorder) -> PathView {
     let inside = symlinks::normalize(&p.path);
     let outside = rooted.outside(&inside);
     scan_one(
@@ -79,7 +79,7 @@ pub fn scan_host_path(p: &HostPath, rooted: Space<'_>, fs: &Recorder) -> PathVie
 }
 
 /// Scans a `[[rule.mount]]`.
-pub fn scan_mount(m: &Mount, fs: &Recorder) -> PathView {
+pub(crate) fn scan_mount(m: &Mount, fs: &Recorder) -> PathView {
     scan_one(
         PathView {
             origin: PathOrigin::Mount,

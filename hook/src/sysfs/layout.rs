@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// The attribute files of each bridge above a GPU that the tree copies (those the bridge
 /// has): what NCCL reads walking up (`class`, ids, link speed and width, `numa_node`) and
 /// the locality hwloc and NVML read.
-pub const BRIDGE_ATTRIBUTES: [&str; 13] = [
+pub(crate) const BRIDGE_ATTRIBUTES: [&str; 13] = [
     "class",
     "vendor",
     "device",
@@ -42,7 +42,7 @@ const CLASS_PCI_BUS: &str = "class-pci_bus";
 
 /// One entry the tree holds, by its path in the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     /// A directory (mode 0755).
     Dir(String),
     /// A copy (mode 0444) of the host file `source`, made when it exists.
@@ -53,7 +53,7 @@ pub enum Entry {
 
 impl Entry {
     /// Its path in the tree.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         match self {
             Entry::Dir(p) | Entry::Copy(p, _) | Entry::Link(p, _) => p,
         }
@@ -62,7 +62,7 @@ impl Entry {
 
 /// The PCI part of a tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PciLayout {
+pub(crate) struct PciLayout {
     /// What the tree holds, parents first.
     pub entries: Vec<Entry>,
     /// The top directories, each bound on itself read-only once `entries` are made.
@@ -75,7 +75,7 @@ pub struct PciLayout {
 
 impl PciLayout {
     /// The layout for `gpus` (on the host under `host_root`); empty for none.
-    pub fn new(gpus: &[PciGpu], host_root: &Path) -> PciLayout {
+    pub(crate) fn new(gpus: &[PciGpu], host_root: &Path) -> PciLayout {
         let mut layout = PciLayout::default();
         if gpus.is_empty() {
             return layout;

@@ -36,26 +36,25 @@ mod mount;
 mod pci;
 mod tree;
 
-pub use layout::{Entry, PciLayout, BRIDGE_ATTRIBUTES};
-pub use mount::MountError;
-pub use pci::{discover, PciError, PciGpu};
-pub use tree::{build, sweep, TreeError, TreeGuard, TreeParts};
+pub(crate) use layout::PciLayout;
+pub(crate) use pci::discover;
+pub(crate) use tree::{build, sweep, TreeGuard, TreeParts};
 
 use std::path::PathBuf;
 
 /// The host directories `topology` binds, by their path inside (under `/sys`), and the name
 /// of each one's mount point in a build's tree.
-pub const TOPOLOGY: [(&str, &str); 2] = [
+pub(crate) const TOPOLOGY: [(&str, &str); 2] = [
     ("/sys/devices/system/cpu", "cpu"),
     ("/sys/devices/system/node", "node"),
 ];
 
 /// The directory, under the runtime directory, that holds the trees and their records.
-pub const TREES_DIR: &str = "sysfs";
+pub(crate) const TREES_DIR: &str = "sysfs";
 
 /// One read-only bind of a tree.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct TreeBind {
+pub(crate) struct TreeBind {
     /// Where the build sees it (under `/sys`).
     pub inside: PathBuf,
     /// The host directory (under the host root).
@@ -68,6 +67,6 @@ pub struct TreeBind {
 
 /// The name of the tree of the build whose manifest is `manifest_name`
 /// ([`crate::manifest_file::name_for`]): the same name without its `.json`.
-pub fn tree_name(manifest_name: &str) -> &str {
+pub(crate) fn tree_name(manifest_name: &str) -> &str {
     manifest_name.strip_suffix(".json").unwrap_or(manifest_name)
 }

@@ -13,7 +13,7 @@ const MAX_STACKED: usize = 8;
 
 /// Why a read-only bind could not be made. One line.
 #[derive(Debug, thiserror::Error)]
-pub enum MountError {
+pub(crate) enum MountError {
     /// The source failed the trust checks (or does not exist).
     #[error("cannot bind {}: {source}", path.display())]
     Untrusted {
@@ -44,7 +44,7 @@ pub enum MountError {
 /// without symlinks and bound through that descriptor, so what is bound is what was checked)
 /// at `target`, alone (no `MS_REC`), and remounts it read-only, `nosuid`, `nodev`, `noexec`.
 /// On any failure after the bind, the bind is undone: nothing writable is left.
-pub fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
+pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
     let untrusted = |source_err| MountError::Untrusted {
         path: source.to_path_buf(),
         source: source_err,
@@ -96,7 +96,7 @@ pub fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
 
 /// Unmounts whatever is mounted at `target` (lazily: a process inside keeps its view), until
 /// nothing is. A target that is no mount point (or does not exist) is left as it is.
-pub fn detach(target: &Path) -> Result<(), MountError> {
+pub(super) fn detach(target: &Path) -> Result<(), MountError> {
     for _ in 0..MAX_STACKED {
         match umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
             Ok(()) => continue,
@@ -124,7 +124,9 @@ pub fn detach(target: &Path) -> Result<(), MountError> {
 /// on Nix 2.8 as root without a daemon, where `nix-build` runs in a private namespace of its
 /// own and a mount made in the hook's never reached the build. Mounts in that namespace end
 /// with it, when that Nix ends.
-pub fn in_parents_namespace<T: Send>(work: impl FnOnce() -> T + Send) -> Result<T, MountError> {
+pub(super) fn in_parents_namespace<T: Send>(
+    work: impl FnOnce() -> T + Send,
+) -> Result<T, MountError> {
     use nix::sched::{setns, unshare, CloneFlags};
     let parent = nix::unistd::getppid();
     let path = PathBuf::from(format!("/proc/{parent}/ns/mnt"));

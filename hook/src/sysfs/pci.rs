@@ -12,7 +12,7 @@ const PATH_MAX_DEPTH: usize = 16;
 
 /// One GPU's PCI device.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciGpu {
+pub(crate) struct PciGpu {
     /// Its `/dev/nvidia<minor>`.
     pub minor: u32,
     /// Its bus address, `dddd:bb:dd.f`.
@@ -24,7 +24,7 @@ pub struct PciGpu {
 
 /// Why a GPU's PCI device cannot be given. One line.
 #[derive(Debug, thiserror::Error)]
-pub enum PciError {
+pub(crate) enum PciError {
     /// A file or link failed the trust checks or could not be read.
     #[error(transparent)]
     Untrusted(#[from] TrustError),
@@ -50,7 +50,7 @@ pub enum PciError {
 }
 
 /// Whether `name` is a PCI bus address, `dddd:bb:dd.f` in lowercase hex.
-pub fn is_bdf(name: &str) -> bool {
+pub(super) fn is_bdf(name: &str) -> bool {
     let b = name.as_bytes();
     let hex = |r: std::ops::Range<usize>| {
         b[r].iter()
@@ -83,7 +83,7 @@ fn is_root_bus(name: &str) -> bool {
 
 /// The PCI devices of the GPUs `/proc/driver/nvidia/gpus` lists under `host_root`, each or
 /// why it cannot be given, by bus address. No such directory (no NVIDIA driver loaded): none.
-pub fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
+pub(crate) fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
     let gpus = host_root.join("proc/driver/nvidia/gpus");
     let Ok(dir) = trust::listed_dir(&gpus) else {
         return Vec::new();
@@ -123,7 +123,7 @@ fn device_minor(information: &Path) -> Result<u32, PciError> {
 
 /// The regular file at `path`, opened once trusted ([`trust::open_file`]), read to at most
 /// `max` bytes: a longer one is an error, never read further.
-pub fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, PciError> {
+pub(super) fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, PciError> {
     use std::io::Read;
     let (file, _) = trust::open_file(path)?;
     let mut bytes = Vec::new();

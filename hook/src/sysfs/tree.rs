@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a build's tree could not be made, or an ended one removed. One line.
 #[derive(Debug, thiserror::Error)]
-pub enum TreeError {
+pub(crate) enum TreeError {
     /// The trees' directory (or a tree) failed its check or could not be opened.
     #[error(transparent)]
     StateDir(#[from] StateDirError),
@@ -81,7 +81,7 @@ impl Record {
 
 /// What a build's tree holds: the topology's read-only binds and the PCI part.
 #[derive(Debug, Clone, Copy)]
-pub struct TreeParts<'a> {
+pub(crate) struct TreeParts<'a> {
     /// The read-only binds of host directories at the tree's top.
     pub binds: &'a [TreeBind],
     /// The GPUs' PCI devices, their bridges' attributes and the links to them.
@@ -93,7 +93,7 @@ pub struct TreeParts<'a> {
 /// PCI entries, each PCI top bound on itself read-only and the GPUs' directories bound in
 /// it, all in the mount namespace of the Nix that ran the hook. On an error every bind made
 /// is undone and the tree removed (or, where that fails too, left to [`sweep`]).
-pub fn build(
+pub(crate) fn build(
     parts: TreeParts<'_>,
     name: &str,
     runtime_dir: &Path,
@@ -113,7 +113,7 @@ pub fn build(
 /// stays, for [`sweep`] to remove when the build has ended.
 #[derive(Debug)]
 #[must_use = "dropping the guard removes the tree"]
-pub struct TreeGuard {
+pub(crate) struct TreeGuard {
     runtime_dir: PathBuf,
     name: String,
     committed: bool,
@@ -121,7 +121,7 @@ pub struct TreeGuard {
 
 impl TreeGuard {
     /// Keeps the tree for the build: it is no longer removed on drop.
-    pub fn commit(&mut self) {
+    pub(crate) fn commit(&mut self) {
         self.committed = true;
     }
 }
@@ -231,7 +231,7 @@ fn remove_here(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
 
 /// Removes every tree whose build has ended (see [`Record::live`]); one that cannot be
 /// removed keeps its record, for the next sweep. A record that cannot be read is left.
-pub fn sweep(runtime_dir: &Path) -> Result<(), TreeError> {
+pub(crate) fn sweep(runtime_dir: &Path) -> Result<(), TreeError> {
     // No tree was ever made here: nothing to enter a namespace for (most hosts, every run).
     if std::fs::symlink_metadata(runtime_dir.join(TREES_DIR)).is_err() {
         return Ok(());

@@ -110,7 +110,7 @@ pub(super) fn program_of(h: &Hook) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::CdiEdit;
+    use crate::plan::cdi::CdiEdit;
 
     #[test]
     fn relative_or_unexpressible_spec_paths_are_refused() {

@@ -7,7 +7,7 @@ use std::fmt;
 /// What a CDI exposure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum CdiItem {
+pub(crate) enum CdiItem {
     /// One of the device's nodes.
     DeviceNode,
     /// A mount, at its container path.
@@ -36,7 +36,7 @@ impl fmt::Display for CdiItem {
 /// sandbox, before the sandbox exists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "edit", rename_all = "kebab-case")]
-pub enum CdiEdit {
+pub(crate) enum CdiEdit {
     /// An environment variable.
     Env {
         /// `NAME=value`.
@@ -89,7 +89,7 @@ pub enum CdiEdit {
 
 impl CdiEdit {
     /// Why the hook does not carry it out.
-    pub fn why(&self) -> &'static str {
+    pub(crate) fn why(&self) -> &'static str {
         match self {
             CdiEdit::Env { .. } => {
                 "a pre-build hook can only add paths; set the variable in the derivation"
@@ -139,7 +139,7 @@ impl fmt::Display for CdiEdit {
 
 /// A CDI edit that was not carried out, and for which device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NotCarriedOut {
+pub(crate) struct NotCarriedOut {
     /// The rule.
     pub rule: String,
     /// The CDI device.

@@ -23,10 +23,12 @@ mod classify;
 mod edits;
 mod lease;
 
-pub use edits::{CdiEdit, CdiItem, NotCarriedOut};
+pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
 use super::{Decision, Exposure, Problem, Reason, Skip};
 use crate::cdi::load::LookupError;
+use crate::cdi::spec::{DeviceNode, Mount};
+use crate::cdi::ContainerEdits;
 use crate::config::{Config, DriverConfig};
 use crate::discover::host;
 use crate::scan::cdi::{below_library_dir, host_path, is_library_name};
@@ -108,7 +110,9 @@ impl Decision {
         }
     }
 
-    /// Plans one part of a device (the whole device without leases).
+    /// Plans one part of a device (the whole device without leases): its device nodes, its
+    /// mounts and its `create-symlinks` links as exposures (or skips and problems), and the
+    /// edits a pre-build hook cannot carry out.
     fn add_cdi_device(
         &mut self,
         at: &Place<'_>,
@@ -117,163 +121,12 @@ impl Decision {
         config: &Config,
         view: &HostView,
     ) {
-        let device = part.device.as_str();
-        let reason = |item: CdiItem| Reason::Cdi {
-            rule: at.rule.to_string(),
-            device: device.to_string(),
-            spec: found.spec.clone(),
-            item,
-            gpu: part.gpu,
-        };
-        let mut pending: Vec<CdiEdit> = Vec::new();
-        let mut not_done = |edit: CdiEdit| pending.push(edit);
-        let edits = &part.edits;
-        for value in &edits.env {
-            not_done(CdiEdit::Env {
-                value: value.clone(),
-            });
+        let (mut pending, links) = unsupported_edits(&part.edits);
+        for n in &part.edits.device_nodes {
+            self.add_cdi_device_node(at, part, found, n, config, view);
         }
-        if !edits.additional_gids.is_empty() {
-            not_done(CdiEdit::AdditionalGids {
-                gids: edits.additional_gids.clone(),
-            });
-        }
-        for key in edits.other.keys() {
-            not_done(CdiEdit::Other { key: key.clone() });
-        }
-        for n in &edits.device_nodes {
-            if n.uid.is_some()
-                || n.gid.is_some()
-                || n.file_mode.is_some()
-                || n.permissions.is_some()
-            {
-                not_done(CdiEdit::NodeAttributes {
-                    path: n.path.clone(),
-                });
-            }
-        }
-        for m in &edits.mounts {
-            if !m.options.is_empty() {
-                not_done(CdiEdit::MountOptions {
-                    container_path: m.container_path.clone(),
-                    options: m.options.clone(),
-                });
-            }
-            if let Some(kind) = m.kind.as_ref().filter(|k| k.as_str() != "bind") {
-                not_done(CdiEdit::MountType {
-                    container_path: m.container_path.clone(),
-                    kind: kind.clone(),
-                });
-            }
-        }
-        let mut links = Vec::new();
-        for h in &edits.hooks {
-            match create_symlinks(h) {
-                Some(l) => links.extend(l),
-                None => not_done(CdiEdit::Hook {
-                    hook_name: h.hook_name.clone(),
-                    program: program_of(h),
-                }),
-            }
-        }
-
-        for n in &edits.device_nodes {
-            if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
-                self.problems.push(Problem {
-                    rule: at.rule.to_string(),
-                    what: format!("CDI {device}: device node {why}"),
-                    fix: "fix the spec (`nvidia-ctk cdi generate`)".to_string(),
-                });
-                continue;
-            }
-            let inside = symlinks::normalize(Path::new(&n.path));
-            let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
-            self.add_cdi_node(
-                at.rule,
-                device,
-                &inside,
-                &outside,
-                view,
-                reason(CdiItem::DeviceNode),
-            );
-        }
-        for m in &edits.mounts {
-            if m.kind.as_ref().is_some_and(|k| k.as_str() != "bind") {
-                continue;
-            }
-            let inside = symlinks::normalize(Path::new(&m.container_path));
-            let outside = host_path(&m.host_path, config);
-            if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
-                self.skipped.push(Skip {
-                    path: m.container_path.clone(),
-                    why: format!("CDI {device}: {why}"),
-                });
-                continue;
-            }
-            let name = inside
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let skip = |why: String| Skip {
-                path: inside.display().to_string(),
-                why,
-            };
-            if is_host_runtime(&name) {
-                self.skipped.push(skip(format!(
-                    "CDI {device}: the host's C/C++ runtime never enters the sandbox (Nix's \
-                     glibc and libstdc++ must be the ones loaded)"
-                )));
-                continue;
-            }
-            if is_fhs_program(&inside) {
-                self.skipped.push(skip(format!(
-                    "CDI {device}: an FHS program; builds do not look in {} and a program built \
-                     for the host's glibc cannot run against Nix's (use the Nixpkgs package)",
-                    inside.parent().unwrap_or(Path::new("/")).display()
-                )));
-                continue;
-            }
-            if is_library_name(&name) {
-                if at.link_present {
-                    self.skipped.push(skip(format!(
-                        "CDI {device}: the driver link {} is exposed, with the driver behind it",
-                        at.link_lib.parent().unwrap_or(&at.link_lib).display()
-                    )));
-                    continue;
-                }
-                if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
-                    // The driver planner binds it (the host driver comes from the spec).
-                    continue;
-                }
-                let rel = below_library_dir(&inside);
-                let soname = found.sonames.get(&outside);
-                let names = std::iter::once(rel.clone()).chain(
-                    soname
-                        .filter(|s| Some(s.as_str()) != rel.file_name().and_then(|f| f.to_str()))
-                        .map(|s| rel.with_file_name(s)),
-                );
-                for rel in names {
-                    let inside = at.link_lib.join(rel);
-                    self.add_optional_host_path(
-                        at.rule,
-                        &inside,
-                        &outside,
-                        view,
-                        reason(CdiItem::Library),
-                    );
-                }
-                continue;
-            }
-            if let Some(rel) = data_file_place(&inside) {
-                self.add_optional_host_path(
-                    at.rule,
-                    &at.link_share.join(rel),
-                    &outside,
-                    view,
-                    reason(CdiItem::DataFile),
-                );
-            }
-            self.add_optional_host_path(at.rule, &inside, &outside, view, reason(CdiItem::Mount));
+        for m in &part.edits.mounts {
+            self.add_cdi_mount(at, part, found, m, config, view);
         }
         for (target, link) in links {
             if let Some(edit) = self.add_cdi_link(at, part, found, &target, &link, config, view) {
@@ -284,7 +137,7 @@ impl Decision {
             let why = edit.why();
             let entry = NotCarriedOut {
                 rule: at.rule.to_string(),
-                device: device.to_string(),
+                device: part.device.clone(),
                 gpu: part.gpu,
                 edit,
                 why,
@@ -293,6 +146,110 @@ impl Decision {
                 self.not_carried_out.push(entry);
             }
         }
+    }
+
+    /// Exposes one of a device's nodes, or makes a spec that names an unusable path a
+    /// problem.
+    fn add_cdi_device_node(
+        &mut self,
+        at: &Place<'_>,
+        part: &lease::Part,
+        found: &CdiDevice,
+        n: &DeviceNode,
+        config: &Config,
+        view: &HostView,
+    ) {
+        let device = part.device.as_str();
+        if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
+            return self.problems.push(Problem {
+                rule: at.rule.to_string(),
+                what: format!("CDI {device}: device node {why}"),
+                fix: "fix the spec (`nvidia-ctk cdi generate`)".to_string(),
+            });
+        }
+        let inside = symlinks::normalize(Path::new(&n.path));
+        let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
+        let reason = cdi_reason(at, part, found, CdiItem::DeviceNode);
+        self.add_cdi_node(at.rule, device, &inside, &outside, view, reason);
+    }
+
+    /// Exposes one of a device's bind mounts where the build can use it: a library at the
+    /// driver link (under its name and its soname) unless the driver link or the driver
+    /// planner brings it, a data file also under the link's `share`, anything else at its
+    /// `containerPath`; the host's C/C++ runtime and FHS programs are skipped.
+    fn add_cdi_mount(
+        &mut self,
+        at: &Place<'_>,
+        part: &lease::Part,
+        found: &CdiDevice,
+        m: &Mount,
+        config: &Config,
+        view: &HostView,
+    ) {
+        if m.kind.as_ref().is_some_and(|k| k.as_str() != "bind") {
+            return;
+        }
+        let device = part.device.as_str();
+        let inside = symlinks::normalize(Path::new(&m.container_path));
+        let outside = host_path(&m.host_path, config);
+        if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
+            return self.skipped.push(Skip {
+                path: m.container_path.clone(),
+                why: format!("CDI {device}: {why}"),
+            });
+        }
+        let name = inside
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let skip = |why: String| Skip {
+            path: inside.display().to_string(),
+            why,
+        };
+        if is_host_runtime(&name) {
+            return self.skipped.push(skip(format!(
+                "CDI {device}: the host's C/C++ runtime never enters the sandbox (Nix's \
+                 glibc and libstdc++ must be the ones loaded)"
+            )));
+        }
+        if is_fhs_program(&inside) {
+            return self.skipped.push(skip(format!(
+                "CDI {device}: an FHS program; builds do not look in {} and a program built \
+                 for the host's glibc cannot run against Nix's (use the Nixpkgs package)",
+                inside.parent().unwrap_or(Path::new("/")).display()
+            )));
+        }
+        if is_library_name(&name) {
+            if at.link_present {
+                return self.skipped.push(skip(format!(
+                    "CDI {device}: the driver link {} is exposed, with the driver behind it",
+                    at.link_lib.parent().unwrap_or(&at.link_lib).display()
+                )));
+            }
+            if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
+                // The driver planner binds it (the host driver comes from the spec).
+                return;
+            }
+            let rel = below_library_dir(&inside);
+            let soname = found.sonames.get(&outside);
+            let names = std::iter::once(rel.clone()).chain(
+                soname
+                    .filter(|s| Some(s.as_str()) != rel.file_name().and_then(|f| f.to_str()))
+                    .map(|s| rel.with_file_name(s)),
+            );
+            for rel in names {
+                let inside = at.link_lib.join(rel);
+                let reason = cdi_reason(at, part, found, CdiItem::Library);
+                self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
+            }
+            return;
+        }
+        if let Some(rel) = data_file_place(&inside) {
+            let reason = cdi_reason(at, part, found, CdiItem::DataFile);
+            self.add_optional_host_path(at.rule, &at.link_share.join(rel), &outside, view, reason);
+        }
+        let reason = cdi_reason(at, part, found, CdiItem::Mount);
+        self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
     }
 
     /// Exposes one device node: a character device, required.
@@ -371,13 +328,7 @@ impl Decision {
             });
         };
         let inside = at.link_lib.join(below_library_dir(&link_path));
-        let reason = Reason::Cdi {
-            rule: at.rule.to_string(),
-            device: part.device.to_string(),
-            spec: found.spec.clone(),
-            item: CdiItem::Link,
-            gpu: part.gpu,
-        };
+        let reason = cdi_reason(at, part, found, CdiItem::Link);
         let outside = host_path(&m.host_path, config);
         self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
         None
@@ -397,6 +348,69 @@ pub(super) fn owning_gpu(e: &Exposure) -> Option<u32> {
 /// Keeps the edits not carried out of every build's and of the GPUs `leased` only.
 pub(super) fn keep_leased(not_carried_out: &mut Vec<NotCarriedOut>, leased: &[u32]) {
     not_carried_out.retain(|n| n.gpu.is_none_or(|g| leased.contains(&g)));
+}
+
+/// The reason of an exposure `item` of a device's part.
+fn cdi_reason(at: &Place<'_>, part: &lease::Part, found: &CdiDevice, item: CdiItem) -> Reason {
+    Reason::Cdi {
+        rule: at.rule.to_string(),
+        device: part.device.clone(),
+        spec: found.spec.clone(),
+        item,
+        gpu: part.gpu,
+    }
+}
+
+/// The edits of `edits` a pre-build hook cannot carry out (environment, extra groups, node
+/// attributes, mount options and types, hooks other than `create-symlinks`), and the
+/// `(target, link)` pairs its `create-symlinks` hooks ask for.
+fn unsupported_edits(edits: &ContainerEdits) -> (Vec<CdiEdit>, Vec<(String, String)>) {
+    let mut pending: Vec<CdiEdit> = Vec::new();
+    for value in &edits.env {
+        pending.push(CdiEdit::Env {
+            value: value.clone(),
+        });
+    }
+    if !edits.additional_gids.is_empty() {
+        pending.push(CdiEdit::AdditionalGids {
+            gids: edits.additional_gids.clone(),
+        });
+    }
+    for key in edits.other.keys() {
+        pending.push(CdiEdit::Other { key: key.clone() });
+    }
+    for n in &edits.device_nodes {
+        if n.uid.is_some() || n.gid.is_some() || n.file_mode.is_some() || n.permissions.is_some() {
+            pending.push(CdiEdit::NodeAttributes {
+                path: n.path.clone(),
+            });
+        }
+    }
+    for m in &edits.mounts {
+        if !m.options.is_empty() {
+            pending.push(CdiEdit::MountOptions {
+                container_path: m.container_path.clone(),
+                options: m.options.clone(),
+            });
+        }
+        if let Some(kind) = m.kind.as_ref().filter(|k| k.as_str() != "bind") {
+            pending.push(CdiEdit::MountType {
+                container_path: m.container_path.clone(),
+                kind: kind.clone(),
+            });
+        }
+    }
+    let mut links = Vec::new();
+    for h in &edits.hooks {
+        match create_symlinks(h) {
+            Some(l) => links.extend(l),
+            None => pending.push(CdiEdit::Hook {
+                hook_name: h.hook_name.clone(),
+                program: program_of(h),
+            }),
+        }
+    }
+    (pending, links)
 }
 
 /// Where a rule's CDI libraries go, and whether the driver planner takes them.
