@@ -19,7 +19,8 @@
 //!
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
-//! paths given. Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
+//! paths given, and lists the GPU code of each archive member (link input, as cuobjdump lists
+//! it). Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
 //! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
@@ -320,6 +321,8 @@ enum Contents {
     Elf,
     /// A bare fat binary (`.fatbin`), loaded with `cuModuleLoad` at run time.
     Fatbin,
+    /// A `.a` archive: its members' GPU code is listed, as input for a link.
+    Archive,
     /// Anything else.
     Other,
 }
@@ -335,6 +338,7 @@ fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
     let kind = match map.bytes() {
         [0x7f, b'E', b'L', b'F', ..] => Contents::Elf,
         [0x50, 0xed, 0x55, 0xba, ..] => Contents::Fatbin,
+        [b'!', b'<', b'a', b'r', b'c', b'h', b'>', b'\n', ..] => Contents::Archive,
         _ => Contents::Other,
     };
     Ok(Some((map, kind)))
@@ -450,7 +454,6 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     if is_static_cuda_archive(&name) {
         report.cuda_runtimes.extend(runtime_in(path, None));
         report.findings.push(archive_finding(path, None));
-        return;
     }
     let unreadable = |message: String| Finding {
         file: path.to_path_buf(),
@@ -470,7 +473,8 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     let data = map.bytes();
     match contents {
         Contents::Other => return,
-        Contents::Fatbin => {
+        // An archive's members are link input, listed per member as cuobjdump lists them.
+        Contents::Fatbin | Contents::Archive => {
             let provenance = Provenance::of(path, None, &config.store_dir);
             gpu_code_of(path, data, &[], provenance, config, report);
             return;
