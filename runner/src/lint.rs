@@ -4,8 +4,9 @@
 //! `autoAddDriverRunpath`), and on Jetson a `cuda_compat` directory must come *before* that link
 //! or the host's older libcuda wins: the loader takes the first `libcuda.so.1` on the search
 //! path (ld.so(8)), and NVIDIA's forward compatibility works only when the compat libcuda is the
-//! one loaded (CUDA Compatibility guide). For each ELF file that needs `libcuda` or carries the
-//! driver link in its search path, the lint checks:
+//! one loaded (CUDA Compatibility guide). For each ELF file that needs `libcuda`, holds a static
+//! CUDA runtime (which `dlopen`s `libcuda.so.1`, searching the calling file's own DT_RUNPATH),
+//! or carries the driver link in its search path, the lint checks:
 //! - the driver link is in DT_RUNPATH (DT_RPATH when the file has no DT_RUNPATH);
 //! - with a compat directory, it is there and comes before the driver link;
 //! - no CUDA `stubs` directory is there (the toolkit's stub libcuda makes every driver call
@@ -33,7 +34,7 @@ use serde::Serialize;
 
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
 use crate::provenance::Provenance;
-use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
+use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime, RuntimeForm};
 use crate::walk::{resolve, walk};
 
 /// What the lint expects.
@@ -133,7 +134,8 @@ pub struct LintReport {
     pub files: usize,
     /// ELF files among them.
     pub elf_files: usize,
-    /// ELF files that need libcuda or search the driver link (the ones checked).
+    /// ELF files that load libcuda (DT_NEEDED, or a static CUDA runtime's `dlopen`) or search
+    /// the driver link (the ones checked).
     pub libcuda_users: Vec<PathBuf>,
     /// Store paths whose runtime closure was searched for static archives.
     pub closure_of: Vec<PathBuf>,
@@ -229,9 +231,36 @@ fn is_stubs_dir(entry: &str) -> bool {
         .any(|c| c.as_os_str() == "stubs")
 }
 
-/// The findings for one ELF file's dynamic section (none when it neither needs libcuda nor
-/// searches the driver link).
-pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Finding> {
+/// How an ELF file loads libcuda, when it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibcudaUse {
+    /// `libcuda.so*` in its DT_NEEDED.
+    Needed,
+    /// It holds a static CUDA runtime, which `dlopen`s `libcuda.so.1`: glibc searches the
+    /// DT_RUNPATH of the object that calls `dlopen` (this file), not the program's
+    /// (`_dl_map_object` with the caller's link map as loader; ld.so(8)).
+    StaticRuntime,
+}
+
+impl LibcudaUse {
+    /// How `info`'s file loads libcuda: DT_NEEDED first, else through a static runtime it holds.
+    pub fn of(info: &DynamicInfo, holds_static_runtime: bool) -> Option<LibcudaUse> {
+        if info.needs_libcuda() {
+            Some(LibcudaUse::Needed)
+        } else {
+            holds_static_runtime.then_some(LibcudaUse::StaticRuntime)
+        }
+    }
+}
+
+/// The findings for one ELF file's dynamic section, given how it loads libcuda (none when it
+/// neither loads libcuda nor searches the driver link).
+pub fn check_elf(
+    file: &Path,
+    info: &DynamicInfo,
+    uses: Option<LibcudaUse>,
+    config: &LintConfig,
+) -> Vec<Finding> {
     let (search, tag) = info.search_path();
     let position = |dir: &Path| {
         search
@@ -240,7 +269,7 @@ pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Fi
     };
     let link = normalize(&config.driver_link);
     let link_at = position(&link);
-    if !info.needs_libcuda() && link_at.is_none() {
+    if uses.is_none() && link_at.is_none() {
         return Vec::new();
     }
     let shown = format!("{tag} [{}]", search.join(":"));
@@ -251,11 +280,18 @@ pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Fi
     };
     let mut out = Vec::new();
     if link_at.is_none() {
+        let how = match uses {
+            Some(LibcudaUse::StaticRuntime) => {
+                "holds a static CUDA runtime, which dlopens libcuda.so.1 through this file's own \
+                 search path (glibc searches the calling object's), but"
+            }
+            _ => "needs libcuda but",
+        };
         out.push(finding(
             FindingKind::NoDriverLink,
             format!(
-                "needs libcuda but {shown} lacks the driver link {}: inside the sandbox (and on \
-                 NixOS) the loader cannot find the driver; add it to DT_RUNPATH (nixpkgs: \
+                "{how} {shown} lacks the driver link {}: inside the sandbox (and on NixOS) the \
+                 loader cannot find the driver; add it to DT_RUNPATH (nixpkgs: \
                  autoAddDriverRunpath)",
                 link.display()
             ),
@@ -483,6 +519,9 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     }
     report.elf_files += 1;
     let runtime = runtime_in(path, Some(data));
+    let holds_static_runtime = runtime
+        .as_ref()
+        .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
     let dynamic = dynamic_info(data);
     let uses = runtime_uses(
         dynamic.as_ref().ok().and_then(Option::as_ref),
@@ -497,14 +536,15 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     );
     match dynamic {
         Ok(Some(info)) => {
-            let findings = check_elf(path, &info, config);
+            let uses = LibcudaUse::of(&info, holds_static_runtime);
+            let findings = check_elf(path, &info, uses, config);
             let link = normalize(&config.driver_link);
             let searches_link = info
                 .search_path()
                 .0
                 .iter()
                 .any(|e| entry_dir(e).as_ref() == Some(&link));
-            if info.needs_libcuda() || searches_link {
+            if uses.is_some() || searches_link {
                 report.libcuda_users.push(path.to_path_buf());
             }
             report.findings.extend(findings);
@@ -584,7 +624,7 @@ mod tests {
     fn kinds(info: &DynamicInfo, compat: Option<&str>) -> Vec<FindingKind> {
         let mut config = LintConfig::new("/run/opengl-driver/lib");
         config.compat_dir = compat.map(PathBuf::from);
-        check_elf(Path::new("f"), info, &config)
+        check_elf(Path::new("f"), info, LibcudaUse::of(info, false), &config)
             .into_iter()
             .map(|f| f.kind)
             .collect()

@@ -304,3 +304,77 @@ fn lint_lists_a_stripped_static_copy() {
     // Two versions in one package: the mixing finding names both.
     assert!(stdout.contains("12.9 and 13.0"), "{stdout}");
 }
+
+/// `lint --json` on `paths`: its findings as `(file name, kind, message)`.
+fn lint_findings(paths: &[&Path]) -> Vec<(String, String, String)> {
+    let out = Command::new(RUNNER)
+        .args(["lint", "--no-manifest", "--json"])
+        .args(paths)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let file = PathBuf::from(f["file"].as_str().unwrap());
+            (
+                file.file_name().unwrap().to_string_lossy().into_owned(),
+                f["kind"].as_str().unwrap().to_owned(),
+                f["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 34: a static CUDA runtime `dlopen`s `libcuda.so.1`, and glibc searches the DT_RUNPATH
+/// of the object that calls `dlopen`: the file holding the runtime. So a program or library
+/// with NVIDIA's `libcudart_static.a` linked in (stripped as Nixpkgs strips) needs the driver
+/// link in its own DT_RUNPATH, as a DT_NEEDED user of libcuda does; with it, no finding.
+#[test]
+fn a_static_runtime_needs_the_driver_link_in_its_own_runpath() {
+    let Some(real) = RealNvidia::find("a_static_runtime_needs_the_driver_link_in_its_own_runpath")
+    else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    let linked = "-Wl,--enable-new-dtags,-rpath,/run/opengl-driver/lib";
+    let shared = ["-shared", "-fPIC"];
+    let cases = [
+        ("libnolink.so", LIBRARY, &shared[..], false),
+        ("nolink", PROGRAM, &[][..], false),
+        (
+            "liblinked.so",
+            LIBRARY,
+            &["-shared", "-fPIC", linked][..],
+            true,
+        ),
+        ("linked", PROGRAM, &[linked][..], true),
+    ];
+    for (name, source, flags, has_link) in cases {
+        let built = build_with(dir, &real, Some(Cudart::V12_9), source, name, flags);
+        let file = Strip::NixpkgsAll.copy(&built);
+        let found: Vec<_> = lint_findings(&[&file])
+            .into_iter()
+            .filter(|(_, kind, _)| kind == "no-driver-link")
+            .collect();
+        if has_link {
+            assert!(found.is_empty(), "{name}: {found:?}");
+        } else {
+            assert_eq!(found.len(), 1, "{name}: {found:?}");
+            assert!(
+                found[0]
+                    .2
+                    .starts_with("holds a static CUDA runtime, which dlopens libcuda.so.1")
+                    && found[0]
+                        .2
+                        .contains("lacks the driver link /run/opengl-driver/lib"),
+                "{name}: {found:?}"
+            );
+        }
+    }
+}
