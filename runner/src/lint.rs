@@ -33,8 +33,9 @@ use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
+use crate::mixing::{mixed_processes, Root};
 use crate::provenance::Provenance;
-use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime, RuntimeForm};
+use crate::runtime_scan::{runtime_in, FoundRuntime, RuntimeForm};
 use crate::walk::{resolve, walk};
 
 /// What the lint expects.
@@ -79,7 +80,7 @@ pub enum FindingKind {
     StubsInSearchPath,
     /// A static CUDA library in the package or its closure.
     StaticCudaArchive,
-    /// CUDA runtimes of different versions in one package.
+    /// CUDA runtimes of different versions that one process would load (one dependency graph).
     MixedCudaRuntimes,
     /// GPU code with no kernel image for the target GPU (CUDA_ERROR_NO_BINARY_FOR_GPU, 209).
     NoKernelImage,
@@ -414,9 +415,10 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
         }
     }
     let mut seen: BTreeSet<PathBuf> = walked.files.iter().cloned().collect();
+    let mut graph_roots = Vec::new();
     for file in &walked.files {
         report.files += 1;
-        lint_file(file, config, &mut report);
+        graph_roots.extend(lint_file(file, config, &mut report));
     }
     let paths = &roots;
     if config.closure {
@@ -454,35 +456,19 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
             report.closure_of.push(root);
         }
     }
-    if let Some(versions) = mixed_versions(&report.cuda_runtimes) {
-        let files: Vec<String> = report
-            .cuda_runtimes
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} ({})",
-                    r.file.display(),
-                    r.version.as_deref().unwrap_or("version unknown")
-                )
-            })
-            .collect();
+    for mixed in mixed_processes(&graph_roots, &report.cuda_runtimes, &config.store_dir) {
         report.findings.push(Finding {
-            file: report.cuda_runtimes[0].file.clone(),
+            file: mixed.root.path.clone(),
             kind: FindingKind::MixedCudaRuntimes,
-            message: format!(
-                "CUDA runtimes of versions {} in one package ({}): each resolves driver entry \
-                 points through cudaGetDriverEntryPoint at min(its own version, the driver's), \
-                 so one process loading two gets two ABIs of the same driver functions; build \
-                 everything against one CUDA version",
-                versions.join(" and "),
-                files.join(", ")
-            ),
+            message: mixed.describe(),
         });
     }
     report
 }
 
-fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
+/// Lints one file into `report`; an ELF file with a dynamic section is returned as the root of
+/// a dependency graph ([`crate::mixing`]).
+fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Option<Root> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
@@ -498,22 +484,22 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     };
     let (map, contents) = match map_file(path) {
         Ok(Some(found)) => found,
-        Ok(None) => return,
+        Ok(None) => return None,
         Err(e) => {
             report
                 .findings
                 .push(unreadable(format!("cannot be read: {e}")));
-            return;
+            return None;
         }
     };
     let data = map.bytes();
     match contents {
-        Contents::Other => return,
+        Contents::Other => return None,
         // An archive's members are link input, listed per member as cuobjdump lists them.
         Contents::Fatbin | Contents::Archive => {
             let provenance = Provenance::of(path, None, &config.store_dir);
             gpu_code_of(path, data, &[], provenance, config, report);
-            return;
+            return None;
         }
         Contents::Elf => {}
     }
@@ -534,8 +520,13 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         soname.and_then(|d| d.soname.as_deref()),
         &config.store_dir,
     );
+    let mut root = None;
     match dynamic {
         Ok(Some(info)) => {
+            root = Some(Root {
+                path: path.to_path_buf(),
+                interpreter: info.interpreter.clone(),
+            });
             let uses = LibcudaUse::of(&info, holds_static_runtime);
             let findings = check_elf(path, &info, uses, config);
             let link = normalize(&config.driver_link);
@@ -553,6 +544,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         Err(e) => report.findings.push(unreadable(e)),
     }
     gpu_code_of(path, data, &uses, provenance, config, report);
+    root
 }
 
 /// The finding kind of a verdict's rule, when the verdict is a finding.
