@@ -53,17 +53,17 @@ fn runtime_of_file(path: &Path) -> Option<FoundRuntime> {
 }
 
 /// Every root whose dependency graph holds runtimes of two versions; `known` are the runtimes
-/// found in the package (by file). Executables first, then libraries whose runtimes are not
+/// found in the package (by file; a root not among them holds none, and is not read again). Executables first, then libraries whose runtimes are not
 /// already those of an executable reported.
 pub fn mixed_processes(
     roots: &[Root],
     known: &[FoundRuntime],
     store_dir: &Path,
 ) -> Vec<MixedProcess> {
-    let mut runtimes: HashMap<PathBuf, Option<FoundRuntime>> = known
-        .iter()
-        .map(|r| (real(&r.file), Some(r.clone())))
-        .collect();
+    // The package's own files are classified already: each root holds `known`'s runtime or none.
+    let mut runtimes: HashMap<PathBuf, Option<FoundRuntime>> =
+        roots.iter().map(|r| (real(&r.path), None)).collect();
+    runtimes.extend(known.iter().map(|r| (real(&r.file), Some(r.clone()))));
     let default_interpreter = ElfHost::native()
         .standard_interpreter()
         .map(Path::to_path_buf);
