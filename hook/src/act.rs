@@ -384,6 +384,29 @@ fn lease(
     granted.lease = guard;
 }
 
+/// The PCI part of the build's tree: the PCI devices of the GPUs whose `/dev/nvidia<N>` the
+/// build gets (after the lease kept only the leased ones). A GPU whose device cannot be
+/// found is left out, saying why (the build still gets its topology).
+fn pci_layout(granted: &mut Granted, config: &Config) -> sysfs::PciLayout {
+    let minors: Vec<u32> = granted
+        .exposures
+        .iter()
+        .filter_map(|e| e.inside.to_str()?.strip_prefix("/dev/nvidia")?.parse().ok())
+        .collect();
+    let mut gpus = Vec::new();
+    for found in sysfs::discover(&config.host_root) {
+        match found {
+            Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
+            Ok(_) => {}
+            Err(e) => granted.skipped.push(Skip {
+                path: "/sys/devices/pci*".to_string(),
+                why: format!("a GPU's PCI device is not given: {e}"),
+            }),
+        }
+    }
+    sysfs::PciLayout::new(&gpus, &config.host_root)
+}
+
 /// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
 /// problem: the build does not start without what its rule asks for). `exec` makes none.
 fn sysfs_tree(
@@ -407,8 +430,22 @@ fn sysfs_tree(
         return;
     }
     let leased = granted.lease.is_some();
-    match sysfs::build(binds, name, &config.runtime_dir, chroot, leased) {
-        Ok(tree) => granted.sysfs = Some(tree),
+    let pci = pci_layout(granted, config);
+    let tree = config.runtime_dir.join(sysfs::TREES_DIR).join(name);
+    let rule = binds[0].rule.clone();
+    let parts = sysfs::TreeParts { binds, pci: &pci };
+    match sysfs::build(parts, name, &config.runtime_dir, chroot, leased) {
+        Ok(guard) => {
+            granted.sysfs = Some(guard);
+            granted
+                .exposures
+                .extend(pci.exposed.iter().map(|(inside, top)| Exposure {
+                    inside: inside.clone(),
+                    outside: tree.join(top),
+                    reason: plan::Reason::Sysfs { rule: rule.clone() },
+                }));
+            granted.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
+        }
         Err(e) => granted.problems.push(Problem {
             rule: granted.rules.join(","),
             what: format!("cannot give the build its read-only /sys: {e}"),

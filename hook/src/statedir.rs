@@ -380,6 +380,11 @@ impl StateDir {
         }
     }
 
+    /// Makes the symlink `name` here pointing at `target` (never followed by the hook).
+    pub fn make_link(&self, name: &str, target: &str) -> std::io::Result<()> {
+        nix::unistd::symlinkat(target, Some(self.raw()), name).map_err(std::io::Error::from)
+    }
+
     /// Removes the empty directory `name` here (never a link's target, never a non-empty or
     /// mounted-on directory: those stay, with an error).
     pub fn remove_dir(&self, name: &str) -> std::io::Result<()> {

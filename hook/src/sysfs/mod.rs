@@ -31,11 +31,15 @@
 //! record, for the next sweep). Every step that fails leaves the build without the tree, never
 //! with a writable one: a mount is offered to Nix only once it is read-only.
 
+mod layout;
 mod mount;
+mod pci;
 mod tree;
 
+pub use layout::{Entry, PciLayout, BRIDGE_ATTRIBUTES};
 pub use mount::MountError;
-pub use tree::{build, sweep, TreeError, TreeGuard};
+pub use pci::{discover, PciError, PciGpu};
+pub use tree::{build, sweep, TreeError, TreeGuard, TreeParts};
 
 use std::path::PathBuf;
 

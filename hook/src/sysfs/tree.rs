@@ -2,7 +2,9 @@
 //! [`sweep`] for those whose build has ended). Each tree `<name>/` has the record
 //! `<name>.json` beside it in `<runtime_dir>/sysfs/`, a verified [`StateDir`].
 
+use super::layout::{Entry, PciLayout};
 use super::mount::{self, MountError};
+use super::pci::{self, PciError};
 use super::{TreeBind, TREES_DIR};
 use crate::lease::{born, Leases};
 use crate::statedir::{StateDir, StateDirError};
@@ -37,7 +39,13 @@ pub enum TreeError {
     /// A bind could not be made read-only, or undone.
     #[error(transparent)]
     Mount(#[from] MountError),
+    /// A bridge's attribute could not be read for its copy.
+    #[error(transparent)]
+    Pci(#[from] PciError),
 }
+
+/// The most a copied attribute file may hold (sysfs attributes are at most a page).
+const ATTRIBUTE_MAX: u64 = 4096;
 
 /// What a tree's record says: whose it is and what is mounted in it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,8 +59,13 @@ struct Record {
     /// Whether the build held a GPU lease: the tree then lives as long as a lease file names
     /// the chroot; else as long as the chroot exists as it was.
     leased: bool,
-    /// The tree's mount points (names in it), each removed by name, never by a walk.
+    /// The tree's mount points (paths in it), in the order they are made; each is
+    /// unmounted, then removed by name, never by a walk.
     mount_points: Vec<String>,
+    /// Its other entries (paths in it, and whether each is a directory), parents first;
+    /// removed by name in the reverse order, once nothing is mounted.
+    #[serde(default)]
+    entries: Vec<(String, bool)>,
 }
 
 impl Record {
@@ -66,18 +79,28 @@ impl Record {
     }
 }
 
-/// Makes the tree `name` holding `binds` for the build in `chroot` (`leased`: whether it
-/// holds a lease): first its record, then each mount point and its read-only bind, all in
-/// the mount namespace of the Nix that ran the hook. On an error every bind made is undone
-/// and the tree removed (or, where that fails too, left to [`sweep`]).
+/// What a build's tree holds: the topology's read-only binds and the PCI part.
+#[derive(Debug, Clone, Copy)]
+pub struct TreeParts<'a> {
+    /// The read-only binds of host directories at the tree's top.
+    pub binds: &'a [TreeBind],
+    /// The GPUs' PCI devices, their bridges' attributes and the links to them.
+    pub pci: &'a PciLayout,
+}
+
+/// Makes the tree `name` holding `parts` for the build in `chroot` (`leased`: whether it
+/// holds a lease): first its record, then each mount point and its read-only bind, then the
+/// PCI entries, each PCI top bound on itself read-only and the GPUs' directories bound in
+/// it, all in the mount namespace of the Nix that ran the hook. On an error every bind made
+/// is undone and the tree removed (or, where that fails too, left to [`sweep`]).
 pub fn build(
-    binds: &[TreeBind],
+    parts: TreeParts<'_>,
     name: &str,
     runtime_dir: &Path,
     chroot: &Path,
     leased: bool,
 ) -> Result<TreeGuard, TreeError> {
-    mount::in_parents_namespace(|| build_here(binds, name, runtime_dir, chroot, leased))??;
+    mount::in_parents_namespace(|| build_here(parts, name, runtime_dir, chroot, leased))??;
     Ok(TreeGuard {
         runtime_dir: runtime_dir.to_path_buf(),
         name: name.to_string(),
@@ -112,7 +135,7 @@ impl Drop for TreeGuard {
 }
 
 fn build_here(
-    binds: &[TreeBind],
+    parts: TreeParts<'_>,
     name: &str,
     runtime_dir: &Path,
     chroot: &Path,
@@ -130,30 +153,71 @@ fn build_here(
         chroot_id: (meta.dev(), meta.ino()),
         chroot_born: born(chroot),
         leased,
-        mount_points: binds.iter().map(|b| b.mount_point.clone()).collect(),
+        mount_points: parts
+            .binds
+            .iter()
+            .map(|b| b.mount_point.clone())
+            .chain(parts.pci.tops.iter().cloned())
+            .chain(parts.pci.devices.iter().map(|(d, _)| d.clone()))
+            .collect(),
+        entries: parts
+            .pci
+            .entries
+            .iter()
+            .map(|e| (e.path().to_string(), matches!(e, Entry::Dir(_))))
+            .collect(),
     };
     let bytes = serde_json::to_vec(&record).expect("a record serialises");
     let record_name = record_file(name);
     trees
         .write_atomic(&record_name, &bytes, 0o600, false)
         .map_err(io("write", trees.path.join(&record_name)))?;
-    let made = make_binds(&trees, binds, name);
+    let made = make_binds(&trees, parts, name);
     if made.is_err() {
         let _ = remove_in(&trees, name);
     }
     made
 }
 
-fn make_binds(trees: &StateDir, binds: &[TreeBind], name: &str) -> Result<(), TreeError> {
+fn make_binds(trees: &StateDir, parts: TreeParts<'_>, name: &str) -> Result<(), TreeError> {
     trees
         .make_dir(name, 0o700)
         .map_err(io("make", trees.path.join(name)))?;
     let tree = StateDir::open(&trees.path.join(name))?;
-    for bind in binds {
+    for bind in parts.binds {
         let target = tree.path.join(&bind.mount_point);
         tree.make_dir(&bind.mount_point, 0o755)
             .map_err(io("make", target.clone()))?;
         mount::bind_read_only(&bind.source, &target)?;
+    }
+    make_pci(&tree, parts.pci)
+}
+
+/// The PCI entries (paths in the tree, which this hook made and only root can change: no
+/// link is ever crossed, links are only ever leaves), then the tops bound on themselves
+/// read-only, then the GPUs' directories bound in them.
+fn make_pci(tree: &StateDir, pci: &PciLayout) -> Result<(), TreeError> {
+    for entry in &pci.entries {
+        let at = tree.path.join(entry.path());
+        match entry {
+            Entry::Dir(p) => tree.make_dir(p, 0o755).map_err(io("make", at))?,
+            Entry::Link(p, target) => tree.make_link(p, target).map_err(io("make", at))?,
+            Entry::Copy(p, source) => {
+                if std::fs::symlink_metadata(source).is_err() {
+                    continue;
+                }
+                let bytes = pci::read_small(source, ATTRIBUTE_MAX)?;
+                tree.write_atomic(p, &bytes, 0o444, false)
+                    .map_err(io("write", at))?;
+            }
+        }
+    }
+    for top in &pci.tops {
+        let at = tree.path.join(top);
+        mount::bind_read_only(&at, &at)?;
+    }
+    for (dir, source) in &pci.devices {
+        mount::bind_read_only(source, &tree.path.join(dir))?;
     }
     Ok(())
 }
@@ -210,9 +274,19 @@ fn remove_in(trees: &StateDir, name: &str) -> Result<(), TreeError> {
     };
     let dir = trees.path.join(name);
     if let Some(tree) = StateDir::open_existing(&dir)? {
-        for point in &record.mount_points {
+        for point in record.mount_points.iter().rev() {
+            mount::detach(&tree.path.join(point))?;
+        }
+        for (entry, is_dir) in record.entries.iter().rev() {
+            let removed = if *is_dir {
+                tree.remove_dir(entry)
+            } else {
+                tree.remove(entry)
+            };
+            absent_ok(removed).map_err(io("remove", tree.path.join(entry)))?;
+        }
+        for point in record.mount_points.iter().rev() {
             let target = tree.path.join(point);
-            mount::detach(&target)?;
             absent_ok(tree.remove_dir(point)).map_err(io("remove", target))?;
         }
         drop(tree);
