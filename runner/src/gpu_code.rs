@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
 use crate::gpu_words::notes;
-pub use crate::gpu_words::{carried, module_place};
+pub use crate::gpu_words::{carried, carried_by_member, module_place};
 use crate::provenance::Provenance;
 use crate::runtime_scan::{FoundRuntime, RuntimeForm};
 
@@ -584,11 +584,8 @@ pub fn examine(
         return None;
     }
     let verdicts = judge_all(&code, data, runtimes, provenance, targets);
-    let mut summary = format!(
-        "{} module(s): {}",
-        code.containers.len(),
-        carried(code.entries())
-    );
+    let carries = carried_by_member(&code.containers).unwrap_or_else(|| carried(code.entries()));
+    let mut summary = format!("{} module(s): {carries}", code.containers.len());
     for v in &verdicts {
         summary.push_str("; ");
         summary.push_str(&v.reason);

@@ -49,6 +49,33 @@ pub fn carried<'a>(
     }
 }
 
+/// What each archive member carries, in member order, as cuobjdump lists an archive's members:
+/// `2 member(s): a.o [SASS sm_50], b.o [PTX compute_50 (ISA 8.8)]`; `None` when no module is
+/// a member's (not an archive).
+pub fn carried_by_member(modules: &[Container]) -> Option<String> {
+    let mut members: Vec<(&str, Vec<&Container>)> = Vec::new();
+    for c in modules {
+        let Some(name) = c.member.as_deref() else {
+            continue;
+        };
+        match members.last_mut() {
+            Some((last, held)) if *last == name => held.push(c),
+            _ => members.push((name, vec![c])),
+        }
+    }
+    if members.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = members
+        .iter()
+        .map(|(name, held)| {
+            let what = carried(held.iter().flat_map(|c| c.entries.iter()));
+            format!("{name} [{what}]")
+        })
+        .collect();
+    Some(format!("{} member(s): {}", members.len(), each.join(", ")))
+}
+
 /// Where a module is, for messages: `module 2 of 13 (.nv_fatbin at byte 0x1806b8)`.
 pub fn module_place(modules: &[Container], index: usize) -> String {
     let c = &modules[index];

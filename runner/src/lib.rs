@@ -21,6 +21,7 @@ pub mod gpu_code;
 pub mod gpu_words;
 pub mod harness;
 pub mod lint;
+pub mod mixing;
 pub mod module_images;
 pub mod nvml_mig;
 pub mod package;

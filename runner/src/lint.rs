@@ -4,8 +4,9 @@
 //! `autoAddDriverRunpath`), and on Jetson a `cuda_compat` directory must come *before* that link
 //! or the host's older libcuda wins: the loader takes the first `libcuda.so.1` on the search
 //! path (ld.so(8)), and NVIDIA's forward compatibility works only when the compat libcuda is the
-//! one loaded (CUDA Compatibility guide). For each ELF file that needs `libcuda` or carries the
-//! driver link in its search path, the lint checks:
+//! one loaded (CUDA Compatibility guide). For each ELF file that needs `libcuda`, holds a static
+//! CUDA runtime (which `dlopen`s `libcuda.so.1`, searching the calling file's own DT_RUNPATH),
+//! or carries the driver link in its search path, the lint checks:
 //! - the driver link is in DT_RUNPATH (DT_RPATH when the file has no DT_RUNPATH);
 //! - with a compat directory, it is there and comes before the driver link;
 //! - no CUDA `stubs` directory is there (the toolkit's stub libcuda makes every driver call
@@ -19,7 +20,8 @@
 //!
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
-//! paths given. Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
+//! paths given, and lists the GPU code of each archive member (link input, as cuobjdump lists
+//! it). Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
 //! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
@@ -31,8 +33,9 @@ use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
+use crate::mixing::{mixed_processes, Root};
 use crate::provenance::Provenance;
-use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
+use crate::runtime_scan::{runtime_in, FoundRuntime, RuntimeForm};
 use crate::walk::{resolve, walk};
 
 /// What the lint expects.
@@ -77,7 +80,7 @@ pub enum FindingKind {
     StubsInSearchPath,
     /// A static CUDA library in the package or its closure.
     StaticCudaArchive,
-    /// CUDA runtimes of different versions in one package.
+    /// CUDA runtimes of different versions that one process would load (one dependency graph).
     MixedCudaRuntimes,
     /// GPU code with no kernel image for the target GPU (CUDA_ERROR_NO_BINARY_FOR_GPU, 209).
     NoKernelImage,
@@ -132,7 +135,8 @@ pub struct LintReport {
     pub files: usize,
     /// ELF files among them.
     pub elf_files: usize,
-    /// ELF files that need libcuda or search the driver link (the ones checked).
+    /// ELF files that load libcuda (DT_NEEDED, or a static CUDA runtime's `dlopen`) or search
+    /// the driver link (the ones checked).
     pub libcuda_users: Vec<PathBuf>,
     /// Store paths whose runtime closure was searched for static archives.
     pub closure_of: Vec<PathBuf>,
@@ -228,9 +232,36 @@ fn is_stubs_dir(entry: &str) -> bool {
         .any(|c| c.as_os_str() == "stubs")
 }
 
-/// The findings for one ELF file's dynamic section (none when it neither needs libcuda nor
-/// searches the driver link).
-pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Finding> {
+/// How an ELF file loads libcuda, when it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibcudaUse {
+    /// `libcuda.so*` in its DT_NEEDED.
+    Needed,
+    /// It holds a static CUDA runtime, which `dlopen`s `libcuda.so.1`: glibc searches the
+    /// DT_RUNPATH of the object that calls `dlopen` (this file), not the program's
+    /// (`_dl_map_object` with the caller's link map as loader; ld.so(8)).
+    StaticRuntime,
+}
+
+impl LibcudaUse {
+    /// How `info`'s file loads libcuda: DT_NEEDED first, else through a static runtime it holds.
+    pub fn of(info: &DynamicInfo, holds_static_runtime: bool) -> Option<LibcudaUse> {
+        if info.needs_libcuda() {
+            Some(LibcudaUse::Needed)
+        } else {
+            holds_static_runtime.then_some(LibcudaUse::StaticRuntime)
+        }
+    }
+}
+
+/// The findings for one ELF file's dynamic section, given how it loads libcuda (none when it
+/// neither loads libcuda nor searches the driver link).
+pub fn check_elf(
+    file: &Path,
+    info: &DynamicInfo,
+    uses: Option<LibcudaUse>,
+    config: &LintConfig,
+) -> Vec<Finding> {
     let (search, tag) = info.search_path();
     let position = |dir: &Path| {
         search
@@ -239,7 +270,7 @@ pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Fi
     };
     let link = normalize(&config.driver_link);
     let link_at = position(&link);
-    if !info.needs_libcuda() && link_at.is_none() {
+    if uses.is_none() && link_at.is_none() {
         return Vec::new();
     }
     let shown = format!("{tag} [{}]", search.join(":"));
@@ -250,11 +281,18 @@ pub fn check_elf(file: &Path, info: &DynamicInfo, config: &LintConfig) -> Vec<Fi
     };
     let mut out = Vec::new();
     if link_at.is_none() {
+        let how = match uses {
+            Some(LibcudaUse::StaticRuntime) => {
+                "holds a static CUDA runtime, which dlopens libcuda.so.1 through this file's own \
+                 search path (glibc searches the calling object's), but"
+            }
+            _ => "needs libcuda but",
+        };
         out.push(finding(
             FindingKind::NoDriverLink,
             format!(
-                "needs libcuda but {shown} lacks the driver link {}: inside the sandbox (and on \
-                 NixOS) the loader cannot find the driver; add it to DT_RUNPATH (nixpkgs: \
+                "{how} {shown} lacks the driver link {}: inside the sandbox (and on NixOS) the \
+                 loader cannot find the driver; add it to DT_RUNPATH (nixpkgs: \
                  autoAddDriverRunpath)",
                 link.display()
             ),
@@ -320,6 +358,8 @@ enum Contents {
     Elf,
     /// A bare fat binary (`.fatbin`), loaded with `cuModuleLoad` at run time.
     Fatbin,
+    /// A `.a` archive: its members' GPU code is listed, as input for a link.
+    Archive,
     /// Anything else.
     Other,
 }
@@ -335,6 +375,7 @@ fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
     let kind = match map.bytes() {
         [0x7f, b'E', b'L', b'F', ..] => Contents::Elf,
         [0x50, 0xed, 0x55, 0xba, ..] => Contents::Fatbin,
+        [b'!', b'<', b'a', b'r', b'c', b'h', b'>', b'\n', ..] => Contents::Archive,
         _ => Contents::Other,
     };
     Ok(Some((map, kind)))
@@ -374,9 +415,10 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
         }
     }
     let mut seen: BTreeSet<PathBuf> = walked.files.iter().cloned().collect();
+    let mut graph_roots = Vec::new();
     for file in &walked.files {
         report.files += 1;
-        lint_file(file, config, &mut report);
+        graph_roots.extend(lint_file(file, config, &mut report));
     }
     let paths = &roots;
     if config.closure {
@@ -414,35 +456,19 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
             report.closure_of.push(root);
         }
     }
-    if let Some(versions) = mixed_versions(&report.cuda_runtimes) {
-        let files: Vec<String> = report
-            .cuda_runtimes
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} ({})",
-                    r.file.display(),
-                    r.version.as_deref().unwrap_or("version unknown")
-                )
-            })
-            .collect();
+    for mixed in mixed_processes(&graph_roots, &report.cuda_runtimes, &config.store_dir) {
         report.findings.push(Finding {
-            file: report.cuda_runtimes[0].file.clone(),
+            file: mixed.root.path.clone(),
             kind: FindingKind::MixedCudaRuntimes,
-            message: format!(
-                "CUDA runtimes of versions {} in one package ({}): each resolves driver entry \
-                 points through cudaGetDriverEntryPoint at min(its own version, the driver's), \
-                 so one process loading two gets two ABIs of the same driver functions; build \
-                 everything against one CUDA version",
-                versions.join(" and "),
-                files.join(", ")
-            ),
+            message: mixed.describe(),
         });
     }
     report
 }
 
-fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
+/// Lints one file into `report`; an ELF file with a dynamic section is returned as the root of
+/// a dependency graph ([`crate::mixing`]).
+fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Option<Root> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
@@ -450,7 +476,6 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     if is_static_cuda_archive(&name) {
         report.cuda_runtimes.extend(runtime_in(path, None));
         report.findings.push(archive_finding(path, None));
-        return;
     }
     let unreadable = |message: String| Finding {
         file: path.to_path_buf(),
@@ -459,26 +484,30 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     };
     let (map, contents) = match map_file(path) {
         Ok(Some(found)) => found,
-        Ok(None) => return,
+        Ok(None) => return None,
         Err(e) => {
             report
                 .findings
                 .push(unreadable(format!("cannot be read: {e}")));
-            return;
+            return None;
         }
     };
     let data = map.bytes();
     match contents {
-        Contents::Other => return,
-        Contents::Fatbin => {
+        Contents::Other => return None,
+        // An archive's members are link input, listed per member as cuobjdump lists them.
+        Contents::Fatbin | Contents::Archive => {
             let provenance = Provenance::of(path, None, &config.store_dir);
             gpu_code_of(path, data, &[], provenance, config, report);
-            return;
+            return None;
         }
         Contents::Elf => {}
     }
     report.elf_files += 1;
     let runtime = runtime_in(path, Some(data));
+    let holds_static_runtime = runtime
+        .as_ref()
+        .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
     let dynamic = dynamic_info(data);
     let uses = runtime_uses(
         dynamic.as_ref().ok().and_then(Option::as_ref),
@@ -491,16 +520,22 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         soname.and_then(|d| d.soname.as_deref()),
         &config.store_dir,
     );
+    let mut root = None;
     match dynamic {
         Ok(Some(info)) => {
-            let findings = check_elf(path, &info, config);
+            root = Some(Root {
+                path: path.to_path_buf(),
+                interpreter: info.interpreter.clone(),
+            });
+            let uses = LibcudaUse::of(&info, holds_static_runtime);
+            let findings = check_elf(path, &info, uses, config);
             let link = normalize(&config.driver_link);
             let searches_link = info
                 .search_path()
                 .0
                 .iter()
                 .any(|e| entry_dir(e).as_ref() == Some(&link));
-            if info.needs_libcuda() || searches_link {
+            if uses.is_some() || searches_link {
                 report.libcuda_users.push(path.to_path_buf());
             }
             report.findings.extend(findings);
@@ -509,6 +544,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         Err(e) => report.findings.push(unreadable(e)),
     }
     gpu_code_of(path, data, &uses, provenance, config, report);
+    root
 }
 
 /// The finding kind of a verdict's rule, when the verdict is a finding.
@@ -580,7 +616,7 @@ mod tests {
     fn kinds(info: &DynamicInfo, compat: Option<&str>) -> Vec<FindingKind> {
         let mut config = LintConfig::new("/run/opengl-driver/lib");
         config.compat_dir = compat.map(PathBuf::from);
-        check_elf(Path::new("f"), info, &config)
+        check_elf(Path::new("f"), info, LibcudaUse::of(info, false), &config)
             .into_iter()
             .map(|f| f.kind)
             .collect()

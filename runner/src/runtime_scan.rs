@@ -1,7 +1,8 @@
 //! Finds the CUDA runtimes inside a package's files, without loading them: shared `libcudart`
 //! files, archives and static copies linked into other ELF files, with their versions where a
-//! name or the runtime's own code gives them. Two runtimes of different versions in one package
-//! are the version-mixing hazard: each resolves driver entry points at its own version.
+//! name or the runtime's own code gives them. Two runtimes of different versions in one process
+//! are the version-mixing hazard ([`crate::mixing`]): each resolves driver entry points at its
+//! own version.
 //!
 //! A static copy (`libcudart_static.a` linked into a program or library) is found by the symbol
 //! `cudaGetDriverEntryPoint` while the file has a symbol table, else by what the runtime's own

@@ -298,8 +298,7 @@ fn link_input_is_listed_and_never_judged_as_loadable() {
              driver never loads",
         ],
     );
-    // (lint does not read `.a` archives yet: that is the inputs issue's; elfkit's own test
-    // holds their members to be link input too.)
+    // An archive's members are link input too (a_static_archive_is_listed_per_member...).
     let object = lint(
         &["--target", "sm_86", "--driver-cuda", "12.2"],
         &[&path("rel1.o")],
@@ -461,4 +460,96 @@ fn driver_versions_are_taken_as_users_write_them() {
         &["ISA 8.6, which needs a driver of CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)"],
     );
     assert!(!old.out.contains("needs a CUDA 12.7"), "{}", old.out);
+}
+
+/// `member kind arch` for each entry `lint --json` lists in `file`'s modules, as cuobjdump
+/// names them (a cubin's 'f' dropped, PTX named `sm_*`).
+fn lint_listing(file: &Path) -> Vec<String> {
+    let out = lint(&["--json"], &[file]);
+    let v: serde_json::Value =
+        serde_json::from_str(&out.out).unwrap_or_else(|e| panic!("{e}: {}", out.out));
+    let mut listed = Vec::new();
+    for module in v["gpu_code"][0]["modules"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+    {
+        let member = module["member"].as_str().unwrap_or("-");
+        for e in module["entries"].as_array().unwrap() {
+            let kind = match e["kind"].as_str().unwrap() {
+                "sass" => "elf",
+                "ptx" => "ptx",
+                _ => continue,
+            };
+            let mut arch = e["arch"].as_str().unwrap().to_owned();
+            if kind == "elf" && arch.ends_with('f') {
+                arch.pop();
+            }
+            listed.push(format!("{member} {kind} {arch}"));
+        }
+    }
+    listed
+}
+
+/// Issue 34: `lint FILE.a` lists the GPU code of each member, as NVIDIA's cuobjdump 13.5 lists
+/// it (`--all-fatbin --list-elf --list-ptx`), on NVIDIA's `libcudadevrt.a` of CUDA 12.9 and
+/// 13.0 and on an archive of two members built here; the text names each member, and an
+/// archive is link input, never judged as loadable.
+#[test]
+fn a_static_archive_is_listed_per_member_as_cuobjdump_lists_it() {
+    use cuda_sandbox_testkit::fatbin_fixtures::{cuobjdump_list, ListedKind};
+    use cuda_sandbox_testkit::real_nvidia::Cudart;
+    let Some(real) =
+        RealNvidia::find("a_static_archive_is_listed_per_member_as_cuobjdump_lists_it")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = cuda_sandbox_testkit::fatbin_fixtures::build(&real, dir.path());
+    let librel = fixtures
+        .iter()
+        .find(|f| f.path.file_name().unwrap() == "librel.a")
+        .unwrap()
+        .path
+        .clone();
+    let archives = [
+        real.cudadevrt(Cudart::V12_9),
+        real.cudadevrt(Cudart::V13_0),
+        librel.clone(),
+    ];
+    for archive in &archives {
+        let theirs: Vec<String> = cuobjdump_list(&real, archive)
+            .into_iter()
+            .map(|l| {
+                let kind = match l.kind {
+                    ListedKind::Elf => "elf",
+                    ListedKind::Ptx => "ptx",
+                };
+                format!("{} {kind} {}", l.member.as_deref().unwrap_or("-"), l.arch)
+            })
+            .collect();
+        assert!(
+            !theirs.is_empty(),
+            "cuobjdump lists nothing in {}",
+            archive.display()
+        );
+        assert_eq!(lint_listing(archive), theirs, "{}", archive.display());
+    }
+    let devrt = lint(&[], &[&archives[0]]);
+    devrt.says(
+        101,
+        &[
+            "libcudadevrt.a: 1 module(s): 1 member(s): cuda_device_runtime.o [SASS sm_50",
+            "static CUDA library in the package",
+        ],
+    );
+    let rel = lint(&["--target", "sm_90", "--driver-cuda", "12.2"], &[&librel]);
+    rel.says(
+        0,
+        &[
+            "2 member(s): rel1.o [",
+            "], rel2.o [",
+            "librel.a: for the link, not loaded as it is",
+            "0 file(s) cannot run",
+        ],
+    );
 }

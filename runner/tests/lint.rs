@@ -310,7 +310,8 @@ fn lint_check_in_the_harness_takes_compat_from_the_manifest() {
 
 /// Every CUDA runtime of a package is listed, real ones included: shared libraries named as
 /// Nixpkgs names them, and a static copy of NVIDIA's real libcudart_static.a linked into a
-/// program here; two exact versions are flagged as mixed.
+/// program here; two exact versions one process loads (the program, with the 11.8 runtime in
+/// its DT_NEEDED) are flagged as mixed.
 #[test]
 fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions() {
     use cuda_sandbox_testkit::real_nvidia::{Cudart, RealNvidia};
@@ -342,7 +343,11 @@ fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions
         "-ldl",
         "-lrt",
         "-lstdc++",
+        // The 11.8 runtime too, by its soname through $ORIGIN/../lib: one process, two runtimes.
+        "-Wl,--no-as-needed,--enable-new-dtags,-rpath,$ORIGIN/../lib",
+        lib.join("libcudart.so.11.8.89").to_str().unwrap(),
     ]);
+    std::os::unix::fs::symlink("libcudart.so.11.8.89", lib.join("libcudart.so.11.0")).unwrap();
     let out = Command::new(RUNNER)
         .args(["lint", "--no-manifest", "--json"])
         .arg(temp.path().join("pkg"))
@@ -378,11 +383,9 @@ fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions
         "{found:?}"
     );
     assert!(
-        found.contains(&(
-            "libcudart.so.11.8.89".into(),
-            "shared".into(),
-            "11.8".into()
-        )),
+        // Listed once, by the first path the walk reaches it by (its soname link), with the
+        // version its code holds.
+        found.contains(&("libcudart.so.11.0".into(), "shared".into(), "11.8".into())),
         "{found:?}"
     );
     let mixed: Vec<&serde_json::Value> = report["findings"]
@@ -394,6 +397,9 @@ fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions
     assert_eq!(mixed.len(), 1, "{report}");
     let message = mixed[0]["message"].as_str().unwrap();
     assert!(message.contains("11.8 and 12.9"), "{message}");
+    // The program that loads both is named; the 12.9 shared runtime nothing loads is not.
+    assert_eq!(mixed[0]["file"].as_str().unwrap(), app.to_str().unwrap());
+    assert!(!message.contains("libcudart.so.12.9.79"), "{message}");
     assert!(!out.status.success());
 }
 

@@ -1,0 +1,149 @@
+//! Which process would load two CUDA runtimes of different versions: the version-mixing
+//! hazard exists only inside one process (one dependency graph), not between two programs of a
+//! package that each carry their own runtime.
+//!
+//! Each executable of the package is a process ([`Process::start`] as the kernel starts it),
+//! and each shared library a root of its own (what `dlopen` of it would load, as
+//! [`Start::Library`]): glibc's search, modelled once in [`cuda_sandbox_elfkit::ldso`] (the
+//! loader chosen by [`Loader::known`], never run), gives every object the graph loads. The
+//! runtimes in it are those the lint found in the package, and, for objects outside it, what
+//! [`runtime_in`] finds in them (each file read once).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
+use cuda_sandbox_elfkit::map::Mapped;
+
+use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
+
+/// An ELF file of the package that starts a dependency graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    /// The file.
+    pub path: PathBuf,
+    /// Its `PT_INTERP`, for an executable; `None` for a shared library.
+    pub interpreter: Option<PathBuf>,
+}
+
+/// One process that would load CUDA runtimes of more than one version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MixedProcess {
+    /// The executable (or, for a library, the library whose `dlopen` loads them).
+    pub root: Root,
+    /// The distinct exact versions, in order.
+    pub versions: Vec<String>,
+    /// The runtimes it loads, in load order.
+    pub runtimes: Vec<FoundRuntime>,
+}
+
+/// The real path of `path`, or `path` when it has none.
+fn real(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The runtime in the file at `path` (outside the package), if any.
+fn runtime_of_file(path: &Path) -> Option<FoundRuntime> {
+    let file = std::fs::File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let map = Mapped::of(&file).ok()?;
+    runtime_in(path, Some(map.bytes()))
+}
+
+/// Every root whose dependency graph holds runtimes of two versions; `known` are the runtimes
+/// found in the package (by file; a root not among them holds none, and is not read again). Executables first, then libraries whose runtimes are not
+/// already those of an executable reported.
+pub fn mixed_processes(
+    roots: &[Root],
+    known: &[FoundRuntime],
+    store_dir: &Path,
+) -> Vec<MixedProcess> {
+    // The package's own files are classified already: each root holds `known`'s runtime or none.
+    let mut runtimes: HashMap<PathBuf, Option<FoundRuntime>> =
+        roots.iter().map(|r| (real(&r.path), None)).collect();
+    runtimes.extend(known.iter().map(|r| (real(&r.file), Some(r.clone()))));
+    let default_interpreter = ElfHost::native()
+        .standard_interpreter()
+        .map(Path::to_path_buf);
+    let mut out: Vec<MixedProcess> = Vec::new();
+    let mut reported: Vec<BTreeSet<PathBuf>> = Vec::new();
+    let mut ordered: Vec<&Root> = roots.iter().filter(|r| r.interpreter.is_some()).collect();
+    ordered.extend(roots.iter().filter(|r| r.interpreter.is_none()));
+    for root in ordered {
+        let Some(interpreter) = root
+            .interpreter
+            .clone()
+            .or_else(|| default_interpreter.clone())
+        else {
+            continue;
+        };
+        let loader = Loader::known(&interpreter, store_dir);
+        let mut process = Process::new(&loader, &RealFs, Environment::default());
+        let how = match root.interpreter {
+            Some(_) => Start::Kernel,
+            None => Start::Library,
+        };
+        if process.start(&root.path, how).is_err() {
+            continue;
+        }
+        let mut loaded: BTreeMap<PathBuf, FoundRuntime> = BTreeMap::new();
+        let mut in_order = Vec::new();
+        for (_, object) in process.objects() {
+            let path = real(object.real_path.as_deref().unwrap_or(&object.path));
+            let found = runtimes
+                .entry(path.clone())
+                .or_insert_with(|| runtime_of_file(&path))
+                .clone();
+            if let Some(found) = found {
+                if loaded.insert(path, found.clone()).is_none() {
+                    in_order.push(found);
+                }
+            }
+        }
+        let Some(versions) = mixed_versions(&in_order) else {
+            continue;
+        };
+        let files: BTreeSet<PathBuf> = loaded.into_keys().collect();
+        if root.interpreter.is_none() && reported.iter().any(|r| files.is_subset(r)) {
+            continue;
+        }
+        reported.push(files);
+        out.push(MixedProcess {
+            root: root.clone(),
+            versions,
+            runtimes: in_order,
+        });
+    }
+    out
+}
+
+impl MixedProcess {
+    /// The finding's line: which process loads which runtimes, and why that is a hazard.
+    pub fn describe(&self) -> String {
+        let files: Vec<String> = self
+            .runtimes
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} ({})",
+                    r.file.display(),
+                    r.version.as_deref().unwrap_or("version unknown")
+                )
+            })
+            .collect();
+        let process = match self.root.interpreter {
+            Some(_) => format!("the process of {}", self.root.path.display()),
+            None => format!("a process that loads {}", self.root.path.display()),
+        };
+        format!(
+            "{process} would load CUDA runtimes of versions {} ({}): each resolves driver entry \
+             points through cudaGetDriverEntryPoint at min(its own version, the driver's), so \
+             one process gets two ABIs of the same driver functions; build everything it \
+             loads against one CUDA version",
+            self.versions.join(" and "),
+            files.join(", ")
+        )
+    }
+}
