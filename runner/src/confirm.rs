@@ -35,7 +35,7 @@ use crate::cuda::gpu::{GpuError, Module, PrimaryContext};
 use crate::cuda::registration::{register_and_launch, RegistrationRun};
 use crate::gpu_code::{judge_file, runtime_uses, Rule, Target};
 use crate::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
-use crate::runtime_scan::runtime_in;
+use crate::runtime_scan::{device_ranges, runtime_in};
 
 /// `cuda-sandbox-check gpu-confirm`.
 #[derive(Debug, Parser)]
@@ -235,7 +235,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let code = cuda_sandbox_elfkit::fatbin::read_gpu_code(data)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let dynamic = cuda_sandbox_elfkit::dynamic_info(data).ok().flatten();
-        let runtime = runtime_in(path, Some(data));
+        let runtime = runtime_in(path, Some(data), &device_ranges(&code));
         let uses = runtime_uses(dynamic.as_ref(), runtime.as_ref());
         let verdict = judge_file(&code, data, &uses, &target);
         let judged: Vec<&ModuleVerdict> = verdict.judgement.modules.iter().collect();

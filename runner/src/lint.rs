@@ -25,13 +25,13 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::read_gpu_code;
+use cuda_sandbox_elfkit::fatbin::{read_gpu_code, FatbinError, GpuCode};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
-use crate::runtime_scan::{mixed_versions, runtime_in, FoundRuntime};
+use crate::runtime_scan::{device_ranges, mixed_versions, runtime_in, FoundRuntime};
 
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -410,7 +410,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
     if is_static_cuda_archive(&name) {
-        report.cuda_runtimes.extend(runtime_in(path, None));
+        report.cuda_runtimes.extend(runtime_in(path, None, &[]));
         report.findings.push(archive_finding(path, None));
         return;
     }
@@ -433,13 +433,16 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     match contents {
         Contents::Other => return,
         Contents::Fatbin => {
-            gpu_code_of(path, data, &[], config, report);
+            gpu_code_of(path, data, read_gpu_code(data), &[], config, report);
             return;
         }
         Contents::Elf => {}
     }
     report.elf_files += 1;
-    let runtime = runtime_in(path, Some(data));
+    // The GPU code first: the runtime's strings are not looked for inside its containers.
+    let code = read_gpu_code(data);
+    let device = code.as_ref().map(device_ranges).unwrap_or_default();
+    let runtime = runtime_in(path, Some(data), &device);
     let dynamic = dynamic_info(data);
     let uses = runtime_uses(
         dynamic.as_ref().ok().and_then(Option::as_ref),
@@ -463,7 +466,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         Ok(None) => {}
         Err(e) => report.findings.push(unreadable(e)),
     }
-    gpu_code_of(path, data, &uses, config, report);
+    gpu_code_of(path, data, code, &uses, config, report);
 }
 
 /// The finding kind of a verdict's rule, when the verdict is a finding.
@@ -487,11 +490,12 @@ fn finding_kind(rule: Rule) -> Option<FindingKind> {
 fn gpu_code_of(
     path: &Path,
     data: &[u8],
+    code: Result<GpuCode, FatbinError>,
     runtimes: &[RuntimeUse],
     config: &LintConfig,
     report: &mut LintReport,
 ) {
-    let code = match read_gpu_code(data) {
+    let code = match code {
         Ok(code) => code,
         Err(e) => {
             report.findings.push(Finding {
