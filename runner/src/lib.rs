@@ -22,6 +22,7 @@ pub mod lint;
 pub mod module_images;
 pub mod nvml_mig;
 pub mod package;
+pub mod pretty_json;
 pub mod report;
 pub mod runtime_scan;
 pub mod session;
