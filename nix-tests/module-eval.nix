@@ -132,6 +132,12 @@ let
     };
   };
 
+  # programs.cuda-sandbox.sysfs: the rule's read-only part of /sys.
+  withSysfs = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.sysfs = "topology";
+  };
+
   # programs.cuda-sandbox.cdi: the toolkit's option declared (on, off), and absent.
   toolkitOff = system {
     imports = [
@@ -139,13 +145,7 @@ let
       stubs.toolkitModule
     ];
   };
-  toolkitOn = system {
-    imports = [
-      enabled
-      stubs.toolkitModule
-    ];
-    hardware.nvidia-container-toolkit.enable = true;
-  };
+  toolkitOn = system toolkitOnConfig;
   cdiWithoutToolkit = system {
     imports = [ enabled ];
     programs.cuda-sandbox.cdi.enable = true;
@@ -162,6 +162,25 @@ let
       "0:1"
     ];
     programs.cuda-sandbox.settings.gpus_per_build = 1;
+  };
+  # cdi.enable with spec directories of the user's own: /run/cdi left out, and kept.
+  cdiWithoutRunCdi = system {
+    imports = [ toolkitOnConfig ];
+    programs.cuda-sandbox.settings.cdi_spec_dirs = [ "/etc/cdi" ];
+  };
+  cdiWithRunCdi = system {
+    imports = [ toolkitOnConfig ];
+    programs.cuda-sandbox.settings.cdi_spec_dirs = [
+      "/etc/cdi"
+      "/run/cdi"
+    ];
+  };
+  toolkitOnConfig = {
+    imports = [
+      enabled
+      stubs.toolkitModule
+    ];
+    hardware.nvidia-container-toolkit.enable = true;
   };
   cdiBadDevice = system {
     imports = [ enabled ];
@@ -257,6 +276,81 @@ let
   };
 
   disabled = system { };
+
+  # --- the fleet's cuda-sm-* features (nixos-module/fleet-features.nix) ---------------------
+  # The lists are written out from Nixpkgs' _cuda.db at the commit gpus.txt pins
+  # (ConnorBaker/nixpkgs 748b3c28), by the convention's three rules, by hand.
+  smTo89 = map (n: "cuda-sm-${n}") [
+    "35"
+    "37"
+    "50"
+    "52"
+    "60"
+    "61"
+    "70"
+    "72"
+    "75"
+    "80"
+    "86"
+    "87"
+    "89"
+  ];
+  sorted = lib.sort lib.lessThan;
+  fleet = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cudaCapabilities = [ "8.9" ];
+  };
+  # Two definitions join, as lists do; a 9.0 and a 10.0 give the union (both 'a' features).
+  fleetUnion = system {
+    imports = [
+      enabled
+      { programs.cuda-sandbox.cudaCapabilities = [ "9.0" ]; }
+    ];
+    programs.cuda-sandbox.cudaCapabilities = [ "10.0" ];
+  };
+  fleetFeatureSet = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cudaCapabilities = [
+      "9.0a"
+      "8.9"
+    ];
+  };
+  fleetUnknown = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cudaCapabilities = [
+      "13.0"
+      "8.8"
+      "7.5"
+    ];
+  };
+  fleetUserFeatures = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cudaCapabilities = [ "7.5" ];
+    nix.settings.system-features = [ "kvm" ] ++ cudaFeatures;
+  };
+  # A Nixpkgs with the convention: its answer is taken, its db decides what is known.
+  withNixpkgsCuda = stubs.pkgs // {
+    _cuda = {
+      lib.getCudaSystemFeatures = map (c: "from-nixpkgs-${c}");
+      db.cudaCapabilityToInfo."8.9" = { };
+    };
+  };
+  fleetNixpkgs = systemWith withNixpkgsCuda {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cudaCapabilities = [ "8.9" ];
+  };
+  fleetNixpkgsUnknown = systemWith withNixpkgsCuda {
+    imports = [ enabled ];
+    programs.cuda-sandbox.cudaCapabilities = [ "12.1" ];
+  };
+  # A Nixpkgs from before the convention (NixOS/nixpkgs 1da571d: a _cuda.lib without it).
+  fleetOldNixpkgs =
+    systemWith (stubs.pkgs // { _cuda.lib.dropDots = lib.replaceStrings [ "." ] [ "" ]; })
+      {
+        imports = [ enabled ];
+        programs.cuda-sandbox.cudaCapabilities = [ "8.9" ];
+      };
+  fleetDisabled = system { programs.cuda-sandbox.cudaCapabilities = [ "8.9" ]; };
 
   # programs.nix-required-mounts' configuration, under programs.cuda-sandbox: Nixpkgs' own
   # nixosTests.nix-required-mounts (nixos/tests/nix-required-mounts/default.nix): the feature
@@ -433,6 +527,53 @@ let
         "/opt/nvidia-extra"
         "/dev/video0"
         "/usr/lib/fhs-driver"
+      ];
+    };
+    # programs.cuda-sandbox.cdi from the toolkit, its spec (hook/tests/cdi/nixos-two-gpus.json:
+    # two GPUs, each with its DRM nodes) put in /run/cdi by nix-tests/fake-host-explain in a
+    # private mount namespace: without leases a build sees both GPUs' nodes; with one GPU per
+    # build (none leased yet: GPU 0) GPU 0's only.
+    cdi-toolkit = {
+      config.imports = [
+        toolkitOnConfig
+        onFakeHost
+      ];
+      features = "cuda";
+      runCdi = "nixos-two-gpus.json";
+      sees = [
+        "/dev/nvidia0"
+        "/dev/nvidia1"
+        "/dev/dri/card1"
+        "/dev/dri/card2"
+        "/dev/dri/renderD128"
+        "/dev/dri/renderD129"
+        "/dev/nvidiactl"
+        "/dev/nvidia-uvm"
+        "/run/opengl-driver"
+      ];
+    };
+    cdi-leased = {
+      config = {
+        imports = [
+          toolkitOnConfig
+          onFakeHost
+        ];
+        programs.cuda-sandbox.settings.gpus_per_build = 1;
+      };
+      features = "cuda";
+      runCdi = "nixos-two-gpus.json";
+      sees = [
+        "/dev/nvidia0"
+        "/dev/dri/card1"
+        "/dev/dri/renderD128"
+        "/dev/nvidiactl"
+        "/dev/nvidia-uvm"
+        "/run/opengl-driver"
+      ];
+      absent = [
+        "/dev/nvidia1"
+        "/dev/dri/card2"
+        "/dev/dri/renderD129"
       ];
     };
     # nixos/tests/nix-required-mounts' machine, renamed; its tmpfiles rules are the fake
@@ -915,6 +1056,11 @@ let
       "nvidia.com/gpu=GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c"
       "nvidia.com/gpu=0:1"
     ])
+    (check "cdi: spec directories without /run/cdi" (
+      lib.length cdiWithoutRunCdi.failed == 1
+      && lib.hasInfix "leaves out /run/cdi" (lib.head cdiWithoutRunCdi.failed)
+    ) "one failed assertion naming /run/cdi, got ${builtins.toJSON cdiWithoutRunCdi.failed}")
+    (checkEqual "cdi: spec directories with /run/cdi" "the failed assertions" cdiWithRunCdi.failed [ ])
     (check "cdi: bad device" (fails cdiBadDevice.toml)
       "a fully qualified name in cdi.devices is refused"
     )
@@ -962,16 +1108,105 @@ let
       && disabled.failed == [ ]
     ) "the module sets nothing when not enabled")
 
+    (checkEqual "sysfs" "the rule's sysfs" withSysfs.nvidia.sysfs "topology")
+    (check "sysfs" (!(defaults.nvidia ? sysfs)) "no sysfs unless asked for")
+    (check "sysfs" (fails
+      (system {
+        imports = [ enabled ];
+        programs.cuda-sandbox.sysfs = "all";
+      }).toml
+    ) "only the parts the hook knows are accepted")
+
+    # the fleet's features
+    (checkEqual "fleet" "system-features: Nix's defaults, the rule's and the GPU's"
+      (sorted fleet.system-features)
+      (sorted (nixDefaults ++ cudaFeatures ++ smTo89))
+    )
+    (checkEqual "fleet" "failed assertions" fleet.failed [ ])
+    (check "fleet" (
+      lib.hasInfix " cuda-sm-35 " fleet.nixConf && lib.hasInfix " cuda-sm-89\n" fleet.nixConf
+    ) "nix.conf's system-features has the cuda-sm-* features, got ${toString fleet.nixConf}")
+    (checkEqual "fleet" "no rule selects by cuda-sm-*: the rule nvidia keeps its features"
+      fleet.nvidia.features
+      cudaFeatures
+    )
+    (checkEqual "fleet-union" "the union of a 9.0 and a 10.0"
+      (lib.subtractLists (nixDefaults ++ cudaFeatures) fleetUnion.system-features)
+      (
+        smTo89
+        ++ [
+          "cuda-sm-90"
+          "cuda-sm-90a"
+          "cuda-sm-100"
+          "cuda-sm-100a"
+          "cuda-sm-100f"
+        ]
+      )
+    )
+    (check "fleet-feature-set" (
+      lib.length fleetFeatureSet.failed == 1
+      && lib.hasInfix "9.0a is a\nfeature set rather than a GPU" (lib.head fleetFeatureSet.failed)
+      && lib.hasInfix "give the GPU's\ncapability, 9.0." (lib.head fleetFeatureSet.failed)
+    ) "one assertion: 9.0a is a feature set, got ${builtins.toJSON fleetFeatureSet.failed}")
+    (check "fleet-feature-set" (lib.all (
+      f: lib.elem f fleetFeatureSet.system-features
+    ) smTo89) "the valid capability still advertises")
+    (check "fleet-unknown" (
+      lib.length fleetUnknown.failed == 1
+      && lib.hasInfix "cuda-sandbox's capability table (following ConnorBaker/nixpkgs 748b3c288fc42b23b2b66ddda7c36f8d1c6ae7f0) does not know\n13.0, 8.8" (
+        lib.head fleetUnknown.failed
+      )
+      && !lib.elem "cuda-sm-130" fleetUnknown.system-features
+      && !lib.elem "cuda-sm-88" fleetUnknown.system-features
+      && lib.elem "cuda-sm-75" fleetUnknown.system-features
+    ) "13.0 and 8.8 named, never guessed, got ${builtins.toJSON fleetUnknown.failed}")
+    (check "fleet-user-features"
+      (
+        lib.length fleetUserFeatures.failed == 1
+        && lib.hasInfix "cuda-sm-35, cuda-sm-37" (lib.head fleetUserFeatures.failed)
+        && lib.hasInfix "cuda-sm-75,\nso the daemon would refuse" (lib.head fleetUserFeatures.failed)
+      )
+      "the user's own system-features: the assertion names the dropped cuda-sm-* features, got ${builtins.toJSON fleetUserFeatures.failed}"
+    )
+    (checkEqual "fleet-nixpkgs" "pkgs._cuda.lib.getCudaSystemFeatures's answer" (lib.subtractLists (
+      nixDefaults ++ cudaFeatures
+    ) fleetNixpkgs.system-features) [ "from-nixpkgs-8.9" ])
+    (check "fleet-nixpkgs" (
+      lib.length fleetNixpkgsUnknown.failed == 1
+      && lib.hasInfix "pkgs._cuda.lib.getCudaSystemFeatures does not know\n12.1" (
+        lib.head fleetNixpkgsUnknown.failed
+      )
+    ) "Nixpkgs' db decides what is known, got ${builtins.toJSON fleetNixpkgsUnknown.failed}")
+    (checkEqual "fleet-old-nixpkgs" "a _cuda.lib without the function: the project's table" (
+      lib.subtractLists
+      (nixDefaults ++ cudaFeatures)
+      fleetOldNixpkgs.system-features
+    ) smTo89)
+    (checkEqual "fleet-disabled" "nothing when the module is off" fleetDisabled.system-features
+      nixDefaults
+    )
+
     # the negative controls
     (checkEqual "control: plain definition" "system-features" plainDefinition.system-features
       cudaFeatures
     )
     (checkEqual "control: mkOptionDefault" "system-features" optionDefault.system-features nixDefaults)
   ];
+  # Every row of the table through the module's fallback, for nix-tests/run to hold against
+  # `cuda-sandbox-check features --capability` (one table, read the same by Nix and Rust).
+  own = import ../nixos-module/cuda-features.nix { inherit lib; };
 in
 assert lib.all lib.id checks;
 {
   passed = lib.length checks;
+  fleet = {
+    inherit (own) nixpkgs;
+    rows = map (row: {
+      inherit (row) capability;
+      known = own.knows row.capability;
+      features = lib.optionals (own.knows row.capability) (own.getCudaSystemFeatures [ row.capability ]);
+    }) own.rows;
+  };
   refused = {
     empty-pattern = {
       inherit (emptyPattern) toml;
@@ -985,6 +1220,8 @@ assert lib.all lib.id checks;
   hosts = lib.optionalAttrs (fakeRoot != null) (
     lib.mapAttrs (_: host: {
       inherit (host) features sees;
+      absent = host.absent or [ ];
+      runCdi = host.runCdi or null;
       inherit (system host.config) toml failed;
     }) fakeHosts
   );

@@ -28,6 +28,7 @@ let
     inherit nixpkgs;
   };
   jobsetSelects = import ./hydra-cuda-tests.nix { inherit lib; };
+  fleet = import ../nixos-module/cuda-features.nix { inherit lib; };
 
   platform = {
     nixpkgs.hostPlatform = system;
@@ -51,7 +52,10 @@ let
     )) "readme-eval: ${where}: nix.settings.pre-build-hook is not cuda-sandbox-hook"
     && lib.assertMsg (lib.all (f: lib.elem f config.nix.settings.system-features) (
       lib.concatMap (r: r.features) config.programs.cuda-sandbox.settings.rule
-    )) "readme-eval: ${where}: a rule's features are not system features";
+    )) "readme-eval: ${where}: a rule's features are not system features"
+    && lib.assertMsg (lib.all (f: lib.elem f config.nix.settings.system-features) (
+      config.programs.cuda-sandbox.cudaSystemFeatures
+    )) "readme-eval: ${where}: the GPUs' cuda-sm-* features are not system features";
 
   evaluate =
     snippet:
@@ -112,6 +116,31 @@ let
           hardware.graphics.enable = true;
         }
       ])
+    else if snippet.kind == "client" then
+      # A client of GPU builders: each entry that takes `cuda` builds has it mandatory, and
+      # its cuda-sm-* features are exactly what `cuda-sandbox-check features` prints for the
+      # highest capability among them (a hand-typed list that drops or adds one fails).
+      let
+        config = nixosWith [ file ];
+        gpuMachines = lib.filter (m: lib.elem "cuda" m.supportedFeatures) config.nix.buildMachines;
+        isSm = lib.hasPrefix "cuda-sm-";
+        baselines =
+          m:
+          lib.filter (
+            row: lib.elem (fleet.mkCudaSystemFeature row.capability) m.supportedFeatures
+          ) fleet.rows;
+        highest = m: (lib.last (baselines m)).capability;
+        smOk = m: lib.filter isSm m.supportedFeatures == fleet.getCudaSystemFeatures [ (highest m) ];
+      in
+      lib.assertMsg config.nix.distributedBuilds "readme-eval: ${where}: nix.distributedBuilds is off"
+      && lib.assertMsg (gpuMachines != [ ]) "readme-eval: ${where}: no builder takes cuda builds"
+      && lib.all (
+        m:
+        lib.assertMsg (
+          m.mandatoryFeatures == [ "cuda" ]
+        ) "readme-eval: ${where}: ${m.hostName}: mandatoryFeatures is not [ \"cuda\" ]"
+        && lib.assertMsg (smOk m) "readme-eval: ${where}: ${m.hostName}: its cuda-sm-* features are not those of ${highest m}"
+      ) gpuMachines
     else if snippet.kind == "package" then
       let
         package = pkgs.callPackage file { inherit cuda-sandbox; };
@@ -139,6 +168,7 @@ assert lib.assertMsg (lib.all (k: lib.elem k kinds) [
   "module-without-flakes"
   "module-fragment"
   "package"
+  "client"
 ]) "readme-eval: the README and docs/ lost a kind of snippet: ${toString kinds}";
 assert lib.all evaluate snippets;
 {

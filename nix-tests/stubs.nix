@@ -24,6 +24,8 @@
 #     `meta.maintainers`, whose every entry must be one of `lib.maintainers` (the stand-in
 #     list `maintainers` below: the lib checkout here has no maintainer-list.nix) and whose
 #     value is `{ <file> = [ … ]; }`, by the file that defined it;
+#   - nixos/modules/config/nix-remote-build.nix: `nix.buildMachines` (its entries' typed
+#     options) and `nix.distributedBuilds`;
 #   - `nix.extraOptions` (lines appended to nix.conf after the settings),
 #     `boot.extraModprobeConfig` and `services.udev.extraRules` (lines);
 #   - nixos/modules/services/hardware/nvidia-container-toolkit/default.nix:
@@ -200,6 +202,60 @@ in
         nix.enable = lib.mkOption {
           type = lib.types.bool;
           default = true;
+        };
+
+        # As nixos/modules/config/nix-remote-build.nix: a list of machines, each a submodule
+        # (hostName, system, protocol ssh or ssh-ng, maxJobs, speedFactor, the two feature
+        # lists, sshUser, sshKey), and distributedBuilds.
+        nix.distributedBuilds = lib.mkOption {
+          type = lib.types.bool;
+          default = false;
+        };
+        nix.buildMachines = lib.mkOption {
+          default = [ ];
+          type = lib.types.listOf (
+            lib.types.submodule {
+              options = {
+                hostName = lib.mkOption { type = lib.types.str; };
+                system = lib.mkOption {
+                  type = lib.types.nullOr lib.types.str;
+                  default = null;
+                };
+                protocol = lib.mkOption {
+                  type = lib.types.enum [
+                    null
+                    "ssh"
+                    "ssh-ng"
+                  ];
+                  default = "ssh";
+                };
+                maxJobs = lib.mkOption {
+                  type = lib.types.int;
+                  default = 1;
+                };
+                speedFactor = lib.mkOption {
+                  type = lib.types.int;
+                  default = 1;
+                };
+                supportedFeatures = lib.mkOption {
+                  type = lib.types.listOf lib.types.str;
+                  default = [ ];
+                };
+                mandatoryFeatures = lib.mkOption {
+                  type = lib.types.listOf lib.types.str;
+                  default = [ ];
+                };
+                sshUser = lib.mkOption {
+                  type = lib.types.nullOr lib.types.str;
+                  default = null;
+                };
+                sshKey = lib.mkOption {
+                  type = lib.types.nullOr lib.types.str;
+                  default = null;
+                };
+              };
+            }
+          );
         };
 
         nix.settings = lib.mkOption {

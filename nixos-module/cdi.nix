@@ -18,6 +18,13 @@
 let
   cfg = config.programs.cuda-sandbox.cdi;
   toolkit = config.hardware.nvidia-container-toolkit.enable or false;
+  # The hook's spec directories: the user's, else the built-in ones (hook/src/cdi/mod.rs).
+  specDirs =
+    config.programs.cuda-sandbox.settings.cdi_spec_dirs or [
+      "/etc/cdi"
+      "/var/run/cdi"
+      "/run/cdi"
+    ];
 in
 {
   options.programs.cuda-sandbox.cdi = {
@@ -59,13 +66,29 @@ in
         {option}`hardware.nvidia-container-toolkit.device-name-strategy` names them (`0`,
         `GPU-<uuid>`, MIG `0:1`; `nvidia-ctk cdi list` shows them). With
         {option}`programs.cuda-sandbox.settings.gpus_per_build` above 0, each build is leased
-        its own GPUs among the `/dev/nvidiaN` nodes these devices list, so `all` then gives
-        every build one GPU of its own rather than every GPU.
+        its own GPUs among the `/dev/nvidiaN` nodes these devices list, and gets only the
+        leased GPUs' devices of the spec, with the spec's top-level edits (`nvidiactl`,
+        `nvidia-uvm`, the driver's mounts): `all` then means the devices of this spec that
+        belong to one leased GPU (`0`, `GPU-<uuid>`, its MIG devices, each matched to its GPU
+        by the one `/dev/nvidiaN` node it lists), with their own nodes (`/dev/dri/card*`,
+        `/dev/dri/renderD*`), and never another GPU's. A node `all` lists that no one GPU's
+        device lists is given to no build.
       '';
     };
   };
 
   config = lib.mkIf (config.programs.cuda-sandbox.enable && cfg.enable) {
+    assertions = [
+      {
+        assertion = lib.elem "/run/cdi" specDirs;
+        message = ''
+          programs.cuda-sandbox.cdi.enable reads the spec NixOS writes to
+          /run/cdi/nvidia-container-toolkit.json, but programs.cuda-sandbox.settings.cdi_spec_dirs
+          (${lib.concatStringsSep ", " specDirs}) leaves out /run/cdi: add "/run/cdi" to it, or
+          remove the setting (the hook then reads /etc/cdi, /var/run/cdi and /run/cdi).
+        '';
+      }
+    ];
     warnings = lib.optional (!toolkit) ''
       programs.cuda-sandbox.cdi.enable is set but hardware.nvidia-container-toolkit.enable is
       not, so nothing on this system writes /run/cdi/nvidia-container-toolkit.json: tagged

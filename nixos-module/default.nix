@@ -123,7 +123,8 @@ let
     # monitor); with CDI, the spec's MIG devices instead.
     // (if cfg.cdi.enable then cdiRule else { inherit (builtinRule) mig; })
     // lib.optionalAttrs (paths != [ ]) { path = paths; }
-    // lib.optionalAttrs (preset ? mount) { inherit (preset) mount; };
+    // lib.optionalAttrs (preset ? mount) { inherit (preset) mount; }
+    // lib.optionalAttrs (cfg.sysfs != null) { inherit (cfg) sysfs; };
 
   # What Nix will see as its system features. `nix.settings`' free-form type lets a setting be
   # a list or a string ("a b", as nix.conf writes it), so both are split on whitespace. Nix
@@ -154,7 +155,9 @@ let
   # Every rule's features (the module's, the translated allowedPatterns, settings.rule): Nix
   # refuses a derivation requiring a feature it does not declare, so all of them must be there.
   ruleFeatures = lib.unique (lib.concatMap (r: r.features or [ ]) cfg.settings.rule);
-  missingFeatures = lib.subtractLists declaredFeatures ruleFeatures;
+  # ...and the GPUs' cuda-sm-* features (./fleet-features.nix), which clients schedule by.
+  advertisedFeatures = ruleFeatures ++ cfg.cudaSystemFeatures;
+  missingFeatures = lib.subtractLists declaredFeatures advertisedFeatures;
 
   # Rules that name nothing to expose, as the hook's `check-config` judges them: a tagged build
   # would be told it is tagged and get nothing.
@@ -186,7 +189,7 @@ let
     in
     lib.optional (available.success && available.value) compat;
 
-  renderedFeatures = lib.concatStringsSep " " ruleFeatures;
+  renderedFeatures = lib.concatStringsSep " " advertisedFeatures;
 
   # Run by udev when nvidia_uvm loads: the nodes `nvidia-modprobe -u -c=0` would make.
   uvmNodes = pkgs.writeShellScript "cuda-sandbox-nvidia-uvm-nodes" ''
@@ -260,6 +263,7 @@ in
   imports = [
     ./required-mounts.nix
     ./cdi.nix
+    ./fleet-features.nix
   ];
 
   # No meta.maintainers here: NixOS accepts only entries of lib.maintainers there, and this
@@ -377,6 +381,18 @@ in
         only into `settings.symlink_roots` and the store). Not `/etc/<name>`: on NixOS that is
         a link through `/etc/static`; give its store path
         (`config.environment.etc."<name>".source`) instead.
+      '';
+    };
+
+    sysfs = lib.mkOption {
+      type = lib.types.nullOr (lib.types.enum [ "topology" ]);
+      default = null;
+      example = "topology";
+      description = ''
+        What of the host's `/sys` the rule's builds see, read-only. `"topology"`:
+        `/sys/devices/system/cpu` and `/sys/devices/system/node`, for hwloc, NVML's affinity
+        calls and NCCL's NUMA placement; nothing else of `/sys` (no PCI devices yet). Untagged
+        builds never see any of it. See `sysfs` in docs/configuration.md.
       '';
     };
 

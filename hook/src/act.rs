@@ -1,43 +1,204 @@
 //! Act: the only steps that change the host. Store closures (computed with `nix-store` and
 //! cached), the GPU lease, and the manifest file.
 //!
-//! Reads the plan from [`crate::plan::decide`]; writes the closure cache, the lease files and
-//! the manifest, each in a state directory that is verified on every run (root-owned, not
-//! writable by group or others, not a symlink; see [`crate::statedir`]). Computing a closure
-//! reads the store (`nix-store`, and an `lstat` of each member) and may fill the cache, so it
-//! is done here, not in the scan. `explain` acts without a lease (it shows which GPUs a build
-//! would get) and without writing a manifest; [`crate::pipeline`] decides which mode runs.
+//! Takes the [`Decision`] of [`crate::plan::decide`] as it is and returns what was
+//! [`Granted`]: the exposures (the decision's, with the closures' members, only the leased
+//! GPUs' nodes, and the manifest), what was left out and what stops the build (the
+//! decision's, then act's own), the lease guard, and the manifest to write. Writes the closure
+//! cache, the lease files and the manifest, each in a state directory that is verified on
+//! every run (root-owned, not writable by group or others, not a symlink; see
+//! [`crate::statedir`]). Computing a closure reads the store (`nix-store`, and an `lstat` of
+//! each member) and may fill the cache, so it is done here, not in the scan. `explain` acts
+//! without a lease (it shows which GPUs a build would get) and without writing a manifest;
+//! the [`Mode`] says which.
 
 use crate::closure::ClosureCache;
 use crate::config::Config;
-use crate::lease::{Holder, LeaseRequest, Leases};
+use crate::discover::choice::{DriverChoice, HostDriverFacts};
+use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
-use crate::pipeline::Mode;
-use crate::plan::{Plan, Problem, Skip};
+use crate::plan::{
+    self, closure_members, plan_manifest, Decision, Exposure, NotCarriedOut, PlannedManifest,
+    Problem, Skip,
+};
 use crate::request::Request;
+use crate::slot::{self, Slot};
+use crate::sysfs::{self, TreeBind, TreeGuard};
+use cuda_sandbox_manifest::DriverManifest;
+use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Completes `plan`: adds the closures of its store paths, prunes nested paths, leases (or
-/// previews) its GPUs and plans the manifest. Problems met here are added to the plan.
-pub fn act(mut plan: Plan, req: &Request, config: &Config, mode: Mode) -> Plan {
-    add_closures(&mut plan, req, config, mode);
-    plan.drop_nested();
-    if plan.problems.is_empty() {
-        lease(&mut plan, req, config, mode);
-    }
-    let name = manifest_file::name_for(req.chroot.as_deref());
-    plan.add_manifest(config, req, &name);
-    plan
+/// Who runs the pipeline, and so what act may change on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The pre-build hook: lease GPUs to the build in its chroot and write its manifest.
+    Hook,
+    /// `explain`: show what a build would get; no lease, no manifest.
+    Explain,
+    /// `exec`: no lease (its private root cannot carry one); the manifest is written, since
+    /// the command may be the runner, which reads it.
+    Exec,
 }
 
-/// Ends the lease `plan` took (hook mode) when the hook fails after taking it: Nix then does
-/// not start the build, so nothing else would end the lease before that Nix ends. A lease that
-/// cannot be ended here stays (the next hook judges it as usual).
-pub fn release_lease(plan: &Plan, req: &Request, config: &Config) {
-    if let (true, Some(chroot), Some(holder)) = (plan.lease_taken, &req.chroot, Holder::parent()) {
-        let _ = Leases::new(&config.runtime_dir).release(&plan.leased_slots, chroot, holder);
+impl Mode {
+    /// Whether this mode writes the build's manifest.
+    pub fn writes_manifest(self) -> bool {
+        matches!(self, Mode::Hook | Mode::Exec)
     }
+}
+
+/// What a build was granted: the decision completed by act. Empty for an untagged or refused
+/// request.
+#[derive(Debug, Default)]
+pub struct Granted {
+    /// Names of the rules that matched.
+    pub rules: Vec<String>,
+    /// What the build gets, sorted by inside path, nothing nested in another entry.
+    pub exposures: Vec<Exposure>,
+    /// What was considered and left out.
+    pub skipped: Vec<Skip>,
+    /// What CDI specs ask for that a pre-build hook cannot carry out, each with the reason.
+    pub not_carried_out: Vec<NotCarriedOut>,
+    /// What stops the build from getting a working GPU; non-empty means a tagged build fails.
+    pub problems: Vec<Problem>,
+    /// What the hook warns about on stderr although the build goes on.
+    pub warnings: Vec<String>,
+    /// How many closures came from the cache.
+    pub closures_cached: usize,
+    /// How many closures were computed with `nix-store`.
+    pub closures_computed: usize,
+    /// The driver the build should load (when a rule configures a driver).
+    pub driver: Option<DriverManifest>,
+    /// What is known of the host driver.
+    pub driver_facts: Option<HostDriverFacts>,
+    /// The compat decision, with every rejected candidate.
+    pub driver_choice: Option<DriverChoice>,
+    /// The manifest to write for the build, and where (outside).
+    pub manifest: Option<PlannedManifest>,
+    /// With `gpus_per_build > 0`: the slots (whole GPUs, or one MIG instance) leased to this
+    /// build alone, or for `explain` and `exec` the ones a build would get now. Empty when
+    /// every build gets every GPU.
+    pub slots: Vec<Slot>,
+    /// The lease that holds `slots` (hook mode): ended when dropped, unless committed once the
+    /// build may start.
+    pub lease: Option<LeaseGuard>,
+    /// The build's tree of read-only `/sys` binds (hook mode, a rule with `sysfs`): removed
+    /// when dropped, unless committed with the lease.
+    pub sysfs: Option<TreeGuard>,
+}
+
+impl Granted {
+    /// Keeps the lease for the build (the answer for Nix was rendered and the manifest
+    /// written): it is no longer ended when the grant is dropped.
+    pub fn commit(&mut self) {
+        if let Some(lease) = &mut self.lease {
+            lease.commit();
+        }
+        if let Some(tree) = &mut self.sysfs {
+            tree.commit();
+        }
+    }
+}
+
+/// `explain --json`'s `plan`: the grant, field for field as it has always been printed.
+#[derive(Serialize)]
+struct GrantedJson<'a> {
+    rules: &'a [String],
+    exposures: &'a [Exposure],
+    skipped: &'a [Skip],
+    not_carried_out: &'a [NotCarriedOut],
+    problems: &'a [Problem],
+    warnings: &'a [String],
+    closures_cached: usize,
+    closures_computed: usize,
+    driver: &'a Option<DriverManifest>,
+    driver_facts: &'a Option<HostDriverFacts>,
+    driver_choice: &'a Option<DriverChoice>,
+    manifest: &'a Option<PlannedManifest>,
+    leased_gpus: Vec<u32>,
+    leased_mig: Option<crate::mig::InstanceId>,
+    lease_taken: bool,
+}
+
+impl Serialize for Granted {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        GrantedJson {
+            rules: &self.rules,
+            exposures: &self.exposures,
+            skipped: &self.skipped,
+            not_carried_out: &self.not_carried_out,
+            problems: &self.problems,
+            warnings: &self.warnings,
+            closures_cached: self.closures_cached,
+            closures_computed: self.closures_computed,
+            driver: &self.driver,
+            driver_facts: &self.driver_facts,
+            driver_choice: &self.driver_choice,
+            manifest: &self.manifest,
+            leased_gpus: slot::gpus(&self.slots),
+            leased_mig: slot::mig(&self.slots),
+            lease_taken: self.lease.is_some(),
+        }
+        .serialize(s)
+    }
+}
+
+/// Grants `decision`: adds the closures of its store paths, prunes nested paths, leases (or
+/// previews) its GPUs and plans the manifest. Problems met here are added after the
+/// decision's.
+pub fn act(decision: Decision, req: &Request, config: &Config, mode: Mode) -> Granted {
+    let Decision {
+        rules,
+        exposures,
+        skipped,
+        not_carried_out,
+        problems,
+        warnings,
+        driver,
+        driver_facts,
+        driver_choice,
+        closure_roots,
+        gpu_demand,
+        sysfs: sysfs_binds,
+        ..
+    } = decision;
+    let mut granted = Granted {
+        rules,
+        exposures,
+        skipped,
+        not_carried_out,
+        problems,
+        warnings,
+        driver,
+        driver_facts,
+        driver_choice,
+        ..Granted::default()
+    };
+    let name = manifest_file::name_for(req.chroot.as_deref());
+    let tree_name = sysfs::tree_name(&name);
+    let tree = plan::sysfs_exposures(&sysfs_binds, tree_name, &config.runtime_dir);
+    let more = !tree.is_empty();
+    granted.exposures.extend(tree);
+    if add_closures(&mut granted, &closure_roots, req, config, mode) || more {
+        granted.exposures =
+            plan::drop_nested(std::mem::take(&mut granted.exposures), &mut granted.skipped);
+    }
+    if let (true, Some(demand)) = (granted.problems.is_empty(), &gpu_demand) {
+        lease(&mut granted, demand, req, config, mode);
+    }
+    sysfs_tree(&mut granted, &sysfs_binds, tree_name, req, config, mode);
+    let manifest = plan_manifest(
+        &mut granted.exposures,
+        &granted.rules,
+        granted.driver.as_ref(),
+        &granted.slots,
+        req,
+        config,
+        &name,
+    );
+    granted.manifest = Some(manifest);
+    granted
 }
 
 /// The manifest file could not be written.
@@ -79,10 +240,10 @@ impl PartialEq for ManifestWriteError {
 
 impl Eq for ManifestWriteError {}
 
-/// Writes the plan's manifest (the pipeline calls it in the modes that write one, once the
-/// plan has no problems and its answer could be rendered).
-pub fn write_manifest(plan: &Plan, config: &Config) -> Result<(), ManifestWriteError> {
-    match &plan.manifest {
+/// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
+/// grant has no problems and its answer could be rendered).
+pub fn write_manifest(granted: &Granted, config: &Config) -> Result<(), ManifestWriteError> {
+    match &granted.manifest {
         Some(m) => {
             manifest_file::write(m, &config.runtime_dir).map_err(|error| ManifestWriteError {
                 path: m.outside.clone(),
@@ -93,9 +254,17 @@ pub fn write_manifest(plan: &Plan, config: &Config) -> Result<(), ManifestWriteE
     }
 }
 
-fn add_closures(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
-    if plan.closure_roots.is_empty() {
-        return;
+/// Adds the closures of `roots` to `granted`; whether any member was added (the exposures
+/// then need pruning again).
+fn add_closures(
+    granted: &mut Granted,
+    roots: &[PathBuf],
+    req: &Request,
+    config: &Config,
+    mode: Mode,
+) -> bool {
+    if roots.is_empty() {
+        return false;
     }
     let cache = ClosureCache {
         dir: config.closure_cache.clone(),
@@ -105,54 +274,68 @@ fn add_closures(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
     };
     // A user running `explain` cannot (and need not) use root's cache.
     let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
-    for root in plan.closure_roots.clone() {
+    let before = granted.exposures.len();
+    for root in roots {
         let closure = if uncached {
-            cache.closure_uncached(&root)
+            cache.closure_uncached(root)
         } else {
-            cache.closure(&root)
+            cache.closure(root)
         };
         match closure {
             Ok(closure) => {
                 if closure.from_cache {
-                    plan.closures_cached += 1;
+                    granted.closures_cached += 1;
                 } else {
-                    plan.closures_computed += 1;
+                    granted.closures_computed += 1;
                 }
-                plan.add_closure(&root, closure.members, &config.store_dir);
+                closure_members(
+                    root,
+                    closure.members,
+                    &config.store_dir,
+                    &granted.rules,
+                    &mut granted.exposures,
+                    &mut granted.problems,
+                );
             }
             // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => plan.skipped.push(Skip {
+            Err(e) if uncached => granted.skipped.push(Skip {
                 path: root.display().to_string(),
                 why: format!("closure not shown: {e}; run explain as root to see it"),
             }),
-            Err(e) => plan.problems.push(Problem {
-                rule: plan.rules.join(","),
+            Err(e) => granted.problems.push(Problem {
+                rule: granted.rules.join(","),
                 what: e.to_string(),
                 fix: "check that the path is valid in this Nix store (`nix-store --verify-path`)"
                     .to_string(),
             }),
         }
     }
+    granted.exposures.len() > before
 }
 
-fn lease(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
-    let Some(demand) = plan.gpu_demand.clone() else {
-        return;
-    };
+/// Leases `demand` to the build (hook mode), or shows which slots a build would get now, and
+/// keeps only those slots' nodes.
+fn lease(
+    granted: &mut Granted,
+    demand: &plan::GpuDemand,
+    req: &Request,
+    config: &Config,
+    mode: Mode,
+) {
     let problem = |what: String, fix: &str| Problem {
-        rule: plan.rules.join(","),
+        rule: granted.rules.join(","),
         what,
         fix: fix.to_string(),
     };
     let leases = Leases::new(&config.runtime_dir);
-    let picked = match (mode, &req.chroot) {
+    let (picked, guard) = match (mode, &req.chroot) {
         (Mode::Hook, Some(chroot)) => {
             let Some(holder) = Holder::parent() else {
                 let p = problem(
                     "cannot read /proc/<parent>/stat to record who holds the GPU lease".into(),
                     "run the hook as Nix's pre-build-hook with /proc mounted",
                 );
-                plan.problems.push(p);
+                granted.problems.push(p);
                 return;
             };
             let derivation = req.derivation_name();
@@ -163,32 +346,112 @@ fn lease(plan: &mut Plan, req: &Request, config: &Config, mode: Mode) {
                 derivation: &derivation,
                 wait: Duration::from_secs(config.lease_wait_seconds),
             };
-            match leases.acquire(&lease_req, holder) {
-                Ok(p) => p,
+            match leases.acquire_guarded(&lease_req, holder) {
+                Ok(guard) => (guard.slots().to_vec(), Some(guard)),
                 Err(e) => {
                     let p = problem(
                         format!("no GPU or MIG instance could be leased: {e}"),
                         "see gpus_per_build in the README",
                     );
-                    plan.problems.push(p);
+                    granted.problems.push(p);
                     return;
                 }
             }
         }
         _ => match leases.preview(&demand.slots, demand.count) {
-            Ok(p) => p,
+            Ok(p) => (p, None),
             Err(e) => {
-                plan.skipped.push(Skip {
+                granted.skipped.push(Skip {
                     path: format!("{} GPU lease(s)", demand.count),
                     why: format!(
                         "none free now, a build would wait up to {} s: {e}",
                         config.lease_wait_seconds
                     ),
                 });
-                demand.slots[..demand.count].to_vec()
+                (demand.slots[..demand.count].to_vec(), None)
             }
         },
     };
-    let taken = mode == Mode::Hook && req.chroot.is_some();
-    plan.keep_gpus(picked, taken, config);
+    demand.keep(
+        &picked,
+        guard.is_some(),
+        config.gpus_per_build,
+        &mut granted.exposures,
+        &mut granted.skipped,
+        &mut granted.not_carried_out,
+    );
+    granted.slots = picked;
+    granted.lease = guard;
+}
+
+/// The PCI part of the build's tree: the PCI devices of the GPUs whose `/dev/nvidia<N>` the
+/// build gets (after the lease kept only the leased ones). A GPU whose device cannot be
+/// found is left out, saying why (the build still gets its topology).
+fn pci_layout(granted: &mut Granted, config: &Config) -> sysfs::PciLayout {
+    let minors: Vec<u32> = granted
+        .exposures
+        .iter()
+        .filter_map(|e| e.inside.to_str()?.strip_prefix("/dev/nvidia")?.parse().ok())
+        .collect();
+    let mut gpus = Vec::new();
+    for found in sysfs::discover(&config.host_root) {
+        match found {
+            Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
+            Ok(_) => {}
+            Err(e) => granted.skipped.push(Skip {
+                path: "/sys/devices/pci*".to_string(),
+                why: format!("a GPU's PCI device is not given: {e}"),
+            }),
+        }
+    }
+    sysfs::PciLayout::new(&gpus, &config.host_root)
+}
+
+/// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
+/// problem: the build does not start without what its rule asks for). `exec` makes none.
+fn sysfs_tree(
+    granted: &mut Granted,
+    binds: &[TreeBind],
+    name: &str,
+    req: &Request,
+    config: &Config,
+    mode: Mode,
+) {
+    let chroot = match (mode, &req.chroot) {
+        (Mode::Hook, Some(chroot)) => chroot,
+        (Mode::Explain, _) => return,
+        _ => {
+            let why = "exec makes no /sys tree: run the build under Nix";
+            return plan::drop_sysfs(&mut granted.exposures, &mut granted.skipped, why);
+        }
+    };
+    let _ = sysfs::sweep(&config.runtime_dir);
+    if binds.is_empty() || !granted.problems.is_empty() {
+        return;
+    }
+    let leased = granted.lease.is_some();
+    let pci = pci_layout(granted, config);
+    let tree = config.runtime_dir.join(sysfs::TREES_DIR).join(name);
+    let rule = binds[0].rule.clone();
+    let parts = sysfs::TreeParts { binds, pci: &pci };
+    match sysfs::build(parts, name, &config.runtime_dir, chroot, leased) {
+        Ok(guard) => {
+            granted.sysfs = Some(guard);
+            granted
+                .exposures
+                .extend(pci.exposed.iter().map(|(inside, top)| Exposure {
+                    inside: inside.clone(),
+                    outside: tree.join(top),
+                    reason: plan::Reason::Sysfs { rule: rule.clone() },
+                }));
+            granted.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
+        }
+        Err(e) => granted.problems.push(Problem {
+            rule: granted.rules.join(","),
+            what: format!("cannot give the build its read-only /sys: {e}"),
+            fix: "run the hook as root on a host with /sys mounted (see sysfs in \
+                  docs/configuration.md)"
+                .to_string(),
+        }),
+    }
 }

@@ -6,11 +6,12 @@
 //! `NIX_DERIVATION_V4` included) and the answer computed by the same pipeline
 //! ([`crate::pipeline::run`]), without a lease and without writing a manifest.
 
+use crate::act::Granted;
 use crate::build_users::{self, AccessCheck};
-use crate::lease::Slot;
 use crate::pipeline::{self, Mode};
-use crate::plan::{Plan, Reason};
+use crate::plan::Reason;
 use crate::request::{self, Environment, Input, Verdict};
+use crate::slot::Slot;
 use serde::Serialize;
 use std::path::Path;
 
@@ -24,7 +25,7 @@ pub struct RuleMatch {
 }
 
 /// Everything `explain` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct Explanation {
     /// The derivation explained, if one was given.
     pub derivation: Option<String>,
@@ -36,8 +37,8 @@ pub struct Explanation {
     pub config: String,
     /// Rules that matched.
     pub rules: Vec<RuleMatch>,
-    /// The plan (empty when nothing matched).
-    pub plan: Plan,
+    /// What the build would be granted (empty when nothing matched).
+    pub plan: Granted,
     /// One sentence: what happens to the build.
     pub verdict: String,
     /// Exactly what the hook prints for Nix (empty when it prints nothing).
@@ -76,11 +77,14 @@ pub fn explain(
         }
         None => Vec::new(),
     };
-    let pipeline::Outcome { plan, answer } = pipeline::run(&req, Mode::Explain);
+    let pipeline::Outcome {
+        granted: plan,
+        answer,
+    } = pipeline::run(&req, Mode::Explain);
     let build_users = req
         .tagged()
         .filter(|_| plan.exposures.iter().any(|e| e.reason.is_device()))
-        .map(|config| build_users::check(&plan, &config.host_root));
+        .map(|config| build_users::check(&plan.exposures, &config.host_root));
     let (verdict, nix_answer) = match answer {
         Ok(answer) => {
             let verdict = match &req.verdict {
@@ -163,8 +167,10 @@ pub fn render_text(e: &Explanation) -> String {
                     device,
                     spec,
                     item,
+                    ..
                 } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
                 Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
+                Reason::Sysfs { rule } => format!("read-only /sys topology (rule {rule})"),
                 Reason::Manifest => "manifest for the runner".to_string(),
             };
             s.line(format!("  {place:<60} {why}"));
@@ -195,10 +201,10 @@ pub fn render_text(e: &Explanation) -> String {
             e.plan.closures_cached, e.plan.closures_computed
         ));
     }
-    if !e.plan.leased_slots.is_empty() {
+    if !e.plan.slots.is_empty() {
         let gpus: Vec<String> = e
             .plan
-            .leased_slots
+            .slots
             .iter()
             .map(|slot| match slot {
                 Slot::Gpu(g) => format!("nvidia{g}"),
@@ -212,7 +218,7 @@ pub fn render_text(e: &Explanation) -> String {
         s.line(format!(
             "gpus:        {} ({})",
             gpus.join(", "),
-            if e.plan.lease_taken {
+            if e.plan.lease.is_some() {
                 "leased to this build"
             } else {
                 "would be leased now; explain takes no lease"
@@ -294,7 +300,7 @@ mod tests {
             structured_attrs: true,
             config: "built-in default".into(),
             rules: Vec::new(),
-            plan: Plan::default(),
+            plan: Granted::default(),
             verdict: "untagged".into(),
             nix_answer: String::new(),
             warnings: vec!["w\r\nverdict: forged".into()],

@@ -34,6 +34,8 @@ pub mod plan;
 pub mod protocol;
 pub mod request;
 pub mod scan;
+pub mod slot;
 pub mod statedir;
 pub mod symlinks;
+pub mod sysfs;
 pub mod trust;

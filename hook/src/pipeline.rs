@@ -5,37 +5,23 @@
 //! - resolve ([`crate::request`]) reads the derivation and the configuration, and the
 //!   environment once, through the caller's [`crate::request::Input`];
 //! - scan ([`crate::scan`]) reads the host, and only reads;
-//! - decide ([`crate::plan::decide`]) reads nothing but its arguments;
+//! - decide ([`crate::plan::decide`]) reads nothing but its arguments and returns a
+//!   [`crate::plan::Decision`];
 //! - act ([`crate::act`]) is the only stage that changes the host: the closure cache, the GPU
-//!   lease, and, once the answer for Nix has been rendered, the manifest;
+//!   lease, and, once the answer for Nix has been rendered, the manifest. It returns what was
+//!   [`Granted`], whose lease guard ends the lease unless this module commits it;
 //! - render: [`crate::protocol`] for Nix here; [`crate::explain`] and [`crate::exec`] render
-//!   the same plan for a person and as a private root.
+//!   the same grant for a person and as a private root.
 
-use crate::act;
+use crate::act::{self, Granted};
 use crate::config::Config;
-use crate::plan::{decide, Plan, Problem};
+use crate::plan::{decide, Problem};
 use crate::protocol;
 use crate::request::{Request, Verdict};
 use crate::scan::scan;
 
-/// Who runs the pipeline, and so what `act` may change on the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// The pre-build hook: lease GPUs to the build in its chroot and write its manifest.
-    Hook,
-    /// `explain`: show what a build would get; no lease, no manifest.
-    Explain,
-    /// `exec`: no lease (its private root cannot carry one); the manifest is written, since
-    /// the command may be the runner, which reads it.
-    Exec,
-}
-
-impl Mode {
-    /// Whether this mode writes the build's manifest.
-    pub fn writes_manifest(self) -> bool {
-        matches!(self, Mode::Hook | Mode::Exec)
-    }
-}
+/// Who runs the pipeline: act's [`act::Mode`].
+pub use crate::act::Mode;
 
 /// Why a tagged build must not start. Renders as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,8 +89,9 @@ impl std::error::Error for HookFailure {}
 /// What the pipeline produced for a request.
 #[derive(Debug)]
 pub struct Outcome {
-    /// The plan (empty for an untagged or refused request).
-    pub plan: Plan,
+    /// What the build was granted (empty for an untagged or refused request). Its lease, when
+    /// the answer is a failure, ends when it is dropped.
+    pub granted: Granted,
     /// The hook's answer to Nix: the protocol bytes (empty for an untagged build), or why the
     /// build must not start.
     pub answer: Result<Vec<u8>, HookFailure>,
@@ -112,65 +99,63 @@ pub struct Outcome {
 
 /// Runs the stages after resolve for `req` in `mode`: nothing for an untagged build, a failure
 /// for a refused one, else scan, decide, act, and the rendered answer for Nix (the manifest is
-/// written, where `mode` writes it, only once that answer exists).
+/// written, where `mode` writes it, only once that answer exists; only then is the lease
+/// committed).
 pub fn run(req: &Request, mode: Mode) -> Outcome {
     let config = match (&req.verdict, req.tagged()) {
         (Verdict::Fail(m), _) => return refused(HookFailure::Refused(m.clone())),
         (Verdict::Tagged, Some(c)) => c,
         _ => {
             return Outcome {
-                plan: Plan::default(),
+                granted: Granted::default(),
                 answer: Ok(Vec::new()),
             }
         }
     };
     let derivation = req.derivation_name();
     let view = scan(config, &req.matched_rules(config));
-    let plan = act::act(decide(req, config, &view), req, config, mode);
-    let outcome = answer(req, config, mode, plan, derivation);
-    if outcome.answer.is_err() {
-        // Nix will not start the build, so nothing else would end its lease before that Nix
-        // ends.
-        act::release_lease(&outcome.plan, req, config);
+    let mut granted = act::act(decide(req, config, &view), req, config, mode);
+    let answer = answer(req, config, mode, &granted, derivation);
+    if answer.is_ok() {
+        // The build may start: its lease is its own now. On a failure Nix will not start
+        // the build, and the guard ends the lease when the grant is dropped, as nothing else
+        // would before that Nix ends.
+        granted.commit();
     }
-    outcome
+    Outcome { granted, answer }
 }
 
 /// The answer for Nix once act has run: the problems, or the rendered exposures (and the
 /// manifest written, where `mode` writes one).
-fn answer(req: &Request, config: &Config, mode: Mode, plan: Plan, derivation: String) -> Outcome {
-    if !plan.problems.is_empty() {
-        let answer = Err(HookFailure::Problems {
+fn answer(
+    req: &Request,
+    config: &Config,
+    mode: Mode,
+    granted: &Granted,
+    derivation: String,
+) -> Result<Vec<u8>, HookFailure> {
+    if !granted.problems.is_empty() {
+        return Err(HookFailure::Problems {
             derivation,
             feature: req.first_match(),
-            rule: plan.rules.first().cloned().unwrap_or_default(),
-            problems: plan.problems.clone(),
+            rule: granted.rules.first().cloned().unwrap_or_default(),
+            problems: granted.problems.clone(),
         });
-        return Outcome { plan, answer };
     }
-    let bytes = match protocol::render(&plan.exposures) {
-        Ok(b) => b,
-        Err(e) => {
-            let why = e.to_string();
-            let answer = Err(HookFailure::Unexpressible { derivation, why });
-            return Outcome { plan, answer };
-        }
-    };
+    let bytes = protocol::render(&granted.exposures).map_err(|e| HookFailure::Unexpressible {
+        derivation: derivation.clone(),
+        why: e.to_string(),
+    })?;
     if mode.writes_manifest() {
-        if let Err(error) = act::write_manifest(&plan, config) {
-            let answer = Err(HookFailure::Manifest { derivation, error });
-            return Outcome { plan, answer };
-        }
+        act::write_manifest(granted, config)
+            .map_err(|error| HookFailure::Manifest { derivation, error })?;
     }
-    Outcome {
-        plan,
-        answer: Ok(bytes),
-    }
+    Ok(bytes)
 }
 
 fn refused(failure: HookFailure) -> Outcome {
     Outcome {
-        plan: Plan::default(),
+        granted: Granted::default(),
         answer: Err(failure),
     }
 }

@@ -363,6 +363,39 @@ impl StateDir {
         .map_err(std::io::Error::from)
     }
 
+    /// Makes the directory `name` here with `mode` (an existing directory is kept; anything
+    /// else there is an error).
+    pub fn make_dir(&self, name: &str, mode: u32) -> std::io::Result<()> {
+        match nix::sys::stat::mkdirat(Some(self.raw()), name, Mode::from_bits_truncate(mode)) {
+            Ok(()) => Ok(()),
+            Err(nix::Error::EEXIST) => {
+                let st = fstatat(Some(self.raw()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+                if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::other("exists and is not a directory"))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Makes the symlink `name` here pointing at `target` (never followed by the hook).
+    pub fn make_link(&self, name: &str, target: &str) -> std::io::Result<()> {
+        nix::unistd::symlinkat(target, Some(self.raw()), name).map_err(std::io::Error::from)
+    }
+
+    /// Removes the empty directory `name` here (never a link's target, never a non-empty or
+    /// mounted-on directory: those stay, with an error).
+    pub fn remove_dir(&self, name: &str) -> std::io::Result<()> {
+        nix::unistd::unlinkat(
+            Some(self.raw()),
+            name,
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        )
+        .map_err(std::io::Error::from)
+    }
+
     /// Whether `name` exists here (links not followed).
     pub fn exists(&self, name: &str) -> bool {
         fstatat(Some(self.raw()), name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()

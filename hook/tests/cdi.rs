@@ -126,15 +126,22 @@ impl Host {
 
     /// Runs the hook as Nix would for a tagged .drv; returns its answer and the manifest.
     fn hook(&self, config: &Path) -> (String, Manifest) {
-        let drv = self.path("t.drv");
+        self.hook_through(Path::new(HOOK), config, "t")
+    }
+
+    /// Runs `program` (the hook, or a wrapper of it) as Nix would for the tagged .drv `name`,
+    /// with its own chroot; returns its answer and the manifest. A GPU it leases stays leased
+    /// while this test runs (the lease's holder is the hook's parent: this process).
+    fn hook_through(&self, program: &Path, config: &Path, name: &str) -> (String, Manifest) {
+        let drv = self.path(&format!("{name}.drv"));
         std::fs::write(
             &drv,
             r#"Derive([("out","/nix/store/x-t","","")],[],[],"x86_64-linux","/bin/sh",[],[("requiredSystemFeatures","cuda")])"#,
         )
         .unwrap();
-        let chroot = self.path("t.drv.chroot");
+        let chroot = self.path(&format!("{name}.drv.chroot"));
         std::fs::create_dir_all(&chroot).unwrap();
-        let out = Command::new(HOOK)
+        let out = Command::new(program)
             .arg(&drv)
             .arg(&chroot)
             .env("CUDA_SANDBOX_CONFIG", config)
@@ -724,7 +731,9 @@ fn with_private_run_cdi(dir: &Path, program: &Path, spec: Option<&Path>) -> Path
 
 /// The NixOS module's rule with `programs.cuda-sandbox.cdi.enable`, as rendered (less the
 /// Jetson globs, which match nothing on a discrete host), on the host root `h`; the spec
-/// directories are the built-in ones (`/etc/cdi`, `/var/run/cdi`, `/run/cdi`).
+/// directories are the built-in ones (`/etc/cdi`, `/var/run/cdi`, `/run/cdi`). The module's
+/// own rendering of this rule is fed to the hook against the same specs by
+/// nix-tests/fake-host-explain (cases `cdi-toolkit`, `cdi-leased`).
 fn nixos_cdi_config(h: &Host, store: Option<&Path>, driver: bool) -> PathBuf {
     let p = h.path("nixos.toml");
     let store = store.map_or_else(String::new, |s| {
@@ -776,7 +785,13 @@ fn explain_through(wrapper: &Path, config: &Path) -> Value {
 
 /// The generator-shaped spec with its driver at `driver` and its programs at `driver_bin`.
 fn nixos_toolkit_spec(h: &Host, driver: &Path, driver_bin: &Path) -> PathBuf {
-    let text = fixture("nixos-toolkit.json")
+    generator_spec(h, "nixos-toolkit.json", driver, driver_bin)
+}
+
+/// The generator-shaped spec `file` of `tests/cdi/` with its driver at `driver` and its
+/// programs at `driver_bin`.
+fn generator_spec(h: &Host, file: &str, driver: &Path, driver_bin: &Path) -> PathBuf {
+    let text = fixture(file)
         .replace("@DRIVER_BIN@", &driver_bin.display().to_string())
         .replace("@DRIVER@", &driver.display().to_string())
         .replace("@STORE@", &h.path("store").display().to_string());
@@ -980,4 +995,200 @@ fn a_sandboxed_build_gets_the_nodes_and_relocated_driver_of_the_spec_nixos_gener
         "{}",
         build.log
     );
+}
+
+/// The nodes of `tests/cdi/nixos-two-gpus.json`'s GPU `n`, as the DRM driver numbers them
+/// (`/dev/dri/card<n+1>`, `/dev/dri/renderD<128+n>`, major 226), with the GPU's own node.
+fn own_nodes_of_gpu(n: u64) -> [(String, u64, u64); 3] {
+    [
+        (format!("dev/nvidia{n}"), 195, n),
+        (format!("dev/dri/card{}", n + 1), 226, n + 1),
+        (format!("dev/dri/renderD{}", 128 + n), 226, 128 + n),
+    ]
+}
+
+/// A host with two GPUs and their DRM nodes, the control nodes of the spec, and the spec.
+fn two_gpu_host(h: &Host, driver: &Path, driver_bin: &Path) -> PathBuf {
+    h.nvidia_nodes();
+    h.node("dev/nvidia-modeset", 195, 254);
+    for n in 0..2 {
+        for (rel, major, minor) in own_nodes_of_gpu(n) {
+            if !h.root().join(&rel).exists() {
+                h.node(&rel, major, minor);
+            }
+        }
+    }
+    generator_spec(h, "nixos-two-gpus.json", driver, driver_bin)
+}
+
+/// `config` with `gpus_per_build = 1` first.
+fn with_one_gpu_per_build(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    std::fs::write(config, format!("gpus_per_build = 1\n{text}")).unwrap();
+}
+
+#[test]
+fn with_leases_the_device_all_gives_a_build_only_its_gpus_own_nodes_of_the_spec_nixos_generates() {
+    let name = "with_leases_the_device_all_gives_a_build_only_its_gpus_own_nodes_of_the_spec_nixos_generates";
+    if !root_available(name) {
+        return;
+    }
+    let h = Host::new();
+    let store = h.path("store");
+    let driver = store.join("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nvidia-x11-550.54.14");
+    h.file(
+        &driver
+            .join("lib/libcuda.so.550.54.14")
+            .display()
+            .to_string(),
+        Some("libcuda.so.1"),
+    );
+    let spec = two_gpu_host(&h, &driver, &store.join("none-bin"));
+    let config = nixos_cdi_config(&h, Some(&store), true);
+    with_one_gpu_per_build(&config);
+    let hook = with_private_run_cdi(h.dir.path(), Path::new(HOOK), Some(&spec));
+
+    // A first build is leased GPU 0 and gets its own nodes only; it holds the lease while
+    // this test runs, so a build now is leased GPU 1.
+    let (answer, manifest) = h.hook_through(&hook, &config, "first");
+    assert_eq!(manifest.leased_gpus, [0], "{manifest:?}");
+    for (rel, _, _) in own_nodes_of_gpu(0) {
+        assert!(answer.contains(&format!("/{rel}=")), "{rel}: {answer}");
+    }
+    for (rel, _, _) in own_nodes_of_gpu(1) {
+        assert!(!answer.contains(&format!("/{rel}=")), "{rel}: {answer}");
+    }
+
+    let e = explain_through(&hook, &config);
+    assert!(
+        e["plan"]["problems"].as_array().unwrap().is_empty(),
+        "{e:#}"
+    );
+    assert_eq!(e["plan"]["leased_gpus"], serde_json::json!([1]), "{e:#}");
+    let root = h.root();
+    let reason_of = |inside: &str| {
+        e["plan"]["exposures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["inside"] == inside)
+            .map(|x| (x["reason"]["device"].clone(), x["reason"]["gpu"].clone()))
+    };
+    for (rel, _, _) in own_nodes_of_gpu(1) {
+        let inside = format!("/{rel}");
+        assert_eq!(
+            exposed(&e, &inside, &root.join(&rel)),
+            Some(("cdi".into(), "device-node".into())),
+            "{inside}: {e:#}"
+        );
+        assert_eq!(
+            reason_of(&inside),
+            Some((serde_json::json!("nvidia.com/gpu=1"), serde_json::json!(1))),
+            "{inside}: {e:#}"
+        );
+    }
+    // The spec-wide nodes reach every build; the driver comes from the spec-wide mounts.
+    for node in [
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+        "nvidia-modeset",
+    ] {
+        let inside = format!("/dev/{node}");
+        assert_eq!(
+            reason_of(&inside),
+            Some((serde_json::json!("nvidia.com/gpu=all"), Value::Null)),
+            "{inside}: {e:#}"
+        );
+    }
+    assert!(
+        exposed(
+            &e,
+            "/run/opengl-driver/lib/libcuda.so.1",
+            &driver.join("lib/libcuda.so.550.54.14")
+        )
+        .is_some(),
+        "{e:#}"
+    );
+    // GPU 0's own nodes reach no other build: each is named as another build's GPU.
+    for (rel, _, _) in own_nodes_of_gpu(0) {
+        let inside = format!("/{rel}");
+        assert!(reason_of(&inside).is_none(), "{inside}: {e:#}");
+        assert!(
+            skipped_why(&e, &inside).starts_with("another build's GPU"),
+            "{inside}: {e:#}"
+        );
+    }
+    // What GPU 1's device lists and cannot be carried out is listed; GPU 0's is not.
+    let not_done = not_carried_out(&e).join("\n");
+    assert!(not_done.contains("pci-0000:86:00.0-card"), "{not_done}");
+    assert!(!not_done.contains("pci-0000:3b:00.0-card"), "{not_done}");
+
+    // Without leases every build gets both GPUs' nodes, as `all` lists them.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replacen("gpus_per_build = 1\n", "", 1)).unwrap();
+    let e = explain_through(&hook, &config);
+    for n in 0..2 {
+        for (rel, _, _) in own_nodes_of_gpu(n) {
+            let inside = format!("/{rel}");
+            assert!(
+                exposed(&e, &inside, &root.join(&rel)).is_some(),
+                "{inside}: {e:#}"
+            );
+        }
+    }
+}
+
+#[test]
+fn with_leases_a_sandboxed_build_sees_only_its_gpus_nodes_of_the_spec_nixos_generates() {
+    let name = "with_leases_a_sandboxed_build_sees_only_its_gpus_nodes_of_the_spec_nixos_generates";
+    if !nix_available(name) {
+        return;
+    }
+    let h = Host::new();
+    let config = nixos_cdi_config(&h, None, false);
+    let plain = NixSandbox::with_hook(Path::new(HOOK), &config);
+    let driver = plain.build(
+        &common::nix_file("driver-store.nix"),
+        &[("nonce", &nonce())],
+        &[],
+    );
+    assert!(
+        driver.ok(),
+        "building the fake driver failed:\n{}",
+        driver.log
+    );
+    let driver = driver.out_paths[0].clone();
+    let spec = two_gpu_host(&h, &driver, &h.path("store/none-bin"));
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("lib/libcuda.so.550.54.14", "lib/libcuda.so.1");
+    std::fs::write(&spec, text).unwrap();
+    with_one_gpu_per_build(&config);
+    let hook = with_private_run_cdi(h.dir.path(), Path::new(HOOK), Some(&spec));
+    // GPU 0 is leased to another build while this one runs.
+    let (_, first) = h.hook_through(&hook, &config, "first");
+    assert_eq!(first.leased_gpus, [0], "{first:?}");
+
+    let sandbox = NixSandbox::with_hook(&hook, &config);
+    let build = sandbox.build(
+        &common::nix_file("nixos-cdi-probe.nix"),
+        &[("nonce", &nonce())],
+        &[],
+    );
+    assert!(build.ok(), "nix-build failed:\n{}", build.log);
+    let r = std::fs::read_to_string(&build.out_paths[0]).unwrap();
+    for line in [
+        "char /dev/nvidia1 195:1",
+        "char /dev/dri/card2 226:2",
+        "char /dev/dri/renderD129 226:129",
+        "char /dev/nvidiactl 195:255",
+        "char /dev/nvidia-uvm 235:0",
+        "file /run/opengl-driver/lib/libcuda.so.1 FAKE libcuda",
+        "absent /dev/nvidia0",
+        "absent /dev/dri/card1",
+        "absent /dev/dri/renderD128",
+    ] {
+        assert!(r.contains(line), "the build lacks {line:?}:\n{r}");
+    }
 }

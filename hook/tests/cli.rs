@@ -702,6 +702,54 @@ fn cuda_sandbox_gpus_is_validated_and_honoured() {
     );
 }
 
+/// A hook that fails after it took the GPU lease (here its manifest cannot be written:
+/// `manifests` is a file) ends that lease: Nix never starts the build, and nothing else would
+/// end the lease before that Nix ends. Once the build may start, the lease is kept.
+#[test]
+fn a_build_refused_after_its_lease_was_taken_leaves_no_lease() {
+    let c = Case::new();
+    for gpu in ["nvidia0", "nvidiactl"] {
+        // Directories stand in for device nodes (they count as devices for the hook).
+        std::fs::create_dir_all(c.path("root/dev").join(gpu)).unwrap();
+    }
+    let config = c.config(
+        "[[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\nrequired = true\n\
+         [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n",
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("gpus_per_build = 1\nlease_wait_seconds = 0\n{text}"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(c.path("chroot")).unwrap();
+    std::fs::create_dir_all(c.path("run")).unwrap();
+    std::fs::write(c.path("run/manifests"), "").unwrap();
+    let leases = || -> Vec<String> {
+        std::fs::read_dir(c.path("run/leases"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".lease"))
+            .collect()
+    };
+    let drv = c.drv("x", Some("cuda"));
+    let out = c.hook(&drv, &config);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot write the manifest"),
+        "{}",
+        stderr(&out)
+    );
+    // The lease was taken (its use is counted) and ended again.
+    let usage = std::fs::read_to_string(c.path("run/leases/usage.json")).unwrap();
+    assert!(usage.contains("\"nvidia0\""), "{usage}");
+    assert_eq!(leases(), Vec::<String>::new());
+    std::fs::remove_file(c.path("run/manifests")).unwrap();
+    let out = c.hook(&drv, &config);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(leases(), ["nvidia0.lease"]);
+}
+
 /// Current Nix (`chrootRootDir` in `getPreBuildHookArgs`) passes
 /// `<drv>.chroot/root`, Nix 2.8 `<drv>.chroot`. Every build of the first shape got the manifest
 /// `root.json`, so concurrent builds bound each other's. Now each build binds its own.

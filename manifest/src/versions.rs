@@ -1,6 +1,8 @@
-//! CUDA version numbers and the driver branch → CUDA table (docs/architecture.md, driver facts), shared by the hook
-//! (which chooses a driver by them) and the runner (which checks the loaded one).
+//! CUDA version numbers and the driver branch → CUDA lookups, shared by the hook (which
+//! chooses a driver by them) and the runner (which checks the loaded one); the branch table
+//! itself is elfkit's `fatbin::releases` (docs/architecture.md, driver facts).
 
+use cuda_sandbox_elfkit::fatbin::releases;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -60,39 +62,11 @@ impl<'de> Deserialize<'de> for CudaVersion {
     }
 }
 
-/// Kernel driver branch → the CUDA version its own libcuda provides.
-const BRANCHES: [(u32, i32); 17] = [
-    (470, 11040),
-    (495, 11050),
-    (510, 11060),
-    (515, 11070),
-    (520, 11080),
-    (525, 12000),
-    (530, 12010),
-    (535, 12020),
-    (545, 12030),
-    (550, 12040),
-    (555, 12050),
-    (560, 12060),
-    (565, 12070),
-    (570, 12080),
-    (575, 12090),
-    (580, 13000),
-    (590, 13010),
-];
-
 /// The CUDA version a driver branch provides (e.g. 535 → 12.2): the newest known branch at or
-/// below it. `None` for branches older than 470, or newer than the table knows.
+/// below it. `None` for branches older than 470, or newer than the table knows. The table is
+/// elfkit's (`fatbin::releases`, with its sources), the one place for it.
 pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
-    let newest_known = BRANCHES[BRANCHES.len() - 1].0;
-    if branch > newest_known + 9 {
-        return None;
-    }
-    BRANCHES
-        .iter()
-        .rev()
-        .find(|(b, _)| *b <= branch)
-        .map(|(_, cuda)| CudaVersion(*cuda))
+    releases::cuda_for_branch(branch).map(CudaVersion)
 }
 
 /// The branch (major number) of a driver version: `"550.54.14"` → 550.
@@ -107,7 +81,7 @@ pub fn cuda_for_driver(driver: &str) -> Option<CudaVersion> {
 
 /// The first driver branch that provides CUDA `cuda` (12.8 → 570), when the table has one.
 pub fn branch_for_cuda(cuda: CudaVersion) -> Option<u32> {
-    BRANCHES.iter().find(|(_, c)| *c == cuda.0).map(|(b, _)| *b)
+    releases::branch_for_cuda(cuda.0)
 }
 
 /// The kernel module version from `/proc/driver/nvidia/version`, e.g.

@@ -7,6 +7,8 @@ use clap::{Args, Parser};
 use crate::check::RunsWhen;
 use crate::checks::CHECKS;
 use crate::cuda::version::CudaVersion;
+use cuda_sandbox_elfkit::fatbin::releases;
+use cuda_sandbox_elfkit::fatbin::rules::{release, Driver, DriverVersion};
 use cuda_sandbox_elfkit::fatbin::{Arch, Capability};
 
 /// Which driver the runner must find loaded.
@@ -45,6 +47,66 @@ impl ExpectDriver {
 
 fn parse_cuda_version(text: &str) -> Result<CudaVersion, String> {
     CudaVersion::parse(text)
+}
+
+/// `--driver-cuda`: a CUDA release as users write it (`12.2`, or the encoded `12020`). A
+/// driver branch (`535`) or version (`535.104.05`) is refused naming its CUDA version and
+/// `--driver`; a version inside the known range that was never released (12.7) is refused
+/// naming the nearest releases; one above the known range is taken, and the rules answer
+/// "cannot be judged" for it ([`releases::newest_release`]).
+pub fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
+    let text = text.trim();
+    let words: Vec<&str> = text.split('.').collect();
+    let leading: Option<u32> = words[0].parse().ok();
+    if let Some(branch) = leading.filter(|b| (100..1000).contains(b)) {
+        let cuda = releases::cuda_for_branch(branch)
+            .map(|c| format!("CUDA {}", release(c)))
+            .unwrap_or_else(|| "a branch the driver table does not know".into());
+        let what = if words.len() == 1 {
+            format!("{text} is a driver branch: {cuda}")
+        } else {
+            format!("{text} is a driver version: {cuda}")
+        };
+        return Err(format!(
+            "{what}; give the driver's CUDA version (--driver-cuda X.Y) or its version \
+             (--driver {text})"
+        ));
+    }
+    let cuda = CudaVersion::parse(text)?;
+    if releases::is_release(cuda.0) || cuda.0 > releases::newest_release() {
+        return Ok(cuda);
+    }
+    let name = |v: Option<i32>| v.map(release);
+    let (below, above) = releases::nearest_releases(cuda.0);
+    let nearest: Vec<String> = [name(below), name(above)].into_iter().flatten().collect();
+    let reports = releases::table()
+        .branches
+        .iter()
+        .find(|(_, c)| *c == cuda.0)
+        .map(|(b, _)| {
+            format!("; an R{b} driver reports CUDA {cuda}: give its version with --driver")
+        })
+        .unwrap_or_default();
+    Err(format!(
+        "CUDA {cuda} was never released (nearest releases: {}){reports}",
+        nearest.join(" and ")
+    ))
+}
+
+/// `--driver`: a driver's version (`535.104.05`, or its branch `535`), of a branch the
+/// driver table knows.
+pub fn parse_driver(text: &str) -> Result<DriverVersion, String> {
+    let version = DriverVersion::parse(text)?;
+    if releases::cuda_for_branch(version.branch).is_none() {
+        let branches = &releases::table().branches;
+        return Err(format!(
+            "driver {text} is of a branch the driver table does not know (it knows R{} to R{}): \
+             give its CUDA version with --driver-cuda X.Y",
+            branches[0].0,
+            branches[branches.len() - 1].0
+        ));
+    }
+    Ok(version)
 }
 
 /// Default number of saxpy elements: 2^24 (192 MiB moved by the kernel).
@@ -148,10 +210,32 @@ pub struct LintOptions {
     #[arg(long, value_name = "sm_XY,...", value_parser = parse_target, value_delimiter = ',')]
     pub target: Vec<Capability>,
 
-    /// The CUDA version of the driver that will load the GPU code (12.2 for a 535 driver),
-    /// for --target (default: the hook's manifest's driver, when there is one).
-    #[arg(long, value_name = "X.Y", value_parser = parse_cuda_version, requires = "target")]
+    /// The CUDA version of the driver that will load the GPU code, a CUDA release (12.2 for
+    /// a 535 driver), for --target (default: the hook's manifest's driver, when there is one).
+    #[arg(long, value_name = "X.Y", value_parser = parse_driver_cuda, requires = "target",
+          conflicts_with = "driver")]
     pub driver_cuda: Option<CudaVersion>,
+
+    /// The version of the driver that will load the GPU code (535.104.05), for --target: its
+    /// branch gives its CUDA version, and its version decides minor-version compatibility.
+    #[arg(long, value_name = "VERSION", value_parser = parse_driver, requires = "target")]
+    pub driver: Option<DriverVersion>,
+}
+
+impl LintOptions {
+    /// The driver `--driver-cuda` or `--driver` names: libcuda and kernel module alike.
+    pub fn given_driver(&self) -> Option<Driver> {
+        if let Some(cuda) = self.driver_cuda {
+            return Some(Driver::of(cuda.0));
+        }
+        let version = self.driver?;
+        // parse_driver took only branches the table knows.
+        let cuda = releases::cuda_for_branch(version.branch)?;
+        Some(Driver {
+            version: Some(version),
+            ..Driver::of(cuda)
+        })
+    }
 }
 
 /// `--target`: a compute capability; a variant suffix names the same GPU (`sm_90a` is 9.0).
@@ -183,7 +267,8 @@ package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules'
 The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
 driver must be the one the hook chose.
 As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
-ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).";
+ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
+This builder's Nix system features: cuda-sandbox-check features (see features --help).";
 
 /// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
 /// [`CHECKS`], wrapped at 94 columns.
@@ -420,6 +505,57 @@ mod tests {
             checks.ends_with("isolation::no_gpu alone with --expect-no-gpu."),
             "{checks}"
         );
+    }
+
+    /// Issue 34: `--driver-cuda 535` was read as CUDA 535.0 and `99.9` judged "runs".
+    #[test]
+    fn driver_cuda_takes_releases_and_refuses_branches_versions_and_gaps() {
+        assert_eq!(parse_driver_cuda("12.2"), Ok(CudaVersion(12020)));
+        assert_eq!(parse_driver_cuda("12020"), Ok(CudaVersion(12020)));
+        let branch = parse_driver_cuda("535").unwrap_err();
+        assert!(
+            branch.starts_with("535 is a driver branch: CUDA 12.2;")
+                && branch.contains("--driver 535"),
+            "{branch}"
+        );
+        let version = parse_driver_cuda("535.104.05").unwrap_err();
+        assert!(
+            version.starts_with("535.104.05 is a driver version: CUDA 12.2;"),
+            "{version}"
+        );
+        let gap = parse_driver_cuda("12.7").unwrap_err();
+        assert!(
+            gap.starts_with("CUDA 12.7 was never released (nearest releases: 12.6 and 12.8)")
+                && gap.contains("R565"),
+            "{gap}"
+        );
+        assert!(parse_driver_cuda("12.10").is_err());
+        // Above the known range: taken, and the rules answer "cannot be judged".
+        assert_eq!(parse_driver_cuda("99.9"), Ok(CudaVersion(99090)));
+        let argv = ["lint", "--target", "sm_90", "--driver-cuda", "535", "/x"];
+        assert!(LintCli::try_parse_from(argv).is_err());
+    }
+
+    #[test]
+    fn driver_takes_a_driver_version_and_judges_by_its_branch() {
+        let lint =
+            LintCli::try_parse_from(["lint", "--target", "sm_90", "--driver", "535.104.05", "/x"])
+                .unwrap();
+        let driver = lint.lint.given_driver().unwrap();
+        assert_eq!((driver.cuda, driver.kernel), (12020, 12020));
+        assert_eq!(driver.version, Some(DriverVersion::new(535, 104, 5)));
+        assert!(parse_driver("1000.1").is_err());
+        let both = [
+            "lint",
+            "--target",
+            "sm_90",
+            "--driver",
+            "535.104.05",
+            "--driver-cuda",
+            "12.2",
+            "/x",
+        ];
+        assert!(LintCli::try_parse_from(both).is_err());
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! Exit status: 0 every prediction held and the runtime ran saxpy, 101 one did not, 2 no GPU
 //! or bad usage. The report is one JSON document on stdout.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
@@ -35,6 +35,8 @@ use crate::cuda::gpu::{GpuError, Module, PrimaryContext};
 use crate::cuda::registration::{register_and_launch, RegistrationRun};
 use crate::gpu_code::{judge_file, runtime_uses, Rule, Target};
 use crate::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
+use crate::package::STORE_DIR;
+use crate::provenance::Provenance;
 use crate::runtime_scan::{device_ranges, runtime_in};
 
 /// `cuda-sandbox-check gpu-confirm`.
@@ -237,7 +239,9 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let dynamic = cuda_sandbox_elfkit::dynamic_info(data).ok().flatten();
         let runtime = runtime_in(path, Some(data), &device_ranges(&code));
         let uses = runtime_uses(dynamic.as_ref(), runtime.as_ref());
-        let verdict = judge_file(&code, data, &uses, &target);
+        let soname = dynamic.as_ref().and_then(|d| d.soname.as_deref());
+        let provenance = Provenance::of(path, soname, Path::new(STORE_DIR));
+        let verdict = judge_file(&code, data, &uses, provenance, &target);
         let judged: Vec<&ModuleVerdict> = verdict.judgement.modules.iter().collect();
         let mut modules = Vec::new();
         let mut jits = 0;

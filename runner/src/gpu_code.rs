@@ -15,10 +15,10 @@
 //! Each verdict names its [`Rule`]. The reading, the rules and the module policy are
 //! `cuda_sandbox_elfkit::fatbin`'s; this module adds the runtime and the words.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::gpus::architecture;
+use cuda_sandbox_elfkit::fatbin::releases::{needed_driver, newest_release};
 use cuda_sandbox_elfkit::fatbin::rules::{
     newest_ptx_isa, release, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
 };
@@ -26,12 +26,15 @@ use cuda_sandbox_elfkit::fatbin::verdict::{
     judge_given, newer_toolkit, Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
     NewerToolkit,
 };
-use cuda_sandbox_elfkit::fatbin::{Arch, Capability, Container, EntryKind, GpuCode, Origin};
+use cuda_sandbox_elfkit::fatbin::{Capability, Container, GpuCode};
 use cuda_sandbox_elfkit::DynamicInfo;
 use cuda_sandbox_manifest::versions::branch_for_cuda;
 use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
+use crate::gpu_words::notes;
+pub use crate::gpu_words::{carried, module_place};
+use crate::provenance::Provenance;
 use crate::runtime_scan::{FoundRuntime, RuntimeForm};
 
 /// The GPU and driver a package's GPU code is judged for.
@@ -142,6 +145,8 @@ pub enum Rule {
     GpuRenamed,
     /// A GPU the architecture table does not know.
     GpuUnknown,
+    /// A driver newer than the newest CUDA release the tables know.
+    DriverUnknown,
     /// A CUDA runtime of a newer major than the driver's (35).
     RuntimeNewerMajor,
     /// A runtime of a newer minor on a driver below the major's floor.
@@ -200,72 +205,13 @@ pub struct FileGpuCode {
     pub summary: String,
 }
 
-/// What a set of entries carries, e.g. `SASS sm_75 sm_80, PTX compute_80 (ISA 8.8)`.
-pub fn carried<'a>(
-    entries: impl IntoIterator<Item = &'a cuda_sandbox_elfkit::fatbin::Entry>,
-) -> String {
-    let mut sass: BTreeSet<Arch> = BTreeSet::new();
-    let mut ptx: BTreeSet<(Arch, String)> = BTreeSet::new();
-    let mut nvvm: BTreeSet<Arch> = BTreeSet::new();
-    for e in entries {
-        match e.kind {
-            EntryKind::Sass => {
-                sass.insert(e.arch);
-            }
-            EntryKind::Ptx => {
-                ptx.insert((e.arch, e.version.to_string()));
-            }
-            _ => {
-                nvvm.insert(e.arch);
-            }
-        }
-    }
-    let mut parts = Vec::new();
-    if !sass.is_empty() {
-        let names: Vec<String> = sass.iter().map(|a| a.sm_name()).collect();
-        parts.push(format!("SASS {}", names.join(" ")));
-    }
-    if !ptx.is_empty() {
-        let names: Vec<String> = ptx
-            .iter()
-            .map(|(a, isa)| format!("{} (ISA {isa})", a.compute_name()))
-            .collect();
-        parts.push(format!("PTX {}", names.join(" ")));
-    }
-    if !nvvm.is_empty() {
-        let names: Vec<String> = nvvm.iter().map(|a| a.compute_name()).collect();
-        parts.push(format!("NVVM IR {}", names.join(" ")));
-    }
-    if parts.is_empty() {
-        "nothing".into()
-    } else {
-        parts.join(", ")
-    }
-}
-
-/// Where a module is, for messages: `module 2 of 13 (.nv_fatbin at byte 0x1806b8)`.
-pub fn module_place(modules: &[Container], index: usize) -> String {
-    let c = &modules[index];
-    let place = match &c.origin {
-        Origin::Section(s) => format!("{s} at byte {:#x}", c.offset),
-        Origin::Wrapper(s) => format!("{s} at byte {:#x}, by its wrapper", c.offset),
-        Origin::Scan(s) => format!("a byte array in {s} at byte {:#x}", c.offset),
-        Origin::File => format!("byte {:#x}", c.offset),
-    };
-    let member = c
-        .member
-        .as_deref()
-        .map(|m| format!(" of member {m}"))
-        .unwrap_or_default();
-    format!(
-        "module {} of {} ({place}{member})",
-        index + 1,
-        modules.len()
-    )
-}
-
 /// Why one module cannot load on `target`, and what to change, in one line.
-pub fn failure(modules: &[Container], module: &ModuleVerdict, target: &Target) -> String {
+pub fn failure(
+    modules: &[Container],
+    module: &ModuleVerdict,
+    target: &Target,
+    provenance: Provenance,
+) -> String {
     let c = &modules[module.module];
     let cc = target.device;
     let place = module_place(modules, module.module);
@@ -284,26 +230,26 @@ pub fn failure(modules: &[Container], module: &ModuleVerdict, target: &Target) -
             format!(
                 "{place} carries {carries}: no kernel image for a {cc} GPU \
                  (CUDA_ERROR_NO_BINARY_FOR_GPU, 209); it needs SASS {sass}, or PTX for \
-                 compute_{} or older; build for it (Nixpkgs: cudaCapabilities = [ \"{cc}\" ], \
-                 and cudaForwardCompat = true for PTX of the newest capability)",
-                cc.sm()
+                 compute_{} or older; {}",
+                cc.sm(),
+                provenance.build_for(cc)
             )
         }
         Load::UnsupportedPtx { image, needs } => {
             let ptx = &c.entries[*image];
             format!(
                 "{place} carries {carries}: no SASS for a {cc} GPU, and its PTX {} is ISA {}, \
-                 which needs a CUDA {} driver; this driver (CUDA {}) JITs PTX up to ISA {} \
-                 (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222); build SASS for it (Nixpkgs: \
-                 cudaCapabilities = [ \"{cc}\" ]), or load it with a newer driver (a newer host \
-                 driver, or cuda_compat where this GPU supports it)",
+                 which needs a driver of {}; this driver (CUDA {}) JITs PTX up to ISA {} \
+                 (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222); {}, or load it with a newer driver \
+                 (a newer host driver, or cuda_compat where this GPU supports it)",
                 ptx.arch.compute_name(),
                 ptx.version,
-                release(*needs),
+                needed_driver(*needs),
                 release(target.driver.cuda),
                 newest_ptx_isa(target.driver.cuda)
                     .map(|v| v.to_string())
-                    .unwrap_or_else(|| "none the table knows".into())
+                    .unwrap_or_else(|| "none the table knows".into()),
+                provenance.sass_instead(cc)
             )
         }
         Load::CompressionTooNew { image, needs } => {
@@ -331,56 +277,6 @@ fn module_rule(load: &Load) -> Rule {
         Load::CompressionTooNew { .. } => Rule::CompressionTooNew,
         _ => Rule::NoKernelImage,
     }
-}
-
-/// What was listed and not judged, and what was reported and not failed, as a parenthesis.
-fn notes(j: &Judgement) -> String {
-    let n = &j.not_judged;
-    let mut notes = Vec::new();
-    if n.inert > 0 {
-        notes.push(format!(
-            "{} module(s) with no kernel and no device data, which nothing can launch or read",
-            n.inert
-        ));
-    }
-    if n.nvvm_only > 0 {
-        notes.push(format!(
-            "{} module(s) of NVVM IR only, linked at run time by nvJitLink",
-            n.nvvm_only
-        ));
-    }
-    if n.device_link_input > 0 {
-        notes.push(format!(
-            "{} relocatable module(s) in __nv_relfatbin, input for device linking, which the \
-             driver never loads",
-            n.device_link_input
-        ));
-    }
-    let mut reported = Vec::new();
-    let other_gpus = j
-        .reported()
-        .filter(|m| m.excuse == Some(Excuse::OnlyForOtherGpus))
-        .count();
-    let by_program = j.reported().count() - other_gpus;
-    if other_gpus > 0 {
-        reported.push(format!(
-            "{other_gpus} module(s) hold only arch- or family-specific images for other GPUs"
-        ));
-    }
-    if by_program > 0 {
-        reported.push(format!(
-            "{by_program} module(s) the program loads itself cannot load here (kept per GPU, \
-             chosen at run time)"
-        ));
-    }
-    let mut out = String::new();
-    if !notes.is_empty() {
-        out.push_str(&format!(" (listed, not judged: {})", notes.join("; ")));
-    }
-    if !reported.is_empty() {
-        out.push_str(&format!(" (reported, not failed: {})", reported.join("; ")));
-    }
-    out
 }
 
 /// The runtime rule's answer for a file, when it decides: (rule, verdict, words).
@@ -506,10 +402,11 @@ pub fn judge_file(
     code: &GpuCode,
     data: &[u8],
     runtimes: &[RuntimeUse],
+    provenance: Provenance,
     target: &Target,
 ) -> TargetVerdict {
     let toolkit = newer_toolkit(code, data, &target.driver);
-    judge_file_given(code, data, runtimes, target, toolkit)
+    judge_file_given(code, data, runtimes, provenance, target, toolkit)
 }
 
 /// [`judge_file`] with elfkit's rule 6 (the file's cubins against the driver) already answered
@@ -518,6 +415,7 @@ fn judge_file_given(
     code: &GpuCode,
     data: &[u8],
     runtimes: &[RuntimeUse],
+    provenance: Provenance,
     target: &Target,
     toolkit: Option<NewerToolkit>,
 ) -> TargetVerdict {
@@ -530,6 +428,17 @@ fn judge_file_given(
             carried(code.entries())
         );
         return verdict(target, FileVerdict::NoGpuCode, Rule::LinkInput, reason, j);
+    }
+    let newest = newest_release();
+    let d = &target.driver;
+    if j.verdict != FileVerdict::NoGpuCode && d.cuda.max(d.kernel) > newest {
+        let reason = format!(
+            "cannot be judged for {on}: the driver is newer than the newest CUDA release the \
+             rules know ({}): which GPUs it drives, the ISA it JITs and the runtimes it \
+             serves are not known here",
+            release(newest)
+        );
+        return verdict(target, FileVerdict::Unknown, Rule::DriverUnknown, reason, j);
     }
     if j.verdict != FileVerdict::NoGpuCode {
         if let Some((rule, why)) = gpu_rule(j.gpu, target) {
@@ -600,7 +509,7 @@ fn judge_file_given(
                 module_rule(&first.load),
                 format!(
                     "cannot run on {on}: {}{more}",
-                    failure(modules, first, target)
+                    failure(modules, first, target, provenance)
                 ),
             )
         }
@@ -609,7 +518,7 @@ fn judge_file_given(
                 .modules
                 .iter()
                 .find(|m| matches!(m.load, Load::Unknown { .. }))
-                .map(|m| failure(modules, m, target))
+                .map(|m| failure(modules, m, target, provenance))
                 .unwrap_or_default();
             (
                 Rule::ModuleUnknown,
@@ -641,6 +550,7 @@ pub fn judge_all(
     code: &GpuCode,
     data: &[u8],
     runtimes: &[RuntimeUse],
+    provenance: Provenance,
     targets: &[Target],
 ) -> Vec<TargetVerdict> {
     // Rule 6 reads cubins; its answer depends on the driver only.
@@ -656,7 +566,7 @@ pub fn judge_all(
                     found
                 }
             };
-            judge_file_given(code, data, runtimes, t, toolkit)
+            judge_file_given(code, data, runtimes, provenance, t, toolkit)
         })
         .collect()
 }
@@ -667,12 +577,13 @@ pub fn examine(
     data: &[u8],
     code: GpuCode,
     runtimes: &[RuntimeUse],
+    provenance: Provenance,
     targets: &[Target],
 ) -> Option<FileGpuCode> {
     if code.containers.is_empty() {
         return None;
     }
-    let verdicts = judge_all(&code, data, runtimes, targets);
+    let verdicts = judge_all(&code, data, runtimes, provenance, targets);
     let mut summary = format!(
         "{} module(s): {}",
         code.containers.len(),

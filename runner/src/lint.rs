@@ -19,7 +19,7 @@
 //!
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
-//! paths given. Files are walked with `walkdir` (symlinks not followed); ELF reading, store paths and
+//! paths given. Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
 //! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
@@ -31,7 +31,9 @@ use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
+use crate::provenance::Provenance;
 use crate::runtime_scan::{device_ranges, mixed_versions, runtime_in, FoundRuntime};
+use crate::walk::{resolve, walk};
 
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,9 +117,17 @@ impl std::fmt::Display for Finding {
     }
 }
 
+/// The version of the lint's JSON document (`schema`; runner/README.md describes it). 2: the
+/// schema, targets and driver echoed, versions as `"12.9"`, modules numbered from 1.
+pub const LINT_SCHEMA: u32 = 2;
+
 /// The lint's result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LintReport {
+    /// [`LINT_SCHEMA`].
+    pub schema: u32,
+    /// The GPUs and driver the GPU code was judged for (none: listed, not judged).
+    pub targets: Vec<Target>,
     /// Regular files looked at.
     pub files: usize,
     /// ELF files among them.
@@ -145,11 +155,24 @@ impl LintReport {
                 .all(|f| f.kind == FindingKind::GpuCodeUnknown)
     }
 
-    /// One line summarising the run.
+    /// How many files cannot run on some target.
+    pub fn cannot_run(&self) -> usize {
+        self.gpu_code
+            .iter()
+            .filter(|f| f.verdicts.iter().any(|v| v.fails()))
+            .count()
+    }
+
+    /// One line summarising the run; with targets it restates how many files cannot run.
     pub fn summary(&self) -> String {
+        let verdict = if self.targets.is_empty() {
+            String::new()
+        } else {
+            format!("; {} file(s) cannot run on a target", self.cannot_run())
+        };
         format!(
             "{} file(s), {} ELF, {} using libcuda, {} CUDA runtime(s), {} with GPU code; {} \
-             finding(s)",
+             finding(s){verdict}",
             self.files,
             self.elf_files,
             self.libcuda_users.len(),
@@ -319,28 +342,43 @@ fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
 
 /// Lints `paths` (files or directories, walked without following symlinks).
 pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
-    let mut report = LintReport::default();
-    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
-    for root in paths {
-        for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) => {
-                    report.findings.push(Finding {
-                        file: e.path().unwrap_or(root).to_path_buf(),
-                        kind: FindingKind::Unreadable,
-                        message: format!("cannot be walked: {e}"),
-                    });
-                    continue;
-                }
-            };
-            if !entry.file_type().is_file() || !seen.insert(entry.path().to_path_buf()) {
-                continue;
-            }
-            report.files += 1;
-            lint_file(entry.path(), config, &mut report);
+    let mut report = LintReport {
+        schema: LINT_SCHEMA,
+        targets: config.targets.clone(),
+        ..LintReport::default()
+    };
+    let unreadable = |path: &Path, message: String| Finding {
+        file: path.to_path_buf(),
+        kind: FindingKind::Unreadable,
+        message,
+    };
+    let mut roots = Vec::new();
+    for path in paths {
+        match resolve(path) {
+            Ok(root) => roots.push(root),
+            Err(e) => report
+                .findings
+                .push(unreadable(path, format!("cannot be checked: {}", e.why))),
         }
     }
+    let walked = walk(&roots, &config.store_dir);
+    for e in walked.errors {
+        report.findings.push(unreadable(&e.path, e.why));
+    }
+    for (root, n) in roots.iter().zip(&walked.per_root) {
+        if *n == 0 {
+            report.findings.push(unreadable(
+                root,
+                "holds no file to check (nothing to judge is not a pass)".into(),
+            ));
+        }
+    }
+    let mut seen: BTreeSet<PathBuf> = walked.files.iter().cloned().collect();
+    for file in &walked.files {
+        report.files += 1;
+        lint_file(file, config, &mut report);
+    }
+    let paths = &roots;
     if config.closure {
         let roots: BTreeSet<PathBuf> = paths
             .iter()
@@ -433,7 +471,16 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
     match contents {
         Contents::Other => return,
         Contents::Fatbin => {
-            gpu_code_of(path, data, read_gpu_code(data), &[], config, report);
+            let provenance = Provenance::of(path, None, &config.store_dir);
+            gpu_code_of(
+                path,
+                data,
+                read_gpu_code(data),
+                &[],
+                provenance,
+                config,
+                report,
+            );
             return;
         }
         Contents::Elf => {}
@@ -449,6 +496,12 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         runtime.as_ref(),
     );
     report.cuda_runtimes.extend(runtime);
+    let soname = dynamic.as_ref().ok().and_then(Option::as_ref);
+    let provenance = Provenance::of(
+        path,
+        soname.and_then(|d| d.soname.as_deref()),
+        &config.store_dir,
+    );
     match dynamic {
         Ok(Some(info)) => {
             let findings = check_elf(path, &info, config);
@@ -466,7 +519,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) {
         Ok(None) => {}
         Err(e) => report.findings.push(unreadable(e)),
     }
-    gpu_code_of(path, data, code, &uses, config, report);
+    gpu_code_of(path, data, code, &uses, provenance, config, report);
 }
 
 /// The finding kind of a verdict's rule, when the verdict is a finding.
@@ -478,9 +531,11 @@ fn finding_kind(rule: Rule) -> Option<FindingKind> {
         Rule::CubinTooNew => FindingKind::CubinTooNew,
         Rule::DriverPredatesGpu | Rule::DriverDroppedGpu => FindingKind::GpuNotDriven,
         Rule::RuntimeNewerMajor | Rule::RuntimeBelowFloor => FindingKind::RuntimeTooNew,
-        Rule::GpuRenamed | Rule::GpuUnknown | Rule::RuntimeFloorUnknown | Rule::ModuleUnknown => {
-            FindingKind::GpuCodeUnknown
-        }
+        Rule::GpuRenamed
+        | Rule::GpuUnknown
+        | Rule::DriverUnknown
+        | Rule::RuntimeFloorUnknown
+        | Rule::ModuleUnknown => FindingKind::GpuCodeUnknown,
         Rule::Sass | Rule::Jit | Rule::NothingToLoad | Rule::LinkInput => return None,
     })
 }
@@ -492,6 +547,7 @@ fn gpu_code_of(
     data: &[u8],
     code: Result<GpuCode, FatbinError>,
     runtimes: &[RuntimeUse],
+    provenance: Provenance,
     config: &LintConfig,
     report: &mut LintReport,
 ) {
@@ -506,7 +562,7 @@ fn gpu_code_of(
             return;
         }
     };
-    let Some(found) = examine(path, data, code, runtimes, &config.targets) else {
+    let Some(found) = examine(path, data, code, runtimes, provenance, &config.targets) else {
         return;
     };
     for v in &found.verdicts {

@@ -1,5 +1,6 @@
 //! `cuda-sandbox-check`: argv → checks → libtest output, JSON report, exit status; or
-//! `cuda-sandbox-check lint PATH…` → the ELF lint's findings.
+//! `cuda-sandbox-check lint PATH…` → the ELF lint's findings; `features` → this builder's
+//! Nix system features.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use cuda_sandbox_check::checks;
 use cuda_sandbox_check::cli::{Cli, LintCli};
 use cuda_sandbox_check::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::expectations::ManifestState;
+use cuda_sandbox_check::features::{self, FeaturesCli};
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
 use cuda_sandbox_check::lint;
 use cuda_sandbox_check::report::{Report, Summary};
@@ -21,6 +23,9 @@ fn main() -> ExitCode {
     }
     if args.peek().map(String::as_str) == Some("gpu-confirm") {
         return confirm_main(&ConfirmCli::parse_after(args.skip(1)));
+    }
+    if args.peek().map(String::as_str) == Some("features") {
+        return features::run(&FeaturesCli::parse_after(args.skip(1)));
     }
     let cli = Cli::from_env();
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
@@ -111,16 +116,26 @@ fn lint_main(cli: LintCli) -> ExitCode {
             return ExitCode::from(2);
         }
     } else {
-        for runtime in &report.cuda_runtimes {
-            println!(
-                "cuda runtime: {} ({:?}, {})",
-                runtime.file.display(),
-                runtime.form,
-                runtime.version.as_deref().unwrap_or("version unknown")
-            );
+        // One line per file and target first: the answer and its reason.
+        for code in &report.gpu_code {
+            let name = code.file.file_name().unwrap_or(code.file.as_os_str());
+            if code.verdicts.is_empty() {
+                println!("{}: {}", name.to_string_lossy(), code.summary);
+            }
+            for v in &code.verdicts {
+                println!("{}: {}", name.to_string_lossy(), v.reason);
+            }
         }
         for code in &report.gpu_code {
             println!("gpu code: {}: {}", code.file.display(), code.summary);
+        }
+        for runtime in &report.cuda_runtimes {
+            println!(
+                "cuda runtime: {} ({}, {})",
+                runtime.file.display(),
+                runtime.form.name(),
+                runtime.version.as_deref().unwrap_or("version unknown")
+            );
         }
         for finding in &report.findings {
             println!("{finding}");

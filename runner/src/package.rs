@@ -17,6 +17,7 @@ use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, Dy
 use serde::Serialize;
 
 use crate::runtime_scan::{device_ranges, runtime_in, FoundRuntime};
+use crate::walk::{resolve, walk, PathError};
 
 /// The store directory package paths live in.
 pub const STORE_DIR: &str = "/nix/store";
@@ -93,6 +94,18 @@ pub enum PackageError {
         /// The package it lacks.
         root: PathBuf,
     },
+    /// A path given with `--package` does not exist.
+    #[error("--package {0}")]
+    Missing(PathError),
+    /// The package holds no file: nothing judged is not a pass.
+    #[error(
+        "--package {}: no file in it or its closure to judge (nothing judged is not a pass)",
+        .roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    Empty {
+        /// The paths given.
+        roots: Vec<PathBuf>,
+    },
     /// `nix-store --query --requisites` did not answer.
     #[error(
         "the runtime closure of {} is unknown ({error}); inside a Nix build give \
@@ -107,6 +120,21 @@ pub enum PackageError {
     },
 }
 
+/// The paths given, absolute (against the working directory); one that is a link into the
+/// store (`./result`) stands for its store path, whose closure is asked.
+fn resolve_roots(roots: &[PathBuf], store: &Path) -> Result<Vec<PathBuf>, PackageError> {
+    roots
+        .iter()
+        .map(|root| {
+            let absolute = resolve(root).map_err(PackageError::Missing)?;
+            Ok(match std::fs::canonicalize(&absolute) {
+                Ok(real) if real.starts_with(store) => real,
+                _ => absolute,
+            })
+        })
+        .collect()
+}
+
 impl PackageUnderTest {
     /// Reads the closure of `roots` (from `closure_file`, else `nix-store`) and scans its files.
     pub fn read(
@@ -114,6 +142,7 @@ impl PackageUnderTest {
         closure_file: Option<&Path>,
     ) -> Result<PackageUnderTest, PackageError> {
         let store = Path::new(STORE_DIR);
+        let roots = &resolve_roots(roots, store)?;
         let (closure, closure_from) = match closure_file {
             Some(file) => {
                 let text = std::fs::read_to_string(file).map_err(|e| {
@@ -182,31 +211,24 @@ impl PackageUnderTest {
             scanned: Vec::new(),
         };
         package.scan();
+        if package.files == 0 {
+            return Err(PackageError::Empty {
+                roots: roots.to_vec(),
+            });
+        }
         Ok(package)
     }
 
     fn scan(&mut self) {
-        let mut seen = BTreeSet::new();
-        for member in self.closure.clone() {
-            for entry in walkdir::WalkDir::new(&member).sort_by_file_name() {
-                let entry = match entry {
-                    Ok(e) => e,
-                    Err(e) => {
-                        self.unreadable.push(format!("{}: {e}", member.display()));
-                        continue;
-                    }
-                };
-                if !entry.file_type().is_file() || !seen.insert(entry.path().to_path_buf()) {
-                    continue;
-                }
-                self.files += 1;
-                match scan_file(entry.path()) {
-                    Ok(Some(file)) => self.scanned.push(file),
-                    Ok(None) => {}
-                    Err(why) => self
-                        .unreadable
-                        .push(format!("{}: {why}", entry.path().display())),
-                }
+        let walked = walk(&self.closure, Path::new(STORE_DIR));
+        self.unreadable
+            .extend(walked.errors.iter().map(ToString::to_string));
+        for path in &walked.files {
+            self.files += 1;
+            match scan_file(path) {
+                Ok(Some(file)) => self.scanned.push(file),
+                Ok(None) => {}
+                Err(why) => self.unreadable.push(format!("{}: {why}", path.display())),
             }
         }
     }

@@ -34,6 +34,17 @@ pub enum RuntimeForm {
     StaticCopy,
 }
 
+impl RuntimeForm {
+    /// Its stable name, as the JSON writes it: `shared`, `archive`, `static-copy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeForm::Shared => "shared",
+            RuntimeForm::Archive => "archive",
+            RuntimeForm::StaticCopy => "static-copy",
+        }
+    }
+}
+
 /// One CUDA runtime found in a package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FoundRuntime {

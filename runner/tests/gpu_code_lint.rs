@@ -89,7 +89,7 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
         101,
         &[
             "cannot run on sm_90 (driver CUDA 12.2)",
-            "ISA 8.8, which needs a CUDA 12.9 driver",
+            "ISA 8.8, which needs a driver of CUDA 12.9 (R575)",
             "JITs PTX up to ISA 8.2",
             "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222",
             "cudaCapabilities = [ \"9.0\" ]",
@@ -162,6 +162,28 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
         "unsupported-ptx"
     );
     assert_eq!(json["findings"][0]["kind"], "ptx-too-new");
+    // Issue 34: the schema and what was judged are echoed, versions are "12.9", modules
+    // are numbered from 1 as the text does.
+    assert_eq!(json["schema"], 2);
+    assert_eq!(json["targets"][0]["device"], "9.0");
+    assert_eq!(json["targets"][0]["driver"]["cuda"], "12.2");
+    let module = &verdict["judgement"]["modules"][0];
+    assert_eq!(module["module"], 1);
+    assert_eq!(module["needs"], "12.9");
+    // The text: one line per file first, with the answer; the closing line restates it.
+    let text = lint(&["--target", "sm_90", "--driver-cuda", "12.2"], &[&ampere]);
+    let first = text.out.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("libampere.so: cannot run on sm_90 (driver CUDA 12.2): module 1 of 1"),
+        "{}",
+        text.out
+    );
+    let last = text.out.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with("; 1 file(s) cannot run on a target"),
+        "{}",
+        text.out
+    );
 }
 
 #[test]
@@ -176,7 +198,11 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
     let every = "7.5,8.0,8.6,8.7,8.9,9.0,10.0,10.3,11.0,12.0,12.1";
     let out = lint(&["--target", every, "--driver-cuda", "13.5"], &[&curand]);
     assert_eq!(out.code, 0, "{}", out.out);
-    assert_eq!(out.out.matches("runs on").count(), 11, "{}", out.out);
+    let per_file = out
+        .out
+        .lines()
+        .filter(|l| l.starts_with("libcurand.so.10: runs on"));
+    assert_eq!(per_file.count(), 11, "{}", out.out);
     // Volta and Pascal have no image, JIT or SASS: 209, on a 580 driver (CUDA 13.0), the last
     // branch that drives them.
     let older = lint(
@@ -191,6 +217,14 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
             "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
         ],
     );
+    // NVIDIA built cuRAND: the fix is a release of it for this GPU, not cudaCapabilities
+    // (issue 34: a fix that only applies to what Nixpkgs compiles).
+    assert!(
+        older.out.contains("NVIDIA built this file"),
+        "{}",
+        older.out
+    );
+    assert!(!older.out.contains("cudaCapabilities"), "{}", older.out);
     // A newer driver does not drive them at all (NVIDIA: R580 is their last branch).
     let dropped = lint(&["--target", "7.0", "--driver-cuda", "13.1"], &[&curand]);
     dropped.says(
@@ -270,8 +304,16 @@ fn link_input_is_listed_and_never_judged_as_loadable() {
         &["--target", "sm_86", "--driver-cuda", "12.2"],
         &[&path("rel1.o")],
     );
-    object.says(0, &["for the link, not loaded as it is"]);
-    assert!(!object.out.contains("cannot run"), "{}", object.out);
+    object.says(
+        0,
+        &["for the link, not loaded as it is", "0 file(s) cannot run"],
+    );
+    assert_eq!(
+        object.out.matches("cannot run").count(),
+        1,
+        "{}",
+        object.out
+    );
 }
 
 /// Rule: an image the driver would load that is Zstandard-compressed needs a libcuda of R550
@@ -373,4 +415,50 @@ fn a_fleet_gets_a_verdict_per_target_and_unknown_has_its_own_exit_status() {
         &[&ampere],
     );
     mixed.says(101, &["cannot be judged for sm_95", "cannot run on sm_90"]);
+}
+
+/// Issue 34: `--driver-cuda 535` was read as CUDA 535.0 and passed, `99.9` judged "runs", and
+/// messages named CUDA 12.7, which was never released. Driver versions are taken as users
+/// write them: a release, or a driver's version with `--driver`.
+#[test]
+fn driver_versions_are_taken_as_users_write_them() {
+    let Some(real) = RealNvidia::find("driver_versions_are_taken_as_users_write_them") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (ampere, _) = packages(&real, dir.path());
+    let branch = lint(&["--target", "sm_80", "--driver-cuda", "535"], &[&ampere]);
+    branch.says(2, &["535 is a driver branch: CUDA 12.2", "--driver 535"]);
+    let gap = lint(&["--target", "sm_80", "--driver-cuda", "12.7"], &[&ampere]);
+    gap.says(
+        2,
+        &["CUDA 12.7 was never released (nearest releases: 12.6 and 12.8)"],
+    );
+    // The driver's own version: its branch's CUDA (12.2), so ISA 8.8 PTX cannot JIT.
+    let driver = lint(&["--target", "sm_90", "--driver", "535.104.05"], &[&ampere]);
+    driver.says(101, &["cannot run on sm_90 (driver CUDA 12.2)", "ISA 8.8"]);
+    // Above the newest release the rules know: cannot be judged, never "runs".
+    let future = lint(&["--target", "sm_80", "--driver-cuda", "99.9"], &[&ampere]);
+    future.says(
+        3,
+        &["cannot be judged for sm_80 (driver CUDA 99.9): the driver is newer than the newest CUDA release the rules know (13.5)"],
+    );
+    assert!(!future.out.contains("runs on"), "{}", future.out);
+    // ISA 8.6 is CUDA 12.7 in NVIDIA's ISA table; the message names the release users can
+    // install, 12.8, and the driver-only branch that reports 12.7.
+    let isa86 = gpu_library_of(
+        &real,
+        "12.9",
+        dir.path(),
+        "libisa86",
+        &[],
+        &[("compute_80", "8.6")],
+        &[],
+    );
+    let old = lint(&["--target", "sm_90", "--driver-cuda", "12.6"], &[&isa86]);
+    old.says(
+        101,
+        &["ISA 8.6, which needs a driver of CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)"],
+    );
+    assert!(!old.out.contains("needs a CUDA 12.7"), "{}", old.out);
 }

@@ -396,3 +396,55 @@ fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions
     assert!(message.contains("11.8 and 12.9"), "{message}");
     assert!(!out.status.success());
 }
+
+/// Issue 34: `lint DIR` on a directory of symlinks (symlinkJoin's, buildEnv's output) said
+/// `0 file(s)` and exited 0; a relative path and a missing one were not what the user meant.
+#[test]
+fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_missing_paths() {
+    let p = Package::new();
+    let join = p.root.join("join/lib");
+    std::fs::create_dir_all(&join).unwrap();
+    let target = p.root.join("nolink/lib/libnolink.so");
+    std::os::unix::fs::symlink(&target, join.join("libnolink.so")).unwrap();
+    std::os::unix::fs::symlink(&target, join.join("libnolink.so.1")).unwrap();
+    let both = lint(&[&p.dir("join"), &p.dir("nolink")]);
+    assert_eq!(both.code, 101, "{}", both.stdout);
+    assert_eq!(
+        both.stdout.matches("lacks the driver link").count(),
+        1,
+        "{}",
+        both.stdout
+    );
+    assert!(both.stdout.contains("lint: 1 file(s)"), "{}", both.stdout);
+    // Alone, the links point outside the paths given (and outside the store): not followed,
+    // and a path with nothing to check fails naming it.
+    let alone = lint(&[&p.dir("join")]);
+    assert_eq!(alone.code, 101, "{}", alone.stdout);
+    assert!(
+        alone.stdout.contains("holds no file to check"),
+        "{}",
+        alone.stdout
+    );
+    let missing = lint(&["/does/not/exist"]);
+    assert_eq!(missing.code, 101, "{}", missing.stdout);
+    assert!(
+        missing
+            .stdout
+            .contains("/does/not/exist: cannot be checked"),
+        "{}",
+        missing.stdout
+    );
+    // A relative path is relative to the working directory.
+    let output = Command::new(RUNNER)
+        .args(["lint", "--no-manifest", "./nolink"])
+        .current_dir(&p.root)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{out}");
+    assert!(
+        out.contains(&format!("{}/./nolink/lib/libnolink.so", p.root.display()))
+            || out.contains(&format!("{}/nolink/lib/libnolink.so", p.root.display())),
+        "{out}"
+    );
+}

@@ -202,8 +202,21 @@ fn the_packages_cuda_runtimes_are_judged_against_the_driver_in_use() {
         &["mixed CUDA runtimes", "cuGetProcAddress_v2"],
     );
     // None at all: nothing to judge, said so.
-    let run = run_without_devices(&driver_535.dir, &strs(&with("none", &[])));
+    let none = with("none", &[]);
+    std::fs::write(temp.path().join("none/lib/README"), "no GPU code").unwrap();
+    let run = run_without_devices(&driver_535.dir, &strs(&none));
     run.assert_check("package::runtimes", "pass", &["carries no CUDA runtime"]);
+    // Issue 34: a package of 0 files, or a path that does not exist, passed all three checks.
+    let empty = temp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let run = run_without_devices(&driver_535.dir, &strs(&package_args(&empty)));
+    let named = format!("--package {}: no file in it", empty.display());
+    run.assert_check("package::runtimes", "fail", &[&named]);
+    run.assert_check("package::gpu_code", "fail", &[&named]);
+    let missing = temp.path().join("does-not-exist");
+    let run = run_without_devices(&driver_535.dir, &strs(&package_args(&missing)));
+    let named = format!("--package {}: No such file or directory", missing.display());
+    run.assert_check("package::driver", "fail", &[&named]);
 }
 
 fn cc(args: &[&str]) {

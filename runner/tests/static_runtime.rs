@@ -299,7 +299,7 @@ fn lint_lists_a_stripped_static_copy() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     for (name, version) in [("app12", "12.9"), ("app13", "13.0")] {
         let line = format!(
-            "cuda runtime: {} (StaticCopy, {version})",
+            "cuda runtime: {} (static-copy, {version})",
             bin.join(name).display()
         );
         assert!(stdout.lines().any(|l| l == line), "{line} in:\n{stdout}");

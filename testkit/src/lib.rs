@@ -7,6 +7,7 @@
 
 pub mod crafted_elf;
 pub mod fake_mig;
+pub mod fake_pci;
 pub mod fatbin_fixtures;
 pub mod gpu_library;
 pub mod nix_version;
@@ -14,6 +15,7 @@ pub mod real_nvidia;
 pub mod terminal;
 
 pub use fake_mig::FakeMig;
+pub use fake_pci::FakePci;
 pub use nix_version::{DerivationJson, NixVersion};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

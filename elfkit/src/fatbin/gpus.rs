@@ -1,8 +1,9 @@
 //! The GPU architectures the rules know, as data: `gpus.txt` beside this file, one row per
 //! compute capability with the first CUDA release whose driver drives it, the releases that
 //! added its 'a' and 'f' variants, the last release that drives it under that name, and the
-//! row's source. The loading rules ([`super::rules`]) and the fleet's `cuda-sm-*` features read
-//! the same rows.
+//! row's source, and the forms of it that Nixpkgs' CUDA capability database holds at the
+//! Nixpkgs commit the table names. The loading rules ([`super::rules`]) and the fleet's
+//! `cuda-sm-*` features ([`super::features`]) read the same rows.
 //!
 //! The first ptxas that accepts an architecture stands in for the first driver that drives
 //! it: NVIDIA ships both in one release; no driver was run here. `elfkit/tests/gpus_ptxas.rs`
@@ -10,8 +11,8 @@
 
 use std::sync::OnceLock;
 
-use super::Capability;
 use super::CudaEncoded;
+use super::{Capability, Variant};
 
 /// The table, as written (see its header for the columns).
 pub const TABLE: &str = include_str!("gpus.txt");
@@ -51,8 +52,30 @@ pub struct Architecture {
     pub family: Option<CudaEncoded>,
     /// The last release that drives it under this capability, when there is one.
     pub until: Option<Until>,
+    /// The forms of it (`Plain` for X.Y, `ArchSpecific`, `Family`) that Nixpkgs'
+    /// `_cuda.db.cudaCapabilityToInfo` holds at [`Table::nixpkgs`]'s commit, in that order;
+    /// empty when Nixpkgs has none.
+    pub nixpkgs: Vec<Variant>,
     /// Where the row comes from.
     pub source: &'static str,
+}
+
+/// The Nixpkgs revision the table's `nixpkgs` column follows (its `nixpkgs:` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NixpkgsPin {
+    /// `owner/name` on GitHub.
+    pub repository: &'static str,
+    /// The commit, 40 hex digits.
+    pub commit: &'static str,
+}
+
+/// The whole table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    /// The `nixpkgs:` line, when the table has one.
+    pub nixpkgs: Option<NixpkgsPin>,
+    /// The rows, in increasing capability.
+    pub rows: Vec<Architecture>,
 }
 
 /// `12.8` → 12080.
@@ -96,18 +119,60 @@ fn until(text: &str) -> Result<Option<Until>, String> {
     }))
 }
 
+/// `sm a f` → the variants, in that order; `-` → none.
+fn nixpkgs_forms(text: &str) -> Result<Vec<Variant>, String> {
+    if text == "-" {
+        return Ok(Vec::new());
+    }
+    let mut forms = Vec::new();
+    for word in text.split(' ') {
+        let form = match word {
+            "sm" => Variant::Plain,
+            "a" => Variant::ArchSpecific,
+            "f" => Variant::Family,
+            other => return Err(format!("nixpkgs form {other:?}: write sm, a, f or -")),
+        };
+        if forms.last().is_some_and(|last| *last >= form) {
+            return Err(format!(
+                "nixpkgs forms {text:?}: write them once, as sm a f"
+            ));
+        }
+        forms.push(form);
+    }
+    Ok(forms)
+}
+
+/// `nixpkgs: owner/name <40 hex digits>`.
+fn pin(text: &'static str) -> Result<NixpkgsPin, String> {
+    let bad = || format!("bad nixpkgs line {text:?}: write nixpkgs: owner/name COMMIT");
+    let (repository, commit) = text.trim().split_once(' ').ok_or_else(bad)?;
+    let hex = commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    if !repository.contains('/') || !hex {
+        return Err(bad());
+    }
+    Ok(NixpkgsPin { repository, commit })
+}
+
 /// Parses a table written as [`TABLE`] is.
-pub fn parse(table: &'static str) -> Result<Vec<Architecture>, String> {
+pub fn parse(table: &'static str) -> Result<Table, String> {
     let mut rows: Vec<Architecture> = Vec::new();
+    let mut nixpkgs = None;
     for (n, line) in table.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let at = |why: String| format!("gpus.txt line {}: {why}", n + 1);
+        if let Some(rest) = line.strip_prefix("nixpkgs:") {
+            if nixpkgs.is_some() {
+                return Err(at("a second nixpkgs line".into()));
+            }
+            nixpkgs = Some(pin(rest).map_err(at)?);
+            continue;
+        }
         let fields: Vec<&'static str> = line.split(" | ").map(str::trim).collect();
-        let [capability, name, jetson, first, a, f, last, source] = fields[..] else {
-            return Err(at(format!("{} fields, not 8", fields.len())));
+        let [capability, name, jetson, first, a, f, last, forms, source] = fields[..] else {
+            return Err(at(format!("{} fields, not 9", fields.len())));
         };
         let row = Architecture {
             capability: Capability::parse(capability).map_err(at)?,
@@ -121,22 +186,48 @@ pub fn parse(table: &'static str) -> Result<Vec<Architecture>, String> {
             arch_specific: optional(a).map_err(at)?,
             family: optional(f).map_err(at)?,
             until: until(last).map_err(at)?,
+            nixpkgs: nixpkgs_forms(forms).map_err(at)?,
             source,
         };
+        let lacks = |variant: Variant, since: Option<CudaEncoded>| {
+            row_has(&row.nixpkgs, variant) && since.is_none()
+        };
+        if lacks(Variant::ArchSpecific, row.arch_specific) || lacks(Variant::Family, row.family) {
+            return Err(at(
+                "nixpkgs names a variant the a or f column does not have".into(),
+            ));
+        }
         if rows.last().is_some_and(|r| r.capability >= row.capability) {
             return Err(at("rows must be in increasing capability".into()));
         }
         rows.push(row);
     }
-    Ok(rows)
+    Ok(Table { nixpkgs, rows })
+}
+
+fn row_has(forms: &[Variant], variant: Variant) -> bool {
+    forms.contains(&variant)
+}
+
+/// The table compiled in.
+pub fn table() -> &'static Table {
+    static TABLE_ROWS: OnceLock<Table> = OnceLock::new();
+    // The table is compiled in and its unit test parses it: an error here is a defect of this
+    // crate's source, never of its input.
+    TABLE_ROWS.get_or_init(|| parse(TABLE).expect("gpus.txt parses (its unit test says so)"))
 }
 
 /// Every architecture the rules know, in increasing capability.
 pub fn architectures() -> &'static [Architecture] {
-    static ROWS: OnceLock<Vec<Architecture>> = OnceLock::new();
-    // The table is compiled in and its unit test parses it: an error here is a defect of this
-    // crate's source, never of its input.
-    ROWS.get_or_init(|| parse(TABLE).expect("gpus.txt parses (its unit test says so)"))
+    &table().rows
+}
+
+/// The Nixpkgs revision the table's `nixpkgs` column follows.
+pub fn nixpkgs_pin() -> &'static NixpkgsPin {
+    table()
+        .nixpkgs
+        .as_ref()
+        .expect("gpus.txt has a nixpkgs line (its unit test says so)")
 }
 
 /// The row of `capability`, when the table has one.
@@ -201,6 +292,7 @@ mod tests {
     fn the_table_parses_in_order_and_every_row_cites_a_source() {
         let rows = architectures();
         assert!(rows.len() >= 25, "{}", rows.len());
+        assert_eq!(nixpkgs_pin().commit.len(), 40);
         for row in rows {
             assert!(!row.source.is_empty(), "{:?}", row.capability);
             if let Some(a) = row.arch_specific {
@@ -216,10 +308,16 @@ mod tests {
     fn bad_rows_are_refused_with_their_line() {
         for bad in [
             "9.0 | Hopper | no | 11.8 | - | -",
-            "9.0 | Hopper | maybe | 11.8 | - | - | - | x",
-            "9.0 | Hopper | no | 11 | - | - | - | x",
-            "9.0 | Hopper | no | 11.8 | - | - | 13.0 gone | x",
-            "9.0 | Hopper | no | 11.8 | - | - | - | x\n8.9 | Ada | no | 11.8 | - | - | - | x",
+            "9.0 | Hopper | no | 11.8 | - | - | - | x",
+            "9.0 | Hopper | maybe | 11.8 | - | - | - | - | x",
+            "9.0 | Hopper | no | 11 | - | - | - | - | x",
+            "9.0 | Hopper | no | 11.8 | - | - | 13.0 gone | - | x",
+            "9.0 | Hopper | no | 11.8 | - | - | - | - | x\n8.9 | Ada | no | 11.8 | - | - | - | - | x",
+            "9.0 | Hopper | no | 11.8 | 12.0 | - | - | sm f | x",
+            "9.0 | Hopper | no | 11.8 | 12.0 | - | - | a sm | x",
+            "9.0 | Hopper | no | 11.8 | 12.0 | - | - | sm b | x",
+            "nixpkgs: NixOS/nixpkgs 1234",
+            "nixpkgs: nixpkgs 1da571d99afc691f51e18caaf287375116e315d1",
         ] {
             let err = parse(bad).unwrap_err();
             assert!(err.starts_with("gpus.txt line"), "{err}");

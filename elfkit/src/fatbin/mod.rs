@@ -18,12 +18,14 @@
 //! or hostile file gives a [`FatbinError`], in time linear in its size and memory bounded by
 //! the number of entry headers it really holds.
 
+pub mod features;
 pub mod gpus;
 pub mod image;
 pub mod locate;
 mod name;
 pub mod parse;
 pub mod payload;
+pub mod releases;
 pub mod rules;
 pub mod verdict;
 

@@ -218,13 +218,19 @@ pub const FLOORS: &[Floor] = &[
 ];
 
 /// What built a runtime or a cubin: its CUDA release, or only its major (`libcudart.so.12`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// In JSON as it prints: `"12.9"`, or `"12.x"` for a major only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Toolkit {
     /// The release (12090).
-    Exact(#[serde(serialize_with = "as_release")] CudaEncoded),
+    Exact(CudaEncoded),
     /// The major only (12).
     Major(i32),
+}
+
+impl Serialize for Toolkit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
 }
 
 impl Toolkit {
@@ -383,7 +389,8 @@ pub enum Load {
     UnsupportedPtx {
         /// The PTX image the driver would JIT.
         image: usize,
-        /// The CUDA version its ISA needs.
+        /// The CUDA version its ISA needs (as NVIDIA's ISA table says; JSON: `"12.7"`).
+        #[serde(serialize_with = "as_release")]
         needs: CudaEncoded,
     },
     /// The image the driver would load is compressed in a way this driver's libcuda cannot
@@ -391,7 +398,8 @@ pub enum Load {
     CompressionTooNew {
         /// The image.
         image: usize,
-        /// The CUDA release whose driver unpacks it.
+        /// The CUDA release whose driver unpacks it (JSON: `"12.4"`).
+        #[serde(serialize_with = "as_release")]
         needs: CudaEncoded,
     },
     /// The module holds nothing the driver loads itself (NVVM IR only, linked at run time by

@@ -59,7 +59,9 @@ pub enum Excuse {
 /// One module's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ModuleVerdict {
-    /// The module's index in [`GpuCode::containers`].
+    /// The module's index in [`GpuCode::containers`] (JSON: its number from 1, as messages
+    /// write `module 2 of 13`).
+    #[serde(serialize_with = "from_one")]
     pub module: usize,
     /// What the driver does with it.
     #[serde(flatten)]
@@ -132,6 +134,11 @@ pub enum GpuDriven {
     Unknown,
 }
 
+/// A module's index as its number from 1, the way messages count modules.
+fn from_one<S: serde::Serializer>(index: &usize, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(*index as u64 + 1)
+}
+
 fn as_release<S: serde::Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&super::release(*v))
 }
@@ -152,7 +159,8 @@ impl From<Drives> for GpuDriven {
 /// (rule 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct NewerToolkit {
-    /// The module's index in [`GpuCode::containers`].
+    /// The module's index in [`GpuCode::containers`] (JSON: its number from 1).
+    #[serde(serialize_with = "from_one")]
     pub module: usize,
     /// The cubin's index among its entries.
     pub image: usize,

@@ -19,7 +19,7 @@
 pub mod accounts;
 pub mod nix_conf;
 
-use crate::plan::Plan;
+use crate::plan::Exposure;
 use accounts::{BuildUser, Group};
 use nix_conf::BuildUserSettings;
 use serde::Serialize;
@@ -185,14 +185,13 @@ pub fn builders(settings: &BuildUserSettings, root: &Path) -> Builders {
     }
 }
 
-/// Checks the device nodes of `plan` (exposures a device glob matched; character devices
+/// Checks the device nodes among `exposures` (those a device glob matched; character devices
 /// only) against the build users of the host at `root`.
-pub fn check(plan: &Plan, root: &Path) -> AccessCheck {
+pub fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
     let settings = nix_conf::read(root);
     let builders = builders(&settings, root);
     let groups = accounts::groups(root);
-    let unopenable = plan
-        .exposures
+    let unopenable = exposures
         .iter()
         .filter(|e| e.reason.is_device())
         .filter_map(|e| {

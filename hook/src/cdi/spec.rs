@@ -61,6 +61,22 @@ pub struct ContainerEdits {
     pub other: BTreeMap<String, Ignored>,
 }
 
+impl ContainerEdits {
+    /// Appends `more`'s edits to these (a key of `other` once), as a device's edits are
+    /// followed by its spec's.
+    pub fn extend(&mut self, more: &ContainerEdits) {
+        self.env.extend(more.env.iter().cloned());
+        self.device_nodes.extend(more.device_nodes.iter().cloned());
+        self.hooks.extend(more.hooks.iter().cloned());
+        self.mounts.extend(more.mounts.iter().cloned());
+        self.additional_gids
+            .extend(more.additional_gids.iter().copied());
+        for (k, v) in &more.other {
+            self.other.entry(k.clone()).or_insert(*v);
+        }
+    }
+}
+
 /// A value the hook does not read, skipped unbuilt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ignored;

@@ -21,7 +21,7 @@ mod validate;
 pub use error::{ConfigError, Problem, Syntax};
 pub use locate::{locate, read_text, ConfigSource};
 pub use schema::{
-    Config, DeviceGlob, DriverConfig, HostPath, MigConfig, MissingDrv, Mount, Platform, Rule,
+    Config, DeviceGlob, DriverConfig, HostPath, MigConfig, MissingDrv, Mount, Platform, Rule, Sysfs,
 };
 pub use validate::{Invalid, Note};
 

@@ -100,6 +100,17 @@ pub struct Rule {
     /// each build is leased one, else every build gets every instance.
     #[serde(default)]
     pub mig: Option<MigConfig>,
+    /// What of the host's `/sys` the rule's builds see (see [`crate::sysfs`]); absent: none.
+    #[serde(default)]
+    pub sysfs: Option<Sysfs>,
+}
+
+/// The part of `/sys` a rule's builds see, read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sysfs {
+    /// The CPU and NUMA topology: `/sys/devices/system/cpu` and `/sys/devices/system/node`.
+    Topology,
 }
 
 /// The MIG source of a rule: each instance's GPU-instance and compute-instance capability
@@ -331,6 +342,7 @@ mod tests {
                 cdi: Vec::new(),
                 cdi_hint: None,
                 mig: Some(MigConfig::default()),
+                sysfs: None,
             }],
         }
     }

@@ -32,7 +32,7 @@ pub enum Invalid {
     /// A rule names no source at all: its builds would be told they are tagged and get nothing.
     #[error(
         "rule '{0}' exposes nothing: it has no [[rule.device]], [[rule.path]], [[rule.mount]], \
-         [rule.driver], cdi or [rule.mig]; add what its builds need, or remove the rule"
+         [rule.driver], cdi, [rule.mig] or sysfs; add what its builds need, or remove the rule"
     )]
     NothingToExpose(String),
     /// A feature is empty or holds whitespace or a control character.
@@ -185,7 +185,7 @@ impl Config {
 }
 
 /// Whether `rule` names anything to expose: a device glob, a path, a mount, the driver, a CDI
-/// device or MIG. What the host then has is the scan's business; a rule naming none of them
+/// device, MIG or a part of `/sys`. What the host then has is the scan's business; a rule naming none of them
 /// can never give a build anything.
 fn names_a_source(rule: &Rule) -> bool {
     !rule.devices.is_empty()
@@ -194,6 +194,7 @@ fn names_a_source(rule: &Rule) -> bool {
         || rule.driver.is_some()
         || !rule.cdi.is_empty()
         || rule.mig.is_some()
+        || rule.sysfs.is_some()
 }
 
 fn absolute(field: &'static str, path: &Path) -> Result<(), Invalid> {

@@ -103,7 +103,10 @@ pub fn prepare(
     user_binds: &[UserBind],
     env: &[(OsString, OsString)],
 ) -> Result<Prepared, ExecError> {
-    let pipeline::Outcome { plan, answer } = pipeline::run(resolved, Mode::Exec);
+    let pipeline::Outcome {
+        granted: plan,
+        answer,
+    } = pipeline::run(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
         return Err(ExecError::Problem(p.clone()));
     }

@@ -2,7 +2,7 @@
 //! live leases and the per-slot count of leases granted.
 
 use super::record::{LeaseRecord, Usage};
-use super::slot::Slot;
+use crate::slot::Slot;
 
 /// Not enough slots are free: the live leases on the others.
 #[derive(Debug)]

@@ -65,16 +65,17 @@
 //! wrong guess only makes a build wait (up to `lease_wait_seconds`) and fail naming the holder.
 
 mod choice;
+mod guard;
 mod liveness;
 mod lock;
 mod record;
-mod slot;
 mod sweep;
 
-pub use liveness::Holder;
+pub use crate::slot::{MigSlice, Slot};
+pub use guard::LeaseGuard;
+pub use liveness::{born, Holder};
 pub use lock::LockError;
 pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
-pub use slot::{MigSlice, Slot};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
 pub use crate::drv::GPUS_ATTR;
@@ -216,7 +217,8 @@ impl Leases {
 
     /// Leases `req.count` free slots to the build in `req.chroot`, least used first, waiting
     /// up to `req.wait` for other builds to end. `holder` is the Nix process that starts the
-    /// build ([`Holder::parent`] in hook mode).
+    /// build ([`Holder::parent`] in hook mode). The lease stays until a hook judges it
+    /// ended; [`Leases::acquire_guarded`] ends it when the hook gives up on the build.
     pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<Slot>, LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(req.chroot)
@@ -278,6 +280,22 @@ impl Leases {
         }
     }
 
+    /// [`Leases::acquire`], the lease held by a guard: ended when the guard is dropped
+    /// uncommitted (the hook failed after taking it), kept once it is committed.
+    pub fn acquire_guarded(
+        &self,
+        req: &LeaseRequest,
+        holder: Holder,
+    ) -> Result<LeaseGuard, LeaseError> {
+        let picked = self.acquire(req, holder)?;
+        Ok(LeaseGuard::new(
+            self.clone(),
+            picked,
+            req.chroot.to_path_buf(),
+            holder,
+        ))
+    }
+
     /// Writes `leases`, all or none: when one cannot be written (a full runtime filesystem),
     /// those written are removed again, so no lease is left behind by a build that fails.
     fn write_all(&self, dir: &StateDir, leases: &[LeaseRecord]) -> Result<(), LeaseError> {
@@ -296,9 +314,10 @@ impl Leases {
     }
 
     /// Ends the leases of the build in `chroot`, taken by this hook run, when the hook fails
-    /// after [`Leases::acquire`]: Nix then never starts the build. Removes only lease files of
-    /// `slots` that name this chroot (by path, device and inode) and `holder`.
-    pub fn release(&self, slots: &[Slot], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
+    /// after [`Leases::acquire`] ([`LeaseGuard`]'s drop): Nix then never starts the build.
+    /// Removes only lease files of `slots` that name this chroot (by path, device and inode)
+    /// and `holder`.
+    fn release(&self, slots: &[Slot], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(chroot)
             .map(|m| (m.dev(), m.ino()))
@@ -334,6 +353,18 @@ impl Leases {
         };
         choice::choose(slots, held, &usage, count)
             .map_err(|shortage| LeaseError::exhausted(slots, count, shortage, Duration::ZERO))
+    }
+
+    /// Whether a lease file (live or not yet judged ended) names the build in `chroot`, with
+    /// device and inode `chroot_id`: what the build's other per-lease state lives by.
+    pub fn names_chroot(&self, chroot: &Path, chroot_id: (u64, u64)) -> bool {
+        let Ok(Some(dir)) = StateDir::open_existing(&self.dir) else {
+            return false;
+        };
+        record::slots(&dir).into_iter().any(|slot| {
+            matches!(record::read(&dir, slot),
+                record::Read::Lease(r) if r.chroot == chroot && r.chroot_id == chroot_id)
+        })
     }
 
     /// The lease file of `slot` (a GPU number is its whole GPU).

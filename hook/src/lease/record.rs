@@ -3,7 +3,7 @@
 //! leases granted, `usage.json`, all in the verified lease directory and each written
 //! atomically (temporary file + rename).
 
-use super::slot::{MigSlice, Slot};
+use crate::slot::{MigSlice, Slot};
 use crate::statedir::StateDir;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 
 use super::liveness::{Checked, Holder, Processes};
 use super::record::{self, LeaseRecord, Read};
-use super::slot::Slot;
+use crate::slot::Slot;
 use crate::statedir::StateDir;
 use std::path::Path;
 

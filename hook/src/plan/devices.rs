@@ -2,14 +2,14 @@
 //! with the links on the way, as a device exposure; what cannot be exposed, skipped or a
 //! problem, with the reason.
 
-use super::{Plan, Problem, Reason, Skip};
+use super::{Decision, Problem, Reason, Skip};
 use crate::config::{Config, Platform};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
 use crate::symlinks::{self, Node, Space};
 use std::path::Path;
 
-impl Plan {
+impl Decision {
     /// Plans one device glob of the rule `rule`.
     pub(super) fn add_device(
         &mut self,

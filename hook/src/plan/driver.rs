@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{Plan, Problem, Reason, Skip, Want};
+use super::{Decision, Problem, Reason, Skip, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -67,7 +67,7 @@ enum HostSource {
     Absent,
 }
 
-impl Plan {
+impl Decision {
     pub(super) fn add_driver(
         &mut self,
         rule: &str,

@@ -4,8 +4,8 @@
 //! user guide, "CUDA Device Enumeration").
 
 use crate::drv::GPUS_ATTR;
-use crate::lease::Slot;
 use crate::request::GpusWanted;
+use crate::slot::Slot;
 
 /// Why a build's GPU count cannot be met. Renders as one line with the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

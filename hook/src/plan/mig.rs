@@ -1,17 +1,17 @@
 //! The MIG planner: each instance's GPU-instance and compute-instance capability nodes
 //! (scanned by [`crate::scan::mig`]) as device exposures, and the administration capabilities
 //! only where the rule names them; a node that is missing or wrong is a problem with its fix,
-//! never a silent non-exposure. With `gpus_per_build`, [`Plan::keep_gpus`] then keeps only the
-//! leased instance's nodes.
+//! never a silent non-exposure. With `gpus_per_build`, [`super::GpuDemand::keep`] then keeps
+//! only the leased instance's nodes.
 
 use super::devices::unexpressible;
-use super::{Plan, Problem, Reason};
+use super::{Decision, Problem, Reason};
 use crate::config::Config;
 use crate::scan::{CapNode, HostView, MigView, NodeState};
 use crate::symlinks::{self, Space};
 use std::collections::BTreeSet;
 
-impl Plan {
+impl Decision {
     /// Plans the MIG source of the rule `rule`.
     pub(super) fn add_mig(&mut self, rule: &str, mig: &MigView, config: &Config, view: &HostView) {
         let host = match &mig.found {

@@ -1,34 +1,38 @@
-//! Decide: the request, the configuration and the host view → the plan. Pure: reads nothing
-//! but its arguments, writes nothing.
+//! Decide: the request, the configuration and the host view → the [`Decision`]. Pure: reads
+//! nothing but its arguments, writes nothing.
 //!
-//! The plan is everything a tagged build gets, each with the reason it is there, what was left
-//! out and why, and what stops the build. [`crate::act`] then adds the store closures, the GPU
-//! lease and the manifest (the only steps that touch the host); [`crate::protocol`],
-//! [`crate::explain`] and [`crate::exec`] render the same plan, so they cannot disagree.
+//! The decision is everything a tagged build gets, each with the reason it is there, what was
+//! left out and why, and what stops the build, plus what [`crate::act`] must still do: the
+//! store paths whose closures it adds and the GPUs it leases. Act takes the decision as it is
+//! and returns what was granted; how its findings change the exposures (closure members, the
+//! leased GPUs kept, the manifest) is decided here too, purely (`grant`). [`crate::protocol`],
+//! [`crate::explain`] and [`crate::exec`] render the same grant, so they cannot disagree.
 
 mod cdi;
 mod devices;
 mod driver;
 mod gpus;
+mod grant;
 mod mig;
 mod paths;
 mod stale;
+mod sysfs;
 
 pub use cdi::{CdiEdit, CdiItem, NotCarriedOut};
 pub use driver::DriverSource;
+pub use grant::{closure_members, plan_manifest};
 pub use stale::{stale_driver, StaleDriver};
+pub use sysfs::{drop_sysfs, sysfs_exposures};
 
-use crate::closure::store_path_of;
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
-use crate::lease::Slot;
 use crate::mig::{Capability, InstanceId};
 use crate::request::{GpusWanted, Request};
 use crate::scan::HostView;
-use crate::symlinks::{self, Node};
-use cuda_sandbox_manifest::{
-    DriverManifest, Manifest, MigInstance, MANIFEST_PATH, MANIFEST_VERSION,
-};
+use crate::slot::Slot;
+use crate::symlinks;
+use cuda_sandbox_elfkit::store_path_of;
+use cuda_sandbox_manifest::{DriverManifest, Manifest};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -79,6 +83,9 @@ pub enum Reason {
         spec: PathBuf,
         /// What it is.
         item: CdiItem,
+        /// With leases: the GPU whose device lists it, kept only for a build leased that GPU.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gpu: Option<u32>,
     },
     /// A MIG capability node of a rule's MIG source.
     Mig {
@@ -87,6 +94,11 @@ pub enum Reason {
         /// The capability the node grants.
         #[serde(serialize_with = "as_text")]
         capability: Capability,
+    },
+    /// A read-only part of the host's `/sys` (`sysfs` on a rule), bound from the build's tree.
+    Sysfs {
+        /// The rule.
+        rule: String,
     },
     /// The manifest the runner reads.
     Manifest,
@@ -155,9 +167,10 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// The plan for one build.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Plan {
+/// What decide found for one build: its answer, which act takes as it is (what act finds goes
+/// into what it grants, [`crate::act::Granted`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
     /// Names of the rules that matched.
     pub rules: Vec<String>,
     /// What the build gets, sorted by inside path, nothing nested in another entry.
@@ -171,39 +184,22 @@ pub struct Plan {
     /// What the hook warns about on stderr although the build goes on (an optional device it
     /// cannot express, …).
     pub warnings: Vec<String>,
-    /// How many closures came from the cache and how many were computed.
-    pub closures_cached: usize,
-    /// How many closures were computed with `nix-store` for this plan.
-    pub closures_computed: usize,
     /// The driver the build should load (when a rule configures a driver).
     pub driver: Option<DriverManifest>,
     /// What is known of the host driver.
     pub driver_facts: Option<HostDriverFacts>,
     /// The compat decision, with every rejected candidate.
     pub driver_choice: Option<DriverChoice>,
-    /// The manifest to write for the build, and where (outside).
-    pub manifest: Option<PlannedManifest>,
-    /// With `gpus_per_build > 0`: the GPUs (`/dev/nvidiaN` numbers) leased to this build
-    /// alone, or for `explain` and `exec` the ones a build would get now. Empty when every
-    /// build gets every GPU.
-    pub leased_gpus: Vec<u32>,
-    /// The MIG instance leased to this build (or shown), when its GPU is one of MIG slices.
-    pub leased_mig: Option<InstanceId>,
-    /// What the lease holds (or would): whole GPUs or one MIG instance.
-    #[serde(skip)]
-    pub leased_slots: Vec<Slot>,
-    /// Whether `leased_gpus` are held by a lease (hook mode) or only shown.
-    pub lease_taken: bool,
-    /// Where symlinks may lead (the store and the configured roots).
-    #[serde(skip)]
-    symlink_roots: Vec<PathBuf>,
-    /// The store paths whose closures [`crate::act`] must add.
-    #[serde(skip)]
+    /// The store paths whose closures act must add.
     pub closure_roots: Vec<PathBuf>,
     /// With `gpus_per_build > 0`: the slots found (whole GPUs, MIG instances) and how many
-    /// this build needs, for [`crate::act`] to lease.
-    #[serde(skip)]
+    /// this build needs, for act to lease.
     pub gpu_demand: Option<GpuDemand>,
+    /// The read-only binds of `/sys` the build's tree holds, when a rule asks for some
+    /// ([`crate::sysfs`]); act names the tree, makes it, and exposes it.
+    pub sysfs: Vec<crate::sysfs::TreeBind>,
+    /// Where symlinks may lead (the store and the configured roots).
+    symlink_roots: Vec<PathBuf>,
 }
 
 /// The slots a build must be leased before it starts.
@@ -221,23 +217,24 @@ pub struct GpuDemand {
 /// The manifest of a tagged build and the host file it is written to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlannedManifest {
-    /// The file outside the sandbox (bound read-only at [`MANIFEST_PATH`] inside).
+    /// The file outside the sandbox (bound read-only at
+    /// [`cuda_sandbox_manifest::MANIFEST_PATH`] inside).
     #[serde(serialize_with = "lossy_path")]
     pub outside: PathBuf,
     /// Its content.
     pub content: Manifest,
 }
 
-/// The plan for `req` (a tagged request) under `config` on the host `view`: devices, paths,
-/// mounts and the driver, each with its reason, nested paths pruned, the closures to add and
-/// the GPUs to lease. Pure.
-pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
-    let mut plan = Plan {
+/// The decision for `req` (a tagged request) under `config` on the host `view`: devices,
+/// paths, mounts and the driver, each with its reason, nested paths pruned, the closures to add
+/// and the GPUs to lease. Pure.
+pub fn decide(req: &Request, config: &Config, view: &HostView) -> Decision {
+    let mut plan = Decision {
         rules: view.rules.iter().map(|r| r.name.clone()).collect(),
         symlink_roots: std::iter::once(config.store_dir.clone())
             .chain(config.symlink_roots.iter().cloned())
             .collect(),
-        ..Plan::default()
+        ..Decision::default()
     };
     for rule in &view.rules {
         for device in &rule.devices {
@@ -257,8 +254,11 @@ pub fn decide(req: &Request, config: &Config, view: &HostView) -> Plan {
                 plan.add_driver(&rule.name, driver, config, view);
             }
         }
+        if let Some(sysfs) = rule.sysfs {
+            plan.add_sysfs(&rule.name, sysfs, config);
+        }
     }
-    plan.drop_nested();
+    plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
     plan.closure_roots = plan
         .exposures
         .iter()
@@ -284,7 +284,7 @@ const OPTIONAL: Want<'static> = Want {
     hint: &None,
 };
 
-impl Plan {
+impl Decision {
     /// With `gpus_per_build > 0`: the GPUs found and how many the build needs (its
     /// `cudaSandboxGpus`, else `gpus_per_build`, never above `max_gpus_per_build`).
     fn gpu_demand(&mut self, config: &Config, wanted: Option<&GpusWanted>) {
@@ -297,8 +297,7 @@ impl Plan {
             }
             return;
         }
-        let mut gpus: Vec<u32> = self
-            .devices()
+        let mut gpus: Vec<u32> = devices(&self.exposures)
             .filter_map(|e| gpu_number(&e.inside))
             .collect();
         gpus.sort_unstable();
@@ -357,158 +356,6 @@ impl Plan {
         found
     }
 
-    /// Keeps only the slots `picked` (leased, or for `explain` and `exec` the ones a build
-    /// would get now): the other `/dev/nvidiaN` nodes and the other MIG instances' capability
-    /// nodes are dropped; the control nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA
-    /// process needs them, and so do the MIG administration nodes a rule names.
-    pub fn keep_gpus(&mut self, picked: Vec<Slot>, taken: bool, config: &Config) {
-        let Some(demand) = self.gpu_demand.clone() else {
-            return;
-        };
-        let parents: Vec<u32> = {
-            let mut p: Vec<u32> = picked.iter().map(Slot::gpu).collect();
-            p.dedup();
-            p
-        };
-        let kept = |e: &Exposure| match &e.reason {
-            Reason::Mig { capability, .. } => match capability {
-                Capability::Gi { gpu, gi } => picked
-                    .iter()
-                    .any(|s| matches!(s, Slot::Mig(i) if (i.gpu, i.gi) == (*gpu, *gi))),
-                Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
-                Capability::Config | Capability::Monitor => true,
-            },
-            _ => gpu_number(&e.inside).is_none_or(|g| parents.contains(&g)),
-        };
-        let others: Vec<(PathBuf, bool)> = self
-            .devices()
-            .filter(|e| !kept(e))
-            .map(|e| (e.inside.clone(), matches!(e.reason, Reason::Mig { .. })))
-            .collect();
-        let dropped = |p: &PathBuf| others.iter().any(|(o, _)| o == p);
-        self.exposures.retain(|e| match &e.reason {
-            Reason::SymlinkTarget { link } => !dropped(link),
-            _ => !dropped(&e.inside),
-        });
-        let given: Vec<String> = picked.iter().map(Slot::to_string).collect();
-        let who = if taken {
-            "this build is leased"
-        } else {
-            "a build now would be leased"
-        };
-        for (other, mig) in others {
-            let what = if mig {
-                "another build's MIG instance"
-            } else {
-                "another build's GPU"
-            };
-            self.skipped.push(Skip {
-                path: other.display().to_string(),
-                why: format!(
-                    "{what}: {who} {} only ({} of {} {}; gpus_per_build = {})",
-                    given.join(", "),
-                    demand.count,
-                    demand.slots.len(),
-                    if demand.slots.iter().any(|s| matches!(s, Slot::Mig(_))) {
-                        "GPUs and MIG instances"
-                    } else {
-                        "GPUs"
-                    },
-                    config.gpus_per_build
-                ),
-            });
-        }
-        self.leased_gpus = parents;
-        self.leased_mig = picked.iter().find_map(|s| match s {
-            Slot::Mig(i) => Some(*i),
-            Slot::Gpu(_) => None,
-        });
-        self.leased_slots = picked;
-        self.lease_taken = taken;
-    }
-
-    /// Adds the members of `root`'s closure. A member that is a symlink leading out of the
-    /// store is never exposed (Nix would bind its target): it is a problem.
-    pub fn add_closure(&mut self, root: &Path, members: Vec<(PathBuf, Node)>, store_dir: &Path) {
-        for (member, node) in members {
-            if let Node::Symlink(target) = &node {
-                let to = if target.is_absolute() {
-                    symlinks::normalize(target)
-                } else {
-                    symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
-                };
-                if !to.starts_with(store_dir) {
-                    self.problems.push(Problem {
-                        rule: self.rules.join(","),
-                        what: format!(
-                            "closure member {} is a symlink to {}, outside the store",
-                            member.display(),
-                            to.display()
-                        ),
-                        fix: "a store path must not lead out of the store: check the closure \
-                              cache and the store (`nix-store --verify --check-contents`)"
-                            .to_string(),
-                    });
-                    continue;
-                }
-            }
-            self.exposures.push(Exposure {
-                inside: member.clone(),
-                outside: member,
-                reason: Reason::ClosureMember {
-                    of: root.to_path_buf(),
-                },
-            });
-        }
-    }
-
-    /// Plans the manifest: its content from the final exposures, its file `name` under the
-    /// runtime directory ([`crate::manifest_file::name_for`] the chroot), and its exposure at
-    /// [`MANIFEST_PATH`].
-    pub fn add_manifest(&mut self, config: &Config, req: &Request, name: &str) {
-        let outside = config.runtime_dir.join("manifests").join(name);
-        let devices = self
-            .devices()
-            .map(|e| e.inside.to_string_lossy().into_owned())
-            .collect();
-        let driver = self
-            .driver
-            .clone()
-            .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
-        let content = Manifest {
-            version: MANIFEST_VERSION,
-            derivation: req.derivation_name(),
-            chroot: req
-                .chroot
-                .as_ref()
-                .map(|c| c.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            rules: self.rules.clone(),
-            features: req.features_lossy(),
-            devices,
-            leased_gpus: self.leased_gpus.clone(),
-            mig: self.leased_mig.map(|i| MigInstance {
-                gpu: i.gpu,
-                gi: i.gi,
-                ci: i.ci,
-                uuid: None,
-            }),
-            driver,
-        };
-        self.exposures.push(Exposure {
-            inside: PathBuf::from(MANIFEST_PATH),
-            outside: outside.clone(),
-            reason: Reason::Manifest,
-        });
-        sort_by_inside(&mut self.exposures);
-        self.manifest = Some(PlannedManifest { outside, content });
-    }
-
-    /// The build's device nodes: the exposures a device glob matched.
-    fn devices(&self) -> impl Iterator<Item = &Exposure> {
-        self.exposures.iter().filter(|e| e.reason.is_device())
-    }
-
     fn add_chain(&mut self, hops: Vec<symlinks::Hop>, reason: Reason) {
         let link = hops[0].inside.clone();
         for (i, hop) in hops.into_iter().enumerate() {
@@ -524,47 +371,53 @@ impl Plan {
             });
         }
     }
+}
 
-    /// Sorts by inside path and drops entries already covered by another: exact duplicates and
-    /// paths nested in an exposed directory at the same relative place.
-    pub fn drop_nested(&mut self) {
-        let mut all = std::mem::take(&mut self.exposures);
-        // Component-wise order puts every ancestor right before its descendants' run.
-        sort_by_inside(&mut all);
-        let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());
-        // The kept entries whose inside path holds the current one, outermost first. In
-        // component-wise order a path's descendants directly follow it, so an entry that does
-        // not hold the current path holds no later one either: one pass, not a search of
-        // `kept` for each entry.
-        let mut holders: Vec<usize> = Vec::new();
-        for e in all {
-            while holders
-                .last()
-                .is_some_and(|&k| !e.inside.starts_with(&kept[k].inside))
-            {
-                holders.pop();
-            }
-            let covered = holders.last().and_then(|&k| {
-                let k = &kept[k];
-                Some((k, e.inside.strip_prefix(&k.inside).ok()?))
-            });
-            match covered {
-                Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
-                Some((k, _)) if k.inside == e.inside => self.skipped.push(Skip {
-                    path: e.inside.display().to_string(),
-                    why: format!(
-                        "conflicts with {} already exposed there",
-                        k.outside.display()
-                    ),
-                }),
-                _ => {
-                    holders.push(kept.len());
-                    kept.push(e);
-                }
+/// `exposures` sorted by inside path, without the entries already covered by another: exact
+/// duplicates and paths nested in an exposed directory at the same relative place; an entry
+/// at the same inside path as another with a different outside is a conflict, added to
+/// `skipped`.
+pub fn drop_nested(mut all: Vec<Exposure>, skipped: &mut Vec<Skip>) -> Vec<Exposure> {
+    // Component-wise order puts every ancestor right before its descendants' run.
+    sort_by_inside(&mut all);
+    let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());
+    // The kept entries whose inside path holds the current one, outermost first. In
+    // component-wise order a path's descendants directly follow it, so an entry that does
+    // not hold the current path holds no later one either: one pass, not a search of
+    // `kept` for each entry.
+    let mut holders: Vec<usize> = Vec::new();
+    for e in all {
+        while holders
+            .last()
+            .is_some_and(|&k| !e.inside.starts_with(&kept[k].inside))
+        {
+            holders.pop();
+        }
+        let covered = holders.last().and_then(|&k| {
+            let k = &kept[k];
+            Some((k, e.inside.strip_prefix(&k.inside).ok()?))
+        });
+        match covered {
+            Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
+            Some((k, _)) if k.inside == e.inside => skipped.push(Skip {
+                path: e.inside.display().to_string(),
+                why: format!(
+                    "conflicts with {} already exposed there",
+                    k.outside.display()
+                ),
+            }),
+            _ => {
+                holders.push(kept.len());
+                kept.push(e);
             }
         }
-        self.exposures = kept;
     }
+    kept
+}
+
+/// The build's device nodes among `exposures`: those [`Reason::is_device`] names.
+fn devices(exposures: &[Exposure]) -> impl Iterator<Item = &Exposure> {
+    exposures.iter().filter(|e| e.reason.is_device())
 }
 
 /// N for a GPU node `/dev/nvidiaN` (not `nvidiactl`, `nvidia-uvm`, …).

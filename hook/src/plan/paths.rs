@@ -1,14 +1,14 @@
 //! The path planner: a rule's host paths and mounts (scanned by [`crate::scan::paths`]),
 //! each with its symlink chain, and with `follow_entry_symlinks` the targets of the links in
-//! the directory. [`Plan::add_path`] is shared with the driver planner.
+//! the directory. [`Decision::add_path`] is shared with the driver planner.
 
-use super::{Plan, Problem, Reason, Skip, Want, OPTIONAL};
+use super::{Decision, Problem, Reason, Skip, Want, OPTIONAL};
 use crate::config::Config;
 use crate::scan::{HostView, PathOrigin, PathView};
 use crate::symlinks::{self, ChainError, Space};
 use std::path::Path;
 
-impl Plan {
+impl Decision {
     /// Plans one configured path or mount of the rule `rule`.
     pub(super) fn add_configured_path(
         &mut self,

@@ -9,7 +9,7 @@
 //! Jetson's libcuda (`libcuda.so.1.1`) carries no version and Jetson has no
 //! `/proc/driver/nvidia/version`: nothing to compare, no problem.
 
-use super::{Plan, Problem};
+use super::{Decision, Problem};
 use crate::config::Platform;
 use crate::discover::versions;
 use crate::scan::{BootedDriver, HostFacts};
@@ -94,7 +94,7 @@ pub fn stale_driver(
     })
 }
 
-impl Plan {
+impl Decision {
     /// Adds the stale-driver problem of rule `rule`, if any (see [`stale_driver`]).
     pub(super) fn add_stale_driver(
         &mut self,

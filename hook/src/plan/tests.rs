@@ -10,7 +10,7 @@ use crate::scan::{
     CompatSeen, DeviceScan, DeviceView, DriverView, EntrySymlinks, GlobMatches, HostFacts,
     PathOrigin, PathView, RuleView, Snapshot,
 };
-use crate::symlinks::{Lookup, Space};
+use crate::symlinks::{Lookup, Node, Space};
 use cuda_sandbox_manifest::DriverKind;
 use std::collections::BTreeMap;
 
@@ -38,7 +38,7 @@ impl Hand {
 }
 
 /// `decide` on the view a scan of the `hand`-made host would give for `req`'s rules.
-fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Plan {
+fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
     let snapshot = Snapshot {
         nodes: hand.nodes.clone().into_iter().collect(),
         real_paths: hand.real_paths.clone(),
@@ -154,6 +154,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Plan {
                 source: m.clone(),
                 found: hand.mig.clone().unwrap_or_else(|| Ok(Default::default())),
             }),
+            sysfs: rule.sysfs,
         })
         .collect();
     decide(
@@ -232,7 +233,7 @@ fn glob(mut v: Hand, pattern: &str, matches: &[&str]) -> Hand {
     v
 }
 
-fn insides(plan: &Plan) -> Vec<String> {
+fn insides(plan: &Decision) -> Vec<String> {
     plan.exposures
         .iter()
         .map(|e| e.inside.display().to_string())
@@ -391,7 +392,7 @@ fn user_writable_places_are_never_followed_into() {
 
 #[test]
 fn nested_paths_are_pruned_and_conflicts_skipped() {
-    let mut plan = Plan::default();
+    let mut plan = Decision::default();
     let e = |inside: &str, outside: &str| Exposure {
         inside: inside.into(),
         outside: outside.into(),
@@ -404,7 +405,7 @@ fn nested_paths_are_pruned_and_conflicts_skipped() {
         e("/run/x", "/h/y"),
         e("/run/x", "/h/x"),
     ];
-    plan.drop_nested();
+    plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
     assert_eq!(insides(&plan), ["/run/x", "/run/x/other"]);
     assert_eq!(plan.skipped.len(), 1);
     assert!(
@@ -647,7 +648,20 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     );
     // keep_gpus leaves the control nodes and the picked GPU.
     let mut plan = decide_on(&request(&c, None), &c, &v);
-    plan.keep_gpus(vec![Slot::Gpu(2)], true, &c);
+    let demand = plan.gpu_demand.clone().unwrap();
+    let (exposures, skipped, not_carried_out) = (
+        &mut plan.exposures,
+        &mut plan.skipped,
+        &mut plan.not_carried_out,
+    );
+    demand.keep(
+        &[Slot::Gpu(2)],
+        true,
+        c.gpus_per_build,
+        exposures,
+        skipped,
+        not_carried_out,
+    );
     assert_eq!(insides(&plan), ["/dev/nvidia2"]);
     assert_eq!(plan.skipped.len(), 3);
 }
@@ -655,9 +669,9 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
 #[test]
 fn a_closure_member_linking_out_of_the_store_is_refused() {
     // A poisoned cache or store path must not bind a host file.
-    let mut plan = Plan::default();
+    let mut plan = Decision::default();
     let store = Path::new("/nix/store");
-    plan.add_closure(
+    closure_members(
         Path::new("/nix/store/aaa-x"),
         vec![
             ("/nix/store/aaa-x".into(), Node::Dir),
@@ -666,6 +680,9 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
             ("/nix/store/eee-evil".into(), link("../../../root")),
         ],
         store,
+        &plan.rules,
+        &mut plan.exposures,
+        &mut plan.problems,
     );
     assert_eq!(insides(&plan), ["/nix/store/aaa-x", "/nix/store/bbb-ok"]);
     assert_eq!(plan.problems.len(), 2);
@@ -782,11 +799,11 @@ fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
                 }
             })
             .collect();
-        let mut plan = Plan {
+        let mut plan = Decision {
             exposures: exposures.clone(),
-            ..Plan::default()
+            ..Decision::default()
         };
-        plan.drop_nested();
+        plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
         let (kept, skipped) = reference(exposures.clone());
         assert_eq!(plan.exposures, kept, "{exposures:?}");
         assert_eq!(plan.skipped, skipped, "{exposures:?}");

@@ -45,6 +45,14 @@ pub struct CdiDevice {
     pub edits: ContainerEdits,
     /// The `DT_SONAME` of each library it mounts, by host path (under the host root).
     pub sonames: BTreeMap<PathBuf, String>,
+    /// The device's own edits (`edits` less its spec's).
+    pub own: ContainerEdits,
+    /// Its spec's top-level edits, which every device of the spec carries.
+    pub shared: ContainerEdits,
+    /// With `gpus_per_build > 0`: the spec's other devices, each by its fully qualified name
+    /// with its own edits, from which the CDI planner takes the leased GPUs' own devices
+    /// (their nodes recorded too); empty without leases.
+    pub siblings: Vec<(String, ContainerEdits)>,
 }
 
 impl CdiView {
@@ -141,23 +149,29 @@ pub fn scan(
             found: set.find(name, dirs).map(|f| {
                 let mut edits = f.device.container_edits.clone();
                 let shared = &f.spec.container_edits;
-                edits.env.extend(shared.env.iter().cloned());
-                edits
-                    .device_nodes
-                    .extend(shared.device_nodes.iter().cloned());
-                edits.hooks.extend(shared.hooks.iter().cloned());
-                edits.mounts.extend(shared.mounts.iter().cloned());
-                edits
-                    .additional_gids
-                    .extend(shared.additional_gids.iter().copied());
-                for (k, v) in &shared.other {
-                    edits.other.entry(k.clone()).or_insert(*v);
-                }
+                edits.extend(shared);
                 let sonames = record(&edits, config, fs);
+                let siblings: Vec<(String, ContainerEdits)> = if config.gpus_per_build > 0 {
+                    f.spec
+                        .devices
+                        .iter()
+                        .filter(|d| d.name != f.device.name)
+                        .map(|d| {
+                            record_nodes(&d.container_edits, config, fs);
+                            let qualified = format!("{}={}", f.spec.kind, d.name);
+                            (qualified, d.container_edits.clone())
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 CdiDevice {
                     spec: f.file.to_path_buf(),
                     edits,
                     sonames,
+                    own: f.device.container_edits.clone(),
+                    shared: shared.clone(),
+                    siblings,
                 }
             }),
         })
@@ -172,10 +186,7 @@ pub fn scan(
 /// Follows every path the edits name, recording the chains, and reads each mounted library's
 /// soname.
 fn record(edits: &ContainerEdits, config: &Config, fs: &Recorder) -> BTreeMap<PathBuf, String> {
-    for n in &edits.device_nodes {
-        let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
-        fs.follow(Path::new(&n.path), &outside, Space::Literal);
-    }
+    record_nodes(edits, config, fs);
     let mut sonames = BTreeMap::new();
     for m in &edits.mounts {
         let outside = host_path(&m.host_path, config);
@@ -198,6 +209,14 @@ fn record(edits: &ContainerEdits, config: &Config, fs: &Recorder) -> BTreeMap<Pa
         }
     }
     sonames
+}
+
+/// Follows the path of every device node the edits list, recording the chains.
+fn record_nodes(edits: &ContainerEdits, config: &Config, fs: &Recorder) {
+    for n in &edits.device_nodes {
+        let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
+        fs.follow(Path::new(&n.path), &outside, Space::Literal);
+    }
 }
 
 /// The `DT_SONAME` of the regular file at `path` (no link: the chain was followed), opened

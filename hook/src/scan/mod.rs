@@ -115,6 +115,8 @@ pub struct RuleView {
     pub cdi: Option<CdiView>,
     /// Its MIG source, when it has one.
     pub mig: Option<MigView>,
+    /// The part of `/sys` it asks for (checked when the build's tree is made).
+    pub sysfs: Option<crate::config::Sysfs>,
 }
 
 impl HostView {
@@ -263,6 +265,7 @@ pub fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
                     .map(|d| driver::scan(d, config, spec_libraries, &fs)),
                 cdi,
                 mig: rule.mig.as_ref().map(|m| mig::scan(m, config, &fs)),
+                sysfs: rule.sysfs,
             }
         })
         .collect();

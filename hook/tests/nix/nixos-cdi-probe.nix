@@ -1,6 +1,7 @@
-# A tagged derivation that reports what the NixOS module's CDI rule gave it: the nodes of the
-# spec `hardware.nvidia-container-toolkit` generates, the driver library the hook relocated
-# to the driver link, the FHS program it left out, and the manifest. Used by hook/tests/cdi.rs.
+# A tagged derivation that reports what the NixOS module's CDI rule gave it: the nodes (GPUs
+# and their DRM nodes) of the spec `hardware.nvidia-container-toolkit` generates, the driver
+# library the hook relocated to the driver link, the FHS program it left out, and the
+# manifest. Used by hook/tests/cdi.rs.
 # `readPaths` are files the probe tries to read (closure members, passed without string
 # context, so Nix does not add them to the sandbox by itself).
 {
@@ -23,7 +24,8 @@ derivation {
     ''
       set -u
       {
-        for d in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-modeset /dev/nvidia-uvm; do
+        for d in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-modeset /dev/nvidia-uvm \
+          /dev/dri/card1 /dev/dri/card2 /dev/dri/renderD128 /dev/dri/renderD129; do
           if [ -c "$d" ]; then echo "char $d $(stat -c '%Hr:%Lr' "$d")"
           else echo "absent $d"; fi
         done

@@ -19,7 +19,7 @@ use crate::session::Session;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
     "--target sm_{} needs the CUDA version of the driver that will load the code: add \
-     --driver-cuda X.Y (e.g. 12.2 for a 535 driver)",
+     --driver-cuda X.Y (e.g. 12.2 for a 535 driver) or --driver VERSION",
     .device.sm()
 )]
 pub struct TargetNeedsDriver {
@@ -53,13 +53,10 @@ pub fn manifest_driver(manifest: &ManifestState) -> Option<Driver> {
     })
 }
 
-/// The driver `--target` is judged with: `--driver-cuda` (libcuda and kernel module of that
-/// release), else the hook's manifest's.
+/// The driver `--target` is judged with: `--driver-cuda` or `--driver` (libcuda and kernel
+/// module of that release), else the hook's manifest's.
 pub fn target_driver(options: &LintOptions, manifest: &ManifestState) -> Option<Driver> {
-    options
-        .driver_cuda
-        .map(|v| Driver::of(v.0))
-        .or_else(|| manifest_driver(manifest))
+    options.given_driver().or_else(|| manifest_driver(manifest))
 }
 
 /// The lint's settings from the flags: the compat directory falls back to the manifest's, and

@@ -19,7 +19,7 @@
 //!   directories), compared with the driver the hook chose (the manifest), else with the one
 //!   this runner loaded.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::rules::Driver;
 use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
@@ -38,6 +38,8 @@ use crate::cuda::version::CudaVersion;
 use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
 use crate::gpu_code::{judge_all, runtime_uses, Target};
+use crate::package::STORE_DIR;
+use crate::provenance::Provenance;
 use crate::runtime_scan::RuntimeForm;
 use crate::session::Session;
 use cuda_sandbox_elfkit::ldso::{Environment, Loader, Outcome as Search, Process, RealFs, Start};
@@ -166,7 +168,9 @@ pub fn gpu_code(session: &Session) -> Outcome {
         };
         let uses = runtime_uses(file.dynamic.as_ref(), file.runtime.as_ref());
         let shown = file.path.display();
-        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, &targets) {
+        let soname = file.dynamic.as_ref().and_then(|d| d.soname.as_deref());
+        let provenance = Provenance::of(&file.path, soname, Path::new(STORE_DIR));
+        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, &targets) {
             let line = format!("{shown}: {}", v.reason);
             match v.verdict {
                 FileVerdict::Fails => failures.push(line),
@@ -292,7 +296,11 @@ pub fn runtimes(session: &Session) -> Outcome {
         .driver()
         .ok()
         .and_then(|d| d.version().ok().map(CudaVersion))
-        .or(session.options.lint.driver_cuda)
+        .or(session
+            .options
+            .lint
+            .given_driver()
+            .map(|d| CudaVersion(d.cuda)))
         .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version));
     let Some(driver) = driver else {
         return Outcome::skipped(

@@ -44,6 +44,19 @@ enum Standing {
     NewerMajor,
 }
 
+impl Standing {
+    /// Its stable name in the report (`minor-newer 12.9`), never Rust's Debug text.
+    fn name(&self) -> String {
+        match self {
+            Standing::Supported(v) => format!("supported {v}"),
+            Standing::MinorNewer(v) => format!("minor-newer {v}"),
+            Standing::SameMajor => "same-major".into(),
+            Standing::OlderMajor => "older-major".into(),
+            Standing::NewerMajor => "newer-major".into(),
+        }
+    }
+}
+
 fn standing(runtime: &RuntimeVersion, driver: CudaVersion) -> Standing {
     // The rule `lint --target` and `package::gpu_code` apply to a file's runtime too.
     let major = Toolkit::Major(runtime.major);
@@ -102,7 +115,8 @@ pub struct Judged {
     pub runtime_version_error: Option<c_int>,
     /// The driver version a loaded runtime says it talks to.
     pub runtime_driver_version: Option<String>,
-    /// How it stands with the driver, e.g. `Supported(CudaVersion(12000))` or `NewerMajor`.
+    /// How it stands with the driver: `supported 12.0`, `minor-newer 12.9`, `same-major`,
+    /// `older-major` or `newer-major`.
     pub standing: String,
     /// The checked functions whose ABI differs between it and the driver, under
     /// minor-version compatibility.
@@ -333,7 +347,7 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
                 runtime_major: version.major,
                 runtime_version_error: version.error,
                 runtime_driver_version: says_driver.and_then(Result::ok).map(|v| v.to_string()),
-                standing: format!("{standing:?}"),
+                standing: standing.name(),
                 abi_differences: diffs,
             }),
         });

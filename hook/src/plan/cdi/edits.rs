@@ -144,6 +144,9 @@ pub struct NotCarriedOut {
     pub rule: String,
     /// The CDI device.
     pub device: String,
+    /// With leases: the GPU whose device lists the edit; `None`: every build's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
     /// The edit.
     pub edit: CdiEdit,
     /// Why not.

@@ -1,7 +1,7 @@
 //! The CDI planner: what the specs of a rule's CDI devices list (scanned by
 //! [`crate::scan::cdi`]) as exposures, through the same symlink and root rules as every other
 //! path; what must never enter a sandbox, skipped with the reason; and every edit a pre-build
-//! hook cannot carry out, listed in [`Plan::not_carried_out`].
+//! hook cannot carry out, listed in [`Decision::not_carried_out`].
 //!
 //! - `deviceNodes`: the host node (`hostPath`, else `path`), a character device, at `path`;
 //!   each is required, as the rule asked for the device.
@@ -21,10 +21,11 @@
 
 mod classify;
 mod edits;
+mod lease;
 
 pub use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Plan, Problem, Reason, Skip};
+use super::{Decision, Exposure, Problem, Reason, Skip};
 use crate::cdi::load::LookupError;
 use crate::config::{Config, DriverConfig};
 use crate::discover::host;
@@ -36,7 +37,7 @@ use classify::{
 };
 use std::path::{Path, PathBuf};
 
-impl Plan {
+impl Decision {
     /// Plans a rule's CDI devices. `driver` is the rule's driver, whose planner binds the
     /// driver libraries the spec mounts.
     pub(super) fn add_cdi(
@@ -67,7 +68,25 @@ impl Plan {
         };
         for d in &cdi.devices {
             match &d.found {
-                Ok(found) => self.add_cdi_device(&place, d.name.as_str(), found, config, view),
+                Ok(found) => {
+                    let (parts, unowned) =
+                        lease::parts(d.name.as_str(), found, config.gpus_per_build > 0);
+                    for u in unowned {
+                        self.skipped.push(Skip {
+                            path: u.path,
+                            why: format!(
+                                "CDI {}: no device of {} for one GPU lists this node, and with \
+                                 gpus_per_build = {} a build gets only its leased GPUs' devices",
+                                d.name.as_str(),
+                                found.spec.display(),
+                                config.gpus_per_build
+                            ),
+                        });
+                    }
+                    for part in &parts {
+                        self.add_cdi_device(&place, part, found, config, view);
+                    }
+                }
                 Err(e) => self.problems.push(Problem {
                     rule: rule.to_string(),
                     what: e.to_string(),
@@ -89,23 +108,26 @@ impl Plan {
         }
     }
 
+    /// Plans one part of a device (the whole device without leases).
     fn add_cdi_device(
         &mut self,
         at: &Place<'_>,
-        device: &str,
+        part: &lease::Part,
         found: &CdiDevice,
         config: &Config,
         view: &HostView,
     ) {
+        let device = part.device.as_str();
         let reason = |item: CdiItem| Reason::Cdi {
             rule: at.rule.to_string(),
             device: device.to_string(),
             spec: found.spec.clone(),
             item,
+            gpu: part.gpu,
         };
         let mut pending: Vec<CdiEdit> = Vec::new();
         let mut not_done = |edit: CdiEdit| pending.push(edit);
-        let edits = &found.edits;
+        let edits = &part.edits;
         for value in &edits.env {
             not_done(CdiEdit::Env {
                 value: value.clone(),
@@ -254,7 +276,7 @@ impl Plan {
             self.add_optional_host_path(at.rule, &inside, &outside, view, reason(CdiItem::Mount));
         }
         for (target, link) in links {
-            if let Some(edit) = self.add_cdi_link(at, device, found, &target, &link, config, view) {
+            if let Some(edit) = self.add_cdi_link(at, part, found, &target, &link, config, view) {
                 pending.push(edit);
             }
         }
@@ -263,6 +285,7 @@ impl Plan {
             let entry = NotCarriedOut {
                 rule: at.rule.to_string(),
                 device: device.to_string(),
+                gpu: part.gpu,
                 edit,
                 why,
             };
@@ -316,7 +339,7 @@ impl Plan {
     fn add_cdi_link(
         &mut self,
         at: &Place<'_>,
-        device: &str,
+        part: &lease::Part,
         found: &CdiDevice,
         target: &str,
         link: &str,
@@ -350,14 +373,30 @@ impl Plan {
         let inside = at.link_lib.join(below_library_dir(&link_path));
         let reason = Reason::Cdi {
             rule: at.rule.to_string(),
-            device: device.to_string(),
+            device: part.device.to_string(),
             spec: found.spec.clone(),
             item: CdiItem::Link,
+            gpu: part.gpu,
         };
         let outside = host_path(&m.host_path, config);
         self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
         None
     }
+}
+
+/// The GPU an exposure belongs to, so that only a build leased that GPU keeps it: a CDI
+/// exposure of one GPU's device ([`lease`]), else the N of a `/dev/nvidiaN` node; `None`
+/// for what every build gets.
+pub(super) fn owning_gpu(e: &Exposure) -> Option<u32> {
+    match &e.reason {
+        Reason::Cdi { gpu: Some(g), .. } => Some(*g),
+        _ => super::gpu_number(&e.inside),
+    }
+}
+
+/// Keeps the edits not carried out of every build's and of the GPUs `leased` only.
+pub(super) fn keep_leased(not_carried_out: &mut Vec<NotCarriedOut>, leased: &[u32]) {
+    not_carried_out.retain(|n| n.gpu.is_none_or(|g| leased.contains(&g)));
 }
 
 /// Where a rule's CDI libraries go, and whether the driver planner takes them.

@@ -1,4 +1,6 @@
-//! What one lease holds: a whole GPU, or one MIG compute instance of a GPU (a slice).
+//! What one GPU lease holds: a whole GPU, or one MIG compute instance of a GPU (a slice).
+//! Plain data, shared by the planner (which GPUs a build may get) and the leases (which it
+//! got); reads and writes nothing.
 
 use crate::mig::InstanceId;
 use serde::{Deserialize, Serialize};
@@ -94,6 +96,22 @@ impl std::fmt::Display for Slot {
             Slot::Mig(i) => write!(f, "{i}"),
         }
     }
+}
+
+/// The GPUs (`/dev/nvidia<N>` numbers) `slots` are on, in their order, a GPU repeated by the
+/// next slot listed once.
+pub fn gpus(slots: &[Slot]) -> Vec<u32> {
+    let mut gpus: Vec<u32> = slots.iter().map(Slot::gpu).collect();
+    gpus.dedup();
+    gpus
+}
+
+/// The first MIG instance among `slots` (a build is leased at most one).
+pub fn mig(slots: &[Slot]) -> Option<InstanceId> {
+    slots.iter().find_map(|s| match s {
+        Slot::Mig(i) => Some(*i),
+        Slot::Gpu(_) => None,
+    })
 }
 
 #[cfg(test)]

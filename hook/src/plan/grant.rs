@@ -1,0 +1,177 @@
+//! The pure half of act: how what [`crate::act`] found changes what a decision exposes. The
+//! members of the store closures are added ([`closure_members`]), only the leased GPUs' nodes
+//! are kept ([`GpuDemand::keep`]), and the manifest is planned from the result
+//! ([`plan_manifest`]). Reads nothing but its arguments.
+
+use super::cdi::{self, NotCarriedOut};
+use super::{devices, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
+use super::{Problem, Reason, Skip};
+use crate::config::Config;
+use crate::mig::Capability;
+use crate::request::Request;
+use crate::slot::{self, Slot};
+use crate::symlinks::{self, Node};
+use cuda_sandbox_manifest::{
+    DriverManifest, Manifest, MigInstance, MANIFEST_PATH, MANIFEST_VERSION,
+};
+use std::path::{Path, PathBuf};
+
+impl GpuDemand {
+    /// Keeps in `exposures` only the slots `picked` (leased, or for `explain` and `exec` the
+    /// ones a build would get now): the other `/dev/nvidiaN` nodes and the other MIG
+    /// instances' capability nodes are dropped, each with a skip in `skipped`; the control
+    /// nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them, and so do
+    /// the MIG administration nodes a rule names, and the CDI edits not carried out of the
+    /// GPUs kept or of every build. `taken`: whether a lease holds `picked`.
+    pub fn keep(
+        &self,
+        picked: &[Slot],
+        taken: bool,
+        gpus_per_build: u32,
+        exposures: &mut Vec<Exposure>,
+        skipped: &mut Vec<Skip>,
+        not_carried_out: &mut Vec<NotCarriedOut>,
+    ) {
+        let parents = slot::gpus(picked);
+        let kept = |e: &Exposure| match &e.reason {
+            Reason::Mig { capability, .. } => match capability {
+                Capability::Gi { gpu, gi } => picked
+                    .iter()
+                    .any(|s| matches!(s, Slot::Mig(i) if (i.gpu, i.gi) == (*gpu, *gi))),
+                Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
+                Capability::Config | Capability::Monitor => true,
+            },
+            _ => cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)),
+        };
+        let others: Vec<(PathBuf, bool)> = devices(exposures)
+            .filter(|e| !kept(e))
+            .map(|e| (e.inside.clone(), matches!(e.reason, Reason::Mig { .. })))
+            .collect();
+        let dropped = |p: &PathBuf| others.iter().any(|(o, _)| o == p);
+        exposures.retain(|e| match &e.reason {
+            Reason::SymlinkTarget { link } => !dropped(link),
+            _ => !dropped(&e.inside),
+        });
+        let given: Vec<String> = picked.iter().map(Slot::to_string).collect();
+        let who = if taken {
+            "this build is leased"
+        } else {
+            "a build now would be leased"
+        };
+        for (other, mig) in others {
+            let what = if mig {
+                "another build's MIG instance"
+            } else {
+                "another build's GPU"
+            };
+            skipped.push(Skip {
+                path: other.display().to_string(),
+                why: format!(
+                    "{what}: {who} {} only ({} of {} {}; gpus_per_build = {})",
+                    given.join(", "),
+                    self.count,
+                    self.slots.len(),
+                    if self.slots.iter().any(|s| matches!(s, Slot::Mig(_))) {
+                        "GPUs and MIG instances"
+                    } else {
+                        "GPUs"
+                    },
+                    gpus_per_build
+                ),
+            });
+        }
+        cdi::keep_leased(not_carried_out, &parents);
+    }
+}
+
+/// Adds the members of `root`'s closure to `exposures`. A member that is a symlink leading
+/// out of the store is never exposed (Nix would bind its target): it is a problem of `rules`,
+/// added to `problems`.
+pub fn closure_members(
+    root: &Path,
+    members: Vec<(PathBuf, Node)>,
+    store_dir: &Path,
+    rules: &[String],
+    exposures: &mut Vec<Exposure>,
+    problems: &mut Vec<Problem>,
+) {
+    for (member, node) in members {
+        if let Node::Symlink(target) = &node {
+            let to = if target.is_absolute() {
+                symlinks::normalize(target)
+            } else {
+                symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
+            };
+            if !to.starts_with(store_dir) {
+                problems.push(Problem {
+                    rule: rules.join(","),
+                    what: format!(
+                        "closure member {} is a symlink to {}, outside the store",
+                        member.display(),
+                        to.display()
+                    ),
+                    fix: "a store path must not lead out of the store: check the closure \
+                          cache and the store (`nix-store --verify --check-contents`)"
+                        .to_string(),
+                });
+                continue;
+            }
+        }
+        exposures.push(Exposure {
+            inside: member.clone(),
+            outside: member,
+            reason: Reason::ClosureMember {
+                of: root.to_path_buf(),
+            },
+        });
+    }
+}
+
+/// Plans the manifest of a build given `exposures` (final but for the manifest), which `rules`
+/// matched, the `driver` it loads and the `leased` slots: its content, its file `name` under
+/// the runtime directory ([`crate::manifest_file::name_for`] the chroot), and its exposure at
+/// [`MANIFEST_PATH`], added to `exposures` in order.
+pub fn plan_manifest(
+    exposures: &mut Vec<Exposure>,
+    rules: &[String],
+    driver: Option<&DriverManifest>,
+    leased: &[Slot],
+    req: &Request,
+    config: &Config,
+    name: &str,
+) -> PlannedManifest {
+    let outside = config.runtime_dir.join("manifests").join(name);
+    let devices = devices(exposures)
+        .map(|e| e.inside.to_string_lossy().into_owned())
+        .collect();
+    let driver = driver
+        .cloned()
+        .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
+    let content = Manifest {
+        version: MANIFEST_VERSION,
+        derivation: req.derivation_name(),
+        chroot: req
+            .chroot
+            .as_ref()
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        rules: rules.to_vec(),
+        features: req.features_lossy(),
+        devices,
+        leased_gpus: slot::gpus(leased),
+        mig: slot::mig(leased).map(|i| MigInstance {
+            gpu: i.gpu,
+            gi: i.gi,
+            ci: i.ci,
+            uuid: None,
+        }),
+        driver,
+    };
+    exposures.push(Exposure {
+        inside: PathBuf::from(MANIFEST_PATH),
+        outside: outside.clone(),
+        reason: Reason::Manifest,
+    });
+    sort_by_inside(exposures);
+    PlannedManifest { outside, content }
+}

@@ -1,0 +1,242 @@
+//! The PCI part of a build's tree, planned purely from its GPUs' [`PciGpu`]s: what the tree
+//! holds, what is mounted in it, and what Nix is told to bind.
+//!
+//! For a GPU at `/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0` the tree holds
+//! `pci0000:00/` mirroring that path: each bridge a directory of its own holding copies of
+//! its [`BRIDGE_ATTRIBUTES`] and an empty `pci_bus/<bus below>/` (which NCCL's
+//! `/sys/class/pci_bus/<bus>/../../<BDF>` crosses), and the GPU's own directory a read-only
+//! bind of the host's. `bus-pci-devices/<BDF>` and `class-pci_bus/<bus>` hold the same
+//! relative links as the host's. Nix is told to bind the three *directories*
+//! (`/sys/devices/pci0000:00`, `/sys/bus/pci/devices`, `/sys/class/pci_bus`), never a link:
+//! every Nix version binds a directory alike (Nix 2.8 binds a linked source's target, newer
+//! Nix copies the link), and the links inside resolve within the sandbox as on the host.
+//! Each of the three is bound on itself read-only before the GPUs' directories are bound in
+//! it, so Nix's recursive bind carries both, read-only.
+
+use super::pci::PciGpu;
+use std::path::{Path, PathBuf};
+
+/// The attribute files of each bridge above a GPU that the tree copies (those the bridge
+/// has): what NCCL reads walking up (`class`, ids, link speed and width, `numa_node`) and
+/// the locality hwloc and NVML read.
+pub const BRIDGE_ATTRIBUTES: [&str; 13] = [
+    "class",
+    "vendor",
+    "device",
+    "subsystem_vendor",
+    "subsystem_device",
+    "revision",
+    "numa_node",
+    "local_cpus",
+    "local_cpulist",
+    "max_link_speed",
+    "max_link_width",
+    "current_link_speed",
+    "current_link_width",
+];
+
+/// The tree entry bound at `/sys/bus/pci/devices`.
+const BUS_DEVICES: &str = "bus-pci-devices";
+/// The tree entry bound at `/sys/class/pci_bus`.
+const CLASS_PCI_BUS: &str = "class-pci_bus";
+
+/// One entry the tree holds, by its path in the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A directory (mode 0755).
+    Dir(String),
+    /// A copy (mode 0444) of the host file `source`, made when it exists.
+    Copy(String, PathBuf),
+    /// A symlink to `target`.
+    Link(String, String),
+}
+
+impl Entry {
+    /// Its path in the tree.
+    pub fn path(&self) -> &str {
+        match self {
+            Entry::Dir(p) | Entry::Copy(p, _) | Entry::Link(p, _) => p,
+        }
+    }
+}
+
+/// The PCI part of a tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PciLayout {
+    /// What the tree holds, parents first.
+    pub entries: Vec<Entry>,
+    /// The top directories, each bound on itself read-only once `entries` are made.
+    pub tops: Vec<String>,
+    /// Each GPU's directory in the tree and the host's it is a read-only bind of.
+    pub devices: Vec<(String, PathBuf)>,
+    /// Where the build sees each top (under `/sys`), and the top.
+    pub exposed: Vec<(PathBuf, String)>,
+}
+
+impl PciLayout {
+    /// The layout for `gpus` (on the host under `host_root`); empty for none.
+    pub fn new(gpus: &[PciGpu], host_root: &Path) -> PciLayout {
+        let mut layout = PciLayout::default();
+        if gpus.is_empty() {
+            return layout;
+        }
+        let sys_devices = host_root.join("sys/devices");
+        for gpu in gpus {
+            let path = &gpu.path;
+            let (below, device) = path.split_at(path.len() - 1);
+            let root = &below[0];
+            if !layout.tops.contains(root) {
+                layout.tops.push(root.clone());
+                layout
+                    .exposed
+                    .push((PathBuf::from("/sys/devices").join(root), root.clone()));
+            }
+            // Each level: its directory (the root bus, then each bridge), then the bus below.
+            for depth in 0..below.len() {
+                let dir = below[..=depth].join("/");
+                layout.add(Entry::Dir(dir.clone()));
+                if depth > 0 {
+                    for name in BRIDGE_ATTRIBUTES {
+                        let source = sys_devices.join(&dir).join(name);
+                        layout.add(Entry::Copy(format!("{dir}/{name}"), source));
+                    }
+                }
+                let child = path[depth + 1].as_str();
+                let bus = &child[..7];
+                layout.add(Entry::Dir(format!("{dir}/pci_bus")));
+                layout.add(Entry::Dir(format!("{dir}/pci_bus/{bus}")));
+                let link = format!("{CLASS_PCI_BUS}/{bus}");
+                let target = format!("../../devices/{dir}/pci_bus/{bus}");
+                layout.add(Entry::Dir(CLASS_PCI_BUS.to_string()));
+                layout.add(Entry::Link(link, target));
+            }
+            let dir = path.join("/");
+            layout.add(Entry::Dir(dir.clone()));
+            layout.devices.push((dir.clone(), sys_devices.join(&dir)));
+            layout.add(Entry::Dir(BUS_DEVICES.to_string()));
+            layout.add(Entry::Link(
+                format!("{BUS_DEVICES}/{}", device[0]),
+                format!("../../../devices/{dir}"),
+            ));
+        }
+        for (top, inside) in [
+            (BUS_DEVICES, "/sys/bus/pci/devices"),
+            (CLASS_PCI_BUS, "/sys/class/pci_bus"),
+        ] {
+            layout.tops.push(top.to_string());
+            layout
+                .exposed
+                .push((PathBuf::from(inside), top.to_string()));
+        }
+        layout
+    }
+
+    /// Adds `entry` unless the tree holds an entry at its path already (a bridge two GPUs
+    /// share).
+    fn add(&mut self, entry: Entry) {
+        if !self.entries.iter().any(|e| e.path() == entry.path()) {
+            self.entries.push(entry);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(minor: u32, path: &[&str]) -> PciGpu {
+        PciGpu {
+            minor,
+            bdf: path.last().unwrap().to_string(),
+            path: path.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_gpu_behind_a_bridge_gets_its_directory_the_bridges_attributes_and_the_links() {
+        let g = gpu(0, &["pci0000:00", "0000:00:01.0", "0000:01:00.0"]);
+        let layout = PciLayout::new(&[g], Path::new("/host"));
+        let dirs: Vec<&str> = layout
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Dir(p) => Some(p.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                "pci0000:00",
+                "pci0000:00/pci_bus",
+                "pci0000:00/pci_bus/0000:00",
+                "class-pci_bus",
+                "pci0000:00/0000:00:01.0",
+                "pci0000:00/0000:00:01.0/pci_bus",
+                "pci0000:00/0000:00:01.0/pci_bus/0000:01",
+                "pci0000:00/0000:00:01.0/0000:01:00.0",
+                "bus-pci-devices",
+            ]
+        );
+        let links: Vec<(&str, &str)> = layout
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Link(p, t) => Some((p.as_str(), t.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            links,
+            [
+                (
+                    "class-pci_bus/0000:00",
+                    "../../devices/pci0000:00/pci_bus/0000:00"
+                ),
+                (
+                    "class-pci_bus/0000:01",
+                    "../../devices/pci0000:00/0000:00:01.0/pci_bus/0000:01"
+                ),
+                (
+                    "bus-pci-devices/0000:01:00.0",
+                    "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+                ),
+            ]
+        );
+        assert!(layout.entries.contains(&Entry::Copy(
+            "pci0000:00/0000:00:01.0/numa_node".into(),
+            "/host/sys/devices/pci0000:00/0000:00:01.0/numa_node".into()
+        )));
+        assert_eq!(
+            layout.devices,
+            [(
+                "pci0000:00/0000:00:01.0/0000:01:00.0".to_string(),
+                PathBuf::from("/host/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0")
+            )]
+        );
+        let exposed: Vec<_> = layout.exposed.iter().map(|(i, _)| i.clone()).collect();
+        assert_eq!(
+            exposed,
+            [
+                PathBuf::from("/sys/devices/pci0000:00"),
+                "/sys/bus/pci/devices".into(),
+                "/sys/class/pci_bus".into()
+            ]
+        );
+    }
+
+    #[test]
+    fn two_gpus_under_one_bridge_share_its_entries_and_no_gpus_make_nothing() {
+        let a = gpu(0, &["pci0000:00", "0000:00:01.0", "0000:01:00.0"]);
+        let b = gpu(1, &["pci0000:00", "0000:00:01.0", "0000:01:00.1"]);
+        let layout = PciLayout::new(&[a, b], Path::new("/"));
+        let mut paths: Vec<&str> = layout.entries.iter().map(Entry::path).collect();
+        let all = paths.len();
+        paths.sort();
+        paths.dedup();
+        assert_eq!(paths.len(), all);
+        assert_eq!(layout.devices.len(), 2);
+        assert_eq!(layout.tops.len(), 3);
+        assert_eq!(PciLayout::new(&[], Path::new("/")), PciLayout::default());
+    }
+}

@@ -1,0 +1,156 @@
+//! Read-only bind mounts in the host's mount namespace, and their removal.
+
+use crate::trust::{self, TrustError};
+use nix::fcntl::OFlag;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::stat::Mode;
+use nix::sys::statvfs::{statvfs, FsFlags};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::{Path, PathBuf};
+
+/// How often [`detach`] unmounts one mount point at most (a point mounted over repeatedly).
+const MAX_STACKED: usize = 8;
+
+/// Why a read-only bind could not be made. One line.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The source failed the trust checks (or does not exist).
+    #[error("cannot bind {}: {source}", path.display())]
+    Untrusted {
+        /// The source.
+        path: PathBuf,
+        /// Why.
+        source: TrustError,
+    },
+    /// The source is not a directory.
+    #[error("cannot bind {}: not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// A mount call failed.
+    #[error("{what} {}: {source}", target.display())]
+    Mount {
+        /// What was being done.
+        what: &'static str,
+        /// The mount point.
+        target: PathBuf,
+        /// What the kernel said.
+        source: nix::Error,
+    },
+    /// The remount left the mount writable.
+    #[error("{} is still writable after its read-only remount", .0.display())]
+    StillWritable(PathBuf),
+}
+
+/// Binds the directory `source` (its path trusted by [`trust::resolve`], then walked again
+/// without symlinks and bound through that descriptor, so what is bound is what was checked)
+/// at `target`, alone (no `MS_REC`), and remounts it read-only, `nosuid`, `nodev`, `noexec`.
+/// On any failure after the bind, the bind is undone: nothing writable is left.
+pub fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
+    let untrusted = |source_err| MountError::Untrusted {
+        path: source.to_path_buf(),
+        source: source_err,
+    };
+    let resolved = trust::resolve(source).map_err(untrusted)?;
+    let (fd, st) = trust::open_without_symlinks(&resolved.path).map_err(untrusted)?;
+    if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR {
+        return Err(MountError::NotADirectory(resolved.path));
+    }
+    let failed = |what| {
+        move |source| MountError::Mount {
+            what,
+            target: target.to_path_buf(),
+            source,
+        }
+    };
+    let by_descriptor = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    mount(
+        Some(by_descriptor.as_str()),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(failed("cannot bind at"))?;
+    let read_only = mount(
+        None::<&str>,
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND
+            | MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(failed("cannot make read-only"))
+    .and_then(|()| match statvfs(target) {
+        Ok(vfs) if vfs.flags().contains(FsFlags::ST_RDONLY) => Ok(()),
+        Ok(_) => Err(MountError::StillWritable(target.to_path_buf())),
+        Err(e) => Err(failed("cannot check")(e)),
+    });
+    if read_only.is_err() {
+        let _ = detach(target);
+    }
+    read_only
+}
+
+/// Unmounts whatever is mounted at `target` (lazily: a process inside keeps its view), until
+/// nothing is. A target that is no mount point (or does not exist) is left as it is.
+pub fn detach(target: &Path) -> Result<(), MountError> {
+    for _ in 0..MAX_STACKED {
+        match umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
+            Ok(()) => continue,
+            Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => return Ok(()),
+            Err(source) => {
+                return Err(MountError::Mount {
+                    what: "cannot unmount",
+                    target: target.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+    Err(MountError::Mount {
+        what: "cannot unmount",
+        target: target.to_path_buf(),
+        source: nix::Error::EBUSY,
+    })
+}
+
+/// Runs `work` in the mount namespace of this process's parent (the Nix that ran the hook),
+/// on a thread of its own (`unshare(CLONE_FS)`, then `setns`), so that the mounts it makes
+/// are in the namespace Nix clones the build's sandbox from. Nix runs its hook in the
+/// namespace it saved at start (`restoreMountNamespace`), which need not be its own: seen
+/// on Nix 2.8 as root without a daemon, where `nix-build` runs in a private namespace of its
+/// own and a mount made in the hook's never reached the build. Mounts in that namespace end
+/// with it, when that Nix ends.
+pub fn in_parents_namespace<T: Send>(work: impl FnOnce() -> T + Send) -> Result<T, MountError> {
+    use nix::sched::{setns, unshare, CloneFlags};
+    let parent = nix::unistd::getppid();
+    let path = PathBuf::from(format!("/proc/{parent}/ns/mnt"));
+    let failed = |source| MountError::Mount {
+        what: "cannot enter the mount namespace",
+        target: path.clone(),
+        source,
+    };
+    let ns = nix::fcntl::open(&path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+        .map(|fd| {
+            // SAFETY: open(2) just returned the descriptor; nothing else owns it.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+        })
+        .map_err(failed)?;
+    // The parent could have ended (and its pid been reused) before the open.
+    if nix::unistd::getppid() != parent {
+        return Err(failed(nix::Error::ESRCH));
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                unshare(CloneFlags::CLONE_FS).map_err(failed)?;
+                setns(&ns, CloneFlags::CLONE_NEWNS).map_err(failed)?;
+                Ok(work())
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}

@@ -1,0 +1,238 @@
+//! Where a GPU's PCI device is in the host's `/sys`: its bus address from
+//! `/proc/driver/nvidia/gpus/<BDF>/information` ("Device Minor" names its `/dev/nvidiaN`),
+//! its path from the link `/sys/bus/pci/devices/<BDF>` (both under the host root).
+
+use crate::trust::{self, TrustError};
+use std::path::{Path, PathBuf};
+
+/// The most a `/proc/driver/nvidia/gpus/<BDF>/information` file may hold (it is ~400 bytes).
+const INFORMATION_MAX: u64 = 4096;
+/// The most PCI bridges a device's path may cross (real ones cross two to four).
+const PATH_MAX_DEPTH: usize = 16;
+
+/// One GPU's PCI device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PciGpu {
+    /// Its `/dev/nvidia<minor>`.
+    pub minor: u32,
+    /// Its bus address, `dddd:bb:dd.f`.
+    pub bdf: String,
+    /// Its path below `/sys/devices`: the root bus `pci<dddd>:<bb>`, each bridge's bus
+    /// address, then its own.
+    pub path: Vec<String>,
+}
+
+/// Why a GPU's PCI device cannot be given. One line.
+#[derive(Debug, thiserror::Error)]
+pub enum PciError {
+    /// A file or link failed the trust checks or could not be read.
+    #[error(transparent)]
+    Untrusted(#[from] TrustError),
+    /// A file or link could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The entry.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The `information` file names no device minor.
+    #[error("{} names no \"Device Minor\"", .0.display())]
+    NoMinor(PathBuf),
+    /// The device's path is not `pci<dddd>:<bb>/<BDF>/…/<BDF>` under `/sys/devices`.
+    #[error("{} leads to {}, not to pci<domain>:<bus>/…/<its address> under /sys/devices", link.display(), target.display())]
+    UnexpectedPath {
+        /// The link.
+        link: PathBuf,
+        /// Where it leads.
+        target: PathBuf,
+    },
+}
+
+/// Whether `name` is a PCI bus address, `dddd:bb:dd.f` in lowercase hex.
+pub fn is_bdf(name: &str) -> bool {
+    let b = name.as_bytes();
+    let hex = |r: std::ops::Range<usize>| {
+        b[r].iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    };
+    b.len() == 12
+        && hex(0..4)
+        && b[4] == b':'
+        && hex(5..7)
+        && b[7] == b':'
+        && hex(8..10)
+        && b[10] == b'.'
+        && (b'0'..=b'7').contains(&b[11])
+}
+
+/// Whether `name` is a root bus directory, `pci<dddd>:<bb>`.
+fn is_root_bus(name: &str) -> bool {
+    name.strip_prefix("pci").is_some_and(|rest| {
+        let b = rest.as_bytes();
+        b.len() == 7
+            && b.iter().enumerate().all(|(i, c)| {
+                if i == 4 {
+                    *c == b':'
+                } else {
+                    c.is_ascii_hexdigit()
+                }
+            })
+    })
+}
+
+/// The PCI devices of the GPUs `/proc/driver/nvidia/gpus` lists under `host_root`, each or
+/// why it cannot be given, by bus address. No such directory (no NVIDIA driver loaded): none.
+pub fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
+    let gpus = host_root.join("proc/driver/nvidia/gpus");
+    let Ok(dir) = trust::listed_dir(&gpus) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| is_bdf(n))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|bdf| gpu(host_root, &dir, bdf))
+        .collect()
+}
+
+fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
+    let information = gpus.join(&bdf).join("information");
+    let minor = device_minor(&information)?;
+    let link = host_root.join("sys/bus/pci/devices").join(&bdf);
+    let path = device_path(&link, &bdf)?;
+    Ok(PciGpu { minor, bdf, path })
+}
+
+/// The "Device Minor" of an `information` file.
+fn device_minor(information: &Path) -> Result<u32, PciError> {
+    let bytes = read_small(information, INFORMATION_MAX)?;
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .find_map(|l| l.strip_prefix("Device Minor:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| PciError::NoMinor(information.to_path_buf()))
+}
+
+/// The regular file at `path`, opened once trusted ([`trust::open_file`]), read to at most
+/// `max` bytes: a longer one is an error, never read further.
+pub fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, PciError> {
+    use std::io::Read;
+    let (file, _) = trust::open_file(path)?;
+    let mut bytes = Vec::new();
+    let read = |source| PciError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    file.take(max + 1).read_to_end(&mut bytes).map_err(read)?;
+    if bytes.len() as u64 > max {
+        return Err(read(std::io::Error::other(format!(
+            "longer than {max} bytes"
+        ))));
+    }
+    Ok(bytes)
+}
+
+/// The device's path below `/sys/devices`, from its link in `/sys/bus/pci/devices`
+/// (`../../../devices/pci0000:00/0000:00:01.0/<bdf>`), which must be root's (or the hook's user's).
+fn device_path(link: &Path, bdf: &str) -> Result<Vec<String>, PciError> {
+    use std::os::unix::fs::MetadataExt;
+    let read = |source| PciError::Read {
+        path: link.to_path_buf(),
+        source,
+    };
+    let parent = link.parent().expect("a link in a directory");
+    trust::listed_dir(parent)?;
+    let meta = std::fs::symlink_metadata(link).map_err(read)?;
+    let target = std::fs::read_link(link).map_err(read)?;
+    let unexpected = || PciError::UnexpectedPath {
+        link: link.to_path_buf(),
+        target: target.clone(),
+    };
+    if !meta.file_type().is_symlink()
+        || !(meta.uid() == 0 || meta.uid() == nix::unistd::geteuid().as_raw())
+    {
+        return Err(unexpected());
+    }
+    let text = target.to_str().ok_or_else(unexpected)?;
+    let below = text
+        .strip_prefix("../../../devices/")
+        .ok_or_else(unexpected)?;
+    let parts: Vec<String> = below.split('/').map(str::to_string).collect();
+    let well_formed = parts.len() >= 2
+        && parts.len() <= PATH_MAX_DEPTH
+        && is_root_bus(&parts[0])
+        && parts[1..].iter().all(|p| is_bdf(p))
+        && parts.last().map(String::as_str) == Some(bdf);
+    if !well_formed {
+        return Err(unexpected());
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_addresses_and_root_buses_are_told_apart() {
+        assert!(is_bdf("0000:01:00.0"));
+        assert!(is_bdf("0001:a1:1f.7"));
+        for bad in [
+            "0000:01:00.8",
+            "0000:01:00",
+            "0000:01:00.0/",
+            "0000:0G:00.0",
+            "../01:00.0",
+        ] {
+            assert!(!is_bdf(bad), "{bad}");
+        }
+        assert!(is_root_bus("pci0000:00"));
+        assert!(!is_root_bus("pci0000:0"));
+        assert!(!is_root_bus("0000:00:01.0"));
+    }
+
+    #[test]
+    fn a_fake_host_gives_each_gpus_minor_and_path_and_refuses_a_stray_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let gpu = |bdf: &str, minor: u32, target: &str| {
+            let info = root.join("proc/driver/nvidia/gpus").join(bdf);
+            std::fs::create_dir_all(&info).unwrap();
+            let text =
+                format!("Model: \t\t FAKE\nBus Location: \t {bdf}\nDevice Minor: \t {minor}\n");
+            std::fs::write(info.join("information"), text).unwrap();
+            let devices = root.join("sys/bus/pci/devices");
+            std::fs::create_dir_all(&devices).unwrap();
+            std::os::unix::fs::symlink(target, devices.join(bdf)).unwrap();
+        };
+        gpu(
+            "0000:01:00.0",
+            0,
+            "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        );
+        gpu(
+            "0000:02:00.0",
+            1,
+            "../../../devices/pci0000:00/0000:00:02.0/0000:09:00.0",
+        );
+        gpu("0000:03:00.0", 2, "/sys/devices/pci0000:00/0000:03:00.0");
+        let found = discover(root);
+        assert_eq!(found.len(), 3);
+        let first = found[0].as_ref().unwrap();
+        assert_eq!(first.minor, 0);
+        assert_eq!(first.path, ["pci0000:00", "0000:00:01.0", "0000:01:00.0"]);
+        for refused in &found[1..] {
+            let e = refused.as_ref().unwrap_err().to_string();
+            assert!(e.contains("not to pci<domain>:<bus>"), "{e}");
+        }
+        assert!(discover(&root.join("none")).is_empty());
+    }
+}

@@ -1,0 +1,215 @@
+//! `cuda-sandbox-check features [--json] [--capability X.Y]...`: the Nix system features a
+//! GPU builder advertises, `cuda` and the `cuda-sm-*` features of its GPUs in Nixpkgs'
+//! convention ([`cuda_sandbox_elfkit::fatbin::features`]), ready for nix.conf's
+//! `extra-system-features`, `nix.buildMachines.*.supportedFeatures` or a Hydra machines file.
+//!
+//! The GPUs are those the driver reports to this process (`cuDeviceGetAttribute`'s compute
+//! capability; a MIG instance reports its GPU's), or the capabilities given with
+//! `--capability`, for a machine being configured without its driver. A capability the
+//! convention does not know is named on stderr and adds nothing (exit status 3).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use cuda_sandbox_elfkit::fatbin::features::{self, Advertised, GpuCapabilityError};
+use cuda_sandbox_elfkit::fatbin::gpus::nixpkgs_pin;
+use cuda_sandbox_elfkit::fatbin::Capability;
+use serde::Serialize;
+
+use crate::cuda::devices;
+use crate::cuda::driver::Driver;
+
+/// `cuda-sandbox-check features`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cuda-sandbox-check features",
+    about = "Prints the Nix system features of this builder's GPUs: cuda, and the cuda-sm-* \
+             features of Nixpkgs' convention (_cuda.lib.getCudaSystemFeatures), for every GPU \
+             the driver reports (a MIG instance counts as its GPU) or every --capability given.",
+    after_help = "Use the line as nix.conf's extra-system-features (system-features would drop \
+                  Nix's defaults), in nix.buildMachines.*.supportedFeatures, or in a Hydra \
+                  machines file. The table follows one Nixpkgs commit (--json names it): a \
+                  capability it does not know is named on stderr and advertises nothing.\n\
+                  Exit status: 0 every GPU known, 3 some GPU's capability unknown to the table \
+                  (the line lacks its features), 2 no GPU, no driver or bad usage."
+)]
+pub struct FeaturesCli {
+    /// A GPU's compute capability (8.9, 89 or sm_89; repeatable): compute the features for
+    /// these instead of asking the driver. A variant (9.0a) names code, not a GPU, and is
+    /// refused.
+    #[arg(long = "capability", value_name = "X.Y")]
+    pub capabilities: Vec<String>,
+
+    /// Print one JSON document: the features, the GPUs, the unknown capabilities and the
+    /// Nixpkgs commit the table follows.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl FeaturesCli {
+    /// Parses `args` (the words after `features`); exits with clap's message on bad flags.
+    pub fn parse_after(args: impl IntoIterator<Item = String>) -> FeaturesCli {
+        <FeaturesCli as Parser>::parse_from(
+            std::iter::once("cuda-sandbox-check features".into()).chain(args),
+        )
+    }
+}
+
+/// Why no features could be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum FeaturesError {
+    /// A `--capability` that is not a GPU's.
+    #[error("--capability {0}")]
+    Capability(#[from] GpuCapabilityError),
+    /// The driver could not be loaded or asked.
+    #[error("the driver cannot say which GPUs this is: {0} (give --capability X.Y instead)")]
+    Driver(String),
+    /// The driver reports no GPU.
+    #[error("the driver reports no GPU (give --capability X.Y for a machine being configured)")]
+    NoGpu,
+}
+
+/// One GPU the features were computed for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FeatureGpu {
+    /// Its CUDA ordinal; `None` for a `--capability`.
+    pub ordinal: Option<i32>,
+    /// `cuDeviceGetName` (a MIG instance's own name); `None` for a `--capability`.
+    pub name: Option<String>,
+    /// Its compute capability.
+    pub capability: Capability,
+}
+
+/// A capability that adds no feature, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnknownCapability {
+    /// The capability.
+    pub capability: Capability,
+    /// Why, in words.
+    pub why: &'static str,
+}
+
+/// The Nixpkgs revision the table follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Follows {
+    /// `owner/name`.
+    pub repository: &'static str,
+    /// The commit.
+    pub commit: &'static str,
+}
+
+/// What `features --json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FeaturesReport {
+    /// `cuda`, then the `cuda-sm-*` features in Nixpkgs' order.
+    pub features: Vec<String>,
+    /// `driver` or `capability` (given with `--capability`).
+    pub source: &'static str,
+    /// The GPUs, in CUDA order (or as given).
+    pub gpus: Vec<FeatureGpu>,
+    /// The capabilities that add nothing.
+    pub unknown: Vec<UnknownCapability>,
+    /// The Nixpkgs revision the table's convention follows.
+    pub nixpkgs: Follows,
+}
+
+/// The GPUs the driver reports to this process.
+fn driver_gpus() -> Result<Vec<FeatureGpu>, FeaturesError> {
+    let driver = Driver::load().map_err(|e| FeaturesError::Driver(e.to_string()))?;
+    driver
+        .init()
+        .map_err(|e| FeaturesError::Driver(e.to_string()))?;
+    let listed = devices::list(&driver).map_err(|e| FeaturesError::Driver(e.to_string()))?;
+    let gpus = listed
+        .into_iter()
+        .map(|device| {
+            let capability = Capability::parse(&device.compute_capability)
+                .map_err(|e| FeaturesError::Driver(format!("GPU {}: {e}", device.ordinal)))?;
+            Ok(FeatureGpu {
+                ordinal: Some(device.ordinal),
+                name: Some(device.name),
+                capability,
+            })
+        })
+        .collect::<Result<Vec<_>, FeaturesError>>()?;
+    if gpus.is_empty() {
+        return Err(FeaturesError::NoGpu);
+    }
+    Ok(gpus)
+}
+
+/// Computes the report: from `--capability`, else from the driver.
+pub fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError> {
+    let (source, gpus) = if cli.capabilities.is_empty() {
+        ("driver", driver_gpus()?)
+    } else {
+        let gpus = cli
+            .capabilities
+            .iter()
+            .map(|text| {
+                Ok(FeatureGpu {
+                    ordinal: None,
+                    name: None,
+                    capability: features::parse_gpu(text)?,
+                })
+            })
+            .collect::<Result<Vec<_>, FeaturesError>>()?;
+        ("capability", gpus)
+    };
+    let capabilities: Vec<Capability> = gpus.iter().map(|gpu| gpu.capability).collect();
+    let Advertised {
+        features: sm,
+        unknown,
+    } = features::advertised(&capabilities);
+    let pin = nixpkgs_pin();
+    Ok(FeaturesReport {
+        features: std::iter::once(features::CUDA.to_owned())
+            .chain(sm)
+            .collect(),
+        source,
+        gpus,
+        unknown: unknown
+            .into_iter()
+            .map(|(capability, why)| UnknownCapability {
+                capability,
+                why: why.describe(),
+            })
+            .collect(),
+        nixpkgs: Follows {
+            repository: pin.repository,
+            commit: pin.commit,
+        },
+    })
+}
+
+/// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
+/// 3 with an unknown capability, 2 without GPUs or with bad input.
+pub fn run(cli: &FeaturesCli) -> ExitCode {
+    let report = match report(cli) {
+        Ok(report) => report,
+        Err(why) => {
+            eprintln!("cuda-sandbox-check features: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("plain data")
+        );
+    } else {
+        println!("{}", report.features.join(" "));
+    }
+    for unknown in &report.unknown {
+        eprintln!(
+            "cuda-sandbox-check features: compute capability {} is {}: it adds no cuda-sm-* \
+             feature (the table follows {} {})",
+            unknown.capability, unknown.why, report.nixpkgs.repository, report.nixpkgs.commit
+        );
+    }
+    if report.unknown.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }
+}

@@ -1,0 +1,121 @@
+//! The words of a verdict that do not depend on the target: what a module carries, where it
+//! is in its file, and what was listed and not judged ([`crate::gpu_code`] says the rest).
+
+use std::collections::BTreeSet;
+
+use cuda_sandbox_elfkit::fatbin::verdict::{Excuse, Judgement};
+use cuda_sandbox_elfkit::fatbin::{Arch, Container, EntryKind, Origin};
+
+/// What a set of entries carries, e.g. `SASS sm_75 sm_80, PTX compute_80 (ISA 8.8)`.
+pub fn carried<'a>(
+    entries: impl IntoIterator<Item = &'a cuda_sandbox_elfkit::fatbin::Entry>,
+) -> String {
+    let mut sass: BTreeSet<Arch> = BTreeSet::new();
+    let mut ptx: BTreeSet<(Arch, String)> = BTreeSet::new();
+    let mut nvvm: BTreeSet<Arch> = BTreeSet::new();
+    for e in entries {
+        match e.kind {
+            EntryKind::Sass => {
+                sass.insert(e.arch);
+            }
+            EntryKind::Ptx => {
+                ptx.insert((e.arch, e.version.to_string()));
+            }
+            _ => {
+                nvvm.insert(e.arch);
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    if !sass.is_empty() {
+        let names: Vec<String> = sass.iter().map(|a| a.sm_name()).collect();
+        parts.push(format!("SASS {}", names.join(" ")));
+    }
+    if !ptx.is_empty() {
+        let names: Vec<String> = ptx
+            .iter()
+            .map(|(a, isa)| format!("{} (ISA {isa})", a.compute_name()))
+            .collect();
+        parts.push(format!("PTX {}", names.join(" ")));
+    }
+    if !nvvm.is_empty() {
+        let names: Vec<String> = nvvm.iter().map(|a| a.compute_name()).collect();
+        parts.push(format!("NVVM IR {}", names.join(" ")));
+    }
+    if parts.is_empty() {
+        "nothing".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Where a module is, for messages: `module 2 of 13 (.nv_fatbin at byte 0x1806b8)`.
+pub fn module_place(modules: &[Container], index: usize) -> String {
+    let c = &modules[index];
+    let place = match &c.origin {
+        Origin::Section(s) => format!("{s} at byte {:#x}", c.offset),
+        Origin::Wrapper(s) => format!("{s} at byte {:#x}, by its wrapper", c.offset),
+        Origin::Scan(s) => format!("a byte array in {s} at byte {:#x}", c.offset),
+        Origin::File => format!("byte {:#x}", c.offset),
+    };
+    let member = c
+        .member
+        .as_deref()
+        .map(|m| format!(" of member {m}"))
+        .unwrap_or_default();
+    format!(
+        "module {} of {} ({place}{member})",
+        index + 1,
+        modules.len()
+    )
+}
+
+/// What was listed and not judged, and what was reported and not failed, as a parenthesis.
+pub fn notes(j: &Judgement) -> String {
+    let n = &j.not_judged;
+    let mut notes = Vec::new();
+    if n.inert > 0 {
+        notes.push(format!(
+            "{} module(s) with no kernel and no device data, which nothing can launch or read",
+            n.inert
+        ));
+    }
+    if n.nvvm_only > 0 {
+        notes.push(format!(
+            "{} module(s) of NVVM IR only, linked at run time by nvJitLink",
+            n.nvvm_only
+        ));
+    }
+    if n.device_link_input > 0 {
+        notes.push(format!(
+            "{} relocatable module(s) in __nv_relfatbin, input for device linking, which the \
+             driver never loads",
+            n.device_link_input
+        ));
+    }
+    let mut reported = Vec::new();
+    let other_gpus = j
+        .reported()
+        .filter(|m| m.excuse == Some(Excuse::OnlyForOtherGpus))
+        .count();
+    let by_program = j.reported().count() - other_gpus;
+    if other_gpus > 0 {
+        reported.push(format!(
+            "{other_gpus} module(s) hold only arch- or family-specific images for other GPUs"
+        ));
+    }
+    if by_program > 0 {
+        reported.push(format!(
+            "{by_program} module(s) the program loads itself cannot load here (kept per GPU, \
+             chosen at run time)"
+        ));
+    }
+    let mut out = String::new();
+    if !notes.is_empty() {
+        out.push_str(&format!(" (listed, not judged: {})", notes.join("; ")));
+    }
+    if !reported.is_empty() {
+        out.push_str(&format!(" (reported, not failed: {})", reported.join("; ")));
+    }
+    out
+}

@@ -1,0 +1,225 @@
+//! `cuda-sandbox-check features` under the FAKE driver: the GPUs' compute capabilities come
+//! from the sidecar (`compute_capability`, `device_capability`), through the real code path
+//! (`cuInit`, `cuDeviceGetAttribute`). Each expected list is written out by hand from Nixpkgs'
+//! `_cuda.db` at the commit gpus.txt pins (ConnorBaker/nixpkgs 748b3c28: 3.5 3.7 5.0 5.2 6.0
+//! 6.1 7.0 7.2 7.5 8.0 8.6 8.7 8.9 9.0 9.0a; 10.0 10.1 10.3 11.0 12.0 12.1, each with a and f)
+//! and the three rules of `getCudaSystemFeatures` there, not computed by the code under test.
+
+mod common;
+
+use std::process::Command;
+
+use common::{FakeDriver, RUNNER};
+use fake_driver::{FakeDevice, FakeMig, Mode, Sidecar};
+use serde_json::Value;
+
+const BELOW_75: &str = "cuda cuda-sm-35 cuda-sm-37 cuda-sm-50 cuda-sm-52 cuda-sm-60 cuda-sm-61 \
+                        cuda-sm-70 cuda-sm-72";
+const TO_87: &str = "cuda-sm-75 cuda-sm-80 cuda-sm-86 cuda-sm-87";
+const TO_90: &str = "cuda-sm-89 cuda-sm-90";
+const TO_110: &str = "cuda-sm-100 cuda-sm-101 cuda-sm-103 cuda-sm-110";
+
+/// The six capabilities the issue names, each with its whole list.
+fn expected() -> Vec<((i32, i32), String)> {
+    vec![
+        ((7, 5), format!("{BELOW_75} cuda-sm-75")),
+        ((8, 7), format!("{BELOW_75} {TO_87}")),
+        ((9, 0), format!("{BELOW_75} {TO_87} {TO_90} cuda-sm-90a")),
+        (
+            (10, 0),
+            format!("{BELOW_75} {TO_87} {TO_90} cuda-sm-100 cuda-sm-100a cuda-sm-100f"),
+        ),
+        (
+            (12, 0),
+            format!("{BELOW_75} {TO_87} {TO_90} {TO_110} cuda-sm-120 cuda-sm-120a cuda-sm-120f"),
+        ),
+        (
+            (12, 1),
+            format!(
+                "{BELOW_75} {TO_87} {TO_90} {TO_110} cuda-sm-120 cuda-sm-120f cuda-sm-121 \
+                 cuda-sm-121a cuda-sm-121f"
+            ),
+        ),
+    ]
+}
+
+struct Features {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn features(driver: Option<&FakeDriver>, args: &[&str]) -> Features {
+    let empty = tempfile::tempdir().unwrap();
+    let library_path = driver.map_or(empty.path(), |d| d.dir.as_path());
+    let output = Command::new(RUNNER)
+        .env("LD_LIBRARY_PATH", library_path)
+        .arg("features")
+        .args(args)
+        .output()
+        .expect("run cuda-sandbox-check features");
+    Features {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn json(run: &Features) -> Value {
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", run.stdout, run.stderr))
+}
+
+fn gpus(capabilities: &[(i32, i32)]) -> Sidecar {
+    let mut sidecar = Sidecar {
+        devices: (0..capabilities.len()).map(FakeDevice::generated).collect(),
+        ..Sidecar::default()
+    };
+    for (device, &cc) in sidecar.devices.iter_mut().zip(capabilities) {
+        device.compute_capability = Some(cc);
+    }
+    sidecar
+}
+
+#[test]
+fn each_gpu_advertises_the_pinned_convention_s_features() {
+    for ((major, minor), want) in expected() {
+        let driver = FakeDriver::driver(&Sidecar {
+            compute_capability: (major, minor),
+            ..Sidecar::default()
+        });
+        let run = features(Some(&driver), &[]);
+        assert_eq!(run.code, 0, "{major}.{minor}: {}", run.stderr);
+        assert_eq!(run.stdout, format!("{want}\n"), "{major}.{minor}");
+        // The same without a driver, for a machine being configured.
+        let given = features(None, &["--capability", &format!("{major}.{minor}")]);
+        assert_eq!(
+            (given.code, &given.stdout),
+            (0, &run.stdout),
+            "{major}.{minor}"
+        );
+    }
+}
+
+/// A host with a 9.0 and a 10.0 GPU advertises the union: both GPUs' arch-specific features,
+/// which neither alone has.
+#[test]
+fn a_mixed_host_advertises_the_union_of_its_gpus() {
+    let driver = FakeDriver::driver(&gpus(&[(9, 0), (10, 0)]));
+    let run = features(Some(&driver), &["--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = json(&run);
+    let want =
+        format!("{BELOW_75} {TO_87} {TO_90} cuda-sm-90a cuda-sm-100 cuda-sm-100a cuda-sm-100f");
+    let got: Vec<&str> = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(got.join(" "), want);
+    assert_eq!(report["source"], "driver");
+    let capabilities: Vec<&Value> = report["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| &g["capability"])
+        .collect();
+    assert_eq!(capabilities, ["9.0", "10.0"]);
+    assert_eq!(report["gpus"][1]["name"], "FAKE NVIDIA GPU 1");
+    assert_eq!(report["unknown"], Value::Array(Vec::new()));
+    assert_eq!(report["nixpkgs"]["repository"], "ConnorBaker/nixpkgs");
+    assert_eq!(
+        report["nixpkgs"]["commit"],
+        "748b3c288fc42b23b2b66ddda7c36f8d1c6ae7f0"
+    );
+}
+
+/// CUDA enumerates a MIG instance in place of its GPU, with the GPU's capability: a 12.1 GPU
+/// sliced into MIG instances beside a 7.5 advertises what a 12.1 and a 7.5 do.
+#[test]
+fn a_mig_instance_counts_as_its_gpu() {
+    let mut sidecar = gpus(&[(7, 5), (12, 1)]);
+    sidecar.mig = vec![FakeMig {
+        parent: 1,
+        gi: 1,
+        ci: 0,
+        uuid: "MIG-fa4e0000-0000-4000-8000-000100010000".into(),
+        name: "FAKE NVIDIA GPU 1 MIG 1g.10gb".into(),
+    }];
+    let driver = FakeDriver::driver(&sidecar);
+    let run = features(Some(&driver), &["--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = json(&run);
+    assert_eq!(report["gpus"][1]["name"], "FAKE NVIDIA GPU 1 MIG 1g.10gb");
+    assert_eq!(report["gpus"][1]["capability"], "12.1");
+    let plain = features(None, &["--capability", "7.5", "--capability", "12.1"]);
+    let from_mig: Vec<&str> = report["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(format!("{}\n", from_mig.join(" ")), plain.stdout);
+    assert_eq!(plain.stdout, format!("{}\n", expected()[5].1));
+}
+
+/// A capability newer than the table is named and adds nothing; the other GPUs' features are
+/// still printed, and the exit status says the line is incomplete.
+#[test]
+fn a_capability_newer_than_the_table_is_named_never_guessed() {
+    let driver = FakeDriver::driver(&gpus(&[(13, 0), (7, 5)]));
+    let run = features(Some(&driver), &[]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert_eq!(run.stdout, format!("{}\n", expected()[0].1));
+    assert!(
+        run.stderr.contains(
+            "compute capability 13.0 is newer than cuda-sandbox's capability table: it adds no \
+             cuda-sm-* feature"
+        ),
+        "{}",
+        run.stderr
+    );
+    // 8.8 is in gpus.txt, not in the pinned Nixpkgs convention: Nixpkgs names nothing for it.
+    let run = features(None, &["--capability", "8.8", "--json"]);
+    assert_eq!(run.code, 3);
+    let report = json(&run);
+    assert_eq!(report["features"], serde_json::json!(["cuda"]));
+    assert_eq!(report["unknown"][0]["capability"], "8.8");
+    assert_eq!(
+        report["unknown"][0]["why"],
+        "not in the Nixpkgs convention the table follows"
+    );
+}
+
+#[test]
+fn a_feature_set_no_gpu_and_no_driver_are_refused() {
+    let run = features(None, &["--capability", "9.0a"]);
+    assert_eq!(run.code, 2);
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr
+            .contains("9.0a is a feature set rather than a GPU: give its GPU's capability, 9.0"),
+        "{}",
+        run.stderr
+    );
+    let run = features(None, &[]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("give --capability X.Y"),
+        "{}",
+        run.stderr
+    );
+    let no_device = FakeDriver::driver(&Sidecar {
+        mode: Mode::NoDevice,
+        ..Sidecar::default()
+    });
+    let run = features(Some(&no_device), &[]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the driver cannot say which GPUs this is"),
+        "{}",
+        run.stderr
+    );
+}
