@@ -215,7 +215,7 @@ fn strings_present(regions: &[&[u8]], texts: &[&str]) -> Vec<bool> {
         .iter()
         .map(|t| [t.as_bytes(), b"\0"].concat())
         .collect();
-    let finders: Vec<memmem::Finder> = needles.iter().map(|n| memmem::Finder::new(n)).collect();
+    let finders: Vec<memmem::Finder> = needles.iter().map(memmem::Finder::new).collect();
     let overlap = needles.iter().map(Vec::len).max().unwrap_or(1) - 1;
     let mut found = vec![false; texts.len()];
     for region in regions {
@@ -610,14 +610,20 @@ mod tests {
         );
         assert_eq!(pieces, [&bytes[10..40], &bytes[50..95]]);
         let mut pieces = Vec::new();
-        outside(&bytes, 1000, &[2000..2100], &mut pieces);
+        outside(
+            &bytes,
+            1000,
+            std::slice::from_ref(&(2000..2100)),
+            &mut pieces,
+        );
         assert_eq!(pieces, [&bytes[..]]);
         // A runtime's strings inside a container are not a runtime of the host code.
         let mut strings = runtime_markers();
         strings.push(DRIVER_NAME);
         let data = blob(&strings, &[]);
         assert!(static_runtime_outside(&data, &[]).is_some());
-        assert!(static_runtime_outside(&data, &[5..data.len()]).is_none());
+        let all_but_junk = 5..data.len();
+        assert!(static_runtime_outside(&data, std::slice::from_ref(&all_but_junk)).is_none());
     }
 
     #[test]
