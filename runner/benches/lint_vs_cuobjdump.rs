@@ -214,7 +214,7 @@ fn library(real: &RealNvidia, empty: &Path, entry: &(&str, &str, &str, &str)) ->
     let &(name, wheel, file, source) = entry;
     let path = real.corpus(wheel, file);
     if !real.has("lint_vs_cuobjdump", &path) {
-        return true;
+        return false; // it says why; under CI=true it panics
     }
     let size = std::fs::metadata(&path).unwrap().len();
     std::hint::black_box(std::fs::read(&path).unwrap());
