@@ -37,7 +37,7 @@ use crate::gpu_code::{judge_file, runtime_uses, Rule, Target};
 use crate::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
 use crate::package::STORE_DIR;
 use crate::provenance::Provenance;
-use crate::runtime_scan::runtime_in;
+use crate::runtime_scan::{device_ranges, runtime_in};
 
 /// `cuda-sandbox-check gpu-confirm`.
 #[derive(Debug, Parser)]
@@ -237,7 +237,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let code = cuda_sandbox_elfkit::fatbin::read_gpu_code(data)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let dynamic = cuda_sandbox_elfkit::dynamic_info(data).ok().flatten();
-        let runtime = runtime_in(path, Some(data));
+        let runtime = runtime_in(path, Some(data), &device_ranges(&code));
         let uses = runtime_uses(dynamic.as_ref(), runtime.as_ref());
         let soname = dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(path, soname, Path::new(STORE_DIR));

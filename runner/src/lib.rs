@@ -25,6 +25,7 @@ pub mod mixing;
 pub mod module_images;
 pub mod nvml_mig;
 pub mod package;
+pub mod pretty_json;
 pub mod provenance;
 pub mod report;
 pub mod runtime_scan;

@@ -27,7 +27,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::read_gpu_code;
+use cuda_sandbox_elfkit::fatbin::{read_gpu_code, FatbinError, GpuCode};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
 use crate::mixing::{mixed_processes, Root};
 use crate::provenance::Provenance;
-use crate::runtime_scan::{runtime_in, FoundRuntime, RuntimeForm};
+use crate::runtime_scan::{device_ranges, runtime_in, FoundRuntime, RuntimeForm};
 use crate::walk::{resolve, walk};
 
 /// What the lint expects.
@@ -474,7 +474,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
     if is_static_cuda_archive(&name) {
-        report.cuda_runtimes.extend(runtime_in(path, None));
+        report.cuda_runtimes.extend(runtime_in(path, None, &[]));
         report.findings.push(archive_finding(path, None));
     }
     let unreadable = |message: String| Finding {
@@ -498,13 +498,24 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
         // An archive's members are link input, listed per member as cuobjdump lists them.
         Contents::Fatbin | Contents::Archive => {
             let provenance = Provenance::of(path, None, &config.store_dir);
-            gpu_code_of(path, data, &[], provenance, config, report);
+            gpu_code_of(
+                path,
+                data,
+                read_gpu_code(data),
+                &[],
+                provenance,
+                config,
+                report,
+            );
             return None;
         }
         Contents::Elf => {}
     }
     report.elf_files += 1;
-    let runtime = runtime_in(path, Some(data));
+    // The GPU code first: the runtime's strings are not looked for inside its containers.
+    let code = read_gpu_code(data);
+    let device = code.as_ref().map(device_ranges).unwrap_or_default();
+    let runtime = runtime_in(path, Some(data), &device);
     let holds_static_runtime = runtime
         .as_ref()
         .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
@@ -543,7 +554,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
         Ok(None) => {}
         Err(e) => report.findings.push(unreadable(e)),
     }
-    gpu_code_of(path, data, &uses, provenance, config, report);
+    gpu_code_of(path, data, code, &uses, provenance, config, report);
     root
 }
 
@@ -570,12 +581,13 @@ fn finding_kind(rule: Rule) -> Option<FindingKind> {
 fn gpu_code_of(
     path: &Path,
     data: &[u8],
+    code: Result<GpuCode, FatbinError>,
     runtimes: &[RuntimeUse],
     provenance: Provenance,
     config: &LintConfig,
     report: &mut LintReport,
 ) {
-    let code = match read_gpu_code(data) {
+    let code = match code {
         Ok(code) => code,
         Err(e) => {
             report.findings.push(Finding {

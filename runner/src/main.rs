@@ -80,6 +80,16 @@ fn confirm_main(cli: &ConfirmCli) -> ExitCode {
     }
 }
 
+/// Writes `value` to stdout as pretty JSON and a newline, streamed through a buffer: a
+/// library's listing runs to megabytes (cuFFT's: 12 MB), and no `String` of it is built first.
+fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    cuda_sandbox_check::pretty_json::to_writer_pretty(&mut out, value)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
 /// Exit status of a run in which nothing failed but some file could not be judged (`lint`:
 /// only `gpu-code-unknown` findings; checks: an undecided `package::gpu_code`).
 const UNDECIDED: u8 = 3;
@@ -101,10 +111,10 @@ fn lint_main(cli: LintCli) -> ExitCode {
     };
     let report = lint::lint(&cli.paths, &config);
     if cli.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("plain data")
-        );
+        if let Err(why) = print_json(&report) {
+            eprintln!("cuda-sandbox-check lint: writing the report: {why}");
+            return ExitCode::from(2);
+        }
     } else {
         // One line per file and target first: the answer and its reason.
         for code in &report.gpu_code {

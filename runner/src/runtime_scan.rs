@@ -12,11 +12,14 @@
 //!
 //! Loading a runtime to ask it is [`crate::cuda::cudart`].
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use memchr::memmem;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 use serde::Serialize;
+
+use cuda_sandbox_elfkit::fatbin::GpuCode;
 
 use crate::cuda::version::CudaVersion;
 
@@ -124,8 +127,10 @@ pub struct ContentVersion {
 
 /// The parts of an ELF file to search: allocated data (`.rodata`, `.data.rel.ro`, `.data`; not
 /// the symbol and string tables, not fat binaries, which are device code) and code. The whole
-/// file for both when it has no section headers (or they do not parse).
-fn regions(data: &[u8]) -> (Vec<&[u8]>, Vec<&[u8]>) {
+/// file for both when it has no section headers (or they do not parse). `device` holds the
+/// file ranges of fat-binary containers found elsewhere (byte arrays in `.rodata`, `.ldata`),
+/// sorted by start: device code too, left out of the data searched.
+fn regions<'a>(data: &'a [u8], device: &[Range<usize>]) -> (Vec<&'a [u8]>, Vec<&'a [u8]>) {
     let mut read_only = Vec::new();
     let mut code = Vec::new();
     if let Ok(file) = object::File::parse(data) {
@@ -137,7 +142,13 @@ fn regions(data: &[u8]) -> (Vec<&[u8]>, Vec<&[u8]>) {
             let Ok(bytes) = section.data() else { continue };
             match section.kind() {
                 SectionKind::ReadOnlyData | SectionKind::ReadOnlyString | SectionKind::Data => {
-                    read_only.push(bytes)
+                    match section
+                        .file_range()
+                        .and_then(|(at, _)| usize::try_from(at).ok())
+                    {
+                        Some(at) => outside(bytes, at, device, &mut read_only),
+                        None => read_only.push(bytes),
+                    }
                 }
                 SectionKind::Text => code.push(bytes),
                 _ => {}
@@ -145,19 +156,81 @@ fn regions(data: &[u8]) -> (Vec<&[u8]>, Vec<&[u8]>) {
         }
     }
     if read_only.is_empty() && code.is_empty() {
-        return (vec![data], vec![data]);
+        outside(data, 0, device, &mut read_only);
+        return (read_only, vec![data]);
     }
     (read_only, code)
 }
 
-/// Whether one of `regions` holds `text` as a C string (with its NUL; a longer string ending in
-/// it counts too, as the linker merges such tails).
-fn has_string(regions: &[&[u8]], text: &str) -> bool {
-    let mut needle = Vec::with_capacity(text.len() + 1);
-    needle.extend_from_slice(text.as_bytes());
-    needle.push(0);
-    let finder = memmem::Finder::new(&needle);
-    regions.iter().any(|r| finder.find(r).is_some())
+/// The pieces of `bytes` (at file offset `at`) that no range of `device` (sorted by start,
+/// disjoint) covers, pushed to `out`.
+fn outside<'a>(bytes: &'a [u8], at: usize, device: &[Range<usize>], out: &mut Vec<&'a [u8]>) {
+    let end = at + bytes.len();
+    let mut from = at;
+    let first = device.partition_point(|r| r.end <= at);
+    for r in device[first..].iter().take_while(|r| r.start < end) {
+        if r.start > from {
+            out.push(&bytes[from - at..r.start - at]);
+        }
+        from = from.max(r.end);
+    }
+    if from < end {
+        out.push(&bytes[from - at..]);
+    }
+}
+
+/// The file ranges of `code`'s containers, sorted and merged: what [`regions`] leaves out.
+pub fn device_ranges(code: &GpuCode) -> Vec<Range<usize>> {
+    let mut ranges: Vec<Range<usize>> = code
+        .containers
+        .iter()
+        .filter_map(|c| {
+            let start = usize::try_from(c.offset).ok()?;
+            Some(start..start.checked_add(usize::try_from(c.size).ok()?)?)
+        })
+        .collect();
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+/// Bytes searched at a time by [`strings_present`]: small enough to stay in the CPU's cache
+/// while every string is looked for in them.
+const BLOCK: usize = 256 << 10;
+
+/// Which of `texts` one of `regions` holds as a C string (with its NUL; a longer string ending
+/// in it counts too, as the linker merges such tails), in one pass over the bytes: each block
+/// of [`BLOCK`] bytes is searched for every string not yet found while it is in the cache, so
+/// a large file is read from memory once, not once per string. Each region's blocks are taken
+/// from its end: a program's static runtime is linked last (`-lcudart_static` ends the link
+/// line), so its strings lie at the end of `.rodata`, and a string found there is not looked
+/// for through the tens of MB of data before it (cuRAND's 20 MB of tables).
+fn strings_present(regions: &[&[u8]], texts: &[&str]) -> Vec<bool> {
+    let needles: Vec<Vec<u8>> = texts
+        .iter()
+        .map(|t| [t.as_bytes(), b"\0"].concat())
+        .collect();
+    let finders: Vec<memmem::Finder> = needles.iter().map(memmem::Finder::new).collect();
+    let overlap = needles.iter().map(Vec::len).max().unwrap_or(1) - 1;
+    let mut found = vec![false; texts.len()];
+    for region in regions {
+        for p in (0..region.len()).step_by(BLOCK).rev() {
+            if !found.contains(&false) {
+                return found;
+            }
+            let block = &region[p..region.len().min(p + BLOCK + overlap)];
+            for (f, seen) in finders.iter().zip(found.iter_mut()) {
+                *seen = *seen || f.find(block).is_some();
+            }
+        }
+    }
+    found
 }
 
 /// Whether `data` (an ELF file's bytes) holds a CUDA runtime by its own strings: [`DRIVER_NAME`]
@@ -165,22 +238,38 @@ fn has_string(regions: &[&[u8]], text: &str) -> bool {
 /// whole file when it has no section headers). Reads no symbol, so it works on stripped files;
 /// libcuda itself does not qualify. With the version where [`runtime_version_in`] reads one.
 pub fn static_runtime_in(data: &[u8]) -> Option<StaticEvidence> {
-    let (read_only, code) = regions(data);
+    static_runtime_outside(data, &[])
+}
+
+/// [`static_runtime_in`], the file ranges `device` ([`device_ranges`]) left out of the data
+/// searched. The markers that decide alone first: without the first two, three of the four
+/// cannot be there, and no more is read.
+pub fn static_runtime_outside(data: &[u8], device: &[Range<usize>]) -> Option<StaticEvidence> {
+    let (read_only, code) = regions(data, device);
     let all = runtime_markers();
-    let mut markers = Vec::new();
-    for (i, marker) in all.iter().enumerate() {
-        if has_string(&read_only, marker) {
-            markers.push(*marker);
-        } else if i + 1 - markers.len() > all.len() - MARKERS_NEEDED {
-            return None;
-        }
+    let deciding = all.len() - MARKERS_NEEDED + 1;
+    let first = strings_present(&read_only, &all[..deciding]);
+    if !first.contains(&true) {
+        return None;
     }
-    if markers.len() < MARKERS_NEEDED || !has_string(&read_only, DRIVER_NAME) {
+    let mut rest: Vec<&str> = all[deciding..].to_vec();
+    rest.extend([DRIVER_NAME, NAME_OF_12, NAME_FROM_13]);
+    let later = strings_present(&read_only, &rest);
+    let present = [first, later].concat();
+    let markers: Vec<&'static str> = all
+        .iter()
+        .zip(&present)
+        .filter_map(|(m, &p)| p.then_some(*m))
+        .collect();
+    let [driver, names_12, names_13] = present[all.len()..] else {
+        unreachable!("three strings after the markers")
+    };
+    if markers.len() < MARKERS_NEEDED || !driver {
         return None;
     }
     Some(StaticEvidence {
         markers,
-        version: version_of(&read_only, &code),
+        version: version_of(names_12, names_13, &code),
     })
 }
 
@@ -212,9 +301,9 @@ fn plausible_runtime_version(value: i32) -> bool {
     (9000..100_000).contains(&value) && value % 10 == 0
 }
 
-fn version_of(read_only: &[&[u8]], code: &[&[u8]]) -> Option<ContentVersion> {
-    let names_12 = has_string(read_only, NAME_OF_12);
-    let names_13 = has_string(read_only, NAME_FROM_13);
+/// The version from the getter constants of `code`, and whether the runtime's table of API
+/// names holds [`NAME_OF_12`] and [`NAME_FROM_13`].
+fn version_of(names_12: bool, names_13: bool, code: &[&[u8]]) -> Option<ContentVersion> {
     let mut constants: Vec<i32> = getter_constants(code)
         .into_iter()
         .filter(|v| plausible_runtime_version(*v))
@@ -244,8 +333,14 @@ fn version_of(read_only: &[&[u8]], code: &[&[u8]]) -> Option<ContentVersion> {
 /// `cudaGetDeviceProperties_v2` (12.0 to 12.9) and not `cudaLogsCurrent` (13.0 on); else
 /// `None` (13.0's names bound it from below only, and a future major may keep them).
 pub fn runtime_version_in(data: &[u8]) -> Option<ContentVersion> {
-    let (read_only, code) = regions(data);
-    version_of(&read_only, &code)
+    runtime_version_outside(data, &[])
+}
+
+/// [`runtime_version_in`], the file ranges `device` ([`device_ranges`]) left out of the data.
+fn runtime_version_outside(data: &[u8], device: &[Range<usize>]) -> Option<ContentVersion> {
+    let (read_only, code) = regions(data, device);
+    let names = strings_present(&read_only, &[NAME_OF_12, NAME_FROM_13]);
+    version_of(names[0], names[1], &code)
 }
 
 /// The CUDA version a path names: `libcudart.so.12.9.79` → 12.9; a store path such as
@@ -300,7 +395,11 @@ fn major_of(version: &str) -> Option<&str> {
 /// it ([`static_runtime_in`]). The version: from the name ([`version_named_by`]); for a static
 /// copy first from its code ([`runtime_version_in`]); for a shared library named with its major
 /// only (`libcudart.so.12`), from its code when that is a runtime's and agrees on the major.
-pub fn runtime_in(path: &Path, data: Option<&[u8]>) -> Option<FoundRuntime> {
+pub fn runtime_in(
+    path: &Path,
+    data: Option<&[u8]>,
+    device: &[Range<usize>],
+) -> Option<FoundRuntime> {
     let name = path.file_name()?.to_string_lossy();
     let named = version_named_by(path);
     let from_name = |version: &Option<String>| match version {
@@ -317,7 +416,7 @@ pub fn runtime_in(path: &Path, data: Option<&[u8]>) -> Option<FoundRuntime> {
         let exact = named.as_ref().is_some_and(|v| !v.ends_with(".x"));
         let content = data
             .filter(|_| !exact)
-            .and_then(static_runtime_in)
+            .and_then(|d| static_runtime_outside(d, device))
             .and_then(|e| e.version)
             .filter(|c| {
                 named
@@ -348,10 +447,10 @@ pub fn runtime_in(path: &Path, data: Option<&[u8]>) -> Option<FoundRuntime> {
     let (why, content) = if defines_runtime(data) {
         (
             "symbol cudaGetDriverEntryPoint".to_owned(),
-            runtime_version_in(data),
+            runtime_version_outside(data, device),
         )
     } else {
-        let evidence = static_runtime_in(data)?;
+        let evidence = static_runtime_outside(data, device)?;
         (evidence.describe(), evidence.version)
     };
     let (version, source) = match content {
@@ -474,6 +573,58 @@ mod tests {
         // 13.0's names alone bound the version from below only.
         assert_eq!(version(&[NAME_FROM_13], &[]), None);
         assert_eq!(version(&[], &[]), None);
+    }
+
+    #[test]
+    fn strings_are_found_across_block_edges_and_in_every_region() {
+        let text = "cudaErrorCudartUnloading";
+        for at in [
+            0,
+            BLOCK - 10,
+            BLOCK - 1,
+            BLOCK,
+            2 * BLOCK - 3,
+            3 * BLOCK - 25,
+        ] {
+            let mut data = vec![0x41u8; 3 * BLOCK];
+            data[at..at + text.len()].copy_from_slice(text.as_bytes());
+            data[at + text.len()] = 0;
+            let other = b"libcuda.so.1\0".to_vec();
+            let found = strings_present(&[&other, &data], &[text, DRIVER_NAME, NAME_FROM_13]);
+            assert_eq!(found, [true, true, false], "at {at}");
+        }
+        // Without its NUL it is not the C string.
+        let data = [text.as_bytes(), b"x\0"].concat();
+        assert_eq!(strings_present(&[&data], &[text]), [false]);
+    }
+
+    #[test]
+    fn device_code_is_left_out_of_the_data_searched() {
+        let bytes: Vec<u8> = (0..100).collect();
+        let mut pieces = Vec::new();
+        // The section lies at file offset 1000; containers at 990..1010, 1040..1050, 1095..1200.
+        outside(
+            &bytes,
+            1000,
+            &[0..5, 990..1010, 1040..1050, 1095..1200],
+            &mut pieces,
+        );
+        assert_eq!(pieces, [&bytes[10..40], &bytes[50..95]]);
+        let mut pieces = Vec::new();
+        outside(
+            &bytes,
+            1000,
+            std::slice::from_ref(&(2000..2100)),
+            &mut pieces,
+        );
+        assert_eq!(pieces, [&bytes[..]]);
+        // A runtime's strings inside a container are not a runtime of the host code.
+        let mut strings = runtime_markers();
+        strings.push(DRIVER_NAME);
+        let data = blob(&strings, &[]);
+        assert!(static_runtime_outside(&data, &[]).is_some());
+        let all_but_junk = 5..data.len();
+        assert!(static_runtime_outside(&data, std::slice::from_ref(&all_but_junk)).is_none());
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl Strip {
 
 fn classify(path: &Path) -> Option<FoundRuntime> {
     let data = std::fs::read(path).unwrap();
-    runtime_in(path, Some(&data))
+    runtime_in(path, Some(&data), &[])
 }
 
 /// The version `cudart` reports (`12.9`).
@@ -229,7 +229,12 @@ fn drivers_and_other_libraries_are_not_runtimes() {
             "{} holds no CUDA runtime",
             file.display()
         );
-        assert_eq!(runtime_in(file, Some(&data)), None, "{}", file.display());
+        assert_eq!(
+            runtime_in(file, Some(&data), &[]),
+            None,
+            "{}",
+            file.display()
+        );
     }
 }
 

@@ -22,12 +22,14 @@ pub mod features;
 pub mod gpus;
 pub mod image;
 pub mod locate;
+mod name;
 pub mod parse;
 pub mod payload;
 pub mod releases;
 pub mod rules;
 pub mod verdict;
 
+use name::ShortName;
 use serde::Serialize;
 use std::fmt;
 
@@ -70,11 +72,20 @@ impl EntryKind {
 
     /// `sass`, `ptx`, `nvvm-ir` or `kind-N`.
     pub fn name(self) -> String {
+        match (self.known_name(), self) {
+            (Some(name), _) => name.into(),
+            (None, EntryKind::Other(code)) => format!("kind-{code}"),
+            (None, _) => unreachable!("every known kind has a name"),
+        }
+    }
+
+    /// The name of a kind this reader knows: `sass`, `ptx`, `nvvm-ir`.
+    fn known_name(self) -> Option<&'static str> {
         match self {
-            EntryKind::Ptx => "ptx".into(),
-            EntryKind::Sass => "sass".into(),
-            EntryKind::NvvmIr => "nvvm-ir".into(),
-            EntryKind::Other(code) => format!("kind-{code}"),
+            EntryKind::Ptx => Some("ptx"),
+            EntryKind::Sass => Some("sass"),
+            EntryKind::NvvmIr => Some("nvvm-ir"),
+            EntryKind::Other(_) => None,
         }
     }
 }
@@ -155,9 +166,19 @@ impl fmt::Display for Capability {
     }
 }
 
+impl Capability {
+    /// `9.0`, as [`fmt::Display`] writes it, without allocating.
+    fn short_name(self) -> ShortName {
+        ShortName::new()
+            .number(self.major)
+            .text(".")
+            .number(self.minor)
+    }
+}
+
 impl Serialize for Capability {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
+        s.serialize_str(self.short_name().as_str())
     }
 }
 
@@ -205,7 +226,12 @@ impl fmt::Display for Arch {
 
 impl Serialize for Arch {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.sm_name())
+        // `sm_name()` without allocating.
+        let name = ShortName::new()
+            .text("sm_")
+            .number(self.capability.sm())
+            .text(self.variant.suffix());
+        s.serialize_str(name.as_str())
     }
 }
 
@@ -234,7 +260,12 @@ impl fmt::Display for Version {
 
 impl Serialize for Version {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
+        // The `Display` text without allocating.
+        let name = ShortName::new()
+            .number(self.major.into())
+            .text(".")
+            .number(self.minor.into());
+        s.serialize_str(name.as_str())
     }
 }
 
@@ -334,7 +365,10 @@ impl Serialize for Entry {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut out = s.serialize_struct("Entry", 7)?;
-        out.serialize_field("kind", &self.kind.name())?;
+        match self.kind.known_name() {
+            Some(name) => out.serialize_field("kind", name)?,
+            None => out.serialize_field("kind", &self.kind.name())?,
+        }
         out.serialize_field("arch", &self.arch)?;
         match self.kind {
             EntryKind::Ptx | EntryKind::NvvmIr => out.serialize_field("ptx_isa", &self.version)?,

@@ -1,0 +1,319 @@
+//! `cuda-sandbox-check lint --json FILE` end to end against NVIDIA's `cuobjdump --list-elf
+//! --list-ptx FILE`, on every library of the vendor corpus (the files
+//! `runner/tests/vendor_verdicts.rs` judges, fetched by `scripts/nvidia-userspace`).
+//!
+//! `cargo bench -p cuda-sandbox-check --bench lint_vs_cuobjdump` prints, per library, two
+//! quantities, labelled, with the page cache warm (each file is read once first):
+//!
+//! - **the reader alone, warm**: elfkit's `read_file` in this process (the median of
+//!   `runs(RUNS)` calls), as `elfkit`'s own `fatbin_read` bench times it;
+//! - **lint end to end**: the wall clock of the program a user runs, process start included,
+//!   stdout to /dev/null (the median of `runs(RUNS)` runs of the bench profile's build, which is
+//!   the release profile: fat LTO), against `cuobjdump` timed the same way (`runs(TOOL_RUNS)`),
+//!   and the ratio (the goal: at least 20x).
+//!
+//! Where the goal is not met it says what bounds `lint` and how close it is: the start of the
+//! process (`lint --json` on an empty file), the bytes that must be read to find the containers
+//! (the data sections the magic scan reads, outside the containers, and one page per
+//! container's headers), timed as a fresh mapping faulting and reading them once, and the JSON
+//! the listing renders to (serde_json into a sink, in this process).
+//!
+//! `LINT_BENCH_RUNS=N` sets every run count to N (CI: 1, a smoke with its figures);
+//! `LINT_BENCH_BIN=PATH` times that build of `cuda-sandbox-check` end to end. Figures,
+//! not assertions. Without the corpus it says why and exits 0, or fails under `CI=true`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cuda_sandbox_check::lint::{lint, LintConfig};
+use cuda_sandbox_elfkit::fatbin::{parse, read_file, GpuCode};
+use cuda_sandbox_elfkit::map::Mapped;
+use cuda_sandbox_testkit::real_nvidia::RealNvidia;
+use object::{Object, ObjectSection, SectionKind};
+
+/// Runs of the in-process timings and of `lint`.
+const RUNS: usize = 21;
+/// Runs of `cuobjdump`.
+const TOOL_RUNS: usize = 7;
+/// The program a user runs, built by the bench profile (the release profile);
+/// `LINT_BENCH_BIN` times another build of it instead (an earlier commit's, for a before and
+/// after).
+fn lint_bin() -> PathBuf {
+    std::env::var_os("LINT_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cuda-sandbox-check")))
+}
+
+/// The corpus: (name, wheel directory, file, the wheel it comes from).
+const CORPUS: &[(&str, &str, &str, &str)] = &[
+    (
+        "cuRAND 10.3.10",
+        "curand-10.3.10",
+        "libcurand.so.10",
+        "nvidia-curand-cu12 10.3.10.19",
+    ),
+    (
+        "cuRAND 10.4.4",
+        "curand-10.4.4",
+        "libcurand.so.10",
+        "nvidia-curand 10.4.4.72",
+    ),
+    (
+        "nvJPEG 12.4.0",
+        "nvjpeg-12.4.0",
+        "libnvjpeg.so.12",
+        "nvidia-nvjpeg-cu12 12.4.0.76",
+    ),
+    (
+        "nvJPEG 13.2.3",
+        "nvjpeg-13.2.3",
+        "libnvjpeg.so.13",
+        "nvidia-nvjpeg 13.2.3.58",
+    ),
+    (
+        "cuFFT 11.4.1",
+        "cufft-11.4.1",
+        "libcufft.so.11",
+        "nvidia-cufft-cu12 11.4.1.4",
+    ),
+    (
+        "cuFFTW 11.4.1",
+        "cufft-11.4.1",
+        "libcufftw.so.11",
+        "nvidia-cufft-cu12 11.4.1.4",
+    ),
+];
+
+/// `default`, or `LINT_BENCH_RUNS` when set.
+fn runs(default: usize) -> usize {
+    std::env::var("LINT_BENCH_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(default)
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The median of `runs` timed calls of `f`, after one untimed call.
+fn timed<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
+    std::hint::black_box(f());
+    median(
+        (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                std::hint::black_box(f());
+                start.elapsed()
+            })
+            .collect(),
+    )
+}
+
+/// The median wall clock of `runs` runs of `program args... file`, stdout (and cuobjdump's
+/// notes on stderr, "No PTX file found") to /dev/null.
+fn spawned(runs: usize, program: &Path, args: &[&str], file: &Path) -> Duration {
+    timed(runs, || {
+        let status = Command::new(program)
+            .args(args)
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        // lint exits 101 with findings; only a crash or unusable input is wrong here.
+        assert!(
+            matches!(status.code(), Some(0 | 101 | 3)),
+            "{} on {}: {status}",
+            program.display(),
+            file.display()
+        );
+    })
+}
+
+/// What the magic scan must read to find the containers of `data`: its data sections (as
+/// elfkit's scan picks them) outside the containers, as file ranges; and the pages holding
+/// the containers' headers (the container's and each entry's), as page numbers.
+fn must_read(data: &[u8], code: &GpuCode) -> (Vec<(usize, usize)>, Vec<usize>) {
+    let mut containers: Vec<(usize, usize)> = code
+        .containers
+        .iter()
+        .map(|c| (c.offset as usize, (c.offset + c.size) as usize))
+        .collect();
+    containers.sort();
+    let mut pages: Vec<usize> = code
+        .containers
+        .iter()
+        .flat_map(|c| std::iter::once(c.offset).chain(c.entries.iter().map(|e| e.offset)))
+        .map(|at| at as usize / PAGE)
+        .collect();
+    pages.sort();
+    pages.dedup();
+    let mut ranges = Vec::new();
+    let Ok(elf) = object::File::parse(data) else {
+        return (ranges, pages);
+    };
+    for s in elf.sections() {
+        let name = s.name().unwrap_or_default();
+        let scanned = !matches!(name, ".nv_fatbin" | "__nv_relfatbin" | ".nvFatBinSegment")
+            && matches!(
+                s.kind(),
+                SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
+            );
+        let Some((start, size)) = s.file_range().filter(|_| scanned) else {
+            continue;
+        };
+        let (mut from, end) = (start as usize, (start + size) as usize);
+        for &(c_start, c_end) in &containers {
+            if c_end <= from || c_start >= end {
+                continue;
+            }
+            if c_start > from {
+                ranges.push((from, c_start));
+            }
+            from = from.max(c_end);
+        }
+        if from < end {
+            ranges.push((from, end));
+        }
+    }
+    (ranges, pages)
+}
+
+/// The page size the header pages are counted in.
+const PAGE: usize = 4096;
+
+/// A fresh mapping of `path` searching `ranges` for the container magic (memchr's memmem, as
+/// elfkit's scan does) and reading one byte of each page of `pages`: the least a reader must
+/// spend to find the containers, page faults included.
+fn read_bound(path: &Path, ranges: &[(usize, usize)], pages: &[usize]) -> Duration {
+    let file = std::fs::File::open(path).unwrap();
+    let magic = parse::CONTAINER_MAGIC.to_le_bytes();
+    let finder = memchr::memmem::Finder::new(&magic);
+    timed(runs(RUNS), || {
+        let map = Mapped::of(&file).unwrap();
+        let data = map.bytes();
+        let hits: usize = ranges
+            .iter()
+            .map(|&(s, e)| finder.find_iter(&data[s..e]).count())
+            .sum();
+        let touched: u64 = pages.iter().map(|&p| u64::from(data[p * PAGE])).sum();
+        (hits, touched)
+    })
+}
+
+/// Times and prints one library; returns whether the goal is met.
+fn library(real: &RealNvidia, empty: &Path, entry: &(&str, &str, &str, &str)) -> bool {
+    let &(name, wheel, file, source) = entry;
+    let path = real.corpus(wheel, file);
+    if !real.has("lint_vs_cuobjdump", &path) {
+        return false; // it says why; under CI=true it panics
+    }
+    let size = std::fs::metadata(&path).unwrap().len();
+    std::hint::black_box(std::fs::read(&path).unwrap());
+    let code = read_file(&path).unwrap();
+    let reader = timed(runs(RUNS), || read_file(&path).unwrap());
+    let ours = spawned(runs(RUNS), &lint_bin(), &["lint", "--json"], &path);
+    let theirs = spawned(
+        runs(TOOL_RUNS),
+        &real.cuobjdump(),
+        &["--list-elf", "--list-ptx"],
+        &path,
+    );
+    let ratio = theirs.as_secs_f64() / ours.as_secs_f64();
+    let met = ratio >= 20.0;
+    println!(
+        "{name} ({source}, {file}, {:.1} MB): {} module(s)",
+        size as f64 / 1e6,
+        code.containers.len()
+    );
+    println!(
+        "  the reader alone, warm (elfkit read_file, in process), median of {}: {}",
+        runs(RUNS),
+        ms(reader)
+    );
+    println!(
+        "  lint end to end (`cuda-sandbox-check lint --json FILE`, process start included), \
+         median of {}: {}",
+        runs(RUNS),
+        ms(ours)
+    );
+    println!(
+        "  cuobjdump end to end (`cuobjdump --list-elf --list-ptx FILE`), median of {}: {}",
+        runs(TOOL_RUNS),
+        ms(theirs)
+    );
+    println!(
+        "  cuobjdump / lint = {ratio:.1}x (goal: at least 20x: {})",
+        if met { "met" } else { "NOT met" }
+    );
+    // What bounds lint: start, the bytes to read, the JSON to render.
+    let start = spawned(runs(RUNS), &lint_bin(), &["lint", "--json"], empty);
+    let file_handle = std::fs::File::open(&path).unwrap();
+    let map = Mapped::of(&file_handle).unwrap();
+    let (ranges, pages) = must_read(map.bytes(), &code);
+    let bytes: usize = ranges.iter().map(|(s, e)| e - s).sum();
+    let read = read_bound(&path, &ranges, &pages);
+    let config = LintConfig::new("/run/opengl-driver/lib");
+    let report = lint(std::slice::from_ref(&path), &config);
+    let json = serde_json::to_vec_pretty(&report).unwrap().len();
+    let render = timed(runs(RUNS), || {
+        serde_json::to_writer_pretty(std::io::sink(), &report).unwrap()
+    });
+    let in_process = timed(runs(RUNS), || lint(std::slice::from_ref(&path), &config));
+    let bound = start + read + render;
+    println!(
+        "  where lint's time goes: process start {} (lint --json of an empty file); reading \
+         and judging in process, warm {}; rendering its {:.1} MB of JSON {}",
+        ms(start),
+        ms(in_process),
+        json as f64 / 1e6,
+        ms(render)
+    );
+    println!(
+        "  bound: what must be read to find the containers ({:.1} MB of data sections outside \
+         them searched for the magic, {} page(s) of headers), faulted and read once on a \
+         fresh mapping in {}; with start and rendering {}: lint is {:.2}x that bound, \
+         cuobjdump / bound = {:.1}x",
+        bytes as f64 / 1e6,
+        pages.len(),
+        ms(read),
+        ms(bound),
+        ours.as_secs_f64() / bound.as_secs_f64(),
+        theirs.as_secs_f64() / bound.as_secs_f64()
+    );
+    met
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; there is nothing to filter.
+    let Some(real) = RealNvidia::find("lint_vs_cuobjdump") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let empty: PathBuf = dir.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    println!(
+        "lint ({}) against cuobjdump on the vendor corpus ({}), page cache warm; runs: {} \
+         (lint, in process), {} (cuobjdump)",
+        lint_bin().display(),
+        real.dir().join("corpus").display(),
+        runs(RUNS),
+        runs(TOOL_RUNS)
+    );
+    let met = CORPUS
+        .iter()
+        .filter(|entry| library(&real, &empty, entry))
+        .count();
+    println!(
+        "the goal (at least 20x) met on {met} of {} libraries",
+        CORPUS.len()
+    );
+}
