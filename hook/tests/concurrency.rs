@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{nix_file, HOOK};
+use common::{nix_file, root_of, HOOK};
 
 /// One test at a time: Nix kills leftover processes of a build user when it hands that user
 /// to a new build, so another test's builds could end the orphan the killed-build test
@@ -513,17 +513,15 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
     assert!(lease.derivation.ends_with("-escape.drv"), "{lease:?}");
     // The marker is in the builder's script too: wait until every process holding it has a
     // root other than the chroot.
-    let root_of = |pid: &i32| {
-        std::fs::metadata(format!("/proc/{pid}/root"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
-    };
     wait_for(
         "the builder to leave its chroot",
         Duration::from_secs(60),
         || {
             let pids = processes_with(&marker);
-            !pids.is_empty() && pids.iter().all(|p| root_of(p) != Some(lease.chroot_id))
+            !pids.is_empty()
+                && pids
+                    .iter()
+                    .all(|p| root_of(*p as u32) != Some(lease.chroot_id))
         },
     );
     // Past the 30 s the old rule gave a lease without a process in its chroot.
@@ -661,12 +659,6 @@ fn a_failed_builds_gpu_is_free_while_its_nix_goes_on() {
     run.wait().unwrap();
 }
 
-/// The root directory (device, inode) of process `pid`.
-fn root_of(pid: i32) -> Option<(u64, u64)> {
-    let m = std::fs::metadata(format!("/proc/{pid}/root")).ok()?;
-    Some((m.dev(), m.ino()))
-}
-
 /// Runs nested-escape.nix on `host`, whose one slot is `slot`: the build keeps a nested PID
 /// namespace's init in its chroot, leaves the chroot, and once a hook has recorded what it saw,
 /// kills that init and runs on. Its lease must hold until the build itself ends.
@@ -708,8 +700,12 @@ fn a_build_cannot_end_its_own_lease_early(host: &Host, slot: Slot) {
             let out = processes_with(&escaped);
             let inside = processes_with(&nested);
             !out.is_empty()
-                && out.iter().all(|p| root_of(*p) != Some(lease.chroot_id))
-                && inside.iter().any(|p| root_of(*p) == Some(lease.chroot_id))
+                && out
+                    .iter()
+                    .all(|p| root_of(*p as u32) != Some(lease.chroot_id))
+                && inside
+                    .iter()
+                    .any(|p| root_of(*p as u32) == Some(lease.chroot_id))
         },
     );
     // This build's hook sweeps the leases and records what it saw of the build.
@@ -808,7 +804,10 @@ fn builds_of_one_nix_without_build_users_do_not_share_a_gpu() {
                 return false;
             };
             let pids = processes_with(&escaped);
-            !pids.is_empty() && pids.iter().all(|p| root_of(*p) != Some(lease.chroot_id))
+            !pids.is_empty()
+                && pids
+                    .iter()
+                    .all(|p| root_of(*p as u32) != Some(lease.chroot_id))
         },
     );
     std::fs::write(handshake.join("go"), "").unwrap();
@@ -1071,17 +1070,15 @@ fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
         leases.record(0).is_some()
     });
     let lease = leases.record(0).unwrap();
-    let root_of = |pid: &i32| {
-        std::fs::metadata(format!("/proc/{pid}/root"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
-    };
     wait_for(
         "the builder to leave its chroot",
         Duration::from_secs(60),
         || {
             let pids = processes_with(&marker);
-            !pids.is_empty() && pids.iter().all(|p| root_of(p) != Some(lease.chroot_id))
+            !pids.is_empty()
+                && pids
+                    .iter()
+                    .all(|p| root_of(*p as u32) != Some(lease.chroot_id))
         },
     );
     assert!(lease.build_users.is_empty(), "{lease:?}");

@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
+mod common;
+
+use common::{is_namespace_init, root_of};
+
 /// A lease directory, sandbox directories, and stand-ins for Nix processes.
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -229,12 +233,8 @@ fn nix_with_builder_running(f: &Fixture, root: Option<&Path>, script: &str) -> (
     // for the child to be PID 1 of its namespace, in its root.
     let in_its_namespace = || {
         let builder = children(pid).into_iter().next()?;
-        let status = std::fs::read_to_string(format!("/proc/{builder}/status")).ok()?;
-        let init = status
-            .lines()
-            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"));
         let rooted = root_id.is_none_or(|id| root_of(builder) == Some(id));
-        (init && rooted).then_some(builder)
+        (is_namespace_init(builder) && rooted).then_some(builder)
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let builder = loop {
@@ -267,10 +267,15 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The root directory (device, inode) of process `pid`.
-fn root_of(pid: u32) -> Option<(u64, u64)> {
-    let m = std::fs::metadata(format!("/proc/{pid}/root")).ok()?;
-    Some((m.dev(), m.ino()))
+/// The pids of the builders the lease on GPU 0 records.
+fn recorded(f: &Fixture) -> Vec<u32> {
+    f.leases
+        .record(0)
+        .unwrap()
+        .builders
+        .iter()
+        .map(|b| b.pid)
+        .collect()
 }
 
 /// Waits up to 60 s for `what`, and returns what it found.
@@ -349,24 +354,13 @@ fn a_namespace_the_build_made_inside_its_own_does_not_stand_for_the_build() {
     let nested = wait_until("the nested namespace's init", || {
         let unshare = children(builder).into_iter().next()?;
         let init = children(unshare).into_iter().next()?;
-        let status = std::fs::read_to_string(format!("/proc/{init}/status")).ok()?;
-        let pid_1 = status
-            .lines()
-            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"));
-        pid_1.then_some(init)
+        is_namespace_init(init).then_some(init)
     });
     f.try_take(&a, &[0], 1, nix, Duration::ZERO).unwrap();
     set_up(&a);
     let b = f.chroot("b");
     assert!(f.try_take(&b, &[0], 1, f.nix(), Duration::ZERO).is_err());
-    let recorded: Vec<u32> = f
-        .leases
-        .record(0)
-        .unwrap()
-        .builders
-        .iter()
-        .map(|b| b.pid)
-        .collect();
+    let recorded = recorded(&f);
     assert_eq!(recorded, [builder], "the nested init {nested} was recorded");
     // The build ends the nested namespace and goes on: the lease holds.
     kill_and_wait(nested);
@@ -423,14 +417,7 @@ fn a_builder_setting_up_its_sandbox_keeps_its_lease() {
         e.is_err(),
         "the GPU of a build setting up went to another: {e:?}"
     );
-    let recorded: Vec<u32> = f
-        .leases
-        .record(0)
-        .unwrap()
-        .builders
-        .iter()
-        .map(|b| b.pid)
-        .collect();
+    let recorded = recorded(&f);
     assert_eq!(recorded, [builder]);
     kill_and_wait(builder);
     assert_eq!(f.take(&b, &[0], 1), [0]);

@@ -36,3 +36,19 @@ pub fn explain_output(config: &Path, features: &str, json: bool) -> String {
 pub fn explain_json(config: &Path, features: &str) -> serde_json::Value {
     serde_json::from_str(&explain_output(config, features, true)).unwrap()
 }
+
+/// The root directory (device, inode) of process `pid`, while it runs.
+pub fn root_of(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/root")).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// Whether process `pid` is PID 1 of its PID namespace (the last `NSpid` of its status).
+pub fn is_namespace_init(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"))
+    })
+}
