@@ -60,6 +60,65 @@ pub fn offers(gpu: Capability, required: Arch) -> bool {
     }
 }
 
+/// The `cuda-sm-*` features among a derivation's required features, read by the one rule
+/// that the hook and the runner share.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Required {
+    /// Each well-formed `cuda-sm-*` feature, in the order given, each once.
+    pub archs: Vec<Arch>,
+    /// `cuda-sm-*` names that are not a feature of the convention (`cuda-sm-9x`, `cuda-sm-090`):
+    /// no GPU satisfies them.
+    pub malformed: Vec<String>,
+}
+
+impl Required {
+    /// Whether no `cuda-sm-*` feature is required at all.
+    pub fn is_empty(&self) -> bool {
+        self.archs.is_empty() && self.malformed.is_empty()
+    }
+
+    /// The required features no GPU of `gpus` offers (the malformed ones always), by name.
+    /// Empty when the GPUs together satisfy the requirement: each feature by at least one of
+    /// them, the union semantics of [`advertised`].
+    pub fn unmet_by(&self, gpus: &[Capability]) -> Vec<String> {
+        let missing = self
+            .archs
+            .iter()
+            .filter(|&&arch| !gpus.iter().any(|&gpu| offers(gpu, arch)))
+            .map(|&arch| feature_name(arch));
+        missing.chain(self.malformed.iter().cloned()).collect()
+    }
+
+    /// Whether `gpus` together satisfy every required feature.
+    pub fn satisfied_by(&self, gpus: &[Capability]) -> bool {
+        self.unmet_by(gpus).is_empty()
+    }
+}
+
+/// The `cuda-sm-*` features among `features` (other features are ignored). A name is taken
+/// only in the form [`feature_name`] writes it, so `cuda-sm-9.0` is malformed, not 9.0.
+pub fn required<'a>(features: impl IntoIterator<Item = &'a str>) -> Required {
+    let mut required = Required::default();
+    for name in features {
+        let Some(body) = name.strip_prefix("cuda-sm-") else {
+            continue;
+        };
+        match Arch::parse(body) {
+            Ok(arch) if feature_name(arch) == name => {
+                if !required.archs.contains(&arch) {
+                    required.archs.push(arch);
+                }
+            }
+            _ => {
+                if !required.malformed.iter().any(|m| m == name) {
+                    required.malformed.push(name.to_owned());
+                }
+            }
+        }
+    }
+    required
+}
+
 /// Every form the convention knows, in Nixpkgs' order (by capability; X.Y, then X.Ya, X.Yf).
 pub fn known_forms() -> Vec<Arch> {
     forms_of(gpus::architectures())
@@ -255,6 +314,62 @@ mod tests {
             Some("cuda-sm-75")
         );
         assert_eq!(mixed.unknown, [(cc("13.0"), Unknown::NewerThanTable)]);
+    }
+
+    /// Issue example: `[cuda-sm-90a, cuda-sm-100f]` on a 9.0 + 10.0 host is met by both GPUs
+    /// together, by neither alone; a baseline is met by any GPU at or above it.
+    #[test]
+    fn a_requirement_is_met_by_the_union_of_the_gpus() {
+        let req = required(["cuda", "big-parallel", "cuda-sm-90a", "cuda-sm-100f"]);
+        assert_eq!(req.archs.len(), 2);
+        assert!(req.satisfied_by(&[cc("9.0"), cc("10.0")]));
+        assert_eq!(req.unmet_by(&[cc("9.0")]), ["cuda-sm-100f"]);
+        assert_eq!(req.unmet_by(&[cc("10.0")]), ["cuda-sm-90a"]);
+        assert_eq!(req.unmet_by(&[]), ["cuda-sm-90a", "cuda-sm-100f"]);
+        let baseline = required(["cuda-sm-86"]);
+        assert!(baseline.satisfied_by(&[cc("8.9")]));
+        assert!(baseline.satisfied_by(&[cc("12.0")]));
+        assert!(!baseline.satisfied_by(&[cc("8.0")]));
+        assert!(required(["cuda", "kvm"]).is_empty());
+        assert!(required(["cuda"]).satisfied_by(&[]));
+    }
+
+    #[test]
+    fn a_malformed_feature_is_never_met() {
+        let req = required([
+            "cuda-sm-9.0",
+            "cuda-sm-",
+            "cuda-sm-sm_90",
+            "cuda-sm-090",
+            "cuda-sm-90",
+        ]);
+        assert_eq!(req.archs, [Arch::parse("9.0").unwrap()]);
+        assert_eq!(
+            req.malformed,
+            ["cuda-sm-9.0", "cuda-sm-", "cuda-sm-sm_90", "cuda-sm-090"]
+        );
+        assert!(!req.satisfied_by(&[cc("9.0"), cc("12.0")]));
+        assert_eq!(req.unmet_by(&[cc("9.0")]).len(), 4);
+    }
+
+    /// Every feature a GPU advertises is met by that GPU: the rule and the advertisement agree.
+    #[test]
+    fn what_a_gpu_advertises_it_satisfies() {
+        for form in known_forms().iter().filter(|f| f.variant == Variant::Plain) {
+            let gpu = form.capability;
+            let own = advertised(&[gpu]);
+            let req = required(own.features.iter().map(String::as_str));
+            assert!(req.malformed.is_empty(), "{gpu}: {req:?}");
+            assert!(req.satisfied_by(&[gpu]), "{gpu}");
+            let not_advertised: Vec<String> = known_forms()
+                .into_iter()
+                .map(feature_name)
+                .filter(|f| !own.features.contains(f))
+                .collect();
+            for f in not_advertised {
+                assert!(!required([f.as_str()]).satisfied_by(&[gpu]), "{gpu} {f}");
+            }
+        }
     }
 
     #[test]
