@@ -4,6 +4,7 @@
 //! One schema in one place, so the two sides cannot drift. The hook writes it outside the
 //! chroot (a runtime directory) and exposes it read-only at [`MANIFEST_PATH`] inside.
 
+pub mod inventory;
 pub mod versions;
 
 use serde::{Deserialize, Deserializer, Serialize};

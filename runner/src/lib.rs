@@ -20,6 +20,7 @@ pub mod features;
 pub mod gpu_code;
 pub mod gpu_words;
 pub mod harness;
+pub mod inventory;
 pub mod lint;
 pub mod mixing;
 pub mod module_images;

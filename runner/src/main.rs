@@ -1,6 +1,6 @@
 //! `cuda-sandbox-check`: argv → checks → libtest output, JSON report, exit status; or
 //! `cuda-sandbox-check lint PATH…` → the ELF lint's findings; `features` → this builder's
-//! Nix system features.
+//! Nix system features; `inventory` → the GPU inventory the hook reads.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use cuda_sandbox_check::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::expectations::ManifestState;
 use cuda_sandbox_check::features::{self, FeaturesCli};
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
+use cuda_sandbox_check::inventory::{self, InventoryCli};
 use cuda_sandbox_check::lint;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
@@ -26,6 +27,9 @@ fn main() -> ExitCode {
     }
     if args.peek().map(String::as_str) == Some("features") {
         return features::run(&FeaturesCli::parse_after(args.skip(1)));
+    }
+    if args.peek().map(String::as_str) == Some("inventory") {
+        return inventory::run(&InventoryCli::parse_after(args.skip(1)));
     }
     let cli = Cli::from_env();
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
