@@ -346,7 +346,7 @@ fn lease(
                 derivation: &derivation,
                 wait: Duration::from_secs(config.lease_wait_seconds),
             };
-            match leases.acquire_guarded(&lease_req, holder) {
+            match leases.acquire_guarded(&lease_req, demand.fit.as_ref(), holder) {
                 Ok(guard) => (guard.slots().to_vec(), Some(guard)),
                 Err(e) => {
                     let p = problem(
@@ -358,7 +358,7 @@ fn lease(
                 }
             }
         }
-        _ => match leases.preview(&demand.slots, demand.count) {
+        _ => match leases.preview_fitting(&demand.slots, demand.count, demand.fit.as_ref()) {
             Ok(p) => (p, None),
             Err(e) => {
                 granted.skipped.push(Skip {
@@ -368,7 +368,11 @@ fn lease(
                         config.lease_wait_seconds
                     ),
                 });
-                (demand.slots[..demand.count].to_vec(), None)
+                let first = demand.fit.as_ref().map_or_else(
+                    || Some(demand.slots[..demand.count].to_vec()),
+                    |fit| fit.choose(&demand.slots, demand.count),
+                );
+                (first.unwrap_or_default(), None)
             }
         },
     };

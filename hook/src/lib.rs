@@ -24,6 +24,7 @@ pub mod drv;
 mod elfdeps;
 pub mod exec;
 pub mod explain;
+mod fit;
 pub mod hook;
 pub mod lease;
 pub mod log;

@@ -113,7 +113,9 @@ pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
         }
     };
     let derivation = req.derivation_name();
-    let view = scan(config, &req.matched_rules(config));
+    // Only a build requiring `cuda-sm-*` features reads the GPU inventory.
+    let required = req.required_gpu_features();
+    let view = scan(config, &req.matched_rules(config), !required.is_empty());
     let mut granted = act::act(decide(req, config, &view), req, config, mode);
     let answer = answer(req, config, mode, &granted, derivation);
     if answer.is_ok() {

@@ -1,6 +1,8 @@
 //! The configuration's schema: the TOML tables and keys, their types and their defaults.
 
-use serde::Deserialize;
+use cuda_sandbox_elfkit::fatbin::features::parse_gpu;
+use cuda_sandbox_elfkit::fatbin::Capability;
+use serde::{Deserialize, Deserializer};
 use std::path::PathBuf;
 
 /// The whole configuration file.
@@ -47,6 +49,12 @@ pub struct Config {
     /// How long a tagged build waits for enough free GPUs before failing (`0`: fail at once).
     #[serde(default = "default_lease_wait_seconds")]
     pub(crate) lease_wait_seconds: u64,
+    /// The compute capability of a Jetson's integrated GPU (`8.7` for Orin), which has no
+    /// `/proc/driver/nvidia/gpus` for a GPU inventory: with it, a build's `cuda-sm-*`
+    /// features are held to this GPU (see [`crate::scan::inventory`]). Unset: a host without
+    /// that directory has no inventory.
+    #[serde(default, deserialize_with = "gpu_capability")]
+    pub(crate) tegra_capability: Option<Capability>,
     /// Where CDI specs are read from, lowest priority first (see [`crate::cdi`]).
     #[serde(default)]
     pub(crate) cdi_spec_dirs: crate::cdi::SpecDirs,
@@ -225,6 +233,14 @@ pub(crate) struct Mount {
     pub follow_entry_symlinks: bool,
 }
 
+/// A GPU's compute capability (`8.7`), as `cuda-sandbox-check features --capability` takes it.
+fn gpu_capability<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Capability>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_gpu(&text)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("tegra_capability: {e}")))
+}
+
 fn default_host_root() -> PathBuf {
     PathBuf::from("/")
 }
@@ -317,6 +333,7 @@ mod tests {
             gpus_per_build: 0,
             max_gpus_per_build: 0,
             lease_wait_seconds: default_lease_wait_seconds(),
+            tegra_capability: None,
             cdi_spec_dirs: crate::cdi::SpecDirs::default(),
             rules: vec![Rule {
                 name: "nvidia".to_string(),

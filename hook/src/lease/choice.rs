@@ -2,6 +2,7 @@
 //! live leases and the per-slot count of leases granted.
 
 use super::record::{LeaseRecord, Usage};
+use crate::fit::Fit;
 use crate::slot::Slot;
 
 /// Not enough slots are free: the live leases on the others.
@@ -12,12 +13,14 @@ pub(super) struct Shortage {
 }
 
 /// `count` of `slots` that no lease in `held` overlaps ([`Slot::overlaps`]), the least used
-/// first (by `usage`), then in order, returned in ascending order.
+/// first (by `usage`), then in order, returned in ascending order. With `fit` (a build's
+/// `cuda-sm-*` features), only a set that satisfies them ([`Fit::choose`]).
 pub(super) fn choose(
     slots: &[Slot],
     held: Vec<LeaseRecord>,
     usage: &Usage,
     count: usize,
+    fit: Option<&Fit>,
 ) -> Result<Vec<Slot>, Shortage> {
     let mut free: Vec<Slot> = slots
         .iter()
@@ -28,9 +31,14 @@ pub(super) fn choose(
         return Err(Shortage { held });
     }
     free.sort_by_key(|s| (usage.get(&s.key()).copied().unwrap_or(0), *s));
-    free.truncate(count);
-    free.sort_unstable();
-    Ok(free)
+    match fit {
+        Some(fit) => fit.choose(&free, count).ok_or(Shortage { held }),
+        None => {
+            free.truncate(count);
+            free.sort_unstable();
+            Ok(free)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -58,12 +66,15 @@ mod tests {
             ("nvidia2".into(), 1),
         ]);
         let all = gpus(&[0, 1, 2, 3]);
-        assert_eq!(choose(&all, vec![], &usage, 2).unwrap(), gpus(&[1, 3]));
         assert_eq!(
-            choose(&all, vec![lease(3)], &usage, 2).unwrap(),
+            choose(&all, vec![], &usage, 2, None).unwrap(),
+            gpus(&[1, 3])
+        );
+        assert_eq!(
+            choose(&all, vec![lease(3)], &usage, 2, None).unwrap(),
             gpus(&[1, 2])
         );
-        let short = choose(&gpus(&[0, 1]), vec![lease(1)], &usage, 2).unwrap_err();
+        let short = choose(&gpus(&[0, 1]), vec![lease(1)], &usage, 2, None).unwrap_err();
         assert_eq!(short.held, [lease(1)]);
     }
 
@@ -77,9 +88,34 @@ mod tests {
         };
         let usage = Usage::new();
         assert_eq!(
-            choose(&slices, vec![held], &usage, 1).unwrap(),
+            choose(&slices, vec![held], &usage, 1, None).unwrap(),
             [slice(2, 0)]
         );
-        assert!(choose(&slices, vec![lease(0)], &usage, 1).is_err());
+        assert!(choose(&slices, vec![lease(0)], &usage, 1, None).is_err());
+    }
+
+    /// A build requiring `cuda-sm-90a` on an 8.9 + 9.0 host gets the 9.0 though the 8.9 is
+    /// less used, and waits while the 9.0 is held though the 8.9 is free.
+    #[test]
+    fn with_features_only_a_satisfying_free_set_is_chosen() {
+        use cuda_sandbox_elfkit::fatbin::{features, Capability};
+        let fit = Fit {
+            required: features::required(["cuda", "cuda-sm-90a"]),
+            capabilities: [(0, "8.9"), (1, "9.0")]
+                .map(|(g, c)| (g, Capability::parse(c).unwrap()))
+                .into(),
+        };
+        let usage = Usage::from([("nvidia1".into(), 5)]);
+        let all = gpus(&[0, 1]);
+        assert_eq!(
+            choose(&all, vec![], &usage, 1, Some(&fit)).unwrap(),
+            gpus(&[1])
+        );
+        let short = choose(&all, vec![lease(1)], &usage, 1, Some(&fit)).unwrap_err();
+        assert_eq!(short.held, [lease(1)]);
+        assert_eq!(
+            choose(&all, vec![lease(1)], &usage, 1, None).unwrap(),
+            gpus(&[0])
+        );
     }
 }

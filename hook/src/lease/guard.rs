@@ -66,7 +66,7 @@ mod tests {
             wait: Duration::ZERO,
         };
         let me = Holder::of(std::process::id()).expect("this process runs");
-        leases.acquire_guarded(&req, me).expect("a free GPU")
+        leases.acquire_guarded(&req, None, me).expect("a free GPU")
     }
 
     #[test]

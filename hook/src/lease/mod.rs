@@ -81,6 +81,7 @@ pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
 pub(crate) use crate::drv::GPUS_ATTR;
 
+use crate::fit::Fit;
 use crate::statedir::StateDir;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -93,12 +94,14 @@ const POLL: Duration = Duration::from_millis(100);
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
     /// Not enough free slots within the wait.
-    #[error("{}", exhausted(*total, *wanted, held, *waited))]
+    #[error("{}", exhausted(*total, *wanted, features, held, *waited))]
     Exhausted {
         /// Slots (GPUs, MIG instances) the build could have had.
         total: usize,
         /// Slots this build needs.
         wanted: usize,
+        /// The `cuda-sm-*` features the slots must satisfy (empty: any slots do).
+        features: Vec<String>,
         /// Who holds the others: (slot, derivation, seconds held).
         held: Vec<(Slot, String, u64)>,
         /// How long the hook waited.
@@ -132,6 +135,7 @@ pub enum LeaseError {
 fn exhausted(
     total: usize,
     wanted: usize,
+    features: &[String],
     held: &[(Slot, String, u64)],
     waited: Duration,
 ) -> String {
@@ -148,7 +152,13 @@ fn exhausted(
         n if n == held.len() => "MIG instances",
         _ => "GPUs and MIG instances",
     };
-    let what = if held.len() >= total {
+    let what = if !features.is_empty() && held.len() < total {
+        format!(
+            "no {wanted} of the {} free of {total} {noun} satisfy {}",
+            total - held.len(),
+            features.join(", ")
+        )
+    } else if held.len() >= total {
         format!("all {total} {noun} are leased by other builds")
     } else {
         format!(
@@ -170,12 +180,14 @@ impl LeaseError {
     fn exhausted(
         slots: &[Slot],
         wanted: usize,
+        fit: Option<&Fit>,
         shortage: choice::Shortage,
         waited: Duration,
     ) -> Self {
         LeaseError::Exhausted {
             total: slots.len(),
             wanted,
+            features: fit.map_or_else(Vec::new, |f| f.required.unmet_by(&[])),
             held: shortage
                 .held
                 .into_iter()
@@ -221,6 +233,17 @@ impl Leases {
     /// build ([`Holder::parent`] in hook mode). The lease stays until a hook judges it
     /// ended; [`Leases::acquire_guarded`] ends it when the hook gives up on the build.
     pub fn acquire(&self, req: &LeaseRequest, holder: Holder) -> Result<Vec<Slot>, LeaseError> {
+        self.acquire_fitting(req, None, holder)
+    }
+
+    /// [`Leases::acquire`], only a set of slots that satisfies `fit` (a build's `cuda-sm-*`
+    /// features), waiting while only held sets do.
+    pub(crate) fn acquire_fitting(
+        &self,
+        req: &LeaseRequest,
+        fit: Option<&Fit>,
+        holder: Holder,
+    ) -> Result<Vec<Slot>, LeaseError> {
         let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
         let chroot_id = std::fs::metadata(req.chroot)
             .map(|m| (m.dev(), m.ino()))
@@ -240,7 +263,7 @@ impl Leases {
                 let _lock = lock::lock(&dir, req.wait.saturating_sub(started.elapsed()))?;
                 let held = sweep::held(&dir, req.slots, Some(asker));
                 let mut usage = record::usage(&dir);
-                match choice::choose(req.slots, held, &usage, req.count) {
+                match choice::choose(req.slots, held, &usage, req.count, fit) {
                     Ok(picked) => {
                         let leases: Vec<LeaseRecord> = picked
                             .iter()
@@ -274,7 +297,7 @@ impl Leases {
             let waited = started.elapsed();
             if waited >= req.wait {
                 return Err(LeaseError::exhausted(
-                    req.slots, req.count, shortage, waited,
+                    req.slots, req.count, fit, shortage, waited,
                 ));
             }
             std::thread::sleep(POLL.min(req.wait - waited));
@@ -286,9 +309,10 @@ impl Leases {
     pub(crate) fn acquire_guarded(
         &self,
         req: &LeaseRequest,
+        fit: Option<&Fit>,
         holder: Holder,
     ) -> Result<LeaseGuard, LeaseError> {
-        let picked = self.acquire(req, holder)?;
+        let picked = self.acquire_fitting(req, fit, holder)?;
         Ok(LeaseGuard::new(
             self.clone(),
             picked,
@@ -347,13 +371,23 @@ impl Leases {
     /// waiting (for `explain` and `exec`). Reads without the lock: lease files are written
     /// atomically.
     pub fn preview(&self, slots: &[Slot], count: usize) -> Result<Vec<Slot>, LeaseError> {
+        self.preview_fitting(slots, count, None)
+    }
+
+    /// [`Leases::preview`], only a set that satisfies `fit`.
+    pub(crate) fn preview_fitting(
+        &self,
+        slots: &[Slot],
+        count: usize,
+        fit: Option<&Fit>,
+    ) -> Result<Vec<Slot>, LeaseError> {
         let dir = StateDir::open_existing(&self.dir).map_err(LeaseError::StateDir)?;
         let (held, usage) = match &dir {
             Some(d) => (sweep::held(d, slots, None), record::usage(d)),
             None => (Vec::new(), record::Usage::new()),
         };
-        choice::choose(slots, held, &usage, count)
-            .map_err(|shortage| LeaseError::exhausted(slots, count, shortage, Duration::ZERO))
+        choice::choose(slots, held, &usage, count, fit)
+            .map_err(|shortage| LeaseError::exhausted(slots, count, fit, shortage, Duration::ZERO))
     }
 
     /// Whether a lease file (live or not yet judged ended) names the build in `chroot`, with
@@ -399,6 +433,7 @@ mod tests {
         let e = LeaseError::Exhausted {
             total: 2,
             wanted: 2,
+            features: Vec::new(),
             held: vec![(Slot::Gpu(0), "/nix/store/x-a.drv".into(), 312)],
             waited: Duration::from_secs(600),
         }

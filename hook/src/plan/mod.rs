@@ -11,6 +11,7 @@
 mod cdi;
 mod devices;
 mod driver;
+mod features;
 mod gpus;
 mod grant;
 mod mig;
@@ -211,6 +212,9 @@ pub(crate) struct GpuDemand {
     pub gpus: Vec<u32>,
     /// How many slots the build needs.
     pub count: usize,
+    /// The build's `cuda-sm-*` features and the GPUs' capabilities, when an inventory gives
+    /// them: the slots leased must satisfy the features together.
+    pub fit: Option<crate::fit::Fit>,
 }
 
 /// The manifest of a tagged build and the host file it is written to.
@@ -267,6 +271,10 @@ pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decisio
         .collect();
     if plan.problems.is_empty() {
         plan.gpu_demand(config, req.gpus_wanted.as_ref());
+    }
+    let required = req.required_gpu_features();
+    if plan.problems.is_empty() && !required.is_empty() {
+        plan.add_features(&required, view.inventory.as_ref());
     }
     plan
 }
@@ -328,7 +336,14 @@ impl Decision {
         )
         .and_then(|count| gpus::one_mig_instance(count, &slots, wanted).map(|s| (count, s)));
         match counted {
-            Ok((count, slots)) => self.gpu_demand = Some(GpuDemand { slots, gpus, count }),
+            Ok((count, slots)) => {
+                self.gpu_demand = Some(GpuDemand {
+                    slots,
+                    gpus,
+                    count,
+                    fit: None,
+                })
+            }
             Err(e) => self.problems.push(Problem {
                 rule: self.rules.join(","),
                 what: e.to_string(),

@@ -29,6 +29,7 @@ struct Hand {
     compat: BTreeMap<String, Vec<CompatSeen>>,
     entry_symlinks: BTreeMap<PathBuf, Vec<String>>,
     mig: Option<Result<crate::scan::mig::MigHost, crate::scan::mig::MigScanError>>,
+    inventory: Option<crate::scan::inventory::InventoryView>,
 }
 
 impl Hand {
@@ -166,6 +167,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
             facts,
             snapshot,
             rules,
+            inventory: hand.inventory.clone(),
         },
     )
 }
@@ -637,7 +639,8 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
         Some(GpuDemand {
             slots: (0..4).map(Slot::Gpu).collect(),
             gpus: vec![0, 1, 2, 3],
-            count: 1
+            count: 1,
+            fit: None,
         })
     );
     let plan = decide_on(&request(&c, Some("2")), &c, &v);
@@ -838,4 +841,123 @@ fn the_sort_key_orders_paths_as_path_does() {
     let mut by_key: Vec<&str> = paths.to_vec();
     by_key.sort_by_cached_key(|p| super::component_order_key(Path::new(p)));
     assert_eq!(by_key, by_path);
+}
+
+/// A host with an 8.9 GPU (`nvidia0`) and a 9.0 (`nvidia1`) in its inventory, and a config
+/// with `top` (`gpus_per_build`).
+fn mixed_host(top: &str) -> (Config, Hand) {
+    use crate::scan::inventory::{InventoryView, KnownGpu};
+    use cuda_sandbox_elfkit::fatbin::Capability;
+    use cuda_sandbox_manifest::inventory::Bdf;
+    let text = format!("{top}host_root = \"{ROOT}\"\n[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\n");
+    let c = Config::parse(&text, "t").unwrap();
+    let names = ["/fake/dev/nvidia0", "/fake/dev/nvidia1"];
+    let mut v = glob(
+        with_parents(host(&[(names[0], dev()), (names[1], dev())]), &[]),
+        "/dev/nvidia[0-9]*",
+        &names,
+    );
+    let gpu = |minor: u32, bdf: &str, cc: &str| KnownGpu {
+        minor,
+        bdf: Bdf::parse(bdf).unwrap(),
+        capability: Capability::parse(cc).unwrap(),
+    };
+    v.inventory = Some(InventoryView::Gpus(vec![
+        gpu(0, "0000:01:00.0", "8.9"),
+        gpu(1, "0000:02:00.0", "9.0"),
+    ]));
+    (c, v)
+}
+
+fn requiring(c: &Config, features: &[&str]) -> Request {
+    let mut req = request(c, None);
+    req.features = features.iter().map(|f| f.as_bytes().to_vec()).collect();
+    req
+}
+
+#[test]
+fn with_leases_the_features_go_with_the_demand() {
+    let (c, v) = mixed_host("gpus_per_build = 1\n");
+    let plan = decide_on(&requiring(&c, &["cuda", "cuda-sm-90a"]), &c, &v);
+    assert!(plan.problems.is_empty(), "{:?}", plan.problems);
+    let fit = plan
+        .gpu_demand
+        .unwrap()
+        .fit
+        .expect("the features go with the demand");
+    assert_eq!(
+        fit.choose(&[Slot::Gpu(0), Slot::Gpu(1)], 1),
+        Some(vec![Slot::Gpu(1)])
+    );
+    // Untagged by cuda-sm-*: no fit, the demand as before.
+    let plan = decide_on(&requiring(&c, &["cuda"]), &c, &v);
+    assert_eq!(plan.gpu_demand.unwrap().fit, None);
+}
+
+#[test]
+fn a_host_that_cannot_satisfy_the_features_fails_at_once_naming_them_and_its_gpus() {
+    for top in ["gpus_per_build = 1\n", ""] {
+        let (c, v) = mixed_host(top);
+        let plan = decide_on(&requiring(&c, &["cuda", "cuda-sm-100a"]), &c, &v);
+        assert_eq!(plan.gpu_demand, None, "{top}");
+        assert_eq!(
+            plan.problems[0].what,
+            "no GPU here satisfies cuda-sm-100a (this host has nvidia0 8.9 at 0000:01:00.0, \
+             nvidia1 9.0 at 0000:02:00.0)"
+        );
+    }
+    let (c, v) = mixed_host("gpus_per_build = 1\n");
+    let plan = decide_on(
+        &requiring(&c, &["cuda", "cuda-sm-90a", "cuda-sm-89"]),
+        &c,
+        &v,
+    );
+    assert!(plan.problems.is_empty(), "a 9.0 meets cuda-sm-89 too");
+    let mut req = requiring(&c, &["cuda", "cuda-sm-90a", "cuda-sm-9x"]);
+    req.gpus_wanted = Some(crate::request::GpusWanted::parse("2"));
+    let plan = decide_on(&req, &c, &v);
+    assert!(plan.problems[0]
+        .what
+        .contains("no GPU here satisfies cuda-sm-9x"));
+}
+
+#[test]
+fn with_every_gpu_exposed_the_exposure_does_not_change() {
+    let (c, v) = mixed_host("");
+    let plain = decide_on(&requiring(&c, &["cuda"]), &c, &v);
+    let tagged = decide_on(&requiring(&c, &["cuda", "cuda-sm-90a"]), &c, &v);
+    assert!(tagged.problems.is_empty());
+    assert_eq!(tagged.exposures, plain.exposures);
+    assert_eq!(insides(&tagged), ["/dev/nvidia0", "/dev/nvidia1"]);
+}
+
+#[test]
+fn without_an_inventory_the_features_select_nothing_and_say_so() {
+    use crate::scan::inventory::InventoryView;
+    let (c, mut v) = mixed_host("gpus_per_build = 1\n");
+    v.inventory = Some(InventoryView::Missing("/run/x/inventory.json: gone".into()));
+    let plan = decide_on(&requiring(&c, &["cuda", "cuda-sm-90a"]), &c, &v);
+    assert!(plan.problems.is_empty());
+    assert_eq!(plan.gpu_demand.unwrap().fit, None);
+    assert_eq!(
+        plan.skipped.last().unwrap().why,
+        "cuda-sm-90a select no GPU: no GPU inventory (/run/x/inventory.json: gone); the build \
+         gets GPUs as though it required no cuda-sm-* feature"
+    );
+    assert_eq!(plan.warnings.len(), 1);
+}
+
+#[test]
+fn a_jetson_is_held_to_its_configured_capability() {
+    use crate::scan::inventory::InventoryView;
+    use cuda_sandbox_elfkit::fatbin::Capability;
+    let (c, mut v) = mixed_host("");
+    v.inventory = Some(InventoryView::Tegra(Capability::parse("8.7").unwrap()));
+    let ok = decide_on(&requiring(&c, &["cuda", "cuda-sm-87"]), &c, &v);
+    assert!(ok.problems.is_empty());
+    let plan = decide_on(&requiring(&c, &["cuda", "cuda-sm-90"]), &c, &v);
+    assert_eq!(
+        plan.problems[0].what,
+        "this Jetson's GPU (8.7, tegra_capability) does not satisfy cuda-sm-90"
+    );
 }

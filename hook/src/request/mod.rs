@@ -9,6 +9,7 @@
 
 use crate::config::{self, Config, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
 use crate::drv::{self, DrvAttrs, DrvEnv, DrvError};
+use cuda_sandbox_elfkit::fatbin::features::{self, Required};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -177,6 +178,13 @@ impl Request {
             .iter()
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .collect()
+    }
+
+    /// The `cuda-sm-*` features among the required ones, by the rule the runner shares
+    /// ([`features::required`]); a name that is not UTF-8 is malformed, so never met.
+    pub(crate) fn required_gpu_features(&self) -> Required {
+        let names = self.features_lossy();
+        features::required(names.iter().map(String::as_str))
     }
 
     /// The configuration and the matching rules, when the verdict is [`Verdict::Tagged`].

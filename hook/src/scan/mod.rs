@@ -8,7 +8,9 @@
 //! - [`driver`]: the driver link, the host's libraries when there is no link (or those a CDI
 //!   spec mounts), and the compat directories (their ELF notes);
 //! - [`cdi`]: the CDI devices a rule names, with what their specs list;
-//! - [`mig`]: the MIG instances the driver publishes, with their capability nodes.
+//! - [`mig`]: the MIG instances the driver publishes, with their capability nodes;
+//! - [`inventory`]: the GPUs' compute capabilities, for a build requiring `cuda-sm-*`
+//!   features only.
 //!
 //! A scan result holds its source (the configured item, copied) beside what was found for it,
 //! so a planner takes both from one value and never looks anything up by configuration text.
@@ -22,6 +24,7 @@ pub(crate) mod booted;
 pub(crate) mod cdi;
 pub(crate) mod devices;
 pub(crate) mod driver;
+pub(crate) mod inventory;
 pub(crate) mod mig;
 pub(crate) mod paths;
 
@@ -49,6 +52,8 @@ pub(crate) struct HostView {
     pub snapshot: Snapshot,
     /// Each matched rule's sources and what was found for them, in rule order.
     pub rules: Vec<RuleView>,
+    /// The GPUs' capabilities, read only for a build requiring `cuda-sm-*` features.
+    pub inventory: Option<inventory::InventoryView>,
 }
 
 /// Host facts read once for every source that needs them.
@@ -215,9 +220,9 @@ impl Recorder {
     }
 }
 
-/// Reads what the `rules` (matched, with their ids) under `config` need to know of the host.
-/// Never writes.
-pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
+/// Reads what the `rules` (matched, with their ids) under `config` need to know of the host,
+/// and the GPU inventory when the build's features `need_inventory`. Never writes.
+pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: bool) -> HostView {
     let fs = Recorder::new();
     let facts = host_facts(config, rules);
     let rooted = Space::Rooted {
@@ -276,6 +281,7 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)]) -> HostView {
         facts,
         snapshot,
         rules: views,
+        inventory: need_inventory.then(|| inventory::scan(config)),
     }
 }
 

@@ -37,7 +37,7 @@ mod pci;
 mod tree;
 
 pub(crate) use layout::PciLayout;
-pub(crate) use pci::discover;
+pub(crate) use pci::{discover, identity};
 pub(crate) use tree::{build, sweep, TreeGuard, TreeParts};
 
 use std::path::PathBuf;

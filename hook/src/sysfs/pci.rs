@@ -3,10 +3,13 @@
 //! its path from the link `/sys/bus/pci/devices/<BDF>` (both under the host root).
 
 use crate::trust::{self, TrustError};
+use cuda_sandbox_manifest::inventory::{self, is_bdf};
 use std::path::{Path, PathBuf};
 
 /// The most a `/proc/driver/nvidia/gpus/<BDF>/information` file may hold (it is ~400 bytes).
 const INFORMATION_MAX: u64 = 4096;
+/// The most a sysfs `device` attribute may hold (`0x2330` and a newline).
+const PCI_ID_MAX: u64 = 64;
 /// The most PCI bridges a device's path may cross (real ones cross two to four).
 const PATH_MAX_DEPTH: usize = 16;
 
@@ -39,6 +42,9 @@ pub(crate) enum PciError {
     /// The `information` file names no device minor.
     #[error("{} names no \"Device Minor\"", .0.display())]
     NoMinor(PathBuf),
+    /// The `device` attribute holds no PCI id.
+    #[error("{} holds no PCI device id 0xNNNN", .0.display())]
+    NoDeviceId(PathBuf),
     /// The device's path is not `pci<dddd>:<bb>/<BDF>/…/<BDF>` under `/sys/devices`.
     #[error("{} leads to {}, not to pci<domain>:<bus>/…/<its address> under /sys/devices", link.display(), target.display())]
     UnexpectedPath {
@@ -47,23 +53,6 @@ pub(crate) enum PciError {
         /// Where it leads.
         target: PathBuf,
     },
-}
-
-/// Whether `name` is a PCI bus address, `dddd:bb:dd.f` in lowercase hex.
-pub(super) fn is_bdf(name: &str) -> bool {
-    let b = name.as_bytes();
-    let hex = |r: std::ops::Range<usize>| {
-        b[r].iter()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
-    };
-    b.len() == 12
-        && hex(0..4)
-        && b[4] == b':'
-        && hex(5..7)
-        && b[7] == b':'
-        && hex(8..10)
-        && b[10] == b'.'
-        && (b'0'..=b'7').contains(&b[11])
 }
 
 /// Whether `name` is a root bus directory, `pci<dddd>:<bb>`.
@@ -111,13 +100,30 @@ fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
     Ok(PciGpu { minor, bdf, path })
 }
 
+/// What the host says now of the GPU at bus address `bdf` (under `host_root`): the "Device
+/// Minor" of `/proc/driver/nvidia/gpus/<bdf>/information` and the PCI device id of
+/// `/sys/bus/pci/devices/<bdf>/device`, each file opened once trusted. What the GPU
+/// inventory is checked against.
+pub(crate) fn identity(host_root: &Path, bdf: &str) -> Result<(u32, u16), PciError> {
+    let information = host_root
+        .join("proc/driver/nvidia/gpus")
+        .join(bdf)
+        .join("information");
+    let minor = device_minor(&information)?;
+    let device = host_root
+        .join("sys/bus/pci/devices")
+        .join(bdf)
+        .join("device");
+    let bytes = read_small(&device, PCI_ID_MAX)?;
+    let id = inventory::pci_id(&String::from_utf8_lossy(&bytes))
+        .ok_or_else(|| PciError::NoDeviceId(device.clone()))?;
+    Ok((minor, id))
+}
+
 /// The "Device Minor" of an `information` file.
 fn device_minor(information: &Path) -> Result<u32, PciError> {
     let bytes = read_small(information, INFORMATION_MAX)?;
-    String::from_utf8_lossy(&bytes)
-        .lines()
-        .find_map(|l| l.strip_prefix("Device Minor:"))
-        .and_then(|v| v.trim().parse().ok())
+    inventory::device_minor(&String::from_utf8_lossy(&bytes))
         .ok_or_else(|| PciError::NoMinor(information.to_path_buf()))
 }
 

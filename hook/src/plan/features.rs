@@ -1,0 +1,124 @@
+//! A build's `cuda-sm-*` features against the GPUs the plan found, by the one rule
+//! ([`Required`], union semantics) and the GPU inventory ([`InventoryView`]):
+//!
+//! - a host whose GPUs, all of them, busy or not, cannot satisfy the features (or, with
+//!   leases, no `count` of them together) fails the build at once, naming the features and
+//!   the GPUs with their capabilities and bus addresses;
+//! - with leases, the demand carries the features ([`Fit`]), and the lease takes only a set
+//!   that satisfies them, waiting while only held sets do;
+//! - with every GPU exposed (`gpus_per_build = 0`), the exposure does not change;
+//! - with no usable inventory the features select nothing: the build is served as though it
+//!   required none of them, and `explain` (and the hook's warning) says why. Never more than
+//!   that build would get anyway.
+
+use super::{devices, gpu_number, Decision, Problem, Skip};
+use crate::fit::Fit;
+use crate::scan::inventory::{InventoryView, KnownGpu};
+use cuda_sandbox_elfkit::fatbin::features::Required;
+use std::collections::BTreeMap;
+
+impl Decision {
+    /// Holds the plan's GPUs to `required` (non-empty) by `inventory`.
+    pub(super) fn add_features(&mut self, required: &Required, inventory: Option<&InventoryView>) {
+        let names = required.unmet_by(&[]).join(", ");
+        let mut gpus: Vec<u32> = devices(&self.exposures)
+            .filter_map(|e| gpu_number(&e.inside))
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let known = match inventory {
+            Some(InventoryView::Gpus(known)) => known,
+            Some(InventoryView::Tegra(capability)) => {
+                let unmet = required.unmet_by(&[*capability]);
+                if !unmet.is_empty() {
+                    self.unsatisfiable(
+                        format!(
+                            "this Jetson's GPU ({capability}, tegra_capability) does not satisfy \
+                             {}",
+                            unmet.join(", ")
+                        ),
+                        "build it on a builder whose GPU does (`cuda-sandbox-check features` \
+                         prints what a builder may advertise)",
+                    );
+                }
+                return;
+            }
+            Some(InventoryView::Missing(why)) => return self.no_inventory(&names, why),
+            None => return self.no_inventory(&names, "it was not read"),
+        };
+        let mut capabilities = BTreeMap::new();
+        let mut described = Vec::new();
+        for gpu in &gpus {
+            let Some(found) = known.iter().find(|k| k.minor == *gpu) else {
+                let why = format!("it lists no nvidia{gpu}");
+                return self.no_inventory(&names, &why);
+            };
+            capabilities.insert(*gpu, found.capability);
+            described.push(describe(found));
+        }
+        let all: Vec<_> = capabilities.values().copied().collect();
+        let here = if described.is_empty() {
+            "no GPU".to_string()
+        } else {
+            described.join(", ")
+        };
+        let unmet = required.unmet_by(&all);
+        if !unmet.is_empty() {
+            return self.unsatisfiable(
+                format!(
+                    "no GPU here satisfies {} (this host has {here})",
+                    unmet.join(", ")
+                ),
+                "build it on a builder whose GPUs do: this builder advertises features its GPUs \
+                 lack (compare its system-features with `cuda-sandbox-check features`)",
+            );
+        }
+        let Some(demand) = &mut self.gpu_demand else {
+            return;
+        };
+        let fit = Fit {
+            required: required.clone(),
+            capabilities,
+        };
+        if fit.choose(&demand.slots, demand.count).is_none() {
+            let count = demand.count;
+            return self.unsatisfiable(
+                format!(
+                    "no {count} of this host's GPUs together satisfy {names} (this host has \
+                     {here})"
+                ),
+                "ask for more GPUs (the derivation's cudaSandboxGpus, or gpus_per_build) or \
+                 build it where fewer GPUs satisfy it",
+            );
+        }
+        demand.fit = Some(fit);
+    }
+
+    /// The features select nothing: said in `explain` and on the hook's stderr.
+    fn no_inventory(&mut self, names: &str, why: &str) {
+        let text = format!(
+            "{names} select no GPU: no GPU inventory ({why}); the build gets GPUs as though it \
+             required no cuda-sm-* feature"
+        );
+        self.warnings.push(text.clone());
+        self.skipped.push(Skip {
+            path: names.to_string(),
+            why: text,
+        });
+    }
+
+    /// The build fails at once: no wait can help.
+    fn unsatisfiable(&mut self, what: String, fix: &str) {
+        self.gpu_demand = None;
+        self.problems.push(Problem {
+            rule: self.rules.join(","),
+            what,
+            fix: fix.to_string(),
+        });
+    }
+}
+
+/// `nvidia1 9.0 at 0000:02:00.0`.
+fn describe(gpu: &KnownGpu) -> String {
+    format!("nvidia{} {} at {}", gpu.minor, gpu.capability, gpu.bdf)
+}
