@@ -3,6 +3,7 @@
 # NVIDIA device node it sees (MIG capability nodes included), its manifest, `read`/`unreadable` for each of `readPaths`, then
 # sleeps `sleep` seconds and writes `end <time>`. `nonce` forces fresh builds; it is also in
 # the builder's command line, so a test can find a builder among the host's processes.
+# `features`: the required system features, space-separated.
 {
   nonce,
   count ? "16",
@@ -10,6 +11,7 @@
   sleep ? "0",
   gpus ? "",
   prefix ? "concurrent",
+  features ? "cuda",
 }:
 let
   report = import ./report.nix;
@@ -24,7 +26,9 @@ let
         PATH = "/bin:/usr/bin";
         READ_PATHS = builtins.unsafeDiscardStringContext readPaths;
         SLEEP = sleep;
-        requiredSystemFeatures = [ "cuda" ];
+        requiredSystemFeatures = builtins.filter (f: builtins.isString f && f != "") (
+          builtins.split " " features
+        );
         args = [
           "-c"
           ''

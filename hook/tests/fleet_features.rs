@@ -1,0 +1,243 @@
+//! A mixed host through the real Nix sandbox: GPUs of two capabilities (an 8.9 as
+//! `/dev/nvidia0`, a 9.0 as `/dev/nvidia1`; real character devices), their
+//! `/proc/driver/nvidia/gpus` and `/sys/bus/pci/devices` entries ([`FakePci`]) and a GPU
+//! inventory in the schema `cuda-sandbox-check inventory` writes. A build requiring
+//! `cuda-sm-90a` is leased the 9.0, and waits for it while another holds it though the 8.9 is
+//! free; a build neither GPU satisfies fails at once in one line; an inventory entry that no
+//! longer matches the host is "no inventory". Needs root and `nix-build`; under `CI=true`
+//! these tests fail rather than skip when either is missing.
+
+use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_manifest::inventory::{Bdf, Inventory, InventoryGpu, INVENTORY_FILE};
+use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, FakePci, NixSandbox};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{nix_file, HOOK};
+
+/// One test at a time: each times its builds, and builds of one host share its leases.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// What the builder advertises: the union of an 8.9 and a 9.0, and `cuda-sm-100a`, which
+/// neither has (a lying advertisement, so that Nix hands the hook such a build).
+const SYSTEM_FEATURES: &str = "cuda cuda-sm-89 cuda-sm-90 cuda-sm-90a cuda-sm-100a";
+
+/// The host: GPU `i` is `/dev/nvidia<i>` at [`FakePci::gpu`]`(i)`.
+struct Host {
+    dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+}
+
+impl Host {
+    /// The mixed host with a config of `top` (`gpus_per_build`, …) and a matching inventory.
+    fn new(top: &str) -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        FakeDevices::create(&root, 2, true).unwrap();
+        FakePci::create(&root, 2).unwrap();
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, hook_config(&root, dir.path(), top, &["cuda"], "")).unwrap();
+        let host = Host { dir, root, config };
+        host.write_inventory(&["8.9", "9.0"]);
+        host
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+
+    /// Writes the inventory, GPU `i` of capability `capabilities[i]`, root's and 0644 as
+    /// `cuda-sandbox-check inventory` writes it.
+    fn write_inventory(&self, capabilities: &[&str]) {
+        let gpus = capabilities
+            .iter()
+            .enumerate()
+            .map(|(i, cc)| InventoryGpu {
+                bdf: Bdf::parse(&FakePci::gpu(i as u32)).unwrap(),
+                pci_device: cuda_sandbox_testkit::fake_pci::FAKE_GPU_DEVICE,
+                minor: i as u32,
+                capability: Capability::parse(cc).unwrap(),
+            })
+            .collect();
+        let run = self.run_dir();
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let file = run.join(INVENTORY_FILE);
+        std::fs::write(&file, Inventory::new(gpus).to_json()).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    fn sandbox(&self, max_jobs: usize) -> NixSandbox {
+        let mut s = NixSandbox::with_hook(Path::new(HOOK), &self.config);
+        s.system_features = SYSTEM_FEATURES.to_string();
+        s.extra_settings.push(format!("max-jobs = {max_jobs}"));
+        s
+    }
+
+    /// Builds `count` derivations of concurrent.nix requiring `features`, at once, each
+    /// sleeping `sleep` seconds. Returns success, the log and each build's report.
+    fn build(&self, features: &str, count: usize, sleep: &str) -> (bool, String, Vec<Report>) {
+        let count_text = count.to_string();
+        let build = self.sandbox(count).build(
+            &nix_file("concurrent.nix"),
+            &[
+                ("nonce", &nonce()),
+                ("count", &count_text),
+                ("features", features),
+                ("sleep", sleep),
+                ("prefix", "fleet"),
+            ],
+            &[],
+        );
+        let reports = build
+            .out_paths
+            .iter()
+            .map(|out| Report::of(&std::fs::read_to_string(out).unwrap()))
+            .collect();
+        (build.ok(), build.log, reports)
+    }
+}
+
+/// What one build of concurrent.nix saw: its GPU nodes and when it ran.
+#[derive(Debug)]
+struct Report {
+    gpus: Vec<String>,
+    start: f64,
+    end: f64,
+}
+
+impl Report {
+    fn of(text: &str) -> Report {
+        let time = |key: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("no {key:?} line in:\n{text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        Report {
+            gpus: text
+                .lines()
+                .filter_map(|l| l.strip_prefix("char /dev/"))
+                .filter(|d| {
+                    d.strip_prefix("nvidia")
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+                })
+                .map(str::to_string)
+                .collect(),
+            start: time("start "),
+            end: time("end "),
+        }
+    }
+}
+
+fn ready(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    if !nix_available(test) {
+        return None;
+    }
+    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+#[test]
+fn a_build_requiring_cuda_sm_90a_is_leased_the_9_0_and_waits_for_it() {
+    let Some(_serial) = ready("a_build_requiring_cuda_sm_90a_is_leased_the_9_0_and_waits_for_it")
+    else {
+        return;
+    };
+    let host = Host::new("gpus_per_build = 1\nlease_wait_seconds = 120\n");
+    // nvidia0 is free and the least used, so it is what the build would get without its
+    // features.
+    let (ok, log, reports) = host.build("cuda cuda-sm-90a", 1, "0");
+    assert!(ok, "{log}");
+    assert_eq!(reports[0].gpus, ["nvidia1"], "{log}");
+    // Two at once: the second waits for the 9.0 while the 8.9 stays free.
+    let (ok, log, reports) = host.build("cuda cuda-sm-90a", 2, "2");
+    assert!(ok, "{log}");
+    for r in &reports {
+        assert_eq!(r.gpus, ["nvidia1"], "{log}");
+    }
+    let (a, b) = (&reports[0], &reports[1]);
+    assert!(
+        a.end <= b.start || b.end <= a.start,
+        "the two builds shared the 9.0: {reports:?}"
+    );
+    // A build with no cuda-sm-* feature still gets the least used GPU.
+    let (ok, log, reports) = host.build("cuda", 1, "0");
+    assert!(ok, "{log}");
+    assert_eq!(reports[0].gpus, ["nvidia0"], "{log}");
+}
+
+#[test]
+fn a_build_neither_gpu_satisfies_fails_at_once_naming_the_features_and_the_gpus() {
+    let Some(_serial) =
+        ready("a_build_neither_gpu_satisfies_fails_at_once_naming_the_features_and_the_gpus")
+    else {
+        return;
+    };
+    let line = "requires feature 'cuda' (rule 'nvidia') but no GPU here satisfies cuda-sm-100a \
+                (this host has nvidia0 8.9 at 0000:01:00.0, nvidia1 9.0 at 0000:02:00.0): build \
+                it on a builder whose GPUs do";
+    for top in ["gpus_per_build = 1\nlease_wait_seconds = 600\n", ""] {
+        let host = Host::new(top);
+        let started = Instant::now();
+        let (ok, log, _) = host.build("cuda cuda-sm-100a", 1, "0");
+        assert!(!ok, "{top}: the build ran:\n{log}");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{top}: the build waited"
+        );
+        let hook_line = log
+            .lines()
+            .find(|l| l.contains(line))
+            .unwrap_or_else(|| panic!("{top}: no one-line failure in:\n{log}"));
+        assert!(hook_line.contains("-fleet-0.drv"), "{hook_line}");
+        assert!(
+            !host.run_dir().join("leases/nvidia0.lease").exists()
+                && !host.run_dir().join("leases/nvidia1.lease").exists(),
+            "{top}: a GPU was leased to a build that cannot run"
+        );
+    }
+}
+
+#[test]
+fn an_inventory_entry_that_no_longer_matches_is_no_inventory() {
+    let Some(_serial) = ready("an_inventory_entry_that_no_longer_matches_is_no_inventory") else {
+        return;
+    };
+    let host = Host::new("gpus_per_build = 1\nlease_wait_seconds = 120\n");
+    // GPU 1 swapped for another model since the inventory was written.
+    let device = host
+        .root
+        .join("sys/bus/pci/devices")
+        .join(FakePci::gpu(1))
+        .join("device");
+    std::fs::write(&device, "0x2331\n").unwrap();
+    let why = "cuda-sm-90a select no GPU: no GPU inventory (";
+    let stale = "no longer matches the host: the GPU at 0000:02:00.0 is nvidia1 with device id \
+                 0x2331, not nvidia1 with 0x2330";
+    let (ok, log, reports) = host.build("cuda cuda-sm-90a", 1, "0");
+    assert!(ok, "{log}");
+    assert!(log.contains(why) && log.contains(stale), "{log}");
+    // The features select nothing: the least used GPU, as for a build without them.
+    assert_eq!(reports[0].gpus, ["nvidia0"], "{log}");
+    let out = Command::new(HOOK)
+        .args(["explain", "--config"])
+        .arg(&host.config)
+        .args(["--features", "cuda,cuda-sm-90a"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(why) && text.contains(stale), "{text}");
+    // Written again, it selects again.
+    host.write_inventory(&["8.9", "9.0"]);
+    std::fs::write(&device, "0x2330\n").unwrap();
+    let (ok, log, reports) = host.build("cuda cuda-sm-90a", 1, "0");
+    assert!(ok && !log.contains(why), "{log}");
+    assert_eq!(reports[0].gpus, ["nvidia1"], "{log}");
+}
