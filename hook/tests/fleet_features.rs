@@ -7,10 +7,7 @@
 //! longer matches the host is "no inventory". Needs root and `nix-build`; under `CI=true`
 //! these tests fail rather than skip when either is missing.
 
-use cuda_sandbox_elfkit::fatbin::Capability;
-use cuda_sandbox_manifest::inventory::{Bdf, Inventory, InventoryGpu, INVENTORY_FILE};
 use cuda_sandbox_testkit::{hook_config, nix_available, nonce, FakeDevices, FakePci, NixSandbox};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -51,25 +48,9 @@ impl Host {
         self.dir.path().join("run")
     }
 
-    /// Writes the inventory, GPU `i` of capability `capabilities[i]`, root's and 0644 as
-    /// `cuda-sandbox-check inventory` writes it.
+    /// Writes the inventory, GPU `i` of capability `capabilities[i]`.
     fn write_inventory(&self, capabilities: &[&str]) {
-        let gpus = capabilities
-            .iter()
-            .enumerate()
-            .map(|(i, cc)| InventoryGpu {
-                bdf: Bdf::parse(&FakePci::gpu(i as u32)).unwrap(),
-                pci_device: cuda_sandbox_testkit::fake_pci::FAKE_GPU_DEVICE,
-                minor: i as u32,
-                capability: Capability::parse(cc).unwrap(),
-            })
-            .collect();
-        let run = self.run_dir();
-        std::fs::create_dir_all(&run).unwrap();
-        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let file = run.join(INVENTORY_FILE);
-        std::fs::write(&file, Inventory::new(gpus).to_json()).unwrap();
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        common::write_inventory(&self.run_dir(), capabilities);
     }
 
     fn sandbox(&self, max_jobs: usize) -> NixSandbox {

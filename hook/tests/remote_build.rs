@@ -24,7 +24,7 @@
 //! openssh-server). Outside CI a missing one skips with a printed reason; under `CI=true` it is
 //! a failure.
 
-use cuda_sandbox_testkit::{nix_available, nonce, write_script, FakeDevices, NixVersion};
+use cuda_sandbox_testkit::{nix_available, nonce, write_script, FakeDevices, FakePci, NixVersion};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -119,6 +119,18 @@ struct Builder {
     /// The Nix version the client runs under (`scripts/with-nix VERSION`); `None`: the Nix
     /// these tests run under, as the builder.
     client_nix: Option<&'static str>,
+    /// The features the builder advertises (its nix.conf and the client's machine line).
+    features: &'static str,
+}
+
+/// The builder's GPUs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gpus {
+    /// Two GPUs, every build getting both.
+    Alike,
+    /// An 8.9 (`nvidia0`) and a 9.0 (`nvidia1`), their `/proc` and `/sys` entries and an
+    /// inventory, one leased per build; the builder advertises `cuda-sm-90a` too.
+    Mixed,
 }
 
 /// Which store each side uses.
@@ -162,12 +174,25 @@ impl Builder {
 
     /// As [`Builder::start`], with `hook` as the builder's `pre-build-hook`.
     fn start_with(policy: &str, stores: Stores, hook: HookAs) -> Builder {
+        Builder::start_on(policy, stores, hook, Gpus::Alike)
+    }
+
+    /// As [`Builder::start_with`], on a builder with `gpus`.
+    fn start_on(policy: &str, stores: Stores, hook: HookAs, gpus: Gpus) -> Builder {
         let dir = tempfile::tempdir_in(private_tmp()).unwrap();
         let d = dir.path();
 
         // The fake GPU host and the hook's config.
         let root = d.join("root");
         FakeDevices::create(&root, 2, true).unwrap();
+        let (features, leases) = match gpus {
+            Gpus::Alike => ("cuda gpu", ""),
+            Gpus::Mixed => {
+                FakePci::create(&root, 2).unwrap();
+                common::write_inventory(&d.join("run"), &["8.9", "9.0"]);
+                ("cuda gpu cuda-sm-90a", "gpus_per_build = 1\n")
+            }
+        };
         let libcuda = d.join("libcuda.so.1");
         write_file(&libcuda, "FAKE libcuda on the remote builder\n");
         let hook_config = d.join("hook.toml");
@@ -176,7 +201,7 @@ impl Builder {
             &cuda_sandbox_testkit::hook_config(
                 &root,
                 d,
-                &format!("missing_drv = \"{policy}\"\n"),
+                &format!("missing_drv = \"{policy}\"\n{leases}"),
                 &["cuda", "gpu"],
                 &format!(
                     "[[rule.device]]\nglob = \"/dev/nvidia-uvm-tools\"\n\
@@ -236,7 +261,7 @@ impl Builder {
             &conf_dir.join("nix.conf"),
             &format!(
                 "sandbox = true\nsandbox-fallback = false\nsubstituters =\n\
-                 system-features = cuda gpu\nsandbox-paths = {}\npre-build-hook = {}\n",
+                 system-features = {features}\nsandbox-paths = {}\npre-build-hook = {}\n",
                 sandbox_paths.join(" "),
                 hook.display()
             ),
@@ -284,6 +309,7 @@ impl Builder {
             client_store,
             builder_store,
             client_nix: None,
+            features,
         }
     }
 
@@ -324,10 +350,11 @@ impl Builder {
     /// mandatory features.
     fn machine(&self, mandatory: &str) -> String {
         format!(
-            "{} {}-linux {} 1 1 cuda,gpu {mandatory}",
+            "{} {}-linux {} 1 1 {} {mandatory}",
             self.uri(),
             std::env::consts::ARCH,
-            self.dir.path().join("client_key").display()
+            self.dir.path().join("client_key").display(),
+            self.features.replace(' ', ",")
         )
     }
 
@@ -764,6 +791,67 @@ fn remote_build_with_drv_aterm_fd_follows_the_tags_whatever_missing_drv_says() {
     assert!(!builder.drv_where_the_hook_looks(&remote));
     assert_sees_nothing(remote.report(), "probe-untagged");
     assert!(remote.hook_lines().is_empty(), "{remote:#?}");
+}
+
+/// Which of the mixed builder's GPUs a report shows: `nvidia0` (8.9) or `nvidia1` (9.0).
+fn leased_gpu(report: &str) -> &'static str {
+    match (
+        report.contains("char /dev/nvidia0 195:0"),
+        report.contains("char /dev/nvidia1 195:1"),
+    ) {
+        (true, false) => "nvidia0",
+        (false, true) => "nvidia1",
+        _ => panic!("not one GPU leased:\n{report}"),
+    }
+}
+
+/// A build's `cuda-sm-*` features reach the builder's hook only with the derivation: on a
+/// descriptor (`DRV_ATERM_FD`), or as NixOS/hydra#1565 copies the `.drv`. With either, a
+/// build requiring `cuda-sm-90a` is leased the 9.0, though the 8.9 is less used.
+#[test]
+fn remote_build_with_its_derivation_is_leased_the_gpu_its_cuda_sm_features_need() {
+    if !remote_available(
+        "remote_build_with_its_derivation_is_leased_the_gpu_its_cuda_sm_features_need",
+    ) {
+        return;
+    }
+    let mandatory = "cuda";
+    let builder = Builder::start_on("fail", Stores::Separate, HookAs::WithAtermFd, Gpus::Mixed);
+    let remote = builder.build("sm90a", mandatory);
+    assert!(!builder.drv_where_the_hook_looks(&remote));
+    assert_eq!(leased_gpu(remote.report()), "nvidia1", "{remote:#?}");
+    assert!(remote.hook_lines().is_empty(), "{remote:#?}");
+
+    let builder = Builder::start_on("fail", Stores::Separate, HookAs::Itself, Gpus::Mixed);
+    let nonce = nonce();
+    let drv = builder.instantiate("sm90a", &nonce);
+    builder.copy_to_builder(&drv);
+    let remote = builder.build_with_nonce("sm90a", mandatory, &nonce);
+    assert_eq!(remote.drv(), drv);
+    assert_eq!(leased_gpu(remote.report()), "nvidia1", "{remote:#?}");
+}
+
+/// Without the derivation the builder's hook cannot know a build's `cuda-sm-*` features:
+/// under `missing_drv = "expose"` it is leased the least used GPU, the 8.9, and the hook
+/// says its features select nothing (docs/data-centre.md, "Remote builds").
+#[test]
+fn remote_build_without_its_derivation_cannot_be_held_to_its_cuda_sm_features() {
+    if !remote_available(
+        "remote_build_without_its_derivation_cannot_be_held_to_its_cuda_sm_features",
+    ) {
+        return;
+    }
+    let builder = Builder::start_on("expose", Stores::Separate, HookAs::Itself, Gpus::Mixed);
+    let remote = builder.build("sm90a", "cuda");
+    assert!(!builder.drv_where_the_hook_looks(&remote));
+    assert_eq!(leased_gpu(remote.report()), "nvidia0", "{remote:#?}");
+    assert!(
+        remote
+            .hook_lines()
+            .iter()
+            .any(|l| l.contains("cuda-sm-* features cannot be known, so they select no GPU")),
+        "{remote:#?}"
+    );
 }
 
 #[test]

@@ -474,7 +474,8 @@ impl Request {
                 } else {
                     self.warnings.push(format!(
                         "derivation {name} is not on disk; exposing every rule (missing_drv = \
-                         \"expose\")"
+                         \"expose\"); its cuda-sm-* features cannot be known, so they select \
+                         no GPU"
                     ));
                     self.verdict = Verdict::Tagged;
                 }

@@ -1,6 +1,7 @@
 //! What the hook's integration tests share: the built binary, the Nix files, `explain`.
 #![allow(dead_code)] // each test file uses a different part
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -51,4 +52,27 @@ pub fn is_namespace_init(pid: u32) -> bool {
             .lines()
             .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1"))
     })
+}
+
+/// Writes a GPU inventory in `run_dir` (the hook's `runtime_dir`), root's and 0644 as
+/// `cuda-sandbox-check inventory` writes it, in the schema it writes: GPU `i` is
+/// `/dev/nvidia<i>` at [`FakePci::gpu`](cuda_sandbox_testkit::FakePci::gpu)`(i)` with the
+/// fake device id, of capability `capabilities[i]`.
+pub fn write_inventory(run_dir: &Path, capabilities: &[&str]) {
+    use cuda_sandbox_manifest::inventory::{Bdf, Inventory, InventoryGpu, INVENTORY_FILE};
+    let gpus = capabilities
+        .iter()
+        .enumerate()
+        .map(|(i, cc)| InventoryGpu {
+            bdf: Bdf::parse(&cuda_sandbox_testkit::FakePci::gpu(i as u32)).unwrap(),
+            pci_device: cuda_sandbox_testkit::fake_pci::FAKE_GPU_DEVICE,
+            minor: i as u32,
+            capability: cuda_sandbox_elfkit::fatbin::Capability::parse(cc).unwrap(),
+        })
+        .collect();
+    std::fs::create_dir_all(run_dir).unwrap();
+    std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = run_dir.join(INVENTORY_FILE);
+    std::fs::write(&file, Inventory::new(gpus).to_json()).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
 }

@@ -60,6 +60,13 @@ in
     name = "probe-structured";
     structured = true;
   };
+  sm90a = probe {
+    name = "probe-sm90a";
+    features = [
+      "cuda"
+      "cuda-sm-90a"
+    ];
+  };
   other-feature = probe {
     name = "probe-other-feature";
     features = [ "benchmark" ];
