@@ -45,6 +45,7 @@ let
       failed = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
       inherit (c) warnings;
       udevRules = c.services.udev.extraRules;
+      services = c.systemd.services;
       modprobe = c.boot.extraModprobeConfig;
       packages = c.environment.systemPackages;
       maintainers = c.meta.maintainers;
@@ -351,6 +352,18 @@ let
         programs.cuda-sandbox.cudaCapabilities = [ "8.9" ];
       };
   fleetDisabled = system { programs.cuda-sandbox.cudaCapabilities = [ "8.9" ]; };
+
+  # The GPU inventory's unit (nixos-module/inventory.nix), on by default; a Jetson's
+  # capability instead, rendered as tegra_capability (which check-config must accept).
+  inventoryUnit = (system enabled).services.cuda-sandbox-inventory or null;
+  jetson = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.tegraCapability = "8.7";
+  };
+  jetsonFeatureSet = system {
+    imports = [ enabled ];
+    programs.cuda-sandbox.tegraCapability = "8.7a";
+  };
 
   # programs.nix-required-mounts' configuration, under programs.cuda-sandbox: Nixpkgs' own
   # nixosTests.nix-required-mounts (nixos/tests/nix-required-mounts/default.nix): the feature
@@ -1067,7 +1080,7 @@ let
 
     # createUvmNode: off where hardware.nvidia already makes /dev/nvidia-uvm
     (check "nvidia-module" (
-      withNvidiaModule.udevRules == "" && withNvidiaModule.modprobe == ""
+      !lib.hasInfix "nvidia_uvm" withNvidiaModule.udevRules && withNvidiaModule.modprobe == ""
     ) "no second nvidia-uvm rule when hardware.nvidia is enabled")
     (check "nvidia-module" (lib.hasInfix "nvidia_uvm" withDatacenterDriver.udevRules)
       "an explicit createUvmNode = true still wins"
@@ -1185,6 +1198,30 @@ let
     (checkEqual "fleet-disabled" "nothing when the module is off" fleetDisabled.system-features
       nixDefaults
     )
+    (checkEqual "inventory" "the unit's command" (inventoryUnit.serviceConfig.ExecStart or null
+    ) "${package}/bin/cuda-sandbox-check inventory --output /run/cuda-sandbox/inventory.json")
+    (checkEqual "inventory" "a oneshot retried while the driver is not up"
+      (lib.getAttrs [ "Type" "Restart" ] inventoryUnit.serviceConfig)
+      {
+        Type = "oneshot";
+        Restart = "on-failure";
+      }
+    )
+    (check "inventory"
+      (lib.hasInfix ''KERNEL=="nvidia", TAG+="systemd", ENV{SYSTEMD_WANTS}+="cuda-sandbox-inventory.service"'' (system enabled)
+      .udevRules)
+      "the unit runs again when the nvidia module is loaded"
+    )
+    (checkEqual "inventory: jetson" "tegra_capability" (jetson.settings.tegra_capability or null) "8.7")
+    (check "inventory: jetson" (
+      !(jetson.services ? cuda-sandbox-inventory)
+    ) "no inventory unit on a Jetson")
+    (check "inventory: jetson" (fails jetsonFeatureSet.toml)
+      "a feature set (8.7a) is not a Jetson's capability"
+    )
+    (check "inventory: off" (
+      !((system { }).services ? cuda-sandbox-inventory)
+    ) "no unit when the module is off")
 
     # the negative controls
     (checkEqual "control: plain definition" "system-features" plainDefinition.system-features
@@ -1237,5 +1274,6 @@ assert lib.all lib.id checks;
     compat-by-default = compatByDefault.toml;
     cdi-toolkit = toolkitOn.toml;
     cdi-per-gpu = cdiPerGpu.toml;
+    jetson = jetson.toml;
   };
 }

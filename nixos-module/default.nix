@@ -264,6 +264,7 @@ in
     ./required-mounts.nix
     ./cdi.nix
     ./fleet-features.nix
+    ./inventory.nix
   ];
 
   # No meta.maintainers here: NixOS accepts only entries of lib.maintainers there, and this
