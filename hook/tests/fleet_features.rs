@@ -63,6 +63,17 @@ impl Host {
     /// Builds `count` derivations of concurrent.nix requiring `features`, at once, each
     /// sleeping `sleep` seconds. Returns success, the log and each build's report.
     fn build(&self, features: &str, count: usize, sleep: &str) -> (bool, String, Vec<Report>) {
+        self.build_with(features, count, sleep, &[])
+    }
+
+    /// As [`Host::build`], with `extra` arguments to nix-build.
+    fn build_with(
+        &self,
+        features: &str,
+        count: usize,
+        sleep: &str,
+        extra: &[&str],
+    ) -> (bool, String, Vec<Report>) {
         let count_text = count.to_string();
         let build = self.sandbox(count).build(
             &nix_file("concurrent.nix"),
@@ -73,7 +84,7 @@ impl Host {
                 ("sleep", sleep),
                 ("prefix", "fleet"),
             ],
-            &[],
+            extra,
         );
         let reports = build
             .out_paths
@@ -152,6 +163,31 @@ fn a_build_requiring_cuda_sm_90a_is_leased_the_9_0_and_waits_for_it() {
     let (ok, log, reports) = host.build("cuda", 1, "0");
     assert!(ok, "{log}");
     assert_eq!(reports[0].gpus, ["nvidia0"], "{log}");
+}
+
+/// While another build holds the 9.0, a `cuda-sm-90a` build waits its `lease_wait_seconds`
+/// for it, never taking the free 8.9, then fails saying so.
+#[test]
+fn a_build_waiting_for_a_held_9_0_fails_after_its_wait_never_taking_the_8_9() {
+    let Some(_serial) =
+        ready("a_build_waiting_for_a_held_9_0_fails_after_its_wait_never_taking_the_8_9")
+    else {
+        return;
+    };
+    let host = Host::new("gpus_per_build = 1\nlease_wait_seconds = 2\n");
+    let (ok, log, _) = host.build_with("cuda cuda-sm-90a", 2, "8", &["--keep-going"]);
+    assert!(!ok, "both builds ran:\n{log}");
+    // nix-build prints no output path when a build failed: the holder is named instead.
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("cuda-sandbox-hook: error:"))
+        .collect();
+    assert_eq!(failures.len(), 1, "{log}");
+    assert!(
+        log.contains("1 of 2 GPUs are free but none of them satisfies cuda-sm-90a (nvidia1: ")
+            && log.contains("waited 2 s: raise lease_wait_seconds"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -153,8 +153,13 @@ fn exhausted(
         _ => "GPUs and MIG instances",
     };
     let what = if !features.is_empty() && held.len() < total {
+        let none = if wanted == 1 {
+            "none of them satisfies".to_string()
+        } else {
+            format!("no {wanted} of them together satisfy")
+        };
         format!(
-            "no {wanted} of the {} free of {total} {noun} satisfy {}",
+            "{} of {total} {noun} are free but {none} {}",
             total - held.len(),
             features.join(", ")
         )
@@ -443,6 +448,26 @@ mod tests {
             "it needs 2 GPU(s) but only 1 of 2 are free (nvidia0: /nix/store/x-a.drv for 312 s); \
              waited 600 s: raise lease_wait_seconds or lower gpus_per_build (or the \
              derivation's cudaSandboxGpus)"
+        );
+    }
+
+    /// With `cuda-sm-*` features, a shortage names them: free GPUs there are, none that fit.
+    #[test]
+    fn a_shortage_of_fitting_gpus_names_the_features() {
+        let e = LeaseError::Exhausted {
+            total: 2,
+            wanted: 1,
+            features: vec!["cuda-sm-90a".into()],
+            held: vec![(Slot::Gpu(1), "/nix/store/x-a.drv".into(), 7)],
+            waited: Duration::from_secs(120),
+        }
+        .to_string();
+        assert!(
+            e.starts_with(
+                "1 of 2 GPUs are free but none of them satisfies cuda-sm-90a (nvidia1: \
+                 /nix/store/x-a.drv for 7 s); waited 120 s: raise lease_wait_seconds"
+            ),
+            "{e}"
         );
     }
 }
