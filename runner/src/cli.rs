@@ -493,7 +493,7 @@ mod tests {
         assert!(checks.lines().all(|line| line.len() <= 94), "{checks}");
         let checks = checks.replace('\n', " ");
         assert!(
-            checks.starts_with("Checks: devices::nodes, driver::library,"),
+            checks.starts_with("Checks: devices::nodes, devices::features, driver::library,"),
             "{checks}"
         );
         assert!(checks.contains("lint::elf with --lint;"), "{checks}");

@@ -10,6 +10,7 @@
 //! JSON report ([`report`]).
 
 pub mod access;
+pub mod build_features;
 pub mod check;
 pub mod checks;
 pub mod cli;

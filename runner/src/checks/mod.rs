@@ -21,6 +21,7 @@ pub mod runtime;
 /// last two are tested against it).
 pub const CHECKS: &[Check] = &[
     check("devices::nodes", Always, devices::nodes),
+    check("devices::features", Always, devices::features),
     check("driver::library", Always, driver::library),
     check("driver::version", Always, driver::version),
     check(
@@ -189,7 +190,7 @@ mod tests {
         assert_eq!(names(false, false, true), ["isolation::no_gpu"]);
         assert_eq!(names(true, true, true), ["isolation::no_gpu"]);
         let plain = names(false, false, false);
-        assert_eq!(plain.len(), 9);
+        assert_eq!(plain.len(), 10);
         assert!(!plain.contains(&"lint::elf"));
         let all = names(true, true, false);
         assert_eq!(all.len(), CHECKS.len() - 1);
