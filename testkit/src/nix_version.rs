@@ -99,6 +99,14 @@ impl NixVersion {
         self >= MEASURED_NEWER
     }
 
+    /// `$NIX_ATTRS_JSON_FILE` names `.attrs.json` inside the sandbox (`$NIX_BUILD_TOP/.attrs.json`):
+    /// 2.26 and 2.34 (Nix 2.15 onwards, NixOS/nix#8053); 2.8 names the file by its path
+    /// outside the sandbox, which a sandboxed builder cannot open (measured:
+    /// `runner/tests/nix_sandbox.rs` prints it from the builder).
+    pub fn names_attrs_json_inside_the_sandbox(self) -> bool {
+        self >= MEASURED_NEWER
+    }
+
     /// UTF-8 in structured attrs: 2.26 and 2.34 refuse a derivation whose `__structuredAttrs`
     /// hold a string that is not UTF-8, at instantiation (nlohmann-json's "invalid UTF-8 byte"
     /// or "incomplete UTF-8 string"); 2.8 writes it.
