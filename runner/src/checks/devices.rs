@@ -269,7 +269,7 @@ pub struct FeatureGpu {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeaturesFacts {
     /// Where the required features were read: `$requiredSystemFeatures`, a structured attrs
-    /// file, the hook's manifest (nothing declared in the environment), or `none`.
+    /// file, the hook's manifest (nothing declared in the environment), or nothing declared.
     pub source: String,
     /// Every required feature, as declared.
     pub required: Vec<String>,
@@ -330,7 +330,10 @@ pub fn features(session: &Session) -> Outcome {
             "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
             manifest.features.clone(),
         ),
-        (None, None) => ("none".to_owned(), Vec::new()),
+        (None, None) => (
+            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
+            Vec::new(),
+        ),
     };
     let wanted = fatbin_features::required(required.iter().map(String::as_str));
     let cuda_sm = feature_names(&wanted);
@@ -419,8 +422,8 @@ pub fn features(session: &Session) -> Outcome {
     if wanted.is_empty() {
         return Outcome::pass(
             format!(
-                "no cuda-sm-* feature required (from {source}): any GPU will do; note: a \
-                 derivation that needs an architecture says so with requiredSystemFeatures"
+                "no cuda-sm-* feature required ({source}): any GPU will do (a derivation \
+                 that needs an architecture requires its cuda-sm-* feature)"
             ),
             facts,
         );
