@@ -202,6 +202,48 @@ impl NixVersion {
         self >= MEASURED_DOUBLE_QUOTES
     }
 
+    /// What a client that cannot build locally (`max-jobs = 0`) prints when no machine of
+    /// `builders` supports a derivation's `features` on `system` (measured:
+    /// `hook/tests/fleet_ssh_ng.rs`): every version first says "Failed to find a machine for
+    /// remote build!" and the required features, which 2.8 lists bare and 2.26 and 2.34 in
+    /// brackets; then 2.8's error is "unable to start any build; remote machines may not have
+    /// all required system features.", 2.26's the same capitalised on lines of its own, and
+    /// 2.34's "Cannot build …" with a reason per way to build ("local builds are disabled
+    /// (max-jobs = 0)", "missing system features") and the required features in braces.
+    pub fn no_machine_for_features(self, system: &str, features: &[&str]) -> Vec<String> {
+        let mut lines = vec!["Failed to find a machine for remote build!".to_owned()];
+        if self >= MEASURED_NEWER {
+            lines.push(format!(
+                "required (system, features): ({system}, [{}])",
+                features.join(", ")
+            ));
+        } else {
+            lines.push(format!(
+                "required (system, features): ({system}, {})",
+                features.join(", ")
+            ));
+        }
+        if self >= MEASURED_DOUBLE_QUOTES {
+            lines.extend([
+                "Reason: local builds are disabled (max-jobs = 0)".to_owned(),
+                "Reason: missing system features".to_owned(),
+                format!("Required features: {{{}}}", features.join(", ")),
+            ]);
+        } else if self >= MEASURED_NEWER {
+            lines.extend([
+                "Unable to start any build;".to_owned(),
+                "remote machines may not have all required system features.".to_owned(),
+            ]);
+        } else {
+            lines.push(
+                "error: unable to start any build; remote machines may not have all required \
+                 system features."
+                    .to_owned(),
+            );
+        }
+        lines
+    }
+
     /// How Nix reports a program that failed (the hook, for one): 2.8 and 2.26 quote the path
     /// with `'…'`, 2.34 with `"…"`.
     pub fn program_failed(self, program: &str, code: i32) -> String {
