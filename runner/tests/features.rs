@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::{FakeDriver, RUNNER};
@@ -229,15 +230,20 @@ fn a_feature_set_no_gpu_and_no_driver_are_refused() {
 // `devices::features`: the build's cuda-sm-* features held to the GPUs this process can use.
 
 /// Runs `devices::features` alone on GPUs of `capabilities`, with `env` (the build's
-/// environment: `requiredSystemFeatures`, `NIX_ATTRS_JSON_FILE`, `NIX_BUILD_TOP`) and `args`.
-fn check_on(capabilities: &[(i32, i32)], env: &[(&str, &str)], args: &[&str]) -> common::Run {
+/// environment: `requiredSystemFeatures`, `NIX_ATTRS_JSON_FILE`, `NIX_BUILD_TOP`) and the
+/// hook's `manifest` when given (else `--no-manifest`).
+fn check_on(
+    capabilities: &[(i32, i32)],
+    env: &[(&str, &str)],
+    manifest: Option<&Path>,
+) -> common::Run {
     let driver = FakeDriver::driver(&gpus(capabilities));
-    let mut all = vec!["--exact", "devices::features", "--no-manifest"];
-    if args.contains(&"--manifest") {
-        all.pop();
+    let mut args = vec!["--exact", "devices::features"];
+    match manifest {
+        Some(path) => args.extend(["--manifest", path.to_str().unwrap()]),
+        None => args.push("--no-manifest"),
     }
-    all.extend_from_slice(args);
-    common::run_with_env(&driver.dir, &all, env)
+    common::run_with_env(&driver.dir, &args, env)
 }
 
 const REQUIRED: &str = "requiredSystemFeatures";
@@ -245,7 +251,7 @@ const REQUIRED: &str = "requiredSystemFeatures";
 /// The issue's lying advertisement: a builder says cuda-sm-90a, its GPU is an 8.9.
 #[test]
 fn a_build_requiring_90a_fails_on_an_8_9_gpu_naming_both() {
-    let run = check_on(&[(8, 9)], &[(REQUIRED, "cuda cuda-sm-90a")], &[]);
+    let run = check_on(&[(8, 9)], &[(REQUIRED, "cuda cuda-sm-90a")], None);
     assert_eq!(run.code, 101, "{run}");
     run.assert_check(
         "devices::features",
@@ -275,19 +281,19 @@ fn satisfied_features_pass_each_by_some_gpu() {
         ),
         (&[(10, 3)][..], "cuda-sm-100f", "cuda-sm-100f met"),
     ] {
-        let run = check_on(gpus, &[(REQUIRED, required)], &[]);
+        let run = check_on(gpus, &[(REQUIRED, required)], None);
         assert_eq!(run.code, 0, "{required}: {run}");
         run.assert_check("devices::features", "pass", &[named]);
     }
     // Neither GPU alone: the 10.0 lacks 90a, the 9.0 lacks 100f.
-    let run = check_on(&[(10, 0)], &[(REQUIRED, "cuda-sm-90a cuda-sm-100f")], &[]);
+    let run = check_on(&[(10, 0)], &[(REQUIRED, "cuda-sm-90a cuda-sm-100f")], None);
     run.assert_check(
         "devices::features",
         "fail",
         &["cuda-sm-90a not met", "(GPU 0: 10.0)"],
     );
     // A family feature past its family, and a malformed name, are never met.
-    let run = check_on(&[(12, 0)], &[(REQUIRED, "cuda-sm-100f cuda-sm-9.0")], &[]);
+    let run = check_on(&[(12, 0)], &[(REQUIRED, "cuda-sm-100f cuda-sm-9.0")], None);
     run.assert_check(
         "devices::features",
         "fail",
@@ -356,18 +362,18 @@ fn structured_attrs_are_read_from_the_attrs_json_file() {
             ("NIX_BUILD_TOP", top_str),
         ][..],
     ] {
-        let run = check_on(&[(8, 9)], env, &[]);
+        let run = check_on(&[(8, 9)], env, None);
         run.assert_check("devices::features", "fail", &["cuda-sm-90a not met"]);
         let facts: FeaturesFacts = run.facts("devices::features");
         assert_eq!(
             facts.source,
             format!("{}'s requiredSystemFeatures", attrs.display())
         );
-        let run = check_on(&[(9, 0)], env, &[]);
+        let run = check_on(&[(9, 0)], env, None);
         run.assert_check("devices::features", "pass", &["cuda-sm-90a met"]);
     }
     std::fs::write(&attrs, r#"{"requiredSystemFeatures":"cuda-sm-90a"}"#).unwrap();
-    let run = check_on(&[(9, 0)], &[("NIX_BUILD_TOP", top_str)], &[]);
+    let run = check_on(&[(9, 0)], &[("NIX_BUILD_TOP", top_str)], None);
     run.assert_check(
         "devices::features",
         "fail",
@@ -396,13 +402,8 @@ fn the_manifest_s_features_are_cross_checked() {
         };
         std::fs::write(&manifest, m.to_json()).unwrap();
     };
-    let path = manifest.to_str().unwrap();
     write(&["cuda", "cuda-sm-90a"]);
-    let run = check_on(
-        &[(9, 0)],
-        &[(REQUIRED, "cuda cuda-sm-89")],
-        &["--manifest", path],
-    );
+    let run = check_on(&[(9, 0)], &[(REQUIRED, "cuda cuda-sm-89")], Some(&manifest));
     run.assert_check(
         "devices::features",
         "fail",
@@ -415,7 +416,7 @@ fn the_manifest_s_features_are_cross_checked() {
     let run = check_on(
         &[(9, 0)],
         &[(REQUIRED, "cuda cuda-sm-90a")],
-        &["--manifest", path],
+        Some(&manifest),
     );
     run.assert_check(
         "devices::features",
@@ -426,7 +427,7 @@ fn the_manifest_s_features_are_cross_checked() {
         ],
     );
     write(&["cuda", "cuda-sm-90a"]);
-    let run = check_on(&[(8, 9)], &[], &["--manifest", path]);
+    let run = check_on(&[(8, 9)], &[], Some(&manifest));
     run.assert_check("devices::features", "fail", &["cuda-sm-90a not met"]);
     let facts: FeaturesFacts = run.facts("devices::features");
     assert!(facts.source.starts_with("the hook's manifest"), "{facts:?}");
