@@ -3,31 +3,37 @@
 //! own `nix-daemon --stdio` wrapper, chosen by the URI's `remote-program`, with its own
 //! `nix.conf`, `system-features`, hook configuration, fake GPU and log), and a client that can
 //! build nothing itself (`max-jobs = 0`, a chroot store of its own) with both in `builders`.
-//! A check requiring `cuda-sm-90a` goes only to the builder advertising it; with neither
-//! advertising it, Nix refuses the build, and the test shows Nix's own message. The builders
-//! run the real hook (`missing_drv = "expose"`, as on a dedicated GPU builder: ssh-ng sends no
-//! `.drv`). Under every Nix the tests run with (`scripts/with-nix VERSION` as cargo's runner:
-//! client, daemons, sshd and hook all that version's).
+//! The check is `cuda-sandbox-check`'s `devices::features` as the build's builder, on the GPU
+//! the builder's real hook exposes (`missing_drv = "expose"`, as on a dedicated GPU builder:
+//! ssh-ng sends no `.drv`) and a fake driver playing that builder's GPU. A check requiring
+//! `cuda-sm-90a` goes only to the builder advertising it, and passes there on its 9.0; a
+//! builder that advertises it over an 8.9 gets the build, and the check fails it; with no
+//! builder advertising it, Nix refuses the build, and the test shows Nix's own message. Under
+//! every Nix the tests run with (`scripts/with-nix VERSION` as cargo's runner: client,
+//! daemons, sshd and hook all that version's).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cuda_sandbox_testkit::{hook_config, nonce, write_script, FakeDevices, NixVersion};
+use cuda_sandbox_testkit::{
+    driver_mount, hook_config, nonce, workspace_binary, write_script, FakeDevices, NixVersion,
+};
 
 mod common;
 
-use common::ssh::{self, find_program, private_tmp, remote_available, write_file};
+use common::ssh::{self, find_program, private_tmp, remote_available, run, write_file};
 use common::HOOK;
 
 /// A build that takes longer has hung: fail instead of waiting.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// One builder: its name and the system features its `nix.conf` and the client's machine line
-/// advertise.
+/// One builder: its name, the system features its `nix.conf` and the client's machine line
+/// advertise, and the compute capability of its one (fake) GPU.
 struct Machine {
     name: &'static str,
     features: &'static [&'static str],
+    gpu: &'static str,
 }
 
 /// A 9.0 GPU's builder (a few of its features; Nixpkgs' convention gives a 9.0 many more).
@@ -40,18 +46,28 @@ const HOPPER: Machine = Machine {
         "cuda-sm-90",
         "cuda-sm-90a",
     ],
+    gpu: "9.0",
 };
 
 /// An 8.9 GPU's builder.
 const ADA: Machine = Machine {
     name: "ada",
     features: &["cuda", "cuda-sm-86", "cuda-sm-89"],
+    gpu: "8.9",
 };
 
 /// An 8.6 GPU's builder.
 const AMPERE: Machine = Machine {
     name: "ampere",
     features: &["cuda", "cuda-sm-86"],
+    gpu: "8.6",
+};
+
+/// An 8.9 GPU's builder that advertises what a 9.0 has: a lying advertisement.
+const LIAR: Machine = Machine {
+    name: "liar",
+    features: HOPPER.features,
+    gpu: "8.9",
 };
 
 /// The builders behind one sshd, and the client's store.
@@ -74,13 +90,22 @@ impl Drop for Fleet {
 struct Build {
     ok: bool,
     client_log: String,
-    /// The output's content, when it was built.
-    output: Option<String>,
+    /// The output (the runner's report), when it was built.
+    output: Option<serde_json::Value>,
     /// Each builder's daemon log from this build, by name.
     builder_logs: Vec<(&'static str, String)>,
 }
 
 impl Build {
+    /// `devices::features`' message in the report of a build that succeeded.
+    fn passed_with(&self) -> &str {
+        assert!(self.ok, "the build failed:\n{self:#?}");
+        let report = self.output.as_ref().expect("an output");
+        let check = &report["checks"]["devices::features"];
+        assert_eq!(check["verdict"], "pass", "{report:#}");
+        check["message"].as_str().unwrap()
+    }
+
     /// The builders whose daemon ran for this build.
     fn builders_that_ran(&self) -> Vec<&'static str> {
         self.builder_logs
@@ -104,13 +129,24 @@ impl Fleet {
         for machine in machines {
             let m = d.join(machine.name);
             std::fs::create_dir(&m).unwrap();
-            // A GPU of its own for the hook to expose, and the hook's configuration.
+            // A GPU of its own for the hook to expose, a fake driver playing it, and the hook's
+            // configuration.
             let root = m.join("root");
             FakeDevices::create(&root, 1, true).unwrap();
+            let driver = m.join("driver");
+            run(Command::new(workspace_binary("make-fake-driver"))
+                .arg(&driver)
+                .args(["--compute-capability", machine.gpu]));
             let hook_toml = m.join("hook.toml");
             write_file(
                 &hook_toml,
-                &hook_config(&root, &m, "missing_drv = \"expose\"\n", &["cuda"], ""),
+                &hook_config(
+                    &root,
+                    &m,
+                    "missing_drv = \"expose\"\n",
+                    &["cuda"],
+                    &driver_mount(&driver),
+                ),
             );
             let conf = m.join("etc-nix");
             std::fs::create_dir(&conf).unwrap();
@@ -190,6 +226,7 @@ impl Fleet {
     /// Builds fleet.nix requiring `features` (a fresh nonce) from the client.
     fn build(&self, features: &str) -> Build {
         let before: Vec<usize> = self.machines.iter().map(|m| self.log(m).len()).collect();
+        let runner = workspace_binary("cuda-sandbox-check");
         let client_store = self.dir.path().join("client-store");
         let nix_config = [
             "substituters =".to_string(),
@@ -208,6 +245,7 @@ impl Fleet {
         let mut child = Command::new("nix-build")
             .arg(common::nix_file("fleet.nix"))
             .args(["--no-out-link", "--argstr", "nonce", &nonce()])
+            .args(["--argstr", "runner", runner.to_str().unwrap()])
             .args(["--argstr", "features", features])
             .env("NIX_CONFIG", nix_config)
             .env("NIX_SSHOPTS", ssh::ssh_opts(self.port))
@@ -241,7 +279,9 @@ impl Fleet {
             .lines()
             .find(|l| l.starts_with('/'))
             .map(|out| {
-                std::fs::read_to_string(client_store.join(out.trim_start_matches('/'))).unwrap()
+                let text = std::fs::read_to_string(client_store.join(out.trim_start_matches('/')))
+                    .unwrap();
+                serde_json::from_str(&text).unwrap()
             });
         Build {
             ok: status.success(),
@@ -269,19 +309,50 @@ fn a_check_requiring_cuda_sm_90a_is_built_only_on_the_builder_advertising_it() {
         let fleet = Fleet::start(&machines);
         for _ in 0..2 {
             let build = fleet.build("cuda cuda-sm-90a");
-            assert!(build.ok, "the build failed:\n{build:#?}");
+            let message = build.passed_with();
             let on = format!("' on '{}'", fleet.uri(&HOPPER));
             assert!(
                 build.client_log.contains(&on),
                 "not built on the hopper builder:\n{build:#?}"
             );
             assert_eq!(build.builders_that_ran(), ["hopper"], "{build:#?}");
-            assert_eq!(build.output.as_deref(), Some("gpu\n"), "{build:#?}");
+            assert!(
+                message.starts_with(
+                    "cuda-sm-90a met by the GPUs this process can use (GPU 0: 9.0); note: the \
+                     hook's manifest lacks cuda-sm-90a"
+                ),
+                "{message}"
+            );
         }
-        // A build the 8.9 builder can take too is not refused: it goes to one of them.
+        // A check the 8.9 builder can take too is not refused: it goes to one of them.
         let build = fleet.build("cuda cuda-sm-89");
-        assert!(build.ok, "{build:#?}");
+        assert!(
+            build.passed_with().starts_with("cuda-sm-89 met"),
+            "{build:#?}"
+        );
         assert_eq!(build.builders_that_ran().len(), 1, "{build:#?}");
+    }
+}
+
+/// Nix trusts the advertisement: a builder saying `cuda-sm-90a` over an 8.9 gets the build, and
+/// `devices::features` fails it there, in the build log the client shows.
+#[test]
+fn a_builder_advertising_cuda_sm_90a_over_an_8_9_fails_the_check_there() {
+    if !remote_available("a_builder_advertising_cuda_sm_90a_over_an_8_9_fails_the_check_there") {
+        return;
+    }
+    let fleet = Fleet::start(&[&AMPERE, &LIAR]);
+    let build = fleet.build("cuda cuda-sm-90a");
+    assert!(!build.ok, "built:\n{build:#?}");
+    assert_eq!(build.builders_that_ran(), ["liar"], "{build:#?}");
+    for needle in [
+        "devices::features",
+        "cuda-sm-90a not met by the GPUs this process can use (GPU 0: 8.9)",
+    ] {
+        assert!(
+            build.client_log.contains(needle),
+            "{needle:?} not in the client's log:\n{build:#?}"
+        );
     }
 }
 
