@@ -4,7 +4,7 @@
 //! this build its own GPUs, CUDA must see exactly that many devices.
 //!
 //! `devices::features`: the GPUs this process can use satisfy every `cuda-sm-*` feature the
-//! derivation requires ([`crate::build_features`]), by the rule the hook's lease choice uses
+//! derivation requires ([`crate::facts::build_features`]), by the rule the hook's lease choice uses
 //! ([`cuda_sandbox_elfkit::fatbin::features::Required`]); cross-checked with the manifest's.
 
 use std::path::{Path, PathBuf};
@@ -15,9 +15,9 @@ use serde_json::Value;
 use cuda_sandbox_elfkit::fatbin::features::{self as fatbin_features, feature_name, Required};
 use cuda_sandbox_elfkit::fatbin::Capability;
 
-use crate::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
-use crate::build_features;
 use crate::check::{facts_of, Facts, Outcome};
+use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
+use crate::facts::build_features;
 use crate::session::Session;
 
 /// What `devices::nodes` reports (the report's `facts`), whether it passes or fails.
@@ -42,7 +42,7 @@ pub struct NodesFacts {
     /// Why CUDA cannot say how many devices there are.
     pub cuda_device_count_unavailable: Option<String>,
     /// The manifest in brief, or a string saying why there is none
-    /// ([`crate::expectations::ManifestState::fact`]).
+    /// ([`crate::facts::expectations::ManifestState::fact`]).
     pub manifest: Value,
     /// The device paths the manifest says the hook exposed, when there is a manifest.
     pub manifest_devices: Option<Vec<String>>,
@@ -85,7 +85,7 @@ fn created_since(before: &Node, path: &Path) -> String {
 
 /// Runs `devices::nodes`.
 pub fn nodes(session: &Session) -> Outcome {
-    // Judged on the nodes as they were before any driver call (see crate::access).
+    // Judged on the nodes as they were before any driver call (see crate::facts::access).
     let before: &NodeSnapshot = &session.access.nodes;
     let root = &before.dev_root;
     let mut problems: Vec<String> = Vec::new();
