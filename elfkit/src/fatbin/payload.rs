@@ -22,25 +22,14 @@ use super::{Compression, Entry};
 pub const MAX_UNPACKED: u64 = 1 << 30;
 
 /// Why a payload could not be read, in one line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the payload of the entry at byte {at}: {what}")]
 pub struct PayloadError {
     /// What is wrong.
     pub what: String,
     /// The entry header's offset in the file.
     pub at: u64,
 }
-
-impl fmt::Display for PayloadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the payload of the entry at byte {}: {}",
-            self.at, self.what
-        )
-    }
-}
-
-impl std::error::Error for PayloadError {}
 
 /// The payload of `entry` in `data` (the whole file the entry was read from), unpacked.
 pub fn payload<'a>(data: &'a [u8], entry: &Entry) -> Result<Cow<'a, [u8]>, PayloadError> {

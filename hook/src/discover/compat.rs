@@ -37,7 +37,7 @@ pub(crate) struct CompatDriver {
 
 /// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
 pub(crate) fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, String> {
-    match cuda_sandbox_elfkit::compat_note(elf)? {
+    match cuda_sandbox_elfkit::compat_note(elf).map_err(|e| e.to_string())? {
         Some(desc) => parse_note_json(desc).map(Some),
         None => Ok(None),
     }
