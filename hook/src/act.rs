@@ -202,43 +202,14 @@ pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode
 }
 
 /// The manifest file could not be written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the manifest {}: {error}", .path.display())]
 pub struct ManifestWriteError {
     /// The file.
     pub path: PathBuf,
     /// Why.
     pub error: std::io::Error,
 }
-
-impl std::fmt::Display for ManifestWriteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cannot write the manifest {}: {}",
-            self.path.display(),
-            self.error
-        )
-    }
-}
-
-impl std::error::Error for ManifestWriteError {}
-
-impl Clone for ManifestWriteError {
-    fn clone(&self) -> Self {
-        ManifestWriteError {
-            path: self.path.clone(),
-            error: std::io::Error::new(self.error.kind(), self.error.to_string()),
-        }
-    }
-}
-
-impl PartialEq for ManifestWriteError {
-    fn eq(&self, other: &Self) -> bool {
-        self.path == other.path && self.error.to_string() == other.error.to_string()
-    }
-}
-
-impl Eq for ManifestWriteError {}
 
 /// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
 /// grant has no problems and its answer could be rendered).

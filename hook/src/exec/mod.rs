@@ -261,7 +261,7 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     standard_descriptors_open();
     let mut resolved = resolve(req);
     let (runtime_dir, store_dir) = match (&resolved.verdict, &resolved.config) {
-        (Verdict::Fail(m), _) => return Err(ExecError::Refused(m.clone())),
+        (Verdict::Fail(why), _) => return Err(ExecError::Refused(why.clone())),
         (_, Some(c)) => (c.runtime_dir.clone(), c.store_dir.clone()),
         (Verdict::Nothing(why), None) => return Err(ExecError::NoConfig(why.clone())),
         (Verdict::Tagged, None) => {
