@@ -178,3 +178,39 @@ fn read_pipe(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AtermFdError;
+    use std::time::Duration;
+
+    /// The one-line texts the hook's error carries after `DRV_ATERM_FD=N: `.
+    #[test]
+    fn each_error_is_one_line_saying_what_to_give() {
+        for (error, text) in [
+            (AtermFdError::NotANumber, "not a file descriptor number"),
+            (
+                AtermFdError::StandardStream(1),
+                "descriptor 1 is the hook's own stdout, not a derivation",
+            ),
+            (
+                AtermFdError::WrongKind("a directory"),
+                "is a directory: give a file, a memfd or a pipe",
+            ),
+            (
+                AtermFdError::TooBig { size: 9, cap: 8 },
+                "holds 9 bytes or more, above the cap of 8 bytes",
+            ),
+            (
+                AtermFdError::PipeStalled {
+                    waited: Duration::from_millis(1500),
+                    read: 10,
+                },
+                "a pipe that did not reach its end within 1.5 s (10 bytes read): its writer \
+                 keeps it open",
+            ),
+        ] {
+            assert_eq!(error.to_string(), text);
+        }
+    }
+}
