@@ -19,7 +19,7 @@ use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
 use crate::plan::{
     self, closure_members, plan_manifest, Decision, Exposure, NotCarriedOut, PlannedManifest,
-    Problem, Skip,
+    Problem, ProblemKind, Skip,
 };
 use crate::request::Request;
 use crate::slot::{self, Slot};
@@ -273,12 +273,10 @@ fn add_closures(
                 path: root.display().to_string(),
                 why: format!("closure not shown: {e}; run explain as root to see it"),
             }),
-            Err(e) => granted.problems.push(Problem {
-                rule: granted.rules.join(","),
-                what: e.to_string(),
-                fix: "check that the path is valid in this Nix store (`nix-store --verify-path`)"
-                    .to_string(),
-            }),
+            Err(e) => granted.problems.push(Problem::new(
+                granted.rules.join(","),
+                ProblemKind::Closure(e),
+            )),
         }
     }
     granted.exposures.len() > before
@@ -293,19 +291,12 @@ fn lease(
     config: &Config,
     mode: Mode,
 ) {
-    let problem = |what: String, fix: &str| Problem {
-        rule: granted.rules.join(","),
-        what,
-        fix: fix.to_string(),
-    };
+    let problem = |kind: ProblemKind| Problem::new(granted.rules.join(","), kind);
     let leases = Leases::new(&config.runtime_dir);
     let (picked, guard) = match (mode, &req.chroot) {
         (Mode::Hook, Some(chroot)) => {
             let Some(holder) = Holder::parent() else {
-                let p = problem(
-                    "cannot read /proc/<parent>/stat to record who holds the GPU lease".into(),
-                    "run the hook as Nix's pre-build-hook with /proc mounted",
-                );
+                let p = problem(ProblemKind::NoLeaseHolder);
                 granted.problems.push(p);
                 return;
             };
@@ -320,10 +311,7 @@ fn lease(
             match leases.acquire_guarded(&lease_req, holder) {
                 Ok(guard) => (guard.slots().to_vec(), Some(guard)),
                 Err(e) => {
-                    let p = problem(
-                        format!("no GPU or MIG instance could be leased: {e}"),
-                        "see gpus_per_build in the README",
-                    );
+                    let p = problem(ProblemKind::Lease(e.to_string()));
                     granted.problems.push(p);
                     return;
                 }
@@ -417,12 +405,9 @@ fn sysfs_tree(
                 }));
             granted.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
         }
-        Err(e) => granted.problems.push(Problem {
-            rule: granted.rules.join(","),
-            what: format!("cannot give the build its read-only /sys: {e}"),
-            fix: "run the hook as root on a host with /sys mounted (see sysfs in \
-                  docs/configuration.md)"
-                .to_string(),
-        }),
+        Err(e) => granted.problems.push(Problem::new(
+            granted.rules.join(","),
+            ProblemKind::Sysfs(e.to_string()),
+        )),
     }
 }

@@ -24,7 +24,7 @@ pub enum ExecError {
     NoConfig(String),
     /// The plan has a problem.
     #[error("the hook would refuse this build: {0}")]
-    Problem(Problem),
+    Problem(Box<Problem>),
     /// The hook's answer failed.
     #[error("the hook would refuse this build: {0}")]
     Hook(HookFailure),

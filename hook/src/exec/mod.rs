@@ -108,7 +108,7 @@ pub fn prepare(
         answer,
     } = pipeline::run(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
-        return Err(ExecError::Problem(p.clone()));
+        return Err(ExecError::Problem(Box::new(p.clone())));
     }
     answer.map_err(ExecError::Hook)?;
     let mut binds: Vec<Bind> = plan

@@ -2,7 +2,7 @@
 //! with the links on the way, as a device exposure; what cannot be exposed, skipped or a
 //! problem, with the reason.
 
-use super::{Decision, Problem, Reason, Skip};
+use super::{Decision, Problem, ProblemKind, Reason, Skip};
 use crate::config::{Config, DeviceGlob, Platform};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
@@ -51,11 +51,13 @@ impl Decision {
             return;
         }
         if glob.required {
-            self.problems.push(Problem {
-                rule: rule.to_string(),
-                what: format!("required device {} is missing", glob.glob),
-                fix: glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
-            });
+            self.problems.push(Problem::new(
+                rule,
+                ProblemKind::MissingDevice {
+                    glob: glob.glob.clone(),
+                    fix: glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
+                },
+            ));
         } else {
             self.skipped.push(Skip {
                 path: glob.glob.clone(),
@@ -115,20 +117,15 @@ impl Decision {
             return false;
         }
         if let Some(bad) = unexpressible(&chain.hops) {
-            let what = format!(
-                "device {} (glob {}) cannot be given to the build: {bad:?} holds a newline \
-                 or '=', which Nix's pre-build-hook protocol cannot express",
-                inside.display(),
-                glob.glob
-            );
+            let kind = ProblemKind::DeviceUnexpressible {
+                inside: inside.to_path_buf(),
+                glob: glob.glob.clone(),
+                bad: bad.to_path_buf(),
+            };
             if glob.required {
-                self.problems.push(Problem {
-                    rule: rule.to_string(),
-                    what,
-                    fix: "rename the device node (its udev rule)".to_string(),
-                });
+                self.problems.push(Problem::new(rule, kind));
             } else {
-                self.warnings.push(format!("{what}; skipped (optional)"));
+                self.warnings.push(format!("{kind}; skipped (optional)"));
                 self.skipped.push(Skip {
                     path: inside.display().to_string(),
                     why: "optional, and its path cannot be expressed in Nix's pre-build-hook \

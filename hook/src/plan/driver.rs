@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{Decision, Problem, Reason, Skip, Want};
+use super::{Decision, Problem, ProblemKind, Reason, Skip, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -238,22 +238,13 @@ impl Decision {
                     }
                 }
             }
-            HostSource::Absent if cfg.required => self.problems.push(Problem {
-                rule: rule.to_string(),
-                what: format!(
-                    "no NVIDIA driver found (no {} and no libcuda.so.1 in /etc/ld.so.cache or {})",
-                    site.link.display(),
-                    cfg.library_dirs
-                        .iter()
-                        .map(|d| d.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                fix:
-                    "install the NVIDIA driver; on NixOS enable hardware.graphics with the NVIDIA \
-                      driver, elsewhere make sure ldconfig knows libcuda.so.1"
-                        .into(),
-            }),
+            HostSource::Absent if cfg.required => self.problems.push(Problem::new(
+                rule,
+                ProblemKind::NoDriver {
+                    link: site.link.clone(),
+                    library_dirs: cfg.library_dirs.clone(),
+                },
+            )),
             HostSource::Absent => self.skipped.push(Skip {
                 path: site.link.display().to_string(),
                 why: "no NVIDIA driver found (optional)".into(),

@@ -9,7 +9,7 @@ use crate::slot::Slot;
 
 /// Why a build's GPU count cannot be met. Renders as one line with the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(super) enum GpuCountError {
+pub(crate) enum GpuCountError {
     /// The configured per-build count is above what a build may have here.
     #[error(
         "gpus_per_build = {wanted} but a build may have only {available} GPU(s) here: lower \

@@ -5,7 +5,7 @@
 
 use super::cdi::{self, NotCarriedOut};
 use super::{devices, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
-use super::{Problem, Reason, Skip};
+use super::{Problem, ProblemKind, Reason, Skip};
 use crate::config::Config;
 use crate::mig::Capability;
 use crate::request::Request;
@@ -103,17 +103,13 @@ pub(crate) fn closure_members(
                 symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
             };
             if !to.starts_with(store_dir) {
-                problems.push(Problem {
-                    rule: rules.join(","),
-                    what: format!(
-                        "closure member {} is a symlink to {}, outside the store",
-                        member.display(),
-                        to.display()
-                    ),
-                    fix: "a store path must not lead out of the store: check the closure \
-                          cache and the store (`nix-store --verify --check-contents`)"
-                        .to_string(),
-                });
+                problems.push(Problem::new(
+                    rules.join(","),
+                    ProblemKind::ClosureEscapes {
+                        member: member.clone(),
+                        to,
+                    },
+                ));
                 continue;
             }
         }

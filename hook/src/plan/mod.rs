@@ -15,12 +15,15 @@ mod gpus;
 mod grant;
 mod mig;
 mod paths;
+mod problem;
 mod stale;
 mod sysfs;
 
 pub(crate) use cdi::{CdiItem, NotCarriedOut};
 pub(crate) use driver::DriverSource;
 pub(crate) use grant::{closure_members, plan_manifest};
+pub use problem::Problem;
+pub(crate) use problem::{NodeFault, ProblemKind};
 pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
 
 use crate::config::Config;
@@ -146,24 +149,6 @@ pub(crate) struct Skip {
     pub path: String,
     /// Why it was left out.
     pub why: String,
-}
-
-/// A reason the plan cannot serve the build: a required device or path is missing, or a
-/// closure could not be computed. Each renders as one line with the fix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Problem {
-    /// The rule concerned.
-    pub rule: String,
-    /// What is missing or broken.
-    pub what: String,
-    /// What to do about it.
-    pub fix: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.what, self.fix)
-    }
 }
 
 /// What decide found for one build: its answer, which act takes as it is (what act finds goes
@@ -329,11 +314,9 @@ impl Decision {
         .and_then(|count| gpus::one_mig_instance(count, &slots, wanted).map(|s| (count, s)));
         match counted {
             Ok((count, slots)) => self.gpu_demand = Some(GpuDemand { slots, gpus, count }),
-            Err(e) => self.problems.push(Problem {
-                rule: self.rules.join(","),
-                what: e.to_string(),
-                fix: "see gpus_per_build in the README".to_string(),
-            }),
+            Err(e) => self
+                .problems
+                .push(Problem::new(self.rules.join(","), ProblemKind::GpuCount(e))),
         }
     }
 

@@ -270,8 +270,16 @@ fn a_required_device_that_is_missing_is_a_problem_with_the_fix() {
     let v = glob(with_parents(host(&[]), &[]), "/dev/nvidia-uvm", &[]);
     let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(plan.problems.len(), 1);
-    assert!(plan.problems[0].what.contains("/dev/nvidia-uvm is missing"));
-    assert!(plan.problems[0].fix.contains("nvidia-modprobe"));
+    assert_eq!(
+        plan.problems[0],
+        Problem::new(
+            "gpu",
+            ProblemKind::MissingDevice {
+                glob: "/dev/nvidia-uvm".into(),
+                fix: devices::device_hint("/dev/nvidia-uvm"),
+            }
+        )
+    );
 }
 
 #[test]
@@ -599,7 +607,14 @@ fn a_compat_driver_newer_than_the_kernel_module_is_no_stale_driver_but_the_hosts
     stale.kernel_driver = Some("550.54.14".into());
     let plan = decide_on(&request(&c, None), &c, &stale);
     assert_eq!(plan.problems.len(), 1, "{:?}", plan.problems);
-    assert!(plan.problems[0].what.contains("535.104.05"));
+    assert!(
+        matches!(
+            &plan.problems[0].kind,
+            ProblemKind::StaleDriver(s) if s.user_space == "535.104.05" && s.kernel_module == "550.54.14"
+        ),
+        "{:?}",
+        plan.problems
+    );
 }
 
 #[test]
@@ -617,7 +632,14 @@ fn no_driver_is_a_problem_when_required() {
     let v = with_parents(host(&[("/fake/run/opengl-driver", Node::Missing)]), &[]);
     let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(plan.problems.len(), 1);
-    assert!(plan.problems[0].what.starts_with("no NVIDIA driver found"));
+    assert!(
+        matches!(
+            &plan.problems[0].kind,
+            ProblemKind::NoDriver { link, .. } if link.ends_with("run/opengl-driver")
+        ),
+        "{:?}",
+        plan.problems
+    );
 }
 
 #[test]
@@ -644,7 +666,10 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     assert_eq!(plan.gpu_demand.unwrap().count, 2);
     let plan = decide_on(&request(&c, Some("4")), &c, &v);
     assert!(
-        plan.problems[0].what.contains("max_gpus_per_build = 2"),
+        matches!(
+            &plan.problems[0].kind,
+            ProblemKind::GpuCount(gpus::GpuCountError::Attribute { text, max: 2, .. }) if text == "4"
+        ),
         "{:?}",
         plan.problems
     );
@@ -688,8 +713,17 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
     );
     assert_eq!(insides(&plan), ["/nix/store/aaa-x", "/nix/store/bbb-ok"]);
     assert_eq!(plan.problems.len(), 2);
-    assert!(plan.problems[0].what.contains("/etc/shadow"));
-    assert!(plan.problems[1].what.contains("/root"));
+    let escapes = |member: &str, to: &str| ProblemKind::ClosureEscapes {
+        member: member.into(),
+        to: to.into(),
+    };
+    assert_eq!(
+        plan.problems.iter().map(|p| &p.kind).collect::<Vec<_>>(),
+        [
+            &escapes("/nix/store/ddd-evil", "/etc/shadow"),
+            &escapes("/nix/store/eee-evil", "/root")
+        ]
+    );
 }
 
 /// nix-required-mounts' own test: a mount of a directory whose entries are symlinks into

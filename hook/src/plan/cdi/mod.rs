@@ -25,8 +25,7 @@ mod lease;
 
 pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Decision, Exposure, Problem, Reason, Skip};
-use crate::cdi::load::LookupError;
+use super::{Decision, Exposure, NodeFault, Problem, ProblemKind, Reason, Skip};
 use crate::cdi::spec::{DeviceNode, Mount};
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, DriverConfig};
@@ -89,23 +88,13 @@ impl Decision {
                         self.add_cdi_device(&place, part, found, config, view);
                     }
                 }
-                Err(e) => self.problems.push(Problem {
-                    rule: rule.to_string(),
-                    what: e.to_string(),
-                    fix: match e {
-                        LookupError::NotFound { .. } => cdi.hint.clone().unwrap_or_else(|| {
-                            "generate the spec (`nvidia-ctk cdi generate \
-                             --output=/etc/cdi/nvidia.yaml`) or name a device it lists \
-                             (`nvidia-ctk cdi list`)"
-                                .to_string()
-                        }),
-                        LookupError::Conflict { .. } => {
-                            "remove one of the two specs, or move it to another of \
-                             cdi_spec_dirs"
-                                .to_string()
-                        }
+                Err(error) => self.problems.push(Problem::new(
+                    rule,
+                    ProblemKind::CdiLookup {
+                        error: error.clone(),
+                        hint: cdi.hint.clone(),
                     },
-                }),
+                )),
             }
         }
     }
@@ -161,11 +150,13 @@ impl Decision {
     ) {
         let device = part.device.as_str();
         if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
-            return self.problems.push(Problem {
-                rule: at.rule.to_string(),
-                what: format!("CDI {device}: device node {why}"),
-                fix: "fix the spec (`nvidia-ctk cdi generate`)".to_string(),
-            });
+            return self.problems.push(Problem::new(
+                at.rule,
+                ProblemKind::CdiSpecNode {
+                    device: device.to_owned(),
+                    why,
+                },
+            ));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
         let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
@@ -262,30 +253,31 @@ impl Decision {
         view: &HostView,
         reason: Reason,
     ) {
-        let fail = |what: String| Problem {
-            rule: rule.to_string(),
-            what: format!("CDI {device}: device node {} {what}", inside.display()),
-            fix: "load the driver and create its nodes (`nvidia-modprobe`), or regenerate the \
-                  spec (`nvidia-ctk cdi generate`)"
-                .to_string(),
+        let fail = |fault: NodeFault| {
+            Problem::new(
+                rule,
+                ProblemKind::CdiNode {
+                    device: device.to_owned(),
+                    inside: inside.to_path_buf(),
+                    fault,
+                },
+            )
         };
         let chain = match symlinks::follow(inside, outside, Space::Literal, view)
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
         {
             Ok(c) => c,
-            Err(e) => return self.problems.push(fail(format!("is unusable: {e}"))),
+            Err(e) => return self.problems.push(fail(NodeFault::Unusable(e))),
         };
         if chain.target != Node::CharDevice {
-            return self.problems.push(fail(format!(
-                "({}) is not a character device",
-                outside.display()
-            )));
+            return self
+                .problems
+                .push(fail(NodeFault::NotCharDevice(outside.to_path_buf())));
         }
         if let Some(bad) = super::devices::unexpressible(&chain.hops) {
-            return self.problems.push(fail(format!(
-                "cannot be given to the build: {bad:?} holds a newline or '=', which Nix's \
-                 pre-build-hook protocol cannot express"
-            )));
+            return self
+                .problems
+                .push(fail(NodeFault::Unexpressible(bad.to_path_buf())));
         }
         self.add_chain(chain.hops, reason);
     }
