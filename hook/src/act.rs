@@ -19,7 +19,7 @@ use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
 use crate::plan::{
     self, closure_members, plan_manifest, Decision, Exposure, NotCarriedOut, PlannedManifest,
-    Problem, ProblemKind, Skip,
+    Problem, ProblemKind, Skip, Skipped,
 };
 use crate::request::Request;
 use crate::slot::{self, Slot};
@@ -269,10 +269,10 @@ fn add_closures(
                 );
             }
             // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => granted.skipped.push(Skip {
-                path: root.display().to_string(),
-                why: format!("closure not shown: {e}; run explain as root to see it"),
-            }),
+            Err(e) if uncached => granted.skipped.push(Skip::new(
+                root.display().to_string(),
+                Skipped::ClosureNotShown(e),
+            )),
             Err(e) => granted.problems.push(Problem::new(
                 granted.rules.join(","),
                 ProblemKind::Closure(e),
@@ -320,13 +320,13 @@ fn lease(
         _ => match leases.preview(&demand.slots, demand.count) {
             Ok(p) => (p, None),
             Err(e) => {
-                granted.skipped.push(Skip {
-                    path: format!("{} GPU lease(s)", demand.count),
-                    why: format!(
-                        "none free now, a build would wait up to {} s: {e}",
-                        config.lease_wait_seconds
-                    ),
-                });
+                granted.skipped.push(Skip::new(
+                    format!("{} GPU lease(s)", demand.count),
+                    Skipped::NoneFree {
+                        wait_seconds: config.lease_wait_seconds,
+                        error: e.to_string(),
+                    },
+                ));
                 (demand.slots[..demand.count].to_vec(), None)
             }
         },
@@ -357,10 +357,10 @@ fn pci_layout(granted: &mut Granted, config: &Config) -> sysfs::PciLayout {
         match found {
             Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
             Ok(_) => {}
-            Err(e) => granted.skipped.push(Skip {
-                path: "/sys/devices/pci*".to_string(),
-                why: format!("a GPU's PCI device is not given: {e}"),
-            }),
+            Err(e) => granted.skipped.push(Skip::new(
+                "/sys/devices/pci*",
+                Skipped::PciDevice(e.to_string()),
+            )),
         }
     }
     sysfs::PciLayout::new(&gpus, &config.host_root)

@@ -13,7 +13,7 @@ use crate::scan::paths::EntrySymlinks;
 use crate::scan::{
     DeviceScan, DeviceView, DriverView, HostFacts, PathOrigin, PathView, RuleView, Snapshot,
 };
-use crate::symlinks::{Lookup, Node, Space};
+use crate::symlinks::{ChainError, Lookup, Node, Space};
 use cuda_sandbox_manifest::DriverKind;
 use std::collections::BTreeMap;
 
@@ -294,24 +294,30 @@ fn skips_say_why() {
     let v = glob(with_parents(v, &[]), "/dev/dri/card*", &[]);
     let v = glob(v, "/dev/nvidia-modeset", &["/fake/dev/nvidia-modeset"]);
     let plan = decide_on(&request(&c, None), &c, &v);
-    let why: Vec<(&str, &str)> = plan
-        .skipped
-        .iter()
-        .map(|s| (s.path.as_str(), s.why.as_str()))
-        .collect();
+    assert_eq!(
+        plan.skipped,
+        [
+            Skip::new(
+                "/dev/nvmap",
+                Skipped::OtherPlatform {
+                    wants: Platform::Tegra,
+                    host: Platform::Discrete
+                }
+            ),
+            Skip::new("/dev/dri/card*", Skipped::NothingMatched),
+            Skip::new("/dev/nvidia-modeset", Skipped::NotDevice),
+            Skip::new("/dev/nvidia-modeset", Skipped::NothingMatched),
+        ]
+    );
+    // The lines explain shows for them.
+    let why: Vec<String> = plan.skipped.iter().map(|s| s.why.to_string()).collect();
     assert_eq!(
         why,
         [
-            (
-                "/dev/nvmap",
-                "only on Tegra (Jetson) hosts; this one is discrete-GPU"
-            ),
-            ("/dev/dri/card*", "optional device glob matched nothing"),
-            ("/dev/nvidia-modeset", "not a character device or directory"),
-            (
-                "/dev/nvidia-modeset",
-                "optional device glob matched nothing"
-            ),
+            "only on Tegra (Jetson) hosts; this one is discrete-GPU",
+            "optional device glob matched nothing",
+            "not a character device or directory",
+            "optional device glob matched nothing",
         ]
     );
     assert!(plan.exposures.is_empty() && plan.problems.is_empty());
@@ -328,7 +334,11 @@ fn a_link_out_of_the_roots_is_not_followed() {
     let plan = decide_on(&request(&c, None), &c, &v);
     assert!(plan.exposures.is_empty());
     assert!(
-        plan.skipped[0].why.contains("leads to /etc/shadow"),
+        matches!(
+            &plan.skipped[0].why,
+            Skipped::OptionalPath(ChainError::Escapes { link, target })
+                if link == Path::new("/run/gpu") && target == Path::new("/etc/shadow")
+        ),
         "{:?}",
         plan.skipped
     );
@@ -352,9 +362,11 @@ fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
     let plan = decide_on(&request(&c, None), &c, &v);
     assert!(plan.exposures.is_empty(), "{:?}", plan.exposures);
     assert!(
-        plan.skipped[0]
-            .why
-            .contains("/dev/nvidia-caps leads to /etc"),
+        matches!(
+            &plan.skipped[0].why,
+            Skipped::DeviceChain(ChainError::Escapes { link, target })
+                if link == Path::new("/dev/nvidia-caps") && target == Path::new("/etc")
+        ),
         "{:?}",
         plan.skipped
     );
@@ -394,7 +406,10 @@ fn user_writable_places_are_never_followed_into() {
         let plan = decide_on(&request(&c, None), &c, &v);
         assert!(plan.exposures.is_empty(), "{target}: {:?}", plan.exposures);
         assert!(
-            plan.skipped[0].why.contains("outside the roots"),
+            matches!(
+                &plan.skipped[0].why,
+                Skipped::OptionalPath(ChainError::Escapes { target: t, .. }) if t == Path::new(target)
+            ),
             "{:?}",
             plan.skipped
         );
@@ -418,11 +433,13 @@ fn nested_paths_are_pruned_and_conflicts_skipped() {
     ];
     plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
     assert_eq!(insides(&plan), ["/run/x", "/run/x/other"]);
-    assert_eq!(plan.skipped.len(), 1);
-    assert!(
-        plan.skipped[0].why.contains("conflicts with /h/x"),
-        "{:?}",
-        plan.skipped
+    assert_eq!(
+        plan.skipped,
+        [Skip::new("/run/x", Skipped::Conflicts("/h/x".into()))]
+    );
+    assert_eq!(
+        plan.skipped[0].why.to_string(),
+        "conflicts with /h/x already exposed there"
     );
 }
 
@@ -798,13 +815,10 @@ fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
             });
             match covered {
                 Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
-                Some((k, _)) if k.inside == e.inside => skipped.push(Skip {
-                    path: e.inside.display().to_string(),
-                    why: format!(
-                        "conflicts with {} already exposed there",
-                        k.outside.display()
-                    ),
-                }),
+                Some((k, _)) if k.inside == e.inside => skipped.push(Skip::new(
+                    e.inside.display().to_string(),
+                    Skipped::Conflicts(k.outside.clone()),
+                )),
                 _ => kept.push(e),
             }
         }
