@@ -11,7 +11,7 @@
 //!   required none of them, and `explain` (and the hook's warning) says why. Never more than
 //!   that build would get anyway.
 
-use super::{devices, gpu_number, Decision, Problem, Skip};
+use super::{devices, gpu_number, Decision, Problem, ProblemKind, Skip, Skipped};
 use crate::fit::Fit;
 use crate::scan::inventory::{InventoryView, KnownGpu};
 use cuda_sandbox_elfkit::fatbin::features::Required;
@@ -31,15 +31,10 @@ impl Decision {
             Some(InventoryView::Tegra(capability)) => {
                 let unmet = required.unmet_by(&[*capability]);
                 if !unmet.is_empty() {
-                    self.unsatisfiable(
-                        format!(
-                            "this Jetson's GPU ({capability}, tegra_capability) does not satisfy \
-                             {}",
-                            unmet.join(", ")
-                        ),
-                        "build it on a builder whose GPU does (`cuda-sandbox-check features` \
-                         prints what a builder may advertise)",
-                    );
+                    self.unsatisfiable(ProblemKind::TegraUnmet {
+                        capability: capability.to_string(),
+                        unmet,
+                    });
                 }
                 return;
             }
@@ -64,14 +59,7 @@ impl Decision {
         };
         let unmet = required.unmet_by(&all);
         if !unmet.is_empty() {
-            return self.unsatisfiable(
-                format!(
-                    "no GPU here satisfies {} (this host has {here})",
-                    unmet.join(", ")
-                ),
-                "build it on a builder whose GPUs do: this builder advertises features its GPUs \
-                 lack (compare its system-features with `cuda-sandbox-check features`)",
-            );
+            return self.unsatisfiable(ProblemKind::FeaturesUnmet { unmet, here });
         }
         let Some(demand) = &mut self.gpu_demand else {
             return;
@@ -82,39 +70,29 @@ impl Decision {
         };
         if fit.choose(&demand.slots, demand.count).is_none() {
             let count = demand.count;
-            return self.unsatisfiable(
-                format!(
-                    "no {count} of this host's GPUs together satisfy {names} (this host has \
-                     {here})"
-                ),
-                "ask for more GPUs (the derivation's cudaSandboxGpus, or gpus_per_build) or \
-                 build it where fewer GPUs satisfy it",
-            );
+            return self.unsatisfiable(ProblemKind::FeaturesUnmetTogether {
+                count,
+                features: required.unmet_by(&[]),
+                here,
+            });
         }
         demand.fit = Some(fit);
     }
 
     /// The features select nothing: said in `explain` and on the hook's stderr.
     fn no_inventory(&mut self, names: &str, why: &str) {
-        let text = format!(
-            "{names} select no GPU: no GPU inventory ({why}); the build gets GPUs as though it \
-             required no cuda-sm-* feature"
-        );
-        self.warnings.push(text.clone());
-        self.skipped.push(Skip {
-            path: names.to_string(),
-            why: text,
-        });
+        let skipped = Skipped::NoInventory {
+            features: names.to_string(),
+            why: why.to_string(),
+        };
+        self.warnings.push(skipped.to_string());
+        self.skipped.push(Skip::new(names, skipped));
     }
 
     /// The build fails at once: no wait can help.
-    fn unsatisfiable(&mut self, what: String, fix: &str) {
+    fn unsatisfiable(&mut self, kind: ProblemKind) {
         self.gpu_demand = None;
-        self.problems.push(Problem {
-            rule: self.rules.join(","),
-            what,
-            fix: fix.to_string(),
-        });
+        self.problems.push(Problem::new(self.rules.join(","), kind));
     }
 }
 

@@ -13,6 +13,7 @@ pub mod kernel;
 pub mod lint;
 pub mod mig;
 pub mod nvml;
+pub mod options;
 pub mod package;
 pub mod runtime;
 
@@ -21,6 +22,7 @@ pub mod runtime;
 /// last two are tested against it).
 pub const CHECKS: &[Check] = &[
     check("devices::nodes", Always, devices::nodes),
+    check("devices::features", Always, devices::features),
     check("driver::library", Always, driver::library),
     check("driver::version", Always, driver::version),
     check(
@@ -189,7 +191,7 @@ mod tests {
         assert_eq!(names(false, false, true), ["isolation::no_gpu"]);
         assert_eq!(names(true, true, true), ["isolation::no_gpu"]);
         let plain = names(false, false, false);
-        assert_eq!(plain.len(), 9);
+        assert_eq!(plain.len(), 10);
         assert!(!plain.contains(&"lint::elf"));
         let all = names(true, true, false);
         assert_eq!(all.len(), CHECKS.len() - 1);

@@ -16,8 +16,8 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
 use serde::Serialize;
 
-use crate::runtime_scan::{device_ranges, runtime_in, FoundRuntime};
-use crate::walk::{resolve, walk, PathError};
+use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime};
+use crate::facts::walk::{resolve, walk, PathError};
 
 /// The store directory package paths live in.
 pub const STORE_DIR: &str = "/nix/store";
@@ -264,7 +264,11 @@ fn scan_file(path: &Path) -> Result<Option<ScannedFile>, String> {
         return Ok(None);
     }
     let gpu_code = read_gpu_code(data).map_err(|e| format!("its GPU code: {e}"))?;
-    let dynamic = if elf { dynamic_info(data)? } else { None };
+    let dynamic = if elf {
+        dynamic_info(data).map_err(|e| e.to_string())?
+    } else {
+        None
+    };
     let runtime = if elf || archive {
         runtime_in(path, elf.then_some(data), &device_ranges(&gpu_code))
     } else {

@@ -13,7 +13,7 @@
 //!   fail with CUDA_ERROR_STUB_LIBRARY, 34).
 //!
 //! With target GPUs and a driver ([`LintConfig::targets`]) it also judges every file's GPU code
-//! for each target, by the one judgment `package::gpu_code` makes too ([`crate::gpu_code`]): a
+//! for each target, by the one judgment `package::gpu_code` makes too ([`crate::facts::gpu_code`]): a
 //! file that cannot run there is a finding naming the rule, the module, what it carries, what
 //! the GPU needs and the fix; one the rules cannot judge is a finding of its own kind (and its
 //! own exit status). Without a target the GPU code is listed, not judged.
@@ -21,7 +21,7 @@
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
 //! paths given, and lists the GPU code of each archive member (link input, as cuobjdump lists
-//! it). Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
+//! it). Files are walked by [`crate::facts::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
 //! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
@@ -32,11 +32,11 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
-use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
-use crate::mixing::{mixed_processes, Root};
-use crate::provenance::Provenance;
-use crate::runtime_scan::{device_ranges, runtime_in, FoundRuntime, RuntimeForm};
-use crate::walk::{resolve, walk};
+use crate::facts::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
+use crate::facts::mixing::{mixed_processes, Root};
+use crate::facts::provenance::Provenance;
+use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime, RuntimeForm};
+use crate::facts::walk::{resolve, walk};
 
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -467,7 +467,7 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
 }
 
 /// Lints one file into `report`; an ELF file with a dynamic section is returned as the root of
-/// a dependency graph ([`crate::mixing`]).
+/// a dependency graph ([`crate::facts::mixing`]).
 fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Option<Root> {
     let name = path
         .file_name()
@@ -552,7 +552,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
             report.findings.extend(findings);
         }
         Ok(None) => {}
-        Err(e) => report.findings.push(unreadable(e)),
+        Err(e) => report.findings.push(unreadable(e.to_string())),
     }
     gpu_code_of(path, data, code, &uses, provenance, config, report);
     root
