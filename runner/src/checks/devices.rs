@@ -16,28 +16,28 @@ use crate::session::Session;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodesFacts {
     /// The directory looked at (`/dev`, or `--dev-root`).
-    pub dev_root: PathBuf,
+    pub(crate) dev_root: PathBuf,
     /// Every `nvidiaN` there before any driver call, sorted by N.
     pub gpu_nodes: Vec<PathBuf>,
     /// `nvidiactl`'s (major, minor) before any driver call, when it was a character device.
     pub nvidiactl: Option<(u32, u32)>,
     /// `nvidia-uvm`'s (major, minor) before any driver call, when it was a character device.
-    pub nvidia_uvm: Option<(u32, u32)>,
+    pub(crate) nvidia_uvm: Option<(u32, u32)>,
     /// The nodes as they were before any driver call, which the check judges.
-    pub nodes_before_driver_calls: NodeSnapshot,
+    pub(crate) nodes_before_driver_calls: NodeSnapshot,
     /// `nvidiactl` after the driver ran (the real `cuInit`, as root, creates it).
-    pub nvidiactl_now: Node,
+    pub(crate) nvidiactl_now: Node,
     /// The major number `/proc/devices` gives `nvidia-uvm`, when listed.
-    pub nvidia_uvm_major_in_proc_devices: Option<u32>,
+    pub(crate) nvidia_uvm_major_in_proc_devices: Option<u32>,
     /// How many devices CUDA reports, when it can say.
     pub cuda_device_count: Option<usize>,
     /// Why CUDA cannot say how many devices there are.
-    pub cuda_device_count_unavailable: Option<String>,
+    pub(crate) cuda_device_count_unavailable: Option<String>,
     /// The manifest in brief, or a string saying why there is none
     /// ([`crate::facts::expectations::ManifestState::fact`]).
-    pub manifest: Value,
+    pub(crate) manifest: Value,
     /// The device paths the manifest says the hook exposed, when there is a manifest.
-    pub manifest_devices: Option<Vec<String>>,
+    pub(crate) manifest_devices: Option<Vec<String>>,
     /// How many of those are `/dev/nvidiaN`, when there is a manifest.
     pub manifest_gpu_nodes: Option<usize>,
     /// The GPUs the hook leased this build, when there is a manifest.
@@ -76,7 +76,7 @@ fn created_since(before: &Node, path: &Path) -> String {
 }
 
 /// Runs `devices::nodes`.
-pub fn nodes(session: &Session) -> Outcome {
+pub(crate) fn nodes(session: &Session) -> Outcome {
     // Judged on the nodes as they were before any driver call (see crate::facts::access).
     let before: &NodeSnapshot = &session.access.nodes;
     let root = &before.dev_root;

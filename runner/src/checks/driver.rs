@@ -24,18 +24,18 @@ pub struct LibraryFacts {
     /// Its real file.
     pub real_path: PathBuf,
     /// `LD_LIBRARY_PATH` as this process has it.
-    pub ld_library_path: Option<String>,
+    pub(crate) ld_library_path: Option<String>,
     /// `--expect-driver`, spelled as given.
-    pub expect_driver: Option<String>,
+    pub(crate) expect_driver: Option<String>,
     /// The manifest in brief (`path`, `kind`, `cuda_version`, `kernel_driver`), or a string
     /// saying why there is none ([`crate::facts::expectations::ManifestState::fact`]).
     pub manifest: Value,
     /// The manifest's right `libcuda.so.1` paths, when there is a manifest.
-    pub manifest_libcuda: Option<Vec<String>>,
+    pub(crate) manifest_libcuda: Option<Vec<String>>,
 }
 
 /// Runs `driver::library`.
-pub fn library(session: &Session) -> Outcome {
+pub(crate) fn library(session: &Session) -> Outcome {
     let search_path = std::env::var("LD_LIBRARY_PATH").ok();
     let expect = session.options.expect_driver.as_ref();
     let chosen = session.manifest.driver();
@@ -105,7 +105,7 @@ pub fn library(session: &Session) -> Outcome {
 }
 
 /// Runs `driver::version`.
-pub fn version(session: &Session) -> Outcome {
+pub(crate) fn version(session: &Session) -> Outcome {
     let driver = match session.driver() {
         Ok(driver) => driver,
         Err(why) => return Outcome::fail(why, facts! {}),

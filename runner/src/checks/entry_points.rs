@@ -27,51 +27,51 @@ pub struct SymbolAnswer {
     /// The export `dlsym` gives for it at the version compared with, e.g. `cuMemAlloc_v2`.
     pub expected_export: String,
     /// The CUresult, when the driver could be asked.
-    pub result: Option<c_int>,
+    pub(crate) result: Option<c_int>,
     /// `symbolStatus` (0 found, 1 not found, 2 version not sufficient); `None` from the 11.3
     /// ABI.
-    pub symbol_status: Option<c_int>,
+    pub(crate) symbol_status: Option<c_int>,
     /// Whether the answer is CUDA_SUCCESS with exactly that export's address.
-    pub matches: bool,
+    pub(crate) matches: bool,
 }
 
 /// The answers at one API version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionAnswers {
     /// The version asked at, e.g. `12.0`.
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// Every checked function that exists there.
-    pub symbols: Vec<SymbolAnswer>,
+    pub(crate) symbols: Vec<SymbolAnswer>,
 }
 
 /// What `driver::entry_points` reports once it has probed the driver (the report's `facts`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntryPointsFacts {
     /// The export used: `cuGetProcAddress_v2` or `cuGetProcAddress`.
-    pub get_proc_address: String,
+    pub(crate) get_proc_address: String,
     /// The driver's CUDA version.
-    pub driver_version: String,
+    pub(crate) driver_version: String,
     /// The version the process would ask at (`--api-version`, else min(runtime, driver), else
     /// the driver's).
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// The answers there.
     pub symbols: Vec<SymbolAnswer>,
     /// Every version probed.
-    pub api_versions: Vec<String>,
+    pub(crate) api_versions: Vec<String>,
     /// The answers at each of them.
-    pub per_version: Vec<VersionAnswers>,
+    pub(crate) per_version: Vec<VersionAnswers>,
     /// The next major above the driver's version, e.g. `13.0` for a 12.2 driver.
-    pub above_driver_version: String,
+    pub(crate) above_driver_version: String,
     /// The answers there, compared with the driver's own variants.
-    pub above_driver_symbols: Vec<SymbolAnswer>,
+    pub(crate) above_driver_symbols: Vec<SymbolAnswer>,
     /// Whether above its version the driver answers with its newest variants.
-    pub above_driver_answers_with_newest: bool,
+    pub(crate) above_driver_answers_with_newest: bool,
 }
 
 /// Compares `cuGetProcAddress(symbol, version)` with `dlsym(expected export at
 /// expected_at)` for every checked symbol that exists at `expected_at`; returns the
 /// per-symbol answers and the mismatches.
-pub fn compare_with_exports(
+pub(crate) fn compare_with_exports(
     driver: &Driver,
     version: CudaVersion,
     expected_at: CudaVersion,
@@ -139,7 +139,7 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
 }
 
 /// Runs `driver::entry_points`.
-pub fn driver_entry_points(session: &Session) -> Outcome {
+pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
     let driver = match session.driver() {
         Ok(driver) => driver,
         Err(why) => return Outcome::fail(why, facts! {}),

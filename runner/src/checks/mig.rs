@@ -23,19 +23,19 @@ use crate::session::Session;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigFacts {
     /// The instance the hook leased, as the manifest names it.
-    pub manifest_mig: Option<MigInstance>,
+    pub(crate) manifest_mig: Option<MigInstance>,
     /// The devices CUDA sees, when it can list them.
-    pub cuda_devices: Option<Vec<CudaDevice>>,
+    pub(crate) cuda_devices: Option<Vec<CudaDevice>>,
     /// Whether the driver has `cuDeviceGetUuid_v2` (CUDA 11.4+), which gives a MIG UUID.
     pub cuda_has_uuid_v2: Option<bool>,
     /// CUDA's one device's UUID in `MIG-…` spelling.
-    pub cuda_mig_uuid: Option<String>,
+    pub(crate) cuda_mig_uuid: Option<String>,
     /// The GPUs NVML sees, when it loads.
-    pub nvml_devices: Option<Vec<NvmlDevice>>,
+    pub(crate) nvml_devices: Option<Vec<NvmlDevice>>,
     /// Why NVML could not be asked.
-    pub nvml_unavailable: Option<String>,
+    pub(crate) nvml_unavailable: Option<String>,
     /// What the check verified.
-    pub verified: Vec<String>,
+    pub(crate) verified: Vec<String>,
     /// What it could not verify.
     pub not_verified: Vec<String>,
 }
@@ -45,7 +45,7 @@ fn describe(m: &MigInstance) -> String {
 }
 
 /// Runs `mig::instance`.
-pub fn instance(session: &Session) -> Outcome {
+pub(crate) fn instance(session: &Session) -> Outcome {
     let Some(manifest) = session.manifest.manifest() else {
         return Outcome::skipped(
             format!("no MIG instance to check: {}", session.manifest.fact()),

@@ -8,7 +8,7 @@ use crate::session::Session;
 pub mod devices;
 pub mod driver;
 pub mod entry_points;
-pub mod isolation;
+mod isolation;
 pub mod kernel;
 pub mod lint;
 pub mod mig;
@@ -52,7 +52,7 @@ const fn check(name: &'static str, runs_when: RunsWhen, run: fn(&Session) -> Out
 /// The checks of a run with these flags, in [`CHECKS`]' order: only `isolation::no_gpu` with
 /// `--expect-no-gpu`; else every [`RunsWhen::Always`] check, `lint::elf` with `--lint` paths and
 /// the `package::*` checks with `--package`.
-pub fn selected(
+pub(crate) fn selected(
     lint: bool,
     package: bool,
     expect_no_gpu: bool,

@@ -23,26 +23,26 @@ use cuda_sandbox_manifest::DriverKind;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvmlDevice {
     /// Its product name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its UUID (`GPU-…`), by which it is matched with CUDA's device.
-    pub uuid: String,
+    pub(crate) uuid: String,
     /// `major.minor`, when NVML gives it.
-    pub compute_capability: Option<String>,
+    pub(crate) compute_capability: Option<String>,
     /// Its MIG mode, `/dev/nvidiaN` minor and MIG devices.
     #[serde(default)]
-    pub mig: GpuMig,
+    pub(crate) mig: GpuMig,
 }
 
 impl NvmlDevice {
     /// Whether NVML says the GPU is in MIG mode (CUDA then sees its MIG instances, not it).
-    pub fn in_mig_mode(&self) -> bool {
+    pub(crate) fn in_mig_mode(&self) -> bool {
         self.mig.mig_mode == Some(true)
     }
 }
 
 /// A MIG device NVML lists, with its parent GPU.
 #[derive(Debug, Clone, Copy)]
-pub struct MigMatch<'a> {
+pub(crate) struct MigMatch<'a> {
     /// The parent GPU.
     pub parent: &'a NvmlDevice,
     /// The MIG device.
@@ -50,7 +50,7 @@ pub struct MigMatch<'a> {
 }
 
 /// The MIG device whose UUID is `mig_uuid` (`MIG-…`), under any GPU in MIG mode.
-pub fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
+pub(crate) fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
     devices
         .iter()
         .filter(|d| d.in_mig_mode())
@@ -65,7 +65,7 @@ pub fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatc
 }
 
 /// Loads and initialises NVML by [`LIBNVIDIA_ML`], as the loader finds it.
-pub fn load() -> Result<Nvml, NvmlError> {
+pub(crate) fn load() -> Result<Nvml, NvmlError> {
     Nvml::builder().lib_path(OsStr::new(LIBNVIDIA_ML)).init()
 }
 
@@ -74,23 +74,23 @@ pub fn load() -> Result<Nvml, NvmlError> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConsistencyFacts {
     /// The kernel driver's version, as NVML gives it (e.g. `535.104.05`).
-    pub kernel_driver: String,
+    pub(crate) kernel_driver: String,
     /// The CUDA version that kernel driver's branch provides, when the branch is known.
-    pub kernel_driver_cuda_version: Option<String>,
+    pub(crate) kernel_driver_cuda_version: Option<String>,
     /// The CUDA version NVML says the driver provides.
-    pub nvml_cuda_driver_version: Option<String>,
+    pub(crate) nvml_cuda_driver_version: Option<String>,
     /// The CUDA version the loaded `libcuda.so.1` provides, when it loads.
-    pub loaded_libcuda_cuda_version: Option<String>,
+    pub(crate) loaded_libcuda_cuda_version: Option<String>,
     /// Whether the loaded libcuda is a cuda_compat one (newer than the kernel driver's CUDA);
     /// `None` when either version is unknown.
     pub compat_active: Option<bool>,
     /// `--expect-driver`, spelled as given.
-    pub expect_driver: Option<String>,
+    pub(crate) expect_driver: Option<String>,
     /// The manifest in brief, or a string saying why there is none
     /// ([`crate::facts::expectations::ManifestState::fact`]).
-    pub manifest: Value,
+    pub(crate) manifest: Value,
     /// The GPUs NVML sees, when it can list them.
-    pub nvml_devices: Option<Vec<NvmlDevice>>,
+    pub(crate) nvml_devices: Option<Vec<NvmlDevice>>,
     /// The GPUs CUDA sees, when it can list them.
     pub cuda_devices: Option<Vec<CudaDevice>>,
     /// `name uuid` of each GPU NVML and CUDA agree on: only when the check passes.
@@ -99,7 +99,7 @@ pub struct ConsistencyFacts {
 }
 
 /// One line for an NVML failure: cause and fix.
-pub fn explain(error: &NvmlError, access: &Access) -> String {
+pub(crate) fn explain(error: &NvmlError, access: &Access) -> String {
     match error {
         NvmlError::DriverNotLoaded => format!(
             "NVML cannot reach the NVIDIA kernel driver ({error}): {}",
@@ -114,7 +114,7 @@ pub fn explain(error: &NvmlError, access: &Access) -> String {
 }
 
 /// Every GPU NVML lists, with what it says about MIG on each.
-pub fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
+pub(crate) fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
     let count = nvml.device_count()?;
     (0..count)
         .map(|index| {
@@ -133,7 +133,7 @@ pub fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
 }
 
 /// Runs `nvml::consistency`.
-pub fn consistency(session: &Session) -> Outcome {
+pub(crate) fn consistency(session: &Session) -> Outcome {
     let expect = session.options.expect_driver.as_ref();
     let expects_kind = matches!(expect, Some(ExpectDriver::Host | ExpectDriver::Compat));
     let nvml = match load() {

@@ -140,7 +140,7 @@ fn jit_cache() -> String {
 }
 
 /// Runs `package::gpu_code`.
-pub fn gpu_code(session: &Session) -> Outcome {
+pub(crate) fn gpu_code(session: &Session) -> Outcome {
     let package = match session.package() {
         Ok(p) => p,
         Err(why) => return Outcome::fail(why, facts! {}),
@@ -273,7 +273,7 @@ fn scanned_version(text: Option<&str>) -> Option<RuntimeVersion> {
 }
 
 /// Runs `package::runtimes`.
-pub fn runtimes(session: &Session) -> Outcome {
+pub(crate) fn runtimes(session: &Session) -> Outcome {
     let package = match session.package() {
         Ok(p) => p,
         Err(why) => return Outcome::fail(why, facts! {}),
@@ -367,9 +367,9 @@ pub fn runtimes(session: &Session) -> Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectDriver {
     /// The object's file.
-    pub object: PathBuf,
+    pub(crate) object: PathBuf,
     /// Why it opens libcuda (DT_NEEDED, a runtime, a static runtime inside).
-    pub opens: String,
+    pub(crate) opens: String,
     /// What its search finds.
     #[serde(flatten)]
     pub found: ObjectSearch,
@@ -403,9 +403,9 @@ pub enum ObjectSearch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriverFacts {
     /// What each object must get: the hook's choice, else the runner's own libcuda.
-    pub against: String,
+    pub(crate) against: String,
     /// `LD_LIBRARY_PATH` as this process has it (every object's search includes it).
-    pub ld_library_path: Option<String>,
+    pub(crate) ld_library_path: Option<String>,
     /// Every object that opens libcuda, in the package's order.
     pub objects: Vec<ObjectDriver>,
 }
@@ -443,7 +443,7 @@ fn own_interpreter() -> Option<PathBuf> {
 }
 
 /// Runs `package::driver`.
-pub fn driver(session: &Session) -> Outcome {
+pub(crate) fn driver(session: &Session) -> Outcome {
     let package = match session.package() {
         Ok(p) => p,
         Err(why) => return Outcome::fail(why, facts! {}),

@@ -110,17 +110,17 @@ impl From<&LoadedFile> for CudartFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Judged {
     /// Its major version.
-    pub runtime_major: i32,
+    pub(crate) runtime_major: i32,
     /// `cudaRuntimeGetVersion`'s error, when it refused to answer.
-    pub runtime_version_error: Option<c_int>,
+    pub(crate) runtime_version_error: Option<c_int>,
     /// The driver version a loaded runtime says it talks to.
-    pub runtime_driver_version: Option<String>,
+    pub(crate) runtime_driver_version: Option<String>,
     /// How it stands with the driver: `supported 12.0`, `minor-newer 12.9`, `same-major`,
     /// `older-major` or `newer-major`.
-    pub standing: String,
+    pub(crate) standing: String,
     /// The checked functions whose ABI differs between it and the driver, under
     /// minor-version compatibility.
-    pub abi_differences: Vec<AbiDifference>,
+    pub(crate) abi_differences: Vec<AbiDifference>,
 }
 
 /// One runtime in the facts of `runtime::compatibility` and `package::runtimes`.
@@ -129,12 +129,12 @@ pub struct JudgedRuntime {
     /// Its file.
     pub cudart: CudartFile,
     /// How it is present (`libcudart`, `static libcudart`).
-    pub form: String,
+    pub(crate) form: String,
     /// Its version, when known exactly.
-    pub runtime_version: Option<String>,
+    pub(crate) runtime_version: Option<String>,
     /// The judgement; `None` (and absent from the report) when its version is unknown.
     #[serde(flatten)]
-    pub judged: Option<Judged>,
+    pub(crate) judged: Option<Judged>,
 }
 
 /// What `runtime::compatibility` and `package::runtimes` report once there are runtimes and a
@@ -142,7 +142,7 @@ pub struct JudgedRuntime {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimesFacts {
     /// The driver's CUDA version they were judged against.
-    pub driver_version: String,
+    pub(crate) driver_version: String,
     /// Every runtime judged, in order.
     pub cudarts: Vec<JudgedRuntime>,
 }
@@ -151,26 +151,26 @@ pub struct RuntimesFacts {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeSymbol {
     /// The base name, e.g. `cuMemAlloc`.
-    pub symbol: String,
+    pub(crate) symbol: String,
     /// The export for it at min(runtime, driver), e.g. `cuMemAlloc_v2`.
-    pub expected_export: String,
+    pub(crate) expected_export: String,
     /// `cudaGetDriverEntryPoint`'s `cudaError_t`.
-    pub runtime_result: Option<c_int>,
+    pub(crate) runtime_result: Option<c_int>,
     /// Its `cudaDriverEntryPointQueryResult`.
-    pub runtime_status: Option<c_int>,
+    pub(crate) runtime_status: Option<c_int>,
     /// Whether runtime, `cuGetProcAddress` and the export agree on the address.
-    pub matches: bool,
+    pub(crate) matches: bool,
 }
 
 /// One runtime as `runtime::entry_points` compared it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeEntryPoints {
     /// Its file.
-    pub cudart: LoadedFile,
+    pub(crate) cudart: LoadedFile,
     /// min(runtime version, driver version), where it must resolve.
     pub compared_at: String,
     /// Every checked function that exists there.
-    pub symbols: Vec<RuntimeSymbol>,
+    pub(crate) symbols: Vec<RuntimeSymbol>,
 }
 
 /// What `runtime::entry_points` reports once the driver gives its version (the report's
@@ -178,7 +178,7 @@ pub struct RuntimeEntryPoints {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeEntryPointsFacts {
     /// The driver's CUDA version.
-    pub driver_version: String,
+    pub(crate) driver_version: String,
     /// Every runtime that answered, in the loader's order.
     pub cudarts: Vec<RuntimeEntryPoints>,
 }
@@ -195,7 +195,7 @@ fn no_runtime() -> Outcome {
 
 /// One CUDA runtime to judge against the driver: where it is, its version, and, for a loaded
 /// one, what it says of the driver and the library itself (to confirm a newer major's 35).
-pub struct Candidate<'r> {
+pub(crate) struct Candidate<'r> {
     /// The file, as messages name it.
     pub file: String,
     /// The file for the report.
@@ -210,7 +210,7 @@ pub struct Candidate<'r> {
 
 impl<'r> Candidate<'r> {
     /// A runtime this process loaded.
-    pub fn loaded(runtime: &'r Runtime) -> Candidate<'r> {
+    pub(crate) fn loaded(runtime: &'r Runtime) -> Candidate<'r> {
         Candidate {
             file: runtime.file.real_path.display().to_string(),
             cudart: CudartFile::from(&runtime.file),
@@ -225,7 +225,7 @@ impl<'r> Candidate<'r> {
 /// module doc), with the ABI-difference report for minor-version compatibility and for
 /// runtimes of one process resolving at different versions. A candidate whose version is
 /// unknown fails when it was loaded (it should answer), and is a note otherwise.
-pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
+pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
     let mut failures: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     // Where each runtime resolves entry points: (a version to compute differences with, the
@@ -397,7 +397,7 @@ fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
 }
 
 /// Runs `runtime::compatibility`.
-pub fn compatibility(session: &Session) -> Outcome {
+pub(crate) fn compatibility(session: &Session) -> Outcome {
     let runtimes = match loadable_runtimes(session) {
         Ok(runtimes) => runtimes,
         Err(outcome) => return outcome,
@@ -412,7 +412,7 @@ pub fn compatibility(session: &Session) -> Outcome {
 }
 
 /// Runs `runtime::entry_points`.
-pub fn entry_points(session: &Session) -> Outcome {
+pub(crate) fn entry_points(session: &Session) -> Outcome {
     let runtimes = match loadable_runtimes(session) {
         Ok(runtimes) => runtimes,
         Err(outcome) => return outcome,

@@ -3,17 +3,17 @@
 //! them), the ELF lint, NVML's MIG view, and the `gpu-confirm` and `features` commands.
 //! `crate::cuda` is the driver wrapper these call.
 
-pub mod access;
+pub(crate) mod access;
 pub mod confirm;
 pub mod elf_lint;
 pub mod expectations;
 pub mod features;
-pub mod gpu_code;
-pub mod gpu_words;
-pub mod mixing;
+pub(crate) mod gpu_code;
+pub(crate) mod gpu_words;
+pub(crate) mod mixing;
 pub mod module_images;
-pub mod nvml_mig;
-pub mod package_under_test;
-pub mod provenance;
+pub(crate) mod nvml_mig;
+pub(crate) mod package_under_test;
+pub(crate) mod provenance;
 pub mod runtime_scan;
-pub mod walk;
+pub(crate) mod walk;
