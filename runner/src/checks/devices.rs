@@ -86,121 +86,23 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
     let cuda_count = session.devices().map(<[_]>::len);
 
     let ctl = root.join("nvidiactl");
-    match &before.nvidiactl {
-        Node::Char(NVIDIA_MAJOR, NVIDIACTL_MINOR) => {}
-        Node::Char(major, minor) => problems.push(format!(
-            "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{NVIDIACTL_MINOR}: not the NVIDIA control device",
-            ctl.display()
-        )),
-        other => problems.push(format!(
-            "{} was {} before any driver call{}: {not_exposed}",
-            ctl.display(),
-            describe(other),
-            created_since(other, &ctl)
-        )),
-    }
-
-    let uvm = root.join("nvidia-uvm");
+    judge_ctl(&before.nvidiactl, &ctl, &not_exposed, &mut problems);
     let uvm_expected = uvm_major_from_proc();
-    match &before.nvidia_uvm {
-        Node::Char(major, _) if uvm_expected.is_some_and(|m| m != *major) => {
-            problems.push(format!(
-            "{} has major {major} but /proc/devices says nvidia-uvm is {}: a stale or wrong node",
-            uvm.display(),
-            uvm_expected.unwrap_or_default()
-        ))
-        }
-        Node::Char(NVIDIA_MAJOR, minor) => problems.push(format!(
-            "{} is {NVIDIA_MAJOR}:{minor}, a GPU node, not nvidia-uvm (which has its own major)",
-            uvm.display()
-        )),
-        Node::Char(..) => {}
-        other => problems.push(format!(
-            "{} is {}: the nvidia-uvm module creates it lazily; run `nvidia-modprobe -u -c=0` \
-             on the host (then the hook exposes it)",
-            uvm.display(),
-            describe(other)
-        )),
-    }
-
+    judge_uvm(
+        &before.nvidia_uvm,
+        &root.join("nvidia-uvm"),
+        uvm_expected,
+        &mut problems,
+    );
     let gpus: Vec<(u32, PathBuf)> = before
         .gpus
         .iter()
         .map(|(n, p, _)| (*n, p.clone()))
         .collect();
-    for (number, path, node) in &before.gpus {
-        match node {
-            Node::Char(NVIDIA_MAJOR, minor) if minor == number => {}
-            Node::Char(major, minor) => problems.push(format!(
-                "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{number}",
-                path.display()
-            )),
-            other => problems.push(format!("{} is {}", path.display(), describe(other))),
-        }
-    }
-    if gpus.is_empty() {
-        problems.push(format!("no {}/nvidiaN node: {not_exposed}", root.display()));
-    }
-
-    let exposed: Vec<&str> = session
-        .manifest
-        .manifest()
-        .map(|m| m.devices.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    for device in &exposed {
-        // The manifest names inside paths under /dev; --dev-root moves /dev.
-        let here = match Path::new(device).strip_prefix("/dev") {
-            Ok(rest) => root.join(rest),
-            Err(_) => Path::new(device).to_path_buf(),
-        };
-        if std::fs::symlink_metadata(&here).is_err() {
-            problems.push(format!(
-                "the hook's manifest lists {device} as exposed, but {} is missing: the sandbox \
-                 did not get what the hook planned (a stale manifest, or a Nix without \
-                 pre-build-hook support for it)",
-                here.display()
-            ));
-        }
-    }
-    let manifest_gpus = exposed
-        .iter()
-        .filter(|d| {
-            d.strip_prefix("/dev/nvidia")
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .count();
-    if session.manifest.manifest().is_some() && gpus.len() > manifest_gpus {
-        problems.push(format!(
-            "{} /dev/nvidiaN node(s) are here but the hook's manifest lists {manifest_gpus}: \
-             something other than cuda-sandbox-hook exposes GPUs to this build (check Nix's \
-             sandbox-paths)",
-            gpus.len()
-        ));
-    }
-
-    let leased: &[u32] = session
-        .manifest
-        .manifest()
-        .map_or(&[], |m| m.leased_gpus.as_slice());
+    judge_gpu_nodes(before, &not_exposed, &mut problems);
+    let manifest_gpus = judge_manifest_devices(session, root, gpus.len(), &mut problems);
     if let Ok(count) = cuda_count {
-        if !leased.is_empty() && count != leased.len() {
-            problems.push(format!(
-                "CUDA reports {count} device(s) but the hook leased this build {} GPU(s) {leased:?}:                  {}",
-                leased.len(),
-                if count > leased.len() {
-                    "the build reaches GPUs leased to other builds (is something other than                      cuda-sandbox-hook exposing /dev/nvidiaN, or CUDA_VISIBLE_DEVICES unset                      where the driver ignores device nodes?)"
-                } else {
-                    "some leased GPU nodes are not usable here (check the hook's device globs                      and the nodes' permissions)"
-                }
-            ));
-        }
-        if gpus.len() < count {
-            problems.push(format!(
-                "CUDA reports {count} devices but only {} /dev/nvidiaN nodes exist: the hook's \
-                 device glob misses some GPUs",
-                gpus.len()
-            ));
-        }
+        judge_device_count(session, count, gpus.len(), &mut problems);
     }
 
     let char_numbers = |node: &Node| match node {
@@ -243,5 +145,136 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
                 outcome
             }
         }
+    }
+}
+
+/// `nvidiactl` (at `ctl`) as it was before any driver call: the NVIDIA control device.
+fn judge_ctl(node: &Node, ctl: &Path, not_exposed: &str, problems: &mut Vec<String>) {
+    match node {
+        Node::Char(NVIDIA_MAJOR, NVIDIACTL_MINOR) => {}
+        Node::Char(major, minor) => problems.push(format!(
+            "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{NVIDIACTL_MINOR}: not the NVIDIA control device",
+            ctl.display()
+        )),
+        other => problems.push(format!(
+            "{} was {} before any driver call{}: {not_exposed}",
+            ctl.display(),
+            describe(other),
+            created_since(other, ctl)
+        )),
+    }
+}
+
+/// `nvidia-uvm` (at `uvm`): a character device of the major `/proc/devices` gives it
+/// (`expected`, when listed), not a GPU node.
+fn judge_uvm(node: &Node, uvm: &Path, expected: Option<u32>, problems: &mut Vec<String>) {
+    match node {
+        Node::Char(major, _) if expected.is_some_and(|m| m != *major) => problems.push(format!(
+            "{} has major {major} but /proc/devices says nvidia-uvm is {}: a stale or wrong node",
+            uvm.display(),
+            expected.unwrap_or_default()
+        )),
+        Node::Char(NVIDIA_MAJOR, minor) => problems.push(format!(
+            "{} is {NVIDIA_MAJOR}:{minor}, a GPU node, not nvidia-uvm (which has its own major)",
+            uvm.display()
+        )),
+        Node::Char(..) => {}
+        other => problems.push(format!(
+            "{} is {}: the nvidia-uvm module creates it lazily; run `nvidia-modprobe -u -c=0` \
+             on the host (then the hook exposes it)",
+            uvm.display(),
+            describe(other)
+        )),
+    }
+}
+
+/// Every `nvidiaN` of `before`: the NVIDIA major and minor N; and at least one.
+fn judge_gpu_nodes(before: &NodeSnapshot, not_exposed: &str, problems: &mut Vec<String>) {
+    for (number, path, node) in &before.gpus {
+        match node {
+            Node::Char(NVIDIA_MAJOR, minor) if minor == number => {}
+            Node::Char(major, minor) => problems.push(format!(
+                "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{number}",
+                path.display()
+            )),
+            other => problems.push(format!("{} is {}", path.display(), describe(other))),
+        }
+    }
+    if before.gpus.is_empty() {
+        problems.push(format!(
+            "no {}/nvidiaN node: {not_exposed}",
+            before.dev_root.display()
+        ));
+    }
+}
+
+/// Every device the hook's manifest lists is here (under `root`), and no more `/dev/nvidiaN`
+/// than it lists (`gpus` are here). Returns how many of its devices are `/dev/nvidiaN`.
+fn judge_manifest_devices(
+    session: &Session,
+    root: &Path,
+    gpus: usize,
+    problems: &mut Vec<String>,
+) -> usize {
+    let exposed: Vec<&str> = session
+        .manifest
+        .manifest()
+        .map(|m| m.devices.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    for device in &exposed {
+        // The manifest names inside paths under /dev; --dev-root moves /dev.
+        let here = match Path::new(device).strip_prefix("/dev") {
+            Ok(rest) => root.join(rest),
+            Err(_) => Path::new(device).to_path_buf(),
+        };
+        if std::fs::symlink_metadata(&here).is_err() {
+            problems.push(format!(
+                "the hook's manifest lists {device} as exposed, but {} is missing: the sandbox \
+                 did not get what the hook planned (a stale manifest, or a Nix without \
+                 pre-build-hook support for it)",
+                here.display()
+            ));
+        }
+    }
+    let manifest_gpus = exposed
+        .iter()
+        .filter(|d| {
+            d.strip_prefix("/dev/nvidia")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count();
+    if session.manifest.manifest().is_some() && gpus > manifest_gpus {
+        problems.push(format!(
+            "{gpus} /dev/nvidiaN node(s) are here but the hook's manifest lists {manifest_gpus}: \
+             something other than cuda-sandbox-hook exposes GPUs to this build (check Nix's \
+             sandbox-paths)"
+        ));
+    }
+    manifest_gpus
+}
+
+/// CUDA's device count (`count`) against the GPUs the hook leased this build, and against the
+/// `gpus` `/dev/nvidiaN` nodes here.
+fn judge_device_count(session: &Session, count: usize, gpus: usize, problems: &mut Vec<String>) {
+    let leased: &[u32] = session
+        .manifest
+        .manifest()
+        .map_or(&[], |m| m.leased_gpus.as_slice());
+    if !leased.is_empty() && count != leased.len() {
+        problems.push(format!(
+                "CUDA reports {count} device(s) but the hook leased this build {} GPU(s) {leased:?}:                  {}",
+                leased.len(),
+                if count > leased.len() {
+                    "the build reaches GPUs leased to other builds (is something other than                      cuda-sandbox-hook exposing /dev/nvidiaN, or CUDA_VISIBLE_DEVICES unset                      where the driver ignores device nodes?)"
+                } else {
+                    "some leased GPU nodes are not usable here (check the hook's device globs                      and the nodes' permissions)"
+                }
+            ));
+    }
+    if gpus < count {
+        problems.push(format!(
+            "CUDA reports {count} devices but only {gpus} /dev/nvidiaN nodes exist: the hook's \
+             device glob misses some GPUs"
+        ));
     }
 }

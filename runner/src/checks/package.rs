@@ -26,6 +26,7 @@ use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 use cuda_sandbox_elfkit::fatbin::Capability;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
+use cuda_sandbox_manifest::DriverManifest;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -38,7 +39,7 @@ use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::expectations::{is_chosen, library_mismatch};
 use crate::facts::gpu_code::{judge_all, runtime_uses, Target};
-use crate::facts::package_under_test::STORE_DIR;
+use crate::facts::package_under_test::{ScannedFile, STORE_DIR};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::RuntimeForm;
 use crate::session::Session;
@@ -414,7 +415,7 @@ pub struct DriverFacts {
 const LIBCUDA: &str = "libcuda.so.1";
 
 /// Why an object of the package opens libcuda, or `None` when it does not.
-fn opens_libcuda(file: &crate::facts::package_under_test::ScannedFile) -> Option<&'static str> {
+fn opens_libcuda(file: &ScannedFile) -> Option<&'static str> {
     let name = file.path.file_name()?.to_string_lossy();
     let info = file.dynamic.as_ref()?;
     if info
@@ -442,6 +443,13 @@ fn own_interpreter() -> Option<PathBuf> {
     cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter
 }
 
+/// What each object must get: the hook's choice (the manifest's driver), else the libcuda.so.1
+/// this runner loaded (its file and CUDA version).
+struct Wanted<'a> {
+    chosen: Option<&'a DriverManifest>,
+    loaded: Option<(LoadedFile, Option<CudaVersion>)>,
+}
+
 /// Runs `package::driver`.
 pub(crate) fn driver(session: &Session) -> Outcome {
     let package = match session.package() {
@@ -460,13 +468,14 @@ pub(crate) fn driver(session: &Session) -> Outcome {
             facts! { "closure_from" => &package.closure_from },
         );
     }
-    // What each object must get: the hook's choice, else what this runner loaded.
-    let chosen = session.manifest.driver().filter(|d| !d.libcuda.is_empty());
-    let loaded = session
-        .driver()
-        .ok()
-        .map(|d| (d.file.clone(), d.version().ok().map(CudaVersion)));
-    if chosen.is_none() && loaded.is_none() {
+    let wanted = Wanted {
+        chosen: session.manifest.driver().filter(|d| !d.libcuda.is_empty()),
+        loaded: session
+            .driver()
+            .ok()
+            .map(|d| (d.file.clone(), d.version().ok().map(CudaVersion))),
+    };
+    if wanted.chosen.is_none() && wanted.loaded.is_none() {
         return Outcome::skipped(
             format!(
                 "{} object(s) of the package open libcuda.so.1, but there is no manifest and no \
@@ -477,139 +486,12 @@ pub(crate) fn driver(session: &Session) -> Outcome {
         );
     }
     let ld_library_path = std::env::var("LD_LIBRARY_PATH").ok();
-    let runner_interpreter = own_interpreter();
-    let mut failures = Vec::new();
-    let mut passes = Vec::new();
-    let mut per_object = Vec::new();
-    for (file, why) in &objects {
-        let Some(info) = file.dynamic.as_ref() else {
-            continue;
-        };
-        let executable = info.interpreter.is_some();
-        let Some(interpreter) = info
-            .interpreter
-            .clone()
-            .or_else(|| runner_interpreter.clone())
-        else {
-            failures.push(format!(
-                "{}: no dynamic loader to model its search with",
-                file.path.display()
-            ));
-            continue;
-        };
-        let loader = match Loader::ask(&interpreter) {
-            Ok(l) => l,
-            Err(e) => {
-                failures.push(format!(
-                    "{}: its loader {} cannot be asked for its search path: {e}",
-                    file.path.display(),
-                    interpreter.display()
-                ));
-                continue;
-            }
-        };
-        // The object's own process (a library: loaded by its path), then its libcuda.so.1:
-        // its DT_NEEDED, else what a dlopen from it gets.
-        let env = Environment {
-            ld_library_path: ld_library_path.clone(),
-        };
-        let mut process = Process::new(&loader, &RealFs, env);
-        let start = if executable {
-            Start::Kernel
-        } else {
-            Start::Library
-        };
-        let main = match process.start(&file.path, start) {
-            Ok(m) => m,
-            Err(e) => {
-                failures.push(format!("{}: cannot be loaded: {e}", file.path.display()));
-                continue;
-            }
-        };
-        let resolution = process.dlopen(LIBCUDA, main);
-        let shown = file.path.display();
-        let searched = resolution
-            .search
-            .map(|s| process.searches()[s].describe())
-            .unwrap_or_default();
-        let found = match &resolution.outcome {
-            Search::Found {
-                path, real_path, ..
-            } => {
-                let got = LoadedFile {
-                    path: path.clone(),
-                    real_path: real_path.clone().unwrap_or_else(|| path.clone()),
-                };
-                // Its CUDA version, where the file's name gives the driver branch
-                // (`libcuda.so.535.104.05`); the runner's own driver says nothing about it.
-                let version = got
-                    .real_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix("libcuda.so."))
-                    .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
-                let right = match (chosen, &loaded) {
-                    (Some(driver), _) => is_chosen(&got, driver),
-                    (None, Some((file, _))) => file.real_path == got.real_path,
-                    (None, None) => false,
-                };
-                if right {
-                    passes.push(format!("{shown} gets {}", path.display()));
-                } else {
-                    let why_wrong = match (chosen, &loaded) {
-                        (Some(driver), _) => library_mismatch(&got, version, driver),
-                        (None, Some((file, _))) => format!(
-                            "loaded {} but this runner loaded {}",
-                            path.display(),
-                            file.path.display()
-                        ),
-                        (None, None) => String::new(),
-                    };
-                    failures.push(format!(
-                        "{shown} ({why}) would load {}: {why_wrong}; it searches {searched}",
-                        path.display()
-                    ));
-                }
-                ObjectSearch::Found {
-                    gets: path.clone(),
-                    right,
-                }
-            }
-            Search::Error { path, reason } => {
-                failures.push(format!(
-                    "{shown} ({why}) would fail to load libcuda.so.1: {} is {reason}; it \
-                     searches {searched}",
-                    path.display()
-                ));
-                ObjectSearch::Error {
-                    error: reason.clone(),
-                }
-            }
-            Search::NotFound { .. } => {
-                failures.push(format!(
-                    "{shown} ({why}) finds no libcuda.so.1: it searches {searched}; add the \
-                     driver link to its DT_RUNPATH (Nixpkgs: autoAddDriverRunpath)"
-                ));
-                ObjectSearch::NotFound { gets: None }
-            }
-        };
-        per_object.push(ObjectDriver {
-            object: file.path.clone(),
-            opens: (*why).to_owned(),
-            found,
-        });
-    }
-    let against = match chosen {
-        Some(d) => format!(
-            "the hook's choice ({} {})",
-            d.kind,
-            crate::facts::expectations::chosen_path(d)
-        ),
-        None if session.manifest.manifest().is_some() => {
-            "the libcuda.so.1 this runner loaded (the manifest names no driver)".to_string()
-        }
-        None => "the libcuda.so.1 this runner loaded (no manifest)".to_string(),
-    };
+    let Searched {
+        per_object,
+        passes,
+        failures,
+    } = search_all(&objects, &wanted, &ld_library_path);
+    let against = against(session, wanted.chosen);
     let facts = facts_of(&DriverFacts {
         against: against.clone(),
         ld_library_path,
@@ -635,6 +517,198 @@ pub(crate) fn driver(session: &Session) -> Outcome {
                 outcome.with_detail(rest.join("\n"))
             }
         }
+    }
+}
+
+/// What the objects' searches came to: each object's report entry, the lines of those that get
+/// the right driver, the failures.
+struct Searched {
+    per_object: Vec<ObjectDriver>,
+    passes: Vec<String>,
+    failures: Vec<String>,
+}
+
+/// Models and judges the search for libcuda.so.1 of each of `objects` (with why it opens it),
+/// as this process's `LD_LIBRARY_PATH` (`ld_library_path`) would make it.
+fn search_all(
+    objects: &[(&ScannedFile, &'static str)],
+    wanted: &Wanted,
+    ld_library_path: &Option<String>,
+) -> Searched {
+    let runner_interpreter = own_interpreter();
+    let mut failures = Vec::new();
+    let mut passes = Vec::new();
+    let mut per_object = Vec::new();
+    for (file, why) in objects {
+        let Some(info) = file.dynamic.as_ref() else {
+            continue;
+        };
+        let interpreter = info
+            .interpreter
+            .as_deref()
+            .or(runner_interpreter.as_deref());
+        let executable = info.interpreter.is_some();
+        let (outcome, searched) =
+            match libcuda_search(&file.path, executable, interpreter, ld_library_path) {
+                Ok(search) => search,
+                Err(why_not) => {
+                    failures.push(why_not);
+                    continue;
+                }
+            };
+        let (found, verdict) = judge_search(&file.path, why, &outcome, &searched, wanted);
+        match verdict {
+            Ok(line) => passes.push(line),
+            Err(line) => failures.push(line),
+        }
+        per_object.push(ObjectDriver {
+            object: file.path.clone(),
+            opens: (*why).to_owned(),
+            found,
+        });
+    }
+    Searched {
+        per_object,
+        passes,
+        failures,
+    }
+}
+
+/// What glibc's loader `interpreter` would give the object at `path` for libcuda.so.1 in this
+/// process (its own process, a library loaded by its path; then its DT_NEEDED, else what a
+/// dlopen from it gets), and the search it made, described; `Err` says why that cannot be
+/// modelled.
+fn libcuda_search(
+    path: &Path,
+    executable: bool,
+    interpreter: Option<&Path>,
+    ld_library_path: &Option<String>,
+) -> Result<(Search, String), String> {
+    let Some(interpreter) = interpreter else {
+        return Err(format!(
+            "{}: no dynamic loader to model its search with",
+            path.display()
+        ));
+    };
+    let loader = Loader::ask(interpreter).map_err(|e| {
+        format!(
+            "{}: its loader {} cannot be asked for its search path: {e}",
+            path.display(),
+            interpreter.display()
+        )
+    })?;
+    let env = Environment {
+        ld_library_path: ld_library_path.clone(),
+    };
+    let mut process = Process::new(&loader, &RealFs, env);
+    let start = if executable {
+        Start::Kernel
+    } else {
+        Start::Library
+    };
+    let main = process
+        .start(path, start)
+        .map_err(|e| format!("{}: cannot be loaded: {e}", path.display()))?;
+    let resolution = process.dlopen(LIBCUDA, main);
+    let searched = resolution
+        .search
+        .map(|s| process.searches()[s].describe())
+        .unwrap_or_default();
+    Ok((resolution.outcome, searched))
+}
+
+/// Judges what the object at `path` (which opens libcuda because `why`) would get, `outcome`
+/// after the search `searched`, against `wanted`: its report entry, and its line for the
+/// detail (`Ok`) or its failure (`Err`).
+fn judge_search(
+    path: &Path,
+    why: &str,
+    outcome: &Search,
+    searched: &str,
+    wanted: &Wanted,
+) -> (ObjectSearch, Result<String, String>) {
+    let shown = path.display();
+    match outcome {
+        Search::Found {
+            path: got_path,
+            real_path,
+            ..
+        } => {
+            let got = LoadedFile {
+                path: got_path.clone(),
+                real_path: real_path.clone().unwrap_or_else(|| got_path.clone()),
+            };
+            // Its CUDA version, where the file's name gives the driver branch
+            // (`libcuda.so.535.104.05`); the runner's own driver says nothing about it.
+            let version = got
+                .real_path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("libcuda.so."))
+                .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
+            let right = match (wanted.chosen, &wanted.loaded) {
+                (Some(driver), _) => is_chosen(&got, driver),
+                (None, Some((file, _))) => file.real_path == got.real_path,
+                (None, None) => false,
+            };
+            let verdict = if right {
+                Ok(format!("{shown} gets {}", got_path.display()))
+            } else {
+                let why_wrong = match (wanted.chosen, &wanted.loaded) {
+                    (Some(driver), _) => library_mismatch(&got, version, driver),
+                    (None, Some((file, _))) => format!(
+                        "loaded {} but this runner loaded {}",
+                        got_path.display(),
+                        file.path.display()
+                    ),
+                    (None, None) => String::new(),
+                };
+                Err(format!(
+                    "{shown} ({why}) would load {}: {why_wrong}; it searches {searched}",
+                    got_path.display()
+                ))
+            };
+            let found = ObjectSearch::Found {
+                gets: got_path.clone(),
+                right,
+            };
+            (found, verdict)
+        }
+        Search::Error {
+            path: stopped_at,
+            reason,
+        } => (
+            ObjectSearch::Error {
+                error: reason.clone(),
+            },
+            Err(format!(
+                "{shown} ({why}) would fail to load libcuda.so.1: {} is {reason}; it \
+                 searches {searched}",
+                stopped_at.display()
+            )),
+        ),
+        Search::NotFound { .. } => (
+            ObjectSearch::NotFound { gets: None },
+            Err(format!(
+                "{shown} ({why}) finds no libcuda.so.1: it searches {searched}; add the \
+                 driver link to its DT_RUNPATH (Nixpkgs: autoAddDriverRunpath)"
+            )),
+        ),
+    }
+}
+
+/// What the objects were held to, for the message and the report.
+fn against(session: &Session, chosen: Option<&DriverManifest>) -> String {
+    match chosen {
+        Some(d) => format!(
+            "the hook's choice ({} {})",
+            d.kind,
+            crate::facts::expectations::chosen_path(d)
+        ),
+        None if session.manifest.manifest().is_some() => {
+            "the libcuda.so.1 this runner loaded (the manifest names no driver)".to_string()
+        }
+        None => "the libcuda.so.1 this runner loaded (no manifest)".to_string(),
     }
 }
 
