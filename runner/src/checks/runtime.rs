@@ -226,132 +226,16 @@ impl<'r> Candidate<'r> {
 /// runtimes of one process resolving at different versions. A candidate whose version is
 /// unknown fails when it was loaded (it should answer), and is a note otherwise.
 pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
-    let mut failures: Vec<String> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
-    // Where each runtime resolves entry points: (a version to compute differences with, the
-    // file, how to print the version).
-    let mut resolved_at: Vec<(CudaVersion, String, String)> = Vec::new();
-    let mut per_runtime: Vec<JudgedRuntime> = Vec::new();
-    for candidate in candidates {
-        let file = &candidate.file;
-        let form = candidate.form;
-        let Some(version) = candidate.version else {
-            match candidate.loaded {
-                Some(_) => failures.push(format!(
-                    "{file}: cudaRuntimeGetVersion fails and the file name gives no version"
-                )),
-                None => notes.push(format!(
-                    "{form} {file}: its version cannot be read (a stripped static copy keeps no \
-                     version string), so it is not judged"
-                )),
-            }
-            per_runtime.push(JudgedRuntime {
-                cudart: candidate.cudart.clone(),
-                form: form.to_owned(),
-                runtime_version: None,
-                judged: None,
-            });
-            continue;
-        };
-        let says_driver = candidate
-            .loaded
-            .map(|r| r.driver_version().map(CudaVersion));
-        let standing = standing(&version, driver);
-        let mut diffs: Vec<AbiDifference> = Vec::new();
-        match (&standing, says_driver) {
-            (_, Some(Ok(d))) if d != driver => failures.push(format!(
-                "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
-                 {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
-            )),
-            (Standing::NewerMajor, _) => {
-                // Confirm what a loaded runtime really does: every call gives 35.
-                let answer = candidate
-                    .loaded
-                    .and_then(|r| r.driver_entry_point("cuInit", driver.0))
-                    .map(|e| e.code);
-                failures.push(format!(
-                    "{form} {} ({file}) is a newer major than the driver's CUDA {driver}: \
-                     every runtime call fails with cudaErrorInsufficientDriver (35){}; install \
-                     a driver providing CUDA >= {}.0 on the host, or use cuda_compat >= {} on \
-                     a data-centre GPU or Jetson, or build against CUDA {}.x",
-                    version.describe(),
-                    match answer {
-                        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
-                            " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
-                        }
-                        Some(code) => format!(
-                            " (here cudaGetDriverEntryPoint answered {code} {})",
-                            error_name(code)
-                        ),
-                        None => String::new(),
-                    },
-                    version.major,
-                    version.describe(),
-                    driver.major()
-                ));
-            }
-            (Standing::MinorNewer(r), _) => {
-                diffs = abi_differences(driver, *r);
-                notes.push(format!(
-                    "{form} {r} on driver {driver}: minor-version compatibility; \
-                     cudaGetDriverEntryPoint resolves at {driver}{}",
-                    if diffs.is_empty() {
-                        String::from(" (no checked function differs)")
-                    } else {
-                        format!(
-                            ", so these differ: {}",
-                            describe_differences(&diffs, &driver.to_string(), &r.to_string())
-                        )
-                    }
-                ));
-                resolved_at.push((driver, file.clone(), driver.to_string()));
-            }
-            (Standing::Supported(r), _) => {
-                notes.push(format!(
-                    "{form} {} on driver {driver}: supported",
-                    version.describe()
-                ));
-                let at = (*r).min(driver);
-                resolved_at.push((at, file.clone(), at.to_string()));
-            }
-            (Standing::OlderMajor, _) => {
-                notes.push(format!(
-                    "{form} {} on driver {driver}: supported (an older major)",
-                    version.describe()
-                ));
-                // The minor is unknown: compare as the major's last minor, so only the
-                // differences every minor of it has are claimed.
-                let last = CudaVersion(version.major * 1000 + 990);
-                resolved_at.push((last, file.clone(), version.describe()));
-            }
-            (Standing::SameMajor, _) => notes.push(match version.error {
-                Some(code) => format!(
-                    "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
-                     {code} {} without a GPU, so the minor is unknown; minor-version \
-                     compatibility covers it)",
-                    version.describe(),
-                    error_name(code)
-                ),
-                None => format!(
-                    "{form} {} on driver {driver}: same major (the minor is unknown; \
-                     minor-version compatibility covers it)",
-                    version.describe()
-                ),
-            }),
-        }
-        per_runtime.push(JudgedRuntime {
-            cudart: candidate.cudart.clone(),
-            form: form.to_owned(),
-            runtime_version: version.exact.map(|v| v.to_string()),
-            judged: Some(Judged {
-                runtime_major: version.major,
-                runtime_version_error: version.error,
-                runtime_driver_version: says_driver.and_then(Result::ok).map(|v| v.to_string()),
-                standing: standing.name(),
-                abi_differences: diffs,
-            }),
-        });
-    }
+    let mut found = Findings::default();
+    let per_runtime: Vec<JudgedRuntime> = candidates
+        .iter()
+        .map(|candidate| judge_candidate(candidate, driver, &mut found))
+        .collect();
+    let Findings {
+        mut failures,
+        notes,
+        mut resolved_at,
+    } = found;
     // Two runtimes in one process resolving at different versions hand out different ABIs.
     resolved_at.sort();
     resolved_at.dedup_by_key(|(v, _, _)| *v);
@@ -382,6 +266,170 @@ pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
             outcome.with_detail(rest.join("\n"))
         }
     }
+}
+
+/// Where a runtime resolves driver entry points: a version to compute differences with, the
+/// file, how to print the version.
+type ResolvedAt = (CudaVersion, String, String);
+
+/// What judging the candidates found, in their order.
+#[derive(Default)]
+struct Findings {
+    failures: Vec<String>,
+    notes: Vec<String>,
+    resolved_at: Vec<ResolvedAt>,
+}
+
+/// Judges one candidate against the driver of CUDA `driver`, adding to `found`; its entry in
+/// the report.
+fn judge_candidate(
+    candidate: &Candidate,
+    driver: CudaVersion,
+    found: &mut Findings,
+) -> JudgedRuntime {
+    let file = &candidate.file;
+    let form = candidate.form;
+    let Some(version) = candidate.version else {
+        match candidate.loaded {
+            Some(_) => found.failures.push(format!(
+                "{file}: cudaRuntimeGetVersion fails and the file name gives no version"
+            )),
+            None => found.notes.push(format!(
+                "{form} {file}: its version cannot be read (a stripped static copy keeps no \
+                 version string), so it is not judged"
+            )),
+        }
+        return JudgedRuntime {
+            cudart: candidate.cudart.clone(),
+            form: form.to_owned(),
+            runtime_version: None,
+            judged: None,
+        };
+    };
+    let says_driver = candidate
+        .loaded
+        .and_then(|r| r.driver_version().ok())
+        .map(CudaVersion);
+    let standing = standing(&version, driver);
+    let diffs = judge_version(candidate, &version, &standing, says_driver, driver, found);
+    JudgedRuntime {
+        cudart: candidate.cudart.clone(),
+        form: form.to_owned(),
+        runtime_version: version.exact.map(|v| v.to_string()),
+        judged: Some(Judged {
+            runtime_major: version.major,
+            runtime_version_error: version.error,
+            runtime_driver_version: says_driver.map(|v| v.to_string()),
+            standing: standing.name(),
+            abi_differences: diffs,
+        }),
+    }
+}
+
+/// Judges a candidate of known `version` by its `standing` against the driver of CUDA
+/// `driver` (and the driver its loaded runtime talks to, `says_driver`), adding to `found`;
+/// the checked functions whose ABI differs between them, under minor-version compatibility.
+fn judge_version(
+    candidate: &Candidate,
+    version: &RuntimeVersion,
+    standing: &Standing,
+    says_driver: Option<CudaVersion>,
+    driver: CudaVersion,
+    found: &mut Findings,
+) -> Vec<AbiDifference> {
+    let (file, form) = (&candidate.file, candidate.form);
+    let mut diffs: Vec<AbiDifference> = Vec::new();
+    match (standing, says_driver) {
+        (_, Some(d)) if d != driver => found.failures.push(format!(
+            "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
+             {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
+        )),
+        (Standing::NewerMajor, _) => found.failures.push(newer_major(candidate, version, driver)),
+        (Standing::MinorNewer(r), _) => {
+            diffs = abi_differences(driver, *r);
+            found.notes.push(format!(
+                "{form} {r} on driver {driver}: minor-version compatibility; \
+                 cudaGetDriverEntryPoint resolves at {driver}{}",
+                if diffs.is_empty() {
+                    String::from(" (no checked function differs)")
+                } else {
+                    format!(
+                        ", so these differ: {}",
+                        describe_differences(&diffs, &driver.to_string(), &r.to_string())
+                    )
+                }
+            ));
+            found
+                .resolved_at
+                .push((driver, file.clone(), driver.to_string()));
+        }
+        (Standing::Supported(r), _) => {
+            found.notes.push(format!(
+                "{form} {} on driver {driver}: supported",
+                version.describe()
+            ));
+            let at = (*r).min(driver);
+            found.resolved_at.push((at, file.clone(), at.to_string()));
+        }
+        (Standing::OlderMajor, _) => {
+            found.notes.push(format!(
+                "{form} {} on driver {driver}: supported (an older major)",
+                version.describe()
+            ));
+            // The minor is unknown: compare as the major's last minor, so only the
+            // differences every minor of it has are claimed.
+            let last = CudaVersion(version.major * 1000 + 990);
+            found
+                .resolved_at
+                .push((last, file.clone(), version.describe()));
+        }
+        (Standing::SameMajor, _) => found.notes.push(match version.error {
+            Some(code) => format!(
+                "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
+                 {code} {} without a GPU, so the minor is unknown; minor-version \
+                 compatibility covers it)",
+                version.describe(),
+                error_name(code)
+            ),
+            None => format!(
+                "{form} {} on driver {driver}: same major (the minor is unknown; \
+                 minor-version compatibility covers it)",
+                version.describe()
+            ),
+        }),
+    }
+    diffs
+}
+
+/// The failure of a runtime of a newer major than the driver's CUDA `driver`, with what a
+/// loaded one really answers.
+fn newer_major(candidate: &Candidate, version: &RuntimeVersion, driver: CudaVersion) -> String {
+    let (file, form) = (&candidate.file, candidate.form);
+    // Confirm what a loaded runtime really does: every call gives 35.
+    let answer = candidate
+        .loaded
+        .and_then(|r| r.driver_entry_point("cuInit", driver.0))
+        .map(|e| e.code);
+    format!(
+        "{form} {} ({file}) is a newer major than the driver's CUDA {driver}: every \
+         runtime call fails with cudaErrorInsufficientDriver (35){}; install a driver \
+         providing CUDA >= {}.0 on the host, or use cuda_compat >= {} on a data-centre GPU \
+         or Jetson, or build against CUDA {}.x",
+        version.describe(),
+        match answer {
+            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
+                " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
+            }
+            Some(code) => format!(
+                " (here cudaGetDriverEntryPoint answered {code} {})",
+                error_name(code)
+            ),
+            None => String::new(),
+        },
+        version.major,
+        version.describe(),
+        driver.major()
+    )
 }
 
 /// The runtimes the `runtime::*` checks look at, or the outcome to give when there are none.
