@@ -90,6 +90,15 @@ impl Outcome {
         self.detail = Some(detail.into());
         self
     }
+
+    /// With `lines` as the detail, one a line; no detail when there are none.
+    pub(crate) fn with_detail_lines(self, lines: &[String]) -> Outcome {
+        if lines.is_empty() {
+            self
+        } else {
+            self.with_detail(lines.join("\n"))
+        }
+    }
 }
 
 /// When a check is part of a run.

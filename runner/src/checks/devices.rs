@@ -137,14 +137,7 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
             ),
             facts,
         ),
-        Some(first) => {
-            let outcome = Outcome::fail(first.clone(), facts);
-            if problems.len() > 1 {
-                outcome.with_detail(problems[1..].join("\n"))
-            } else {
-                outcome
-            }
-        }
+        Some(first) => Outcome::fail(first.clone(), facts).with_detail_lines(&problems[1..]),
     }
 }
 

@@ -39,9 +39,9 @@ use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::expectations::{is_chosen, library_mismatch};
 use crate::facts::gpu_code::{judge_all, runtime_uses, Target};
-use crate::facts::package_under_test::{ScannedFile, STORE_DIR};
+use crate::facts::package_under_test::{PackageUnderTest, ScannedFile, STORE_DIR};
 use crate::facts::provenance::Provenance;
-use crate::facts::runtime_scan::RuntimeForm;
+use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 use crate::session::Session;
 use cuda_sandbox_elfkit::ldso::{Environment, Loader, Outcome as Search, Process, RealFs, Start};
 
@@ -140,16 +140,24 @@ fn jit_cache() -> String {
     }
 }
 
-/// Runs `package::gpu_code`.
-pub(crate) fn gpu_code(session: &Session) -> Outcome {
-    let package = match session.package() {
-        Ok(p) => p,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
-    let (targets, from) = match targets(session) {
-        Ok(t) => t,
-        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
-    };
+/// The verdicts of every file of the package with GPU code, on every target.
+struct GpuCodeFindings {
+    /// `file: reason` of each file/target pair that cannot run.
+    failures: Vec<String>,
+    /// Those the rules cannot judge.
+    unknown: Vec<String>,
+    /// Those that run by JIT.
+    jit: Vec<String>,
+    /// Each verdict, for the report.
+    judged: Vec<Value>,
+    /// The files that could not be read (the scan's, then those that could not be mapped).
+    unreadable: Vec<String>,
+    /// How many files carry GPU code.
+    files: usize,
+}
+
+/// Judges each file of `package` that carries GPU code on each of `targets`.
+fn judge_files(package: &PackageUnderTest, targets: &[Target]) -> GpuCodeFindings {
     let mut failures: Vec<String> = Vec::new();
     let mut unknown: Vec<String> = Vec::new();
     let mut jit: Vec<String> = Vec::new();
@@ -171,7 +179,7 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
         let shown = file.path.display();
         let soname = file.dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(&file.path, soname, Path::new(STORE_DIR));
-        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, &targets) {
+        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, targets) {
             let line = format!("{shown}: {}", v.reason);
             match v.verdict {
                 FileVerdict::Fails => failures.push(line),
@@ -190,7 +198,36 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
             }));
         }
     }
+    GpuCodeFindings {
+        failures,
+        unknown,
+        jit,
+        judged,
+        unreadable,
+        files,
+    }
+}
+
+/// Runs `package::gpu_code`.
+pub(crate) fn gpu_code(session: &Session) -> Outcome {
+    let package = match session.package() {
+        Ok(p) => p,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    let (targets, from) = match targets(session) {
+        Ok(t) => t,
+        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
+    };
+    let GpuCodeFindings {
+        failures,
+        unknown,
+        jit,
+        judged,
+        unreadable,
+        files,
+    } = judge_files(package, &targets);
     let on: Vec<String> = targets.iter().map(Target::describe).collect();
+    let on = on.join(", ");
     let facts = facts! {
         "targets" => &targets,
         "targets_from" => from,
@@ -200,21 +237,16 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
         "unreadable" => &unreadable,
         "judged" => judged,
     };
-    let on = on.join(", ");
     if let Some(first) = failures.first() {
         let rest: Vec<String> = failures[1..].iter().chain(&unknown).cloned().collect();
-        let outcome = Outcome::fail(
+        return Outcome::fail(
             format!(
                 "{} file/target pair(s) cannot run; first: {first}",
                 failures.len()
             ),
             facts,
-        );
-        return if rest.is_empty() {
-            outcome
-        } else {
-            outcome.with_detail(rest.join("\n"))
-        };
+        )
+        .with_detail_lines(&rest);
     }
     if !unknown.is_empty() {
         return Outcome::undecided(
@@ -273,6 +305,51 @@ fn scanned_version(text: Option<&str>) -> Option<RuntimeVersion> {
     })
 }
 
+/// The CUDA version of the driver the package's runtimes are judged against: the one loaded,
+/// else `--driver-cuda`/`--driver`, else the manifest's.
+fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
+    session
+        .driver()
+        .ok()
+        .and_then(|d| d.version().ok().map(CudaVersion))
+        .or(session
+            .options
+            .lint
+            .given_driver()
+            .map(|d| CudaVersion(d.cuda)))
+        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
+}
+
+/// The runtimes `found` in the package as candidates to judge: a loaded one (`loaded`, by its
+/// index in `found`) as it answers, the others as the scan read them.
+fn candidates<'r>(
+    found: &[(&ScannedFile, &FoundRuntime)],
+    loaded: &'r [(usize, Runtime)],
+) -> Vec<Candidate<'r>> {
+    found
+        .iter()
+        .enumerate()
+        .map(
+            |(i, (file, runtime))| match loaded.iter().find(|(j, _)| *j == i) {
+                Some((_, r)) => Candidate::loaded(r),
+                None => Candidate {
+                    file: file.path.display().to_string(),
+                    cudart: CudartFile {
+                        path: file.path.clone(),
+                        real_path: None,
+                    },
+                    form: match runtime.form {
+                        RuntimeForm::StaticCopy => "static libcudart",
+                        _ => "libcudart",
+                    },
+                    version: scanned_version(runtime.version.as_deref()),
+                    loaded: None,
+                },
+            },
+        )
+        .collect()
+}
+
 /// Runs `package::runtimes`.
 pub(crate) fn runtimes(session: &Session) -> Outcome {
     let package = match session.package() {
@@ -293,17 +370,7 @@ pub(crate) fn runtimes(session: &Session) -> Outcome {
             facts! { "closure_from" => &package.closure_from },
         );
     }
-    let driver = session
-        .driver()
-        .ok()
-        .and_then(|d| d.version().ok().map(CudaVersion))
-        .or(session
-            .options
-            .lint
-            .given_driver()
-            .map(|d| CudaVersion(d.cuda)))
-        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version));
-    let Some(driver) = driver else {
+    let Some(driver) = runtimes_driver(session) else {
         return Outcome::skipped(
             format!(
                 "{} CUDA runtime(s) in the package, but no driver to judge them against (none \
@@ -325,28 +392,7 @@ pub(crate) fn runtimes(session: &Session) -> Outcome {
             }
         }
     }
-    let candidates: Vec<Candidate> = found
-        .iter()
-        .enumerate()
-        .map(
-            |(i, (file, runtime))| match loaded.iter().find(|(j, _)| *j == i) {
-                Some((_, r)) => Candidate::loaded(r),
-                None => Candidate {
-                    file: file.path.display().to_string(),
-                    cudart: CudartFile {
-                        path: file.path.clone(),
-                        real_path: None,
-                    },
-                    form: match runtime.form {
-                        RuntimeForm::StaticCopy => "static libcudart",
-                        _ => "libcudart",
-                    },
-                    version: scanned_version(runtime.version.as_deref()),
-                    loaded: None,
-                },
-            },
-        )
-        .collect();
+    let candidates = candidates(&found, &loaded);
     let outcome = judge_runtimes(&candidates, driver);
     if let Some(first) = failures.first() {
         let detail = failures[1..]
@@ -506,17 +552,11 @@ pub(crate) fn driver(session: &Session) -> Outcome {
             facts,
         )
         .with_detail(passes.join("\n")),
-        Some((first, rest)) => {
-            let outcome = Outcome::fail(
-                format!("{} of {} object(s): {first}", failures.len(), objects.len()),
-                facts,
-            );
-            if rest.is_empty() {
-                outcome
-            } else {
-                outcome.with_detail(rest.join("\n"))
-            }
-        }
+        Some((first, rest)) => Outcome::fail(
+            format!("{} of {} object(s): {first}", failures.len(), objects.len()),
+            facts,
+        )
+        .with_detail_lines(rest),
     }
 }
 

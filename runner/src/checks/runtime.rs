@@ -258,13 +258,8 @@ pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
     if failures.is_empty() {
         Outcome::pass(notes.join("; "), facts)
     } else {
-        let outcome = Outcome::fail(failures[0].clone(), facts);
         let rest: Vec<String> = failures[1..].iter().chain(&notes).cloned().collect();
-        if rest.is_empty() {
-            outcome
-        } else {
-            outcome.with_detail(rest.join("\n"))
-        }
+        Outcome::fail(failures[0].clone(), facts).with_detail_lines(&rest)
     }
 }
 
@@ -484,64 +479,25 @@ pub(crate) fn entry_points(session: &Session) -> Outcome {
             ));
             continue;
         };
-        // The first call initialises the runtime; afterwards even cudart 11.x knows its version.
-        let probe = runtime.driver_entry_point("cuInit", driver_version.0);
-        match probe.map(|p| p.code) {
-            Some(0) => {}
-            Some(CUDART_ERROR_NO_DEVICE) => {
-                failures.push(format!(
-                    "{function} failed with cudaErrorNoDevice (100): {}",
-                    session.access.explain_no_gpu()
-                ));
+        match first_call(session, runtime, function, &file, driver_version) {
+            Ok(()) => {}
+            Err(Some(failure)) => {
+                failures.push(failure);
                 continue;
             }
-            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
-                failures.push(format!(
-                    "{function} of {file} failed with cudaErrorInsufficientDriver (35): the \
-                     runtime is newer than the driver's CUDA {driver_version} (see \
-                     runtime::compatibility)"
-                ));
-                continue;
-            }
-            Some(code) => {
-                failures.push(format!(
-                    "{function} of {file} failed with {code} {}",
-                    error_name(code)
-                ));
-                continue;
-            }
-            None => continue,
+            Err(None) => continue,
         }
         let Some(r) = runtime.version().and_then(|v| v.exact) else {
             failures.push(format!("{file}: cudaRuntimeGetVersion gives no version"));
             continue;
         };
         let at = r.min(driver_version);
-        let mut symbols = Vec::new();
-        let mut wrong = Vec::new();
-        for entry in CHECKED_SYMBOLS {
-            let Some(expected) = entry.expected_export(at.0) else {
-                continue;
-            };
-            let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
-            let from_driver = driver.get_proc_address(entry.symbol, at.0);
-            let export = driver.export_address(expected);
-            let same = matches!(
-                (from_runtime, from_driver, export),
-                (Some(rt), Some(dr), Some(ex))
-                    if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
-            );
-            if !same {
-                wrong.push(entry.symbol);
-            }
-            symbols.push(RuntimeSymbol {
-                symbol: entry.symbol.to_owned(),
-                expected_export: expected.to_owned(),
-                runtime_result: from_runtime.map(|e| e.code),
-                runtime_status: from_runtime.map(|e| e.status),
-                matches: same,
-            });
-        }
+        let symbols = compare_symbols(runtime, driver, r, at);
+        let wrong: Vec<&str> = symbols
+            .iter()
+            .filter(|s| !s.matches)
+            .map(|s| s.symbol.as_str())
+            .collect();
         if wrong.is_empty() {
             passes.push(format!(
                 "libcudart {r}: {function} gives the CUDA {at} variants (min(runtime {r}, driver \
@@ -568,13 +524,70 @@ pub(crate) fn entry_points(session: &Session) -> Outcome {
     match failures.first() {
         None => Outcome::pass(passes.join("; "), facts),
         Some(first) => {
-            let outcome = Outcome::fail(first.clone(), facts);
             let rest: Vec<String> = failures[1..].iter().chain(&passes).cloned().collect();
-            if rest.is_empty() {
-                outcome
-            } else {
-                outcome.with_detail(rest.join("\n"))
-            }
+            Outcome::fail(first.clone(), facts).with_detail_lines(&rest)
         }
     }
+}
+
+/// The first `cudaGetDriverEntryPoint` call (`function`) of `runtime` (at `file`), which
+/// initialises it (afterwards even cudart 11.x knows its version): `Err` with its failure, or
+/// with `None` when the call could not be made.
+fn first_call(
+    session: &Session,
+    runtime: &Runtime,
+    function: &str,
+    file: &str,
+    driver_version: CudaVersion,
+) -> Result<(), Option<String>> {
+    let probe = runtime.driver_entry_point("cuInit", driver_version.0);
+    match probe.map(|p| p.code) {
+        Some(0) => Ok(()),
+        Some(CUDART_ERROR_NO_DEVICE) => Err(Some(format!(
+            "{function} failed with cudaErrorNoDevice (100): {}",
+            session.access.explain_no_gpu()
+        ))),
+        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => Err(Some(format!(
+            "{function} of {file} failed with cudaErrorInsufficientDriver (35): the runtime is \
+             newer than the driver's CUDA {driver_version} (see runtime::compatibility)"
+        ))),
+        Some(code) => Err(Some(format!(
+            "{function} of {file} failed with {code} {}",
+            error_name(code)
+        ))),
+        None => Err(None),
+    }
+}
+
+/// Each checked symbol as the runtime of version `r` gives it beside what the driver gives
+/// at `at` (min(runtime, driver)) and the export of that version's variant: the same
+/// function, or not.
+fn compare_symbols(
+    runtime: &Runtime,
+    driver: &Driver,
+    r: CudaVersion,
+    at: CudaVersion,
+) -> Vec<RuntimeSymbol> {
+    let mut symbols = Vec::new();
+    for entry in CHECKED_SYMBOLS {
+        let Some(expected) = entry.expected_export(at.0) else {
+            continue;
+        };
+        let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
+        let from_driver = driver.get_proc_address(entry.symbol, at.0);
+        let export = driver.export_address(expected);
+        let same = matches!(
+            (from_runtime, from_driver, export),
+            (Some(rt), Some(dr), Some(ex))
+                if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
+        );
+        symbols.push(RuntimeSymbol {
+            symbol: entry.symbol.to_owned(),
+            expected_export: expected.to_owned(),
+            runtime_result: from_runtime.map(|e| e.code),
+            runtime_status: from_runtime.map(|e| e.status),
+            matches: same,
+        });
+    }
+    symbols
 }
