@@ -452,29 +452,29 @@ fn judge_file_given(
     }
     let modules = &code.containers;
     if let Some(t) = j.newer_toolkit {
-        let e = &modules[t.module].entries[t.image];
-        let reason = format!(
-            "cannot run on {on}: it was built by CUDA {} (its {} cubin in {} records ptxas \
-             {}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at the \
-             major (a CUDA {}.x build needs a driver of CUDA {}.0 or newer); use a newer \
-             driver, or a build of it for CUDA {}.x",
-            release(t.toolkit),
-            e.arch_name(),
-            module_place(modules, t.module),
-            release(t.toolkit),
-            release(target.driver.cuda),
-            t.toolkit / 1000,
-            t.toolkit / 1000,
-            target.driver.cuda / 1000
-        );
+        let reason = cubin_too_new(modules, &t, target);
         return verdict(target, FileVerdict::Fails, Rule::CubinTooNew, reason, j);
     }
-    let (rule, reason) = match j.verdict {
+    let (rule, reason) = by_modules(&j, modules, target, provenance);
+    verdict(target, j.verdict, rule, reason, j)
+}
+
+/// The verdict of a file that no earlier rule decided, from its modules' judgement `j`: the
+/// rule it rests on and its reason for `target` (naming the first failing module of
+/// `modules`, and who built it by `provenance`).
+fn by_modules(
+    j: &Judgement,
+    modules: &[Container],
+    target: &Target,
+    provenance: Provenance,
+) -> (Rule, String) {
+    let on = target.describe();
+    match j.verdict {
         FileVerdict::NoGpuCode => (
             Rule::NothingToLoad,
-            format!("nothing the driver loads on {on}{}", notes(&j)),
+            format!("nothing the driver loads on {on}{}", notes(j)),
         ),
-        FileVerdict::RunsBySass => (Rule::Sass, format!("runs on {on} by SASS{}", notes(&j))),
+        FileVerdict::RunsBySass => (Rule::Sass, format!("runs on {on} by SASS{}", notes(j))),
         FileVerdict::RunsByJit => {
             let jit = j
                 .modules
@@ -486,7 +486,7 @@ fn judge_file_given(
                 format!(
                     "runs on {on} by JIT: {jit} module(s) have no SASS for it and are compiled \
                      from PTX at their first launch{}",
-                    notes(&j)
+                    notes(j)
                 ),
             )
         }
@@ -517,8 +517,28 @@ fn judge_file_given(
                 format!("cannot be judged for {on}: {first}"),
             )
         }
-    };
-    verdict(target, j.verdict, rule, reason, j)
+    }
+}
+
+/// Why a file whose cubin (`t`, in `modules`) was built by a newer CUDA major than
+/// `target`'s driver cannot run there.
+fn cubin_too_new(modules: &[Container], t: &NewerToolkit, target: &Target) -> String {
+    let e = &modules[t.module].entries[t.image];
+    let on = target.describe();
+    format!(
+        "cannot run on {on}: it was built by CUDA {} (its {} cubin in {} records ptxas \
+         {}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at the \
+         major (a CUDA {}.x build needs a driver of CUDA {}.0 or newer); use a newer \
+         driver, or a build of it for CUDA {}.x",
+        release(t.toolkit),
+        e.arch_name(),
+        module_place(modules, t.module),
+        release(t.toolkit),
+        release(target.driver.cuda),
+        t.toolkit / 1000,
+        t.toolkit / 1000,
+        target.driver.cuda / 1000
+    )
 }
 
 fn verdict(
