@@ -19,6 +19,38 @@
       # default and mkGpuCheck all `callPackage` it with the package set they are given.
       cudaSandbox = ./package.nix;
 
+      # The cuda-sm-* system features (Nixpkgs' convention, `cuda-sandbox-check features`)
+      # that a check of code built for `capabilities` ("8.6", "9.0a", "10.0f"; null or [ ]:
+      # none) requires. Nix's features are a conjunction and cannot say "any of", so: the
+      # lowest baseline among them (a GPU of that capability or later advertises it), and
+      # each arch-specific ('a') or family-specific ('f') capability's own feature, which
+      # only the GPUs that run that code advertise (several need a host whose GPUs together
+      # have them all).
+      cudaSmFeatures =
+        capabilities:
+        let
+          parse =
+            capability:
+            let
+              m = builtins.match "([0-9]+)\\.([0-9])([af]?)" capability;
+            in
+            if m == null then
+              throw "cuda-sandbox.lib.mkGpuCheck: cudaCapabilities: ${builtins.toJSON capability} is not a compute capability such as \"8.6\", \"9.0a\" or \"10.0f\""
+            else
+              {
+                version = "${builtins.elemAt m 0}.${builtins.elemAt m 1}";
+                feature = "cuda-sm-${builtins.elemAt m 0}${builtins.elemAt m 1}${builtins.elemAt m 2}";
+                baseline = builtins.elemAt m 2 == "";
+              };
+          parsed = map parse (if capabilities == null then [ ] else capabilities);
+          baselines = builtins.filter (c: c.baseline) parsed;
+          lowest = builtins.foldl' (
+            low: c: if builtins.compareVersions c.version low.version < 0 then c else low
+          ) (builtins.head baselines) baselines;
+          specific = builtins.filter (c: !c.baseline) parsed;
+        in
+        lib.optional (baselines != [ ]) lowest.feature ++ lib.unique (map (c: c.feature) specific);
+
       # The GPU check of `package`, in the shape of Nixpkgs' `cudaPackages.writeGpuTestPython`
       # (what the NixOS-CUDA Hydra collects: docs/architecture.md): a runnable tester, whose
       # `.gpuCheck` is the tagged derivation that runs the same steps in a GPU builder's
@@ -30,6 +62,14 @@
           package,
           name ? "${lib.getName package}-gpu-check",
           features ? [ "cuda" ],
+          # The compute capabilities `package` was built for, as Nixpkgs writes them ("8.9",
+          # "9.0a"): its own where Nixpkgs exposes them (`passthru.cudaCapabilities`, as torch
+          # has; else, with `cudaSupport`, its `cudaPackages.flags.cudaCapabilities`). Adds the
+          # cuda-sm-* features of `cudaSmFeatures` above; null or [ ]: none.
+          cudaCapabilities ?
+            package.cudaCapabilities or (
+              if package.cudaSupport or false then package.cudaPackages.flags.cudaCapabilities or null else null
+            ),
           # `host`, `compat` or a path prefix for the loaded libcuda.so.1; null: the hook's choice.
           expectDriver ? null,
           # Shell commands run last, with $out existing (e.g. "${package}/bin/my-gpu-test").
@@ -63,7 +103,8 @@
           gpuCheck = pkgs.runCommand name (
             gpuCheckArgs
             // {
-              requiredSystemFeatures = features ++ gpuCheckArgs.requiredSystemFeatures or [ ];
+              requiredSystemFeatures =
+                features ++ cudaSmFeatures cudaCapabilities ++ gpuCheckArgs.requiredSystemFeatures or [ ];
               nativeBuildInputs = [ runner ] ++ gpuCheckArgs.nativeBuildInputs or [ ];
               # The package's runtime closure, for the package::* checks.
               exportReferencesGraph = [
@@ -133,8 +174,9 @@
       };
 
       lib = {
-        # mkGpuCheck { pkgs, package, name ? …, features ? [ "cuda" ], expectDriver ? null,
-        #              command ? null, lint ? true, gpuCheckArgs ? { }, runner ? … }
+        # mkGpuCheck { pkgs, package, name ? …, features ? [ "cuda" ], cudaCapabilities ? …,
+        #              expectDriver ? null, command ? null, lint ? true, gpuCheckArgs ? { },
+        #              runner ? … }
         # returns the tester (`nix run` it: the checks on this machine, outside any sandbox);
         # its `.gpuCheck` is the derivation tagged `features`, for GPU builders and the
         # NixOS-CUDA Hydra (which builds `<pkg>.passthru.tests.<name>.gpuCheck`).

@@ -67,6 +67,38 @@ let
       };
     }).gpuCheck;
 
+  # cudaCapabilities: the cuda-sm-* features a check of a package built for them requires.
+  featuresFor =
+    args:
+    (outputs.lib.mkGpuCheck (
+      {
+        inherit pkgs;
+        package = myPackage;
+      }
+      // args
+    )).gpuCheck.requiredSystemFeatures;
+  withCaps = capabilities: featuresFor { cudaCapabilities = capabilities; };
+  # A package as Nixpkgs' torch exposes them (passthru.cudaCapabilities), one that only passes
+  # its cudaPackages through (with and without cudaSupport), and one with neither.
+  torchLike = myPackage // {
+    cudaCapabilities = [
+      "8.9"
+      "9.0"
+    ];
+  };
+  cudaPackagesOf = capabilities: { flags.cudaCapabilities = capabilities; };
+  withCudaPackages = myPackage // {
+    cudaSupport = true;
+    cudaPackages = cudaPackagesOf [
+      "12.0"
+      "7.5"
+    ];
+  };
+  withoutCudaSupport = myPackage // {
+    cudaSupport = false;
+    cudaPackages = cudaPackagesOf [ "7.5" ];
+  };
+
   # The NixOS-CUDA Hydra's selection rule (./hydra-cuda-tests.nix).
   jobsetSelects = import ./hydra-cuda-tests.nix { inherit lib; };
   # An example package in both layouts (nix-tests/readme-eval.nix evaluates the README's),
@@ -322,6 +354,103 @@ let
     (check "without flakes: imports = [ nixos-module ] and package = pkgs.callPackage package.nix { }" (
       nonFlake.nix.settings.pre-build-hook == "${package}/bin/cuda-sandbox-hook"
       && nonFlakeDefault.nix.settings.pre-build-hook == "${package}/bin/cuda-sandbox-hook"
+    ))
+    (check
+      "mkGpuCheck: cudaCapabilities require the lowest baseline among them (a conjunction cannot say any-of)"
+      (
+        withCaps [
+          "8.6"
+          "8.9"
+          "9.0"
+        ] == [
+          "cuda"
+          "cuda-sm-86"
+        ]
+        &&
+          withCaps [
+            "10.0"
+            "8.9"
+            "12.0"
+          ] == [
+            "cuda"
+            "cuda-sm-89"
+          ]
+        &&
+          withCaps [ "7.5" ] == [
+            "cuda"
+            "cuda-sm-75"
+          ]
+        && withCaps [ ] == [ "cuda" ]
+        && withCaps null == [ "cuda" ]
+      )
+    )
+    (check "mkGpuCheck: an 'a' or 'f' capability requires its own feature, beside the lowest baseline" (
+      withCaps [ "9.0a" ] == [
+        "cuda"
+        "cuda-sm-90a"
+      ]
+      &&
+        withCaps [ "10.0f" ] == [
+          "cuda"
+          "cuda-sm-100f"
+        ]
+      &&
+        withCaps [
+          "8.6"
+          "9.0a"
+          "10.0f"
+          "10.0a"
+          "9.0a"
+        ] == [
+          "cuda"
+          "cuda-sm-86"
+          "cuda-sm-90a"
+          "cuda-sm-100f"
+          "cuda-sm-100a"
+        ]
+    ))
+    (check
+      "mkGpuCheck: cudaCapabilities default to the package's own (passthru.cudaCapabilities, else cudaPackages.flags with cudaSupport)"
+      (
+        featuresFor { package = torchLike; } == [
+          "cuda"
+          "cuda-sm-89"
+        ]
+        &&
+          featuresFor { package = withCudaPackages; } == [
+            "cuda"
+            "cuda-sm-75"
+          ]
+        && featuresFor { package = withoutCudaSupport; } == [ "cuda" ]
+        && featuresFor { } == [ "cuda" ]
+        &&
+          featuresFor {
+            package = torchLike;
+            cudaCapabilities = [ "9.0a" ];
+          } == [
+            "cuda"
+            "cuda-sm-90a"
+          ]
+      )
+    )
+    (check "mkGpuCheck: the cuda-sm-* features come after features, before gpuCheckArgs' own" (
+      featuresFor {
+        features = [ "gpu" ];
+        cudaCapabilities = [ "8.0" ];
+        gpuCheckArgs.requiredSystemFeatures = [ "big-parallel" ];
+      } == [
+        "gpu"
+        "cuda-sm-80"
+        "big-parallel"
+      ]
+    ))
+    (check "mkGpuCheck: a capability that is not one (sm_90, 9, 9.0+PTX) fails evaluation" (
+      lib.all (c: throws (withCaps [ c ])) [
+        "sm_90"
+        "9"
+        "9.0+PTX"
+        "9.0b"
+      ]
     ))
     (check "mkGpuCheck: name, features and lint = false" (
       gpuCheckNoLint.name == "plain"

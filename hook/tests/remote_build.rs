@@ -1,7 +1,7 @@
 //! Real Nix remote builds through `ssh-ng://`, the way a GPU builder is used.
 //!
-//! Each test starts a throwaway `sshd` on 127.0.0.1 (its own host key, config and authorised
-//! client key in a temp dir; killed at the end). The builder URI is
+//! Each test starts a throwaway `sshd` on 127.0.0.1 (`common::ssh`: its own host key, config
+//! and authorised client key in a temp dir; killed at the end). The builder URI is
 //! `ssh-ng://root@127.0.0.1?remote-program=<wrapper>`: the wrapper gives the remote
 //! `nix-daemon --stdio` its own nix.conf (`NIX_CONF_DIR`: sandbox on, `system-features = cuda`,
 //! the freshly built hook as `pre-build-hook`), the hook's config (`CUDA_SANDBOX_CONFIG`: a fake
@@ -24,18 +24,15 @@
 //! openssh-server). Outside CI a missing one skips with a printed reason; under `CI=true` it is
 //! a failure.
 
-use cuda_sandbox_testkit::{nix_available, nonce, write_script, FakeDevices, NixVersion};
-use std::os::unix::fs::PermissionsExt;
+use cuda_sandbox_testkit::{nonce, write_script, FakeDevices, NixVersion};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::ssh::{self, find_program, private_tmp, remote_available, run, write_file};
 use common::HOOK;
-
-/// What CI must install for these tests.
-const APT: &str = "apt-get install -y openssh-server openssh-client";
 
 /// A build that takes longer has hung (e.g. on a store lock): fail instead of waiting.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -44,67 +41,9 @@ fn probe_nix() -> PathBuf {
     common::nix_file("probe.nix")
 }
 
-/// `name` found in PATH or in the sbin directories (sshd lives in /usr/sbin).
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Whether the remote-build tests can run: root and Nix ([`nix_available`]), then the SSH
-/// programs. Under `CI=true` a missing one panics with the line that installs it.
-fn remote_available(test: &str) -> bool {
-    if !nix_available(test) {
-        return false;
-    }
-    let missing: Vec<&str> = ["sshd", "ssh", "ssh-keygen", "nix-daemon"]
-        .into_iter()
-        .filter(|p| find_program(p).is_none())
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!("{} not found (Debian: {APT})", missing.join(", "));
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{test} must run in CI: {why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    false
-}
-
 /// The Nix these tests run under (client and builder are the same).
 fn nix_version() -> NixVersion {
     NixVersion::current().expect("nix-build --version")
-}
-
-/// Where the tests' directories go: a root-owned directory no one else can write, never
-/// `/tmp`. Nix 2.34 refuses to build into a chroot store below a world-writable directory
-/// ("Path \"/tmp\" is world-writable or a symlink"); Nix 2.8 did not check.
-fn private_tmp() -> PathBuf {
-    let dir = PathBuf::from("/var/lib/cuda-sandbox-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A file with mode 0644 whatever the umask (the hook refuses configs others can write).
-fn write_file(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
 }
 
 /// A GPU builder reached over ssh-ng: sshd, the remote daemon's wrapper and configuration.
@@ -262,17 +201,7 @@ impl Builder {
         )
         .unwrap();
 
-        // Keys: the server's host key, and a client key authorised for root.
-        for key in ["host_key", "client_key"] {
-            run(Command::new(find_program("ssh-keygen").unwrap())
-                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-                .arg(d.join(key)));
-        }
-        std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
-        // sshd refuses to start without its privilege separation directory.
-        std::fs::create_dir_all("/run/sshd").unwrap();
-
-        let (sshd, port) = start_sshd(d);
+        let (sshd, port) = ssh::start_sshd(d);
         let (client_store, builder_store) = match stores {
             Stores::Separate => (Some(d.join("client-store")), None),
             Stores::DrvVisible => (None, Some(d.join("builder-store"))),
@@ -349,11 +278,7 @@ impl Builder {
 
     /// `NIX_SSHOPTS` for this builder's sshd.
     fn ssh_opts(&self) -> String {
-        format!(
-            "-F none -p {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-             -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=10",
-            self.port
-        )
+        ssh::ssh_opts(self.port)
     }
 
     /// The `.drv` of `attr` of probe.nix with `nonce`, written to the client's store.
@@ -503,56 +428,6 @@ impl Remote {
             .filter(|l| l.starts_with("cuda-sandbox-hook:"))
             .collect()
     }
-}
-
-/// Starts `sshd -D -e` on a free port of 127.0.0.1 with a config in `dir`; retries on another
-/// port when the chosen one was taken meanwhile.
-fn start_sshd(dir: &Path) -> (Child, u16) {
-    let sshd = find_program("sshd").unwrap();
-    let mut last_log = String::new();
-    for _ in 0..5 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let config = dir.join("sshd_config");
-        write_file(
-            &config,
-            &format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\n\
-                 AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n\
-                 PubkeyAuthentication yes\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
-                 PidFile {d}/sshd.pid\nLogLevel INFO\n",
-                d = dir.display()
-            ),
-        );
-        let log = dir.join("sshd.log");
-        let mut child = Command::new(&sshd)
-            .arg("-f")
-            .arg(&config)
-            .args(["-D", "-e"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", sshd.display()));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return (child, port);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        last_log = std::fs::read_to_string(&log).unwrap_or_default();
-    }
-    panic!("sshd did not start:\n{last_log}");
 }
 
 fn assert_sees_gpu(report: &str, drv_name: &str) {

@@ -70,6 +70,8 @@ libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) b
 package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables).
 The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
 driver must be the one the hook chose.
+devices::features reads the build's requiredSystemFeatures (with structured attrs, its
+.attrs.json); outside a build, set requiredSystemFeatures=\"cuda cuda-sm-90a\" by hand.
 As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
 ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
 This builder's Nix system features: cuda-sandbox-check features (see features --help).";
@@ -232,7 +234,7 @@ mod tests {
         assert!(checks.lines().all(|line| line.len() <= 94), "{checks}");
         let checks = checks.replace('\n', " ");
         assert!(
-            checks.starts_with("Checks: devices::nodes, driver::library,"),
+            checks.starts_with("Checks: devices::nodes, devices::features, driver::library,"),
             "{checks}"
         );
         assert!(checks.contains("lint::elf with --lint;"), "{checks}");

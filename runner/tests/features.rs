@@ -1,4 +1,4 @@
-//! `cuda-sandbox-check features` under the FAKE driver: the GPUs' compute capabilities come
+//! `cuda-sandbox-check features` and the `devices::features` check under the FAKE driver: the GPUs' compute capabilities come
 //! from the sidecar (`compute_capability`, `device_capability`), through the real code path
 //! (`cuInit`, `cuDeviceGetAttribute`). Each expected list is written out by hand from Nixpkgs'
 //! `_cuda.db` at the commit gpus.txt pins (ConnorBaker/nixpkgs 748b3c28: 3.5 3.7 5.0 5.2 6.0
@@ -7,9 +7,12 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::{FakeDriver, RUNNER};
+use cuda_sandbox_check::checks::devices::FeaturesFacts;
+use cuda_sandbox_manifest::{DriverManifest, Manifest, MANIFEST_VERSION};
 use fake_driver::{FakeDevice, FakeMig, Mode, Sidecar};
 use serde_json::Value;
 
@@ -222,4 +225,210 @@ fn a_feature_set_no_gpu_and_no_driver_are_refused() {
         "{}",
         run.stderr
     );
+}
+
+// `devices::features`: the build's cuda-sm-* features held to the GPUs this process can use.
+
+/// Runs `devices::features` alone on GPUs of `capabilities`, with `env` (the build's
+/// environment: `requiredSystemFeatures`, `NIX_ATTRS_JSON_FILE`, `NIX_BUILD_TOP`) and the
+/// hook's `manifest` when given (else `--no-manifest`).
+fn check_on(
+    capabilities: &[(i32, i32)],
+    env: &[(&str, &str)],
+    manifest: Option<&Path>,
+) -> common::Run {
+    let driver = FakeDriver::driver(&gpus(capabilities));
+    let mut args = vec!["--exact", "devices::features"];
+    match manifest {
+        Some(path) => args.extend(["--manifest", path.to_str().unwrap()]),
+        None => args.push("--no-manifest"),
+    }
+    common::run_with_env(&driver.dir, &args, env)
+}
+
+const REQUIRED: &str = "requiredSystemFeatures";
+
+/// The issue's lying advertisement: a builder says cuda-sm-90a, its GPU is an 8.9.
+#[test]
+fn a_build_requiring_90a_fails_on_an_8_9_gpu_naming_both() {
+    let run = check_on(&[(8, 9)], &[(REQUIRED, "cuda cuda-sm-90a")], None);
+    assert_eq!(run.code, 101, "{run}");
+    run.assert_check(
+        "devices::features",
+        "fail",
+        &[
+            "cuda-sm-90a not met by the GPUs this process can use (GPU 0: 8.9)",
+            "cuda-sandbox-check features",
+        ],
+    );
+    let facts: FeaturesFacts = run.facts("devices::features");
+    assert_eq!(facts.unmet, ["cuda-sm-90a"]);
+    assert_eq!(facts.source, "$requiredSystemFeatures");
+    assert_eq!(facts.gpus.unwrap()[0].capability, "8.9");
+}
+
+#[test]
+fn satisfied_features_pass_each_by_some_gpu() {
+    // A baseline below the GPU, the GPU's own 'a', and the union of two GPUs.
+    for (gpus, required, named) in [
+        (&[(8, 9)][..], "cuda cuda-sm-86", "cuda-sm-86 met"),
+        (&[(9, 0)][..], "cuda cuda-sm-90a", "cuda-sm-90a met"),
+        (
+            &[(9, 0), (10, 0)][..],
+            "cuda cuda-sm-90a cuda-sm-100f big-parallel",
+            "cuda-sm-90a cuda-sm-100f met by the GPUs this process can use (GPU 0: 9.0, GPU \
+             1: 10.0)",
+        ),
+        (&[(10, 3)][..], "cuda-sm-100f", "cuda-sm-100f met"),
+    ] {
+        let run = check_on(gpus, &[(REQUIRED, required)], None);
+        assert_eq!(run.code, 0, "{required}: {run}");
+        run.assert_check("devices::features", "pass", &[named]);
+    }
+    // Neither GPU alone: the 10.0 lacks 90a, the 9.0 lacks 100f.
+    let run = check_on(&[(10, 0)], &[(REQUIRED, "cuda-sm-90a cuda-sm-100f")], None);
+    run.assert_check(
+        "devices::features",
+        "fail",
+        &["cuda-sm-90a not met", "(GPU 0: 10.0)"],
+    );
+    // A family feature past its family, and a malformed name, are never met.
+    let run = check_on(&[(12, 0)], &[(REQUIRED, "cuda-sm-100f cuda-sm-9.0")], None);
+    run.assert_check(
+        "devices::features",
+        "fail",
+        &[
+            "cuda-sm-100f cuda-sm-9.0 not met",
+            "cuda-sm-9.0 name no architecture",
+        ],
+    );
+}
+
+#[test]
+fn no_cuda_sm_feature_passes_with_a_note_even_without_a_gpu() {
+    for env in [&[(REQUIRED, "cuda big-parallel")][..], &[][..]] {
+        let no_device = FakeDriver::driver(&Sidecar {
+            mode: Mode::NoDevice,
+            ..Sidecar::default()
+        });
+        let run = common::run_with_env(
+            &no_device.dir,
+            &["--exact", "devices::features", "--no-manifest"],
+            env,
+        );
+        assert_eq!(run.code, 0, "{run}");
+        run.assert_check(
+            "devices::features",
+            "pass",
+            &["no cuda-sm-* feature required", "any GPU will do"],
+        );
+    }
+    // Required, and no GPU to ask: a failure naming why.
+    let no_device = FakeDriver::driver(&Sidecar {
+        mode: Mode::NoDevice,
+        ..Sidecar::default()
+    });
+    let run = common::run_with_env(
+        &no_device.dir,
+        &["--exact", "devices::features", "--no-manifest"],
+        &[(REQUIRED, "cuda-sm-89")],
+    );
+    run.assert_check(
+        "devices::features",
+        "fail",
+        &[
+            "the build requires cuda-sm-89 but the GPUs cannot be asked",
+            "CUDA_ERROR_NO_DEVICE",
+        ],
+    );
+}
+
+/// With structured attrs: `$NIX_ATTRS_JSON_FILE` when it names a file, else
+/// `$NIX_BUILD_TOP/.attrs.json` (Nix before 2.15 names the file outside the sandbox).
+#[test]
+fn structured_attrs_are_read_from_the_attrs_json_file() {
+    let top = tempfile::tempdir().unwrap();
+    let attrs = top.path().join(".attrs.json");
+    std::fs::write(
+        &attrs,
+        r#"{"name":"x","requiredSystemFeatures":["cuda","cuda-sm-90a"],"outputs":{"out":"/o"}}"#,
+    )
+    .unwrap();
+    let top_str = top.path().to_str().unwrap();
+    for env in [
+        &[("NIX_ATTRS_JSON_FILE", attrs.to_str().unwrap())][..],
+        &[
+            ("NIX_ATTRS_JSON_FILE", "/tmp/nix-build-x.drv-0/.attrs.json"),
+            ("NIX_BUILD_TOP", top_str),
+        ][..],
+    ] {
+        let run = check_on(&[(8, 9)], env, None);
+        run.assert_check("devices::features", "fail", &["cuda-sm-90a not met"]);
+        let facts: FeaturesFacts = run.facts("devices::features");
+        assert_eq!(
+            facts.source,
+            format!("{}'s requiredSystemFeatures", attrs.display())
+        );
+        let run = check_on(&[(9, 0)], env, None);
+        run.assert_check("devices::features", "pass", &["cuda-sm-90a met"]);
+    }
+    std::fs::write(&attrs, r#"{"requiredSystemFeatures":"cuda-sm-90a"}"#).unwrap();
+    let run = check_on(&[(9, 0)], &[("NIX_BUILD_TOP", top_str)], None);
+    run.assert_check(
+        "devices::features",
+        "fail",
+        &["is not structured attrs Nix wrote", "not a list of strings"],
+    );
+}
+
+/// The manifest's features: one the build does not require fails (another build's manifest);
+/// one it lacks is noted (the hook had no derivation); with nothing declared, its features
+/// are the requirement.
+#[test]
+fn the_manifest_s_features_are_cross_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.json");
+    let write = |features: &[&str]| {
+        let m = Manifest {
+            version: MANIFEST_VERSION,
+            derivation: "/nix/store/x-check.drv".into(),
+            chroot: "/nix/store/x-check.drv.chroot".into(),
+            rules: vec!["nvidia".into()],
+            features: features.iter().map(|f| f.to_string()).collect(),
+            devices: Vec::new(),
+            leased_gpus: Vec::new(),
+            mig: None,
+            driver: DriverManifest::none("test"),
+        };
+        std::fs::write(&manifest, m.to_json()).unwrap();
+    };
+    write(&["cuda", "cuda-sm-90a"]);
+    let run = check_on(&[(9, 0)], &[(REQUIRED, "cuda cuda-sm-89")], Some(&manifest));
+    run.assert_check(
+        "devices::features",
+        "fail",
+        &[
+            "the hook's manifest holds this build to cuda-sm-90a, which it does not require",
+            "another build's",
+        ],
+    );
+    write(&["cuda", "gpu"]);
+    let run = check_on(
+        &[(9, 0)],
+        &[(REQUIRED, "cuda cuda-sm-90a")],
+        Some(&manifest),
+    );
+    run.assert_check(
+        "devices::features",
+        "pass",
+        &[
+            "cuda-sm-90a met",
+            "the hook's manifest lacks cuda-sm-90a, so the hook did not choose GPUs by it",
+        ],
+    );
+    write(&["cuda", "cuda-sm-90a"]);
+    let run = check_on(&[(8, 9)], &[], Some(&manifest));
+    run.assert_check("devices::features", "fail", &["cuda-sm-90a not met"]);
+    let facts: FeaturesFacts = run.facts("devices::features");
+    assert!(facts.source.starts_with("the hook's manifest"), "{facts:?}");
 }

@@ -9,8 +9,9 @@ use common::{report_facts, run_with_env, run_without_devices, FakeDriver, RUNNER
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
 use fake_driver::{Mode, Sidecar};
 
-const CHECK_NAMES: [&str; 8] = [
+const CHECK_NAMES: [&str; 9] = [
     "devices::nodes",
+    "devices::features",
     "driver::library",
     "driver::version",
     "driver::entry_points",
@@ -48,7 +49,7 @@ fn exact_filter_runs_one_check() {
     assert_eq!(run.code, 0, "{run}");
     let checks = run.report["checks"].as_object().unwrap();
     assert_eq!(checks.keys().collect::<Vec<_>>(), ["driver::version"]);
-    assert_eq!(run.report["summary"]["filtered_out"], 8);
+    assert_eq!(run.report["summary"]["filtered_out"], 9);
 }
 
 #[test]
@@ -139,7 +140,7 @@ fn report_records_options_and_every_check_that_ran() {
     assert_eq!(run.report["options"]["min_cuda_version"], "11.8");
     assert_eq!(run.report["options"]["saxpy_elements"], 4096);
     let checks = run.report["checks"].as_object().unwrap();
-    assert_eq!(checks.len(), 8);
+    assert_eq!(checks.len(), 9);
     for (name, entry) in checks {
         assert!(entry["facts"].is_object(), "{name} has no facts");
     }

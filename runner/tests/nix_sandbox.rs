@@ -8,13 +8,13 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{report_facts, FakeDriver, RUNNER};
-use cuda_sandbox_check::checks::devices::NodesFacts;
+use cuda_sandbox_check::checks::devices::{FeaturesFacts, NodesFacts};
 use cuda_sandbox_check::checks::driver::LibraryFacts;
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
-use cuda_sandbox_check::checks::package::{DriverFacts, ObjectSearch};
+use cuda_sandbox_check::checks::package_driver::{DriverFacts, ObjectSearch};
 use cuda_sandbox_testkit::{
     builder_sandbox_paths, driver_mount, nix_available, nonce, workspace_binary, FakeHost,
-    NixSandbox,
+    NixSandbox, NixVersion,
 };
 use fake_driver::Sidecar;
 
@@ -371,5 +371,108 @@ fn package_driver_check_follows_each_objects_runpath_inside_the_sandbox() {
             "{needle:?} not in:\n{}",
             lost.log
         );
+    }
+}
+
+/// `devices::features` as the builder of a real sandboxed build, on a host advertising
+/// `cuda-sm-90a` (nix.conf's `system-features`) whose one GPU the fake driver plays: an 8.9,
+/// the lying advertisement, fails the build naming the feature and the GPU; a 9.0 passes. The
+/// features come from `$requiredSystemFeatures`, and with structured attrs from `.attrs.json`,
+/// which the runner finds under every Nix: 2.26 and 2.34 name it with `$NIX_ATTRS_JSON_FILE`,
+/// 2.8 names a path outside the sandbox and the runner reads `$NIX_BUILD_TOP/.attrs.json`.
+#[test]
+fn devices_features_holds_the_gpu_to_the_derivation_s_features_in_a_sandboxed_build() {
+    let test = "devices_features_holds_the_gpu_to_the_derivation_s_features_in_a_sandboxed_build";
+    if !nix_available(test) {
+        return;
+    }
+    let version = NixVersion::current().expect("nix-build --version");
+    let hook = workspace_binary("cuda-sandbox-hook");
+    let build = |cc: (i32, i32), structured: bool| {
+        let host = Host::playing(
+            1,
+            0,
+            Sidecar {
+                compute_capability: cc,
+                ..Sidecar::default()
+            },
+        );
+        let mut sandbox = NixSandbox::with_hook(&hook, &host.config);
+        sandbox.system_features = "cuda cuda-sm-90a".into();
+        sandbox.build(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nix/features-check.nix"),
+            &[
+                ("runner", RUNNER),
+                ("nonce", &nonce()),
+                ("features", "cuda cuda-sm-90a"),
+                ("structured", if structured { "1" } else { "" }),
+            ],
+            &[],
+        )
+    };
+    let printed = |log: &str, key: &str| -> String {
+        log.lines()
+            .find_map(|line| line.trim().strip_prefix(key))
+            .unwrap_or_else(|| panic!("the builder did not print {key:?}:\n{log}"))
+            .trim()
+            .to_owned()
+    };
+    for structured in [false, true] {
+        let lie = build((8, 9), structured);
+        assert!(
+            !lie.ok(),
+            "built on an 8.9 (structured: {structured}):\n{}",
+            lie.log
+        );
+        for needle in [
+            "devices::features",
+            "cuda-sm-90a not met by the GPUs this process can use (GPU 0: 8.9)",
+        ] {
+            assert!(lie.log.contains(needle), "{needle:?} not in:\n{}", lie.log);
+        }
+
+        let ok = build((9, 0), structured);
+        assert!(ok.ok(), "nix-build failed on a 9.0:\n{}", ok.log);
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&ok.out_paths[0]).unwrap()).unwrap();
+        let check = &report["checks"]["devices::features"];
+        assert_eq!(check["verdict"], "pass", "{report:#}");
+        assert!(
+            check["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("cuda-sm-90a met by the GPUs this process can use (GPU 0: 9.0)"),
+            "{report:#}"
+        );
+        let facts: FeaturesFacts = report_facts(&report, "devices::features");
+        assert_eq!(facts.required, ["cuda", "cuda-sm-90a"], "{report:#}");
+        assert_eq!(
+            facts.manifest_features.as_deref(),
+            Some(&["cuda".to_owned(), "cuda-sm-90a".to_owned()][..]),
+            "the hook's manifest: {report:#}"
+        );
+        let named = printed(&ok.log, "attrs-json-file:");
+        if !structured {
+            assert_eq!(facts.source, "$requiredSystemFeatures", "{report:#}");
+            assert_eq!(named, "unset", "{}", ok.log);
+            continue;
+        }
+        let top = printed(&ok.log, "build-top:");
+        assert!(top.starts_with('/'), "{}", ok.log);
+        let inside = format!("{top}/.attrs.json");
+        assert_eq!(
+            facts.source,
+            format!("{inside}'s requiredSystemFeatures"),
+            "{report:#}"
+        );
+        if version.names_attrs_json_inside_the_sandbox() {
+            assert_eq!(named, inside, "Nix {version}: {}", ok.log);
+        } else {
+            assert!(
+                named != inside && named.ends_with("/.attrs.json"),
+                "Nix {version} names {named}, expected a path outside the sandbox"
+            );
+        }
+        eprintln!("Nix {version}: NIX_ATTRS_JSON_FILE={named}; the runner read {inside}");
     }
 }

@@ -99,6 +99,14 @@ impl NixVersion {
         self >= MEASURED_NEWER
     }
 
+    /// `$NIX_ATTRS_JSON_FILE` names `.attrs.json` inside the sandbox (`$NIX_BUILD_TOP/.attrs.json`):
+    /// 2.26 and 2.34 (Nix 2.15 onwards, NixOS/nix#8053); 2.8 names the file by its path
+    /// outside the sandbox, which a sandboxed builder cannot open (measured:
+    /// `runner/tests/nix_sandbox.rs` prints it from the builder).
+    pub fn names_attrs_json_inside_the_sandbox(self) -> bool {
+        self >= MEASURED_NEWER
+    }
+
     /// UTF-8 in structured attrs: 2.26 and 2.34 refuse a derivation whose `__structuredAttrs`
     /// hold a string that is not UTF-8, at instantiation (nlohmann-json's "invalid UTF-8 byte"
     /// or "incomplete UTF-8 string"); 2.8 writes it.
@@ -192,6 +200,48 @@ impl NixVersion {
     /// thread (`/proc/NIXPID/task/TID/children`), so the signal comes only when nix-build ends.
     pub fn builder_dies_with_a_killed_nix(self) -> bool {
         self >= MEASURED_DOUBLE_QUOTES
+    }
+
+    /// What a client that cannot build locally (`max-jobs = 0`) prints when no machine of
+    /// `builders` supports a derivation's `features` on `system` (measured:
+    /// `hook/tests/fleet_ssh_ng.rs`): every version first says "Failed to find a machine for
+    /// remote build!" and the required features, which 2.8 lists bare and 2.26 and 2.34 in
+    /// brackets; then 2.8's error is "unable to start any build; remote machines may not have
+    /// all required system features.", 2.26's the same capitalised on lines of its own, and
+    /// 2.34's "Cannot build …" with a reason per way to build ("local builds are disabled
+    /// (max-jobs = 0)", "missing system features") and the required features in braces.
+    pub fn no_machine_for_features(self, system: &str, features: &[&str]) -> Vec<String> {
+        let mut lines = vec!["Failed to find a machine for remote build!".to_owned()];
+        if self >= MEASURED_NEWER {
+            lines.push(format!(
+                "required (system, features): ({system}, [{}])",
+                features.join(", ")
+            ));
+        } else {
+            lines.push(format!(
+                "required (system, features): ({system}, {})",
+                features.join(", ")
+            ));
+        }
+        if self >= MEASURED_DOUBLE_QUOTES {
+            lines.extend([
+                "Reason: local builds are disabled (max-jobs = 0)".to_owned(),
+                "Reason: missing system features".to_owned(),
+                format!("Required features: {{{}}}", features.join(", ")),
+            ]);
+        } else if self >= MEASURED_NEWER {
+            lines.extend([
+                "Unable to start any build;".to_owned(),
+                "remote machines may not have all required system features.".to_owned(),
+            ]);
+        } else {
+            lines.push(
+                "error: unable to start any build; remote machines may not have all required \
+                 system features."
+                    .to_owned(),
+            );
+        }
+        lines
     }
 
     /// How Nix reports a program that failed (the hook, for one): 2.8 and 2.26 quote the path

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod ssh;
+
 /// The hook binary cargo built for these tests.
 pub const HOOK: &str = env!("CARGO_BIN_EXE_cuda-sandbox-hook");
 

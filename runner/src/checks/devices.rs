@@ -2,14 +2,22 @@
 //! right numbers, and there are at least as many `/dev/nvidiaN` as CUDA devices. With the
 //! hook's manifest, every device it says it exposed must be here, and when the hook leased
 //! this build its own GPUs, CUDA must see exactly that many devices.
+//!
+//! `devices::features`: the GPUs this process can use satisfy every `cuda-sm-*` feature the
+//! derivation requires ([`crate::facts::build_features`]), by the rule the hook's lease choice uses
+//! ([`cuda_sandbox_elfkit::fatbin::features::Required`]); cross-checked with the manifest's.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::check::{facts_of, Outcome};
+use cuda_sandbox_elfkit::fatbin::features::{self as fatbin_features, feature_name, Required};
+use cuda_sandbox_elfkit::fatbin::Capability;
+
+use crate::check::{facts_of, Facts, Outcome};
 use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
+use crate::facts::build_features;
 use crate::session::Session;
 
 /// What `devices::nodes` reports (the report's `facts`), whether it passes or fails.
@@ -270,4 +278,226 @@ fn judge_device_count(session: &Session, count: usize, gpus: usize, problems: &m
              device glob misses some GPUs"
         ));
     }
+}
+
+/// One GPU as `devices::features` judged it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureGpu {
+    /// Its CUDA ordinal.
+    pub(crate) ordinal: i32,
+    /// `cuDeviceGetName` (a MIG instance's own name).
+    pub(crate) name: String,
+    /// Its compute capability, `X.Y` (a MIG instance reports its GPU's).
+    pub capability: String,
+}
+
+/// What `devices::features` reports (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeaturesFacts {
+    /// Where the required features were read: `$requiredSystemFeatures`, a structured attrs
+    /// file, the hook's manifest (nothing declared in the environment), or nothing declared.
+    pub source: String,
+    /// Every required feature, as declared.
+    pub required: Vec<String>,
+    /// The `cuda-sm-*` features among them, each once (malformed ones included).
+    pub(crate) cuda_sm: Vec<String>,
+    /// The GPUs CUDA reports to this process, when it can say.
+    pub gpus: Option<Vec<FeatureGpu>>,
+    /// Why CUDA cannot say.
+    pub(crate) gpus_unavailable: Option<String>,
+    /// The `cuda-sm-*` features no GPU here satisfies.
+    pub unmet: Vec<String>,
+    /// The manifest's `features`, when there is a manifest.
+    pub manifest_features: Option<Vec<String>>,
+    /// The `cuda-sm-*` features the build requires that the manifest lacks: the hook did not
+    /// choose GPUs by them (it had no derivation to read, e.g. a remote build).
+    pub(crate) not_in_manifest: Vec<String>,
+    /// The manifest's `cuda-sm-*` features the build does not require: another build's
+    /// manifest.
+    pub(crate) only_in_manifest: Vec<String>,
+}
+
+/// The names of a requirement's features: the well-formed ones, then the malformed.
+fn feature_names(required: &Required) -> Vec<String> {
+    required
+        .archs
+        .iter()
+        .map(|&arch| feature_name(arch))
+        .chain(required.malformed.iter().cloned())
+        .collect()
+}
+
+/// `GPU 0: 8.9, GPU 1: 9.0`, or `no GPU`.
+fn describe_gpus(gpus: &[FeatureGpu]) -> String {
+    if gpus.is_empty() {
+        return "no GPU".to_owned();
+    }
+    gpus.iter()
+        .map(|gpu| format!("GPU {}: {}", gpu.ordinal, gpu.capability))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs `devices::features`.
+pub(crate) fn features(session: &Session) -> Outcome {
+    let declared = match build_features::from_env() {
+        Ok(declared) => declared,
+        Err(error) => {
+            return Outcome::fail(
+                format!("cannot read the build's required features: {error}"),
+                Facts::new(),
+            )
+        }
+    };
+    let manifest = session.manifest.manifest();
+    let (source, required) = match (&declared, manifest) {
+        (Some(declared), _) => (declared.source.describe(), declared.features.clone()),
+        (None, Some(manifest)) => (
+            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
+            manifest.features.clone(),
+        ),
+        (None, None) => (
+            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
+            Vec::new(),
+        ),
+    };
+    let wanted = fatbin_features::required(required.iter().map(String::as_str));
+    let cuda_sm = feature_names(&wanted);
+    let in_manifest: Option<Vec<String>> = manifest.map(|m| {
+        feature_names(&fatbin_features::required(
+            m.features.iter().map(String::as_str),
+        ))
+    });
+    let not_in_manifest: Vec<String> = in_manifest.as_ref().map_or_else(Vec::new, |listed| {
+        cuda_sm
+            .iter()
+            .filter(|f| !listed.contains(f))
+            .cloned()
+            .collect()
+    });
+    let only_in_manifest: Vec<String> = in_manifest.as_ref().map_or_else(Vec::new, |listed| {
+        listed
+            .iter()
+            .filter(|f| !cuda_sm.contains(f))
+            .cloned()
+            .collect()
+    });
+
+    let listed = session.devices().map(|devices| {
+        devices
+            .iter()
+            .map(|device| FeatureGpu {
+                ordinal: device.ordinal,
+                name: device.name.clone(),
+                capability: device.compute_capability.clone(),
+            })
+            .collect::<Vec<_>>()
+    });
+    // The GPUs' capabilities, or why they cannot be had.
+    let capabilities: Result<Vec<Capability>, String> = match &listed {
+        Ok(gpus) => gpus
+            .iter()
+            .map(|gpu| {
+                Capability::parse(&gpu.capability).map_err(|e| {
+                    format!(
+                        "GPU {}'s compute capability does not read: {e}",
+                        gpu.ordinal
+                    )
+                })
+            })
+            .collect(),
+        Err(error) => Err(format!(
+            "the GPUs cannot be asked for their compute capability: {error}"
+        )),
+    };
+    let unmet = match &capabilities {
+        Ok(capabilities) => wanted.unmet_by(capabilities),
+        Err(_) => cuda_sm.clone(),
+    };
+    let facts = facts_of(&FeaturesFacts {
+        source: source.clone(),
+        required: required.clone(),
+        cuda_sm: cuda_sm.clone(),
+        gpus: listed.as_ref().ok().cloned(),
+        gpus_unavailable: listed.as_ref().err().map(ToString::to_string),
+        unmet: if wanted.is_empty() {
+            Vec::new()
+        } else {
+            unmet.clone()
+        },
+        manifest_features: manifest.map(|m| m.features.clone()),
+        not_in_manifest: not_in_manifest.clone(),
+        only_in_manifest: only_in_manifest.clone(),
+    });
+
+    if !only_in_manifest.is_empty() {
+        return Outcome::fail(
+            format!(
+                "the hook's manifest holds this build to {}, which it does not require ({source} \
+                 says {}): the manifest is another build's, or the hook read another derivation",
+                only_in_manifest.join(" "),
+                if cuda_sm.is_empty() {
+                    "none".to_owned()
+                } else {
+                    cuda_sm.join(" ")
+                },
+            ),
+            facts,
+        );
+    }
+    if wanted.is_empty() {
+        return Outcome::pass(
+            format!(
+                "no cuda-sm-* feature required ({source}): any GPU will do (a derivation \
+                 that needs an architecture requires its cuda-sm-* feature)"
+            ),
+            facts,
+        );
+    }
+    if let Err(why) = &capabilities {
+        return Outcome::fail(
+            format!("the build requires {} but {why}", cuda_sm.join(" ")),
+            facts,
+        );
+    }
+    let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
+    let hook_note = if not_in_manifest.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
+             had no derivation to read: a remote build, see missing_drv)",
+            not_in_manifest.join(" ")
+        )
+    };
+    if unmet.is_empty() {
+        return Outcome::pass(
+            format!(
+                "{} met by the GPUs this process can use ({}){hook_note}",
+                cuda_sm.join(" "),
+                describe_gpus(gpus)
+            ),
+            facts,
+        );
+    }
+    let malformed = if wanted.malformed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " ({} name no architecture of Nixpkgs' convention: write cuda-sm-90, cuda-sm-90a, \
+             cuda-sm-100f)",
+            wanted.malformed.join(" ")
+        )
+    };
+    Outcome::fail(
+        format!(
+            "{} not met by the GPUs this process can use ({}){malformed}: the builder \
+             advertises a feature its GPUs lack (compare its system-features or \
+             supportedFeatures with `cuda-sandbox-check features` there), or the GPUs given \
+             to this build are not the ones that have it{hook_note}",
+            unmet.join(" "),
+            describe_gpus(gpus)
+        ),
+        facts,
+    )
 }

@@ -15,6 +15,7 @@ pub mod mig;
 pub mod nvml;
 pub mod options;
 pub mod package;
+pub mod package_driver;
 pub mod runtime;
 
 /// Every check, in the order they run and are listed; [`Check::runs_when`] says which runs
@@ -22,6 +23,7 @@ pub mod runtime;
 /// last two are tested against it).
 pub const CHECKS: &[Check] = &[
     check("devices::nodes", Always, devices::nodes),
+    check("devices::features", Always, devices::features),
     check("driver::library", Always, driver::library),
     check("driver::version", Always, driver::version),
     check(
@@ -37,7 +39,7 @@ pub const CHECKS: &[Check] = &[
     check("lint::elf", WithLint, lint::elf),
     check("package::gpu_code", WithPackage, package::gpu_code),
     check("package::runtimes", WithPackage, package::runtimes),
-    check("package::driver", WithPackage, package::driver),
+    check("package::driver", WithPackage, package_driver::driver),
     check("isolation::no_gpu", ExpectNoGpu, isolation::no_gpu),
 ];
 
@@ -190,7 +192,7 @@ mod tests {
         assert_eq!(names(false, false, true), ["isolation::no_gpu"]);
         assert_eq!(names(true, true, true), ["isolation::no_gpu"]);
         let plain = names(false, false, false);
-        assert_eq!(plain.len(), 9);
+        assert_eq!(plain.len(), 10);
         assert!(!plain.contains(&"lint::elf"));
         let all = names(true, true, false);
         assert_eq!(all.len(), CHECKS.len() - 1);

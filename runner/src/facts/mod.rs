@@ -1,9 +1,10 @@
-//! What the runner reads and judges, apart from the checks that report it: GPU access and
-//! the hook's manifest, a package's files (walked, their GPU code, CUDA runtimes and who built
-//! them), the ELF lint, NVML's MIG view, and the `gpu-confirm` and `features` commands.
-//! `crate::cuda` is the driver wrapper these call.
+//! What the runner reads and judges, apart from the checks that report it: GPU access, the
+//! build's declared features and the hook's manifest, a package's files (walked, their GPU
+//! code, CUDA runtimes and who built them), the ELF lint, NVML's MIG view, and the
+//! `gpu-confirm` and `features` commands. `crate::cuda` is the driver wrapper these call.
 
 pub(crate) mod access;
+pub(crate) mod build_features;
 pub mod confirm;
 pub mod elf_lint;
 pub mod expectations;

@@ -129,6 +129,9 @@ pub fn run_with_env(library_path: &Path, args: &[&str], env: &[(&str, &str)]) ->
         .env("LD_LIBRARY_PATH", library_path)
         .env_remove("out")
         .env_remove("NIX_BUILD_TOP")
+        // A build's declared features (devices::features): only what a test gives.
+        .env_remove("requiredSystemFeatures")
+        .env_remove("NIX_ATTRS_JSON_FILE")
         .envs(env.iter().copied())
         .arg("--report")
         .arg(&report)
