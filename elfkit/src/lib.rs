@@ -8,9 +8,12 @@
 //! loader's `--help` only when asked: `ldso::Loader::ask`); [`requisites`] is the one place
 //! either crate asks `nix-store` for a closure.
 
+mod error;
 pub mod fatbin;
 pub mod ldso;
 pub mod map;
+
+pub use error::ElfError;
 
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -62,7 +65,7 @@ impl DynamicInfo {
 /// segments to the file bytes the loader would map there (bytes past a segment's file size are
 /// zeros, as in memory), and each string within `DT_STRSZ`. Where a tag repeats, the last one
 /// counts, as in glibc's `elf_get_dynamic_info` (`DT_NEEDED` excepted: each is a library).
-pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
+pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, ElfError> {
     dynamic_info_in(data)
 }
 
@@ -71,14 +74,14 @@ pub fn dynamic_info(data: &[u8]) -> Result<Option<DynamicInfo>, String> {
 /// string it names (at most 4096 bytes), each with `pread`-like reads. A file of any size costs
 /// a few small reads; nothing is mapped, so a file truncated meanwhile is an error, not a fault.
 /// The caller decides which files to open (a FIFO or a device is not a file to read).
-pub fn dynamic_info_of_file(file: &std::fs::File) -> Result<Option<DynamicInfo>, String> {
+pub fn dynamic_info_of_file(file: &std::fs::File) -> Result<Option<DynamicInfo>, ElfError> {
     dynamic_info_in(&object::ReadCache::new(file))
 }
 
 /// The most bytes of dynamic array read (4096 entries of a 64-bit file; real files have tens).
 pub const MAX_DYNAMIC_BYTES: u64 = 64 << 10;
 
-fn dynamic_info_in<'data, R: ReadRef<'data>>(data: R) -> Result<Option<DynamicInfo>, String> {
+fn dynamic_info_in<'data, R: ReadRef<'data>>(data: R) -> Result<Option<DynamicInfo>, ElfError> {
     match object::FileKind::parse(data) {
         Ok(object::FileKind::Elf64) => dynamic_info_of::<elf::FileHeader64<Endianness>, R>(data),
         Ok(object::FileKind::Elf32) => dynamic_info_of::<elf::FileHeader32<Endianness>, R>(data),
@@ -105,14 +108,15 @@ enum Mapped {
 impl LoadImage {
     /// What the loader would have at `addr`; a later segment maps over an earlier one, as
     /// `mmap(MAP_FIXED)` in program header order does.
-    fn at(&self, addr: u64, what: &str) -> Result<Mapped, String> {
+    fn at(&self, addr: u64, what: &'static str) -> Result<Mapped, ElfError> {
         let &(vaddr, _, offset, filesz) = self
             .segments
             .iter()
             .rev()
             .find(|&&(v, m, _, _)| addr >= v && addr - v < m)
-            .ok_or_else(|| {
-                format!("not a readable ELF file: {what} at {addr:#x} lies in no PT_LOAD segment")
+            .ok_or(ElfError::Unmapped {
+                what,
+                address: addr,
             })?;
         let delta = addr - vaddr;
         if delta >= filesz {
@@ -120,33 +124,31 @@ impl LoadImage {
         }
         match offset.checked_add(filesz) {
             Some(end) if end <= self.len => Ok(Mapped::File(offset + delta, filesz - delta)),
-            _ => Err(format!(
-                "not a readable ELF file: the PT_LOAD segment holding {what} runs past the end \
-                 of the file"
-            )),
+            _ => Err(ElfError::SegmentPastEnd(what)),
         }
     }
 }
 
 fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
     data: R,
-) -> Result<Option<DynamicInfo>, String> {
-    let bad = |e: object::read::Error| format!("not a readable ELF file: {e}");
-    let unreadable = |what: &str| format!("not a readable ELF file: cannot read {what}");
-    let header = Elf::parse(data).map_err(bad)?;
-    let endian = header.endian().map_err(bad)?;
+) -> Result<Option<DynamicInfo>, ElfError> {
+    let header = Elf::parse(data).map_err(ElfError::Headers)?;
+    let endian = header.endian().map_err(ElfError::Headers)?;
     let mut info = DynamicInfo::default();
     let mut image = LoadImage {
         segments: Vec::new(),
-        len: data.len().map_err(|()| unreadable("its length"))?,
+        len: data
+            .len()
+            .map_err(|()| ElfError::Unreadable("its length"))?,
     };
     let mut dynamic = None;
-    for ph in header.program_headers(endian, data).map_err(bad)? {
+    for ph in header
+        .program_headers(endian, data)
+        .map_err(ElfError::Headers)?
+    {
         match ph.p_type(endian) {
             elf::PT_INTERP if info.interpreter.is_none() => {
-                let bytes = ph
-                    .data(endian, data)
-                    .map_err(|_| "not a readable ELF file: bad PT_INTERP".to_string())?;
+                let bytes = ph.data(endian, data).map_err(|()| ElfError::Interpreter)?;
                 let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
                 info.interpreter = Some(PathBuf::from(String::from_utf8_lossy(bytes).into_owned()));
             }
@@ -187,7 +189,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     let length = (memsz - memsz % entry_size).min(available - available % entry_size);
     let entries = data
         .read_bytes_at(offset, length.min(MAX_DYNAMIC_BYTES))
-        .map_err(|()| unreadable("PT_DYNAMIC"))?;
+        .map_err(|()| ElfError::Unreadable("PT_DYNAMIC"))?;
     let mut strtab = None;
     let mut strsz = None;
     let mut needed = Vec::new();
@@ -212,27 +214,23 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
         }
     }
     if !ended {
-        return Err(format!(
-            "not a readable ELF file: its dynamic array has no DT_NULL in {MAX_DYNAMIC_BYTES} bytes"
-        ));
+        return Err(ElfError::Unterminated);
     }
     if needed.is_empty() && runpath.is_none() && rpath.is_none() && soname.is_none() {
         return Ok(Some(info));
     }
-    let strtab = strtab.ok_or("not a readable ELF file: strings named but no DT_STRTAB")?;
+    let strtab = strtab.ok_or(ElfError::NoStringTable)?;
     let (table, table_len) = match image.at(strtab, "DT_STRTAB")? {
         Mapped::File(offset, available) => (offset, available.min(strsz.unwrap_or(u64::MAX))),
         Mapped::Zeros => (0, 0),
     };
-    let string = |offset: u64| -> Result<String, String> {
-        let outside =
-            || format!("not a readable ELF file: string {offset:#x} is outside DT_STRTAB");
+    let string = |offset: u64| -> Result<String, ElfError> {
         if offset >= table_len {
-            return Err(outside());
+            return Err(ElfError::StringOutside(offset));
         }
         let bytes = data
             .read_bytes_at_until(table + offset..table + table_len, 0)
-            .map_err(|()| outside())?;
+            .map_err(|()| ElfError::StringOutside(offset))?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     };
     // As glibc's `fillin_rpath` splits it: an empty string is no directory, an empty entry
@@ -261,16 +259,13 @@ pub const COMPAT_NOTE_OWNER: &[u8] = b"NVIDIA Corporation";
 /// `Ok(None)` for an ELF file without it. The section is walked note by note whatever its
 /// section type (tools add it as `PROGBITS` as well as `NOTE`) and padding after the last note
 /// is accepted; a note that runs past the section is an error naming the byte.
-pub fn compat_note(elf_bytes: &[u8]) -> Result<Option<&[u8]>, String> {
+pub fn compat_note(elf_bytes: &[u8]) -> Result<Option<&[u8]>, ElfError> {
     use object::{Object, ObjectSection};
-    let file =
-        object::File::parse(elf_bytes).map_err(|e| format!("not a readable ELF file: {e}"))?;
+    let file = object::File::parse(elf_bytes).map_err(ElfError::Headers)?;
     let Some(section) = file.section_by_name(COMPAT_NOTE_SECTION) else {
         return Ok(None);
     };
-    let data = section
-        .data()
-        .map_err(|e| format!("cannot read {COMPAT_NOTE_SECTION}: {e}"))?;
+    let data = section.data().map_err(ElfError::NoteSection)?;
     let little = file.is_little_endian();
     let word = |at: usize| -> Option<usize> {
         let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
@@ -283,7 +278,7 @@ pub fn compat_note(elf_bytes: &[u8]) -> Result<Option<&[u8]>, String> {
     let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
     let mut at = 0;
     while at < data.len() {
-        let bad = || format!("{COMPAT_NOTE_SECTION} is malformed at byte {at}");
+        let bad = || ElfError::NoteMalformed(at);
         let namesz = word(at).ok_or_else(bad)?;
         let descsz = word(at + 4).ok_or_else(bad)?;
         let name_at = at + 12;
@@ -335,9 +330,10 @@ pub fn normalize(path: &Path) -> PathBuf {
 }
 
 /// Why `nix-store --query --requisites` gave no closure.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum RequisitesError {
     /// The program could not be started.
+    #[error("cannot run {}: {error}", program.display())]
     Spawn {
         /// The program tried.
         program: PathBuf,
@@ -345,6 +341,7 @@ pub enum RequisitesError {
         error: std::io::Error,
     },
     /// It ran and failed.
+    #[error("`{} --query --requisites` failed ({status}): {stderr}", program.display())]
     Failed {
         /// The program run.
         program: PathBuf,
@@ -354,27 +351,6 @@ pub enum RequisitesError {
         stderr: String,
     },
 }
-
-impl std::fmt::Display for RequisitesError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RequisitesError::Spawn { program, error } => {
-                write!(f, "cannot run {}: {error}", program.display())
-            }
-            RequisitesError::Failed {
-                program,
-                status,
-                stderr,
-            } => write!(
-                f,
-                "`{} --query --requisites` failed ({status}): {stderr}",
-                program.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RequisitesError {}
 
 /// The runtime closure of `store_path` as `nix_store --query --requisites` prints it: one path
 /// a line, in its order, the path itself among them. The lines are not checked here; callers
@@ -632,7 +608,10 @@ mod tests {
         cuda_sandbox_testkit::add_compat_note(&lib, json).unwrap();
         let bytes = std::fs::read(&lib).unwrap();
         assert_eq!(compat_note(&bytes).unwrap(), Some(json.as_bytes()));
-        assert!(compat_note(b"not an elf").is_err());
+        assert!(matches!(
+            compat_note(b"not an elf"),
+            Err(ElfError::Headers(_))
+        ));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
 use crate::plan::{
     self, closure_members, plan_manifest, Decision, Exposure, NotCarriedOut, PlannedManifest,
-    Problem, Skip,
+    Problem, ProblemKind, Skip, Skipped,
 };
 use crate::request::Request;
 use crate::slot::{self, Slot};
@@ -202,43 +202,14 @@ pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode
 }
 
 /// The manifest file could not be written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the manifest {}: {error}", .path.display())]
 pub struct ManifestWriteError {
     /// The file.
     pub path: PathBuf,
     /// Why.
     pub error: std::io::Error,
 }
-
-impl std::fmt::Display for ManifestWriteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cannot write the manifest {}: {}",
-            self.path.display(),
-            self.error
-        )
-    }
-}
-
-impl std::error::Error for ManifestWriteError {}
-
-impl Clone for ManifestWriteError {
-    fn clone(&self) -> Self {
-        ManifestWriteError {
-            path: self.path.clone(),
-            error: std::io::Error::new(self.error.kind(), self.error.to_string()),
-        }
-    }
-}
-
-impl PartialEq for ManifestWriteError {
-    fn eq(&self, other: &Self) -> bool {
-        self.path == other.path && self.error.to_string() == other.error.to_string()
-    }
-}
-
-impl Eq for ManifestWriteError {}
 
 /// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
 /// grant has no problems and its answer could be rendered).
@@ -298,16 +269,14 @@ fn add_closures(
                 );
             }
             // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => granted.skipped.push(Skip {
-                path: root.display().to_string(),
-                why: format!("closure not shown: {e}; run explain as root to see it"),
-            }),
-            Err(e) => granted.problems.push(Problem {
-                rule: granted.rules.join(","),
-                what: e.to_string(),
-                fix: "check that the path is valid in this Nix store (`nix-store --verify-path`)"
-                    .to_string(),
-            }),
+            Err(e) if uncached => granted.skipped.push(Skip::new(
+                root.display().to_string(),
+                Skipped::ClosureNotShown(e),
+            )),
+            Err(e) => granted.problems.push(Problem::new(
+                granted.rules.join(","),
+                ProblemKind::Closure(e),
+            )),
         }
     }
     granted.exposures.len() > before
@@ -322,19 +291,12 @@ fn lease(
     config: &Config,
     mode: Mode,
 ) {
-    let problem = |what: String, fix: &str| Problem {
-        rule: granted.rules.join(","),
-        what,
-        fix: fix.to_string(),
-    };
+    let problem = |kind: ProblemKind| Problem::new(granted.rules.join(","), kind);
     let leases = Leases::new(&config.runtime_dir);
     let (picked, guard) = match (mode, &req.chroot) {
         (Mode::Hook, Some(chroot)) => {
             let Some(holder) = Holder::parent() else {
-                let p = problem(
-                    "cannot read /proc/<parent>/stat to record who holds the GPU lease".into(),
-                    "run the hook as Nix's pre-build-hook with /proc mounted",
-                );
+                let p = problem(ProblemKind::NoLeaseHolder);
                 granted.problems.push(p);
                 return;
             };
@@ -349,10 +311,7 @@ fn lease(
             match leases.acquire_guarded(&lease_req, holder) {
                 Ok(guard) => (guard.slots().to_vec(), Some(guard)),
                 Err(e) => {
-                    let p = problem(
-                        format!("no GPU or MIG instance could be leased: {e}"),
-                        "see gpus_per_build in the README",
-                    );
+                    let p = problem(ProblemKind::Lease(e.to_string()));
                     granted.problems.push(p);
                     return;
                 }
@@ -361,13 +320,13 @@ fn lease(
         _ => match leases.preview(&demand.slots, demand.count) {
             Ok(p) => (p, None),
             Err(e) => {
-                granted.skipped.push(Skip {
-                    path: format!("{} GPU lease(s)", demand.count),
-                    why: format!(
-                        "none free now, a build would wait up to {} s: {e}",
-                        config.lease_wait_seconds
-                    ),
-                });
+                granted.skipped.push(Skip::new(
+                    format!("{} GPU lease(s)", demand.count),
+                    Skipped::NoneFree {
+                        wait_seconds: config.lease_wait_seconds,
+                        error: e.to_string(),
+                    },
+                ));
                 (demand.slots[..demand.count].to_vec(), None)
             }
         },
@@ -398,10 +357,10 @@ fn pci_layout(granted: &mut Granted, config: &Config) -> sysfs::PciLayout {
         match found {
             Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
             Ok(_) => {}
-            Err(e) => granted.skipped.push(Skip {
-                path: "/sys/devices/pci*".to_string(),
-                why: format!("a GPU's PCI device is not given: {e}"),
-            }),
+            Err(e) => granted.skipped.push(Skip::new(
+                "/sys/devices/pci*",
+                Skipped::PciDevice(e.to_string()),
+            )),
         }
     }
     sysfs::PciLayout::new(&gpus, &config.host_root)
@@ -446,12 +405,9 @@ fn sysfs_tree(
                 }));
             granted.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
         }
-        Err(e) => granted.problems.push(Problem {
-            rule: granted.rules.join(","),
-            what: format!("cannot give the build its read-only /sys: {e}"),
-            fix: "run the hook as root on a host with /sys mounted (see sysfs in \
-                  docs/configuration.md)"
-                .to_string(),
-        }),
+        Err(e) => granted.problems.push(Problem::new(
+            granted.rules.join(","),
+            ProblemKind::Sysfs(e.to_string()),
+        )),
     }
 }

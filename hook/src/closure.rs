@@ -19,7 +19,6 @@
 use crate::statedir::StateDir;
 use crate::symlinks::Node;
 use cuda_sandbox_elfkit::RequisitesError;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 const HEADER: &str = "cuda-sandbox closure v2";
@@ -38,26 +37,14 @@ pub struct Closure {
 }
 
 /// Why a closure could not be had.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot compute the closure of {}: {message}", .store_path.display())]
 pub struct ClosureError {
     /// The store path whose closure was wanted.
     pub store_path: PathBuf,
     /// What went wrong, in one line.
     pub message: String,
 }
-
-impl fmt::Display for ClosureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot compute the closure of {}: {}",
-            self.store_path.display(),
-            self.message
-        )
-    }
-}
-
-impl std::error::Error for ClosureError {}
 
 /// Computes and caches closures.
 #[derive(Debug, Clone)]

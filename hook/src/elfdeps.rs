@@ -14,6 +14,7 @@
 //! kernel and `ld.so` read: a crafted file's section headers can say anything).
 
 use cuda_sandbox_elfkit::ldso::{self, Environment, Fs, Loader, Opened, Process, RealFs, Start};
+use cuda_sandbox_elfkit::ElfError;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::io;
@@ -89,32 +90,27 @@ impl Sources {
 }
 
 /// Why a file a program names is not bound.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Refusal {
     /// Not a regular file (a FIFO, a device, a directory, a socket): never opened.
+    #[error("it is {0}, not a regular file")]
     NotRegular(&'static str),
     /// Outside the store and the loader's directories (the path, or where its links lead).
+    #[error(
+        "it is outside the store and the loader's directories (give it with --bind if the \
+         command may see it)"
+    )]
     Untrusted,
     /// Not readable by everyone on the host: binding it would show the command what its user
     /// could not read.
+    #[error("not everyone on the host may read it")]
     Private,
-    /// Not an ELF file, or one that cannot be read.
-    NotElf(String),
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::NotRegular(kind) => write!(f, "it is {kind}, not a regular file"),
-            Refusal::Untrusted => write!(
-                f,
-                "it is outside the store and the loader's directories (give it with --bind if \
-                 the command may see it)"
-            ),
-            Refusal::Private => write!(f, "not everyone on the host may read it"),
-            Refusal::NotElf(why) => write!(f, "{why}"),
-        }
-    }
+    /// Not an ELF file.
+    #[error("not an ELF file")]
+    NotElf,
+    /// An ELF file that cannot be read as the loader reads it.
+    #[error(transparent)]
+    UnreadableElf(ElfError),
 }
 
 /// A file a program named that was not bound.
@@ -201,8 +197,8 @@ impl Fs for PolicyFs<'_> {
         let opened = ldso::read_opened(&file, &outside)?;
         match &opened.dynamic {
             Ok(Some(_)) => Ok(opened),
-            Ok(None) => Err(self.refuse(path, Refusal::NotElf("not an ELF file".into()))),
-            Err(e) => Err(self.refuse(path, Refusal::NotElf(e.clone()))),
+            Ok(None) => Err(self.refuse(path, Refusal::NotElf)),
+            Err(e) => Err(self.refuse(path, Refusal::UnreadableElf(*e))),
         }
     }
 
@@ -439,10 +435,13 @@ mod tests {
         assert!(fs.open(&so).is_err());
         assert!(fs.open(Path::new("/dev/zero")).is_err());
         let refused: Vec<Refusal> = fs.refused().into_iter().map(|(_, w)| w).collect();
-        assert!(matches!(refused[0], Refusal::NotElf(_)), "{refused:?}");
         assert_eq!(
-            refused[1..],
-            [Refusal::Private, Refusal::NotRegular("a device")]
+            refused,
+            [
+                Refusal::NotElf,
+                Refusal::Private,
+                Refusal::NotRegular("a device")
+            ]
         );
         // The root has no loader cache: only what is bound can be read.
         assert!(fs.read(Path::new("/etc/ld.so.cache"), 1 << 20).is_err());

@@ -99,7 +99,7 @@ pub fn explain(
                 Some(first) => format!(
                     "FAILS: the hook would refuse this build ({} problem(s), first: {})",
                     plan.problems.len(),
-                    first.what
+                    first.what()
                 ),
                 None => format!("FAILS: {e}"),
             };
@@ -143,8 +143,8 @@ pub fn render_text(e: &Explanation) -> String {
         s.blank();
         s.line("problems:".to_string());
         for p in &e.plan.problems {
-            s.line(format!("  {} (rule {})", p.what, p.rule));
-            s.line(format!("    fix: {}", p.fix));
+            s.line(format!("  {} (rule {})", p.what(), p.rule));
+            s.line(format!("    fix: {}", p.fix()));
         }
     }
     if let Some(check) = &e.build_users {

@@ -17,19 +17,24 @@ use crate::act::{self, Granted};
 use crate::config::Config;
 use crate::plan::{decide, Problem};
 use crate::protocol;
-use crate::request::{Request, Verdict};
+use crate::request::{Request, RequestFailure, Verdict};
 use crate::scan::scan;
 
 /// Who runs the pipeline: act's [`act::Mode`].
 pub(crate) use crate::act::Mode;
 
 /// Why a tagged build must not start. Renders as one line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum HookFailure {
     /// The request itself fails (a broken configuration for a GPU feature, an unreadable
-    /// derivation that may be tagged, `missing_drv = "fail"`…): the resolver's message.
-    Refused(String),
+    /// derivation that may be tagged, `missing_drv = "fail"`…).
+    #[error(transparent)]
+    Refused(RequestFailure),
     /// The plan cannot give the build a working GPU.
+    #[error(
+        "{derivation} requires feature '{feature}' (rule '{rule}') but {}",
+        Joined(.problems)
+    )]
     Problems {
         /// The derivation.
         derivation: String,
@@ -41,13 +46,15 @@ pub enum HookFailure {
         problems: Vec<Problem>,
     },
     /// Nix's protocol cannot express an exposure.
+    #[error("{derivation}: {why}")]
     Unexpressible {
         /// The derivation.
         derivation: String,
         /// What cannot be expressed.
-        why: String,
+        why: protocol::Unexpressible,
     },
     /// The manifest could not be written.
+    #[error("{derivation}: {error}")]
     Manifest {
         /// The derivation.
         derivation: String,
@@ -56,35 +63,20 @@ pub enum HookFailure {
     },
 }
 
-impl std::fmt::Display for HookFailure {
+/// Problems, each with its fix, joined by `; `.
+struct Joined<'a>(&'a [Problem]);
+
+impl std::fmt::Display for Joined<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HookFailure::Refused(m) => f.write_str(m),
-            HookFailure::Problems {
-                derivation,
-                feature,
-                rule,
-                problems,
-            } => {
-                write!(
-                    f,
-                    "{derivation} requires feature '{feature}' (rule '{rule}') but "
-                )?;
-                for (i, p) in problems.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("; ")?;
-                    }
-                    write!(f, "{p}")?;
-                }
-                Ok(())
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
             }
-            HookFailure::Unexpressible { derivation, why } => write!(f, "{derivation}: {why}"),
-            HookFailure::Manifest { derivation, error } => write!(f, "{derivation}: {error}"),
+            write!(f, "{p}")?;
         }
+        Ok(())
     }
 }
-
-impl std::error::Error for HookFailure {}
 
 /// What the pipeline produced for a request.
 #[derive(Debug)]
@@ -103,7 +95,7 @@ pub(crate) struct Outcome {
 /// committed).
 pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
     let config = match (&req.verdict, req.tagged()) {
-        (Verdict::Fail(m), _) => return refused(HookFailure::Refused(m.clone())),
+        (Verdict::Fail(why), _) => return refused(HookFailure::Refused(why.clone())),
         (Verdict::Tagged, Some(c)) => c,
         _ => {
             return Outcome {
@@ -144,7 +136,7 @@ fn answer(
     }
     let bytes = protocol::render(&granted.exposures).map_err(|e| HookFailure::Unexpressible {
         derivation: derivation.clone(),
-        why: e.to_string(),
+        why: e,
     })?;
     if mode.writes_manifest() {
         act::write_manifest(granted, config)

@@ -9,24 +9,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// A path the protocol cannot express.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Unexpressible {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "path {path:?} holds a newline or '=', which Nix's pre-build-hook protocol cannot express; \
+     rename it or leave it out of the config"
+)]
+pub struct Unexpressible {
     /// The offending path.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
-
-impl std::fmt::Display for Unexpressible {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "path {:?} holds a newline or '=', which Nix's pre-build-hook protocol cannot express; \
-             rename it or leave it out of the config",
-            self.path
-        )
-    }
-}
-
-impl std::error::Error for Unexpressible {}
 
 /// Renders `exposures` as the hook's stdout.
 pub(crate) fn render(exposures: &[Exposure]) -> Result<Vec<u8>, Unexpressible> {

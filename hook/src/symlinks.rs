@@ -5,7 +5,6 @@
 //! path the plan exposes the link *and* each hop of its chain, each at the place the copied link
 //! would resolve to inside the sandbox.
 
-use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 /// The most hops followed before a chain counts as a loop (the kernel's limit is 40).
@@ -134,11 +133,13 @@ pub(crate) struct Chain {
 }
 
 /// Why a chain could not be followed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ChainError {
     /// The starting path does not exist.
+    #[error("{} does not exist", .0.display())]
     Missing(PathBuf),
     /// A link points at something that does not exist.
+    #[error("symlink {} points to {}, which does not exist", .link.display(), .target.display())]
     Dangling {
         /// The link.
         link: PathBuf,
@@ -146,46 +147,30 @@ pub(crate) enum ChainError {
         target: PathBuf,
     },
     /// More than [`MAX_HOPS`] hops, or a path seen twice.
+    #[error("symlink loop at {}", .0.display())]
     Loop(PathBuf),
     /// Any other I/O error.
+    #[error("cannot inspect {path}: {1}", path = .0.display())]
     Io(PathBuf, String),
     /// The path was not looked at by the scan whose record is being followed.
+    #[error(
+        "{} was not looked at by the scan (a bug in cuda-sandbox: please report it)",
+        .0.display()
+    )]
     Unscanned(PathBuf),
     /// A link leads outside the roots symlinks may be followed into.
+    #[error(
+        "symlink {} leads to {}, outside the roots symlinks may be followed into (add its root \
+         to symlink_roots in the config to allow it)",
+        .link.display(),
+        .target.display()
+    )]
     Escapes {
         /// The link (inside path).
         link: PathBuf,
         /// Where it leads (inside path).
         target: PathBuf,
     },
-}
-
-impl fmt::Display for ChainError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ChainError::Missing(p) => write!(f, "{} does not exist", p.display()),
-            ChainError::Dangling { link, target } => write!(
-                f,
-                "symlink {} points to {}, which does not exist",
-                link.display(),
-                target.display()
-            ),
-            ChainError::Loop(p) => write!(f, "symlink loop at {}", p.display()),
-            ChainError::Io(p, e) => write!(f, "cannot inspect {}: {e}", p.display()),
-            ChainError::Unscanned(p) => write!(
-                f,
-                "{} was not looked at by the scan (a bug in cuda-sandbox: please report it)",
-                p.display()
-            ),
-            ChainError::Escapes { link, target } => write!(
-                f,
-                "symlink {} leads to {}, outside the roots symlinks may be followed into \
-                 (add its root to symlink_roots in the config to allow it)",
-                link.display(),
-                target.display()
-            ),
-        }
-    }
 }
 
 /// Follows the chain starting at (`inside`, `outside`) in `space`, looking entries up in

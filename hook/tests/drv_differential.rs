@@ -44,7 +44,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use cuda_sandbox_hook::drv::{Derivation, DrvEnv, DrvError, JsonDerivation, RequiredFeatures};
+use cuda_sandbox_hook::drv::{
+    DecidingKey, Derivation, DrvEnv, DrvError, JsonDerivation, RequiredFeatures,
+};
 use cuda_sandbox_testkit::{DerivationJson, NixVersion};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -1943,16 +1945,19 @@ fn last_of_each(d: &Derivation<'_>) -> BTreeMap<Bytes, Bytes> {
 }
 
 /// Asserts that `result` (a reading of the features) is the hook refusing `key`.
-fn assert_refuses<T: fmt::Debug, E: fmt::Display>(result: Result<T, E>, key: &str, what: &str) {
+fn assert_refuses<T: fmt::Debug>(result: Result<T, DrvError>, key: &str, what: &str) {
+    let want = match key {
+        "requiredSystemFeatures" => DecidingKey::Features,
+        "__json" => DecidingKey::StructuredAttrs,
+        "cudaSandboxGpus" => DecidingKey::Gpus,
+        other => panic!("{what}: {other} is not a key the hook decides on"),
+    };
     match result {
         Ok(v) => panic!("{what}: read {v:?}; it repeats {key}, which must be refused"),
-        Err(e) => {
-            let e = e.to_string();
-            assert!(
-                e.contains(&format!("\"{key}\"")) && e.contains("more than once"),
-                "{what}: {e}"
-            );
-        }
+        Err(e) => assert!(
+            matches!(e, DrvError::Repeated { key, .. } if key == want),
+            "{what}: {e}"
+        ),
     }
 }
 

@@ -153,8 +153,8 @@ fn repeated_keys_are_refused_in_linear_time() {
         match name {
             "other env key" => assert!(result.unwrap().features.features.is_empty()),
             _ => assert!(
-                result.unwrap_err().to_string().contains("more than once"),
-                "{name}"
+                matches!(result, Err(DrvError::Repeated { .. })),
+                "{name}: {result:?}"
             ),
         }
     }
@@ -188,8 +188,8 @@ fn repeated_keys_are_refused_in_linear_time() {
         match name {
             ".drv path" => assert_eq!(result.unwrap().features.lossy(), ["cuda"]),
             _ => assert!(
-                result.unwrap_err().to_string().contains("more than once"),
-                "{name}"
+                matches!(result, Err(DrvError::Repeated { .. })),
+                "{name}: {result:?}"
             ),
         }
     }
@@ -285,20 +285,29 @@ const DRV: &[u8] = br#"Derive([("out","/nix/store/x","","")],[],[],"x86_64-linux
 fn drv_aterm_fd_refuses_the_hooks_own_descriptors_and_devices() {
     for fd in ["0", "1", "2"] {
         let e = read_aterm_fd(fd, &ATERM_FD_LIMITS).unwrap_err();
-        assert!(matches!(e, AtermFdError::StandardStream(_)), "{fd}: {e}");
-        assert!(e.to_string().contains("the hook's own"), "{fd}: {e}");
+        assert!(
+            matches!(e, AtermFdError::StandardStream(n) if n.to_string() == fd),
+            "{fd}: {e}"
+        );
     }
     // /dev/zero never ends; a terminal would block: neither is opened, let alone read.
     let zero = std::fs::File::open("/dev/zero").unwrap();
     let e = read_aterm_fd(&zero.as_raw_fd().to_string(), &ATERM_FD_LIMITS).unwrap_err();
-    assert!(matches!(e, AtermFdError::WrongKind(_)), "{e}");
-    assert!(e.to_string().contains("character device"), "{e}");
+    assert!(
+        matches!(e, AtermFdError::WrongKind(k) if k.starts_with("a character device")),
+        "{e}"
+    );
     let dir = std::fs::File::open("/").unwrap();
     let e = read_aterm_fd(&dir.as_raw_fd().to_string(), &ATERM_FD_LIMITS).unwrap_err();
-    assert!(matches!(e, AtermFdError::WrongKind(_)), "{e}");
-    assert!(e.to_string().contains("directory"), "{e}");
+    assert!(matches!(e, AtermFdError::WrongKind("a directory")), "{e}");
     for bad in ["", "x", "-3", "99999999999"] {
-        assert!(read_aterm_fd(bad, &ATERM_FD_LIMITS).is_err(), "{bad:?}");
+        assert!(
+            matches!(
+                read_aterm_fd(bad, &ATERM_FD_LIMITS),
+                Err(AtermFdError::NotANumber)
+            ),
+            "{bad:?}"
+        );
     }
 }
 

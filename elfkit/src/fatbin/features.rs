@@ -15,7 +15,7 @@
 use std::fmt;
 
 use super::gpus::{self, Architecture};
-use super::{Arch, Capability, Variant};
+use super::{Arch, Capability, ValueError, Variant};
 
 /// The feature every GPU build of this project is tagged with, advertised beside the
 /// `cuda-sm-*` ones.
@@ -28,13 +28,13 @@ pub enum GpuCapabilityError {
     #[error("{0} is a feature set rather than a GPU: give its GPU's capability, {1}")]
     FeatureSet(String, Capability),
     /// Not a compute capability at all.
-    #[error("{0}")]
-    Malformed(String),
+    #[error(transparent)]
+    Malformed(#[from] ValueError),
 }
 
 /// Parses a GPU's compute capability (`8.9`, `89`, `sm_89`); `9.0a` and `sm_100f` are refused.
 pub fn parse_gpu(text: &str) -> Result<Capability, GpuCapabilityError> {
-    let arch = Arch::parse(text).map_err(GpuCapabilityError::Malformed)?;
+    let arch = Arch::parse(text)?;
     match arch.variant {
         Variant::Plain => Ok(arch.capability),
         _ => Err(GpuCapabilityError::FeatureSet(
@@ -385,10 +385,12 @@ mod tests {
             parse_gpu("10.0f"),
             Err(GpuCapabilityError::FeatureSet(..))
         ));
-        assert!(matches!(
+        assert_eq!(
             parse_gpu("nine"),
-            Err(GpuCapabilityError::Malformed(_))
-        ));
+            Err(GpuCapabilityError::Malformed(ValueError::Arch(
+                "nine".into()
+            )))
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 use std::sync::OnceLock;
 
+use super::table::{self, TableError, TableFault};
 use super::CudaEncoded;
 use super::{Capability, Variant};
 
@@ -78,49 +79,32 @@ pub struct Table {
     pub rows: Vec<Architecture>,
 }
 
-/// `12.8` → 12080.
-fn cuda(text: &str) -> Result<CudaEncoded, String> {
-    let (major, minor) = text
-        .split_once('.')
-        .ok_or_else(|| format!("{text:?} is not a CUDA release X.Y"))?;
-    let major: i32 = major.parse().map_err(|_| format!("bad release {text:?}"))?;
-    let minor: i32 = minor.parse().map_err(|_| format!("bad release {text:?}"))?;
-    if !(0..10).contains(&minor) {
-        return Err(format!("bad release {text:?}"));
-    }
-    Ok(major * 1000 + minor * 10)
-}
-
-fn optional(text: &str) -> Result<Option<CudaEncoded>, String> {
+fn optional(text: &str) -> Result<Option<CudaEncoded>, TableFault> {
     if text == "-" {
         Ok(None)
     } else {
-        cuda(text).map(Some)
+        table::release(text).map(Some)
     }
 }
 
-fn until(text: &str) -> Result<Option<Until>, String> {
+fn until(text: &str) -> Result<Option<Until>, TableFault> {
     if text == "-" {
         return Ok(None);
     }
     let words: Vec<&str> = text.split_whitespace().collect();
-    let then = match words[1..] {
-        ["dropped"] => Retired::Dropped,
-        ["renamed", to] => Retired::RenamedTo(Capability::parse(to)?),
-        _ => {
-            return Err(format!(
-                "bad until {text:?}: write X.Y dropped or X.Y renamed A.B"
-            ))
-        }
+    let (then, release) = match words[..] {
+        [release, "dropped"] => (Retired::Dropped, release),
+        [release, "renamed", to] => (Retired::RenamedTo(Capability::parse(to)?), release),
+        _ => return Err(TableFault::Until(text.to_owned())),
     };
     Ok(Some(Until {
-        cuda: cuda(words[0])?,
+        cuda: table::release(release)?,
         then,
     }))
 }
 
 /// `sm a f` → the variants, in that order; `-` → none.
-fn nixpkgs_forms(text: &str) -> Result<Vec<Variant>, String> {
+fn nixpkgs_forms(text: &str) -> Result<Vec<Variant>, TableFault> {
     if text == "-" {
         return Ok(Vec::new());
     }
@@ -130,12 +114,10 @@ fn nixpkgs_forms(text: &str) -> Result<Vec<Variant>, String> {
             "sm" => Variant::Plain,
             "a" => Variant::ArchSpecific,
             "f" => Variant::Family,
-            other => return Err(format!("nixpkgs form {other:?}: write sm, a, f or -")),
+            other => return Err(TableFault::Form(other.to_owned())),
         };
         if forms.last().is_some_and(|last| *last >= form) {
-            return Err(format!(
-                "nixpkgs forms {text:?}: write them once, as sm a f"
-            ));
+            return Err(TableFault::FormOrder(text.to_owned()));
         }
         forms.push(form);
     }
@@ -143,8 +125,8 @@ fn nixpkgs_forms(text: &str) -> Result<Vec<Variant>, String> {
 }
 
 /// `nixpkgs: owner/name <40 hex digits>`.
-fn pin(text: &'static str) -> Result<NixpkgsPin, String> {
-    let bad = || format!("bad nixpkgs line {text:?}: write nixpkgs: owner/name COMMIT");
+fn pin(text: &'static str) -> Result<NixpkgsPin, TableFault> {
+    let bad = || TableFault::Pin(text.to_owned());
     let (repository, commit) = text.trim().split_once(' ').ok_or_else(bad)?;
     let hex = commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit());
     if !repository.contains('/') || !hex {
@@ -154,35 +136,39 @@ fn pin(text: &'static str) -> Result<NixpkgsPin, String> {
 }
 
 /// Parses a table written as [`TABLE`] is.
-pub fn parse(table: &'static str) -> Result<Table, String> {
+pub fn parse(text: &'static str) -> Result<Table, TableError> {
     let mut rows: Vec<Architecture> = Vec::new();
     let mut nixpkgs = None;
-    for (n, line) in table.lines().enumerate() {
+    for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let at = |why: String| format!("gpus.txt line {}: {why}", n + 1);
+        let at = |fault: TableFault| TableError::Line {
+            table: "gpus.txt",
+            line: n + 1,
+            fault,
+        };
         if let Some(rest) = line.strip_prefix("nixpkgs:") {
             if nixpkgs.is_some() {
-                return Err(at("a second nixpkgs line".into()));
+                return Err(at(TableFault::SecondPin));
             }
             nixpkgs = Some(pin(rest).map_err(at)?);
             continue;
         }
         let fields: Vec<&'static str> = line.split(" | ").map(str::trim).collect();
         let [capability, name, jetson, first, a, f, last, forms, source] = fields[..] else {
-            return Err(at(format!("{} fields, not 9", fields.len())));
+            return Err(at(TableFault::Fields(fields.len())));
         };
         let row = Architecture {
-            capability: Capability::parse(capability).map_err(at)?,
+            capability: Capability::parse(capability).map_err(|e| at(e.into()))?,
             name,
             jetson: match jetson {
                 "yes" => true,
                 "no" => false,
-                other => return Err(at(format!("jetson {other:?}: yes or no"))),
+                other => return Err(at(TableFault::Jetson(other.into()))),
             },
-            first: cuda(first).map_err(at)?,
+            first: table::release(first).map_err(at)?,
             arch_specific: optional(a).map_err(at)?,
             family: optional(f).map_err(at)?,
             until: until(last).map_err(at)?,
@@ -193,12 +179,10 @@ pub fn parse(table: &'static str) -> Result<Table, String> {
             row_has(&row.nixpkgs, variant) && since.is_none()
         };
         if lacks(Variant::ArchSpecific, row.arch_specific) || lacks(Variant::Family, row.family) {
-            return Err(at(
-                "nixpkgs names a variant the a or f column does not have".into(),
-            ));
+            return Err(at(TableFault::FormWithoutVariant));
         }
         if rows.last().is_some_and(|r| r.capability >= row.capability) {
-            return Err(at("rows must be in increasing capability".into()));
+            return Err(at(TableFault::RowOrder));
         }
         rows.push(row);
     }
@@ -306,22 +290,73 @@ mod tests {
 
     #[test]
     fn bad_rows_are_refused_with_their_line() {
-        for bad in [
-            "9.0 | Hopper | no | 11.8 | - | -",
-            "9.0 | Hopper | no | 11.8 | - | - | - | x",
-            "9.0 | Hopper | maybe | 11.8 | - | - | - | - | x",
-            "9.0 | Hopper | no | 11 | - | - | - | - | x",
-            "9.0 | Hopper | no | 11.8 | - | - | 13.0 gone | - | x",
-            "9.0 | Hopper | no | 11.8 | - | - | - | - | x\n8.9 | Ada | no | 11.8 | - | - | - | - | x",
-            "9.0 | Hopper | no | 11.8 | 12.0 | - | - | sm f | x",
-            "9.0 | Hopper | no | 11.8 | 12.0 | - | - | a sm | x",
-            "9.0 | Hopper | no | 11.8 | 12.0 | - | - | sm b | x",
-            "nixpkgs: NixOS/nixpkgs 1234",
-            "nixpkgs: nixpkgs 1da571d99afc691f51e18caaf287375116e315d1",
+        use crate::fatbin::ValueError;
+        let line = |line: usize, fault: TableFault| TableError::Line {
+            table: "gpus.txt",
+            line,
+            fault,
+        };
+        let pin = "nixpkgs: NixOS/nixpkgs 1da571d99afc691f51e18caaf287375116e315d1";
+        for (bad, want) in [
+            ("9.0 | Hopper | no | 11.8 | - | -".to_owned(), line(1, TableFault::Fields(6))),
+            ("9.0 | Hopper | no | 11.8 | - | - | - | x".into(), line(1, TableFault::Fields(8))),
+            (
+                "nine | Hopper | no | 11.8 | - | - | - | - | x".into(),
+                line(1, ValueError::Capability("nine".into()).into()),
+            ),
+            (
+                "9.0 | Hopper | maybe | 11.8 | - | - | - | - | x".into(),
+                line(1, TableFault::Jetson("maybe".into())),
+            ),
+            (
+                "9.0 | Hopper | no | 11 | - | - | - | - | x".into(),
+                line(1, TableFault::Release("11".into())),
+            ),
+            (
+                "9.0 | Hopper | no | 11.8 | - | - | 13.0 gone | - | x".into(),
+                line(1, TableFault::Until("13.0 gone".into())),
+            ),
+            (
+                "9.0 | Hopper | no | 11.8 | - | - | 13.0 | - | x".into(),
+                line(1, TableFault::Until("13.0".into())),
+            ),
+            (
+                "9.0 | Hopper | no | 11.8 | - | - | - | - | x\n8.9 | Ada | no | 11.8 | - | - | - | - | x"
+                    .into(),
+                line(2, TableFault::RowOrder),
+            ),
+            (
+                "9.0 | Hopper | no | 11.8 | 12.0 | - | - | sm f | x".into(),
+                line(1, TableFault::FormWithoutVariant),
+            ),
+            (
+                "9.0 | Hopper | no | 11.8 | 12.0 | - | - | a sm | x".into(),
+                line(1, TableFault::FormOrder("a sm".into())),
+            ),
+            (
+                "9.0 | Hopper | no | 11.8 | 12.0 | - | - | sm b | x".into(),
+                line(1, TableFault::Form("b".into())),
+            ),
+            (
+                "nixpkgs: NixOS/nixpkgs 1234".into(),
+                line(1, TableFault::Pin(" NixOS/nixpkgs 1234".into())),
+            ),
+            (
+                "nixpkgs: nixpkgs 1da571d99afc691f51e18caaf287375116e315d1".into(),
+                line(
+                    1,
+                    TableFault::Pin(" nixpkgs 1da571d99afc691f51e18caaf287375116e315d1".into()),
+                ),
+            ),
+            (format!("{pin}\n{pin}"), line(2, TableFault::SecondPin)),
         ] {
-            let err = parse(bad).unwrap_err();
-            assert!(err.starts_with("gpus.txt line"), "{err}");
+            let bad: &'static str = Box::leak(bad.into_boxed_str());
+            assert_eq!(parse(bad), Err(want), "{bad}");
         }
+        assert_eq!(
+            line(4, TableFault::Jetson("maybe".into())).to_string(),
+            r#"gpus.txt line 4: jetson "maybe": yes or no"#
+        );
     }
 
     /// Measured with ptxas from PyPI (gpus.txt's header): sm_100 and sm_120 first in 12.8,

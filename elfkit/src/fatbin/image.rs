@@ -135,19 +135,31 @@ const SHT_NOBITS: u32 = 8;
 const SYM_SIZE: usize = 24;
 const ST_OTHER: usize = 5;
 
+/// Why bytes are not a cubin [`cubin_facts`] can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CubinError {
+    /// No little-endian ELF64 header.
+    #[error("not a cubin: no little-endian ELF64 header")]
+    NotElf64,
+    /// An ELF file for another machine.
+    #[error("not a cubin: e_machine {0}, not EM_CUDA ({em_cuda})", em_cuda = EM_CUDA)]
+    Machine(u16),
+    /// The section table runs past the bytes.
+    #[error("not a cubin: its section table runs past its end")]
+    SectionTable,
+}
+
 /// What the cubin `bytes` holds; an error when it is not a cubin this reader can parse: its
 /// ELF header, section table and symbol table are read, each bounded by the bytes there.
-pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, String> {
+pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
     if !bytes.starts_with(b"\x7fELF\x02\x01") {
-        return Err("not a cubin: no little-endian ELF64 header".into());
+        return Err(CubinError::NotElf64);
     }
     let machine = u16_at(bytes, 0x12).unwrap_or(0);
     if machine != EM_CUDA {
-        return Err(format!(
-            "not a cubin: e_machine {machine}, not EM_CUDA (190)"
-        ));
+        return Err(CubinError::Machine(machine));
     }
-    let table = sections(bytes).ok_or("not a cubin: its section table runs past its end")?;
+    let table = sections(bytes).ok_or(CubinError::SectionTable)?;
     let strings = usize::from(u16_at(bytes, 0x3e).unwrap_or(0));
     let names = table
         .get(strings)
@@ -327,7 +339,23 @@ mod tests {
 
     #[test]
     fn bytes_that_are_not_a_cubin_are_an_error() {
-        assert!(cubin_facts(b"").is_err());
-        assert!(cubin_facts(b"\x7fELF not really").is_err());
+        assert_eq!(cubin_facts(b""), Err(CubinError::NotElf64));
+        assert_eq!(
+            cubin_facts(b"\x7fELF not really"),
+            Err(CubinError::NotElf64)
+        );
+        let mut x86 = b"\x7fELF\x02\x01".to_vec();
+        x86.resize(64, 0);
+        x86[0x12] = 62;
+        assert_eq!(cubin_facts(&x86), Err(CubinError::Machine(62)));
+        assert_eq!(
+            CubinError::Machine(62).to_string(),
+            "not a cubin: e_machine 62, not EM_CUDA (190)"
+        );
+        x86[0x12] = 190;
+        x86[0x28] = 0xff; // e_shoff past the end
+        x86[0x3a] = 64;
+        x86[0x3c] = 1;
+        assert_eq!(cubin_facts(&x86), Err(CubinError::SectionTable));
     }
 }

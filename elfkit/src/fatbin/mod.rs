@@ -27,6 +27,7 @@ pub mod parse;
 pub mod payload;
 pub mod releases;
 pub mod rules;
+pub mod table;
 pub mod verdict;
 
 use name::ShortName;
@@ -113,6 +114,21 @@ impl Variant {
     }
 }
 
+/// Why a compute capability, an architecture or a driver version written as text was refused;
+/// each holds the text and renders as one line saying how to write it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// Not a compute capability ([`Capability::parse`]).
+    #[error("bad compute capability {0:?}: write 9.0, 90 or sm_90")]
+    Capability(String),
+    /// Not an architecture ([`Arch::parse`]).
+    #[error("bad architecture {0:?}: write sm_90, sm_90a or 9.0")]
+    Arch(String),
+    /// Not a driver version ([`rules::DriverVersion::parse`]).
+    #[error("bad driver version {0:?}: write 550.54.14")]
+    DriverVersion(String),
+}
+
 /// A compute capability, as `major.minor` (9.0) or the `sm_90` number (90).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Capability {
@@ -137,8 +153,8 @@ impl Capability {
     }
 
     /// Parses `9.0`, `90`, `sm_90` or `compute_90` (no variant suffix).
-    pub fn parse(text: &str) -> Result<Capability, String> {
-        let bad = || format!("bad compute capability {text:?}: write 9.0, 90 or sm_90");
+    pub fn parse(text: &str) -> Result<Capability, ValueError> {
+        let bad = || ValueError::Capability(text.to_owned());
         let t = text.trim();
         if let Some((major, minor)) = t.split_once('.') {
             let major = major.parse().map_err(|_| bad())?;
@@ -203,7 +219,7 @@ impl Arch {
     }
 
     /// Parses `sm_90a`, `compute_100f`, `90`, `9.0`.
-    pub fn parse(text: &str) -> Result<Arch, String> {
+    pub fn parse(text: &str) -> Result<Arch, ValueError> {
         let t = text.trim();
         let (body, variant) = match t.as_bytes().last() {
             Some(b'a') => (&t[..t.len() - 1], Variant::ArchSpecific),
@@ -211,8 +227,7 @@ impl Arch {
             _ => (t, Variant::Plain),
         };
         Ok(Arch {
-            capability: Capability::parse(body)
-                .map_err(|_| format!("bad architecture {text:?}: write sm_90, sm_90a or 9.0"))?,
+            capability: Capability::parse(body).map_err(|_| ValueError::Arch(text.to_owned()))?,
             variant,
         })
     }
@@ -441,9 +456,10 @@ pub struct Container {
 }
 
 /// Why a file's GPU code could not be read: one line, naming the offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FatbinError {
     /// A header runs past the end of its container, section or file.
+    #[error("fat binary truncated: {what} at byte {at} runs past its end")]
     Truncated {
         /// What was being read.
         what: &'static str,
@@ -451,6 +467,7 @@ pub enum FatbinError {
         at: u64,
     },
     /// A field holds a value no container can have.
+    #[error("malformed fat binary at byte {at}: {what}")]
     Malformed {
         /// What is wrong.
         what: String,
@@ -458,30 +475,12 @@ pub enum FatbinError {
         at: u64,
     },
     /// The file's ELF or archive structure could not be read.
+    #[error("cannot read the file's structure: {0}")]
     Container(String),
     /// The file could not be opened or mapped.
+    #[error("{0}")]
     Io(String),
 }
-
-impl fmt::Display for FatbinError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FatbinError::Truncated { what, at } => {
-                write!(
-                    f,
-                    "fat binary truncated: {what} at byte {at} runs past its end"
-                )
-            }
-            FatbinError::Malformed { what, at } => {
-                write!(f, "malformed fat binary at byte {at}: {what}")
-            }
-            FatbinError::Container(why) => write!(f, "cannot read the file's structure: {why}"),
-            FatbinError::Io(why) => f.write_str(why),
-        }
-    }
-}
-
-impl std::error::Error for FatbinError {}
 
 impl FatbinError {
     /// The file offset the error is at (0 for errors of the file's structure).
@@ -511,5 +510,37 @@ impl GpuCode {
         self.containers
             .iter()
             .filter(|c| !matches!(c.origin, Origin::Scan(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_and_architectures_parse_or_say_how_to_write_them() {
+        assert_eq!(Capability::parse("sm_90"), Ok(Capability::from_sm(90)));
+        assert_eq!(Capability::parse(" 12.1 "), Ok(Capability::from_sm(121)));
+        for bad in ["9.10", "nine", "5", "sm_90a", ""] {
+            assert_eq!(
+                Capability::parse(bad),
+                Err(ValueError::Capability(bad.into()))
+            );
+        }
+        assert_eq!(
+            Arch::parse("compute_100f").map(Arch::sm_name),
+            Ok("sm_100f".into())
+        );
+        for bad in ["sm_9x", "a", "9.0b"] {
+            assert_eq!(Arch::parse(bad), Err(ValueError::Arch(bad.into())));
+        }
+        assert_eq!(
+            ValueError::Capability("nine".into()).to_string(),
+            r#"bad compute capability "nine": write 9.0, 90 or sm_90"#
+        );
+        assert_eq!(
+            ValueError::Arch("a".into()).to_string(),
+            r#"bad architecture "a": write sm_90, sm_90a or 9.0"#
+        );
     }
 }

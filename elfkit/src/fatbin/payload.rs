@@ -22,30 +22,74 @@ use super::{Compression, Entry};
 pub const MAX_UNPACKED: u64 = 1 << 30;
 
 /// Why a payload could not be read, in one line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the payload of the entry at byte {at}: {fault}")]
 pub struct PayloadError {
     /// What is wrong.
-    pub what: String,
+    pub fault: PayloadFault,
     /// The entry header's offset in the file.
     pub at: u64,
 }
 
-impl fmt::Display for PayloadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the payload of the entry at byte {}: {}",
-            self.at, self.what
-        )
-    }
+/// What is wrong with an entry's payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadFault {
+    /// The stored bytes run past the end of the file.
+    #[error("runs past the end of the file")]
+    PastEnd,
+    /// The compressed size exceeds the stored bytes.
+    #[error("its compressed size {0} exceeds what is stored")]
+    CompressedSize(u32),
+    /// The unpacked size is over [`MAX_UNPACKED`].
+    #[error("it claims to unpack to {0} bytes, over the {max} this reader allows", max = MAX_UNPACKED)]
+    TooLarge(u64),
+    /// Both compression flags are set.
+    #[error("both compression flags are set, a layout NVIDIA's tools were not seen to write")]
+    BothFlags,
+    /// An LZ4 block too small for the size claimed.
+    #[error("an LZ4 block of {packed} bytes cannot unpack to the {unpacked} its header claims")]
+    Lz4Impossible {
+        /// The block's size.
+        packed: usize,
+        /// The size claimed.
+        unpacked: usize,
+    },
+    /// The LZ4 block does not decode (the decoder's one line).
+    #[error("its LZ4 block does not unpack: {0}")]
+    Lz4(String),
+    /// The LZ4 block decodes to another size.
+    #[error("its LZ4 block unpacks to {got} bytes, not the {unpacked} its header claims")]
+    Lz4Length {
+        /// The size it unpacked to.
+        got: usize,
+        /// The size claimed.
+        unpacked: usize,
+    },
+    /// The Zstandard frame does not decode (the decoder's one line).
+    #[error("its Zstandard frame does not unpack: {0}")]
+    Zstd(String),
+    /// The Zstandard frame decodes to another size.
+    #[error(
+        "its Zstandard frame unpacks to {}{got} bytes, not the {unpacked} its header claims",
+        if *.more { "more than " } else { "" }
+    )]
+    ZstdLength {
+        /// Whether it unpacked to more than claimed (reading stopped there).
+        more: bool,
+        /// The size it unpacked to, at most the size claimed.
+        got: usize,
+        /// The size claimed.
+        unpacked: usize,
+    },
+    /// A CUDA 13 part lies outside its outer entry's payload.
+    #[error("its part lies outside the unpacked payload")]
+    PartOutside,
 }
-
-impl std::error::Error for PayloadError {}
 
 /// The payload of `entry` in `data` (the whole file the entry was read from), unpacked.
 pub fn payload<'a>(data: &'a [u8], entry: &Entry) -> Result<Cow<'a, [u8]>, PayloadError> {
-    let bad = |what: String| PayloadError {
-        what,
+    let bad = |fault: PayloadFault| PayloadError {
+        fault,
         at: entry.offset,
     };
     let s = entry.stored;
@@ -53,37 +97,30 @@ pub fn payload<'a>(data: &'a [u8], entry: &Entry) -> Result<Cow<'a, [u8]>, Paylo
         .ok()
         .zip(usize::try_from(s.size).ok())
         .and_then(|(at, n)| data.get(at..at.checked_add(n)?))
-        .ok_or_else(|| bad("runs past the end of the file".into()))?;
-    let whole: Cow<'a, [u8]> =
-        match entry.compression {
-            Compression::None => Cow::Borrowed(stored),
-            Compression::Lz4 | Compression::Zstd => {
-                let packed = match s.compressed {
-                    0 => stored,
-                    n => stored.get(..n as usize).ok_or_else(|| {
-                        bad(format!("its compressed size {n} exceeds what is stored"))
-                    })?,
-                };
-                if s.unpacked > MAX_UNPACKED {
-                    return Err(bad(format!(
-                    "it claims to unpack to {} bytes, over the {MAX_UNPACKED} this reader allows",
-                    s.unpacked
-                )));
-                }
-                let unpacked = s.unpacked as usize;
-                let out = if entry.compression == Compression::Lz4 {
-                    lz4(packed, unpacked)
-                } else {
-                    zstd(packed, unpacked)
-                }
-                .map_err(bad)?;
-                Cow::Owned(out)
+        .ok_or_else(|| bad(PayloadFault::PastEnd))?;
+    let whole: Cow<'a, [u8]> = match entry.compression {
+        Compression::None => Cow::Borrowed(stored),
+        Compression::Lz4 | Compression::Zstd => {
+            let packed = match s.compressed {
+                0 => stored,
+                n => stored
+                    .get(..n as usize)
+                    .ok_or_else(|| bad(PayloadFault::CompressedSize(n)))?,
+            };
+            if s.unpacked > MAX_UNPACKED {
+                return Err(bad(PayloadFault::TooLarge(s.unpacked)));
             }
-            Compression::Unknown => return Err(bad(
-                "both compression flags are set, a layout NVIDIA's tools were not seen to write"
-                    .into(),
-            )),
-        };
+            let unpacked = s.unpacked as usize;
+            let out = if entry.compression == Compression::Lz4 {
+                lz4(packed, unpacked)
+            } else {
+                zstd(packed, unpacked)
+            }
+            .map_err(bad)?;
+            Cow::Owned(out)
+        }
+        Compression::Unknown => return Err(bad(PayloadFault::BothFlags)),
+    };
     let Some(part) = s.part else {
         return Ok(whole);
     };
@@ -92,7 +129,7 @@ pub fn payload<'a>(data: &'a [u8], entry: &Entry) -> Result<Cow<'a, [u8]>, Paylo
         .zip(usize::try_from(part.size).ok())
         .and_then(|(at, n)| Some(at..at.checked_add(n)?))
         .filter(|r| r.end <= whole.len())
-        .ok_or_else(|| bad("its part lies outside the unpacked payload".into()))?;
+        .ok_or_else(|| bad(PayloadFault::PartOutside))?;
     Ok(match whole {
         Cow::Borrowed(b) => Cow::Borrowed(&b[range]),
         Cow::Owned(mut v) => {
@@ -104,27 +141,25 @@ pub fn payload<'a>(data: &'a [u8], entry: &Entry) -> Result<Cow<'a, [u8]>, Paylo
 }
 
 /// An LZ4 block that must unpack to exactly `unpacked` bytes.
-fn lz4(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, String> {
+fn lz4(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, PayloadFault> {
     if unpacked > packed.len().saturating_mul(255).saturating_add(16) {
-        return Err(format!(
-            "an LZ4 block of {} bytes cannot unpack to the {unpacked} its header claims",
-            packed.len()
-        ));
+        return Err(PayloadFault::Lz4Impossible {
+            packed: packed.len(),
+            unpacked,
+        });
     }
     let mut out = vec![0u8; unpacked];
     let n = lz4_flex::block::decompress_into(packed, &mut out)
-        .map_err(|e| format!("its LZ4 block does not unpack: {e}"))?;
+        .map_err(|e| PayloadFault::Lz4(e.to_string()))?;
     if n != unpacked {
-        return Err(format!(
-            "its LZ4 block unpacks to {n} bytes, not the {unpacked} its header claims"
-        ));
+        return Err(PayloadFault::Lz4Length { got: n, unpacked });
     }
     Ok(out)
 }
 
 /// A Zstandard frame that must unpack to exactly `unpacked` bytes.
-fn zstd(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, String> {
-    let bad = |e: &dyn fmt::Display| format!("its Zstandard frame does not unpack: {e}");
+fn zstd(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, PayloadFault> {
+    let bad = |e: &dyn fmt::Display| PayloadFault::Zstd(e.to_string());
     let decoder = ruzstd::StreamingDecoder::new(packed).map_err(|e| bad(&e))?;
     let mut out = Vec::new();
     decoder
@@ -132,15 +167,11 @@ fn zstd(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, String> {
         .read_to_end(&mut out)
         .map_err(|e| bad(&e))?;
     if out.len() != unpacked {
-        return Err(format!(
-            "its Zstandard frame unpacks to {}{} bytes, not the {unpacked} its header claims",
-            if out.len() > unpacked {
-                "more than "
-            } else {
-                ""
-            },
-            out.len().min(unpacked)
-        ));
+        return Err(PayloadFault::ZstdLength {
+            more: out.len() > unpacked,
+            got: out.len().min(unpacked),
+            unpacked,
+        });
     }
     Ok(out)
 }
@@ -164,6 +195,13 @@ mod tests {
         container_at(c, 0, 0).unwrap().0.remove(0)
     }
 
+    /// What is wrong with the payload of the first entry of `c`, if anything.
+    fn fault(c: &[u8]) -> Result<Vec<u8>, PayloadFault> {
+        payload(c, &first(c))
+            .map(Cow::into_owned)
+            .map_err(|e| e.fault)
+    }
+
     #[test]
     fn stored_payloads_are_borrowed_as_they_are() {
         let c = packed(0, b"\x7fELF-cubin", 0, 0);
@@ -182,10 +220,19 @@ mod tests {
         assert_eq!(&payload(&c, &first(&c)).unwrap()[..], &text[..]);
         // A claim the block cannot meet is refused, never allocated blindly.
         let c = packed(0x2000, &stored, lz.len() as u32, 1 << 29);
-        let err = payload(&c, &first(&c)).unwrap_err();
-        assert!(err.to_string().contains("cannot unpack"), "{err}");
+        let fault = payload(&c, &first(&c)).map_err(|e| e.fault);
+        assert_eq!(
+            fault,
+            Err(PayloadFault::Lz4Impossible {
+                packed: lz.len(),
+                unpacked: 1 << 29
+            })
+        );
         let c = packed(0x2000, &stored, lz.len() as u32, text.len() as u64 - 1);
-        assert!(payload(&c, &first(&c)).is_err());
+        assert!(matches!(
+            payload(&c, &first(&c)).map_err(|e| e.fault),
+            Err(PayloadFault::Lz4(_) | PayloadFault::Lz4Length { .. })
+        ));
     }
 
     /// A Zstandard frame written by the zstd command-line tool (`printf 'hello hello hello
@@ -202,21 +249,52 @@ mod tests {
         let got = payload(&c, &first(&c));
         assert_eq!(&got.unwrap()[..], &text[..]);
         let c = packed(0x8000, frame, frame.len() as u32, 10);
-        assert!(payload(&c, &first(&c)).is_err());
+        assert_eq!(
+            fault(&c),
+            Err(PayloadFault::ZstdLength {
+                more: true,
+                got: 10,
+                unpacked: 10
+            })
+        );
         let c = packed(0x8000, frame, frame.len() as u32, 100);
-        assert!(payload(&c, &first(&c)).is_err());
+        assert_eq!(
+            fault(&c),
+            Err(PayloadFault::ZstdLength {
+                more: false,
+                got: text.len(),
+                unpacked: 100
+            })
+        );
         let c = packed(0x8000, b"not a frame at all", 18, 5);
-        assert!(payload(&c, &first(&c)).is_err());
+        assert!(matches!(fault(&c), Err(PayloadFault::Zstd(_))));
+        assert_eq!(
+            PayloadFault::ZstdLength {
+                more: true,
+                got: 10,
+                unpacked: 10
+            }
+            .to_string(),
+            "its Zstandard frame unpacks to more than 10 bytes, not the 10 its header claims"
+        );
     }
 
     #[test]
     fn claims_past_the_file_or_the_cap_are_refused() {
         let c = packed(0x2000, b"x", 9, 1);
-        assert!(payload(&c, &first(&c)).is_err());
+        assert_eq!(fault(&c), Err(PayloadFault::CompressedSize(9)));
         let c = packed(0x8000, b"x", 1, MAX_UNPACKED + 1);
-        let err = payload(&c, &first(&c)).unwrap_err();
-        assert!(err.to_string().contains("over the"), "{err}");
+        assert_eq!(fault(&c), Err(PayloadFault::TooLarge(MAX_UNPACKED + 1)));
+        assert_eq!(
+            PayloadError {
+                fault: PayloadFault::TooLarge(MAX_UNPACKED + 1),
+                at: 64
+            }
+            .to_string(),
+            "the payload of the entry at byte 64: it claims to unpack to 1073741825 bytes, over \
+             the 1073741824 this reader allows"
+        );
         let c = packed(0xa000, b"x", 1, 1);
-        assert!(payload(&c, &first(&c)).is_err());
+        assert_eq!(fault(&c), Err(PayloadFault::BothFlags));
     }
 }

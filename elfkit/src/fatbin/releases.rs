@@ -6,6 +6,7 @@
 
 use std::sync::OnceLock;
 
+use super::table::{self, TableError, TableFault};
 use super::{release, CudaEncoded};
 
 /// The table, as written (see its header for the rows).
@@ -20,62 +21,50 @@ pub struct Releases {
     pub branches: Vec<(u32, CudaEncoded)>,
 }
 
-/// `12.8` → 12080.
-fn cuda(text: &str) -> Result<CudaEncoded, String> {
-    let bad = || format!("{text:?} is not a CUDA release X.Y");
-    let (major, minor) = text.split_once('.').ok_or_else(bad)?;
-    let major: i32 = major.parse().map_err(|_| bad())?;
-    let minor: i32 = minor.parse().map_err(|_| bad())?;
-    if !(0..10).contains(&minor) || major <= 0 {
-        return Err(bad());
-    }
-    Ok(major * 1000 + minor * 10)
-}
-
 /// Parses a table written as [`TABLE`] is.
-pub fn parse(table: &str) -> Result<Releases, String> {
+pub fn parse(text: &str) -> Result<Releases, TableError> {
     let mut out = Releases {
         releases: Vec::new(),
         branches: Vec::new(),
     };
-    for (n, line) in table.lines().enumerate() {
+    for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let at = |why: String| format!("releases.txt line {}: {why}", n + 1);
+        let at = |fault: TableFault| TableError::Line {
+            table: "releases.txt",
+            line: n + 1,
+            fault,
+        };
         let fields: Vec<&str> = line.split(" | ").map(str::trim).collect();
         match fields[..] {
             ["release", version, source] if !source.is_empty() => {
-                let v = cuda(version).map_err(at)?;
+                let v = table::release(version).map_err(at)?;
                 if out.releases.last().is_some_and(|last| *last >= v) {
-                    return Err(at("releases must be in increasing order".into()));
+                    return Err(at(TableFault::ReleaseOrder));
                 }
                 out.releases.push(v);
             }
             ["branch", branch, version, source] if !source.is_empty() => {
                 let b: u32 = branch
                     .parse()
-                    .map_err(|_| at(format!("bad branch {branch:?}")))?;
-                let v = cuda(version).map_err(at)?;
+                    .map_err(|_| at(TableFault::Branch(branch.into())))?;
+                let v = table::release(version).map_err(at)?;
                 if out
                     .branches
                     .last()
                     .is_some_and(|(lb, lv)| *lb >= b || *lv > v)
                 {
-                    return Err(at("branches must be in increasing order".into()));
+                    return Err(at(TableFault::BranchOrder));
                 }
                 out.branches.push((b, v));
             }
-            _ => {
-                return Err(at(
-                    "want `release | X.Y | source` or `branch | NNN | X.Y | source`".into(),
-                ))
-            }
+            _ => return Err(at(TableFault::ReleasesRow)),
         }
     }
     if out.releases.is_empty() || out.branches.is_empty() {
-        return Err("releases.txt: no releases or no branches".into());
+        return Err(TableError::Empty("releases.txt"));
     }
     Ok(out)
 }
@@ -179,16 +168,42 @@ mod tests {
 
     #[test]
     fn bad_rows_are_refused_with_their_line() {
-        for bad in [
-            "release | 12.2",
-            "release | 12 | x",
-            "release | 12.2 | x\nrelease | 12.1 | x\nbranch | 1 | 1.0 | x",
-            "branch | r535 | 12.2 | x",
-            "gpu | 9.0 | x",
+        let line = |line: usize, fault: TableFault| TableError::Line {
+            table: "releases.txt",
+            line,
+            fault,
+        };
+        for (bad, want) in [
+            ("release | 12.2", line(1, TableFault::ReleasesRow)),
+            (
+                "release | 12 | x",
+                line(1, TableFault::Release("12".into())),
+            ),
+            (
+                "release | 0.5 | x",
+                line(1, TableFault::Release("0.5".into())),
+            ),
+            (
+                "release | 12.2 | x\nrelease | 12.1 | x\nbranch | 1 | 1.0 | x",
+                line(2, TableFault::ReleaseOrder),
+            ),
+            (
+                "branch | r535 | 12.2 | x",
+                line(1, TableFault::Branch("r535".into())),
+            ),
+            (
+                "branch | 535 | 12.2 | x\nbranch | 530 | 12.2 | x",
+                line(2, TableFault::BranchOrder),
+            ),
+            ("gpu | 9.0 | x", line(1, TableFault::ReleasesRow)),
+            ("release | 12.2 | x", TableError::Empty("releases.txt")),
         ] {
-            let err = parse(bad).unwrap_err();
-            assert!(err.starts_with("releases.txt"), "{err}");
+            assert_eq!(parse(bad), Err(want), "{bad}");
         }
+        assert_eq!(
+            line(3, TableFault::Release("12".into())).to_string(),
+            r#"releases.txt line 3: "12" is not a CUDA release X.Y"#
+        );
     }
 
     /// No CUDA 12.7 was released (no 12.7 ptxas on PyPI); R565 reports 12.7.

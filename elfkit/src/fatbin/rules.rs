@@ -21,7 +21,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::gpus;
-use super::{Capability, Compression, Entry, EntryKind, Variant, Version};
+use super::{Capability, Compression, Entry, EntryKind, ValueError, Variant, Version};
 
 pub use super::{release, CudaEncoded};
 
@@ -106,10 +106,10 @@ impl DriverVersion {
     }
 
     /// Parses `550.54.14`, `580.65` or `580`.
-    pub fn parse(text: &str) -> Result<DriverVersion, String> {
-        let bad = || format!("bad driver version {text:?}: write 550.54.14");
+    pub fn parse(text: &str) -> Result<DriverVersion, ValueError> {
+        let bad = || ValueError::DriverVersion(text.to_owned());
         let mut parts = text.trim().split('.');
-        let mut next = |required: bool| -> Result<u32, String> {
+        let mut next = |required: bool| -> Result<u32, ValueError> {
             match parts.next() {
                 Some(p) => p.parse().map_err(|_| bad()),
                 None if required => Err(bad()),
@@ -802,7 +802,15 @@ mod tests {
         assert!(v("550.54.14") > v("550.40.07"));
         assert!(v("580") < v("580.65.06"));
         assert_eq!(v("450.80.02").to_string(), "450.80.02");
-        assert!(DriverVersion::parse("5x0").is_err());
-        assert!(DriverVersion::parse("1.2.3.4").is_err());
+        for bad in ["5x0", "1.2.3.4", ""] {
+            assert_eq!(
+                DriverVersion::parse(bad),
+                Err(ValueError::DriverVersion(bad.into()))
+            );
+        }
+        assert_eq!(
+            ValueError::DriverVersion("5x0".into()).to_string(),
+            r#"bad driver version "5x0": write 550.54.14"#
+        );
     }
 }

@@ -35,6 +35,38 @@ pub const FLAG_AARCH64_LIB64: i32 = 0x0a00;
 /// The most bytes of a cache read (real ones are a few hundred KiB).
 pub const MAX_CACHE_BYTES: u64 = 64 << 20;
 
+/// Why bytes are not an `ld.so.cache` this reader can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    /// Neither magic.
+    #[error("not an ld.so.cache (unknown magic)")]
+    Magic,
+    /// The legacy table's header is cut short.
+    #[error("truncated legacy header")]
+    LegacyHeader,
+    /// The legacy table's entry count overflows its size.
+    #[error("legacy table size overflows")]
+    LegacySize,
+    /// A legacy table without the current one after it.
+    #[error("legacy-only ld.so.cache (no glibc-ld.so.cache1.1 table)")]
+    LegacyOnly,
+    /// The current table's header is cut short.
+    #[error("truncated header")]
+    Header,
+    /// The header claims more entries than the file holds.
+    #[error("header claims {0} entries, more than the file holds")]
+    Entries(usize),
+    /// An entry is cut short.
+    #[error("truncated entry")]
+    Entry,
+    /// An entry's soname offset names no string.
+    #[error("bad name offset {0}")]
+    Name(usize),
+    /// An entry's path offset names no string.
+    #[error("bad path offset {0}")]
+    Path(usize),
+}
+
 /// One library the cache knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheEntry {
@@ -83,41 +115,41 @@ pub fn flags_match(elf: ElfHost, flags: i32) -> bool {
 
 impl Cache {
     /// Parses a whole cache file.
-    pub fn parse(bytes: &[u8]) -> Result<Cache, String> {
+    pub fn parse(bytes: &[u8]) -> Result<Cache, CacheError> {
         let table = if bytes.starts_with(MAGIC_NEW) {
             bytes
         } else if bytes.starts_with(MAGIC_OLD) {
             // Legacy table: magic padded to 12 bytes, nlibs, then 12-byte entries; the new
             // table follows, 8-byte aligned.
-            let nlibs = read_u32(bytes, 12).ok_or("truncated legacy header")? as usize;
+            let nlibs = read_u32(bytes, 12).ok_or(CacheError::LegacyHeader)? as usize;
             let end = nlibs
                 .checked_mul(12)
                 .and_then(|n| n.checked_add(16))
-                .ok_or("legacy table size overflows")?;
+                .ok_or(CacheError::LegacySize)?;
             let start = end.div_ceil(8) * 8;
             match bytes.get(start..) {
                 Some(rest) if rest.starts_with(MAGIC_NEW) => rest,
-                _ => return Err("legacy-only ld.so.cache (no glibc-ld.so.cache1.1 table)".into()),
+                _ => return Err(CacheError::LegacyOnly),
             }
         } else {
-            return Err("not an ld.so.cache (unknown magic)".into());
+            return Err(CacheError::Magic);
         };
-        let nlibs = read_u32(table, 20).ok_or("truncated header")? as usize;
+        let nlibs = read_u32(table, 20).ok_or(CacheError::Header)? as usize;
         let entries_end = nlibs
             .checked_mul(ENTRY_LEN)
             .and_then(|n| n.checked_add(HEADER_LEN))
             .filter(|end| *end <= table.len())
-            .ok_or_else(|| format!("header claims {nlibs} entries, more than the file holds"))?;
+            .ok_or(CacheError::Entries(nlibs))?;
         let hwcaps_names = hwcaps_names(bytes, table);
         let mut entries = Vec::with_capacity(nlibs);
         for at in (HEADER_LEN..entries_end).step_by(ENTRY_LEN) {
-            let word = |at: usize| read_u32(table, at).ok_or("truncated entry");
+            let word = |at: usize| read_u32(table, at).ok_or(CacheError::Entry);
             let flags = word(at)? as i32;
             let key = word(at + 4)? as usize;
             let value = word(at + 8)? as usize;
             let hwcap = u64::from(word(at + 16)?) | (u64::from(word(at + 20)?) << 32);
-            let soname = c_string(table, key).ok_or_else(|| format!("bad name offset {key}"))?;
-            let path = c_string(table, value).ok_or_else(|| format!("bad path offset {value}"))?;
+            let soname = c_string(table, key).ok_or(CacheError::Name(key))?;
+            let path = c_string(table, value).ok_or(CacheError::Path(value))?;
             let extension = (hwcap >> 32) & !ISA_LEVEL_MASK == HWCAP_EXTENSION >> 32;
             let glibc_hwcaps = extension.then(|| {
                 let index = (hwcap & 0xffff_ffff) as usize;
@@ -303,11 +335,26 @@ pub(crate) mod tests {
         for end in 0..bytes.len() {
             let _ = Cache::parse(&bytes[..end]); // never panics
         }
-        assert!(Cache::parse(&bytes[..60]).is_err());
-        assert!(Cache::parse(b"something else").is_err());
+        assert_eq!(Cache::parse(&bytes[..60]), Err(CacheError::Entries(1)));
+        assert_eq!(Cache::parse(&bytes[..20]), Err(CacheError::Header));
+        assert_eq!(Cache::parse(b"something else"), Err(CacheError::Magic));
+        assert_eq!(Cache::parse(b"ld.so-1.7.0"), Err(CacheError::LegacyHeader));
         let mut huge = bytes.clone();
         huge[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
-        assert!(Cache::parse(&huge).is_err());
+        assert_eq!(
+            Cache::parse(&huge),
+            Err(CacheError::Entries(u32::MAX as usize))
+        );
+        let mut lost = bytes.clone();
+        lost[HEADER_LEN + 4..HEADER_LEN + 8].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(
+            Cache::parse(&lost),
+            Err(CacheError::Name(u32::MAX as usize))
+        );
+        assert_eq!(
+            CacheError::Entries(7).to_string(),
+            "header claims 7 entries, more than the file holds"
+        );
     }
 
     #[test]

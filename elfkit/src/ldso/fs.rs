@@ -2,7 +2,7 @@
 //! files ([`RealFs`]), on a namespace a caller is about to build (the hook's `exec`), or on a
 //! fake tree in tests.
 
-use crate::DynamicInfo;
+use crate::{DynamicInfo, ElfError};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,7 @@ pub struct Opened {
     pub head: Result<Vec<u8>, io::Error>,
     /// What it asks of the loader, read as the loader reads it ([`crate::dynamic_info`]);
     /// `Ok(None)` when it is not ELF.
-    pub dynamic: Result<Option<DynamicInfo>, String>,
+    pub dynamic: Result<Option<DynamicInfo>, ElfError>,
     /// Its real path, when it can be had.
     pub real_path: Option<PathBuf>,
 }

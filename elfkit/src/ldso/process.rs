@@ -2,7 +2,7 @@
 //! the loader itself, every `DT_NEEDED` breadth first, and what `dlopen` adds, each object
 //! once (by name, soname or file), each search from the object glibc searches from.
 
-use super::cache::{Cache, MAX_CACHE_BYTES};
+use super::cache::{Cache, CacheError, MAX_CACHE_BYTES};
 use super::fs::{FileId, Fs};
 use super::search::{
     self, expand_dsts, expand_list, trim_dir, Hit, Outcome, Search, SearchList, Source,
@@ -141,7 +141,7 @@ pub struct Process<'a, F: Fs> {
     fs: &'a F,
     env: Environment,
     cache: Option<Cache>,
-    cache_error: Option<String>,
+    cache_error: Option<CacheError>,
     objects: Vec<Object>,
     order: Vec<usize>,
     searches: Vec<Search>,
@@ -160,7 +160,7 @@ impl<'a, F: Fs> Process<'a, F> {
             Some(path) => match fs.read(path, MAX_CACHE_BYTES) {
                 Ok(bytes) => match Cache::parse(&bytes) {
                     Ok(c) => (Some(c), None),
-                    Err(e) => (None, Some(format!("{}: {e}", path.display()))),
+                    Err(e) => (None, Some(e)),
                 },
                 Err(_) => (None, None),
             },
@@ -180,9 +180,9 @@ impl<'a, F: Fs> Process<'a, F> {
         }
     }
 
-    /// Why the loader's cache, which exists, could not be read, if so.
-    pub fn cache_error(&self) -> Option<&str> {
-        self.cache_error.as_deref()
+    /// Why the loader's cache (`Loader::cache`), which exists, could not be read, if so.
+    pub fn cache_error(&self) -> Option<CacheError> {
+        self.cache_error
     }
 
     /// Starts the process with `path` (an absolute path) as its first object, the loader

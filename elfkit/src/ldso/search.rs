@@ -368,7 +368,7 @@ pub(crate) fn try_file(path: &Path, elf: ElfHost, fs: &impl Fs) -> (Attempt, Opt
         Ok(head) => verify_header(head, elf),
     };
     let attempt = match (&attempt, &opened.dynamic) {
-        (Attempt::Loadable, Err(e)) => Attempt::Unusable(e.clone()),
+        (Attempt::Loadable, Err(e)) => Attempt::Unusable(e.to_string()),
         _ => attempt,
     };
     (attempt, Some(opened))

@@ -6,11 +6,14 @@ use crate::trust::TrustError;
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
-/// Why a configuration could not be used: where, and what.
-#[derive(Debug)]
+/// Why a configuration could not be used: where, and what. Always one line: control
+/// characters from the file (a `\n` inside a quoted TOML value, say) are printed escaped, so
+/// the error cannot break Nix's one-line log or fake a second message.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", Escaped(format_args!("config {}: {}", .file, .problem)))]
 pub struct ConfigError {
     /// The file (or `built-in`) the problem is in.
-    pub(crate) source: String,
+    pub(crate) file: String,
     /// What is wrong with it.
     pub(crate) problem: Problem,
 }
@@ -93,19 +96,16 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, before[line_start..].chars().count() + 1)
 }
 
-impl fmt::Display for ConfigError {
-    /// Always one line: control characters from the file (a `\n` inside a quoted TOML value,
-    /// say) are printed escaped, so the error cannot break Nix's one-line log or fake a second
-    /// message.
+/// Displays its text with every control character escaped (`\n`, `\u{1b}`).
+struct Escaped<T>(T);
+
+impl<T: fmt::Display> fmt::Display for Escaped<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = OneLine(f);
-        write!(out, "config {}: {}", self.source, self.problem)
+        write!(OneLine(f), "{}", self.0)
     }
 }
 
-impl std::error::Error for ConfigError {}
-
-/// Writes through to a formatter with every control character escaped (`\n`, `\u{1b}`).
+/// Writes through to a formatter with every control character escaped.
 struct OneLine<'a, 'b>(&'a mut fmt::Formatter<'b>);
 
 impl fmt::Write for OneLine<'_, '_> {

@@ -69,7 +69,7 @@ pub(crate) fn read_text(source: &ConfigSource) -> Result<Cow<'static, str>, Conf
         ConfigSource::File(path) => path,
     };
     let fail = |problem: Problem| ConfigError {
-        source: path.display().to_string(),
+        file: path.display().to_string(),
         problem,
     };
     let absolute = std::path::absolute(path).map_err(|e| fail(Problem::Inspect(e)))?;
@@ -107,7 +107,7 @@ fn refusal(path: &Path, absolute: &Path, error: TrustError) -> Problem {
 /// [`super::Config::load_content`]).
 pub(super) fn read_untrusted(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError {
-        source: path.display().to_string(),
+        file: path.display().to_string(),
         problem: Problem::Unreadable(e),
     })
 }

@@ -102,7 +102,7 @@ impl Config {
     /// Parses and validates TOML text; `source` names it in errors.
     pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
         let fail = |problem| ConfigError {
-            source: source.to_string(),
+            file: source.to_string(),
             problem,
         };
         let config: Config =

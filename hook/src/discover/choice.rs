@@ -10,6 +10,7 @@ use super::compat::CompatDriver;
 use super::versions::CudaVersion;
 use cuda_sandbox_manifest::DriverKind;
 use serde::Serialize;
+use std::path::PathBuf;
 
 /// What is known of the host's own driver.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -30,8 +31,53 @@ pub(crate) struct HostDriverFacts {
 pub(crate) struct Rejection {
     /// The compat directory.
     pub dir: String,
-    /// Why it was not used.
-    pub why: String,
+    /// Why it was not used (its one line in `explain --json`).
+    #[serde(serialize_with = "as_text")]
+    pub why: Rejected,
+}
+
+/// Why a compat driver was not used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Rejected {
+    /// Neither its note nor its file name gives its CUDA version.
+    #[error("its CUDA version is unknown (no note, no version in the file name)")]
+    UnknownCuda,
+    /// It provides no newer CUDA than the host driver.
+    #[error("it provides CUDA {cuda}, not newer than the host driver's CUDA {host}")]
+    NotNewer {
+        /// Its CUDA version.
+        cuda: CudaVersion,
+        /// The host driver's.
+        host: CudaVersion,
+    },
+    /// Its note lists driver branches, and not the host kernel module's.
+    #[error(
+        "its note does not list the host's kernel driver branch {branch} (it lists {listed:?}); \
+         cuInit would fail with 803"
+    )]
+    BranchNotListed {
+        /// The host kernel module's branch.
+        branch: u32,
+        /// The branches its note lists.
+        listed: Vec<u32>,
+    },
+    /// Its note lists driver branches, and the host kernel module's version is unknown.
+    #[error(
+        "the host's kernel driver version is unknown (no /proc/driver/nvidia/version), so its \
+         driver list cannot be checked"
+    )]
+    KernelUnknown,
+    /// Another acceptable compat driver provides a newer CUDA.
+    #[error("a newer compat driver was chosen ({})", .chosen.display())]
+    NewerChosen {
+        /// The compat directory chosen.
+        chosen: PathBuf,
+    },
+}
+
+/// Serialises a value as its one-line text.
+fn as_text<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
 }
 
 /// The decision.
@@ -72,7 +118,9 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
         for other in &accepted[1..] {
             rejected.push(Rejection {
                 dir: other.dir.display().to_string(),
-                why: format!("a newer compat driver was chosen ({})", best.dir.display()),
+                why: Rejected::NewerChosen {
+                    chosen: best.dir.clone(),
+                },
             });
         }
         let cuda = best.cuda_version.expect("judge requires a version");
@@ -116,28 +164,22 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
     }
 }
 
-fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<(), String> {
+fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<(), Rejected> {
     let Some(cuda) = c.cuda_version else {
-        return Err("its CUDA version is unknown (no note, no version in the file name)".into());
+        return Err(Rejected::UnknownCuda);
     };
     if let Some(h) = host.cuda_version {
         if cuda <= h {
-            return Err(format!(
-                "it provides CUDA {cuda}, not newer than the host driver's CUDA {h}"
-            ));
+            return Err(Rejected::NotNewer { cuda, host: h });
         }
     }
     let drivers = c.note.as_ref().and_then(|n| n.drivers.as_ref());
     match (drivers, host.kernel_branch) {
-        (Some(list), Some(branch)) if !list.contains(&branch) => Err(format!(
-            "its note does not list the host's kernel driver branch {branch} (it lists {list:?}); \
-             cuInit would fail with 803"
-        )),
-        (Some(_), None) if !host.tegra => Err(
-            "the host's kernel driver version is unknown (no /proc/driver/nvidia/version), so its \
-             driver list cannot be checked"
-                .into(),
-        ),
+        (Some(list), Some(branch)) if !list.contains(&branch) => Err(Rejected::BranchNotListed {
+            branch,
+            listed: list.clone(),
+        }),
+        (Some(_), None) if !host.tegra => Err(Rejected::KernelUnknown),
         _ => Ok(()),
     }
 }
@@ -146,7 +188,6 @@ fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::discover::compat::CompatNote;
-    use std::path::PathBuf;
 
     fn host(branch: Option<u32>, cuda: i32) -> HostDriverFacts {
         HostDriverFacts {
@@ -205,9 +246,54 @@ mod tests {
     fn compat_must_be_newer() {
         let c = choose(&host(Some(550), 12040), vec![compat("/c", 12020, None)]);
         assert_eq!(c.kind, DriverKind::Host);
-        assert!(c.rejected[0].why.contains("not newer"));
+        assert_eq!(
+            c.rejected[0].why,
+            Rejected::NotNewer {
+                cuda: CudaVersion(12020),
+                host: CudaVersion(12040)
+            }
+        );
         let c = choose(&host(Some(470), 11040), vec![compat("/c", 12020, None)]);
         assert_eq!(c.kind, DriverKind::Compat);
+    }
+
+    /// Each reason's one line, as `explain` shows a rejected compat driver.
+    #[test]
+    fn each_rejection_says_why_in_one_line() {
+        for (why, text) in [
+            (
+                Rejected::UnknownCuda,
+                "its CUDA version is unknown (no note, no version in the file name)",
+            ),
+            (
+                Rejected::NotNewer {
+                    cuda: CudaVersion(12020),
+                    host: CudaVersion(12040),
+                },
+                "it provides CUDA 12.2, not newer than the host driver's CUDA 12.4",
+            ),
+            (
+                Rejected::BranchNotListed {
+                    branch: 470,
+                    listed: vec![525, 535],
+                },
+                "its note does not list the host's kernel driver branch 470 (it lists [525, \
+                 535]); cuInit would fail with 803",
+            ),
+            (
+                Rejected::KernelUnknown,
+                "the host's kernel driver version is unknown (no /proc/driver/nvidia/version), \
+                 so its driver list cannot be checked",
+            ),
+            (
+                Rejected::NewerChosen {
+                    chosen: "/b".into(),
+                },
+                "a newer compat driver was chosen (/b)",
+            ),
+        ] {
+            assert_eq!(why.to_string(), text);
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! bounds checks, so a damaged file is an error, not a panic; its JSON is read here.
 
 use super::versions::{self, CudaVersion};
+use cuda_sandbox_elfkit::ElfError;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -35,18 +36,67 @@ pub(crate) struct CompatDriver {
     pub cuda_version: Option<CudaVersion>,
 }
 
+/// Why a compat library's note cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NoteError {
+    /// The library is not an ELF file whose note section can be walked.
+    #[error(transparent)]
+    Elf(#[from] ElfError),
+    /// The note's descriptor is not UTF-8.
+    #[error("compat note is not UTF-8")]
+    NotUtf8,
+    /// The note is not JSON (the parser's one line).
+    #[error("compat note is not JSON: {0}")]
+    NotJson(String),
+    /// `Driver` holds something other than driver branches.
+    #[error("compat note's Driver list holds something other than driver branches")]
+    DriverEntry,
+    /// `Driver` is not a list.
+    #[error("compat note's Driver is not a list")]
+    DriverNotList,
+}
+
+/// Why a compat directory cannot be looked at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CompatError {
+    /// The directory cannot be listed (the I/O error's one line).
+    #[error("cannot list {}: {error}", .dir.display())]
+    List {
+        /// The directory, as the host sees it.
+        dir: PathBuf,
+        /// Why.
+        error: String,
+    },
+    /// Its libcuda cannot be read (the I/O error's one line).
+    #[error("cannot read {}: {error}", .path.display())]
+    Read {
+        /// The library, as the host sees it.
+        path: PathBuf,
+        /// Why.
+        error: String,
+    },
+    /// Its libcuda's note cannot be read.
+    #[error("{}: {error}", .path.display())]
+    Note {
+        /// The library, as the host sees it.
+        path: PathBuf,
+        /// Why.
+        error: NoteError,
+    },
+}
+
 /// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
-pub(crate) fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, String> {
+pub(crate) fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, NoteError> {
     match cuda_sandbox_elfkit::compat_note(elf)? {
         Some(desc) => parse_note_json(desc).map(Some),
         None => Ok(None),
     }
 }
 
-fn parse_note_json(desc: &[u8]) -> Result<CompatNote, String> {
-    let json = std::str::from_utf8(desc).map_err(|_| "compat note is not UTF-8".to_string())?;
+fn parse_note_json(desc: &[u8]) -> Result<CompatNote, NoteError> {
+    let json = std::str::from_utf8(desc).map_err(|_| NoteError::NotUtf8)?;
     let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| format!("compat note is not JSON: {e}"))?;
+        serde_json::from_str(json).map_err(|e| NoteError::NotJson(e.to_string()))?;
     let cuda_version = value
         .get("CUDA Version")
         .and_then(|v| v.as_str())
@@ -62,9 +112,9 @@ fn parse_note_json(desc: &[u8]) -> Result<CompatNote, String> {
                     _ => None,
                 })
                 .collect::<Option<Vec<u32>>>()
-                .ok_or("compat note's Driver list holds something other than driver branches")?,
+                .ok_or(NoteError::DriverEntry)?,
         ),
-        Some(_) => return Err("compat note's Driver is not a list".to_string()),
+        Some(_) => return Err(NoteError::DriverNotList),
     };
     Ok(CompatNote {
         cuda_version,
@@ -75,11 +125,19 @@ fn parse_note_json(desc: &[u8]) -> Result<CompatNote, String> {
 
 /// Looks at a candidate compat directory: the `libcuda.so.<version>` in it and its note.
 /// `Ok(None)` when the directory holds no compat libcuda.
-pub(crate) fn inspect_dir(dir: &Path, dir_outside: &Path) -> Result<Option<CompatDriver>, String> {
+pub(crate) fn inspect_dir(
+    dir: &Path,
+    dir_outside: &Path,
+) -> Result<Option<CompatDriver>, CompatError> {
     let entries = match std::fs::read_dir(dir_outside) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot list {}: {e}", dir_outside.display())),
+        Err(e) => {
+            return Err(CompatError::List {
+                dir: dir_outside.to_path_buf(),
+                error: e.to_string(),
+            })
+        }
     };
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
@@ -97,8 +155,14 @@ pub(crate) fn inspect_dir(dir: &Path, dir_outside: &Path) -> Result<Option<Compa
         return Ok(None);
     };
     let path = dir_outside.join(&libcuda);
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let note = read_note(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = std::fs::read(&path).map_err(|e| CompatError::Read {
+        path: path.clone(),
+        error: e.to_string(),
+    })?;
+    let note = read_note(&bytes).map_err(|error| CompatError::Note {
+        path: path.clone(),
+        error,
+    })?;
     let cuda_version = note.as_ref().and_then(|n| n.cuda_version).or_else(|| {
         versions::version_in_file_name(&libcuda, "libcuda")
             .and_then(|v| versions::driver_branch(&v))
@@ -159,10 +223,23 @@ pub(crate) mod tests {
 
     #[test]
     fn damaged_notes_and_files_are_errors() {
-        assert!(read_note(b"not an elf").is_err());
-        assert!(parse_note_json(b"{\"Driver\": 3}").is_err());
-        assert!(parse_note_json(b"{\"Driver\": [\"x\"]}").is_err());
-        assert!(parse_note_json(b"nope").is_err());
+        assert!(matches!(
+            read_note(b"not an elf"),
+            Err(NoteError::Elf(ElfError::Headers(_)))
+        ));
+        assert_eq!(
+            parse_note_json(b"{\"Driver\": 3}"),
+            Err(NoteError::DriverNotList)
+        );
+        assert_eq!(
+            parse_note_json(b"{\"Driver\": [\"x\"]}"),
+            Err(NoteError::DriverEntry)
+        );
+        assert!(matches!(
+            parse_note_json(b"nope"),
+            Err(NoteError::NotJson(_))
+        ));
+        assert_eq!(parse_note_json(b"\xff"), Err(NoteError::NotUtf8));
         let n = parse_note_json(br#"{"CUDA Version":"12.9"}"#).unwrap();
         assert_eq!(n.drivers, None);
     }

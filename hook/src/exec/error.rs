@@ -2,6 +2,7 @@
 
 use crate::pipeline::HookFailure;
 use crate::plan::Problem;
+use crate::request::RequestFailure;
 use crate::statedir::StateDirError;
 use std::path::PathBuf;
 
@@ -11,9 +12,9 @@ pub enum ExecError {
     /// Namespaces need root.
     #[error("exec needs root for its mount namespace: run it with sudo")]
     NotRoot,
-    /// The request fails as a build would (the resolver's one-line reason).
-    #[error("{0}")]
-    Refused(String),
+    /// The request fails as a build would.
+    #[error(transparent)]
+    Refused(RequestFailure),
     /// No configuration could be used: exec keeps its root in the configured runtime
     /// directory, for untagged requests too. The text says why.
     #[error(
@@ -23,7 +24,7 @@ pub enum ExecError {
     NoConfig(String),
     /// The plan has a problem.
     #[error("the hook would refuse this build: {0}")]
-    Problem(Problem),
+    Problem(Box<Problem>),
     /// The hook's answer failed.
     #[error("the hook would refuse this build: {0}")]
     Hook(HookFailure),

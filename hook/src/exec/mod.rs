@@ -108,7 +108,7 @@ pub fn prepare(
         answer,
     } = pipeline::run(resolved, Mode::Exec);
     if let Some(p) = plan.problems.first() {
-        return Err(ExecError::Problem(p.clone()));
+        return Err(ExecError::Problem(Box::new(p.clone())));
     }
     answer.map_err(ExecError::Hook)?;
     let mut binds: Vec<Bind> = plan
@@ -261,7 +261,7 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     standard_descriptors_open();
     let mut resolved = resolve(req);
     let (runtime_dir, store_dir) = match (&resolved.verdict, &resolved.config) {
-        (Verdict::Fail(m), _) => return Err(ExecError::Refused(m.clone())),
+        (Verdict::Fail(why), _) => return Err(ExecError::Refused(why.clone())),
         (_, Some(c)) => (c.runtime_dir.clone(), c.store_dir.clone()),
         (Verdict::Nothing(why), None) => return Err(ExecError::NoConfig(why.clone())),
         (Verdict::Tagged, None) => {

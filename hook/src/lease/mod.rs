@@ -409,5 +409,26 @@ mod tests {
              waited 600 s: raise lease_wait_seconds or lower gpus_per_build (or the \
              derivation's cudaSandboxGpus)"
         );
+        let all = LeaseError::Exhausted {
+            total: 1,
+            wanted: 1,
+            held: vec![(Slot::Gpu(0), "/nix/store/x-test.drv".into(), 0)],
+            waited: Duration::ZERO,
+        };
+        assert_eq!(
+            all.to_string(),
+            "all 1 GPUs are leased by other builds (nvidia0: /nix/store/x-test.drv for 0 s); \
+             waited 0 s: raise lease_wait_seconds or lower gpus_per_build (or the \
+             derivation's cudaSandboxGpus)"
+        );
+        let held = LeaseError::Lock(LockError::StayedHeld {
+            path: "/run/cuda-sandbox/leases/.lock".into(),
+            waited: Duration::from_secs(2),
+        });
+        assert_eq!(
+            held.to_string(),
+            "the GPU lease lock /run/cuda-sandbox/leases/.lock stayed held for 2 s: find the \
+             process holding it (`fuser /run/cuda-sandbox/leases/.lock`)"
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! with the links on the way, as a device exposure; what cannot be exposed, skipped or a
 //! problem, with the reason.
 
-use super::{Decision, Problem, Reason, Skip};
-use crate::config::{Config, DeviceGlob, Platform};
+use super::{Decision, Problem, ProblemKind, Reason, Skip, Skipped};
+use crate::config::{Config, DeviceGlob};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
 use crate::symlinks::{self, Node, Space};
@@ -21,14 +21,13 @@ impl Decision {
         let glob = &device.source;
         let matches = match &device.found {
             DeviceScan::OtherPlatform { wants, host } => {
-                self.skipped.push(Skip {
-                    path: glob.glob.clone(),
-                    why: format!(
-                        "only on {} hosts; this one is {}",
-                        name_of(*wants),
-                        name_of(*host)
-                    ),
-                });
+                self.skipped.push(Skip::new(
+                    glob.glob.clone(),
+                    Skipped::OtherPlatform {
+                        wants: *wants,
+                        host: *host,
+                    },
+                ));
                 return;
             }
             DeviceScan::Matched(matches) => matches,
@@ -41,26 +40,26 @@ impl Decision {
                         found += 1;
                     }
                 }
-                Err(e) => self.skipped.push(Skip {
-                    path: e.path().display().to_string(),
-                    why: e.to_string(),
-                }),
+                Err(e) => self.skipped.push(Skip::new(
+                    e.path().display().to_string(),
+                    Skipped::Glob(e.clone()),
+                )),
             }
         }
         if found > 0 {
             return;
         }
         if glob.required {
-            self.problems.push(Problem {
-                rule: rule.to_string(),
-                what: format!("required device {} is missing", glob.glob),
-                fix: glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
-            });
+            self.problems.push(Problem::new(
+                rule,
+                ProblemKind::MissingDevice {
+                    glob: glob.glob.clone(),
+                    fix: glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
+                },
+            ));
         } else {
-            self.skipped.push(Skip {
-                path: glob.glob.clone(),
-                why: "optional device glob matched nothing".to_string(),
-            });
+            self.skipped
+                .push(Skip::new(glob.glob.clone(), Skipped::NothingMatched));
         }
     }
 
@@ -87,12 +86,10 @@ impl Decision {
         if is_wild(&glob.glob) && inside.starts_with(mig::CAPS_DEV_DIR) {
             // A wildcard would give every MIG instance, and the config and monitor
             // capabilities, to every build.
-            self.skipped.push(Skip {
-                path: inside.display().to_string(),
-                why: "a MIG capability node: only [rule.mig] exposes these (each build its \
-                      own instance's), or a device glob naming the node itself"
-                    .to_string(),
-            });
+            self.skipped.push(Skip::new(
+                inside.display().to_string(),
+                Skipped::MigCapabilityNode,
+            ));
             return false;
         }
         let chain = match symlinks::follow(&inside, outside, space, view)
@@ -100,41 +97,32 @@ impl Decision {
         {
             Ok(chain) => chain,
             Err(e) => {
-                self.skipped.push(Skip {
-                    path: inside.display().to_string(),
-                    why: e.to_string(),
-                });
+                self.skipped.push(Skip::new(
+                    inside.display().to_string(),
+                    Skipped::DeviceChain(e),
+                ));
                 return false;
             }
         };
         if !matches!(chain.target, Node::CharDevice | Node::Dir) {
-            self.skipped.push(Skip {
-                path: inside.display().to_string(),
-                why: "not a character device or directory".to_string(),
-            });
+            self.skipped
+                .push(Skip::new(inside.display().to_string(), Skipped::NotDevice));
             return false;
         }
         if let Some(bad) = unexpressible(&chain.hops) {
-            let what = format!(
-                "device {} (glob {}) cannot be given to the build: {bad:?} holds a newline \
-                 or '=', which Nix's pre-build-hook protocol cannot express",
-                inside.display(),
-                glob.glob
-            );
+            let kind = ProblemKind::DeviceUnexpressible {
+                inside: inside.to_path_buf(),
+                glob: glob.glob.clone(),
+                bad: bad.to_path_buf(),
+            };
             if glob.required {
-                self.problems.push(Problem {
-                    rule: rule.to_string(),
-                    what,
-                    fix: "rename the device node (its udev rule)".to_string(),
-                });
+                self.problems.push(Problem::new(rule, kind));
             } else {
-                self.warnings.push(format!("{what}; skipped (optional)"));
-                self.skipped.push(Skip {
-                    path: inside.display().to_string(),
-                    why: "optional, and its path cannot be expressed in Nix's pre-build-hook \
-                          protocol (newline or '=')"
-                        .to_string(),
-                });
+                self.warnings.push(format!("{kind}; skipped (optional)"));
+                self.skipped.push(Skip::new(
+                    inside.display().to_string(),
+                    Skipped::Unexpressible,
+                ));
             }
             return false;
         }
@@ -150,13 +138,6 @@ impl Decision {
 /// Whether a glob has wildcards (then it names no node itself).
 fn is_wild(glob: &str) -> bool {
     glob.contains(['*', '?', '['])
-}
-
-fn name_of(p: Platform) -> &'static str {
-    match p {
-        Platform::Tegra => "Tegra (Jetson)",
-        Platform::Discrete => "discrete-GPU",
-    }
 }
 
 /// The first path of `hops` (inside or outside) that the hook protocol cannot express

@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{Decision, Problem, Reason, Skip, Want};
+use super::{Decision, Problem, ProblemKind, Reason, Skip, Skipped, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -165,10 +165,8 @@ impl Decision {
             return HostSource::Absent;
         };
         for w in found.warnings {
-            self.skipped.push(Skip {
-                path: "/etc/ld.so.cache".into(),
-                why: w,
-            });
+            self.skipped
+                .push(Skip::new("/etc/ld.so.cache", Skipped::HostLibraries(w)));
         }
         if found.libraries.iter().any(|l| l.stem == "libcuda") {
             HostSource::Libraries(found.libraries, found.data_files)
@@ -219,10 +217,10 @@ impl Decision {
                 for lib in libs {
                     let inside = site.link_lib.join(&lib.name);
                     if replace_at_link && COMPAT_LIBRARIES.contains(&lib.stem) {
-                        self.skipped.push(Skip {
-                            path: lib.outside.display().to_string(),
-                            why: "replaced by the compat driver's library".into(),
-                        });
+                        self.skipped.push(Skip::new(
+                            lib.outside.display().to_string(),
+                            Skipped::ReplacedByCompat,
+                        ));
                         continue;
                     }
                     let why = site.reason(DriverSource::HostLibrary {
@@ -238,26 +236,17 @@ impl Decision {
                     }
                 }
             }
-            HostSource::Absent if cfg.required => self.problems.push(Problem {
-                rule: rule.to_string(),
-                what: format!(
-                    "no NVIDIA driver found (no {} and no libcuda.so.1 in /etc/ld.so.cache or {})",
-                    site.link.display(),
-                    cfg.library_dirs
-                        .iter()
-                        .map(|d| d.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                fix:
-                    "install the NVIDIA driver; on NixOS enable hardware.graphics with the NVIDIA \
-                      driver, elsewhere make sure ldconfig knows libcuda.so.1"
-                        .into(),
-            }),
-            HostSource::Absent => self.skipped.push(Skip {
-                path: site.link.display().to_string(),
-                why: "no NVIDIA driver found (optional)".into(),
-            }),
+            HostSource::Absent if cfg.required => self.problems.push(Problem::new(
+                rule,
+                ProblemKind::NoDriver {
+                    link: site.link.clone(),
+                    library_dirs: cfg.library_dirs.clone(),
+                },
+            )),
+            HostSource::Absent => self.skipped.push(Skip::new(
+                site.link.display().to_string(),
+                Skipped::NoDriver,
+            )),
         }
     }
 
@@ -305,14 +294,14 @@ impl Decision {
         for seen in &driver.compat {
             match &seen.found {
                 Ok(Some(c)) => out.push(c.clone()),
-                Ok(None) => self.skipped.push(Skip {
-                    path: seen.inside.display().to_string(),
-                    why: "compat directory without a libcuda.so.*".into(),
-                }),
-                Err(e) => self.skipped.push(Skip {
-                    path: seen.inside.display().to_string(),
-                    why: format!("compat driver unreadable: {e}"),
-                }),
+                Ok(None) => self.skipped.push(Skip::new(
+                    seen.inside.display().to_string(),
+                    Skipped::CompatWithoutLibcuda,
+                )),
+                Err(e) => self.skipped.push(Skip::new(
+                    seen.inside.display().to_string(),
+                    Skipped::CompatUnreadable(e.clone()),
+                )),
             }
         }
         out

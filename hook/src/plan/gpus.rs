@@ -9,7 +9,7 @@ use crate::slot::Slot;
 
 /// Why a build's GPU count cannot be met. Renders as one line with the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(super) enum GpuCountError {
+pub(crate) enum GpuCountError {
     /// The configured per-build count is above what a build may have here.
     #[error(
         "gpus_per_build = {wanted} but a build may have only {available} GPU(s) here: lower \
@@ -131,9 +131,17 @@ mod tests {
         per_build: u32,
         max: u32,
         available: usize,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, GpuCountError> {
         let value = value.map(GpusWanted::parse);
-        gpu_count(value.as_ref(), per_build, max, available).map_err(|e| e.to_string())
+        gpu_count(value.as_ref(), per_build, max, available)
+    }
+
+    fn attribute(text: &str, available: usize, max: u32) -> GpuCountError {
+        GpuCountError::Attribute {
+            text: text.into(),
+            available,
+            max,
+        }
     }
 
     #[test]
@@ -142,30 +150,57 @@ mod tests {
         assert_eq!(wanted(Some("2"), 1, 0, 4), Ok(2));
         assert_eq!(wanted(Some(" 4 "), 1, 0, 4), Ok(4));
         for bad in ["0", "5", "-1", "two", "", "1.5"] {
-            let e = wanted(Some(bad), 1, 0, 4).unwrap_err();
-            assert!(
-                e.starts_with(&format!(
-                    "{GPUS_ATTR} = {bad:?} is not a whole number from 1 to 4"
-                )),
-                "{e}"
+            assert_eq!(
+                wanted(Some(bad), 1, 0, 4),
+                Err(attribute(bad, 4, 0)),
+                "{bad:?}"
             );
         }
-        assert!(wanted(None, 3, 0, 2)
-            .unwrap_err()
-            .contains("lower gpus_per_build"));
+        assert_eq!(
+            attribute("two", 4, 0).to_string(),
+            format!(
+                "{GPUS_ATTR} = \"two\" is not a whole number from 1 to 4 (the GPUs a build may \
+                 have on this host): fix the derivation's {GPUS_ATTR}"
+            )
+        );
+        assert_eq!(
+            wanted(None, 3, 0, 2),
+            Err(GpuCountError::PerBuild {
+                wanted: 3,
+                available: 2
+            })
+        );
+        assert_eq!(
+            GpuCountError::PerBuild {
+                wanted: 3,
+                available: 2
+            }
+            .to_string(),
+            "gpus_per_build = 3 but a build may have only 2 GPU(s) here: lower gpus_per_build in \
+             the config"
+        );
     }
 
     #[test]
     fn max_gpus_per_build_caps_what_a_derivation_may_ask() {
         // Without the cap a derivation could take every GPU.
         assert_eq!(wanted(Some("4"), 1, 0, 4), Ok(4));
-        let e = wanted(Some("4"), 1, 2, 4).unwrap_err();
-        assert!(
-            e.contains("from 1 to 2") && e.contains("max_gpus_per_build = 2"),
-            "{e}"
+        assert_eq!(wanted(Some("4"), 1, 2, 4), Err(attribute("4", 2, 2)));
+        assert_eq!(
+            attribute("4", 2, 2).to_string(),
+            format!(
+                "{GPUS_ATTR} = \"4\" is not a whole number from 1 to 2 (the GPUs a build may \
+                 have on this host, max_gpus_per_build = 2): fix the derivation's {GPUS_ATTR}"
+            )
         );
         assert_eq!(wanted(Some("2"), 1, 2, 4), Ok(2));
-        assert!(wanted(None, 3, 2, 4).is_err());
+        assert_eq!(
+            wanted(None, 3, 2, 4),
+            Err(GpuCountError::PerBuild {
+                wanted: 3,
+                available: 2
+            })
+        );
     }
 
     #[test]
@@ -190,9 +225,14 @@ mod tests {
             one_mig_instance(2, &whole, Some(&two)).unwrap(),
             [Slot::Gpu(0), Slot::Gpu(1)]
         );
-        assert!(one_mig_instance(2, &slots, None)
-            .unwrap_err()
-            .to_string()
-            .contains("set gpus_per_build = 1"));
+        assert_eq!(
+            one_mig_instance(2, &slots, None),
+            Err(GpuCountError::OneMigInstance {
+                asked: "gpus_per_build = 2".into(),
+                count: 2,
+                whole: 1,
+                attribute: None
+            })
+        );
     }
 }

@@ -5,7 +5,7 @@
 
 use super::cdi::{self, NotCarriedOut};
 use super::{devices, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
-use super::{Problem, Reason, Skip};
+use super::{Problem, ProblemKind, Reason, Skip, Skipped};
 use crate::config::Config;
 use crate::mig::Capability;
 use crate::request::Request;
@@ -53,32 +53,20 @@ impl GpuDemand {
             _ => !dropped(&e.inside),
         });
         let given: Vec<String> = picked.iter().map(Slot::to_string).collect();
-        let who = if taken {
-            "this build is leased"
-        } else {
-            "a build now would be leased"
-        };
+        let any_mig = self.slots.iter().any(|s| matches!(s, Slot::Mig(_)));
         for (other, mig) in others {
-            let what = if mig {
-                "another build's MIG instance"
-            } else {
-                "another build's GPU"
-            };
-            skipped.push(Skip {
-                path: other.display().to_string(),
-                why: format!(
-                    "{what}: {who} {} only ({} of {} {}; gpus_per_build = {})",
-                    given.join(", "),
-                    self.count,
-                    self.slots.len(),
-                    if self.slots.iter().any(|s| matches!(s, Slot::Mig(_))) {
-                        "GPUs and MIG instances"
-                    } else {
-                        "GPUs"
-                    },
-                    gpus_per_build
-                ),
-            });
+            skipped.push(Skip::new(
+                other.display().to_string(),
+                Skipped::NotLeased {
+                    mig,
+                    leased: taken,
+                    given: given.clone(),
+                    count: self.count,
+                    total: self.slots.len(),
+                    any_mig,
+                    gpus_per_build,
+                },
+            ));
         }
         cdi::keep_leased(not_carried_out, &parents);
     }
@@ -103,17 +91,13 @@ pub(crate) fn closure_members(
                 symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
             };
             if !to.starts_with(store_dir) {
-                problems.push(Problem {
-                    rule: rules.join(","),
-                    what: format!(
-                        "closure member {} is a symlink to {}, outside the store",
-                        member.display(),
-                        to.display()
-                    ),
-                    fix: "a store path must not lead out of the store: check the closure \
-                          cache and the store (`nix-store --verify --check-contents`)"
-                        .to_string(),
-                });
+                problems.push(Problem::new(
+                    rules.join(","),
+                    ProblemKind::ClosureEscapes {
+                        member: member.clone(),
+                        to,
+                    },
+                ));
                 continue;
             }
         }

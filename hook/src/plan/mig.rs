@@ -5,7 +5,7 @@
 //! only the leased instance's nodes.
 
 use super::devices::unexpressible;
-use super::{Decision, Problem, Reason};
+use super::{Decision, Problem, ProblemKind, Reason};
 use crate::config::Config;
 use crate::scan::{CapNode, HostView, MigView, NodeState};
 use crate::symlinks::{self, Space};
@@ -17,13 +17,8 @@ impl Decision {
         let host = match &mig.found {
             Ok(host) => host,
             Err(e) => {
-                self.problems.push(Problem {
-                    rule: rule.to_string(),
-                    what: format!("the MIG instances cannot be read: {e}"),
-                    fix: "check the NVIDIA driver's MIG files (`nvidia-smi mig -lgi`), or remove \
-                          [rule.mig] from the rule"
-                        .to_string(),
-                });
+                self.problems
+                    .push(Problem::new(rule, ProblemKind::MigUnreadable(e.clone())));
                 return;
             }
         };
@@ -41,34 +36,21 @@ impl Decision {
 
     fn add_capability(&mut self, rule: &str, cap: &CapNode, config: &Config, view: &HostView) {
         let inside = cap.inside();
-        let create = format!(
-            "create it with `nvidia-modprobe -f {}` (at boot, for each instance)",
-            cap.capability.proc_path().display()
-        );
-        let problem = |what: String, fix: String| Problem {
-            rule: rule.to_string(),
-            what,
-            fix,
-        };
+        let capability = cap.capability;
+        let problem = |kind: ProblemKind| Problem::new(rule, kind);
         match &cap.node {
             NodeState::Present => {}
             NodeState::Missing => {
-                let what = format!(
-                    "the {}'s device node {} is missing",
-                    cap.capability,
-                    inside.display()
-                );
-                self.problems.push(problem(what, create));
+                self.problems
+                    .push(problem(ProblemKind::MigNodeMissing { capability, inside }));
                 return;
             }
             NodeState::Wrong(why) => {
-                let what = format!(
-                    "{} is not the {}'s device node: {why}",
-                    inside.display(),
-                    cap.capability
-                );
-                self.problems
-                    .push(problem(what, format!("remove it, then {create}")));
+                self.problems.push(problem(ProblemKind::MigNodeWrong {
+                    capability,
+                    inside,
+                    why: why.clone(),
+                }));
                 return;
             }
         }
@@ -81,26 +63,21 @@ impl Decision {
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c));
         let chain = match chain {
             Ok(chain) => chain,
-            Err(e) => {
-                let what = format!(
-                    "the {}'s device node {}: {e}",
-                    cap.capability,
-                    inside.display()
-                );
-                self.problems.push(problem(what, create));
+            Err(error) => {
+                self.problems.push(problem(ProblemKind::MigNodeChain {
+                    capability,
+                    inside,
+                    error,
+                }));
                 return;
             }
         };
         if let Some(bad) = unexpressible(&chain.hops) {
-            let what = format!(
-                "the {}'s device node cannot be given to the build: {bad:?} holds a newline or \
-                 '=', which Nix's pre-build-hook protocol cannot express",
-                cap.capability
-            );
-            self.problems.push(problem(
-                what,
-                "rename /dev/nvidia-caps (its udev rule)".into(),
-            ));
+            self.problems
+                .push(problem(ProblemKind::MigNodeUnexpressible {
+                    capability,
+                    bad: bad.to_path_buf(),
+                }));
             return;
         }
         let reason = Reason::Mig {

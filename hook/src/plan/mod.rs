@@ -15,12 +15,17 @@ mod gpus;
 mod grant;
 mod mig;
 mod paths;
+mod problem;
+mod skip;
 mod stale;
 mod sysfs;
 
 pub(crate) use cdi::{CdiItem, NotCarriedOut};
 pub(crate) use driver::DriverSource;
 pub(crate) use grant::{closure_members, plan_manifest};
+pub use problem::Problem;
+pub(crate) use problem::{NodeFault, ProblemKind};
+pub(crate) use skip::{Skip, Skipped};
 pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
 
 use crate::config::Config;
@@ -137,33 +142,6 @@ pub(crate) struct Exposure {
     pub outside: PathBuf,
     /// Why it is there.
     pub reason: Reason,
-}
-
-/// Something considered and left out, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Skip {
-    /// The path (or glob) concerned.
-    pub path: String,
-    /// Why it was left out.
-    pub why: String,
-}
-
-/// A reason the plan cannot serve the build: a required device or path is missing, or a
-/// closure could not be computed. Each renders as one line with the fix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Problem {
-    /// The rule concerned.
-    pub rule: String,
-    /// What is missing or broken.
-    pub what: String,
-    /// What to do about it.
-    pub fix: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.what, self.fix)
-    }
 }
 
 /// What decide found for one build: its answer, which act takes as it is (what act finds goes
@@ -289,10 +267,10 @@ impl Decision {
     fn gpu_demand(&mut self, config: &Config, wanted: Option<&GpusWanted>) {
         if config.gpus_per_build == 0 {
             if let Some(v) = wanted {
-                self.skipped.push(Skip {
-                    path: format!("{} = {:?}", crate::drv::GPUS_ATTR, v.text),
-                    why: "ignored: gpus_per_build = 0 gives every GPU to every build".to_string(),
-                });
+                self.skipped.push(Skip::new(
+                    format!("{} = {:?}", crate::drv::GPUS_ATTR, v.text),
+                    Skipped::GpusIgnored,
+                ));
             }
             return;
         }
@@ -329,11 +307,9 @@ impl Decision {
         .and_then(|count| gpus::one_mig_instance(count, &slots, wanted).map(|s| (count, s)));
         match counted {
             Ok((count, slots)) => self.gpu_demand = Some(GpuDemand { slots, gpus, count }),
-            Err(e) => self.problems.push(Problem {
-                rule: self.rules.join(","),
-                what: e.to_string(),
-                fix: "see gpus_per_build in the README".to_string(),
-            }),
+            Err(e) => self
+                .problems
+                .push(Problem::new(self.rules.join(","), ProblemKind::GpuCount(e))),
         }
     }
 
@@ -398,13 +374,10 @@ pub(crate) fn drop_nested(mut all: Vec<Exposure>, skipped: &mut Vec<Skip>) -> Ve
         });
         match covered {
             Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
-            Some((k, _)) if k.inside == e.inside => skipped.push(Skip {
-                path: e.inside.display().to_string(),
-                why: format!(
-                    "conflicts with {} already exposed there",
-                    k.outside.display()
-                ),
-            }),
+            Some((k, _)) if k.inside == e.inside => skipped.push(Skip::new(
+                e.inside.display().to_string(),
+                Skipped::Conflicts(k.outside.clone()),
+            )),
             _ => {
                 holders.push(kept.len());
                 kept.push(e);

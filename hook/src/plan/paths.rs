@@ -2,7 +2,7 @@
 //! each with its symlink chain, and with `follow_entry_symlinks` the targets of the links in
 //! the directory. [`Decision::add_path`] is shared with the driver planner.
 
-use super::{Decision, Problem, Reason, Skip, Want, OPTIONAL};
+use super::{Decision, Problem, ProblemKind, Reason, Skip, Skipped, Want, OPTIONAL};
 use crate::config::Config;
 use crate::scan::{HostView, PathOrigin, PathView};
 use crate::symlinks::{self, ChainError, Space};
@@ -95,16 +95,19 @@ impl Decision {
                     (ChainError::Missing(_), None) => path_hint(inside),
                     (_, None) => "fix the link or remove the entry from the config".to_string(),
                 };
-                self.problems.push(Problem {
-                    rule: rule.to_string(),
-                    what: format!("required path {} is unusable: {e}", inside.display()),
-                    fix,
-                });
+                self.problems.push(Problem::new(
+                    rule,
+                    ProblemKind::RequiredPath {
+                        inside: inside.to_path_buf(),
+                        error: e,
+                        fix,
+                    },
+                ));
             }
-            Err(e) => self.skipped.push(Skip {
-                path: inside.display().to_string(),
-                why: format!("optional: {e}"),
-            }),
+            Err(e) => self.skipped.push(Skip::new(
+                inside.display().to_string(),
+                Skipped::OptionalPath(e),
+            )),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! Jetson's libcuda (`libcuda.so.1.1`) carries no version and Jetson has no
 //! `/proc/driver/nvidia/version`: nothing to compare, no problem.
 
-use super::{Decision, Problem};
+use super::{Decision, Problem, ProblemKind};
 use crate::config::Platform;
 use crate::discover::versions;
 use crate::scan::{BootedDriver, HostFacts};
@@ -104,11 +104,8 @@ impl Decision {
         link: Option<&Path>,
     ) {
         if let Some(stale) = stale_driver(facts, libcuda_file, link) {
-            self.problems.push(Problem {
-                rule: rule.to_string(),
-                what: stale.what(),
-                fix: stale.fix(),
-            });
+            self.problems
+                .push(Problem::new(rule, ProblemKind::StaleDriver(stale)));
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The planner of `sysfs = "topology"`: which host directories a build's tree binds (in
 //! decide), and, once act knows the tree's name, where the build sees each one.
 
-use super::{Decision, Exposure, Reason, Skip};
+use super::{Decision, Exposure, Reason, Skip, Skipped};
 use crate::config::{Config, Sysfs};
 use crate::sysfs::{TreeBind, TOPOLOGY, TREES_DIR};
 use std::path::{Path, PathBuf};
@@ -44,14 +44,18 @@ pub(crate) fn sysfs_exposures(binds: &[TreeBind], name: &str, runtime_dir: &Path
 }
 
 /// Leaves the tree's exposures out (`exec`, which makes no tree), each skipped saying `why`.
-pub(crate) fn drop_sysfs(exposures: &mut Vec<Exposure>, skipped: &mut Vec<Skip>, why: &str) {
+pub(crate) fn drop_sysfs(
+    exposures: &mut Vec<Exposure>,
+    skipped: &mut Vec<Skip>,
+    why: &'static str,
+) {
     exposures.retain(|e| {
         let sysfs = matches!(e.reason, Reason::Sysfs { .. });
         if sysfs {
-            skipped.push(Skip {
-                path: e.inside.display().to_string(),
-                why: why.to_string(),
-            });
+            skipped.push(Skip::new(
+                e.inside.display().to_string(),
+                Skipped::NoSysfsTree(why),
+            ));
         }
         !sysfs
     });
@@ -121,6 +125,8 @@ mod tests {
         drop_sysfs(&mut exposures, &mut skipped, "exec makes no tree");
         assert_eq!(exposures.len(), 1);
         assert_eq!(skipped.len(), 2);
-        assert!(skipped.iter().all(|s| s.why == "exec makes no tree"));
+        assert!(skipped
+            .iter()
+            .all(|s| s.why == Skipped::NoSysfsTree("exec makes no tree")));
     }
 }

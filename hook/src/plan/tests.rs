@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::ConfigSource;
 use crate::config::Platform;
+use crate::discover::choice::Rejected;
 use crate::discover::compat::{CompatDriver, CompatNote};
 use crate::discover::versions::CudaVersion;
 use crate::request::{RuleId, Verdict};
@@ -12,7 +13,7 @@ use crate::scan::paths::EntrySymlinks;
 use crate::scan::{
     DeviceScan, DeviceView, DriverView, HostFacts, PathOrigin, PathView, RuleView, Snapshot,
 };
-use crate::symlinks::{Lookup, Node, Space};
+use crate::symlinks::{ChainError, Lookup, Node, Space};
 use cuda_sandbox_manifest::DriverKind;
 use std::collections::BTreeMap;
 
@@ -270,8 +271,16 @@ fn a_required_device_that_is_missing_is_a_problem_with_the_fix() {
     let v = glob(with_parents(host(&[]), &[]), "/dev/nvidia-uvm", &[]);
     let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(plan.problems.len(), 1);
-    assert!(plan.problems[0].what.contains("/dev/nvidia-uvm is missing"));
-    assert!(plan.problems[0].fix.contains("nvidia-modprobe"));
+    assert_eq!(
+        plan.problems[0],
+        Problem::new(
+            "gpu",
+            ProblemKind::MissingDevice {
+                glob: "/dev/nvidia-uvm".into(),
+                fix: devices::device_hint("/dev/nvidia-uvm"),
+            }
+        )
+    );
 }
 
 #[test]
@@ -285,24 +294,30 @@ fn skips_say_why() {
     let v = glob(with_parents(v, &[]), "/dev/dri/card*", &[]);
     let v = glob(v, "/dev/nvidia-modeset", &["/fake/dev/nvidia-modeset"]);
     let plan = decide_on(&request(&c, None), &c, &v);
-    let why: Vec<(&str, &str)> = plan
-        .skipped
-        .iter()
-        .map(|s| (s.path.as_str(), s.why.as_str()))
-        .collect();
+    assert_eq!(
+        plan.skipped,
+        [
+            Skip::new(
+                "/dev/nvmap",
+                Skipped::OtherPlatform {
+                    wants: Platform::Tegra,
+                    host: Platform::Discrete
+                }
+            ),
+            Skip::new("/dev/dri/card*", Skipped::NothingMatched),
+            Skip::new("/dev/nvidia-modeset", Skipped::NotDevice),
+            Skip::new("/dev/nvidia-modeset", Skipped::NothingMatched),
+        ]
+    );
+    // The lines explain shows for them.
+    let why: Vec<String> = plan.skipped.iter().map(|s| s.why.to_string()).collect();
     assert_eq!(
         why,
         [
-            (
-                "/dev/nvmap",
-                "only on Tegra (Jetson) hosts; this one is discrete-GPU"
-            ),
-            ("/dev/dri/card*", "optional device glob matched nothing"),
-            ("/dev/nvidia-modeset", "not a character device or directory"),
-            (
-                "/dev/nvidia-modeset",
-                "optional device glob matched nothing"
-            ),
+            "only on Tegra (Jetson) hosts; this one is discrete-GPU",
+            "optional device glob matched nothing",
+            "not a character device or directory",
+            "optional device glob matched nothing",
         ]
     );
     assert!(plan.exposures.is_empty() && plan.problems.is_empty());
@@ -319,7 +334,11 @@ fn a_link_out_of_the_roots_is_not_followed() {
     let plan = decide_on(&request(&c, None), &c, &v);
     assert!(plan.exposures.is_empty());
     assert!(
-        plan.skipped[0].why.contains("leads to /etc/shadow"),
+        matches!(
+            &plan.skipped[0].why,
+            Skipped::OptionalPath(ChainError::Escapes { link, target })
+                if link == Path::new("/run/gpu") && target == Path::new("/etc/shadow")
+        ),
         "{:?}",
         plan.skipped
     );
@@ -343,9 +362,11 @@ fn a_symlinked_directory_in_the_middle_of_a_path_is_resolved() {
     let plan = decide_on(&request(&c, None), &c, &v);
     assert!(plan.exposures.is_empty(), "{:?}", plan.exposures);
     assert!(
-        plan.skipped[0]
-            .why
-            .contains("/dev/nvidia-caps leads to /etc"),
+        matches!(
+            &plan.skipped[0].why,
+            Skipped::DeviceChain(ChainError::Escapes { link, target })
+                if link == Path::new("/dev/nvidia-caps") && target == Path::new("/etc")
+        ),
         "{:?}",
         plan.skipped
     );
@@ -385,7 +406,10 @@ fn user_writable_places_are_never_followed_into() {
         let plan = decide_on(&request(&c, None), &c, &v);
         assert!(plan.exposures.is_empty(), "{target}: {:?}", plan.exposures);
         assert!(
-            plan.skipped[0].why.contains("outside the roots"),
+            matches!(
+                &plan.skipped[0].why,
+                Skipped::OptionalPath(ChainError::Escapes { target: t, .. }) if t == Path::new(target)
+            ),
             "{:?}",
             plan.skipped
         );
@@ -409,11 +433,13 @@ fn nested_paths_are_pruned_and_conflicts_skipped() {
     ];
     plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
     assert_eq!(insides(&plan), ["/run/x", "/run/x/other"]);
-    assert_eq!(plan.skipped.len(), 1);
-    assert!(
-        plan.skipped[0].why.contains("conflicts with /h/x"),
-        "{:?}",
-        plan.skipped
+    assert_eq!(
+        plan.skipped,
+        [Skip::new("/run/x", Skipped::Conflicts("/h/x".into()))]
+    );
+    assert_eq!(
+        plan.skipped[0].why.to_string(),
+        "conflicts with /h/x already exposed there"
     );
 }
 
@@ -506,10 +532,12 @@ fn compat_not_listing_the_host_driver_is_rejected_with_its_reason() {
     assert_eq!(d.kind, DriverKind::Host);
     let choice = plan.driver_choice.as_ref().unwrap();
     assert_eq!(choice.rejected.len(), 1);
-    assert!(
-        choice.rejected[0].why.contains("535"),
-        "{:?}",
-        choice.rejected
+    assert_eq!(
+        choice.rejected[0].why,
+        Rejected::BranchNotListed {
+            branch: 535,
+            listed: vec![550]
+        }
     );
     assert!(!insides(&plan).contains(&"/usr/local/cuda-12.9/compat".to_string()));
     assert!(d
@@ -599,7 +627,14 @@ fn a_compat_driver_newer_than_the_kernel_module_is_no_stale_driver_but_the_hosts
     stale.kernel_driver = Some("550.54.14".into());
     let plan = decide_on(&request(&c, None), &c, &stale);
     assert_eq!(plan.problems.len(), 1, "{:?}", plan.problems);
-    assert!(plan.problems[0].what.contains("535.104.05"));
+    assert!(
+        matches!(
+            &plan.problems[0].kind,
+            ProblemKind::StaleDriver(s) if s.user_space == "535.104.05" && s.kernel_module == "550.54.14"
+        ),
+        "{:?}",
+        plan.problems
+    );
 }
 
 #[test]
@@ -617,7 +652,14 @@ fn no_driver_is_a_problem_when_required() {
     let v = with_parents(host(&[("/fake/run/opengl-driver", Node::Missing)]), &[]);
     let plan = decide_on(&request(&c, None), &c, &v);
     assert_eq!(plan.problems.len(), 1);
-    assert!(plan.problems[0].what.starts_with("no NVIDIA driver found"));
+    assert!(
+        matches!(
+            &plan.problems[0].kind,
+            ProblemKind::NoDriver { link, .. } if link.ends_with("run/opengl-driver")
+        ),
+        "{:?}",
+        plan.problems
+    );
 }
 
 #[test]
@@ -644,7 +686,10 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     assert_eq!(plan.gpu_demand.unwrap().count, 2);
     let plan = decide_on(&request(&c, Some("4")), &c, &v);
     assert!(
-        plan.problems[0].what.contains("max_gpus_per_build = 2"),
+        matches!(
+            &plan.problems[0].kind,
+            ProblemKind::GpuCount(gpus::GpuCountError::Attribute { text, max: 2, .. }) if text == "4"
+        ),
         "{:?}",
         plan.problems
     );
@@ -688,8 +733,17 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
     );
     assert_eq!(insides(&plan), ["/nix/store/aaa-x", "/nix/store/bbb-ok"]);
     assert_eq!(plan.problems.len(), 2);
-    assert!(plan.problems[0].what.contains("/etc/shadow"));
-    assert!(plan.problems[1].what.contains("/root"));
+    let escapes = |member: &str, to: &str| ProblemKind::ClosureEscapes {
+        member: member.into(),
+        to: to.into(),
+    };
+    assert_eq!(
+        plan.problems.iter().map(|p| &p.kind).collect::<Vec<_>>(),
+        [
+            &escapes("/nix/store/ddd-evil", "/etc/shadow"),
+            &escapes("/nix/store/eee-evil", "/root")
+        ]
+    );
 }
 
 /// nix-required-mounts' own test: a mount of a directory whose entries are symlinks into
@@ -761,13 +815,10 @@ fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
             });
             match covered {
                 Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
-                Some((k, _)) if k.inside == e.inside => skipped.push(Skip {
-                    path: e.inside.display().to_string(),
-                    why: format!(
-                        "conflicts with {} already exposed there",
-                        k.outside.display()
-                    ),
-                }),
+                Some((k, _)) if k.inside == e.inside => skipped.push(Skip::new(
+                    e.inside.display().to_string(),
+                    Skipped::Conflicts(k.outside.clone()),
+                )),
                 _ => kept.push(e),
             }
         }

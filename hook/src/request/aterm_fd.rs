@@ -2,17 +2,22 @@
 //! fixed bounds of size and time.
 
 /// Why the descriptor gave no derivation. Renders as one line.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum AtermFdError {
     /// The variable's value is not a descriptor number.
+    #[error("not a file descriptor number")]
     NotANumber,
     /// Descriptors 0–2 are the hook's own standard streams.
+    #[error("descriptor {0} is the hook's own {stream}, not a derivation", stream = stream_name(.0))]
     StandardStream(u32),
     /// The descriptor cannot be looked at.
+    #[error("not usable: {0}")]
     Unusable(std::io::Error),
     /// It is not a regular file, a memfd or a pipe (what it is instead).
+    #[error("is {0}: give a file, a memfd or a pipe")]
     WrongKind(&'static str),
     /// It holds more than the cap.
+    #[error("holds {size} bytes or more, above the cap of {cap} bytes")]
     TooBig {
         /// Bytes found (at least).
         size: u64,
@@ -20,12 +25,20 @@ pub enum AtermFdError {
         cap: u64,
     },
     /// It cannot be reopened.
+    #[error("cannot open it: {0}")]
     Open(std::io::Error),
     /// Reading failed.
+    #[error("cannot read it: {0}")]
     Read(std::io::Error),
     /// Waiting on the pipe failed.
+    #[error("cannot wait for it: {0}")]
     Wait(nix::errno::Errno),
     /// The pipe's writer kept it open past the wait.
+    #[error(
+        "a pipe that did not reach its end within {} s ({read} bytes read): its writer keeps it \
+         open",
+        .waited.as_secs_f64()
+    )]
     PipeStalled {
         /// How long the hook waited.
         waited: std::time::Duration,
@@ -34,39 +47,10 @@ pub enum AtermFdError {
     },
 }
 
-impl std::fmt::Display for AtermFdError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AtermFdError::NotANumber => f.write_str("not a file descriptor number"),
-            AtermFdError::StandardStream(n) => write!(
-                f,
-                "descriptor {n} is the hook's own {}, not a derivation",
-                ["stdin", "stdout", "stderr"][*n as usize]
-            ),
-            AtermFdError::Unusable(e) => write!(f, "not usable: {e}"),
-            AtermFdError::WrongKind(what) => {
-                write!(f, "is {what}: give a file, a memfd or a pipe")
-            }
-            AtermFdError::TooBig { size, cap } => {
-                write!(
-                    f,
-                    "holds {size} bytes or more, above the cap of {cap} bytes"
-                )
-            }
-            AtermFdError::Open(e) => write!(f, "cannot open it: {e}"),
-            AtermFdError::Read(e) => write!(f, "cannot read it: {e}"),
-            AtermFdError::Wait(e) => write!(f, "cannot wait for it: {e}"),
-            AtermFdError::PipeStalled { waited, read } => write!(
-                f,
-                "a pipe that did not reach its end within {} s ({read} bytes read): its writer \
-                 keeps it open",
-                waited.as_secs_f64()
-            ),
-        }
-    }
+/// The name of standard stream `n` (0–2).
+fn stream_name(n: &u32) -> &'static str {
+    ["stdin", "stdout", "stderr"][*n as usize]
 }
-
-impl std::error::Error for AtermFdError {}
 
 /// How much [`read_aterm_fd`] reads, and how long it waits for a pipe.
 #[derive(Debug, Clone, Copy)]
@@ -191,6 +175,42 @@ fn read_pipe(
                 }
             }
             Err(e) => return Err(AtermFdError::Read(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AtermFdError;
+    use std::time::Duration;
+
+    /// The one-line texts the hook's error carries after `DRV_ATERM_FD=N: `.
+    #[test]
+    fn each_error_is_one_line_saying_what_to_give() {
+        for (error, text) in [
+            (AtermFdError::NotANumber, "not a file descriptor number"),
+            (
+                AtermFdError::StandardStream(1),
+                "descriptor 1 is the hook's own stdout, not a derivation",
+            ),
+            (
+                AtermFdError::WrongKind("a directory"),
+                "is a directory: give a file, a memfd or a pipe",
+            ),
+            (
+                AtermFdError::TooBig { size: 9, cap: 8 },
+                "holds 9 bytes or more, above the cap of 8 bytes",
+            ),
+            (
+                AtermFdError::PipeStalled {
+                    waited: Duration::from_millis(1500),
+                    read: 10,
+                },
+                "a pipe that did not reach its end within 1.5 s (10 bytes read): its writer \
+                 keeps it open",
+            ),
+        ] {
+            assert_eq!(error.to_string(), text);
         }
     }
 }

@@ -13,8 +13,11 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 mod aterm_fd;
+mod failure;
 
 pub use aterm_fd::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
+use failure::Prefixed;
+pub use failure::RequestFailure;
 
 /// Environment variable in which some Nix variants pass the derivation as JSON.
 pub(crate) const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
@@ -94,8 +97,8 @@ pub(crate) enum Verdict {
     Nothing(String),
     /// Plan for the matching rules.
     Tagged,
-    /// The build must fail, with this one-line message.
-    Fail(String),
+    /// The build must fail, for this reason (one line).
+    Fail(RequestFailure),
 }
 
 /// Where the request comes from: the derivation and the caller's additions.
@@ -218,13 +221,12 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         rules: Vec::new(),
         gpus_wanted: None,
         search_path: input.env.path.clone(),
-        verdict: Verdict::Fail(format!(
-            "the request for {} was not resolved (a bug in cuda-sandbox: please report it)",
-            input
+        verdict: Verdict::Fail(RequestFailure::Unresolved {
+            derivation: input
                 .drv
                 .map(|d| d.display().to_string())
-                .unwrap_or_default()
-        )),
+                .unwrap_or_default(),
+        }),
         warnings: Vec::new(),
     };
     let name = req.derivation_name();
@@ -249,14 +251,6 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         },
     }
     req
-}
-
-/// `error`, prefixed with where the bytes came from when not from the `.drv` file.
-fn prefixed(from: Option<&str>, error: &dyn std::fmt::Display) -> String {
-    match from {
-        Some(source) => format!("{source}: {error}"),
-        None => error.to_string(),
-    }
 }
 
 /// The derivation's bytes: the `.drv` file, else the descriptor named by `aterm_fd`
@@ -311,12 +305,13 @@ impl Request {
     fn unusable(&mut self, bytes: &[u8], name: &str, from: Option<&str>, error: &DrvError) {
         match error {
             DrvError::Repeated { .. } => {
-                self.verdict = Verdict::Fail(format!(
-                    "refusing derivation {name}: {}",
-                    prefixed(from, error)
-                ));
+                self.verdict = Verdict::Fail(RequestFailure::Repeated {
+                    name: name.to_owned(),
+                    from: from.map(str::to_owned),
+                    error: error.clone(),
+                });
             }
-            _ => self.unreadable(bytes, name, &prefixed(from, error)),
+            _ => self.unreadable(bytes, name, &Prefixed(from, error).to_string()),
         }
     }
 
@@ -386,10 +381,11 @@ impl Request {
             Err(e) => {
                 let name = self.derivation_name();
                 self.verdict = match builtin {
-                    Some(f) => Verdict::Fail(format!(
-                        "{name} requires feature '{}' but the configuration is broken: {e}",
-                        String::from_utf8_lossy(f)
-                    )),
+                    Some(f) => Verdict::Fail(RequestFailure::BrokenConfig {
+                        name,
+                        feature: String::from_utf8_lossy(f).into_owned(),
+                        error: e.to_string(),
+                    }),
                     None => {
                         self.warnings
                             .push(format!("{e} (ignored: this build asks for no GPU feature)"));
@@ -450,9 +446,10 @@ impl Request {
                 self.verdict = Verdict::Nothing(why);
             }
             MissingDrv::Fail => {
-                self.verdict = Verdict::Fail(format!(
-                    "cannot read derivation {name} ({error}) and missing_drv = \"fail\""
-                ))
+                self.verdict = Verdict::Fail(RequestFailure::MissingDrv {
+                    name: name.to_owned(),
+                    error: error.to_owned(),
+                })
             }
             MissingDrv::Expose => {
                 self.rules = RuleId::all(&config).collect();
@@ -487,9 +484,10 @@ impl Request {
             .iter()
             .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some());
         self.verdict = if may_be_tagged {
-            Verdict::Fail(format!(
-                "cannot read derivation {name} ({error}), and it may require a GPU feature"
-            ))
+            Verdict::Fail(RequestFailure::Unreadable {
+                name: name.to_owned(),
+                error: error.to_owned(),
+            })
         } else {
             let why = format!(
                 "cannot read derivation {name} ({error}); it names no GPU feature, so exposing \

@@ -34,9 +34,10 @@ pub(crate) enum DeviceScan {
 pub(crate) type GlobMatches = Vec<Result<PathBuf, GlobError>>;
 
 /// Why a glob (or one entry it reached) gave no path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum GlobError {
     /// The glob itself is not a valid pattern.
+    #[error("invalid glob: {why}")]
     Invalid {
         /// The glob.
         glob: String,
@@ -44,6 +45,7 @@ pub(crate) enum GlobError {
         why: String,
     },
     /// A directory on the way could not be read.
+    #[error("cannot read: {error}")]
     Unreadable {
         /// The directory.
         path: PathBuf,
@@ -58,15 +60,6 @@ impl GlobError {
         match self {
             GlobError::Invalid { glob, .. } => PathBuf::from(glob),
             GlobError::Unreadable { path, .. } => path.clone(),
-        }
-    }
-}
-
-impl std::fmt::Display for GlobError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GlobError::Invalid { why, .. } => write!(f, "invalid glob: {why}"),
-            GlobError::Unreadable { error, .. } => write!(f, "cannot read: {error}"),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::Recorder;
 use crate::config::{Config, DriverConfig};
-use crate::discover::compat::{self, CompatDriver};
+use crate::discover::compat::{self, CompatDriver, CompatError};
 use crate::discover::host::{self, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ pub(crate) struct CompatSeen {
     /// Host path.
     pub outside: PathBuf,
     /// The compat driver in it (`Ok(None)`: no compat libcuda there).
-    pub found: Result<Option<CompatDriver>, String>,
+    pub found: Result<Option<CompatDriver>, CompatError>,
     /// The names of the compat libraries in it (libcuda, the JIT compiler, …), sorted.
     pub libraries: Vec<String>,
 }

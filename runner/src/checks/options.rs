@@ -94,7 +94,7 @@ pub(crate) fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
 /// `--driver`: a driver's version (`535.104.05`, or its branch `535`), of a branch the
 /// driver table knows.
 pub(crate) fn parse_driver(text: &str) -> Result<DriverVersion, String> {
-    let version = DriverVersion::parse(text)?;
+    let version = DriverVersion::parse(text).map_err(|e| e.to_string())?;
     if releases::cuda_for_branch(version.branch).is_none() {
         let branches = &releases::table().branches;
         return Err(format!(
@@ -238,7 +238,9 @@ impl LintOptions {
 
 /// `--target`: a compute capability; a variant suffix names the same GPU (`sm_90a` is 9.0).
 fn parse_target(text: &str) -> Result<Capability, String> {
-    Arch::parse(text).map(|arch| arch.capability)
+    Arch::parse(text)
+        .map(|arch| arch.capability)
+        .map_err(|e| e.to_string())
 }
 
 impl Options {

@@ -140,7 +140,7 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
     driver.init().map_err(|e| e.to_string())?;
     let list = devices::list(driver).map_err(|e| e.to_string())?;
     let first = list.first().ok_or("the driver reports no GPU")?;
-    let device = Capability::parse(&first.compute_capability)?;
+    let device = Capability::parse(&first.compute_capability).map_err(|e| e.to_string())?;
     let cuda = driver.version().map_err(|e| e.to_string())?;
     let kernel = std::fs::read_to_string(KERNEL_MODULE_FILE)
         .ok()

@@ -552,7 +552,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
             report.findings.extend(findings);
         }
         Ok(None) => {}
-        Err(e) => report.findings.push(unreadable(e)),
+        Err(e) => report.findings.push(unreadable(e.to_string())),
     }
     gpu_code_of(path, data, code, &uses, provenance, config, report);
     root

@@ -264,7 +264,11 @@ fn scan_file(path: &Path) -> Result<Option<ScannedFile>, String> {
         return Ok(None);
     }
     let gpu_code = read_gpu_code(data).map_err(|e| format!("its GPU code: {e}"))?;
-    let dynamic = if elf { dynamic_info(data)? } else { None };
+    let dynamic = if elf {
+        dynamic_info(data).map_err(|e| e.to_string())?
+    } else {
+        None
+    };
     let runtime = if elf || archive {
         runtime_in(path, elf.then_some(data), &device_ranges(&gpu_code))
     } else {

@@ -25,8 +25,7 @@ mod lease;
 
 pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Decision, Exposure, Problem, Reason, Skip};
-use crate::cdi::load::LookupError;
+use super::{Decision, Exposure, NodeFault, Problem, ProblemKind, Reason, Skip, Skipped};
 use crate::cdi::spec::{DeviceNode, Mount};
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, DriverConfig};
@@ -51,10 +50,7 @@ impl Decision {
         view: &HostView,
     ) {
         for e in &cdi.spec_errors {
-            let skip = Skip {
-                path: e.path().display().to_string(),
-                why: e.to_string(),
-            };
+            let skip = Skip::new(e.path().display().to_string(), Skipped::CdiSpec(e.clone()));
             if !self.skipped.contains(&skip) {
                 self.skipped.push(skip);
             }
@@ -74,38 +70,26 @@ impl Decision {
                     let (parts, unowned) =
                         lease::parts(d.name.as_str(), found, config.gpus_per_build > 0);
                     for u in unowned {
-                        self.skipped.push(Skip {
-                            path: u.path,
-                            why: format!(
-                                "CDI {}: no device of {} for one GPU lists this node, and with \
-                                 gpus_per_build = {} a build gets only its leased GPUs' devices",
-                                d.name.as_str(),
-                                found.spec.display(),
-                                config.gpus_per_build
-                            ),
-                        });
+                        self.skipped.push(Skip::new(
+                            u.path,
+                            Skipped::CdiUnowned {
+                                device: d.name.as_str().to_owned(),
+                                spec: found.spec.to_path_buf(),
+                                gpus_per_build: config.gpus_per_build,
+                            },
+                        ));
                     }
                     for part in &parts {
                         self.add_cdi_device(&place, part, found, config, view);
                     }
                 }
-                Err(e) => self.problems.push(Problem {
-                    rule: rule.to_string(),
-                    what: e.to_string(),
-                    fix: match e {
-                        LookupError::NotFound { .. } => cdi.hint.clone().unwrap_or_else(|| {
-                            "generate the spec (`nvidia-ctk cdi generate \
-                             --output=/etc/cdi/nvidia.yaml`) or name a device it lists \
-                             (`nvidia-ctk cdi list`)"
-                                .to_string()
-                        }),
-                        LookupError::Conflict { .. } => {
-                            "remove one of the two specs, or move it to another of \
-                             cdi_spec_dirs"
-                                .to_string()
-                        }
+                Err(error) => self.problems.push(Problem::new(
+                    rule,
+                    ProblemKind::CdiLookup {
+                        error: error.clone(),
+                        hint: cdi.hint.clone(),
                     },
-                }),
+                )),
             }
         }
     }
@@ -161,11 +145,13 @@ impl Decision {
     ) {
         let device = part.device.as_str();
         if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
-            return self.problems.push(Problem {
-                rule: at.rule.to_string(),
-                what: format!("CDI {device}: device node {why}"),
-                fix: "fix the spec (`nvidia-ctk cdi generate`)".to_string(),
-            });
+            return self.problems.push(Problem::new(
+                at.rule,
+                ProblemKind::CdiSpecNode {
+                    device: device.to_owned(),
+                    why,
+                },
+            ));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
         let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
@@ -193,38 +179,36 @@ impl Decision {
         let inside = symlinks::normalize(Path::new(&m.container_path));
         let outside = host_path(&m.host_path, config);
         if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
-            return self.skipped.push(Skip {
-                path: m.container_path.clone(),
-                why: format!("CDI {device}: {why}"),
-            });
+            return self.skipped.push(Skip::new(
+                m.container_path.clone(),
+                Skipped::CdiMountPath {
+                    device: device.to_owned(),
+                    why,
+                },
+            ));
         }
         let name = inside
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let skip = |why: String| Skip {
-            path: inside.display().to_string(),
-            why,
-        };
+        let skip = |why: Skipped| Skip::new(inside.display().to_string(), why);
         if is_host_runtime(&name) {
-            return self.skipped.push(skip(format!(
-                "CDI {device}: the host's C/C++ runtime never enters the sandbox (Nix's \
-                 glibc and libstdc++ must be the ones loaded)"
-            )));
+            return self.skipped.push(skip(Skipped::CdiHostRuntime {
+                device: device.to_owned(),
+            }));
         }
         if is_fhs_program(&inside) {
-            return self.skipped.push(skip(format!(
-                "CDI {device}: an FHS program; builds do not look in {} and a program built \
-                 for the host's glibc cannot run against Nix's (use the Nixpkgs package)",
-                inside.parent().unwrap_or(Path::new("/")).display()
-            )));
+            return self.skipped.push(skip(Skipped::CdiFhsProgram {
+                device: device.to_owned(),
+                dir: inside.parent().unwrap_or(Path::new("/")).to_path_buf(),
+            }));
         }
         if is_library_name(&name) {
             if at.link_present {
-                return self.skipped.push(skip(format!(
-                    "CDI {device}: the driver link {} is exposed, with the driver behind it",
-                    at.link_lib.parent().unwrap_or(&at.link_lib).display()
-                )));
+                return self.skipped.push(skip(Skipped::CdiDriverLink {
+                    device: device.to_owned(),
+                    link: at.link_lib.parent().unwrap_or(&at.link_lib).to_path_buf(),
+                }));
             }
             if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
                 // The driver planner binds it (the host driver comes from the spec).
@@ -262,30 +246,31 @@ impl Decision {
         view: &HostView,
         reason: Reason,
     ) {
-        let fail = |what: String| Problem {
-            rule: rule.to_string(),
-            what: format!("CDI {device}: device node {} {what}", inside.display()),
-            fix: "load the driver and create its nodes (`nvidia-modprobe`), or regenerate the \
-                  spec (`nvidia-ctk cdi generate`)"
-                .to_string(),
+        let fail = |fault: NodeFault| {
+            Problem::new(
+                rule,
+                ProblemKind::CdiNode {
+                    device: device.to_owned(),
+                    inside: inside.to_path_buf(),
+                    fault,
+                },
+            )
         };
         let chain = match symlinks::follow(inside, outside, Space::Literal, view)
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
         {
             Ok(c) => c,
-            Err(e) => return self.problems.push(fail(format!("is unusable: {e}"))),
+            Err(e) => return self.problems.push(fail(NodeFault::Unusable(e))),
         };
         if chain.target != Node::CharDevice {
-            return self.problems.push(fail(format!(
-                "({}) is not a character device",
-                outside.display()
-            )));
+            return self
+                .problems
+                .push(fail(NodeFault::NotCharDevice(outside.to_path_buf())));
         }
         if let Some(bad) = super::devices::unexpressible(&chain.hops) {
-            return self.problems.push(fail(format!(
-                "cannot be given to the build: {bad:?} holds a newline or '=', which Nix's \
-                 pre-build-hook protocol cannot express"
-            )));
+            return self
+                .problems
+                .push(fail(NodeFault::Unexpressible(bad.to_path_buf())));
         }
         self.add_chain(chain.hops, reason);
     }

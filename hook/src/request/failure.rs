@@ -1,0 +1,65 @@
+//! Why a request fails before anything is planned: one variant per cause, each one line.
+
+use crate::drv::DrvError;
+
+/// Why resolve fails the build ([`super::Verdict::Fail`]). Each renders as the one line the
+/// hook prints for Nix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestFailure {
+    /// Resolve did not reach a verdict (a bug).
+    #[error(
+        "the request for {derivation} was not resolved (a bug in cuda-sandbox: please report it)"
+    )]
+    Unresolved {
+        /// The `.drv` path, as given (empty when none was).
+        derivation: String,
+    },
+    /// The derivation repeats an attribute the hook decides on.
+    #[error("refusing derivation {name}: {}", Prefixed(.from.as_deref(), .error))]
+    Repeated {
+        /// The derivation's name.
+        name: String,
+        /// Where its bytes came from, when not the `.drv` file.
+        from: Option<String>,
+        /// The repetition.
+        error: DrvError,
+    },
+    /// A built-in GPU feature was asked for and the configuration cannot be loaded.
+    #[error("{name} requires feature '{feature}' but the configuration is broken: {error}")]
+    BrokenConfig {
+        /// The derivation's name.
+        name: String,
+        /// The built-in feature it requires.
+        feature: String,
+        /// Why the configuration cannot be loaded (its one line).
+        error: String,
+    },
+    /// The `.drv` is not on disk, Nix passed nothing instead, and `missing_drv = "fail"`.
+    #[error("cannot read derivation {name} ({error}) and missing_drv = \"fail\"")]
+    MissingDrv {
+        /// The derivation's name.
+        name: String,
+        /// Why it cannot be read.
+        error: String,
+    },
+    /// The derivation cannot be read, and its bytes name a feature a rule answers to.
+    #[error("cannot read derivation {name} ({error}), and it may require a GPU feature")]
+    Unreadable {
+        /// The derivation's name.
+        name: String,
+        /// Why it cannot be read (prefixed with where the bytes came from).
+        error: String,
+    },
+}
+
+/// `error`, prefixed with where the bytes came from when not from the `.drv` file.
+pub(super) struct Prefixed<'a, E>(pub Option<&'a str>, pub &'a E);
+
+impl<E: std::fmt::Display> std::fmt::Display for Prefixed<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(source) => write!(f, "{source}: {}", self.1),
+            None => write!(f, "{}", self.1),
+        }
+    }
+}
