@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use cuda_sandbox_elfkit::fatbin::features::{self as fatbin_features, feature_name, Required};
 use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_manifest::Manifest;
 
 use crate::check::{facts_of, Facts, Outcome};
 use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
@@ -350,39 +351,10 @@ pub(crate) fn features(session: &Session) -> Outcome {
         }
     };
     let manifest = session.manifest.manifest();
-    let (source, required) = match (&declared, manifest) {
-        (Some(declared), _) => (declared.source.describe(), declared.features.clone()),
-        (None, Some(manifest)) => (
-            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
-            manifest.features.clone(),
-        ),
-        (None, None) => (
-            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
-            Vec::new(),
-        ),
-    };
+    let (source, required) = required_features(declared.as_ref(), manifest);
     let wanted = fatbin_features::required(required.iter().map(String::as_str));
     let cuda_sm = feature_names(&wanted);
-    let in_manifest: Option<Vec<String>> = manifest.map(|m| {
-        feature_names(&fatbin_features::required(
-            m.features.iter().map(String::as_str),
-        ))
-    });
-    let not_in_manifest: Vec<String> = in_manifest.as_ref().map_or_else(Vec::new, |listed| {
-        cuda_sm
-            .iter()
-            .filter(|f| !listed.contains(f))
-            .cloned()
-            .collect()
-    });
-    let only_in_manifest: Vec<String> = in_manifest.as_ref().map_or_else(Vec::new, |listed| {
-        listed
-            .iter()
-            .filter(|f| !cuda_sm.contains(f))
-            .cloned()
-            .collect()
-    });
-
+    let (not_in_manifest, only_in_manifest) = against_manifest(&cuda_sm, manifest);
     let listed = session.devices().map(|devices| {
         devices
             .iter()
@@ -393,23 +365,7 @@ pub(crate) fn features(session: &Session) -> Outcome {
             })
             .collect::<Vec<_>>()
     });
-    // The GPUs' capabilities, or why they cannot be had.
-    let capabilities: Result<Vec<Capability>, String> = match &listed {
-        Ok(gpus) => gpus
-            .iter()
-            .map(|gpu| {
-                Capability::parse(&gpu.capability).map_err(|e| {
-                    format!(
-                        "GPU {}'s compute capability does not read: {e}",
-                        gpu.ordinal
-                    )
-                })
-            })
-            .collect(),
-        Err(error) => Err(format!(
-            "the GPUs cannot be asked for their compute capability: {error}"
-        )),
-    };
+    let capabilities = capabilities(&listed);
     let unmet = match &capabilities {
         Ok(capabilities) => wanted.unmet_by(capabilities),
         Err(_) => cuda_sm.clone(),
@@ -431,19 +387,7 @@ pub(crate) fn features(session: &Session) -> Outcome {
     });
 
     if !only_in_manifest.is_empty() {
-        return Outcome::fail(
-            format!(
-                "the hook's manifest holds this build to {}, which it does not require ({source} \
-                 says {}): the manifest is another build's, or the hook read another derivation",
-                only_in_manifest.join(" "),
-                if cuda_sm.is_empty() {
-                    "none".to_owned()
-                } else {
-                    cuda_sm.join(" ")
-                },
-            ),
-            facts,
-        );
+        return Outcome::fail(another_builds(&only_in_manifest, &source, &cuda_sm), facts);
     }
     if wanted.is_empty() {
         return Outcome::pass(
@@ -461,15 +405,7 @@ pub(crate) fn features(session: &Session) -> Outcome {
         );
     }
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
-    let hook_note = if not_in_manifest.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
-             had no derivation to read: a remote build, see missing_drv)",
-            not_in_manifest.join(" ")
-        )
-    };
+    let hook_note = hook_note(&not_in_manifest);
     if unmet.is_empty() {
         return Outcome::pass(
             format!(
@@ -480,6 +416,102 @@ pub(crate) fn features(session: &Session) -> Outcome {
             facts,
         );
     }
+    Outcome::fail(not_met(&unmet, &wanted, gpus, &hook_note), facts)
+}
+
+/// Where the build's required features are read, in words, and the features: the
+/// environment's (`declared`), else the hook's manifest's, else none.
+fn required_features(
+    declared: Option<&build_features::Declared>,
+    manifest: Option<&Manifest>,
+) -> (String, Vec<String>) {
+    match (declared, manifest) {
+        (Some(declared), _) => (declared.source.describe(), declared.features.clone()),
+        (None, Some(manifest)) => (
+            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
+            manifest.features.clone(),
+        ),
+        (None, None) => (
+            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
+            Vec::new(),
+        ),
+    }
+}
+
+/// The build's `cuda-sm-*` features (`cuda_sm`) against the manifest's: those it lacks, and
+/// those only it has (both empty without a manifest).
+fn against_manifest(cuda_sm: &[String], manifest: Option<&Manifest>) -> (Vec<String>, Vec<String>) {
+    let Some(manifest) = manifest else {
+        return (Vec::new(), Vec::new());
+    };
+    let listed = feature_names(&fatbin_features::required(
+        manifest.features.iter().map(String::as_str),
+    ));
+    let not_in_manifest = cuda_sm
+        .iter()
+        .filter(|f| !listed.contains(f))
+        .cloned()
+        .collect();
+    let only_in_manifest = listed
+        .iter()
+        .filter(|f| !cuda_sm.contains(f))
+        .cloned()
+        .collect();
+    (not_in_manifest, only_in_manifest)
+}
+
+/// The compute capabilities of the GPUs `listed`, or why they cannot be had.
+fn capabilities(
+    listed: &Result<Vec<FeatureGpu>, impl std::fmt::Display>,
+) -> Result<Vec<Capability>, String> {
+    match listed {
+        Ok(gpus) => gpus
+            .iter()
+            .map(|gpu| {
+                Capability::parse(&gpu.capability).map_err(|e| {
+                    format!(
+                        "GPU {}'s compute capability does not read: {e}",
+                        gpu.ordinal
+                    )
+                })
+            })
+            .collect(),
+        Err(error) => Err(format!(
+            "the GPUs cannot be asked for their compute capability: {error}"
+        )),
+    }
+}
+
+/// The failure of a manifest that holds the build to features (`only_in_manifest`) it does not
+/// require (it requires `cuda_sm`, as `source` says).
+fn another_builds(only_in_manifest: &[String], source: &str, cuda_sm: &[String]) -> String {
+    format!(
+        "the hook's manifest holds this build to {}, which it does not require ({source} \
+         says {}): the manifest is another build's, or the hook read another derivation",
+        only_in_manifest.join(" "),
+        if cuda_sm.is_empty() {
+            "none".to_owned()
+        } else {
+            cuda_sm.join(" ")
+        },
+    )
+}
+
+/// The note on required features the manifest lacks (`not_in_manifest`), or nothing.
+fn hook_note(not_in_manifest: &[String]) -> String {
+    if not_in_manifest.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
+             had no derivation to read: a remote build, see missing_drv)",
+            not_in_manifest.join(" ")
+        )
+    }
+}
+
+/// The failure of features (`unmet`, of the requirement `wanted`) the `gpus` do not meet.
+fn not_met(unmet: &[String], wanted: &Required, gpus: &[FeatureGpu], hook_note: &str) -> String {
     let malformed = if wanted.malformed.is_empty() {
         String::new()
     } else {
@@ -489,15 +521,12 @@ pub(crate) fn features(session: &Session) -> Outcome {
             wanted.malformed.join(" ")
         )
     };
-    Outcome::fail(
-        format!(
-            "{} not met by the GPUs this process can use ({}){malformed}: the builder \
-             advertises a feature its GPUs lack (compare its system-features or \
-             supportedFeatures with `cuda-sandbox-check features` there), or the GPUs given \
-             to this build are not the ones that have it{hook_note}",
-            unmet.join(" "),
-            describe_gpus(gpus)
-        ),
-        facts,
+    format!(
+        "{} not met by the GPUs this process can use ({}){malformed}: the builder \
+         advertises a feature its GPUs lack (compare its system-features or \
+         supportedFeatures with `cuda-sandbox-check features` there), or the GPUs given \
+         to this build are not the ones that have it{hook_note}",
+        unmet.join(" "),
+        describe_gpus(gpus)
     )
 }
