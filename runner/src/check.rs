@@ -22,10 +22,10 @@ pub enum Verdict {
 }
 
 /// The facts a check learnt, as the report prints them: one JSON object, key by key.
-pub type Facts = Map<String, Value>;
+pub(crate) type Facts = Map<String, Value>;
 
 /// Turns a check's typed facts (a struct that serializes to a JSON object) into [`Facts`].
-pub fn facts_of(typed: &impl Serialize) -> Facts {
+pub(crate) fn facts_of(typed: &impl Serialize) -> Facts {
     match serde_json::to_value(typed) {
         Ok(Value::Object(map)) => map,
         Ok(other) => panic!("a check's facts must serialize to a JSON object, not {other}"),
@@ -37,14 +37,14 @@ pub fn facts_of(typed: &impl Serialize) -> Facts {
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
     /// Pass, fail or skipped.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// One line: what was found, or on failure the cause and the fix.
-    pub message: String,
+    pub(crate) message: String,
     /// Further lines (e.g. the JIT error log), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
+    pub(crate) detail: Option<String>,
     /// Everything the check learnt, for the JSON report.
-    pub facts: Facts,
+    pub(crate) facts: Facts,
     /// A skip because the rules could not judge (not for want of a GPU or a flag): the run's
     /// exit status says so (3) when nothing failed.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -53,22 +53,22 @@ pub struct Outcome {
 
 impl Outcome {
     /// A passing outcome.
-    pub fn pass(message: impl Display, facts: Facts) -> Outcome {
+    pub(crate) fn pass(message: impl Display, facts: Facts) -> Outcome {
         Outcome::new(Verdict::Pass, message, facts)
     }
 
     /// A failing outcome.
-    pub fn fail(message: impl Display, facts: Facts) -> Outcome {
+    pub(crate) fn fail(message: impl Display, facts: Facts) -> Outcome {
         Outcome::new(Verdict::Fail, message, facts)
     }
 
     /// A skipped outcome.
-    pub fn skipped(message: impl Display, facts: Facts) -> Outcome {
+    pub(crate) fn skipped(message: impl Display, facts: Facts) -> Outcome {
         Outcome::new(Verdict::Skipped, message, facts)
     }
 
     /// A skip because the rules cannot judge what was found (never a pass).
-    pub fn undecided(message: impl Display, facts: Facts) -> Outcome {
+    pub(crate) fn undecided(message: impl Display, facts: Facts) -> Outcome {
         Outcome {
             undecided: true,
             ..Outcome::new(Verdict::Skipped, message, facts)
@@ -86,9 +86,18 @@ impl Outcome {
     }
 
     /// The same outcome with further lines of detail.
-    pub fn with_detail(mut self, detail: impl Into<String>) -> Outcome {
+    pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Outcome {
         self.detail = Some(detail.into());
         self
+    }
+
+    /// With `lines` as the detail, one a line; no detail when there are none.
+    pub(crate) fn with_detail_lines(self, lines: &[String]) -> Outcome {
+        if lines.is_empty() {
+            self
+        } else {
+            self.with_detail(lines.join("\n"))
+        }
     }
 }
 
@@ -124,12 +133,13 @@ pub struct Check {
     /// Which runs include it.
     pub runs_when: RunsWhen,
     /// Runs the check.
-    pub run: fn(&Session) -> Outcome,
+    pub(crate) run: fn(&Session) -> Outcome,
 }
 
 impl Check {
     /// The group: the part of the name before `::` (`driver` for `driver::version`).
-    pub fn group(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn group(&self) -> &'static str {
         self.name
             .split_once("::")
             .map_or(self.name, |(group, _)| group)

@@ -48,7 +48,7 @@ pub struct Outcomes(Mutex<BTreeMap<String, Outcome>>);
 
 impl Outcomes {
     /// Records a check's outcome.
-    pub fn record(&self, name: &str, outcome: Outcome) {
+    pub(crate) fn record(&self, name: &str, outcome: Outcome) {
         let mut outcomes = self.0.lock().unwrap_or_else(|e| e.into_inner());
         outcomes.insert(name.to_owned(), outcome);
     }

@@ -11,32 +11,32 @@ use crate::checks::options::{ExpectDriver, Options};
 use crate::facts::expectations::ManifestState;
 
 /// Bumped when a field changes meaning or disappears.
-pub const REPORT_FORMAT: u32 = 1;
+pub(crate) const REPORT_FORMAT: u32 = 1;
 
 /// The report cannot be written.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write the report to {}: {error}", .path.display())]
 pub struct ReportError {
     /// Where it was to go.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The I/O error.
     #[source]
-    pub error: std::io::Error,
+    pub(crate) error: std::io::Error,
 }
 
 /// libtest's tally.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     /// Checks that passed.
-    pub passed: u64,
+    pub(crate) passed: u64,
     /// Checks that failed.
-    pub failed: u64,
+    pub(crate) failed: u64,
     /// Checks skipped at run time (e.g. no CUDA runtime) or ignored.
-    pub ignored: u64,
+    pub(crate) ignored: u64,
     /// Checks not run because of a name filter.
-    pub filtered_out: u64,
+    pub(crate) filtered_out: u64,
     /// The process exit status (0 or 101).
-    pub exit_code: u8,
+    pub(crate) exit_code: u8,
 }
 
 impl Summary {
@@ -56,19 +56,19 @@ impl Summary {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// [`REPORT_FORMAT`].
-    pub format: u32,
+    pub(crate) format: u32,
     /// `cuda-sandbox-check`.
-    pub tool: &'static str,
+    pub(crate) tool: &'static str,
     /// The runner's version.
-    pub version: &'static str,
+    pub(crate) version: &'static str,
     /// The expectations the run was given.
-    pub options: Value,
+    pub(crate) options: Value,
     /// The hook's manifest: `path`, `status` (loaded, absent, broken), `message`, `content`.
-    pub manifest: Value,
+    pub(crate) manifest: Value,
     /// Every check that ran, by name.
-    pub checks: BTreeMap<String, Outcome>,
+    pub(crate) checks: BTreeMap<String, Outcome>,
     /// libtest's tally.
-    pub summary: Summary,
+    pub(crate) summary: Summary,
 }
 
 impl Report {

@@ -14,7 +14,7 @@ use crate::facts::package_under_test::{PackageError, PackageUnderTest};
 
 /// Why a check cannot use the driver or the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GpuUnavailable {
+pub(crate) enum GpuUnavailable {
     /// `libcuda.so.1` cannot be loaded: the driver is not exposed.
     #[error(
         "{LIBCUDA} cannot be loaded ({0}): the driver is not exposed to this process; tag the \
@@ -37,18 +37,6 @@ pub enum GpuUnavailable {
     Driver(#[from] DriverError),
 }
 
-impl GpuUnavailable {
-    /// The CUresult behind it, when a driver call returned one.
-    pub fn code(&self) -> Option<i32> {
-        match self {
-            GpuUnavailable::NoDriver(_) => None,
-            GpuUnavailable::NoDevice { error, .. }
-            | GpuUnavailable::Driver(DriverError::Call(error)) => Some(error.code),
-            GpuUnavailable::Driver(DriverError::MissingExport { .. }) => None,
-        }
-    }
-}
-
 /// One run of the runner.
 pub struct Session {
     /// The runner's flags.
@@ -56,7 +44,7 @@ pub struct Session {
     /// The hook's manifest (or why there is none), read once at the start.
     pub manifest: ManifestState,
     /// Device nodes and kernel module as they were before any driver call.
-    pub access: Access,
+    pub(crate) access: Access,
     driver: OnceLock<Result<Driver, LoadError>>,
     init: OnceLock<Result<(), CuError>>,
     devices: OnceLock<Result<Vec<CudaDevice>, DriverError>>,
@@ -87,7 +75,7 @@ impl Session {
     }
 
     /// The loaded driver, or why it is not there and what to do.
-    pub fn driver(&self) -> Result<&Driver, GpuUnavailable> {
+    pub(crate) fn driver(&self) -> Result<&Driver, GpuUnavailable> {
         self.driver
             .get_or_init(Driver::load)
             .as_ref()
@@ -96,7 +84,7 @@ impl Session {
 
     /// The driver after a successful `cuInit(0)`, or why it failed; a "no device" answer names
     /// its true cause (nodes, kernel module or GPU, see [`Access`]).
-    pub fn initialized(&self) -> Result<&Driver, GpuUnavailable> {
+    pub(crate) fn initialized(&self) -> Result<&Driver, GpuUnavailable> {
         let driver = self.driver()?;
         match self.init.get_or_init(|| driver.init()) {
             Ok(()) => Ok(driver),
@@ -109,14 +97,14 @@ impl Session {
     }
 
     /// `cuInit`'s CUresult once it has run (0 on success); `None` before, or without a driver.
-    pub fn init_code(&self) -> Option<i32> {
+    pub(crate) fn init_code(&self) -> Option<i32> {
         self.init
             .get()
             .map(|r| r.as_ref().map_or_else(|error| error.code, |()| 0))
     }
 
     /// The GPUs CUDA reports (needs `cuInit`).
-    pub fn devices(&self) -> Result<&[CudaDevice], GpuUnavailable> {
+    pub(crate) fn devices(&self) -> Result<&[CudaDevice], GpuUnavailable> {
         let driver = self.initialized()?;
         self.devices
             .get_or_init(|| devices::list(driver))
@@ -127,7 +115,7 @@ impl Session {
 
     /// The CUDA runtimes to check: each `--cudart`, or else every libcudart this process
     /// can load, in the loader's search order. Empty when there is none.
-    pub fn runtimes(&self) -> Result<&[Runtime], CudartError> {
+    pub(crate) fn runtimes(&self) -> Result<&[Runtime], CudartError> {
         self.runtimes
             .get_or_init(|| Runtime::load_all(&self.options.cudart))
             .as_deref()
@@ -135,7 +123,7 @@ impl Session {
     }
 
     /// The package under test (`--package`), read and scanned once.
-    pub fn package(&self) -> Result<&PackageUnderTest, PackageError> {
+    pub(crate) fn package(&self) -> Result<&PackageUnderTest, PackageError> {
         self.package
             .get_or_init(|| {
                 PackageUnderTest::read(

@@ -11,7 +11,7 @@ use common::{report_facts, FakeDriver, RUNNER};
 use cuda_sandbox_check::checks::devices::{FeaturesFacts, NodesFacts};
 use cuda_sandbox_check::checks::driver::LibraryFacts;
 use cuda_sandbox_check::checks::kernel::SaxpyFacts;
-use cuda_sandbox_check::checks::package::{DriverFacts, ObjectSearch};
+use cuda_sandbox_check::checks::package_driver::{DriverFacts, ObjectSearch};
 use cuda_sandbox_testkit::{
     builder_sandbox_paths, driver_mount, nix_available, nonce, workspace_binary, FakeHost,
     NixSandbox, NixVersion,

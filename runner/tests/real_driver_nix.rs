@@ -43,8 +43,9 @@ fn real_driver_in_a_hook_made_build_names_the_missing_kernel_module() {
     // Without a GPU the build must fail, and say why.
     assert!(!build.ok(), "a build without a GPU passed:\n{log}");
     // libtest's closing lines: which checks failed, and the tally. The driver's library,
-    // version and entry points and the device nodes need no GPU and pass; no runtime is on
-    // the path (two skips); the two GPU checks fail.
+    // version and entry points, the device nodes and devices::features (the build requires no
+    // cuda-sm-* feature) need no GPU and pass; no runtime is on the path (two skips); the two
+    // GPU checks fail.
     let failures: Vec<&str> = log
         .rsplit_once("failures:\n")
         .map(|(_, tail)| tail)
@@ -65,7 +66,7 @@ fn real_driver_in_a_hook_made_build_names_the_missing_kernel_module() {
     }
     assert_eq!(failures, ["kernel::saxpy", "nvml::consistency"], "{log}");
     assert!(
-        log.contains("test result: FAILED. 4 passed; 2 failed; 3 ignored"),
+        log.contains("test result: FAILED. 5 passed; 2 failed; 3 ignored"),
         "{log}"
     );
     assert!(!log.contains("not exposed"), "{log}");

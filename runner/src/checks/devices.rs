@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use cuda_sandbox_elfkit::fatbin::features::{self as fatbin_features, feature_name, Required};
 use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_manifest::Manifest;
 
 use crate::check::{facts_of, Facts, Outcome};
 use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
@@ -24,28 +25,28 @@ use crate::session::Session;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodesFacts {
     /// The directory looked at (`/dev`, or `--dev-root`).
-    pub dev_root: PathBuf,
+    pub(crate) dev_root: PathBuf,
     /// Every `nvidiaN` there before any driver call, sorted by N.
     pub gpu_nodes: Vec<PathBuf>,
     /// `nvidiactl`'s (major, minor) before any driver call, when it was a character device.
     pub nvidiactl: Option<(u32, u32)>,
     /// `nvidia-uvm`'s (major, minor) before any driver call, when it was a character device.
-    pub nvidia_uvm: Option<(u32, u32)>,
+    pub(crate) nvidia_uvm: Option<(u32, u32)>,
     /// The nodes as they were before any driver call, which the check judges.
-    pub nodes_before_driver_calls: NodeSnapshot,
+    pub(crate) nodes_before_driver_calls: NodeSnapshot,
     /// `nvidiactl` after the driver ran (the real `cuInit`, as root, creates it).
-    pub nvidiactl_now: Node,
+    pub(crate) nvidiactl_now: Node,
     /// The major number `/proc/devices` gives `nvidia-uvm`, when listed.
-    pub nvidia_uvm_major_in_proc_devices: Option<u32>,
+    pub(crate) nvidia_uvm_major_in_proc_devices: Option<u32>,
     /// How many devices CUDA reports, when it can say.
     pub cuda_device_count: Option<usize>,
     /// Why CUDA cannot say how many devices there are.
-    pub cuda_device_count_unavailable: Option<String>,
+    pub(crate) cuda_device_count_unavailable: Option<String>,
     /// The manifest in brief, or a string saying why there is none
     /// ([`crate::facts::expectations::ManifestState::fact`]).
-    pub manifest: Value,
+    pub(crate) manifest: Value,
     /// The device paths the manifest says the hook exposed, when there is a manifest.
-    pub manifest_devices: Option<Vec<String>>,
+    pub(crate) manifest_devices: Option<Vec<String>>,
     /// How many of those are `/dev/nvidiaN`, when there is a manifest.
     pub manifest_gpu_nodes: Option<usize>,
     /// The GPUs the hook leased this build, when there is a manifest.
@@ -84,7 +85,7 @@ fn created_since(before: &Node, path: &Path) -> String {
 }
 
 /// Runs `devices::nodes`.
-pub fn nodes(session: &Session) -> Outcome {
+pub(crate) fn nodes(session: &Session) -> Outcome {
     // Judged on the nodes as they were before any driver call (see crate::facts::access).
     let before: &NodeSnapshot = &session.access.nodes;
     let root = &before.dev_root;
@@ -94,121 +95,23 @@ pub fn nodes(session: &Session) -> Outcome {
     let cuda_count = session.devices().map(<[_]>::len);
 
     let ctl = root.join("nvidiactl");
-    match &before.nvidiactl {
-        Node::Char(NVIDIA_MAJOR, NVIDIACTL_MINOR) => {}
-        Node::Char(major, minor) => problems.push(format!(
-            "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{NVIDIACTL_MINOR}: not the NVIDIA control device",
-            ctl.display()
-        )),
-        other => problems.push(format!(
-            "{} was {} before any driver call{}: {not_exposed}",
-            ctl.display(),
-            describe(other),
-            created_since(other, &ctl)
-        )),
-    }
-
-    let uvm = root.join("nvidia-uvm");
+    judge_ctl(&before.nvidiactl, &ctl, &not_exposed, &mut problems);
     let uvm_expected = uvm_major_from_proc();
-    match &before.nvidia_uvm {
-        Node::Char(major, _) if uvm_expected.is_some_and(|m| m != *major) => {
-            problems.push(format!(
-            "{} has major {major} but /proc/devices says nvidia-uvm is {}: a stale or wrong node",
-            uvm.display(),
-            uvm_expected.unwrap_or_default()
-        ))
-        }
-        Node::Char(NVIDIA_MAJOR, minor) => problems.push(format!(
-            "{} is {NVIDIA_MAJOR}:{minor}, a GPU node, not nvidia-uvm (which has its own major)",
-            uvm.display()
-        )),
-        Node::Char(..) => {}
-        other => problems.push(format!(
-            "{} is {}: the nvidia-uvm module creates it lazily; run `nvidia-modprobe -u -c=0` \
-             on the host (then the hook exposes it)",
-            uvm.display(),
-            describe(other)
-        )),
-    }
-
+    judge_uvm(
+        &before.nvidia_uvm,
+        &root.join("nvidia-uvm"),
+        uvm_expected,
+        &mut problems,
+    );
     let gpus: Vec<(u32, PathBuf)> = before
         .gpus
         .iter()
         .map(|(n, p, _)| (*n, p.clone()))
         .collect();
-    for (number, path, node) in &before.gpus {
-        match node {
-            Node::Char(NVIDIA_MAJOR, minor) if minor == number => {}
-            Node::Char(major, minor) => problems.push(format!(
-                "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{number}",
-                path.display()
-            )),
-            other => problems.push(format!("{} is {}", path.display(), describe(other))),
-        }
-    }
-    if gpus.is_empty() {
-        problems.push(format!("no {}/nvidiaN node: {not_exposed}", root.display()));
-    }
-
-    let exposed: Vec<&str> = session
-        .manifest
-        .manifest()
-        .map(|m| m.devices.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    for device in &exposed {
-        // The manifest names inside paths under /dev; --dev-root moves /dev.
-        let here = match Path::new(device).strip_prefix("/dev") {
-            Ok(rest) => root.join(rest),
-            Err(_) => Path::new(device).to_path_buf(),
-        };
-        if std::fs::symlink_metadata(&here).is_err() {
-            problems.push(format!(
-                "the hook's manifest lists {device} as exposed, but {} is missing: the sandbox \
-                 did not get what the hook planned (a stale manifest, or a Nix without \
-                 pre-build-hook support for it)",
-                here.display()
-            ));
-        }
-    }
-    let manifest_gpus = exposed
-        .iter()
-        .filter(|d| {
-            d.strip_prefix("/dev/nvidia")
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .count();
-    if session.manifest.manifest().is_some() && gpus.len() > manifest_gpus {
-        problems.push(format!(
-            "{} /dev/nvidiaN node(s) are here but the hook's manifest lists {manifest_gpus}: \
-             something other than cuda-sandbox-hook exposes GPUs to this build (check Nix's \
-             sandbox-paths)",
-            gpus.len()
-        ));
-    }
-
-    let leased: &[u32] = session
-        .manifest
-        .manifest()
-        .map_or(&[], |m| m.leased_gpus.as_slice());
+    judge_gpu_nodes(before, &not_exposed, &mut problems);
+    let manifest_gpus = judge_manifest_devices(session, root, gpus.len(), &mut problems);
     if let Ok(count) = cuda_count {
-        if !leased.is_empty() && count != leased.len() {
-            problems.push(format!(
-                "CUDA reports {count} device(s) but the hook leased this build {} GPU(s) {leased:?}:                  {}",
-                leased.len(),
-                if count > leased.len() {
-                    "the build reaches GPUs leased to other builds (is something other than                      cuda-sandbox-hook exposing /dev/nvidiaN, or CUDA_VISIBLE_DEVICES unset                      where the driver ignores device nodes?)"
-                } else {
-                    "some leased GPU nodes are not usable here (check the hook's device globs                      and the nodes' permissions)"
-                }
-            ));
-        }
-        if gpus.len() < count {
-            problems.push(format!(
-                "CUDA reports {count} devices but only {} /dev/nvidiaN nodes exist: the hook's \
-                 device glob misses some GPUs",
-                gpus.len()
-            ));
-        }
+        judge_device_count(session, count, gpus.len(), &mut problems);
     }
 
     let char_numbers = |node: &Node| match node {
@@ -243,14 +146,138 @@ pub fn nodes(session: &Session) -> Outcome {
             ),
             facts,
         ),
-        Some(first) => {
-            let outcome = Outcome::fail(first.clone(), facts);
-            if problems.len() > 1 {
-                outcome.with_detail(problems[1..].join("\n"))
-            } else {
-                outcome
-            }
+        Some(first) => Outcome::fail(first.clone(), facts).with_detail_lines(&problems[1..]),
+    }
+}
+
+/// `nvidiactl` (at `ctl`) as it was before any driver call: the NVIDIA control device.
+fn judge_ctl(node: &Node, ctl: &Path, not_exposed: &str, problems: &mut Vec<String>) {
+    match node {
+        Node::Char(NVIDIA_MAJOR, NVIDIACTL_MINOR) => {}
+        Node::Char(major, minor) => problems.push(format!(
+            "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{NVIDIACTL_MINOR}: not the NVIDIA control device",
+            ctl.display()
+        )),
+        other => problems.push(format!(
+            "{} was {} before any driver call{}: {not_exposed}",
+            ctl.display(),
+            describe(other),
+            created_since(other, ctl)
+        )),
+    }
+}
+
+/// `nvidia-uvm` (at `uvm`): a character device of the major `/proc/devices` gives it
+/// (`expected`, when listed), not a GPU node.
+fn judge_uvm(node: &Node, uvm: &Path, expected: Option<u32>, problems: &mut Vec<String>) {
+    match node {
+        Node::Char(major, _) if expected.is_some_and(|m| m != *major) => problems.push(format!(
+            "{} has major {major} but /proc/devices says nvidia-uvm is {}: a stale or wrong node",
+            uvm.display(),
+            expected.unwrap_or_default()
+        )),
+        Node::Char(NVIDIA_MAJOR, minor) => problems.push(format!(
+            "{} is {NVIDIA_MAJOR}:{minor}, a GPU node, not nvidia-uvm (which has its own major)",
+            uvm.display()
+        )),
+        Node::Char(..) => {}
+        other => problems.push(format!(
+            "{} is {}: the nvidia-uvm module creates it lazily; run `nvidia-modprobe -u -c=0` \
+             on the host (then the hook exposes it)",
+            uvm.display(),
+            describe(other)
+        )),
+    }
+}
+
+/// Every `nvidiaN` of `before`: the NVIDIA major and minor N; and at least one.
+fn judge_gpu_nodes(before: &NodeSnapshot, not_exposed: &str, problems: &mut Vec<String>) {
+    for (number, path, node) in &before.gpus {
+        match node {
+            Node::Char(NVIDIA_MAJOR, minor) if minor == number => {}
+            Node::Char(major, minor) => problems.push(format!(
+                "{} is {major}:{minor}, not {NVIDIA_MAJOR}:{number}",
+                path.display()
+            )),
+            other => problems.push(format!("{} is {}", path.display(), describe(other))),
         }
+    }
+    if before.gpus.is_empty() {
+        problems.push(format!(
+            "no {}/nvidiaN node: {not_exposed}",
+            before.dev_root.display()
+        ));
+    }
+}
+
+/// Every device the hook's manifest lists is here (under `root`), and no more `/dev/nvidiaN`
+/// than it lists (`gpus` are here). Returns how many of its devices are `/dev/nvidiaN`.
+fn judge_manifest_devices(
+    session: &Session,
+    root: &Path,
+    gpus: usize,
+    problems: &mut Vec<String>,
+) -> usize {
+    let exposed: Vec<&str> = session
+        .manifest
+        .manifest()
+        .map(|m| m.devices.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    for device in &exposed {
+        // The manifest names inside paths under /dev; --dev-root moves /dev.
+        let here = match Path::new(device).strip_prefix("/dev") {
+            Ok(rest) => root.join(rest),
+            Err(_) => Path::new(device).to_path_buf(),
+        };
+        if std::fs::symlink_metadata(&here).is_err() {
+            problems.push(format!(
+                "the hook's manifest lists {device} as exposed, but {} is missing: the sandbox \
+                 did not get what the hook planned (a stale manifest, or a Nix without \
+                 pre-build-hook support for it)",
+                here.display()
+            ));
+        }
+    }
+    let manifest_gpus = exposed
+        .iter()
+        .filter(|d| {
+            d.strip_prefix("/dev/nvidia")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count();
+    if session.manifest.manifest().is_some() && gpus > manifest_gpus {
+        problems.push(format!(
+            "{gpus} /dev/nvidiaN node(s) are here but the hook's manifest lists {manifest_gpus}: \
+             something other than cuda-sandbox-hook exposes GPUs to this build (check Nix's \
+             sandbox-paths)"
+        ));
+    }
+    manifest_gpus
+}
+
+/// CUDA's device count (`count`) against the GPUs the hook leased this build, and against the
+/// `gpus` `/dev/nvidiaN` nodes here.
+fn judge_device_count(session: &Session, count: usize, gpus: usize, problems: &mut Vec<String>) {
+    let leased: &[u32] = session
+        .manifest
+        .manifest()
+        .map_or(&[], |m| m.leased_gpus.as_slice());
+    if !leased.is_empty() && count != leased.len() {
+        problems.push(format!(
+                "CUDA reports {count} device(s) but the hook leased this build {} GPU(s) {leased:?}:                  {}",
+                leased.len(),
+                if count > leased.len() {
+                    "the build reaches GPUs leased to other builds (is something other than                      cuda-sandbox-hook exposing /dev/nvidiaN, or CUDA_VISIBLE_DEVICES unset                      where the driver ignores device nodes?)"
+                } else {
+                    "some leased GPU nodes are not usable here (check the hook's device globs                      and the nodes' permissions)"
+                }
+            ));
+    }
+    if gpus < count {
+        problems.push(format!(
+            "CUDA reports {count} devices but only {gpus} /dev/nvidiaN nodes exist: the hook's \
+             device glob misses some GPUs"
+        ));
     }
 }
 
@@ -258,9 +285,9 @@ pub fn nodes(session: &Session) -> Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeatureGpu {
     /// Its CUDA ordinal.
-    pub ordinal: i32,
+    pub(crate) ordinal: i32,
     /// `cuDeviceGetName` (a MIG instance's own name).
-    pub name: String,
+    pub(crate) name: String,
     /// Its compute capability, `X.Y` (a MIG instance reports its GPU's).
     pub capability: String,
 }
@@ -274,21 +301,21 @@ pub struct FeaturesFacts {
     /// Every required feature, as declared.
     pub required: Vec<String>,
     /// The `cuda-sm-*` features among them, each once (malformed ones included).
-    pub cuda_sm: Vec<String>,
+    pub(crate) cuda_sm: Vec<String>,
     /// The GPUs CUDA reports to this process, when it can say.
     pub gpus: Option<Vec<FeatureGpu>>,
     /// Why CUDA cannot say.
-    pub gpus_unavailable: Option<String>,
+    pub(crate) gpus_unavailable: Option<String>,
     /// The `cuda-sm-*` features no GPU here satisfies.
     pub unmet: Vec<String>,
     /// The manifest's `features`, when there is a manifest.
     pub manifest_features: Option<Vec<String>>,
     /// The `cuda-sm-*` features the build requires that the manifest lacks: the hook did not
     /// choose GPUs by them (it had no derivation to read, e.g. a remote build).
-    pub not_in_manifest: Vec<String>,
+    pub(crate) not_in_manifest: Vec<String>,
     /// The manifest's `cuda-sm-*` features the build does not require: another build's
     /// manifest.
-    pub only_in_manifest: Vec<String>,
+    pub(crate) only_in_manifest: Vec<String>,
 }
 
 /// The names of a requirement's features: the well-formed ones, then the malformed.
@@ -313,7 +340,7 @@ fn describe_gpus(gpus: &[FeatureGpu]) -> String {
 }
 
 /// Runs `devices::features`.
-pub fn features(session: &Session) -> Outcome {
+pub(crate) fn features(session: &Session) -> Outcome {
     let declared = match build_features::from_env() {
         Ok(declared) => declared,
         Err(error) => {
@@ -324,39 +351,10 @@ pub fn features(session: &Session) -> Outcome {
         }
     };
     let manifest = session.manifest.manifest();
-    let (source, required) = match (&declared, manifest) {
-        (Some(declared), _) => (declared.source.describe(), declared.features.clone()),
-        (None, Some(manifest)) => (
-            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
-            manifest.features.clone(),
-        ),
-        (None, None) => (
-            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
-            Vec::new(),
-        ),
-    };
+    let (source, required) = required_features(declared.as_ref(), manifest);
     let wanted = fatbin_features::required(required.iter().map(String::as_str));
     let cuda_sm = feature_names(&wanted);
-    let in_manifest: Option<Vec<String>> = manifest.map(|m| {
-        feature_names(&fatbin_features::required(
-            m.features.iter().map(String::as_str),
-        ))
-    });
-    let not_in_manifest: Vec<String> = in_manifest.as_ref().map_or_else(Vec::new, |listed| {
-        cuda_sm
-            .iter()
-            .filter(|f| !listed.contains(f))
-            .cloned()
-            .collect()
-    });
-    let only_in_manifest: Vec<String> = in_manifest.as_ref().map_or_else(Vec::new, |listed| {
-        listed
-            .iter()
-            .filter(|f| !cuda_sm.contains(f))
-            .cloned()
-            .collect()
-    });
-
+    let (not_in_manifest, only_in_manifest) = against_manifest(&cuda_sm, manifest);
     let listed = session.devices().map(|devices| {
         devices
             .iter()
@@ -367,23 +365,7 @@ pub fn features(session: &Session) -> Outcome {
             })
             .collect::<Vec<_>>()
     });
-    // The GPUs' capabilities, or why they cannot be had.
-    let capabilities: Result<Vec<Capability>, String> = match &listed {
-        Ok(gpus) => gpus
-            .iter()
-            .map(|gpu| {
-                Capability::parse(&gpu.capability).map_err(|e| {
-                    format!(
-                        "GPU {}'s compute capability does not read: {e}",
-                        gpu.ordinal
-                    )
-                })
-            })
-            .collect(),
-        Err(error) => Err(format!(
-            "the GPUs cannot be asked for their compute capability: {error}"
-        )),
-    };
+    let capabilities = capabilities(&listed);
     let unmet = match &capabilities {
         Ok(capabilities) => wanted.unmet_by(capabilities),
         Err(_) => cuda_sm.clone(),
@@ -405,19 +387,7 @@ pub fn features(session: &Session) -> Outcome {
     });
 
     if !only_in_manifest.is_empty() {
-        return Outcome::fail(
-            format!(
-                "the hook's manifest holds this build to {}, which it does not require ({source} \
-                 says {}): the manifest is another build's, or the hook read another derivation",
-                only_in_manifest.join(" "),
-                if cuda_sm.is_empty() {
-                    "none".to_owned()
-                } else {
-                    cuda_sm.join(" ")
-                },
-            ),
-            facts,
-        );
+        return Outcome::fail(another_builds(&only_in_manifest, &source, &cuda_sm), facts);
     }
     if wanted.is_empty() {
         return Outcome::pass(
@@ -435,15 +405,7 @@ pub fn features(session: &Session) -> Outcome {
         );
     }
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
-    let hook_note = if not_in_manifest.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
-             had no derivation to read: a remote build, see missing_drv)",
-            not_in_manifest.join(" ")
-        )
-    };
+    let hook_note = hook_note(&not_in_manifest);
     if unmet.is_empty() {
         return Outcome::pass(
             format!(
@@ -454,6 +416,102 @@ pub fn features(session: &Session) -> Outcome {
             facts,
         );
     }
+    Outcome::fail(not_met(&unmet, &wanted, gpus, &hook_note), facts)
+}
+
+/// Where the build's required features are read, in words, and the features: the
+/// environment's (`declared`), else the hook's manifest's, else none.
+fn required_features(
+    declared: Option<&build_features::Declared>,
+    manifest: Option<&Manifest>,
+) -> (String, Vec<String>) {
+    match (declared, manifest) {
+        (Some(declared), _) => (declared.source.describe(), declared.features.clone()),
+        (None, Some(manifest)) => (
+            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
+            manifest.features.clone(),
+        ),
+        (None, None) => (
+            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
+            Vec::new(),
+        ),
+    }
+}
+
+/// The build's `cuda-sm-*` features (`cuda_sm`) against the manifest's: those it lacks, and
+/// those only it has (both empty without a manifest).
+fn against_manifest(cuda_sm: &[String], manifest: Option<&Manifest>) -> (Vec<String>, Vec<String>) {
+    let Some(manifest) = manifest else {
+        return (Vec::new(), Vec::new());
+    };
+    let listed = feature_names(&fatbin_features::required(
+        manifest.features.iter().map(String::as_str),
+    ));
+    let not_in_manifest = cuda_sm
+        .iter()
+        .filter(|f| !listed.contains(f))
+        .cloned()
+        .collect();
+    let only_in_manifest = listed
+        .iter()
+        .filter(|f| !cuda_sm.contains(f))
+        .cloned()
+        .collect();
+    (not_in_manifest, only_in_manifest)
+}
+
+/// The compute capabilities of the GPUs `listed`, or why they cannot be had.
+fn capabilities(
+    listed: &Result<Vec<FeatureGpu>, impl std::fmt::Display>,
+) -> Result<Vec<Capability>, String> {
+    match listed {
+        Ok(gpus) => gpus
+            .iter()
+            .map(|gpu| {
+                Capability::parse(&gpu.capability).map_err(|e| {
+                    format!(
+                        "GPU {}'s compute capability does not read: {e}",
+                        gpu.ordinal
+                    )
+                })
+            })
+            .collect(),
+        Err(error) => Err(format!(
+            "the GPUs cannot be asked for their compute capability: {error}"
+        )),
+    }
+}
+
+/// The failure of a manifest that holds the build to features (`only_in_manifest`) it does not
+/// require (it requires `cuda_sm`, as `source` says).
+fn another_builds(only_in_manifest: &[String], source: &str, cuda_sm: &[String]) -> String {
+    format!(
+        "the hook's manifest holds this build to {}, which it does not require ({source} \
+         says {}): the manifest is another build's, or the hook read another derivation",
+        only_in_manifest.join(" "),
+        if cuda_sm.is_empty() {
+            "none".to_owned()
+        } else {
+            cuda_sm.join(" ")
+        },
+    )
+}
+
+/// The note on required features the manifest lacks (`not_in_manifest`), or nothing.
+fn hook_note(not_in_manifest: &[String]) -> String {
+    if not_in_manifest.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
+             had no derivation to read: a remote build, see missing_drv)",
+            not_in_manifest.join(" ")
+        )
+    }
+}
+
+/// The failure of features (`unmet`, of the requirement `wanted`) the `gpus` do not meet.
+fn not_met(unmet: &[String], wanted: &Required, gpus: &[FeatureGpu], hook_note: &str) -> String {
     let malformed = if wanted.malformed.is_empty() {
         String::new()
     } else {
@@ -463,15 +521,12 @@ pub fn features(session: &Session) -> Outcome {
             wanted.malformed.join(" ")
         )
     };
-    Outcome::fail(
-        format!(
-            "{} not met by the GPUs this process can use ({}){malformed}: the builder \
-             advertises a feature its GPUs lack (compare its system-features or \
-             supportedFeatures with `cuda-sandbox-check features` there), or the GPUs given \
-             to this build are not the ones that have it{hook_note}",
-            unmet.join(" "),
-            describe_gpus(gpus)
-        ),
-        facts,
+    format!(
+        "{} not met by the GPUs this process can use ({}){malformed}: the builder \
+         advertises a feature its GPUs lack (compare its system-features or \
+         supportedFeatures with `cuda-sandbox-check features` there), or the GPUs given \
+         to this build are not the ones that have it{hook_note}",
+        unmet.join(" "),
+        describe_gpus(gpus)
     )
 }

@@ -24,18 +24,18 @@ pub struct LibraryFacts {
     /// Its real file.
     pub real_path: PathBuf,
     /// `LD_LIBRARY_PATH` as this process has it.
-    pub ld_library_path: Option<String>,
+    pub(crate) ld_library_path: Option<String>,
     /// `--expect-driver`, spelled as given.
-    pub expect_driver: Option<String>,
+    pub(crate) expect_driver: Option<String>,
     /// The manifest in brief (`path`, `kind`, `cuda_version`, `kernel_driver`), or a string
     /// saying why there is none ([`crate::facts::expectations::ManifestState::fact`]).
     pub manifest: Value,
     /// The manifest's right `libcuda.so.1` paths, when there is a manifest.
-    pub manifest_libcuda: Option<Vec<String>>,
+    pub(crate) manifest_libcuda: Option<Vec<String>>,
 }
 
 /// Runs `driver::library`.
-pub fn library(session: &Session) -> Outcome {
+pub(crate) fn library(session: &Session) -> Outcome {
     let search_path = std::env::var("LD_LIBRARY_PATH").ok();
     let expect = session.options.expect_driver.as_ref();
     let chosen = session.manifest.driver();
@@ -105,7 +105,7 @@ pub fn library(session: &Session) -> Outcome {
 }
 
 /// Runs `driver::version`.
-pub fn version(session: &Session) -> Outcome {
+pub(crate) fn version(session: &Session) -> Outcome {
     let driver = match session.driver() {
         Ok(driver) => driver,
         Err(why) => return Outcome::fail(why, facts! {}),
@@ -123,33 +123,8 @@ pub fn version(session: &Session) -> Outcome {
         Ok(version) => version,
         Err(why) => return Outcome::fail(why, facts),
     };
-    if let Some(m) = session.manifest.driver() {
-        if let Some(chosen) = m.cuda_version.filter(|c| *c != version) {
-            let fix = match m.kind {
-                DriverKind::Compat if version < chosen => {
-                    "the host's libcuda was loaded instead of the compat one: put the compat \
-                     directory before the driver link in DT_RUNPATH or LD_LIBRARY_PATH (see \
-                     driver::library)"
-                }
-                DriverKind::Host if version > chosen => {
-                    "a compat libcuda was loaded though the hook chose the host driver for this \
-                     kernel driver: remove the compat directory from DT_RUNPATH and \
-                     LD_LIBRARY_PATH (see driver::library)"
-                }
-                _ => {
-                    "another libcuda.so.1 was loaded than the one the hook chose (see \
-                     driver::library)"
-                }
-            };
-            return Outcome::fail(
-                format!(
-                    "the loaded driver provides CUDA {version} but the hook chose the {} driver \
-                     providing CUDA {chosen}: {fix}",
-                    m.kind
-                ),
-                facts,
-            );
-        }
+    if let Some(why) = differs_from_hooks_choice(session, version) {
+        return Outcome::fail(why, facts);
     }
     // "No device" is a matter of GPU access (nodes, kernel module, GPU), which the checks
     // that need a GPU report with its cause; any other cuInit failure is the driver's own.
@@ -191,4 +166,28 @@ pub fn version(session: &Session) -> Outcome {
         ),
         facts,
     )
+}
+
+/// Why the loaded driver, of CUDA `version`, is not the one the hook chose (the manifest's),
+/// with the fix; `None` when it is, or when there is no choice to hold it to.
+fn differs_from_hooks_choice(session: &Session, version: CudaVersion) -> Option<String> {
+    let m = session.manifest.driver()?;
+    let chosen = m.cuda_version.filter(|c| *c != version)?;
+    let fix = match m.kind {
+        DriverKind::Compat if version < chosen => {
+            "the host's libcuda was loaded instead of the compat one: put the compat directory \
+             before the driver link in DT_RUNPATH or LD_LIBRARY_PATH (see driver::library)"
+        }
+        DriverKind::Host if version > chosen => {
+            "a compat libcuda was loaded though the hook chose the host driver for this kernel \
+             driver: remove the compat directory from DT_RUNPATH and LD_LIBRARY_PATH (see \
+             driver::library)"
+        }
+        _ => "another libcuda.so.1 was loaded than the one the hook chose (see driver::library)",
+    };
+    Some(format!(
+        "the loaded driver provides CUDA {version} but the hook chose the {} driver providing \
+         CUDA {chosen}: {fix}",
+        m.kind
+    ))
 }

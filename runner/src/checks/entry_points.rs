@@ -27,51 +27,51 @@ pub struct SymbolAnswer {
     /// The export `dlsym` gives for it at the version compared with, e.g. `cuMemAlloc_v2`.
     pub expected_export: String,
     /// The CUresult, when the driver could be asked.
-    pub result: Option<c_int>,
+    pub(crate) result: Option<c_int>,
     /// `symbolStatus` (0 found, 1 not found, 2 version not sufficient); `None` from the 11.3
     /// ABI.
-    pub symbol_status: Option<c_int>,
+    pub(crate) symbol_status: Option<c_int>,
     /// Whether the answer is CUDA_SUCCESS with exactly that export's address.
-    pub matches: bool,
+    pub(crate) matches: bool,
 }
 
 /// The answers at one API version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionAnswers {
     /// The version asked at, e.g. `12.0`.
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// Every checked function that exists there.
-    pub symbols: Vec<SymbolAnswer>,
+    pub(crate) symbols: Vec<SymbolAnswer>,
 }
 
 /// What `driver::entry_points` reports once it has probed the driver (the report's `facts`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntryPointsFacts {
     /// The export used: `cuGetProcAddress_v2` or `cuGetProcAddress`.
-    pub get_proc_address: String,
+    pub(crate) get_proc_address: String,
     /// The driver's CUDA version.
-    pub driver_version: String,
+    pub(crate) driver_version: String,
     /// The version the process would ask at (`--api-version`, else min(runtime, driver), else
     /// the driver's).
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// The answers there.
     pub symbols: Vec<SymbolAnswer>,
     /// Every version probed.
-    pub api_versions: Vec<String>,
+    pub(crate) api_versions: Vec<String>,
     /// The answers at each of them.
-    pub per_version: Vec<VersionAnswers>,
+    pub(crate) per_version: Vec<VersionAnswers>,
     /// The next major above the driver's version, e.g. `13.0` for a 12.2 driver.
-    pub above_driver_version: String,
+    pub(crate) above_driver_version: String,
     /// The answers there, compared with the driver's own variants.
-    pub above_driver_symbols: Vec<SymbolAnswer>,
+    pub(crate) above_driver_symbols: Vec<SymbolAnswer>,
     /// Whether above its version the driver answers with its newest variants.
-    pub above_driver_answers_with_newest: bool,
+    pub(crate) above_driver_answers_with_newest: bool,
 }
 
 /// Compares `cuGetProcAddress(symbol, version)` with `dlsym(expected export at
 /// expected_at)` for every checked symbol that exists at `expected_at`; returns the
 /// per-symbol answers and the mismatches.
-pub fn compare_with_exports(
+pub(crate) fn compare_with_exports(
     driver: &Driver,
     version: CudaVersion,
     expected_at: CudaVersion,
@@ -138,8 +138,43 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
     versions
 }
 
+/// The driver's answers at each of `versions`, compared with its versioned exports; and
+/// every mismatch, in order.
+fn compare_at_each(
+    driver: &Driver,
+    versions: &[CudaVersion],
+) -> (Vec<VersionAnswers>, Vec<String>) {
+    let mut per_version = Vec::new();
+    let mut mismatches = Vec::new();
+    for version in versions {
+        let (symbols, wrong) = compare_with_exports(driver, *version, *version);
+        per_version.push(VersionAnswers {
+            api_version: version.to_string(),
+            symbols,
+        });
+        mismatches.extend(wrong);
+    }
+    (per_version, mismatches)
+}
+
+/// What the driver answers at `above`, above its own CUDA `driver_version` (`above_wrong`:
+/// where it does not give its newest variants), in words.
+fn above_note(above: CudaVersion, driver_version: CudaVersion, above_wrong: &[String]) -> String {
+    if above_wrong.is_empty() {
+        format!(
+            "at {above}, above the driver, it answers CUDA_SUCCESS with its {driver_version} \
+             variants (code built for newer headers gets the older ABI without an error)"
+        )
+    } else {
+        format!(
+            "at {above}, above the driver, it does not answer with its newest variants ({})",
+            above_wrong[0]
+        )
+    }
+}
+
 /// Runs `driver::entry_points`.
-pub fn driver_entry_points(session: &Session) -> Outcome {
+pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
     let driver = match session.driver() {
         Ok(driver) => driver,
         Err(why) => return Outcome::fail(why, facts! {}),
@@ -167,18 +202,8 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
     let versions = versions_to_probe(session, driver_version);
     let primary = primary_version(session, driver_version);
     let (primary_symbols, _) = compare_with_exports(driver, primary, primary);
-    let mut per_version = Vec::new();
-    let mut mismatches = Vec::new();
-    let mut compared = 0;
-    for version in &versions {
-        let (symbols, wrong) = compare_with_exports(driver, *version, *version);
-        compared += symbols.len();
-        per_version.push(VersionAnswers {
-            api_version: version.to_string(),
-            symbols,
-        });
-        mismatches.extend(wrong);
-    }
+    let (per_version, mismatches) = compare_at_each(driver, &versions);
+    let compared: usize = per_version.iter().map(|v| v.symbols.len()).sum();
 
     // Above the driver's version: the real driver answers with its newest variants.
     let above = CudaVersion((driver_version.0 / 1000 + 1) * 1000);
@@ -204,17 +229,7 @@ pub fn driver_entry_points(session: &Session) -> Outcome {
         )
         .with_detail(mismatches.join("\n"));
     }
-    let above_note = if above_wrong.is_empty() {
-        format!(
-            "at {above}, above the driver, it answers CUDA_SUCCESS with its {driver_version} \
-             variants (code built for newer headers gets the older ABI without an error)"
-        )
-    } else {
-        format!(
-            "at {above}, above the driver, it does not answer with its newest variants ({})",
-            above_wrong[0]
-        )
-    };
+    let above_note = above_note(above, driver_version, &above_wrong);
     let others: Vec<String> = versions
         .iter()
         .filter(|v| **v != primary)

@@ -18,7 +18,7 @@ const GPU_NODES: &[&str] = &[
 ];
 
 /// The check.
-pub fn no_gpu(session: &Session) -> Outcome {
+pub(crate) fn no_gpu(session: &Session) -> Outcome {
     let dev_root = &session.options.dev_root;
     let mut seen: Vec<String> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dev_root) {

@@ -22,11 +22,11 @@ pub struct SaxpyFacts {
     /// n, the number of elements.
     pub elements: u32,
     /// The GPU it ran on (CUDA's first).
-    pub device: Option<CudaDevice>,
+    pub(crate) device: Option<CudaDevice>,
     /// Time to JIT-compile the PTX, milliseconds.
     pub jit_ms: f64,
     /// Kernel time between two events, milliseconds.
-    pub kernel_ms: f64,
+    pub(crate) kernel_ms: f64,
     /// 12·n: bytes read and written by the kernel.
     pub bytes_moved: f64,
     /// `bytes_moved` / kernel time, GB/s; `None` when the kernel time reads 0.
@@ -80,7 +80,7 @@ fn run(driver: &Driver, n: u32) -> Result<Measured, GpuError> {
 }
 
 /// Runs `kernel::saxpy`.
-pub fn saxpy(session: &Session) -> Outcome {
+pub(crate) fn saxpy(session: &Session) -> Outcome {
     let n = session.options.saxpy_elements;
     let driver = match session.initialized() {
         Ok(driver) => driver,

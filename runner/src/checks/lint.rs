@@ -24,13 +24,13 @@ use crate::session::Session;
 )]
 pub struct TargetNeedsDriver {
     /// The `--target` given.
-    pub device: Capability,
+    pub(crate) device: Capability,
 }
 
 /// The driver the hook chose, as the rules judge it: libcuda's CUDA version, the kernel
 /// module's (from its version, else the host's CUDA version: they differ under compat), and,
 /// for the host's own driver, libcuda's version (that of the kernel module).
-pub fn manifest_driver(manifest: &ManifestState) -> Option<Driver> {
+pub(crate) fn manifest_driver(manifest: &ManifestState) -> Option<Driver> {
     let d = manifest.driver()?;
     let cuda = d.cuda_version?.0;
     let kernel = d
@@ -55,7 +55,7 @@ pub fn manifest_driver(manifest: &ManifestState) -> Option<Driver> {
 
 /// The driver `--target` is judged with: `--driver-cuda` or `--driver` (libcuda and kernel
 /// module of that release), else the hook's manifest's.
-pub fn target_driver(options: &LintOptions, manifest: &ManifestState) -> Option<Driver> {
+pub(crate) fn target_driver(options: &LintOptions, manifest: &ManifestState) -> Option<Driver> {
     options.given_driver().or_else(|| manifest_driver(manifest))
 }
 
@@ -86,7 +86,7 @@ pub fn config(
 }
 
 /// Runs `lint::elf`.
-pub fn elf(session: &Session) -> Outcome {
+pub(crate) fn elf(session: &Session) -> Outcome {
     let config = match config(&session.options.lint, &session.manifest) {
         Ok(config) => config,
         Err(why) => return Outcome::fail(why, facts! {}),

@@ -23,29 +23,30 @@ use crate::session::Session;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigFacts {
     /// The instance the hook leased, as the manifest names it.
-    pub manifest_mig: Option<MigInstance>,
+    pub(crate) manifest_mig: Option<MigInstance>,
     /// The devices CUDA sees, when it can list them.
-    pub cuda_devices: Option<Vec<CudaDevice>>,
+    pub(crate) cuda_devices: Option<Vec<CudaDevice>>,
     /// Whether the driver has `cuDeviceGetUuid_v2` (CUDA 11.4+), which gives a MIG UUID.
     pub cuda_has_uuid_v2: Option<bool>,
     /// CUDA's one device's UUID in `MIG-…` spelling.
-    pub cuda_mig_uuid: Option<String>,
+    pub(crate) cuda_mig_uuid: Option<String>,
     /// The GPUs NVML sees, when it loads.
-    pub nvml_devices: Option<Vec<NvmlDevice>>,
+    pub(crate) nvml_devices: Option<Vec<NvmlDevice>>,
     /// Why NVML could not be asked.
-    pub nvml_unavailable: Option<String>,
+    pub(crate) nvml_unavailable: Option<String>,
     /// What the check verified.
-    pub verified: Vec<String>,
+    pub(crate) verified: Vec<String>,
     /// What it could not verify.
     pub not_verified: Vec<String>,
 }
 
+/// `gpuN/giG/ciC`: a MIG instance in words.
 fn describe(m: &MigInstance) -> String {
     format!("gpu{}/gi{}/ci{}", m.gpu, m.gi, m.ci)
 }
 
 /// Runs `mig::instance`.
-pub fn instance(session: &Session) -> Outcome {
+pub(crate) fn instance(session: &Session) -> Outcome {
     let Some(manifest) = session.manifest.manifest() else {
         return Outcome::skipped(
             format!("no MIG instance to check: {}", session.manifest.fact()),
@@ -63,70 +64,10 @@ pub fn instance(session: &Session) -> Outcome {
         manifest_mig: Some(leased.clone()),
         ..MigFacts::default()
     };
-    let cuda = match session.devices() {
-        Ok(devices) => devices,
-        Err(why) => {
-            return Outcome::fail(
-                format!("the hook leased MIG instance {lease} but CUDA lists no device: {why}"),
-                facts_of(&facts),
-            )
-        }
+    let device = match cuda_device(session, &leased, &lease, &mut facts) {
+        Ok(device) => device,
+        Err(failed) => return failed,
     };
-    facts.cuda_devices = Some(cuda.to_vec());
-    facts.cuda_has_uuid_v2 = session
-        .driver()
-        .ok()
-        .map(|d| d.api.device_get_uuid_v2.is_some());
-    let device = match cuda {
-        [one] => one,
-        _ => {
-            let seen: Vec<String> = cuda
-                .iter()
-                .map(|d| format!("{} {}", d.name, d.uuid))
-                .collect();
-            return Outcome::fail(
-                format!(
-                    "the hook leased MIG instance {lease} but CUDA sees {} device(s) [{}]: a CUDA \
-                     process enumerates one MIG instance, so the others are whole GPUs (or \
-                     none is usable); expose only /dev/nvidia{} and the instance's capability \
-                     nodes (see `cuda-sandbox-hook explain` on the builder)",
-                    cuda.len(),
-                    seen.join(", "),
-                    leased.gpu
-                ),
-                facts_of(&facts),
-            );
-        }
-    };
-    facts.verified.push("CUDA sees exactly one device".into());
-    if facts.cuda_has_uuid_v2 == Some(false) {
-        return Outcome::fail(
-            format!(
-                "the hook leased MIG instance {lease} but this libcuda has no cuDeviceGetUuid_v2 \
-                 (CUDA 11.4+), the call that gives a MIG instance's UUID, so which device CUDA \
-                 uses cannot be told; use a driver providing CUDA 11.4 or newer"
-            ),
-            facts_of(&facts),
-        );
-    }
-    let mig_uuid = device.mig_uuid();
-    facts.cuda_mig_uuid = Some(mig_uuid.clone());
-    if let Some(want) = &leased.uuid {
-        if *want != mig_uuid {
-            return Outcome::fail(
-                format!(
-                    "CUDA's device is {} ({mig_uuid} in MIG spelling) but the hook leased MIG \
-                     instance {lease} {want}: the build reaches another instance than its lease",
-                    device.name
-                ),
-                facts_of(&facts),
-            );
-        }
-        facts
-            .verified
-            .push(format!("its UUID is the manifest's {want}"));
-    }
-
     let nvml_devices = nvml::load()
         .map_err(|e| nvml::explain(&e, &session.access))
         .and_then(|n| nvml::devices(&n).map_err(|e| nvml::explain(&e, &session.access)));
@@ -141,8 +82,97 @@ pub fn instance(session: &Session) -> Outcome {
             return verdict(device, &lease, facts);
         }
     };
-    facts.nvml_devices = Some(nvml_devices.clone());
-    if let Some(found) = find_mig(&nvml_devices, &mig_uuid) {
+    judge_by_nvml(device, &leased, &lease, &nvml_devices, facts)
+}
+
+/// CUDA's one device, which must be the instance the hook leased (`leased`, `lease` in
+/// words): exactly one device, a libcuda that can give its MIG UUID, and the manifest's UUID
+/// when it names one. What it verified goes into `facts`; `Err` is the failed outcome.
+fn cuda_device<'s>(
+    session: &'s Session,
+    leased: &MigInstance,
+    lease: &str,
+    facts: &mut MigFacts,
+) -> Result<&'s CudaDevice, Outcome> {
+    let cuda = match session.devices() {
+        Ok(devices) => devices,
+        Err(why) => {
+            return Err(Outcome::fail(
+                format!("the hook leased MIG instance {lease} but CUDA lists no device: {why}"),
+                facts_of(facts),
+            ))
+        }
+    };
+    facts.cuda_devices = Some(cuda.to_vec());
+    facts.cuda_has_uuid_v2 = session
+        .driver()
+        .ok()
+        .map(|d| d.api.device_get_uuid_v2.is_some());
+    let device = match cuda {
+        [one] => one,
+        _ => {
+            let seen: Vec<String> = cuda
+                .iter()
+                .map(|d| format!("{} {}", d.name, d.uuid))
+                .collect();
+            return Err(Outcome::fail(
+                format!(
+                    "the hook leased MIG instance {lease} but CUDA sees {} device(s) [{}]: a CUDA \
+                     process enumerates one MIG instance, so the others are whole GPUs (or \
+                     none is usable); expose only /dev/nvidia{} and the instance's capability \
+                     nodes (see `cuda-sandbox-hook explain` on the builder)",
+                    cuda.len(),
+                    seen.join(", "),
+                    leased.gpu
+                ),
+                facts_of(facts),
+            ));
+        }
+    };
+    facts.verified.push("CUDA sees exactly one device".into());
+    if facts.cuda_has_uuid_v2 == Some(false) {
+        return Err(Outcome::fail(
+            format!(
+                "the hook leased MIG instance {lease} but this libcuda has no cuDeviceGetUuid_v2 \
+                 (CUDA 11.4+), the call that gives a MIG instance's UUID, so which device CUDA \
+                 uses cannot be told; use a driver providing CUDA 11.4 or newer"
+            ),
+            facts_of(facts),
+        ));
+    }
+    let mig_uuid = device.mig_uuid();
+    facts.cuda_mig_uuid = Some(mig_uuid.clone());
+    if let Some(want) = &leased.uuid {
+        if *want != mig_uuid {
+            return Err(Outcome::fail(
+                format!(
+                    "CUDA's device is {} ({mig_uuid} in MIG spelling) but the hook leased MIG \
+                     instance {lease} {want}: the build reaches another instance than its lease",
+                    device.name
+                ),
+                facts_of(facts),
+            ));
+        }
+        facts
+            .verified
+            .push(format!("its UUID is the manifest's {want}"));
+    }
+
+    Ok(device)
+}
+
+/// CUDA's `device` (MIG UUID `mig_uuid`) as NVML's `nvml_devices` list it: a MIG device of
+/// the leased GPU, GPU instance and compute instance, not a whole GPU.
+fn judge_by_nvml(
+    device: &CudaDevice,
+    leased: &MigInstance,
+    lease: &str,
+    nvml_devices: &[NvmlDevice],
+    mut facts: MigFacts,
+) -> Outcome {
+    let mig_uuid = device.mig_uuid();
+    facts.nvml_devices = Some(nvml_devices.to_vec());
+    if let Some(found) = find_mig(nvml_devices, &mig_uuid) {
         facts.verified.push(format!(
             "NVML lists it as MIG device {} of {} {}",
             found.mig.uuid, found.parent.name, found.parent.uuid
@@ -180,7 +210,7 @@ pub fn instance(session: &Session) -> Outcome {
                 facts_of(&facts),
             );
         }
-        return verdict(device, &lease, facts);
+        return verdict(device, lease, facts);
     }
     if let Some(whole) = nvml_devices.iter().find(|n| n.uuid == device.uuid) {
         return Outcome::fail(
@@ -203,7 +233,7 @@ pub fn instance(session: &Session) -> Outcome {
         "that it is a MIG device: NVML lists neither a GPU {} nor a MIG device {mig_uuid}",
         device.uuid
     ));
-    verdict(device, &lease, facts)
+    verdict(device, lease, facts)
 }
 
 /// The passing outcome, saying what was and was not verified.

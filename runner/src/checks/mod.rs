@@ -8,13 +8,14 @@ use crate::session::Session;
 pub mod devices;
 pub mod driver;
 pub mod entry_points;
-pub mod isolation;
+mod isolation;
 pub mod kernel;
 pub mod lint;
 pub mod mig;
 pub mod nvml;
 pub mod options;
 pub mod package;
+pub mod package_driver;
 pub mod runtime;
 
 /// Every check, in the order they run and are listed; [`Check::runs_when`] says which runs
@@ -38,7 +39,7 @@ pub const CHECKS: &[Check] = &[
     check("lint::elf", WithLint, lint::elf),
     check("package::gpu_code", WithPackage, package::gpu_code),
     check("package::runtimes", WithPackage, package::runtimes),
-    check("package::driver", WithPackage, package::driver),
+    check("package::driver", WithPackage, package_driver::driver),
     check("isolation::no_gpu", ExpectNoGpu, isolation::no_gpu),
 ];
 
@@ -53,7 +54,7 @@ const fn check(name: &'static str, runs_when: RunsWhen, run: fn(&Session) -> Out
 /// The checks of a run with these flags, in [`CHECKS`]' order: only `isolation::no_gpu` with
 /// `--expect-no-gpu`; else every [`RunsWhen::Always`] check, `lint::elf` with `--lint` paths and
 /// the `package::*` checks with `--package`.
-pub fn selected(
+pub(crate) fn selected(
     lint: bool,
     package: bool,
     expect_no_gpu: bool,

@@ -23,26 +23,26 @@ use cuda_sandbox_manifest::DriverKind;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvmlDevice {
     /// Its product name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its UUID (`GPU-…`), by which it is matched with CUDA's device.
-    pub uuid: String,
+    pub(crate) uuid: String,
     /// `major.minor`, when NVML gives it.
-    pub compute_capability: Option<String>,
+    pub(crate) compute_capability: Option<String>,
     /// Its MIG mode, `/dev/nvidiaN` minor and MIG devices.
     #[serde(default)]
-    pub mig: GpuMig,
+    pub(crate) mig: GpuMig,
 }
 
 impl NvmlDevice {
     /// Whether NVML says the GPU is in MIG mode (CUDA then sees its MIG instances, not it).
-    pub fn in_mig_mode(&self) -> bool {
+    pub(crate) fn in_mig_mode(&self) -> bool {
         self.mig.mig_mode == Some(true)
     }
 }
 
 /// A MIG device NVML lists, with its parent GPU.
 #[derive(Debug, Clone, Copy)]
-pub struct MigMatch<'a> {
+pub(crate) struct MigMatch<'a> {
     /// The parent GPU.
     pub parent: &'a NvmlDevice,
     /// The MIG device.
@@ -50,7 +50,7 @@ pub struct MigMatch<'a> {
 }
 
 /// The MIG device whose UUID is `mig_uuid` (`MIG-…`), under any GPU in MIG mode.
-pub fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
+pub(crate) fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
     devices
         .iter()
         .filter(|d| d.in_mig_mode())
@@ -65,7 +65,7 @@ pub fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatc
 }
 
 /// Loads and initialises NVML by [`LIBNVIDIA_ML`], as the loader finds it.
-pub fn load() -> Result<Nvml, NvmlError> {
+pub(crate) fn load() -> Result<Nvml, NvmlError> {
     Nvml::builder().lib_path(OsStr::new(LIBNVIDIA_ML)).init()
 }
 
@@ -74,23 +74,23 @@ pub fn load() -> Result<Nvml, NvmlError> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConsistencyFacts {
     /// The kernel driver's version, as NVML gives it (e.g. `535.104.05`).
-    pub kernel_driver: String,
+    pub(crate) kernel_driver: String,
     /// The CUDA version that kernel driver's branch provides, when the branch is known.
-    pub kernel_driver_cuda_version: Option<String>,
+    pub(crate) kernel_driver_cuda_version: Option<String>,
     /// The CUDA version NVML says the driver provides.
-    pub nvml_cuda_driver_version: Option<String>,
+    pub(crate) nvml_cuda_driver_version: Option<String>,
     /// The CUDA version the loaded `libcuda.so.1` provides, when it loads.
-    pub loaded_libcuda_cuda_version: Option<String>,
+    pub(crate) loaded_libcuda_cuda_version: Option<String>,
     /// Whether the loaded libcuda is a cuda_compat one (newer than the kernel driver's CUDA);
     /// `None` when either version is unknown.
     pub compat_active: Option<bool>,
     /// `--expect-driver`, spelled as given.
-    pub expect_driver: Option<String>,
+    pub(crate) expect_driver: Option<String>,
     /// The manifest in brief, or a string saying why there is none
     /// ([`crate::facts::expectations::ManifestState::fact`]).
-    pub manifest: Value,
+    pub(crate) manifest: Value,
     /// The GPUs NVML sees, when it can list them.
-    pub nvml_devices: Option<Vec<NvmlDevice>>,
+    pub(crate) nvml_devices: Option<Vec<NvmlDevice>>,
     /// The GPUs CUDA sees, when it can list them.
     pub cuda_devices: Option<Vec<CudaDevice>>,
     /// `name uuid` of each GPU NVML and CUDA agree on: only when the check passes.
@@ -99,7 +99,7 @@ pub struct ConsistencyFacts {
 }
 
 /// One line for an NVML failure: cause and fix.
-pub fn explain(error: &NvmlError, access: &Access) -> String {
+pub(crate) fn explain(error: &NvmlError, access: &Access) -> String {
     match error {
         NvmlError::DriverNotLoaded => format!(
             "NVML cannot reach the NVIDIA kernel driver ({error}): {}",
@@ -114,7 +114,7 @@ pub fn explain(error: &NvmlError, access: &Access) -> String {
 }
 
 /// Every GPU NVML lists, with what it says about MIG on each.
-pub fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
+pub(crate) fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
     let count = nvml.device_count()?;
     (0..count)
         .map(|index| {
@@ -133,7 +133,7 @@ pub fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
 }
 
 /// Runs `nvml::consistency`.
-pub fn consistency(session: &Session) -> Outcome {
+pub(crate) fn consistency(session: &Session) -> Outcome {
     let expect = session.options.expect_driver.as_ref();
     let expects_kind = matches!(expect, Some(ExpectDriver::Host | ExpectDriver::Compat));
     let nvml = match load() {
@@ -181,78 +181,10 @@ pub fn consistency(session: &Session) -> Outcome {
         cuda_devices: cuda_devices.as_ref().ok().map(|d| d.to_vec()),
         gpus: None,
     };
-    let which = match compat_active {
-        Some(true) => format!(
-            "compat active: libcuda provides CUDA {} above kernel driver {kernel_driver} (CUDA {})",
-            loaded_cuda.map(|v| v.to_string()).unwrap_or_default(),
-            kernel_cuda.map(|v| v.to_string()).unwrap_or_default()
-        ),
-        Some(false) => format!("host driver: kernel driver {kernel_driver}"),
-        None => format!("kernel driver {kernel_driver} (compat unknown: branch not in the table or libcuda unavailable)"),
-    };
+    let which = which_driver(&kernel_driver, compat_active, loaded_cuda, kernel_cuda);
 
-    if let Some(m) = session.manifest.driver() {
-        if let Some(read) = m.kernel_driver.as_deref().filter(|k| *k != kernel_driver) {
-            return Outcome::fail(
-                format!(
-                    "NVML reports kernel driver {kernel_driver} but the hook read {read} from \
-                     /proc/driver/nvidia/version: {LIBNVIDIA_ML} belongs to another driver than \
-                     the kernel module; expose the host driver's own libnvidia-ml (the hook's \
-                     driver link) and nothing else"
-                ),
-                facts_of(&facts),
-            );
-        }
-        match (m.kind, compat_active) {
-            (DriverKind::Compat, Some(false)) => {
-                return Outcome::fail(
-                    format!(
-                        "the hook chose the compat driver (CUDA {}) but the loaded libcuda is \
-                         the host's ({which}): put the compat directory before the driver link \
-                         in DT_RUNPATH or LD_LIBRARY_PATH",
-                        m.cuda_version
-                            .map_or_else(|| "unknown".to_string(), |v| v.to_string())
-                    ),
-                    facts_of(&facts),
-                )
-            }
-            (DriverKind::Host, Some(true)) => {
-                return Outcome::fail(
-                    format!(
-                        "the hook chose the host driver (its reason: {}) but {which}: remove \
-                         the compat directory from DT_RUNPATH and LD_LIBRARY_PATH",
-                        m.reason.trim_end_matches('.')
-                    ),
-                    facts_of(&facts),
-                )
-            }
-            _ => {}
-        }
-    }
-
-    match (expect, compat_active) {
-        (Some(ExpectDriver::Host), Some(true)) => {
-            return Outcome::fail(
-                format!("expected the host driver but {which}: the hook chose cuda_compat; check its compat policy"),
-                facts_of(&facts),
-            )
-        }
-        (Some(ExpectDriver::Compat), Some(false)) => {
-            return Outcome::fail(
-                format!(
-                    "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
-                     the compat libcuda is not exposed ahead of the host one"
-                ),
-                facts_of(&facts),
-            )
-        }
-        (Some(ExpectDriver::Host | ExpectDriver::Compat), None) => {
-            return Outcome::fail(
-                format!("cannot tell host from compat: {which}"),
-                facts_of(&facts),
-            )
-        }
-        _ => {}
+    if let Err(why) = judge_driver_kind(session, &kernel_driver, compat_active, &which) {
+        return Outcome::fail(why, facts_of(&facts));
     }
 
     let nvml_devices = match nvml_devices {
@@ -268,18 +200,7 @@ pub fn consistency(session: &Session) -> Outcome {
     if let Err(why) = match_devices(&nvml_devices, cuda_devices) {
         return Outcome::fail(why, facts_of(&facts));
     }
-    facts.gpus = Some(
-        cuda_devices
-            .iter()
-            .map(|d| match find_mig(&nvml_devices, &d.mig_uuid()) {
-                Some(m) => format!(
-                    "{} {} (MIG device of {} {})",
-                    d.name, m.mig.uuid, m.parent.name, m.parent.uuid
-                ),
-                None => format!("{} {}", d.name, d.uuid),
-            })
-            .collect(),
-    );
+    facts.gpus = Some(agreed_gpus(&nvml_devices, cuda_devices));
     Outcome::pass(
         format!(
             "{which}; NVML and CUDA agree on {} GPU(s)",
@@ -287,6 +208,97 @@ pub fn consistency(session: &Session) -> Outcome {
         ),
         facts_of(&facts),
     )
+}
+
+/// `name uuid` of each of CUDA's devices, NVML's MIG device and its GPU too for a MIG instance.
+fn agreed_gpus(nvml_devices: &[NvmlDevice], cuda_devices: &[CudaDevice]) -> Vec<String> {
+    cuda_devices
+        .iter()
+        .map(|d| match find_mig(nvml_devices, &d.mig_uuid()) {
+            Some(m) => format!(
+                "{} {} (MIG device of {} {})",
+                d.name, m.mig.uuid, m.parent.name, m.parent.uuid
+            ),
+            None => format!("{} {}", d.name, d.uuid),
+        })
+        .collect()
+}
+
+/// Which driver is loaded, in words: compat (libcuda's CUDA `loaded` above the kernel
+/// driver's `kernel`), the host's, or unknown.
+fn which_driver(
+    kernel_driver: &str,
+    compat_active: Option<bool>,
+    loaded_cuda: Option<CudaVersion>,
+    kernel_cuda: Option<CudaVersion>,
+) -> String {
+    match compat_active {
+        Some(true) => format!(
+            "compat active: libcuda provides CUDA {} above kernel driver {kernel_driver} (CUDA {})",
+            loaded_cuda.map(|v| v.to_string()).unwrap_or_default(),
+            kernel_cuda.map(|v| v.to_string()).unwrap_or_default()
+        ),
+        Some(false) => format!("host driver: kernel driver {kernel_driver}"),
+        None => format!("kernel driver {kernel_driver} (compat unknown: branch not in the table or libcuda unavailable)"),
+    }
+}
+
+/// The loaded driver (`which`, compat when `compat_active`) against the hook's choice (the
+/// manifest's driver and the kernel driver it read) and `--expect-driver`; `Err` is the
+/// failure's one line.
+fn judge_driver_kind(
+    session: &Session,
+    kernel_driver: &str,
+    compat_active: Option<bool>,
+    which: &str,
+) -> Result<(), String> {
+    let expect = session.options.expect_driver.as_ref();
+    if let Some(m) = session.manifest.driver() {
+        if let Some(read) = m.kernel_driver.as_deref().filter(|k| *k != kernel_driver) {
+            return Err(format!(
+                "NVML reports kernel driver {kernel_driver} but the hook read {read} from \
+                 /proc/driver/nvidia/version: {LIBNVIDIA_ML} belongs to another driver than \
+                 the kernel module; expose the host driver's own libnvidia-ml (the hook's \
+                 driver link) and nothing else"
+            ));
+        }
+        match (m.kind, compat_active) {
+            (DriverKind::Compat, Some(false)) => {
+                return Err(format!(
+                    "the hook chose the compat driver (CUDA {}) but the loaded libcuda is \
+                     the host's ({which}): put the compat directory before the driver link \
+                     in DT_RUNPATH or LD_LIBRARY_PATH",
+                    m.cuda_version
+                        .map_or_else(|| "unknown".to_string(), |v| v.to_string())
+                ));
+            }
+            (DriverKind::Host, Some(true)) => {
+                return Err(format!(
+                    "the hook chose the host driver (its reason: {}) but {which}: remove \
+                     the compat directory from DT_RUNPATH and LD_LIBRARY_PATH",
+                    m.reason.trim_end_matches('.')
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    match (expect, compat_active) {
+        (Some(ExpectDriver::Host), Some(true)) => {
+            return Err(format!("expected the host driver but {which}: the hook chose cuda_compat; check its compat policy"));
+        }
+        (Some(ExpectDriver::Compat), Some(false)) => {
+            return Err(format!(
+                "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
+                 the compat libcuda is not exposed ahead of the host one"
+            ));
+        }
+        (Some(ExpectDriver::Host | ExpectDriver::Compat), None) => {
+            return Err(format!("cannot tell host from compat: {which}"));
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Matches CUDA's devices with NVML's GPUs; the error is the failure's one line. NVML and CUDA

@@ -22,7 +22,7 @@ pub enum ExpectDriver {
 
 impl ExpectDriver {
     /// Parses `host`, `compat`, or an absolute path prefix.
-    pub fn parse(text: &str) -> Result<ExpectDriver, String> {
+    pub(crate) fn parse(text: &str) -> Result<ExpectDriver, String> {
         match text {
             "host" => Ok(ExpectDriver::Host),
             "compat" => Ok(ExpectDriver::Compat),
@@ -34,7 +34,7 @@ impl ExpectDriver {
     }
 
     /// The spelling used in messages and the report.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             ExpectDriver::Host => "host".to_owned(),
             ExpectDriver::Compat => "compat".to_owned(),
@@ -52,7 +52,7 @@ fn parse_cuda_version(text: &str) -> Result<CudaVersion, String> {
 /// `--driver`; a version inside the known range that was never released (12.7) is refused
 /// naming the nearest releases; one above the known range is taken, and the rules answer
 /// "cannot be judged" for it ([`releases::newest_release`]).
-pub fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
+pub(crate) fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
     let text = text.trim();
     let words: Vec<&str> = text.split('.').collect();
     let leading: Option<u32> = words[0].parse().ok();
@@ -93,7 +93,7 @@ pub fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
 
 /// `--driver`: a driver's version (`535.104.05`, or its branch `535`), of a branch the
 /// driver table knows.
-pub fn parse_driver(text: &str) -> Result<DriverVersion, String> {
+pub(crate) fn parse_driver(text: &str) -> Result<DriverVersion, String> {
     let version = DriverVersion::parse(text).map_err(|e| e.to_string())?;
     if releases::cuda_for_branch(version.branch).is_none() {
         let branches = &releases::table().branches;
@@ -108,7 +108,7 @@ pub fn parse_driver(text: &str) -> Result<DriverVersion, String> {
 }
 
 /// Default number of saxpy elements: 2^24 (192 MiB moved by the kernel).
-pub const DEFAULT_SAXPY_ELEMENTS: u32 = 1 << 24;
+pub(crate) const DEFAULT_SAXPY_ELEMENTS: u32 = 1 << 24;
 
 /// What to check and what to expect (the runner's flags).
 #[derive(Debug, Clone, Args)]
@@ -116,113 +116,113 @@ pub struct Options {
     /// Driver the loaded libcuda.so.1 must be: `host`, `compat`, or an absolute path
     /// prefix it must lie under (e.g. /run/opengl-driver/lib).
     #[arg(long, value_name = "host|compat|PREFIX", value_parser = ExpectDriver::parse)]
-    pub expect_driver: Option<ExpectDriver>,
+    pub(crate) expect_driver: Option<ExpectDriver>,
 
     /// Lowest acceptable CUDA version of the loaded driver (12.2 or 12020).
     #[arg(long, value_name = "VERSION", value_parser = parse_cuda_version)]
-    pub min_cuda_version: Option<CudaVersion>,
+    pub(crate) min_cuda_version: Option<CudaVersion>,
 
     /// The API version a program would ask cuGetProcAddress at (default: min(driver, runtime),
     /// or the driver's version when no CUDA runtime is loadable); every ABI boundary is
     /// probed as well.
     #[arg(long, value_name = "VERSION", value_parser = parse_cuda_version)]
-    pub api_version: Option<CudaVersion>,
+    pub(crate) api_version: Option<CudaVersion>,
 
     /// CUDA runtime to check; repeat it for a package that ships several (default: every
     /// libcudart this process can load, in the loader's search order).
     #[arg(long, value_name = "PATH")]
-    pub cudart: Vec<PathBuf>,
+    pub(crate) cudart: Vec<PathBuf>,
 
     /// Number of saxpy elements (each moves 12 bytes).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SAXPY_ELEMENTS,
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub saxpy_elements: u32,
+    pub(crate) saxpy_elements: u32,
 
     /// Write the JSON report here. Default: $out when run as a Nix builder
     /// (both $out and $NIX_BUILD_TOP set); otherwise no report.
     #[arg(long, value_name = "PATH")]
-    pub report: Option<PathBuf>,
+    pub(crate) report: Option<PathBuf>,
 
     /// Directory holding the device nodes (testing aid: point it at a fake tree).
     #[arg(long, value_name = "DIR", default_value = "/dev")]
-    pub dev_root: PathBuf,
+    pub(crate) dev_root: PathBuf,
 
     /// The hook's manifest to check the loaded driver against (default:
     /// /run/cuda-sandbox/manifest.json when it exists).
     #[arg(long, value_name = "PATH", conflicts_with = "no_manifest")]
-    pub manifest: Option<PathBuf>,
+    pub(crate) manifest: Option<PathBuf>,
 
     /// Ignore the hook's manifest: check only what the flags ask.
     #[arg(long)]
-    pub no_manifest: bool,
+    pub(crate) no_manifest: bool,
 
     /// The package under test (a store path or directory; repeatable): run the `package::*`
     /// checks on its runtime closure: its GPU code on these GPUs with this driver, its CUDA
     /// runtimes, and the libcuda.so.1 each of its objects would load.
     #[arg(long = "package", value_name = "PATH")]
-    pub packages: Vec<PathBuf>,
+    pub(crate) packages: Vec<PathBuf>,
 
     /// The package's runtime closure, as `exportReferencesGraph` or Nixpkgs' `closureInfo`
     /// (`store-paths`) write it (inside a Nix build, where `nix-store` cannot answer; default:
     /// `nix-store --query --requisites`).
     #[arg(long, value_name = "FILE", requires = "packages")]
-    pub package_closure: Option<PathBuf>,
+    pub(crate) package_closure: Option<PathBuf>,
 
     /// Also run the `lint::elf` check on these files or directories (repeatable).
     #[arg(long = "lint", value_name = "PATH")]
-    pub lint_paths: Vec<PathBuf>,
+    pub(crate) lint_paths: Vec<PathBuf>,
 
     /// The negative check instead of the GPU checks: pass only when no GPU device, driver
     /// library, driver link or manifest is visible (for an untagged derivation).
     #[arg(long)]
-    pub expect_no_gpu: bool,
+    pub(crate) expect_no_gpu: bool,
 
     /// What the ELF lint expects.
     #[command(flatten)]
-    pub lint: LintOptions,
+    pub(crate) lint: LintOptions,
 }
 
 /// The driver directory nixpkgs binaries carry in DT_RUNPATH (`autoAddDriverRunpath`).
-pub const DEFAULT_DRIVER_LINK: &str = "/run/opengl-driver/lib";
+pub(crate) const DEFAULT_DRIVER_LINK: &str = "/run/opengl-driver/lib";
 
 /// What the ELF lint expects of the files it reads (shared by `--lint` and `lint`).
 #[derive(Debug, Clone, Args)]
 pub struct LintOptions {
     /// The driver link every libcuda user must carry in DT_RUNPATH.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DRIVER_LINK)]
-    pub driver_link: PathBuf,
+    pub(crate) driver_link: PathBuf,
 
     /// A cuda_compat directory that must come before the driver link in DT_RUNPATH
     /// (default: the manifest's, when the hook chose compat).
     #[arg(long, value_name = "DIR")]
-    pub compat_dir: Option<PathBuf>,
+    pub(crate) compat_dir: Option<PathBuf>,
 
     /// Also look for static CUDA archives in the runtime closure (`nix-store --query
     /// --requisites`) of the store paths given.
     #[arg(long)]
-    pub closure: bool,
+    pub(crate) closure: bool,
 
     /// Judge the files' GPU code (fat binaries) for GPUs of these compute capabilities, each
     /// apart: sm_90, 9.0 or 90; several as sm_90,sm_120 or by repeating the flag (a fleet).
     /// Without it the GPU code is listed, not judged.
     #[arg(long, value_name = "sm_XY,...", value_parser = parse_target, value_delimiter = ',')]
-    pub target: Vec<Capability>,
+    pub(crate) target: Vec<Capability>,
 
     /// The CUDA version of the driver that will load the GPU code, a CUDA release (12.2 for
     /// a 535 driver), for --target (default: the hook's manifest's driver, when there is one).
     #[arg(long, value_name = "X.Y", value_parser = parse_driver_cuda, requires = "target",
           conflicts_with = "driver")]
-    pub driver_cuda: Option<CudaVersion>,
+    pub(crate) driver_cuda: Option<CudaVersion>,
 
     /// The version of the driver that will load the GPU code (535.104.05), for --target: its
     /// branch gives its CUDA version, and its version decides minor-version compatibility.
     #[arg(long, value_name = "VERSION", value_parser = parse_driver, requires = "target")]
-    pub driver: Option<DriverVersion>,
+    pub(crate) driver: Option<DriverVersion>,
 }
 
 impl LintOptions {
     /// The driver `--driver-cuda` or `--driver` names: libcuda and kernel module alike.
-    pub fn given_driver(&self) -> Option<Driver> {
+    pub(crate) fn given_driver(&self) -> Option<Driver> {
         if let Some(cuda) = self.driver_cuda {
             return Some(Driver::of(cuda.0));
         }

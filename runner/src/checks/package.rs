@@ -12,12 +12,7 @@
 //!   rules and ABI-difference report of `runtime::compatibility`: minor-version compatible
 //!   passes with the report, a newer major fails naming 35, runtimes of different versions in
 //!   one closure are flagged as version mixing.
-//! - `package::driver`: for each object of the closure that opens libcuda (a `libcudart.so`, an
-//!   ELF file with a static libcudart inside, an ELF file with `libcuda.so.1` in DT_NEEDED), the
-//!   `libcuda.so.1` glibc's loader would give it in this process ([`cuda_sandbox_elfkit::ldso`]:
-//!   its DT_RPATH, `LD_LIBRARY_PATH`, its DT_RUNPATH, the loader's cache and default
-//!   directories), compared with the driver the hook chose (the manifest), else with the one
-//!   this runner loaded.
+//! - `package::driver`: in [`super::package_driver`].
 
 use std::path::{Path, PathBuf};
 
@@ -26,23 +21,19 @@ use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 use cuda_sandbox_elfkit::fatbin::Capability;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::check::{facts_of, Outcome};
+use crate::check::Outcome;
 use crate::checks::lint::{manifest_driver, target_driver};
 use crate::checks::runtime::{judge as judge_runtimes, Candidate, CudartFile};
 use crate::cuda::cudart::{Runtime, RuntimeVersion};
-use crate::cuda::loaded::LoadedFile;
 use crate::cuda::version::CudaVersion;
 use crate::facts;
-use crate::facts::expectations::{is_chosen, library_mismatch};
 use crate::facts::gpu_code::{judge_all, runtime_uses, Target};
-use crate::facts::package_under_test::STORE_DIR;
+use crate::facts::package_under_test::{PackageUnderTest, ScannedFile, STORE_DIR};
 use crate::facts::provenance::Provenance;
-use crate::facts::runtime_scan::RuntimeForm;
+use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 use crate::session::Session;
-use cuda_sandbox_elfkit::ldso::{Environment, Loader, Outcome as Search, Process, RealFs, Start};
 
 /// The driver this process loaded, as the rules judge it: libcuda's CUDA version, and the
 /// kernel module's from the hook's manifest, else `/proc/driver/nvidia/version` (the same as
@@ -139,16 +130,24 @@ fn jit_cache() -> String {
     }
 }
 
-/// Runs `package::gpu_code`.
-pub fn gpu_code(session: &Session) -> Outcome {
-    let package = match session.package() {
-        Ok(p) => p,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
-    let (targets, from) = match targets(session) {
-        Ok(t) => t,
-        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
-    };
+/// The verdicts of every file of the package with GPU code, on every target.
+struct GpuCodeFindings {
+    /// `file: reason` of each file/target pair that cannot run.
+    failures: Vec<String>,
+    /// Those the rules cannot judge.
+    unknown: Vec<String>,
+    /// Those that run by JIT.
+    jit: Vec<String>,
+    /// Each verdict, for the report.
+    judged: Vec<Value>,
+    /// The files that could not be read (the scan's, then those that could not be mapped).
+    unreadable: Vec<String>,
+    /// How many files carry GPU code.
+    files: usize,
+}
+
+/// Judges each file of `package` that carries GPU code on each of `targets`.
+fn judge_files(package: &PackageUnderTest, targets: &[Target]) -> GpuCodeFindings {
     let mut failures: Vec<String> = Vec::new();
     let mut unknown: Vec<String> = Vec::new();
     let mut jit: Vec<String> = Vec::new();
@@ -170,7 +169,7 @@ pub fn gpu_code(session: &Session) -> Outcome {
         let shown = file.path.display();
         let soname = file.dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(&file.path, soname, Path::new(STORE_DIR));
-        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, &targets) {
+        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, targets) {
             let line = format!("{shown}: {}", v.reason);
             match v.verdict {
                 FileVerdict::Fails => failures.push(line),
@@ -189,7 +188,36 @@ pub fn gpu_code(session: &Session) -> Outcome {
             }));
         }
     }
+    GpuCodeFindings {
+        failures,
+        unknown,
+        jit,
+        judged,
+        unreadable,
+        files,
+    }
+}
+
+/// Runs `package::gpu_code`.
+pub(crate) fn gpu_code(session: &Session) -> Outcome {
+    let package = match session.package() {
+        Ok(p) => p,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    let (targets, from) = match targets(session) {
+        Ok(t) => t,
+        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
+    };
+    let GpuCodeFindings {
+        failures,
+        unknown,
+        jit,
+        judged,
+        unreadable,
+        files,
+    } = judge_files(package, &targets);
     let on: Vec<String> = targets.iter().map(Target::describe).collect();
+    let on = on.join(", ");
     let facts = facts! {
         "targets" => &targets,
         "targets_from" => from,
@@ -199,21 +227,16 @@ pub fn gpu_code(session: &Session) -> Outcome {
         "unreadable" => &unreadable,
         "judged" => judged,
     };
-    let on = on.join(", ");
     if let Some(first) = failures.first() {
         let rest: Vec<String> = failures[1..].iter().chain(&unknown).cloned().collect();
-        let outcome = Outcome::fail(
+        return Outcome::fail(
             format!(
                 "{} file/target pair(s) cannot run; first: {first}",
                 failures.len()
             ),
             facts,
-        );
-        return if rest.is_empty() {
-            outcome
-        } else {
-            outcome.with_detail(rest.join("\n"))
-        };
+        )
+        .with_detail_lines(&rest);
     }
     if !unknown.is_empty() {
         return Outcome::undecided(
@@ -272,8 +295,53 @@ fn scanned_version(text: Option<&str>) -> Option<RuntimeVersion> {
     })
 }
 
+/// The CUDA version of the driver the package's runtimes are judged against: the one loaded,
+/// else `--driver-cuda`/`--driver`, else the manifest's.
+fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
+    session
+        .driver()
+        .ok()
+        .and_then(|d| d.version().ok().map(CudaVersion))
+        .or(session
+            .options
+            .lint
+            .given_driver()
+            .map(|d| CudaVersion(d.cuda)))
+        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
+}
+
+/// The runtimes `found` in the package as candidates to judge: a loaded one (`loaded`, by its
+/// index in `found`) as it answers, the others as the scan read them.
+fn candidates<'r>(
+    found: &[(&ScannedFile, &FoundRuntime)],
+    loaded: &'r [(usize, Runtime)],
+) -> Vec<Candidate<'r>> {
+    found
+        .iter()
+        .enumerate()
+        .map(
+            |(i, (file, runtime))| match loaded.iter().find(|(j, _)| *j == i) {
+                Some((_, r)) => Candidate::loaded(r),
+                None => Candidate {
+                    file: file.path.display().to_string(),
+                    cudart: CudartFile {
+                        path: file.path.clone(),
+                        real_path: None,
+                    },
+                    form: match runtime.form {
+                        RuntimeForm::StaticCopy => "static libcudart",
+                        _ => "libcudart",
+                    },
+                    version: scanned_version(runtime.version.as_deref()),
+                    loaded: None,
+                },
+            },
+        )
+        .collect()
+}
+
 /// Runs `package::runtimes`.
-pub fn runtimes(session: &Session) -> Outcome {
+pub(crate) fn runtimes(session: &Session) -> Outcome {
     let package = match session.package() {
         Ok(p) => p,
         Err(why) => return Outcome::fail(why, facts! {}),
@@ -292,17 +360,7 @@ pub fn runtimes(session: &Session) -> Outcome {
             facts! { "closure_from" => &package.closure_from },
         );
     }
-    let driver = session
-        .driver()
-        .ok()
-        .and_then(|d| d.version().ok().map(CudaVersion))
-        .or(session
-            .options
-            .lint
-            .given_driver()
-            .map(|d| CudaVersion(d.cuda)))
-        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version));
-    let Some(driver) = driver else {
+    let Some(driver) = runtimes_driver(session) else {
         return Outcome::skipped(
             format!(
                 "{} CUDA runtime(s) in the package, but no driver to judge them against (none \
@@ -324,28 +382,7 @@ pub fn runtimes(session: &Session) -> Outcome {
             }
         }
     }
-    let candidates: Vec<Candidate> = found
-        .iter()
-        .enumerate()
-        .map(
-            |(i, (file, runtime))| match loaded.iter().find(|(j, _)| *j == i) {
-                Some((_, r)) => Candidate::loaded(r),
-                None => Candidate {
-                    file: file.path.display().to_string(),
-                    cudart: CudartFile {
-                        path: file.path.clone(),
-                        real_path: None,
-                    },
-                    form: match runtime.form {
-                        RuntimeForm::StaticCopy => "static libcudart",
-                        _ => "libcudart",
-                    },
-                    version: scanned_version(runtime.version.as_deref()),
-                    loaded: None,
-                },
-            },
-        )
-        .collect();
+    let candidates = candidates(&found, &loaded);
     let outcome = judge_runtimes(&candidates, driver);
     if let Some(first) = failures.first() {
         let detail = failures[1..]
@@ -361,333 +398,4 @@ pub fn runtimes(session: &Session) -> Outcome {
         .with_detail(detail);
     }
     outcome
-}
-
-/// What the loader would give one object of the package that opens libcuda.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectDriver {
-    /// The object's file.
-    pub object: PathBuf,
-    /// Why it opens libcuda (DT_NEEDED, a runtime, a static runtime inside).
-    pub opens: String,
-    /// What its search finds.
-    #[serde(flatten)]
-    pub found: ObjectSearch,
-}
-
-/// What one object's search for `libcuda.so.1` finds, as the report spells it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ObjectSearch {
-    /// A `libcuda.so.1` (`gets`: the path found), and whether it is the right one.
-    Found {
-        /// The path the loader would open.
-        gets: PathBuf,
-        /// Whether it is the driver the hook chose, else the one this runner loaded.
-        right: bool,
-    },
-    /// A file the loader would stop at, and why it cannot load it.
-    Error {
-        /// Why the loader refuses it.
-        error: String,
-    },
-    /// Nothing (`gets` is null).
-    NotFound {
-        /// Always `None`.
-        gets: Option<PathBuf>,
-    },
-}
-
-/// What `package::driver` reports once it has objects to judge and a driver to judge them
-/// against (the report's `facts`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DriverFacts {
-    /// What each object must get: the hook's choice, else the runner's own libcuda.
-    pub against: String,
-    /// `LD_LIBRARY_PATH` as this process has it (every object's search includes it).
-    pub ld_library_path: Option<String>,
-    /// Every object that opens libcuda, in the package's order.
-    pub objects: Vec<ObjectDriver>,
-}
-
-/// The driver library name every object asks the loader for.
-const LIBCUDA: &str = "libcuda.so.1";
-
-/// Why an object of the package opens libcuda, or `None` when it does not.
-fn opens_libcuda(file: &crate::facts::package_under_test::ScannedFile) -> Option<&'static str> {
-    let name = file.path.file_name()?.to_string_lossy();
-    let info = file.dynamic.as_ref()?;
-    if info
-        .needed
-        .iter()
-        .any(|n| n == LIBCUDA || n == "libcuda.so")
-    {
-        Some("needs libcuda.so.1 (DT_NEEDED)")
-    } else if name.starts_with("libcudart.so") {
-        Some("a CUDA runtime: it dlopens libcuda.so.1")
-    } else if file
-        .runtime
-        .as_ref()
-        .is_some_and(|r| r.form == RuntimeForm::StaticCopy)
-    {
-        Some("holds a static CUDA runtime: its dlopen searches its own DT_RUNPATH")
-    } else {
-        None
-    }
-}
-
-/// The interpreter of this process: a library of the package is judged as loaded by it.
-fn own_interpreter() -> Option<PathBuf> {
-    let exe = std::fs::read("/proc/self/exe").ok()?;
-    cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter
-}
-
-/// Runs `package::driver`.
-pub fn driver(session: &Session) -> Outcome {
-    let package = match session.package() {
-        Ok(p) => p,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
-    let objects: Vec<_> = package
-        .scanned
-        .iter()
-        .filter_map(|f| opens_libcuda(f).map(|why| (f, why)))
-        .collect();
-    if objects.is_empty() {
-        return Outcome::pass(
-            "no object of the package opens libcuda.so.1 (no libcudart, no static runtime, \
-             no DT_NEEDED on it)",
-            facts! { "closure_from" => &package.closure_from },
-        );
-    }
-    // What each object must get: the hook's choice, else what this runner loaded.
-    let chosen = session.manifest.driver().filter(|d| !d.libcuda.is_empty());
-    let loaded = session
-        .driver()
-        .ok()
-        .map(|d| (d.file.clone(), d.version().ok().map(CudaVersion)));
-    if chosen.is_none() && loaded.is_none() {
-        return Outcome::skipped(
-            format!(
-                "{} object(s) of the package open libcuda.so.1, but there is no manifest and no \
-                 libcuda.so.1 loads here to compare with",
-                objects.len()
-            ),
-            facts! {},
-        );
-    }
-    let ld_library_path = std::env::var("LD_LIBRARY_PATH").ok();
-    let runner_interpreter = own_interpreter();
-    let mut failures = Vec::new();
-    let mut passes = Vec::new();
-    let mut per_object = Vec::new();
-    for (file, why) in &objects {
-        let Some(info) = file.dynamic.as_ref() else {
-            continue;
-        };
-        let executable = info.interpreter.is_some();
-        let Some(interpreter) = info
-            .interpreter
-            .clone()
-            .or_else(|| runner_interpreter.clone())
-        else {
-            failures.push(format!(
-                "{}: no dynamic loader to model its search with",
-                file.path.display()
-            ));
-            continue;
-        };
-        let loader = match Loader::ask(&interpreter) {
-            Ok(l) => l,
-            Err(e) => {
-                failures.push(format!(
-                    "{}: its loader {} cannot be asked for its search path: {e}",
-                    file.path.display(),
-                    interpreter.display()
-                ));
-                continue;
-            }
-        };
-        // The object's own process (a library: loaded by its path), then its libcuda.so.1:
-        // its DT_NEEDED, else what a dlopen from it gets.
-        let env = Environment {
-            ld_library_path: ld_library_path.clone(),
-        };
-        let mut process = Process::new(&loader, &RealFs, env);
-        let start = if executable {
-            Start::Kernel
-        } else {
-            Start::Library
-        };
-        let main = match process.start(&file.path, start) {
-            Ok(m) => m,
-            Err(e) => {
-                failures.push(format!("{}: cannot be loaded: {e}", file.path.display()));
-                continue;
-            }
-        };
-        let resolution = process.dlopen(LIBCUDA, main);
-        let shown = file.path.display();
-        let searched = resolution
-            .search
-            .map(|s| process.searches()[s].describe())
-            .unwrap_or_default();
-        let found = match &resolution.outcome {
-            Search::Found {
-                path, real_path, ..
-            } => {
-                let got = LoadedFile {
-                    path: path.clone(),
-                    real_path: real_path.clone().unwrap_or_else(|| path.clone()),
-                };
-                // Its CUDA version, where the file's name gives the driver branch
-                // (`libcuda.so.535.104.05`); the runner's own driver says nothing about it.
-                let version = got
-                    .real_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix("libcuda.so."))
-                    .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
-                let right = match (chosen, &loaded) {
-                    (Some(driver), _) => is_chosen(&got, driver),
-                    (None, Some((file, _))) => file.real_path == got.real_path,
-                    (None, None) => false,
-                };
-                if right {
-                    passes.push(format!("{shown} gets {}", path.display()));
-                } else {
-                    let why_wrong = match (chosen, &loaded) {
-                        (Some(driver), _) => library_mismatch(&got, version, driver),
-                        (None, Some((file, _))) => format!(
-                            "loaded {} but this runner loaded {}",
-                            path.display(),
-                            file.path.display()
-                        ),
-                        (None, None) => String::new(),
-                    };
-                    failures.push(format!(
-                        "{shown} ({why}) would load {}: {why_wrong}; it searches {searched}",
-                        path.display()
-                    ));
-                }
-                ObjectSearch::Found {
-                    gets: path.clone(),
-                    right,
-                }
-            }
-            Search::Error { path, reason } => {
-                failures.push(format!(
-                    "{shown} ({why}) would fail to load libcuda.so.1: {} is {reason}; it \
-                     searches {searched}",
-                    path.display()
-                ));
-                ObjectSearch::Error {
-                    error: reason.clone(),
-                }
-            }
-            Search::NotFound { .. } => {
-                failures.push(format!(
-                    "{shown} ({why}) finds no libcuda.so.1: it searches {searched}; add the \
-                     driver link to its DT_RUNPATH (Nixpkgs: autoAddDriverRunpath)"
-                ));
-                ObjectSearch::NotFound { gets: None }
-            }
-        };
-        per_object.push(ObjectDriver {
-            object: file.path.clone(),
-            opens: (*why).to_owned(),
-            found,
-        });
-    }
-    let against = match chosen {
-        Some(d) => format!(
-            "the hook's choice ({} {})",
-            d.kind,
-            crate::facts::expectations::chosen_path(d)
-        ),
-        None if session.manifest.manifest().is_some() => {
-            "the libcuda.so.1 this runner loaded (the manifest names no driver)".to_string()
-        }
-        None => "the libcuda.so.1 this runner loaded (no manifest)".to_string(),
-    };
-    let facts = facts_of(&DriverFacts {
-        against: against.clone(),
-        ld_library_path,
-        objects: per_object,
-    });
-    match failures.split_first() {
-        None => Outcome::pass(
-            format!(
-                "{} object(s) opening libcuda.so.1 get {against}",
-                passes.len()
-            ),
-            facts,
-        )
-        .with_detail(passes.join("\n")),
-        Some((first, rest)) => {
-            let outcome = Outcome::fail(
-                format!("{} of {} object(s): {first}", failures.len(), objects.len()),
-                facts,
-            );
-            if rest.is_empty() {
-                outcome
-            } else {
-                outcome.with_detail(rest.join("\n"))
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! Each search result has the report's shape and reads back as itself.
-
-    use super::*;
-
-    fn object(found: ObjectSearch) -> ObjectDriver {
-        ObjectDriver {
-            object: "/nix/store/x/lib/libcudart.so.12".into(),
-            opens: "a CUDA runtime: it dlopens libcuda.so.1".into(),
-            found,
-        }
-    }
-
-    #[test]
-    fn each_search_result_has_its_report_shape_and_reads_back() {
-        let shapes = [
-            (
-                ObjectSearch::Found {
-                    gets: "/run/opengl-driver/lib/libcuda.so.1".into(),
-                    right: true,
-                },
-                json!({ "gets": "/run/opengl-driver/lib/libcuda.so.1", "right": true }),
-            ),
-            (
-                ObjectSearch::Error {
-                    error: "file too short".into(),
-                },
-                json!({ "error": "file too short" }),
-            ),
-            (
-                ObjectSearch::NotFound { gets: None },
-                json!({ "gets": null }),
-            ),
-        ];
-        for (found, extra) in shapes {
-            let entry = object(found);
-            let mut want = json!({
-                "object": "/nix/store/x/lib/libcudart.so.12",
-                "opens": "a CUDA runtime: it dlopens libcuda.so.1",
-            });
-            want.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            let value = serde_json::to_value(&entry).unwrap();
-            assert_eq!(value, want);
-            assert_eq!(
-                serde_json::from_value::<ObjectDriver>(value).unwrap(),
-                entry
-            );
-        }
-    }
 }

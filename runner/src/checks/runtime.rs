@@ -110,17 +110,17 @@ impl From<&LoadedFile> for CudartFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Judged {
     /// Its major version.
-    pub runtime_major: i32,
+    pub(crate) runtime_major: i32,
     /// `cudaRuntimeGetVersion`'s error, when it refused to answer.
-    pub runtime_version_error: Option<c_int>,
+    pub(crate) runtime_version_error: Option<c_int>,
     /// The driver version a loaded runtime says it talks to.
-    pub runtime_driver_version: Option<String>,
+    pub(crate) runtime_driver_version: Option<String>,
     /// How it stands with the driver: `supported 12.0`, `minor-newer 12.9`, `same-major`,
     /// `older-major` or `newer-major`.
-    pub standing: String,
+    pub(crate) standing: String,
     /// The checked functions whose ABI differs between it and the driver, under
     /// minor-version compatibility.
-    pub abi_differences: Vec<AbiDifference>,
+    pub(crate) abi_differences: Vec<AbiDifference>,
 }
 
 /// One runtime in the facts of `runtime::compatibility` and `package::runtimes`.
@@ -129,12 +129,12 @@ pub struct JudgedRuntime {
     /// Its file.
     pub cudart: CudartFile,
     /// How it is present (`libcudart`, `static libcudart`).
-    pub form: String,
+    pub(crate) form: String,
     /// Its version, when known exactly.
-    pub runtime_version: Option<String>,
+    pub(crate) runtime_version: Option<String>,
     /// The judgement; `None` (and absent from the report) when its version is unknown.
     #[serde(flatten)]
-    pub judged: Option<Judged>,
+    pub(crate) judged: Option<Judged>,
 }
 
 /// What `runtime::compatibility` and `package::runtimes` report once there are runtimes and a
@@ -142,7 +142,7 @@ pub struct JudgedRuntime {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimesFacts {
     /// The driver's CUDA version they were judged against.
-    pub driver_version: String,
+    pub(crate) driver_version: String,
     /// Every runtime judged, in order.
     pub cudarts: Vec<JudgedRuntime>,
 }
@@ -151,26 +151,26 @@ pub struct RuntimesFacts {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeSymbol {
     /// The base name, e.g. `cuMemAlloc`.
-    pub symbol: String,
+    pub(crate) symbol: String,
     /// The export for it at min(runtime, driver), e.g. `cuMemAlloc_v2`.
-    pub expected_export: String,
+    pub(crate) expected_export: String,
     /// `cudaGetDriverEntryPoint`'s `cudaError_t`.
-    pub runtime_result: Option<c_int>,
+    pub(crate) runtime_result: Option<c_int>,
     /// Its `cudaDriverEntryPointQueryResult`.
-    pub runtime_status: Option<c_int>,
+    pub(crate) runtime_status: Option<c_int>,
     /// Whether runtime, `cuGetProcAddress` and the export agree on the address.
-    pub matches: bool,
+    pub(crate) matches: bool,
 }
 
 /// One runtime as `runtime::entry_points` compared it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeEntryPoints {
     /// Its file.
-    pub cudart: LoadedFile,
+    pub(crate) cudart: LoadedFile,
     /// min(runtime version, driver version), where it must resolve.
     pub compared_at: String,
     /// Every checked function that exists there.
-    pub symbols: Vec<RuntimeSymbol>,
+    pub(crate) symbols: Vec<RuntimeSymbol>,
 }
 
 /// What `runtime::entry_points` reports once the driver gives its version (the report's
@@ -178,7 +178,7 @@ pub struct RuntimeEntryPoints {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeEntryPointsFacts {
     /// The driver's CUDA version.
-    pub driver_version: String,
+    pub(crate) driver_version: String,
     /// Every runtime that answered, in the loader's order.
     pub cudarts: Vec<RuntimeEntryPoints>,
 }
@@ -195,7 +195,7 @@ fn no_runtime() -> Outcome {
 
 /// One CUDA runtime to judge against the driver: where it is, its version, and, for a loaded
 /// one, what it says of the driver and the library itself (to confirm a newer major's 35).
-pub struct Candidate<'r> {
+pub(crate) struct Candidate<'r> {
     /// The file, as messages name it.
     pub file: String,
     /// The file for the report.
@@ -210,7 +210,7 @@ pub struct Candidate<'r> {
 
 impl<'r> Candidate<'r> {
     /// A runtime this process loaded.
-    pub fn loaded(runtime: &'r Runtime) -> Candidate<'r> {
+    pub(crate) fn loaded(runtime: &'r Runtime) -> Candidate<'r> {
         Candidate {
             file: runtime.file.real_path.display().to_string(),
             cudart: CudartFile::from(&runtime.file),
@@ -225,133 +225,17 @@ impl<'r> Candidate<'r> {
 /// module doc), with the ABI-difference report for minor-version compatibility and for
 /// runtimes of one process resolving at different versions. A candidate whose version is
 /// unknown fails when it was loaded (it should answer), and is a note otherwise.
-pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
-    let mut failures: Vec<String> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
-    // Where each runtime resolves entry points: (a version to compute differences with, the
-    // file, how to print the version).
-    let mut resolved_at: Vec<(CudaVersion, String, String)> = Vec::new();
-    let mut per_runtime: Vec<JudgedRuntime> = Vec::new();
-    for candidate in candidates {
-        let file = &candidate.file;
-        let form = candidate.form;
-        let Some(version) = candidate.version else {
-            match candidate.loaded {
-                Some(_) => failures.push(format!(
-                    "{file}: cudaRuntimeGetVersion fails and the file name gives no version"
-                )),
-                None => notes.push(format!(
-                    "{form} {file}: its version cannot be read (a stripped static copy keeps no \
-                     version string), so it is not judged"
-                )),
-            }
-            per_runtime.push(JudgedRuntime {
-                cudart: candidate.cudart.clone(),
-                form: form.to_owned(),
-                runtime_version: None,
-                judged: None,
-            });
-            continue;
-        };
-        let says_driver = candidate
-            .loaded
-            .map(|r| r.driver_version().map(CudaVersion));
-        let standing = standing(&version, driver);
-        let mut diffs: Vec<AbiDifference> = Vec::new();
-        match (&standing, says_driver) {
-            (_, Some(Ok(d))) if d != driver => failures.push(format!(
-                "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
-                 {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
-            )),
-            (Standing::NewerMajor, _) => {
-                // Confirm what a loaded runtime really does: every call gives 35.
-                let answer = candidate
-                    .loaded
-                    .and_then(|r| r.driver_entry_point("cuInit", driver.0))
-                    .map(|e| e.code);
-                failures.push(format!(
-                    "{form} {} ({file}) is a newer major than the driver's CUDA {driver}: \
-                     every runtime call fails with cudaErrorInsufficientDriver (35){}; install \
-                     a driver providing CUDA >= {}.0 on the host, or use cuda_compat >= {} on \
-                     a data-centre GPU or Jetson, or build against CUDA {}.x",
-                    version.describe(),
-                    match answer {
-                        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
-                            " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
-                        }
-                        Some(code) => format!(
-                            " (here cudaGetDriverEntryPoint answered {code} {})",
-                            error_name(code)
-                        ),
-                        None => String::new(),
-                    },
-                    version.major,
-                    version.describe(),
-                    driver.major()
-                ));
-            }
-            (Standing::MinorNewer(r), _) => {
-                diffs = abi_differences(driver, *r);
-                notes.push(format!(
-                    "{form} {r} on driver {driver}: minor-version compatibility; \
-                     cudaGetDriverEntryPoint resolves at {driver}{}",
-                    if diffs.is_empty() {
-                        String::from(" (no checked function differs)")
-                    } else {
-                        format!(
-                            ", so these differ: {}",
-                            describe_differences(&diffs, &driver.to_string(), &r.to_string())
-                        )
-                    }
-                ));
-                resolved_at.push((driver, file.clone(), driver.to_string()));
-            }
-            (Standing::Supported(r), _) => {
-                notes.push(format!(
-                    "{form} {} on driver {driver}: supported",
-                    version.describe()
-                ));
-                let at = (*r).min(driver);
-                resolved_at.push((at, file.clone(), at.to_string()));
-            }
-            (Standing::OlderMajor, _) => {
-                notes.push(format!(
-                    "{form} {} on driver {driver}: supported (an older major)",
-                    version.describe()
-                ));
-                // The minor is unknown: compare as the major's last minor, so only the
-                // differences every minor of it has are claimed.
-                let last = CudaVersion(version.major * 1000 + 990);
-                resolved_at.push((last, file.clone(), version.describe()));
-            }
-            (Standing::SameMajor, _) => notes.push(match version.error {
-                Some(code) => format!(
-                    "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
-                     {code} {} without a GPU, so the minor is unknown; minor-version \
-                     compatibility covers it)",
-                    version.describe(),
-                    error_name(code)
-                ),
-                None => format!(
-                    "{form} {} on driver {driver}: same major (the minor is unknown; \
-                     minor-version compatibility covers it)",
-                    version.describe()
-                ),
-            }),
-        }
-        per_runtime.push(JudgedRuntime {
-            cudart: candidate.cudart.clone(),
-            form: form.to_owned(),
-            runtime_version: version.exact.map(|v| v.to_string()),
-            judged: Some(Judged {
-                runtime_major: version.major,
-                runtime_version_error: version.error,
-                runtime_driver_version: says_driver.and_then(Result::ok).map(|v| v.to_string()),
-                standing: standing.name(),
-                abi_differences: diffs,
-            }),
-        });
-    }
+pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
+    let mut found = Findings::default();
+    let per_runtime: Vec<JudgedRuntime> = candidates
+        .iter()
+        .map(|candidate| judge_candidate(candidate, driver, &mut found))
+        .collect();
+    let Findings {
+        mut failures,
+        notes,
+        mut resolved_at,
+    } = found;
     // Two runtimes in one process resolving at different versions hand out different ABIs.
     resolved_at.sort();
     resolved_at.dedup_by_key(|(v, _, _)| *v);
@@ -374,14 +258,173 @@ pub fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
     if failures.is_empty() {
         Outcome::pass(notes.join("; "), facts)
     } else {
-        let outcome = Outcome::fail(failures[0].clone(), facts);
         let rest: Vec<String> = failures[1..].iter().chain(&notes).cloned().collect();
-        if rest.is_empty() {
-            outcome
-        } else {
-            outcome.with_detail(rest.join("\n"))
-        }
+        Outcome::fail(failures[0].clone(), facts).with_detail_lines(&rest)
     }
+}
+
+/// Where a runtime resolves driver entry points: a version to compute differences with, the
+/// file, how to print the version.
+type ResolvedAt = (CudaVersion, String, String);
+
+/// What judging the candidates found, in their order.
+#[derive(Default)]
+struct Findings {
+    failures: Vec<String>,
+    notes: Vec<String>,
+    resolved_at: Vec<ResolvedAt>,
+}
+
+/// Judges one candidate against the driver of CUDA `driver`, adding to `found`; its entry in
+/// the report.
+fn judge_candidate(
+    candidate: &Candidate,
+    driver: CudaVersion,
+    found: &mut Findings,
+) -> JudgedRuntime {
+    let file = &candidate.file;
+    let form = candidate.form;
+    let Some(version) = candidate.version else {
+        match candidate.loaded {
+            Some(_) => found.failures.push(format!(
+                "{file}: cudaRuntimeGetVersion fails and the file name gives no version"
+            )),
+            None => found.notes.push(format!(
+                "{form} {file}: its version cannot be read (a stripped static copy keeps no \
+                 version string), so it is not judged"
+            )),
+        }
+        return JudgedRuntime {
+            cudart: candidate.cudart.clone(),
+            form: form.to_owned(),
+            runtime_version: None,
+            judged: None,
+        };
+    };
+    let says_driver = candidate
+        .loaded
+        .and_then(|r| r.driver_version().ok())
+        .map(CudaVersion);
+    let standing = standing(&version, driver);
+    let diffs = judge_version(candidate, &version, &standing, says_driver, driver, found);
+    JudgedRuntime {
+        cudart: candidate.cudart.clone(),
+        form: form.to_owned(),
+        runtime_version: version.exact.map(|v| v.to_string()),
+        judged: Some(Judged {
+            runtime_major: version.major,
+            runtime_version_error: version.error,
+            runtime_driver_version: says_driver.map(|v| v.to_string()),
+            standing: standing.name(),
+            abi_differences: diffs,
+        }),
+    }
+}
+
+/// Judges a candidate of known `version` by its `standing` against the driver of CUDA
+/// `driver` (and the driver its loaded runtime talks to, `says_driver`), adding to `found`;
+/// the checked functions whose ABI differs between them, under minor-version compatibility.
+fn judge_version(
+    candidate: &Candidate,
+    version: &RuntimeVersion,
+    standing: &Standing,
+    says_driver: Option<CudaVersion>,
+    driver: CudaVersion,
+    found: &mut Findings,
+) -> Vec<AbiDifference> {
+    let (file, form) = (&candidate.file, candidate.form);
+    let mut diffs: Vec<AbiDifference> = Vec::new();
+    match (standing, says_driver) {
+        (_, Some(d)) if d != driver => found.failures.push(format!(
+            "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
+             {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
+        )),
+        (Standing::NewerMajor, _) => found.failures.push(newer_major(candidate, version, driver)),
+        (Standing::MinorNewer(r), _) => {
+            diffs = abi_differences(driver, *r);
+            found.notes.push(format!(
+                "{form} {r} on driver {driver}: minor-version compatibility; \
+                 cudaGetDriverEntryPoint resolves at {driver}{}",
+                if diffs.is_empty() {
+                    String::from(" (no checked function differs)")
+                } else {
+                    format!(
+                        ", so these differ: {}",
+                        describe_differences(&diffs, &driver.to_string(), &r.to_string())
+                    )
+                }
+            ));
+            found
+                .resolved_at
+                .push((driver, file.clone(), driver.to_string()));
+        }
+        (Standing::Supported(r), _) => {
+            found.notes.push(format!(
+                "{form} {} on driver {driver}: supported",
+                version.describe()
+            ));
+            let at = (*r).min(driver);
+            found.resolved_at.push((at, file.clone(), at.to_string()));
+        }
+        (Standing::OlderMajor, _) => {
+            found.notes.push(format!(
+                "{form} {} on driver {driver}: supported (an older major)",
+                version.describe()
+            ));
+            // The minor is unknown: compare as the major's last minor, so only the
+            // differences every minor of it has are claimed.
+            let last = CudaVersion(version.major * 1000 + 990);
+            found
+                .resolved_at
+                .push((last, file.clone(), version.describe()));
+        }
+        (Standing::SameMajor, _) => found.notes.push(match version.error {
+            Some(code) => format!(
+                "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
+                 {code} {} without a GPU, so the minor is unknown; minor-version \
+                 compatibility covers it)",
+                version.describe(),
+                error_name(code)
+            ),
+            None => format!(
+                "{form} {} on driver {driver}: same major (the minor is unknown; \
+                 minor-version compatibility covers it)",
+                version.describe()
+            ),
+        }),
+    }
+    diffs
+}
+
+/// The failure of a runtime of a newer major than the driver's CUDA `driver`, with what a
+/// loaded one really answers.
+fn newer_major(candidate: &Candidate, version: &RuntimeVersion, driver: CudaVersion) -> String {
+    let (file, form) = (&candidate.file, candidate.form);
+    // Confirm what a loaded runtime really does: every call gives 35.
+    let answer = candidate
+        .loaded
+        .and_then(|r| r.driver_entry_point("cuInit", driver.0))
+        .map(|e| e.code);
+    format!(
+        "{form} {} ({file}) is a newer major than the driver's CUDA {driver}: every \
+         runtime call fails with cudaErrorInsufficientDriver (35){}; install a driver \
+         providing CUDA >= {}.0 on the host, or use cuda_compat >= {} on a data-centre GPU \
+         or Jetson, or build against CUDA {}.x",
+        version.describe(),
+        match answer {
+            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
+                " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
+            }
+            Some(code) => format!(
+                " (here cudaGetDriverEntryPoint answered {code} {})",
+                error_name(code)
+            ),
+            None => String::new(),
+        },
+        version.major,
+        version.describe(),
+        driver.major()
+    )
 }
 
 /// The runtimes the `runtime::*` checks look at, or the outcome to give when there are none.
@@ -397,7 +440,7 @@ fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
 }
 
 /// Runs `runtime::compatibility`.
-pub fn compatibility(session: &Session) -> Outcome {
+pub(crate) fn compatibility(session: &Session) -> Outcome {
     let runtimes = match loadable_runtimes(session) {
         Ok(runtimes) => runtimes,
         Err(outcome) => return outcome,
@@ -412,7 +455,7 @@ pub fn compatibility(session: &Session) -> Outcome {
 }
 
 /// Runs `runtime::entry_points`.
-pub fn entry_points(session: &Session) -> Outcome {
+pub(crate) fn entry_points(session: &Session) -> Outcome {
     let runtimes = match loadable_runtimes(session) {
         Ok(runtimes) => runtimes,
         Err(outcome) => return outcome,
@@ -436,64 +479,25 @@ pub fn entry_points(session: &Session) -> Outcome {
             ));
             continue;
         };
-        // The first call initialises the runtime; afterwards even cudart 11.x knows its version.
-        let probe = runtime.driver_entry_point("cuInit", driver_version.0);
-        match probe.map(|p| p.code) {
-            Some(0) => {}
-            Some(CUDART_ERROR_NO_DEVICE) => {
-                failures.push(format!(
-                    "{function} failed with cudaErrorNoDevice (100): {}",
-                    session.access.explain_no_gpu()
-                ));
+        match first_call(session, runtime, function, &file, driver_version) {
+            Ok(()) => {}
+            Err(Some(failure)) => {
+                failures.push(failure);
                 continue;
             }
-            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
-                failures.push(format!(
-                    "{function} of {file} failed with cudaErrorInsufficientDriver (35): the \
-                     runtime is newer than the driver's CUDA {driver_version} (see \
-                     runtime::compatibility)"
-                ));
-                continue;
-            }
-            Some(code) => {
-                failures.push(format!(
-                    "{function} of {file} failed with {code} {}",
-                    error_name(code)
-                ));
-                continue;
-            }
-            None => continue,
+            Err(None) => continue,
         }
         let Some(r) = runtime.version().and_then(|v| v.exact) else {
             failures.push(format!("{file}: cudaRuntimeGetVersion gives no version"));
             continue;
         };
         let at = r.min(driver_version);
-        let mut symbols = Vec::new();
-        let mut wrong = Vec::new();
-        for entry in CHECKED_SYMBOLS {
-            let Some(expected) = entry.expected_export(at.0) else {
-                continue;
-            };
-            let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
-            let from_driver = driver.get_proc_address(entry.symbol, at.0);
-            let export = driver.export_address(expected);
-            let same = matches!(
-                (from_runtime, from_driver, export),
-                (Some(rt), Some(dr), Some(ex))
-                    if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
-            );
-            if !same {
-                wrong.push(entry.symbol);
-            }
-            symbols.push(RuntimeSymbol {
-                symbol: entry.symbol.to_owned(),
-                expected_export: expected.to_owned(),
-                runtime_result: from_runtime.map(|e| e.code),
-                runtime_status: from_runtime.map(|e| e.status),
-                matches: same,
-            });
-        }
+        let symbols = compare_symbols(runtime, driver, r, at);
+        let wrong: Vec<&str> = symbols
+            .iter()
+            .filter(|s| !s.matches)
+            .map(|s| s.symbol.as_str())
+            .collect();
         if wrong.is_empty() {
             passes.push(format!(
                 "libcudart {r}: {function} gives the CUDA {at} variants (min(runtime {r}, driver \
@@ -520,13 +524,70 @@ pub fn entry_points(session: &Session) -> Outcome {
     match failures.first() {
         None => Outcome::pass(passes.join("; "), facts),
         Some(first) => {
-            let outcome = Outcome::fail(first.clone(), facts);
             let rest: Vec<String> = failures[1..].iter().chain(&passes).cloned().collect();
-            if rest.is_empty() {
-                outcome
-            } else {
-                outcome.with_detail(rest.join("\n"))
-            }
+            Outcome::fail(first.clone(), facts).with_detail_lines(&rest)
         }
     }
+}
+
+/// The first `cudaGetDriverEntryPoint` call (`function`) of `runtime` (at `file`), which
+/// initialises it (afterwards even cudart 11.x knows its version): `Err` with its failure, or
+/// with `None` when the call could not be made.
+fn first_call(
+    session: &Session,
+    runtime: &Runtime,
+    function: &str,
+    file: &str,
+    driver_version: CudaVersion,
+) -> Result<(), Option<String>> {
+    let probe = runtime.driver_entry_point("cuInit", driver_version.0);
+    match probe.map(|p| p.code) {
+        Some(0) => Ok(()),
+        Some(CUDART_ERROR_NO_DEVICE) => Err(Some(format!(
+            "{function} failed with cudaErrorNoDevice (100): {}",
+            session.access.explain_no_gpu()
+        ))),
+        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => Err(Some(format!(
+            "{function} of {file} failed with cudaErrorInsufficientDriver (35): the runtime is \
+             newer than the driver's CUDA {driver_version} (see runtime::compatibility)"
+        ))),
+        Some(code) => Err(Some(format!(
+            "{function} of {file} failed with {code} {}",
+            error_name(code)
+        ))),
+        None => Err(None),
+    }
+}
+
+/// Each checked symbol as the runtime of version `r` gives it beside what the driver gives
+/// at `at` (min(runtime, driver)) and the export of that version's variant: the same
+/// function, or not.
+fn compare_symbols(
+    runtime: &Runtime,
+    driver: &Driver,
+    r: CudaVersion,
+    at: CudaVersion,
+) -> Vec<RuntimeSymbol> {
+    let mut symbols = Vec::new();
+    for entry in CHECKED_SYMBOLS {
+        let Some(expected) = entry.expected_export(at.0) else {
+            continue;
+        };
+        let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
+        let from_driver = driver.get_proc_address(entry.symbol, at.0);
+        let export = driver.export_address(expected);
+        let same = matches!(
+            (from_runtime, from_driver, export),
+            (Some(rt), Some(dr), Some(ex))
+                if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
+        );
+        symbols.push(RuntimeSymbol {
+            symbol: entry.symbol.to_owned(),
+            expected_export: expected.to_owned(),
+            runtime_result: from_runtime.map(|e| e.code),
+            runtime_status: from_runtime.map(|e| e.status),
+            matches: same,
+        });
+    }
+    symbols
 }

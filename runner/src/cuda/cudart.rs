@@ -20,14 +20,15 @@ use super::version::CudaVersion;
 
 /// The SONAMEs of the CUDA runtimes, newest first: what a program built against CUDA 13, 12
 /// or 11 asks the loader for.
-pub const CUDART_NAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"];
+pub(crate) const CUDART_NAMES: &[&str] =
+    &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"];
 
 /// The runtime API's (`cudaError_t`) cudaErrorInsufficientDriver: the runtime needs a newer
 /// driver.
-pub const CUDART_ERROR_INSUFFICIENT_DRIVER: c_int = 35;
+pub(crate) const CUDART_ERROR_INSUFFICIENT_DRIVER: c_int = 35;
 /// The runtime API's (`cudaError_t`) cudaErrorNoDevice; the driver API's CUDA_ERROR_NO_DEVICE
 /// has the same number in another enum ([`crate::cuda::result::CUDA_ERROR_NO_DEVICE`]).
-pub const CUDART_ERROR_NO_DEVICE: c_int = 100;
+pub(crate) const CUDART_ERROR_NO_DEVICE: c_int = 100;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetEntryPoint =
@@ -36,7 +37,7 @@ type GetEntryPointByVersion =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_uint, u64, *mut c_int) -> c_int;
 
 /// A loaded CUDA runtime. Never unloaded.
-pub struct Runtime {
+pub(crate) struct Runtime {
     /// Which file the loader picked.
     pub file: LoadedFile,
     runtime_get_version: GetVersion,
@@ -48,7 +49,7 @@ pub struct Runtime {
 
 /// What `cudaGetDriverEntryPoint` answered for one symbol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryPoint {
+pub(crate) struct EntryPoint {
     /// The `cudaError_t`.
     pub code: c_int,
     /// The pointer (null on failure).
@@ -59,7 +60,7 @@ pub struct EntryPoint {
 
 /// A runtime's CUDA version, and how it was learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuntimeVersion {
+pub(crate) struct RuntimeVersion {
     /// The major version, always known (from `cudaRuntimeGetVersion` or the file name).
     pub major: i32,
     /// The whole version, when `cudaRuntimeGetVersion` or the file name gives it.
@@ -70,7 +71,7 @@ pub struct RuntimeVersion {
 
 impl RuntimeVersion {
     /// `12.9`, or `11.x` when only the major is known.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self.exact {
             Some(v) => v.to_string(),
             None => format!("{}.x", self.major),
@@ -96,7 +97,7 @@ fn version_from_file_name(path: &Path) -> Option<(i32, Option<CudaVersion>)> {
 /// A `--cudart` file that cannot be used as a CUDA runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("--cudart {}: {why}", .path.display())]
-pub struct CudartError {
+pub(crate) struct CudartError {
     /// The file as given.
     pub path: PathBuf,
     /// Why it is refused.
@@ -105,7 +106,7 @@ pub struct CudartError {
 
 /// Why a library is not a usable CUDA runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NotARuntime {
+pub(crate) enum NotARuntime {
     /// `dlopen` failed; the loader's own message.
     #[error("{0}")]
     NotLoadable(String),
@@ -121,7 +122,7 @@ impl Runtime {
     /// Loads each of `explicit` (from `--cudart`), or else every CUDA runtime this process can
     /// load by name: the `libcudart.so*` files in the loader's search directories, in its
     /// order, then any the loader finds only through `ld.so.cache`.
-    pub fn load_all(explicit: &[PathBuf]) -> Result<Vec<Runtime>, CudartError> {
+    pub(crate) fn load_all(explicit: &[PathBuf]) -> Result<Vec<Runtime>, CudartError> {
         if !explicit.is_empty() {
             return explicit
                 .iter()
@@ -205,7 +206,7 @@ impl Runtime {
     }
 
     /// `cudaRuntimeGetVersion` (`Err` holds the cudaError_t).
-    pub fn runtime_version_call(&self) -> Result<i32, c_int> {
+    pub(crate) fn runtime_version_call(&self) -> Result<i32, c_int> {
         let mut version = 0;
         // SAFETY: valid out-pointer.
         match unsafe { (self.runtime_get_version)(&mut version) } {
@@ -216,7 +217,7 @@ impl Runtime {
 
     /// The runtime's version: `cudaRuntimeGetVersion`, else what the file names say (the
     /// loaded path, then the real file), else `None`.
-    pub fn version(&self) -> Option<RuntimeVersion> {
+    pub(crate) fn version(&self) -> Option<RuntimeVersion> {
         match self.runtime_version_call() {
             Ok(v) => Some(RuntimeVersion {
                 major: v / 1000,
@@ -238,7 +239,7 @@ impl Runtime {
     }
 
     /// `cudaDriverGetVersion` (`Err` holds the cudaError_t).
-    pub fn driver_version(&self) -> Result<i32, c_int> {
+    pub(crate) fn driver_version(&self) -> Result<i32, c_int> {
         let mut version = 0;
         // SAFETY: valid out-pointer.
         match unsafe { (self.driver_get_version)(&mut version) } {
@@ -249,7 +250,7 @@ impl Runtime {
 
     /// `cudaGetDriverEntryPoint(symbol, flags 0)`, which resolves at min(the runtime's own
     /// version, the driver's); through `…ByVersion` at `version` when only that is exported.
-    pub fn driver_entry_point(&self, symbol: &str, version: i32) -> Option<EntryPoint> {
+    pub(crate) fn driver_entry_point(&self, symbol: &str, version: i32) -> Option<EntryPoint> {
         let name = CString::new(symbol).ok()?;
         let mut pointer: *mut c_void = std::ptr::null_mut();
         let mut status: c_int = -1;
@@ -277,7 +278,7 @@ impl Runtime {
     }
 
     /// The entry-point export this runtime offers, if any.
-    pub fn entry_point_export(&self) -> Option<&'static str> {
+    pub(crate) fn entry_point_export(&self) -> Option<&'static str> {
         if self.get_entry_point.is_some() {
             Some("cudaGetDriverEntryPoint")
         } else if self.get_entry_point_by_version.is_some() {
@@ -289,7 +290,7 @@ impl Runtime {
 }
 
 /// The name of a cudaError_t that the runtime checks meet.
-pub fn error_name(code: c_int) -> &'static str {
+pub(crate) fn error_name(code: c_int) -> &'static str {
     match code {
         0 => "cudaSuccess",
         1 => "cudaErrorInvalidValue",

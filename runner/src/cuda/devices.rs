@@ -14,30 +14,30 @@ const ATTRIBUTE_CC: [c_int; 2] = [75, 76];
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CudaDevice {
     /// CUDA ordinal.
-    pub ordinal: i32,
+    pub(crate) ordinal: i32,
     /// `cuDeviceGetName`.
-    pub name: String,
+    pub(crate) name: String,
     /// `cuDeviceGetUuid_v2` (`cuDeviceGetUuid` on drivers before 11.4) in NVML's
     /// `GPU-xxxxxxxx-…` spelling, to match NVML by UUID; a MIG instance's is
     /// [`CudaDevice::mig_uuid`].
     pub uuid: String,
     /// `major.minor`.
-    pub compute_capability: String,
+    pub(crate) compute_capability: String,
     /// `cuDeviceTotalMem_v2`, bytes.
-    pub total_memory_bytes: u64,
+    pub(crate) total_memory_bytes: u64,
 }
 
 impl CudaDevice {
     /// The same 16 bytes in NVML's `MIG-…` spelling. CUDA does not say whether a device is a
     /// MIG instance; when it is, `cuDeviceGetUuid_v2` gives the instance's MIG UUID (the
     /// CUDA driver API reference), which NVML spells `MIG-…` for the MIG device handle.
-    pub fn mig_uuid(&self) -> String {
+    pub(crate) fn mig_uuid(&self) -> String {
         self.uuid.replacen("GPU-", "MIG-", 1)
     }
 }
 
 /// Spells 16 UUID bytes as NVML does: `GPU-8-4-4-4-12` lowercase hex.
-pub fn nvml_uuid(bytes: &[u8; 16]) -> String {
+pub(crate) fn nvml_uuid(bytes: &[u8; 16]) -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!(
         "GPU-{}-{}-{}-{}-{}",
@@ -50,7 +50,7 @@ pub fn nvml_uuid(bytes: &[u8; 16]) -> String {
 }
 
 /// Every device, in CUDA order. Needs a successful `cuInit`.
-pub fn list(driver: &Driver) -> Result<Vec<CudaDevice>, DriverError> {
+pub(crate) fn list(driver: &Driver) -> Result<Vec<CudaDevice>, DriverError> {
     let api = &driver.api;
     let count_fn = driver.need(api.device_get_count, "cuDeviceGetCount")?;
     let get = driver.need(api.device_get, "cuDeviceGet")?;

@@ -12,21 +12,21 @@ use super::loaded::LoadedFile;
 use super::result::{self, CuError};
 
 /// The name the driver is loaded by.
-pub const LIBCUDA: &str = "libcuda.so.1";
+pub(crate) const LIBCUDA: &str = "libcuda.so.1";
 
 /// `CUdevice`.
-pub type CuDevice = c_int;
+pub(crate) type CuDevice = c_int;
 /// `CUdeviceptr`.
-pub type CuDevicePtr = u64;
+pub(crate) type CuDevicePtr = u64;
 /// Opaque driver handles (`CUcontext`, `CUmodule`, `CUfunction`, `CUevent`, `CUstream`).
-pub type Handle = *mut c_void;
+pub(crate) type Handle = *mut c_void;
 
 macro_rules! driver_api {
     ($( $field:ident = $symbol:literal : fn($($arg:ty),*) ; )*) => {
         /// The driver functions the runner calls, each `None` when this libcuda lacks it.
         #[allow(non_snake_case, missing_docs)]
         #[derive(Clone, Copy)]
-        pub struct DriverFunctions {
+        pub(crate) struct DriverFunctions {
             $( pub $field: Option<unsafe extern "C" fn($($arg),*) -> c_int>, )*
         }
 
@@ -74,7 +74,7 @@ driver_api! {
 }
 
 /// The loaded driver: its file and its functions. Never unloaded.
-pub struct Driver {
+pub(crate) struct Driver {
     /// Which file the loader picked.
     pub file: LoadedFile,
     /// The resolved functions.
@@ -84,7 +84,7 @@ pub struct Driver {
 
 /// What one `cuGetProcAddress` call answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcAddress {
+pub(crate) struct ProcAddress {
     /// The CUresult.
     pub code: c_int,
     /// The pointer (null on failure).
@@ -95,7 +95,7 @@ pub struct ProcAddress {
 
 /// Why `libcuda.so.1` could not be loaded as a CUDA driver.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LoadError {
+pub(crate) enum LoadError {
     /// `dlopen` failed; the loader's own message.
     #[error("{0}")]
     NotLoadable(String),
@@ -109,7 +109,7 @@ pub enum LoadError {
 
 /// A driver function that is missing or failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DriverError {
+pub(crate) enum DriverError {
     /// This libcuda does not export a function the runner calls.
     #[error("{} does not export {symbol}: this driver is too old for the runner", .file.display())]
     MissingExport {
@@ -125,7 +125,7 @@ pub enum DriverError {
 
 impl Driver {
     /// dlopen's `libcuda.so.1` through the loader's normal search.
-    pub fn load() -> Result<Driver, LoadError> {
+    pub(crate) fn load() -> Result<Driver, LoadError> {
         // SAFETY: loading the driver runs its initialisers, which is what using it means.
         let library =
             unsafe { Library::new(LIBCUDA) }.map_err(|e| LoadError::NotLoadable(e.to_string()))?;
@@ -144,12 +144,12 @@ impl Driver {
     }
 
     /// The address `dlsym` gives for export `name`, or `None` when not exported.
-    pub fn export_address(&self, name: &str) -> Option<usize> {
+    pub(crate) fn export_address(&self, name: &str) -> Option<usize> {
         Driver::symbol_in(&self.library, name)
     }
 
     /// `f` if this libcuda exports it, else an error naming the missing export.
-    pub fn need<F>(&self, f: Option<F>, symbol: &'static str) -> Result<F, DriverError> {
+    pub(crate) fn need<F>(&self, f: Option<F>, symbol: &'static str) -> Result<F, DriverError> {
         f.ok_or_else(|| DriverError::MissingExport {
             file: self.file.real_path.clone(),
             symbol,
@@ -157,7 +157,7 @@ impl Driver {
     }
 
     /// The name of the `cuGetProcAddress` export the runner uses: `_v2` when present.
-    pub fn get_proc_address_export(&self) -> Option<&'static str> {
+    pub(crate) fn get_proc_address_export(&self) -> Option<&'static str> {
         if self.api.get_proc_address_v2.is_some() {
             Some("cuGetProcAddress_v2")
         } else if self.api.get_proc_address.is_some() {
@@ -168,7 +168,7 @@ impl Driver {
     }
 
     /// `cuGetProcAddress(symbol, version, flags 0)` through the `_v2` export when present.
-    pub fn get_proc_address(&self, symbol: &str, version: i32) -> Option<ProcAddress> {
+    pub(crate) fn get_proc_address(&self, symbol: &str, version: i32) -> Option<ProcAddress> {
         let name = CString::new(symbol).ok()?;
         let mut pointer: *mut c_void = std::ptr::null_mut();
         // SAFETY: cuda.h signatures; all out-pointers point at live locals.
@@ -194,7 +194,7 @@ impl Driver {
     }
 
     /// `cuDriverGetVersion`.
-    pub fn version(&self) -> Result<i32, DriverError> {
+    pub(crate) fn version(&self) -> Result<i32, DriverError> {
         let f = self.need(self.api.driver_get_version, "cuDriverGetVersion")?;
         let mut version = 0;
         // SAFETY: cuda.h signature, valid out-pointer.
@@ -203,7 +203,7 @@ impl Driver {
     }
 
     /// `cuInit(0)`.
-    pub fn init(&self) -> Result<(), CuError> {
+    pub(crate) fn init(&self) -> Result<(), CuError> {
         let Some(f) = self.api.init else {
             // Driver::load refuses a libcuda without cuInit; kept total all the same.
             return Err(CuError {

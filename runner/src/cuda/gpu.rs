@@ -20,7 +20,7 @@ const JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
 
 /// Why a step of a kernel run failed.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum GpuError {
+pub(crate) enum GpuError {
     /// A driver function is missing or failed.
     #[error(transparent)]
     Driver(#[from] DriverError),
@@ -48,7 +48,7 @@ impl From<CuError> for GpuError {
 
 impl GpuError {
     /// The JIT error log, when the JIT wrote one.
-    pub fn jit_log(&self) -> Option<&str> {
+    pub(crate) fn jit_log(&self) -> Option<&str> {
         match self {
             GpuError::Jit { log, .. } => log.as_deref(),
             _ => None,
@@ -57,14 +57,17 @@ impl GpuError {
 }
 
 /// A device's primary context, retained and current on this thread until dropped.
-pub struct PrimaryContext<'d> {
+pub(crate) struct PrimaryContext<'d> {
     driver: &'d Driver,
     device: CuDevice,
 }
 
 impl<'d> PrimaryContext<'d> {
     /// Retains device `ordinal`'s primary context and makes it current.
-    pub fn retain(driver: &'d Driver, ordinal: c_int) -> Result<PrimaryContext<'d>, GpuError> {
+    pub(crate) fn retain(
+        driver: &'d Driver,
+        ordinal: c_int,
+    ) -> Result<PrimaryContext<'d>, GpuError> {
         let api = &driver.api;
         let device_get = driver.need(api.device_get, "cuDeviceGet")?;
         let retain = driver.need(api.primary_ctx_retain, "cuDevicePrimaryCtxRetain")?;
@@ -84,7 +87,7 @@ impl<'d> PrimaryContext<'d> {
     }
 
     /// Waits for all work in the context (`cuCtxSynchronize`).
-    pub fn synchronize(&self) -> Result<(), GpuError> {
+    pub(crate) fn synchronize(&self) -> Result<(), GpuError> {
         let f = self
             .driver
             .need(self.driver.api.ctx_synchronize, "cuCtxSynchronize")?;
@@ -104,7 +107,7 @@ impl Drop for PrimaryContext<'_> {
 }
 
 /// A module JIT-compiled from PTX, unloaded when dropped.
-pub struct Module<'c> {
+pub(crate) struct Module<'c> {
     driver: &'c Driver,
     handle: Handle,
     _context: PhantomData<&'c PrimaryContext<'c>>,
@@ -112,7 +115,10 @@ pub struct Module<'c> {
 
 impl<'c> Module<'c> {
     /// JIT-compiles `ptx` (`cuModuleLoadDataEx`), capturing the JIT error log on failure.
-    pub fn load_ptx(context: &'c PrimaryContext<'c>, ptx: &str) -> Result<Module<'c>, GpuError> {
+    pub(crate) fn load_ptx(
+        context: &'c PrimaryContext<'c>,
+        ptx: &str,
+    ) -> Result<Module<'c>, GpuError> {
         let driver = context.driver;
         let load = driver.need(driver.api.module_load_data_ex, "cuModuleLoadDataEx")?;
         let ptx = CString::new(ptx).map_err(|e| GpuError::PtxHasNul(e.nul_position()))?;
@@ -150,7 +156,7 @@ impl<'c> Module<'c> {
 
     /// Loads a fat binary or cubin `image` as it is (`cuModuleLoadDataEx` without options):
     /// the driver picks the image for its GPU, or answers why it cannot.
-    pub fn load_image(
+    pub(crate) fn load_image(
         context: &'c PrimaryContext<'c>,
         image: &[u8],
     ) -> Result<Module<'c>, GpuError> {
@@ -199,7 +205,7 @@ impl Drop for Module<'_> {
 }
 
 /// A device buffer of `f32`s, freed when dropped.
-pub struct DeviceBuffer<'c> {
+pub(crate) struct DeviceBuffer<'c> {
     driver: &'c Driver,
     pointer: CuDevicePtr,
     len: usize,
@@ -208,7 +214,7 @@ pub struct DeviceBuffer<'c> {
 
 impl<'c> DeviceBuffer<'c> {
     /// Allocates room for `len` floats and copies `data` in (`cuMemAlloc_v2`, `cuMemcpyHtoD_v2`).
-    pub fn from_host(
+    pub(crate) fn from_host(
         context: &'c PrimaryContext<'c>,
         data: &[f32],
     ) -> Result<DeviceBuffer<'c>, GpuError> {
@@ -233,7 +239,7 @@ impl<'c> DeviceBuffer<'c> {
     }
 
     /// Copies the buffer back (`cuMemcpyDtoH_v2`).
-    pub fn to_host(&self) -> Result<Vec<f32>, GpuError> {
+    pub(crate) fn to_host(&self) -> Result<Vec<f32>, GpuError> {
         let dtoh = self
             .driver
             .need(self.driver.api.memcpy_dtoh, "cuMemcpyDtoH_v2")?;
@@ -250,13 +256,8 @@ impl<'c> DeviceBuffer<'c> {
     }
 
     /// The number of floats.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    /// Whether the buffer holds no float.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 
@@ -270,7 +271,7 @@ impl Drop for DeviceBuffer<'_> {
 }
 
 /// A timing event on the default stream, destroyed when dropped.
-pub struct Event<'c> {
+pub(crate) struct Event<'c> {
     driver: &'c Driver,
     handle: Handle,
     _context: PhantomData<&'c PrimaryContext<'c>>,
@@ -278,7 +279,7 @@ pub struct Event<'c> {
 
 impl<'c> Event<'c> {
     /// Creates an event (`cuEventCreate`, default flags: timing enabled).
-    pub fn new(context: &'c PrimaryContext<'c>) -> Result<Event<'c>, GpuError> {
+    pub(crate) fn new(context: &'c PrimaryContext<'c>) -> Result<Event<'c>, GpuError> {
         let driver = context.driver;
         let create = driver.need(driver.api.event_create, "cuEventCreate")?;
         let mut handle: Handle = std::ptr::null_mut();
@@ -292,7 +293,7 @@ impl<'c> Event<'c> {
     }
 
     /// Records the event on the default stream.
-    pub fn record(&self) -> Result<(), GpuError> {
+    pub(crate) fn record(&self) -> Result<(), GpuError> {
         let record = self
             .driver
             .need(self.driver.api.event_record, "cuEventRecord")?;
@@ -303,7 +304,7 @@ impl<'c> Event<'c> {
     }
 
     /// Milliseconds from `start` to this event, after waiting for this one.
-    pub fn elapsed_since(&self, start: &Event<'_>) -> Result<f32, GpuError> {
+    pub(crate) fn elapsed_since(&self, start: &Event<'_>) -> Result<f32, GpuError> {
         let api = &self.driver.api;
         let sync = self
             .driver
@@ -332,24 +333,24 @@ impl Drop for Event<'_> {
 }
 
 /// The saxpy kernel of [`SAXPY_PTX`], loaded, with a launch typed by its parameters.
-pub struct Saxpy<'c> {
+pub(crate) struct Saxpy<'c> {
     module: Module<'c>,
     function: Handle,
 }
 
 impl<'c> Saxpy<'c> {
     /// Threads per block.
-    pub const BLOCK: u32 = 256;
+    pub(crate) const BLOCK: u32 = 256;
 
     /// JIT-compiles [`SAXPY_PTX`] and finds its entry point.
-    pub fn load(context: &'c PrimaryContext<'c>) -> Result<Saxpy<'c>, GpuError> {
+    pub(crate) fn load(context: &'c PrimaryContext<'c>) -> Result<Saxpy<'c>, GpuError> {
         let module = Module::load_ptx(context, SAXPY_PTX)?;
         let function = module.function(c"saxpy")?;
         Ok(Saxpy { module, function })
     }
 
     /// Launches `y = a * x + y` over every element on the default stream (`cuLaunchKernel`).
-    pub fn launch(
+    pub(crate) fn launch(
         &self,
         a: f32,
         x: &DeviceBuffer<'_>,

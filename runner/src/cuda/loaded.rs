@@ -11,14 +11,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoadedFile {
     /// The path the loader opened (e.g. `/run/opengl-driver/lib/libcuda.so.1`).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// That path with every symlink resolved (e.g. a `/nix/store/…` file).
-    pub real_path: PathBuf,
+    pub(crate) real_path: PathBuf,
 }
 
 impl LoadedFile {
     /// The file containing `address` (only looked up, never dereferenced), or `None` if the loader knows no such object.
-    pub fn containing(address: usize) -> Option<LoadedFile> {
+    pub(crate) fn containing(address: usize) -> Option<LoadedFile> {
         // SAFETY: `Dl_info` is plain old data; all zeroes is a valid value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: dladdr only reads the loader's tables and writes `info`.
@@ -35,7 +35,7 @@ impl LoadedFile {
     }
 
     /// Whether either the loader's path or the real path lies under `prefix`.
-    pub fn is_under(&self, prefix: &std::path::Path) -> bool {
+    pub(crate) fn is_under(&self, prefix: &std::path::Path) -> bool {
         self.path.starts_with(prefix) || self.real_path.starts_with(prefix)
     }
 }
@@ -62,7 +62,7 @@ const RTLD_DI_SERINFOSIZE: libc::c_int = 5;
 /// loads by name (LD_LIBRARY_PATH, the program's RUNPATH, the system directories; the
 /// `ld.so.cache` is consulted between the last two and is not a directory). Asked of the loader
 /// itself with `dlinfo(RTLD_DI_SERINFO)`; empty if it cannot say.
-pub fn loader_search_path() -> Vec<PathBuf> {
+pub(crate) fn loader_search_path() -> Vec<PathBuf> {
     // SAFETY: dlopen(NULL) returns the main program's handle; dlinfo with SERINFOSIZE fills a
     // Dl_serinfo header, then SERINFO fills a buffer of that size (8-byte aligned here, as
     // the struct needs), whose string pointers point into the same buffer.
@@ -112,7 +112,7 @@ pub fn loader_search_path() -> Vec<PathBuf> {
 
 /// Whether the dynamic loader can load `name` into this process (it stays loaded; nothing in
 /// it is called, but its initialisers run).
-pub fn library_loads(name: &str) -> bool {
+pub(crate) fn library_loads(name: &str) -> bool {
     // SAFETY: loading runs the library's initialisers, which is what this asks about; no
     // symbol of it is used.
     unsafe { libloading::Library::new(name) }.is_ok()

@@ -2,12 +2,12 @@
 //! wrappers for a kernel run ([`gpu`]), CUresult names and explanations, versions, devices.
 //! The runner's only `unsafe` code lives here.
 
-pub mod cudart;
-pub mod devices;
-pub mod driver;
-pub mod gpu;
-pub mod loaded;
-pub mod registration;
-pub mod result;
-pub mod symbols;
-pub mod version;
+pub(crate) mod cudart;
+pub(crate) mod devices;
+pub(crate) mod driver;
+pub(crate) mod gpu;
+pub(crate) mod loaded;
+pub(crate) mod registration;
+pub(crate) mod result;
+pub(crate) mod symbols;
+pub(crate) mod version;

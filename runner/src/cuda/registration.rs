@@ -68,24 +68,24 @@ static SAXPY_HOST_STUB: u8 = 0;
 /// What the runtime answered, step by step (each a `cudaError_t`; `None` for a step not
 /// reached).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RegistrationRun {
+pub(crate) struct RegistrationRun {
     /// `CUDA_MODULE_LOADING` as this process has it.
-    pub module_loading: Option<String>,
+    pub(crate) module_loading: Option<String>,
     /// Fat binaries registered before the first call (the kernel-less one first).
-    pub registered: usize,
+    pub(crate) registered: usize,
     /// `cudaFree(NULL)`: the first call, which creates the context (and, eager, loads every
     /// registered module).
-    pub first_call: c_int,
+    pub(crate) first_call: c_int,
     /// `cudaLaunchKernel` of saxpy.
-    pub launch: Option<c_int>,
+    pub(crate) launch: Option<c_int>,
     /// `cudaDeviceSynchronize` after it.
-    pub synchronize: Option<c_int>,
+    pub(crate) synchronize: Option<c_int>,
     /// Elements saxpy got wrong (of [`ELEMENTS`]).
-    pub wrong_elements: Option<usize>,
+    pub(crate) wrong_elements: Option<usize>,
 }
 
 /// How many elements the saxpy launch computes.
-pub const ELEMENTS: usize = 4096;
+pub(crate) const ELEMENTS: usize = 4096;
 
 fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
     // SAFETY: each caller names a runtime export with the signature `T` it was declared with
@@ -98,7 +98,7 @@ fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
 /// Registers each of `images` (fat binaries, kept alive for the process) with the runtime at
 /// `cudart`, the last one with the saxpy kernel (`saxpy_image`'s `.entry saxpy`), then runs
 /// saxpy through the runtime. An error is a runtime that cannot be used at all.
-pub fn register_and_launch(
+pub(crate) fn register_and_launch(
     cudart: &Path,
     images: Vec<Vec<u8>>,
     saxpy_image: Vec<u8>,

@@ -4,7 +4,7 @@ use std::fmt;
 
 /// A failed driver call: which call, and the CUresult it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CuError {
+pub(crate) struct CuError {
     /// The driver function that failed, e.g. `cuInit`.
     pub call: &'static str,
     /// The CUresult it returned (never 0).
@@ -13,7 +13,7 @@ pub struct CuError {
 
 impl CuError {
     /// `Ok(())` for CUDA_SUCCESS, else the error of `call`.
-    pub fn check(call: &'static str, code: i32) -> Result<(), CuError> {
+    pub(crate) fn check(call: &'static str, code: i32) -> Result<(), CuError> {
         if code == 0 {
             Ok(())
         } else {
@@ -41,12 +41,12 @@ impl fmt::Display for CuError {
 /// The driver API's (`CUresult`) CUDA_ERROR_NO_DEVICE: its cause is named by
 /// [`crate::facts::access::Access`], not by this table. The runtime API's cudaErrorNoDevice is another
 /// enum with the same number ([`crate::cuda::cudart::CUDART_ERROR_NO_DEVICE`]).
-pub const CUDA_ERROR_NO_DEVICE: i32 = 100;
+pub(crate) const CUDA_ERROR_NO_DEVICE: i32 = 100;
 /// CUDA_ERROR_NOT_FOUND.
-pub const CUDA_ERROR_NOT_FOUND: i32 = 500;
+pub(crate) const CUDA_ERROR_NOT_FOUND: i32 = 500;
 
 /// The `cuda.h` name of a CUresult.
-pub fn name(code: i32) -> &'static str {
+pub(crate) fn name(code: i32) -> &'static str {
     match code {
         0 => "CUDA_SUCCESS",
         1 => "CUDA_ERROR_INVALID_VALUE",
@@ -78,7 +78,7 @@ pub fn name(code: i32) -> &'static str {
 }
 
 /// One line naming the likely cause and the fix.
-pub fn explanation(code: i32) -> &'static str {
+pub(crate) fn explanation(code: i32) -> &'static str {
     match code {
         1 => "the driver refused an argument",
         2 => "the GPU is out of memory; free memory or use fewer --saxpy-elements",

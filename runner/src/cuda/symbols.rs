@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use super::version::CudaVersion;
 
 /// A base symbol and its exports, oldest first: (CUDA version introduced, export name).
-pub struct VersionedSymbol {
+pub(crate) struct VersionedSymbol {
     /// The base name passed to `cuGetProcAddress`.
     pub symbol: &'static str,
     /// The exports, oldest first.
@@ -22,7 +22,7 @@ macro_rules! symbols {
         /// The symbols `driver::entry_points` and the runtime checks compare: the ones the
         /// runner itself calls, and the driver functions whose ABI changed between CUDA
         /// versions (the version-mixing hazards).
-        pub const CHECKED_SYMBOLS: &[VersionedSymbol] = &[
+        pub(crate) const CHECKED_SYMBOLS: &[VersionedSymbol] = &[
             $( VersionedSymbol { symbol: $symbol, variants: &[ $( ($version, $export) ),+ ] }, )*
         ];
     };
@@ -65,7 +65,7 @@ symbols! {
 
 impl VersionedSymbol {
     /// The export that answers at `version`, or `None` if the symbol is younger.
-    pub fn expected_export(&self, version: i32) -> Option<&'static str> {
+    pub(crate) fn expected_export(&self, version: i32) -> Option<&'static str> {
         self.variants
             .iter()
             .rev()
@@ -74,7 +74,7 @@ impl VersionedSymbol {
     }
 
     /// Whether this symbol has more than one ABI.
-    pub fn is_versioned(&self) -> bool {
+    pub(crate) fn is_versioned(&self) -> bool {
         self.variants.len() > 1
     }
 }
@@ -82,18 +82,18 @@ impl VersionedSymbol {
 /// One driver function that two CUDA versions see as different ABIs. The names borrow the
 /// symbol table's; read back from a report, they are owned.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AbiDifference {
+pub(crate) struct AbiDifference {
     /// The base name, e.g. `cuCtxCreate`.
-    pub symbol: Cow<'static, str>,
+    pub(crate) symbol: Cow<'static, str>,
     /// The export at the lower version (`None`: the function does not exist there).
-    pub lower: Option<Cow<'static, str>>,
+    pub(crate) lower: Option<Cow<'static, str>>,
     /// The export at the higher version.
-    pub higher: Option<Cow<'static, str>>,
+    pub(crate) higher: Option<Cow<'static, str>>,
 }
 
 /// The checked functions whose export differs between `a` and `b` (in either order): what a
 /// caller built for one version gets when entry points are resolved at the other.
-pub fn abi_differences(a: CudaVersion, b: CudaVersion) -> Vec<AbiDifference> {
+pub(crate) fn abi_differences(a: CudaVersion, b: CudaVersion) -> Vec<AbiDifference> {
     let (lower, higher) = if a <= b { (a, b) } else { (b, a) };
     CHECKED_SYMBOLS
         .iter()
@@ -111,7 +111,7 @@ pub fn abi_differences(a: CudaVersion, b: CudaVersion) -> Vec<AbiDifference> {
 
 /// The API versions at which some checked function changed ABI, up to and including `max`:
 /// probing at each of them (and at `max`) covers every variant the driver can hand out.
-pub fn abi_boundaries(max: CudaVersion) -> Vec<CudaVersion> {
+pub(crate) fn abi_boundaries(max: CudaVersion) -> Vec<CudaVersion> {
     let mut versions: Vec<i32> = CHECKED_SYMBOLS
         .iter()
         .filter(|s| s.is_versioned())

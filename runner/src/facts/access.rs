@@ -12,16 +12,16 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The NVIDIA character device major number (`/dev/nvidiaN`, `/dev/nvidiactl`).
-pub const NVIDIA_MAJOR: u32 = 195;
+pub(crate) const NVIDIA_MAJOR: u32 = 195;
 /// `/dev/nvidiactl`'s minor number.
-pub const NVIDIACTL_MINOR: u32 = 255;
+pub(crate) const NVIDIACTL_MINOR: u32 = 255;
 /// The file the nvidia kernel module creates when it is loaded.
-pub const KERNEL_MODULE_FILE: &str = "/proc/driver/nvidia/version";
+pub(crate) const KERNEL_MODULE_FILE: &str = "/proc/driver/nvidia/version";
 
 /// What a device path held.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Node {
+pub(crate) enum Node {
     /// A character device with these numbers.
     Char(u32, u32),
     /// Something else is there.
@@ -32,7 +32,7 @@ pub enum Node {
 
 impl Node {
     /// Looks at `path` (following symlinks, as the driver's open would).
-    pub fn at(path: &Path) -> Node {
+    pub(crate) fn at(path: &Path) -> Node {
         match std::fs::metadata(path) {
             Err(_) => Node::Missing,
             Ok(m) if !m.file_type().is_char_device() => Node::NotCharDevice,
@@ -41,27 +41,27 @@ impl Node {
     }
 
     /// Whether anything is there.
-    pub fn exists(&self) -> bool {
+    pub(crate) fn exists(&self) -> bool {
         *self != Node::Missing
     }
 }
 
 /// The device nodes in a device root at one moment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeSnapshot {
+pub(crate) struct NodeSnapshot {
     /// The directory looked at (`/dev`, or `--dev-root`).
-    pub dev_root: PathBuf,
+    pub(crate) dev_root: PathBuf,
     /// `nvidiactl`.
-    pub nvidiactl: Node,
+    pub(crate) nvidiactl: Node,
     /// `nvidia-uvm`.
-    pub nvidia_uvm: Node,
+    pub(crate) nvidia_uvm: Node,
     /// Every `nvidiaN`, sorted by N.
-    pub gpus: Vec<(u32, PathBuf, Node)>,
+    pub(crate) gpus: Vec<(u32, PathBuf, Node)>,
 }
 
 impl NodeSnapshot {
     /// Looks at `dev_root` now.
-    pub fn take(dev_root: &Path) -> NodeSnapshot {
+    pub(crate) fn take(dev_root: &Path) -> NodeSnapshot {
         let mut gpus: Vec<(u32, PathBuf, Node)> = std::fs::read_dir(dev_root)
             .into_iter()
             .flatten()
@@ -84,7 +84,7 @@ impl NodeSnapshot {
     }
 
     /// The nodes every CUDA process needs that are missing, by path.
-    pub fn missing(&self) -> Vec<PathBuf> {
+    pub(crate) fn missing(&self) -> Vec<PathBuf> {
         let mut missing = Vec::new();
         if !self.nvidiactl.exists() {
             missing.push(self.dev_root.join("nvidiactl"));
@@ -102,7 +102,7 @@ impl NodeSnapshot {
 /// Why the driver finds no GPU: three causes with three different fixes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum NoGpuCause {
+pub(crate) enum NoGpuCause {
     /// Device nodes the driver needs are not in this process's `/dev`.
     NodesNotExposed,
     /// The nodes are here, but the nvidia kernel module is not loaded on the host.
@@ -113,18 +113,18 @@ pub enum NoGpuCause {
 
 /// The state of GPU access, taken once before any driver call.
 #[derive(Debug, Clone, Serialize)]
-pub struct Access {
+pub(crate) struct Access {
     /// The device nodes before any driver call.
-    pub nodes: NodeSnapshot,
+    pub(crate) nodes: NodeSnapshot,
     /// The first line of `/proc/driver/nvidia/version`, or `None` when the module is not loaded.
-    pub kernel_module: Option<String>,
+    pub(crate) kernel_module: Option<String>,
     /// Whether the hook made this build (its manifest is here).
-    pub in_hook_build: bool,
+    pub(crate) in_hook_build: bool,
 }
 
 impl Access {
     /// Takes the snapshot: the nodes under `dev_root`, the module's `version_file`.
-    pub fn scan(dev_root: &Path, version_file: &Path, in_hook_build: bool) -> Access {
+    pub(crate) fn scan(dev_root: &Path, version_file: &Path, in_hook_build: bool) -> Access {
         let kernel_module = std::fs::read_to_string(version_file)
             .ok()
             .map(|text| text.lines().next().unwrap_or_default().trim().to_owned());
@@ -136,7 +136,7 @@ impl Access {
     }
 
     /// The cause of a "no device" answer.
-    pub fn no_gpu_cause(&self) -> NoGpuCause {
+    pub(crate) fn no_gpu_cause(&self) -> NoGpuCause {
         if !self.nodes.missing().is_empty() {
             NoGpuCause::NodesNotExposed
         } else if self.kernel_module.is_none() {
@@ -147,7 +147,7 @@ impl Access {
     }
 
     /// One line: why no GPU is usable here, and what fixes it.
-    pub fn explain_no_gpu(&self) -> String {
+    pub(crate) fn explain_no_gpu(&self) -> String {
         match self.no_gpu_cause() {
             NoGpuCause::NodesNotExposed => {
                 let missing: Vec<String> = self

@@ -19,18 +19,18 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 /// The variable Nix exports for the attribute (without structured attrs).
-pub const VARIABLE: &str = "requiredSystemFeatures";
+pub(crate) const VARIABLE: &str = "requiredSystemFeatures";
 
 /// The variable newer Nix sets to the structured attrs' JSON file.
-pub const ATTRS_JSON_VARIABLE: &str = "NIX_ATTRS_JSON_FILE";
+pub(crate) const ATTRS_JSON_VARIABLE: &str = "NIX_ATTRS_JSON_FILE";
 
 /// The build directory's variable, where `.attrs.json` is written.
-pub const BUILD_TOP_VARIABLE: &str = "NIX_BUILD_TOP";
+pub(crate) const BUILD_TOP_VARIABLE: &str = "NIX_BUILD_TOP";
 
 /// Where the features were read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "path")]
-pub enum Source {
+pub(crate) enum Source {
     /// The variable `requiredSystemFeatures`.
     Variable,
     /// A structured attrs file (`requiredSystemFeatures` absent from it reads as none).
@@ -39,7 +39,7 @@ pub enum Source {
 
 impl Source {
     /// In words, for a message.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Source::Variable => format!("${VARIABLE}"),
             Source::AttrsJson(path) => format!("{}'s {VARIABLE}", path.display()),
@@ -49,7 +49,7 @@ impl Source {
 
 /// The features a build declares, and where they were read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Declared {
+pub(crate) struct Declared {
     /// Where.
     pub source: Source,
     /// Every required feature, in the order given.
@@ -58,7 +58,7 @@ pub struct Declared {
 
 /// Why the declared features cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DeclaredError {
+pub(crate) enum DeclaredError {
     /// The structured attrs file is there but cannot be read.
     #[error("cannot read {}: {why}", .path.display())]
     Unreadable {
@@ -81,7 +81,9 @@ pub enum DeclaredError {
 /// Reads the declared features from `var` (the process environment in [`from_env`]): `None`
 /// when neither the variable nor a structured attrs file is there (not in a Nix build, and
 /// not set by hand).
-pub fn read(var: impl Fn(&str) -> Option<OsString>) -> Result<Option<Declared>, DeclaredError> {
+pub(crate) fn read(
+    var: impl Fn(&str) -> Option<OsString>,
+) -> Result<Option<Declared>, DeclaredError> {
     if let Some(value) = var(VARIABLE) {
         return Ok(Some(Declared {
             source: Source::Variable,
@@ -116,7 +118,7 @@ pub fn read(var: impl Fn(&str) -> Option<OsString>) -> Result<Option<Declared>, 
 }
 
 /// [`read`] of this process's environment.
-pub fn from_env() -> Result<Option<Declared>, DeclaredError> {
+pub(crate) fn from_env() -> Result<Option<Declared>, DeclaredError> {
     read(|name| std::env::var_os(name))
 }
 

@@ -52,15 +52,15 @@ use crate::facts::runtime_scan::{device_ranges, runtime_in};
 pub struct ConfirmCli {
     /// Files whose GPU code to load (their verdict for this GPU is what is confirmed).
     #[arg(value_name = "FILE")]
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
 
     /// A CUDA runtime (libcudart.so) to register the hand-built modules with.
     #[arg(long, value_name = "LIB")]
-    pub cudart: Option<PathBuf>,
+    pub(crate) cudart: Option<PathBuf>,
 
     /// Load at most this many modules that need JIT per file.
     #[arg(long, value_name = "N", default_value_t = 5)]
-    pub jit_limit: usize,
+    pub(crate) jit_limit: usize,
 }
 
 impl ConfirmCli {
@@ -76,50 +76,50 @@ impl ConfirmCli {
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadedModule {
     /// Its index in the file (from 0, as the JSON of `lint` numbers them).
-    pub module: usize,
+    pub(crate) module: usize,
     /// What the rules predict: `sass`, `jit`, `209`, `222`, `unpack`, or `not judged`.
-    pub predicted: &'static str,
+    pub(crate) predicted: &'static str,
     /// The CUresult of `cuModuleLoadDataEx`.
-    pub driver: i32,
+    pub(crate) driver: i32,
     /// Whether they agree (`None` for a module not judged).
-    pub agrees: Option<bool>,
+    pub(crate) agrees: Option<bool>,
 }
 
 /// One file: its verdict here, and the modules loaded.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfirmedFile {
     /// The file.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The verdict for this GPU and driver.
-    pub verdict: FileVerdict,
+    pub(crate) verdict: FileVerdict,
     /// Its rule.
-    pub rule: Rule,
+    pub(crate) rule: Rule,
     /// In words.
-    pub reason: String,
+    pub(crate) reason: String,
     /// Every module loaded.
-    pub modules: Vec<LoadedModule>,
+    pub(crate) modules: Vec<LoadedModule>,
     /// Modules to JIT not loaded (over `--jit-limit`).
-    pub jit_not_loaded: usize,
+    pub(crate) jit_not_loaded: usize,
 }
 
 /// The report.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfirmReport {
     /// GPU 0 and the loaded driver, as the rules judge them; `None` without a GPU.
-    pub target: Option<Target>,
+    pub(crate) target: Option<Target>,
     /// Why there is no GPU to confirm on, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub no_gpu: Option<String>,
+    pub(crate) no_gpu: Option<String>,
     /// The runtime run, with `--cudart`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub registration: Option<RegistrationRun>,
+    pub(crate) registration: Option<RegistrationRun>,
     /// Why the runtime given could not be used at all.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub registration_error: Option<String>,
+    pub(crate) registration_error: Option<String>,
     /// Each file.
-    pub files: Vec<ConfirmedFile>,
+    pub(crate) files: Vec<ConfirmedFile>,
     /// Predictions the driver or the runtime did not bear out.
-    pub disagreements: Vec<String>,
+    pub(crate) disagreements: Vec<String>,
 }
 
 /// The CUresult a prediction expects, and its name.

@@ -42,15 +42,15 @@ use crate::facts::walk::{resolve, walk};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LintConfig {
     /// The driver link every libcuda user must search (`/run/opengl-driver/lib`).
-    pub driver_link: PathBuf,
+    pub(crate) driver_link: PathBuf,
     /// A compat directory that must come before the driver link, when compat is in use.
-    pub compat_dir: Option<PathBuf>,
+    pub(crate) compat_dir: Option<PathBuf>,
     /// Also look for static CUDA archives in the runtime closure of the store paths given.
-    pub closure: bool,
+    pub(crate) closure: bool,
     /// The Nix store directory (store paths and their closures).
-    pub store_dir: PathBuf,
+    pub(crate) store_dir: PathBuf,
     /// The GPUs and driver to judge the files' GPU code for; none lists it without judging.
-    pub targets: Vec<Target>,
+    pub(crate) targets: Vec<Target>,
 }
 
 impl LintConfig {
@@ -107,11 +107,11 @@ pub enum FindingKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     /// The file concerned.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// What kind of problem.
-    pub kind: FindingKind,
+    pub(crate) kind: FindingKind,
     /// One line: what is wrong and what to change.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl std::fmt::Display for Finding {
@@ -122,24 +122,24 @@ impl std::fmt::Display for Finding {
 
 /// The version of the lint's JSON document (`schema`; runner/README.md describes it). 2: the
 /// schema, targets and driver echoed, versions as `"12.9"`, modules numbered from 1.
-pub const LINT_SCHEMA: u32 = 2;
+pub(crate) const LINT_SCHEMA: u32 = 2;
 
 /// The lint's result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LintReport {
     /// [`LINT_SCHEMA`].
-    pub schema: u32,
+    pub(crate) schema: u32,
     /// The GPUs and driver the GPU code was judged for (none: listed, not judged).
-    pub targets: Vec<Target>,
+    pub(crate) targets: Vec<Target>,
     /// Regular files looked at.
-    pub files: usize,
+    pub(crate) files: usize,
     /// ELF files among them.
-    pub elf_files: usize,
+    pub(crate) elf_files: usize,
     /// ELF files that load libcuda (DT_NEEDED, or a static CUDA runtime's `dlopen`) or search
     /// the driver link (the ones checked).
-    pub libcuda_users: Vec<PathBuf>,
+    pub(crate) libcuda_users: Vec<PathBuf>,
     /// Store paths whose runtime closure was searched for static archives.
-    pub closure_of: Vec<PathBuf>,
+    pub(crate) closure_of: Vec<PathBuf>,
     /// Every CUDA runtime found: shared libraries, archives, static copies in other ELF files.
     pub cuda_runtimes: Vec<FoundRuntime>,
     /// The GPU code of every file that has fat binaries, judged when a target was given.
@@ -160,7 +160,7 @@ impl LintReport {
     }
 
     /// How many files cannot run on some target.
-    pub fn cannot_run(&self) -> usize {
+    pub(crate) fn cannot_run(&self) -> usize {
         self.gpu_code
             .iter()
             .filter(|f| f.verdicts.iter().any(|v| v.fails()))
@@ -187,10 +187,10 @@ impl LintReport {
     }
 }
 
-pub use cuda_sandbox_elfkit::DynamicInfo;
+pub(crate) use cuda_sandbox_elfkit::DynamicInfo;
 
 /// Library name prefixes (after `lib`, lower case) of the CUDA toolkit's libraries.
-pub const CUDA_LIBRARY_PREFIXES: &[&str] = &[
+pub(crate) const CUDA_LIBRARY_PREFIXES: &[&str] = &[
     "cuda", // cudart_static, cudadevrt, cuda (the stub)
     "cublas",
     "cufft",
@@ -210,7 +210,7 @@ pub const CUDA_LIBRARY_PREFIXES: &[&str] = &[
 ];
 
 /// Whether `name` is a static archive of a CUDA library (`libcudart_static.a`, `libnppc.a`).
-pub fn is_static_cuda_archive(name: &str) -> bool {
+pub(crate) fn is_static_cuda_archive(name: &str) -> bool {
     let Some(stem) = name.strip_prefix("lib").and_then(|n| n.strip_suffix(".a")) else {
         return false;
     };
@@ -234,7 +234,7 @@ fn is_stubs_dir(entry: &str) -> bool {
 
 /// How an ELF file loads libcuda, when it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LibcudaUse {
+pub(crate) enum LibcudaUse {
     /// `libcuda.so*` in its DT_NEEDED.
     Needed,
     /// It holds a static CUDA runtime, which `dlopen`s `libcuda.so.1`: glibc searches the
@@ -245,7 +245,7 @@ pub enum LibcudaUse {
 
 impl LibcudaUse {
     /// How `info`'s file loads libcuda: DT_NEEDED first, else through a static runtime it holds.
-    pub fn of(info: &DynamicInfo, holds_static_runtime: bool) -> Option<LibcudaUse> {
+    pub(crate) fn of(info: &DynamicInfo, holds_static_runtime: bool) -> Option<LibcudaUse> {
         if info.needs_libcuda() {
             Some(LibcudaUse::Needed)
         } else {
@@ -256,7 +256,7 @@ impl LibcudaUse {
 
 /// The findings for one ELF file's dynamic section, given how it loads libcuda (none when it
 /// neither loads libcuda nor searches the driver link).
-pub fn check_elf(
+pub(crate) fn check_elf(
     file: &Path,
     info: &DynamicInfo,
     uses: Option<LibcudaUse>,

@@ -21,9 +21,9 @@ use crate::cuda::version::CudaVersion;
 #[derive(Debug, Clone)]
 pub struct ManifestState {
     /// The file looked at; `None` with `--no-manifest`.
-    pub path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     /// What it held.
-    pub status: ManifestStatus,
+    pub(crate) status: ManifestStatus,
 }
 
 /// The outcome of reading the manifest.
@@ -76,7 +76,7 @@ impl ManifestState {
     }
 
     /// The manifest, when one was read.
-    pub fn manifest(&self) -> Option<&Manifest> {
+    pub(crate) fn manifest(&self) -> Option<&Manifest> {
         match &self.status {
             ManifestStatus::Loaded(m) => Some(m),
             _ => None,
@@ -84,7 +84,7 @@ impl ManifestState {
     }
 
     /// The driver section, when a manifest was read.
-    pub fn driver(&self) -> Option<&DriverManifest> {
+    pub(crate) fn driver(&self) -> Option<&DriverManifest> {
         self.manifest().map(|m| &m.driver)
     }
 
@@ -97,7 +97,7 @@ impl ManifestState {
     }
 
     /// A short fact for a check: the path and either the driver chosen or why there is none.
-    pub fn fact(&self) -> Value {
+    pub(crate) fn fact(&self) -> Value {
         match &self.status {
             ManifestStatus::Loaded(m) => json!({
                 "path": self.path,
@@ -110,7 +110,7 @@ impl ManifestState {
     }
 
     /// The report's `manifest` section: path, status, and the manifest itself.
-    pub fn report(&self) -> Value {
+    pub(crate) fn report(&self) -> Value {
         let (status, message, content) = match &self.status {
             ManifestStatus::Loaded(m) => ("loaded", None, Some(m)),
             ManifestStatus::Absent(why) => ("absent", Some(why), None),
@@ -122,7 +122,7 @@ impl ManifestState {
 
 /// Whether `file` is one of the libcuda paths the hook chose: the loader's path or the real
 /// path is listed, or a listed path resolves (here, inside the build) to the same real file.
-pub fn is_chosen(file: &LoadedFile, driver: &DriverManifest) -> bool {
+pub(crate) fn is_chosen(file: &LoadedFile, driver: &DriverManifest) -> bool {
     driver.libcuda.iter().any(|listed| {
         let listed = Path::new(listed);
         listed == file.path
@@ -134,7 +134,7 @@ pub fn is_chosen(file: &LoadedFile, driver: &DriverManifest) -> bool {
 /// Which driver a loaded libcuda is, judged against the manifest: under the compat directory
 /// is compat, under the driver link is the host's (unless the hook bound the compat driver
 /// there), otherwise a CUDA version above the host driver's means compat.
-pub fn kind_of(
+pub(crate) fn kind_of(
     file: &LoadedFile,
     version: Option<CudaVersion>,
     driver: &DriverManifest,
@@ -167,7 +167,7 @@ pub fn kind_of(
 
 /// The libcuda path to name as the hook's choice in messages: `libcuda.so.1` in the compat
 /// directory or at the driver link, else the first listed path.
-pub fn chosen_path(driver: &DriverManifest) -> String {
+pub(crate) fn chosen_path(driver: &DriverManifest) -> String {
     let dir = match driver.kind {
         DriverKind::Compat => driver.compat_dir.as_deref(),
         _ => driver.driver_link_lib.as_deref(),
@@ -185,7 +185,7 @@ pub fn chosen_path(driver: &DriverManifest) -> String {
 }
 
 /// `"CUDA 12.2"`, or `"CUDA unknown"`.
-pub fn cuda_label(version: Option<CudaVersion>) -> String {
+pub(crate) fn cuda_label(version: Option<CudaVersion>) -> String {
     match version {
         Some(v) => format!("CUDA {v}"),
         None => "CUDA unknown".to_string(),
@@ -193,7 +193,7 @@ pub fn cuda_label(version: Option<CudaVersion>) -> String {
 }
 
 /// One line saying why the loaded libcuda is not the one the hook chose, and what to change.
-pub fn library_mismatch(
+pub(crate) fn library_mismatch(
     file: &LoadedFile,
     version: Option<CudaVersion>,
     driver: &DriverManifest,

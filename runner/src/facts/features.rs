@@ -38,12 +38,12 @@ pub struct FeaturesCli {
     /// these instead of asking the driver. A variant (9.0a) names code, not a GPU, and is
     /// refused.
     #[arg(long = "capability", value_name = "X.Y")]
-    pub capabilities: Vec<String>,
+    pub(crate) capabilities: Vec<String>,
 
     /// Print one JSON document: the features, the GPUs, the unknown capabilities and the
     /// Nixpkgs commit the table follows.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 impl FeaturesCli {
@@ -57,7 +57,7 @@ impl FeaturesCli {
 
 /// Why no features could be computed.
 #[derive(Debug, thiserror::Error)]
-pub enum FeaturesError {
+pub(crate) enum FeaturesError {
     /// A `--capability` that is not a GPU's.
     #[error("--capability {0}")]
     Capability(#[from] GpuCapabilityError),
@@ -71,7 +71,7 @@ pub enum FeaturesError {
 
 /// One GPU the features were computed for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FeatureGpu {
+pub(crate) struct FeatureGpu {
     /// Its CUDA ordinal; `None` for a `--capability`.
     pub ordinal: Option<i32>,
     /// `cuDeviceGetName` (a MIG instance's own name); `None` for a `--capability`.
@@ -82,7 +82,7 @@ pub struct FeatureGpu {
 
 /// A capability that adds no feature, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct UnknownCapability {
+pub(crate) struct UnknownCapability {
     /// The capability.
     pub capability: Capability,
     /// Why, in words.
@@ -91,7 +91,7 @@ pub struct UnknownCapability {
 
 /// The Nixpkgs revision the table follows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Follows {
+pub(crate) struct Follows {
     /// `owner/name`.
     pub repository: &'static str,
     /// The commit.
@@ -100,7 +100,7 @@ pub struct Follows {
 
 /// What `features --json` prints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FeaturesReport {
+pub(crate) struct FeaturesReport {
     /// `cuda`, then the `cuda-sm-*` features in Nixpkgs' order.
     pub features: Vec<String>,
     /// `driver` or `capability` (given with `--capability`).
@@ -139,7 +139,7 @@ fn driver_gpus() -> Result<Vec<FeatureGpu>, FeaturesError> {
 }
 
 /// Computes the report: from `--capability`, else from the driver.
-pub fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError> {
+pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError> {
     let (source, gpus) = if cli.capabilities.is_empty() {
         ("driver", driver_gpus()?)
     } else {

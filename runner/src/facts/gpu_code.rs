@@ -33,31 +33,23 @@ use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
 use crate::facts::gpu_words::notes;
-pub use crate::facts::gpu_words::{carried, carried_by_member, module_place};
+pub(crate) use crate::facts::gpu_words::{carried, carried_by_member, module_place};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 
 /// The GPU and driver a package's GPU code is judged for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Target {
+pub(crate) struct Target {
     /// The GPU's compute capability.
-    pub device: Capability,
+    pub(crate) device: Capability,
     /// The driver that loads the code: libcuda's CUDA version and the kernel module's.
-    pub driver: Driver,
+    pub(crate) driver: Driver,
 }
 
 impl Target {
-    /// A GPU with a driver of CUDA `cuda`, libcuda and kernel module alike.
-    pub fn new(device: Capability, cuda: CudaVersion) -> Target {
-        Target {
-            device,
-            driver: Driver::of(cuda.0),
-        }
-    }
-
     /// `sm_90 (driver CUDA 12.2)`, or under compat `sm_90 (driver CUDA 12.8 on a CUDA 12.2
     /// kernel module)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let d = &self.driver;
         if d.kernel == d.cuda {
             format!("sm_{} (driver CUDA {})", self.device.sm(), release(d.cuda))
@@ -81,7 +73,7 @@ fn branch_of(cuda: i32) -> String {
 
 /// A CUDA runtime a file needs or holds, as the runtime rule judges it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RuntimeUse {
+pub(crate) struct RuntimeUse {
     /// How, in words: `a static CUDA runtime 13.4`, `libcudart.so.13 (DT_NEEDED)`.
     pub what: String,
     /// The toolkit it comes from.
@@ -90,7 +82,7 @@ pub struct RuntimeUse {
 
 /// The runtimes `file` needs (a `libcudart.so.N` in DT_NEEDED) or holds (a static copy, or
 /// the file is one), with a version to judge by; archives are for linking only.
-pub fn runtime_uses(
+pub(crate) fn runtime_uses(
     dynamic: Option<&DynamicInfo>,
     runtime: Option<&FoundRuntime>,
 ) -> Vec<RuntimeUse> {
@@ -128,7 +120,7 @@ pub fn runtime_uses(
 /// Which rule decided a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Rule {
+pub(crate) enum Rule {
     /// Every judged module loads from SASS.
     Sass,
     /// Some module is JIT-compiled from PTX.
@@ -169,25 +161,25 @@ pub enum Rule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TargetVerdict {
     /// The GPU and driver.
-    pub target: Target,
+    pub(crate) target: Target,
     /// The file's verdict.
-    pub verdict: FileVerdict,
+    pub(crate) verdict: FileVerdict,
     /// The rule that decided it.
-    pub rule: Rule,
+    pub(crate) rule: Rule,
     /// The verdict in one line, with the cause and the fix when it cannot run.
     pub reason: String,
     /// Every judged module's answer, and the modules listed and not judged.
-    pub judgement: Judgement,
+    pub(crate) judgement: Judgement,
 }
 
 impl TargetVerdict {
     /// Whether the file cannot run on the target.
-    pub fn fails(&self) -> bool {
+    pub(crate) fn fails(&self) -> bool {
         self.verdict == FileVerdict::Fails
     }
 
     /// Whether the rules cannot judge it.
-    pub fn unknown(&self) -> bool {
+    pub(crate) fn unknown(&self) -> bool {
         self.verdict == FileVerdict::Unknown
     }
 }
@@ -198,7 +190,7 @@ pub struct FileGpuCode {
     /// The file.
     pub file: PathBuf,
     /// Its modules and their entries.
-    pub modules: Vec<Container>,
+    pub(crate) modules: Vec<Container>,
     /// The verdict for each target, in the order given.
     pub verdicts: Vec<TargetVerdict>,
     /// What it carries and each verdict, in one line.
@@ -206,7 +198,7 @@ pub struct FileGpuCode {
 }
 
 /// Why one module cannot load on `target`, and what to change, in one line.
-pub fn failure(
+pub(crate) fn failure(
     modules: &[Container],
     module: &ModuleVerdict,
     target: &Target,
@@ -398,7 +390,7 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
 /// Judges one file for one target: the driver against the GPU, against the file's runtimes,
 /// then its modules (the module doc). `data` is the file's bytes, read only where a rule
 /// needs a payload.
-pub fn judge_file(
+pub(crate) fn judge_file(
     code: &GpuCode,
     data: &[u8],
     runtimes: &[RuntimeUse],
@@ -460,29 +452,29 @@ fn judge_file_given(
     }
     let modules = &code.containers;
     if let Some(t) = j.newer_toolkit {
-        let e = &modules[t.module].entries[t.image];
-        let reason = format!(
-            "cannot run on {on}: it was built by CUDA {} (its {} cubin in {} records ptxas \
-             {}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at the \
-             major (a CUDA {}.x build needs a driver of CUDA {}.0 or newer); use a newer \
-             driver, or a build of it for CUDA {}.x",
-            release(t.toolkit),
-            e.arch_name(),
-            module_place(modules, t.module),
-            release(t.toolkit),
-            release(target.driver.cuda),
-            t.toolkit / 1000,
-            t.toolkit / 1000,
-            target.driver.cuda / 1000
-        );
+        let reason = cubin_too_new(modules, &t, target);
         return verdict(target, FileVerdict::Fails, Rule::CubinTooNew, reason, j);
     }
-    let (rule, reason) = match j.verdict {
+    let (rule, reason) = by_modules(&j, modules, target, provenance);
+    verdict(target, j.verdict, rule, reason, j)
+}
+
+/// The verdict of a file that no earlier rule decided, from its modules' judgement `j`: the
+/// rule it rests on and its reason for `target` (naming the first failing module of
+/// `modules`, and who built it by `provenance`).
+fn by_modules(
+    j: &Judgement,
+    modules: &[Container],
+    target: &Target,
+    provenance: Provenance,
+) -> (Rule, String) {
+    let on = target.describe();
+    match j.verdict {
         FileVerdict::NoGpuCode => (
             Rule::NothingToLoad,
-            format!("nothing the driver loads on {on}{}", notes(&j)),
+            format!("nothing the driver loads on {on}{}", notes(j)),
         ),
-        FileVerdict::RunsBySass => (Rule::Sass, format!("runs on {on} by SASS{}", notes(&j))),
+        FileVerdict::RunsBySass => (Rule::Sass, format!("runs on {on} by SASS{}", notes(j))),
         FileVerdict::RunsByJit => {
             let jit = j
                 .modules
@@ -494,7 +486,7 @@ fn judge_file_given(
                 format!(
                     "runs on {on} by JIT: {jit} module(s) have no SASS for it and are compiled \
                      from PTX at their first launch{}",
-                    notes(&j)
+                    notes(j)
                 ),
             )
         }
@@ -525,8 +517,28 @@ fn judge_file_given(
                 format!("cannot be judged for {on}: {first}"),
             )
         }
-    };
-    verdict(target, j.verdict, rule, reason, j)
+    }
+}
+
+/// Why a file whose cubin (`t`, in `modules`) was built by a newer CUDA major than
+/// `target`'s driver cannot run there.
+fn cubin_too_new(modules: &[Container], t: &NewerToolkit, target: &Target) -> String {
+    let e = &modules[t.module].entries[t.image];
+    let on = target.describe();
+    format!(
+        "cannot run on {on}: it was built by CUDA {} (its {} cubin in {} records ptxas \
+         {}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at the \
+         major (a CUDA {}.x build needs a driver of CUDA {}.0 or newer); use a newer \
+         driver, or a build of it for CUDA {}.x",
+        release(t.toolkit),
+        e.arch_name(),
+        module_place(modules, t.module),
+        release(t.toolkit),
+        release(target.driver.cuda),
+        t.toolkit / 1000,
+        t.toolkit / 1000,
+        target.driver.cuda / 1000
+    )
 }
 
 fn verdict(
@@ -546,7 +558,7 @@ fn verdict(
 }
 
 /// Judges one file (its GPU code `code`, read from `data`) for every target, in order.
-pub fn judge_all(
+pub(crate) fn judge_all(
     code: &GpuCode,
     data: &[u8],
     runtimes: &[RuntimeUse],
@@ -572,7 +584,7 @@ pub fn judge_all(
 }
 
 /// Reads and judges one file for every target; `None` when it has no fat binary at all.
-pub fn examine(
+pub(crate) fn examine(
     path: &Path,
     data: &[u8],
     code: GpuCode,

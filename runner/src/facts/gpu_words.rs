@@ -7,7 +7,7 @@ use cuda_sandbox_elfkit::fatbin::verdict::{Excuse, Judgement};
 use cuda_sandbox_elfkit::fatbin::{Arch, Container, EntryKind, Origin};
 
 /// What a set of entries carries, e.g. `SASS sm_75 sm_80, PTX compute_80 (ISA 8.8)`.
-pub fn carried<'a>(
+pub(crate) fn carried<'a>(
     entries: impl IntoIterator<Item = &'a cuda_sandbox_elfkit::fatbin::Entry>,
 ) -> String {
     let mut sass: BTreeSet<Arch> = BTreeSet::new();
@@ -52,7 +52,7 @@ pub fn carried<'a>(
 /// What each archive member carries, in member order, as cuobjdump lists an archive's members:
 /// `2 member(s): a.o [SASS sm_50], b.o [PTX compute_50 (ISA 8.8)]`; `None` when no module is
 /// a member's (not an archive).
-pub fn carried_by_member(modules: &[Container]) -> Option<String> {
+pub(crate) fn carried_by_member(modules: &[Container]) -> Option<String> {
     let mut members: Vec<(&str, Vec<&Container>)> = Vec::new();
     for c in modules {
         let Some(name) = c.member.as_deref() else {
@@ -77,7 +77,7 @@ pub fn carried_by_member(modules: &[Container]) -> Option<String> {
 }
 
 /// Where a module is, for messages: `module 2 of 13 (.nv_fatbin at byte 0x1806b8)`.
-pub fn module_place(modules: &[Container], index: usize) -> String {
+pub(crate) fn module_place(modules: &[Container], index: usize) -> String {
     let c = &modules[index];
     let place = match &c.origin {
         Origin::Section(s) => format!("{s} at byte {:#x}", c.offset),
@@ -98,7 +98,7 @@ pub fn module_place(modules: &[Container], index: usize) -> String {
 }
 
 /// What was listed and not judged, and what was reported and not failed, as a parenthesis.
-pub fn notes(j: &Judgement) -> String {
+pub(crate) fn notes(j: &Judgement) -> String {
     let n = &j.not_judged;
     let mut notes = Vec::new();
     if n.inert > 0 {

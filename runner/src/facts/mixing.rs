@@ -19,7 +19,7 @@ use crate::facts::runtime_scan::{device_ranges, mixed_versions, runtime_in, Foun
 
 /// An ELF file of the package that starts a dependency graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Root {
+pub(crate) struct Root {
     /// The file.
     pub path: PathBuf,
     /// Its `PT_INTERP`, for an executable; `None` for a shared library.
@@ -28,7 +28,7 @@ pub struct Root {
 
 /// One process that would load CUDA runtimes of more than one version.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MixedProcess {
+pub(crate) struct MixedProcess {
     /// The executable (or, for a library, the library whose `dlopen` loads them).
     pub root: Root,
     /// The distinct exact versions, in order.
@@ -61,7 +61,7 @@ fn runtime_of_file(path: &Path) -> Option<FoundRuntime> {
 /// Every root whose dependency graph holds runtimes of two versions; `known` are the runtimes
 /// found in the package (by file; a root not among them holds none, and is not read again). Executables first, then libraries whose runtimes are not
 /// already those of an executable reported.
-pub fn mixed_processes(
+pub(crate) fn mixed_processes(
     roots: &[Root],
     known: &[FoundRuntime],
     store_dir: &Path,
@@ -127,7 +127,7 @@ pub fn mixed_processes(
 
 impl MixedProcess {
     /// The finding's line: which process loads which runtimes, and why that is a hazard.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let files: Vec<String> = self
             .runtimes
             .iter()

@@ -1,21 +1,22 @@
 //! What the runner reads and judges, apart from the checks that report it: GPU access, the
 //! build's declared features and the hook's manifest, a package's files (walked, their GPU
 //! code, CUDA runtimes and who built them), the ELF lint, NVML's MIG view, and the
-//! `gpu-confirm`, `features` and `inventory` commands. `crate::cuda` is the driver wrapper these call.
+//! `gpu-confirm`, `features` and `inventory` commands. `crate::cuda` is the driver wrapper
+//! these call.
 
-pub mod access;
-pub mod build_features;
+pub(crate) mod access;
+pub(crate) mod build_features;
 pub mod confirm;
 pub mod elf_lint;
 pub mod expectations;
 pub mod features;
-pub mod gpu_code;
-pub mod gpu_words;
+pub(crate) mod gpu_code;
+pub(crate) mod gpu_words;
 pub mod inventory;
-pub mod mixing;
+pub(crate) mod mixing;
 pub mod module_images;
-pub mod nvml_mig;
-pub mod package_under_test;
-pub mod provenance;
+pub(crate) mod nvml_mig;
+pub(crate) mod package_under_test;
+pub(crate) mod provenance;
 pub mod runtime_scan;
-pub mod walk;
+pub(crate) mod walk;

@@ -77,7 +77,7 @@ struct Section {
 /// An sm_52 cubin with no kernel and no device data: ELF ABI 7 (`EI_OSABI` 0x33,
 /// `EI_ABIVERSION` 7), `e_version` 0x81 (ptxas 12.9), `e_flags` 0x340534 (sm_52, as cuFFT's),
 /// a symbol table of section symbols only, and a call graph of no function.
-pub fn kernelless_sm52_cubin() -> Vec<u8> {
+pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
     let shstrtab = b"\0.shstrtab\0.strtab\0.symtab\0.nv.callgraph\0".to_vec();
     let name_at = |name: &[u8]| {
         shstrtab

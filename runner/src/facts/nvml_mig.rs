@@ -17,7 +17,7 @@ use nvml_wrapper::Device;
 use serde::{Deserialize, Serialize};
 
 /// The name NVML is loaded by, so the loader's normal search applies as for libcuda.
-pub const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
+pub(crate) const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
 
 /// `nvmlDevice_t`.
 type Handle = *mut c_void;
@@ -30,38 +30,38 @@ const BUFFER: usize = 96;
 
 /// One MIG device (a compute instance) as NVML reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NvmlMigDevice {
+pub(crate) struct NvmlMigDevice {
     /// `MIG-…`, what `cuDeviceGetUuid_v2` gives CUDA for this instance.
-    pub uuid: String,
+    pub(crate) uuid: String,
     /// Its name (e.g. `NVIDIA H200 MIG 1g.18gb`), when NVML gives it.
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// `nvmlDeviceGetGpuInstanceId`, when NVML gives it.
-    pub gpu_instance_id: Option<u32>,
+    pub(crate) gpu_instance_id: Option<u32>,
     /// `nvmlDeviceGetComputeInstanceId`, when NVML gives it.
-    pub compute_instance_id: Option<u32>,
+    pub(crate) compute_instance_id: Option<u32>,
     /// `nvmlDeviceIsMigDeviceHandle` said so, and
     /// `nvmlDeviceGetDeviceHandleFromMigDeviceHandle` gave back the parent's handle.
-    pub handle_checked: bool,
+    pub(crate) handle_checked: bool,
 }
 
 /// What NVML says about MIG on one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuMig {
+pub(crate) struct GpuMig {
     /// `nvmlDeviceGetMigMode`'s current mode; `None` when the GPU does not support MIG (or
     /// NVML does not say).
-    pub mig_mode: Option<bool>,
+    pub(crate) mig_mode: Option<bool>,
     /// `nvmlDeviceGetMinorNumber`: N of `/dev/nvidiaN`, when NVML gives it.
-    pub minor_number: Option<u32>,
+    pub(crate) minor_number: Option<u32>,
     /// Its MIG devices, in NVML's index order (empty when not in MIG mode).
-    pub mig_devices: Vec<NvmlMigDevice>,
+    pub(crate) mig_devices: Vec<NvmlMigDevice>,
     /// Why the MIG devices could not be listed, if they could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig_devices_unavailable: Option<String>,
+    pub(crate) mig_devices_unavailable: Option<String>,
 }
 
 /// Why NVML's MIG devices could not be listed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MigQueryError {
+pub(crate) enum MigQueryError {
     /// `libnvidia-ml.so.1` lacks an export (a driver older than MIG, R450).
     #[error("{0} is not exported by libnvidia-ml.so.1 (a driver without MIG support)")]
     MissingExport(&'static str),
@@ -194,7 +194,7 @@ impl MigApi {
 
 /// MIG mode, minor number and MIG devices of `device` (a GPU handle). A GPU without MIG
 /// support answers NOT_SUPPORTED to `nvmlDeviceGetMigMode`: `mig_mode` is then `None`.
-pub fn query(device: &Device<'_>) -> GpuMig {
+pub(crate) fn query(device: &Device<'_>) -> GpuMig {
     let mig_mode = match device.mig_mode() {
         Ok(mode) => Some(mode.current == 1),
         Err(_) => None,

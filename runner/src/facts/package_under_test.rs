@@ -20,11 +20,11 @@ use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime};
 use crate::facts::walk::{resolve, walk, PathError};
 
 /// The store directory package paths live in.
-pub const STORE_DIR: &str = "/nix/store";
+pub(crate) const STORE_DIR: &str = "/nix/store";
 
 /// One file of the closure that matters to the checks.
 #[derive(Debug, Clone)]
-pub struct ScannedFile {
+pub(crate) struct ScannedFile {
     /// Where it is.
     pub path: PathBuf,
     /// What it asks of the loader, for an ELF file.
@@ -37,7 +37,7 @@ pub struct ScannedFile {
 
 /// The package under test, read.
 #[derive(Debug, Clone, Serialize)]
-pub struct PackageUnderTest {
+pub(crate) struct PackageUnderTest {
     /// The paths given with `--package`.
     pub roots: Vec<PathBuf>,
     /// Their runtime closure: every path walked.
@@ -56,7 +56,7 @@ pub struct PackageUnderTest {
 /// The store paths listed in a closure file: `exportReferencesGraph`'s (each path, its
 /// deriver, a count, its references) or `closureInfo`'s `store-paths` (one a line). Every line
 /// that is a store path and not a `.drv` is a member.
-pub fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
     let mut members = BTreeSet::new();
     for line in text.lines().map(str::trim) {
         let path = Path::new(line);
@@ -72,7 +72,7 @@ pub fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
 
 /// Why the package's closure cannot be known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PackageError {
+pub(crate) enum PackageError {
     /// `--package-closure` cannot be read.
     #[error("--package-closure {}: {error}", .file.display())]
     ClosureFileUnreadable {
@@ -137,7 +137,7 @@ fn resolve_roots(roots: &[PathBuf], store: &Path) -> Result<Vec<PathBuf>, Packag
 
 impl PackageUnderTest {
     /// Reads the closure of `roots` (from `closure_file`, else `nix-store`) and scans its files.
-    pub fn read(
+    pub(crate) fn read(
         roots: &[PathBuf],
         closure_file: Option<&Path>,
     ) -> Result<PackageUnderTest, PackageError> {
@@ -234,14 +234,14 @@ impl PackageUnderTest {
     }
 
     /// The scanned files that carry GPU code.
-    pub fn with_gpu_code(&self) -> impl Iterator<Item = &ScannedFile> {
+    pub(crate) fn with_gpu_code(&self) -> impl Iterator<Item = &ScannedFile> {
         self.scanned
             .iter()
             .filter(|f| !f.gpu_code.containers.is_empty())
     }
 
     /// The scanned files that are or hold a CUDA runtime.
-    pub fn runtimes(&self) -> impl Iterator<Item = (&ScannedFile, &FoundRuntime)> {
+    pub(crate) fn runtimes(&self) -> impl Iterator<Item = (&ScannedFile, &FoundRuntime)> {
         self.scanned
             .iter()
             .filter_map(|f| f.runtime.as_ref().map(|r| (f, r)))

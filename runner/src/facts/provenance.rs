@@ -23,7 +23,7 @@ use serde::Serialize;
 /// The names Nixpkgs' `cudaPackages` gives NVIDIA's redistributables (its `redist` manifests'
 /// package names: `cuda_*` for the toolkit's parts, `lib*` for the libraries), the store path
 /// name's start before `-VERSION`.
-pub const REDIST_PACKAGES: &[&str] = &[
+pub(crate) const REDIST_PACKAGES: &[&str] = &[
     "cuda_",
     "libcublas",
     "libcufft",
@@ -46,7 +46,7 @@ pub const REDIST_PACKAGES: &[&str] = &[
 ];
 
 /// The DT_SONAME prefixes of NVIDIA's closed-source libraries, which only NVIDIA builds.
-pub const NVIDIA_SONAMES: &[&str] = &[
+pub(crate) const NVIDIA_SONAMES: &[&str] = &[
     "libcublas",
     "libcudart",
     "libcudnn",
@@ -78,7 +78,7 @@ fn nvidia_soname(soname: &str) -> bool {
 /// Who built a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Provenance {
+pub(crate) enum Provenance {
     /// Nixpkgs compiled it (a store path that is not a redistributable).
     Nixpkgs,
     /// NVIDIA built it: a redistributable or a wheel.
@@ -91,7 +91,7 @@ pub enum Provenance {
 impl Provenance {
     /// Where `file` (an absolute path, of DT_SONAME `soname`) comes from, by the rules of the
     /// module doc.
-    pub fn of(file: &Path, soname: Option<&str>, store_dir: &Path) -> Provenance {
+    pub(crate) fn of(file: &Path, soname: Option<&str>, store_dir: &Path) -> Provenance {
         if soname.is_some_and(nvidia_soname) {
             return Provenance::Prebuilt;
         }
@@ -131,7 +131,7 @@ impl Provenance {
     }
 
     /// What to change when the file has no image a `cc` GPU can load, after "it needs ...;".
-    pub fn build_for(self, cc: Capability) -> String {
+    pub(crate) fn build_for(self, cc: Capability) -> String {
         match self {
             Provenance::Nixpkgs => format!(
                 "build for it (Nixpkgs: cudaCapabilities = [ \"{cc}\" ], and cudaForwardCompat \
@@ -151,7 +151,7 @@ impl Provenance {
 
     /// What to change when the file's PTX is newer than the driver's JIT, before "or load it
     /// with a newer driver".
-    pub fn sass_instead(self, cc: Capability) -> String {
+    pub(crate) fn sass_instead(self, cc: Capability) -> String {
         match self {
             Provenance::Nixpkgs => {
                 format!("build SASS for it (Nixpkgs: cudaCapabilities = [ \"{cc}\" ])")

@@ -74,23 +74,23 @@ pub struct FoundRuntime {
 /// - `CUDA driver version is insufficient for CUDA runtime version`: `cudaGetErrorString` of
 ///   cudaErrorInsufficientDriver (35);
 /// - `CUDA_ENABLE_MODULE_LAZY_LOADING`: an environment variable the runtime reads.
-pub const RUNTIME_MARKERS: &str = "/cudart.shm.%x.%x.%llx\n\
+pub(crate) const RUNTIME_MARKERS: &str = "/cudart.shm.%x.%x.%llx\n\
     cudaErrorCudartUnloading\n\
     CUDA driver version is insufficient for CUDA runtime version\n\
     CUDA_ENABLE_MODULE_LAZY_LOADING\n";
 
 /// [`RUNTIME_MARKERS`], one string each.
-pub fn runtime_markers() -> Vec<&'static str> {
+pub(crate) fn runtime_markers() -> Vec<&'static str> {
     RUNTIME_MARKERS.lines().collect()
 }
 
 /// How many of [`RUNTIME_MARKERS`] a static copy must hold: all four in every runtime measured;
 /// one may change in a later release.
-pub const MARKERS_NEEDED: usize = 3;
+pub(crate) const MARKERS_NEEDED: usize = 3;
 
 /// The driver every runtime `dlopen`s by name: required as well (alone it proves nothing: the
 /// driver itself and NVML hold it too).
-pub const DRIVER_NAME: &str = "libcuda.so.1";
+pub(crate) const DRIVER_NAME: &str = "libcuda.so.1";
 
 /// A name in the runtime's table of API names from CUDA 12.0 (`cudaGetDeviceProperties` became
 /// `_v2` there) that 13.0 dropped: measured in 12.9.79, absent from 11.8.89 and 13.0.96.
@@ -105,13 +105,13 @@ const NAME_FROM_13: &str = "cudaLogsCurrent";
 pub struct StaticEvidence {
     /// Those of [`runtime_markers`] found, in that order.
     pub markers: Vec<&'static str>,
-    /// Its version, where its code or data gives one: [`runtime_version_in`].
+    /// Its version, where its code or data gives one: [`runtime_version_outside`].
     pub version: Option<ContentVersion>,
 }
 
 impl StaticEvidence {
     /// `strings: /cudart.shm.%x.%x.%llx, …`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("strings: {}", self.markers.join(", "))
     }
 }
@@ -122,7 +122,7 @@ pub struct ContentVersion {
     /// `12.9`, or `12.x` when only the major can be read.
     pub version: String,
     /// What gave it, e.g. `cudaRuntimeGetVersion's constant 12090`.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// The parts of an ELF file to search: allocated data (`.rodata`, `.data.rel.ro`, `.data`; not
@@ -180,7 +180,7 @@ fn outside<'a>(bytes: &'a [u8], at: usize, device: &[Range<usize>], out: &mut Ve
 }
 
 /// The file ranges of `code`'s containers, sorted and merged: what [`regions`] leaves out.
-pub fn device_ranges(code: &GpuCode) -> Vec<Range<usize>> {
+pub(crate) fn device_ranges(code: &GpuCode) -> Vec<Range<usize>> {
     let mut ranges: Vec<Range<usize>> = code
         .containers
         .iter()
@@ -236,7 +236,7 @@ fn strings_present(regions: &[&[u8]], texts: &[&str]) -> Vec<bool> {
 /// Whether `data` (an ELF file's bytes) holds a CUDA runtime by its own strings: [`DRIVER_NAME`]
 /// and at least [`MARKERS_NEEDED`] of [`runtime_markers`] in its allocated data sections (the
 /// whole file when it has no section headers). Reads no symbol, so it works on stripped files;
-/// libcuda itself does not qualify. With the version where [`runtime_version_in`] reads one.
+/// libcuda itself does not qualify. With the version where [`runtime_version_outside`] reads one.
 pub fn static_runtime_in(data: &[u8]) -> Option<StaticEvidence> {
     static_runtime_outside(data, &[])
 }
@@ -244,7 +244,10 @@ pub fn static_runtime_in(data: &[u8]) -> Option<StaticEvidence> {
 /// [`static_runtime_in`], the file ranges `device` ([`device_ranges`]) left out of the data
 /// searched. The markers that decide alone first: without the first two, three of the four
 /// cannot be there, and no more is read.
-pub fn static_runtime_outside(data: &[u8], device: &[Range<usize>]) -> Option<StaticEvidence> {
+pub(crate) fn static_runtime_outside(
+    data: &[u8],
+    device: &[Range<usize>],
+) -> Option<StaticEvidence> {
     let (read_only, code) = regions(data, device);
     let all = runtime_markers();
     let deciding = all.len() - MARKERS_NEEDED + 1;
@@ -331,12 +334,8 @@ fn version_of(names_12: bool, names_13: bool, code: &[&[u8]]) -> Option<ContentV
 /// (x86-64 code: [`getter_constants`]), when exactly one such getter holds a plausible version
 /// and it agrees with the API names below; else `12.x` when the runtime's table of API names has
 /// `cudaGetDeviceProperties_v2` (12.0 to 12.9) and not `cudaLogsCurrent` (13.0 on); else
-/// `None` (13.0's names bound it from below only, and a future major may keep them).
-pub fn runtime_version_in(data: &[u8]) -> Option<ContentVersion> {
-    runtime_version_outside(data, &[])
-}
-
-/// [`runtime_version_in`], the file ranges `device` ([`device_ranges`]) left out of the data.
+/// `None` (13.0's names bound it from below only, and a future major may keep them). The file
+/// ranges `device` ([`device_ranges`]) are left out of the data.
 fn runtime_version_outside(data: &[u8], device: &[Range<usize>]) -> Option<ContentVersion> {
     let (read_only, code) = regions(data, device);
     let names = strings_present(&read_only, &[NAME_OF_12, NAME_FROM_13]);
@@ -345,7 +344,7 @@ fn runtime_version_outside(data: &[u8], device: &[Range<usize>]) -> Option<Conte
 
 /// The CUDA version a path names: `libcudart.so.12.9.79` → 12.9; a store path such as
 /// `/nix/store/…-cuda_cudart-12.9.79-lib/…` → 12.9; `libcudart.so.12` → `12.x`.
-pub fn version_named_by(path: &Path) -> Option<String> {
+pub(crate) fn version_named_by(path: &Path) -> Option<String> {
     let text = path.to_string_lossy();
     let after = |marker: &str| -> Option<CudaVersion> {
         let start = text.find(marker)? + marker.len();
@@ -375,7 +374,7 @@ pub fn version_named_by(path: &Path) -> Option<String> {
 
 /// Whether `data` (an ELF file's bytes) defines `cudaGetDriverEntryPoint` in its symbol
 /// tables: the CUDA runtime is linked into it.
-pub fn defines_runtime(data: &[u8]) -> bool {
+pub(crate) fn defines_runtime(data: &[u8]) -> bool {
     let Ok(file) = object::File::parse(data) else {
         return false;
     };
@@ -393,7 +392,7 @@ fn major_of(version: &str) -> Option<&str> {
 /// `libcudart_static*.a` count by name; another ELF file when it defines
 /// `cudaGetDriverEntryPoint` ([`defines_runtime`]), else when the runtime's own strings are in
 /// it ([`static_runtime_in`]). The version: from the name ([`version_named_by`]); for a static
-/// copy first from its code ([`runtime_version_in`]); for a shared library named with its major
+/// copy first from its code ([`runtime_version_outside`]); for a shared library named with its major
 /// only (`libcudart.so.12`), from its code when that is a runtime's and agrees on the major.
 pub fn runtime_in(
     path: &Path,
@@ -469,7 +468,7 @@ pub fn runtime_in(
 
 /// The distinct versions among `runtimes` that are exact (`12.9`, not `12.x`), when more than
 /// one: mixed CUDA runtimes.
-pub fn mixed_versions(runtimes: &[FoundRuntime]) -> Option<Vec<String>> {
+pub(crate) fn mixed_versions(runtimes: &[FoundRuntime]) -> Option<Vec<String>> {
     let mut versions: Vec<String> = runtimes
         .iter()
         .filter(|r| r.form != RuntimeForm::Archive)

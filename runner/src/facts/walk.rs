@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// A path given that cannot be walked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {why}", .path.display())]
-pub struct PathError {
+pub(crate) struct PathError {
     /// The path as given.
     pub path: PathBuf,
     /// Why: it does not exist, or it cannot be read.
@@ -19,7 +19,7 @@ pub struct PathError {
 
 /// `path` made absolute against the working directory (`./result` → `$PWD/result`), when it
 /// exists (a dangling symlink does not).
-pub fn resolve(path: &Path) -> Result<PathBuf, PathError> {
+pub(crate) fn resolve(path: &Path) -> Result<PathBuf, PathError> {
     let error = |why: String| PathError {
         path: path.to_path_buf(),
         why,
@@ -31,7 +31,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf, PathError> {
 
 /// What walking the roots found.
 #[derive(Debug, Default)]
-pub struct Walked {
+pub(crate) struct Walked {
     /// Each regular file once, by the first path that reached it, in walk order.
     pub files: Vec<PathBuf>,
     /// How many files each root reached (the roots' order).
@@ -43,7 +43,7 @@ pub struct Walked {
 /// Walks `roots` (absolute: [`resolve`]), following symlinks whose real path lies in
 /// `store_dir` or within a root; a file reached twice (by a link and by its own path, or by
 /// two links) is listed once.
-pub fn walk(roots: &[PathBuf], store_dir: &Path) -> Walked {
+pub(crate) fn walk(roots: &[PathBuf], store_dir: &Path) -> Walked {
     let mut within: Vec<PathBuf> = roots
         .iter()
         .filter_map(|r| std::fs::canonicalize(r).ok())
