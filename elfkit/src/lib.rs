@@ -11,6 +11,7 @@
 pub mod fatbin;
 pub mod ldso;
 pub mod map;
+pub mod stub;
 
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader};

@@ -30,4 +30,5 @@ pub mod provenance;
 pub mod report;
 pub mod runtime_scan;
 pub mod session;
+pub mod stub_libcuda;
 pub mod walk;

@@ -42,6 +42,7 @@ use crate::package::STORE_DIR;
 use crate::provenance::Provenance;
 use crate::runtime_scan::RuntimeForm;
 use crate::session::Session;
+use crate::stub_libcuda::stub_at;
 use cuda_sandbox_elfkit::ldso::{Environment, Loader, Outcome as Search, Process, RealFs, Start};
 
 /// The driver this process loaded, as the rules judge it: libcuda's CUDA version, and the
@@ -548,12 +549,21 @@ pub fn driver(session: &Session) -> Outcome {
                     .and_then(|n| n.to_str())
                     .and_then(|n| n.strip_prefix("libcuda.so."))
                     .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
-                let right = match (chosen, &loaded) {
-                    (Some(driver), _) => is_chosen(&got, driver),
-                    (None, Some((file, _))) => file.real_path == got.real_path,
-                    (None, None) => false,
-                };
-                if right {
+                let stub = stub_at(&got.real_path);
+                let right = stub.is_none()
+                    && match (chosen, &loaded) {
+                        (Some(driver), _) => is_chosen(&got, driver),
+                        (None, Some((file, _))) => file.real_path == got.real_path,
+                        (None, None) => false,
+                    };
+                if let Some(stub) = stub {
+                    failures.push(format!(
+                        "{shown} ({why}) would load {}, {stub}: every driver call fails; it \
+                         searches {searched}; remove the directory holding it from its search \
+                         path (it is for linking only)",
+                        path.display()
+                    ));
+                } else if right {
                     passes.push(format!("{shown} gets {}", path.display()));
                 } else {
                     let why_wrong = match (chosen, &loaded) {
