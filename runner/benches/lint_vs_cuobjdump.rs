@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cuda_sandbox_check::lint::{lint, LintConfig};
+use cuda_sandbox_check::facts::elf_lint::{lint, LintConfig};
 use cuda_sandbox_elfkit::fatbin::{parse, read_file, GpuCode};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;

@@ -5,13 +5,14 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use cuda_sandbox_check::checks;
-use cuda_sandbox_check::cli::{Cli, LintCli};
-use cuda_sandbox_check::confirm::{confirm, ConfirmCli, Confirmed};
-use cuda_sandbox_check::expectations::ManifestState;
-use cuda_sandbox_check::features::{self, FeaturesCli};
+use cuda_sandbox_check::check::RunsWhen;
+use cuda_sandbox_check::checks::options::{Cli, LintCli};
+use cuda_sandbox_check::checks::{self, CHECKS};
+use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
+use cuda_sandbox_check::facts::elf_lint;
+use cuda_sandbox_check::facts::expectations::ManifestState;
+use cuda_sandbox_check::facts::features::{self, FeaturesCli};
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
-use cuda_sandbox_check::lint;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
@@ -27,7 +28,7 @@ fn main() -> ExitCode {
     if args.peek().map(String::as_str) == Some("features") {
         return features::run(&FeaturesCli::parse_after(args.skip(1)));
     }
-    let cli = Cli::from_env();
+    let cli = Cli::from_env(after_help());
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
         Some(FormatSetting::Json) => FactsOutput::Stderr,
@@ -57,6 +58,63 @@ fn main() -> ExitCode {
         return ExitCode::from(UNDECIDED);
     }
     conclusion.exit_code()
+}
+
+/// Listed after the flags in `--help`, after the list of checks.
+const AFTER_HELP: &str = "\
+package::gpu_code judges the package's fat binaries against every GPU the driver reports and
+the loaded driver's CUDA version; without a GPU, against --target/--driver-cuda, else it is
+skipped (it never passes without a target).
+libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) behave as in
+`cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed, 3 none failed but
+package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables).
+The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
+driver must be the one the hook chose.
+As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
+ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
+This builder's Nix system features: cuda-sandbox-check features (see features --help).";
+
+/// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
+/// [`CHECKS`], wrapped at 94 columns.
+fn checks_help() -> String {
+    let mut parts = Vec::new();
+    for when in [
+        RunsWhen::Always,
+        RunsWhen::WithLint,
+        RunsWhen::WithPackage,
+        RunsWhen::ExpectNoGpu,
+    ] {
+        let names: Vec<&str> = CHECKS
+            .iter()
+            .filter(|check| check.runs_when == when)
+            .map(|check| check.name)
+            .collect();
+        let names = names.join(", ");
+        parts.push(match when.flag() {
+            None => names,
+            Some(flag @ "--expect-no-gpu") => format!("{names} alone with {flag}"),
+            Some(flag) => format!("{names} with {flag}"),
+        });
+    }
+    let mut text = String::new();
+    let mut line = String::new();
+    for word in format!("Checks: {}.", parts.join("; ")).split(' ') {
+        if !line.is_empty() && line.len() + 1 + word.len() > 94 {
+            text.push_str(&line);
+            text.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    text + &line
+}
+
+/// What `--help` lists after the flags: the checks, from [`CHECKS`], then [`AFTER_HELP`].
+fn after_help() -> String {
+    format!("{}\n{AFTER_HELP}", checks_help())
 }
 
 /// `gpu-confirm`: the report as JSON; 0 every prediction held, 101 one did not, 2 no GPU.
@@ -109,7 +167,7 @@ fn lint_main(cli: LintCli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = lint::lint(&cli.paths, &config);
+    let report = elf_lint::lint(&cli.paths, &config);
     if cli.json {
         if let Err(why) = print_json(&report) {
             eprintln!("cuda-sandbox-check lint: writing the report: {why}");
@@ -151,5 +209,43 @@ fn lint_main(cli: LintCli) -> ExitCode {
         ExitCode::from(UNDECIDED)
     } else {
         ExitCode::from(101)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_lists_every_check_once_with_the_flag_that_runs_it() {
+        let help = Cli::command_line()
+            .after_help(after_help())
+            .render_long_help()
+            .to_string();
+        let checks = checks_help();
+        assert!(help.contains(&checks), "--help lacks the checks:\n{help}");
+        for check in CHECKS {
+            assert_eq!(
+                checks.matches(check.name).count(),
+                1,
+                "{} is not named exactly once in --help's checks:\n{checks}",
+                check.name
+            );
+        }
+        assert!(checks.lines().all(|line| line.len() <= 94), "{checks}");
+        let checks = checks.replace('\n', " ");
+        assert!(
+            checks.starts_with("Checks: devices::nodes, driver::library,"),
+            "{checks}"
+        );
+        assert!(checks.contains("lint::elf with --lint;"), "{checks}");
+        assert!(
+            checks.contains("package::driver with --package;"),
+            "{checks}"
+        );
+        assert!(
+            checks.ends_with("isolation::no_gpu alone with --expect-no-gpu."),
+            "{checks}"
+        );
     }
 }

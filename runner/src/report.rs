@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::check::Outcome;
-use crate::cli::{ExpectDriver, Options};
-use crate::expectations::ManifestState;
+use crate::checks::options::{ExpectDriver, Options};
+use crate::facts::expectations::ManifestState;
 
 /// Bumped when a field changes meaning or disappears.
 pub const REPORT_FORMAT: u32 = 1;

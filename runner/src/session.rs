@@ -3,14 +3,14 @@
 
 use std::sync::OnceLock;
 
-use crate::access::{Access, KERNEL_MODULE_FILE};
-use crate::cli::Options;
+use crate::checks::options::Options;
 use crate::cuda::cudart::{CudartError, Runtime};
 use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, DriverError, LoadError, LIBCUDA};
 use crate::cuda::result::{self, CuError, CUDA_ERROR_NO_DEVICE};
-use crate::expectations::ManifestState;
-use crate::package::{PackageError, PackageUnderTest};
+use crate::facts::access::{Access, KERNEL_MODULE_FILE};
+use crate::facts::expectations::ManifestState;
+use crate::facts::package_under_test::{PackageError, PackageUnderTest};
 
 /// Why a check cannot use the driver or the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::RUNNER;
-use cuda_sandbox_check::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
+use cuda_sandbox_check::facts::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
 use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
 use serde_json::Value;
 

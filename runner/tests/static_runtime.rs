@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::RUNNER;
-use cuda_sandbox_check::runtime_scan::{runtime_in, static_runtime_in, FoundRuntime, RuntimeForm};
+use cuda_sandbox_check::facts::runtime_scan::{
+    runtime_in, static_runtime_in, FoundRuntime, RuntimeForm,
+};
 use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
 
 /// Calls into the runtime so that the linker keeps it.

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
 use crate::check::{facts_of, Outcome};
+use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
 use crate::session::Session;
 
 /// What `devices::nodes` reports (the report's `facts`), whether it passes or fails.
@@ -34,7 +34,7 @@ pub struct NodesFacts {
     /// Why CUDA cannot say how many devices there are.
     pub cuda_device_count_unavailable: Option<String>,
     /// The manifest in brief, or a string saying why there is none
-    /// ([`crate::expectations::ManifestState::fact`]).
+    /// ([`crate::facts::expectations::ManifestState::fact`]).
     pub manifest: Value,
     /// The device paths the manifest says the hook exposed, when there is a manifest.
     pub manifest_devices: Option<Vec<String>>,
@@ -77,7 +77,7 @@ fn created_since(before: &Node, path: &Path) -> String {
 
 /// Runs `devices::nodes`.
 pub fn nodes(session: &Session) -> Outcome {
-    // Judged on the nodes as they were before any driver call (see crate::access).
+    // Judged on the nodes as they were before any driver call (see crate::facts::access).
     let before: &NodeSnapshot = &session.access.nodes;
     let root = &before.dev_root;
     let mut problems: Vec<String> = Vec::new();

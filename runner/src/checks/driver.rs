@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check::{facts_of, Outcome};
-use crate::cli::ExpectDriver;
+use crate::checks::options::ExpectDriver;
 use crate::cuda::result::CUDA_ERROR_NO_DEVICE;
 use crate::cuda::version::CudaVersion;
-use crate::expectations;
 use crate::facts;
+use crate::facts::expectations;
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
 
@@ -28,7 +28,7 @@ pub struct LibraryFacts {
     /// `--expect-driver`, spelled as given.
     pub expect_driver: Option<String>,
     /// The manifest in brief (`path`, `kind`, `cuda_version`, `kernel_driver`), or a string
-    /// saying why there is none ([`crate::expectations::ManifestState::fact`]).
+    /// saying why there is none ([`crate::facts::expectations::ManifestState::fact`]).
     pub manifest: Value,
     /// The manifest's right `libcuda.so.1` paths, when there is a manifest.
     pub manifest_libcuda: Option<Vec<String>>,
@@ -161,9 +161,10 @@ pub fn version(session: &Session) -> Outcome {
         (Err(_), cause) => format!(
             "; cuInit finds no GPU ({}), see the GPU checks",
             match cause {
-                crate::access::NoGpuCause::NodesNotExposed => "device nodes not exposed",
-                crate::access::NoGpuCause::KernelModuleNotLoaded => "kernel module not loaded",
-                crate::access::NoGpuCause::NoUsableGpu => "no usable GPU",
+                crate::facts::access::NoGpuCause::NodesNotExposed => "device nodes not exposed",
+                crate::facts::access::NoGpuCause::KernelModuleNotLoaded =>
+                    "kernel module not loaded",
+                crate::facts::access::NoGpuCause::NoUsableGpu => "no usable GPU",
             }
         ),
     };

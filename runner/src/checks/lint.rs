@@ -1,4 +1,4 @@
-//! `lint::elf` (only with `--lint PATH`): the ELF lint of [`crate::lint`] as a check, with the
+//! `lint::elf` (only with `--lint PATH`): the ELF lint of [`crate::facts::elf_lint`] as a check, with the
 //! compat directory from `--compat-dir` or, when the hook chose compat, its manifest.
 
 use cuda_sandbox_elfkit::fatbin::rules::{Driver, DriverVersion};
@@ -8,11 +8,11 @@ use cuda_sandbox_manifest::DriverKind;
 use serde_json::json;
 
 use crate::check::Outcome;
-use crate::cli::LintOptions;
-use crate::expectations::ManifestState;
+use crate::checks::options::LintOptions;
 use crate::facts;
-use crate::gpu_code::Target;
-use crate::lint::{self, LintConfig};
+use crate::facts::elf_lint::{self, LintConfig};
+use crate::facts::expectations::ManifestState;
+use crate::facts::gpu_code::Target;
 use crate::session::Session;
 
 /// `--target` without a driver CUDA version to judge PTX by (no `--driver-cuda`, no manifest).
@@ -91,7 +91,7 @@ pub fn elf(session: &Session) -> Outcome {
         Ok(config) => config,
         Err(why) => return Outcome::fail(why, facts! {}),
     };
-    let report = lint::lint(&session.options.lint_paths, &config);
+    let report = elf_lint::lint(&session.options.lint_paths, &config);
     let mut facts = facts! {
         "paths" => &session.options.lint_paths,
         "driver_link" => &config.driver_link,

@@ -13,6 +13,7 @@ pub mod kernel;
 pub mod lint;
 pub mod mig;
 pub mod nvml;
+pub mod options;
 pub mod package;
 pub mod runtime;
 

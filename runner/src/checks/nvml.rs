@@ -9,18 +9,15 @@ use nvml_wrapper::Nvml;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::access::Access;
 use crate::check::{facts_of, Outcome};
-use crate::cli::ExpectDriver;
+use crate::checks::options::ExpectDriver;
 use crate::cuda::devices::CudaDevice;
 use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
 use crate::facts;
-use crate::nvml_mig::{self, GpuMig, NvmlMigDevice};
+use crate::facts::access::Access;
+use crate::facts::nvml_mig::{self, GpuMig, NvmlMigDevice, LIBNVIDIA_ML};
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
-
-/// The name NVML is loaded by, so the loader's normal search applies as for libcuda.
-pub const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
 
 /// One GPU as NVML sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +87,7 @@ pub struct ConsistencyFacts {
     /// `--expect-driver`, spelled as given.
     pub expect_driver: Option<String>,
     /// The manifest in brief, or a string saying why there is none
-    /// ([`crate::expectations::ManifestState::fact`]).
+    /// ([`crate::facts::expectations::ManifestState::fact`]).
     pub manifest: Value,
     /// The GPUs NVML sees, when it can list them.
     pub nvml_devices: Option<Vec<NvmlDevice>>,

@@ -35,14 +35,14 @@ use crate::checks::runtime::{judge as judge_runtimes, Candidate, CudartFile};
 use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::loaded::LoadedFile;
 use crate::cuda::version::CudaVersion;
-use crate::expectations::{is_chosen, library_mismatch};
 use crate::facts;
-use crate::gpu_code::{judge_all, runtime_uses, Target};
-use crate::package::STORE_DIR;
-use crate::provenance::Provenance;
-use crate::runtime_scan::RuntimeForm;
+use crate::facts::expectations::{is_chosen, library_mismatch};
+use crate::facts::gpu_code::{judge_all, runtime_uses, Target};
+use crate::facts::package_under_test::STORE_DIR;
+use crate::facts::provenance::Provenance;
+use crate::facts::runtime_scan::RuntimeForm;
+use crate::facts::stub_libcuda::stub_at;
 use crate::session::Session;
-use crate::stub_libcuda::stub_at;
 use cuda_sandbox_elfkit::ldso::{Environment, Loader, Outcome as Search, Process, RealFs, Start};
 
 /// The driver this process loaded, as the rules judge it: libcuda's CUDA version, and the
@@ -415,7 +415,7 @@ pub struct DriverFacts {
 const LIBCUDA: &str = "libcuda.so.1";
 
 /// Why an object of the package opens libcuda, or `None` when it does not.
-fn opens_libcuda(file: &crate::package::ScannedFile) -> Option<&'static str> {
+fn opens_libcuda(file: &crate::facts::package_under_test::ScannedFile) -> Option<&'static str> {
     let name = file.path.file_name()?.to_string_lossy();
     let info = file.dynamic.as_ref()?;
     if info
@@ -613,7 +613,7 @@ pub fn driver(session: &Session) -> Outcome {
         Some(d) => format!(
             "the hook's choice ({} {})",
             d.kind,
-            crate::expectations::chosen_path(d)
+            crate::facts::expectations::chosen_path(d)
         ),
         None if session.manifest.manifest().is_some() => {
             "the libcuda.so.1 this runner loaded (the manifest names no driver)".to_string()

@@ -1,7 +1,7 @@
 //! The binding to the CUDA runtime API (`libcudart`), dlopen'd: every runtime this process can
 //! load, in the loader's order, with `cudaRuntimeGetVersion`, `cudaDriverGetVersion` and
 //! `cudaGetDriverEntryPoint`, to compare with the driver's own answers. Finding runtimes inside
-//! a package's files, without loading them, is [`crate::runtime_scan`]; the `runtime::*` checks
+//! a package's files, without loading them, is [`crate::facts::runtime_scan`]; the `runtime::*` checks
 //! are [`crate::checks::runtime`].
 //!
 //! Measured on the real runtimes (11.8, 12.9, 13.0) with the real drivers (535, 470) and no

@@ -39,7 +39,7 @@ impl fmt::Display for CuError {
 }
 
 /// The driver API's (`CUresult`) CUDA_ERROR_NO_DEVICE: its cause is named by
-/// [`crate::access::Access`], not by this table. The runtime API's cudaErrorNoDevice is another
+/// [`crate::facts::access::Access`], not by this table. The runtime API's cudaErrorNoDevice is another
 /// enum with the same number ([`crate::cuda::cudart::CUDART_ERROR_NO_DEVICE`]).
 pub const CUDA_ERROR_NO_DEVICE: i32 = 100;
 /// CUDA_ERROR_NOT_FOUND.

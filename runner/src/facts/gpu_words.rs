@@ -1,5 +1,5 @@
 //! The words of a verdict that do not depend on the target: what a module carries, where it
-//! is in its file, and what was listed and not judged ([`crate::gpu_code`] says the rest).
+//! is in its file, and what was listed and not judged ([`crate::facts::gpu_code`] says the rest).
 
 use std::collections::BTreeSet;
 

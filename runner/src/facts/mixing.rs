@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
 use cuda_sandbox_elfkit::map::Mapped;
 
-use crate::runtime_scan::{device_ranges, mixed_versions, runtime_in, FoundRuntime};
+use crate::facts::runtime_scan::{device_ranges, mixed_versions, runtime_in, FoundRuntime};
 
 /// An ELF file of the package that starts a dependency graph.
 #[derive(Debug, Clone, PartialEq, Eq)]

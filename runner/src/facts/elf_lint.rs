@@ -10,11 +10,11 @@
 //! - the driver link is in DT_RUNPATH (DT_RPATH when the file has no DT_RUNPATH);
 //! - with a compat directory, it is there and comes before the driver link;
 //! - no directory there holds NVIDIA's stub libcuda, recognised by what it is, whatever the
-//!   directory is called ([`crate::stub_libcuda`]; loaded at run time, it makes every driver
+//!   directory is called ([`crate::facts::stub_libcuda`]; loaded at run time, it makes every driver
 //!   call fail with CUDA_ERROR_STUB_LIBRARY, 34). A package's own stub files are listed.
 //!
 //! With target GPUs and a driver ([`LintConfig::targets`]) it also judges every file's GPU code
-//! for each target, by the one judgment `package::gpu_code` makes too ([`crate::gpu_code`]): a
+//! for each target, by the one judgment `package::gpu_code` makes too ([`crate::facts::gpu_code`]): a
 //! file that cannot run there is a finding naming the rule, the module, what it carries, what
 //! the GPU needs and the fix; one the rules cannot judge is a finding of its own kind (and its
 //! own exit status). Without a target the GPU code is listed, not judged.
@@ -22,7 +22,7 @@
 //! It also reports static archives of CUDA libraries (`libcudart_static.a`, `libcublas_static.a`,
 //! …) shipped in the package, or, with `closure`, anywhere in the runtime closure of the store
 //! paths given, and lists the GPU code of each archive member (link input, as cuobjdump lists
-//! it). Files are walked by [`crate::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
+//! it). Files are walked by [`crate::facts::walk`] (symlinks into the store or within the paths given followed, each file once); ELF reading, store paths and
 //! closures are [`cuda_sandbox_elfkit`]'s, shared with the hook.
 
 use std::collections::BTreeSet;
@@ -34,12 +34,12 @@ use cuda_sandbox_elfkit::stub::stub_libcuda;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
-use crate::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
-use crate::mixing::{mixed_processes, Root};
-use crate::provenance::Provenance;
-use crate::runtime_scan::{device_ranges, runtime_in, FoundRuntime, RuntimeForm};
-use crate::stub_libcuda::{stubs_in_search_path, FoundStub};
-use crate::walk::{resolve, walk};
+use crate::facts::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
+use crate::facts::mixing::{mixed_processes, Root};
+use crate::facts::provenance::Provenance;
+use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime, RuntimeForm};
+use crate::facts::stub_libcuda::{stubs_in_search_path, FoundStub};
+use crate::facts::walk::{resolve, walk};
 
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -471,7 +471,7 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
 }
 
 /// Lints one file into `report`; an ELF file with a dynamic section is returned as the root of
-/// a dependency graph ([`crate::mixing`]).
+/// a dependency graph ([`crate::facts::mixing`]).
 fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Option<Root> {
     let name = path
         .file_name()

@@ -4,8 +4,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser};
 
-use crate::check::RunsWhen;
-use crate::checks::CHECKS;
 use crate::cuda::version::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::releases;
 use cuda_sandbox_elfkit::fatbin::rules::{release, Driver, DriverVersion};
@@ -256,58 +254,6 @@ impl Options {
     }
 }
 
-/// Listed after the flags in `--help`, after the list of checks.
-const AFTER_HELP: &str = "\
-package::gpu_code judges the package's fat binaries against every GPU the driver reports and
-the loaded driver's CUDA version; without a GPU, against --target/--driver-cuda, else it is
-skipped (it never passes without a target).
-libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) behave as in
-`cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed, 3 none failed but
-package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables).
-The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
-driver must be the one the hook chose.
-As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
-ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
-This builder's Nix system features: cuda-sandbox-check features (see features --help).";
-
-/// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
-/// [`CHECKS`], wrapped at 94 columns.
-fn checks_help() -> String {
-    let mut parts = Vec::new();
-    for when in [
-        RunsWhen::Always,
-        RunsWhen::WithLint,
-        RunsWhen::WithPackage,
-        RunsWhen::ExpectNoGpu,
-    ] {
-        let names: Vec<&str> = CHECKS
-            .iter()
-            .filter(|check| check.runs_when == when)
-            .map(|check| check.name)
-            .collect();
-        let names = names.join(", ");
-        parts.push(match when.flag() {
-            None => names,
-            Some(flag @ "--expect-no-gpu") => format!("{names} alone with {flag}"),
-            Some(flag) => format!("{names} with {flag}"),
-        });
-    }
-    let mut text = String::new();
-    let mut line = String::new();
-    for word in format!("Checks: {}.", parts.join("; ")).split(' ') {
-        if !line.is_empty() && line.len() + 1 + word.len() > 94 {
-            text.push_str(&line);
-            text.push('\n');
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    text + &line
-}
-
 /// The whole command line: the runner's flags, then libtest's.
 #[derive(Debug, Parser)]
 #[command(
@@ -334,12 +280,12 @@ impl Cli {
                 "{name} {version}\n{about}\n\n{usage-heading} {usage}\n\n{all-args}\n\n{after-help}",
             )
             .disable_version_flag(false)
-            .after_help(format!("{}\n{AFTER_HELP}", checks_help()))
     }
 
-    /// Parses `std::env::args`; exits with clap's message on bad flags, `--help`, `--version`.
-    pub fn from_env() -> Cli {
-        let matches = Cli::command_line().get_matches();
+    /// Parses `std::env::args`, with `after_help` after the flags in `--help`; exits with
+    /// clap's message on bad flags, `--help`, `--version`.
+    pub fn from_env(after_help: String) -> Cli {
+        let matches = Cli::command_line().after_help(after_help).get_matches();
         <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
 }
@@ -475,36 +421,6 @@ mod tests {
             LintCli::try_parse_from(["lint", "--closure", "/nix/store/x", "--json"]).unwrap();
         assert!(lint.lint.closure && lint.json);
         assert!(LintCli::try_parse_from(["lint"]).is_err());
-    }
-
-    #[test]
-    fn help_lists_every_check_once_with_the_flag_that_runs_it() {
-        let help = Cli::command_line().render_long_help().to_string();
-        let checks = checks_help();
-        assert!(help.contains(&checks), "--help lacks the checks:\n{help}");
-        for check in CHECKS {
-            assert_eq!(
-                checks.matches(check.name).count(),
-                1,
-                "{} is not named exactly once in --help's checks:\n{checks}",
-                check.name
-            );
-        }
-        assert!(checks.lines().all(|line| line.len() <= 94), "{checks}");
-        let checks = checks.replace('\n', " ");
-        assert!(
-            checks.starts_with("Checks: devices::nodes, driver::library,"),
-            "{checks}"
-        );
-        assert!(checks.contains("lint::elf with --lint;"), "{checks}");
-        assert!(
-            checks.contains("package::driver with --package;"),
-            "{checks}"
-        );
-        assert!(
-            checks.ends_with("isolation::no_gpu alone with --expect-no-gpu."),
-            "{checks}"
-        );
     }
 
     /// Issue 34: `--driver-cuda 535` was read as CUDA 535.0 and `99.9` judged "runs".

@@ -32,10 +32,10 @@ use cuda_sandbox_manifest::versions::branch_for_cuda;
 use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
-use crate::gpu_words::notes;
-pub use crate::gpu_words::{carried, carried_by_member, module_place};
-use crate::provenance::Provenance;
-use crate::runtime_scan::{FoundRuntime, RuntimeForm};
+use crate::facts::gpu_words::notes;
+pub use crate::facts::gpu_words::{carried, carried_by_member, module_place};
+use crate::facts::provenance::Provenance;
+use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 
 /// The GPU and driver a package's GPU code is judged for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -1,7 +1,7 @@
 //! Finds the CUDA runtimes inside a package's files, without loading them: shared `libcudart`
 //! files, archives and static copies linked into other ELF files, with their versions where a
 //! name or the runtime's own code gives them. Two runtimes of different versions in one process
-//! are the version-mixing hazard ([`crate::mixing`]): each resolves driver entry points at its
+//! are the version-mixing hazard ([`crate::facts::mixing`]): each resolves driver entry points at its
 //! own version.
 //!
 //! A static copy (`libcudart_static.a` linked into a program or library) is found by the symbol

@@ -16,6 +16,9 @@ use std::ffi::{c_char, c_uint, c_void, CStr};
 use nvml_wrapper::Device;
 use serde::{Deserialize, Serialize};
 
+/// The name NVML is loaded by, so the loader's normal search applies as for libcuda.
+pub const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
+
 /// `nvmlDevice_t`.
 type Handle = *mut c_void;
 /// NVML_SUCCESS
@@ -94,7 +97,7 @@ impl MigApi {
     fn load() -> Result<MigApi, MigQueryError> {
         // SAFETY: loading NVML runs its ELF constructors, as nvml-wrapper already did when
         // it loaded the same library; this only adds a reference.
-        let library = unsafe { libloading::Library::new(crate::checks::nvml::LIBNVIDIA_ML) }
+        let library = unsafe { libloading::Library::new(LIBNVIDIA_ML) }
             .map_err(|_| MigQueryError::MissingExport("libnvidia-ml.so.1"))?;
         /// Looks up `name` as a function of type `T`.
         fn get<T: Copy>(

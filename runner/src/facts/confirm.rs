@@ -3,7 +3,7 @@
 //! confirmed on one (`tests-gpu/device-check` runs it):
 //!
 //! 1. with `--cudart`, a module nothing can launch (the hand-built kernel-less sm_52 module of
-//!    [`crate::module_images`], as NVIDIA's cuFFT 11.4 ships one) is registered with the
+//!    [`crate::facts::module_images`], as NVIDIA's cuFFT 11.4 ships one) is registered with the
 //!    runtime before a saxpy module, as a program linked with both registers them, and saxpy
 //!    is launched through the runtime: under `CUDA_MODULE_LOADING=EAGER` (every registered
 //!    module loaded when the context is made) a runtime that trips on the first module fails
@@ -28,16 +28,16 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
 use serde::Serialize;
 
-use crate::access::KERNEL_MODULE_FILE;
 use crate::cuda::devices;
 use crate::cuda::driver::Driver;
 use crate::cuda::gpu::{GpuError, Module, PrimaryContext};
 use crate::cuda::registration::{register_and_launch, RegistrationRun};
-use crate::gpu_code::{judge_file, runtime_uses, Rule, Target};
-use crate::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
-use crate::package::STORE_DIR;
-use crate::provenance::Provenance;
-use crate::runtime_scan::{device_ranges, runtime_in};
+use crate::facts::access::KERNEL_MODULE_FILE;
+use crate::facts::gpu_code::{judge_file, runtime_uses, Rule, Target};
+use crate::facts::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
+use crate::facts::package_under_test::STORE_DIR;
+use crate::facts::provenance::Provenance;
+use crate::facts::runtime_scan::{device_ranges, runtime_in};
 
 /// `cuda-sandbox-check gpu-confirm`.
 #[derive(Debug, Parser)]

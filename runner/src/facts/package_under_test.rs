@@ -16,8 +16,8 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
 use serde::Serialize;
 
-use crate::runtime_scan::{device_ranges, runtime_in, FoundRuntime};
-use crate::walk::{resolve, walk, PathError};
+use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime};
+use crate::facts::walk::{resolve, walk, PathError};
 
 /// The store directory package paths live in.
 pub const STORE_DIR: &str = "/nix/store";
