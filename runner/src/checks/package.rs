@@ -17,7 +17,8 @@
 //!   `libcuda.so.1` glibc's loader would give it in this process ([`cuda_sandbox_elfkit::ldso`]:
 //!   its DT_RPATH, `LD_LIBRARY_PATH`, its DT_RUNPATH, the loader's cache and default
 //!   directories), compared with the driver the hook chose (the manifest), else with the one
-//!   this runner loaded.
+//!   this runner loaded. One that would get NVIDIA's stub libcuda (recognised by what it is:
+//!   [`crate::facts::stub_libcuda`]) fails naming it.
 
 use std::path::{Path, PathBuf};
 
