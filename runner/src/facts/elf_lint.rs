@@ -37,7 +37,7 @@ use serde::Serialize;
 use crate::facts::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
 use crate::facts::mixing::{mixed_processes, Root};
 use crate::facts::provenance::Provenance;
-use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime, RuntimeForm};
+use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
 use crate::facts::stub_libcuda::{stubs_in_search_path, FoundStub};
 use crate::facts::walk::{resolve, walk};
 
@@ -516,10 +516,8 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
         Contents::Elf => {}
     }
     report.elf_files += 1;
-    // The GPU code first: the runtime's strings are not looked for inside its containers.
-    let code = read_gpu_code(data);
-    let device = code.as_ref().map(device_ranges).unwrap_or_default();
-    let runtime = runtime_in(path, Some(data), &device);
+    // The GPU code and the runtime's strings in one pass, not inside the containers.
+    let (code, runtime) = gpu_code_and_runtime(path, data);
     let holds_static_runtime = runtime
         .as_ref()
         .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
