@@ -14,7 +14,7 @@ use object::read::archive::ArchiveFile;
 use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
 use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
-use super::strings::{CStrings, BLOCK};
+use super::strings::{Ahead, CStrings, BLOCK};
 use super::{Container, FatbinError, GpuCode, Origin, Purpose};
 
 /// The section of linked programs and libraries that holds their containers back to back.
@@ -277,6 +277,23 @@ fn elf_containers(
     if searched.windows(2).any(|w| w[1].0 < w[0].1) {
         strings.give_up();
     }
+    // Every searched section's last block first, before any is scanned: what is found there
+    // decides which strings the forward search needs (CStrings::gated).
+    let excluded = |a, b| walked.meets(a, b);
+    let mut aheads: BTreeMap<usize, Ahead> = BTreeMap::new();
+    if strings.wanted() {
+        for s in placed.iter().filter(|s| is_text_data(s)) {
+            aheads.insert(
+                s.start,
+                strings.look_ahead(data, (s.start, s.end), &excluded),
+            );
+        }
+        let all: Vec<&Ahead> = aheads.values().collect();
+        strings.open_gate(&all);
+        for ahead in aheads.values_mut() {
+            strings.look_ahead_past_gate(data, ahead, &excluded);
+        }
+    }
     let mut scanned_to = 0;
     let before = out.len();
     for s in &data_sections {
@@ -284,20 +301,24 @@ fn elf_containers(
         if start >= s.end {
             continue;
         }
-        let search = (is_text_data(s) && strings.wanted()).then_some(Search {
+        let ahead = aheads.remove(&s.start).filter(|_| is_text_data(s));
+        let search = ahead.map(|ahead| Search {
             strings: &mut *strings,
             walked: &walked,
+            ahead,
         });
         scan(data, start, s.end, base, &s.name, out, search);
         scanned_to = s.end;
     }
-    for s in placed
-        .iter()
-        .filter(|s| s.kind == SectionKind::ReadOnlyString)
-    {
-        if is_text_data(s) && strings.wanted() {
-            strings.search(data, s.start, s.end, s.end, &|a, b| walked.meets(a, b));
-        }
+    // The string sections, which the magic scan does not read.
+    for (_, ahead) in aheads {
+        strings.search(
+            data,
+            (ahead.start, ahead.end, ahead.end),
+            Some(&ahead),
+            &excluded,
+        );
+        strings.settle(data, &ahead, &[], &excluded);
     }
     // A container a walk or a wrapper found is not found twice by the scan.
     let mut kept = out.split_off(before);
@@ -332,6 +353,8 @@ fn file_offset_of(sections: &[Placed], address: u64) -> Option<(usize, String)> 
 struct Search<'a> {
     strings: &'a mut CStrings,
     walked: &'a Ranges,
+    /// What the section's last block holds.
+    ahead: Ahead,
 }
 
 /// Finds containers by their magic in `data[start..end]`. A candidate that does not parse is
@@ -357,18 +380,16 @@ fn scan(
     let region = &data[..end];
     let mut p = start;
     let from = out.len();
-    let ahead = search.as_mut().filter(|x| x.strings.wanted()).map(|x| {
-        let walked = x.walked;
-        x.strings
-            .look_ahead(data, start, end, &|a, b| walked.meets(a, b))
-    });
     // Strings have been looked for in the matches that start before `s` (never past `p`).
     let mut s = start;
     let mut strings_to = |s: &mut usize, to: usize, limit: usize| {
         if let Some(search) = search.as_mut().filter(|x| x.strings.wanted()) {
             let walked = search.walked;
             let excluded = |a, b| walked.meets(a, b);
-            search.strings.search(data, *s, to, limit, &excluded);
+            let ahead = Some(&search.ahead);
+            search
+                .strings
+                .search(data, (*s, to, limit), ahead, &excluded);
         }
         *s = to;
     };
@@ -408,7 +429,7 @@ fn scan(
             }
         }
     }
-    if let (Some(search), Some(ahead)) = (search.as_mut(), ahead) {
+    if let Some(search) = search.as_mut() {
         let containers: Vec<(usize, usize)> = out[from..]
             .iter()
             .map(|c| {
@@ -421,7 +442,7 @@ fn scan(
         let walked = search.walked;
         search
             .strings
-            .settle(data, ahead, &containers, &|a, b| walked.meets(a, b));
+            .settle(data, &search.ahead, &containers, &|a, b| walked.meets(a, b));
     }
 }
 
@@ -558,9 +579,13 @@ mod tests {
             let mut strings = CStrings::new(&texts);
             let walked = Ranges::default();
             let mut out = Vec::new();
+            let mut ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
+            strings.open_gate(&[&ahead]);
+            strings.look_ahead_past_gate(&data, &mut ahead, &|_, _| false);
             let search = Search {
                 strings: &mut strings,
                 walked: &walked,
+                ahead,
             };
             scan(&data, 0, data.len(), 0, ".rodata", &mut out, Some(search));
             assert_eq!(out.len(), 2);

@@ -19,10 +19,19 @@ pub(crate) const BLOCK: usize = 256 << 10;
 pub struct CStrings {
     /// Each string with its NUL.
     needles: Vec<Vec<u8>>,
+    /// A searcher for each, built once (a file's data between containers is searched in many
+    /// small pieces: cuFFT's in 24,454).
+    finders: Vec<memmem::Finder<'static>>,
     /// Whether each was found.
     found: Vec<bool>,
-    /// Whether each is left out of the forward search, found ahead ([`CStrings::look_ahead`]).
-    deferred: Vec<bool>,
+    /// The strings from this index on are looked for only when one before it is there
+    /// ([`CStrings::gated`]).
+    gate: usize,
+    /// Whether the strings past the gate are looked for.
+    open: bool,
+    /// A string before the gate was found after bytes had been searched without the later
+    /// ones: those are not known for the whole data.
+    missed: bool,
     /// Whether the search covered what the module documentation says (a file whose data
     /// sections overlap, or that has none, is not searched here).
     covered: bool,
@@ -34,29 +43,46 @@ impl CStrings {
     /// non-empty printable ASCII: no such string can hold a container's magic (whose second
     /// byte is 0xed), so none lies across the start of a container.
     pub fn new(texts: &[&str]) -> CStrings {
+        CStrings::gated(texts, texts.len())
+    }
+
+    /// [`CStrings::new`], the strings from `gate` on looked for only when one of those before
+    /// it is found in a section's last block (where a static runtime's strings are), as a
+    /// caller that needs them only then would search: a file holding none of the first ones
+    /// costs their search alone.
+    pub fn gated(texts: &[&str], gate: usize) -> CStrings {
         let ascii = texts
             .iter()
             .all(|t| !t.is_empty() && t.bytes().all(|b| (0x20..0x7f).contains(&b)));
+        let needles: Vec<Vec<u8>> = texts
+            .iter()
+            .map(|t| [t.as_bytes(), b"\0"].concat())
+            .collect();
         CStrings {
-            needles: texts
+            finders: needles
                 .iter()
-                .map(|t| [t.as_bytes(), b"\0"].concat())
+                .map(|n| memmem::Finder::new(n).into_owned())
                 .collect(),
+            needles,
             found: vec![false; texts.len()],
-            deferred: vec![false; texts.len()],
+            gate: gate.min(texts.len()),
+            open: gate >= texts.len(),
+            missed: false,
             covered: ascii,
         }
     }
 
     /// For each string, whether the data holds it; `None` when the search could not cover the
-    /// data as [the module](self) says (the caller searches itself then).
+    /// data as [the module](self) says (the caller searches itself then). With a gate
+    /// ([`CStrings::gated`]) and none of the strings before it found, a later one reads
+    /// `false` unless it was found in a section's last block.
     pub fn found(&self) -> Option<&[bool]> {
-        self.covered.then_some(&self.found[..])
+        (self.covered && !self.missed).then_some(&self.found[..])
     }
 
     /// Whether the search is still of use: it covers the data and some string is missing.
     pub(crate) fn wanted(&self) -> bool {
-        self.covered && self.found.contains(&false)
+        self.covered && !self.missed && self.found.contains(&false)
     }
 
     /// Marks the search as not covering the data.
@@ -70,93 +96,135 @@ impl CStrings {
     }
 
     /// Looks for the missing strings starting in `data[from..to]` and ending by `limit`, in
-    /// blocks of [`BLOCK`]; `excluded(start, end)` rejects a match lying on bytes that are
-    /// not searched (containers found another way).
+    /// blocks of [`BLOCK`], but those `ahead` defers; `excluded(start, end)` rejects a match
+    /// lying on bytes that are not searched (containers found another way).
     pub(crate) fn search(
         &mut self,
         data: &[u8],
-        from: usize,
-        to: usize,
-        limit: usize,
+        (from, to, limit): (usize, usize, usize),
+        ahead: Option<&Ahead>,
         excluded: &dyn Fn(usize, usize) -> bool,
     ) {
-        self.search_some(data, from, to, limit, excluded, None);
+        let skip = |i: usize| ahead.is_some_and(|a| a.deferred[i]);
+        let wanted: Vec<usize> = (0..self.needles.len())
+            .filter(|&i| !self.found[i] && !skip(i) && (i < self.gate || self.open))
+            .collect();
+        self.search_for(data, (from, to, limit), &wanted, excluded);
     }
 
-    /// [`CStrings::search`] for the strings neither found nor deferred, or for string `only`.
-    fn search_some(
+    /// Looks for the strings `wanted` (indices), as [`CStrings::search`] says.
+    fn search_for(
         &mut self,
         data: &[u8],
-        from: usize,
-        to: usize,
-        limit: usize,
+        (from, to, limit): (usize, usize, usize),
+        wanted: &[usize],
         excluded: &dyn Fn(usize, usize) -> bool,
-        only: Option<usize>,
     ) {
-        let overlap = self.overlap();
-        let searched = |i: usize| match only {
-            Some(only) => only == i,
-            None => !self.deferred[i],
-        };
-        if !self.covered || !(0..self.needles.len()).any(|i| !self.found[i] && searched(i)) {
+        if !self.covered || wanted.is_empty() {
             return;
         }
+        let overlap = self.overlap();
         let to = to.min(limit);
         let mut p = from;
-        while p < to && self.wanted() {
+        while p < to && wanted.iter().any(|&i| !self.found[i]) {
             let block_end = to.min(p + BLOCK);
             let window = &data[p..limit.min(block_end + overlap)];
-            for (i, needle) in self.needles.iter().enumerate() {
-                if self.found[i] || !searched(i) {
+            for &i in wanted {
+                if self.found[i] {
                     continue;
                 }
-                self.found[i] = memmem::find_iter(window, needle)
+                let len = self.needles[i].len();
+                self.found[i] = self.finders[i]
+                    .find_iter(window)
                     .take_while(|&at| p + at < block_end)
-                    .any(|at| !excluded(p + at, p + at + needle.len()));
+                    .any(|at| !excluded(p + at, p + at + len));
+                if self.found[i] && i < self.gate && !self.open {
+                    // The later strings were not looked for in the bytes searched so far.
+                    self.missed = true;
+                }
             }
             p = block_end;
         }
     }
 
-    /// Looks ahead in the last [`BLOCK`] of the section `data[start..end]`, before it is
-    /// scanned (a program's static runtime is linked last, so its strings end `.rodata`): each
-    /// missing string found there, off `excluded`, is left out of the forward search until
-    /// [`CStrings::settle`] knows the section's containers.
+    /// Looks ahead in the last [`BLOCK`] of the section `data[start..end]`, before any section
+    /// is scanned (a program's static runtime is linked last, so its strings end `.rodata`):
+    /// each missing string found there, off `excluded`, is left out of the section's forward
+    /// search until [`CStrings::settle`] knows its containers.
     pub(crate) fn look_ahead(
-        &mut self,
+        &self,
         data: &[u8],
-        start: usize,
-        end: usize,
+        (start, end): (usize, usize),
         excluded: &dyn Fn(usize, usize) -> bool,
     ) -> Ahead {
-        let from = start.max(end.saturating_sub(BLOCK));
-        let mut candidates = Vec::new();
-        for (i, needle) in self.needles.iter().enumerate() {
-            if self.found[i] {
-                continue;
-            }
-            for at in memmem::find_iter(&data[from..end], needle) {
-                let (a, b) = (from + at, from + at + needle.len());
-                if !excluded(a, b) {
-                    candidates.push((i, a, b));
-                    self.deferred[i] = true;
-                }
-            }
-        }
-        Ahead {
+        let mut ahead = Ahead {
             start,
             end,
-            candidates,
+            whole: end - start <= BLOCK,
+            candidates: Vec::new(),
+            deferred: vec![false; self.needles.len()],
+        };
+        self.look_ahead_for(data, &mut ahead, 0..self.gate, excluded);
+        ahead
+    }
+
+    /// Looks ahead for the strings past the gate too, once it is open.
+    pub(crate) fn look_ahead_past_gate(
+        &self,
+        data: &[u8],
+        ahead: &mut Ahead,
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
+        if self.open {
+            self.look_ahead_for(data, ahead, self.gate..self.needles.len(), excluded);
         }
     }
 
-    /// Settles what [`CStrings::look_ahead`] deferred, now that `containers` (the section's,
-    /// sorted, disjoint) are known: a string with a candidate outside them is found; one whose
-    /// candidates all lie inside is searched for in the section's bytes between them.
+    /// [`CStrings::look_ahead`] for the strings `ids`.
+    fn look_ahead_for(
+        &self,
+        data: &[u8],
+        ahead: &mut Ahead,
+        ids: std::ops::Range<usize>,
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
+        let (start, end) = (ahead.start, ahead.end);
+        let from = start.max(end.saturating_sub(BLOCK));
+        for i in ids {
+            let finder = &self.finders[i];
+            if self.found[i] || !self.covered {
+                continue;
+            }
+            // A section no longer than a block is searched whole here: every match is known.
+            ahead.deferred[i] |= ahead.whole;
+            for at in finder.find_iter(&data[from..end]) {
+                let (a, b) = (from + at, from + at + self.needles[i].len());
+                if !excluded(a, b) {
+                    ahead.candidates.push((i, a));
+                    ahead.deferred[i] = true;
+                }
+            }
+        }
+    }
+
+    /// Opens the gate when a string before it was found ahead in some section: the later
+    /// strings are then looked for in every section from its start.
+    pub(crate) fn open_gate(&mut self, aheads: &[&Ahead]) {
+        let gate = self.gate;
+        self.open = self.open
+            || aheads
+                .iter()
+                .any(|a| a.candidates.iter().any(|&(i, _)| i < gate));
+    }
+
+    /// Settles what [`CStrings::look_ahead`] deferred in one section, now that `containers`
+    /// (the section's, sorted, disjoint) are known: a string with a candidate outside them is
+    /// found; one whose candidates all lie inside is searched for between them (unless the
+    /// look-ahead read the whole section, and so knows it is not there).
     pub(crate) fn settle(
         &mut self,
         data: &[u8],
-        ahead: Ahead,
+        ahead: &Ahead,
         containers: &[(usize, usize)],
         excluded: &dyn Fn(usize, usize) -> bool,
     ) {
@@ -164,31 +232,38 @@ impl CStrings {
             let i = containers.partition_point(|&(_, e)| e <= a);
             containers.get(i).is_some_and(|&(s, _)| s <= a)
         };
-        for &(i, a, _) in &ahead.candidates {
+        for &(i, a) in &ahead.candidates {
             if !inside(a) {
                 self.found[i] = true;
             }
         }
         for i in 0..self.needles.len() {
-            if !std::mem::take(&mut self.deferred[i]) || self.found[i] {
+            if !ahead.deferred[i] || self.found[i] || ahead.whole {
                 continue;
             }
             let mut from = ahead.start;
             for &(s, e) in containers {
-                self.search_some(data, from, s, s, excluded, Some(i));
+                self.search_for(data, (from, s, s), &[i], excluded);
                 from = from.max(e);
             }
-            self.search_some(data, from, ahead.end, ahead.end, excluded, Some(i));
+            self.search_for(data, (from, ahead.end, ahead.end), &[i], excluded);
         }
     }
 }
 
-/// Strings a section's last block holds ([`CStrings::look_ahead`]): `(string, start, end)`,
-/// each yet to be settled against the section's containers.
+/// What a section's last block holds ([`CStrings::look_ahead`]), yet to be settled against
+/// the section's containers.
 pub(crate) struct Ahead {
-    start: usize,
-    end: usize,
-    candidates: Vec<(usize, usize, usize)>,
+    /// The section's file range.
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    /// Whether the last block is the whole section (so every match of a string looked for is
+    /// among the candidates).
+    whole: bool,
+    /// `(string, start)` of each match found there.
+    candidates: Vec<(usize, usize)>,
+    /// The strings left out of the section's forward search.
+    deferred: Vec<bool>,
 }
 
 #[cfg(test)]
@@ -207,20 +282,20 @@ mod tests {
             data[at..at + text.len()].copy_from_slice(text.as_bytes());
             data[at + text.len()] = 0;
             let mut s = CStrings::new(&[text, "libcuda.so.1"]);
-            s.search(&data, 0, data.len(), data.len(), &never);
+            s.search(&data, (0, data.len(), data.len()), None, &never);
             assert_eq!(s.found(), Some(&[true, false][..]), "at {at}");
             // Starting at or after `to`: not found here.
             let mut s = CStrings::new(&[text]);
-            s.search(&data, 0, at, data.len(), &never);
+            s.search(&data, (0, at, data.len()), None, &never);
             assert_eq!(s.found(), Some(&[false][..]), "at {at}");
             // Ending past `limit`: not found.
             let mut s = CStrings::new(&[text]);
-            s.search(&data, 0, data.len(), at + text.len(), &never);
+            s.search(&data, (0, data.len(), at + text.len()), None, &never);
             assert_eq!(s.found(), Some(&[false][..]), "at {at}");
             // On excluded bytes: not found.
             let mut s = CStrings::new(&[text]);
             let inside = |a: usize, b: usize| a < at + 1 && b > at;
-            s.search(&data, 0, data.len(), data.len(), &inside);
+            s.search(&data, (0, data.len(), data.len()), None, &inside);
             assert_eq!(s.found(), Some(&[false][..]), "at {at}");
         }
     }

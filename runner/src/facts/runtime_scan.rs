@@ -251,8 +251,18 @@ fn searched_strings() -> Vec<&'static str> {
 }
 
 /// Which of [`searched_strings`] a file's data holds, when a reader found them already (the
-/// magic scan: [`gpu_code_and_runtime`]).
+/// magic scan: [`gpu_code_and_runtime`]). The strings past the first [`DECIDING`] are known
+/// only where one of those is there.
 type Found<'a> = Option<&'a [bool]>;
+
+/// The markers that decide alone: without one of the first two, three of the four cannot be
+/// there.
+const DECIDING: usize = 4 + 1 - MARKERS_NEEDED; // of the four markers
+
+/// Whether `found` knows the strings past the deciding markers.
+fn knows_all(found: Found) -> Found {
+    found.filter(|f| f[..DECIDING].contains(&true))
+}
 
 /// An ELF file's GPU code and the CUDA runtime in it, its data read once: elfkit's magic
 /// scan looks for the runtime's strings in the data sections as it reads them
@@ -263,7 +273,8 @@ pub fn gpu_code_and_runtime(
     path: &Path,
     data: &[u8],
 ) -> (Result<GpuCode, FatbinError>, Option<FoundRuntime>) {
-    let mut strings = CStrings::new(&searched_strings());
+    // The rest only where a deciding marker is (as static_runtime_outside searches).
+    let mut strings = CStrings::gated(&searched_strings(), DECIDING);
     let code = read_gpu_code_and_strings(data, &mut strings);
     let device = code.as_ref().map(device_ranges).unwrap_or_default();
     let found = strings.found().filter(|_| code.is_ok());
@@ -286,15 +297,15 @@ fn static_runtime_found(
 ) -> Option<StaticEvidence> {
     let all = runtime_markers();
     let present = match found {
+        Some(found) if !found[..DECIDING].contains(&true) => return None,
         Some(found) => found.to_vec(),
         None => {
             let (read_only, _) = regions(data, device);
-            let deciding = all.len() - MARKERS_NEEDED + 1;
-            let first = strings_present(&read_only, &all[..deciding]);
+            let first = strings_present(&read_only, &all[..DECIDING]);
             if !first.contains(&true) {
                 return None;
             }
-            let later = strings_present(&read_only, &searched_strings()[deciding..]);
+            let later = strings_present(&read_only, &searched_strings()[DECIDING..]);
             [first, later].concat()
         }
     };
@@ -508,7 +519,7 @@ fn runtime_found(
     let (why, content) = if defines_runtime(data) {
         (
             "symbol cudaGetDriverEntryPoint".to_owned(),
-            runtime_version_outside(data, device, strings),
+            runtime_version_outside(data, device, knows_all(strings)),
         )
     } else {
         let evidence = static_runtime_found(data, device, strings)?;
