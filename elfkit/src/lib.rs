@@ -12,6 +12,7 @@ mod error;
 pub mod fatbin;
 pub mod ldso;
 pub mod map;
+pub mod stub;
 
 pub use error::ElfError;
 

@@ -202,6 +202,9 @@ fn lint_main(cli: LintCli) -> ExitCode {
                 runtime.version.as_deref().unwrap_or("version unknown")
             );
         }
+        for stub in &report.stub_libcuda {
+            println!("stub libcuda: {stub}");
+        }
         for finding in &report.findings {
             println!("{finding}");
         }

@@ -164,7 +164,7 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
     assert_eq!(json["findings"][0]["kind"], "ptx-too-new");
     // Issue 34: the schema and what was judged are echoed, versions are "12.9", modules
     // are numbered from 1 as the text does.
-    assert_eq!(json["schema"], 2);
+    assert_eq!(json["schema"], 3);
     assert_eq!(json["targets"][0]["device"], "9.0");
     assert_eq!(json["targets"][0]["driver"]["cuda"], "12.2");
     let module = &verdict["judgement"]["modules"][0];

@@ -1,7 +1,9 @@
 //! The ELF lint on real ELF files made here with the C compiler and linker flags (`-rpath`):
 //! a libcuda user with the compat directory before the driver link passes; the driver link
-//! first, a CUDA stubs directory in DT_RUNPATH, or no driver link at all each fail, explained;
-//! a static CUDA archive in the package is reported. Needs `cc` (and `ar`).
+//! first, a directory holding NVIDIA's stub libcuda in DT_RUNPATH (the real stub, from the
+//! cache scripts/nvidia-userspace fills; under CI=true its absence fails), or no driver link
+//! at all each fail, explained; a static CUDA archive in the package is reported. Needs `cc`
+//! (and `ar`).
 
 mod common;
 
@@ -11,6 +13,7 @@ use std::process::Command;
 use common::RUNNER;
 use cuda_sandbox_manifest::versions::CudaVersion;
 use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
+use cuda_sandbox_testkit::real_nvidia::{Branch, RealNvidia};
 
 const LINK: &str = "/run/opengl-driver/lib";
 const COMPAT: &str = "/nix/store/00000000000000000000000000000000-fake-cuda-compat/compat";
@@ -150,21 +153,81 @@ fn lint_fails_the_driver_link_before_compat_explained() {
     }
 }
 
+/// NVIDIA's stub libcuda is found by what it is: in the toolkit's `stubs` directory under the
+/// name the loader opens, and renamed into a directory of any other name; the fixtures' fake
+/// libcuda and the real 535 driver in the same places are not taken for it.
 #[test]
-fn lint_fails_a_stubs_directory_in_runpath_explained() {
+fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
+    let test = "lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let (stub_11, stub_12) = (real.stub_libcuda("11.8"), real.stub_libcuda("12.4"));
+    if !real.has(test, &stub_11) || !real.has(test, &stub_12) {
+        return;
+    }
     let p = Package::new();
+    // The toolkit's stubs directory as a package may leave it: the stub and a libcuda.so.1
+    // link to it (what the loader opens for DT_NEEDED libcuda.so.1).
+    std::fs::copy(&stub_11, p.stubs.join("libcuda.so")).unwrap();
+    std::os::unix::fs::symlink("libcuda.so", p.stubs.join("libcuda.so.1")).unwrap();
     let run = lint(&["--compat-dir", COMPAT, &p.dir("stubs")]);
     assert_eq!(run.code, 101, "{}", run.stdout);
+    let stubs = p.stubs.display();
     assert!(
         run.stdout.contains(&format!(
-            "libstubs.so: DT_RUNPATH holds the CUDA stubs directory {}",
-            p.stubs.display()
+            "libstubs.so: DT_RUNPATH entry {stubs} holds {stubs}/libcuda.so.1, NVIDIA's stub \
+             libcuda (545 driver entry points, each returning 34, CUDA_ERROR_STUB_LIBRARY): \
+             loaded at run time instead of the driver"
         )),
         "{}",
         run.stdout
     );
-    assert!(run.stdout.contains("CUDA_ERROR_STUB_LIBRARY (34)"));
     assert!(run.stdout.contains("1 finding(s)"), "{}", run.stdout);
+
+    // The 12.4 stub renamed to libcuda.so.1 beside its user, found through $ORIGIN.
+    let user = p.root.join("user.c");
+    std::fs::write(
+        &user,
+        "int cuInit(unsigned int);\nint f(void) { return cuInit(0); }\n",
+    )
+    .unwrap();
+    let runpath = format!("$ORIGIN:{LINK}");
+    p.library("renamed", Some(&runpath), &user, true);
+    let renamed = p.root.join("renamed/lib/libcuda.so.1");
+    std::fs::copy(&stub_12, &renamed).unwrap();
+    let run = lint(&[&p.dir("renamed")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    for needle in [
+        format!(
+            "stub libcuda: {}: NVIDIA's stub libcuda (625 driver entry points",
+            renamed.display()
+        ),
+        format!(
+            "librenamed.so: DT_RUNPATH entry $ORIGIN holds {}, NVIDIA's stub libcuda (625",
+            renamed.display()
+        ),
+    ] {
+        assert!(run.stdout.contains(&needle), "{needle}\n{}", run.stdout);
+    }
+    let run = lint(&["--json", &p.dir("renamed")]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["schema"], 3);
+    assert_eq!(
+        report["stub_libcuda"],
+        serde_json::json!([{"file": renamed, "entry_points": 625}]),
+        "{report:#}"
+    );
+
+    // The fixtures' fake libcuda and Debian's 535 driver, each beside a user the same way.
+    let fake = common::artifacts_dir().join("libfake_libcuda.so");
+    for (name, libcuda) in [("fake", fake), ("driver", real.libcuda_file(Branch::R535))] {
+        p.library(name, Some(&runpath), &user, true);
+        std::fs::copy(&libcuda, p.root.join(name).join("lib/libcuda.so.1")).unwrap();
+        let run = lint(&[&p.dir(name)]);
+        assert_eq!(run.code, 0, "{name}: {}", run.stdout);
+        assert!(!run.stdout.contains("stub"), "{name}: {}", run.stdout);
+    }
 }
 
 #[test]
@@ -234,11 +297,11 @@ fn lint_json_lists_every_finding_with_its_kind() {
     kinds.sort();
     assert_eq!(
         kinds,
+        // The `stubs` directory holds a stub of this test's own, not NVIDIA's: no finding.
         [
             "compat-after-driver-link",
             "compat-missing",
-            "no-driver-link",
-            "stubs-in-search-path"
+            "no-driver-link"
         ],
         "{report:#}"
     );

@@ -367,3 +367,58 @@ fn an_object_that_finds_the_host_driver_before_the_hooks_compat_choice_fails_wit
         ],
     );
 }
+
+/// An object whose DT_RPATH reaches NVIDIA's real stub libcuda, renamed libcuda.so.1 in a
+/// directory not called `stubs`, fails `package::driver` naming the stub by its fingerprint.
+#[test]
+fn an_object_that_would_load_nvidias_stub_libcuda_fails_naming_it() {
+    let test = "an_object_that_would_load_nvidias_stub_libcuda_fails_naming_it";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let stub = real.stub_libcuda("11.8");
+    if !real.has(test, &stub) {
+        return;
+    }
+    let temp = tempfile::tempdir().unwrap();
+    let t = temp.path();
+    let in_use = driver((9, 0), 12020);
+    let link = t.join("cuda-link");
+    std::fs::create_dir_all(&link).unwrap();
+    std::fs::copy(&stub, link.join("libcuda.so.1")).unwrap();
+    let source = t.join("user.c");
+    std::fs::write(
+        &source,
+        "int cuInit(unsigned int);\nint use_gpu(void) { return cuInit(0); }\n",
+    )
+    .unwrap();
+    let lib = t.join("pkg/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let out = lib.join("libuser.so");
+    let rpath = format!("-Wl,--disable-new-dtags,-rpath,{}", link.display());
+    let against = format!("-L{}", link.display());
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        out.to_str().unwrap(),
+        source.to_str().unwrap(),
+        &rpath,
+        &against,
+        "-l:libcuda.so.1",
+    ]);
+    let run = run_without_devices(&in_use.dir, &strs(&package_args(&t.join("pkg"))));
+    run.assert_check(
+        "package::driver",
+        "fail",
+        &[
+            &format!(
+                "libuser.so (needs libcuda.so.1 (DT_NEEDED)) would load {}/libcuda.so.1, \
+                 NVIDIA's stub libcuda (545 driver entry points, each returning 34, \
+                 CUDA_ERROR_STUB_LIBRARY): every driver call fails",
+                link.display()
+            ),
+            "DT_RPATH",
+        ],
+    );
+}

@@ -11,8 +11,10 @@ use std::process::Command;
 
 use common::RUNNER;
 use cuda_sandbox_check::facts::runtime_scan::{
-    runtime_in, static_runtime_in, FoundRuntime, RuntimeForm,
+    device_ranges, gpu_code_and_runtime, runtime_in, static_runtime_in, FoundRuntime, RuntimeForm,
 };
+use cuda_sandbox_elfkit::fatbin::read_gpu_code;
+use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
 
 /// Calls into the runtime so that the linker keeps it.
@@ -123,9 +125,59 @@ impl Strip {
     }
 }
 
+/// The runtime in the file at `path`, found by its own search (`runtime_in`), after checking
+/// that the one-pass search inside the magic scan (`gpu_code_and_runtime`) finds the same.
 fn classify(path: &Path) -> Option<FoundRuntime> {
     let data = std::fs::read(path).unwrap();
+    assert_one_pass_agrees(path, &data);
     runtime_in(path, Some(&data), &[])
+}
+
+/// `gpu_code_and_runtime` (the runtime's strings looked for as elfkit's magic scan reads the
+/// data) against `read_gpu_code` then `runtime_in` over the data outside the containers.
+fn assert_one_pass_agrees(path: &Path, data: &[u8]) {
+    let code = read_gpu_code(data);
+    let device = code.as_ref().map(device_ranges).unwrap_or_default();
+    let two_passes = (code, runtime_in(path, Some(data), &device));
+    assert_eq!(
+        gpu_code_and_runtime(path, data),
+        two_passes,
+        "{}",
+        path.display()
+    );
+}
+
+/// The one-pass search agrees with the two passes on NVIDIA's libraries: the corpus (cuRAND
+/// with its 1,700 containers in `.data` and a static runtime, cuFFT's 280 MB `.ldata`,
+/// nvJPEG), the shared runtimes and the drivers.
+#[test]
+fn the_one_pass_string_search_finds_what_two_passes_find_on_nvidias_libraries() {
+    let test = "the_one_pass_string_search_finds_what_two_passes_find_on_nvidias_libraries";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = [
+        ("curand-10.3.10", "libcurand.so.10"),
+        ("curand-10.4.4", "libcurand.so.10"),
+        ("cufft-11.4.1", "libcufft.so.11"),
+        ("cufft-11.4.1", "libcufftw.so.11"),
+        ("nvjpeg-12.4.0", "libnvjpeg.so.12"),
+        ("nvjpeg-13.2.3", "libnvjpeg.so.13"),
+    ]
+    .iter()
+    .map(|(wheel, file)| real.corpus(wheel, file))
+    .collect();
+    files.extend(Cudart::ALL.map(|c| real.cudart(c)));
+    files.extend(Branch::ALL.map(|b| real.libcuda_file(b)));
+    files.push(real.curand());
+    for file in files {
+        if !real.has(test, &file) {
+            return;
+        }
+        let handle = std::fs::File::open(&file).unwrap();
+        let map = Mapped::of(&handle).unwrap();
+        assert_one_pass_agrees(&file, map.bytes());
+    }
 }
 
 /// The version `cudart` reports (`12.9`).

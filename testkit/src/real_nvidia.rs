@@ -195,6 +195,17 @@ impl RealNvidia {
         self.dir.join("corpus").join(wheel).join(file)
     }
 
+    /// The CUDA releases whose stub libcuda the cache holds ([`RealNvidia::stub_libcuda`]).
+    pub const STUB_LIBCUDA_RELEASES: [&'static str; 2] = ["11.8", "12.4"];
+
+    /// NVIDIA's link-time stub libcuda of a CUDA release (`stubs/libcuda.so` of Debian's
+    /// `nvidia-cuda-dev`; one of [`RealNvidia::STUB_LIBCUDA_RELEASES`]).
+    pub fn stub_libcuda(&self, release: &str) -> PathBuf {
+        self.dir
+            .join(format!("stub-libcuda-{release}"))
+            .join("libcuda.so")
+    }
+
     /// ptxas of a CUDA major (12 or 13).
     pub fn ptxas(&self, major: u32) -> PathBuf {
         self.dir.join(match major {

@@ -14,6 +14,7 @@ use object::read::archive::ArchiveFile;
 use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
 use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
+use super::strings::{Ahead, CStrings, BLOCK};
 use super::{Container, FatbinError, GpuCode, Origin, Purpose};
 
 /// The section of linked programs and libraries that holds their containers back to back.
@@ -28,7 +29,21 @@ pub const WRAPPER_MAGIC: u32 = 0x4662_43B1;
 /// The containers of a file's bytes: an ELF file, a `.a` archive of them, or a bare fat binary.
 /// Anything else has none.
 pub fn read_gpu_code(data: &[u8]) -> Result<GpuCode, FatbinError> {
+    read_gpu_code_and_strings(data, &mut CStrings::new(&[]))
+}
+
+/// [`read_gpu_code`], looking for `strings` in the ELF file's data sections as the magic scan
+/// reads them ([`super::strings`] says which bytes), so that the data is read once. An
+/// archive, a bare fat binary, or an ELF file whose data sections overlap or that has no
+/// section headers is not searched (`strings.found()` is `None` then).
+pub fn read_gpu_code_and_strings(
+    data: &[u8],
+    strings: &mut CStrings,
+) -> Result<GpuCode, FatbinError> {
     let mut code = GpuCode::default();
+    if !data.starts_with(b"\x7fELF") {
+        strings.give_up();
+    }
     if data.starts_with(b"!<arch>\n") || data.starts_with(b"!<thin>\n") {
         let archive =
             ArchiveFile::parse(data).map_err(|e| FatbinError::Container(e.to_string()))?;
@@ -49,14 +64,15 @@ pub fn read_gpu_code(data: &[u8]) -> Result<GpuCode, FatbinError> {
             let mut found = Vec::new();
             // ELF headers are read in place and must be aligned; `ar` aligns members to 2.
             let mut copy = Vec::new();
-            elf_containers(aligned(bytes, &mut copy), start, &mut found)?;
+            let mut none = CStrings::new(&[]);
+            elf_containers(aligned(bytes, &mut copy), start, &mut found, &mut none)?;
             for mut c in found {
                 c.member = Some(name.clone());
                 code.containers.push(c);
             }
         }
     } else if data.starts_with(b"\x7fELF") {
-        elf_containers(data, 0, &mut code.containers)?;
+        elf_containers(data, 0, &mut code.containers, strings)?;
     } else if super::parse::has_magic(data, 0) {
         for (at, entries, end) in containers_in(data, 0)? {
             code.containers.push(Container {
@@ -120,10 +136,23 @@ struct Placed {
 
 /// The containers of one ELF file (`base`: its offset in the file read, for archive members).
 /// Sections that overlap are each looked at once: a fat-binary section meeting one already
-/// walked is skipped, data sections are merged before the scan.
-fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<(), FatbinError> {
-    let file = object::File::parse(data).map_err(|e| FatbinError::Container(e.to_string()))?;
+/// walked is skipped, data sections are merged before the scan. `strings` are looked for as
+/// the data sections are read ([`super::strings`]).
+fn elf_containers(
+    data: &[u8],
+    base: u64,
+    out: &mut Vec<Container>,
+    strings: &mut CStrings,
+) -> Result<(), FatbinError> {
+    let file = match object::File::parse(data) {
+        Ok(file) => file,
+        Err(e) => {
+            strings.give_up();
+            return Err(FatbinError::Container(e.to_string()));
+        }
+    };
     if !file.is_little_endian() {
+        strings.give_up();
         return Ok(()); // fat binaries are little-endian; NVIDIA ships no others
     }
     let from = out.len();
@@ -144,7 +173,8 @@ fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<()
         .collect();
     if file.sections().next().is_none() {
         // No section headers (stripped by sstrip, say): the magic scan over the whole file.
-        scan(data, 0, data.len(), base, "(no sections)", out);
+        strings.give_up();
+        scan(data, 0, data.len(), base, "(no sections)", out, None);
         return Ok(());
     }
     let relocatable = file.kind() == ObjectKind::Relocatable;
@@ -227,15 +257,68 @@ fn elf_containers(data: &[u8], base: u64, out: &mut Vec<Container>) -> Result<()
         })
         .collect();
     data_sections.sort_by_key(|s| (s.start, s.end));
+    // The sections the strings are looked for in: the scanned ones but ReadOnlyDataWithRel
+    // (which ELF files do not have), and the string sections, which are not scanned. Each must
+    // be read whole and alone: where any of them overlap, the strings are not searched here.
+    let is_text_data = |s: &Placed| {
+        matches!(
+            s.kind,
+            SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyString
+        ) && s.name != FATBIN_SECTION
+            && s.name != RELFATBIN_SECTION
+            && s.name != WRAPPER_SECTION
+    };
+    let mut searched: Vec<(usize, usize)> = placed
+        .iter()
+        .filter(|s| is_text_data(s) || data_sections.iter().any(|d| std::ptr::eq(*d, *s)))
+        .map(|s| (s.start, s.end))
+        .collect();
+    searched.sort_unstable();
+    if searched.windows(2).any(|w| w[1].0 < w[0].1) {
+        strings.give_up();
+    }
+    // Every searched section's last block first, before any is scanned: what is found there
+    // decides which strings the forward search needs (CStrings::gated).
+    let excluded = |a, b| walked.meets(a, b);
+    let mut aheads: BTreeMap<usize, Ahead> = BTreeMap::new();
+    if strings.wanted() {
+        for s in placed.iter().filter(|s| is_text_data(s)) {
+            aheads.insert(
+                s.start,
+                strings.look_ahead(data, (s.start, s.end), &excluded),
+            );
+        }
+        let all: Vec<&Ahead> = aheads.values().collect();
+        strings.open_gate(&all);
+        for ahead in aheads.values_mut() {
+            strings.look_ahead_past_gate(data, ahead, &excluded);
+        }
+    }
     let mut scanned_to = 0;
     let before = out.len();
-    for s in data_sections {
+    for s in &data_sections {
         let start = s.start.max(scanned_to);
         if start >= s.end {
             continue;
         }
-        scan(data, start, s.end, base, &s.name, out);
+        let ahead = aheads.remove(&s.start).filter(|_| is_text_data(s));
+        let search = ahead.map(|ahead| Search {
+            strings: &mut *strings,
+            walked: &walked,
+            ahead,
+        });
+        scan(data, start, s.end, base, &s.name, out, search);
         scanned_to = s.end;
+    }
+    // The string sections, which the magic scan does not read.
+    for (_, ahead) in aheads {
+        strings.search(
+            data,
+            (ahead.start, ahead.end, ahead.end),
+            Some(&ahead),
+            &excluded,
+        );
+        strings.settle(data, &ahead, &[], &excluded);
     }
     // A container a walk or a wrapper found is not found twice by the scan.
     let mut kept = out.split_off(before);
@@ -265,20 +348,70 @@ fn file_offset_of(sections: &[Placed], address: u64) -> Option<(usize, String)> 
     (s.address != 0 && at < s.end).then(|| (at, s.name.clone()))
 }
 
+/// Strings to look for as a scan reads a section, and the bytes already known to be
+/// containers (walked sections, wrappers' containers), where a match does not count.
+struct Search<'a> {
+    strings: &'a mut CStrings,
+    walked: &'a Ranges,
+    /// What the section's last block holds.
+    ahead: Ahead,
+}
+
 /// Finds containers by their magic in `data[start..end]`. A candidate that does not parse is
 /// a coincidence of bytes and is skipped, and the search resumes past what its walk read (the
 /// header it failed at): bytes a candidate walked, valid or not, are not searched again, so
 /// each byte is read a bounded number of times. (A real container hidden inside the entries of
 /// a bogus one is then missed: only a file made to deceive has that.)
-fn scan(data: &[u8], start: usize, end: usize, base: u64, section: &str, out: &mut Vec<Container>) {
+///
+/// With `search`, its strings are looked for in the same bytes block by block, outside the
+/// containers found: each block of [`BLOCK`] bytes is searched for the magic, then for the
+/// strings up to the first container in it, while it is in the cache.
+fn scan(
+    data: &[u8],
+    start: usize,
+    end: usize,
+    base: u64,
+    section: &str,
+    out: &mut Vec<Container>,
+    mut search: Option<Search>,
+) {
     let magic = CONTAINER_MAGIC.to_le_bytes();
     let finder = memmem::Finder::new(&magic);
     let region = &data[..end];
     let mut p = start;
-    while let Some(hit) = finder.find(&region[p..]) {
-        let at = p + hit;
+    let from = out.len();
+    // Strings have been looked for in the matches that start before `s` (never past `p`).
+    let mut s = start;
+    let mut strings_to = |s: &mut usize, to: usize, limit: usize| {
+        if let Some(search) = search.as_mut().filter(|x| x.strings.wanted()) {
+            let walked = search.walked;
+            let excluded = |a, b| walked.meets(a, b);
+            let ahead = Some(&search.ahead);
+            search
+                .strings
+                .search(data, (*s, to, limit), ahead, &excluded);
+        }
+        *s = to;
+    };
+    loop {
+        // The leftmost magic starting in this block, as a search of the whole rest would find
+        // it: the window runs on by the magic's length less one.
+        let block_end = end.min(p + BLOCK);
+        let window = &region[p..end.min(block_end + magic.len() - 1)];
+        let hit = finder.find(window).map(|hit| p + hit);
+        let Some(at) = hit.filter(|&at| at < block_end) else {
+            strings_to(&mut s, block_end, end);
+            if block_end >= end {
+                break;
+            }
+            p = block_end;
+            continue;
+        };
         match container_at(region, at, base) {
             Ok((entries, stop)) if !entries.is_empty() => {
+                // No string holds the magic, so none runs from before `at` into the container.
+                strings_to(&mut s, at, at);
+                s = stop;
                 out.push(Container {
                     offset: base + at as u64,
                     size: (stop - at) as u64,
@@ -295,6 +428,21 @@ fn scan(data: &[u8], start: usize, end: usize, base: u64, section: &str, out: &m
                 p = reached.clamp(at + 1, end);
             }
         }
+    }
+    if let Some(search) = search.as_mut() {
+        let containers: Vec<(usize, usize)> = out[from..]
+            .iter()
+            .map(|c| {
+                (
+                    (c.offset - base) as usize,
+                    (c.offset - base + c.size) as usize,
+                )
+            })
+            .collect();
+        let walked = search.walked;
+        search
+            .strings
+            .settle(data, &search.ahead, &containers, &|a, b| walked.meets(a, b));
     }
 }
 
@@ -347,7 +495,7 @@ mod tests {
         data.extend(container(&[entry(2, 86, 1, 8, 0x11, 3)]));
         data.extend_from_slice(&[0x33; 9]);
         let mut out = Vec::new();
-        scan(&data, 0, data.len(), 0, ".rodata", &mut out);
+        scan(&data, 0, data.len(), 0, ".rodata", &mut out, None);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].offset, at as u64);
         assert_eq!(out[0].origin, Origin::Scan(".rodata".into()));
@@ -373,9 +521,82 @@ mod tests {
         data.resize(len, 0);
         let started = std::time::Instant::now();
         let mut out = Vec::new();
-        scan(&data, 0, data.len(), 0, ".rodata", &mut out);
+        scan(&data, 0, data.len(), 0, ".rodata", &mut out, None);
         assert!(out.is_empty());
         assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    }
+
+    /// Which of `texts` lie, with their NUL, in `data` outside `containers`: the two-pass
+    /// search the scan's own is held to.
+    fn outside_containers(data: &[u8], containers: &[Container], texts: &[&str]) -> Vec<bool> {
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        for c in containers {
+            pieces.push(&data[from..c.offset as usize]);
+            from = (c.offset + c.size) as usize;
+        }
+        pieces.push(&data[from..]);
+        texts
+            .iter()
+            .map(|t| {
+                let needle = [t.as_bytes(), b"\0"].concat();
+                pieces.iter().any(|p| memmem::find(p, &needle).is_some())
+            })
+            .collect()
+    }
+
+    /// A string inside a container, in the last block or not, is not found; one between
+    /// containers, after a coincidence of the magic, or found ahead in the last block is.
+    #[test]
+    fn the_scan_finds_strings_outside_its_containers_as_two_passes_do() {
+        let texts = [
+            "libcuda.so.1",
+            "cudaLogsCurrent",
+            "cudaErrorCudartUnloading",
+            "/cudart.shm.%x.%x.%llx",
+            "CUDA_ENABLE_MODULE_LAZY_LOADING",
+        ];
+        let with = |container: &mut Vec<u8>, text: &str| {
+            let at = container.len() - 40;
+            container[at..at + text.len()].copy_from_slice(text.as_bytes());
+            container[at + text.len()] = 0;
+        };
+        for shm_early in [false, true] {
+            let mut data = b"junk\0libcuda.so.1\0".to_vec();
+            let mut first = container(&[entry(2, 90, 1, 8, 0x11, 64)]);
+            with(&mut first, texts[1]);
+            data.extend(first);
+            data.extend_from_slice(&CONTAINER_MAGIC.to_le_bytes()); // no container: 0 entries
+            data.extend_from_slice(b"cudaErrorCudartUnloading\0");
+            if shm_early {
+                data.extend_from_slice(b"/cudart.shm.%x.%x.%llx\0");
+            }
+            data.resize(BLOCK + 1000, 0x11);
+            let mut last = container(&[entry(2, 90, 1, 8, 0x11, 64)]);
+            with(&mut last, texts[3]);
+            data.extend(last);
+            data.extend_from_slice(b"CUDA_ENABLE_MODULE_LAZY_LOADING\0");
+            let mut strings = CStrings::new(&texts);
+            let walked = Ranges::default();
+            let mut out = Vec::new();
+            let mut ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
+            strings.open_gate(&[&ahead]);
+            strings.look_ahead_past_gate(&data, &mut ahead, &|_, _| false);
+            let search = Search {
+                strings: &mut strings,
+                walked: &walked,
+                ahead,
+            };
+            scan(&data, 0, data.len(), 0, ".rodata", &mut out, Some(search));
+            assert_eq!(out.len(), 2);
+            let expected = outside_containers(&data, &out, &texts);
+            assert_eq!(expected, [true, false, true, shm_early, true]);
+            assert_eq!(
+                strings.found(),
+                Some(&expected[..]),
+                "shm early: {shm_early}"
+            );
+        }
     }
 
     #[test]
@@ -401,7 +622,7 @@ mod tests {
         }
         let started = std::time::Instant::now();
         let mut out = Vec::new();
-        scan(&data, 0, data.len(), 0, ".data", &mut out);
+        scan(&data, 0, data.len(), 0, ".data", &mut out, None);
         assert!(out.is_empty());
         // 160 kB: a quadratic scan takes minutes here, a linear one well under a second.
         assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());

@@ -27,6 +27,7 @@ pub mod parse;
 pub mod payload;
 pub mod releases;
 pub mod rules;
+pub mod strings;
 pub mod table;
 pub mod verdict;
 
@@ -34,7 +35,7 @@ use name::ShortName;
 use serde::Serialize;
 use std::fmt;
 
-pub use locate::{read_file, read_gpu_code};
+pub use locate::{read_file, read_gpu_code, read_gpu_code_and_strings};
 pub use payload::payload;
 
 /// A CUDA version in the driver API's encoding: `1000 * major + 10 * minor` (12.2 is 12020), as

@@ -114,7 +114,8 @@ pub(crate) fn elf(session: &Session) -> Outcome {
     match report.findings.split_first() {
         None => Outcome::pass(
             format!(
-                "{}: driver link in DT_RUNPATH{}, no stubs directory, no static CUDA archive",
+                "{}: driver link in DT_RUNPATH{}, no stub libcuda in its search path, no static CUDA \
+                 archive",
                 report.summary(),
                 if config.compat_dir.is_some() {
                     ", compat directory first"

@@ -298,8 +298,9 @@ impl Cli {
     name = "cuda-sandbox-check lint",
     version,
     about = "Checks a package's ELF files: every libcuda user carries the driver link in \
-             DT_RUNPATH, a cuda_compat directory comes before it, no CUDA stubs directory is \
-             there; and no static CUDA archive ships in the package (or its closure). Lists \
+             DT_RUNPATH, a cuda_compat directory comes before it, no directory there holds \
+             NVIDIA's stub libcuda (recognised by what it is); and no static CUDA archive \
+             ships in the package (or its closure). Lists \
              the GPU code (fat binaries) each file carries and, with --target, judges whether \
              it runs on that GPU with that driver.",
     after_help = "GPU code: with --target sm_XY[,sm_XY...] (and --driver-cuda X.Y, or the \

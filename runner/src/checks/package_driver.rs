@@ -3,7 +3,8 @@
 //! `libcuda.so.1` in DT_NEEDED), the `libcuda.so.1` glibc's loader would give it in this
 //! process ([`cuda_sandbox_elfkit::ldso`]: its DT_RPATH, `LD_LIBRARY_PATH`, its DT_RUNPATH, the
 //! loader's cache and default directories), compared with the driver the hook chose (the
-//! manifest), else with the one this runner loaded.
+//! manifest), else with the one this runner loaded. One that would get NVIDIA's stub libcuda
+//! (recognised by what it is: [`crate::facts::stub_libcuda`]) fails naming it.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,7 @@ use crate::facts;
 use crate::facts::expectations::{is_chosen, library_mismatch};
 use crate::facts::package_under_test::ScannedFile;
 use crate::facts::runtime_scan::RuntimeForm;
+use crate::facts::stub_libcuda::stub_at;
 use crate::session::Session;
 
 /// What the loader would give one object of the package that opens libcuda.
@@ -296,12 +298,21 @@ fn judge_search(
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_prefix("libcuda.so."))
                 .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
-            let right = match (wanted.chosen, &wanted.loaded) {
-                (Some(driver), _) => is_chosen(&got, driver),
-                (None, Some((file, _))) => file.real_path == got.real_path,
-                (None, None) => false,
-            };
-            let verdict = if right {
+            let stub = stub_at(&got.real_path);
+            let right = stub.is_none()
+                && match (wanted.chosen, &wanted.loaded) {
+                    (Some(driver), _) => is_chosen(&got, driver),
+                    (None, Some((file, _))) => file.real_path == got.real_path,
+                    (None, None) => false,
+                };
+            let verdict = if let Some(stub) = stub {
+                Err(format!(
+                    "{shown} ({why}) would load {}, {stub}: every driver call fails; it \
+                     searches {searched}; remove the directory holding it from its search \
+                     path (it is for linking only)",
+                    got_path.display()
+                ))
+            } else if right {
                 Ok(format!("{shown} gets {}", got_path.display()))
             } else {
                 let why_wrong = match (wanted.chosen, &wanted.loaded) {

@@ -37,7 +37,7 @@ use crate::facts::gpu_code::{judge_file, runtime_uses, Rule, Target};
 use crate::facts::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
 use crate::facts::package_under_test::STORE_DIR;
 use crate::facts::provenance::Provenance;
-use crate::facts::runtime_scan::{device_ranges, runtime_in};
+use crate::facts::runtime_scan::gpu_code_and_runtime;
 
 /// `cuda-sandbox-check gpu-confirm`.
 #[derive(Debug, Parser)]
@@ -234,10 +234,9 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let map = Mapped::of(&file).map_err(|e| format!("{}: {e}", path.display()))?;
         let data = map.bytes();
-        let code = cuda_sandbox_elfkit::fatbin::read_gpu_code(data)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let (code, runtime) = gpu_code_and_runtime(path, data);
+        let code = code.map_err(|e| format!("{}: {e}", path.display()))?;
         let dynamic = cuda_sandbox_elfkit::dynamic_info(data).ok().flatten();
-        let runtime = runtime_in(path, Some(data), &device_ranges(&code));
         let uses = runtime_uses(dynamic.as_ref(), runtime.as_ref());
         let soname = dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(path, soname, Path::new(STORE_DIR));

@@ -9,8 +9,9 @@
 //! or carries the driver link in its search path, the lint checks:
 //! - the driver link is in DT_RUNPATH (DT_RPATH when the file has no DT_RUNPATH);
 //! - with a compat directory, it is there and comes before the driver link;
-//! - no CUDA `stubs` directory is there (the toolkit's stub libcuda makes every driver call
-//!   fail with CUDA_ERROR_STUB_LIBRARY, 34).
+//! - no directory there holds NVIDIA's stub libcuda, recognised by what it is, whatever the
+//!   directory is called ([`crate::facts::stub_libcuda`]; loaded at run time, it makes every driver
+//!   call fail with CUDA_ERROR_STUB_LIBRARY, 34). A package's own stub files are listed.
 //!
 //! With target GPUs and a driver ([`LintConfig::targets`]) it also judges every file's GPU code
 //! for each target, by the one judgment `package::gpu_code` makes too ([`crate::facts::gpu_code`]): a
@@ -29,13 +30,15 @@ use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code, FatbinError, GpuCode};
 use cuda_sandbox_elfkit::map::Mapped;
+use cuda_sandbox_elfkit::stub::stub_libcuda;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 use serde::Serialize;
 
 use crate::facts::gpu_code::{examine, runtime_uses, FileGpuCode, Rule, RuntimeUse, Target};
 use crate::facts::mixing::{mixed_processes, Root};
 use crate::facts::provenance::Provenance;
-use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime, RuntimeForm};
+use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
+use crate::facts::stub_libcuda::{stubs_in_search_path, FoundStub};
 use crate::facts::walk::{resolve, walk};
 
 /// What the lint expects.
@@ -76,7 +79,8 @@ pub enum FindingKind {
     CompatAfterDriverLink,
     /// Searches the driver link but not the compat directory.
     CompatMissing,
-    /// Searches a CUDA `stubs` directory.
+    /// Searches a directory holding NVIDIA's stub libcuda (by its fingerprint, whatever the
+    /// directory is called).
     StubsInSearchPath,
     /// A static CUDA library in the package or its closure.
     StaticCudaArchive,
@@ -121,8 +125,9 @@ impl std::fmt::Display for Finding {
 }
 
 /// The version of the lint's JSON document (`schema`; runner/README.md describes it). 2: the
-/// schema, targets and driver echoed, versions as `"12.9"`, modules numbered from 1.
-pub(crate) const LINT_SCHEMA: u32 = 2;
+/// schema, targets and driver echoed, versions as `"12.9"`, modules numbered from 1. 3:
+/// `stub_libcuda`, the files that are NVIDIA's stub libcuda.
+pub(crate) const LINT_SCHEMA: u32 = 3;
 
 /// The lint's result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -142,6 +147,8 @@ pub struct LintReport {
     pub(crate) closure_of: Vec<PathBuf>,
     /// Every CUDA runtime found: shared libraries, archives, static copies in other ELF files.
     pub cuda_runtimes: Vec<FoundRuntime>,
+    /// The files that are NVIDIA's stub libcuda, by its fingerprint (whatever they are called).
+    pub stub_libcuda: Vec<FoundStub>,
     /// The GPU code of every file that has fat binaries, judged when a target was given.
     pub gpu_code: Vec<FileGpuCode>,
     /// Every problem found, in path order.
@@ -224,12 +231,6 @@ pub(crate) fn is_static_cuda_archive(name: &str) -> bool {
 fn entry_dir(entry: &str) -> Option<PathBuf> {
     let path = Path::new(entry);
     path.is_absolute().then(|| normalize(path))
-}
-
-fn is_stubs_dir(entry: &str) -> bool {
-    Path::new(entry)
-        .components()
-        .any(|c| c.as_os_str() == "stubs")
 }
 
 /// How an ELF file loads libcuda, when it does.
@@ -323,13 +324,16 @@ pub(crate) fn check_elf(
             _ => {}
         }
     }
-    for stubs in search.iter().filter(|e| is_stubs_dir(e)) {
+    for found in stubs_in_search_path(file, info, &config.store_dir) {
         out.push(finding(
             FindingKind::StubsInSearchPath,
             format!(
-                "{tag} holds the CUDA stubs directory {stubs}: the toolkit's stub libcuda there \
-                 makes every driver call fail with CUDA_ERROR_STUB_LIBRARY (34) at run time; \
-                 stubs are for linking only, remove it from {tag}"
+                "{tag} entry {} holds {}, {}: loaded at run time instead of the driver, it \
+                 makes every driver call fail; it is for linking only, remove {} from {tag}",
+                found.entry,
+                found.file.display(),
+                found.stub,
+                found.entry
             ),
         ));
     }
@@ -512,10 +516,8 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
         Contents::Elf => {}
     }
     report.elf_files += 1;
-    // The GPU code first: the runtime's strings are not looked for inside its containers.
-    let code = read_gpu_code(data);
-    let device = code.as_ref().map(device_ranges).unwrap_or_default();
-    let runtime = runtime_in(path, Some(data), &device);
+    // The GPU code and the runtime's strings in one pass, not inside the containers.
+    let (code, runtime) = gpu_code_and_runtime(path, data);
     let holds_static_runtime = runtime
         .as_ref()
         .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
@@ -534,6 +536,14 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
     let mut root = None;
     match dynamic {
         Ok(Some(info)) => {
+            if info.soname.as_deref() == Some("libcuda.so.1") {
+                if let Some(stub) = stub_libcuda(data) {
+                    report.stub_libcuda.push(FoundStub {
+                        file: path.to_path_buf(),
+                        entry_points: stub.entry_points,
+                    });
+                }
+            }
             root = Some(Root {
                 path: path.to_path_buf(),
                 interpreter: info.interpreter.clone(),
@@ -674,12 +684,13 @@ mod tests {
     }
 
     #[test]
-    fn stubs_are_found_and_rpath_counts_without_runpath() {
+    fn a_directory_named_stubs_is_no_finding_and_rpath_counts_without_runpath() {
+        // Only what a directory holds counts (tests/lint.rs puts NVIDIA's stub in one).
         let stubs = info(
             &["libcuda.so.1"],
             Some("/nix/store/t-cuda/lib/stubs:/run/opengl-driver/lib"),
         );
-        assert_eq!(kinds(&stubs, None), [FindingKind::StubsInSearchPath]);
+        assert!(kinds(&stubs, None).is_empty());
         let mut rpath = info(&["libcuda.so.1"], None);
         rpath.rpath = Some(vec!["/run/opengl-driver/lib".into()]);
         assert!(kinds(&rpath, None).is_empty());

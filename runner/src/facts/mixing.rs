@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
 use cuda_sandbox_elfkit::map::Mapped;
 
-use crate::facts::runtime_scan::{device_ranges, mixed_versions, runtime_in, FoundRuntime};
+use crate::facts::runtime_scan::{gpu_code_and_runtime, mixed_versions, FoundRuntime};
 
 /// An ELF file of the package that starts a dependency graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,12 +50,7 @@ fn runtime_of_file(path: &Path) -> Option<FoundRuntime> {
     }
     let map = Mapped::of(&file).ok()?;
     // As lint reads a file: the runtime's strings are not looked for inside its GPU code.
-    let device = cuda_sandbox_elfkit::fatbin::read_gpu_code(map.bytes())
-        .ok()
-        .as_ref()
-        .map(device_ranges)
-        .unwrap_or_default();
-    runtime_in(path, Some(map.bytes()), &device)
+    gpu_code_and_runtime(path, map.bytes()).1
 }
 
 /// Every root whose dependency graph holds runtimes of two versions; `known` are the runtimes

@@ -19,4 +19,5 @@ pub(crate) mod nvml_mig;
 pub(crate) mod package_under_test;
 pub(crate) mod provenance;
 pub mod runtime_scan;
+pub(crate) mod stub_libcuda;
 pub(crate) mod walk;

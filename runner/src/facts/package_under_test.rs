@@ -16,7 +16,7 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
 use serde::Serialize;
 
-use crate::facts::runtime_scan::{device_ranges, runtime_in, FoundRuntime};
+use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime};
 use crate::facts::walk::{resolve, walk, PathError};
 
 /// The store directory package paths live in.
@@ -263,14 +263,17 @@ fn scan_file(path: &Path) -> Result<Option<ScannedFile>, String> {
     if !elf && !archive && !fatbin {
         return Ok(None);
     }
-    let gpu_code = read_gpu_code(data).map_err(|e| format!("its GPU code: {e}"))?;
+    // An ELF file's GPU code and runtime strings in one pass; an archive's runtime by name.
+    let (gpu_code, runtime) = if elf {
+        gpu_code_and_runtime(path, data)
+    } else {
+        let code = read_gpu_code(data);
+        let runtime = archive.then(|| runtime_in(path, None, &[])).flatten();
+        (code, runtime)
+    };
+    let gpu_code = gpu_code.map_err(|e| format!("its GPU code: {e}"))?;
     let dynamic = if elf {
         dynamic_info(data).map_err(|e| e.to_string())?
-    } else {
-        None
-    };
-    let runtime = if elf || archive {
-        runtime_in(path, elf.then_some(data), &device_ranges(&gpu_code))
     } else {
         None
     };

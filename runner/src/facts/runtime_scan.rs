@@ -19,7 +19,8 @@ use memchr::memmem;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 use serde::Serialize;
 
-use cuda_sandbox_elfkit::fatbin::GpuCode;
+use cuda_sandbox_elfkit::fatbin::strings::CStrings;
+use cuda_sandbox_elfkit::fatbin::{read_gpu_code_and_strings, FatbinError, GpuCode};
 
 use crate::cuda::version::CudaVersion;
 
@@ -180,7 +181,7 @@ fn outside<'a>(bytes: &'a [u8], at: usize, device: &[Range<usize>], out: &mut Ve
 }
 
 /// The file ranges of `code`'s containers, sorted and merged: what [`regions`] leaves out.
-pub(crate) fn device_ranges(code: &GpuCode) -> Vec<Range<usize>> {
+pub fn device_ranges(code: &GpuCode) -> Vec<Range<usize>> {
     let mut ranges: Vec<Range<usize>> = code
         .containers
         .iter()
@@ -241,6 +242,46 @@ pub fn static_runtime_in(data: &[u8]) -> Option<StaticEvidence> {
     static_runtime_outside(data, &[])
 }
 
+/// Every string this module looks for in a file's data, in this order: [`runtime_markers`],
+/// [`DRIVER_NAME`], and the two API names that bound the version.
+fn searched_strings() -> Vec<&'static str> {
+    let mut all = runtime_markers();
+    all.extend([DRIVER_NAME, NAME_OF_12, NAME_FROM_13]);
+    all
+}
+
+/// Which of [`searched_strings`] a file's data holds, when a reader found them already (the
+/// magic scan: [`gpu_code_and_runtime`]). The strings past the first [`DECIDING`] are known
+/// only where one of those is there.
+type Found<'a> = Option<&'a [bool]>;
+
+/// The markers that decide alone: without one of the first two, three of the four cannot be
+/// there.
+const DECIDING: usize = 4 + 1 - MARKERS_NEEDED; // of the four markers
+
+/// Whether `found` knows the strings past the deciding markers.
+fn knows_all(found: Found) -> Found {
+    found.filter(|f| f[..DECIDING].contains(&true))
+}
+
+/// An ELF file's GPU code and the CUDA runtime in it, its data read once: elfkit's magic
+/// scan looks for the runtime's strings in the data sections as it reads them
+/// ([`read_gpu_code_and_strings`]), over the same bytes [`regions`] gives (the data sections
+/// outside the containers); where it cannot ([`CStrings::found`] is `None`), they are looked
+/// for here as [`runtime_in`] does. The runtime is [`runtime_in`]'s, whatever reads the strings.
+pub fn gpu_code_and_runtime(
+    path: &Path,
+    data: &[u8],
+) -> (Result<GpuCode, FatbinError>, Option<FoundRuntime>) {
+    // The rest only where a deciding marker is (as static_runtime_outside searches).
+    let mut strings = CStrings::gated(&searched_strings(), DECIDING);
+    let code = read_gpu_code_and_strings(data, &mut strings);
+    let device = code.as_ref().map(device_ranges).unwrap_or_default();
+    let found = strings.found().filter(|_| code.is_ok());
+    let runtime = runtime_found(path, Some(data), &device, found);
+    (code, runtime)
+}
+
 /// [`static_runtime_in`], the file ranges `device` ([`device_ranges`]) left out of the data
 /// searched. The markers that decide alone first: without the first two, three of the four
 /// cannot be there, and no more is read.
@@ -248,17 +289,29 @@ pub(crate) fn static_runtime_outside(
     data: &[u8],
     device: &[Range<usize>],
 ) -> Option<StaticEvidence> {
-    let (read_only, code) = regions(data, device);
+    static_runtime_found(data, device, None)
+}
+
+/// [`static_runtime_outside`], with the strings already `found` when a reader found them.
+fn static_runtime_found(
+    data: &[u8],
+    device: &[Range<usize>],
+    found: Found,
+) -> Option<StaticEvidence> {
     let all = runtime_markers();
-    let deciding = all.len() - MARKERS_NEEDED + 1;
-    let first = strings_present(&read_only, &all[..deciding]);
-    if !first.contains(&true) {
-        return None;
-    }
-    let mut rest: Vec<&str> = all[deciding..].to_vec();
-    rest.extend([DRIVER_NAME, NAME_OF_12, NAME_FROM_13]);
-    let later = strings_present(&read_only, &rest);
-    let present = [first, later].concat();
+    let present = match found {
+        Some(found) if !found[..DECIDING].contains(&true) => return None,
+        Some(found) => found.to_vec(),
+        None => {
+            let (read_only, _) = regions(data, device);
+            let first = strings_present(&read_only, &all[..DECIDING]);
+            if !first.contains(&true) {
+                return None;
+            }
+            let later = strings_present(&read_only, &searched_strings()[DECIDING..]);
+            [first, later].concat()
+        }
+    };
     let markers: Vec<&'static str> = all
         .iter()
         .zip(&present)
@@ -270,6 +323,7 @@ pub(crate) fn static_runtime_outside(
     if markers.len() < MARKERS_NEEDED || !driver {
         return None;
     }
+    let (_, code) = regions(data, device);
     Some(StaticEvidence {
         markers,
         version: version_of(names_12, names_13, &code),
@@ -335,10 +389,18 @@ fn version_of(names_12: bool, names_13: bool, code: &[&[u8]]) -> Option<ContentV
 /// and it agrees with the API names below; else `12.x` when the runtime's table of API names has
 /// `cudaGetDeviceProperties_v2` (12.0 to 12.9) and not `cudaLogsCurrent` (13.0 on); else
 /// `None` (13.0's names bound it from below only, and a future major may keep them). The file
-/// ranges `device` ([`device_ranges`]) are left out of the data.
-fn runtime_version_outside(data: &[u8], device: &[Range<usize>]) -> Option<ContentVersion> {
+/// ranges `device` ([`device_ranges`]) are left out of the data; the API names are taken from
+/// `found` when a reader found them.
+fn runtime_version_outside(
+    data: &[u8],
+    device: &[Range<usize>],
+    found: Found,
+) -> Option<ContentVersion> {
     let (read_only, code) = regions(data, device);
-    let names = strings_present(&read_only, &[NAME_OF_12, NAME_FROM_13]);
+    let names = match found {
+        Some(found) => found[found.len() - 2..].to_vec(),
+        None => strings_present(&read_only, &[NAME_OF_12, NAME_FROM_13]),
+    };
     version_of(names[0], names[1], &code)
 }
 
@@ -399,6 +461,16 @@ pub fn runtime_in(
     data: Option<&[u8]>,
     device: &[Range<usize>],
 ) -> Option<FoundRuntime> {
+    runtime_found(path, data, device, None)
+}
+
+/// [`runtime_in`], with [`searched_strings`] already found (`strings`) when a reader found them.
+fn runtime_found(
+    path: &Path,
+    data: Option<&[u8]>,
+    device: &[Range<usize>],
+    strings: Found,
+) -> Option<FoundRuntime> {
     let name = path.file_name()?.to_string_lossy();
     let named = version_named_by(path);
     let from_name = |version: &Option<String>| match version {
@@ -415,7 +487,7 @@ pub fn runtime_in(
         let exact = named.as_ref().is_some_and(|v| !v.ends_with(".x"));
         let content = data
             .filter(|_| !exact)
-            .and_then(|d| static_runtime_outside(d, device))
+            .and_then(|d| static_runtime_found(d, device, strings))
             .and_then(|e| e.version)
             .filter(|c| {
                 named
@@ -446,10 +518,10 @@ pub fn runtime_in(
     let (why, content) = if defines_runtime(data) {
         (
             "symbol cudaGetDriverEntryPoint".to_owned(),
-            runtime_version_outside(data, device),
+            runtime_version_outside(data, device, knows_all(strings)),
         )
     } else {
-        let evidence = static_runtime_outside(data, device)?;
+        let evidence = static_runtime_found(data, device, strings)?;
         (evidence.describe(), evidence.version)
     };
     let (version, source) = match content {

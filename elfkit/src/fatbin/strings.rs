@@ -1,0 +1,309 @@
+//! C strings looked for in an ELF file's data while the magic scan reads it
+//! ([`super::read_gpu_code_and_strings`]), so that a caller who needs both (the runner's search
+//! for a static CUDA runtime's own strings) reads the data once: each block is searched for
+//! the container magic and for every string not yet found while it is in the CPU's cache.
+//!
+//! What is searched: the file's allocated data sections (`object`'s `Data`, `ReadOnlyData` and
+//! `ReadOnlyString`: `.rodata`, `.rodata.str1.1`, `.data.rel.ro`, `.data`, …; never code, and
+//! never `.nv_fatbin`, `__nv_relfatbin` or `.nvFatBinSegment`), outside every container found,
+//! each section on its own: a string counts when it lies, with its NUL, inside one section and
+//! between containers.
+
+use memchr::memmem;
+
+/// Bytes searched at a time: small enough to stay in the cache while the magic and every
+/// string are looked for in them.
+pub(crate) const BLOCK: usize = 256 << 10;
+
+/// Which of some C strings the data holds, found as the magic scan goes.
+pub struct CStrings {
+    /// Each string with its NUL.
+    needles: Vec<Vec<u8>>,
+    /// A searcher for each, built once (a file's data between containers is searched in many
+    /// small pieces: cuFFT's in 24,454).
+    finders: Vec<memmem::Finder<'static>>,
+    /// Whether each was found.
+    found: Vec<bool>,
+    /// The strings from this index on are looked for only when one before it is there
+    /// ([`CStrings::gated`]).
+    gate: usize,
+    /// Whether the strings past the gate are looked for.
+    open: bool,
+    /// A string before the gate was found after bytes had been searched without the later
+    /// ones: those are not known for the whole data.
+    missed: bool,
+    /// Whether the search covered what the module documentation says (a file whose data
+    /// sections overlap, or that has none, is not searched here).
+    covered: bool,
+}
+
+impl CStrings {
+    /// A search for `texts`, each looked for as a C string (followed by its NUL; a longer
+    /// string ending in it counts too, as the linker merges such tails). Each must be
+    /// non-empty printable ASCII: no such string can hold a container's magic (whose second
+    /// byte is 0xed), so none lies across the start of a container.
+    pub fn new(texts: &[&str]) -> CStrings {
+        CStrings::gated(texts, texts.len())
+    }
+
+    /// [`CStrings::new`], the strings from `gate` on looked for only when one of those before
+    /// it is found in a section's last block (where a static runtime's strings are), as a
+    /// caller that needs them only then would search: a file holding none of the first ones
+    /// costs their search alone.
+    pub fn gated(texts: &[&str], gate: usize) -> CStrings {
+        let ascii = texts
+            .iter()
+            .all(|t| !t.is_empty() && t.bytes().all(|b| (0x20..0x7f).contains(&b)));
+        let needles: Vec<Vec<u8>> = texts
+            .iter()
+            .map(|t| [t.as_bytes(), b"\0"].concat())
+            .collect();
+        CStrings {
+            finders: needles
+                .iter()
+                .map(|n| memmem::Finder::new(n).into_owned())
+                .collect(),
+            needles,
+            found: vec![false; texts.len()],
+            gate: gate.min(texts.len()),
+            open: gate >= texts.len(),
+            missed: false,
+            covered: ascii,
+        }
+    }
+
+    /// For each string, whether the data holds it; `None` when the search could not cover the
+    /// data as [the module](self) says (the caller searches itself then). With a gate
+    /// ([`CStrings::gated`]) and none of the strings before it found, a later one reads
+    /// `false` unless it was found in a section's last block.
+    pub fn found(&self) -> Option<&[bool]> {
+        (self.covered && !self.missed).then_some(&self.found[..])
+    }
+
+    /// Whether the search is still of use: it covers the data and some string is missing.
+    pub(crate) fn wanted(&self) -> bool {
+        self.covered && !self.missed && self.found.contains(&false)
+    }
+
+    /// Marks the search as not covering the data.
+    pub(crate) fn give_up(&mut self) {
+        self.covered = false;
+    }
+
+    /// The longest string, NUL included, less one: how far a match may run past a block.
+    fn overlap(&self) -> usize {
+        self.needles.iter().map(Vec::len).max().unwrap_or(1) - 1
+    }
+
+    /// Looks for the missing strings starting in `data[from..to]` and ending by `limit`, in
+    /// blocks of [`BLOCK`], but those `ahead` defers; `excluded(start, end)` rejects a match
+    /// lying on bytes that are not searched (containers found another way).
+    pub(crate) fn search(
+        &mut self,
+        data: &[u8],
+        (from, to, limit): (usize, usize, usize),
+        ahead: Option<&Ahead>,
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
+        let skip = |i: usize| ahead.is_some_and(|a| a.deferred[i]);
+        let wanted: Vec<usize> = (0..self.needles.len())
+            .filter(|&i| !self.found[i] && !skip(i) && (i < self.gate || self.open))
+            .collect();
+        self.search_for(data, (from, to, limit), &wanted, excluded);
+    }
+
+    /// Looks for the strings `wanted` (indices), as [`CStrings::search`] says.
+    fn search_for(
+        &mut self,
+        data: &[u8],
+        (from, to, limit): (usize, usize, usize),
+        wanted: &[usize],
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
+        if !self.covered || wanted.is_empty() {
+            return;
+        }
+        let overlap = self.overlap();
+        let to = to.min(limit);
+        let mut p = from;
+        while p < to && wanted.iter().any(|&i| !self.found[i]) {
+            let block_end = to.min(p + BLOCK);
+            let window = &data[p..limit.min(block_end + overlap)];
+            for &i in wanted {
+                if self.found[i] {
+                    continue;
+                }
+                let len = self.needles[i].len();
+                self.found[i] = self.finders[i]
+                    .find_iter(window)
+                    .take_while(|&at| p + at < block_end)
+                    .any(|at| !excluded(p + at, p + at + len));
+                if self.found[i] && i < self.gate && !self.open {
+                    // The later strings were not looked for in the bytes searched so far.
+                    self.missed = true;
+                }
+            }
+            p = block_end;
+        }
+    }
+
+    /// Looks ahead in the last [`BLOCK`] of the section `data[start..end]`, before any section
+    /// is scanned (a program's static runtime is linked last, so its strings end `.rodata`):
+    /// each missing string found there, off `excluded`, is left out of the section's forward
+    /// search until [`CStrings::settle`] knows its containers.
+    pub(crate) fn look_ahead(
+        &self,
+        data: &[u8],
+        (start, end): (usize, usize),
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) -> Ahead {
+        let mut ahead = Ahead {
+            start,
+            end,
+            whole: end - start <= BLOCK,
+            candidates: Vec::new(),
+            deferred: vec![false; self.needles.len()],
+        };
+        self.look_ahead_for(data, &mut ahead, 0..self.gate, excluded);
+        ahead
+    }
+
+    /// Looks ahead for the strings past the gate too, once it is open.
+    pub(crate) fn look_ahead_past_gate(
+        &self,
+        data: &[u8],
+        ahead: &mut Ahead,
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
+        if self.open {
+            self.look_ahead_for(data, ahead, self.gate..self.needles.len(), excluded);
+        }
+    }
+
+    /// [`CStrings::look_ahead`] for the strings `ids`.
+    fn look_ahead_for(
+        &self,
+        data: &[u8],
+        ahead: &mut Ahead,
+        ids: std::ops::Range<usize>,
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
+        let (start, end) = (ahead.start, ahead.end);
+        let from = start.max(end.saturating_sub(BLOCK));
+        for i in ids {
+            let finder = &self.finders[i];
+            if self.found[i] || !self.covered {
+                continue;
+            }
+            // A section no longer than a block is searched whole here: every match is known.
+            ahead.deferred[i] |= ahead.whole;
+            for at in finder.find_iter(&data[from..end]) {
+                let (a, b) = (from + at, from + at + self.needles[i].len());
+                if !excluded(a, b) {
+                    ahead.candidates.push((i, a));
+                    ahead.deferred[i] = true;
+                }
+            }
+        }
+    }
+
+    /// Opens the gate when a string before it was found ahead in some section: the later
+    /// strings are then looked for in every section from its start.
+    pub(crate) fn open_gate(&mut self, aheads: &[&Ahead]) {
+        let gate = self.gate;
+        self.open = self.open
+            || aheads
+                .iter()
+                .any(|a| a.candidates.iter().any(|&(i, _)| i < gate));
+    }
+
+    /// Settles what [`CStrings::look_ahead`] deferred in one section, now that `containers`
+    /// (the section's, sorted, disjoint) are known: a string with a candidate outside them is
+    /// found; one whose candidates all lie inside is searched for between them (unless the
+    /// look-ahead read the whole section, and so knows it is not there).
+    pub(crate) fn settle(
+        &mut self,
+        data: &[u8],
+        ahead: &Ahead,
+        containers: &[(usize, usize)],
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
+        let inside = |a: usize| {
+            let i = containers.partition_point(|&(_, e)| e <= a);
+            containers.get(i).is_some_and(|&(s, _)| s <= a)
+        };
+        for &(i, a) in &ahead.candidates {
+            if !inside(a) {
+                self.found[i] = true;
+            }
+        }
+        for i in 0..self.needles.len() {
+            if !ahead.deferred[i] || self.found[i] || ahead.whole {
+                continue;
+            }
+            let mut from = ahead.start;
+            for &(s, e) in containers {
+                self.search_for(data, (from, s, s), &[i], excluded);
+                from = from.max(e);
+            }
+            self.search_for(data, (from, ahead.end, ahead.end), &[i], excluded);
+        }
+    }
+}
+
+/// What a section's last block holds ([`CStrings::look_ahead`]), yet to be settled against
+/// the section's containers.
+pub(crate) struct Ahead {
+    /// The section's file range.
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    /// Whether the last block is the whole section (so every match of a string looked for is
+    /// among the candidates).
+    whole: bool,
+    /// `(string, start)` of each match found there.
+    candidates: Vec<(usize, usize)>,
+    /// The strings left out of the section's forward search.
+    deferred: Vec<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: usize, _: usize) -> bool {
+        false
+    }
+
+    #[test]
+    fn strings_are_found_across_blocks_within_the_limit_and_outside_exclusions() {
+        let text = "cudaErrorCudartUnloading";
+        for at in [0, BLOCK - 10, BLOCK - 1, BLOCK, 2 * BLOCK - 3] {
+            let mut data = vec![0x41u8; 3 * BLOCK];
+            data[at..at + text.len()].copy_from_slice(text.as_bytes());
+            data[at + text.len()] = 0;
+            let mut s = CStrings::new(&[text, "libcuda.so.1"]);
+            s.search(&data, (0, data.len(), data.len()), None, &never);
+            assert_eq!(s.found(), Some(&[true, false][..]), "at {at}");
+            // Starting at or after `to`: not found here.
+            let mut s = CStrings::new(&[text]);
+            s.search(&data, (0, at, data.len()), None, &never);
+            assert_eq!(s.found(), Some(&[false][..]), "at {at}");
+            // Ending past `limit`: not found.
+            let mut s = CStrings::new(&[text]);
+            s.search(&data, (0, data.len(), at + text.len()), None, &never);
+            assert_eq!(s.found(), Some(&[false][..]), "at {at}");
+            // On excluded bytes: not found.
+            let mut s = CStrings::new(&[text]);
+            let inside = |a: usize, b: usize| a < at + 1 && b > at;
+            s.search(&data, (0, data.len(), data.len()), None, &inside);
+            assert_eq!(s.found(), Some(&[false][..]), "at {at}");
+        }
+    }
+
+    #[test]
+    fn only_printable_ascii_strings_are_searched_here() {
+        assert!(CStrings::new(&["a\u{e9}"]).found().is_none());
+        assert!(CStrings::new(&[""]).found().is_none());
+        assert!(CStrings::new(&["libcuda.so.1"]).found().is_some());
+    }
+}
