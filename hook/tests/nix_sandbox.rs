@@ -98,7 +98,9 @@ fn tagged_build_sees_gpu_and_driver_closure_untagged_sees_nothing() {
     }
     let host = Host::new(true);
     let closure = host.install_store_driver();
-    let (ok, log, reports) = probe(&host.sandbox(), &closure, &[]);
+    // Every probe but sm90a, which needs a builder advertising cuda-sm-90a (remote_build.rs).
+    let attrs = ["tagged", "untagged", "structured", "other-feature"];
+    let (ok, log, reports) = probe(&host.sandbox(), &closure, &attrs);
     assert!(ok, "nix-build failed:\n{log}");
     assert_eq!(reports.len(), 4, "{reports:?}");
 
