@@ -254,7 +254,7 @@
                 configs = lib.attrValues (lib.mapAttrs pkgs.writeText result.configs);
               }
               # --content-only: inside the sandbox the store file is owned by an unmapped uid;
-              # the hook's own ownership check is tested elsewhere (hook/tests/cli.rs).
+              # the hook's own ownership check is tested elsewhere (hook/tests/cli/).
               ''
                 for c in $configs; do cuda-sandbox-hook check-config --content-only --config "$c"; done
                 echo "${toString result.passed} evaluation checks passed" > $out

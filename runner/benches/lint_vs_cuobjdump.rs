@@ -1,6 +1,6 @@
 //! `cuda-sandbox-check lint --json FILE` end to end against NVIDIA's `cuobjdump --list-elf
 //! --list-ptx FILE`, on every library of the vendor corpus (the files
-//! `runner/tests/vendor_verdicts.rs` judges, fetched by `scripts/nvidia-userspace`).
+//! `runner/tests/vendor_verdicts/` judges, fetched by `scripts/nvidia-userspace`).
 //!
 //! `cargo bench -p cuda-sandbox-check --bench lint_vs_cuobjdump` prints, per library, two
 //! quantities, labelled, with the page cache warm (each file is read once first):

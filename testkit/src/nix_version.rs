@@ -86,7 +86,7 @@ impl NixVersion {
     /// Chroot layout: the hook's second argument. Nix 2.8 passes the sandbox root
     /// `<store>/<hash>-<name>.drv.chroot` (or under the build directory); 2.26 and 2.34 pass
     /// `….chroot/root`, a `root` directory inside it (measured: the hook logs its arguments,
-    /// `hook/tests/nix_versions.rs`).
+    /// `hook/tests/nix_versions/`).
     pub fn chroot_is_a_root_subdirectory(self) -> bool {
         self >= MEASURED_NEWER
     }
@@ -102,7 +102,7 @@ impl NixVersion {
     /// `$NIX_ATTRS_JSON_FILE` names `.attrs.json` inside the sandbox (`$NIX_BUILD_TOP/.attrs.json`):
     /// 2.26 and 2.34 (Nix 2.15 onwards, NixOS/nix#8053); 2.8 names the file by its path
     /// outside the sandbox, which a sandboxed builder cannot open (measured:
-    /// `runner/tests/nix_sandbox.rs` prints it from the builder).
+    /// `runner/tests/nix_sandbox/` prints it from the builder).
     pub fn names_attrs_json_inside_the_sandbox(self) -> bool {
         self >= MEASURED_NEWER
     }
@@ -204,7 +204,7 @@ impl NixVersion {
 
     /// What a client that cannot build locally (`max-jobs = 0`) prints when no machine of
     /// `builders` supports a derivation's `features` on `system` (measured:
-    /// `hook/tests/fleet_ssh_ng.rs`): every version first says "Failed to find a machine for
+    /// `hook/tests/fleet_ssh_ng/`): every version first says "Failed to find a machine for
     /// remote build!" and the required features, which 2.8 lists bare and 2.26 and 2.34 in
     /// brackets; then 2.8's error is "unable to start any build; remote machines may not have
     /// all required system features.", 2.26's the same capitalised on lines of its own, and

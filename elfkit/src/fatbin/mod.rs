@@ -13,7 +13,7 @@
 //! - [`verdict`] turns the modules of a file into one verdict, by a stated policy.
 //!
 //! The layout was read from NVIDIA's files and checked against NVIDIA's `cuobjdump` 13.5, which
-//! the differential test (`elfkit/tests/fatbin_differential.rs`) keeps as the oracle;
+//! the differential test (`elfkit/tests/fatbin_differential/`) keeps as the oracle;
 //! `docs/fatbin.md` has the field facts and their sources. Every input is untrusted: a truncated
 //! or hostile file gives a [`FatbinError`], in time linear in its size and memory bounded by
 //! the number of entry headers it really holds.

@@ -237,7 +237,7 @@ mod tests {
 
     /// A Zstandard frame written by the zstd command-line tool (`printf 'hello hello hello
     /// hello hello hello!\n' | zstd -19 -c`): the decoder is held to another encoder, not to
-    /// itself; NVIDIA's frames are held to cuobjdump in elfkit/tests/fatbin_differential.rs.
+    /// itself; NVIDIA's frames are held to cuobjdump in elfkit/tests/fatbin_differential/.
     #[test]
     fn a_zstd_frame_that_claims_too_much_or_too_little_is_refused() {
         let frame: &[u8] = &[

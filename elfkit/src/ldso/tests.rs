@@ -1,6 +1,6 @@
 //! The model on fake trees: the search order, the RPATH chain, `dlopen`, objects loaded once,
 //! the cache, and what Nixpkgs' glibc does differently. The real loader is the oracle in
-//! `tests/ldso_differential.rs`.
+//! `tests/ldso_differential/`.
 
 use super::cache::tests::build as build_cache;
 use super::*;

@@ -1,4 +1,4 @@
-# Derivations for hook/tests/drv_differential.rs: each attribute is one corpus item, instantiated
+# Derivations for hook/tests/drv_differential/: each attribute is one corpus item, instantiated
 # with Debian's Nix 2.8 (`nix-instantiate corpus.nix -A NAME`) and compared, field by field, with
 # `nix show-derivation`. Nothing here is ever built: the builders are never run.
 #

@@ -1,6 +1,6 @@
 # A tagged derivation that reports what a CDI rule gave it: the spec's device nodes, the
 # libraries the hook relocated to the driver link, what it left out, and the manifest. Used by
-# hook/tests/cdi.rs. `readPaths` are files the probe tries to read (closure members, passed
+# hook/tests/cdi/. `readPaths` are files the probe tries to read (closure members, passed
 # without string context, so Nix does not add them to the sandbox by itself).
 {
   nonce,

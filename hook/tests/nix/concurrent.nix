@@ -1,5 +1,5 @@
 # `count` tagged derivations that report what the sandbox shows them, for
-# hook/tests/concurrency.rs. Each writes to $out: `start <time>`, one `char <node>` line per
+# hook/tests/concurrency/. Each writes to $out: `start <time>`, one `char <node>` line per
 # NVIDIA device node it sees (MIG capability nodes included), its manifest, `read`/`unreadable` for each of `readPaths`, then
 # sleeps `sleep` seconds and writes `end <time>`. `nonce` forces fresh builds; it is also in
 # the builder's command line, so a test can find a builder among the host's processes.

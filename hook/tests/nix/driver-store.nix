@@ -1,5 +1,5 @@
 # A fake driver as a store path whose closure holds three paths: driver -> lib-b -> lib-c.
-# Built (untagged) by hook/tests/nix_sandbox.rs, then used as the target of a driver link.
+# Built (untagged) by hook/tests/nix_sandbox/, then used as the target of a driver link.
 { nonce }:
 let
   c = builtins.toFile "fake-dep-c-${nonce}" "closure member c\n";

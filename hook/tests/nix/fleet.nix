@@ -1,4 +1,4 @@
-# A GPU check that requires `features` (space-separated), built by hook/tests/fleet_ssh_ng.rs
+# A GPU check that requires `features` (space-separated), built by hook/tests/fleet_ssh_ng/
 # through a fleet of ssh-ng builders: its builder is cuda-sandbox-check (`runner`, the built
 # runner's absolute path, copied into the store), which runs devices::features on the GPU the
 # builder's hook exposed and writes its report to $out. `nonce` forces a fresh build each run.

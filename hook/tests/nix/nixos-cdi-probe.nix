@@ -1,7 +1,7 @@
 # A tagged derivation that reports what the NixOS module's CDI rule gave it: the nodes (GPUs
 # and their DRM nodes) of the spec `hardware.nvidia-container-toolkit` generates, the driver
 # library the hook relocated to the driver link, the FHS program it left out, and the
-# manifest. Used by hook/tests/cdi.rs.
+# manifest. Used by hook/tests/cdi/.
 # `readPaths` are files the probe tries to read (closure members, passed without string
 # context, so Nix does not add them to the sandbox by itself).
 {

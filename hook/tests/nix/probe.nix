@@ -1,4 +1,4 @@
-# Derivations that report what the sandbox shows them. Used by hook/tests/nix_sandbox.rs.
+# Derivations that report what the sandbox shows them. Used by hook/tests/nix_sandbox/.
 # `nonce` forces a fresh build each run; `readPaths` are files the probe tries to read (passed
 # without string context, so Nix does not add them to the sandbox by itself).
 {

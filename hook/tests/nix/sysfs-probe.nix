@@ -1,5 +1,5 @@
 # Derivations that report what of /sys the sandbox shows them, and what Debian's hwloc finds
-# there. Used by hook/tests/sysfs.rs. `nonce` forces a fresh build each run; `sleep` keeps the
+# there. Used by hook/tests/sysfs/. `nonce` forces a fresh build each run; `sleep` keeps the
 # builder running for that many seconds first (for the test that kills a build).
 {
   nonce,

@@ -685,7 +685,7 @@ mod tests {
 
     #[test]
     fn a_directory_named_stubs_is_no_finding_and_rpath_counts_without_runpath() {
-        // Only what a directory holds counts (tests/lint.rs puts NVIDIA's stub in one).
+        // Only what a directory holds counts (tests/lint/ puts NVIDIA's stub in one).
         let stubs = info(
             &["libcuda.so.1"],
             Some("/nix/store/t-cuda/lib/stubs:/run/opengl-driver/lib"),

@@ -4,7 +4,7 @@
 //! CUDA 12.9, sections `.shstrtab`, `.strtab`, `.symtab`, `.nv.callgraph` and nothing that can
 //! be launched or read), and a module of the saxpy PTX the kernel check JIT-compiles. The
 //! layout is `docs/fatbin.md`'s; elfkit reads both back, and NVIDIA's cuobjdump lists them
-//! (runner/tests/gpu_confirm.rs).
+//! (runner/tests/gpu_confirm/).
 
 use crate::cuda::gpu::SAXPY_PTX;
 

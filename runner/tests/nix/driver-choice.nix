@@ -1,6 +1,6 @@
 # A tagged derivation whose builder is cuda-sandbox-check (no shell), finding libcuda through
 # `libraryPath` (LD_LIBRARY_PATH), as a nixpkgs binary finds it through DT_RUNPATH. Built by
-# runner/tests/driver_choice_e2e.rs; the runner reads the hook's manifest by default and its
+# runner/tests/driver_choice_e2e/; the runner reads the hook's manifest by default and its
 # report goes to $out. `libraryPath` is a plain string, so Nix adds nothing to the sandbox
 # for it: what the build sees is what the hook exposed. `nonce` forces a fresh build.
 {

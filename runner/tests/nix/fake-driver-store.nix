@@ -1,4 +1,4 @@
-# FAKE NVIDIA drivers as store paths, built (untagged) by runner/tests/driver_choice_e2e.rs.
+# FAKE NVIDIA drivers as store paths, built (untagged) by runner/tests/driver_choice_e2e/.
 # `host` and `compat` are directories assembled by fake_driver (libraries and fake-driver.conf).
 # The host driver lands in $out/lib (the target of a NixOS driver link), the compat driver in
 # $out/compat (as cuda_compat ships it). Each output references its source store path, so its

@@ -1,5 +1,5 @@
 # A tagged derivation requiring `features` (space-separated) whose builder runs the
-# devices::features check with cuda-sandbox-check. Built by runner/tests/nix_sandbox.rs.
+# devices::features check with cuda-sandbox-check. Built by runner/tests/nix_sandbox/.
 # With `structured = "1"` it uses structured attrs: no attribute is exported, so the builder
 # (bash) takes $out and the runner's path from .attrs.sh and the runner reads the features
 # from .attrs.json; without, the runner reads $requiredSystemFeatures. The builder prints

@@ -1,5 +1,5 @@
 # A tagged derivation whose builder is cuda-sandbox-check itself (no shell): it checks the GPU
-# the hook exposed and writes its JSON report to $out. Built by runner/tests/nix_sandbox.rs.
+# the hook exposed and writes its JSON report to $out. Built by runner/tests/nix_sandbox/.
 # `runner` is the absolute path of the built runner (copied into the store); `nonce` forces a
 # fresh build each run.
 # `threads` ("" = libtest's default) makes the log's "test NAME ... ok" lines whole for tests

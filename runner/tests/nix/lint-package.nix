@@ -1,4 +1,4 @@
-# A package for the lint's closure walk, built (untagged) by runner/tests/driver_choice_e2e.rs:
+# A package for the lint's closure walk, built (untagged) by runner/tests/driver_choice_e2e/:
 # its own files (`package`: ELF files made by the test) plus a reference to a FAKE toolkit store
 # path (`toolkit`: holding a static CUDA archive), so the archive is in its runtime closure but
 # not in the package itself.

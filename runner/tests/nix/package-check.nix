@@ -2,7 +2,7 @@
 # test, e.g. a library built by NVIDIA's ptxas and fatbinary) is copied into the store; the
 # tagged check derivation's builder is cuda-sandbox-check itself, with
 # `--package` and the closure Nix writes for it (exportReferencesGraph), since there is no
-# store database inside the sandbox. Built by runner/tests/nix_sandbox.rs; `nonce` forces a
+# store database inside the sandbox. Built by runner/tests/nix_sandbox/; `nonce` forces a
 # fresh build.
 # `ldLibraryPath` ("" for none: a runner whose DT_RUNPATH has the driver link, as Nixpkgs builds
 # it) is where the runner finds the driver.

@@ -1,0 +1,396 @@
+//! The cli tier of these tests (docs/testing.md).
+
+use super::*;
+
+#[test]
+fn lint_passes_compat_before_the_driver_link() {
+    let p = Package::new();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("right"), &p.dir("plain")]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("2 ELF, 1 using libcuda, 0 CUDA runtime(s), 0 with GPU code; 0 finding(s)"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn lint_fails_the_driver_link_before_compat_explained() {
+    let p = Package::new();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("wrong")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    let line = run.stdout.lines().next().unwrap();
+    for needle in [
+        "libwrong.so: DT_RUNPATH [/run/opengl-driver/lib:",
+        "has the driver link /run/opengl-driver/lib before the compat directory",
+        "the compat driver is ignored; put the compat directory first",
+    ] {
+        assert!(line.contains(needle), "{needle:?} not in {line}");
+    }
+}
+
+/// NVIDIA's stub libcuda is found by what it is: in the toolkit's `stubs` directory under the
+/// name the loader opens, and renamed into a directory of any other name; the fixtures' fake
+/// libcuda and the real 535 driver in the same places are not taken for it.
+#[test]
+fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
+    let test = "lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let (stub_11, stub_12) = (real.stub_libcuda("11.8"), real.stub_libcuda("12.4"));
+    if !real.has(test, &stub_11) || !real.has(test, &stub_12) {
+        return;
+    }
+    let p = Package::new();
+    // The toolkit's stubs directory as a package may leave it: the stub and a libcuda.so.1
+    // link to it (what the loader opens for DT_NEEDED libcuda.so.1).
+    std::fs::copy(&stub_11, p.stubs.join("libcuda.so")).unwrap();
+    std::os::unix::fs::symlink("libcuda.so", p.stubs.join("libcuda.so.1")).unwrap();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("stubs")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    let stubs = p.stubs.display();
+    assert!(
+        run.stdout.contains(&format!(
+            "libstubs.so: DT_RUNPATH entry {stubs} holds {stubs}/libcuda.so.1, NVIDIA's stub \
+             libcuda (545 driver entry points, each returning 34, CUDA_ERROR_STUB_LIBRARY): \
+             loaded at run time instead of the driver"
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("1 finding(s)"), "{}", run.stdout);
+
+    // The 12.4 stub renamed to libcuda.so.1 beside its user, found through $ORIGIN.
+    let user = p.root.join("user.c");
+    std::fs::write(
+        &user,
+        "int cuInit(unsigned int);\nint f(void) { return cuInit(0); }\n",
+    )
+    .unwrap();
+    let runpath = format!("$ORIGIN:{LINK}");
+    p.library("renamed", Some(&runpath), &user, true);
+    let renamed = p.root.join("renamed/lib/libcuda.so.1");
+    std::fs::copy(&stub_12, &renamed).unwrap();
+    let run = lint(&[&p.dir("renamed")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    for needle in [
+        format!(
+            "stub libcuda: {}: NVIDIA's stub libcuda (625 driver entry points",
+            renamed.display()
+        ),
+        format!(
+            "librenamed.so: DT_RUNPATH entry $ORIGIN holds {}, NVIDIA's stub libcuda (625",
+            renamed.display()
+        ),
+    ] {
+        assert!(run.stdout.contains(&needle), "{needle}\n{}", run.stdout);
+    }
+    let run = lint(&["--json", &p.dir("renamed")]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["schema"], 3);
+    assert_eq!(
+        report["stub_libcuda"],
+        serde_json::json!([{"file": renamed, "entry_points": 625}]),
+        "{report:#}"
+    );
+
+    // The fixtures' fake libcuda and Debian's 535 driver, each beside a user the same way.
+    let fake = common::artifacts_dir().join("libfake_libcuda.so");
+    for (name, libcuda) in [("fake", fake), ("driver", real.libcuda_file(Branch::R535))] {
+        p.library(name, Some(&runpath), &user, true);
+        std::fs::copy(&libcuda, p.root.join(name).join("lib/libcuda.so.1")).unwrap();
+        let run = lint(&[&p.dir(name)]);
+        assert_eq!(run.code, 0, "{name}: {}", run.stdout);
+        assert!(!run.stdout.contains("stub"), "{name}: {}", run.stdout);
+    }
+}
+
+#[test]
+fn lint_fails_a_libcuda_user_without_the_driver_link() {
+    let p = Package::new();
+    let run = lint(&[&p.dir("nolink")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("needs libcuda but DT_RUNPATH [/nix/store/x-cuda/lib] lacks the driver link /run/opengl-driver/lib"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("autoAddDriverRunpath"));
+}
+
+#[test]
+fn lint_reports_static_cuda_archives() {
+    let p = Package::new();
+    let lib = p.root.join("right/lib");
+    let object = lib.join("x.o");
+    std::fs::write(lib.join("x.c"), "int x;\n").unwrap();
+    cc(&[
+        "-c",
+        "-o",
+        object.to_str().unwrap(),
+        lib.join("x.c").to_str().unwrap(),
+    ]);
+    let archive = lib.join("libcudart_static.a");
+    let ar = Command::new("ar")
+        .arg("rcs")
+        .arg(&archive)
+        .arg(&object)
+        .status()
+        .unwrap();
+    assert!(ar.success());
+    std::fs::write(lib.join("libz.a"), "!<arch>\n").unwrap();
+    let run = lint(&["--compat-dir", COMPAT, &p.dir("right")]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!(
+            "{}: static CUDA library in the package",
+            archive.display()
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("libz.a"), "{}", run.stdout);
+}
+
+#[test]
+fn lint_json_lists_every_finding_with_its_kind() {
+    let p = Package::new();
+    let run = lint(&[
+        "--json",
+        "--compat-dir",
+        COMPAT,
+        &p.root.display().to_string(),
+    ]);
+    assert_eq!(run.code, 101, "{}", run.stdout);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let mut kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        // The `stubs` directory holds a stub of this test's own, not NVIDIA's: no finding.
+        [
+            "compat-after-driver-link",
+            "compat-missing",
+            "no-driver-link"
+        ],
+        "{report:#}"
+    );
+    assert_eq!(report["libcuda_users"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn lint_check_in_the_harness_takes_compat_from_the_manifest() {
+    let p = Package::new();
+    let temp = tempfile::tempdir().unwrap();
+    let manifest = temp.path().join("manifest.json");
+    let m = Manifest {
+        version: MANIFEST_VERSION,
+        derivation: "/nix/store/x.drv".into(),
+        chroot: "/nix/store/x.drv.chroot".into(),
+        rules: vec!["nvidia".into()],
+        features: vec!["cuda".into()],
+        devices: Vec::new(),
+        leased_gpus: Vec::new(),
+        mig: None,
+        driver: DriverManifest {
+            kind: DriverKind::Compat,
+            libcuda: vec![format!("{COMPAT}/libcuda.so.1")],
+            cuda_version: Some(CudaVersion(12020)),
+            host_cuda_version: Some(CudaVersion(11040)),
+            kernel_driver: Some("470.82.01".into()),
+            compat_dir: Some(COMPAT.into()),
+            driver_link_lib: Some(LINK.into()),
+            reason: "compat".into(),
+        },
+    };
+    std::fs::write(&manifest, m.to_json()).unwrap();
+    let report = temp.path().join("report.json");
+    let run = |dir: &str| {
+        let output = Command::new(RUNNER)
+            .args(["--manifest", manifest.to_str().unwrap(), "--lint", dir])
+            .args(["--report", report.to_str().unwrap(), "--exact", "lint::elf"])
+            .output()
+            .unwrap();
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        (output.status.code(), report["checks"]["lint::elf"].clone())
+    };
+    let (code, right) = run(&p.dir("right"));
+    assert_eq!(code, Some(0), "{right:#}");
+    assert_eq!(right["verdict"], "pass");
+    assert_eq!(right["facts"]["compat_dir"], COMPAT);
+    let (code, wrong) = run(&p.dir("wrong"));
+    assert_eq!(code, Some(101), "{wrong:#}");
+    assert!(
+        wrong["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 finding(s); first: "),
+        "{wrong:#}"
+    );
+
+    let listed = Command::new(RUNNER)
+        .args(["--no-manifest", "--list", "--lint", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("lint::elf: test"));
+    let listed = Command::new(RUNNER)
+        .args(["--no-manifest", "--list"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("lint::elf"));
+}
+
+/// Every CUDA runtime of a package is listed, real ones included: shared libraries named as
+/// Nixpkgs names them, and a static copy of NVIDIA's real libcudart_static.a linked into a
+/// program here; two exact versions one process loads (the program, with the 11.8 runtime in
+/// its DT_NEEDED) are flagged as mixed.
+#[test]
+fn lint_lists_every_cuda_runtime_static_copies_included_and_flags_mixed_versions() {
+    use cuda_sandbox_testkit::real_nvidia::{Cudart, RealNvidia};
+    let Some(real) = RealNvidia::find("lint_lists_every_cuda_runtime") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let lib = temp.path().join("pkg/lib");
+    let bin = temp.path().join("pkg/bin");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(real.cudart(Cudart::V12_9), lib.join("libcudart.so.12.9.79")).unwrap();
+    std::fs::copy(real.cudart(Cudart::V11_8), lib.join("libcudart.so.11.8.89")).unwrap();
+    let source = temp.path().join("app.c");
+    std::fs::write(
+        &source,
+        "extern int cudaGetDriverEntryPoint(const char*, void**, unsigned long long, int*);\n\
+         int main(void) { void *p; int s; return cudaGetDriverEntryPoint(\"cuInit\", &p, 0, &s); }\n",
+    )
+    .unwrap();
+    let archive = real.cudart_dir(Cudart::V12_9).join("libcudart_static.a");
+    let app = bin.join("app");
+    cc(&[
+        "-o",
+        app.to_str().unwrap(),
+        source.to_str().unwrap(),
+        archive.to_str().unwrap(),
+        "-lpthread",
+        "-ldl",
+        "-lrt",
+        "-lstdc++",
+        // The 11.8 runtime too, by its soname through $ORIGIN/../lib: one process, two runtimes.
+        "-Wl,--no-as-needed,--enable-new-dtags,-rpath,$ORIGIN/../lib",
+        lib.join("libcudart.so.11.8.89").to_str().unwrap(),
+    ]);
+    std::os::unix::fs::symlink("libcudart.so.11.8.89", lib.join("libcudart.so.11.0")).unwrap();
+    let out = Command::new(RUNNER)
+        .args(["lint", "--no-manifest", "--json"])
+        .arg(temp.path().join("pkg"))
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let runtimes = report["cuda_runtimes"].as_array().unwrap();
+    let found: Vec<(String, String, String)> = runtimes
+        .iter()
+        .map(|r| {
+            (
+                Path::new(r["file"].as_str().unwrap())
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                r["form"].as_str().unwrap().to_owned(),
+                r["version"].as_str().unwrap_or("unknown").to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        found.contains(&("app".into(), "static-copy".into(), "12.9".into())),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&(
+            "libcudart.so.12.9.79".into(),
+            "shared".into(),
+            "12.9".into()
+        )),
+        "{found:?}"
+    );
+    assert!(
+        // Listed once, by the first path the walk reaches it by (its soname link), with the
+        // version its code holds.
+        found.contains(&("libcudart.so.11.0".into(), "shared".into(), "11.8".into())),
+        "{found:?}"
+    );
+    let mixed: Vec<&serde_json::Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "mixed-cuda-runtimes")
+        .collect();
+    assert_eq!(mixed.len(), 1, "{report}");
+    let message = mixed[0]["message"].as_str().unwrap();
+    assert!(message.contains("11.8 and 12.9"), "{message}");
+    // The program that loads both is named; the 12.9 shared runtime nothing loads is not.
+    assert_eq!(mixed[0]["file"].as_str().unwrap(), app.to_str().unwrap());
+    assert!(!message.contains("libcudart.so.12.9.79"), "{message}");
+    assert!(!out.status.success());
+}
+
+/// Issue 34: `lint DIR` on a directory of symlinks (symlinkJoin's, buildEnv's output) said
+/// `0 file(s)` and exited 0; a relative path and a missing one were not what the user meant.
+#[test]
+fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_missing_paths() {
+    let p = Package::new();
+    let join = p.root.join("join/lib");
+    std::fs::create_dir_all(&join).unwrap();
+    let target = p.root.join("nolink/lib/libnolink.so");
+    std::os::unix::fs::symlink(&target, join.join("libnolink.so")).unwrap();
+    std::os::unix::fs::symlink(&target, join.join("libnolink.so.1")).unwrap();
+    let both = lint(&[&p.dir("join"), &p.dir("nolink")]);
+    assert_eq!(both.code, 101, "{}", both.stdout);
+    assert_eq!(
+        both.stdout.matches("lacks the driver link").count(),
+        1,
+        "{}",
+        both.stdout
+    );
+    assert!(both.stdout.contains("lint: 1 file(s)"), "{}", both.stdout);
+    // Alone, the links point outside the paths given (and outside the store): not followed,
+    // and a path with nothing to check fails naming it.
+    let alone = lint(&[&p.dir("join")]);
+    assert_eq!(alone.code, 101, "{}", alone.stdout);
+    assert!(
+        alone.stdout.contains("holds no file to check"),
+        "{}",
+        alone.stdout
+    );
+    let missing = lint(&["/does/not/exist"]);
+    assert_eq!(missing.code, 101, "{}", missing.stdout);
+    assert!(
+        missing
+            .stdout
+            .contains("/does/not/exist: cannot be checked"),
+        "{}",
+        missing.stdout
+    );
+    // A relative path is relative to the working directory.
+    let output = Command::new(RUNNER)
+        .args(["lint", "--no-manifest", "./nolink"])
+        .current_dir(&p.root)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{out}");
+    assert!(
+        out.contains(&format!("{}/./nolink/lib/libnolink.so", p.root.display()))
+            || out.contains(&format!("{}/nolink/lib/libnolink.so", p.root.display())),
+        "{out}"
+    );
+}

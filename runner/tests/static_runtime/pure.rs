@@ -1,0 +1,179 @@
+//! The pure tier of these tests (docs/testing.md).
+
+use super::*;
+
+/// The one-pass search agrees with the two passes on NVIDIA's libraries: the corpus (cuRAND
+/// with its 1,700 containers in `.data` and a static runtime, cuFFT's 280 MB `.ldata`,
+/// nvJPEG), the shared runtimes and the drivers.
+#[test]
+fn the_one_pass_string_search_finds_what_two_passes_find_on_nvidias_libraries() {
+    let test = "the_one_pass_string_search_finds_what_two_passes_find_on_nvidias_libraries";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = [
+        ("curand-10.3.10", "libcurand.so.10"),
+        ("curand-10.4.4", "libcurand.so.10"),
+        ("cufft-11.4.1", "libcufft.so.11"),
+        ("cufft-11.4.1", "libcufftw.so.11"),
+        ("nvjpeg-12.4.0", "libnvjpeg.so.12"),
+        ("nvjpeg-13.2.3", "libnvjpeg.so.13"),
+    ]
+    .iter()
+    .map(|(wheel, file)| real.corpus(wheel, file))
+    .collect();
+    files.extend(Cudart::ALL.map(|c| real.cudart(c)));
+    files.extend(Branch::ALL.map(|b| real.libcuda_file(b)));
+    files.push(real.curand());
+    for file in files {
+        if !real.has(test, &file) {
+            return;
+        }
+        let handle = std::fs::File::open(&file).unwrap();
+        let map = Mapped::of(&handle).unwrap();
+        assert_one_pass_agrees(&file, map.bytes());
+    }
+}
+
+#[test]
+fn stripped_static_copies_are_found_with_their_version() {
+    let Some(real) = RealNvidia::find("stripped_static_copies_are_found_with_their_version") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    for cudart in [Cudart::V12_9, Cudart::V13_0] {
+        let version = version_of(cudart);
+        let program = build_with(
+            temp.path(),
+            &real,
+            Some(cudart),
+            PROGRAM,
+            &format!("app-{version}"),
+            &[],
+        );
+        // The runtime runs and says its version: the copy is a working one.
+        let out = Command::new(&program).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("0 {}", cudart.cuda_version())
+        );
+        let library = build_with(
+            temp.path(),
+            &real,
+            Some(cudart),
+            LIBRARY,
+            &format!("libapp-{version}.so"),
+            &["-shared", "-fPIC"],
+        );
+        let collected = build_with(
+            temp.path(),
+            &real,
+            Some(cudart),
+            PROGRAM,
+            &format!("app-gc-{version}"),
+            &["-O2", "-ffunction-sections", "-Wl,--gc-sections"],
+        );
+        for file in [&program, &library, &collected] {
+            for strip in Strip::ALL {
+                let stripped = strip.copy(file);
+                let found = classify(&stripped)
+                    .unwrap_or_else(|| panic!("no runtime found in {}", stripped.display()));
+                assert_eq!(found.form, RuntimeForm::StaticCopy, "{found:?}");
+                assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+                let by = if strip.keeps_symbols() {
+                    "symbol cudaGetDriverEntryPoint; "
+                } else {
+                    "strings: "
+                };
+                assert!(found.evidence.starts_with(by), "{found:?}");
+                let constant =
+                    format!("cudaRuntimeGetVersion's constant {}", cudart.cuda_version());
+                assert!(found.evidence.ends_with(&constant), "{found:?}");
+                let data = std::fs::read(&stripped).unwrap();
+                let evidence = static_runtime_in(&data).expect("the runtime's strings");
+                assert_eq!(evidence.markers.len(), 4, "{evidence:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn drivers_and_other_libraries_are_not_runtimes() {
+    let Some(real) = RealNvidia::find("drivers_and_other_libraries_are_not_runtimes") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let control = build(temp.path(), &real, CONTROL, "control", &[]);
+    let mut files = vec![control.clone(), Strip::NixpkgsAll.copy(&control)];
+    for branch in Branch::ALL {
+        let dir = real.driver_dir(branch);
+        files.push(real.libcuda_file(branch));
+        files.push(std::fs::canonicalize(dir.join("libnvidia-ml.so.1")).unwrap());
+        files.push(std::fs::canonicalize(dir.join("libnvidia-ptxjitcompiler.so.1")).unwrap());
+    }
+    files.push(real.curand());
+    files.extend([real.cuobjdump(), real.fatbinary()]);
+    for system in [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/x86_64-linux-gnu/libstdc++.so.6",
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/bin/ls",
+    ] {
+        if Path::new(system).is_file() {
+            files.push(std::fs::canonicalize(system).unwrap());
+        }
+    }
+    files.push(PathBuf::from(RUNNER));
+    for file in &files {
+        let data = std::fs::read(file).unwrap();
+        assert_eq!(
+            static_runtime_in(&data),
+            None,
+            "{} holds no CUDA runtime",
+            file.display()
+        );
+        assert_eq!(
+            runtime_in(file, Some(&data), &[]),
+            None,
+            "{}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn shared_runtimes_are_found_with_the_version_in_their_code() {
+    let Some(real) = RealNvidia::find("shared_runtimes_are_found_with_the_version_in_their_code")
+    else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    for cudart in Cudart::ALL {
+        let version = version_of(cudart);
+        // In the cache: the directory (`cudart-12.9`) names the version.
+        let found = classify(&real.cudart(cudart)).expect("a runtime");
+        assert_eq!(found.form, RuntimeForm::Shared);
+        assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+        // Under its SONAME only (`libcudart.so.12`, or 11.8's `libcudart.so.11.0`), which names
+        // the major at most: the code gives the rest.
+        let dir = temp.path().join(format!("{cudart:?}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bare = dir.join(cudart.file_name());
+        std::fs::copy(real.cudart(cudart), &bare).unwrap();
+        let found = classify(&bare).expect("a runtime");
+        assert_eq!(found.form, RuntimeForm::Shared);
+        assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+        assert!(
+            found.evidence.contains("cudaRuntimeGetVersion's constant"),
+            "{found:?}"
+        );
+        // Its strings are the runtime's, as in the static copies.
+        let data = std::fs::read(&bare).unwrap();
+        let evidence = static_runtime_in(&data).expect("the runtime's strings");
+        assert_eq!(evidence.markers.len(), 4, "{evidence:?}");
+        assert_eq!(
+            evidence.version.map(|v| v.version).as_deref(),
+            Some(&*version)
+        );
+    }
+}
