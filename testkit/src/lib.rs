@@ -6,6 +6,7 @@
 //! root or Nix skips them with a printed reason; under `CI=true` that is a failure.
 
 pub mod crafted_elf;
+pub mod explain;
 pub mod fake_mig;
 pub mod fake_pci;
 pub mod fatbin_fixtures;
@@ -14,6 +15,7 @@ pub mod nix_version;
 pub mod real_nvidia;
 pub mod terminal;
 
+pub use explain::exposed_inside;
 pub use fake_mig::FakeMig;
 pub use fake_pci::FakePci;
 pub use nix_version::{DerivationJson, NixVersion};
@@ -391,4 +393,9 @@ pub fn run_ok(cmd: &mut Command) -> Output {
         String::from_utf8_lossy(&out.stdout)
     );
     out
+}
+
+/// Runs the C compiler `cc` with `args`, which must succeed (see [`run_ok`]); install gcc.
+pub fn cc(args: &[&str]) -> Output {
+    run_ok(Command::new("cc").args(args))
 }

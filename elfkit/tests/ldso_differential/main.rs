@@ -47,23 +47,16 @@ fn oracle(test: &str) -> Option<Loader> {
     }
 }
 
+/// Compiles the C source `src` to `out` with `args` (testkit's `cc`, which must succeed).
 fn cc(src: &str, out: &Path, args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let c = dir.path().join("x.c");
     std::fs::write(&c, src).unwrap();
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    let o = Command::new("cc")
-        .arg(&c)
-        .arg("-o")
-        .arg(out)
-        .args(args)
-        .output()
-        .expect("run cc");
-    assert!(
-        o.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (c, out) = (c.to_str().unwrap(), out.to_str().expect("UTF-8 path"));
+    let mut all = vec![c, "-o", out];
+    all.extend_from_slice(args);
+    cuda_sandbox_testkit::cc(&all);
 }
 
 /// A shared library at `path` with `soname`, built with `args` (its own DT_NEEDED and paths).

@@ -7,10 +7,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cuda_sandbox_testkit::nix_available;
+use cuda_sandbox_testkit::{nix_available, run_ok};
 
 /// What CI must install for these tests.
 pub const APT: &str = "apt-get install -y openssh-server openssh-client";
@@ -55,19 +55,6 @@ pub fn private_tmp() -> PathBuf {
     dir
 }
 
-/// Runs `cmd`; panics with its stderr when it fails.
-pub fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// A file with mode 0644 whatever the umask (the hook refuses configs others can write).
 pub fn write_file(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
@@ -79,9 +66,11 @@ pub fn write_file(path: &Path, text: &str) {
 /// (`dir/host_key`) and a client key (`dir/client_key`) authorised for root.
 pub fn start_sshd(dir: &Path) -> (Child, u16) {
     for key in ["host_key", "client_key"] {
-        run(Command::new(find_program("ssh-keygen").unwrap())
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(dir.join(key)));
+        run_ok(
+            Command::new(find_program("ssh-keygen").unwrap())
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.join(key)),
+        );
     }
     std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).unwrap();
     // sshd refuses to start without its privilege separation directory.

@@ -41,13 +41,13 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use cuda_sandbox_hook::drv::{
     DecidingKey, Derivation, DrvEnv, DrvError, JsonDerivation, RequiredFeatures,
 };
-use cuda_sandbox_testkit::{DerivationJson, NixVersion};
+use cuda_sandbox_testkit::{run_ok, DerivationJson, NixVersion};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
@@ -233,19 +233,6 @@ fn nix_command(program: &str) -> Command {
     let mut command = Command::new(program);
     command.env("NIX_CONFIG", NIX_CONFIG);
     command
-}
-
-fn run_ok(command: &mut Command) -> Output {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{command:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn instantiate() -> Corpus {

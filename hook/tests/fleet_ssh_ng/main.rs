@@ -23,8 +23,9 @@ use cuda_sandbox_testkit::{
 #[path = "../common/mod.rs"]
 mod common;
 
-use common::ssh::{self, find_program, private_tmp, remote_available, run, write_file};
+use common::ssh::{self, find_program, private_tmp, remote_available, write_file};
 use common::HOOK;
+use cuda_sandbox_testkit::run_ok;
 
 /// A build that takes longer has hung: fail instead of waiting.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -135,9 +136,11 @@ impl Fleet {
             let root = m.join("root");
             FakeDevices::create(&root, 1, true).unwrap();
             let driver = m.join("driver");
-            run(Command::new(workspace_binary("make-fake-driver"))
-                .arg(&driver)
-                .args(["--compute-capability", machine.gpu]));
+            run_ok(
+                Command::new(workspace_binary("make-fake-driver"))
+                    .arg(&driver)
+                    .args(["--compute-capability", machine.gpu]),
+            );
             let hook_toml = m.join("hook.toml");
             write_file(
                 &hook_toml,

@@ -5,7 +5,7 @@
 
 use cuda_sandbox_hook::config::BUILTIN_TOML;
 use cuda_sandbox_testkit::fake_mig::{ci_minor, gi_minor};
-use cuda_sandbox_testkit::{root_available, FakeDevices, FakeMig};
+use cuda_sandbox_testkit::{exposed_inside, root_available, FakeDevices, FakeMig};
 use std::path::{Path, PathBuf};
 
 #[path = "../common/mod.rs"]
@@ -48,13 +48,7 @@ fn host(gpus: u64, instances: &[(u32, u32, u32)], nodes: bool, top: &str) -> Hos
 }
 
 fn exposed(config: &Path) -> Vec<String> {
-    let json = common::explain_json(config, "cuda");
-    json["plan"]["exposures"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no exposures in {json}"))
-        .iter()
-        .map(|e| e["inside"].as_str().unwrap().to_string())
-        .collect()
+    exposed_inside(&common::explain_json(config, "cuda"))
 }
 
 fn cap(minor: u32) -> String {

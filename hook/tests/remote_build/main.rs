@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 
-use common::ssh::{self, find_program, private_tmp, remote_available, run, write_file};
+use common::ssh::{self, find_program, private_tmp, remote_available, write_file};
 use common::HOOK;
+use cuda_sandbox_testkit::run_ok;
 
 /// A build that takes longer has hung (e.g. on a store lock): fail instead of waiting.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -311,11 +312,13 @@ impl Builder {
 
     /// The `.drv` of `attr` of probe.nix with `nonce`, written to the client's store.
     fn instantiate(&self, attr: &str, nonce: &str) -> PathBuf {
-        let out = run(Command::new("nix-instantiate")
-            .arg(probe_nix())
-            .args(["-A", attr, "--argstr", "nonce", nonce])
-            .env("NIX_CONFIG", self.client_nix_config("-"))
-            .env_remove("NIX_REMOTE"));
+        let out = run_ok(
+            Command::new("nix-instantiate")
+                .arg(probe_nix())
+                .args(["-A", attr, "--argstr", "nonce", nonce])
+                .env("NIX_CONFIG", self.client_nix_config("-"))
+                .env_remove("NIX_REMOTE"),
+        );
         PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
     }
 
@@ -323,18 +326,20 @@ impl Builder {
     /// builder's daemon, as NixOS/hydra#1565's queue runner adds it to the paths it copies
     /// before a remote build.
     fn copy_to_builder(&self, drv: &Path) {
-        run(Command::new("nix")
-            .args(["--extra-experimental-features", "nix-command", "copy"])
-            .args(["--derivation", "--no-check-sigs", "--to"])
-            .arg(format!(
-                "{}&ssh-key={}",
-                self.uri(),
-                self.dir.path().join("client_key").display()
-            ))
-            .arg(drv)
-            .env("NIX_CONFIG", self.client_nix_config("-"))
-            .env("NIX_SSHOPTS", self.ssh_opts())
-            .env_remove("NIX_REMOTE"));
+        run_ok(
+            Command::new("nix")
+                .args(["--extra-experimental-features", "nix-command", "copy"])
+                .args(["--derivation", "--no-check-sigs", "--to"])
+                .arg(format!(
+                    "{}&ssh-key={}",
+                    self.uri(),
+                    self.dir.path().join("client_key").display()
+                ))
+                .arg(drv)
+                .env("NIX_CONFIG", self.client_nix_config("-"))
+                .env("NIX_SSHOPTS", self.ssh_opts())
+                .env_remove("NIX_REMOTE"),
+        );
     }
 
     /// Builds `attr` of probe.nix (fresh nonce) through this builder. Returns success, the

@@ -17,7 +17,7 @@ use std::process::Command;
 use common::{artifacts_dir, report_facts};
 use cuda_sandbox_check::checks::driver::LibraryFacts;
 use cuda_sandbox_testkit::{
-    nix_available, nonce, workspace_binary, Build, FakeDevices, NixSandbox,
+    cc, exposed_inside, nix_available, nonce, workspace_binary, Build, FakeDevices, NixSandbox,
 };
 use fake_driver::layout::{add_compat_note, version_libcuda};
 use fake_driver::sidecar::format_cuda_version;
@@ -232,16 +232,6 @@ fn message<'a>(report: &'a Value, check: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-/// Every exposure's inside path, from `explain --json`.
-fn exposed(explain: &Value) -> Vec<String> {
-    explain["plan"]["exposures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["inside"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// A Jetson-like host: kernel module 470 (CUDA 11.4), the host driver behind the driver link,
 /// and a cuda_compat 12.2 store path whose note lists 470. Returns the host and the compat
 /// directory (a store path's `compat`).
@@ -276,18 +266,6 @@ fn jetson() -> (Host, String) {
     let compat_dir = format!("{}/compat", compat.unwrap().display());
     host.configure(&format!("[rule.driver]\ncompat = [\"{compat_dir}\"]\n"));
     (host, compat_dir)
-}
-
-fn cc(args: &[&str]) {
-    let out = Command::new("cc")
-        .args(args)
-        .output()
-        .expect("run cc (install gcc)");
-    assert!(
-        out.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 // The tests, one module per tier (docs/testing.md).

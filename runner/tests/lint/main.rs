@@ -14,6 +14,7 @@ use std::process::Command;
 use common::RUNNER;
 use cuda_sandbox_manifest::versions::CudaVersion;
 use cuda_sandbox_manifest::{DriverKind, DriverManifest, Manifest, MANIFEST_VERSION};
+use cuda_sandbox_testkit::cc;
 use cuda_sandbox_testkit::real_nvidia::{Branch, RealNvidia};
 
 const LINK: &str = "/run/opengl-driver/lib";
@@ -24,18 +25,6 @@ struct Package {
     _temp: tempfile::TempDir,
     root: PathBuf,
     stubs: PathBuf,
-}
-
-fn cc(args: &[&str]) {
-    let output = Command::new("cc")
-        .args(args)
-        .output()
-        .expect("run cc (install gcc)");
-    assert!(
-        output.status.success(),
-        "cc {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 impl Package {

@@ -11,6 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::{run_without_devices, FakeDriver};
+use cuda_sandbox_testkit::cc;
 use cuda_sandbox_testkit::gpu_library::gpu_library_of;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 use fake_driver::{Mode, Sidecar};
@@ -35,10 +36,6 @@ fn package_args(dir: &Path) -> Vec<String> {
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-fn cc(args: &[&str]) {
-    cuda_sandbox_testkit::run_ok(std::process::Command::new("cc").args(args));
 }
 
 // The tests, one module per tier (docs/testing.md).

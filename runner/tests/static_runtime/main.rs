@@ -17,6 +17,7 @@ use cuda_sandbox_check::facts::runtime_scan::{
 use cuda_sandbox_elfkit::fatbin::read_gpu_code;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
+use cuda_sandbox_testkit::run_ok;
 
 /// Calls into the runtime so that the linker keeps it.
 const PROGRAM: &str = "#include <stdio.h>\n\
@@ -32,15 +33,7 @@ const CONTROL: &str = "#include <stdio.h>\n#include <dlfcn.h>\n\
     int main(void) { printf(\"%p\\n\", dlopen(\"libcuda.so.1\", RTLD_NOW)); return 0; }\n";
 
 fn run(program: &str, args: &[&str]) {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {program} (install gcc and binutils): {e}"));
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_ok(Command::new(program).args(args));
 }
 
 /// Compiles `source` into `out` with `flags`, against the static runtime of `cudart` if given.
