@@ -1,15 +1,23 @@
-# Shared by .ci/run and scripts/test-nix-versions (sourced, not run): proof that a cargo test
+# shellcheck shell=bash
+# Shared by scripts/lib/test-tiers.sh and its users (sourced, not run): proof that a cargo test
 # run ran every test it was given, by count, without naming any test. Under CI=true a test
 # whose prerequisite is missing fails rather than skips (testkit); this catches the rest: a
 # test ignored, filtered out, or a test binary that never reported. (A test that returns early
 # still passes, and what it prints is captured: the count cannot see that, testkit's panic can.)
 
-# listed_tests [LIBTEST_ARG...]: how many tests `cargo test --workspace` would run with these
-# libtest arguments (the same filters as the run: `--skip NAME` lowers the count). Lists only;
-# builds what is missing.
+# listed_tests [CARGO_TEST_ARG...] [-- LIBTEST_ARG...]: how many tests `cargo test --workspace`
+# would run with these arguments: the same target options and filters as the run (a filter such
+# as `sandbox::` or `--skip NAME` lowers the count). Lists only; builds what is missing.
 listed_tests() {
+  local -a cargo_args=() libtest_args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    cargo_args+=("$1")
+    shift
+  done
+  [ $# -eq 0 ] || shift
+  libtest_args=("$@")
   local list
-  list=$(cargo test --workspace --locked --quiet -- --list "$@" 2>/dev/null) ||
+  list=$(cargo test --workspace --locked --quiet "${cargo_args[@]}" -- --list "${libtest_args[@]}" 2>/dev/null) ||
     { echo "cargo test -- --list failed" >&2; return 1; }
   grep -c ': test$' <<<"$list" || true
 }
