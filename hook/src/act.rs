@@ -273,10 +273,9 @@ fn add_closures(
                 root.display().to_string(),
                 Skipped::ClosureNotShown(e),
             )),
-            Err(e) => granted.problems.push(Problem::new(
-                granted.rules.join(","),
-                ProblemKind::Closure(e),
-            )),
+            Err(e) => granted
+                .problems
+                .push(Problem::new(&granted.rules, ProblemKind::Closure(e))),
         }
     }
     granted.exposures.len() > before
@@ -291,7 +290,7 @@ fn lease(
     config: &Config,
     mode: Mode,
 ) {
-    let problem = |kind: ProblemKind| Problem::new(granted.rules.join(","), kind);
+    let problem = |kind: ProblemKind| Problem::new(&granted.rules, kind);
     let leases = Leases::new(&config.runtime_dir);
     let (picked, guard) = match (mode, &req.chroot) {
         (Mode::Hook, Some(chroot)) => {
@@ -410,7 +409,7 @@ fn sysfs_tree(
             granted.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
         }
         Err(e) => granted.problems.push(Problem::new(
-            granted.rules.join(","),
+            &granted.rules,
             ProblemKind::Sysfs(e.to_string()),
         )),
     }

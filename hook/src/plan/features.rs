@@ -92,7 +92,7 @@ impl Decision {
     /// The build fails at once: no wait can help.
     fn unsatisfiable(&mut self, kind: ProblemKind) {
         self.gpu_demand = None;
-        self.problems.push(Problem::new(self.rules.join(","), kind));
+        self.problems.push(Problem::new(&self.rules, kind));
     }
 }
 

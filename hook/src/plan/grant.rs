@@ -92,7 +92,7 @@ pub(crate) fn closure_members(
             };
             if !to.starts_with(store_dir) {
                 problems.push(Problem::new(
-                    rules.join(","),
+                    rules,
                     ProblemKind::ClosureEscapes {
                         member: member.clone(),
                         to,

@@ -324,7 +324,7 @@ impl Decision {
             }
             Err(e) => self
                 .problems
-                .push(Problem::new(self.rules.join(","), ProblemKind::GpuCount(e))),
+                .push(Problem::new(&self.rules, ProblemKind::GpuCount(e))),
         }
     }
 

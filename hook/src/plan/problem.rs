@@ -18,15 +18,15 @@ use std::path::PathBuf;
 /// closure could not be computed. Each renders as one line with the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
-    /// The rule concerned.
-    pub rule: String,
+    /// The rule or rules concerned.
+    pub rule: RuleIds,
     /// What is wrong.
     pub(crate) kind: ProblemKind,
 }
 
 impl Problem {
     /// The problem `kind` of the rule(s) `rule`.
-    pub(crate) fn new(rule: impl Into<String>, kind: ProblemKind) -> Problem {
+    pub(crate) fn new(rule: impl Into<RuleIds>, kind: ProblemKind) -> Problem {
         Problem {
             rule: rule.into(),
             kind,
@@ -41,6 +41,61 @@ impl Problem {
     /// What to do about it, in one line.
     pub(crate) fn fix(&self) -> Cow<'_, str> {
         self.kind.fix()
+    }
+}
+
+/// The config rules a [`Problem`] concerns, by name: one rule, or every rule that matched the
+/// build for a problem of the build as a whole. Shown, and written in `explain --json`, as the
+/// names joined by `,`, as `explain` has always written them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleIds(Vec<String>);
+
+impl RuleIds {
+    /// The rules' names, in the order the config gives them.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl From<&str> for RuleIds {
+    fn from(name: &str) -> RuleIds {
+        RuleIds(vec![name.to_owned()])
+    }
+}
+
+impl From<String> for RuleIds {
+    fn from(name: String) -> RuleIds {
+        RuleIds(vec![name])
+    }
+}
+
+impl From<&String> for RuleIds {
+    fn from(name: &String) -> RuleIds {
+        RuleIds(vec![name.clone()])
+    }
+}
+
+impl From<&[String]> for RuleIds {
+    fn from(names: &[String]) -> RuleIds {
+        RuleIds(names.to_vec())
+    }
+}
+
+impl From<&Vec<String>> for RuleIds {
+    fn from(names: &Vec<String>) -> RuleIds {
+        RuleIds(names.clone())
+    }
+}
+
+impl fmt::Display for RuleIds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(","))
+    }
+}
+
+impl Serialize for RuleIds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -516,5 +571,19 @@ mod tests {
         ] {
             assert_eq!(Problem::new("gpu", kind).to_string(), text);
         }
+    }
+
+    /// A problem of the build as a whole names every rule that matched, as typed ids; the
+    /// text and `explain --json` write them joined by `,`, as before the ids were typed.
+    #[test]
+    fn a_problem_of_several_rules_keeps_each_rule_and_writes_them_joined() {
+        let rules = vec!["gpu".to_owned(), "nvidia".to_owned()];
+        let kind = ProblemKind::Sysfs("cannot read /sys".into());
+        let problem = Problem::new(&rules, kind.clone());
+        assert_eq!(problem.rule.names(), ["gpu", "nvidia"]);
+        assert_eq!(problem.rule.to_string(), "gpu,nvidia");
+        let json = serde_json::to_value(&problem).unwrap();
+        assert_eq!(json["rule"], "gpu,nvidia");
+        assert_eq!(Problem::new("gpu", kind).rule.names(), ["gpu"]);
     }
 }
