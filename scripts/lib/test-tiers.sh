@@ -23,6 +23,22 @@ tier_selections() {
   esac
 }
 
+# check_every_test_has_a_tier: fails, naming them, when an integration test's name does not
+# start with a tier (a test written in NAME/main.rs rather than NAME/TIER.rs): no tier's
+# filter would select it, so no run would ever run it. Lists only; builds what is missing.
+check_every_test_has_a_tier() {
+  local list untiered pattern
+  list=$(cargo test --workspace --locked --quiet --test '*' -- --list 2>/dev/null) ||
+    { echo "cargo test --test '*' -- --list failed" >&2; return 1; }
+  pattern="^($(IFS='|'; echo "${TEST_TIERS[*]}"))::"
+  untiered=$(grep ': test$' <<<"$list" | grep -Ev "$pattern" || true)
+  if [ -n "$untiered" ]; then
+    printf 'integration tests outside every tier (move each into NAME/TIER.rs, docs/testing.md):\n%s\n' \
+      "$untiered" >&2
+    return 1
+  fi
+}
+
 # run_tier WHAT TIER [WRAPPER...]: runs TIER's tests once, each selection as
 # `WRAPPER cargo test --workspace --locked --no-fail-fast SELECTION` (WRAPPER: e.g.
 # scripts/gpu-shaped, or `env CARGO_TARGET_..._RUNNER=...`); then checks by count that every
