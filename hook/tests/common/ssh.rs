@@ -129,3 +129,23 @@ pub fn ssh_opts(port: u16) -> String {
          -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=10"
     )
 }
+
+/// Waits for `child` (a client `nix-build`), polling every 20 ms, for at most `timeout` from
+/// `start`: its exit status, or `None` after killing it when it ran longer.
+pub fn wait_at_most(
+    child: &mut Child,
+    start: Instant,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -260,19 +260,11 @@ impl Fleet {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("run nix-build");
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > BUILD_TIMEOUT {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "nix-build requiring {features} took over {BUILD_TIMEOUT:?}:\n{}",
-                    std::fs::read_to_string(&stderr).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = ssh::wait_at_most(&mut child, start, BUILD_TIMEOUT) else {
+            panic!(
+                "nix-build requiring {features} took over {BUILD_TIMEOUT:?}:\n{}",
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
         };
         eprintln!(
             "nix-build requiring {features} via the fleet: {:?}",

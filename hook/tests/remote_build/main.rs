@@ -379,21 +379,13 @@ impl Builder {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("run nix-build");
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > BUILD_TIMEOUT {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "nix-build -A {attr} via ssh-ng took over {BUILD_TIMEOUT:?}; client log:\n{}\n\
+        let Some(status) = ssh::wait_at_most(&mut child, start, BUILD_TIMEOUT) else {
+            panic!(
+                "nix-build -A {attr} via ssh-ng took over {BUILD_TIMEOUT:?}; client log:\n{}\n\
                      builder log:\n{}",
-                    std::fs::read_to_string(&stderr).unwrap_or_default(),
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+                std::fs::read_to_string(&stderr).unwrap_or_default(),
+                self.log()
+            );
         };
         eprintln!("nix-build -A {attr} via ssh-ng: {:?}", start.elapsed());
         let client_log = std::fs::read_to_string(&stderr).unwrap_or_default();
