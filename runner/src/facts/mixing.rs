@@ -53,6 +53,47 @@ fn runtime_of_file(path: &Path) -> Option<FoundRuntime> {
     gpu_code_and_runtime(path, map.bytes()).1
 }
 
+/// The runtime in each of `objects` (one process's, in load order), from `cache` or read (and
+/// then kept there). Mixing takes two runtimes of exact versions, so when every other object is
+/// known to hold none, the one left is not read: its runtime, whatever it is, mixes with
+/// nothing, and it counts as holding none here (it stays out of `cache`). The one left is the
+/// largest file: a library that holds a runtime, such as cuFFTW's `libcufft.so.11` (291 MB,
+/// 24,454 fat binaries), is read only where another object could mix with it.
+fn runtimes_of(
+    objects: &[PathBuf],
+    cache: &mut HashMap<PathBuf, Option<FoundRuntime>>,
+) -> Vec<Option<FoundRuntime>> {
+    let mut unread: Vec<(u64, &PathBuf)> = objects
+        .iter()
+        .filter(|path| !cache.contains_key(*path))
+        .map(|path| (std::fs::metadata(path).map_or(0, |m| m.len()), path))
+        .collect();
+    unread.sort();
+    unread.dedup_by(|a, b| a.1 == b.1);
+    let largest = unread.pop();
+    for (_, path) in unread {
+        let found = runtime_of_file(path);
+        cache.insert(path.clone(), found);
+    }
+    let can_mix = |cache: &HashMap<PathBuf, Option<FoundRuntime>>| {
+        objects.iter().any(|path| {
+            cache
+                .get(path)
+                .and_then(Option::as_ref)
+                .and_then(FoundRuntime::mixing_version)
+                .is_some()
+        })
+    };
+    if let Some((_, path)) = largest.filter(|_| can_mix(cache)) {
+        let found = runtime_of_file(path);
+        cache.insert(path.clone(), found);
+    }
+    objects
+        .iter()
+        .map(|path| cache.get(path).cloned().flatten())
+        .collect()
+}
+
 /// Every root whose dependency graph holds runtimes of two versions; `known` are the runtimes
 /// found in the package (by file; a root not among them holds none, and is not read again). Executables first, then libraries whose runtimes are not
 /// already those of an executable reported.
@@ -89,16 +130,15 @@ pub(crate) fn mixed_processes(
         if process.start(&root.path, how).is_err() {
             continue;
         }
+        let objects: Vec<PathBuf> = process
+            .objects()
+            .map(|(_, object)| real(object.real_path.as_deref().unwrap_or(&object.path)))
+            .collect();
         let mut loaded: BTreeMap<PathBuf, FoundRuntime> = BTreeMap::new();
         let mut in_order = Vec::new();
-        for (_, object) in process.objects() {
-            let path = real(object.real_path.as_deref().unwrap_or(&object.path));
-            let found = runtimes
-                .entry(path.clone())
-                .or_insert_with(|| runtime_of_file(&path))
-                .clone();
+        for (path, found) in objects.iter().zip(runtimes_of(&objects, &mut runtimes)) {
             if let Some(found) = found {
-                if loaded.insert(path, found.clone()).is_none() {
+                if loaded.insert(path.clone(), found.clone()).is_none() {
                     in_order.push(found);
                 }
             }

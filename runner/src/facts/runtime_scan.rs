@@ -538,14 +538,24 @@ fn runtime_found(
     ))
 }
 
+impl FoundRuntime {
+    /// Its version when it can mix with another runtime's: exact (`12.9`, not `12.x` or
+    /// unknown), and not an archive (which no process loads).
+    pub(crate) fn mixing_version(&self) -> Option<&str> {
+        (self.form != RuntimeForm::Archive)
+            .then_some(self.version.as_deref())
+            .flatten()
+            .filter(|v| !v.ends_with(".x"))
+    }
+}
+
 /// The distinct versions among `runtimes` that are exact (`12.9`, not `12.x`), when more than
 /// one: mixed CUDA runtimes.
 pub(crate) fn mixed_versions(runtimes: &[FoundRuntime]) -> Option<Vec<String>> {
     let mut versions: Vec<String> = runtimes
         .iter()
-        .filter(|r| r.form != RuntimeForm::Archive)
-        .filter_map(|r| r.version.clone())
-        .filter(|v| !v.ends_with(".x"))
+        .filter_map(FoundRuntime::mixing_version)
+        .map(str::to_owned)
         .collect();
     versions.sort();
     versions.dedup();

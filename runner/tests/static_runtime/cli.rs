@@ -159,3 +159,96 @@ fn mixed_runtimes_are_those_one_process_would_load() {
     );
     assert!(message.contains("libruntime13.so (13.0)"), "{message}");
 }
+
+/// Runtimes outside what is linted count too, and skipping a dependency's read (the largest,
+/// when nothing else in the process holds a runtime: `mixing::runtimes_of`) never hides a
+/// mix. A program with no runtime of its own needs two libraries outside the linted tree, one
+/// with NVIDIA's 12.9 static runtime and one, the process's largest file, with the 13.0:
+/// linting the program alone finds the
+/// process that loads both; the same program needing only the 13.0 library loads one runtime,
+/// and nothing is found.
+#[test]
+fn mixed_runtimes_outside_the_linted_files_are_found() {
+    let Some(real) = RealNvidia::find("mixed_runtimes_outside_the_linted_files_are_found") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let build_dir = temp.path().join("build");
+    let lib = temp.path().join("lib");
+    let (two, one) = (temp.path().join("two"), temp.path().join("one"));
+    for d in [&build_dir, &lib, &two, &one] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut libraries = Vec::new();
+    for (cudart, name, function) in [
+        (Cudart::V12_9, "libruntime12.so", "version12"),
+        (Cudart::V13_0, "libruntime13.so", "version13"),
+    ] {
+        // The 13.0 library padded past libc's size: the largest object of the process, the one
+        // a wrong skip would leave unread.
+        let padding = if function == "version13" {
+            "const char padding[4 << 20] = { 1 };\n"
+        } else {
+            ""
+        };
+        let source = LIBRARY.replace("runtime_version", function) + padding;
+        let built = build_with(
+            &build_dir,
+            &real,
+            Some(cudart),
+            &source,
+            name,
+            &["-shared", "-fPIC", &format!("-Wl,-soname,{name}")],
+        );
+        std::fs::copy(&built, lib.join(name)).unwrap();
+        libraries.push(lib.join(name));
+    }
+    // `plain` calls into each library it is given, and holds no runtime itself.
+    let link = |out: &Path, needed: &[PathBuf]| {
+        let calls: Vec<String> = needed
+            .iter()
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                format!("version{}", &name["libruntime".len()..name.len() - 3])
+            })
+            .collect();
+        let source = build_dir.join(format!("plain{}.c", needed.len()));
+        let declared: String = calls.iter().map(|c| format!("int {c}(void);\n")).collect();
+        let called: Vec<String> = calls.iter().map(|c| format!("{c}()")).collect();
+        std::fs::write(
+            &source,
+            format!(
+                "{declared}int main(void) {{ return {}; }}\n",
+                called.join(" + ")
+            ),
+        )
+        .unwrap();
+        let mut args = vec![
+            "-o".to_owned(),
+            out.display().to_string(),
+            source.display().to_string(),
+            "-Wl,--no-as-needed,--enable-new-dtags,-rpath,$ORIGIN/../lib".to_owned(),
+        ];
+        args.extend(needed.iter().map(|p| p.display().to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run("cc", &args);
+    };
+    link(&two.join("plain"), &libraries);
+    link(&one.join("plain"), &libraries[1..]);
+    let mixed = |dir: &Path| -> Vec<(String, String)> {
+        lint_findings(&[dir])
+            .into_iter()
+            .filter(|(_, kind, _)| kind == "mixed-cuda-runtimes")
+            .map(|(file, _, message)| (file, message))
+            .collect()
+    };
+    let found = mixed(&two);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (file, message) = &found[0];
+    assert_eq!(file, "plain");
+    assert!(message.contains("versions 12.9 and 13.0"), "{message}");
+    for name in ["libruntime12.so (12.9)", "libruntime13.so (13.0)"] {
+        assert!(message.contains(name), "{message}");
+    }
+    assert_eq!(mixed(&one), []);
+}
