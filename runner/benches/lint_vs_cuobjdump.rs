@@ -14,10 +14,16 @@
 //!
 //! Where the goal is not met it says, in a `20x not met:` line, what bounds `lint` and how
 //! close it is: the start of the process (`lint --json` on an empty file), the bytes that must
-//! be read to find the containers (the data sections the magic scan reads, outside the
-//! containers, and one page per container's headers), timed as a fresh mapping faulting and
-//! reading them once, and the JSON the listing renders to (serde_json into a sink, in this
-//! process).
+//! be read for lint's answer, timed as fresh mappings faulting and reading them once, and the
+//! JSON the listing renders to (serde_json into a sink, in this process). The bytes:
+//!
+//! - to find the containers: the data sections the magic scan reads, outside the containers,
+//!   and one page per container's headers;
+//! - where the file holds a static CUDA runtime, its code (`.text`), where the version getter
+//!   is (one getter must be found, and only one: every byte);
+//! - for the mixing check, the data sections of each library the file's process would load
+//!   (glibc's search, as lint models it), but the largest when the file holds no runtime of an
+//!   exact version (the one lint leaves unread then).
 //!
 //! `LINT_BENCH_RUNS=N` sets every run count to N (CI: 1, a smoke with its figures);
 //! `LINT_BENCH_BIN=PATH` times that build of `cuda-sandbox-check` end to end. Figures,
@@ -28,7 +34,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cuda_sandbox_check::facts::elf_lint::{lint, LintConfig};
+use cuda_sandbox_check::facts::runtime_scan::gpu_code_and_runtime;
 use cuda_sandbox_elfkit::fatbin::{parse, read_file, GpuCode};
+use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 use object::{Object, ObjectSection, SectionKind};
@@ -191,22 +199,83 @@ fn must_read(data: &[u8], code: &GpuCode) -> (Vec<(usize, usize)>, Vec<usize>) {
 /// The page size the header pages are counted in.
 const PAGE: usize = 4096;
 
-/// A fresh mapping of `path` searching `ranges` for the container magic (memchr's memmem, as
-/// elfkit's scan does) and reading one byte of each page of `pages`: the least a reader must
-/// spend to find the containers, page faults included.
-fn read_bound(path: &Path, ranges: &[(usize, usize)], pages: &[usize]) -> Duration {
-    let file = std::fs::File::open(path).unwrap();
+/// The file ranges of `data`'s code sections (`.text`): what the search for a static
+/// runtime's version getter reads.
+fn code_ranges(data: &[u8]) -> Vec<(usize, usize)> {
+    let Ok(elf) = object::File::parse(data) else {
+        return Vec::new();
+    };
+    elf.sections()
+        .filter(|s| s.kind() == SectionKind::Text)
+        .filter_map(|s| s.file_range())
+        .map(|(start, size)| (start as usize, (start + size) as usize))
+        .collect()
+}
+
+/// The file ranges of `data`'s data sections, as the magic scan picks them: what a library
+/// without containers must have read to know whether it holds a runtime.
+fn data_ranges(data: &[u8]) -> Vec<(usize, usize)> {
+    must_read(data, &GpuCode::default()).0
+}
+
+/// The libraries `path`'s process would load (glibc's search, as lint models it: `dlopen` of
+/// it with the native loader), by size, `path` itself left out.
+fn dependencies(path: &Path) -> Vec<(u64, PathBuf)> {
+    let Some(interpreter) = ElfHost::native().standard_interpreter() else {
+        return Vec::new();
+    };
+    let loader = Loader::known(interpreter, Path::new("/nix/store"));
+    let mut process = Process::new(&loader, &RealFs, Environment::default());
+    if process.start(path, Start::Library).is_err() {
+        return Vec::new();
+    }
+    let own = std::fs::canonicalize(path).ok();
+    let mut found: Vec<(u64, PathBuf)> = process
+        .objects()
+        .map(|(_, o)| o.real_path.clone().unwrap_or_else(|| o.path.clone()))
+        .filter_map(|p| std::fs::canonicalize(&p).ok())
+        .filter(|p| Some(p) != own.as_ref())
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.len(), p)))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// One file's part of the bound: the ranges to search and the pages to touch.
+struct MustRead {
+    path: PathBuf,
+    ranges: Vec<(usize, usize)>,
+    pages: Vec<usize>,
+}
+
+/// For each of `files`, a fresh mapping searching its ranges for the container magic (memchr's
+/// memmem, as elfkit's scan does) and reading one byte of each of its pages: the least a
+/// reader must spend on those bytes, page faults included.
+fn read_bound(files: &[MustRead]) -> Duration {
+    let opened: Vec<std::fs::File> = files
+        .iter()
+        .map(|f| std::fs::File::open(&f.path).unwrap())
+        .collect();
     let magic = parse::CONTAINER_MAGIC.to_le_bytes();
     let finder = memchr::memmem::Finder::new(&magic);
     timed(runs(RUNS), || {
-        let map = Mapped::of(&file).unwrap();
-        let data = map.bytes();
-        let hits: usize = ranges
-            .iter()
-            .map(|&(s, e)| finder.find_iter(&data[s..e]).count())
-            .sum();
-        let touched: u64 = pages.iter().map(|&p| u64::from(data[p * PAGE])).sum();
-        (hits, touched)
+        let mut seen = (0usize, 0u64);
+        for (file, must) in opened.iter().zip(files) {
+            let map = Mapped::of(file).unwrap();
+            let data = map.bytes();
+            seen.0 += must
+                .ranges
+                .iter()
+                .map(|&(s, e)| finder.find_iter(&data[s..e]).count())
+                .sum::<usize>();
+            seen.1 += must
+                .pages
+                .iter()
+                .map(|&p| u64::from(data[p * PAGE]))
+                .sum::<u64>();
+        }
+        seen
     })
 }
 
@@ -257,13 +326,61 @@ fn library(real: &RealNvidia, empty: &Path, entry: &(&str, &str, &str, &str)) ->
     );
     // What bounds lint: start, the bytes to read, the JSON to render.
     let start = spawned(runs(RUNS), &lint_bin(), &["lint", "--json"], empty);
-    let file_handle = std::fs::File::open(&path).unwrap();
-    let map = Mapped::of(&file_handle).unwrap();
-    let (ranges, pages) = must_read(map.bytes(), &code);
-    let bytes: usize = ranges.iter().map(|(s, e)| e - s).sum();
-    let read = read_bound(&path, &ranges, &pages);
     let config = LintConfig::new("/run/opengl-driver/lib");
     let report = lint(std::slice::from_ref(&path), &config);
+    let file_handle = std::fs::File::open(&path).unwrap();
+    let map = Mapped::of(&file_handle).unwrap();
+    let (mut ranges, pages) = must_read(map.bytes(), &code);
+    let (scanned, header_pages) = (
+        ranges.iter().map(|(s, e)| e - s).sum::<usize>(),
+        pages.len(),
+    );
+    let own_runtime = report.cuda_runtimes.iter().find(|r| r.file == path);
+    let code_bytes = if own_runtime.is_some() {
+        let text = code_ranges(map.bytes());
+        let bytes = text.iter().map(|(s, e)| e - s).sum();
+        ranges.extend(text);
+        bytes
+    } else {
+        0
+    };
+    let mut files = vec![MustRead {
+        path: path.clone(),
+        ranges,
+        pages,
+    }];
+    let mut libraries = dependencies(&path);
+    let exact = own_runtime
+        .and_then(|r| r.version.as_deref())
+        .is_some_and(|v| !v.ends_with(".x"));
+    let mut left = if exact { None } else { libraries.pop() };
+    let mut library_bytes = 0;
+    let mut another_runtime = false;
+    for (_, library) in &libraries {
+        let bytes = std::fs::read(library).unwrap();
+        another_runtime |= gpu_code_and_runtime(library, &bytes)
+            .1
+            .and_then(|r| r.version)
+            .is_some_and(|v| !v.ends_with(".x"));
+        let ranges = data_ranges(&bytes);
+        library_bytes += ranges.iter().map(|(s, e)| e - s).sum::<usize>();
+        files.push(MustRead {
+            path: library.clone(),
+            ranges,
+            pages: Vec::new(),
+        });
+    }
+    if let Some((_, library)) = left.take_if(|_| another_runtime) {
+        let bytes = std::fs::read(&library).unwrap();
+        let ranges = data_ranges(&bytes);
+        library_bytes += ranges.iter().map(|(s, e)| e - s).sum::<usize>();
+        files.push(MustRead {
+            path: library,
+            ranges,
+            pages: Vec::new(),
+        });
+    }
+    let read = read_bound(&files);
     let json = serde_json::to_vec_pretty(&report).unwrap().len();
     let render = timed(runs(RUNS), || {
         serde_json::to_writer_pretty(std::io::sink(), &report).unwrap()
@@ -278,13 +395,26 @@ fn library(real: &RealNvidia, empty: &Path, entry: &(&str, &str, &str, &str)) ->
         json as f64 / 1e6,
         ms(render)
     );
+    let unread = left.map_or(String::new(), |(size, p)| {
+        format!(
+            " ({} left unread: {:.1} MB, the largest, and nothing else in the process holds a \
+             runtime of an exact version)",
+            p.file_name().unwrap_or_default().to_string_lossy(),
+            size as f64 / 1e6
+        )
+    });
     println!(
-        "  bound: what must be read to find the containers ({:.1} MB of data sections outside \
-         them searched for the magic, {} page(s) of headers), faulted and read once on a \
-         fresh mapping in {}; with start and rendering {}: lint is {:.2}x that bound, \
-         cuobjdump / bound = {:.1}x",
-        bytes as f64 / 1e6,
-        pages.len(),
+        "  bound: what must be read for lint's answer: to find the containers, {:.1} MB of data \
+         sections outside them searched for the magic and {} page(s) of headers; the static \
+         runtime's code for its version, {:.1} MB; the data sections of the {} other \
+         libraries the process would load, {:.1} MB{unread}; faulted and read once on fresh \
+         mappings in {}; with start and rendering {}: lint is {:.2}x that bound, cuobjdump / \
+         bound = {:.1}x",
+        scanned as f64 / 1e6,
+        header_pages,
+        code_bytes as f64 / 1e6,
+        files.len() - 1,
+        library_bytes as f64 / 1e6,
         ms(read),
         ms(bound),
         ours.as_secs_f64() / bound.as_secs_f64(),
@@ -311,7 +441,7 @@ fn what_bounds(
     let bound = start + read + render;
     let part = [
         (start, "process start"),
-        (read, "reading the bytes that find the containers"),
+        (read, "reading the bytes lint's answer needs"),
         (render, "rendering the JSON"),
     ]
     .into_iter()

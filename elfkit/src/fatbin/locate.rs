@@ -14,7 +14,7 @@ use object::read::archive::ArchiveFile;
 use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
 use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
-use super::strings::{Ahead, CStrings, BLOCK};
+use super::strings::{may_hold_strings, Ahead, CStrings, BLOCK};
 use super::{Container, FatbinError, GpuCode, Origin, Purpose};
 
 /// The section of linked programs and libraries that holds their containers back to back.
@@ -260,14 +260,7 @@ fn elf_containers(
     // The sections the strings are looked for in: the scanned ones but ReadOnlyDataWithRel
     // (which ELF files do not have), and the string sections, which are not scanned. Each must
     // be read whole and alone: where any of them overlap, the strings are not searched here.
-    let is_text_data = |s: &Placed| {
-        matches!(
-            s.kind,
-            SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyString
-        ) && s.name != FATBIN_SECTION
-            && s.name != RELFATBIN_SECTION
-            && s.name != WRAPPER_SECTION
-    };
+    let is_text_data = |s: &Placed| may_hold_strings(&s.name, s.kind);
     let mut searched: Vec<(usize, usize)> = placed
         .iter()
         .filter(|s| is_text_data(s) || data_sections.iter().any(|d| std::ptr::eq(*d, *s)))

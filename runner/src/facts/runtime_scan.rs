@@ -19,7 +19,7 @@ use memchr::memmem;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 use serde::Serialize;
 
-use cuda_sandbox_elfkit::fatbin::strings::CStrings;
+use cuda_sandbox_elfkit::fatbin::strings::{may_hold_strings, CStrings};
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code_and_strings, FatbinError, GpuCode};
 
 use crate::cuda::version::CudaVersion;
@@ -127,7 +127,8 @@ pub struct ContentVersion {
 }
 
 /// The parts of an ELF file to search: allocated data (`.rodata`, `.data.rel.ro`, `.data`; not
-/// the symbol and string tables, not fat binaries, which are device code) and code. The whole
+/// the symbol and string tables, not fat binaries, which are device code, not the unwind
+/// tables: [`may_hold_strings`]) and code. The whole
 /// file for both when it has no section headers (or they do not parse). `device` holds the
 /// file ranges of fat-binary containers found elsewhere (byte arrays in `.rodata`, `.ldata`),
 /// sorted by start: device code too, left out of the data searched.
@@ -137,12 +138,9 @@ fn regions<'a>(data: &'a [u8], device: &[Range<usize>]) -> (Vec<&'a [u8]>, Vec<&
     if let Ok(file) = object::File::parse(data) {
         for section in file.sections() {
             let name = section.name().unwrap_or("");
-            if matches!(name, ".nv_fatbin" | "__nv_relfatbin" | ".nvFatBinSegment") {
-                continue;
-            }
             let Ok(bytes) = section.data() else { continue };
             match section.kind() {
-                SectionKind::ReadOnlyData | SectionKind::ReadOnlyString | SectionKind::Data => {
+                kind if may_hold_strings(name, kind) => {
                     match section
                         .file_range()
                         .and_then(|(at, _)| usize::try_from(at).ok())
@@ -442,7 +440,8 @@ pub(crate) fn defines_runtime(data: &[u8]) -> bool {
     };
     file.symbols()
         .chain(file.dynamic_symbols())
-        .any(|s| s.name() == Ok("cudaGetDriverEntryPoint") && s.is_definition())
+        // The bytes, not `name()`: that checks each name for UTF-8, and libc has 3,000.
+        .any(|s| s.name_bytes() == Ok(b"cudaGetDriverEntryPoint") && s.is_definition())
 }
 
 /// The major of `12.9` or `12.x`.
