@@ -16,6 +16,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use memchr::memmem;
+use object::read::elf::{FileHeader, SectionHeader};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 use serde::Serialize;
 
@@ -438,10 +439,36 @@ pub(crate) fn defines_runtime(data: &[u8]) -> bool {
     let Ok(file) = object::File::parse(data) else {
         return false;
     };
-    file.symbols()
-        .chain(file.dynamic_symbols())
-        // The bytes, not `name()`: that checks each name for UTF-8, and libc has 3,000.
-        .any(|s| s.name_bytes() == Ok(b"cudaGetDriverEntryPoint") && s.is_definition())
+    let named = match &file {
+        object::File::Elf64(elf) => string_tables_hold(elf, ENTRY_POINT_GETTER),
+        object::File::Elf32(elf) => string_tables_hold(elf, ENTRY_POINT_GETTER),
+        _ => true,
+    };
+    named
+        && file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            // The bytes, not `name()`: that checks each name for UTF-8, and libc has 3,000.
+            .any(|s| s.name_bytes() == Ok(b"cudaGetDriverEntryPoint") && s.is_definition())
+}
+
+/// The symbol [`defines_runtime`] looks for, as its string table holds it.
+const ENTRY_POINT_GETTER: &[u8] = b"cudaGetDriverEntryPoint\0";
+
+/// Whether the string tables of `elf`'s symbol tables (`.strtab`, `.dynstr`) may name a
+/// symbol `name` (with its NUL): every symbol's name is in its table's strings, so where
+/// neither holds those bytes no symbol has that name, and the symbols (libc's 3,000) need not
+/// be read one by one. `true` when a table cannot be read.
+fn string_tables_hold<Elf: FileHeader>(elf: &object::read::elf::ElfFile<Elf>, name: &[u8]) -> bool {
+    [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()]
+        .into_iter()
+        .filter(|table| !table.is_empty())
+        .any(|table| {
+            elf.elf_section_table()
+                .section(table.string_section())
+                .and_then(|section| section.data(elf.endian(), elf.data()))
+                .map_or(true, |strings| memmem::find(strings, name).is_some())
+        })
 }
 
 /// The major of `12.9` or `12.x`.
