@@ -7,28 +7,42 @@
 //! subdirectories here and `$PLATFORM` is the kernel's `AT_PLATFORM`. `GLIBC_TUNABLES` masks
 //! are not read. The differential test holds both to `ld.so --list-diagnostics`.
 
+use std::sync::OnceLock;
+
 /// The glibc-hwcaps subdirectories this CPU supports, best first (`x86-64-v4`, `x86-64-v3`,
-/// `x86-64-v2`).
+/// `x86-64-v2`). Worked out once per process: `cpuid` traps to the hypervisor in a virtual
+/// machine (8 µs each on the development machine), and every [`super::Loader`] asks.
 pub fn glibc_hwcaps() -> Vec<String> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let level = x86::isa_level();
-        (2..=level).rev().map(|v| format!("x86-64-v{v}")).collect()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        Vec::new()
-    }
+    static SUBDIRS: OnceLock<Vec<String>> = OnceLock::new();
+    SUBDIRS
+        .get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                let level = x86::isa_level();
+                (2..=level).rev().map(|v| format!("x86-64-v{v}")).collect()
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                Vec::new()
+            }
+        })
+        .clone()
 }
 
 /// What `$PLATFORM` stands for in this process's loader: on an Intel x86-64 CPU with AVX2 and
-/// friends `haswell`, else the kernel's `AT_PLATFORM`.
+/// friends `haswell`, else the kernel's `AT_PLATFORM`. Worked out once per process, as
+/// [`glibc_hwcaps`] is.
 pub fn platform() -> Option<String> {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(p) = x86::platform() {
-        return Some(p.to_string());
-    }
-    at_platform()
+    static PLATFORM: OnceLock<Option<String>> = OnceLock::new();
+    PLATFORM
+        .get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(p) = x86::platform() {
+                return Some(p.to_string());
+            }
+            at_platform()
+        })
+        .clone()
 }
 
 /// This process's `AT_PLATFORM` (`x86_64`, `aarch64`), when the kernel gave one.
