@@ -13,9 +13,10 @@
 //!   and the ratio (the goal: at least 20x).
 //!
 //! Where the goal is not met it says, in a `20x not met:` line, what bounds `lint` and how
-//! close it is: the start of the process (`lint --json` on an empty file), the bytes that must
-//! be read for lint's answer, timed as fresh mappings faulting and reading them once, and the
-//! JSON the listing renders to (serde_json into a sink, in this process). The bytes:
+//! close it is: the start of the process (`lint --json` on an empty file; and `/bin/true`'s,
+//! the least any reader's process pays, to say whether any reader could get there), the bytes
+//! that must be read for lint's answer, timed as fresh mappings faulting and reading them once,
+//! and the JSON the listing renders to (serde_json into a sink, in this process). The bytes:
 //!
 //! - to find the containers: the data sections the magic scan reads, outside the containers,
 //!   and one page per container's headers;
@@ -280,7 +281,11 @@ fn read_bound(files: &[MustRead]) -> Duration {
 }
 
 /// Times and prints one library; returns whether the goal is met.
-fn library(real: &RealNvidia, empty: &Path, entry: &(&str, &str, &str, &str)) -> bool {
+fn library(
+    real: &RealNvidia,
+    (empty, floor): (&Path, &Duration),
+    entry: &(&str, &str, &str, &str),
+) -> bool {
     let &(name, wheel, file, source) = entry;
     let path = real.corpus(wheel, file);
     if !real.has("lint_vs_cuobjdump", &path) {
@@ -423,38 +428,66 @@ fn library(real: &RealNvidia, empty: &Path, entry: &(&str, &str, &str, &str)) ->
     if !met {
         println!(
             "  20x not met: {}",
-            what_bounds(ours, theirs, start, read, render)
+            what_bounds(
+                ours,
+                theirs,
+                &Bound {
+                    start,
+                    floor: *floor,
+                    read,
+                    render
+                }
+            )
         );
     }
     met
 }
 
-/// For a library where lint is not 20x faster than cuobjdump: what bounds it (the largest part
-/// of the bound) and how close lint is to that bound.
-fn what_bounds(
-    ours: Duration,
-    theirs: Duration,
+/// What one library's bound is made of: lint's own process start, that of a process that does
+/// nothing (`/bin/true`, the least any reader pays), reading the bytes lint's answer needs, and
+/// rendering the JSON.
+struct Bound {
     start: Duration,
+    floor: Duration,
     read: Duration,
     render: Duration,
-) -> String {
-    let bound = start + read + render;
+}
+
+/// For a library where lint is not 20x faster than cuobjdump: what bounds it (the largest part
+/// of the bound), whether any reader could get there (one that starts as fast as `/bin/true`),
+/// and how close lint is to its bound.
+fn what_bounds(ours: Duration, theirs: Duration, b: &Bound) -> String {
+    let bound = b.start + b.read + b.render;
+    let least = b.floor.min(b.start) + b.read + b.render;
     let part = [
-        (start, "process start"),
-        (read, "reading the bytes lint's answer needs"),
-        (render, "rendering the JSON"),
+        (b.start, "process start"),
+        (b.read, "reading the bytes lint's answer needs"),
+        (b.render, "rendering the JSON"),
     ]
     .into_iter()
     .max_by_key(|(d, _)| *d)
     .map_or("", |(_, what)| what);
     let reach = theirs.as_secs_f64() / bound.as_secs_f64();
+    let any_reach = theirs.as_secs_f64() / least.as_secs_f64();
     let close = ours.as_secs_f64() / bound.as_secs_f64();
-    if reach < 20.0 {
+    if any_reach < 20.0 {
         format!(
             "bounded by {part} (bound {}, of which {part} is the most); cuobjdump takes only \
-             {reach:.1}x the bound, so no reader that starts a process and reads these bytes \
-             reaches 20x; lint is {close:.2}x the bound",
-            ms(bound)
+             {reach:.1}x the bound, and {any_reach:.1}x it with the start of a process that \
+             does nothing (/bin/true, {}), so no reader that starts a process and reads these \
+             bytes reaches 20x; lint is {close:.2}x the bound",
+            ms(bound),
+            ms(b.floor)
+        )
+    } else if reach < 20.0 {
+        format!(
+            "bounded by {part} (bound {}, of which {part} is the most); cuobjdump takes only \
+             {reach:.1}x the bound with lint's own start ({}), but {any_reach:.1}x it with the \
+             start of a process that does nothing (/bin/true, {}): only a reader that starts \
+             faster than lint could reach 20x; lint is {close:.2}x the bound",
+            ms(bound),
+            ms(b.start),
+            ms(b.floor)
         )
     } else {
         format!(
@@ -481,9 +514,16 @@ fn main() {
         runs(RUNS),
         runs(TOOL_RUNS)
     );
+    // The least start any reader pays: a process that does nothing.
+    let floor = spawned(runs(RUNS), Path::new("/bin/true"), &[], &empty);
+    println!(
+        "a process that does nothing (/bin/true), median of {}: {}",
+        runs(RUNS),
+        ms(floor)
+    );
     let met = CORPUS
         .iter()
-        .filter(|entry| library(&real, &empty, entry))
+        .filter(|entry| library(&real, (&empty, &floor), entry))
         .count();
     println!(
         "the goal (at least 20x) met on {met} of {} libraries",

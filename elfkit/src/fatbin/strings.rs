@@ -56,6 +56,8 @@ pub struct CStrings {
     /// Whether the search covered what the module documentation says (a file whose data
     /// sections overlap, or that has none, is not searched here).
     covered: bool,
+    /// The strings one [`CStrings::search`] looks for, its buffer kept between calls.
+    wanted: Vec<usize>,
 }
 
 impl CStrings {
@@ -90,6 +92,7 @@ impl CStrings {
             open: gate >= texts.len(),
             missed: false,
             covered: ascii,
+            wanted: Vec::with_capacity(texts.len()),
         }
     }
 
@@ -127,10 +130,15 @@ impl CStrings {
         excluded: &dyn Fn(usize, usize) -> bool,
     ) {
         let skip = |i: usize| ahead.is_some_and(|a| a.deferred[i]);
-        let wanted: Vec<usize> = (0..self.needles.len())
-            .filter(|&i| !self.found[i] && !skip(i) && (i < self.gate || self.open))
-            .collect();
+        // Kept between calls: cuFFT's data is searched in 24,454 pieces, one call each.
+        let mut wanted = std::mem::take(&mut self.wanted);
+        wanted.clear();
+        wanted.extend(
+            (0..self.needles.len())
+                .filter(|&i| !self.found[i] && !skip(i) && (i < self.gate || self.open)),
+        );
         self.search_for(data, (from, to, limit), &wanted, excluded);
+        self.wanted = wanted;
     }
 
     /// Looks for the strings `wanted` (indices), as [`CStrings::search`] says.
