@@ -263,15 +263,19 @@ fn judge_device_count(session: &Session, count: usize, gpus: usize, problems: &m
         .manifest()
         .map_or(&[], |m| m.leased_gpus.as_slice());
     if !leased.is_empty() && count != leased.len() {
+        let why = if count > leased.len() {
+            "the build reaches GPUs leased to other builds (is something other than \
+             cuda-sandbox-hook exposing /dev/nvidiaN, or CUDA_VISIBLE_DEVICES unset where the \
+             driver ignores device nodes?)"
+        } else {
+            "some leased GPU nodes are not usable here (check the hook's device globs and the \
+             nodes' permissions)"
+        };
         problems.push(format!(
-                "CUDA reports {count} device(s) but the hook leased this build {} GPU(s) {leased:?}:                  {}",
-                leased.len(),
-                if count > leased.len() {
-                    "the build reaches GPUs leased to other builds (is something other than                      cuda-sandbox-hook exposing /dev/nvidiaN, or CUDA_VISIBLE_DEVICES unset                      where the driver ignores device nodes?)"
-                } else {
-                    "some leased GPU nodes are not usable here (check the hook's device globs                      and the nodes' permissions)"
-                }
-            ));
+            "CUDA reports {count} device(s) but the hook leased this build {} GPU(s) \
+             {leased:?}: {why}",
+            leased.len()
+        ));
     }
     if gpus < count {
         problems.push(format!(

@@ -77,6 +77,10 @@ fn cuda_device_count_must_equal_the_leased_gpus() {
     two.assert_check(
         "devices::nodes",
         "fail",
-        &["CUDA reports 1 device(s) but the hook leased this build 2 GPU(s) [0, 1]"],
+        &[
+            "CUDA reports 1 device(s) but the hook leased this build 2 GPU(s) [0, 1]: some \
+           leased GPU nodes are not usable here (check the hook's device globs and the nodes' \
+           permissions)",
+        ],
     );
 }
