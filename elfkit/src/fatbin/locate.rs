@@ -17,14 +17,7 @@ use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
 use super::strings::{may_hold_strings, Ahead, CStrings, BLOCK};
 use super::{Container, FatbinError, GpuCode, Origin, Purpose};
 
-/// The section of linked programs and libraries that holds their containers back to back.
-pub const FATBIN_SECTION: &str = ".nv_fatbin";
-/// The section of relocatable objects (`nvcc -rdc`) that holds them.
-pub const RELFATBIN_SECTION: &str = "__nv_relfatbin";
-/// The section of 24-byte wrappers `{u32 0x466243B1, u32 version, u64 address, u64 list}`.
-pub const WRAPPER_SECTION: &str = ".nvFatBinSegment";
-/// A wrapper's magic.
-pub const WRAPPER_MAGIC: u32 = 0x4662_43B1;
+pub use super::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_MAGIC, WRAPPER_SECTION};
 
 /// The containers of a file's bytes: an ELF file, a `.a` archive of them, or a bare fat binary.
 /// Anything else has none.

@@ -27,6 +27,7 @@ pub mod parse;
 pub mod payload;
 pub mod releases;
 pub mod rules;
+pub mod sections;
 pub mod strings;
 pub mod table;
 pub mod verdict;

@@ -12,7 +12,7 @@
 use memchr::memmem;
 use object::SectionKind;
 
-use super::locate::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION};
+use super::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION};
 
 /// Sections of a linked file's data that hold no C string a program wrote: the unwind tables
 /// the compiler emits (`.eh_frame`, its index `.eh_frame_hdr`, and C++'s `.gcc_except_table`),
