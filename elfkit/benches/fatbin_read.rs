@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cuda_sandbox_elfkit::fatbin::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION};
 use cuda_sandbox_elfkit::fatbin::{parse, read_file, EntryKind, GpuCode};
 use cuda_sandbox_testkit::fatbin_fixtures::{self, FixtureKind};
 use cuda_sandbox_testkit::real_nvidia::{cache_dir, RealNvidia};
@@ -173,10 +174,10 @@ fn parts(path: &Path) {
         };
         let bytes = &data[start as usize..(start + size) as usize];
         let name = s.name().unwrap_or_default();
-        if name == ".nv_fatbin" || name == "__nv_relfatbin" {
+        if name == FATBIN_SECTION || name == RELFATBIN_SECTION {
             walked += size;
             walk += timed(RUNS, || parse::containers_in(bytes, start).unwrap().len());
-        } else if name != ".nvFatBinSegment"
+        } else if name != WRAPPER_SECTION
             && matches!(
                 s.kind(),
                 SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
@@ -193,8 +194,8 @@ fn parts(path: &Path) {
         let b = m.bytes();
         elf.sections()
             .filter(|s| {
-                s.name().unwrap_or_default() != ".nv_fatbin"
-                    && s.name().unwrap_or_default() != ".nvFatBinSegment"
+                s.name().unwrap_or_default() != FATBIN_SECTION
+                    && s.name().unwrap_or_default() != WRAPPER_SECTION
                     && matches!(
                         s.kind(),
                         SectionKind::Data

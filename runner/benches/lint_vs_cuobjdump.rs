@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use cuda_sandbox_check::facts::elf_lint::{lint, LintConfig};
 use cuda_sandbox_check::facts::runtime_scan::gpu_code_and_runtime;
+use cuda_sandbox_elfkit::fatbin::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION};
 use cuda_sandbox_elfkit::fatbin::{parse, read_file, GpuCode};
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
 use cuda_sandbox_elfkit::map::Mapped;
@@ -172,7 +173,7 @@ fn must_read(data: &[u8], code: &GpuCode) -> (Vec<(usize, usize)>, Vec<usize>) {
     };
     for s in elf.sections() {
         let name = s.name().unwrap_or_default();
-        let scanned = !matches!(name, ".nv_fatbin" | "__nv_relfatbin" | ".nvFatBinSegment")
+        let scanned = ![FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION].contains(&name)
             && matches!(
                 s.kind(),
                 SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
