@@ -167,7 +167,10 @@ impl std::fmt::Display for InventoryError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             InventoryError::TooLong => write!(f, "longer than {INVENTORY_MAX_BYTES} bytes"),
-            InventoryError::Malformed(why) => write!(f, "not an inventory: {why}"),
+            // serde_json's message quotes the input (an unknown key, say): kept on one line.
+            InventoryError::Malformed(why) => {
+                write!(f, "not an inventory: {}", crate::text::one_line(why))
+            }
             InventoryError::Version(v) => write!(
                 f,
                 "schema version {v}, not {INVENTORY_VERSION}: write it again with this \
@@ -289,6 +292,12 @@ mod tests {
             (good.replace("0x2330", "0x12345"), "PCI id"),
             (good.replace("\"minor\":0", "\"minor\":-1"), "invalid value"),
             (good.replace("}", ",\"uuid\":\"x\"}"), "unknown field"),
+            // A key holding an escaped newline: serde_json's message quotes it (found by the
+            // inventory_parse fuzz target, 2026-12-02).
+            (
+                good.replace("\"minor\"", "\"m\\nor\""),
+                "unknown field `m\\nor`",
+            ),
             (format!("{good},{good}"), "bus address 0000:01:00.0 twice"),
         ] {
             let e = Inventory::parse(one(&bad).as_bytes())

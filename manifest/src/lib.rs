@@ -5,6 +5,7 @@
 //! chroot (a runtime directory) and exposes it read-only at [`MANIFEST_PATH`] inside.
 
 pub mod inventory;
+pub mod text;
 pub mod versions;
 
 use serde::{Deserialize, Deserializer, Serialize};

@@ -3,7 +3,7 @@
 use super::validate::Invalid;
 use super::MAX_CONFIG_BYTES;
 use crate::trust::TrustError;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::path::PathBuf;
 
 /// Why a configuration could not be used: where, and what. Always one line: control
@@ -96,27 +96,12 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, before[line_start..].chars().count() + 1)
 }
 
-/// Displays its text with every control character escaped (`\n`, `\u{1b}`).
+/// Displays its text on one line ([`crate::log::one_line`]: every control character escaped,
+/// `\n`, `\u{1b}`).
 struct Escaped<T>(T);
 
 impl<T: fmt::Display> fmt::Display for Escaped<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(OneLine(f), "{}", self.0)
-    }
-}
-
-/// Writes through to a formatter with every control character escaped.
-struct OneLine<'a, 'b>(&'a mut fmt::Formatter<'b>);
-
-impl fmt::Write for OneLine<'_, '_> {
-    fn write_str(&mut self, text: &str) -> fmt::Result {
-        for c in text.chars() {
-            if c.is_control() {
-                write!(self.0, "{}", c.escape_debug())?;
-            } else {
-                self.0.write_char(c)?;
-            }
-        }
-        Ok(())
+        f.write_str(&crate::log::one_line(&self.0.to_string()))
     }
 }
