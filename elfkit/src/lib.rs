@@ -8,6 +8,9 @@
 //! loader's `--help` only when asked: `ldso::Loader::ask`); [`requisites`] is the one place
 //! either crate asks `nix-store` for a closure.
 
+// Developer docs, read with --document-private-items (docs/architecture.md): private links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 mod error;
 pub mod fatbin;
 pub mod ldso;

@@ -13,6 +13,9 @@
 //! 5. the plan is rendered for Nix ([`protocol`], by [`hook`]), for people ([`explain`]), and
 //!    as a private namespace ([`exec`], with [`elfdeps`] for the command's libraries).
 
+// Developer docs, read with --document-private-items (docs/architecture.md): private links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 mod act;
 mod build_users;
 mod bytes;

@@ -12,6 +12,8 @@
 //! The library exists for `main.rs`, the integration tests and the bench: an item is `pub` only
 //! when one of them uses it (`unreachable_pub` warns on the rest).
 
+// Developer docs, read with --document-private-items (docs/architecture.md): private links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 #![warn(unreachable_pub)]
 
 pub mod check;

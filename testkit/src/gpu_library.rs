@@ -13,7 +13,7 @@ use crate::run_ok as run;
 /// A shared library `DIR/NAME.so` as nvcc builds one, for the tests of what a package's GPU
 /// code does on a GPU: one module in `.nv_fatbin` holding SASS for each of `sass` (`"sm_80"`)
 /// and PTX for each of `ptx` (`("compute_80", "8.8")`: the target and its ISA version), made
-/// by ptxas and fatbinary 13.5 from [`kernel_ptx`](crate::fatbin_fixtures::kernel_ptx), then `cc -shared`; `dir` gets the library
+/// by ptxas and fatbinary 13.5 from [`kernel_ptx`], then `cc -shared`; `dir` gets the library
 /// alone. Extra `cc` arguments (a runtime to link, a DT_RUNPATH) go in `cc_args`. Its cubins
 /// record CUDA 13.5: a CUDA 13 build ([`gpu_library_of`] makes one of another release).
 pub fn gpu_library(

@@ -1,4 +1,4 @@
-//! What one image holds, read from its payload ([`super::payload`]): whether anything in it can
+//! What one image holds, read from its payload ([`fn@super::payload`]): whether anything in it can
 //! be launched (a kernel) or read by host code (device data), and, for a cubin, the toolkit that
 //! built it. Measured on NVIDIA's files and on cubins NVIDIA's ptxas 11.7 to 13.5 builds
 //! (`docs/fatbin.md`):

@@ -6,7 +6,7 @@
 //! - [`locate`] finds the containers of a file: `.nv_fatbin`, the `.nvFatBinSegment` wrappers,
 //!   relocatable `__nv_relfatbin` sections in objects and `.a` members, a bare `.fatbin` file,
 //!   and containers elsewhere (byte arrays in `.rodata`, `.data`) by their magic.
-//! - [`payload`] unpacks one entry's payload (LZ4, Zstandard), only when a rule needs it, and
+//! - [`mod@payload`] unpacks one entry's payload (LZ4, Zstandard), only when a rule needs it, and
 //!   [`image`] reads what a cubin or PTX holds: kernels, device data, the toolkit.
 //! - [`gpus`] is the table of GPU architectures, as data: the first driver of each.
 //! - [`rules`] is CUDA's loading rules as pure functions: one module, one GPU, one driver.
@@ -350,7 +350,7 @@ pub struct Entry {
     pub stored_size: u64,
     /// Whether it is one part of a CUDA 13 concatenated entry (kind 0x100).
     pub concatenated: bool,
-    /// Where its bytes are, for reading them ([`payload`]); not serialized.
+    /// Where its bytes are, for reading them ([`fn@payload`]); not serialized.
     pub stored: Stored,
 }
 

@@ -59,8 +59,9 @@ impl Config {
         })
     }
 
-    /// [`Config::may_answer`] for the text itself: `false` only when `text` holds no `\` and
-    /// none of `features` (an empty feature is in every text). Linear in the text for each
+    /// Whether a configuration whose text is `text` may have a rule answering one of
+    /// `features`, judged without parsing it: `false` only when `text` holds no `\` and none of
+    /// `features` (an empty feature is in every text). Linear in the text for each
     /// feature (a substring search, not a window scan); more than [`PRECHECK_FEATURES`]
     /// features give `true` (parse instead), so a derivation listing millions of features
     /// cannot make this cost their number times the text.

@@ -89,7 +89,7 @@ impl<'a> RawStr<'a> {
 
     /// A buffered reader of the unescaped bytes, so that a huge value (`__json`) is never
     /// copied whole. `serde_json` reads a byte at a time: the buffer turns that into one
-    /// [`Unescape::read`] per 64 KiB.
+    /// [`Read::read`](std::io::Read::read) of [`Unescape`] per 64 KiB.
     fn reader(&self) -> std::io::BufReader<Unescape<'a>> {
         std::io::BufReader::with_capacity(64 << 10, Unescape { rest: self.raw })
     }

@@ -61,8 +61,9 @@ pub struct FdLimits {
     pub pipe_wait: std::time::Duration,
 }
 
-/// The hook's limits on [`ATERM_FD_ENV`]: 256 MiB (Nix itself sets none; the largest
-/// derivations in Nixpkgs are a few MiB), and 5 s for a pipe, far more than a writer needs.
+/// The hook's limits on [`ATERM_FD_ENV`](super::ATERM_FD_ENV): 256 MiB (Nix itself sets none;
+/// the largest derivations in Nixpkgs are a few MiB), and 5 s for a pipe, far more than a
+/// writer needs.
 pub const ATERM_FD_LIMITS: FdLimits = FdLimits {
     max_bytes: 256 << 20,
     pipe_wait: std::time::Duration::from_secs(5),

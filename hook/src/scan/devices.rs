@@ -1,5 +1,5 @@
 //! The device-glob source: every entry a rule's device glob matches under the host root, with
-//! the links on the way recorded for the planner ([`crate::plan::devices`]).
+//! the links on the way recorded for the planner ([`crate::plan`], its `devices` module).
 
 use super::Recorder;
 use crate::config::{Config, DeviceGlob, Platform};

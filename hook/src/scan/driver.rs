@@ -1,7 +1,7 @@
 //! The driver source: the NixOS driver link (and the libcuda behind it), the host's driver
 //! libraries found through the loader cache and library directories when there is no link,
 //! and the compat directories (their ELF notes and libraries). The planner is
-//! [`crate::plan::driver`].
+//! [`crate::plan`]'s `driver` module.
 
 use super::Recorder;
 use crate::config::{Config, DriverConfig};

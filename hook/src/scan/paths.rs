@@ -1,7 +1,7 @@
 //! The path sources: a rule's host paths (the same path inside, looked up under the host
 //! root) and mounts (a host path at another inside path), each with the chain from it
 //! recorded, and with `follow_entry_symlinks` the links directly inside the directory. The
-//! planner is [`crate::plan::paths`].
+//! planner is [`crate::plan`]'s `paths` module.
 
 use super::Recorder;
 use crate::config::{HostPath, Mount};

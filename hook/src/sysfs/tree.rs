@@ -1,6 +1,6 @@
-//! The trees on the host: made for a build ([`build`]), removed with it ([`remove`], and
-//! [`sweep`] for those whose build has ended). Each tree `<name>/` has the record
-//! `<name>.json` beside it in `<runtime_dir>/sysfs/`, a verified [`StateDir`].
+//! The trees on the host: made for a build ([`build`]), removed by its [`TreeGuard`] when the
+//! hook fails after making it, else by [`sweep`] once the build has ended. Each tree `<name>/`
+//! has the record `<name>.json` beside it in `<runtime_dir>/sysfs/`, a verified [`StateDir`].
 
 use super::layout::{Entry, PciLayout};
 use super::mount::{self, MountError};

@@ -10,7 +10,7 @@
 //! 2. the driver against the file's CUDA runtime, as `package::runtimes` judges it (a shared
 //!    `libcudart.so.N` in DT_NEEDED, a static copy, the file itself being one): a newer major
 //!    fails with 35, a newer minor needs the major's floor ([`toolkit_on_driver`]);
-//! 3. the modules, by elfkit's rules and file policy ([`judge`]);
+//! 3. the modules, by elfkit's rules and file policy ([`judge_given`]);
 //!
 //! Each verdict names its [`Rule`]. The reading, the rules and the module policy are
 //! `cuda_sandbox_elfkit::fatbin`'s; this module adds the runtime and the words.

@@ -7,7 +7,7 @@
 //! [`Start::Library`]): glibc's search, modelled once in [`cuda_sandbox_elfkit::ldso`] (the
 //! loader chosen by [`Loader::known`], never run), gives every object the graph loads. The
 //! runtimes in it are those the lint found in the package, and, for objects outside it, what
-//! [`runtime_in`] finds in them (each file read once).
+//! [`gpu_code_and_runtime`] finds in them (each file read once).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
