@@ -72,6 +72,18 @@ run_tier() {
   return "$status"
 }
 
+# open_nix_store WHAT [WRAPPER...]: opens the Nix store once (`WRAPPER nix-store --init`),
+# before a tier's tests run many Nix processes at once. Nix makes a store's database on first
+# use, and that is racy: six concurrent `nix-store --init` on a fresh store failed in 9 of 80
+# rounds under 2.34 ("schema" is corrupt) and 4 of 80 under 2.8 (a gcroots symlink exists), and
+# in 0 of 80 each when one ran first. CI saw it as "SQLite database ... is busy" when a fresh
+# 2.34 root's first tier started five builds at once. Opening an existing store changes nothing.
+open_nix_store() {
+  local what=$1
+  shift
+  "$@" nix-store --init || { echo "$what: nix-store --init failed" >&2; return 1; }
+}
+
 # print_tier_times FILE: the table of run_tier's times in FILE, one row a run of a tier.
 print_tier_times() {
   printf '\n%-28s %-13s %7s %6s\n' "run" "tier" "seconds" "tests" >&2
