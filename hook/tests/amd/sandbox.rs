@@ -48,6 +48,12 @@ fn a_cuda_build_on_an_amd_host_sees_exactly_the_amd_gpus_and_an_untagged_one_not
         "pci0000:00 virtual ",
         "{tagged}"
     );
+    assert_eq!(line(&tagged, "sys virtual: "), "kfd ", "{tagged}");
+    assert_eq!(
+        line(&tagged, "pci root: "),
+        format!("{} {} pci_bus ", bridge_bdf(0), bridge_bdf(1)),
+        "{tagged}"
+    );
     assert_eq!(
         line(&tagged, "sys dev char: "),
         "226:0 226:1 226:128 226:129 ",

@@ -23,6 +23,8 @@ let
               done
               if [ -e /sys ]; then echo "sys: $(ls /sys | tr '\n' ' ')"; else echo "sys absent"; fi
               echo "sys devices: $(ls /sys/devices 2>/dev/null | tr '\n' ' ')"
+              echo "sys virtual: $(ls /sys/devices/virtual 2>/dev/null | tr '\n' ' ')"
+              echo "pci root: $(ls /sys/devices/pci0000:00 2>/dev/null | tr '\n' ' ')"
               echo "sys dev char: $(ls /sys/dev/char 2>/dev/null | tr '\n' ' ')"
               echo "pci devices: $(ls /sys/bus/pci/devices 2>/dev/null | tr '\n' ' ')"
               for l in /sys/dev/char/*; do
