@@ -11,6 +11,7 @@ use crate::cuda::result::{self, CuError, CUDA_ERROR_NO_DEVICE};
 use crate::facts::access::{Access, KERNEL_MODULE_FILE};
 use crate::facts::expectations::ManifestState;
 use crate::facts::package_under_test::{PackageError, PackageUnderTest};
+use crate::facts::zluda::Zluda;
 
 /// Why a check cannot use the driver or the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +47,7 @@ pub struct Session {
     /// Device nodes and kernel module as they were before any driver call.
     pub(crate) access: Access,
     driver: OnceLock<Result<Driver, LoadError>>,
+    zluda: OnceLock<Option<Zluda>>,
     init: OnceLock<Result<(), CuError>>,
     devices: OnceLock<Result<Vec<CudaDevice>, DriverError>>,
     runtimes: OnceLock<Result<Vec<Runtime>, CudartError>>,
@@ -67,6 +69,7 @@ impl Session {
             manifest,
             access,
             driver: OnceLock::new(),
+            zluda: OnceLock::new(),
             init: OnceLock::new(),
             devices: OnceLock::new(),
             runtimes: OnceLock::new(),
@@ -80,6 +83,17 @@ impl Session {
             .get_or_init(Driver::load)
             .as_ref()
             .map_err(|error| GpuUnavailable::NoDriver(error.clone()))
+    }
+
+    /// ZLUDA's marks when the loaded libcuda is ZLUDA (the CUDA driver API on AMD's HIP);
+    /// `None` for NVIDIA's driver, or when none is loaded.
+    pub(crate) fn zluda(&self) -> Option<&Zluda> {
+        self.zluda
+            .get_or_init(|| {
+                let driver = self.driver().ok()?;
+                Zluda::recognise(&driver.file.real_path)
+            })
+            .as_ref()
     }
 
     /// The driver after a successful `cuInit(0)`, or why it failed; a "no device" answer names
