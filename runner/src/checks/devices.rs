@@ -22,8 +22,8 @@ use cuda_sandbox_manifest::Manifest;
 use crate::check::{facts_of, Facts, Outcome};
 use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
 use crate::facts::amd_nodes::AmdNodes;
-use crate::facts::zluda::Zluda;
 use crate::facts::build_features;
+use crate::facts::zluda::Zluda;
 use crate::session::Session;
 
 /// What `devices::nodes` reports (the report's `facts`), whether it passes or fails.

@@ -164,9 +164,7 @@ pub(crate) fn version(session: &Session) -> Outcome {
     Outcome::pass(
         format!(
             "{} provides CUDA {version} ({}){}",
-            session
-                .zluda()
-                .map_or("driver".to_owned(), Zluda::describe),
+            session.zluda().map_or("driver".to_owned(), Zluda::describe),
             version.0,
             if init.is_ok() {
                 "; cuInit ok"

@@ -54,15 +54,21 @@ impl AmdNodes {
 
     /// What is wrong with these nodes for `cuda_devices` GPUs (when CUDA can say), judged
     /// against `kfd_major` (`/proc/devices`' major of `kfd`, when listed); empty when nothing is.
-    pub(crate) fn problems(&self, kfd_major: Option<u32>, cuda_devices: Option<usize>) -> Vec<String> {
+    pub(crate) fn problems(
+        &self,
+        kfd_major: Option<u32>,
+        cuda_devices: Option<usize>,
+    ) -> Vec<String> {
         let mut problems = Vec::new();
         let kfd = self.dev_root.join("kfd");
         match self.kfd {
-            Node::Char(major, _) if kfd_major.is_some_and(|m| m != major) => problems.push(format!(
-                "{} has major {major} but /proc/devices says kfd is {}: a stale or wrong node",
-                kfd.display(),
-                kfd_major.unwrap_or_default()
-            )),
+            Node::Char(major, _) if kfd_major.is_some_and(|m| m != major) => {
+                problems.push(format!(
+                    "{} has major {major} but /proc/devices says kfd is {}: a stale or wrong node",
+                    kfd.display(),
+                    kfd_major.unwrap_or_default()
+                ))
+            }
             Node::Char(DRM_MAJOR, minor) => problems.push(format!(
                 "{} is {DRM_MAJOR}:{minor}, a DRM node, not the KFD compute device",
                 kfd.display()
@@ -115,7 +121,13 @@ mod tests {
             kfd,
             render_nodes: render
                 .iter()
-                .map(|(n, node)| (*n, PathBuf::from(format!("/dev/dri/renderD{n}")), node.clone()))
+                .map(|(n, node)| {
+                    (
+                        *n,
+                        PathBuf::from(format!("/dev/dri/renderD{n}")),
+                        node.clone(),
+                    )
+                })
                 .collect(),
         }
     }
