@@ -23,3 +23,4 @@ pub mod runtime_scan;
 pub(crate) mod stub_libcuda;
 pub(crate) mod walk;
 pub mod zluda;
+pub(crate) mod zluda_code;
