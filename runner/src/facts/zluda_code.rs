@@ -16,8 +16,8 @@
 //! The judgement is made in elfkit's terms ([`Judgement`], [`Load`]) so that it reads like any
 //! other target's.
 
-use cuda_sandbox_elfkit::fatbin::rules::Load;
 use crate::facts::gpu_words::{carried, module_place};
+use cuda_sandbox_elfkit::fatbin::rules::Load;
 use cuda_sandbox_elfkit::fatbin::verdict::{
     Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
 };

@@ -476,8 +476,14 @@ fn zluda_runs_ptx_and_no_sass() {
     let dir = tempfile::tempdir().unwrap();
     let (ampere, turing) = packages(&real, dir.path());
     // SASS for the very capability ZLUDA reports (ptxas 13.x knows sm_88) runs no better.
-    let sass_for_zludas_own =
-        cuda_sandbox_testkit::gpu_library::gpu_library(&real, dir.path(), "libsm88", &["sm_88"], &[], &[]);
+    let sass_for_zludas_own = cuda_sandbox_testkit::gpu_library::gpu_library(
+        &real,
+        dir.path(),
+        "libsm88",
+        &["sm_88"],
+        &[],
+        &[],
+    );
     let out = lint(&["--zluda"], &[&turing, &sass_for_zludas_own]);
     out.says(
         101,
@@ -494,11 +500,18 @@ fn zluda_runs_ptx_and_no_sass() {
     );
     let json = lint(&["--zluda", "--json"], &[&ampere, &turing]);
     let v: serde_json::Value = serde_json::from_str(&json.out).unwrap();
-    assert_eq!(v["gpu_code"][0]["verdicts"][0]["verdict"], "runs-by-jit", "{}", json.out);
+    assert_eq!(
+        v["gpu_code"][0]["verdicts"][0]["verdict"], "runs-by-jit",
+        "{}",
+        json.out
+    );
     assert_eq!(v["gpu_code"][0]["verdicts"][0]["rule"], "jit");
     assert_eq!(v["gpu_code"][0]["verdicts"][0]["target"]["device"], "8.8");
     assert_eq!(v["gpu_code"][1]["verdicts"][0]["verdict"], "fails");
-    assert_eq!(v["gpu_code"][1]["verdicts"][0]["rule"], "sass-only-on-zluda");
+    assert_eq!(
+        v["gpu_code"][1]["verdicts"][0]["rule"],
+        "sass-only-on-zluda"
+    );
     assert_eq!(v["findings"][0]["kind"], "no-kernel-image");
     let curand = real.curand();
     lint(&["--zluda"], &[&curand]).says(0, &["libcurand.so.10: runs on ZLUDA on AMD"]);
