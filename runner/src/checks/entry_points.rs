@@ -215,7 +215,11 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
                      nothing to compare",
                     zluda.describe()
                 ),
-                facts! { "get_proc_address" => export, "driver_version" => driver_version.to_string(), "zluda" => zluda },
+                facts! {
+                    "get_proc_address" => export,
+                    "driver_version" => driver_version.to_string(),
+                    "zluda" => zluda,
+                },
             );
         }
     }
