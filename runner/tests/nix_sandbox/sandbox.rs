@@ -37,6 +37,8 @@ fn runner_as_builder_passes_with_the_hook_and_writes_its_report_to_out() {
         Path::new("/run/opengl-driver/lib/libcuda.so.1"),
         "{report:#}"
     );
+    // The fake NVIDIA libcuda holds ZLUDA's name suffix too, but needs no libamdhip64.
+    assert_eq!(library.zluda, None, "{report:#}");
     let nodes: NodesFacts = report_facts(&report, "devices::nodes");
     assert_eq!(nodes.gpu_nodes[0], Path::new("/dev/nvidia0"), "{report:#}");
     let saxpy: SaxpyFacts = report_facts(&report, "kernel::saxpy");
