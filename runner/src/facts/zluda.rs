@@ -65,10 +65,50 @@ impl Zluda {
 mod tests {
     use super::*;
 
+    use std::process::Command;
+
+    /// A shared library `name` built with `cc`, holding `text` as a C string, with
+    /// `libamdhip64.so.6` added to its `DT_NEEDED` by `patchelf` when `hip`.
+    fn library(dir: &Path, name: &str, text: &str, hip: bool) -> std::path::PathBuf {
+        let source = dir.join(format!("{name}.c"));
+        std::fs::write(&source, format!("const char marker[] = \"{text}\";\n")).unwrap();
+        let out = dir.join(name);
+        let cc = Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&out)
+            .arg(&source)
+            .status()
+            .expect("cc");
+        assert!(cc.success());
+        if hip {
+            let patch = Command::new("patchelf")
+                .args(["--add-needed", "libamdhip64.so.6"])
+                .arg(&out)
+                .status()
+                .expect("patchelf");
+            assert!(patch.success());
+        }
+        out
+    }
+
     #[test]
-    fn a_file_without_the_hip_runtime_is_not_zluda_even_with_the_name_suffix() {
-        // An ELF file that needs no libamdhip64.
-        let me = std::env::current_exe().unwrap();
-        assert_eq!(Zluda::recognise(&me), None);
+    fn zluda_is_told_by_the_hip_runtime_and_the_name_suffix_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let zluda = library(dir.path(), "libnvcuda.so", " [ZLUDA]", true);
+        assert_eq!(
+            Zluda::recognise(&zluda),
+            Some(Zluda {
+                file_name: "libnvcuda.so".into(),
+                zluda_file_name: true,
+                hip_runtime: "libamdhip64.so.6".into(),
+            })
+        );
+        let renamed = library(dir.path(), "libcuda.so.1", " [ZLUDA]", true);
+        assert!(Zluda::recognise(&renamed).is_some_and(|z| !z.zluda_file_name));
+        let no_hip = library(dir.path(), "nohip.so", " [ZLUDA]", false);
+        assert_eq!(Zluda::recognise(&no_hip), None);
+        let no_suffix = library(dir.path(), "nosuffix.so", " [NVIDIA]", true);
+        assert_eq!(Zluda::recognise(&no_suffix), None);
+        assert_eq!(Zluda::recognise(&dir.path().join("missing.so")), None);
     }
 }

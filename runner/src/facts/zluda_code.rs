@@ -111,3 +111,80 @@ pub(crate) fn reason(code: &GpuCode, judgement: &Judgement, on: &str) -> String 
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_sandbox_elfkit::fatbin::{Arch, Compression, Container, Entry, Version};
+
+    fn module(origin: Origin, images: &[(EntryKind, &str)]) -> Container {
+        Container {
+            offset: 0,
+            size: 0,
+            origin,
+            purpose: Purpose::Loadable,
+            member: None,
+            entries: images
+                .iter()
+                .map(|&(kind, arch)| Entry {
+                    kind,
+                    arch: Arch::parse(arch).unwrap(),
+                    version: Version::new(9, 9),
+                    compression: Compression::None,
+                    flags: 0,
+                    offset: 0,
+                    stored_size: 0,
+                    concatenated: false,
+                    stored: Default::default(),
+                })
+                .collect(),
+        }
+    }
+
+    fn verdict(containers: Vec<Container>) -> FileVerdict {
+        judge(&GpuCode { containers }).verdict
+    }
+
+    const SASS: EntryKind = EntryKind::Sass;
+    const PTX: EntryKind = EntryKind::Ptx;
+
+    #[test]
+    fn sass_alone_never_loads_and_ptx_of_any_isa_or_target_does() {
+        let file = || Origin::Section(".nv_fatbin".into());
+        // SASS for the very capability ZLUDA reports runs no better than any other.
+        assert_eq!(
+            verdict(vec![module(file(), &[(SASS, "sm_88")])]),
+            FileVerdict::Fails
+        );
+        // ISA 9.9 and a target above ZLUDA's capability: ZLUDA checks neither.
+        assert_eq!(
+            verdict(vec![module(file(), &[(SASS, "sm_80"), (PTX, "sm_120")])]),
+            FileVerdict::RunsByJit
+        );
+        assert_eq!(
+            verdict(vec![
+                module(file(), &[(PTX, "sm_75")]),
+                module(file(), &[(SASS, "sm_90")]),
+            ]),
+            FileVerdict::Fails
+        );
+        assert_eq!(verdict(vec![]), FileVerdict::NoGpuCode);
+    }
+
+    #[test]
+    fn a_module_the_program_loads_itself_is_excused_only_when_another_loads() {
+        let scan = || Origin::Scan(".data".into());
+        let file = || Origin::Section(".nv_fatbin".into());
+        assert_eq!(
+            verdict(vec![
+                module(file(), &[(PTX, "sm_75")]),
+                module(scan(), &[(SASS, "sm_120")]),
+            ]),
+            FileVerdict::RunsByJit
+        );
+        assert_eq!(
+            verdict(vec![module(scan(), &[(SASS, "sm_120")])]),
+            FileVerdict::Fails
+        );
+    }
+}
