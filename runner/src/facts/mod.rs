@@ -22,5 +22,5 @@ pub(crate) mod provenance;
 pub mod runtime_scan;
 pub(crate) mod stub_libcuda;
 pub(crate) mod walk;
-pub mod zluda;
+pub(crate) mod zluda;
 pub(crate) mod zluda_code;
