@@ -9,6 +9,7 @@ use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, DriverError, LoadError, LIBCUDA};
 use crate::cuda::result::{self, CuError, CUDA_ERROR_NO_DEVICE};
 use crate::facts::access::{Access, KERNEL_MODULE_FILE};
+use crate::facts::amd_nodes::AmdNodes;
 use crate::facts::expectations::ManifestState;
 use crate::facts::package_under_test::{PackageError, PackageUnderTest};
 use crate::facts::zluda::Zluda;
@@ -104,10 +105,29 @@ impl Session {
             Ok(()) => Ok(driver),
             Err(error) if error.code == CUDA_ERROR_NO_DEVICE => Err(GpuUnavailable::NoDevice {
                 error: *error,
-                cause: self.access.explain_no_gpu(),
+                cause: self.explain_no_gpu(),
             }),
             Err(error) => Err(DriverError::Call(*error).into()),
         }
+    }
+
+    /// Why no GPU is usable, and the fix: by [`Access`] for NVIDIA's driver; under ZLUDA by the
+    /// AMD nodes its HIP opens ([`AmdNodes`]).
+    pub(crate) fn explain_no_gpu(&self) -> String {
+        let Some(zluda) = self.zluda() else {
+            return self.access.explain_no_gpu();
+        };
+        AmdNodes::scan(&self.access.nodes.dev_root)
+            .problems(None, None)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| {
+                format!(
+                    "{}: /dev/kfd and a render node are here, yet HIP finds no usable AMD GPU: \
+                     check `rocminfo` on the host",
+                    zluda.describe()
+                )
+            })
     }
 
     /// `cuInit`'s CUresult once it has run (0 on success); `None` before, or without a driver.

@@ -140,6 +140,9 @@ pub(crate) fn version(session: &Session) -> Outcome {
         (Err(why), _) if session.init_code() != Some(CUDA_ERROR_NO_DEVICE) => {
             return Outcome::fail(why.clone(), facts)
         }
+        (Err(_), _) if session.zluda().is_some() => {
+            "; cuInit finds no GPU (on AMD: see devices::nodes)".to_owned()
+        }
         (Err(_), cause) => format!(
             "; cuInit finds no GPU ({}), see the GPU checks",
             match cause {
