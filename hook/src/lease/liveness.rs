@@ -3,7 +3,7 @@
 
 use super::record::{Builder, LeaseRecord};
 use std::cell::OnceCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
@@ -43,24 +43,83 @@ impl Holder {
     /// several builds at once holds one per build, and nothing at hook time says which is
     /// this build's, so all are returned (a lease kept by them can only last longer). Empty
     /// without build users, or with `auto-allocate-uids`, whose `userpool2/slot-<n>` files do
-    /// not name the uid.
+    /// not name the uid ([`Holder::allocated_ids`]).
     pub fn build_users(self) -> Vec<u32> {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.pid)) else {
-            return Vec::new();
-        };
-        let mut users: Vec<u32> = fds
-            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-            .filter(|target| {
-                target
-                    .parent()
-                    .is_some_and(|d| d.file_name() == Some("userpool".as_ref()))
-            })
-            .filter_map(|target| target.file_name()?.to_str()?.parse::<u32>().ok())
+        let mut users: Vec<u32> = self
+            .pool_locks("userpool")
+            .filter_map(|name| name.parse::<u32>().ok())
             .filter(|uid| *uid != 0)
             .collect();
         users.sort_unstable();
         users.dedup();
         users
+    }
+
+    /// The host ids the build in `chroot` runs as when this Nix allocates them
+    /// (`auto-allocate-uids`): it then holds `<state dir>/userpool2/slot-<n>` open and locked
+    /// for each build, whose ids are `start-id + n × 65536` on (Nix's `AutoUserLock`, 2.12 to
+    /// 2.34). `start-id` is a setting of that Nix process, so the slot alone does not give the
+    /// uid; the chroot does, for this very build: before the hook runs, Nix makes its top
+    /// `0:<uid>` mode 0750, or, for a `uid-range` build, `<uid>:<uid>` mode 0755, whose 65536
+    /// ids from `<uid>` the build's user namespace maps (seen on Nix 2.26 and 2.34). None when
+    /// this Nix holds no slot.
+    pub fn allocated_ids(self, chroot: &Path) -> Option<IdRange> {
+        self.pool_locks("userpool2")
+            .any(|name| name.starts_with("slot-"))
+            .then(|| IdRange::of_chroot(chroot))
+            .flatten()
+    }
+
+    /// The names of the files in `<state dir>/<pool>/` this process holds open: Nix's build
+    /// user locks.
+    fn pool_locks(self, pool: &'static str) -> impl Iterator<Item = String> {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(move |target| {
+                target
+                    .parent()
+                    .is_some_and(|d| d.file_name() == Some(pool.as_ref()))
+            })
+            .filter_map(|target| Some(target.file_name()?.to_str()?.to_string()))
+    }
+}
+
+/// The host ids a build with auto-allocated ids runs as: `count` ids from `first`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    /// The first uid (and gid).
+    pub first: u32,
+    /// How many: 1, or 65536 for a `uid-range` build.
+    pub count: u32,
+}
+
+impl IdRange {
+    /// The ids a `uid-range` build's user namespace maps (Nix's `maxIdsPerBuild` on Linux).
+    pub const UID_RANGE: u32 = 1 << 16;
+
+    /// The ids of the build whose chroot top Nix made `chroot` (see
+    /// [`Holder::allocated_ids`]): its group is the build's first id, and it is owned by that
+    /// id too in a `uid-range` build. None for a top of another shape.
+    fn of_chroot(chroot: &Path) -> Option<IdRange> {
+        let m = std::fs::symlink_metadata(chroot).ok()?;
+        m.is_dir()
+            .then(|| IdRange::of_top(m.uid(), m.gid(), m.mode() & 0o7777))
+            .flatten()
+    }
+
+    /// The ids of a build whose chroot top has this owner, group and mode.
+    fn of_top(owner: u32, group: u32, mode: u32) -> Option<IdRange> {
+        let count = match (owner, mode) {
+            (0, 0o750) => 1,
+            (owner, 0o755) if owner == group => Self::UID_RANGE,
+            _ => return None,
+        };
+        (group != 0).then_some(IdRange {
+            first: group,
+            count,
+        })
     }
 }
 
@@ -80,8 +139,10 @@ pub(crate) fn born(path: &Path) -> Option<u128> {
 
 /// Whether Nix has set up the sandbox of the build in `chroot`: the mount point of the
 /// sandbox's `/proc` exists. Nix creates it in the builder's process, after the hook and before
-/// the builder runs (seen on Nix 2.8, 2.26 and 2.34), and only root can write the chroot's top
-/// directory.
+/// the builder runs (seen on Nix 2.8, 2.26 and 2.34). Nothing else can make it first: the
+/// chroot's top is root's, except in a `uid-range` build, whose top belongs to the build's
+/// first id; but the directory above it, `<drv>.chroot`, is root's with mode 0700 (Nix 2.26
+/// and 2.34), so no process of that id reaches the top before the builder is in it.
 pub(super) fn sandbox_set_up(chroot: &Path) -> bool {
     std::fs::symlink_metadata(chroot.join("proc")).is_ok_and(|m| m.is_dir())
 }
@@ -165,8 +226,10 @@ impl Checked {
             return live;
         }
         // The holder is gone, and with it the way to find a builder no hook saw: one that
-        // left its chroot still runs as its build user.
-        r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
+        // left its chroot still runs as its build user, or as one of its ids.
+        r.build_users
+            .iter()
+            .any(|uid| procs.ids_in_use(*uid, r.ids_per_build_user))
     }
 
     /// Records `b`, an outermost init of the build (the only kind this hook records), so the
@@ -225,7 +288,7 @@ pub(super) struct Processes {
     /// This hook's own PID namespace (never recorded as a build's).
     own_namespace: Option<u64>,
     /// The uids (real, effective, saved, filesystem) of every process, read when first asked.
-    uids: OnceCell<HashSet<u32>>,
+    uids: OnceCell<BTreeSet<u32>>,
     /// This process's mounts, read when first asked.
     own_mounts: OnceCell<Vec<Mount>>,
 }
@@ -376,13 +439,15 @@ impl Processes {
             })
     }
 
-    /// Whether some live process runs as `uid` (any of its four uids, from
-    /// `/proc/<pid>/status`). Zombies do not count: they hold no files, and an orphaned one
+    /// Whether some live process runs as one of the `count` uids from `first` (any of its four
+    /// uids, from `/proc/<pid>/status`): a `uid-range` build's processes may take any id its
+    /// user namespace maps. Zombies do not count: they hold no files, and an orphaned one
     /// stays until its new parent reaps it, which a container's init may never do.
-    fn uid_in_use(&self, uid: u32) -> bool {
+    fn ids_in_use(&self, first: u32, count: u32) -> bool {
+        let last = first.saturating_add(count.max(1) - 1);
         self.uids
             .get_or_init(|| {
-                let mut uids = HashSet::new();
+                let mut uids = BTreeSet::new();
                 for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
                     let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
                         continue;
@@ -400,7 +465,9 @@ impl Processes {
                 }
                 uids
             })
-            .contains(&uid)
+            .range(first..=last)
+            .next()
+            .is_some()
     }
 }
 
@@ -528,6 +595,31 @@ mod tests {
         );
         assert_eq!(chroot_store_dir(Path::new("/build/x")), None);
         assert_eq!(chroot_store_dir(Path::new("/tmp/root")), None);
+    }
+
+    #[test]
+    fn a_chroot_top_names_the_allocated_ids_of_its_build() {
+        // As Nix 2.26 and 2.34 make it: 0:<uid> 0750, or <uid>:<uid> 0755 for uid-range.
+        let uid = 872_415_232 + 3 * 65536;
+        assert_eq!(
+            IdRange::of_top(0, uid, 0o750),
+            Some(IdRange {
+                first: uid,
+                count: 1
+            })
+        );
+        assert_eq!(
+            IdRange::of_top(uid, uid, 0o755),
+            Some(IdRange {
+                first: uid,
+                count: 65536
+            })
+        );
+        // Any other shape names no build's ids: a root-only top, or one changed since.
+        assert_eq!(IdRange::of_top(0, 0, 0o750), None);
+        assert_eq!(IdRange::of_top(uid, uid + 1, 0o755), None);
+        assert_eq!(IdRange::of_top(0, uid, 0o777), None);
+        assert_eq!(IdRange::of_top(uid, uid, 0o750), None);
     }
 
     #[test]
