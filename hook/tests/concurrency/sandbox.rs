@@ -1140,8 +1140,33 @@ fn a_uid_range_builder_that_left_its_chroot_as_another_of_its_ids_keeps_its_gpu(
         "the escaped builder ended with its Nix"
     );
     assert!(leases.record(0).unwrap().builders.is_empty());
+    // It is still in the build's cgroup, which it cannot leave either.
+    let procs = std::fs::read_to_string(
+        cgroup2_mount().join(format!("nix-build-uid-{first}/cgroup.procs")),
+    )
+    .unwrap();
+    for pid in processes_with(&marker) {
+        assert!(
+            procs.lines().any(|l| l == pid.to_string()),
+            "{pid} left the build's cgroup: {procs}"
+        );
+    }
     assert_gpu_held(&host, "the escaped uid-range builder of a killed Nix");
     end_processes_with(&marker);
     assert_gpu_free(&host);
     let _ = std::fs::remove_dir_all(lease.chroot.parent().unwrap());
+}
+
+#[test]
+fn a_build_with_allocated_ids_cannot_end_its_own_lease_early() {
+    if !nix_available("a_build_with_allocated_ids_cannot_end_its_own_lease_early") {
+        return;
+    }
+    let Some(version) = NixVersion::current().filter(|v| *v >= AUTO_ALLOCATE_UIDS_SINCE) else {
+        eprintln!("note: this Nix has no auto-allocate-uids");
+        return;
+    };
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false).allocating_ids(start_id(version), &[]);
+    a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
 }
