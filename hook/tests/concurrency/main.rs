@@ -39,6 +39,8 @@ struct Host {
     config: PathBuf,
     /// Nix settings every build on this host gets (see [`Host::allocating_ids`]).
     settings: Vec<String>,
+    /// The system features nested-escape.nix requires here.
+    build_features: &'static str,
 }
 
 impl Host {
@@ -65,6 +67,7 @@ impl Host {
             root,
             config,
             settings: Vec::new(),
+            build_features: "cuda",
         }
     }
 
@@ -80,6 +83,12 @@ impl Host {
         .into_iter()
         .chain(extra.iter().map(|s| s.to_string()))
         .collect();
+        self
+    }
+
+    /// This host, nested-escape.nix a `uid-range` build on it.
+    fn in_uid_range(mut self) -> Host {
+        self.build_features = "cuda uid-range";
         self
     }
 
@@ -332,7 +341,11 @@ fn a_build_cannot_end_its_own_lease_early(host: &Host, slot: Slot) {
     let mut run = host.spawn_build_with(
         sandbox,
         "nested-escape.nix",
-        &[("nonce", &n), ("handshake", handshake.to_str().unwrap())],
+        &[
+            ("nonce", &n),
+            ("handshake", handshake.to_str().unwrap()),
+            ("features", host.build_features),
+        ],
         &[],
     );
     let escaped = format!("escaped-{n}");
