@@ -70,6 +70,7 @@
 
 mod choice;
 mod guard;
+mod ids;
 mod liveness;
 mod lock;
 mod record;
@@ -77,8 +78,9 @@ mod sweep;
 
 pub use crate::slot::Slot;
 pub(crate) use guard::LeaseGuard;
+pub use ids::IdRange;
 pub(crate) use liveness::born;
-pub use liveness::{Holder, IdRange};
+pub use liveness::Holder;
 pub use lock::LockError;
 pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
 
