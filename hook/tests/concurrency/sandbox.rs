@@ -1158,7 +1158,7 @@ fn a_uid_range_builder_that_left_its_chroot_as_another_of_its_ids_keeps_its_gpu(
 }
 
 #[test]
-fn a_build_with_allocated_ids_or_a_uid_range_cannot_end_its_own_lease_early() {
+fn a_build_with_allocated_ids_a_uid_range_or_a_cgroup_cannot_end_its_own_lease_early() {
     if !nix_available("a_build_with_allocated_ids_or_a_uid_range_cannot_end_its_own_lease_early") {
         return;
     }
@@ -1172,5 +1172,7 @@ fn a_build_with_allocated_ids_or_a_uid_range_cannot_end_its_own_lease_early() {
     let host = Host::new(1, 1, 0, false)
         .allocating_ids(start_id(version), &[])
         .in_uid_range();
+    a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
+    let host = Host::new(1, 1, 0, false).allocating_ids(start_id(version), &["use-cgroups = true"]);
     a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
 }
