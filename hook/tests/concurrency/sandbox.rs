@@ -746,133 +746,6 @@ fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
-#[test]
-fn seven_builds_on_a_seven_slice_gpu_each_get_their_own_instance_and_an_eighth_waits() {
-    if !nix_available(
-        "seven_builds_on_a_seven_slice_gpu_each_get_their_own_instance_and_an_eighth_waits",
-    ) {
-        return;
-    }
-    let _serial = serial();
-    let host = Host::mig(&SEVEN_GIS, 60);
-    let started = Instant::now();
-    let (ok, log, reports) = build_many(&host, 8, &[("sleep", "3")]);
-    eprintln!(
-        "8 builds, 3 s each, on 7 MIG instances: {:?}",
-        started.elapsed()
-    );
-    assert!(ok, "nix-build failed:\n{log}");
-    assert_eq!(reports.len(), 8, "{log}");
-    let mut on_instance: BTreeMap<u32, Vec<(f64, f64, &str)>> = BTreeMap::new();
-    for (name, r) in &reports {
-        let mig = r
-            .manifest
-            .mig
-            .as_ref()
-            .unwrap_or_else(|| panic!("{name}: no MIG instance in {r:?}"));
-        assert_eq!((mig.gpu, mig.ci), (0, 0), "{name}: {r:?}");
-        assert!(SEVEN_GIS.contains(&mig.gi), "{name}: {r:?}");
-        let mut expected = mig_nodes(mig.gi);
-        expected.sort();
-        assert_eq!(caps_seen(r), expected, "{name} sees other capability nodes");
-        assert_eq!(r.manifest.leased_gpus, [0], "{name}: {r:?}");
-        for node in ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"] {
-            assert!(r.nodes.iter().any(|n| n == node), "{name} lacks {node}");
-        }
-        on_instance
-            .entry(mig.gi)
-            .or_default()
-            .push((r.start, r.end, name));
-    }
-    assert_eq!(
-        on_instance.len(),
-        7,
-        "not every instance was used: {on_instance:?}"
-    );
-    for (gi, runs) in &mut on_instance {
-        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for pair in runs.windows(2) {
-            assert!(
-                pair[0].1 <= pair[1].0,
-                "{} and {} overlapped on gi{gi}: {pair:?}",
-                pair[0].2,
-                pair[1].2
-            );
-        }
-    }
-}
-
-#[test]
-fn an_eighth_build_on_seven_slices_fails_in_bounded_time() {
-    if !nix_available("an_eighth_build_on_seven_slices_fails_in_bounded_time") {
-        return;
-    }
-    let _serial = serial();
-    let host = Host::mig(&SEVEN_GIS, 0);
-    let started = Instant::now();
-    let n = nonce();
-    let build = host.sandbox(8).build(
-        &nix_file("concurrent.nix"),
-        &[("nonce", &n), ("count", "8"), ("sleep", "10")],
-        &[],
-    );
-    let elapsed = started.elapsed();
-    assert!(!build.ok(), "eight builds got seven slices:\n{}", build.log);
-    assert!(
-        build
-            .log
-            .contains("all 7 MIG instances are leased by other builds")
-            && build.log.contains("waited 0 s"),
-        "{}",
-        build.log
-    );
-    assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
-}
-
-#[test]
-fn a_killed_build_gives_its_mig_instance_back() {
-    if !nix_available("a_killed_build_gives_its_mig_instance_back") {
-        return;
-    }
-    let _serial = serial();
-    let host = Host::mig(&[7], 0);
-    let slot = Slot::Mig(InstanceId {
-        gpu: 0,
-        gi: 7,
-        ci: 0,
-    });
-    let long_nonce = nonce();
-    let mut long = host.spawn_build(
-        "concurrent.nix",
-        &[
-            ("count", "1"),
-            ("sleep", "600"),
-            ("prefix", "long"),
-            ("nonce", &long_nonce),
-        ],
-    );
-    let leases = Leases::new(&host.run_dir());
-    let marker = format!("builder {long_nonce}");
-    wait_for("the long build to run", Duration::from_secs(60), || {
-        leases.record(slot).is_some() && !processes_with(&marker).is_empty()
-    });
-    assert!(host.run_dir().join("leases/nvidia0-gi7-ci0.lease").exists());
-    assert!(explain(&host).contains("all 1 MIG instances are leased by other builds"));
-    // Kill nix-build as a crash would, then the builder it left running.
-    assert!(kill_group(long.id() as i32));
-    long.wait().unwrap();
-    end_processes_with(&marker);
-    let (ok, log, reports) = build_many(&host, 1, &[]);
-    assert!(ok, "the killed build kept its MIG instance:\n{log}");
-    let r = reports.values().next().unwrap();
-    assert_eq!(r.manifest.mig.as_ref().map(|m| m.gi), Some(7), "{r:?}");
-    assert_eq!(caps_seen(r), {
-        let mut n = mig_nodes(7);
-        n.sort();
-        n
-    });
-}
-
 /// What one build of open-nodes.nix reported: its uid map (inside, host, count) and each node
 /// with whether it could open it.
 fn open_nodes_report(out: &Path) -> ((u32, u32, u32), BTreeMap<String, bool>) {
@@ -1175,4 +1048,131 @@ fn a_build_with_allocated_ids_a_uid_range_or_a_cgroup_cannot_end_its_own_lease_e
     a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
     let host = Host::new(1, 1, 0, false).allocating_ids(start_id(version), &["use-cgroups = true"]);
     a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
+}
+
+#[test]
+fn seven_builds_on_a_seven_slice_gpu_each_get_their_own_instance_and_an_eighth_waits() {
+    if !nix_available(
+        "seven_builds_on_a_seven_slice_gpu_each_get_their_own_instance_and_an_eighth_waits",
+    ) {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::mig(&SEVEN_GIS, 60);
+    let started = Instant::now();
+    let (ok, log, reports) = build_many(&host, 8, &[("sleep", "3")]);
+    eprintln!(
+        "8 builds, 3 s each, on 7 MIG instances: {:?}",
+        started.elapsed()
+    );
+    assert!(ok, "nix-build failed:\n{log}");
+    assert_eq!(reports.len(), 8, "{log}");
+    let mut on_instance: BTreeMap<u32, Vec<(f64, f64, &str)>> = BTreeMap::new();
+    for (name, r) in &reports {
+        let mig = r
+            .manifest
+            .mig
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no MIG instance in {r:?}"));
+        assert_eq!((mig.gpu, mig.ci), (0, 0), "{name}: {r:?}");
+        assert!(SEVEN_GIS.contains(&mig.gi), "{name}: {r:?}");
+        let mut expected = mig_nodes(mig.gi);
+        expected.sort();
+        assert_eq!(caps_seen(r), expected, "{name} sees other capability nodes");
+        assert_eq!(r.manifest.leased_gpus, [0], "{name}: {r:?}");
+        for node in ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"] {
+            assert!(r.nodes.iter().any(|n| n == node), "{name} lacks {node}");
+        }
+        on_instance
+            .entry(mig.gi)
+            .or_default()
+            .push((r.start, r.end, name));
+    }
+    assert_eq!(
+        on_instance.len(),
+        7,
+        "not every instance was used: {on_instance:?}"
+    );
+    for (gi, runs) in &mut on_instance {
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for pair in runs.windows(2) {
+            assert!(
+                pair[0].1 <= pair[1].0,
+                "{} and {} overlapped on gi{gi}: {pair:?}",
+                pair[0].2,
+                pair[1].2
+            );
+        }
+    }
+}
+
+#[test]
+fn an_eighth_build_on_seven_slices_fails_in_bounded_time() {
+    if !nix_available("an_eighth_build_on_seven_slices_fails_in_bounded_time") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::mig(&SEVEN_GIS, 0);
+    let started = Instant::now();
+    let n = nonce();
+    let build = host.sandbox(8).build(
+        &nix_file("concurrent.nix"),
+        &[("nonce", &n), ("count", "8"), ("sleep", "10")],
+        &[],
+    );
+    let elapsed = started.elapsed();
+    assert!(!build.ok(), "eight builds got seven slices:\n{}", build.log);
+    assert!(
+        build
+            .log
+            .contains("all 7 MIG instances are leased by other builds")
+            && build.log.contains("waited 0 s"),
+        "{}",
+        build.log
+    );
+    assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
+}
+
+#[test]
+fn a_killed_build_gives_its_mig_instance_back() {
+    if !nix_available("a_killed_build_gives_its_mig_instance_back") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::mig(&[7], 0);
+    let slot = Slot::Mig(InstanceId {
+        gpu: 0,
+        gi: 7,
+        ci: 0,
+    });
+    let long_nonce = nonce();
+    let mut long = host.spawn_build(
+        "concurrent.nix",
+        &[
+            ("count", "1"),
+            ("sleep", "600"),
+            ("prefix", "long"),
+            ("nonce", &long_nonce),
+        ],
+    );
+    let leases = Leases::new(&host.run_dir());
+    let marker = format!("builder {long_nonce}");
+    wait_for("the long build to run", Duration::from_secs(60), || {
+        leases.record(slot).is_some() && !processes_with(&marker).is_empty()
+    });
+    assert!(host.run_dir().join("leases/nvidia0-gi7-ci0.lease").exists());
+    assert!(explain(&host).contains("all 1 MIG instances are leased by other builds"));
+    // Kill nix-build as a crash would, then the builder it left running.
+    assert!(kill_group(long.id() as i32));
+    long.wait().unwrap();
+    end_processes_with(&marker);
+    let (ok, log, reports) = build_many(&host, 1, &[]);
+    assert!(ok, "the killed build kept its MIG instance:\n{log}");
+    let r = reports.values().next().unwrap();
+    assert_eq!(r.manifest.mig.as_ref().map(|m| m.gi), Some(7), "{r:?}");
+    assert_eq!(caps_seen(r), {
+        let mut n = mig_nodes(7);
+        n.sort();
+        n
+    });
 }
