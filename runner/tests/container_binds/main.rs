@@ -2,8 +2,8 @@
 //! systemd-nspawn binds a NixOS test container started in that build would get, rendered from
 //! the manifest the real hook wrote for it, for a plain GPU, a leased `nvidia1` and a MIG
 //! instance. The driver is a store path behind the host's `/run/opengl-driver`, as on NixOS.
-//! Needs root and `nix-build`; under `CI=true` these tests fail rather than skip when either
-//! is missing.
+//! Those need root and `nix-build`; under `CI=true` they fail rather than skip when either is
+//! missing. The cli tier runs the built runner on a saved `/run` of its own making.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -184,4 +184,5 @@ impl Rendered {
 }
 
 // The tests, one module per tier (docs/testing.md).
+mod cli;
 mod sandbox;
