@@ -159,7 +159,8 @@
         let
           base = pkgs.testers.runNixOSTest test;
           names = lib.attrNames base.config.containers;
-          # As the test driver names a machine in the test script (nixos/lib/testing/driver.nix).
+          # The name the test script knows a machine by: the test driver's pythonize_name
+          # (nixos/lib/test-driver/src/test_driver/driver.py).
           pythonName =
             name:
             let

@@ -1,9 +1,10 @@
 # Evaluation test of the GPU container test: nixos-module/test-container.nix
 # (cuda-sandbox.testContainer) and flake.nix's lib.runGpuContainerTest, with the real Nixpkgs
 # `lib` and the stubs of ./stubs.nix in place of NixOS's nspawn-container profile and the test
-# framework (`runNixOSTest`).
+# framework (`runNixOSTest`), and docs/nixos-tests.md's two examples as written (the saxpy test is
+# nix-tests/gpu-container.nix's; the module by hand is evaluated).
 #
-#   nix-instantiate --eval --strict --json nix-tests/gpu-container-test-eval.nix --arg lib 'import /path/to/nixpkgs.lib/lib'
+#   nix-instantiate --eval --strict --read-write-mode --json nix-tests/gpu-container-test-eval.nix --arg lib 'import /path/to/nixpkgs.lib/lib'
 #
 # Every check is an `assert`. The result holds the container launcher's script and the store
 # paths it names, which nix-tests/test-container-launcher runs with the real runner and a
@@ -84,6 +85,20 @@ let
   example = lib.last (lib.splitString "\nin\n" testFile);
   docs = builtins.readFile ../docs/nixos-tests.md;
 
+  # docs/nixos-tests.md's "The module by hand", evaluated as written with `pkgs` and the flake.
+  byHandText =
+    let
+      section = lib.last (lib.splitString "## The module by hand\n" docs);
+      afterFence = lib.last (lib.splitString "```nix\n" section);
+    in
+    lib.head (lib.splitString "```\n" afterFence);
+  byHand = import (builtins.toFile "by-hand.nix" "{ pkgs, cuda-sandbox }:\n${byHandText}") {
+    pkgs = pkgs // {
+      cuda-sandbox = runner;
+    };
+    cuda-sandbox = outputs;
+  };
+
   check = case: condition: lib.assertMsg condition "gpu-container-test-eval: ${case}";
   checks = [
     (check "the test asks for cuda and uid-range, beside its own features" (
@@ -130,6 +145,11 @@ let
     ))
     (check "docs/nixos-tests.md shows the saxpy test as nix-tests/gpu-container.nix has it" (
       lib.hasPrefix "runGpuContainerTest {" example && lib.hasInfix "```nix\n${example}```" docs
+    ))
+    (check "the module by hand (docs): tagged, /run kept where the launcher reads it, the wrapper" (
+      byHand.drvAttrs.requiredSystemFeatures == drv.requiredSystemFeatures
+      && lib.hasInfix "mount --rbind /run ${savedRun}\n" byHand.drvAttrs.buildCommand
+      && lib.hasInfix "container-binds" byHand.config.containers.gpu.system.build.nspawn.text
     ))
     (check "saxpy is in the container" (
       lib.elem saxpy gpuTest.config.containers.container.environment.systemPackages
