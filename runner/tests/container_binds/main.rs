@@ -16,7 +16,7 @@ use cuda_sandbox_manifest::Manifest;
 use cuda_sandbox_testkit::fake_mig::{ci_minor, gi_minor};
 use cuda_sandbox_testkit::{
     hook_config, nix_available, nonce, run_ok, workspace_binary, Build, FakeDevices, FakeMig,
-    NixSandbox,
+    NixSandbox, NixVersion,
 };
 use fake_driver::Sidecar;
 
@@ -92,11 +92,15 @@ impl Host {
         }
     }
 
+    /// Nix with the real hook reading this host's config.
+    fn sandbox(&self) -> NixSandbox {
+        NixSandbox::with_hook(&workspace_binary("cuda-sandbox-hook"), &self.config)
+    }
+
     /// Builds container-binds.nix's `attrs` (one job each, `max_jobs` at once) with the real
     /// hook, each build sleeping `sleep` seconds after rendering.
     fn build(&self, attrs: &[&str], max_jobs: usize, sleep: &str) -> Build {
-        let mut sandbox =
-            NixSandbox::with_hook(&workspace_binary("cuda-sandbox-hook"), &self.config);
+        let mut sandbox = self.sandbox();
         sandbox
             .extra_settings
             .push(format!("max-jobs = {max_jobs}"));
@@ -185,4 +189,5 @@ impl Rendered {
 
 // The tests, one module per tier (docs/testing.md).
 mod cli;
+mod nix_versions;
 mod sandbox;
