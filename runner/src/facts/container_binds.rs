@@ -9,8 +9,8 @@
 //!   or of the path itself elsewhere. Store paths need no bind of their own: the container
 //!   profile binds `/nix/store` recursively, and so carries every store path Nix bound into
 //!   the sandbox, the hook's closure of the driver with them. They must exist all the same;
-//! - the `/sys` topology (`/sys/devices/system/cpu` and `node`) when the sandbox has it,
-//!   read-only;
+//! - the `/sys` topology (`/sys/devices/system/cpu` and `node`, and AMD's
+//!   `/sys/devices/virtual/kfd` beside `/dev/kfd`) when the sandbox has it, read-only;
 //! - the manifest itself, read-only at its place, so that `cuda-sandbox-check` inside the
 //!   container judges the same GPU.
 //!
@@ -123,6 +123,19 @@ impl Bind {
 /// The directories of the `/sys` topology the hook can bind (`sysfs = "topology"`).
 const TOPOLOGY: [&str; 2] = ["/sys/devices/system/cpu", "/sys/devices/system/node"];
 
+/// AMD's KFD topology (the hook's `sysfs = "kfd"`), which ROCm reads beside `/dev/kfd`.
+const KFD_TOPOLOGY: &str = "/sys/devices/virtual/kfd";
+
+/// The parts of `/sys` a container of a build given `devices` gets when the build has them:
+/// the topology, and KFD's topology when `/dev/kfd` is among the devices.
+fn sys_parts(devices: &[String]) -> Vec<&'static str> {
+    let mut parts = TOPOLOGY.to_vec();
+    if devices.iter().any(|d| d == "/dev/kfd") {
+        parts.push(KFD_TOPOLOGY);
+    }
+    parts
+}
+
 /// The binds for `manifest`, with `/run` read at `run_dir` and every other path under `root`
 /// (`/` but in tests).
 pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bind>, BindsError> {
@@ -179,7 +192,7 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
             });
         }
     }
-    for part in TOPOLOGY {
+    for part in sys_parts(&manifest.devices) {
         if here(Path::new(part)).is_dir() {
             binds.push(Bind {
                 source: here(Path::new(part)),
@@ -371,6 +384,15 @@ mod tests {
                 run.join("opengl-driver/lib/libcuda.so.535.104.05")
                     .display()
             )
+        );
+    }
+
+    #[test]
+    fn kfd_topology_only_beside_dev_kfd() {
+        assert_eq!(sys_parts(&["/dev/nvidia0".into()]), TOPOLOGY);
+        assert_eq!(
+            sys_parts(&["/dev/kfd".into(), "/dev/dri/renderD128".into()]),
+            [TOPOLOGY[0], TOPOLOGY[1], KFD_TOPOLOGY]
         );
     }
 
