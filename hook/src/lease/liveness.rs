@@ -21,10 +21,15 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// The process that ran this hook: Nix (the daemon's worker, or an in-process
-    /// `nix-build`). A wrapper script around the hook must `exec` it.
+    /// The Nix that ran this hook (the daemon's worker, or an in-process `nix-build`): the
+    /// parent, only when it reads the hook's standard output as Nix does (see
+    /// [`super::nix_parent`]). None for anything else (a wrapper that does not `exec` the hook,
+    /// a shell), whose end would end the lease while the build runs.
     pub(crate) fn parent() -> Option<Holder> {
-        Holder::of(std::os::unix::process::parent_id())
+        let pid = std::os::unix::process::parent_id();
+        super::nix_parent::reads_our_stdout(pid)
+            .then(|| Holder::of(pid))
+            .flatten()
     }
 
     /// The process `pid`, if it runs (a zombie, which no one has reaped yet, does not).

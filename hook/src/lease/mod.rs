@@ -68,6 +68,7 @@ mod choice;
 mod guard;
 mod liveness;
 mod lock;
+mod nix_parent;
 mod record;
 mod sweep;
 
