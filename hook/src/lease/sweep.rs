@@ -5,6 +5,7 @@ use super::liveness::{Checked, Holder, Processes};
 use super::record::{self, LeaseRecord, Read};
 use crate::slot::Slot;
 use crate::statedir::StateDir;
+use std::collections::HashSet;
 use std::path::Path;
 
 /// The build asking, under the lock: its chroot (path, device and inode) and its Nix.
@@ -26,6 +27,14 @@ pub(super) fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<
     let mut procs: Option<Processes> = None;
     let mut held = Vec::new();
     let files = record::slots(dir);
+    // Where the leased builds run, so that no build's builder is taken for another's.
+    let leased: HashSet<(u64, u64)> = files
+        .iter()
+        .filter_map(|slot| match record::read(dir, *slot) {
+            Read::Lease(r) => Some(r.chroot_id),
+            _ => None,
+        })
+        .collect();
     for slot in files.iter().filter(|f| slots.iter().any(|s| s.overlaps(f))) {
         let mut checked = match record::read(dir, *slot) {
             Read::Absent => continue,
@@ -41,6 +50,7 @@ pub(super) fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<
             !own && c.is_live(
                 asker.map(|a| a.holder),
                 procs.get_or_insert_with(Processes::scan),
+                &leased,
             )
         });
         match checked {

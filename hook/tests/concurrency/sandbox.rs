@@ -313,6 +313,56 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
 }
 
 #[test]
+fn a_builder_in_an_input_named_like_a_chroot_keeps_its_gpu() {
+    // A red-team finding: a builder that left its chroot, with no builder recorded yet, was
+    // taken for another build's when its root was named `<store>/*.drv.chroot`. A build
+    // chrooted into an input of that name, kept /dev/nvidia0, and its GPU went to the next
+    // build at once.
+    if !nix_available("a_builder_in_an_input_named_like_a_chroot_keeps_its_gpu") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let decoy = host.dir.path().join("decoy");
+    for d in ["bin", "dev", "lib", "lib64", "sbin", "usr"] {
+        std::fs::create_dir_all(decoy.join(d)).unwrap();
+    }
+    let n = nonce();
+    let run = host.spawn_build(
+        "decoy-chroot.nix",
+        &[("nonce", &n), ("decoy", decoy.to_str().unwrap())],
+    );
+    let marker = format!("escaped-{n}");
+    let _cleanup = KillOnDrop {
+        group: run.id() as i32,
+        marker: marker.clone(),
+    };
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the lease", Duration::from_secs(60), || {
+        leases.record(0).is_some()
+    });
+    let lease = leases.record(0).unwrap();
+    assert!(lease.derivation.ends_with("-decoy-chroot.drv"), "{lease:?}");
+    // Every process holding the marker runs in the input, named like a chroot.
+    wait_for(
+        "the builder to chroot into its input",
+        Duration::from_secs(60),
+        || {
+            let pids = processes_with(&marker);
+            !pids.is_empty()
+                && pids.iter().all(|p| {
+                    let root = std::fs::read_link(format!("/proc/{p}/root")).unwrap_or_default();
+                    root.to_string_lossy().ends_with("-x.drv.chroot")
+                })
+        },
+    );
+    assert_gpu_held(&host, "the builder in its input named like a chroot");
+    end_processes_with(&marker);
+    assert_gpu_free(&host);
+    let _ = std::fs::remove_dir_all(&lease.chroot);
+}
+
+#[test]
 fn a_failed_builds_gpu_is_free_while_its_nix_goes_on() {
     // Nix 2.8 can keep a failed build's chroot while `nix-build --keep-going` goes on with
     // other builds (keep-going.nix has that shape); its lease held the GPU as long as that Nix
