@@ -50,7 +50,9 @@ impl JsonDerivation {
             env.unrepeated()?;
         }
         if let Some(Some(attrs)) = &self.structured_attrs {
-            return attrs.attrs();
+            let mut attrs = attrs.attrs()?;
+            attrs.unsandboxed = env.and_then(Deciding::unsandboxed).or(attrs.unsandboxed);
+            return Ok(attrs);
         }
         attrs_of_env(env.unwrap_or(&Deciding::default()))
     }

@@ -50,4 +50,3 @@ fn read_only(fdinfo: &Path) -> bool {
         .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
         .is_some_and(|flags| flags & nix::libc::O_ACCMODE as u32 == nix::libc::O_RDONLY as u32)
 }
-

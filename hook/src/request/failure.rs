@@ -42,6 +42,21 @@ pub enum RequestFailure {
         /// Why it cannot be read.
         error: String,
     },
+    /// A tagged derivation is fixed-output or impure: Nix runs it in the host's network
+    /// namespace, where it could hand its GPU to any host process (docs/security.md).
+    #[error(
+        "refusing {name}: it asks for the GPU but is a fixed-output or impure derivation \
+         ({why}), which Nix builds in the host's network namespace, from where it could hand \
+         the GPU to any host process; build it without requiredSystemFeatures \"{feature}\""
+    )]
+    Unsandboxed {
+        /// The derivation's name.
+        name: String,
+        /// The GPU feature it requires (the first a rule answers).
+        feature: String,
+        /// What makes it fixed-output or impure.
+        why: crate::drv::Unsandboxed,
+    },
     /// The derivation cannot be read, and its bytes name a feature a rule answers to.
     #[error("cannot read derivation {name} ({error}), and it may require a GPU feature")]
     Unreadable {

@@ -364,6 +364,81 @@ fn a_build_cannot_end_its_own_lease_early(host: &Host, slot: Slot) {
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
+/// A program that opens the device `argv[1]` and sends the descriptor (`SCM_RIGHTS`,
+/// unix(7)) over the abstract Unix socket named `argv[2]`: what a build can do from the host's
+/// network namespace.
+const SEND_FD_C: &str = r#"
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    int dev = open(argv[1], O_RDWR);
+    if (dev < 0) { perror(argv[1]); return 1; }
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    size_t n = strlen(argv[2]);
+    if (n + 1 > sizeof a.sun_path) return 2;
+    memcpy(a.sun_path + 1, argv[2], n);
+    if (connect(s, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + n) < 0) {
+        perror("connect"); return 1;
+    }
+    char byte = 'g';
+    struct iovec iov = { &byte, 1 };
+    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &dev, sizeof(int));
+    if (sendmsg(s, &m, 0) != 1) { perror("sendmsg"); return 1; }
+    return 0;
+}
+"#;
+
+/// A listener on the abstract Unix socket `name`, in this process's network namespace (the
+/// host's), that keeps the device number (`st_rdev`) of every descriptor it is sent.
+fn listen_for_descriptors(name: &str) -> std::sync::mpsc::Receiver<u64> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut byte = [0u8; 1];
+            let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+            let Ok(msg) = recvmsg::<()>(
+                stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::empty(),
+            ) else {
+                continue;
+            };
+            for c in msg.cmsgs().into_iter().flatten() {
+                if let ControlMessageOwned::ScmRights(fds) = c {
+                    for fd in fds {
+                        // SAFETY: the kernel installed `fd` in this process for this message.
+                        let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+                        let _ = tx.send(file.metadata().unwrap().rdev());
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
 /// The first Nix with `auto-allocate-uids` (an experimental feature since 2.12, per the Nix
 /// manual's list of settings).
 const AUTO_ALLOCATE_UIDS_SINCE: NixVersion = NixVersion {

@@ -919,3 +919,93 @@ fn a_killed_build_gives_its_mig_instance_back() {
         n
     });
 }
+
+/// Runs unsandboxed-gpu.nix of `kind` on a host whose one GPU node a build user can open
+/// (a char device 1:3 standing for it), with a host listener on an abstract socket: the build
+/// must be refused, in one line, and no descriptor reach the listener.
+fn an_unsandboxed_build_cannot_hand_its_gpu_to_the_host(kind: &str, settings: &[&str]) {
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let node = host.root.join("dev/nvidia0");
+    std::fs::remove_file(&node).unwrap();
+    nix::sys::stat::mknod(
+        &node,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+    std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let rdev = std::fs::metadata(&node).unwrap().rdev();
+    let send_fd = host.dir.path().join("send-fd");
+    let source = host.dir.path().join("send-fd.c");
+    std::fs::write(&source, SEND_FD_C).unwrap();
+    cuda_sandbox_testkit::cc(&["-o", send_fd.to_str().unwrap(), source.to_str().unwrap()]);
+    let n = nonce();
+    let socket = format!("cuda-sandbox-test-{n}");
+    let received = listen_for_descriptors(&socket);
+    let mut sandbox = host.sandbox(1);
+    sandbox
+        .sandbox_paths
+        .push(send_fd.to_string_lossy().into_owned());
+    sandbox
+        .extra_settings
+        .extend(settings.iter().map(|s| s.to_string()));
+    let build = sandbox.build(
+        &nix_file("unsandboxed-gpu.nix"),
+        &[
+            ("nonce", &n),
+            ("kind", kind),
+            ("sendFd", send_fd.to_str().unwrap()),
+            ("socket", &socket),
+        ],
+        &[],
+    );
+    // The listener may still be reading what the build sent before it ended.
+    let got: Vec<u64> = received
+        .recv_timeout(Duration::from_millis(500))
+        .into_iter()
+        .chain(received.try_iter())
+        .collect();
+    assert!(
+        !got.contains(&rdev),
+        "the {kind} build handed the GPU to a host process:\n{}",
+        build.log
+    );
+    let refusal = build
+        .log
+        .lines()
+        .find(|l| l.contains("is a fixed-output or impure derivation"));
+    assert!(
+        !build.ok() && refusal.is_some(),
+        "the {kind} build was not refused:\n{}",
+        build.log
+    );
+    assert!(
+        Leases::new(&host.run_dir()).record(0).is_none(),
+        "a lease was taken"
+    );
+}
+
+#[test]
+fn a_tagged_fixed_output_build_is_refused_and_hands_no_gpu_to_the_host() {
+    // A red-team finding: Nix builds a fixed-output derivation in the host's network
+    // namespace, so its builder reached a host listener's abstract socket and handed it the
+    // leased GPU's descriptor; its lease then ended with the build, while the host process
+    // still held the GPU.
+    if !nix_available("a_tagged_fixed_output_build_is_refused_and_hands_no_gpu_to_the_host") {
+        return;
+    }
+    an_unsandboxed_build_cannot_hand_its_gpu_to_the_host("fixed", &[]);
+}
+
+#[test]
+fn a_tagged_impure_build_is_refused_and_hands_no_gpu_to_the_host() {
+    if !nix_available("a_tagged_impure_build_is_refused_and_hands_no_gpu_to_the_host") {
+        return;
+    }
+    an_unsandboxed_build_cannot_hand_its_gpu_to_the_host(
+        "impure",
+        &["experimental-features = impure-derivations ca-derivations"],
+    );
+}
