@@ -78,3 +78,25 @@ impl<E: std::fmt::Display> std::fmt::Display for Prefixed<'_, E> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drv::{DecidingKey, Unsandboxed, Within};
+
+    #[test]
+    fn an_unsandboxed_tagged_derivation_is_refused_in_one_line_saying_why() {
+        let e = RequestFailure::Unsandboxed {
+            name: "/nix/store/x-src.drv".into(),
+            feature: "cuda".into(),
+            why: Unsandboxed::Attr(DecidingKey::OutputHash, Within::Env),
+        };
+        assert_eq!(
+            e.to_string(),
+            "refusing /nix/store/x-src.drv: it asks for the GPU but is a fixed-output or impure \
+             derivation (it sets \"outputHash\" in its env), which Nix builds in the host's \
+             network namespace, from where it could hand the GPU to any host process; build it \
+             without requiredSystemFeatures \"cuda\""
+        );
+    }
+}

@@ -921,8 +921,8 @@ fn a_killed_build_gives_its_mig_instance_back() {
 }
 
 /// Runs unsandboxed-gpu.nix of `kind` on a host whose one GPU node a build user can open
-/// (a char device 1:3 standing for it), with a host listener on an abstract socket: the build
-/// must be refused, in one line, and no descriptor reach the listener.
+/// (a char device 1:3 standing for it), with a host process ready to connect to the build's
+/// abstract socket: the build must be refused, in one line, and no descriptor reach the host.
 fn an_unsandboxed_build_cannot_hand_its_gpu_to_the_host(kind: &str, settings: &[&str]) {
     let _serial = serial();
     let host = Host::new(1, 1, 0, false);
@@ -943,7 +943,8 @@ fn an_unsandboxed_build_cannot_hand_its_gpu_to_the_host(kind: &str, settings: &[
     cuda_sandbox_testkit::cc(&["-o", send_fd.to_str().unwrap(), source.to_str().unwrap()]);
     let n = nonce();
     let socket = format!("cuda-sandbox-test-{n}");
-    let received = listen_for_descriptors(&socket);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let receiver = receive_descriptors(&socket, stop.clone());
     let mut sandbox = host.sandbox(1);
     sandbox
         .sandbox_paths
@@ -961,12 +962,8 @@ fn an_unsandboxed_build_cannot_hand_its_gpu_to_the_host(kind: &str, settings: &[
         ],
         &[],
     );
-    // The listener may still be reading what the build sent before it ended.
-    let got: Vec<u64> = received
-        .recv_timeout(Duration::from_millis(500))
-        .into_iter()
-        .chain(received.try_iter())
-        .collect();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let got = receiver.join().unwrap();
     assert!(
         !got.contains(&rdev),
         "the {kind} build handed the GPU to a host process:\n{}",

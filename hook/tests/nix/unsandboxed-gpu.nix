@@ -1,7 +1,7 @@
 # A tagged build that Nix runs in the host's network namespace, handing its GPU to a host
-# process, as a red-team pass demonstrated: it opens /dev/nvidia0 and sends the descriptor
-# (`SCM_RIGHTS`) to the listener on the abstract Unix socket `socket` with the program
-# `sendFd` (bound into the sandbox), then ends normally. `kind` is `fixed` (a fixed-output
+# process, as a red-team pass demonstrated: it opens /dev/nvidia0, listens on the abstract
+# Unix socket `socket` and sends the descriptor (`SCM_RIGHTS`) to the host process that
+# connects, with the program `sendFd` (bound into the sandbox), then ends normally. `kind` is `fixed` (a fixed-output
 # derivation: `outputHash`, here of the empty file it writes) or `impure` (`__impure`, with
 # the experimental feature impure-derivations).
 {
