@@ -33,7 +33,7 @@ impl JsonDerivation {
         }
         let chosen = match (read.wrapped, read.others) {
             (Some(wrapped), _) => wrapped,
-            (None, Others::One(_, inner)) => inner,
+            (None, Others::One(_, inner)) => *inner,
             _ => return Err(DrvError::json("derivation JSON holds no single derivation")),
         };
         chosen
@@ -170,7 +170,7 @@ struct ReadObject {
 enum Others {
     None,
     /// One key (perhaps repeated), with its last value.
-    One(String, Candidate),
+    One(String, Box<Candidate>),
     /// More than one key.
     Several,
 }

@@ -437,9 +437,9 @@ impl Processes {
 }
 
 /// Whether a directory has a store path's canonical metadata, which Nix gives every path it
-/// registers (`canonicalisePathMetaData`): no write permission (mode 0555) or modification time
-/// 1. Every input of a build has it; a chroot Nix makes never does (it is 0700, 0750 or 0755,
-/// and Nix writes into it while setting it up).
+/// registers (`canonicalisePathMetaData`): no write permission (mode 0555), or the
+/// modification time 1 s. Every input of a build has it; a chroot Nix makes never does (it is
+/// 0700, 0750 or 0755, and Nix writes into it while setting it up).
 fn like_a_store_path(md: &std::fs::Metadata) -> bool {
     md.mode() & 0o222 == 0 || md.mtime() == 1
 }

@@ -328,7 +328,7 @@ fn a_builder_in_an_input_named_like_a_chroot_keeps_its_gpu() {
         std::fs::create_dir_all(decoy.join(d)).unwrap();
     }
     let n = nonce();
-    let run = host.spawn_build(
+    let mut run = host.spawn_build(
         "decoy-chroot.nix",
         &[("nonce", &n), ("decoy", decoy.to_str().unwrap())],
     );
@@ -359,6 +359,8 @@ fn a_builder_in_an_input_named_like_a_chroot_keeps_its_gpu() {
     assert_gpu_held(&host, "the builder in its input named like a chroot");
     end_processes_with(&marker);
     assert_gpu_free(&host);
+    // The builder's end fails the build.
+    assert!(!run.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
