@@ -6,6 +6,7 @@ use super::record::{self, LeaseRecord, Read};
 use crate::slot::Slot;
 use crate::statedir::StateDir;
 use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// The build asking, under the lock: its chroot (path, device and inode) and its Nix.
@@ -27,11 +28,15 @@ pub(super) fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<
     let mut procs: Option<Processes> = None;
     let mut held = Vec::new();
     let files = record::slots(dir);
-    // Where the leased builds run, so that no build's builder is taken for another's.
+    // Where the leased builds run, so that no build's builder is taken for another's: each
+    // record's chroot, while its path still names that directory (an inode freed with the
+    // chroot may be given to any directory later, an input among them).
     let leased: HashSet<(u64, u64)> = files
         .iter()
         .filter_map(|slot| match record::read(dir, *slot) {
-            Read::Lease(r) => Some(r.chroot_id),
+            Read::Lease(r) => std::fs::metadata(&r.chroot)
+                .is_ok_and(|m| (m.dev(), m.ino()) == r.chroot_id)
+                .then_some(r.chroot_id),
             _ => None,
         })
         .collect();
