@@ -999,6 +999,16 @@ fn a_tagged_fixed_output_build_is_refused_and_hands_no_gpu_to_the_host() {
 }
 
 #[test]
+fn a_tagged_fixed_output_build_with_structured_attrs_is_refused_and_hands_no_gpu_to_the_host() {
+    if !nix_available(
+        "a_tagged_fixed_output_build_with_structured_attrs_is_refused_and_hands_no_gpu_to_the_host",
+    ) {
+        return;
+    }
+    an_unsandboxed_build_cannot_hand_its_gpu_to_the_host("structured", &[]);
+}
+
+#[test]
 fn a_tagged_impure_build_is_refused_and_hands_no_gpu_to_the_host() {
     if !nix_available("a_tagged_impure_build_is_refused_and_hands_no_gpu_to_the_host") {
         return;
