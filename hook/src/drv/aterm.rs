@@ -13,25 +13,33 @@ use std::borrow::Cow;
 #[derive(Debug, Clone)]
 pub struct DrvEnv<'a> {
     env: Deciding<RawStr<'a>>,
+    /// The name of the first output with a hash (fixed-output or impure).
+    hashed_output: Option<RawStr<'a>>,
 }
 
 impl<'a> DrvEnv<'a> {
     /// Parses a whole `.drv` file (the grammar and errors of [`super::Derivation::parse`]).
     pub fn parse(input: &'a [u8]) -> Result<Self, DrvError> {
         let mut env = Deciding::default();
-        Parser::whole(input, |part| {
-            if let Part::Env(key, value) = part {
+        let mut hashed_output = None;
+        Parser::whole(input, |part| match part {
+            Part::Env(key, value) => {
                 if let Some(key) = key.deciding() {
                     env.set(key, value);
                 }
             }
+            Part::Output([name, _, _, hash]) if !hash.raw.is_empty() => {
+                hashed_output.get_or_insert(name);
+            }
+            _ => {}
         })?;
-        Ok(DrvEnv { env })
+        Ok(DrvEnv { env, hashed_output })
     }
 
     /// What the hook decides on (as [`super::Derivation::attrs`]).
     pub fn attrs(&self) -> Result<DrvAttrs<'a>, DrvError> {
-        attrs_of_env(&self.env)
+        let name = self.hashed_output.map(|n| n.text());
+        Ok(attrs_of_env(&self.env)?.with_hashed_output(name))
     }
 }
 

@@ -19,6 +19,10 @@ pub enum DecidingKey {
     StructuredAttrs,
     /// [`GPUS_ATTR`].
     Gpus,
+    /// `outputHash`: a fixed-output derivation.
+    OutputHash,
+    /// `__impure`: an impure derivation.
+    Impure,
 }
 
 impl DecidingKey {
@@ -28,6 +32,8 @@ impl DecidingKey {
             DecidingKey::Features => "requiredSystemFeatures",
             DecidingKey::StructuredAttrs => "__json",
             DecidingKey::Gpus => GPUS_ATTR,
+            DecidingKey::OutputHash => "outputHash",
+            DecidingKey::Impure => "__impure",
         }
     }
 
@@ -37,6 +43,8 @@ impl DecidingKey {
             DecidingKey::Features,
             DecidingKey::StructuredAttrs,
             DecidingKey::Gpus,
+            DecidingKey::OutputHash,
+            DecidingKey::Impure,
         ]
         .into_iter()
         .find(|k| k.name().as_bytes() == name)
@@ -102,6 +110,41 @@ pub struct DrvAttrs<'a> {
     /// [`GPUS_ATTR`] as text: a string as itself, another JSON value as [`AttrText`] shows it;
     /// `None` when unset.
     pub gpus: Option<String>,
+    /// Why Nix builds the derivation without a network namespace of its own, if it does.
+    pub unsandboxed: Option<Unsandboxed>,
+}
+
+/// What makes a derivation fixed-output or impure: Nix runs its builder in the host's network
+/// namespace (`DerivationType::isSandboxed` in Nix's `derivations.cc`, on 2.8, 2.26 and 2.34),
+/// where it shares the host's abstract Unix sockets and can hand an open GPU to any host
+/// process (`SCM_RIGHTS`, unix(7)). Checked in every form; the first found is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsandboxed {
+    /// `outputHash` or `__impure` is set, in the env or the structured attrs.
+    Attr(DecidingKey, Within),
+    /// An output has a hash: fixed (its expected hash) or impure (`impure`), as the `.drv`
+    /// writes it.
+    HashedOutput(String),
+}
+
+impl fmt::Display for Unsandboxed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unsandboxed::Attr(key, within) => write!(f, "it sets {key} in its {within}"),
+            Unsandboxed::HashedOutput(name) => write!(f, "its output \"{name}\" has a hash"),
+        }
+    }
+}
+
+impl DrvAttrs<'_> {
+    /// Adds an output with a hash (`name`) as the reason the derivation is unsandboxed, unless
+    /// an attribute gave one already.
+    pub(super) fn with_hashed_output(mut self, name: Option<String>) -> Self {
+        if self.unsandboxed.is_none() {
+            self.unsandboxed = name.map(Unsandboxed::HashedOutput);
+        }
+        self
+    }
 }
 
 /// The values of the [`DecidingKey`]s of one env, each kept the first time it is set; a second
@@ -112,6 +155,8 @@ pub(super) struct Deciding<V> {
     features: Option<V>,
     structured_attrs: Option<V>,
     gpus: Option<V>,
+    output_hash: Option<V>,
+    impure: Option<V>,
     repeated: Option<DecidingKey>,
 }
 
@@ -121,6 +166,8 @@ impl<V> Default for Deciding<V> {
             features: None,
             structured_attrs: None,
             gpus: None,
+            output_hash: None,
+            impure: None,
             repeated: None,
         }
     }
@@ -132,6 +179,8 @@ impl<V> Deciding<V> {
             DecidingKey::Features => &mut self.features,
             DecidingKey::StructuredAttrs => &mut self.structured_attrs,
             DecidingKey::Gpus => &mut self.gpus,
+            DecidingKey::OutputHash => &mut self.output_hash,
+            DecidingKey::Impure => &mut self.impure,
         }
     }
 
@@ -150,6 +199,16 @@ impl<V> Deciding<V> {
         if !self.repeats(key) {
             *self.slot(key) = Some(value);
         }
+    }
+
+    /// The first of `outputHash` and `__impure` set in this env, whatever its value.
+    pub(super) fn unsandboxed(&self) -> Option<Unsandboxed> {
+        let key = match (&self.output_hash, &self.impure) {
+            (Some(_), _) => DecidingKey::OutputHash,
+            (None, Some(_)) => DecidingKey::Impure,
+            (None, None) => return None,
+        };
+        Some(Unsandboxed::Attr(key, Within::Env))
     }
 
     /// An error for the first repeat, if any.
@@ -183,7 +242,9 @@ pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
 ) -> Result<DrvAttrs<'a>, DrvError> {
     env.unrepeated()?;
     if let Some(json) = &env.structured_attrs {
-        return json.structured_attrs()?.attrs();
+        let mut attrs = json.structured_attrs()?.attrs()?;
+        attrs.unsandboxed = env.unsandboxed().or(attrs.unsandboxed);
+        return Ok(attrs);
     }
     let features = match &env.features {
         None => Vec::new(),
@@ -199,6 +260,7 @@ pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
             structured: false,
         },
         gpus: env.gpus.as_ref().map(EnvValue::text),
+        unsandboxed: env.unsandboxed(),
     })
 }
 
@@ -227,6 +289,8 @@ fn split_features(value: DrvStr<'_>) -> Vec<DrvStr<'_>> {
 pub(super) struct StructuredAttrs {
     features: Option<Vec<String>>,
     gpus: Option<AttrText>,
+    /// The first of `outputHash` and `__impure` set, whatever its value.
+    unsandboxed: Option<DecidingKey>,
     repeated: Option<DecidingKey>,
 }
 
@@ -257,6 +321,9 @@ impl StructuredAttrs {
                 structured: true,
             },
             gpus: self.gpus.as_ref().map(|t| t.text.clone()),
+            unsandboxed: self
+                .unsandboxed
+                .map(|key| Unsandboxed::Attr(key, Within::StructuredAttrs)),
         })
     }
 }
@@ -282,6 +349,10 @@ impl<'de> serde::Deserialize<'de> for StructuredAttrs {
                         }
                         Some(DecidingKey::Gpus) if attrs.gpus.is_none() => {
                             attrs.gpus = Some(map.next_value()?);
+                        }
+                        Some(key @ (DecidingKey::OutputHash | DecidingKey::Impure)) => {
+                            attrs.unsandboxed.get_or_insert(key);
+                            map.next_value::<serde::de::IgnoredAny>()?;
                         }
                         repeat => {
                             if let Some(key @ (DecidingKey::Features | DecidingKey::Gpus)) = repeat

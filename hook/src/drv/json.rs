@@ -33,7 +33,7 @@ impl JsonDerivation {
         }
         let chosen = match (read.wrapped, read.others) {
             (Some(wrapped), _) => wrapped,
-            (None, Others::One(_, inner)) => inner,
+            (None, Others::One(_, inner)) => *inner,
             _ => return Err(DrvError::json("derivation JSON holds no single derivation")),
         };
         chosen
@@ -50,7 +50,9 @@ impl JsonDerivation {
             env.unrepeated()?;
         }
         if let Some(Some(attrs)) = &self.structured_attrs {
-            return attrs.attrs();
+            let mut attrs = attrs.attrs()?;
+            attrs.unsandboxed = env.and_then(Deciding::unsandboxed).or(attrs.unsandboxed);
+            return Ok(attrs);
         }
         attrs_of_env(env.unwrap_or(&Deciding::default()))
     }
@@ -168,7 +170,7 @@ struct ReadObject {
 enum Others {
     None,
     /// One key (perhaps repeated), with its last value.
-    One(String, Candidate),
+    One(String, Box<Candidate>),
     /// More than one key.
     Several,
 }

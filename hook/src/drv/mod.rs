@@ -31,7 +31,7 @@ mod oracle;
 
 pub use aterm::DrvEnv;
 pub(crate) use attrs::GPUS_ATTR;
-pub use attrs::{DecidingKey, DrvAttrs, RequiredFeatures, Within};
+pub use attrs::{DecidingKey, DrvAttrs, RequiredFeatures, Unsandboxed, Within};
 pub use json::JsonDerivation;
 pub use oracle::{Derivation, InputDrv, Output};
 

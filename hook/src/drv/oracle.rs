@@ -100,7 +100,9 @@ impl<'a> Derivation<'a> {
                 env.set(key, value.as_ref());
             }
         }
-        attrs_of_env(&env)
+        let hashed = self.outputs.iter().find(|o| !o.hash.is_empty());
+        let name = hashed.map(|o| String::from_utf8_lossy(&o.name).into_owned());
+        Ok(attrs_of_env(&env)?.with_hashed_output(name))
     }
 }
 

@@ -422,3 +422,80 @@ fn the_gpus_attribute_is_read_plain_and_structured() {
     );
     assert_eq!(gpus_attr_from_json(br#"{"env":{}}"#), None);
 }
+
+/// A fixed-output or impure derivation is known in every form: an `outputHash` or `__impure`
+/// in the env or the structured attrs, or an output with a hash (fixed, or `impure`); a
+/// floating content-addressed output (an algorithm, no hash) is sandboxed like any other.
+#[test]
+fn fixed_output_and_impure_derivations_are_known_in_every_form() {
+    use DecidingKey::{Impure, OutputHash};
+    let attr = |key, within| Some(Unsandboxed::Attr(key, within));
+    let output = |name: &str| Some(Unsandboxed::HashedOutput(name.to_owned()));
+    let drv = |outputs: &str, env: &str| {
+        format!(r#"Derive([{outputs}],[],[],"x86_64-linux","/bin/sh",[],[{env}])"#).into_bytes()
+    };
+    let plain = r#"("out","/nix/store/a-x","","")"#;
+    let fixed = r#"("out","/nix/store/a-x","sha256","e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")"#;
+    let impure = r#"("out","","r:sha256","impure")"#;
+    let floating = r#"("out","","r:sha256","")"#;
+    for (outputs, env, expected) in [
+        (plain, r#"("requiredSystemFeatures","cuda")"#, None),
+        (floating, r#"("requiredSystemFeatures","cuda")"#, None),
+        (
+            plain,
+            r#"("outputHash","sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=")"#,
+            attr(OutputHash, Within::Env),
+        ),
+        (plain, r#"("__impure","1")"#, attr(Impure, Within::Env)),
+        (
+            plain,
+            r#"("__json","{\"outputHash\":\"x\",\"requiredSystemFeatures\":[\"cuda\"]}")"#,
+            attr(OutputHash, Within::StructuredAttrs),
+        ),
+        (
+            plain,
+            r#"("__json","{\"__impure\":true}")"#,
+            attr(Impure, Within::StructuredAttrs),
+        ),
+        (fixed, r#"("requiredSystemFeatures","cuda")"#, output("out")),
+        (
+            &format!(r#"("dev","","r:sha256",""),{impure}"#),
+            "",
+            output("out"),
+        ),
+        // An attribute is named before an output.
+        (
+            fixed,
+            r#"("outputHash","x")"#,
+            attr(OutputHash, Within::Env),
+        ),
+    ] {
+        let text = drv(outputs, env);
+        let lean = DrvEnv::parse(&text).unwrap().attrs().unwrap();
+        assert_eq!(lean.unsandboxed, expected, "{outputs} {env}");
+        let full = Derivation::parse(&text).unwrap();
+        assert_eq!(
+            full.attrs().unwrap().unsandboxed,
+            expected,
+            "{outputs} {env}"
+        );
+    }
+    let json = |text: &str| json_attrs(text.as_bytes()).unwrap().unsandboxed;
+    assert_eq!(
+        json(r#"{"env":{"outputHash":"x","requiredSystemFeatures":"cuda"}}"#),
+        attr(OutputHash, Within::Env)
+    );
+    assert_eq!(
+        json(r#"{"env":{},"structuredAttrs":{"__impure":true,"requiredSystemFeatures":["cuda"]}}"#),
+        attr(Impure, Within::StructuredAttrs)
+    );
+    assert_eq!(json(r#"{"env":{"requiredSystemFeatures":"cuda"}}"#), None);
+    assert_eq!(
+        Unsandboxed::HashedOutput("out".into()).to_string(),
+        "its output \"out\" has a hash"
+    );
+    assert_eq!(
+        Unsandboxed::Attr(OutputHash, Within::StructuredAttrs).to_string(),
+        "it sets \"outputHash\" in its structured attrs (__json)"
+    );
+}

@@ -22,10 +22,15 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// The process that ran this hook: Nix (the daemon's worker, or an in-process
-    /// `nix-build`). A wrapper script around the hook must `exec` it.
+    /// The Nix that ran this hook (the daemon's worker, or an in-process `nix-build`): the
+    /// parent, only when it reads the hook's standard output as Nix does (see
+    /// [`super::nix_parent`]). None for anything else (a wrapper that does not `exec` the hook,
+    /// a shell), whose end would end the lease while the build runs.
     pub(crate) fn parent() -> Option<Holder> {
-        Holder::of(std::os::unix::process::parent_id())
+        let pid = std::os::unix::process::parent_id();
+        super::nix_parent::reads_our_stdout(pid)
+            .then(|| Holder::of(pid))
+            .flatten()
     }
 
     /// The process `pid`, if it runs (a zombie, which no one has reaped yet, does not).
@@ -121,8 +126,14 @@ pub(super) struct Checked {
 
 impl Checked {
     /// Whether its build can still use the GPU (see "When a lease ends" in the module
-    /// documentation). `me` is the Nix process running the asking hook.
-    pub(super) fn is_live(&mut self, me: Option<Holder>, procs: &Processes) -> bool {
+    /// documentation). `me` is the Nix process running the asking hook; `leased` holds the
+    /// chroots (device, inode) of every lease record.
+    pub(super) fn is_live(
+        &mut self,
+        me: Option<Holder>,
+        procs: &Processes,
+        leased: &HashSet<(u64, u64)>,
+    ) -> bool {
         let r = &self.record;
         let same_dir = std::fs::metadata(&r.chroot).is_ok_and(|m| {
             (m.dev(), m.ino()) == r.chroot_id
@@ -179,7 +190,7 @@ impl Checked {
                 .into_iter()
                 .filter(|(b, entered)| match entered {
                     Entered::NotYet => procs.mounts_under(b.pid, &r.chroot),
-                    Entered::Left => !store.is_some_and(|s| procs.in_nix_chroot(b.pid, s)),
+                    Entered::Left => !procs.in_other_build(b.pid, r.chroot_id, leased, store),
                 })
                 .map(|(b, _)| b)
                 .collect();
@@ -373,10 +384,30 @@ impl Processes {
             .is_some_and(|mounts| mounts.iter().any(|m| m.mount_point.starts_with(dir)))
     }
 
+    /// Whether process `pid`, a builder that left its Nix's root, runs in the chroot of
+    /// another build than the one whose chroot is `own`: its root is, by device and inode, the
+    /// chroot of another lease record (`leased`), or a Nix chroot in `store` (an untagged
+    /// build's, which has no record). Anything else, and a name alone, counts as this build's
+    /// (fail closed: the lease lasts longer).
+    fn in_other_build(
+        &self,
+        pid: u32,
+        own: (u64, u64),
+        leased: &HashSet<(u64, u64)>,
+        store: Option<&Path>,
+    ) -> bool {
+        let Some(root) = self.get(pid).and_then(|p| p.root) else {
+            return false;
+        };
+        (root != own && leased.contains(&root)) || store.is_some_and(|s| self.in_nix_chroot(pid, s))
+    }
+
     /// Whether process `pid` runs in the chroot of a Nix build in `store`: its root is a
-    /// mount of `<store>/<name>.drv.chroot` (or `…/root`) and is that very directory. Its
-    /// mount table (`/proc/<pid>/mountinfo`, proc(5)) names the directory relative to its
-    /// filesystem; this process's own mount table maps that back to a path here.
+    /// mount of `<store>/<name>.drv.chroot` (or `…/root`), is that very directory, and is no
+    /// store path's (see [`like_a_store_path`]): a build's input may be named like a chroot,
+    /// and a builder can `chroot` into it. Its mount table (`/proc/<pid>/mountinfo`, proc(5))
+    /// names the directory relative to its filesystem; this process's own mount table maps
+    /// that back to a path here.
     fn in_nix_chroot(&self, pid: u32, store: &Path) -> bool {
         let Some(root) = self.get(pid).and_then(|p| p.root) else {
             return false;
@@ -398,8 +429,9 @@ impl Processes {
             })
             .any(|here| {
                 chroot_store_dir(&here) == Some(store)
-                    && std::fs::symlink_metadata(&here)
-                        .is_ok_and(|md| md.is_dir() && (md.dev(), md.ino()) == root)
+                    && std::fs::symlink_metadata(&here).is_ok_and(|md| {
+                        md.is_dir() && (md.dev(), md.ino()) == root && !like_a_store_path(&md)
+                    })
             })
     }
 
@@ -433,6 +465,14 @@ impl Processes {
             .next()
             .is_some()
     }
+}
+
+/// Whether a directory has a store path's canonical metadata, which Nix gives every path it
+/// registers (`canonicalisePathMetaData`): no write permission (mode 0555), or the
+/// modification time 1 s. Every input of a build has it; a chroot Nix makes never does (it is
+/// 0700, 0750 or 0755, and Nix writes into it while setting it up).
+fn like_a_store_path(md: &std::fs::Metadata) -> bool {
+    md.mode() & 0o222 == 0 || md.mtime() == 1
 }
 
 /// The parent pid and start time of `pid`, unless it is a zombie or gone.

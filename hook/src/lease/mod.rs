@@ -37,7 +37,11 @@
 //!      time) runs, and either it has not set up the sandbox yet (no `/proc` mount point in the
 //!      chroot: the build is pending; a hook of that same Nix knows it has moved on), or one of
 //!      its children is the init of a PID namespace that has left Nix's root and is not rooted
-//!      in another Nix build's chroot. Nix starts each sandboxed builder as its own direct
+//!      in another build's chroot: by device and inode the chroot of another lease record, or
+//!      a `<store>/<drv>.chroot` (or `…/root`) directory that lacks a store path's canonical
+//!      metadata (mode 0555, modification time 1; an untagged build's chroot, which no record
+//!      names). A name alone never counts: a build's input may be named `x.drv.chroot`, and a
+//!      builder can `chroot` into it. Nix starts each sandboxed builder as its own direct
 //!      child, the init of a new PID namespace (seen on Nix 2.8, 2.26 and 2.34), which stays
 //!      rooted where Nix is until its `pivot_root`. Such a child is this build's builder
 //!      setting up when it has mounts in this chroot (Nix binds the chroot onto itself first),
@@ -73,6 +77,7 @@ mod guard;
 mod ids;
 mod liveness;
 mod lock;
+mod nix_parent;
 mod record;
 mod sweep;
 

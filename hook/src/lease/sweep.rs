@@ -5,6 +5,8 @@ use super::liveness::{Checked, Holder, Processes};
 use super::record::{self, LeaseRecord, Read};
 use crate::slot::Slot;
 use crate::statedir::StateDir;
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// The build asking, under the lock: its chroot (path, device and inode) and its Nix.
@@ -26,6 +28,18 @@ pub(super) fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<
     let mut procs: Option<Processes> = None;
     let mut held = Vec::new();
     let files = record::slots(dir);
+    // Where the leased builds run, so that no build's builder is taken for another's: each
+    // record's chroot, while its path still names that directory (an inode freed with the
+    // chroot may be given to any directory later, an input among them).
+    let leased: HashSet<(u64, u64)> = files
+        .iter()
+        .filter_map(|slot| match record::read(dir, *slot) {
+            Read::Lease(r) => std::fs::metadata(&r.chroot)
+                .is_ok_and(|m| (m.dev(), m.ino()) == r.chroot_id)
+                .then_some(r.chroot_id),
+            _ => None,
+        })
+        .collect();
     for slot in files.iter().filter(|f| slots.iter().any(|s| s.overlaps(f))) {
         let mut checked = match record::read(dir, *slot) {
             Read::Absent => continue,
@@ -41,6 +55,7 @@ pub(super) fn held(dir: &StateDir, slots: &[Slot], asker: Option<Asker>) -> Vec<
             !own && c.is_live(
                 asker.map(|a| a.holder),
                 procs.get_or_insert_with(Processes::scan),
+                &leased,
             )
         });
         match checked {

@@ -186,8 +186,11 @@ pub(crate) enum ProblemKind {
         /// Where it leads.
         to: PathBuf,
     },
-    /// The hook cannot tell who holds the lease it would take.
-    #[error("cannot read /proc/<parent>/stat to record who holds the GPU lease")]
+    /// The hook's parent is not the Nix that runs the build (it does not read the hook's
+    /// standard output), or cannot be read: no one would hold the lease.
+    #[error(
+        "the hook's parent is not a Nix reading its output, so no one would hold the GPU lease"
+    )]
     NoLeaseHolder,
     /// No slot could be leased (the lease's one-line error).
     #[error("no GPU or MIG instance could be leased: {0}")]
@@ -339,7 +342,9 @@ impl ProblemKind {
                 check the closure cache and the store (`nix-store --verify --check-contents`)"
                 .into(),
             ProblemKind::NoLeaseHolder => {
-                "run the hook as Nix's pre-build-hook with /proc mounted".into()
+                "run the hook as Nix's pre-build-hook with /proc mounted; a wrapper script must \
+                 `exec` it"
+                    .into()
             }
             ProblemKind::Sysfs(_) => "run the hook as root on a host with /sys mounted (see \
                 sysfs in docs/configuration.md)"
@@ -483,8 +488,9 @@ mod tests {
             ),
             (
                 ProblemKind::NoLeaseHolder,
-                "cannot read /proc/<parent>/stat to record who holds the GPU lease: run the \
-                 hook as Nix's pre-build-hook with /proc mounted"
+                "the hook's parent is not a Nix reading its output, so no one would hold the \
+                 GPU lease: run the hook as Nix's pre-build-hook with /proc mounted; a wrapper \
+                 script must `exec` it"
                     .to_owned(),
             ),
             (

@@ -191,6 +191,7 @@ fn request(config: &Config, gpus: Option<&str>) -> Request {
         config: Some(config.clone()),
         rules: RuleId::all(config).collect(),
         gpus_wanted: gpus.map(crate::request::GpusWanted::parse),
+        unsandboxed: None,
         verdict: Verdict::Tagged,
         search_path: None,
         warnings: Vec::new(),

@@ -42,6 +42,21 @@ pub enum RequestFailure {
         /// Why it cannot be read.
         error: String,
     },
+    /// A tagged derivation is fixed-output or impure: Nix runs it in the host's network
+    /// namespace, where it could hand its GPU to any host process (docs/security.md).
+    #[error(
+        "refusing {name}: it asks for the GPU but is a fixed-output or impure derivation \
+         ({why}), which Nix builds in the host's network namespace, from where it could hand \
+         the GPU to any host process; build it without requiredSystemFeatures \"{feature}\""
+    )]
+    Unsandboxed {
+        /// The derivation's name.
+        name: String,
+        /// The GPU feature it requires (the first a rule answers).
+        feature: String,
+        /// What makes it fixed-output or impure.
+        why: crate::drv::Unsandboxed,
+    },
     /// The derivation cannot be read, and its bytes name a feature a rule answers to.
     #[error("cannot read derivation {name} ({error}), and it may require a GPU feature")]
     Unreadable {
@@ -61,5 +76,27 @@ impl<E: std::fmt::Display> std::fmt::Display for Prefixed<'_, E> {
             Some(source) => write!(f, "{source}: {}", self.1),
             None => write!(f, "{}", self.1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drv::{DecidingKey, Unsandboxed, Within};
+
+    #[test]
+    fn an_unsandboxed_tagged_derivation_is_refused_in_one_line_saying_why() {
+        let e = RequestFailure::Unsandboxed {
+            name: "/nix/store/x-src.drv".into(),
+            feature: "cuda".into(),
+            why: Unsandboxed::Attr(DecidingKey::OutputHash, Within::Env),
+        };
+        assert_eq!(
+            e.to_string(),
+            "refusing /nix/store/x-src.drv: it asks for the GPU but is a fixed-output or impure \
+             derivation (it sets \"outputHash\" in its env), which Nix builds in the host's \
+             network namespace, from where it could hand the GPU to any host process; build it \
+             without requiredSystemFeatures \"cuda\""
+        );
     }
 }

@@ -156,6 +156,8 @@ pub struct Request {
     pub(crate) rules: Vec<RuleId>,
     /// The derivation's `cudaSandboxGpus`, read and parsed only when a rule matched.
     pub(crate) gpus_wanted: Option<GpusWanted>,
+    /// What makes the derivation fixed-output or impure, if anything: a tagged one is refused.
+    pub(crate) unsandboxed: Option<drv::Unsandboxed>,
     /// What the build gets. It is [`Verdict::Fail`] until the request is resolved, so a path
     /// through the resolver that forgets to decide fails the build rather than exposing.
     pub(crate) verdict: Verdict,
@@ -228,6 +230,7 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         config: None,
         rules: Vec::new(),
         gpus_wanted: None,
+        unsandboxed: None,
         search_path: input.env.path.clone(),
         verdict: Verdict::Fail(RequestFailure::Unresolved {
             derivation: input
@@ -304,6 +307,7 @@ impl Request {
             .into_iter()
             .map(|f| f.into_owned())
             .collect();
+        self.unsandboxed = attrs.unsandboxed;
         self.with_features(features, attrs.features.structured, input, attrs.gpus);
     }
 
@@ -423,6 +427,14 @@ impl Request {
                  tag the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
                 configured.join(", ")
             ));
+        } else if let Some(why) = self.unsandboxed.clone() {
+            self.config = Some(config);
+            self.verdict = Verdict::Fail(RequestFailure::Unsandboxed {
+                name: self.derivation_name(),
+                feature: self.first_match(),
+                why,
+            });
+            return;
         } else {
             self.gpus_wanted = gpus.as_deref().map(GpusWanted::parse);
             self.verdict = Verdict::Tagged;

@@ -923,3 +923,61 @@ fn other_repeated_keys_are_read_as_nix_reads_them() {
         );
     }
 }
+
+/// A red-team finding: the lease's holder was whoever ran the hook. Under a wrapper that does
+/// not `exec` it, that is a shell that exits at once, and with no builder recorded yet the next
+/// hook judged the build ended: its GPU went to another build. The hook now leases only for a
+/// parent that reads its standard output as Nix does, and refuses otherwise.
+#[test]
+fn a_hook_under_a_wrapper_that_does_not_exec_it_takes_no_lease() {
+    let c = Case::new();
+    for gpu in ["nvidia0", "nvidiactl"] {
+        // Directories stand in for device nodes (they count as devices for the hook).
+        std::fs::create_dir_all(c.path("root/dev").join(gpu)).unwrap();
+    }
+    let config = c.config(
+        "[[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\nrequired = true\n\
+         [[rule.device]]\nglob = \"/dev/nvidiactl\"\nrequired = true\n",
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("gpus_per_build = 1\nlease_wait_seconds = 0\n{text}"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(c.path("chroot")).unwrap();
+    let drv = c.drv("x", Some("cuda"));
+    let wrapped = |script: &str| {
+        Command::new("sh")
+            .args(["-c", script, "wrapper", HOOK])
+            .arg(&drv)
+            .arg(c.path("chroot"))
+            .env("CUDA_SANDBOX_CONFIG", &config)
+            .output()
+            .unwrap()
+    };
+    let leases = || {
+        std::fs::read_dir(c.path("run/leases")).map_or(0, |d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension() == Some("lease".as_ref()))
+            })
+            .count()
+        })
+    };
+    // The wrapper's shell runs the hook as its child and goes on.
+    let out = wrapped("\"$@\"; status=$?; exit $status");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("the hook's parent is not a Nix reading its output")
+            && err.contains("must `exec` it")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(leases(), 0, "a lease was taken for the wrapper's shell");
+    // A wrapper that `exec`s the hook leaves this test, which reads its output, its parent.
+    let out = wrapped("exec \"$@\"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(leases(), 1);
+}

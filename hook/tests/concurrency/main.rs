@@ -403,6 +403,95 @@ fn a_build_cannot_end_its_own_lease_early(host: &Host, slot: Slot) {
     let _ = std::fs::remove_dir_all(&lease.chroot);
 }
 
+/// A program that opens the device `argv[1]`, listens on the abstract Unix socket named
+/// `argv[2]`, and sends the descriptor (`SCM_RIGHTS`, unix(7)) to the first process that
+/// connects: what a build can do from the host's network namespace. It listens rather than
+/// connects because Nix 2.34.8 (built with Landlock, on a kernel with Landlock ABI 6) keeps a
+/// fixed-output builder from connecting to abstract sockets outside its sandbox, while
+/// processes outside may still connect in (`setupLandlock` in Nix's
+/// `src/libstore/unix/build/linux-derivation-builder.cc`).
+const SEND_FD_C: &str = r#"
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    int dev = open(argv[1], O_RDWR);
+    if (dev < 0) { perror(argv[1]); return 1; }
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    size_t n = strlen(argv[2]);
+    if (n + 1 > sizeof a.sun_path) return 2;
+    memcpy(a.sun_path + 1, argv[2], n);
+    socklen_t len = offsetof(struct sockaddr_un, sun_path) + 1 + n;
+    if (bind(s, (struct sockaddr *)&a, len) < 0 || listen(s, 1) < 0) { perror("bind"); return 1; }
+    int c = accept(s, NULL, NULL);
+    if (c < 0) { perror("accept"); return 1; }
+    char byte = 'g';
+    struct iovec iov = { &byte, 1 };
+    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &dev, sizeof(int));
+    if (sendmsg(c, &m, 0) != 1) { perror("sendmsg"); return 1; }
+    return 0;
+}
+"#;
+
+/// A host process, in this process's network namespace, that connects to the abstract Unix
+/// socket `name` as soon as one listens there, until `stop` is set, and returns the device
+/// numbers (`st_rdev`) of the descriptors it is sent.
+fn receive_descriptors(
+    name: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
+    std::thread::spawn(move || {
+        let stream = loop {
+            if let Ok(s) = std::os::unix::net::UnixStream::connect_addr(&addr) {
+                break s;
+            }
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                return Vec::new();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut byte = [0u8; 1];
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let Ok(msg) = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::empty(),
+        ) else {
+            return Vec::new();
+        };
+        let mut rdevs = Vec::new();
+        for c in msg.cmsgs().into_iter().flatten() {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for fd in fds {
+                    // SAFETY: the kernel installed `fd` in this process for this message.
+                    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+                    rdevs.push(file.metadata().unwrap().rdev());
+                }
+            }
+        }
+        rdevs
+    })
+}
+
 /// The first Nix with `auto-allocate-uids` (an experimental feature since 2.12, per the Nix
 /// manual's list of settings).
 const AUTO_ALLOCATE_UIDS_SINCE: NixVersion = NixVersion {

@@ -313,6 +313,58 @@ fn a_builder_that_leaves_its_chroot_keeps_its_gpu_while_nix_runs_it_and_after() 
 }
 
 #[test]
+fn a_builder_in_an_input_named_like_a_chroot_keeps_its_gpu() {
+    // A red-team finding: a builder that left its chroot, with no builder recorded yet, was
+    // taken for another build's when its root was named `<store>/*.drv.chroot`. A build
+    // chrooted into an input of that name, kept /dev/nvidia0, and its GPU went to the next
+    // build at once.
+    if !nix_available("a_builder_in_an_input_named_like_a_chroot_keeps_its_gpu") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let decoy = host.dir.path().join("decoy");
+    for d in ["bin", "dev", "lib", "lib64", "sbin", "usr"] {
+        std::fs::create_dir_all(decoy.join(d)).unwrap();
+    }
+    let n = nonce();
+    let mut run = host.spawn_build(
+        "decoy-chroot.nix",
+        &[("nonce", &n), ("decoy", decoy.to_str().unwrap())],
+    );
+    let marker = format!("escaped-{n}");
+    let _cleanup = KillOnDrop {
+        group: run.id() as i32,
+        marker: marker.clone(),
+    };
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the lease", Duration::from_secs(60), || {
+        leases.record(0).is_some()
+    });
+    let lease = leases.record(0).unwrap();
+    assert!(lease.derivation.ends_with("-decoy-chroot.drv"), "{lease:?}");
+    // Every process holding the marker runs in the input, named like a chroot.
+    wait_for(
+        "the builder to chroot into its input",
+        Duration::from_secs(60),
+        || {
+            let pids = processes_with(&marker);
+            !pids.is_empty()
+                && pids.iter().all(|p| {
+                    let root = std::fs::read_link(format!("/proc/{p}/root")).unwrap_or_default();
+                    root.to_string_lossy().ends_with("-x.drv.chroot")
+                })
+        },
+    );
+    assert_gpu_held(&host, "the builder in its input named like a chroot");
+    end_processes_with(&marker);
+    assert_gpu_free(&host);
+    // The builder's end fails the build.
+    assert!(!run.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&lease.chroot);
+}
+
+#[test]
 fn a_failed_builds_gpu_is_free_while_its_nix_goes_on() {
     // Nix 2.8 can keep a failed build's chroot while `nix-build --keep-going` goes on with
     // other builds (keep-going.nix has that shape); its lease held the GPU as long as that Nix
@@ -1175,4 +1227,101 @@ fn a_killed_build_gives_its_mig_instance_back() {
         n.sort();
         n
     });
+}
+
+/// Runs unsandboxed-gpu.nix of `kind` on a host whose one GPU node a build user can open
+/// (a char device 1:3 standing for it), with a host process ready to connect to the build's
+/// abstract socket: the build must be refused, in one line, and no descriptor reach the host.
+fn an_unsandboxed_build_cannot_hand_its_gpu_to_the_host(kind: &str, settings: &[&str]) {
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false);
+    let node = host.root.join("dev/nvidia0");
+    std::fs::remove_file(&node).unwrap();
+    nix::sys::stat::mknod(
+        &node,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+    std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let rdev = std::fs::metadata(&node).unwrap().rdev();
+    let send_fd = host.dir.path().join("send-fd");
+    let source = host.dir.path().join("send-fd.c");
+    std::fs::write(&source, SEND_FD_C).unwrap();
+    cuda_sandbox_testkit::cc(&["-o", send_fd.to_str().unwrap(), source.to_str().unwrap()]);
+    let n = nonce();
+    let socket = format!("cuda-sandbox-test-{n}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let receiver = receive_descriptors(&socket, stop.clone());
+    let mut sandbox = host.sandbox(1);
+    sandbox
+        .sandbox_paths
+        .push(send_fd.to_string_lossy().into_owned());
+    sandbox
+        .extra_settings
+        .extend(settings.iter().map(|s| s.to_string()));
+    let build = sandbox.build(
+        &nix_file("unsandboxed-gpu.nix"),
+        &[
+            ("nonce", &n),
+            ("kind", kind),
+            ("sendFd", send_fd.to_str().unwrap()),
+            ("socket", &socket),
+        ],
+        &[],
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let got = receiver.join().unwrap();
+    assert!(
+        !got.contains(&rdev),
+        "the {kind} build handed the GPU to a host process:\n{}",
+        build.log
+    );
+    let refusal = build
+        .log
+        .lines()
+        .find(|l| l.contains("is a fixed-output or impure derivation"));
+    assert!(
+        !build.ok() && refusal.is_some(),
+        "the {kind} build was not refused:\n{}",
+        build.log
+    );
+    assert!(
+        Leases::new(&host.run_dir()).record(0).is_none(),
+        "a lease was taken"
+    );
+}
+
+#[test]
+fn a_tagged_fixed_output_build_is_refused_and_hands_no_gpu_to_the_host() {
+    // A red-team finding: Nix builds a fixed-output derivation in the host's network
+    // namespace, so its builder reached a host listener's abstract socket and handed it the
+    // leased GPU's descriptor; its lease then ended with the build, while the host process
+    // still held the GPU.
+    if !nix_available("a_tagged_fixed_output_build_is_refused_and_hands_no_gpu_to_the_host") {
+        return;
+    }
+    an_unsandboxed_build_cannot_hand_its_gpu_to_the_host("fixed", &[]);
+}
+
+#[test]
+fn a_tagged_fixed_output_build_with_structured_attrs_is_refused_and_hands_no_gpu_to_the_host() {
+    if !nix_available(
+        "a_tagged_fixed_output_build_with_structured_attrs_is_refused_and_hands_no_gpu_to_the_host",
+    ) {
+        return;
+    }
+    an_unsandboxed_build_cannot_hand_its_gpu_to_the_host("structured", &[]);
+}
+
+#[test]
+fn a_tagged_impure_build_is_refused_and_hands_no_gpu_to_the_host() {
+    if !nix_available("a_tagged_impure_build_is_refused_and_hands_no_gpu_to_the_host") {
+        return;
+    }
+    an_unsandboxed_build_cannot_hand_its_gpu_to_the_host(
+        "impure",
+        &["experimental-features = impure-derivations ca-derivations"],
+    );
 }

@@ -15,11 +15,15 @@ fn structured_attrs_with_long_escape_free_runs_parse_in_linear_time() {
             structured_drv(r#"\""#, "abcdefgh", r#"\""#, "cuda"),
         ),
     ] {
-        let DrvAttrs { features, gpus } =
-            timed(name, || DrvEnv::parse(&drv).unwrap().attrs().unwrap());
+        let DrvAttrs {
+            features,
+            gpus,
+            unsandboxed,
+        } = timed(name, || DrvEnv::parse(&drv).unwrap().attrs().unwrap());
         assert_eq!(features.lossy(), ["cuda"], "{name}");
         assert!(features.structured);
         assert_eq!(gpus.as_deref(), Some("2"), "{name}");
+        assert_eq!(unsandboxed, None, "{name}");
     }
 }
 
