@@ -188,7 +188,10 @@ impl LintReport {
             self.elf_files,
             self.libcuda_users.len(),
             self.cuda_runtimes.len(),
-            self.gpu_code.len(),
+            self.gpu_code
+                .iter()
+                .filter(|f| !f.modules.is_empty())
+                .count(),
             self.findings.len()
         )
     }
@@ -581,8 +584,13 @@ fn finding_kind(rule: Rule) -> Option<FindingKind> {
         | Rule::GpuUnknown
         | Rule::DriverUnknown
         | Rule::RuntimeFloorUnknown
-        | Rule::ModuleUnknown => FindingKind::GpuCodeUnknown,
-        Rule::Sass | Rule::Jit | Rule::NothingToLoad | Rule::LinkInput => return None,
+        | Rule::ModuleUnknown
+        | Rule::MissingModuleUnknown => FindingKind::GpuCodeUnknown,
+        Rule::Sass
+        | Rule::Jit
+        | Rule::SomeModulesDoNotLoad
+        | Rule::NothingToLoad
+        | Rule::LinkInput => return None,
     })
 }
 

@@ -245,6 +245,6 @@ mod tests {
         );
         assert_eq!(e.version.to_string(), "6.0");
         let facts = ptx_facts(&payload(&bytes, e).unwrap());
-        assert_eq!(facts.entries, 1);
+        assert_eq!(facts.kernels, ["saxpy"]);
     }
 }
