@@ -24,7 +24,8 @@
 //!    a cubin of a newer CUDA major than the driver's cannot run: the cubin records the
 //!    toolkit that built it, and CUDA's compatibility stops at the major
 //!    ([`toolkit_on_driver`]). That is the file's toolkit, whichever module says it;
-//! 6. a file none of whose judged modules loads, nor can be judged, cannot run;
+//! 6. a file none of whose judged modules loads, nor can be judged, cannot run, unless the
+//!    modules that cannot load hold managed variables and no kernel (then rule 7);
 //! 7. otherwise a module the rules cannot judge makes the file unknown, never a pass; so does
 //!    a missing module holding a managed variable, or one whose images could not be read:
 //!    whether such a module, loaded when the program starts, fails the start is not settled
@@ -86,6 +87,12 @@ impl Holds {
             Holds::Read { managed, .. } => !managed.is_empty(),
             Holds::Unreadable => true,
         }
+    }
+
+    /// Whether it holds managed variables and no kernel: nothing to launch, only a load at
+    /// start whose outcome is not settled here.
+    pub fn managed_only(&self) -> bool {
+        matches!(self, Holds::Read { kernels, managed } if kernels.is_empty() && !managed.is_empty())
     }
 }
 
@@ -429,7 +436,11 @@ pub fn judge_given(
     } else if modules.is_empty() {
         FileVerdict::NoGpuCode
     } else if !any(|m| m.load.loads() || matches!(m.load, Load::Unknown { .. })) {
-        FileVerdict::Fails
+        if any(|m| m.load.fails() && !m.holds.as_ref().is_some_and(Holds::managed_only)) {
+            FileVerdict::Fails
+        } else {
+            FileVerdict::Unknown
+        }
     } else if any(|m| matches!(m.load, Load::Unknown { .. })) {
         FileVerdict::Unknown
     } else if any(|m| m.missing() && m.holds.as_ref().is_some_and(Holds::undecided)) {
@@ -619,6 +630,17 @@ mod tests {
                 .verdict,
             FileVerdict::RunsBySass
         );
+    }
+
+    /// A file whose only module without code holds a managed variable and no kernel has
+    /// nothing to launch: whether its start fails is not settled here.
+    #[test]
+    fn a_file_of_managed_variables_alone_without_code_is_unknown() {
+        const ONLY_MANAGED: &str = ".version 8.0\n.target sm_80\n\
+            .visible .global .attribute(.managed) .align 4 .u32 counter;\n";
+        let file = File::default().module(&[("sm_80", S), ("compute_80", P)], ONLY_MANAGED);
+        assert_eq!(file.judge("7.5", 12080).verdict, FileVerdict::Unknown);
+        assert_eq!(file.judge("8.0", 12080).verdict, FileVerdict::RunsBySass);
     }
 
     /// Modules with neither a kernel nor a managed variable are listed, not judged (cuFFT
