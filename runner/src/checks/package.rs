@@ -193,8 +193,11 @@ fn judge_files(
     let mut judged: Vec<Value> = Vec::new();
     let mut unreadable = package.unreadable.clone();
     let mut files = 0;
-    for file in package.with_gpu_code() {
-        files += 1;
+    // A file without GPU code is judged by its runtime alone, and shown only when that fails
+    // or cannot be judged, as `lint` does.
+    for file in package.to_judge() {
+        let has_code = !file.gpu_code.containers.is_empty();
+        files += usize::from(has_code);
         // The scan kept what the file carries; payloads are read again, mapped, only where a
         // rule needs one.
         let map = match std::fs::File::open(&file.path).and_then(|f| Mapped::of(&f)) {
@@ -209,6 +212,9 @@ fn judge_files(
         let soname = file.dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(&file.path, soname, Path::new(STORE_DIR));
         for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, targets) {
+            if !has_code && !(v.fails() || v.unknown()) {
+                continue;
+            }
             let line = format!("{shown}: {}", v.reason);
             let unexpected = strict
                 .map(|s| s.unexpected(&file.path, v))
