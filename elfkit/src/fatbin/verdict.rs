@@ -441,9 +441,10 @@ pub fn judge_given(
         } else {
             FileVerdict::Unknown
         }
-    } else if any(|m| matches!(m.load, Load::Unknown { .. })) {
-        FileVerdict::Unknown
-    } else if any(|m| m.missing() && m.holds.as_ref().is_some_and(Holds::undecided)) {
+    } else if any(|m| {
+        matches!(m.load, Load::Unknown { .. })
+            || m.missing() && m.holds.as_ref().is_some_and(Holds::undecided)
+    }) {
         FileVerdict::Unknown
     } else if any(ModuleVerdict::missing) {
         FileVerdict::RunsPartly

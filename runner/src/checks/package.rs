@@ -212,7 +212,7 @@ fn judge_files(
         let soname = file.dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(&file.path, soname, Path::new(STORE_DIR));
         for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, targets) {
-            if !has_code && !(v.fails() || v.unknown()) {
+            if !(has_code || v.fails() || v.unknown()) {
                 continue;
             }
             let line = format!("{shown}: {}", v.reason);
