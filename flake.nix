@@ -75,6 +75,12 @@
           # Shell commands run last, with $out existing (e.g. "${package}/bin/my-gpu-test").
           command ? null,
           lint ? true,
+          # Fail a file of `package` itself (never a dependency) that runs only partly on the
+          # GPU: some module with kernels has no code for it (README: "runs, partly").
+          strictModules ? false,
+          # With strictModules: kernel-name globs ("*_sm90a_*") built for some GPUs only on
+          # purpose, whose missing code does not fail the check.
+          expectMissing ? [ ],
           # Extra attributes of `.gpuCheck` (as writeGpuTestPython's): lists such as
           # nativeBuildInputs and requiredSystemFeatures are added to the check's own.
           gpuCheckArgs ? { },
@@ -93,9 +99,19 @@
               ) " --expect-driver ${lib.escapeShellArg expectDriver}";
               closure = lib.optionalString inBuild " --package-closure package-closure";
               extra = lib.optionalString (!inBuild) " \"$@\"";
+              strict =
+                lib.optionalString strictModules " --strict-modules"
+                + lib.concatMapStrings (glob: " --expect-missing ${lib.escapeShellArg glob}") (
+                  if strictModules then
+                    expectMissing
+                  else if expectMissing != [ ] then
+                    throw "cuda-sandbox.lib.mkGpuCheck: expectMissing is for strictModules = true"
+                  else
+                    [ ]
+                );
             in
             ''
-              cuda-sandbox-check${expect} --package ${package}${closure}${manifest} --report "$out/report.json"${extra}
+              cuda-sandbox-check${expect} --package ${package}${closure}${strict}${manifest} --report "$out/report.json"${extra}
               ${lib.optionalString lint "cuda-sandbox-check lint${manifest} ${package}"}
               ${lib.optionalString (command != null) command}
             '';
@@ -242,8 +258,8 @@
 
       lib = {
         # mkGpuCheck { pkgs, package, name ? …, features ? [ "cuda" ], cudaCapabilities ? …,
-        #              expectDriver ? null, command ? null, lint ? true, gpuCheckArgs ? { },
-        #              runner ? … }
+        #              expectDriver ? null, command ? null, lint ? true, strictModules ? false,
+        #              expectMissing ? [ ], gpuCheckArgs ? { }, runner ? … }
         # returns the tester (`nix run` it: the checks on this machine, outside any sandbox);
         # its `.gpuCheck` is the derivation tagged `features`, for GPU builders and the
         # NixOS-CUDA Hydra (which builds `<pkg>.passthru.tests.<name>.gpuCheck`).

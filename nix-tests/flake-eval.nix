@@ -54,6 +54,16 @@ let
       features = [ "gpu" ];
       lint = false;
     }).gpuCheck;
+  # strictModules and expectMissing: flags of the package's check; expectMissing alone is refused.
+  strictCheck =
+    args:
+    (outputs.lib.mkGpuCheck (
+      {
+        inherit pkgs;
+        package = myPackage;
+      }
+      // args
+    )).gpuCheck;
   # gpuCheckArgs, as writeGpuTestPython's: extra attributes, lists added to the check's own.
   hook = pkgs.writeText "writable-tmp-dir-as-home-hook" "";
   gpuCheckWithArgs =
@@ -316,6 +326,19 @@ let
         && tester.package == myPackage
       )
     )
+    (check "mkGpuCheck: strictModules and expectMissing become --strict-modules and --expect-missing" (
+      lib.hasInfix
+        "--package ${myPackage} --package-closure package-closure --strict-modules --expect-missing '*_sm90a_*' --expect-missing only_at_80"
+        (strictCheck {
+          strictModules = true;
+          expectMissing = [
+            "*_sm90a_*"
+            "only_at_80"
+          ];
+        }).script
+      && !(lib.hasInfix "--strict-modules" gpuCheck.script)
+      && throws (strictCheck { expectMissing = [ "k" ]; }).script
+    ))
     (check "mkGpuCheck: gpuCheckArgs pass through, their lists added to the check's own" (
       gpuCheckWithArgs.env.nativeBuildInputs == [
         package

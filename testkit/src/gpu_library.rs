@@ -103,15 +103,21 @@ pub fn gpu_library_of(
     out
 }
 
-/// PTX with no kernel for `.target sm_XY` (ISA 7.8): one device function, and with `data` a
-/// `__device__` and a `__constant__` variable. ptxas drops the unused function, so the cubin
-/// keeps only `.nv.callgraph` and `.nv.rel.action`, as NVIDIA's cuFFT 11.4 sm_52 module does;
-/// with `data` it keeps `.nv.global` and `.nv.constant3` too.
-pub fn kernelless_ptx(sm: &str, data: bool) -> String {
+/// PTX with no kernel for `.target sm_XY` (ISA 7.8): one device function, with `data` a
+/// `__device__` and a `__constant__` variable, with `managed` a `__managed__` one
+/// (`cuda_sandbox_managed`). ptxas drops the unused function, so the cubin keeps only
+/// `.nv.callgraph` and `.nv.rel.action`, as NVIDIA's cuFFT 11.4 sm_52 module does; with `data`
+/// it keeps `.nv.global` and `.nv.constant3` too.
+pub fn kernelless_ptx(sm: &str, data: bool, managed: bool) -> String {
     let mut text = format!(".version 7.8\n.target {sm}\n.address_size 64\n\n");
     if data {
         text.push_str(".visible .global .align 4 .u32 cuda_sandbox_counter;\n");
         text.push_str(".visible .const .align 4 .u32 cuda_sandbox_table;\n");
+    }
+    if managed {
+        text.push_str(
+            ".visible .global .attribute(.managed) .align 4 .u32 cuda_sandbox_managed;\n",
+        );
     }
     text.push_str(".visible .func cuda_sandbox_helper()\n{\n\tret;\n}\n");
     text
@@ -119,15 +125,21 @@ pub fn kernelless_ptx(sm: &str, data: bool) -> String {
 
 /// A shared library `DIR/NAME.so` whose one module is an sm_52 cubin with no kernel
 /// ([`kernelless_ptx`], assembled by ptxas 12.9, packed by fatbinary 13.5): nothing in it can
-/// be launched, and, without `data`, nothing read.
-pub fn kernelless_library(real: &RealNvidia, dir: &Path, name: &str, data: bool) -> PathBuf {
+/// be launched; `data` and `managed` add its variables.
+pub fn kernelless_library(
+    real: &RealNvidia,
+    dir: &Path,
+    name: &str,
+    data: bool,
+    managed: bool,
+) -> PathBuf {
     let ptxas = real
         .ptxas_release("12.9")
         .unwrap_or_else(|| panic!("no ptxas 12.9 in the cache"));
     let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary directory: {e}"));
     let work = temp.path();
     let src = work.join("kernelless.ptx");
-    write(&src, kernelless_ptx("sm_52", data).as_bytes());
+    write(&src, kernelless_ptx("sm_52", data, managed).as_bytes());
     let cubin = work.join("kernelless.cubin");
     run(Command::new(&ptxas)
         .arg("--gpu-name=sm_52")

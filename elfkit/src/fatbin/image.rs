@@ -1,15 +1,16 @@
-//! What one image holds, read from its payload ([`fn@super::payload`]): whether anything in it can
-//! be launched (a kernel) or read by host code (device data), and, for a cubin, the toolkit that
-//! built it. Measured on NVIDIA's files and on cubins NVIDIA's ptxas 11.7 to 13.5 builds
-//! (`docs/fatbin.md`):
+//! What one image holds, read from its payload ([`fn@super::payload`]): its kernels (entry
+//! functions) and managed variables, the two things that make a module matter when it cannot
+//! load (a launch of its kernel fails; a module with a managed variable is loaded when the
+//! program starts), and, for a cubin, the toolkit that built it. Measured on NVIDIA's files and
+//! on cubins NVIDIA's ptxas 11.7 to 13.5 builds (`docs/fatbin.md`):
 //!
 //! - a kernel is a symbol whose `st_other` has `STO_CUDA_ENTRY` (0x10; `cuobjdump -elf` prints
 //!   it as `ENTRY`), in ELF ABI 7 and 8 alike. Device functions have `.text.*` sections too,
 //!   so sections say nothing about kernels;
-//! - device data lives in `.nv.global*` (`__device__`, `__managed__`) and `.nv.constant1` to
-//!   `.nv.constant9` (`__constant__` is bank 3 on every architecture seen); `.nv.constant0.*`
-//!   is a kernel's parameters;
-//! - PTX declares kernels with `.entry`, and data with `.global` or `.const` at module scope;
+//! - a managed variable (`__managed__`) is a symbol whose `st_other` has `STO_CUDA_MANAGED`
+//!   (0x04; `cuobjdump -elf` prints `MANAGED`), measured with ptxas 11.7, 12.9 and 13.5;
+//! - PTX declares kernels with `.entry NAME`, and managed variables with
+//!   `.global .attribute(.managed)`, at module scope;
 //! - the toolkit: an ELF ABI 7 cubin (`EI_ABIVERSION` 7, `EI_OSABI` 0x33; ptxas up to 12.9)
 //!   keeps it in `e_version` as major·10 + minor (0x76 from 11.8, 0x81 from 12.9); an ABI 8
 //!   cubin (`EI_OSABI` 0x41; ptxas 12.8 and 12.9 for sm_100 and newer, every 13.x cubin) keeps
@@ -22,6 +23,9 @@ use super::CudaEncoded;
 /// `STO_CUDA_ENTRY`: the `st_other` bit of a kernel's symbol.
 pub const STO_CUDA_ENTRY: u8 = 0x10;
 
+/// `STO_CUDA_MANAGED`: the `st_other` bit of a managed variable's symbol.
+pub const STO_CUDA_MANAGED: u8 = 0x04;
+
 /// `e_machine` of a cubin (`EM_CUDA`).
 pub const EM_CUDA: u16 = 190;
 
@@ -30,29 +34,20 @@ pub const EM_CUDA: u16 = 190;
 pub struct CubinFacts {
     /// `EI_ABIVERSION`: 7 up to CUDA 12.9 (below sm_100), 8 after.
     pub abi: u8,
-    /// Kernels: symbols marked `STO_CUDA_ENTRY`.
-    pub kernels: usize,
-    /// Whether it has device data (`.nv.global*`, `.nv.constant1`..`9`) host code may read.
-    pub data: bool,
+    /// Kernels: the names of the symbols marked `STO_CUDA_ENTRY`, in symbol-table order.
+    pub kernels: Vec<String>,
+    /// Managed variables: the names of the symbols marked `STO_CUDA_MANAGED`.
+    pub managed: Vec<String>,
     /// The CUDA release whose ptxas built it, when it records one.
     pub toolkit: Option<CudaEncoded>,
 }
 
 impl CubinFacts {
-    /// Whether nothing in it can be launched or read.
+    /// Whether it holds neither a kernel nor a managed variable: nothing that fails if its
+    /// module cannot load.
     pub fn inert(&self) -> bool {
-        self.kernels == 0 && !self.data
+        self.kernels.is_empty() && self.managed.is_empty()
     }
-}
-
-/// Whether a section name is device data host code can reach.
-fn is_data_section(name: &str) -> bool {
-    if name.starts_with(".nv.global") {
-        return true;
-    }
-    name.strip_prefix(".nv.constant")
-        .and_then(|rest| rest.bytes().next())
-        .is_some_and(|bank| (b'1'..=b'9').contains(&bank))
 }
 
 /// `release 13.0` in a `.note.nv.tkinfo` description → 13000.
@@ -87,12 +82,13 @@ fn u64_at(b: &[u8], at: usize) -> Option<usize> {
     usize::try_from(v).ok()
 }
 
-/// One section header of an ELF64 file: name offset, type, file range.
+/// One section header of an ELF64 file: name offset, type, file range, linked section.
 struct Section {
     name: u32,
     kind: u32,
     start: usize,
     size: usize,
+    link: usize,
 }
 
 /// The section headers of the ELF64 little-endian file `b`. Read field by field: ptxas puts
@@ -113,6 +109,7 @@ fn sections(b: &[u8]) -> Option<Vec<Section>> {
                 kind: u32_at(b, at + 4)?,
                 start: u64_at(b, at + 24)?,
                 size: u64_at(b, at + 32)?,
+                link: u32_at(b, at + 40)? as usize,
             })
         })
         .collect()
@@ -134,6 +131,13 @@ const SHT_NOBITS: u32 = 8;
 /// An ELF64 symbol's size, and where `st_other` is in it.
 const SYM_SIZE: usize = 24;
 const ST_OTHER: usize = 5;
+
+/// The NUL-terminated string at `at` of a string table, lossily as UTF-8.
+fn string_at(table: &[u8], at: usize) -> String {
+    let rest = table.get(at..).unwrap_or(&[]);
+    let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+    String::from_utf8_lossy(&rest[..end]).into_owned()
+}
 
 /// Why bytes are not a cubin [`cubin_facts`] can read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -171,15 +175,21 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
         let end = rest.iter().position(|&c| c == 0)?;
         std::str::from_utf8(&rest[..end]).ok()
     };
-    let kernels = table
-        .iter()
-        .filter(|s| s.kind == SHT_SYMTAB)
-        .flat_map(|s| section_bytes(bytes, s).chunks_exact(SYM_SIZE))
-        .filter(|sym| sym[ST_OTHER] & STO_CUDA_ENTRY != 0)
-        .count();
-    let data = table
-        .iter()
-        .any(|s| name_of(s).is_some_and(is_data_section));
+    let (mut kernels, mut managed) = (Vec::new(), Vec::new());
+    for symtab in table.iter().filter(|s| s.kind == SHT_SYMTAB) {
+        let strings = table
+            .get(symtab.link)
+            .map(|s| section_bytes(bytes, s))
+            .unwrap_or(&[]);
+        for sym in section_bytes(bytes, symtab).chunks_exact(SYM_SIZE) {
+            let name = || string_at(strings, u32_at(sym, 0).unwrap_or(0) as usize);
+            if sym[ST_OTHER] & STO_CUDA_ENTRY != 0 {
+                kernels.push(name());
+            } else if sym[ST_OTHER] & STO_CUDA_MANAGED != 0 {
+                managed.push(name());
+            }
+        }
+    }
     let toolkit = match u32_at(bytes, 0x14).unwrap_or(0) {
         // ABI 7: major·10 + minor.
         v if (90..1000).contains(&v) => Some((v / 10) as i32 * 1000 + (v % 10) as i32 * 10),
@@ -191,35 +201,33 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
     Ok(CubinFacts {
         abi: bytes[8],
         kernels,
-        data,
+        managed,
         toolkit,
     })
 }
 
 /// What a PTX text declares that decides whether its module must load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PtxFacts {
-    /// `.entry` directives: kernels.
-    pub entries: usize,
-    /// Whether it defines `.global` or `.const` data at module scope.
-    pub data: bool,
+    /// The names of its `.entry` directives: kernels.
+    pub kernels: Vec<String>,
+    /// The names of the `.global .attribute(.managed)` variables it defines.
+    pub managed: Vec<String>,
 }
 
 impl PtxFacts {
-    /// Whether nothing in it can be launched or read.
+    /// Whether it declares neither a kernel nor a managed variable.
     pub fn inert(&self) -> bool {
-        self.entries == 0 && !self.data
+        self.kernels.is_empty() && self.managed.is_empty()
     }
 }
 
 /// What the PTX `text` declares. Comments are skipped; a directive counts at module scope
 /// (outside every `{ }`), after the linkage directives `.visible`, `.weak` and `.common`
-/// (`.extern` declares what another module defines, so it is not this module's data).
+/// (`.extern` declares what another module defines, so it is not this module's). A managed
+/// variable's name is the last word of its declaration before any `[`, `=` or `;`.
 pub fn ptx_facts(text: &[u8]) -> PtxFacts {
-    let mut facts = PtxFacts {
-        entries: 0,
-        data: false,
-    };
+    let mut facts = PtxFacts::default();
     let mut depth = 0usize;
     let mut in_block_comment = false;
     for line in text.split(|b| *b == b'\n') {
@@ -243,17 +251,24 @@ pub fn ptx_facts(text: &[u8]) -> PtxFacts {
                 i += 1;
             }
         }
-        let mut words = code
-            .split(|b| b.is_ascii_whitespace() || *b == b'(' || *b == b'{' || *b == b';')
+        let declaration = code.split(|b| b"[=;".contains(b)).next().unwrap_or(&[]);
+        let mut words = declaration
+            .split(|b| b.is_ascii_whitespace() || b"(){,".contains(b))
             .filter(|w| !w.is_empty());
         let mut first = words.next();
         while matches!(first, Some(b".visible" | b".weak" | b".common")) {
             first = words.next();
         }
         if depth == 0 {
+            let text = |w: &[u8]| String::from_utf8_lossy(w).into_owned();
             match first {
-                Some(b".entry") => facts.entries += 1,
-                Some(b".global" | b".const") => facts.data = true,
+                Some(b".entry") => facts.kernels.extend(words.next().map(text)),
+                Some(b".global") => {
+                    let rest: Vec<&[u8]> = words.collect();
+                    if rest.contains(&&b".managed"[..]) {
+                        facts.managed.extend(rest.last().map(|w| text(w)));
+                    }
+                }
                 _ => {}
             }
         }
@@ -272,28 +287,6 @@ pub fn ptx_facts(text: &[u8]) -> PtxFacts {
 mod tests {
     use super::*;
 
-    #[test]
-    fn data_sections_are_globals_and_constant_banks_1_to_9() {
-        for yes in [
-            ".nv.global",
-            ".nv.global.init",
-            ".nv.constant3",
-            ".nv.constant1",
-        ] {
-            assert!(is_data_section(yes), "{yes}");
-        }
-        for no in [
-            ".nv.constant0.k",
-            ".nv.constant0",
-            ".text.k",
-            ".nv.callgraph",
-            ".nv.rel.action",
-            ".nv.shared.k",
-        ] {
-            assert!(!is_data_section(no), "{no}");
-        }
-    }
-
     /// `.note.nv.tkinfo` of a ptxas 13.0.88 cubin (measured): "Cuda compilation tools, release
     /// 13.0, V13.0.88".
     #[test]
@@ -308,32 +301,29 @@ mod tests {
         assert_eq!(release_in(b"compilation tools, release x"), None);
     }
 
-    /// PTX as NVIDIA's compilers write it: kernels are `.entry`, device data `.global`/`.const`
-    /// at module scope; `.func`, `.extern` declarations, state spaces in instructions
-    /// (`ld.global`) and comments are neither.
+    /// PTX as NVIDIA's compilers write it: kernels are `.entry NAME`, managed variables
+    /// `.global .attribute(.managed)` at module scope; `.func`, plain `.global`/`.const` data,
+    /// `.extern` declarations, state spaces in instructions (`ld.global`) and comments are
+    /// neither.
     #[test]
-    fn ptx_kernels_and_data_are_found_at_module_scope() {
+    fn ptx_kernels_and_managed_variables_are_found_at_module_scope() {
         let kernel = b".version 8.8\n.target sm_90\n.address_size 64\n\n\
             // .entry in a comment\n.visible .entry saxpy(\n.param .u64 p\n)\n{\n\
             ld.global.f32 %f1, [%rd1];\nret;\n}\n";
-        assert_eq!(
-            ptx_facts(kernel),
-            PtxFacts {
-                entries: 1,
-                data: false
-            }
-        );
-        let data = b".version 8.8\n.target sm_90\n.visible .global .align 4 .u32 counter;\n\
-            .const .align 8 .b8 table[64];\n.visible .func f()\n{\nret;\n}\n";
-        assert_eq!(
-            ptx_facts(data),
-            PtxFacts {
-                entries: 0,
-                data: true
-            }
-        );
+        let facts = ptx_facts(kernel);
+        assert_eq!(facts.kernels, ["saxpy"]);
+        assert!(facts.managed.is_empty());
+        let managed = b".version 8.8\n.target sm_90\n\
+            .visible .global .attribute(.managed) .align 4 .u32 counter;\n\
+            .global .attribute( .managed ) .align 8 .b8 table[64] = {0};\n\
+            .visible .global .align 4 .u32 plain;\n.const .align 8 .b8 c[8];\n\
+            .visible .func f()\n{\nret;\n}\n";
+        let facts = ptx_facts(managed);
+        assert_eq!(facts.managed, ["counter", "table"]);
+        assert!(facts.kernels.is_empty());
         let inert = b".version 8.8\n.target sm_52\n/* .entry k() */\n\
-            .extern .global .u32 elsewhere;\n.visible .func f()\n{\n.reg .b32 r;\nret;\n}\n";
+            .extern .global .attribute(.managed) .u32 elsewhere;\n\
+            .visible .global .u32 data;\n.visible .func f()\n{\n.reg .b32 r;\nret;\n}\n";
         assert!(ptx_facts(inert).inert(), "{:?}", ptx_facts(inert));
     }
 

@@ -405,9 +405,6 @@ pub enum Load {
     /// The module holds nothing the driver loads itself (NVVM IR only, linked at run time by
     /// nvJitLink, or kinds unknown here): not judged.
     NotForTheDriver,
-    /// Nothing in the module can be launched or read: no kernel, no device data. It is listed,
-    /// not judged.
-    Inert,
     /// The tables do not know enough to say.
     Unknown {
         /// Why, in one line.
@@ -427,11 +424,6 @@ impl Load {
             self,
             Load::NoBinaryForGpu | Load::UnsupportedPtx { .. } | Load::CompressionTooNew { .. }
         )
-    }
-
-    /// Whether it is judged at all (NVVM IR alone and inert modules are listed, not judged).
-    pub fn judged(&self) -> bool {
-        !matches!(self, Load::NotForTheDriver | Load::Inert)
     }
 
     /// The image the driver would load, when it picks one.

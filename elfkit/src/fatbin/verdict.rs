@@ -1,9 +1,12 @@
 //! From modules to one verdict per file, by a stated policy that fits real libraries.
 //!
-//! Real libraries carry modules meant only for some GPUs (NVIDIA's cuRAND has 13 in
-//! `.nv_fatbin` and some 1,700 more in `.data`), guard arch-specific kernels at run time, and
-//! keep modules nothing can use (cuFFT 11.4 has an sm_52 cubin with no kernel and no data).
-//! So, for one GPU and driver:
+//! The driver picks an image per module (fat-binary container), and a module without one for
+//! the GPU fails its own kernels, not the file: NVIDIA's CUDA Programming Guide ("Lazy
+//! Loading", the default on Linux from CUDA 12.2) loads a module on the first use of one of
+//! its kernels or variables, and even under eager loading the error waits for a launch
+//! (`docs/fatbin.md`). NVIDIA's own libraries rely on it: cuBLAS 12.9 keeps sm_50/60/61-only
+//! modules, cuBLASLt sm_90/sm_100-only ones, and both run on every GPU NVIDIA supports. So,
+//! for one GPU and driver:
 //! 1. containers that are link input are listed, not judged: `__nv_relfatbin` in a linked
 //!    file (device-link input; the driver is handed only `.nv_fatbin`) and every container of
 //!    a relocatable object or `.a` member;
@@ -11,25 +14,28 @@
 //!    architecture, or its branch dropped it ([`super::gpus`]); a GPU the table does not know,
 //!    or one the driver calls by another capability (Thor), makes the file unknown;
 //! 3. a module with only NVVM IR (or kinds unknown here) is not judged: nvJitLink links it;
-//! 4. a module that cannot load is *reported*, not failed, while some other module of the file
-//!    loads, when its images are all arch- or family-specific ('a'/'f') for other GPUs, or when
-//!    the program loads it itself: found by the magic scan, a byte array the library hands to
-//!    `cuModuleLoadData` (cuRAND keeps one single-architecture module per GPU in `.data` and
-//!    picks the one for the GPU it runs on);
-//! 5. any other module that cannot load (209, 222, an image the driver cannot unpack) is
-//!    read: when nothing in it can be launched or read (no kernel entry, no device data, no
-//!    `.entry` in its PTX: [`super::image`]) it is listed, not judged; otherwise it fails the
-//!    file;
-//! 6. a file whose own modules (those it registers, not the byte arrays it loads itself) hold
-//!    a cubin of a newer CUDA major than the driver's fails: the cubin records the toolkit
-//!    that built it, and CUDA's compatibility stops at the major ([`toolkit_on_driver`]). That
-//!    is the file's toolkit, whichever module says it, inert ones included;
-//! 7. a file none of whose judged modules loads fails;
-//! 8. otherwise a module the rules cannot judge makes the file unknown, never a pass;
+//! 4. a module that cannot load (209, 222, an image the driver cannot unpack) and that the
+//!    file registers is read ([`super::image`]): with neither a kernel nor a managed variable
+//!    it is listed, not judged; otherwise it is *missing* here, its kernels named. A byte
+//!    array the magic scan found is one the program hands `cuModuleLoadData` itself (cuRAND
+//!    keeps one single-architecture module per GPU in `.data` and picks the one for the GPU
+//!    it runs on): it is reported, not read;
+//! 5. a file whose own modules (those it registers, not the byte arrays it loads itself) hold
+//!    a cubin of a newer CUDA major than the driver's cannot run: the cubin records the
+//!    toolkit that built it, and CUDA's compatibility stops at the major
+//!    ([`toolkit_on_driver`]). That is the file's toolkit, whichever module says it;
+//! 6. a file none of whose judged modules loads, nor can be judged, cannot run, unless the
+//!    modules that cannot load hold managed variables and no kernel (then rule 7);
+//! 7. otherwise a module the rules cannot judge makes the file unknown, never a pass; so does
+//!    a missing module holding a managed variable, or one whose images could not be read:
+//!    whether such a module, loaded when the program starts, fails the start is not settled
+//!    without a GPU;
+//! 8. otherwise, with missing modules, the file runs partly: what is left fails with 209/222
+//!    if launched;
 //! 9. otherwise the file runs: by SASS, or by JIT when any module needs PTX compiled.
 //!
-//! Payloads are read only where a verdict depends on them: a module that would otherwise fail
-//! (rule 5), and for rule 6 one cubin per registered module (NVIDIA's tools build a module's
+//! Payloads are read only where a verdict depends on them: a module that cannot load (rule
+//! 4), and for rule 5 one cubin per registered module (NVIDIA's tools build a module's
 //! images in one compilation), only when the cubin's format allows a toolkit of a newer major
 //! than the driver's (ELF ABI 7 cubins, entry version 1.7, come from ptxas 12.9 or older; ABI
 //! 8, entry version 1.8, from 12.8 or newer: so only under an 11.x driver, or a 12.x driver
@@ -41,19 +47,53 @@ use serde::Serialize;
 use super::gpus::{self, Drives};
 use super::image::{cubin_facts, ptx_facts};
 use super::payload::payload;
-use super::rules::{
-    load, ptx_applies, sass_runs, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
-};
-use super::{Capability, Container, Entry, EntryKind, GpuCode, Origin, Purpose, Variant, Version};
+use super::rules::{load, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit};
+use super::{Capability, Container, Entry, EntryKind, GpuCode, Origin, Purpose, Version};
 
-/// Why a module that cannot load does not fail its file (rule 4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Excuse {
-    /// Its images are all 'a'/'f' for other GPUs.
-    OnlyForOtherGpus,
-    /// The program loads it itself (a byte array found by the magic scan).
-    LoadedByTheProgram,
+/// How many kernel names a module's JSON shows: enough to name a few.
+pub const NAMED_KERNELS: usize = 3;
+
+/// Kernel names in JSON: `{"count": N, "first": [the first NAMED_KERNELS]}`.
+fn few<S: serde::Serializer>(names: &[String], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut out = s.serialize_struct("Kernels", 2)?;
+    out.serialize_field("count", &names.len())?;
+    out.serialize_field("first", &names[..names.len().min(NAMED_KERNELS)])?;
+    out.end()
+}
+
+/// What a registered module that cannot load holds (rule 4), read from its images.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "holds")]
+pub enum Holds {
+    /// Read from one of its images.
+    Read {
+        /// Its kernels' names, as the symbol table spells them (JSON: how many, and the first
+        /// [`NAMED_KERNELS`]).
+        #[serde(serialize_with = "few")]
+        kernels: Vec<String>,
+        /// The names of its managed variables.
+        managed: Vec<String>,
+    },
+    /// None of its images could be read.
+    Unreadable,
+}
+
+impl Holds {
+    /// Whether what it holds makes the file unknown (rule 7): a managed variable, or nothing
+    /// known.
+    pub fn undecided(&self) -> bool {
+        match self {
+            Holds::Read { managed, .. } => !managed.is_empty(),
+            Holds::Unreadable => true,
+        }
+    }
+
+    /// Whether it holds managed variables and no kernel: nothing to launch, only a load at
+    /// start whose outcome is not settled here.
+    pub fn managed_only(&self) -> bool {
+        matches!(self, Holds::Read { kernels, managed } if kernels.is_empty() && !managed.is_empty())
+    }
 }
 
 /// One module's answer.
@@ -66,9 +106,20 @@ pub struct ModuleVerdict {
     /// What the driver does with it.
     #[serde(flatten)]
     pub load: Load,
-    /// Why it would not fail the file, when it cannot load (rule 4).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub excuse: Option<Excuse>,
+    /// Whether the program loads it itself (a byte array found by the magic scan): when it
+    /// cannot load here, it is reported, not read (rule 4).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub loaded_by_the_program: bool,
+    /// What it holds, read when it cannot load and the file registers it (rule 4).
+    #[serde(skip_serializing_if = "Option::is_none", flatten)]
+    pub holds: Option<Holds>,
+}
+
+impl ModuleVerdict {
+    /// Whether it is missing here: the file registers it and it cannot load.
+    pub fn missing(&self) -> bool {
+        self.load.fails() && !self.loaded_by_the_program
+    }
 }
 
 /// The answer for a whole file.
@@ -81,20 +132,27 @@ pub enum FileVerdict {
     RunsBySass,
     /// It runs, some modules by JIT-compiling PTX at their first launch.
     RunsByJit,
-    /// It cannot run: the driver does not drive the GPU, or a module cannot load.
+    /// It runs, but some modules with kernels have no code that loads on this GPU: launching
+    /// one of their kernels fails (209, 222).
+    RunsPartly,
+    /// It cannot run: the driver does not drive the GPU or serve the file's toolkit, or no
+    /// module with kernels loads.
     Fails,
     /// The rules do not know enough to say.
     Unknown,
 }
 
 impl FileVerdict {
-    /// Whether the file runs on the GPU judged.
+    /// Whether the file runs on the GPU judged, wholly or partly.
     pub fn runs(self) -> bool {
-        matches!(self, FileVerdict::RunsBySass | FileVerdict::RunsByJit)
+        matches!(
+            self,
+            FileVerdict::RunsBySass | FileVerdict::RunsByJit | FileVerdict::RunsPartly
+        )
     }
 }
 
-/// The modules listed and not judged, by why (rules 1, 3 and 5).
+/// The modules listed and not judged, by why (rules 1, 3 and 4).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct NotJudged {
     /// `__nv_relfatbin` in a linked file: device-link input.
@@ -103,7 +161,7 @@ pub struct NotJudged {
     pub link_input: usize,
     /// Modules of NVVM IR only.
     pub nvvm_only: usize,
-    /// Modules with no kernel and no device data.
+    /// Modules that cannot load here and hold neither a kernel nor a managed variable.
     pub inert: usize,
 }
 
@@ -156,7 +214,7 @@ impl From<Drives> for GpuDriven {
 }
 
 /// A cubin of the file's own modules built by a toolkit of a newer major than the driver's
-/// (rule 6).
+/// (rule 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct NewerToolkit {
     /// The module's index in [`GpuCode::containers`] (JSON: its number from 1).
@@ -176,7 +234,7 @@ pub struct Judgement {
     pub verdict: FileVerdict,
     /// Whether the driver drives the GPU (rule 2).
     pub gpu: GpuDriven,
-    /// A cubin of the file's own modules of a newer major than the driver's (rule 6).
+    /// A cubin of the file's own modules of a newer major than the driver's (rule 5).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub newer_toolkit: Option<NewerToolkit>,
     /// Every judged module's answer, in module order.
@@ -186,60 +244,66 @@ pub struct Judgement {
 }
 
 impl Judgement {
-    /// The modules that fail the file (rules 5 and 6).
+    /// The modules that cannot load, when none loads (rule 6): the file cannot run.
     pub fn failing(&self) -> impl Iterator<Item = &ModuleVerdict> {
-        let none_loads = !self.modules.iter().any(|m| m.load.loads());
+        let none_loads = self.verdict == FileVerdict::Fails;
         self.modules
             .iter()
-            .filter(move |m| m.load.fails() && (none_loads || m.excuse.is_none()))
+            .filter(move |m| none_loads && m.load.fails())
     }
 
-    /// The modules reported under rule 4, while others load.
+    /// The modules the file registers that cannot load, while others load (rules 7 and 8).
+    pub fn missing(&self) -> impl Iterator<Item = &ModuleVerdict> {
+        let some_load = self.verdict != FileVerdict::Fails;
+        self.modules
+            .iter()
+            .filter(move |m| some_load && m.missing())
+    }
+
+    /// The modules the program loads itself that cannot load here, while others load.
     pub fn reported(&self) -> impl Iterator<Item = &ModuleVerdict> {
-        let some_loads = self.modules.iter().any(|m| m.load.loads());
+        let some_load = self.verdict != FileVerdict::Fails;
         self.modules
             .iter()
-            .filter(move |m| some_loads && m.load.fails() && m.excuse.is_some())
+            .filter(move |m| some_load && m.load.fails() && m.loaded_by_the_program)
     }
 }
 
-/// Whether every SASS/PTX image of `module` is 'a'/'f' and none of them fits `device`.
-fn only_for_other_gpus(module: &Container, device: Capability) -> bool {
-    let mut images = module
-        .entries
-        .iter()
-        .filter(|e| matches!(e.kind, EntryKind::Sass | EntryKind::Ptx))
-        .peekable();
-    images.peek().is_some()
-        && images.all(|e| {
-            e.arch.variant != Variant::Plain
-                && !(match e.kind {
-                    EntryKind::Sass => sass_runs(e.arch, device),
-                    _ => ptx_applies(e.arch, device),
-                })
-        })
-}
-
-/// Whether nothing in `module` can be launched or read (rule 5): every image read, and none
-/// with a kernel or device data. An image that cannot be read, or of a kind unknown here,
-/// counts as holding something. The cheapest images are read first (stored as they are, then
-/// the smallest): one that holds something ends the question.
-fn inert(data: &[u8], module: &Container) -> bool {
+/// What `module` holds (rule 4), or `None` when it holds neither a kernel nor a managed
+/// variable. Its images are compilations of one source, so one that can be read tells; the
+/// cheapest are read first (stored as they are, then the smallest), and an image that holds
+/// nothing sends the reader on to the next. An image that cannot be read, or of a kind unknown
+/// here, is passed over; when no image could be read at all, what it holds is unknown.
+fn holds(data: &[u8], module: &Container) -> Option<Holds> {
     let mut images: Vec<&Entry> = module
         .entries
         .iter()
         .filter(|e| e.kind != EntryKind::NvvmIr)
         .collect();
     images.sort_by_key(|e| (e.compression != super::Compression::None, e.stored.size));
-    !images.is_empty()
-        && images.into_iter().all(|e| match e.kind {
+    let mut read_any = false;
+    for e in images {
+        let read = match e.kind {
             EntryKind::Sass => payload(data, e)
                 .ok()
                 .and_then(|b| cubin_facts(&b).ok())
-                .is_some_and(|f| f.inert()),
-            EntryKind::Ptx => payload(data, e).is_ok_and(|b| ptx_facts(&b).inert()),
-            _ => false,
-        })
+                .map(|f| (f.kernels, f.managed)),
+            EntryKind::Ptx => payload(data, e).ok().map(|b| {
+                let f = ptx_facts(&b);
+                (f.kernels, f.managed)
+            }),
+            _ => None,
+        };
+        let Some((kernels, managed)) = read else {
+            continue;
+        };
+        read_any = true;
+        if kernels.is_empty() && managed.is_empty() {
+            continue;
+        }
+        return Some(Holds::Read { kernels, managed });
+    }
+    (!read_any).then_some(Holds::Unreadable)
 }
 
 /// Whether the cubin `entry`'s format allows a toolkit of a newer major than `driver`'s: ELF
@@ -254,7 +318,7 @@ fn may_be_newer(entry: &Entry, driver: &Driver) -> bool {
     }
 }
 
-/// Rule 6: one cubin per module the file registers, whose format allows a newer major, until
+/// Rule 5: one cubin per module the file registers, whose format allows a newer major, until
 /// one was built by a toolkit of a newer major than `driver` serves. The cheapest are read
 /// first (stored as they are, then the smallest), so a file that fails by it is found fast.
 /// It depends on the driver alone, not on the GPU: [`judge_given`] takes it computed once.
@@ -300,7 +364,7 @@ pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -
     )
 }
 
-/// [`judge`], with rule 6's answer for this file and driver already known
+/// [`judge`], with rule 5's answer for this file and driver already known
 /// ([`newer_toolkit`]): for judging several GPUs with one driver.
 pub fn judge_given(
     code: &GpuCode,
@@ -309,9 +373,25 @@ pub fn judge_given(
     driver: &Driver,
     toolkit: Option<NewerToolkit>,
 ) -> Judgement {
+    let gpu = GpuDriven::from(gpus::drives(driver.kernel, device));
+    judge_loads(code, data, gpu, toolkit, |entries| {
+        load(entries, device, driver)
+    })
+}
+
+/// The policy above, for a driver that loads a module's images as `load` says and that
+/// drives the GPU as `gpu` says: NVIDIA's driver ([`judge_given`]) or another implementation
+/// of the driver API (ZLUDA, which compiles PTX alone).
+pub fn judge_loads(
+    code: &GpuCode,
+    data: &[u8],
+    gpu: GpuDriven,
+    toolkit: Option<NewerToolkit>,
+    load: impl Fn(&[Entry]) -> Load,
+) -> Judgement {
     let mut judgement = Judgement {
         verdict: FileVerdict::NoGpuCode,
-        gpu: GpuDriven::from(gpus::drives(driver.kernel, device)),
+        gpu,
         newer_toolkit: None,
         modules: Vec::new(),
         not_judged: NotJudged::default(),
@@ -338,51 +418,53 @@ pub fn judge_given(
             return judgement;
         }
     }
-    // Rule 6 first: a file it fails needs no module read for rule 5.
+    // Rule 5 first: a file it fails needs no module read for rule 4.
     judgement.newer_toolkit = toolkit;
     let read_modules = judgement.newer_toolkit.is_none();
     for i in loadable {
         let c = &code.containers[i];
-        let mut load = load(&c.entries, device, driver);
-        let excuse = if !load.fails() {
-            None
-        } else if only_for_other_gpus(c, device) {
-            Some(Excuse::OnlyForOtherGpus)
-        } else if matches!(c.origin, Origin::Scan(_)) {
-            Some(Excuse::LoadedByTheProgram)
-        } else {
-            None
-        };
-        if read_modules && load.fails() && excuse.is_none() && inert(data, c) {
-            load = Load::Inert;
+        let load = load(&c.entries);
+        let loaded_by_the_program = matches!(c.origin, Origin::Scan(_));
+        let mut holds = None;
+        if read_modules && load.fails() && !loaded_by_the_program {
+            match self::holds(data, c) {
+                Some(h) => holds = Some(h),
+                None => {
+                    judgement.not_judged.inert += 1;
+                    continue;
+                }
+            }
         }
         match load {
             Load::NotForTheDriver => judgement.not_judged.nvvm_only += 1,
-            Load::Inert => judgement.not_judged.inert += 1,
             _ => judgement.modules.push(ModuleVerdict {
                 module: i,
                 load,
-                excuse,
+                loaded_by_the_program,
+                holds,
             }),
         }
     }
+    let modules = &judgement.modules;
+    let any = |f: fn(&ModuleVerdict) -> bool| modules.iter().any(f);
     judgement.verdict = if judgement.newer_toolkit.is_some() {
         FileVerdict::Fails
-    } else if judgement.modules.is_empty() {
+    } else if modules.is_empty() {
         FileVerdict::NoGpuCode
-    } else if judgement.failing().next().is_some() {
-        FileVerdict::Fails
-    } else if judgement
-        .modules
-        .iter()
-        .any(|m| matches!(m.load, Load::Unknown { .. }))
-    {
+    } else if !any(|m| m.load.loads() || matches!(m.load, Load::Unknown { .. })) {
+        if any(|m| m.load.fails() && !m.holds.as_ref().is_some_and(Holds::managed_only)) {
+            FileVerdict::Fails
+        } else {
+            FileVerdict::Unknown
+        }
+    } else if any(|m| {
+        matches!(m.load, Load::Unknown { .. })
+            || m.missing() && m.holds.as_ref().is_some_and(Holds::undecided)
+    }) {
         FileVerdict::Unknown
-    } else if judgement
-        .modules
-        .iter()
-        .any(|m| matches!(m.load, Load::Jit { .. }))
-    {
+    } else if any(ModuleVerdict::missing) {
+        FileVerdict::RunsPartly
+    } else if any(|m| matches!(m.load, Load::Jit { .. })) {
         FileVerdict::RunsByJit
     } else {
         FileVerdict::RunsBySass
@@ -393,16 +475,32 @@ pub fn judge_given(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fatbin::{Arch, Compression};
+    use crate::fatbin::{Arch, Compression, Stored};
 
-    fn module(images: &[(&str, EntryKind)]) -> Container {
-        Container {
-            offset: 0,
-            size: 0,
-            origin: Origin::File,
-            purpose: Purpose::Loadable,
-            member: None,
-            entries: images
+    /// PTX of one kernel, as the modules of these tests hold it.
+    const KERNEL: &str = ".version 8.0\n.target sm_80\n.visible .entry k_one(\n)\n{\nret;\n}\n";
+    /// PTX of a managed variable and a kernel.
+    const MANAGED: &str = ".version 8.0\n.target sm_80\n\
+        .visible .global .attribute(.managed) .align 4 .u32 counter;\n\
+        .visible .entry k_two(\n)\n{\nret;\n}\n";
+    /// PTX of a device function alone: nothing that fails if its module cannot load.
+    const NOTHING: &str = ".version 8.0\n.target sm_80\n.visible .global .u32 data;\n\
+        .visible .func f()\n{\nret;\n}\n";
+
+    /// A file under construction: its modules, and the bytes their payloads point into.
+    #[derive(Default)]
+    struct File {
+        code: GpuCode,
+        data: Vec<u8>,
+    }
+
+    impl File {
+        /// Adds a registered module of `images`; every image's payload is `text` (PTX, so a
+        /// SASS image reads as no cubin).
+        fn module(mut self, images: &[(&str, EntryKind)], text: &str) -> File {
+            let at = self.data.len() as u64;
+            self.data.extend_from_slice(text.as_bytes());
+            let entries = images
                 .iter()
                 .map(|(arch, kind)| Entry {
                     kind: *kind,
@@ -414,112 +512,190 @@ mod tests {
                     },
                     compression: Compression::None,
                     flags: 0,
-                    offset: 0,
-                    stored_size: 0,
+                    offset: at,
+                    stored_size: text.len() as u64,
                     concatenated: false,
-                    stored: Default::default(),
+                    stored: Stored {
+                        offset: at,
+                        size: text.len() as u64,
+                        ..Stored::default()
+                    },
                 })
-                .collect(),
+                .collect();
+            self.code.containers.push(Container {
+                offset: 0,
+                size: 0,
+                origin: Origin::File,
+                purpose: Purpose::Loadable,
+                member: None,
+                entries,
+            });
+            self
+        }
+
+        /// Adds a module of `images` holding one kernel.
+        fn with(self, images: &[(&str, EntryKind)]) -> File {
+            self.module(images, KERNEL)
+        }
+
+        /// Marks the last module as found by the magic scan, or with another purpose.
+        fn last(mut self, f: impl FnOnce(&mut Container)) -> File {
+            f(self.code.containers.last_mut().unwrap());
+            self
+        }
+
+        fn judge(&self, device: &str, driver: CudaEncoded) -> Judgement {
+            judge(&self.code, &self.data, cc(device), &Driver::of(driver))
         }
     }
-    fn code(modules: Vec<Container>) -> GpuCode {
-        GpuCode {
-            containers: modules,
-        }
-    }
+
+    use crate::fatbin::rules::CudaEncoded;
     const S: EntryKind = EntryKind::Sass;
     const P: EntryKind = EntryKind::Ptx;
     fn cc(t: &str) -> Capability {
         Capability::parse(t).unwrap()
     }
 
+    /// cuBLASLt 12.9 on sm_80: its module 88 holds only sm_90/sm_100 SASS (FP8 split-K), the
+    /// rest loads: it runs, partly, that module's kernels named.
     #[test]
-    fn arch_specific_modules_for_other_gpus_are_reported_while_others_load() {
-        let file = code(vec![
-            module(&[("sm_80", S), ("sm_90", S)]),
-            module(&[("sm_90a", S)]),
-            module(&[("sm_100a", S), ("sm_100f", S)]),
-        ]);
-        let on_hopper = judge(&file, &[], cc("9.0"), &Driver::of(12020));
-        assert_eq!(on_hopper.verdict, FileVerdict::RunsBySass);
-        let reported: Vec<usize> = on_hopper.reported().map(|m| m.module).collect();
-        assert_eq!(reported, [2]);
-        let on_ampere = judge(&file, &[], cc("8.6"), &Driver::of(12020));
-        assert_eq!(on_ampere.verdict, FileVerdict::RunsBySass);
-        assert_eq!(on_ampere.reported().count(), 2);
+    fn a_module_without_code_for_the_gpu_fails_its_own_kernels_not_the_file() {
+        let file = File::default()
+            .with(&[("sm_80", S), ("sm_90", S)])
+            .with(&[("sm_90", S), ("compute_90", P)]);
+        let j = file.judge("8.0", 12080);
+        assert_eq!(j.verdict, FileVerdict::RunsPartly);
+        let missing: Vec<&ModuleVerdict> = j.missing().collect();
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].module, 1);
+        assert_eq!(
+            missing[0].holds,
+            Some(Holds::Read {
+                kernels: vec!["k_one".into()],
+                managed: vec![],
+            })
+        );
+        assert_eq!(j.failing().count(), 0);
+        assert_eq!(file.judge("9.0", 12080).verdict, FileVerdict::RunsBySass);
+    }
+
+    /// Arch-specific modules for other GPUs (FlashAttention's sm_90a kernels) are missing on
+    /// every other GPU, like any module without code for it.
+    #[test]
+    fn arch_specific_modules_for_other_gpus_are_missing_while_others_load() {
+        let file = File::default()
+            .with(&[("sm_80", S), ("sm_90", S)])
+            .with(&[("sm_90a", S), ("compute_90a", P)])
+            .with(&[("sm_100a", S), ("compute_100a", P)]);
+        let on_hopper = file.judge("9.0", 12080);
+        assert_eq!(on_hopper.verdict, FileVerdict::RunsPartly);
+        assert_eq!(
+            on_hopper.missing().map(|m| m.module).collect::<Vec<_>>(),
+            [2]
+        );
+        assert_eq!(file.judge("8.6", 12080).missing().count(), 2);
     }
 
     #[test]
     fn modules_the_program_loads_itself_are_reported_while_a_registered_one_loads() {
-        let mut per_gpu = vec![module(&[("sm_80", S), ("sm_90", S)])];
+        let mut file = File::default().with(&[("sm_80", S), ("sm_90", S)]);
         for arch in ["sm_75", "sm_86", "sm_120"] {
-            let mut m = module(&[(arch, S)]);
-            m.origin = Origin::Scan(".data".into());
-            per_gpu.push(m);
+            file = file
+                .with(&[(arch, S)])
+                .last(|c| c.origin = Origin::Scan(".data".into()));
         }
-        let j = judge(&code(per_gpu.clone()), &[], cc("9.0"), &Driver::of(13000));
+        let j = file.judge("9.0", 13000);
         assert_eq!(j.verdict, FileVerdict::RunsBySass);
         assert_eq!(j.reported().count(), 3);
-        assert!(j
-            .reported()
-            .all(|m| m.excuse == Some(Excuse::LoadedByTheProgram)));
-        // None loads: the file fails, scanned modules and all.
-        let j = judge(&code(per_gpu), &[], cc("7.0"), &Driver::of(13000));
+        assert!(j.reported().all(|m| m.holds.is_none()));
+        // None loads: the file cannot run, scanned modules and all.
+        let j = file.judge("7.0", 13000);
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.failing().count(), 4);
     }
 
     #[test]
-    fn a_file_none_of_whose_modules_loads_fails() {
-        let file = code(vec![module(&[("sm_90a", S)]), module(&[("sm_100a", S)])]);
-        let j = judge(&file, &[], cc("8.6"), &Driver::of(12020));
+    fn a_file_none_of_whose_modules_loads_cannot_run() {
+        let file = File::default()
+            .with(&[("sm_90a", S), ("compute_90a", P)])
+            .with(&[("sm_100a", S)]);
+        let j = file.judge("8.6", 12020);
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.failing().count(), 2);
+        assert_eq!(j.missing().count(), 0);
     }
 
+    /// A managed variable's module loads when the program starts (Programming Guide, "Lazy
+    /// Loading"): without code for the GPU, whether the start fails is not settled here.
     #[test]
-    fn a_plain_module_that_cannot_load_fails_the_file() {
-        let file = code(vec![
-            module(&[("sm_80", S)]),
-            module(&[("sm_75", S), ("sm_86", S)]),
-        ]);
-        let j = judge(&file, &[], cc("8.0"), &Driver::of(12020));
-        assert_eq!(j.verdict, FileVerdict::Fails);
-        assert_eq!(j.failing().map(|m| m.module).collect::<Vec<_>>(), [1]);
+    fn a_missing_module_with_a_managed_variable_is_unknown_never_runs() {
+        let file = File::default()
+            .with(&[("sm_90", S), ("compute_90", P)])
+            .module(&[("sm_80", S), ("compute_100", P)], MANAGED);
+        let j = file.judge("9.0", 12080);
+        assert_eq!(j.verdict, FileVerdict::Unknown);
+        let Some(Holds::Read { managed, .. }) = &j.missing().next().unwrap().holds else {
+            panic!("{j:?}");
+        };
+        assert_eq!(managed, &["counter"]);
+        // Where it loads, it is no question: the other module is missing there.
+        assert_eq!(file.judge("8.0", 12080).verdict, FileVerdict::RunsPartly);
+        assert_eq!(
+            File::default()
+                .module(&[("sm_90", S), ("compute_90", P)], MANAGED)
+                .judge("9.0", 12080)
+                .verdict,
+            FileVerdict::RunsBySass
+        );
+    }
+
+    /// A file whose only module without code holds a managed variable and no kernel has
+    /// nothing to launch: whether its start fails is not settled here.
+    #[test]
+    fn a_file_of_managed_variables_alone_without_code_is_unknown() {
+        const ONLY_MANAGED: &str = ".version 8.0\n.target sm_80\n\
+            .visible .global .attribute(.managed) .align 4 .u32 counter;\n";
+        let file = File::default().module(&[("sm_80", S), ("compute_80", P)], ONLY_MANAGED);
+        assert_eq!(file.judge("7.5", 12080).verdict, FileVerdict::Unknown);
+        assert_eq!(file.judge("8.0", 12080).verdict, FileVerdict::RunsBySass);
+    }
+
+    /// Modules with neither a kernel nor a managed variable are listed, not judged (cuFFT
+    /// 11.4's sm_52 module; cuSPARSELt 0.8.1's module of 1-byte objects); images that cannot
+    /// be read leave what the module holds unknown.
+    #[test]
+    fn modules_holding_nothing_are_not_judged_and_unreadable_ones_are_unknown() {
+        let file = File::default()
+            .with(&[("sm_90", S)])
+            .module(&[("sm_52", S), ("compute_100", P)], NOTHING);
+        let j = file.judge("9.0", 12080);
+        assert_eq!(j.verdict, FileVerdict::RunsBySass);
+        assert_eq!((j.modules.len(), j.not_judged.inert), (1, 1));
+        let unreadable = File::default().with(&[("sm_90", S)]).with(&[("sm_52", S)]);
+        let j = unreadable.judge("9.0", 12080);
+        assert_eq!(j.missing().next().unwrap().holds, Some(Holds::Unreadable));
+        assert_eq!(j.verdict, FileVerdict::Unknown);
     }
 
     #[test]
     fn jit_anywhere_makes_the_file_run_by_jit() {
-        let file = code(vec![module(&[("sm_80", S)]), module(&[("compute_80", P)])]);
-        assert_eq!(
-            judge(&file, &[], cc("8.0"), &Driver::of(12020)).verdict,
-            FileVerdict::RunsByJit
-        );
-        let both = code(vec![module(&[("sm_80", S), ("compute_80", P)])]);
-        assert_eq!(
-            judge(&both, &[], cc("8.6"), &Driver::of(12020)).verdict,
-            FileVerdict::RunsBySass
-        );
-        assert_eq!(
-            judge(&both, &[], cc("9.0"), &Driver::of(12020)).verdict,
-            FileVerdict::RunsByJit
-        );
+        let file = File::default()
+            .with(&[("sm_80", S)])
+            .with(&[("compute_80", P)]);
+        assert_eq!(file.judge("8.0", 12020).verdict, FileVerdict::RunsByJit);
+        let both = File::default().with(&[("sm_80", S), ("compute_80", P)]);
+        assert_eq!(both.judge("8.6", 12020).verdict, FileVerdict::RunsBySass);
+        assert_eq!(both.judge("9.0", 12020).verdict, FileVerdict::RunsByJit);
     }
 
     #[test]
     fn unknown_is_never_a_pass_and_nvvm_alone_is_no_gpu_code() {
-        let file = code(vec![module(&[("sm_80", S)])]);
+        let file = File::default().with(&[("sm_80", S)]);
+        assert_eq!(file.judge("8.5", 12020).verdict, FileVerdict::Unknown);
+        let lto = File::default().with(&[("compute_90", EntryKind::NvvmIr)]);
+        assert_eq!(lto.judge("9.0", 13000).verdict, FileVerdict::NoGpuCode);
         assert_eq!(
-            judge(&file, &[], cc("8.5"), &Driver::of(12020)).verdict,
-            FileVerdict::Unknown
-        );
-        let lto = code(vec![module(&[("compute_90", EntryKind::NvvmIr)])]);
-        assert_eq!(
-            judge(&lto, &[], cc("9.0"), &Driver::of(13000)).verdict,
-            FileVerdict::NoGpuCode
-        );
-        assert_eq!(
-            judge(&GpuCode::default(), &[], cc("9.0"), &Driver::of(13000)).verdict,
+            File::default().judge("9.0", 13000).verdict,
             FileVerdict::NoGpuCode
         );
     }
@@ -529,18 +705,22 @@ mod tests {
     /// member's containers are link input: counted, never judged.
     #[test]
     fn link_input_is_counted_and_never_judged() {
-        let mut relocatable = module(&[("sm_75", S)]);
-        relocatable.purpose = Purpose::DeviceLinkInput;
-        let file = code(vec![module(&[("sm_90", S)]), relocatable.clone()]);
-        let j = judge(&file, &[], cc("9.0"), &Driver::of(12020));
+        let file = File::default()
+            .with(&[("sm_90", S)])
+            .with(&[("sm_75", S)])
+            .last(|c| c.purpose = Purpose::DeviceLinkInput);
+        let j = file.judge("9.0", 12020);
         assert_eq!(j.verdict, FileVerdict::RunsBySass);
         assert_eq!((j.modules.len(), j.not_judged.device_link_input), (1, 1));
         // Alone, on a GPU it has no image for: still nothing to judge, never a 209.
-        let j = judge(&code(vec![relocatable]), &[], cc("8.6"), &Driver::of(12020));
-        assert_eq!(j.verdict, FileVerdict::NoGpuCode);
-        let mut object = module(&[("sm_75", S)]);
-        object.purpose = Purpose::LinkInput;
-        let j = judge(&code(vec![object]), &[], cc("9.0"), &Driver::of(12020));
+        let alone = File::default()
+            .with(&[("sm_75", S)])
+            .last(|c| c.purpose = Purpose::DeviceLinkInput);
+        assert_eq!(alone.judge("8.6", 12020).verdict, FileVerdict::NoGpuCode);
+        let object = File::default()
+            .with(&[("sm_75", S)])
+            .last(|c| c.purpose = Purpose::LinkInput);
+        let j = object.judge("9.0", 12020);
         assert_eq!(
             (j.verdict, j.not_judged.link_input),
             (FileVerdict::NoGpuCode, 1)
@@ -551,8 +731,8 @@ mod tests {
     /// predates Blackwell, 12.8 drives it; Thor is 11.0 under a 13.x driver.
     #[test]
     fn a_kernel_module_that_does_not_drive_the_gpu_decides_before_any_module() {
-        let file = code(vec![module(&[("sm_120", S)])]);
-        let j = judge(&file, &[], cc("12.0"), &Driver::of(12040));
+        let file = File::default().with(&[("sm_120", S)]);
+        let j = file.judge("12.0", 12040);
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.gpu, GpuDriven::TooOld { first: 12080 });
         assert!(j.modules.is_empty());
@@ -563,28 +743,24 @@ mod tests {
             version: None,
         };
         assert_eq!(
-            judge(&file, &[], cc("12.0"), &compat).verdict,
+            judge(&file.code, &file.data, cc("12.0"), &compat).verdict,
             FileVerdict::Fails
         );
-        assert_eq!(
-            judge(&file, &[], cc("12.0"), &Driver::of(12080)).verdict,
-            FileVerdict::RunsBySass
-        );
-        let thor = code(vec![module(&[("sm_101", S)])]);
-        let j = judge(&thor, &[], cc("10.1"), &Driver::of(13000));
+        assert_eq!(file.judge("12.0", 12080).verdict, FileVerdict::RunsBySass);
+        let thor = File::default().with(&[("sm_101", S)]);
+        let j = thor.judge("10.1", 13000);
         assert_eq!(j.verdict, FileVerdict::Unknown);
         assert_eq!(j.gpu, GpuDriven::Renamed { to: cc("11.0") });
     }
 
-    /// Rule 6 reads a cubin only where its format allows a newer major than the driver's: a
+    /// Rule 5 reads a cubin only where its format allows a newer major than the driver's: a
     /// 1.8 (ELF ABI 8) entry under a 13.x driver is never read; an unreadable payload proves
     /// nothing and fails nothing.
     #[test]
     fn cubins_are_read_for_their_toolkit_only_where_it_can_matter() {
-        let file = code(vec![module(&[("sm_90", S)])]);
-        assert_eq!(newer_toolkit(&file, &[], &Driver::of(13000)), None);
-        assert_eq!(newer_toolkit(&file, &[], &Driver::of(12040)), None);
-        let j = judge(&file, &[], cc("9.0"), &Driver::of(12040));
-        assert_eq!(j.verdict, FileVerdict::RunsBySass);
+        let file = File::default().with(&[("sm_90", S)]);
+        assert_eq!(newer_toolkit(&file.code, &[], &Driver::of(13000)), None);
+        assert_eq!(newer_toolkit(&file.code, &[], &Driver::of(12040)), None);
+        assert_eq!(file.judge("9.0", 12040).verdict, FileVerdict::RunsBySass);
     }
 }

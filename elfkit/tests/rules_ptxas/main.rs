@@ -5,9 +5,10 @@
 //!   stands in for the driver of that release driving it), its 'a' and 'f' variants likewise,
 //!   and the newest ptxas lists no architecture the table lacks;
 //! - what a cubin records: cubins ptxas 11.8 to 13.5 build from our PTX name their toolkit
-//!   (`e_version` in ELF ABI 7, `.note.nv.tkinfo` in ABI 8), mark kernels `STO_CUDA_ENTRY`,
-//!   and keep device data in `.nv.global`/`.nv.constant3`; a PTX module with only a device
-//!   function assembles to a cubin with neither (cuFFT 11.4's sm_52 module).
+//!   (`e_version` in ELF ABI 7, `.note.nv.tkinfo` in ABI 8), mark kernels `STO_CUDA_ENTRY`
+//!   and managed variables `STO_CUDA_MANAGED` (plain `__device__` data is neither); a PTX
+//!   module with only a device function and data assembles to a cubin with neither (cuFFT
+//!   11.4's sm_52 module).
 //!
 //! Under `CI=true` a missing cache fails the tests.
 
@@ -40,12 +41,13 @@ fn key(release: &str) -> (u32, u32) {
     (a.parse().unwrap(), b.parse().unwrap())
 }
 
-/// A PTX module for sm_XY of ISA `isa`, with a kernel, device data, or neither.
-fn ptx(isa: &str, sm: u32, kernel: bool, data: bool) -> String {
+/// A PTX module for sm_XY of ISA `isa` holding plain device data, with a kernel, a managed
+/// variable, or neither.
+fn ptx(isa: &str, sm: u32, kernel: bool, managed: bool) -> String {
     let mut text = format!(".version {isa}\n.target sm_{sm}\n.address_size 64\n");
-    if data {
-        text.push_str(".visible .global .align 4 .u32 counter;\n");
-        text.push_str(".visible .const .align 4 .u32 table;\n");
+    text.push_str(".visible .global .align 4 .u32 plain;\n");
+    if managed {
+        text.push_str(".visible .global .attribute(.managed) .align 4 .u32 counter;\n");
     }
     text.push_str(".visible .func f()\n{\nret;\n}\n");
     if kernel {

@@ -105,8 +105,9 @@ fn each_architectures_first_release_is_the_first_ptxas_that_accepts_it() {
 }
 
 #[test]
-fn cubins_record_their_toolkit_kernels_and_data() {
-    let Some(real) = RealNvidia::find("cubins_record_their_toolkit_kernels_and_data") else {
+fn cubins_record_their_toolkit_kernels_and_managed_variables() {
+    let Some(real) = RealNvidia::find("cubins_record_their_toolkit_kernels_and_managed_variables")
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -123,7 +124,10 @@ fn cubins_record_their_toolkit_kernels_and_data() {
     for (release_name, sm, isa, abi) in cases {
         let Some(ptxas) = real.ptxas_release(release_name) else {
             let wanted = real.dir().join(format!("ptxas-{release_name}/ptxas"));
-            assert!(!real.has("cubins_record_their_toolkit_kernels_and_data", &wanted));
+            assert!(!real.has(
+                "cubins_record_their_toolkit_kernels_and_managed_variables",
+                &wanted
+            ));
             return;
         };
         let (major, minor) = key(release_name);
@@ -138,8 +142,8 @@ fn cubins_record_their_toolkit_kernels_and_data() {
         ))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(
-            (k.abi, k.toolkit, k.kernels, k.data),
-            (abi, Some(toolkit), 1, false),
+            (k.abi, k.toolkit, k.kernels, k.managed),
+            (abi, Some(toolkit), vec!["k".to_owned()], vec![]),
             "{name} kernel"
         );
         let d = cubin_facts(&assemble(
@@ -150,7 +154,11 @@ fn cubins_record_their_toolkit_kernels_and_data() {
             &format!("{name}-d"),
         ))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!((d.kernels, d.data), (0, true), "{name} data");
+        assert_eq!(
+            (d.kernels, d.managed),
+            (vec![], vec!["counter".to_owned()]),
+            "{name} managed (cuobjdump -elf: MANAGED)"
+        );
         let none = cubin_facts(&assemble(
             &ptxas,
             &ptx(isa, sm, false, false),

@@ -43,6 +43,11 @@ impl ExpectDriver {
     }
 }
 
+/// A kernel name glob for `--expect-missing`.
+fn parse_glob(text: &str) -> Result<glob::Pattern, String> {
+    glob::Pattern::new(text).map_err(|e| format!("{text:?} is not a glob: {e}"))
+}
+
 fn parse_cuda_version(text: &str) -> Result<CudaVersion, String> {
     CudaVersion::parse(text)
 }
@@ -167,6 +172,17 @@ pub struct Options {
     /// `nix-store --query --requisites`).
     #[arg(long, value_name = "FILE", requires = "packages")]
     pub(crate) package_closure: Option<PathBuf>,
+
+    /// `package::gpu_code` fails a file of the package itself (under a `--package` path, not
+    /// a dependency) that runs only partly: some module with kernels has no code that loads
+    /// on a GPU judged, except kernels `--expect-missing` lists.
+    #[arg(long, requires = "packages")]
+    pub(crate) strict_modules: bool,
+
+    /// With `--strict-modules`: a kernel name glob (`*`, `?`, `[...]`; repeatable) the package
+    /// expects to have no code for some GPU, as built on purpose (e.g. `*_sm90a_*`).
+    #[arg(long, value_name = "GLOB", requires = "strict_modules", value_parser = parse_glob)]
+    pub(crate) expect_missing: Vec<glob::Pattern>,
 
     /// Also run the `lint::elf` check on these files or directories (repeatable).
     #[arg(long = "lint", value_name = "PATH")]

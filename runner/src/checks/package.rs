@@ -3,8 +3,11 @@
 //! - `package::gpu_code`: every module of every file in the package's closure, judged for every
 //!   GPU the driver reports and the loaded driver's CUDA version, with the file policy of
 //!   `cuda_sandbox_elfkit::fatbin::verdict`. SASS for each GPU passes; JIT only passes with a
-//!   note (the first launch compiles, and where the JIT cache is); 209 or 222 fails naming the
-//!   file, the module, what it carries, what the GPU needs and the fix. Without a GPU it judges
+//!   note (the first launch compiles, and where the JIT cache is); a file that runs partly
+//!   (some modules with kernels have no code for the GPU) passes with the modules and kernels
+//!   named, unless `--strict-modules` asks otherwise for the package's own files (kernels
+//!   `--expect-missing` lists excepted); a file that cannot run fails naming the file, the
+//!   module, what it carries, what the GPU needs and the fix. Without a GPU it judges
 //!   `--target`/`--driver-cuda` when given, else it is skipped: it never passes without one.
 //! - `package::runtimes`: every CUDA runtime in the closure, shared (loaded, to ask its
 //!   version) or linked statically into another ELF file (found in stripped files too, by
@@ -17,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::rules::Driver;
-use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
+use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, Holds};
 use cuda_sandbox_elfkit::fatbin::Capability;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
@@ -29,7 +32,7 @@ use crate::checks::runtime::{judge as judge_runtimes, Candidate, CudartFile};
 use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
-use crate::facts::gpu_code::{judge_all, runtime_uses, Target};
+use crate::facts::gpu_code::{judge_all, runtime_uses, Target, TargetVerdict};
 use crate::facts::package_under_test::{PackageUnderTest, ScannedFile, STORE_DIR};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
@@ -146,6 +149,8 @@ struct GpuCodeFindings {
     unknown: Vec<String>,
     /// Those that run by JIT.
     jit: Vec<String>,
+    /// Those that run partly.
+    partly: Vec<String>,
     /// Each verdict, for the report.
     judged: Vec<Value>,
     /// The files that could not be read (the scan's, then those that could not be mapped).
@@ -154,16 +159,53 @@ struct GpuCodeFindings {
     files: usize,
 }
 
-/// Judges each file of `package` that carries GPU code on each of `targets`.
-fn judge_files(package: &PackageUnderTest, targets: &[Target]) -> GpuCodeFindings {
+/// What `--strict-modules` asks of the package's own files.
+pub(crate) struct Strictness<'a> {
+    /// The package's own paths (`--package`): its files are under them.
+    pub(crate) own: &'a [PathBuf],
+    /// The kernels expected to have no code for some GPU (`--expect-missing`).
+    pub(crate) expect_missing: &'a [glob::Pattern],
+}
+
+impl Strictness<'_> {
+    /// The kernels of `v`'s missing modules that no `--expect-missing` glob names, when `file`
+    /// is the package's own.
+    fn unexpected(&self, file: &Path, v: &TargetVerdict) -> Vec<String> {
+        if !v.partly() || !self.own.iter().any(|root| file.starts_with(root)) {
+            return Vec::new();
+        }
+        v.judgement
+            .missing()
+            .filter_map(|m| match &m.holds {
+                Some(Holds::Read { kernels, .. }) => Some(kernels),
+                _ => None,
+            })
+            .flatten()
+            .filter(|k| !self.expect_missing.iter().any(|g| g.matches(k)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Judges each file of `package` that carries GPU code on each of `targets`; with `strict`,
+/// the package's own files that run partly fail but for the kernels it expects.
+fn judge_files(
+    package: &PackageUnderTest,
+    targets: &[Target],
+    strict: Option<&Strictness>,
+) -> GpuCodeFindings {
     let mut failures: Vec<String> = Vec::new();
     let mut unknown: Vec<String> = Vec::new();
     let mut jit: Vec<String> = Vec::new();
+    let mut partly: Vec<String> = Vec::new();
     let mut judged: Vec<Value> = Vec::new();
     let mut unreadable = package.unreadable.clone();
     let mut files = 0;
-    for file in package.with_gpu_code() {
-        files += 1;
+    // A file without GPU code is judged by its runtime alone, and shown only when that fails
+    // or cannot be judged, as `lint` does.
+    for file in package.to_judge() {
+        let has_code = !file.gpu_code.containers.is_empty();
+        files += usize::from(has_code);
         // The scan kept what the file carries; payloads are read again, mapped, only where a
         // rule needs one.
         let map = match std::fs::File::open(&file.path).and_then(|f| Mapped::of(&f)) {
@@ -178,10 +220,31 @@ fn judge_files(package: &PackageUnderTest, targets: &[Target]) -> GpuCodeFinding
         let soname = file.dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(&file.path, soname, Path::new(STORE_DIR));
         for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, targets) {
+            if !(has_code || v.fails() || v.unknown()) {
+                continue;
+            }
             let line = format!("{shown}: {}", v.reason);
+            let unexpected = strict
+                .map(|s| s.unexpected(&file.path, v))
+                .unwrap_or_default();
             match v.verdict {
                 FileVerdict::Fails => failures.push(line),
                 FileVerdict::Unknown => unknown.push(line),
+                FileVerdict::RunsPartly if !unexpected.is_empty() => failures.push(format!(
+                    "{shown}: --strict-modules: {} kernel(s) of the package's own have no code \
+                     for {} and no --expect-missing glob names them: {}; build them for it, or \
+                     list them in expectMissing if that is on purpose ({})",
+                    unexpected.len(),
+                    v.target.describe(),
+                    unexpected
+                        .iter()
+                        .take(5)
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    v.reason
+                )),
+                FileVerdict::RunsPartly => partly.push(line),
                 FileVerdict::RunsByJit => jit.push(line),
                 FileVerdict::RunsBySass | FileVerdict::NoGpuCode => {}
             }
@@ -200,6 +263,7 @@ fn judge_files(package: &PackageUnderTest, targets: &[Target]) -> GpuCodeFinding
         failures,
         unknown,
         jit,
+        partly,
         judged,
         unreadable,
         files,
@@ -216,14 +280,21 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
         Ok(t) => t,
         Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
     };
+    let options = &session.options;
+    let strictness = Strictness {
+        own: &package.roots,
+        expect_missing: &options.expect_missing,
+    };
+    let strict = options.strict_modules.then_some(&strictness);
     let GpuCodeFindings {
         failures,
         unknown,
         jit,
+        partly,
         judged,
         unreadable,
         files,
-    } = judge_files(package, &targets);
+    } = judge_files(package, &targets, strict);
     let on: Vec<String> = targets.iter().map(Target::describe).collect();
     let on = on.join(", ");
     let facts = facts! {
@@ -266,23 +337,37 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
             facts,
         );
     }
-    if jit.is_empty() {
-        Outcome::pass(
+    let mut notes = Vec::new();
+    if !partly.is_empty() {
+        notes.push(format!(
+            "{} file/target pair(s) run partly: some of their modules have no code for the \
+             GPU, and launching those kernels fails (209/222); libraries that choose kernels by \
+             the GPU at run time are built so",
+            partly.len()
+        ));
+    }
+    if !jit.is_empty() {
+        notes.push(format!(
+            "{} by JIT: their first launch compiles PTX, and {}",
+            jit.len(),
+            jit_cache()
+        ));
+    }
+    if notes.is_empty() {
+        return Outcome::pass(
             format!("every file with GPU code ({files}) runs on {on} by SASS"),
             facts,
-        )
-    } else {
-        Outcome::pass(
-            format!(
-                "every file with GPU code ({files}) runs on {on}; {} by JIT: their first launch \
-                 compiles PTX, and {}",
-                jit.len(),
-                jit_cache()
-            ),
-            facts,
-        )
-        .with_detail(jit.join("\n"))
+        );
     }
+    let detail: Vec<String> = partly.into_iter().chain(jit).collect();
+    Outcome::pass(
+        format!(
+            "every file with GPU code ({files}) runs on {on}; {}",
+            notes.join("; ")
+        ),
+        facts,
+    )
+    .with_detail(detail.join("\n"))
 }
 
 /// A runtime's version as the package scan gives it: `12.9`, `12.x`, or unknown.

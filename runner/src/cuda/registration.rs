@@ -1,8 +1,10 @@
 //! Fat binaries registered with a CUDA runtime as a program linked with them registers them
-//! (`__cudaRegisterFatBinary`, `__cudaRegisterFunction`, `__cudaRegisterFatBinaryEnd`, what
-//! nvcc's host stubs call at start-up), then one kernel launched through the runtime
-//! (`cudaLaunchKernel`). `gpu-confirm` uses it to see on a GPU what a module nothing can
-//! launch does to the runtime under `CUDA_MODULE_LOADING=EAGER` and `LAZY`.
+//! (`__cudaRegisterFatBinary`, `__cudaRegisterFunction`, `__cudaRegisterManagedVar`,
+//! `__cudaRegisterFatBinaryEnd`, what nvcc's host stubs call at start-up), then one kernel
+//! launched through the runtime (`cudaLaunchKernel`). `gpu-confirm` uses it to see on a GPU
+//! what modules without code for it (one nothing can launch, one whose kernel has SASS for
+//! another GPU, one holding a managed variable) do to the runtime under
+//! `CUDA_MODULE_LOADING=EAGER` and `LAZY`.
 //!
 //! The registration ABI is the one nvcc's generated code uses (`crt/host_runtime.h`): the
 //! wrapper `{int magic 0x466243B1, int version 1, const void *data, void *filename}` and the
@@ -51,6 +53,16 @@ type RegisterFunction = unsafe extern "C" fn(
     *mut c_void,
     *mut c_int,
 ) -> c_int;
+type RegisterManagedVar = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *mut *mut c_void,
+    *mut c_char,
+    *const c_char,
+    c_int,
+    usize,
+    c_int,
+    c_int,
+);
 type Malloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type Memcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
 type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -64,6 +76,16 @@ const DEVICE_TO_HOST: c_int = 2;
 
 /// The address the saxpy kernel is registered under, as a host stub's would be.
 static SAXPY_HOST_STUB: u8 = 0;
+
+/// One module registered before saxpy, as a program linked with it registers it.
+pub(crate) struct Registered {
+    /// The fat binary.
+    pub(crate) image: Vec<u8>,
+    /// A kernel of it, registered (never launched here).
+    pub(crate) kernel: Option<&'static CStr>,
+    /// A managed variable of it and its size, registered as `__managed__` ones are.
+    pub(crate) managed: Option<(&'static CStr, usize)>,
+}
 
 /// What the runtime answered, step by step (each a `cudaError_t`; `None` for a step not
 /// reached).
@@ -100,7 +122,7 @@ fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
 /// saxpy through the runtime. An error is a runtime that cannot be used at all.
 pub(crate) fn register_and_launch(
     cudart: &Path,
-    images: Vec<Vec<u8>>,
+    modules: Vec<Registered>,
     saxpy_image: Vec<u8>,
 ) -> Result<RegistrationRun, String> {
     // SAFETY: loading the runtime runs its initialisers, which is what using it means.
@@ -109,6 +131,7 @@ pub(crate) fn register_and_launch(
     let register: RegisterFatBinary = symbol(&library, "__cudaRegisterFatBinary")?;
     let register_end: RegisterFatBinaryEnd = symbol(&library, "__cudaRegisterFatBinaryEnd")?;
     let register_function: RegisterFunction = symbol(&library, "__cudaRegisterFunction")?;
+    let register_managed: RegisterManagedVar = symbol(&library, "__cudaRegisterManagedVar")?;
     let malloc: Malloc = symbol(&library, "cudaMalloc")?;
     let memcpy: Memcpy = symbol(&library, "cudaMemcpy")?;
     let free: Free = symbol(&library, "cudaFree")?;
@@ -127,8 +150,46 @@ pub(crate) fn register_and_launch(
         // SAFETY: the wrapper and its image live until the process ends, as the runtime needs.
         unsafe { register((wrapper as *mut Wrapper).cast()) }
     };
-    for image in images {
-        let handle = handle_of(image);
+    for module in modules {
+        let handle = handle_of(module.image);
+        if let Some(name) = module.kernel {
+            // A host stub's address of its own, alive until the process ends.
+            let stub: &'static u8 = Box::leak(Box::new(0u8));
+            // SAFETY: as for saxpy below: a fresh handle, NUL-terminated static names, null
+            // launch bounds.
+            unsafe {
+                register_function(
+                    handle,
+                    (stub as *const u8).cast(),
+                    name.as_ptr().cast_mut(),
+                    name.as_ptr(),
+                    -1,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+        if let Some((name, size)) = module.managed {
+            // The host's pointer to the managed memory, which the runtime fills in.
+            let pointer: &'static mut *mut c_void = Box::leak(Box::new(std::ptr::null_mut()));
+            // SAFETY: host_runtime.h's signature; the pointer lives until the process ends;
+            // ext 0, constant 0, global 0 as nvcc registers a `__managed__ int`.
+            unsafe {
+                register_managed(
+                    handle,
+                    pointer,
+                    name.as_ptr().cast_mut(),
+                    name.as_ptr(),
+                    0,
+                    size,
+                    0,
+                    0,
+                )
+            };
+        }
         // SAFETY: a handle the runtime just returned.
         unsafe { register_end(handle) };
     }

@@ -2,18 +2,23 @@
 //! beside what the driver and the runtime do, so that the verdicts a GPU can confirm are
 //! confirmed on one (`tests-gpu/device-check` runs it):
 //!
-//! 1. with `--cudart`, a module nothing can launch (the hand-built kernel-less sm_52 module of
-//!    [`crate::facts::module_images`], as NVIDIA's cuFFT 11.4 ships one) is registered with the
-//!    runtime before a saxpy module, as a program linked with both registers them, and saxpy
-//!    is launched through the runtime: under `CUDA_MODULE_LOADING=EAGER` (every registered
-//!    module loaded when the context is made) a runtime that trips on the first module fails
-//!    the first call; under `LAZY` only a launch from it would. The rules list such a module
-//!    and judge the file without it, which holds only if both modes succeed.
+//! 1. with `--cudart`, the modules `--register` names (hand-built by
+//!    [`crate::facts::module_images`]) are registered with the runtime before a saxpy module,
+//!    as a program linked with them registers them, and saxpy is launched through the runtime:
+//!    `kernelless`, a module nothing can launch (an sm_52 cubin with no kernel, as NVIDIA's
+//!    cuFFT 11.4 ships one); `sm80-only`, a module whose one kernel has SASS for sm_80 alone;
+//!    `managed`, a module of one managed variable with SASS for sm_52 alone. Under
+//!    `CUDA_MODULE_LOADING=EAGER` (every registered module loaded when the context is made) a
+//!    runtime that trips on a module fails the first call; under `LAZY` only a launch from it
+//!    would, except for modules with managed variables, which load at start in both modes. The
+//!    rules say the first two leave the rest running (listed, or "runs, partly"): saxpy must run
+//!    in both modes. For `managed` they say "unknown": the answer is reported, not compared.
 //! 2. for each FILE, the verdict for GPU 0 and the loaded driver, and each module the file's
 //!    verdict rests on loaded with `cuModuleLoadDataEx`: the driver's CUresult beside the
-//!    rules' prediction (SASS or JIT: 0; no kernel image: 209; PTX too new: 222). Modules to
-//!    JIT are loaded up to `--jit-limit` (compiling them takes time); modules listed and not
-//!    judged (no kernel, no data) are loaded too and their answer shown, not compared.
+//!    rules' prediction (SASS or JIT: 0; no kernel image: 209; PTX too new: 222). Modules of
+//!    PTX alone are skipped (counted); other modules to JIT are loaded up to `--jit-limit`
+//!    (compiling them takes time); modules listed and not judged (neither a kernel nor a
+//!    managed variable) are loaded too and their answer shown, not compared.
 //!
 //! Exit status: 0 every prediction held and the runtime ran saxpy, 101 one did not, 2 no GPU
 //! or bad usage. The report is one JSON document on stdout.
@@ -23,7 +28,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
-use cuda_sandbox_elfkit::fatbin::{Capability, Purpose};
+use cuda_sandbox_elfkit::fatbin::{Capability, EntryKind, Purpose};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
 use serde::Serialize;
@@ -31,10 +36,12 @@ use serde::Serialize;
 use crate::cuda::devices;
 use crate::cuda::driver::Driver;
 use crate::cuda::gpu::{GpuError, Module, PrimaryContext};
-use crate::cuda::registration::{register_and_launch, RegistrationRun};
+use crate::cuda::registration::{register_and_launch, Registered, RegistrationRun};
 use crate::facts::access::KERNEL_MODULE_FILE;
 use crate::facts::gpu_code::{judge_file, runtime_uses, Rule, Target};
-use crate::facts::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
+use crate::facts::module_images::{
+    kernelless_sm52_fatbin, managed_sm52_fatbin, saxpy_fatbin, sm80_only_fatbin,
+};
 use crate::facts::package_under_test::STORE_DIR;
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::gpu_code_and_runtime;
@@ -61,6 +68,50 @@ pub struct ConfirmCli {
     /// Load at most this many modules that need JIT per file.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub(crate) jit_limit: usize,
+
+    /// A hand-built module to register before saxpy (repeatable; default: kernelless).
+    #[arg(long = "register", value_name = "MODULE", value_enum)]
+    pub(crate) register: Vec<HandBuilt>,
+}
+
+/// The hand-built modules `--register` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandBuilt {
+    /// No kernel, no data: an sm_52 cubin as NVIDIA's cuFFT 11.4 ships one.
+    Kernelless,
+    /// One kernel with SASS for sm_80 alone.
+    Sm80Only,
+    /// One managed variable, SASS for sm_52 alone.
+    Managed,
+}
+
+impl HandBuilt {
+    /// The module, as the runtime is handed it.
+    fn registered(self) -> Registered {
+        use crate::facts::module_images::{MANAGED_VARIABLE, SM80_KERNEL};
+        let name = |n: &str| -> &'static std::ffi::CStr {
+            let owned = std::ffi::CString::new(n).expect("a name without NUL");
+            Box::leak(owned.into_boxed_c_str())
+        };
+        match self {
+            HandBuilt::Kernelless => Registered {
+                image: kernelless_sm52_fatbin(),
+                kernel: None,
+                managed: None,
+            },
+            HandBuilt::Sm80Only => Registered {
+                image: sm80_only_fatbin(),
+                kernel: Some(name(SM80_KERNEL)),
+                managed: None,
+            },
+            HandBuilt::Managed => Registered {
+                image: managed_sm52_fatbin(),
+                kernel: None,
+                managed: Some((name(MANAGED_VARIABLE), 4)),
+            },
+        }
+    }
 }
 
 impl ConfirmCli {
@@ -100,6 +151,8 @@ pub struct ConfirmedFile {
     pub(crate) modules: Vec<LoadedModule>,
     /// Modules to JIT not loaded (over `--jit-limit`).
     pub(crate) jit_not_loaded: usize,
+    /// Modules of PTX alone, not loaded.
+    pub(crate) ptx_only_skipped: usize,
 }
 
 /// The report.
@@ -110,6 +163,8 @@ pub struct ConfirmReport {
     /// Why there is no GPU to confirm on, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) no_gpu: Option<String>,
+    /// The hand-built modules registered before saxpy.
+    pub(crate) registered: Vec<HandBuilt>,
     /// The runtime run, with `--cudart`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) registration: Option<RegistrationRun>,
@@ -179,11 +234,19 @@ pub enum Confirmed {
 /// Runs `gpu-confirm`: the report and what it found. An error is a FILE that cannot be read.
 pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
     let mut disagreements = Vec::new();
+    let registered = if cli.register.is_empty() {
+        vec![HandBuilt::Kernelless]
+    } else {
+        cli.register.clone()
+    };
+    // The rules predict saxpy runs beside modules without code for the GPU, except where one
+    // holds a managed variable: then they say "unknown", and the answer is only reported.
+    let predicted = !registered.contains(&HandBuilt::Managed);
     // The runtime first, before this process touches the driver itself.
-    let attempt = cli
-        .cudart
-        .as_ref()
-        .map(|cudart| register_and_launch(cudart, vec![kernelless_sm52_fatbin()], saxpy_fatbin()));
+    let attempt = cli.cudart.as_ref().map(|cudart| {
+        let modules = registered.iter().map(|m| m.registered()).collect();
+        register_and_launch(cudart, modules, saxpy_fatbin())
+    });
     let (registration, registration_error) = match attempt {
         Some(Ok(run)) => (Some(run), None),
         Some(Err(why)) => (None, Some(why)),
@@ -195,11 +258,12 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
                 && run.launch == Some(0)
                 && run.synchronize == Some(0)
                 && run.wrong_elements == Some(0);
-            if !ok {
+            if !ok && predicted {
                 disagreements.push(format!(
-                    "the runtime did not run saxpy beside a registered module with no kernel \
-                     (CUDA_MODULE_LOADING={}): {run:?}; the rules' listing of such modules as \
-                     not judged does not hold there",
+                    "the runtime did not run saxpy beside registered modules without code for \
+                     this GPU ({registered:?}, CUDA_MODULE_LOADING={}): {run:?}; the rules' \
+                     \"runs, partly\" (and listing of modules with no kernel) does not hold \
+                     there",
                     run.module_loading.as_deref().unwrap_or("unset")
                 ));
             }
@@ -211,6 +275,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let report = ConfirmReport {
             target: None,
             no_gpu: Some(why),
+            registered: registered.clone(),
             registration,
             registration_error,
             files: Vec::new(),
@@ -246,8 +311,13 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let mut modules = Vec::new();
         let mut jits = 0;
         let mut jit_not_loaded = 0;
+        let mut ptx_only_skipped = 0;
         for (i, c) in code.containers.iter().enumerate() {
             if c.purpose != Purpose::Loadable {
+                continue;
+            }
+            if !c.entries.iter().any(|e| e.kind == EntryKind::Sass) {
+                ptx_only_skipped += 1;
                 continue;
             }
             let image = &data[c.offset as usize..(c.offset + c.size) as usize];
@@ -285,6 +355,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
             reason: verdict.reason,
             modules,
             jit_not_loaded,
+            ptx_only_skipped,
         });
     }
     let found = if disagreements.is_empty() {
@@ -296,6 +367,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         ConfirmReport {
             target: Some(target),
             no_gpu: None,
+            registered,
             registration,
             registration_error,
             files,

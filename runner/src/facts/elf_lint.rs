@@ -126,8 +126,9 @@ impl std::fmt::Display for Finding {
 
 /// The version of the lint's JSON document (`schema`; runner/README.md describes it). 2: the
 /// schema, targets and driver echoed, versions as `"12.9"`, modules numbered from 1. 3:
-/// `stub_libcuda`, the files that are NVIDIA's stub libcuda.
-pub(crate) const LINT_SCHEMA: u32 = 3;
+/// `stub_libcuda`, the files that are NVIDIA's stub libcuda. 4: the `runs-partly` verdict, what
+/// a module that cannot load `holds`, `loaded_by_the_program` for the `excuse` it replaces.
+pub(crate) const LINT_SCHEMA: u32 = 4;
 
 /// The lint's result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -188,7 +189,10 @@ impl LintReport {
             self.elf_files,
             self.libcuda_users.len(),
             self.cuda_runtimes.len(),
-            self.gpu_code.len(),
+            self.gpu_code
+                .iter()
+                .filter(|f| !f.modules.is_empty())
+                .count(),
             self.findings.len()
         )
     }
@@ -581,8 +585,13 @@ fn finding_kind(rule: Rule) -> Option<FindingKind> {
         | Rule::GpuUnknown
         | Rule::DriverUnknown
         | Rule::RuntimeFloorUnknown
-        | Rule::ModuleUnknown => FindingKind::GpuCodeUnknown,
-        Rule::Sass | Rule::Jit | Rule::NothingToLoad | Rule::LinkInput => return None,
+        | Rule::ModuleUnknown
+        | Rule::MissingModuleUnknown => FindingKind::GpuCodeUnknown,
+        Rule::Sass
+        | Rule::Jit
+        | Rule::SomeModulesDoNotLoad
+        | Rule::NothingToLoad
+        | Rule::LinkInput => return None,
     })
 }
 

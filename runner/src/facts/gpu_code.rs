@@ -1,7 +1,8 @@
 //! One judgment for a file, shared by `lint` and the `package::*` checks, so that the same
 //! file, target and driver get the same verdict and the same words on both routes: what its
 //! fat binaries carry, and, for each target GPU and driver, whether it runs there (by SASS or
-//! by JIT), cannot run (and why, with the fix), or cannot be judged.
+//! by JIT), runs partly (some modules have no code that loads there: their kernels named, and
+//! what launching them gives), cannot run (and why, with the fix), or cannot be judged.
 //!
 //! The verdict combines, in this order (certain failures first, then what the rules cannot
 //! judge, then the runs):
@@ -23,7 +24,7 @@ use cuda_sandbox_elfkit::fatbin::rules::{
     newest_ptx_isa, release, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
 };
 use cuda_sandbox_elfkit::fatbin::verdict::{
-    judge_given, newer_toolkit, Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
+    judge_given, newer_toolkit, FileVerdict, GpuDriven, Holds, Judgement, ModuleVerdict,
     NewerToolkit,
 };
 use cuda_sandbox_elfkit::fatbin::{Capability, Container, GpuCode};
@@ -131,6 +132,8 @@ pub(crate) enum Rule {
     Sass,
     /// Some module is JIT-compiled from PTX.
     Jit,
+    /// Some modules with kernels have no code that loads on the GPU; others load.
+    SomeModulesDoNotLoad,
     /// No module the driver must load (NVVM IR only, modules with nothing to launch or read).
     NothingToLoad,
     /// A relocatable object or archive: input for a link, not loaded as it is.
@@ -163,6 +166,9 @@ pub(crate) enum Rule {
     ModuleUnknown,
     /// A module of SASS only, on ZLUDA, which loads no SASS ([`crate::facts::zluda_code`]).
     SassOnlyOnZluda,
+    /// A module without code for the GPU holds a managed variable (loaded when the program
+    /// starts), or what it holds could not be read.
+    MissingModuleUnknown,
 }
 
 /// One file judged for one target.
@@ -181,6 +187,11 @@ pub struct TargetVerdict {
 }
 
 impl TargetVerdict {
+    /// Whether the file runs on the target only partly.
+    pub(crate) fn partly(&self) -> bool {
+        self.verdict == FileVerdict::RunsPartly
+    }
+
     /// Whether the file cannot run on the target.
     pub(crate) fn fails(&self) -> bool {
         self.verdict == FileVerdict::Fails
@@ -217,10 +228,6 @@ pub(crate) fn failure(
     let place = module_place(modules, module.module);
     let carries = carried(&c.entries);
     match &module.load {
-        Load::NoBinaryForGpu if module.excuse == Some(Excuse::OnlyForOtherGpus) => format!(
-            "{place} carries {carries}: only arch- or family-specific images for other GPUs, \
-             none for a {cc} GPU (CUDA_ERROR_NO_BINARY_FOR_GPU, 209)"
-        ),
         Load::NoBinaryForGpu => {
             let sass = if cc.minor == 0 {
                 format!("sm_{}", cc.sm())
@@ -421,17 +428,20 @@ fn judge_file_given(
 ) -> TargetVerdict {
     let on = target.describe();
     if target.on_zluda {
-        let j = zluda_code::judge(code);
-        let reason = zluda_code::reason(code, &j, &on);
-        let rule = match j.verdict {
-            FileVerdict::Fails => Rule::SassOnlyOnZluda,
-            FileVerdict::NoGpuCode => Rule::NothingToLoad,
-            _ => Rule::Jit,
+        let j = zluda_code::judge(code, data);
+        let (rule, reason) = match j.verdict {
+            FileVerdict::Fails => (Rule::SassOnlyOnZluda, zluda_code::reason(code, &j, &on)),
+            FileVerdict::NoGpuCode => (Rule::NothingToLoad, zluda_code::reason(code, &j, &on)),
+            FileVerdict::RunsByJit => (Rule::Jit, zluda_code::reason(code, &j, &on)),
+            _ => by_modules(&j, &code.containers, target, provenance),
         };
         return verdict(target, j.verdict, rule, reason, j);
     }
     let j = judge_given(code, data, target.device, &target.driver, toolkit);
-    if j.modules.is_empty() && j.not_judged.link_input == code.containers.len() {
+    if !code.containers.is_empty()
+        && j.modules.is_empty()
+        && j.not_judged.link_input == code.containers.len()
+    {
         let reason = format!(
             "for the link, not loaded as it is: an object or archive carries {} for the program \
              it is linked into, which is judged itself",
@@ -493,6 +503,10 @@ fn by_modules(
             format!("nothing the driver loads on {on}{}", notes(j)),
         ),
         FileVerdict::RunsBySass => (Rule::Sass, format!("runs on {on} by SASS{}", notes(j))),
+        FileVerdict::RunsPartly => (
+            Rule::SomeModulesDoNotLoad,
+            format!("runs on {on}, partly: {}{}", partly(j, modules), notes(j)),
+        ),
         FileVerdict::RunsByJit => {
             let jit = j
                 .modules
@@ -524,18 +538,121 @@ fn by_modules(
             )
         }
         FileVerdict::Unknown => {
-            let first = j
+            if let Some(m) = j
                 .modules
                 .iter()
                 .find(|m| matches!(m.load, Load::Unknown { .. }))
-                .map(|m| failure(modules, m, target, provenance))
-                .unwrap_or_default();
+            {
+                let why = failure(modules, m, target, provenance);
+                return (
+                    Rule::ModuleUnknown,
+                    format!("cannot be judged for {on}: {why}"),
+                );
+            }
+            let undecided = j
+                .missing()
+                .find(|m| m.holds.as_ref().is_some_and(Holds::undecided))
+                .expect("an unknown file has an unknown or undecided module");
+            let place = module_place(modules, undecided.module);
+            let carries = carried(&modules[undecided.module].entries);
+            let why = match &undecided.holds {
+                Some(Holds::Read { managed, .. }) => format!(
+                    "{place} carries {carries}, no code for a {} GPU, and holds the managed \
+                     variable(s) {}: a module with managed variables is loaded when the \
+                     program starts, even under lazy loading, and whether that start then \
+                     fails is not settled without a GPU (tests-gpu/device-check measures it)",
+                    target.device,
+                    shown_names(managed)
+                ),
+                _ => format!(
+                    "{place} carries {carries}, no code for a {} GPU, and none of its images \
+                     could be read to say whether it holds a kernel or a managed variable",
+                    target.device
+                ),
+            };
             (
-                Rule::ModuleUnknown,
-                format!("cannot be judged for {on}: {first}"),
+                Rule::MissingModuleUnknown,
+                format!("cannot be judged for {on}: {why}"),
             )
         }
     }
+}
+
+/// `a`, `b`, `c` (each in backquotes), and how many more.
+fn shown_names(names: &[String]) -> String {
+    let mut shown: Vec<String> = names.iter().take(3).map(|n| format!("`{n}`")).collect();
+    if names.len() > 3 {
+        shown.push(format!("{} more", names.len() - 3));
+    }
+    shown.join(", ")
+}
+
+/// What is missing from a file that runs partly (judgement `j` of `modules`): how many modules
+/// with kernels have no code that loads there, a few of their kernels, the error launching
+/// one gives, and how the rest loads.
+fn partly(j: &Judgement, modules: &[Container]) -> String {
+    let missing: Vec<&ModuleVerdict> = j.missing().collect();
+    let judged = j
+        .modules
+        .iter()
+        .filter(|m| !m.loaded_by_the_program)
+        .count();
+    let names: Vec<String> = missing
+        .iter()
+        .filter_map(|m| match &m.holds {
+            Some(Holds::Read { kernels, .. }) => Some(kernels),
+            _ => None,
+        })
+        .flatten()
+        .cloned()
+        .collect();
+    let kernels = names.len();
+    let mut errors = Vec::new();
+    for (matches, error) in [
+        (
+            (|l: &Load| matches!(l, Load::NoBinaryForGpu)) as fn(&Load) -> bool,
+            "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
+        ),
+        (
+            |l| matches!(l, Load::UnsupportedPtx { .. }),
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
+        ),
+        (
+            |l| matches!(l, Load::CompressionTooNew { .. }),
+            "an image this driver cannot unpack",
+        ),
+    ] {
+        if missing.iter().any(|m| matches(&m.load)) {
+            errors.push(error);
+        }
+    }
+    let jit = j
+        .modules
+        .iter()
+        .filter(|m| matches!(m.load, Load::Jit { .. }))
+        .count();
+    let rest = if jit > 0 {
+        format!("the rest runs, {jit} module(s) by JIT from PTX at their first launch")
+    } else {
+        "the rest runs by SASS".into()
+    };
+    format!(
+        "{} of the {judged} module(s) judged have no code that loads on it ({} \
+         carries {}{}), \
+         so launching one of their {kernels} kernel(s) ({}) fails with {}; NVIDIA's and \
+         other libraries keep kernels for some GPUs in modules of their own and choose kernels \
+         by the GPU at run time, so this is expected of them; {rest}",
+        missing.len(),
+        module_place(modules, missing[0].module),
+        carried(&modules[missing[0].module].entries),
+        if missing.len() > 1 {
+            ", and others"
+        } else {
+            ""
+        },
+        shown_names(&names),
+        errors.join(" or ")
+    )
 }
 
 /// Why a file whose cubin (`t`, in `modules`) was built by a newer CUDA major than
@@ -601,7 +718,9 @@ pub(crate) fn judge_all(
         .collect()
 }
 
-/// Reads and judges one file for every target; `None` when it has no fat binary at all.
+/// Reads and judges one file for every target; `None` when it has no fat binary at all,
+/// unless it carries a CUDA runtime the driver of some target cannot serve (or the rules
+/// cannot say): such a file is judged by the runtime alone, as `package::runtimes` judges it.
 pub(crate) fn examine(
     path: &Path,
     data: &[u8],
@@ -610,12 +729,19 @@ pub(crate) fn examine(
     provenance: Provenance,
     targets: &[Target],
 ) -> Option<FileGpuCode> {
-    if code.containers.is_empty() {
-        return None;
-    }
     let verdicts = judge_all(&code, data, runtimes, provenance, targets);
-    let carries = carried_by_member(&code.containers).unwrap_or_else(|| carried(code.entries()));
-    let mut summary = format!("{} module(s): {carries}", code.containers.len());
+    let summary = if code.containers.is_empty() {
+        if !verdicts.iter().any(|v| v.fails() || v.unknown()) {
+            return None;
+        }
+        let runtimes: Vec<&str> = runtimes.iter().map(|u| u.what.as_str()).collect();
+        format!("no GPU code; {}", runtimes.join(", "))
+    } else {
+        let carries =
+            carried_by_member(&code.containers).unwrap_or_else(|| carried(code.entries()));
+        format!("{} module(s): {carries}", code.containers.len())
+    };
+    let mut summary = summary;
     for v in &verdicts {
         summary.push_str("; ");
         summary.push_str(&v.reason);

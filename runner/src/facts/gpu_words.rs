@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use cuda_sandbox_elfkit::fatbin::verdict::{Excuse, Judgement};
+use cuda_sandbox_elfkit::fatbin::verdict::Judgement;
 use cuda_sandbox_elfkit::fatbin::{Arch, Container, EntryKind, Origin};
 
 /// What a set of entries carries, e.g. `SASS sm_75 sm_80, PTX compute_80 (ISA 8.8)`.
@@ -103,7 +103,8 @@ pub(crate) fn notes(j: &Judgement) -> String {
     let mut notes = Vec::new();
     if n.inert > 0 {
         notes.push(format!(
-            "{} module(s) with no kernel and no device data, which nothing can launch or read",
+            "{} module(s) with neither a kernel nor a managed variable, which nothing launches \
+             or loads at start",
             n.inert
         ));
     }
@@ -120,29 +121,16 @@ pub(crate) fn notes(j: &Judgement) -> String {
             n.device_link_input
         ));
     }
-    let mut reported = Vec::new();
-    let other_gpus = j
-        .reported()
-        .filter(|m| m.excuse == Some(Excuse::OnlyForOtherGpus))
-        .count();
-    let by_program = j.reported().count() - other_gpus;
-    if other_gpus > 0 {
-        reported.push(format!(
-            "{other_gpus} module(s) hold only arch- or family-specific images for other GPUs"
-        ));
-    }
-    if by_program > 0 {
-        reported.push(format!(
-            "{by_program} module(s) the program loads itself cannot load here (kept per GPU, \
-             chosen at run time)"
-        ));
-    }
     let mut out = String::new();
     if !notes.is_empty() {
         out.push_str(&format!(" (listed, not judged: {})", notes.join("; ")));
     }
-    if !reported.is_empty() {
-        out.push_str(&format!(" (reported, not failed: {})", reported.join("; ")));
+    let by_program = j.reported().count();
+    if by_program > 0 {
+        out.push_str(&format!(
+            " (reported, not failed: {by_program} module(s) the program loads itself cannot \
+             load here (kept per GPU, chosen at run time))"
+        ));
     }
     out
 }

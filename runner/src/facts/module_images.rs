@@ -2,9 +2,10 @@
 //! on a GPU host that has no NVIDIA compiler: a module with no kernel and no data, holding one
 //! sm_52 cubin laid out as NVIDIA's cuFFT 11.4 ships one (ELF ABI 7, `e_version` 0x81 for
 //! CUDA 12.9, sections `.shstrtab`, `.strtab`, `.symtab`, `.nv.callgraph` and nothing that can
-//! be launched or read), and a module of the saxpy PTX the kernel check JIT-compiles. The
-//! layout is `docs/fatbin.md`'s; elfkit reads both back, and NVIDIA's cuobjdump lists them
-//! (runner/tests/gpu_confirm/).
+//! be launched or read); a module whose one kernel has SASS for sm_80 alone; a module of one
+//! managed variable in sm_52 SASS alone; and a module of the saxpy PTX the kernel check
+//! JIT-compiles. The layout is `docs/fatbin.md`'s; elfkit reads them back, and NVIDIA's
+//! cuobjdump lists them (runner/tests/gpu_confirm/).
 
 use crate::cuda::gpu::SAXPY_PTX;
 
@@ -66,6 +67,7 @@ fn container(kind: u16, arch: u32, major: u16, minor: u16, payload: &[u8]) -> Ve
 struct Section {
     name: u32,
     kind: u32,
+    flags: u64,
     offset: u64,
     size: u64,
     link: u32,
@@ -74,24 +76,63 @@ struct Section {
     entsize: u64,
 }
 
-/// An sm_52 cubin with no kernel and no device data: ELF ABI 7 (`EI_OSABI` 0x33,
-/// `EI_ABIVERSION` 7), `e_version` 0x81 (ptxas 12.9), `e_flags` 0x340534 (sm_52, as cuFFT's),
-/// a symbol table of section symbols only, and a call graph of no function.
-pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
-    let shstrtab = b"\0.shstrtab\0.strtab\0.symtab\0.nv.callgraph\0".to_vec();
+/// What a hand-built cubin holds besides its call graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Nothing that can be launched or read (cuFFT 11.4's sm_52 module).
+    Nothing,
+    /// One kernel of this name (`STO_CUDA_ENTRY`): 128 bytes of `.text`, never run.
+    Kernel(&'static str),
+    /// One 4-byte managed variable of this name (`STO_CUDA_MANAGED`, in `.nv.global`).
+    Managed(&'static str),
+}
+
+/// A cubin for `sm_XY` laid out as ptxas 12.9 writes one (ELF ABI 7, `EI_OSABI` 0x33,
+/// `e_version` 0x81, `e_flags` `sm << 16 | 0x500 | sm` as cuFFT's sm_52 one, 0x340534): a symbol
+/// table, a call graph of no function, and what `holding` says. Only its layout is real: a
+/// kernel's code is zeros, for a GPU it cannot load on.
+pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
+    let (extra_name, extra_kind, extra_flags, extra_bytes, symbol): (&str, u32, u64, Vec<u8>, _) =
+        match holding {
+            Holding::Nothing => ("", 0, 0, Vec::new(), None),
+            // SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR; STT_FUNC | STB_GLOBAL, STO_CUDA_ENTRY.
+            Holding::Kernel(name) => (".text.", 1, 6, vec![0; 128], Some((name, 0x12u8, 0x10u8))),
+            // SHT_NOBITS, SHF_WRITE | SHF_ALLOC; STT_OBJECT | STB_GLOBAL, STO_CUDA_MANAGED.
+            Holding::Managed(name) => (".nv.global", 8, 3, Vec::new(), Some((name, 0x11, 0x04))),
+        };
+    let extra_section = match holding {
+        Holding::Kernel(name) => format!("{extra_name}{name}"),
+        _ => extra_name.to_owned(),
+    };
+    let mut shstrtab = b"\0.shstrtab\0.strtab\0.symtab\0.nv.callgraph\0".to_vec();
+    let extra_at = shstrtab.len() as u32;
+    if symbol.is_some() {
+        shstrtab.extend_from_slice(extra_section.as_bytes());
+        shstrtab.push(0);
+    }
     let name_at = |name: &[u8]| {
         shstrtab
             .windows(name.len())
             .position(|w| w == name)
             .expect("a name of the table") as u32
     };
-    let strtab = b"\0".to_vec();
-    // Symbols: the null one and the section symbol of .nv.callgraph (section 4).
+    let mut strtab = b"\0".to_vec();
+    // Symbols: the null one, the section symbol of .nv.callgraph (section 4), and the kernel's
+    // or variable's (in section 5), global, after the locals.
     let mut symtab = vec![0u8; 24];
     symtab.extend_from_slice(&[0, 0, 0, 0, 3, 0]); // st_name 0, STT_SECTION, STB_LOCAL
     symtab.extend_from_slice(&4u16.to_le_bytes()); // st_shndx
     symtab.extend_from_slice(&[0; 16]); // st_value, st_size
-                                        // The call graph of a module with no function: ptxas writes `<0,-1>` to `<0,-4>`.
+    if let Some((name, info, other)) = symbol {
+        push_u32(&mut symtab, strtab.len() as u32);
+        strtab.extend_from_slice(name.as_bytes());
+        strtab.push(0);
+        symtab.extend_from_slice(&[info, other]);
+        symtab.extend_from_slice(&5u16.to_le_bytes());
+        push_u64(&mut symtab, 0);
+        push_u64(&mut symtab, if extra_kind == 8 { 4 } else { 128 });
+    }
+    // The call graph of a module with no function: ptxas writes `<0,-1>` to `<0,-4>`.
     let mut callgraph = Vec::new();
     for k in 1..=4i32 {
         push_u32(&mut callgraph, 0);
@@ -110,10 +151,12 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
     let at_strtab = place(&strtab, 1);
     let at_symtab = place(&symtab, 8);
     let at_callgraph = place(&callgraph, 4);
-    let sections = [
+    let at_extra = place(&extra_bytes, 128);
+    let mut sections = vec![
         Section {
             name: 0,
             kind: 0,
+            flags: 0,
             offset: 0,
             size: 0,
             link: 0,
@@ -124,6 +167,7 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
         Section {
             name: name_at(b".shstrtab\0"),
             kind: 3,
+            flags: 0,
             offset: at_shstrtab,
             size: shstrtab.len() as u64,
             link: 0,
@@ -134,6 +178,7 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
         Section {
             name: name_at(b".strtab\0"),
             kind: 3,
+            flags: 0,
             offset: at_strtab,
             size: strtab.len() as u64,
             link: 0,
@@ -144,6 +189,7 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
         Section {
             name: name_at(b".symtab\0"),
             kind: 2,
+            flags: 0,
             offset: at_symtab,
             size: symtab.len() as u64,
             link: 2,
@@ -154,6 +200,7 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
         Section {
             name: name_at(b".nv.callgraph\0"),
             kind: 0x7000_0001, // SHT_CUDA_CALLGRAPH
+            flags: 0,
             offset: at_callgraph,
             size: callgraph.len() as u64,
             link: 3,
@@ -162,6 +209,19 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
             entsize: 8,
         },
     ];
+    if symbol.is_some() {
+        sections.push(Section {
+            name: extra_at,
+            kind: extra_kind,
+            flags: extra_flags,
+            offset: at_extra,
+            size: if extra_kind == 8 { 4 } else { 128 },
+            link: 0,
+            info: 0,
+            align: if extra_kind == 8 { 4 } else { 128 },
+            entsize: 0,
+        });
+    }
     while body.len() % 8 != 0 {
         body.push(0);
     }
@@ -169,7 +229,7 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
     for s in &sections {
         push_u32(&mut body, s.name);
         push_u32(&mut body, s.kind);
-        push_u64(&mut body, 0); // flags
+        push_u64(&mut body, s.flags);
         push_u64(&mut body, 0); // address
         push_u64(&mut body, s.offset);
         push_u64(&mut body, s.size);
@@ -188,7 +248,7 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
     push_u64(&mut header, 0); // e_entry
     push_u64(&mut header, 0); // e_phoff: no program headers
     push_u64(&mut header, shoff);
-    push_u32(&mut header, 0x0034_0534); // e_flags: sm_52
+    push_u32(&mut header, sm << 16 | 0x500 | sm); // e_flags
     push_u16(&mut header, 64); // e_ehsize
     push_u16(&mut header, 56); // e_phentsize
     push_u16(&mut header, 0); // e_phnum
@@ -199,11 +259,36 @@ pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
     body
 }
 
+/// An sm_52 cubin with no kernel and no device data ([`cubin`] holding nothing).
+pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
+    cubin(52, Holding::Nothing)
+}
+
 /// A fat binary of one module holding [`kernelless_sm52_cubin`] alone (entry format 1.7, as
 /// CUDA 12.9's fatbinary writes an ABI 7 cubin): on any GPU but a 5.x one, no image fits.
 pub fn kernelless_sm52_fatbin() -> Vec<u8> {
     container(2, 52, 1, 7, &kernelless_sm52_cubin())
 }
+
+/// A fat binary of one module holding one kernel, `cuda_sandbox_sm80_only`, in SASS for sm_80
+/// alone: on any GPU but an 8.x one, no image fits (209), and only a launch of that kernel
+/// needs it. Its code is zeros: it is for GPUs it cannot load on.
+pub fn sm80_only_fatbin() -> Vec<u8> {
+    container(2, 80, 1, 7, &cubin(80, Holding::Kernel(SM80_KERNEL)))
+}
+
+/// The kernel of [`sm80_only_fatbin`].
+pub const SM80_KERNEL: &str = "cuda_sandbox_sm80_only";
+
+/// A fat binary of one module holding one managed variable, `cuda_sandbox_managed`, and no
+/// kernel, in an sm_52 cubin alone: on any GPU but a 5.x one it has no image. The runtime
+/// loads a module with a managed variable when the program starts, even under lazy loading.
+pub fn managed_sm52_fatbin() -> Vec<u8> {
+    container(2, 52, 1, 7, &cubin(52, Holding::Managed(MANAGED_VARIABLE)))
+}
+
+/// The variable of [`managed_sm52_fatbin`].
+pub const MANAGED_VARIABLE: &str = "cuda_sandbox_managed";
 
 /// A fat binary of one module holding the saxpy PTX (ISA 6.0, compute_50): every driver from
 /// CUDA 9.0 on JIT-compiles it for its GPU.
@@ -235,6 +320,28 @@ mod tests {
     }
 
     #[test]
+    fn the_sm80_and_managed_modules_read_back_with_their_kernel_and_variable() {
+        let bytes = sm80_only_fatbin();
+        let code = read_gpu_code(&bytes).unwrap();
+        let e = &code.containers[0].entries[0];
+        assert_eq!(e.arch.sm_name(), "sm_80");
+        let facts = cubin_facts(&payload(&bytes, e).unwrap()).unwrap();
+        assert_eq!(
+            (facts.kernels, facts.managed),
+            (vec![SM80_KERNEL.into()], vec![])
+        );
+        let bytes = managed_sm52_fatbin();
+        let code = read_gpu_code(&bytes).unwrap();
+        let e = &code.containers[0].entries[0];
+        assert_eq!(e.arch.sm_name(), "sm_52");
+        let facts = cubin_facts(&payload(&bytes, e).unwrap()).unwrap();
+        assert_eq!(
+            (facts.kernels, facts.managed),
+            (vec![], vec![MANAGED_VARIABLE.into()])
+        );
+    }
+
+    #[test]
     fn the_saxpy_module_reads_back_as_ptx_with_one_kernel() {
         let bytes = saxpy_fatbin();
         let code = read_gpu_code(&bytes).unwrap();
@@ -245,6 +352,6 @@ mod tests {
         );
         assert_eq!(e.version.to_string(), "6.0");
         let facts = ptx_facts(&payload(&bytes, e).unwrap());
-        assert_eq!(facts.entries, 1);
+        assert_eq!(facts.kernels, ["saxpy"]);
     }
 }

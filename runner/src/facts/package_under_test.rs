@@ -16,7 +16,7 @@ use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
 use serde::Serialize;
 
-use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime};
+use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
 use crate::facts::walk::{resolve, walk, PathError};
 
 /// The store directory package paths live in.
@@ -233,11 +233,19 @@ impl PackageUnderTest {
         }
     }
 
-    /// The scanned files that carry GPU code.
-    pub(crate) fn with_gpu_code(&self) -> impl Iterator<Item = &ScannedFile> {
-        self.scanned
-            .iter()
-            .filter(|f| !f.gpu_code.containers.is_empty())
+    /// The scanned files the GPU code judgment looks at: those that carry GPU code, and those
+    /// without that carry a CUDA runtime (shared, a static copy, or `libcudart.so.N` needed),
+    /// which it judges by the runtime alone.
+    pub(crate) fn to_judge(&self) -> impl Iterator<Item = &ScannedFile> {
+        self.scanned.iter().filter(|f| {
+            !f.gpu_code.containers.is_empty()
+                || f.runtime
+                    .as_ref()
+                    .is_some_and(|r| r.form != RuntimeForm::Archive)
+                || f.dynamic
+                    .as_ref()
+                    .is_some_and(|d| d.needed.iter().any(|n| n.starts_with("libcudart.so.")))
+        })
     }
 
     /// The scanned files that are or hold a CUDA runtime.

@@ -7,8 +7,10 @@
 //! - a module with PTX runs by JIT: ZLUDA refuses no PTX ISA version and no `.target` (its
 //!   `ptx_parser` reads `.version` and `.target sm_XY` and checks neither), so no ISA table
 //!   bounds it; whether it handles every instruction of the PTX is known only by loading it;
-//! - a module with SASS alone cannot run (v6's release build then compiles an empty module, and
-//!   the program's kernel is not found in it);
+//! - a module with SASS alone cannot load (v6's release build then compiles an empty module, and
+//!   the program's kernel is not found in it): its kernels fail, as a module without code for
+//!   the GPU does on NVIDIA's driver, so the file runs partly when other modules carry PTX and
+//!   cannot run when none does;
 //! - the capability judged is ZLUDA's reported one (8.8 by default in v4 and v6, 8.5 from
 //!   v7-preview.8; `ZLUDA_CC`/`ZLUDA_SM` set it from v6): it decides nothing here, as ZLUDA
 //!   compiles whichever PTX it is given, but it is what the program sees.
@@ -18,10 +20,8 @@
 
 use crate::facts::gpu_words::{carried, module_place};
 use cuda_sandbox_elfkit::fatbin::rules::Load;
-use cuda_sandbox_elfkit::fatbin::verdict::{
-    Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
-};
-use cuda_sandbox_elfkit::fatbin::{Capability, EntryKind, GpuCode, Origin, Purpose};
+use cuda_sandbox_elfkit::fatbin::verdict::{judge_loads, GpuDriven, Judgement, ModuleVerdict};
+use cuda_sandbox_elfkit::fatbin::{Capability, Entry, EntryKind, GpuCode};
 
 /// The compute capability ZLUDA reports by default: 8.8 in v4 (as Nixpkgs builds it) and v6,
 /// its newest release (`COMPUTE_CAPABILITY_MINOR = 8`); from v7-preview.8 it is 8.5.
@@ -31,57 +31,23 @@ pub(crate) const REPORTED_CAPABILITY: Capability = Capability { major: 8, minor:
 /// `cuda_types`, 12040; v6 reports 13000). ZLUDA's rule does not depend on it.
 pub(crate) const REPORTED_CUDA: i32 = 12040;
 
-/// Each loadable module of `code` as ZLUDA loads it, and the file's verdict: it fails when a
-/// module has SASS and no PTX (unless the program loads that module itself and another module
-/// loads, as for NVIDIA's driver), runs by JIT otherwise.
-pub(crate) fn judge(code: &GpuCode) -> Judgement {
-    let mut judgement = Judgement {
-        verdict: FileVerdict::NoGpuCode,
-        gpu: GpuDriven::Yes,
-        newer_toolkit: None,
-        modules: Vec::new(),
-        not_judged: Default::default(),
-    };
-    for (i, c) in code.containers.iter().enumerate() {
-        match c.purpose {
-            Purpose::Loadable => {}
-            Purpose::DeviceLinkInput => {
-                judgement.not_judged.device_link_input += 1;
-                continue;
-            }
-            Purpose::LinkInput => {
-                judgement.not_judged.link_input += 1;
-                continue;
-            }
-        }
-        let image = |kind: EntryKind| c.entries.iter().rposition(|e| e.kind == kind);
-        let load = match (image(EntryKind::Ptx), image(EntryKind::Sass)) {
-            // v6 tries the PTX images last first, and keeps the first it parses whole.
-            (Some(image), _) => Load::Jit { image },
-            (None, Some(_)) => Load::NoBinaryForGpu,
-            (None, None) => {
-                judgement.not_judged.nvvm_only += 1;
-                continue;
-            }
-        };
-        // As for NVIDIA's driver: a module the program loads itself (a byte array it hands to
-        // cuModuleLoadData) is one it may choose not to load, when another module loads.
-        let excuse = (load.fails() && matches!(c.origin, Origin::Scan(_)))
-            .then_some(Excuse::LoadedByTheProgram);
-        judgement.modules.push(ModuleVerdict {
-            module: i,
-            load,
-            excuse,
-        });
+/// Each module of `code` (read from the file `data`) as ZLUDA loads it, and the file's
+/// verdict by the same module model as for NVIDIA's driver
+/// ([`cuda_sandbox_elfkit::fatbin::verdict::judge_loads`]): a module of SASS alone fails its
+/// own kernels, so a file runs partly when others carry PTX, and cannot run when none does.
+pub(crate) fn judge(code: &GpuCode, data: &[u8]) -> Judgement {
+    judge_loads(code, data, GpuDriven::Yes, None, load)
+}
+
+/// What ZLUDA does with a module of `entries`: it compiles a PTX image (v6 tries the last
+/// first), and loads nothing else.
+fn load(entries: &[Entry]) -> Load {
+    let image = |kind: EntryKind| entries.iter().rposition(|e| e.kind == kind);
+    match (image(EntryKind::Ptx), image(EntryKind::Sass)) {
+        (Some(image), _) => Load::Jit { image },
+        (None, Some(_)) => Load::NoBinaryForGpu,
+        (None, None) => Load::NotForTheDriver,
     }
-    judgement.verdict = if judgement.modules.is_empty() {
-        FileVerdict::NoGpuCode
-    } else if judgement.failing().next().is_some() {
-        FileVerdict::Fails
-    } else {
-        FileVerdict::RunsByJit
-    };
-    judgement
 }
 
 /// The verdict of [`judge`] in one line, on `on` (the target described).
@@ -115,7 +81,8 @@ pub(crate) fn reason(code: &GpuCode, judgement: &Judgement, on: &str) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cuda_sandbox_elfkit::fatbin::{Arch, Compression, Container, Entry, Version};
+    use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
+    use cuda_sandbox_elfkit::fatbin::{Arch, Compression, Container, Origin, Purpose, Version};
 
     fn module(origin: Origin, images: &[(EntryKind, &str)]) -> Container {
         Container {
@@ -142,7 +109,7 @@ mod tests {
     }
 
     fn verdict(containers: Vec<Container>) -> FileVerdict {
-        judge(&GpuCode { containers }).verdict
+        judge(&GpuCode { containers }, &[]).verdict
     }
 
     const SASS: EntryKind = EntryKind::Sass;
@@ -161,18 +128,21 @@ mod tests {
             verdict(vec![module(file(), &[(SASS, "sm_80"), (PTX, "sm_120")])]),
             FileVerdict::RunsByJit
         );
+        // A module of SASS alone beside one with PTX fails its own kernels, not the file;
+        // what it holds cannot be read here (these modules have no payload), so the file's
+        // answer is unknown, never "runs" (with kernels it runs partly: the cli tests).
         assert_eq!(
             verdict(vec![
                 module(file(), &[(PTX, "sm_75")]),
                 module(file(), &[(SASS, "sm_90")]),
             ]),
-            FileVerdict::Fails
+            FileVerdict::Unknown
         );
         assert_eq!(verdict(vec![]), FileVerdict::NoGpuCode);
     }
 
     #[test]
-    fn a_module_the_program_loads_itself_is_excused_only_when_another_loads() {
+    fn a_module_the_program_loads_itself_is_reported_and_fails_the_file_only_alone() {
         let scan = || Origin::Scan(".data".into());
         let file = || Origin::Section(".nv_fatbin".into());
         assert_eq!(

@@ -102,7 +102,7 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
     assert_eq!(json["findings"][0]["kind"], "ptx-too-new");
     // Issue 34: the schema and what was judged are echoed, versions are "12.9", modules
     // are numbered from 1 as the text does.
-    assert_eq!(json["schema"], 3);
+    assert_eq!(json["schema"], 4);
     assert_eq!(json["targets"][0]["device"], "9.0");
     assert_eq!(json["targets"][0]["driver"]["cuda"], "12.2");
     let module = &verdict["judgement"]["modules"][0];
@@ -182,22 +182,29 @@ fn modules_nothing_can_launch_or_read_are_listed_not_judged() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let empty = kernelless_library(&real, dir.path(), "libempty", false);
-    let data = kernelless_library(&real, dir.path(), "libdata", true);
-    let out = lint(&["--target", "sm_90", "--driver-cuda", "12.9"], &[&empty]);
+    let empty = kernelless_library(&real, dir.path(), "libempty", false, false);
+    let data = kernelless_library(&real, dir.path(), "libdata", true, false);
+    let managed = kernelless_library(&real, dir.path(), "libmanaged", true, true);
+    // Neither a kernel nor a managed variable: nothing fails if the module cannot load, plain
+    // `__device__`/`__constant__` data included (a host read loads the module on first use).
+    for file in [&empty, &data] {
+        let out = lint(&["--target", "sm_90", "--driver-cuda", "12.9"], &[file]);
+        out.says(
+            0,
+            &[
+                "nothing the driver loads on sm_90 (driver CUDA 12.9)",
+                "1 module(s) with neither a kernel nor a managed variable",
+            ],
+        );
+    }
+    // A managed variable's module loads when the program starts: without code for the GPU,
+    // unknown (exit 3), never "runs".
+    let out = lint(&["--target", "sm_90", "--driver-cuda", "12.9"], &[&managed]);
     out.says(
-        0,
+        3,
         &[
-            "nothing the driver loads on sm_90 (driver CUDA 12.9)",
-            "1 module(s) with no kernel and no device data",
-        ],
-    );
-    let out = lint(&["--target", "sm_90", "--driver-cuda", "12.9"], &[&data]);
-    out.says(
-        101,
-        &[
-            "cannot run on sm_90",
-            "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
+            "cannot be judged for sm_90",
+            "managed variable(s) `cuda_sandbox_managed`",
             "SASS sm_52",
         ],
     );

@@ -11,7 +11,10 @@ mod common;
 use std::process::Command;
 
 use common::RUNNER;
-use cuda_sandbox_check::facts::module_images::{kernelless_sm52_fatbin, saxpy_fatbin};
+use cuda_sandbox_check::facts::module_images::{
+    kernelless_sm52_fatbin, managed_sm52_fatbin, saxpy_fatbin, sm80_only_fatbin, MANAGED_VARIABLE,
+    SM80_KERNEL,
+};
 use cuda_sandbox_testkit::real_nvidia::{Branch, Cudart, RealNvidia};
 use serde_json::Value;
 

@@ -24,6 +24,27 @@ fn the_hand_built_modules_are_what_cuobjdump_lists() {
     }
     // Nothing to launch: no symbol marked ENTRY, no function section.
     assert!(!elf.contains("ENTRY") && !elf.contains(".text."), "{elf}");
+    // One kernel in sm_80 SASS alone, and one managed variable in sm_52 SASS alone: cuobjdump
+    // names them ENTRY and MANAGED as it does ptxas' own.
+    let sm80 = dir.path().join("sm80.fatbin");
+    std::fs::write(&sm80, sm80_only_fatbin()).unwrap();
+    let elf = cuobjdump(&real, &["-elf"], &sm80);
+    for needed in [
+        "arch = sm_80",
+        "sm=80",
+        "ENTRY",
+        SM80_KERNEL,
+        ".text.cuda_sandbox",
+    ] {
+        assert!(elf.contains(needed), "{needed:?} not in:\n{elf}");
+    }
+    let managed = dir.path().join("managed.fatbin");
+    std::fs::write(&managed, managed_sm52_fatbin()).unwrap();
+    let elf = cuobjdump(&real, &["-elf"], &managed);
+    for needed in ["arch = sm_52", "MANAGED", MANAGED_VARIABLE, ".nv.global"] {
+        assert!(elf.contains(needed), "{needed:?} not in:\n{elf}");
+    }
+    assert!(!elf.contains("ENTRY"), "{elf}");
     let saxpy = dir.path().join("saxpy.fatbin");
     std::fs::write(&saxpy, saxpy_fatbin()).unwrap();
     let ptx = cuobjdump(&real, &["-ptx"], &saxpy);

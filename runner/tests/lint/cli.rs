@@ -89,7 +89,7 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     }
     let run = lint(&["--json", &p.dir("renamed")]);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(report["schema"], 3);
+    assert_eq!(report["schema"], 4);
     assert_eq!(
         report["stub_libcuda"],
         serde_json::json!([{"file": renamed, "entry_points": 625}]),

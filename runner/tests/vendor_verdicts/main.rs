@@ -19,6 +19,12 @@
 //! - `nvjpeg12`: `libnvjpeg.so.12` of nvidia-nvjpeg-cu12 12.4.0.76 (static runtime 12.9);
 //! - `nvjpeg13`: `libnvjpeg.so.13` of nvidia-nvjpeg 13.2.3.58 (static runtime 13.4, zstd).
 //!
+//! A second table holds the libraries whose modules keep kernels for some GPUs only (issue
+//! 47: cuBLAS 12.9/13.10, cuDNN 9.28 cnn, cuSPARSE 12.5, NCCL 2.32, and two third-party
+//! builds) to NVIDIA's published support: each row cites the page that says the library
+//! supports the GPU with that driver (it must run, wholly or partly) or does not (it must not
+//! run). [`SUPPORT`] has the rows.
+//!
 //! Under `CI=true` a missing file fails the test. Each route runs once per driver over all
 //! files and targets (`--target` takes a list), so each large file is read once per run.
 
@@ -109,6 +115,60 @@ fn expected(cell: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// CUDA 12.8 release notes (docs.nvidia.com/cuda/archive/12.8.0/cuda-toolkit-release-notes):
+/// 12.8 adds Blackwell (sm_100, sm_120) to the toolkit and its libraries, cuBLAS among them.
+const CUDA_12_8: &str = "https://docs.nvidia.com/cuda/archive/12.8.0/cuda-toolkit-release-notes";
+/// NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility", table 1: CUDA 13.x needs a
+/// driver >= 580 (CUDA 13.0), 12.x one >= 525 and < 580.
+const MINOR_VERSION: &str =
+    "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html";
+/// cuDNN's support matrix (docs.nvidia.com/deeplearning/cudnn/latest/support-matrix): cuDNN 9
+/// for CUDA 12.8/12.9 with a driver >= 570.26 supports compute capability 12.0, 10.0, 9.0,
+/// 8.9, 8.6, 8.0, 7.5 (and older); the CUDA 13 package needs a 13.x (>= 580) driver.
+const CUDNN: &str = "https://docs.nvidia.com/deeplearning/cudnn/latest/support-matrix/index.html";
+/// bitsandbytes 0.50.2's installation guide: NVIDIA GPUs of compute capability 6.0 and newer;
+/// its PyPI builds carry a library per CUDA release (sm60 to sm90 for 11.8 to 12.6, more after).
+const BITSANDBYTES: &str = "https://huggingface.co/docs/bitsandbytes/v0.50.2/en/installation";
+/// CuPy's installation guide (v14): an NVIDIA GPU of compute capability 3.0 or larger, CUDA
+/// 12.0 to 13.1; cupy-cuda12x is the wheel for CUDA 12.x.
+const CUPY: &str = "https://docs.cupy.dev/en/stable/install.html";
+
+/// The verdict table against NVIDIA's published support: (file, target, driver, whether the
+/// page says it is supported there, the page). A supported pair must run (wholly or partly:
+/// `runs-by-sass`, `runs-by-jit`, `runs-partly`); an unsupported one must not (`fails`).
+pub(crate) const SUPPORT: &[(&str, &str, &str, bool, &str)] = &[
+    ("cublaslt12", "8.0", "12.8", true, CUDA_12_8),
+    ("cublaslt12", "8.6", "12.8", true, CUDA_12_8),
+    ("cublaslt12", "8.9", "12.8", true, CUDA_12_8),
+    ("cublaslt12", "9.0", "12.8", true, CUDA_12_8),
+    ("cublaslt12", "12.0", "12.8", true, CUDA_12_8),
+    ("cublas12", "8.0", "12.8", true, CUDA_12_8),
+    ("cublas12", "9.0", "12.8", true, CUDA_12_8),
+    ("cublas12", "12.0", "12.8", true, CUDA_12_8),
+    // Blackwell on a driver before 12.8: outside support.
+    ("cublaslt12", "12.0", "12.4", false, CUDA_12_8),
+    ("cublas12", "10.0", "12.4", false, CUDA_12_8),
+    ("cudnn12", "8.0", "12.8", true, CUDNN),
+    ("cudnn12", "9.0", "12.8", true, CUDNN),
+    ("cudnn12", "12.0", "12.8", true, CUDNN),
+    ("cudnn13", "9.0", "13.0", true, CUDNN),
+    ("cudnn13", "9.0", "12.8", false, CUDNN),
+    ("cublas13", "9.0", "13.0", true, MINOR_VERSION),
+    ("cublaslt13", "9.0", "13.0", true, MINOR_VERSION),
+    ("cublas13", "9.0", "12.8", false, MINOR_VERSION),
+    ("cublaslt13", "9.0", "12.8", false, MINOR_VERSION),
+    ("nvblas13", "9.0", "12.8", false, MINOR_VERSION),
+    ("cusparse12", "8.0", "12.8", true, CUDA_12_8),
+    ("cusparse12", "9.0", "12.8", true, CUDA_12_8),
+    ("nccl13", "9.0", "13.0", true, MINOR_VERSION),
+    ("nccl13", "9.0", "12.8", false, MINOR_VERSION),
+    ("bnb128", "8.0", "12.8", true, BITSANDBYTES),
+    ("bnb128", "9.0", "12.8", true, BITSANDBYTES),
+    ("bnb130", "9.0", "12.8", false, MINOR_VERSION),
+    ("cupy12", "8.0", "12.8", true, CUPY),
+    ("cupy12", "9.0", "12.8", true, CUPY),
+];
+
 /// The corpus file of a row's name.
 fn file(real: &RealNvidia, name: &str) -> PathBuf {
     let (wheel, file) = match name {
@@ -118,6 +178,18 @@ fn file(real: &RealNvidia, name: &str) -> PathBuf {
         "curand13" => ("curand-10.4.4", "libcurand.so.10"),
         "nvjpeg12" => ("nvjpeg-12.4.0", "libnvjpeg.so.12"),
         "nvjpeg13" => ("nvjpeg-13.2.3", "libnvjpeg.so.13"),
+        "cublas12" => ("cublas-12.9.3", "libcublas.so.12"),
+        "cublaslt12" => ("cublas-12.9.3", "libcublasLt.so.12"),
+        "cublas13" => ("cublas-13.10.0", "libcublas.so.13"),
+        "cublaslt13" => ("cublas-13.10.0", "libcublasLt.so.13"),
+        "nvblas13" => ("cublas-13.10.0", "libnvblas.so.13"),
+        "cudnn12" => ("cudnn-cu12-9.28.0", "libcudnn_cnn.so.9"),
+        "cudnn13" => ("cudnn-cu13-9.28.1", "libcudnn_cnn.so.9"),
+        "cusparse12" => ("cusparse-12.5.10", "libcusparse.so.12"),
+        "nccl13" => ("nccl-2.32.3", "libnccl.so.2"),
+        "bnb128" => ("bitsandbytes-0.50.2", "libbitsandbytes_cuda128.so"),
+        "bnb130" => ("bitsandbytes-0.50.2", "libbitsandbytes_cuda130.so"),
+        "cupy12" => ("cupy-14.2.0", "cub.cpython-312-x86_64-linux-gnu.so"),
         other => panic!("unknown file {other:?} in the table"),
     };
     real.corpus(wheel, file)
@@ -130,11 +202,11 @@ fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
 
-/// `lint --json --target ALL --driver-cuda DRIVER FILES...`.
-fn by_lint(files: &[PathBuf], driver: &str) -> Verdicts {
+/// `lint --json --target TARGETS --driver-cuda DRIVER FILES...`.
+fn by_lint(files: &[PathBuf], targets: &[&str], driver: &str) -> Verdicts {
     let out = Command::new(RUNNER)
         .args(["lint", "--no-manifest", "--json", "--target"])
-        .arg(TARGETS.join(","))
+        .arg(targets.join(","))
         .args(["--driver-cuda", driver])
         .args(files)
         .output()
@@ -156,14 +228,14 @@ fn by_lint(files: &[PathBuf], driver: &str) -> Verdicts {
     verdicts
 }
 
-/// `--package FILE... --target ALL --driver-cuda DRIVER`, `package::gpu_code` alone, on a
-/// driver that finds no GPU (so a GPU host's own GPUs never count).
-fn by_package(no_gpu: &FakeDriver, files: &[PathBuf], driver: &str) -> Verdicts {
+/// `--package FILE... --target TARGETS --driver-cuda DRIVER`, `package::gpu_code` alone, on
+/// a driver that finds no GPU (so a GPU host's own GPUs never count).
+fn by_package(no_gpu: &FakeDriver, files: &[PathBuf], targets: &[&str], driver: &str) -> Verdicts {
     let mut args = vec!["--no-manifest".to_owned()];
     for f in files {
         args.extend(["--package".to_owned(), f.display().to_string()]);
     }
-    args.extend(["--target".into(), TARGETS.join(",")]);
+    args.extend(["--target".into(), targets.join(",")]);
     args.extend(["--driver-cuda".into(), driver.into()]);
     args.extend(["--exact".into(), "package::gpu_code".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
