@@ -112,11 +112,6 @@ impl Strip {
         }
         out
     }
-
-    /// Whether a symbol table survives.
-    fn keeps_symbols(self) -> bool {
-        matches!(self, Strip::NixpkgsDebug)
-    }
 }
 
 /// The runtime in the file at `path`, found by its own search (`runtime_in`), after checking
