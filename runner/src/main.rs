@@ -9,11 +9,12 @@ use cuda_sandbox_check::check::RunsWhen;
 use cuda_sandbox_check::checks::options::{Cli, LintCli};
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
-use cuda_sandbox_check::facts::elf_lint;
+use cuda_sandbox_check::facts::elf_lint::{self, LintStatus};
 use cuda_sandbox_check::facts::expectations::ManifestState;
 use cuda_sandbox_check::facts::features::{self, FeaturesCli};
 use cuda_sandbox_check::facts::inventory::{self, InventoryCli};
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
+use cuda_sandbox_check::output;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
@@ -53,7 +54,7 @@ fn main() -> ExitCode {
             Summary::of(&conclusion),
         );
         if let Err(error) = report.write(&path) {
-            eprintln!("cuda-sandbox-check: {error}");
+            output::error_line(format_args!("cuda-sandbox-check: {error}"));
             return ExitCode::from(101);
         }
     }
@@ -128,10 +129,14 @@ fn after_help() -> String {
 fn confirm_main(cli: &ConfirmCli) -> ExitCode {
     match confirm(cli) {
         Ok((report, found)) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).expect("plain data")
-            );
+            let printed = output::to_stdout(|out| {
+                cuda_sandbox_check::pretty_json::to_writer_pretty(&mut *out, &report)?;
+                writeln!(out)
+            });
+            if let Err(why) = printed {
+                output::error_line(format_args!("cuda-sandbox-check gpu-confirm: {why}"));
+                return ExitCode::from(2);
+            }
             match found {
                 Confirmed::Held => ExitCode::SUCCESS,
                 Confirmed::NotBorneOut => ExitCode::from(101),
@@ -139,83 +144,46 @@ fn confirm_main(cli: &ConfirmCli) -> ExitCode {
             }
         }
         Err(why) => {
-            eprintln!("cuda-sandbox-check gpu-confirm: {why}");
+            output::error_line(format_args!("cuda-sandbox-check gpu-confirm: {why}"));
             ExitCode::from(2)
         }
     }
 }
 
-/// Writes `value` to stdout as pretty JSON and a newline, streamed through a buffer: a
-/// library's listing runs to megabytes (cuFFT's: 12 MB), and no `String` of it is built first.
-fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    cuda_sandbox_check::pretty_json::to_writer_pretty(&mut out, value)?;
-    out.write_all(b"\n")?;
-    out.flush()
-}
-
-/// Exit status of a run in which nothing failed but some file could not be judged (`lint`:
-/// only `gpu-code-unknown` findings; checks: an undecided `package::gpu_code`).
+/// Exit status of a check run in which nothing failed but `package::gpu_code` could not judge
+/// a file.
 const UNDECIDED: u8 = 3;
 
-/// `lint`: one line per finding, then a summary; 0 clean, 101 findings, 3 only files the
-/// rules cannot judge, 2 unusable input.
+/// `lint`: the report (text or JSON) on stdout, a path that cannot be judged on stderr, and
+/// the answer as the exit status ([`LintStatus`]); 2 for unusable flags or manifest.
 fn lint_main(cli: LintCli) -> ExitCode {
+    let fail = |why: &dyn std::fmt::Display| {
+        output::error_line(format_args!("cuda-sandbox-check lint: {why}"));
+        ExitCode::from(LintStatus::CannotJudge.code())
+    };
     let manifest = ManifestState::load(cli.manifest.as_deref(), cli.no_manifest);
     if let Some(why) = manifest.broken() {
-        eprintln!("cuda-sandbox-check lint: {why}");
-        return ExitCode::from(2);
+        return fail(&why);
     }
     let config = match checks::lint::config(&cli.lint, &manifest) {
         Ok(config) => config,
-        Err(why) => {
-            eprintln!("cuda-sandbox-check lint: {why}");
-            return ExitCode::from(2);
-        }
+        Err(why) => return fail(&why),
     };
     let report = elf_lint::lint(&cli.paths, &config);
-    if cli.json {
-        if let Err(why) = print_json(&report) {
-            eprintln!("cuda-sandbox-check lint: writing the report: {why}");
-            return ExitCode::from(2);
-        }
-    } else {
-        // One line per file and target first: the answer and its reason.
-        for code in &report.gpu_code {
-            let name = code.file.file_name().unwrap_or(code.file.as_os_str());
-            if code.verdicts.is_empty() {
-                println!("{}: {}", name.to_string_lossy(), code.summary);
-            }
-            for v in &code.verdicts {
-                println!("{}: {}", name.to_string_lossy(), v.reason);
-            }
-        }
-        for code in &report.gpu_code {
-            println!("gpu code: {}: {}", code.file.display(), code.summary);
-        }
-        for runtime in &report.cuda_runtimes {
-            println!(
-                "cuda runtime: {} ({}, {})",
-                runtime.file.display(),
-                runtime.form.name(),
-                runtime.version.as_deref().unwrap_or("version unknown")
-            );
-        }
-        for stub in &report.stub_libcuda {
-            println!("stub libcuda: {stub}");
-        }
-        for finding in &report.findings {
-            println!("{finding}");
-        }
-        println!("lint: {}", report.summary());
+    for finding in report.cannot_judge() {
+        output::error_line(format_args!("cuda-sandbox-check lint: {finding}"));
     }
-    if report.findings.is_empty() {
-        ExitCode::SUCCESS
-    } else if report.only_unknowns() {
-        ExitCode::from(UNDECIDED)
+    let printed = if cli.json {
+        output::to_stdout(|out| {
+            cuda_sandbox_check::pretty_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)
+        })
     } else {
-        ExitCode::from(101)
+        output::to_stdout(|out| report.write_text(out))
+    };
+    match printed {
+        Ok(()) => ExitCode::from(report.status().code()),
+        Err(why) => fail(&format_args!("writing the report: {why}")),
     }
 }
 

@@ -74,23 +74,31 @@ pub fn config(
             .and_then(|d| d.compat_dir.as_ref().map(Into::into))
     });
     config.closure = options.closure;
-    if let Some(&device) = options.target.first() {
-        let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver { device })?;
+    if let Some(first) = options.target.first() {
+        let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver {
+            device: first.capability,
+        })?;
         config.targets = options
             .target
             .iter()
-            .map(|&device| Target { device, driver })
+            .map(|arch| Target {
+                device: arch.capability,
+                driver,
+            })
             .collect();
+        config.targets_given = options.target.iter().map(|a| a.sm_name()).collect();
     }
     Ok(config)
 }
 
 /// Runs `lint::elf`.
 pub(crate) fn elf(session: &Session) -> Outcome {
-    let config = match config(&session.options.lint, &session.manifest) {
+    let mut config = match config(&session.options.lint, &session.manifest) {
         Ok(config) => config,
         Err(why) => return Outcome::fail(why, facts! {}),
     };
+    // The paths of `--lint` are the package under test: no driver link is a finding anywhere.
+    config.under_test = true;
     let report = elf_lint::lint(&session.options.lint_paths, &config);
     let mut facts = facts! {
         "paths" => &session.options.lint_paths,

@@ -7,7 +7,7 @@ use clap::{Args, Parser};
 use crate::cuda::version::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::releases;
 use cuda_sandbox_elfkit::fatbin::rules::{release, Driver, DriverVersion};
-use cuda_sandbox_elfkit::fatbin::{Arch, Capability};
+use cuda_sandbox_elfkit::fatbin::Arch;
 
 /// Which driver the runner must find loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,9 +204,10 @@ pub struct LintOptions {
 
     /// Judge the files' GPU code (fat binaries) for GPUs of these compute capabilities, each
     /// apart: sm_90, 9.0 or 90; several as sm_90,sm_120 or by repeating the flag (a fleet).
-    /// Without it the GPU code is listed, not judged.
+    /// Without it the GPU code is listed, not judged. sm_90a or sm_100f names the GPU of that
+    /// capability (a GPU has no variant; its code does), and is echoed as written.
     #[arg(long, value_name = "sm_XY,...", value_parser = parse_target, value_delimiter = ',')]
-    pub(crate) target: Vec<Capability>,
+    pub(crate) target: Vec<Arch>,
 
     /// The CUDA version of the driver that will load the GPU code, a CUDA release (12.2 for
     /// a 535 driver), for --target (default: the hook's manifest's driver, when there is one).
@@ -236,11 +237,10 @@ impl LintOptions {
     }
 }
 
-/// `--target`: a compute capability; a variant suffix names the same GPU (`sm_90a` is 9.0).
-fn parse_target(text: &str) -> Result<Capability, String> {
-    Arch::parse(text)
-        .map(|arch| arch.capability)
-        .map_err(|e| e.to_string())
+/// `--target`: a compute capability, kept with its variant suffix to echo it as given; the GPU
+/// judged is the capability's (`sm_90a` is a 9.0 GPU).
+fn parse_target(text: &str) -> Result<Arch, String> {
+    Arch::parse(text).map_err(|e| e.to_string())
 }
 
 impl Options {

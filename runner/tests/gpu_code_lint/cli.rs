@@ -24,7 +24,7 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
     // Hopper with a 535 driver: only the PTX fits, and ISA 8.8 needs CUDA 12.9.
     let ptx = lint(&["--target", "sm_90", "--driver-cuda", "12.2"], &[&ampere]);
     ptx.says(
-        101,
+        CANNOT_RUN,
         &[
             "cannot run on sm_90 (driver CUDA 12.2)",
             "ISA 8.8, which needs a driver of CUDA 12.9 (R575)",
@@ -43,7 +43,7 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
     // SASS for Turing alone, no PTX: no kernel image for Ampere.
     let none = lint(&["--target", "sm_80", "--driver-cuda", "13.0"], &[&turing]);
     none.says(
-        101,
+        CANNOT_RUN,
         &[
             "no kernel image for a 8.0 GPU",
             "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
@@ -82,7 +82,7 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
         &["--json", "--target", "sm_90", "--driver-cuda", "12.2"],
         &[&ampere],
     );
-    assert_eq!(out.code, 101, "{}", out.out);
+    assert_eq!(out.code, CANNOT_RUN, "{}", out.out);
     let json: serde_json::Value = serde_json::from_str(&out.out).unwrap();
     let file = &json["gpu_code"][0];
     let entries = &file["modules"][0]["entries"];
@@ -102,7 +102,7 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
     assert_eq!(json["findings"][0]["kind"], "ptx-too-new");
     // Issue 34: the schema and what was judged are echoed, versions are "12.9", modules
     // are numbered from 1 as the text does.
-    assert_eq!(json["schema"], 3);
+    assert_eq!(json["schema"], 4);
     assert_eq!(json["targets"][0]["device"], "9.0");
     assert_eq!(json["targets"][0]["driver"]["cuda"], "12.2");
     let module = &verdict["judgement"]["modules"][0];
@@ -118,7 +118,7 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
     );
     let last = text.out.lines().last().unwrap_or_default();
     assert!(
-        last.ends_with("; 1 file(s) cannot run on a target"),
+        last.ends_with("; 1 file(s) cannot run on a target (--target sm_90)"),
         "{}",
         text.out
     );
@@ -148,7 +148,7 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
         &[&curand],
     );
     older.says(
-        101,
+        CANNOT_RUN,
         &[
             "cannot run on sm_70 (driver CUDA 13.0): module 1 of",
             "cannot run on sm_61 (driver CUDA 13.0): module 1 of",
@@ -166,7 +166,7 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
     // A newer driver does not drive them at all (NVIDIA: R580 is their last branch).
     let dropped = lint(&["--target", "7.0", "--driver-cuda", "13.1"], &[&curand]);
     dropped.says(
-        101,
+        CANNOT_RUN,
         &["compute capability 7.0 (Volta) is driven up to CUDA 13.0 (R580)"],
     );
 }
@@ -194,7 +194,7 @@ fn modules_nothing_can_launch_or_read_are_listed_not_judged() {
     );
     let out = lint(&["--target", "sm_90", "--driver-cuda", "12.9"], &[&data]);
     out.says(
-        101,
+        CANNOT_RUN,
         &[
             "cannot run on sm_90",
             "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
@@ -278,7 +278,7 @@ fn an_image_the_driver_cannot_unpack_fails_naming_the_fix() {
         &[&ptx_only],
     );
     old.says(
-        101,
+        CANNOT_RUN,
         &[
             "cannot run on sm_90 (driver CUDA 12.2)",
             "is Zstandard-compressed, which libcuda unpacks from CUDA 12.4 (R550, 550.54.14) on",
@@ -304,7 +304,7 @@ fn an_image_the_driver_cannot_unpack_fails_naming_the_fix() {
 
 /// A fleet: `--target` takes several capabilities and each gets its verdict; a GPU the rules
 /// do not know is "cannot be judged", with an exit status of its own (3), distinct from
-/// "cannot run" (101).
+/// "cannot run" (4).
 #[test]
 fn a_fleet_gets_a_verdict_per_target_and_unknown_has_its_own_exit_status() {
     let Some(real) =
@@ -351,7 +351,10 @@ fn a_fleet_gets_a_verdict_per_target_and_unknown_has_its_own_exit_status() {
         &["--target", "9.5,9.0", "--driver-cuda", "12.2"],
         &[&ampere],
     );
-    mixed.says(101, &["cannot be judged for sm_95", "cannot run on sm_90"]);
+    mixed.says(
+        CANNOT_RUN,
+        &["cannot be judged for sm_95", "cannot run on sm_90"],
+    );
 }
 
 /// Issue 34: `--driver-cuda 535` was read as CUDA 535.0 and passed, `99.9` judged "runs", and
@@ -373,7 +376,10 @@ fn driver_versions_are_taken_as_users_write_them() {
     );
     // The driver's own version: its branch's CUDA (12.2), so ISA 8.8 PTX cannot JIT.
     let driver = lint(&["--target", "sm_90", "--driver", "535.104.05"], &[&ampere]);
-    driver.says(101, &["cannot run on sm_90 (driver CUDA 12.2)", "ISA 8.8"]);
+    driver.says(
+        CANNOT_RUN,
+        &["cannot run on sm_90 (driver CUDA 12.2)", "ISA 8.8"],
+    );
     // Above the newest release the rules know: cannot be judged, never "runs".
     let future = lint(&["--target", "sm_80", "--driver-cuda", "99.9"], &[&ampere]);
     future.says(
@@ -394,7 +400,7 @@ fn driver_versions_are_taken_as_users_write_them() {
     );
     let old = lint(&["--target", "sm_90", "--driver-cuda", "12.6"], &[&isa86]);
     old.says(
-        101,
+        CANNOT_RUN,
         &["ISA 8.6, which needs a driver of CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)"],
     );
     assert!(!old.out.contains("needs a CUDA 12.7"), "{}", old.out);
@@ -446,7 +452,7 @@ fn a_static_archive_is_listed_per_member_as_cuobjdump_lists_it() {
     }
     let devrt = lint(&[], &[&archives[0]]);
     devrt.says(
-        101,
+        FINDINGS,
         &[
             "libcudadevrt.a: 1 module(s): 1 member(s): cuda_device_runtime.o [SASS sm_50",
             "static CUDA library in the package",

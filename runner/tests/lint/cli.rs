@@ -19,7 +19,7 @@ fn lint_passes_compat_before_the_driver_link() {
 fn lint_fails_the_driver_link_before_compat_explained() {
     let p = Package::new();
     let run = lint(&["--compat-dir", COMPAT, &p.dir("wrong")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     let line = run.stdout.lines().next().unwrap();
     for needle in [
         "libwrong.so: DT_RUNPATH [/run/opengl-driver/lib:",
@@ -49,7 +49,7 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     std::fs::copy(&stub_11, p.stubs.join("libcuda.so")).unwrap();
     std::os::unix::fs::symlink("libcuda.so", p.stubs.join("libcuda.so.1")).unwrap();
     let run = lint(&["--compat-dir", COMPAT, &p.dir("stubs")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     let stubs = p.stubs.display();
     assert!(
         run.stdout.contains(&format!(
@@ -74,7 +74,7 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     let renamed = p.root.join("renamed/lib/libcuda.so.1");
     std::fs::copy(&stub_12, &renamed).unwrap();
     let run = lint(&[&p.dir("renamed")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     for needle in [
         format!(
             "stub libcuda: {}: NVIDIA's stub libcuda (625 driver entry points",
@@ -89,7 +89,7 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     }
     let run = lint(&["--json", &p.dir("renamed")]);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(report["schema"], 3);
+    assert_eq!(report["schema"], 4);
     assert_eq!(
         report["stub_libcuda"],
         serde_json::json!([{"file": renamed, "entry_points": 625}]),
@@ -107,17 +107,38 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     }
 }
 
+/// Issue 49: outside the Nix store a libcuda user without the driver link is a note (pip's
+/// `$ORIGIN` search paths are normal there), exit 0; for the package under test (`--lint` in a
+/// check run) it is a finding, as in the store (elf_lint's unit tests).
 #[test]
-fn lint_fails_a_libcuda_user_without_the_driver_link() {
+fn a_libcuda_user_without_the_driver_link_is_a_note_outside_the_store_a_finding_under_test() {
     let p = Package::new();
     let run = lint(&[&p.dir("nolink")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
-        run.stdout.contains("needs libcuda but DT_RUNPATH [/nix/store/x-cuda/lib] lacks the driver link /run/opengl-driver/lib"),
+        run.stdout.contains("note: ") && run.stdout.contains("needs libcuda but DT_RUNPATH [/nix/store/x-cuda/lib] lacks the driver link /run/opengl-driver/lib"),
         "{}",
         run.stdout
     );
     assert!(run.stdout.contains("autoAddDriverRunpath"));
+    assert!(
+        run.stdout.contains("; 0 finding(s), 1 note(s)"),
+        "{}",
+        run.stdout
+    );
+    let checked = Command::new(RUNNER)
+        .args([
+            "--no-manifest",
+            "--lint",
+            &p.dir("nolink"),
+            "--exact",
+            "lint::elf",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(101), "{out}");
+    assert!(out.contains("lacks the driver link"), "{out}");
 }
 
 #[test]
@@ -142,7 +163,7 @@ fn lint_reports_static_cuda_archives() {
     assert!(ar.success());
     std::fs::write(lib.join("libz.a"), "!<arch>\n").unwrap();
     let run = lint(&["--compat-dir", COMPAT, &p.dir("right")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     assert!(
         run.stdout.contains(&format!(
             "{}: static CUDA library in the package",
@@ -163,7 +184,7 @@ fn lint_json_lists_every_finding_with_its_kind() {
         COMPAT,
         &p.root.display().to_string(),
     ]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     let mut kinds: Vec<&str> = report["findings"]
         .as_array()
@@ -175,13 +196,11 @@ fn lint_json_lists_every_finding_with_its_kind() {
     assert_eq!(
         kinds,
         // The `stubs` directory holds a stub of this test's own, not NVIDIA's: no finding.
-        [
-            "compat-after-driver-link",
-            "compat-missing",
-            "no-driver-link"
-        ],
+        ["compat-after-driver-link", "compat-missing"],
         "{report:#}"
     );
+    // Outside the store, the missing driver link is a note.
+    assert_eq!(report["notes"][0]["kind"], "no-driver-link", "{report:#}");
     assert_eq!(report["libcuda_users"].as_array().unwrap().len(), 4);
 }
 
@@ -354,7 +373,7 @@ fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_mis
     std::os::unix::fs::symlink(&target, join.join("libnolink.so")).unwrap();
     std::os::unix::fs::symlink(&target, join.join("libnolink.so.1")).unwrap();
     let both = lint(&[&p.dir("join"), &p.dir("nolink")]);
-    assert_eq!(both.code, 101, "{}", both.stdout);
+    assert_eq!(both.code, 0, "{}", both.stdout);
     assert_eq!(
         both.stdout.matches("lacks the driver link").count(),
         1,
@@ -363,20 +382,21 @@ fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_mis
     );
     assert!(both.stdout.contains("lint: 1 file(s)"), "{}", both.stdout);
     // Alone, the links point outside the paths given (and outside the store): not followed,
-    // and a path with nothing to check fails naming it.
+    // counted, and a path with nothing to judge cannot be judged (2), saying why.
     let alone = lint(&[&p.dir("join")]);
-    assert_eq!(alone.code, 101, "{}", alone.stdout);
+    assert_eq!(alone.code, CANNOT_JUDGE, "{}", alone.stdout);
     assert!(
-        alone.stdout.contains("holds no file to check"),
+        alone.stdout.contains(
+            "holds no file to judge (nothing to judge is not a pass): 2 symlink(s) in it lead \
+             out of the paths given and the Nix store, and are not followed"
+        ),
         "{}",
         alone.stdout
     );
     let missing = lint(&["/does/not/exist"]);
-    assert_eq!(missing.code, 101, "{}", missing.stdout);
+    assert_eq!(missing.code, CANNOT_JUDGE, "{}", missing.stdout);
     assert!(
-        missing
-            .stdout
-            .contains("/does/not/exist: cannot be checked"),
+        missing.stdout.contains("/does/not/exist: cannot be judged"),
         "{}",
         missing.stdout
     );
@@ -387,7 +407,7 @@ fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_mis
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(101), "{out}");
+    assert_eq!(output.status.code(), Some(0), "{out}");
     assert!(
         out.contains(&format!("{}/./nolink/lib/libnolink.so", p.root.display()))
             || out.contains(&format!("{}/nolink/lib/libnolink.so", p.root.display())),
