@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         return inventory::run(&InventoryCli::parse_after(args.skip(1)));
     }
     let cli = Cli::from_env(after_help());
+    let allow_no_checks = cli.options.allow_no_checks;
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
         Some(FormatSetting::Json) => FactsOutput::Stderr,
@@ -42,9 +43,20 @@ fn main() -> ExitCode {
     let session = Arc::new(Session::new(cli.options));
     let outcomes = Arc::new(Outcomes::default());
     let trials = harness::trials(&session, &outcomes, facts_output);
-    let conclusion = libtest_mimic::run(&cli.libtest, trials);
+    let conclusion = {
+        let _shield = output::ShieldedStdout::new();
+        libtest_mimic::run(&cli.libtest, trials)
+    };
     if cli.libtest.list {
         return ExitCode::SUCCESS;
+    }
+    let ran = conclusion.num_passed + conclusion.num_failed + conclusion.num_ignored;
+    if ran == 0 && !allow_no_checks {
+        output::error_line(
+            "cuda-sandbox-check: the filter selects no check of this run, and nothing checked is \
+             not a pass (--list names them; --allow-no-checks accepts it)",
+        );
+        return ExitCode::from(2);
     }
     if let Some(path) = report_path {
         let report = Report::new(
@@ -72,15 +84,13 @@ the loaded driver's CUDA version; without a GPU, against --target/--driver-cuda,
 skipped (it never passes without a target).
 libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) behave as in
 `cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed, 3 none failed but
-package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables).
+package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables), 2 bad
+usage, or a filter that selects no check (unless --allow-no-checks).
 The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
 driver must be the one the hook chose.
 devices::features reads the build's requiredSystemFeatures (with structured attrs, its
 .attrs.json); outside a build, set requiredSystemFeatures=\"cuda cuda-sm-90a\" by hand.
-As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
-ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
-This builder's Nix system features: cuda-sandbox-check features (see features --help).
-The GPU inventory the hook reads: cuda-sandbox-check inventory (see inventory --help).";
+As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.";
 
 /// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
 /// [`CHECKS`], wrapped at 94 columns.

@@ -177,6 +177,11 @@ pub struct Options {
     #[arg(long)]
     pub(crate) expect_no_gpu: bool,
 
+    /// Pass a run whose filter selects no check (by default it fails: nothing checked is not
+    /// a pass).
+    #[arg(long)]
+    pub allow_no_checks: bool,
+
     /// What the ELF lint expects.
     #[command(flatten)]
     pub(crate) lint: LintOptions,
@@ -256,6 +261,14 @@ impl Options {
     }
 }
 
+/// The commands, one line each, as `--help` lists them after the usage.
+pub const COMMANDS_HELP: &str = "\
+Commands (each with its own --help):
+  lint PATH...   judge a package's ELF files and wheels; with --target, whether its GPU code runs
+  features       print this builder's Nix system features (cuda, cuda-sm-*)
+  inventory      write the GPU inventory the hook reads (cuda-sm-* leases)
+  gpu-confirm    on a GPU: load files' modules with the driver, compare with the rules' verdict";
+
 /// The whole command line: the runner's flags, then libtest's.
 #[derive(Debug, Parser)]
 #[command(
@@ -268,19 +281,26 @@ pub struct Cli {
     /// The runner's flags.
     #[command(flatten)]
     pub options: Options,
-    /// libtest's flags.
-    #[command(flatten)]
+    /// libtest's flags, under their own heading after the runner's.
+    #[command(flatten, next_help_heading = "libtest's flags (as in `cargo test`)")]
     pub libtest: libtest_mimic::Arguments,
 }
 
 impl Cli {
     /// The clap command, with the help layout and `--version` that libtest-mimic's
-    /// flattened arguments would otherwise replace.
+    /// flattened arguments would otherwise replace: usage, then the commands
+    /// ([`COMMANDS_HELP`]), then the runner's flags, then libtest's.
     pub fn command_line() -> clap::Command {
         <Cli as clap::CommandFactory>::command()
             .help_template(
-                "{name} {version}\n{about}\n\n{usage-heading} {usage}\n\n{all-args}\n\n{after-help}",
+                "{name} {version}\n{about}\n\n{usage-heading} {usage}\n\n{before-help}\n\
+                 {all-args}\n\n{after-help}",
             )
+            .override_usage(
+                "cuda-sandbox-check [OPTIONS] [FILTER]     run the checks (a libtest harness)\n       \
+                 cuda-sandbox-check COMMAND [ARGS...]       one of the commands below",
+            )
+            .before_help(COMMANDS_HELP)
             .disable_version_flag(false)
     }
 

@@ -725,6 +725,13 @@ fn lint_file(
             );
             None
         }
+        Contents::Other if wheel::is_wheel(path) => {
+            cannot_judge(
+                report,
+                "cannot be read as a wheel (a zip file): it does not start with a zip header",
+            );
+            None
+        }
         Contents::Other if !archive => {
             cannot_judge(
                 report,
@@ -955,6 +962,66 @@ mod tests {
         rpath.rpath = Some(vec!["/run/opengl-driver/lib".into()]);
         assert!(kinds(&rpath, None).is_empty());
         assert_eq!(rpath.search_path().1, "DT_RPATH");
+    }
+
+    /// Issue 49: a libcuda user without the driver link is a finding in the Nix store and for
+    /// the package under test, a note that changes no status elsewhere (real ELF files).
+    #[test]
+    fn no_driver_link_is_a_finding_in_the_store_and_under_test_and_a_note_elsewhere() {
+        use cuda_sandbox_testkit::cc;
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("x.c");
+        std::fs::write(&source, "int x(void) { return 0; }\n").unwrap();
+        let stub = dir.path().join("libcuda.so");
+        let s = |p: &Path| p.display().to_string();
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            &s(&stub),
+            &s(&source),
+        ]);
+        let store = dir.path().join("store");
+        let lib = store.join("00000000000000000000000000000000-pkg/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        let user = lib.join("libuser.so");
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &s(&user),
+            &s(&source),
+            "-Wl,--no-as-needed",
+            &s(&stub),
+        ]);
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::copy(&user, outside.join("libuser.so")).unwrap();
+        let mut config = LintConfig::new("/run/opengl-driver/lib");
+        config.store_dir = store.clone();
+        let kinds = |found: &[Finding]| found.iter().map(|f| f.kind).collect::<Vec<_>>();
+
+        let stored = lint(&[lib.clone()], &config);
+        assert_eq!(
+            kinds(&stored.findings),
+            [FindingKind::NoDriverLink],
+            "{stored:?}"
+        );
+        assert!(stored.notes.is_empty());
+        assert_eq!(stored.status(), LintStatus::Findings);
+        assert_eq!(stored.status().code(), 1);
+
+        let elsewhere = lint(&[outside.clone()], &config);
+        assert!(elsewhere.findings.is_empty(), "{elsewhere:?}");
+        assert_eq!(kinds(&elsewhere.notes), [FindingKind::NoDriverLink]);
+        assert_eq!(elsewhere.status(), LintStatus::Runs);
+        assert_eq!(elsewhere.status().code(), 0);
+
+        config.under_test = true;
+        let tested = lint(&[outside], &config);
+        assert_eq!(kinds(&tested.findings), [FindingKind::NoDriverLink]);
+        assert_eq!(tested.status().code(), 1);
     }
 
     #[test]

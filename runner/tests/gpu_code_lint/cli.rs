@@ -469,3 +469,25 @@ fn a_static_archive_is_listed_per_member_as_cuobjdump_lists_it() {
         ],
     );
 }
+
+/// Issue 49: one exit status per answer, and "cannot run" on any file wins over the others: a
+/// path that cannot be judged (2), a target the rules cannot judge (3).
+#[test]
+fn cannot_run_on_any_file_wins_over_every_other_answer() {
+    let Some(real) = RealNvidia::find("cannot_run_on_any_file_wins_over_every_other_answer") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (ampere, _) = packages(&real, dir.path());
+    let missing = dir.path().join("missing");
+    let hopper = ["--target", "sm_90", "--driver-cuda", "12.2"];
+    lint(&hopper, &[&missing, &ampere]).says(
+        CANNOT_RUN,
+        &["missing: cannot be judged", "cannot run on sm_90"],
+    );
+    let fleet = ["--target", "sm_90,sm_95", "--driver-cuda", "12.2"];
+    lint(&fleet, &[&ampere]).says(CANNOT_RUN, &["cannot be judged for sm_95"]);
+    let unknown = ["--target", "sm_95", "--driver-cuda", "12.2"];
+    lint(&unknown, &[&ampere]).says(3, &["cannot be judged for sm_95"]);
+    lint(&unknown, &[&ampere, &missing]).says(2, &["missing: cannot be judged"]);
+}

@@ -414,3 +414,204 @@ fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_mis
         "{out}"
     );
 }
+
+/// Issue 49: a path given that cannot be judged exits 2 with one line on stderr saying why
+/// (a missing path, an empty file, a text file, a zip that is not a wheel, a `.whl` that is not
+/// a zip); inside a directory such files are counted and skipped.
+#[test]
+fn paths_that_cannot_be_judged_exit_2_with_one_line_and_are_counted_inside_a_directory() {
+    let p = Package::new();
+    let odd = p.root.join("odd");
+    std::fs::create_dir_all(&odd).unwrap();
+    std::fs::write(odd.join("empty"), b"").unwrap();
+    std::fs::write(odd.join("notes.txt"), b"not an ELF file\n").unwrap();
+    std::fs::write(odd.join("data.zip"), b"PK\x03\x04 not read\n").unwrap();
+    std::fs::write(odd.join("broken.whl"), b"not a zip at all\n").unwrap();
+    let cases = [
+        ("missing", "cannot be judged: No such file or directory"),
+        ("empty", "is empty: nothing to judge"),
+        (
+            "notes.txt",
+            "is not an ELF file, a fat binary, an ar archive (.a) or a wheel",
+        ),
+        ("data.zip", "is a zip file, not a wheel (.whl): unzip it"),
+        ("broken.whl", "cannot be read as a wheel (a zip file): "),
+    ];
+    for (name, why) in cases {
+        let path = odd.join(name);
+        for target in [&[][..], &["--target", "sm_90", "--driver-cuda", "12.2"][..]] {
+            let output = Command::new(RUNNER)
+                .args(["lint", "--no-manifest"])
+                .args(target)
+                .arg(&path)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(CANNOT_JUDGE), "{name}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("cuda-sandbox-check lint: {}: ", path.display()))
+                    && stderr.contains(why),
+                "{name}: {stderr}"
+            );
+        }
+    }
+    // In a directory, beside a libcuda user that is right, they are counted: a pass.
+    std::fs::copy(
+        p.root.join("right/lib/libright.so"),
+        odd.join("libright.so"),
+    )
+    .unwrap();
+    let run = lint(&["--compat-dir", COMPAT, &odd.display().to_string()]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("lint: 5 file(s), 1 ELF, 1 using libcuda"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// Issue 49: JAX's CUDA plugin wheels, read whole (no unzip): every member counted, the ELF ones
+/// judged from inside the wheel, and none of them taken for a CUDA runtime (XLA's
+/// cudart_stub.cc). `--target sm_90a` is judged as the 9.0 GPU and echoed as given. The CUDA 13
+/// plugin cannot run on a 12.2 driver (status 4), the CUDA 12 one can (0).
+#[test]
+fn jax_plugin_wheels_are_read_whole_with_no_runtime_in_them_and_sm_90a_echoed() {
+    let test = "jax_plugin_wheels_are_read_whole_with_no_runtime_in_them_and_sm_90a_echoed";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    for (major, code) in [(12, 0), (13, 4)] {
+        let wheel = real.jax_plugin_wheel(major);
+        if !real.has(test, &wheel) {
+            return;
+        }
+        let wheel_arg = wheel.display().to_string();
+        let target = ["--target", "sm_90a", "--driver-cuda", "12.2"];
+        let run = lint(&[&["--json"][..], &target, &[&wheel_arg]].concat());
+        assert_eq!(run.code, code, "{}", run.stdout);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(report["files"], 17, "{report:#}");
+        assert_eq!(report["elf_files"], 11, "{report:#}");
+        assert_eq!(report["cuda_runtimes"], serde_json::json!([]), "{report:#}");
+        assert_eq!(report["libcuda_users"], serde_json::json!([]), "{report:#}");
+        assert_eq!(report["targets_given"], serde_json::json!(["sm_90a"]));
+        assert_eq!(report["targets"][0]["device"], "9.0");
+        let linalg = format!("{wheel_arg}/jax_cuda{major}_plugin/_linalg.so");
+        assert!(
+            report["gpu_code"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["file"] == *linalg),
+            "{report:#}"
+        );
+        let text = lint(&[&target[..], &[&wheel_arg]].concat());
+        assert_eq!(text.code, code, "{}", text.stdout);
+        assert!(!text.stdout.contains("cuda runtime:"), "{}", text.stdout);
+        assert!(!text.stdout.contains("dlopens"), "{}", text.stdout);
+        assert!(
+            text.stdout
+                .contains("cannot run on a target (--target sm_90a)"),
+            "{}",
+            text.stdout
+        );
+    }
+}
+
+/// The write end of a pipe whose read end is closed already: a write to it fails with EPIPE.
+fn closed_pipe() -> std::process::Stdio {
+    let mut reader = Command::new("true")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let write_end = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    write_end.into()
+}
+
+/// Issue 49: `lint … | true` panicked ("failed printing to stdout: Broken pipe"). A closed
+/// stdout or stderr now ends the process quietly with the status it would have had, for
+/// `lint` (text and JSON) and for a check run (libtest-mimic's output).
+#[test]
+fn a_closed_stdout_or_stderr_ends_quietly_with_the_status_it_would_have_had() {
+    let p = Package::new();
+    let cases: [(&[&str], i32); 6] = [
+        (
+            &[
+                "lint",
+                "--no-manifest",
+                "--compat-dir",
+                COMPAT,
+                &p.dir("right"),
+            ],
+            0,
+        ),
+        (
+            &[
+                "lint",
+                "--no-manifest",
+                "--json",
+                "--compat-dir",
+                COMPAT,
+                &p.dir("right"),
+            ],
+            0,
+        ),
+        (
+            &[
+                "lint",
+                "--no-manifest",
+                "--compat-dir",
+                COMPAT,
+                &p.dir("wrong"),
+            ],
+            FINDINGS,
+        ),
+        (&["lint", "--no-manifest", "/does/not/exist"], CANNOT_JUDGE),
+        (
+            &[
+                "--no-manifest",
+                "--lint",
+                &p.dir("plain"),
+                "--exact",
+                "lint::elf",
+            ],
+            0,
+        ),
+        (
+            &[
+                "--no-manifest",
+                "--lint",
+                &p.dir("wrong"),
+                "--compat-dir",
+                COMPAT,
+                "--exact",
+                "lint::elf",
+            ],
+            101,
+        ),
+    ];
+    for (args, code) in cases {
+        let closed_out = Command::new(RUNNER)
+            .args(args)
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&closed_out.stderr);
+        assert_eq!(closed_out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        let both = Command::new(RUNNER)
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(closed_pipe())
+            .status()
+            .unwrap();
+        assert_eq!(
+            both.code(),
+            Some(code),
+            "{args:?}, stdout and stderr closed"
+        );
+    }
+}
