@@ -945,7 +945,17 @@ fn a_closed_stdout_or_stderr_ends_explain_and_check_config_quietly() {
     let config = config.to_str().unwrap();
     let cases: [(&[&str], i32); 4] = [
         (&["explain", "--features", "cuda", "--config", config], 0),
-        (&["explain", "--features", "cuda", "--json", "--config", config], 0),
+        (
+            &[
+                "explain",
+                "--features",
+                "cuda",
+                "--json",
+                "--config",
+                config,
+            ],
+            0,
+        ),
         (&["check-config", "--content-only", "--config", config], 0),
         (&["explain"], 2),
     ];
@@ -956,13 +966,21 @@ fn a_closed_stdout_or_stderr_ends_explain_and_check_config_quietly() {
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
-        assert!(!stderr(&out).contains("panicked"), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
         let both = Command::new(HOOK)
             .args(args)
             .stdout(closed_pipe())
             .stderr(closed_pipe())
             .status()
             .unwrap();
-        assert_eq!(both.code(), Some(code), "{args:?}, stdout and stderr closed");
+        assert_eq!(
+            both.code(),
+            Some(code),
+            "{args:?}, stdout and stderr closed"
+        );
     }
 }

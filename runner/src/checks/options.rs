@@ -332,13 +332,19 @@ impl Cli {
                   loads itself (byte arrays found by their magic), are reported, not failed, \
                   while another module of the file loads; modules with no kernel and no device \
                   data, and link input (__nv_relfatbin, objects, archives), are listed, not \
-                  judged. --json lists every entry and each target's verdict and rule.\n\
-                  Exit status: 0 clean, 101 findings (a file that cannot run on a target among \
-                  them), 3 only files the rules cannot judge (a GPU, ISA or driver beyond their \
-                  tables: not a pass), 2 bad usage."
+                  judged. --json lists every entry and each target's verdict and rule. \
+                  no-driver-link is a finding in the Nix store; elsewhere a note.\n\
+                  Exit status: 0 it runs on every target (fully or partly), nothing to fix; 1 \
+                  it runs, with findings (a stub libcuda in DT_RUNPATH, no driver link in a \
+                  store path, a static archive, mixed runtimes); 2 bad usage, or a path given \
+                  that cannot be judged (missing, empty, not ELF, an archive it does not read); \
+                  3 the rules cannot judge a file (a GPU, ISA or driver beyond their tables: \
+                  not a pass); 4 a file cannot run on a target (wins over all the others)."
 )]
 pub struct LintCli {
-    /// Files or directories to check (directories are walked; symlinks are not followed).
+    /// Files, directories or wheels (.whl, read without unzipping) to check. A path given is
+    /// followed wherever it points; inside a directory, symlinks are followed into the Nix
+    /// store or within the paths given, and others are counted, not followed.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 

@@ -1002,7 +1002,7 @@ mod tests {
         config.store_dir = store.clone();
         let kinds = |found: &[Finding]| found.iter().map(|f| f.kind).collect::<Vec<_>>();
 
-        let stored = lint(&[lib.clone()], &config);
+        let stored = lint(std::slice::from_ref(&lib), &config);
         assert_eq!(
             kinds(&stored.findings),
             [FindingKind::NoDriverLink],
@@ -1012,7 +1012,7 @@ mod tests {
         assert_eq!(stored.status(), LintStatus::Findings);
         assert_eq!(stored.status().code(), 1);
 
-        let elsewhere = lint(&[outside.clone()], &config);
+        let elsewhere = lint(std::slice::from_ref(&outside), &config);
         assert!(elsewhere.findings.is_empty(), "{elsewhere:?}");
         assert_eq!(kinds(&elsewhere.notes), [FindingKind::NoDriverLink]);
         assert_eq!(elsewhere.status(), LintStatus::Runs);

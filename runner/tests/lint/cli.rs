@@ -615,3 +615,54 @@ fn a_closed_stdout_or_stderr_ends_quietly_with_the_status_it_would_have_had() {
         );
     }
 }
+
+/// Issue 49: `lint --help`, the README and runner/README.md give the same exit statuses, and
+/// the same account of symlinks.
+#[test]
+fn lint_help_and_both_readmes_agree_on_exit_statuses_and_symlinks() {
+    let squeeze = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let output = Command::new(RUNNER)
+        .args(["lint", "--help"])
+        .output()
+        .unwrap();
+    let help = squeeze(&String::from_utf8_lossy(&output.stdout));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = squeeze(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    let runner = squeeze(&std::fs::read_to_string(root.join("runner/README.md")).unwrap());
+    let statuses = [
+        (0, "it runs on every target"),
+        (1, "it runs, with findings"),
+        (2, "bad usage, or a path given that cannot be judged"),
+        (3, "the rules cannot judge"),
+        (4, "a file cannot run on a target"),
+    ];
+    for (code, meaning) in statuses {
+        assert!(
+            help.contains(&format!("{code} {meaning}")),
+            "{code}: {help}"
+        );
+        for (name, doc) in [("README.md", &readme), ("runner/README.md", &runner)] {
+            assert!(
+                doc.contains(&format!("`{code}` {meaning}")),
+                "{name}: {code}"
+            );
+        }
+    }
+    for doc in [&help, &readme, &runner] {
+        assert!(doc.contains("wins over"), "{doc}");
+    }
+    // Symlinks: a path given is followed; inside, links into the store or within the paths
+    // given are; others are counted, not followed.
+    assert!(
+        help.contains("A path given is followed wherever it points")
+            && help.contains("others are counted, not followed"),
+        "{help}"
+    );
+    for doc in [&readme, &runner] {
+        assert!(
+            doc.contains("a path given is followed wherever it points")
+                || doc.contains("A path given is followed wherever it points.")
+        );
+        assert!(doc.contains("not followed"));
+    }
+}
