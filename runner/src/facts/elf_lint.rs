@@ -261,10 +261,13 @@ impl LintReport {
         let verdict = if self.targets.is_empty() {
             String::new()
         } else {
+            let given = match self.targets_given.as_slice() {
+                [] => String::new(),
+                given => format!(" (--target {})", given.join(",")),
+            };
             format!(
-                "; {} file(s) cannot run on a target (--target {})",
-                self.cannot_run(),
-                self.targets_given.join(",")
+                "; {} file(s) cannot run on a target{given}",
+                self.cannot_run()
             )
         };
         let notes = match self.notes.len() {
@@ -838,7 +841,7 @@ fn lint_bytes(
 /// The finding kind of a verdict's rule, when the verdict is a finding.
 fn finding_kind(rule: Rule) -> Option<FindingKind> {
     Some(match rule {
-        Rule::NoKernelImage => FindingKind::NoKernelImage,
+        Rule::NoKernelImage | Rule::SassOnlyOnZluda => FindingKind::NoKernelImage,
         Rule::PtxTooNew => FindingKind::PtxTooNew,
         Rule::CompressionTooNew => FindingKind::CompressionTooNew,
         Rule::CubinTooNew => FindingKind::CubinTooNew,

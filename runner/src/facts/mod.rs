@@ -5,6 +5,7 @@
 //! these call.
 
 pub(crate) mod access;
+pub(crate) mod amd_nodes;
 pub(crate) mod build_features;
 pub mod confirm;
 pub mod elf_lint;
@@ -22,3 +23,5 @@ pub mod runtime_scan;
 pub(crate) mod stub_libcuda;
 pub(crate) mod walk;
 pub(crate) mod wheel;
+pub(crate) mod zluda;
+pub(crate) mod zluda_code;
