@@ -1,16 +1,27 @@
 //! Log lines on stderr, each starting with `cuda-sandbox-hook:` so they stand out in build logs.
+//! A closed stderr drops them (`eprintln!` would panic there: SIGPIPE is ignored).
+
+use std::io::Write;
 
 /// Prefix of every log line.
 pub(crate) const PREFIX: &str = "cuda-sandbox-hook:";
 
 /// Writes a warning line to stderr.
 pub(crate) fn warn(message: impl std::fmt::Display) {
-    eprintln!("{PREFIX} warning: {}", one_line(&message.to_string()));
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "{PREFIX} warning: {}",
+        one_line(&message.to_string())
+    );
 }
 
 /// Writes an error line to stderr.
 pub fn error(message: impl std::fmt::Display) {
-    eprintln!("{PREFIX} error: {}", one_line(&message.to_string()));
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "{PREFIX} error: {}",
+        one_line(&message.to_string())
+    );
 }
 
 /// Text from outside on one line: every control character and bidirectional-text control

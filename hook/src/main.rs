@@ -219,12 +219,25 @@ fn run_explain(drv: Option<&Path>, features: &[String], json: bool, config: Opti
     }
     let env = Environment::of_process();
     let e = explain::explain(drv, features, config, &env);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&e).expect("plain data"));
+    let text = if json {
+        serde_json::to_string_pretty(&e).expect("plain data") + "\n"
     } else {
-        print!("{}", explain::render_text(&e));
+        explain::render_text(&e)
+    };
+    print_quietly(&text)
+}
+
+/// Writes `text` to stdout: 0, or 2 with a log line when it cannot be written. A reader that
+/// went away (a closed pipe) is no error: `println!` would panic there, as SIGPIPE is ignored.
+fn print_quietly(text: &str) -> u8 {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            log::error(format_args!("cannot write to stdout: {e}"));
+            2
+        }
+        _ => 0,
     }
-    0
 }
 
 /// `exec`: runs the command in the root a build would get; returns only on failure.
@@ -255,11 +268,11 @@ fn check_config(content_only: bool, config: Option<&Path>) -> u8 {
             } else {
                 ""
             };
-            println!("config {source}: ok, {} rule(s){scope}", c.rules.len());
+            let mut text = format!("config {source}: ok, {} rule(s){scope}\n", c.rules.len());
             for note in c.notes() {
-                println!("note: {note}");
+                text.push_str(&format!("note: {note}\n"));
             }
-            0
+            print_quietly(&text)
         }
         Err(e) => {
             log::error(e);

@@ -21,6 +21,7 @@ pub mod checks;
 mod cuda;
 pub mod facts;
 pub mod harness;
+pub mod output;
 pub mod pretty_json;
 pub mod report;
 pub mod session;

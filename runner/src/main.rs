@@ -11,11 +11,12 @@ use cuda_sandbox_check::checks::options::{Cli, LintCli};
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::facts::container_binds::{self, ContainerBindsCli};
-use cuda_sandbox_check::facts::elf_lint;
+use cuda_sandbox_check::facts::elf_lint::{self, LintStatus};
 use cuda_sandbox_check::facts::expectations::ManifestState;
 use cuda_sandbox_check::facts::features::{self, FeaturesCli};
 use cuda_sandbox_check::facts::inventory::{self, InventoryCli};
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
+use cuda_sandbox_check::output;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         return container_binds::run(&ContainerBindsCli::parse_after(args.skip(1)));
     }
     let cli = Cli::from_env(after_help());
+    let allow_no_checks = cli.options.allow_no_checks;
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
         Some(FormatSetting::Json) => FactsOutput::Stderr,
@@ -46,9 +48,20 @@ fn main() -> ExitCode {
     let session = Arc::new(Session::new(cli.options));
     let outcomes = Arc::new(Outcomes::default());
     let trials = harness::trials(&session, &outcomes, facts_output);
-    let conclusion = libtest_mimic::run(&cli.libtest, trials);
+    let conclusion = {
+        let _shield = output::ShieldedStdout::new();
+        libtest_mimic::run(&cli.libtest, trials)
+    };
     if cli.libtest.list {
         return ExitCode::SUCCESS;
+    }
+    let ran = conclusion.num_passed + conclusion.num_failed + conclusion.num_ignored;
+    if ran == 0 && !allow_no_checks {
+        output::error_line(
+            "cuda-sandbox-check: the filter selects no check of this run, and nothing checked is \
+             not a pass (--list names them; --allow-no-checks accepts it)",
+        );
+        return ExitCode::from(2);
     }
     if let Some(path) = report_path {
         let report = Report::new(
@@ -58,7 +71,7 @@ fn main() -> ExitCode {
             Summary::of(&conclusion),
         );
         if let Err(error) = report.write(&path) {
-            eprintln!("cuda-sandbox-check: {error}");
+            output::error_line(format_args!("cuda-sandbox-check: {error}"));
             return ExitCode::from(101);
         }
     }
@@ -76,16 +89,13 @@ the loaded driver's CUDA version; without a GPU, against --target/--driver-cuda,
 skipped (it never passes without a target).
 libtest flags (--list, --exact, FILTER, --skip, --format, --test-threads, ...) behave as in
 `cargo test`. Exit status: 0 all passed (or skipped), 101 a check failed, 3 none failed but
-package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables).
+package::gpu_code could not judge a file (a GPU, ISA or driver beyond the rules' tables), 2 bad
+usage, or a filter that selects no check (unless --allow-no-checks).
 The hook's manifest (/run/cuda-sandbox/manifest.json) is read when present: the loaded
 driver must be the one the hook chose.
 devices::features reads the build's requiredSystemFeatures (with structured attrs, its
 .attrs.json); outside a build, set requiredSystemFeatures=\"cuda cuda-sm-90a\" by hand.
-As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
-ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
-This builder's Nix system features: cuda-sandbox-check features (see features --help).
-The GPU inventory the hook reads: cuda-sandbox-check inventory (see inventory --help).
-A NixOS test container's binds: cuda-sandbox-check container-binds (see its --help).";
+As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.";
 
 /// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
 /// [`CHECKS`], wrapped at 94 columns.
@@ -134,10 +144,14 @@ fn after_help() -> String {
 fn confirm_main(cli: &ConfirmCli) -> ExitCode {
     match confirm(cli) {
         Ok((report, found)) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).expect("plain data")
-            );
+            let printed = output::to_stdout(|out| {
+                cuda_sandbox_check::pretty_json::to_writer_pretty(&mut *out, &report)?;
+                writeln!(out)
+            });
+            if let Err(why) = printed {
+                output::error_line(format_args!("cuda-sandbox-check gpu-confirm: {why}"));
+                return ExitCode::from(2);
+            }
             match found {
                 Confirmed::Held => ExitCode::SUCCESS,
                 Confirmed::NotBorneOut => ExitCode::from(101),
@@ -145,83 +159,46 @@ fn confirm_main(cli: &ConfirmCli) -> ExitCode {
             }
         }
         Err(why) => {
-            eprintln!("cuda-sandbox-check gpu-confirm: {why}");
+            output::error_line(format_args!("cuda-sandbox-check gpu-confirm: {why}"));
             ExitCode::from(2)
         }
     }
 }
 
-/// Writes `value` to stdout as pretty JSON and a newline, streamed through a buffer: a
-/// library's listing runs to megabytes (cuFFT's: 12 MB), and no `String` of it is built first.
-fn print_json(value: &impl serde::Serialize) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    cuda_sandbox_check::pretty_json::to_writer_pretty(&mut out, value)?;
-    out.write_all(b"\n")?;
-    out.flush()
-}
-
-/// Exit status of a run in which nothing failed but some file could not be judged (`lint`:
-/// only `gpu-code-unknown` findings; checks: an undecided `package::gpu_code`).
+/// Exit status of a check run in which nothing failed but `package::gpu_code` could not judge
+/// a file.
 const UNDECIDED: u8 = 3;
 
-/// `lint`: one line per finding, then a summary; 0 clean, 101 findings, 3 only files the
-/// rules cannot judge, 2 unusable input.
+/// `lint`: the report (text or JSON) on stdout, a path that cannot be judged on stderr, and
+/// the answer as the exit status ([`LintStatus`]); 2 for unusable flags or manifest.
 fn lint_main(cli: LintCli) -> ExitCode {
+    let fail = |why: &dyn std::fmt::Display| {
+        output::error_line(format_args!("cuda-sandbox-check lint: {why}"));
+        ExitCode::from(LintStatus::CannotJudge.code())
+    };
     let manifest = ManifestState::load(cli.manifest.as_deref(), cli.no_manifest);
     if let Some(why) = manifest.broken() {
-        eprintln!("cuda-sandbox-check lint: {why}");
-        return ExitCode::from(2);
+        return fail(&why);
     }
     let config = match checks::lint::config(&cli.lint, &manifest) {
         Ok(config) => config,
-        Err(why) => {
-            eprintln!("cuda-sandbox-check lint: {why}");
-            return ExitCode::from(2);
-        }
+        Err(why) => return fail(&why),
     };
     let report = elf_lint::lint(&cli.paths, &config);
-    if cli.json {
-        if let Err(why) = print_json(&report) {
-            eprintln!("cuda-sandbox-check lint: writing the report: {why}");
-            return ExitCode::from(2);
-        }
-    } else {
-        // One line per file and target first: the answer and its reason.
-        for code in &report.gpu_code {
-            let name = code.file.file_name().unwrap_or(code.file.as_os_str());
-            if code.verdicts.is_empty() {
-                println!("{}: {}", name.to_string_lossy(), code.summary);
-            }
-            for v in &code.verdicts {
-                println!("{}: {}", name.to_string_lossy(), v.reason);
-            }
-        }
-        for code in &report.gpu_code {
-            println!("gpu code: {}: {}", code.file.display(), code.summary);
-        }
-        for runtime in &report.cuda_runtimes {
-            println!(
-                "cuda runtime: {} ({}, {})",
-                runtime.file.display(),
-                runtime.form.name(),
-                runtime.version.as_deref().unwrap_or("version unknown")
-            );
-        }
-        for stub in &report.stub_libcuda {
-            println!("stub libcuda: {stub}");
-        }
-        for finding in &report.findings {
-            println!("{finding}");
-        }
-        println!("lint: {}", report.summary());
+    for finding in report.cannot_judge() {
+        output::error_line(format_args!("cuda-sandbox-check lint: {finding}"));
     }
-    if report.findings.is_empty() {
-        ExitCode::SUCCESS
-    } else if report.only_unknowns() {
-        ExitCode::from(UNDECIDED)
+    let printed = if cli.json {
+        output::to_stdout(|out| {
+            cuda_sandbox_check::pretty_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)
+        })
     } else {
-        ExitCode::from(101)
+        output::to_stdout(|out| report.write_text(out))
+    };
+    match printed {
+        Ok(()) => ExitCode::from(report.status().code()),
+        Err(why) => fail(&format_args!("writing the report: {why}")),
     }
 }
 

@@ -195,6 +195,13 @@ impl RealNvidia {
         self.dir.join("corpus").join(wheel).join(file)
     }
 
+    /// JAX's CUDA plugin wheels 0.10.2 (`wheels/`), whole, as pip downloads them: `12` or `13`.
+    pub fn jax_plugin_wheel(&self, cuda_major: u32) -> PathBuf {
+        self.dir.join("wheels").join(format!(
+            "jax_cuda{cuda_major}_plugin-0.10.2-cp311-cp311-manylinux_2_27_x86_64.whl"
+        ))
+    }
+
     /// The CUDA releases whose stub libcuda the cache holds ([`RealNvidia::stub_libcuda`]).
     pub const STUB_LIBCUDA_RELEASES: [&'static str; 2] = ["11.8", "12.4"];
 

@@ -981,3 +981,64 @@ fn a_hook_under_a_wrapper_that_does_not_exec_it_takes_no_lease() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(leases(), 1);
 }
+
+/// The write end of a pipe whose read end is closed already: a write to it fails with EPIPE.
+fn closed_pipe() -> std::process::Stdio {
+    let mut reader = Command::new("true")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let write_end = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    write_end.into()
+}
+
+/// Issue 49: `explain` and `check-config` printed with `println!`, which panics on a closed
+/// stdout (the hook ignores SIGPIPE). They end quietly with the status they would have had,
+/// and a log line to a closed stderr is dropped.
+#[test]
+fn a_closed_stdout_or_stderr_ends_explain_and_check_config_quietly() {
+    let c = Case::new();
+    let config = c.config(A_DEVICE);
+    let config = config.to_str().unwrap();
+    let cases: [(&[&str], i32); 4] = [
+        (&["explain", "--features", "cuda", "--config", config], 0),
+        (
+            &[
+                "explain",
+                "--features",
+                "cuda",
+                "--json",
+                "--config",
+                config,
+            ],
+            0,
+        ),
+        (&["check-config", "--content-only", "--config", config], 0),
+        (&["explain"], 2),
+    ];
+    for (args, code) in cases {
+        let out = Command::new(HOOK)
+            .args(args)
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let both = Command::new(HOOK)
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(closed_pipe())
+            .status()
+            .unwrap();
+        assert_eq!(
+            both.code(),
+            Some(code),
+            "{args:?}, stdout and stderr closed"
+        );
+    }
+}

@@ -78,7 +78,7 @@ pub fn config(
     if options.zluda {
         let devices = match options.target.as_slice() {
             [] => vec![zluda_code::REPORTED_CAPABILITY],
-            given => given.to_vec(),
+            given => given.iter().map(|arch| arch.capability).collect(),
         };
         config.targets = devices
             .into_iter()
@@ -88,27 +88,32 @@ pub fn config(
                 on_zluda: true,
             })
             .collect();
-    } else if let Some(&device) = options.target.first() {
-        let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver { device })?;
+    } else if let Some(first) = options.target.first() {
+        let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver {
+            device: first.capability,
+        })?;
         config.targets = options
             .target
             .iter()
-            .map(|&device| Target {
-                device,
+            .map(|arch| Target {
+                device: arch.capability,
                 driver,
                 on_zluda: false,
             })
             .collect();
     }
+    config.targets_given = options.target.iter().map(|a| a.sm_name()).collect();
     Ok(config)
 }
 
 /// Runs `lint::elf`.
 pub(crate) fn elf(session: &Session) -> Outcome {
-    let config = match config(&session.options.lint, &session.manifest) {
+    let mut config = match config(&session.options.lint, &session.manifest) {
         Ok(config) => config,
         Err(why) => return Outcome::fail(why, facts! {}),
     };
+    // The paths of `--lint` are the package under test: no driver link is a finding anywhere.
+    config.under_test = true;
     let report = elf_lint::lint(&session.options.lint_paths, &config);
     let mut facts = facts! {
         "paths" => &session.options.lint_paths,

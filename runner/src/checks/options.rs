@@ -7,7 +7,7 @@ use clap::{Args, Parser};
 use crate::cuda::version::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::releases;
 use cuda_sandbox_elfkit::fatbin::rules::{release, Driver, DriverVersion};
-use cuda_sandbox_elfkit::fatbin::{Arch, Capability};
+use cuda_sandbox_elfkit::fatbin::Arch;
 
 /// Which driver the runner must find loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,6 +193,11 @@ pub struct Options {
     #[arg(long)]
     pub(crate) expect_no_gpu: bool,
 
+    /// Pass a run whose filter selects no check (by default it fails: nothing checked is not
+    /// a pass).
+    #[arg(long)]
+    pub allow_no_checks: bool,
+
     /// What the ELF lint expects.
     #[command(flatten)]
     pub(crate) lint: LintOptions,
@@ -220,9 +225,10 @@ pub struct LintOptions {
 
     /// Judge the files' GPU code (fat binaries) for GPUs of these compute capabilities, each
     /// apart: sm_90, 9.0 or 90; several as sm_90,sm_120 or by repeating the flag (a fleet).
-    /// Without it the GPU code is listed, not judged.
+    /// Without it the GPU code is listed, not judged. sm_90a or sm_100f names the GPU of that
+    /// capability (a GPU has no variant; its code does), and is echoed as written.
     #[arg(long, value_name = "sm_XY,...", value_parser = parse_target, value_delimiter = ',')]
-    pub(crate) target: Vec<Capability>,
+    pub(crate) target: Vec<Arch>,
 
     /// Judge the GPU code for ZLUDA (the CUDA driver API on AMD GPUs) instead: a module runs
     /// when it carries PTX, which ZLUDA compiles for the GPU, and cannot with SASS alone. The
@@ -259,11 +265,10 @@ impl LintOptions {
     }
 }
 
-/// `--target`: a compute capability; a variant suffix names the same GPU (`sm_90a` is 9.0).
-fn parse_target(text: &str) -> Result<Capability, String> {
-    Arch::parse(text)
-        .map(|arch| arch.capability)
-        .map_err(|e| e.to_string())
+/// `--target`: a compute capability, kept with its variant suffix to echo it as given; the GPU
+/// judged is the capability's (`sm_90a` is a 9.0 GPU).
+fn parse_target(text: &str) -> Result<Arch, String> {
+    Arch::parse(text).map_err(|e| e.to_string())
 }
 
 impl Options {
@@ -279,6 +284,16 @@ impl Options {
     }
 }
 
+/// The commands, one line each, as `--help` lists them after the usage.
+pub const COMMANDS_HELP: &str = "\
+Commands (each with its own --help):
+  lint PATH...   judge a package's ELF files and wheels; with --target, whether its GPU code runs
+  features       print this builder's Nix system features (cuda, cuda-sm-*)
+  inventory      write the GPU inventory the hook reads (cuda-sm-* leases)
+  gpu-confirm    on a GPU: load files' modules with the driver, compare with the rules' verdict
+  container-binds
+                 the systemd-nspawn binds giving a NixOS test container this build's GPU";
+
 /// The whole command line: the runner's flags, then libtest's.
 #[derive(Debug, Parser)]
 #[command(
@@ -291,19 +306,26 @@ pub struct Cli {
     /// The runner's flags.
     #[command(flatten)]
     pub options: Options,
-    /// libtest's flags.
-    #[command(flatten)]
+    /// libtest's flags, under their own heading after the runner's.
+    #[command(flatten, next_help_heading = "libtest's flags (as in `cargo test`)")]
     pub libtest: libtest_mimic::Arguments,
 }
 
 impl Cli {
     /// The clap command, with the help layout and `--version` that libtest-mimic's
-    /// flattened arguments would otherwise replace.
+    /// flattened arguments would otherwise replace: usage, then the commands
+    /// ([`COMMANDS_HELP`]), then the runner's flags, then libtest's.
     pub fn command_line() -> clap::Command {
         <Cli as clap::CommandFactory>::command()
             .help_template(
-                "{name} {version}\n{about}\n\n{usage-heading} {usage}\n\n{all-args}\n\n{after-help}",
+                "{name} {version}\n{about}\n\n{usage-heading} {usage}\n\n{before-help}\n\
+                 {all-args}\n\n{after-help}",
             )
+            .override_usage(
+                "cuda-sandbox-check [OPTIONS] [FILTER]     run the checks (a libtest harness)\n       \
+                 cuda-sandbox-check COMMAND [ARGS...]       one of the commands below",
+            )
+            .before_help(COMMANDS_HELP)
             .disable_version_flag(false)
     }
 
@@ -335,13 +357,19 @@ impl Cli {
                   loads itself (byte arrays found by their magic), are reported, not failed, \
                   while another module of the file loads; modules with no kernel and no device \
                   data, and link input (__nv_relfatbin, objects, archives), are listed, not \
-                  judged. --json lists every entry and each target's verdict and rule.\n\
-                  Exit status: 0 clean, 101 findings (a file that cannot run on a target among \
-                  them), 3 only files the rules cannot judge (a GPU, ISA or driver beyond their \
-                  tables: not a pass), 2 bad usage."
+                  judged. --json lists every entry and each target's verdict and rule. \
+                  no-driver-link is a finding in the Nix store; elsewhere a note.\n\
+                  Exit status: 0 it runs on every target (fully or partly), nothing to fix; 1 \
+                  it runs, with findings (a stub libcuda in DT_RUNPATH, no driver link in a \
+                  store path, a static archive, mixed runtimes); 2 bad usage, or a path given \
+                  that cannot be judged (missing, empty, not ELF, an archive it does not read); \
+                  3 the rules cannot judge a file (a GPU, ISA or driver beyond their tables: \
+                  not a pass); 4 a file cannot run on a target (wins over all the others)."
 )]
 pub struct LintCli {
-    /// Files or directories to check (directories are walked; symlinks are not followed).
+    /// Files, directories or wheels (.whl, read without unzipping) to check. A path given is
+    /// followed wherever it points; inside a directory, symlinks are followed into the Nix
+    /// store or within the paths given, and others are counted, not followed.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 

@@ -85,7 +85,7 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
         }
     }
     let lint = &session.options.lint;
-    let Some(&first) = lint.target.first() else {
+    let Some(first) = lint.target.first() else {
         return Err(format!(
             "no GPU to judge the package's GPU code for ({}) and no --target sm_XY: not judged",
             devices
@@ -98,14 +98,14 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
         .ok_or_else(|| {
             format!(
                 "--target sm_{} needs the CUDA version of the driver: add --driver-cuda X.Y",
-                first.sm()
+                first.capability.sm()
             )
         })?;
     let targets = lint
         .target
         .iter()
-        .map(|&device| Target {
-            device,
+        .map(|arch| Target {
+            device: arch.capability,
             driver,
             on_zluda: false,
         })

@@ -28,6 +28,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code, FatbinError, GpuCode};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::stub::stub_libcuda;
@@ -40,6 +41,7 @@ use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
 use crate::facts::stub_libcuda::{stubs_in_search_path, FoundStub};
 use crate::facts::walk::{resolve, walk};
+use crate::facts::wheel;
 
 /// What the lint expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +56,12 @@ pub struct LintConfig {
     pub(crate) store_dir: PathBuf,
     /// The GPUs and driver to judge the files' GPU code for; none lists it without judging.
     pub(crate) targets: Vec<Target>,
+    /// The paths given are the package under test (`--lint` in a check run): a missing driver
+    /// link is a finding wherever they lie. Otherwise it is one only in the Nix store, and a
+    /// note elsewhere (a pip wheel's `$ORIGIN` search path is normal outside Nix).
+    pub(crate) under_test: bool,
+    /// The targets as given (`sm_90a`), echoed in the report.
+    pub(crate) targets_given: Vec<String>,
 }
 
 impl LintConfig {
@@ -65,6 +73,8 @@ impl LintConfig {
             closure: false,
             store_dir: PathBuf::from("/nix/store"),
             targets: Vec::new(),
+            under_test: false,
+            targets_given: Vec::new(),
         }
     }
 }
@@ -105,6 +115,9 @@ pub enum FindingKind {
     GpuCodeUnknown,
     /// A file that could not be read or parsed.
     Unreadable,
+    /// A path given that cannot be judged: missing, empty, not ELF, or an archive the lint does
+    /// not read (inside a directory such files are counted, not judged).
+    CannotJudge,
 }
 
 /// One problem: the file, its kind, and one line of cause and fix.
@@ -127,7 +140,9 @@ impl std::fmt::Display for Finding {
 /// The version of the lint's JSON document (`schema`; runner/README.md describes it). 2: the
 /// schema, targets and driver echoed, versions as `"12.9"`, modules numbered from 1. 3:
 /// `stub_libcuda`, the files that are NVIDIA's stub libcuda. 4: the `runs-partly` verdict, what
-/// a module that cannot load `holds`, `loaded_by_the_program` for the `excuse` it replaces.
+/// a module that cannot load `holds`, `loaded_by_the_program` for the `excuse` it replaces;
+/// `notes` (`no-driver-link` outside the store), the `cannot-judge` finding, `targets_given`,
+/// wheel members.
 pub(crate) const LINT_SCHEMA: u32 = 4;
 
 /// The lint's result.
@@ -137,8 +152,12 @@ pub struct LintReport {
     pub(crate) schema: u32,
     /// The GPUs and driver the GPU code was judged for (none: listed, not judged).
     pub(crate) targets: Vec<Target>,
-    /// Regular files looked at.
+    /// The targets as given (`--target sm_90a` is judged as the 9.0 GPU of `targets`).
+    pub targets_given: Vec<String>,
+    /// Regular files looked at (a wheel's members counted one by one).
     pub(crate) files: usize,
+    /// Symlinks not followed: they lead out of the paths given and the Nix store.
+    pub(crate) links_not_followed: usize,
     /// ELF files among them.
     pub(crate) elf_files: usize,
     /// ELF files that load libcuda (DT_NEEDED, or a static CUDA runtime's `dlopen`) or search
@@ -154,9 +173,76 @@ pub struct LintReport {
     pub gpu_code: Vec<FileGpuCode>,
     /// Every problem found, in path order.
     pub findings: Vec<Finding>,
+    /// What is worth knowing but changes no answer: `no-driver-link` outside the Nix store
+    /// (and outside the package under test).
+    pub notes: Vec<Finding>,
+}
+
+/// What a lint run answers, as its exit status. This is the one mapping: `lint --help`, the
+/// README and runner/README.md list it. 101 and 134 stay Rust's panic and abort, so that no
+/// answer can be taken for a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LintStatus {
+    /// 0: it runs on every target (or none was given), with nothing to fix; notes may be printed.
+    Runs,
+    /// 1: it runs, with findings: a packaging problem that matters (a stub libcuda in the
+    /// search path, no driver link in a store path, a static CUDA archive, mixed runtimes, a
+    /// file that cannot be read).
+    Findings,
+    /// 2: a path given cannot be judged (missing, empty, not ELF, an archive the lint does not
+    /// read); bad usage exits 2 too.
+    CannotJudge,
+    /// 3: the rules cannot judge a file for a target (a GPU, ISA or driver beyond their
+    /// tables): not a pass.
+    Unknown,
+    /// 4: a file cannot run on a target; this wins over every other answer.
+    CannotRun,
+}
+
+impl LintStatus {
+    /// The exit status.
+    pub fn code(self) -> u8 {
+        match self {
+            LintStatus::Runs => 0,
+            LintStatus::Findings => 1,
+            LintStatus::CannotJudge => 2,
+            LintStatus::Unknown => 3,
+            LintStatus::CannotRun => 4,
+        }
+    }
 }
 
 impl LintReport {
+    /// The run's answer from the files' verdicts and the findings: a file that cannot run on a
+    /// target first, then a path that cannot be judged, then what the rules cannot judge, then
+    /// any other finding. Notes change nothing.
+    pub fn status(&self) -> LintStatus {
+        let mut unknown = false;
+        for v in self.gpu_code.iter().flat_map(|code| &code.verdicts) {
+            match v.verdict {
+                FileVerdict::Fails => return LintStatus::CannotRun,
+                FileVerdict::Unknown => unknown = true,
+                FileVerdict::NoGpuCode
+                | FileVerdict::RunsBySass
+                | FileVerdict::RunsByJit
+                | FileVerdict::RunsPartly => {}
+            }
+        }
+        if self
+            .findings
+            .iter()
+            .any(|f| f.kind == FindingKind::CannotJudge)
+        {
+            LintStatus::CannotJudge
+        } else if unknown {
+            LintStatus::Unknown
+        } else if self.findings.is_empty() {
+            LintStatus::Runs
+        } else {
+            LintStatus::Findings
+        }
+    }
+
     /// Whether every finding is one the rules could not judge (`gpu-code-unknown`): the lint's
     /// own exit status, distinct from a file that cannot run.
     pub fn only_unknowns(&self) -> bool {
@@ -180,11 +266,26 @@ impl LintReport {
         let verdict = if self.targets.is_empty() {
             String::new()
         } else {
-            format!("; {} file(s) cannot run on a target", self.cannot_run())
+            let given = match self.targets_given.as_slice() {
+                [] => String::new(),
+                given => format!(" (--target {})", given.join(",")),
+            };
+            format!(
+                "; {} file(s) cannot run on a target{given}",
+                self.cannot_run()
+            )
+        };
+        let notes = match self.notes.len() {
+            0 => String::new(),
+            n => format!(", {n} note(s)"),
+        };
+        let links = match self.links_not_followed {
+            0 => String::new(),
+            n => format!("; {n} symlink(s) out of the paths given and the store not followed"),
         };
         format!(
             "{} file(s), {} ELF, {} using libcuda, {} CUDA runtime(s), {} with GPU code; {} \
-             finding(s){verdict}",
+             finding(s){notes}{verdict}{links}",
             self.files,
             self.elf_files,
             self.libcuda_users.len(),
@@ -195,6 +296,52 @@ impl LintReport {
                 .count(),
             self.findings.len()
         )
+    }
+
+    /// The paths given that cannot be judged (`cannot-judge`): each is one line on stderr.
+    pub fn cannot_judge(&self) -> impl Iterator<Item = &Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::CannotJudge)
+    }
+
+    /// The report as `lint` prints it: one line per file and target (the
+    /// answer and its reason), the GPU code, runtimes and stubs found, the findings (but those
+    /// of [`LintReport::cannot_judge`], which go to stderr), the notes, and the summary.
+    pub fn write_text(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        for code in &self.gpu_code {
+            let name = code.file.file_name().unwrap_or(code.file.as_os_str());
+            if code.verdicts.is_empty() {
+                writeln!(out, "{}: {}", name.to_string_lossy(), code.summary)?;
+            }
+            for v in &code.verdicts {
+                writeln!(out, "{}: {}", name.to_string_lossy(), v.reason)?;
+            }
+        }
+        for code in &self.gpu_code {
+            writeln!(out, "gpu code: {}: {}", code.file.display(), code.summary)?;
+        }
+        for runtime in &self.cuda_runtimes {
+            writeln!(
+                out,
+                "cuda runtime: {} ({}, {})",
+                runtime.file.display(),
+                runtime.form.name(),
+                runtime.version.as_deref().unwrap_or("version unknown")
+            )?;
+        }
+        for stub in &self.stub_libcuda {
+            writeln!(out, "stub libcuda: {stub}")?;
+        }
+        for finding in &self.findings {
+            if finding.kind != FindingKind::CannotJudge {
+                writeln!(out, "{finding}")?;
+            }
+        }
+        for note in &self.notes {
+            writeln!(out, "note: {note}")?;
+        }
+        writeln!(out, "lint: {}", self.summary())
     }
 }
 
@@ -368,8 +515,23 @@ enum Contents {
     Fatbin,
     /// A `.a` archive: its members' GPU code is listed, as input for a link.
     Archive,
+    /// A zip file: read when it is a wheel ([`wheel::is_wheel`]).
+    Zip,
     /// Anything else.
     Other,
+}
+
+impl Contents {
+    /// What `bytes` (a file's first bytes) are.
+    fn of(bytes: &[u8]) -> Contents {
+        match bytes {
+            [0x7f, b'E', b'L', b'F', ..] => Contents::Elf,
+            [0x50, 0xed, 0x55, 0xba, ..] => Contents::Fatbin,
+            [b'!', b'<', b'a', b'r', b'c', b'h', b'>', b'\n', ..] => Contents::Archive,
+            [b'P', b'K', 3, 4, ..] => Contents::Zip,
+            _ => Contents::Other,
+        }
+    }
 }
 
 /// Maps a file (mapped, not read: GPU code is listed from its header pages alone) and says
@@ -380,53 +542,80 @@ fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
         return Ok(None);
     }
     let map = Mapped::of(&file)?;
-    let kind = match map.bytes() {
-        [0x7f, b'E', b'L', b'F', ..] => Contents::Elf,
-        [0x50, 0xed, 0x55, 0xba, ..] => Contents::Fatbin,
-        [b'!', b'<', b'a', b'r', b'c', b'h', b'>', b'\n', ..] => Contents::Archive,
-        _ => Contents::Other,
-    };
+    let kind = Contents::of(map.bytes());
     Ok(Some((map, kind)))
 }
 
-/// Lints `paths` (files or directories, walked without following symlinks).
+/// Whether `path` lies in the Nix store, by its own path or by its real path.
+fn in_store(path: &Path, store_dir: &Path) -> bool {
+    store_path_of(path, store_dir).is_some()
+        || std::fs::canonicalize(path).is_ok_and(|real| {
+            store_path_of(&real, store_dir).is_some()
+                || std::fs::canonicalize(store_dir).is_ok_and(|s| real.starts_with(s))
+        })
+}
+
+/// A finding of `kind` about `file`.
+fn finding(file: &Path, kind: FindingKind, message: String) -> Finding {
+    Finding {
+        file: file.to_path_buf(),
+        kind,
+        message,
+    }
+}
+
+/// Lints `paths` (files or directories; symlinks followed as [`crate::facts::walk`] says; wheels
+/// read member by member). A path given that cannot be judged is a `cannot-judge` finding.
 pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
     let mut report = LintReport {
         schema: LINT_SCHEMA,
         targets: config.targets.clone(),
+        targets_given: config.targets_given.clone(),
         ..LintReport::default()
-    };
-    let unreadable = |path: &Path, message: String| Finding {
-        file: path.to_path_buf(),
-        kind: FindingKind::Unreadable,
-        message,
     };
     let mut roots = Vec::new();
     for path in paths {
         match resolve(path) {
             Ok(root) => roots.push(root),
-            Err(e) => report
-                .findings
-                .push(unreadable(path, format!("cannot be checked: {}", e.why))),
+            Err(e) => report.findings.push(finding(
+                path,
+                FindingKind::CannotJudge,
+                format!("cannot be judged: {}", e.why),
+            )),
         }
     }
     let walked = walk(&roots, &config.store_dir);
     for e in walked.errors {
-        report.findings.push(unreadable(&e.path, e.why));
+        report
+            .findings
+            .push(finding(&e.path, FindingKind::Unreadable, e.why));
     }
-    for (root, n) in roots.iter().zip(&walked.per_root) {
+    for ((root, n), links) in roots
+        .iter()
+        .zip(&walked.per_root)
+        .zip(&walked.links_not_followed)
+    {
         if *n == 0 {
-            report.findings.push(unreadable(
+            let links = match links {
+                0 => String::new(),
+                n => format!(
+                    ": {n} symlink(s) in it lead out of the paths given and the Nix store, and \
+                     are not followed (name their targets to judge them)"
+                ),
+            };
+            report.findings.push(finding(
                 root,
-                "holds no file to check (nothing to judge is not a pass)".into(),
+                FindingKind::CannotJudge,
+                format!("holds no file to judge (nothing to judge is not a pass){links}"),
             ));
         }
     }
+    report.links_not_followed = walked.links_not_followed.iter().sum();
     let mut seen: BTreeSet<PathBuf> = walked.files.iter().cloned().collect();
     let mut graph_roots = Vec::new();
     for file in &walked.files {
-        report.files += 1;
-        graph_roots.extend(lint_file(file, config, &mut report));
+        let named = roots.contains(file);
+        graph_roots.extend(lint_file(file, named, config, &mut report));
     }
     let paths = &roots;
     if config.closure {
@@ -455,11 +644,11 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
                         }
                     }
                 }
-                Err(why) => report.findings.push(Finding {
-                    file: root.clone(),
-                    kind: FindingKind::Unreadable,
-                    message: format!("its runtime closure is unknown: {why}"),
-                }),
+                Err(why) => report.findings.push(finding(
+                    &root,
+                    FindingKind::Unreadable,
+                    format!("its runtime closure is unknown: {why}"),
+                )),
             }
             report.closure_of.push(root);
         }
@@ -474,35 +663,110 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
     report
 }
 
-/// Lints one file into `report`; an ELF file with a dynamic section is returned as the root of
-/// a dependency graph ([`crate::facts::mixing`]).
-fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Option<Root> {
+/// Lints one file into `report` (`named`: a path given, not one found in a directory: what
+/// cannot be judged is then a `cannot-judge` finding, not a file counted and skipped); an ELF
+/// file with a dynamic section is returned as the root of a dependency graph
+/// ([`crate::facts::mixing`]).
+fn lint_file(
+    path: &Path,
+    named: bool,
+    config: &LintConfig,
+    report: &mut LintReport,
+) -> Option<Root> {
+    report.files += 1;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
-    if is_static_cuda_archive(&name) {
+    let archive = is_static_cuda_archive(&name);
+    if archive {
         report.cuda_runtimes.extend(runtime_in(path, None, &[]));
         report.findings.push(archive_finding(path, None));
     }
-    let unreadable = |message: String| Finding {
-        file: path.to_path_buf(),
-        kind: FindingKind::Unreadable,
-        message,
+    let cannot_judge = |report: &mut LintReport, why: &str| {
+        if named {
+            report
+                .findings
+                .push(finding(path, FindingKind::CannotJudge, why.to_owned()));
+        }
     };
     let (map, contents) = match map_file(path) {
         Ok(Some(found)) => found,
-        Ok(None) => return None,
+        Ok(None) => {
+            cannot_judge(report, "is empty: nothing to judge");
+            return None;
+        }
         Err(e) => {
+            let kind = if named {
+                FindingKind::CannotJudge
+            } else {
+                FindingKind::Unreadable
+            };
             report
                 .findings
-                .push(unreadable(format!("cannot be read: {e}")));
+                .push(finding(path, kind, format!("cannot be read: {e}")));
             return None;
         }
     };
-    let data = map.bytes();
     match contents {
-        Contents::Other => return None,
+        Contents::Elf | Contents::Fatbin | Contents::Archive => {
+            lint_bytes(path, map.bytes(), contents, config, report)
+        }
+        Contents::Zip if wheel::is_wheel(path) => {
+            report.files -= 1;
+            let read = wheel::each_binary_member(path, |member, data| {
+                lint_bytes(member, data, Contents::of(data), config, report);
+            });
+            match read {
+                Ok(members) => report.files += members,
+                Err(e) if named => cannot_judge(report, &e.to_string()),
+                Err(e) => {
+                    report
+                        .findings
+                        .push(finding(path, FindingKind::Unreadable, e.to_string()))
+                }
+            }
+            // Its members are not on disk: no dependency graph to follow.
+            None
+        }
+        Contents::Zip => {
+            cannot_judge(
+                report,
+                "is a zip file, not a wheel (.whl): unzip it and name the directory",
+            );
+            None
+        }
+        Contents::Other if wheel::is_wheel(path) => {
+            cannot_judge(
+                report,
+                "cannot be read as a wheel (a zip file): it does not start with a zip header",
+            );
+            None
+        }
+        Contents::Other if !archive => {
+            cannot_judge(
+                report,
+                "is not an ELF file, a fat binary, an ar archive (.a) or a wheel (.whl): \
+                 nothing to judge (unpack an archive and name the directory)",
+            );
+            None
+        }
+        Contents::Other => None,
+    }
+}
+
+/// Lints the bytes of one ELF file, fat binary or archive (`path`: a file, or a wheel's member)
+/// into `report`; an ELF file with a dynamic section is returned as the root of a dependency
+/// graph.
+fn lint_bytes(
+    path: &Path,
+    data: &[u8],
+    contents: Contents,
+    config: &LintConfig,
+    report: &mut LintReport,
+) -> Option<Root> {
+    match contents {
+        Contents::Elf => {}
         // An archive's members are link input, listed per member as cuobjdump lists them.
         Contents::Fatbin | Contents::Archive => {
             let provenance = Provenance::of(path, None, &config.store_dir);
@@ -517,7 +781,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
             );
             return None;
         }
-        Contents::Elf => {}
+        Contents::Zip | Contents::Other => return None,
     }
     report.elf_files += 1;
     // The GPU code and the runtime's strings in one pass, not inside the containers.
@@ -563,10 +827,20 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
             if uses.is_some() || searches_link {
                 report.libcuda_users.push(path.to_path_buf());
             }
-            report.findings.extend(findings);
+            // Outside the store, no driver link is how pip and others ship (`$ORIGIN`): a note.
+            let noted = !config.under_test && !in_store(path, &config.store_dir);
+            for f in findings {
+                if noted && f.kind == FindingKind::NoDriverLink {
+                    report.notes.push(f);
+                } else {
+                    report.findings.push(f);
+                }
+            }
         }
         Ok(None) => {}
-        Err(e) => report.findings.push(unreadable(e.to_string())),
+        Err(e) => report
+            .findings
+            .push(finding(path, FindingKind::Unreadable, e.to_string())),
     }
     gpu_code_of(path, data, code, &uses, provenance, config, report);
     root
@@ -704,6 +978,66 @@ mod tests {
         rpath.rpath = Some(vec!["/run/opengl-driver/lib".into()]);
         assert!(kinds(&rpath, None).is_empty());
         assert_eq!(rpath.search_path().1, "DT_RPATH");
+    }
+
+    /// Issue 49: a libcuda user without the driver link is a finding in the Nix store and for
+    /// the package under test, a note that changes no status elsewhere (real ELF files).
+    #[test]
+    fn no_driver_link_is_a_finding_in_the_store_and_under_test_and_a_note_elsewhere() {
+        use cuda_sandbox_testkit::cc;
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("x.c");
+        std::fs::write(&source, "int x(void) { return 0; }\n").unwrap();
+        let stub = dir.path().join("libcuda.so");
+        let s = |p: &Path| p.display().to_string();
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            &s(&stub),
+            &s(&source),
+        ]);
+        let store = dir.path().join("store");
+        let lib = store.join("00000000000000000000000000000000-pkg/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        let user = lib.join("libuser.so");
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &s(&user),
+            &s(&source),
+            "-Wl,--no-as-needed",
+            &s(&stub),
+        ]);
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::copy(&user, outside.join("libuser.so")).unwrap();
+        let mut config = LintConfig::new("/run/opengl-driver/lib");
+        config.store_dir = store.clone();
+        let kinds = |found: &[Finding]| found.iter().map(|f| f.kind).collect::<Vec<_>>();
+
+        let stored = lint(std::slice::from_ref(&lib), &config);
+        assert_eq!(
+            kinds(&stored.findings),
+            [FindingKind::NoDriverLink],
+            "{stored:?}"
+        );
+        assert!(stored.notes.is_empty());
+        assert_eq!(stored.status(), LintStatus::Findings);
+        assert_eq!(stored.status().code(), 1);
+
+        let elsewhere = lint(std::slice::from_ref(&outside), &config);
+        assert!(elsewhere.findings.is_empty(), "{elsewhere:?}");
+        assert_eq!(kinds(&elsewhere.notes), [FindingKind::NoDriverLink]);
+        assert_eq!(elsewhere.status(), LintStatus::Runs);
+        assert_eq!(elsewhere.status().code(), 0);
+
+        config.under_test = true;
+        let tested = lint(&[outside], &config);
+        assert_eq!(kinds(&tested.findings), [FindingKind::NoDriverLink]);
+        assert_eq!(tested.status().code(), 1);
     }
 
     #[test]

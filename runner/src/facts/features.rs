@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::cuda::devices;
 use crate::cuda::driver::Driver;
+use crate::output;
 
 /// `cuda-sandbox-check features`.
 #[derive(Debug, Parser)]
@@ -188,24 +189,25 @@ pub fn run(cli: &FeaturesCli) -> ExitCode {
     let report = match report(cli) {
         Ok(report) => report,
         Err(why) => {
-            eprintln!("cuda-sandbox-check features: {why}");
+            output::error_line(format_args!("cuda-sandbox-check features: {why}"));
             return ExitCode::from(2);
         }
     };
-    if cli.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("plain data")
-        );
+    let written = if cli.json {
+        output::line(serde_json::to_string_pretty(&report).expect("plain data"))
     } else {
-        println!("{}", report.features.join(" "));
+        output::line(report.features.join(" "))
+    };
+    if let Err(why) = written {
+        output::error_line(format_args!("cuda-sandbox-check features: {why}"));
+        return ExitCode::from(2);
     }
     for unknown in &report.unknown {
-        eprintln!(
+        output::error_line(format_args!(
             "cuda-sandbox-check features: compute capability {} is {}: it adds no cuda-sm-* \
              feature (the table follows {} {})",
             unknown.capability, unknown.why, report.nixpkgs.repository, report.nixpkgs.commit
-        );
+        ));
     }
     if report.unknown.is_empty() {
         ExitCode::SUCCESS

@@ -25,6 +25,7 @@ use cuda_sandbox_manifest::inventory::{
 };
 
 use crate::checks::nvml;
+use crate::output;
 
 /// `cuda-sandbox-check inventory`.
 #[derive(Debug, Parser)]
@@ -223,17 +224,26 @@ pub fn run(cli: &InventoryCli) -> ExitCode {
     });
     match written {
         Ok(inventory) => {
-            for gpu in &inventory.gpus {
-                println!(
-                    "nvidia{} {} (0x{:04x}): {}",
-                    gpu.minor, gpu.bdf, gpu.pci_device, gpu.capability
-                );
+            let printed = output::to_stdout(|out| {
+                for gpu in &inventory.gpus {
+                    writeln!(
+                        out,
+                        "nvidia{} {} (0x{:04x}): {}",
+                        gpu.minor, gpu.bdf, gpu.pci_device, gpu.capability
+                    )?;
+                }
+                writeln!(out, "wrote {}", cli.output.display())
+            });
+            match printed {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(why) => {
+                    output::error_line(format_args!("cuda-sandbox-check inventory: {why}"));
+                    ExitCode::from(2)
+                }
             }
-            println!("wrote {}", cli.output.display());
-            ExitCode::SUCCESS
         }
         Err(why) => {
-            eprintln!("cuda-sandbox-check inventory: {why}");
+            output::error_line(format_args!("cuda-sandbox-check inventory: {why}"));
             ExitCode::from(2)
         }
     }

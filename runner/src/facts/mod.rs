@@ -1,5 +1,5 @@
 //! What the runner reads and judges, apart from the checks that report it: GPU access, the
-//! build's declared features and the hook's manifest, a package's files (walked, their GPU
+//! build's declared features and the hook's manifest, a package's files (walked, wheels read, their GPU
 //! code, CUDA runtimes and who built them), the ELF lint, NVML's MIG view, and the
 //! `gpu-confirm`, `features`, `inventory` and `container-binds` commands. `crate::cuda` is the driver wrapper
 //! these call.
@@ -23,5 +23,6 @@ pub(crate) mod provenance;
 pub mod runtime_scan;
 pub(crate) mod stub_libcuda;
 pub(crate) mod walk;
+pub(crate) mod wheel;
 pub(crate) mod zluda;
 pub(crate) mod zluda_code;

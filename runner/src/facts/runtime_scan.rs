@@ -4,11 +4,11 @@
 //! are the version-mixing hazard ([`crate::facts::mixing`]): each resolves driver entry points at its
 //! own version.
 //!
-//! A static copy (`libcudart_static.a` linked into a program or library) is found by the symbol
-//! `cudaGetDriverEntryPoint` while the file has a symbol table, else by what the runtime's own
-//! data contains ([`static_runtime_in`]): Nixpkgs' default `strip -S` keeps `.symtab`, but
-//! `stripAllList`/`strip -s`, `--strip-unneeded`, `-Wl,-s` and section-less (sstrip-ed) files
-//! leave no symbol to read.
+//! A static copy (`libcudart_static.a` linked into a program or library) is found by what the
+//! runtime's own data contains ([`static_runtime_in`]), never by a symbol: `strip -s`,
+//! `--strip-unneeded`, `-Wl,-s` and section-less (sstrip-ed) files leave no symbol to read, and
+//! a file can define the runtime's API without holding the runtime (XLA's `cudart_stub.cc`, a
+//! table of trampolines to a libcudart it loads later, in JAX's CUDA plugins).
 //!
 //! Loading a runtime to ask it is [`crate::cuda::cudart`].
 
@@ -16,8 +16,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use memchr::memmem;
-use object::read::elf::{FileHeader, SectionHeader};
-use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
+use object::{Object, ObjectSection, SectionKind};
 use serde::Serialize;
 
 use cuda_sandbox_elfkit::fatbin::strings::{may_hold_strings, CStrings};
@@ -107,7 +106,7 @@ const NAME_FROM_13: &str = "cudaLogsCurrent";
 pub struct StaticEvidence {
     /// Those of [`runtime_markers`] found, in that order.
     pub markers: Vec<&'static str>,
-    /// Its version, where its code or data gives one: [`runtime_version_outside`].
+    /// Its version, where its code or data gives one: [`version_of`].
     pub version: Option<ContentVersion>,
 }
 
@@ -236,7 +235,7 @@ fn strings_present(regions: &[&[u8]], texts: &[&str]) -> Vec<bool> {
 /// Whether `data` (an ELF file's bytes) holds a CUDA runtime by its own strings: [`DRIVER_NAME`]
 /// and at least [`MARKERS_NEEDED`] of [`runtime_markers`] in its allocated data sections (the
 /// whole file when it has no section headers). Reads no symbol, so it works on stripped files;
-/// libcuda itself does not qualify. With the version where [`runtime_version_outside`] reads one.
+/// libcuda itself does not qualify. With the version where [`version_of`] reads one.
 pub fn static_runtime_in(data: &[u8]) -> Option<StaticEvidence> {
     static_runtime_outside(data, &[])
 }
@@ -257,11 +256,6 @@ type Found<'a> = Option<&'a [bool]>;
 /// The markers that decide alone: without one of the first two, three of the four cannot be
 /// there.
 const DECIDING: usize = 4 + 1 - MARKERS_NEEDED; // of the four markers
-
-/// Whether `found` knows the strings past the deciding markers.
-fn knows_all(found: Found) -> Found {
-    found.filter(|f| f[..DECIDING].contains(&true))
-}
 
 /// An ELF file's GPU code and the CUDA runtime in it, its data read once: elfkit's magic
 /// scan looks for the runtime's strings in the data sections as it reads them
@@ -382,27 +376,6 @@ fn version_of(names_12: bool, names_13: bool, code: &[&[u8]]) -> Option<ContentV
     })
 }
 
-/// The version of the CUDA runtime in `data` (an ELF file's bytes, holding one), read from its
-/// code and data, never from symbols: exact from the constant `cudaRuntimeGetVersion` returns
-/// (x86-64 code: [`getter_constants`]), when exactly one such getter holds a plausible version
-/// and it agrees with the API names below; else `12.x` when the runtime's table of API names has
-/// `cudaGetDeviceProperties_v2` (12.0 to 12.9) and not `cudaLogsCurrent` (13.0 on); else
-/// `None` (13.0's names bound it from below only, and a future major may keep them). The file
-/// ranges `device` ([`device_ranges`]) are left out of the data; the API names are taken from
-/// `found` when a reader found them.
-fn runtime_version_outside(
-    data: &[u8],
-    device: &[Range<usize>],
-    found: Found,
-) -> Option<ContentVersion> {
-    let (read_only, code) = regions(data, device);
-    let names = match found {
-        Some(found) => found[found.len() - 2..].to_vec(),
-        None => strings_present(&read_only, &[NAME_OF_12, NAME_FROM_13]),
-    };
-    version_of(names[0], names[1], &code)
-}
-
 /// The CUDA version a path names: `libcudart.so.12.9.79` → 12.9; a store path such as
 /// `/nix/store/…-cuda_cudart-12.9.79-lib/…` → 12.9; `libcudart.so.12` → `12.x`.
 pub(crate) fn version_named_by(path: &Path) -> Option<String> {
@@ -433,54 +406,18 @@ pub(crate) fn version_named_by(path: &Path) -> Option<String> {
     major.parse::<u32>().ok().map(|m| format!("{m}.x"))
 }
 
-/// Whether `data` (an ELF file's bytes) defines `cudaGetDriverEntryPoint` in its symbol
-/// tables: the CUDA runtime is linked into it.
-pub(crate) fn defines_runtime(data: &[u8]) -> bool {
-    let Ok(file) = object::File::parse(data) else {
-        return false;
-    };
-    let named = match &file {
-        object::File::Elf64(elf) => string_tables_hold(elf, ENTRY_POINT_GETTER),
-        object::File::Elf32(elf) => string_tables_hold(elf, ENTRY_POINT_GETTER),
-        _ => true,
-    };
-    named
-        && file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            // The bytes, not `name()`: that checks each name for UTF-8, and libc has 3,000.
-            .any(|s| s.name_bytes() == Ok(b"cudaGetDriverEntryPoint") && s.is_definition())
-}
-
-/// The symbol [`defines_runtime`] looks for, as its string table holds it.
-const ENTRY_POINT_GETTER: &[u8] = b"cudaGetDriverEntryPoint\0";
-
-/// Whether the string tables of `elf`'s symbol tables (`.strtab`, `.dynstr`) may name a
-/// symbol `name` (with its NUL): every symbol's name is in its table's strings, so where
-/// neither holds those bytes no symbol has that name, and the symbols (libc's 3,000) need not
-/// be read one by one. `true` when a table cannot be read.
-fn string_tables_hold<Elf: FileHeader>(elf: &object::read::elf::ElfFile<Elf>, name: &[u8]) -> bool {
-    [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()]
-        .into_iter()
-        .filter(|table| !table.is_empty())
-        .any(|table| {
-            elf.elf_section_table()
-                .section(table.string_section())
-                .and_then(|section| section.data(elf.endian(), elf.data()))
-                .map_or(true, |strings| memmem::find(strings, name).is_some())
-        })
-}
-
 /// The major of `12.9` or `12.x`.
 fn major_of(version: &str) -> Option<&str> {
     version.split('.').next()
 }
 
 /// Classifies one file; `data` is its bytes when it is an ELF file. `libcudart.so*` and
-/// `libcudart_static*.a` count by name; another ELF file when it defines
-/// `cudaGetDriverEntryPoint` ([`defines_runtime`]), else when the runtime's own strings are in
-/// it ([`static_runtime_in`]). The version: from the name ([`version_named_by`]); for a static
-/// copy first from its code ([`runtime_version_outside`]); for a shared library named with its major
+/// `libcudart_static*.a` count by name; another ELF file when the runtime's own strings are in
+/// it ([`static_runtime_in`]), whether or not it defines the runtime's symbols: XLA's
+/// `cudart_stub.cc` (in JAX's CUDA plugins) defines `cudaGetDriverEntryPoint` and the rest as
+/// trampolines to a libcudart loaded later, and holds none of them. The version: from the name
+/// ([`version_named_by`]); for a static copy first from its code ([`version_of`]); for a shared
+/// library named with its major
 /// only (`libcudart.so.12`), from its code when that is a runtime's and agrees on the major.
 pub fn runtime_in(
     path: &Path,
@@ -540,16 +477,8 @@ fn runtime_found(
             format!("file name; {}", from_name(&named)),
         ));
     }
-    let data = data?;
-    let (why, content) = if defines_runtime(data) {
-        (
-            "symbol cudaGetDriverEntryPoint".to_owned(),
-            runtime_version_outside(data, device, knows_all(strings)),
-        )
-    } else {
-        let evidence = static_runtime_found(data, device, strings)?;
-        (evidence.describe(), evidence.version)
-    };
+    let evidence = static_runtime_found(data?, device, strings)?;
+    let (why, content) = (evidence.describe(), evidence.version);
     let (version, source) = match content {
         Some(c) if !c.version.ends_with(".x") || named.is_none() => {
             let text = format!("version {} from {}", c.version, c.source);

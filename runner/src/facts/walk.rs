@@ -2,7 +2,10 @@
 //! them: a relative path is relative to the working directory, a path that does not exist is
 //! an error naming it, and symlinks are followed where they point into the Nix store or
 //! within the paths given (the outputs of `symlinkJoin` and `buildEnv` are all symlinks into
-//! the store), each file they reach judged once (by its real path).
+//! the store), each file they reach judged once (by its real path). A path given is followed
+//! wherever it points. A symlink found inside that leads elsewhere is not followed (a package
+//! does not reach into the host's files): it is counted, and a directory holding nothing else
+//! has no file to judge.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -34,8 +37,11 @@ pub(crate) fn resolve(path: &Path) -> Result<PathBuf, PathError> {
 pub(crate) struct Walked {
     /// Each regular file once, by the first path that reached it, in walk order.
     pub files: Vec<PathBuf>,
-    /// How many files each root reached (the roots' order).
+    /// How many files each root reached, those an earlier root reached too included (the
+    /// roots' order).
     pub per_root: Vec<usize>,
+    /// How many symlinks under each root were not followed (the roots' order).
+    pub links_not_followed: Vec<usize>,
     /// Entries that could not be walked, with why.
     pub errors: Vec<PathError>,
 }
@@ -56,12 +62,17 @@ pub(crate) fn walk(roots: &[PathBuf], store_dir: &Path) -> Walked {
     let mut out = Walked::default();
     let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
     for root in roots {
-        let before = out.files.len();
+        let mut reached = 0;
+        let not_followed = std::cell::Cell::new(0);
         let walker = walkdir::WalkDir::new(root)
             .follow_links(true)
             .sort_by_file_name()
             .into_iter()
-            .filter_entry(|e| !e.path_is_symlink() || e.depth() == 0 || followed(e.path()));
+            .filter_entry(|e| {
+                let follow = !e.path_is_symlink() || e.depth() == 0 || followed(e.path());
+                not_followed.set(not_followed.get() + usize::from(!follow));
+                follow
+            });
         for entry in walker {
             let entry = match entry {
                 Ok(e) => e,
@@ -76,12 +87,14 @@ pub(crate) fn walk(roots: &[PathBuf], store_dir: &Path) -> Walked {
             if !entry.file_type().is_file() {
                 continue;
             }
+            reached += 1;
             let real = std::fs::canonicalize(entry.path()).unwrap_or_else(|_| entry.path().into());
             if seen.insert(real) {
                 out.files.push(entry.path().to_path_buf());
             }
         }
-        out.per_root.push(out.files.len() - before);
+        out.per_root.push(reached);
+        out.links_not_followed.push(not_followed.get());
     }
     out
 }
@@ -110,11 +123,13 @@ mod tests {
         let root = dir.path().join("join");
         let walked = walk(std::slice::from_ref(&root), &store);
         assert_eq!(walked.files, [join.join("libx.so")], "{walked:?}");
-        assert_eq!(walked.per_root, [1]);
+        assert_eq!(walked.per_root, [2], "two links reach the file");
+        assert_eq!(walked.links_not_followed, [1]);
         // Given both, the store file is still judged once.
         let both = walk(&[root, store.join("aaa-pkg")], &store);
         assert_eq!(both.files.len(), 1, "{both:?}");
-        assert_eq!(both.per_root, [1, 0]);
+        // Issue 49: the second root reached its file too; it does not hold "no file".
+        assert_eq!(both.per_root, [2, 1]);
     }
 
     /// Issue 34: `--package ./result` became `/result`, and a missing path was "0 files".

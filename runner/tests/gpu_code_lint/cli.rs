@@ -24,7 +24,7 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
     // Hopper with a 535 driver: only the PTX fits, and ISA 8.8 needs CUDA 12.9.
     let ptx = lint(&["--target", "sm_90", "--driver-cuda", "12.2"], &[&ampere]);
     ptx.says(
-        101,
+        CANNOT_RUN,
         &[
             "cannot run on sm_90 (driver CUDA 12.2)",
             "ISA 8.8, which needs a driver of CUDA 12.9 (R575)",
@@ -43,7 +43,7 @@ fn a_package_without_its_gpus_architecture_fails_with_209_or_222_and_the_fix() {
     // SASS for Turing alone, no PTX: no kernel image for Ampere.
     let none = lint(&["--target", "sm_80", "--driver-cuda", "13.0"], &[&turing]);
     none.says(
-        101,
+        CANNOT_RUN,
         &[
             "no kernel image for a 8.0 GPU",
             "CUDA_ERROR_NO_BINARY_FOR_GPU, 209",
@@ -82,7 +82,7 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
         &["--json", "--target", "sm_90", "--driver-cuda", "12.2"],
         &[&ampere],
     );
-    assert_eq!(out.code, 101, "{}", out.out);
+    assert_eq!(out.code, CANNOT_RUN, "{}", out.out);
     let json: serde_json::Value = serde_json::from_str(&out.out).unwrap();
     let file = &json["gpu_code"][0];
     let entries = &file["modules"][0]["entries"];
@@ -118,7 +118,7 @@ fn lint_json_names_every_entry_and_the_verdict_for_the_target() {
     );
     let last = text.out.lines().last().unwrap_or_default();
     assert!(
-        last.ends_with("; 1 file(s) cannot run on a target"),
+        last.ends_with("; 1 file(s) cannot run on a target (--target sm_90)"),
         "{}",
         text.out
     );
@@ -148,7 +148,7 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
         &[&curand],
     );
     older.says(
-        101,
+        CANNOT_RUN,
         &[
             "cannot run on sm_70 (driver CUDA 13.0): module 1 of",
             "cannot run on sm_61 (driver CUDA 13.0): module 1 of",
@@ -166,7 +166,7 @@ fn curand_runs_on_every_gpu_it_supports_and_not_on_older_ones() {
     // A newer driver does not drive them at all (NVIDIA: R580 is their last branch).
     let dropped = lint(&["--target", "7.0", "--driver-cuda", "13.1"], &[&curand]);
     dropped.says(
-        101,
+        CANNOT_RUN,
         &["compute capability 7.0 (Volta) is driven up to CUDA 13.0 (R580)"],
     );
 }
@@ -285,7 +285,7 @@ fn an_image_the_driver_cannot_unpack_fails_naming_the_fix() {
         &[&ptx_only],
     );
     old.says(
-        101,
+        CANNOT_RUN,
         &[
             "cannot run on sm_90 (driver CUDA 12.2)",
             "is Zstandard-compressed, which libcuda unpacks from CUDA 12.4 (R550, 550.54.14) on",
@@ -311,7 +311,7 @@ fn an_image_the_driver_cannot_unpack_fails_naming_the_fix() {
 
 /// A fleet: `--target` takes several capabilities and each gets its verdict; a GPU the rules
 /// do not know is "cannot be judged", with an exit status of its own (3), distinct from
-/// "cannot run" (101).
+/// "cannot run" (4).
 #[test]
 fn a_fleet_gets_a_verdict_per_target_and_unknown_has_its_own_exit_status() {
     let Some(real) =
@@ -358,7 +358,10 @@ fn a_fleet_gets_a_verdict_per_target_and_unknown_has_its_own_exit_status() {
         &["--target", "9.5,9.0", "--driver-cuda", "12.2"],
         &[&ampere],
     );
-    mixed.says(101, &["cannot be judged for sm_95", "cannot run on sm_90"]);
+    mixed.says(
+        CANNOT_RUN,
+        &["cannot be judged for sm_95", "cannot run on sm_90"],
+    );
 }
 
 /// Issue 34: `--driver-cuda 535` was read as CUDA 535.0 and passed, `99.9` judged "runs", and
@@ -380,7 +383,10 @@ fn driver_versions_are_taken_as_users_write_them() {
     );
     // The driver's own version: its branch's CUDA (12.2), so ISA 8.8 PTX cannot JIT.
     let driver = lint(&["--target", "sm_90", "--driver", "535.104.05"], &[&ampere]);
-    driver.says(101, &["cannot run on sm_90 (driver CUDA 12.2)", "ISA 8.8"]);
+    driver.says(
+        CANNOT_RUN,
+        &["cannot run on sm_90 (driver CUDA 12.2)", "ISA 8.8"],
+    );
     // Above the newest release the rules know: cannot be judged, never "runs".
     let future = lint(&["--target", "sm_80", "--driver-cuda", "99.9"], &[&ampere]);
     future.says(
@@ -401,7 +407,7 @@ fn driver_versions_are_taken_as_users_write_them() {
     );
     let old = lint(&["--target", "sm_90", "--driver-cuda", "12.6"], &[&isa86]);
     old.says(
-        101,
+        CANNOT_RUN,
         &["ISA 8.6, which needs a driver of CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)"],
     );
     assert!(!old.out.contains("needs a CUDA 12.7"), "{}", old.out);
@@ -453,7 +459,7 @@ fn a_static_archive_is_listed_per_member_as_cuobjdump_lists_it() {
     }
     let devrt = lint(&[], &[&archives[0]]);
     devrt.says(
-        101,
+        FINDINGS,
         &[
             "libcudadevrt.a: 1 module(s): 1 member(s): cuda_device_runtime.o [SASS sm_50",
             "static CUDA library in the package",
@@ -469,6 +475,28 @@ fn a_static_archive_is_listed_per_member_as_cuobjdump_lists_it() {
             "0 file(s) cannot run",
         ],
     );
+}
+
+/// Issue 49: one exit status per answer, and "cannot run" on any file wins over the others: a
+/// path that cannot be judged (2), a target the rules cannot judge (3).
+#[test]
+fn cannot_run_on_any_file_wins_over_every_other_answer() {
+    let Some(real) = RealNvidia::find("cannot_run_on_any_file_wins_over_every_other_answer") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (ampere, _) = packages(&real, dir.path());
+    let missing = dir.path().join("missing");
+    let hopper = ["--target", "sm_90", "--driver-cuda", "12.2"];
+    lint(&hopper, &[&missing, &ampere]).says(
+        CANNOT_RUN,
+        &["missing: cannot be judged", "cannot run on sm_90"],
+    );
+    let fleet = ["--target", "sm_90,sm_95", "--driver-cuda", "12.2"];
+    lint(&fleet, &[&ampere]).says(CANNOT_RUN, &["cannot be judged for sm_95"]);
+    let unknown = ["--target", "sm_95", "--driver-cuda", "12.2"];
+    lint(&unknown, &[&ampere]).says(3, &["cannot be judged for sm_95"]);
+    lint(&unknown, &[&ampere, &missing]).says(2, &["missing: cannot be judged"]);
 }
 
 /// `lint --zluda`: ZLUDA compiles PTX and loads no SASS, so a library of SASS alone cannot
@@ -493,7 +521,7 @@ fn zluda_runs_ptx_and_no_sass() {
     );
     let out = lint(&["--zluda"], &[&turing, &sass_for_zludas_own]);
     out.says(
-        101,
+        CANNOT_RUN,
         &[
             "libturing.so: cannot run on ZLUDA on AMD (reporting sm_88): module 1 of 1",
             "libsm88.so: cannot run on ZLUDA on AMD (reporting sm_88)",

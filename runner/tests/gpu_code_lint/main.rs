@@ -14,6 +14,12 @@ use common::RUNNER;
 use cuda_sandbox_testkit::gpu_library::{gpu_library_of, kernelless_library};
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 
+/// `lint`'s exit status for a file that cannot run on a target.
+const CANNOT_RUN: i32 = 4;
+
+/// `lint`'s exit status for findings that are not about running (a static archive).
+const FINDINGS: i32 = 1;
+
 struct Lint {
     code: i32,
     out: String,

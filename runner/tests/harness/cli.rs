@@ -151,3 +151,78 @@ fn default_saxpy_runs_two_to_the_24_elements() {
     assert_eq!(facts.bytes_moved, 12.0 * f64::from(1 << 24));
     assert_eq!(facts.wrong_elements, 0);
 }
+
+/// Issue 49: `--exact package::` ran no check, wrote `"checks": {}` and exited 0. A filter that
+/// selects no check fails (2), saying so, unless `--allow-no-checks` accepts it.
+#[test]
+fn a_filter_that_selects_no_check_fails_unless_allowed() {
+    let temp = tempfile::tempdir().unwrap();
+    let report = temp.path().join("report.json");
+    let run = |extra: &[&str]| {
+        Command::new(RUNNER)
+            .args(["--no-manifest", "--exact", "package::", "--report"])
+            .arg(&report)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the filter selects no check of this run")
+            && stderr.contains("--allow-no-checks"),
+        "{stderr}"
+    );
+    let allowed = run(&["--allow-no-checks"]);
+    assert_eq!(allowed.status.code(), Some(0));
+    // A filter that selects a check is unaffected.
+    let one = Command::new(RUNNER)
+        .args(["--no-manifest", "--exact", "devices::features"])
+        .env("requiredSystemFeatures", "cuda")
+        .output()
+        .unwrap();
+    assert_ne!(
+        one.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+}
+
+/// Issue 49: `--help` was mostly libtest's flags, `lint` named only at its end. It opens with
+/// the usage and the commands, one line each; libtest's flags come after the runner's, under
+/// their own heading; `--expect-no-gpu` (which nix-tests/sandbox-builds looks for) is there.
+#[test]
+fn help_opens_with_the_usage_and_commands_and_puts_libtests_flags_last() {
+    let output = Command::new(RUNNER).arg("--help").output().unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = help.lines().collect();
+    let usage = lines.iter().position(|l| l.starts_with("Usage: ")).unwrap();
+    let commands = lines
+        .iter()
+        .position(|l| l.starts_with("Commands"))
+        .unwrap();
+    assert!(commands <= usage + 3, "{help}");
+    for (i, command) in ["lint PATH...", "features", "inventory", "gpu-confirm"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            lines[commands + 1 + i].starts_with(&format!("  {command} ")),
+            "{help}"
+        );
+    }
+    let at = |needle: &str| {
+        help.find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {help}"))
+    };
+    let libtest = at("libtest's flags (as in `cargo test`):");
+    assert!(at("--expect-no-gpu") < libtest, "{help}");
+    assert!(at("--allow-no-checks") < libtest, "{help}");
+    assert!(
+        at("--bench") > libtest && at("--test-threads") > libtest,
+        "{help}"
+    );
+}

@@ -19,7 +19,7 @@ fn lint_passes_compat_before_the_driver_link() {
 fn lint_fails_the_driver_link_before_compat_explained() {
     let p = Package::new();
     let run = lint(&["--compat-dir", COMPAT, &p.dir("wrong")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     let line = run.stdout.lines().next().unwrap();
     for needle in [
         "libwrong.so: DT_RUNPATH [/run/opengl-driver/lib:",
@@ -49,7 +49,7 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     std::fs::copy(&stub_11, p.stubs.join("libcuda.so")).unwrap();
     std::os::unix::fs::symlink("libcuda.so", p.stubs.join("libcuda.so.1")).unwrap();
     let run = lint(&["--compat-dir", COMPAT, &p.dir("stubs")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     let stubs = p.stubs.display();
     assert!(
         run.stdout.contains(&format!(
@@ -74,7 +74,7 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     let renamed = p.root.join("renamed/lib/libcuda.so.1");
     std::fs::copy(&stub_12, &renamed).unwrap();
     let run = lint(&[&p.dir("renamed")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     for needle in [
         format!(
             "stub libcuda: {}: NVIDIA's stub libcuda (625 driver entry points",
@@ -107,17 +107,38 @@ fn lint_names_nvidias_stub_libcuda_by_what_it_is_wherever_it_lies() {
     }
 }
 
+/// Issue 49: outside the Nix store a libcuda user without the driver link is a note (pip's
+/// `$ORIGIN` search paths are normal there), exit 0; for the package under test (`--lint` in a
+/// check run) it is a finding, as in the store (elf_lint's unit tests).
 #[test]
-fn lint_fails_a_libcuda_user_without_the_driver_link() {
+fn a_libcuda_user_without_the_driver_link_is_a_note_outside_the_store_a_finding_under_test() {
     let p = Package::new();
     let run = lint(&[&p.dir("nolink")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
-        run.stdout.contains("needs libcuda but DT_RUNPATH [/nix/store/x-cuda/lib] lacks the driver link /run/opengl-driver/lib"),
+        run.stdout.contains("note: ") && run.stdout.contains("needs libcuda but DT_RUNPATH [/nix/store/x-cuda/lib] lacks the driver link /run/opengl-driver/lib"),
         "{}",
         run.stdout
     );
     assert!(run.stdout.contains("autoAddDriverRunpath"));
+    assert!(
+        run.stdout.contains("; 0 finding(s), 1 note(s)"),
+        "{}",
+        run.stdout
+    );
+    let checked = Command::new(RUNNER)
+        .args([
+            "--no-manifest",
+            "--lint",
+            &p.dir("nolink"),
+            "--exact",
+            "lint::elf",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(101), "{out}");
+    assert!(out.contains("lacks the driver link"), "{out}");
 }
 
 #[test]
@@ -142,7 +163,7 @@ fn lint_reports_static_cuda_archives() {
     assert!(ar.success());
     std::fs::write(lib.join("libz.a"), "!<arch>\n").unwrap();
     let run = lint(&["--compat-dir", COMPAT, &p.dir("right")]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     assert!(
         run.stdout.contains(&format!(
             "{}: static CUDA library in the package",
@@ -163,7 +184,7 @@ fn lint_json_lists_every_finding_with_its_kind() {
         COMPAT,
         &p.root.display().to_string(),
     ]);
-    assert_eq!(run.code, 101, "{}", run.stdout);
+    assert_eq!(run.code, FINDINGS, "{}", run.stdout);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     let mut kinds: Vec<&str> = report["findings"]
         .as_array()
@@ -175,13 +196,11 @@ fn lint_json_lists_every_finding_with_its_kind() {
     assert_eq!(
         kinds,
         // The `stubs` directory holds a stub of this test's own, not NVIDIA's: no finding.
-        [
-            "compat-after-driver-link",
-            "compat-missing",
-            "no-driver-link"
-        ],
+        ["compat-after-driver-link", "compat-missing"],
         "{report:#}"
     );
+    // Outside the store, the missing driver link is a note.
+    assert_eq!(report["notes"][0]["kind"], "no-driver-link", "{report:#}");
     assert_eq!(report["libcuda_users"].as_array().unwrap().len(), 4);
 }
 
@@ -354,7 +373,7 @@ fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_mis
     std::os::unix::fs::symlink(&target, join.join("libnolink.so")).unwrap();
     std::os::unix::fs::symlink(&target, join.join("libnolink.so.1")).unwrap();
     let both = lint(&[&p.dir("join"), &p.dir("nolink")]);
-    assert_eq!(both.code, 101, "{}", both.stdout);
+    assert_eq!(both.code, 0, "{}", both.stdout);
     assert_eq!(
         both.stdout.matches("lacks the driver link").count(),
         1,
@@ -363,20 +382,21 @@ fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_mis
     );
     assert!(both.stdout.contains("lint: 1 file(s)"), "{}", both.stdout);
     // Alone, the links point outside the paths given (and outside the store): not followed,
-    // and a path with nothing to check fails naming it.
+    // counted, and a path with nothing to judge cannot be judged (2), saying why.
     let alone = lint(&[&p.dir("join")]);
-    assert_eq!(alone.code, 101, "{}", alone.stdout);
+    assert_eq!(alone.code, CANNOT_JUDGE, "{}", alone.stdout);
     assert!(
-        alone.stdout.contains("holds no file to check"),
+        alone.stdout.contains(
+            "holds no file to judge (nothing to judge is not a pass): 2 symlink(s) in it lead \
+             out of the paths given and the Nix store, and are not followed"
+        ),
         "{}",
         alone.stdout
     );
     let missing = lint(&["/does/not/exist"]);
-    assert_eq!(missing.code, 101, "{}", missing.stdout);
+    assert_eq!(missing.code, CANNOT_JUDGE, "{}", missing.stdout);
     assert!(
-        missing
-            .stdout
-            .contains("/does/not/exist: cannot be checked"),
+        missing.stdout.contains("/does/not/exist: cannot be judged"),
         "{}",
         missing.stdout
     );
@@ -387,10 +407,262 @@ fn lint_follows_links_within_the_paths_given_judges_each_file_once_and_names_mis
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(101), "{out}");
+    assert_eq!(output.status.code(), Some(0), "{out}");
     assert!(
         out.contains(&format!("{}/./nolink/lib/libnolink.so", p.root.display()))
             || out.contains(&format!("{}/nolink/lib/libnolink.so", p.root.display())),
         "{out}"
     );
+}
+
+/// Issue 49: a path given that cannot be judged exits 2 with one line on stderr saying why
+/// (a missing path, an empty file, a text file, a zip that is not a wheel, a `.whl` that is not
+/// a zip); inside a directory such files are counted and skipped.
+#[test]
+fn paths_that_cannot_be_judged_exit_2_with_one_line_and_are_counted_inside_a_directory() {
+    let p = Package::new();
+    let odd = p.root.join("odd");
+    std::fs::create_dir_all(&odd).unwrap();
+    std::fs::write(odd.join("empty"), b"").unwrap();
+    std::fs::write(odd.join("notes.txt"), b"not an ELF file\n").unwrap();
+    std::fs::write(odd.join("data.zip"), b"PK\x03\x04 not read\n").unwrap();
+    std::fs::write(odd.join("broken.whl"), b"not a zip at all\n").unwrap();
+    let cases = [
+        ("missing", "cannot be judged: No such file or directory"),
+        ("empty", "is empty: nothing to judge"),
+        (
+            "notes.txt",
+            "is not an ELF file, a fat binary, an ar archive (.a) or a wheel",
+        ),
+        ("data.zip", "is a zip file, not a wheel (.whl): unzip it"),
+        ("broken.whl", "cannot be read as a wheel (a zip file): "),
+    ];
+    for (name, why) in cases {
+        let path = odd.join(name);
+        for target in [&[][..], &["--target", "sm_90", "--driver-cuda", "12.2"][..]] {
+            let output = Command::new(RUNNER)
+                .args(["lint", "--no-manifest"])
+                .args(target)
+                .arg(&path)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(CANNOT_JUDGE), "{name}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("cuda-sandbox-check lint: {}: ", path.display()))
+                    && stderr.contains(why),
+                "{name}: {stderr}"
+            );
+        }
+    }
+    // In a directory, beside a libcuda user that is right, they are counted: a pass.
+    std::fs::copy(
+        p.root.join("right/lib/libright.so"),
+        odd.join("libright.so"),
+    )
+    .unwrap();
+    let run = lint(&["--compat-dir", COMPAT, &odd.display().to_string()]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("lint: 5 file(s), 1 ELF, 1 using libcuda"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// Issue 49: JAX's CUDA plugin wheels, read whole (no unzip): every member counted, the ELF ones
+/// judged from inside the wheel, and none of them taken for a CUDA runtime (XLA's
+/// cudart_stub.cc). `--target sm_90a` is judged as the 9.0 GPU and echoed as given. The CUDA 13
+/// plugin cannot run on a 12.2 driver (status 4), the CUDA 12 one can (0).
+#[test]
+fn jax_plugin_wheels_are_read_whole_with_no_runtime_in_them_and_sm_90a_echoed() {
+    let test = "jax_plugin_wheels_are_read_whole_with_no_runtime_in_them_and_sm_90a_echoed";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    for (major, code) in [(12, 0), (13, 4)] {
+        let wheel = real.jax_plugin_wheel(major);
+        if !real.has(test, &wheel) {
+            return;
+        }
+        let wheel_arg = wheel.display().to_string();
+        let target = ["--target", "sm_90a", "--driver-cuda", "12.2"];
+        let run = lint(&[&["--json"][..], &target, &[&wheel_arg]].concat());
+        assert_eq!(run.code, code, "{}", run.stdout);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(report["files"], 17, "{report:#}");
+        assert_eq!(report["elf_files"], 11, "{report:#}");
+        assert_eq!(report["cuda_runtimes"], serde_json::json!([]), "{report:#}");
+        assert_eq!(report["libcuda_users"], serde_json::json!([]), "{report:#}");
+        assert_eq!(report["targets_given"], serde_json::json!(["sm_90a"]));
+        assert_eq!(report["targets"][0]["device"], "9.0");
+        let linalg = format!("{wheel_arg}/jax_cuda{major}_plugin/_linalg.so");
+        assert!(
+            report["gpu_code"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["file"] == *linalg),
+            "{report:#}"
+        );
+        let text = lint(&[&target[..], &[&wheel_arg]].concat());
+        assert_eq!(text.code, code, "{}", text.stdout);
+        assert!(!text.stdout.contains("cuda runtime:"), "{}", text.stdout);
+        assert!(!text.stdout.contains("dlopens"), "{}", text.stdout);
+        assert!(
+            text.stdout
+                .contains("cannot run on a target (--target sm_90a)"),
+            "{}",
+            text.stdout
+        );
+    }
+}
+
+/// The write end of a pipe whose read end is closed already: a write to it fails with EPIPE.
+fn closed_pipe() -> std::process::Stdio {
+    let mut reader = Command::new("true")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let write_end = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    write_end.into()
+}
+
+/// Issue 49: `lint … | true` panicked ("failed printing to stdout: Broken pipe"). A closed
+/// stdout or stderr now ends the process quietly with the status it would have had, for
+/// `lint` (text and JSON) and for a check run (libtest-mimic's output).
+#[test]
+fn a_closed_stdout_or_stderr_ends_quietly_with_the_status_it_would_have_had() {
+    let p = Package::new();
+    let cases: [(&[&str], i32); 6] = [
+        (
+            &[
+                "lint",
+                "--no-manifest",
+                "--compat-dir",
+                COMPAT,
+                &p.dir("right"),
+            ],
+            0,
+        ),
+        (
+            &[
+                "lint",
+                "--no-manifest",
+                "--json",
+                "--compat-dir",
+                COMPAT,
+                &p.dir("right"),
+            ],
+            0,
+        ),
+        (
+            &[
+                "lint",
+                "--no-manifest",
+                "--compat-dir",
+                COMPAT,
+                &p.dir("wrong"),
+            ],
+            FINDINGS,
+        ),
+        (&["lint", "--no-manifest", "/does/not/exist"], CANNOT_JUDGE),
+        (
+            &[
+                "--no-manifest",
+                "--lint",
+                &p.dir("plain"),
+                "--exact",
+                "lint::elf",
+            ],
+            0,
+        ),
+        (
+            &[
+                "--no-manifest",
+                "--lint",
+                &p.dir("wrong"),
+                "--compat-dir",
+                COMPAT,
+                "--exact",
+                "lint::elf",
+            ],
+            101,
+        ),
+    ];
+    for (args, code) in cases {
+        let closed_out = Command::new(RUNNER)
+            .args(args)
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&closed_out.stderr);
+        assert_eq!(closed_out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        let both = Command::new(RUNNER)
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(closed_pipe())
+            .status()
+            .unwrap();
+        assert_eq!(
+            both.code(),
+            Some(code),
+            "{args:?}, stdout and stderr closed"
+        );
+    }
+}
+
+/// Issue 49: `lint --help`, the README and runner/README.md give the same exit statuses, and
+/// the same account of symlinks.
+#[test]
+fn lint_help_and_both_readmes_agree_on_exit_statuses_and_symlinks() {
+    let squeeze = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let output = Command::new(RUNNER)
+        .args(["lint", "--help"])
+        .output()
+        .unwrap();
+    let help = squeeze(&String::from_utf8_lossy(&output.stdout));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = squeeze(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    let runner = squeeze(&std::fs::read_to_string(root.join("runner/README.md")).unwrap());
+    let statuses = [
+        (0, "it runs on every target"),
+        (1, "it runs, with findings"),
+        (2, "bad usage, or a path given that cannot be judged"),
+        (3, "the rules cannot judge"),
+        (4, "a file cannot run on a target"),
+    ];
+    for (code, meaning) in statuses {
+        assert!(
+            help.contains(&format!("{code} {meaning}")),
+            "{code}: {help}"
+        );
+        for (name, doc) in [("README.md", &readme), ("runner/README.md", &runner)] {
+            assert!(
+                doc.contains(&format!("`{code}` {meaning}")),
+                "{name}: {code}"
+            );
+        }
+    }
+    for doc in [&help, &readme, &runner] {
+        assert!(doc.contains("wins over"), "{doc}");
+    }
+    // Symlinks: a path given is followed; inside, links into the store or within the paths
+    // given are; others are counted, not followed.
+    assert!(
+        help.contains("A path given is followed wherever it points")
+            && help.contains("others are counted, not followed"),
+        "{help}"
+    );
+    for doc in [&readme, &runner] {
+        assert!(
+            doc.contains("a path given is followed wherever it points")
+                || doc.contains("A path given is followed wherever it points.")
+        );
+        assert!(doc.contains("not followed"));
+    }
 }

@@ -96,6 +96,12 @@ impl Package {
     }
 }
 
+/// `lint`'s exit status for findings (a packaging problem that matters).
+const FINDINGS: i32 = 1;
+
+/// `lint`'s exit status for a path given that cannot be judged.
+const CANNOT_JUDGE: i32 = 2;
+
 struct Lint {
     code: i32,
     stdout: String,

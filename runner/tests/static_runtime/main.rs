@@ -112,11 +112,6 @@ impl Strip {
         }
         out
     }
-
-    /// Whether a symbol table survives.
-    fn keeps_symbols(self) -> bool {
-        matches!(self, Strip::NixpkgsDebug)
-    }
 }
 
 /// The runtime in the file at `path`, found by its own search (`runtime_in`), after checking
@@ -149,6 +144,11 @@ fn version_of(cudart: Cudart) -> String {
 
 /// `lint --json` on `paths`: its findings as `(file name, kind, message)`.
 fn lint_findings(paths: &[&Path]) -> Vec<(String, String, String)> {
+    lint_entries(paths, "findings")
+}
+
+/// `lint --json`'s list `key` (`findings` or `notes`): (file name, kind, message) each.
+fn lint_entries(paths: &[&Path], key: &str) -> Vec<(String, String, String)> {
     let out = Command::new(RUNNER)
         .args(["lint", "--no-manifest", "--json"])
         .args(paths)
@@ -157,7 +157,7 @@ fn lint_findings(paths: &[&Path]) -> Vec<(String, String, String)> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    v["findings"]
+    v[key]
         .as_array()
         .unwrap()
         .iter()

@@ -80,12 +80,7 @@ fn stripped_static_copies_are_found_with_their_version() {
                     .unwrap_or_else(|| panic!("no runtime found in {}", stripped.display()));
                 assert_eq!(found.form, RuntimeForm::StaticCopy, "{found:?}");
                 assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
-                let by = if strip.keeps_symbols() {
-                    "symbol cudaGetDriverEntryPoint; "
-                } else {
-                    "strings: "
-                };
-                assert!(found.evidence.starts_with(by), "{found:?}");
+                assert!(found.evidence.starts_with("strings: "), "{found:?}");
                 let constant =
                     format!("cudaRuntimeGetVersion's constant {}", cudart.cuda_version());
                 assert!(found.evidence.ends_with(&constant), "{found:?}");
@@ -94,6 +89,49 @@ fn stripped_static_copies_are_found_with_their_version() {
                 assert_eq!(evidence.markers.len(), 4, "{evidence:?}");
             }
         }
+    }
+}
+
+/// Issue 49: JAX's CUDA plugins define `cudaGetDriverEntryPoint` and the rest of the runtime's
+/// API as XLA's `cudart_stub.cc` trampolines, with none of the runtime's own strings: not a
+/// runtime (it was "a static-copy, 12.x" runtime, in the CUDA 13 plugin too).
+#[test]
+fn xla_cudart_stubs_in_jax_plugins_are_not_runtimes() {
+    let test = "xla_cudart_stubs_in_jax_plugins_are_not_runtimes";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    for major in [12, 13] {
+        let wheel = real.jax_plugin_wheel(major);
+        if !real.has(test, &wheel) {
+            return;
+        }
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+        let mut stubs = 0;
+        for i in 0..zip.len() {
+            let mut member = zip.by_index(i).unwrap();
+            if !member.name().ends_with(".so") {
+                continue;
+            }
+            let name = PathBuf::from(member.name());
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut member, &mut data).unwrap();
+            let elf = object::File::parse(&*data).unwrap();
+            let defines = object::Object::symbols(&elf)
+                .chain(object::Object::dynamic_symbols(&elf))
+                .any(|s| {
+                    object::ObjectSymbol::name(&s) == Ok("cudaGetDriverEntryPoint")
+                        && object::ObjectSymbol::is_definition(&s)
+                });
+            stubs += usize::from(defines);
+            assert_eq!(
+                runtime_in(&name, Some(&data), &[]),
+                None,
+                "{name:?} in {wheel:?}"
+            );
+        }
+        // The case is there: most of the plugin's libraries define the stub.
+        assert!(stubs >= 8, "{stubs} stub(s) in {}", wheel.display());
     }
 }
 
