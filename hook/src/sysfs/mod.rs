@@ -31,13 +31,14 @@
 //! record, for the next sweep). Every step that fails leaves the build without the tree, never
 //! with a writable one: a mount is offered to Nix only once it is read-only.
 
+pub(crate) mod drm;
 mod layout;
 mod mount;
 mod pci;
 mod tree;
 
 pub(crate) use layout::PciLayout;
-pub(crate) use pci::{discover, identity};
+pub(crate) use pci::{discover, identity, PciGpu};
 pub(crate) use tree::{build, sweep, TreeGuard, TreeParts};
 
 use std::path::PathBuf;
