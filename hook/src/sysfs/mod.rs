@@ -30,6 +30,10 @@
 //! directories (never a recursive removal: an entry still mounted stays, and so does its
 //! record, for the next sweep). Every step that fails leaves the build without the tree, never
 //! with a writable one: a mount is offered to Nix only once it is read-only.
+//!
+//! Beside the trees, what `/sys` says of a GPU: its PCI device ([`discover`], [`identity`])
+//! and the GPU a DRM node belongs to ([`drm`], which keeps a leased build to its GPU's
+//! `/dev/dri` nodes).
 
 pub(crate) mod drm;
 mod layout;
