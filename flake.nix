@@ -146,6 +146,68 @@
         in
         tester;
 
+      # A NixOS test whose containers (`containers.<name>`, systemd-nspawn inside the test's
+      # build sandbox) get the GPU the hook gives that build (./nixos-module/test-container.nix,
+      # in every container of the test), with the runner's checks run in each container before
+      # the test's own script. The test's derivation asks for `cuda` (the hook's tag) and
+      # `uid-range` (Nix runs it as root of a user namespace of its own, which systemd-nspawn
+      # needs; the builder must set `auto-allocate-uids`), and binds the build's /run where the
+      # containers' launchers read it before the test driver mounts a tmpfs over /run.
+      runGpuContainerTestWith =
+        { pkgs, runner }:
+        test:
+        let
+          base = pkgs.testers.runNixOSTest test;
+          names = lib.attrNames base.config.containers;
+          # The name the test script knows a machine by: the test driver's pythonize_name
+          # (nixos/lib/test-driver/src/test_driver/driver.py).
+          pythonName =
+            name:
+            let
+              head = lib.substring 0 1 name;
+              tail = lib.substring 1 (-1) name;
+            in
+            (if builtins.match "[A-Za-z_]" head == null then "_" else head)
+            + lib.stringAsChars (c: if builtins.match "[A-Za-z0-9_]" c == null then "_" else c) tail;
+          checks = lib.concatMapStrings (name: ''
+            with subtest("cuda-sandbox: the GPU this build was given, in container ${name}"):
+                print(${pythonName name}.succeed("cuda-sandbox-check --report /tmp/cuda-sandbox-report.json 2>&1"))
+          '') names;
+          original = base.config.testScript;
+          withGpu = base.extend {
+            modules = [
+              {
+                containers = lib.genAttrs names (_: {
+                  imports = [ ./nixos-module/test-container.nix ];
+                  cuda-sandbox.testContainer = {
+                    enable = true;
+                    package = runner;
+                  };
+                });
+                testScript = lib.mkForce (
+                  args: checks + (if lib.isFunction original then original args else original)
+                );
+              }
+            ];
+          };
+          # nixos-module/test-container.nix's savedRun.
+          savedRun = "/cuda-sandbox-run";
+        in
+        withGpu.overrideTestDerivation (old: {
+          requiredSystemFeatures = old.requiredSystemFeatures ++ [
+            "cuda"
+            "uid-range"
+          ];
+          nativeBuildInputs = old.nativeBuildInputs or [ ] ++ [ pkgs.util-linux ];
+          buildCommand = ''
+            # The test driver hides /run (a tmpfs over it, as this build cannot write it): keep
+            # the build's /run, with the hook's mounts below it, where the containers read it.
+            mkdir -p ${savedRun}
+            mount --rbind /run ${savedRun}
+          ''
+          + old.buildCommand;
+        });
+
       # The GPU checks of tests-gpu/ with the nixpkgs-built runner, which needs no
       # LD_LIBRARY_PATH: its DT_RUNPATH has the driver link.
       gpuTests =
@@ -171,6 +233,11 @@
       # (`pkgs.cuda-sandbox` when the overlay is used), so no second Nixpkgs enters the closure.
       nixosModules.default = {
         imports = [ ./nixos-module ];
+      };
+      # For a container of a NixOS test: the GPU the hook gave the test's build
+      # (cuda-sandbox.testContainer.enable; lib.runGpuContainerTest imports it for you).
+      nixosModules.testContainer = {
+        imports = [ ./nixos-module/test-container.nix ];
       };
 
       lib = {
@@ -199,6 +266,20 @@
               "runner"
             ]
           );
+        # runGpuContainerTest { pkgs, test, runner ? … } is pkgs.testers.runNixOSTest test,
+        # with every container of the test given the GPU the hook gives the test's build
+        # (nixosModules.testContainer), the runner's checks run in each container first, and
+        # the derivation tagged `cuda` and `uid-range` (docs/nixos-tests.md).
+        runGpuContainerTest =
+          args@{
+            pkgs ? throw "cuda-sandbox.lib.runGpuContainerTest: pass `pkgs`, the package set of the test: runGpuContainerTest { inherit pkgs; test = …; }",
+            test,
+            ...
+          }:
+          runGpuContainerTestWith {
+            inherit pkgs;
+            runner = args.runner or (pkgs.cuda-sandbox or (pkgs.callPackage cudaSandbox { }));
+          } test;
       };
 
       # `nix build .#tests.cuda` on a GPU builder: every check (each is also
@@ -215,6 +296,21 @@
               inherit (gpuTests pkgs { }) all no-gpu;
             }
             // checks;
+
+          # `nix build .#tests.cudaContainer` on a GPU builder whose Nix has auto-allocate-uids
+          # and the uid-range feature: NVIDIA's saxpy in a NixOS test container that gets the
+          # build's GPU (nix-tests/gpu-container.nix, docs/nixos-tests.md).
+          tests.cudaContainer = import ./nix-tests/gpu-container.nix {
+            pkgs = import nixpkgs {
+              inherit (pkgs.stdenv.hostPlatform) system;
+              config = {
+                allowUnfree = true;
+                cudaSupport = true;
+              };
+              overlays = [ self.overlays.default ];
+            };
+            inherit (self.lib) runGpuContainerTest;
+          };
         }
       );
 

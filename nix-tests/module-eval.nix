@@ -51,6 +51,9 @@ let
       maintainers = c.meta.maintainers;
       rules = etc.value.rule;
       nixConf = c.environment.etc."nix/nix.conf".source.text or null;
+      graphics = c.hardware.graphics.enable;
+      zluda = c.hardware.amdgpu.zluda.enable or null;
+      patterns = c.programs.cuda-sandbox.allowedPatterns;
     };
   system = systemWith stubs.pkgs;
 
@@ -208,7 +211,13 @@ let
     nix.settings.sandbox = false;
   };
 
-  noGraphics = system { programs.cuda-sandbox.enable = true; };
+  # The preset turns hardware.graphics on (mkDefault, as Nixpkgs' since NixOS/nixpkgs#488199);
+  # turned off again, a warning.
+  graphicsByDefault = system { programs.cuda-sandbox.enable = true; };
+  noGraphics = system {
+    programs.cuda-sandbox.enable = true;
+    hardware.graphics.enable = false;
+  };
 
   # The features through extra-system-features, beside the user's own system-features.
   extraFeatures = system {
@@ -438,6 +447,92 @@ let
   };
   nixosCudaBuilder = system (nixosCudaCommon nixosCudaAda);
   cudaAdaFeatures = cudaFeatures ++ [ "cuda-ada" ];
+
+  # --- Nixpkgs' current nix-required-mounts (./nix-required-mounts.nix), migrated ------------
+  upstream = import ./nix-required-mounts.nix;
+  # NixOS's amdgpu module declares hardware.amdgpu.zluda.enable ("CUDA support using ZLUDA
+  # runtime library", an enable option: false by default); older NixOS has no such option.
+  amdgpuModule = {
+    options.hardware.amdgpu.zluda.enable = lib.mkEnableOption "CUDA support using ZLUDA";
+  };
+  # A configuration of that module with the preset zluda (as its users write it), the prefix
+  # renamed; without presets.nvidia-gpu there, so off here.
+  zludaMachine = {
+    imports = [ amdgpuModule ];
+    hardware.graphics.enable = true;
+    hardware.amdgpu.zluda.enable = true;
+    programs.cuda-sandbox = {
+      enable = true;
+      presets.nvidia-gpu.enable = false;
+      presets.zluda.enable = true;
+    };
+  };
+  zluda = system zludaMachine;
+  amdOf = s: lib.findFirst (r: r.name == "amd") null s.rules;
+  # The preset alone: what it turns on, at mkDefault; the user's own value wins.
+  zludaDefaults = system {
+    imports = [ amdgpuModule ];
+    programs.cuda-sandbox.enable = true;
+    programs.cuda-sandbox.presets.zluda.enable = true;
+  };
+  zludaUserOff = system {
+    imports = [ amdgpuModule ];
+    programs.cuda-sandbox.enable = true;
+    programs.cuda-sandbox.presets.zluda.enable = true;
+    hardware.amdgpu.zluda.enable = false;
+  };
+  # A NixOS without the option: the preset still evaluates.
+  zludaOldNixos = system {
+    programs.cuda-sandbox.enable = true;
+    programs.cuda-sandbox.presets.zluda.enable = true;
+  };
+  # Both presets: a `cuda` build gets both rules.
+  bothVendors = system {
+    imports = [ zludaMachine ];
+    programs.cuda-sandbox.presets.nvidia-gpu.enable = lib.mkForce true;
+  };
+  # The pattern extends the rule amd, as nvidia-gpu extends nvidia; `cuda` can be left out.
+  zludaExtended = system {
+    imports = [ zludaMachine ];
+    programs.cuda-sandbox.allowedPatterns.zluda = {
+      onFeatures = lib.mkForce [
+        "amd-gpu"
+        "rocm"
+      ];
+      paths = [ "/dev/video*" ];
+    };
+  };
+  zludaLeased = system {
+    imports = [ zludaMachine ];
+    programs.cuda-sandbox.settings.gpus_per_build = 1;
+  };
+  zludaNamedAmd = system {
+    imports = [ zludaMachine ];
+    programs.cuda-sandbox.allowedPatterns.amd.paths = [ "/ipfs" ];
+  };
+  # safePrefixes: accepted, its default the upstream one, the rendering unchanged.
+  safePrefixes = system {
+    imports = [ requiredMountsConfig ];
+    programs.cuda-sandbox.allowedPatterns.supported-feature.safePrefixes = [
+      builtins.storeDir
+      "/opt"
+    ];
+  };
+
+  # How the rule amd covers each path of the upstream preset: a predicate on the rule. A path
+  # upstream adds without an entry here fails the test.
+  hasDevice = rule: glob: lib.any (d: d.glob == glob) rule.device;
+  zludaCoverage = {
+    "<driverLink>" = rule: lib.any (p: p.path == "/run/opengl-driver" && p.required) rule.path;
+    # By node: the by-path links name the same nodes.
+    "/dev/dri" = rule: hasDevice rule "/dev/dri/card*" && hasDevice rule "/dev/dri/renderD*";
+    "/dev/kfd" = rule: lib.any (d: d.glob == "/dev/kfd" && d.required) rule.device;
+    "/sys/devices/virtual/kfd" = rule: rule.sysfs == "kfd";
+    # What the links resolve to: the PCI devices of the DRM nodes, and the links.
+    "/sys/dev/char/226:*" = rule: rule.sysfs == "kfd";
+    # In the driver link's store closure (the link points at their environment).
+    "<extraPackages>" = rule: zludaCoverage."<driverLink>" rule;
+  };
 
   # nix-required-mounts' option text: "extend or override the exposed paths via
   # allowedPatterns.nvidia-gpu.paths". A path, a device glob, a mount and a package.
@@ -945,6 +1040,100 @@ let
       "a pattern named nvidia beside the preset is refused"
     )
 
+    # Nixpkgs' current nix-required-mounts (./nix-required-mounts.nix), migrated
+    (checkEqual "upstream" "pattern options: every upstream one is accepted" (lib.subtractLists [
+      "onFeatures"
+      "paths"
+      "safePrefixes"
+      "unsafeFollowSymlinks"
+      "_module"
+    ] (lib.attrNames zluda.patterns.zluda)) [ ])
+    (checkEqual "upstream" "pattern options" (lib.sort lib.lessThan upstream.pattern.options) (
+      lib.sort lib.lessThan (lib.filter (n: n != "_module") (lib.attrNames zluda.patterns.zluda))
+    ))
+    (checkEqual "upstream" "safePrefixes' default"
+      requiredMounts.patterns.supported-feature.safePrefixes
+      upstream.pattern.safePrefixes.default
+    )
+    (checkEqual "upstream" "safePrefixes changes nothing the hook is given" safePrefixes.rules
+      requiredMounts.rules
+    )
+    (checkEqual "upstream" "nvidia-gpu: unsafeFollowSymlinks"
+      defaults.patterns.nvidia-gpu.unsafeFollowSymlinks
+      upstream.presets.nvidia-gpu.unsafeFollowSymlinks
+    )
+    (checkEqual "upstream" "nvidia-gpu: onFeatures" defaults.patterns.nvidia-gpu.onFeatures
+      upstream.presets.nvidia-gpu.onFeatures
+    )
+    (checkEqual "upstream" "nvidia-gpu: hardware.graphics.enable by default" graphicsByDefault.graphics
+      upstream.presets.nvidia-gpu.mkDefault."hardware.graphics.enable"
+    )
+    (checkEqual "upstream" "nvidia-gpu: ...at mkDefault" noGraphics.graphics false)
+    (checkEqual "upstream" "nvidia-gpu: graphics on by default, no warning" (
+      graphicsByDefault.failed ++ graphicsByDefault.warnings
+    ) [ ])
+    (checkEqual "zluda" "rules" (map (r: r.name) zluda.rules) [ "amd" ])
+    (checkEqual "zluda" "the rule's features are the preset's" (amdOf zluda).features
+      upstream.presets.zluda.onFeatures
+    )
+    (checkEqual "zluda" "system-features: Nix's defaults kept, the preset's added" zluda.system-features
+      (nixDefaults ++ upstream.presets.zluda.onFeatures)
+    )
+    (checkEqual "zluda" "every upstream path has a rendering" (lib.attrNames zludaCoverage) (
+      lib.sort lib.lessThan upstream.presets.zluda.paths
+    ))
+    (check "zluda" (lib.all (path: zludaCoverage.${path} (amdOf zluda))
+      upstream.presets.zluda.paths
+    ) "the rule amd covers every path of the upstream preset: ${builtins.toJSON (amdOf zluda)}")
+    (checkEqual "zluda" "unsafeFollowSymlinks" zluda.patterns.zluda.unsafeFollowSymlinks
+      upstream.presets.zluda.unsafeFollowSymlinks
+    )
+    (checkEqual "zluda" "the rule is the hook's amd-rule.toml" (amdOf zluda) (
+      lib.head (lib.importTOML ../hook/amd-rule.toml).rule
+    ))
+    (checkEqual "zluda" "failed assertions and warnings" (zluda.failed ++ zluda.warnings) [ ])
+    (checkEqual "zluda" "what the preset turns on" {
+      "hardware.amdgpu.zluda.enable" = zludaDefaults.zluda;
+      "hardware.graphics.enable" = zludaDefaults.graphics;
+    } upstream.presets.zluda.mkDefault)
+    (checkEqual "zluda" "...at mkDefault" zludaUserOff.zluda false)
+    (checkEqual "zluda" "a NixOS without hardware.amdgpu.zluda" (map (r: r.name) zludaOldNixos.rules) [
+      "nvidia"
+      "amd"
+    ])
+    (checkEqual "zluda" "both presets: both rules answer cuda"
+      (map (r: r.name) (lib.filter (r: lib.elem "cuda" r.features) bothVendors.rules))
+      [
+        "nvidia"
+        "amd"
+      ]
+    )
+    (checkEqual "zluda" "both presets: features once each" bothVendors.system-features (
+      nixDefaults ++ lib.unique (cudaFeatures ++ upstream.presets.zluda.onFeatures)
+    ))
+    (checkEqual "zluda" "the pattern extends the rule"
+      {
+        inherit (amdOf zludaExtended) features;
+        last = lib.last (amdOf zludaExtended).device;
+      }
+      {
+        features = [
+          "amd-gpu"
+          "rocm"
+        ];
+        last = {
+          glob = "/dev/video*";
+          required = true;
+        };
+      }
+    )
+    (check "zluda" (lib.any (lib.hasInfix "GPU leases cannot confine") zludaLeased.failed)
+      "leases with the preset: an assertion, got ${builtins.toJSON zludaLeased.failed}"
+    )
+    (check "zluda" (lib.any (lib.hasInfix "allowedPatterns.amd: the name") zludaNamedAmd.failed)
+      "a pattern named amd beside the preset is refused"
+    )
+
     # the preset is allowedPatterns.nvidia-gpu, as in nix-required-mounts
     (checkEqual "nixos-cuda" "rule names (no rule of its own for the pattern)" (map (
       r: r.name
@@ -1247,11 +1436,15 @@ assert lib.all lib.id checks;
   refused = {
     empty-pattern = {
       inherit (emptyPattern) toml;
-      rule = "ipfs";
+      says = "rule 'ipfs' exposes nothing";
+    };
+    zluda-leased = {
+      inherit (zludaLeased) toml;
+      says = "rule 'amd' exposes AMD GPUs (/dev/kfd), which GPU leases";
     };
     empty-settings-rule = {
       inherit (emptySettingsRule) toml;
-      rule = "rdma";
+      says = "rule 'rdma' exposes nothing";
     };
   };
   hosts = lib.optionalAttrs (fakeRoot != null) (
@@ -1264,6 +1457,9 @@ assert lib.all lib.id checks;
   );
   configs = {
     nixos-cuda-builder = nixosCudaBuilder.toml;
+    zluda = zluda.toml;
+    zluda-extended = zludaExtended.toml;
+    both-vendors = bothVendors.toml;
     preset-paths = presetPaths.toml;
     default = defaults.toml;
     compat = withCompat.toml;

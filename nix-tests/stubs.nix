@@ -33,6 +33,19 @@
 #     its own (`toolkitModule`), so that cases can evaluate with and without the option;
 #   - `environment.systemPackages` (list of packages), `environment.etc.<name>.source`,
 #     `systemd.services` (loosely typed), `hardware.graphics.enable`, `assertions`, `warnings`.
+# - `nspawnProfile`: nixos/modules/virtualisation/nspawn-container (the profile of a NixOS test's
+#   containers): `system.name`, and `system.build` as nixos/modules/system/activation/top-level.nix
+#   declares it (a submodule whose free-form attributes are `lazyAttrsOf (uniq unspecified)`), with
+#   the profile's `system.build.nspawn`, a package whose `bin/run-<name>-nspawn` passes its
+#   arguments on to systemd-nspawn.
+# - `runNixOSTest`: pkgs.testers.runNixOSTest as nixos/lib/testing/ shapes it, for what the GPU
+#   test helper uses: the options `name`, `containers` (each a NixOS configuration with the
+#   profile, `system.name` its attribute name), `testScript` (a string or a function of
+#   `{ nodes }`, as testScript.nix) and `testScriptString`; the result is the test derivation's
+#   arguments (`rawTestDerivationArg` of run.nix, as `drvAttrs`: name, requiredSystemFeatures
+#   [ "nixos-test" "kvm" ], buildCommand ending in `nixos-test-driver -o $out`), with `config`,
+#   `extend { modules }` and `overrideTestDerivation` (`f` of the old arguments, merged over them,
+#   as run.nix's `lib.extends (lib.toExtension f)`).
 {
   lib,
   # How a text file becomes a "package": by default a fake store path that is never built
@@ -93,7 +106,7 @@ let
       );
   };
 in
-{
+rec {
   inherit fakePackage textFile maintainers;
 
   toolkitModule = {
@@ -115,6 +128,9 @@ in
     kmod = fakePackage "kmod";
     runtimeShell = "/bin/sh";
     writeShellScript = name: text: textFile name "#!/bin/sh\n${text}";
+    # As trivial-builders: a package whose bin/<name> is the script (here only its text).
+    writeShellScriptBin = name: text: textFile name "#!/bin/sh\n${text}";
+    util-linux = fakePackage "util-linux";
     coreutils = fakePackage "coreutils";
     gnugrep = fakePackage "gnugrep";
 
@@ -348,4 +364,80 @@ in
         })
       ];
     };
+
+  nspawnProfile =
+    { config, ... }:
+    {
+      options.system.name = lib.mkOption { type = lib.types.str; };
+      options.system.build = lib.mkOption {
+        default = { };
+        type = lib.types.submoduleWith {
+          modules = [ { freeformType = with lib.types; lazyAttrsOf (uniq unspecified); } ];
+        };
+      };
+      # Named apart from the wrapper, so that the tests can tell which one a script runs.
+      config.system.build.nspawn = fakePackage "nspawn-profile-${config.system.name}";
+    };
+
+  runNixOSTest =
+    test:
+    let
+      framework =
+        { config, ... }:
+        {
+          options = {
+            name = lib.mkOption { type = lib.types.str; };
+            containers = lib.mkOption {
+              default = { };
+              type = lib.types.lazyAttrsOf (
+                lib.types.submoduleWith {
+                  modules = [
+                    module
+                    nspawnProfile
+                    ({ name, ... }: { system.name = name; })
+                  ];
+                  specialArgs.pkgs = pkgs;
+                }
+              );
+            };
+            testScript = lib.mkOption {
+              type = with lib.types; either str (functionTo str);
+            };
+            testScriptString = lib.mkOption {
+              type = lib.types.str;
+              readOnly = true;
+            };
+          };
+          config.testScriptString =
+            if lib.isFunction config.testScript then
+              config.testScript { nodes = config.containers; }
+            else
+              config.testScript;
+        };
+      # `overrides`: the functions given to overrideTestDerivation, oldest first.
+      result = evaluated: overrides: {
+        inherit (evaluated) config;
+        drvAttrs = lib.foldl (old: f: old // f old) (attrs evaluated) overrides;
+        extend = { modules }: result (evaluated.extendModules { inherit modules; }) overrides;
+        overrideTestDerivation = f: result evaluated (overrides ++ [ f ]);
+      };
+      attrs = evaluated: {
+        name = "vm-test-run-${evaluated.config.name}";
+        requiredSystemFeatures = [
+          "nixos-test"
+          "kvm"
+        ];
+        buildCommand = ''
+          mkdir -p $out
+          export LOGFILE=/dev/null
+          nixos-test-driver -o $out
+        '';
+      };
+    in
+    result (lib.evalModules {
+      modules = [
+        framework
+        test
+      ];
+    }) [ ];
 }

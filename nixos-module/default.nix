@@ -86,6 +86,23 @@ let
     (import ./patterns.nix { inherit lib; }).translate builtinRule.name
       cfg.allowedPatterns.nvidia-gpu;
 
+  # With presets.zluda (./required-mounts.nix): the hook's rule for AMD GPUs, extended by
+  # `allowedPatterns.zluda` as the rule nvidia is by `allowedPatterns.nvidia-gpu`.
+  amdBuiltin = lib.head (lib.importTOML ../hook/amd-rule.toml).rule;
+  amdRule =
+    let
+      extra =
+        (import ./patterns.nix { inherit lib; }).translate amdBuiltin.name
+          cfg.allowedPatterns.zluda;
+    in
+    amdBuiltin
+    // {
+      features = lib.unique extra.features;
+      device = amdBuiltin.device ++ extra.device or [ ];
+      path = amdBuiltin.path ++ extra.path or [ ];
+    }
+    // lib.optionalAttrs (extra ? mount) { inherit (extra) mount; };
+
   # With programs.cuda-sandbox.cdi.enable (./cdi.nix): the devices of NixOS's CDI spec in
   # place of the built-in globs and MIG source; Jetson's globs stay (its spec has no nodes).
   cdiRule = {
@@ -446,7 +463,7 @@ in
     programs.cuda-sandbox.features = builtinRule.features;
     # mkBefore: the module's rule comes first whatever the order of imports.
     programs.cuda-sandbox.settings.rule = lib.mkBefore (
-      lib.optional cfg.presets.nvidia-gpu.enable rule
+      lib.optional cfg.presets.nvidia-gpu.enable rule ++ lib.optional cfg.presets.zluda.enable amdRule
     );
     # mkDefault beats the option's default and loses to the user's own definition.
     programs.cuda-sandbox.settings.missing_drv = lib.mkIf cfg.dedicatedBuilder (lib.mkDefault "expose");
@@ -527,8 +544,8 @@ in
         message = ''
           programs.cuda-sandbox and programs.nix-required-mounts both want
           nix.settings.pre-build-hook, and Nix runs only one. Disable
-          programs.nix-required-mounts: its allowedPatterns, presets.nvidia-gpu.enable and
-          extraWrapperArgs are accepted under programs.cuda-sandbox (README: "Coming from
+          programs.nix-required-mounts: its allowedPatterns, presets.nvidia-gpu.enable,
+          presets.zluda.enable and extraWrapperArgs are accepted under programs.cuda-sandbox (README: "Coming from
           nix-required-mounts").
         '';
       }
@@ -545,15 +562,18 @@ in
       ++
         lib.optional
           (
-            cfg.presets.nvidia-gpu.enable
-            && cfg.driver.required
-            && cfg.driver.link == "/run/opengl-driver"
+            (
+              cfg.presets.nvidia-gpu.enable && cfg.driver.required && cfg.driver.link == "/run/opengl-driver"
+              || cfg.presets.zluda.enable
+            )
             && !config.hardware.graphics.enable
           )
           ''
-            programs.cuda-sandbox: hardware.graphics.enable is false, so /run/opengl-driver (the
-            driver) may not exist and tagged builds will fail. Enable hardware.graphics with the
-            NVIDIA driver (hardware.nvidia), or set programs.cuda-sandbox.driver.link.
+            programs.cuda-sandbox: hardware.graphics.enable is false (the presets turn it on with
+            mkDefault; this configuration turned it off), so /run/opengl-driver (the driver) may
+            not exist and tagged builds will fail. Enable hardware.graphics with the driver
+            (hardware.nvidia; hardware.amdgpu.zluda with presets.zluda), or set
+            programs.cuda-sandbox.driver.link.
           '';
   };
 }

@@ -15,10 +15,17 @@
 #                                the symlinks directly inside an exposed directory are exposed
 #                                too (the hook always follows a symlink it exposes and every
 #                                symlinked directory on the way), within symlink_roots
+#   safePrefixes               → accepted, no effect: the hook never searches a symlink
+#                                target further (one level of a directory's entries, and a
+#                                store path's closure), which is what the default
+#                                [ builtins.storeDir ] gives there for the store
+#   presets.zluda.enable       → the module's rule `amd` (../hook/amd-rule.toml), which
+#                                `allowedPatterns.zluda` extends as `nvidia-gpu` extends `nvidia`
 #   extraWrapperArgs           → accepted and ignored, with a warning
 {
   config,
   lib,
+  options,
   ...
 }:
 let
@@ -57,6 +64,18 @@ let
           `{ host; guest; }` mounts of a host path at another place.
         '';
       };
+      options.safePrefixes = lib.mkOption {
+        type = lib.types.listOf lib.types.path;
+        default = [ builtins.storeDir ];
+        defaultText = lib.literalExpression "[ builtins.storeDir ]";
+        description = ''
+          As nix-required-mounts' option: prefixes under which symlink targets are not
+          searched further for more symlinks. Accepted, and without effect here:
+          cuda-sandbox-hook never searches a target further (with `unsafeFollowSymlinks` it
+          looks at the entries directly inside an exposed directory, one level), and a store
+          path brings its closure, which holds every store path it links to.
+        '';
+      };
       options.unsafeFollowSymlinks = lib.mkEnableOption ''
         following symlinks, as nix-required-mounts' option does: the targets of the symlinks
         directly inside an exposed directory are exposed too (`follow_entry_symlinks` of the
@@ -71,11 +90,14 @@ let
 
   # With the preset, `allowedPatterns.nvidia-gpu` is the rule `nvidia` (./default.nix), as the
   # preset is that pattern in nix-required-mounts; every other pattern is a rule of its own.
-  ownRules =
-    if cfg.presets.nvidia-gpu.enable then
-      removeAttrs cfg.allowedPatterns [ "nvidia-gpu" ]
-    else
-      cfg.allowedPatterns;
+  # The same for `presets.zluda` and the rule `amd`.
+  ownRules = removeAttrs cfg.allowedPatterns (
+    lib.optional cfg.presets.nvidia-gpu.enable "nvidia-gpu"
+    ++ lib.optional cfg.presets.zluda.enable "zluda"
+  );
+
+  # The built-in rule for AMD GPUs, read from the file the hook's tests use.
+  amdRule = lib.head (lib.importTOML ../hook/amd-rule.toml).rule;
 
   # Globs the hook cannot take: it globs device nodes and directories under the host root.
   globsOutsideDev = lib.concatLists (
@@ -108,6 +130,20 @@ in
       '';
     };
 
+    presets.zluda.enable = lib.mkEnableOption ''
+      the rule `amd` (the hook's {file}`amd-rule.toml`): AMD GPUs for derivations that require
+      one of `${lib.concatStringsSep " " amdRule.features}`, as nix-required-mounts' preset
+      `zluda` gives them (CUDA programs run on AMD GPUs through ZLUDA's `libcuda`). It
+      exposes `/dev/kfd`, the DRM nodes (`/dev/dri/card*`, `/dev/dri/renderD*`), the driver
+      link with its store closure (where {option}`hardware.amdgpu.zluda.enable` puts ZLUDA),
+      and, read-only, `/sys/devices/virtual/kfd` and the PCI devices of the DRM nodes
+      (`sysfs = "kfd"`). As there, it sets {option}`hardware.amdgpu.zluda.enable` and
+      {option}`hardware.graphics.enable` (both `mkDefault`), and defines
+      {option}`programs.cuda-sandbox.allowedPatterns.zluda`, whose `onFeatures` and `paths`
+      extend the rule. With the NVIDIA rule too, a `cuda` build gets both vendors' GPUs
+      (docs/configuration.md). Not with GPU leases (`settings.gpus_per_build`): the hook cannot
+      confine a build to one AMD GPU yet'';
+
     allowedPatterns = lib.mkOption {
       type = lib.types.attrsOf patternType;
       default = { };
@@ -139,13 +175,38 @@ in
     # priority: a user's `onFeatures` and `paths` join these (lists concatenate), `lib.mkForce`
     # replaces them, and a different `unsafeFollowSymlinks` is a conflicting definition, as
     # there (Nixpkgs' preset defines `true` since NixOS/nixpkgs#488199, `false` before).
-    programs.cuda-sandbox.allowedPatterns = lib.mkIf cfg.presets.nvidia-gpu.enable {
-      nvidia-gpu = {
-        onFeatures = cfg.features;
-        paths = [ ];
-        unsafeFollowSymlinks = true;
-      };
-    };
+    programs.cuda-sandbox.allowedPatterns = lib.mkMerge [
+      (lib.mkIf cfg.presets.nvidia-gpu.enable {
+        nvidia-gpu = {
+          onFeatures = cfg.features;
+          paths = [ ];
+          unsafeFollowSymlinks = true;
+        };
+      })
+      # As Nixpkgs' preset `zluda` (NixOS/nixpkgs#501095, #518786): its features, symlinks
+      # followed; its paths are the rule `amd`'s own.
+      (lib.mkIf cfg.presets.zluda.enable {
+        zluda = {
+          onFeatures = amdRule.features;
+          paths = [ ];
+          unsafeFollowSymlinks = true;
+        };
+      })
+    ];
+    # Both presets turn the graphics stack on, as Nixpkgs' do (the NVIDIA one since
+    # NixOS/nixpkgs#488199): the driver link is its output.
+    hardware = lib.mkMerge [
+      {
+        graphics.enable = lib.mkIf (cfg.presets.nvidia-gpu.enable || cfg.presets.zluda.enable) (
+          lib.mkDefault true
+        );
+      }
+      # ZLUDA in the driver link (NixOS's amdgpu module adds it to hardware.graphics), where
+      # that option exists (it is newer than this module's oldest NixOS).
+      (lib.optionalAttrs (options ? hardware.amdgpu.zluda.enable) {
+        amdgpu.zluda.enable = lib.mkIf cfg.presets.zluda.enable (lib.mkDefault true);
+      })
+    ];
     programs.cuda-sandbox.settings.rule = lib.mapAttrsToList patterns.translate ownRules;
 
     assertions = [
@@ -155,6 +216,24 @@ in
           programs.cuda-sandbox: ${lib.concatStringsSep ", " globsOutsideDev}: a glob outside
           /dev. cuda-sandbox-hook globs device nodes (and directories) under /dev only; list
           the paths themselves, or the directory that holds them.
+        '';
+      }
+      {
+        assertion = !(cfg.presets.zluda.enable && cfg.allowedPatterns ? amd);
+        message = ''
+          programs.cuda-sandbox.allowedPatterns.amd: the name of the module's rule for AMD GPUs
+          (presets.zluda.enable). Rename the pattern, or extend the rule with
+          programs.cuda-sandbox.allowedPatterns.zluda.
+        '';
+      }
+      {
+        assertion = !(cfg.presets.zluda.enable && cfg.settings.gpus_per_build > 0);
+        message = ''
+          programs.cuda-sandbox: presets.zluda.enable with settings.gpus_per_build =
+          ${toString cfg.settings.gpus_per_build}: GPU leases cannot confine a build to its AMD
+          GPUs yet (KFD gives a process every GPU of its topology that the device cgroup
+          allows, and a Nix sandbox sets none), so cuda-sandbox-hook refuses the rule amd
+          under leases. Set settings.gpus_per_build = 0, or disable presets.zluda.
         '';
       }
       {

@@ -346,27 +346,66 @@ fn lease(
     granted.lease = guard;
 }
 
-/// The PCI part of the build's tree: the PCI devices of the GPUs whose `/dev/nvidia<N>` the
-/// build gets (after the lease kept only the leased ones). A GPU whose device cannot be
-/// found is left out, saying why (the build still gets its topology).
-fn pci_layout(granted: &mut Granted, config: &Config) -> sysfs::PciLayout {
-    let minors: Vec<u32> = granted
-        .exposures
-        .iter()
-        .filter_map(|e| e.inside.to_str()?.strip_prefix("/dev/nvidia")?.parse().ok())
-        .collect();
+/// The PCI part of the build's tree: with `topology`, the PCI devices of the GPUs whose
+/// `/dev/nvidia<N>` the build gets (after the lease kept only the leased ones); with `kfd`,
+/// those of the DRM nodes it gets, and their `/sys/dev/char` links. A device that cannot be
+/// found is left out, saying why (the build still gets the rest of its tree).
+fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sysfs::PciLayout {
+    let asked = |part: &[(&str, &str)]| binds.iter().any(|b| b.mount_point == part[0].1);
     let mut gpus = Vec::new();
-    for found in sysfs::discover(&config.host_root) {
-        match found {
-            Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
-            Ok(_) => {}
-            Err(e) => granted.skipped.push(Skip::new(
-                "/sys/devices/pci*",
-                Skipped::PciDevice(e.to_string()),
-            )),
+    let mut drm = Vec::new();
+    if asked(&sysfs::TOPOLOGY) {
+        let minors: Vec<u32> = granted
+            .exposures
+            .iter()
+            .filter_map(|e| e.inside.to_str()?.strip_prefix("/dev/nvidia")?.parse().ok())
+            .collect();
+        for found in sysfs::discover(&config.host_root) {
+            match found {
+                Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
+                Ok(_) => {}
+                Err(e) => granted.skipped.push(Skip::new(
+                    "/sys/devices/pci*",
+                    Skipped::PciDevice(e.to_string()),
+                )),
+            }
         }
     }
-    sysfs::PciLayout::new(&gpus, &config.host_root)
+    if asked(&sysfs::KFD) {
+        for found in sysfs::discover_drm(&config.host_root, &drm_minors(&granted.exposures)) {
+            match found {
+                Ok(node) => {
+                    gpus.push(node.gpu.clone());
+                    drm.push(node);
+                }
+                Err(e) => granted.skipped.push(Skip::new(
+                    "/sys/dev/char/226:*",
+                    Skipped::PciDevice(e.to_string()),
+                )),
+            }
+        }
+    }
+    let mut layout = sysfs::PciLayout::new(&gpus, &config.host_root);
+    layout.add_drm_links(&drm);
+    layout
+}
+
+/// The minors of the DRM nodes (character devices of major 226) among `exposures`, from the
+/// nodes themselves, in order.
+fn drm_minors(exposures: &[Exposure]) -> Vec<u32> {
+    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::MetadataExt;
+    let mut minors: Vec<u32> = exposures
+        .iter()
+        .filter(|e| e.inside.starts_with("/dev/dri"))
+        .filter_map(|e| std::fs::symlink_metadata(&e.outside).ok())
+        .filter(|m| m.file_type().is_char_device())
+        .filter(|m| nix::sys::stat::major(m.rdev()) == sysfs::DRM_MAJOR)
+        .map(|m| nix::sys::stat::minor(m.rdev()) as u32)
+        .collect();
+    minors.sort_unstable();
+    minors.dedup();
+    minors
 }
 
 /// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
@@ -392,7 +431,7 @@ fn sysfs_tree(
         return;
     }
     let leased = granted.lease.is_some();
-    let pci = pci_layout(granted, config);
+    let pci = pci_layout(granted, binds, config);
     let tree = config.runtime_dir.join(sysfs::TREES_DIR).join(name);
     let rule = binds[0].rule.clone();
     let parts = sysfs::TreeParts { binds, pci: &pci };

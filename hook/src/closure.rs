@@ -6,9 +6,10 @@
 //! every path X refers to, transitively. Store paths are immutable, so a closure is cached
 //! forever, keyed by the store path's base name. The cache directory is a verified
 //! [`StateDir`] (root-owned, not writable by others, checked on every use), so only root can
-//! have written an entry; entries are written atomically (temporary file + rename) and carry a
-//! checksum, so a torn or damaged entry is recomputed. `nix-store` is run only when it is a
-//! trusted program ([`crate::trust::program`]).
+//! have written an entry, and entries are written atomically (temporary file + rename), so none
+//! is ever torn: one format, no version and no checksum. An entry that does not parse (not this
+//! store path's, a member outside the store) is recomputed. `nix-store` is run only when it is
+//! a trusted program ([`crate::trust::program`]).
 //!
 //! An entry also records what each member is (a directory, a file, a symlink…), looked at
 //! once when the closure is computed: a store path never changes, so later builds need not
@@ -21,10 +22,8 @@ use crate::symlinks::Node;
 use cuda_sandbox_elfkit::RequisitesError;
 use std::path::{Path, PathBuf};
 
-const HEADER: &str = "cuda-sandbox closure v2";
-
-/// The header of entries written before member kinds were recorded: recomputed silently.
-const OLD_HEADER: &str = "cuda-sandbox closure v1";
+/// An entry's first line, before the store path it is the closure of.
+const HEADER: &str = "cuda-sandbox closure";
 
 /// A closure and whether it came from the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,12 +86,10 @@ impl ClosureCache {
                     from_cache: true,
                 });
             }
-            if !text.starts_with(OLD_HEADER.as_bytes()) {
-                crate::log::warn(format_args!(
-                    "closure cache entry {} is corrupt; recomputing it",
-                    entry.display()
-                ));
-            }
+            crate::log::warn(format_args!(
+                "closure cache entry {} is corrupt; recomputing it",
+                entry.display()
+            ));
         }
         let members = self.query(store_path)?;
         if let Err(e) = self.store(&dir, &name, store_path, &members) {
@@ -201,17 +198,11 @@ impl ClosureCache {
 
     fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
-        let text = text.strip_suffix(b"\n")?;
-        let (head, rest) = split_line(text)?;
+        let (head, body) = split_line(text)?;
         let expected_head = [HEADER.as_bytes(), b" ", store_path.as_os_str().as_bytes()].concat();
-        if head != expected_head.as_slice() {
-            return None;
-        }
-        let trailer_at = rest.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        let (body, trailer) = rest.split_at(trailer_at);
-        let members = self.parse_members(store_path, body)?;
-        let expected_trailer = format!("end {} {:016x}", members.len(), fnv1a(body));
-        (trailer == expected_trailer.as_bytes()).then_some(members)
+        (head == expected_head.as_slice())
+            .then(|| self.parse_members(store_path, body))
+            .flatten()
     }
 
     fn store(
@@ -222,20 +213,18 @@ impl ClosureCache {
         members: &[(PathBuf, Node)],
     ) -> std::io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
-        let mut body = Vec::new();
+        let mut file = [
+            HEADER.as_bytes(),
+            b" ",
+            store_path.as_os_str().as_bytes(),
+            b"\n",
+        ]
+        .concat();
         for (m, node) in members {
-            body.push(Kind::of(node).byte());
-            body.push(b' ');
-            body.extend_from_slice(m.as_os_str().as_bytes());
-            body.push(b'\n');
+            file.extend_from_slice(&[Kind::of(node).byte(), b' ']);
+            file.extend_from_slice(m.as_os_str().as_bytes());
+            file.push(b'\n');
         }
-        let mut file = Vec::new();
-        file.extend_from_slice(HEADER.as_bytes());
-        file.push(b' ');
-        file.extend_from_slice(store_path.as_os_str().as_bytes());
-        file.push(b'\n');
-        file.extend_from_slice(&body);
-        file.extend_from_slice(format!("end {} {:016x}\n", members.len(), fnv1a(&body)).as_bytes());
         dir.write_atomic(name, &file, 0o644, true)
     }
 }
@@ -311,14 +300,6 @@ fn split_line(text: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&text[..i], &text[i + 1..]))
 }
 
-/// FNV-1a, 64 bits: enough to catch a damaged cache entry. It is no protection against
-/// tampering; the verified directory is.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf29ce484222325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,8 +362,8 @@ mod tests {
                 .replace_bytes(b"bbb-dep", b"/etc/shadow"),
             std::fs::read(&entry)
                 .unwrap()
-                .replace_bytes(b"bbb-dep", b"ccc-dep"),
-            std::fs::read(&entry).unwrap()[..40].to_vec(),
+                .replace_bytes(b"aaa-top", b"aaa-other"),
+            format!("{HEADER} /nix/store/aaa-top\n? /nix/store/bbb-dep\n").into_bytes(),
         ] {
             std::fs::write(&entry, &damage).unwrap();
             let again = c.closure(p).unwrap();
@@ -403,7 +384,6 @@ mod tests {
         let body = b"d /nix/store/aaa-top\nf /nix/store/bbb-dep\n? /nix/store/ccc-gone\n";
         let mut entry = format!("{HEADER} {}\n", p.display()).into_bytes();
         entry.extend_from_slice(body);
-        entry.extend_from_slice(format!("end 3 {:016x}\n", fnv1a(body)).as_bytes());
         let members = c.decode(p, &entry).unwrap();
         assert_eq!(members[0], (PathBuf::from("/nix/store/aaa-top"), Node::Dir));
         assert_eq!(
@@ -420,9 +400,6 @@ mod tests {
             None,
             "an unknown kind is a damaged entry"
         );
-        // An entry of the format without kinds is recomputed, silently.
-        let old = entry.replace_bytes(HEADER.as_bytes(), OLD_HEADER.as_bytes());
-        assert_eq!(c.decode(p, &old), None);
     }
 
     #[test]

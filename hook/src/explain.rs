@@ -240,7 +240,7 @@ fn reason_words(reason: &Reason) -> String {
             ..
         } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
         Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
-        Reason::Sysfs { rule } => format!("read-only /sys topology (rule {rule})"),
+        Reason::Sysfs { rule } => format!("read-only part of /sys (rule {rule})"),
         Reason::Manifest => "manifest for the runner".to_string(),
     }
 }

@@ -1,6 +1,7 @@
 //! `cuda-sandbox-check`: argv → checks → libtest output, JSON report, exit status; or
 //! `cuda-sandbox-check lint PATH…` → the ELF lint's findings; `features` → this builder's
-//! Nix system features; `inventory` → the GPU inventory the hook reads.
+//! Nix system features; `inventory` → the GPU inventory the hook reads; `container-binds` →
+//! the `systemd-nspawn` binds that give a NixOS test container the build's GPU.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use cuda_sandbox_check::check::RunsWhen;
 use cuda_sandbox_check::checks::options::{Cli, LintCli};
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
+use cuda_sandbox_check::facts::container_binds::{self, ContainerBindsCli};
 use cuda_sandbox_check::facts::elf_lint;
 use cuda_sandbox_check::facts::expectations::ManifestState;
 use cuda_sandbox_check::facts::features::{self, FeaturesCli};
@@ -31,6 +33,9 @@ fn main() -> ExitCode {
     }
     if args.peek().map(String::as_str) == Some("inventory") {
         return inventory::run(&InventoryCli::parse_after(args.skip(1)));
+    }
+    if args.peek().map(String::as_str) == Some("container-binds") {
+        return container_binds::run(&ContainerBindsCli::parse_after(args.skip(1)));
     }
     let cli = Cli::from_env(after_help());
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
@@ -79,7 +84,8 @@ devices::features reads the build's requiredSystemFeatures (with structured attr
 As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $out.
 ELF lint alone: cuda-sandbox-check lint PATH... (see lint --help).
 This builder's Nix system features: cuda-sandbox-check features (see features --help).
-The GPU inventory the hook reads: cuda-sandbox-check inventory (see inventory --help).";
+The GPU inventory the hook reads: cuda-sandbox-check inventory (see inventory --help).
+A NixOS test container's binds: cuda-sandbox-check container-binds (see its --help).";
 
 /// `Checks: a, b; c with --lint; d, e with --package; f alone with --expect-no-gpu.`, from
 /// [`CHECKS`], wrapped at 94 columns.

@@ -9,8 +9,10 @@ use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, DriverError, LoadError, LIBCUDA};
 use crate::cuda::result::{self, CuError, CUDA_ERROR_NO_DEVICE};
 use crate::facts::access::{Access, KERNEL_MODULE_FILE};
+use crate::facts::amd_nodes::AmdNodes;
 use crate::facts::expectations::ManifestState;
 use crate::facts::package_under_test::{PackageError, PackageUnderTest};
+use crate::facts::zluda::Zluda;
 
 /// Why a check cannot use the driver or the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +48,7 @@ pub struct Session {
     /// Device nodes and kernel module as they were before any driver call.
     pub(crate) access: Access,
     driver: OnceLock<Result<Driver, LoadError>>,
+    zluda: OnceLock<Option<Zluda>>,
     init: OnceLock<Result<(), CuError>>,
     devices: OnceLock<Result<Vec<CudaDevice>, DriverError>>,
     runtimes: OnceLock<Result<Vec<Runtime>, CudartError>>,
@@ -67,6 +70,7 @@ impl Session {
             manifest,
             access,
             driver: OnceLock::new(),
+            zluda: OnceLock::new(),
             init: OnceLock::new(),
             devices: OnceLock::new(),
             runtimes: OnceLock::new(),
@@ -82,6 +86,17 @@ impl Session {
             .map_err(|error| GpuUnavailable::NoDriver(error.clone()))
     }
 
+    /// ZLUDA's marks when the loaded libcuda is ZLUDA (the CUDA driver API on AMD's HIP);
+    /// `None` for NVIDIA's driver, or when none is loaded.
+    pub(crate) fn zluda(&self) -> Option<&Zluda> {
+        self.zluda
+            .get_or_init(|| {
+                let driver = self.driver().ok()?;
+                Zluda::recognise(&driver.file.real_path)
+            })
+            .as_ref()
+    }
+
     /// The driver after a successful `cuInit(0)`, or why it failed; a "no device" answer names
     /// its true cause (nodes, kernel module or GPU, see [`Access`]).
     pub(crate) fn initialized(&self) -> Result<&Driver, GpuUnavailable> {
@@ -90,10 +105,29 @@ impl Session {
             Ok(()) => Ok(driver),
             Err(error) if error.code == CUDA_ERROR_NO_DEVICE => Err(GpuUnavailable::NoDevice {
                 error: *error,
-                cause: self.access.explain_no_gpu(),
+                cause: self.explain_no_gpu(),
             }),
             Err(error) => Err(DriverError::Call(*error).into()),
         }
+    }
+
+    /// Why no GPU is usable, and the fix: by [`Access`] for NVIDIA's driver; under ZLUDA by the
+    /// AMD nodes its HIP opens ([`AmdNodes`]).
+    pub(crate) fn explain_no_gpu(&self) -> String {
+        let Some(zluda) = self.zluda() else {
+            return self.access.explain_no_gpu();
+        };
+        AmdNodes::scan(&self.access.nodes.dev_root)
+            .problems(None, None)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| {
+                format!(
+                    "{}: /dev/kfd and a render node are here, yet HIP finds no usable AMD GPU: \
+                     check `rocminfo` on the host",
+                    zluda.describe()
+                )
+            })
     }
 
     /// `cuInit`'s CUresult once it has run (0 on success); `None` before, or without a driver.

@@ -32,6 +32,10 @@ pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/cuda-sandbox/config.toml";
 pub(crate) const CONFIG_ENV: &str = "CUDA_SANDBOX_CONFIG";
 /// The built-in configuration's text (one file in the repository, `hook/default-config.toml`).
 pub const BUILTIN_TOML: &str = include_str!("../../default-config.toml");
+
+/// The built-in rule for AMD GPUs (`hook/amd-rule.toml`), which the NixOS module adds with
+/// `presets.zluda.enable`; never part of the default configuration.
+pub const AMD_RULE_TOML: &str = include_str!("../../amd-rule.toml");
 /// The features the built-in configuration answers to.
 pub(crate) const DEFAULT_FEATURES: [&str; 4] = ["cuda", "gpu", "nvidia-gpu", "opengl"];
 
@@ -154,6 +158,37 @@ mod tests {
                 assert!(Config::text_may_answer(text, &f(&[feature])), "{feature}");
             }
         }
+    }
+
+    /// The AMD rule joins the built-in one as the NixOS module joins them, and is refused,
+    /// by name and with the fix, under GPU leases; so is any rule that exposes `/dev/kfd`.
+    #[test]
+    fn the_amd_rule_is_valid_beside_nvidia_and_refused_under_leases() {
+        let both = format!("{BUILTIN_TOML}\n{AMD_RULE_TOML}");
+        let c = Config::parse(&both, "t").unwrap();
+        let amd = c.rules.iter().find(|r| r.name == "amd").unwrap();
+        assert_eq!(amd.features, ["amd-gpu", "cuda", "gpu", "opengl"]);
+        assert_eq!(amd.sysfs, Some(Sysfs::Kfd));
+        assert_eq!(c.matching_rules(&[b"cuda"]).len(), 2);
+        assert_eq!(c.matching_rules(&[b"amd-gpu"]).len(), 1);
+        let leased = format!("gpus_per_build = 1\n{both}");
+        let e = Config::parse(&leased, "t").unwrap_err().to_string();
+        assert!(e.contains("rule 'amd' exposes AMD GPUs (/dev/kfd)"), "{e}");
+        assert!(e.contains("set gpus_per_build = 0"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        for body in [
+            "[[rule.device]]\nglob = \"/dev/k*\"\n",
+            "[[rule.path]]\npath = \"/dev/kfd\"\n",
+            "[[rule.mount]]\ninside = \"/k\"\noutside = \"/dev/kfd\"\n",
+            "sysfs = \"kfd\"\n",
+        ] {
+            let text =
+                format!("gpus_per_build = 1\n[[rule]]\nname = \"r\"\nfeatures = [\"x\"]\n{body}");
+            let e = Config::parse(&text, "t").unwrap_err().to_string();
+            assert!(e.contains("rule 'r' exposes AMD GPUs"), "{body}: {e}");
+        }
+        // Without leases, and for NVIDIA's rule with leases, nothing is refused.
+        Config::parse(&format!("gpus_per_build = 1\n{BUILTIN_TOML}"), "t").unwrap();
     }
 
     /// Found by the `config_parse` fuzz target: a `\n` escape inside a quoted value was echoed

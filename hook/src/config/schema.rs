@@ -119,6 +119,9 @@ pub struct Rule {
 pub(crate) enum Sysfs {
     /// The CPU and NUMA topology: `/sys/devices/system/cpu` and `/sys/devices/system/node`.
     Topology,
+    /// What ROCm reads of an AMD GPU: the KFD topology, `/sys/devices/virtual/kfd`, and the
+    /// PCI devices that the exposed DRM nodes' `/sys/dev/char/226:<minor>` links lead to.
+    Kfd,
 }
 
 /// The MIG source of a rule: each instance's GPU-instance and compute-instance capability

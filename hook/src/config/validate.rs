@@ -66,6 +66,22 @@ pub(crate) enum Invalid {
         /// The value.
         path: PathBuf,
     },
+    /// Leases with a rule that gives builds an AMD GPU: not shown to confine a build to the
+    /// GPUs it leased (see [`exposes_amd_gpus`]).
+    #[error(
+        "rule '{rule}' exposes AMD GPUs ({what}), which GPU leases (gpus_per_build = {per_build}) \
+         cannot confine yet: KFD lets a process use every GPU it lists in its topology that \
+         the device cgroup allows, and a Nix sandbox sets none; set gpus_per_build = 0 or \
+         remove the rule (see docs/data-centre.md)"
+    )]
+    LeasedAmd {
+        /// The rule.
+        rule: String,
+        /// What of it is AMD's: `/dev/kfd` or `sysfs = "kfd"`.
+        what: &'static str,
+        /// `gpus_per_build`.
+        per_build: u32,
+    },
     /// A device or compat glob does not parse.
     #[error("rule '{rule}': {what} {glob:?} is not a valid glob: {error}")]
     Glob {
@@ -122,6 +138,13 @@ impl Config {
             }
             if !names_a_source(rule) {
                 return Err(Invalid::NothingToExpose(name.clone()));
+            }
+            if let (true, Some(what)) = (self.gpus_per_build > 0, exposes_amd_gpus(rule)) {
+                return Err(Invalid::LeasedAmd {
+                    rule: name.clone(),
+                    what,
+                    per_build: self.gpus_per_build,
+                });
             }
             for d in &rule.devices {
                 glob(name, "device glob", &d.glob)?;
@@ -196,6 +219,33 @@ fn names_a_source(rule: &Rule) -> bool {
         || rule.mig.is_some()
         || rule.sysfs.is_some()
 }
+
+/// What of `rule` gives its builds AMD GPUs, if anything: `/dev/kfd` (a device glob that
+/// matches it, the path itself or a mount of it), through which a process computes on every GPU of the
+/// KFD topology, or the KFD topology itself. Leases cannot confine these yet: KFD gives a
+/// process a GPU only when the device cgroup allows that GPU's render node, and a Nix sandbox
+/// sets no device cgroup; newer kernels also need an open DRM file of the GPU
+/// (`AMDKFD_IOC_ACQUIRE_VM`), but the topology still lists every GPU, and what ROCm does with
+/// a listed GPU it cannot open is unknown until shown on an AMD GPU.
+fn exposes_amd_gpus(rule: &Rule) -> Option<&'static str> {
+    let kfd = Path::new(KFD_NODE);
+    let devices = rule
+        .devices
+        .iter()
+        .any(|d| glob::Pattern::new(&d.glob).is_ok_and(|g| g.matches_path(kfd)));
+    let paths = rule.paths.iter().any(|p| p.path == kfd);
+    let mounts = rule.mounts.iter().any(|m| m.outside == kfd);
+    if devices || paths || mounts {
+        Some(KFD_NODE)
+    } else if rule.sysfs == Some(super::Sysfs::Kfd) {
+        Some("sysfs = \"kfd\"")
+    } else {
+        None
+    }
+}
+
+/// AMD's compute node: KFD, the kernel's interface for ROCm.
+const KFD_NODE: &str = "/dev/kfd";
 
 fn absolute(field: &'static str, path: &Path) -> Result<(), Invalid> {
     if path.is_absolute() {

@@ -1,9 +1,10 @@
 //! Process liveness: whether a lease's build can still use its GPU, read from `/proc` (see
 //! "When a lease ends" in the [`super`] module documentation).
 
+use super::ids::IdRange;
 use super::record::{Builder, LeaseRecord};
 use std::cell::OnceCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
@@ -43,24 +44,46 @@ impl Holder {
     /// several builds at once holds one per build, and nothing at hook time says which is
     /// this build's, so all are returned (a lease kept by them can only last longer). Empty
     /// without build users, or with `auto-allocate-uids`, whose `userpool2/slot-<n>` files do
-    /// not name the uid.
+    /// not name the uid ([`Holder::allocated_ids`]).
     pub fn build_users(self) -> Vec<u32> {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.pid)) else {
-            return Vec::new();
-        };
-        let mut users: Vec<u32> = fds
-            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-            .filter(|target| {
-                target
-                    .parent()
-                    .is_some_and(|d| d.file_name() == Some("userpool".as_ref()))
-            })
-            .filter_map(|target| target.file_name()?.to_str()?.parse::<u32>().ok())
+        let mut users: Vec<u32> = self
+            .pool_locks("userpool")
+            .filter_map(|name| name.parse::<u32>().ok())
             .filter(|uid| *uid != 0)
             .collect();
         users.sort_unstable();
         users.dedup();
         users
+    }
+
+    /// The host ids the build in `chroot` runs as when this Nix allocates them
+    /// (`auto-allocate-uids`): it then holds `<state dir>/userpool2/slot-<n>` open and locked
+    /// for each build, whose ids are `start-id + n × 65536` on (Nix's `AutoUserLock`, 2.12 to
+    /// 2.34). `start-id` is a setting of that Nix process, so the slot alone does not give the
+    /// uid; the chroot does, for this very build: before the hook runs, Nix makes its top
+    /// `0:<uid>` mode 0750, or, for a `uid-range` build, `<uid>:<uid>` mode 0755, whose 65536
+    /// ids from `<uid>` the build's user namespace maps (seen on Nix 2.26 and 2.34). None when
+    /// this Nix holds no slot.
+    pub fn allocated_ids(self, chroot: &Path) -> Option<IdRange> {
+        self.pool_locks("userpool2")
+            .any(|name| name.starts_with("slot-"))
+            .then(|| IdRange::of_chroot(chroot))
+            .flatten()
+    }
+
+    /// The names of the files in `<state dir>/<pool>/` this process holds open: Nix's build
+    /// user locks.
+    fn pool_locks(self, pool: &'static str) -> impl Iterator<Item = String> {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(move |target| {
+                target
+                    .parent()
+                    .is_some_and(|d| d.file_name() == Some(pool.as_ref()))
+            })
+            .filter_map(|target| Some(target.file_name()?.to_str()?.to_string()))
     }
 }
 
@@ -80,8 +103,10 @@ pub(crate) fn born(path: &Path) -> Option<u128> {
 
 /// Whether Nix has set up the sandbox of the build in `chroot`: the mount point of the
 /// sandbox's `/proc` exists. Nix creates it in the builder's process, after the hook and before
-/// the builder runs (seen on Nix 2.8, 2.26 and 2.34), and only root can write the chroot's top
-/// directory.
+/// the builder runs (seen on Nix 2.8, 2.26 and 2.34). Nothing else can make it first: the
+/// chroot's top is root's, except in a `uid-range` build, whose top belongs to the build's
+/// first id; but the directory above it, `<drv>.chroot`, is root's with mode 0700 (Nix 2.26
+/// and 2.34), so no process of that id reaches the top before the builder is in it.
 pub(super) fn sandbox_set_up(chroot: &Path) -> bool {
     std::fs::symlink_metadata(chroot.join("proc")).is_ok_and(|m| m.is_dir())
 }
@@ -165,8 +190,10 @@ impl Checked {
             return live;
         }
         // The holder is gone, and with it the way to find a builder no hook saw: one that
-        // left its chroot still runs as its build user.
-        r.build_users.iter().any(|uid| procs.uid_in_use(*uid))
+        // left its chroot still runs as its build user, or as one of its ids.
+        r.build_users
+            .iter()
+            .any(|uid| procs.ids_in_use(*uid, r.ids_per_build_user))
     }
 
     /// Records `b`, an outermost init of the build (the only kind this hook records), so the
@@ -225,7 +252,7 @@ pub(super) struct Processes {
     /// This hook's own PID namespace (never recorded as a build's).
     own_namespace: Option<u64>,
     /// The uids (real, effective, saved, filesystem) of every process, read when first asked.
-    uids: OnceCell<HashSet<u32>>,
+    uids: OnceCell<BTreeSet<u32>>,
     /// This process's mounts, read when first asked.
     own_mounts: OnceCell<Vec<Mount>>,
 }
@@ -376,13 +403,15 @@ impl Processes {
             })
     }
 
-    /// Whether some live process runs as `uid` (any of its four uids, from
-    /// `/proc/<pid>/status`). Zombies do not count: they hold no files, and an orphaned one
+    /// Whether some live process runs as one of the `count` uids from `first` (any of its four
+    /// uids, from `/proc/<pid>/status`): a `uid-range` build's processes may take any id its
+    /// user namespace maps. Zombies do not count: they hold no files, and an orphaned one
     /// stays until its new parent reaps it, which a container's init may never do.
-    fn uid_in_use(&self, uid: u32) -> bool {
+    fn ids_in_use(&self, first: u32, count: u32) -> bool {
+        let last = first.saturating_add(count.max(1) - 1);
         self.uids
             .get_or_init(|| {
-                let mut uids = HashSet::new();
+                let mut uids = BTreeSet::new();
                 for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
                     let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
                         continue;
@@ -400,7 +429,9 @@ impl Processes {
                 }
                 uids
             })
-            .contains(&uid)
+            .range(first..=last)
+            .next()
+            .is_some()
     }
 }
 

@@ -49,10 +49,14 @@
 //!      build users;
 //!    - the Nix process is gone, no builder was recorded, and a live process runs as one of
 //!      the build users that Nix held when the hook ran ([`LeaseRecord::build_users`], from
-//!      its `userpool/<uid>` locks). An unprivileged builder cannot change its host uid, so
-//!      this holds a builder that left its chroot before any hook saw it, after its Nix was
-//!      killed. Nix kills every process of a build user before it hands the user to another
-//!      build, so this can only make an ended lease last longer, never a live one end.
+//!      its `userpool/<uid>` locks), or, when Nix allocates the ids (`auto-allocate-uids`),
+//!      as one of the build's own ids: its first, read from the chroot Nix made for it, and
+//!      for a `uid-range` build the 65536 from there that its user namespace maps
+//!      ([`Holder::allocated_ids`]). An unprivileged builder cannot change its host uid beyond
+//!      those, so this holds a builder that left its chroot before any hook saw it, after its
+//!      Nix was killed. Nix kills every process of a build user (or of the build's cgroup,
+//!      when it uses one) before it hands the ids to another build, so this can only make an
+//!      ended lease last longer, never a live one end.
 //!
 //! Records written by hooks before [`OUTERMOST_BUILDERS`] (no `version` key) may hold a
 //! nested namespace's init among their builders: while one runs it keeps the lease, but when
@@ -66,6 +70,7 @@
 
 mod choice;
 mod guard;
+mod ids;
 mod liveness;
 mod lock;
 mod record;
@@ -73,6 +78,7 @@ mod sweep;
 
 pub use crate::slot::Slot;
 pub(crate) use guard::LeaseGuard;
+pub use ids::IdRange;
 pub(crate) use liveness::born;
 pub use liveness::Holder;
 pub use lock::LockError;
@@ -261,7 +267,10 @@ impl Leases {
             chroot_id,
             holder,
         };
-        let build_users = holder.build_users();
+        let (build_users, ids_per_build_user) = match holder.allocated_ids(req.chroot) {
+            Some(ids) => (vec![ids.first], ids.count),
+            None => (holder.build_users(), 1),
+        };
         let started = Instant::now();
         loop {
             let shortage = {
@@ -285,6 +294,7 @@ impl Leases {
                                 since: now_secs(),
                                 builders: Vec::new(),
                                 build_users: build_users.clone(),
+                                ids_per_build_user,
                             })
                             .collect();
                         self.write_all(&dir, &leases)?;

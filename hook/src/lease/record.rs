@@ -59,10 +59,21 @@ pub struct LeaseRecord {
     #[serde(default)]
     pub builders: Vec<Builder>,
     /// The build users (host uids) of the Nix process that ran the hook, from the
-    /// `userpool/<uid>` locks it holds ([`super::Holder::build_users`]): the build runs as one
-    /// of them, and a builder cannot change its host uid. Empty without build users.
+    /// `userpool/<uid>` locks it holds ([`super::Holder::build_users`]), or the build's own
+    /// first id when Nix allocates them ([`super::Holder::allocated_ids`]): the build runs as
+    /// one of them, and a builder cannot change its host uid (beyond the ids its user
+    /// namespace maps). Empty without build users.
     #[serde(default)]
     pub build_users: Vec<u32>,
+    /// How many host ids each of `build_users` stands for, from it on: 65536 for a
+    /// `uid-range` build ([`super::Holder::allocated_ids`]), else 1.
+    #[serde(default = "one_id")]
+    pub ids_per_build_user: u32,
+}
+
+/// The ids per build user of records written before `uid-range` builds were known: one.
+fn one_id() -> u32 {
+    1
 }
 
 #[cfg(test)]
@@ -82,6 +93,7 @@ impl LeaseRecord {
             since: 0,
             builders: Vec::new(),
             build_users: Vec::new(),
+            ids_per_build_user: 1,
         }
     }
 }

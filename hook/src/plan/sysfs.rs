@@ -1,19 +1,20 @@
-//! The planner of `sysfs = "topology"`: which host directories a build's tree binds (in
+//! The planner of a rule's `sysfs` (`"topology"`, `"kfd"`): which host directories a build's tree binds (in
 //! decide), and, once act knows the tree's name, where the build sees each one.
 
 use super::{Decision, Exposure, Reason, Skip, Skipped};
 use crate::config::{Config, Sysfs};
-use crate::sysfs::{TreeBind, TOPOLOGY, TREES_DIR};
+use crate::sysfs::{TreeBind, KFD, TOPOLOGY, TREES_DIR};
 use std::path::{Path, PathBuf};
 
 impl Decision {
     /// Plans the binds of `rule`'s `sysfs` (under the host root); a part another rule asked
     /// for already is planned once.
     pub(super) fn add_sysfs(&mut self, rule: &str, sysfs: Sysfs, config: &Config) {
-        let parts = match sysfs {
-            Sysfs::Topology => TOPOLOGY,
+        let parts: &[(&str, &str)] = match sysfs {
+            Sysfs::Topology => &TOPOLOGY,
+            Sysfs::Kfd => &KFD,
         };
-        for (inside, mount_point) in parts {
+        for &(inside, mount_point) in parts {
             if self.sysfs.iter().any(|b| b.mount_point == mount_point) {
                 continue;
             }

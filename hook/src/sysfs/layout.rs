@@ -13,7 +13,7 @@
 //! Each of the three is bound on itself read-only before the GPUs' directories are bound in
 //! it, so Nix's recursive bind carries both, read-only.
 
-use super::pci::PciGpu;
+use super::pci::{DrmDevice, PciGpu, DRM_MAJOR};
 use std::path::{Path, PathBuf};
 
 /// The attribute files of each bridge above a GPU that the tree copies (those the bridge
@@ -39,6 +39,8 @@ pub(crate) const BRIDGE_ATTRIBUTES: [&str; 13] = [
 const BUS_DEVICES: &str = "bus-pci-devices";
 /// The tree entry bound at `/sys/class/pci_bus`.
 const CLASS_PCI_BUS: &str = "class-pci_bus";
+/// The tree entry bound at `/sys/dev/char`.
+const DEV_CHAR: &str = "dev-char";
 
 /// One entry the tree holds, by its path in the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +76,8 @@ pub(crate) struct PciLayout {
 }
 
 impl PciLayout {
-    /// The layout for `gpus` (on the host under `host_root`); empty for none.
+    /// The layout for `gpus` (on the host under `host_root`; a device listed twice, as a
+    /// GPU's card and render nodes are, once); empty for none.
     pub(crate) fn new(gpus: &[PciGpu], host_root: &Path) -> PciLayout {
         let mut layout = PciLayout::default();
         if gpus.is_empty() {
@@ -111,6 +114,9 @@ impl PciLayout {
                 layout.add(Entry::Link(link, target));
             }
             let dir = path.join("/");
+            if layout.devices.iter().any(|(d, _)| *d == dir) {
+                continue;
+            }
             layout.add(Entry::Dir(dir.clone()));
             layout.devices.push((dir.clone(), sys_devices.join(&dir)));
             layout.add(Entry::Dir(BUS_DEVICES.to_string()));
@@ -129,6 +135,22 @@ impl PciLayout {
                 .push((PathBuf::from(inside), top.to_string()));
         }
         layout
+    }
+
+    /// Adds a `/sys/dev/char` holding each DRM node's link, as the host's (`226:128 ->
+    /// ../../devices/<PCI path>/drm/renderD128`), which leads into the PCI part.
+    pub(crate) fn add_drm_links(&mut self, drm: &[DrmDevice]) {
+        if drm.is_empty() {
+            return;
+        }
+        self.add(Entry::Dir(DEV_CHAR.to_string()));
+        for node in drm {
+            let link = format!("{DEV_CHAR}/{DRM_MAJOR}:{}", node.minor);
+            self.add(Entry::Link(link, node.target.clone()));
+        }
+        self.tops.push(DEV_CHAR.to_string());
+        self.exposed
+            .push((PathBuf::from("/sys/dev/char"), DEV_CHAR.to_string()));
     }
 
     /// Adds `entry` unless the tree holds an entry at its path already (a bridge two GPUs
@@ -238,5 +260,33 @@ mod tests {
         assert_eq!(layout.devices.len(), 2);
         assert_eq!(layout.tops.len(), 3);
         assert_eq!(PciLayout::new(&[], Path::new("/")), PciLayout::default());
+    }
+
+    #[test]
+    fn a_gpus_card_and_render_nodes_share_its_device_and_get_their_dev_char_links() {
+        let g = gpu(0, &["pci0000:00", "0000:00:01.0", "0000:01:00.0"]);
+        let nodes: Vec<DrmDevice> = [0, 128]
+            .into_iter()
+            .map(|minor| DrmDevice {
+                minor,
+                target: format!("../../devices/{}/drm/n{minor}", g.path.join("/")),
+                gpu: PciGpu { minor, ..g.clone() },
+            })
+            .collect();
+        let gpus: Vec<PciGpu> = nodes.iter().map(|n| n.gpu.clone()).collect();
+        let mut layout = PciLayout::new(&gpus, Path::new("/"));
+        layout.add_drm_links(&nodes);
+        assert_eq!(layout.devices.len(), 1);
+        assert!(layout.entries.contains(&Entry::Link(
+            "dev-char/226:128".into(),
+            "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/n128".into()
+        )));
+        assert_eq!(
+            layout.exposed.last().unwrap(),
+            &(PathBuf::from("/sys/dev/char"), "dev-char".to_string())
+        );
+        let before = layout.clone();
+        layout.add_drm_links(&[]);
+        assert_eq!(layout, before);
     }
 }

@@ -14,6 +14,10 @@
 //!   along), then remounted `MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC`; the links inside
 //!   them that stay inside (`node0/cpu0 -> ../../cpu/cpu0`) work, those that lead elsewhere in
 //!   `/sys` dangle.
+//! - `kfd`: `/sys/devices/virtual/kfd` bound the same way, and the PCI part for the GPUs of
+//!   the DRM nodes the build gets: each node's `/sys/dev/char/226:<minor>` link is read, and
+//!   the build sees the PCI device it leads to (the node's own directory is in it, under
+//!   `drm/`) and a `/sys/dev/char` holding the same relative links.
 //!
 //! The mounts are made in the mount namespace of the Nix that ran the hook
 //! (`mount::in_parents_namespace`): Nix runs its hook in the namespace it saved at start,
@@ -42,7 +46,7 @@ mod pci;
 mod tree;
 
 pub(crate) use layout::PciLayout;
-pub(crate) use pci::{discover, identity, PciGpu};
+pub(crate) use pci::{discover, discover_drm, identity, PciGpu, DRM_MAJOR};
 pub(crate) use tree::{build, sweep, TreeGuard, TreeParts};
 
 use std::path::PathBuf;
@@ -53,6 +57,11 @@ pub(crate) const TOPOLOGY: [(&str, &str); 2] = [
     ("/sys/devices/system/cpu", "cpu"),
     ("/sys/devices/system/node", "node"),
 ];
+
+/// The host directory `kfd` binds (the KFD topology ROCm reads: `kfd/topology/nodes/<N>/`
+/// with each GPU's properties), and its mount point. The PCI devices of the DRM nodes come
+/// with it ([`PciLayout`]).
+pub(crate) const KFD: [(&str, &str); 1] = [("/sys/devices/virtual/kfd", "virtual-kfd")];
 
 /// The directory, under the runtime directory, that holds the trees and their records.
 pub(crate) const TREES_DIR: &str = "sysfs";

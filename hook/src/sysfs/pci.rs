@@ -1,6 +1,7 @@
 //! Where a GPU's PCI device is in the host's `/sys`: its bus address from
 //! `/proc/driver/nvidia/gpus/<BDF>/information` ("Device Minor" names its `/dev/nvidiaN`),
-//! its path from the link `/sys/bus/pci/devices/<BDF>` (both under the host root).
+//! its path from the link `/sys/bus/pci/devices/<BDF>` (both under the host root). A DRM
+//! node's (any vendor's) from its link `/sys/dev/char/226:<minor>`.
 
 use crate::trust::{self, TrustError};
 use cuda_sandbox_manifest::inventory::{self, is_bdf};
@@ -16,7 +17,7 @@ const PATH_MAX_DEPTH: usize = 16;
 /// One GPU's PCI device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PciGpu {
-    /// Its `/dev/nvidia<minor>`.
+    /// Its `/dev/nvidia<minor>` (or, found from a DRM node, that node's minor).
     pub minor: u32,
     /// Its bus address, `dddd:bb:dd.f`.
     pub bdf: String,
@@ -45,7 +46,8 @@ pub(crate) enum PciError {
     /// The `device` attribute holds no PCI id.
     #[error("{} holds no PCI device id 0xNNNN", .0.display())]
     NoDeviceId(PathBuf),
-    /// The device's path is not `pci<dddd>:<bb>/<BDF>/…/<BDF>` under `/sys/devices`.
+    /// The device's path is not `pci<dddd>:<bb>/<BDF>/…/<BDF>` under `/sys/devices` (for a
+    /// DRM node, followed by `/drm/<node>`).
     #[error("{} leads to {}, not to pci<domain>:<bus>/…/<its address> under /sys/devices", link.display(), target.display())]
     UnexpectedPath {
         /// The link.
@@ -149,6 +151,79 @@ pub(super) fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, PciError> {
 /// The device's path below `/sys/devices`, from its link in `/sys/bus/pci/devices`
 /// (`../../../devices/pci0000:00/0000:00:01.0/<bdf>`), which must be root's (or the hook's user's).
 fn device_path(link: &Path, bdf: &str) -> Result<Vec<String>, PciError> {
+    let target = root_link(link)?;
+    target
+        .strip_prefix("../../../devices/")
+        .and_then(pci_path)
+        .filter(|parts| parts.last().map(String::as_str) == Some(bdf))
+        .ok_or_else(|| unexpected(link, &target))
+}
+
+/// The major number of DRM nodes (`/dev/dri/card<N>`, `/dev/dri/renderD<N>`).
+pub(crate) const DRM_MAJOR: u64 = 226;
+
+/// One DRM node's PCI device, from its link `/sys/dev/char/226:<minor>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DrmDevice {
+    /// The node's minor.
+    pub minor: u32,
+    /// Where the link leads (`../../devices/<PCI path>/drm/renderD128`).
+    pub target: String,
+    /// The PCI device the node belongs to (its `minor` is the node's).
+    pub gpu: PciGpu,
+}
+
+/// The PCI devices of the DRM nodes numbered `minors`, each or why it cannot be given, from
+/// their links in `/sys/dev/char` under `host_root` (`226:<minor>` ->
+/// `../../devices/pci<dddd>:<bb>/…/<BDF>/drm/<node>`, root's). A node of no PCI device (a
+/// virtual one, `devices/platform/…`) is an error, so it is left out saying why.
+pub(crate) fn discover_drm(host_root: &Path, minors: &[u32]) -> Vec<Result<DrmDevice, PciError>> {
+    let dir = host_root.join("sys/dev/char");
+    minors
+        .iter()
+        .map(|&minor| {
+            let link = dir.join(format!("{DRM_MAJOR}:{minor}"));
+            let target = root_link(&link)?;
+            let gpu = drm_pci_path(&target)
+                .and_then(|path| {
+                    Some(PciGpu {
+                        minor,
+                        bdf: path.last()?.clone(),
+                        path,
+                    })
+                })
+                .ok_or_else(|| unexpected(&link, &target))?;
+            Ok(DrmDevice { minor, target, gpu })
+        })
+        .collect()
+}
+
+/// The PCI path of a DRM node's link target, `../../devices/<PCI path>/drm/<node>`.
+fn drm_pci_path(target: &str) -> Option<Vec<String>> {
+    let below = target.strip_prefix("../../devices/")?;
+    let (device, node) = below.rsplit_once("/drm/")?;
+    let number = node
+        .strip_prefix("renderD")
+        .or_else(|| node.strip_prefix("card"))?;
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pci_path(device)
+}
+
+/// `below` (a path below `/sys/devices`) as a root bus and bus addresses, the device's last.
+fn pci_path(below: &str) -> Option<Vec<String>> {
+    let parts: Vec<String> = below.split('/').map(str::to_string).collect();
+    let well_formed = parts.len() >= 2
+        && parts.len() <= PATH_MAX_DEPTH
+        && is_root_bus(&parts[0])
+        && parts[1..].iter().all(|p| is_bdf(p));
+    well_formed.then_some(parts)
+}
+
+/// The target of the symlink `link`, which must be root's (or the hook's user's), in a
+/// directory that passes [`trust::listed_dir`], and UTF-8.
+fn root_link(link: &Path) -> Result<String, PciError> {
     use std::os::unix::fs::MetadataExt;
     let read = |source| PciError::Read {
         path: link.to_path_buf(),
@@ -158,29 +233,21 @@ fn device_path(link: &Path, bdf: &str) -> Result<Vec<String>, PciError> {
     trust::listed_dir(parent)?;
     let meta = std::fs::symlink_metadata(link).map_err(read)?;
     let target = std::fs::read_link(link).map_err(read)?;
-    let unexpected = || PciError::UnexpectedPath {
+    let owned = meta.uid() == 0 || meta.uid() == nix::unistd::geteuid().as_raw();
+    match target.to_str() {
+        Some(text) if meta.file_type().is_symlink() && owned => Ok(text.to_string()),
+        _ => Err(PciError::UnexpectedPath {
+            link: link.to_path_buf(),
+            target,
+        }),
+    }
+}
+
+fn unexpected(link: &Path, target: &str) -> PciError {
+    PciError::UnexpectedPath {
         link: link.to_path_buf(),
-        target: target.clone(),
-    };
-    if !meta.file_type().is_symlink()
-        || !(meta.uid() == 0 || meta.uid() == nix::unistd::geteuid().as_raw())
-    {
-        return Err(unexpected());
+        target: PathBuf::from(target),
     }
-    let text = target.to_str().ok_or_else(unexpected)?;
-    let below = text
-        .strip_prefix("../../../devices/")
-        .ok_or_else(unexpected)?;
-    let parts: Vec<String> = below.split('/').map(str::to_string).collect();
-    let well_formed = parts.len() >= 2
-        && parts.len() <= PATH_MAX_DEPTH
-        && is_root_bus(&parts[0])
-        && parts[1..].iter().all(|p| is_bdf(p))
-        && parts.last().map(String::as_str) == Some(bdf);
-    if !well_formed {
-        return Err(unexpected());
-    }
-    Ok(parts)
 }
 
 #[cfg(test)]
@@ -240,5 +307,33 @@ mod tests {
             assert!(e.contains("not to pci<domain>:<bus>"), "{e}");
         }
         assert!(discover(&root.join("none")).is_empty());
+    }
+
+    #[test]
+    fn a_drm_nodes_link_gives_its_pci_device_and_a_virtual_nodes_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let chars = root.join("sys/dev/char");
+        std::fs::create_dir_all(&chars).unwrap();
+        let render = "../../devices/pci0000:00/0000:00:03.1/0000:0a:00.0/0000:0b:00.0/0000:0c:00.0/drm/renderD128";
+        for (name, target) in [
+            ("226:128", render),
+            ("226:1", "../../devices/platform/vkms/drm/card1"),
+            ("226:2", "../../devices/pci0000:00/0000:01:00.0/drm/evil"),
+        ] {
+            std::os::unix::fs::symlink(target, chars.join(name)).unwrap();
+        }
+        let found = discover_drm(root, &[128, 1, 2, 3]);
+        let node = found[0].as_ref().unwrap();
+        assert_eq!(node.minor, 128);
+        assert_eq!(node.target, render);
+        assert_eq!(node.gpu.bdf, "0000:0c:00.0");
+        assert_eq!(node.gpu.path.len(), 5);
+        for refused in &found[1..3] {
+            let e = refused.as_ref().unwrap_err().to_string();
+            assert!(e.contains("not to pci<domain>:<bus>"), "{e}");
+        }
+        let e = found[3].as_ref().unwrap_err().to_string();
+        assert!(e.contains("226:3"), "{e}");
     }
 }

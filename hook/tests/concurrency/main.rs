@@ -37,6 +37,10 @@ struct Host {
     dir: tempfile::TempDir,
     root: PathBuf,
     config: PathBuf,
+    /// Nix settings every build on this host gets (see [`Host::allocating_ids`]).
+    settings: Vec<String>,
+    /// The system features nested-escape.nix requires here.
+    build_features: &'static str,
 }
 
 impl Host {
@@ -58,7 +62,34 @@ impl Host {
             hook_config(&root, dir.path(), &top, &["cuda"], driver),
         )
         .unwrap();
-        Host { dir, root, config }
+        Host {
+            dir,
+            root,
+            config,
+            settings: Vec::new(),
+            build_features: "cuda",
+        }
+    }
+
+    /// This host, its Nix allocating build ids (`auto-allocate-uids`, with `cgroups` for
+    /// `uid-range` builds) from `start_id` (see [`start_id`]), with `extra` settings, and
+    /// `uid-range` among its system features.
+    fn allocating_ids(mut self, start_id: u64, extra: &[&str]) -> Host {
+        self.settings = [
+            "experimental-features = auto-allocate-uids cgroups".to_string(),
+            "auto-allocate-uids = true".to_string(),
+            format!("start-id = {start_id}"),
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect();
+        self
+    }
+
+    /// This host, nested-escape.nix a `uid-range` build on it.
+    fn in_uid_range(mut self) -> Host {
+        self.build_features = "cuda uid-range";
+        self
     }
 
     /// One GPU split into the MIG `instances` (GPU 0, GI, CI 0), with their capability nodes,
@@ -76,6 +107,10 @@ impl Host {
     fn sandbox(&self, max_jobs: usize) -> NixSandbox {
         let mut s = NixSandbox::with_hook(Path::new(HOOK), &self.config);
         s.extra_settings.push(format!("max-jobs = {max_jobs}"));
+        s.extra_settings.extend(self.settings.iter().cloned());
+        if !self.settings.is_empty() {
+            s.system_features.push_str(" uid-range");
+        }
         s
     }
 
@@ -306,7 +341,11 @@ fn a_build_cannot_end_its_own_lease_early(host: &Host, slot: Slot) {
     let mut run = host.spawn_build_with(
         sandbox,
         "nested-escape.nix",
-        &[("nonce", &n), ("handshake", handshake.to_str().unwrap())],
+        &[
+            ("nonce", &n),
+            ("handshake", handshake.to_str().unwrap()),
+            ("features", host.build_features),
+        ],
         &[],
     );
     let escaped = format!("escaped-{n}");
@@ -371,6 +410,30 @@ const AUTO_ALLOCATE_UIDS_SINCE: NixVersion = NixVersion {
     minor: 12,
     patch: 0,
 };
+
+/// The first id a Nix of `version` allocates build ids from in these tests: each version its
+/// own, since every version's default `start-id` is 872415232 (the Nix manual's settings), a
+/// Nix kills what runs as a build uid when it takes it (nix_versions.rs,
+/// no_two_nix_installations_here_share_a_build_uid), and the versions share the host's cgroup
+/// tree, where a Nix destroys an earlier `nix-build-uid-<uid>` cgroup of the same name.
+fn start_id(version: NixVersion) -> u64 {
+    872_415_232 + u64::from(version.minor) * 8_388_608
+}
+
+/// The uids of process `pid` (real, effective, saved, filesystem).
+fn uids_of(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find_map(|l| l.strip_prefix("Uid:"))?.to_string();
+            Some(
+                line.split_whitespace()
+                    .filter_map(|u| u.parse().ok())
+                    .collect(),
+            )
+        })
+        .unwrap_or_default()
+}
 
 /// The GPU instances of a 7-slice H200 (1g × 7).
 const SEVEN_GIS: [u32; 7] = [7, 8, 9, 10, 11, 12, 13];

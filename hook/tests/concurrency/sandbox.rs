@@ -774,7 +774,10 @@ fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
                     .all(|p| root_of(*p as u32) != Some(lease.chroot_id))
         },
     );
-    assert!(lease.build_users.is_empty(), "{lease:?}");
+    // The build's own id, read from its chroot (Holder::allocated_ids).
+    let builder_uid = uids_of(processes_with(&marker)[0])[0];
+    assert_eq!(lease.build_users, [builder_uid], "{lease:?}");
+    assert_eq!(lease.ids_per_build_user, 1, "{lease:?}");
     assert_gpu_held(&host, "the escaped builder");
     let recorded = leases.record(0).unwrap().builders;
     let escaped = processes_with(&marker);
@@ -803,6 +806,310 @@ fn an_escaped_builder_with_an_auto_allocated_uid_keeps_its_gpu() {
         "the escaped builder was not recorded: {recorded:?}"
     );
     let _ = std::fs::remove_dir_all(&lease.chroot);
+}
+
+/// What one build of open-nodes.nix reported: its uid map (inside, host, count) and each node
+/// with whether it could open it.
+fn open_nodes_report(out: &Path) -> ((u32, u32, u32), BTreeMap<String, bool>) {
+    let text = std::fs::read_to_string(out).unwrap();
+    let map: Vec<u32> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("uid-map "))
+        .unwrap_or_else(|| panic!("no uid-map line in:\n{text}"))
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let nodes = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("node "))
+        .map(|l| {
+            let (node, verdict) = l.rsplit_once(' ').unwrap();
+            (node.to_string(), verdict == "allowed")
+        })
+        .collect();
+    ((map[0], map[1], map[2]), nodes)
+}
+
+/// Where the host's cgroup2 hierarchy is mounted (`/sys/fs/cgroup/unified` on this
+/// machine's hybrid layout, `/sys/fs/cgroup` on a unified one): what Nix uses.
+fn cgroup2_mount() -> PathBuf {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .expect("a cgroup2 mount")
+}
+
+#[test]
+fn builds_with_allocated_ids_see_their_gpu_hold_their_lease_and_give_it_back() {
+    if !nix_available("builds_with_allocated_ids_see_their_gpu_hold_their_lease_and_give_it_back") {
+        return;
+    }
+    let Some(version) = NixVersion::current().filter(|v| *v >= AUTO_ALLOCATE_UIDS_SINCE) else {
+        eprintln!("note: this Nix has no auto-allocate-uids");
+        return;
+    };
+    let _serial = serial();
+    let start = start_id(version);
+    // (the case, its features beside cuda, extra settings, ids per build, whether in a cgroup)
+    let cases: [(&str, &str, &[&str], u32, bool); 3] = [
+        ("allocated ids", "", &[], 1, false),
+        ("a uid-range build", "uid-range", &[], 65536, true),
+        ("use-cgroups", "", &["use-cgroups = true"], 1, true),
+    ];
+    for (case, features, extra, count, cgroup) in cases {
+        let host = Host::new(1, 1, 0, false).allocating_ids(start, extra);
+        // mknod's mode passes through the umask: make every node 0666, as a GPU host's are.
+        for node in ["nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"] {
+            let mode = std::fs::Permissions::from_mode(0o666);
+            std::fs::set_permissions(host.root.join("dev").join(node), mode).unwrap();
+        }
+        let build = |features: &str, sleep: &str| {
+            let b = host.sandbox(1).build(
+                &nix_file("open-nodes.nix"),
+                &[
+                    ("nonce", &nonce()),
+                    ("features", features),
+                    ("sleep", sleep),
+                ],
+                &[],
+            );
+            assert!(b.ok(), "{case}: the build failed:\n{}", b.log);
+            open_nodes_report(&b.out_paths[0])
+        };
+        // Exposure: tagged sees the GPU's nodes and may open them (mode 0666), untagged sees
+        // none. The build runs as its own allocated ids.
+        let ((inside, first, ids), nodes) = build(&format!("cuda {features}"), "0");
+        assert_eq!(
+            (inside, ids),
+            (if count == 1 { 1000 } else { 0 }, count),
+            "{case}"
+        );
+        let slot = u64::from(first) - start;
+        assert!(
+            u64::from(first) >= start && slot % 65536 == 0 && slot < 8_388_608,
+            "{case}: uid {first} is not an allocated one from {start}"
+        );
+        let all: Vec<&str> = nodes.keys().map(String::as_str).collect();
+        assert_eq!(
+            all,
+            ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"],
+            "{case}"
+        );
+        assert!(nodes.values().all(|open| *open), "{case}: {nodes:?}");
+        let (_, untagged) = build(features, "0");
+        assert!(untagged.is_empty(), "{case}: untagged saw {untagged:?}");
+
+        // The build-user check of `explain`, with the same nix.conf, against what the build met:
+        // a node with mode 0660 root:root is refused to the allocated ids, as it predicts.
+        std::fs::create_dir_all(host.root.join("etc/nix")).unwrap();
+        std::fs::write(host.root.join("etc/nix/nix.conf"), host.settings.join("\n")).unwrap();
+        let e = common::explain_json(&host.config, "cuda");
+        assert_eq!(
+            e["build_users"]["builders"]["kind"], "auto-allocated",
+            "{e:#}"
+        );
+        assert_eq!(e["build_users"]["builders"]["start_id"], start, "{e:#}");
+        assert_eq!(
+            e["build_users"]["unopenable"],
+            serde_json::json!([]),
+            "{e:#}"
+        );
+        let node = host.root.join("dev/nvidia0");
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o660)).unwrap();
+        let e = common::explain_json(&host.config, "cuda");
+        let unopenable: Vec<&str> = e["build_users"]["unopenable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["node"].as_str().unwrap())
+            .collect();
+        assert_eq!(unopenable, ["/dev/nvidia0"], "{case}: {e:#}");
+        let (_, nodes) = build(&format!("cuda {features}"), "0");
+        assert_eq!(nodes.get("/dev/nvidia0"), Some(&false), "{case}: {nodes:?}");
+        assert_eq!(
+            nodes.get("/dev/nvidiactl"),
+            Some(&true),
+            "{case}: {nodes:?}"
+        );
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+        // The lease: a running build holds the GPU, recorded with its own ids.
+        let n = nonce();
+        let mut running = host.spawn_build_with(
+            host.sandbox(1),
+            "open-nodes.nix",
+            &[
+                ("nonce", &n),
+                ("features", &format!("cuda {features}")),
+                ("sleep", "600"),
+            ],
+            &[],
+        );
+        let marker = format!("builder-{n}");
+        let _cleanup = KillOnDrop {
+            group: running.id() as i32,
+            marker: marker.clone(),
+        };
+        let leases = Leases::new(&host.run_dir());
+        // The builder: the process with the marker in the chroot of the lease.
+        let in_chroot = || {
+            let lease = leases.record(0)?;
+            let pid = processes_with(&marker)
+                .into_iter()
+                .find(|p| root_of(*p as u32) == Some(lease.chroot_id))?;
+            Some((lease, pid))
+        };
+        wait_for("the lease and the builder", Duration::from_secs(60), || {
+            in_chroot().is_some()
+        });
+        let (lease, builder) = in_chroot().unwrap();
+        let uid = uids_of(builder)[0];
+        assert_eq!(lease.build_users, [uid], "{case}: {lease:?}");
+        assert_eq!(lease.ids_per_build_user, count, "{case}: {lease:?}");
+        // Nix's cgroup for the build: <its own cgroup>/nix-build-uid-<uid>, holding the builder.
+        let procs = std::fs::read_to_string(
+            cgroup2_mount().join(format!("nix-build-uid-{uid}/cgroup.procs")),
+        );
+        assert_eq!(
+            procs
+                .as_ref()
+                .is_ok_and(|p| p.lines().any(|l| l == builder.to_string())),
+            cgroup,
+            "{case}: the cgroup's processes: {procs:?}"
+        );
+        // The chroot's top: a uid-range build's own, but below root's 0700 directory, which no
+        // process of the build's ids can pass (sandbox_set_up relies on it).
+        let top = std::fs::metadata(&lease.chroot).unwrap();
+        let above = std::fs::metadata(lease.chroot.parent().unwrap()).unwrap();
+        let owner = if count == 1 { 0 } else { uid };
+        assert_eq!(
+            (top.uid(), top.gid(), top.mode() & 0o7777),
+            (owner, uid, if count == 1 { 0o750 } else { 0o755 }),
+            "{case}: {}",
+            lease.chroot.display()
+        );
+        assert_eq!((above.uid(), above.mode() & 0o7777), (0, 0o700), "{case}");
+        let made = Command::new("setpriv")
+            .args(["--reuid", &uid.to_string(), "--regid", &uid.to_string()])
+            .args(["--clear-groups", "mkdir"])
+            .arg(lease.chroot.join("proc-made-by-the-build-uid"))
+            .output()
+            .unwrap();
+        assert!(
+            !made.status.success()
+                && String::from_utf8_lossy(&made.stderr).contains("Permission denied"),
+            "{case}: the build's uid wrote the chroot's top: {made:?}"
+        );
+        assert_gpu_held(&host, case);
+        // The build ends: its lease with it.
+        end_processes_with(&marker);
+        assert!(!running.wait().unwrap().success());
+        assert_gpu_free(&host);
+    }
+}
+
+#[test]
+fn a_uid_range_builder_that_left_its_chroot_as_another_of_its_ids_keeps_its_gpu() {
+    // A uid-range build maps 65536 host ids: its builder may take any of them, leave its
+    // chroot before any hook sees it there, and outlive its killed Nix. Then only the ids
+    // still in use tell that it runs.
+    if !nix_available(
+        "a_uid_range_builder_that_left_its_chroot_as_another_of_its_ids_keeps_its_gpu",
+    ) {
+        return;
+    }
+    let Some(version) = NixVersion::current().filter(|v| *v >= AUTO_ALLOCATE_UIDS_SINCE) else {
+        eprintln!("note: this Nix has no auto-allocate-uids");
+        return;
+    };
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false).allocating_ids(start_id(version), &[]);
+    let n = nonce();
+    let mut escaping = host.spawn_build_with(
+        host.sandbox(1),
+        "open-nodes.nix",
+        &[
+            ("nonce", &n),
+            ("features", "cuda uid-range"),
+            ("sleep", "600"),
+            ("escape", "1"),
+        ],
+        &[],
+    );
+    let marker = format!("builder-{n}");
+    let _cleanup = KillOnDrop {
+        group: escaping.id() as i32,
+        marker: marker.clone(),
+    };
+    let leases = Leases::new(&host.run_dir());
+    wait_for("the lease", Duration::from_secs(60), || {
+        leases.record(0).is_some()
+    });
+    let lease = leases.record(0).unwrap();
+    let [first] = lease.build_users[..] else {
+        panic!("not one build user: {lease:?}");
+    };
+    assert_eq!(lease.ids_per_build_user, 65536, "{lease:?}");
+    // No other hook runs until Nix is killed: nothing records the builder.
+    wait_for(
+        "the builder to leave its chroot as id 1000 of the build",
+        Duration::from_secs(60),
+        || {
+            let pids = processes_with(&marker);
+            !pids.is_empty()
+                && pids.iter().all(|p| {
+                    root_of(*p as u32) != Some(lease.chroot_id) && uids_of(*p)[0] == first + 1000
+                })
+        },
+    );
+    assert!(kill_group(escaping.id() as i32));
+    escaping.wait().unwrap();
+    // The builder changed its uid, which clears the parent-death signal 2.34 sets.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "the escaped builder ended with its Nix"
+    );
+    assert!(leases.record(0).unwrap().builders.is_empty());
+    // It is still in the build's cgroup, which it cannot leave either.
+    let procs = std::fs::read_to_string(
+        cgroup2_mount().join(format!("nix-build-uid-{first}/cgroup.procs")),
+    )
+    .unwrap();
+    for pid in processes_with(&marker) {
+        assert!(
+            procs.lines().any(|l| l == pid.to_string()),
+            "{pid} left the build's cgroup: {procs}"
+        );
+    }
+    assert_gpu_held(&host, "the escaped uid-range builder of a killed Nix");
+    end_processes_with(&marker);
+    assert_gpu_free(&host);
+    let _ = std::fs::remove_dir_all(lease.chroot.parent().unwrap());
+}
+
+#[test]
+fn a_build_with_allocated_ids_a_uid_range_or_a_cgroup_cannot_end_its_own_lease_early() {
+    if !nix_available("a_build_with_allocated_ids_or_a_uid_range_cannot_end_its_own_lease_early") {
+        return;
+    }
+    let Some(version) = NixVersion::current().filter(|v| *v >= AUTO_ALLOCATE_UIDS_SINCE) else {
+        eprintln!("note: this Nix has no auto-allocate-uids");
+        return;
+    };
+    let _serial = serial();
+    let host = Host::new(1, 1, 0, false).allocating_ids(start_id(version), &[]);
+    a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
+    let host = Host::new(1, 1, 0, false)
+        .allocating_ids(start_id(version), &[])
+        .in_uid_range();
+    a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
+    let host = Host::new(1, 1, 0, false).allocating_ids(start_id(version), &["use-cgroups = true"]);
+    a_build_cannot_end_its_own_lease_early(&host, Slot::Gpu(0));
 }
 
 #[test]

@@ -6,10 +6,12 @@
 # other process of its PID namespace, the nested init included, says so with `killed`, and
 # runs on, with the GPU, for `sleep` seconds. Its command lines hold `nested-<nonce>` (the
 # nested init) and `escaped-<nonce>` (the builder after it left), so a test can find them.
+# `features`: the required system features, space-separated.
 {
   nonce,
   handshake,
   sleep ? "600",
+  features ? "cuda",
 }:
 derivation {
   name = "nested-escape";
@@ -17,7 +19,9 @@ derivation {
   system = builtins.currentSystem;
   builder = "/bin/bash";
   PATH = "/bin:/usr/bin:/sbin:/usr/sbin";
-  requiredSystemFeatures = [ "cuda" ];
+  requiredSystemFeatures = builtins.filter (f: builtins.isString f && f != "") (
+    builtins.split " " features
+  );
   args = [
     "-c"
     ''

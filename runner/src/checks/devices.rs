@@ -3,6 +3,9 @@
 //! hook's manifest, every device it says it exposed must be here, and when the hook leased
 //! this build its own GPUs, CUDA must see exactly that many devices.
 //!
+//! Under ZLUDA (the CUDA driver API on AMD's HIP, [`crate::facts::zluda`]) it checks `/dev/kfd`
+//! and the DRM render nodes instead ([`crate::facts::amd_nodes`]).
+//!
 //! `devices::features`: the GPUs this process can use satisfy every `cuda-sm-*` feature the
 //! derivation requires ([`crate::facts::build_features`]), by the rule the hook's lease choice uses
 //! ([`cuda_sandbox_elfkit::fatbin::features::Required`]); cross-checked with the manifest's.
@@ -18,7 +21,9 @@ use cuda_sandbox_manifest::Manifest;
 
 use crate::check::{facts_of, Facts, Outcome};
 use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
+use crate::facts::amd_nodes::AmdNodes;
 use crate::facts::build_features;
+use crate::facts::zluda::Zluda;
 use crate::session::Session;
 
 /// What `devices::nodes` reports (the report's `facts`), whether it passes or fails.
@@ -53,14 +58,59 @@ pub struct NodesFacts {
     pub manifest_leased_gpus: Option<Vec<u32>>,
 }
 
-/// The major number of `nvidia-uvm` in /proc/devices, when listed.
-fn uvm_major_from_proc() -> Option<u32> {
+/// The major number of character device `device` in /proc/devices, when listed.
+fn major_from_proc(device: &str) -> Option<u32> {
     let text = std::fs::read_to_string("/proc/devices").ok()?;
     let in_char_section = text.split("\n\n").next()?;
     in_char_section.lines().find_map(|line| {
         let (major, name) = line.trim().split_once(' ')?;
-        (name.trim() == "nvidia-uvm").then(|| major.parse().ok())?
+        (name.trim() == device).then(|| major.parse().ok())?
     })
+}
+
+/// What `devices::nodes` reports under ZLUDA (the report's `facts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AmdNodesFacts {
+    /// The AMD nodes ZLUDA's HIP opens, as they are.
+    pub nodes: AmdNodes,
+    /// The major number `/proc/devices` gives `kfd`, when listed.
+    pub(crate) kfd_major_in_proc_devices: Option<u32>,
+    /// How many devices CUDA reports, when it can say.
+    pub cuda_device_count: Option<usize>,
+    /// Why CUDA cannot say how many devices there are.
+    pub(crate) cuda_device_count_unavailable: Option<String>,
+}
+
+/// `devices::nodes` under ZLUDA: `/dev/kfd` and the DRM render nodes instead of `/dev/nvidia*`,
+/// and every device the hook's manifest lists.
+fn amd_nodes(session: &Session, zluda: &Zluda) -> Outcome {
+    let root = &session.access.nodes.dev_root;
+    let nodes = AmdNodes::scan(root);
+    let kfd_major = major_from_proc("kfd");
+    let cuda_count = session.devices().map(<[_]>::len);
+    let mut problems = nodes.problems(kfd_major, cuda_count.as_ref().ok().copied());
+    judge_manifest_devices(session, root, 0, &mut problems);
+    let facts = facts_of(&AmdNodesFacts {
+        nodes: nodes.clone(),
+        kfd_major_in_proc_devices: kfd_major,
+        cuda_device_count: cuda_count.as_ref().ok().copied(),
+        cuda_device_count_unavailable: cuda_count.as_ref().err().map(ToString::to_string),
+    });
+    match problems.first() {
+        None => Outcome::pass(
+            format!(
+                "{}: kfd and {} DRM render node(s) present{}",
+                zluda.describe(),
+                nodes.render_nodes.len(),
+                match cuda_count {
+                    Ok(n) => format!(" for {n} CUDA device(s)"),
+                    Err(_) => " (CUDA device count unavailable, see driver::version)".to_owned(),
+                }
+            ),
+            facts,
+        ),
+        Some(first) => Outcome::fail(first.clone(), facts).with_detail_lines(&problems[1..]),
+    }
 }
 
 /// What a node was, for messages.
@@ -86,6 +136,9 @@ fn created_since(before: &Node, path: &Path) -> String {
 
 /// Runs `devices::nodes`.
 pub(crate) fn nodes(session: &Session) -> Outcome {
+    if let Some(zluda) = session.zluda() {
+        return amd_nodes(session, zluda);
+    }
     // Judged on the nodes as they were before any driver call (see crate::facts::access).
     let before: &NodeSnapshot = &session.access.nodes;
     let root = &before.dev_root;
@@ -96,7 +149,7 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
 
     let ctl = root.join("nvidiactl");
     judge_ctl(&before.nvidiactl, &ctl, &not_exposed, &mut problems);
-    let uvm_expected = uvm_major_from_proc();
+    let uvm_expected = major_from_proc("nvidia-uvm");
     judge_uvm(
         &before.nvidia_uvm,
         &root.join("nvidia-uvm"),

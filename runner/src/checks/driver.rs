@@ -13,6 +13,7 @@ use crate::cuda::result::CUDA_ERROR_NO_DEVICE;
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::expectations;
+use crate::facts::zluda::Zluda;
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
 
@@ -32,6 +33,8 @@ pub struct LibraryFacts {
     pub manifest: Value,
     /// The manifest's right `libcuda.so.1` paths, when there is a manifest.
     pub(crate) manifest_libcuda: Option<Vec<String>>,
+    /// ZLUDA's marks, when the loaded libcuda is ZLUDA (the CUDA driver API on AMD's HIP).
+    pub zluda: Option<Zluda>,
 }
 
 /// Runs `driver::library`.
@@ -69,11 +72,15 @@ pub(crate) fn library(session: &Session) -> Outcome {
         expect_driver: expect.map(ExpectDriver::describe),
         manifest: session.manifest.fact(),
         manifest_libcuda: chosen.map(|m| m.libcuda.clone()),
+        zluda: session.zluda().cloned(),
     });
     let loaded = format!(
-        "loaded {} (real file {})",
+        "loaded {} (real file {}){}",
         file.path.display(),
-        file.real_path.display()
+        file.real_path.display(),
+        session
+            .zluda()
+            .map_or(String::new(), |z| format!(": {}", z.describe()))
     );
     if let Some(why) = session.manifest.broken() {
         return Outcome::fail(format!("{loaded}, but {why}"), facts);
@@ -133,6 +140,9 @@ pub(crate) fn version(session: &Session) -> Outcome {
         (Err(why), _) if session.init_code() != Some(CUDA_ERROR_NO_DEVICE) => {
             return Outcome::fail(why.clone(), facts)
         }
+        (Err(_), _) if session.zluda().is_some() => {
+            "; cuInit finds no GPU (on AMD: see devices::nodes)".to_owned()
+        }
         (Err(_), cause) => format!(
             "; cuInit finds no GPU ({}), see the GPU checks",
             match cause {
@@ -156,7 +166,8 @@ pub(crate) fn version(session: &Session) -> Outcome {
     }
     Outcome::pass(
         format!(
-            "driver provides CUDA {version} ({}){}",
+            "{} provides CUDA {version} ({}){}",
+            session.zluda().map_or("driver".to_owned(), Zluda::describe),
             version.0,
             if init.is_ok() {
                 "; cuInit ok"

@@ -7,6 +7,10 @@
 //! Above its own version the real driver does not refuse: it answers CUDA_SUCCESS with its
 //! newest variant (measured on 535 and 470). The check confirms and reports that, because it
 //! is how code built against newer headers silently gets an older ABI.
+//!
+//! ZLUDA as Nixpkgs builds it (v4) exports `cuGetProcAddress` but answers it 801, like every
+//! function it does not implement; the check is then skipped, saying so (ZLUDA v6 implements
+//! it, and is checked as any driver).
 
 use std::os::raw::c_int;
 
@@ -14,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::{facts_of, Outcome};
 use crate::cuda::driver::Driver;
+use crate::cuda::result::CUDA_ERROR_NOT_SUPPORTED;
 use crate::cuda::symbols::{abi_boundaries, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
@@ -198,6 +203,25 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
             ),
             facts! { "get_proc_address" => export, "driver_version" => driver_version.to_string() },
         );
+    }
+    if let Some(zluda) = session.zluda() {
+        let answer = driver.get_proc_address("cuInit", driver_version.0);
+        if answer.is_some_and(|a| a.code == CUDA_ERROR_NOT_SUPPORTED) {
+            return Outcome::skipped(
+                format!(
+                    "{} does not implement {export} (801 CUDA_ERROR_NOT_SUPPORTED, as ZLUDA v4, \
+                     the one Nixpkgs builds, answers every function it lacks): only programs \
+                     that call the driver API by name run on it, not a CUDA runtime's lookups; \
+                     nothing to compare",
+                    zluda.describe()
+                ),
+                facts! {
+                    "get_proc_address" => export,
+                    "driver_version" => driver_version.to_string(),
+                    "zluda" => zluda,
+                },
+            );
+        }
     }
     let versions = versions_to_probe(session, driver_version);
     let primary = primary_version(session, driver_version);

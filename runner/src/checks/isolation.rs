@@ -1,5 +1,6 @@
 //! `isolation::no_gpu`: the negative check, for an *untagged* build. It passes only when the
-//! build sees no NVIDIA device node, cannot load `libcuda.so.1` or `libnvidia-ml.so.1`, and has
+//! build sees no GPU device node (NVIDIA's, or AMD's `kfd` and `dri/*` that ZLUDA uses),
+//! cannot load `libcuda.so.1` or `libnvidia-ml.so.1`, and has
 //! neither the driver link nor a hook manifest: proof that the hook gave nothing to a build
 //! that did not ask.
 
@@ -9,6 +10,8 @@ use crate::session::Session;
 
 /// Device names (in the device root) that must not be visible to an untagged build.
 const GPU_NODES: &[&str] = &[
+    // AMD's compute device, which ZLUDA reaches the GPU through (with `dri/*`, below).
+    "kfd",
     "nvidia",
     "nvmap",
     "nvhost-",

@@ -13,6 +13,7 @@ use crate::facts;
 use crate::facts::elf_lint::{self, LintConfig};
 use crate::facts::expectations::ManifestState;
 use crate::facts::gpu_code::Target;
+use crate::facts::zluda_code;
 use crate::session::Session;
 
 /// `--target` without a driver CUDA version to judge PTX by (no `--driver-cuda`, no manifest).
@@ -74,12 +75,29 @@ pub fn config(
             .and_then(|d| d.compat_dir.as_ref().map(Into::into))
     });
     config.closure = options.closure;
-    if let Some(&device) = options.target.first() {
+    if options.zluda {
+        let devices = match options.target.as_slice() {
+            [] => vec![zluda_code::REPORTED_CAPABILITY],
+            given => given.to_vec(),
+        };
+        config.targets = devices
+            .into_iter()
+            .map(|device| Target {
+                device,
+                driver: Driver::of(zluda_code::REPORTED_CUDA),
+                on_zluda: true,
+            })
+            .collect();
+    } else if let Some(&device) = options.target.first() {
         let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver { device })?;
         config.targets = options
             .target
             .iter()
-            .map(|&device| Target { device, driver })
+            .map(|&device| Target {
+                device,
+                driver,
+                on_zluda: false,
+            })
             .collect();
     }
     Ok(config)

@@ -208,6 +208,13 @@ pub struct LintOptions {
     #[arg(long, value_name = "sm_XY,...", value_parser = parse_target, value_delimiter = ',')]
     pub(crate) target: Vec<Capability>,
 
+    /// Judge the GPU code for ZLUDA (the CUDA driver API on AMD GPUs) instead: a module runs
+    /// when it carries PTX, which ZLUDA compiles for the GPU, and cannot with SASS alone. The
+    /// GPU is ZLUDA's reported capability: 8.8 (ZLUDA v4, as Nixpkgs builds it, and v6), or
+    /// each --target given (ZLUDA_CC sets it).
+    #[arg(long)]
+    pub(crate) zluda: bool,
+
     /// The CUDA version of the driver that will load the GPU code, a CUDA release (12.2 for
     /// a 535 driver), for --target (default: the hook's manifest's driver, when there is one).
     #[arg(long, value_name = "X.Y", value_parser = parse_driver_cuda, requires = "target",

@@ -69,7 +69,11 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
             for d in devices {
                 let device = Capability::parse(&d.compute_capability)
                     .map_err(|e| format!("GPU {} reports compute capability {e}", d.ordinal))?;
-                let target = Target { device, driver };
+                let target = Target {
+                    device,
+                    driver,
+                    on_zluda: session.zluda().is_some(),
+                };
                 if !targets.contains(&target) {
                     targets.push(target);
                 }
@@ -97,7 +101,11 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
     let targets = lint
         .target
         .iter()
-        .map(|&device| Target { device, driver })
+        .map(|&device| Target {
+            device,
+            driver,
+            on_zluda: false,
+        })
         .collect();
     Ok((targets, "--target".into()))
 }

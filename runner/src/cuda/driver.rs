@@ -61,6 +61,7 @@ driver_api! {
     memcpy_htod = "cuMemcpyHtoD_v2": fn(CuDevicePtr, *const c_void, usize);
     memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CuDevicePtr, usize);
     module_load_data_ex = "cuModuleLoadDataEx": fn(*mut Handle, *const c_void, c_uint, *mut c_int, *mut *mut c_void);
+    module_load_data = "cuModuleLoadData": fn(*mut Handle, *const c_void);
     module_get_function = "cuModuleGetFunction": fn(*mut Handle, Handle, *const c_char);
     module_unload = "cuModuleUnload": fn(Handle);
     launch_kernel = "cuLaunchKernel": fn(Handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Handle, *mut *mut c_void, *mut *mut c_void);

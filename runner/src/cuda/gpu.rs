@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_uint, c_void, CStr, CString};
 use std::marker::PhantomData;
 
 use super::driver::{CuDevice, CuDevicePtr, Driver, DriverError, Handle};
-use super::result::CuError;
+use super::result::{CuError, CUDA_ERROR_NOT_SUPPORTED};
 
 /// The saxpy kernel (`y[i] = a * x[i] + y[i]` for `i < n`), as the driver JIT-compiles it:
 /// `.version 6.0`, `.target sm_50`, parameters `(u32 n, f32 a, f32* x, f32* y)`.
@@ -47,6 +47,12 @@ impl From<CuError> for GpuError {
 }
 
 impl GpuError {
+    /// Whether the driver answered CUDA_ERROR_NOT_SUPPORTED: ZLUDA's answer for a function it
+    /// exports but does not implement.
+    pub(crate) fn not_supported(&self) -> bool {
+        matches!(self, GpuError::Driver(DriverError::Call(e)) if e.code == CUDA_ERROR_NOT_SUPPORTED)
+    }
+
     /// The JIT error log, when the JIT wrote one.
     pub(crate) fn jit_log(&self) -> Option<&str> {
         match self {
@@ -114,7 +120,9 @@ pub(crate) struct Module<'c> {
 }
 
 impl<'c> Module<'c> {
-    /// JIT-compiles `ptx` (`cuModuleLoadDataEx`), capturing the JIT error log on failure.
+    /// JIT-compiles `ptx` (`cuModuleLoadDataEx`), capturing the JIT error log on failure;
+    /// where the driver does not support that call (ZLUDA as Nixpkgs builds it: 801),
+    /// `cuModuleLoadData`, which writes no log.
     pub(crate) fn load_ptx(
         context: &'c PrimaryContext<'c>,
         ptx: &str,
@@ -137,6 +145,18 @@ impl<'c> Module<'c> {
                 values.as_mut_ptr(),
             )
         };
+        if code == CUDA_ERROR_NOT_SUPPORTED {
+            if let Some(load) = driver.api.module_load_data {
+                // SAFETY: cuda.h signature; `ptx` is NUL-terminated and lives for the call.
+                let code = unsafe { load(&mut handle, ptx.as_ptr().cast()) };
+                CuError::check("cuModuleLoadData", code)?;
+                return Ok(Module {
+                    driver,
+                    handle,
+                    _context: PhantomData,
+                });
+            }
+        }
         if let Err(error) = CuError::check("cuModuleLoadDataEx", code) {
             // The driver writes the log's length back into the size option.
             let written = (values[1] as usize).min(log.len());

@@ -44,6 +44,9 @@ impl fmt::Display for CuError {
 pub(crate) const CUDA_ERROR_NO_DEVICE: i32 = 100;
 /// CUDA_ERROR_NOT_FOUND.
 pub(crate) const CUDA_ERROR_NOT_FOUND: i32 = 500;
+/// CUDA_ERROR_NOT_SUPPORTED: what ZLUDA's exports of the functions it does not implement
+/// return (its release build's `unimplemented()`).
+pub(crate) const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
 
 /// The `cuda.h` name of a CUresult.
 pub(crate) fn name(code: i32) -> &'static str {

@@ -148,6 +148,7 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
         .and_then(|v| cuda_for_driver(&v))
         .map_or(cuda, |v| v.0);
     Ok(Target {
+        on_zluda: false,
         device,
         driver: RulesDriver {
             cuda,

@@ -571,7 +571,7 @@ fn lint_file(path: &Path, config: &LintConfig, report: &mut LintReport) -> Optio
 /// The finding kind of a verdict's rule, when the verdict is a finding.
 fn finding_kind(rule: Rule) -> Option<FindingKind> {
     Some(match rule {
-        Rule::NoKernelImage => FindingKind::NoKernelImage,
+        Rule::NoKernelImage | Rule::SassOnlyOnZluda => FindingKind::NoKernelImage,
         Rule::PtxTooNew => FindingKind::PtxTooNew,
         Rule::CompressionTooNew => FindingKind::CompressionTooNew,
         Rule::CubinTooNew => FindingKind::CubinTooNew,

@@ -36,6 +36,7 @@ use crate::facts::gpu_words::notes;
 pub(crate) use crate::facts::gpu_words::{carried, carried_by_member, module_place};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
+use crate::facts::zluda_code;
 
 /// The GPU and driver a package's GPU code is judged for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,6 +45,9 @@ pub(crate) struct Target {
     pub(crate) device: Capability,
     /// The driver that loads the code: libcuda's CUDA version and the kernel module's.
     pub(crate) driver: Driver,
+    /// Whether the driver is ZLUDA on an AMD GPU (`device` being the capability it reports):
+    /// the code is judged by [`crate::facts::zluda_code`], as ZLUDA loads it.
+    pub(crate) on_zluda: bool,
 }
 
 impl Target {
@@ -51,7 +55,9 @@ impl Target {
     /// kernel module)`.
     pub(crate) fn describe(&self) -> String {
         let d = &self.driver;
-        if d.kernel == d.cuda {
+        if self.on_zluda {
+            format!("ZLUDA on AMD (reporting sm_{})", self.device.sm())
+        } else if d.kernel == d.cuda {
             format!("sm_{} (driver CUDA {})", self.device.sm(), release(d.cuda))
         } else {
             format!(
@@ -155,6 +161,8 @@ pub(crate) enum Rule {
     CubinTooNew,
     /// A module the rules cannot judge.
     ModuleUnknown,
+    /// A module of SASS only, on ZLUDA, which loads no SASS ([`crate::facts::zluda_code`]).
+    SassOnlyOnZluda,
 }
 
 /// One file judged for one target.
@@ -411,8 +419,18 @@ fn judge_file_given(
     target: &Target,
     toolkit: Option<NewerToolkit>,
 ) -> TargetVerdict {
-    let j = judge_given(code, data, target.device, &target.driver, toolkit);
     let on = target.describe();
+    if target.on_zluda {
+        let j = zluda_code::judge(code);
+        let reason = zluda_code::reason(code, &j, &on);
+        let rule = match j.verdict {
+            FileVerdict::Fails => Rule::SassOnlyOnZluda,
+            FileVerdict::NoGpuCode => Rule::NothingToLoad,
+            _ => Rule::Jit,
+        };
+        return verdict(target, j.verdict, rule, reason, j);
+    }
+    let j = judge_given(code, data, target.device, &target.driver, toolkit);
     if j.modules.is_empty() && j.not_judged.link_input == code.containers.len() {
         let reason = format!(
             "for the link, not loaded as it is: an object or archive carries {} for the program \

@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use fake_driver::{assemble, FakeLibrary, Sidecar, DRIVER_LIBRARIES};
+use fake_driver::layout::zluda_layout;
+use fake_driver::{assemble, FakeLibrary, Sidecar, DRIVER_LIBRARIES, LIBCUDA};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -42,6 +43,17 @@ impl FakeDriver {
     /// A driver directory (libcuda and NVML) playing `sidecar`.
     pub fn driver(sidecar: &Sidecar) -> FakeDriver {
         FakeDriver::with(sidecar, &DRIVER_LIBRARIES)
+    }
+
+    /// ZLUDA's driver directory as Nixpkgs builds it (`libnvcuda.so`, its `libcuda.so.1`
+    /// link, `libamdhip64.so.6` in `DT_NEEDED`, no NVML), playing `sidecar` as ZLUDA.
+    pub fn zluda(sidecar: &Sidecar) -> FakeDriver {
+        let sidecar = sidecar.clone().playing_zluda();
+        let driver = FakeDriver::with(&sidecar, &[LIBCUDA]);
+        if let Err(error) = zluda_layout(&driver.dir) {
+            panic!("cannot lay the fake driver out as ZLUDA (patchelf, cc): {error}");
+        }
+        driver
     }
 }
 

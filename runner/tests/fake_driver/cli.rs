@@ -329,3 +329,33 @@ fn api_version_above_the_driver_fails() {
         &["--api-version 12.4 is above the driver's CUDA 12.2"],
     );
 }
+
+/// ZLUDA whose `cuInit` finds no GPU (HIP without `/dev/kfd`): the cause named is the AMD
+/// node that is missing, not NVIDIA's, and `devices::nodes` names it too.
+#[test]
+fn zluda_finding_no_gpu_names_the_missing_amd_node() {
+    let zluda = FakeDriver::zluda(&sidecar(Mode::NoDevice));
+    let empty = tempfile::tempdir().unwrap();
+    let dev_root = empty.path().to_str().unwrap();
+    let run = run(&zluda.dir, &["--no-manifest", "--dev-root", dev_root]);
+    let missing = format!("{dev_root}/kfd is missing");
+    run.assert_check(
+        "devices::nodes",
+        "fail",
+        &[&missing, "expose /dev/kfd and /dev/dri"],
+    );
+    run.assert_check(
+        "driver::version",
+        "pass",
+        &[
+            "ZLUDA on AMD",
+            "cuInit finds no GPU (on AMD: see devices::nodes)",
+        ],
+    );
+    run.assert_check(
+        "kernel::saxpy",
+        "fail",
+        &["cuInit failed with 100", &missing],
+    );
+    assert!(!run.stdout.contains("nvidiactl"), "{run}");
+}

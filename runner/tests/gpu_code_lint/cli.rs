@@ -463,3 +463,56 @@ fn a_static_archive_is_listed_per_member_as_cuobjdump_lists_it() {
         ],
     );
 }
+
+/// `lint --zluda`: ZLUDA compiles PTX and loads no SASS, so a library of SASS alone cannot
+/// run on it, whatever GPU it was built for, while one with PTX runs by compiling it, at
+/// ZLUDA's reported capability (8.8) or the one `--target` gives (`ZLUDA_CC`); cuRAND, which
+/// carries PTX from compute_75, runs too.
+#[test]
+fn zluda_runs_ptx_and_no_sass() {
+    let Some(real) = RealNvidia::find("zluda_runs_ptx_and_no_sass") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (ampere, turing) = packages(&real, dir.path());
+    // SASS for the very capability ZLUDA reports (ptxas 13.x knows sm_88) runs no better.
+    let sass_for_zludas_own = cuda_sandbox_testkit::gpu_library::gpu_library(
+        &real,
+        dir.path(),
+        "libsm88",
+        &["sm_88"],
+        &[],
+        &[],
+    );
+    let out = lint(&["--zluda"], &[&turing, &sass_for_zludas_own]);
+    out.says(
+        101,
+        &[
+            "libturing.so: cannot run on ZLUDA on AMD (reporting sm_88): module 1 of 1",
+            "libsm88.so: cannot run on ZLUDA on AMD (reporting sm_88)",
+            "SASS only, and ZLUDA loads no SASS",
+        ],
+    );
+    let out = lint(&["--zluda", "--target", "8.5"], &[&ampere]);
+    out.says(
+        0,
+        &["libampere.so: runs on ZLUDA on AMD (reporting sm_85) by compiling its PTX"],
+    );
+    let json = lint(&["--zluda", "--json"], &[&ampere, &turing]);
+    let v: serde_json::Value = serde_json::from_str(&json.out).unwrap();
+    assert_eq!(
+        v["gpu_code"][0]["verdicts"][0]["verdict"], "runs-by-jit",
+        "{}",
+        json.out
+    );
+    assert_eq!(v["gpu_code"][0]["verdicts"][0]["rule"], "jit");
+    assert_eq!(v["gpu_code"][0]["verdicts"][0]["target"]["device"], "8.8");
+    assert_eq!(v["gpu_code"][1]["verdicts"][0]["verdict"], "fails");
+    assert_eq!(
+        v["gpu_code"][1]["verdicts"][0]["rule"],
+        "sass-only-on-zluda"
+    );
+    assert_eq!(v["findings"][0]["kind"], "no-kernel-image");
+    let curand = real.curand();
+    lint(&["--zluda"], &[&curand]).says(0, &["libcurand.so.10: runs on ZLUDA on AMD"]);
+}

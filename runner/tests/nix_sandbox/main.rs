@@ -63,6 +63,67 @@ impl Host {
     }
 }
 
+/// A fake AMD host running CUDA through ZLUDA: `/dev/kfd` and one GPU's DRM nodes
+/// (`/dev/dri/card0`, `/dev/dri/renderD128`) under `root/dev`, ZLUDA's driver directory as
+/// Nixpkgs builds it, and a hook config whose one rule, `zluda`, exposes `/dev/kfd` and the
+/// render nodes and mounts the driver at /run/opengl-driver/lib. No `/dev/nvidia*` exists.
+struct ZludaHost {
+    _dir: tempfile::TempDir,
+    _driver: FakeDriver,
+    config: PathBuf,
+}
+
+impl ZludaHost {
+    fn new(sidecar: &Sidecar) -> ZludaHost {
+        let driver = FakeDriver::zluda(sidecar);
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("dev/dri")).unwrap();
+        // kfd's major is dynamic: the host's own when it has one, else one the kernel leaves
+        // to dynamic allocation.
+        let kfd_major = std::fs::read_to_string("/proc/devices")
+            .ok()
+            .and_then(|text| {
+                text.lines().find_map(|line| {
+                    let (major, name) = line.trim().split_once(' ')?;
+                    (name == "kfd").then(|| major.to_owned())
+                })
+            })
+            .unwrap_or_else(|| "235".to_owned());
+        for (node, major, minor) in [
+            ("kfd", kfd_major.as_str(), "0"),
+            ("dri/card0", "226", "0"),
+            ("dri/renderD128", "226", "128"),
+        ] {
+            cuda_sandbox_testkit::run_ok(
+                std::process::Command::new("mknod")
+                    .arg(root.join("dev").join(node))
+                    .args(["c", major, minor]),
+            );
+        }
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "host_root = \"{root}\"\nclosure_cache = \"{cache}\"\nruntime_dir = \"{run}\"\n\
+                 [[rule]]\nname = \"zluda\"\nfeatures = [\"cuda\"]\n\
+                 [[rule.device]]\nglob = \"/dev/kfd\"\nrequired = true\n\
+                 [[rule.device]]\nglob = \"/dev/dri/renderD*\"\nrequired = true\n{mount}",
+                root = root.display(),
+                cache = dir.path().join("cache").display(),
+                run = dir.path().join("run").display(),
+                mount = driver_mount(&driver.dir),
+            ),
+        )
+        .unwrap();
+        ZludaHost {
+            _dir: dir,
+            _driver: driver,
+            config,
+        }
+    }
+}
+
 /// What a dynamically linked builder needs from the host, and nothing else.
 fn minimal(mut sandbox: NixSandbox) -> NixSandbox {
     sandbox.sandbox_paths = builder_sandbox_paths();

@@ -37,6 +37,8 @@ fn runner_as_builder_passes_with_the_hook_and_writes_its_report_to_out() {
         Path::new("/run/opengl-driver/lib/libcuda.so.1"),
         "{report:#}"
     );
+    // The fake NVIDIA libcuda holds ZLUDA's name suffix too, but needs no libamdhip64.
+    assert_eq!(library.zluda, None, "{report:#}");
     let nodes: NodesFacts = report_facts(&report, "devices::nodes");
     assert_eq!(nodes.gpu_nodes[0], Path::new("/dev/nvidia0"), "{report:#}");
     let saxpy: SaxpyFacts = report_facts(&report, "kernel::saxpy");
@@ -368,4 +370,78 @@ fn devices_features_holds_the_gpu_to_the_derivation_s_features_in_a_sandboxed_bu
         }
         eprintln!("Nix {version}: NIX_ATTRS_JSON_FILE={named}; the runner read {inside}");
     }
+}
+
+/// The runner's default checks on a fake AMD host that runs CUDA through ZLUDA as Nixpkgs
+/// builds it (capability 8.8, CUDA 12.4), exposed by a hook rule for `/dev/kfd`, the render
+/// nodes and the driver: ZLUDA is recognised, the AMD nodes are checked instead of
+/// `/dev/nvidia*`, saxpy runs from PTX, and what ZLUDA lacks is skipped with its reason.
+#[test]
+fn runner_as_builder_passes_on_a_zluda_host() {
+    if !nix_available("runner_as_builder_passes_on_a_zluda_host") {
+        return;
+    }
+    let hook = workspace_binary("cuda-sandbox-hook");
+    let host = ZludaHost::new(&Sidecar {
+        cuda_version: 12040,
+        compute_capability: (8, 8),
+        ..Sidecar::default()
+    });
+    let build = build(&minimal(NixSandbox::with_hook(&hook, &host.config)));
+    assert!(build.ok(), "nix-build failed:\n{}", build.log);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&build.out_paths[0]).unwrap()).unwrap();
+    let check = |name: &str| report["checks"][name].clone();
+    for name in [
+        "devices::nodes",
+        "devices::features",
+        "driver::library",
+        "driver::version",
+        "kernel::saxpy",
+    ] {
+        assert_eq!(check(name)["verdict"], "pass", "{name}: {report:#}");
+    }
+    for name in ["driver::entry_points", "nvml::consistency"] {
+        assert_eq!(check(name)["verdict"], "skipped", "{name}: {report:#}");
+    }
+    let zluda = "ZLUDA on AMD (libnvcuda.so, on libamdhip64.so.6)";
+    for name in [
+        "devices::nodes",
+        "driver::library",
+        "driver::version",
+        "kernel::saxpy",
+    ] {
+        let message = check(name)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains(zluda), "{name}: {message}");
+    }
+    assert!(check("driver::version")["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("provides CUDA 12.4 (12040)"));
+    let library: LibraryFacts = report_facts(&report, "driver::library");
+    assert_eq!(
+        library.path,
+        Path::new("/run/opengl-driver/lib/libcuda.so.1")
+    );
+    assert!(library.real_path.ends_with("libnvcuda.so"), "{report:#}");
+    let marks = library.zluda.expect("ZLUDA's marks");
+    assert_eq!(marks.hip_runtime, "libamdhip64.so.6");
+    let nodes = &check("devices::nodes")["facts"]["nodes"];
+    assert_eq!(nodes["kfd"]["char"][1], 0, "{report:#}");
+    assert_eq!(
+        nodes["render_nodes"][0][1], "/dev/dri/renderD128",
+        "{report:#}"
+    );
+    let features: FeaturesFacts = report_facts(&report, "devices::features");
+    let gpus = features.gpus.expect("the GPUs ZLUDA reports");
+    assert_eq!(gpus[0].capability, "8.8", "ZLUDA's reported capability");
+    let saxpy: SaxpyFacts = report_facts(&report, "kernel::saxpy");
+    assert_eq!(saxpy.wrong_elements, 0);
+    let device = &check("kernel::saxpy")["facts"]["device"];
+    assert_eq!(device["name"], "FAKE AMD GPU 0 [ZLUDA]", "{report:#}");
+    assert_eq!(check("kernel::saxpy")["facts"]["timed_on_host"], true);
+    assert_eq!(report["summary"]["exit_code"], 0);
 }

@@ -384,3 +384,49 @@ fn an_object_that_would_load_nvidias_stub_libcuda_fails_naming_it() {
         ],
     );
 }
+
+/// On ZLUDA the package's GPU code is judged as ZLUDA loads it, at the capability it reports
+/// (8.8 by default, 8.5 from v7-preview.8): the PTX of a library built with
+/// cudaForwardCompat is compiled, a library of SASS alone (even for sm_80, which NVIDIA's
+/// rules would run on an 8.8 GPU) cannot run.
+#[test]
+fn on_zluda_gpu_code_runs_from_ptx_and_not_from_sass() {
+    let Some(real) = RealNvidia::find("on_zluda_gpu_code_runs_from_ptx_and_not_from_sass") else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let with_ptx = temp.path().join("ptx/lib");
+    let sass_only = temp.path().join("sass/lib");
+    std::fs::create_dir_all(&with_ptx).unwrap();
+    std::fs::create_dir_all(&sass_only).unwrap();
+    let ptx = &[("compute_80", "8.8")];
+    gpu_library_of(&real, "12.9", &with_ptx, "libampere", &["sm_80"], ptx, &[]);
+    gpu_library_of(&real, "12.9", &sass_only, "libsass", &["sm_80"], &[], &[]);
+    for (capability, sm) in [((8, 8), "sm_88"), ((8, 5), "sm_85")] {
+        let zluda = FakeDriver::zluda(&Sidecar {
+            compute_capability: capability,
+            cuda_version: 12040,
+            ..Sidecar::default()
+        });
+        let on = format!("ZLUDA on AMD (reporting {sm})");
+        let args = package_args(&temp.path().join("ptx"));
+        let run = run_without_devices(&zluda.dir, &strs(&args));
+        run.assert_check(
+            "package::gpu_code",
+            "pass",
+            &[&format!(
+                "every file with GPU code (1) runs on {on}; 1 by JIT"
+            )],
+        );
+        let args = package_args(&temp.path().join("sass"));
+        let run = run_without_devices(&zluda.dir, &strs(&args));
+        run.assert_check(
+            "package::gpu_code",
+            "fail",
+            &[
+                &format!("libsass.so: cannot run on {on}"),
+                "SASS only, and ZLUDA loads no SASS",
+            ],
+        );
+    }
+}

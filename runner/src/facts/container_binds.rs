@@ -1,0 +1,419 @@
+//! `cuda-sandbox-check container-binds [--run-dir DIR]`: the `systemd-nspawn` arguments that
+//! give a NixOS test container exactly the GPU the hook gave the build it runs in, one
+//! argument a line, read from the build's manifest when the container starts.
+//!
+//! - each device node the manifest lists: `--bind=/dev/…` (read-write, as CUDA opens them);
+//! - the driver: every path the manifest names for it (the driver link directory, each hop to
+//!   `libcuda.so.1`, the compat directory) that lies outside the store, as one read-only bind
+//!   of its top directory under `/run` (`/run/opengl-driver`, with what is mounted below it)
+//!   or of the path itself elsewhere. Store paths need no bind of their own: the container
+//!   profile binds `/nix/store` recursively, and so carries every store path Nix bound into
+//!   the sandbox, the hook's closure of the driver with them. They must exist all the same;
+//! - the `/sys` topology (`/sys/devices/system/cpu` and `node`, and AMD's
+//!   `/sys/devices/virtual/kfd` beside `/dev/kfd`) when the sandbox has it, read-only;
+//! - the manifest itself, read-only at its place, so that `cuda-sandbox-check` inside the
+//!   container judges the same GPU.
+//!
+//! The test driver mounts a fresh tmpfs over the sandbox's `/run` before it starts a
+//! container when `/run` is not writable (it is not, in a build: Nix made it as the host's
+//! root), which hides what the hook put there; `--run-dir` names where that `/run` can still
+//! be read (the GPU test helper binds it there first). Sources under `/run` are read there;
+//! targets stay where the build saw them.
+//!
+//! Every path must exist as the manifest says (a device as a character device), or nothing is
+//! printed and the exit status is 2: a container never starts with less, or more, than the
+//! build was given.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use cuda_sandbox_manifest::{Manifest, MANIFEST_PATH};
+
+/// `cuda-sandbox-check container-binds`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cuda-sandbox-check container-binds",
+    about = "Prints the systemd-nspawn arguments (one a line) that give a NixOS test container \
+             the GPU the hook gave this build: its device nodes, the driver, the /sys \
+             topology when present, and the hook's manifest.",
+    after_help = "Run it inside the tagged build, where the container starts (the NixOS module \
+                  cuda-sandbox.testContainer does). Exit status: 0 printed, 2 no readable \
+                  manifest, or a path it names is missing or malformed (nothing is printed)."
+)]
+pub struct ContainerBindsCli {
+    /// Where the build's /run can be read (the test driver may have hidden /run itself).
+    #[arg(long, value_name = "DIR", default_value = "/run")]
+    pub run_dir: PathBuf,
+}
+
+impl ContainerBindsCli {
+    /// Parses `args` (the words after `container-binds`); exits with clap's message on bad
+    /// flags.
+    pub fn parse_after(args: impl IntoIterator<Item = String>) -> ContainerBindsCli {
+        <ContainerBindsCli as Parser>::parse_from(
+            std::iter::once("cuda-sandbox-check container-binds".into()).chain(args),
+        )
+    }
+}
+
+/// Why no bind list was printed. One line.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BindsError {
+    /// The manifest could not be read.
+    #[error("{0}")]
+    Manifest(String),
+    /// A path the manifest names is not a plain absolute path where it must be.
+    #[error("the manifest's {what} {path:?} is not an absolute path {rule}")]
+    Malformed {
+        /// Which field.
+        what: &'static str,
+        /// The path as written.
+        path: String,
+        /// What it must be.
+        rule: &'static str,
+    },
+    /// A path the manifest names is missing from this build.
+    #[error("{} ({what} in the manifest) is missing from this build", path.display())]
+    Missing {
+        /// Which field.
+        what: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// A device the manifest lists is not a character device here.
+    #[error("{} (a device in the manifest) is not a character device", path.display())]
+    NotCharDevice {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+}
+
+/// One bind of the container: `source` (as this process sees it) at `target` inside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    /// The path here.
+    pub source: PathBuf,
+    /// The path in the container.
+    pub target: PathBuf,
+    /// Read-only.
+    pub read_only: bool,
+}
+
+impl Bind {
+    /// The `systemd-nspawn` argument: `--bind=SRC:DST` or `--bind-ro=SRC:DST`, with `\` and
+    /// `:` escaped as nspawn reads them.
+    pub fn argument(&self) -> String {
+        let escape = |p: &Path| {
+            p.display()
+                .to_string()
+                .replace('\\', "\\\\")
+                .replace(':', "\\:")
+        };
+        let flag = if self.read_only {
+            "--bind-ro"
+        } else {
+            "--bind"
+        };
+        format!("{flag}={}:{}", escape(&self.source), escape(&self.target))
+    }
+}
+
+/// The directories of the `/sys` topology the hook can bind (`sysfs = "topology"`).
+const TOPOLOGY: [&str; 2] = ["/sys/devices/system/cpu", "/sys/devices/system/node"];
+
+/// AMD's KFD topology (the hook's `sysfs = "kfd"`), which ROCm reads beside `/dev/kfd`.
+const KFD_TOPOLOGY: &str = "/sys/devices/virtual/kfd";
+
+/// The parts of `/sys` a container of a build given `devices` gets when the build has them:
+/// the topology, and KFD's topology when `/dev/kfd` is among the devices.
+fn sys_parts(devices: &[String]) -> Vec<&'static str> {
+    let mut parts = TOPOLOGY.to_vec();
+    if devices.iter().any(|d| d == "/dev/kfd") {
+        parts.push(KFD_TOPOLOGY);
+    }
+    parts
+}
+
+/// The binds for `manifest`, with `/run` read at `run_dir` and every other path under `root`
+/// (`/` but in tests).
+pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bind>, BindsError> {
+    let here = |inside: &Path| match inside.strip_prefix("/run") {
+        Ok(rest) => run_dir.join(rest),
+        Err(_) => root.join(inside.strip_prefix("/").unwrap_or(inside)),
+    };
+    let mut binds = Vec::new();
+    for device in &manifest.devices {
+        let target = plain(device, "device", "under /dev", |p| p.starts_with("/dev/"))?;
+        let source = here(&target);
+        let meta = std::fs::metadata(&source).map_err(|_| BindsError::Missing {
+            what: "a device",
+            path: source.clone(),
+        })?;
+        if !meta.file_type().is_char_device() {
+            return Err(BindsError::NotCharDevice { path: source });
+        }
+        binds.push(Bind {
+            source,
+            target,
+            read_only: false,
+        });
+    }
+    let driver = &manifest.driver;
+    let driver_paths = driver
+        .driver_link_lib
+        .iter()
+        .chain(&driver.compat_dir)
+        .chain(&driver.libcuda);
+    for path in driver_paths {
+        let inside = plain(path, "driver path", "", |_| true)?;
+        if std::fs::symlink_metadata(here(&inside)).is_err() {
+            return Err(BindsError::Missing {
+                what: "a driver path",
+                path: here(&inside),
+            });
+        }
+        if inside.starts_with("/nix/store") {
+            continue;
+        }
+        let target = match inside.strip_prefix("/run") {
+            Ok(rest) => match rest.components().next() {
+                Some(top) => Path::new("/run").join(top),
+                None => inside.clone(),
+            },
+            Err(_) => inside.clone(),
+        };
+        if !binds.iter().any(|b: &Bind| target.starts_with(&b.target)) {
+            binds.push(Bind {
+                source: here(&target),
+                target,
+                read_only: true,
+            });
+        }
+    }
+    for part in sys_parts(&manifest.devices) {
+        if here(Path::new(part)).is_dir() {
+            binds.push(Bind {
+                source: here(Path::new(part)),
+                target: PathBuf::from(part),
+                read_only: true,
+            });
+        }
+    }
+    binds.push(Bind {
+        source: here(Path::new(MANIFEST_PATH)),
+        target: PathBuf::from(MANIFEST_PATH),
+        read_only: true,
+    });
+    Ok(binds)
+}
+
+/// `path` as a plain absolute path (no `.` or `..`, no newline, which the one-a-line output
+/// could not carry) that satisfies `rule`.
+fn plain(
+    path: &str,
+    what: &'static str,
+    rule_text: &'static str,
+    rule: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, BindsError> {
+    let p = Path::new(path);
+    let ok = p.is_absolute()
+        && !path.contains('\n')
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && rule(p);
+    if ok {
+        Ok(p.to_path_buf())
+    } else {
+        Err(BindsError::Malformed {
+            what,
+            path: path.to_string(),
+            rule: if rule_text.is_empty() {
+                "without . or .. or a newline"
+            } else {
+                rule_text
+            },
+        })
+    }
+}
+
+/// Runs `container-binds`: the arguments on stdout, or one line on stderr and exit status 2.
+pub fn run(cli: &ContainerBindsCli) -> ExitCode {
+    let manifest_here = cli.run_dir.join("cuda-sandbox/manifest.json");
+    let rendered = Manifest::read(&manifest_here)
+        .map_err(BindsError::Manifest)
+        .and_then(|m| binds(&m, &cli.run_dir, Path::new("/")));
+    match rendered {
+        Ok(binds) => {
+            let text: String = binds.iter().map(|b| b.argument() + "\n").collect();
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("cuda-sandbox-check container-binds: {why}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_sandbox_manifest::{DriverManifest, MANIFEST_VERSION};
+
+    fn manifest(devices: &[&str], driver: DriverManifest) -> Manifest {
+        Manifest {
+            version: MANIFEST_VERSION,
+            derivation: "/nix/store/x.drv".into(),
+            chroot: "/nix/store/x.drv.chroot".into(),
+            rules: vec!["nvidia".into()],
+            features: vec!["cuda".into()],
+            devices: devices.iter().map(|d| d.to_string()).collect(),
+            leased_gpus: Vec::new(),
+            mig: None,
+            driver,
+        }
+    }
+
+    #[test]
+    fn arguments_escape_colons_and_backslashes() {
+        let bind = Bind {
+            source: "/a:b\\c".into(),
+            target: "/dev/x".into(),
+            read_only: true,
+        };
+        assert_eq!(bind.argument(), "--bind-ro=/a\\:b\\\\c:/dev/x");
+    }
+
+    #[test]
+    fn malformed_paths_are_refused_before_anything_is_looked_at() {
+        let none = DriverManifest::none("no driver");
+        for (device, rule) in [
+            ("/dev/../etc/shadow", "under /dev"),
+            ("dev/nvidia0", "under /dev"),
+            ("/etc/passwd", "under /dev"),
+            ("/dev/nvidia0\n--bind=/", "under /dev"),
+        ] {
+            let e = binds(
+                &manifest(&[device], none.clone()),
+                Path::new("/run"),
+                Path::new("/"),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(&e, BindsError::Malformed { rule: r, .. } if *r == rule),
+                "{device:?}: {e:?}"
+            );
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+        let mut driver = none;
+        driver.driver_link_lib = Some("/run/../etc".into());
+        assert!(matches!(
+            binds(&manifest(&[], driver), Path::new("/run"), Path::new("/")),
+            Err(BindsError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn a_missing_or_wrong_device_renders_nothing() {
+        let temp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(temp.path().join("dev")).unwrap();
+        std::fs::write(temp.path().join("dev/nvidia0"), "").unwrap();
+        let none = DriverManifest::none("no driver");
+        let e = binds(
+            &manifest(&["/dev/nvidia0"], none.clone()),
+            Path::new("/run"),
+            temp.path(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            BindsError::NotCharDevice {
+                path: temp.path().join("dev/nvidia0")
+            }
+        );
+        let e = binds(
+            &manifest(&["/dev/nvidia1"], none),
+            Path::new("/run"),
+            temp.path(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, BindsError::Missing { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn driver_paths_bind_their_top_directory_under_run_once_and_store_paths_not_at_all() {
+        let temp = tempfile::tempdir().unwrap();
+        let run = temp.path().join("saved-run");
+        std::fs::create_dir_all(run.join("opengl-driver/lib")).unwrap();
+        std::fs::write(run.join("opengl-driver/lib/libcuda.so.1"), "").unwrap();
+        let store_lib = "/nix/store/00000000000000000000000000000000-driver/lib/libcuda.so.1";
+        std::fs::create_dir_all(temp.path().join(&store_lib[1..]).parent().unwrap()).unwrap();
+        std::fs::write(temp.path().join(&store_lib[1..]), "").unwrap();
+        let mut driver = DriverManifest::none("host");
+        driver.driver_link_lib = Some("/run/opengl-driver/lib".into());
+        driver.libcuda = vec![
+            "/run/opengl-driver/lib/libcuda.so.1".into(),
+            store_lib.into(),
+        ];
+        let got = binds(&manifest(&[], driver.clone()), &run, temp.path()).unwrap();
+        let args: Vec<String> = got.iter().map(Bind::argument).collect();
+        assert_eq!(
+            args,
+            [
+                format!(
+                    "--bind-ro={}:/run/opengl-driver",
+                    run.join("opengl-driver").display()
+                ),
+                format!(
+                    "--bind-ro={}:/run/cuda-sandbox/manifest.json",
+                    run.join("cuda-sandbox/manifest.json").display()
+                ),
+            ]
+        );
+        // A driver path the build lacks fails, naming where it was looked for.
+        driver
+            .libcuda
+            .push("/run/opengl-driver/lib/libcuda.so.535.104.05".into());
+        let e = binds(&manifest(&[], driver), &run, temp.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} (a driver path in the manifest) is missing from this build",
+                run.join("opengl-driver/lib/libcuda.so.535.104.05")
+                    .display()
+            )
+        );
+    }
+
+    #[test]
+    fn kfd_topology_only_beside_dev_kfd() {
+        assert_eq!(sys_parts(&["/dev/nvidia0".into()]), TOPOLOGY);
+        assert_eq!(
+            sys_parts(&["/dev/kfd".into(), "/dev/dri/renderD128".into()]),
+            [TOPOLOGY[0], TOPOLOGY[1], KFD_TOPOLOGY]
+        );
+    }
+
+    #[test]
+    fn the_sys_topology_is_bound_read_only_when_present() {
+        let temp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(temp.path().join("sys/devices/system/node")).unwrap();
+        let got = binds(
+            &manifest(&[], DriverManifest::none("none")),
+            Path::new("/run"),
+            temp.path(),
+        )
+        .unwrap();
+        assert_eq!(
+            got[0],
+            Bind {
+                source: temp.path().join("sys/devices/system/node"),
+                target: "/sys/devices/system/node".into(),
+                read_only: true,
+            }
+        );
+        assert_eq!(got.len(), 2, "{got:?}");
+    }
+}

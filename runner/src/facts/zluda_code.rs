@@ -1,0 +1,190 @@
+//! The ZLUDA rule: what of a file's GPU code ZLUDA (the CUDA driver API on AMD's HIP) can
+//! run. ZLUDA compiles PTX for the AMD GPU and never loads SASS (vosen/ZLUDA v6,
+//! `get_best_ptx_and_compile` in `zluda/src/impl/module.rs`: of a fat binary it keeps the PTX
+//! images, text or compressed, and skips every other kind; v4, which Nixpkgs builds, takes PTX
+//! text alone through `cuModuleLoadData`). So, for a ZLUDA target:
+//!
+//! - a module with PTX runs by JIT: ZLUDA refuses no PTX ISA version and no `.target` (its
+//!   `ptx_parser` reads `.version` and `.target sm_XY` and checks neither), so no ISA table
+//!   bounds it; whether it handles every instruction of the PTX is known only by loading it;
+//! - a module with SASS alone cannot run (v6's release build then compiles an empty module, and
+//!   the program's kernel is not found in it);
+//! - the capability judged is ZLUDA's reported one (8.8 by default in v4 and v6, 8.5 from
+//!   v7-preview.8; `ZLUDA_CC`/`ZLUDA_SM` set it from v6): it decides nothing here, as ZLUDA
+//!   compiles whichever PTX it is given, but it is what the program sees.
+//!
+//! The judgement is made in elfkit's terms ([`Judgement`], [`Load`]) so that it reads like any
+//! other target's.
+
+use crate::facts::gpu_words::{carried, module_place};
+use cuda_sandbox_elfkit::fatbin::rules::Load;
+use cuda_sandbox_elfkit::fatbin::verdict::{
+    Excuse, FileVerdict, GpuDriven, Judgement, ModuleVerdict,
+};
+use cuda_sandbox_elfkit::fatbin::{Capability, EntryKind, GpuCode, Origin, Purpose};
+
+/// The compute capability ZLUDA reports by default: 8.8 in v4 (as Nixpkgs builds it) and v6,
+/// its newest release (`COMPUTE_CAPABILITY_MINOR = 8`); from v7-preview.8 it is 8.5.
+pub(crate) const REPORTED_CAPABILITY: Capability = Capability { major: 8, minor: 8 };
+
+/// The CUDA version ZLUDA v4's `cuDriverGetVersion` reports (`CUDA_VERSION` of its
+/// `cuda_types`, 12040; v6 reports 13000). ZLUDA's rule does not depend on it.
+pub(crate) const REPORTED_CUDA: i32 = 12040;
+
+/// Each loadable module of `code` as ZLUDA loads it, and the file's verdict: it fails when a
+/// module has SASS and no PTX (unless the program loads that module itself and another module
+/// loads, as for NVIDIA's driver), runs by JIT otherwise.
+pub(crate) fn judge(code: &GpuCode) -> Judgement {
+    let mut judgement = Judgement {
+        verdict: FileVerdict::NoGpuCode,
+        gpu: GpuDriven::Yes,
+        newer_toolkit: None,
+        modules: Vec::new(),
+        not_judged: Default::default(),
+    };
+    for (i, c) in code.containers.iter().enumerate() {
+        match c.purpose {
+            Purpose::Loadable => {}
+            Purpose::DeviceLinkInput => {
+                judgement.not_judged.device_link_input += 1;
+                continue;
+            }
+            Purpose::LinkInput => {
+                judgement.not_judged.link_input += 1;
+                continue;
+            }
+        }
+        let image = |kind: EntryKind| c.entries.iter().rposition(|e| e.kind == kind);
+        let load = match (image(EntryKind::Ptx), image(EntryKind::Sass)) {
+            // v6 tries the PTX images last first, and keeps the first it parses whole.
+            (Some(image), _) => Load::Jit { image },
+            (None, Some(_)) => Load::NoBinaryForGpu,
+            (None, None) => {
+                judgement.not_judged.nvvm_only += 1;
+                continue;
+            }
+        };
+        // As for NVIDIA's driver: a module the program loads itself (a byte array it hands to
+        // cuModuleLoadData) is one it may choose not to load, when another module loads.
+        let excuse = (load.fails() && matches!(c.origin, Origin::Scan(_)))
+            .then_some(Excuse::LoadedByTheProgram);
+        judgement.modules.push(ModuleVerdict {
+            module: i,
+            load,
+            excuse,
+        });
+    }
+    judgement.verdict = if judgement.modules.is_empty() {
+        FileVerdict::NoGpuCode
+    } else if judgement.failing().next().is_some() {
+        FileVerdict::Fails
+    } else {
+        FileVerdict::RunsByJit
+    };
+    judgement
+}
+
+/// The verdict of [`judge`] in one line, on `on` (the target described).
+pub(crate) fn reason(code: &GpuCode, judgement: &Judgement, on: &str) -> String {
+    let modules = &code.containers;
+    let described = |m: &ModuleVerdict| {
+        format!(
+            "{} carries {}",
+            module_place(modules, m.module),
+            carried(&modules[m.module].entries)
+        )
+    };
+    if let Some(m) = judgement.failing().next() {
+        return format!(
+            "cannot run on {on}: {}: SASS only, and ZLUDA loads no SASS (it compiles PTX for \
+             the AMD GPU); build it with PTX as well (nvcc -gencode arch=compute_XY,\
+             code=compute_XY, or Nixpkgs' cudaForwardCompat)",
+            described(m)
+        );
+    }
+    match judgement.modules.iter().find(|m| m.load.loads()) {
+        None => format!("no module ZLUDA loads on {on}"),
+        Some(m) => format!(
+            "runs on {on} by compiling its PTX ({}): ZLUDA refuses no PTX ISA version; whether \
+             it compiles every instruction is known only by loading it",
+            described(m)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_sandbox_elfkit::fatbin::{Arch, Compression, Container, Entry, Version};
+
+    fn module(origin: Origin, images: &[(EntryKind, &str)]) -> Container {
+        Container {
+            offset: 0,
+            size: 0,
+            origin,
+            purpose: Purpose::Loadable,
+            member: None,
+            entries: images
+                .iter()
+                .map(|&(kind, arch)| Entry {
+                    kind,
+                    arch: Arch::parse(arch).unwrap(),
+                    version: Version::new(9, 9),
+                    compression: Compression::None,
+                    flags: 0,
+                    offset: 0,
+                    stored_size: 0,
+                    concatenated: false,
+                    stored: Default::default(),
+                })
+                .collect(),
+        }
+    }
+
+    fn verdict(containers: Vec<Container>) -> FileVerdict {
+        judge(&GpuCode { containers }).verdict
+    }
+
+    const SASS: EntryKind = EntryKind::Sass;
+    const PTX: EntryKind = EntryKind::Ptx;
+
+    #[test]
+    fn sass_alone_never_loads_and_ptx_of_any_isa_or_target_does() {
+        let file = || Origin::Section(".nv_fatbin".into());
+        // SASS for the very capability ZLUDA reports runs no better than any other.
+        assert_eq!(
+            verdict(vec![module(file(), &[(SASS, "sm_88")])]),
+            FileVerdict::Fails
+        );
+        // ISA 9.9 and a target above ZLUDA's capability: ZLUDA checks neither.
+        assert_eq!(
+            verdict(vec![module(file(), &[(SASS, "sm_80"), (PTX, "sm_120")])]),
+            FileVerdict::RunsByJit
+        );
+        assert_eq!(
+            verdict(vec![
+                module(file(), &[(PTX, "sm_75")]),
+                module(file(), &[(SASS, "sm_90")]),
+            ]),
+            FileVerdict::Fails
+        );
+        assert_eq!(verdict(vec![]), FileVerdict::NoGpuCode);
+    }
+
+    #[test]
+    fn a_module_the_program_loads_itself_is_excused_only_when_another_loads() {
+        let scan = || Origin::Scan(".data".into());
+        let file = || Origin::Section(".nv_fatbin".into());
+        assert_eq!(
+            verdict(vec![
+                module(file(), &[(PTX, "sm_75")]),
+                module(scan(), &[(SASS, "sm_120")]),
+            ]),
+            FileVerdict::RunsByJit
+        );
+        assert_eq!(
+            verdict(vec![module(scan(), &[(SASS, "sm_120")])]),
+            FileVerdict::Fails
+        );
+    }
+}
