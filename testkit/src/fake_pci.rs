@@ -83,14 +83,16 @@ impl FakePci {
     }
 
     /// The DRM nodes of GPUs `0..gpus` made by [`FakePci::create`] ([`FakePci::drm_nodes`],
-    /// real character devices 226:N in `/dev/dri`, each with its `/sys/class/drm` entry whose
-    /// `device` leads to the GPU's PCI device), and `card0`, a platform framebuffer's (as
+    /// real character devices 226:N in `/dev/dri`, each with its `/sys/class/drm/<node>` and
+    /// `/sys/dev/char/226:<N>` links to its directory below the GPU's PCI device), and `card0`, a platform framebuffer's (as
     /// `simpledrm` makes it), which is no GPU's. Needs root (`mknod`).
     pub fn create_drm(root: &Path, gpus: u32) -> std::io::Result<()> {
         let dri = root.join("dev/dri");
         std::fs::create_dir_all(&dri)?;
         let class = root.join("sys/class/drm");
         std::fs::create_dir_all(&class)?;
+        let chars = root.join("sys/dev/char");
+        std::fs::create_dir_all(&chars)?;
         let node = |name: &str, minor: u64, device_dir: &str, device: &str| {
             crate::mknod_char(&dri.join(name), DRM_MAJOR, minor)?;
             let dir = root
@@ -101,10 +103,9 @@ impl FakePci {
             std::fs::create_dir_all(&dir)?;
             std::fs::write(dir.join("dev"), format!("{DRM_MAJOR}:{minor}\n"))?;
             link(&format!("../../../{device}"), &dir.join("device"))?;
-            link(
-                &format!("../../devices/{device_dir}/drm/{name}"),
-                &class.join(name),
-            )
+            let target = format!("../../devices/{device_dir}/drm/{name}");
+            link(&target, &class.join(name))?;
+            link(&target, &chars.join(format!("{DRM_MAJOR}:{minor}")))
         };
         node(
             "card0",

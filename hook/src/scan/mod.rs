@@ -301,7 +301,7 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
 /// ([`crate::sysfs::drm`]): under leases a build gets only its GPU's DRM nodes.
 fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
     use crate::sysfs::drm::{self, DRM_DEV_DIR};
-    let insides: Vec<PathBuf> = views
+    let nodes: Vec<(PathBuf, &PathBuf)> = views
         .iter()
         .flat_map(|v| &v.devices)
         .filter_map(|d| match &d.found {
@@ -309,21 +309,24 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
             devices::DeviceScan::OtherPlatform { .. } => None,
         })
         .flatten()
-        .filter_map(|m| m.as_ref().ok()?.strip_prefix(&config.host_root).ok())
-        .map(|rel| Path::new("/").join(rel))
-        .filter(|inside| inside.starts_with(DRM_DEV_DIR))
+        .filter_map(|m| {
+            let outside = m.as_ref().ok()?;
+            let inside = Path::new("/").join(outside.strip_prefix(&config.host_root).ok()?);
+            Some((inside, outside))
+        })
+        .filter(|(inside, _)| inside.starts_with(DRM_DEV_DIR))
         .collect();
-    if insides.is_empty() {
+    if nodes.is_empty() {
         return DrmOwners::new();
     }
     let gpus: Vec<crate::sysfs::PciGpu> = crate::sysfs::discover(&config.host_root)
         .into_iter()
         .filter_map(Result::ok)
         .collect();
-    insides
+    nodes
         .into_iter()
-        .map(|inside| {
-            let gpu = drm::nvidia_gpu(&config.host_root, &inside, &gpus);
+        .map(|(inside, outside)| {
+            let gpu = drm::nvidia_gpu(&config.host_root, outside, &gpus);
             (inside, gpu)
         })
         .collect()
