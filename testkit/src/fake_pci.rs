@@ -76,6 +76,58 @@ impl FakePci {
     }
 }
 
+impl FakePci {
+    /// GPU `i`'s DRM nodes, as `nvidia-drm` makes them: `card<i+1>` and `renderD<128+i>`.
+    pub fn drm_nodes(i: u32) -> [String; 2] {
+        [format!("card{}", i + 1), format!("renderD{}", 128 + i)]
+    }
+
+    /// The DRM nodes of GPUs `0..gpus` made by [`FakePci::create`] ([`FakePci::drm_nodes`],
+    /// real character devices 226:N in `/dev/dri`, each with its `/sys/class/drm/<node>` and
+    /// `/sys/dev/char/226:<N>` links to its directory below the GPU's PCI device), and `card0`, a platform framebuffer's (as
+    /// `simpledrm` makes it), which is no GPU's. Needs root (`mknod`).
+    pub fn create_drm(root: &Path, gpus: u32) -> std::io::Result<()> {
+        let dri = root.join("dev/dri");
+        std::fs::create_dir_all(&dri)?;
+        let class = root.join("sys/class/drm");
+        std::fs::create_dir_all(&class)?;
+        let chars = root.join("sys/dev/char");
+        std::fs::create_dir_all(&chars)?;
+        let node = |name: &str, minor: u64, device_dir: &str, device: &str| {
+            crate::mknod_char(&dri.join(name), DRM_MAJOR, minor)?;
+            let dir = root
+                .join("sys/devices")
+                .join(device_dir)
+                .join("drm")
+                .join(name);
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("dev"), format!("{DRM_MAJOR}:{minor}\n"))?;
+            link(&format!("../../../{device}"), &dir.join("device"))?;
+            let target = format!("../../devices/{device_dir}/drm/{name}");
+            link(&target, &class.join(name))?;
+            link(&target, &chars.join(format!("{DRM_MAJOR}:{minor}")))
+        };
+        node(
+            "card0",
+            0,
+            "platform/simple-framebuffer.0",
+            "simple-framebuffer.0",
+        )?;
+        for i in 0..gpus {
+            let gpu = Self::gpu(i);
+            let at = format!("pci0000:00/{}/{gpu}", Self::bridge(i));
+            let [card, render] = Self::drm_nodes(i);
+            node(&card, u64::from(i) + 1, &at, &gpu)?;
+            node(&render, 128 + u64::from(i), &at, &gpu)?;
+        }
+        Ok(())
+    }
+}
+
+/// The DRM major (`Documentation/admin-guide/devices.txt`: 226 char, Direct Rendering
+/// Infrastructure).
+pub const DRM_MAJOR: u64 = 226;
+
 /// One device's directory: the attributes hwloc and NCCL read, and a 64-byte config space
 /// (type 0 header, no capabilities) that agrees with them.
 fn device(dir: &Path, vendor: &str, device: u16, class: &str) -> std::io::Result<()> {

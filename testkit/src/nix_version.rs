@@ -148,6 +148,13 @@ impl NixVersion {
         self >= MEASURED_DOUBLE_QUOTES
     }
 
+    /// Whether it reads a `DrvWithVersion("xp-dyn-drv",…)` derivation (with the
+    /// `dynamic-derivations` experimental feature): 2.26 and 2.34 do (`parseDerivation` in
+    /// `src/libstore/derivations.cc`), 2.8 knows only `Derive(…)`.
+    pub fn reads_drv_with_version(self) -> bool {
+        self >= MEASURED_NEWER
+    }
+
     /// The shape of the derivation JSON that [`derivation_show`](Self::derivation_show) prints.
     pub fn derivation_json(self) -> DerivationJson {
         if self >= MEASURED_DOUBLE_QUOTES {

@@ -171,15 +171,10 @@ pub(super) struct Parser<'a> {
 }
 
 impl<'a> Parser<'a> {
-    /// Reads all of `input` as a derivation, handing each part to `sink`; trailing bytes after
-    /// the closing parenthesis are an error.
+    /// Reads `input` as a derivation, handing each part to `sink`. Bytes after the closing
+    /// parenthesis are ignored, as Nix ignores them (its `parseDerivation` stops there).
     pub(super) fn whole(input: &'a [u8], sink: impl FnMut(Part<'a>)) -> Result<(), DrvError> {
-        let mut p = Parser { input, pos: 0 };
-        p.derivation(sink)?;
-        if p.pos != input.len() {
-            return Err(p.error("unexpected bytes after the end of the derivation"));
-        }
-        Ok(())
+        Parser { input, pos: 0 }.derivation(sink)
     }
 
     fn error(&self, message: impl Into<String>) -> DrvError {
@@ -214,15 +209,27 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// `Derive([outputs],[inputDrvs],[inputSrcs],"system","builder",[args],[env])`.
+    /// `Derive([outputs],[inputDrvs],[inputSrcs],"system","builder",[args],[env])`, or
+    /// `DrvWithVersion("xp-dyn-drv",[outputs],…)`, whose input derivations may name outputs of
+    /// outputs ([`Parser::input_drv_outputs`]). As Nix 2.26 and 2.34 read it (`parseDerivation`
+    /// in `src/libstore/derivations.cc`; 2.8 knows only `Derive`); no other version exists.
     fn derivation(&mut self, mut sink: impl FnMut(Part<'a>)) -> Result<(), DrvError> {
-        if self.input.starts_with(b"DrvWithVersion(") {
-            return Err(self.error(
-                "this is a DrvWithVersion derivation from a newer Nix; this hook reads the \
-                 classic Derive(...) format only",
-            ));
+        let dynamic = self.input.starts_with(b"DrvWithVersion(");
+        if dynamic {
+            self.pos = b"DrvWithVersion(".len();
+            let at = self.pos;
+            let version = self.string()?;
+            if version.unescape().as_ref() != b"xp-dyn-drv" {
+                self.pos = at;
+                return Err(self.error(format!(
+                    "unknown derivation ATerm format version \"{}\" (Nix knows only \"xp-dyn-drv\")",
+                    String::from_utf8_lossy(&version.unescape())
+                )));
+            }
+            self.expect(b",")?;
+        } else {
+            self.expect(b"Derive(")?;
         }
-        self.expect(b"Derive(")?;
         self.list(|p| {
             p.expect(b"(")?;
             let name = p.string()?;
@@ -241,10 +248,7 @@ impl<'a> Parser<'a> {
             p.expect(b"(")?;
             sink(Part::InputDrv(p.string()?));
             p.expect(b",")?;
-            p.list(|p| {
-                sink(Part::InputDrvOutput(p.string()?));
-                Ok(())
-            })?;
+            p.input_drv_outputs(dynamic, |s| sink(Part::InputDrvOutput(s)))?;
             p.expect(b")")
         })?;
         self.expect(b",")?;
@@ -303,30 +307,96 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// `[` item (`,` item)* `]`, or `[]`.
+    /// A list as Nix's `endOfList` reads it: `[` (`,`? item)* `]`. A comma before an item is
+    /// optional, and so one may lead (`[,"a"]`) or be left out (`["a""b"]`), but never trail
+    /// (`["a",]`) or repeat; the same in Nix 2.8, 2.26 and 2.34. Every item consumes a byte or
+    /// fails, so a list is read in linear time.
     fn list(
         &mut self,
         mut item: impl FnMut(&mut Self) -> Result<(), DrvError>,
     ) -> Result<(), DrvError> {
         self.expect(b"[")?;
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            return Ok(());
-        }
-        loop {
+        while !self.end_of_list() {
             item(self)?;
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(());
-                }
-                _ => {
+        }
+        Ok(())
+    }
+
+    /// Nix's `endOfList`: `]` ends the list (consumed); a `,` is consumed and an item follows;
+    /// anything else is an item.
+    fn end_of_list(&mut self) -> bool {
+        match self.peek() {
+            Some(b']') => {
+                self.pos += 1;
+                true
+            }
+            Some(b',') => {
+                self.pos += 1;
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// The outputs used of an input derivation: a list of names, `output` called on each. In a
+    /// `DrvWithVersion` derivation also `([names],[("name",outputs),…])`, whose entries name
+    /// outputs of the outputs (dynamic derivations), nested to any depth as Nix's
+    /// `parseDerivedPathMapNode` reads them: checked, not handed over (only the top names
+    /// are), and read with a count of the open nodes instead of recursion, so no depth can
+    /// exhaust the stack.
+    fn input_drv_outputs(
+        &mut self,
+        dynamic: bool,
+        mut output: impl FnMut(RawStr<'a>),
+    ) -> Result<(), DrvError> {
+        // The nodes `(` [names] `,[` … opened and not yet closed.
+        let mut open = 0usize;
+        loop {
+            // A node starts here.
+            let nested = match self.peek() {
+                Some(b'(') if dynamic => true,
+                Some(b'[') => false,
+                _ if dynamic => {
                     return Err(self.error(format!(
-                        "expected ',' or ']' in a list, found {}",
+                        "expected '[' or '(' for an input derivation's outputs, found {}",
                         self.describe_here()
                     )))
                 }
+                _ => false,
+            };
+            if nested {
+                self.pos += 1;
+            }
+            self.list(|p| {
+                let name = p.string()?;
+                if open == 0 {
+                    output(name);
+                }
+                Ok(())
+            })?;
+            if nested {
+                self.expect(b",[")?;
+                open += 1;
+            } else if open == 0 {
+                return Ok(());
+            } else {
+                // The end of a `("name",node)` entry.
+                self.expect(b")")?;
+            }
+            // In the entries of the innermost open node: the next entry, or its end.
+            loop {
+                if !self.end_of_list() {
+                    self.expect(b"(")?;
+                    self.string()?;
+                    self.expect(b",")?;
+                    break;
+                }
+                self.expect(b")")?;
+                open -= 1;
+                if open == 0 {
+                    return Ok(());
+                }
+                self.expect(b")")?;
             }
         }
     }

@@ -52,7 +52,8 @@ pub struct Derivation<'a> {
 }
 
 impl<'a> Derivation<'a> {
-    /// Parses a whole `.drv` file. Trailing bytes after the closing parenthesis are an error.
+    /// Parses a `.drv` file as Nix does; bytes after the closing parenthesis are ignored, as
+    /// Nix ignores them.
     pub fn parse(input: &'a [u8]) -> Result<Self, DrvError> {
         let mut drv = Derivation::default();
         Parser::whole(input, |part| match part {

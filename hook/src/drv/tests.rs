@@ -339,9 +339,69 @@ fn errors_carry_the_offset() {
     assert_eq!(err.offset(), Some(15));
     assert!(err.to_string().contains("byte 15"), "{err}");
     let err = Derivation::parse(b"DrvWithVersion(\"xp-dyn-drv\",[])").unwrap_err();
-    assert!(err.to_string().contains("newer Nix"));
-    let err = Derivation::parse(br#"Derive([],[],[],"s","b",[],[])x"#).unwrap_err();
-    assert!(err.to_string().contains("after the end"));
+    assert_eq!(err.offset(), Some(30), "{err}");
+    let err = Derivation::parse(b"DrvWithVersion(\"v2\",[],[],[],\"\",\"\",[],[])").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("unknown derivation ATerm format version"),
+        "{err}"
+    );
+}
+
+/// Nix's `endOfList` (2.8, 2.26, 2.34): a comma before an item is optional, may lead, never
+/// trails or repeats; bytes after the derivation are ignored; `DrvWithVersion("xp-dyn-drv",…)`
+/// (2.26, 2.34) may name outputs of outputs in its input derivations.
+#[test]
+fn lists_are_read_as_nix_reads_them() {
+    let env = |drv: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        let d = Derivation::parse(drv)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(drv)));
+        let lean = DrvEnv::parse(drv).unwrap().attrs().unwrap();
+        assert_eq!(lean, d.attrs().unwrap());
+        d.env
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect()
+    };
+    let want = vec![
+        (b"a".to_vec(), b"1".to_vec()),
+        (b"requiredSystemFeatures".to_vec(), b"cuda".to_vec()),
+    ];
+    for accepted in [
+        &br#"Derive([("out","/o","","")],[("/d.drv",["out""dev"])],["/s"],"x","b",["-c"],[("a","1")("requiredSystemFeatures","cuda")])"#[..],
+        br#"Derive([,("out","/o","","")],[],[],"x","b",[,"-c"],[,("a","1"),("requiredSystemFeatures","cuda")])"#,
+        br#"Derive([("out","/o","","")],[],[],"x","b",[],[("a","1")("requiredSystemFeatures","cuda")])anything"#,
+        br#"DrvWithVersion("xp-dyn-drv",[("out","/o","","")],[("/d.drv",(["out"],[("out",["a"]),("dev",([],[("x",["y"])("z",([],[]))]))]))("/e.drv",["out"])],[],"x","b",[],[("a","1"),("requiredSystemFeatures","cuda")])"#,
+    ] {
+        assert_eq!(env(accepted), want, "{}", String::from_utf8_lossy(accepted));
+    }
+    let d = Derivation::parse(br#"DrvWithVersion("xp-dyn-drv",[],[("/d.drv",(["out"],[("out",["a"])]))],[],"x","b",[],[])"#).unwrap();
+    assert_eq!(d.input_drvs[0].outputs, [b"out".to_vec()]);
+    for refused in [
+        &br#"Derive([],[],[],"x","b",[],[("a","1"),])"#[..],
+        br#"Derive([],[],[],"x","b",[],[,,("a","1")])"#,
+        br#"Derive([],[],[],"x","b",[],[("a","1"),,("b","2")])"#,
+        br#"Derive([],[],[],"x","b",[,],[])"#,
+        br#"Derive([],[("/d.drv",(["out"],[]))],[],"x","b",[],[])"#,
+        br#"DrvWithVersion("xp-dyn-drv",[],[("/d.drv",(["out"],[("out",["a"])))],[],"x","b",[],[])"#,
+        br#"DrvWithVersion("xp-dyn-drv",[],[("/d.drv",(["out"],[("out","a")]))],[],"x","b",[],[])"#,
+    ] {
+        assert!(Derivation::parse(refused).is_err(), "{}", String::from_utf8_lossy(refused));
+        assert!(DrvEnv::parse(refused).is_err(), "{}", String::from_utf8_lossy(refused));
+    }
+    // Depth costs no stack: a million nested nodes.
+    let depth = 1_000_000;
+    let mut deep = br#"DrvWithVersion("xp-dyn-drv",[],[("/d.drv","#.to_vec();
+    for _ in 0..depth {
+        deep.extend_from_slice(br#"([],[("o","#);
+    }
+    deep.extend_from_slice(b"[]");
+    for _ in 0..depth {
+        deep.extend_from_slice(b")])");
+    }
+    deep.extend_from_slice(br#")],[],"x","b",[],[])"#);
+    assert!(Derivation::parse(&deep).is_ok());
+    assert!(Derivation::parse(&deep[..deep.len() - 20]).is_err());
 }
 
 #[test]

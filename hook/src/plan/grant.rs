@@ -5,12 +5,13 @@
 
 use super::cdi::{self, NotCarriedOut};
 use super::{devices, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
-use super::{Problem, ProblemKind, Reason, Skip, Skipped};
+use super::{DrmLeft, Problem, ProblemKind, Reason, Skip, Skipped};
 use crate::config::Config;
 use crate::mig::Capability;
 use crate::request::Request;
 use crate::slot::{self, Slot};
 use crate::symlinks::{self, Node};
+use crate::sysfs::drm::{DrmError, DRM_DEV_DIR};
 use cuda_sandbox_manifest::{
     DriverManifest, Manifest, MigInstance, MANIFEST_PATH, MANIFEST_VERSION,
 };
@@ -22,7 +23,8 @@ impl GpuDemand {
     /// instances' capability nodes are dropped, each with a skip in `skipped`; the control
     /// nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them, and so do
     /// the MIG administration nodes a rule names, and the CDI edits not carried out of the
-    /// GPUs kept or of every build. `taken`: whether a lease holds `picked`.
+    /// GPUs kept or of every build. A DRM node (`/dev/dri/…`) stays only with its GPU leased
+    /// whole ([`drm_fate`]). `taken`: whether a lease holds `picked`.
     pub(crate) fn keep(
         &self,
         picked: &[Slot],
@@ -33,19 +35,30 @@ impl GpuDemand {
         not_carried_out: &mut Vec<NotCarriedOut>,
     ) {
         let parents = slot::gpus(picked);
-        let kept = |e: &Exposure| match &e.reason {
-            Reason::Mig { capability, .. } => match capability {
-                Capability::Gi { gpu, gi } => picked
-                    .iter()
-                    .any(|s| matches!(s, Slot::Mig(i) if (i.gpu, i.gi) == (*gpu, *gi))),
-                Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
-                Capability::Config | Capability::Monitor => true,
-            },
-            _ => cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)),
+        let fate = |e: &Exposure| match &e.reason {
+            Reason::Mig { capability, .. } => {
+                let kept = match capability {
+                    Capability::Gi { gpu, gi } => picked
+                        .iter()
+                        .any(|s| matches!(s, Slot::Mig(i) if (i.gpu, i.gi) == (*gpu, *gi))),
+                    Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
+                    Capability::Config | Capability::Monitor => true,
+                };
+                if kept {
+                    Fate::Kept
+                } else {
+                    Fate::NotLeased { mig: true }
+                }
+            }
+            Reason::Device { .. } if e.inside.starts_with(DRM_DEV_DIR) => {
+                drm_fate(self.drm.get(&e.inside), picked)
+            }
+            _ if cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)) => Fate::Kept,
+            _ => Fate::NotLeased { mig: false },
         };
-        let others: Vec<(PathBuf, bool)> = devices(exposures)
-            .filter(|e| !kept(e))
-            .map(|e| (e.inside.clone(), matches!(e.reason, Reason::Mig { .. })))
+        let others: Vec<(PathBuf, Fate)> = devices(exposures)
+            .map(|e| (e.inside.clone(), fate(e)))
+            .filter(|(_, f)| *f != Fate::Kept)
             .collect();
         let dropped = |p: &PathBuf| others.iter().any(|(o, _)| o == p);
         exposures.retain(|e| match &e.reason {
@@ -54,10 +67,14 @@ impl GpuDemand {
         });
         let given: Vec<String> = picked.iter().map(Slot::to_string).collect();
         let any_mig = self.slots.iter().any(|s| matches!(s, Slot::Mig(_)));
-        for (other, mig) in others {
-            skipped.push(Skip::new(
-                other.display().to_string(),
-                Skipped::NotLeased {
+        for (other, fate) in others {
+            let why = match fate {
+                Fate::Kept => continue,
+                Fate::Drm(why) => Skipped::DrmNode {
+                    why,
+                    gpus_per_build,
+                },
+                Fate::NotLeased { mig } => Skipped::NotLeased {
                     mig,
                     leased: taken,
                     given: given.clone(),
@@ -66,9 +83,36 @@ impl GpuDemand {
                     any_mig,
                     gpus_per_build,
                 },
-            ));
+            };
+            skipped.push(Skip::new(other.display().to_string(), why));
         }
         cdi::keep_leased(not_carried_out, &parents);
+    }
+}
+
+/// What becomes of a device node under leases.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    /// The build keeps it.
+    Kept,
+    /// Another slot's (a GPU's, or a MIG instance's when `mig`).
+    NotLeased { mig: bool },
+    /// A DRM node the build does not get, and why.
+    Drm(DrmLeft),
+}
+
+/// What becomes of a DRM node whose GPU is `owner` (as the scan found it) for a build given
+/// `picked`: kept with its GPU leased whole. A node whose GPU cannot be told is dropped (it
+/// may be another GPU's, or no GPU's the lease knows). A MIG instance's build gets no DRM
+/// node of its parent GPU: the node opens the whole GPU, which the other instances' builds
+/// share (MIG isolates through the capability nodes, not DRM), and CUDA does not use it.
+fn drm_fate(owner: Option<&Result<u32, DrmError>>, picked: &[Slot]) -> Fate {
+    match owner {
+        Some(Ok(g)) if picked.contains(&Slot::Gpu(*g)) => Fate::Kept,
+        Some(Ok(g)) if picked.iter().any(|s| s.gpu() == *g) => Fate::Drm(DrmLeft::OfMigGpu(*g)),
+        Some(Ok(_)) => Fate::NotLeased { mig: false },
+        Some(Err(e)) => Fate::Drm(DrmLeft::Unmapped(e.clone())),
+        None => Fate::Drm(DrmLeft::Unmapped(DrmError::Unscanned)),
     }
 }
 

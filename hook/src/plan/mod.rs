@@ -26,7 +26,7 @@ pub(crate) use driver::DriverSource;
 pub(crate) use grant::{closure_members, plan_manifest};
 pub use problem::Problem;
 pub(crate) use problem::{NodeFault, ProblemKind};
-pub(crate) use skip::{Skip, Skipped};
+pub(crate) use skip::{DrmLeft, Skip, Skipped};
 pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
 
 use crate::config::Config;
@@ -193,6 +193,9 @@ pub(crate) struct GpuDemand {
     /// The build's `cuda-sm-*` features and the GPUs' capabilities, when an inventory gives
     /// them: the slots leased must satisfy the features together.
     pub fit: Option<crate::fit::Fit>,
+    /// The GPU of each DRM node found, or why it cannot be told: a build keeps only its
+    /// whole GPUs' DRM nodes ([`GpuDemand::keep`]).
+    pub drm: crate::scan::DrmOwners,
 }
 
 /// The manifest of a tagged build and the host file it is written to.
@@ -248,7 +251,7 @@ pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decisio
         .into_iter()
         .collect();
     if plan.problems.is_empty() {
-        plan.gpu_demand(config, req.gpus_wanted.as_ref());
+        plan.gpu_demand(config, req.gpus_wanted.as_ref(), &view.drm);
     }
     let required = req.required_gpu_features();
     if plan.problems.is_empty() && !required.is_empty() {
@@ -272,7 +275,12 @@ const OPTIONAL: Want<'static> = Want {
 impl Decision {
     /// With `gpus_per_build > 0`: the GPUs found and how many the build needs (its
     /// `cudaSandboxGpus`, else `gpus_per_build`, never above `max_gpus_per_build`).
-    fn gpu_demand(&mut self, config: &Config, wanted: Option<&GpusWanted>) {
+    fn gpu_demand(
+        &mut self,
+        config: &Config,
+        wanted: Option<&GpusWanted>,
+        drm: &crate::scan::DrmOwners,
+    ) {
         if config.gpus_per_build == 0 {
             if let Some(v) = wanted {
                 self.skipped.push(Skip::new(
@@ -320,6 +328,7 @@ impl Decision {
                     gpus,
                     count,
                     fit: None,
+                    drm: drm.clone(),
                 })
             }
             Err(e) => self

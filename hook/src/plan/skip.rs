@@ -7,6 +7,7 @@ use crate::config::Platform;
 use crate::discover::compat::CompatError;
 use crate::scan::devices::GlobError;
 use crate::symlinks::ChainError;
+use crate::sysfs::drm::DrmError;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -28,6 +29,20 @@ impl Skip {
             why,
         }
     }
+}
+
+/// Why a build under leases does not get a DRM node (besides its being another GPU's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DrmLeft {
+    /// Its GPU cannot be told.
+    #[error("whose GPU cannot be told ({0})")]
+    Unmapped(DrmError),
+    /// Of the GPU whose MIG instance the build is leased.
+    #[error(
+        "of nvidia{0}, whose MIG instance this build is leased: the node opens the whole GPU, \
+         which the other instances' builds share, and CUDA does not use it"
+    )]
+    OfMigGpu(u32),
 }
 
 /// Why something was left out of a plan.
@@ -132,6 +147,17 @@ pub(crate) enum Skipped {
         total: usize,
         /// Whether any of them is a MIG instance.
         any_mig: bool,
+        /// `gpus_per_build`.
+        gpus_per_build: u32,
+    },
+    /// With leases: a DRM node the build does not get.
+    #[error(
+        "a DRM node {why}; with gpus_per_build = {gpus_per_build} a build gets only the DRM \
+         nodes of the GPUs it is leased whole"
+    )]
+    DrmNode {
+        /// Why.
+        why: DrmLeft,
         /// `gpus_per_build`.
         gpus_per_build: u32,
     },

@@ -169,6 +169,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
             snapshot,
             rules,
             inventory: hand.inventory.clone(),
+            drm: Default::default(),
         },
     )
 }
@@ -684,6 +685,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
             gpus: vec![0, 1, 2, 3],
             count: 1,
             fit: None,
+            drm: Default::default(),
         })
     );
     let plan = decide_on(&request(&c, Some("2")), &c, &v);
@@ -715,6 +717,105 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     );
     assert_eq!(insides(&plan), ["/dev/nvidia2"]);
     assert_eq!(plan.skipped.len(), 3);
+}
+
+/// Under leases a build keeps only the DRM nodes of the GPUs it is leased whole: another GPU's,
+/// one whose GPU cannot be told, and a MIG build's parent GPU's are dropped, each saying why.
+#[test]
+fn a_leased_build_keeps_only_its_whole_gpus_drm_nodes() {
+    use crate::sysfs::drm::DrmError;
+    let device = |inside: &str| Exposure {
+        inside: inside.into(),
+        outside: format!("/fake{inside}").into(),
+        reason: Reason::Device {
+            rule: "gpu".into(),
+            glob: "/dev/…".into(),
+        },
+    };
+    let all = [
+        "/dev/dri/by-path",
+        "/dev/dri/card0",
+        "/dev/dri/card1",
+        "/dev/dri/card2",
+        "/dev/dri/renderD128",
+        "/dev/dri/renderD129",
+        "/dev/nvidia0",
+        "/dev/nvidia1",
+        "/dev/nvidiactl",
+    ];
+    let owners: crate::scan::DrmOwners = [
+        ("/dev/dri/by-path", Err(DrmError::NotANode)),
+        (
+            "/dev/dri/card0",
+            Err(DrmError::NoPciDevice("no PCI device".into())),
+        ),
+        ("/dev/dri/card1", Ok(0)),
+        ("/dev/dri/card2", Ok(1)),
+        ("/dev/dri/renderD128", Ok(0)),
+        ("/dev/dri/renderD129", Ok(1)),
+    ]
+    .into_iter()
+    .map(|(p, o)| (PathBuf::from(p), o))
+    .collect();
+    let mig = Slot::Mig(InstanceId {
+        gpu: 1,
+        gi: 1,
+        ci: 0,
+    });
+    let demand = GpuDemand {
+        slots: vec![Slot::Gpu(0), mig, Slot::Gpu(1)],
+        gpus: vec![0, 1],
+        count: 1,
+        fit: None,
+        drm: owners,
+    };
+    let kept = |picked: Slot| {
+        let mut plan = Decision {
+            exposures: all.iter().map(|p| device(p)).collect(),
+            ..Decision::default()
+        };
+        demand.keep(
+            &[picked],
+            true,
+            1,
+            &mut plan.exposures,
+            &mut plan.skipped,
+            &mut plan.not_carried_out,
+        );
+        let why: Vec<(String, String)> = plan
+            .skipped
+            .iter()
+            .map(|s| (s.path.clone(), s.why.to_string()))
+            .collect();
+        (insides(&plan), why)
+    };
+    let (got, why) = kept(Slot::Gpu(1));
+    assert_eq!(
+        got,
+        [
+            "/dev/dri/card2",
+            "/dev/dri/renderD129",
+            "/dev/nvidia1",
+            "/dev/nvidiactl"
+        ]
+    );
+    assert_eq!(why.len(), 5, "{why:?}");
+    assert!(why.contains(&(
+        "/dev/dri/card0".into(),
+        "a DRM node whose GPU cannot be told (no PCI device); with gpus_per_build = 1 a build gets only the DRM nodes of the GPUs it is \
+         leased whole"
+            .into()
+    )));
+    assert!(why
+        .iter()
+        .any(|(p, w)| p == "/dev/dri/card1" && w.contains("another build's GPU")));
+    let (got, why) = kept(mig);
+    assert_eq!(got, ["/dev/nvidia1", "/dev/nvidiactl"]);
+    assert!(
+        why.iter().any(|(p, w)| p == "/dev/dri/renderD129"
+            && w.contains("of nvidia1, whose MIG instance this build is leased")),
+        "{why:?}"
+    );
 }
 
 #[test]

@@ -54,7 +54,13 @@ pub(crate) struct HostView {
     pub rules: Vec<RuleView>,
     /// The GPUs' capabilities, read only for a build requiring `cuda-sm-*` features.
     pub inventory: Option<inventory::InventoryView>,
+    /// With `gpus_per_build > 0`: the NVIDIA GPU of each DRM node a device glob matched
+    /// (under `/dev/dri`, by inside path), or why it cannot be told.
+    pub drm: DrmOwners,
 }
+
+/// The GPU (`/dev/nvidia<N>`) of each DRM node, by inside path, or why it cannot be told.
+pub(crate) type DrmOwners = BTreeMap<PathBuf, Result<u32, crate::sysfs::drm::DrmError>>;
 
 /// Host facts read once for every source that needs them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -277,12 +283,53 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
     if has_driver && differs_from_kernel(&snapshot, facts.kernel_driver.as_deref()) {
         facts.booted_driver = booted::booted_driver(&config.host_root, &config.store_dir);
     }
+    let drm = if config.gpus_per_build > 0 {
+        drm_owners(config, &views)
+    } else {
+        DrmOwners::new()
+    };
     HostView {
         facts,
         snapshot,
         rules: views,
         inventory: need_inventory.then(|| inventory::scan(config)),
+        drm,
     }
+}
+
+/// The NVIDIA GPU of each entry under `/dev/dri` the rules' device globs matched
+/// ([`crate::sysfs::drm`]): under leases a build gets only its GPU's DRM nodes.
+fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
+    use crate::sysfs::drm::{self, DRM_DEV_DIR};
+    let nodes: Vec<(PathBuf, &PathBuf)> = views
+        .iter()
+        .flat_map(|v| &v.devices)
+        .filter_map(|d| match &d.found {
+            devices::DeviceScan::Matched(m) => Some(m),
+            devices::DeviceScan::OtherPlatform { .. } => None,
+        })
+        .flatten()
+        .filter_map(|m| {
+            let outside = m.as_ref().ok()?;
+            let inside = Path::new("/").join(outside.strip_prefix(&config.host_root).ok()?);
+            Some((inside, outside))
+        })
+        .filter(|(inside, _)| inside.starts_with(DRM_DEV_DIR))
+        .collect();
+    if nodes.is_empty() {
+        return DrmOwners::new();
+    }
+    let gpus: Vec<crate::sysfs::PciGpu> = crate::sysfs::discover(&config.host_root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect();
+    nodes
+        .into_iter()
+        .map(|(inside, outside)| {
+            let gpu = drm::nvidia_gpu(&config.host_root, outside, &gpus);
+            (inside, gpu)
+        })
+        .collect()
 }
 
 /// Whether a libcuda whose real path the scan recorded names a version other than `kernel`'s.

@@ -34,14 +34,19 @@
 //! directories (never a recursive removal: an entry still mounted stays, and so does its
 //! record, for the next sweep). Every step that fails leaves the build without the tree, never
 //! with a writable one: a mount is offered to Nix only once it is read-only.
+//!
+//! Beside the trees, what `/sys` says of a GPU: its PCI device ([`discover`], [`identity`])
+//! and the GPU a DRM node belongs to ([`drm`], which keeps a leased build to its GPU's
+//! `/dev/dri` nodes).
 
+pub(crate) mod drm;
 mod layout;
 mod mount;
 mod pci;
 mod tree;
 
 pub(crate) use layout::PciLayout;
-pub(crate) use pci::{discover, discover_drm, identity, DRM_MAJOR};
+pub(crate) use pci::{discover, discover_drm, identity, PciGpu, DRM_MAJOR};
 pub(crate) use tree::{build, sweep, TreeGuard, TreeParts};
 
 use std::path::PathBuf;

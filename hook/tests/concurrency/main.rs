@@ -9,7 +9,7 @@ use cuda_sandbox_hook::mig::InstanceId;
 use cuda_sandbox_manifest::Manifest;
 use cuda_sandbox_testkit::fake_mig::{ci_minor, gi_minor};
 use cuda_sandbox_testkit::{
-    hook_config, nix_available, nonce, FakeDevices, FakeMig, NixSandbox, NixVersion,
+    hook_config, nix_available, nonce, FakeDevices, FakeMig, FakePci, NixSandbox, NixVersion,
 };
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -145,6 +145,66 @@ fn each_concurrent_build_gets_its_own_gpu_and_all_gpus_are_used() {
     }
 }
 
+/// Two builds leased one GPU each, at once, each see only their own GPU's DRM nodes
+/// (`nvidia-drm`'s `card<N>` and `renderD<N>`, found through their `/sys/dev/char/226:<N>`
+/// links and the driver's `information` files), never the other's, nor a platform framebuffer's
+/// `card0`, whose GPU cannot be told; `explain` says why each was left out.
+#[test]
+fn two_concurrent_leased_builds_each_see_only_their_gpus_drm_nodes() {
+    if !nix_available("two_concurrent_leased_builds_each_see_only_their_gpus_drm_nodes") {
+        return;
+    }
+    let _serial = serial();
+    let host = Host::new(2, 1, 60, false);
+    FakePci::create(&host.root, 2).unwrap();
+    FakePci::create_drm(&host.root, 2).unwrap();
+    let mut config = std::fs::read_to_string(&host.config).unwrap();
+    config.push_str(
+        "[[rule.device]]\nglob = \"/dev/dri/card*\"\n[[rule.device]]\nglob = \"/dev/dri/renderD*\"\n",
+    );
+    std::fs::write(&host.config, config).unwrap();
+    let (ok, log, reports) = build_many(&host, 2, &[("sleep", "3")]);
+    assert!(ok, "nix-build failed:\n{log}");
+    assert_eq!(reports.len(), 2, "{log}");
+    let mut leased = Vec::new();
+    for (name, r) in &reports {
+        let gpu = r.manifest.leased_gpus.clone();
+        assert_eq!(gpu.len(), 1, "{name}: {r:?}");
+        let drm: Vec<&String> = r
+            .nodes
+            .iter()
+            .filter(|n| n.starts_with("/dev/dri/"))
+            .collect();
+        let want: Vec<String> = FakePci::drm_nodes(gpu[0])
+            .iter()
+            .map(|n| format!("/dev/dri/{n}"))
+            .collect();
+        assert_eq!(
+            drm,
+            want.iter().collect::<Vec<_>>(),
+            "{name} on nvidia{}: {r:?}",
+            gpu[0]
+        );
+        for node in &want {
+            assert!(r.manifest.devices.contains(node), "{name}: {r:?}");
+        }
+        leased.push((gpu[0], r.start, r.end));
+    }
+    leased.sort_by_key(|l| l.0);
+    assert_eq!(leased.iter().map(|l| l.0).collect::<Vec<_>>(), [0, 1]);
+    assert!(
+        leased[0].1 < leased[1].2 && leased[1].1 < leased[0].2,
+        "the two builds did not run at once: {leased:?}"
+    );
+    let text = explain(&host);
+    assert!(
+        text.lines().any(|l| l.contains("/dev/dri/card0")
+            && l.contains("whose GPU cannot be told")
+            && l.contains("platform/simple-framebuffer.0")),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_killed_build_gives_its_gpu_back() {
     if !nix_available("a_killed_build_gives_its_gpu_back") {

@@ -5,7 +5,9 @@
 //! compared on every field with `nix show-derivation`, and its required features (`attrs()`) with what Nix
 //! itself makes of `requiredSystemFeatures`. Negative cases come from the same real files: every
 //! truncation, and random single-byte corruptions checked against an independent, naive
-//! reference parser.
+//! reference parser of the grammar as Nix's `parseDerivation` reads it (commas between list
+//! items optional, bytes after the derivation ignored), and hand-made `.drv` files that use
+//! that freedom, added with `nix-store --add`.
 //!
 //! Oracles, and what Nix 2.8 does with bytes that are not UTF-8:
 //! - `nix show-derivation` (JSON). Nix 2.8's own JSON writer escapes `"`, `\`, `\n`, `\r`, `\t`
@@ -229,9 +231,16 @@ fn nix_version() -> NixVersion {
     NixVersion::current().expect("nix-build --version")
 }
 
+/// A Nix command with [`NIX_CONFIG`], and `dynamic-derivations` where this Nix reads
+/// `DrvWithVersion` derivations (it refuses them without).
 fn nix_command(program: &str) -> Command {
     let mut command = Command::new(program);
-    command.env("NIX_CONFIG", NIX_CONFIG);
+    if nix_version().reads_drv_with_version() {
+        let config = format!("{NIX_CONFIG}extra-experimental-features = dynamic-derivations\n");
+        command.env("NIX_CONFIG", config);
+    } else {
+        command.env("NIX_CONFIG", NIX_CONFIG);
+    }
     command
 }
 
@@ -995,10 +1004,9 @@ mod reference {
         i: usize,
     }
 
+    /// A `Derive(…)` derivation, bytes after it ignored, as Nix reads it.
     pub fn parse(b: &[u8]) -> Option<Norm> {
-        let mut r = R { b, i: 0 };
-        let n = r.drv()?;
-        (r.i == b.len()).then_some(n)
+        R { b, i: 0 }.drv()
     }
 
     impl R<'_> {
@@ -1034,18 +1042,15 @@ mod reference {
             }
         }
 
+        /// Nix's `endOfList` loop: before each item a `,` is skipped, else `]` ends the list.
         fn list<T>(&mut self, item: impl Fn(&mut Self) -> Option<T>) -> Option<Vec<T>> {
             self.lit(b"[")?;
             let mut items = Vec::new();
-            if self.lit(b"]").is_some() {
-                return Some(items);
-            }
             loop {
-                items.push(item(self)?);
-                if self.lit(b",").is_none() {
-                    self.lit(b"]")?;
+                if self.lit(b",").is_none() && self.lit(b"]").is_some() {
                     return Some(items);
                 }
+                items.push(item(self)?);
             }
         }
 

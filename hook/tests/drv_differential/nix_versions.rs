@@ -741,3 +741,97 @@ fn repeated_keys_are_read_as_nix_reads_them_and_refused_where_the_hook_decides()
     }
     eprintln!("repeated keys: {checked} cases agree with Nix {version}");
 }
+
+/// Nix reads a list's commas as optional (`endOfList`, 2.8 to 2.34), ignores bytes after the
+/// derivation, and (2.26, 2.34) reads `DrvWithVersion("xp-dyn-drv",…)`: hand-made `.drv` files
+/// that use each, added with `nix-store --add`, are read by the hook as Nix shows them, and
+/// their features as Nix requires them. The hook once refused them all ("expected ',' or ']'"),
+/// failing such an untagged build whose text mentions "cuda".
+#[test]
+fn lists_without_commas_and_other_forms_nix_reads_are_read_as_nix_reads_them() {
+    if corpus().is_none() {
+        return; // skipped (or failed under CI) by the gate above
+    }
+    let version = nix_version();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("commas.nix");
+    std::fs::write(
+        &file,
+        r#"derivation { name = "commas"; system = "cuda-sandbox-none"; builder = "/bin/sh";
+             args = [ "-c" "echo cuda" ]; note = "mentions cuda";
+             requiredSystemFeatures = "kvm big-parallel"; outputs = [ "out" "dev" ]; }"#,
+    )
+    .unwrap();
+    let out = run_ok(
+        nix_command("nix-instantiate")
+            .arg(&file)
+            .arg("--add-root")
+            .arg(dir.path().join("root")),
+    );
+    let link = String::from_utf8(out.stdout).unwrap();
+    let base_path = std::fs::read_link(link.trim()).unwrap();
+    let base = std::fs::read(&base_path).unwrap();
+    let name = base_path.file_name().unwrap().to_str().unwrap()[33..].to_string();
+    let replaced = |b: &[u8], from: &[u8], to: &[u8]| -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rest = b;
+        while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
+            out.extend_from_slice(&rest[..at]);
+            out.extend_from_slice(to);
+            rest = &rest[at + from.len()..];
+        }
+        out.extend_from_slice(rest);
+        assert_ne!(out, b, "{} not found", show(from));
+        out
+    };
+    let no_commas = replaced(&replaced(&base, b"),(", b")("), b"\"-c\",", b"\"-c\"");
+    let leading = replaced(&replaced(&base, b"[(", b"[,("), b"[\"-c", b"[,\"-c");
+    let trailing = [&base[..], b"\n)(\"requiredSystemFeatures\",\"cuda\")]"].concat();
+    let versioned = replaced(&base, b"Derive(", b"DrvWithVersion(\"xp-dyn-drv\",");
+    let cases = [
+        ("no commas between items", no_commas.clone(), true),
+        ("leading commas", leading, true),
+        ("bytes after the derivation", trailing, true),
+        (
+            "DrvWithVersion without commas",
+            replaced(&no_commas, b"Derive(", b"DrvWithVersion(\"xp-dyn-drv\","),
+            version.reads_drv_with_version(),
+        ),
+        (
+            "DrvWithVersion",
+            versioned,
+            version.reads_drv_with_version(),
+        ),
+    ];
+    for (case, bytes, nix_reads) in cases {
+        let what = format!("{case} (Nix {version})");
+        let added = add_drv(dir.path(), &name, &bytes);
+        let path = match (added, nix_reads) {
+            (Ok(path), true) => path,
+            (Err(e), false) => {
+                eprintln!("{what}: refused by Nix, as expected: {}", e.trim());
+                continue;
+            }
+            (added, _) => panic!("{what}: nix-store --add: {added:?}"),
+        };
+        let ours = Derivation::parse(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (shown, _) = show_derivations(std::slice::from_ref(&path));
+        let shown = shown
+            .get(path.as_bytes())
+            .unwrap_or_else(|| panic!("{what}: not shown"));
+        assert_same(&what, &norm_ours(&ours), &norm_json(shown));
+        let nix_features = features_from_nix_realise(&path).unwrap();
+        let lean = DrvEnv::parse(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+        for attrs in [ours.attrs(), lean.attrs()] {
+            let features: BTreeSet<Bytes> = attrs
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+                .features
+                .features
+                .iter()
+                .map(|f| f.to_vec())
+                .collect();
+            assert_eq!(features, nix_features, "{what}");
+        }
+        eprintln!("{what}: read as Nix reads it");
+    }
+}

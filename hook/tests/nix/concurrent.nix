@@ -1,6 +1,6 @@
 # `count` tagged derivations that report what the sandbox shows them, for
 # hook/tests/concurrency/. Each writes to $out: `start <time>`, one `char <node>` line per
-# NVIDIA device node it sees (MIG capability nodes included), its manifest, `read`/`unreadable` for each of `readPaths`, then
+# NVIDIA device node it sees (MIG capability nodes and DRM nodes included), its manifest, `read`/`unreadable` for each of `readPaths`, then
 # sleeps `sleep` seconds and writes `end <time>`. `nonce` forces fresh builds; it is also in
 # the builder's command line, so a test can find a builder among the host's processes.
 # `features`: the required system features, space-separated.
@@ -35,7 +35,7 @@ let
             set -u
             {
               echo "start $(date +%s.%N)"
-              for d in /dev/nvidia* /dev/nvidia-caps/*; do
+              for d in /dev/nvidia* /dev/nvidia-caps/* /dev/dri/*; do
                 if [ -c "$d" ]; then echo "char $d"; fi
               done
               ${report.manifest}

@@ -233,3 +233,87 @@ fn a_drv_that_repeats_its_features_is_refused_in_a_real_build() {
         "{line}"
     );
 }
+
+/// Issue 51: an untagged `.drv` whose lists leave out commas (Nix's `endOfList` allows it),
+/// with bytes after it, and on 2.26 and 2.34 one in the `DrvWithVersion` form, each added with
+/// `nix-store --add` and mentioning "cuda": Nix builds them, and so must it with the hook (which
+/// failed them, "expected ',' or ']'"), exposing nothing.
+#[test]
+fn untagged_drvs_in_every_form_nix_reads_build_with_the_hook_and_see_no_gpu() {
+    let test = "untagged_drvs_in_every_form_nix_reads_build_with_the_hook_and_see_no_gpu";
+    if !nix_available(test) {
+        return;
+    }
+    let host = Host::new(true);
+    host.install_store_driver();
+    let mut sandbox = host.sandbox();
+    let version = cuda_sandbox_testkit::NixVersion::current().unwrap();
+    if version.reads_drv_with_version() {
+        sandbox
+            .extra_settings
+            .push("extra-experimental-features = dynamic-derivations".to_string());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let expr = dir.path().join("commas.nix");
+    std::fs::write(
+        &expr,
+        format!(
+            "derivation {{ name = \"commas\"; nonce = \"{}\"; system = builtins.currentSystem; \
+             builder = \"/bin/sh\"; PATH = \"/bin:/usr/bin\"; note = \"no cuda here\"; \
+             args = [ \"-c\" \"if [ -e /dev/nvidia0 ]; then echo exposed; else echo hidden; fi > $out\" ]; }}\n",
+            nonce()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("nix-instantiate")
+        .arg(&expr)
+        .env("NIX_CONFIG", sandbox.nix_config())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let drv = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let text = std::fs::read_to_string(&drv).unwrap();
+    let no_commas = text.replace("),(", ")(");
+    assert_ne!(no_commas, text);
+    let mut forms = vec![
+        ("no commas", no_commas.clone()),
+        (
+            "bytes after it",
+            format!("{no_commas}\n(\"requiredSystemFeatures\",\"cuda\")"),
+        ),
+    ];
+    if version.reads_drv_with_version() {
+        let versioned = no_commas.replacen("Derive(", "DrvWithVersion(\"xp-dyn-drv\",", 1);
+        forms.push(("DrvWithVersion", versioned));
+    }
+    // Every form has the same output (Nix hashes the derivation as it writes it): the first
+    // build makes it, the others rebuild it (`--check`), so the hook runs for each.
+    for (i, (form, bytes)) in forms.into_iter().enumerate() {
+        let sub = tempfile::tempdir_in(dir.path()).unwrap();
+        let file = sub
+            .path()
+            .join(&Path::new(&drv).file_name().unwrap().to_str().unwrap()[33..]);
+        std::fs::write(&file, bytes).unwrap();
+        let out = std::process::Command::new("nix-store")
+            .arg("--add")
+            .arg(&file)
+            .env("NIX_CONFIG", sandbox.nix_config())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{form}: nix-store --add: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let added = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+        let check: &[&str] = if i == 0 { &[] } else { &["--check"] };
+        let build = sandbox.build(&added, &[], check);
+        assert!(build.ok(), "{form} (Nix {version}): {}", build.log);
+        let seen = std::fs::read_to_string(&build.out_paths[0]).unwrap();
+        assert_eq!(seen.trim(), "hidden", "{form}");
+    }
+}

@@ -239,3 +239,38 @@ fn drv_aterm_fd_pipes_are_read_to_their_end_and_never_block_past_the_bound() {
     drop(read);
     feeder.join().unwrap();
 }
+
+#[test]
+fn the_forms_nix_reads_but_never_writes_parse_in_linear_time() {
+    // 8 MiB of env entries without commas, of args with leading commas, and of input
+    // derivation outputs nested (DrvWithVersion) about a million levels deep.
+    let features = r#"("requiredSystemFeatures","cuda")])"#;
+    let no_commas = big(
+        r#"Derive([],[],[],"x","/bin/sh",[],["#,
+        r#"("a","b")"#,
+        features,
+    );
+    let leading = big(
+        r#"Derive([],[],[],"x","/bin/sh",["#,
+        r#","a""#,
+        &format!("],[{features}"),
+    );
+    let levels = SIZE / 20;
+    let nested = [
+        br#"DrvWithVersion("xp-dyn-drv",[],[("/nix/store/d.drv","#.to_vec(),
+        br#"([],[("o","#.repeat(levels),
+        b"[]".to_vec(),
+        b")])".repeat(levels),
+        format!(r#")],[],"x","/bin/sh",[],[{features}"#).into_bytes(),
+    ]
+    .concat();
+    for (name, drv) in [
+        ("env without commas", no_commas),
+        ("args with leading commas", leading),
+        ("nested input outputs", nested),
+    ] {
+        let DrvAttrs { features, .. } =
+            timed(name, || DrvEnv::parse(&drv).unwrap().attrs().unwrap());
+        assert_eq!(features.lossy(), ["cuda"], "{name}");
+    }
+}
