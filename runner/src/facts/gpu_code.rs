@@ -33,8 +33,8 @@ use cuda_sandbox_manifest::versions::branch_for_cuda;
 use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
-use crate::facts::gpu_words::notes;
 pub(crate) use crate::facts::gpu_words::{carried, carried_by_member, module_place};
+use crate::facts::gpu_words::{notes, partly, shown_names};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 use crate::facts::zluda_code;
@@ -576,83 +576,6 @@ fn by_modules(
             )
         }
     }
-}
-
-/// `a`, `b`, `c` (each in backquotes), and how many more.
-fn shown_names(names: &[String]) -> String {
-    let mut shown: Vec<String> = names.iter().take(3).map(|n| format!("`{n}`")).collect();
-    if names.len() > 3 {
-        shown.push(format!("{} more", names.len() - 3));
-    }
-    shown.join(", ")
-}
-
-/// What is missing from a file that runs partly (judgement `j` of `modules`): how many modules
-/// with kernels have no code that loads there, a few of their kernels, the error launching
-/// one gives, and how the rest loads.
-fn partly(j: &Judgement, modules: &[Container]) -> String {
-    let missing: Vec<&ModuleVerdict> = j.missing().collect();
-    let judged = j
-        .modules
-        .iter()
-        .filter(|m| !m.loaded_by_the_program)
-        .count();
-    let names: Vec<String> = missing
-        .iter()
-        .filter_map(|m| match &m.holds {
-            Some(Holds::Read { kernels, .. }) => Some(kernels),
-            _ => None,
-        })
-        .flatten()
-        .cloned()
-        .collect();
-    let kernels = names.len();
-    let mut errors = Vec::new();
-    for (matches, error) in [
-        (
-            (|l: &Load| matches!(l, Load::NoBinaryForGpu)) as fn(&Load) -> bool,
-            "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
-        ),
-        (
-            |l| matches!(l, Load::UnsupportedPtx { .. }),
-            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
-        ),
-        (
-            |l| matches!(l, Load::CompressionTooNew { .. }),
-            "an image this driver cannot unpack",
-        ),
-    ] {
-        if missing.iter().any(|m| matches(&m.load)) {
-            errors.push(error);
-        }
-    }
-    let jit = j
-        .modules
-        .iter()
-        .filter(|m| matches!(m.load, Load::Jit { .. }))
-        .count();
-    let rest = if jit > 0 {
-        format!("the rest runs, {jit} module(s) by JIT from PTX at their first launch")
-    } else {
-        "the rest runs by SASS".into()
-    };
-    format!(
-        "{} of the {judged} module(s) judged have no code that loads on it ({} \
-         carries {}{}), \
-         so launching one of their {kernels} kernel(s) ({}) fails with {}; NVIDIA's and \
-         other libraries keep kernels for some GPUs in modules of their own and choose kernels \
-         by the GPU at run time, so this is expected of them; {rest}",
-        missing.len(),
-        module_place(modules, missing[0].module),
-        carried(&modules[missing[0].module].entries),
-        if missing.len() > 1 {
-            ", and others"
-        } else {
-            ""
-        },
-        shown_names(&names),
-        errors.join(" or ")
-    )
 }
 
 /// Why a file whose cubin (`t`, in `modules`) was built by a newer CUDA major than

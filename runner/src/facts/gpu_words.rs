@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use cuda_sandbox_elfkit::fatbin::verdict::Judgement;
+use cuda_sandbox_elfkit::fatbin::rules::Load;
+use cuda_sandbox_elfkit::fatbin::verdict::{Holds, Judgement, ModuleVerdict};
 use cuda_sandbox_elfkit::fatbin::{Arch, Container, EntryKind, Origin};
 
 /// What a set of entries carries, e.g. `SASS sm_75 sm_80, PTX compute_80 (ISA 8.8)`.
@@ -133,4 +134,81 @@ pub(crate) fn notes(j: &Judgement) -> String {
         ));
     }
     out
+}
+
+/// `a`, `b`, `c` (each in backquotes), and how many more.
+pub(crate) fn shown_names(names: &[String]) -> String {
+    let mut shown: Vec<String> = names.iter().take(3).map(|n| format!("`{n}`")).collect();
+    if names.len() > 3 {
+        shown.push(format!("{} more", names.len() - 3));
+    }
+    shown.join(", ")
+}
+
+/// What is missing from a file that runs partly (judgement `j` of `modules`): how many modules
+/// with kernels have no code that loads there, a few of their kernels, the error launching
+/// one gives, and how the rest loads.
+pub(crate) fn partly(j: &Judgement, modules: &[Container]) -> String {
+    let missing: Vec<&ModuleVerdict> = j.missing().collect();
+    let judged = j
+        .modules
+        .iter()
+        .filter(|m| !m.loaded_by_the_program)
+        .count();
+    let names: Vec<String> = missing
+        .iter()
+        .filter_map(|m| match &m.holds {
+            Some(Holds::Read { kernels, .. }) => Some(kernels),
+            _ => None,
+        })
+        .flatten()
+        .cloned()
+        .collect();
+    let kernels = names.len();
+    let mut errors = Vec::new();
+    for (matches, error) in [
+        (
+            (|l: &Load| matches!(l, Load::NoBinaryForGpu)) as fn(&Load) -> bool,
+            "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
+        ),
+        (
+            |l| matches!(l, Load::UnsupportedPtx { .. }),
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
+        ),
+        (
+            |l| matches!(l, Load::CompressionTooNew { .. }),
+            "an image this driver cannot unpack",
+        ),
+    ] {
+        if missing.iter().any(|m| matches(&m.load)) {
+            errors.push(error);
+        }
+    }
+    let jit = j
+        .modules
+        .iter()
+        .filter(|m| matches!(m.load, Load::Jit { .. }))
+        .count();
+    let rest = if jit > 0 {
+        format!("the rest runs, {jit} module(s) by JIT from PTX at their first launch")
+    } else {
+        "the rest runs by SASS".into()
+    };
+    format!(
+        "{} of the {judged} module(s) judged have no code that loads on it ({} \
+         carries {}{}), \
+         so launching one of their {kernels} kernel(s) ({}) fails with {}; NVIDIA's and \
+         other libraries keep kernels for some GPUs in modules of their own and choose kernels \
+         by the GPU at run time, so this is expected of them; {rest}",
+        missing.len(),
+        module_place(modules, missing[0].module),
+        carried(&modules[missing[0].module].entries),
+        if missing.len() > 1 {
+            ", and others"
+        } else {
+            ""
+        },
+        shown_names(&names),
+        errors.join(" or ")
+    )
 }

@@ -15,6 +15,7 @@ pub mod features;
 pub(crate) mod gpu_code;
 pub(crate) mod gpu_words;
 pub mod inventory;
+pub mod lint_report;
 pub(crate) mod mixing;
 pub mod module_images;
 pub(crate) mod nvml_mig;
