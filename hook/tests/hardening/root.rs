@@ -172,7 +172,9 @@ fn an_untagged_structured_derivation_stays_under_twice_its_size() {
             .arg(&drv)
             .arg(h.path("chroot"))
             .env("CUDA_SANDBOX_CONFIG", &config)
-            .stdout(std::process::Stdio::null())
+            // A pipe this process holds the read end of, as Nix does: the hook leases only for
+            // a parent that reads its output.
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let mut status = 0;
