@@ -158,11 +158,10 @@ impl Checked {
             }
             return true;
         }
-        // The builders recorded are the build's outermost inits (a record of this hook's
-        // version): every process of the build descends from one of them, so with all of them
-        // gone the build has ended. The holder's children are not looked at again: its next
+        // The builders recorded are the build's outermost inits: every process of the build
+        // descends from one of them, so with all of them gone the build has ended. The holder's children are not looked at again: its next
         // build's builder is one of them for a moment, and the lease would latch onto it.
-        if !r.builders.is_empty() && r.version >= super::record::OUTERMOST_BUILDERS {
+        if !r.builders.is_empty() {
             return false;
         }
         let holder = Holder {
@@ -207,12 +206,10 @@ impl Checked {
             .any(|uid| procs.ids_in_use(*uid, r.ids_per_build_user))
     }
 
-    /// Records `b`, an outermost init of the build (the only kind this hook records), so the
-    /// record is written back as of this version.
+    /// Records `b`, an outermost init of the build (the only kind this hook records).
     fn add(&mut self, b: Builder) {
         if !self.record.builders.contains(&b) {
             self.record.builders.push(b);
-            self.record.version = self.record.version.max(super::record::OUTERMOST_BUILDERS);
             self.grew = true;
         }
     }

@@ -62,11 +62,6 @@
 //!      when it uses one) before it hands the ids to another build, so this can only make an
 //!      ended lease last longer, never a live one end.
 //!
-//! Records written by hooks before [`OUTERMOST_BUILDERS`] (no `version` key) may hold a
-//! nested namespace's init among their builders: while one runs it keeps the lease, but when
-//! all have ended the other rules decide, and the builders then found are recorded with the
-//! current version.
-//!
 //! Nix 2.8 (checked on Debian's nix-bin) leaves the chroot behind when `nix-build` or the
 //! daemon is killed with SIGKILL, and the builder runs on, orphaned: its GPU is still in use
 //! until it ends, and the lease with it. Where these rules cannot tell, the lease stays: a
@@ -87,7 +82,7 @@ pub use ids::IdRange;
 pub(crate) use liveness::born;
 pub use liveness::Holder;
 pub use lock::LockError;
-pub use record::{Builder, LeaseRecord, OUTERMOST_BUILDERS};
+pub use record::{Builder, LeaseRecord};
 
 /// The derivation attribute (plain env entry, or in `__json`) asking for a number of GPUs.
 pub(crate) use crate::drv::GPUS_ATTR;
@@ -287,7 +282,6 @@ impl Leases {
                         let leases: Vec<LeaseRecord> = picked
                             .iter()
                             .map(|slot| LeaseRecord {
-                                version: record::OUTERMOST_BUILDERS,
                                 gpu: slot.gpu(),
                                 mig: slot.mig(),
                                 derivation: req.derivation.to_string(),

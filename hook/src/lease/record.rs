@@ -14,23 +14,9 @@ pub(super) type Usage = BTreeMap<String, u64>;
 
 const USAGE_FILE: &str = "usage.json";
 
-/// The record version from which [`LeaseRecord::builders`] holds only each build's outermost
-/// init (the builder Nix started). Records of earlier hooks (version 1, no `version` key) may
-/// hold the init of a namespace the build made inside its own, which the build can end while
-/// it goes on: their builders keep a lease while they run, but their end proves nothing.
-pub const OUTERMOST_BUILDERS: u32 = 2;
-
-/// The version of records written by hooks before [`OUTERMOST_BUILDERS`], which had no key.
-fn first_version() -> u32 {
-    1
-}
-
 /// One leased slot: the file `<slot key>.lease`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
-    /// What the record's fields promise: [`OUTERMOST_BUILDERS`] for records of this hook.
-    #[serde(default = "first_version")]
-    pub version: u32,
     /// The GPU (`/dev/nvidia<gpu>`).
     pub(crate) gpu: u32,
     /// The MIG instance of it, when the lease is one slice (absent: the whole GPU).
@@ -67,13 +53,7 @@ pub struct LeaseRecord {
     pub build_users: Vec<u32>,
     /// How many host ids each of `build_users` stands for, from it on: 65536 for a
     /// `uid-range` build ([`super::Holder::allocated_ids`]), else 1.
-    #[serde(default = "one_id")]
     pub ids_per_build_user: u32,
-}
-
-/// The ids per build user of records written before `uid-range` builds were known: one.
-fn one_id() -> u32 {
-    1
 }
 
 #[cfg(test)]
@@ -81,7 +61,6 @@ impl LeaseRecord {
     /// A record with made-up values, for unit tests.
     pub(crate) fn test_record() -> LeaseRecord {
         LeaseRecord {
-            version: OUTERMOST_BUILDERS,
             gpu: 0,
             mig: None,
             derivation: "/nix/store/x-test.drv".into(),

@@ -23,8 +23,8 @@ impl GpuDemand {
     /// instances' capability nodes are dropped, each with a skip in `skipped`; the control
     /// nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them, and so do
     /// the MIG administration nodes a rule names, and the CDI edits not carried out of the
-    /// GPUs kept or of every build. A DRM node (`/dev/dri/…`) stays only with its GPU leased
-    /// whole ([`drm_fate`]). `taken`: whether a lease holds `picked`.
+    /// GPUs kept or of every build. A DRM node (`/dev/dri/…`, or any path the scan found to be
+    /// one) stays only with its GPU leased whole ([`drm_fate`]). `taken`: whether a lease holds `picked`.
     pub(crate) fn keep(
         &self,
         picked: &[Slot],
@@ -50,7 +50,9 @@ impl GpuDemand {
                     Fate::NotLeased { mig: true }
                 }
             }
-            Reason::Device { .. } if e.inside.starts_with(DRM_DEV_DIR) => {
+            Reason::Device { .. }
+                if e.inside.starts_with(DRM_DEV_DIR) || self.drm.contains_key(&e.inside) =>
+            {
                 drm_fate(self.drm.get(&e.inside), picked)
             }
             _ if cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)) => Fate::Kept,

@@ -739,11 +739,14 @@ fn a_leased_build_keeps_only_its_whole_gpus_drm_nodes() {
         "/dev/dri/card2",
         "/dev/dri/renderD128",
         "/dev/dri/renderD129",
+        "/dev/gpu-render",
         "/dev/nvidia0",
         "/dev/nvidia1",
         "/dev/nvidiactl",
     ];
     let owners: crate::scan::DrmOwners = [
+        // A DRM node a glob reached outside /dev/dri (the scan knows it by its 226:N).
+        ("/dev/gpu-render", Ok(0)),
         ("/dev/dri/by-path", Err(DrmError::NotANode)),
         (
             "/dev/dri/card0",
@@ -799,7 +802,10 @@ fn a_leased_build_keeps_only_its_whole_gpus_drm_nodes() {
             "/dev/nvidiactl"
         ]
     );
-    assert_eq!(why.len(), 5, "{why:?}");
+    assert_eq!(why.len(), 6, "{why:?}");
+    assert!(why
+        .iter()
+        .any(|(p, w)| p == "/dev/gpu-render" && w.contains("another build's GPU")));
     assert!(why.contains(&(
         "/dev/dri/card0".into(),
         "a DRM node whose GPU cannot be told (no PCI device); with gpus_per_build = 1 a build gets only the DRM nodes of the GPUs it is \

@@ -297,8 +297,10 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
     }
 }
 
-/// The NVIDIA GPU of each entry under `/dev/dri` the rules' device globs matched
-/// ([`crate::sysfs::drm`]): under leases a build gets only its GPU's DRM nodes.
+/// The NVIDIA GPU of each DRM node the rules' device globs matched ([`crate::sysfs::drm`]):
+/// every entry under `/dev/dri`, and any other matched path that is a DRM character device
+/// (226:N, links followed, as Nix binds the target), so that a glob such as `/dev/x` leading to
+/// `/dev/dri/card1` is judged as that node. Under leases a build gets only its GPU's.
 fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
     use crate::sysfs::drm::{self, DRM_DEV_DIR};
     let nodes: Vec<(PathBuf, &PathBuf)> = views
@@ -314,7 +316,7 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
             let inside = Path::new("/").join(outside.strip_prefix(&config.host_root).ok()?);
             Some((inside, outside))
         })
-        .filter(|(inside, _)| inside.starts_with(DRM_DEV_DIR))
+        .filter(|(inside, outside)| inside.starts_with(DRM_DEV_DIR) || drm::is_drm_node(outside))
         .collect();
     if nodes.is_empty() {
         return DrmOwners::new();

@@ -29,6 +29,20 @@ pub(crate) enum DrmError {
     NotNvidia(String),
 }
 
+/// Whether `path` (links followed) is a DRM character device, 226:N.
+pub(crate) fn is_drm_node(path: &Path) -> bool {
+    drm_minor(path).is_some()
+}
+
+/// The minor of the DRM character device at `path` (links followed).
+fn drm_minor(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata(path).ok()?;
+    let rdev = meta.rdev();
+    (meta.file_type().is_char_device() && nix::sys::stat::major(rdev) == super::DRM_MAJOR)
+        .then(|| nix::sys::stat::minor(rdev) as u32)
+}
+
 /// The NVIDIA GPU (`/dev/nvidia<N>`) of the DRM node at `outside` (a host path, links
 /// followed), among the `gpus` the driver lists.
 pub(crate) fn nvidia_gpu(
@@ -36,13 +50,8 @@ pub(crate) fn nvidia_gpu(
     outside: &Path,
     gpus: &[PciGpu],
 ) -> Result<u32, DrmError> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = std::fs::metadata(outside).map_err(|_| DrmError::NotANode)?;
-    let rdev = meta.rdev();
-    if !meta.file_type().is_char_device() || nix::sys::stat::major(rdev) != super::DRM_MAJOR {
-        return Err(DrmError::NotANode);
-    }
-    nvidia_gpu_of_minor(host_root, nix::sys::stat::minor(rdev) as u32, gpus)
+    let minor = drm_minor(outside).ok_or(DrmError::NotANode)?;
+    nvidia_gpu_of_minor(host_root, minor, gpus)
 }
 
 /// The NVIDIA GPU of DRM minor `minor`, among `gpus`.

@@ -158,9 +158,17 @@ fn two_concurrent_leased_builds_each_see_only_their_gpus_drm_nodes() {
     let host = Host::new(2, 1, 60, false);
     FakePci::create(&host.root, 2).unwrap();
     FakePci::create_drm(&host.root, 2).unwrap();
+    // nvidia1's render node again, outside /dev/dri: known by its number (226:129), not its path.
+    cuda_sandbox_testkit::mknod_char(
+        &host.root.join("dev/render-alias"),
+        cuda_sandbox_testkit::fake_pci::DRM_MAJOR,
+        129,
+    )
+    .unwrap();
     let mut config = std::fs::read_to_string(&host.config).unwrap();
     config.push_str(
-        "[[rule.device]]\nglob = \"/dev/dri/card*\"\n[[rule.device]]\nglob = \"/dev/dri/renderD*\"\n",
+        "[[rule.device]]\nglob = \"/dev/dri/card*\"\n[[rule.device]]\nglob = \"/dev/dri/renderD*\"\n\
+         [[rule.device]]\nglob = \"/dev/render-alias\"\n",
     );
     std::fs::write(&host.config, config).unwrap();
     let (ok, log, reports) = build_many(&host, 2, &[("sleep", "3")]);
@@ -188,6 +196,8 @@ fn two_concurrent_leased_builds_each_see_only_their_gpus_drm_nodes() {
         for node in &want {
             assert!(r.manifest.devices.contains(node), "{name}: {r:?}");
         }
+        let alias = r.nodes.iter().any(|n| n == "/dev/render-alias");
+        assert_eq!(alias, gpu[0] == 1, "{name} on nvidia{}: {r:?}", gpu[0]);
         leased.push((gpu[0], r.start, r.end));
     }
     leased.sort_by_key(|l| l.0);

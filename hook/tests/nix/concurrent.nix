@@ -35,7 +35,7 @@ let
             set -u
             {
               echo "start $(date +%s.%N)"
-              for d in /dev/nvidia* /dev/nvidia-caps/* /dev/dri/*; do
+              for d in /dev/nvidia* /dev/nvidia-caps/* /dev/dri/* /dev/render-alias; do
                 if [ -c "$d" ]; then echo "char $d"; fi
               done
               ${report.manifest}
