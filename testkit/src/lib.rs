@@ -399,3 +399,15 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 pub fn cc(args: &[&str]) -> Output {
     run_ok(Command::new("cc").args(args))
 }
+
+/// The write end of a pipe whose read end is closed already: a write to it fails with EPIPE
+/// (for tests that a closed stdout or stderr ends a program quietly).
+pub fn closed_pipe() -> std::process::Stdio {
+    let mut reader = std::process::Command::new("true")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let write_end = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    write_end.into()
+}

@@ -982,17 +982,6 @@ fn a_hook_under_a_wrapper_that_does_not_exec_it_takes_no_lease() {
     assert_eq!(leases(), 1);
 }
 
-/// The write end of a pipe whose read end is closed already: a write to it fails with EPIPE.
-fn closed_pipe() -> std::process::Stdio {
-    let mut reader = Command::new("true")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let write_end = reader.stdin.take().unwrap();
-    reader.wait().unwrap();
-    write_end.into()
-}
-
 /// Issue 49: `explain` and `check-config` printed with `println!`, which panics on a closed
 /// stdout (the hook ignores SIGPIPE). They end quietly with the status they would have had,
 /// and a log line to a closed stderr is dropped.
@@ -1020,7 +1009,7 @@ fn a_closed_stdout_or_stderr_ends_explain_and_check_config_quietly() {
     for (args, code) in cases {
         let out = Command::new(HOOK)
             .args(args)
-            .stdout(closed_pipe())
+            .stdout(cuda_sandbox_testkit::closed_pipe())
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
@@ -1031,8 +1020,8 @@ fn a_closed_stdout_or_stderr_ends_explain_and_check_config_quietly() {
         );
         let both = Command::new(HOOK)
             .args(args)
-            .stdout(closed_pipe())
-            .stderr(closed_pipe())
+            .stdout(cuda_sandbox_testkit::closed_pipe())
+            .stderr(cuda_sandbox_testkit::closed_pipe())
             .status()
             .unwrap();
         assert_eq!(

@@ -520,17 +520,6 @@ fn jax_plugin_wheels_are_read_whole_with_no_runtime_in_them_and_sm_90a_echoed() 
     }
 }
 
-/// The write end of a pipe whose read end is closed already: a write to it fails with EPIPE.
-fn closed_pipe() -> std::process::Stdio {
-    let mut reader = Command::new("true")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let write_end = reader.stdin.take().unwrap();
-    reader.wait().unwrap();
-    write_end.into()
-}
-
 /// Issue 49: `lint … | true` panicked ("failed printing to stdout: Broken pipe"). A closed
 /// stdout or stderr now ends the process quietly with the status it would have had, for
 /// `lint` (text and JSON) and for a check run (libtest-mimic's output).
@@ -596,7 +585,7 @@ fn a_closed_stdout_or_stderr_ends_quietly_with_the_status_it_would_have_had() {
     for (args, code) in cases {
         let closed_out = Command::new(RUNNER)
             .args(args)
-            .stdout(closed_pipe())
+            .stdout(cuda_sandbox_testkit::closed_pipe())
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&closed_out.stderr);
@@ -604,8 +593,8 @@ fn a_closed_stdout_or_stderr_ends_quietly_with_the_status_it_would_have_had() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         let both = Command::new(RUNNER)
             .args(args)
-            .stdout(closed_pipe())
-            .stderr(closed_pipe())
+            .stdout(cuda_sandbox_testkit::closed_pipe())
+            .stderr(cuda_sandbox_testkit::closed_pipe())
             .status()
             .unwrap();
         assert_eq!(
