@@ -159,8 +159,9 @@ impl Checked {
             return true;
         }
         // The builders recorded are the build's outermost inits: every process of the build
-        // descends from one of them, so with all of them gone the build has ended. The holder's children are not looked at again: its next
-        // build's builder is one of them for a moment, and the lease would latch onto it.
+        // descends from one of them, so with all of them gone the build has ended. The
+        // holder's children are not looked at again: its next build's builder is one of them
+        // for a moment, and the lease would latch onto it.
         if !r.builders.is_empty() {
             return false;
         }
