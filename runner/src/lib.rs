@@ -21,6 +21,7 @@ pub mod checks;
 mod cuda;
 pub mod facts;
 pub mod harness;
+pub mod options;
 pub mod output;
 pub mod pretty_json;
 pub mod report;

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use cuda_sandbox_check::check::RunsWhen;
-use cuda_sandbox_check::checks::options::{Cli, LintCli};
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::facts::container_binds::{self, ContainerBindsCli};
@@ -16,6 +15,7 @@ use cuda_sandbox_check::facts::expectations::ManifestState;
 use cuda_sandbox_check::facts::features::{self, FeaturesCli};
 use cuda_sandbox_check::facts::inventory::{self, InventoryCli};
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
+use cuda_sandbox_check::options::{Cli, LintCli};
 use cuda_sandbox_check::output;
 use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::check::Outcome;
-use crate::checks::options::{ExpectDriver, Options};
 use crate::facts::expectations::ManifestState;
+use crate::options::{ExpectDriver, Options};
 
 /// Bumped when a field changes meaning or disappears.
 pub(crate) const REPORT_FORMAT: u32 = 1;

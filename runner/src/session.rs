@@ -3,7 +3,6 @@
 
 use std::sync::OnceLock;
 
-use crate::checks::options::Options;
 use crate::cuda::cudart::{CudartError, Runtime};
 use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, DriverError, LoadError, LIBCUDA};
@@ -13,6 +12,7 @@ use crate::facts::amd_nodes::AmdNodes;
 use crate::facts::expectations::ManifestState;
 use crate::facts::package_under_test::{PackageError, PackageUnderTest};
 use crate::facts::zluda::Zluda;
+use crate::options::Options;
 
 /// Why a check cannot use the driver or the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,12 +8,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check::{facts_of, Outcome};
-use crate::checks::options::ExpectDriver;
 use crate::cuda::result::CUDA_ERROR_NO_DEVICE;
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::expectations;
 use crate::facts::zluda::Zluda;
+use crate::options::ExpectDriver;
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
 

@@ -8,12 +8,12 @@ use cuda_sandbox_manifest::DriverKind;
 use serde_json::json;
 
 use crate::check::Outcome;
-use crate::checks::options::LintOptions;
 use crate::facts;
 use crate::facts::elf_lint::{self, LintConfig};
 use crate::facts::expectations::ManifestState;
 use crate::facts::gpu_code::Target;
 use crate::facts::zluda_code;
+use crate::options::LintOptions;
 use crate::session::Session;
 
 /// `--target` without a driver CUDA version to judge PTX by (no `--driver-cuda`, no manifest).

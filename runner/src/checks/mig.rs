@@ -15,8 +15,8 @@ use cuda_sandbox_manifest::MigInstance;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{facts_of, Outcome};
-use crate::checks::nvml::{self, find_mig, NvmlDevice};
 use crate::cuda::devices::CudaDevice;
+use crate::facts::nvml::{self, find_mig, NvmlDevice};
 use crate::session::Session;
 
 /// What `mig::instance` reports (the report's `facts`).

@@ -13,7 +13,6 @@ pub mod kernel;
 pub mod lint;
 pub mod mig;
 pub mod nvml;
-pub mod options;
 pub mod package;
 pub mod package_driver;
 pub mod runtime;
@@ -197,6 +196,32 @@ mod tests {
         let all = names(true, true, false);
         assert_eq!(all.len(), CHECKS.len() - 1);
         assert!(all.contains(&"lint::elf") && all.contains(&"package::driver"));
+    }
+
+    /// The layers point one way: the checks read the session, the options and the facts;
+    /// none of those (nor the driver wrapper) names a check.
+    #[test]
+    fn nothing_below_the_checks_imports_them() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![
+            src.join("options.rs"),
+            src.join("session.rs"),
+            src.join("check.rs"),
+        ];
+        for dir in ["facts", "cuda"] {
+            for entry in std::fs::read_dir(src.join(dir)).unwrap() {
+                files.push(entry.unwrap().path());
+            }
+        }
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let mut code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+            assert!(
+                !code.any(|line| line.contains("crate::checks")),
+                "{} imports a check: move what it needs below the checks",
+                file.display()
+            );
+        }
     }
 
     #[test]

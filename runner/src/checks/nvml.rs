@@ -2,72 +2,18 @@
 //! kernel driver version tells whether the loaded libcuda is a cuda_compat one; both must
 //! match the hook's manifest when there is one.
 
-use std::ffi::OsStr;
-
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Nvml;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check::{facts_of, Outcome};
-use crate::checks::options::ExpectDriver;
 use crate::cuda::devices::CudaDevice;
 use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
 use crate::facts;
-use crate::facts::access::Access;
-use crate::facts::nvml_mig::{self, GpuMig, NvmlMigDevice, LIBNVIDIA_ML};
+use crate::facts::nvml::{devices, explain, find_mig, load, NvmlDevice, LIBNVIDIA_ML};
+use crate::options::ExpectDriver;
 use crate::session::Session;
 use cuda_sandbox_manifest::DriverKind;
-
-/// One GPU as NVML sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NvmlDevice {
-    /// Its product name.
-    pub(crate) name: String,
-    /// Its UUID (`GPU-…`), by which it is matched with CUDA's device.
-    pub(crate) uuid: String,
-    /// `major.minor`, when NVML gives it.
-    pub(crate) compute_capability: Option<String>,
-    /// Its MIG mode, `/dev/nvidiaN` minor and MIG devices.
-    #[serde(default)]
-    pub(crate) mig: GpuMig,
-}
-
-impl NvmlDevice {
-    /// Whether NVML says the GPU is in MIG mode (CUDA then sees its MIG instances, not it).
-    pub(crate) fn in_mig_mode(&self) -> bool {
-        self.mig.mig_mode == Some(true)
-    }
-}
-
-/// A MIG device NVML lists, with its parent GPU.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MigMatch<'a> {
-    /// The parent GPU.
-    pub parent: &'a NvmlDevice,
-    /// The MIG device.
-    pub mig: &'a NvmlMigDevice,
-}
-
-/// The MIG device whose UUID is `mig_uuid` (`MIG-…`), under any GPU in MIG mode.
-pub(crate) fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
-    devices
-        .iter()
-        .filter(|d| d.in_mig_mode())
-        .find_map(|parent| {
-            parent
-                .mig
-                .mig_devices
-                .iter()
-                .find(|m| m.uuid == mig_uuid)
-                .map(|mig| MigMatch { parent, mig })
-        })
-}
-
-/// Loads and initialises NVML by [`LIBNVIDIA_ML`], as the loader finds it.
-pub(crate) fn load() -> Result<Nvml, NvmlError> {
-    Nvml::builder().lib_path(OsStr::new(LIBNVIDIA_ML)).init()
-}
 
 /// What `nvml::consistency` reports once NVML answers with the kernel driver's version (the
 /// report's `facts`).
@@ -96,40 +42,6 @@ pub struct ConsistencyFacts {
     /// `name uuid` of each GPU NVML and CUDA agree on: only when the check passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<Vec<String>>,
-}
-
-/// One line for an NVML failure: cause and fix.
-pub(crate) fn explain(error: &NvmlError, access: &Access) -> String {
-    match error {
-        NvmlError::DriverNotLoaded => format!(
-            "NVML cannot reach the NVIDIA kernel driver ({error}): {}",
-            access.explain_no_gpu()
-        ),
-        NvmlError::LibloadingError(_) | NvmlError::FailedToLoadSymbol(_) => format!(
-            "{LIBNVIDIA_ML} is not usable ({error}): expose the driver's libnvidia-ml.so.1 next to \
-             libcuda.so.1"
-        ),
-        other => format!("NVML failed: {other}"),
-    }
-}
-
-/// Every GPU NVML lists, with what it says about MIG on each.
-pub(crate) fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
-    let count = nvml.device_count()?;
-    (0..count)
-        .map(|index| {
-            let device = nvml.device_by_index(index)?;
-            Ok(NvmlDevice {
-                name: device.name()?,
-                uuid: device.uuid()?,
-                compute_capability: device
-                    .cuda_compute_capability()
-                    .ok()
-                    .map(|cc| format!("{}.{}", cc.major, cc.minor)),
-                mig: nvml_mig::query(&device),
-            })
-        })
-        .collect()
 }
 
 /// Runs `nvml::consistency`.

@@ -24,7 +24,7 @@ use cuda_sandbox_manifest::inventory::{
     self, Bdf, Inventory, InventoryGpu, INVENTORY_MAX_GPUS, INVENTORY_PATH,
 };
 
-use crate::checks::nvml;
+use crate::facts::nvml;
 use crate::output;
 
 /// `cuda-sandbox-check inventory`.

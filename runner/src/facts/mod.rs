@@ -18,7 +18,7 @@ pub mod inventory;
 pub mod lint_report;
 pub(crate) mod mixing;
 pub mod module_images;
-pub(crate) mod nvml_mig;
+pub(crate) mod nvml;
 pub(crate) mod package_under_test;
 pub(crate) mod provenance;
 pub mod runtime_scan;

@@ -1,6 +1,6 @@
-//! NVML's view of MIG for one GPU: its MIG mode, its `/dev/nvidiaN` minor and its MIG devices
-//! (one per compute instance, each with its own `MIG-…` UUID, GPU instance ID and compute
-//! instance ID).
+//! NVML's view of the GPUs ([`devices`]): each one's name, UUID and capability, and its MIG
+//! mode, `/dev/nvidiaN` minor and MIG devices (one per compute instance, each with its own
+//! `MIG-…` UUID, GPU instance ID and compute instance ID).
 //!
 //! `nvml-wrapper` 0.11 wraps `nvmlDeviceGetMigMode` and `nvmlDeviceGetMinorNumber` but not
 //! the MIG device handles, so those calls (`nvmlDeviceGetMaxMigDeviceCount`,
@@ -11,10 +11,13 @@
 //! the library `nvml-wrapper` already initialised), with the signatures of NVIDIA's NVML
 //! reference.
 
-use std::ffi::{c_char, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_uint, c_void, CStr, OsStr};
 
-use nvml_wrapper::Device;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
 use serde::{Deserialize, Serialize};
+
+use crate::facts::access::Access;
 
 /// The name NVML is loaded by, so the loader's normal search applies as for libcuda.
 pub(crate) const LIBNVIDIA_ML: &str = "libnvidia-ml.so.1";
@@ -213,4 +216,88 @@ pub(crate) fn query(device: &Device<'_>) -> GpuMig {
         }
     }
     gpu
+}
+
+/// One GPU as NVML sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NvmlDevice {
+    /// Its product name.
+    pub(crate) name: String,
+    /// Its UUID (`GPU-…`), by which it is matched with CUDA's device.
+    pub(crate) uuid: String,
+    /// `major.minor`, when NVML gives it.
+    pub(crate) compute_capability: Option<String>,
+    /// Its MIG mode, `/dev/nvidiaN` minor and MIG devices.
+    #[serde(default)]
+    pub(crate) mig: GpuMig,
+}
+
+impl NvmlDevice {
+    /// Whether NVML says the GPU is in MIG mode (CUDA then sees its MIG instances, not it).
+    pub(crate) fn in_mig_mode(&self) -> bool {
+        self.mig.mig_mode == Some(true)
+    }
+}
+
+/// A MIG device NVML lists, with its parent GPU.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MigMatch<'a> {
+    /// The parent GPU.
+    pub parent: &'a NvmlDevice,
+    /// The MIG device.
+    pub mig: &'a NvmlMigDevice,
+}
+
+/// The MIG device whose UUID is `mig_uuid` (`MIG-…`), under any GPU in MIG mode.
+pub(crate) fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
+    devices
+        .iter()
+        .filter(|d| d.in_mig_mode())
+        .find_map(|parent| {
+            parent
+                .mig
+                .mig_devices
+                .iter()
+                .find(|m| m.uuid == mig_uuid)
+                .map(|mig| MigMatch { parent, mig })
+        })
+}
+
+/// Loads and initialises NVML by [`LIBNVIDIA_ML`], as the loader finds it.
+pub(crate) fn load() -> Result<Nvml, NvmlError> {
+    Nvml::builder().lib_path(OsStr::new(LIBNVIDIA_ML)).init()
+}
+
+/// One line for an NVML failure: cause and fix.
+pub(crate) fn explain(error: &NvmlError, access: &Access) -> String {
+    match error {
+        NvmlError::DriverNotLoaded => format!(
+            "NVML cannot reach the NVIDIA kernel driver ({error}): {}",
+            access.explain_no_gpu()
+        ),
+        NvmlError::LibloadingError(_) | NvmlError::FailedToLoadSymbol(_) => format!(
+            "{LIBNVIDIA_ML} is not usable ({error}): expose the driver's libnvidia-ml.so.1 next to \
+             libcuda.so.1"
+        ),
+        other => format!("NVML failed: {other}"),
+    }
+}
+
+/// Every GPU NVML lists, with what it says about MIG on each.
+pub(crate) fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
+    let count = nvml.device_count()?;
+    (0..count)
+        .map(|index| {
+            let device = nvml.device_by_index(index)?;
+            Ok(NvmlDevice {
+                name: device.name()?,
+                uuid: device.uuid()?,
+                compute_capability: device
+                    .cuda_compute_capability()
+                    .ok()
+                    .map(|cc| format!("{}.{}", cc.major, cc.minor)),
+                mig: query(&device),
+            })
+        })
+        .collect()
 }
