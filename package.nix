@@ -48,6 +48,7 @@ let
           "Cargo.lock"
           "hook"
           "elfkit"
+          "cuda-facts"
           "runner"
           "manifest"
           "testkit"

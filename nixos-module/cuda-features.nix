@@ -1,5 +1,5 @@
 # The fleet's `cuda-sm-*` system features, computed in Nix from the project's own capability
-# table (../elfkit/src/fatbin/gpus.txt, the one the runner's `cuda-sandbox-check features`
+# table (../cuda-facts/src/gpus.txt, the one the runner's `cuda-sandbox-check features`
 # reads), for a Nixpkgs whose `_cuda.lib` has no `getCudaSystemFeatures` yet. Written here from
 # the convention's rules, no Nixpkgs code: for each GPU of capability X.Y, over the forms the
 # table's `nixpkgs` column lists (what Nixpkgs' `_cuda.db` holds at the commit of its
@@ -8,7 +8,7 @@
 # union. A feature is `cuda-sm-` and the capability without its dot (`cuda-sm-90a`).
 { lib }:
 let
-  lines = lib.splitString "\n" (builtins.readFile ../elfkit/src/fatbin/gpus.txt);
+  lines = lib.splitString "\n" (builtins.readFile ../cuda-facts/src/gpus.txt);
 
   # Rows are `X.Y | name | jetson | first | a | f | until | nixpkgs | source`.
   rows = map (

@@ -16,8 +16,8 @@
 //! here too ([`device_minor`], [`pci_id`]), so the writer and the reader read them alike.
 //! [`Inventory::parse`] is linear in the input and refuses more than [`INVENTORY_MAX_BYTES`].
 
-use cuda_sandbox_elfkit::fatbin::features::parse_gpu;
-use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_cuda_facts::features::parse_gpu;
+use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Where `cuda-sandbox-check inventory` writes by default: [`INVENTORY_FILE`] in the hook's

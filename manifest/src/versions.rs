@@ -1,8 +1,8 @@
 //! CUDA version numbers and the driver branch → CUDA lookups, shared by the hook (which
 //! chooses a driver by them) and the runner (which checks the loaded one); the branch table
-//! itself is elfkit's `fatbin::releases` (docs/architecture.md, driver facts).
+//! itself is `cuda_sandbox_cuda_facts::releases` (docs/architecture.md, driver facts).
 
-use cuda_sandbox_elfkit::fatbin::releases;
+use cuda_sandbox_cuda_facts::releases;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -64,7 +64,7 @@ impl<'de> Deserialize<'de> for CudaVersion {
 
 /// The CUDA version a driver branch provides (e.g. 535 → 12.2): the newest known branch at or
 /// below it. `None` for branches older than 470, or newer than the table knows. The table is
-/// elfkit's (`fatbin::releases`, with its sources), the one place for it.
+/// `cuda_sandbox_cuda_facts::releases` (with its sources), the one place for it.
 pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
     releases::cuda_for_branch(branch).map(CudaVersion)
 }

@@ -18,19 +18,21 @@
 //! or hostile file gives a [`FatbinError`], in time linear in its size and memory bounded by
 //! the number of entry headers it really holds.
 
-pub mod features;
-pub mod gpus;
 pub mod image;
 pub mod locate;
 mod name;
 pub mod parse;
 pub mod payload;
-pub mod releases;
 pub mod rules;
 pub mod sections;
 pub mod strings;
-pub mod table;
 pub mod verdict;
+
+// The CUDA facts the rules apply (the GPU and release tables, capabilities, architectures,
+// the `cuda-sm-*` features) are their own crate; here under the names the readers use.
+pub use cuda_sandbox_cuda_facts::{
+    features, gpus, release, releases, table, Arch, Capability, CudaEncoded, ValueError, Variant,
+};
 
 use name::ShortName;
 use serde::Serialize;
@@ -38,15 +40,6 @@ use std::fmt;
 
 pub use locate::{read_file, read_gpu_code, read_gpu_code_and_strings};
 pub use payload::payload;
-
-/// A CUDA version in the driver API's encoding: `1000 * major + 10 * minor` (12.2 is 12020), as
-/// `cuDriverGetVersion` returns it.
-pub type CudaEncoded = i32;
-
-/// `12.8` for 12080.
-pub fn release(v: CudaEncoded) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
-}
 
 /// What an entry of a container holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -90,165 +83,6 @@ impl EntryKind {
             EntryKind::NvvmIr => Some("nvvm-ir"),
             EntryKind::Other(_) => None,
         }
-    }
-}
-
-/// The arch-specific and family-specific variants of an architecture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Variant {
-    /// `sm_90`: forward compatible within its major version (SASS) or upwards (PTX).
-    Plain,
-    /// `sm_90a`: only on exactly that compute capability.
-    ArchSpecific,
-    /// `sm_100f`: within its family (same major, minor at least its own).
-    Family,
-}
-
-impl Variant {
-    /// The suffix NVIDIA's tools write: ``, `a`, `f`.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Variant::Plain => "",
-            Variant::ArchSpecific => "a",
-            Variant::Family => "f",
-        }
-    }
-}
-
-/// Why a compute capability, an architecture or a driver version written as text was refused;
-/// each holds the text and renders as one line saying how to write it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ValueError {
-    /// Not a compute capability ([`Capability::parse`]).
-    #[error("bad compute capability {0:?}: write 9.0, 90 or sm_90")]
-    Capability(String),
-    /// Not an architecture ([`Arch::parse`]).
-    #[error("bad architecture {0:?}: write sm_90, sm_90a or 9.0")]
-    Arch(String),
-    /// Not a driver version ([`rules::DriverVersion::parse`]).
-    #[error("bad driver version {0:?}: write 550.54.14")]
-    DriverVersion(String),
-}
-
-/// A compute capability, as `major.minor` (9.0) or the `sm_90` number (90).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Capability {
-    /// 9 for 9.0.
-    pub major: u32,
-    /// 0 for 9.0.
-    pub minor: u32,
-}
-
-impl Capability {
-    /// The capability of an `sm_XY` number: 90 → 9.0, 121 → 12.1.
-    pub fn from_sm(number: u32) -> Capability {
-        Capability {
-            major: number / 10,
-            minor: number % 10,
-        }
-    }
-
-    /// The `sm_XY` number: 9.0 → 90.
-    pub fn sm(self) -> u32 {
-        self.major * 10 + self.minor
-    }
-
-    /// Parses `9.0`, `90`, `sm_90` or `compute_90` (no variant suffix).
-    pub fn parse(text: &str) -> Result<Capability, ValueError> {
-        let bad = || ValueError::Capability(text.to_owned());
-        let t = text.trim();
-        if let Some((major, minor)) = t.split_once('.') {
-            let major = major.parse().map_err(|_| bad())?;
-            let minor: u32 = minor.parse().map_err(|_| bad())?;
-            if minor > 9 {
-                return Err(bad());
-            }
-            return Ok(Capability { major, minor });
-        }
-        let digits = t
-            .strip_prefix("sm_")
-            .or_else(|| t.strip_prefix("compute_"))
-            .unwrap_or(t);
-        let number: u32 = digits.parse().map_err(|_| bad())?;
-        if !(10..1000).contains(&number) {
-            return Err(bad());
-        }
-        Ok(Capability::from_sm(number))
-    }
-}
-
-impl fmt::Display for Capability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
-
-impl Capability {
-    /// `9.0`, as [`fmt::Display`] writes it, without allocating.
-    fn short_name(self) -> ShortName {
-        ShortName::new()
-            .number(self.major)
-            .text(".")
-            .number(self.minor)
-    }
-}
-
-impl Serialize for Capability {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.short_name().as_str())
-    }
-}
-
-/// The architecture an entry was built for: `sm_90a` is 9.0, arch-specific.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Arch {
-    /// The compute capability.
-    pub capability: Capability,
-    /// Plain, 'a' or 'f'.
-    pub variant: Variant,
-}
-
-impl Arch {
-    /// `sm_90a`, as NVIDIA's tools name a real architecture.
-    pub fn sm_name(self) -> String {
-        format!("sm_{}{}", self.capability.sm(), self.variant.suffix())
-    }
-
-    /// `compute_90a`, as NVIDIA's tools name a virtual architecture (PTX).
-    pub fn compute_name(self) -> String {
-        format!("compute_{}{}", self.capability.sm(), self.variant.suffix())
-    }
-
-    /// Parses `sm_90a`, `compute_100f`, `90`, `9.0`.
-    pub fn parse(text: &str) -> Result<Arch, ValueError> {
-        let t = text.trim();
-        let (body, variant) = match t.as_bytes().last() {
-            Some(b'a') => (&t[..t.len() - 1], Variant::ArchSpecific),
-            Some(b'f') => (&t[..t.len() - 1], Variant::Family),
-            _ => (t, Variant::Plain),
-        };
-        Ok(Arch {
-            capability: Capability::parse(body).map_err(|_| ValueError::Arch(text.to_owned()))?,
-            variant,
-        })
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.sm_name())
-    }
-}
-
-impl Serialize for Arch {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // `sm_name()` without allocating.
-        let name = ShortName::new()
-            .text("sm_")
-            .number(self.capability.sm())
-            .text(self.variant.suffix());
-        s.serialize_str(name.as_str())
     }
 }
 
@@ -512,37 +346,5 @@ impl GpuCode {
         self.containers
             .iter()
             .filter(|c| !matches!(c.origin, Origin::Scan(_)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn capabilities_and_architectures_parse_or_say_how_to_write_them() {
-        assert_eq!(Capability::parse("sm_90"), Ok(Capability::from_sm(90)));
-        assert_eq!(Capability::parse(" 12.1 "), Ok(Capability::from_sm(121)));
-        for bad in ["9.10", "nine", "5", "sm_90a", ""] {
-            assert_eq!(
-                Capability::parse(bad),
-                Err(ValueError::Capability(bad.into()))
-            );
-        }
-        assert_eq!(
-            Arch::parse("compute_100f").map(Arch::sm_name),
-            Ok("sm_100f".into())
-        );
-        for bad in ["sm_9x", "a", "9.0b"] {
-            assert_eq!(Arch::parse(bad), Err(ValueError::Arch(bad.into())));
-        }
-        assert_eq!(
-            ValueError::Capability("nine".into()).to_string(),
-            r#"bad compute capability "nine": write 9.0, 90 or sm_90"#
-        );
-        assert_eq!(
-            ValueError::Arch("a".into()).to_string(),
-            r#"bad architecture "a": write sm_90, sm_90a or 9.0"#
-        );
     }
 }

@@ -1,6 +1,6 @@
 //! The rules' data held to NVIDIA's ptxas, each release `scripts/nvidia-userspace` fetches
 //! (11.7, 11.8, 12.0, 12.6, 12.8, 12.9, 13.0, 13.3, 13.4, 13.5; PyPI wheels):
-//! - the architecture table (`elfkit/src/fatbin/gpus.txt`): each architecture's first release
+//! - the architecture table (`cuda-facts/src/gpus.txt`): each architecture's first release
 //!   is the first of these whose `ptxas --help` lists it (ptxas accepting an architecture
 //!   stands in for the driver of that release driving it), its 'a' and 'f' variants likewise,
 //!   and the newest ptxas lists no architecture the table lacks;

@@ -2,7 +2,7 @@
 //! compute capability with the first CUDA release whose driver drives it, the releases that
 //! added its 'a' and 'f' variants, the last release that drives it under that name, and the
 //! row's source, and the forms of it that Nixpkgs' CUDA capability database holds at the
-//! Nixpkgs commit the table names. The loading rules ([`super::rules`]) and the fleet's
+//! Nixpkgs commit the table names. The loading rules (elfkit's `fatbin::rules`) and the fleet's
 //! `cuda-sm-*` features ([`super::features`]) read the same rows.
 //!
 //! The first ptxas that accepts an architecture stands in for the first driver that drives
@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn bad_rows_are_refused_with_their_line() {
-        use crate::fatbin::ValueError;
+        use crate::ValueError;
         let line = |line: usize, fault: TableFault| TableError::Line {
             table: "gpus.txt",
             line,

@@ -2,7 +2,7 @@
 //! beside this file (with its sources). The one place for both: the hook chooses a driver by
 //! the branches, the runner reads `--driver-cuda` and `--driver` by them, and messages name
 //! the first release at or above what a file needs ([`first_release_at_or_above`]), while
-//! the ISA table ([`super::rules::PTX_ISA_RELEASES`]) stays as NVIDIA wrote it.
+//! the ISA table (elfkit's `fatbin::rules::PTX_ISA_RELEASES`) stays as NVIDIA wrote it.
 
 use std::sync::OnceLock;
 
