@@ -3,64 +3,8 @@
 //! itself is `cuda_sandbox_cuda_facts::releases` (docs/architecture.md, driver facts).
 
 use cuda_sandbox_cuda_facts::releases;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::fmt;
 
-/// A CUDA version as the driver API encodes it: `1000 * major + 10 * minor` (`12020` is 12.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CudaVersion(pub i32);
-
-impl CudaVersion {
-    /// Parses `12.2`, `13` (a major version) or the encoded `12020`.
-    pub fn parse(text: &str) -> Result<CudaVersion, String> {
-        let bad = || format!("bad CUDA version {text:?}: write 12.2 or 12020");
-        let text = text.trim();
-        let value = match text.split_once('.') {
-            Some((major, minor)) => {
-                let major: i32 = major.parse().map_err(|_| bad())?;
-                let minor: i32 = minor.parse().map_err(|_| bad())?;
-                if !(0..100).contains(&minor) || !(0..1000).contains(&major) {
-                    return Err(bad());
-                }
-                1000 * major + 10 * minor
-            }
-            None => match text.parse::<i32>().map_err(|_| bad())? {
-                major @ 1..=999 => 1000 * major,
-                encoded => encoded,
-            },
-        };
-        if value <= 0 {
-            return Err(bad());
-        }
-        Ok(CudaVersion(value))
-    }
-
-    /// The major version (`12` for 12.2): runtimes of a newer major need a newer driver.
-    pub fn major(self) -> i32 {
-        self.0 / 1000
-    }
-}
-
-impl fmt::Display for CudaVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.0 / 1000, (self.0 % 1000) / 10)
-    }
-}
-
-impl Serialize for CudaVersion {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-/// Read from the text [`CudaVersion::parse`] reads (the manifest writes `"12.2"`); anything
-/// else is an error that quotes it.
-impl<'de> Deserialize<'de> for CudaVersion {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        CudaVersion::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
+pub use cuda_sandbox_cuda_facts::CudaVersion;
 
 /// The CUDA version a driver branch provides (e.g. 535 → 12.2): the newest known branch at or
 /// below it. `None` for branches older than 470, or newer than the table knows. The table is
@@ -120,30 +64,6 @@ mod tests {
         assert_eq!(branch_for_cuda(CudaVersion(12040)), Some(550));
         assert_eq!(branch_for_cuda(CudaVersion(12070)), Some(565));
         assert_eq!(branch_for_cuda(CudaVersion(10000)), None);
-    }
-
-    #[test]
-    fn versions_parse_and_print_both_ways() {
-        assert_eq!(CudaVersion::parse("12.2"), Ok(CudaVersion(12020)));
-        assert_eq!(CudaVersion::parse("11040"), Ok(CudaVersion(11040)));
-        assert_eq!(CudaVersion::parse("13"), Ok(CudaVersion(13000)));
-        assert!(CudaVersion::parse("12.x").is_err());
-        assert!(CudaVersion::parse("0").is_err());
-        assert_eq!(CudaVersion(12090).to_string(), "12.9");
-        assert_eq!(CudaVersion(12020).major(), 12);
-    }
-
-    #[test]
-    fn versions_are_json_strings_both_ways() {
-        assert_eq!(
-            serde_json::to_string(&CudaVersion(12020)).unwrap(),
-            "\"12.2\""
-        );
-        let v: CudaVersion = serde_json::from_str("\"12.2\"").unwrap();
-        assert_eq!(v, CudaVersion(12020));
-        let e = serde_json::from_str::<CudaVersion>("\"twelve\"").unwrap_err();
-        assert!(e.to_string().contains("bad CUDA version \"twelve\""), "{e}");
-        assert!(serde_json::from_str::<CudaVersion>("12020").is_err());
     }
 
     #[test]
