@@ -13,22 +13,13 @@ use cuda_sandbox_elfkit::fatbin::features::{self, Required};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-mod aterm_fd;
 mod failure;
 
-pub use aterm_fd::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 use failure::Prefixed;
 pub use failure::RequestFailure;
 
 /// Environment variable in which some Nix variants pass the derivation as JSON.
 pub(crate) const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
-
-/// Environment variable naming an open file descriptor from which the derivation can be read:
-/// its ATerm, or JSON read like [`DERIVATION_ENV`] (the derivation, or NixOS/nix#16413's record
-/// holding it). The hook's own name, for a Nix that names a descriptor: #16413 (not merged)
-/// `dup2`s its record onto standard input in the revision under review, which the hook never
-/// reads, and its reviewers ask for a descriptor named in the environment.
-pub(crate) const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
 
 /// The process environment the hook reads, read once by the caller (`main`) and passed in:
 /// no other code reads an environment variable.
@@ -36,8 +27,6 @@ pub(crate) const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
 pub struct Environment {
     /// [`DERIVATION_ENV`]: the derivation as JSON.
     pub(crate) derivation_json: Option<OsString>,
-    /// [`ATERM_FD_ENV`]: a descriptor holding the derivation.
-    pub(crate) aterm_fd: Option<OsString>,
     /// [`config::CONFIG_ENV`]: the configuration file to use.
     pub config: Option<OsString>,
     /// `PATH`, where `exec` finds its command.
@@ -49,7 +38,6 @@ impl Environment {
     pub fn of_process() -> Environment {
         Environment {
             derivation_json: std::env::var_os(DERIVATION_ENV),
-            aterm_fd: std::env::var_os(ATERM_FD_ENV),
             config: std::env::var_os(config::CONFIG_ENV),
             path: std::env::var_os("PATH"),
         }
@@ -107,8 +95,8 @@ pub(crate) enum Verdict {
 pub(crate) struct Input<'a> {
     /// The `.drv` path (as Nix passes it, or as given to `explain`/`exec`).
     pub drv: Option<&'a Path>,
-    /// The environment: the derivation as JSON or on a descriptor when the `.drv` is absent,
-    /// and the configuration file.
+    /// The environment: the derivation as JSON when the `.drv` is absent, and the
+    /// configuration file.
     pub env: &'a Environment,
     /// Features added by the caller (`--features`).
     pub extra_features: &'a [String],
@@ -246,13 +234,10 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         return req;
     };
     // The file first; on a remote builder, where it is absent, what Nix passed instead.
-    match read_drv(drv_path, input.env.aterm_fd.as_deref()) {
-        Ok((bytes, Some(from))) if bytes.trim_ascii_start().starts_with(b"{") => {
-            req.with_json_derivation(&bytes, from, &name, input);
-        }
-        Ok((bytes, from)) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()) {
+    match std::fs::read(drv_path) {
+        Ok(bytes) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()) {
             Ok(attrs) => req.with_attrs(attrs, input),
-            Err(e) => req.unusable(&bytes, &name, from, &e),
+            Err(e) => req.unusable(&bytes, &name, None, &e),
         },
         Err(e) => match &input.env.derivation_json {
             Some(json) => {
@@ -262,31 +247,6 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         },
     }
     req
-}
-
-/// The derivation's bytes: the `.drv` file, else the descriptor named by `aterm_fd`
-/// ([`ATERM_FD_ENV`], read by [`read_aterm_fd`]), with `Some(ATERM_FD_ENV)` saying they came
-/// from there.
-fn read_drv(
-    drv_path: &Path,
-    aterm_fd: Option<&std::ffi::OsStr>,
-) -> std::io::Result<(Vec<u8>, Option<&'static str>)> {
-    let file_error = match std::fs::read(drv_path) {
-        Ok(bytes) => return Ok((bytes, None)),
-        Err(e) => e,
-    };
-    let Some(fd) = aterm_fd else {
-        return Err(file_error);
-    };
-    let fd = fd.to_string_lossy().into_owned();
-    read_aterm_fd(&fd, &ATERM_FD_LIMITS)
-        .map(|bytes| (bytes, Some(ATERM_FD_ENV)))
-        .map_err(|why| {
-            std::io::Error::new(
-                file_error.kind(),
-                format!("{file_error}; and {ATERM_FD_ENV}={fd}: {why}"),
-            )
-        })
 }
 
 impl Request {

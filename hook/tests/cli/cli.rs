@@ -127,62 +127,6 @@ fn derivation_json_from_the_environment_is_used_when_the_drv_is_absent() {
     );
 }
 
-/// Upstream Nix's proposed protocol (NixOS/nix#16413): the `.drv` path does not exist on the
-/// builder, the ATerm is readable from the descriptor named by `DRV_ATERM_FD`.
-#[test]
-fn derivation_aterm_from_drv_aterm_fd_is_used_when_the_drv_is_absent() {
-    let (c, config) = remote_case("fail");
-    // The descriptor is opened by a shell that then execs the hook, as Nix would hand it over.
-    let run = |source: &Path, fd: &str| {
-        Command::new("sh")
-            .arg("-c")
-            .arg(r#"exec 3<"$1"; DRV_ATERM_FD="$2" exec "$0" "$3" "$4""#)
-            .arg(HOOK)
-            .arg(source)
-            .arg(fd)
-            .arg(c.path("absent.drv"))
-            .arg(c.path("chroot"))
-            .env("CUDA_SANDBOX_CONFIG", &config)
-            .output()
-            .unwrap()
-    };
-    let tagged = run(&c.drv("tagged", Some("big-parallel cuda")), "3");
-    assert!(tagged.status.success(), "{}", stderr(&tagged));
-    assert!(String::from_utf8_lossy(&tagged.stdout).contains("/run/gpu-tools="));
-
-    let untagged = run(&c.drv("untagged", Some("kvm")), "3");
-    assert!(untagged.status.success(), "{}", stderr(&untagged));
-    assert!(untagged.stdout.is_empty());
-
-    let json = c.path("drv.json");
-    std::fs::write(&json, r#" {"env":{"requiredSystemFeatures":"cuda"}}"#).unwrap();
-    let from_json = run(&json, "3");
-    assert!(from_json.status.success(), "{}", stderr(&from_json));
-    assert!(String::from_utf8_lossy(&from_json.stdout).contains("/run/gpu-tools="));
-
-    let garbled = c.path("garbled.drv");
-    std::fs::write(&garbled, "Derive([(\"out\",cuda").unwrap();
-    let broken = run(&garbled, "3");
-    assert_eq!(broken.status.code(), Some(1));
-    assert!(
-        stderr(&broken).contains("DRV_ATERM_FD: "),
-        "{}",
-        stderr(&broken)
-    );
-
-    // A descriptor that is not open, or not a number: the missing_drv policy ("fail" here)
-    // applies, and the message says why the descriptor was no help.
-    for fd in ["9", "three"] {
-        let out = run(&c.drv("unused", Some("cuda")), fd);
-        assert_eq!(out.status.code(), Some(1), "fd {fd}");
-        let err = stderr(&out);
-        assert!(
-            err.contains(&format!("DRV_ATERM_FD={fd}")) && err.contains("missing_drv = \"fail\""),
-            "{err}"
-        );
-    }
-}
-
 #[test]
 fn malformed_drv_fails_only_when_it_may_be_tagged() {
     let c = Case::new();
@@ -809,29 +753,6 @@ fn a_repeated_gpu_attribute_fails_the_build_in_every_form() {
             .unwrap();
         assert_refused_for(&out, key, text);
     }
-
-    // On `DRV_ATERM_FD`, as ATerm and as JSON.
-    let on_fd = |source: &Path| {
-        Command::new("sh")
-            .arg("-c")
-            .arg(r#"exec 3<"$1"; DRV_ATERM_FD=3 exec "$0" "$2" "$3""#)
-            .arg(HOOK)
-            .arg(source)
-            .arg(c.path("absent.drv"))
-            .arg(c.path("chroot"))
-            .env("CUDA_SANDBOX_CONFIG", &config)
-            .output()
-            .unwrap()
-    };
-    let source = drv_with_env(&c, "fd", aterm[0].1);
-    assert_refused_for(&on_fd(&source), "requiredSystemFeatures", "DRV_ATERM_FD");
-    let source = c.path("fd.json");
-    std::fs::write(&source, json[0].1).unwrap();
-    assert_refused_for(
-        &on_fd(&source),
-        "requiredSystemFeatures",
-        "DRV_ATERM_FD JSON",
-    );
 
     // `explain` says why.
     let out = Command::new(HOOK)
