@@ -21,7 +21,7 @@ use crate::plan::{
     self, closure_members, plan_manifest, Decision, Exposure, NotCarriedOut, PlannedManifest,
     Problem, ProblemKind, Skip, Skipped,
 };
-use crate::request::Request;
+use crate::request::BuildContext;
 use crate::slot::{self, Slot};
 use crate::sysfs::{self, TreeBind, TreeGuard};
 use cuda_sandbox_manifest::DriverManifest;
@@ -147,7 +147,12 @@ impl Serialize for Granted {
 /// Grants `decision`: adds the closures of its store paths, prunes nested paths, leases (or
 /// previews) its GPUs and plans the manifest. Problems met here are added after the
 /// decision's.
-pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode) -> Granted {
+pub(crate) fn act(
+    decision: Decision,
+    build: &BuildContext<'_>,
+    config: &Config,
+    mode: Mode,
+) -> Granted {
     let Decision {
         rules,
         exposures,
@@ -175,25 +180,25 @@ pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode
         driver_choice,
         ..Granted::default()
     };
-    let name = manifest_file::name_for(req.chroot.as_deref());
+    let name = manifest_file::name_for(build.chroot);
     let tree_name = sysfs::tree_name(&name);
     let tree = plan::sysfs_exposures(&sysfs_binds, tree_name, &config.runtime_dir);
     let more = !tree.is_empty();
     granted.exposures.extend(tree);
-    if add_closures(&mut granted, &closure_roots, req, config, mode) || more {
+    if add_closures(&mut granted, &closure_roots, build, config, mode) || more {
         granted.exposures =
             plan::drop_nested(std::mem::take(&mut granted.exposures), &mut granted.skipped);
     }
     if let (true, Some(demand)) = (granted.problems.is_empty(), &gpu_demand) {
-        lease(&mut granted, demand, req, config, mode);
+        lease(&mut granted, demand, build, config, mode);
     }
-    sysfs_tree(&mut granted, &sysfs_binds, tree_name, req, config, mode);
+    sysfs_tree(&mut granted, &sysfs_binds, tree_name, build, config, mode);
     let manifest = plan_manifest(
         &mut granted.exposures,
         &granted.rules,
         granted.driver.as_ref(),
         &granted.slots,
-        req,
+        build,
         config,
         &name,
     );
@@ -230,7 +235,7 @@ pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), M
 fn add_closures(
     granted: &mut Granted,
     roots: &[PathBuf],
-    req: &Request,
+    build: &BuildContext<'_>,
     config: &Config,
     mode: Mode,
 ) -> bool {
@@ -241,7 +246,7 @@ fn add_closures(
         dir: config.closure_cache.clone(),
         store_dir: config.store_dir.clone(),
         nix_store: config.nix_store.clone(),
-        search_path: req.search_path.clone(),
+        search_path: build.search_path.map(ToOwned::to_owned),
     };
     // A user running `explain` cannot (and need not) use root's cache.
     let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
@@ -286,25 +291,24 @@ fn add_closures(
 fn lease(
     granted: &mut Granted,
     demand: &plan::GpuDemand,
-    req: &Request,
+    build: &BuildContext<'_>,
     config: &Config,
     mode: Mode,
 ) {
     let problem = |kind: ProblemKind| Problem::new(&granted.rules, kind);
     let leases = Leases::new(&config.runtime_dir);
-    let (picked, guard) = match (mode, &req.chroot) {
+    let (picked, guard) = match (mode, build.chroot) {
         (Mode::Hook, Some(chroot)) => {
             let Some(holder) = Holder::parent() else {
                 let p = problem(ProblemKind::NoLeaseHolder);
                 granted.problems.push(p);
                 return;
             };
-            let derivation = req.derivation_name();
             let lease_req = LeaseRequest {
                 slots: &demand.slots,
                 count: demand.count,
                 chroot,
-                derivation: &derivation,
+                derivation: &build.derivation,
                 wait: Duration::from_secs(config.lease_wait_seconds),
             };
             match leases.acquire_guarded(&lease_req, demand.fit.as_ref(), holder) {
@@ -414,11 +418,11 @@ fn sysfs_tree(
     granted: &mut Granted,
     binds: &[TreeBind],
     name: &str,
-    req: &Request,
+    build: &BuildContext<'_>,
     config: &Config,
     mode: Mode,
 ) {
-    let chroot = match (mode, &req.chroot) {
+    let chroot = match (mode, build.chroot) {
         (Mode::Hook, Some(chroot)) => chroot,
         (Mode::Explain, _) => return,
         _ => {

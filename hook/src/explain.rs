@@ -10,20 +10,11 @@ use crate::act::Granted;
 use crate::build_users::{self, AccessCheck};
 use crate::pipeline::{self, Mode};
 use crate::plan::Reason;
-use crate::request::{self, Environment, Input, Verdict};
+use crate::request::{self, Environment, Input, RuleMatch, Verdict};
 use crate::slot::Slot;
 use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
 use std::path::Path;
-
-/// A rule that matched, and through which feature.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RuleMatch {
-    /// The rule's name.
-    pub rule: String,
-    /// The derivation's feature it answered to.
-    pub feature: String,
-}
 
 /// Everything `explain` reports.
 #[derive(Debug, Serialize)]
@@ -64,20 +55,6 @@ pub fn explain(
         always_load_config: true,
         ..Input::new(env)
     });
-    let matches = match &req.config {
-        Some(config) => {
-            let bytes: Vec<&[u8]> = req.features.iter().map(Vec::as_slice).collect();
-            req.matched_rules(config)
-                .into_iter()
-                .map(|(_, r)| RuleMatch {
-                    rule: r.name.clone(),
-                    feature: String::from_utf8_lossy(r.first_match(&bytes).unwrap_or_default())
-                        .into(),
-                })
-                .collect()
-        }
-        None => Vec::new(),
-    };
     let pipeline::Outcome {
         granted: plan,
         answer,
@@ -85,11 +62,11 @@ pub fn explain(
     let build_users = req
         .tagged()
         .filter(|_| plan.exposures.iter().any(|e| e.reason.is_device()))
-        .map(|config| build_users::check(&plan.exposures, &config.host_root));
+        .map(|tagged| build_users::check(&plan.exposures, &tagged.config.host_root));
     let (verdict, nix_answer) = match answer {
         Ok(answer) => {
             let verdict = match &req.verdict {
-                Verdict::Nothing(why) => why.clone(),
+                Verdict::Untagged { why, .. } => why.clone(),
                 _ => format!("tagged: {} paths exposed", plan.exposures.len()),
             };
             (verdict, String::from_utf8_lossy(&answer).into_owned())
@@ -111,7 +88,7 @@ pub fn explain(
         features: req.features_lossy(),
         structured_attrs: req.structured,
         config: req.config_source.to_string(),
-        rules: matches,
+        rules: req.matched,
         plan,
         verdict,
         nix_answer,

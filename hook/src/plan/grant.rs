@@ -8,7 +8,7 @@ use super::{devices, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
 use super::{DrmLeft, Problem, ProblemKind, Reason, Skip, Skipped};
 use crate::config::Config;
 use crate::mig::Capability;
-use crate::request::Request;
+use crate::request::BuildContext;
 use crate::slot::{self, Slot};
 use crate::symlinks::{self, Node};
 use crate::sysfs::drm::{DrmError, DRM_DEV_DIR};
@@ -166,7 +166,7 @@ pub(crate) fn plan_manifest(
     rules: &[String],
     driver: Option<&DriverManifest>,
     leased: &[Slot],
-    req: &Request,
+    build: &BuildContext<'_>,
     config: &Config,
     name: &str,
 ) -> PlannedManifest {
@@ -179,14 +179,13 @@ pub(crate) fn plan_manifest(
         .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
     let content = Manifest {
         version: MANIFEST_VERSION,
-        derivation: req.derivation_name(),
-        chroot: req
+        derivation: build.derivation.clone(),
+        chroot: build
             .chroot
-            .as_ref()
             .map(|c| c.to_string_lossy().into_owned())
             .unwrap_or_default(),
         rules: rules.to_vec(),
-        features: req.features_lossy(),
+        features: build.features.clone(),
         devices,
         leased_gpus: slot::gpus(leased),
         mig: slot::mig(leased).map(|i| MigInstance {

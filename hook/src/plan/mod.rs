@@ -32,7 +32,7 @@ pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::mig::{Capability, InstanceId};
-use crate::request::{GpusWanted, Request};
+use crate::request::{GpusWanted, Request, Tagged};
 use crate::scan::HostView;
 use crate::slot::Slot;
 use crate::symlinks;
@@ -209,10 +209,11 @@ pub(crate) struct PlannedManifest {
     pub content: Manifest,
 }
 
-/// The decision for `req` (a tagged request) under `config` on the host `view`: devices,
+/// The decision for `req`, `tagged` (under its configuration), on the host `view`: devices,
 /// paths, mounts and the driver, each with its reason, nested paths pruned, the closures to add
 /// and the GPUs to lease. Pure.
-pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decision {
+pub(crate) fn decide(req: &Request, tagged: &Tagged, view: &HostView) -> Decision {
+    let config = &tagged.config;
     let mut plan = Decision {
         rules: view.rules.iter().map(|r| r.name.clone()).collect(),
         symlink_roots: std::iter::once(config.store_dir.clone())
@@ -251,7 +252,7 @@ pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decisio
         .into_iter()
         .collect();
     if plan.problems.is_empty() {
-        plan.gpu_demand(config, req.gpus_wanted.as_ref(), &view.drm);
+        plan.gpu_demand(config, tagged.gpus.as_ref(), &view.drm);
     }
     let required = req.required_gpu_features();
     if plan.problems.is_empty() && !required.is_empty() {
