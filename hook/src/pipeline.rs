@@ -132,18 +132,19 @@ fn answer(
     granted: &Granted,
     derivation: String,
 ) -> Result<Vec<u8>, HookFailure> {
-    if !granted.problems.is_empty() {
+    if !granted.decision.problems.is_empty() {
         return Err(HookFailure::Problems {
             derivation,
             feature: tagged.first_match(&req.features),
-            rule: granted.rules.first().cloned().unwrap_or_default(),
-            problems: granted.problems.clone(),
+            rule: granted.decision.rules.first().cloned().unwrap_or_default(),
+            problems: granted.decision.problems.clone(),
         });
     }
-    let bytes = protocol::render(&granted.exposures).map_err(|e| HookFailure::Unexpressible {
-        derivation: derivation.clone(),
-        why: e,
-    })?;
+    let bytes =
+        protocol::render(&granted.decision.exposures).map_err(|e| HookFailure::Unexpressible {
+            derivation: derivation.clone(),
+            why: e,
+        })?;
     if mode.writes_manifest() {
         act::write_manifest(granted, &tagged.config)
             .map_err(|error| HookFailure::Manifest { derivation, error })?;

@@ -107,11 +107,12 @@ pub fn prepare(
         granted: plan,
         answer,
     } = pipeline::run(resolved, Mode::Exec);
-    if let Some(p) = plan.problems.first() {
+    if let Some(p) = plan.decision.problems.first() {
         return Err(ExecError::Problem(Box::new(p.clone())));
     }
     answer.map_err(ExecError::Hook)?;
     let mut binds: Vec<Bind> = plan
+        .decision
         .exposures
         .iter()
         .map(|e| Bind {
@@ -136,7 +137,7 @@ pub fn prepare(
         .iter()
         .map(|b| (b.inside.clone(), b.outside.clone()))
         .collect();
-    let dlopened = driver_libraries(&plan.exposures);
+    let dlopened = driver_libraries(&plan.decision.exposures);
     let store_dir = resolved
         .verdict
         .config()

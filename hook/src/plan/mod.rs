@@ -23,7 +23,6 @@ mod sysfs;
 
 pub(crate) use cdi::{CdiItem, NotCarriedOut};
 pub(crate) use driver::DriverSource;
-pub(crate) use grant::{closure_members, plan_manifest};
 pub use problem::Problem;
 pub(crate) use problem::{NodeFault, ProblemKind};
 pub(crate) use skip::{DrmLeft, Skip, Skipped};
@@ -145,9 +144,10 @@ pub(crate) struct Exposure {
     pub reason: Reason,
 }
 
-/// What decide found for one build: its answer, which act takes as it is (what act finds goes
-/// into what it grants, [`crate::act::Granted`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What decide found for one build: its answer, which act completes in what it grants
+/// ([`crate::act::Granted`], which holds it). Serialized as `explain --json` prints its
+/// lists; the driver is printed by the grant, after the closure counts, where it always was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct Decision {
     /// Names of the rules that matched.
     pub rules: Vec<String>,
@@ -163,20 +163,27 @@ pub(crate) struct Decision {
     /// cannot express, …).
     pub warnings: Vec<String>,
     /// The driver the build should load (when a rule configures a driver).
+    #[serde(skip)]
     pub driver: Option<DriverManifest>,
     /// What is known of the host driver.
+    #[serde(skip)]
     pub driver_facts: Option<HostDriverFacts>,
     /// The compat decision, with every rejected candidate.
+    #[serde(skip)]
     pub driver_choice: Option<DriverChoice>,
     /// The store paths whose closures act must add.
+    #[serde(skip)]
     pub closure_roots: Vec<PathBuf>,
     /// With `gpus_per_build > 0`: the slots found (whole GPUs, MIG instances) and how many
     /// this build needs, for act to lease.
+    #[serde(skip)]
     pub gpu_demand: Option<GpuDemand>,
     /// The read-only binds of `/sys` the build's tree holds, when a rule asks for some
     /// ([`crate::sysfs`]); act names the tree, makes it, and exposes it.
+    #[serde(skip)]
     pub sysfs: Vec<crate::sysfs::TreeBind>,
     /// Where symlinks may lead (the store and the configured roots).
+    #[serde(skip)]
     symlink_roots: Vec<PathBuf>,
 }
 
@@ -243,7 +250,7 @@ pub(crate) fn decide(req: &Request, tagged: &Tagged, view: &HostView) -> Decisio
             plan.add_sysfs(&rule.name, sysfs, config);
         }
     }
-    plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
+    plan.prune_nested();
     plan.closure_roots = plan
         .exposures
         .iter()
@@ -370,6 +377,13 @@ impl Decision {
                 reason,
             });
         }
+    }
+}
+
+impl Decision {
+    /// Drops every exposure nested in another ([`drop_nested`]), saying so in the skips.
+    pub(crate) fn prune_nested(&mut self) {
+        self.exposures = drop_nested(std::mem::take(&mut self.exposures), &mut self.skipped);
     }
 }
 

@@ -709,19 +709,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     // keep_gpus leaves the control nodes and the picked GPU.
     let mut plan = decide_on(&request(&c, None), &c, &v);
     let demand = plan.gpu_demand.clone().unwrap();
-    let (exposures, skipped, not_carried_out) = (
-        &mut plan.exposures,
-        &mut plan.skipped,
-        &mut plan.not_carried_out,
-    );
-    demand.keep(
-        &[Slot::Gpu(2)],
-        true,
-        c.gpus_per_build,
-        exposures,
-        skipped,
-        not_carried_out,
-    );
+    demand.keep(&[Slot::Gpu(2)], true, c.gpus_per_build, &mut plan);
     assert_eq!(insides(&plan), ["/dev/nvidia2"]);
     assert_eq!(plan.skipped.len(), 3);
 }
@@ -784,14 +772,7 @@ fn a_leased_build_keeps_only_its_whole_gpus_drm_nodes() {
             exposures: all.iter().map(|p| device(p)).collect(),
             ..Decision::default()
         };
-        demand.keep(
-            &[picked],
-            true,
-            1,
-            &mut plan.exposures,
-            &mut plan.skipped,
-            &mut plan.not_carried_out,
-        );
+        demand.keep(&[picked], true, 1, &mut plan);
         let why: Vec<(String, String)> = plan
             .skipped
             .iter()
@@ -836,7 +817,7 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
     // A poisoned cache or store path must not bind a host file.
     let mut plan = Decision::default();
     let store = Path::new("/nix/store");
-    closure_members(
+    plan.add_closure(
         Path::new("/nix/store/aaa-x"),
         vec![
             ("/nix/store/aaa-x".into(), Node::Dir),
@@ -845,9 +826,6 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
             ("/nix/store/eee-evil".into(), link("../../../root")),
         ],
         store,
-        &plan.rules,
-        &mut plan.exposures,
-        &mut plan.problems,
     );
     assert_eq!(insides(&plan), ["/nix/store/aaa-x", "/nix/store/bbb-ok"]);
     assert_eq!(plan.problems.len(), 2);

@@ -952,3 +952,58 @@ fn a_closed_stdout_or_stderr_ends_explain_and_check_config_quietly() {
         );
     }
 }
+
+/// `explain`'s output, text and JSON, byte for byte, on a grant with every kind of list: an
+/// exposed path whose store closure a stand-in `nix-store` gives, a mount, an optional
+/// device that is absent (skipped), the manifest and the driver none. The expected files
+/// were written by the binary before the grant's model changed (issue 56): the JSON's keys
+/// and their order are what scripts read. The text is compared line by line, its padding
+/// aside.
+#[test]
+fn explain_prints_a_grant_byte_for_byte_as_before() {
+    let c = Case::new();
+    let store = c.path("store");
+    std::fs::create_dir_all(store.join("aaa-tools/bin")).unwrap();
+    std::fs::create_dir_all(c.path("root/run")).unwrap();
+    std::fs::create_dir_all(c.path("libs")).unwrap();
+    std::os::unix::fs::symlink(store.join("aaa-tools"), c.path("root/run/gpu-tools")).unwrap();
+    write_script(
+        &c.path("nix-store"),
+        &format!("#!/bin/sh\necho \"$3\"\necho {}/bbb-dep\n", store.display()),
+    )
+    .unwrap();
+    let config = c.config(&format!(
+        "[[rule.path]]\npath = \"/run/gpu-tools\"\n\
+         [[rule.mount]]\ninside = \"/run/opengl-driver/lib\"\noutside = \"{}\"\n\
+         [[rule.device]]\nglob = \"/dev/nvidia9\"\nrequired = false\n",
+        c.path("libs").display()
+    ));
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("store_dir = \"{}\"\n{text}", store.display()),
+    )
+    .unwrap();
+    let dir = c.path("").display().to_string();
+    let anonymous = |s: String| s.replace(&dir, "@DIR@/");
+    assert_eq!(
+        anonymous(common::explain_output(&config, "cuda", true)),
+        include_str!("explain.golden.json")
+    );
+    // The text's columns are padded to 60 characters, so their width depends on the
+    // temporary directory's name: runs of spaces count as one.
+    let columns = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| {
+                l.split(' ')
+                    .filter(|w| !w.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    assert_eq!(
+        columns(&anonymous(common::explain_output(&config, "cuda", false))),
+        columns(include_str!("explain.golden.txt"))
+    );
+}
