@@ -4,7 +4,7 @@
 //! `cargo bench -p cuda-sandbox-hook --bench large_drv` prints, for untagged and tagged 100 MiB
 //! derivations (one env value full of escapes; structured attrs, a 100 MiB `__json` with
 //! `cudaSandboxGpus`, holding one big string, or 2^25 small array values, an escape-free run
-//! of 100 MiB; and a 100 MiB JSON derivation on `DRV_ATERM_FD`): wall time, the peak RSS of
+//! of 100 MiB): wall time, the peak RSS of
 //! that hook process alone (`wait4`), and the peak as a multiple of the file (the goal: at
 //! most 2×, and linear time on every shape). The hook reads the file once
 //! and parses it in place, so the peak stays near the file size plus the one escaped value it
@@ -75,16 +75,6 @@ fn array_drv(path: &Path, features: &str) -> usize {
     )
 }
 
-/// A 100 MiB derivation as JSON (what `DRV_ATERM_FD` may carry): nested values in `args`.
-fn json_drv(path: &Path, features: &str) -> usize {
-    write_streamed(
-        path,
-        r#"{"args":["#,
-        r#"[1,2,{"a":"b"}],"#,
-        &format!(r#"[]],"env":{{"cudaSandboxGpus":"1","requiredSystemFeatures":"{features}"}}}}"#),
-    )
-}
-
 /// Runs `cmd` and returns its exit status and its own peak RSS in KiB (`wait4`).
 fn run_measured(cmd: &mut Command) -> (std::process::ExitStatus, i64) {
     // Reaped below with wait4(2), which also gives its peak RSS.
@@ -119,34 +109,20 @@ fn main() {
     )
     .unwrap();
     println!("hook on 100 MiB derivations (peak RSS of each hook process alone)");
-    let cases: [(&str, WriteDrv, &str); 8] = [
+    let cases: [(&str, WriteDrv, &str); 6] = [
         ("untagged", drv, "big-parallel"),
         ("tagged", drv, "cuda"),
         ("untagged __json", structured_drv, "big-parallel"),
         ("tagged __json", structured_drv, "cuda"),
         ("untagged array", array_drv, "big-parallel"),
         ("tagged array", array_drv, "cuda"),
-        ("untagged fd JSON", json_drv, "big-parallel"),
-        ("tagged fd JSON", json_drv, "cuda"),
     ];
     for (name, make, features) in cases {
         let path = dir.path().join(format!("{}.drv", name.replace(' ', "-")));
         let len = make(&path, features);
-        // The JSON derivation on descriptor 3, the `.drv` absent, as NixOS/nix#16413 proposes.
-        let mut cmd = if name.contains("fd") {
-            let mut sh = Command::new("sh");
-            sh.arg("-c")
-                .arg(r#"exec 3<"$1"; DRV_ATERM_FD=3 exec "$0" "$2" "$3""#)
-                .arg(HOOK)
-                .arg(&path)
-                .arg(dir.path().join("absent.drv"));
-            sh
-        } else {
-            let mut hook = Command::new(HOOK);
-            hook.arg(&path);
-            hook
-        };
-        cmd.arg(dir.path().join("chroot"))
+        let mut cmd = Command::new(HOOK);
+        cmd.arg(&path)
+            .arg(dir.path().join("chroot"))
             .env("CUDA_SANDBOX_CONFIG", &config);
         let start = Instant::now();
         let (status, peak_kib) = run_measured(&mut cmd);

@@ -1,10 +1,11 @@
 //! Act: the only steps that change the host. Store closures (computed with `nix-store` and
 //! cached), the GPU lease, and the manifest file.
 //!
-//! Takes the [`Decision`] of [`crate::plan::decide`] as it is and returns what was
-//! [`Granted`]: the exposures (the decision's, with the closures' members, only the leased
-//! GPUs' nodes, and the manifest), what was left out and what stops the build (the
-//! decision's, then act's own), the lease guard, and the manifest to write. Writes the closure
+//! Takes the [`Decision`] of [`crate::plan::decide`] and returns what was [`Granted`]: that
+//! decision, completed (the closures' members added, only the leased GPUs' nodes kept, the
+//! manifest exposed, act's skips and problems after the decision's), with what act added:
+//! the closure counts, the slots and their lease guard, the `/sys` tree and the manifest to
+//! write. Writes the closure
 //! cache, the lease files and the manifest, each in a state directory that is verified on
 //! every run (root-owned, not writable by group or others, not a symlink; see
 //! [`crate::statedir`]). Computing a closure reads the store (`nix-store`, and an `lstat` of
@@ -17,11 +18,8 @@ use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
-use crate::plan::{
-    self, closure_members, plan_manifest, Decision, Exposure, NotCarriedOut, PlannedManifest,
-    Problem, ProblemKind, Skip, Skipped,
-};
-use crate::request::Request;
+use crate::plan::{self, Decision, Exposure, PlannedManifest, Problem, ProblemKind, Skip, Skipped};
+use crate::request::BuildContext;
 use crate::slot::{self, Slot};
 use crate::sysfs::{self, TreeBind, TreeGuard};
 use cuda_sandbox_manifest::DriverManifest;
@@ -48,32 +46,16 @@ impl Mode {
     }
 }
 
-/// What a build was granted: the decision completed by act. Empty for an untagged or refused
-/// request.
+/// What a build was granted: the decision, completed by act, and what act added. Empty for an
+/// untagged or refused request.
 #[derive(Debug, Default)]
 pub(crate) struct Granted {
-    /// Names of the rules that matched.
-    pub rules: Vec<String>,
-    /// What the build gets, sorted by inside path, nothing nested in another entry.
-    pub exposures: Vec<Exposure>,
-    /// What was considered and left out.
-    pub skipped: Vec<Skip>,
-    /// What CDI specs ask for that a pre-build hook cannot carry out, each with the reason.
-    pub not_carried_out: Vec<NotCarriedOut>,
-    /// What stops the build from getting a working GPU; non-empty means a tagged build fails.
-    pub problems: Vec<Problem>,
-    /// What the hook warns about on stderr although the build goes on.
-    pub warnings: Vec<String>,
-    /// How many closures came from the cache.
-    pub closures_cached: usize,
-    /// How many closures were computed with `nix-store`.
-    pub closures_computed: usize,
-    /// The driver the build should load (when a rule configures a driver).
-    pub driver: Option<DriverManifest>,
-    /// What is known of the host driver.
-    pub driver_facts: Option<HostDriverFacts>,
-    /// The compat decision, with every rejected candidate.
-    pub driver_choice: Option<DriverChoice>,
+    /// The decision, completed: its exposures with the closures' members, only the leased
+    /// GPUs' nodes, the `/sys` tree and the manifest (sorted by inside path, nothing nested in
+    /// another entry); act's own skips and problems after the decision's.
+    pub decision: Decision,
+    /// How many closures came from the cache, and how many were computed.
+    pub closures: Closures,
     /// The manifest to write for the build, and where (outside).
     pub manifest: Option<PlannedManifest>,
     /// With `gpus_per_build > 0`: the slots (whole GPUs, or one MIG instance) leased to this
@@ -86,6 +68,17 @@ pub(crate) struct Granted {
     /// The build's tree of read-only `/sys` binds (hook mode, a rule with `sysfs`): removed
     /// when dropped, unless committed with the lease.
     pub sysfs: Option<TreeGuard>,
+}
+
+/// Where the store closures act added came from.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub(crate) struct Closures {
+    /// How many came from the cache.
+    #[serde(rename = "closures_cached")]
+    pub cached: usize,
+    /// How many were computed with `nix-store`.
+    #[serde(rename = "closures_computed")]
+    pub computed: usize,
 }
 
 impl Granted {
@@ -101,17 +94,14 @@ impl Granted {
     }
 }
 
-/// `explain --json`'s `plan`: the grant, field for field as it has always been printed.
+/// `explain --json`'s `plan`: the decision's lists, the closure counts, the driver, the
+/// manifest and the lease, in the order they have always been printed.
 #[derive(Serialize)]
 struct GrantedJson<'a> {
-    rules: &'a [String],
-    exposures: &'a [Exposure],
-    skipped: &'a [Skip],
-    not_carried_out: &'a [NotCarriedOut],
-    problems: &'a [Problem],
-    warnings: &'a [String],
-    closures_cached: usize,
-    closures_computed: usize,
+    #[serde(flatten)]
+    decision: &'a Decision,
+    #[serde(flatten)]
+    closures: Closures,
     driver: &'a Option<DriverManifest>,
     driver_facts: &'a Option<HostDriverFacts>,
     driver_choice: &'a Option<DriverChoice>,
@@ -124,17 +114,11 @@ struct GrantedJson<'a> {
 impl Serialize for Granted {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         GrantedJson {
-            rules: &self.rules,
-            exposures: &self.exposures,
-            skipped: &self.skipped,
-            not_carried_out: &self.not_carried_out,
-            problems: &self.problems,
-            warnings: &self.warnings,
-            closures_cached: self.closures_cached,
-            closures_computed: self.closures_computed,
-            driver: &self.driver,
-            driver_facts: &self.driver_facts,
-            driver_choice: &self.driver_choice,
+            decision: &self.decision,
+            closures: self.closures,
+            driver: &self.decision.driver,
+            driver_facts: &self.decision.driver_facts,
+            driver_choice: &self.decision.driver_choice,
             manifest: &self.manifest,
             leased_gpus: slot::gpus(&self.slots),
             leased_mig: slot::mig(&self.slots),
@@ -147,56 +131,36 @@ impl Serialize for Granted {
 /// Grants `decision`: adds the closures of its store paths, prunes nested paths, leases (or
 /// previews) its GPUs and plans the manifest. Problems met here are added after the
 /// decision's.
-pub(crate) fn act(decision: Decision, req: &Request, config: &Config, mode: Mode) -> Granted {
-    let Decision {
-        rules,
-        exposures,
-        skipped,
-        not_carried_out,
-        problems,
-        warnings,
-        driver,
-        driver_facts,
-        driver_choice,
-        closure_roots,
-        gpu_demand,
-        sysfs: sysfs_binds,
-        ..
-    } = decision;
+pub(crate) fn act(
+    decision: Decision,
+    build: &BuildContext<'_>,
+    config: &Config,
+    mode: Mode,
+) -> Granted {
+    let (roots, demand, binds) = (
+        decision.closure_roots.clone(),
+        decision.gpu_demand.clone(),
+        decision.sysfs.clone(),
+    );
     let mut granted = Granted {
-        rules,
-        exposures,
-        skipped,
-        not_carried_out,
-        problems,
-        warnings,
-        driver,
-        driver_facts,
-        driver_choice,
+        decision,
         ..Granted::default()
     };
-    let name = manifest_file::name_for(req.chroot.as_deref());
+    let name = manifest_file::name_for(build.chroot);
     let tree_name = sysfs::tree_name(&name);
-    let tree = plan::sysfs_exposures(&sysfs_binds, tree_name, &config.runtime_dir);
+    let tree = plan::sysfs_exposures(&binds, tree_name, &config.runtime_dir);
     let more = !tree.is_empty();
-    granted.exposures.extend(tree);
-    if add_closures(&mut granted, &closure_roots, req, config, mode) || more {
-        granted.exposures =
-            plan::drop_nested(std::mem::take(&mut granted.exposures), &mut granted.skipped);
+    granted.decision.exposures.extend(tree);
+    if add_closures(&mut granted, &roots, build, config, mode) || more {
+        granted.decision.prune_nested();
     }
-    if let (true, Some(demand)) = (granted.problems.is_empty(), &gpu_demand) {
-        lease(&mut granted, demand, req, config, mode);
+    if let (true, Some(demand)) = (granted.decision.problems.is_empty(), &demand) {
+        lease(&mut granted, demand, build, config, mode);
     }
-    sysfs_tree(&mut granted, &sysfs_binds, tree_name, req, config, mode);
-    let manifest = plan_manifest(
-        &mut granted.exposures,
-        &granted.rules,
-        granted.driver.as_ref(),
-        &granted.slots,
-        req,
-        config,
-        &name,
-    );
+    sysfs_tree(&mut granted, &binds, tree_name, build, config, mode);
+    let manifest = granted
+        .decision
+        .plan_manifest(&granted.slots, build, config, &name);
     granted.manifest = Some(manifest);
     granted
 }
@@ -230,7 +194,7 @@ pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), M
 fn add_closures(
     granted: &mut Granted,
     roots: &[PathBuf],
-    req: &Request,
+    build: &BuildContext<'_>,
     config: &Config,
     mode: Mode,
 ) -> bool {
@@ -241,11 +205,11 @@ fn add_closures(
         dir: config.closure_cache.clone(),
         store_dir: config.store_dir.clone(),
         nix_store: config.nix_store.clone(),
-        search_path: req.search_path.clone(),
+        search_path: build.search_path.map(ToOwned::to_owned),
     };
     // A user running `explain` cannot (and need not) use root's cache.
     let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
-    let before = granted.exposures.len();
+    let before = granted.decision.exposures.len();
     for root in roots {
         let closure = if uncached {
             cache.closure_uncached(root)
@@ -255,30 +219,26 @@ fn add_closures(
         match closure {
             Ok(closure) => {
                 if closure.from_cache {
-                    granted.closures_cached += 1;
+                    granted.closures.cached += 1;
                 } else {
-                    granted.closures_computed += 1;
+                    granted.closures.computed += 1;
                 }
-                closure_members(
-                    root,
-                    closure.members,
-                    &config.store_dir,
-                    &granted.rules,
-                    &mut granted.exposures,
-                    &mut granted.problems,
-                );
+                granted
+                    .decision
+                    .add_closure(root, closure.members, &config.store_dir);
             }
             // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => granted.skipped.push(Skip::new(
+            Err(e) if uncached => granted.decision.skipped.push(Skip::new(
                 root.display().to_string(),
                 Skipped::ClosureNotShown(e),
             )),
-            Err(e) => granted
-                .problems
-                .push(Problem::new(&granted.rules, ProblemKind::Closure(e))),
+            Err(e) => granted.decision.problems.push(Problem::new(
+                &granted.decision.rules,
+                ProblemKind::Closure(e),
+            )),
         }
     }
-    granted.exposures.len() > before
+    granted.decision.exposures.len() > before
 }
 
 /// Leases `demand` to the build (hook mode), or shows which slots a build would get now, and
@@ -286,32 +246,31 @@ fn add_closures(
 fn lease(
     granted: &mut Granted,
     demand: &plan::GpuDemand,
-    req: &Request,
+    build: &BuildContext<'_>,
     config: &Config,
     mode: Mode,
 ) {
-    let problem = |kind: ProblemKind| Problem::new(&granted.rules, kind);
+    let problem = |kind: ProblemKind| Problem::new(&granted.decision.rules, kind);
     let leases = Leases::new(&config.runtime_dir);
-    let (picked, guard) = match (mode, &req.chroot) {
+    let (picked, guard) = match (mode, build.chroot) {
         (Mode::Hook, Some(chroot)) => {
             let Some(holder) = Holder::parent() else {
                 let p = problem(ProblemKind::NoLeaseHolder);
-                granted.problems.push(p);
+                granted.decision.problems.push(p);
                 return;
             };
-            let derivation = req.derivation_name();
             let lease_req = LeaseRequest {
                 slots: &demand.slots,
                 count: demand.count,
                 chroot,
-                derivation: &derivation,
+                derivation: &build.derivation,
                 wait: Duration::from_secs(config.lease_wait_seconds),
             };
             match leases.acquire_guarded(&lease_req, demand.fit.as_ref(), holder) {
                 Ok(guard) => (guard.slots().to_vec(), Some(guard)),
                 Err(e) => {
                     let p = problem(ProblemKind::Lease(e.to_string()));
-                    granted.problems.push(p);
+                    granted.decision.problems.push(p);
                     return;
                 }
             }
@@ -319,7 +278,7 @@ fn lease(
         _ => match leases.preview_fitting(&demand.slots, demand.count, demand.fit.as_ref()) {
             Ok(p) => (p, None),
             Err(e) => {
-                granted.skipped.push(Skip::new(
+                granted.decision.skipped.push(Skip::new(
                     format!("{} GPU lease(s)", demand.count),
                     Skipped::NoneFree {
                         wait_seconds: config.lease_wait_seconds,
@@ -338,9 +297,7 @@ fn lease(
         &picked,
         guard.is_some(),
         config.gpus_per_build,
-        &mut granted.exposures,
-        &mut granted.skipped,
-        &mut granted.not_carried_out,
+        &mut granted.decision,
     );
     granted.slots = picked;
     granted.lease = guard;
@@ -356,6 +313,7 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
     let mut drm = Vec::new();
     if asked(&sysfs::TOPOLOGY) {
         let minors: Vec<u32> = granted
+            .decision
             .exposures
             .iter()
             .filter_map(|e| e.inside.to_str()?.strip_prefix("/dev/nvidia")?.parse().ok())
@@ -364,7 +322,7 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
             match found {
                 Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
                 Ok(_) => {}
-                Err(e) => granted.skipped.push(Skip::new(
+                Err(e) => granted.decision.skipped.push(Skip::new(
                     "/sys/devices/pci*",
                     Skipped::PciDevice(e.to_string()),
                 )),
@@ -372,13 +330,15 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
         }
     }
     if asked(&sysfs::KFD) {
-        for found in sysfs::discover_drm(&config.host_root, &drm_minors(&granted.exposures)) {
+        for found in
+            sysfs::discover_drm(&config.host_root, &drm_minors(&granted.decision.exposures))
+        {
             match found {
                 Ok(node) => {
                     gpus.push(node.gpu.clone());
                     drm.push(node);
                 }
-                Err(e) => granted.skipped.push(Skip::new(
+                Err(e) => granted.decision.skipped.push(Skip::new(
                     "/sys/dev/char/226:*",
                     Skipped::PciDevice(e.to_string()),
                 )),
@@ -414,20 +374,24 @@ fn sysfs_tree(
     granted: &mut Granted,
     binds: &[TreeBind],
     name: &str,
-    req: &Request,
+    build: &BuildContext<'_>,
     config: &Config,
     mode: Mode,
 ) {
-    let chroot = match (mode, &req.chroot) {
+    let chroot = match (mode, build.chroot) {
         (Mode::Hook, Some(chroot)) => chroot,
         (Mode::Explain, _) => return,
         _ => {
             let why = "exec makes no /sys tree: run the build under Nix";
-            return plan::drop_sysfs(&mut granted.exposures, &mut granted.skipped, why);
+            return plan::drop_sysfs(
+                &mut granted.decision.exposures,
+                &mut granted.decision.skipped,
+                why,
+            );
         }
     };
     let _ = sysfs::sweep(&config.runtime_dir);
-    if binds.is_empty() || !granted.problems.is_empty() {
+    if binds.is_empty() || !granted.decision.problems.is_empty() {
         return;
     }
     let leased = granted.lease.is_some();
@@ -439,16 +403,20 @@ fn sysfs_tree(
         Ok(guard) => {
             granted.sysfs = Some(guard);
             granted
+                .decision
                 .exposures
                 .extend(pci.exposed.iter().map(|(inside, top)| Exposure {
                     inside: inside.clone(),
                     outside: tree.join(top),
                     reason: plan::Reason::Sysfs { rule: rule.clone() },
                 }));
-            granted.exposures.sort_by(|a, b| a.inside.cmp(&b.inside));
+            granted
+                .decision
+                .exposures
+                .sort_by(|a, b| a.inside.cmp(&b.inside));
         }
-        Err(e) => granted.problems.push(Problem::new(
-            &granted.rules,
+        Err(e) => granted.decision.problems.push(Problem::new(
+            &granted.decision.rules,
             ProblemKind::Sysfs(e.to_string()),
         )),
     }

@@ -10,20 +10,11 @@ use crate::act::Granted;
 use crate::build_users::{self, AccessCheck};
 use crate::pipeline::{self, Mode};
 use crate::plan::Reason;
-use crate::request::{self, Environment, Input, Verdict};
+use crate::request::{self, Environment, Input, RuleMatch, Verdict};
 use crate::slot::Slot;
 use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
 use std::path::Path;
-
-/// A rule that matched, and through which feature.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RuleMatch {
-    /// The rule's name.
-    pub rule: String,
-    /// The derivation's feature it answered to.
-    pub feature: String,
-}
 
 /// Everything `explain` reports.
 #[derive(Debug, Serialize)]
@@ -64,41 +55,27 @@ pub fn explain(
         always_load_config: true,
         ..Input::new(env)
     });
-    let matches = match &req.config {
-        Some(config) => {
-            let bytes: Vec<&[u8]> = req.features.iter().map(Vec::as_slice).collect();
-            req.matched_rules(config)
-                .into_iter()
-                .map(|(_, r)| RuleMatch {
-                    rule: r.name.clone(),
-                    feature: String::from_utf8_lossy(r.first_match(&bytes).unwrap_or_default())
-                        .into(),
-                })
-                .collect()
-        }
-        None => Vec::new(),
-    };
     let pipeline::Outcome {
         granted: plan,
         answer,
     } = pipeline::run(&req, Mode::Explain);
     let build_users = req
         .tagged()
-        .filter(|_| plan.exposures.iter().any(|e| e.reason.is_device()))
-        .map(|config| build_users::check(&plan.exposures, &config.host_root));
+        .filter(|_| plan.decision.exposures.iter().any(|e| e.reason.is_device()))
+        .map(|tagged| build_users::check(&plan.decision.exposures, &tagged.config.host_root));
     let (verdict, nix_answer) = match answer {
         Ok(answer) => {
             let verdict = match &req.verdict {
-                Verdict::Nothing(why) => why.clone(),
-                _ => format!("tagged: {} paths exposed", plan.exposures.len()),
+                Verdict::Untagged { why, .. } => why.clone(),
+                _ => format!("tagged: {} paths exposed", plan.decision.exposures.len()),
             };
             (verdict, String::from_utf8_lossy(&answer).into_owned())
         }
         Err(e) => {
-            let verdict = match plan.problems.first() {
+            let verdict = match plan.decision.problems.first() {
                 Some(first) => format!(
                     "FAILS: the hook would refuse this build ({} problem(s), first: {})",
-                    plan.problems.len(),
+                    plan.decision.problems.len(),
                     first.what()
                 ),
                 None => format!("FAILS: {e}"),
@@ -111,7 +88,7 @@ pub fn explain(
         features: req.features_lossy(),
         structured_attrs: req.structured,
         config: req.config_source.to_string(),
-        rules: matches,
+        rules: req.matched,
         plan,
         verdict,
         nix_answer,
@@ -128,21 +105,21 @@ pub fn render_text(e: &Explanation) -> String {
     let mut s = Lines(String::new());
     render_request(&mut s, e);
     render_lists(&mut s, &e.plan);
-    if e.plan.closures_cached + e.plan.closures_computed > 0 {
+    if e.plan.closures.cached + e.plan.closures.computed > 0 {
         s.blank();
         s.line(format!(
             "closures:    {} from cache, {} computed",
-            e.plan.closures_cached, e.plan.closures_computed
+            e.plan.closures.cached, e.plan.closures.computed
         ));
     }
     render_gpus(&mut s, &e.plan);
-    if let Some(d) = &e.plan.driver {
+    if let Some(d) = &e.plan.decision.driver {
         render_driver(&mut s, d);
     }
-    if !e.plan.problems.is_empty() {
+    if !e.plan.decision.problems.is_empty() {
         s.blank();
         s.line("problems:".to_string());
-        for p in &e.plan.problems {
+        for p in &e.plan.decision.problems {
             s.line(format!("  {} (rule {})", p.what(), p.rule));
             s.line(format!("    fix: {}", p.fix()));
         }
@@ -155,7 +132,7 @@ pub fn render_text(e: &Explanation) -> String {
     for w in e
         .warnings
         .iter()
-        .chain(&e.plan.warnings)
+        .chain(&e.plan.decision.warnings)
         .chain(access.iter().flatten())
     {
         s.blank();
@@ -194,10 +171,10 @@ fn render_request(s: &mut Lines, e: &Explanation) {
 /// What was exposed (with why), skipped (with why) and not carried out, each list under its
 /// count when it is not empty.
 fn render_lists(s: &mut Lines, plan: &Granted) {
-    if !plan.exposures.is_empty() {
+    if !plan.decision.exposures.is_empty() {
         s.blank();
-        s.line(format!("exposed ({}):", plan.exposures.len()));
-        for x in &plan.exposures {
+        s.line(format!("exposed ({}):", plan.decision.exposures.len()));
+        for x in &plan.decision.exposures {
             let place = if x.inside == x.outside {
                 x.inside.display().to_string()
             } else {
@@ -206,17 +183,20 @@ fn render_lists(s: &mut Lines, plan: &Granted) {
             s.line(format!("  {place:<60} {}", reason_words(&x.reason)));
         }
     }
-    if !plan.skipped.is_empty() {
+    if !plan.decision.skipped.is_empty() {
         s.blank();
-        s.line(format!("skipped ({}):", plan.skipped.len()));
-        for k in &plan.skipped {
+        s.line(format!("skipped ({}):", plan.decision.skipped.len()));
+        for k in &plan.decision.skipped {
             s.line(format!("  {:<60} {}", k.path, k.why));
         }
     }
-    if !plan.not_carried_out.is_empty() {
+    if !plan.decision.not_carried_out.is_empty() {
         s.blank();
-        s.line(format!("not carried out ({}):", plan.not_carried_out.len()));
-        for n in &plan.not_carried_out {
+        s.line(format!(
+            "not carried out ({}):",
+            plan.decision.not_carried_out.len()
+        ));
+        for n in &plan.decision.not_carried_out {
             let what = format!("CDI {}: {}", n.device, n.edit);
             s.line(format!("  {what:<60} {}", n.why));
         }

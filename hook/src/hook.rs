@@ -27,7 +27,7 @@ pub fn pre_build(
         log::warn(w);
     }
     let outcome = pipeline::run(&req, Mode::Hook);
-    for w in &outcome.granted.warnings {
+    for w in &outcome.granted.decision.warnings {
         log::warn(w);
     }
     outcome.answer

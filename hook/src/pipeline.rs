@@ -14,10 +14,9 @@
 //!   the same grant for a person and as a private root.
 
 use crate::act::{self, Granted};
-use crate::config::Config;
 use crate::plan::{decide, Problem};
 use crate::protocol;
-use crate::request::{Request, RequestFailure, Verdict};
+use crate::request::{Request, RequestFailure, Tagged, Verdict};
 use crate::scan::scan;
 
 /// Who runs the pipeline: act's [`act::Mode`].
@@ -94,22 +93,27 @@ pub(crate) struct Outcome {
 /// written, where `mode` writes it, only once that answer exists; only then is the lease
 /// committed).
 pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
-    let config = match (&req.verdict, req.tagged()) {
-        (Verdict::Fail(why), _) => return refused(HookFailure::Refused(why.clone())),
-        (Verdict::Tagged, Some(c)) => c,
-        _ => {
+    let tagged = match &req.verdict {
+        Verdict::Fail(why) => return refused(HookFailure::Refused(why.clone())),
+        Verdict::Tagged(tagged) => tagged,
+        Verdict::Untagged { .. } => {
             return Outcome {
                 granted: Granted::default(),
                 answer: Ok(Vec::new()),
             }
         }
     };
-    let derivation = req.derivation_name();
     // Only a build requiring `cuda-sm-*` features reads the GPU inventory.
     let required = req.required_gpu_features();
-    let view = scan(config, &req.matched_rules(config), !required.is_empty());
-    let mut granted = act::act(decide(req, config, &view), req, config, mode);
-    let answer = answer(req, config, mode, &granted, derivation);
+    let view = scan(
+        &tagged.config,
+        &tagged.matched_rules(),
+        !required.is_empty(),
+    );
+    let context = req.context();
+    let decision = decide(req, tagged, &view);
+    let mut granted = act::act(decision, &context, &tagged.config, mode);
+    let answer = answer(req, tagged, mode, &granted, context.derivation);
     if answer.is_ok() {
         // The build may start: its lease is its own now. On a failure Nix will not start
         // the build, and the guard ends the lease when the grant is dropped, as nothing else
@@ -123,25 +127,26 @@ pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
 /// manifest written, where `mode` writes one).
 fn answer(
     req: &Request,
-    config: &Config,
+    tagged: &Tagged,
     mode: Mode,
     granted: &Granted,
     derivation: String,
 ) -> Result<Vec<u8>, HookFailure> {
-    if !granted.problems.is_empty() {
+    if !granted.decision.problems.is_empty() {
         return Err(HookFailure::Problems {
             derivation,
-            feature: req.first_match(),
-            rule: granted.rules.first().cloned().unwrap_or_default(),
-            problems: granted.problems.clone(),
+            feature: tagged.first_match(&req.features),
+            rule: granted.decision.rules.first().cloned().unwrap_or_default(),
+            problems: granted.decision.problems.clone(),
         });
     }
-    let bytes = protocol::render(&granted.exposures).map_err(|e| HookFailure::Unexpressible {
-        derivation: derivation.clone(),
-        why: e,
-    })?;
+    let bytes =
+        protocol::render(&granted.decision.exposures).map_err(|e| HookFailure::Unexpressible {
+            derivation: derivation.clone(),
+            why: e,
+        })?;
     if mode.writes_manifest() {
-        act::write_manifest(granted, config)
+        act::write_manifest(granted, &tagged.config)
             .map_err(|error| HookFailure::Manifest { derivation, error })?;
     }
     Ok(bytes)

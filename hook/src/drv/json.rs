@@ -1,5 +1,5 @@
 //! The derivation as JSON, what some Nix variants pass to the hook when the `.drv` is not on
-//! disk (`NIX_DERIVATION_V4`, or JSON on `DRV_ATERM_FD`): read in one pass by typed visitors
+//! disk (`NIX_DERIVATION_V4`): read in one pass by typed visitors
 //! that keep the [`DecidingKey`](super::DecidingKey)s of `env` and the structured attrs, and
 //! skip every other value unbuilt (serde's `IgnoredAny`), so memory stays near the JSON's size
 //! and time linear in it. A repeated member counts as its last, as Nix's JSON library

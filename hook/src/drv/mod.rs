@@ -4,8 +4,7 @@
 //! - `aterm.rs`: the `.drv` file (`Derive([outputs],[inputDrvs],[inputSrcs],"system",
 //!   "builder",[args],[env])`, docs/architecture.md, "The `.drv` format"), its one grammar,
 //!   and [`DrvEnv`], the hook's reader, which keeps nothing but the keys it decides on.
-//! - `json.rs`: the derivation as JSON ([`JsonDerivation`]: `NIX_DERIVATION_V4`, or JSON on
-//!   `DRV_ATERM_FD`).
+//! - `json.rs`: the derivation as JSON ([`JsonDerivation`]: `NIX_DERIVATION_V4`).
 //! - `attrs.rs`: the one reading of the features and the GPU count over an env, for every form,
 //!   and the structured attrs (`__json`).
 //! - `oracle.rs`: the whole `.drv` ([`Derivation`]), for the differential tests, benches and

@@ -37,7 +37,7 @@ pub use user_bind::UserBind;
 use crate::elfdeps;
 use crate::pipeline::{self, Mode};
 use crate::plan::{Exposure, Reason};
-use crate::request::{self, Environment, Input, Request, Verdict};
+use crate::request::{self, Environment, Input, Request, Tagged, Verdict};
 use child::{forward_signals_to, run_child};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
@@ -107,11 +107,12 @@ pub fn prepare(
         granted: plan,
         answer,
     } = pipeline::run(resolved, Mode::Exec);
-    if let Some(p) = plan.problems.first() {
+    if let Some(p) = plan.decision.problems.first() {
         return Err(ExecError::Problem(Box::new(p.clone())));
     }
     answer.map_err(ExecError::Hook)?;
     let mut binds: Vec<Bind> = plan
+        .decision
         .exposures
         .iter()
         .map(|e| Bind {
@@ -136,10 +137,10 @@ pub fn prepare(
         .iter()
         .map(|b| (b.inside.clone(), b.outside.clone()))
         .collect();
-    let dlopened = driver_libraries(&plan.exposures);
+    let dlopened = driver_libraries(&plan.decision.exposures);
     let store_dir = resolved
-        .config
-        .as_ref()
+        .verdict
+        .config()
         .map_or_else(|| PathBuf::from("/nix/store"), |c| c.store_dir.clone());
     let Some(loader) = elfdeps::loader_of(&program_real, &store_dir) else {
         // A static program: nothing to load.
@@ -260,13 +261,14 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     standard_descriptors_open();
     let mut resolved = resolve(req);
-    let (runtime_dir, store_dir) = match (&resolved.verdict, &resolved.config) {
-        (Verdict::Fail(why), _) => return Err(ExecError::Refused(why.clone())),
-        (_, Some(c)) => (c.runtime_dir.clone(), c.store_dir.clone()),
-        (Verdict::Nothing(why), None) => return Err(ExecError::NoConfig(why.clone())),
-        (Verdict::Tagged, None) => {
-            return Err(ExecError::NoConfig("no configuration was loaded".into()))
-        }
+    let (runtime_dir, store_dir) = match &resolved.verdict {
+        Verdict::Fail(why) => return Err(ExecError::Refused(why.clone())),
+        Verdict::Untagged { why, config: None } => return Err(ExecError::NoConfig(why.clone())),
+        Verdict::Tagged(Tagged { config, .. })
+        | Verdict::Untagged {
+            config: Some(config),
+            ..
+        } => (config.runtime_dir.clone(), config.store_dir.clone()),
     };
     // Checked before anything is planned, for a clear error; each is checked again when it
     // is bound, and bound through the descriptor of that walk.

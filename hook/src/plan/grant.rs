@@ -1,14 +1,14 @@
 //! The pure half of act: how what [`crate::act`] found changes what a decision exposes. The
-//! members of the store closures are added ([`closure_members`]), only the leased GPUs' nodes
-//! are kept ([`GpuDemand::keep`]), and the manifest is planned from the result
-//! ([`plan_manifest`]). Reads nothing but its arguments.
+//! members of the store closures are added ([`Decision::add_closure`]), only the leased GPUs'
+//! nodes are kept ([`GpuDemand::keep`]), and the manifest is planned from the result
+//! ([`Decision::plan_manifest`]). Reads nothing but its arguments.
 
-use super::cdi::{self, NotCarriedOut};
-use super::{devices, sort_by_inside, Exposure, GpuDemand, PlannedManifest};
+use super::cdi;
+use super::{devices, sort_by_inside, Decision, Exposure, GpuDemand, PlannedManifest};
 use super::{DrmLeft, Problem, ProblemKind, Reason, Skip, Skipped};
 use crate::config::Config;
 use crate::mig::Capability;
-use crate::request::Request;
+use crate::request::BuildContext;
 use crate::slot::{self, Slot};
 use crate::symlinks::{self, Node};
 use crate::sysfs::drm::{DrmError, DRM_DEV_DIR};
@@ -18,9 +18,9 @@ use cuda_sandbox_manifest::{
 use std::path::{Path, PathBuf};
 
 impl GpuDemand {
-    /// Keeps in `exposures` only the slots `picked` (leased, or for `explain` and `exec` the
+    /// Keeps in `decision`'s exposures only the slots `picked` (leased, or for `explain` and `exec` the
     /// ones a build would get now): the other `/dev/nvidiaN` nodes and the other MIG
-    /// instances' capability nodes are dropped, each with a skip in `skipped`; the control
+    /// instances' capability nodes are dropped, each with a skip; the control
     /// nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them, and so do
     /// the MIG administration nodes a rule names, and the CDI edits not carried out of the
     /// GPUs kept or of every build. A DRM node (`/dev/dri/…`, or any path the scan found to be
@@ -30,9 +30,7 @@ impl GpuDemand {
         picked: &[Slot],
         taken: bool,
         gpus_per_build: u32,
-        exposures: &mut Vec<Exposure>,
-        skipped: &mut Vec<Skip>,
-        not_carried_out: &mut Vec<NotCarriedOut>,
+        decision: &mut Decision,
     ) {
         let parents = slot::gpus(picked);
         let fate = |e: &Exposure| match &e.reason {
@@ -58,12 +56,12 @@ impl GpuDemand {
             _ if cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)) => Fate::Kept,
             _ => Fate::NotLeased { mig: false },
         };
-        let others: Vec<(PathBuf, Fate)> = devices(exposures)
+        let others: Vec<(PathBuf, Fate)> = devices(&decision.exposures)
             .map(|e| (e.inside.clone(), fate(e)))
             .filter(|(_, f)| *f != Fate::Kept)
             .collect();
         let dropped = |p: &PathBuf| others.iter().any(|(o, _)| o == p);
-        exposures.retain(|e| match &e.reason {
+        decision.exposures.retain(|e| match &e.reason {
             Reason::SymlinkTarget { link } => !dropped(link),
             _ => !dropped(&e.inside),
         });
@@ -86,9 +84,11 @@ impl GpuDemand {
                     gpus_per_build,
                 },
             };
-            skipped.push(Skip::new(other.display().to_string(), why));
+            decision
+                .skipped
+                .push(Skip::new(other.display().to_string(), why));
         }
-        cdi::keep_leased(not_carried_out, &parents);
+        cdi::keep_leased(&mut decision.not_carried_out, &parents);
     }
 }
 
@@ -118,90 +118,88 @@ fn drm_fate(owner: Option<&Result<u32, DrmError>>, picked: &[Slot]) -> Fate {
     }
 }
 
-/// Adds the members of `root`'s closure to `exposures`. A member that is a symlink leading
-/// out of the store is never exposed (Nix would bind its target): it is a problem of `rules`,
-/// added to `problems`.
-pub(crate) fn closure_members(
-    root: &Path,
-    members: Vec<(PathBuf, Node)>,
-    store_dir: &Path,
-    rules: &[String],
-    exposures: &mut Vec<Exposure>,
-    problems: &mut Vec<Problem>,
-) {
-    for (member, node) in members {
-        if let Node::Symlink(target) = &node {
-            let to = if target.is_absolute() {
-                symlinks::normalize(target)
-            } else {
-                symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
-            };
-            if !to.starts_with(store_dir) {
-                problems.push(Problem::new(
-                    rules,
-                    ProblemKind::ClosureEscapes {
-                        member: member.clone(),
-                        to,
-                    },
-                ));
-                continue;
+impl Decision {
+    /// Adds the members of `root`'s closure to the exposures. A member that is a symlink
+    /// leading out of the store is never exposed (Nix would bind its target): it is a problem
+    /// of the decision's rules.
+    pub(crate) fn add_closure(
+        &mut self,
+        root: &Path,
+        members: Vec<(PathBuf, Node)>,
+        store_dir: &Path,
+    ) {
+        for (member, node) in members {
+            if let Node::Symlink(target) = &node {
+                let to = if target.is_absolute() {
+                    symlinks::normalize(target)
+                } else {
+                    symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
+                };
+                if !to.starts_with(store_dir) {
+                    self.problems.push(Problem::new(
+                        &self.rules,
+                        ProblemKind::ClosureEscapes {
+                            member: member.clone(),
+                            to,
+                        },
+                    ));
+                    continue;
+                }
             }
+            self.exposures.push(Exposure {
+                inside: member.clone(),
+                outside: member,
+                reason: Reason::ClosureMember {
+                    of: root.to_path_buf(),
+                },
+            });
         }
-        exposures.push(Exposure {
-            inside: member.clone(),
-            outside: member,
-            reason: Reason::ClosureMember {
-                of: root.to_path_buf(),
-            },
-        });
     }
-}
 
-/// Plans the manifest of a build given `exposures` (final but for the manifest), which `rules`
-/// matched, the `driver` it loads and the `leased` slots: its content, its file `name` under
-/// the runtime directory ([`crate::manifest_file::name_for`] the chroot), and its exposure at
-/// [`MANIFEST_PATH`], added to `exposures` in order.
-pub(crate) fn plan_manifest(
-    exposures: &mut Vec<Exposure>,
-    rules: &[String],
-    driver: Option<&DriverManifest>,
-    leased: &[Slot],
-    req: &Request,
-    config: &Config,
-    name: &str,
-) -> PlannedManifest {
-    let outside = config.runtime_dir.join("manifests").join(name);
-    let devices = devices(exposures)
-        .map(|e| e.inside.to_string_lossy().into_owned())
-        .collect();
-    let driver = driver
-        .cloned()
-        .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
-    let content = Manifest {
-        version: MANIFEST_VERSION,
-        derivation: req.derivation_name(),
-        chroot: req
-            .chroot
-            .as_ref()
-            .map(|c| c.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        rules: rules.to_vec(),
-        features: req.features_lossy(),
-        devices,
-        leased_gpus: slot::gpus(leased),
-        mig: slot::mig(leased).map(|i| MigInstance {
-            gpu: i.gpu,
-            gi: i.gi,
-            ci: i.ci,
-            uuid: None,
-        }),
-        driver,
-    };
-    exposures.push(Exposure {
-        inside: PathBuf::from(MANIFEST_PATH),
-        outside: outside.clone(),
-        reason: Reason::Manifest,
-    });
-    sort_by_inside(exposures);
-    PlannedManifest { outside, content }
+    /// Plans the manifest of `build` given the exposures (final but for the manifest), the
+    /// rules, the driver and the `leased` slots: its content, its file `name` under the
+    /// runtime directory ([`crate::manifest_file::name_for`] the chroot), and its exposure at
+    /// [`MANIFEST_PATH`], added to the exposures in order.
+    pub(crate) fn plan_manifest(
+        &mut self,
+        leased: &[Slot],
+        build: &BuildContext<'_>,
+        config: &Config,
+        name: &str,
+    ) -> PlannedManifest {
+        let outside = config.runtime_dir.join("manifests").join(name);
+        let devices = devices(&self.exposures)
+            .map(|e| e.inside.to_string_lossy().into_owned())
+            .collect();
+        let driver = self
+            .driver
+            .clone()
+            .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
+        let content = Manifest {
+            version: MANIFEST_VERSION,
+            derivation: build.derivation.clone(),
+            chroot: build
+                .chroot
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            rules: self.rules.clone(),
+            features: build.features.clone(),
+            devices,
+            leased_gpus: slot::gpus(leased),
+            mig: slot::mig(leased).map(|i| MigInstance {
+                gpu: i.gpu,
+                gi: i.gi,
+                ci: i.ci,
+                uuid: None,
+            }),
+            driver,
+        };
+        self.exposures.push(Exposure {
+            inside: PathBuf::from(MANIFEST_PATH),
+            outside: outside.clone(),
+            reason: Reason::Manifest,
+        });
+        sort_by_inside(&mut self.exposures);
+        PlannedManifest { outside, content }
+    }
 }

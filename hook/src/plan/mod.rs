@@ -23,7 +23,6 @@ mod sysfs;
 
 pub(crate) use cdi::{CdiItem, NotCarriedOut};
 pub(crate) use driver::DriverSource;
-pub(crate) use grant::{closure_members, plan_manifest};
 pub use problem::Problem;
 pub(crate) use problem::{NodeFault, ProblemKind};
 pub(crate) use skip::{DrmLeft, Skip, Skipped};
@@ -32,7 +31,7 @@ pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::mig::{Capability, InstanceId};
-use crate::request::{GpusWanted, Request};
+use crate::request::{GpusWanted, Request, Tagged};
 use crate::scan::HostView;
 use crate::slot::Slot;
 use crate::symlinks;
@@ -145,9 +144,10 @@ pub(crate) struct Exposure {
     pub reason: Reason,
 }
 
-/// What decide found for one build: its answer, which act takes as it is (what act finds goes
-/// into what it grants, [`crate::act::Granted`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What decide found for one build: its answer, which act completes in what it grants
+/// ([`crate::act::Granted`], which holds it). Serialized as `explain --json` prints its
+/// lists; the driver is printed by the grant, after the closure counts, where it always was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct Decision {
     /// Names of the rules that matched.
     pub rules: Vec<String>,
@@ -163,20 +163,27 @@ pub(crate) struct Decision {
     /// cannot express, …).
     pub warnings: Vec<String>,
     /// The driver the build should load (when a rule configures a driver).
+    #[serde(skip)]
     pub driver: Option<DriverManifest>,
     /// What is known of the host driver.
+    #[serde(skip)]
     pub driver_facts: Option<HostDriverFacts>,
     /// The compat decision, with every rejected candidate.
+    #[serde(skip)]
     pub driver_choice: Option<DriverChoice>,
     /// The store paths whose closures act must add.
+    #[serde(skip)]
     pub closure_roots: Vec<PathBuf>,
     /// With `gpus_per_build > 0`: the slots found (whole GPUs, MIG instances) and how many
     /// this build needs, for act to lease.
+    #[serde(skip)]
     pub gpu_demand: Option<GpuDemand>,
     /// The read-only binds of `/sys` the build's tree holds, when a rule asks for some
     /// ([`crate::sysfs`]); act names the tree, makes it, and exposes it.
+    #[serde(skip)]
     pub sysfs: Vec<crate::sysfs::TreeBind>,
     /// Where symlinks may lead (the store and the configured roots).
+    #[serde(skip)]
     symlink_roots: Vec<PathBuf>,
 }
 
@@ -209,10 +216,11 @@ pub(crate) struct PlannedManifest {
     pub content: Manifest,
 }
 
-/// The decision for `req` (a tagged request) under `config` on the host `view`: devices,
+/// The decision for `req`, `tagged` (under its configuration), on the host `view`: devices,
 /// paths, mounts and the driver, each with its reason, nested paths pruned, the closures to add
 /// and the GPUs to lease. Pure.
-pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decision {
+pub(crate) fn decide(req: &Request, tagged: &Tagged, view: &HostView) -> Decision {
+    let config = &tagged.config;
     let mut plan = Decision {
         rules: view.rules.iter().map(|r| r.name.clone()).collect(),
         symlink_roots: std::iter::once(config.store_dir.clone())
@@ -242,7 +250,7 @@ pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decisio
             plan.add_sysfs(&rule.name, sysfs, config);
         }
     }
-    plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
+    plan.prune_nested();
     plan.closure_roots = plan
         .exposures
         .iter()
@@ -251,7 +259,7 @@ pub(crate) fn decide(req: &Request, config: &Config, view: &HostView) -> Decisio
         .into_iter()
         .collect();
     if plan.problems.is_empty() {
-        plan.gpu_demand(config, req.gpus_wanted.as_ref(), &view.drm);
+        plan.gpu_demand(config, tagged.gpus.as_ref(), &view.drm);
     }
     let required = req.required_gpu_features();
     if plan.problems.is_empty() && !required.is_empty() {
@@ -369,6 +377,13 @@ impl Decision {
                 reason,
             });
         }
+    }
+}
+
+impl Decision {
+    /// Drops every exposure nested in another ([`drop_nested`]), saying so in the skips.
+    pub(crate) fn prune_nested(&mut self) {
+        self.exposures = drop_nested(std::mem::take(&mut self.exposures), &mut self.skipped);
     }
 }
 

@@ -6,7 +6,7 @@ use crate::config::Platform;
 use crate::discover::choice::Rejected;
 use crate::discover::compat::{CompatDriver, CompatNote};
 use crate::discover::versions::CudaVersion;
-use crate::request::{RuleId, Verdict};
+use crate::request::{RuleId, Tagged, Verdict};
 use crate::scan::devices::GlobMatches;
 use crate::scan::driver::CompatSeen;
 use crate::scan::paths::EntrySymlinks;
@@ -90,8 +90,9 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
             entry_symlinks,
         }
     };
-    let rules = req
-        .matched_rules(config)
+    let tagged = tagged(req);
+    let rules = tagged
+        .matched_rules()
         .into_iter()
         .map(|(id, rule)| RuleView {
             id,
@@ -163,7 +164,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
         .collect();
     decide(
         req,
-        config,
+        tagged,
         &HostView {
             facts,
             snapshot,
@@ -182,6 +183,11 @@ fn config(body: &str) -> Config {
     Config::parse(&text, "test").unwrap()
 }
 
+/// The tagged part of `req`, a request made by [`request`].
+fn tagged(req: &Request) -> &Tagged {
+    req.tagged().expect("a tagged request")
+}
+
 fn request(config: &Config, gpus: Option<&str>) -> Request {
     Request {
         derivation: Some(PathBuf::from("/nix/store/x-t.drv")),
@@ -189,11 +195,12 @@ fn request(config: &Config, gpus: Option<&str>) -> Request {
         features: vec![b"cuda".to_vec()],
         structured: false,
         config_source: ConfigSource::Builtin,
-        config: Some(config.clone()),
-        rules: RuleId::all(config).collect(),
-        gpus_wanted: gpus.map(crate::request::GpusWanted::parse),
-        unsandboxed: None,
-        verdict: Verdict::Tagged,
+        matched: Vec::new(),
+        verdict: Verdict::Tagged(Tagged {
+            config: config.clone(),
+            rules: RuleId::all(config).collect(),
+            gpus: gpus.map(crate::request::GpusWanted::parse),
+        }),
         search_path: None,
         warnings: Vec::new(),
     }
@@ -702,19 +709,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     // keep_gpus leaves the control nodes and the picked GPU.
     let mut plan = decide_on(&request(&c, None), &c, &v);
     let demand = plan.gpu_demand.clone().unwrap();
-    let (exposures, skipped, not_carried_out) = (
-        &mut plan.exposures,
-        &mut plan.skipped,
-        &mut plan.not_carried_out,
-    );
-    demand.keep(
-        &[Slot::Gpu(2)],
-        true,
-        c.gpus_per_build,
-        exposures,
-        skipped,
-        not_carried_out,
-    );
+    demand.keep(&[Slot::Gpu(2)], true, c.gpus_per_build, &mut plan);
     assert_eq!(insides(&plan), ["/dev/nvidia2"]);
     assert_eq!(plan.skipped.len(), 3);
 }
@@ -777,14 +772,7 @@ fn a_leased_build_keeps_only_its_whole_gpus_drm_nodes() {
             exposures: all.iter().map(|p| device(p)).collect(),
             ..Decision::default()
         };
-        demand.keep(
-            &[picked],
-            true,
-            1,
-            &mut plan.exposures,
-            &mut plan.skipped,
-            &mut plan.not_carried_out,
-        );
+        demand.keep(&[picked], true, 1, &mut plan);
         let why: Vec<(String, String)> = plan
             .skipped
             .iter()
@@ -829,7 +817,7 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
     // A poisoned cache or store path must not bind a host file.
     let mut plan = Decision::default();
     let store = Path::new("/nix/store");
-    closure_members(
+    plan.add_closure(
         Path::new("/nix/store/aaa-x"),
         vec![
             ("/nix/store/aaa-x".into(), Node::Dir),
@@ -838,9 +826,6 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
             ("/nix/store/eee-evil".into(), link("../../../root")),
         ],
         store,
-        &plan.rules,
-        &mut plan.exposures,
-        &mut plan.problems,
     );
     assert_eq!(insides(&plan), ["/nix/store/aaa-x", "/nix/store/bbb-ok"]);
     assert_eq!(plan.problems.len(), 2);
@@ -1075,7 +1060,9 @@ fn a_host_that_cannot_satisfy_the_features_fails_at_once_naming_them_and_its_gpu
     );
     assert!(plan.problems.is_empty(), "a 9.0 meets cuda-sm-89 too");
     let mut req = requiring(&c, &["cuda", "cuda-sm-90a", "cuda-sm-9x"]);
-    req.gpus_wanted = Some(crate::request::GpusWanted::parse("2"));
+    if let Verdict::Tagged(t) = &mut req.verdict {
+        t.gpus = Some(crate::request::GpusWanted::parse("2"));
+    }
     let plan = decide_on(&req, &c, &v);
     assert!(
         matches!(&plan.problems[0].kind,

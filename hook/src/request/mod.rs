@@ -7,28 +7,19 @@
 //! [`crate::drv`], the GPU count with the features, and parsed only once a rule has matched; a
 //! derivation that repeats one of them is refused. Writes nothing.
 
-use crate::config::{self, Config, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
+use crate::config::{self, Config, ConfigError, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
 use crate::drv::{self, DrvAttrs, DrvEnv, DrvError};
 use cuda_sandbox_elfkit::fatbin::features::{self, Required};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-mod aterm_fd;
 mod failure;
 
-pub use aterm_fd::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
 use failure::Prefixed;
 pub use failure::RequestFailure;
 
 /// Environment variable in which some Nix variants pass the derivation as JSON.
 pub(crate) const DERIVATION_ENV: &str = "NIX_DERIVATION_V4";
-
-/// Environment variable naming an open file descriptor from which the derivation can be read:
-/// its ATerm, or JSON read like [`DERIVATION_ENV`] (the derivation, or NixOS/nix#16413's record
-/// holding it). The hook's own name, for a Nix that names a descriptor: #16413 (not merged)
-/// `dup2`s its record onto standard input in the revision under review, which the hook never
-/// reads, and its reviewers ask for a descriptor named in the environment.
-pub(crate) const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
 
 /// The process environment the hook reads, read once by the caller (`main`) and passed in:
 /// no other code reads an environment variable.
@@ -36,8 +27,6 @@ pub(crate) const ATERM_FD_ENV: &str = "DRV_ATERM_FD";
 pub struct Environment {
     /// [`DERIVATION_ENV`]: the derivation as JSON.
     pub(crate) derivation_json: Option<OsString>,
-    /// [`ATERM_FD_ENV`]: a descriptor holding the derivation.
-    pub(crate) aterm_fd: Option<OsString>,
     /// [`config::CONFIG_ENV`]: the configuration file to use.
     pub config: Option<OsString>,
     /// `PATH`, where `exec` finds its command.
@@ -49,7 +38,6 @@ impl Environment {
     pub fn of_process() -> Environment {
         Environment {
             derivation_json: std::env::var_os(DERIVATION_ENV),
-            aterm_fd: std::env::var_os(ATERM_FD_ENV),
             config: std::env::var_os(config::CONFIG_ENV),
             path: std::env::var_os("PATH"),
         }
@@ -92,14 +80,89 @@ impl RuleId {
 }
 
 /// What the build is to get.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Verdict {
-    /// Nothing: no configured feature (or a policy said so). The text says why.
-    Nothing(String),
-    /// Plan for the matching rules.
-    Tagged,
+    /// Nothing: no configured feature (or a policy said so). `why` says why; `config` is the
+    /// configuration when it was loaded (`explain` and `exec` load it for any request).
+    Untagged {
+        /// Why nothing is exposed.
+        why: String,
+        /// The configuration, when loaded and usable.
+        config: Option<Config>,
+    },
+    /// Plan for the matching rules, with the configuration they belong to.
+    Tagged(Tagged),
     /// The build must fail, for this reason (one line).
     Fail(RequestFailure),
+}
+
+impl Verdict {
+    /// The configuration, when it was loaded and is usable (never for a failure).
+    pub(crate) fn config(&self) -> Option<&Config> {
+        match self {
+            Verdict::Tagged(t) => Some(&t.config),
+            Verdict::Untagged { config, .. } => config.as_ref(),
+            Verdict::Fail(_) => None,
+        }
+    }
+}
+
+/// A tagged request: what the pipeline plans for. It exists only with its configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Tagged {
+    /// The configuration the rules belong to.
+    pub config: Config,
+    /// The matching rules of `config`.
+    pub rules: Vec<RuleId>,
+    /// The derivation's `cudaSandboxGpus`, parsed.
+    pub gpus: Option<GpusWanted>,
+}
+
+impl Tagged {
+    /// The matching rules, with their ids.
+    pub(crate) fn matched_rules(&self) -> Vec<(RuleId, &Rule)> {
+        self.rules
+            .iter()
+            .map(|id| (*id, id.of(&self.config)))
+            .collect()
+    }
+
+    /// The first of `features` that the first matching rule answers, for messages.
+    pub(crate) fn first_match(&self, features: &[Vec<u8>]) -> String {
+        first_match(&self.config, &self.rules, features)
+    }
+}
+
+/// The first of `features` that the first of `rules` answers (empty when none does).
+fn first_match(config: &Config, rules: &[RuleId], features: &[Vec<u8>]) -> String {
+    let features: Vec<&[u8]> = features.iter().map(Vec::as_slice).collect();
+    rules
+        .first()
+        .and_then(|id| id.of(config).first_match(&features))
+        .map(|f| String::from_utf8_lossy(f).into_owned())
+        .unwrap_or_default()
+}
+
+/// A rule that matched, and through which feature (what `explain` lists).
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct RuleMatch {
+    /// The rule's name.
+    pub rule: String,
+    /// The derivation's feature it answered to.
+    pub feature: String,
+}
+
+impl RuleMatch {
+    /// Each of `rules` of `config`, with the first of `features` it answers.
+    fn all(config: &Config, rules: &[RuleId], features: &[Vec<u8>]) -> Vec<RuleMatch> {
+        rules
+            .iter()
+            .map(|id| RuleMatch {
+                rule: id.of(config).name.clone(),
+                feature: first_match(config, &[*id], features),
+            })
+            .collect()
+    }
 }
 
 /// Where the request comes from: the derivation and the caller's additions.
@@ -107,8 +170,8 @@ pub(crate) enum Verdict {
 pub(crate) struct Input<'a> {
     /// The `.drv` path (as Nix passes it, or as given to `explain`/`exec`).
     pub drv: Option<&'a Path>,
-    /// The environment: the derivation as JSON or on a descriptor when the `.drv` is absent,
-    /// and the configuration file.
+    /// The environment: the derivation as JSON when the `.drv` is absent, and the
+    /// configuration file.
     pub env: &'a Environment,
     /// Features added by the caller (`--features`).
     pub extra_features: &'a [String],
@@ -150,14 +213,8 @@ pub struct Request {
     pub(crate) structured: bool,
     /// Where the configuration comes from.
     pub(crate) config_source: ConfigSource,
-    /// The configuration, when it was loaded and is usable.
-    pub(crate) config: Option<Config>,
-    /// The matching rules of `config`.
-    pub(crate) rules: Vec<RuleId>,
-    /// The derivation's `cudaSandboxGpus`, read and parsed only when a rule matched.
-    pub(crate) gpus_wanted: Option<GpusWanted>,
-    /// What makes the derivation fixed-output or impure, if anything: a tagged one is refused.
-    pub(crate) unsandboxed: Option<drv::Unsandboxed>,
+    /// The rules that matched the features, also when the request then fails.
+    pub(crate) matched: Vec<RuleMatch>,
     /// What the build gets. It is [`Verdict::Fail`] until the request is resolved, so a path
     /// through the resolver that forgets to decide fails the build rather than exposing.
     pub(crate) verdict: Verdict,
@@ -192,34 +249,110 @@ impl Request {
         features::required(names.iter().map(String::as_str))
     }
 
-    /// The configuration and the matching rules, when the verdict is [`Verdict::Tagged`].
-    pub(crate) fn tagged(&self) -> Option<&Config> {
-        match (&self.verdict, &self.config) {
-            (Verdict::Tagged, Some(c)) => Some(c),
-            _ => None,
+    /// What act needs of the request.
+    pub(crate) fn context(&self) -> BuildContext<'_> {
+        BuildContext {
+            chroot: self.chroot.as_deref(),
+            derivation: self.derivation_name(),
+            features: self.features_lossy(),
+            search_path: self.search_path.as_deref(),
         }
     }
 
-    /// The matching rules of `config` (the request's own configuration), with their ids.
-    pub(crate) fn matched_rules<'c>(&self, config: &'c Config) -> Vec<(RuleId, &'c Rule)> {
-        self.rules.iter().map(|id| (*id, id.of(config))).collect()
-    }
-
-    /// The first feature of the first matching rule, for messages.
-    pub(crate) fn first_match(&self) -> String {
-        let Some(config) = &self.config else {
-            return String::new();
-        };
-        let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
-        self.rules
-            .first()
-            .and_then(|id| id.of(config).first_match(&features))
-            .map(|f| String::from_utf8_lossy(f).into_owned())
-            .unwrap_or_default()
+    /// The tagged request, when the verdict is [`Verdict::Tagged`].
+    pub(crate) fn tagged(&self) -> Option<&Tagged> {
+        match &self.verdict {
+            Verdict::Tagged(t) => Some(t),
+            _ => None,
+        }
     }
 }
 
-/// Resolves `input`: derivation → features → configuration → rules → verdict.
+/// What act needs of a request: where the build runs and what it is, for the lease and the
+/// manifest, and where `nix-store` is found.
+#[derive(Debug, Clone)]
+pub(crate) struct BuildContext<'a> {
+    /// The sandbox root.
+    pub chroot: Option<&'a Path>,
+    /// The derivation's name ([`Request::derivation_name`]).
+    pub derivation: String,
+    /// The features, as text ([`Request::features_lossy`]).
+    pub features: Vec<String>,
+    /// The caller's `PATH`.
+    pub search_path: Option<&'a std::ffi::OsStr>,
+}
+
+/// What was read of the derivation, or why nothing was.
+enum Derivation {
+    /// Its attributes (none when no derivation was named).
+    Read {
+        /// The required features, as written.
+        features: Vec<Vec<u8>>,
+        /// Whether they came from structured attrs.
+        structured: bool,
+        /// The GPU count as written.
+        gpus: Option<String>,
+        /// What makes it fixed-output or impure, if anything: a tagged one is refused.
+        unsandboxed: Option<drv::Unsandboxed>,
+    },
+    /// It repeats an attribute the hook decides on.
+    Repeated(RequestFailure),
+    /// Its bytes cannot be read as a derivation (with why, one line).
+    Unreadable(Vec<u8>, String),
+    /// The `.drv` is not on disk and Nix passed no JSON (with why).
+    Missing(String),
+}
+
+/// Reads the derivation `drv_path` names: the file, else what Nix passed instead.
+fn read_derivation(drv_path: &Path, env: &Environment, name: &str) -> Derivation {
+    match std::fs::read(drv_path) {
+        Ok(bytes) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()).map(read) {
+            Ok(read) => read,
+            Err(e) => unusable(bytes, name, None, &e),
+        },
+        Err(e) => match &env.derivation_json {
+            Some(json) => {
+                let json = json.as_encoded_bytes();
+                match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
+                    Ok(attrs) => read(attrs),
+                    Err(e) => unusable(json.to_vec(), name, Some(DERIVATION_ENV), &e),
+                }
+            }
+            None => Derivation::Missing(e.to_string()),
+        },
+    }
+}
+
+/// The attributes the hook decides on, owned.
+fn read(attrs: DrvAttrs<'_>) -> Derivation {
+    Derivation::Read {
+        features: attrs
+            .features
+            .features
+            .into_iter()
+            .map(|f| f.into_owned())
+            .collect(),
+        structured: attrs.features.structured,
+        gpus: attrs.gpus,
+        unsandboxed: attrs.unsandboxed,
+    }
+}
+
+/// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
+/// repeated attribute the hook decides on fails the build; anything else is unreadable.
+fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) -> Derivation {
+    match error {
+        DrvError::Repeated { .. } => Derivation::Repeated(RequestFailure::Repeated {
+            name: name.to_owned(),
+            from: from.map(str::to_owned),
+            error: error.clone(),
+        }),
+        _ => Derivation::Unreadable(bytes, Prefixed(from, error).to_string()),
+    }
+}
+
+/// Resolves `input`: derivation → features → configuration → rules → verdict. The
+/// configuration's text is read here only, once, when the verdict needs it.
 pub(crate) fn resolve(input: &Input<'_>) -> Request {
     let mut req = Request {
         derivation: input.drv.map(Path::to_path_buf),
@@ -227,10 +360,7 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         features: Vec::new(),
         structured: false,
         config_source: config::locate(input.config, input.env.config.as_deref()),
-        config: None,
-        rules: Vec::new(),
-        gpus_wanted: None,
-        unsandboxed: None,
+        matched: Vec::new(),
         search_path: input.env.path.clone(),
         verdict: Verdict::Fail(RequestFailure::Unresolved {
             derivation: input
@@ -241,121 +371,68 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         warnings: Vec::new(),
     };
     let name = req.derivation_name();
-    let Some(drv_path) = input.drv else {
-        req.with_features(Vec::new(), false, input, None);
-        return req;
+    let derivation = match input.drv {
+        Some(path) => read_derivation(path, input.env, &name),
+        None => Derivation::Read {
+            features: Vec::new(),
+            structured: false,
+            gpus: None,
+            unsandboxed: None,
+        },
     };
-    // The file first; on a remote builder, where it is absent, what Nix passed instead.
-    match read_drv(drv_path, input.env.aterm_fd.as_deref()) {
-        Ok((bytes, Some(from))) if bytes.trim_ascii_start().starts_with(b"{") => {
-            req.with_json_derivation(&bytes, from, &name, input);
-        }
-        Ok((bytes, from)) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()) {
-            Ok(attrs) => req.with_attrs(attrs, input),
-            Err(e) => req.unusable(&bytes, &name, from, &e),
-        },
-        Err(e) => match &input.env.derivation_json {
-            Some(json) => {
-                req.with_json_derivation(json.as_encoded_bytes(), DERIVATION_ENV, &name, input)
+    req.verdict = match derivation {
+        Derivation::Repeated(failure) => Verdict::Fail(failure),
+        Derivation::Read {
+            mut features,
+            structured,
+            gpus,
+            unsandboxed,
+        } => {
+            features.extend(input.extra_features.iter().map(|f| f.as_bytes().to_vec()));
+            if features.is_empty() {
+                features.extend(input.default_features.iter().map(|f| f.as_bytes().to_vec()));
             }
-            None => req.missing_drv(&name, &e.to_string()),
-        },
-    }
+            req.features = features;
+            req.structured = structured;
+            if req.features.is_empty() && !input.always_load_config {
+                // The fast path: no feature, no configuration read.
+                Verdict::Untagged {
+                    why: "the derivation requires no system feature".into(),
+                    config: None,
+                }
+            } else {
+                let text = config::read_text(&req.config_source);
+                req.by_features(text, input.always_load_config, gpus, unsandboxed)
+            }
+        }
+        Derivation::Unreadable(bytes, error) => {
+            req.unreadable(config::read_text(&req.config_source), &bytes, &name, &error)
+        }
+        Derivation::Missing(error) => {
+            req.missing_drv(config::read_text(&req.config_source), &name, &error)
+        }
+    };
     req
 }
 
-/// The derivation's bytes: the `.drv` file, else the descriptor named by `aterm_fd`
-/// ([`ATERM_FD_ENV`], read by [`read_aterm_fd`]), with `Some(ATERM_FD_ENV)` saying they came
-/// from there.
-fn read_drv(
-    drv_path: &Path,
-    aterm_fd: Option<&std::ffi::OsStr>,
-) -> std::io::Result<(Vec<u8>, Option<&'static str>)> {
-    let file_error = match std::fs::read(drv_path) {
-        Ok(bytes) => return Ok((bytes, None)),
-        Err(e) => e,
-    };
-    let Some(fd) = aterm_fd else {
-        return Err(file_error);
-    };
-    let fd = fd.to_string_lossy().into_owned();
-    read_aterm_fd(&fd, &ATERM_FD_LIMITS)
-        .map(|bytes| (bytes, Some(ATERM_FD_ENV)))
-        .map_err(|why| {
-            std::io::Error::new(
-                file_error.kind(),
-                format!("{file_error}; and {ATERM_FD_ENV}={fd}: {why}"),
-            )
-        })
-}
+/// The configuration's text, as [`config::read_text`] read it (trusted first).
+type ConfigText = Result<std::borrow::Cow<'static, str>, ConfigError>;
 
 impl Request {
-    /// The derivation as JSON (from `source`, named in errors): its attributes, then as
-    /// [`Request::with_attrs`].
-    fn with_json_derivation(&mut self, json: &[u8], source: &str, name: &str, input: &Input<'_>) {
-        match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
-            Ok(attrs) => self.with_attrs(attrs, input),
-            Err(e) => self.unusable(json, name, Some(source), &e),
-        }
+    /// The configuration of `text`, parsed and validated.
+    fn parse(&self, text: ConfigText) -> Result<Config, ConfigError> {
+        text.and_then(|t| Config::from_text(&self.config_source, &t))
     }
 
-    /// The derivation's attributes are read: as [`Request::with_features`].
-    fn with_attrs(&mut self, attrs: DrvAttrs<'_>, input: &Input<'_>) {
-        let features = attrs
-            .features
-            .features
-            .into_iter()
-            .map(|f| f.into_owned())
-            .collect();
-        self.unsandboxed = attrs.unsandboxed;
-        self.with_features(features, attrs.features.structured, input, attrs.gpus);
-    }
-
-    /// The derivation (`bytes`, from `from` when not the `.drv` file) cannot be used: a
-    /// repeated attribute the hook decides on fails the build; anything else is
-    /// [`Request::unreadable`].
-    fn unusable(&mut self, bytes: &[u8], name: &str, from: Option<&str>, error: &DrvError) {
-        match error {
-            DrvError::Repeated { .. } => {
-                self.verdict = Verdict::Fail(RequestFailure::Repeated {
-                    name: name.to_owned(),
-                    from: from.map(str::to_owned),
-                    error: error.clone(),
-                });
-            }
-            _ => self.unreadable(bytes, name, &Prefixed(from, error).to_string()),
-        }
-    }
-
-    /// The derivation's features are known: add the caller's, load the configuration, match
-    /// the rules, and parse the GPU count when one matched.
-    fn with_features(
+    /// The verdict for the features: none the configuration's text can answer, a
+    /// configuration that cannot be loaded, or the rules that answer them.
+    fn by_features(
         &mut self,
-        mut features: Vec<Vec<u8>>,
-        structured: bool,
-        input: &Input<'_>,
+        text: ConfigText,
+        always_load_config: bool,
         gpus: Option<String>,
-    ) {
-        features.extend(input.extra_features.iter().map(|f| f.as_bytes().to_vec()));
-        if features.is_empty() {
-            features.extend(input.default_features.iter().map(|f| f.as_bytes().to_vec()));
-        }
-        self.features = features;
-        self.structured = structured;
-        if let Some(config) = self.config_for_features(input) {
-            self.match_rules(config, gpus);
-        }
-    }
-
-    /// The configuration the features need, or `None` with the verdict decided without it:
-    /// no feature at all, no feature the configuration's text can answer, or a configuration
-    /// that cannot be loaded.
-    fn config_for_features(&mut self, input: &Input<'_>) -> Option<Config> {
-        if self.features.is_empty() && !input.always_load_config {
-            // The fast path: no feature, no configuration read.
-            self.verdict = Verdict::Nothing("the derivation requires no system feature".into());
-            return None;
-        }
+        unsandboxed: Option<drv::Unsandboxed>,
+    ) -> Verdict {
         let builtin = self.features.iter().find(|f| {
             DEFAULT_FEATURES
                 .iter()
@@ -364,95 +441,101 @@ impl Request {
         // The next fastest path: features, but none a GPU feature and none anywhere in the
         // configuration's text, so no rule can answer them and the hook parses nothing (nor
         // warns about a broken configuration: tagged builds and `check-config` report that).
-        // The text is read once, trusted first; one that cannot be trusted or read is loaded
-        // (and so reported) like any other.
-        let text = config::read_text(&self.config_source);
+        // A text that cannot be trusted or read is loaded (and so reported) like any other.
         let unanswerable = builtin.is_none()
             && text
                 .as_ref()
                 .is_ok_and(|t| !Config::text_may_answer(t.as_bytes(), &self.features));
-        if unanswerable && !input.always_load_config {
-            self.verdict = Verdict::Nothing(
-                "untagged: no required feature appears in the configuration, so the hook \
-                 exposes nothing"
-                    .into(),
-            );
-            return None;
+        let nothing = "untagged: no required feature appears in the configuration, so the hook \
+                       exposes nothing";
+        if unanswerable && !always_load_config {
+            return Verdict::Untagged {
+                why: nothing.into(),
+                config: None,
+            };
         }
-        match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
-            Ok(c) => Some(c),
-            Err(e) if unanswerable => {
-                // `explain`: what the hook does (nothing, silently), and what is wrong.
-                self.verdict = Verdict::Nothing(format!(
-                    "untagged: no required feature appears in the configuration, so the hook \
-                     exposes nothing (and does not read it further; note that it is broken, \
-                     which fails tagged builds: {e})"
-                ));
-                None
-            }
-            Err(e) => {
-                let name = self.derivation_name();
-                self.verdict = match builtin {
-                    Some(f) => Verdict::Fail(RequestFailure::BrokenConfig {
-                        name,
-                        feature: String::from_utf8_lossy(f).into_owned(),
-                        error: e.to_string(),
-                    }),
-                    None => {
-                        self.warnings
-                            .push(format!("{e} (ignored: this build asks for no GPU feature)"));
-                        Verdict::Nothing(format!("the configuration is broken: {e}"))
+        match self.parse(text) {
+            Ok(config) => self.match_rules(config, gpus, unsandboxed),
+            // `explain`: what the hook does (nothing, silently), and what is wrong.
+            Err(e) if unanswerable => Verdict::Untagged {
+                why: format!(
+                    "{nothing} (and does not read it further; note that it is broken, which \
+                     fails tagged builds: {e})"
+                ),
+                config: None,
+            },
+            Err(e) => match builtin {
+                Some(f) => Verdict::Fail(RequestFailure::BrokenConfig {
+                    name: self.derivation_name(),
+                    feature: String::from_utf8_lossy(f).into_owned(),
+                    error: e.to_string(),
+                }),
+                None => {
+                    self.warnings
+                        .push(format!("{e} (ignored: this build asks for no GPU feature)"));
+                    Verdict::Untagged {
+                        why: format!("the configuration is broken: {e}"),
+                        config: None,
                     }
-                };
-                None
-            }
+                }
+            },
         }
     }
 
     /// Matches the rules of `config` that answer the features: tagged (with the GPU count the
-    /// derivation asks, `gpus`) when one does, else untagged, naming the features configured.
-    fn match_rules(&mut self, config: Config, gpus: Option<String>) {
+    /// derivation asks, `gpus`) when one does and the derivation is sandboxed, else untagged,
+    /// naming the features configured.
+    fn match_rules(
+        &mut self,
+        config: Config,
+        gpus: Option<String>,
+        unsandboxed: Option<drv::Unsandboxed>,
+    ) -> Verdict {
         let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
-        self.rules = RuleId::all(&config)
+        let rules: Vec<RuleId> = RuleId::all(&config)
             .filter(|id| id.of(&config).answers_any(&features))
             .collect();
-        if self.rules.is_empty() {
+        if rules.is_empty() {
             let configured: Vec<&str> = config
                 .rules
                 .iter()
                 .flat_map(|r| r.features.iter().map(String::as_str))
                 .collect();
-            self.verdict = Verdict::Nothing(format!(
+            let why = format!(
                 "untagged: no required feature is one of [{}], so the hook exposes nothing; \
                  tag the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
                 configured.join(", ")
-            ));
-        } else if let Some(why) = self.unsandboxed.clone() {
-            self.config = Some(config);
-            self.verdict = Verdict::Fail(RequestFailure::Unsandboxed {
-                name: self.derivation_name(),
-                feature: self.first_match(),
+            );
+            return Verdict::Untagged {
                 why,
-            });
-            return;
-        } else {
-            self.gpus_wanted = gpus.as_deref().map(GpusWanted::parse);
-            self.verdict = Verdict::Tagged;
+                config: Some(config),
+            };
         }
-        self.config = Some(config);
+        self.matched = RuleMatch::all(&config, &rules, &self.features);
+        match unsandboxed {
+            Some(why) => Verdict::Fail(RequestFailure::Unsandboxed {
+                name: self.derivation_name(),
+                feature: first_match(&config, &rules, &self.features),
+                why,
+            }),
+            None => Verdict::Tagged(Tagged {
+                config,
+                rules,
+                gpus: gpus.as_deref().map(GpusWanted::parse),
+            }),
+        }
     }
 
     /// The `.drv` is not on disk and Nix passed no JSON (remote builders, NixOS/nix#9272):
     /// follow the configured `missing_drv` policy.
-    fn missing_drv(&mut self, name: &str, error: &str) {
-        let config = match Config::load(&self.config_source) {
+    fn missing_drv(&mut self, text: ConfigText, name: &str, error: &str) -> Verdict {
+        let config = match self.parse(text) {
             Ok(c) => c,
             Err(e) => {
                 let why =
                     format!("cannot read derivation {name} ({error}) and {e}; exposing nothing");
                 self.warnings.push(why.clone());
-                self.verdict = Verdict::Nothing(why);
-                return;
+                return Verdict::Untagged { why, config: None };
             }
         };
         match config.missing_drv {
@@ -463,40 +546,46 @@ impl Request {
                      missing_drv = \"expose\")"
                 );
                 self.warnings.push(why.clone());
-                self.verdict = Verdict::Nothing(why);
+                Verdict::Untagged {
+                    why,
+                    config: Some(config),
+                }
             }
-            MissingDrv::Fail => {
-                self.verdict = Verdict::Fail(RequestFailure::MissingDrv {
-                    name: name.to_owned(),
-                    error: error.to_owned(),
-                })
-            }
+            MissingDrv::Fail => Verdict::Fail(RequestFailure::MissingDrv {
+                name: name.to_owned(),
+                error: error.to_owned(),
+            }),
             MissingDrv::Expose => {
-                self.rules = RuleId::all(&config).collect();
                 self.features = config
                     .rules
                     .iter()
                     .flat_map(|r| r.features.iter().map(|f| f.as_bytes().to_vec()))
                     .collect();
-                if self.rules.is_empty() {
-                    self.verdict = Verdict::Nothing("the configuration has no rule".into());
-                } else {
-                    self.warnings.push(format!(
-                        "derivation {name} is not on disk; exposing every rule (missing_drv = \
-                         \"expose\"); its cuda-sm-* features cannot be known, so they select \
-                         no GPU"
-                    ));
-                    self.verdict = Verdict::Tagged;
+                if config.rules.is_empty() {
+                    return Verdict::Untagged {
+                        why: "the configuration has no rule".into(),
+                        config: Some(config),
+                    };
                 }
+                self.warnings.push(format!(
+                    "derivation {name} is not on disk; exposing every rule (missing_drv = \
+                     \"expose\"); its cuda-sm-* features cannot be known, so they select no GPU"
+                ));
+                let rules: Vec<RuleId> = RuleId::all(&config).collect();
+                self.matched = RuleMatch::all(&config, &rules, &self.features);
+                Verdict::Tagged(Tagged {
+                    config,
+                    rules,
+                    gpus: None,
+                })
             }
         }
-        self.config = Some(config);
     }
 
     /// A derivation we cannot read: fail only when it could be a tagged build, i.e. when the
     /// bytes name a feature some rule answers to (with a broken config: a built-in feature).
-    fn unreadable(&mut self, bytes: &[u8], name: &str, error: &str) {
-        let loaded = Config::load(&self.config_source);
+    fn unreadable(&mut self, text: ConfigText, bytes: &[u8], name: &str, error: &str) -> Verdict {
+        let loaded = self.parse(text);
         let names: Vec<String> = match &loaded {
             Ok(c) => c.rules.iter().flat_map(|r| r.features.clone()).collect(),
             Err(_) => DEFAULT_FEATURES.iter().map(|s| s.to_string()).collect(),
@@ -504,19 +593,19 @@ impl Request {
         let may_be_tagged = names
             .iter()
             .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some());
-        self.verdict = if may_be_tagged {
-            Verdict::Fail(RequestFailure::Unreadable {
+        if may_be_tagged {
+            return Verdict::Fail(RequestFailure::Unreadable {
                 name: name.to_owned(),
                 error: error.to_owned(),
-            })
-        } else {
-            let why = format!(
-                "cannot read derivation {name} ({error}); it names no GPU feature, so exposing \
-                 nothing"
-            );
-            self.warnings.push(why.clone());
-            Verdict::Nothing(why)
-        };
-        self.config = loaded.ok();
+            });
+        }
+        let why = format!(
+            "cannot read derivation {name} ({error}); it names no GPU feature, so exposing nothing"
+        );
+        self.warnings.push(why.clone());
+        Verdict::Untagged {
+            why,
+            config: loaded.ok(),
+        }
     }
 }

@@ -97,11 +97,6 @@ impl Drop for Builder {
 enum HookAs {
     /// The hook itself.
     Itself,
-    /// A wrapper that hands the hook the derivation on a descriptor named by `DRV_ATERM_FD`,
-    /// as a Nix that names one would (NixOS/nix#16413 is not settled). Nix 2.8 cannot, so the
-    /// wrapper opens the client's copy of the `.drv` (the client's chroot store is on this
-    /// machine) as descriptor 3 and execs the hook.
-    WithAtermFd,
     /// A wrapper that logs what the hook's standard input is (a `hook-stdin:` line of the
     /// builder's log) and execs the hook.
     ShowingStdin,
@@ -155,25 +150,6 @@ impl Builder {
 
         let hook = match hook {
             HookAs::Itself => PathBuf::from(HOOK),
-            HookAs::WithAtermFd => {
-                assert!(
-                    stores == Stores::Separate,
-                    "the wrapper reads the client's chroot store"
-                );
-                let wrapper = d.join("hook-with-aterm-fd");
-                write_script(
-                    &wrapper,
-                    &format!(
-                        "#!/bin/sh\n\
-                         # A Nix that names a descriptor: the ATerm on it.\n\
-                         exec 3< \"{store}$1\" || exit 1\n\
-                         DRV_ATERM_FD=3 exec {HOOK} \"$@\"\n",
-                        store = d.join("client-store").display()
-                    ),
-                )
-                .unwrap();
-                wrapper
-            }
             HookAs::ShowingStdin => {
                 let wrapper = d.join("hook-showing-stdin");
                 write_script(

@@ -133,28 +133,9 @@ fn remote_build_with_the_drv_copied_to_the_builder_as_hydra_1565_does_follows_it
     }
 }
 
-#[test]
-fn remote_build_with_drv_aterm_fd_follows_the_tags_whatever_missing_drv_says() {
-    if !remote_available(
-        "remote_build_with_drv_aterm_fd_follows_the_tags_whatever_missing_drv_says",
-    ) {
-        return;
-    }
-    // missing_drv = "fail" would fail both builds: the descriptor is what lets them through.
-    let builder = Builder::start_with("fail", Stores::Separate, HookAs::WithAtermFd);
-    let remote = builder.build("tagged", "cuda");
-    assert!(!builder.drv_where_the_hook_looks(&remote));
-    assert_sees_gpu(remote.report(), "probe-tagged");
-    assert!(remote.hook_lines().is_empty(), "{remote:#?}");
-    let remote = builder.build("untagged", "-");
-    assert!(!builder.drv_where_the_hook_looks(&remote));
-    assert_sees_nothing(remote.report(), "probe-untagged");
-    assert!(remote.hook_lines().is_empty(), "{remote:#?}");
-}
-
-/// A build's `cuda-sm-*` features reach the builder's hook only with the derivation: on a
-/// descriptor (`DRV_ATERM_FD`), or as NixOS/hydra#1565 copies the `.drv`. With either, a
-/// build requiring `cuda-sm-90a` is leased the 9.0, though the 8.9 is less used.
+/// A build's `cuda-sm-*` features reach the builder's hook only with the derivation, as
+/// NixOS/hydra#1565 copies the `.drv`: a build requiring `cuda-sm-90a` is then leased the 9.0,
+/// though the 8.9 is less used.
 #[test]
 fn remote_build_with_its_derivation_is_leased_the_gpu_its_cuda_sm_features_need() {
     if !remote_available(
@@ -163,12 +144,6 @@ fn remote_build_with_its_derivation_is_leased_the_gpu_its_cuda_sm_features_need(
         return;
     }
     let mandatory = "cuda";
-    let builder = Builder::start_on("fail", Stores::Separate, HookAs::WithAtermFd, Gpus::Mixed);
-    let remote = builder.build("sm90a", mandatory);
-    assert!(!builder.drv_where_the_hook_looks(&remote));
-    assert_eq!(leased_gpu(remote.report()), "nvidia1", "{remote:#?}");
-    assert!(remote.hook_lines().is_empty(), "{remote:#?}");
-
     let builder = Builder::start_on("fail", Stores::Separate, HookAs::Itself, Gpus::Mixed);
     let nonce = nonce();
     let drv = builder.instantiate("sm90a", &nonce);

@@ -70,8 +70,7 @@ impl Host {
             c.arg(self.path(drv))
                 .arg(self.path("chroot"))
                 .env("CUDA_SANDBOX_CONFIG", &config)
-                .env_remove("NIX_DERIVATION_V4")
-                .env_remove("DRV_ATERM_FD");
+                .env_remove("NIX_DERIVATION_V4");
             c
         };
         let mut explain = Command::new(HOOK);

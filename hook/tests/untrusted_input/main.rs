@@ -1,12 +1,9 @@
 //! Untrusted input in linear time and bounded memory: derivations as ATerm, their
-//! `__json`, derivations as JSON (`DRV_ATERM_FD`, `NIX_DERIVATION_V4`), and what
-//! `DRV_ATERM_FD` may name. The time bounds are so generous that only super-linear code can
+//! `__json`, and derivations as JSON (`NIX_DERIVATION_V4`). The time bounds are so generous that only super-linear code can
 //! miss them: 8 MiB in under 10 s in a debug build, where the quadratic `__json` reader of
 //! f51a825 needed minutes (2 MiB took it 55 s).
 
 use cuda_sandbox_hook::drv::{DrvAttrs, DrvEnv, DrvError, JsonDerivation};
-use cuda_sandbox_hook::request::{read_aterm_fd, AtermFdError, FdLimits, ATERM_FD_LIMITS};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -70,15 +67,6 @@ fn children_peak_mib() -> f64 {
         nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
     usage.max_rss() as f64 / 1024.0
 }
-
-// DRV_ATERM_FD: what it may name, read in this process (the descriptors are this test's).
-
-const QUICK: FdLimits = FdLimits {
-    max_bytes: 1 << 20,
-    pipe_wait: Duration::from_millis(300),
-};
-
-const DRV: &[u8] = br#"Derive([("out","/nix/store/x","","")],[],[],"x86_64-linux","/bin/sh",[],[("requiredSystemFeatures","cuda")])"#;
 
 // CDI specs in YAML: no anchor or alias is replayed, and the events read are capped.
 
