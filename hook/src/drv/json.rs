@@ -20,8 +20,7 @@ pub struct JsonDerivation {
 
 impl JsonDerivation {
     /// Reads a derivation given as JSON, in one pass: the derivation object itself (it has
-    /// `env` or `structuredAttrs`), `{ "<drv path>": { … } }` (`nix show-derivation`), or a
-    /// record holding it as `derivation` (the input NixOS/nix#16413 proposes for hooks).
+    /// `env` or `structuredAttrs`), or `{ "<drv path>": { … } }` (`nix show-derivation`).
     pub fn parse(json: &[u8]) -> Result<JsonDerivation, DrvError> {
         let mut de = serde_json::Deserializer::from_slice(json);
         let top = serde::Deserializer::deserialize_any(&mut de, AnyObject)
@@ -31,10 +30,8 @@ impl JsonDerivation {
         if read.is_derivation {
             return Ok(read.derivation);
         }
-        let chosen = match (read.wrapped, read.others) {
-            (Some(wrapped), _) => wrapped,
-            (None, Others::One(_, inner)) => *inner,
-            _ => return Err(DrvError::json("derivation JSON holds no single derivation")),
+        let Others::One(_, chosen) = read.others else {
+            return Err(DrvError::json("derivation JSON holds no single derivation"));
         };
         chosen
             .0
@@ -160,8 +157,6 @@ struct ReadObject {
     derivation: JsonDerivation,
     /// Whether `env` or `structuredAttrs` was a member: then this object is the derivation.
     is_derivation: bool,
-    /// The `derivation` member.
-    wrapped: Option<Candidate>,
     /// The members other than those.
     others: Others,
 }
@@ -179,7 +174,6 @@ fn read_object<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<ReadObje
     let mut read = ReadObject {
         derivation: JsonDerivation::default(),
         is_derivation: false,
-        wrapped: None,
         others: Others::None,
     };
     while let Some(key) = map.next_key::<Cow<'de, str>>()? {
@@ -192,7 +186,6 @@ fn read_object<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<ReadObje
                 read.is_derivation = true;
                 read.derivation.structured_attrs = Some(map.next_value()?);
             }
-            "derivation" => read.wrapped = Some(map.next_value()?),
             other => {
                 read.others = match read.others {
                     Others::None => Others::One(other.to_owned(), map.next_value()?),
