@@ -2,7 +2,7 @@
 //! --list-ptx FILE`, on every library of the vendor corpus (the files
 //! `runner/tests/vendor_verdicts/` judges, fetched by `scripts/nvidia-userspace`).
 //!
-//! `cargo bench -p cuda-sandbox-check --bench lint_vs_cuobjdump` prints, per library, two
+//! `cargo bench -p cuda-sandbox-check --bench lint_vs_cuobjdump` prints, per library, these
 //! quantities, labelled, with the page cache warm (each file is read once first):
 //!
 //! - **the reader alone, warm**: elfkit's `read_file` in this process (the median of
@@ -10,7 +10,14 @@
 //! - **lint end to end**: the wall clock of the program a user runs, process start included,
 //!   stdout to /dev/null (the median of `runs(RUNS)` runs of the bench profile's build, which is
 //!   the release profile: fat LTO), against `cuobjdump` timed the same way (`runs(TOOL_RUNS)`),
-//!   and the ratio (the goal: at least 20x).
+//!   and the ratio (the goal: at least 20x);
+//! - **the verdict, end to end**: `lint --json --target sm_90 --driver-cuda 12.8 FILE` (one
+//!   target) and the same with [`SEVEN`] targets, timed the same way, each against
+//!   cuobjdump's listing;
+//! - **peak RSS** of each of the three `lint` runs (from `wait4`'s resource usage), against
+//!   the bound of the judged file's size plus 64 MiB. Linux counts in a child's peak its
+//!   parent's at the spawn (the mapping it shares until `exec`), so these runs are made
+//!   first, while this process holds next to nothing.
 //!
 //! Where the goal is not met it says, in a `20x not met:` line, what bounds `lint` and how
 //! close it is: the start of the process (`lint --json` on an empty file; and `/bin/true`'s,
@@ -56,6 +63,13 @@ fn lint_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cuda-sandbox-check")))
 }
 
+/// The seven targets of the verdict timed with many: one GPU of each architecture from
+/// Maxwell to Blackwell.
+const SEVEN: &str = "sm_52,sm_61,sm_70,sm_75,sm_80,sm_90,sm_120";
+
+/// The memory `lint` may use beyond the judged file's size (its mapped pages count).
+const RSS_ALLOWANCE: u64 = 64 << 20;
+
 /// The corpus: (name, wheel directory, file, the wheel it comes from).
 const CORPUS: &[(&str, &str, &str, &str)] = &[
     (
@@ -93,6 +107,24 @@ const CORPUS: &[(&str, &str, &str, &str)] = &[
         "cufft-11.4.1",
         "libcufftw.so.11",
         "nvidia-cufft-cu12 11.4.1.4",
+    ),
+    (
+        "cuBLAS 12.9.3",
+        "cublas-12.9.3",
+        "libcublas.so.12",
+        "nvidia-cublas-cu12 12.9.3.13",
+    ),
+    (
+        "cuBLASLt 12.9.3",
+        "cublas-12.9.3",
+        "libcublasLt.so.12",
+        "nvidia-cublas-cu12 12.9.3.13",
+    ),
+    (
+        "cuDNN 9.28.0",
+        "cudnn-cu12-9.28.0",
+        "libcudnn_cnn.so.9",
+        "nvidia-cudnn-cu12 9.28.0.42",
     ),
 ];
 
@@ -133,22 +165,54 @@ fn timed<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
 /// findings, 3 unknown, 4 cannot run); 2 (a path it cannot judge) is one only for the empty
 /// file that measures its start; a crash (101, 134) is never one.
 fn spawned(runs: usize, program: &Path, args: &[&str], file: &Path) -> Duration {
-    timed(runs, || {
-        let status = Command::new(program)
+    timed(runs, || run_once(program, args, file))
+}
+
+/// One run of `program args... file`, as [`spawned`] checks it: its peak RSS, in bytes.
+fn run_once(program: &Path, args: &[&str], file: &Path) -> u64 {
+    {
+        // Reaped by `reaped`'s wait4, which std's `wait` cannot stand in for: it drops the
+        // child's resource usage.
+        #[allow(clippy::zombie_processes)]
+        let child = Command::new(program)
             .args(args)
             .arg(file)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status()
+            .spawn()
             .unwrap();
+        let (code, rss) = reaped(child.id());
         let empty = std::fs::metadata(file).is_ok_and(|m| m.len() == 0);
         assert!(
-            matches!(status.code(), Some(0 | 1 | 3 | 4)) || empty && status.code() == Some(2),
-            "{} on {}: {status}",
+            matches!(code, Some(0 | 1 | 3 | 4)) || empty && code == Some(2),
+            "{} on {}: {code:?}",
             program.display(),
             file.display()
         );
-    })
+        rss
+    }
+}
+
+/// Waits for the child `pid`: its exit status (`None` when a signal ended it) and its peak
+/// RSS in bytes (`wait4`'s `ru_maxrss`, in KiB on Linux).
+fn reaped(pid: u32) -> (Option<i32>, u64) {
+    let mut status = 0;
+    // SAFETY: `rusage` is plain integers, for which all zeros is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is this process's child, not yet reaped; both pointers are to locals.
+    let got = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(
+        got,
+        pid as libc::pid_t,
+        "wait4: {}",
+        std::io::Error::last_os_error()
+    );
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss as u64 * 1024)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// What the magic scan must read to find the containers of `data`: its data sections (as
@@ -283,22 +347,48 @@ fn read_bound(files: &[MustRead]) -> Duration {
     })
 }
 
-/// Times and prints one library; returns whether the goal is met.
+/// The three `lint` runs timed per library: the listing, the verdict for one target and for
+/// [`SEVEN`], each `--json` (the file is the last argument).
+const LINT_RUNS: [&[&str]; 3] = [
+    &["lint", "--json"],
+    &[
+        "lint",
+        "--json",
+        "--target",
+        "sm_90",
+        "--driver-cuda",
+        "12.8",
+    ],
+    &["lint", "--json", "--target", SEVEN, "--driver-cuda", "12.8"],
+];
+
+/// The peak RSS of each of [`LINT_RUNS`] on `entry`'s file, one run each (`None` without the
+/// file): run before this process reads anything large, since a child's peak counts its
+/// parent's.
+fn peaks(real: &RealNvidia, entry: &(&str, &str, &str, &str)) -> Option<[u64; 3]> {
+    let path = real.corpus(entry.1, entry.2);
+    path.is_file()
+        .then(|| LINT_RUNS.map(|args| run_once(&lint_bin(), args, &path)))
+}
+
+/// Times and prints one library (`peaks`: [`peaks`]'s); returns whether the goal is met.
 fn library(
     real: &RealNvidia,
     (empty, floor): (&Path, &Duration),
     entry: &(&str, &str, &str, &str),
+    peaks: Option<[u64; 3]>,
 ) -> bool {
     let &(name, wheel, file, source) = entry;
     let path = real.corpus(wheel, file);
     if !real.has("lint_vs_cuobjdump", &path) {
         return false; // it says why; under CI=true it panics
     }
+    let peaks = peaks.expect("the file is there");
     let size = std::fs::metadata(&path).unwrap().len();
     std::hint::black_box(std::fs::read(&path).unwrap());
     let code = read_file(&path).unwrap();
     let reader = timed(runs(RUNS), || read_file(&path).unwrap());
-    let ours = spawned(runs(RUNS), &lint_bin(), &["lint", "--json"], &path);
+    let [ours, one, seven] = LINT_RUNS.map(|args| spawned(runs(RUNS), &lint_bin(), args, &path));
     let theirs = spawned(
         runs(TOOL_RUNS),
         &real.cuobjdump(),
@@ -332,6 +422,28 @@ fn library(
         "  cuobjdump / lint = {ratio:.1}x (goal: at least 20x: {})",
         if met { "met" } else { "NOT met" }
     );
+    let limit = size + RSS_ALLOWANCE;
+    for (what, (wall, peak)) in [
+        ("the listing (lint --json)".to_owned(), (ours, peaks[0])),
+        (
+            "the verdict, 1 target (--target sm_90 --driver-cuda 12.8)".to_owned(),
+            (one, peaks[1]),
+        ),
+        (
+            format!("the verdict, 7 targets (--target {SEVEN} --driver-cuda 12.8)"),
+            (seven, peaks[2]),
+        ),
+    ] {
+        println!(
+            "  {what}: {}, cuobjdump's listing / it = {:.1}x; peak RSS {} ({} the file's size \
+             + 64 MiB, {})",
+            ms(wall),
+            theirs.as_secs_f64() / wall.as_secs_f64(),
+            mib(peak),
+            if peak <= limit { "within" } else { "OVER" },
+            mib(limit)
+        );
+    }
     // What bounds lint: start, the bytes to read, the JSON to render.
     let start = spawned(runs(RUNS), &lint_bin(), &["lint", "--json"], empty);
     let config = LintConfig::new("/run/opengl-driver/lib");
@@ -524,9 +636,11 @@ fn main() {
         runs(RUNS),
         ms(floor)
     );
+    let peaks: Vec<Option<[u64; 3]>> = CORPUS.iter().map(|e| peaks(&real, e)).collect();
     let met = CORPUS
         .iter()
-        .filter(|entry| library(&real, (&empty, &floor), entry))
+        .zip(peaks)
+        .filter(|(entry, peaks)| library(&real, (&empty, &floor), entry, *peaks))
         .count();
     println!(
         "the goal (at least 20x) met on {met} of {} libraries",

@@ -42,6 +42,9 @@
 //! for ABI 8 cubins), stopping at the first of a newer major. A cubin of a major newer than 13
 //! that keeps ABI 8 is not caught under a 13.x driver: no such toolkit exists to measure.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use super::gpus::{self, Drives};
@@ -269,6 +272,24 @@ impl Judgement {
     }
 }
 
+/// What each module of one file holds (rule 4), read once for every GPU the file is judged
+/// for: the answer depends on the module's images alone, and a module without code for
+/// several of the GPUs judged would otherwise be unpacked once for each.
+#[derive(Debug, Default)]
+pub struct ModuleReads(RefCell<HashMap<usize, Option<Holds>>>);
+
+impl ModuleReads {
+    /// [`holds`] of module `index` of `code`, read from `data` the first time it is asked.
+    fn holds(&self, data: &[u8], code: &GpuCode, index: usize) -> Option<Holds> {
+        if let Some(known) = self.0.borrow().get(&index) {
+            return known.clone();
+        }
+        let read = holds(data, &code.containers[index]);
+        self.0.borrow_mut().insert(index, read.clone());
+        read
+    }
+}
+
 /// What `module` holds (rule 4), or `None` when it holds neither a kernel nor a managed
 /// variable. Its images are compilations of one source, so one that can be read tells; the
 /// cheapest are read first (stored as they are, then the smallest), and an image that holds
@@ -358,6 +379,7 @@ pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -
     judge_given(
         code,
         data,
+        &ModuleReads::default(),
         device,
         driver,
         newer_toolkit(code, data, driver),
@@ -365,26 +387,29 @@ pub fn judge(code: &GpuCode, data: &[u8], device: Capability, driver: &Driver) -
 }
 
 /// [`judge`], with rule 5's answer for this file and driver already known
-/// ([`newer_toolkit`]): for judging several GPUs with one driver.
+/// ([`newer_toolkit`]) and the modules read so far in `reads`: for judging several GPUs with
+/// one driver.
 pub fn judge_given(
     code: &GpuCode,
     data: &[u8],
+    reads: &ModuleReads,
     device: Capability,
     driver: &Driver,
     toolkit: Option<NewerToolkit>,
 ) -> Judgement {
     let gpu = GpuDriven::from(gpus::drives(driver.kernel, device));
-    judge_loads(code, data, gpu, toolkit, |entries| {
+    judge_loads(code, data, reads, gpu, toolkit, |entries| {
         load(entries, device, driver)
     })
 }
 
 /// The policy above, for a driver that loads a module's images as `load` says and that
 /// drives the GPU as `gpu` says: NVIDIA's driver ([`judge_given`]) or another implementation
-/// of the driver API (ZLUDA, which compiles PTX alone).
+/// of the driver API (ZLUDA, which compiles PTX alone); modules are read through `reads`.
 pub fn judge_loads(
     code: &GpuCode,
     data: &[u8],
+    reads: &ModuleReads,
     gpu: GpuDriven,
     toolkit: Option<NewerToolkit>,
     load: impl Fn(&[Entry]) -> Load,
@@ -427,7 +452,7 @@ pub fn judge_loads(
         let loaded_by_the_program = matches!(c.origin, Origin::Scan(_));
         let mut holds = None;
         if read_modules && load.fails() && !loaded_by_the_program {
-            match self::holds(data, c) {
+            match reads.holds(data, code, i) {
                 Some(h) => holds = Some(h),
                 None => {
                     judgement.not_judged.inert += 1;
@@ -554,6 +579,38 @@ mod tests {
     const P: EntryKind = EntryKind::Ptx;
     fn cc(t: &str) -> Capability {
         Capability::parse(t).unwrap()
+    }
+
+    /// A module without code for two GPUs is read for the first and remembered for the
+    /// second: judged again with no bytes to read, it still holds its kernel.
+    #[test]
+    fn a_module_is_read_once_for_every_gpu_judged() {
+        let file = File::default()
+            .with(&[("sm_90", S), ("compute_90", P)])
+            .with(&[("sm_80", S)]);
+        let reads = ModuleReads::default();
+        let driver = Driver::of(12080);
+        let on =
+            |data: &[u8], device| judge_given(&file.code, data, &reads, cc(device), &driver, None);
+        let first = on(&file.data, "8.0");
+        let second = on(&[], "8.6");
+        let held = |j: &Judgement| j.missing().map(|m| m.holds.clone()).collect::<Vec<_>>();
+        let kernel = Some(Holds::Read {
+            kernels: vec!["k_one".into()],
+            managed: vec![],
+        });
+        assert_eq!(held(&first), std::slice::from_ref(&kernel));
+        assert_eq!(held(&second), [kernel]);
+        // Without the first read remembered, no bytes give nothing to read.
+        let fresh = judge_given(
+            &file.code,
+            &[],
+            &ModuleReads::default(),
+            cc("8.6"),
+            &driver,
+            None,
+        );
+        assert_eq!(held(&fresh), [Some(Holds::Unreadable)]);
     }
 
     /// cuBLASLt 12.9 on sm_80: its module 88 holds only sm_90/sm_100 SASS (FP8 split-K), the

@@ -24,8 +24,8 @@ use cuda_sandbox_elfkit::fatbin::rules::{
     newest_ptx_isa, release, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
 };
 use cuda_sandbox_elfkit::fatbin::verdict::{
-    judge_given, newer_toolkit, FileVerdict, GpuDriven, Holds, Judgement, ModuleVerdict,
-    NewerToolkit,
+    judge_given, newer_toolkit, FileVerdict, GpuDriven, Holds, Judgement, ModuleReads,
+    ModuleVerdict, NewerToolkit,
 };
 use cuda_sandbox_elfkit::fatbin::{Capability, Container, GpuCode};
 use cuda_sandbox_elfkit::DynamicInfo;
@@ -413,14 +413,17 @@ pub(crate) fn judge_file(
     target: &Target,
 ) -> TargetVerdict {
     let toolkit = newer_toolkit(code, data, &target.driver);
-    judge_file_given(code, data, runtimes, provenance, target, toolkit)
+    let reads = ModuleReads::default();
+    judge_file_given(code, data, &reads, runtimes, provenance, target, toolkit)
 }
 
 /// [`judge_file`] with elfkit's rule 6 (the file's cubins against the driver) already answered
-/// for this driver: it does not depend on the GPU.
+/// for this driver: it does not depend on the GPU; modules are read through `reads`, shared
+/// by the targets a file is judged for.
 fn judge_file_given(
     code: &GpuCode,
     data: &[u8],
+    reads: &ModuleReads,
     runtimes: &[RuntimeUse],
     provenance: Provenance,
     target: &Target,
@@ -428,7 +431,7 @@ fn judge_file_given(
 ) -> TargetVerdict {
     let on = target.describe();
     if target.on_zluda {
-        let j = zluda_code::judge(code, data);
+        let j = zluda_code::judge(code, data, reads);
         let (rule, reason) = match j.verdict {
             FileVerdict::Fails => (Rule::SassOnlyOnZluda, zluda_code::reason(code, &j, &on)),
             FileVerdict::NoGpuCode => (Rule::NothingToLoad, zluda_code::reason(code, &j, &on)),
@@ -437,7 +440,7 @@ fn judge_file_given(
         };
         return verdict(target, j.verdict, rule, reason, j);
     }
-    let j = judge_given(code, data, target.device, &target.driver, toolkit);
+    let j = judge_given(code, data, reads, target.device, &target.driver, toolkit);
     if !code.containers.is_empty()
         && j.modules.is_empty()
         && j.not_judged.link_input == code.containers.len()
@@ -625,6 +628,8 @@ pub(crate) fn judge_all(
 ) -> Vec<TargetVerdict> {
     // Rule 6 reads cubins; its answer depends on the driver only.
     let mut by_driver: Vec<(Driver, Option<NewerToolkit>)> = Vec::new();
+    // What a module holds depends on neither: each is read once for all targets.
+    let reads = ModuleReads::default();
     targets
         .iter()
         .map(|t| {
@@ -636,7 +641,7 @@ pub(crate) fn judge_all(
                     found
                 }
             };
-            judge_file_given(code, data, runtimes, provenance, t, toolkit)
+            judge_file_given(code, data, &reads, runtimes, provenance, t, toolkit)
         })
         .collect()
 }

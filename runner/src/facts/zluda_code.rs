@@ -20,7 +20,9 @@
 
 use crate::facts::gpu_words::{carried, module_place};
 use cuda_sandbox_elfkit::fatbin::rules::Load;
-use cuda_sandbox_elfkit::fatbin::verdict::{judge_loads, GpuDriven, Judgement, ModuleVerdict};
+use cuda_sandbox_elfkit::fatbin::verdict::{
+    judge_loads, GpuDriven, Judgement, ModuleReads, ModuleVerdict,
+};
 use cuda_sandbox_elfkit::fatbin::{Capability, Entry, EntryKind, GpuCode};
 
 /// The compute capability ZLUDA reports by default: 8.8 in v4 (as Nixpkgs builds it) and v6,
@@ -35,8 +37,9 @@ pub(crate) const REPORTED_CUDA: i32 = 12040;
 /// verdict by the same module model as for NVIDIA's driver
 /// ([`cuda_sandbox_elfkit::fatbin::verdict::judge_loads`]): a module of SASS alone fails its
 /// own kernels, so a file runs partly when others carry PTX, and cannot run when none does.
-pub(crate) fn judge(code: &GpuCode, data: &[u8]) -> Judgement {
-    judge_loads(code, data, GpuDriven::Yes, None, load)
+/// Modules are read through `reads`.
+pub(crate) fn judge(code: &GpuCode, data: &[u8], reads: &ModuleReads) -> Judgement {
+    judge_loads(code, data, reads, GpuDriven::Yes, None, load)
 }
 
 /// What ZLUDA does with a module of `entries`: it compiles a PTX image (v6 tries the last
@@ -109,7 +112,7 @@ mod tests {
     }
 
     fn verdict(containers: Vec<Container>) -> FileVerdict {
-        judge(&GpuCode { containers }, &[]).verdict
+        judge(&GpuCode { containers }, &[], &ModuleReads::default()).verdict
     }
 
     const SASS: EntryKind = EntryKind::Sass;
