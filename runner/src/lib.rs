@@ -22,6 +22,5 @@ mod cuda;
 pub mod facts;
 pub mod harness;
 pub mod output;
-pub mod pretty_json;
 pub mod report;
 pub mod session;
