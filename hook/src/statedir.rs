@@ -6,10 +6,9 @@
 //! descriptor (`openat` with `O_NOFOLLOW`, `renameat`, `unlinkat`), so nothing swapped in
 //! afterwards is followed.
 
-use crate::trust::{self, TrustError};
+use crate::trust::{self, TrustError, WalkError};
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -109,78 +108,39 @@ impl StateDir {
         if !path.is_absolute() {
             return Err(fail(Reason::NotAbsolute));
         }
-        let mut parts = Vec::new();
-        for c in path.components() {
-            match c {
-                Component::Normal(n) => parts.push(n.to_os_string()),
-                Component::RootDir => {}
-                _ => return Err(fail(Reason::Dots)),
+        if path
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::RootDir))
+        {
+            return Err(fail(Reason::Dots));
+        }
+        let how = trust::Walk {
+            directories: true,
+            judged: true,
+            create,
+        };
+        let reason = match trust::walk(path, how) {
+            Ok((fd, _)) => {
+                return Ok(Some(StateDir {
+                    path: path.to_path_buf(),
+                    fd,
+                }))
             }
-        }
-        Self::open_walking(path, &parts, create)
-    }
-
-    /// Walks from / with descriptors: each component is opened relative to its checked parent
-    /// with O_NOFOLLOW, so no symlink is ever followed on the way.
-    fn open_walking(
-        path: &Path,
-        parts: &[std::ffi::OsString],
-        create: bool,
-    ) -> Result<Option<StateDir>, StateDirError> {
-        let fail = |reason: Reason| StateDirError {
-            path: path.to_path_buf(),
-            reason,
+            Err(WalkError::Open {
+                source: nix::Error::ENOENT,
+                ..
+            }) if !create => return Ok(None),
+            Err(WalkError::Open {
+                at,
+                source: nix::Error::ELOOP | nix::Error::ENOTDIR,
+            })
+            | Err(WalkError::Symlink(at)) => Reason::NotADirectory(at),
+            Err(WalkError::Open { at, source }) => Reason::Open { at, source },
+            Err(WalkError::Create { at, source }) => Reason::Create { at, source },
+            Err(WalkError::Untrusted(e)) => Reason::Untrusted(e),
+            Err(WalkError::ParentDir) => Reason::Dots,
         };
-        let open_dir = |at: Option<&OwnedFd>, name: &OsStr| -> nix::Result<OwnedFd> {
-            let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
-            Ok(adopt(match at {
-                Some(d) => nix::fcntl::openat(Some(d.as_raw_fd()), name, flags, Mode::empty())?,
-                None => nix::fcntl::open(name, flags, Mode::empty())?,
-            }))
-        };
-        let mut here = PathBuf::from("/");
-        let opening = |here: &Path| {
-            let at = here.to_path_buf();
-            move |source| fail(Reason::Open { at, source })
-        };
-        let mut dir = open_dir(None, OsStr::new("/")).map_err(opening(&here))?;
-        let last = parts.len();
-        for (i, name) in parts.iter().enumerate() {
-            here.push(name);
-            let is_last = i + 1 == last;
-            let next = match open_dir(Some(&dir), name) {
-                Ok(fd) => fd,
-                Err(nix::Error::ENOENT) if create => {
-                    match nix::sys::stat::mkdirat(
-                        Some(dir.as_raw_fd()),
-                        name.as_os_str(),
-                        Mode::from_bits_truncate(0o700),
-                    ) {
-                        Ok(()) | Err(nix::Error::EEXIST) => {}
-                        Err(source) => {
-                            return Err(fail(Reason::Create {
-                                at: here.clone(),
-                                source,
-                            }))
-                        }
-                    }
-                    open_dir(Some(&dir), name).map_err(opening(&here))?
-                }
-                Err(nix::Error::ENOENT) => return Ok(None),
-                Err(nix::Error::ELOOP) | Err(nix::Error::ENOTDIR) => {
-                    return Err(fail(Reason::NotADirectory(here.clone())))
-                }
-                Err(source) => return Err(opening(&here)(source)),
-            };
-            let st = fstat(next.as_raw_fd()).map_err(opening(&here))?;
-            trust::check_entry(&here, st.st_uid, st.st_mode, !is_last)
-                .map_err(|e| fail(Reason::Untrusted(e)))?;
-            dir = next;
-        }
-        Ok(Some(StateDir {
-            path: path.to_path_buf(),
-            fd: dir,
-        }))
+        Err(fail(reason))
     }
 
     fn raw(&self) -> std::os::fd::RawFd {
@@ -455,14 +415,7 @@ mod tests {
             ("file", false, "not a directory"),
         ] {
             let path = base.join(rel);
-            let parts: Vec<std::ffi::OsString> = path
-                .components()
-                .filter_map(|c| match c {
-                    Component::Normal(n) => Some(n.to_os_string()),
-                    _ => None,
-                })
-                .collect();
-            let walked = outcome(StateDir::open_walking(&path, &parts, create));
+            let walked = outcome(StateDir::open_with(&path, create));
             assert_eq!(walked, expected, "{rel}");
         }
     }
