@@ -18,9 +18,12 @@
 //!   checked parent with `O_NOFOLLOW | O_NONBLOCK`, and checked again from its descriptor.
 //! - [`program`]: a program the hook runs is absolute (only a bare default name is looked up
 //!   in `PATH`), and its path passes [`check_path`].
-//! - [`open_without_symlinks`]: a path someone names for their own use (`exec --bind`) has no
-//!   symlink anywhere on it; it is walked from `/` with `O_NOFOLLOW` and what was walked to is
-//!   returned as a descriptor, so whatever is renamed there afterwards is not what is used.
+//! - [`walk`]: the one walk with descriptors, from `/`, each entry opened from its parent with
+//!   `O_NOFOLLOW`, so what was walked to is returned as a descriptor and whatever is renamed
+//!   there afterwards is not what is used; [`Walk`] says what each entry must be. A state
+//!   directory ([`crate::statedir`]) is walked as directories, each judged by [`check_entry`]
+//!   and made when missing; [`open_without_symlinks`], for a path someone names for their own
+//!   use (`exec --bind`), walks entries of any kind, unjudged, with no symlink anywhere on it.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
@@ -306,62 +309,132 @@ pub(crate) fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBu
     }
 }
 
-/// Opens `path` (absolute, without `..`) as an `O_PATH` descriptor, with no symlink anywhere
-/// on it: each component is opened from its parent's descriptor with `O_NOFOLLOW` and must be
-/// no symlink, so the descriptor is the entry this walk reached, whatever is renamed or linked
-/// on the path afterwards. Owners and modes are not judged (the caller says whose the entry
-/// must be). Returns it with its `fstat`.
-pub(crate) fn open_without_symlinks(
+/// What [`walk`] asks of each entry on a path.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Walk {
+    /// Every entry is a directory, opened for reading (`O_DIRECTORY`); otherwise each is
+    /// opened as `O_PATH`, whatever it is, and a symlink among them is refused.
+    pub(crate) directories: bool,
+    /// Every entry passes [`check_entry`], as crossed but for the last (`/` is not judged).
+    pub(crate) judged: bool,
+    /// A missing directory is made, mode 0700, and walked into.
+    pub(crate) create: bool,
+}
+
+/// Why [`walk`] stopped.
+#[derive(Debug)]
+pub(crate) enum WalkError {
+    /// An entry could not be opened or inspected: `ENOENT` when it is missing, `ELOOP` or
+    /// `ENOTDIR` for a symlink or a non-directory where directories are walked.
+    Open {
+        /// The entry.
+        at: PathBuf,
+        /// What the system said.
+        source: nix::Error,
+    },
+    /// A missing directory could not be made.
+    Create {
+        /// The directory.
+        at: PathBuf,
+        /// What the system said.
+        source: nix::Error,
+    },
+    /// An entry is a symlink.
+    Symlink(PathBuf),
+    /// The path holds `..`.
+    ParentDir,
+    /// An entry is not trusted by its owner or mode.
+    Untrusted(TrustError),
+}
+
+/// Walks `path` (absolute, without `..`) from `/` with one descriptor per entry: each is opened
+/// from its parent's descriptor with `O_NOFOLLOW`, so no symlink anywhere on the path is
+/// followed, and the descriptor returned is the entry this walk reached, whatever is renamed
+/// or linked on the path afterwards. `how` says what each entry must be. Returns the last
+/// descriptor with its `fstat`.
+pub(crate) fn walk(
     path: &Path,
-) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), TrustError> {
-    use nix::fcntl::OFlag;
-    use nix::sys::stat::{fstat, SFlag};
+    how: Walk,
+) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), WalkError> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    if !path.is_absolute() {
-        return Err(TrustError::NotAbsolute(path.to_path_buf()));
-    }
-    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let inspect = |at: &Path| {
-        let path = at.to_path_buf();
-        move |errno: nix::Error| TrustError::Inspect {
-            path,
-            source: errno.into(),
-        }
+    let kind = if how.directories {
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY
+    } else {
+        OFlag::O_PATH
     };
-    let mut here = PathBuf::from("/");
-    // SAFETY: open(2) just returned the descriptor; nothing else owns it.
+    let flags = kind | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // SAFETY: open(2)/openat(2) just returned the descriptor; nothing else owns it.
     let adopt = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut entry = adopt(
-        nix::fcntl::open(
-            "/",
-            flags | OFlag::O_DIRECTORY,
-            nix::sys::stat::Mode::empty(),
-        )
-        .map_err(inspect(&here))?,
-    );
-    let mut stat = fstat(entry.as_raw_fd()).map_err(inspect(&here))?;
+    let mut here = PathBuf::from("/");
+    let opening = |at: &Path| {
+        let at = at.to_path_buf();
+        move |source| WalkError::Open { at, source }
+    };
+    let root = nix::fcntl::open("/", flags | OFlag::O_DIRECTORY, Mode::empty());
+    let mut entry = adopt(root.map_err(opening(&here))?);
+    let mut stat = fstat(entry.as_raw_fd()).map_err(opening(&here))?;
+    let last = names(path).len();
+    let mut walked = 0;
     for component in path.components() {
         let name = match component {
             Component::Normal(name) => name,
-            Component::ParentDir => return Err(TrustError::ParentDir(path.to_path_buf())),
+            Component::ParentDir => return Err(WalkError::ParentDir),
             Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
         };
         here.push(name);
-        let fd = nix::fcntl::openat(
-            Some(entry.as_raw_fd()),
-            name,
-            flags,
-            nix::sys::stat::Mode::empty(),
-        )
-        .map_err(inspect(&here))?;
-        entry = adopt(fd);
-        stat = fstat(entry.as_raw_fd()).map_err(inspect(&here))?;
-        let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
-        if kind == SFlag::S_IFLNK {
-            return Err(TrustError::Symlink(here));
+        walked += 1;
+        let open = |at: &OwnedFd| openat(Some(at.as_raw_fd()), name, flags, Mode::empty());
+        let fd = match open(&entry) {
+            Err(nix::Error::ENOENT) if how.create => {
+                match mkdirat(
+                    Some(entry.as_raw_fd()),
+                    name,
+                    Mode::from_bits_truncate(0o700),
+                ) {
+                    Ok(()) | Err(nix::Error::EEXIST) => open(&entry),
+                    Err(source) => return Err(WalkError::Create { at: here, source }),
+                }
+            }
+            opened => opened,
+        };
+        entry = adopt(fd.map_err(opening(&here))?);
+        stat = fstat(entry.as_raw_fd()).map_err(opening(&here))?;
+        if SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK {
+            return Err(WalkError::Symlink(here));
+        }
+        if how.judged {
+            check_entry(&here, stat.st_uid, stat.st_mode, walked != last)
+                .map_err(WalkError::Untrusted)?;
         }
     }
     Ok((entry, stat))
+}
+
+/// Opens `path` (absolute, without `..`) as an `O_PATH` descriptor, with no symlink anywhere
+/// on it ([`walk`]). Owners and modes are not judged (the caller says whose the entry must
+/// be). Returns it with its `fstat`.
+pub(crate) fn open_without_symlinks(
+    path: &Path,
+) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), TrustError> {
+    if !path.is_absolute() {
+        return Err(TrustError::NotAbsolute(path.to_path_buf()));
+    }
+    let how = Walk {
+        directories: false,
+        judged: false,
+        create: false,
+    };
+    walk(path, how).map_err(|e| match e {
+        WalkError::Open { at, source } | WalkError::Create { at, source } => TrustError::Inspect {
+            path: at,
+            source: source.into(),
+        },
+        WalkError::Symlink(at) => TrustError::Symlink(at),
+        WalkError::ParentDir => TrustError::ParentDir(path.to_path_buf()),
+        WalkError::Untrusted(e) => e,
+    })
 }
 
 fn lstat(path: &Path) -> Result<Metadata, TrustError> {

@@ -23,6 +23,5 @@ pub mod facts;
 pub mod harness;
 pub mod options;
 pub mod output;
-pub mod pretty_json;
 pub mod report;
 pub mod session;

@@ -3,6 +3,7 @@
 //! Nix system features; `inventory` → the GPU inventory the hook reads; `container-binds` →
 //! the `systemd-nspawn` binds that give a NixOS test container the build's GPU.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -145,7 +146,7 @@ fn confirm_main(cli: &ConfirmCli) -> ExitCode {
     match confirm(cli) {
         Ok((report, found)) => {
             let printed = output::to_stdout(|out| {
-                cuda_sandbox_check::pretty_json::to_writer_pretty(&mut *out, &report)?;
+                serde_json::to_writer_pretty(&mut *out, &report)?;
                 writeln!(out)
             });
             if let Err(why) = printed {
@@ -190,7 +191,7 @@ fn lint_main(cli: LintCli) -> ExitCode {
     }
     let printed = if cli.json {
         output::to_stdout(|out| {
-            cuda_sandbox_check::pretty_json::to_writer_pretty(&mut *out, &report)?;
+            serde_json::to_writer_pretty(&mut *out, &report)?;
             writeln!(out)
         })
     } else {

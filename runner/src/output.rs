@@ -9,8 +9,12 @@ use std::io::{self, BufWriter, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Runs `write` on a buffered, locked stdout and flushes it. A closed stdout is no error: what
-/// was left unwritten is dropped. Another error (a full disk) is returned.
-pub fn to_stdout(write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+/// was left unwritten is dropped. Another error (a full disk) is returned. The writer's type is
+/// concrete, not `dyn Write`: serde_json's pretty printer writes indentation two bytes a call,
+/// and a dynamic call each made `lint --json` of cuFFT 11.4.1 (12 MB) 1.09x slower.
+pub fn to_stdout(
+    write: impl FnOnce(&mut BufWriter<io::StdoutLock<'static>>) -> io::Result<()>,
+) -> io::Result<()> {
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     match write(&mut out).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),

@@ -69,6 +69,10 @@ impl Config {
     /// feature (a substring search, not a window scan); more than [`PRECHECK_FEATURES`]
     /// features give `true` (parse instead), so a derivation listing millions of features
     /// cannot make this cost their number times the text.
+    ///
+    /// It stays because it buys more than 5% of such a build's hook run: parsing instead took
+    /// 1.06–1.10x the wall time (1.09–1.13x CPU) of a derivation requiring `big-parallel`,
+    /// paired run for run, and 1.17x the empty-process floor against 1.05–1.12x.
     pub fn text_may_answer(text: &[u8], features: &[Vec<u8>]) -> bool {
         crate::bytes::find(b'\\', text).is_some()
             || features.len() > PRECHECK_FEATURES
