@@ -13,8 +13,8 @@
 //! linear in the features; no real host has that many GPU generations.
 
 use crate::slot::Slot;
-use cuda_sandbox_elfkit::fatbin::features::Required;
-use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_cuda_facts::features::Required;
+use cuda_sandbox_cuda_facts::Capability;
 use std::collections::BTreeMap;
 
 /// The most distinct capabilities one search considers.
@@ -109,7 +109,7 @@ fn next_combination(set: &mut [usize], n: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cuda_sandbox_elfkit::fatbin::features::required;
+    use cuda_sandbox_cuda_facts::features::required;
 
     fn fit(features: &[&str], gpus: &[&str]) -> Fit {
         Fit {

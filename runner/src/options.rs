@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser};
 
 use crate::cuda::version::CudaVersion;
-use cuda_sandbox_elfkit::fatbin::releases;
-use cuda_sandbox_elfkit::fatbin::rules::{release, Driver, DriverVersion};
-use cuda_sandbox_elfkit::fatbin::Arch;
+use cuda_sandbox_cuda_facts::release;
+use cuda_sandbox_cuda_facts::releases;
+use cuda_sandbox_cuda_facts::Arch;
+use cuda_sandbox_elfkit::fatbin::rules::{Driver, DriverVersion};
 
 /// Which driver the runner must find loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,11 +28,9 @@ pub mod sections;
 pub mod strings;
 pub mod verdict;
 
-// The CUDA facts the rules apply (the GPU and release tables, capabilities, architectures,
-// the `cuda-sm-*` features) are their own crate; here under the names the readers use.
-pub use cuda_sandbox_cuda_facts::{
-    features, gpus, release, releases, table, Arch, Capability, CudaEncoded, ValueError, Variant,
-};
+// The CUDA facts the rules apply (the GPU and release tables, capabilities, architectures)
+// are their own crate, `cuda_sandbox_cuda_facts`.
+use cuda_sandbox_cuda_facts::{gpus, release, Arch, Capability, CudaEncoded, ValueError, Variant};
 
 use name::ShortName;
 use serde::Serialize;

@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::gpus;
 use super::{Capability, Compression, Entry, EntryKind, ValueError, Variant, Version};
 
-pub use super::{release, CudaEncoded};
+use cuda_sandbox_cuda_facts::{release, CudaEncoded};
 
 /// Each PTX ISA version and the first CUDA release whose compiler (ptxas, and the driver's JIT
 /// of that release's branch) accepts it. Sources: NVIDIA's PTX ISA "PTX Release History"

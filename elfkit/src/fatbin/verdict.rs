@@ -574,7 +574,7 @@ mod tests {
         }
     }
 
-    use crate::fatbin::rules::CudaEncoded;
+    use cuda_sandbox_cuda_facts::CudaEncoded;
     const S: EntryKind = EntryKind::Sass;
     const P: EntryKind = EntryKind::Ptx;
     fn cc(t: &str) -> Capability {

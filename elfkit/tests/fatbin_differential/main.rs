@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use cuda_sandbox_elfkit::fatbin::{read_file, EntryKind, GpuCode, Origin, Variant};
+use cuda_sandbox_cuda_facts::Variant;
+use cuda_sandbox_elfkit::fatbin::{read_file, EntryKind, GpuCode, Origin};
 use cuda_sandbox_testkit::fatbin_fixtures::{self, cuobjdump_list, FixtureKind, ListedKind};
 use cuda_sandbox_testkit::real_nvidia::{Cudart, RealNvidia};
 

@@ -16,9 +16,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use cuda_sandbox_elfkit::fatbin::gpus::{architectures, Retired};
+use cuda_sandbox_cuda_facts::gpus::{architectures, Retired};
+use cuda_sandbox_cuda_facts::release;
 use cuda_sandbox_elfkit::fatbin::image::cubin_facts;
-use cuda_sandbox_elfkit::fatbin::rules::release;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 
 /// The `sm_*` values a ptxas lists for `--gpu-name` in its `--help`.

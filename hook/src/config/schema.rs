@@ -1,7 +1,7 @@
 //! The configuration's schema: the TOML tables and keys, their types and their defaults.
 
-use cuda_sandbox_elfkit::fatbin::features::parse_gpu;
-use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_cuda_facts::features::parse_gpu;
+use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Deserializer};
 use std::path::PathBuf;
 

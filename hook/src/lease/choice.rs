@@ -98,7 +98,7 @@ mod tests {
     /// less used, and waits while the 9.0 is held though the 8.9 is free.
     #[test]
     fn with_features_only_a_satisfying_free_set_is_chosen() {
-        use cuda_sandbox_elfkit::fatbin::{features, Capability};
+        use cuda_sandbox_cuda_facts::{features, Capability};
         let fit = Fit {
             required: features::required(["cuda", "cuda-sm-90a"]),
             capabilities: [(0, "8.9"), (1, "9.0")]

@@ -14,7 +14,7 @@
 use super::{devices, gpu_number, Decision, Problem, ProblemKind, Skip, Skipped};
 use crate::fit::Fit;
 use crate::scan::inventory::{InventoryView, KnownGpu};
-use cuda_sandbox_elfkit::fatbin::features::Required;
+use cuda_sandbox_cuda_facts::features::Required;
 use std::collections::BTreeMap;
 
 impl Decision {

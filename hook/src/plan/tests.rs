@@ -991,7 +991,7 @@ fn the_sort_key_orders_paths_as_path_does() {
 /// with `top` (`gpus_per_build`).
 fn mixed_host(top: &str) -> (Config, Hand) {
     use crate::scan::inventory::{InventoryView, KnownGpu};
-    use cuda_sandbox_elfkit::fatbin::Capability;
+    use cuda_sandbox_cuda_facts::Capability;
     use cuda_sandbox_manifest::inventory::Bdf;
     let text = format!("{top}host_root = \"{ROOT}\"\n[[rule]]\nname = \"gpu\"\nfeatures = [\"cuda\"]\n[[rule.device]]\nglob = \"/dev/nvidia[0-9]*\"\n");
     let c = Config::parse(&text, "t").unwrap();
@@ -1103,7 +1103,7 @@ fn without_an_inventory_the_features_select_nothing_and_say_so() {
 #[test]
 fn a_jetson_is_held_to_its_configured_capability() {
     use crate::scan::inventory::InventoryView;
-    use cuda_sandbox_elfkit::fatbin::Capability;
+    use cuda_sandbox_cuda_facts::Capability;
     let (c, mut v) = mixed_host("");
     v.inventory = Some(InventoryView::Tegra(Capability::parse("8.7").unwrap()));
     let ok = decide_on(&requiring(&c, &["cuda", "cuda-sm-87"]), &c, &v);

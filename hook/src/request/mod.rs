@@ -9,7 +9,7 @@
 
 use crate::config::{self, Config, ConfigError, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
 use crate::drv::{self, DrvAttrs, DrvEnv, DrvError};
-use cuda_sandbox_elfkit::fatbin::features::{self, Required};
+use cuda_sandbox_cuda_facts::features::{self, Required};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 

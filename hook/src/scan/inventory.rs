@@ -16,7 +16,7 @@
 use crate::config::Config;
 use crate::sysfs;
 use crate::trust;
-use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_manifest::inventory::{
     is_bdf, Bdf, Inventory, InventoryError, INVENTORY_FILE, INVENTORY_MAX_BYTES,
 };

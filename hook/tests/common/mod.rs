@@ -69,7 +69,7 @@ pub fn write_inventory(run_dir: &Path, capabilities: &[&str]) {
             bdf: Bdf::parse(&cuda_sandbox_testkit::FakePci::gpu(i as u32)).unwrap(),
             pci_device: cuda_sandbox_testkit::fake_pci::FAKE_GPU_DEVICE,
             minor: i as u32,
-            capability: cuda_sandbox_elfkit::fatbin::Capability::parse(cc).unwrap(),
+            capability: cuda_sandbox_cuda_facts::Capability::parse(cc).unwrap(),
         })
         .collect();
     std::fs::create_dir_all(run_dir).unwrap();

@@ -8,15 +8,15 @@
 //!
 //! `devices::features`: the GPUs this process can use satisfy every `cuda-sm-*` feature the
 //! derivation requires ([`crate::facts::build_features`]), by the rule the hook's lease choice uses
-//! ([`cuda_sandbox_elfkit::fatbin::features::Required`]); cross-checked with the manifest's.
+//! ([`cuda_sandbox_cuda_facts::features::Required`]); cross-checked with the manifest's.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use cuda_sandbox_elfkit::fatbin::features::{self as fatbin_features, feature_name, Required};
-use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_cuda_facts::features::{self as fatbin_features, feature_name, Required};
+use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_manifest::Manifest;
 
 use crate::check::{facts_of, Facts, Outcome};

@@ -1,8 +1,8 @@
 //! `lint::elf` (only with `--lint PATH`): the ELF lint of [`crate::facts::elf_lint`] as a check, with the
 //! compat directory from `--compat-dir` or, when the hook chose compat, its manifest.
 
+use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver, DriverVersion};
-use cuda_sandbox_elfkit::fatbin::Capability;
 use cuda_sandbox_manifest::versions::cuda_for_driver;
 use cuda_sandbox_manifest::DriverKind;
 use serde_json::json;

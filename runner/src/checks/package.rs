@@ -19,9 +19,9 @@
 
 use std::path::{Path, PathBuf};
 
+use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::Driver;
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, Holds};
-use cuda_sandbox_elfkit::fatbin::Capability;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
 use serde_json::{json, Value};

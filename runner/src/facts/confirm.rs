@@ -26,9 +26,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
-use cuda_sandbox_elfkit::fatbin::{Capability, EntryKind, Purpose};
+use cuda_sandbox_elfkit::fatbin::{EntryKind, Purpose};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
 use serde::Serialize;

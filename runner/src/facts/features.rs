@@ -1,6 +1,6 @@
 //! `cuda-sandbox-check features [--json] [--capability X.Y]...`: the Nix system features a
 //! GPU builder advertises, `cuda` and the `cuda-sm-*` features of its GPUs in Nixpkgs'
-//! convention ([`cuda_sandbox_elfkit::fatbin::features`]), ready for nix.conf's
+//! convention ([`cuda_sandbox_cuda_facts::features`]), ready for nix.conf's
 //! `extra-system-features`, `nix.buildMachines.*.supportedFeatures` or a Hydra machines file.
 //!
 //! The GPUs are those the driver reports to this process (`cuDeviceGetAttribute`'s compute
@@ -11,9 +11,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use cuda_sandbox_elfkit::fatbin::features::{self, Advertised, GpuCapabilityError};
-use cuda_sandbox_elfkit::fatbin::gpus::nixpkgs_pin;
-use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_cuda_facts::features::{self, Advertised, GpuCapabilityError};
+use cuda_sandbox_cuda_facts::gpus::nixpkgs_pin;
+use cuda_sandbox_cuda_facts::Capability;
 use serde::Serialize;
 
 use crate::cuda::devices;

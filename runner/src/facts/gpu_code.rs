@@ -6,7 +6,7 @@
 //!
 //! The verdict combines, in this order (certain failures first, then what the rules cannot
 //! judge, then the runs):
-//! 1. the driver against the GPU ([`cuda_sandbox_elfkit::fatbin::gpus`]): a kernel module that
+//! 1. the driver against the GPU ([`cuda_sandbox_cuda_facts::gpus`]): a kernel module that
 //!    predates the GPU's architecture, or whose branch dropped it, drives nothing;
 //! 2. the driver against the file's CUDA runtime, as `package::runtimes` judges it (a shared
 //!    `libcudart.so.N` in DT_NEEDED, a static copy, the file itself being one): a newer major
@@ -18,16 +18,17 @@
 
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::gpus::architecture;
-use cuda_sandbox_elfkit::fatbin::releases::{needed_driver, newest_release};
+use cuda_sandbox_cuda_facts::gpus::architecture;
+use cuda_sandbox_cuda_facts::releases::{needed_driver, newest_release};
+use cuda_sandbox_cuda_facts::{release, Capability};
 use cuda_sandbox_elfkit::fatbin::rules::{
-    newest_ptx_isa, release, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
+    newest_ptx_isa, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
 };
 use cuda_sandbox_elfkit::fatbin::verdict::{
     judge_given, newer_toolkit, FileVerdict, GpuDriven, Holds, Judgement, ModuleReads,
     ModuleVerdict, NewerToolkit,
 };
-use cuda_sandbox_elfkit::fatbin::{Capability, Container, GpuCode};
+use cuda_sandbox_elfkit::fatbin::{Container, GpuCode};
 use cuda_sandbox_elfkit::DynamicInfo;
 use cuda_sandbox_manifest::versions::branch_for_cuda;
 use serde::Serialize;

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeSet;
 
+use cuda_sandbox_cuda_facts::Arch;
 use cuda_sandbox_elfkit::fatbin::rules::Load;
 use cuda_sandbox_elfkit::fatbin::verdict::{Holds, Judgement, ModuleVerdict};
-use cuda_sandbox_elfkit::fatbin::{Arch, Container, EntryKind, Origin};
+use cuda_sandbox_elfkit::fatbin::{Container, EntryKind, Origin};
 
 /// What a set of entries carries, e.g. `SASS sm_75 sm_80, PTX compute_80 (ISA 8.8)`.
 pub(crate) fn carried<'a>(

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use cuda_sandbox_elfkit::fatbin::features::parse_gpu;
+use cuda_sandbox_cuda_facts::features::parse_gpu;
 use cuda_sandbox_manifest::inventory::{
     self, Bdf, Inventory, InventoryGpu, INVENTORY_MAX_GPUS, INVENTORY_PATH,
 };

@@ -17,7 +17,7 @@
 
 use std::path::{Component, Path};
 
-use cuda_sandbox_elfkit::fatbin::Capability;
+use cuda_sandbox_cuda_facts::Capability;
 use serde::Serialize;
 
 /// The names Nixpkgs' `cudaPackages` gives NVIDIA's redistributables (its `redist` manifests'

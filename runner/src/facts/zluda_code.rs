@@ -19,11 +19,12 @@
 //! other target's.
 
 use crate::facts::gpu_words::{carried, module_place};
+use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::Load;
 use cuda_sandbox_elfkit::fatbin::verdict::{
     judge_loads, GpuDriven, Judgement, ModuleReads, ModuleVerdict,
 };
-use cuda_sandbox_elfkit::fatbin::{Capability, Entry, EntryKind, GpuCode};
+use cuda_sandbox_elfkit::fatbin::{Entry, EntryKind, GpuCode};
 
 /// The compute capability ZLUDA reports by default: 8.8 in v4 (as Nixpkgs builds it) and v6,
 /// its newest release (`COMPUTE_CAPABILITY_MINOR = 8`); from v7-preview.8 it is 8.5.
@@ -84,8 +85,9 @@ pub(crate) fn reason(code: &GpuCode, judgement: &Judgement, on: &str) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuda_sandbox_cuda_facts::Arch;
     use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
-    use cuda_sandbox_elfkit::fatbin::{Arch, Compression, Container, Origin, Purpose, Version};
+    use cuda_sandbox_elfkit::fatbin::{Compression, Container, Origin, Purpose, Version};
 
     fn module(origin: Origin, images: &[(EntryKind, &str)]) -> Container {
         Container {
