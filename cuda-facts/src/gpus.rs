@@ -12,7 +12,7 @@
 use std::sync::OnceLock;
 
 use super::table::{self, TableError, TableFault};
-use super::CudaEncoded;
+use super::CudaVersion;
 use super::{Capability, Variant};
 
 /// The table, as written (see its header for the columns).
@@ -31,7 +31,7 @@ pub enum Retired {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Until {
     /// The last release (the kernel module's CUDA version) that drives it.
-    pub cuda: CudaEncoded,
+    pub cuda: CudaVersion,
     /// Dropped or renamed.
     pub then: Retired,
 }
@@ -46,11 +46,11 @@ pub struct Architecture {
     /// An integrated (Jetson) GPU, whose driver comes with L4T.
     pub jetson: bool,
     /// The first CUDA release whose driver drives it.
-    pub first: CudaEncoded,
+    pub first: CudaVersion,
     /// The first release with its `sm_XYa` variant.
-    pub arch_specific: Option<CudaEncoded>,
+    pub arch_specific: Option<CudaVersion>,
     /// The first release with its `sm_XYf` variant.
-    pub family: Option<CudaEncoded>,
+    pub family: Option<CudaVersion>,
     /// The last release that drives it under this capability, when there is one.
     pub until: Option<Until>,
     /// The forms of it (`Plain` for X.Y, `ArchSpecific`, `Family`) that Nixpkgs'
@@ -79,7 +79,7 @@ pub struct Table {
     pub rows: Vec<Architecture>,
 }
 
-fn optional(text: &str) -> Result<Option<CudaEncoded>, TableFault> {
+fn optional(text: &str) -> Result<Option<CudaVersion>, TableFault> {
     if text == "-" {
         Ok(None)
     } else {
@@ -175,7 +175,7 @@ pub fn parse(text: &'static str) -> Result<Table, TableError> {
             nixpkgs: nixpkgs_forms(forms).map_err(at)?,
             source,
         };
-        let lacks = |variant: Variant, since: Option<CudaEncoded>| {
+        let lacks = |variant: Variant, since: Option<CudaVersion>| {
             row_has(&row.nixpkgs, variant) && since.is_none()
         };
         if lacks(Variant::ArchSpecific, row.arch_specific) || lacks(Variant::Family, row.family) {
@@ -227,19 +227,19 @@ pub enum Drives {
     /// The driver predates the architecture: its first release is `first`.
     TooOld {
         /// The first release that drives it.
-        first: CudaEncoded,
+        first: CudaVersion,
     },
     /// The architecture's last branch is older than the driver.
     Dropped {
         /// The last release that drives it.
-        last: CudaEncoded,
+        last: CudaVersion,
     },
     /// Under this driver the same GPU reports another capability.
     Renamed {
         /// The capability it reports there.
         to: Capability,
         /// The last release that calls it by the capability asked.
-        last: CudaEncoded,
+        last: CudaVersion,
     },
     /// The table has no row for it.
     Unknown,
@@ -248,7 +248,7 @@ pub enum Drives {
 /// Whether a kernel module whose branch provides CUDA `kernel` drives a GPU of `capability`
 /// (the kernel module decides: a newer `cuda_compat` libcuda does not make an old module
 /// drive a new GPU).
-pub fn drives(kernel: CudaEncoded, capability: Capability) -> Drives {
+pub fn drives(kernel: CudaVersion, capability: Capability) -> Drives {
     let Some(row) = architecture(capability) else {
         return Drives::Unknown;
     };
@@ -364,15 +364,40 @@ mod tests {
     /// in 13.4.
     #[test]
     fn a_driver_drives_the_architectures_of_its_release_and_older() {
-        assert_eq!(drives(12080, cc("12.0")), Drives::Yes);
-        assert_eq!(drives(12080, cc("10.0")), Drives::Yes);
-        assert_eq!(drives(12040, cc("12.0")), Drives::TooOld { first: 12080 });
-        assert_eq!(drives(12020, cc("10.0")), Drives::TooOld { first: 12080 });
-        assert_eq!(drives(11080, cc("9.0")), Drives::Yes);
-        assert_eq!(drives(11070, cc("8.9")), Drives::TooOld { first: 11080 });
-        assert_eq!(drives(12080, cc("12.1")), Drives::TooOld { first: 12090 });
-        assert_eq!(drives(13030, cc("10.7")), Drives::TooOld { first: 13040 });
-        assert_eq!(drives(13000, cc("8.8")), Drives::Yes);
+        assert_eq!(drives(CudaVersion(12080), cc("12.0")), Drives::Yes);
+        assert_eq!(drives(CudaVersion(12080), cc("10.0")), Drives::Yes);
+        assert_eq!(
+            drives(CudaVersion(12040), cc("12.0")),
+            Drives::TooOld {
+                first: CudaVersion(12080)
+            }
+        );
+        assert_eq!(
+            drives(CudaVersion(12020), cc("10.0")),
+            Drives::TooOld {
+                first: CudaVersion(12080)
+            }
+        );
+        assert_eq!(drives(CudaVersion(11080), cc("9.0")), Drives::Yes);
+        assert_eq!(
+            drives(CudaVersion(11070), cc("8.9")),
+            Drives::TooOld {
+                first: CudaVersion(11080)
+            }
+        );
+        assert_eq!(
+            drives(CudaVersion(12080), cc("12.1")),
+            Drives::TooOld {
+                first: CudaVersion(12090)
+            }
+        );
+        assert_eq!(
+            drives(CudaVersion(13030), cc("10.7")),
+            Drives::TooOld {
+                first: CudaVersion(13040)
+            }
+        );
+        assert_eq!(drives(CudaVersion(13000), cc("8.8")), Drives::Yes);
     }
 
     /// NVIDIA's Unix graphics feature deprecation schedule: R470 (CUDA 11.4) is the last branch
@@ -380,35 +405,50 @@ mod tests {
     /// longer builds for sm_50 to sm_72, but a 580 driver still drives them.
     #[test]
     fn a_driver_branch_drops_an_architecture_a_toolkit_dropping_it_does_not() {
-        assert_eq!(drives(13000, cc("7.0")), Drives::Yes);
-        assert_eq!(drives(13000, cc("6.1")), Drives::Yes);
-        assert_eq!(drives(13010, cc("7.0")), Drives::Dropped { last: 13000 });
-        assert_eq!(drives(11040, cc("3.5")), Drives::Yes);
-        assert_eq!(drives(11050, cc("3.7")), Drives::Dropped { last: 11040 });
+        assert_eq!(drives(CudaVersion(13000), cc("7.0")), Drives::Yes);
+        assert_eq!(drives(CudaVersion(13000), cc("6.1")), Drives::Yes);
+        assert_eq!(
+            drives(CudaVersion(13010), cc("7.0")),
+            Drives::Dropped {
+                last: CudaVersion(13000)
+            }
+        );
+        assert_eq!(drives(CudaVersion(11040), cc("3.5")), Drives::Yes);
+        assert_eq!(
+            drives(CudaVersion(11050), cc("3.7")),
+            Drives::Dropped {
+                last: CudaVersion(11040)
+            }
+        );
         // Jetson drivers come with L4T: no branch drops them here.
-        assert_eq!(drives(13010, cc("7.2")), Drives::Yes);
+        assert_eq!(drives(CudaVersion(13010), cc("7.2")), Drives::Yes);
     }
 
     /// NVIDIA's CUDA 13.0 release notes: Thor, sm_101 in CUDA 12.8 and 12.9, is sm_110 from
     /// 13.0 (measured: ptxas 12.9 accepts sm_101, 13.0 accepts sm_110 and not sm_101).
     #[test]
     fn thor_is_10_1_before_cuda_13_and_11_0_from_it() {
-        assert_eq!(drives(12090, cc("10.1")), Drives::Yes);
+        assert_eq!(drives(CudaVersion(12090), cc("10.1")), Drives::Yes);
         assert_eq!(
-            drives(13000, cc("10.1")),
+            drives(CudaVersion(13000), cc("10.1")),
             Drives::Renamed {
                 to: cc("11.0"),
-                last: 12090
+                last: CudaVersion(12090)
             }
         );
-        assert_eq!(drives(13000, cc("11.0")), Drives::Yes);
-        assert_eq!(drives(12090, cc("11.0")), Drives::TooOld { first: 13000 });
+        assert_eq!(drives(CudaVersion(13000), cc("11.0")), Drives::Yes);
+        assert_eq!(
+            drives(CudaVersion(12090), cc("11.0")),
+            Drives::TooOld {
+                first: CudaVersion(13000)
+            }
+        );
         assert!(architecture(cc("10.1")).unwrap().jetson);
     }
 
     #[test]
     fn a_capability_the_table_lacks_is_unknown() {
-        assert_eq!(drives(13050, cc("13.0")), Drives::Unknown);
-        assert_eq!(drives(13050, cc("9.5")), Drives::Unknown);
+        assert_eq!(drives(CudaVersion(13050), cc("13.0")), Drives::Unknown);
+        assert_eq!(drives(CudaVersion(13050), cc("9.5")), Drives::Unknown);
     }
 }

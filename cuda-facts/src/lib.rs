@@ -12,16 +12,8 @@ pub mod table;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// A CUDA version in the driver API's encoding: `1000 * major + 10 * minor` (12.2 is 12020), as
-/// `cuDriverGetVersion` returns it.
-pub type CudaEncoded = i32;
-
-/// `12.8` for 12080.
-pub fn release(v: CudaEncoded) -> String {
-    CudaVersion(v).to_string()
-}
-
-/// A CUDA version as the driver API encodes it: `1000 * major + 10 * minor` (`12020` is 12.2).
+/// A CUDA version as the driver API encodes it (`cuDriverGetVersion`): `1000 * major + 10 *
+/// minor` (`12020` is 12.2). Prints and serializes as `12.2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CudaVersion(pub i32);
 

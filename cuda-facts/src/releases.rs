@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use super::table::{self, TableError, TableFault};
-use super::{release, CudaEncoded};
+use super::CudaVersion;
 
 /// The table, as written (see its header for the rows).
 pub const TABLE: &str = include_str!("releases.txt");
@@ -16,9 +16,9 @@ pub const TABLE: &str = include_str!("releases.txt");
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Releases {
     /// Every CUDA toolkit release, in increasing order.
-    pub releases: Vec<CudaEncoded>,
+    pub releases: Vec<CudaVersion>,
     /// Each driver branch and the CUDA version its libcuda reports, in increasing order.
-    pub branches: Vec<(u32, CudaEncoded)>,
+    pub branches: Vec<(u32, CudaVersion)>,
 }
 
 /// Parses a table written as [`TABLE`] is.
@@ -78,22 +78,22 @@ pub fn table() -> &'static Releases {
 }
 
 /// Whether `cuda` is a CUDA toolkit release.
-pub fn is_release(cuda: CudaEncoded) -> bool {
+pub fn is_release(cuda: CudaVersion) -> bool {
     table().releases.contains(&cuda)
 }
 
 /// The newest release the table knows: above it the rules cannot judge.
-pub fn newest_release() -> CudaEncoded {
+pub fn newest_release() -> CudaVersion {
     *table().releases.last().expect("the table has releases")
 }
 
 /// The first release at or above `cuda` (12.7 → 12.8), for messages; `None` above the table.
-pub fn first_release_at_or_above(cuda: CudaEncoded) -> Option<CudaEncoded> {
+pub fn first_release_at_or_above(cuda: CudaVersion) -> Option<CudaVersion> {
     table().releases.iter().copied().find(|r| *r >= cuda)
 }
 
 /// The releases either side of `cuda` that is not one (12.7 → 12.6 and 12.8).
-pub fn nearest_releases(cuda: CudaEncoded) -> (Option<CudaEncoded>, Option<CudaEncoded>) {
+pub fn nearest_releases(cuda: CudaVersion) -> (Option<CudaVersion>, Option<CudaVersion>) {
     let r = &table().releases;
     (
         r.iter().rev().copied().find(|v| *v < cuda),
@@ -104,7 +104,7 @@ pub fn nearest_releases(cuda: CudaEncoded) -> (Option<CudaEncoded>, Option<CudaE
 /// The CUDA version a driver branch provides (535 → 12.2): the newest known branch at or
 /// below it. `None` for branches older than the table, or more than 9 above its newest (a
 /// branch the table cannot know).
-pub fn cuda_for_branch(branch: u32) -> Option<CudaEncoded> {
+pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
     let branches = &table().branches;
     let newest_known = branches[branches.len() - 1].0;
     if branch > newest_known + 9 {
@@ -118,7 +118,7 @@ pub fn cuda_for_branch(branch: u32) -> Option<CudaEncoded> {
 }
 
 /// The first driver branch that provides CUDA `cuda` (12.8 → 570), when the table has one.
-pub fn branch_for_cuda(cuda: CudaEncoded) -> Option<u32> {
+pub fn branch_for_cuda(cuda: CudaVersion) -> Option<u32> {
     table()
         .branches
         .iter()
@@ -127,27 +127,26 @@ pub fn branch_for_cuda(cuda: CudaEncoded) -> Option<u32> {
 }
 
 /// The first driver branch at or above CUDA `cuda` (12.7 → 565, 12.75 → 570).
-pub fn first_branch_at_or_above(cuda: CudaEncoded) -> Option<(u32, CudaEncoded)> {
+pub fn first_branch_at_or_above(cuda: CudaVersion) -> Option<(u32, CudaVersion)> {
     table().branches.iter().copied().find(|(_, c)| *c >= cuda)
 }
 
 /// A driver of CUDA `needs` or newer, in words for a message: `CUDA 12.8 (R570)`; where no
 /// release is `needs` (12.7), the first release above it and the branch that reports it:
 /// `CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)`.
-pub fn needed_driver(needs: CudaEncoded) -> String {
+pub fn needed_driver(needs: CudaVersion) -> String {
     let Some(first) = first_release_at_or_above(needs) else {
-        return format!("CUDA {}", release(needs));
+        return format!("CUDA {needs}");
     };
     let branch = |cuda| branch_for_cuda(cuda).map(|b| format!("R{b}"));
     let between = first_branch_at_or_above(needs).filter(|(_, c)| *c < first);
     match (branch(first), between) {
         (Some(b), Some((older, c))) => format!(
             "CUDA {} ({b}; or an R{older} driver, which reports CUDA {})",
-            release(first),
-            release(c)
+            first, c
         ),
-        (Some(b), None) => format!("CUDA {} ({b})", release(first)),
-        (None, _) => format!("CUDA {}", release(first)),
+        (Some(b), None) => format!("CUDA {first} ({b})"),
+        (None, _) => format!("CUDA {first}"),
     }
 }
 
@@ -159,7 +158,7 @@ mod tests {
     fn the_table_parses_and_every_branch_reports_a_release_or_a_driver_only_version() {
         let t = table();
         assert!(t.releases.len() >= 30, "{}", t.releases.len());
-        assert_eq!(newest_release(), 13050);
+        assert_eq!(newest_release(), CudaVersion(13050));
         for (branch, cuda) in &t.branches {
             // Every branch's CUDA version is a release, but R565's 12.7 (a driver-only branch).
             assert!(is_release(*cuda) || *branch == 565, "R{branch}");
@@ -209,28 +208,34 @@ mod tests {
     /// No CUDA 12.7 was released (no 12.7 ptxas on PyPI); R565 reports 12.7.
     #[test]
     fn twelve_seven_is_no_release_and_messages_name_twelve_eight() {
-        assert!(!is_release(12070));
-        assert!(is_release(12080) && is_release(12060));
-        assert_eq!(nearest_releases(12070), (Some(12060), Some(12080)));
-        assert_eq!(first_release_at_or_above(12070), Some(12080));
-        assert_eq!(first_release_at_or_above(13060), None);
+        assert!(!is_release(CudaVersion(12070)));
+        assert!(is_release(CudaVersion(12080)) && is_release(CudaVersion(12060)));
         assert_eq!(
-            needed_driver(12070),
+            nearest_releases(CudaVersion(12070)),
+            (Some(CudaVersion(12060)), Some(CudaVersion(12080)))
+        );
+        assert_eq!(
+            first_release_at_or_above(CudaVersion(12070)),
+            Some(CudaVersion(12080))
+        );
+        assert_eq!(first_release_at_or_above(CudaVersion(13060)), None);
+        assert_eq!(
+            needed_driver(CudaVersion(12070)),
             "CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)"
         );
-        assert_eq!(needed_driver(12080), "CUDA 12.8 (R570)");
-        assert_eq!(needed_driver(13030), "CUDA 13.3");
+        assert_eq!(needed_driver(CudaVersion(12080)), "CUDA 12.8 (R570)");
+        assert_eq!(needed_driver(CudaVersion(13030)), "CUDA 13.3");
     }
 
     #[test]
     fn branches_map_to_their_cuda_version() {
-        assert_eq!(cuda_for_branch(535), Some(12020));
-        assert_eq!(cuda_for_branch(536), Some(12020));
-        assert_eq!(cuda_for_branch(565), Some(12070));
-        assert_eq!(cuda_for_branch(590), Some(13010));
+        assert_eq!(cuda_for_branch(535), Some(CudaVersion(12020)));
+        assert_eq!(cuda_for_branch(536), Some(CudaVersion(12020)));
+        assert_eq!(cuda_for_branch(565), Some(CudaVersion(12070)));
+        assert_eq!(cuda_for_branch(590), Some(CudaVersion(13010)));
         assert_eq!(cuda_for_branch(418), None);
         assert_eq!(cuda_for_branch(900), None);
-        assert_eq!(branch_for_cuda(12080), Some(570));
-        assert_eq!(branch_for_cuda(10000), None);
+        assert_eq!(branch_for_cuda(CudaVersion(12080)), Some(570));
+        assert_eq!(branch_for_cuda(CudaVersion(10000)), None);
     }
 }

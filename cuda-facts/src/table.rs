@@ -2,7 +2,7 @@
 //! of a release (`12.8`) both use. Their unit tests parse them, so an error is a defect of this
 //! crate's source, never of its input.
 
-use super::{CudaEncoded, ValueError};
+use super::{CudaVersion, ValueError};
 
 /// Why a table does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,7 +73,7 @@ pub enum TableFault {
 }
 
 /// `12.8` → 12080.
-pub(super) fn release(text: &str) -> Result<CudaEncoded, TableFault> {
+pub(super) fn release(text: &str) -> Result<CudaVersion, TableFault> {
     let bad = || TableFault::Release(text.to_owned());
     let (major, minor) = text.split_once('.').ok_or_else(bad)?;
     let major: i32 = major.parse().map_err(|_| bad())?;
@@ -81,5 +81,5 @@ pub(super) fn release(text: &str) -> Result<CudaEncoded, TableFault> {
     if !(0..10).contains(&minor) || major <= 0 {
         return Err(bad());
     }
-    Ok(major * 1000 + minor * 10)
+    Ok(CudaVersion(major * 1000 + minor * 10))
 }

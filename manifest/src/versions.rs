@@ -2,16 +2,8 @@
 //! chooses a driver by them) and the runner (which checks the loaded one); the branch table
 //! itself is `cuda_sandbox_cuda_facts::releases` (docs/architecture.md, driver facts).
 
-use cuda_sandbox_cuda_facts::releases;
-
+pub use cuda_sandbox_cuda_facts::releases::{branch_for_cuda, cuda_for_branch};
 pub use cuda_sandbox_cuda_facts::CudaVersion;
-
-/// The CUDA version a driver branch provides (e.g. 535 → 12.2): the newest known branch at or
-/// below it. `None` for branches older than 470, or newer than the table knows. The table is
-/// `cuda_sandbox_cuda_facts::releases` (with its sources), the one place for it.
-pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
-    releases::cuda_for_branch(branch).map(CudaVersion)
-}
 
 /// The branch (major number) of a driver version: `"550.54.14"` → 550.
 pub fn driver_branch(version: &str) -> Option<u32> {
@@ -21,11 +13,6 @@ pub fn driver_branch(version: &str) -> Option<u32> {
 /// The CUDA version of the driver whose version is `driver` (e.g. `535.104.05` → 12.2).
 pub fn cuda_for_driver(driver: &str) -> Option<CudaVersion> {
     driver_branch(driver).and_then(cuda_for_branch)
-}
-
-/// The first driver branch that provides CUDA `cuda` (12.8 → 570), when the table has one.
-pub fn branch_for_cuda(cuda: CudaVersion) -> Option<u32> {
-    releases::branch_for_cuda(cuda.0)
 }
 
 /// The kernel module version from `/proc/driver/nvidia/version`, e.g.

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use clap::{Args, Parser};
 
 use crate::cuda::version::CudaVersion;
-use cuda_sandbox_cuda_facts::release;
 use cuda_sandbox_cuda_facts::releases;
 use cuda_sandbox_cuda_facts::Arch;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver, DriverVersion};
@@ -64,7 +63,7 @@ pub(crate) fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
     let leading: Option<u32> = words[0].parse().ok();
     if let Some(branch) = leading.filter(|b| (100..1000).contains(b)) {
         let cuda = releases::cuda_for_branch(branch)
-            .map(|c| format!("CUDA {}", release(c)))
+            .map(|c| format!("CUDA {c}"))
             .unwrap_or_else(|| "a branch the driver table does not know".into());
         let what = if words.len() == 1 {
             format!("{text} is a driver branch: {cuda}")
@@ -77,16 +76,16 @@ pub(crate) fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
         ));
     }
     let cuda = CudaVersion::parse(text)?;
-    if releases::is_release(cuda.0) || cuda.0 > releases::newest_release() {
+    if releases::is_release(cuda) || cuda > releases::newest_release() {
         return Ok(cuda);
     }
-    let name = |v: Option<i32>| v.map(release);
-    let (below, above) = releases::nearest_releases(cuda.0);
+    let name = |v: Option<CudaVersion>| v.map(|v| v.to_string());
+    let (below, above) = releases::nearest_releases(cuda);
     let nearest: Vec<String> = [name(below), name(above)].into_iter().flatten().collect();
     let reports = releases::table()
         .branches
         .iter()
-        .find(|(_, c)| *c == cuda.0)
+        .find(|(_, c)| *c == cuda)
         .map(|(b, _)| {
             format!("; an R{b} driver reports CUDA {cuda}: give its version with --driver")
         })
@@ -254,7 +253,7 @@ impl LintOptions {
     /// The driver `--driver-cuda` or `--driver` names: libcuda and kernel module alike.
     pub(crate) fn given_driver(&self) -> Option<Driver> {
         if let Some(cuda) = self.driver_cuda {
-            return Some(Driver::of(cuda.0));
+            return Some(Driver::of(cuda));
         }
         let version = self.driver?;
         // parse_driver took only branches the table knows.
@@ -513,7 +512,10 @@ mod tests {
             LintCli::try_parse_from(["lint", "--target", "sm_90", "--driver", "535.104.05", "/x"])
                 .unwrap();
         let driver = lint.lint.given_driver().unwrap();
-        assert_eq!((driver.cuda, driver.kernel), (12020, 12020));
+        assert_eq!(
+            (driver.cuda, driver.kernel),
+            (CudaVersion(12020), CudaVersion(12020))
+        );
         assert_eq!(driver.version, Some(DriverVersion::new(535, 104, 5)));
         assert!(parse_driver("1000.1").is_err());
         let both = [

@@ -18,7 +18,7 @@
 //!   tools, release 13.0, V13.0.88"). cuFFT 11.4's kernel-less sm_52 module is
 //!   `e_version` 0x81: CUDA 12.9.
 
-use super::CudaEncoded;
+use super::CudaVersion;
 
 /// `STO_CUDA_ENTRY`: the `st_other` bit of a kernel's symbol.
 pub const STO_CUDA_ENTRY: u8 = 0x10;
@@ -39,7 +39,7 @@ pub struct CubinFacts {
     /// Managed variables: the names of the symbols marked `STO_CUDA_MANAGED`.
     pub managed: Vec<String>,
     /// The CUDA release whose ptxas built it, when it records one.
-    pub toolkit: Option<CudaEncoded>,
+    pub toolkit: Option<CudaVersion>,
 }
 
 impl CubinFacts {
@@ -51,7 +51,7 @@ impl CubinFacts {
 }
 
 /// `release 13.0` in a `.note.nv.tkinfo` description → 13000.
-fn release_in(note: &[u8]) -> Option<CudaEncoded> {
+fn release_in(note: &[u8]) -> Option<CudaVersion> {
     const MARK: &[u8] = b"compilation tools, release ";
     let at = memchr::memmem::find(note, MARK)? + MARK.len();
     let rest = &note[at..];
@@ -62,7 +62,8 @@ fn release_in(note: &[u8]) -> Option<CudaEncoded> {
     let (major, minor) = text.split_once('.')?;
     let major: i32 = major.parse().ok()?;
     let minor: i32 = minor.parse().ok()?;
-    ((1..100).contains(&major) && (0..10).contains(&minor)).then_some(major * 1000 + minor * 10)
+    ((1..100).contains(&major) && (0..10).contains(&minor))
+        .then_some(CudaVersion(major * 1000 + minor * 10))
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -192,7 +193,9 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
     }
     let toolkit = match u32_at(bytes, 0x14).unwrap_or(0) {
         // ABI 7: major·10 + minor.
-        v if (90..1000).contains(&v) => Some((v / 10) as i32 * 1000 + (v % 10) as i32 * 10),
+        v if (90..1000).contains(&v) => {
+            Some(CudaVersion((v / 10) as i32 * 1000 + (v % 10) as i32 * 10))
+        }
         _ => table
             .iter()
             .find(|s| name_of(s) == Some(".note.nv.tkinfo"))
@@ -292,10 +295,10 @@ mod tests {
     #[test]
     fn the_release_is_read_from_the_toolkit_note() {
         let note = b"\0ptxas\0Cuda compilation tools, release 13.0, V13.0.88\0Build cuda_13.0\0";
-        assert_eq!(release_in(note), Some(13000));
+        assert_eq!(release_in(note), Some(CudaVersion(13000)));
         assert_eq!(
             release_in(b"Cuda compilation tools, release 12.8, V12.8.93"),
-            Some(12080)
+            Some(CudaVersion(12080))
         );
         assert_eq!(release_in(b"release 13.0"), None);
         assert_eq!(release_in(b"compilation tools, release x"), None);

@@ -30,7 +30,7 @@ pub mod verdict;
 
 // The CUDA facts the rules apply (the GPU and release tables, capabilities, architectures)
 // are their own crate, `cuda_sandbox_cuda_facts`.
-use cuda_sandbox_cuda_facts::{gpus, release, Arch, Capability, CudaEncoded, ValueError, Variant};
+use cuda_sandbox_cuda_facts::{gpus, Arch, Capability, CudaVersion, ValueError, Variant};
 
 use name::ShortName;
 use serde::Serialize;

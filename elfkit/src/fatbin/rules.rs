@@ -23,49 +23,49 @@ use serde::Serialize;
 use super::gpus;
 use super::{Capability, Compression, Entry, EntryKind, ValueError, Variant, Version};
 
-use cuda_sandbox_cuda_facts::{release, CudaEncoded};
+use cuda_sandbox_cuda_facts::CudaVersion;
 
 /// Each PTX ISA version and the first CUDA release whose compiler (ptxas, and the driver's JIT
 /// of that release's branch) accepts it. Sources: NVIDIA's PTX ISA "PTX Release History"
 /// table (editions 9.3 and 9.4) for 6.0–9.4, NVIDIA cuda-python `_ptx_utils.py` for 6.0–9.1;
 /// 7.7–9.5 also measured as the newest `.version` of the ptxas of each release (PyPI wheels;
 /// 12.7 has none). 9.5 → 13.5 rests on that measurement alone. CUDA 12.6 added no ISA.
-pub const PTX_ISA_RELEASES: &[(Version, CudaEncoded)] = &[
-    (Version::new(6, 0), 9000),
-    (Version::new(6, 1), 9010),
-    (Version::new(6, 2), 9020),
-    (Version::new(6, 3), 10000),
-    (Version::new(6, 4), 10010),
-    (Version::new(6, 5), 10020),
-    (Version::new(7, 0), 11000),
-    (Version::new(7, 1), 11010),
-    (Version::new(7, 2), 11020),
-    (Version::new(7, 3), 11030),
-    (Version::new(7, 4), 11040),
-    (Version::new(7, 5), 11050),
-    (Version::new(7, 6), 11060),
-    (Version::new(7, 7), 11070),
-    (Version::new(7, 8), 11080),
-    (Version::new(8, 0), 12000),
-    (Version::new(8, 1), 12010),
-    (Version::new(8, 2), 12020),
-    (Version::new(8, 3), 12030),
-    (Version::new(8, 4), 12040),
-    (Version::new(8, 5), 12050),
-    (Version::new(8, 6), 12070),
-    (Version::new(8, 7), 12080),
-    (Version::new(8, 8), 12090),
-    (Version::new(9, 0), 13000),
-    (Version::new(9, 1), 13010),
-    (Version::new(9, 2), 13020),
-    (Version::new(9, 3), 13030),
-    (Version::new(9, 4), 13040),
-    (Version::new(9, 5), 13050),
+pub const PTX_ISA_RELEASES: &[(Version, CudaVersion)] = &[
+    (Version::new(6, 0), CudaVersion(9000)),
+    (Version::new(6, 1), CudaVersion(9010)),
+    (Version::new(6, 2), CudaVersion(9020)),
+    (Version::new(6, 3), CudaVersion(10000)),
+    (Version::new(6, 4), CudaVersion(10010)),
+    (Version::new(6, 5), CudaVersion(10020)),
+    (Version::new(7, 0), CudaVersion(11000)),
+    (Version::new(7, 1), CudaVersion(11010)),
+    (Version::new(7, 2), CudaVersion(11020)),
+    (Version::new(7, 3), CudaVersion(11030)),
+    (Version::new(7, 4), CudaVersion(11040)),
+    (Version::new(7, 5), CudaVersion(11050)),
+    (Version::new(7, 6), CudaVersion(11060)),
+    (Version::new(7, 7), CudaVersion(11070)),
+    (Version::new(7, 8), CudaVersion(11080)),
+    (Version::new(8, 0), CudaVersion(12000)),
+    (Version::new(8, 1), CudaVersion(12010)),
+    (Version::new(8, 2), CudaVersion(12020)),
+    (Version::new(8, 3), CudaVersion(12030)),
+    (Version::new(8, 4), CudaVersion(12040)),
+    (Version::new(8, 5), CudaVersion(12050)),
+    (Version::new(8, 6), CudaVersion(12070)),
+    (Version::new(8, 7), CudaVersion(12080)),
+    (Version::new(8, 8), CudaVersion(12090)),
+    (Version::new(9, 0), CudaVersion(13000)),
+    (Version::new(9, 1), CudaVersion(13010)),
+    (Version::new(9, 2), CudaVersion(13020)),
+    (Version::new(9, 3), CudaVersion(13030)),
+    (Version::new(9, 4), CudaVersion(13040)),
+    (Version::new(9, 5), CudaVersion(13050)),
 ];
 
 /// The first CUDA release that JIT-compiles PTX of `isa`; `None` for an ISA newer than the
 /// table. ISA versions older than 6.0 need nothing newer than CUDA 9.0.
-pub fn cuda_for_ptx_isa(isa: Version) -> Option<CudaEncoded> {
+pub fn cuda_for_ptx_isa(isa: Version) -> Option<CudaVersion> {
     if isa < PTX_ISA_RELEASES[0].0 {
         return Some(PTX_ISA_RELEASES[0].1);
     }
@@ -76,7 +76,7 @@ pub fn cuda_for_ptx_isa(isa: Version) -> Option<CudaEncoded> {
 }
 
 /// The newest PTX ISA a driver of CUDA `driver` can JIT, as far as the table knows.
-pub fn newest_ptx_isa(driver: CudaEncoded) -> Option<Version> {
+pub fn newest_ptx_isa(driver: CudaVersion) -> Option<Version> {
     PTX_ISA_RELEASES
         .iter()
         .rev()
@@ -142,23 +142,17 @@ impl Serialize for DriverVersion {
 pub struct Driver {
     /// libcuda's CUDA version (`cuDriverGetVersion`): its PTX JIT, its fat-binary
     /// decompression, the runtimes and toolkits it serves.
-    #[serde(serialize_with = "as_release")]
-    pub cuda: CudaEncoded,
+    pub cuda: CudaVersion,
     /// The CUDA version of the kernel module's branch (R535: 12.2): the GPUs it drives.
-    #[serde(serialize_with = "as_release")]
-    pub kernel: CudaEncoded,
+    pub kernel: CudaVersion,
     /// libcuda's own version, when known, for floors NVIDIA gives as driver versions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<DriverVersion>,
 }
 
-fn as_release<S: serde::Serializer>(v: &CudaEncoded, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&release(*v))
-}
-
 impl Driver {
     /// A driver of CUDA `cuda` on a kernel module of the same release (no compat).
-    pub const fn of(cuda: CudaEncoded) -> Driver {
+    pub const fn of(cuda: CudaVersion) -> Driver {
         Driver {
             cuda,
             kernel: cuda,
@@ -172,7 +166,8 @@ impl Driver {
 /// "size", which use zstd: "CUDA 12 Requires Driver Version: 550.54.14+"); no NVIDIA document
 /// found states it (nvcc and fatbinary `--help` 12.8 to 13.5 list `--compress-mode` without a
 /// driver requirement).
-pub const ZSTD_DRIVER: (CudaEncoded, DriverVersion) = (12040, DriverVersion::new(550, 54, 14));
+pub const ZSTD_DRIVER: (CudaVersion, DriverVersion) =
+    (CudaVersion(12040), DriverVersion::new(550, 54, 14));
 
 /// The minimum driver for a major's minor-version compatibility: a runtime or cubin of any
 /// X.y runs on a driver of major X at or above it.
@@ -183,8 +178,7 @@ pub struct Floor {
     /// The minimum driver.
     pub driver: DriverVersion,
     /// The CUDA release of that driver's branch.
-    #[serde(serialize_with = "as_release")]
-    pub cuda: CudaEncoded,
+    pub cuda: CudaVersion,
     /// Whether every driver reporting that release meets it (the release's own driver does):
     /// then a driver known only by its CUDA version is judged; else only by its version.
     pub met_by_its_release: bool,
@@ -200,19 +194,19 @@ pub const FLOORS: &[Floor] = &[
     Floor {
         major: 11,
         driver: DriverVersion::new(450, 80, 2),
-        cuda: 11000,
+        cuda: CudaVersion(11000),
         met_by_its_release: false,
     },
     Floor {
         major: 12,
         driver: DriverVersion::new(525, 60, 13),
-        cuda: 12000,
+        cuda: CudaVersion(12000),
         met_by_its_release: true,
     },
     Floor {
         major: 13,
         driver: DriverVersion::new(580, 0, 0),
-        cuda: 13000,
+        cuda: CudaVersion(13000),
         met_by_its_release: true,
     },
 ];
@@ -222,7 +216,7 @@ pub const FLOORS: &[Floor] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Toolkit {
     /// The release (12090).
-    Exact(CudaEncoded),
+    Exact(CudaVersion),
     /// The major only (12).
     Major(i32),
 }
@@ -237,7 +231,7 @@ impl Toolkit {
     /// Its major.
     pub fn major(self) -> i32 {
         match self {
-            Toolkit::Exact(v) => v / 1000,
+            Toolkit::Exact(v) => v.major(),
             Toolkit::Major(m) => m,
         }
     }
@@ -246,7 +240,7 @@ impl Toolkit {
 impl fmt::Display for Toolkit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Toolkit::Exact(v) => f.write_str(&release(*v)),
+            Toolkit::Exact(v) => write!(f, "{v}"),
             Toolkit::Major(m) => write!(f, "{m}.x"),
         }
     }
@@ -299,7 +293,7 @@ impl ToolkitFit {
 /// holds for a driver of a newer release than the floor's, or of the floor's release when
 /// that release's own driver meets it.
 pub fn toolkit_on_driver(built: Toolkit, driver: &Driver) -> ToolkitFit {
-    let major = driver.cuda / 1000;
+    let major = driver.cuda.major();
     if built.major() > major {
         return ToolkitFit::NewerMajor;
     }
@@ -328,7 +322,7 @@ pub fn toolkit_on_driver(built: Toolkit, driver: &Driver) -> ToolkitFit {
 
 /// Whether `driver`'s libcuda can unpack an image stored with `compression`: `None` when it
 /// can, else the CUDA release it needs.
-pub fn unpacks(compression: Compression, driver: &Driver) -> Option<CudaEncoded> {
+pub fn unpacks(compression: Compression, driver: &Driver) -> Option<CudaVersion> {
     let (release, version) = ZSTD_DRIVER;
     let old = match driver.version {
         Some(v) => v < version,
@@ -390,8 +384,7 @@ pub enum Load {
         /// The PTX image the driver would JIT.
         image: usize,
         /// The CUDA version its ISA needs (as NVIDIA's ISA table says; JSON: `"12.7"`).
-        #[serde(serialize_with = "as_release")]
-        needs: CudaEncoded,
+        needs: CudaVersion,
     },
     /// The image the driver would load is compressed in a way this driver's libcuda cannot
     /// unpack (Zstandard before R550).
@@ -399,8 +392,7 @@ pub enum Load {
         /// The image.
         image: usize,
         /// The CUDA release whose driver unpacks it (JSON: `"12.4"`).
-        #[serde(serialize_with = "as_release")]
-        needs: CudaEncoded,
+        needs: CudaVersion,
     },
     /// The module holds nothing the driver loads itself (NVVM IR only, linked at run time by
     /// nvJitLink, or kinds unknown here): not judged.
@@ -529,8 +521,8 @@ mod tests {
     fn cc(text: &str) -> Capability {
         Capability::parse(text).unwrap()
     }
-    const R535: Driver = Driver::of(12020);
-    const R580: Driver = Driver::of(13000);
+    const R535: Driver = Driver::of(CudaVersion(12020));
+    const R580: Driver = Driver::of(CudaVersion(13000));
 
     /// CUDA C Programming Guide, "Binary Compatibility": a cubin for X.y runs on X.z, z >= y.
     #[test]
@@ -587,11 +579,11 @@ mod tests {
         );
         let p = [ptx("compute_120f", (8, 8))];
         assert_eq!(
-            load(&p, cc("12.1"), &Driver::of(12090)),
+            load(&p, cc("12.1"), &Driver::of(CudaVersion(12090))),
             Load::Jit { image: 0 }
         );
         assert_eq!(
-            load(&p, cc("11.0"), &Driver::of(12090)),
+            load(&p, cc("11.0"), &Driver::of(CudaVersion(12090))),
             Load::NoBinaryForGpu
         );
     }
@@ -616,11 +608,11 @@ mod tests {
             load(&p, cc("9.0"), &R535),
             Load::UnsupportedPtx {
                 image: 1,
-                needs: 12090
+                needs: CudaVersion(12090)
             }
         );
         assert_eq!(
-            load(&p, cc("9.0"), &Driver::of(12090)),
+            load(&p, cc("9.0"), &Driver::of(CudaVersion(12090))),
             Load::Jit { image: 1 }
         );
         // SASS for the GPU needs no JIT: minor-version compatibility covers it.
@@ -630,7 +622,7 @@ mod tests {
             load(&nvbandwidth, cc("9.0"), &R580),
             Load::UnsupportedPtx {
                 image: 1,
-                needs: 13020
+                needs: CudaVersion(13020)
             }
         );
         assert_eq!(
@@ -644,12 +636,12 @@ mod tests {
     fn an_isa_or_capability_beyond_the_tables_is_unknown() {
         let p = [ptx("compute_75", (9, 6))];
         assert!(matches!(
-            load(&p, cc("9.0"), &Driver::of(14000)),
+            load(&p, cc("9.0"), &Driver::of(CudaVersion(14000))),
             Load::Unknown { .. }
         ));
         let s = [sass("sm_130")];
         assert!(matches!(
-            load(&s, cc("13.0"), &Driver::of(14000)),
+            load(&s, cc("13.0"), &Driver::of(CudaVersion(14000))),
             Load::Unknown { .. }
         ));
         assert!(matches!(
@@ -681,12 +673,18 @@ mod tests {
     /// The table's rows: PTX ISA release history; each driver JITs up to its own release's ISA.
     #[test]
     fn the_isa_table_answers_per_driver() {
-        assert_eq!(newest_ptx_isa(12020), Some(Version::new(8, 2)));
-        assert_eq!(newest_ptx_isa(12060), Some(Version::new(8, 5)));
-        assert_eq!(newest_ptx_isa(11040), Some(Version::new(7, 4)));
-        assert_eq!(newest_ptx_isa(13050), Some(Version::new(9, 5)));
-        assert_eq!(cuda_for_ptx_isa(Version::new(5, 0)), Some(9000));
-        assert_eq!(cuda_for_ptx_isa(Version::new(8, 6)), Some(12070));
+        assert_eq!(newest_ptx_isa(CudaVersion(12020)), Some(Version::new(8, 2)));
+        assert_eq!(newest_ptx_isa(CudaVersion(12060)), Some(Version::new(8, 5)));
+        assert_eq!(newest_ptx_isa(CudaVersion(11040)), Some(Version::new(7, 4)));
+        assert_eq!(newest_ptx_isa(CudaVersion(13050)), Some(Version::new(9, 5)));
+        assert_eq!(
+            cuda_for_ptx_isa(Version::new(5, 0)),
+            Some(CudaVersion(9000))
+        );
+        assert_eq!(
+            cuda_for_ptx_isa(Version::new(8, 6)),
+            Some(CudaVersion(12070))
+        );
         assert_eq!(cuda_for_ptx_isa(Version::new(9, 6)), None);
         assert!(PTX_ISA_RELEASES.windows(2).all(|w| w[0] < w[1]));
     }
@@ -697,7 +695,7 @@ mod tests {
     /// needs the floor, an older major is served by backward compatibility.
     #[test]
     fn a_driver_serves_its_major_above_the_floor_and_every_older_major() {
-        let fit = |built: Toolkit, cuda: CudaEncoded, version: Option<&str>| {
+        let fit = |built: Toolkit, cuda: CudaVersion, version: Option<&str>| {
             toolkit_on_driver(
                 built,
                 &Driver {
@@ -708,48 +706,72 @@ mod tests {
             )
         };
         assert_eq!(
-            fit(Toolkit::Exact(13040), 12080, None),
-            ToolkitFit::NewerMajor
-        );
-        assert_eq!(fit(Toolkit::Major(13), 12090, None), ToolkitFit::NewerMajor);
-        assert_eq!(
-            fit(Toolkit::Exact(12090), 11080, None),
+            fit(Toolkit::Exact(CudaVersion(13040)), CudaVersion(12080), None),
             ToolkitFit::NewerMajor
         );
         assert_eq!(
-            fit(Toolkit::Exact(13040), 13000, None),
+            fit(Toolkit::Major(13), CudaVersion(12090), None),
+            ToolkitFit::NewerMajor
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(CudaVersion(12090)), CudaVersion(11080), None),
+            ToolkitFit::NewerMajor
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(CudaVersion(13040)), CudaVersion(13000), None),
             ToolkitFit::MinorVersionCompatible
         );
         assert_eq!(
-            fit(Toolkit::Exact(12090), 12000, None),
+            fit(Toolkit::Exact(CudaVersion(12090)), CudaVersion(12000), None),
             ToolkitFit::MinorVersionCompatible
         );
-        assert_eq!(fit(Toolkit::Exact(12020), 12020, None), ToolkitFit::Served);
-        assert_eq!(fit(Toolkit::Exact(11080), 13000, None), ToolkitFit::Served);
         assert_eq!(
-            fit(Toolkit::Major(12), 12040, None),
+            fit(Toolkit::Exact(CudaVersion(12020)), CudaVersion(12020), None),
+            ToolkitFit::Served
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(CudaVersion(11080)), CudaVersion(13000), None),
+            ToolkitFit::Served
+        );
+        assert_eq!(
+            fit(Toolkit::Major(12), CudaVersion(12040), None),
             ToolkitFit::MinorVersionCompatible
         );
         // 11.0 shipped with 450.36.06, below the 11.x floor: only the exact version can say.
         assert!(matches!(
-            fit(Toolkit::Exact(11080), 11000, None),
+            fit(Toolkit::Exact(CudaVersion(11080)), CudaVersion(11000), None),
             ToolkitFit::FloorUnknown { .. }
         ));
         assert!(matches!(
-            fit(Toolkit::Exact(11080), 11000, Some("450.36.06")),
+            fit(
+                Toolkit::Exact(CudaVersion(11080)),
+                CudaVersion(11000),
+                Some("450.36.06")
+            ),
             ToolkitFit::BelowFloor { .. }
         ));
         assert_eq!(
-            fit(Toolkit::Exact(11080), 11000, Some("450.80.02")),
+            fit(
+                Toolkit::Exact(CudaVersion(11080)),
+                CudaVersion(11000),
+                Some("450.80.02")
+            ),
             ToolkitFit::MinorVersionCompatible
         );
         assert!(matches!(
-            fit(Toolkit::Exact(12090), 12000, Some("525.60.11")),
+            fit(
+                Toolkit::Exact(CudaVersion(12090)),
+                CudaVersion(12000),
+                Some("525.60.11")
+            ),
             ToolkitFit::BelowFloor { .. }
         ));
-        assert_eq!(fit(Toolkit::Exact(15000), 15000, None), ToolkitFit::Served);
         assert_eq!(
-            fit(Toolkit::Exact(15010), 15000, None),
+            fit(Toolkit::Exact(CudaVersion(15000)), CudaVersion(15000), None),
+            ToolkitFit::Served
+        );
+        assert_eq!(
+            fit(Toolkit::Exact(CudaVersion(15010)), CudaVersion(15000), None),
             ToolkitFit::UnknownMajor
         );
     }
@@ -768,21 +790,34 @@ mod tests {
             load(std::slice::from_ref(&zstd), cc("9.0"), &R535),
             Load::CompressionTooNew {
                 image: 0,
-                needs: 12040
+                needs: CudaVersion(12040)
             }
         );
         assert_eq!(
-            load(std::slice::from_ref(&zstd), cc("9.0"), &Driver::of(12040)),
+            load(
+                std::slice::from_ref(&zstd),
+                cc("9.0"),
+                &Driver::of(CudaVersion(12040))
+            ),
             Load::Jit { image: 0 }
         );
         let exact = |v: &str| Driver {
             version: Some(DriverVersion::parse(v).unwrap()),
-            ..Driver::of(12040)
+            ..Driver::of(CudaVersion(12040))
         };
-        assert_eq!(unpacks(Compression::Zstd, &exact("550.40.07")), Some(12040));
+        assert_eq!(
+            unpacks(Compression::Zstd, &exact("550.40.07")),
+            Some(CudaVersion(12040))
+        );
         assert_eq!(unpacks(Compression::Zstd, &exact("550.54.14")), None);
-        assert_eq!(unpacks(Compression::Lz4, &Driver::of(11040)), None);
-        assert_eq!(unpacks(Compression::None, &Driver::of(11040)), None);
+        assert_eq!(
+            unpacks(Compression::Lz4, &Driver::of(CudaVersion(11040))),
+            None
+        );
+        assert_eq!(
+            unpacks(Compression::None, &Driver::of(CudaVersion(11040))),
+            None
+        );
         // Only the image the driver picks matters: a stored SASS image beside zstd PTX.
         let both = [sass("sm_90"), zstd];
         assert_eq!(load(&both, cc("9.0"), &R535), Load::Sass { image: 0 });

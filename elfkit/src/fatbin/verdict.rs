@@ -51,7 +51,9 @@ use super::gpus::{self, Drives};
 use super::image::{cubin_facts, ptx_facts};
 use super::payload::payload;
 use super::rules::{load, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit};
-use super::{Capability, Container, Entry, EntryKind, GpuCode, Origin, Purpose, Version};
+use super::{
+    Capability, Container, CudaVersion, Entry, EntryKind, GpuCode, Origin, Purpose, Version,
+};
 
 /// How many kernel names a module's JSON shows: enough to name a few.
 pub const NAMED_KERNELS: usize = 3;
@@ -177,14 +179,12 @@ pub enum GpuDriven {
     /// It predates the architecture.
     TooOld {
         /// The first release that drives it.
-        #[serde(serialize_with = "as_release")]
-        first: i32,
+        first: CudaVersion,
     },
     /// Its branch no longer drives it.
     Dropped {
         /// The last release that drives it.
-        #[serde(serialize_with = "as_release")]
-        last: i32,
+        last: CudaVersion,
     },
     /// This driver calls the GPU by another capability.
     Renamed {
@@ -198,10 +198,6 @@ pub enum GpuDriven {
 /// A module's index as its number from 1, the way messages count modules.
 fn from_one<S: serde::Serializer>(index: &usize, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(*index as u64 + 1)
-}
-
-fn as_release<S: serde::Serializer>(v: &i32, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&super::release(*v))
 }
 
 impl From<Drives> for GpuDriven {
@@ -226,8 +222,7 @@ pub struct NewerToolkit {
     /// The cubin's index among its entries.
     pub image: usize,
     /// The release of the ptxas that built it.
-    #[serde(serialize_with = "as_release")]
-    pub toolkit: i32,
+    pub toolkit: CudaVersion,
 }
 
 /// One file judged for one GPU and driver.
@@ -331,7 +326,7 @@ fn holds(data: &[u8], module: &Container) -> Option<Holds> {
 /// ABI 7 (entry 1.7) comes from ptxas 12.9 or older, ABI 8 from 12.8 or newer, 13.x the
 /// newest known.
 fn may_be_newer(entry: &Entry, driver: &Driver) -> bool {
-    let major = driver.cuda / 1000;
+    let major = driver.cuda.major();
     if entry.version >= Version::new(1, 8) {
         major < 13
     } else {
@@ -569,12 +564,11 @@ mod tests {
             self
         }
 
-        fn judge(&self, device: &str, driver: CudaEncoded) -> Judgement {
+        fn judge(&self, device: &str, driver: CudaVersion) -> Judgement {
             judge(&self.code, &self.data, cc(device), &Driver::of(driver))
         }
     }
 
-    use cuda_sandbox_cuda_facts::CudaEncoded;
     const S: EntryKind = EntryKind::Sass;
     const P: EntryKind = EntryKind::Ptx;
     fn cc(t: &str) -> Capability {
@@ -589,7 +583,7 @@ mod tests {
             .with(&[("sm_90", S), ("compute_90", P)])
             .with(&[("sm_80", S)]);
         let reads = ModuleReads::default();
-        let driver = Driver::of(12080);
+        let driver = Driver::of(CudaVersion(12080));
         let on =
             |data: &[u8], device| judge_given(&file.code, data, &reads, cc(device), &driver, None);
         let first = on(&file.data, "8.0");
@@ -620,7 +614,7 @@ mod tests {
         let file = File::default()
             .with(&[("sm_80", S), ("sm_90", S)])
             .with(&[("sm_90", S), ("compute_90", P)]);
-        let j = file.judge("8.0", 12080);
+        let j = file.judge("8.0", CudaVersion(12080));
         assert_eq!(j.verdict, FileVerdict::RunsPartly);
         let missing: Vec<&ModuleVerdict> = j.missing().collect();
         assert_eq!(missing.len(), 1);
@@ -633,7 +627,10 @@ mod tests {
             })
         );
         assert_eq!(j.failing().count(), 0);
-        assert_eq!(file.judge("9.0", 12080).verdict, FileVerdict::RunsBySass);
+        assert_eq!(
+            file.judge("9.0", CudaVersion(12080)).verdict,
+            FileVerdict::RunsBySass
+        );
     }
 
     /// Arch-specific modules for other GPUs (FlashAttention's sm_90a kernels) are missing on
@@ -644,13 +641,13 @@ mod tests {
             .with(&[("sm_80", S), ("sm_90", S)])
             .with(&[("sm_90a", S), ("compute_90a", P)])
             .with(&[("sm_100a", S), ("compute_100a", P)]);
-        let on_hopper = file.judge("9.0", 12080);
+        let on_hopper = file.judge("9.0", CudaVersion(12080));
         assert_eq!(on_hopper.verdict, FileVerdict::RunsPartly);
         assert_eq!(
             on_hopper.missing().map(|m| m.module).collect::<Vec<_>>(),
             [2]
         );
-        assert_eq!(file.judge("8.6", 12080).missing().count(), 2);
+        assert_eq!(file.judge("8.6", CudaVersion(12080)).missing().count(), 2);
     }
 
     #[test]
@@ -661,12 +658,12 @@ mod tests {
                 .with(&[(arch, S)])
                 .last(|c| c.origin = Origin::Scan(".data".into()));
         }
-        let j = file.judge("9.0", 13000);
+        let j = file.judge("9.0", CudaVersion(13000));
         assert_eq!(j.verdict, FileVerdict::RunsBySass);
         assert_eq!(j.reported().count(), 3);
         assert!(j.reported().all(|m| m.holds.is_none()));
         // None loads: the file cannot run, scanned modules and all.
-        let j = file.judge("7.0", 13000);
+        let j = file.judge("7.0", CudaVersion(13000));
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.failing().count(), 4);
     }
@@ -676,7 +673,7 @@ mod tests {
         let file = File::default()
             .with(&[("sm_90a", S), ("compute_90a", P)])
             .with(&[("sm_100a", S)]);
-        let j = file.judge("8.6", 12020);
+        let j = file.judge("8.6", CudaVersion(12020));
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(j.failing().count(), 2);
         assert_eq!(j.missing().count(), 0);
@@ -689,18 +686,21 @@ mod tests {
         let file = File::default()
             .with(&[("sm_90", S), ("compute_90", P)])
             .module(&[("sm_80", S), ("compute_100", P)], MANAGED);
-        let j = file.judge("9.0", 12080);
+        let j = file.judge("9.0", CudaVersion(12080));
         assert_eq!(j.verdict, FileVerdict::Unknown);
         let Some(Holds::Read { managed, .. }) = &j.missing().next().unwrap().holds else {
             panic!("{j:?}");
         };
         assert_eq!(managed, &["counter"]);
         // Where it loads, it is no question: the other module is missing there.
-        assert_eq!(file.judge("8.0", 12080).verdict, FileVerdict::RunsPartly);
+        assert_eq!(
+            file.judge("8.0", CudaVersion(12080)).verdict,
+            FileVerdict::RunsPartly
+        );
         assert_eq!(
             File::default()
                 .module(&[("sm_90", S), ("compute_90", P)], MANAGED)
-                .judge("9.0", 12080)
+                .judge("9.0", CudaVersion(12080))
                 .verdict,
             FileVerdict::RunsBySass
         );
@@ -713,8 +713,14 @@ mod tests {
         const ONLY_MANAGED: &str = ".version 8.0\n.target sm_80\n\
             .visible .global .attribute(.managed) .align 4 .u32 counter;\n";
         let file = File::default().module(&[("sm_80", S), ("compute_80", P)], ONLY_MANAGED);
-        assert_eq!(file.judge("7.5", 12080).verdict, FileVerdict::Unknown);
-        assert_eq!(file.judge("8.0", 12080).verdict, FileVerdict::RunsBySass);
+        assert_eq!(
+            file.judge("7.5", CudaVersion(12080)).verdict,
+            FileVerdict::Unknown
+        );
+        assert_eq!(
+            file.judge("8.0", CudaVersion(12080)).verdict,
+            FileVerdict::RunsBySass
+        );
     }
 
     /// Modules with neither a kernel nor a managed variable are listed, not judged (cuFFT
@@ -725,11 +731,11 @@ mod tests {
         let file = File::default()
             .with(&[("sm_90", S)])
             .module(&[("sm_52", S), ("compute_100", P)], NOTHING);
-        let j = file.judge("9.0", 12080);
+        let j = file.judge("9.0", CudaVersion(12080));
         assert_eq!(j.verdict, FileVerdict::RunsBySass);
         assert_eq!((j.modules.len(), j.not_judged.inert), (1, 1));
         let unreadable = File::default().with(&[("sm_90", S)]).with(&[("sm_52", S)]);
-        let j = unreadable.judge("9.0", 12080);
+        let j = unreadable.judge("9.0", CudaVersion(12080));
         assert_eq!(j.missing().next().unwrap().holds, Some(Holds::Unreadable));
         assert_eq!(j.verdict, FileVerdict::Unknown);
     }
@@ -739,20 +745,35 @@ mod tests {
         let file = File::default()
             .with(&[("sm_80", S)])
             .with(&[("compute_80", P)]);
-        assert_eq!(file.judge("8.0", 12020).verdict, FileVerdict::RunsByJit);
+        assert_eq!(
+            file.judge("8.0", CudaVersion(12020)).verdict,
+            FileVerdict::RunsByJit
+        );
         let both = File::default().with(&[("sm_80", S), ("compute_80", P)]);
-        assert_eq!(both.judge("8.6", 12020).verdict, FileVerdict::RunsBySass);
-        assert_eq!(both.judge("9.0", 12020).verdict, FileVerdict::RunsByJit);
+        assert_eq!(
+            both.judge("8.6", CudaVersion(12020)).verdict,
+            FileVerdict::RunsBySass
+        );
+        assert_eq!(
+            both.judge("9.0", CudaVersion(12020)).verdict,
+            FileVerdict::RunsByJit
+        );
     }
 
     #[test]
     fn unknown_is_never_a_pass_and_nvvm_alone_is_no_gpu_code() {
         let file = File::default().with(&[("sm_80", S)]);
-        assert_eq!(file.judge("8.5", 12020).verdict, FileVerdict::Unknown);
-        let lto = File::default().with(&[("compute_90", EntryKind::NvvmIr)]);
-        assert_eq!(lto.judge("9.0", 13000).verdict, FileVerdict::NoGpuCode);
         assert_eq!(
-            File::default().judge("9.0", 13000).verdict,
+            file.judge("8.5", CudaVersion(12020)).verdict,
+            FileVerdict::Unknown
+        );
+        let lto = File::default().with(&[("compute_90", EntryKind::NvvmIr)]);
+        assert_eq!(
+            lto.judge("9.0", CudaVersion(13000)).verdict,
+            FileVerdict::NoGpuCode
+        );
+        assert_eq!(
+            File::default().judge("9.0", CudaVersion(13000)).verdict,
             FileVerdict::NoGpuCode
         );
     }
@@ -766,18 +787,21 @@ mod tests {
             .with(&[("sm_90", S)])
             .with(&[("sm_75", S)])
             .last(|c| c.purpose = Purpose::DeviceLinkInput);
-        let j = file.judge("9.0", 12020);
+        let j = file.judge("9.0", CudaVersion(12020));
         assert_eq!(j.verdict, FileVerdict::RunsBySass);
         assert_eq!((j.modules.len(), j.not_judged.device_link_input), (1, 1));
         // Alone, on a GPU it has no image for: still nothing to judge, never a 209.
         let alone = File::default()
             .with(&[("sm_75", S)])
             .last(|c| c.purpose = Purpose::DeviceLinkInput);
-        assert_eq!(alone.judge("8.6", 12020).verdict, FileVerdict::NoGpuCode);
+        assert_eq!(
+            alone.judge("8.6", CudaVersion(12020)).verdict,
+            FileVerdict::NoGpuCode
+        );
         let object = File::default()
             .with(&[("sm_75", S)])
             .last(|c| c.purpose = Purpose::LinkInput);
-        let j = object.judge("9.0", 12020);
+        let j = object.judge("9.0", CudaVersion(12020));
         assert_eq!(
             (j.verdict, j.not_judged.link_input),
             (FileVerdict::NoGpuCode, 1)
@@ -789,23 +813,31 @@ mod tests {
     #[test]
     fn a_kernel_module_that_does_not_drive_the_gpu_decides_before_any_module() {
         let file = File::default().with(&[("sm_120", S)]);
-        let j = file.judge("12.0", 12040);
+        let j = file.judge("12.0", CudaVersion(12040));
         assert_eq!(j.verdict, FileVerdict::Fails);
-        assert_eq!(j.gpu, GpuDriven::TooOld { first: 12080 });
+        assert_eq!(
+            j.gpu,
+            GpuDriven::TooOld {
+                first: CudaVersion(12080)
+            }
+        );
         assert!(j.modules.is_empty());
         // Under compat only libcuda is newer: the kernel module still predates the GPU.
         let compat = Driver {
-            cuda: 12080,
-            kernel: 12020,
+            cuda: CudaVersion(12080),
+            kernel: CudaVersion(12020),
             version: None,
         };
         assert_eq!(
             judge(&file.code, &file.data, cc("12.0"), &compat).verdict,
             FileVerdict::Fails
         );
-        assert_eq!(file.judge("12.0", 12080).verdict, FileVerdict::RunsBySass);
+        assert_eq!(
+            file.judge("12.0", CudaVersion(12080)).verdict,
+            FileVerdict::RunsBySass
+        );
         let thor = File::default().with(&[("sm_101", S)]);
-        let j = thor.judge("10.1", 13000);
+        let j = thor.judge("10.1", CudaVersion(13000));
         assert_eq!(j.verdict, FileVerdict::Unknown);
         assert_eq!(j.gpu, GpuDriven::Renamed { to: cc("11.0") });
     }
@@ -816,8 +848,17 @@ mod tests {
     #[test]
     fn cubins_are_read_for_their_toolkit_only_where_it_can_matter() {
         let file = File::default().with(&[("sm_90", S)]);
-        assert_eq!(newer_toolkit(&file.code, &[], &Driver::of(13000)), None);
-        assert_eq!(newer_toolkit(&file.code, &[], &Driver::of(12040)), None);
-        assert_eq!(file.judge("9.0", 12040).verdict, FileVerdict::RunsBySass);
+        assert_eq!(
+            newer_toolkit(&file.code, &[], &Driver::of(CudaVersion(13000))),
+            None
+        );
+        assert_eq!(
+            newer_toolkit(&file.code, &[], &Driver::of(CudaVersion(12040))),
+            None
+        );
+        assert_eq!(
+            file.judge("9.0", CudaVersion(12040)).verdict,
+            FileVerdict::RunsBySass
+        );
     }
 }

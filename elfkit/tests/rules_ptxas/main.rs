@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 
 use cuda_sandbox_cuda_facts::gpus::{architectures, Retired};
-use cuda_sandbox_cuda_facts::release;
+use cuda_sandbox_cuda_facts::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::image::cubin_facts;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
 

@@ -36,8 +36,8 @@ fn each_architectures_first_release_is_the_first_ptxas_that_accepts_it() {
                 .find(|(_, l)| l.contains(name))
                 .map(|(r, _)| r.clone())
         };
-        let wanted = |first: i32| {
-            let r = release(first);
+        let wanted = |first: CudaVersion| {
+            let r = first.to_string();
             // Rows older than the oldest measured ptxas: that ptxas lists it already.
             if key(&r) < oldest {
                 lists[0].0.clone()
@@ -48,9 +48,9 @@ fn each_architectures_first_release_is_the_first_ptxas_that_accepts_it() {
         if !lists.iter().any(|(_, l)| l.contains(&sm)) {
             // Dropped by every measured toolkit (Kepler, 3.2): nothing to hold.
             assert!(
-                key(&release(row.first)) < oldest,
+                key(&row.first.to_string()) < oldest,
                 "{sm}: no measured ptxas accepts it, yet the table says it is new in {}",
-                release(row.first)
+                row.first
             );
             continue;
         }
@@ -79,7 +79,7 @@ fn each_architectures_first_release_is_the_first_ptxas_that_accepts_it() {
             if let Retired::RenamedTo(to) = until.then {
                 let after: Vec<&String> = lists
                     .iter()
-                    .filter(|(r, l)| key(r) > key(&release(until.cuda)) && l.contains(&sm))
+                    .filter(|(r, l)| key(r) > key(&until.cuda.to_string()) && l.contains(&sm))
                     .map(|(r, _)| r)
                     .collect();
                 assert!(
@@ -131,7 +131,7 @@ fn cubins_record_their_toolkit_kernels_and_managed_variables() {
             return;
         };
         let (major, minor) = key(release_name);
-        let toolkit = (major * 1000 + minor * 10) as i32;
+        let toolkit = CudaVersion((major * 1000 + minor * 10) as i32);
         let name = format!("{release_name}-{sm}");
         let k = cubin_facts(&assemble(
             &ptxas,

@@ -33,13 +33,13 @@ pub struct TargetNeedsDriver {
 /// for the host's own driver, libcuda's version (that of the kernel module).
 pub(crate) fn manifest_driver(manifest: &ManifestState) -> Option<Driver> {
     let d = manifest.driver()?;
-    let cuda = d.cuda_version?.0;
+    let cuda = d.cuda_version?;
     let kernel = d
         .kernel_driver
         .as_deref()
         .and_then(cuda_for_driver)
         .or(d.host_cuda_version)
-        .map_or(cuda, |v| v.0);
+        .unwrap_or(cuda);
     let version = match d.kind {
         DriverKind::Host => d
             .kernel_driver

@@ -42,7 +42,7 @@ use crate::session::Session;
 /// kernel module's from the hook's manifest, else `/proc/driver/nvidia/version` (the same as
 /// libcuda's when neither says).
 fn loaded_driver(session: &Session) -> Option<Driver> {
-    let cuda = session.driver().ok()?.version().ok()?;
+    let cuda = CudaVersion(session.driver().ok()?.version().ok()?);
     let from_manifest = manifest_driver(&session.manifest).filter(|d| d.cuda == cuda);
     let kernel = from_manifest.map(|d| d.kernel).or_else(|| {
         session
@@ -51,7 +51,6 @@ fn loaded_driver(session: &Session) -> Option<Driver> {
             .as_deref()
             .and_then(kernel_module_version)
             .and_then(|v| cuda_for_driver(&v))
-            .map(|v| v.0)
     });
     Some(Driver {
         cuda,
@@ -395,11 +394,7 @@ fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
         .driver()
         .ok()
         .and_then(|d| d.version().ok().map(CudaVersion))
-        .or(session
-            .options
-            .lint
-            .given_driver()
-            .map(|d| CudaVersion(d.cuda)))
+        .or(session.options.lint.given_driver().map(|d| d.cuda))
         .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
 }
 

@@ -60,7 +60,7 @@ impl Standing {
 fn standing(runtime: &RuntimeVersion, driver: CudaVersion) -> Standing {
     // The rule `lint --target` and `package::gpu_code` apply to a file's runtime too.
     let major = Toolkit::Major(runtime.major);
-    if toolkit_on_driver(major, &rules::Driver::of(driver.0)) == ToolkitFit::NewerMajor {
+    if toolkit_on_driver(major, &rules::Driver::of(driver)) == ToolkitFit::NewerMajor {
         return Standing::NewerMajor;
     }
     match runtime.exact {

@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use cuda_sandbox_cuda_facts::Capability;
+use cuda_sandbox_cuda_facts::{Capability, CudaVersion};
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
 use cuda_sandbox_elfkit::fatbin::{EntryKind, Purpose};
@@ -197,12 +197,12 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
     let list = devices::list(driver).map_err(|e| e.to_string())?;
     let first = list.first().ok_or("the driver reports no GPU")?;
     let device = Capability::parse(&first.compute_capability).map_err(|e| e.to_string())?;
-    let cuda = driver.version().map_err(|e| e.to_string())?;
+    let cuda = CudaVersion(driver.version().map_err(|e| e.to_string())?);
     let kernel = std::fs::read_to_string(KERNEL_MODULE_FILE)
         .ok()
         .and_then(|t| kernel_module_version(&t))
         .and_then(|v| cuda_for_driver(&v))
-        .map_or(cuda, |v| v.0);
+        .unwrap_or(cuda);
     Ok(Target {
         on_zluda: false,
         device,

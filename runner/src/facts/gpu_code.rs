@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use cuda_sandbox_cuda_facts::gpus::architecture;
 use cuda_sandbox_cuda_facts::releases::{needed_driver, newest_release};
-use cuda_sandbox_cuda_facts::{release, Capability};
+use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::{
     newest_ptx_isa, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
 };
@@ -60,23 +60,23 @@ impl Target {
         if self.on_zluda {
             format!("ZLUDA on AMD (reporting sm_{})", self.device.sm())
         } else if d.kernel == d.cuda {
-            format!("sm_{} (driver CUDA {})", self.device.sm(), release(d.cuda))
+            format!("sm_{} (driver CUDA {})", self.device.sm(), d.cuda)
         } else {
             format!(
                 "sm_{} (driver CUDA {} on a CUDA {} kernel module)",
                 self.device.sm(),
-                release(d.cuda),
-                release(d.kernel)
+                d.cuda,
+                d.kernel
             )
         }
     }
 }
 
 /// `R570` for 12.8, or the release when no branch is known.
-fn branch_of(cuda: i32) -> String {
-    branch_for_cuda(CudaVersion(cuda))
+fn branch_of(cuda: CudaVersion) -> String {
+    branch_for_cuda(cuda)
         .map(|b| format!("R{b}"))
-        .unwrap_or_else(|| format!("CUDA {}", release(cuda)))
+        .unwrap_or_else(|| format!("CUDA {cuda}"))
 }
 
 /// A CUDA runtime a file needs or holds, as the runtime rule judges it.
@@ -101,7 +101,7 @@ pub(crate) fn runtime_uses(
             .as_deref()
             .and_then(|v| match v.strip_suffix(".x") {
                 Some(major) => major.parse().ok().map(Toolkit::Major),
-                None => CudaVersion::parse(v).ok().map(|v| Toolkit::Exact(v.0)),
+                None => CudaVersion::parse(v).ok().map(Toolkit::Exact),
             });
         if let Some(toolkit) = toolkit {
             let what = match r.form {
@@ -253,7 +253,7 @@ pub(crate) fn failure(
                 ptx.arch.compute_name(),
                 ptx.version,
                 needed_driver(*needs),
-                release(target.driver.cuda),
+                target.driver.cuda,
                 newest_ptx_isa(target.driver.cuda)
                     .map(|v| v.to_string())
                     .unwrap_or_else(|| "none the table knows".into()),
@@ -268,9 +268,9 @@ pub(crate) fn failure(
                  rebuild with `nvcc --compress-mode=speed` (LZ4) or `none`, or use a newer \
                  driver",
                 e.arch_name(),
-                release(*needs),
+                needs,
                 branch_of(*needs),
-                release(target.driver.cuda)
+                target.driver.cuda
             )
         }
         Load::Unknown { why } => format!("{place} carries {carries}: cannot be judged: {why}"),
@@ -304,8 +304,8 @@ fn runtime_verdict(uses: &[RuntimeUse], target: &Target) -> Option<(Rule, FileVe
                          providing CUDA >= {major}.0 on the host, or use cuda_compat >= \
                          {major}.0 on a data-centre GPU or Jetson, or build against CUDA {}.x",
                         u.what,
-                        release(d.cuda),
-                        d.cuda / 1000
+                        d.cuda,
+                        d.cuda.major()
                     ),
                 ));
             }
@@ -318,7 +318,7 @@ fn runtime_verdict(uses: &[RuntimeUse], target: &Target) -> Option<(Rule, FileVe
                          compatibility needs a driver >= {} for CUDA {}.x (this one: {}); \
                          update the driver",
                         u.what,
-                        release(d.cuda),
+                        d.cuda,
                         floor.driver,
                         floor.major,
                         d.version.map(|v| v.to_string()).unwrap_or_default()
@@ -333,10 +333,7 @@ fn runtime_verdict(uses: &[RuntimeUse], target: &Target) -> Option<(Rule, FileVe
                         "{} is newer than the driver's CUDA {}: minor-version compatibility \
                          needs a driver >= {} for CUDA {}.x, and only the driver's CUDA \
                          version is known",
-                        u.what,
-                        release(d.cuda),
-                        floor.driver,
-                        floor.major
+                        u.what, d.cuda, floor.driver, floor.major
                     ),
                 ));
             }
@@ -371,9 +368,9 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
                 "the kernel module (CUDA {}, {}) predates compute capability {cc}{name}: the \
                  first driver for it is CUDA {} ({}); install a newer host driver (cuda_compat \
                  cannot help: the kernel module decides which GPUs are driven)",
-                release(kernel),
+                kernel,
                 branch_of(kernel),
-                release(first),
+                first,
                 branch_of(first)
             ),
         ),
@@ -382,9 +379,9 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
             format!(
                 "compute capability {cc}{name} is driven up to CUDA {} ({}); this kernel module \
                  (CUDA {}) is of a later branch, which no longer drives it; use a {} driver",
-                release(last),
+                last,
                 branch_of(last),
-                release(kernel),
+                kernel,
                 branch_of(last)
             ),
         ),
@@ -393,7 +390,7 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
             format!(
                 "under a CUDA {} driver this GPU reports compute capability {to}, not {cc} \
                  (NVIDIA renamed Thor in CUDA 13): judge it as {to}",
-                release(kernel)
+                kernel
             ),
         ),
         GpuDriven::Unknown => (
@@ -460,7 +457,7 @@ fn judge_file_given(
             "cannot be judged for {on}: the driver is newer than the newest CUDA release the \
              rules know ({}): which GPUs it drives, the ISA it JITs and the runtimes it \
              serves are not known here",
-            release(newest)
+            newest
         );
         return verdict(target, FileVerdict::Unknown, Rule::DriverUnknown, reason, j);
     }
@@ -592,14 +589,14 @@ fn cubin_too_new(modules: &[Container], t: &NewerToolkit, target: &Target) -> St
          {}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at the \
          major (a CUDA {}.x build needs a driver of CUDA {}.0 or newer); use a newer \
          driver, or a build of it for CUDA {}.x",
-        release(t.toolkit),
+        t.toolkit,
         e.arch_name(),
         module_place(modules, t.module),
-        release(t.toolkit),
-        release(target.driver.cuda),
-        t.toolkit / 1000,
-        t.toolkit / 1000,
-        target.driver.cuda / 1000
+        t.toolkit,
+        target.driver.cuda,
+        t.toolkit.major(),
+        t.toolkit.major(),
+        target.driver.cuda.major()
     )
 }
 

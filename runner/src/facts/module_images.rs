@@ -301,6 +301,7 @@ pub fn saxpy_fatbin() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuda_sandbox_cuda_facts::CudaVersion;
     use cuda_sandbox_elfkit::fatbin::image::{cubin_facts, ptx_facts};
     use cuda_sandbox_elfkit::fatbin::{payload, read_gpu_code, EntryKind};
 
@@ -316,7 +317,7 @@ mod tests {
         );
         let facts = cubin_facts(&payload(&bytes, e).unwrap()).unwrap();
         assert!(facts.inert(), "{facts:?}");
-        assert_eq!((facts.abi, facts.toolkit), (7, Some(12090)));
+        assert_eq!((facts.abi, facts.toolkit), (7, Some(CudaVersion(12090))));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! other target's.
 
 use crate::facts::gpu_words::{carried, module_place};
-use cuda_sandbox_cuda_facts::Capability;
+use cuda_sandbox_cuda_facts::{Capability, CudaVersion};
 use cuda_sandbox_elfkit::fatbin::rules::Load;
 use cuda_sandbox_elfkit::fatbin::verdict::{
     judge_loads, GpuDriven, Judgement, ModuleReads, ModuleVerdict,
@@ -32,7 +32,7 @@ pub(crate) const REPORTED_CAPABILITY: Capability = Capability { major: 8, minor:
 
 /// The CUDA version ZLUDA v4's `cuDriverGetVersion` reports (`CUDA_VERSION` of its
 /// `cuda_types`, 12040; v6 reports 13000). ZLUDA's rule does not depend on it.
-pub(crate) const REPORTED_CUDA: i32 = 12040;
+pub(crate) const REPORTED_CUDA: CudaVersion = CudaVersion(12040);
 
 /// Each module of `code` (read from the file `data`) as ZLUDA loads it, and the file's
 /// verdict by the same module model as for NVIDIA's driver
