@@ -280,11 +280,11 @@ pub(crate) struct Walk {
     pub(crate) judged: bool,
     /// A missing directory is made, mode 0700, and walked into.
     pub(crate) create: bool,
-    /// A symlink owned by a trusted owner ([`check_entry`]'s) is followed, wherever it is, as
-    /// the kernel's `protected_symlinks` reasons: its maker chose its target, read from the
-    /// link's own descriptor; an absolute target is walked from `/`, `..` steps back to the
-    /// parent's descriptor, at most [`crate::symlinks::MAX_HOPS`] links. Otherwise a symlink
-    /// or `..` on the path is refused. With `directories: false` only.
+    /// A symlink owned by root or the hook's user is followed, wherever it is (its maker chose
+    /// its target, as the kernel's `protected_symlinks` reasons), its target read from the
+    /// link's own descriptor: an absolute target is walked from `/`, `..` steps back to the
+    /// parent's descriptor (never above `/`), at most [`crate::symlinks::MAX_HOPS`] links.
+    /// Otherwise a symlink or `..` on the path is refused. With `directories: false` only.
     pub(crate) follow: bool,
 }
 
