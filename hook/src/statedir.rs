@@ -118,12 +118,20 @@ impl StateDir {
             directories: true,
             judged: true,
             create,
+            follow: false,
         };
-        let reason = match trust::walk(path, how) {
-            Ok((fd, _)) => {
+        // The walk judges each directory as crossed; the last is kept in, so it is judged as
+        // an entry of its own.
+        let walked = trust::walk(path, how).and_then(|dir| {
+            let (uid, mode) = (dir.stat.st_uid, dir.stat.st_mode);
+            trust::check_entry(&dir.path, uid, mode, false).map_err(WalkError::Untrusted)?;
+            Ok(dir)
+        });
+        let reason = match walked {
+            Ok(dir) => {
                 return Ok(Some(StateDir {
                     path: path.to_path_buf(),
-                    fd,
+                    fd: dir.fd,
                 }))
             }
             Err(WalkError::Open {

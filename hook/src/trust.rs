@@ -6,27 +6,32 @@
 //! - [`check_entry`]: one entry is owned by root (or by the user running the hook) and not
 //!   writable by group or others; a root-owned sticky directory (`/tmp`, `/nix/store`) may be
 //!   crossed, as others cannot replace what root owns in it.
-//! - [`resolve`] and [`check_path`]: every component of an absolute path, and every symlink
-//!   target on the way, passes [`check_entry`], checked from `/` with `lstat` and `readlink`
-//!   (nothing is opened); a symlink is followed only when root (or the hook's user) owns it,
-//!   wherever it is, as the kernel's `protected_symlinks` reasons for sticky directories:
-//!   whoever made a link chose its target, and every store file is root's, whoever built it.
+//! - [`walk`]: the one path walk, with descriptors, from `/`: each entry opened from its
+//!   parent's descriptor with `O_NOFOLLOW` (as `O_PATH`, which opens nothing, or as a
+//!   directory), so what was walked to is returned as a descriptor and whatever is renamed
+//!   there afterwards is not what is used; [`Walk`] says what each entry must be.
+//! - [`resolve`] and [`check_path`]: every component of an absolute path, `/` too, and every
+//!   symlink target on the way, passes [`check_entry`] ([`walk`] with `follow`); a symlink is
+//!   followed only when root (or the hook's user) owns it, wherever it is, as the kernel's
+//!   `protected_symlinks` reasons for sticky directories: whoever made a link chose its target,
+//!   and every store file is root's, whoever built it.
 //! - [`listed_dir`]: a directory whose entries the hook lists (a CDI spec directory) decides
 //!   by what is in it what is read, so it passes [`check_entry`] as an entry of its own, never
 //!   as one crossed: not writable by group or others, sticky or not.
-//! - [`open_file`]: a regular file is opened only once its path passed [`resolve`], from its
-//!   checked parent with `O_NOFOLLOW | O_NONBLOCK`, and checked again from its descriptor.
+//! - [`open_file`]: a regular file is opened only once its path passed [`resolve`], from the
+//!   directory descriptor that walk reached it in, with `O_NOFOLLOW | O_NONBLOCK`, and checked
+//!   again from its descriptor.
 //! - [`program`]: a program the hook runs is absolute (only a bare default name is looked up
 //!   in `PATH`), and its path passes [`check_path`].
-//! - [`walk`]: the one walk with descriptors, from `/`, each entry opened from its parent with
-//!   `O_NOFOLLOW`, so what was walked to is returned as a descriptor and whatever is renamed
-//!   there afterwards is not what is used; [`Walk`] says what each entry must be. A state
-//!   directory ([`crate::statedir`]) is walked as directories, each judged by [`check_entry`]
-//!   and made when missing; [`open_without_symlinks`], for a path someone names for their own
-//!   use (`exec --bind`), walks entries of any kind, unjudged, with no symlink anywhere on it.
+//! - A state directory ([`crate::statedir`]) is walked as directories, each judged by
+//!   [`check_entry`] and made when missing, no symlink followed; [`open_without_symlinks`],
+//!   for a path someone names for their own use (`exec --bind`), walks entries of any kind,
+//!   unjudged, with no symlink anywhere on it.
 
+use nix::sys::stat::{FileStat, Mode};
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -160,15 +165,6 @@ pub(crate) fn check_entry(
     Ok(())
 }
 
-/// A trusted path with every symlink resolved, as [`resolve`] found it.
-#[derive(Debug)]
-pub(crate) struct Resolved {
-    /// The path without symlinks.
-    pub path: PathBuf,
-    /// The `lstat` of its last component (`None` for `/`).
-    pub meta: Option<Metadata>,
-}
-
 /// Checks that `path` (absolute) is trusted: every component, and every symlink target met,
 /// passes [`check_entry`] (a directory counts as crossed), and every symlink met is owned by a
 /// trusted owner.
@@ -176,70 +172,19 @@ pub(crate) fn check_path(path: &Path) -> Result<(), TrustError> {
     resolve(path).map(|_| ())
 }
 
-/// [`check_path`], returning the path with every symlink resolved: each component was checked
-/// (with `lstat` and `readlink`, nothing opened) and is no symlink, so a file opened from it
-/// (`openat` of its last name in its parent) is the one checked, unless root changed it.
-pub(crate) fn resolve(path: &Path) -> Result<Resolved, TrustError> {
+/// [`check_path`], returning what the path leads to: [`walk`] with `follow`, so the entry is
+/// held by the descriptor the walk reached, with the path it resolved (no symlink on it).
+pub(crate) fn resolve(path: &Path) -> Result<Walked, TrustError> {
     if !path.is_absolute() {
         return Err(TrustError::NotAbsolute(path.to_path_buf()));
     }
-    let mut resolved = PathBuf::from("/");
-    let mut pending: Vec<OsString> = names(path).into_iter().rev().collect();
-    let mut links = 0;
-    let mut last = None;
-    check_meta(&resolved, &lstat(&resolved)?)?;
-    // The directories this walk already checked (and found no symlink): an absolute link
-    // target restarts the walk from `/`, and its prefixes (`/nix`, `/nix/store`) need no
-    // second `lstat` within the same call. The file opened at the end is checked again from
-    // its descriptor ([`open_file`]).
-    let mut checked: Vec<(PathBuf, Metadata)> = Vec::new();
-    while let Some(name) = pending.pop() {
-        if name == ".." {
-            resolved.pop();
-            last = None;
-            continue;
-        }
-        let here = resolved.join(&name);
-        if let Some((_, meta)) = checked.iter().find(|(p, _)| *p == here) {
-            last = Some(meta.clone());
-            resolved = here;
-            continue;
-        }
-        let meta = lstat(&here)?;
-        if meta.file_type().is_symlink() {
-            // Its maker chose the target: in a sticky directory anyone may have made it.
-            if !trusted_owner(meta.uid()) {
-                return Err(TrustError::LinkOwner {
-                    link: here,
-                    uid: meta.uid(),
-                });
-            }
-            links += 1;
-            if links > crate::symlinks::MAX_HOPS {
-                return Err(TrustError::TooManySymlinks(path.to_path_buf()));
-            }
-            // The link itself lives in a checked directory; its target is checked in turn.
-            let target = std::fs::read_link(&here).map_err(|source| TrustError::Inspect {
-                path: here.clone(),
-                source,
-            })?;
-            if target.is_absolute() {
-                resolved = PathBuf::from("/");
-            }
-            pending.extend(names(&target).into_iter().rev());
-            continue;
-        }
-        check_meta(&here, &meta)?;
-        if meta.is_dir() {
-            checked.push((here.clone(), meta.clone()));
-        }
-        resolved = here;
-        last = Some(meta);
-    }
-    Ok(Resolved {
-        path: resolved,
-        meta: last,
-    })
+    let how = Walk {
+        directories: false,
+        judged: true,
+        create: false,
+        follow: true,
+    };
+    walk(path, how).map_err(|e| untrusted(path, e))
 }
 
 /// The directory at `path` (absolute), every symlink resolved, once trusted for the hook to
@@ -247,33 +192,47 @@ pub(crate) fn resolve(path: &Path) -> Result<Resolved, TrustError> {
 /// entry of its own (not as one crossed), so that no one but root (or the hook's user) can add
 /// an entry to it, sticky or not.
 pub(crate) fn listed_dir(path: &Path) -> Result<PathBuf, TrustError> {
-    let resolved = resolve(path)?;
-    let meta = match resolved.meta {
-        Some(meta) => meta,
-        None => lstat(&resolved.path)?,
-    };
-    if !meta.is_dir() {
-        return Err(TrustError::NotADirectory(resolved.path));
+    let dir = resolve(path)?;
+    if !is(&dir.stat, nix::sys::stat::SFlag::S_IFDIR) {
+        return Err(TrustError::NotADirectory(dir.path));
     }
-    check_entry(&resolved.path, meta.uid(), meta.mode(), false)?;
-    Ok(resolved.path)
+    check_entry(&dir.path, dir.stat.st_uid, dir.stat.st_mode, false)?;
+    Ok(dir.path)
 }
 
 /// Opens the regular file at `path` (absolute) for reading, once trusted: its path passes
-/// [`resolve`] and ends in a regular file; the file is opened from its parent directory
-/// (itself opened with `O_NOFOLLOW`) with `O_NOFOLLOW | O_NONBLOCK`, so a FIFO or device put
-/// there since can neither block nor be followed; the opened file must again be a regular
-/// file passing [`check_entry`]. Returns it with its `fstat`.
+/// [`resolve`] and ends in a regular file, which is opened from the directory descriptor the
+/// walk reached it in with `O_NOFOLLOW | O_NONBLOCK`, so a FIFO or device put there since can
+/// neither block nor be followed; the opened file must again be a regular file passing
+/// [`check_entry`]. Returns it with its `fstat`.
 pub(crate) fn open_file(path: &Path) -> Result<(File, Metadata), TrustError> {
-    let resolved = resolve(path)?;
-    let path = resolved.path;
-    if !resolved.meta.is_some_and(|m| m.is_file()) {
+    open_walked(resolve(path)?)
+}
+
+/// [`open_file`]'s open of the file [`resolve`] reached, from the directory it reached it in.
+fn open_walked(walked: Walked) -> Result<(File, Metadata), TrustError> {
+    use nix::fcntl::OFlag;
+    let path = walked.path;
+    let (Some(parent), Some(name), true) = (
+        walked.parent,
+        path.file_name(),
+        is(&walked.stat, nix::sys::stat::SFlag::S_IFREG),
+    ) else {
         return Err(TrustError::NotRegular(path));
-    }
-    let file = open_in_parent(&path).map_err(|source| TrustError::Open {
-        path: path.clone(),
-        source,
-    })?;
+    };
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(Some(parent.as_raw_fd()), name, flags, Mode::empty()).map_err(
+        |source| TrustError::Open {
+            path: path.clone(),
+            source: source.into(),
+        },
+    )?;
+    // SAFETY: openat(2) just returned `fd`; nothing else owns it.
+    let file = unsafe { File::from_raw_fd(fd) };
     let meta = file.metadata().map_err(|source| TrustError::Inspect {
         path: path.clone(),
         source,
@@ -312,13 +271,34 @@ pub(crate) fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBu
 /// What [`walk`] asks of each entry on a path.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Walk {
-    /// Every entry is a directory, opened for reading (`O_DIRECTORY`); otherwise each is
-    /// opened as `O_PATH`, whatever it is, and a symlink among them is refused.
+    /// Every entry is a directory, opened for reading (`O_DIRECTORY`, so a symlink is `ELOOP`);
+    /// otherwise each is opened as `O_PATH` (which opens nothing: no FIFO or device is
+    /// touched), whatever it is.
     pub(crate) directories: bool,
-    /// Every entry passes [`check_entry`], as crossed but for the last (`/` is not judged).
+    /// Every entry, `/` too, passes [`check_entry`], a directory as crossed (a caller that
+    /// uses the last one as more than a way through judges it again as an entry of its own).
     pub(crate) judged: bool,
     /// A missing directory is made, mode 0700, and walked into.
     pub(crate) create: bool,
+    /// A symlink owned by root or the hook's user is followed, wherever it is (its maker chose
+    /// its target, as the kernel's `protected_symlinks` reasons), its target read from the
+    /// link's own descriptor: an absolute target is walked from `/`, `..` steps back to the
+    /// parent's descriptor (never above `/`), at most [`crate::symlinks::MAX_HOPS`] links.
+    /// Otherwise a symlink or `..` on the path is refused. With `directories: false` only.
+    pub(crate) follow: bool,
+}
+
+/// What [`walk`] reached.
+#[derive(Debug)]
+pub(crate) struct Walked {
+    /// The entry, as opened by the walk.
+    pub(crate) fd: OwnedFd,
+    /// Its `fstat`.
+    pub(crate) stat: FileStat,
+    /// The directory the walk reached it in (`None` for `/`, and while walking).
+    pub(crate) parent: Option<OwnedFd>,
+    /// Its path as walked, every followed symlink resolved.
+    pub(crate) path: PathBuf,
 }
 
 /// Why [`walk`] stopped.
@@ -339,26 +319,21 @@ pub(crate) enum WalkError {
         /// What the system said.
         source: nix::Error,
     },
-    /// An entry is a symlink.
+    /// An entry is a symlink, and symlinks are not followed.
     Symlink(PathBuf),
-    /// The path holds `..`.
+    /// The path holds `..`, and symlinks are not followed.
     ParentDir,
-    /// An entry is not trusted by its owner or mode.
+    /// An entry (or a symlink, or their number) is not trusted.
     Untrusted(TrustError),
 }
 
-/// Walks `path` (absolute, without `..`) from `/` with one descriptor per entry: each is opened
-/// from its parent's descriptor with `O_NOFOLLOW`, so no symlink anywhere on the path is
-/// followed, and the descriptor returned is the entry this walk reached, whatever is renamed
-/// or linked on the path afterwards. `how` says what each entry must be. Returns the last
-/// descriptor with its `fstat`.
-pub(crate) fn walk(
-    path: &Path,
-    how: Walk,
-) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), WalkError> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+/// Walks `path` (absolute) from `/` with one descriptor per entry: each is opened from its
+/// parent's descriptor with `O_NOFOLLOW`, so a symlink is followed only where `how` says, by
+/// the walk itself, and the descriptor returned is the entry this walk reached, whatever is
+/// renamed or linked on the path afterwards. `how` says what each entry must be.
+pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
+    use nix::fcntl::{openat, readlinkat, OFlag};
+    use nix::sys::stat::{fstat, mkdirat, SFlag};
     let kind = if how.directories {
         OFlag::O_DIRECTORY | OFlag::O_RDONLY
     } else {
@@ -367,57 +342,112 @@ pub(crate) fn walk(
     let flags = kind | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     // SAFETY: open(2)/openat(2) just returned the descriptor; nothing else owns it.
     let adopt = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut here = PathBuf::from("/");
     let opening = |at: &Path| {
         let at = at.to_path_buf();
         move |source| WalkError::Open { at, source }
     };
+    let enter = |fd: nix::Result<_>, path: PathBuf| {
+        let fd = adopt(fd.map_err(opening(&path))?);
+        let stat = fstat(fd.as_raw_fd()).map_err(opening(&path))?;
+        let parent = None;
+        Ok(Walked {
+            fd,
+            stat,
+            parent,
+            path,
+        })
+    };
+    let judge = |e: &Walked| match how.judged {
+        true => check_entry(
+            &e.path,
+            e.stat.st_uid,
+            e.stat.st_mode,
+            is(&e.stat, SFlag::S_IFDIR),
+        )
+        .map_err(WalkError::Untrusted),
+        false => Ok(()),
+    };
     let root = nix::fcntl::open("/", flags | OFlag::O_DIRECTORY, Mode::empty());
-    let mut entry = adopt(root.map_err(opening(&here))?);
-    let mut stat = fstat(entry.as_raw_fd()).map_err(opening(&here))?;
-    let last = names(path).len();
-    let mut walked = 0;
-    for component in path.components() {
-        let name = match component {
-            Component::Normal(name) => name,
-            Component::ParentDir => return Err(WalkError::ParentDir),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
-        };
-        here.push(name);
-        walked += 1;
-        let open = |at: &OwnedFd| openat(Some(at.as_raw_fd()), name, flags, Mode::empty());
-        let fd = match open(&entry) {
+    let root = enter(root, PathBuf::from("/"))?;
+    judge(&root)?;
+    // Every entry opened but symlinks, kept to the end: `chain` indexes the entries from `/`
+    // to where the walk is, so `..` steps back, and a directory met again after an absolute
+    // link target (`/nix/store`) is not opened twice.
+    let mut opened = vec![root];
+    let mut chain = vec![0];
+    let mut pending: Vec<OsString> = names(path).into_iter().rev().collect();
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        let at = chain[chain.len() - 1];
+        if name == ".." {
+            if !how.follow {
+                return Err(WalkError::ParentDir);
+            }
+            if chain.len() > 1 {
+                chain.pop();
+            }
+            continue;
+        }
+        let here = opened[at].path.join(&name);
+        if let Some(seen) = opened.iter().position(|e| e.path == here) {
+            chain.push(seen);
+            continue;
+        }
+        let open =
+            |at: &OwnedFd| openat(Some(at.as_raw_fd()), name.as_os_str(), flags, Mode::empty());
+        let parent = &opened[at].fd;
+        let fd = match open(parent) {
             Err(nix::Error::ENOENT) if how.create => {
                 match mkdirat(
-                    Some(entry.as_raw_fd()),
-                    name,
+                    Some(parent.as_raw_fd()),
+                    name.as_os_str(),
                     Mode::from_bits_truncate(0o700),
                 ) {
-                    Ok(()) | Err(nix::Error::EEXIST) => open(&entry),
+                    Ok(()) | Err(nix::Error::EEXIST) => open(parent),
                     Err(source) => return Err(WalkError::Create { at: here, source }),
                 }
             }
-            opened => opened,
+            other => other,
         };
-        entry = adopt(fd.map_err(opening(&here))?);
-        stat = fstat(entry.as_raw_fd()).map_err(opening(&here))?;
-        if SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK {
-            return Err(WalkError::Symlink(here));
+        let entry = enter(fd, here)?;
+        if is(&entry.stat, SFlag::S_IFLNK) {
+            let (link, uid) = (entry.path, entry.stat.st_uid);
+            if !how.follow {
+                return Err(WalkError::Symlink(link));
+            }
+            if !trusted_owner(uid) {
+                return Err(WalkError::Untrusted(TrustError::LinkOwner { link, uid }));
+            }
+            links += 1;
+            if links > crate::symlinks::MAX_HOPS {
+                let e = TrustError::TooManySymlinks(path.to_path_buf());
+                return Err(WalkError::Untrusted(e));
+            }
+            // The link read is the one opened and judged by its owner, whatever is renamed
+            // at its path since.
+            let target = readlinkat(Some(entry.fd.as_raw_fd()), "").map_err(opening(&link))?;
+            let target = PathBuf::from(target);
+            if target.is_absolute() {
+                chain.truncate(1);
+            }
+            pending.extend(names(&target).into_iter().rev());
+            continue;
         }
-        if how.judged {
-            check_entry(&here, stat.st_uid, stat.st_mode, walked != last)
-                .map_err(WalkError::Untrusted)?;
-        }
+        judge(&entry)?;
+        chain.push(opened.len());
+        opened.push(entry);
     }
-    Ok((entry, stat))
+    // A parent was opened before its child (from its descriptor), so its index is lower and
+    // stays put when the child's entry is taken out.
+    let mut walked = opened.swap_remove(chain[chain.len() - 1]);
+    walked.parent = (chain.len().checked_sub(2)).map(|i| opened.swap_remove(chain[i]).fd);
+    Ok(walked)
 }
 
 /// Opens `path` (absolute, without `..`) as an `O_PATH` descriptor, with no symlink anywhere
 /// on it ([`walk`]). Owners and modes are not judged (the caller says whose the entry must
 /// be). Returns it with its `fstat`.
-pub(crate) fn open_without_symlinks(
-    path: &Path,
-) -> Result<(std::os::fd::OwnedFd, nix::sys::stat::FileStat), TrustError> {
+pub(crate) fn open_without_symlinks(path: &Path) -> Result<(OwnedFd, FileStat), TrustError> {
     if !path.is_absolute() {
         return Err(TrustError::NotAbsolute(path.to_path_buf()));
     }
@@ -425,8 +455,15 @@ pub(crate) fn open_without_symlinks(
         directories: false,
         judged: false,
         create: false,
+        follow: false,
     };
-    walk(path, how).map_err(|e| match e {
+    let walked = walk(path, how).map_err(|e| untrusted(path, e))?;
+    Ok((walked.fd, walked.stat))
+}
+
+/// The [`TrustError`] for why [`walk`] stopped on `path`.
+fn untrusted(path: &Path, e: WalkError) -> TrustError {
+    match e {
         WalkError::Open { at, source } | WalkError::Create { at, source } => TrustError::Inspect {
             path: at,
             source: source.into(),
@@ -434,18 +471,12 @@ pub(crate) fn open_without_symlinks(
         WalkError::Symlink(at) => TrustError::Symlink(at),
         WalkError::ParentDir => TrustError::ParentDir(path.to_path_buf()),
         WalkError::Untrusted(e) => e,
-    })
+    }
 }
 
-fn lstat(path: &Path) -> Result<Metadata, TrustError> {
-    std::fs::symlink_metadata(path).map_err(|source| TrustError::Inspect {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-fn check_meta(path: &Path, meta: &Metadata) -> Result<(), TrustError> {
-    check_entry(path, meta.uid(), meta.mode(), meta.is_dir())
+/// Whether `stat` is of the file type `kind`.
+fn is(stat: &FileStat, kind: nix::sys::stat::SFlag) -> bool {
+    stat.st_mode & nix::libc::S_IFMT == kind.bits()
 }
 
 fn names(path: &Path) -> Vec<OsString> {
@@ -456,34 +487,6 @@ fn names(path: &Path) -> Vec<OsString> {
             _ => None,
         })
         .collect()
-}
-
-/// Opens `path` (absolute, every component trusted and no symlink) for reading: its parent as
-/// a directory, then the file from that descriptor, without following a link and without
-/// blocking.
-fn open_in_parent(path: &Path) -> std::io::Result<File> {
-    use nix::fcntl::OFlag;
-    use std::os::fd::{AsRawFd, FromRawFd};
-    use std::os::unix::fs::OpenOptionsExt;
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(std::io::Error::other("not a file name"));
-    };
-    let dir = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
-        .open(parent)?;
-    let fd = nix::fcntl::openat(
-        Some(dir.as_raw_fd()),
-        name,
-        OFlag::O_RDONLY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )?;
-    // SAFETY: `fd` was just returned by openat(2) and is owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
@@ -687,6 +690,91 @@ mod tests {
             open_without_symlinks(Path::new("relative")),
             Err(TrustError::NotAbsolute(_))
         ));
+    }
+
+    /// `..` after a followed link steps back from where the link led (as the kernel does), not
+    /// from where the link is; an absolute target is walked again from `/`.
+    #[test]
+    fn dot_dot_after_a_followed_link_steps_back_from_its_target() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        std::fs::create_dir_all(d.join("x/y")).unwrap();
+        std::fs::write(d.join("x/z"), "in x").unwrap();
+        std::fs::write(d.join("z"), "in d").unwrap();
+        std::fs::create_dir(d.join("a")).unwrap();
+        symlink(d.join("x/y"), d.join("a/abs")).unwrap();
+        symlink("../x/y", d.join("a/rel")).unwrap();
+        for link in ["a/abs", "a/rel"] {
+            let walked = resolve(&d.join(link).join("../z")).unwrap();
+            assert_eq!(walked.path, d.join("x/z"), "{link}");
+            let (file, _) = open_file(&d.join(link).join("../z")).unwrap();
+            assert_eq!(std::io::read_to_string(file).unwrap(), "in x");
+        }
+        // `..` in the path as named steps back too, and never above `/`.
+        assert_eq!(resolve(&d.join("a/../z")).unwrap().path, d.join("z"));
+        let up = Path::new("/..").join(d.strip_prefix("/").unwrap());
+        assert_eq!(resolve(&up).unwrap().path, d);
+        // Ending on `..`, the directory stepped back to is the entry reached.
+        let walked = resolve(&d.join("a/rel/..")).unwrap();
+        assert_eq!(walked.path, d.join("x"));
+        assert!(is(&walked.stat, nix::sys::stat::SFlag::S_IFDIR));
+        assert!(matches!(
+            open_file(&d.join("a/rel/..")),
+            Err(TrustError::NotRegular(p)) if p == d.join("x")
+        ));
+    }
+
+    /// At most `MAX_HOPS` links are followed on one path, as the loader would.
+    #[test]
+    fn too_many_symlinks_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        std::fs::write(d.join("l0"), "").unwrap();
+        for i in 1..=crate::symlinks::MAX_HOPS + 1 {
+            symlink(format!("l{}", i - 1), d.join(format!("l{i}"))).unwrap();
+        }
+        let most = d.join(format!("l{}", crate::symlinks::MAX_HOPS));
+        assert_eq!(resolve(&most).unwrap().path, d.join("l0"));
+        let over = d.join(format!("l{}", crate::symlinks::MAX_HOPS + 1));
+        let e = resolve(&over).unwrap_err();
+        assert!(
+            matches!(&e, TrustError::TooManySymlinks(p) if p == &over),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("{}: too many symlinks", over.display())
+        );
+        symlink("loop", d.join("loop")).unwrap();
+        assert!(matches!(
+            open_file(&d.join("loop")),
+            Err(TrustError::TooManySymlinks(_))
+        ));
+    }
+
+    /// The file opened is the one the walk reached, from the directory descriptor it reached
+    /// it in: a directory renamed away and replaced on the path after the walk is not what is
+    /// opened (a second walk by the path's name would open the replacement).
+    #[test]
+    fn a_directory_replaced_after_the_walk_is_not_opened() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        mode(d, 0o755);
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/config.toml"), "checked").unwrap();
+        let walked = resolve(&d.join("dir/config.toml")).unwrap();
+        std::fs::rename(d.join("dir"), d.join("moved")).unwrap();
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/config.toml"), "replaced").unwrap();
+        let (file, _) = open_walked(walked).unwrap();
+        assert_eq!(std::io::read_to_string(file).unwrap(), "checked");
+        // The target a link leads to is read from the link the walk opened and judged.
+        let walked = resolve(&d.join("dir")).unwrap();
+        let proc = PathBuf::from(format!("/proc/self/fd/{}", walked.fd.as_raw_fd()));
+        std::fs::rename(d.join("dir"), d.join("gone")).unwrap();
+        assert_eq!(std::fs::read_link(proc).unwrap(), d.join("gone"));
     }
 
     #[test]

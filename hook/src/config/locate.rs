@@ -160,7 +160,8 @@ mod tests {
             &ConfigSource::File(fifo.clone()),
             &features
         ));
-        // Refused from its `lstat`, never opened (an open for reading would block).
+        // Refused from the walk's `O_PATH` descriptor, never opened for reading (which would
+        // block).
         let e = Config::load(&ConfigSource::File(fifo)).unwrap_err();
         assert!(
             matches!(e.problem, Problem::Untrusted(TrustError::NotRegular(_))),

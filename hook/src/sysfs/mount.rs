@@ -40,19 +40,18 @@ pub(crate) enum MountError {
     StillWritable(PathBuf),
 }
 
-/// Binds the directory `source` (its path trusted by [`trust::resolve`], then walked again
-/// without symlinks and bound through that descriptor, so what is bound is what was checked)
-/// at `target`, alone (no `MS_REC`), and remounts it read-only, `nosuid`, `nodev`, `noexec`.
-/// On any failure after the bind, the bind is undone: nothing writable is left.
+/// Binds the directory `source` (its path trusted by [`trust::resolve`], and bound through the
+/// descriptor that walk reached, so what is bound is what was checked) at `target`, alone (no
+/// `MS_REC`), and remounts it read-only, `nosuid`, `nodev`, `noexec`. On any failure after the
+/// bind, the bind is undone: nothing writable is left.
 pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
     let untrusted = |source_err| MountError::Untrusted {
         path: source.to_path_buf(),
         source: source_err,
     };
-    let resolved = trust::resolve(source).map_err(untrusted)?;
-    let (fd, st) = trust::open_without_symlinks(&resolved.path).map_err(untrusted)?;
-    if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR {
-        return Err(MountError::NotADirectory(resolved.path));
+    let dir = trust::resolve(source).map_err(untrusted)?;
+    if dir.stat.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR {
+        return Err(MountError::NotADirectory(dir.path));
     }
     let failed = |what| {
         move |source| MountError::Mount {
@@ -61,7 +60,7 @@ pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountEr
             source,
         }
     };
-    let by_descriptor = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let by_descriptor = format!("/proc/self/fd/{}", dir.fd.as_raw_fd());
     mount(
         Some(by_descriptor.as_str()),
         target,
