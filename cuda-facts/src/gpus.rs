@@ -219,8 +219,10 @@ pub fn architecture(capability: Capability) -> Option<&'static Architecture> {
     architectures().iter().find(|a| a.capability == capability)
 }
 
-/// Whether a kernel module of CUDA version `kernel` drives a GPU of `capability`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether a kernel module of CUDA version `kernel` drives a GPU of `capability`; serialized
+/// as `{"drives": "too-old", "first": "12.8"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "drives")]
 pub enum Drives {
     /// It does.
     Yes,
@@ -238,7 +240,8 @@ pub enum Drives {
     Renamed {
         /// The capability it reports there.
         to: Capability,
-        /// The last release that calls it by the capability asked.
+        /// The last release that calls it by the capability asked (not serialized).
+        #[serde(skip)]
         last: CudaVersion,
     },
     /// The table has no row for it.
