@@ -229,11 +229,6 @@ impl Inventory {
         text.push('\n');
         text
     }
-
-    /// The entry of `/dev/nvidia<minor>`.
-    pub fn by_minor(&self, minor: u32) -> Option<&InventoryGpu> {
-        self.gpus.iter().find(|g| g.minor == minor)
-    }
 }
 
 #[cfg(test)]
@@ -264,7 +259,11 @@ mod tests {
         );
         assert_eq!(Inventory::parse(text.as_bytes()), Ok(inventory.clone()));
         assert_eq!(
-            inventory.by_minor(1).map(|g| g.capability.to_string()),
+            inventory
+                .gpus
+                .iter()
+                .find(|g| g.minor == 1)
+                .map(|g| g.capability.to_string()),
             Some("8.9".into())
         );
     }

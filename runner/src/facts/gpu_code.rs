@@ -402,22 +402,9 @@ fn gpu_rule(gpu: Drives, target: &Target) -> Option<(Rule, String)> {
 
 /// Judges one file for one target: the driver against the GPU, against the file's runtimes,
 /// then its modules (the module doc). `data` is the file's bytes, read only where a rule
-/// needs a payload.
-pub(crate) fn judge_file(
-    code: &GpuCode,
-    data: &[u8],
-    runtimes: &[RuntimeUse],
-    provenance: Provenance,
-    target: &Target,
-) -> TargetVerdict {
-    let toolkit = newer_toolkit(code, data, &target.driver);
-    let reads = ModuleReads::default();
-    judge_file_given(code, data, &reads, runtimes, provenance, target, toolkit)
-}
-
-/// [`judge_file`] with elfkit's rule 6 (the file's cubins against the driver) already answered
-/// for this driver: it does not depend on the GPU; modules are read through `reads`, shared
-/// by the targets a file is judged for.
+/// needs a payload; elfkit's rule 6 (the file's cubins against the driver, `toolkit`) is
+/// already answered for this driver: it does not depend on the GPU; modules are read through
+/// `reads`, shared by the targets a file is judged for.
 fn judge_file_given(
     code: &GpuCode,
     data: &[u8],
