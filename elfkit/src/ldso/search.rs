@@ -29,22 +29,6 @@ pub enum Source {
     Loaded,
 }
 
-impl Source {
-    /// The label glibc's `LD_DEBUG=libs` prints for a search path (`RPATH`, `RUNPATH`,
-    /// `LD_LIBRARY_PATH`, `system search path`; `cache` for the " search cache=" line).
-    pub fn ld_debug_kind(&self) -> &'static str {
-        match self {
-            Source::Rpath(_) => "RPATH",
-            Source::LdLibraryPath => "LD_LIBRARY_PATH",
-            Source::Runpath(_) => "RUNPATH",
-            Source::Cache(_) => "cache",
-            Source::Default => "system search path",
-            Source::Direct => "path",
-            Source::Loaded => "loaded",
-        }
-    }
-}
-
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
