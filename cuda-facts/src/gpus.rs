@@ -176,7 +176,7 @@ pub fn parse(text: &'static str) -> Result<Table, TableError> {
             source,
         };
         let lacks = |variant: Variant, since: Option<CudaVersion>| {
-            row_has(&row.nixpkgs, variant) && since.is_none()
+            row.nixpkgs.contains(&variant) && since.is_none()
         };
         if lacks(Variant::ArchSpecific, row.arch_specific) || lacks(Variant::Family, row.family) {
             return Err(at(TableFault::FormWithoutVariant));
@@ -187,10 +187,6 @@ pub fn parse(text: &'static str) -> Result<Table, TableError> {
         rows.push(row);
     }
     Ok(Table { nixpkgs, rows })
-}
-
-fn row_has(forms: &[Variant], variant: Variant) -> bool {
-    forms.contains(&variant)
 }
 
 /// The table compiled in.
