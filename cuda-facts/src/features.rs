@@ -119,11 +119,8 @@ pub fn required<'a>(features: impl IntoIterator<Item = &'a str>) -> Required {
     required
 }
 
-/// Every form the convention knows, in Nixpkgs' order (by capability; X.Y, then X.Ya, X.Yf).
-pub fn known_forms() -> Vec<Arch> {
-    forms_of(gpus::architectures())
-}
-
+/// Every form the convention knows in `rows`, in Nixpkgs' order (by capability; X.Y, then X.Ya,
+/// X.Yf).
 fn forms_of(rows: &[Architecture]) -> Vec<Arch> {
     rows.iter()
         .flat_map(|row| {
@@ -355,13 +352,16 @@ mod tests {
     /// Every feature a GPU advertises is met by that GPU: the rule and the advertisement agree.
     #[test]
     fn what_a_gpu_advertises_it_satisfies() {
-        for form in known_forms().iter().filter(|f| f.variant == Variant::Plain) {
+        for form in forms_of(gpus::architectures())
+            .iter()
+            .filter(|f| f.variant == Variant::Plain)
+        {
             let gpu = form.capability;
             let own = advertised(&[gpu]);
             let req = required(own.features.iter().map(String::as_str));
             assert!(req.malformed.is_empty(), "{gpu}: {req:?}");
             assert!(req.satisfied_by(&[gpu]), "{gpu}");
-            let not_advertised: Vec<String> = known_forms()
+            let not_advertised: Vec<String> = forms_of(gpus::architectures())
                 .into_iter()
                 .map(feature_name)
                 .filter(|f| !own.features.contains(f))
@@ -395,7 +395,7 @@ mod tests {
 
     #[test]
     fn every_feature_names_a_known_form_and_every_gpu_its_own() {
-        let forms = known_forms();
+        let forms = forms_of(gpus::architectures());
         let names: Vec<String> = forms.iter().map(|&f| feature_name(f)).collect();
         for form in forms.iter().filter(|f| f.variant == Variant::Plain) {
             let own = advertised(&[form.capability]);

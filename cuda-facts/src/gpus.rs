@@ -176,7 +176,7 @@ pub fn parse(text: &'static str) -> Result<Table, TableError> {
             source,
         };
         let lacks = |variant: Variant, since: Option<CudaVersion>| {
-            row_has(&row.nixpkgs, variant) && since.is_none()
+            row.nixpkgs.contains(&variant) && since.is_none()
         };
         if lacks(Variant::ArchSpecific, row.arch_specific) || lacks(Variant::Family, row.family) {
             return Err(at(TableFault::FormWithoutVariant));
@@ -187,10 +187,6 @@ pub fn parse(text: &'static str) -> Result<Table, TableError> {
         rows.push(row);
     }
     Ok(Table { nixpkgs, rows })
-}
-
-fn row_has(forms: &[Variant], variant: Variant) -> bool {
-    forms.contains(&variant)
 }
 
 /// The table compiled in.
@@ -219,8 +215,10 @@ pub fn architecture(capability: Capability) -> Option<&'static Architecture> {
     architectures().iter().find(|a| a.capability == capability)
 }
 
-/// Whether a kernel module of CUDA version `kernel` drives a GPU of `capability`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether a kernel module of CUDA version `kernel` drives a GPU of `capability`; serialized
+/// as `{"drives": "too-old", "first": "12.8"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "drives")]
 pub enum Drives {
     /// It does.
     Yes,
@@ -238,7 +236,8 @@ pub enum Drives {
     Renamed {
         /// The capability it reports there.
         to: Capability,
-        /// The last release that calls it by the capability asked.
+        /// The last release that calls it by the capability asked (not serialized).
+        #[serde(skip)]
         last: CudaVersion,
     },
     /// The table has no row for it.

@@ -166,6 +166,13 @@ impl Serialize for Capability {
     }
 }
 
+/// A GPU's capability, as [`features::parse_gpu`] reads it (no variant suffix).
+impl<'de> Deserialize<'de> for Capability {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        features::parse_gpu(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The architecture an entry was built for: `sm_90a` is 9.0, arch-specific.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Arch {

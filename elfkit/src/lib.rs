@@ -270,14 +270,10 @@ pub fn compat_note(elf_bytes: &[u8]) -> Result<Option<&[u8]>, ElfError> {
         return Ok(None);
     };
     let data = section.data().map_err(ElfError::NoteSection)?;
-    let little = file.is_little_endian();
+    let endian = Endianness::from_little_endian(file.is_little_endian()).unwrap_or_default();
     let word = |at: usize| -> Option<usize> {
         let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
-        Some(if little {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        } as usize)
+        Some(endian.read_u32_bytes(b) as usize)
     };
     let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
     let mut at = 0;

@@ -16,7 +16,6 @@
 //! here too ([`device_minor`], [`pci_id`]), so the writer and the reader read them alike.
 //! [`Inventory::parse`] is linear in the input and refuses more than [`INVENTORY_MAX_BYTES`].
 
-use cuda_sandbox_cuda_facts::features::parse_gpu;
 use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -54,7 +53,6 @@ pub struct InventoryGpu {
     /// Its "Device Minor": the `N` of `/dev/nvidiaN`.
     pub minor: u32,
     /// Its compute capability, written `"9.0"` (a variant such as `9.0a` is refused).
-    #[serde(deserialize_with = "gpu_capability")]
     pub capability: Capability,
 }
 
@@ -141,11 +139,6 @@ fn from_hex_id<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
     let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
     pci_id(&text)
         .ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a PCI id 0xNNNN")))
-}
-
-fn gpu_capability<'de, D: Deserializer<'de>>(d: D) -> Result<Capability, D::Error> {
-    let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-    parse_gpu(&text).map_err(serde::de::Error::custom)
 }
 
 /// Why an inventory cannot be used. One line.
@@ -236,11 +229,6 @@ impl Inventory {
         text.push('\n');
         text
     }
-
-    /// The entry of `/dev/nvidia<minor>`.
-    pub fn by_minor(&self, minor: u32) -> Option<&InventoryGpu> {
-        self.gpus.iter().find(|g| g.minor == minor)
-    }
 }
 
 #[cfg(test)]
@@ -271,7 +259,11 @@ mod tests {
         );
         assert_eq!(Inventory::parse(text.as_bytes()), Ok(inventory.clone()));
         assert_eq!(
-            inventory.by_minor(1).map(|g| g.capability.to_string()),
+            inventory
+                .gpus
+                .iter()
+                .find(|g| g.minor == 1)
+                .map(|g| g.capability.to_string()),
             Some("8.9".into())
         );
     }

@@ -48,10 +48,6 @@ fn parse_glob(text: &str) -> Result<glob::Pattern, String> {
     glob::Pattern::new(text).map_err(|e| format!("{text:?} is not a glob: {e}"))
 }
 
-fn parse_cuda_version(text: &str) -> Result<CudaVersion, String> {
-    CudaVersion::parse(text)
-}
-
 /// `--driver-cuda`: a CUDA release as users write it (`12.2`, or the encoded `12020`). A
 /// driver branch (`535`) or version (`535.104.05`) is refused naming its CUDA version and
 /// `--driver`; a version inside the known range that was never released (12.7) is refused
@@ -124,13 +120,13 @@ pub struct Options {
     pub(crate) expect_driver: Option<ExpectDriver>,
 
     /// Lowest acceptable CUDA version of the loaded driver (12.2 or 12020).
-    #[arg(long, value_name = "VERSION", value_parser = parse_cuda_version)]
+    #[arg(long, value_name = "VERSION", value_parser = CudaVersion::parse)]
     pub(crate) min_cuda_version: Option<CudaVersion>,
 
     /// The API version a program would ask cuGetProcAddress at (default: min(driver, runtime),
     /// or the driver's version when no CUDA runtime is loadable); every ABI boundary is
     /// probed as well.
-    #[arg(long, value_name = "VERSION", value_parser = parse_cuda_version)]
+    #[arg(long, value_name = "VERSION", value_parser = CudaVersion::parse)]
     pub(crate) api_version: Option<CudaVersion>,
 
     /// CUDA runtime to check; repeat it for a package that ships several (default: every

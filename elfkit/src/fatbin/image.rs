@@ -18,6 +18,7 @@
 //!   tools, release 13.0, V13.0.88"). cuFFT 11.4's kernel-less sm_52 module is
 //!   `e_version` 0x81: CUDA 12.9.
 
+use super::parse::{u16_at, u32_at, u64_at};
 use super::CudaVersion;
 
 /// `STO_CUDA_ENTRY`: the `st_other` bit of a kernel's symbol.
@@ -66,21 +67,9 @@ fn release_in(note: &[u8]) -> Option<CudaVersion> {
         .then_some(CudaVersion(major * 1000 + minor * 10))
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<usize> {
-    let v = u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?);
-    usize::try_from(v).ok()
+/// The little-endian `u64` at `at` as an offset or size.
+fn usize_at(b: &[u8], at: usize) -> Option<usize> {
+    usize::try_from(u64_at(b, at)?).ok()
 }
 
 /// One section header of an ELF64 file: name offset, type, file range, linked section.
@@ -96,7 +85,7 @@ struct Section {
 /// the section table at offsets that are not 8-aligned (ptxas 13.5: byte 988), which
 /// `object`'s in-place reader refuses.
 fn sections(b: &[u8]) -> Option<Vec<Section>> {
-    let shoff = u64_at(b, 0x28)?;
+    let shoff = usize_at(b, 0x28)?;
     let entsize = usize::from(u16_at(b, 0x3a)?);
     let count = usize::from(u16_at(b, 0x3c)?);
     if entsize < 64 || shoff.checked_add(entsize.checked_mul(count)?)? > b.len() {
@@ -108,8 +97,8 @@ fn sections(b: &[u8]) -> Option<Vec<Section>> {
             Some(Section {
                 name: u32_at(b, at)?,
                 kind: u32_at(b, at + 4)?,
-                start: u64_at(b, at + 24)?,
-                size: u64_at(b, at + 32)?,
+                start: usize_at(b, at + 24)?,
+                size: usize_at(b, at + 32)?,
                 link: u32_at(b, at + 40)? as usize,
             })
         })

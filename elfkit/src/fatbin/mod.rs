@@ -20,7 +20,6 @@
 
 pub mod image;
 pub mod locate;
-mod name;
 pub mod parse;
 pub mod payload;
 pub mod rules;
@@ -32,7 +31,6 @@ pub mod verdict;
 // are their own crate, `cuda_sandbox_cuda_facts`.
 use cuda_sandbox_cuda_facts::{gpus, Arch, Capability, CudaVersion, ValueError, Variant};
 
-use name::ShortName;
 use serde::Serialize;
 use std::fmt;
 
@@ -66,20 +64,11 @@ impl EntryKind {
 
     /// `sass`, `ptx`, `nvvm-ir` or `kind-N`.
     pub fn name(self) -> String {
-        match (self.known_name(), self) {
-            (Some(name), _) => name.into(),
-            (None, EntryKind::Other(code)) => format!("kind-{code}"),
-            (None, _) => unreachable!("every known kind has a name"),
-        }
-    }
-
-    /// The name of a kind this reader knows: `sass`, `ptx`, `nvvm-ir`.
-    fn known_name(self) -> Option<&'static str> {
         match self {
-            EntryKind::Ptx => Some("ptx"),
-            EntryKind::Sass => Some("sass"),
-            EntryKind::NvvmIr => Some("nvvm-ir"),
-            EntryKind::Other(_) => None,
+            EntryKind::Ptx => "ptx".into(),
+            EntryKind::Sass => "sass".into(),
+            EntryKind::NvvmIr => "nvvm-ir".into(),
+            EntryKind::Other(code) => format!("kind-{code}"),
         }
     }
 }
@@ -109,12 +98,7 @@ impl fmt::Display for Version {
 
 impl Serialize for Version {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // The `Display` text without allocating.
-        let name = ShortName::new()
-            .number(self.major.into())
-            .text(".")
-            .number(self.minor.into());
-        s.serialize_str(name.as_str())
+        s.collect_str(self)
     }
 }
 
@@ -214,10 +198,7 @@ impl Serialize for Entry {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut out = s.serialize_struct("Entry", 7)?;
-        match self.kind.known_name() {
-            Some(name) => out.serialize_field("kind", name)?,
-            None => out.serialize_field("kind", &self.kind.name())?,
-        }
+        out.serialize_field("kind", &self.kind.name())?;
         out.serialize_field("arch", &self.arch)?;
         match self.kind {
             EntryKind::Ptx | EntryKind::NvvmIr => out.serialize_field("ptx_isa", &self.version)?,

@@ -26,16 +26,20 @@ pub const ENTRY_HEADER_MIN: usize = 64;
 /// The entry kind of a CUDA 13 concatenated entry.
 pub const KIND_CONCATENATED: u16 = 0x100;
 
-fn u16_at(data: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(data.get(at..at + 2)?.try_into().ok()?))
+/// The little-endian `u16` at `at`, when `data` holds it (so do [`u32_at`] and [`u64_at`]).
+pub(super) fn u16_at(data: &[u8], at: usize) -> Option<u16> {
+    let end = at.checked_add(2)?;
+    Some(u16::from_le_bytes(data.get(at..end)?.try_into().ok()?))
 }
 
-fn u32_at(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+pub(super) fn u32_at(data: &[u8], at: usize) -> Option<u32> {
+    let end = at.checked_add(4)?;
+    Some(u32::from_le_bytes(data.get(at..end)?.try_into().ok()?))
 }
 
-fn u64_at(data: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(data.get(at..at + 8)?.try_into().ok()?))
+pub(super) fn u64_at(data: &[u8], at: usize) -> Option<u64> {
+    let end = at.checked_add(8)?;
+    Some(u64::from_le_bytes(data.get(at..end)?.try_into().ok()?))
 }
 
 /// Whether a container's magic starts at `at`.

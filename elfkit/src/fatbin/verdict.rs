@@ -170,46 +170,9 @@ pub struct NotJudged {
     pub inert: usize,
 }
 
-/// Whether the kernel module drives the GPU, as [`gpus::drives`] says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "drives")]
-pub enum GpuDriven {
-    /// It does.
-    Yes,
-    /// It predates the architecture.
-    TooOld {
-        /// The first release that drives it.
-        first: CudaVersion,
-    },
-    /// Its branch no longer drives it.
-    Dropped {
-        /// The last release that drives it.
-        last: CudaVersion,
-    },
-    /// This driver calls the GPU by another capability.
-    Renamed {
-        /// The capability it reports under this driver.
-        to: Capability,
-    },
-    /// The architecture table does not know the capability.
-    Unknown,
-}
-
 /// A module's index as its number from 1, the way messages count modules.
 fn from_one<S: serde::Serializer>(index: &usize, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(*index as u64 + 1)
-}
-
-impl From<Drives> for GpuDriven {
-    fn from(d: Drives) -> GpuDriven {
-        match d {
-            Drives::Yes => GpuDriven::Yes,
-            Drives::TooOld { first } => GpuDriven::TooOld { first },
-            Drives::Dropped { last } => GpuDriven::Dropped { last },
-            Drives::Renamed { to, .. } => GpuDriven::Renamed { to },
-            Drives::Unknown => GpuDriven::Unknown,
-        }
-    }
 }
 
 /// A cubin of the file's own modules built by a toolkit of a newer major than the driver's
@@ -231,7 +194,7 @@ pub struct Judgement {
     /// The file's verdict.
     pub verdict: FileVerdict,
     /// Whether the driver drives the GPU (rule 2).
-    pub gpu: GpuDriven,
+    pub gpu: Drives,
     /// A cubin of the file's own modules of a newer major than the driver's (rule 5).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub newer_toolkit: Option<NewerToolkit>,
@@ -392,7 +355,7 @@ pub fn judge_given(
     driver: &Driver,
     toolkit: Option<NewerToolkit>,
 ) -> Judgement {
-    let gpu = GpuDriven::from(gpus::drives(driver.kernel, device));
+    let gpu = gpus::drives(driver.kernel, device);
     judge_loads(code, data, reads, gpu, toolkit, |entries| {
         load(entries, device, driver)
     })
@@ -405,7 +368,7 @@ pub fn judge_loads(
     code: &GpuCode,
     data: &[u8],
     reads: &ModuleReads,
-    gpu: GpuDriven,
+    gpu: Drives,
     toolkit: Option<NewerToolkit>,
     load: impl Fn(&[Entry]) -> Load,
 ) -> Judgement {
@@ -428,12 +391,12 @@ pub fn judge_loads(
         return judgement;
     }
     match judgement.gpu {
-        GpuDriven::Yes => {}
-        GpuDriven::TooOld { .. } | GpuDriven::Dropped { .. } => {
+        Drives::Yes => {}
+        Drives::TooOld { .. } | Drives::Dropped { .. } => {
             judgement.verdict = FileVerdict::Fails;
             return judgement;
         }
-        GpuDriven::Renamed { .. } | GpuDriven::Unknown => {
+        Drives::Renamed { .. } | Drives::Unknown => {
             judgement.verdict = FileVerdict::Unknown;
             return judgement;
         }
@@ -817,7 +780,7 @@ mod tests {
         assert_eq!(j.verdict, FileVerdict::Fails);
         assert_eq!(
             j.gpu,
-            GpuDriven::TooOld {
+            Drives::TooOld {
                 first: CudaVersion(12080)
             }
         );
@@ -839,7 +802,13 @@ mod tests {
         let thor = File::default().with(&[("sm_101", S)]);
         let j = thor.judge("10.1", CudaVersion(13000));
         assert_eq!(j.verdict, FileVerdict::Unknown);
-        assert_eq!(j.gpu, GpuDriven::Renamed { to: cc("11.0") });
+        assert_eq!(
+            j.gpu,
+            Drives::Renamed {
+                to: cc("11.0"),
+                last: CudaVersion(12090)
+            }
+        );
     }
 
     /// Rule 5 reads a cubin only where its format allows a newer major than the driver's: a

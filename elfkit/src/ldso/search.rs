@@ -5,6 +5,7 @@
 use super::cache::Cache;
 use super::fs::{Fs, Opened};
 use super::{ElfHost, Loader};
+use object::{Endian, Endianness};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,22 +28,6 @@ pub enum Source {
     Direct,
     /// Already loaded under this name: no search.
     Loaded,
-}
-
-impl Source {
-    /// The label glibc's `LD_DEBUG=libs` prints for a search path (`RPATH`, `RUNPATH`,
-    /// `LD_LIBRARY_PATH`, `system search path`; `cache` for the " search cache=" line).
-    pub fn ld_debug_kind(&self) -> &'static str {
-        match self {
-            Source::Rpath(_) => "RPATH",
-            Source::LdLibraryPath => "LD_LIBRARY_PATH",
-            Source::Runpath(_) => "RUNPATH",
-            Source::Cache(_) => "cache",
-            Source::Default => "system search path",
-            Source::Direct => "path",
-            Source::Loaded => "loaded",
-        }
-    }
 }
 
 impl fmt::Display for Source {
@@ -408,21 +393,9 @@ pub fn verify_header(head: &[u8], host: ElfHost) -> Attempt {
     if head[9..16].iter().any(|b| *b != 0) {
         return bad("nonzero padding in e_ident");
     }
-    let u16_at = |at: usize| {
-        let b = [head[at], head[at + 1]];
-        if host.little_endian {
-            u16::from_le_bytes(b)
-        } else {
-            u16::from_be_bytes(b)
-        }
-    };
-    let b = [head[20], head[21], head[22], head[23]];
-    let e_version = if host.little_endian {
-        u32::from_le_bytes(b)
-    } else {
-        u32::from_be_bytes(b)
-    };
-    if e_version != 1 {
+    let endian = Endianness::from_little_endian(host.little_endian).unwrap_or_default();
+    let u16_at = |at: usize| endian.read_u16_bytes([head[at], head[at + 1]]);
+    if endian.read_u32_bytes([head[20], head[21], head[22], head[23]]) != 1 {
         return bad("ELF file version does not match current one");
     }
     if u16_at(18) != host.machine {

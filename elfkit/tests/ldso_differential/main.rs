@@ -197,6 +197,20 @@ fn parent_exists(f: &Path) -> bool {
     }
 }
 
+/// The label glibc's `LD_DEBUG=libs` prints for a search path (`RPATH`, `RUNPATH`,
+/// `LD_LIBRARY_PATH`, `system search path`; `cache` for the " search cache=" line).
+fn ld_debug_kind(source: &Source) -> &'static str {
+    match source {
+        Source::Rpath(_) => "RPATH",
+        Source::LdLibraryPath => "LD_LIBRARY_PATH",
+        Source::Runpath(_) => "RUNPATH",
+        Source::Cache(_) => "cache",
+        Source::Default => "system search path",
+        Source::Direct => "path",
+        Source::Loaded => "loaded",
+    }
+}
+
 /// The model's searches and the loader's, one by one: the same names in the same order, and
 /// for each the same files tried on existing directories, from the same kind of list.
 fn assert_same_searches(ours: &[Search], real: &Real) {
@@ -216,7 +230,7 @@ fn assert_same_searches(ours: &[Search], real: &Real) {
             .tried
             .iter()
             .filter(|t| t.dir_exists)
-            .map(|t| (t.file.clone(), t.source.ld_debug_kind().to_string()))
+            .map(|t| (t.file.clone(), ld_debug_kind(&t.source).to_string()))
             .collect();
         let real_tried: Vec<(PathBuf, String)> = tried
             .iter()

@@ -84,27 +84,19 @@ pub(crate) const DRIVER_LIBRARIES: &[(Capability, &[&str])] = &[
     ),
 ];
 
-/// The driver's data files by capability, relative to a configuration directory (`/etc`,
-/// `/usr/share`): the NVIDIA container toolkit's graphics mounts (`internal/discover/graphics.go`:
-/// the EGL vendor and external-platform files, `nvoptix.bin`, the Vulkan ICD and layer files).
-/// They are bound under the driver link's `share`, where Nixpkgs' loaders look.
-pub(crate) const DRIVER_DATA_FILES: &[(Capability, &str)] = &[
-    (Capability::Graphics, "glvnd/egl_vendor.d/10_nvidia.json"),
-    (
-        Capability::Graphics,
-        "egl/egl_external_platform.d/15_nvidia_gbm.json",
-    ),
-    (
-        Capability::Graphics,
-        "egl/egl_external_platform.d/10_nvidia_wayland.json",
-    ),
-    (Capability::Graphics, "nvidia/nvoptix.bin"),
-    (Capability::Graphics, "vulkan/icd.d/nvidia_icd.json"),
-    (Capability::Graphics, "vulkan/icd.d/nvidia_layers.json"),
-    (
-        Capability::Graphics,
-        "vulkan/implicit_layer.d/nvidia_layers.json",
-    ),
+/// The driver's data files, all of the graphics capability, relative to a configuration
+/// directory (`/etc`, `/usr/share`): the NVIDIA container toolkit's graphics mounts
+/// (`internal/discover/graphics.go`: the EGL vendor and external-platform files,
+/// `nvoptix.bin`, the Vulkan ICD and layer files). They are bound under the driver link's
+/// `share`, where Nixpkgs' loaders look.
+pub(crate) const DRIVER_DATA_FILES: &[&str] = &[
+    "glvnd/egl_vendor.d/10_nvidia.json",
+    "egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "nvidia/nvoptix.bin",
+    "vulkan/icd.d/nvidia_icd.json",
+    "vulkan/icd.d/nvidia_layers.json",
+    "vulkan/implicit_layer.d/nvidia_layers.json",
 ];
 
 /// The configuration directories data files are looked for in, first found wins (the
@@ -202,14 +194,14 @@ pub(crate) struct HostDataFile {
 pub(crate) fn host_data_files(root: &Path, store_dir: &Path) -> Vec<HostDataFile> {
     DRIVER_DATA_FILES
         .iter()
-        .filter_map(|(capability, rel)| {
+        .filter_map(|rel| {
             DATA_FILE_DIRS.iter().find_map(|dir| {
                 let outside = under(root, store_dir, &Path::new(dir).join(rel));
                 outside.symlink_metadata().ok().map(|_| HostDataFile {
                     rel: PathBuf::from(rel),
                     outside,
                     found_in: (*dir).to_string(),
-                    capability: *capability,
+                    capability: Capability::Graphics,
                 })
             })
         })

@@ -345,8 +345,8 @@ pub struct FeatureGpu {
     pub(crate) ordinal: i32,
     /// `cuDeviceGetName` (a MIG instance's own name).
     pub(crate) name: String,
-    /// Its compute capability, `X.Y` (a MIG instance reports its GPU's).
-    pub capability: String,
+    /// Its compute capability (a MIG instance reports its GPU's).
+    pub capability: Capability,
 }
 
 /// What `devices::features` reports (the report's `facts`).
@@ -418,11 +418,16 @@ pub(crate) fn features(session: &Session) -> Outcome {
             .map(|device| FeatureGpu {
                 ordinal: device.ordinal,
                 name: device.name.clone(),
-                capability: device.compute_capability.clone(),
+                capability: device.compute_capability,
             })
             .collect::<Vec<_>>()
     });
-    let capabilities = capabilities(&listed);
+    let capabilities: Result<Vec<_>, _> = match &listed {
+        Ok(gpus) => Ok(gpus.iter().map(|gpu| gpu.capability).collect()),
+        Err(error) => Err(format!(
+            "the GPUs cannot be asked for their compute capability: {error}"
+        )),
+    };
     let unmet = match &capabilities {
         Ok(capabilities) => wanted.unmet_by(capabilities),
         Err(_) => cuda_sm.clone(),
@@ -515,28 +520,6 @@ fn against_manifest(cuda_sm: &[String], manifest: Option<&Manifest>) -> (Vec<Str
         .cloned()
         .collect();
     (not_in_manifest, only_in_manifest)
-}
-
-/// The compute capabilities of the GPUs `listed`, or why they cannot be had.
-fn capabilities(
-    listed: &Result<Vec<FeatureGpu>, impl std::fmt::Display>,
-) -> Result<Vec<Capability>, String> {
-    match listed {
-        Ok(gpus) => gpus
-            .iter()
-            .map(|gpu| {
-                Capability::parse(&gpu.capability).map_err(|e| {
-                    format!(
-                        "GPU {}'s compute capability does not read: {e}",
-                        gpu.ordinal
-                    )
-                })
-            })
-            .collect(),
-        Err(error) => Err(format!(
-            "the GPUs cannot be asked for their compute capability: {error}"
-        )),
-    }
 }
 
 /// The failure of a manifest that holds the build to features (`only_in_manifest`) it does not

@@ -19,7 +19,6 @@
 
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::Driver;
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, Holds};
 use cuda_sandbox_elfkit::map::Mapped;
@@ -69,10 +68,8 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
         if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
             let mut targets = Vec::new();
             for d in devices {
-                let device = Capability::parse(&d.compute_capability)
-                    .map_err(|e| format!("GPU {} reports compute capability {e}", d.ordinal))?;
                 let target = Target {
-                    device,
+                    device: d.compute_capability,
                     driver,
                     on_zluda: session.zluda().is_some(),
                 };

@@ -2,6 +2,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
+use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{Driver, DriverError};
@@ -21,8 +22,8 @@ pub struct CudaDevice {
     /// `GPU-xxxxxxxx-…` spelling, to match NVML by UUID; a MIG instance's is
     /// [`CudaDevice::mig_uuid`].
     pub uuid: String,
-    /// `major.minor`.
-    pub(crate) compute_capability: String,
+    /// Its compute capability.
+    pub(crate) compute_capability: Capability,
     /// `cuDeviceTotalMem_v2`, bytes.
     pub(crate) total_memory_bytes: u64,
 }
@@ -85,13 +86,15 @@ pub(crate) fn list(driver: &Driver) -> Result<Vec<CudaDevice>, DriverError> {
                     get_attribute(value, attribute, device),
                 )?;
             }
+            // Never negative (cuda.h); a capability of 0.0 would be one no table knows.
+            let [major, minor] = cc.map(|v| u32::try_from(v).unwrap_or(0));
             let mut bytes = 0usize;
             fail("cuDeviceTotalMem_v2", total_mem(&mut bytes, device))?;
             devices.push(CudaDevice {
                 ordinal,
                 name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
                 uuid: nvml_uuid(&uuid),
-                compute_capability: format!("{}.{}", cc[0], cc[1]),
+                compute_capability: Capability { major, minor },
                 total_memory_bytes: bytes as u64,
             });
         }
@@ -107,7 +110,7 @@ mod tests {
             ordinal: 0,
             name: "NVIDIA H200 MIG 1g.18gb".into(),
             uuid: "GPU-fa000000-0000-0000-0000-000000000001".into(),
-            compute_capability: "9.0".into(),
+            compute_capability: cuda_sandbox_cuda_facts::Capability::from_sm(90),
             total_memory_bytes: 0,
         };
         assert_eq!(

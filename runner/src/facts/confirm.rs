@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use cuda_sandbox_cuda_facts::{Capability, CudaVersion};
+use cuda_sandbox_cuda_facts::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
 use cuda_sandbox_elfkit::fatbin::{EntryKind, Purpose};
@@ -39,7 +39,7 @@ use crate::cuda::driver::Driver;
 use crate::cuda::gpu::{GpuError, Module, PrimaryContext};
 use crate::cuda::registration::{register_and_launch, Registered, RegistrationRun};
 use crate::facts::access::KERNEL_MODULE_FILE;
-use crate::facts::gpu_code::{judge_file, runtime_uses, Rule, Target};
+use crate::facts::gpu_code::{judge_all, runtime_uses, Rule, Target};
 use crate::facts::module_images::{
     kernelless_sm52_fatbin, managed_sm52_fatbin, saxpy_fatbin, sm80_only_fatbin,
 };
@@ -197,7 +197,7 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
     driver.init().map_err(|e| e.to_string())?;
     let list = devices::list(driver).map_err(|e| e.to_string())?;
     let first = list.first().ok_or("the driver reports no GPU")?;
-    let device = Capability::parse(&first.compute_capability).map_err(|e| e.to_string())?;
+    let device = first.compute_capability;
     let cuda = CudaVersion(driver.version().map_err(|e| e.to_string())?);
     let kernel = std::fs::read_to_string(KERNEL_MODULE_FILE)
         .ok()
@@ -308,7 +308,9 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let uses = runtime_uses(dynamic.as_ref(), runtime.as_ref());
         let soname = dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(path, soname, Path::new(STORE_DIR));
-        let verdict = judge_file(&code, data, &uses, provenance, &target);
+        let Some(verdict) = judge_all(&code, data, &uses, provenance, &[target]).pop() else {
+            continue; // one verdict per target: never
+        };
         let judged: Vec<&ModuleVerdict> = verdict.judgement.modules.iter().collect();
         let mut modules = Vec::new();
         let mut jits = 0;

@@ -121,18 +121,14 @@ fn driver_gpus() -> Result<Vec<FeatureGpu>, FeaturesError> {
         .init()
         .map_err(|e| FeaturesError::Driver(e.to_string()))?;
     let listed = devices::list(&driver).map_err(|e| FeaturesError::Driver(e.to_string()))?;
-    let gpus = listed
+    let gpus: Vec<_> = listed
         .into_iter()
-        .map(|device| {
-            let capability = Capability::parse(&device.compute_capability)
-                .map_err(|e| FeaturesError::Driver(format!("GPU {}: {e}", device.ordinal)))?;
-            Ok(FeatureGpu {
-                ordinal: Some(device.ordinal),
-                name: Some(device.name),
-                capability,
-            })
+        .map(|device| FeatureGpu {
+            ordinal: Some(device.ordinal),
+            name: Some(device.name),
+            capability: device.compute_capability,
         })
-        .collect::<Result<Vec<_>, FeaturesError>>()?;
+        .collect();
     if gpus.is_empty() {
         return Err(FeaturesError::NoGpu);
     }

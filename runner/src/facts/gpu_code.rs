@@ -18,15 +18,15 @@
 
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_cuda_facts::gpus::architecture;
+use cuda_sandbox_cuda_facts::gpus::{architecture, Drives};
 use cuda_sandbox_cuda_facts::releases::{needed_driver, newest_release};
 use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::{
     newest_ptx_isa, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit,
 };
 use cuda_sandbox_elfkit::fatbin::verdict::{
-    judge_given, newer_toolkit, FileVerdict, GpuDriven, Holds, Judgement, ModuleReads,
-    ModuleVerdict, NewerToolkit,
+    judge_given, newer_toolkit, FileVerdict, Holds, Judgement, ModuleReads, ModuleVerdict,
+    NewerToolkit,
 };
 use cuda_sandbox_elfkit::fatbin::{Container, GpuCode};
 use cuda_sandbox_elfkit::DynamicInfo;
@@ -354,15 +354,15 @@ fn runtime_verdict(uses: &[RuntimeUse], target: &Target) -> Option<(Rule, FileVe
 }
 
 /// The driver-against-GPU rule's answer, when the kernel module does not drive the GPU.
-fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
+fn gpu_rule(gpu: Drives, target: &Target) -> Option<(Rule, String)> {
     let cc = target.device;
     let name = architecture(cc)
         .map(|a| format!(" ({})", a.name))
         .unwrap_or_default();
     let kernel = target.driver.kernel;
     Some(match gpu {
-        GpuDriven::Yes => return None,
-        GpuDriven::TooOld { first } => (
+        Drives::Yes => return None,
+        Drives::TooOld { first } => (
             Rule::DriverPredatesGpu,
             format!(
                 "the kernel module (CUDA {}, {}) predates compute capability {cc}{name}: the \
@@ -374,7 +374,7 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
                 branch_of(first)
             ),
         ),
-        GpuDriven::Dropped { last } => (
+        Drives::Dropped { last } => (
             Rule::DriverDroppedGpu,
             format!(
                 "compute capability {cc}{name} is driven up to CUDA {} ({}); this kernel module \
@@ -385,7 +385,7 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
                 branch_of(last)
             ),
         ),
-        GpuDriven::Renamed { to } => (
+        Drives::Renamed { to, .. } => (
             Rule::GpuRenamed,
             format!(
                 "under a CUDA {} driver this GPU reports compute capability {to}, not {cc} \
@@ -393,7 +393,7 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
                 kernel
             ),
         ),
-        GpuDriven::Unknown => (
+        Drives::Unknown => (
             Rule::GpuUnknown,
             format!("compute capability {cc} is not one the rules' architecture table knows"),
         ),
@@ -402,22 +402,9 @@ fn gpu_rule(gpu: GpuDriven, target: &Target) -> Option<(Rule, String)> {
 
 /// Judges one file for one target: the driver against the GPU, against the file's runtimes,
 /// then its modules (the module doc). `data` is the file's bytes, read only where a rule
-/// needs a payload.
-pub(crate) fn judge_file(
-    code: &GpuCode,
-    data: &[u8],
-    runtimes: &[RuntimeUse],
-    provenance: Provenance,
-    target: &Target,
-) -> TargetVerdict {
-    let toolkit = newer_toolkit(code, data, &target.driver);
-    let reads = ModuleReads::default();
-    judge_file_given(code, data, &reads, runtimes, provenance, target, toolkit)
-}
-
-/// [`judge_file`] with elfkit's rule 6 (the file's cubins against the driver) already answered
-/// for this driver: it does not depend on the GPU; modules are read through `reads`, shared
-/// by the targets a file is judged for.
+/// needs a payload; elfkit's rule 6 (the file's cubins against the driver, `toolkit`) is
+/// already answered for this driver: it does not depend on the GPU; modules are read through
+/// `reads`, shared by the targets a file is judged for.
 fn judge_file_given(
     code: &GpuCode,
     data: &[u8],

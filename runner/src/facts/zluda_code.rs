@@ -19,11 +19,10 @@
 //! other target's.
 
 use crate::facts::gpu_words::{carried, module_place};
+use cuda_sandbox_cuda_facts::gpus::Drives;
 use cuda_sandbox_cuda_facts::{Capability, CudaVersion};
 use cuda_sandbox_elfkit::fatbin::rules::Load;
-use cuda_sandbox_elfkit::fatbin::verdict::{
-    judge_loads, GpuDriven, Judgement, ModuleReads, ModuleVerdict,
-};
+use cuda_sandbox_elfkit::fatbin::verdict::{judge_loads, Judgement, ModuleReads, ModuleVerdict};
 use cuda_sandbox_elfkit::fatbin::{Entry, EntryKind, GpuCode};
 
 /// The compute capability ZLUDA reports by default: 8.8 in v4 (as Nixpkgs builds it) and v6,
@@ -40,7 +39,7 @@ pub(crate) const REPORTED_CUDA: CudaVersion = CudaVersion(12040);
 /// own kernels, so a file runs partly when others carry PTX, and cannot run when none does.
 /// Modules are read through `reads`.
 pub(crate) fn judge(code: &GpuCode, data: &[u8], reads: &ModuleReads) -> Judgement {
-    judge_loads(code, data, reads, GpuDriven::Yes, None, load)
+    judge_loads(code, data, reads, Drives::Yes, None, load)
 }
 
 /// What ZLUDA does with a module of `entries`: it compiles a PTX image (v6 tries the last

@@ -161,7 +161,7 @@ fn a_build_requiring_90a_fails_on_an_8_9_gpu_naming_both() {
     let facts: FeaturesFacts = run.facts("devices::features");
     assert_eq!(facts.unmet, ["cuda-sm-90a"]);
     assert_eq!(facts.source, "$requiredSystemFeatures");
-    assert_eq!(facts.gpus.unwrap()[0].capability, "8.9");
+    assert_eq!(facts.gpus.unwrap()[0].capability.to_string(), "8.9");
 }
 
 #[test]

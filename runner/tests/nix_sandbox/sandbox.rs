@@ -437,7 +437,11 @@ fn runner_as_builder_passes_on_a_zluda_host() {
     );
     let features: FeaturesFacts = report_facts(&report, "devices::features");
     let gpus = features.gpus.expect("the GPUs ZLUDA reports");
-    assert_eq!(gpus[0].capability, "8.8", "ZLUDA's reported capability");
+    assert_eq!(
+        gpus[0].capability.to_string(),
+        "8.8",
+        "ZLUDA's reported capability"
+    );
     let saxpy: SaxpyFacts = report_facts(&report, "kernel::saxpy");
     assert_eq!(saxpy.wrong_elements, 0);
     let device = &check("kernel::saxpy")["facts"]["device"];
