@@ -63,24 +63,6 @@ impl From<&str> for RuleIds {
     }
 }
 
-impl From<String> for RuleIds {
-    fn from(name: String) -> RuleIds {
-        RuleIds(vec![name])
-    }
-}
-
-impl From<&String> for RuleIds {
-    fn from(name: &String) -> RuleIds {
-        RuleIds(vec![name.clone()])
-    }
-}
-
-impl From<&[String]> for RuleIds {
-    fn from(names: &[String]) -> RuleIds {
-        RuleIds(names.to_vec())
-    }
-}
-
 impl From<&Vec<String>> for RuleIds {
     fn from(names: &Vec<String>) -> RuleIds {
         RuleIds(names.clone())
