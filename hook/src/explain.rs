@@ -76,7 +76,7 @@ pub fn explain(
                 Some(first) => format!(
                     "FAILS: the hook would refuse this build ({} problem(s), first: {})",
                     plan.decision.problems.len(),
-                    first.what()
+                    first.kind
                 ),
                 None => format!("FAILS: {e}"),
             };
@@ -120,8 +120,8 @@ pub fn render_text(e: &Explanation) -> String {
         s.blank();
         s.line("problems:".to_string());
         for p in &e.plan.decision.problems {
-            s.line(format!("  {} (rule {})", p.what(), p.rule));
-            s.line(format!("    fix: {}", p.fix()));
+            s.line(format!("  {} (rule {})", p.kind, p.rule));
+            s.line(format!("    fix: {}", p.kind.fix()));
         }
     }
     if let Some(check) = &e.build_users {
