@@ -383,11 +383,7 @@ fn sysfs_tree(
         (Mode::Explain, _) => return,
         _ => {
             let why = "exec makes no /sys tree: run the build under Nix";
-            return plan::drop_sysfs(
-                &mut granted.decision.exposures,
-                &mut granted.decision.skipped,
-                why,
-            );
+            return granted.decision.drop_sysfs(why);
         }
     };
     let _ = sysfs::sweep(&config.runtime_dir);

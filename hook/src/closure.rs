@@ -161,7 +161,7 @@ impl ClosureCache {
     }
 
     /// Lines of `<kind> <store path>`, each path a direct child of the store, the path itself
-    /// among them; a kind that is not kept is looked at again ([`Kind::node`]).
+    /// among them; a kind that is not kept is looked at again ([`kind_byte`]).
     fn parse_members(&self, store_path: &Path, body: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
         let mut kinds = Vec::new();
@@ -169,7 +169,10 @@ impl ClosureCache {
         for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             let (&kind, rest) = line.split_first()?;
             let path = rest.strip_prefix(b" ")?;
-            kinds.push(Kind::from_byte(kind)?);
+            if !b"df?".contains(&kind) {
+                return None;
+            }
+            kinds.push(kind);
             paths.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
         }
         let paths = self.check_members(store_path, paths)?;
@@ -177,8 +180,12 @@ impl ClosureCache {
             paths
                 .into_iter()
                 .zip(kinds)
-                .map(|(p, k)| {
-                    let node = k.node(&p);
+                .map(|(p, kind)| {
+                    let node = match kind {
+                        b'd' => Node::Dir,
+                        b'f' => Node::File,
+                        _ => Node::of(&p),
+                    };
                     (p, node)
                 })
                 .collect(),
@@ -218,7 +225,7 @@ impl ClosureCache {
         ]
         .concat();
         for (m, node) in members {
-            file.extend_from_slice(&[Kind::of(node).byte(), b' ']);
+            file.extend_from_slice(&[kind_byte(node), b' ']);
             file.extend_from_slice(m.as_os_str().as_bytes());
             file.push(b'\n');
         }
@@ -226,50 +233,13 @@ impl ClosureCache {
     }
 }
 
-/// What a cache entry records of a member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// A directory.
-    Dir,
-    /// A regular file.
-    File,
-    /// Anything else: looked at again on use.
-    LookAgain,
-}
-
-impl Kind {
-    fn of(node: &Node) -> Kind {
-        match node {
-            Node::Dir => Kind::Dir,
-            Node::File => Kind::File,
-            _ => Kind::LookAgain,
-        }
-    }
-
-    fn byte(self) -> u8 {
-        match self {
-            Kind::Dir => b'd',
-            Kind::File => b'f',
-            Kind::LookAgain => b'?',
-        }
-    }
-
-    fn from_byte(b: u8) -> Option<Kind> {
-        match b {
-            b'd' => Some(Kind::Dir),
-            b'f' => Some(Kind::File),
-            b'?' => Some(Kind::LookAgain),
-            _ => None,
-        }
-    }
-
-    /// The member's node: as recorded, or from an `lstat` now.
-    fn node(self, path: &Path) -> Node {
-        match self {
-            Kind::Dir => Node::Dir,
-            Kind::File => Node::File,
-            Kind::LookAgain => Node::of(path),
-        }
+/// What a cache entry records of a member: `d` a directory, `f` a regular file, `?` anything
+/// else, looked at again on use.
+fn kind_byte(node: &Node) -> u8 {
+    match node {
+        Node::Dir => b'd',
+        Node::File => b'f',
+        _ => b'?',
     }
 }
 

@@ -76,7 +76,7 @@ pub fn explain(
                 Some(first) => format!(
                     "FAILS: the hook would refuse this build ({} problem(s), first: {})",
                     plan.decision.problems.len(),
-                    first.what()
+                    first.kind
                 ),
                 None => format!("FAILS: {e}"),
             };
@@ -120,8 +120,8 @@ pub fn render_text(e: &Explanation) -> String {
         s.blank();
         s.line("problems:".to_string());
         for p in &e.plan.decision.problems {
-            s.line(format!("  {} (rule {})", p.what(), p.rule));
-            s.line(format!("    fix: {}", p.fix()));
+            s.line(format!("  {} (rule {})", p.kind, p.rule));
+            s.line(format!("    fix: {}", p.kind.fix()));
         }
     }
     if let Some(check) = &e.build_users {
@@ -171,36 +171,31 @@ fn render_request(s: &mut Lines, e: &Explanation) {
 /// What was exposed (with why), skipped (with why) and not carried out, each list under its
 /// count when it is not empty.
 fn render_lists(s: &mut Lines, plan: &Granted) {
-    if !plan.decision.exposures.is_empty() {
-        s.blank();
-        s.line(format!("exposed ({}):", plan.decision.exposures.len()));
-        for x in &plan.decision.exposures {
+    let d = &plan.decision;
+    s.list(
+        "exposed",
+        d.exposures.iter().map(|x| {
             let place = if x.inside == x.outside {
                 x.inside.display().to_string()
             } else {
                 format!("{} <- {}", x.inside.display(), x.outside.display())
             };
-            s.line(format!("  {place:<60} {}", reason_words(&x.reason)));
-        }
-    }
-    if !plan.decision.skipped.is_empty() {
-        s.blank();
-        s.line(format!("skipped ({}):", plan.decision.skipped.len()));
-        for k in &plan.decision.skipped {
-            s.line(format!("  {:<60} {}", k.path, k.why));
-        }
-    }
-    if !plan.decision.not_carried_out.is_empty() {
-        s.blank();
-        s.line(format!(
-            "not carried out ({}):",
-            plan.decision.not_carried_out.len()
-        ));
-        for n in &plan.decision.not_carried_out {
+            format!("{place:<60} {}", reason_words(&x.reason))
+        }),
+    );
+    s.list(
+        "skipped",
+        d.skipped
+            .iter()
+            .map(|k| format!("{:<60} {}", k.path, k.why)),
+    );
+    s.list(
+        "not carried out",
+        d.not_carried_out.iter().map(|n| {
             let what = format!("CDI {}: {}", n.device, n.edit);
-            s.line(format!("  {what:<60} {}", n.why));
-        }
-    }
+            format!("{what:<60} {}", n.why)
+        }),
+    );
 }
 
 /// Why a path is exposed, in words.
@@ -284,6 +279,17 @@ impl Lines {
 
     fn blank(&mut self) {
         self.0.push('\n');
+    }
+
+    /// A list under its title and length, unless it is empty.
+    fn list(&mut self, title: &str, items: impl ExactSizeIterator<Item = String>) {
+        if items.len() > 0 {
+            self.blank();
+            self.line(format!("{title} ({}):", items.len()));
+            for item in items {
+                self.line(format!("  {item}"));
+            }
+        }
     }
 }
 

@@ -167,26 +167,35 @@ fn run() -> u8 {
     }
     let cli = Cli::parse();
     let config = cli.config.as_deref();
-    match (cli.command, cli.drv) {
-        (
-            Some(Command::Explain {
-                drv,
-                features,
-                json,
-            }),
-            _,
-        ) => run_explain(drv.as_deref(), &features, json, config),
-        (
-            Some(Command::Exec {
-                drv,
-                features,
-                binds,
-                user,
-                env,
-                command,
-            }),
-            _,
-        ) => run_exec(exec::ExecRequest {
+    let Some(command) = cli.command else {
+        return match (cli.drv, cli.chroot) {
+            (Some(drv), Some(chroot)) => run_hook(&drv, &chroot, config),
+            (Some(_), None) => {
+                log::error("hook mode needs two arguments: <drv-path> <chroot-root>");
+                2
+            }
+            (None, _) => {
+                log::error(
+                    "expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help",
+                );
+                2
+            }
+        };
+    };
+    match command {
+        Command::Explain {
+            drv,
+            features,
+            json,
+        } => run_explain(drv.as_deref(), &features, json, config),
+        Command::Exec {
+            drv,
+            features,
+            binds,
+            user,
+            env,
+            command,
+        } => run_exec(exec::ExecRequest {
             drv,
             features,
             config: cli.config.clone(),
@@ -197,20 +206,7 @@ fn run() -> u8 {
             environment: Environment::of_process(),
             caller_env: std::env::vars_os().collect(),
         }),
-        (Some(Command::CheckConfig { content_only }), _) => check_config(content_only, config),
-        (None, Some(drv)) => match cli.chroot {
-            Some(chroot) => run_hook(&drv, &chroot, config),
-            None => {
-                log::error("hook mode needs two arguments: <drv-path> <chroot-root>");
-                2
-            }
-        },
-        (None, _) => {
-            log::error(
-                "expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help",
-            );
-            2
-        }
+        Command::CheckConfig { content_only } => check_config(content_only, config),
     }
 }
 

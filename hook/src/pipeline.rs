@@ -135,7 +135,7 @@ fn answer(
     if !granted.decision.problems.is_empty() {
         return Err(HookFailure::Problems {
             derivation,
-            feature: tagged.first_match(&req.features),
+            feature: req.first_match(),
             rule: granted.decision.rules.first().cloned().unwrap_or_default(),
             problems: granted.decision.problems.clone(),
         });

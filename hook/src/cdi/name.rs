@@ -10,7 +10,6 @@ use std::fmt;
 #[serde(try_from = "String")]
 pub(crate) struct DeviceName {
     text: String,
-    slash: usize,
     equals: usize,
 }
 
@@ -53,7 +52,6 @@ impl DeviceName {
         }
         Ok(DeviceName {
             text: text.to_string(),
-            slash,
             equals,
         })
     }
@@ -66,7 +64,7 @@ impl DeviceName {
     /// The vendor, `nvidia.com`.
     #[cfg(test)]
     fn vendor(&self) -> &str {
-        &self.text[..self.slash]
+        self.kind().split_once('/').map_or("", |(vendor, _)| vendor)
     }
 
     /// The device's name within its kind: `all`, `0`, `0:1`, `GPU-…`.

@@ -54,46 +54,26 @@ pub(crate) enum Problem {
     TooLarge,
     /// The text is not TOML of the schema (a syntax error, an unknown key, a wrong type).
     #[error("{0}")]
-    Syntax(Syntax),
+    Syntax(String),
     /// A value is not allowed.
     #[error(transparent)]
     Invalid(Invalid),
 }
 
-/// A TOML or schema error, where the parser places it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Syntax {
-    /// 1-based line and column (in characters), when known.
-    pub at: Option<(usize, usize)>,
-    /// The parser's message, on one line.
-    pub message: String,
-}
-
-impl Syntax {
-    /// The error `e` from parsing `text`.
-    pub(crate) fn of(e: &toml::de::Error, text: &str) -> Syntax {
-        Syntax {
-            at: e.span().map(|span| line_column(text, span.start)),
-            message: e.message().trim().replace('\n', " "),
-        }
-    }
-}
-
-impl fmt::Display for Syntax {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.at {
-            Some((line, column)) => write!(f, "line {line}, column {column}: {}", self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
-
-/// 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+/// A TOML or schema error `e` from parsing `text`, on one line: `line L, column C: message`
+/// (1-based, the column in characters) when the parser places it.
+pub(crate) fn syntax(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let before = &text[..span.start.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[line_start..].chars().count() + 1)
+    let column = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
+    format!("line {line}, column {column}: {message}")
 }
 
 /// Displays its text on one line ([`crate::log::one_line`]: every control character escaped,

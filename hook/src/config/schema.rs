@@ -5,61 +5,50 @@ use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Deserializer};
 use std::path::PathBuf;
 
-/// The whole configuration file.
+/// The whole configuration file; a key it leaves out has its [`Default`] value.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Root under which `[[rule.device]]` globs and `[[rule.path]]` paths are looked up; the
     /// paths are exposed inside the sandbox without this prefix. `/` in production; a fake
     /// root in tests.
-    #[serde(default = "default_host_root")]
     pub(crate) host_root: PathBuf,
     /// The Nix store directory; paths under it are never re-rooted and get their closure.
-    #[serde(default = "default_store_dir")]
     pub(crate) store_dir: PathBuf,
     /// Directory holding cached store-path closures.
-    #[serde(default = "default_closure_cache")]
     pub(crate) closure_cache: PathBuf,
     /// The `nix-store` program used to compute closures: an absolute path to a trusted (root-
     /// owned, not group/other-writable) program. Only the default, `nix-store`, is looked up in
     /// `PATH` (and the file found must be trusted too).
-    #[serde(default = "default_nix_store")]
     pub(crate) nix_store: PathBuf,
     /// Where symlinks may lead (inside paths, under the host root); the store is always
     /// allowed. A link in an exposed place that leads elsewhere (e.g. to `/etc`) is not followed.
-    #[serde(default = "default_symlink_roots")]
     pub(crate) symlink_roots: Vec<PathBuf>,
     /// What to do when the `.drv` is not on disk and Nix passed no JSON derivation (remote
     /// builders): `skip` (expose nothing, warn), `expose` (plan for every rule, as on a GPU
     /// builder whose mandatory features include `cuda`), or `fail`.
-    #[serde(default)]
     pub(crate) missing_drv: MissingDrv,
     /// Directory for per-build manifests (outside every sandbox); stale files are removed.
-    #[serde(default = "default_runtime_dir")]
     pub(crate) runtime_dir: PathBuf,
     /// GPUs leased to each tagged build for itself alone (`0`: every build gets every GPU).
     /// A derivation may ask for another number with the env attribute `cudaSandboxGpus`.
     /// Leases live in `<runtime_dir>/leases/` (see [`crate::lease`]).
-    #[serde(default)]
     pub(crate) gpus_per_build: u32,
     /// The most GPUs one build may lease, whatever its `cudaSandboxGpus` asks (`0`: no cap
     /// but the host's GPUs).
-    #[serde(default)]
     pub(crate) max_gpus_per_build: u32,
     /// How long a tagged build waits for enough free GPUs before failing (`0`: fail at once).
-    #[serde(default = "default_lease_wait_seconds")]
     pub(crate) lease_wait_seconds: u64,
     /// The compute capability of a Jetson's integrated GPU (`8.7` for Orin), which has no
     /// `/proc/driver/nvidia/gpus` for a GPU inventory: with it, a build's `cuda-sm-*`
     /// features are held to this GPU (see [`crate::scan::inventory`]). Unset: a host without
     /// that directory has no inventory.
-    #[serde(default, deserialize_with = "gpu_capability")]
+    #[serde(deserialize_with = "gpu_capability")]
     pub(crate) tegra_capability: Option<Capability>,
     /// Where CDI specs are read from, lowest priority first (see [`crate::cdi`]).
-    #[serde(default)]
     pub(crate) cdi_spec_dirs: crate::cdi::SpecDirs,
     /// The rules, each answering to a set of features.
-    #[serde(default, rename = "rule")]
+    #[serde(rename = "rule")]
     pub rules: Vec<Rule>,
 }
 
@@ -137,35 +126,34 @@ pub(crate) struct MigConfig {
     pub monitor: bool,
 }
 
-/// Where the driver comes from, and the `cuda_compat` drivers to consider.
+/// Where the driver comes from, and the `cuda_compat` drivers to consider; a key left out has
+/// its [`Default`] value.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct DriverConfig {
     /// The NixOS driver link; used (with its closure) when it exists under the host root.
-    #[serde(default = "default_driver_link")]
     pub(crate) link: PathBuf,
     /// Without the link: bind the host's driver libraries (from `/etc/ld.so.cache`, then
     /// `library_dirs`) at `<link>/lib/<name>`.
-    #[serde(default = "yes")]
     pub(crate) host_libraries: bool,
     /// Directories searched for driver libraries after the loader cache.
-    #[serde(default = "default_library_dirs")]
     pub(crate) library_dirs: Vec<PathBuf>,
     /// Compat driver directories (globs; under the host root unless in the store).
-    #[serde(default = "default_compat")]
     pub(crate) compat: Vec<String>,
     /// Fail tagged builds when no driver is found.
-    #[serde(default = "yes")]
     pub(crate) required: bool,
 }
 
 impl Default for DriverConfig {
     fn default() -> Self {
         DriverConfig {
-            link: default_driver_link(),
+            link: PathBuf::from("/run/opengl-driver"),
             host_libraries: true,
-            library_dirs: default_library_dirs(),
-            compat: default_compat(),
+            library_dirs: paths(crate::discover::host::USUAL_LIBRARY_DIRS),
+            compat: vec![
+                "/usr/local/cuda*/compat".to_string(),
+                "/usr/local/cuda*/compat_orin".to_string(),
+            ],
             required: true,
         }
     }
@@ -244,47 +232,30 @@ fn gpu_capability<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Capability>,
         .map_err(|e| serde::de::Error::custom(format!("tegra_capability: {e}")))
 }
 
-fn default_host_root() -> PathBuf {
-    PathBuf::from("/")
+/// The values of the keys a file leaves out (the built-in configuration is
+/// [`Config::builtin`], a file of its own).
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host_root: PathBuf::from("/"),
+            store_dir: PathBuf::from("/nix/store"),
+            closure_cache: PathBuf::from("/var/cache/cuda-sandbox/closures"),
+            nix_store: PathBuf::from("nix-store"),
+            symlink_roots: paths(&["/dev", "/run", "/usr", "/lib", "/lib64", "/opt"]),
+            missing_drv: MissingDrv::default(),
+            runtime_dir: PathBuf::from("/run/cuda-sandbox"),
+            gpus_per_build: 0,
+            max_gpus_per_build: 0,
+            lease_wait_seconds: 600,
+            tegra_capability: None,
+            cdi_spec_dirs: crate::cdi::SpecDirs::default(),
+            rules: Vec::new(),
+        }
+    }
 }
-fn default_store_dir() -> PathBuf {
-    PathBuf::from("/nix/store")
-}
-fn default_closure_cache() -> PathBuf {
-    PathBuf::from("/var/cache/cuda-sandbox/closures")
-}
-fn default_nix_store() -> PathBuf {
-    PathBuf::from("nix-store")
-}
-fn default_symlink_roots() -> Vec<PathBuf> {
-    ["/dev", "/run", "/usr", "/lib", "/lib64", "/opt"]
-        .iter()
-        .map(PathBuf::from)
-        .collect()
-}
-fn default_runtime_dir() -> PathBuf {
-    PathBuf::from("/run/cuda-sandbox")
-}
-fn default_lease_wait_seconds() -> u64 {
-    600
-}
-fn default_driver_link() -> PathBuf {
-    PathBuf::from("/run/opengl-driver")
-}
-fn default_library_dirs() -> Vec<PathBuf> {
-    crate::discover::host::USUAL_LIBRARY_DIRS
-        .iter()
-        .map(PathBuf::from)
-        .collect()
-}
-fn default_compat() -> Vec<String> {
-    vec![
-        "/usr/local/cuda*/compat".to_string(),
-        "/usr/local/cuda*/compat_orin".to_string(),
-    ]
-}
-fn yes() -> bool {
-    true
+
+fn paths(list: &[&str]) -> Vec<PathBuf> {
+    list.iter().map(PathBuf::from).collect()
 }
 
 impl Rule {
@@ -326,18 +297,6 @@ mod tests {
         let discrete = |glob: &str| on(Some(Platform::Discrete), glob, true);
         let tegra = |glob: &str, required: bool| on(Some(Platform::Tegra), glob, required);
         Config {
-            host_root: default_host_root(),
-            store_dir: default_store_dir(),
-            closure_cache: default_closure_cache(),
-            nix_store: default_nix_store(),
-            missing_drv: MissingDrv::Skip,
-            symlink_roots: default_symlink_roots(),
-            runtime_dir: default_runtime_dir(),
-            gpus_per_build: 0,
-            max_gpus_per_build: 0,
-            lease_wait_seconds: default_lease_wait_seconds(),
-            tegra_capability: None,
-            cdi_spec_dirs: crate::cdi::SpecDirs::default(),
             rules: vec![Rule {
                 name: "nvidia".to_string(),
                 features: DEFAULT_FEATURES.iter().map(|f| f.to_string()).collect(),
@@ -364,6 +323,7 @@ mod tests {
                 mig: Some(MigConfig::default()),
                 sysfs: None,
             }],
+            ..Config::default()
         }
     }
 }

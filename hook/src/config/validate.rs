@@ -3,7 +3,6 @@
 //! expose in every rule.
 
 use super::{Config, Rule};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// A value the configuration may not hold.
@@ -171,27 +170,18 @@ impl Config {
 }
 
 /// A setting that has no effect as written (`check-config` prints it, with what to change).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Note {
     /// `max_gpus_per_build` without `gpus_per_build`, which gives every GPU to every build
     /// and leases none.
+    #[error(
+        "max_gpus_per_build = {max} has no effect: gpus_per_build = 0 gives every GPU to every \
+         tagged build and leases none; set gpus_per_build (e.g. 1) to lease GPUs"
+    )]
     MaxWithoutLease {
         /// The `max_gpus_per_build` set.
         max: u32,
     },
-}
-
-impl fmt::Display for Note {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Note::MaxWithoutLease { max } => write!(
-                f,
-                "max_gpus_per_build = {max} has no effect: gpus_per_build = 0 gives every GPU \
-                 to every tagged build and leases none; set gpus_per_build (e.g. 1) to lease \
-                 GPUs"
-            ),
-        }
-    }
 }
 
 impl Config {

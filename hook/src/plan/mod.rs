@@ -26,7 +26,7 @@ pub(crate) use driver::DriverSource;
 pub use problem::Problem;
 pub(crate) use problem::{NodeFault, ProblemKind};
 pub(crate) use skip::{DrmLeft, Skip, Skipped};
-pub(crate) use sysfs::{drop_sysfs, sysfs_exposures};
+pub(crate) use sysfs::sysfs_exposures;
 
 use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};

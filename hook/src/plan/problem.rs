@@ -32,16 +32,6 @@ impl Problem {
             kind,
         }
     }
-
-    /// What is missing or broken, in one line.
-    pub(crate) fn what(&self) -> String {
-        self.kind.to_string()
-    }
-
-    /// What to do about it, in one line.
-    pub(crate) fn fix(&self) -> Cow<'_, str> {
-        self.kind.fix()
-    }
 }
 
 /// The config rules a [`Problem`] concerns, by name: one rule, or every rule that matched the
@@ -60,24 +50,6 @@ impl RuleIds {
 impl From<&str> for RuleIds {
     fn from(name: &str) -> RuleIds {
         RuleIds(vec![name.to_owned()])
-    }
-}
-
-impl From<String> for RuleIds {
-    fn from(name: String) -> RuleIds {
-        RuleIds(vec![name])
-    }
-}
-
-impl From<&String> for RuleIds {
-    fn from(name: &String) -> RuleIds {
-        RuleIds(vec![name.clone()])
-    }
-}
-
-impl From<&[String]> for RuleIds {
-    fn from(names: &[String]) -> RuleIds {
-        RuleIds(names.to_vec())
     }
 }
 
@@ -111,8 +83,8 @@ impl Serialize for Problem {
         use serde::ser::SerializeStruct;
         let mut out = s.serialize_struct("Problem", 3)?;
         out.serialize_field("rule", &self.rule)?;
-        out.serialize_field("what", &self.what())?;
-        out.serialize_field("fix", &self.fix())?;
+        out.serialize_field("what", &self.kind.to_string())?;
+        out.serialize_field("fix", &self.kind.fix())?;
         out.end()
     }
 }

@@ -20,11 +20,24 @@ impl Decision {
             }
             self.sysfs.push(TreeBind {
                 inside: PathBuf::from(inside),
-                source: under(&config.host_root, Path::new(inside)),
+                source: config.host_root.join(inside.trim_start_matches('/')),
                 rule: rule.to_string(),
                 mount_point: mount_point.to_string(),
             });
         }
+    }
+
+    /// Leaves the tree's exposures out (`exec`, which makes no tree), each skipped saying `why`.
+    pub(crate) fn drop_sysfs(&mut self, why: &'static str) {
+        let skipped = &mut self.skipped;
+        self.exposures.retain(|e| {
+            let sysfs = matches!(e.reason, Reason::Sysfs { .. });
+            if sysfs {
+                let path = e.inside.display().to_string();
+                skipped.push(Skip::new(path, Skipped::NoSysfsTree(why)));
+            }
+            !sysfs
+        });
     }
 }
 
@@ -42,29 +55,6 @@ pub(crate) fn sysfs_exposures(binds: &[TreeBind], name: &str, runtime_dir: &Path
             },
         })
         .collect()
-}
-
-/// Leaves the tree's exposures out (`exec`, which makes no tree), each skipped saying `why`.
-pub(crate) fn drop_sysfs(
-    exposures: &mut Vec<Exposure>,
-    skipped: &mut Vec<Skip>,
-    why: &'static str,
-) {
-    exposures.retain(|e| {
-        let sysfs = matches!(e.reason, Reason::Sysfs { .. });
-        if sysfs {
-            skipped.push(Skip::new(
-                e.inside.display().to_string(),
-                Skipped::NoSysfsTree(why),
-            ));
-        }
-        !sysfs
-    });
-}
-
-/// `path` (absolute) under `root`.
-fn under(root: &Path, path: &Path) -> PathBuf {
-    root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
 #[cfg(test)]
@@ -117,16 +107,17 @@ mod tests {
         let mut decision = Decision::default();
         decision.add_sysfs("a", Sysfs::Topology, &c);
         let mut exposures = sysfs_exposures(&decision.sysfs, "x", &c.runtime_dir);
-        exposures.push(Exposure {
+        decision.exposures.append(&mut exposures);
+        decision.exposures.push(Exposure {
             inside: "/dev/nvidia0".into(),
             outside: "/dev/nvidia0".into(),
             reason: Reason::HostPath { rule: "a".into() },
         });
-        let mut skipped = Vec::new();
-        drop_sysfs(&mut exposures, &mut skipped, "exec makes no tree");
-        assert_eq!(exposures.len(), 1);
-        assert_eq!(skipped.len(), 2);
-        assert!(skipped
+        decision.drop_sysfs("exec makes no tree");
+        assert_eq!(decision.exposures.len(), 1);
+        assert_eq!(decision.skipped.len(), 2);
+        assert!(decision
+            .skipped
             .iter()
             .all(|s| s.why == Skipped::NoSysfsTree("exec makes no tree")));
     }

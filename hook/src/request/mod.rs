@@ -126,21 +126,6 @@ impl Tagged {
             .map(|id| (*id, id.of(&self.config)))
             .collect()
     }
-
-    /// The first of `features` that the first matching rule answers, for messages.
-    pub(crate) fn first_match(&self, features: &[Vec<u8>]) -> String {
-        first_match(&self.config, &self.rules, features)
-    }
-}
-
-/// The first of `features` that the first of `rules` answers (empty when none does).
-fn first_match(config: &Config, rules: &[RuleId], features: &[Vec<u8>]) -> String {
-    let features: Vec<&[u8]> = features.iter().map(Vec::as_slice).collect();
-    rules
-        .first()
-        .and_then(|id| id.of(config).first_match(&features))
-        .map(|f| String::from_utf8_lossy(f).into_owned())
-        .unwrap_or_default()
 }
 
 /// A rule that matched, and through which feature (what `explain` lists).
@@ -155,11 +140,14 @@ pub(crate) struct RuleMatch {
 impl RuleMatch {
     /// Each of `rules` of `config`, with the first of `features` it answers.
     fn all(config: &Config, rules: &[RuleId], features: &[Vec<u8>]) -> Vec<RuleMatch> {
+        let features: Vec<&[u8]> = features.iter().map(Vec::as_slice).collect();
         rules
             .iter()
             .map(|id| RuleMatch {
                 rule: id.of(config).name.clone(),
-                feature: first_match(config, &[*id], features),
+                feature: (id.of(config).first_match(&features))
+                    .map(|f| String::from_utf8_lossy(f).into_owned())
+                    .unwrap_or_default(),
             })
             .collect()
     }
@@ -231,6 +219,14 @@ impl Request {
         self.derivation
             .as_ref()
             .map(|d| d.display().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The feature the first matching rule answered to, for messages (empty when none did).
+    pub(crate) fn first_match(&self) -> String {
+        self.matched
+            .first()
+            .map(|m| m.feature.clone())
             .unwrap_or_default()
     }
 
@@ -515,7 +511,7 @@ impl Request {
         match unsandboxed {
             Some(why) => Verdict::Fail(RequestFailure::Unsandboxed {
                 name: self.derivation_name(),
-                feature: first_match(&config, &rules, &self.features),
+                feature: self.first_match(),
                 why,
             }),
             None => Verdict::Tagged(Tagged {

@@ -132,8 +132,9 @@ impl Decision {
         }
     }
 
-    /// Exposes one of a device's nodes, or makes a spec that names an unusable path a
-    /// problem.
+    /// Exposes one of a device's nodes, a character device, required: a spec that names an
+    /// unusable path, or a node that cannot be followed, is not a character device or cannot
+    /// be said in Nix's protocol, is a problem.
     fn add_cdi_device_node(
         &mut self,
         at: &Place<'_>,
@@ -155,8 +156,33 @@ impl Decision {
         }
         let inside = symlinks::normalize(Path::new(&n.path));
         let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
-        let reason = cdi_reason(at, part, found, CdiItem::DeviceNode);
-        self.add_cdi_node(at.rule, device, &inside, &outside, view, reason);
+        let fail = |fault: NodeFault| {
+            let inside = inside.clone();
+            let device = device.to_owned();
+            Problem::new(
+                at.rule,
+                ProblemKind::CdiNode {
+                    device,
+                    inside,
+                    fault,
+                },
+            )
+        };
+        let chain = match symlinks::follow(&inside, &outside, Space::Literal, view)
+            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+        {
+            Ok(c) => c,
+            Err(e) => return self.problems.push(fail(NodeFault::Unusable(e))),
+        };
+        if chain.target != Node::CharDevice {
+            return self.problems.push(fail(NodeFault::NotCharDevice(outside)));
+        }
+        if let Some(bad) = super::devices::unexpressible(&chain.hops) {
+            return self
+                .problems
+                .push(fail(NodeFault::Unexpressible(bad.to_path_buf())));
+        }
+        self.add_chain(chain.hops, cdi_reason(at, part, found, CdiItem::DeviceNode));
     }
 
     /// Exposes one of a device's bind mounts where the build can use it: a library at the
@@ -234,45 +260,6 @@ impl Decision {
         }
         let reason = cdi_reason(at, part, found, CdiItem::Mount);
         self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
-    }
-
-    /// Exposes one device node: a character device, required.
-    fn add_cdi_node(
-        &mut self,
-        rule: &str,
-        device: &str,
-        inside: &Path,
-        outside: &Path,
-        view: &HostView,
-        reason: Reason,
-    ) {
-        let fail = |fault: NodeFault| {
-            Problem::new(
-                rule,
-                ProblemKind::CdiNode {
-                    device: device.to_owned(),
-                    inside: inside.to_path_buf(),
-                    fault,
-                },
-            )
-        };
-        let chain = match symlinks::follow(inside, outside, Space::Literal, view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-        {
-            Ok(c) => c,
-            Err(e) => return self.problems.push(fail(NodeFault::Unusable(e))),
-        };
-        if chain.target != Node::CharDevice {
-            return self
-                .problems
-                .push(fail(NodeFault::NotCharDevice(outside.to_path_buf())));
-        }
-        if let Some(bad) = super::devices::unexpressible(&chain.hops) {
-            return self
-                .problems
-                .push(fail(NodeFault::Unexpressible(bad.to_path_buf())));
-        }
-        self.add_chain(chain.hops, reason);
     }
 
     /// Makes a `create-symlinks` link at the driver link when it names a library, by exposing
