@@ -14,7 +14,6 @@
 
 use std::fs::File;
 use std::ops::{ControlFlow, Range};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use memchr::memmem;
@@ -335,29 +334,28 @@ fn evidence_of(present: &[bool], constants: impl FnOnce() -> Vec<i32>) -> Option
     })
 }
 
-/// Bytes of a dependency read at a time ([`runtime_in_dependency`]): its memory, whatever the
-/// file's size.
+/// Bytes of a dependency read at a time ([`runtime_in_dependency`]), then released: its
+/// memory, whatever the file's size.
 const PIECE: usize = 4 << 20;
 
-/// Calls `f` with each piece of `file`'s bytes `range`, [`PIECE`] bytes and the `overlap` after
-/// them (within `range`), from the last piece to the first, until `f` says to stop: a match of up
-/// to `overlap + 1` bytes is whole in some piece. One buffer, read with `pread`: nothing is
-/// mapped, so nothing read stays counted in the process's memory.
+/// Calls `f` with each piece of `map`'s bytes `range`, [`PIECE`] bytes and the `overlap` after
+/// them (within `range`), from the last piece to the first, until `f` says to stop: a match of
+/// up to `overlap + 1` bytes is whole in some piece. Each piece's pages are released once `f`
+/// has read them ([`Mapped::release`]), so they do not add up in the process's memory.
 fn each_piece(
-    file: &File,
+    map: &Mapped,
     range: Range<usize>,
     overlap: usize,
     mut f: impl FnMut(&[u8]) -> ControlFlow<()>,
-) -> std::io::Result<()> {
-    let mut buffer = vec![0; PIECE.min(range.len()) + overlap];
+) {
     for p in range.clone().step_by(PIECE).rev() {
-        let piece = &mut buffer[..range.end.min(p + PIECE + overlap) - p];
-        file.read_exact_at(piece, p as u64)?;
-        if f(piece).is_break() {
+        let end = range.end.min(p + PIECE + overlap);
+        let flow = f(&map.bytes()[p..end]);
+        map.release(p..end);
+        if flow.is_break() {
             break;
         }
     }
-    Ok(())
 }
 
 /// Why [`runtime_in_dependency`] reads the whole file after all: a string was found in a
@@ -372,10 +370,9 @@ struct Undecided;
 /// found by the magic scan, inside one data section, and a wrapper's container is one of
 /// those when its address is in a fat-binary section. A string found only in a section that
 /// holds the magic, or a file laid out otherwise, is [`Undecided`].
-fn dependency_evidence(file: &File) -> Result<Option<StaticEvidence>, Undecided> {
-    let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).map_err(|_| Undecided)?;
-    let size = file.metadata().map_err(|_| Undecided)?.len();
+fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided> {
+    let data = map.bytes();
+    let elf = object::File::parse(data).map_err(|_| Undecided)?;
     let is_fatbin = |name: &str| name == FATBIN_SECTION || name == RELFATBIN_SECTION;
     let (mut strings, mut code, mut scanned, mut fatbins) = (vec![], vec![], vec![], vec![]);
     let mut wrappers = None;
@@ -383,8 +380,9 @@ fn dependency_evidence(file: &File) -> Result<Option<StaticEvidence>, Undecided>
         let (name, kind) = (s.name().unwrap_or(""), s.kind());
         // Where it lies in the file; one that does not lie in it is read by no one.
         let range = s.file_range().and_then(|(at, n)| {
-            let end = at.checked_add(n).filter(|&end| end <= size)?;
-            Some(usize::try_from(at).ok()?..usize::try_from(end).ok()?)
+            let at = usize::try_from(at).ok()?;
+            let end = at.checked_add(usize::try_from(n).ok()?)?;
+            (end <= data.len()).then_some(at..end)
         });
         if is_fatbin(name) {
             fatbins.push((range.clone().ok_or(Undecided)?, s.address(), s.size()));
@@ -419,24 +417,19 @@ fn dependency_evidence(file: &File) -> Result<Option<StaticEvidence>, Undecided>
     if apart.windows(2).any(|w| w[1].start < w[0].end) {
         return Err(Undecided);
     }
-    if let Some(range) = wrappers {
-        let mut table = vec![0; range.len()];
-        file.read_exact_at(&mut table, range.start as u64)
-            .map_err(|_| Undecided)?;
-        for w in table.chunks_exact(24) {
-            let word = |at: usize, n: usize| {
-                w[at..at + n]
-                    .iter()
-                    .rev()
-                    .fold(0u64, |v, &b| v << 8 | u64::from(b))
-            };
-            let address = word(8, 8);
-            let in_fatbin = fatbins
+    for w in wrappers.map_or(&[][..], |r| &data[r]).chunks_exact(24) {
+        let word = |at: usize, n: usize| {
+            w[at..at + n]
                 .iter()
-                .any(|&(_, at, n)| (at..at.saturating_add(n)).contains(&address));
-            if word(0, 4) == u64::from(WRAPPER_MAGIC) && !in_fatbin {
-                return Err(Undecided);
-            }
+                .rev()
+                .fold(0u64, |v, &b| v << 8 | u64::from(b))
+        };
+        let address = word(8, 8);
+        let in_fatbin = fatbins
+            .iter()
+            .any(|&(_, at, n)| (at..at.saturating_add(n)).contains(&address));
+        if word(0, 4) == u64::from(WRAPPER_MAGIC) && !in_fatbin {
+            return Err(Undecided);
         }
     }
     let texts = searched_strings();
@@ -450,7 +443,7 @@ fn dependency_evidence(file: &File) -> Result<Option<StaticEvidence>, Undecided>
     // container), `Some(false)` found only in sections with it, `None` not found. `search`
     // looks for the strings `wanted` (indices) not yet found.
     let mut present: Vec<Option<bool>> = vec![None; texts.len()];
-    let search = |wanted: Range<usize>, present: &mut Vec<Option<bool>>| -> Result<(), Undecided> {
+    let search = |wanted: Range<usize>, present: &mut Vec<Option<bool>>| {
         for section in &strings {
             let missing: Vec<usize> = wanted
                 .clone()
@@ -460,7 +453,7 @@ fn dependency_evidence(file: &File) -> Result<Option<StaticEvidence>, Undecided>
                 break;
             }
             let mut here = vec![false; texts.len()];
-            each_piece(file, section.clone(), overlap, |piece| {
+            each_piece(map, section.clone(), overlap, |piece| {
                 for &i in &missing {
                     here[i] = here[i] || memmem::find(piece, &needles[i]).is_some();
                 }
@@ -468,21 +461,18 @@ fn dependency_evidence(file: &File) -> Result<Option<StaticEvidence>, Undecided>
                     true => ControlFlow::Break(()),
                     false => ControlFlow::Continue(()),
                 }
-            })
-            .map_err(|_| Undecided)?;
+            });
             if !here.contains(&true) {
                 continue;
             }
             let mut has_magic = false;
-            each_piece(file, section.clone(), 3, |piece| {
+            each_piece(map, section.clone(), 3, |piece| {
                 has_magic = magic.find(piece).is_some();
-                if has_magic {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
+                match has_magic {
+                    true => ControlFlow::Break(()),
+                    false => ControlFlow::Continue(()),
                 }
-            })
-            .map_err(|_| Undecided)?;
+            });
             for i in (0..texts.len()).filter(|&i| here[i]) {
                 present[i] = Some(present[i] == Some(true) || !has_magic);
             }
@@ -498,38 +488,31 @@ fn dependency_evidence(file: &File) -> Result<Option<StaticEvidence>, Undecided>
     }
     search(DECIDING..texts.len(), &mut present)?;
     let present: Vec<bool> = present.iter().map(|p| *p == Some(true)).collect();
-    let mut failed = false;
-    let evidence = evidence_of(&present, || {
+    Ok(evidence_of(&present, || {
         let mut constants = Vec::new();
         for section in &code {
-            failed |= each_piece(file, section.clone(), GETTER_LEN - 1, |piece| {
+            each_piece(map, section.clone(), GETTER_LEN - 1, |piece| {
                 constants.extend(getter_constants(&[piece]));
                 ControlFlow::Continue(())
-            })
-            .is_err();
+            });
         }
         constants
-    });
-    match failed {
-        true => Err(Undecided),
-        false => Ok(evidence),
-    }
+    }))
 }
 
 /// [`runtime_in`] of a file outside the package that a process of it would load (the mixing
-/// check, [`crate::facts::mixing`]), the same answer read in bounded memory: the file's runtime
-/// strings and code in pieces ([`dependency_evidence`]); the whole file, mapped, only where that
+/// check, [`crate::facts::mixing`]), the same answer in bounded memory: the file's runtime
+/// strings and code read in pieces ([`dependency_evidence`]); the whole file only where that
 /// search cannot decide.
 pub fn runtime_in_dependency(path: &Path) -> Option<FoundRuntime> {
     let file = File::open(path).ok()?;
-    let meta = file.metadata().ok()?;
-    if !meta.is_file() || meta.len() == 0 {
+    if !file.metadata().ok()?.is_file() {
         return None;
     }
-    runtime_found(path, || match dependency_evidence(&file) {
+    let map = Mapped::of(&file).ok()?;
+    runtime_found(path, || match dependency_evidence(&map) {
         Ok(evidence) => evidence,
         Err(Undecided) => {
-            let map = Mapped::of(&file).ok()?;
             let data = map.bytes();
             let mut strings = CStrings::gated(&searched_strings(), DECIDING);
             let code = read_gpu_code_and_strings(data, &mut strings);
@@ -869,14 +852,14 @@ mod tests {
             data[at..at + text.len()].copy_from_slice(text);
             let mut file = tempfile::tempfile().unwrap();
             std::io::Write::write_all(&mut file, &data).unwrap();
+            let map = Mapped::of(&file).unwrap();
             let mut found = 0;
             let mut read = 0;
-            each_piece(&file, 5..data.len(), text.len() - 1, |piece| {
+            each_piece(&map, 5..data.len(), text.len() - 1, |piece| {
                 read += piece.len();
                 found += memmem::find_iter(piece, text).count();
                 ControlFlow::Continue(())
-            })
-            .unwrap();
+            });
             assert!(found >= usize::from(at >= 5), "at {at}");
             assert!(read < data.len() + 3 * text.len(), "each byte about once");
         }
