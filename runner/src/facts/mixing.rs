@@ -7,15 +7,14 @@
 //! [`Start::Library`]): glibc's search, modelled once in [`cuda_sandbox_elfkit::ldso`] (the
 //! loader chosen by [`Loader::known`], never run), gives every object the graph loads. The
 //! runtimes in it are those the lint found in the package, and, for objects outside it, what
-//! [`gpu_code_and_runtime`] finds in them (each file read once).
+//! [`runtime_in_dependency`] finds in them (each file read once, in bounded memory).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
-use cuda_sandbox_elfkit::map::Mapped;
 
-use crate::facts::runtime_scan::{gpu_code_and_runtime, mixed_versions, FoundRuntime};
+use crate::facts::runtime_scan::{mixed_versions, runtime_in_dependency, FoundRuntime};
 
 /// An ELF file of the package that starts a dependency graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,17 +41,6 @@ fn real(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// The runtime in the file at `path` (outside the package), if any.
-fn runtime_of_file(path: &Path) -> Option<FoundRuntime> {
-    let file = std::fs::File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let map = Mapped::of(&file).ok()?;
-    // As lint reads a file: the runtime's strings are not looked for inside its GPU code.
-    gpu_code_and_runtime(path, map.bytes()).1
-}
-
 /// The runtime in each of `objects` (one process's, in load order), from `cache` or read (and
 /// then kept there). Mixing takes two runtimes of exact versions, so when every other object is
 /// known to hold none, the one left is not read: its runtime, whatever it is, mixes with
@@ -72,7 +60,7 @@ fn runtimes_of(
     unread.dedup_by(|a, b| a.1 == b.1);
     let largest = unread.pop();
     for (_, path) in unread {
-        let found = runtime_of_file(path);
+        let found = runtime_in_dependency(path);
         cache.insert(path.clone(), found);
     }
     let can_mix = |cache: &HashMap<PathBuf, Option<FoundRuntime>>| {
@@ -85,7 +73,7 @@ fn runtimes_of(
         })
     };
     if let Some((_, path)) = largest.filter(|_| can_mix(cache)) {
-        let found = runtime_of_file(path);
+        let found = runtime_in_dependency(path);
         cache.insert(path.clone(), found);
     }
     objects

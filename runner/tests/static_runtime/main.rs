@@ -12,7 +12,8 @@ use std::process::Command;
 
 use common::RUNNER;
 use cuda_sandbox_check::facts::runtime_scan::{
-    device_ranges, gpu_code_and_runtime, runtime_in, static_runtime_in, FoundRuntime, RuntimeForm,
+    device_ranges, gpu_code_and_runtime, runtime_in, runtime_in_dependency, static_runtime_in,
+    FoundRuntime, RuntimeForm,
 };
 use cuda_sandbox_elfkit::fatbin::read_gpu_code;
 use cuda_sandbox_elfkit::map::Mapped;
@@ -132,6 +133,13 @@ fn assert_one_pass_agrees(path: &Path, data: &[u8]) {
         gpu_code_and_runtime(path, data),
         two_passes,
         "{}",
+        path.display()
+    );
+    // As the mixing check reads a dependency: in pieces, never holding the file.
+    assert_eq!(
+        runtime_in_dependency(path),
+        two_passes.1,
+        "{} as a dependency",
         path.display()
     );
 }
