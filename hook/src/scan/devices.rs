@@ -105,7 +105,9 @@ pub(crate) type Listings = BTreeMap<PathBuf, Result<Vec<std::ffi::OsString>, Str
 /// The host paths `glob` (absolute, as configured) matches under `root`, in the order
 /// `glob::glob` gives them. The usual device glob (wildcards in the last component only) is
 /// matched against one listing of its directory, shared by every glob there; others go to
-/// `glob::glob`.
+/// `glob::glob`. The shared listing is kept for speed, measured: without it (every glob through
+/// `glob::glob`) a tagged warm run of the default rule took 1.06–1.07x the wall and CPU time
+/// (100 pairs, three times; the build against itself 1.00x), on a `/dev` of 5 entries.
 fn glob_under(root: &Path, glob: &str, listed: &mut Listings, fs: &impl Lookup) -> GlobMatches {
     let wild = |t: &str| t.contains(['*', '?', '[']);
     let (dir, last) = match glob.rsplit_once('/') {
