@@ -19,7 +19,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::rules::Driver;
+use cuda_sandbox_elfkit::fatbin::rules::{Driver, Toolkit};
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, Holds};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
@@ -367,19 +367,13 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
 }
 
 /// A runtime's version as the package scan gives it: `12.9`, `12.x`, or unknown.
-fn scanned_version(text: Option<&str>) -> Option<RuntimeVersion> {
-    let text = text?;
-    if let Some(major) = text.strip_suffix(".x") {
-        return Some(RuntimeVersion {
-            major: major.parse().ok()?,
-            exact: None,
-            error: None,
-        });
-    }
-    let version = CudaVersion::parse(text).ok()?;
-    Some(RuntimeVersion {
-        major: version.major(),
-        exact: Some(version),
+fn scanned_version(version: Option<Toolkit>) -> Option<RuntimeVersion> {
+    version.map(|t| RuntimeVersion {
+        major: t.major(),
+        exact: match t {
+            Toolkit::Exact(v) => Some(v),
+            Toolkit::Major(_) => None,
+        },
         error: None,
     })
 }
@@ -417,7 +411,7 @@ fn candidates<'r>(
                         RuntimeForm::StaticCopy => "static libcudart",
                         _ => "libcudart",
                     },
-                    version: scanned_version(runtime.version.as_deref()),
+                    version: scanned_version(runtime.version),
                     loaded: None,
                 },
             },

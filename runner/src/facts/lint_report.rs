@@ -257,7 +257,9 @@ impl LintReport {
                 "cuda runtime: {} ({}, {})",
                 runtime.file.display(),
                 runtime.form.name(),
-                runtime.version.as_deref().unwrap_or("version unknown")
+                runtime
+                    .version
+                    .map_or("version unknown".into(), |v| v.to_string())
             )?;
         }
         for stub in &self.stub_libcuda {
