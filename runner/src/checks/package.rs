@@ -19,7 +19,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::rules::{Driver, Toolkit};
+use cuda_sandbox_elfkit::fatbin::rules::Driver;
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, Holds};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
@@ -366,18 +366,6 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
     .with_detail(detail.join("\n"))
 }
 
-/// A runtime's version as the package scan gives it: `12.9`, `12.x`, or unknown.
-fn scanned_version(version: Option<Toolkit>) -> Option<RuntimeVersion> {
-    version.map(|t| RuntimeVersion {
-        major: t.major(),
-        exact: match t {
-            Toolkit::Exact(v) => Some(v),
-            Toolkit::Major(_) => None,
-        },
-        error: None,
-    })
-}
-
 /// The CUDA version of the driver the package's runtimes are judged against: the one loaded,
 /// else `--driver-cuda`/`--driver`, else the manifest's.
 fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
@@ -411,7 +399,10 @@ fn candidates<'r>(
                         RuntimeForm::StaticCopy => "static libcudart",
                         _ => "libcudart",
                     },
-                    version: scanned_version(runtime.version),
+                    version: runtime.version.map(|toolkit| RuntimeVersion {
+                        toolkit,
+                        error: None,
+                    }),
                     loaded: None,
                 },
             },
