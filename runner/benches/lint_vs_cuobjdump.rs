@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use cuda_sandbox_check::facts::elf_lint::{lint, LintConfig};
 use cuda_sandbox_check::facts::runtime_scan::gpu_code_and_runtime;
+use cuda_sandbox_elfkit::fatbin::rules::Toolkit;
 use cuda_sandbox_elfkit::fatbin::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION};
 use cuda_sandbox_elfkit::fatbin::{parse, read_file, GpuCode};
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
@@ -492,9 +493,7 @@ fn library(
         pages,
     }];
     let mut libraries = dependencies(&path);
-    let exact = own_runtime
-        .and_then(|r| r.version.as_deref())
-        .is_some_and(|v| !v.ends_with(".x"));
+    let exact = own_runtime.is_some_and(|r| matches!(r.version, Some(Toolkit::Exact(_))));
     let mut left = if exact { None } else { libraries.pop() };
     let mut library_bytes = 0;
     let mut another_runtime = false;
@@ -502,8 +501,7 @@ fn library(
         let bytes = std::fs::read(library).unwrap();
         another_runtime |= gpu_code_and_runtime(library, &bytes)
             .1
-            .and_then(|r| r.version)
-            .is_some_and(|v| !v.ends_with(".x"));
+            .is_some_and(|r| matches!(r.version, Some(Toolkit::Exact(_))));
         let ranges = data_ranges(&bytes);
         library_bytes += ranges.iter().map(|(s, e)| e - s).sum::<usize>();
         files.push(MustRead {

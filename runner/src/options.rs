@@ -223,7 +223,7 @@ pub struct LintOptions {
     /// apart: sm_90, 9.0 or 90; several as sm_90,sm_120 or by repeating the flag (a fleet).
     /// Without it the GPU code is listed, not judged. sm_90a or sm_100f names the GPU of that
     /// capability (a GPU has no variant; its code does), and is echoed as written.
-    #[arg(long, value_name = "sm_XY,...", value_parser = parse_target, value_delimiter = ',')]
+    #[arg(long, value_name = "sm_XY,...", value_parser = Arch::parse, value_delimiter = ',')]
     pub(crate) target: Vec<Arch>,
 
     /// Judge the GPU code for ZLUDA (the CUDA driver API on AMD GPUs) instead: a module runs
@@ -259,12 +259,6 @@ impl LintOptions {
             ..Driver::of(cuda)
         })
     }
-}
-
-/// `--target`: a compute capability, kept with its variant suffix to echo it as given; the GPU
-/// judged is the capability's (`sm_90a` is a 9.0 GPU).
-fn parse_target(text: &str) -> Result<Arch, String> {
-    Arch::parse(text).map_err(|e| e.to_string())
 }
 
 impl Options {

@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use cuda_sandbox_cuda_facts::features::{self as fatbin_features, feature_name, Required};
-use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_manifest::Manifest;
 
 use crate::check::{facts_of, Facts, Outcome};
 use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
 use crate::facts::amd_nodes::AmdNodes;
 use crate::facts::build_features;
+use crate::facts::features::FeatureGpu;
 use crate::facts::zluda::Zluda;
 use crate::session::Session;
 
@@ -338,17 +338,6 @@ fn judge_device_count(session: &Session, count: usize, gpus: usize, problems: &m
     }
 }
 
-/// One GPU as `devices::features` judged it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FeatureGpu {
-    /// Its CUDA ordinal.
-    pub(crate) ordinal: i32,
-    /// `cuDeviceGetName` (a MIG instance's own name).
-    pub(crate) name: String,
-    /// Its compute capability (a MIG instance reports its GPU's).
-    pub capability: Capability,
-}
-
 /// What `devices::features` reports (the report's `facts`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeaturesFacts {
@@ -391,7 +380,13 @@ fn describe_gpus(gpus: &[FeatureGpu]) -> String {
         return "no GPU".to_owned();
     }
     gpus.iter()
-        .map(|gpu| format!("GPU {}: {}", gpu.ordinal, gpu.capability))
+        .map(|gpu| {
+            format!(
+                "GPU {}: {}",
+                gpu.ordinal.unwrap_or_default(),
+                gpu.capability
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -412,16 +407,9 @@ pub(crate) fn features(session: &Session) -> Outcome {
     let wanted = fatbin_features::required(required.iter().map(String::as_str));
     let cuda_sm = feature_names(&wanted);
     let (not_in_manifest, only_in_manifest) = against_manifest(&cuda_sm, manifest);
-    let listed = session.devices().map(|devices| {
-        devices
-            .iter()
-            .map(|device| FeatureGpu {
-                ordinal: device.ordinal,
-                name: device.name.clone(),
-                capability: device.compute_capability,
-            })
-            .collect::<Vec<_>>()
-    });
+    let listed = session
+        .devices()
+        .map(|devices| devices.iter().map(FeatureGpu::from).collect::<Vec<_>>());
     let capabilities: Result<Vec<_>, _> = match &listed {
         Ok(gpus) => Ok(gpus.iter().map(|gpu| gpu.capability).collect()),
         Err(error) => Err(format!(

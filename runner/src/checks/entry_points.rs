@@ -121,7 +121,7 @@ fn primary_version(session: &Session, driver_version: CudaVersion) -> CudaVersio
         session
             .runtimes()
             .ok()
-            .and_then(|r| r.first()?.version()?.exact)
+            .and_then(|r| r.first()?.version()?.exact())
             .map_or(driver_version, |r| r.min(driver_version))
     })
 }
@@ -133,7 +133,7 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
         versions.extend(
             runtimes
                 .iter()
-                .filter_map(|r| r.version()?.exact)
+                .filter_map(|r| r.version()?.exact())
                 .map(|r| r.min(driver_version)),
         );
     }

@@ -12,6 +12,7 @@ use crate::facts;
 use crate::facts::elf_lint::{self, LintConfig};
 use crate::facts::expectations::ManifestState;
 use crate::facts::gpu_code::Target;
+use crate::facts::lint_report::FindingKind;
 use crate::facts::zluda_code;
 use crate::options::LintOptions;
 use crate::session::Session;
@@ -122,20 +123,8 @@ pub(crate) fn elf(session: &Session) -> Outcome {
         "summary" => report.summary(),
     };
     facts.insert("lint".into(), json!(report));
-    if report.only_unknowns() {
-        let lines: Vec<String> = report.findings.iter().map(ToString::to_string).collect();
-        return Outcome::undecided(
-            format!(
-                "the rules cannot judge {} file/target pair(s) (not a pass); first: {}",
-                report.findings.len(),
-                lines[0]
-            ),
-            facts,
-        )
-        .with_detail(lines[1..].join("\n"));
-    }
-    match report.findings.split_first() {
-        None => Outcome::pass(
+    let Some((first, rest)) = report.findings.split_first() else {
+        return Outcome::pass(
             format!(
                 "{}: driver link in DT_RUNPATH{}, no stub libcuda in its search path, no static CUDA \
                  archive",
@@ -147,18 +136,21 @@ pub(crate) fn elf(session: &Session) -> Outcome {
                 }
             ),
             facts,
-        ),
-        Some((first, rest)) => {
-            let outcome = Outcome::fail(
-                format!("{} finding(s); first: {first}", report.findings.len()),
-                facts,
-            );
-            if rest.is_empty() {
-                outcome
-            } else {
-                let lines: Vec<String> = rest.iter().map(ToString::to_string).collect();
-                outcome.with_detail(lines.join("\n"))
-            }
-        }
+        );
+    };
+    let n = report.findings.len();
+    let rest: Vec<String> = rest.iter().map(ToString::to_string).collect();
+    if report
+        .findings
+        .iter()
+        .all(|f| f.kind == FindingKind::GpuCodeUnknown)
+    {
+        // Only pairs the rules could not judge: the lint's own status, not a failure.
+        return Outcome::undecided(
+            format!("the rules cannot judge {n} file/target pair(s) (not a pass); first: {first}"),
+            facts,
+        )
+        .with_detail(rest.join("\n"));
     }
+    Outcome::fail(format!("{n} finding(s); first: {first}"), facts).with_detail_lines(&rest)
 }

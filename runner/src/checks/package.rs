@@ -32,7 +32,7 @@ use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::gpu_code::{judge_all, runtime_uses, Target, TargetVerdict};
-use crate::facts::package_under_test::{PackageUnderTest, ScannedFile, STORE_DIR};
+use crate::facts::package_under_test::{ScannedFile, STORE_DIR};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 use crate::session::Session;
@@ -137,24 +137,6 @@ fn jit_cache() -> String {
     }
 }
 
-/// The verdicts of every file of the package with GPU code, on every target.
-struct GpuCodeFindings {
-    /// `file: reason` of each file/target pair that cannot run.
-    failures: Vec<String>,
-    /// Those the rules cannot judge.
-    unknown: Vec<String>,
-    /// Those that run by JIT.
-    jit: Vec<String>,
-    /// Those that run partly.
-    partly: Vec<String>,
-    /// Each verdict, for the report.
-    judged: Vec<Value>,
-    /// The files that could not be read (the scan's, then those that could not be mapped).
-    unreadable: Vec<String>,
-    /// How many files carry GPU code.
-    files: usize,
-}
-
 /// What `--strict-modules` asks of the package's own files.
 pub(crate) struct Strictness<'a> {
     /// The package's own paths (`--package`): its files are under them.
@@ -183,13 +165,24 @@ impl Strictness<'_> {
     }
 }
 
-/// Judges each file of `package` that carries GPU code on each of `targets`; with `strict`,
-/// the package's own files that run partly fail but for the kernels it expects.
-fn judge_files(
-    package: &PackageUnderTest,
-    targets: &[Target],
-    strict: Option<&Strictness>,
-) -> GpuCodeFindings {
+/// Runs `package::gpu_code`.
+pub(crate) fn gpu_code(session: &Session) -> Outcome {
+    let package = match session.package() {
+        Ok(p) => p,
+        Err(why) => return Outcome::fail(why, facts! {}),
+    };
+    let (targets, from) = match targets(session) {
+        Ok(t) => t,
+        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
+    };
+    let options = &session.options;
+    let strictness = Strictness {
+        own: &package.roots,
+        expect_missing: &options.expect_missing,
+    };
+    let strict = options.strict_modules.then_some(&strictness);
+    // Each file carrying GPU code on each target; with `strict`, the package's own files
+    // that run partly fail but for the kernels it expects.
     let mut failures: Vec<String> = Vec::new();
     let mut unknown: Vec<String> = Vec::new();
     let mut jit: Vec<String> = Vec::new();
@@ -215,7 +208,7 @@ fn judge_files(
         let shown = file.path.display();
         let soname = file.dynamic.as_ref().and_then(|d| d.soname.as_deref());
         let provenance = Provenance::of(&file.path, soname, Path::new(STORE_DIR));
-        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, targets) {
+        for v in &judge_all(&file.gpu_code, map.bytes(), &uses, provenance, &targets) {
             if !(has_code || v.fails() || v.unknown()) {
                 continue;
             }
@@ -255,42 +248,6 @@ fn judge_files(
             }));
         }
     }
-    GpuCodeFindings {
-        failures,
-        unknown,
-        jit,
-        partly,
-        judged,
-        unreadable,
-        files,
-    }
-}
-
-/// Runs `package::gpu_code`.
-pub(crate) fn gpu_code(session: &Session) -> Outcome {
-    let package = match session.package() {
-        Ok(p) => p,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
-    let (targets, from) = match targets(session) {
-        Ok(t) => t,
-        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
-    };
-    let options = &session.options;
-    let strictness = Strictness {
-        own: &package.roots,
-        expect_missing: &options.expect_missing,
-    };
-    let strict = options.strict_modules.then_some(&strictness);
-    let GpuCodeFindings {
-        failures,
-        unknown,
-        jit,
-        partly,
-        judged,
-        unreadable,
-        files,
-    } = judge_files(package, &targets, strict);
     let on: Vec<String> = targets.iter().map(Target::describe).collect();
     let on = on.join(", ");
     let facts = facts! {
@@ -366,24 +323,6 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
     .with_detail(detail.join("\n"))
 }
 
-/// A runtime's version as the package scan gives it: `12.9`, `12.x`, or unknown.
-fn scanned_version(text: Option<&str>) -> Option<RuntimeVersion> {
-    let text = text?;
-    if let Some(major) = text.strip_suffix(".x") {
-        return Some(RuntimeVersion {
-            major: major.parse().ok()?,
-            exact: None,
-            error: None,
-        });
-    }
-    let version = CudaVersion::parse(text).ok()?;
-    Some(RuntimeVersion {
-        major: version.major(),
-        exact: Some(version),
-        error: None,
-    })
-}
-
 /// The CUDA version of the driver the package's runtimes are judged against: the one loaded,
 /// else `--driver-cuda`/`--driver`, else the manifest's.
 fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
@@ -417,7 +356,10 @@ fn candidates<'r>(
                         RuntimeForm::StaticCopy => "static libcudart",
                         _ => "libcudart",
                     },
-                    version: scanned_version(runtime.version.as_deref()),
+                    version: runtime.version.map(|toolkit| RuntimeVersion {
+                        toolkit,
+                        error: None,
+                    }),
                     loaded: None,
                 },
             },

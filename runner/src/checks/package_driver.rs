@@ -144,11 +144,40 @@ pub(crate) fn driver(session: &Session) -> Outcome {
         );
     }
     let ld_library_path = std::env::var("LD_LIBRARY_PATH").ok();
-    let Searched {
-        per_object,
-        passes,
-        failures,
-    } = search_all(&objects, &wanted, &ld_library_path);
+    // Model and judge each object's search for libcuda.so.1, as this process's
+    // LD_LIBRARY_PATH would make it.
+    let runner_interpreter = own_interpreter();
+    let mut failures = Vec::new();
+    let mut passes = Vec::new();
+    let mut per_object = Vec::new();
+    for (file, why) in &objects {
+        let Some(info) = file.dynamic.as_ref() else {
+            continue;
+        };
+        let interpreter = info
+            .interpreter
+            .as_deref()
+            .or(runner_interpreter.as_deref());
+        let executable = info.interpreter.is_some();
+        let (outcome, searched) =
+            match libcuda_search(&file.path, executable, interpreter, &ld_library_path) {
+                Ok(search) => search,
+                Err(why_not) => {
+                    failures.push(why_not);
+                    continue;
+                }
+            };
+        let (found, verdict) = judge_search(&file.path, why, &outcome, &searched, &wanted);
+        match verdict {
+            Ok(line) => passes.push(line),
+            Err(line) => failures.push(line),
+        }
+        per_object.push(ObjectDriver {
+            object: file.path.clone(),
+            opens: (*why).to_owned(),
+            found,
+        });
+    }
     let against = against(session, wanted.chosen);
     let facts = facts_of(&DriverFacts {
         against: against.clone(),
@@ -169,60 +198,6 @@ pub(crate) fn driver(session: &Session) -> Outcome {
             facts,
         )
         .with_detail_lines(rest),
-    }
-}
-
-/// What the objects' searches came to: each object's report entry, the lines of those that get
-/// the right driver, the failures.
-struct Searched {
-    per_object: Vec<ObjectDriver>,
-    passes: Vec<String>,
-    failures: Vec<String>,
-}
-
-/// Models and judges the search for libcuda.so.1 of each of `objects` (with why it opens it),
-/// as this process's `LD_LIBRARY_PATH` (`ld_library_path`) would make it.
-fn search_all(
-    objects: &[(&ScannedFile, &'static str)],
-    wanted: &Wanted,
-    ld_library_path: &Option<String>,
-) -> Searched {
-    let runner_interpreter = own_interpreter();
-    let mut failures = Vec::new();
-    let mut passes = Vec::new();
-    let mut per_object = Vec::new();
-    for (file, why) in objects {
-        let Some(info) = file.dynamic.as_ref() else {
-            continue;
-        };
-        let interpreter = info
-            .interpreter
-            .as_deref()
-            .or(runner_interpreter.as_deref());
-        let executable = info.interpreter.is_some();
-        let (outcome, searched) =
-            match libcuda_search(&file.path, executable, interpreter, ld_library_path) {
-                Ok(search) => search,
-                Err(why_not) => {
-                    failures.push(why_not);
-                    continue;
-                }
-            };
-        let (found, verdict) = judge_search(&file.path, why, &outcome, &searched, wanted);
-        match verdict {
-            Ok(line) => passes.push(line),
-            Err(line) => failures.push(line),
-        }
-        per_object.push(ObjectDriver {
-            object: file.path.clone(),
-            opens: (*why).to_owned(),
-            found,
-        });
-    }
-    Searched {
-        per_object,
-        passes,
-        failures,
     }
 }
 

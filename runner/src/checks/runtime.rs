@@ -59,14 +59,14 @@ impl Standing {
 
 fn standing(runtime: &RuntimeVersion, driver: CudaVersion) -> Standing {
     // The rule `lint --target` and `package::gpu_code` apply to a file's runtime too.
-    let major = Toolkit::Major(runtime.major);
+    let major = Toolkit::Major(runtime.toolkit.major());
     if toolkit_on_driver(major, &rules::Driver::of(driver)) == ToolkitFit::NewerMajor {
         return Standing::NewerMajor;
     }
-    match runtime.exact {
+    match runtime.exact() {
         Some(r) if r > driver => Standing::MinorNewer(r),
         Some(r) => Standing::Supported(r),
-        None if runtime.major < driver.major() => Standing::OlderMajor,
+        None if runtime.toolkit.major() < driver.major() => Standing::OlderMajor,
         None => Standing::SameMajor,
     }
 }
@@ -310,9 +310,9 @@ fn judge_candidate(
     JudgedRuntime {
         cudart: candidate.cudart.clone(),
         form: form.to_owned(),
-        runtime_version: version.exact.map(|v| v.to_string()),
+        runtime_version: version.exact().map(|v| v.to_string()),
         judged: Some(Judged {
-            runtime_major: version.major,
+            runtime_major: version.toolkit.major(),
             runtime_version_error: version.error,
             runtime_driver_version: says_driver.map(|v| v.to_string()),
             standing: standing.name(),
@@ -361,7 +361,7 @@ fn judge_version(
         (Standing::Supported(r), _) => {
             found.notes.push(format!(
                 "{form} {} on driver {driver}: supported",
-                version.describe()
+                version.toolkit
             ));
             let at = (*r).min(driver);
             found.resolved_at.push((at, file.clone(), at.to_string()));
@@ -369,27 +369,27 @@ fn judge_version(
         (Standing::OlderMajor, _) => {
             found.notes.push(format!(
                 "{form} {} on driver {driver}: supported (an older major)",
-                version.describe()
+                version.toolkit
             ));
             // The minor is unknown: compare as the major's last minor, so only the
             // differences every minor of it has are claimed.
-            let last = CudaVersion(version.major * 1000 + 990);
+            let last = CudaVersion(version.toolkit.major() * 1000 + 990);
             found
                 .resolved_at
-                .push((last, file.clone(), version.describe()));
+                .push((last, file.clone(), version.toolkit.to_string()));
         }
         (Standing::SameMajor, _) => found.notes.push(match version.error {
             Some(code) => format!(
                 "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
                  {code} {} without a GPU, so the minor is unknown; minor-version \
                  compatibility covers it)",
-                version.describe(),
+                version.toolkit,
                 error_name(code)
             ),
             None => format!(
                 "{form} {} on driver {driver}: same major (the minor is unknown; \
                  minor-version compatibility covers it)",
-                version.describe()
+                version.toolkit
             ),
         }),
     }
@@ -410,7 +410,7 @@ fn newer_major(candidate: &Candidate, version: &RuntimeVersion, driver: CudaVers
          runtime call fails with cudaErrorInsufficientDriver (35){}; install a driver \
          providing CUDA >= {}.0 on the host, or use cuda_compat >= {} on a data-centre GPU \
          or Jetson, or build against CUDA {}.x",
-        version.describe(),
+        version.toolkit,
         match answer {
             Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => {
                 " (cudaGetDriverEntryPoint answered 35 here)".to_owned()
@@ -421,8 +421,8 @@ fn newer_major(candidate: &Candidate, version: &RuntimeVersion, driver: CudaVers
             ),
             None => String::new(),
         },
-        version.major,
-        version.describe(),
+        version.toolkit.major(),
+        version.toolkit,
         driver.major()
     )
 }
@@ -487,7 +487,7 @@ pub(crate) fn entry_points(session: &Session) -> Outcome {
             }
             Err(None) => continue,
         }
-        let Some(r) = runtime.version().and_then(|v| v.exact) else {
+        let Some(r) = runtime.version().and_then(|v| v.exact()) else {
             failures.push(format!("{file}: cudaRuntimeGetVersion gives no version"));
             continue;
         };

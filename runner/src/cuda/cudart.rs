@@ -13,6 +13,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::path::{Path, PathBuf};
 
+use cuda_sandbox_elfkit::fatbin::rules::Toolkit;
 use libloading::Library;
 
 use super::loaded::{loader_search_path, LoadedFile};
@@ -61,37 +62,35 @@ pub(crate) struct EntryPoint {
 /// A runtime's CUDA version, and how it was learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RuntimeVersion {
-    /// The major version, always known (from `cudaRuntimeGetVersion` or the file name).
-    pub major: i32,
-    /// The whole version, when `cudaRuntimeGetVersion` or the file name gives it.
-    pub exact: Option<CudaVersion>,
+    /// The whole version (`cudaRuntimeGetVersion`'s, or the file name's), or only the major
+    /// (`libcudart.so.12`).
+    pub toolkit: Toolkit,
     /// `cudaRuntimeGetVersion`'s error, when it refused to answer.
     pub error: Option<c_int>,
 }
 
 impl RuntimeVersion {
-    /// `12.9`, or `11.x` when only the major is known.
-    pub(crate) fn describe(&self) -> String {
-        match self.exact {
-            Some(v) => v.to_string(),
-            None => format!("{}.x", self.major),
+    /// The whole version, when known.
+    pub(crate) fn exact(&self) -> Option<CudaVersion> {
+        match self.toolkit {
+            Toolkit::Exact(v) => Some(v),
+            Toolkit::Major(_) => None,
         }
     }
 }
 
 /// The version in a runtime's file name: `libcudart.so.12.9.79` → 12.9, `libcudart.so.12` →
 /// major 12 only. `libcudart.so.11.0` is the SONAME of every 11.x runtime, not version 11.0.
-fn version_from_file_name(path: &Path) -> Option<(i32, Option<CudaVersion>)> {
+fn version_from_file_name(path: &Path) -> Option<Toolkit> {
     let name = path.file_name()?.to_str()?;
     let rest = name.strip_prefix("libcudart.so.")?;
     let mut parts = rest.split('.');
     let major: i32 = parts.next()?.parse().ok()?;
     let minor: Option<i32> = parts.next().and_then(|m| m.parse().ok());
-    let exact = match (rest, minor) {
-        ("11.0", _) | (_, None) => None,
-        (_, Some(minor)) => Some(CudaVersion(major * 1000 + minor * 10)),
-    };
-    Some((major, exact))
+    Some(match (rest, minor) {
+        ("11.0", _) | (_, None) => Toolkit::Major(major),
+        (_, Some(minor)) => Toolkit::Exact(CudaVersion(major * 1000 + minor * 10)),
+    })
 }
 
 /// A `--cudart` file that cannot be used as a CUDA runtime.
@@ -220,21 +219,16 @@ impl Runtime {
     pub(crate) fn version(&self) -> Option<RuntimeVersion> {
         match self.runtime_version_call() {
             Ok(v) => Some(RuntimeVersion {
-                major: v / 1000,
-                exact: Some(CudaVersion(v)),
+                toolkit: Toolkit::Exact(CudaVersion(v)),
                 error: None,
             }),
-            Err(code) => {
-                let by_name = [&self.file.real_path, &self.file.path]
+            Err(code) => Some(RuntimeVersion {
+                toolkit: [&self.file.real_path, &self.file.path]
                     .into_iter()
                     .filter_map(|p| version_from_file_name(p))
-                    .max_by_key(|(_, exact)| exact.is_some())?;
-                Some(RuntimeVersion {
-                    major: by_name.0,
-                    exact: by_name.1,
-                    error: Some(code),
-                })
-            }
+                    .max_by_key(|t| matches!(t, Toolkit::Exact(_)))?,
+                error: Some(code),
+            }),
         }
     }
 
@@ -314,13 +308,13 @@ mod tests {
         let v = |n: &str| version_from_file_name(Path::new(n));
         assert_eq!(
             v("libcudart.so.12.9.79"),
-            Some((12, Some(CudaVersion(12090))))
+            Some(Toolkit::Exact(CudaVersion(12090)))
         );
-        assert_eq!(v("libcudart.so.12"), Some((12, None)));
-        assert_eq!(v("libcudart.so.11.0"), Some((11, None)));
+        assert_eq!(v("libcudart.so.12"), Some(Toolkit::Major(12)));
+        assert_eq!(v("libcudart.so.11.0"), Some(Toolkit::Major(11)));
         assert_eq!(
             v("libcudart.so.11.8.89"),
-            Some((11, Some(CudaVersion(11080))))
+            Some(Toolkit::Exact(CudaVersion(11080)))
         );
         assert_eq!(v("libcuda.so.1"), None);
     }

@@ -14,9 +14,9 @@ use clap::Parser;
 use cuda_sandbox_cuda_facts::features::{self, Advertised, GpuCapabilityError};
 use cuda_sandbox_cuda_facts::gpus::nixpkgs_pin;
 use cuda_sandbox_cuda_facts::Capability;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::cuda::devices;
+use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::Driver;
 use crate::output;
 
@@ -70,15 +70,25 @@ pub(crate) enum FeaturesError {
     NoGpu,
 }
 
-/// One GPU the features were computed for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct FeatureGpu {
-    /// Its CUDA ordinal; `None` for a `--capability`.
-    pub ordinal: Option<i32>,
-    /// `cuDeviceGetName` (a MIG instance's own name); `None` for a `--capability`.
-    pub name: Option<String>,
-    /// Its compute capability.
+/// One GPU the features were computed for (`devices::features`, `features`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureGpu {
+    /// Its CUDA ordinal; `None` for a `features --capability`.
+    pub(crate) ordinal: Option<i32>,
+    /// `cuDeviceGetName` (a MIG instance's own name); `None` for a `features --capability`.
+    pub(crate) name: Option<String>,
+    /// Its compute capability (a MIG instance reports its GPU's).
     pub capability: Capability,
+}
+
+impl From<&CudaDevice> for FeatureGpu {
+    fn from(device: &CudaDevice) -> FeatureGpu {
+        FeatureGpu {
+            ordinal: Some(device.ordinal),
+            name: Some(device.name.clone()),
+            capability: device.compute_capability,
+        }
+    }
 }
 
 /// A capability that adds no feature, and why.
@@ -121,14 +131,7 @@ fn driver_gpus() -> Result<Vec<FeatureGpu>, FeaturesError> {
         .init()
         .map_err(|e| FeaturesError::Driver(e.to_string()))?;
     let listed = devices::list(&driver).map_err(|e| FeaturesError::Driver(e.to_string()))?;
-    let gpus: Vec<_> = listed
-        .into_iter()
-        .map(|device| FeatureGpu {
-            ordinal: Some(device.ordinal),
-            name: Some(device.name),
-            capability: device.compute_capability,
-        })
-        .collect();
+    let gpus: Vec<_> = listed.iter().map(FeatureGpu::from).collect();
     if gpus.is_empty() {
         return Err(FeaturesError::NoGpu);
     }

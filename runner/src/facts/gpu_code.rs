@@ -96,14 +96,7 @@ pub(crate) fn runtime_uses(
 ) -> Vec<RuntimeUse> {
     let mut uses = Vec::new();
     if let Some(r) = runtime.filter(|r| r.form != RuntimeForm::Archive) {
-        let toolkit = r
-            .version
-            .as_deref()
-            .and_then(|v| match v.strip_suffix(".x") {
-                Some(major) => major.parse().ok().map(Toolkit::Major),
-                None => CudaVersion::parse(v).ok().map(Toolkit::Exact),
-            });
-        if let Some(toolkit) = toolkit {
+        if let Some(toolkit) = r.version {
             let what = match r.form {
                 RuntimeForm::StaticCopy => format!("a static CUDA runtime {toolkit}"),
                 _ => format!("the CUDA runtime {toolkit} (libcudart)"),

@@ -173,16 +173,6 @@ impl LintReport {
         }
     }
 
-    /// Whether every finding is one the rules could not judge (`gpu-code-unknown`): the lint's
-    /// own exit status, distinct from a file that cannot run.
-    pub fn only_unknowns(&self) -> bool {
-        !self.findings.is_empty()
-            && self
-                .findings
-                .iter()
-                .all(|f| f.kind == FindingKind::GpuCodeUnknown)
-    }
-
     /// How many files cannot run on some target.
     pub(crate) fn cannot_run(&self) -> usize {
         self.gpu_code
@@ -257,7 +247,9 @@ impl LintReport {
                 "cuda runtime: {} ({}, {})",
                 runtime.file.display(),
                 runtime.form.name(),
-                runtime.version.as_deref().unwrap_or("version unknown")
+                runtime
+                    .version
+                    .map_or("version unknown".into(), |v| v.to_string())
             )?;
         }
         for stub in &self.stub_libcuda {

@@ -158,7 +158,8 @@ impl MixedProcess {
                 format!(
                     "{} ({})",
                     r.file.display(),
-                    r.version.as_deref().unwrap_or("version unknown")
+                    r.version
+                        .map_or("version unknown".into(), |v| v.to_string())
                 )
             })
             .collect();

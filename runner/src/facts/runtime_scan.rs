@@ -21,6 +21,7 @@ use object::{Object, ObjectSection, SectionKind};
 use serde::Serialize;
 
 use cuda_sandbox_elfkit::fatbin::parse::CONTAINER_MAGIC;
+use cuda_sandbox_elfkit::fatbin::rules::Toolkit;
 use cuda_sandbox_elfkit::fatbin::sections::{
     FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_MAGIC, WRAPPER_SECTION,
 };
@@ -61,7 +62,7 @@ pub struct FoundRuntime {
     /// Shared, archive, or a static copy inside another ELF file.
     pub form: RuntimeForm,
     /// `12.9`, `12.x` (major only), or `None` when nothing names it.
-    pub version: Option<String>,
+    pub version: Option<Toolkit>,
     /// Why it counts as a runtime and where the version comes from, e.g. `symbol
     /// cudaGetDriverEntryPoint; version 12.9 from cudaRuntimeGetVersion's constant 12090`.
     pub evidence: String,
@@ -127,7 +128,7 @@ impl StaticEvidence {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContentVersion {
     /// `12.9`, or `12.x` when only the major can be read.
-    pub version: String,
+    pub version: Toolkit,
     /// What gave it, e.g. `cudaRuntimeGetVersion's constant 12090`.
     pub(crate) source: String,
 }
@@ -567,20 +568,20 @@ fn version_of(names_12: bool, names_13: bool, constants: Vec<i32>) -> Option<Con
             (!names_12 || (12000..13000).contains(&value)) && (!names_13 || value >= 13000);
         if agrees {
             return Some(ContentVersion {
-                version: CudaVersion(value).to_string(),
+                version: Toolkit::Exact(CudaVersion(value)),
                 source: format!("cudaRuntimeGetVersion's constant {value}"),
             });
         }
     }
     (names_12 && !names_13).then(|| ContentVersion {
-        version: "12.x".into(),
+        version: Toolkit::Major(12),
         source: format!("API name {NAME_OF_12} (12.0 to 12.9)"),
     })
 }
 
 /// The CUDA version a path names: `libcudart.so.12.9.79` → 12.9; a store path such as
 /// `/nix/store/…-cuda_cudart-12.9.79-lib/…` → 12.9; `libcudart.so.12` → `12.x`.
-pub(crate) fn version_named_by(path: &Path) -> Option<String> {
+pub(crate) fn version_named_by(path: &Path) -> Option<Toolkit> {
     let text = path.to_string_lossy();
     let after = |marker: &str| -> Option<CudaVersion> {
         let start = text.find(marker)? + marker.len();
@@ -594,23 +595,15 @@ pub(crate) fn version_named_by(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_string_lossy().into_owned();
     if let Some(rest) = name.strip_prefix("libcudart.so.") {
         if rest != "11.0" && rest.contains('.') {
-            return after("libcudart.so.").map(|v| v.to_string());
+            return after("libcudart.so.").map(Toolkit::Exact);
         }
     }
     if let Some(v) = after("cuda_cudart-").or_else(|| after("cudart-")) {
-        return Some(v.to_string());
+        return Some(Toolkit::Exact(v));
     }
-    let major = name
-        .strip_prefix("libcudart.so.")?
-        .split('.')
-        .next()?
-        .to_owned();
-    major.parse::<u32>().ok().map(|m| format!("{m}.x"))
-}
-
-/// The major of `12.9` or `12.x`.
-fn major_of(version: &str) -> Option<&str> {
-    version.split('.').next()
+    let major = name.strip_prefix("libcudart.so.")?.split('.').next()?;
+    let major: u32 = major.parse().ok()?;
+    i32::try_from(major).ok().map(Toolkit::Major)
 }
 
 /// Classifies one file; `data` is its bytes when it is an ELF file. `libcudart.so*` and
@@ -639,36 +632,32 @@ fn runtime_found(
 ) -> Option<FoundRuntime> {
     let name = path.file_name()?.to_string_lossy();
     let named = version_named_by(path);
-    let from_name = |version: &Option<String>| match version {
+    let from_name = |version: &Option<Toolkit>| match version {
         Some(v) => format!("version {v} from the path"),
         None => "version unknown".to_owned(),
     };
-    let found = |form, version: Option<String>, evidence: String| FoundRuntime {
+    let found = |form, version: Option<Toolkit>, evidence: String| FoundRuntime {
         file: path.to_path_buf(),
         form,
         version,
         evidence,
     };
     if name.starts_with("libcudart.so") {
-        let exact = named.as_ref().is_some_and(|v| !v.ends_with(".x"));
+        let exact = matches!(named, Some(Toolkit::Exact(_)));
         let content = (!exact)
             .then(evidence)
             .flatten()
             .and_then(|e| e.version)
-            .filter(|c| {
-                named
-                    .as_deref()
-                    .is_none_or(|n| major_of(n) == major_of(&c.version))
-            });
+            .filter(|c| named.is_none_or(|n| n.major() == c.version.major()));
         return Some(match content {
-            Some(c) if !c.version.ends_with(".x") || named.is_none() => found(
+            Some(c) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => found(
                 RuntimeForm::Shared,
-                Some(c.version.clone()),
+                Some(c.version),
                 format!("file name; version {} from {}", c.version, c.source),
             ),
             _ => found(
                 RuntimeForm::Shared,
-                named.clone(),
+                named,
                 format!("file name; {}", from_name(&named)),
             ),
         });
@@ -676,18 +665,18 @@ fn runtime_found(
     if name.starts_with("libcudart_static") && name.ends_with(".a") {
         return Some(found(
             RuntimeForm::Archive,
-            named.clone(),
+            named,
             format!("file name; {}", from_name(&named)),
         ));
     }
     let evidence = evidence()?;
     let (why, content) = (evidence.describe(), evidence.version);
     let (version, source) = match content {
-        Some(c) if !c.version.ends_with(".x") || named.is_none() => {
+        Some(c) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => {
             let text = format!("version {} from {}", c.version, c.source);
             (Some(c.version), text)
         }
-        _ => (named.clone(), from_name(&named)),
+        _ => (named, from_name(&named)),
     };
     Some(found(
         RuntimeForm::StaticCopy,
@@ -699,11 +688,11 @@ fn runtime_found(
 impl FoundRuntime {
     /// Its version when it can mix with another runtime's: exact (`12.9`, not `12.x` or
     /// unknown), and not an archive (which no process loads).
-    pub(crate) fn mixing_version(&self) -> Option<&str> {
-        (self.form != RuntimeForm::Archive)
-            .then_some(self.version.as_deref())
-            .flatten()
-            .filter(|v| !v.ends_with(".x"))
+    pub(crate) fn mixing_version(&self) -> Option<CudaVersion> {
+        match self.version {
+            Some(Toolkit::Exact(v)) if self.form != RuntimeForm::Archive => Some(v),
+            _ => None,
+        }
     }
 }
 
@@ -713,7 +702,7 @@ pub(crate) fn mixed_versions(runtimes: &[FoundRuntime]) -> Option<Vec<String>> {
     let mut versions: Vec<String> = runtimes
         .iter()
         .filter_map(FoundRuntime::mixing_version)
-        .map(str::to_owned)
+        .map(|v| v.to_string())
         .collect();
     versions.sort();
     versions.dedup();
@@ -726,7 +715,7 @@ mod tests {
 
     #[test]
     fn names_give_versions() {
-        let v = |p: &str| version_named_by(Path::new(p));
+        let v = |p: &str| version_named_by(Path::new(p)).map(|t| t.to_string());
         assert_eq!(v("/x/lib/libcudart.so.12.9.79").as_deref(), Some("12.9"));
         assert_eq!(v("/x/lib/libcudart.so.12").as_deref(), Some("12.x"));
         assert_eq!(v("/x/lib/libcudart.so.11.0").as_deref(), Some("11.x"));
@@ -790,7 +779,7 @@ mod tests {
             static_runtime_in(&blob(&all, code))
                 .expect("a runtime")
                 .version
-                .map(|v| v.version)
+                .map(|v| v.version.to_string())
         };
         let mut code = getter(12090);
         code.extend(getter(2)); // not a version: ignored
@@ -896,15 +885,21 @@ mod tests {
 
     #[test]
     fn mixing_needs_two_exact_versions() {
-        let r = |v: &str| FoundRuntime {
+        let r = |v: Toolkit| FoundRuntime {
             file: PathBuf::from("f"),
             form: RuntimeForm::Shared,
-            version: Some(v.into()),
+            version: Some(v),
             evidence: "file name".into(),
         };
-        assert_eq!(mixed_versions(&[r("12.9"), r("12.x")]), None);
         assert_eq!(
-            mixed_versions(&[r("12.9"), r("11.8")]),
+            mixed_versions(&[r(Toolkit::Exact(CudaVersion(12090))), r(Toolkit::Major(12))]),
+            None
+        );
+        assert_eq!(
+            mixed_versions(&[
+                r(Toolkit::Exact(CudaVersion(12090))),
+                r(Toolkit::Exact(CudaVersion(11080)))
+            ]),
             Some(vec!["11.8".into(), "12.9".into()])
         );
     }

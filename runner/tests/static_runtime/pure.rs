@@ -79,7 +79,11 @@ fn stripped_static_copies_are_found_with_their_version() {
                 let found = classify(&stripped)
                     .unwrap_or_else(|| panic!("no runtime found in {}", stripped.display()));
                 assert_eq!(found.form, RuntimeForm::StaticCopy, "{found:?}");
-                assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+                assert_eq!(
+                    found.version.map(|v| v.to_string()).as_deref(),
+                    Some(&*version),
+                    "{found:?}"
+                );
                 assert!(found.evidence.starts_with("strings: "), "{found:?}");
                 let constant =
                     format!("cudaRuntimeGetVersion's constant {}", cudart.cuda_version());
@@ -191,7 +195,11 @@ fn shared_runtimes_are_found_with_the_version_in_their_code() {
         // In the cache: the directory (`cudart-12.9`) names the version.
         let found = classify(&real.cudart(cudart)).expect("a runtime");
         assert_eq!(found.form, RuntimeForm::Shared);
-        assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+        assert_eq!(
+            found.version.map(|v| v.to_string()).as_deref(),
+            Some(&*version),
+            "{found:?}"
+        );
         // Under its SONAME only (`libcudart.so.12`, or 11.8's `libcudart.so.11.0`), which names
         // the major at most: the code gives the rest.
         let dir = temp.path().join(format!("{cudart:?}"));
@@ -200,7 +208,11 @@ fn shared_runtimes_are_found_with_the_version_in_their_code() {
         std::fs::copy(real.cudart(cudart), &bare).unwrap();
         let found = classify(&bare).expect("a runtime");
         assert_eq!(found.form, RuntimeForm::Shared);
-        assert_eq!(found.version.as_deref(), Some(&*version), "{found:?}");
+        assert_eq!(
+            found.version.map(|v| v.to_string()).as_deref(),
+            Some(&*version),
+            "{found:?}"
+        );
         assert!(
             found.evidence.contains("cudaRuntimeGetVersion's constant"),
             "{found:?}"
@@ -210,7 +222,7 @@ fn shared_runtimes_are_found_with_the_version_in_their_code() {
         let evidence = static_runtime_in(&data).expect("the runtime's strings");
         assert_eq!(evidence.markers.len(), 4, "{evidence:?}");
         assert_eq!(
-            evidence.version.map(|v| v.version).as_deref(),
+            evidence.version.map(|v| v.version.to_string()).as_deref(),
             Some(&*version)
         );
     }
