@@ -208,13 +208,21 @@ mod tests {
             src.join("session.rs"),
             src.join("check.rs"),
         ];
-        for dir in ["facts", "cuda"] {
-            for entry in std::fs::read_dir(src.join(dir)).unwrap() {
-                files.push(entry.unwrap().path());
+        let mut dirs = vec![src.join("facts"), src.join("cuda")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                match path.is_dir() {
+                    true => dirs.push(path),
+                    false => files.push(path),
+                }
             }
         }
-        for file in files {
-            let text = std::fs::read_to_string(&file).unwrap();
+        for file in files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        {
+            let text = std::fs::read_to_string(file).unwrap();
             let mut code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
             assert!(
                 !code.any(|line| line.contains("crate::checks")),
