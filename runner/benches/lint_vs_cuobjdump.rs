@@ -1,6 +1,8 @@
 //! `cuda-sandbox-check lint --json FILE` end to end against NVIDIA's `cuobjdump --list-elf
-//! --list-ptx FILE`, on every library of the vendor corpus (the files
-//! `runner/tests/vendor_verdicts/` judges, fetched by `scripts/nvidia-userspace`).
+//! --list-ptx FILE`, on the libraries of the vendor corpus (fetched by
+//! `scripts/nvidia-userspace`): files `runner/tests/vendor_verdicts/` judges, and two large
+//! ones only timed here, cuDNN's precompiled engines (560 MB) and ONNX Runtime's CUDA
+//! provider (284 MB).
 //!
 //! `cargo bench -p cuda-sandbox-check --bench lint_vs_cuobjdump` prints, per library, these
 //! quantities, labelled, with the page cache warm (each file is read once first):
@@ -130,6 +132,18 @@ const CORPUS: &[(&str, &str, &str, &str)] = &[
         "cudnn-cu12-9.28.0",
         "libcudnn_cnn.so.9",
         "nvidia-cudnn-cu12 9.28.0.42",
+    ),
+    (
+        "cuDNN 9.28.0 precompiled engines",
+        "cudnn-cu12-9.28.0",
+        "libcudnn_engines_precompiled.so.9",
+        "nvidia-cudnn-cu12 9.28.0.42",
+    ),
+    (
+        "ONNX Runtime 1.31.0 CUDA provider",
+        "onnxruntime-gpu-1.31.0",
+        "libonnxruntime_providers_cuda.so",
+        "onnxruntime-gpu 1.31.0",
     ),
 ];
 

@@ -12,8 +12,6 @@
 //! out of its outer entry's unpacked payload.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::io::Read;
 
 use super::{Compression, Entry};
 
@@ -157,19 +155,24 @@ fn lz4(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, PayloadFault> {
     Ok(out)
 }
 
-/// A Zstandard frame that must unpack to exactly `unpacked` bytes.
+/// A Zstandard frame that must unpack to exactly `unpacked` bytes: the first frame of
+/// `packed` (what follows it is not the payload's), unpacked into room for one byte more.
 fn zstd(packed: &[u8], unpacked: usize) -> Result<Vec<u8>, PayloadFault> {
-    let bad = |e: &dyn fmt::Display| PayloadFault::Zstd(e.to_string());
-    let decoder = ruzstd::StreamingDecoder::new(packed).map_err(|e| bad(&e))?;
-    let mut out = Vec::new();
-    decoder
-        .take(unpacked as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| bad(&e))?;
-    if out.len() != unpacked {
+    use zstd::zstd_safe::{self, zstd_sys::ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall};
+    let fault = |code| PayloadFault::Zstd(zstd_safe::get_error_name(code).to_owned());
+    let frame = zstd_safe::find_frame_compressed_size(packed).map_err(fault)?;
+    let mut out = Vec::with_capacity(unpacked + 1);
+    // The library's results are sizes, or an error's code negated.
+    let too_small = 0usize.wrapping_sub(ZSTD_error_dstSize_tooSmall as usize);
+    let got = match zstd_safe::DCtx::create().decompress(&mut out, &packed[..frame]) {
+        Ok(n) => n,
+        Err(code) if code == too_small => unpacked + 1,
+        Err(code) => return Err(fault(code)),
+    };
+    if got != unpacked {
         return Err(PayloadFault::ZstdLength {
-            more: out.len() > unpacked,
-            got: out.len().min(unpacked),
+            more: got > unpacked,
+            got: got.min(unpacked),
             unpacked,
         });
     }
