@@ -5,7 +5,7 @@
 use super::cache::{Cache, CacheError, MAX_CACHE_BYTES};
 use super::fs::{FileId, Fs};
 use super::search::{
-    self, expand_dsts, expand_list, trim_dir, Hit, Outcome, Search, SearchList, Source,
+    self, expand_dsts, expand_list, trim_dir, Outcome, Search, SearchList, Source,
 };
 use super::Loader;
 use crate::DynamicInfo;
@@ -405,24 +405,22 @@ impl<'a, F: Fs> Process<'a, F> {
             return Ok((id, false));
         }
         let requester = self.objects[by].path.clone();
-        let (found, hit) = if name.contains('/') {
-            let origin = self.objects[by].origin.clone();
-            let path = expand_dsts(name, origin.as_deref(), self.loader).map(PathBuf::from);
-            search::direct(name, path, &requester, self.loader.elf, self.fs)
+        let (lists, direct) = if name.contains('/') {
+            let origin = self.objects[by].origin.as_deref();
+            let list = SearchList {
+                source: Source::Direct,
+                dirs: Vec::new(),
+            };
+            let path = expand_dsts(name, origin, self.loader).map(PathBuf::from);
+            (vec![list], path)
         } else {
-            let lists = self.lists(by);
-            search::run(
-                name,
-                &requester,
-                lists,
-                self.loader,
-                self.cache.as_ref(),
-                self.fs,
-            )
+            (self.lists(by), None)
         };
+        let files = (self.cache.as_ref(), direct.as_deref());
+        let (found, hit) = search::run(name, &requester, lists, self.loader, files, self.fs);
         self.searches.push(found);
         let search = self.searches.len() - 1;
-        let Some(Hit { path, opened }) = hit else {
+        let (Some(opened), Some(path)) = (hit, self.searches[search].found()) else {
             return Err(Missing {
                 name: name.to_string(),
                 by,
@@ -430,6 +428,7 @@ impl<'a, F: Fs> Process<'a, F> {
                 search,
             });
         };
+        let path = path.to_path_buf();
         // The same file under another name is the object already loaded.
         if let Some(id) = self
             .order
