@@ -118,12 +118,6 @@ pub enum Compression {
 
 /// Entry header flags (measured with `fatbinary` 13.5; `docs/fatbin.md`).
 pub mod flags {
-    /// 64-bit code.
-    pub const BITS_64: u64 = 0x1;
-    /// Debug information.
-    pub const DEBUG: u64 = 0x2;
-    /// Built for Linux.
-    pub const LINUX: u64 = 0x10;
     /// LZ4-compressed payload.
     pub const LZ4: u64 = 0x2000;
     /// Zstandard-compressed payload.
