@@ -78,11 +78,7 @@ impl std::fmt::Display for Bdf {
     }
 }
 
-impl Serialize for Bdf {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
+cuda_sandbox_cuda_facts::serialize_as_display!(Bdf);
 
 impl<'de> Deserialize<'de> for Bdf {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bdf, D::Error> {

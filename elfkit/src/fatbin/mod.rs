@@ -96,11 +96,7 @@ impl fmt::Display for Version {
     }
 }
 
-impl Serialize for Version {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+cuda_sandbox_cuda_facts::serialize_as_display!(Version);
 
 /// How an entry's payload is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

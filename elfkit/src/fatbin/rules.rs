@@ -130,11 +130,7 @@ impl fmt::Display for DriverVersion {
     }
 }
 
-impl Serialize for DriverVersion {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
+cuda_sandbox_cuda_facts::serialize_as_display!(DriverVersion, Toolkit);
 
 /// The driver that loads a file's GPU code. Two versions, because they can differ: under
 /// `cuda_compat` a newer libcuda runs on an older kernel module, and only libcuda is newer.
@@ -219,12 +215,6 @@ pub enum Toolkit {
     Exact(CudaVersion),
     /// The major only (12).
     Major(i32),
-}
-
-impl Serialize for Toolkit {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
 }
 
 impl Toolkit {
