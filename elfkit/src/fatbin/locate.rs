@@ -274,11 +274,7 @@ fn elf_containers(
                 strings.look_ahead(data, (s.start, s.end), &excluded),
             );
         }
-        let all: Vec<&Ahead> = aheads.values().collect();
-        strings.open_gate(&all);
-        for ahead in aheads.values_mut() {
-            strings.look_ahead_past_gate(data, ahead, &excluded);
-        }
+        strings.open_gate(data, aheads.values_mut().collect(), &excluded);
     }
     let mut scanned_to = 0;
     let before = out.len();
@@ -566,8 +562,7 @@ mod tests {
             let walked = Ranges::default();
             let mut out = Vec::new();
             let mut ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
-            strings.open_gate(&[&ahead]);
-            strings.look_ahead_past_gate(&data, &mut ahead, &|_, _| false);
+            strings.open_gate(&data, vec![&mut ahead], &|_, _| false);
             let search = Search {
                 strings: &mut strings,
                 walked: &walked,
