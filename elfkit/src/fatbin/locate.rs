@@ -7,7 +7,6 @@
 //! candidate it tried, so a file of any size is read in linear time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use memchr::memmem;
 use object::read::archive::ArchiveFile;
@@ -426,25 +425,6 @@ fn scan(
             .strings
             .settle(data, &search.ahead, &containers, &|a, b| walked.meets(a, b));
     }
-}
-
-/// Reads the containers of the file at `path`, mapped rather than read: only the pages holding
-/// headers are touched. Files that are not regular are refused; an empty file has none.
-pub fn read_file(path: &Path) -> Result<GpuCode, FatbinError> {
-    let io = |e: std::io::Error| FatbinError::Io(format!("{}: {e}", path.display()));
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(FatbinError::Io(format!(
-            "{}: not a regular file",
-            path.display()
-        )));
-    }
-    if meta.len() == 0 {
-        return Ok(GpuCode::default());
-    }
-    let map = crate::map::Mapped::of(&file).map_err(io)?;
-    read_gpu_code(map.bytes())
 }
 
 #[cfg(test)]

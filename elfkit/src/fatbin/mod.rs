@@ -34,7 +34,7 @@ use cuda_sandbox_cuda_facts::{gpus, Arch, Capability, CudaVersion, ValueError, V
 use serde::Serialize;
 use std::fmt;
 
-pub use locate::{read_file, read_gpu_code, read_gpu_code_and_strings};
+pub use locate::{read_gpu_code, read_gpu_code_and_strings};
 pub use payload::payload;
 
 /// What an entry of a container holds.
@@ -308,12 +308,5 @@ impl GpuCode {
     /// Every entry of every container, in order.
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.containers.iter().flat_map(|c| c.entries.iter())
-    }
-
-    /// The containers NVIDIA's `cuobjdump` lists: all but those found by the magic scan.
-    pub fn listed_by_cuobjdump(&self) -> impl Iterator<Item = &Container> {
-        self.containers
-            .iter()
-            .filter(|c| !matches!(c.origin, Origin::Scan(_)))
     }
 }
