@@ -176,16 +176,10 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
         Mapped::Zeros => return Ok(Some(info)), // DT_NULL first: nothing to load
     };
     let word_size: usize = if header.is_type_64() { 8 } else { 4 };
-    let little = endian.is_little_endian();
-    let word = |bytes: &[u8]| -> u64 {
-        let mut b = [0u8; 8];
-        if little {
-            b[..bytes.len()].copy_from_slice(bytes);
-            u64::from_le_bytes(b)
-        } else {
-            b[8 - bytes.len()..].copy_from_slice(bytes);
-            u64::from_be_bytes(b)
-        }
+    // A word of the file's class and byte order (`bytes` holds 4 or 8).
+    let word = |bytes: &[u8]| match bytes.try_into() {
+        Ok(b) => endian.read_u64_bytes(b),
+        Err(_) => u64::from(endian.read_u32_bytes(bytes.try_into().unwrap_or_default())),
     };
     // ld.so reads p_memsz / sizeof(Dyn) entries at most, up to DT_NULL; past the segment's
     // file bytes its memory holds zeros, that is DT_NULL.

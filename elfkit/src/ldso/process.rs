@@ -3,7 +3,7 @@
 //! once (by name, soname or file), each search from the object glibc searches from.
 
 use super::cache::{Cache, CacheError, MAX_CACHE_BYTES};
-use super::fs::{FileId, Fs};
+use super::fs::{FileId, Fs, Opened};
 use super::search::{
     self, expand_dsts, expand_list, trim_dir, Outcome, Search, SearchList, Source,
 };
@@ -80,6 +80,24 @@ pub struct Object {
     pub search: Option<usize>,
     id: FileId,
     origin: Option<String>,
+}
+
+impl Object {
+    /// The object opened by `path`, with `$ORIGIN` its directory, known by no name yet, loaded
+    /// by nothing and found by no search.
+    fn new(path: PathBuf, opened: Opened, role: Role) -> Object {
+        Object {
+            origin: path_origin(&path),
+            path,
+            real_path: opened.real_path,
+            names: Vec::new(),
+            info: opened.dynamic.ok().flatten().unwrap_or_default(),
+            role,
+            loaded_by: None,
+            search: None,
+            id: opened.id,
+        }
+    }
 }
 
 /// A name that could not be loaded.
@@ -226,17 +244,9 @@ impl<'a, F: Fs> Process<'a, F> {
         } else {
             path_origin(path)
         };
-        let info = opened.dynamic.ok().flatten().unwrap_or_default();
         let main = self.add(Object {
-            path: path.to_path_buf(),
-            real_path: opened.real_path,
-            names: Vec::new(),
-            info,
-            role: Role::Main,
-            loaded_by: None,
-            search: None,
-            id: opened.id,
             origin,
+            ..Object::new(path.to_path_buf(), opened, Role::Main)
         });
         self.main = Some(main);
         self.load_interpreter();
@@ -251,20 +261,10 @@ impl<'a, F: Fs> Process<'a, F> {
         let Ok(opened) = self.fs.open(&path) else {
             return;
         };
-        let info = opened.dynamic.ok().flatten().unwrap_or_default();
-        let mut names = vec![path.to_string_lossy().into_owned()];
-        names.extend(info.soname.clone());
-        let object = Object {
-            origin: path_origin(&path),
-            path,
-            real_path: opened.real_path,
-            names,
-            info,
-            role: Role::Interpreter,
-            loaded_by: None,
-            search: None,
-            id: opened.id,
-        };
+        let name = path.to_string_lossy().into_owned();
+        let mut object = Object::new(path, opened, Role::Interpreter);
+        object.names = vec![name];
+        object.names.extend(object.info.soname.clone());
         self.objects.push(object);
         self.rtld = Some(self.objects.len() - 1);
     }
@@ -443,19 +443,13 @@ impl<'a, F: Fs> Process<'a, F> {
             }
             return Ok((id, false));
         }
-        let info = opened.dynamic.ok().flatten().unwrap_or_default();
-        let id = self.add(Object {
-            origin: path_origin(&path),
-            path,
-            real_path: opened.real_path,
+        let object = Object {
             names: vec![name.to_string()],
-            info,
-            role: Role::Needed(by),
             loaded_by: Some(by),
             search: Some(search),
-            id: opened.id,
-        });
-        Ok((id, true))
+            ..Object::new(path, opened, Role::Needed(by))
+        };
+        Ok((self.add(object), true))
     }
 
     /// The lists searched for a name without `/` loaded from `by`, in `_dl_map_new_object`'s
