@@ -2,7 +2,7 @@
 //! the loader itself, every `DT_NEEDED` breadth first, and what `dlopen` adds, each object
 //! once (by name, soname or file), each search from the object glibc searches from.
 
-use super::cache::{Cache, CacheError, MAX_CACHE_BYTES};
+use super::cache::{Cache, MAX_CACHE_BYTES};
 use super::fs::{FileId, Fs, Opened};
 use super::search::{
     self, expand_dsts, expand_list, trim_dir, Outcome, Search, SearchList, Source,
@@ -159,7 +159,6 @@ pub struct Process<'a, F: Fs> {
     fs: &'a F,
     env: Environment,
     cache: Option<Cache>,
-    cache_error: Option<CacheError>,
     objects: Vec<Object>,
     order: Vec<usize>,
     searches: Vec<Search>,
@@ -170,25 +169,15 @@ pub struct Process<'a, F: Fs> {
 
 impl<'a, F: Fs> Process<'a, F> {
     /// A process run by `loader` on `fs` with `env`, nothing loaded yet. The loader's cache
-    /// is read now; a missing one is none, a damaged one is none too (as glibc ignores it)
-    /// and [`Process::cache_error`] says why.
+    /// is read now; a missing one is none, a damaged one is none too (as glibc ignores it).
     pub fn new(loader: &'a Loader, fs: &'a F, env: Environment) -> Process<'a, F> {
-        let (cache, cache_error) = match &loader.cache {
-            None => (None, None),
-            Some(path) => match fs.read(path, MAX_CACHE_BYTES) {
-                Ok(bytes) => match Cache::parse(&bytes) {
-                    Ok(c) => (Some(c), None),
-                    Err(e) => (None, Some(e)),
-                },
-                Err(_) => (None, None),
-            },
-        };
+        let read = |path| Cache::parse(&fs.read(path, MAX_CACHE_BYTES).ok()?).ok();
+        let cache = loader.cache.as_deref().and_then(read);
         Process {
             loader,
             fs,
             env,
             cache,
-            cache_error,
             objects: Vec::new(),
             order: Vec::new(),
             searches: Vec::new(),
@@ -196,11 +185,6 @@ impl<'a, F: Fs> Process<'a, F> {
             main: None,
             rtld: None,
         }
-    }
-
-    /// Why the loader's cache (`Loader::cache`), which exists, could not be read, if so.
-    pub fn cache_error(&self) -> Option<CacheError> {
-        self.cache_error
     }
 
     /// Starts the process with `path` (an absolute path) as its first object, the loader
@@ -292,17 +276,12 @@ impl<'a, F: Fs> Process<'a, F> {
                         source: Source::Loaded,
                     },
                 };
-                if !created {
-                    return Dlopen {
-                        outcome,
-                        search,
-                        object: Some(id),
-                        missing: Vec::new(),
-                    };
+                let mut missing = Vec::new();
+                if created {
+                    self.objects[id].loaded_by = None;
+                    self.objects[id].role = Role::Dlopened(caller);
+                    missing = self.load_needed(id);
                 }
-                self.objects[id].loaded_by = None;
-                self.objects[id].role = Role::Dlopened(caller);
-                let missing = self.load_needed(id);
                 let object = if missing.is_empty() {
                     Some(id)
                 } else {
@@ -341,11 +320,6 @@ impl<'a, F: Fs> Process<'a, F> {
     /// One object.
     pub fn object(&self, id: usize) -> &Object {
         &self.objects[id]
-    }
-
-    /// The first object, once started.
-    pub fn main(&self) -> Option<usize> {
-        self.main
     }
 
     /// The loader's own object, when its file could be opened (listed among
