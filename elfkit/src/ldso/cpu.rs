@@ -75,13 +75,10 @@ mod x86 {
         }
     }
 
-    fn lahf_sahf() -> bool {
-        cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & 1 != 0
-    }
-
     /// glibc's ISA level: 1 (baseline, every x86-64), 2, 3 or 4.
     pub fn isa_level() -> u32 {
-        let v2 = lahf_sahf() && all!("cmpxchg16b", "popcnt", "sse3", "ssse3", "sse4.1", "sse4.2");
+        let lahf_sahf = cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & 1 != 0;
+        let v2 = lahf_sahf && all!("cmpxchg16b", "popcnt", "sse3", "ssse3", "sse4.1", "sse4.2");
         let v3 = v2 && all!("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "lzcnt", "movbe");
         let v4 = v3 && all!("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl");
         1 + u32::from(v2) + u32::from(v3) + u32::from(v4)

@@ -20,17 +20,6 @@ pub struct Environment {
     pub ld_library_path: Option<String>,
 }
 
-impl Environment {
-    /// `LD_LIBRARY_PATH` as glibc splits it (`_dl_init_paths`): at `:` and `;`, empty entries
-    /// kept (the current directory); an unset or empty value is no list at all.
-    pub fn ld_library_path_entries(&self) -> Vec<String> {
-        match self.ld_library_path.as_deref() {
-            None | Some("") => Vec::new(),
-            Some(v) => v.split([':', ';']).map(String::from).collect(),
-        }
-    }
-}
-
 /// How the first object is started, which decides its `$ORIGIN`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
@@ -461,8 +450,15 @@ impl<'a, F: Fs> Process<'a, F> {
                 }
             }
         }
-        let llp = self.env.ld_library_path_entries();
-        if !llp.is_empty() {
+        // LD_LIBRARY_PATH as glibc splits it (`_dl_init_paths`): at `:` and `;`, empty entries
+        // kept (the current directory); an unset or empty value is no list at all.
+        if let Some(v) = self
+            .env
+            .ld_library_path
+            .as_deref()
+            .filter(|v| !v.is_empty())
+        {
+            let llp: Vec<String> = v.split([':', ';']).map(String::from).collect();
             let origin = self.main.and_then(|m| self.objects[m].origin.clone());
             lists.push(SearchList {
                 source: Source::LdLibraryPath,
