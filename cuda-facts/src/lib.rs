@@ -9,7 +9,7 @@ pub mod gpus;
 pub mod releases;
 pub mod table;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
 
 /// A CUDA version as the driver API encodes it (`cuDriverGetVersion`): `1000 * major + 10 *
@@ -54,11 +54,20 @@ impl fmt::Display for CudaVersion {
     }
 }
 
-impl Serialize for CudaVersion {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
+/// `impl Serialize` for types that serialize as the text they display (`"12.2"`, `"sm_90a"`):
+/// the one way this crate's values, and elfkit's and the manifest's, become JSON strings.
+#[macro_export]
+macro_rules! serialize_as_display {
+    ($($t:ty),+) => {$(
+        impl ::serde::Serialize for $t {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    )+};
 }
+
+serialize_as_display!(CudaVersion, Capability, Arch);
 
 /// Read from the text [`CudaVersion::parse`] reads (the manifest writes `"12.2"`); anything
 /// else is an error that quotes it.
@@ -160,12 +169,6 @@ impl fmt::Display for Capability {
     }
 }
 
-impl Serialize for Capability {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
 /// A GPU's capability, as [`features::parse_gpu`] reads it (no variant suffix).
 impl<'de> Deserialize<'de> for Capability {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -211,12 +214,6 @@ impl Arch {
 impl fmt::Display for Arch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.sm_name())
-    }
-}
-
-impl Serialize for Arch {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
     }
 }
 

@@ -126,11 +126,6 @@ pub fn branch_for_cuda(cuda: CudaVersion) -> Option<u32> {
         .map(|(b, _)| *b)
 }
 
-/// The first driver branch at or above CUDA `cuda` (12.7 → 565, 12.75 → 570).
-pub fn first_branch_at_or_above(cuda: CudaVersion) -> Option<(u32, CudaVersion)> {
-    table().branches.iter().copied().find(|(_, c)| *c >= cuda)
-}
-
 /// A driver of CUDA `needs` or newer, in words for a message: `CUDA 12.8 (R570)`; where no
 /// release is `needs` (12.7), the first release above it and the branch that reports it:
 /// `CUDA 12.8 (R570; or an R565 driver, which reports CUDA 12.7)`.
@@ -139,9 +134,11 @@ pub fn needed_driver(needs: CudaVersion) -> String {
         return format!("CUDA {needs}");
     };
     let branch = |cuda| branch_for_cuda(cuda).map(|b| format!("R{b}"));
-    let between = first_branch_at_or_above(needs).filter(|(_, c)| *c < first);
+    // The first branch at or above `needs` (12.7 → R565), when it reports less than `first`.
+    let at_or_above = table().branches.iter().find(|(_, c)| *c >= needs);
+    let between = at_or_above.filter(|(_, c)| *c < first);
     match (branch(first), between) {
-        (Some(b), Some((older, c))) => format!(
+        (Some(b), Some(&(older, c))) => format!(
             "CUDA {} ({b}; or an R{older} driver, which reports CUDA {})",
             first, c
         ),

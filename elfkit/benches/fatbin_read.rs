@@ -23,10 +23,19 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cuda_sandbox_elfkit::fatbin::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION};
-use cuda_sandbox_elfkit::fatbin::{parse, read_file, EntryKind, GpuCode};
+use cuda_sandbox_elfkit::fatbin::{parse, read_gpu_code, EntryKind, GpuCode, Origin};
+use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_testkit::fatbin_fixtures::{self, FixtureKind};
 use cuda_sandbox_testkit::real_nvidia::{cache_dir, RealNvidia};
 use object::{Object, ObjectSection, SectionKind};
+
+/// The containers of the file at `path`, read from a mapping of it (as the runner reads the
+/// files it lints).
+fn read_file(path: &Path) -> Result<GpuCode, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let map = Mapped::of(&file).map_err(|e| e.to_string())?;
+    read_gpu_code(map.bytes()).map_err(|e| e.to_string())
+}
 
 /// `read_file` runs per file.
 const RUNS: usize = 31;
@@ -97,7 +106,8 @@ fn cuobjdump_count(real: &RealNvidia, path: &Path) -> usize {
 
 /// The SASS and PTX entries of the containers cuobjdump lists.
 fn our_count(code: &GpuCode) -> usize {
-    code.listed_by_cuobjdump()
+    (code.containers.iter())
+        .filter(|c| !matches!(c.origin, Origin::Scan(_)))
         .flat_map(|c| &c.entries)
         .filter(|e| matches!(e.kind, EntryKind::Sass | EntryKind::Ptx))
         .count()

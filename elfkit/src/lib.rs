@@ -101,18 +101,12 @@ struct LoadImage {
     len: u64,
 }
 
-/// What lies at an address of the loaded image.
-enum Mapped {
-    /// File bytes: their offset, and how many there are to the end of the segment's file part.
-    File(u64, u64),
-    /// Zeros (past the segment's file size, inside its memory size).
-    Zeros,
-}
-
 impl LoadImage {
-    /// What the loader would have at `addr`; a later segment maps over an earlier one, as
+    /// What the loader would have at `addr`: file bytes, as their offset and how many there
+    /// are to the end of the segment's file part, or `None` for zeros (past the segment's file
+    /// size, inside its memory size). A later segment maps over an earlier one, as
     /// `mmap(MAP_FIXED)` in program header order does.
-    fn at(&self, addr: u64, what: &'static str) -> Result<Mapped, ElfError> {
+    fn at(&self, addr: u64, what: &'static str) -> Result<Option<(u64, u64)>, ElfError> {
         let &(vaddr, _, offset, filesz) = self
             .segments
             .iter()
@@ -124,10 +118,10 @@ impl LoadImage {
             })?;
         let delta = addr - vaddr;
         if delta >= filesz {
-            return Ok(Mapped::Zeros);
+            return Ok(None);
         }
         match offset.checked_add(filesz) {
-            Some(end) if end <= self.len => Ok(Mapped::File(offset + delta, filesz - delta)),
+            Some(end) if end <= self.len => Ok(Some((offset + delta, filesz - delta))),
             _ => Err(ElfError::SegmentPastEnd(what)),
         }
     }
@@ -171,21 +165,14 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     let Some((address, memsz)) = dynamic else {
         return Ok(Some(info)); // a static executable or an object file: no search path
     };
-    let (offset, available) = match image.at(address, "PT_DYNAMIC")? {
-        Mapped::File(offset, available) => (offset, available),
-        Mapped::Zeros => return Ok(Some(info)), // DT_NULL first: nothing to load
+    let Some((offset, available)) = image.at(address, "PT_DYNAMIC")? else {
+        return Ok(Some(info)); // zeros: DT_NULL first, nothing to load
     };
     let word_size: usize = if header.is_type_64() { 8 } else { 4 };
-    let little = endian.is_little_endian();
-    let word = |bytes: &[u8]| -> u64 {
-        let mut b = [0u8; 8];
-        if little {
-            b[..bytes.len()].copy_from_slice(bytes);
-            u64::from_le_bytes(b)
-        } else {
-            b[8 - bytes.len()..].copy_from_slice(bytes);
-            u64::from_be_bytes(b)
-        }
+    // A word of the file's class and byte order (`bytes` holds 4 or 8).
+    let word = |bytes: &[u8]| match bytes.try_into() {
+        Ok(b) => endian.read_u64_bytes(b),
+        Err(_) => u64::from(endian.read_u32_bytes(bytes.try_into().unwrap_or_default())),
     };
     // ld.so reads p_memsz / sizeof(Dyn) entries at most, up to DT_NULL; past the segment's
     // file bytes its memory holds zeros, that is DT_NULL.
@@ -225,8 +212,8 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     }
     let strtab = strtab.ok_or(ElfError::NoStringTable)?;
     let (table, table_len) = match image.at(strtab, "DT_STRTAB")? {
-        Mapped::File(offset, available) => (offset, available.min(strsz.unwrap_or(u64::MAX))),
-        Mapped::Zeros => (0, 0),
+        Some((offset, available)) => (offset, available.min(strsz.unwrap_or(u64::MAX))),
+        None => (0, 0),
     };
     let string = |offset: u64| -> Result<String, ElfError> {
         if offset >= table_len {

@@ -78,11 +78,7 @@ impl std::fmt::Display for Bdf {
     }
 }
 
-impl Serialize for Bdf {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
+cuda_sandbox_cuda_facts::serialize_as_display!(Bdf);
 
 impl<'de> Deserialize<'de> for Bdf {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bdf, D::Error> {
@@ -142,42 +138,29 @@ fn from_hex_id<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 }
 
 /// Why an inventory cannot be used. One line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InventoryError {
     /// Longer than [`INVENTORY_MAX_BYTES`].
+    #[error("longer than {max} bytes", max = INVENTORY_MAX_BYTES)]
     TooLong,
-    /// Not the schema.
+    /// Not the schema (serde_json's message quotes the input, an unknown key say: it is kept
+    /// on one line).
+    #[error("not an inventory: {}", crate::text::one_line(.0))]
     Malformed(String),
     /// Another schema version.
+    #[error(
+        "schema version {0}, not {v}: write it again with this cuda-sandbox's \
+         `cuda-sandbox-check inventory`",
+        v = INVENTORY_VERSION
+    )]
     Version(u32),
     /// More than [`INVENTORY_MAX_GPUS`] GPUs.
+    #[error("lists {0} GPUs, more than {max}", max = INVENTORY_MAX_GPUS)]
     TooManyGpus(usize),
     /// Two entries share a bus address or a minor.
+    #[error("lists {0} twice")]
     Repeated(String),
 }
-
-impl std::fmt::Display for InventoryError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            InventoryError::TooLong => write!(f, "longer than {INVENTORY_MAX_BYTES} bytes"),
-            // serde_json's message quotes the input (an unknown key, say): kept on one line.
-            InventoryError::Malformed(why) => {
-                write!(f, "not an inventory: {}", crate::text::one_line(why))
-            }
-            InventoryError::Version(v) => write!(
-                f,
-                "schema version {v}, not {INVENTORY_VERSION}: write it again with this \
-                 cuda-sandbox's `cuda-sandbox-check inventory`"
-            ),
-            InventoryError::TooManyGpus(n) => {
-                write!(f, "lists {n} GPUs, more than {INVENTORY_MAX_GPUS}")
-            }
-            InventoryError::Repeated(what) => write!(f, "lists {what} twice"),
-        }
-    }
-}
-
-impl std::error::Error for InventoryError {}
 
 impl Inventory {
     /// An inventory of `gpus`, sorted by bus address.
@@ -266,6 +249,33 @@ mod tests {
                 .map(|g| g.capability.to_string()),
             Some("8.9".into())
         );
+    }
+
+    /// Each error's one line, as it read when `Display` was written by hand.
+    #[test]
+    fn each_error_reads_as_it_did() {
+        for (e, text) in [
+            (InventoryError::TooLong, "longer than 65536 bytes"),
+            (
+                InventoryError::Malformed("a\nb".into()),
+                "not an inventory: a\\nb",
+            ),
+            (
+                InventoryError::Version(2),
+                "schema version 2, not 1: write it again with this cuda-sandbox's \
+                 `cuda-sandbox-check inventory`",
+            ),
+            (
+                InventoryError::TooManyGpus(300),
+                "lists 300 GPUs, more than 256",
+            ),
+            (
+                InventoryError::Repeated("device minor 0".into()),
+                "lists device minor 0 twice",
+            ),
+        ] {
+            assert_eq!(e.to_string(), text);
+        }
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! `cargo bench -p cuda-sandbox-check --bench lint_vs_cuobjdump` prints, per library, these
 //! quantities, labelled, with the page cache warm (each file is read once first):
 //!
-//! - **the reader alone, warm**: elfkit's `read_file` in this process (the median of
-//!   `runs(RUNS)` calls), as `elfkit`'s own `fatbin_read` bench times it;
+//! - **the reader alone, warm**: `read_file` (elfkit's reader on a mapping of the file) in
+//!   this process (the median of `runs(RUNS)` calls), as `elfkit`'s own `fatbin_read` bench
+//!   times it;
 //! - **lint end to end**: the wall clock of the program a user runs, process start included,
 //!   stdout to /dev/null (the median of `runs(RUNS)` runs of the bench profile's build, which is
 //!   the release profile: fat LTO), against `cuobjdump` timed the same way (`runs(TOOL_RUNS)`),
@@ -51,7 +52,7 @@ use cuda_sandbox_check::facts::elf_lint::{lint, LintConfig};
 use cuda_sandbox_check::facts::runtime_scan::gpu_code_and_runtime;
 use cuda_sandbox_elfkit::fatbin::rules::Toolkit;
 use cuda_sandbox_elfkit::fatbin::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION};
-use cuda_sandbox_elfkit::fatbin::{parse, read_file, GpuCode};
+use cuda_sandbox_elfkit::fatbin::{parse, read_gpu_code, GpuCode};
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_testkit::real_nvidia::RealNvidia;
@@ -388,6 +389,14 @@ fn peaks(real: &RealNvidia, entry: &(&str, &str, &str, &str)) -> Option<[u64; 3]
     let path = real.corpus(entry.1, entry.2);
     path.is_file()
         .then(|| LINT_RUNS.map(|args| run_once(&lint_bin(), args, &path)))
+}
+
+/// The containers of the file at `path`, read from a mapping of it (as the runner reads the
+/// files it lints).
+fn read_file(path: &Path) -> Result<GpuCode, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let map = Mapped::of(&file).map_err(|e| e.to_string())?;
+    read_gpu_code(map.bytes()).map_err(|e| e.to_string())
 }
 
 /// Times and prints one library (`peaks`: [`peaks`]'s); returns whether the listing is 20x

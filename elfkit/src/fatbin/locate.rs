@@ -7,7 +7,6 @@
 //! candidate it tried, so a file of any size is read in linear time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use memchr::memmem;
 use object::read::archive::ArchiveFile;
@@ -274,11 +273,7 @@ fn elf_containers(
                 strings.look_ahead(data, (s.start, s.end), &excluded),
             );
         }
-        let all: Vec<&Ahead> = aheads.values().collect();
-        strings.open_gate(&all);
-        for ahead in aheads.values_mut() {
-            strings.look_ahead_past_gate(data, ahead, &excluded);
-        }
+        strings.open_gate(data, aheads.values_mut().collect(), &excluded);
     }
     let mut scanned_to = 0;
     let before = out.len();
@@ -432,25 +427,6 @@ fn scan(
     }
 }
 
-/// Reads the containers of the file at `path`, mapped rather than read: only the pages holding
-/// headers are touched. Files that are not regular are refused; an empty file has none.
-pub fn read_file(path: &Path) -> Result<GpuCode, FatbinError> {
-    let io = |e: std::io::Error| FatbinError::Io(format!("{}: {e}", path.display()));
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(FatbinError::Io(format!(
-            "{}: not a regular file",
-            path.display()
-        )));
-    }
-    if meta.len() == 0 {
-        return Ok(GpuCode::default());
-    }
-    let map = crate::map::Mapped::of(&file).map_err(io)?;
-    read_gpu_code(map.bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,8 +542,7 @@ mod tests {
             let walked = Ranges::default();
             let mut out = Vec::new();
             let mut ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
-            strings.open_gate(&[&ahead]);
-            strings.look_ahead_past_gate(&data, &mut ahead, &|_, _| false);
+            strings.open_gate(&data, vec![&mut ahead], &|_, _| false);
             let search = Search {
                 strings: &mut strings,
                 walked: &walked,

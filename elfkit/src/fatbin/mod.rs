@@ -34,7 +34,7 @@ use cuda_sandbox_cuda_facts::{gpus, Arch, Capability, CudaVersion, ValueError, V
 use serde::Serialize;
 use std::fmt;
 
-pub use locate::{read_file, read_gpu_code, read_gpu_code_and_strings};
+pub use locate::{read_gpu_code, read_gpu_code_and_strings};
 pub use payload::payload;
 
 /// What an entry of a container holds.
@@ -96,11 +96,7 @@ impl fmt::Display for Version {
     }
 }
 
-impl Serialize for Version {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+cuda_sandbox_cuda_facts::serialize_as_display!(Version);
 
 /// How an entry's payload is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -118,12 +114,6 @@ pub enum Compression {
 
 /// Entry header flags (measured with `fatbinary` 13.5; `docs/fatbin.md`).
 pub mod flags {
-    /// 64-bit code.
-    pub const BITS_64: u64 = 0x1;
-    /// Debug information.
-    pub const DEBUG: u64 = 0x2;
-    /// Built for Linux.
-    pub const LINUX: u64 = 0x10;
     /// LZ4-compressed payload.
     pub const LZ4: u64 = 0x2000;
     /// Zstandard-compressed payload.
@@ -318,12 +308,5 @@ impl GpuCode {
     /// Every entry of every container, in order.
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.containers.iter().flat_map(|c| c.entries.iter())
-    }
-
-    /// The containers NVIDIA's `cuobjdump` lists: all but those found by the magic scan.
-    pub fn listed_by_cuobjdump(&self) -> impl Iterator<Item = &Container> {
-        self.containers
-            .iter()
-            .filter(|c| !matches!(c.origin, Origin::Scan(_)))
     }
 }

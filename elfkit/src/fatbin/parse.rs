@@ -65,9 +65,18 @@ impl Header {
     /// The entry this header describes, its header at file offset `offset`, its bytes where
     /// `stored` says.
     fn entry(&self, compression: Compression, offset: u64, stored: Stored) -> Entry {
+        let variant = match self.flags {
+            f if f & super::flags::ARCH_SPECIFIC != 0 => Variant::ArchSpecific,
+            f if f & super::flags::FAMILY != 0 => Variant::Family,
+            _ => Variant::Plain,
+        };
+        let capability = Capability::from_sm(self.arch);
         Entry {
             kind: EntryKind::from_code(self.kind),
-            arch: arch_of(self.arch, self.flags),
+            arch: Arch {
+                capability,
+                variant,
+            },
             version: self.version,
             compression,
             flags: self.flags,
@@ -103,20 +112,6 @@ fn header_at(data: &[u8], at: usize) -> Option<Header> {
         flags: u64_at(data, at + 40)?,
         unpacked: u64_at(data, at + 56)?,
     })
-}
-
-fn arch_of(number: u32, flags: u64) -> Arch {
-    let variant = if flags & super::flags::ARCH_SPECIFIC != 0 {
-        Variant::ArchSpecific
-    } else if flags & super::flags::FAMILY != 0 {
-        Variant::Family
-    } else {
-        Variant::Plain
-    };
-    Arch {
-        capability: Capability::from_sm(number),
-        variant,
-    }
 }
 
 /// One container read from `data` at `at`: its entries and the offset just past it. `base` is

@@ -130,11 +130,7 @@ impl fmt::Display for DriverVersion {
     }
 }
 
-impl Serialize for DriverVersion {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
+cuda_sandbox_cuda_facts::serialize_as_display!(DriverVersion, Toolkit);
 
 /// The driver that loads a file's GPU code. Two versions, because they can differ: under
 /// `cuda_compat` a newer libcuda runs on an older kernel module, and only libcuda is newer.
@@ -219,12 +215,6 @@ pub enum Toolkit {
     Exact(CudaVersion),
     /// The major only (12).
     Major(i32),
-}
-
-impl Serialize for Toolkit {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
 }
 
 impl Toolkit {
@@ -331,33 +321,18 @@ pub fn unpacks(compression: Compression, driver: &Driver) -> Option<CudaVersion>
     (compression == Compression::Zstd && old).then_some(release)
 }
 
-fn same_family(image: Capability, device: Capability) -> bool {
+/// Whether the SASS image or the PTX `e` may load on `device` (PTX: its ISA aside). Plain SASS
+/// runs within its major on an equal or newer minor, plain PTX on any device at or above it;
+/// an 'a' image only on its capability, an 'f' image within its family.
+fn fits(e: &Entry, device: Capability) -> bool {
+    let c = e.arch.capability;
     // Thor was 10.1 until CUDA 13 renamed it 11.0; ptxas 12.9 already kept it apart from 10.x.
-    let thor = Capability {
-        major: 10,
-        minor: 1,
-    };
-    image.major == device.major
-        && device.minor >= image.minor
-        && ((image == thor) == (device == thor))
-}
-
-/// Whether a SASS image for `arch` runs on `device`.
-pub fn sass_runs(arch: super::Arch, device: Capability) -> bool {
-    let c = arch.capability;
-    match arch.variant {
+    let thor = Capability::from_sm(101);
+    let within_major = c.major == device.major && device.minor >= c.minor;
+    match e.arch.variant {
         Variant::ArchSpecific => c == device,
-        Variant::Family => same_family(c, device),
-        Variant::Plain => c.major == device.major && device.minor >= c.minor,
-    }
-}
-
-/// Whether PTX for `arch` may be JIT-compiled for `device` (its ISA aside).
-pub fn ptx_applies(arch: super::Arch, device: Capability) -> bool {
-    let c = arch.capability;
-    match arch.variant {
-        Variant::ArchSpecific => c == device,
-        Variant::Family => same_family(c, device),
+        Variant::Family => within_major && ((c == thor) == (device == thor)),
+        Variant::Plain if e.kind == EntryKind::Sass => within_major,
         Variant::Plain => device >= c,
     }
 }
@@ -463,13 +438,13 @@ pub fn load(entries: &[Entry], device: Capability, driver: &Driver) -> Load {
     }
     let specificity = |e: &Entry| (e.arch.capability, e.arch.variant != Variant::Plain);
     if let Some((i, _)) = images()
-        .filter(|(_, e)| e.kind == EntryKind::Sass && sass_runs(e.arch, device))
+        .filter(|(_, e)| e.kind == EntryKind::Sass && fits(e, device))
         .max_by_key(|(_, e)| specificity(e))
     {
         return picked(i, Load::Sass { image: i });
     }
     let ptx: Vec<(usize, &Entry)> = images()
-        .filter(|(_, e)| e.kind == EntryKind::Ptx && ptx_applies(e.arch, device))
+        .filter(|(_, e)| e.kind == EntryKind::Ptx && fits(e, device))
         .collect();
     let Some(&(best, chosen)) = ptx.iter().max_by_key(|(_, e)| specificity(e)) else {
         return Load::NoBinaryForGpu;

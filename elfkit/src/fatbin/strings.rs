@@ -197,18 +197,6 @@ impl CStrings {
         ahead
     }
 
-    /// Looks ahead for the strings past the gate too, once it is open.
-    pub(crate) fn look_ahead_past_gate(
-        &self,
-        data: &[u8],
-        ahead: &mut Ahead,
-        excluded: &dyn Fn(usize, usize) -> bool,
-    ) {
-        if self.open {
-            self.look_ahead_for(data, ahead, self.gate..self.needles.len(), excluded);
-        }
-    }
-
     /// [`CStrings::look_ahead`] for the strings `ids`.
     fn look_ahead_for(
         &self,
@@ -237,13 +225,21 @@ impl CStrings {
     }
 
     /// Opens the gate when a string before it was found ahead in some section: the later
-    /// strings are then looked for in every section from its start.
-    pub(crate) fn open_gate(&mut self, aheads: &[&Ahead]) {
+    /// strings are then looked for in every section from its start, and first ahead in each.
+    pub(crate) fn open_gate(
+        &mut self,
+        data: &[u8],
+        aheads: Vec<&mut Ahead>,
+        excluded: &dyn Fn(usize, usize) -> bool,
+    ) {
         let gate = self.gate;
-        self.open = self.open
-            || aheads
-                .iter()
-                .any(|a| a.candidates.iter().any(|&(i, _)| i < gate));
+        let found = |a: &&mut Ahead| a.candidates.iter().any(|&(i, _)| i < gate);
+        self.open = self.open || aheads.iter().any(found);
+        if self.open {
+            for ahead in aheads {
+                self.look_ahead_for(data, ahead, gate..self.needles.len(), excluded);
+            }
+        }
     }
 
     /// Settles what [`CStrings::look_ahead`] deferred in one section, now that `containers`

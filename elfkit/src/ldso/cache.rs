@@ -259,6 +259,13 @@ fn c_string(bytes: &[u8], at: usize) -> Option<&[u8]> {
 pub(crate) mod tests {
     use super::*;
 
+    /// An x86-64 loader's ELF files.
+    pub(crate) const X86_64: ElfHost = ElfHost {
+        class64: true,
+        little_endian: true,
+        machine: 62,
+    };
+
     /// Builds a new-format cache holding `entries` (soname, path, flags, glibc-hwcaps name),
     /// with the extension section when one names a subdirectory.
     pub(crate) fn build(entries: &[(&str, &str, i32, Option<&str>)]) -> Vec<u8> {
@@ -384,7 +391,7 @@ pub(crate) mod tests {
 
     #[test]
     fn lookup_prefers_the_best_hwcaps_subdirectory_then_the_plain_entry() {
-        let x86 = ElfHost::X86_64;
+        let x86 = X86_64;
         let mut hwcaps = vec!["x86-64-v3".to_string(), "x86-64-v2".to_string()];
         let bytes = build(&[
             (

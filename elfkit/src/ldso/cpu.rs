@@ -60,7 +60,10 @@ pub fn at_platform() -> Option<String> {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use std::arch::is_x86_feature_detected as has;
+    /// Whether this CPU has every feature named.
+    macro_rules! all {
+        ($($feature:tt),+) => { true $(&& std::arch::is_x86_feature_detected!($feature))+ };
+    }
 
     /// `cpuid` of `leaf` (subleaf 0).
     fn cpuid(leaf: u32) -> std::arch::x86_64::CpuidResult {
@@ -72,57 +75,22 @@ mod x86 {
         }
     }
 
-    fn lahf_sahf() -> bool {
-        cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & 1 != 0
-    }
-
     /// glibc's ISA level: 1 (baseline, every x86-64), 2, 3 or 4.
     pub fn isa_level() -> u32 {
-        let v2 = has!("cmpxchg16b")
-            && lahf_sahf()
-            && has!("popcnt")
-            && has!("sse3")
-            && has!("ssse3")
-            && has!("sse4.1")
-            && has!("sse4.2");
-        let v3 = v2
-            && has!("avx")
-            && has!("avx2")
-            && has!("bmi1")
-            && has!("bmi2")
-            && has!("f16c")
-            && has!("fma")
-            && has!("lzcnt")
-            && has!("movbe");
-        let v4 = v3
-            && has!("avx512f")
-            && has!("avx512bw")
-            && has!("avx512cd")
-            && has!("avx512dq")
-            && has!("avx512vl");
+        let lahf_sahf = cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & 1 != 0;
+        let v2 = lahf_sahf && all!("cmpxchg16b", "popcnt", "sse3", "ssse3", "sse4.1", "sse4.2");
+        let v3 = v2 && all!("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "lzcnt", "movbe");
+        let v4 = v3 && all!("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl");
         1 + u32::from(v2) + u32::from(v3) + u32::from(v4)
-    }
-
-    fn intel() -> bool {
-        let r = cpuid(0);
-        let mut vendor = Vec::with_capacity(12);
-        for w in [r.ebx, r.edx, r.ecx] {
-            vendor.extend_from_slice(&w.to_le_bytes());
-        }
-        vendor == b"GenuineIntel"
     }
 
     /// glibc's `dl_platform` override for Intel CPUs (`init_cpu_features`): `haswell` with
     /// AVX2, FMA, BMI1, BMI2, LZCNT, MOVBE and POPCNT. (Its `xeon_phi`, for AVX512ER and
     /// AVX512PF, is not detected: Rust no longer names those features.)
     pub fn platform() -> Option<&'static str> {
-        let haswell = has!("avx2")
-            && has!("fma")
-            && has!("bmi1")
-            && has!("bmi2")
-            && has!("lzcnt")
-            && has!("movbe")
-            && has!("popcnt");
-        (intel() && haswell).then_some("haswell")
+        let haswell = all!("avx2", "fma", "bmi1", "bmi2", "lzcnt", "movbe", "popcnt");
+        let r = cpuid(0);
+        let intel = [r.ebx, r.edx, r.ecx].map(u32::to_le_bytes).concat() == b"GenuineIntel";
+        (intel && haswell).then_some("haswell")
     }
 }

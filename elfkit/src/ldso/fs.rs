@@ -93,23 +93,14 @@ pub fn kind(meta: &std::fs::Metadata) -> &'static str {
 
 /// [`Opened`] for an open regular file: its identity, first bytes and dynamic information.
 pub fn read_opened(file: &std::fs::File, path: &Path) -> io::Result<Opened> {
-    use std::os::unix::fs::{FileExt, MetadataExt};
+    use std::io::{Read, Seek};
+    use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
-    let mut head = vec![0u8; HEAD_LEN];
-    let mut len = 0;
-    let head = loop {
-        match file.read_at(&mut head[len..], len as u64) {
-            Ok(0) => break Ok(head[..len].to_vec()),
-            Ok(n) => {
-                len += n;
-                if len == HEAD_LEN {
-                    break Ok(head);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => break Err(e),
-        }
-    };
+    let mut head = Vec::with_capacity(HEAD_LEN);
+    let mut reader = file;
+    let head = (reader.rewind())
+        .and_then(|()| reader.take(HEAD_LEN as u64).read_to_end(&mut head))
+        .map(|_| head);
     let dynamic = match &head {
         Ok(h) if h.starts_with(b"\x7fELF") => crate::dynamic_info_of_file(file),
         _ => Ok(None),

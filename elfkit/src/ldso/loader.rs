@@ -18,13 +18,6 @@ pub struct ElfHost {
 }
 
 impl ElfHost {
-    /// x86-64.
-    pub const X86_64: ElfHost = ElfHost {
-        class64: true,
-        little_endian: true,
-        machine: 62,
-    };
-
     /// This process's own class, byte order and machine.
     pub fn native() -> ElfHost {
         let machine = match std::env::consts::ARCH {

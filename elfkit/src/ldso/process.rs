@@ -2,10 +2,10 @@
 //! the loader itself, every `DT_NEEDED` breadth first, and what `dlopen` adds, each object
 //! once (by name, soname or file), each search from the object glibc searches from.
 
-use super::cache::{Cache, CacheError, MAX_CACHE_BYTES};
-use super::fs::{FileId, Fs};
+use super::cache::{Cache, MAX_CACHE_BYTES};
+use super::fs::{FileId, Fs, Opened};
 use super::search::{
-    self, expand_dsts, expand_list, trim_dir, Hit, Outcome, Search, SearchList, Source,
+    self, expand_dsts, expand_list, trim_dir, Outcome, Search, SearchList, Source,
 };
 use super::Loader;
 use crate::DynamicInfo;
@@ -18,17 +18,6 @@ pub struct Environment {
     /// `LD_LIBRARY_PATH`, as set (`None`: unset; pass none in secure-execution mode, where the
     /// loader ignores it).
     pub ld_library_path: Option<String>,
-}
-
-impl Environment {
-    /// `LD_LIBRARY_PATH` as glibc splits it (`_dl_init_paths`): at `:` and `;`, empty entries
-    /// kept (the current directory); an unset or empty value is no list at all.
-    pub fn ld_library_path_entries(&self) -> Vec<String> {
-        match self.ld_library_path.as_deref() {
-            None | Some("") => Vec::new(),
-            Some(v) => v.split([':', ';']).map(String::from).collect(),
-        }
-    }
 }
 
 /// How the first object is started, which decides its `$ORIGIN`.
@@ -80,6 +69,24 @@ pub struct Object {
     pub search: Option<usize>,
     id: FileId,
     origin: Option<String>,
+}
+
+impl Object {
+    /// The object opened by `path`, with `$ORIGIN` its directory, known by no name yet, loaded
+    /// by nothing and found by no search.
+    fn new(path: PathBuf, opened: Opened, role: Role) -> Object {
+        Object {
+            origin: path_origin(&path),
+            path,
+            real_path: opened.real_path,
+            names: Vec::new(),
+            info: opened.dynamic.ok().flatten().unwrap_or_default(),
+            role,
+            loaded_by: None,
+            search: None,
+            id: opened.id,
+        }
+    }
 }
 
 /// A name that could not be loaded.
@@ -141,7 +148,6 @@ pub struct Process<'a, F: Fs> {
     fs: &'a F,
     env: Environment,
     cache: Option<Cache>,
-    cache_error: Option<CacheError>,
     objects: Vec<Object>,
     order: Vec<usize>,
     searches: Vec<Search>,
@@ -152,25 +158,15 @@ pub struct Process<'a, F: Fs> {
 
 impl<'a, F: Fs> Process<'a, F> {
     /// A process run by `loader` on `fs` with `env`, nothing loaded yet. The loader's cache
-    /// is read now; a missing one is none, a damaged one is none too (as glibc ignores it)
-    /// and [`Process::cache_error`] says why.
+    /// is read now; a missing one is none, a damaged one is none too (as glibc ignores it).
     pub fn new(loader: &'a Loader, fs: &'a F, env: Environment) -> Process<'a, F> {
-        let (cache, cache_error) = match &loader.cache {
-            None => (None, None),
-            Some(path) => match fs.read(path, MAX_CACHE_BYTES) {
-                Ok(bytes) => match Cache::parse(&bytes) {
-                    Ok(c) => (Some(c), None),
-                    Err(e) => (None, Some(e)),
-                },
-                Err(_) => (None, None),
-            },
-        };
+        let read = |path| Cache::parse(&fs.read(path, MAX_CACHE_BYTES).ok()?).ok();
+        let cache = loader.cache.as_deref().and_then(read);
         Process {
             loader,
             fs,
             env,
             cache,
-            cache_error,
             objects: Vec::new(),
             order: Vec::new(),
             searches: Vec::new(),
@@ -178,11 +174,6 @@ impl<'a, F: Fs> Process<'a, F> {
             main: None,
             rtld: None,
         }
-    }
-
-    /// Why the loader's cache (`Loader::cache`), which exists, could not be read, if so.
-    pub fn cache_error(&self) -> Option<CacheError> {
-        self.cache_error
     }
 
     /// Starts the process with `path` (an absolute path) as its first object, the loader
@@ -226,17 +217,9 @@ impl<'a, F: Fs> Process<'a, F> {
         } else {
             path_origin(path)
         };
-        let info = opened.dynamic.ok().flatten().unwrap_or_default();
         let main = self.add(Object {
-            path: path.to_path_buf(),
-            real_path: opened.real_path,
-            names: Vec::new(),
-            info,
-            role: Role::Main,
-            loaded_by: None,
-            search: None,
-            id: opened.id,
             origin,
+            ..Object::new(path.to_path_buf(), opened, Role::Main)
         });
         self.main = Some(main);
         self.load_interpreter();
@@ -251,20 +234,10 @@ impl<'a, F: Fs> Process<'a, F> {
         let Ok(opened) = self.fs.open(&path) else {
             return;
         };
-        let info = opened.dynamic.ok().flatten().unwrap_or_default();
-        let mut names = vec![path.to_string_lossy().into_owned()];
-        names.extend(info.soname.clone());
-        let object = Object {
-            origin: path_origin(&path),
-            path,
-            real_path: opened.real_path,
-            names,
-            info,
-            role: Role::Interpreter,
-            loaded_by: None,
-            search: None,
-            id: opened.id,
-        };
+        let name = path.to_string_lossy().into_owned();
+        let mut object = Object::new(path, opened, Role::Interpreter);
+        object.names = vec![name];
+        object.names.extend(object.info.soname.clone());
         self.objects.push(object);
         self.rtld = Some(self.objects.len() - 1);
     }
@@ -292,17 +265,12 @@ impl<'a, F: Fs> Process<'a, F> {
                         source: Source::Loaded,
                     },
                 };
-                if !created {
-                    return Dlopen {
-                        outcome,
-                        search,
-                        object: Some(id),
-                        missing: Vec::new(),
-                    };
+                let mut missing = Vec::new();
+                if created {
+                    self.objects[id].loaded_by = None;
+                    self.objects[id].role = Role::Dlopened(caller);
+                    missing = self.load_needed(id);
                 }
-                self.objects[id].loaded_by = None;
-                self.objects[id].role = Role::Dlopened(caller);
-                let missing = self.load_needed(id);
                 let object = if missing.is_empty() {
                     Some(id)
                 } else {
@@ -341,11 +309,6 @@ impl<'a, F: Fs> Process<'a, F> {
     /// One object.
     pub fn object(&self, id: usize) -> &Object {
         &self.objects[id]
-    }
-
-    /// The first object, once started.
-    pub fn main(&self) -> Option<usize> {
-        self.main
     }
 
     /// The loader's own object, when its file could be opened (listed among
@@ -405,24 +368,22 @@ impl<'a, F: Fs> Process<'a, F> {
             return Ok((id, false));
         }
         let requester = self.objects[by].path.clone();
-        let (found, hit) = if name.contains('/') {
-            let origin = self.objects[by].origin.clone();
-            let path = expand_dsts(name, origin.as_deref(), self.loader).map(PathBuf::from);
-            search::direct(name, path, &requester, self.loader.elf, self.fs)
+        let (lists, direct) = if name.contains('/') {
+            let origin = self.objects[by].origin.as_deref();
+            let list = SearchList {
+                source: Source::Direct,
+                dirs: Vec::new(),
+            };
+            let path = expand_dsts(name, origin, self.loader).map(PathBuf::from);
+            (vec![list], path)
         } else {
-            let lists = self.lists(by);
-            search::run(
-                name,
-                &requester,
-                lists,
-                self.loader,
-                self.cache.as_ref(),
-                self.fs,
-            )
+            (self.lists(by), None)
         };
+        let files = (self.cache.as_ref(), direct.as_deref());
+        let (found, hit) = search::run(name, &requester, lists, self.loader, files, self.fs);
         self.searches.push(found);
         let search = self.searches.len() - 1;
-        let Some(Hit { path, opened }) = hit else {
+        let (Some(opened), Some(path)) = (hit, self.searches[search].found()) else {
             return Err(Missing {
                 name: name.to_string(),
                 by,
@@ -430,6 +391,7 @@ impl<'a, F: Fs> Process<'a, F> {
                 search,
             });
         };
+        let path = path.to_path_buf();
         // The same file under another name is the object already loaded.
         if let Some(id) = self
             .order
@@ -444,19 +406,13 @@ impl<'a, F: Fs> Process<'a, F> {
             }
             return Ok((id, false));
         }
-        let info = opened.dynamic.ok().flatten().unwrap_or_default();
-        let id = self.add(Object {
-            origin: path_origin(&path),
-            path,
-            real_path: opened.real_path,
+        let object = Object {
             names: vec![name.to_string()],
-            info,
-            role: Role::Needed(by),
             loaded_by: Some(by),
             search: Some(search),
-            id: opened.id,
-        });
-        Ok((id, true))
+            ..Object::new(path, opened, Role::Needed(by))
+        };
+        Ok((self.add(object), true))
     }
 
     /// The lists searched for a name without `/` loaded from `by`, in `_dl_map_new_object`'s
@@ -494,8 +450,15 @@ impl<'a, F: Fs> Process<'a, F> {
                 }
             }
         }
-        let llp = self.env.ld_library_path_entries();
-        if !llp.is_empty() {
+        // LD_LIBRARY_PATH as glibc splits it (`_dl_init_paths`): at `:` and `;`, empty entries
+        // kept (the current directory); an unset or empty value is no list at all.
+        if let Some(v) = self
+            .env
+            .ld_library_path
+            .as_deref()
+            .filter(|v| !v.is_empty())
+        {
+            let llp: Vec<String> = v.split([':', ';']).map(String::from).collect();
             let origin = self.main.and_then(|m| self.objects[m].origin.clone());
             lists.push(SearchList {
                 source: Source::LdLibraryPath,

@@ -168,55 +168,49 @@ impl Search {
     }
 }
 
-/// What a found file was opened as (its path and what was read of it).
-pub(crate) struct Hit {
-    pub path: PathBuf,
-    pub opened: Opened,
-}
-
-/// Searches `lists` for `name` (a name without `/`), each directory with each of the
-/// loader's subdirectories first, the cache at its list.
+/// Searches `lists` for `name`, each directory with each of the loader's subdirectories
+/// first. The cache's list tries the file the cache gives `name`; a [`Source::Direct`] list
+/// (for a name with `/`) tries `direct`, the name with its DSTs replaced, when it has one.
+/// The file found, with what was read of it, comes with the search.
 pub(crate) fn run(
     name: &str,
     requester: &Path,
     lists: Vec<SearchList>,
     loader: &Loader,
-    cache: Option<&Cache>,
+    (cache, direct): (Option<&Cache>, Option<&Path>),
     fs: &impl Fs,
-) -> (Search, Option<Hit>) {
+) -> (Search, Option<Opened>) {
     let mut tried = Vec::new();
     let mut other_class = false;
     let mut end = None;
     let subdirs = loader.subdirs();
     'lists: for list in &lists {
-        if let Source::Cache(_) = &list.source {
-            let Some(path) = cache.and_then(|c| c.lookup(name, loader.elf, &loader.glibc_hwcaps))
-            else {
-                continue;
-            };
-            let (attempt, opened) = try_file(path, loader.elf, fs);
-            let dir = path.parent().map(|p| p.to_string_lossy().into_owned());
-            other_class |= attempt == Attempt::OtherClass;
-            tried.push(Tried {
-                source: list.source.clone(),
-                dir_exists: true,
-                dir: dir.unwrap_or_default(),
-                file: path.to_path_buf(),
-                attempt: attempt.clone(),
-            });
-            if let Some(o) = finish(&attempt, path, &list.source, opened, fs) {
-                end = Some(o);
-                break 'lists;
+        // The files tried, `(file, directory)`, in groups: one per directory of the list.
+        let one = match &list.source {
+            Source::Cache(_) => {
+                Some(cache.and_then(|c| c.lookup(name, loader.elf, &loader.glibc_hwcaps)))
             }
-            continue;
-        }
-        for dir in &list.dirs {
+            Source::Direct => Some(direct),
+            _ => None,
+        };
+        let groups: Vec<Vec<(PathBuf, String)>> = match one {
+            Some(file) => Vec::from_iter(file.map(|f| {
+                let dir = f.parent().map(|p| p.to_string_lossy().into_owned());
+                vec![(f.to_path_buf(), dir.unwrap_or_default())]
+            })),
+            None => (list.dirs.iter())
+                .map(|dir| {
+                    let dirs = subdirs.iter().map(|sub| join(dir, sub));
+                    dirs.map(|d| (PathBuf::from(join(&d, name)), d)).collect()
+                })
+                .collect(),
+        };
+        for group in groups {
             let mut last = Attempt::Missing;
-            for sub in &subdirs {
-                let dir = join(dir, sub);
-                let file = PathBuf::from(join(&dir, name));
+            for (file, dir) in group {
                 let (attempt, opened) = try_file(&file, loader.elf, fs);
-                let dir_exists = fs.is_dir(Path::new(if dir.is_empty() { "." } else { &dir }));
+                let dir_exists = matches!(list.source, Source::Cache(_))
+                    || fs.is_dir(Path::new(if dir.is_empty() { "." } else { &dir }));
                 other_class |= attempt == Attempt::OtherClass;
                 tried.push(Tried {
                     source: list.source.clone(),
@@ -225,8 +219,25 @@ pub(crate) fn run(
                     dir_exists,
                     attempt: attempt.clone(),
                 });
-                if let Some(o) = finish(&attempt, &file, &list.source, opened, fs) {
-                    end = Some(o);
+                end = match (&attempt, opened) {
+                    (Attempt::Loadable, Some(opened)) => {
+                        let real = opened.real_path.clone();
+                        let real_path = real.or_else(|| fs.canonicalize(&file).ok());
+                        let source = list.source.clone();
+                        let found = Outcome::Found {
+                            path: file,
+                            real_path,
+                            source,
+                        };
+                        Some((found, Some(opened)))
+                    }
+                    (Attempt::Unusable(reason), _) => {
+                        let reason = reason.clone();
+                        Some((Outcome::Error { path: file, reason }, None))
+                    }
+                    _ => None,
+                };
+                if end.is_some() {
                     break 'lists;
                 }
                 last = attempt;
@@ -236,10 +247,7 @@ pub(crate) fn run(
             }
         }
     }
-    let (outcome, hit) = match end {
-        Some((o, hit)) => (o, hit),
-        None => (Outcome::NotFound { other_class }, None),
-    };
+    let (outcome, opened) = end.unwrap_or((Outcome::NotFound { other_class }, None));
     let search = Search {
         name: name.to_string(),
         requester: requester.to_path_buf(),
@@ -247,91 +255,7 @@ pub(crate) fn run(
         tried,
         outcome,
     };
-    (search, hit)
-}
-
-/// Opens `path` itself (a name with `/`, its DSTs replaced): no search.
-pub(crate) fn direct(
-    name: &str,
-    path: Option<PathBuf>,
-    requester: &Path,
-    elf: ElfHost,
-    fs: &impl Fs,
-) -> (Search, Option<Hit>) {
-    let mut search = Search {
-        name: name.to_string(),
-        requester: requester.to_path_buf(),
-        lists: vec![SearchList {
-            source: Source::Direct,
-            dirs: Vec::new(),
-        }],
-        tried: Vec::new(),
-        outcome: Outcome::NotFound { other_class: false },
-    };
-    let Some(path) = path else {
-        return (search, None);
-    };
-    let (attempt, opened) = try_file(&path, elf, fs);
-    let dir = path
-        .parent()
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    search.tried.push(Tried {
-        source: Source::Direct,
-        dir_exists: fs.is_dir(Path::new(if dir.is_empty() { "." } else { &dir })),
-        dir,
-        file: path.clone(),
-        attempt: attempt.clone(),
-    });
-    match finish(&attempt, &path, &Source::Direct, opened, fs) {
-        Some((o, hit)) => {
-            search.outcome = o;
-            (search, hit)
-        }
-        None => {
-            search.outcome = Outcome::NotFound {
-                other_class: attempt == Attempt::OtherClass,
-            };
-            (search, None)
-        }
-    }
-}
-
-fn finish(
-    attempt: &Attempt,
-    file: &Path,
-    source: &Source,
-    opened: Option<Opened>,
-    fs: &impl Fs,
-) -> Option<(Outcome, Option<Hit>)> {
-    match attempt {
-        Attempt::Loadable => {
-            let opened = opened?;
-            let real_path = opened
-                .real_path
-                .clone()
-                .or_else(|| fs.canonicalize(file).ok());
-            Some((
-                Outcome::Found {
-                    path: file.to_path_buf(),
-                    real_path,
-                    source: source.clone(),
-                },
-                Some(Hit {
-                    path: file.to_path_buf(),
-                    opened,
-                }),
-            ))
-        }
-        Attempt::Unusable(reason) => Some((
-            Outcome::Error {
-                path: file.to_path_buf(),
-                reason: reason.clone(),
-            },
-            None,
-        )),
-        _ => None,
-    }
+    (search, opened)
 }
 
 /// What glibc's `open_verify` makes of the file at `path`, and what was read of it.

@@ -2,7 +2,7 @@
 //! the cache, and what Nixpkgs' glibc does differently. The real loader is the oracle in
 //! `tests/ldso_differential/`.
 
-use super::cache::tests::build as build_cache;
+use super::cache::tests::{build as build_cache, X86_64};
 use super::*;
 use crate::DynamicInfo;
 use std::collections::HashMap;
@@ -111,7 +111,7 @@ fn loader() -> Loader {
     let mut l = Loader::nixpkgs("/glibc/lib/ld.so".into());
     l.glibc_hwcaps.clear();
     l.platform = Some("x86_64".into());
-    l.elf = ElfHost::X86_64;
+    l.elf = X86_64;
     l
 }
 
@@ -121,7 +121,7 @@ fn dirs_of(s: &Search) -> Vec<&str> {
 
 #[test]
 fn headers_are_judged_as_open_verify_does() {
-    let host = ElfHost::X86_64;
+    let host = X86_64;
     assert_eq!(verify_header(&elf(2, 62), host), Attempt::Loadable);
     assert_eq!(verify_header(&elf(1, 3), host), Attempt::OtherClass);
     assert_eq!(verify_header(&elf(2, 183), host), Attempt::OtherMachine);
@@ -381,7 +381,7 @@ fn tree_with_a_cache() -> FakeFs {
 fn debian_glibc_reads_etc_ld_so_cache_before_its_default_directories() {
     let fs = tree_with_a_cache();
     let mut l = Loader::debian("/lib64/ld-linux-x86-64.so.2".into());
-    l.elf = ElfHost::X86_64;
+    l.elf = X86_64;
     l.glibc_hwcaps.clear();
     let mut p = Process::new(&l, &fs, Environment::default());
     p.start(Path::new("/app/bin/prog"), Start::Kernel).unwrap();
@@ -408,7 +408,7 @@ fn nixpkgs_glibc_ignores_etc_ld_so_cache_and_searches_only_its_own_lib() {
     // program, another loader.
     let fs = tree_with_a_cache();
     let mut l = Loader::nixpkgs("/nix/store/aaa-glibc-2.42-67/lib/ld-linux-x86-64.so.2".into());
-    l.elf = ElfHost::X86_64;
+    l.elf = X86_64;
     l.glibc_hwcaps.clear();
     let mut p = Process::new(&l, &fs, Environment::default());
     p.start(Path::new("/app/bin/prog"), Start::Kernel).unwrap();

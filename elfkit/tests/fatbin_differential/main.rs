@@ -11,9 +11,18 @@
 use std::path::Path;
 
 use cuda_sandbox_cuda_facts::Variant;
-use cuda_sandbox_elfkit::fatbin::{read_file, EntryKind, GpuCode, Origin};
+use cuda_sandbox_elfkit::fatbin::{read_gpu_code, Container, EntryKind, GpuCode, Origin};
+use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_testkit::fatbin_fixtures::{self, cuobjdump_list, FixtureKind, ListedKind};
 use cuda_sandbox_testkit::real_nvidia::{Cudart, RealNvidia};
+
+/// The containers of the file at `path`, read from a mapping of it (as the runner reads the
+/// files it lints).
+fn read_file(path: &Path) -> Result<GpuCode, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let map = Mapped::of(&file).map_err(|e| e.to_string())?;
+    read_gpu_code(map.bytes()).map_err(|e| e.to_string())
+}
 
 /// One line per listed entry: `member kind arch`, arch as cuobjdump names it.
 fn as_cuobjdump_names(code: &GpuCode, include: impl Fn(&Origin) -> bool) -> Vec<String> {
@@ -37,6 +46,11 @@ fn as_cuobjdump_names(code: &GpuCode, include: impl Fn(&Origin) -> bool) -> Vec<
             })
         })
         .collect()
+}
+
+/// The containers NVIDIA's `cuobjdump` lists: all but those found by the magic scan.
+fn listed_by_cuobjdump(code: &GpuCode) -> impl Iterator<Item = &Container> {
+    (code.containers.iter()).filter(|c| !matches!(c.origin, Origin::Scan(_)))
 }
 
 fn listed_names(real: &RealNvidia, path: &Path) -> Vec<String> {
@@ -131,7 +145,7 @@ fn payload_differences(real: &RealNvidia, path: &Path, scratch: &Path) -> Vec<St
     };
     let mut ours: Vec<(String, Vec<u8>)> = Vec::new();
     let mut errors = Vec::new();
-    for c in code.listed_by_cuobjdump() {
+    for c in listed_by_cuobjdump(&code) {
         for e in &c.entries {
             let kind = match e.kind {
                 EntryKind::Sass => "cubin",

@@ -101,7 +101,7 @@ fn the_reader_lists_what_cuobjdump_lists_on_nvidias_own_libraries() {
         diffs.join("\n")
     );
     // cuRAND 10.4 (CUDA 13.x): 13 modules in .nv_fatbin, 186 entries; the .data ones too.
-    let listed: Vec<_> = curand.listed_by_cuobjdump().collect();
+    let listed: Vec<_> = listed_by_cuobjdump(&curand).collect();
     assert_eq!(listed.len(), 13);
     assert_eq!(listed.iter().map(|c| c.entries.len()).sum::<usize>(), 186);
     let scanned = curand
