@@ -92,14 +92,6 @@ impl RequiredFeatures<'_> {
     pub fn contains(&self, feature: &[u8]) -> bool {
         self.features.iter().any(|f| f.as_ref() == feature)
     }
-
-    /// The features as text, with bytes that are not UTF-8 shown as U+FFFD.
-    pub fn lossy(&self) -> Vec<String> {
-        self.features
-            .iter()
-            .map(|f| String::from_utf8_lossy(f).into_owned())
-            .collect()
-    }
 }
 
 /// What the hook decides on, read from a derivation as Nix reads it.
