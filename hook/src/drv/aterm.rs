@@ -56,7 +56,7 @@ impl<'a> EnvValue<'a> for RawStr<'a> {
 }
 
 /// A string of the derivation as written, escapes and all: read without copying.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct RawStr<'a> {
     raw: &'a [u8],
     escaped: bool,
