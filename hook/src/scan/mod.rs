@@ -305,7 +305,9 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
             let inside = Path::new("/").join(outside.strip_prefix(&config.host_root).ok()?);
             Some((inside, outside))
         })
-        .filter(|(inside, outside)| inside.starts_with(DRM_DEV_DIR) || drm::is_drm_node(outside))
+        .filter(|(inside, outside)| {
+            inside.starts_with(DRM_DEV_DIR) || drm::drm_minor(outside).is_some()
+        })
         .collect();
     if nodes.is_empty() {
         return DrmOwners::new();
