@@ -202,7 +202,8 @@ impl ClosureCache {
 
     fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
-        let (head, body) = split_line(text)?;
+        let end = text.iter().position(|b| *b == b'\n')?;
+        let (head, body) = (&text[..end], &text[end + 1..]);
         let expected_head = [HEADER.as_bytes(), b" ", store_path.as_os_str().as_bytes()].concat();
         (head == expected_head.as_slice())
             .then(|| self.parse_members(store_path, body))
@@ -241,11 +242,6 @@ fn kind_byte(node: &Node) -> u8 {
         Node::File => b'f',
         _ => b'?',
     }
-}
-
-fn split_line(text: &[u8]) -> Option<(&[u8], &[u8])> {
-    let i = text.iter().position(|b| *b == b'\n')?;
-    Some((&text[..i], &text[i + 1..]))
 }
 
 #[cfg(test)]

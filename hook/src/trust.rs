@@ -375,7 +375,7 @@ pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
     // link target (`/nix/store`) is not opened twice.
     let mut opened = vec![root];
     let mut chain = vec![0];
-    let mut pending: Vec<OsString> = names(path).into_iter().rev().collect();
+    let mut pending = names(path);
     let mut links = 0;
     while let Some(name) = pending.pop() {
         let at = chain[chain.len() - 1];
@@ -430,7 +430,7 @@ pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
             if target.is_absolute() {
                 chain.truncate(1);
             }
-            pending.extend(names(&target).into_iter().rev());
+            pending.extend(names(&target));
             continue;
         }
         judge(&entry)?;
@@ -479,13 +479,16 @@ fn is(stat: &FileStat, kind: nix::sys::stat::SFlag) -> bool {
     stat.st_mode & nix::libc::S_IFMT == kind.bits()
 }
 
-fn names(path: &Path) -> Vec<OsString> {
+/// The names of `path`'s components (`..` kept, `/` and `.` left out), last first: a stack that
+/// a walk pops them from.
+pub(crate) fn names(path: &Path) -> Vec<OsString> {
     path.components()
         .filter_map(|c| match c {
             Component::Normal(n) => Some(n.to_os_string()),
             Component::ParentDir => Some("..".into()),
             _ => None,
         })
+        .rev()
         .collect()
 }
 

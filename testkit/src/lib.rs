@@ -411,3 +411,11 @@ pub fn closed_pipe() -> std::process::Stdio {
     reader.wait().unwrap();
     write_end.into()
 }
+
+/// Byte strings (a derivation's features) as text, bytes that are not UTF-8 shown as U+FFFD.
+pub fn lossy<T: AsRef<[u8]>>(items: &[T]) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| String::from_utf8_lossy(i.as_ref()).into_owned())
+        .collect()
+}

@@ -94,28 +94,21 @@ pub(crate) struct DeviceNode {
     /// Where the container sees it.
     pub path: String,
     /// The host's node, when it is not at `path`.
-    #[serde(default)]
     pub host_path: Option<String>,
     /// `c`, `b`, `u` or `p`.
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
     /// Major number.
-    #[serde(default)]
     pub major: Option<i64>,
     /// Minor number.
-    #[serde(default)]
     pub minor: Option<i64>,
     /// File mode of the node to create.
-    #[serde(default)]
     pub file_mode: Option<u32>,
     /// Cgroup permissions (`rwm`).
-    #[serde(default)]
     pub permissions: Option<String>,
     /// Owner of the node to create.
-    #[serde(default)]
     pub uid: Option<u32>,
     /// Group of the node to create.
-    #[serde(default)]
     pub gid: Option<u32>,
 }
 
@@ -150,7 +143,6 @@ pub(crate) struct Hook {
     #[serde(default, deserialize_with = "nullable")]
     pub env: Vec<String>,
     /// Its time limit in seconds.
-    #[serde(default)]
     pub timeout: Option<i64>,
 }
 

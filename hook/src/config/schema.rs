@@ -83,7 +83,6 @@ pub struct Rule {
     #[serde(default, rename = "mount")]
     pub(crate) mounts: Vec<Mount>,
     /// The NVIDIA driver: where to find it and which compat drivers to consider.
-    #[serde(default)]
     pub driver: Option<DriverConfig>,
     /// CDI devices (`nvidia.com/gpu=all`) whose specs' device nodes and mounts the build gets
     /// (see [`crate::cdi`]).
@@ -91,14 +90,11 @@ pub struct Rule {
     pub(crate) cdi: Vec<crate::cdi::DeviceName>,
     /// The fix printed when no spec defines one of `cdi` (by default: generate the spec with
     /// `nvidia-ctk cdi generate`); NixOS's module names the unit that writes its spec.
-    #[serde(default)]
     pub(crate) cdi_hint: Option<String>,
     /// MIG instances as the driver publishes them (see [`crate::mig`]): with `gpus_per_build`
     /// each build is leased one, else every build gets every instance.
-    #[serde(default)]
     pub(crate) mig: Option<MigConfig>,
     /// What of the host's `/sys` the rule's builds see (see [`crate::sysfs`]); absent: none.
-    #[serde(default)]
     pub(crate) sysfs: Option<Sysfs>,
 }
 
@@ -169,10 +165,8 @@ pub struct DeviceGlob {
     #[serde(default)]
     pub(crate) required: bool,
     /// What to tell the user when a required glob matches nothing.
-    #[serde(default)]
     pub(crate) hint: Option<String>,
     /// Only on this kind of host: `tegra` (Jetson) or `discrete`; absent: on every host.
-    #[serde(default)]
     pub platform: Option<Platform>,
 }
 
@@ -196,7 +190,6 @@ pub(crate) struct HostPath {
     #[serde(default)]
     pub required: bool,
     /// What to tell the user when a required path is missing.
-    #[serde(default)]
     pub hint: Option<String>,
     /// For a directory: also expose the targets of the symlinks directly inside it (within
     /// `symlink_roots`), as nix-required-mounts' `unsafeFollowSymlinks` does.
@@ -216,7 +209,6 @@ pub(crate) struct Mount {
     #[serde(default)]
     pub required: bool,
     /// What to tell the user when a required mount source is missing.
-    #[serde(default)]
     pub hint: Option<String>,
     /// For a directory: also expose the targets of the symlinks directly inside it (within
     /// `symlink_roots`), as nix-required-mounts' `unsafeFollowSymlinks` does.

@@ -217,6 +217,19 @@ pub(crate) fn host_libraries(
     warnings: &mut Vec<String>,
 ) -> Vec<HostLibrary> {
     let mut found: BTreeMap<String, HostLibrary> = BTreeMap::new();
+    // A driver library named `name` at `outside`, unless an earlier entry has its name.
+    let mut add = |name: Option<String>, outside: PathBuf, found_in: String| {
+        let Some((name, stem)) = name.and_then(|n| driver_library_stem(&n).map(|s| (n, s))) else {
+            return;
+        };
+        found.entry(name.clone()).or_insert(HostLibrary {
+            name,
+            stem,
+            outside,
+            found_in,
+            capability: capability_of(stem),
+        });
+    };
     let cache_path = under(root, store_dir, Path::new("/etc/ld.so.cache"));
     match std::fs::read(&cache_path) {
         Ok(bytes) => match Cache::parse(&bytes) {
@@ -226,19 +239,12 @@ pub(crate) fn host_libraries(
                     if native.is_some_and(|f| e.flags != f) || e.glibc_hwcaps.is_some() {
                         continue;
                     }
-                    let Ok(name) = String::from_utf8(e.soname) else {
-                        continue;
-                    };
-                    let Some(stem) = driver_library_stem(&name) else {
-                        continue;
-                    };
-                    found.entry(name.clone()).or_insert(HostLibrary {
-                        name,
-                        stem,
-                        outside: under(root, store_dir, &e.path),
-                        found_in: "/etc/ld.so.cache".to_string(),
-                        capability: capability_of(stem),
-                    });
+                    let outside = under(root, store_dir, &e.path);
+                    add(
+                        String::from_utf8(e.soname).ok(),
+                        outside,
+                        "/etc/ld.so.cache".into(),
+                    );
                 }
             }
             Err(e) => warnings.push(format!("{}: {e}", cache_path.display())),
@@ -251,19 +257,8 @@ pub(crate) fn host_libraries(
             continue;
         };
         for entry in entries.filter_map(Result::ok) {
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            let Some(stem) = driver_library_stem(&name) else {
-                continue;
-            };
-            found.entry(name.clone()).or_insert(HostLibrary {
-                name,
-                stem,
-                outside: entry.path(),
-                found_in: dir.display().to_string(),
-                capability: capability_of(stem),
-            });
+            let name = entry.file_name().into_string().ok();
+            add(name, entry.path(), dir.display().to_string());
         }
     }
     found.into_values().collect()

@@ -18,7 +18,7 @@ pub struct DrvEnv<'a> {
 }
 
 impl<'a> DrvEnv<'a> {
-    /// Parses a whole `.drv` file (the grammar and errors of [`super::Derivation::parse`]).
+    /// Parses a whole `.drv` file (the grammar and errors of the oracle's `Derivation::parse`).
     pub fn parse(input: &'a [u8]) -> Result<Self, DrvError> {
         let mut env = Deciding::default();
         let mut hashed_output = None;
@@ -36,7 +36,7 @@ impl<'a> DrvEnv<'a> {
         Ok(DrvEnv { env, hashed_output })
     }
 
-    /// What the hook decides on (as [`super::Derivation::attrs`]).
+    /// What the hook decides on (as the oracle's `Derivation::attrs`).
     pub fn attrs(&self) -> Result<DrvAttrs<'a>, DrvError> {
         let name = self.hashed_output.map(|n| n.text());
         Ok(attrs_of_env(&self.env)?.with_hashed_output(name))
@@ -56,7 +56,7 @@ impl<'a> EnvValue<'a> for RawStr<'a> {
 }
 
 /// A string of the derivation as written, escapes and all: read without copying.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct RawStr<'a> {
     raw: &'a [u8],
     escaped: bool,
@@ -144,7 +144,9 @@ impl std::io::Read for Unescape<'_> {
     }
 }
 
-/// A part of a derivation, as [`Parser::derivation`] reads it, in file order.
+/// A part of a derivation, as [`Parser::derivation`] reads it, in file order. The hook reads
+/// the outputs and the env; the oracle (`tests/oracle.rs`) reads every part.
+#[cfg_attr(not(any(test, feature = "oracle")), allow(dead_code))]
 pub(super) enum Part<'a> {
     /// An output: name, path, hash algorithm, hash.
     Output([RawStr<'a>; 4]),

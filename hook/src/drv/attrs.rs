@@ -92,14 +92,6 @@ impl RequiredFeatures<'_> {
     pub fn contains(&self, feature: &[u8]) -> bool {
         self.features.iter().any(|f| f.as_ref() == feature)
     }
-
-    /// The features as text, with bytes that are not UTF-8 shown as U+FFFD.
-    pub fn lossy(&self) -> Vec<String> {
-        self.features
-            .iter()
-            .map(|f| String::from_utf8_lossy(f).into_owned())
-            .collect()
-    }
 }
 
 /// What the hook decides on, read from a derivation as Nix reads it.
@@ -150,7 +142,7 @@ impl DrvAttrs<'_> {
 /// The values of the [`DecidingKey`]s of one env, each kept the first time it is set; a second
 /// time is recorded in `repeated` (the first such key) and its value dropped. So a reader holds
 /// three values, whatever the derivation repeats.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Deciding<V> {
     features: Option<V>,
     structured_attrs: Option<V>,
@@ -158,19 +150,6 @@ pub(super) struct Deciding<V> {
     output_hash: Option<V>,
     impure: Option<V>,
     repeated: Option<DecidingKey>,
-}
-
-impl<V> Default for Deciding<V> {
-    fn default() -> Self {
-        Deciding {
-            features: None,
-            structured_attrs: None,
-            gpus: None,
-            output_hash: None,
-            impure: None,
-            repeated: None,
-        }
-    }
 }
 
 impl<V> Deciding<V> {
@@ -267,18 +246,13 @@ pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
 /// A whitespace-separated feature list, split as Nix splits it (" \t\n\r"), borrowing where
 /// the value does.
 fn split_features(value: DrvStr<'_>) -> Vec<DrvStr<'_>> {
-    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    fn words(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+        v.split(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .filter(|t| !t.is_empty())
+    }
     match value {
-        Cow::Borrowed(v) => v
-            .split(is_space)
-            .filter(|t| !t.is_empty())
-            .map(Cow::Borrowed)
-            .collect(),
-        Cow::Owned(v) => v
-            .split(is_space)
-            .filter(|t| !t.is_empty())
-            .map(|t| Cow::Owned(t.to_vec()))
-            .collect(),
+        Cow::Borrowed(v) => words(v).map(Cow::Borrowed).collect(),
+        Cow::Owned(v) => words(&v).map(|t| Cow::Owned(t.to_vec())).collect(),
     }
 }
 
@@ -392,7 +366,7 @@ impl<'de> serde::Deserialize<'de> for JsonKey {
 /// A JSON value as text, the way messages show it: a string as itself, a number, boolean or
 /// `null` as JSON writes it, a list or object as `[…]` or `{…}` (skipped, never built, so a
 /// hostile value costs no memory).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct AttrText {
     /// The text.
     pub(super) text: String,

@@ -38,7 +38,7 @@ impl JsonDerivation {
             .ok_or_else(|| DrvError::json("derivation JSON holds no derivation object"))
     }
 
-    /// What the hook decides on (as [`super::Derivation::attrs`]): from `structuredAttrs`,
+    /// What the hook decides on (as the oracle's `Derivation::attrs`): from `structuredAttrs`,
     /// else as from a `.drv`'s env. A repeated [`super::DecidingKey`] in `env` is refused
     /// even then.
     pub fn attrs(&self) -> Result<DrvAttrs<'static>, DrvError> {

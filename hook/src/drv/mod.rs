@@ -7,8 +7,9 @@
 //! - `json.rs`: the derivation as JSON ([`JsonDerivation`]: `NIX_DERIVATION_V4`).
 //! - `attrs.rs`: the one reading of the features and the GPU count over an env, for every form,
 //!   and the structured attrs (`__json`).
-//! - `oracle.rs`: the whole `.drv` ([`Derivation`]), for the differential tests, benches and
-//!   fuzzing; the hook never builds it.
+//! - `tests/oracle.rs`: the whole `.drv` (`Derivation`), for the unit and differential tests,
+//!   benches and fuzzing, built only for them (the `oracle` feature, which the hook's
+//!   dev-dependency on itself and the fuzz crate turn on); never in the hook.
 //!
 //! Strings are byte strings, not UTF-8: Nix accepts latin-1 and cp1252 in attribute values.
 //! Escapes follow Nix's own reader exactly: `\n`, `\r`, `\t` are control characters and a
@@ -26,12 +27,15 @@ use std::borrow::Cow;
 mod aterm;
 mod attrs;
 mod json;
+#[cfg(any(test, feature = "oracle"))]
+#[path = "tests/oracle.rs"]
 mod oracle;
 
 pub use aterm::DrvEnv;
 pub(crate) use attrs::GPUS_ATTR;
 pub use attrs::{DecidingKey, DrvAttrs, RequiredFeatures, Unsandboxed, Within};
 pub use json::JsonDerivation;
+#[cfg(any(test, feature = "oracle"))]
 pub use oracle::{Derivation, InputDrv, Output};
 
 /// A byte string from a derivation, borrowed from the input unless it had escapes.

@@ -2,6 +2,7 @@
 //! attributes, repeats, and the hook's reader against the oracle.
 
 use super::*;
+use cuda_sandbox_testkit::lossy;
 
 /// What the hook decides on of a derivation given as JSON.
 fn json_attrs(json: &[u8]) -> Result<DrvAttrs<'static>, DrvError> {
@@ -38,7 +39,7 @@ fn plain_features_split_on_nix_whitespace() {
     let drv = Derivation::parse(SIMPLE).unwrap();
     let f = drv.attrs().map(|a| a.features).unwrap();
     assert!(!f.structured);
-    assert_eq!(f.lossy(), vec!["cuda", "big-parallel"]);
+    assert_eq!(lossy(&f.features), vec!["cuda", "big-parallel"]);
     assert!(f.contains(b"cuda"));
     assert!(!f.contains(b"gpu"));
 }
@@ -49,7 +50,7 @@ fn structured_features_come_from_json() {
     let drv = Derivation::parse(text).unwrap();
     let f = drv.attrs().map(|a| a.features).unwrap();
     assert!(f.structured);
-    assert_eq!(f.lossy(), vec!["cuda", "kvm"]);
+    assert_eq!(lossy(&f.features), vec!["cuda", "kvm"]);
 }
 
 #[test]
@@ -73,15 +74,21 @@ fn structured_features_null_is_an_error_like_in_nix() {
 #[test]
 fn json_derivations_give_the_same_features() {
     let plain = br#"{"/nix/store/x.drv":{"env":{"requiredSystemFeatures":" cuda\tkvm "}}}"#;
-    assert_eq!(features_from_json(plain).unwrap().lossy(), ["cuda", "kvm"]);
+    assert_eq!(
+        lossy(&features_from_json(plain).unwrap().features),
+        ["cuda", "kvm"]
+    );
     let bare = br#"{"env":{"out":"/x"}}"#;
     assert!(features_from_json(bare).unwrap().features.is_empty());
     let v4 = br#"{"env":{},"structuredAttrs":{"requiredSystemFeatures":["gpu"]}}"#;
     let f = features_from_json(v4).unwrap();
     assert!(f.structured);
-    assert_eq!(f.lossy(), ["gpu"]);
+    assert_eq!(lossy(&f.features), ["gpu"]);
     let json_env = br#"{"env":{"__json":"{\"requiredSystemFeatures\":[\"cuda\"]}"}}"#;
-    assert_eq!(features_from_json(json_env).unwrap().lossy(), ["cuda"]);
+    assert_eq!(
+        lossy(&features_from_json(json_env).unwrap().features),
+        ["cuda"]
+    );
     for bad in [
         &b"[]"[..],
         b"{",
@@ -106,7 +113,7 @@ fn json_derivations_in_every_shape_are_read_with_typed_structs() {
     let null_attrs = br#"{"env":{"requiredSystemFeatures":"kvm"},"structuredAttrs":null}"#;
     let f = features_from_json(null_attrs).unwrap();
     assert!(!f.structured);
-    assert_eq!(f.lossy(), ["kvm"]);
+    assert_eq!(lossy(&f.features), ["kvm"]);
     // As in Nix, a `null` list of features is an error, not an empty list.
     let null_list = br#"{"structuredAttrs":{"requiredSystemFeatures":null}}"#;
     assert!(features_from_json(null_list).is_err());
@@ -247,29 +254,18 @@ fn every_other_repeat_counts_as_its_last() {
     assert_eq!(full.env_var(b"out"), Some(&b"/nix/store/a-x"[..]));
     assert_eq!(full.env_var(b"x"), Some(&b"2"[..]));
     assert_eq!(full.env.len(), 5, "the oracle keeps every entry");
-    assert_eq!(full.attrs().map(|a| a.features).unwrap().lossy(), ["kvm"]);
     assert_eq!(
-        DrvEnv::parse(&drv)
-            .unwrap()
-            .attrs()
-            .map(|a| a.features)
-            .unwrap()
-            .lossy(),
+        lossy(&full.attrs().map(|a| a.features).unwrap().features),
         ["kvm"]
     );
+    let features = DrvEnv::parse(&drv).unwrap().attrs().unwrap().features;
+    assert_eq!(lossy(&features.features), ["kvm"]);
     // Inside `__json`, a member the hook does not read.
     let drv = with_env(
         r#"("__json","{\"x\":1,\"x\":{\"requiredSystemFeatures\":[]},\"requiredSystemFeatures\":[\"cuda\"]}")"#,
     );
-    assert_eq!(
-        DrvEnv::parse(&drv)
-            .unwrap()
-            .attrs()
-            .map(|a| a.features)
-            .unwrap()
-            .lossy(),
-        ["cuda"]
-    );
+    let features = DrvEnv::parse(&drv).unwrap().attrs().unwrap().features;
+    assert_eq!(lossy(&features.features), ["cuda"]);
     // JSON: a repeated `env`, `structuredAttrs`, `derivation` or `.drv` path is its last.
     for (json, features) in [
         (
@@ -294,7 +290,7 @@ fn every_other_repeat_counts_as_its_last() {
         ),
     ] {
         assert_eq!(
-            features_from_json(json.as_bytes()).unwrap().lossy(),
+            lossy(&features_from_json(json.as_bytes()).unwrap().features),
             features,
             "{json}"
         );

@@ -30,7 +30,6 @@ pub struct LeaseRecord {
     pub chroot_id: (u64, u64),
     /// Birth time of `chroot` (nanoseconds since the epoch), where the filesystem keeps one:
     /// a directory made anew can get the inode of a deleted one (ext4 reuses them).
-    #[serde(default)]
     pub(crate) chroot_born: Option<u128>,
     /// The process that ran the hook (Nix), which starts the builder.
     pub(crate) holder_pid: u32,

@@ -83,7 +83,7 @@ impl Decision {
             return false;
         };
         let inside = Path::new("/").join(rel);
-        if is_wild(&glob.glob) && inside.starts_with(mig::CAPS_DEV_DIR) {
+        if glob.glob.contains(['*', '?', '[']) && inside.starts_with(mig::CAPS_DEV_DIR) {
             // A wildcard would give every MIG instance, and the config and monitor
             // capabilities, to every build.
             self.skipped.push(Skip::new(
@@ -133,11 +133,6 @@ impl Decision {
         self.add_chain(chain.hops, reason);
         true
     }
-}
-
-/// Whether a glob has wildcards (then it names no node itself).
-fn is_wild(glob: &str) -> bool {
-    glob.contains(['*', '?', '['])
 }
 
 /// The first path of `hops` (inside or outside) that the hook protocol cannot express

@@ -276,14 +276,24 @@ impl Decision {
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {
             expected.extend(libcuda_paths(libcuda, site.space, site.config, site.view));
         }
-        if replace_at_link {
-            let names = site
-                .driver
-                .compat
-                .iter()
-                .find(|seen| seen.outside == c.dir_outside)
-                .map_or(&[][..], |seen| seen.libraries.as_slice());
-            self.bind_compat_at_link(site.rule, c, names, &site.link_lib, site.view, expected);
+        if !replace_at_link {
+            return;
+        }
+        // The compat driver's libraries, bound at the driver link in place of the host's.
+        let names = site
+            .driver
+            .compat
+            .iter()
+            .find(|seen| seen.outside == c.dir_outside)
+            .map_or(&[][..], |seen| seen.libraries.as_slice());
+        for name in names {
+            let inside = site.link_lib.join(name);
+            let outside = c.dir_outside.join(name);
+            let why = site.reason(DriverSource::CompatAtDriverLink);
+            self.add_optional_host_path(site.rule, &inside, &outside, site.view, why);
+            if name.starts_with("libcuda.so") {
+                expected.extend(mount_paths(&inside, &outside, site.view));
+            }
         }
     }
 
@@ -305,30 +315,6 @@ impl Decision {
             }
         }
         out
-    }
-
-    /// Binds the compat driver's libraries at the driver link in place of the host's.
-    fn bind_compat_at_link(
-        &mut self,
-        rule: &str,
-        c: &CompatDriver,
-        names: &[String],
-        link_lib: &Path,
-        view: &HostView,
-        expected: &mut Vec<PathBuf>,
-    ) {
-        for name in names {
-            let inside = link_lib.join(name);
-            let outside = c.dir_outside.join(name);
-            let reason = Reason::Driver {
-                rule: rule.to_string(),
-                source: DriverSource::CompatAtDriverLink,
-            };
-            self.add_optional_host_path(rule, &inside, &outside, view, reason);
-            if name.starts_with("libcuda.so") {
-                expected.extend(mount_paths(&inside, &outside, view));
-            }
-        }
     }
 }
 

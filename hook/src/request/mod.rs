@@ -8,8 +8,9 @@
 //! derivation that repeats one of them is refused. Writes nothing.
 
 use crate::config::{self, Config, ConfigError, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
-use crate::drv::{self, DrvAttrs, DrvEnv, DrvError};
+use crate::drv::{self, DrvAttrs, DrvEnv, DrvError, RequiredFeatures};
 use cuda_sandbox_cuda_facts::features::{self, Required};
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -280,17 +281,8 @@ pub(crate) struct BuildContext<'a> {
 
 /// What was read of the derivation, or why nothing was.
 enum Derivation {
-    /// Its attributes (none when no derivation was named).
-    Read {
-        /// The required features, as written.
-        features: Vec<Vec<u8>>,
-        /// Whether they came from structured attrs.
-        structured: bool,
-        /// The GPU count as written.
-        gpus: Option<String>,
-        /// What makes it fixed-output or impure, if anything: a tagged one is refused.
-        unsandboxed: Option<drv::Unsandboxed>,
-    },
+    /// Its attributes, owned (none when no derivation was named).
+    Read(DrvAttrs<'static>),
     /// It repeats an attribute the hook decides on.
     Repeated(RequestFailure),
     /// Its bytes cannot be read as a derivation (with why, one line).
@@ -321,17 +313,18 @@ fn read_derivation(drv_path: &Path, env: &Environment, name: &str) -> Derivation
 
 /// The attributes the hook decides on, owned.
 fn read(attrs: DrvAttrs<'_>) -> Derivation {
-    Derivation::Read {
-        features: attrs
-            .features
-            .features
-            .into_iter()
-            .map(|f| f.into_owned())
-            .collect(),
-        structured: attrs.features.structured,
-        gpus: attrs.gpus,
-        unsandboxed: attrs.unsandboxed,
-    }
+    let owned = attrs
+        .features
+        .features
+        .into_iter()
+        .map(|f| Cow::Owned(f.into_owned()));
+    Derivation::Read(DrvAttrs {
+        features: RequiredFeatures {
+            features: owned.collect(),
+            ..attrs.features
+        },
+        ..attrs
+    })
 }
 
 /// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
@@ -369,27 +362,19 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
     let name = req.derivation_name();
     let derivation = match input.drv {
         Some(path) => read_derivation(path, input.env, &name),
-        None => Derivation::Read {
-            features: Vec::new(),
-            structured: false,
-            gpus: None,
-            unsandboxed: None,
-        },
+        None => Derivation::Read(DrvAttrs::default()),
     };
     req.verdict = match derivation {
         Derivation::Repeated(failure) => Verdict::Fail(failure),
-        Derivation::Read {
-            mut features,
-            structured,
-            gpus,
-            unsandboxed,
-        } => {
+        Derivation::Read(attrs) => {
+            let features = attrs.features.features.into_iter().map(Cow::into_owned);
+            let mut features: Vec<Vec<u8>> = features.collect();
             features.extend(input.extra_features.iter().map(|f| f.as_bytes().to_vec()));
             if features.is_empty() {
                 features.extend(input.default_features.iter().map(|f| f.as_bytes().to_vec()));
             }
             req.features = features;
-            req.structured = structured;
+            req.structured = attrs.features.structured;
             if req.features.is_empty() && !input.always_load_config {
                 // The fast path: no feature, no configuration read.
                 Verdict::Untagged {
@@ -398,7 +383,12 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
                 }
             } else {
                 let text = config::read_text(&req.config_source);
-                req.by_features(text, input.always_load_config, gpus, unsandboxed)
+                req.by_features(
+                    text,
+                    input.always_load_config,
+                    attrs.gpus,
+                    attrs.unsandboxed,
+                )
             }
         }
         Derivation::Unreadable(bytes, error) => {

@@ -18,7 +18,7 @@ use crate::sysfs;
 use crate::trust;
 use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_manifest::inventory::{
-    is_bdf, Bdf, Inventory, InventoryError, INVENTORY_FILE, INVENTORY_MAX_BYTES,
+    Bdf, Inventory, InventoryError, INVENTORY_FILE, INVENTORY_MAX_BYTES,
 };
 use std::io::Read;
 use std::path::Path;
@@ -47,15 +47,11 @@ pub(crate) struct KnownGpu {
 
 /// Reads and checks the inventory for `config`'s host.
 pub(crate) fn scan(config: &Config) -> InventoryView {
-    let proc_gpus = config.host_root.join("proc/driver/nvidia/gpus");
-    let listed = trust::listed_dir(&proc_gpus).and_then(|dir| {
-        std::fs::read_dir(&dir).map_err(|source| trust::TrustError::Inspect {
-            path: dir.clone(),
-            source,
-        })
-    });
-    let entries = match (listed, config.tegra_capability) {
-        (Ok(entries), _) => entries,
+    let host = match (
+        sysfs::listed_gpus(&config.host_root),
+        config.tegra_capability,
+    ) {
+        (Ok((_, host)), _) => host,
         (Err(_), Some(capability)) => return InventoryView::Tegra(capability),
         (Err(e), None) => {
             return InventoryView::Missing(format!(
@@ -73,12 +69,6 @@ pub(crate) fn scan(config: &Config) -> InventoryView {
             ))
         }
     };
-    let mut host: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| is_bdf(n))
-        .collect();
-    host.sort();
     match check(&inventory, &host, &config.host_root) {
         Ok(gpus) => InventoryView::Gpus(gpus),
         Err(why) => InventoryView::Missing(format!(

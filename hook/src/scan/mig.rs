@@ -152,7 +152,21 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     if minors.is_empty() {
         return Ok(MigHost::default());
     }
-    check_listed(&minors, config)?;
+    // `mig-minors` must not list a capability with another minor than its `access` file
+    // gives (a capability it does not list is not judged).
+    let listed = listed_minors(&under(Path::new(mig::MIG_MINORS)))?;
+    for (cap, minor) in &minors {
+        if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
+            if l != minor {
+                return Err(MigScanError::Mismatch {
+                    capability: *cap,
+                    path: under(&cap.proc_path()),
+                    access: *minor,
+                    listed: *l,
+                });
+            }
+        }
+    }
     let devices = under(Path::new(mig::PROC_DEVICES));
     let major = formats::caps_major(&read_bounded(&devices, formats::PROC_DEVICES_MAX)?)
         .map_err(|error| MigScanError::Format {
@@ -230,26 +244,6 @@ fn walk_capabilities(
         admin.push((*cap, access_minor(&under(&cap.proc_path()))?));
     }
     Ok((walked, admin))
-}
-
-/// Fails when `mig-minors` lists one of `minors`' capabilities with another minor than its
-/// `access` file gives (a capability it does not list is not judged).
-fn check_listed(minors: &[(Capability, u32)], config: &Config) -> Result<(), MigScanError> {
-    let under = |p: &Path| host::under(&config.host_root, &config.store_dir, p);
-    let listed = listed_minors(&under(Path::new(mig::MIG_MINORS)))?;
-    for (cap, minor) in minors {
-        if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
-            if l != minor {
-                return Err(MigScanError::Mismatch {
-                    capability: *cap,
-                    path: under(&cap.proc_path()),
-                    access: *minor,
-                    listed: *l,
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A capability and the minor its `access` file gives.

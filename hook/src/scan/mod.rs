@@ -177,22 +177,11 @@ impl Recorder {
     /// their directories, cost one `lstat` per directory instead of a `readlink` per component
     /// each. `None` when a component is missing or cannot be looked at.
     fn real_path(&self, path: &Path) -> Option<PathBuf> {
-        use std::path::Component;
-        let names = |p: &Path| -> Vec<std::ffi::OsString> {
-            p.components()
-                .filter_map(|c| match c {
-                    Component::Normal(n) => Some(n.to_os_string()),
-                    Component::ParentDir => Some("..".into()),
-                    _ => None,
-                })
-                .rev()
-                .collect()
-        };
         if !path.is_absolute() {
             return None;
         }
         let mut resolved = PathBuf::from("/");
-        let mut pending = names(path);
+        let mut pending = crate::trust::names(path);
         let mut links = 0;
         while let Some(name) = pending.pop() {
             if name == ".." {
@@ -209,7 +198,7 @@ impl Recorder {
                     if target.is_absolute() {
                         resolved = PathBuf::from("/");
                     }
-                    pending.extend(names(&target));
+                    pending.extend(crate::trust::names(&target));
                 }
                 Node::Missing | Node::Error(_) | Node::Unscanned => return None,
                 Node::Dir | Node::CharDevice | Node::File | Node::Other => resolved = here,
@@ -316,7 +305,9 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
             let inside = Path::new("/").join(outside.strip_prefix(&config.host_root).ok()?);
             Some((inside, outside))
         })
-        .filter(|(inside, outside)| inside.starts_with(DRM_DEV_DIR) || drm::is_drm_node(outside))
+        .filter(|(inside, outside)| {
+            inside.starts_with(DRM_DEV_DIR) || drm::drm_minor(outside).is_some()
+        })
         .collect();
     if nodes.is_empty() {
         return DrmOwners::new();

@@ -29,13 +29,8 @@ pub(crate) enum DrmError {
     NotNvidia(String),
 }
 
-/// Whether `path` (links followed) is a DRM character device, 226:N.
-pub(crate) fn is_drm_node(path: &Path) -> bool {
-    drm_minor(path).is_some()
-}
-
-/// The minor of the DRM character device at `path` (links followed).
-fn drm_minor(path: &Path) -> Option<u32> {
+/// The minor of the DRM character device at `path` (links followed), 226:N.
+pub(crate) fn drm_minor(path: &Path) -> Option<u32> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let meta = std::fs::metadata(path).ok()?;
     let rdev = meta.rdev();

@@ -46,7 +46,7 @@ mod pci;
 mod tree;
 
 pub(crate) use layout::PciLayout;
-pub(crate) use pci::{discover, discover_drm, identity, PciGpu, DRM_MAJOR};
+pub(crate) use pci::{discover, discover_drm, identity, listed_gpus, PciGpu, DRM_MAJOR};
 pub(crate) use tree::{build, sweep, TreeGuard, TreeParts};
 
 use std::path::PathBuf;

@@ -75,23 +75,30 @@ fn is_root_bus(name: &str) -> bool {
 /// The PCI devices of the GPUs `/proc/driver/nvidia/gpus` lists under `host_root`, each or
 /// why it cannot be given, by bus address. No such directory (no NVIDIA driver loaded): none.
 pub(crate) fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
-    let gpus = host_root.join("proc/driver/nvidia/gpus");
-    let Ok(dir) = trust::listed_dir(&gpus) else {
+    let Ok((dir, names)) = listed_gpus(host_root) else {
         return Vec::new();
     };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
+    names
+        .into_iter()
+        .map(|bdf| gpu(host_root, &dir, bdf))
+        .collect()
+}
+
+/// The directory `/proc/driver/nvidia/gpus` under `host_root`, trusted, and the bus addresses
+/// it lists, sorted.
+pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), TrustError> {
+    let dir = trust::listed_dir(&host_root.join("proc/driver/nvidia/gpus"))?;
+    let entries = std::fs::read_dir(&dir).map_err(|source| TrustError::Inspect {
+        path: dir.clone(),
+        source,
+    })?;
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| is_bdf(n))
         .collect();
     names.sort();
-    names
-        .into_iter()
-        .map(|bdf| gpu(host_root, &dir, bdf))
-        .collect()
+    Ok((dir, names))
 }
 
 fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {

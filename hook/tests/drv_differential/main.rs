@@ -49,7 +49,7 @@ use std::sync::OnceLock;
 use cuda_sandbox_hook::drv::{
     DecidingKey, Derivation, DrvEnv, DrvError, JsonDerivation, RequiredFeatures,
 };
-use cuda_sandbox_testkit::{run_ok, DerivationJson, NixVersion};
+use cuda_sandbox_testkit::{lossy, run_ok, DerivationJson, NixVersion};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 

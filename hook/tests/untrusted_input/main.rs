@@ -4,6 +4,7 @@
 //! f51a825 needed minutes (2 MiB took it 55 s).
 
 use cuda_sandbox_hook::drv::{DrvAttrs, DrvEnv, DrvError, JsonDerivation};
+use cuda_sandbox_testkit::lossy;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
