@@ -81,13 +81,10 @@ pub fn config(
             [] => vec![zluda_code::REPORTED_CAPABILITY],
             given => given.iter().map(|arch| arch.capability).collect(),
         };
+        let driver = Driver::of(zluda_code::REPORTED_CUDA);
         config.targets = devices
             .into_iter()
-            .map(|device| Target {
-                device,
-                driver: Driver::of(zluda_code::REPORTED_CUDA),
-                on_zluda: true,
-            })
+            .map(|device| Target::new(device, driver, true))
             .collect();
     } else if let Some(first) = options.target.first() {
         let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver {
@@ -96,11 +93,7 @@ pub fn config(
         config.targets = options
             .target
             .iter()
-            .map(|arch| Target {
-                device: arch.capability,
-                driver,
-                on_zluda: false,
-            })
+            .map(|arch| Target::new(arch.capability, driver, false))
             .collect();
     }
     config.targets_given = options.target.iter().map(|a| a.sm_name()).collect();

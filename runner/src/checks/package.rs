@@ -68,11 +68,7 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
         if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
             let mut targets = Vec::new();
             for d in devices {
-                let target = Target {
-                    device: d.compute_capability,
-                    driver,
-                    on_zluda: session.zluda().is_some(),
-                };
+                let target = Target::new(d.compute_capability, driver, session.zluda().is_some());
                 if !targets.contains(&target) {
                     targets.push(target);
                 }
@@ -100,11 +96,7 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
     let targets = lint
         .target
         .iter()
-        .map(|arch| Target {
-            device: arch.capability,
-            driver,
-            on_zluda: false,
-        })
+        .map(|arch| Target::new(arch.capability, driver, false))
         .collect();
     Ok((targets, "--target".into()))
 }

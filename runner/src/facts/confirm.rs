@@ -204,15 +204,12 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
         .and_then(|t| kernel_module_version(&t))
         .and_then(|v| cuda_for_driver(&v))
         .unwrap_or(cuda);
-    Ok(Target {
-        on_zluda: false,
-        device,
-        driver: RulesDriver {
-            cuda,
-            kernel,
-            version: None,
-        },
-    })
+    let driver = RulesDriver {
+        cuda,
+        kernel,
+        version: None,
+    };
+    Ok(Target::new(device, driver, false))
 }
 
 fn load_result(context: &PrimaryContext, image: &[u8]) -> i32 {

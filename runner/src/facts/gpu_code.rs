@@ -53,6 +53,15 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// GPU `device` under `driver` (ZLUDA's, `on_zluda`).
+    pub(crate) fn new(device: Capability, driver: Driver, on_zluda: bool) -> Target {
+        Target {
+            device,
+            driver,
+            on_zluda,
+        }
+    }
+
     /// `sm_90 (driver CUDA 12.2)`, or under compat `sm_90 (driver CUDA 12.8 on a CUDA 12.2
     /// kernel module)`.
     pub(crate) fn describe(&self) -> String {
