@@ -143,25 +143,6 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
     versions
 }
 
-/// The driver's answers at each of `versions`, compared with its versioned exports; and
-/// every mismatch, in order.
-fn compare_at_each(
-    driver: &Driver,
-    versions: &[CudaVersion],
-) -> (Vec<VersionAnswers>, Vec<String>) {
-    let mut per_version = Vec::new();
-    let mut mismatches = Vec::new();
-    for version in versions {
-        let (symbols, wrong) = compare_with_exports(driver, *version, *version);
-        per_version.push(VersionAnswers {
-            api_version: version.to_string(),
-            symbols,
-        });
-        mismatches.extend(wrong);
-    }
-    (per_version, mismatches)
-}
-
 /// What the driver answers at `above`, above its own CUDA `driver_version` (`above_wrong`:
 /// where it does not give its newest variants), in words.
 fn above_note(above: CudaVersion, driver_version: CudaVersion, above_wrong: &[String]) -> String {
@@ -226,7 +207,18 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
     let versions = versions_to_probe(session, driver_version);
     let primary = primary_version(session, driver_version);
     let (primary_symbols, _) = compare_with_exports(driver, primary, primary);
-    let (per_version, mismatches) = compare_at_each(driver, &versions);
+    // At each version, the answers compared with the versioned exports, and every mismatch.
+    let mut mismatches = Vec::new();
+    let mut per_version = Vec::new();
+    for version in &versions {
+        let (symbols, wrong) = compare_with_exports(driver, *version, *version);
+        let api_version = version.to_string();
+        per_version.push(VersionAnswers {
+            api_version,
+            symbols,
+        });
+        mismatches.extend(wrong);
+    }
     let compared: usize = per_version.iter().map(|v| v.symbols.len()).sum();
 
     // Above the driver's version: the real driver answers with its newest variants.

@@ -48,16 +48,6 @@ pub struct ContainerBindsCli {
     pub run_dir: PathBuf,
 }
 
-impl ContainerBindsCli {
-    /// Parses `args` (the words after `container-binds`); exits with clap's message on bad
-    /// flags.
-    pub fn parse_after(args: impl IntoIterator<Item = String>) -> ContainerBindsCli {
-        <ContainerBindsCli as Parser>::parse_from(
-            std::iter::once("cuda-sandbox-check container-binds".into()).chain(args),
-        )
-    }
-}
-
 /// Why no bind list was printed. One line.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BindsError {
