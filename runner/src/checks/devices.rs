@@ -364,10 +364,8 @@ fn feature_names(required: &Required) -> Vec<String> {
 
 /// `GPU 0: 8.9, GPU 1: 9.0`, or `no GPU`.
 fn describe_gpus(gpus: &[FeatureGpu]) -> String {
-    if gpus.is_empty() {
-        return "no GPU".to_owned();
-    }
-    gpus.iter()
+    let each: Vec<String> = gpus
+        .iter()
         .map(|gpu| {
             format!(
                 "GPU {}: {}",
@@ -375,8 +373,12 @@ fn describe_gpus(gpus: &[FeatureGpu]) -> String {
                 gpu.capability
             )
         })
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect();
+    if each.is_empty() {
+        "no GPU".to_owned()
+    } else {
+        each.join(", ")
+    }
 }
 
 /// Runs `devices::features`.
@@ -408,53 +410,48 @@ pub(crate) fn features(session: &Session) -> Outcome {
         Ok(capabilities) => wanted.unmet_by(capabilities),
         Err(_) => cuda_sm.clone(),
     };
-    let facts = facts_of(&FeaturesFacts {
-        source: source.clone(),
-        required: required.clone(),
-        cuda_sm: cuda_sm.clone(),
-        gpus: listed.as_ref().ok().cloned(),
-        gpus_unavailable: listed.as_ref().err().map(ToString::to_string),
-        unmet: if wanted.is_empty() {
-            Vec::new()
-        } else {
-            unmet.clone()
-        },
-        manifest_features: manifest.map(|m| m.features.clone()),
-        not_in_manifest: not_in_manifest.clone(),
-        only_in_manifest: only_in_manifest.clone(),
-    });
-
-    if !only_in_manifest.is_empty() {
-        return Outcome::fail(another_builds(&only_in_manifest, &source, &cuda_sm), facts);
-    }
-    if wanted.is_empty() {
-        return Outcome::pass(
-            format!(
-                "no cuda-sm-* feature required ({source}): any GPU will do (a derivation \
-                 that needs an architecture requires its cuda-sm-* feature)"
-            ),
-            facts,
-        );
-    }
-    if let Err(why) = &capabilities {
-        return Outcome::fail(
-            format!("the build requires {} but {why}", cuda_sm.join(" ")),
-            facts,
-        );
-    }
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
     let hook_note = hook_note(&not_in_manifest);
-    if unmet.is_empty() {
-        return Outcome::pass(
-            format!(
-                "{} met by the GPUs this process can use ({}){hook_note}",
-                cuda_sm.join(" "),
-                describe_gpus(gpus)
-            ),
-            facts,
+    // Whether it passes, and why, the first of these that holds deciding.
+    let (passes, message) = if !only_in_manifest.is_empty() {
+        (false, another_builds(&only_in_manifest, &source, &cuda_sm))
+    } else if wanted.is_empty() {
+        let message = format!(
+            "no cuda-sm-* feature required ({source}): any GPU will do (a derivation that \
+             needs an architecture requires its cuda-sm-* feature)"
         );
+        (true, message)
+    } else if let Err(why) = &capabilities {
+        (
+            false,
+            format!("the build requires {} but {why}", cuda_sm.join(" ")),
+        )
+    } else if unmet.is_empty() {
+        let message = format!(
+            "{} met by the GPUs this process can use ({}){hook_note}",
+            cuda_sm.join(" "),
+            describe_gpus(gpus)
+        );
+        (true, message)
+    } else {
+        (false, not_met(&unmet, &wanted, gpus, &hook_note))
+    };
+    let facts = facts_of(&FeaturesFacts {
+        source,
+        required,
+        cuda_sm,
+        gpus: listed.as_ref().ok().cloned(),
+        gpus_unavailable: listed.as_ref().err().map(ToString::to_string),
+        unmet: if wanted.is_empty() { Vec::new() } else { unmet },
+        manifest_features: manifest.map(|m| m.features.clone()),
+        not_in_manifest,
+        only_in_manifest,
+    });
+    if passes {
+        Outcome::pass(message, facts)
+    } else {
+        Outcome::fail(message, facts)
     }
-    Outcome::fail(not_met(&unmet, &wanted, gpus, &hook_note), facts)
 }
 
 /// Where the build's required features are read, in words, and the features: the
