@@ -5,7 +5,6 @@ use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver, DriverVersion};
 use cuda_sandbox_manifest::versions::cuda_for_driver;
 use cuda_sandbox_manifest::DriverKind;
-use serde_json::json;
 
 use crate::check::Outcome;
 use crate::facts;
@@ -109,13 +108,13 @@ pub(crate) fn elf(session: &Session) -> Outcome {
     // The paths of `--lint` are the package under test: no driver link is a finding anywhere.
     config.under_test = true;
     let report = elf_lint::lint(&session.options.lint_paths, &config);
-    let mut facts = facts! {
+    let facts = facts! {
         "paths" => &session.options.lint_paths,
         "driver_link" => &config.driver_link,
         "compat_dir" => &config.compat_dir,
         "summary" => report.summary(),
+        "lint" => &report,
     };
-    facts.insert("lint".into(), json!(report));
     let Some((first, rest)) = report.findings.split_first() else {
         return Outcome::pass(
             format!(
