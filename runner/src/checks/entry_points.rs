@@ -143,22 +143,6 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
     versions
 }
 
-/// What the driver answers at `above`, above its own CUDA `driver_version` (`above_wrong`:
-/// where it does not give its newest variants), in words.
-fn above_note(above: CudaVersion, driver_version: CudaVersion, above_wrong: &[String]) -> String {
-    if above_wrong.is_empty() {
-        format!(
-            "at {above}, above the driver, it answers CUDA_SUCCESS with its {driver_version} \
-             variants (code built for newer headers gets the older ABI without an error)"
-        )
-    } else {
-        format!(
-            "at {above}, above the driver, it does not answer with its newest variants ({})",
-            above_wrong[0]
-        )
-    }
-}
-
 /// Runs `driver::entry_points`.
 pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
     let driver = match session.driver() {
@@ -245,7 +229,16 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
         )
         .with_detail(mismatches.join("\n"));
     }
-    let above_note = above_note(above, driver_version, &above_wrong);
+    // What the driver answers above its own version, in words.
+    let above_note = match above_wrong.first() {
+        None => format!(
+            "at {above}, above the driver, it answers CUDA_SUCCESS with its {driver_version} \
+             variants (code built for newer headers gets the older ABI without an error)"
+        ),
+        Some(first) => format!(
+            "at {above}, above the driver, it does not answer with its newest variants ({first})"
+        ),
+    };
     let others: Vec<String> = versions
         .iter()
         .filter(|v| **v != primary)
