@@ -7,14 +7,15 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use clap::Parser;
 use cuda_sandbox_check::check::RunsWhen;
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
-use cuda_sandbox_check::facts::container_binds::{self, ContainerBindsCli};
+use cuda_sandbox_check::facts::container_binds;
 use cuda_sandbox_check::facts::elf_lint::{self, LintStatus};
 use cuda_sandbox_check::facts::expectations::ManifestState;
-use cuda_sandbox_check::facts::features::{self, FeaturesCli};
-use cuda_sandbox_check::facts::inventory::{self, InventoryCli};
+use cuda_sandbox_check::facts::features;
+use cuda_sandbox_check::facts::inventory;
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
 use cuda_sandbox_check::options::{Cli, LintCli};
 use cuda_sandbox_check::output;
@@ -22,22 +23,24 @@ use cuda_sandbox_check::report::{Report, Summary};
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
 
+/// Parses `args`, the words after `cuda-sandbox-check COMMAND`; exits with clap's message on
+/// bad flags.
+fn parse_after<C: Parser>(command: &str, args: impl Iterator<Item = String>) -> C {
+    C::parse_from(std::iter::once(format!("cuda-sandbox-check {command}")).chain(args))
+}
+
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1).peekable();
-    if args.peek().map(String::as_str) == Some("lint") {
-        return lint_main(LintCli::parse_after(args.skip(1)));
-    }
-    if args.peek().map(String::as_str) == Some("gpu-confirm") {
-        return confirm_main(&ConfirmCli::parse_after(args.skip(1)));
-    }
-    if args.peek().map(String::as_str) == Some("features") {
-        return features::run(&FeaturesCli::parse_after(args.skip(1)));
-    }
-    if args.peek().map(String::as_str) == Some("inventory") {
-        return inventory::run(&InventoryCli::parse_after(args.skip(1)));
-    }
-    if args.peek().map(String::as_str) == Some("container-binds") {
-        return container_binds::run(&ContainerBindsCli::parse_after(args.skip(1)));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some((command, rest)) = args.split_first() {
+        let rest = rest.iter().cloned();
+        match command.as_str() {
+            "lint" => return lint_main(parse_after(command, rest)),
+            "gpu-confirm" => return confirm_main(&parse_after(command, rest)),
+            "features" => return features::run(&parse_after(command, rest)),
+            "inventory" => return inventory::run(&parse_after(command, rest)),
+            "container-binds" => return container_binds::run(&parse_after(command, rest)),
+            _ => {}
+        }
     }
     let cli = Cli::from_env(after_help());
     let allow_no_checks = cli.options.allow_no_checks;

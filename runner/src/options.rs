@@ -381,15 +381,6 @@ pub struct LintCli {
     pub json: bool,
 }
 
-impl LintCli {
-    /// Parses `args` (the words after `lint`); exits with clap's message on bad flags.
-    pub fn parse_after(args: impl IntoIterator<Item = String>) -> LintCli {
-        <LintCli as Parser>::parse_from(
-            std::iter::once("cuda-sandbox-check lint".into()).chain(args),
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

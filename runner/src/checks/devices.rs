@@ -96,20 +96,24 @@ fn amd_nodes(session: &Session, zluda: &Zluda) -> Outcome {
         cuda_device_count: cuda_count.as_ref().ok().copied(),
         cuda_device_count_unavailable: cuda_count.as_ref().err().map(ToString::to_string),
     });
-    match problems.first() {
-        None => Outcome::pass(
-            format!(
-                "{}: kfd and {} DRM render node(s) present{}",
-                zluda.describe(),
-                nodes.render_nodes.len(),
-                match cuda_count {
-                    Ok(n) => format!(" for {n} CUDA device(s)"),
-                    Err(_) => " (CUDA device count unavailable, see driver::version)".to_owned(),
-                }
-            ),
+    let present = format!(
+        "{}: kfd and {} DRM render node(s) present",
+        zluda.describe(),
+        nodes.render_nodes.len()
+    );
+    judged(&problems, present, cuda_count.ok(), facts)
+}
+
+/// Fails with the first of `problems` (the rest as detail), or passes: the nodes `present`
+/// for CUDA's device count (`None`: CUDA cannot say).
+fn judged(problems: &[String], present: String, count: Option<usize>, facts: Facts) -> Outcome {
+    match (problems.first(), count) {
+        (None, Some(n)) => Outcome::pass(format!("{present} for {n} CUDA device(s)"), facts),
+        (None, None) => Outcome::pass(
+            format!("{present} (CUDA device count unavailable, see driver::version)"),
             facts,
         ),
-        Some(first) => Outcome::fail(first.clone(), facts).with_detail_lines(&problems[1..]),
+        (Some(first), _) => Outcome::fail(first, facts).with_detail_lines(&problems[1..]),
     }
 }
 
@@ -156,15 +160,11 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
         uvm_expected,
         &mut problems,
     );
-    let gpus: Vec<(u32, PathBuf)> = before
-        .gpus
-        .iter()
-        .map(|(n, p, _)| (*n, p.clone()))
-        .collect();
+    let gpus = before.gpus.len();
     judge_gpu_nodes(before, &not_exposed, &mut problems);
-    let manifest_gpus = judge_manifest_devices(session, root, gpus.len(), &mut problems);
+    let manifest_gpus = judge_manifest_devices(session, root, gpus, &mut problems);
     if let Ok(count) = cuda_count {
-        judge_device_count(session, count, gpus.len(), &mut problems);
+        judge_device_count(session, count, gpus, &mut problems);
     }
 
     let char_numbers = |node: &Node| match node {
@@ -174,7 +174,7 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
     let manifest = session.manifest.manifest();
     let facts = facts_of(&NodesFacts {
         dev_root: root.clone(),
-        gpu_nodes: gpus.iter().map(|(_, p)| p.clone()).collect(),
+        gpu_nodes: before.gpus.iter().map(|(_, p, _)| p.clone()).collect(),
         nvidiactl: char_numbers(&before.nvidiactl),
         nvidia_uvm: char_numbers(&before.nvidia_uvm),
         nodes_before_driver_calls: before.clone(),
@@ -187,20 +187,8 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
         manifest_gpu_nodes: manifest.map(|_| manifest_gpus),
         manifest_leased_gpus: manifest.map(|m| m.leased_gpus.clone()),
     });
-    match problems.first() {
-        None => Outcome::pass(
-            format!(
-                "nvidiactl, nvidia-uvm and {} GPU node(s) present{}",
-                gpus.len(),
-                match cuda_count {
-                    Ok(n) => format!(" for {n} CUDA device(s)"),
-                    Err(_) => " (CUDA device count unavailable, see driver::version)".to_owned(),
-                }
-            ),
-            facts,
-        ),
-        Some(first) => Outcome::fail(first.clone(), facts).with_detail_lines(&problems[1..]),
-    }
+    let present = format!("nvidiactl, nvidia-uvm and {gpus} GPU node(s) present");
+    judged(&problems, present, cuda_count.ok(), facts)
 }
 
 /// `nvidiactl` (at `ctl`) as it was before any driver call: the NVIDIA control device.
@@ -376,10 +364,8 @@ fn feature_names(required: &Required) -> Vec<String> {
 
 /// `GPU 0: 8.9, GPU 1: 9.0`, or `no GPU`.
 fn describe_gpus(gpus: &[FeatureGpu]) -> String {
-    if gpus.is_empty() {
-        return "no GPU".to_owned();
-    }
-    gpus.iter()
+    let each: Vec<String> = gpus
+        .iter()
         .map(|gpu| {
             format!(
                 "GPU {}: {}",
@@ -387,8 +373,12 @@ fn describe_gpus(gpus: &[FeatureGpu]) -> String {
                 gpu.capability
             )
         })
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect();
+    if each.is_empty() {
+        "no GPU".to_owned()
+    } else {
+        each.join(", ")
+    }
 }
 
 /// Runs `devices::features`.
@@ -420,53 +410,48 @@ pub(crate) fn features(session: &Session) -> Outcome {
         Ok(capabilities) => wanted.unmet_by(capabilities),
         Err(_) => cuda_sm.clone(),
     };
-    let facts = facts_of(&FeaturesFacts {
-        source: source.clone(),
-        required: required.clone(),
-        cuda_sm: cuda_sm.clone(),
-        gpus: listed.as_ref().ok().cloned(),
-        gpus_unavailable: listed.as_ref().err().map(ToString::to_string),
-        unmet: if wanted.is_empty() {
-            Vec::new()
-        } else {
-            unmet.clone()
-        },
-        manifest_features: manifest.map(|m| m.features.clone()),
-        not_in_manifest: not_in_manifest.clone(),
-        only_in_manifest: only_in_manifest.clone(),
-    });
-
-    if !only_in_manifest.is_empty() {
-        return Outcome::fail(another_builds(&only_in_manifest, &source, &cuda_sm), facts);
-    }
-    if wanted.is_empty() {
-        return Outcome::pass(
-            format!(
-                "no cuda-sm-* feature required ({source}): any GPU will do (a derivation \
-                 that needs an architecture requires its cuda-sm-* feature)"
-            ),
-            facts,
-        );
-    }
-    if let Err(why) = &capabilities {
-        return Outcome::fail(
-            format!("the build requires {} but {why}", cuda_sm.join(" ")),
-            facts,
-        );
-    }
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
     let hook_note = hook_note(&not_in_manifest);
-    if unmet.is_empty() {
-        return Outcome::pass(
-            format!(
-                "{} met by the GPUs this process can use ({}){hook_note}",
-                cuda_sm.join(" "),
-                describe_gpus(gpus)
-            ),
-            facts,
+    // Whether it passes, and why, the first of these that holds deciding.
+    let (passes, message) = if !only_in_manifest.is_empty() {
+        (false, another_builds(&only_in_manifest, &source, &cuda_sm))
+    } else if wanted.is_empty() {
+        let message = format!(
+            "no cuda-sm-* feature required ({source}): any GPU will do (a derivation that \
+             needs an architecture requires its cuda-sm-* feature)"
         );
+        (true, message)
+    } else if let Err(why) = &capabilities {
+        (
+            false,
+            format!("the build requires {} but {why}", cuda_sm.join(" ")),
+        )
+    } else if unmet.is_empty() {
+        let message = format!(
+            "{} met by the GPUs this process can use ({}){hook_note}",
+            cuda_sm.join(" "),
+            describe_gpus(gpus)
+        );
+        (true, message)
+    } else {
+        (false, not_met(&unmet, &wanted, gpus, &hook_note))
+    };
+    let facts = facts_of(&FeaturesFacts {
+        source,
+        required,
+        cuda_sm,
+        gpus: listed.as_ref().ok().cloned(),
+        gpus_unavailable: listed.as_ref().err().map(ToString::to_string),
+        unmet: if wanted.is_empty() { Vec::new() } else { unmet },
+        manifest_features: manifest.map(|m| m.features.clone()),
+        not_in_manifest,
+        only_in_manifest,
+    });
+    if passes {
+        Outcome::pass(message, facts)
+    } else {
+        Outcome::fail(message, facts)
     }
-    Outcome::fail(not_met(&unmet, &wanted, gpus, &hook_note), facts)
 }
 
 /// Where the build's required features are read, in words, and the features: the

@@ -136,7 +136,7 @@ pub(crate) fn version(session: &Session) -> Outcome {
     // "No device" is a matter of GPU access (nodes, kernel module, GPU), which the checks
     // that need a GPU report with its cause; any other cuInit failure is the driver's own.
     let init_note = match (&init, session.access.no_gpu_cause()) {
-        (Ok(()), _) => String::new(),
+        (Ok(()), _) => "; cuInit ok".to_owned(),
         (Err(why), _) if session.init_code() != Some(CUDA_ERROR_NO_DEVICE) => {
             return Outcome::fail(why.clone(), facts)
         }
@@ -166,14 +166,9 @@ pub(crate) fn version(session: &Session) -> Outcome {
     }
     Outcome::pass(
         format!(
-            "{} provides CUDA {version} ({}){}",
+            "{} provides CUDA {version} ({}){init_note}",
             session.zluda().map_or("driver".to_owned(), Zluda::describe),
-            version.0,
-            if init.is_ok() {
-                "; cuInit ok"
-            } else {
-                &init_note
-            }
+            version.0
         ),
         facts,
     )

@@ -143,41 +143,6 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
     versions
 }
 
-/// The driver's answers at each of `versions`, compared with its versioned exports; and
-/// every mismatch, in order.
-fn compare_at_each(
-    driver: &Driver,
-    versions: &[CudaVersion],
-) -> (Vec<VersionAnswers>, Vec<String>) {
-    let mut per_version = Vec::new();
-    let mut mismatches = Vec::new();
-    for version in versions {
-        let (symbols, wrong) = compare_with_exports(driver, *version, *version);
-        per_version.push(VersionAnswers {
-            api_version: version.to_string(),
-            symbols,
-        });
-        mismatches.extend(wrong);
-    }
-    (per_version, mismatches)
-}
-
-/// What the driver answers at `above`, above its own CUDA `driver_version` (`above_wrong`:
-/// where it does not give its newest variants), in words.
-fn above_note(above: CudaVersion, driver_version: CudaVersion, above_wrong: &[String]) -> String {
-    if above_wrong.is_empty() {
-        format!(
-            "at {above}, above the driver, it answers CUDA_SUCCESS with its {driver_version} \
-             variants (code built for newer headers gets the older ABI without an error)"
-        )
-    } else {
-        format!(
-            "at {above}, above the driver, it does not answer with its newest variants ({})",
-            above_wrong[0]
-        )
-    }
-}
-
 /// Runs `driver::entry_points`.
 pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
     let driver = match session.driver() {
@@ -226,7 +191,18 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
     let versions = versions_to_probe(session, driver_version);
     let primary = primary_version(session, driver_version);
     let (primary_symbols, _) = compare_with_exports(driver, primary, primary);
-    let (per_version, mismatches) = compare_at_each(driver, &versions);
+    // At each version, the answers compared with the versioned exports, and every mismatch.
+    let mut mismatches = Vec::new();
+    let mut per_version = Vec::new();
+    for version in &versions {
+        let (symbols, wrong) = compare_with_exports(driver, *version, *version);
+        let api_version = version.to_string();
+        per_version.push(VersionAnswers {
+            api_version,
+            symbols,
+        });
+        mismatches.extend(wrong);
+    }
     let compared: usize = per_version.iter().map(|v| v.symbols.len()).sum();
 
     // Above the driver's version: the real driver answers with its newest variants.
@@ -253,7 +229,16 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
         )
         .with_detail(mismatches.join("\n"));
     }
-    let above_note = above_note(above, driver_version, &above_wrong);
+    // What the driver answers above its own version, in words.
+    let above_note = match above_wrong.first() {
+        None => format!(
+            "at {above}, above the driver, it answers CUDA_SUCCESS with its {driver_version} \
+             variants (code built for newer headers gets the older ABI without an error)"
+        ),
+        Some(first) => format!(
+            "at {above}, above the driver, it does not answer with its newest variants ({first})"
+        ),
+    };
     let others: Vec<String> = versions
         .iter()
         .filter(|v| **v != primary)

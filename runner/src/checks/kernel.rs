@@ -50,16 +50,11 @@ fn x_at(i: usize) -> f32 {
 }
 const Y0: f32 = 1.0;
 
-/// What a successful run measured.
-struct Measured {
-    jit_ms: f64,
-    kernel_ms: f64,
-    timed_on_host: bool,
-    mismatches: usize,
-    first_mismatch: Option<(usize, f32, f32)>,
-}
+/// What a run measured: its facts, and the first wrong element (index, result, expected).
+type Measured = (SaxpyFacts, Option<(usize, f32, f32)>);
 
-fn run(driver: &Driver, n: u32) -> Result<Measured, GpuError> {
+/// Runs saxpy on `n` elements on CUDA's first GPU (`device`).
+fn run(driver: &Driver, n: u32, device: Option<CudaDevice>) -> Result<Measured, GpuError> {
     let context = PrimaryContext::retain(driver, 0)?;
     let started = Instant::now();
     let saxpy = Saxpy::load(&context)?;
@@ -93,13 +88,18 @@ fn run(driver: &Driver, n: u32) -> Result<Measured, GpuError> {
     let y = dy.to_host()?;
 
     let wrong: Vec<usize> = (0..count).filter(|&i| y[i] != A * x_at(i) + Y0).collect();
-    Ok(Measured {
+    let moved = 12.0 * f64::from(n);
+    let facts = SaxpyFacts {
+        elements: n,
+        device,
         jit_ms,
         kernel_ms,
         timed_on_host: events.is_none(),
-        mismatches: wrong.len(),
-        first_mismatch: wrong.first().map(|&i| (i, y[i], A * x_at(i) + Y0)),
-    })
+        bytes_moved: moved,
+        bandwidth_gb_per_s: (kernel_ms > 0.0).then(|| moved / (kernel_ms / 1e3) / 1e9),
+        wrong_elements: wrong.len(),
+    };
+    Ok((facts, wrong.first().map(|&i| (i, y[i], A * x_at(i) + Y0))))
 }
 
 /// Runs `kernel::saxpy`.
@@ -110,7 +110,7 @@ pub(crate) fn saxpy(session: &Session) -> Outcome {
         Err(why) => return Outcome::fail(why, facts! { "elements" => n }),
     };
     let device = session.devices().ok().and_then(|d| d.first().cloned());
-    match run(driver, n) {
+    match run(driver, n, device.clone()) {
         Err(failure) => {
             let outcome = Outcome::fail(
                 &failure,
@@ -121,49 +121,34 @@ pub(crate) fn saxpy(session: &Session) -> Outcome {
                 None => outcome,
             }
         }
-        Ok(measured) => {
-            let moved = 12.0 * f64::from(n);
-            let bandwidth =
-                (measured.kernel_ms > 0.0).then(|| moved / (measured.kernel_ms / 1e3) / 1e9);
-            let facts = facts_of(&SaxpyFacts {
-                elements: n,
-                device,
-                jit_ms: measured.jit_ms,
-                kernel_ms: measured.kernel_ms,
-                timed_on_host: measured.timed_on_host,
-                bytes_moved: moved,
-                bandwidth_gb_per_s: bandwidth,
-                wrong_elements: measured.mismatches,
-            });
-            if let Some((i, got, want)) = measured.first_mismatch {
-                return Outcome::fail(
-                    format!(
-                        "saxpy computed {} wrong elements of {n} (first: y[{i}] = {got}, want {want}): \
-                         the GPU or driver is faulty",
-                        measured.mismatches
-                    ),
-                    facts,
-                );
-            }
-            Outcome::pass(
-                format!(
-                    "saxpy on {n} elements verified{}; JIT {:.1} ms, kernel {:.3} ms{}, {}",
-                    session
-                        .zluda()
-                        .map_or(String::new(), |z| format!(" through {}", z.describe())),
-                    measured.jit_ms,
-                    measured.kernel_ms,
-                    if measured.timed_on_host {
-                        " (host clock: the driver has no events)"
-                    } else {
-                        ""
-                    },
-                    bandwidth.map_or("bandwidth not measurable".to_owned(), |b| format!(
+        Ok((measured, Some((i, got, want)))) => Outcome::fail(
+            format!(
+                "saxpy computed {} wrong elements of {n} (first: y[{i}] = {got}, want {want}): \
+                 the GPU or driver is faulty",
+                measured.wrong_elements
+            ),
+            facts_of(&measured),
+        ),
+        Ok((measured, None)) => Outcome::pass(
+            format!(
+                "saxpy on {n} elements verified{}; JIT {:.1} ms, kernel {:.3} ms{}, {}",
+                session
+                    .zluda()
+                    .map_or(String::new(), |z| format!(" through {}", z.describe())),
+                measured.jit_ms,
+                measured.kernel_ms,
+                if measured.timed_on_host {
+                    " (host clock: the driver has no events)"
+                } else {
+                    ""
+                },
+                measured
+                    .bandwidth_gb_per_s
+                    .map_or("bandwidth not measurable".to_owned(), |b| format!(
                         "{b:.1} GB/s"
                     ))
-                ),
-                facts,
-            )
-        }
+            ),
+            facts_of(&measured),
+        ),
     }
 }

@@ -5,7 +5,6 @@ use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver, DriverVersion};
 use cuda_sandbox_manifest::versions::cuda_for_driver;
 use cuda_sandbox_manifest::DriverKind;
-use serde_json::json;
 
 use crate::check::Outcome;
 use crate::facts;
@@ -81,13 +80,10 @@ pub fn config(
             [] => vec![zluda_code::REPORTED_CAPABILITY],
             given => given.iter().map(|arch| arch.capability).collect(),
         };
+        let driver = Driver::of(zluda_code::REPORTED_CUDA);
         config.targets = devices
             .into_iter()
-            .map(|device| Target {
-                device,
-                driver: Driver::of(zluda_code::REPORTED_CUDA),
-                on_zluda: true,
-            })
+            .map(|device| Target::new(device, driver, true))
             .collect();
     } else if let Some(first) = options.target.first() {
         let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver {
@@ -96,11 +92,7 @@ pub fn config(
         config.targets = options
             .target
             .iter()
-            .map(|arch| Target {
-                device: arch.capability,
-                driver,
-                on_zluda: false,
-            })
+            .map(|arch| Target::new(arch.capability, driver, false))
             .collect();
     }
     config.targets_given = options.target.iter().map(|a| a.sm_name()).collect();
@@ -116,13 +108,13 @@ pub(crate) fn elf(session: &Session) -> Outcome {
     // The paths of `--lint` are the package under test: no driver link is a finding anywhere.
     config.under_test = true;
     let report = elf_lint::lint(&session.options.lint_paths, &config);
-    let mut facts = facts! {
+    let facts = facts! {
         "paths" => &session.options.lint_paths,
         "driver_link" => &config.driver_link,
         "compat_dir" => &config.compat_dir,
         "summary" => report.summary(),
+        "lint" => &report,
     };
-    facts.insert("lint".into(), json!(report));
     let Some((first, rest)) = report.findings.split_first() else {
         return Outcome::pass(
             format!(

@@ -94,32 +94,22 @@ pub(crate) fn consistency(session: &Session) -> Outcome {
         gpus: None,
     };
     let which = which_driver(&kernel_driver, compat_active, loaded_cuda, kernel_cuda);
-
-    if let Err(why) = judge_driver_kind(session, &kernel_driver, compat_active, &which) {
-        return Outcome::fail(why, facts_of(&facts));
-    }
-
-    let nvml_devices = match nvml_devices {
-        Ok(devices) => devices,
-        Err(error) => return Outcome::fail(explain(&error, &session.access), facts_of(&facts)),
-    };
-    let cuda_devices = match cuda_devices {
-        Ok(devices) => devices,
-        Err(why) => {
-            return Outcome::fail(format!("cannot compare with CUDA: {why}"), facts_of(&facts))
+    // The driver kind, then the GPUs NVML and CUDA agree on; or the first failure.
+    let agreed = judge_driver_kind(session, &kernel_driver, compat_active, &which)
+        .and_then(|()| nvml_devices.map_err(|error| explain(&error, &session.access)))
+        .and_then(|nvml| {
+            let cuda = cuda_devices.map_err(|why| format!("cannot compare with CUDA: {why}"))?;
+            match_devices(&nvml, cuda)?;
+            Ok(agreed_gpus(&nvml, cuda))
+        });
+    match agreed {
+        Ok(gpus) => {
+            let message = format!("{which}; NVML and CUDA agree on {} GPU(s)", gpus.len());
+            facts.gpus = Some(gpus);
+            Outcome::pass(message, facts_of(&facts))
         }
-    };
-    if let Err(why) = match_devices(&nvml_devices, cuda_devices) {
-        return Outcome::fail(why, facts_of(&facts));
+        Err(why) => Outcome::fail(why, facts_of(&facts)),
     }
-    facts.gpus = Some(agreed_gpus(&nvml_devices, cuda_devices));
-    Outcome::pass(
-        format!(
-            "{which}; NVML and CUDA agree on {} GPU(s)",
-            cuda_devices.len()
-        ),
-        facts_of(&facts),
-    )
 }
 
 /// `name uuid` of each of CUDA's devices, NVML's MIG device and its GPU too for a MIG instance.

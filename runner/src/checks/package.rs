@@ -68,11 +68,7 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
         if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
             let mut targets = Vec::new();
             for d in devices {
-                let target = Target {
-                    device: d.compute_capability,
-                    driver,
-                    on_zluda: session.zluda().is_some(),
-                };
+                let target = Target::new(d.compute_capability, driver, session.zluda().is_some());
                 if !targets.contains(&target) {
                     targets.push(target);
                 }
@@ -100,11 +96,7 @@ fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
     let targets = lint
         .target
         .iter()
-        .map(|arch| Target {
-            device: arch.capability,
-            driver,
-            on_zluda: false,
-        })
+        .map(|arch| Target::new(arch.capability, driver, false))
         .collect();
     Ok((targets, "--target".into()))
 }
@@ -137,34 +129,6 @@ fn jit_cache() -> String {
     }
 }
 
-/// What `--strict-modules` asks of the package's own files.
-pub(crate) struct Strictness<'a> {
-    /// The package's own paths (`--package`): its files are under them.
-    pub(crate) own: &'a [PathBuf],
-    /// The kernels expected to have no code for some GPU (`--expect-missing`).
-    pub(crate) expect_missing: &'a [glob::Pattern],
-}
-
-impl Strictness<'_> {
-    /// The kernels of `v`'s missing modules that no `--expect-missing` glob names, when `file`
-    /// is the package's own.
-    fn unexpected(&self, file: &Path, v: &TargetVerdict) -> Vec<String> {
-        if !v.partly() || !self.own.iter().any(|root| file.starts_with(root)) {
-            return Vec::new();
-        }
-        v.judgement
-            .missing()
-            .filter_map(|m| match &m.holds {
-                Some(Holds::Read { kernels, .. }) => Some(kernels),
-                _ => None,
-            })
-            .flatten()
-            .filter(|k| !self.expect_missing.iter().any(|g| g.matches(k)))
-            .cloned()
-            .collect()
-    }
-}
-
 /// Runs `package::gpu_code`.
 pub(crate) fn gpu_code(session: &Session) -> Outcome {
     let package = match session.package() {
@@ -176,13 +140,26 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
         Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
     };
     let options = &session.options;
-    let strictness = Strictness {
-        own: &package.roots,
-        expect_missing: &options.expect_missing,
+    // With --strict-modules, the kernels of `v`'s missing modules that no --expect-missing
+    // glob names, when `file` is the package's own (under a --package path).
+    let unexpected = |file: &Path, v: &TargetVerdict| -> Vec<String> {
+        let own = package.roots.iter().any(|root| file.starts_with(root));
+        if !options.strict_modules || !v.partly() || !own {
+            return Vec::new();
+        }
+        v.judgement
+            .missing()
+            .filter_map(|m| match &m.holds {
+                Some(Holds::Read { kernels, .. }) => Some(kernels),
+                _ => None,
+            })
+            .flatten()
+            .filter(|k| !options.expect_missing.iter().any(|g| g.matches(k)))
+            .cloned()
+            .collect()
     };
-    let strict = options.strict_modules.then_some(&strictness);
-    // Each file carrying GPU code on each target; with `strict`, the package's own files
-    // that run partly fail but for the kernels it expects.
+    // Each file carrying GPU code on each target; with --strict-modules, the package's own
+    // files that run partly fail but for the kernels it expects.
     let mut failures: Vec<String> = Vec::new();
     let mut unknown: Vec<String> = Vec::new();
     let mut jit: Vec<String> = Vec::new();
@@ -213,9 +190,7 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
                 continue;
             }
             let line = format!("{shown}: {}", v.reason);
-            let unexpected = strict
-                .map(|s| s.unexpected(&file.path, v))
-                .unwrap_or_default();
+            let unexpected = unexpected(&file.path, v);
             match v.verdict {
                 FileVerdict::Fails => failures.push(line),
                 FileVerdict::Unknown => unknown.push(line),

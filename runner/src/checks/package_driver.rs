@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::{facts_of, Outcome};
 use crate::cuda::loaded::LoadedFile;
-use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::expectations::{is_chosen, library_mismatch};
 use crate::facts::package_under_test::ScannedFile;
@@ -105,7 +104,7 @@ fn own_interpreter() -> Option<PathBuf> {
 /// this runner loaded (its file and CUDA version).
 struct Wanted<'a> {
     chosen: Option<&'a DriverManifest>,
-    loaded: Option<(LoadedFile, Option<CudaVersion>)>,
+    loaded: Option<LoadedFile>,
 }
 
 /// Runs `package::driver`.
@@ -128,10 +127,7 @@ pub(crate) fn driver(session: &Session) -> Outcome {
     }
     let wanted = Wanted {
         chosen: session.manifest.driver().filter(|d| !d.libcuda.is_empty()),
-        loaded: session
-            .driver()
-            .ok()
-            .map(|d| (d.file.clone(), d.version().ok().map(CudaVersion))),
+        loaded: session.driver().ok().map(|d| d.file.clone()),
     };
     if wanted.chosen.is_none() && wanted.loaded.is_none() {
         return Outcome::skipped(
@@ -273,36 +269,34 @@ fn judge_search(
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_prefix("libcuda.so."))
                 .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
+            // Why it is not the driver wanted, when it is not.
+            let why_wrong = match (wanted.chosen, &wanted.loaded) {
+                (Some(driver), _) => {
+                    (!is_chosen(&got, driver)).then(|| library_mismatch(&got, version, driver))
+                }
+                (None, Some(file)) => (file.real_path != got.real_path).then(|| {
+                    format!(
+                        "loaded {} but this runner loaded {}",
+                        got_path.display(),
+                        file.path.display()
+                    )
+                }),
+                (None, None) => Some(String::new()),
+            };
             let stub = stub_at(&got.real_path);
-            let right = stub.is_none()
-                && match (wanted.chosen, &wanted.loaded) {
-                    (Some(driver), _) => is_chosen(&got, driver),
-                    (None, Some((file, _))) => file.real_path == got.real_path,
-                    (None, None) => false,
-                };
-            let verdict = if let Some(stub) = stub {
-                Err(format!(
+            let right = stub.is_none() && why_wrong.is_none();
+            let verdict = match (stub, why_wrong) {
+                (Some(stub), _) => Err(format!(
                     "{shown} ({why}) would load {}, {stub}: every driver call fails; it \
                      searches {searched}; remove the directory holding it from its search \
                      path (it is for linking only)",
                     got_path.display()
-                ))
-            } else if right {
-                Ok(format!("{shown} gets {}", got_path.display()))
-            } else {
-                let why_wrong = match (wanted.chosen, &wanted.loaded) {
-                    (Some(driver), _) => library_mismatch(&got, version, driver),
-                    (None, Some((file, _))) => format!(
-                        "loaded {} but this runner loaded {}",
-                        got_path.display(),
-                        file.path.display()
-                    ),
-                    (None, None) => String::new(),
-                };
-                Err(format!(
+                )),
+                (None, None) => Ok(format!("{shown} gets {}", got_path.display())),
+                (None, Some(why_wrong)) => Err(format!(
                     "{shown} ({why}) would load {}: {why_wrong}; it searches {searched}",
                     got_path.display()
-                ))
+                )),
             };
             let found = ObjectSearch::Found {
                 gets: got_path.clone(),

@@ -97,15 +97,6 @@ pub struct CudartFile {
     pub real_path: Option<PathBuf>,
 }
 
-impl From<&LoadedFile> for CudartFile {
-    fn from(file: &LoadedFile) -> CudartFile {
-        CudartFile {
-            path: file.path.clone(),
-            real_path: Some(file.real_path.clone()),
-        }
-    }
-}
-
 /// How one runtime was judged, when its version is known.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Judged {
@@ -183,16 +174,6 @@ pub struct RuntimeEntryPointsFacts {
     pub cudarts: Vec<RuntimeEntryPoints>,
 }
 
-fn no_runtime() -> Outcome {
-    Outcome::skipped(
-        format!(
-            "no CUDA runtime loadable ({} not found by the loader, no --cudart): nothing to compare",
-            CUDART_NAMES.join(", ")
-        ),
-        facts! { "cudarts" => Vec::<String>::new() },
-    )
-}
-
 /// One CUDA runtime to judge against the driver: where it is, its version, and, for a loaded
 /// one, what it says of the driver and the library itself (to confirm a newer major's 35).
 pub(crate) struct Candidate<'r> {
@@ -213,7 +194,10 @@ impl<'r> Candidate<'r> {
     pub(crate) fn loaded(runtime: &'r Runtime) -> Candidate<'r> {
         Candidate {
             file: runtime.file.real_path.display().to_string(),
-            cudart: CudartFile::from(&runtime.file),
+            cudart: CudartFile {
+                path: runtime.file.path.clone(),
+                real_path: Some(runtime.file.real_path.clone()),
+            },
             form: "libcudart",
             version: runtime.version(),
             loaded: Some(runtime),
@@ -430,7 +414,14 @@ fn newer_major(candidate: &Candidate, version: &RuntimeVersion, driver: CudaVers
 /// The runtimes the `runtime::*` checks look at, or the outcome to give when there are none.
 fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
     match session.runtimes() {
-        Ok([]) => Err(no_runtime()),
+        Ok([]) => Err(Outcome::skipped(
+            format!(
+                "no CUDA runtime loadable ({} not found by the loader, no --cudart): nothing to \
+                 compare",
+                CUDART_NAMES.join(", ")
+            ),
+            facts! { "cudarts" => Vec::<String>::new() },
+        )),
         Ok(runtimes) => Ok(runtimes),
         Err(why) => Err(Outcome::fail(
             format!("{why}: point --cudart at a libcudart.so, or drop the flag"),

@@ -204,20 +204,10 @@ impl Runtime {
         }
     }
 
-    /// `cudaRuntimeGetVersion` (`Err` holds the cudaError_t).
-    pub(crate) fn runtime_version_call(&self) -> Result<i32, c_int> {
-        let mut version = 0;
-        // SAFETY: valid out-pointer.
-        match unsafe { (self.runtime_get_version)(&mut version) } {
-            0 => Ok(version),
-            code => Err(code),
-        }
-    }
-
     /// The runtime's version: `cudaRuntimeGetVersion`, else what the file names say (the
     /// loaded path, then the real file), else `None`.
     pub(crate) fn version(&self) -> Option<RuntimeVersion> {
-        match self.runtime_version_call() {
+        match get_version(self.runtime_get_version) {
             Ok(v) => Some(RuntimeVersion {
                 toolkit: Toolkit::Exact(CudaVersion(v)),
                 error: None,
@@ -234,12 +224,7 @@ impl Runtime {
 
     /// `cudaDriverGetVersion` (`Err` holds the cudaError_t).
     pub(crate) fn driver_version(&self) -> Result<i32, c_int> {
-        let mut version = 0;
-        // SAFETY: valid out-pointer.
-        match unsafe { (self.driver_get_version)(&mut version) } {
-            0 => Ok(version),
-            code => Err(code),
-        }
+        get_version(self.driver_get_version)
     }
 
     /// `cudaGetDriverEntryPoint(symbol, flags 0)`, which resolves at min(the runtime's own
@@ -280,6 +265,16 @@ impl Runtime {
         } else {
             None
         }
+    }
+}
+
+/// Calls `cudaRuntimeGetVersion` or `cudaDriverGetVersion` (`Err` holds the cudaError_t).
+fn get_version(f: GetVersion) -> Result<i32, c_int> {
+    let mut version = 0;
+    // SAFETY: cuda_runtime_api.h signature; valid out-pointer.
+    match unsafe { f(&mut version) } {
+        0 => Ok(version),
+        code => Err(code),
     }
 }
 

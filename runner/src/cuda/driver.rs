@@ -172,26 +172,21 @@ impl Driver {
     pub(crate) fn get_proc_address(&self, symbol: &str, version: i32) -> Option<ProcAddress> {
         let name = CString::new(symbol).ok()?;
         let mut pointer: *mut c_void = std::ptr::null_mut();
+        let mut status: c_int = -1;
+        let v2 = self.api.get_proc_address_v2;
         // SAFETY: cuda.h signatures; all out-pointers point at live locals.
-        unsafe {
-            if let Some(f) = self.api.get_proc_address_v2 {
-                let mut status: c_int = -1;
-                let code = f(name.as_ptr(), &mut pointer, version, 0, &mut status);
-                Some(ProcAddress {
-                    code,
-                    pointer: pointer as usize,
-                    symbol_status: Some(status),
-                })
-            } else {
-                let f = self.api.get_proc_address?;
-                let code = f(name.as_ptr(), &mut pointer, version, 0);
-                Some(ProcAddress {
-                    code,
-                    pointer: pointer as usize,
-                    symbol_status: None,
-                })
+        let code = unsafe {
+            match (v2, self.api.get_proc_address) {
+                (Some(f), _) => f(name.as_ptr(), &mut pointer, version, 0, &mut status),
+                (None, Some(f)) => f(name.as_ptr(), &mut pointer, version, 0),
+                (None, None) => return None,
             }
-        }
+        };
+        Some(ProcAddress {
+            code,
+            pointer: pointer as usize,
+            symbol_status: v2.map(|_| status),
+        })
     }
 
     /// `cuDriverGetVersion`.

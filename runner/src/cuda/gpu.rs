@@ -136,7 +136,7 @@ impl<'c> Module<'c> {
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; `ptx` is NUL-terminated; the option values are the log
         // buffer and its size, both live for the call.
-        let code = unsafe {
+        let mut code = unsafe {
             load(
                 &mut handle,
                 ptx.as_ptr().cast(),
@@ -148,13 +148,8 @@ impl<'c> Module<'c> {
         if code == CUDA_ERROR_NOT_SUPPORTED {
             if let Some(load) = driver.api.module_load_data {
                 // SAFETY: cuda.h signature; `ptx` is NUL-terminated and lives for the call.
-                let code = unsafe { load(&mut handle, ptx.as_ptr().cast()) };
+                code = unsafe { load(&mut handle, ptx.as_ptr().cast()) };
                 CuError::check("cuModuleLoadData", code)?;
-                return Ok(Module {
-                    driver,
-                    handle,
-                    _context: PhantomData,
-                });
             }
         }
         if let Err(error) = CuError::check("cuModuleLoadDataEx", code) {

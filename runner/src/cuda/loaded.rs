@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// A loaded shared library's file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoadedFile {
+pub(crate) struct LoadedFile {
     /// The path the loader opened (e.g. `/run/opengl-driver/lib/libcuda.so.1`).
     pub(crate) path: PathBuf,
     /// That path with every symlink resolved (e.g. a `/nix/store/…` file).

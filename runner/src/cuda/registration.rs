@@ -74,9 +74,6 @@ type Synchronize = unsafe extern "C" fn() -> c_int;
 const HOST_TO_DEVICE: c_int = 1;
 const DEVICE_TO_HOST: c_int = 2;
 
-/// The address the saxpy kernel is registered under, as a host stub's would be.
-static SAXPY_HOST_STUB: u8 = 0;
-
 /// One module registered before saxpy, as a program linked with it registers it.
 pub(crate) struct Registered {
     /// The fat binary.
@@ -137,30 +134,33 @@ pub(crate) fn register_and_launch(
     let free: Free = symbol(&library, "cudaFree")?;
     let launch: Launch = symbol(&library, "cudaLaunchKernel")?;
     let synchronize: Synchronize = symbol(&library, "cudaDeviceSynchronize")?;
-    let mut registered = 0;
-    let mut handle_of = |image: Vec<u8>| {
-        let image: &'static [u8] = Box::leak(image.into_boxed_slice());
+    let saxpy = Registered {
+        image: saxpy_image,
+        kernel: Some(c"saxpy"),
+        managed: None,
+    };
+    let registered = modules.len() + 1;
+    // The host stub of the last kernel registered: saxpy's, which is launched.
+    let mut stub: *const u8 = std::ptr::null();
+    for module in modules.into_iter().chain([saxpy]) {
+        let image: &'static [u8] = Box::leak(module.image.into_boxed_slice());
         let wrapper: &'static mut Wrapper = Box::leak(Box::new(Wrapper {
             magic: WRAPPER_MAGIC,
             version: 1,
             data: image.as_ptr().cast(),
             filename_or_fatbins: std::ptr::null_mut(),
         }));
-        registered += 1;
         // SAFETY: the wrapper and its image live until the process ends, as the runtime needs.
-        unsafe { register((wrapper as *mut Wrapper).cast()) }
-    };
-    for module in modules {
-        let handle = handle_of(module.image);
+        let handle = unsafe { register((wrapper as *mut Wrapper).cast()) };
         if let Some(name) = module.kernel {
             // A host stub's address of its own, alive until the process ends.
-            let stub: &'static u8 = Box::leak(Box::new(0u8));
-            // SAFETY: as for saxpy below: a fresh handle, NUL-terminated static names, null
-            // launch bounds.
+            stub = Box::leak(Box::new(0u8));
+            // SAFETY: a fresh handle; the names are NUL-terminated statics; the optional
+            // launch bounds are null, as nvcc passes them for a kernel without any.
             unsafe {
                 register_function(
                     handle,
-                    (stub as *const u8).cast(),
+                    stub.cast(),
                     name.as_ptr().cast_mut(),
                     name.as_ptr(),
                     -1,
@@ -192,25 +192,6 @@ pub(crate) fn register_and_launch(
         }
         // SAFETY: a handle the runtime just returned.
         unsafe { register_end(handle) };
-    }
-    let handle = handle_of(saxpy_image);
-    let name: &'static CStr = c"saxpy";
-    // SAFETY: the handle was just returned; the names are NUL-terminated statics; the optional
-    // launch bounds are null, as nvcc passes them for a kernel without any.
-    unsafe {
-        register_function(
-            handle,
-            std::ptr::addr_of!(SAXPY_HOST_STUB).cast(),
-            name.as_ptr().cast_mut(),
-            name.as_ptr(),
-            -1,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        );
-        register_end(handle);
     }
     let mut run = RegistrationRun {
         module_loading: std::env::var("CUDA_MODULE_LOADING").ok(),
@@ -265,7 +246,7 @@ pub(crate) fn register_and_launch(
     // kernel's parameter types (u32, f32, u64, u64), alive for the call.
     run.launch = Some(unsafe {
         launch(
-            std::ptr::addr_of!(SAXPY_HOST_STUB).cast(),
+            stub.cast(),
             grid,
             block,
             args.as_mut_ptr(),

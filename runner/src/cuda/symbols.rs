@@ -72,11 +72,6 @@ impl VersionedSymbol {
             .find(|(introduced, _)| *introduced <= version)
             .map(|(_, export)| *export)
     }
-
-    /// Whether this symbol has more than one ABI.
-    pub(crate) fn is_versioned(&self) -> bool {
-        self.variants.len() > 1
-    }
 }
 
 /// One driver function that two CUDA versions see as different ABIs. The names borrow the
@@ -114,7 +109,7 @@ pub(crate) fn abi_differences(a: CudaVersion, b: CudaVersion) -> Vec<AbiDifferen
 pub(crate) fn abi_boundaries(max: CudaVersion) -> Vec<CudaVersion> {
     let mut versions: Vec<i32> = CHECKED_SYMBOLS
         .iter()
-        .filter(|s| s.is_versioned())
+        .filter(|s| s.variants.len() > 1) // more than one ABI
         .flat_map(|s| s.variants.iter().map(|(v, _)| *v))
         .filter(|v| *v <= max.0)
         .collect();

@@ -116,15 +116,6 @@ impl HandBuilt {
     }
 }
 
-impl ConfirmCli {
-    /// Parses `args` (the words after `gpu-confirm`); exits with clap's message on bad flags.
-    pub fn parse_after(args: impl IntoIterator<Item = String>) -> ConfirmCli {
-        <ConfirmCli as Parser>::parse_from(
-            std::iter::once("cuda-sandbox-check gpu-confirm".into()).chain(args),
-        )
-    }
-}
-
 /// One module loaded by the driver.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadedModule {
@@ -204,15 +195,12 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
         .and_then(|t| kernel_module_version(&t))
         .and_then(|v| cuda_for_driver(&v))
         .unwrap_or(cuda);
-    Ok(Target {
-        on_zluda: false,
-        device,
-        driver: RulesDriver {
-            cuda,
-            kernel,
-            version: None,
-        },
-    })
+    let driver = RulesDriver {
+        cuda,
+        kernel,
+        version: None,
+    };
+    Ok(Target::new(device, driver, false))
 }
 
 fn load_result(context: &PrimaryContext, image: &[u8]) -> i32 {
@@ -244,60 +232,59 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
     // The rules predict saxpy runs beside modules without code for the GPU, except where one
     // holds a managed variable: then they say "unknown", and the answer is only reported.
     let predicted = !registered.contains(&HandBuilt::Managed);
-    // The runtime first, before this process touches the driver itself.
-    let attempt = cli.cudart.as_ref().map(|cudart| {
-        let modules = registered.iter().map(|m| m.registered()).collect();
-        register_and_launch(cudart, modules, saxpy_fatbin())
-    });
-    let (registration, registration_error) = match attempt {
-        Some(Ok(run)) => (Some(run), None),
-        Some(Err(why)) => (None, Some(why)),
-        None => (None, None),
+    let mut report = ConfirmReport {
+        target: None,
+        no_gpu: None,
+        registered,
+        registration: None,
+        registration_error: None,
+        files: Vec::new(),
+        disagreements: Vec::new(),
     };
-    match (&registration, &registration_error) {
-        (Some(run), _) => {
-            let ok = run.first_call == 0
-                && run.launch == Some(0)
-                && run.synchronize == Some(0)
-                && run.wrong_elements == Some(0);
-            if !ok && predicted {
-                disagreements.push(format!(
-                    "the runtime did not run saxpy beside registered modules without code for \
-                     this GPU ({registered:?}, CUDA_MODULE_LOADING={}): {run:?}; the rules' \
-                     \"runs, partly\" (and listing of modules with no kernel) does not hold \
-                     there",
-                    run.module_loading.as_deref().unwrap_or("unset")
-                ));
+    // The runtime first, before this process touches the driver itself.
+    if let Some(cudart) = &cli.cudart {
+        let modules = report.registered.iter().map(|m| m.registered()).collect();
+        match register_and_launch(cudart, modules, saxpy_fatbin()) {
+            Ok(run) => {
+                let ok = run.first_call == 0
+                    && run.launch == Some(0)
+                    && run.synchronize == Some(0)
+                    && run.wrong_elements == Some(0);
+                if !ok && predicted {
+                    disagreements.push(format!(
+                        "the runtime did not run saxpy beside registered modules without code \
+                         for this GPU ({:?}, CUDA_MODULE_LOADING={}): {run:?}; the rules' \
+                         \"runs, partly\" (and listing of modules with no kernel) does not \
+                         hold there",
+                        report.registered,
+                        run.module_loading.as_deref().unwrap_or("unset")
+                    ));
+                }
+                report.registration = Some(run);
+            }
+            Err(why) => {
+                disagreements.push(format!("the runtime could not be used: {why}"));
+                report.registration_error = Some(why);
             }
         }
-        (None, Some(why)) => disagreements.push(format!("the runtime could not be used: {why}")),
-        (None, None) => {}
     }
-    let no_gpu = |why: String, registration, registration_error| {
-        let report = ConfirmReport {
-            target: None,
-            no_gpu: Some(why),
-            registered: registered.clone(),
-            registration,
-            registration_error,
-            files: Vec::new(),
-            disagreements: Vec::new(),
-        };
+    // Without a GPU, the runtime's part alone (its disagreements are not reported).
+    let no_gpu = |mut report: ConfirmReport, why: String| {
+        report.no_gpu = Some(why);
         Ok((report, Confirmed::NoGpu))
     };
     let driver = match Driver::load() {
         Ok(d) => d,
-        Err(e) => return no_gpu(e.to_string(), registration, registration_error),
+        Err(e) => return no_gpu(report, e.to_string()),
     };
     let target = match this_gpu(&driver) {
         Ok(t) => t,
-        Err(why) => return no_gpu(why, registration, registration_error),
+        Err(why) => return no_gpu(report, why),
     };
     let context = match PrimaryContext::retain(&driver, 0) {
         Ok(c) => c,
-        Err(e) => return no_gpu(e.to_string(), registration, registration_error),
+        Err(e) => return no_gpu(report, e.to_string()),
     };
-    let mut files = Vec::new();
     for path in &cli.files {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let map = Mapped::of(&file).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -352,7 +339,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
                 agrees,
             });
         }
-        files.push(ConfirmedFile {
+        report.files.push(ConfirmedFile {
             file: path.clone(),
             verdict: verdict.verdict,
             rule: verdict.rule,
@@ -367,16 +354,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
     } else {
         Confirmed::NotBorneOut
     };
-    Ok((
-        ConfirmReport {
-            target: Some(target),
-            no_gpu: None,
-            registered,
-            registration,
-            registration_error,
-            files,
-            disagreements,
-        },
-        found,
-    ))
+    report.target = Some(target);
+    report.disagreements = disagreements;
+    Ok((report, found))
 }

@@ -48,16 +48,6 @@ pub struct ContainerBindsCli {
     pub run_dir: PathBuf,
 }
 
-impl ContainerBindsCli {
-    /// Parses `args` (the words after `container-binds`); exits with clap's message on bad
-    /// flags.
-    pub fn parse_after(args: impl IntoIterator<Item = String>) -> ContainerBindsCli {
-        <ContainerBindsCli as Parser>::parse_from(
-            std::iter::once("cuda-sandbox-check container-binds".into()).chain(args),
-        )
-    }
-}
-
 /// Why no bind list was printed. One line.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BindsError {
@@ -143,6 +133,11 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
         Ok(rest) => run_dir.join(rest),
         Err(_) => root.join(inside.strip_prefix("/").unwrap_or(inside)),
     };
+    let read_only = |target: PathBuf| Bind {
+        source: here(&target),
+        target,
+        read_only: true,
+    };
     let mut binds = Vec::new();
     for device in &manifest.devices {
         let target = plain(device, "device", "under /dev", |p| p.starts_with("/dev/"))?;
@@ -185,27 +180,15 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
             Err(_) => inside.clone(),
         };
         if !binds.iter().any(|b: &Bind| target.starts_with(&b.target)) {
-            binds.push(Bind {
-                source: here(&target),
-                target,
-                read_only: true,
-            });
+            binds.push(read_only(target));
         }
     }
     for part in sys_parts(&manifest.devices) {
         if here(Path::new(part)).is_dir() {
-            binds.push(Bind {
-                source: here(Path::new(part)),
-                target: PathBuf::from(part),
-                read_only: true,
-            });
+            binds.push(read_only(PathBuf::from(part)));
         }
     }
-    binds.push(Bind {
-        source: here(Path::new(MANIFEST_PATH)),
-        target: PathBuf::from(MANIFEST_PATH),
-        read_only: true,
-    });
+    binds.push(read_only(PathBuf::from(MANIFEST_PATH)));
     Ok(binds)
 }
 

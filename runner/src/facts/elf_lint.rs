@@ -141,14 +141,14 @@ impl LibcudaUse {
     }
 }
 
-/// The findings for one ELF file's dynamic section, given how it loads libcuda (none when it
-/// neither loads libcuda nor searches the driver link).
+/// The findings for one ELF file's dynamic section, given how it loads libcuda; `None` when it
+/// neither loads libcuda nor searches the driver link (it is no libcuda user).
 pub(crate) fn check_elf(
     file: &Path,
     info: &DynamicInfo,
     uses: Option<LibcudaUse>,
     config: &LintConfig,
-) -> Vec<Finding> {
+) -> Option<Vec<Finding>> {
     let (search, tag) = info.search_path();
     let position = |dir: &Path| {
         search
@@ -158,14 +158,10 @@ pub(crate) fn check_elf(
     let link = normalize(&config.driver_link);
     let link_at = position(&link);
     if uses.is_none() && link_at.is_none() {
-        return Vec::new();
+        return None;
     }
     let shown = format!("{tag} [{}]", search.join(":"));
-    let finding = |kind, message: String| Finding {
-        file: file.to_path_buf(),
-        kind,
-        message,
-    };
+    let finding = |kind, message| finding(file, kind, message);
     let mut out = Vec::new();
     if link_at.is_none() {
         let how = match uses {
@@ -223,7 +219,7 @@ pub(crate) fn check_elf(
             ),
         ));
     }
-    out
+    Some(out)
 }
 
 fn archive_finding(file: &Path, closure_of: Option<&Path>) -> Finding {
@@ -231,15 +227,15 @@ fn archive_finding(file: &Path, closure_of: Option<&Path>) -> Finding {
         Some(root) => format!("in the runtime closure of {}", root.display()),
         None => "in the package".to_string(),
     };
-    Finding {
-        file: file.to_path_buf(),
-        kind: FindingKind::StaticCudaArchive,
-        message: format!(
+    finding(
+        file,
+        FindingKind::StaticCudaArchive,
+        format!(
             "static CUDA library {place}: it is needed only to link, makes the runtime closure \
              carry the toolkit, and binaries linked with it embed their own CUDA version; move \
              it to a separate output (e.g. \"static\") or delete it"
         ),
-    }
+    )
 }
 
 /// What a file is, from its first bytes.
@@ -389,11 +385,11 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
         }
     }
     for mixed in mixed_processes(&graph_roots, &report.cuda_runtimes, &config.store_dir) {
-        report.findings.push(Finding {
-            file: mixed.root.path.clone(),
-            kind: FindingKind::MixedCudaRuntimes,
-            message: mixed.describe(),
-        });
+        report.findings.push(finding(
+            &mixed.root.path,
+            FindingKind::MixedCudaRuntimes,
+            mixed.describe(),
+        ));
     }
     report
 }
@@ -525,17 +521,11 @@ fn lint_bytes(
         .as_ref()
         .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
     let dynamic = dynamic_info(data);
-    let uses = runtime_uses(
-        dynamic.as_ref().ok().and_then(Option::as_ref),
-        runtime.as_ref(),
-    );
+    let info = dynamic.as_ref().ok().and_then(Option::as_ref);
+    let uses = runtime_uses(info, runtime.as_ref());
     report.cuda_runtimes.extend(runtime);
-    let soname = dynamic.as_ref().ok().and_then(Option::as_ref);
-    let provenance = Provenance::of(
-        path,
-        soname.and_then(|d| d.soname.as_deref()),
-        &config.store_dir,
-    );
+    let soname = info.and_then(|d| d.soname.as_deref());
+    let provenance = Provenance::of(path, soname, &config.store_dir);
     let mut root = None;
     match dynamic {
         Ok(Some(info)) => {
@@ -553,18 +543,12 @@ fn lint_bytes(
             });
             let uses = LibcudaUse::of(&info, holds_static_runtime);
             let findings = check_elf(path, &info, uses, config);
-            let link = normalize(&config.driver_link);
-            let searches_link = info
-                .search_path()
-                .0
-                .iter()
-                .any(|e| entry_dir(e).as_ref() == Some(&link));
-            if uses.is_some() || searches_link {
+            if findings.is_some() {
                 report.libcuda_users.push(path.to_path_buf());
             }
             // Outside the store, no driver link is how pip and others ship (`$ORIGIN`): a note.
             let noted = !config.under_test && !in_store(path, &config.store_dir);
-            for f in findings {
+            for f in findings.into_iter().flatten() {
                 if noted && f.kind == FindingKind::NoDriverLink {
                     report.notes.push(f);
                 } else {
@@ -618,11 +602,11 @@ fn gpu_code_of(
     let code = match code {
         Ok(code) => code,
         Err(e) => {
-            report.findings.push(Finding {
-                file: path.to_path_buf(),
-                kind: FindingKind::Unreadable,
-                message: format!("its GPU code cannot be read: {e}"),
-            });
+            report.findings.push(finding(
+                path,
+                FindingKind::Unreadable,
+                format!("its GPU code cannot be read: {e}"),
+            ));
             return;
         }
     };
@@ -631,11 +615,7 @@ fn gpu_code_of(
     };
     for v in &found.verdicts {
         if let Some(kind) = finding_kind(v.rule).filter(|_| v.fails() || v.unknown()) {
-            report.findings.push(Finding {
-                file: path.to_path_buf(),
-                kind,
-                message: v.reason.clone(),
-            });
+            report.findings.push(finding(path, kind, v.reason.clone()));
         }
     }
     report.gpu_code.push(found);
@@ -658,6 +638,7 @@ mod tests {
         config.compat_dir = compat.map(PathBuf::from);
         check_elf(Path::new("f"), info, LibcudaUse::of(info, false), &config)
             .into_iter()
+            .flatten()
             .map(|f| f.kind)
             .collect()
     }

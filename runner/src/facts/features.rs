@@ -47,15 +47,6 @@ pub struct FeaturesCli {
     pub(crate) json: bool,
 }
 
-impl FeaturesCli {
-    /// Parses `args` (the words after `features`); exits with clap's message on bad flags.
-    pub fn parse_after(args: impl IntoIterator<Item = String>) -> FeaturesCli {
-        <FeaturesCli as Parser>::parse_from(
-            std::iter::once("cuda-sandbox-check features".into()).chain(args),
-        )
-    }
-}
-
 /// Why no features could be computed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum FeaturesError {

@@ -53,6 +53,15 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// GPU `device` under `driver` (ZLUDA's, `on_zluda`).
+    pub(crate) fn new(device: Capability, driver: Driver, on_zluda: bool) -> Target {
+        Target {
+            device,
+            driver,
+            on_zluda,
+        }
+    }
+
     /// `sm_90 (driver CUDA 12.2)`, or under compat `sm_90 (driver CUDA 12.8 on a CUDA 12.2
     /// kernel module)`.
     pub(crate) fn describe(&self) -> String {
@@ -604,21 +613,12 @@ pub(crate) fn judge_all(
     provenance: Provenance,
     targets: &[Target],
 ) -> Vec<TargetVerdict> {
-    // Rule 6 reads cubins; its answer depends on the driver only.
-    let mut by_driver: Vec<(Driver, Option<NewerToolkit>)> = Vec::new();
-    // What a module holds depends on neither: each is read once for all targets.
+    // What a module holds depends on neither GPU nor driver: each is read once for all targets.
     let reads = ModuleReads::default();
     targets
         .iter()
         .map(|t| {
-            let toolkit = match by_driver.iter().find(|(d, _)| *d == t.driver) {
-                Some((_, known)) => *known,
-                None => {
-                    let found = newer_toolkit(code, data, &t.driver);
-                    by_driver.push((t.driver, found));
-                    found
-                }
-            };
+            let toolkit = newer_toolkit(code, data, &t.driver);
             judge_file_given(code, data, &reads, runtimes, provenance, t, toolkit)
         })
         .collect()

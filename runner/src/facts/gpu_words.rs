@@ -166,25 +166,17 @@ pub(crate) fn partly(j: &Judgement, modules: &[Container]) -> String {
         .cloned()
         .collect();
     let kernels = names.len();
-    let mut errors = Vec::new();
-    for (matches, error) in [
-        (
-            (|l: &Load| matches!(l, Load::NoBinaryForGpu)) as fn(&Load) -> bool,
-            "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
-        ),
-        (
-            |l| matches!(l, Load::UnsupportedPtx { .. }),
-            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
-        ),
-        (
-            |l| matches!(l, Load::CompressionTooNew { .. }),
-            "an image this driver cannot unpack",
-        ),
-    ] {
-        if missing.iter().any(|m| matches(&m.load)) {
-            errors.push(error);
-        }
-    }
+    // What launching them gives, each once, in this order.
+    let errors: BTreeSet<(u8, &str)> = missing
+        .iter()
+        .filter_map(|m| match m.load {
+            Load::NoBinaryForGpu => Some((0, "CUDA_ERROR_NO_BINARY_FOR_GPU (209)")),
+            Load::UnsupportedPtx { .. } => Some((1, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)")),
+            Load::CompressionTooNew { .. } => Some((2, "an image this driver cannot unpack")),
+            _ => None,
+        })
+        .collect();
+    let errors: Vec<&str> = errors.into_iter().map(|(_, error)| error).collect();
     let jit = j
         .modules
         .iter()

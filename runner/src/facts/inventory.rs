@@ -51,15 +51,6 @@ pub struct InventoryCli {
     pub root: PathBuf,
 }
 
-impl InventoryCli {
-    /// Parses `args` (the words after `inventory`); exits with clap's message on bad flags.
-    pub fn parse_after(args: impl IntoIterator<Item = String>) -> InventoryCli {
-        <InventoryCli as Parser>::parse_from(
-            std::iter::once("cuda-sandbox-check inventory".into()).chain(args),
-        )
-    }
-}
-
 /// Why no inventory was written. One line.
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {

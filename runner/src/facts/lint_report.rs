@@ -112,33 +112,28 @@ pub struct LintReport {
 /// README and runner/README.md list it. 101 and 134 stay Rust's panic and abort, so that no
 /// answer can be taken for a crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum LintStatus {
-    /// 0: it runs on every target (or none was given), with nothing to fix; notes may be printed.
-    Runs,
-    /// 1: it runs, with findings: a packaging problem that matters (a stub libcuda in the
-    /// search path, no driver link in a store path, a static CUDA archive, mixed runtimes, a
-    /// file that cannot be read).
-    Findings,
-    /// 2: a path given cannot be judged (missing, empty, not ELF, an archive the lint does not
+    /// It runs on every target (or none was given), with nothing to fix; notes may be printed.
+    Runs = 0,
+    /// It runs, with findings: a packaging problem that matters (a stub libcuda in the search
+    /// path, no driver link in a store path, a static CUDA archive, mixed runtimes, a file
+    /// that cannot be read).
+    Findings = 1,
+    /// A path given cannot be judged (missing, empty, not ELF, an archive the lint does not
     /// read); bad usage exits 2 too.
-    CannotJudge,
-    /// 3: the rules cannot judge a file for a target (a GPU, ISA or driver beyond their
-    /// tables): not a pass.
-    Unknown,
-    /// 4: a file cannot run on a target; this wins over every other answer.
-    CannotRun,
+    CannotJudge = 2,
+    /// The rules cannot judge a file for a target (a GPU, ISA or driver beyond their tables):
+    /// not a pass.
+    Unknown = 3,
+    /// A file cannot run on a target; this wins over every other answer.
+    CannotRun = 4,
 }
 
 impl LintStatus {
     /// The exit status.
     pub fn code(self) -> u8 {
-        match self {
-            LintStatus::Runs => 0,
-            LintStatus::Findings => 1,
-            LintStatus::CannotJudge => 2,
-            LintStatus::Unknown => 3,
-            LintStatus::CannotRun => 4,
-        }
+        self as u8
     }
 }
 

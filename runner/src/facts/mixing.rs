@@ -9,7 +9,7 @@
 //! runtimes in it are those the lint found in the package, and, for objects outside it, what
 //! [`runtime_in_dependency`] finds in them (each file read once, in bounded memory).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
@@ -122,11 +122,12 @@ pub(crate) fn mixed_processes(
             .objects()
             .map(|(_, object)| real(object.real_path.as_deref().unwrap_or(&object.path)))
             .collect();
-        let mut loaded: BTreeMap<PathBuf, FoundRuntime> = BTreeMap::new();
+        // The files holding a runtime, and their runtimes in load order, each file once.
+        let mut files: BTreeSet<PathBuf> = BTreeSet::new();
         let mut in_order = Vec::new();
         for (path, found) in objects.iter().zip(runtimes_of(&objects, &mut runtimes)) {
             if let Some(found) = found {
-                if loaded.insert(path.clone(), found.clone()).is_none() {
+                if files.insert(path.clone()) {
                     in_order.push(found);
                 }
             }
@@ -134,7 +135,6 @@ pub(crate) fn mixed_processes(
         let Some(versions) = mixed_versions(&in_order) else {
             continue;
         };
-        let files: BTreeSet<PathBuf> = loaded.into_keys().collect();
         if root.interpreter.is_none() && reported.iter().any(|r| files.is_subset(r)) {
             continue;
         }

@@ -40,10 +40,10 @@ pub(crate) fn each_binary_member(
             continue;
         }
         files += 1;
-        let mut head = [0u8; 4];
-        let read = read_up_to(&mut member, &mut head)?;
+        let mut head = Vec::with_capacity(4);
+        member.by_ref().take(4).read_to_end(&mut head)?;
         if !matches!(
-            &head[..read],
+            head.as_slice(),
             [0x7f, b'E', b'L', b'F'] | [0x50, 0xed, 0x55, 0xba]
         ) {
             continue;
@@ -61,16 +61,4 @@ pub(crate) fn each_binary_member(
         judge(&path.join(name), map.bytes());
     }
     Ok(files)
-}
-
-/// Reads until `buf` is full or the member ends; how many bytes were read.
-fn read_up_to(from: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match from.read(&mut buf[filled..])? {
-            0 => break,
-            n => filled += n,
-        }
-    }
-    Ok(filled)
 }

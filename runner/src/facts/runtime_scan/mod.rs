@@ -241,7 +241,7 @@ fn strings_present(regions: &[&[u8]], texts: &[&str]) -> Vec<bool> {
 /// whole file when it has no section headers). Reads no symbol, so it works on stripped files;
 /// libcuda itself does not qualify. With the version where [`version_of`] reads one.
 pub fn static_runtime_in(data: &[u8]) -> Option<StaticEvidence> {
-    static_runtime_outside(data, &[])
+    static_runtime_found(data, &[], None)
 }
 
 /// Every string this module looks for in a file's data, in this order: [`runtime_markers`],
@@ -270,7 +270,7 @@ pub fn gpu_code_and_runtime(
     path: &Path,
     data: &[u8],
 ) -> (Result<GpuCode, FatbinError>, Option<FoundRuntime>) {
-    // The rest only where a deciding marker is (as static_runtime_outside searches).
+    // The rest only where a deciding marker is (as static_runtime_found searches).
     let mut strings = CStrings::gated(&searched_strings(), DECIDING);
     let code = read_gpu_code_and_strings(data, &mut strings);
     let device = code.as_ref().map(device_ranges).unwrap_or_default();
@@ -280,16 +280,9 @@ pub fn gpu_code_and_runtime(
 }
 
 /// [`static_runtime_in`], the file ranges `device` ([`device_ranges`]) left out of the data
-/// searched. The markers that decide alone first: without the first two, three of the four
-/// cannot be there, and no more is read.
-pub(crate) fn static_runtime_outside(
-    data: &[u8],
-    device: &[Range<usize>],
-) -> Option<StaticEvidence> {
-    static_runtime_found(data, device, None)
-}
-
-/// [`static_runtime_outside`], with the strings already `found` when a reader found them.
+/// searched, with the strings already `found` when a reader found them. The markers that
+/// decide alone first: without the first two, three of the four cannot be there, and no more
+/// is read.
 fn static_runtime_found(
     data: &[u8],
     device: &[Range<usize>],
@@ -659,9 +652,9 @@ mod tests {
         let mut strings = runtime_markers();
         strings.push(DRIVER_NAME);
         let data = blob(&strings, &[]);
-        assert!(static_runtime_outside(&data, &[]).is_some());
+        assert!(static_runtime_found(&data, &[], None).is_some());
         let all_but_junk = 5..data.len();
-        assert!(static_runtime_outside(&data, std::slice::from_ref(&all_but_junk)).is_none());
+        assert!(static_runtime_found(&data, std::slice::from_ref(&all_but_junk), None).is_none());
     }
 
     #[test]
