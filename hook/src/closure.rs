@@ -115,11 +115,10 @@ impl ClosureCache {
     }
 
     fn entry_path(&self, store_path: &Path) -> Result<PathBuf, ClosureError> {
-        match store_path_of(store_path, &self.store_dir) {
-            Some(top) if top == store_path => Ok(self
-                .dir
-                .join(store_path.file_name().expect("store path has a name"))),
-            _ => Err(ClosureError {
+        let top = store_path_of(store_path, &self.store_dir).filter(|top| top == store_path);
+        match top.as_deref().and_then(Path::file_name) {
+            Some(name) => Ok(self.dir.join(name)),
+            None => Err(ClosureError {
                 store_path: store_path.to_path_buf(),
                 message: format!(
                     "not a top-level path of the store {}",

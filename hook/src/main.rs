@@ -219,7 +219,13 @@ fn run_explain(drv: Option<&Path>, features: &[String], json: bool, config: Opti
     let env = Environment::of_process();
     let e = explain::explain(drv, features, config, &env);
     let text = if json {
-        serde_json::to_string_pretty(&e).expect("plain data") + "\n"
+        match serde_json::to_string_pretty(&e) {
+            Ok(text) => text + "\n",
+            Err(e) => {
+                log::error(format_args!("cannot render the explanation as JSON: {e}"));
+                return 2;
+            }
+        }
     } else {
         explain::render_text(&e)
     };
