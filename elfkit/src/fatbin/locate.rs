@@ -263,7 +263,8 @@ fn elf_containers(
         strings.give_up();
     }
     // Every searched section's last block first, before any is scanned: what is found there
-    // the forward search does not look for.
+    // the forward search does not look for (kept for speed: CStrings::look_ahead says what it
+    // buys).
     let excluded = |a, b| walked.meets(a, b);
     let mut aheads: BTreeMap<usize, Ahead> = BTreeMap::new();
     if strings.wanted() {
