@@ -263,7 +263,8 @@ fn elf_containers(
         strings.give_up();
     }
     // Every searched section's last block first, before any is scanned: what is found there
-    // decides which strings the forward search needs (CStrings::gated).
+    // the forward search does not look for (kept for speed: CStrings::look_ahead says what it
+    // buys).
     let excluded = |a, b| walked.meets(a, b);
     let mut aheads: BTreeMap<usize, Ahead> = BTreeMap::new();
     if strings.wanted() {
@@ -273,7 +274,6 @@ fn elf_containers(
                 strings.look_ahead(data, (s.start, s.end), &excluded),
             );
         }
-        strings.open_gate(data, aheads.values_mut().collect(), &excluded);
     }
     let mut scanned_to = 0;
     let before = out.len();
@@ -541,8 +541,7 @@ mod tests {
             let mut strings = CStrings::new(&texts);
             let walked = Ranges::default();
             let mut out = Vec::new();
-            let mut ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
-            strings.open_gate(&data, vec![&mut ahead], &|_, _| false);
+            let ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
             let search = Search {
                 strings: &mut strings,
                 walked: &walked,

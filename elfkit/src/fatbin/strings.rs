@@ -45,14 +45,6 @@ pub struct CStrings {
     finders: Vec<memmem::Finder<'static>>,
     /// Whether each was found.
     found: Vec<bool>,
-    /// The strings from this index on are looked for only when one before it is there
-    /// ([`CStrings::gated`]).
-    gate: usize,
-    /// Whether the strings past the gate are looked for.
-    open: bool,
-    /// A string before the gate was found after bytes had been searched without the later
-    /// ones: those are not known for the whole data.
-    missed: bool,
     /// Whether the search covered what the module documentation says (a file whose data
     /// sections overlap, or that has none, is not searched here).
     covered: bool,
@@ -66,14 +58,6 @@ impl CStrings {
     /// non-empty printable ASCII: no such string can hold a container's magic (whose second
     /// byte is 0xed), so none lies across the start of a container.
     pub fn new(texts: &[&str]) -> CStrings {
-        CStrings::gated(texts, texts.len())
-    }
-
-    /// [`CStrings::new`], the strings from `gate` on looked for only when one of those before
-    /// it is found in a section's last block (where a static runtime's strings are), as a
-    /// caller that needs them only then would search: a file holding none of the first ones
-    /// costs their search alone.
-    pub fn gated(texts: &[&str], gate: usize) -> CStrings {
         let ascii = texts
             .iter()
             .all(|t| !t.is_empty() && t.bytes().all(|b| (0x20..0x7f).contains(&b)));
@@ -88,25 +72,26 @@ impl CStrings {
                 .collect(),
             needles,
             found: vec![false; texts.len()],
-            gate: gate.min(texts.len()),
-            open: gate >= texts.len(),
-            missed: false,
             covered: ascii,
             wanted: Vec::with_capacity(texts.len()),
         }
     }
 
+    /// [`CStrings::new`], for a caller that needs the strings from `gate` on only when one of
+    /// those before it is there: every string is looked for all the same.
+    pub fn gated(texts: &[&str], _gate: usize) -> CStrings {
+        CStrings::new(texts)
+    }
+
     /// For each string, whether the data holds it; `None` when the search could not cover the
-    /// data as [the module](self) says (the caller searches itself then). With a gate
-    /// ([`CStrings::gated`]) and none of the strings before it found, a later one reads
-    /// `false` unless it was found in a section's last block.
+    /// data as [the module](self) says (the caller searches itself then).
     pub fn found(&self) -> Option<&[bool]> {
-        (self.covered && !self.missed).then_some(&self.found[..])
+        self.covered.then_some(&self.found[..])
     }
 
     /// Whether the search is still of use: it covers the data and some string is missing.
     pub(crate) fn wanted(&self) -> bool {
-        self.covered && !self.missed && self.found.contains(&false)
+        self.covered && self.found.contains(&false)
     }
 
     /// Marks the search as not covering the data.
@@ -133,10 +118,7 @@ impl CStrings {
         // Kept between calls: cuFFT's data is searched in 24,454 pieces, one call each.
         let mut wanted = std::mem::take(&mut self.wanted);
         wanted.clear();
-        wanted.extend(
-            (0..self.needles.len())
-                .filter(|&i| !self.found[i] && !skip(i) && (i < self.gate || self.open)),
-        );
+        wanted.extend((0..self.needles.len()).filter(|&i| !self.found[i] && !skip(i)));
         self.search_for(data, (from, to, limit), &wanted, excluded);
         self.wanted = wanted;
     }
@@ -167,10 +149,6 @@ impl CStrings {
                     .find_iter(window)
                     .take_while(|&at| p + at < block_end)
                     .any(|at| !excluded(p + at, p + at + len));
-                if self.found[i] && i < self.gate && !self.open {
-                    // The later strings were not looked for in the bytes searched so far.
-                    self.missed = true;
-                }
             }
             p = block_end;
         }
@@ -180,6 +158,11 @@ impl CStrings {
     /// is scanned (a program's static runtime is linked last, so its strings end `.rodata`):
     /// each missing string found there, off `excluded`, is left out of the section's forward
     /// search until [`CStrings::settle`] knows its containers.
+    ///
+    /// Kept for speed, measured (issue 58, 2026-12-04, docs/performance.md): without it (every
+    /// string searched forward only), `lint --no-manifest --json` costs 1.20x the CPU on
+    /// cuRAND 10.3.10 and 1.07x on cuBLASLt 12.9.3 (farm-bench, 7 pairs, medians), whose
+    /// static runtimes' strings end a `.rodata` of 20 and 47 MB.
     pub(crate) fn look_ahead(
         &self,
         data: &[u8],
@@ -193,21 +176,8 @@ impl CStrings {
             candidates: Vec::new(),
             deferred: vec![false; self.needles.len()],
         };
-        self.look_ahead_for(data, &mut ahead, 0..self.gate, excluded);
-        ahead
-    }
-
-    /// [`CStrings::look_ahead`] for the strings `ids`.
-    fn look_ahead_for(
-        &self,
-        data: &[u8],
-        ahead: &mut Ahead,
-        ids: std::ops::Range<usize>,
-        excluded: &dyn Fn(usize, usize) -> bool,
-    ) {
-        let (start, end) = (ahead.start, ahead.end);
         let from = start.max(end.saturating_sub(BLOCK));
-        for i in ids {
+        for i in 0..self.needles.len() {
             let finder = &self.finders[i];
             if self.found[i] || !self.covered {
                 continue;
@@ -222,24 +192,7 @@ impl CStrings {
                 }
             }
         }
-    }
-
-    /// Opens the gate when a string before it was found ahead in some section: the later
-    /// strings are then looked for in every section from its start, and first ahead in each.
-    pub(crate) fn open_gate(
-        &mut self,
-        data: &[u8],
-        aheads: Vec<&mut Ahead>,
-        excluded: &dyn Fn(usize, usize) -> bool,
-    ) {
-        let gate = self.gate;
-        let found = |a: &&mut Ahead| a.candidates.iter().any(|&(i, _)| i < gate);
-        self.open = self.open || aheads.iter().any(found);
-        if self.open {
-            for ahead in aheads {
-                self.look_ahead_for(data, ahead, gate..self.needles.len(), excluded);
-            }
-        }
+        ahead
     }
 
     /// Settles what [`CStrings::look_ahead`] deferred in one section, now that `containers`
@@ -323,6 +276,15 @@ mod tests {
             s.search(&data, (0, data.len(), data.len()), None, &inside);
             assert_eq!(s.found(), Some(&[false][..]), "at {at}");
         }
+    }
+
+    /// A gate no longer hides a later string: every one is looked for.
+    #[test]
+    fn a_gated_search_finds_the_later_strings_alone_too() {
+        let data = b"junk\0libcuda.so.1\0".to_vec();
+        let mut s = CStrings::gated(&["cudaErrorCudartUnloading", "libcuda.so.1"], 1);
+        s.search(&data, (0, data.len(), data.len()), None, &never);
+        assert_eq!(s.found(), Some(&[false, true][..]));
     }
 
     #[test]
