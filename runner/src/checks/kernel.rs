@@ -103,14 +103,13 @@ fn run(driver: &Driver, n: u32, device: Option<CudaDevice>) -> Result<Measured, 
 }
 
 /// Runs `kernel::saxpy`.
-pub(crate) fn saxpy(session: &Session) -> Outcome {
+pub(crate) fn saxpy(session: &Session) -> Result<Outcome, Outcome> {
     let n = session.options.saxpy_elements;
-    let driver = match session.initialized() {
-        Ok(driver) => driver,
-        Err(why) => return Outcome::fail(why, facts! { "elements" => n }),
-    };
+    let driver = session
+        .initialized()
+        .map_err(|why| Outcome::fail(why, facts! { "elements" => n }))?;
     let device = session.devices().ok().and_then(|d| d.first().cloned());
-    match run(driver, n, device.clone()) {
+    Ok(match run(driver, n, device.clone()) {
         Err(failure) => {
             let outcome = Outcome::fail(
                 &failure,
@@ -150,5 +149,5 @@ pub(crate) fn saxpy(session: &Session) -> Outcome {
             ),
             facts_of(&measured),
         ),
-    }
+    })
 }

@@ -45,26 +45,25 @@ pub struct ConsistencyFacts {
 }
 
 /// Runs `nvml::consistency`.
-pub(crate) fn consistency(session: &Session) -> Outcome {
+pub(crate) fn consistency(session: &Session) -> Result<Outcome, Outcome> {
     let expect = session.options.expect_driver.as_ref();
     let expects_kind = matches!(expect, Some(ExpectDriver::Host | ExpectDriver::Compat));
     let nvml = match load() {
         Ok(nvml) => nvml,
         Err(error @ NvmlError::LibloadingError(_)) if !expects_kind => {
-            return Outcome::skipped(
+            return Ok(Outcome::skipped(
                 format!(
                     "{} (normal on Jetson, which has no NVML); nothing to compare",
                     explain(&error, &session.access)
                 ),
                 facts! {},
-            )
+            ))
         }
-        Err(error) => return Outcome::fail(explain(&error, &session.access), facts! {}),
+        Err(error) => return Ok(Outcome::fail(explain(&error, &session.access), facts! {})),
     };
-    let kernel_driver = match nvml.sys_driver_version() {
-        Ok(version) => version,
-        Err(error) => return Outcome::fail(explain(&error, &session.access), facts! {}),
-    };
+    let kernel_driver = nvml
+        .sys_driver_version()
+        .map_err(|error| Outcome::fail(explain(&error, &session.access), facts! {}))?;
     let nvml_cuda = nvml
         .sys_cuda_driver_version()
         .ok()
@@ -102,14 +101,14 @@ pub(crate) fn consistency(session: &Session) -> Outcome {
             match_devices(&nvml, cuda)?;
             Ok(agreed_gpus(&nvml, cuda))
         });
-    match agreed {
+    Ok(match agreed {
         Ok(gpus) => {
             let message = format!("{which}; NVML and CUDA agree on {} GPU(s)", gpus.len());
             facts.gpus = Some(gpus);
             Outcome::pass(message, facts_of(&facts))
         }
         Err(why) => Outcome::fail(why, facts_of(&facts)),
-    }
+    })
 }
 
 /// `name uuid` of each of CUDA's devices, NVML's MIG device and its GPU too for a MIG instance.
