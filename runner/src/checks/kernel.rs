@@ -65,9 +65,8 @@ fn run(driver: &Driver, n: u32, device: Option<CudaDevice>) -> Result<Measured, 
     let dx = DeviceBuffer::from_host(&context, &x)?;
     let dy = DeviceBuffer::from_host(&context, &vec![Y0; count])?;
     let events = match Event::new(&context) {
-        Ok(start) => Some((start, Event::new(&context)?)),
         Err(error) if error.not_supported() => None,
-        Err(error) => return Err(error),
+        start => Some((start?, Event::new(&context)?)),
     };
     let kernel_ms = match &events {
         Some((start, end)) => {

@@ -68,18 +68,17 @@ pub(crate) fn instance(session: &Session) -> Result<Outcome, Outcome> {
     let nvml_devices = nvml::load()
         .map_err(|e| nvml::explain(&e, &session.access))
         .and_then(|n| nvml::devices(&n).map_err(|e| nvml::explain(&e, &session.access)));
-    let nvml_devices = match nvml_devices {
-        Ok(devices) => devices,
+    match nvml_devices {
+        Ok(devices) => Ok(judge_by_nvml(device, &leased, &lease, &devices, facts)),
         Err(why) => {
             facts.nvml_unavailable = Some(why.clone());
             facts.not_verified.push(format!(
                 "that it is a MIG device, and its GPU, GPU instance and compute instance \
                  (NVML: {why})"
             ));
-            return Ok(verdict(device, &lease, facts));
+            Ok(verdict(device, &lease, facts))
         }
-    };
-    Ok(judge_by_nvml(device, &leased, &lease, &nvml_devices, facts))
+    }
 }
 
 /// CUDA's one device, which must be the instance the hook leased (`leased`, `lease` in
