@@ -185,21 +185,19 @@ fn judge_driver_kind(
     }
 
     match (expect, compat_active) {
-        (Some(ExpectDriver::Host), Some(true)) => {
-            return Err(format!("expected the host driver but {which}: the hook chose cuda_compat; check its compat policy"));
-        }
-        (Some(ExpectDriver::Compat), Some(false)) => {
-            return Err(format!(
-                "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
-                 the compat libcuda is not exposed ahead of the host one"
-            ));
-        }
+        (Some(ExpectDriver::Host), Some(true)) => Err(format!(
+            "expected the host driver but {which}: the hook chose cuda_compat; check its compat \
+             policy"
+        )),
+        (Some(ExpectDriver::Compat), Some(false)) => Err(format!(
+            "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
+             the compat libcuda is not exposed ahead of the host one"
+        )),
         (Some(ExpectDriver::Host | ExpectDriver::Compat), None) => {
-            return Err(format!("cannot tell host from compat: {which}"));
+            Err(format!("cannot tell host from compat: {which}"))
         }
-        _ => {}
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Matches CUDA's devices with NVML's GPUs; the error is the failure's one line. NVML and CUDA
