@@ -62,6 +62,11 @@ impl Outcome {
         Outcome::new(Verdict::Fail, message, facts)
     }
 
+    /// A failing outcome with no facts: a check that cannot start (for `map_err`).
+    pub(crate) fn fail_without_facts(why: impl Display) -> Outcome {
+        Outcome::fail(why, Facts::new())
+    }
+
     /// A skipped outcome.
     pub(crate) fn skipped(message: impl Display, facts: Facts) -> Outcome {
         Outcome::new(Verdict::Skipped, message, facts)
@@ -132,8 +137,8 @@ pub struct Check {
     pub name: &'static str,
     /// Which runs include it.
     pub runs_when: RunsWhen,
-    /// Runs the check.
-    pub(crate) run: fn(&Session) -> Outcome,
+    /// Runs the check: `Err` is an outcome that ended it early (with `?`), kept as it is.
+    pub(crate) run: fn(&Session) -> Result<Outcome, Outcome>,
 }
 
 impl Check {

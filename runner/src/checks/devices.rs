@@ -139,9 +139,9 @@ fn created_since(before: &Node, path: &Path) -> String {
 }
 
 /// Runs `devices::nodes`.
-pub(crate) fn nodes(session: &Session) -> Outcome {
+pub(crate) fn nodes(session: &Session) -> Result<Outcome, Outcome> {
     if let Some(zluda) = session.zluda() {
-        return amd_nodes(session, zluda);
+        return Ok(amd_nodes(session, zluda));
     }
     // Judged on the nodes as they were before any driver call (see crate::facts::access).
     let before: &NodeSnapshot = &session.access.nodes;
@@ -188,7 +188,7 @@ pub(crate) fn nodes(session: &Session) -> Outcome {
         manifest_leased_gpus: manifest.map(|m| m.leased_gpus.clone()),
     });
     let present = format!("nvidiactl, nvidia-uvm and {gpus} GPU node(s) present");
-    judged(&problems, present, cuda_count.ok(), facts)
+    Ok(judged(&problems, present, cuda_count.ok(), facts))
 }
 
 /// `nvidiactl` (at `ctl`) as it was before any driver call: the NVIDIA control device.
@@ -382,16 +382,13 @@ fn describe_gpus(gpus: &[FeatureGpu]) -> String {
 }
 
 /// Runs `devices::features`.
-pub(crate) fn features(session: &Session) -> Outcome {
-    let declared = match build_features::from_env() {
-        Ok(declared) => declared,
-        Err(error) => {
-            return Outcome::fail(
-                format!("cannot read the build's required features: {error}"),
-                Facts::new(),
-            )
-        }
-    };
+pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
+    let declared = build_features::from_env().map_err(|error| {
+        Outcome::fail(
+            format!("cannot read the build's required features: {error}"),
+            Facts::new(),
+        )
+    })?;
     let manifest = session.manifest.manifest();
     let (source, required) = required_features(declared.as_ref(), manifest);
     let wanted = fatbin_features::required(required.iter().map(String::as_str));
@@ -447,11 +444,11 @@ pub(crate) fn features(session: &Session) -> Outcome {
         not_in_manifest,
         only_in_manifest,
     });
-    if passes {
+    Ok(if passes {
         Outcome::pass(message, facts)
     } else {
         Outcome::fail(message, facts)
-    }
+    })
 }
 
 /// Where the build's required features are read, in words, and the features: the

@@ -38,31 +38,28 @@ pub struct LibraryFacts {
 }
 
 /// Runs `driver::library`.
-pub(crate) fn library(session: &Session) -> Outcome {
+pub(crate) fn library(session: &Session) -> Result<Outcome, Outcome> {
     let search_path = std::env::var("LD_LIBRARY_PATH").ok();
     let expect = session.options.expect_driver.as_ref();
     let chosen = session.manifest.driver();
-    let driver = match session.driver() {
-        Ok(driver) => driver,
-        Err(why) => {
-            let why = match chosen {
-                Some(m) if !m.libcuda.is_empty() => format!(
-                    "{why} (the hook chose {} {})",
-                    m.kind,
-                    expectations::chosen_path(m)
-                ),
-                _ => why.to_string(),
-            };
-            return Outcome::fail(
-                why,
-                facts! {
-                    "ld_library_path" => search_path,
-                    "expect_driver" => expect.map(ExpectDriver::describe),
-                    "manifest" => session.manifest.fact(),
-                },
-            );
-        }
-    };
+    let driver = session.driver().map_err(|why| {
+        let why = match chosen {
+            Some(m) if !m.libcuda.is_empty() => format!(
+                "{why} (the hook chose {} {})",
+                m.kind,
+                expectations::chosen_path(m)
+            ),
+            _ => why.to_string(),
+        };
+        Outcome::fail(
+            why,
+            facts! {
+                "ld_library_path" => search_path,
+                "expect_driver" => expect.map(ExpectDriver::describe),
+                "manifest" => session.manifest.fact(),
+            },
+        )
+    })?;
     let file = &driver.file;
     let version = driver.version().ok().map(CudaVersion);
     let facts = facts_of(&LibraryFacts {
@@ -83,18 +80,21 @@ pub(crate) fn library(session: &Session) -> Outcome {
             .map_or(String::new(), |z| format!(": {}", z.describe()))
     );
     if let Some(why) = session.manifest.broken() {
-        return Outcome::fail(format!("{loaded}, but {why}"), facts);
+        return Ok(Outcome::fail(format!("{loaded}, but {why}"), facts));
     }
     let loaded = match chosen {
         Some(m) if !m.libcuda.is_empty() => {
             if !expectations::is_chosen(file, m) {
-                return Outcome::fail(expectations::library_mismatch(file, version, m), facts);
+                return Ok(Outcome::fail(
+                    expectations::library_mismatch(file, version, m),
+                    facts,
+                ));
             }
             format!("{loaded}, the {} driver the hook chose", m.kind)
         }
         _ => loaded,
     };
-    match expect {
+    Ok(match expect {
         Some(ExpectDriver::PathPrefix(prefix)) if !file.is_under(prefix) => Outcome::fail(
             format!(
                 "{loaded}, not under the expected {}: the loader found another driver first; \
@@ -108,15 +108,12 @@ pub(crate) fn library(session: &Session) -> Outcome {
             facts,
         ),
         _ => Outcome::pass(loaded, facts),
-    }
+    })
 }
 
 /// Runs `driver::version`.
-pub(crate) fn version(session: &Session) -> Outcome {
-    let driver = match session.driver() {
-        Ok(driver) => driver,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+pub(crate) fn version(session: &Session) -> Result<Outcome, Outcome> {
+    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let version = driver.version().map(CudaVersion);
     let init = session.initialized().map(drop);
     let facts = facts! {
@@ -126,19 +123,16 @@ pub(crate) fn version(session: &Session) -> Outcome {
         "min_cuda_version" => session.options.min_cuda_version.map(|v| v.to_string()),
         "manifest" => session.manifest.fact(),
     };
-    let version = match version {
-        Ok(version) => version,
-        Err(why) => return Outcome::fail(why, facts),
-    };
+    let version = version.map_err(|why| Outcome::fail(why, facts.clone()))?;
     if let Some(why) = differs_from_hooks_choice(session, version) {
-        return Outcome::fail(why, facts);
+        return Ok(Outcome::fail(why, facts));
     }
     // "No device" is a matter of GPU access (nodes, kernel module, GPU), which the checks
     // that need a GPU report with its cause; any other cuInit failure is the driver's own.
     let init_note = match (&init, session.access.no_gpu_cause()) {
         (Ok(()), _) => "; cuInit ok".to_owned(),
         (Err(why), _) if session.init_code() != Some(CUDA_ERROR_NO_DEVICE) => {
-            return Outcome::fail(why.clone(), facts)
+            return Ok(Outcome::fail(why.clone(), facts))
         }
         (Err(_), _) if session.zluda().is_some() => {
             "; cuInit finds no GPU (on AMD: see devices::nodes)".to_owned()
@@ -155,23 +149,23 @@ pub(crate) fn version(session: &Session) -> Outcome {
     };
     if let Some(min) = session.options.min_cuda_version {
         if version < min {
-            return Outcome::fail(
+            return Ok(Outcome::fail(
                 format!(
                     "the loaded driver provides CUDA {version}, below the required {min}: expose a \
                      newer driver, or a cuda_compat driver >= {min} on a data-center GPU or Jetson"
                 ),
                 facts,
-            );
+            ));
         }
     }
-    Outcome::pass(
+    Ok(Outcome::pass(
         format!(
             "{} provides CUDA {version} ({}){init_note}",
             session.zluda().map_or("driver".to_owned(), Zluda::describe),
             version.0
         ),
         facts,
-    )
+    ))
 }
 
 /// Why the loaded driver, of CUDA `version`, is not the one the hook chose (the manifest's),

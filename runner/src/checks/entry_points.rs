@@ -144,35 +144,32 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
 }
 
 /// Runs `driver::entry_points`.
-pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
-    let driver = match session.driver() {
-        Ok(driver) => driver,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+pub(crate) fn driver_entry_points(session: &Session) -> Result<Outcome, Outcome> {
+    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let Some(export) = driver.get_proc_address_export() else {
-        return Outcome::fail(
+        return Ok(Outcome::fail(
             "the driver exports no cuGetProcAddress: it is older than CUDA 11.3; expose a newer driver",
             facts! {},
-        );
+        ));
     };
-    let driver_version = match driver.version() {
-        Ok(v) => CudaVersion(v),
-        Err(why) => return Outcome::fail(why, facts! { "get_proc_address" => export }),
-    };
+    let driver_version = driver
+        .version()
+        .map(CudaVersion)
+        .map_err(|why| Outcome::fail(why, facts! { "get_proc_address" => export }))?;
     if let Some(asked) = session.options.api_version.filter(|v| *v > driver_version) {
-        return Outcome::fail(
+        return Ok(Outcome::fail(
             format!(
                 "--api-version {asked} is above the driver's CUDA {driver_version}: the driver \
                  answers there with its CUDA {driver_version} variants, not the {asked} ones; \
                  lower --api-version or expose a newer driver"
             ),
             facts! { "get_proc_address" => export, "driver_version" => driver_version.to_string() },
-        );
+        ));
     }
     if let Some(zluda) = session.zluda() {
         let answer = driver.get_proc_address("cuInit", driver_version.0);
         if answer.is_some_and(|a| a.code == CUDA_ERROR_NOT_SUPPORTED) {
-            return Outcome::skipped(
+            return Ok(Outcome::skipped(
                 format!(
                     "{} does not implement {export} (801 CUDA_ERROR_NOT_SUPPORTED, as ZLUDA v4, \
                      the one Nixpkgs builds, answers every function it lacks): only programs \
@@ -185,7 +182,7 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
                     "driver_version" => driver_version.to_string(),
                     "zluda" => zluda,
                 },
-            );
+            ));
         }
     }
     let versions = versions_to_probe(session, driver_version);
@@ -220,14 +217,14 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
         above_driver_answers_with_newest: above_wrong.is_empty(),
     };
     if let Some(first) = mismatches.first() {
-        return Outcome::fail(
+        return Ok(Outcome::fail(
             format!(
                 "{export} disagrees with the driver's exports ({first}): this libcuda.so.1 is \
                  inconsistent (mixed driver files?); expose one complete driver"
             ),
             facts_of(&facts),
         )
-        .with_detail(mismatches.join("\n"));
+        .with_detail(mismatches.join("\n")));
     }
     // What the driver answers above its own version, in words.
     let above_note = match above_wrong.first() {
@@ -244,7 +241,7 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
         .filter(|v| **v != primary)
         .map(ToString::to_string)
         .collect();
-    Outcome::pass(
+    Ok(Outcome::pass(
         format!(
             "{export} at {primary}: {} symbols match their versioned exports, and so at every \
              other ABI boundary ({}; {compared} lookups in all); {above_note}",
@@ -252,5 +249,5 @@ pub(crate) fn driver_entry_points(session: &Session) -> Outcome {
             others.join(", "),
         ),
         facts_of(&facts),
-    )
+    ))
 }

@@ -21,7 +21,7 @@ const GPU_NODES: &[&str] = &[
 ];
 
 /// The check.
-pub(crate) fn no_gpu(session: &Session) -> Outcome {
+pub(crate) fn no_gpu(session: &Session) -> Result<Outcome, Outcome> {
     let dev_root = &session.options.dev_root;
     let mut seen: Vec<String> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dev_root) {
@@ -69,20 +69,20 @@ pub(crate) fn no_gpu(session: &Session) -> Outcome {
         "driver_paths_seen" => paths,
     };
     if seen.is_empty() && loadable.is_empty() && paths.is_empty() {
-        return Outcome::pass(
+        return Ok(Outcome::pass(
             "no GPU device, driver library, driver link or manifest is visible",
             facts,
-        );
+        ));
     }
     let mut what = seen.clone();
     what.extend(loadable.iter().map(|l| format!("{l} loads")));
     what.extend(paths.iter().cloned());
-    Outcome::fail(
+    Ok(Outcome::fail(
         format!(
             "this build must not see the GPU but sees {}: the hook exposed it to a build \
              without a configured requiredSystemFeatures, or the sandbox is off",
             what.join(", ")
         ),
         facts,
-    )
+    ))
 }

@@ -65,9 +65,8 @@ fn run(driver: &Driver, n: u32, device: Option<CudaDevice>) -> Result<Measured, 
     let dx = DeviceBuffer::from_host(&context, &x)?;
     let dy = DeviceBuffer::from_host(&context, &vec![Y0; count])?;
     let events = match Event::new(&context) {
-        Ok(start) => Some((start, Event::new(&context)?)),
         Err(error) if error.not_supported() => None,
-        Err(error) => return Err(error),
+        start => Some((start?, Event::new(&context)?)),
     };
     let kernel_ms = match &events {
         Some((start, end)) => {
@@ -103,14 +102,13 @@ fn run(driver: &Driver, n: u32, device: Option<CudaDevice>) -> Result<Measured, 
 }
 
 /// Runs `kernel::saxpy`.
-pub(crate) fn saxpy(session: &Session) -> Outcome {
+pub(crate) fn saxpy(session: &Session) -> Result<Outcome, Outcome> {
     let n = session.options.saxpy_elements;
-    let driver = match session.initialized() {
-        Ok(driver) => driver,
-        Err(why) => return Outcome::fail(why, facts! { "elements" => n }),
-    };
+    let driver = session
+        .initialized()
+        .map_err(|why| Outcome::fail(why, facts! { "elements" => n }))?;
     let device = session.devices().ok().and_then(|d| d.first().cloned());
-    match run(driver, n, device.clone()) {
+    Ok(match run(driver, n, device.clone()) {
         Err(failure) => {
             let outcome = Outcome::fail(
                 &failure,
@@ -150,5 +148,5 @@ pub(crate) fn saxpy(session: &Session) -> Outcome {
             ),
             facts_of(&measured),
         ),
-    }
+    })
 }

@@ -100,11 +100,9 @@ pub fn config(
 }
 
 /// Runs `lint::elf`.
-pub(crate) fn elf(session: &Session) -> Outcome {
-    let mut config = match config(&session.options.lint, &session.manifest) {
-        Ok(config) => config,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+pub(crate) fn elf(session: &Session) -> Result<Outcome, Outcome> {
+    let mut config =
+        config(&session.options.lint, &session.manifest).map_err(Outcome::fail_without_facts)?;
     // The paths of `--lint` are the package under test: no driver link is a finding anywhere.
     config.under_test = true;
     let report = elf_lint::lint(&session.options.lint_paths, &config);
@@ -116,7 +114,7 @@ pub(crate) fn elf(session: &Session) -> Outcome {
         "lint" => &report,
     };
     let Some((first, rest)) = report.findings.split_first() else {
-        return Outcome::pass(
+        return Ok(Outcome::pass(
             format!(
                 "{}: driver link in DT_RUNPATH{}, no stub libcuda in its search path, no static CUDA \
                  archive",
@@ -128,7 +126,7 @@ pub(crate) fn elf(session: &Session) -> Outcome {
                 }
             ),
             facts,
-        );
+        ));
     };
     let n = report.findings.len();
     let rest: Vec<String> = rest.iter().map(ToString::to_string).collect();
@@ -138,11 +136,11 @@ pub(crate) fn elf(session: &Session) -> Outcome {
         .all(|f| f.kind == FindingKind::GpuCodeUnknown)
     {
         // Only pairs the rules could not judge: the lint's own status, not a failure.
-        return Outcome::undecided(
+        return Ok(Outcome::undecided(
             format!("the rules cannot judge {n} file/target pair(s) (not a pass); first: {first}"),
             facts,
         )
-        .with_detail(rest.join("\n"));
+        .with_detail(rest.join("\n")));
     }
-    Outcome::fail(format!("{n} finding(s); first: {first}"), facts).with_detail_lines(&rest)
+    Ok(Outcome::fail(format!("{n} finding(s); first: {first}"), facts).with_detail_lines(&rest))
 }

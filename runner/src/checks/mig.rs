@@ -46,43 +46,39 @@ fn describe(m: &MigInstance) -> String {
 }
 
 /// Runs `mig::instance`.
-pub(crate) fn instance(session: &Session) -> Outcome {
+pub(crate) fn instance(session: &Session) -> Result<Outcome, Outcome> {
     let Some(manifest) = session.manifest.manifest() else {
-        return Outcome::skipped(
+        return Ok(Outcome::skipped(
             format!("no MIG instance to check: {}", session.manifest.fact()),
             facts_of(&MigFacts::default()),
-        );
+        ));
     };
     let Some(leased) = manifest.mig.clone() else {
-        return Outcome::skipped(
+        return Ok(Outcome::skipped(
             "the hook's manifest names no MIG instance (the build was not leased one)",
             facts_of(&MigFacts::default()),
-        );
+        ));
     };
     let lease = describe(&leased);
     let mut facts = MigFacts {
         manifest_mig: Some(leased.clone()),
         ..MigFacts::default()
     };
-    let device = match cuda_device(session, &leased, &lease, &mut facts) {
-        Ok(device) => device,
-        Err(failed) => return failed,
-    };
+    let device = cuda_device(session, &leased, &lease, &mut facts)?;
     let nvml_devices = nvml::load()
         .map_err(|e| nvml::explain(&e, &session.access))
         .and_then(|n| nvml::devices(&n).map_err(|e| nvml::explain(&e, &session.access)));
-    let nvml_devices = match nvml_devices {
-        Ok(devices) => devices,
+    match nvml_devices {
+        Ok(devices) => Ok(judge_by_nvml(device, &leased, &lease, &devices, facts)),
         Err(why) => {
             facts.nvml_unavailable = Some(why.clone());
             facts.not_verified.push(format!(
                 "that it is a MIG device, and its GPU, GPU instance and compute instance \
                  (NVML: {why})"
             ));
-            return verdict(device, &lease, facts);
+            Ok(verdict(device, &lease, facts))
         }
-    };
-    judge_by_nvml(device, &leased, &lease, &nvml_devices, facts)
+    }
 }
 
 /// CUDA's one device, which must be the instance the hook leased (`leased`, `lease` in
@@ -94,15 +90,12 @@ fn cuda_device<'s>(
     lease: &str,
     facts: &mut MigFacts,
 ) -> Result<&'s CudaDevice, Outcome> {
-    let cuda = match session.devices() {
-        Ok(devices) => devices,
-        Err(why) => {
-            return Err(Outcome::fail(
-                format!("the hook leased MIG instance {lease} but CUDA lists no device: {why}"),
-                facts_of(facts),
-            ))
-        }
-    };
+    let cuda = session.devices().map_err(|why| {
+        Outcome::fail(
+            format!("the hook leased MIG instance {lease} but CUDA lists no device: {why}"),
+            facts_of(facts),
+        )
+    })?;
     facts.cuda_devices = Some(cuda.to_vec());
     facts.cuda_has_uuid_v2 = session
         .driver()

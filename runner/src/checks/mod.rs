@@ -42,7 +42,11 @@ pub const CHECKS: &[Check] = &[
     check("isolation::no_gpu", ExpectNoGpu, isolation::no_gpu),
 ];
 
-const fn check(name: &'static str, runs_when: RunsWhen, run: fn(&Session) -> Outcome) -> Check {
+const fn check(
+    name: &'static str,
+    runs_when: RunsWhen,
+    run: fn(&Session) -> Result<Outcome, Outcome>,
+) -> Check {
     Check {
         name,
         runs_when,

@@ -45,26 +45,25 @@ pub struct ConsistencyFacts {
 }
 
 /// Runs `nvml::consistency`.
-pub(crate) fn consistency(session: &Session) -> Outcome {
+pub(crate) fn consistency(session: &Session) -> Result<Outcome, Outcome> {
     let expect = session.options.expect_driver.as_ref();
     let expects_kind = matches!(expect, Some(ExpectDriver::Host | ExpectDriver::Compat));
     let nvml = match load() {
         Ok(nvml) => nvml,
         Err(error @ NvmlError::LibloadingError(_)) if !expects_kind => {
-            return Outcome::skipped(
+            return Ok(Outcome::skipped(
                 format!(
                     "{} (normal on Jetson, which has no NVML); nothing to compare",
                     explain(&error, &session.access)
                 ),
                 facts! {},
-            )
+            ))
         }
-        Err(error) => return Outcome::fail(explain(&error, &session.access), facts! {}),
+        Err(error) => return Ok(Outcome::fail(explain(&error, &session.access), facts! {})),
     };
-    let kernel_driver = match nvml.sys_driver_version() {
-        Ok(version) => version,
-        Err(error) => return Outcome::fail(explain(&error, &session.access), facts! {}),
-    };
+    let kernel_driver = nvml
+        .sys_driver_version()
+        .map_err(|error| Outcome::fail(explain(&error, &session.access), facts! {}))?;
     let nvml_cuda = nvml
         .sys_cuda_driver_version()
         .ok()
@@ -102,14 +101,14 @@ pub(crate) fn consistency(session: &Session) -> Outcome {
             match_devices(&nvml, cuda)?;
             Ok(agreed_gpus(&nvml, cuda))
         });
-    match agreed {
+    Ok(match agreed {
         Ok(gpus) => {
             let message = format!("{which}; NVML and CUDA agree on {} GPU(s)", gpus.len());
             facts.gpus = Some(gpus);
             Outcome::pass(message, facts_of(&facts))
         }
         Err(why) => Outcome::fail(why, facts_of(&facts)),
-    }
+    })
 }
 
 /// `name uuid` of each of CUDA's devices, NVML's MIG device and its GPU too for a MIG instance.
@@ -186,21 +185,19 @@ fn judge_driver_kind(
     }
 
     match (expect, compat_active) {
-        (Some(ExpectDriver::Host), Some(true)) => {
-            return Err(format!("expected the host driver but {which}: the hook chose cuda_compat; check its compat policy"));
-        }
-        (Some(ExpectDriver::Compat), Some(false)) => {
-            return Err(format!(
-                "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
-                 the compat libcuda is not exposed ahead of the host one"
-            ));
-        }
+        (Some(ExpectDriver::Host), Some(true)) => Err(format!(
+            "expected the host driver but {which}: the hook chose cuda_compat; check its compat \
+             policy"
+        )),
+        (Some(ExpectDriver::Compat), Some(false)) => Err(format!(
+            "expected a cuda_compat driver but the loaded libcuda is the host's ({which}): \
+             the compat libcuda is not exposed ahead of the host one"
+        )),
         (Some(ExpectDriver::Host | ExpectDriver::Compat), None) => {
-            return Err(format!("cannot tell host from compat: {which}"));
+            Err(format!("cannot tell host from compat: {which}"))
         }
-        _ => {}
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Matches CUDA's devices with NVML's GPUs; the error is the failure's one line. NVML and CUDA

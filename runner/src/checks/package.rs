@@ -130,15 +130,10 @@ fn jit_cache() -> String {
 }
 
 /// Runs `package::gpu_code`.
-pub(crate) fn gpu_code(session: &Session) -> Outcome {
-    let package = match session.package() {
-        Ok(p) => p,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
-    let (targets, from) = match targets(session) {
-        Ok(t) => t,
-        Err(why) => return Outcome::skipped(why, facts! { "closure" => &package.closure }),
-    };
+pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
+    let package = session.package().map_err(Outcome::fail_without_facts)?;
+    let (targets, from) = targets(session)
+        .map_err(|why| Outcome::skipped(why, facts! { "closure" => &package.closure }))?;
     let options = &session.options;
     // With --strict-modules, the kernels of `v`'s missing modules that no --expect-missing
     // glob names, when `file` is the package's own (under a --package path).
@@ -236,34 +231,34 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
     };
     if let Some(first) = failures.first() {
         let rest: Vec<String> = failures[1..].iter().chain(&unknown).cloned().collect();
-        return Outcome::fail(
+        return Ok(Outcome::fail(
             format!(
                 "{} file/target pair(s) cannot run; first: {first}",
                 failures.len()
             ),
             facts,
         )
-        .with_detail_lines(&rest);
+        .with_detail_lines(&rest));
     }
     if !unknown.is_empty() {
-        return Outcome::undecided(
+        return Ok(Outcome::undecided(
             format!(
                 "the rules cannot judge {} file/target pair(s) on {on} (not a pass); first: {}",
                 unknown.len(),
                 unknown[0]
             ),
             facts,
-        );
+        ));
     }
     if files == 0 {
-        return Outcome::pass(
+        return Ok(Outcome::pass(
             format!(
                 "the package's closure ({} files) carries no GPU code: nothing for the driver \
                  to load",
                 package.files
             ),
             facts,
-        );
+        ));
     }
     let mut notes = Vec::new();
     if !partly.is_empty() {
@@ -282,20 +277,20 @@ pub(crate) fn gpu_code(session: &Session) -> Outcome {
         ));
     }
     if notes.is_empty() {
-        return Outcome::pass(
+        return Ok(Outcome::pass(
             format!("every file with GPU code ({files}) runs on {on} by SASS"),
             facts,
-        );
+        ));
     }
     let detail: Vec<String> = partly.into_iter().chain(jit).collect();
-    Outcome::pass(
+    Ok(Outcome::pass(
         format!(
             "every file with GPU code ({files}) runs on {on}; {}",
             notes.join("; ")
         ),
         facts,
     )
-    .with_detail(detail.join("\n"))
+    .with_detail(detail.join("\n")))
 }
 
 /// The CUDA version of the driver the package's runtimes are judged against: the one loaded,
@@ -343,34 +338,31 @@ fn candidates<'r>(
 }
 
 /// Runs `package::runtimes`.
-pub(crate) fn runtimes(session: &Session) -> Outcome {
-    let package = match session.package() {
-        Ok(p) => p,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+pub(crate) fn runtimes(session: &Session) -> Result<Outcome, Outcome> {
+    let package = session.package().map_err(Outcome::fail_without_facts)?;
     // Archives are for linking only (the lint reports them); what runs is shared or linked in.
     let found: Vec<_> = package
         .runtimes()
         .filter(|(_, r)| r.form != RuntimeForm::Archive)
         .collect();
     if found.is_empty() {
-        return Outcome::pass(
+        return Ok(Outcome::pass(
             format!(
                 "the package's closure ({} files) carries no CUDA runtime, shared or static",
                 package.files
             ),
             facts! { "closure_from" => &package.closure_from },
-        );
+        ));
     }
     let Some(driver) = runtimes_driver(session) else {
-        return Outcome::skipped(
+        return Ok(Outcome::skipped(
             format!(
                 "{} CUDA runtime(s) in the package, but no driver to judge them against (none \
                  loads, no --driver-cuda)",
                 found.len()
             ),
             facts! { "runtimes" => found.iter().map(|(_, r)| r).collect::<Vec<_>>() },
-        );
+        ));
     };
     // Shared runtimes are loaded to ask their versions, as runtime::compatibility does.
     let mut loaded: Vec<(usize, Runtime)> = Vec::new();
@@ -393,11 +385,11 @@ pub(crate) fn runtimes(session: &Session) -> Outcome {
             .chain(std::iter::once(outcome.message.clone()))
             .collect::<Vec<_>>()
             .join("\n");
-        return Outcome::fail(
+        return Ok(Outcome::fail(
             format!("a CUDA runtime of the package cannot be loaded: {first}"),
             outcome.facts,
         )
-        .with_detail(detail);
+        .with_detail(detail));
     }
-    outcome
+    Ok(outcome)
 }

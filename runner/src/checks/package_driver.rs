@@ -108,36 +108,33 @@ struct Wanted<'a> {
 }
 
 /// Runs `package::driver`.
-pub(crate) fn driver(session: &Session) -> Outcome {
-    let package = match session.package() {
-        Ok(p) => p,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
+    let package = session.package().map_err(Outcome::fail_without_facts)?;
     let objects: Vec<_> = package
         .scanned
         .iter()
         .filter_map(|f| opens_libcuda(f).map(|why| (f, why)))
         .collect();
     if objects.is_empty() {
-        return Outcome::pass(
+        return Ok(Outcome::pass(
             "no object of the package opens libcuda.so.1 (no libcudart, no static runtime, \
              no DT_NEEDED on it)",
             facts! { "closure_from" => &package.closure_from },
-        );
+        ));
     }
     let wanted = Wanted {
         chosen: session.manifest.driver().filter(|d| !d.libcuda.is_empty()),
         loaded: session.driver().ok().map(|d| d.file.clone()),
     };
     if wanted.chosen.is_none() && wanted.loaded.is_none() {
-        return Outcome::skipped(
+        return Ok(Outcome::skipped(
             format!(
                 "{} object(s) of the package open libcuda.so.1, but there is no manifest and no \
                  libcuda.so.1 loads here to compare with",
                 objects.len()
             ),
             facts! {},
-        );
+        ));
     }
     let ld_library_path = std::env::var("LD_LIBRARY_PATH").ok();
     // Model and judge each object's search for libcuda.so.1, as this process's
@@ -180,7 +177,7 @@ pub(crate) fn driver(session: &Session) -> Outcome {
         ld_library_path,
         objects: per_object,
     });
-    match failures.split_first() {
+    Ok(match failures.split_first() {
         None => Outcome::pass(
             format!(
                 "{} object(s) opening libcuda.so.1 get {against}",
@@ -194,7 +191,7 @@ pub(crate) fn driver(session: &Session) -> Outcome {
             facts,
         )
         .with_detail_lines(rest),
-    }
+    })
 }
 
 /// What glibc's loader `interpreter` would give the object at `path` for libcuda.so.1 in this

@@ -431,34 +431,25 @@ fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
 }
 
 /// Runs `runtime::compatibility`.
-pub(crate) fn compatibility(session: &Session) -> Outcome {
-    let runtimes = match loadable_runtimes(session) {
-        Ok(runtimes) => runtimes,
-        Err(outcome) => return outcome,
-    };
+pub(crate) fn compatibility(session: &Session) -> Result<Outcome, Outcome> {
+    let runtimes = loadable_runtimes(session)?;
     let version = |d: &Driver| d.version().map(CudaVersion).map_err(GpuUnavailable::from);
-    let driver = match session.driver().and_then(version) {
-        Ok(v) => v,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+    let driver = session
+        .driver()
+        .and_then(version)
+        .map_err(Outcome::fail_without_facts)?;
     let candidates: Vec<Candidate> = runtimes.iter().map(Candidate::loaded).collect();
-    judge(&candidates, driver)
+    Ok(judge(&candidates, driver))
 }
 
 /// Runs `runtime::entry_points`.
-pub(crate) fn entry_points(session: &Session) -> Outcome {
-    let runtimes = match loadable_runtimes(session) {
-        Ok(runtimes) => runtimes,
-        Err(outcome) => return outcome,
-    };
-    let driver = match session.driver() {
-        Ok(driver) => driver,
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
-    let driver_version = match driver.version() {
-        Ok(v) => CudaVersion(v),
-        Err(why) => return Outcome::fail(why, facts! {}),
-    };
+pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
+    let runtimes = loadable_runtimes(session)?;
+    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
+    let driver_version = driver
+        .version()
+        .map(CudaVersion)
+        .map_err(Outcome::fail_without_facts)?;
     let mut failures: Vec<String> = Vec::new();
     let mut passes: Vec<String> = Vec::new();
     let mut per_runtime: Vec<RuntimeEntryPoints> = Vec::new();
@@ -512,13 +503,13 @@ pub(crate) fn entry_points(session: &Session) -> Outcome {
         driver_version: driver_version.to_string(),
         cudarts: per_runtime,
     });
-    match failures.first() {
+    Ok(match failures.first() {
         None => Outcome::pass(passes.join("; "), facts),
         Some(first) => {
             let rest: Vec<String> = failures[1..].iter().chain(&passes).cloned().collect();
             Outcome::fail(first.clone(), facts).with_detail_lines(&rest)
         }
-    }
+    })
 }
 
 /// The first `cudaGetDriverEntryPoint` call (`function`) of `runtime` (at `file`), which
