@@ -77,12 +77,6 @@ impl CStrings {
         }
     }
 
-    /// [`CStrings::new`], for a caller that needs the strings from `gate` on only when one of
-    /// those before it is there: every string is looked for all the same.
-    pub fn gated(texts: &[&str], _gate: usize) -> CStrings {
-        CStrings::new(texts)
-    }
-
     /// For each string, whether the data holds it; `None` when the search could not cover the
     /// data as [the module](self) says (the caller searches itself then).
     pub fn found(&self) -> Option<&[bool]> {
@@ -278,11 +272,11 @@ mod tests {
         }
     }
 
-    /// A gate no longer hides a later string: every one is looked for.
+    /// Every string is looked for: a later one is found without an earlier one.
     #[test]
-    fn a_gated_search_finds_the_later_strings_alone_too() {
+    fn a_later_string_is_found_without_an_earlier_one() {
         let data = b"junk\0libcuda.so.1\0".to_vec();
-        let mut s = CStrings::gated(&["cudaErrorCudartUnloading", "libcuda.so.1"], 1);
+        let mut s = CStrings::new(&["cudaErrorCudartUnloading", "libcuda.so.1"]);
         s.search(&data, (0, data.len(), data.len()), None, &never);
         assert_eq!(s.found(), Some(&[false, true][..]));
     }

@@ -202,7 +202,7 @@ pub fn runtime_in_dependency(path: &Path) -> Option<FoundRuntime> {
         Ok(evidence) => evidence,
         Err(Undecided) => {
             let data = map.bytes();
-            let mut strings = CStrings::gated(&searched_strings(), DECIDING);
+            let mut strings = CStrings::new(&searched_strings());
             let code = read_gpu_code_and_strings(data, &mut strings);
             let device = code.as_ref().map(device_ranges).unwrap_or_default();
             static_runtime_found(data, &device, strings.found().filter(|_| code.is_ok()))

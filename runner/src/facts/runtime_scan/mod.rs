@@ -253,8 +253,7 @@ fn searched_strings() -> Vec<&'static str> {
 }
 
 /// Which of [`searched_strings`] a file's data holds, when a reader found them already (the
-/// magic scan: [`gpu_code_and_runtime`]). The strings past the first [`DECIDING`] are known
-/// only where one of those is there.
+/// magic scan: [`gpu_code_and_runtime`]).
 type Found<'a> = Option<&'a [bool]>;
 
 /// The markers that decide alone: without one of the first two, three of the four cannot be
@@ -271,7 +270,7 @@ pub fn gpu_code_and_runtime(
     data: &[u8],
 ) -> (Result<GpuCode, FatbinError>, Option<FoundRuntime>) {
     // The rest only where a deciding marker is (as static_runtime_found searches).
-    let mut strings = CStrings::gated(&searched_strings(), DECIDING);
+    let mut strings = CStrings::new(&searched_strings());
     let code = read_gpu_code_and_strings(data, &mut strings);
     let device = code.as_ref().map(device_ranges).unwrap_or_default();
     let found = strings.found().filter(|_| code.is_ok());
