@@ -154,7 +154,9 @@ fn elf_containers(
             let (start, size) = s.file_range()?;
             let start = usize::try_from(start).ok()?;
             let end = start.checked_add(usize::try_from(size).ok()?)?;
-            (end <= data.len()).then(|| Placed {
+            // An empty section holds nothing, and one at another's offset would stand in for
+            // it where sections are told apart by where they start.
+            (start < end && end <= data.len()).then(|| Placed {
                 name: s.name().unwrap_or_default().to_owned(),
                 address: s.address(),
                 start,

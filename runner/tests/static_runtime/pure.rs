@@ -35,6 +35,35 @@ fn the_one_pass_string_search_finds_what_two_passes_find_on_nvidias_libraries() 
     }
 }
 
+/// An empty section placed where `.rodata` starts (a section header a tool may leave) hides
+/// nothing: nvJPEG 12.4's static runtime is still found, by the one pass as by the two. The
+/// empty section used to take `.rodata`'s place in the search, and the runtime went unseen.
+#[test]
+fn an_empty_section_at_a_string_sections_offset_hides_no_runtime() {
+    let test = "an_empty_section_at_a_string_sections_offset_hides_no_runtime";
+    let Some(real) = RealNvidia::find(test) else {
+        return;
+    };
+    let file = real.corpus("nvjpeg-12.4.0", "libnvjpeg.so.12");
+    if !real.has(test, &file) {
+        return;
+    }
+    let mut data = std::fs::read(&file).unwrap();
+    // ELF64 section headers: e_shoff at 0x28, 64 bytes each; sh_offset at +24, sh_size at +32.
+    // Measured (readelf -S): [14] .rodata, then [16] .stapsdt.base (PROGBITS, alloc, 1 byte).
+    let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+    let headers = u64_at(0x28) as usize;
+    let rodata = u64_at(headers + 14 * 64 + 24);
+    let empty = headers + 16 * 64;
+    data[empty + 24..empty + 32].copy_from_slice(&rodata.to_le_bytes());
+    data[empty + 32..empty + 40].fill(0);
+    let dir = tempfile::tempdir().unwrap();
+    let patched = dir.path().join("libnvjpeg.so.12");
+    std::fs::write(&patched, &data).unwrap();
+    let found = classify(&patched).expect("the static runtime is found");
+    assert_eq!(found.version.map(|v| v.to_string()), Some("12.9".into()));
+}
+
 #[test]
 fn stripped_static_copies_are_found_with_their_version() {
     let Some(real) = RealNvidia::find("stripped_static_copies_are_found_with_their_version") else {
