@@ -234,16 +234,21 @@ impl Judgement {
 /// for: the answer depends on the module's images alone, and a module without code for
 /// several of the GPUs judged would otherwise be unpacked once for each.
 #[derive(Debug, Default)]
-pub struct ModuleReads(RefCell<HashMap<usize, Option<Holds>>>);
+pub struct ModuleReads {
+    /// What each module read holds, by its index.
+    held: RefCell<HashMap<usize, Option<Holds>>>,
+    /// The room their payloads unpack into, one after another ([`payload`]).
+    room: RefCell<Vec<u8>>,
+}
 
 impl ModuleReads {
     /// [`holds`] of module `index` of `code`, read from `data` the first time it is asked.
     fn holds(&self, data: &[u8], code: &GpuCode, index: usize) -> Option<Holds> {
-        if let Some(known) = self.0.borrow().get(&index) {
+        if let Some(known) = self.held.borrow().get(&index) {
             return known.clone();
         }
-        let read = holds(data, &code.containers[index]);
-        self.0.borrow_mut().insert(index, read.clone());
+        let read = holds(data, &code.containers[index], &mut self.room.borrow_mut());
+        self.held.borrow_mut().insert(index, read.clone());
         read
     }
 }
@@ -253,7 +258,7 @@ impl ModuleReads {
 /// cheapest are read first (stored as they are, then the smallest), and an image that holds
 /// nothing sends the reader on to the next. An image that cannot be read, or of a kind unknown
 /// here, is passed over; when no image could be read at all, what it holds is unknown.
-fn holds(data: &[u8], module: &Container) -> Option<Holds> {
+fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
     let mut images: Vec<&Entry> = module
         .entries
         .iter()
@@ -263,12 +268,12 @@ fn holds(data: &[u8], module: &Container) -> Option<Holds> {
     let mut read_any = false;
     for e in images {
         let read = match e.kind {
-            EntryKind::Sass => payload(data, e)
+            EntryKind::Sass => payload(data, e, room)
                 .ok()
-                .and_then(|b| cubin_facts(&b).ok())
+                .and_then(|b| cubin_facts(b).ok())
                 .map(|f| (f.kernels, f.managed)),
-            EntryKind::Ptx => payload(data, e).ok().map(|b| {
-                let f = ptx_facts(&b);
+            EntryKind::Ptx => payload(data, e, room).ok().map(|b| {
+                let f = ptx_facts(b);
                 (f.kernels, f.managed)
             }),
             _ => None,
@@ -319,8 +324,11 @@ pub fn newer_toolkit(code: &GpuCode, data: &[u8], driver: &Driver) -> Option<New
         }
     }
     candidates.sort_by_key(|(_, _, e)| (e.compression != super::Compression::None, e.stored.size));
+    let mut room = Vec::new();
     candidates.into_iter().find_map(|(module, image, entry)| {
-        let toolkit = cubin_facts(&payload(data, entry).ok()?).ok()?.toolkit?;
+        let toolkit = cubin_facts(payload(data, entry, &mut room).ok()?)
+            .ok()?
+            .toolkit?;
         (toolkit_on_driver(Toolkit::Exact(toolkit), driver) == ToolkitFit::NewerMajor).then_some(
             NewerToolkit {
                 module,

@@ -145,6 +145,7 @@ fn payload_differences(real: &RealNvidia, path: &Path, scratch: &Path) -> Vec<St
     };
     let mut ours: Vec<(String, Vec<u8>)> = Vec::new();
     let mut errors = Vec::new();
+    let mut room = Vec::new();
     for c in listed_by_cuobjdump(&code) {
         for e in &c.entries {
             let kind = match e.kind {
@@ -152,8 +153,8 @@ fn payload_differences(real: &RealNvidia, path: &Path, scratch: &Path) -> Vec<St
                 EntryKind::Ptx => "ptx",
                 _ => continue,
             };
-            match payload(&data, e) {
-                Ok(bytes) => ours.push((kind.into(), trim(&bytes))),
+            match payload(&data, e, &mut room) {
+                Ok(bytes) => ours.push((kind.into(), trim(bytes))),
                 Err(err) => errors.push(format!("{}: {err}", path.display())),
             }
         }

@@ -315,7 +315,7 @@ mod tests {
             (e.kind, e.arch.sm_name()),
             (EntryKind::Sass, "sm_52".into())
         );
-        let facts = cubin_facts(&payload(&bytes, e).unwrap()).unwrap();
+        let facts = cubin_facts(payload(&bytes, e, &mut Vec::new()).unwrap()).unwrap();
         assert!(facts.inert(), "{facts:?}");
         assert_eq!((facts.abi, facts.toolkit), (7, Some(CudaVersion(12090))));
     }
@@ -326,7 +326,7 @@ mod tests {
         let code = read_gpu_code(&bytes).unwrap();
         let e = &code.containers[0].entries[0];
         assert_eq!(e.arch.sm_name(), "sm_80");
-        let facts = cubin_facts(&payload(&bytes, e).unwrap()).unwrap();
+        let facts = cubin_facts(payload(&bytes, e, &mut Vec::new()).unwrap()).unwrap();
         assert_eq!(
             (facts.kernels, facts.managed),
             (vec![SM80_KERNEL.into()], vec![])
@@ -335,7 +335,7 @@ mod tests {
         let code = read_gpu_code(&bytes).unwrap();
         let e = &code.containers[0].entries[0];
         assert_eq!(e.arch.sm_name(), "sm_52");
-        let facts = cubin_facts(&payload(&bytes, e).unwrap()).unwrap();
+        let facts = cubin_facts(payload(&bytes, e, &mut Vec::new()).unwrap()).unwrap();
         assert_eq!(
             (facts.kernels, facts.managed),
             (vec![], vec![MANAGED_VARIABLE.into()])
@@ -352,7 +352,7 @@ mod tests {
             (EntryKind::Ptx, "compute_50".into())
         );
         assert_eq!(e.version.to_string(), "6.0");
-        let facts = ptx_facts(&payload(&bytes, e).unwrap());
+        let facts = ptx_facts(payload(&bytes, e, &mut Vec::new()).unwrap());
         assert_eq!(facts.kernels, ["saxpy"]);
     }
 }
