@@ -176,21 +176,15 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
 /// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
 /// 3 with an unknown capability, 2 without GPUs or with bad input.
 pub fn run(cli: &FeaturesCli) -> ExitCode {
-    let report = match report(cli) {
-        Ok(report) => report,
-        Err(why) => {
-            output::error_line(format_args!("cuda-sandbox-check features: {why}"));
-            return ExitCode::from(2);
-        }
-    };
-    let written = if cli.json {
-        output::line(serde_json::to_string_pretty(&report).expect("plain data"))
+    output::exit("features", run_features(cli))
+}
+
+fn run_features(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let report = report(cli)?;
+    if cli.json {
+        output::json(&report)?;
     } else {
-        output::line(report.features.join(" "))
-    };
-    if let Err(why) = written {
-        output::error_line(format_args!("cuda-sandbox-check features: {why}"));
-        return ExitCode::from(2);
+        output::line(report.features.join(" "))?;
     }
     for unknown in &report.unknown {
         output::error_line(format_args!(
@@ -199,9 +193,9 @@ pub fn run(cli: &FeaturesCli) -> ExitCode {
             unknown.capability, unknown.why, report.nixpkgs.repository, report.nixpkgs.commit
         ));
     }
-    if report.unknown.is_empty() {
-        ExitCode::SUCCESS
+    Ok(ExitCode::from(if report.unknown.is_empty() {
+        0
     } else {
-        ExitCode::from(3)
-    }
+        3
+    }))
 }
