@@ -239,7 +239,7 @@ fn archive_finding(file: &Path, closure_of: Option<&Path>) -> Finding {
 }
 
 /// What a file is, from its first bytes.
-enum Contents {
+pub(crate) enum Contents {
     /// An ELF file.
     Elf,
     /// A bare fat binary (`.fatbin`), loaded with `cuModuleLoad` at run time.
@@ -267,7 +267,7 @@ impl Contents {
 
 /// Maps a file (mapped, not read: GPU code is listed from its header pages alone) and says
 /// what it is; an empty file is none of them.
-fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
+pub(crate) fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
     let file = std::fs::File::open(path)?;
     if file.metadata()?.len() < 4 {
         return Ok(None);
