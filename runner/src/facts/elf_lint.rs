@@ -348,30 +348,27 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
         let named = roots.contains(file);
         graph_roots.extend(lint_file(file, named, config, &mut report));
     }
-    let paths = &roots;
     if config.closure {
-        let roots: BTreeSet<PathBuf> = paths
+        let stored: BTreeSet<PathBuf> = roots
             .iter()
             .filter_map(|p| store_path_of(p, &config.store_dir))
             .collect();
-        for root in roots {
+        for root in stored {
             match requisites(Path::new("nix-store"), &root) {
                 Ok(members) => {
-                    for member in members.iter().filter(|m| **m != root) {
-                        for entry in walkdir::WalkDir::new(member)
-                            .sort_by_file_name()
-                            .into_iter()
-                            .filter_map(Result::ok)
+                    let entries = members
+                        .iter()
+                        .filter(|m| **m != root)
+                        .flat_map(|m| walkdir::WalkDir::new(m).sort_by_file_name())
+                        .filter_map(Result::ok);
+                    for entry in entries {
+                        let name = entry.file_name().to_string_lossy();
+                        if entry.file_type().is_file()
+                            && is_static_cuda_archive(&name)
+                            && seen.insert(entry.path().to_path_buf())
                         {
-                            let name = entry.file_name().to_string_lossy();
-                            if entry.file_type().is_file()
-                                && is_static_cuda_archive(&name)
-                                && seen.insert(entry.path().to_path_buf())
-                            {
-                                report
-                                    .findings
-                                    .push(archive_finding(entry.path(), Some(&root)));
-                            }
+                            let found = archive_finding(entry.path(), Some(&root));
+                            report.findings.push(found);
                         }
                     }
                 }
@@ -414,34 +411,31 @@ fn lint_file(
         report.cuda_runtimes.extend(runtime_in(path, None, &[]));
         report.findings.push(archive_finding(path, None));
     }
-    let cannot_judge = |report: &mut LintReport, why: &str| {
-        if named {
-            report
-                .findings
-                .push(finding(path, FindingKind::CannotJudge, why.to_owned()));
+    // A path given that cannot be judged is a `cannot-judge` finding; inside a directory, a
+    // file that cannot be read is `unreadable`, and one the lint does not read is counted only.
+    let cannot_judge = |report: &mut LintReport, unreadable: bool, why: String| {
+        if named || unreadable {
+            let kind = match named {
+                true => FindingKind::CannotJudge,
+                false => FindingKind::Unreadable,
+            };
+            report.findings.push(finding(path, kind, why));
         }
     };
     let (map, contents) = match map_file(path) {
         Ok(Some(found)) => found,
         Ok(None) => {
-            cannot_judge(report, "is empty: nothing to judge");
+            cannot_judge(report, false, "is empty: nothing to judge".into());
             return None;
         }
         Err(e) => {
-            let kind = if named {
-                FindingKind::CannotJudge
-            } else {
-                FindingKind::Unreadable
-            };
-            report
-                .findings
-                .push(finding(path, kind, format!("cannot be read: {e}")));
+            cannot_judge(report, true, format!("cannot be read: {e}"));
             return None;
         }
     };
-    match contents {
+    let why = match contents {
         Contents::Elf | Contents::Fatbin | Contents::Archive => {
-            lint_bytes(path, map.bytes(), contents, config, report)
+            return lint_bytes(path, map.bytes(), contents, config, report)
         }
         Contents::Zip if wheel::is_wheel(path) => {
             report.files -= 1;
@@ -450,40 +444,23 @@ fn lint_file(
             });
             match read {
                 Ok(members) => report.files += members,
-                Err(e) if named => cannot_judge(report, &e.to_string()),
-                Err(e) => {
-                    report
-                        .findings
-                        .push(finding(path, FindingKind::Unreadable, e.to_string()))
-                }
+                Err(e) => cannot_judge(report, true, e.to_string()),
             }
             // Its members are not on disk: no dependency graph to follow.
-            None
+            return None;
         }
-        Contents::Zip => {
-            cannot_judge(
-                report,
-                "is a zip file, not a wheel (.whl): unzip it and name the directory",
-            );
-            None
-        }
+        Contents::Zip => "is a zip file, not a wheel (.whl): unzip it and name the directory",
         Contents::Other if wheel::is_wheel(path) => {
-            cannot_judge(
-                report,
-                "cannot be read as a wheel (a zip file): it does not start with a zip header",
-            );
-            None
+            "cannot be read as a wheel (a zip file): it does not start with a zip header"
         }
         Contents::Other if !archive => {
-            cannot_judge(
-                report,
-                "is not an ELF file, a fat binary, an ar archive (.a) or a wheel (.whl): \
-                 nothing to judge (unpack an archive and name the directory)",
-            );
-            None
+            "is not an ELF file, a fat binary, an ar archive (.a) or a wheel (.whl): nothing to \
+             judge (unpack an archive and name the directory)"
         }
-        Contents::Other => None,
-    }
+        Contents::Other => return None,
+    };
+    cannot_judge(report, false, why.into());
+    None
 }
 
 /// Lints the bytes of one ELF file, fat binary or archive (`path`: a file, or a wheel's member)
