@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cuda_sandbox_cuda_facts::features::{self, Advertised, GpuCapabilityError};
-use cuda_sandbox_cuda_facts::gpus::nixpkgs_pin;
+use cuda_sandbox_cuda_facts::gpus::{nixpkgs_pin, NixpkgsPin};
 use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Serialize};
 
@@ -91,15 +91,6 @@ pub(crate) struct UnknownCapability {
     pub why: &'static str,
 }
 
-/// The Nixpkgs revision the table follows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Follows {
-    /// `owner/name`.
-    pub repository: &'static str,
-    /// The commit.
-    pub commit: &'static str,
-}
-
 /// What `features --json` prints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct FeaturesReport {
@@ -112,7 +103,7 @@ pub(crate) struct FeaturesReport {
     /// The capabilities that add nothing.
     pub unknown: Vec<UnknownCapability>,
     /// The Nixpkgs revision the table's convention follows.
-    pub nixpkgs: Follows,
+    pub nixpkgs: &'static NixpkgsPin,
 }
 
 /// The GPUs the driver reports to this process.
@@ -152,7 +143,6 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
         features: sm,
         unknown,
     } = features::advertised(&capabilities);
-    let pin = nixpkgs_pin();
     Ok(FeaturesReport {
         features: std::iter::once(features::CUDA.to_owned())
             .chain(sm)
@@ -166,10 +156,7 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
                 why: why.describe(),
             })
             .collect(),
-        nixpkgs: Follows {
-            repository: pin.repository,
-            commit: pin.commit,
-        },
+        nixpkgs: nixpkgs_pin(),
     })
 }
 
