@@ -473,31 +473,20 @@ fn lint_bytes(
     config: &LintConfig,
     report: &mut LintReport,
 ) -> Option<Root> {
-    match contents {
-        Contents::Elf => {}
-        // An archive's members are link input, listed per member as cuobjdump lists them.
-        Contents::Fatbin | Contents::Archive => {
-            let provenance = Provenance::of(path, None, &config.store_dir);
-            gpu_code_of(
-                path,
-                data,
-                read_gpu_code(data),
-                &[],
-                provenance,
-                config,
-                report,
-            );
-            return None;
+    let (code, runtime, dynamic) = match contents {
+        Contents::Elf => {
+            report.elf_files += 1;
+            // The GPU code and the runtime's strings in one pass, not inside the containers.
+            let (code, runtime) = gpu_code_and_runtime(path, data);
+            (code, runtime, dynamic_info(data))
         }
+        // An archive's members are link input, listed per member as cuobjdump lists them.
+        Contents::Fatbin | Contents::Archive => (read_gpu_code(data), None, Ok(None)),
         Contents::Zip | Contents::Other => return None,
-    }
-    report.elf_files += 1;
-    // The GPU code and the runtime's strings in one pass, not inside the containers.
-    let (code, runtime) = gpu_code_and_runtime(path, data);
+    };
     let holds_static_runtime = runtime
         .as_ref()
         .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
-    let dynamic = dynamic_info(data);
     let info = dynamic.as_ref().ok().and_then(Option::as_ref);
     let uses = runtime_uses(info, runtime.as_ref());
     report.cuda_runtimes.extend(runtime);
