@@ -62,7 +62,7 @@ pub struct Architecture {
 }
 
 /// The Nixpkgs revision the table's `nixpkgs` column follows (its `nixpkgs:` line).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NixpkgsPin {
     /// `owner/name` on GitHub.
     pub repository: &'static str,

@@ -97,7 +97,12 @@ impl Outcome {
     }
 
     /// With `lines` as the detail, one a line; no detail when there are none.
-    pub(crate) fn with_detail_lines(self, lines: &[String]) -> Outcome {
+    pub(crate) fn with_detail_lines<S: AsRef<str>>(
+        self,
+        lines: impl IntoIterator<Item = S>,
+    ) -> Outcome {
+        let lines: Vec<S> = lines.into_iter().collect();
+        let lines: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
         if lines.is_empty() {
             self
         } else {

@@ -3,7 +3,7 @@
 //! Nix system features; `inventory` → the GPU inventory the hook reads; `container-binds` →
 //! the `systemd-nspawn` binds that give a NixOS test container the build's GPU.
 
-use std::io::Write;
+use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use cuda_sandbox_check::check::RunsWhen;
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::facts::container_binds;
-use cuda_sandbox_check::facts::elf_lint::{self, LintStatus};
+use cuda_sandbox_check::facts::elf_lint;
 use cuda_sandbox_check::facts::expectations::ManifestState;
 use cuda_sandbox_check::facts::features;
 use cuda_sandbox_check::facts::inventory;
@@ -34,8 +34,10 @@ fn main() -> ExitCode {
     if let Some((command, rest)) = args.split_first() {
         let rest = rest.iter().cloned();
         match command.as_str() {
-            "lint" => return lint_main(parse_after(command, rest)),
-            "gpu-confirm" => return confirm_main(&parse_after(command, rest)),
+            "lint" => return output::exit(command, lint_main(parse_after(command, rest))),
+            "gpu-confirm" => {
+                return output::exit(command, confirm_main(&parse_after(command, rest)))
+            }
             "features" => return features::run(&parse_after(command, rest)),
             "inventory" => return inventory::run(&parse_after(command, rest)),
             "container-binds" => return container_binds::run(&parse_after(command, rest)),
@@ -145,28 +147,14 @@ fn after_help() -> String {
 }
 
 /// `gpu-confirm`: the report as JSON; 0 every prediction held, 101 one did not, 2 no GPU.
-fn confirm_main(cli: &ConfirmCli) -> ExitCode {
-    match confirm(cli) {
-        Ok((report, found)) => {
-            let printed = output::to_stdout(|out| {
-                serde_json::to_writer_pretty(&mut *out, &report)?;
-                writeln!(out)
-            });
-            if let Err(why) = printed {
-                output::error_line(format_args!("cuda-sandbox-check gpu-confirm: {why}"));
-                return ExitCode::from(2);
-            }
-            match found {
-                Confirmed::Held => ExitCode::SUCCESS,
-                Confirmed::NotBorneOut => ExitCode::from(101),
-                Confirmed::NoGpu => ExitCode::from(2),
-            }
-        }
-        Err(why) => {
-            output::error_line(format_args!("cuda-sandbox-check gpu-confirm: {why}"));
-            ExitCode::from(2)
-        }
-    }
+fn confirm_main(cli: &ConfirmCli) -> Result<ExitCode, Box<dyn Error>> {
+    let (report, found) = confirm(cli)?;
+    output::json(&report)?;
+    Ok(ExitCode::from(match found {
+        Confirmed::Held => 0,
+        Confirmed::NotBorneOut => 101,
+        Confirmed::NoGpu => 2,
+    }))
 }
 
 /// Exit status of a check run in which nothing failed but `package::gpu_code` could not judge
@@ -174,36 +162,24 @@ fn confirm_main(cli: &ConfirmCli) -> ExitCode {
 const UNDECIDED: u8 = 3;
 
 /// `lint`: the report (text or JSON) on stdout, a path that cannot be judged on stderr, and
-/// the answer as the exit status ([`LintStatus`]); 2 for unusable flags or manifest.
-fn lint_main(cli: LintCli) -> ExitCode {
-    let fail = |why: &dyn std::fmt::Display| {
-        output::error_line(format_args!("cuda-sandbox-check lint: {why}"));
-        ExitCode::from(LintStatus::CannotJudge.code())
-    };
+/// the answer as the exit status ([`elf_lint::LintStatus`]); 2 for unusable flags or manifest.
+fn lint_main(cli: LintCli) -> Result<ExitCode, Box<dyn Error>> {
     let manifest = ManifestState::load(cli.manifest.as_deref(), cli.no_manifest);
     if let Some(why) = manifest.broken() {
-        return fail(&why);
+        return Err(why.into());
     }
-    let config = match checks::lint::config(&cli.lint, &manifest) {
-        Ok(config) => config,
-        Err(why) => return fail(&why),
-    };
+    let config = checks::lint::config(&cli.lint, &manifest)?;
     let report = elf_lint::lint(&cli.paths, &config);
     for finding in report.cannot_judge() {
         output::error_line(format_args!("cuda-sandbox-check lint: {finding}"));
     }
-    let printed = if cli.json {
-        output::to_stdout(|out| {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
-            writeln!(out)
-        })
+    if cli.json {
+        output::json(&report)
     } else {
         output::to_stdout(|out| report.write_text(out))
-    };
-    match printed {
-        Ok(()) => ExitCode::from(report.status().code()),
-        Err(why) => fail(&format_args!("writing the report: {why}")),
     }
+    .map_err(|why| format!("writing the report: {why}"))?;
+    Ok(ExitCode::from(report.status().code()))
 }
 
 #[cfg(test)]

@@ -139,7 +139,7 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
     // glob names, when `file` is the package's own (under a --package path).
     let unexpected = |file: &Path, v: &TargetVerdict| -> Vec<String> {
         let own = package.roots.iter().any(|root| file.starts_with(root));
-        if !options.strict_modules || !v.partly() || !own {
+        if !options.strict_modules || v.verdict != FileVerdict::RunsPartly || !own {
             return Vec::new();
         }
         v.judgement
@@ -230,7 +230,6 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
         "judged" => judged,
     };
     if let Some(first) = failures.first() {
-        let rest: Vec<String> = failures[1..].iter().chain(&unknown).cloned().collect();
         return Ok(Outcome::fail(
             format!(
                 "{} file/target pair(s) cannot run; first: {first}",
@@ -238,7 +237,7 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
             ),
             facts,
         )
-        .with_detail_lines(&rest));
+        .with_detail_lines(failures[1..].iter().chain(&unknown)));
     }
     if !unknown.is_empty() {
         return Ok(Outcome::undecided(
@@ -282,7 +281,6 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
             facts,
         ));
     }
-    let detail: Vec<String> = partly.into_iter().chain(jit).collect();
     Ok(Outcome::pass(
         format!(
             "every file with GPU code ({files}) runs on {on}; {}",
@@ -290,7 +288,7 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
         ),
         facts,
     )
-    .with_detail(detail.join("\n")))
+    .with_detail_lines(partly.iter().chain(&jit)))
 }
 
 /// The CUDA version of the driver the package's runtimes are judged against: the one loaded,
@@ -379,17 +377,11 @@ pub(crate) fn runtimes(session: &Session) -> Result<Outcome, Outcome> {
     let candidates = candidates(&found, &loaded);
     let outcome = judge_runtimes(&candidates, driver);
     if let Some(first) = failures.first() {
-        let detail = failures[1..]
-            .iter()
-            .cloned()
-            .chain(std::iter::once(outcome.message.clone()))
-            .collect::<Vec<_>>()
-            .join("\n");
         return Ok(Outcome::fail(
             format!("a CUDA runtime of the package cannot be loaded: {first}"),
             outcome.facts,
         )
-        .with_detail(detail));
+        .with_detail_lines(failures[1..].iter().chain([&outcome.message])));
     }
     Ok(outcome)
 }

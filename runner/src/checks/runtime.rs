@@ -242,8 +242,7 @@ pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
     if failures.is_empty() {
         Outcome::pass(notes.join("; "), facts)
     } else {
-        let rest: Vec<String> = failures[1..].iter().chain(&notes).cloned().collect();
-        Outcome::fail(failures[0].clone(), facts).with_detail_lines(&rest)
+        Outcome::fail(&failures[0], facts).with_detail_lines(failures[1..].iter().chain(&notes))
     }
 }
 
@@ -506,8 +505,7 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
     Ok(match failures.first() {
         None => Outcome::pass(passes.join("; "), facts),
         Some(first) => {
-            let rest: Vec<String> = failures[1..].iter().chain(&passes).cloned().collect();
-            Outcome::fail(first.clone(), facts).with_detail_lines(&rest)
+            Outcome::fail(first, facts).with_detail_lines(failures[1..].iter().chain(&passes))
         }
     })
 }

@@ -86,7 +86,7 @@ pub(crate) struct Registered {
 
 /// What the runtime answered, step by step (each a `cudaError_t`; `None` for a step not
 /// reached).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct RegistrationRun {
     /// `CUDA_MODULE_LOADING` as this process has it.
     pub(crate) module_loading: Option<String>,
@@ -198,9 +198,7 @@ pub(crate) fn register_and_launch(
         registered,
         // SAFETY: cudaFree(NULL) is a no-op that initialises the runtime.
         first_call: unsafe { free(std::ptr::null_mut()) },
-        launch: None,
-        synchronize: None,
-        wrong_elements: None,
+        ..RegistrationRun::default()
     };
     if run.first_call != 0 {
         return Ok(run);

@@ -44,6 +44,23 @@ impl Node {
     pub(crate) fn exists(&self) -> bool {
         *self != Node::Missing
     }
+
+    /// Every `PREFIX<N>` in `dir`, with N and what is there, sorted by N.
+    pub(crate) fn numbered(dir: &Path, prefix: &str) -> Vec<(u32, PathBuf, Node)> {
+        let mut nodes: Vec<(u32, PathBuf, Node)> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                let number = path.file_name()?.to_str()?.strip_prefix(prefix)?;
+                let number = number.parse().ok()?;
+                let node = Node::at(&path);
+                Some((number, path, node))
+            })
+            .collect();
+        nodes.sort_by_key(|(number, _, _)| *number);
+        nodes
+    }
 }
 
 /// The device nodes in a device root at one moment.
@@ -62,24 +79,11 @@ pub(crate) struct NodeSnapshot {
 impl NodeSnapshot {
     /// Looks at `dev_root` now.
     pub(crate) fn take(dev_root: &Path) -> NodeSnapshot {
-        let mut gpus: Vec<(u32, PathBuf, Node)> = std::fs::read_dir(dev_root)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| {
-                let name = entry.file_name().into_string().ok()?;
-                let number: u32 = name.strip_prefix("nvidia")?.parse().ok()?;
-                let path = entry.path();
-                let node = Node::at(&path);
-                Some((number, path, node))
-            })
-            .collect();
-        gpus.sort_by_key(|(n, _, _)| *n);
         NodeSnapshot {
             dev_root: dev_root.to_path_buf(),
             nvidiactl: Node::at(&dev_root.join("nvidiactl")),
             nvidia_uvm: Node::at(&dev_root.join("nvidia-uvm")),
-            gpus,
+            gpus: Node::numbered(dev_root, "nvidia"),
         }
     }
 

@@ -29,26 +29,10 @@ pub struct AmdNodes {
 impl AmdNodes {
     /// Looks under `dev_root`.
     pub(crate) fn scan(dev_root: &Path) -> AmdNodes {
-        let mut render_nodes: Vec<(u32, PathBuf, Node)> = std::fs::read_dir(dev_root.join("dri"))
-            .into_iter()
-            .flatten()
-            .filter_map(|entry| {
-                let path = entry.ok()?.path();
-                let number = path
-                    .file_name()?
-                    .to_str()?
-                    .strip_prefix("renderD")?
-                    .parse()
-                    .ok()?;
-                let node = Node::at(&path);
-                Some((number, path, node))
-            })
-            .collect();
-        render_nodes.sort_by_key(|(number, _, _)| *number);
         AmdNodes {
             dev_root: dev_root.to_path_buf(),
             kfd: Node::at(&dev_root.join("kfd")),
-            render_nodes,
+            render_nodes: Node::numbered(&dev_root.join("dri"), "renderD"),
         }
     }
 

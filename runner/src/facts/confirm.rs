@@ -149,7 +149,7 @@ pub struct ConfirmedFile {
 }
 
 /// The report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ConfirmReport {
     /// GPU 0 and the loaded driver, as the rules judge them; `None` without a GPU.
     pub(crate) target: Option<Target>,
@@ -233,13 +233,8 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
     // holds a managed variable: then they say "unknown", and the answer is only reported.
     let predicted = !registered.contains(&HandBuilt::Managed);
     let mut report = ConfirmReport {
-        target: None,
-        no_gpu: None,
         registered,
-        registration: None,
-        registration_error: None,
-        files: Vec::new(),
-        disagreements: Vec::new(),
+        ..ConfirmReport::default()
     };
     // The runtime first, before this process touches the driver itself.
     if let Some(cudart) = &cli.cudart {

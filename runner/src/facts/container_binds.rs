@@ -24,12 +24,15 @@
 //! printed and the exit status is 2: a container never starts with less, or more, than the
 //! build was given.
 
+use std::io::Write;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use cuda_sandbox_manifest::{Manifest, MANIFEST_PATH};
+
+use crate::output;
 
 /// `cuda-sandbox-check container-binds`.
 #[derive(Debug, Parser)]
@@ -51,9 +54,6 @@ pub struct ContainerBindsCli {
 /// Why no bind list was printed. One line.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BindsError {
-    /// The manifest could not be read.
-    #[error("{0}")]
-    Manifest(String),
     /// A path the manifest names is not a plain absolute path where it must be.
     #[error("the manifest's {what} {path:?} is not an absolute path {rule}")]
     Malformed {
@@ -223,21 +223,18 @@ fn plain(
 
 /// Runs `container-binds`: the arguments on stdout, or one line on stderr and exit status 2.
 pub fn run(cli: &ContainerBindsCli) -> ExitCode {
-    let manifest_here = cli.run_dir.join("cuda-sandbox/manifest.json");
-    let rendered = Manifest::read(&manifest_here)
-        .map_err(BindsError::Manifest)
-        .and_then(|m| binds(&m, &cli.run_dir, Path::new("/")));
-    match rendered {
-        Ok(binds) => {
-            let text: String = binds.iter().map(|b| b.argument() + "\n").collect();
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(why) => {
-            eprintln!("cuda-sandbox-check container-binds: {why}");
-            ExitCode::from(2)
-        }
-    }
+    output::exit("container-binds", run_binds(cli))
+}
+
+fn run_binds(cli: &ContainerBindsCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let manifest = Manifest::read(&cli.run_dir.join("cuda-sandbox/manifest.json"))?;
+    let binds = binds(&manifest, &cli.run_dir, Path::new("/"))?;
+    output::to_stdout(|out| {
+        binds
+            .iter()
+            .try_for_each(|b| writeln!(out, "{}", b.argument()))
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -239,7 +239,7 @@ fn archive_finding(file: &Path, closure_of: Option<&Path>) -> Finding {
 }
 
 /// What a file is, from its first bytes.
-enum Contents {
+pub(crate) enum Contents {
     /// An ELF file.
     Elf,
     /// A bare fat binary (`.fatbin`), loaded with `cuModuleLoad` at run time.
@@ -254,7 +254,7 @@ enum Contents {
 
 impl Contents {
     /// What `bytes` (a file's first bytes) are.
-    fn of(bytes: &[u8]) -> Contents {
+    pub(crate) fn of(bytes: &[u8]) -> Contents {
         match bytes {
             [0x7f, b'E', b'L', b'F', ..] => Contents::Elf,
             [0x50, 0xed, 0x55, 0xba, ..] => Contents::Fatbin,
@@ -267,7 +267,7 @@ impl Contents {
 
 /// Maps a file (mapped, not read: GPU code is listed from its header pages alone) and says
 /// what it is; an empty file is none of them.
-fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
+pub(crate) fn map_file(path: &Path) -> std::io::Result<Option<(Mapped, Contents)>> {
     let file = std::fs::File::open(path)?;
     if file.metadata()?.len() < 4 {
         return Ok(None);
@@ -348,30 +348,27 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
         let named = roots.contains(file);
         graph_roots.extend(lint_file(file, named, config, &mut report));
     }
-    let paths = &roots;
     if config.closure {
-        let roots: BTreeSet<PathBuf> = paths
+        let stored: BTreeSet<PathBuf> = roots
             .iter()
             .filter_map(|p| store_path_of(p, &config.store_dir))
             .collect();
-        for root in roots {
+        for root in stored {
             match requisites(Path::new("nix-store"), &root) {
                 Ok(members) => {
-                    for member in members.iter().filter(|m| **m != root) {
-                        for entry in walkdir::WalkDir::new(member)
-                            .sort_by_file_name()
-                            .into_iter()
-                            .filter_map(Result::ok)
+                    let entries = members
+                        .iter()
+                        .filter(|m| **m != root)
+                        .flat_map(|m| walkdir::WalkDir::new(m).sort_by_file_name())
+                        .filter_map(Result::ok);
+                    for entry in entries {
+                        let name = entry.file_name().to_string_lossy();
+                        if entry.file_type().is_file()
+                            && is_static_cuda_archive(&name)
+                            && seen.insert(entry.path().to_path_buf())
                         {
-                            let name = entry.file_name().to_string_lossy();
-                            if entry.file_type().is_file()
-                                && is_static_cuda_archive(&name)
-                                && seen.insert(entry.path().to_path_buf())
-                            {
-                                report
-                                    .findings
-                                    .push(archive_finding(entry.path(), Some(&root)));
-                            }
+                            let found = archive_finding(entry.path(), Some(&root));
+                            report.findings.push(found);
                         }
                     }
                 }
@@ -414,34 +411,31 @@ fn lint_file(
         report.cuda_runtimes.extend(runtime_in(path, None, &[]));
         report.findings.push(archive_finding(path, None));
     }
-    let cannot_judge = |report: &mut LintReport, why: &str| {
-        if named {
-            report
-                .findings
-                .push(finding(path, FindingKind::CannotJudge, why.to_owned()));
+    // A path given that cannot be judged is a `cannot-judge` finding; inside a directory, a
+    // file that cannot be read is `unreadable`, and one the lint does not read is counted only.
+    let cannot_judge = |report: &mut LintReport, unreadable: bool, why: String| {
+        if named || unreadable {
+            let kind = match named {
+                true => FindingKind::CannotJudge,
+                false => FindingKind::Unreadable,
+            };
+            report.findings.push(finding(path, kind, why));
         }
     };
     let (map, contents) = match map_file(path) {
         Ok(Some(found)) => found,
         Ok(None) => {
-            cannot_judge(report, "is empty: nothing to judge");
+            cannot_judge(report, false, "is empty: nothing to judge".into());
             return None;
         }
         Err(e) => {
-            let kind = if named {
-                FindingKind::CannotJudge
-            } else {
-                FindingKind::Unreadable
-            };
-            report
-                .findings
-                .push(finding(path, kind, format!("cannot be read: {e}")));
+            cannot_judge(report, true, format!("cannot be read: {e}"));
             return None;
         }
     };
-    match contents {
+    let why = match contents {
         Contents::Elf | Contents::Fatbin | Contents::Archive => {
-            lint_bytes(path, map.bytes(), contents, config, report)
+            return lint_bytes(path, map.bytes(), contents, config, report)
         }
         Contents::Zip if wheel::is_wheel(path) => {
             report.files -= 1;
@@ -450,40 +444,23 @@ fn lint_file(
             });
             match read {
                 Ok(members) => report.files += members,
-                Err(e) if named => cannot_judge(report, &e.to_string()),
-                Err(e) => {
-                    report
-                        .findings
-                        .push(finding(path, FindingKind::Unreadable, e.to_string()))
-                }
+                Err(e) => cannot_judge(report, true, e.to_string()),
             }
             // Its members are not on disk: no dependency graph to follow.
-            None
+            return None;
         }
-        Contents::Zip => {
-            cannot_judge(
-                report,
-                "is a zip file, not a wheel (.whl): unzip it and name the directory",
-            );
-            None
-        }
+        Contents::Zip => "is a zip file, not a wheel (.whl): unzip it and name the directory",
         Contents::Other if wheel::is_wheel(path) => {
-            cannot_judge(
-                report,
-                "cannot be read as a wheel (a zip file): it does not start with a zip header",
-            );
-            None
+            "cannot be read as a wheel (a zip file): it does not start with a zip header"
         }
         Contents::Other if !archive => {
-            cannot_judge(
-                report,
-                "is not an ELF file, a fat binary, an ar archive (.a) or a wheel (.whl): \
-                 nothing to judge (unpack an archive and name the directory)",
-            );
-            None
+            "is not an ELF file, a fat binary, an ar archive (.a) or a wheel (.whl): nothing to \
+             judge (unpack an archive and name the directory)"
         }
-        Contents::Other => None,
-    }
+        Contents::Other => return None,
+    };
+    cannot_judge(report, false, why.into());
+    None
 }
 
 /// Lints the bytes of one ELF file, fat binary or archive (`path`: a file, or a wheel's member)
@@ -496,31 +473,20 @@ fn lint_bytes(
     config: &LintConfig,
     report: &mut LintReport,
 ) -> Option<Root> {
-    match contents {
-        Contents::Elf => {}
-        // An archive's members are link input, listed per member as cuobjdump lists them.
-        Contents::Fatbin | Contents::Archive => {
-            let provenance = Provenance::of(path, None, &config.store_dir);
-            gpu_code_of(
-                path,
-                data,
-                read_gpu_code(data),
-                &[],
-                provenance,
-                config,
-                report,
-            );
-            return None;
+    let (code, runtime, dynamic) = match contents {
+        Contents::Elf => {
+            report.elf_files += 1;
+            // The GPU code and the runtime's strings in one pass, not inside the containers.
+            let (code, runtime) = gpu_code_and_runtime(path, data);
+            (code, runtime, dynamic_info(data))
         }
+        // An archive's members are link input, listed per member as cuobjdump lists them.
+        Contents::Fatbin | Contents::Archive => (read_gpu_code(data), None, Ok(None)),
         Contents::Zip | Contents::Other => return None,
-    }
-    report.elf_files += 1;
-    // The GPU code and the runtime's strings in one pass, not inside the containers.
-    let (code, runtime) = gpu_code_and_runtime(path, data);
+    };
     let holds_static_runtime = runtime
         .as_ref()
         .is_some_and(|r| r.form == RuntimeForm::StaticCopy);
-    let dynamic = dynamic_info(data);
     let info = dynamic.as_ref().ok().and_then(Option::as_ref);
     let uses = runtime_uses(info, runtime.as_ref());
     report.cuda_runtimes.extend(runtime);

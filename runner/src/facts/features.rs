@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cuda_sandbox_cuda_facts::features::{self, Advertised, GpuCapabilityError};
-use cuda_sandbox_cuda_facts::gpus::nixpkgs_pin;
+use cuda_sandbox_cuda_facts::gpus::{nixpkgs_pin, NixpkgsPin};
 use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Serialize};
 
@@ -91,15 +91,6 @@ pub(crate) struct UnknownCapability {
     pub why: &'static str,
 }
 
-/// The Nixpkgs revision the table follows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Follows {
-    /// `owner/name`.
-    pub repository: &'static str,
-    /// The commit.
-    pub commit: &'static str,
-}
-
 /// What `features --json` prints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct FeaturesReport {
@@ -112,7 +103,7 @@ pub(crate) struct FeaturesReport {
     /// The capabilities that add nothing.
     pub unknown: Vec<UnknownCapability>,
     /// The Nixpkgs revision the table's convention follows.
-    pub nixpkgs: Follows,
+    pub nixpkgs: &'static NixpkgsPin,
 }
 
 /// The GPUs the driver reports to this process.
@@ -152,7 +143,6 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
         features: sm,
         unknown,
     } = features::advertised(&capabilities);
-    let pin = nixpkgs_pin();
     Ok(FeaturesReport {
         features: std::iter::once(features::CUDA.to_owned())
             .chain(sm)
@@ -166,31 +156,22 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
                 why: why.describe(),
             })
             .collect(),
-        nixpkgs: Follows {
-            repository: pin.repository,
-            commit: pin.commit,
-        },
+        nixpkgs: nixpkgs_pin(),
     })
 }
 
 /// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
 /// 3 with an unknown capability, 2 without GPUs or with bad input.
 pub fn run(cli: &FeaturesCli) -> ExitCode {
-    let report = match report(cli) {
-        Ok(report) => report,
-        Err(why) => {
-            output::error_line(format_args!("cuda-sandbox-check features: {why}"));
-            return ExitCode::from(2);
-        }
-    };
-    let written = if cli.json {
-        output::line(serde_json::to_string_pretty(&report).expect("plain data"))
+    output::exit("features", run_features(cli))
+}
+
+fn run_features(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let report = report(cli)?;
+    if cli.json {
+        output::json(&report)?;
     } else {
-        output::line(report.features.join(" "))
-    };
-    if let Err(why) = written {
-        output::error_line(format_args!("cuda-sandbox-check features: {why}"));
-        return ExitCode::from(2);
+        output::line(report.features.join(" "))?;
     }
     for unknown in &report.unknown {
         output::error_line(format_args!(
@@ -199,9 +180,9 @@ pub fn run(cli: &FeaturesCli) -> ExitCode {
             unknown.capability, unknown.why, report.nixpkgs.repository, report.nixpkgs.commit
         ));
     }
-    if report.unknown.is_empty() {
-        ExitCode::SUCCESS
+    Ok(ExitCode::from(if report.unknown.is_empty() {
+        0
     } else {
-        ExitCode::from(3)
-    }
+        3
+    }))
 }

@@ -190,11 +190,6 @@ pub struct TargetVerdict {
 }
 
 impl TargetVerdict {
-    /// Whether the file runs on the target only partly.
-    pub(crate) fn partly(&self) -> bool {
-        self.verdict == FileVerdict::RunsPartly
-    }
-
     /// Whether the file cannot run on the target.
     pub(crate) fn fails(&self) -> bool {
         self.verdict == FileVerdict::Fails

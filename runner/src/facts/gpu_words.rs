@@ -12,38 +12,25 @@ use cuda_sandbox_elfkit::fatbin::{Container, EntryKind, Origin};
 pub(crate) fn carried<'a>(
     entries: impl IntoIterator<Item = &'a cuda_sandbox_elfkit::fatbin::Entry>,
 ) -> String {
-    let mut sass: BTreeSet<Arch> = BTreeSet::new();
-    let mut ptx: BTreeSet<(Arch, String)> = BTreeSet::new();
-    let mut nvvm: BTreeSet<Arch> = BTreeSet::new();
+    // SASS, PTX and NVVM IR, each by architecture (PTX then by ISA), each named once.
+    let mut kinds: [BTreeSet<(Arch, String)>; 3] = Default::default();
     for e in entries {
-        match e.kind {
-            EntryKind::Sass => {
-                sass.insert(e.arch);
-            }
-            EntryKind::Ptx => {
-                ptx.insert((e.arch, e.version.to_string()));
-            }
-            _ => {
-                nvvm.insert(e.arch);
-            }
-        }
+        let (kind, name) = match e.kind {
+            EntryKind::Sass => (0, e.arch.sm_name()),
+            EntryKind::Ptx => (1, format!("{} (ISA {})", e.arch.compute_name(), e.version)),
+            _ => (2, e.arch.compute_name()),
+        };
+        kinds[kind].insert((e.arch, name));
     }
-    let mut parts = Vec::new();
-    if !sass.is_empty() {
-        let names: Vec<String> = sass.iter().map(|a| a.sm_name()).collect();
-        parts.push(format!("SASS {}", names.join(" ")));
-    }
-    if !ptx.is_empty() {
-        let names: Vec<String> = ptx
-            .iter()
-            .map(|(a, isa)| format!("{} (ISA {isa})", a.compute_name()))
-            .collect();
-        parts.push(format!("PTX {}", names.join(" ")));
-    }
-    if !nvvm.is_empty() {
-        let names: Vec<String> = nvvm.iter().map(|a| a.compute_name()).collect();
-        parts.push(format!("NVVM IR {}", names.join(" ")));
-    }
+    let parts: Vec<String> = ["SASS", "PTX", "NVVM IR"]
+        .iter()
+        .zip(&kinds)
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(kind, names)| {
+            let names: Vec<&str> = names.iter().map(|(_, name)| name.as_str()).collect();
+            format!("{kind} {}", names.join(" "))
+        })
+        .collect();
     if parts.is_empty() {
         "nothing".into()
     } else {

@@ -209,33 +209,21 @@ pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
 
 /// Runs `inventory`: writes the file and prints one line per GPU; 0, or 2 with the reason.
 pub fn run(cli: &InventoryCli) -> ExitCode {
-    let written = take(&cli.root).and_then(|inventory| {
-        write(&inventory, &cli.output)?;
-        Ok(inventory)
-    });
-    match written {
-        Ok(inventory) => {
-            let printed = output::to_stdout(|out| {
-                for gpu in &inventory.gpus {
-                    writeln!(
-                        out,
-                        "nvidia{} {} (0x{:04x}): {}",
-                        gpu.minor, gpu.bdf, gpu.pci_device, gpu.capability
-                    )?;
-                }
-                writeln!(out, "wrote {}", cli.output.display())
-            });
-            match printed {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(why) => {
-                    output::error_line(format_args!("cuda-sandbox-check inventory: {why}"));
-                    ExitCode::from(2)
-                }
-            }
+    output::exit("inventory", run_inventory(cli))
+}
+
+fn run_inventory(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let inventory = take(&cli.root)?;
+    write(&inventory, &cli.output)?;
+    output::to_stdout(|out| {
+        for gpu in &inventory.gpus {
+            writeln!(
+                out,
+                "nvidia{} {} (0x{:04x}): {}",
+                gpu.minor, gpu.bdf, gpu.pci_device, gpu.capability
+            )?;
         }
-        Err(why) => {
-            output::error_line(format_args!("cuda-sandbox-check inventory: {why}"));
-            ExitCode::from(2)
-        }
-    }
+        writeln!(out, "wrote {}", cli.output.display())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -4,10 +4,9 @@
 use serde::Serialize;
 use std::path::PathBuf;
 
-use crate::facts::gpu_code::{FileGpuCode, Target};
+use crate::facts::gpu_code::{FileGpuCode, Target, TargetVerdict};
 use crate::facts::runtime_scan::FoundRuntime;
 use crate::facts::stub_libcuda::FoundStub;
-use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 
 /// What is wrong with one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -142,38 +141,18 @@ impl LintReport {
     /// target first, then a path that cannot be judged, then what the rules cannot judge, then
     /// any other finding. Notes change nothing.
     pub fn status(&self) -> LintStatus {
-        let mut unknown = false;
-        for v in self.gpu_code.iter().flat_map(|code| &code.verdicts) {
-            match v.verdict {
-                FileVerdict::Fails => return LintStatus::CannotRun,
-                FileVerdict::Unknown => unknown = true,
-                FileVerdict::NoGpuCode
-                | FileVerdict::RunsBySass
-                | FileVerdict::RunsByJit
-                | FileVerdict::RunsPartly => {}
-            }
-        }
-        if self
-            .findings
-            .iter()
-            .any(|f| f.kind == FindingKind::CannotJudge)
-        {
+        let verdicts = || self.gpu_code.iter().flat_map(|code| &code.verdicts);
+        if verdicts().any(TargetVerdict::fails) {
+            LintStatus::CannotRun
+        } else if self.cannot_judge().next().is_some() {
             LintStatus::CannotJudge
-        } else if unknown {
+        } else if verdicts().any(TargetVerdict::unknown) {
             LintStatus::Unknown
         } else if self.findings.is_empty() {
             LintStatus::Runs
         } else {
             LintStatus::Findings
         }
-    }
-
-    /// How many files cannot run on some target.
-    pub(crate) fn cannot_run(&self) -> usize {
-        self.gpu_code
-            .iter()
-            .filter(|f| f.verdicts.iter().any(|v| v.fails()))
-            .count()
     }
 
     /// One line summarising the run; with targets it restates how many files cannot run.
@@ -185,9 +164,13 @@ impl LintReport {
                 [] => String::new(),
                 given => format!(" (--target {})", given.join(",")),
             };
+            let cannot_run = self
+                .gpu_code
+                .iter()
+                .filter(|f| f.verdicts.iter().any(TargetVerdict::fails));
             format!(
                 "; {} file(s) cannot run on a target{given}",
-                self.cannot_run()
+                cannot_run.count()
             )
         };
         let notes = match self.notes.len() {

@@ -63,18 +63,10 @@ fn container(kind: u16, arch: u32, major: u16, minor: u16, payload: &[u8]) -> Ve
     out
 }
 
-/// One ELF64 section header.
-struct Section {
-    name: u32,
-    kind: u32,
-    flags: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-    info: u32,
-    align: u64,
-    entsize: u64,
-}
+/// One ELF64 section header: Elf64_Shdr's fields in their order, but sh_addr (always 0) and
+/// with sh_offset and sh_size as one pair: sh_name, sh_type, sh_flags, (sh_offset, sh_size),
+/// sh_link, sh_info, sh_addralign, sh_entsize.
+struct Section(u32, u32, u64, (u64, u64), u32, u32, u64, u64);
 
 /// What a hand-built cubin holds besides its call graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,104 +131,51 @@ pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
         callgraph.extend_from_slice(&(-k).to_le_bytes());
     }
     let mut body = vec![0u8; 64];
-    let mut place = |bytes: &[u8], align: usize| -> u64 {
+    // Where each part goes, and its size.
+    let mut place = |bytes: &[u8], align: usize| -> (u64, u64) {
         while body.len() % align != 0 {
             body.push(0);
         }
         let at = body.len() as u64;
         body.extend_from_slice(bytes);
-        at
+        (at, bytes.len() as u64)
     };
-    let at_shstrtab = place(&shstrtab, 1);
-    let at_strtab = place(&strtab, 1);
-    let at_symtab = place(&symtab, 8);
-    let at_callgraph = place(&callgraph, 4);
-    let at_extra = place(&extra_bytes, 128);
+    let shstrtab_at = place(&shstrtab, 1);
+    let strtab_at = place(&strtab, 1);
+    let symtab_at = place(&symtab, 8);
+    let callgraph_at = place(&callgraph, 4);
+    let (extra_offset, _) = place(&extra_bytes, 128);
+    let graph_name = name_at(b".nv.callgraph\0");
     let mut sections = vec![
-        Section {
-            name: 0,
-            kind: 0,
-            flags: 0,
-            offset: 0,
-            size: 0,
-            link: 0,
-            info: 0,
-            align: 0,
-            entsize: 0,
-        },
-        Section {
-            name: name_at(b".shstrtab\0"),
-            kind: 3,
-            flags: 0,
-            offset: at_shstrtab,
-            size: shstrtab.len() as u64,
-            link: 0,
-            info: 0,
-            align: 1,
-            entsize: 0,
-        },
-        Section {
-            name: name_at(b".strtab\0"),
-            kind: 3,
-            flags: 0,
-            offset: at_strtab,
-            size: strtab.len() as u64,
-            link: 0,
-            info: 0,
-            align: 1,
-            entsize: 0,
-        },
-        Section {
-            name: name_at(b".symtab\0"),
-            kind: 2,
-            flags: 0,
-            offset: at_symtab,
-            size: symtab.len() as u64,
-            link: 2,
-            info: 2, // one past the last local symbol
-            align: 8,
-            entsize: 24,
-        },
-        Section {
-            name: name_at(b".nv.callgraph\0"),
-            kind: 0x7000_0001, // SHT_CUDA_CALLGRAPH
-            flags: 0,
-            offset: at_callgraph,
-            size: callgraph.len() as u64,
-            link: 3,
-            info: 0,
-            align: 4,
-            entsize: 8,
-        },
+        Section(0, 0, 0, (0, 0), 0, 0, 0, 0),
+        Section(name_at(b".shstrtab\0"), 3, 0, shstrtab_at, 0, 0, 1, 0),
+        Section(name_at(b".strtab\0"), 3, 0, strtab_at, 0, 0, 1, 0),
+        // sh_info: one past the last local symbol.
+        Section(name_at(b".symtab\0"), 2, 0, symtab_at, 2, 2, 8, 24),
+        // SHT_CUDA_CALLGRAPH.
+        Section(graph_name, 0x7000_0001, 0, callgraph_at, 3, 0, 4, 8),
     ];
     if symbol.is_some() {
-        sections.push(Section {
-            name: extra_at,
-            kind: extra_kind,
-            flags: extra_flags,
-            offset: at_extra,
-            size: if extra_kind == 8 { 4 } else { 128 },
-            link: 0,
-            info: 0,
-            align: if extra_kind == 8 { 4 } else { 128 },
-            entsize: 0,
-        });
+        let size = if extra_kind == 8 { 4 } else { 128 };
+        let at = (extra_offset, size);
+        let section = Section(extra_at, extra_kind, extra_flags, at, 0, 0, size, 0);
+        sections.push(section);
     }
     while body.len() % 8 != 0 {
         body.push(0);
     }
     let shoff = body.len() as u64;
-    for s in &sections {
-        push_u32(&mut body, s.name);
-        push_u32(&mut body, s.kind);
-        push_u64(&mut body, s.flags);
+    for Section(name, kind, flags, (offset, size), link, info, align, entsize) in &sections {
+        push_u32(&mut body, *name);
+        push_u32(&mut body, *kind);
+        push_u64(&mut body, *flags);
         push_u64(&mut body, 0); // address
-        push_u64(&mut body, s.offset);
-        push_u64(&mut body, s.size);
-        push_u32(&mut body, s.link);
-        push_u32(&mut body, s.info);
-        push_u64(&mut body, s.align);
-        push_u64(&mut body, s.entsize);
+        push_u64(&mut body, *offset);
+        push_u64(&mut body, *size);
+        push_u32(&mut body, *link);
+        push_u32(&mut body, *info);
+        push_u64(&mut body, *align);
+        push_u64(&mut body, *entsize);
     }
     let mut header = Vec::with_capacity(64);
     header.extend_from_slice(&[

@@ -12,10 +12,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code, GpuCode};
-use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
 use serde::Serialize;
 
+use crate::facts::elf_lint::{map_file, Contents};
 use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
 use crate::facts::walk::{resolve, walk, PathError};
 
@@ -256,28 +256,18 @@ impl PackageUnderTest {
     }
 }
 
-/// One file, mapped: `None` when it is neither ELF nor a fat binary.
+/// One file, mapped: `None` when it is neither ELF, nor a fat binary, nor an ar archive.
 fn scan_file(path: &Path) -> Result<Option<ScannedFile>, String> {
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
-    if len < 4 {
+    let Some((map, contents)) = map_file(path).map_err(|e| e.to_string())? else {
         return Ok(None);
-    }
-    let map = Mapped::of(&file).map_err(|e| e.to_string())?;
+    };
     let data = map.bytes();
-    let elf = data.starts_with(b"\x7fELF");
-    let archive = data.starts_with(b"!<arch>\n");
-    let fatbin = data.starts_with(&0xBA55_ED50u32.to_le_bytes());
-    if !elf && !archive && !fatbin {
-        return Ok(None);
-    }
-    // An ELF file's GPU code and runtime strings in one pass; an archive's runtime by name.
-    let (gpu_code, runtime) = if elf {
-        gpu_code_and_runtime(path, data)
-    } else {
-        let code = read_gpu_code(data);
-        let runtime = archive.then(|| runtime_in(path, None, &[])).flatten();
-        (code, runtime)
+    let elf = matches!(contents, Contents::Elf);
+    let (gpu_code, runtime) = match contents {
+        Contents::Elf => gpu_code_and_runtime(path, data),
+        Contents::Archive => (read_gpu_code(data), runtime_in(path, None, &[])),
+        Contents::Fatbin => (read_gpu_code(data), None),
+        Contents::Zip | Contents::Other => return Ok(None),
     };
     let gpu_code = gpu_code.map_err(|e| format!("its GPU code: {e}"))?;
     let dynamic = if elf {
