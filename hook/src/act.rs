@@ -228,10 +228,10 @@ fn add_closures(
                     .add_closure(root, closure.members, &config.store_dir);
             }
             // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => granted.decision.skipped.push(Skip::new(
-                root.display().to_string(),
-                Skipped::ClosureNotShown(e),
-            )),
+            Err(e) if uncached => granted
+                .decision
+                .skipped
+                .push(Skip::new(root.display(), Skipped::ClosureNotShown(e))),
             Err(e) => granted.decision.problems.push(Problem::new(
                 &granted.decision.rules,
                 ProblemKind::Closure(e),

@@ -40,10 +40,9 @@ impl Decision {
                         found += 1;
                     }
                 }
-                Err(e) => self.skipped.push(Skip::new(
-                    e.path().display().to_string(),
-                    Skipped::Glob(e.clone()),
-                )),
+                Err(e) => self
+                    .skipped
+                    .push(Skip::new(e.path().display(), Skipped::Glob(e.clone()))),
             }
         }
         if found > 0 {
@@ -86,10 +85,8 @@ impl Decision {
         if glob.glob.contains(['*', '?', '[']) && inside.starts_with(mig::CAPS_DEV_DIR) {
             // A wildcard would give every MIG instance, and the config and monitor
             // capabilities, to every build.
-            self.skipped.push(Skip::new(
-                inside.display().to_string(),
-                Skipped::MigCapabilityNode,
-            ));
+            self.skipped
+                .push(Skip::new(inside.display(), Skipped::MigCapabilityNode));
             return false;
         }
         let chain = match symlinks::follow(&inside, outside, space, view)
@@ -97,16 +94,14 @@ impl Decision {
         {
             Ok(chain) => chain,
             Err(e) => {
-                self.skipped.push(Skip::new(
-                    inside.display().to_string(),
-                    Skipped::DeviceChain(e),
-                ));
+                self.skipped
+                    .push(Skip::new(inside.display(), Skipped::DeviceChain(e)));
                 return false;
             }
         };
         if !matches!(chain.target, Node::CharDevice | Node::Dir) {
             self.skipped
-                .push(Skip::new(inside.display().to_string(), Skipped::NotDevice));
+                .push(Skip::new(inside.display(), Skipped::NotDevice));
             return false;
         }
         if let Some(bad) = unexpressible(&chain.hops) {
@@ -119,10 +114,8 @@ impl Decision {
                 self.problems.push(Problem::new(rule, kind));
             } else {
                 self.warnings.push(format!("{kind}; skipped (optional)"));
-                self.skipped.push(Skip::new(
-                    inside.display().to_string(),
-                    Skipped::Unexpressible,
-                ));
+                self.skipped
+                    .push(Skip::new(inside.display(), Skipped::Unexpressible));
             }
             return false;
         }

@@ -217,10 +217,8 @@ impl Decision {
                 for lib in libs {
                     let inside = site.link_lib.join(&lib.name);
                     if replace_at_link && COMPAT_LIBRARIES.contains(&lib.stem) {
-                        self.skipped.push(Skip::new(
-                            lib.outside.display().to_string(),
-                            Skipped::ReplacedByCompat,
-                        ));
+                        self.skipped
+                            .push(Skip::new(lib.outside.display(), Skipped::ReplacedByCompat));
                         continue;
                     }
                     let why = site.reason(DriverSource::HostLibrary {
@@ -243,10 +241,9 @@ impl Decision {
                     library_dirs: cfg.library_dirs.clone(),
                 },
             )),
-            HostSource::Absent => self.skipped.push(Skip::new(
-                site.link.display().to_string(),
-                Skipped::NoDriver,
-            )),
+            HostSource::Absent => self
+                .skipped
+                .push(Skip::new(site.link.display(), Skipped::NoDriver)),
         }
     }
 
@@ -305,11 +302,11 @@ impl Decision {
             match &seen.found {
                 Ok(Some(c)) => out.push(c.clone()),
                 Ok(None) => self.skipped.push(Skip::new(
-                    seen.inside.display().to_string(),
+                    seen.inside.display(),
                     Skipped::CompatWithoutLibcuda,
                 )),
                 Err(e) => self.skipped.push(Skip::new(
-                    seen.inside.display().to_string(),
+                    seen.inside.display(),
                     Skipped::CompatUnreadable(e.clone()),
                 )),
             }

@@ -298,11 +298,7 @@ impl Decision {
             }
             return;
         }
-        let mut gpus: Vec<u32> = devices(&self.exposures)
-            .filter_map(|e| gpu_number(&e.inside))
-            .collect();
-        gpus.sort_unstable();
-        gpus.dedup();
+        let gpus = gpu_numbers(devices(&self.exposures).map(|e| e.inside.as_path()));
         if gpus.is_empty() {
             return;
         }
@@ -414,7 +410,7 @@ pub(crate) fn drop_nested(mut all: Vec<Exposure>, skipped: &mut Vec<Skip>) -> Ve
         match covered {
             Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
             Some((k, _)) if k.inside == e.inside => skipped.push(Skip::new(
-                e.inside.display().to_string(),
+                e.inside.display(),
                 Skipped::Conflicts(k.outside.clone()),
             )),
             _ => {
@@ -438,6 +434,14 @@ fn gpu_number(inside: &Path) -> Option<u32> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// The GPUs of the `/dev/nvidiaN` nodes among `paths`, each once, in order.
+fn gpu_numbers<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<u32> {
+    let mut gpus: Vec<u32> = paths.filter_map(gpu_number).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    gpus
 }
 
 /// Sorts exposures by inside path in component-wise order, as `Path`'s `Ord` has it, comparing

@@ -104,10 +104,9 @@ impl Decision {
                     },
                 ));
             }
-            Err(e) => self.skipped.push(Skip::new(
-                inside.display().to_string(),
-                Skipped::OptionalPath(e),
-            )),
+            Err(e) => self
+                .skipped
+                .push(Skip::new(inside.display(), Skipped::OptionalPath(e))),
         }
     }
 }
