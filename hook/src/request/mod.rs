@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 mod failure;
 
-use failure::Prefixed;
+use failure::prefixed;
 pub use failure::RequestFailure;
 
 /// Environment variable in which some Nix variants pass the derivation as JSON.
@@ -336,7 +336,7 @@ fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) ->
             from: from.map(str::to_owned),
             error: error.clone(),
         }),
-        _ => Derivation::Unreadable(bytes, Prefixed(from, error).to_string()),
+        _ => Derivation::Unreadable(bytes, prefixed(from, error)),
     }
 }
 
