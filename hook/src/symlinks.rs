@@ -245,14 +245,7 @@ fn resolve_parents(
         ),
     };
     let mut resolved = PathBuf::from("/");
-    let mut pending: Vec<std::ffi::OsString> = walk
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            _ => None,
-        })
-        .rev()
-        .collect();
+    let mut pending = names_last_first(&walk);
     let mut links = 0;
     while let Some(name) = pending.pop() {
         let here = resolved.join(&name);
@@ -280,23 +273,21 @@ fn resolve_parents(
                 });
                 // Continue from the target: its components, then what was left.
                 resolved = PathBuf::from("/");
-                for c in to
-                    .components()
-                    .filter_map(|c| match c {
-                        Component::Normal(n) => Some(n.to_os_string()),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                {
-                    pending.push(c);
-                }
+                pending.extend(names_last_first(&to));
             }
             _ => resolved = here,
         }
     }
     Ok(())
+}
+
+/// The normal components of `path`, last first: a stack to pop them from in order.
+fn names_last_first(path: &Path) -> Vec<std::ffi::OsString> {
+    let names = path.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n.to_os_string()),
+        _ => None,
+    });
+    names.rev().collect()
 }
 
 /// Places a symlink never leads a build into, whatever `symlink_roots` says: directories
