@@ -37,8 +37,9 @@ use crate::slot::Slot;
 use crate::symlinks;
 use cuda_sandbox_elfkit::store_path_of;
 use cuda_sandbox_manifest::{DriverManifest, Manifest};
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use std::collections::BTreeSet;
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 /// Why a path is exposed.
@@ -463,12 +464,12 @@ fn component_order_key(path: &Path) -> Vec<u8> {
 }
 
 /// Serialises a value as its one-line text.
-fn as_text<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn as_text<S: Serializer>(value: &impl Display, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(value)
 }
 
 /// Serialises a path as text even when it is not UTF-8 (such bytes become U+FFFD).
-fn lossy_path<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+fn lossy_path<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&path.to_string_lossy())
 }
 
