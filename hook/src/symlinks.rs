@@ -29,11 +29,7 @@ impl Space<'_> {
     pub(crate) fn outside(&self, inside: &Path) -> PathBuf {
         match self {
             Space::Rooted { root, store_dir } => {
-                if inside.starts_with(store_dir) || *root == Path::new("/") {
-                    inside.to_path_buf()
-                } else {
-                    root.join(inside.strip_prefix("/").unwrap_or(inside))
-                }
+                crate::discover::host::under(root, store_dir, inside)
             }
             Space::Literal => inside.to_path_buf(),
         }
