@@ -388,9 +388,6 @@ impl<'de> serde::Deserialize<'de> for AttrText {
                     string: true,
                 })
             }
-            fn visit_string<E>(self, text: String) -> Result<AttrText, E> {
-                Ok(AttrText { text, string: true })
-            }
             fn visit_bool<E>(self, v: bool) -> Result<AttrText, E> {
                 Ok(AttrText::other(v.to_string()))
             }
