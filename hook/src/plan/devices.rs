@@ -32,20 +32,16 @@ impl Decision {
             }
             DeviceScan::Matched(matches) => matches,
         };
-        let mut found = 0;
+        let mut found = false;
         for entry in matches {
             match entry {
-                Ok(outside) => {
-                    if self.add_device_node(rule, glob, outside, config, view) {
-                        found += 1;
-                    }
-                }
+                Ok(outside) => found |= self.add_device_node(rule, glob, outside, config, view),
                 Err(e) => self
                     .skipped
                     .push(Skip::new(e.path().display(), Skipped::Glob(e.clone()))),
             }
         }
-        if found > 0 {
+        if found {
             return;
         }
         if glob.required {
