@@ -74,14 +74,13 @@ pub(crate) fn scan(
     listings: &mut Listings,
     fs: &Recorder,
 ) -> DeviceView {
+    let source = device.clone();
     if let Some(wants) = device.platform.filter(|p| *p != platform) {
-        return DeviceView {
-            source: device.clone(),
-            found: DeviceScan::OtherPlatform {
-                wants,
-                host: platform,
-            },
+        let found = DeviceScan::OtherPlatform {
+            wants,
+            host: platform,
         };
+        return DeviceView { source, found };
     }
     let rooted = Space::Rooted {
         root: &config.host_root,
@@ -93,10 +92,8 @@ pub(crate) fn scan(
             fs.follow(&Path::new("/").join(rel), m, rooted);
         }
     }
-    DeviceView {
-        source: device.clone(),
-        found: DeviceScan::Matched(matches),
-    }
+    let found = DeviceScan::Matched(matches);
+    DeviceView { source, found }
 }
 
 /// A directory's entry names, read once per scan (`None`: it could not be listed).
