@@ -344,7 +344,7 @@ impl Decision {
 
     /// The MIG instances whose compute-instance node the plan exposes.
     fn mig_instances(&self) -> Vec<InstanceId> {
-        let mut found: Vec<InstanceId> = self
+        let found: BTreeSet<InstanceId> = self
             .exposures
             .iter()
             .filter_map(|e| match &e.reason {
@@ -355,9 +355,7 @@ impl Decision {
                 _ => None,
             })
             .collect();
-        found.sort_unstable();
-        found.dedup();
-        found
+        found.into_iter().collect()
     }
 
     fn add_chain(&mut self, hops: Vec<symlinks::Hop>, reason: Reason) {
@@ -439,10 +437,8 @@ fn gpu_number(inside: &Path) -> Option<u32> {
 
 /// The GPUs of the `/dev/nvidiaN` nodes among `paths`, each once, in order.
 fn gpu_numbers<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<u32> {
-    let mut gpus: Vec<u32> = paths.filter_map(gpu_number).collect();
-    gpus.sort_unstable();
-    gpus.dedup();
-    gpus
+    let gpus: BTreeSet<u32> = paths.filter_map(gpu_number).collect();
+    gpus.into_iter().collect()
 }
 
 /// Sorts exposures by inside path in component-wise order, as `Path`'s `Ord` has it, comparing
