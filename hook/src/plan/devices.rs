@@ -70,10 +70,7 @@ impl Decision {
         config: &Config,
         view: &HostView,
     ) -> bool {
-        let space = Space::Rooted {
-            root: &config.host_root,
-            store_dir: &config.store_dir,
-        };
+        let space = Space::rooted(config);
         let Ok(rel) = outside.strip_prefix(&config.host_root) else {
             return false;
         };

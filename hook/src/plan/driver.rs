@@ -106,10 +106,7 @@ impl Decision {
             driver,
             config,
             view,
-            space: Space::Rooted {
-                root: &config.host_root,
-                store_dir: &config.store_dir,
-            },
+            space: Space::rooted(config),
             link_lib: link.join("lib"),
             link,
         };

@@ -82,10 +82,7 @@ pub(crate) fn scan(
         };
         return DeviceView { source, found };
     }
-    let rooted = Space::Rooted {
-        root: &config.host_root,
-        store_dir: &config.store_dir,
-    };
+    let rooted = Space::rooted(config);
     let matches = glob_under(&config.host_root, &device.glob, listings, fs);
     for m in matches.iter().flatten() {
         if let Ok(rel) = m.strip_prefix(&config.host_root) {

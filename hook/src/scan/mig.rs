@@ -174,10 +174,7 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
             error,
         })?
         .ok_or(MigScanError::NoMajor)?;
-    let rooted = Space::Rooted {
-        root: &config.host_root,
-        store_dir: &config.store_dir,
-    };
+    let rooted = Space::rooted(config);
     let node = |capability: Capability, minor: u32| {
         let inside = mig::node_path(minor);
         let outside = under(&inside);

@@ -214,10 +214,7 @@ impl Recorder {
 pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: bool) -> HostView {
     let fs = Recorder::default();
     let facts = host_facts(config, rules);
-    let rooted = Space::Rooted {
-        root: &config.host_root,
-        store_dir: &config.store_dir,
-    };
+    let rooted = Space::rooted(config);
     let mut listings = devices::Listings::new();
     let mut specs = cdi::Specs::None;
     let views: Vec<RuleView> = rules
