@@ -355,7 +355,7 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
 fn drm_minors(exposures: &[Exposure]) -> Vec<u32> {
     use std::os::unix::fs::FileTypeExt;
     use std::os::unix::fs::MetadataExt;
-    let mut minors: Vec<u32> = exposures
+    let minors: std::collections::BTreeSet<u32> = exposures
         .iter()
         .filter(|e| e.inside.starts_with("/dev/dri"))
         .filter_map(|e| std::fs::symlink_metadata(&e.outside).ok())
@@ -363,9 +363,7 @@ fn drm_minors(exposures: &[Exposure]) -> Vec<u32> {
         .filter(|m| nix::sys::stat::major(m.rdev()) == sysfs::DRM_MAJOR)
         .map(|m| nix::sys::stat::minor(m.rdev()) as u32)
         .collect();
-    minors.sort_unstable();
-    minors.dedup();
-    minors
+    minors.into_iter().collect()
 }
 
 /// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
