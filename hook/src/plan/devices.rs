@@ -2,7 +2,7 @@
 //! with the links on the way, as a device exposure; what cannot be exposed, skipped or a
 //! problem, with the reason.
 
-use super::{Decision, Problem, ProblemKind, Reason, Skip, Skipped};
+use super::{Decision, Problem, ProblemKind, Reason, Skipped};
 use crate::config::{Config, DeviceGlob};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
@@ -21,13 +21,13 @@ impl Decision {
         let glob = &device.source;
         let matches = match &device.found {
             DeviceScan::OtherPlatform { wants, host } => {
-                self.skipped.push(Skip::new(
+                self.skip(
                     glob.glob.clone(),
                     Skipped::OtherPlatform {
                         wants: *wants,
                         host: *host,
                     },
-                ));
+                );
                 return;
             }
             DeviceScan::Matched(matches) => matches,
@@ -36,9 +36,7 @@ impl Decision {
         for entry in matches {
             match entry {
                 Ok(outside) => found |= self.add_device_node(rule, glob, outside, config, view),
-                Err(e) => self
-                    .skipped
-                    .push(Skip::new(e.path().display(), Skipped::Glob(e.clone()))),
+                Err(e) => self.skip(e.path().display(), Skipped::Glob(e.clone())),
             }
         }
         if found {
@@ -53,8 +51,7 @@ impl Decision {
                 },
             ));
         } else {
-            self.skipped
-                .push(Skip::new(glob.glob.clone(), Skipped::NothingMatched));
+            self.skip(glob.glob.clone(), Skipped::NothingMatched);
         }
     }
 
@@ -78,8 +75,7 @@ impl Decision {
         if glob.glob.contains(['*', '?', '[']) && inside.starts_with(mig::CAPS_DEV_DIR) {
             // A wildcard would give every MIG instance, and the config and monitor
             // capabilities, to every build.
-            self.skipped
-                .push(Skip::new(inside.display(), Skipped::MigCapabilityNode));
+            self.skip(inside.display(), Skipped::MigCapabilityNode);
             return false;
         }
         let chain = match symlinks::follow(&inside, outside, space, view)
@@ -87,14 +83,12 @@ impl Decision {
         {
             Ok(chain) => chain,
             Err(e) => {
-                self.skipped
-                    .push(Skip::new(inside.display(), Skipped::DeviceChain(e)));
+                self.skip(inside.display(), Skipped::DeviceChain(e));
                 return false;
             }
         };
         if !matches!(chain.target, Node::CharDevice | Node::Dir) {
-            self.skipped
-                .push(Skip::new(inside.display(), Skipped::NotDevice));
+            self.skip(inside.display(), Skipped::NotDevice);
             return false;
         }
         if let Some(bad) = unexpressible(&chain.hops) {
@@ -107,8 +101,7 @@ impl Decision {
                 self.problems.push(Problem::new(rule, kind));
             } else {
                 self.warnings.push(format!("{kind}; skipped (optional)"));
-                self.skipped
-                    .push(Skip::new(inside.display(), Skipped::Unexpressible));
+                self.skip(inside.display(), Skipped::Unexpressible);
             }
             return false;
         }

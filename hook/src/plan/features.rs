@@ -11,7 +11,7 @@
 //!   required none of them, and `explain` (and the hook's warning) says why. Never more than
 //!   that build would get anyway.
 
-use super::{devices, gpu_numbers, Decision, Problem, ProblemKind, Skip, Skipped};
+use super::{devices, gpu_numbers, Decision, Problem, ProblemKind, Skipped};
 use crate::fit::Fit;
 use crate::scan::inventory::{InventoryView, KnownGpu};
 use cuda_sandbox_cuda_facts::features::Required;
@@ -82,7 +82,7 @@ impl Decision {
             why: why.to_string(),
         };
         self.warnings.push(skipped.to_string());
-        self.skipped.push(Skip::new(names, skipped));
+        self.skip(names, skipped);
     }
 
     /// The build fails at once: no wait can help.

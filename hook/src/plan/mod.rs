@@ -292,10 +292,10 @@ impl Decision {
     ) {
         if config.gpus_per_build == 0 {
             if let Some(v) = wanted {
-                self.skipped.push(Skip::new(
+                self.skip(
                     format!("{} = {:?}", crate::drv::GPUS_ATTR, v.text),
                     Skipped::GpusIgnored,
-                ));
+                );
             }
             return;
         }
@@ -343,6 +343,11 @@ impl Decision {
     }
 
     /// The MIG instances whose compute-instance node the plan exposes.
+    /// Leaves `path` out of the plan, for `why`.
+    fn skip(&mut self, path: impl Display, why: Skipped) {
+        self.skipped.push(Skip::new(path, why));
+    }
+
     fn mig_instances(&self) -> Vec<InstanceId> {
         let found: BTreeSet<InstanceId> = self
             .exposures

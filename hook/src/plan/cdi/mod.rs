@@ -72,14 +72,14 @@ impl Decision {
                     let (parts, unowned) =
                         lease::parts(d.name.as_str(), found, config.gpus_per_build > 0);
                     for u in unowned {
-                        self.skipped.push(Skip::new(
+                        self.skip(
                             u.path,
                             Skipped::CdiUnowned {
                                 device: d.name.as_str().to_owned(),
                                 spec: found.spec.to_path_buf(),
                                 gpus_per_build: config.gpus_per_build,
                             },
-                        ));
+                        );
                     }
                     for part in &parts {
                         self.add_cdi_device(&place, part, found);
@@ -190,13 +190,13 @@ impl Decision {
         let inside = symlinks::normalize(Path::new(&m.container_path));
         let outside = host_path(&m.host_path, at.config);
         if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
-            return self.skipped.push(Skip::new(
+            return self.skip(
                 m.container_path.clone(),
                 Skipped::CdiMountPath {
                     device: device.to_owned(),
                     why,
                 },
-            ));
+            );
         }
         let name = inside
             .file_name()
