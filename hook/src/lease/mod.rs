@@ -96,10 +96,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How often a waiting hook looks again.
 /// The device and inode of the build's `chroot`, which its lease records.
 fn chroot_id(chroot: &Path) -> Result<(u64, u64), LeaseError> {
-    let meta = std::fs::metadata(chroot).map_err(|source| LeaseError::Io {
-        path: chroot.to_path_buf(),
-        source,
-    })?;
+    let meta = std::fs::metadata(chroot).map_err(|e| LeaseError::Io(chroot.to_path_buf(), e))?;
     Ok((meta.dev(), meta.ino()))
 }
 
@@ -125,14 +122,10 @@ pub enum LeaseError {
     /// The lease directory failed its check or could not be opened.
     #[error(transparent)]
     StateDir(#[from] crate::statedir::StateDirError),
-    /// The build's chroot could not be looked at, or a lease file written or removed.
-    #[error("cannot use GPU lease {}: {source}", path.display())]
-    Io {
-        /// The chroot Nix passed, or the lease file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The build's chroot (the path Nix passed) could not be looked at, or a lease file
+    /// written or removed: the path, and why.
+    #[error("cannot use GPU lease {path}: {1}", path = .0.display())]
+    Io(PathBuf, #[source] std::io::Error),
     /// The lease directory's lock could not be taken.
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -339,10 +332,7 @@ impl Leases {
                 for written in &leases[..i] {
                     let _ = record::remove(dir, written.slot());
                 }
-                return Err(LeaseError::Io {
-                    path: self.file(lease.slot()),
-                    source,
-                });
+                return Err(LeaseError::Io(self.file(lease.slot()), source));
             }
         }
         Ok(())
@@ -362,10 +352,8 @@ impl Leases {
                     && r.chroot_id == chroot_id
                     && (r.holder_pid, r.holder_start) == (holder.pid, holder.start)
                 {
-                    record::remove(&dir, *slot).map_err(|source| LeaseError::Io {
-                        path: self.file(*slot),
-                        source,
-                    })?;
+                    record::remove(&dir, *slot)
+                        .map_err(|source| LeaseError::Io(self.file(*slot), source))?;
                 }
             }
         }
