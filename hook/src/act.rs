@@ -228,10 +228,10 @@ fn add_closures(
                     .add_closure(root, closure.members, &config.store_dir);
             }
             // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => granted.decision.skipped.push(Skip::new(
-                root.display().to_string(),
-                Skipped::ClosureNotShown(e),
-            )),
+            Err(e) if uncached => granted
+                .decision
+                .skipped
+                .push(Skip::new(root.display(), Skipped::ClosureNotShown(e))),
             Err(e) => granted.decision.problems.push(Problem::new(
                 &granted.decision.rules,
                 ProblemKind::Closure(e),
@@ -355,7 +355,7 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
 fn drm_minors(exposures: &[Exposure]) -> Vec<u32> {
     use std::os::unix::fs::FileTypeExt;
     use std::os::unix::fs::MetadataExt;
-    let mut minors: Vec<u32> = exposures
+    let minors: std::collections::BTreeSet<u32> = exposures
         .iter()
         .filter(|e| e.inside.starts_with("/dev/dri"))
         .filter_map(|e| std::fs::symlink_metadata(&e.outside).ok())
@@ -363,9 +363,7 @@ fn drm_minors(exposures: &[Exposure]) -> Vec<u32> {
         .filter(|m| nix::sys::stat::major(m.rdev()) == sysfs::DRM_MAJOR)
         .map(|m| nix::sys::stat::minor(m.rdev()) as u32)
         .collect();
-    minors.sort_unstable();
-    minors.dedup();
-    minors
+    minors.into_iter().collect()
 }
 
 /// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a

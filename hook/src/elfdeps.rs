@@ -114,7 +114,8 @@ pub(crate) enum Refusal {
 }
 
 /// A file a program named that was not bound.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} (named by {}): {why}", .path.display(), .needed_by.display())]
 pub(crate) struct Refused {
     /// The path the loader would open.
     pub path: PathBuf,
@@ -122,18 +123,6 @@ pub(crate) struct Refused {
     pub needed_by: PathBuf,
     /// Why it is not bound.
     pub why: Refusal,
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} (named by {}): {}",
-            self.path.display(),
-            self.needed_by.display(),
-            self.why
-        )
-    }
 }
 
 /// What a command's process needs.

@@ -32,7 +32,7 @@ pub enum HookFailure {
     /// The plan cannot give the build a working GPU.
     #[error(
         "{derivation} requires feature '{feature}' (rule '{rule}') but {}",
-        Joined(.problems)
+        .problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
     )]
     Problems {
         /// The derivation.
@@ -62,21 +62,6 @@ pub enum HookFailure {
     },
 }
 
-/// Problems, each with its fix, joined by `; `.
-struct Joined<'a>(&'a [Problem]);
-
-impl std::fmt::Display for Joined<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, p) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{p}")?;
-        }
-        Ok(())
-    }
-}
-
 /// What the pipeline produced for a request.
 #[derive(Debug)]
 pub(crate) struct Outcome {
@@ -93,15 +78,13 @@ pub(crate) struct Outcome {
 /// written, where `mode` writes it, only once that answer exists; only then is the lease
 /// committed).
 pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
-    let tagged = match &req.verdict {
-        Verdict::Fail(why) => return refused(HookFailure::Refused(why.clone())),
-        Verdict::Tagged(tagged) => tagged,
-        Verdict::Untagged { .. } => {
-            return Outcome {
-                granted: Granted::default(),
-                answer: Ok(Vec::new()),
-            }
-        }
+    let Verdict::Tagged(tagged) = &req.verdict else {
+        let answer = match &req.verdict {
+            Verdict::Fail(why) => Err(HookFailure::Refused(why.clone())),
+            _ => Ok(Vec::new()),
+        };
+        let granted = Granted::default();
+        return Outcome { granted, answer };
     };
     // Only a build requiring `cuda-sm-*` features reads the GPU inventory.
     let required = req.required_gpu_features();
@@ -150,11 +133,4 @@ fn answer(
             .map_err(|error| HookFailure::Manifest { derivation, error })?;
     }
     Ok(bytes)
-}
-
-fn refused(failure: HookFailure) -> Outcome {
-    Outcome {
-        granted: Granted::default(),
-        answer: Err(failure),
-    }
 }

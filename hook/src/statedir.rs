@@ -9,6 +9,7 @@
 use crate::trust::{self, TrustError, WalkError};
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -243,12 +244,11 @@ impl StateDir {
 
     /// Removes the entry `name` (a file or a link; never what a link points to).
     pub(crate) fn remove(&self, name: &str) -> std::io::Result<()> {
-        nix::unistd::unlinkat(
+        Ok(unlinkat(
             Some(self.raw()),
             name,
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        )
-        .map_err(std::io::Error::from)
+            UnlinkatFlags::NoRemoveDir,
+        )?)
     }
 
     /// Makes the directory `name` here with `mode` (an existing directory is kept; anything
@@ -270,18 +270,13 @@ impl StateDir {
 
     /// Makes the symlink `name` here pointing at `target` (never followed by the hook).
     pub(crate) fn make_link(&self, name: &str, target: &str) -> std::io::Result<()> {
-        nix::unistd::symlinkat(target, Some(self.raw()), name).map_err(std::io::Error::from)
+        Ok(nix::unistd::symlinkat(target, Some(self.raw()), name)?)
     }
 
     /// Removes the empty directory `name` here (never a link's target, never a non-empty or
     /// mounted-on directory: those stay, with an error).
     pub(crate) fn remove_dir(&self, name: &str) -> std::io::Result<()> {
-        nix::unistd::unlinkat(
-            Some(self.raw()),
-            name,
-            nix::unistd::UnlinkatFlags::RemoveDir,
-        )
-        .map_err(std::io::Error::from)
+        Ok(unlinkat(Some(self.raw()), name, UnlinkatFlags::RemoveDir)?)
     }
 
     /// Whether the directory may hold `n` entries or more (besides `.` and `..`), answered

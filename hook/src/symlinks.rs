@@ -24,16 +24,20 @@ pub(crate) enum Space<'a> {
     Literal,
 }
 
-impl Space<'_> {
+impl<'a> Space<'a> {
+    /// The host paths of `config`: under its host root, its store as it is.
+    pub(crate) fn rooted(config: &'a crate::config::Config) -> Space<'a> {
+        Space::Rooted {
+            root: &config.host_root,
+            store_dir: &config.store_dir,
+        }
+    }
+
     /// The outside path for `inside`.
     pub(crate) fn outside(&self, inside: &Path) -> PathBuf {
         match self {
             Space::Rooted { root, store_dir } => {
-                if inside.starts_with(store_dir) || *root == Path::new("/") {
-                    inside.to_path_buf()
-                } else {
-                    root.join(inside.strip_prefix("/").unwrap_or(inside))
-                }
+                crate::discover::host::under(root, store_dir, inside)
             }
             Space::Literal => inside.to_path_buf(),
         }
@@ -245,14 +249,7 @@ fn resolve_parents(
         ),
     };
     let mut resolved = PathBuf::from("/");
-    let mut pending: Vec<std::ffi::OsString> = walk
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            _ => None,
-        })
-        .rev()
-        .collect();
+    let mut pending = names_last_first(&walk);
     let mut links = 0;
     while let Some(name) = pending.pop() {
         let here = resolved.join(&name);
@@ -280,23 +277,21 @@ fn resolve_parents(
                 });
                 // Continue from the target: its components, then what was left.
                 resolved = PathBuf::from("/");
-                for c in to
-                    .components()
-                    .filter_map(|c| match c {
-                        Component::Normal(n) => Some(n.to_os_string()),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                {
-                    pending.push(c);
-                }
+                pending.extend(names_last_first(&to));
             }
             _ => resolved = here,
         }
     }
     Ok(())
+}
+
+/// The normal components of `path`, last first: a stack to pop them from in order.
+fn names_last_first(path: &Path) -> Vec<std::ffi::OsString> {
+    let names = path.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n.to_os_string()),
+        _ => None,
+    });
+    names.rev().collect()
 }
 
 /// Places a symlink never leads a build into, whatever `symlink_roots` says: directories

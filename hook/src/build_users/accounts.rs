@@ -73,20 +73,18 @@ pub(crate) fn build_users(root: &Path, group: &str) -> Option<(Group, Vec<BuildU
         .iter()
         .filter_map(|name| {
             let (uid, primary) = passwd_entry(&passwd, name)?;
-            let mut groups: Vec<u32> = all
+            let groups: std::collections::BTreeSet<u32> = all
                 .iter()
                 .filter(|g| g.members.contains(name))
                 .map(|g| g.gid)
                 .chain(std::iter::once(primary))
                 .filter(|g| *g != the_group.gid)
                 .collect();
-            groups.sort_unstable();
-            groups.dedup();
             Some(BuildUser {
                 name: name.clone(),
                 uid,
                 gid: the_group.gid,
-                groups,
+                groups: groups.into_iter().collect(),
             })
         })
         .collect();

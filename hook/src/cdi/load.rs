@@ -132,36 +132,31 @@ impl SpecSet {
             }
             let resolved = match crate::trust::listed_dir(dir) {
                 Ok(path) => path,
-                Err(crate::trust::TrustError::NotADirectory(_)) => {
-                    set.errors.push(SpecError::Dir {
-                        dir: dir.clone(),
-                        why: "not a directory".into(),
-                    });
-                    continue;
-                }
-                Err(why) => {
-                    set.errors.push(SpecError::Dir {
-                        dir: dir.clone(),
-                        why: format!("refused: {why}"),
-                    });
+                Err(error) => {
+                    let why = match error {
+                        crate::trust::TrustError::NotADirectory(_) => "not a directory".into(),
+                        why => format!("refused: {why}"),
+                    };
+                    let dir = dir.clone();
+                    set.errors.push(SpecError::Dir { dir, why });
                     continue;
                 }
             };
             // `/var/run` is `/run` on most hosts: one directory named twice is read once, at
             // its higher priority.
-            if let Some(i) = seen.iter().position(|s| *s == resolved) {
-                seen.remove(i);
-                for s in set
-                    .specs
-                    .iter_mut()
-                    .filter(|s| s.file.starts_with(&resolved))
-                {
-                    s.priority = priority;
+            match seen.iter().position(|s| *s == resolved) {
+                Some(i) => {
+                    seen.remove(i);
+                    for s in set
+                        .specs
+                        .iter_mut()
+                        .filter(|s| s.file.starts_with(&resolved))
+                    {
+                        s.priority = priority;
+                    }
                 }
-                seen.push(resolved);
-                continue;
+                None => set.read_dir(dir, &resolved, priority),
             }
-            set.read_dir(dir, &resolved, priority);
             seen.push(resolved);
         }
         set
@@ -178,7 +173,7 @@ impl SpecSet {
                 return;
             }
         };
-        let mut names: Vec<String> = Vec::new();
+        let mut names: Vec<(String, Format)> = Vec::new();
         for (i, entry) in entries.enumerate() {
             if i == MAX_DIR_ENTRIES {
                 self.errors.push(SpecError::TooMany {
@@ -188,17 +183,14 @@ impl SpecSet {
             }
             let Ok(entry) = entry else { continue };
             if let Ok(name) = entry.file_name().into_string() {
-                if Format::of(&name).is_some() && !name.starts_with('.') {
-                    names.push(name);
+                if let Some(format) = Format::of(&name).filter(|_| !name.starts_with('.')) {
+                    names.push((name, format));
                 }
             }
         }
-        names.sort();
-        for name in names {
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, format) in names {
             let file = resolved.join(&name);
-            let Some(format) = Format::of(&name) else {
-                continue;
-            };
             let text = match config::read_text(&ConfigSource::File(file.clone())) {
                 Ok(t) => t,
                 Err(e) => {

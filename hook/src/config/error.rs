@@ -3,14 +3,13 @@
 use super::validate::Invalid;
 use super::MAX_CONFIG_BYTES;
 use crate::trust::TrustError;
-use std::fmt;
 use std::path::PathBuf;
 
 /// Why a configuration could not be used: where, and what. Always one line: control
 /// characters from the file (a `\n` inside a quoted TOML value, say) are printed escaped, so
 /// the error cannot break Nix's one-line log or fake a second message.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", Escaped(format_args!("config {}: {}", .file, .problem)))]
+#[error("{}", crate::log::one_line(&format!("config {}: {}", .file, .problem)))]
 pub struct ConfigError {
     /// The file (or `built-in`) the problem is in.
     pub(crate) file: String,
@@ -74,14 +73,4 @@ pub(crate) fn syntax(e: &toml::de::Error, text: &str) -> String {
         .count()
         + 1;
     format!("line {line}, column {column}: {message}")
-}
-
-/// Displays its text on one line ([`crate::log::one_line`]: every control character escaped,
-/// `\n`, `\u{1b}`).
-struct Escaped<T>(T);
-
-impl<T: fmt::Display> fmt::Display for Escaped<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&crate::log::one_line(&self.0.to_string()))
-    }
 }

@@ -102,9 +102,7 @@ impl Config {
     pub fn load_content(source: &ConfigSource) -> Result<Config, ConfigError> {
         match source {
             ConfigSource::Builtin => Ok(Config::builtin()),
-            ConfigSource::File(path) => {
-                Config::parse(&locate::read_untrusted(path)?, &path.display().to_string())
-            }
+            ConfigSource::File(path) => Config::from_text(source, &locate::read_untrusted(path)?),
         }
     }
 

@@ -32,7 +32,7 @@ pub(crate) struct Rejection {
     /// The compat directory.
     pub dir: String,
     /// Why it was not used (its one line in `explain --json`).
-    #[serde(serialize_with = "as_text")]
+    #[serde(serialize_with = "crate::plan::as_text")]
     pub why: Rejected,
 }
 
@@ -73,11 +73,6 @@ pub(crate) enum Rejected {
         /// The compat directory chosen.
         chosen: PathBuf,
     },
-}
-
-/// Serialises a value as its one-line text.
-fn as_text<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(value)
 }
 
 /// The decision.

@@ -94,6 +94,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often a waiting hook looks again.
+/// The device and inode of the build's `chroot`, which its lease records.
+fn chroot_id(chroot: &Path) -> Result<(u64, u64), LeaseError> {
+    let meta = std::fs::metadata(chroot).map_err(|e| LeaseError::Io(chroot.to_path_buf(), e))?;
+    Ok((meta.dev(), meta.ino()))
+}
+
 const POLL: Duration = Duration::from_millis(100);
 
 /// Why no GPUs could be leased; one line.
@@ -116,22 +122,10 @@ pub enum LeaseError {
     /// The lease directory failed its check or could not be opened.
     #[error(transparent)]
     StateDir(#[from] crate::statedir::StateDirError),
-    /// The build's chroot could not be looked at.
-    #[error("cannot use GPU lease {}: {source}", path.display())]
-    Chroot {
-        /// The chroot Nix passed.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A lease file or the usage counts could not be written.
-    #[error("cannot use GPU lease {}: {source}", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The build's chroot (the path Nix passed) could not be looked at, or a lease file
+    /// written or removed: the path, and why.
+    #[error("cannot use GPU lease {path}: {1}", path = .0.display())]
+    Io(PathBuf, #[source] std::io::Error),
     /// The lease directory's lock could not be taken.
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -255,13 +249,8 @@ impl Leases {
         fit: Option<&Fit>,
         holder: Holder,
     ) -> Result<Vec<Slot>, LeaseError> {
-        let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
-        let chroot_id = std::fs::metadata(req.chroot)
-            .map(|m| (m.dev(), m.ino()))
-            .map_err(|source| LeaseError::Chroot {
-                path: req.chroot.to_path_buf(),
-                source,
-            })?;
+        let dir = StateDir::open(&self.dir)?;
+        let chroot_id = chroot_id(req.chroot)?;
         let asker = sweep::Asker {
             chroot: req.chroot,
             chroot_id,
@@ -343,10 +332,7 @@ impl Leases {
                 for written in &leases[..i] {
                     let _ = record::remove(dir, written.slot());
                 }
-                return Err(LeaseError::Write {
-                    path: self.file(lease.slot()),
-                    source,
-                });
+                return Err(LeaseError::Io(self.file(lease.slot()), source));
             }
         }
         Ok(())
@@ -357,13 +343,8 @@ impl Leases {
     /// Removes only lease files of `slots` that name this chroot (by path, device and inode)
     /// and `holder`.
     fn release(&self, slots: &[Slot], chroot: &Path, holder: Holder) -> Result<(), LeaseError> {
-        let dir = StateDir::open(&self.dir).map_err(LeaseError::StateDir)?;
-        let chroot_id = std::fs::metadata(chroot)
-            .map(|m| (m.dev(), m.ino()))
-            .map_err(|source| LeaseError::Chroot {
-                path: chroot.to_path_buf(),
-                source,
-            })?;
+        let dir = StateDir::open(&self.dir)?;
+        let chroot_id = chroot_id(chroot)?;
         let _lock = lock::lock(&dir, Duration::ZERO)?;
         for slot in slots {
             if let record::Read::Lease(r) = record::read(&dir, *slot) {
@@ -371,10 +352,8 @@ impl Leases {
                     && r.chroot_id == chroot_id
                     && (r.holder_pid, r.holder_start) == (holder.pid, holder.start)
                 {
-                    record::remove(&dir, *slot).map_err(|source| LeaseError::Write {
-                        path: self.file(*slot),
-                        source,
-                    })?;
+                    record::remove(&dir, *slot)
+                        .map_err(|source| LeaseError::Io(self.file(*slot), source))?;
                 }
             }
         }
@@ -395,7 +374,7 @@ impl Leases {
         count: usize,
         fit: Option<&Fit>,
     ) -> Result<Vec<Slot>, LeaseError> {
-        let dir = StateDir::open_existing(&self.dir).map_err(LeaseError::StateDir)?;
+        let dir = StateDir::open_existing(&self.dir)?;
         let (held, usage) = match &dir {
             Some(d) => (sweep::held(d, slots, None), record::usage(d)),
             None => (Vec::new(), record::Usage::new()),

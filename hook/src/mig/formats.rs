@@ -32,13 +32,9 @@ pub(crate) enum FormatError {
         limit: u64,
     },
     /// A line is not of the documented form.
-    #[error("line {line}: {why}")]
-    Line {
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong.
-        why: &'static str,
-    },
+    /// The 1-based line number, and what is wrong.
+    #[error("line {0}: {1}")]
+    Line(usize, &'static str),
     /// A capability file without its `DeviceFileMinor` line.
     #[error("no DeviceFileMinor line")]
     NoMinor,
@@ -53,24 +49,17 @@ pub(crate) fn access_minor(text: &[u8]) -> Result<u32, FormatError> {
     let mut minor = None;
     for (i, line) in lines(text) {
         let Some((key, value)) = line.split_once(':') else {
-            return Err(FormatError::Line {
-                line: i,
-                why: "not a `Key: value` line",
-            });
+            return Err(FormatError::Line(i, "not a `Key: value` line"));
         };
         if key.trim() != "DeviceFileMinor" {
             continue;
         }
         if minor.is_some() {
-            return Err(FormatError::Line {
-                line: i,
-                why: "a second DeviceFileMinor",
-            });
+            return Err(FormatError::Line(i, "a second DeviceFileMinor"));
         }
-        minor = Some(number(value.trim()).ok_or(FormatError::Line {
-            line: i,
-            why: "DeviceFileMinor is not a number",
-        })?);
+        minor = Some(
+            number(value.trim()).ok_or(FormatError::Line(i, "DeviceFileMinor is not a number"))?,
+        );
     }
     minor.ok_or(FormatError::NoMinor)
 }
@@ -82,23 +71,14 @@ pub(crate) fn mig_minors(text: &[u8]) -> Result<MigMinors, FormatError> {
     for (i, line) in lines(text) {
         let mut fields = line.split_ascii_whitespace();
         let (Some(name), Some(minor), None) = (fields.next(), fields.next(), fields.next()) else {
-            return Err(FormatError::Line {
-                line: i,
-                why: "not a `<capability> <minor>` line",
-            });
+            return Err(FormatError::Line(i, "not a `<capability> <minor>` line"));
         };
         let Some(capability) = capability(name) else {
             continue;
         };
-        let minor = number(minor).ok_or(FormatError::Line {
-            line: i,
-            why: "the minor is not a number",
-        })?;
+        let minor = number(minor).ok_or(FormatError::Line(i, "the minor is not a number"))?;
         if minors.insert(capability, minor).is_some() {
-            return Err(FormatError::Line {
-                line: i,
-                why: "a capability listed twice",
-            });
+            return Err(FormatError::Line(i, "a capability listed twice"));
         }
     }
     Ok(minors)
@@ -118,16 +98,12 @@ pub(crate) fn caps_major(text: &[u8]) -> Result<Option<u32>, FormatError> {
         }
         let mut fields = line.split_ascii_whitespace();
         let (Some(major), Some(name), None) = (fields.next(), fields.next(), fields.next()) else {
-            return Err(FormatError::Line {
-                line: i,
-                why: "not a `<major> <name>` line",
-            });
+            return Err(FormatError::Line(i, "not a `<major> <name>` line"));
         };
         if name == "nvidia-caps" {
-            return number(major).map(Some).ok_or(FormatError::Line {
-                line: i,
-                why: "the major is not a number",
-            });
+            return number(major)
+                .map(Some)
+                .ok_or(FormatError::Line(i, "the major is not a number"));
         }
     }
     Ok(None)

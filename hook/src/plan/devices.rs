@@ -2,7 +2,7 @@
 //! with the links on the way, as a device exposure; what cannot be exposed, skipped or a
 //! problem, with the reason.
 
-use super::{Decision, Problem, ProblemKind, Reason, Skip, Skipped};
+use super::{Decision, Problem, ProblemKind, Reason, Skipped};
 use crate::config::{Config, DeviceGlob};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
@@ -21,32 +21,25 @@ impl Decision {
         let glob = &device.source;
         let matches = match &device.found {
             DeviceScan::OtherPlatform { wants, host } => {
-                self.skipped.push(Skip::new(
+                self.skip(
                     glob.glob.clone(),
                     Skipped::OtherPlatform {
                         wants: *wants,
                         host: *host,
                     },
-                ));
+                );
                 return;
             }
             DeviceScan::Matched(matches) => matches,
         };
-        let mut found = 0;
+        let mut found = false;
         for entry in matches {
             match entry {
-                Ok(outside) => {
-                    if self.add_device_node(rule, glob, outside, config, view) {
-                        found += 1;
-                    }
-                }
-                Err(e) => self.skipped.push(Skip::new(
-                    e.path().display().to_string(),
-                    Skipped::Glob(e.clone()),
-                )),
+                Ok(outside) => found |= self.add_device_node(rule, glob, outside, config, view),
+                Err(e) => self.skip(e.path().display(), Skipped::Glob(e.clone())),
             }
         }
-        if found > 0 {
+        if found {
             return;
         }
         if glob.required {
@@ -58,8 +51,7 @@ impl Decision {
                 },
             ));
         } else {
-            self.skipped
-                .push(Skip::new(glob.glob.clone(), Skipped::NothingMatched));
+            self.skip(glob.glob.clone(), Skipped::NothingMatched);
         }
     }
 
@@ -75,10 +67,7 @@ impl Decision {
         config: &Config,
         view: &HostView,
     ) -> bool {
-        let space = Space::Rooted {
-            root: &config.host_root,
-            store_dir: &config.store_dir,
-        };
+        let space = Space::rooted(config);
         let Ok(rel) = outside.strip_prefix(&config.host_root) else {
             return false;
         };
@@ -86,10 +75,7 @@ impl Decision {
         if glob.glob.contains(['*', '?', '[']) && inside.starts_with(mig::CAPS_DEV_DIR) {
             // A wildcard would give every MIG instance, and the config and monitor
             // capabilities, to every build.
-            self.skipped.push(Skip::new(
-                inside.display().to_string(),
-                Skipped::MigCapabilityNode,
-            ));
+            self.skip(inside.display(), Skipped::MigCapabilityNode);
             return false;
         }
         let chain = match symlinks::follow(&inside, outside, space, view)
@@ -97,16 +83,12 @@ impl Decision {
         {
             Ok(chain) => chain,
             Err(e) => {
-                self.skipped.push(Skip::new(
-                    inside.display().to_string(),
-                    Skipped::DeviceChain(e),
-                ));
+                self.skip(inside.display(), Skipped::DeviceChain(e));
                 return false;
             }
         };
         if !matches!(chain.target, Node::CharDevice | Node::Dir) {
-            self.skipped
-                .push(Skip::new(inside.display().to_string(), Skipped::NotDevice));
+            self.skip(inside.display(), Skipped::NotDevice);
             return false;
         }
         if let Some(bad) = unexpressible(&chain.hops) {
@@ -119,10 +101,7 @@ impl Decision {
                 self.problems.push(Problem::new(rule, kind));
             } else {
                 self.warnings.push(format!("{kind}; skipped (optional)"));
-                self.skipped.push(Skip::new(
-                    inside.display().to_string(),
-                    Skipped::Unexpressible,
-                ));
+                self.skip(inside.display(), Skipped::Unexpressible);
             }
             return false;
         }

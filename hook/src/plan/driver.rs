@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{Decision, Problem, ProblemKind, Reason, Skip, Skipped, Want};
+use super::{Decision, Problem, ProblemKind, Reason, Skipped, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -106,10 +106,7 @@ impl Decision {
             driver,
             config,
             view,
-            space: Space::Rooted {
-                root: &config.host_root,
-                store_dir: &config.store_dir,
-            },
+            space: Space::rooted(config),
             link_lib: link.join("lib"),
             link,
         };
@@ -165,8 +162,7 @@ impl Decision {
             return HostSource::Absent;
         };
         for w in found.warnings {
-            self.skipped
-                .push(Skip::new("/etc/ld.so.cache", Skipped::HostLibraries(w)));
+            self.skip("/etc/ld.so.cache", Skipped::HostLibraries(w));
         }
         if found.libraries.iter().any(|l| l.stem == "libcuda") {
             HostSource::Libraries(found.libraries, found.data_files)
@@ -217,10 +213,7 @@ impl Decision {
                 for lib in libs {
                     let inside = site.link_lib.join(&lib.name);
                     if replace_at_link && COMPAT_LIBRARIES.contains(&lib.stem) {
-                        self.skipped.push(Skip::new(
-                            lib.outside.display().to_string(),
-                            Skipped::ReplacedByCompat,
-                        ));
+                        self.skip(lib.outside.display(), Skipped::ReplacedByCompat);
                         continue;
                     }
                     let why = site.reason(DriverSource::HostLibrary {
@@ -243,10 +236,7 @@ impl Decision {
                     library_dirs: cfg.library_dirs.clone(),
                 },
             )),
-            HostSource::Absent => self.skipped.push(Skip::new(
-                site.link.display().to_string(),
-                Skipped::NoDriver,
-            )),
+            HostSource::Absent => self.skip(site.link.display(), Skipped::NoDriver),
         }
     }
 
@@ -304,14 +294,8 @@ impl Decision {
         for seen in &driver.compat {
             match &seen.found {
                 Ok(Some(c)) => out.push(c.clone()),
-                Ok(None) => self.skipped.push(Skip::new(
-                    seen.inside.display().to_string(),
-                    Skipped::CompatWithoutLibcuda,
-                )),
-                Err(e) => self.skipped.push(Skip::new(
-                    seen.inside.display().to_string(),
-                    Skipped::CompatUnreadable(e.clone()),
-                )),
+                Ok(None) => self.skip(seen.inside.display(), Skipped::CompatWithoutLibcuda),
+                Err(e) => self.skip(seen.inside.display(), Skipped::CompatUnreadable(e.clone())),
             }
         }
         out

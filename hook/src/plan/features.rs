@@ -11,7 +11,7 @@
 //!   required none of them, and `explain` (and the hook's warning) says why. Never more than
 //!   that build would get anyway.
 
-use super::{devices, gpu_number, Decision, Problem, ProblemKind, Skip, Skipped};
+use super::{devices, gpu_numbers, Decision, Problem, ProblemKind, Skipped};
 use crate::fit::Fit;
 use crate::scan::inventory::{InventoryView, KnownGpu};
 use cuda_sandbox_cuda_facts::features::Required;
@@ -21,11 +21,7 @@ impl Decision {
     /// Holds the plan's GPUs to `required` (non-empty) by `inventory`.
     pub(super) fn add_features(&mut self, required: &Required, inventory: Option<&InventoryView>) {
         let names = required.unmet_by(&[]).join(", ");
-        let mut gpus: Vec<u32> = devices(&self.exposures)
-            .filter_map(|e| gpu_number(&e.inside))
-            .collect();
-        gpus.sort_unstable();
-        gpus.dedup();
+        let gpus = gpu_numbers(devices(&self.exposures).map(|e| e.inside.as_path()));
         let known = match inventory {
             Some(InventoryView::Gpus(known)) => known,
             Some(InventoryView::Tegra(capability)) => {
@@ -86,7 +82,7 @@ impl Decision {
             why: why.to_string(),
         };
         self.warnings.push(skipped.to_string());
-        self.skipped.push(Skip::new(names, skipped));
+        self.skip(names, skipped);
     }
 
     /// The build fails at once: no wait can help.

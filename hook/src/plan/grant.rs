@@ -84,9 +84,7 @@ impl GpuDemand {
                     gpus_per_build,
                 },
             };
-            decision
-                .skipped
-                .push(Skip::new(other.display().to_string(), why));
+            decision.skipped.push(Skip::new(other.display(), why));
         }
         cdi::keep_leased(&mut decision.not_carried_out, &parents);
     }

@@ -54,10 +54,7 @@ impl Decision {
                 return;
             }
         }
-        let space = Space::Rooted {
-            root: &config.host_root,
-            store_dir: &config.store_dir,
-        };
+        let space = Space::rooted(config);
         let outside = space.outside(&inside);
         let chain = symlinks::follow(&inside, &outside, space, view)
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c));

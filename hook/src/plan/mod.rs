@@ -37,8 +37,9 @@ use crate::slot::Slot;
 use crate::symlinks;
 use cuda_sandbox_elfkit::store_path_of;
 use cuda_sandbox_manifest::{DriverManifest, Manifest};
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use std::collections::BTreeSet;
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 /// Why a path is exposed.
@@ -291,18 +292,14 @@ impl Decision {
     ) {
         if config.gpus_per_build == 0 {
             if let Some(v) = wanted {
-                self.skipped.push(Skip::new(
+                self.skip(
                     format!("{} = {:?}", crate::drv::GPUS_ATTR, v.text),
                     Skipped::GpusIgnored,
-                ));
+                );
             }
             return;
         }
-        let mut gpus: Vec<u32> = devices(&self.exposures)
-            .filter_map(|e| gpu_number(&e.inside))
-            .collect();
-        gpus.sort_unstable();
-        gpus.dedup();
+        let gpus = gpu_numbers(devices(&self.exposures).map(|e| e.inside.as_path()));
         if gpus.is_empty() {
             return;
         }
@@ -346,8 +343,13 @@ impl Decision {
     }
 
     /// The MIG instances whose compute-instance node the plan exposes.
+    /// Leaves `path` out of the plan, for `why`.
+    fn skip(&mut self, path: impl Display, why: Skipped) {
+        self.skipped.push(Skip::new(path, why));
+    }
+
     fn mig_instances(&self) -> Vec<InstanceId> {
-        let mut found: Vec<InstanceId> = self
+        let found: BTreeSet<InstanceId> = self
             .exposures
             .iter()
             .filter_map(|e| match &e.reason {
@@ -358,9 +360,7 @@ impl Decision {
                 _ => None,
             })
             .collect();
-        found.sort_unstable();
-        found.dedup();
-        found
+        found.into_iter().collect()
     }
 
     fn add_chain(&mut self, hops: Vec<symlinks::Hop>, reason: Reason) {
@@ -414,7 +414,7 @@ pub(crate) fn drop_nested(mut all: Vec<Exposure>, skipped: &mut Vec<Skip>) -> Ve
         match covered {
             Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
             Some((k, _)) if k.inside == e.inside => skipped.push(Skip::new(
-                e.inside.display().to_string(),
+                e.inside.display(),
                 Skipped::Conflicts(k.outside.clone()),
             )),
             _ => {
@@ -440,6 +440,12 @@ fn gpu_number(inside: &Path) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// The GPUs of the `/dev/nvidiaN` nodes among `paths`, each once, in order.
+fn gpu_numbers<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<u32> {
+    let gpus: BTreeSet<u32> = paths.filter_map(gpu_number).collect();
+    gpus.into_iter().collect()
+}
+
 /// Sorts exposures by inside path in component-wise order, as `Path`'s `Ord` has it, comparing
 /// bytes: each path's key is its bytes with `/` made the lowest byte, so that a component ends
 /// before any longer one that shares its start (`/a/b` before `/a-b`), which is `Path`'s order
@@ -459,12 +465,12 @@ fn component_order_key(path: &Path) -> Vec<u8> {
 }
 
 /// Serialises a value as its one-line text.
-fn as_text<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn as_text<S: Serializer>(value: &impl Display, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(value)
 }
 
 /// Serialises a path as text even when it is not UTF-8 (such bytes become U+FFFD).
-fn lossy_path<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+fn lossy_path<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&path.to_string_lossy())
 }
 

@@ -2,7 +2,7 @@
 //! each with its symlink chain, and with `follow_entry_symlinks` the targets of the links in
 //! the directory. [`Decision::add_path`] is shared with the driver planner.
 
-use super::{Decision, Problem, ProblemKind, Reason, Skip, Skipped, Want, OPTIONAL};
+use super::{Decision, Problem, ProblemKind, Reason, Skipped, Want, OPTIONAL};
 use crate::config::Config;
 use crate::scan::{HostView, PathOrigin, PathView};
 use crate::symlinks::{self, ChainError, Space};
@@ -104,10 +104,7 @@ impl Decision {
                     },
                 ));
             }
-            Err(e) => self.skipped.push(Skip::new(
-                inside.display().to_string(),
-                Skipped::OptionalPath(e),
-            )),
+            Err(e) => self.skip(inside.display(), Skipped::OptionalPath(e)),
         }
     }
 }

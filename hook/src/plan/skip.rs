@@ -23,9 +23,9 @@ pub(crate) struct Skip {
 
 impl Skip {
     /// `path` left out for `why`.
-    pub(crate) fn new(path: impl Into<String>, why: Skipped) -> Skip {
+    pub(crate) fn new(path: impl std::fmt::Display, why: Skipped) -> Skip {
         Skip {
-            path: path.into(),
+            path: path.to_string(),
             why,
         }
     }

@@ -33,8 +33,7 @@ impl Decision {
         self.exposures.retain(|e| {
             let sysfs = matches!(e.reason, Reason::Sysfs { .. });
             if sysfs {
-                let path = e.inside.display().to_string();
-                skipped.push(Skip::new(path, Skipped::NoSysfsTree(why)));
+                skipped.push(Skip::new(e.inside.display(), Skipped::NoSysfsTree(why)));
             }
             !sysfs
         });

@@ -912,7 +912,7 @@ fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
             match covered {
                 Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
                 Some((k, _)) if k.inside == e.inside => skipped.push(Skip::new(
-                    e.inside.display().to_string(),
+                    e.inside.display(),
                     Skipped::Conflicts(k.outside.clone()),
                 )),
                 _ => kept.push(e),

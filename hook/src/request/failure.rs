@@ -15,7 +15,7 @@ pub enum RequestFailure {
         derivation: String,
     },
     /// The derivation repeats an attribute the hook decides on.
-    #[error("refusing derivation {name}: {}", Prefixed(.from.as_deref(), .error))]
+    #[error("refusing derivation {name}: {}", prefixed(.from.as_deref(), .error))]
     Repeated {
         /// The derivation's name.
         name: String,
@@ -68,14 +68,10 @@ pub enum RequestFailure {
 }
 
 /// `error`, prefixed with where the bytes came from when not from the `.drv` file.
-pub(super) struct Prefixed<'a, E>(pub Option<&'a str>, pub &'a E);
-
-impl<E: std::fmt::Display> std::fmt::Display for Prefixed<'_, E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(source) => write!(f, "{source}: {}", self.1),
-            None => write!(f, "{}", self.1),
-        }
+pub(super) fn prefixed(from: Option<&str>, error: &DrvError) -> String {
+    match from {
+        Some(source) => format!("{source}: {error}"),
+        None => error.to_string(),
     }
 }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 mod failure;
 
-use failure::Prefixed;
+use failure::prefixed;
 pub use failure::RequestFailure;
 
 /// Environment variable in which some Nix variants pass the derivation as JSON.
@@ -98,6 +98,14 @@ pub(crate) enum Verdict {
 }
 
 impl Verdict {
+    /// Nothing for the build, for `why`, with the configuration when it was loaded.
+    fn untagged(why: impl Into<String>, config: Option<Config>) -> Verdict {
+        Verdict::Untagged {
+            why: why.into(),
+            config,
+        }
+    }
+
     /// The configuration, when it was loaded and is usable (never for a failure).
     pub(crate) fn config(&self) -> Option<&Config> {
         match self {
@@ -336,7 +344,7 @@ fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) ->
             from: from.map(str::to_owned),
             error: error.clone(),
         }),
-        _ => Derivation::Unreadable(bytes, Prefixed(from, error).to_string()),
+        _ => Derivation::Unreadable(bytes, prefixed(from, error)),
     }
 }
 
@@ -377,10 +385,7 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
             req.structured = attrs.features.structured;
             if req.features.is_empty() && !input.always_load_config {
                 // The fast path: no feature, no configuration read.
-                Verdict::Untagged {
-                    why: "the derivation requires no system feature".into(),
-                    config: None,
-                }
+                Verdict::untagged("the derivation requires no system feature", None)
             } else {
                 let text = config::read_text(&req.config_source);
                 req.by_features(
@@ -435,21 +440,18 @@ impl Request {
         let nothing = "untagged: no required feature appears in the configuration, so the hook \
                        exposes nothing";
         if unanswerable && !always_load_config {
-            return Verdict::Untagged {
-                why: nothing.into(),
-                config: None,
-            };
+            return Verdict::untagged(nothing, None);
         }
         match self.parse(text) {
             Ok(config) => self.match_rules(config, gpus, unsandboxed),
             // `explain`: what the hook does (nothing, silently), and what is wrong.
-            Err(e) if unanswerable => Verdict::Untagged {
-                why: format!(
+            Err(e) if unanswerable => Verdict::untagged(
+                format!(
                     "{nothing} (and does not read it further; note that it is broken, which \
                      fails tagged builds: {e})"
                 ),
-                config: None,
-            },
+                None,
+            ),
             Err(e) => match builtin {
                 Some(f) => Verdict::Fail(RequestFailure::BrokenConfig {
                     name: self.derivation_name(),
@@ -459,10 +461,7 @@ impl Request {
                 None => {
                     self.warnings
                         .push(format!("{e} (ignored: this build asks for no GPU feature)"));
-                    Verdict::Untagged {
-                        why: format!("the configuration is broken: {e}"),
-                        config: None,
-                    }
+                    Verdict::untagged(format!("the configuration is broken: {e}"), None)
                 }
             },
         }
@@ -492,10 +491,7 @@ impl Request {
                  tag the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
                 configured.join(", ")
             );
-            return Verdict::Untagged {
-                why,
-                config: Some(config),
-            };
+            return Verdict::untagged(why, Some(config));
         }
         self.matched = RuleMatch::all(&config, &rules, &self.features);
         match unsandboxed {
@@ -521,7 +517,7 @@ impl Request {
                 let why =
                     format!("cannot read derivation {name} ({error}) and {e}; exposing nothing");
                 self.warnings.push(why.clone());
-                return Verdict::Untagged { why, config: None };
+                return Verdict::untagged(why, None);
             }
         };
         match config.missing_drv {
@@ -532,10 +528,7 @@ impl Request {
                      missing_drv = \"expose\")"
                 );
                 self.warnings.push(why.clone());
-                Verdict::Untagged {
-                    why,
-                    config: Some(config),
-                }
+                Verdict::untagged(why, Some(config))
             }
             MissingDrv::Fail => Verdict::Fail(RequestFailure::MissingDrv {
                 name: name.to_owned(),
@@ -548,10 +541,7 @@ impl Request {
                     .flat_map(|r| r.features.iter().map(|f| f.as_bytes().to_vec()))
                     .collect();
                 if config.rules.is_empty() {
-                    return Verdict::Untagged {
-                        why: "the configuration has no rule".into(),
-                        config: Some(config),
-                    };
+                    return Verdict::untagged("the configuration has no rule", Some(config));
                 }
                 self.warnings.push(format!(
                     "derivation {name} is not on disk; exposing every rule (missing_drv = \
@@ -589,9 +579,6 @@ impl Request {
             "cannot read derivation {name} ({error}); it names no GPU feature, so exposing nothing"
         );
         self.warnings.push(why.clone());
-        Verdict::Untagged {
-            why,
-            config: loaded.ok(),
-        }
+        Verdict::untagged(why, loaded.ok())
     }
 }

@@ -91,11 +91,7 @@ impl CdiView {
 
 /// Where a spec's host path is: under the host root, store paths as they are.
 pub(crate) fn host_path(path: &str, config: &Config) -> PathBuf {
-    host::under(
-        &config.host_root,
-        &config.store_dir,
-        &symlinks::normalize(Path::new(path)),
-    )
+    Space::rooted(config).outside(&symlinks::normalize(Path::new(path)))
 }
 
 /// Whether a file name is a shared library's (`libX.so`, `libX.so.1`, `libX.so.570.86`).

@@ -36,30 +36,20 @@ pub(crate) type GlobMatches = Vec<Result<PathBuf, GlobError>>;
 /// Why a glob (or one entry it reached) gave no path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum GlobError {
-    /// The glob itself is not a valid pattern.
-    #[error("invalid glob: {why}")]
-    Invalid {
-        /// The glob.
-        glob: String,
-        /// What is wrong with it.
-        why: String,
-    },
-    /// A directory on the way could not be read.
-    #[error("cannot read: {error}")]
-    Unreadable {
-        /// The directory.
-        path: PathBuf,
-        /// The error.
-        error: String,
-    },
+    /// The glob itself is not a valid pattern: the glob, and what is wrong with it.
+    #[error("invalid glob: {1}")]
+    Invalid(String, String),
+    /// A directory on the way could not be read: the directory, and why.
+    #[error("cannot read: {1}")]
+    Unreadable(PathBuf, String),
 }
 
 impl GlobError {
     /// The path the error concerns (the glob itself when it is invalid).
     pub(crate) fn path(&self) -> PathBuf {
         match self {
-            GlobError::Invalid { glob, .. } => PathBuf::from(glob),
-            GlobError::Unreadable { path, .. } => path.clone(),
+            GlobError::Invalid(glob, _) => PathBuf::from(glob),
+            GlobError::Unreadable(path, _) => path.clone(),
         }
     }
 }
@@ -74,29 +64,23 @@ pub(crate) fn scan(
     listings: &mut Listings,
     fs: &Recorder,
 ) -> DeviceView {
+    let source = device.clone();
     if let Some(wants) = device.platform.filter(|p| *p != platform) {
-        return DeviceView {
-            source: device.clone(),
-            found: DeviceScan::OtherPlatform {
-                wants,
-                host: platform,
-            },
+        let found = DeviceScan::OtherPlatform {
+            wants,
+            host: platform,
         };
+        return DeviceView { source, found };
     }
-    let rooted = Space::Rooted {
-        root: &config.host_root,
-        store_dir: &config.store_dir,
-    };
+    let rooted = Space::rooted(config);
     let matches = glob_under(&config.host_root, &device.glob, listings, fs);
     for m in matches.iter().flatten() {
         if let Ok(rel) = m.strip_prefix(&config.host_root) {
             fs.follow(&Path::new("/").join(rel), m, rooted);
         }
     }
-    DeviceView {
-        source: device.clone(),
-        found: DeviceScan::Matched(matches),
-    }
+    let found = DeviceScan::Matched(matches);
+    DeviceView { source, found }
 }
 
 /// A directory's entry names, read once per scan (`None`: it could not be listed).
@@ -154,10 +138,7 @@ fn glob_under(root: &Path, glob: &str, listed: &mut Listings, fs: &impl Lookup) 
             .filter(|n| n.to_str().is_some_and(|n| pattern.matches(n)))
             .map(|n| Ok(dir.join(n)))
             .collect(),
-        Err(e) => vec![Err(GlobError::Unreadable {
-            path: dir,
-            error: e.clone(),
-        })],
+        Err(e) => vec![Err(GlobError::Unreadable(dir, e.clone()))],
     }
 }
 
@@ -176,16 +157,10 @@ fn glob_crate(root: &Path, glob: &str) -> GlobMatches {
     match glob::glob(&pattern) {
         Ok(m) => m
             .map(|e| {
-                e.map_err(|e| GlobError::Unreadable {
-                    path: e.path().to_path_buf(),
-                    error: e.error().to_string(),
-                })
+                e.map_err(|e| GlobError::Unreadable(e.path().to_path_buf(), e.error().to_string()))
             })
             .collect(),
-        Err(e) => vec![Err(GlobError::Invalid {
-            glob: glob.to_string(),
-            why: e.to_string(),
-        })],
+        Err(e) => vec![Err(GlobError::Invalid(glob.to_string(), e.to_string()))],
     }
 }
 

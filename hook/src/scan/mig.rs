@@ -83,22 +83,13 @@ pub(crate) enum NodeState {
 /// Why the MIG files could not be read; one line naming the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum MigScanError {
-    /// A file or directory failed the trust check or could not be read.
-    #[error("cannot read {}: {why}", path.display())]
-    Read {
-        /// The host path.
-        path: PathBuf,
-        /// Why.
-        why: String,
-    },
-    /// A file is not of the documented form.
-    #[error("{}: {error}", path.display())]
-    Format {
-        /// The host path.
-        path: PathBuf,
-        /// What is wrong.
-        error: FormatError,
-    },
+    /// A file or directory (its host path) failed the trust check or could not be read, and
+    /// why.
+    #[error("cannot read {path}: {1}", path = .0.display())]
+    Read(PathBuf, String),
+    /// A file (its host path) is not of the documented form, and what is wrong.
+    #[error("{path}: {1}", path = .0.display())]
+    Format(PathBuf, FormatError),
     /// A capability file and `mig-minors` disagree on its minor.
     #[error(
         "{capability}: {} says minor {access}, {} says {listed}",
@@ -169,15 +160,9 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     }
     let devices = under(Path::new(mig::PROC_DEVICES));
     let major = formats::caps_major(&read_bounded(&devices, formats::PROC_DEVICES_MAX)?)
-        .map_err(|error| MigScanError::Format {
-            path: devices,
-            error,
-        })?
+        .map_err(|error| MigScanError::Format(devices, error))?
         .ok_or(MigScanError::NoMajor)?;
-    let rooted = Space::Rooted {
-        root: &config.host_root,
-        store_dir: &config.store_dir,
-    };
+    let rooted = Space::rooted(config);
     let node = |capability: Capability, minor: u32| {
         let inside = mig::node_path(minor);
         let outside = under(&inside);
@@ -256,10 +241,7 @@ type WalkedGi = (Capability, u32, Vec<(InstanceId, u32)>);
 /// The numbers N of the entries `<prefix>N` of the directory `dir` (trusted first, as a
 /// directory to list: [`trust::listed_dir`]), sorted.
 fn numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, MigScanError> {
-    let read_err = |why: String| MigScanError::Read {
-        path: dir.to_path_buf(),
-        why,
-    };
+    let read_err = |why: String| MigScanError::Read(dir.to_path_buf(), why);
     let listed = trust::listed_dir(dir).map_err(|e| read_err(e.to_string()))?;
     let entries = std::fs::read_dir(listed).map_err(|e| read_err(e.to_string()))?;
     let mut found = Vec::new();
@@ -282,12 +264,8 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, MigScanError> {
 
 /// The `DeviceFileMinor` of the capability file at `path`.
 fn access_minor(path: &Path) -> Result<u32, MigScanError> {
-    formats::access_minor(&read_bounded(path, formats::ACCESS_MAX)?).map_err(|error| {
-        MigScanError::Format {
-            path: path.to_path_buf(),
-            error,
-        }
-    })
+    formats::access_minor(&read_bounded(path, formats::ACCESS_MAX)?)
+        .map_err(|error| MigScanError::Format(path.to_path_buf(), error))
 }
 
 /// `mig-minors`, when the driver has one.
@@ -298,20 +276,14 @@ fn listed_minors(path: &Path) -> Result<Option<MigMinors>, MigScanError> {
     let text = read_bounded(path, formats::MIG_MINORS_MAX)?;
     formats::mig_minors(&text)
         .map(Some)
-        .map_err(|error| MigScanError::Format {
-            path: path.to_path_buf(),
-            error,
-        })
+        .map_err(|error| MigScanError::Format(path.to_path_buf(), error))
 }
 
 /// The file at `path`, opened once trusted, read to at most `limit` + 1 bytes (so that a
 /// larger one is caught by the parser's bound). `/proc` files report size 0, so the size is
 /// not asked.
 fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, MigScanError> {
-    let err = |why: String| MigScanError::Read {
-        path: path.to_path_buf(),
-        why,
-    };
+    let err = |why: String| MigScanError::Read(path.to_path_buf(), why);
     let (file, _) = trust::open_file(path).map_err(|e: TrustError| err(e.to_string()))?;
     let mut bytes = Vec::new();
     file.take(limit + 1)

@@ -131,6 +131,7 @@ pub(crate) struct RuleView {
 }
 
 /// The real filesystem, remembering every answer in the snapshot (each path is looked at once).
+#[derive(Default)]
 pub(crate) struct Recorder {
     nodes: RefCell<HashMap<PathBuf, Node>>,
     real_paths: RefCell<BTreeMap<PathBuf, PathBuf>>,
@@ -150,13 +151,6 @@ impl Lookup for Recorder {
 }
 
 impl Recorder {
-    fn new() -> Recorder {
-        Recorder {
-            nodes: RefCell::new(HashMap::new()),
-            real_paths: RefCell::new(BTreeMap::new()),
-        }
-    }
-
     /// Follows the chain at (`inside`, `outside`), recording every entry on the way, so that a
     /// planner can follow it again over the snapshot.
     pub(crate) fn follow(&self, inside: &Path, outside: &Path, space: Space<'_>) {
@@ -218,12 +212,9 @@ impl Recorder {
 /// Reads what the `rules` (matched, with their ids) under `config` need to know of the host,
 /// and the GPU inventory when the build's features `need_inventory`. Never writes.
 pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: bool) -> HostView {
-    let fs = Recorder::new();
+    let fs = Recorder::default();
     let facts = host_facts(config, rules);
-    let rooted = Space::Rooted {
-        root: &config.host_root,
-        store_dir: &config.store_dir,
-    };
+    let rooted = Space::rooted(config);
     let mut listings = devices::Listings::new();
     let mut specs = cdi::Specs::None;
     let views: Vec<RuleView> = rules
@@ -393,7 +384,7 @@ mod tests {
         std::fs::create_dir_all(base.join("run")).unwrap();
         symlink(base.join("store/link"), base.join("run/opengl-driver")).unwrap();
         symlink("nowhere", base.join("run/dangling")).unwrap();
-        let fs = Recorder::new();
+        let fs = Recorder::default();
         for p in [
             "run/opengl-driver/lib/libcuda.so.1",
             "env/lib/libcuda.so.1",

@@ -96,24 +96,19 @@ pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountEr
 /// Unmounts whatever is mounted at `target` (lazily: a process inside keeps its view), until
 /// nothing is. A target that is no mount point (or does not exist) is left as it is.
 pub(super) fn detach(target: &Path) -> Result<(), MountError> {
+    let failed = |source| MountError::Mount {
+        what: "cannot unmount",
+        target: target.to_path_buf(),
+        source,
+    };
     for _ in 0..MAX_STACKED {
         match umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
             Ok(()) => continue,
             Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => return Ok(()),
-            Err(source) => {
-                return Err(MountError::Mount {
-                    what: "cannot unmount",
-                    target: target.to_path_buf(),
-                    source,
-                })
-            }
+            Err(source) => return Err(failed(source)),
         }
     }
-    Err(MountError::Mount {
-        what: "cannot unmount",
-        target: target.to_path_buf(),
-        source: nix::Error::EBUSY,
-    })
+    Err(failed(nix::Error::EBUSY))
 }
 
 /// Runs `work` in the mount namespace of this process's parent (the Nix that ran the hook),

@@ -32,14 +32,9 @@ pub(crate) enum PciError {
     /// A file or link failed the trust checks or could not be read.
     #[error(transparent)]
     Untrusted(#[from] TrustError),
-    /// A file or link could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        /// The entry.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// A file or link (the entry) could not be read, and why.
+    #[error("cannot read {path}: {1}", path = .0.display())]
+    Read(PathBuf, #[source] std::io::Error),
     /// The `information` file names no device minor.
     #[error("{} names no \"Device Minor\"", .0.display())]
     NoMinor(PathBuf),
@@ -142,10 +137,7 @@ pub(super) fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, PciError> {
     use std::io::Read;
     let (file, _) = trust::open_file(path)?;
     let mut bytes = Vec::new();
-    let read = |source| PciError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
+    let read = |source| PciError::Read(path.to_path_buf(), source);
     file.take(max + 1).read_to_end(&mut bytes).map_err(read)?;
     if bytes.len() as u64 > max {
         return Err(read(std::io::Error::other(format!(
@@ -232,10 +224,7 @@ fn pci_path(below: &str) -> Option<Vec<String>> {
 /// directory that passes [`trust::listed_dir`], and UTF-8.
 fn root_link(link: &Path) -> Result<String, PciError> {
     use std::os::unix::fs::MetadataExt;
-    let read = |source| PciError::Read {
-        path: link.to_path_buf(),
-        source,
-    };
+    let read = |source| PciError::Read(link.to_path_buf(), source);
     let parent = link.parent().expect("a link in a directory");
     trust::listed_dir(parent)?;
     let meta = std::fs::symlink_metadata(link).map_err(read)?;

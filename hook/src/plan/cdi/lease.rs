@@ -14,7 +14,7 @@
 //! Without leases a device is planned whole, as every build gets every GPU.
 
 use crate::cdi::ContainerEdits;
-use crate::plan::gpu_number;
+use crate::plan::{gpu_number, gpu_numbers};
 use crate::scan::CdiDevice;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -114,14 +114,7 @@ pub(super) fn parts(name: &str, found: &CdiDevice, leased: bool) -> (Vec<Part>, 
 
 /// The GPUs whose `/dev/nvidiaN` node `edits` list, each once, in order.
 fn gpus_of(edits: &ContainerEdits) -> Vec<u32> {
-    let mut gpus: Vec<u32> = edits
-        .device_nodes
-        .iter()
-        .filter_map(|n| gpu_number(Path::new(&n.path)))
-        .collect();
-    gpus.sort_unstable();
-    gpus.dedup();
-    gpus
+    gpu_numbers(edits.device_nodes.iter().map(|n| Path::new(&n.path)))
 }
 
 #[cfg(test)]

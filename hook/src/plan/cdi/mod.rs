@@ -50,7 +50,7 @@ impl Decision {
         view: &HostView,
     ) {
         for e in &cdi.spec_errors {
-            let skip = Skip::new(e.path().display().to_string(), Skipped::CdiSpec(e.clone()));
+            let skip = Skip::new(e.path().display(), Skipped::CdiSpec(e.clone()));
             if !self.skipped.contains(&skip) {
                 self.skipped.push(skip);
             }
@@ -63,6 +63,8 @@ impl Decision {
             link_share: link.join("share"),
             link_present: driver.is_some_and(|d| d.link_present),
             driver_binds_libraries: driver.is_some_and(|d| d.host_libraries.is_some()),
+            config,
+            view,
         };
         for d in &cdi.devices {
             match &d.found {
@@ -70,17 +72,17 @@ impl Decision {
                     let (parts, unowned) =
                         lease::parts(d.name.as_str(), found, config.gpus_per_build > 0);
                     for u in unowned {
-                        self.skipped.push(Skip::new(
+                        self.skip(
                             u.path,
                             Skipped::CdiUnowned {
                                 device: d.name.as_str().to_owned(),
                                 spec: found.spec.to_path_buf(),
                                 gpus_per_build: config.gpus_per_build,
                             },
-                        ));
+                        );
                     }
                     for part in &parts {
-                        self.add_cdi_device(&place, part, found, config, view);
+                        self.add_cdi_device(&place, part, found);
                     }
                 }
                 Err(error) => self.problems.push(Problem::new(
@@ -97,23 +99,16 @@ impl Decision {
     /// Plans one part of a device (the whole device without leases): its device nodes, its
     /// mounts and its `create-symlinks` links as exposures (or skips and problems), and the
     /// edits a pre-build hook cannot carry out.
-    fn add_cdi_device(
-        &mut self,
-        at: &Place<'_>,
-        part: &lease::Part,
-        found: &CdiDevice,
-        config: &Config,
-        view: &HostView,
-    ) {
+    fn add_cdi_device(&mut self, at: &Place<'_>, part: &lease::Part, found: &CdiDevice) {
         let (mut pending, links) = unsupported_edits(&part.edits);
         for n in &part.edits.device_nodes {
-            self.add_cdi_device_node(at, part, found, n, config, view);
+            self.add_cdi_device_node(at, part, found, n);
         }
         for m in &part.edits.mounts {
-            self.add_cdi_mount(at, part, found, m, config, view);
+            self.add_cdi_mount(at, part, found, m);
         }
         for (target, link) in links {
-            if let Some(edit) = self.add_cdi_link(at, part, found, &target, &link, config, view) {
+            if let Some(edit) = self.add_cdi_link(at, part, found, &target, &link) {
                 pending.push(edit);
             }
         }
@@ -141,8 +136,6 @@ impl Decision {
         part: &lease::Part,
         found: &CdiDevice,
         n: &DeviceNode,
-        config: &Config,
-        view: &HostView,
     ) {
         let device = part.device.as_str();
         if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
@@ -155,7 +148,7 @@ impl Decision {
             ));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
-        let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), config);
+        let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), at.config);
         let fail = |fault: NodeFault| {
             let inside = inside.clone();
             let device = device.to_owned();
@@ -168,7 +161,7 @@ impl Decision {
                 },
             )
         };
-        let chain = match symlinks::follow(&inside, &outside, Space::Literal, view)
+        let chain = match symlinks::follow(&inside, &outside, Space::Literal, at.view)
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
         {
             Ok(c) => c,
@@ -189,35 +182,27 @@ impl Decision {
     /// driver link (under its name and its soname) unless the driver link or the driver
     /// planner brings it, a data file also under the link's `share`, anything else at its
     /// `containerPath`; the host's C/C++ runtime and FHS programs are skipped.
-    fn add_cdi_mount(
-        &mut self,
-        at: &Place<'_>,
-        part: &lease::Part,
-        found: &CdiDevice,
-        m: &Mount,
-        config: &Config,
-        view: &HostView,
-    ) {
+    fn add_cdi_mount(&mut self, at: &Place<'_>, part: &lease::Part, found: &CdiDevice, m: &Mount) {
         if m.kind.as_ref().is_some_and(|k| k.as_str() != "bind") {
             return;
         }
         let device = part.device.as_str();
         let inside = symlinks::normalize(Path::new(&m.container_path));
-        let outside = host_path(&m.host_path, config);
+        let outside = host_path(&m.host_path, at.config);
         if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
-            return self.skipped.push(Skip::new(
+            return self.skip(
                 m.container_path.clone(),
                 Skipped::CdiMountPath {
                     device: device.to_owned(),
                     why,
                 },
-            ));
+            );
         }
         let name = inside
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let skip = |why: Skipped| Skip::new(inside.display().to_string(), why);
+        let skip = |why: Skipped| Skip::new(inside.display(), why);
         if is_host_runtime(&name) {
             return self.skipped.push(skip(Skipped::CdiHostRuntime {
                 device: device.to_owned(),
@@ -250,21 +235,26 @@ impl Decision {
             for rel in names {
                 let inside = at.link_lib.join(rel);
                 let reason = cdi_reason(at, part, found, CdiItem::Library);
-                self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
+                self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
             }
             return;
         }
         if let Some(rel) = data_file_place(&inside) {
             let reason = cdi_reason(at, part, found, CdiItem::DataFile);
-            self.add_optional_host_path(at.rule, &at.link_share.join(rel), &outside, view, reason);
+            self.add_optional_host_path(
+                at.rule,
+                &at.link_share.join(rel),
+                &outside,
+                at.view,
+                reason,
+            );
         }
         let reason = cdi_reason(at, part, found, CdiItem::Mount);
-        self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
+        self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
     }
 
     /// Makes a `create-symlinks` link at the driver link when it names a library, by exposing
     /// the file its target names there; another link is returned, as not carried out.
-    #[allow(clippy::too_many_arguments)]
     fn add_cdi_link(
         &mut self,
         at: &Place<'_>,
@@ -272,8 +262,6 @@ impl Decision {
         found: &CdiDevice,
         target: &str,
         link: &str,
-        config: &Config,
-        view: &HostView,
     ) -> Option<CdiEdit> {
         let link_path = symlinks::normalize(Path::new(link));
         let name = link_path
@@ -289,7 +277,7 @@ impl Decision {
                 || (path.parent() == target_path.parent()
                     && found
                         .sonames
-                        .get(&host_path(&m.host_path, config))
+                        .get(&host_path(&m.host_path, at.config))
                         .map(Path::new)
                         == target_path.file_name().map(Path::new))
         });
@@ -301,8 +289,8 @@ impl Decision {
         };
         let inside = at.link_lib.join(below_library_dir(&link_path));
         let reason = cdi_reason(at, part, found, CdiItem::Link);
-        let outside = host_path(&m.host_path, config);
-        self.add_optional_host_path(at.rule, &inside, &outside, view, reason);
+        let outside = host_path(&m.host_path, at.config);
+        self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
         None
     }
 }
@@ -385,11 +373,14 @@ fn unsupported_edits(edits: &ContainerEdits) -> (Vec<CdiEdit>, Vec<(String, Stri
     (pending, links)
 }
 
-/// Where a rule's CDI libraries go, and whether the driver planner takes them.
+/// Where a rule's CDI libraries go, whether the driver planner takes them, and the
+/// configuration and host the rule is planned under.
 struct Place<'a> {
     rule: &'a str,
     link_lib: PathBuf,
     link_share: PathBuf,
     link_present: bool,
     driver_binds_libraries: bool,
+    config: &'a Config,
+    view: &'a HostView,
 }
