@@ -45,7 +45,8 @@
 //!   is (one getter must be found, and only one: every byte);
 //! - for the mixing check, the data sections of each library the file's process would load
 //!   (glibc's search, as lint models it), but the largest when the file holds no runtime of an
-//!   exact version (the one lint leaves unread then).
+//!   exact version (the one lint leaves unread then), and the code of each that holds a
+//!   runtime, where its version getter is.
 //!
 //! `LINT_BENCH_RUNS=N` sets every run count to N (CI: 1, a smoke with its figures);
 //! `LINT_BENCH_BIN=PATH` times that build of `cuda-sandbox-check` end to end. Figures,
@@ -663,10 +664,15 @@ fn library(
     let mut another_runtime = false;
     for (_, library) in &libraries {
         let bytes = std::fs::read(library).unwrap();
-        another_runtime |= gpu_code_and_runtime(library, &bytes)
+        let runtime = gpu_code_and_runtime(library, &bytes)
             .1
             .is_some_and(|r| matches!(r.version, Some(Toolkit::Exact(_))));
-        let ranges = data_ranges(&bytes);
+        another_runtime |= runtime;
+        let mut ranges = data_ranges(&bytes);
+        if runtime {
+            // Its runtime's version, for the mixing check: the getter in its code.
+            ranges.extend(code_ranges(&bytes));
+        }
         library_bytes += ranges.iter().map(|(s, e)| e - s).sum::<usize>();
         files.push(MustRead {
             path: library.clone(),
@@ -711,7 +717,8 @@ fn library(
         "  bound: what must be read for lint's answer: to find the containers, {:.1} MB of data \
          sections outside them searched for the magic and {} page(s) of headers; the static \
          runtime's code for its version, {:.1} MB; the data sections of the {} other \
-         libraries the process would load, {:.1} MB{unread}; faulted and read once on fresh \
+         libraries the process would load, and the code of those holding a runtime, {:.1} \
+         MB{unread}; faulted and read once on fresh \
          mappings in {}; with start and rendering {}: lint is {:.2}x that bound, cuobjdump / \
          bound = {:.1}x",
         scanned as f64 / 1e6,
