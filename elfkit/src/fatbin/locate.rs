@@ -12,7 +12,7 @@ use memchr::memmem;
 use object::read::archive::ArchiveFile;
 use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
-use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
+use super::parse::{bytes_at, container_at, containers_in, CONTAINER_MAGIC};
 use super::strings::{may_hold_strings, Ahead, CStrings, BLOCK};
 use super::{Container, FatbinError, GpuCode, Origin, Purpose};
 
@@ -42,11 +42,7 @@ pub fn read_gpu_code_and_strings(
         for member in archive.members() {
             let member = member.map_err(|e| FatbinError::Container(e.to_string()))?;
             let (start, size) = member.file_range();
-            let Some(bytes) = usize::try_from(start)
-                .ok()
-                .zip(usize::try_from(size).ok())
-                .and_then(|(s, n)| data.get(s..s.checked_add(n)?))
-            else {
+            let Some(bytes) = bytes_at(data, start, size) else {
                 continue; // a thin archive's member lives in another file
             };
             if !bytes.starts_with(b"\x7fELF") {
