@@ -189,23 +189,17 @@ impl<'a, F: Fs> Process<'a, F> {
             path: path.to_path_buf(),
             reason,
         };
+        let open = |error: String| StartError::Open {
+            path: path.to_path_buf(),
+            error,
+        };
         let opened = match (attempt, opened) {
             (search::Attempt::Loadable, Some(o)) => o,
             (search::Attempt::Unusable(reason), _) => return Err(unusable(reason)),
             (search::Attempt::OtherClass, _) => return Err(unusable("wrong ELF class".into())),
             (search::Attempt::OtherMachine, _) => return Err(unusable("wrong machine".into())),
-            (search::Attempt::ListEnded(e), _) => {
-                return Err(StartError::Open {
-                    path: path.to_path_buf(),
-                    error: e,
-                })
-            }
-            _ => {
-                return Err(StartError::Open {
-                    path: path.to_path_buf(),
-                    error: "not found".into(),
-                })
-            }
+            (search::Attempt::ListEnded(error), _) => return Err(open(error)),
+            _ => return Err(open("not found".into())),
         };
         let real =
             how == Start::Kernel || (how == Start::Loader && self.loader.explicit_origin_is_real());
