@@ -160,10 +160,8 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
         .map(|s| section_bytes(bytes, s))
         .unwrap_or(&[]);
     let name_of = |s: &Section| {
-        let start = s.name as usize;
-        let rest = names.get(start..)?;
-        let end = rest.iter().position(|&c| c == 0)?;
-        std::str::from_utf8(&rest[..end]).ok()
+        let rest = names.get(s.name as usize..)?;
+        rest.get(..memchr::memchr(0, rest)?)
     };
     let (mut kernels, mut managed) = (Vec::new(), Vec::new());
     for symtab in table.iter().filter(|s| s.kind == SHT_SYMTAB) {
@@ -187,7 +185,7 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
         }
         _ => table
             .iter()
-            .find(|s| name_of(s) == Some(".note.nv.tkinfo"))
+            .find(|s| name_of(s) == Some(b".note.nv.tkinfo"))
             .and_then(|s| release_in(section_bytes(bytes, s))),
     };
     Ok(CubinFacts {
