@@ -123,16 +123,10 @@ impl Loader {
     /// The glibc-hwcaps subdirectories and `$PLATFORM` are this CPU's, as in
     /// [`Loader::debian`].
     pub fn nixpkgs(interpreter: PathBuf) -> Loader {
-        let lib = interpreter
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| "/".into());
-        let prefix = lib
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| "/".into());
-        let cache = prefix.join("etc/ld.so.cache");
-        Loader::of(interpreter, vec![prefix.join("lib")], cache, "lib".into())
+        // GLIBC: the parent of the interpreter's directory.
+        let prefix = interpreter.ancestors().nth(2).unwrap_or(Path::new("/"));
+        let (lib, cache) = (prefix.join("lib"), prefix.join("etc/ld.so.cache"));
+        Loader::of(interpreter, vec![lib], cache, "lib".into())
     }
 
     /// A build of glibc for this machine, with this CPU's glibc-hwcaps subdirectories and
