@@ -416,10 +416,7 @@ impl<'a, F: Fs> Process<'a, F> {
         let rpath = |i: usize| {
             let info = &self.objects[i].info;
             // An object with DT_RUNPATH has its DT_RPATH ignored (get-dynamic-info.h).
-            info.runpath
-                .is_none()
-                .then_some(info.rpath.as_ref())
-                .flatten()
+            info.rpath.as_ref().filter(|_| info.runpath.is_none())
         };
         let list = |source, entries: &[String], i: usize| SearchList {
             source,
@@ -446,12 +443,8 @@ impl<'a, F: Fs> Process<'a, F> {
         }
         // LD_LIBRARY_PATH as glibc splits it (`_dl_init_paths`): at `:` and `;`, empty entries
         // kept (the current directory); an unset or empty value is no list at all.
-        if let Some(v) = self
-            .env
-            .ld_library_path
-            .as_deref()
-            .filter(|v| !v.is_empty())
-        {
+        let v = self.env.ld_library_path.as_deref().unwrap_or_default();
+        if !v.is_empty() {
             let llp: Vec<String> = v.split([':', ';']).map(String::from).collect();
             let origin = self.main.and_then(|m| self.objects[m].origin.clone());
             lists.push(SearchList {
