@@ -403,10 +403,8 @@ fn scan(
         let containers: Vec<(usize, usize)> = out[from..]
             .iter()
             .map(|c| {
-                (
-                    (c.offset - base) as usize,
-                    (c.offset - base + c.size) as usize,
-                )
+                let at = (c.offset - base) as usize;
+                (at, at + c.size as usize)
             })
             .collect();
         let walked = search.walked;
