@@ -181,15 +181,12 @@ fn advertised_by(rows: &[Architecture], gpus: &[Capability]) -> Advertised {
     let mut unknown: Vec<(Capability, Unknown)> = Vec::new();
     let mut known = Vec::new();
     for &gpu in gpus {
-        let baseline = Arch {
-            capability: gpu,
-            variant: Variant::Plain,
-        };
-        if forms.contains(&baseline) {
+        let row = rows.iter().find(|row| row.capability == gpu);
+        if row.is_some_and(|row| row.nixpkgs.contains(&Variant::Plain)) {
             known.push(gpu);
             continue;
         }
-        let why = match rows.iter().find(|row| row.capability == gpu) {
+        let why = match row {
             Some(_) => Unknown::NotInNixpkgs,
             None if rows.last().is_none_or(|last| gpu > last.capability) => Unknown::NewerThanTable,
             None => Unknown::NotInTable,

@@ -139,16 +139,7 @@ fn pin(text: &'static str) -> Result<NixpkgsPin, TableFault> {
 pub fn parse(text: &'static str) -> Result<Table, TableError> {
     let mut rows: Vec<Architecture> = Vec::new();
     let mut nixpkgs = None;
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let at = |fault: TableFault| TableError::Line {
-            table: "gpus.txt",
-            line: n + 1,
-            fault,
-        };
+    for (line, at) in table::rows(text, "gpus.txt") {
         if let Some(rest) = line.strip_prefix("nixpkgs:") {
             if nixpkgs.is_some() {
                 return Err(at(TableFault::SecondPin));

@@ -27,16 +27,7 @@ pub fn parse(text: &str) -> Result<Releases, TableError> {
         releases: Vec::new(),
         branches: Vec::new(),
     };
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let at = |fault: TableFault| TableError::Line {
-            table: "releases.txt",
-            line: n + 1,
-            fault,
-        };
+    for (line, at) in table::rows(text, "releases.txt") {
         let fields: Vec<&str> = line.split(" | ").map(str::trim).collect();
         match fields[..] {
             ["release", version, source] if !source.is_empty() => {

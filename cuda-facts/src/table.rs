@@ -72,6 +72,17 @@ pub enum TableFault {
     RowOrder,
 }
 
+/// The rows of a table: each line, trimmed, that is neither blank nor a `#` comment, with what
+/// makes a fault on it an error naming the table and the line.
+pub(super) fn rows<'a>(
+    text: &'a str,
+    table: &'static str,
+) -> impl Iterator<Item = (&'a str, impl Fn(TableFault) -> TableError + Copy)> {
+    let rows = text.lines().map(str::trim).zip(1..);
+    rows.filter(|(text, _)| !text.is_empty() && !text.starts_with('#'))
+        .map(move |(text, line)| (text, move |fault| TableError::Line { table, line, fault }))
+}
+
 /// `12.8` → 12080.
 pub(super) fn release(text: &str) -> Result<CudaVersion, TableFault> {
     let bad = || TableFault::Release(text.to_owned());

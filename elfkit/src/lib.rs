@@ -258,10 +258,8 @@ pub fn compat_note(elf_bytes: &[u8]) -> Result<Option<&[u8]>, ElfError> {
     };
     let data = section.data().map_err(ElfError::NoteSection)?;
     let endian = Endianness::from_little_endian(file.is_little_endian()).unwrap_or_default();
-    let word = |at: usize| -> Option<usize> {
-        let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
-        Some(endian.read_u32_bytes(b) as usize)
-    };
+    let field = |at: usize, len: usize| data.get(at..at.checked_add(len)?);
+    let word = |at| Some(endian.read_u32_bytes(field(at, 4)?.try_into().ok()?) as usize);
     let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
     let mut at = 0;
     while at < data.len() {
@@ -275,12 +273,8 @@ pub fn compat_note(elf_bytes: &[u8]) -> Result<Option<&[u8]>, ElfError> {
         let next = align4(descsz)
             .and_then(|n| desc_at.checked_add(n))
             .ok_or_else(bad)?;
-        let name = data
-            .get(name_at..name_at.checked_add(namesz).ok_or_else(bad)?)
-            .ok_or_else(bad)?;
-        let desc = data
-            .get(desc_at..desc_at.checked_add(descsz).ok_or_else(bad)?)
-            .ok_or_else(bad)?;
+        let name = field(name_at, namesz).ok_or_else(bad)?;
+        let desc = field(desc_at, descsz).ok_or_else(bad)?;
         let name = name.strip_suffix(&[0]).unwrap_or(name);
         if name == COMPAT_NOTE_OWNER {
             return Ok(Some(desc.split(|b| *b == 0).next().unwrap_or_default()));

@@ -10,15 +10,11 @@
 //! the debugger's `cudbg*` is the two x86-64 instructions `mov $0x22,%eax; ret`, so `cuInit`,
 //! `cuDriverGetVersion` and the rest return 34 without touching their arguments.
 //!
-//! [`stub_libcuda`] holds a file to that fingerprint ([`STUB_LIBCUDA`]). Other architectures'
+//! [`stub_libcuda`] holds a file to that fingerprint (SONAME `libcuda.so.1`, no `DT_NEEDED`,
+//! every `cu*` entry point `mov $34,%eax; ret`: `CUDA_ERROR_STUB_LIBRARY`). Other architectures'
 //! stubs were not available to measure, so only x86-64 files are recognised.
 
 use object::{Architecture, Object, ObjectSection, ObjectSymbol, SymbolKind};
-
-/// The fingerprint's name, as findings and checks print it.
-pub const STUB_LIBCUDA: &str = "NVIDIA's stub libcuda (SONAME libcuda.so.1, no DT_NEEDED, \
-                                every cu* entry point `mov $34,%eax; ret`: \
-                                CUDA_ERROR_STUB_LIBRARY)";
 
 /// The body of each of the stub's entry points on x86-64: `mov $0x22,%eax; ret`.
 const RETURN_34_X86_64: [u8; 6] = [0xb8, 0x22, 0x00, 0x00, 0x00, 0xc3];
@@ -52,7 +48,7 @@ impl std::fmt::Display for StubLibcuda {
     }
 }
 
-/// Whether `data` (a whole ELF file) is NVIDIA's stub libcuda by [`STUB_LIBCUDA`]: an x86-64
+/// Whether `data` (a whole ELF file) is NVIDIA's stub libcuda by its fingerprint: an x86-64
 /// shared object named `libcuda.so.1` that needs no library, defines [`REQUIRED`], and whose
 /// every `cu*` function (the debugger's `cudbg*` aside) is `mov $34,%eax; ret`. Anything
 /// else, unreadable files included, is not. One pass over the dynamic symbols.

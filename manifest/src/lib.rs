@@ -18,7 +18,7 @@ pub const MANIFEST_PATH: &str = "/run/cuda-sandbox/manifest.json";
 pub const MANIFEST_VERSION: u32 = 1;
 
 /// Which user-space driver the build should load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverKind {
     /// The host's own driver (the NixOS driver link or the host's libraries).
@@ -26,6 +26,7 @@ pub enum DriverKind {
     /// A newer `cuda_compat` driver running on the host's older kernel module.
     Compat,
     /// No driver was found or configured.
+    #[default]
     None,
 }
 
@@ -40,7 +41,7 @@ impl std::fmt::Display for DriverKind {
 }
 
 /// The driver the hook chose, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriverManifest {
     /// Host or compat.
     pub kind: DriverKind,
@@ -135,14 +136,8 @@ impl DriverManifest {
     /// No driver: nothing for the runner to compare the loaded libcuda with, and why.
     pub fn none(reason: impl Into<String>) -> DriverManifest {
         DriverManifest {
-            kind: DriverKind::None,
-            libcuda: Vec::new(),
-            cuda_version: None,
-            host_cuda_version: None,
-            kernel_driver: None,
-            compat_dir: None,
-            driver_link_lib: None,
             reason: reason.into(),
+            ..DriverManifest::default()
         }
     }
 }

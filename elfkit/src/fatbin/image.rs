@@ -154,23 +154,16 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
         return Err(CubinError::Machine(machine));
     }
     let table = sections(bytes).ok_or(CubinError::SectionTable)?;
-    let strings = usize::from(u16_at(bytes, 0x3e).unwrap_or(0));
-    let names = table
-        .get(strings)
-        .map(|s| section_bytes(bytes, s))
-        .unwrap_or(&[]);
+    // The bytes of the section at an index (none for an index past the table).
+    let bytes_of = |i: usize| table.get(i).map_or(&[][..], |s| section_bytes(bytes, s));
+    let names = bytes_of(usize::from(u16_at(bytes, 0x3e).unwrap_or(0)));
     let name_of = |s: &Section| {
-        let start = s.name as usize;
-        let rest = names.get(start..)?;
-        let end = rest.iter().position(|&c| c == 0)?;
-        std::str::from_utf8(&rest[..end]).ok()
+        let rest = names.get(s.name as usize..)?;
+        rest.get(..memchr::memchr(0, rest)?)
     };
     let (mut kernels, mut managed) = (Vec::new(), Vec::new());
     for symtab in table.iter().filter(|s| s.kind == SHT_SYMTAB) {
-        let strings = table
-            .get(symtab.link)
-            .map(|s| section_bytes(bytes, s))
-            .unwrap_or(&[]);
+        let strings = bytes_of(symtab.link);
         for sym in section_bytes(bytes, symtab).chunks_exact(SYM_SIZE) {
             let name = || string_at(strings, u32_at(sym, 0).unwrap_or(0) as usize);
             if sym[ST_OTHER] & STO_CUDA_ENTRY != 0 {
@@ -187,7 +180,7 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
         }
         _ => table
             .iter()
-            .find(|s| name_of(s) == Some(".note.nv.tkinfo"))
+            .find(|s| name_of(s) == Some(b".note.nv.tkinfo"))
             .and_then(|s| release_in(section_bytes(bytes, s))),
     };
     Ok(CubinFacts {

@@ -12,7 +12,7 @@ use memchr::memmem;
 use object::read::archive::ArchiveFile;
 use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
-use super::parse::{container_at, containers_in, CONTAINER_MAGIC};
+use super::parse::{bytes_at, container_at, containers_in, u32_at, u64_at, CONTAINER_MAGIC};
 use super::strings::{may_hold_strings, Ahead, CStrings, BLOCK};
 use super::{Container, FatbinError, GpuCode, Origin, Purpose};
 
@@ -42,11 +42,7 @@ pub fn read_gpu_code_and_strings(
         for member in archive.members() {
             let member = member.map_err(|e| FatbinError::Container(e.to_string()))?;
             let (start, size) = member.file_range();
-            let Some(bytes) = usize::try_from(start)
-                .ok()
-                .zip(usize::try_from(size).ok())
-                .and_then(|(s, n)| data.get(s..s.checked_add(n)?))
-            else {
+            let Some(bytes) = bytes_at(data, start, size) else {
                 continue; // a thin archive's member lives in another file
             };
             if !bytes.starts_with(b"\x7fELF") {
@@ -204,36 +200,27 @@ fn elf_containers(
     // a relocation, so only linked files are followed. Addresses are looked up among the
     // sections sorted by address.
     placed.sort_by_key(|s| s.address);
-    if file.kind() != ObjectKind::Relocatable {
-        let wrappers: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|s| s.name == WRAPPER_SECTION)
-            .map(|s| (s.start, s.end))
-            .collect();
-        for (start, end) in wrappers.into_iter().take(1) {
-            for w in data[start..end].chunks_exact(24) {
-                if u32::from_le_bytes(w[0..4].try_into().unwrap_or_default()) != WRAPPER_MAGIC {
-                    continue;
-                }
-                let address = u64::from_le_bytes(w[8..16].try_into().unwrap_or_default());
-                let Some((at, section)) = file_offset_of(&placed, address) else {
-                    continue;
-                };
-                if starts.contains(&at) || walked.meets(at, at + 1) {
-                    continue;
-                }
-                let (entries, stop) = container_at(data, at, base)?;
-                starts.insert(at);
-                walked.add(at, stop);
-                out.push(Container {
-                    offset: base + at as u64,
-                    size: (stop - at) as u64,
-                    origin: Origin::Wrapper(section),
-                    purpose: Purpose::Loadable,
-                    member: None,
-                    entries,
-                });
+    let wrappers = placed.iter().find(|s| s.name == WRAPPER_SECTION);
+    if let Some(wrappers) = wrappers.filter(|_| !relocatable) {
+        for w in data[wrappers.start..wrappers.end].chunks_exact(24) {
+            let address = u64_at(w, 8).filter(|_| u32_at(w, 0) == Some(WRAPPER_MAGIC));
+            let Some((at, section)) = address.and_then(|a| file_offset_of(&placed, a)) else {
+                continue;
+            };
+            if starts.contains(&at) || walked.meets(at, at + 1) {
+                continue;
             }
+            let (entries, stop) = container_at(data, at, base)?;
+            starts.insert(at);
+            walked.add(at, stop);
+            out.push(Container {
+                offset: base + at as u64,
+                size: (stop - at) as u64,
+                origin: Origin::Wrapper(section),
+                purpose: Purpose::Loadable,
+                member: None,
+                entries,
+            });
         }
     }
     // The magic elsewhere: data sections only (never code, never the ones walked), each byte
@@ -416,10 +403,8 @@ fn scan(
         let containers: Vec<(usize, usize)> = out[from..]
             .iter()
             .map(|c| {
-                (
-                    (c.offset - base) as usize,
-                    (c.offset - base + c.size) as usize,
-                )
+                let at = (c.offset - base) as usize;
+                (at, at + c.size as usize)
             })
             .collect();
         let walked = search.walked;

@@ -42,6 +42,12 @@ pub(super) fn u64_at(data: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(data.get(at..end)?.try_into().ok()?))
 }
 
+/// The `len` bytes at `at` of `data`, when it holds them.
+pub(super) fn bytes_at(data: &[u8], at: u64, len: u64) -> Option<&[u8]> {
+    let at = usize::try_from(at).ok()?;
+    data.get(at..at.checked_add(usize::try_from(len).ok()?)?)
+}
+
 /// Whether a container's magic starts at `at`.
 pub fn has_magic(data: &[u8], at: usize) -> bool {
     u32_at(data, at) == Some(CONTAINER_MAGIC)

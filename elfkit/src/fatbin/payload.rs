@@ -11,6 +11,7 @@
 //! size, so memory follows the bytes really produced. A part of a CUDA 13 concatenated entry is cut
 //! out of its outer entry's unpacked payload.
 
+use super::parse::bytes_at;
 use super::{Compression, Entry};
 
 /// The most an entry may unpack to (a cubin or PTX of NVIDIA's largest libraries is a few
@@ -97,11 +98,7 @@ pub fn payload<'a>(
         at: entry.offset,
     };
     let s = entry.stored;
-    let stored = usize::try_from(s.offset)
-        .ok()
-        .zip(usize::try_from(s.size).ok())
-        .and_then(|(at, n)| data.get(at..at.checked_add(n)?))
-        .ok_or_else(|| bad(PayloadFault::PastEnd))?;
+    let stored = bytes_at(data, s.offset, s.size).ok_or_else(|| bad(PayloadFault::PastEnd))?;
     let whole: &'a [u8] = match entry.compression {
         Compression::None => stored,
         Compression::Lz4 | Compression::Zstd => {
@@ -128,11 +125,7 @@ pub fn payload<'a>(
     let Some(part) = s.part else {
         return Ok(whole);
     };
-    usize::try_from(part.offset)
-        .ok()
-        .zip(usize::try_from(part.size).ok())
-        .and_then(|(at, n)| whole.get(at..at.checked_add(n)?))
-        .ok_or_else(|| bad(PayloadFault::PartOutside))
+    bytes_at(whole, part.offset, part.size).ok_or_else(|| bad(PayloadFault::PartOutside))
 }
 
 /// The first `n` bytes of `room`, which grows to hold them and never shrinks.

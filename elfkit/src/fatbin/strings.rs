@@ -38,10 +38,8 @@ pub(crate) const BLOCK: usize = 256 << 10;
 
 /// Which of some C strings the data holds, found as the magic scan goes.
 pub struct CStrings {
-    /// Each string with its NUL.
-    needles: Vec<Vec<u8>>,
-    /// A searcher for each, built once (a file's data between containers is searched in many
-    /// small pieces: cuFFT's in 24,454).
+    /// A searcher for each string with its NUL ([`memmem::Finder::needle`]), built once (a
+    /// file's data between containers is searched in many small pieces: cuFFT's in 24,454).
     finders: Vec<memmem::Finder<'static>>,
     /// Whether each was found.
     found: Vec<bool>,
@@ -61,16 +59,10 @@ impl CStrings {
         let ascii = texts
             .iter()
             .all(|t| !t.is_empty() && t.bytes().all(|b| (0x20..0x7f).contains(&b)));
-        let needles: Vec<Vec<u8>> = texts
-            .iter()
-            .map(|t| [t.as_bytes(), b"\0"].concat())
-            .collect();
         CStrings {
-            finders: needles
-                .iter()
-                .map(|n| memmem::Finder::new(n).into_owned())
+            finders: (texts.iter())
+                .map(|t| memmem::Finder::new(&[t.as_bytes(), b"\0"].concat()).into_owned())
                 .collect(),
-            needles,
             found: vec![false; texts.len()],
             covered: ascii,
             wanted: Vec::with_capacity(texts.len()),
@@ -95,7 +87,8 @@ impl CStrings {
 
     /// The longest string, NUL included, less one: how far a match may run past a block.
     fn overlap(&self) -> usize {
-        self.needles.iter().map(Vec::len).max().unwrap_or(1) - 1
+        let longest = self.finders.iter().map(|f| f.needle().len()).max();
+        longest.unwrap_or(1) - 1
     }
 
     /// Looks for the missing strings starting in `data[from..to]` and ending by `limit`, in
@@ -112,7 +105,7 @@ impl CStrings {
         // Kept between calls: cuFFT's data is searched in 24,454 pieces, one call each.
         let mut wanted = std::mem::take(&mut self.wanted);
         wanted.clear();
-        wanted.extend((0..self.needles.len()).filter(|&i| !self.found[i] && !skip(i)));
+        wanted.extend((0..self.finders.len()).filter(|&i| !self.found[i] && !skip(i)));
         self.search_for(data, (from, to, limit), &wanted, excluded);
         self.wanted = wanted;
     }
@@ -138,7 +131,7 @@ impl CStrings {
                 if self.found[i] {
                     continue;
                 }
-                let len = self.needles[i].len();
+                let len = self.finders[i].needle().len();
                 self.found[i] = self.finders[i]
                     .find_iter(window)
                     .take_while(|&at| p + at < block_end)
@@ -168,10 +161,10 @@ impl CStrings {
             end,
             whole: end - start <= BLOCK,
             candidates: Vec::new(),
-            deferred: vec![false; self.needles.len()],
+            deferred: vec![false; self.finders.len()],
         };
         let from = start.max(end.saturating_sub(BLOCK));
-        for i in 0..self.needles.len() {
+        for i in 0..self.finders.len() {
             let finder = &self.finders[i];
             if self.found[i] || !self.covered {
                 continue;
@@ -179,7 +172,7 @@ impl CStrings {
             // A section no longer than a block is searched whole here: every match is known.
             ahead.deferred[i] |= ahead.whole;
             for at in finder.find_iter(&data[from..end]) {
-                let (a, b) = (from + at, from + at + self.needles[i].len());
+                let (a, b) = (from + at, from + at + self.finders[i].needle().len());
                 if !excluded(a, b) {
                     ahead.candidates.push((i, a));
                     ahead.deferred[i] = true;
@@ -209,7 +202,7 @@ impl CStrings {
                 self.found[i] = true;
             }
         }
-        for i in 0..self.needles.len() {
+        for i in 0..self.finders.len() {
             if !ahead.deferred[i] || self.found[i] || ahead.whole {
                 continue;
             }

@@ -233,10 +233,8 @@ fn hwcaps_names(file: &[u8], table: &[u8]) -> Vec<String> {
             }
             return section
                 .chunks_exact(4)
-                .map(|w| {
-                    let at = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as usize;
-                    c_string(file, at).map(|s| String::from_utf8_lossy(s).into_owned())
-                })
+                .map(|w| c_string(file, read_u32(w, 0)? as usize))
+                .map(|s| Some(String::from_utf8_lossy(s?).into_owned()))
                 .collect();
         }
         None

@@ -76,19 +76,17 @@ impl RealFs {
 pub fn kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_file() {
-        "a regular file"
-    } else {
-        "not a file"
-    }
+    let kinds = [
+        (t.is_dir(), "a directory"),
+        (t.is_fifo(), "a FIFO"),
+        (t.is_char_device() || t.is_block_device(), "a device"),
+        (t.is_socket(), "a socket"),
+        (t.is_file(), "a regular file"),
+    ];
+    kinds
+        .into_iter()
+        .find(|k| k.0)
+        .map_or("not a file", |k| k.1)
 }
 
 /// [`Opened`] for an open regular file: its identity, first bytes and dynamic information.

@@ -95,25 +95,15 @@ impl Loader {
     /// still searches, are left out (2.37 dropped them). The differential test holds this to
     /// the real loader's own account.
     pub fn debian(interpreter: PathBuf) -> Loader {
-        let elf = ElfHost::native();
-        let triplet = elf.multiarch();
+        let triplet = ElfHost::native().multiarch();
         let mut system_dirs = Vec::new();
         if let Some(t) = triplet {
             system_dirs.push(Path::new("/lib").join(t));
             system_dirs.push(Path::new("/usr/lib").join(t));
         }
         system_dirs.extend(["/lib".into(), "/usr/lib".into()]);
-        Loader {
-            interpreter,
-            system_dirs,
-            cache: Some("/etc/ld.so.cache".into()),
-            glibc_hwcaps: cpu::glibc_hwcaps(),
-            legacy_subdirs: Vec::new(),
-            lib: triplet.map_or("lib".into(), |t| format!("lib/{t}")),
-            platform: cpu::platform(),
-            elf,
-            version: None,
-        }
+        let lib = triplet.map_or("lib".into(), |t| format!("lib/{t}"));
+        Loader::of(interpreter, system_dirs, "/etc/ld.so.cache".into(), lib)
     }
 
     /// Nixpkgs' glibc, whose loader is `GLIBC/lib/ld-linux-….so.N` (`interpreter`). Its build
@@ -133,24 +123,25 @@ impl Loader {
     /// The glibc-hwcaps subdirectories and `$PLATFORM` are this CPU's, as in
     /// [`Loader::debian`].
     pub fn nixpkgs(interpreter: PathBuf) -> Loader {
-        let lib = interpreter
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| "/".into());
-        let prefix = lib
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| "/".into());
+        // GLIBC: the parent of the interpreter's directory.
+        let prefix = interpreter.ancestors().nth(2).unwrap_or(Path::new("/"));
+        let (lib, cache) = (prefix.join("lib"), prefix.join("etc/ld.so.cache"));
+        Loader::of(interpreter, vec![lib], cache, "lib".into())
+    }
+
+    /// A build of glibc for this machine, with this CPU's glibc-hwcaps subdirectories and
+    /// `$PLATFORM` ([`cpu`]), no legacy hwcaps subdirectories and no version known.
+    fn of(interpreter: PathBuf, system_dirs: Vec<PathBuf>, cache: PathBuf, lib: String) -> Loader {
         Loader {
-            system_dirs: vec![prefix.join("lib")],
-            cache: Some(prefix.join("etc/ld.so.cache")),
+            interpreter,
+            system_dirs,
+            cache: Some(cache),
             glibc_hwcaps: cpu::glibc_hwcaps(),
             legacy_subdirs: Vec::new(),
-            lib: "lib".into(),
+            lib,
             platform: cpu::platform(),
             elf: ElfHost::native(),
             version: None,
-            interpreter,
         }
     }
 

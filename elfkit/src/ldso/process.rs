@@ -189,23 +189,17 @@ impl<'a, F: Fs> Process<'a, F> {
             path: path.to_path_buf(),
             reason,
         };
+        let open = |error: String| StartError::Open {
+            path: path.to_path_buf(),
+            error,
+        };
         let opened = match (attempt, opened) {
             (search::Attempt::Loadable, Some(o)) => o,
             (search::Attempt::Unusable(reason), _) => return Err(unusable(reason)),
             (search::Attempt::OtherClass, _) => return Err(unusable("wrong ELF class".into())),
             (search::Attempt::OtherMachine, _) => return Err(unusable("wrong machine".into())),
-            (search::Attempt::ListEnded(e), _) => {
-                return Err(StartError::Open {
-                    path: path.to_path_buf(),
-                    error: e,
-                })
-            }
-            _ => {
-                return Err(StartError::Open {
-                    path: path.to_path_buf(),
-                    error: "not found".into(),
-                })
-            }
+            (search::Attempt::ListEnded(error), _) => return Err(open(error)),
+            _ => return Err(open("not found".into())),
         };
         let real =
             how == Start::Kernel || (how == Start::Loader && self.loader.explicit_origin_is_real());
@@ -422,10 +416,7 @@ impl<'a, F: Fs> Process<'a, F> {
         let rpath = |i: usize| {
             let info = &self.objects[i].info;
             // An object with DT_RUNPATH has its DT_RPATH ignored (get-dynamic-info.h).
-            info.runpath
-                .is_none()
-                .then_some(info.rpath.as_ref())
-                .flatten()
+            info.rpath.as_ref().filter(|_| info.runpath.is_none())
         };
         let list = |source, entries: &[String], i: usize| SearchList {
             source,
@@ -452,12 +443,8 @@ impl<'a, F: Fs> Process<'a, F> {
         }
         // LD_LIBRARY_PATH as glibc splits it (`_dl_init_paths`): at `:` and `;`, empty entries
         // kept (the current directory); an unset or empty value is no list at all.
-        if let Some(v) = self
-            .env
-            .ld_library_path
-            .as_deref()
-            .filter(|v| !v.is_empty())
-        {
+        let v = self.env.ld_library_path.as_deref().unwrap_or_default();
+        if !v.is_empty() {
             let llp: Vec<String> = v.split([':', ';']).map(String::from).collect();
             let origin = self.main.and_then(|m| self.objects[m].origin.clone());
             lists.push(SearchList {

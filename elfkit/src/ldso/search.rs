@@ -370,18 +370,12 @@ pub fn expand_dsts(input: &str, origin: Option<&str>, loader: &Loader) -> Option
     while let Some(at) = rest.find('$') {
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
-        let mut matched = None;
-        for (dst, value) in [
+        let dsts = [
             ("ORIGIN", origin),
             ("PLATFORM", loader.platform.as_deref()),
             ("LIB", Some(loader.lib.as_str())),
-        ] {
-            if let Some(len) = dst_len(after, dst) {
-                matched = Some((len, value));
-                break;
-            }
-        }
-        match matched {
+        ];
+        match (dsts.into_iter()).find_map(|(dst, value)| Some((dst_len(after, dst)?, value))) {
             Some((len, Some(value))) => {
                 out.push_str(value);
                 rest = &after[len..];
@@ -400,11 +394,9 @@ pub fn expand_dsts(input: &str, origin: Option<&str>, loader: &Loader) -> Option
 /// glibc's `is_dst`: the length of DST `name` at the start of `input` (after the `$`),
 /// braces included, or `None`.
 fn dst_len(input: &str, name: &str) -> Option<usize> {
-    let (curly, body) = match input.strip_prefix('{') {
-        Some(b) => (true, b),
-        None => (false, input),
-    };
-    let tail = body.strip_prefix(name)?;
+    let body = input.strip_prefix('{');
+    let curly = body.is_some();
+    let tail = body.unwrap_or(input).strip_prefix(name)?;
     let next = tail.bytes().next();
     if curly {
         (next == Some(b'}')).then_some(name.len() + 2)
