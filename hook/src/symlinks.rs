@@ -25,14 +25,6 @@ pub(crate) enum Space<'a> {
 }
 
 impl<'a> Space<'a> {
-    /// The host paths of `config`: under its host root, its store as it is.
-    pub(crate) fn rooted(config: &'a crate::config::Config) -> Space<'a> {
-        Space::Rooted {
-            root: &config.host_root,
-            store_dir: &config.store_dir,
-        }
-    }
-
     /// The outside path for `inside`.
     pub(crate) fn outside(&self, inside: &Path) -> PathBuf {
         match self {

@@ -49,6 +49,15 @@ pub(crate) const MAX_CONFIG_BYTES: u64 = 4 << 20;
 pub(crate) const PRECHECK_FEATURES: usize = 64;
 
 impl Config {
+    /// Its host paths: under its host root, its store as it is. (Here, not in `symlinks`, which
+    /// `trust` reads and so must not read the configuration.)
+    pub(crate) fn space(&self) -> crate::symlinks::Space<'_> {
+        crate::symlinks::Space::Rooted {
+            root: &self.host_root,
+            store_dir: &self.store_dir,
+        }
+    }
+
     /// Whether the configuration at `source` may have a rule answering one of `features`,
     /// judged from its text alone, without parsing it: `false` only when the text holds no
     /// escape (`\`, so every string in it is written literally) and none of the features

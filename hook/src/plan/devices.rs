@@ -6,7 +6,7 @@ use super::{Decision, Problem, ProblemKind, Reason, Skipped};
 use crate::config::{Config, DeviceGlob};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
-use crate::symlinks::{self, Node, Space};
+use crate::symlinks::{self, Node};
 use std::path::Path;
 
 impl Decision {
@@ -67,7 +67,7 @@ impl Decision {
         config: &Config,
         view: &HostView,
     ) -> bool {
-        let space = Space::rooted(config);
+        let space = config.space();
         let Ok(rel) = outside.strip_prefix(&config.host_root) else {
             return false;
         };

@@ -106,7 +106,7 @@ impl Decision {
             driver,
             config,
             view,
-            space: Space::rooted(config),
+            space: config.space(),
             link_lib: link.join("lib"),
             link,
         };

@@ -8,7 +8,7 @@ use super::devices::unexpressible;
 use super::{Decision, Problem, ProblemKind, Reason};
 use crate::config::Config;
 use crate::scan::{CapNode, HostView, MigView, NodeState};
-use crate::symlinks::{self, Space};
+use crate::symlinks;
 use std::collections::BTreeSet;
 
 impl Decision {
@@ -54,7 +54,7 @@ impl Decision {
                 return;
             }
         }
-        let space = Space::rooted(config);
+        let space = config.space();
         let outside = space.outside(&inside);
         let chain = symlinks::follow(&inside, &outside, space, view)
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c));

@@ -91,7 +91,9 @@ impl CdiView {
 
 /// Where a spec's host path is: under the host root, store paths as they are.
 pub(crate) fn host_path(path: &str, config: &Config) -> PathBuf {
-    Space::rooted(config).outside(&symlinks::normalize(Path::new(path)))
+    config
+        .space()
+        .outside(&symlinks::normalize(Path::new(path)))
 }
 
 /// Whether a file name is a shared library's (`libX.so`, `libX.so.1`, `libX.so.570.86`).

@@ -3,7 +3,7 @@
 
 use super::Recorder;
 use crate::config::{Config, DeviceGlob, Platform};
-use crate::symlinks::{Lookup, Node, Space};
+use crate::symlinks::{Lookup, Node};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -72,7 +72,7 @@ pub(crate) fn scan(
         };
         return DeviceView { source, found };
     }
-    let rooted = Space::rooted(config);
+    let rooted = config.space();
     let matches = glob_under(&config.host_root, &device.glob, listings, fs);
     for m in matches.iter().flatten() {
         if let Ok(rel) = m.strip_prefix(&config.host_root) {

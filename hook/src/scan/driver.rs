@@ -59,7 +59,7 @@ pub(crate) fn scan(
     from_spec: Option<Vec<HostLibrary>>,
     fs: &Recorder,
 ) -> DriverView {
-    let rooted = Space::rooted(config);
+    let rooted = config.space();
     let link = symlinks::normalize(&driver.link);
     let link_lib = link.join("lib");
     fs.follow(&link, &rooted.outside(&link), rooted);
@@ -127,7 +127,7 @@ fn scan_compat(
     link_lib: &Path,
     fs: &Recorder,
 ) -> Vec<CompatSeen> {
-    let rooted = Space::rooted(config);
+    let rooted = config.space();
     let mut compat_seen = Vec::new();
     for pattern in &driver.compat {
         for (inside, outside) in compat_dirs(config, pattern) {

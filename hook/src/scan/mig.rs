@@ -12,7 +12,6 @@ use crate::config::{Config, MigConfig};
 use crate::discover::host;
 use crate::mig::formats::{self, FormatError, MigMinors};
 use crate::mig::{self, Capability, InstanceId};
-use crate::symlinks::Space;
 use crate::trust::{self, TrustError};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -162,7 +161,7 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     let major = formats::caps_major(&read_bounded(&devices, formats::PROC_DEVICES_MAX)?)
         .map_err(|error| MigScanError::Format(devices, error))?
         .ok_or(MigScanError::NoMajor)?;
-    let rooted = Space::rooted(config);
+    let rooted = config.space();
     let node = |capability: Capability, minor: u32| {
         let inside = mig::node_path(minor);
         let outside = under(&inside);

@@ -214,7 +214,7 @@ impl Recorder {
 pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: bool) -> HostView {
     let fs = Recorder::default();
     let facts = host_facts(config, rules);
-    let rooted = Space::rooted(config);
+    let rooted = config.space();
     let mut listings = devices::Listings::new();
     let mut specs = cdi::Specs::None;
     let views: Vec<RuleView> = rules
