@@ -96,6 +96,17 @@ impl Outcome {
         self
     }
 
+    /// Fails with the first of `failures` (the rest, then `notes`, as detail), or passes with
+    /// `notes` joined by `; `.
+    pub(crate) fn first_failure(failures: &[String], notes: &[String], facts: Facts) -> Outcome {
+        match failures.split_first() {
+            None => Outcome::pass(notes.join("; "), facts),
+            Some((first, rest)) => {
+                Outcome::fail(first, facts).with_detail_lines(rest.iter().chain(notes))
+            }
+        }
+    }
+
     /// With `lines` as the detail, one a line; no detail when there are none.
     pub(crate) fn with_detail_lines<S: AsRef<str>>(
         self,

@@ -154,7 +154,6 @@ pub(crate) fn driver_entry_points(session: &Session) -> Result<Outcome, Outcome>
     };
     let driver_version = driver
         .version()
-        .map(CudaVersion)
         .map_err(|why| Outcome::fail(why, facts! { "get_proc_address" => export }))?;
     if let Some(asked) = session.options.api_version.filter(|v| *v > driver_version) {
         return Ok(Outcome::fail(

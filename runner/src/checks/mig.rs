@@ -66,8 +66,8 @@ pub(crate) fn instance(session: &Session) -> Result<Outcome, Outcome> {
     };
     let device = cuda_device(session, &leased, &lease, &mut facts)?;
     let nvml_devices = nvml::load()
-        .map_err(|e| nvml::explain(&e, &session.access))
-        .and_then(|n| nvml::devices(&n).map_err(|e| nvml::explain(&e, &session.access)));
+        .and_then(|n| nvml::devices(&n))
+        .map_err(|e| nvml::explain(&e, &session.access));
     match nvml_devices {
         Ok(devices) => Ok(judge_by_nvml(device, &leased, &lease, &devices, facts)),
         Err(why) => {

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 use crate::check::{facts_of, Outcome};
 use crate::cuda::devices::CudaDevice;
-use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
+use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::nvml::{devices, explain, find_mig, load, NvmlDevice, LIBNVIDIA_ML};
 use crate::options::ExpectDriver;
 use crate::session::Session;
-use cuda_sandbox_manifest::DriverKind;
+use cuda_sandbox_manifest::{versions::cuda_for_driver, DriverKind};
 
 /// What `nvml::consistency` reports once NVML answers with the kernel driver's version (the
 /// report's `facts`).
@@ -68,12 +68,8 @@ pub(crate) fn consistency(session: &Session) -> Result<Outcome, Outcome> {
         .sys_cuda_driver_version()
         .ok()
         .map(|v| CudaVersion(v).to_string());
-    let kernel_cuda = cuda_version_of_kernel_driver(&kernel_driver);
-    let loaded_cuda = session
-        .driver()
-        .ok()
-        .and_then(|d| d.version().ok())
-        .map(CudaVersion);
+    let kernel_cuda = cuda_for_driver(&kernel_driver);
+    let loaded_cuda = session.driver().ok().and_then(|d| d.version().ok());
     let compat_active = match (loaded_cuda, kernel_cuda) {
         (Some(loaded), Some(kernel)) => Some(loaded > kernel),
         _ => None,

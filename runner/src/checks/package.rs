@@ -41,7 +41,7 @@ use crate::session::Session;
 /// kernel module's from the hook's manifest, else `/proc/driver/nvidia/version` (the same as
 /// libcuda's when neither says).
 fn loaded_driver(session: &Session) -> Option<Driver> {
-    let cuda = CudaVersion(session.driver().ok()?.version().ok()?);
+    let cuda = session.driver().ok()?.version().ok()?;
     let from_manifest = manifest_driver(&session.manifest).filter(|d| d.cuda == cuda);
     let kernel = from_manifest.map(|d| d.kernel).or_else(|| {
         session
@@ -275,17 +275,13 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
             jit_cache()
         ));
     }
-    if notes.is_empty() {
-        return Ok(Outcome::pass(
-            format!("every file with GPU code ({files}) runs on {on} by SASS"),
-            facts,
-        ));
-    }
+    // Without notes, nothing ran partly or by JIT: no detail.
+    let how = match notes.is_empty() {
+        true => " by SASS".to_owned(),
+        false => format!("; {}", notes.join("; ")),
+    };
     Ok(Outcome::pass(
-        format!(
-            "every file with GPU code ({files}) runs on {on}; {}",
-            notes.join("; ")
-        ),
+        format!("every file with GPU code ({files}) runs on {on}{how}"),
         facts,
     )
     .with_detail_lines(partly.iter().chain(&jit)))
@@ -297,7 +293,7 @@ fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
     session
         .driver()
         .ok()
-        .and_then(|d| d.version().ok().map(CudaVersion))
+        .and_then(|d| d.version().ok())
         .or(session.options.lint.given_driver().map(|d| d.cuda))
         .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
 }

@@ -26,7 +26,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use cuda_sandbox_cuda_facts::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
 use cuda_sandbox_elfkit::fatbin::{EntryKind, Purpose};
@@ -189,7 +188,7 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
     let list = devices::list(driver).map_err(|e| e.to_string())?;
     let first = list.first().ok_or("the driver reports no GPU")?;
     let device = first.compute_capability;
-    let cuda = CudaVersion(driver.version().map_err(|e| e.to_string())?);
+    let cuda = driver.version().map_err(|e| e.to_string())?;
     let kernel = std::fs::read_to_string(KERNEL_MODULE_FILE)
         .ok()
         .and_then(|t| kernel_module_version(&t))
