@@ -80,7 +80,8 @@ impl Outcome {
         }
     }
 
-    fn new(verdict: Verdict, message: impl Display, facts: Facts) -> Outcome {
+    /// An outcome of `verdict`.
+    pub(crate) fn new(verdict: Verdict, message: impl Display, facts: Facts) -> Outcome {
         Outcome {
             verdict,
             message: message.to_string(),

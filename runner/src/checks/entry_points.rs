@@ -144,7 +144,7 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
 }
 
 /// Runs `driver::entry_points`.
-pub(crate) fn driver_entry_points(session: &Session) -> Result<Outcome, Outcome> {
+pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let Some(export) = driver.get_proc_address_export() else {
         return Ok(Outcome::fail(

@@ -10,6 +10,7 @@ use crate::check::{facts_of, Outcome};
 use crate::cuda::devices::CudaDevice;
 use crate::cuda::version::CudaVersion;
 use crate::facts;
+use crate::facts::expectations::cuda_label;
 use crate::facts::nvml::{devices, explain, find_mig, load, NvmlDevice, LIBNVIDIA_ML};
 use crate::options::ExpectDriver;
 use crate::session::Session;
@@ -162,11 +163,10 @@ fn judge_driver_kind(
         match (m.kind, compat_active) {
             (DriverKind::Compat, Some(false)) => {
                 return Err(format!(
-                    "the hook chose the compat driver (CUDA {}) but the loaded libcuda is \
-                     the host's ({which}): put the compat directory before the driver link \
-                     in DT_RUNPATH or LD_LIBRARY_PATH",
-                    m.cuda_version
-                        .map_or_else(|| "unknown".to_string(), |v| v.to_string())
+                    "the hook chose the compat driver ({}) but the loaded libcuda is the \
+                     host's ({which}): put the compat directory before the driver link in \
+                     DT_RUNPATH or LD_LIBRARY_PATH",
+                    cuda_label(m.cuda_version)
                 ));
             }
             (DriverKind::Host, Some(true)) => {

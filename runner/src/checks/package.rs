@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::rules::Driver;
-use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, Holds};
+use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
 use serde_json::{json, Value};
@@ -32,6 +32,7 @@ use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::gpu_code::{judge_all, runtime_uses, Target, TargetVerdict};
+use crate::facts::gpu_words::missing_kernels;
 use crate::facts::package_under_test::{ScannedFile, STORE_DIR};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
@@ -142,13 +143,7 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
         if !options.strict_modules || v.verdict != FileVerdict::RunsPartly || !own {
             return Vec::new();
         }
-        v.judgement
-            .missing()
-            .filter_map(|m| match &m.holds {
-                Some(Holds::Read { kernels, .. }) => Some(kernels),
-                _ => None,
-            })
-            .flatten()
+        missing_kernels(&v.judgement)
             .filter(|k| !options.expect_missing.iter().any(|g| g.matches(k)))
             .cloned()
             .collect()
