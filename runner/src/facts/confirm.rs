@@ -95,22 +95,19 @@ impl HandBuilt {
             let owned = std::ffi::CString::new(n).expect("a name without NUL");
             Box::leak(owned.into_boxed_c_str())
         };
-        match self {
-            HandBuilt::Kernelless => Registered {
-                image: kernelless_sm52_fatbin(),
-                kernel: None,
-                managed: None,
-            },
-            HandBuilt::Sm80Only => Registered {
-                image: sm80_only_fatbin(),
-                kernel: Some(name(SM80_KERNEL)),
-                managed: None,
-            },
-            HandBuilt::Managed => Registered {
-                image: managed_sm52_fatbin(),
-                kernel: None,
-                managed: Some((name(MANAGED_VARIABLE), 4)),
-            },
+        let (image, kernel, managed) = match self {
+            HandBuilt::Kernelless => (kernelless_sm52_fatbin(), None, None),
+            HandBuilt::Sm80Only => (sm80_only_fatbin(), Some(name(SM80_KERNEL)), None),
+            HandBuilt::Managed => (
+                managed_sm52_fatbin(),
+                None,
+                Some((name(MANAGED_VARIABLE), 4)),
+            ),
+        };
+        Registered {
+            image,
+            kernel,
+            managed,
         }
     }
 }
