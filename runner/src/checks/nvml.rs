@@ -71,10 +71,9 @@ pub(crate) fn consistency(session: &Session) -> Result<Outcome, Outcome> {
         .map(|v| CudaVersion(v).to_string());
     let kernel_cuda = cuda_for_driver(&kernel_driver);
     let loaded_cuda = session.driver().ok().and_then(|d| d.version().ok());
-    let compat_active = match (loaded_cuda, kernel_cuda) {
-        (Some(loaded), Some(kernel)) => Some(loaded > kernel),
-        _ => None,
-    };
+    let compat_active = loaded_cuda
+        .zip(kernel_cuda)
+        .map(|(loaded, kernel)| loaded > kernel);
     let nvml_devices = devices(&nvml);
     let cuda_devices = session.devices();
     let mut facts = ConsistencyFacts {

@@ -184,10 +184,7 @@ impl MigApi {
 /// MIG mode, minor number and MIG devices of `device` (a GPU handle). A GPU without MIG
 /// support answers NOT_SUPPORTED to `nvmlDeviceGetMigMode`: `mig_mode` is then `None`.
 pub(crate) fn query(device: &Device<'_>) -> GpuMig {
-    let mig_mode = match device.mig_mode() {
-        Ok(mode) => Some(mode.current == 1),
-        Err(_) => None,
-    };
+    let mig_mode = device.mig_mode().ok().map(|mode| mode.current == 1);
     let mut gpu = GpuMig {
         mig_mode,
         minor_number: device.minor_number().ok(),
