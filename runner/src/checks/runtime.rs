@@ -27,7 +27,7 @@ use crate::cuda::loaded::LoadedFile;
 use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
-use crate::session::{GpuUnavailable, Session};
+use crate::session::Session;
 
 /// How a runtime stands with the loaded driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -425,11 +425,8 @@ fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
 /// Runs `runtime::compatibility`.
 pub(crate) fn compatibility(session: &Session) -> Result<Outcome, Outcome> {
     let runtimes = loadable_runtimes(session)?;
-    let version = |d: &Driver| d.version().map_err(GpuUnavailable::from);
-    let driver = session
-        .driver()
-        .and_then(version)
-        .map_err(Outcome::fail_without_facts)?;
+    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
+    let driver = driver.version().map_err(Outcome::fail_without_facts)?;
     let candidates: Vec<Candidate> = runtimes.iter().map(Candidate::loaded).collect();
     Ok(judge(&candidates, driver))
 }
