@@ -80,7 +80,8 @@ impl Outcome {
         }
     }
 
-    fn new(verdict: Verdict, message: impl Display, facts: Facts) -> Outcome {
+    /// An outcome of `verdict`.
+    pub(crate) fn new(verdict: Verdict, message: impl Display, facts: Facts) -> Outcome {
         Outcome {
             verdict,
             message: message.to_string(),
@@ -94,6 +95,17 @@ impl Outcome {
     pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Outcome {
         self.detail = Some(detail.into());
         self
+    }
+
+    /// Fails with the first of `failures` (the rest, then `notes`, as detail), or passes with
+    /// `notes` joined by `; `.
+    pub(crate) fn first_failure(failures: &[String], notes: &[String], facts: Facts) -> Outcome {
+        match failures.split_first() {
+            None => Outcome::pass(notes.join("; "), facts),
+            Some((first, rest)) => {
+                Outcome::fail(first, facts).with_detail_lines(rest.iter().chain(notes))
+            }
+        }
     }
 
     /// With `lines` as the detail, one a line; no detail when there are none.

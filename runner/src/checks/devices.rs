@@ -18,6 +18,7 @@ use serde_json::Value;
 use cuda_sandbox_cuda_facts::features::{self as fatbin_features, feature_name, Required};
 use cuda_sandbox_manifest::Manifest;
 
+use crate::check::Verdict::{Fail, Pass};
 use crate::check::{facts_of, Facts, Outcome};
 use crate::facts::access::{Node, NodeSnapshot, NVIDIACTL_MINOR, NVIDIA_MAJOR};
 use crate::facts::amd_nodes::AmdNodes;
@@ -410,17 +411,17 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
     let hook_note = hook_note(&not_in_manifest);
     // Whether it passes, and why, the first of these that holds deciding.
-    let (passes, message) = if !only_in_manifest.is_empty() {
-        (false, another_builds(&only_in_manifest, &source, &cuda_sm))
+    let (verdict, message) = if !only_in_manifest.is_empty() {
+        (Fail, another_builds(&only_in_manifest, &source, &cuda_sm))
     } else if wanted.is_empty() {
         let message = format!(
             "no cuda-sm-* feature required ({source}): any GPU will do (a derivation that \
              needs an architecture requires its cuda-sm-* feature)"
         );
-        (true, message)
+        (Pass, message)
     } else if let Err(why) = &capabilities {
         (
-            false,
+            Fail,
             format!("the build requires {} but {why}", cuda_sm.join(" ")),
         )
     } else if unmet.is_empty() {
@@ -429,9 +430,9 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
             cuda_sm.join(" "),
             describe_gpus(gpus)
         );
-        (true, message)
+        (Pass, message)
     } else {
-        (false, not_met(&unmet, &wanted, gpus, &hook_note))
+        (Fail, not_met(&unmet, &wanted, gpus, &hook_note))
     };
     let facts = facts_of(&FeaturesFacts {
         source,
@@ -444,11 +445,7 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
         not_in_manifest,
         only_in_manifest,
     });
-    Ok(if passes {
-        Outcome::pass(message, facts)
-    } else {
-        Outcome::fail(message, facts)
-    })
+    Ok(Outcome::new(verdict, message, facts))
 }
 
 /// Where the build's required features are read, in words, and the features: the

@@ -61,7 +61,7 @@ pub(crate) fn library(session: &Session) -> Result<Outcome, Outcome> {
         )
     })?;
     let file = &driver.file;
-    let version = driver.version().ok().map(CudaVersion);
+    let version = driver.version().ok();
     let facts = facts_of(&LibraryFacts {
         path: file.path.clone(),
         real_path: file.real_path.clone(),
@@ -114,7 +114,7 @@ pub(crate) fn library(session: &Session) -> Result<Outcome, Outcome> {
 /// Runs `driver::version`.
 pub(crate) fn version(session: &Session) -> Result<Outcome, Outcome> {
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
-    let version = driver.version().map(CudaVersion);
+    let version = driver.version();
     let init = session.initialized().map(drop);
     let facts = facts! {
         "cuda_version" => version.as_ref().ok().map(ToString::to_string),

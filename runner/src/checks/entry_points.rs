@@ -144,7 +144,7 @@ fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<Cuda
 }
 
 /// Runs `driver::entry_points`.
-pub(crate) fn driver_entry_points(session: &Session) -> Result<Outcome, Outcome> {
+pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let Some(export) = driver.get_proc_address_export() else {
         return Ok(Outcome::fail(
@@ -154,7 +154,6 @@ pub(crate) fn driver_entry_points(session: &Session) -> Result<Outcome, Outcome>
     };
     let driver_version = driver
         .version()
-        .map(CudaVersion)
         .map_err(|why| Outcome::fail(why, facts! { "get_proc_address" => export }))?;
     if let Some(asked) = session.options.api_version.filter(|v| *v > driver_version) {
         return Ok(Outcome::fail(

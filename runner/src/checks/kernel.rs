@@ -109,16 +109,12 @@ pub(crate) fn saxpy(session: &Session) -> Result<Outcome, Outcome> {
         .map_err(|why| Outcome::fail(why, facts! { "elements" => n }))?;
     let device = session.devices().ok().and_then(|d| d.first().cloned());
     Ok(match run(driver, n, device.clone()) {
-        Err(failure) => {
-            let outcome = Outcome::fail(
-                &failure,
-                facts! { "elements" => n, "device" => device, "jit_log" => failure.jit_log() },
-            );
-            match failure.jit_log() {
-                Some(log) => outcome.with_detail(log),
-                None => outcome,
-            }
-        }
+        // The JIT error log, when there is one, is also the detail.
+        Err(failure) => Outcome::fail(
+            &failure,
+            facts! { "elements" => n, "device" => device, "jit_log" => failure.jit_log() },
+        )
+        .with_detail_lines(failure.jit_log()),
         Ok((measured, Some((i, got, want)))) => Outcome::fail(
             format!(
                 "saxpy computed {} wrong elements of {n} (first: y[{i}] = {got}, want {want}): \

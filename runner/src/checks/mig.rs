@@ -40,11 +40,6 @@ pub struct MigFacts {
     pub not_verified: Vec<String>,
 }
 
-/// `gpuN/giG/ciC`: a MIG instance in words.
-fn describe(m: &MigInstance) -> String {
-    format!("gpu{}/gi{}/ci{}", m.gpu, m.gi, m.ci)
-}
-
 /// Runs `mig::instance`.
 pub(crate) fn instance(session: &Session) -> Result<Outcome, Outcome> {
     let Some(manifest) = session.manifest.manifest() else {
@@ -59,15 +54,16 @@ pub(crate) fn instance(session: &Session) -> Result<Outcome, Outcome> {
             facts_of(&MigFacts::default()),
         ));
     };
-    let lease = describe(&leased);
+    // The instance in words: `gpuN/giG/ciC`.
+    let lease = format!("gpu{}/gi{}/ci{}", leased.gpu, leased.gi, leased.ci);
     let mut facts = MigFacts {
         manifest_mig: Some(leased.clone()),
         ..MigFacts::default()
     };
     let device = cuda_device(session, &leased, &lease, &mut facts)?;
     let nvml_devices = nvml::load()
-        .map_err(|e| nvml::explain(&e, &session.access))
-        .and_then(|n| nvml::devices(&n).map_err(|e| nvml::explain(&e, &session.access)));
+        .and_then(|n| nvml::devices(&n))
+        .map_err(|e| nvml::explain(&e, &session.access));
     match nvml_devices {
         Ok(devices) => Ok(judge_by_nvml(device, &leased, &lease, &devices, facts)),
         Err(why) => {

@@ -25,11 +25,7 @@ pub const CHECKS: &[Check] = &[
     check("devices::features", Always, devices::features),
     check("driver::library", Always, driver::library),
     check("driver::version", Always, driver::version),
-    check(
-        "driver::entry_points",
-        Always,
-        entry_points::driver_entry_points,
-    ),
+    check("driver::entry_points", Always, entry_points::probe),
     check("runtime::compatibility", Always, runtime::compatibility),
     check("runtime::entry_points", Always, runtime::entry_points),
     check("kernel::saxpy", Always, kernel::saxpy),

@@ -8,12 +8,13 @@ use serde_json::Value;
 
 use crate::check::{facts_of, Outcome};
 use crate::cuda::devices::CudaDevice;
-use crate::cuda::version::{cuda_version_of_kernel_driver, CudaVersion};
+use crate::cuda::version::CudaVersion;
 use crate::facts;
+use crate::facts::expectations::cuda_label;
 use crate::facts::nvml::{devices, explain, find_mig, load, NvmlDevice, LIBNVIDIA_ML};
 use crate::options::ExpectDriver;
 use crate::session::Session;
-use cuda_sandbox_manifest::DriverKind;
+use cuda_sandbox_manifest::{versions::cuda_for_driver, DriverKind};
 
 /// What `nvml::consistency` reports once NVML answers with the kernel driver's version (the
 /// report's `facts`).
@@ -68,16 +69,11 @@ pub(crate) fn consistency(session: &Session) -> Result<Outcome, Outcome> {
         .sys_cuda_driver_version()
         .ok()
         .map(|v| CudaVersion(v).to_string());
-    let kernel_cuda = cuda_version_of_kernel_driver(&kernel_driver);
-    let loaded_cuda = session
-        .driver()
-        .ok()
-        .and_then(|d| d.version().ok())
-        .map(CudaVersion);
-    let compat_active = match (loaded_cuda, kernel_cuda) {
-        (Some(loaded), Some(kernel)) => Some(loaded > kernel),
-        _ => None,
-    };
+    let kernel_cuda = cuda_for_driver(&kernel_driver);
+    let loaded_cuda = session.driver().ok().and_then(|d| d.version().ok());
+    let compat_active = loaded_cuda
+        .zip(kernel_cuda)
+        .map(|(loaded, kernel)| loaded > kernel);
     let nvml_devices = devices(&nvml);
     let cuda_devices = session.devices();
     let mut facts = ConsistencyFacts {
@@ -166,11 +162,10 @@ fn judge_driver_kind(
         match (m.kind, compat_active) {
             (DriverKind::Compat, Some(false)) => {
                 return Err(format!(
-                    "the hook chose the compat driver (CUDA {}) but the loaded libcuda is \
-                     the host's ({which}): put the compat directory before the driver link \
-                     in DT_RUNPATH or LD_LIBRARY_PATH",
-                    m.cuda_version
-                        .map_or_else(|| "unknown".to_string(), |v| v.to_string())
+                    "the hook chose the compat driver ({}) but the loaded libcuda is the \
+                     host's ({which}): put the compat directory before the driver link in \
+                     DT_RUNPATH or LD_LIBRARY_PATH",
+                    cuda_label(m.cuda_version)
                 ));
             }
             (DriverKind::Host, Some(true)) => {

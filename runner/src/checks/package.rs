@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::rules::Driver;
-use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, Holds};
+use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
 use serde_json::{json, Value};
@@ -32,6 +32,7 @@ use crate::cuda::cudart::{Runtime, RuntimeVersion};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::gpu_code::{judge_all, runtime_uses, Target, TargetVerdict};
+use crate::facts::gpu_words::missing_kernels;
 use crate::facts::package_under_test::{ScannedFile, STORE_DIR};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
@@ -41,7 +42,7 @@ use crate::session::Session;
 /// kernel module's from the hook's manifest, else `/proc/driver/nvidia/version` (the same as
 /// libcuda's when neither says).
 fn loaded_driver(session: &Session) -> Option<Driver> {
-    let cuda = CudaVersion(session.driver().ok()?.version().ok()?);
+    let cuda = session.driver().ok()?.version().ok()?;
     let from_manifest = manifest_driver(&session.manifest).filter(|d| d.cuda == cuda);
     let kernel = from_manifest.map(|d| d.kernel).or_else(|| {
         session
@@ -142,13 +143,7 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
         if !options.strict_modules || v.verdict != FileVerdict::RunsPartly || !own {
             return Vec::new();
         }
-        v.judgement
-            .missing()
-            .filter_map(|m| match &m.holds {
-                Some(Holds::Read { kernels, .. }) => Some(kernels),
-                _ => None,
-            })
-            .flatten()
+        missing_kernels(&v.judgement)
             .filter(|k| !options.expect_missing.iter().any(|g| g.matches(k)))
             .cloned()
             .collect()
@@ -275,17 +270,13 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
             jit_cache()
         ));
     }
-    if notes.is_empty() {
-        return Ok(Outcome::pass(
-            format!("every file with GPU code ({files}) runs on {on} by SASS"),
-            facts,
-        ));
-    }
+    // Without notes, nothing ran partly or by JIT: no detail.
+    let how = match notes.is_empty() {
+        true => " by SASS".to_owned(),
+        false => format!("; {}", notes.join("; ")),
+    };
     Ok(Outcome::pass(
-        format!(
-            "every file with GPU code ({files}) runs on {on}; {}",
-            notes.join("; ")
-        ),
+        format!("every file with GPU code ({files}) runs on {on}{how}"),
         facts,
     )
     .with_detail_lines(partly.iter().chain(&jit)))
@@ -297,7 +288,7 @@ fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
     session
         .driver()
         .ok()
-        .and_then(|d| d.version().ok().map(CudaVersion))
+        .and_then(|d| d.version().ok())
         .or(session.options.lint.given_driver().map(|d| d.cuda))
         .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
 }

@@ -265,7 +265,7 @@ fn judge_search(
                 .file_name()
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_prefix("libcuda.so."))
-                .and_then(crate::cuda::version::cuda_version_of_kernel_driver);
+                .and_then(cuda_sandbox_manifest::versions::cuda_for_driver);
             // Why it is not the driver wanted, when it is not.
             let why_wrong = match (wanted.chosen, &wanted.loaded) {
                 (Some(driver), _) => {
@@ -280,9 +280,7 @@ fn judge_search(
                 }),
                 (None, None) => Some(String::new()),
             };
-            let stub = stub_at(&got.real_path);
-            let right = stub.is_none() && why_wrong.is_none();
-            let verdict = match (stub, why_wrong) {
+            let verdict = match (stub_at(&got.real_path), why_wrong) {
                 (Some(stub), _) => Err(format!(
                     "{shown} ({why}) would load {}, {stub}: every driver call fails; it \
                      searches {searched}; remove the directory holding it from its search \
@@ -297,7 +295,7 @@ fn judge_search(
             };
             let found = ObjectSearch::Found {
                 gets: got_path.clone(),
-                right,
+                right: verdict.is_ok(),
             };
             (found, verdict)
         }

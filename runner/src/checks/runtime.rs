@@ -27,7 +27,7 @@ use crate::cuda::loaded::LoadedFile;
 use crate::cuda::symbols::{abi_differences, AbiDifference, CHECKED_SYMBOLS};
 use crate::cuda::version::CudaVersion;
 use crate::facts;
-use crate::session::{GpuUnavailable, Session};
+use crate::session::Session;
 
 /// How a runtime stands with the loaded driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,11 +239,7 @@ pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
         driver_version: driver.to_string(),
         cudarts: per_runtime,
     });
-    if failures.is_empty() {
-        Outcome::pass(notes.join("; "), facts)
-    } else {
-        Outcome::fail(&failures[0], facts).with_detail_lines(failures[1..].iter().chain(&notes))
-    }
+    Outcome::first_failure(&failures, &notes, facts)
 }
 
 /// Where a runtime resolves driver entry points: a version to compute differences with, the
@@ -284,10 +280,7 @@ fn judge_candidate(
             judged: None,
         };
     };
-    let says_driver = candidate
-        .loaded
-        .and_then(|r| r.driver_version().ok())
-        .map(CudaVersion);
+    let says_driver = candidate.loaded.and_then(|r| r.driver_version().ok());
     let standing = standing(&version, driver);
     let diffs = judge_version(candidate, &version, &standing, says_driver, driver, found);
     JudgedRuntime {
@@ -432,11 +425,8 @@ fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
 /// Runs `runtime::compatibility`.
 pub(crate) fn compatibility(session: &Session) -> Result<Outcome, Outcome> {
     let runtimes = loadable_runtimes(session)?;
-    let version = |d: &Driver| d.version().map(CudaVersion).map_err(GpuUnavailable::from);
-    let driver = session
-        .driver()
-        .and_then(version)
-        .map_err(Outcome::fail_without_facts)?;
+    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
+    let driver = driver.version().map_err(Outcome::fail_without_facts)?;
     let candidates: Vec<Candidate> = runtimes.iter().map(Candidate::loaded).collect();
     Ok(judge(&candidates, driver))
 }
@@ -445,10 +435,7 @@ pub(crate) fn compatibility(session: &Session) -> Result<Outcome, Outcome> {
 pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
     let runtimes = loadable_runtimes(session)?;
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
-    let driver_version = driver
-        .version()
-        .map(CudaVersion)
-        .map_err(Outcome::fail_without_facts)?;
+    let driver_version = driver.version().map_err(Outcome::fail_without_facts)?;
     let mut failures: Vec<String> = Vec::new();
     let mut passes: Vec<String> = Vec::new();
     let mut per_runtime: Vec<RuntimeEntryPoints> = Vec::new();
@@ -502,12 +489,7 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
         driver_version: driver_version.to_string(),
         cudarts: per_runtime,
     });
-    Ok(match failures.first() {
-        None => Outcome::pass(passes.join("; "), facts),
-        Some(first) => {
-            Outcome::fail(first, facts).with_detail_lines(failures[1..].iter().chain(&passes))
-        }
-    })
+    Ok(Outcome::first_failure(&failures, &passes, facts))
 }
 
 /// The first `cudaGetDriverEntryPoint` call (`function`) of `runtime` (at `file`), which

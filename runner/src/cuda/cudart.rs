@@ -209,7 +209,7 @@ impl Runtime {
     pub(crate) fn version(&self) -> Option<RuntimeVersion> {
         match get_version(self.runtime_get_version) {
             Ok(v) => Some(RuntimeVersion {
-                toolkit: Toolkit::Exact(CudaVersion(v)),
+                toolkit: Toolkit::Exact(v),
                 error: None,
             }),
             Err(code) => Some(RuntimeVersion {
@@ -223,7 +223,7 @@ impl Runtime {
     }
 
     /// `cudaDriverGetVersion` (`Err` holds the cudaError_t).
-    pub(crate) fn driver_version(&self) -> Result<i32, c_int> {
+    pub(crate) fn driver_version(&self) -> Result<CudaVersion, c_int> {
         get_version(self.driver_get_version)
     }
 
@@ -269,11 +269,11 @@ impl Runtime {
 }
 
 /// Calls `cudaRuntimeGetVersion` or `cudaDriverGetVersion` (`Err` holds the cudaError_t).
-fn get_version(f: GetVersion) -> Result<i32, c_int> {
+fn get_version(f: GetVersion) -> Result<CudaVersion, c_int> {
     let mut version = 0;
     // SAFETY: cuda_runtime_api.h signature; valid out-pointer.
     match unsafe { f(&mut version) } {
-        0 => Ok(version),
+        0 => Ok(CudaVersion(version)),
         code => Err(code),
     }
 }

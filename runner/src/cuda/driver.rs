@@ -10,6 +10,7 @@ use libloading::Library;
 
 use super::loaded::LoadedFile;
 use super::result::{self, CuError};
+use super::version::CudaVersion;
 
 /// The name the driver is loaded by.
 pub(crate) const LIBCUDA: &str = "libcuda.so.1";
@@ -190,12 +191,12 @@ impl Driver {
     }
 
     /// `cuDriverGetVersion`.
-    pub(crate) fn version(&self) -> Result<i32, DriverError> {
+    pub(crate) fn version(&self) -> Result<CudaVersion, DriverError> {
         let f = self.need(self.api.driver_get_version, "cuDriverGetVersion")?;
         let mut version = 0;
         // SAFETY: cuda.h signature, valid out-pointer.
         CuError::check("cuDriverGetVersion", unsafe { f(&mut version) })?;
-        Ok(version)
+        Ok(CudaVersion(version))
     }
 
     /// `cuInit(0)`.

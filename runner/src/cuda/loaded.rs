@@ -64,21 +64,15 @@ const RTLD_DI_SERINFOSIZE: libc::c_int = 5;
 /// itself with `dlinfo(RTLD_DI_SERINFO)`; empty if it cannot say.
 pub(crate) fn loader_search_path() -> Vec<PathBuf> {
     // SAFETY: dlopen(NULL) returns the main program's handle; dlinfo with SERINFOSIZE fills a
-    // Dl_serinfo header, then SERINFO fills a buffer of that size (8-byte aligned here, as
-    // the struct needs), whose string pointers point into the same buffer.
+    // Dl_serinfo header (plain old data: all zeroes, a null name, is a valid value), then
+    // SERINFO fills a buffer of that size (8-byte aligned here, as the struct needs), whose
+    // string pointers point into the same buffer.
     unsafe {
         let handle = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
         if handle.is_null() {
             return Vec::new();
         }
-        let mut header = SearchInfo {
-            size: 0,
-            count: 0,
-            first: SearchPath {
-                name: std::ptr::null_mut(),
-                flags: 0,
-            },
-        };
+        let mut header: SearchInfo = std::mem::zeroed();
         if libc::dlinfo(
             handle,
             RTLD_DI_SERINFOSIZE,

@@ -38,6 +38,13 @@ struct Dim3 {
     z: c_uint,
 }
 
+impl Dim3 {
+    /// `x` along x, one along y and z.
+    fn x(x: c_uint) -> Dim3 {
+        Dim3 { x, y: 1, z: 1 }
+    }
+}
+
 type RegisterFatBinary = unsafe extern "C" fn(*mut c_void) -> *mut *mut c_void;
 type RegisterFatBinaryEnd = unsafe extern "C" fn(*mut *mut c_void);
 #[allow(clippy::type_complexity)]
@@ -230,16 +237,8 @@ pub(crate) fn register_and_launch(
         std::ptr::addr_of_mut!(dy).cast(),
     ];
     let threads = 256;
-    let grid = Dim3 {
-        x: ELEMENTS.div_ceil(threads) as c_uint,
-        y: 1,
-        z: 1,
-    };
-    let block = Dim3 {
-        x: threads as c_uint,
-        y: 1,
-        z: 1,
-    };
+    let grid = Dim3::x(ELEMENTS.div_ceil(threads) as c_uint);
+    let block = Dim3::x(threads as c_uint);
     // SAFETY: the kernel was registered under this stub; `args` points at four values of the
     // kernel's parameter types (u32, f32, u64, u64), alive for the call.
     run.launch = Some(unsafe {

@@ -26,7 +26,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use cuda_sandbox_cuda_facts::CudaVersion;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
 use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
 use cuda_sandbox_elfkit::fatbin::{EntryKind, Purpose};
@@ -96,22 +95,19 @@ impl HandBuilt {
             let owned = std::ffi::CString::new(n).expect("a name without NUL");
             Box::leak(owned.into_boxed_c_str())
         };
-        match self {
-            HandBuilt::Kernelless => Registered {
-                image: kernelless_sm52_fatbin(),
-                kernel: None,
-                managed: None,
-            },
-            HandBuilt::Sm80Only => Registered {
-                image: sm80_only_fatbin(),
-                kernel: Some(name(SM80_KERNEL)),
-                managed: None,
-            },
-            HandBuilt::Managed => Registered {
-                image: managed_sm52_fatbin(),
-                kernel: None,
-                managed: Some((name(MANAGED_VARIABLE), 4)),
-            },
+        let (image, kernel, managed) = match self {
+            HandBuilt::Kernelless => (kernelless_sm52_fatbin(), None, None),
+            HandBuilt::Sm80Only => (sm80_only_fatbin(), Some(name(SM80_KERNEL)), None),
+            HandBuilt::Managed => (
+                managed_sm52_fatbin(),
+                None,
+                Some((name(MANAGED_VARIABLE), 4)),
+            ),
+        };
+        Registered {
+            image,
+            kernel,
+            managed,
         }
     }
 }
@@ -189,7 +185,7 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
     let list = devices::list(driver).map_err(|e| e.to_string())?;
     let first = list.first().ok_or("the driver reports no GPU")?;
     let device = first.compute_capability;
-    let cuda = CudaVersion(driver.version().map_err(|e| e.to_string())?);
+    let cuda = driver.version().map_err(|e| e.to_string())?;
     let kernel = std::fs::read_to_string(KERNEL_MODULE_FILE)
         .ok()
         .and_then(|t| kernel_module_version(&t))

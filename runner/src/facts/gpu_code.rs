@@ -447,19 +447,13 @@ fn judge_file_given(
     }
     if j.verdict != FileVerdict::NoGpuCode {
         if let Some((rule, why)) = gpu_rule(j.gpu, target) {
-            let reason = match j.verdict {
-                FileVerdict::Fails => format!("cannot run on {on}: {why}"),
-                _ => format!("cannot be judged for {on}: {why}"),
-            };
+            let reason = because(j.verdict, &on, &why);
             return verdict(target, j.verdict, rule, reason, j);
         }
     }
     if let Some((rule, v, why)) = runtime_verdict(runtimes, target) {
         if v == FileVerdict::Fails || j.verdict != FileVerdict::Fails {
-            let reason = match v {
-                FileVerdict::Fails => format!("cannot run on {on}: {why}"),
-                _ => format!("cannot be judged for {on}: {why}"),
-            };
+            let reason = because(v, &on, &why);
             return verdict(target, v, rule, reason, j);
         }
     }
@@ -529,10 +523,7 @@ fn by_modules(
                 .find(|m| matches!(m.load, Load::Unknown { .. }))
             {
                 let why = failure(modules, m, target, provenance);
-                return (
-                    Rule::ModuleUnknown,
-                    format!("cannot be judged for {on}: {why}"),
-                );
+                return (Rule::ModuleUnknown, because(j.verdict, &on, &why));
             }
             let undecided = j
                 .missing()
@@ -555,11 +546,17 @@ fn by_modules(
                     target.device
                 ),
             };
-            (
-                Rule::MissingModuleUnknown,
-                format!("cannot be judged for {on}: {why}"),
-            )
+            (Rule::MissingModuleUnknown, because(j.verdict, &on, &why))
         }
+    }
+}
+
+/// `why` a file of `verdict` cannot run on the target `on` (a failure), or cannot be judged
+/// there.
+fn because(verdict: FileVerdict, on: &str, why: &str) -> String {
+    match verdict {
+        FileVerdict::Fails => format!("cannot run on {on}: {why}"),
+        _ => format!("cannot be judged for {on}: {why}"),
     }
 }
 

@@ -133,6 +133,16 @@ pub(crate) fn shown_names(names: &[String]) -> String {
     shown.join(", ")
 }
 
+/// The kernels read from the modules of `j` that have no code that loads.
+pub(crate) fn missing_kernels(j: &Judgement) -> impl Iterator<Item = &String> {
+    j.missing()
+        .filter_map(|m| match &m.holds {
+            Some(Holds::Read { kernels, .. }) => Some(kernels),
+            _ => None,
+        })
+        .flatten()
+}
+
 /// What is missing from a file that runs partly (judgement `j` of `modules`): how many modules
 /// with kernels have no code that loads there, a few of their kernels, the error launching
 /// one gives, and how the rest loads.
@@ -143,15 +153,7 @@ pub(crate) fn partly(j: &Judgement, modules: &[Container]) -> String {
         .iter()
         .filter(|m| !m.loaded_by_the_program)
         .count();
-    let names: Vec<String> = missing
-        .iter()
-        .filter_map(|m| match &m.holds {
-            Some(Holds::Read { kernels, .. }) => Some(kernels),
-            _ => None,
-        })
-        .flatten()
-        .cloned()
-        .collect();
+    let names: Vec<String> = missing_kernels(j).cloned().collect();
     let kernels = names.len();
     // What launching them gives, each once, in this order.
     let errors: BTreeSet<(u8, &str)> = missing

@@ -115,8 +115,9 @@ fn bus_addresses(root: &Path) -> Result<BTreeMap<u32, Bdf>, InventoryError> {
 /// The inventory of the GPUs NVML lists, with their bus addresses and device ids under
 /// `root`.
 pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
-    let nvml = nvml::load().map_err(|e| InventoryError::Nvml(e.to_string()))?;
-    let devices = nvml::devices(&nvml).map_err(|e| InventoryError::Nvml(e.to_string()))?;
+    let devices = nvml::load()
+        .and_then(|nvml| nvml::devices(&nvml))
+        .map_err(|e| InventoryError::Nvml(e.to_string()))?;
     if devices.is_empty() {
         return Err(InventoryError::NoGpu);
     }

@@ -83,17 +83,20 @@ type ByIndexFn = unsafe extern "C" fn(Handle, c_uint, *mut Handle) -> c_uint;
 type ParentFn = unsafe extern "C" fn(Handle, *mut Handle) -> c_uint;
 type StringFn = unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> c_uint;
 
+/// An NVML function and its name, for errors.
+type Named<F> = (F, &'static str);
+
 /// The NVML MIG calls, resolved once per query.
 struct MigApi {
     _library: libloading::Library,
-    max_count: CountFn,
-    by_index: ByIndexFn,
-    is_mig: CountFn,
-    parent: ParentFn,
-    gpu_instance_id: CountFn,
-    compute_instance_id: CountFn,
-    uuid: StringFn,
-    name: StringFn,
+    max_count: Named<CountFn>,
+    by_index: Named<ByIndexFn>,
+    is_mig: Named<CountFn>,
+    parent: Named<ParentFn>,
+    gpu_instance_id: Named<CountFn>,
+    compute_instance_id: Named<CountFn>,
+    uuid: Named<StringFn>,
+    name: Named<StringFn>,
 }
 
 impl MigApi {
@@ -106,10 +109,10 @@ impl MigApi {
         fn get<T: Copy>(
             library: &libloading::Library,
             name: &'static str,
-        ) -> Result<T, MigQueryError> {
+        ) -> Result<Named<T>, MigQueryError> {
             // SAFETY: each `T` below is the signature NVIDIA's nvml.h gives `name`.
             unsafe { library.get::<T>(name.as_bytes()) }
-                .map(|symbol| *symbol)
+                .map(|symbol| (*symbol, name))
                 .map_err(|_| MigQueryError::MissingExport(name))
         }
         Ok(MigApi {
@@ -126,7 +129,7 @@ impl MigApi {
     }
 
     /// One `unsigned int` out-parameter.
-    fn number(&self, f: CountFn, call: &'static str, handle: Handle) -> Result<u32, MigQueryError> {
+    fn number(&self, (f, call): Named<CountFn>, handle: Handle) -> Result<u32, MigQueryError> {
         let mut value: c_uint = 0;
         // SAFETY: nvml.h: (device, unsigned int *) with a live local as the out-parameter.
         let code = unsafe { f(handle, &mut value) };
@@ -137,12 +140,7 @@ impl MigApi {
     }
 
     /// A string into a buffer of [`BUFFER`] bytes.
-    fn text(
-        &self,
-        f: StringFn,
-        call: &'static str,
-        handle: Handle,
-    ) -> Result<String, MigQueryError> {
+    fn text(&self, (f, call): Named<StringFn>, handle: Handle) -> Result<String, MigQueryError> {
         let mut buffer = [0 as c_char; BUFFER];
         // SAFETY: nvml.h: (device, char *, length) with a live buffer of that length.
         let code = unsafe { f(handle, buffer.as_mut_ptr(), BUFFER as c_uint) };
@@ -156,38 +154,26 @@ impl MigApi {
     }
 
     fn mig_devices(&self, parent: Handle) -> Result<Vec<NvmlMigDevice>, MigQueryError> {
-        let max = self.number(self.max_count, "nvmlDeviceGetMaxMigDeviceCount", parent)?;
+        let max = self.number(self.max_count, parent)?;
         let mut devices = Vec::new();
         for index in 0..max {
             let mut handle: Handle = std::ptr::null_mut();
+            let (by_index, call) = self.by_index;
             // SAFETY: nvml.h: (device, index, nvmlDevice_t *) with a live local.
-            match unsafe { (self.by_index)(parent, index, &mut handle) } {
+            match unsafe { by_index(parent, index, &mut handle) } {
                 SUCCESS => {}
                 NOT_FOUND => continue,
-                code => {
-                    return Err(MigQueryError::Call {
-                        call: "nvmlDeviceGetMigDeviceHandleByIndex",
-                        code,
-                    })
-                }
+                code => return Err(MigQueryError::Call { call, code }),
             }
             let mut back: Handle = std::ptr::null_mut();
             // SAFETY: nvml.h: (MIG device, nvmlDevice_t *) with a live local.
-            let parent_code = unsafe { (self.parent)(handle, &mut back) };
-            let is_mig = self.number(self.is_mig, "nvmlDeviceIsMigDeviceHandle", handle);
+            let parent_code = unsafe { (self.parent.0)(handle, &mut back) };
+            let is_mig = self.number(self.is_mig, handle);
             devices.push(NvmlMigDevice {
-                uuid: self.text(self.uuid, "nvmlDeviceGetUUID", handle)?,
-                name: self.text(self.name, "nvmlDeviceGetName", handle).ok(),
-                gpu_instance_id: self
-                    .number(self.gpu_instance_id, "nvmlDeviceGetGpuInstanceId", handle)
-                    .ok(),
-                compute_instance_id: self
-                    .number(
-                        self.compute_instance_id,
-                        "nvmlDeviceGetComputeInstanceId",
-                        handle,
-                    )
-                    .ok(),
+                uuid: self.text(self.uuid, handle)?,
+                name: self.text(self.name, handle).ok(),
+                gpu_instance_id: self.number(self.gpu_instance_id, handle).ok(),
+                compute_instance_id: self.number(self.compute_instance_id, handle).ok(),
                 handle_checked: is_mig == Ok(1) && parent_code == SUCCESS && back == parent,
             });
         }
@@ -198,10 +184,7 @@ impl MigApi {
 /// MIG mode, minor number and MIG devices of `device` (a GPU handle). A GPU without MIG
 /// support answers NOT_SUPPORTED to `nvmlDeviceGetMigMode`: `mig_mode` is then `None`.
 pub(crate) fn query(device: &Device<'_>) -> GpuMig {
-    let mig_mode = match device.mig_mode() {
-        Ok(mode) => Some(mode.current == 1),
-        Err(_) => None,
-    };
+    let mig_mode = device.mig_mode().ok().map(|mode| mode.current == 1);
     let mut gpu = GpuMig {
         mig_mode,
         minor_number: device.minor_number().ok(),
