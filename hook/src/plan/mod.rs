@@ -194,8 +194,6 @@ pub(crate) struct GpuDemand {
     /// The slots it may be given: each GPU the plan found whole, or its MIG instances when
     /// it has some; only whole GPUs when it needs more than one.
     pub slots: Vec<Slot>,
-    /// The GPUs the plan found (`/dev/nvidiaN` numbers).
-    pub gpus: Vec<u32>,
     /// How many slots the build needs.
     pub count: usize,
     /// The build's `cuda-sm-*` features and the GPUs' capabilities, when an inventory gives
@@ -330,7 +328,6 @@ impl Decision {
             Ok((count, slots)) => {
                 self.gpu_demand = Some(GpuDemand {
                     slots,
-                    gpus,
                     count,
                     fit: None,
                     drm: drm.clone(),

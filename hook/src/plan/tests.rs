@@ -689,7 +689,6 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
         plan.gpu_demand,
         Some(GpuDemand {
             slots: (0..4).map(Slot::Gpu).collect(),
-            gpus: vec![0, 1, 2, 3],
             count: 1,
             fit: None,
             drm: Default::default(),
@@ -762,7 +761,6 @@ fn a_leased_build_keeps_only_its_whole_gpus_drm_nodes() {
     });
     let demand = GpuDemand {
         slots: vec![Slot::Gpu(0), mig, Slot::Gpu(1)],
-        gpus: vec![0, 1],
         count: 1,
         fit: None,
         drm: owners,
