@@ -312,12 +312,8 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
     let mut gpus = Vec::new();
     let mut drm = Vec::new();
     if asked(&sysfs::TOPOLOGY) {
-        let minors: Vec<u32> = granted
-            .decision
-            .exposures
-            .iter()
-            .filter_map(|e| e.inside.to_str()?.strip_prefix("/dev/nvidia")?.parse().ok())
-            .collect();
+        let exposures = granted.decision.exposures.iter();
+        let minors = plan::gpu_numbers(exposures.map(|e| e.inside.as_path()));
         for found in sysfs::discover(&config.host_root) {
             match found {
                 Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),

@@ -430,15 +430,11 @@ fn devices(exposures: &[Exposure]) -> impl Iterator<Item = &Exposure> {
 
 /// N for a GPU node `/dev/nvidiaN` (not `nvidiactl`, `nvidia-uvm`, …).
 fn gpu_number(inside: &Path) -> Option<u32> {
-    let digits = inside.to_str()?.strip_prefix("/dev/nvidia")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    crate::mig::formats::number(inside.to_str()?.strip_prefix("/dev/nvidia")?)
 }
 
 /// The GPUs of the `/dev/nvidiaN` nodes among `paths`, each once, in order.
-fn gpu_numbers<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<u32> {
+pub(crate) fn gpu_numbers<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<u32> {
     let gpus: BTreeSet<u32> = paths.filter_map(gpu_number).collect();
     gpus.into_iter().collect()
 }
