@@ -400,10 +400,6 @@ fn sysfs_tree(
                     outside: tree.join(top),
                     reason: plan::Reason::Sysfs { rule: rule.clone() },
                 }));
-            granted
-                .decision
-                .exposures
-                .sort_by(|a, b| a.inside.cmp(&b.inside));
         }
         Err(e) => granted.decision.problems.push(Problem::new(
             &granted.decision.rules,
