@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{Decision, Problem, ProblemKind, Reason, Skipped, Want};
+use super::{stale, Decision, Problem, ProblemKind, Reason, Skipped, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -116,7 +116,10 @@ impl Decision {
         let real_name = host_libcuda_name(&source, &site);
         let facts = host_facts(&view.facts, real_name.as_deref());
         let at_link = matches!(source, HostSource::Link(_)).then_some(site.link.as_path());
-        self.add_stale_driver(rule, &view.facts, real_name.as_deref(), at_link);
+        if let Some(stale) = stale::stale_driver(&view.facts, real_name.as_deref(), at_link) {
+            let kind = ProblemKind::StaleDriver(stale);
+            self.problems.push(Problem::new(rule, kind));
+        }
 
         let candidates = self.compat_candidates(driver);
         let choice = choice::choose(&facts, candidates);

@@ -9,7 +9,6 @@
 //! Jetson's libcuda (`libcuda.so.1.1`) carries no version and Jetson has no
 //! `/proc/driver/nvidia/version`: nothing to compare, no problem.
 
-use super::{Decision, Problem, ProblemKind};
 use crate::config::Platform;
 use crate::discover::versions;
 use crate::scan::{BootedDriver, HostFacts};
@@ -92,20 +91,4 @@ pub(crate) fn stale_driver(
         at_link: link.map(|l| l.display().to_string()),
         booted,
     })
-}
-
-impl Decision {
-    /// Adds the stale-driver problem of rule `rule`, if any (see [`stale_driver`]).
-    pub(super) fn add_stale_driver(
-        &mut self,
-        rule: &str,
-        facts: &HostFacts,
-        libcuda_file: Option<&str>,
-        link: Option<&Path>,
-    ) {
-        if let Some(stale) = stale_driver(facts, libcuda_file, link) {
-            self.problems
-                .push(Problem::new(rule, ProblemKind::StaleDriver(stale)));
-        }
-    }
 }
