@@ -30,16 +30,10 @@ pub(super) struct Part {
     pub edits: ContainerEdits,
 }
 
-/// A node a device lists that cannot be given to one build.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Unowned {
-    /// The node's path.
-    pub path: String,
-}
-
 /// The parts of the device `name` (found as `found`): the whole device without leases,
-/// else split by GPU, with the nodes that belong to no GPU.
-pub(super) fn parts(name: &str, found: &CdiDevice, leased: bool) -> (Vec<Part>, Vec<Unowned>) {
+/// else split by GPU, with the paths of the nodes that belong to no GPU (which cannot be
+/// given to one build).
+pub(super) fn parts(name: &str, found: &CdiDevice, leased: bool) -> (Vec<Part>, Vec<String>) {
     let whole = |edits: &ContainerEdits, gpu| Part {
         device: name.to_string(),
         gpu,
@@ -101,9 +95,7 @@ pub(super) fn parts(name: &str, found: &CdiDevice, leased: bool) -> (Vec<Part>, 
                     ..ContainerEdits::default()
                 },
             }),
-            None => unowned.push(Unowned {
-                path: n.path.clone(),
-            }),
+            None => unowned.push(n.path.clone()),
         }
     }
     parts.extend(alone);
@@ -199,12 +191,7 @@ mod tests {
             ]
         );
         // GPU 2's device is not among those `all` lists; card9 is no GPU's.
-        assert_eq!(
-            unowned,
-            [Unowned {
-                path: "/dev/dri/card9".into()
-            }]
-        );
+        assert_eq!(unowned, ["/dev/dri/card9"]);
     }
 
     #[test]

@@ -71,9 +71,9 @@ impl Decision {
                 Ok(found) => {
                     let (parts, unowned) =
                         lease::parts(d.name.as_str(), found, config.gpus_per_build > 0);
-                    for u in unowned {
+                    for path in unowned {
                         self.skip(
-                            u.path,
+                            path,
                             Skipped::CdiUnowned {
                                 device: d.name.as_str().to_owned(),
                                 spec: found.spec.to_path_buf(),
