@@ -34,53 +34,41 @@ impl Decision {
         }
     }
 
+    /// Exposes the node of `cap` with its chain, or adds the problem that stops it: a node
+    /// that is missing or wrong, whose chain leaves the roots or that Nix's protocol cannot
+    /// express.
     fn add_capability(&mut self, rule: &str, cap: &CapNode, config: &Config, view: &HostView) {
-        let inside = cap.inside();
-        let capability = cap.capability;
-        let problem = |kind: ProblemKind| Problem::new(rule, kind);
-        match &cap.node {
-            NodeState::Present => {}
-            NodeState::Missing => {
-                self.problems
-                    .push(problem(ProblemKind::MigNodeMissing { capability, inside }));
-                return;
-            }
-            NodeState::Wrong(why) => {
-                self.problems.push(problem(ProblemKind::MigNodeWrong {
-                    capability,
-                    inside,
-                    why: why.clone(),
-                }));
-                return;
-            }
-        }
+        let (inside, capability) = (cap.inside(), cap.capability);
         let space = config.space();
-        let outside = space.outside(&inside);
-        let chain = symlinks::follow(&inside, &outside, space, view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c));
-        let chain = match chain {
-            Ok(chain) => chain,
-            Err(error) => {
-                self.problems.push(problem(ProblemKind::MigNodeChain {
-                    capability,
-                    inside,
-                    error,
-                }));
-                return;
+        let kind = match &cap.node {
+            NodeState::Missing => ProblemKind::MigNodeMissing { capability, inside },
+            NodeState::Wrong(why) => ProblemKind::MigNodeWrong {
+                capability,
+                inside,
+                why: why.clone(),
+            },
+            NodeState::Present => {
+                match symlinks::follow(&inside, &space.outside(&inside), space, view)
+                    .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+                {
+                    Err(error) => ProblemKind::MigNodeChain {
+                        capability,
+                        inside,
+                        error,
+                    },
+                    Ok(chain) => match unexpressible(&chain.hops) {
+                        Some(bad) => ProblemKind::MigNodeUnexpressible {
+                            capability,
+                            bad: bad.to_path_buf(),
+                        },
+                        None => {
+                            let rule = rule.to_string();
+                            return self.add_chain(chain.hops, Reason::Mig { rule, capability });
+                        }
+                    },
+                }
             }
         };
-        if let Some(bad) = unexpressible(&chain.hops) {
-            self.problems
-                .push(problem(ProblemKind::MigNodeUnexpressible {
-                    capability,
-                    bad: bad.to_path_buf(),
-                }));
-            return;
-        }
-        let reason = Reason::Mig {
-            rule: rule.to_string(),
-            capability: cap.capability,
-        };
-        self.add_chain(chain.hops, reason);
+        self.problems.push(Problem::new(rule, kind));
     }
 }
