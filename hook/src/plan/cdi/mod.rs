@@ -137,45 +137,33 @@ impl Decision {
         found: &CdiDevice,
         n: &DeviceNode,
     ) {
-        let device = part.device.as_str();
-        if let Some(why) = unusable(&[&n.path, n.host_path.as_deref().unwrap_or(&n.path)]) {
-            return self.problems.push(Problem::new(
-                at.rule,
-                ProblemKind::CdiSpecNode {
-                    device: device.to_owned(),
-                    why,
-                },
-            ));
+        let device = part.device.clone();
+        let host = n.host_path.as_deref().unwrap_or(&n.path);
+        if let Some(why) = unusable(&[&n.path, host]) {
+            let kind = ProblemKind::CdiSpecNode { device, why };
+            return self.problems.push(Problem::new(at.rule, kind));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
-        let outside = host_path(n.host_path.as_deref().unwrap_or(&n.path), at.config);
-        let fail = |fault: NodeFault| {
-            let inside = inside.clone();
-            let device = device.to_owned();
-            Problem::new(
-                at.rule,
-                ProblemKind::CdiNode {
-                    device,
-                    inside,
-                    fault,
-                },
-            )
-        };
-        let chain = match symlinks::follow(&inside, &outside, Space::Literal, at.view)
+        let outside = host_path(host, at.config);
+        let fault = match symlinks::follow(&inside, &outside, Space::Literal, at.view)
             .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
         {
-            Ok(c) => c,
-            Err(e) => return self.problems.push(fail(NodeFault::Unusable(e))),
+            Err(e) => NodeFault::Unusable(e),
+            Ok(chain) if chain.target != Node::CharDevice => NodeFault::NotCharDevice(outside),
+            Ok(chain) => match super::devices::unexpressible(&chain.hops) {
+                Some(bad) => NodeFault::Unexpressible(bad.to_path_buf()),
+                None => {
+                    let reason = cdi_reason(at, part, found, CdiItem::DeviceNode);
+                    return self.add_chain(chain.hops, reason);
+                }
+            },
         };
-        if chain.target != Node::CharDevice {
-            return self.problems.push(fail(NodeFault::NotCharDevice(outside)));
-        }
-        if let Some(bad) = super::devices::unexpressible(&chain.hops) {
-            return self
-                .problems
-                .push(fail(NodeFault::Unexpressible(bad.to_path_buf())));
-        }
-        self.add_chain(chain.hops, cdi_reason(at, part, found, CdiItem::DeviceNode));
+        let kind = ProblemKind::CdiNode {
+            device,
+            inside,
+            fault,
+        };
+        self.problems.push(Problem::new(at.rule, kind));
     }
 
     /// Exposes one of a device's bind mounts where the build can use it: a library at the
