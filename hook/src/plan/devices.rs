@@ -67,50 +67,44 @@ impl Decision {
         config: &Config,
         view: &HostView,
     ) -> bool {
-        let space = config.space();
         let Ok(rel) = outside.strip_prefix(&config.host_root) else {
             return false;
         };
         let inside = Path::new("/").join(rel);
-        if glob.glob.contains(['*', '?', '[']) && inside.starts_with(mig::CAPS_DEV_DIR) {
+        let why = if glob.glob.contains(['*', '?', '[']) && inside.starts_with(mig::CAPS_DEV_DIR) {
             // A wildcard would give every MIG instance, and the config and monitor
             // capabilities, to every build.
-            self.skip(inside.display(), Skipped::MigCapabilityNode);
-            return false;
-        }
-        let chain = match symlinks::follow(&inside, outside, space, view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-        {
-            Ok(chain) => chain,
-            Err(e) => {
-                self.skip(inside.display(), Skipped::DeviceChain(e));
-                return false;
+            Skipped::MigCapabilityNode
+        } else {
+            match symlinks::follow(&inside, outside, config.space(), view)
+                .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
+            {
+                Err(e) => Skipped::DeviceChain(e),
+                Ok(c) if !matches!(c.target, Node::CharDevice | Node::Dir) => Skipped::NotDevice,
+                Ok(c) => match unexpressible(&c.hops) {
+                    None => {
+                        let (rule, glob) = (rule.to_string(), glob.glob.clone());
+                        self.add_chain(c.hops, Reason::Device { rule, glob });
+                        return true;
+                    }
+                    Some(bad) => {
+                        let kind = ProblemKind::DeviceUnexpressible {
+                            inside: inside.clone(),
+                            glob: glob.glob.clone(),
+                            bad: bad.to_path_buf(),
+                        };
+                        if glob.required {
+                            self.problems.push(Problem::new(rule, kind));
+                            return false;
+                        }
+                        self.warnings.push(format!("{kind}; skipped (optional)"));
+                        Skipped::Unexpressible
+                    }
+                },
             }
         };
-        if !matches!(chain.target, Node::CharDevice | Node::Dir) {
-            self.skip(inside.display(), Skipped::NotDevice);
-            return false;
-        }
-        if let Some(bad) = unexpressible(&chain.hops) {
-            let kind = ProblemKind::DeviceUnexpressible {
-                inside: inside.to_path_buf(),
-                glob: glob.glob.clone(),
-                bad: bad.to_path_buf(),
-            };
-            if glob.required {
-                self.problems.push(Problem::new(rule, kind));
-            } else {
-                self.warnings.push(format!("{kind}; skipped (optional)"));
-                self.skip(inside.display(), Skipped::Unexpressible);
-            }
-            return false;
-        }
-        let reason = Reason::Device {
-            rule: rule.to_string(),
-            glob: glob.glob.clone(),
-        };
-        self.add_chain(chain.hops, reason);
-        true
+        self.skip(inside.display(), why);
+        false
     }
 }
 
