@@ -313,24 +313,19 @@ pub(crate) fn check_within(chain: &Chain, roots: &[PathBuf]) -> Result<(), Chain
                     .any(|n| p.starts_with(n) && !r.starts_with(n))
         })
     };
-    for v in &chain.via {
-        if !allowed(&v.outside) {
-            return Err(ChainError::Escapes {
-                link: v.inside.clone(),
-                target: v.outside.clone(),
-            });
-        }
+    // Each (link, where it leads): the directories met on the way, then the hops.
+    let via = chain.via.iter().map(|v| (&v.inside, &v.outside));
+    let hops = chain.hops.iter().zip(chain.hops.iter().skip(1));
+    match via
+        .chain(hops.map(|(link, to)| (&link.inside, &to.inside)))
+        .find(|(_, target)| !allowed(target))
+    {
+        Some((link, target)) => Err(ChainError::Escapes {
+            link: link.clone(),
+            target: target.clone(),
+        }),
+        None => Ok(()),
     }
-    for pair in chain.hops.windows(2) {
-        let target = &pair[1].inside;
-        if !allowed(target) {
-            return Err(ChainError::Escapes {
-                link: pair[0].inside.clone(),
-                target: target.clone(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Where a link's target lies, inside and out. A relative target resolves against the link's
