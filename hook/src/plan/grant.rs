@@ -18,13 +18,13 @@ use cuda_sandbox_manifest::{
 use std::path::{Path, PathBuf};
 
 impl GpuDemand {
-    /// Keeps in `decision`'s exposures only the slots `picked` (leased, or for `explain` and `exec` the
-    /// ones a build would get now): the other `/dev/nvidiaN` nodes and the other MIG
+    /// Keeps in `decision`'s exposures only the slots `picked` (leased, or for `explain` and
+    /// `exec` the ones a build would get now): the other `/dev/nvidiaN` nodes and the other MIG
     /// instances' capability nodes are dropped, each with a skip; the control
     /// nodes (`nvidiactl`, `nvidia-uvm`, …) stay, as every CUDA process needs them, and so do
     /// the MIG administration nodes a rule names, and the CDI edits not carried out of the
     /// GPUs kept or of every build. A DRM node (`/dev/dri/…`, or any path the scan found to be
-    /// one) stays only with its GPU leased whole ([`drm_fate`]). `taken`: whether a lease holds `picked`.
+    /// one) stays only with its GPU leased whole. `taken`: whether a lease holds `picked`.
     pub(crate) fn keep(
         &self,
         picked: &[Slot],
@@ -33,7 +33,21 @@ impl GpuDemand {
         decision: &mut Decision,
     ) {
         let parents = slot::gpus(picked);
-        let fate = |e: &Exposure| match &e.reason {
+        let not_leased = |mig| Skipped::NotLeased {
+            mig,
+            leased: taken,
+            given: picked.iter().map(Slot::to_string).collect(),
+            count: self.count,
+            total: self.slots.len(),
+            any_mig: self.slots.iter().any(|s| matches!(s, Slot::Mig(_))),
+            gpus_per_build,
+        };
+        let drm = |why| Skipped::DrmNode {
+            why,
+            gpus_per_build,
+        };
+        // Why the build does not get the device node of `e`; `None`: it keeps it.
+        let left_out = |e: &Exposure| match &e.reason {
             Reason::Mig { capability, .. } => {
                 let kept = match capability {
                     Capability::Gi { gpu, gi } => picked
@@ -42,77 +56,42 @@ impl GpuDemand {
                     Capability::Ci(id) => picked.contains(&Slot::Mig(*id)),
                     Capability::Config | Capability::Monitor => true,
                 };
-                if kept {
-                    Fate::Kept
-                } else {
-                    Fate::NotLeased { mig: true }
-                }
+                (!kept).then(|| not_leased(true))
             }
+            // A DRM node is kept with its GPU leased whole. One whose GPU cannot be told is
+            // dropped (it may be another GPU's, or no GPU's the lease knows). A MIG instance's
+            // build gets no DRM node of its parent GPU: the node opens the whole GPU, which the
+            // other instances' builds share (MIG isolates through the capability nodes, not
+            // DRM), and CUDA does not use it.
             Reason::Device { .. }
                 if e.inside.starts_with(DRM_DEV_DIR) || self.drm.contains_key(&e.inside) =>
             {
-                drm_fate(self.drm.get(&e.inside), picked)
+                match self.drm.get(&e.inside) {
+                    Some(Ok(g)) if picked.contains(&Slot::Gpu(*g)) => None,
+                    Some(Ok(g)) if picked.iter().any(|s| s.gpu() == *g) => {
+                        Some(drm(DrmLeft::OfMigGpu(*g)))
+                    }
+                    Some(Ok(_)) => Some(not_leased(false)),
+                    Some(Err(e)) => Some(drm(DrmLeft::Unmapped(e.clone()))),
+                    None => Some(drm(DrmLeft::Unmapped(DrmError::Unscanned))),
+                }
             }
-            _ if cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)) => Fate::Kept,
-            _ => Fate::NotLeased { mig: false },
+            _ if cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)) => None,
+            _ => Some(not_leased(false)),
         };
-        let others: Vec<(PathBuf, Fate)> = devices(&decision.exposures)
-            .map(|e| (e.inside.clone(), fate(e)))
-            .filter(|(_, f)| *f != Fate::Kept)
+        let others: Vec<(PathBuf, Skipped)> = devices(&decision.exposures)
+            .filter_map(|e| Some((e.inside.clone(), left_out(e)?)))
             .collect();
         let dropped = |p: &PathBuf| others.iter().any(|(o, _)| o == p);
         decision.exposures.retain(|e| match &e.reason {
             Reason::SymlinkTarget { link } => !dropped(link),
             _ => !dropped(&e.inside),
         });
-        let given: Vec<String> = picked.iter().map(Slot::to_string).collect();
-        let any_mig = self.slots.iter().any(|s| matches!(s, Slot::Mig(_)));
-        for (other, fate) in others {
-            let why = match fate {
-                Fate::Kept => continue,
-                Fate::Drm(why) => Skipped::DrmNode {
-                    why,
-                    gpus_per_build,
-                },
-                Fate::NotLeased { mig } => Skipped::NotLeased {
-                    mig,
-                    leased: taken,
-                    given: given.clone(),
-                    count: self.count,
-                    total: self.slots.len(),
-                    any_mig,
-                    gpus_per_build,
-                },
-            };
-            decision.skipped.push(Skip::new(other.display(), why));
-        }
+        let skips = others
+            .into_iter()
+            .map(|(o, why)| Skip::new(o.display(), why));
+        decision.skipped.extend(skips);
         cdi::keep_leased(&mut decision.not_carried_out, &parents);
-    }
-}
-
-/// What becomes of a device node under leases.
-#[derive(Debug, PartialEq, Eq)]
-enum Fate {
-    /// The build keeps it.
-    Kept,
-    /// Another slot's (a GPU's, or a MIG instance's when `mig`).
-    NotLeased { mig: bool },
-    /// A DRM node the build does not get, and why.
-    Drm(DrmLeft),
-}
-
-/// What becomes of a DRM node whose GPU is `owner` (as the scan found it) for a build given
-/// `picked`: kept with its GPU leased whole. A node whose GPU cannot be told is dropped (it
-/// may be another GPU's, or no GPU's the lease knows). A MIG instance's build gets no DRM
-/// node of its parent GPU: the node opens the whole GPU, which the other instances' builds
-/// share (MIG isolates through the capability nodes, not DRM), and CUDA does not use it.
-fn drm_fate(owner: Option<&Result<u32, DrmError>>, picked: &[Slot]) -> Fate {
-    match owner {
-        Some(Ok(g)) if picked.contains(&Slot::Gpu(*g)) => Fate::Kept,
-        Some(Ok(g)) if picked.iter().any(|s| s.gpu() == *g) => Fate::Drm(DrmLeft::OfMigGpu(*g)),
-        Some(Ok(_)) => Fate::NotLeased { mig: false },
-        Some(Err(e)) => Fate::Drm(DrmLeft::Unmapped(e.clone())),
-        None => Fate::Drm(DrmLeft::Unmapped(DrmError::Unscanned)),
     }
 }
 
