@@ -59,8 +59,8 @@ impl std::fmt::Display for DriverSource {
 
 /// Where the host driver comes from.
 enum HostSource {
-    /// The NixOS driver link, as the build sees it.
-    Link(PathBuf),
+    /// The NixOS driver link ([`DriverSite::link`]).
+    Link,
     /// Host libraries bound at `<link>/lib/<name>`, and data files at `<link>/share/<rel>`.
     Libraries(Vec<HostLibrary>, Vec<HostDataFile>),
     /// Nothing found.
@@ -115,7 +115,7 @@ impl Decision {
         // The host libcuda's real file name tells the host driver's version.
         let real_name = host_libcuda_name(&source, &site);
         let facts = host_facts(&view.facts, real_name.as_deref());
-        let at_link = matches!(source, HostSource::Link(_)).then_some(site.link.as_path());
+        let at_link = matches!(source, HostSource::Link).then_some(site.link.as_path());
         if let Some(stale) = stale::stale_driver(&view.facts, real_name.as_deref(), at_link) {
             let kind = ProblemKind::StaleDriver(stale);
             self.problems.push(Problem::new(rule, kind));
@@ -127,16 +127,10 @@ impl Decision {
         // libraries replace the host's at the link, so that binaries finding libcuda through
         // DT_RUNPATH (or LD_LIBRARY_PATH) load it too. A NixOS link is one directory: there
         // the build's library path must put the compat directory first.
-        let replace_at_link = choice.compat.is_some() && !matches!(source, HostSource::Link(_));
+        let replace_at_link = choice.compat.is_some() && !matches!(source, HostSource::Link);
 
         let mut expected: Vec<PathBuf> = Vec::new();
-        self.expose_host_driver(
-            &site,
-            &source,
-            &choice.compat,
-            replace_at_link,
-            &mut expected,
-        );
+        self.expose_host_driver(&site, &source, choice.compat.is_some(), &mut expected);
         if let Some(c) = &choice.compat {
             self.expose_compat(&site, c, replace_at_link, &mut expected);
         }
@@ -159,7 +153,7 @@ impl Decision {
     /// libraries when a libcuda is among them (the library search's warnings become skips).
     fn host_source(&mut self, driver: &DriverView) -> HostSource {
         if driver.link_present {
-            return HostSource::Link(symlinks::normalize(&driver.source.link));
+            return HostSource::Link;
         }
         let Some(found) = driver.host_libraries.clone() else {
             return HostSource::Absent;
@@ -175,19 +169,19 @@ impl Decision {
     }
 
     /// Exposes the host driver from `source` (the link, or each host library and data file
-    /// at the link, less those a compat driver replaces there), or says that there is none;
+    /// at the link, less those a `compat` driver replaces there), or says that there is none;
     /// without a compat driver, adds the libcuda paths the build loads to `expected`.
     fn expose_host_driver(
         &mut self,
         site: &DriverSite,
         source: &HostSource,
-        compat: &Option<CompatDriver>,
-        replace_at_link: bool,
+        compat: bool,
         expected: &mut Vec<PathBuf>,
     ) {
         let (rule, cfg, view) = (site.rule, &site.driver.source, site.view);
         match source {
-            HostSource::Link(l) => {
+            HostSource::Link => {
+                let l = &site.link;
                 let outside = site.space.outside(l);
                 let want = Want {
                     required: cfg.required,
@@ -195,9 +189,9 @@ impl Decision {
                 };
                 let why = site.reason(DriverSource::DriverLink);
                 self.add_path(rule, l, &outside, site.space, view, why, want);
-                if compat.is_none() {
+                if !compat {
                     expected.extend(libcuda_paths(
-                        &l.join("lib/libcuda.so.1"),
+                        &site.link_lib.join("libcuda.so.1"),
                         site.space,
                         site.config,
                         view,
@@ -215,7 +209,7 @@ impl Decision {
                 }
                 for lib in libs {
                     let inside = site.link_lib.join(&lib.name);
-                    if replace_at_link && COMPAT_LIBRARIES.contains(&lib.stem) {
+                    if compat && COMPAT_LIBRARIES.contains(&lib.stem) {
                         self.skip(lib.outside.display(), Skipped::ReplacedByCompat);
                         continue;
                     }
@@ -225,10 +219,10 @@ impl Decision {
                     });
                     self.add_optional_host_path(rule, &inside, &lib.outside, view, why);
                 }
-                if compat.is_none() {
+                if !compat {
                     if let Some(lib) = host_libcuda(libs) {
                         let inside = site.link_lib.join(&lib.name);
-                        expected.extend(mount_paths(&inside, &lib.outside, view));
+                        expected.extend(chain_paths(&inside, &lib.outside, Space::Literal, view));
                     }
                 }
             }
@@ -285,7 +279,7 @@ impl Decision {
             let why = site.reason(DriverSource::CompatAtDriverLink);
             self.add_optional_host_path(site.rule, &inside, &outside, site.view, why);
             if name.starts_with("libcuda.so") {
-                expected.extend(mount_paths(&inside, &outside, site.view));
+                expected.extend(chain_paths(&inside, &outside, Space::Literal, site.view));
             }
         }
     }
@@ -315,7 +309,7 @@ fn host_libcuda(libs: &[HostLibrary]) -> Option<&HostLibrary> {
 /// The real file name of the host's libcuda from `source`, as the scan recorded it.
 fn host_libcuda_name(source: &HostSource, site: &DriverSite) -> Option<String> {
     let outside = match source {
-        HostSource::Link(l) => Some(site.space.outside(&l.join("lib/libcuda.so.1"))),
+        HostSource::Link => Some(site.space.outside(&site.link_lib.join("libcuda.so.1"))),
         HostSource::Libraries(libs, _) => host_libcuda(libs).map(|l| l.outside.clone()),
         HostSource::Absent => None,
     };
@@ -372,23 +366,19 @@ fn libcuda_paths(
     view: &HostView,
 ) -> Vec<PathBuf> {
     let outside = space.outside(inside);
-    let mut out = vec![inside.to_path_buf()];
-    if let Ok(chain) = symlinks::follow(inside, &outside, space, view) {
-        out.extend(chain.hops.into_iter().map(|h| h.inside));
-    }
-    if let Some(real) = view.snapshot.real_paths.get(&outside) {
-        out.push(inside_of(real, config));
-    }
+    let mut out = chain_paths(inside, &outside, space, view);
+    let real = view.snapshot.real_paths.get(&outside);
+    out.extend(real.map(|real| inside_of(real, config)));
     out
 }
 
-/// As [`libcuda_paths`] for a file bound at `inside` from a literal host path.
-fn mount_paths(inside: &Path, outside: &Path, view: &HostView) -> Vec<PathBuf> {
-    let mut out = vec![inside.to_path_buf()];
-    if let Ok(chain) = symlinks::follow(inside, outside, Space::Literal, view) {
-        out.extend(chain.hops.into_iter().map(|h| h.inside));
+/// The inside paths of the chain at (`inside`, `outside`): each hop, or `inside` alone when
+/// it cannot be followed.
+fn chain_paths(inside: &Path, outside: &Path, space: Space<'_>, view: &HostView) -> Vec<PathBuf> {
+    match symlinks::follow(inside, outside, space, view) {
+        Ok(chain) => chain.hops.into_iter().map(|h| h.inside).collect(),
+        Err(_) => vec![inside.to_path_buf()],
     }
-    out
 }
 
 /// What is known of the host driver: the kernel module (and its branch), Tegra, and the CUDA
