@@ -301,22 +301,25 @@ impl Decision {
         if gpus.is_empty() {
             return;
         }
-        let instances = self.mig_instances();
-        let slots: Vec<Slot> = gpus
-            .iter()
-            .flat_map(|g| {
-                let on: Vec<Slot> = instances
-                    .iter()
-                    .filter(|i| i.gpu == *g)
-                    .map(|i| Slot::Mig(*i))
-                    .collect();
-                if on.is_empty() {
-                    vec![Slot::Gpu(*g)]
-                } else {
-                    on
-                }
+        // The MIG instances whose compute-instance node the plan exposes, in order.
+        let instances: BTreeSet<InstanceId> = (self.exposures.iter())
+            .filter_map(|e| match &e.reason {
+                Reason::Mig {
+                    capability: Capability::Ci(id),
+                    ..
+                } => Some(*id),
+                _ => None,
             })
             .collect();
+        // Each GPU's MIG instances, or the GPU whole when it has none.
+        let mut slots = Vec::new();
+        for &g in &gpus {
+            let (before, on) = (slots.len(), instances.iter().filter(|i| i.gpu == g));
+            slots.extend(on.map(|&i| Slot::Mig(i)));
+            if slots.len() == before {
+                slots.push(Slot::Gpu(g));
+            }
+        }
         let counted = gpus::gpu_count(
             wanted,
             config.gpus_per_build,
@@ -339,25 +342,9 @@ impl Decision {
         }
     }
 
-    /// The MIG instances whose compute-instance node the plan exposes.
     /// Leaves `path` out of the plan, for `why`.
     fn skip(&mut self, path: impl Display, why: Skipped) {
         self.skipped.push(Skip::new(path, why));
-    }
-
-    fn mig_instances(&self) -> Vec<InstanceId> {
-        let found: BTreeSet<InstanceId> = self
-            .exposures
-            .iter()
-            .filter_map(|e| match &e.reason {
-                Reason::Mig {
-                    capability: Capability::Ci(id),
-                    ..
-                } => Some(*id),
-                _ => None,
-            })
-            .collect();
-        found.into_iter().collect()
     }
 
     fn add_chain(&mut self, hops: Vec<symlinks::Hop>, reason: Reason) {
@@ -375,9 +362,7 @@ impl Decision {
             });
         }
     }
-}
 
-impl Decision {
     /// Drops every exposure nested in another ([`drop_nested`]), saying so in the skips.
     pub(crate) fn prune_nested(&mut self) {
         self.exposures = drop_nested(std::mem::take(&mut self.exposures), &mut self.skipped);
