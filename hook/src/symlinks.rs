@@ -233,23 +233,16 @@ fn resolve_parents(
         return Ok(());
     };
     // Which side to walk: inside paths under a root; the outside path for literal mounts.
-    let (walk, literal) = match space {
-        Space::Rooted { .. } => (parent.to_path_buf(), false),
-        Space::Literal => (
-            hop.outside.parent().unwrap_or(Path::new("/")).to_path_buf(),
-            true,
-        ),
+    let walk = match space {
+        Space::Rooted { .. } => parent,
+        Space::Literal => hop.outside.parent().unwrap_or(Path::new("/")),
     };
     let mut resolved = PathBuf::from("/");
-    let mut pending = names_last_first(&walk);
+    let mut pending = names_last_first(walk);
     let mut links = 0;
     while let Some(name) = pending.pop() {
         let here = resolved.join(&name);
-        let outside = if literal {
-            here.clone()
-        } else {
-            space.outside(&here)
-        };
+        let outside = space.outside(&here);
         match fs.lstat(&outside) {
             Node::Symlink(target) => {
                 links += 1;
@@ -338,9 +331,8 @@ fn next_hop(link: &Hop, target: &Path, space: Space<'_>) -> Hop {
         normalize(&parent(&link.inside).join(target))
     };
     let outside = match space {
-        Space::Rooted { .. } => space.outside(&inside),
-        Space::Literal if target.is_absolute() => inside.clone(),
-        Space::Literal => normalize(&parent(&link.outside).join(target)),
+        Space::Literal if target.is_relative() => normalize(&parent(&link.outside).join(target)),
+        _ => space.outside(&inside),
     };
     Hop { inside, outside }
 }
