@@ -30,11 +30,6 @@ pub(crate) struct Fit {
 }
 
 impl Fit {
-    /// The capability of `slot`'s GPU, when known.
-    fn capability(&self, slot: &Slot) -> Option<Capability> {
-        self.capabilities.get(&slot.gpu()).copied()
-    }
-
     /// `count` of `candidates` (most preferred first) that together satisfy the features, in
     /// ascending order; `None` when no `count` of them do.
     pub(crate) fn choose(&self, candidates: &[Slot], count: usize) -> Option<Vec<Slot>> {
@@ -64,7 +59,7 @@ impl Fit {
         let met_by_none = self.required.unmet_by(&[]).len();
         let mut useful: Vec<(Capability, Slot)> = Vec::new();
         for slot in candidates {
-            let Some(capability) = self.capability(slot) else {
+            let Some(&capability) = self.capabilities.get(&slot.gpu()) else {
                 continue;
             };
             if useful.len() < MAX_CAPABILITIES

@@ -13,7 +13,7 @@
 
 use super::{devices, gpu_numbers, Decision, Problem, ProblemKind, Skipped};
 use crate::fit::Fit;
-use crate::scan::inventory::{InventoryView, KnownGpu};
+use crate::scan::inventory::InventoryView;
 use cuda_sandbox_cuda_facts::features::Required;
 use std::collections::BTreeMap;
 
@@ -45,7 +45,8 @@ impl Decision {
                 return self.no_inventory(&names, &why);
             };
             capabilities.insert(*gpu, found.capability);
-            described.push(describe(found));
+            // `nvidia1 9.0 at 0000:02:00.0`.
+            described.push(format!("nvidia{gpu} {} at {}", found.capability, found.bdf));
         }
         let all: Vec<_> = capabilities.values().copied().collect();
         let here = if described.is_empty() {
@@ -90,9 +91,4 @@ impl Decision {
         self.gpu_demand = None;
         self.problems.push(Problem::new(&self.rules, kind));
     }
-}
-
-/// `nvidia1 9.0 at 0000:02:00.0`.
-fn describe(gpu: &KnownGpu) -> String {
-    format!("nvidia{} {} at {}", gpu.minor, gpu.capability, gpu.bdf)
 }
