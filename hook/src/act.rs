@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
-use crate::plan::{self, Decision, Exposure, PlannedManifest, Problem, ProblemKind, Skip, Skipped};
+use crate::plan::{self, Decision, Exposure, PlannedManifest, ProblemKind, Skip, Skipped};
 use crate::request::BuildContext;
 use crate::slot::{self, Slot};
 use crate::sysfs::{self, TreeBind, TreeGuard};
@@ -232,10 +232,7 @@ fn add_closures(
                 .decision
                 .skipped
                 .push(Skip::new(root.display(), Skipped::ClosureNotShown(e))),
-            Err(e) => granted.decision.problems.push(Problem::new(
-                &granted.decision.rules,
-                ProblemKind::Closure(e),
-            )),
+            Err(e) => granted.decision.add_problem(ProblemKind::Closure(e)),
         }
     }
     granted.decision.exposures.len() > before
@@ -250,14 +247,11 @@ fn lease(
     config: &Config,
     mode: Mode,
 ) {
-    let problem = |kind: ProblemKind| Problem::new(&granted.decision.rules, kind);
     let leases = Leases::new(&config.runtime_dir);
     let (picked, guard) = match (mode, build.chroot) {
         (Mode::Hook, Some(chroot)) => {
             let Some(holder) = Holder::parent() else {
-                let p = problem(ProblemKind::NoLeaseHolder);
-                granted.decision.problems.push(p);
-                return;
+                return granted.decision.add_problem(ProblemKind::NoLeaseHolder);
             };
             let lease_req = LeaseRequest {
                 slots: &demand.slots,
@@ -269,9 +263,9 @@ fn lease(
             match leases.acquire_guarded(&lease_req, demand.fit.as_ref(), holder) {
                 Ok(guard) => (guard.slots().to_vec(), Some(guard)),
                 Err(e) => {
-                    let p = problem(ProblemKind::Lease(e.to_string()));
-                    granted.decision.problems.push(p);
-                    return;
+                    return granted
+                        .decision
+                        .add_problem(ProblemKind::Lease(e.to_string()))
                 }
             }
         }
@@ -401,9 +395,8 @@ fn sysfs_tree(
                     reason: plan::Reason::Sysfs { rule: rule.clone() },
                 }));
         }
-        Err(e) => granted.decision.problems.push(Problem::new(
-            &granted.decision.rules,
-            ProblemKind::Sysfs(e.to_string()),
-        )),
+        Err(e) => granted
+            .decision
+            .add_problem(ProblemKind::Sysfs(e.to_string())),
     }
 }

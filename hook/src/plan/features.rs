@@ -11,7 +11,7 @@
 //!   required none of them, and `explain` (and the hook's warning) says why. Never more than
 //!   that build would get anyway.
 
-use super::{devices, gpu_numbers, Decision, Problem, ProblemKind, Skipped};
+use super::{devices, gpu_numbers, Decision, ProblemKind, Skipped};
 use crate::fit::Fit;
 use crate::scan::inventory::InventoryView;
 use cuda_sandbox_cuda_facts::features::Required;
@@ -89,6 +89,6 @@ impl Decision {
     /// The build fails at once: no wait can help.
     fn unsatisfiable(&mut self, kind: ProblemKind) {
         self.gpu_demand = None;
-        self.problems.push(Problem::new(&self.rules, kind));
+        self.add_problem(kind);
     }
 }

@@ -5,7 +5,7 @@
 
 use super::cdi;
 use super::{devices, sort_by_inside, Decision, Exposure, GpuDemand, PlannedManifest};
-use super::{DrmLeft, Problem, ProblemKind, Reason, Skip, Skipped};
+use super::{DrmLeft, ProblemKind, Reason, Skip, Skipped};
 use crate::config::Config;
 use crate::mig::Capability;
 use crate::request::BuildContext;
@@ -113,13 +113,10 @@ impl Decision {
                     symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
                 };
                 if !to.starts_with(store_dir) {
-                    self.problems.push(Problem::new(
-                        &self.rules,
-                        ProblemKind::ClosureEscapes {
-                            member: member.clone(),
-                            to,
-                        },
-                    ));
+                    self.add_problem(ProblemKind::ClosureEscapes {
+                        member: member.clone(),
+                        to,
+                    });
                     continue;
                 }
             }

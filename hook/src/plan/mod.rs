@@ -336,10 +336,13 @@ impl Decision {
                     drm: drm.clone(),
                 })
             }
-            Err(e) => self
-                .problems
-                .push(Problem::new(&self.rules, ProblemKind::GpuCount(e))),
+            Err(e) => self.add_problem(ProblemKind::GpuCount(e)),
         }
+    }
+
+    /// Adds a problem of the build as a whole: it concerns every rule that matched.
+    pub(crate) fn add_problem(&mut self, kind: ProblemKind) {
+        self.problems.push(Problem::new(&self.rules, kind));
     }
 
     /// Leaves `path` out of the plan, for `why`.
