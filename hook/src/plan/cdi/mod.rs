@@ -174,40 +174,28 @@ impl Decision {
         if m.kind.as_ref().is_some_and(|k| k.as_str() != "bind") {
             return;
         }
-        let device = part.device.as_str();
+        let device = part.device.clone();
         let inside = symlinks::normalize(Path::new(&m.container_path));
         let outside = host_path(&m.host_path, at.config);
         if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
-            return self.skip(
-                m.container_path.clone(),
-                Skipped::CdiMountPath {
-                    device: device.to_owned(),
-                    why,
-                },
-            );
+            let why = Skipped::CdiMountPath { device, why };
+            return self.skip(m.container_path.clone(), why);
         }
         let name = inside
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let skip = |why: Skipped| Skip::new(inside.display(), why);
         if is_host_runtime(&name) {
-            return self.skipped.push(skip(Skipped::CdiHostRuntime {
-                device: device.to_owned(),
-            }));
+            return self.skip(inside.display(), Skipped::CdiHostRuntime { device });
         }
         if is_fhs_program(&inside) {
-            return self.skipped.push(skip(Skipped::CdiFhsProgram {
-                device: device.to_owned(),
-                dir: inside.parent().unwrap_or(Path::new("/")).to_path_buf(),
-            }));
+            let dir = inside.parent().unwrap_or(Path::new("/")).to_path_buf();
+            return self.skip(inside.display(), Skipped::CdiFhsProgram { device, dir });
         }
         if is_library_name(&name) {
             if at.link_present {
-                return self.skipped.push(skip(Skipped::CdiDriverLink {
-                    device: device.to_owned(),
-                    link: at.link_lib.parent().unwrap_or(&at.link_lib).to_path_buf(),
-                }));
+                let link = at.link_lib.parent().unwrap_or(&at.link_lib).to_path_buf();
+                return self.skip(inside.display(), Skipped::CdiDriverLink { device, link });
             }
             if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
                 // The driver planner binds it (the host driver comes from the spec).
