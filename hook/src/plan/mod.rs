@@ -366,49 +366,44 @@ impl Decision {
         }
     }
 
-    /// Drops every exposure nested in another ([`drop_nested`]), saying so in the skips.
+    /// Sorts the exposures by inside path and drops those already covered by another: exact
+    /// duplicates and paths nested in an exposed directory at the same relative place; an
+    /// entry at the same inside path as another with a different outside is a conflict,
+    /// skipped.
     pub(crate) fn prune_nested(&mut self) {
-        self.exposures = drop_nested(std::mem::take(&mut self.exposures), &mut self.skipped);
-    }
-}
-
-/// `exposures` sorted by inside path, without the entries already covered by another: exact
-/// duplicates and paths nested in an exposed directory at the same relative place; an entry
-/// at the same inside path as another with a different outside is a conflict, added to
-/// `skipped`.
-pub(crate) fn drop_nested(mut all: Vec<Exposure>, skipped: &mut Vec<Skip>) -> Vec<Exposure> {
-    // Component-wise order puts every ancestor right before its descendants' run.
-    sort_by_inside(&mut all);
-    let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());
-    // The kept entries whose inside path holds the current one, outermost first. In
-    // component-wise order a path's descendants directly follow it, so an entry that does
-    // not hold the current path holds no later one either: one pass, not a search of
-    // `kept` for each entry.
-    let mut holders: Vec<usize> = Vec::new();
-    for e in all {
-        while holders
-            .last()
-            .is_some_and(|&k| !e.inside.starts_with(&kept[k].inside))
-        {
-            holders.pop();
-        }
-        let covered = holders.last().and_then(|&k| {
-            let k = &kept[k];
-            Some((k, e.inside.strip_prefix(&k.inside).ok()?))
-        });
-        match covered {
-            Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
-            Some((k, _)) if k.inside == e.inside => skipped.push(Skip::new(
-                e.inside.display(),
-                Skipped::Conflicts(k.outside.clone()),
-            )),
-            _ => {
-                holders.push(kept.len());
-                kept.push(e);
+        let mut all = std::mem::take(&mut self.exposures);
+        // Component-wise order puts every ancestor right before its descendants' run.
+        sort_by_inside(&mut all);
+        let mut kept: Vec<Exposure> = Vec::with_capacity(all.len());
+        // The kept entries whose inside path holds the current one, outermost first. In
+        // component-wise order a path's descendants directly follow it, so an entry that does
+        // not hold the current path holds no later one either: one pass, not a search of
+        // `kept` for each entry.
+        let mut holders: Vec<usize> = Vec::new();
+        for e in all {
+            while holders
+                .last()
+                .is_some_and(|&k| !e.inside.starts_with(&kept[k].inside))
+            {
+                holders.pop();
+            }
+            let covered = holders.last().and_then(|&k| {
+                let k = &kept[k];
+                Some((k, e.inside.strip_prefix(&k.inside).ok()?))
+            });
+            match covered {
+                Some((k, rel)) if e.outside.strip_prefix(&k.outside).ok() == Some(rel) => {}
+                Some((k, _)) if k.inside == e.inside => {
+                    self.skip(e.inside.display(), Skipped::Conflicts(k.outside.clone()))
+                }
+                _ => {
+                    holders.push(kept.len());
+                    kept.push(e);
+                }
             }
         }
+        self.exposures = kept;
     }
-    kept
 }
 
 /// The build's device nodes among `exposures`: those [`Reason::is_device`] names.

@@ -442,7 +442,7 @@ fn nested_paths_are_pruned_and_conflicts_skipped() {
         e("/run/x", "/h/y"),
         e("/run/x", "/h/x"),
     ];
-    plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
+    plan.prune_nested();
     assert_eq!(insides(&plan), ["/run/x", "/run/x/other"]);
     assert_eq!(
         plan.skipped,
@@ -898,7 +898,7 @@ fn entry_symlinks_of_a_mounted_directory_bring_their_targets_when_asked() {
 /// The one-pass pruning keeps and skips exactly what a search of every kept entry would, on
 /// many random sets of nested, equal and conflicting paths.
 #[test]
-fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
+fn prune_nested_agrees_with_a_search_of_every_kept_entry() {
     fn reference(mut all: Vec<Exposure>) -> (Vec<Exposure>, Vec<Skip>) {
         all.sort_by(|a, b| a.inside.cmp(&b.inside));
         let (mut kept, mut skipped): (Vec<Exposure>, Vec<Skip>) = (Vec::new(), Vec::new());
@@ -950,7 +950,7 @@ fn drop_nested_agrees_with_a_search_of_every_kept_entry() {
             exposures: exposures.clone(),
             ..Decision::default()
         };
-        plan.exposures = drop_nested(std::mem::take(&mut plan.exposures), &mut plan.skipped);
+        plan.prune_nested();
         let (kept, skipped) = reference(exposures.clone());
         assert_eq!(plan.exposures, kept, "{exposures:?}");
         assert_eq!(plan.skipped, skipped, "{exposures:?}");
