@@ -249,11 +249,8 @@ fn resolve_parents(
                 if links > MAX_HOPS {
                     return Err(ChainError::Loop(outside));
                 }
-                let to = if target.is_absolute() {
-                    normalize(&target)
-                } else {
-                    normalize(&resolved.join(&target))
-                };
+                // An absolute target replaces the path it is joined to.
+                let to = normalize(&resolved.join(&target));
                 // Inside paths under a root, host paths for literal mounts: either way the
                 // place the directory really is, for check_within.
                 via.push(Hop {
@@ -322,17 +319,14 @@ pub(crate) fn check_within(chain: &Chain, roots: &[PathBuf]) -> Result<(), Chain
 }
 
 /// Where a link's target lies, inside and out. A relative target resolves against the link's
-/// directory on both sides, as a copied link would inside the sandbox.
+/// directory on both sides, as a copied link would inside the sandbox (an absolute one replaces
+/// the directory it is joined to).
 fn next_hop(link: &Hop, target: &Path, space: Space<'_>) -> Hop {
-    let parent = |p: &Path| p.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let inside = if target.is_absolute() {
-        normalize(target)
-    } else {
-        normalize(&parent(&link.inside).join(target))
-    };
+    let beside = |p: &Path| normalize(&p.parent().unwrap_or(Path::new("/")).join(target));
+    let inside = beside(&link.inside);
     let outside = match space {
-        Space::Literal if target.is_relative() => normalize(&parent(&link.outside).join(target)),
-        _ => space.outside(&inside),
+        Space::Rooted { .. } => space.outside(&inside),
+        Space::Literal => beside(&link.outside),
     };
     Hop { inside, outside }
 }

@@ -107,11 +107,8 @@ impl Decision {
     ) {
         for (member, node) in members {
             if let Node::Symlink(target) = &node {
-                let to = if target.is_absolute() {
-                    symlinks::normalize(target)
-                } else {
-                    symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target))
-                };
+                // An absolute target replaces the directory it is joined to.
+                let to = symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target));
                 if !to.starts_with(store_dir) {
                     self.add_problem(ProblemKind::ClosureEscapes {
                         member: member.clone(),
