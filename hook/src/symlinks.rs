@@ -179,45 +179,42 @@ pub(crate) fn follow(
     space: Space<'_>,
     fs: &dyn Lookup,
 ) -> Result<Chain, ChainError> {
-    let mut hops = vec![Hop {
+    let mut here = Hop {
         inside: inside.to_path_buf(),
         outside: outside.to_path_buf(),
-    }];
+    };
+    // The hops before `here`.
+    let mut hops: Vec<Hop> = Vec::new();
     let mut via = Vec::new();
     loop {
-        let here = hops.last().expect("chain is never empty").clone();
         resolve_parents(&here, space, fs, &mut via)?;
-        let node = fs.lstat(&here.outside);
-        let target = match node {
+        let target = match fs.lstat(&here.outside) {
             Node::Missing => {
-                return Err(if hops.len() == 1 {
-                    ChainError::Missing(here.outside.clone())
-                } else {
-                    ChainError::Dangling {
-                        link: hops[hops.len() - 2].outside.clone(),
-                        target: here.outside.clone(),
-                    }
+                return Err(match hops.last() {
+                    None => ChainError::Missing(here.outside),
+                    Some(link) => ChainError::Dangling {
+                        link: link.outside.clone(),
+                        target: here.outside,
+                    },
                 })
             }
-            Node::Error(e) => return Err(ChainError::Io(here.outside.clone(), e)),
-            Node::Unscanned => return Err(ChainError::Unscanned(here.outside.clone())),
+            Node::Error(e) => return Err(ChainError::Io(here.outside, e)),
+            Node::Unscanned => return Err(ChainError::Unscanned(here.outside)),
             Node::Symlink(t) => t,
-            other => {
-                return Ok(Chain {
-                    hops,
-                    target: other,
-                    via,
-                })
+            target => {
+                hops.push(here);
+                return Ok(Chain { hops, target, via });
             }
         };
-        if hops.len() > MAX_HOPS {
-            return Err(ChainError::Loop(here.outside.clone()));
+        if hops.len() >= MAX_HOPS {
+            return Err(ChainError::Loop(here.outside));
         }
         let next = next_hop(&here, &target, space);
+        hops.push(here);
         if hops.iter().any(|h| h.outside == next.outside) {
             return Err(ChainError::Loop(next.outside));
         }
-        hops.push(next);
+        here = next;
     }
 }
 
