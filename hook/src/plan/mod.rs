@@ -350,14 +350,12 @@ impl Decision {
         self.skipped.push(Skip::new(path, why));
     }
 
+    /// Exposes the hops of a chain: the first for `reason`, each later one as a hop of the
+    /// chain that starts there.
     fn add_chain(&mut self, hops: Vec<symlinks::Hop>, reason: Reason) {
-        let link = hops[0].inside.clone();
-        for (i, hop) in hops.into_iter().enumerate() {
-            let reason = if i == 0 {
-                reason.clone()
-            } else {
-                Reason::SymlinkTarget { link: link.clone() }
-            };
+        let link = hops.first().map(|h| h.inside.clone()).unwrap_or_default();
+        let later = std::iter::repeat(Reason::SymlinkTarget { link });
+        for (hop, reason) in hops.into_iter().zip(std::iter::once(reason).chain(later)) {
             self.exposures.push(Exposure {
                 inside: hop.inside,
                 outside: hop.outside,
