@@ -18,15 +18,8 @@ pub(crate) enum TreeError {
     /// The trees' directory (or a tree) failed its check or could not be opened.
     #[error(transparent)]
     StateDir(#[from] StateDirError),
-    /// The build's chroot could not be looked at.
-    #[error("cannot look at the build's chroot {}: {source}", path.display())]
-    Chroot {
-        /// The chroot Nix passed.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A record, directory or mount point could not be written or removed.
+    /// The build's chroot could not be looked at, or a record, directory or mount point could
+    /// not be written or removed.
     #[error("cannot {what} {}: {source}", path.display())]
     Io {
         /// What was being done.
@@ -142,10 +135,8 @@ fn build_here(
     leased: bool,
 ) -> Result<(), TreeError> {
     let trees = StateDir::open(&runtime_dir.join(TREES_DIR))?;
-    let meta = std::fs::metadata(chroot).map_err(|source| TreeError::Chroot {
-        path: chroot.to_path_buf(),
-        source,
-    })?;
+    let meta = std::fs::metadata(chroot)
+        .map_err(io("look at the build's chroot", chroot.to_path_buf()))?;
     // A tree of the same name is an ended build's whose chroot had this inode.
     remove_in(&trees, name)?;
     let record = Record {
