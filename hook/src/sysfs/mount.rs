@@ -1,6 +1,6 @@
 //! Read-only bind mounts in the host's mount namespace, and their removal.
 
-use crate::trust::{self, TrustError};
+use crate::trust;
 use nix::fcntl::OFlag;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
@@ -14,17 +14,10 @@ const MAX_STACKED: usize = 8;
 /// Why a read-only bind could not be made. One line.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum MountError {
-    /// The source failed the trust checks (or does not exist).
-    #[error("cannot bind {}: {source}", path.display())]
-    Untrusted {
-        /// The source.
-        path: PathBuf,
-        /// Why.
-        source: TrustError,
-    },
-    /// The source is not a directory.
-    #[error("cannot bind {}: not a directory", .0.display())]
-    NotADirectory(PathBuf),
+    /// The source (its path) failed the trust checks, does not exist or is not a directory,
+    /// and why.
+    #[error("cannot bind {path}: {1}", path = .0.display())]
+    Source(PathBuf, String),
     /// A mount call failed.
     #[error("{what} {}: {source}", target.display())]
     Mount {
@@ -45,13 +38,10 @@ pub(crate) enum MountError {
 /// `MS_REC`), and remounts it read-only, `nosuid`, `nodev`, `noexec`. On any failure after the
 /// bind, the bind is undone: nothing writable is left.
 pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
-    let untrusted = |source_err| MountError::Untrusted {
-        path: source.to_path_buf(),
-        source: source_err,
-    };
-    let dir = trust::resolve(source).map_err(untrusted)?;
+    let dir = trust::resolve(source)
+        .map_err(|e| MountError::Source(source.to_path_buf(), e.to_string()))?;
     if dir.stat.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR {
-        return Err(MountError::NotADirectory(dir.path));
+        return Err(MountError::Source(dir.path, "not a directory".into()));
     }
     let failed = |what| {
         move |source| MountError::Mount {
