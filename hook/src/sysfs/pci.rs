@@ -54,17 +54,10 @@ pub(crate) enum PciError {
 
 /// Whether `name` is a root bus directory, `pci<dddd>:<bb>`.
 fn is_root_bus(name: &str) -> bool {
-    name.strip_prefix("pci").is_some_and(|rest| {
-        let b = rest.as_bytes();
-        b.len() == 7
-            && b.iter().enumerate().all(|(i, c)| {
-                if i == 4 {
-                    *c == b':'
-                } else {
-                    c.is_ascii_hexdigit()
-                }
-            })
-    })
+    let hex = |s: &str, len| s.len() == len && s.bytes().all(|c| c.is_ascii_hexdigit());
+    name.strip_prefix("pci")
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(domain, bus)| hex(domain, 4) && hex(bus, 2))
 }
 
 /// The PCI devices of the GPUs `/proc/driver/nvidia/gpus` lists under `host_root`, each or
