@@ -7,6 +7,10 @@ use crate::trust::{self, TrustError};
 use cuda_sandbox_manifest::inventory::{self, is_bdf};
 use std::path::{Path, PathBuf};
 
+/// The driver's directory of GPUs, by bus address (under the host root).
+const GPUS_DIR: &str = "proc/driver/nvidia/gpus";
+/// The PCI devices' links, by bus address (under the host root).
+const BUS_DEVICES_DIR: &str = "sys/bus/pci/devices";
 /// The most a `/proc/driver/nvidia/gpus/<BDF>/information` file may hold (it is ~400 bytes).
 const INFORMATION_MAX: u64 = 4096;
 /// The most a sysfs `device` attribute may hold (`0x2330` and a newline).
@@ -75,7 +79,7 @@ pub(crate) fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
 /// The directory `/proc/driver/nvidia/gpus` under `host_root`, trusted, and the bus addresses
 /// it lists, sorted.
 pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), TrustError> {
-    let dir = trust::listed_dir(&host_root.join("proc/driver/nvidia/gpus"))?;
+    let dir = trust::listed_dir(&host_root.join(GPUS_DIR))?;
     let entries = std::fs::read_dir(&dir).map_err(|source| TrustError::Inspect {
         path: dir.clone(),
         source,
@@ -90,10 +94,8 @@ pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), Tr
 }
 
 fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
-    let information = gpus.join(&bdf).join("information");
-    let minor = device_minor(&information)?;
-    let link = host_root.join("sys/bus/pci/devices").join(&bdf);
-    let path = device_path(&link, &bdf)?;
+    let minor = device_minor(&gpus.join(&bdf).join("information"))?;
+    let path = device_path(&host_root.join(BUS_DEVICES_DIR).join(&bdf), &bdf)?;
     Ok(PciGpu { minor, bdf, path })
 }
 
@@ -102,15 +104,8 @@ fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
 /// `/sys/bus/pci/devices/<bdf>/device`, each file opened once trusted. What the GPU
 /// inventory is checked against.
 pub(crate) fn identity(host_root: &Path, bdf: &str) -> Result<(u32, u16), PciError> {
-    let information = host_root
-        .join("proc/driver/nvidia/gpus")
-        .join(bdf)
-        .join("information");
-    let minor = device_minor(&information)?;
-    let device = host_root
-        .join("sys/bus/pci/devices")
-        .join(bdf)
-        .join("device");
+    let minor = device_minor(&host_root.join(format!("{GPUS_DIR}/{bdf}/information")))?;
+    let device = host_root.join(format!("{BUS_DEVICES_DIR}/{bdf}/device"));
     let bytes = read_small(&device, PCI_ID_MAX)?;
     let id = inventory::pci_id(&String::from_utf8_lossy(&bytes))
         .ok_or_else(|| PciError::NoDeviceId(device.clone()))?;
@@ -225,17 +220,14 @@ fn root_link(link: &Path) -> Result<String, PciError> {
     let owned = meta.uid() == 0 || meta.uid() == nix::unistd::geteuid().as_raw();
     match target.to_str() {
         Some(text) if meta.file_type().is_symlink() && owned => Ok(text.to_string()),
-        _ => Err(PciError::UnexpectedPath {
-            link: link.to_path_buf(),
-            target,
-        }),
+        _ => Err(unexpected(link, target)),
     }
 }
 
-fn unexpected(link: &Path, target: &str) -> PciError {
+fn unexpected(link: &Path, target: impl Into<PathBuf>) -> PciError {
     PciError::UnexpectedPath {
         link: link.to_path_buf(),
-        target: PathBuf::from(target),
+        target: target.into(),
     }
 }
 
