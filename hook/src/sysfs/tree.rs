@@ -148,7 +148,7 @@ fn build_here(
             .binds
             .iter()
             .map(|b| b.mount_point.clone())
-            .chain(parts.pci.tops.iter().cloned())
+            .chain(parts.pci.tops().cloned())
             .chain(parts.pci.devices.iter().map(|(d, _)| d.clone()))
             .collect(),
         entries: parts
@@ -203,7 +203,7 @@ fn make_pci(tree: &StateDir, pci: &PciLayout) -> Result<(), TreeError> {
             }
         }
     }
-    for top in &pci.tops {
+    for top in pci.tops() {
         let at = tree.path.join(top);
         mount::bind_read_only(&at, &at)?;
     }
