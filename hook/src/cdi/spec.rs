@@ -158,12 +158,10 @@ pub(crate) enum Format {
 impl Format {
     /// The format of a file named `name`; `None` for a file that is no spec.
     pub(crate) fn of(name: &str) -> Option<Format> {
-        if name.ends_with(".json") {
-            Some(Format::Json)
-        } else if name.ends_with(".yaml") || name.ends_with(".yml") {
-            Some(Format::Yaml)
-        } else {
-            None
+        match name.rsplit_once('.')?.1 {
+            "json" => Some(Format::Json),
+            "yaml" | "yml" => Some(Format::Yaml),
+            _ => None,
         }
     }
 }
