@@ -11,7 +11,7 @@
 //! gets.
 
 use super::name::DeviceName;
-use super::spec::{Device, Format, ParseError, Spec};
+use super::spec::{Device, Format, Spec};
 use super::SpecDirs;
 use crate::config::{self, ConfigSource};
 use std::path::{Path, PathBuf};
@@ -23,7 +23,8 @@ pub(crate) const MAX_DIR_ENTRIES: usize = 1024;
 /// Why a spec directory or file was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SpecError {
-    /// The directory (or a component on its way) is not trusted, or cannot be listed.
+    /// The directory (or a component on its way) is not trusted, cannot be listed or holds
+    /// more entries than are looked at.
     #[error("CDI spec directory {dir}: {why}")]
     Dir {
         /// The directory.
@@ -31,27 +32,13 @@ pub(crate) enum SpecError {
         /// What is wrong, with the fix.
         why: String,
     },
-    /// The directory holds more entries than are looked at.
-    #[error("CDI spec directory {dir}: more than {MAX_DIR_ENTRIES} entries; only the first were looked at")]
-    TooMany {
-        /// The directory.
-        dir: PathBuf,
-    },
-    /// The file is not trusted, or cannot be read.
+    /// The file is not trusted, cannot be read or is no valid spec.
     #[error("CDI spec {file}: {why}")]
-    Read {
+    File {
         /// The file.
         file: PathBuf,
         /// What is wrong, with the fix.
         why: String,
-    },
-    /// The file is no valid spec.
-    #[error("CDI spec {file}: {error}")]
-    Parse {
-        /// The file.
-        file: PathBuf,
-        /// What is wrong.
-        error: ParseError,
     },
 }
 
@@ -59,8 +46,7 @@ impl SpecError {
     /// The directory or file concerned.
     pub(crate) fn path(&self) -> &Path {
         match self {
-            SpecError::Dir { dir, .. } | SpecError::TooMany { dir } => dir,
-            SpecError::Read { file, .. } | SpecError::Parse { file, .. } => file,
+            SpecError::Dir { dir: path, .. } | SpecError::File { file: path, .. } => path,
         }
     }
 }
@@ -176,8 +162,11 @@ impl SpecSet {
         let mut names: Vec<(String, Format)> = Vec::new();
         for (i, entry) in entries.enumerate() {
             if i == MAX_DIR_ENTRIES {
-                self.errors.push(SpecError::TooMany {
+                self.errors.push(SpecError::Dir {
                     dir: dir.to_path_buf(),
+                    why: format!(
+                        "more than {MAX_DIR_ENTRIES} entries; only the first were looked at"
+                    ),
                 });
                 break;
             }
@@ -194,7 +183,7 @@ impl SpecSet {
             let text = match config::read_text(&ConfigSource::File(file.clone())) {
                 Ok(t) => t,
                 Err(e) => {
-                    self.errors.push(SpecError::Read {
+                    self.errors.push(SpecError::File {
                         file,
                         why: e.problem.to_string(),
                     });
@@ -207,7 +196,10 @@ impl SpecSet {
                     priority,
                     spec,
                 }),
-                Err(error) => self.errors.push(SpecError::Parse { file, error }),
+                Err(error) => self.errors.push(SpecError::File {
+                    file,
+                    why: error.to_string(),
+                }),
             }
         }
     }
