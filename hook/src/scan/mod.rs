@@ -132,20 +132,16 @@ pub(crate) struct RuleView {
 
 /// The real filesystem, remembering every answer in the snapshot (each path is looked at once).
 #[derive(Default)]
-pub(crate) struct Recorder {
-    nodes: RefCell<HashMap<PathBuf, Node>>,
-    real_paths: RefCell<BTreeMap<PathBuf, PathBuf>>,
-}
+pub(crate) struct Recorder(RefCell<Snapshot>);
 
 impl Lookup for Recorder {
     fn lstat(&self, outside: &Path) -> Node {
-        if let Some(n) = self.nodes.borrow().get(outside) {
+        if let Some(n) = self.0.borrow().nodes.get(outside) {
             return n.clone();
         }
         let n = Node::of(outside);
-        self.nodes
-            .borrow_mut()
-            .insert(outside.to_path_buf(), n.clone());
+        let mut snapshot = self.0.borrow_mut();
+        snapshot.nodes.insert(outside.to_path_buf(), n.clone());
         n
     }
 }
@@ -160,9 +156,8 @@ impl Recorder {
     /// Records the real path of the file at `outside` (every link resolved).
     pub(crate) fn record_real(&self, outside: &Path) {
         if let Some(real) = self.real_path(outside) {
-            self.real_paths
-                .borrow_mut()
-                .insert(outside.to_path_buf(), real);
+            let mut snapshot = self.0.borrow_mut();
+            snapshot.real_paths.insert(outside.to_path_buf(), real);
         }
     }
 
@@ -199,13 +194,6 @@ impl Recorder {
             }
         }
         Some(resolved)
-    }
-
-    fn into_snapshot(self) -> Snapshot {
-        Snapshot {
-            nodes: self.nodes.into_inner(),
-            real_paths: self.real_paths.into_inner(),
-        }
     }
 }
 
@@ -253,7 +241,7 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
             }
         })
         .collect();
-    let snapshot = fs.into_snapshot();
+    let snapshot = fs.0.into_inner();
     let mut facts = facts;
     // The booted system's driver serves only the fix for a stale driver: it is read when a
     // libcuda the scan found carries a version other than the kernel module's (a newer compat
