@@ -201,7 +201,7 @@ impl Recorder {
 /// and the GPU inventory when the build's features `need_inventory`. Never writes.
 pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: bool) -> HostView {
     let fs = Recorder::default();
-    let facts = host_facts(config, rules);
+    let mut facts = host_facts(config, rules);
     let rooted = config.space();
     let mut listings = devices::Listings::new();
     let mut specs = cdi::Specs::None;
@@ -242,7 +242,6 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
         })
         .collect();
     let snapshot = fs.0.into_inner();
-    let mut facts = facts;
     // The booted system's driver serves only the fix for a stale driver: it is read when a
     // libcuda the scan found carries a version other than the kernel module's (a newer compat
     // driver does too, and is then judged by the planner), never on a host whose driver
@@ -251,26 +250,25 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
     if has_driver && differs_from_kernel(&snapshot, facts.kernel_driver.as_deref()) {
         facts.booted_driver = booted::booted_driver(&config.host_root, &config.store_dir);
     }
-    let drm = if config.gpus_per_build > 0 {
-        drm_owners(config, &views)
-    } else {
-        DrmOwners::new()
-    };
     HostView {
         facts,
         snapshot,
+        drm: drm_owners(config, &views),
         rules: views,
         inventory: need_inventory.then(|| inventory::scan(config)),
-        drm,
     }
 }
 
 /// The NVIDIA GPU of each DRM node the rules' device globs matched ([`crate::sysfs::drm`]):
 /// every entry under `/dev/dri`, and any other matched path that is a DRM character device
 /// (226:N, links followed, as Nix binds the target), so that a glob such as `/dev/x` leading to
-/// `/dev/dri/card1` is judged as that node. Under leases a build gets only its GPU's.
+/// `/dev/dri/card1` is judged as that node. Under leases a build gets only its GPU's, so only
+/// with `gpus_per_build > 0` is anything looked at.
 fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
     use crate::sysfs::drm::{self, DRM_DEV_DIR};
+    if config.gpus_per_build == 0 {
+        return DrmOwners::new();
+    }
     let nodes: Vec<(PathBuf, &PathBuf)> = views
         .iter()
         .flat_map(|v| &v.devices)
