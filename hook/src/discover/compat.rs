@@ -59,18 +59,12 @@ pub(crate) enum NoteError {
 /// Why a compat directory cannot be looked at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum CompatError {
-    /// The directory cannot be listed (the I/O error's one line).
-    #[error("cannot list {}: {error}", .dir.display())]
-    List {
-        /// The directory, as the host sees it.
-        dir: PathBuf,
-        /// Why.
-        error: String,
-    },
-    /// Its libcuda cannot be read (the I/O error's one line).
-    #[error("cannot read {}: {error}", .path.display())]
-    Read {
-        /// The library, as the host sees it.
+    /// The directory cannot be listed, or its libcuda read (the I/O error's one line).
+    #[error("cannot {what} {}: {error}", .path.display())]
+    Io {
+        /// `list` or `read`.
+        what: &'static str,
+        /// The directory or library, as the host sees it.
         path: PathBuf,
         /// Why.
         error: String,
@@ -133,8 +127,9 @@ pub(crate) fn inspect_dir(
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
-            return Err(CompatError::List {
-                dir: dir_outside.to_path_buf(),
+            return Err(CompatError::Io {
+                what: "list",
+                path: dir_outside.to_path_buf(),
                 error: e.to_string(),
             })
         }
@@ -155,7 +150,8 @@ pub(crate) fn inspect_dir(
         return Ok(None);
     };
     let path = dir_outside.join(&libcuda);
-    let bytes = std::fs::read(&path).map_err(|e| CompatError::Read {
+    let bytes = std::fs::read(&path).map_err(|e| CompatError::Io {
+        what: "read",
         path: path.clone(),
         error: e.to_string(),
     })?;
