@@ -160,10 +160,12 @@ impl ClosureCache {
             .collect())
     }
 
-    /// Lines of `<kind> <store path>`, each path a direct child of the store, the path itself
-    /// among them; a kind that is not kept is looked at again ([`kind_byte`]).
-    fn parse_members(&self, store_path: &Path, body: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
+    /// The members an entry's `text` lists: its [`header`], then lines of `<kind> <store path>`,
+    /// each path a direct child of the store, the path itself among them; a kind that is not
+    /// kept is looked at again ([`kind_byte`]).
+    fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
+        let body = text.strip_prefix(header(store_path).as_slice())?;
         let mut kinds = Vec::new();
         let mut paths = Vec::new();
         for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -198,11 +200,6 @@ impl ClosureCache {
             .iter()
             .all(|m| store_path_of(m, &self.store_dir).as_deref() == Some(m.as_path()));
         (ok && members.iter().any(|m| m == store_path)).then_some(members)
-    }
-
-    fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
-        let body = text.strip_prefix(header(store_path).as_slice())?;
-        self.parse_members(store_path, body)
     }
 
     fn store(
