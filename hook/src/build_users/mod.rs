@@ -23,7 +23,7 @@ pub(crate) mod accounts;
 pub(crate) mod nix_conf;
 
 use crate::plan::Exposure;
-use accounts::{BuildUser, Group};
+use accounts::BuildUser;
 use nix_conf::BuildUserSettings;
 use serde::Serialize;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -212,7 +212,7 @@ pub(crate) fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
                 mode: node.mode,
                 uid: node.uid,
                 gid: node.gid,
-                group: group_name(&groups, node.gid),
+                group: (groups.iter().find(|g| g.gid == node.gid)).map(|g| g.name.clone()),
                 users,
             })
         })
@@ -264,11 +264,6 @@ fn who_cannot_open(builders: &Builders, node: Node) -> Vec<String> {
         }
         Builders::AutoAllocated { .. } => Vec::new(),
     }
-}
-
-/// The name of gid `gid` in `groups`.
-fn group_name(groups: &[Group], gid: u32) -> Option<String> {
-    groups.iter().find(|g| g.gid == gid).map(|g| g.name.clone())
 }
 
 #[cfg(test)]
