@@ -146,7 +146,7 @@ impl PciLayout {
         }
         self.add(Entry::Dir(DEV_CHAR.to_string()));
         for node in drm {
-            let link = format!("{DEV_CHAR}/{DRM_MAJOR}:{}", node.minor);
+            let link = format!("{DEV_CHAR}/{DRM_MAJOR}:{}", node.gpu.minor);
             self.add(Entry::Link(link, node.target.clone()));
         }
         self.exposed
@@ -268,7 +268,6 @@ mod tests {
         let nodes: Vec<DrmDevice> = [0, 128]
             .into_iter()
             .map(|minor| DrmDevice {
-                minor,
                 target: format!("../../devices/{}/drm/n{minor}", g.path.join("/")),
                 gpu: PciGpu { minor, ..g.clone() },
             })

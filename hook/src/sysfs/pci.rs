@@ -152,8 +152,6 @@ pub(crate) const DRM_MAJOR: u64 = 226;
 /// One DRM node's PCI device, from its link `/sys/dev/char/226:<minor>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DrmDevice {
-    /// The node's minor.
-    pub minor: u32,
     /// Where the link leads (`../../devices/<PCI path>/drm/renderD128`).
     pub target: String,
     /// The PCI device the node belongs to (its `minor` is the node's).
@@ -180,7 +178,7 @@ pub(crate) fn discover_drm(host_root: &Path, minors: &[u32]) -> Vec<Result<DrmDe
                     })
                 })
                 .ok_or_else(|| unexpected(&link, &target))?;
-            Ok(DrmDevice { minor, target, gpu })
+            Ok(DrmDevice { target, gpu })
         })
         .collect()
 }
@@ -306,7 +304,7 @@ mod tests {
         }
         let found = discover_drm(root, &[128, 1, 2, 3]);
         let node = found[0].as_ref().unwrap();
-        assert_eq!(node.minor, 128);
+        assert_eq!(node.gpu.minor, 128);
         assert_eq!(node.target, render);
         assert_eq!(node.gpu.bdf, "0000:0c:00.0");
         assert_eq!(node.gpu.path.len(), 5);
