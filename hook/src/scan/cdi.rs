@@ -126,16 +126,14 @@ pub(crate) fn below_library_dir(path: &Path) -> PathBuf {
     names[start.min(names.len())..].iter().collect()
 }
 
-/// The specs, read once for every rule that names a CDI device.
-pub(crate) type Specs = Option<SpecSet>;
-
 /// Scans the devices `names` (with the rule's `hint` for a missing one) under `config`,
-/// reading the spec directories into `specs` the first time.
+/// reading the spec directories into `specs` (read once for every rule that names a CDI
+/// device) the first time.
 pub(crate) fn scan(
     names: &[DeviceName],
     hint: Option<&str>,
     config: &Config,
-    specs: &mut Specs,
+    specs: &mut Option<SpecSet>,
     fs: &Recorder,
 ) -> CdiView {
     let dirs: &SpecDirs = &config.cdi_spec_dirs;

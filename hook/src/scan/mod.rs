@@ -204,7 +204,7 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
     let mut facts = host_facts(config, rules);
     let rooted = config.space();
     let mut listings = devices::Listings::new();
-    let mut specs = cdi::Specs::None;
+    let mut specs = None;
     let views: Vec<RuleView> = rules
         .iter()
         .map(|(id, rule)| {
