@@ -24,29 +24,20 @@ pub(crate) const MAX_DIR_ENTRIES: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SpecError {
     /// The directory (or a component on its way) is not trusted, cannot be listed or holds
-    /// more entries than are looked at.
-    #[error("CDI spec directory {dir}: {why}")]
-    Dir {
-        /// The directory.
-        dir: PathBuf,
-        /// What is wrong, with the fix.
-        why: String,
-    },
-    /// The file is not trusted, cannot be read or is no valid spec.
-    #[error("CDI spec {file}: {why}")]
-    File {
-        /// The file.
-        file: PathBuf,
-        /// What is wrong, with the fix.
-        why: String,
-    },
+    /// more entries than are looked at: the directory, and what is wrong, with the fix.
+    #[error("CDI spec directory {0}: {1}")]
+    Dir(PathBuf, String),
+    /// The file is not trusted, cannot be read or is no valid spec: the file, and what is
+    /// wrong, with the fix.
+    #[error("CDI spec {0}: {1}")]
+    File(PathBuf, String),
 }
 
 impl SpecError {
     /// The directory or file concerned.
     pub(crate) fn path(&self) -> &Path {
         match self {
-            SpecError::Dir { dir: path, .. } | SpecError::File { file: path, .. } => path,
+            SpecError::Dir(path, _) | SpecError::File(path, _) => path,
         }
     }
 }
@@ -123,8 +114,7 @@ impl SpecSet {
                         crate::trust::TrustError::NotADirectory(_) => "not a directory".into(),
                         why => format!("refused: {why}"),
                     };
-                    let dir = dir.clone();
-                    set.errors.push(SpecError::Dir { dir, why });
+                    set.errors.push(SpecError::Dir(dir.clone(), why));
                     continue;
                 }
             };
@@ -152,22 +142,17 @@ impl SpecSet {
         let entries = match std::fs::read_dir(resolved) {
             Ok(e) => e,
             Err(e) => {
-                self.errors.push(SpecError::Dir {
-                    dir: dir.to_path_buf(),
-                    why: format!("cannot list it: {e}"),
-                });
+                let why = format!("cannot list it: {e}");
+                self.errors.push(SpecError::Dir(dir.to_path_buf(), why));
                 return;
             }
         };
         let mut names: Vec<(String, Format)> = Vec::new();
         for (i, entry) in entries.enumerate() {
             if i == MAX_DIR_ENTRIES {
-                self.errors.push(SpecError::Dir {
-                    dir: dir.to_path_buf(),
-                    why: format!(
-                        "more than {MAX_DIR_ENTRIES} entries; only the first were looked at"
-                    ),
-                });
+                let why =
+                    format!("more than {MAX_DIR_ENTRIES} entries; only the first were looked at");
+                self.errors.push(SpecError::Dir(dir.to_path_buf(), why));
                 break;
             }
             let Ok(entry) = entry else { continue };
@@ -183,10 +168,8 @@ impl SpecSet {
             let text = match config::read_text(&ConfigSource::File(file.clone())) {
                 Ok(t) => t,
                 Err(e) => {
-                    self.errors.push(SpecError::File {
-                        file,
-                        why: e.problem.to_string(),
-                    });
+                    self.errors
+                        .push(SpecError::File(file, e.problem.to_string()));
                     continue;
                 }
             };
@@ -196,10 +179,7 @@ impl SpecSet {
                     priority,
                     spec,
                 }),
-                Err(error) => self.errors.push(SpecError::File {
-                    file,
-                    why: error.to_string(),
-                }),
+                Err(error) => self.errors.push(SpecError::File(file, error.to_string())),
             }
         }
     }
@@ -335,7 +315,7 @@ mod tests {
         let set = SpecSet::load(&d);
         assert!(set.specs.is_empty());
         assert!(
-            matches!(set.errors[..], [SpecError::Dir { .. }]),
+            matches!(set.errors[..], [SpecError::Dir(..)]),
             "{:?}",
             set.errors
         );
