@@ -64,13 +64,11 @@ impl CdiView {
             for m in &d.edits.mounts {
                 let outside = host_path(&m.host_path, config);
                 let inside = symlinks::normalize(Path::new(&m.container_path));
-                let Some(file) = inside.file_name().and_then(|f| f.to_str()) else {
+                let file = inside.file_name().and_then(|f| f.to_str());
+                let Some(stem) = file.and_then(host::driver_library_stem) else {
                     continue;
                 };
                 let rel = below_library_dir(&inside);
-                let Some(stem) = host::driver_library_stem(file) else {
-                    continue;
-                };
                 let found_in = format!("CDI spec {}", d.spec.display());
                 let names = std::iter::once(rel.clone())
                     .chain(d.sonames.get(&outside).map(|s| rel.with_file_name(s)));
