@@ -29,7 +29,7 @@ pub(crate) mod mig;
 pub(crate) mod paths;
 
 use crate::config::{Config, Platform, Rule};
-use crate::discover::{host, versions};
+use crate::discover::versions;
 use crate::request::RuleId;
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::cell::RefCell;
@@ -324,8 +324,7 @@ fn host_facts(config: &Config, rules: &[(RuleId, &Rule)]) -> HostFacts {
     if !needed {
         return HostFacts::default();
     }
-    let under = |p: &str| host::under(&config.host_root, &config.store_dir, Path::new(p));
-    let read = |p: &str| std::fs::read_to_string(under(p)).ok();
+    let read = |p: &str| std::fs::read_to_string(config.space().outside(Path::new(p))).ok();
     let tegra_release = read("/etc/nv_tegra_release");
     let tegra = tegra_release.is_some()
         || read("/sys/devices/soc0/family")
