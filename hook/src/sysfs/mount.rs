@@ -18,16 +18,9 @@ pub(crate) enum MountError {
     /// and why.
     #[error("cannot bind {path}: {1}", path = .0.display())]
     Source(PathBuf, String),
-    /// A mount call failed.
-    #[error("{what} {}: {source}", target.display())]
-    Mount {
-        /// What was being done.
-        what: &'static str,
-        /// The mount point.
-        target: PathBuf,
-        /// What the kernel said.
-        source: nix::Error,
-    },
+    /// A mount call failed: what was being done, the mount point, and what the kernel said.
+    #[error("{0} {target}: {2}", target = .1.display())]
+    Mount(&'static str, PathBuf, #[source] nix::Error),
     /// The remount left the mount writable.
     #[error("{} is still writable after its read-only remount", .0.display())]
     StillWritable(PathBuf),
@@ -43,13 +36,7 @@ pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountEr
     if dir.stat.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR {
         return Err(MountError::Source(dir.path, "not a directory".into()));
     }
-    let failed = |what| {
-        move |source| MountError::Mount {
-            what,
-            target: target.to_path_buf(),
-            source,
-        }
-    };
+    let failed = |what| move |source| MountError::Mount(what, target.to_path_buf(), source);
     let by_descriptor = format!("/proc/self/fd/{}", dir.fd.as_raw_fd());
     mount(
         Some(by_descriptor.as_str()),
@@ -86,11 +73,7 @@ pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountEr
 /// Unmounts whatever is mounted at `target` (lazily: a process inside keeps its view), until
 /// nothing is. A target that is no mount point (or does not exist) is left as it is.
 pub(super) fn detach(target: &Path) -> Result<(), MountError> {
-    let failed = |source| MountError::Mount {
-        what: "cannot unmount",
-        target: target.to_path_buf(),
-        source,
-    };
+    let failed = |source| MountError::Mount("cannot unmount", target.to_path_buf(), source);
     for _ in 0..MAX_STACKED {
         match umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
             Ok(()) => continue,
@@ -114,11 +97,8 @@ pub(super) fn in_parents_namespace<T: Send>(
     use nix::sched::{setns, unshare, CloneFlags};
     let parent = nix::unistd::getppid();
     let path = PathBuf::from(format!("/proc/{parent}/ns/mnt"));
-    let failed = |source| MountError::Mount {
-        what: "cannot enter the mount namespace",
-        target: path.clone(),
-        source,
-    };
+    let failed =
+        |source| MountError::Mount("cannot enter the mount namespace", path.clone(), source);
     let ns = nix::fcntl::open(&path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
         .map(|fd| {
             // SAFETY: open(2) just returned the descriptor; nothing else owns it.
