@@ -19,16 +19,9 @@ pub(crate) enum TreeError {
     #[error(transparent)]
     StateDir(#[from] StateDirError),
     /// The build's chroot could not be looked at, or a record, directory or mount point could
-    /// not be written or removed.
-    #[error("cannot {what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The entry.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// not be written or removed: what was being done, the entry, and why.
+    #[error("cannot {0} {path}: {2}", path = .1.display())]
+    Io(&'static str, PathBuf, #[source] std::io::Error),
     /// A bind could not be made read-only, or undone.
     #[error(transparent)]
     Mount(#[from] MountError),
@@ -299,5 +292,5 @@ fn absent_ok(r: std::io::Result<()>) -> std::io::Result<()> {
 }
 
 fn io(what: &'static str, path: PathBuf) -> impl FnOnce(std::io::Error) -> TreeError {
-    move |source| TreeError::Io { what, path, source }
+    move |source| TreeError::Io(what, path, source)
 }
