@@ -46,14 +46,9 @@ pub(crate) enum PciError {
     #[error("{} holds no PCI device id 0xNNNN", .0.display())]
     NoDeviceId(PathBuf),
     /// The device's path is not `pci<dddd>:<bb>/<BDF>/…/<BDF>` under `/sys/devices` (for a
-    /// DRM node, followed by `/drm/<node>`).
-    #[error("{} leads to {}, not to pci<domain>:<bus>/…/<its address> under /sys/devices", link.display(), target.display())]
-    UnexpectedPath {
-        /// The link.
-        link: PathBuf,
-        /// Where it leads.
-        target: PathBuf,
-    },
+    /// DRM node, followed by `/drm/<node>`): the link, and where it leads.
+    #[error("{link} leads to {target}, not to pci<domain>:<bus>/…/<its address> under /sys/devices", link = .0.display(), target = .1.display())]
+    UnexpectedPath(PathBuf, PathBuf),
 }
 
 /// Whether `name` is a root bus directory, `pci<dddd>:<bb>`.
@@ -223,10 +218,7 @@ fn root_link(link: &Path) -> Result<String, PciError> {
 }
 
 fn unexpected(link: &Path, target: impl Into<PathBuf>) -> PciError {
-    PciError::UnexpectedPath {
-        link: link.to_path_buf(),
-        target: target.into(),
-    }
+    PciError::UnexpectedPath(link.to_path_buf(), target.into())
 }
 
 #[cfg(test)]
