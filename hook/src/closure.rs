@@ -45,6 +45,15 @@ pub struct ClosureError {
     pub message: String,
 }
 
+impl ClosureError {
+    fn new(store_path: &Path, message: String) -> ClosureError {
+        ClosureError {
+            store_path: store_path.to_path_buf(),
+            message,
+        }
+    }
+}
+
 /// Computes and caches closures.
 #[derive(Debug, Clone)]
 pub struct ClosureCache {
@@ -67,18 +76,13 @@ impl ClosureCache {
     /// a warning).
     pub fn closure(&self, store_path: &Path) -> Result<Closure, ClosureError> {
         let entry = self.entry_path(store_path)?;
+        let fail = |message: String| ClosureError::new(store_path, message);
         let name = entry
             .file_name()
             .and_then(|n| n.to_str())
-            .ok_or_else(|| ClosureError {
-                store_path: store_path.to_path_buf(),
-                message: "the store path's name is not UTF-8".to_string(),
-            })?
+            .ok_or_else(|| fail("the store path's name is not UTF-8".to_string()))?
             .to_string();
-        let dir = StateDir::open(&self.dir).map_err(|e| ClosureError {
-            store_path: store_path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let dir = StateDir::open(&self.dir).map_err(|e| fail(e.to_string()))?;
         if let Ok(text) = dir.read_bytes(&name) {
             if let Some(members) = self.decode(store_path, &text) {
                 return Ok(Closure {
@@ -118,21 +122,18 @@ impl ClosureCache {
         let top = store_path_of(store_path, &self.store_dir).filter(|top| top == store_path);
         match top.as_deref().and_then(Path::file_name) {
             Some(name) => Ok(self.dir.join(name)),
-            None => Err(ClosureError {
-                store_path: store_path.to_path_buf(),
-                message: format!(
+            None => Err(ClosureError::new(
+                store_path,
+                format!(
                     "not a top-level path of the store {}",
                     self.store_dir.display()
                 ),
-            }),
+            )),
         }
     }
 
     fn query(&self, store_path: &Path) -> Result<Vec<(PathBuf, Node)>, ClosureError> {
-        let fail = |message: String| ClosureError {
-            store_path: store_path.to_path_buf(),
-            message,
-        };
+        let fail = |message: String| ClosureError::new(store_path, message);
         let nix_store = crate::trust::program(&self.nix_store, self.search_path.as_deref())
             .map_err(|e| {
                 fail(format!(
@@ -159,10 +160,12 @@ impl ClosureCache {
             .collect())
     }
 
-    /// Lines of `<kind> <store path>`, each path a direct child of the store, the path itself
-    /// among them; a kind that is not kept is looked at again ([`kind_byte`]).
-    fn parse_members(&self, store_path: &Path, body: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
+    /// The members an entry's `text` lists: its [`header`], then lines of `<kind> <store path>`,
+    /// each path a direct child of the store, the path itself among them; a kind that is not
+    /// kept is looked at again ([`kind_byte`]).
+    fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
+        let body = text.strip_prefix(header(store_path).as_slice())?;
         let mut kinds = Vec::new();
         let mut paths = Vec::new();
         for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -199,16 +202,6 @@ impl ClosureCache {
         (ok && members.iter().any(|m| m == store_path)).then_some(members)
     }
 
-    fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
-        use std::os::unix::ffi::OsStrExt;
-        let end = text.iter().position(|b| *b == b'\n')?;
-        let (head, body) = (&text[..end], &text[end + 1..]);
-        let expected_head = [HEADER.as_bytes(), b" ", store_path.as_os_str().as_bytes()].concat();
-        (head == expected_head.as_slice())
-            .then(|| self.parse_members(store_path, body))
-            .flatten()
-    }
-
     fn store(
         &self,
         dir: &StateDir,
@@ -217,13 +210,7 @@ impl ClosureCache {
         members: &[(PathBuf, Node)],
     ) -> std::io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
-        let mut file = [
-            HEADER.as_bytes(),
-            b" ",
-            store_path.as_os_str().as_bytes(),
-            b"\n",
-        ]
-        .concat();
+        let mut file = header(store_path);
         for (m, node) in members {
             file.extend_from_slice(&[kind_byte(node), b' ']);
             file.extend_from_slice(m.as_os_str().as_bytes());
@@ -231,6 +218,15 @@ impl ClosureCache {
         }
         dir.write_atomic(name, &file, 0o644, true)
     }
+}
+
+/// An entry's first line, with its newline: [`HEADER`] and the store path it is the closure of.
+fn header(store_path: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut line = format!("{HEADER} ").into_bytes();
+    line.extend_from_slice(store_path.as_os_str().as_bytes());
+    line.push(b'\n');
+    line
 }
 
 /// What a cache entry records of a member: `d` a directory, `f` a regular file, `?` anything

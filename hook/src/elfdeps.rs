@@ -142,23 +142,11 @@ pub struct Closure {
 /// [`ldso::Fs`] for `exec`'s root: [`Sources`] decide what is there.
 pub(crate) struct PolicyFs<'s> {
     sources: &'s Sources,
+    /// Every path refused so far, in order, with why.
     refused: RefCell<Vec<(PathBuf, Refusal)>>,
 }
 
-impl<'s> PolicyFs<'s> {
-    /// The root `sources` make.
-    pub(crate) fn new(sources: &'s Sources) -> PolicyFs<'s> {
-        PolicyFs {
-            sources,
-            refused: RefCell::new(Vec::new()),
-        }
-    }
-
-    /// Every path refused so far, in order, with why.
-    pub(crate) fn refused(&self) -> Vec<(PathBuf, Refusal)> {
-        self.refused.borrow().clone()
-    }
-
+impl PolicyFs<'_> {
     fn refuse(&self, path: &Path, why: Refusal) -> io::Error {
         self.refused.borrow_mut().push((path.to_path_buf(), why));
         io::ErrorKind::NotFound.into()
@@ -239,7 +227,10 @@ pub(crate) fn library_closure(
     loader: &Loader,
     sources: &Sources,
 ) -> Closure {
-    let fs = PolicyFs::new(sources);
+    let fs = PolicyFs {
+        sources,
+        refused: RefCell::default(),
+    };
     let env = Environment {
         ld_library_path: ld_library_path.map(String::from),
     };
@@ -263,7 +254,7 @@ pub(crate) fn library_closure(
         let by = process.object(m.by).path.display();
         closure.missing.push(format!("{} (needed by {by})", m.name));
     }
-    for (path, why) in fs.refused() {
+    for (path, why) in fs.refused.take() {
         let needed_by = process
             .searches()
             .iter()
@@ -417,13 +408,16 @@ mod tests {
             trusted: vec![lib.clone()],
             visible: Vec::new(),
         };
-        let fs = PolicyFs::new(&sources);
+        let fs = PolicyFs {
+            sources: &sources,
+            refused: RefCell::default(),
+        };
         assert!(fs.open(&so).is_ok());
         assert!(fs.open(&text).is_err());
         std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o700)).unwrap();
         assert!(fs.open(&so).is_err());
         assert!(fs.open(Path::new("/dev/zero")).is_err());
-        let refused: Vec<Refusal> = fs.refused().into_iter().map(|(_, w)| w).collect();
+        let refused: Vec<Refusal> = fs.refused.take().into_iter().map(|(_, w)| w).collect();
         assert_eq!(
             refused,
             [

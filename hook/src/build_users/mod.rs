@@ -23,7 +23,7 @@ pub(crate) mod accounts;
 pub(crate) mod nix_conf;
 
 use crate::plan::Exposure;
-use accounts::{BuildUser, Group};
+use accounts::BuildUser;
 use nix_conf::BuildUserSettings;
 use serde::Serialize;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -84,12 +84,9 @@ impl Builders {
 pub(crate) struct Unopenable {
     /// The node, as the build sees it.
     pub node: String,
-    /// Its mode bits (`0o660`, …).
-    pub mode: u32,
-    /// Its owner's uid.
-    pub uid: u32,
-    /// Its group's gid.
-    pub gid: u32,
+    /// Its mode, owner and group.
+    #[serde(flatten)]
+    pub stat: Node,
     /// Its group's name, when `/etc/group` has one.
     pub group: Option<String>,
     /// The build users who could not open it.
@@ -106,7 +103,7 @@ impl Unopenable {
         );
         match (builders, &self.group) {
             (Builders::Users { .. }, Some(group))
-                if self.mode & 0o060 == 0o060 && self.gid != 0 =>
+                if self.stat.mode & 0o060 == 0o060 && self.stat.gid != 0 =>
             {
                 format!(
                 "add the build users to group '{group}' (on NixOS: users.users.<name>.extraGroups \
@@ -120,16 +117,17 @@ impl Unopenable {
 
 impl std::fmt::Display for Unopenable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let group = self.group.clone().unwrap_or_else(|| self.gid.to_string());
+        let Node { mode, uid, gid } = self.stat;
+        let group = self.group.clone().unwrap_or_else(|| gid.to_string());
         let users = match self.users.as_slice() {
             [] => "the build user".to_string(),
             [one] => one.clone(),
             [first, rest @ ..] => format!("{first} and {} other build users", rest.len()),
         };
+        let node = &self.node;
         write!(
             f,
-            "{users} cannot open {} (mode {:04o}, owner {}, group {group})",
-            self.node, self.mode, self.uid
+            "{users} cannot open {node} (mode {mode:04o}, owner {uid}, group {group})"
         )
     }
 }
@@ -209,10 +207,8 @@ pub(crate) fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
             let users = who_cannot_open(&builders, node);
             (!users.is_empty()).then(|| Unopenable {
                 node: e.inside.to_string_lossy().into_owned(),
-                mode: node.mode,
-                uid: node.uid,
-                gid: node.gid,
-                group: group_name(&groups, node.gid),
+                stat: node,
+                group: (groups.iter().find(|g| g.gid == node.gid)).map(|g| g.name.clone()),
                 users,
             })
         })
@@ -224,15 +220,15 @@ pub(crate) fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
     }
 }
 
-/// A node's owner, group and mode, as `stat` gives them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A node's mode, owner and group, as `stat` gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) struct Node {
+    /// Permission bits (`0o660`, …).
+    pub mode: u32,
     /// Owner uid.
     pub uid: u32,
     /// Group gid.
     pub gid: u32,
-    /// Permission bits.
-    pub mode: u32,
 }
 
 /// Whether a process with `uid`, `gid` and supplementary `groups` may open `node` for reading
@@ -264,11 +260,6 @@ fn who_cannot_open(builders: &Builders, node: Node) -> Vec<String> {
         }
         Builders::AutoAllocated { .. } => Vec::new(),
     }
-}
-
-/// The name of gid `gid` in `groups`.
-fn group_name(groups: &[Group], gid: u32) -> Option<String> {
-    groups.iter().find(|g| g.gid == gid).map(|g| g.name.clone())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! gets.
 
 use super::name::DeviceName;
-use super::spec::{Device, Format, ParseError, Spec};
+use super::spec::{Device, Format, Spec};
 use super::SpecDirs;
 use crate::config::{self, ConfigSource};
 use std::path::{Path, PathBuf};
@@ -23,44 +23,21 @@ pub(crate) const MAX_DIR_ENTRIES: usize = 1024;
 /// Why a spec directory or file was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SpecError {
-    /// The directory (or a component on its way) is not trusted, or cannot be listed.
-    #[error("CDI spec directory {dir}: {why}")]
-    Dir {
-        /// The directory.
-        dir: PathBuf,
-        /// What is wrong, with the fix.
-        why: String,
-    },
-    /// The directory holds more entries than are looked at.
-    #[error("CDI spec directory {dir}: more than {MAX_DIR_ENTRIES} entries; only the first were looked at")]
-    TooMany {
-        /// The directory.
-        dir: PathBuf,
-    },
-    /// The file is not trusted, or cannot be read.
-    #[error("CDI spec {file}: {why}")]
-    Read {
-        /// The file.
-        file: PathBuf,
-        /// What is wrong, with the fix.
-        why: String,
-    },
-    /// The file is no valid spec.
-    #[error("CDI spec {file}: {error}")]
-    Parse {
-        /// The file.
-        file: PathBuf,
-        /// What is wrong.
-        error: ParseError,
-    },
+    /// The directory (or a component on its way) is not trusted, cannot be listed or holds
+    /// more entries than are looked at: the directory, and what is wrong, with the fix.
+    #[error("CDI spec directory {0}: {1}")]
+    Dir(PathBuf, String),
+    /// The file is not trusted, cannot be read or is no valid spec: the file, and what is
+    /// wrong, with the fix.
+    #[error("CDI spec {0}: {1}")]
+    File(PathBuf, String),
 }
 
 impl SpecError {
     /// The directory or file concerned.
     pub(crate) fn path(&self) -> &Path {
         match self {
-            SpecError::Dir { dir, .. } | SpecError::TooMany { dir } => dir,
-            SpecError::Read { file, .. } | SpecError::Parse { file, .. } => file,
+            SpecError::Dir(path, _) | SpecError::File(path, _) => path,
         }
     }
 }
@@ -137,8 +114,7 @@ impl SpecSet {
                         crate::trust::TrustError::NotADirectory(_) => "not a directory".into(),
                         why => format!("refused: {why}"),
                     };
-                    let dir = dir.clone();
-                    set.errors.push(SpecError::Dir { dir, why });
+                    set.errors.push(SpecError::Dir(dir.clone(), why));
                     continue;
                 }
             };
@@ -166,19 +142,17 @@ impl SpecSet {
         let entries = match std::fs::read_dir(resolved) {
             Ok(e) => e,
             Err(e) => {
-                self.errors.push(SpecError::Dir {
-                    dir: dir.to_path_buf(),
-                    why: format!("cannot list it: {e}"),
-                });
+                let why = format!("cannot list it: {e}");
+                self.errors.push(SpecError::Dir(dir.to_path_buf(), why));
                 return;
             }
         };
         let mut names: Vec<(String, Format)> = Vec::new();
         for (i, entry) in entries.enumerate() {
             if i == MAX_DIR_ENTRIES {
-                self.errors.push(SpecError::TooMany {
-                    dir: dir.to_path_buf(),
-                });
+                let why =
+                    format!("more than {MAX_DIR_ENTRIES} entries; only the first were looked at");
+                self.errors.push(SpecError::Dir(dir.to_path_buf(), why));
                 break;
             }
             let Ok(entry) = entry else { continue };
@@ -194,10 +168,8 @@ impl SpecSet {
             let text = match config::read_text(&ConfigSource::File(file.clone())) {
                 Ok(t) => t,
                 Err(e) => {
-                    self.errors.push(SpecError::Read {
-                        file,
-                        why: e.problem.to_string(),
-                    });
+                    self.errors
+                        .push(SpecError::File(file, e.problem.to_string()));
                     continue;
                 }
             };
@@ -207,7 +179,7 @@ impl SpecSet {
                     priority,
                     spec,
                 }),
-                Err(error) => self.errors.push(SpecError::Parse { file, error }),
+                Err(error) => self.errors.push(SpecError::File(file, error.to_string())),
             }
         }
     }
@@ -343,7 +315,7 @@ mod tests {
         let set = SpecSet::load(&d);
         assert!(set.specs.is_empty());
         assert!(
-            matches!(set.errors[..], [SpecError::Dir { .. }]),
+            matches!(set.errors[..], [SpecError::Dir(..)]),
             "{:?}",
             set.errors
         );

@@ -82,15 +82,10 @@ impl DeviceName {
 /// digit, and holds only letters, digits and `extra`.
 fn valid(part: &str, first: impl Fn(u8) -> bool, extra: &[u8]) -> bool {
     let b = part.as_bytes();
-    match (b.first(), b.last()) {
-        (Some(&f), Some(&l)) => {
-            first(f)
-                && l.is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
-        }
-        _ => false,
-    }
+    let allowed = |c: &u8| c.is_ascii_alphanumeric() || extra.contains(c);
+    b.first().is_some_and(|&f| first(f))
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+        && b.iter().all(allowed)
 }
 
 impl TryFrom<String> for DeviceName {

@@ -158,12 +158,10 @@ pub(crate) enum Format {
 impl Format {
     /// The format of a file named `name`; `None` for a file that is no spec.
     pub(crate) fn of(name: &str) -> Option<Format> {
-        if name.ends_with(".json") {
-            Some(Format::Json)
-        } else if name.ends_with(".yaml") || name.ends_with(".yml") {
-            Some(Format::Yaml)
-        } else {
-            None
+        match name.rsplit_once('.')?.1 {
+            "json" => Some(Format::Json),
+            "yaml" | "yml" => Some(Format::Yaml),
+            _ => None,
         }
     }
 }
@@ -171,12 +169,9 @@ impl Format {
 /// Why a spec's text is no spec.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ParseError {
-    /// Not valid JSON, or not a spec.
+    /// Not valid JSON or YAML, or not a spec (the parser's message, on one line).
     #[error("not a CDI spec: {0}")]
-    Json(String),
-    /// Not valid YAML, or not a spec.
-    #[error("not a CDI spec: {0}")]
-    Yaml(String),
+    NotASpec(String),
     /// A YAML spec with an anchor or alias, or more events than any spec has.
     #[error("{0}")]
     YamlRefused(#[from] super::yaml::YamlError),
@@ -191,12 +186,10 @@ impl Spec {
     /// [`super::yaml::MAX_EVENTS`] events, so nothing is replayed.
     pub(crate) fn parse(text: &str, format: Format) -> Result<Spec, ParseError> {
         let spec: Spec = match format {
-            Format::Json => serde_json::from_str(text)
-                .map_err(|e| ParseError::Json(one_line(&e.to_string())))?,
+            Format::Json => serde_json::from_str(text).map_err(not_a_spec)?,
             Format::Yaml => {
                 super::yaml::check(text)?;
-                serde_norway::from_str(text)
-                    .map_err(|e| ParseError::Yaml(one_line(&e.to_string())))?
+                serde_norway::from_str(text).map_err(not_a_spec)?
             }
         };
         let mut names = std::collections::BTreeSet::new();
@@ -219,9 +212,10 @@ fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(d: D) -> R
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
-/// A parser's message on one line.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// A parser's error, its message on one line.
+fn not_a_spec(error: impl std::fmt::Display) -> ParseError {
+    let text = error.to_string();
+    ParseError::NotASpec(text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 #[cfg(test)]

@@ -93,24 +93,24 @@ pub(crate) struct DriverChoice {
 /// Chooses between the host driver and the `candidates`.
 pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> DriverChoice {
     let mut rejected = Vec::new();
-    let mut accepted: Vec<CompatDriver> = Vec::new();
+    let mut accepted: Vec<(CudaVersion, CompatDriver)> = Vec::new();
     for c in candidates {
         match judge(host, &c) {
-            Ok(()) => accepted.push(c),
+            Ok(cuda) => accepted.push((cuda, c)),
             Err(why) => rejected.push(Rejection {
                 dir: c.dir.display().to_string(),
                 why,
             }),
         }
     }
-    accepted.sort_by_key(|c| std::cmp::Reverse(c.cuda_version));
+    accepted.sort_by_key(|(cuda, _)| std::cmp::Reverse(*cuda));
     let host_cuda = host
         .cuda_version
         .map_or("an unknown CUDA version".to_string(), |v| {
             format!("CUDA {v}")
         });
-    if let Some(best) = accepted.first().cloned() {
-        for other in &accepted[1..] {
+    if let Some((cuda, best)) = accepted.first().cloned() {
+        for (_, other) in &accepted[1..] {
             rejected.push(Rejection {
                 dir: other.dir.display().to_string(),
                 why: Rejected::NewerChosen {
@@ -118,7 +118,6 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
                 },
             });
         }
-        let cuda = best.cuda_version.expect("judge requires a version");
         let listed = match (
             &best.note.as_ref().and_then(|n| n.drivers.clone()),
             host.kernel_branch,
@@ -159,7 +158,8 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
     }
 }
 
-fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<(), Rejected> {
+/// The CUDA version `c` provides, when it may be used on `host`.
+fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<CudaVersion, Rejected> {
     let Some(cuda) = c.cuda_version else {
         return Err(Rejected::UnknownCuda);
     };
@@ -175,7 +175,7 @@ fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<(), Rejected> {
             listed: list.clone(),
         }),
         (Some(_), None) if !host.tegra => Err(Rejected::KernelUnknown),
-        _ => Ok(()),
+        _ => Ok(cuda),
     }
 }
 

@@ -59,30 +59,13 @@ pub(crate) enum NoteError {
 /// Why a compat directory cannot be looked at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum CompatError {
-    /// The directory cannot be listed (the I/O error's one line).
-    #[error("cannot list {}: {error}", .dir.display())]
-    List {
-        /// The directory, as the host sees it.
-        dir: PathBuf,
-        /// Why.
-        error: String,
-    },
-    /// Its libcuda cannot be read (the I/O error's one line).
-    #[error("cannot read {}: {error}", .path.display())]
-    Read {
-        /// The library, as the host sees it.
-        path: PathBuf,
-        /// Why.
-        error: String,
-    },
-    /// Its libcuda's note cannot be read.
-    #[error("{}: {error}", .path.display())]
-    Note {
-        /// The library, as the host sees it.
-        path: PathBuf,
-        /// Why.
-        error: NoteError,
-    },
+    /// The directory cannot be listed, or its libcuda read: `list` or `read`, the directory or
+    /// library (as the host sees it), and the I/O error's one line.
+    #[error("cannot {0} {path}: {2}", path = .1.display())]
+    Io(&'static str, PathBuf, String),
+    /// Its libcuda's note cannot be read: the library (as the host sees it), and why.
+    #[error("{path}: {1}", path = .0.display())]
+    Note(PathBuf, NoteError),
 }
 
 /// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
@@ -133,10 +116,11 @@ pub(crate) fn inspect_dir(
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
-            return Err(CompatError::List {
-                dir: dir_outside.to_path_buf(),
-                error: e.to_string(),
-            })
+            return Err(CompatError::Io(
+                "list",
+                dir_outside.to_path_buf(),
+                e.to_string(),
+            ))
         }
     };
     let mut names: Vec<String> = entries
@@ -155,14 +139,9 @@ pub(crate) fn inspect_dir(
         return Ok(None);
     };
     let path = dir_outside.join(&libcuda);
-    let bytes = std::fs::read(&path).map_err(|e| CompatError::Read {
-        path: path.clone(),
-        error: e.to_string(),
-    })?;
-    let note = read_note(&bytes).map_err(|error| CompatError::Note {
-        path: path.clone(),
-        error,
-    })?;
+    let bytes =
+        std::fs::read(&path).map_err(|e| CompatError::Io("read", path.clone(), e.to_string()))?;
+    let note = read_note(&bytes).map_err(|error| CompatError::Note(path.clone(), error))?;
     let cuda_version = note.as_ref().and_then(|n| n.cuda_version).or_else(|| {
         versions::version_in_file_name(&libcuda, "libcuda")
             .and_then(|v| versions::driver_branch(&v))

@@ -25,12 +25,9 @@ pub(crate) const PROC_DEVICES_MAX: u64 = 64 << 10;
 /// Why a MIG file could not be used. Renders as one line (the caller names the file).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum FormatError {
-    /// The file is larger than any the driver writes.
-    #[error("larger than {limit} bytes")]
-    TooLarge {
-        /// The bound.
-        limit: u64,
-    },
+    /// The file is larger than any the driver writes (the bound).
+    #[error("larger than {0} bytes")]
+    TooLarge(u64),
     /// A line is not of the documented form.
     /// The 1-based line number, and what is wrong.
     #[error("line {0}: {1}")]
@@ -142,7 +139,7 @@ pub(crate) fn number(text: &str) -> Option<u32> {
 
 fn bounded(text: &[u8], limit: u64) -> Result<(), FormatError> {
     if text.len() as u64 > limit {
-        return Err(FormatError::TooLarge { limit });
+        return Err(FormatError::TooLarge(limit));
     }
     Ok(())
 }
@@ -175,7 +172,7 @@ mod tests {
         assert!(access_minor(b"garbage\n").is_err());
         assert_eq!(
             access_minor(&[b'x'; 5000]),
-            Err(FormatError::TooLarge { limit: ACCESS_MAX })
+            Err(FormatError::TooLarge(ACCESS_MAX))
         );
     }
 

@@ -64,13 +64,11 @@ impl CdiView {
             for m in &d.edits.mounts {
                 let outside = host_path(&m.host_path, config);
                 let inside = symlinks::normalize(Path::new(&m.container_path));
-                let Some(file) = inside.file_name().and_then(|f| f.to_str()) else {
+                let file = inside.file_name().and_then(|f| f.to_str());
+                let Some(stem) = file.and_then(host::driver_library_stem) else {
                     continue;
                 };
                 let rel = below_library_dir(&inside);
-                let Some(stem) = host::driver_library_stem(file) else {
-                    continue;
-                };
                 let found_in = format!("CDI spec {}", d.spec.display());
                 let names = std::iter::once(rel.clone())
                     .chain(d.sonames.get(&outside).map(|s| rel.with_file_name(s)));
@@ -126,16 +124,14 @@ pub(crate) fn below_library_dir(path: &Path) -> PathBuf {
     names[start.min(names.len())..].iter().collect()
 }
 
-/// The specs, read once for every rule that names a CDI device.
-pub(crate) type Specs = Option<SpecSet>;
-
 /// Scans the devices `names` (with the rule's `hint` for a missing one) under `config`,
-/// reading the spec directories into `specs` the first time.
+/// reading the spec directories into `specs` (read once for every rule that names a CDI
+/// device) the first time.
 pub(crate) fn scan(
     names: &[DeviceName],
     hint: Option<&str>,
     config: &Config,
-    specs: &mut Specs,
+    specs: &mut Option<SpecSet>,
     fs: &Recorder,
 ) -> CdiView {
     let dirs: &SpecDirs = &config.cdi_spec_dirs;

@@ -144,17 +144,7 @@ fn glob_under(root: &Path, glob: &str, listed: &mut Listings, fs: &impl Lookup) 
 
 /// `glob::glob` of `glob` under `root`.
 fn glob_crate(root: &Path, glob: &str) -> GlobMatches {
-    let pattern = if root == Path::new("/") {
-        glob.to_string()
-    } else {
-        let root = glob::Pattern::escape(&root.to_string_lossy());
-        format!(
-            "{}/{}",
-            root.trim_end_matches('/'),
-            glob.trim_start_matches('/')
-        )
-    };
-    match glob::glob(&pattern) {
+    match glob::glob(&rooted_glob(root, glob)) {
         Ok(m) => m
             .map(|e| {
                 e.map_err(|e| GlobError::Unreadable(e.path().to_path_buf(), e.error().to_string()))
@@ -162,6 +152,19 @@ fn glob_crate(root: &Path, glob: &str) -> GlobMatches {
             .collect(),
         Err(e) => vec![Err(GlobError::Invalid(glob.to_string(), e.to_string()))],
     }
+}
+
+/// `glob` as a pattern under `root` (whose own characters are escaped).
+pub(super) fn rooted_glob(root: &Path, glob: &str) -> String {
+    if root == Path::new("/") {
+        return glob.to_string();
+    }
+    let root = glob::Pattern::escape(&root.to_string_lossy());
+    format!(
+        "{}/{}",
+        root.trim_end_matches('/'),
+        glob.trim_start_matches('/')
+    )
 }
 
 #[cfg(test)]

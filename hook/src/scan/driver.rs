@@ -165,23 +165,18 @@ fn scan_compat(
 /// store.
 fn compat_dirs(config: &Config, pattern: &str) -> Vec<(PathBuf, PathBuf)> {
     let in_store = Path::new(pattern).starts_with(&config.store_dir);
-    let root = &config.host_root;
-    let full = if in_store || root == Path::new("/") {
-        pattern.to_string()
+    let root = if in_store {
+        Path::new("/")
     } else {
-        format!(
-            "{}/{}",
-            glob::Pattern::escape(&root.to_string_lossy()).trim_end_matches('/'),
-            pattern.trim_start_matches('/')
-        )
+        &config.host_root
     };
-    let Ok(paths) = glob::glob(&full) else {
+    let Ok(paths) = glob::glob(&super::devices::rooted_glob(root, pattern)) else {
         return Vec::new();
     };
     paths
         .filter_map(Result::ok)
         .filter_map(|outside| {
-            let inside = if in_store || root == Path::new("/") {
+            let inside = if root == Path::new("/") {
                 outside.clone()
             } else {
                 Path::new("/").join(outside.strip_prefix(root).ok()?)

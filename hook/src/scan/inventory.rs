@@ -17,9 +17,7 @@ use crate::config::Config;
 use crate::sysfs;
 use crate::trust;
 use cuda_sandbox_cuda_facts::Capability;
-use cuda_sandbox_manifest::inventory::{
-    Bdf, Inventory, InventoryError, INVENTORY_FILE, INVENTORY_MAX_BYTES,
-};
+use cuda_sandbox_manifest::inventory::{Bdf, Inventory, INVENTORY_FILE, INVENTORY_MAX_BYTES};
 use std::io::Read;
 use std::path::Path;
 
@@ -78,12 +76,10 @@ pub(crate) fn scan(config: &Config) -> InventoryView {
     }
 }
 
-/// The inventory at `path`, trusted, bounded and parsed; the reason in one line otherwise.
+/// The inventory at `path`, trusted, bounded (a longer one is caught by the parser) and
+/// parsed; the reason in one line otherwise.
 fn read(path: &Path) -> Result<Inventory, String> {
-    let (file, meta) = trust::open_file(path).map_err(|e| e.to_string())?;
-    if meta.len() > INVENTORY_MAX_BYTES {
-        return Err(InventoryError::TooLong.to_string());
-    }
+    let (file, _) = trust::open_file(path).map_err(|e| e.to_string())?;
     let mut bytes = Vec::new();
     file.take(INVENTORY_MAX_BYTES + 1)
         .read_to_end(&mut bytes)

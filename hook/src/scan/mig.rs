@@ -9,9 +9,9 @@
 
 use super::Recorder;
 use crate::config::{Config, MigConfig};
-use crate::discover::host;
 use crate::mig::formats::{self, FormatError, MigMinors};
 use crate::mig::{self, Capability, InstanceId};
+use crate::symlinks::Space;
 use crate::trust::{self, TrustError};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -129,80 +129,70 @@ pub(crate) fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigVie
 /// checked against `mig-minors`, with the state of each capability's node (each present node
 /// followed in `fs`).
 fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHost, MigScanError> {
-    let under = |p: &Path| host::under(&config.host_root, &config.store_dir, p);
-    let (walked, admin) = walk_capabilities(source, config)?;
-    let minors: Vec<(Capability, u32)> = walked
-        .iter()
-        .flat_map(|(gi, minor, cis)| {
-            std::iter::once((*gi, *minor))
-                .chain(cis.iter().map(|(id, m)| (Capability::Ci(*id), *m)))
-        })
-        .chain(admin.iter().copied())
-        .collect();
+    let rooted = config.space();
+    let minors = walk_capabilities(source, rooted)?;
     if minors.is_empty() {
         return Ok(MigHost::default());
     }
     // `mig-minors` must not list a capability with another minor than its `access` file
     // gives (a capability it does not list is not judged).
-    let listed = listed_minors(&under(Path::new(mig::MIG_MINORS)))?;
+    let listed = listed_minors(&rooted.outside(Path::new(mig::MIG_MINORS)))?;
     for (cap, minor) in &minors {
         if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
             if l != minor {
                 return Err(MigScanError::Mismatch {
                     capability: *cap,
-                    path: under(&cap.proc_path()),
+                    path: rooted.outside(&cap.proc_path()),
                     access: *minor,
                     listed: *l,
                 });
             }
         }
     }
-    let devices = under(Path::new(mig::PROC_DEVICES));
+    let devices = rooted.outside(Path::new(mig::PROC_DEVICES));
     let major = formats::caps_major(&read_bounded(&devices, formats::PROC_DEVICES_MAX)?)
         .map_err(|error| MigScanError::Format(devices, error))?
         .ok_or(MigScanError::NoMajor)?;
-    let rooted = config.space();
-    let node = |capability: Capability, minor: u32| {
+    let mut host = MigHost::default();
+    // The walk gives each GPU instance before its compute instances.
+    let mut gi = None;
+    for (capability, minor) in minors {
         let inside = mig::node_path(minor);
-        let outside = under(&inside);
-        let node = node_state(&outside, major, minor);
-        if node == NodeState::Present {
+        let outside = rooted.outside(&inside);
+        let state = node_state(&outside, major, minor);
+        if state == NodeState::Present {
             fs.follow(&inside, &outside, rooted);
         }
-        CapNode {
+        let node = CapNode {
             capability,
             minor,
-            node,
-        }
-    };
-    let mut host = MigHost::default();
-    for (gi_cap, gi_minor, cis) in walked {
-        let gi = node(gi_cap, gi_minor);
-        for (id, minor) in cis {
-            host.instances.push(InstanceFound {
+            node: state,
+        };
+        match (capability, &gi) {
+            (Capability::Gi { .. }, _) => gi = Some(node),
+            (Capability::Ci(id), Some(gi)) => host.instances.push(InstanceFound {
                 id,
                 gi: gi.clone(),
-                ci: node(Capability::Ci(id), minor),
-            });
+                ci: node,
+            }),
+            (Capability::Ci(_), None) => {}
+            (Capability::Config | Capability::Monitor, _) => host.admin.push(node),
         }
     }
-    host.admin = admin.into_iter().map(|(cap, m)| node(cap, m)).collect();
     Ok(host)
 }
 
-/// The capability files under the driver's capabilities directory: each GPU instance with
-/// its compute instances, then the administration capabilities the rule names, each with the
-/// minor its `access` file gives. Nothing when the directory is absent.
+/// The capability files under the driver's capabilities directory (`rooted`): each GPU
+/// instance followed by its compute instances, then the administration capabilities the rule
+/// names, each with the minor its `access` file gives. Nothing when the directory is absent.
 fn walk_capabilities(
     source: &MigConfig,
-    config: &Config,
-) -> Result<(Vec<WalkedGi>, Vec<CapMinor>), MigScanError> {
-    let under = |p: &Path| host::under(&config.host_root, &config.store_dir, p);
-    let caps_dir = under(Path::new(mig::CAPABILITIES_DIR));
-    let mut walked: Vec<WalkedGi> = Vec::new();
-    let mut admin = Vec::new();
+    rooted: Space<'_>,
+) -> Result<Vec<(Capability, u32)>, MigScanError> {
+    let caps_dir = rooted.outside(Path::new(mig::CAPABILITIES_DIR));
+    let mut walked = Vec::new();
     if !caps_dir.exists() {
-        return Ok((walked, admin));
+        return Ok(walked);
     }
     for gpu in numbered(&caps_dir, "gpu")? {
         let mig_dir = caps_dir.join(format!("gpu{gpu}/mig"));
@@ -211,13 +201,13 @@ fn walk_capabilities(
         }
         for gi in numbered(&mig_dir, "gi")? {
             let gi_dir = mig_dir.join(format!("gi{gi}"));
-            let gi_minor = access_minor(&gi_dir.join("access"))?;
-            let mut cis = Vec::new();
+            let minor = access_minor(&gi_dir.join("access"))?;
+            walked.push((Capability::Gi { gpu, gi }, minor));
             for ci in numbered(&gi_dir, "ci")? {
                 let path = gi_dir.join(format!("ci{ci}/access"));
-                cis.push((InstanceId { gpu, gi, ci }, access_minor(&path)?));
+                let cap = Capability::Ci(InstanceId { gpu, gi, ci });
+                walked.push((cap, access_minor(&path)?));
             }
-            walked.push((Capability::Gi { gpu, gi }, gi_minor, cis));
         }
     }
     let named = [
@@ -225,17 +215,10 @@ fn walk_capabilities(
         (source.monitor, Capability::Monitor),
     ];
     for (_, cap) in named.iter().filter(|(named, _)| *named) {
-        admin.push((*cap, access_minor(&under(&cap.proc_path()))?));
+        walked.push((*cap, access_minor(&rooted.outside(&cap.proc_path()))?));
     }
-    Ok((walked, admin))
+    Ok(walked)
 }
-
-/// A capability and the minor its `access` file gives.
-type CapMinor = (Capability, u32);
-
-/// A GPU instance as the walk found it: its capability and minor, and its compute instances'
-/// ids and minors.
-type WalkedGi = (Capability, u32, Vec<(InstanceId, u32)>);
 
 /// The numbers N of the entries `<prefix>N` of the directory `dir` (trusted first, as a
 /// directory to list: [`trust::listed_dir`]), sorted.

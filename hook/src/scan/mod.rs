@@ -29,7 +29,7 @@ pub(crate) mod mig;
 pub(crate) mod paths;
 
 use crate::config::{Config, Platform, Rule};
-use crate::discover::{host, versions};
+use crate::discover::versions;
 use crate::request::RuleId;
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::cell::RefCell;
@@ -132,20 +132,16 @@ pub(crate) struct RuleView {
 
 /// The real filesystem, remembering every answer in the snapshot (each path is looked at once).
 #[derive(Default)]
-pub(crate) struct Recorder {
-    nodes: RefCell<HashMap<PathBuf, Node>>,
-    real_paths: RefCell<BTreeMap<PathBuf, PathBuf>>,
-}
+pub(crate) struct Recorder(RefCell<Snapshot>);
 
 impl Lookup for Recorder {
     fn lstat(&self, outside: &Path) -> Node {
-        if let Some(n) = self.nodes.borrow().get(outside) {
+        if let Some(n) = self.0.borrow().nodes.get(outside) {
             return n.clone();
         }
         let n = Node::of(outside);
-        self.nodes
-            .borrow_mut()
-            .insert(outside.to_path_buf(), n.clone());
+        let mut snapshot = self.0.borrow_mut();
+        snapshot.nodes.insert(outside.to_path_buf(), n.clone());
         n
     }
 }
@@ -160,9 +156,8 @@ impl Recorder {
     /// Records the real path of the file at `outside` (every link resolved).
     pub(crate) fn record_real(&self, outside: &Path) {
         if let Some(real) = self.real_path(outside) {
-            self.real_paths
-                .borrow_mut()
-                .insert(outside.to_path_buf(), real);
+            let mut snapshot = self.0.borrow_mut();
+            snapshot.real_paths.insert(outside.to_path_buf(), real);
         }
     }
 
@@ -200,23 +195,16 @@ impl Recorder {
         }
         Some(resolved)
     }
-
-    fn into_snapshot(self) -> Snapshot {
-        Snapshot {
-            nodes: self.nodes.into_inner(),
-            real_paths: self.real_paths.into_inner(),
-        }
-    }
 }
 
 /// Reads what the `rules` (matched, with their ids) under `config` need to know of the host,
 /// and the GPU inventory when the build's features `need_inventory`. Never writes.
 pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: bool) -> HostView {
     let fs = Recorder::default();
-    let facts = host_facts(config, rules);
+    let mut facts = host_facts(config, rules);
     let rooted = config.space();
     let mut listings = devices::Listings::new();
-    let mut specs = cdi::Specs::None;
+    let mut specs = None;
     let views: Vec<RuleView> = rules
         .iter()
         .map(|(id, rule)| {
@@ -253,8 +241,7 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
             }
         })
         .collect();
-    let snapshot = fs.into_snapshot();
-    let mut facts = facts;
+    let snapshot = fs.0.into_inner();
     // The booted system's driver serves only the fix for a stale driver: it is read when a
     // libcuda the scan found carries a version other than the kernel module's (a newer compat
     // driver does too, and is then judged by the planner), never on a host whose driver
@@ -263,26 +250,25 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
     if has_driver && differs_from_kernel(&snapshot, facts.kernel_driver.as_deref()) {
         facts.booted_driver = booted::booted_driver(&config.host_root, &config.store_dir);
     }
-    let drm = if config.gpus_per_build > 0 {
-        drm_owners(config, &views)
-    } else {
-        DrmOwners::new()
-    };
     HostView {
         facts,
         snapshot,
+        drm: drm_owners(config, &views),
         rules: views,
         inventory: need_inventory.then(|| inventory::scan(config)),
-        drm,
     }
 }
 
 /// The NVIDIA GPU of each DRM node the rules' device globs matched ([`crate::sysfs::drm`]):
 /// every entry under `/dev/dri`, and any other matched path that is a DRM character device
 /// (226:N, links followed, as Nix binds the target), so that a glob such as `/dev/x` leading to
-/// `/dev/dri/card1` is judged as that node. Under leases a build gets only its GPU's.
+/// `/dev/dri/card1` is judged as that node. Under leases a build gets only its GPU's, so only
+/// with `gpus_per_build > 0` is anything looked at.
 fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
     use crate::sysfs::drm::{self, DRM_DEV_DIR};
+    if config.gpus_per_build == 0 {
+        return DrmOwners::new();
+    }
     let nodes: Vec<(PathBuf, &PathBuf)> = views
         .iter()
         .flat_map(|v| &v.devices)
@@ -338,8 +324,7 @@ fn host_facts(config: &Config, rules: &[(RuleId, &Rule)]) -> HostFacts {
     if !needed {
         return HostFacts::default();
     }
-    let under = |p: &str| host::under(&config.host_root, &config.store_dir, Path::new(p));
-    let read = |p: &str| std::fs::read_to_string(under(p)).ok();
+    let read = |p: &str| std::fs::read_to_string(config.space().outside(Path::new(p))).ok();
     let tegra_release = read("/etc/nv_tegra_release");
     let tegra = tegra_release.is_some()
         || read("/sys/devices/soc0/family")

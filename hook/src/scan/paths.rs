@@ -103,19 +103,8 @@ fn scan_one(mut view: PathView, follow_entries: bool, space: Space<'_>, fs: &Rec
     view
 }
 
-/// Where the directory `inside` (host path `outside`) really is, once its own links are
-/// followed: `None` when it is not a directory.
-fn entry_symlink_dir(
-    inside: &Path,
-    outside: &Path,
-    space: Space<'_>,
-    fs: &impl Lookup,
-) -> Option<symlinks::Hop> {
-    let chain = symlinks::follow(inside, outside, space, fs).ok()?;
-    (chain.target == Node::Dir).then(|| chain.hops.last().cloned())?
-}
-
-/// Lists the symlinks directly inside the directory at `inside` and follows each, so that the
+/// Lists the symlinks directly inside the directory at `inside` (where it really is, once its
+/// own links are followed; `None` when it is not a directory) and follows each, so that the
 /// planner can expose their targets.
 fn entry_symlinks(
     inside: &Path,
@@ -123,7 +112,8 @@ fn entry_symlinks(
     space: Space<'_>,
     fs: &Recorder,
 ) -> Option<EntrySymlinks> {
-    let dir = entry_symlink_dir(inside, outside, space, fs)?;
+    let chain = symlinks::follow(inside, outside, space, fs).ok()?;
+    let dir = (chain.target == Node::Dir).then(|| chain.hops.last().cloned())??;
     let entries = std::fs::read_dir(&dir.outside).ok()?;
     let mut names = Vec::new();
     for entry in entries.flatten().take(ENTRY_SYMLINKS_MAX) {

@@ -52,11 +52,8 @@ pub(crate) fn nvidia_gpu(
 /// The NVIDIA GPU of DRM minor `minor`, among `gpus`.
 fn nvidia_gpu_of_minor(host_root: &Path, minor: u32, gpus: &[PciGpu]) -> Result<u32, DrmError> {
     let found = super::discover_drm(host_root, &[minor]).pop();
-    let device = match found {
-        Some(Ok(device)) => device,
-        Some(Err(e)) => return Err(DrmError::NoPciDevice(e.to_string())),
-        None => return Err(DrmError::Unscanned),
-    };
+    let device =
+        (found.ok_or(DrmError::Unscanned)?).map_err(|e| DrmError::NoPciDevice(e.to_string()))?;
     gpus.iter()
         .find(|g| g.bdf == device.gpu.bdf)
         .map(|g| g.minor)

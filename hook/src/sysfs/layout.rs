@@ -67,15 +67,18 @@ impl Entry {
 pub(crate) struct PciLayout {
     /// What the tree holds, parents first.
     pub entries: Vec<Entry>,
-    /// The top directories, each bound on itself read-only once `entries` are made.
-    pub tops: Vec<String>,
     /// Each GPU's directory in the tree and the host's it is a read-only bind of.
     pub devices: Vec<(String, PathBuf)>,
-    /// Where the build sees each top (under `/sys`), and the top.
+    /// Where the build sees each top directory (under `/sys`), and the top.
     pub exposed: Vec<(PathBuf, String)>,
 }
 
 impl PciLayout {
+    /// The top directories, each bound on itself read-only once `entries` are made.
+    pub(crate) fn tops(&self) -> impl Iterator<Item = &String> {
+        self.exposed.iter().map(|(_, top)| top)
+    }
+
     /// The layout for `gpus` (on the host under `host_root`; a device listed twice, as a
     /// GPU's card and render nodes are, once); empty for none.
     pub(crate) fn new(gpus: &[PciGpu], host_root: &Path) -> PciLayout {
@@ -88,8 +91,7 @@ impl PciLayout {
             let path = &gpu.path;
             let (below, device) = path.split_at(path.len() - 1);
             let root = &below[0];
-            if !layout.tops.contains(root) {
-                layout.tops.push(root.clone());
+            if !layout.tops().any(|top| top == root) {
                 layout
                     .exposed
                     .push((PathBuf::from("/sys/devices").join(root), root.clone()));
@@ -129,7 +131,6 @@ impl PciLayout {
             (BUS_DEVICES, "/sys/bus/pci/devices"),
             (CLASS_PCI_BUS, "/sys/class/pci_bus"),
         ] {
-            layout.tops.push(top.to_string());
             layout
                 .exposed
                 .push((PathBuf::from(inside), top.to_string()));
@@ -145,10 +146,9 @@ impl PciLayout {
         }
         self.add(Entry::Dir(DEV_CHAR.to_string()));
         for node in drm {
-            let link = format!("{DEV_CHAR}/{DRM_MAJOR}:{}", node.minor);
+            let link = format!("{DEV_CHAR}/{DRM_MAJOR}:{}", node.gpu.minor);
             self.add(Entry::Link(link, node.target.clone()));
         }
-        self.tops.push(DEV_CHAR.to_string());
         self.exposed
             .push((PathBuf::from("/sys/dev/char"), DEV_CHAR.to_string()));
     }
@@ -258,7 +258,7 @@ mod tests {
         paths.dedup();
         assert_eq!(paths.len(), all);
         assert_eq!(layout.devices.len(), 2);
-        assert_eq!(layout.tops.len(), 3);
+        assert_eq!(layout.tops().count(), 3);
         assert_eq!(PciLayout::new(&[], Path::new("/")), PciLayout::default());
     }
 
@@ -268,7 +268,6 @@ mod tests {
         let nodes: Vec<DrmDevice> = [0, 128]
             .into_iter()
             .map(|minor| DrmDevice {
-                minor,
                 target: format!("../../devices/{}/drm/n{minor}", g.path.join("/")),
                 gpu: PciGpu { minor, ..g.clone() },
             })

@@ -1,6 +1,6 @@
 //! Read-only bind mounts in the host's mount namespace, and their removal.
 
-use crate::trust::{self, TrustError};
+use crate::trust;
 use nix::fcntl::OFlag;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
@@ -14,27 +14,13 @@ const MAX_STACKED: usize = 8;
 /// Why a read-only bind could not be made. One line.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum MountError {
-    /// The source failed the trust checks (or does not exist).
-    #[error("cannot bind {}: {source}", path.display())]
-    Untrusted {
-        /// The source.
-        path: PathBuf,
-        /// Why.
-        source: TrustError,
-    },
-    /// The source is not a directory.
-    #[error("cannot bind {}: not a directory", .0.display())]
-    NotADirectory(PathBuf),
-    /// A mount call failed.
-    #[error("{what} {}: {source}", target.display())]
-    Mount {
-        /// What was being done.
-        what: &'static str,
-        /// The mount point.
-        target: PathBuf,
-        /// What the kernel said.
-        source: nix::Error,
-    },
+    /// The source (its path) failed the trust checks, does not exist or is not a directory,
+    /// and why.
+    #[error("cannot bind {path}: {1}", path = .0.display())]
+    Source(PathBuf, String),
+    /// A mount call failed: what was being done, the mount point, and what the kernel said.
+    #[error("{0} {target}: {2}", target = .1.display())]
+    Mount(&'static str, PathBuf, #[source] nix::Error),
     /// The remount left the mount writable.
     #[error("{} is still writable after its read-only remount", .0.display())]
     StillWritable(PathBuf),
@@ -45,21 +31,12 @@ pub(crate) enum MountError {
 /// `MS_REC`), and remounts it read-only, `nosuid`, `nodev`, `noexec`. On any failure after the
 /// bind, the bind is undone: nothing writable is left.
 pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
-    let untrusted = |source_err| MountError::Untrusted {
-        path: source.to_path_buf(),
-        source: source_err,
-    };
-    let dir = trust::resolve(source).map_err(untrusted)?;
+    let dir = trust::resolve(source)
+        .map_err(|e| MountError::Source(source.to_path_buf(), e.to_string()))?;
     if dir.stat.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR {
-        return Err(MountError::NotADirectory(dir.path));
+        return Err(MountError::Source(dir.path, "not a directory".into()));
     }
-    let failed = |what| {
-        move |source| MountError::Mount {
-            what,
-            target: target.to_path_buf(),
-            source,
-        }
-    };
+    let failed = |what| move |source| MountError::Mount(what, target.to_path_buf(), source);
     let by_descriptor = format!("/proc/self/fd/{}", dir.fd.as_raw_fd());
     mount(
         Some(by_descriptor.as_str()),
@@ -96,11 +73,7 @@ pub(super) fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountEr
 /// Unmounts whatever is mounted at `target` (lazily: a process inside keeps its view), until
 /// nothing is. A target that is no mount point (or does not exist) is left as it is.
 pub(super) fn detach(target: &Path) -> Result<(), MountError> {
-    let failed = |source| MountError::Mount {
-        what: "cannot unmount",
-        target: target.to_path_buf(),
-        source,
-    };
+    let failed = |source| MountError::Mount("cannot unmount", target.to_path_buf(), source);
     for _ in 0..MAX_STACKED {
         match umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
             Ok(()) => continue,
@@ -124,11 +97,8 @@ pub(super) fn in_parents_namespace<T: Send>(
     use nix::sched::{setns, unshare, CloneFlags};
     let parent = nix::unistd::getppid();
     let path = PathBuf::from(format!("/proc/{parent}/ns/mnt"));
-    let failed = |source| MountError::Mount {
-        what: "cannot enter the mount namespace",
-        target: path.clone(),
-        source,
-    };
+    let failed =
+        |source| MountError::Mount("cannot enter the mount namespace", path.clone(), source);
     let ns = nix::fcntl::open(&path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
         .map(|fd| {
             // SAFETY: open(2) just returned the descriptor; nothing else owns it.

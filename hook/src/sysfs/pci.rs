@@ -7,6 +7,10 @@ use crate::trust::{self, TrustError};
 use cuda_sandbox_manifest::inventory::{self, is_bdf};
 use std::path::{Path, PathBuf};
 
+/// The driver's directory of GPUs, by bus address (under the host root).
+const GPUS_DIR: &str = "proc/driver/nvidia/gpus";
+/// The PCI devices' links, by bus address (under the host root).
+const BUS_DEVICES_DIR: &str = "sys/bus/pci/devices";
 /// The most a `/proc/driver/nvidia/gpus/<BDF>/information` file may hold (it is ~400 bytes).
 const INFORMATION_MAX: u64 = 4096;
 /// The most a sysfs `device` attribute may hold (`0x2330` and a newline).
@@ -42,29 +46,17 @@ pub(crate) enum PciError {
     #[error("{} holds no PCI device id 0xNNNN", .0.display())]
     NoDeviceId(PathBuf),
     /// The device's path is not `pci<dddd>:<bb>/<BDF>/…/<BDF>` under `/sys/devices` (for a
-    /// DRM node, followed by `/drm/<node>`).
-    #[error("{} leads to {}, not to pci<domain>:<bus>/…/<its address> under /sys/devices", link.display(), target.display())]
-    UnexpectedPath {
-        /// The link.
-        link: PathBuf,
-        /// Where it leads.
-        target: PathBuf,
-    },
+    /// DRM node, followed by `/drm/<node>`): the link, and where it leads.
+    #[error("{link} leads to {target}, not to pci<domain>:<bus>/…/<its address> under /sys/devices", link = .0.display(), target = .1.display())]
+    UnexpectedPath(PathBuf, PathBuf),
 }
 
 /// Whether `name` is a root bus directory, `pci<dddd>:<bb>`.
 fn is_root_bus(name: &str) -> bool {
-    name.strip_prefix("pci").is_some_and(|rest| {
-        let b = rest.as_bytes();
-        b.len() == 7
-            && b.iter().enumerate().all(|(i, c)| {
-                if i == 4 {
-                    *c == b':'
-                } else {
-                    c.is_ascii_hexdigit()
-                }
-            })
-    })
+    let hex = |s: &str, len| s.len() == len && s.bytes().all(|c| c.is_ascii_hexdigit());
+    name.strip_prefix("pci")
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(domain, bus)| hex(domain, 4) && hex(bus, 2))
 }
 
 /// The PCI devices of the GPUs `/proc/driver/nvidia/gpus` lists under `host_root`, each or
@@ -82,7 +74,7 @@ pub(crate) fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
 /// The directory `/proc/driver/nvidia/gpus` under `host_root`, trusted, and the bus addresses
 /// it lists, sorted.
 pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), TrustError> {
-    let dir = trust::listed_dir(&host_root.join("proc/driver/nvidia/gpus"))?;
+    let dir = trust::listed_dir(&host_root.join(GPUS_DIR))?;
     let entries = std::fs::read_dir(&dir).map_err(|source| TrustError::Inspect {
         path: dir.clone(),
         source,
@@ -97,10 +89,8 @@ pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), Tr
 }
 
 fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
-    let information = gpus.join(&bdf).join("information");
-    let minor = device_minor(&information)?;
-    let link = host_root.join("sys/bus/pci/devices").join(&bdf);
-    let path = device_path(&link, &bdf)?;
+    let minor = device_minor(&gpus.join(&bdf).join("information"))?;
+    let path = device_path(&host_root.join(BUS_DEVICES_DIR).join(&bdf), &bdf)?;
     Ok(PciGpu { minor, bdf, path })
 }
 
@@ -109,15 +99,8 @@ fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
 /// `/sys/bus/pci/devices/<bdf>/device`, each file opened once trusted. What the GPU
 /// inventory is checked against.
 pub(crate) fn identity(host_root: &Path, bdf: &str) -> Result<(u32, u16), PciError> {
-    let information = host_root
-        .join("proc/driver/nvidia/gpus")
-        .join(bdf)
-        .join("information");
-    let minor = device_minor(&information)?;
-    let device = host_root
-        .join("sys/bus/pci/devices")
-        .join(bdf)
-        .join("device");
+    let minor = device_minor(&host_root.join(format!("{GPUS_DIR}/{bdf}/information")))?;
+    let device = host_root.join(format!("{BUS_DEVICES_DIR}/{bdf}/device"));
     let bytes = read_small(&device, PCI_ID_MAX)?;
     let id = inventory::pci_id(&String::from_utf8_lossy(&bytes))
         .ok_or_else(|| PciError::NoDeviceId(device.clone()))?;
@@ -164,8 +147,6 @@ pub(crate) const DRM_MAJOR: u64 = 226;
 /// One DRM node's PCI device, from its link `/sys/dev/char/226:<minor>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DrmDevice {
-    /// The node's minor.
-    pub minor: u32,
     /// Where the link leads (`../../devices/<PCI path>/drm/renderD128`).
     pub target: String,
     /// The PCI device the node belongs to (its `minor` is the node's).
@@ -192,7 +173,7 @@ pub(crate) fn discover_drm(host_root: &Path, minors: &[u32]) -> Vec<Result<DrmDe
                     })
                 })
                 .ok_or_else(|| unexpected(&link, &target))?;
-            Ok(DrmDevice { minor, target, gpu })
+            Ok(DrmDevice { target, gpu })
         })
         .collect()
 }
@@ -232,18 +213,12 @@ fn root_link(link: &Path) -> Result<String, PciError> {
     let owned = meta.uid() == 0 || meta.uid() == nix::unistd::geteuid().as_raw();
     match target.to_str() {
         Some(text) if meta.file_type().is_symlink() && owned => Ok(text.to_string()),
-        _ => Err(PciError::UnexpectedPath {
-            link: link.to_path_buf(),
-            target,
-        }),
+        _ => Err(unexpected(link, target)),
     }
 }
 
-fn unexpected(link: &Path, target: &str) -> PciError {
-    PciError::UnexpectedPath {
-        link: link.to_path_buf(),
-        target: PathBuf::from(target),
-    }
+fn unexpected(link: &Path, target: impl Into<PathBuf>) -> PciError {
+    PciError::UnexpectedPath(link.to_path_buf(), target.into())
 }
 
 #[cfg(test)]
@@ -321,7 +296,7 @@ mod tests {
         }
         let found = discover_drm(root, &[128, 1, 2, 3]);
         let node = found[0].as_ref().unwrap();
-        assert_eq!(node.minor, 128);
+        assert_eq!(node.gpu.minor, 128);
         assert_eq!(node.target, render);
         assert_eq!(node.gpu.bdf, "0000:0c:00.0");
         assert_eq!(node.gpu.path.len(), 5);

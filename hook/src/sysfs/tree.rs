@@ -18,24 +18,10 @@ pub(crate) enum TreeError {
     /// The trees' directory (or a tree) failed its check or could not be opened.
     #[error(transparent)]
     StateDir(#[from] StateDirError),
-    /// The build's chroot could not be looked at.
-    #[error("cannot look at the build's chroot {}: {source}", path.display())]
-    Chroot {
-        /// The chroot Nix passed.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A record, directory or mount point could not be written or removed.
-    #[error("cannot {what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The entry.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The build's chroot could not be looked at, or a record, directory or mount point could
+    /// not be written or removed: what was being done, the entry, and why.
+    #[error("cannot {0} {path}: {2}", path = .1.display())]
+    Io(&'static str, PathBuf, #[source] std::io::Error),
     /// A bind could not be made read-only, or undone.
     #[error(transparent)]
     Mount(#[from] MountError),
@@ -142,10 +128,8 @@ fn build_here(
     leased: bool,
 ) -> Result<(), TreeError> {
     let trees = StateDir::open(&runtime_dir.join(TREES_DIR))?;
-    let meta = std::fs::metadata(chroot).map_err(|source| TreeError::Chroot {
-        path: chroot.to_path_buf(),
-        source,
-    })?;
+    let meta = std::fs::metadata(chroot)
+        .map_err(io("look at the build's chroot", chroot.to_path_buf()))?;
     // A tree of the same name is an ended build's whose chroot had this inode.
     remove_in(&trees, name)?;
     let record = Record {
@@ -157,7 +141,7 @@ fn build_here(
             .binds
             .iter()
             .map(|b| b.mount_point.clone())
-            .chain(parts.pci.tops.iter().cloned())
+            .chain(parts.pci.tops().cloned())
             .chain(parts.pci.devices.iter().map(|(d, _)| d.clone()))
             .collect(),
         entries: parts
@@ -212,7 +196,7 @@ fn make_pci(tree: &StateDir, pci: &PciLayout) -> Result<(), TreeError> {
             }
         }
     }
-    for top in &pci.tops {
+    for top in pci.tops() {
         let at = tree.path.join(top);
         mount::bind_read_only(&at, &at)?;
     }
@@ -308,5 +292,5 @@ fn absent_ok(r: std::io::Result<()>) -> std::io::Result<()> {
 }
 
 fn io(what: &'static str, path: PathBuf) -> impl FnOnce(std::io::Error) -> TreeError {
-    move |source| TreeError::Io { what, path, source }
+    move |source| TreeError::Io(what, path, source)
 }
