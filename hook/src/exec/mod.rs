@@ -45,7 +45,7 @@ use root::{bind, minimal_root, staging_root};
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use stdio::{standard_descriptors_open, Stdio};
+use stdio::Stdio;
 
 /// What to run, and for which build.
 #[derive(Debug, Clone)]
@@ -259,7 +259,9 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     // What exec creates (mount points, /etc files) gets the modes written here, not the
     // caller's umask: 0755 directories the command can cross, 0644 files.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
-    standard_descriptors_open();
+    // Descriptors 0, 1 and 2 are open (on `/dev/null` where they were not): the process start
+    // saw to that (`main`'s `start_up`, as Rust's runtime does), so nothing opened here lands
+    // on one and reaches the command as a standard stream.
     let mut resolved = resolve(req);
     let (runtime_dir, store_dir) = match &resolved.verdict {
         Verdict::Fail(why) => return Err(ExecError::Refused(why.clone())),
