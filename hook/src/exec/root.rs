@@ -62,22 +62,17 @@ pub(super) fn minimal_root(root: &Path, user: (u32, u32)) -> Result<(), ExecErro
         std::os::unix::fs::symlink(target, root.join(link)).map_err(|e| io(root.join(link), e))?;
     }
     let sys = |what: &str, e| ExecError::sys(format!("mounting {what}"), e);
-    mount(
-        Some("tmpfs"),
-        &root.join("dev/shm"),
-        Some("tmpfs"),
-        MsFlags::empty(),
-        Some("mode=1777"),
-    )
-    .map_err(|e| sys("/dev/shm", e))?;
-    mount(
-        Some("tmpfs"),
-        &root.join("tmp"),
-        Some("tmpfs"),
-        MsFlags::empty(),
-        Some("mode=1777"),
-    )
-    .map_err(|e| sys("/tmp", e))?;
+    for dir in ["dev/shm", "tmp"] {
+        let at = root.join(dir);
+        mount(
+            Some("tmpfs"),
+            &at,
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("mode=1777"),
+        )
+        .map_err(|e| sys(&format!("/{dir}"), e))?;
+    }
     // /build belongs to the command's user, as a build's directory to its build user.
     nix::unistd::chown(
         &root.join("build"),
