@@ -339,11 +339,11 @@ fn read(attrs: DrvAttrs<'_>) -> Derivation {
 /// repeated attribute the hook decides on fails the build; anything else is unreadable.
 fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) -> Derivation {
     match error {
-        DrvError::Repeated { .. } => Derivation::Repeated(RequestFailure::Repeated {
-            name: name.to_owned(),
-            from: from.map(str::to_owned),
-            error: error.clone(),
-        }),
+        DrvError::Repeated { .. } => Derivation::Repeated(RequestFailure::Repeated(
+            name.to_owned(),
+            from.map(str::to_owned),
+            error.clone(),
+        )),
         _ => Derivation::Unreadable(bytes, prefixed(from, error)),
     }
 }
@@ -359,12 +359,12 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         config_source: config::locate(input.config, input.env.config.as_deref()),
         matched: Vec::new(),
         search_path: input.env.path.clone(),
-        verdict: Verdict::Fail(RequestFailure::Unresolved {
-            derivation: input
+        verdict: Verdict::Fail(RequestFailure::Unresolved(
+            input
                 .drv
                 .map(|d| d.display().to_string())
                 .unwrap_or_default(),
-        }),
+        )),
         warnings: Vec::new(),
     };
     let name = req.derivation_name();
@@ -453,11 +453,11 @@ impl Request {
                 None,
             ),
             Err(e) => match builtin {
-                Some(f) => Verdict::Fail(RequestFailure::BrokenConfig {
-                    name: self.derivation_name(),
-                    feature: String::from_utf8_lossy(f).into_owned(),
-                    error: e.to_string(),
-                }),
+                Some(f) => Verdict::Fail(RequestFailure::BrokenConfig(
+                    self.derivation_name(),
+                    String::from_utf8_lossy(f).into_owned(),
+                    e.to_string(),
+                )),
                 None => {
                     self.warnings
                         .push(format!("{e} (ignored: this build asks for no GPU feature)"));
@@ -495,11 +495,11 @@ impl Request {
         }
         self.matched = RuleMatch::all(&config, &rules, &self.features);
         match unsandboxed {
-            Some(why) => Verdict::Fail(RequestFailure::Unsandboxed {
-                name: self.derivation_name(),
-                feature: self.first_match(),
+            Some(why) => Verdict::Fail(RequestFailure::Unsandboxed(
+                self.derivation_name(),
+                self.first_match(),
                 why,
-            }),
+            )),
             None => Verdict::Tagged(Tagged {
                 config,
                 rules,
@@ -530,10 +530,10 @@ impl Request {
                 self.warnings.push(why.clone());
                 Verdict::untagged(why, Some(config))
             }
-            MissingDrv::Fail => Verdict::Fail(RequestFailure::MissingDrv {
-                name: name.to_owned(),
-                error: error.to_owned(),
-            }),
+            MissingDrv::Fail => Verdict::Fail(RequestFailure::MissingDrv(
+                name.to_owned(),
+                error.to_owned(),
+            )),
             MissingDrv::Expose => {
                 self.features = config
                     .rules
@@ -570,10 +570,10 @@ impl Request {
             .iter()
             .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some());
         if may_be_tagged {
-            return Verdict::Fail(RequestFailure::Unreadable {
-                name: name.to_owned(),
-                error: error.to_owned(),
-            });
+            return Verdict::Fail(RequestFailure::Unreadable(
+                name.to_owned(),
+                error.to_owned(),
+            ));
         }
         let why = format!(
             "cannot read derivation {name} ({error}); it names no GPU feature, so exposing nothing"
