@@ -95,10 +95,9 @@ fn refusal(path: &Path, absolute: &Path, error: TrustError) -> Problem {
         TrustError::Open(_, source) => Problem::Unreadable(source),
         // `exists` follows links with stat(2): it opens nothing either.
         error if absolute.exists() => Problem::Untrusted(error),
-        error if path == Path::new(DEFAULT_CONFIG_PATH) => Problem::DefaultMissing {
-            error,
-            dir: path.parent().unwrap_or(path).to_path_buf(),
-        },
+        error if path == Path::new(DEFAULT_CONFIG_PATH) => {
+            Problem::DefaultMissing(error, path.parent().unwrap_or(path).to_path_buf())
+        }
         error => Problem::Missing(error),
     }
 }
