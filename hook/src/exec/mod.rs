@@ -115,23 +115,23 @@ pub fn prepare(
         .decision
         .exposures
         .iter()
-        .map(|e| Bind {
-            inside: e.inside.clone(),
-            outside: e.outside.clone(),
-            writable: is_char_device(&e.outside),
-            for_user: None,
+        .map(|e| {
+            Bind::new(
+                e.inside.clone(),
+                e.outside.clone(),
+                is_char_device(&e.outside),
+            )
         })
         .collect();
 
     let program = req.command.first().ok_or(ExecError::NoCommand)?;
     let (program_inside, program_real) = program_file(program, req.environment.path.as_deref())?;
     binds.extend(user_binds.iter().map(|b| b.bind(req.user)));
-    binds.push(Bind {
-        inside: program_inside.clone(),
-        outside: program_real.clone(),
-        writable: false,
-        for_user: None,
-    });
+    binds.push(Bind::new(
+        program_inside.clone(),
+        program_real.clone(),
+        false,
+    ));
     // What the command sees anyway; everything else its process loads must be the loader's.
     let visible: Vec<(PathBuf, PathBuf)> = binds
         .iter()
@@ -177,12 +177,7 @@ fn bind_libraries(binds: &mut Vec<Bind>, closure: &elfdeps::Closure) {
         let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
         if !covered {
             let outside = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.clone());
-            binds.push(Bind {
-                inside: lib.clone(),
-                outside,
-                writable: false,
-                for_user: None,
-            });
+            binds.push(Bind::new(lib.clone(), outside, false));
         }
     }
 }
