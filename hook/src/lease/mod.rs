@@ -93,13 +93,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How often a waiting hook looks again.
 /// The device and inode of the build's `chroot`, which its lease records.
 fn chroot_id(chroot: &Path) -> Result<(u64, u64), LeaseError> {
     let meta = std::fs::metadata(chroot).map_err(|e| LeaseError::Io(chroot.to_path_buf(), e))?;
     Ok((meta.dev(), meta.ino()))
 }
 
+/// How often a waiting hook looks again.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Why no GPUs could be leased; one line.
@@ -261,7 +261,7 @@ impl Leases {
         };
         let started = Instant::now();
         loop {
-            let held = {
+            let holders = {
                 let _lock = lock::lock(&dir, req.wait.saturating_sub(started.elapsed()))?;
                 let held = sweep::held(&dir, req.slots, Some(asker));
                 let mut usage = record::usage(&dir);
@@ -293,13 +293,13 @@ impl Leases {
                         let _ = record::write_usage(&dir, &usage);
                         return Ok(picked);
                     }
-                    Err(held) => held,
+                    Err(holders) => holders,
                 }
             };
             let waited = started.elapsed();
             if waited >= req.wait {
                 return Err(LeaseError::exhausted(
-                    req.slots, req.count, fit, held, waited,
+                    req.slots, req.count, fit, holders, waited,
                 ));
             }
             std::thread::sleep(POLL.min(req.wait - waited));
