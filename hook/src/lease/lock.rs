@@ -18,19 +18,15 @@ pub enum LockError {
     /// The lock file could not be opened: the file, and why.
     #[error("cannot open {path}: {1}", path = .0.display())]
     Open(PathBuf, #[source] std::io::Error),
-    /// Another process held the lock for the whole wait.
+    /// Another process held the lock for the whole wait: the lock file, and how long the hook
+    /// waited.
     #[error(
-        "the GPU lease lock {} stayed held for {} s: find the process holding it (`fuser {}`)",
-        path.display(),
-        waited.as_secs(),
-        path.display()
+        "the GPU lease lock {path} stayed held for {secs} s: find the process holding it \
+         (`fuser {path}`)",
+        path = .0.display(),
+        secs = .1.as_secs()
     )]
-    StayedHeld {
-        /// The lock file.
-        path: PathBuf,
-        /// How long the hook waited.
-        waited: Duration,
-    },
+    StayedHeld(PathBuf, Duration),
     /// `flock` failed for another reason: the lock file, and why.
     #[error("cannot lock {path}: {1}", path = .0.display())]
     Lock(PathBuf, #[source] nix::Error),
@@ -51,10 +47,7 @@ pub(super) fn lock(dir: &StateDir, wait: Duration) -> Result<Held, LockError> {
             Ok(lock) => return Ok(lock),
             Err((f, nix::Error::EWOULDBLOCK)) => {
                 if started.elapsed() >= wait.max(Duration::from_secs(1)) {
-                    return Err(LockError::StayedHeld {
-                        path,
-                        waited: started.elapsed(),
-                    });
+                    return Err(LockError::StayedHeld(path, started.elapsed()));
                 }
                 file = f;
                 std::thread::sleep(Duration::from_millis(10));

@@ -432,10 +432,10 @@ mod tests {
              waited 0 s: raise lease_wait_seconds or lower gpus_per_build (or the \
              derivation's cudaSandboxGpus)"
         );
-        let held = LeaseError::Lock(LockError::StayedHeld {
-            path: "/run/cuda-sandbox/leases/.lock".into(),
-            waited: Duration::from_secs(2),
-        });
+        let held = LeaseError::Lock(LockError::StayedHeld(
+            "/run/cuda-sandbox/leases/.lock".into(),
+            Duration::from_secs(2),
+        ));
         assert_eq!(
             held.to_string(),
             "the GPU lease lock /run/cuda-sandbox/leases/.lock stayed held for 2 s: find the \
