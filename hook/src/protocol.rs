@@ -8,16 +8,13 @@ use crate::plan::Exposure;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// A path the protocol cannot express.
+/// A path the protocol cannot express: the offending path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "path {path:?} holds a newline or '=', which Nix's pre-build-hook protocol cannot express; \
+    "path {0:?} holds a newline or '=', which Nix's pre-build-hook protocol cannot express; \
      rename it or leave it out of the config"
 )]
-pub struct Unexpressible {
-    /// The offending path.
-    pub(crate) path: PathBuf,
-}
+pub struct Unexpressible(pub(crate) PathBuf);
 
 /// Renders `exposures` as the hook's stdout.
 pub(crate) fn render(exposures: &[Exposure]) -> Result<Vec<u8>, Unexpressible> {
@@ -43,9 +40,7 @@ pub(crate) fn render(exposures: &[Exposure]) -> Result<Vec<u8>, Unexpressible> {
 fn checked(path: &Path) -> Result<&[u8], Unexpressible> {
     let bytes = path.as_os_str().as_bytes();
     if bytes.is_empty() || bytes.contains(&b'\n') || bytes.contains(&b'=') {
-        return Err(Unexpressible {
-            path: path.to_path_buf(),
-        });
+        return Err(Unexpressible(path.to_path_buf()));
     }
     Ok(bytes)
 }

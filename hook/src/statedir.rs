@@ -34,22 +34,13 @@ pub(crate) enum Reason {
     /// The path holds `.` or `..`.
     #[error("must not hold `.` or `..`")]
     Dots,
-    /// A directory on the way (or the state directory) could not be opened or inspected.
-    #[error("{}: {source}", at.display())]
-    Open {
-        /// The directory.
-        at: PathBuf,
-        /// What the system said.
-        source: nix::Error,
-    },
-    /// A missing directory could not be created.
-    #[error("cannot create {}: {source}", at.display())]
-    Create {
-        /// The directory.
-        at: PathBuf,
-        /// What the system said.
-        source: nix::Error,
-    },
+    /// A directory on the way (or the state directory) could not be opened or inspected: the
+    /// directory, and what the system said.
+    #[error("{path}: {1}", path = .0.display())]
+    Open(PathBuf, #[source] nix::Error),
+    /// A missing directory could not be created: the directory, and what the system said.
+    #[error("cannot create {path}: {1}", path = .0.display())]
+    Create(PathBuf, #[source] nix::Error),
     /// A component is a symlink or no directory.
     #[error(
         "{} is a symlink or not a directory: remove it (the hook recreates it owned by root, \
@@ -135,17 +126,11 @@ impl StateDir {
                     fd: dir.fd,
                 }))
             }
-            Err(WalkError::Open {
-                source: nix::Error::ENOENT,
-                ..
-            }) if !create => return Ok(None),
-            Err(WalkError::Open {
-                at,
-                source: nix::Error::ELOOP | nix::Error::ENOTDIR,
-            })
+            Err(WalkError::Open(_, nix::Error::ENOENT)) if !create => return Ok(None),
+            Err(WalkError::Open(at, nix::Error::ELOOP | nix::Error::ENOTDIR))
             | Err(WalkError::Symlink(at)) => Reason::NotADirectory(at),
-            Err(WalkError::Open { at, source }) => Reason::Open { at, source },
-            Err(WalkError::Create { at, source }) => Reason::Create { at, source },
+            Err(WalkError::Open(at, source)) => Reason::Open(at, source),
+            Err(WalkError::Create(at, source)) => Reason::Create(at, source),
             Err(WalkError::Untrusted(e)) => Reason::Untrusted(e),
             Err(WalkError::ParentDir) => Reason::Dots,
         };
@@ -368,13 +353,13 @@ mod tests {
         StateDir::open(&tmp.join("state")).unwrap();
         let e = StateDir::open(&tmp).unwrap_err();
         assert!(
-            matches!(&e.reason, Reason::Untrusted(TrustError::Writable { path, .. }) if path == &tmp),
+            matches!(&e.reason, Reason::Untrusted(TrustError::Writable(path, _)) if path == &tmp),
             "{e:?}"
         );
         mode(&tmp, 0o777);
         assert!(matches!(
             StateDir::open(&tmp.join("state")).unwrap_err().reason,
-            Reason::Untrusted(TrustError::Writable { .. })
+            Reason::Untrusted(TrustError::Writable(..))
         ));
         assert!(matches!(
             StateDir::open(Path::new("relative")).unwrap_err().reason,
@@ -391,7 +376,7 @@ mod tests {
                 Ok(Some(_)) => "open".to_string(),
                 Ok(None) => "absent".to_string(),
                 Err(e) => match e.reason {
-                    Reason::Untrusted(TrustError::Writable { .. }) => "writable".to_string(),
+                    Reason::Untrusted(TrustError::Writable(..)) => "writable".to_string(),
                     Reason::NotADirectory(_) => "not a directory".to_string(),
                     other => format!("{other:?}"),
                 },

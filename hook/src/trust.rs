@@ -41,27 +41,18 @@ pub(crate) enum TrustError {
     /// The path is relative: trust is judged from `/`.
     #[error("{} is not an absolute path: name it from /", .0.display())]
     NotAbsolute(PathBuf),
-    /// An entry could not be inspected (`lstat`, `readlink`, `fstat`), e.g. it does not exist.
-    #[error("{}: {source}", path.display())]
-    Inspect {
-        /// The entry.
-        path: PathBuf,
-        /// What the system said.
-        source: std::io::Error,
-    },
+    /// An entry could not be inspected (`lstat`, `readlink`, `fstat`), e.g. it does not exist:
+    /// the entry, and what the system said.
+    #[error("{path}: {1}", path = .0.display())]
+    Inspect(PathBuf, #[source] std::io::Error),
     /// A symlink on the path is owned by someone other than root or the hook's user, so they
-    /// chose where it leads.
+    /// chose where it leads: the symlink, and its owner.
     #[error(
-        "{} is a symlink owned by uid {uid}, not by root: only root's symlinks are followed \
+        "{link} is a symlink owned by uid {1}, not by root: only root's symlinks are followed \
          (name the file it leads to, or have root make the link)",
-        link.display()
+        link = .0.display()
     )]
-    LinkOwner {
-        /// The symlink.
-        link: PathBuf,
-        /// Its owner.
-        uid: u32,
-    },
+    LinkOwner(PathBuf, u32),
     /// The path holds a symlink where none may be.
     #[error("{} is a symlink: name the path it leads to, with no symlink on the way", .0.display())]
     Symlink(PathBuf),
@@ -74,38 +65,23 @@ pub(crate) enum TrustError {
     /// The path holds more symlinks than the loader would follow.
     #[error("{}: too many symlinks", .0.display())]
     TooManySymlinks(PathBuf),
-    /// An entry is owned by someone other than root or the hook's user.
-    #[error("{} is owned by uid {uid}, not by root: run `chown root {}`", path.display(), path.display())]
-    Owner {
-        /// The entry.
-        path: PathBuf,
-        /// Its owner.
-        uid: u32,
-    },
-    /// An entry is writable by group or others.
+    /// An entry is owned by someone other than root or the hook's user: the entry, its owner.
+    #[error("{path} is owned by uid {1}, not by root: run `chown root {path}`", path = .0.display())]
+    Owner(PathBuf, u32),
+    /// An entry is writable by group or others: the entry, and its mode.
     #[error(
         "{} is writable by group or others (mode {:o}): run `chmod go-w {}`",
-        path.display(),
-        mode & 0o7777,
-        path.display()
+        .0.display(),
+        .1 & 0o7777,
+        .0.display()
     )]
-    Writable {
-        /// The entry.
-        path: PathBuf,
-        /// Its mode.
-        mode: u32,
-    },
+    Writable(PathBuf, u32),
     /// The file to open is not a regular file (a directory, FIFO, device...).
     #[error("{} is not a regular file", .0.display())]
     NotRegular(PathBuf),
-    /// The checked file could not be opened.
-    #[error("{}: {source}", path.display())]
-    Open {
-        /// The file.
-        path: PathBuf,
-        /// What the system said.
-        source: std::io::Error,
-    },
+    /// The checked file could not be opened: the file, and what the system said.
+    #[error("{path}: {1}", path = .0.display())]
+    Open(PathBuf, #[source] std::io::Error),
 }
 
 /// Why a program may not be run.
@@ -124,14 +100,9 @@ pub(crate) enum ProgramError {
         .0.display()
     )]
     NotAbsolute(PathBuf),
-    /// The program's path is not trusted.
-    #[error("refusing to run {}: {source}", program.display())]
-    Untrusted {
-        /// The program found.
-        program: PathBuf,
-        /// Why it is not trusted.
-        source: TrustError,
-    },
+    /// The program's path is not trusted: the program found, and why.
+    #[error("refusing to run {program}: {1}", program = .0.display())]
+    Untrusted(PathBuf, #[source] TrustError),
 }
 
 /// Whether `uid` may own a trusted entry: root, or the user running the hook.
@@ -150,17 +121,11 @@ pub(crate) fn check_entry(
     crossed: bool,
 ) -> Result<(), TrustError> {
     if !trusted_owner(uid) {
-        return Err(TrustError::Owner {
-            path: path.to_path_buf(),
-            uid,
-        });
+        return Err(TrustError::Owner(path.to_path_buf(), uid));
     }
     let sticky_root = crossed && mode & 0o1000 != 0 && uid == 0;
     if mode & 0o022 != 0 && !sticky_root {
-        return Err(TrustError::Writable {
-            path: path.to_path_buf(),
-            mode,
-        });
+        return Err(TrustError::Writable(path.to_path_buf(), mode));
     }
     Ok(())
 }
@@ -225,18 +190,13 @@ fn open_walked(walked: Walked) -> Result<(File, Metadata), TrustError> {
         | OFlag::O_NONBLOCK
         | OFlag::O_NOCTTY
         | OFlag::O_CLOEXEC;
-    let fd = nix::fcntl::openat(Some(parent.as_raw_fd()), name, flags, Mode::empty()).map_err(
-        |source| TrustError::Open {
-            path: path.clone(),
-            source: source.into(),
-        },
-    )?;
+    let fd = nix::fcntl::openat(Some(parent.as_raw_fd()), name, flags, Mode::empty())
+        .map_err(|e| TrustError::Open(path.clone(), e.into()))?;
     // SAFETY: openat(2) just returned `fd`; nothing else owns it.
     let file = unsafe { File::from_raw_fd(fd) };
-    let meta = file.metadata().map_err(|source| TrustError::Inspect {
-        path: path.clone(),
-        source,
-    })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| TrustError::Inspect(path.clone(), e))?;
     if !meta.is_file() {
         return Err(TrustError::NotRegular(path));
     }
@@ -261,10 +221,7 @@ pub(crate) fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBu
     };
     match check_path(&found) {
         Ok(()) => Ok(found),
-        Err(source) => Err(ProgramError::Untrusted {
-            program: found,
-            source,
-        }),
+        Err(e) => Err(ProgramError::Untrusted(found, e)),
     }
 }
 
@@ -305,20 +262,11 @@ pub(crate) struct Walked {
 #[derive(Debug)]
 pub(crate) enum WalkError {
     /// An entry could not be opened or inspected: `ENOENT` when it is missing, `ELOOP` or
-    /// `ENOTDIR` for a symlink or a non-directory where directories are walked.
-    Open {
-        /// The entry.
-        at: PathBuf,
-        /// What the system said.
-        source: nix::Error,
-    },
-    /// A missing directory could not be made.
-    Create {
-        /// The directory.
-        at: PathBuf,
-        /// What the system said.
-        source: nix::Error,
-    },
+    /// `ENOTDIR` for a symlink or a non-directory where directories are walked. The entry, and
+    /// what the system said.
+    Open(PathBuf, nix::Error),
+    /// A missing directory could not be made: the directory, and what the system said.
+    Create(PathBuf, nix::Error),
     /// An entry is a symlink, and symlinks are not followed.
     Symlink(PathBuf),
     /// The path holds `..`, and symlinks are not followed.
@@ -344,7 +292,7 @@ pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
     let adopt = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
     let opening = |at: &Path| {
         let at = at.to_path_buf();
-        move |source| WalkError::Open { at, source }
+        move |source| WalkError::Open(at, source)
     };
     let enter = |fd: nix::Result<_>, path: PathBuf| {
         let fd = adopt(fd.map_err(opening(&path))?);
@@ -404,7 +352,7 @@ pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
                     Mode::from_bits_truncate(0o700),
                 ) {
                     Ok(()) | Err(nix::Error::EEXIST) => open(parent),
-                    Err(source) => return Err(WalkError::Create { at: here, source }),
+                    Err(source) => return Err(WalkError::Create(here, source)),
                 }
             }
             other => other,
@@ -416,7 +364,7 @@ pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
                 return Err(WalkError::Symlink(link));
             }
             if !trusted_owner(uid) {
-                return Err(WalkError::Untrusted(TrustError::LinkOwner { link, uid }));
+                return Err(WalkError::Untrusted(TrustError::LinkOwner(link, uid)));
             }
             links += 1;
             if links > crate::symlinks::MAX_HOPS {
@@ -464,10 +412,7 @@ pub(crate) fn open_without_symlinks(path: &Path) -> Result<(OwnedFd, FileStat), 
 /// The [`TrustError`] for why [`walk`] stopped on `path`.
 fn untrusted(path: &Path, e: WalkError) -> TrustError {
     match e {
-        WalkError::Open { at, source } | WalkError::Create { at, source } => TrustError::Inspect {
-            path: at,
-            source: source.into(),
-        },
+        WalkError::Open(at, e) | WalkError::Create(at, e) => TrustError::Inspect(at, e.into()),
         WalkError::Symlink(at) => TrustError::Symlink(at),
         WalkError::ParentDir => TrustError::ParentDir(path.to_path_buf()),
         WalkError::Untrusted(e) => e,
@@ -596,7 +541,7 @@ mod tests {
         lchown(&link, 65534);
         let e = open_file(&link).unwrap_err();
         assert!(
-            matches!(&e, TrustError::LinkOwner { link: l, uid: 65534 } if l == &link),
+            matches!(&e, TrustError::LinkOwner(l, 65534) if l == &link),
             "{e:?}"
         );
         let shown = e.to_string();
@@ -610,14 +555,11 @@ mod tests {
         lchown(&d.join("safe/up"), 65534);
         assert!(matches!(
             check_path(&d.join("safe/up/store-file")),
-            Err(TrustError::LinkOwner { .. })
+            Err(TrustError::LinkOwner(..))
         ));
         assert!(matches!(
             program(&d.join("safe/up/store-file"), None),
-            Err(ProgramError::Untrusted {
-                source: TrustError::LinkOwner { .. },
-                ..
-            })
+            Err(ProgramError::Untrusted(_, TrustError::LinkOwner(..)))
         ));
     }
 
@@ -640,14 +582,14 @@ mod tests {
         assert_eq!(listed_dir(&sticky.join("cdi")).unwrap(), sticky.join("cdi"));
         let e = listed_dir(&sticky).unwrap_err();
         assert!(
-            matches!(&e, TrustError::Writable { path, .. } if path == &sticky),
+            matches!(&e, TrustError::Writable(path, _) if path == &sticky),
             "{e:?}"
         );
         // Reached through a link, the directory it leads to is judged.
         symlink(&sticky, d.join("cdi-link")).unwrap();
         assert!(matches!(
             listed_dir(&d.join("cdi-link")),
-            Err(TrustError::Writable { .. })
+            Err(TrustError::Writable(..))
         ));
         std::fs::write(d.join("file"), "").unwrap();
         assert!(matches!(
@@ -687,7 +629,7 @@ mod tests {
         ));
         assert!(matches!(
             open_without_symlinks(&d.join("absent")),
-            Err(TrustError::Inspect { .. })
+            Err(TrustError::Inspect(..))
         ));
         assert!(matches!(
             open_without_symlinks(Path::new("relative")),
@@ -790,7 +732,7 @@ mod tests {
         mode(&d.join("open"), 0o777);
         let e = check_path(&d.join("open/config.toml")).unwrap_err();
         assert!(
-            matches!(&e, TrustError::Writable { path, .. } if path == &d.join("open")),
+            matches!(&e, TrustError::Writable(path, _) if path == &d.join("open")),
             "{e:?}"
         );
         let shown = e.to_string();
@@ -819,7 +761,7 @@ mod tests {
         assert!(matches!(open_file(d), Err(TrustError::NotRegular(_))));
         assert!(matches!(
             open_file(&d.join("missing")),
-            Err(TrustError::Inspect { .. })
+            Err(TrustError::Inspect(..))
         ));
     }
 
@@ -846,10 +788,7 @@ mod tests {
         mode(&d.join("tool"), 0o775);
         assert!(matches!(
             program(Path::new("tool"), Some(&search)),
-            Err(ProgramError::Untrusted {
-                source: TrustError::Writable { .. },
-                ..
-            })
+            Err(ProgramError::Untrusted(_, TrustError::Writable(..)))
         ));
     }
 }

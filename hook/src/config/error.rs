@@ -27,18 +27,14 @@ pub(crate) enum Problem {
     #[error("cannot read it: {0}")]
     Missing(TrustError),
     /// The default file is missing while its directory exists: a deleted configuration,
-    /// which must not turn into the built-in one.
+    /// which must not turn into the built-in one: why it cannot be reached, and the directory
+    /// to remove.
     #[error(
-        "cannot read it: {error}; restore it, or remove the directory {} to use the built-in \
+        "cannot read it: {0}; restore it, or remove the directory {dir} to use the built-in \
          default",
-        dir.display()
+        dir = .1.display()
     )]
-    DefaultMissing {
-        /// Why it cannot be reached.
-        error: TrustError,
-        /// The directory to remove.
-        dir: PathBuf,
-    },
+    DefaultMissing(TrustError, PathBuf),
     /// The file exists, but it or a directory on its path is not trusted.
     #[error("refused: {0}")]
     Untrusted(TrustError),

@@ -92,13 +92,12 @@ pub(crate) fn read_text(source: &ConfigSource) -> Result<Cow<'static, str>, Conf
 /// the built-in back).
 fn refusal(path: &Path, absolute: &Path, error: TrustError) -> Problem {
     match error {
-        TrustError::Open { source, .. } => Problem::Unreadable(source),
+        TrustError::Open(_, source) => Problem::Unreadable(source),
         // `exists` follows links with stat(2): it opens nothing either.
         error if absolute.exists() => Problem::Untrusted(error),
-        error if path == Path::new(DEFAULT_CONFIG_PATH) => Problem::DefaultMissing {
-            error,
-            dir: path.parent().unwrap_or(path).to_path_buf(),
-        },
+        error if path == Path::new(DEFAULT_CONFIG_PATH) => {
+            Problem::DefaultMissing(error, path.parent().unwrap_or(path).to_path_buf())
+        }
         error => Problem::Missing(error),
     }
 }
@@ -128,7 +127,7 @@ mod tests {
         assert_eq!(located, ConfigSource::File(default.clone()));
         assert!(matches!(
             Config::load(&located).unwrap_err().problem,
-            Problem::Missing(TrustError::Inspect { .. })
+            Problem::Missing(TrustError::Inspect(..))
         ));
         std::fs::write(&default, "").unwrap();
         assert!(Config::load(&locate_in(None, None, &default)).is_ok());

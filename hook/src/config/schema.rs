@@ -253,9 +253,7 @@ fn paths(list: &[&str]) -> Vec<PathBuf> {
 impl Rule {
     /// Whether this rule answers to any of `features`.
     pub(crate) fn answers_any(&self, features: &[&[u8]]) -> bool {
-        self.features
-            .iter()
-            .any(|mine| features.contains(&mine.as_bytes()))
+        self.first_match(features).is_some()
     }
 
     /// The first of `features` this rule answers to, for messages.

@@ -8,14 +8,10 @@ use std::path::{Path, PathBuf};
 /// A value the configuration may not hold.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Invalid {
-    /// A top-level path (or a `symlink_roots` entry) is relative.
-    #[error("{field} must be an absolute path, got {path:?}")]
-    NotAbsolute {
-        /// The key, e.g. `host_root`.
-        field: &'static str,
-        /// Its value.
-        path: PathBuf,
-    },
+    /// A top-level path (or a `symlink_roots` entry) is relative: the key (e.g. `host_root`),
+    /// and its value.
+    #[error("{0} must be an absolute path, got {1:?}")]
+    NotAbsolute(&'static str, PathBuf),
     /// `nix_store` is neither the default name nor an absolute path.
     #[error("nix_store must be an absolute path to a root-owned program, got {0:?}")]
     NixStore(PathBuf),
@@ -34,65 +30,33 @@ pub(crate) enum Invalid {
          [rule.driver], cdi, [rule.mig] or sysfs; add what its builds need, or remove the rule"
     )]
     NothingToExpose(String),
-    /// A feature is empty or holds whitespace or a control character.
-    #[error("rule '{rule}': feature {feature:?} is empty or holds whitespace")]
-    Feature {
-        /// The rule.
-        rule: String,
-        /// The feature.
-        feature: String,
-    },
-    /// A rule's path or glob is relative.
-    #[error("rule '{rule}': {what} {} must be absolute", path.display())]
-    RelativePath {
-        /// The rule.
-        rule: String,
-        /// Which value, e.g. `mount inside`.
-        what: &'static str,
-        /// The value.
-        path: PathBuf,
-    },
-    /// A rule's path or glob holds a newline or `=`.
+    /// A feature is empty or holds whitespace or a control character: the rule, the feature.
+    #[error("rule '{0}': feature {1:?} is empty or holds whitespace")]
+    Feature(String, String),
+    /// A rule's path or glob is relative: the rule, which value (e.g. `mount inside`), the
+    /// value.
+    #[error("rule '{0}': {1} {path} must be absolute", path = .2.display())]
+    RelativePath(String, &'static str, PathBuf),
+    /// A rule's path or glob holds a newline or `=`: the rule, which value (e.g. `path`), the
+    /// value.
     #[error(
-        "rule '{rule}': {what} {path:?} holds a newline or '=', which Nix's hook protocol \
-         cannot express"
+        "rule '{0}': {1} {2:?} holds a newline or '=', which Nix's hook protocol cannot express"
     )]
-    Inexpressible {
-        /// The rule.
-        rule: String,
-        /// Which value, e.g. `path`.
-        what: &'static str,
-        /// The value.
-        path: PathBuf,
-    },
+    Inexpressible(String, &'static str, PathBuf),
     /// Leases with a rule that gives builds an AMD GPU: not shown to confine a build to the
-    /// GPUs it leased (see [`exposes_amd_gpus`]).
+    /// GPUs it leased (see [`exposes_amd_gpus`]): the rule, what of it is AMD's (`/dev/kfd` or
+    /// `sysfs = "kfd"`), and `gpus_per_build`.
     #[error(
-        "rule '{rule}' exposes AMD GPUs ({what}), which GPU leases (gpus_per_build = {per_build}) \
+        "rule '{0}' exposes AMD GPUs ({1}), which GPU leases (gpus_per_build = {2}) \
          cannot confine yet: KFD lets a process use every GPU it lists in its topology that \
          the device cgroup allows, and a Nix sandbox sets none; set gpus_per_build = 0 or \
          remove the rule (see docs/data-centre.md)"
     )]
-    LeasedAmd {
-        /// The rule.
-        rule: String,
-        /// What of it is AMD's: `/dev/kfd` or `sysfs = "kfd"`.
-        what: &'static str,
-        /// `gpus_per_build`.
-        per_build: u32,
-    },
-    /// A device or compat glob does not parse.
-    #[error("rule '{rule}': {what} {glob:?} is not a valid glob: {error}")]
-    Glob {
-        /// The rule.
-        rule: String,
-        /// `device glob` or `compat glob`.
-        what: &'static str,
-        /// The glob.
-        glob: String,
-        /// What the glob parser said.
-        error: glob::PatternError,
-    },
+    LeasedAmd(String, &'static str, u32),
+    /// A device or compat glob does not parse: the rule, which (`device glob` or `compat
+    /// glob`), the glob, and what the glob parser said.
+    #[error("rule '{0}': {1} {2:?} is not a valid glob: {3}")]
+    Glob(String, &'static str, String, glob::PatternError),
 }
 
 impl Config {
@@ -129,21 +93,14 @@ impl Config {
                 if feature.is_empty()
                     || feature.chars().any(|c| c.is_whitespace() || c.is_control())
                 {
-                    return Err(Invalid::Feature {
-                        rule: name.clone(),
-                        feature: feature.clone(),
-                    });
+                    return Err(Invalid::Feature(name.clone(), feature.clone()));
                 }
             }
             if !names_a_source(rule) {
                 return Err(Invalid::NothingToExpose(name.clone()));
             }
             if let (true, Some(what)) = (self.gpus_per_build > 0, exposes_amd_gpus(rule)) {
-                return Err(Invalid::LeasedAmd {
-                    rule: name.clone(),
-                    what,
-                    per_build: self.gpus_per_build,
-                });
+                return Err(Invalid::LeasedAmd(name.clone(), what, self.gpus_per_build));
             }
             for d in &rule.devices {
                 glob(name, "device glob", &d.glob)?;
@@ -241,29 +198,18 @@ fn absolute(field: &'static str, path: &Path) -> Result<(), Invalid> {
     if path.is_absolute() {
         Ok(())
     } else {
-        Err(Invalid::NotAbsolute {
-            field,
-            path: path.to_path_buf(),
-        })
+        Err(Invalid::NotAbsolute(field, path.to_path_buf()))
     }
 }
 
 /// `path` of rule `rule` is absolute and holds no newline or `=`.
 fn expressible(rule: &str, what: &'static str, path: &Path) -> Result<(), Invalid> {
     if !path.is_absolute() {
-        return Err(Invalid::RelativePath {
-            rule: rule.to_string(),
-            what,
-            path: path.to_path_buf(),
-        });
+        return Err(Invalid::RelativePath(rule.into(), what, path.into()));
     }
     let bytes = path.as_os_str().as_encoded_bytes();
     if bytes.contains(&b'\n') || bytes.contains(&b'=') {
-        return Err(Invalid::Inexpressible {
-            rule: rule.to_string(),
-            what,
-            path: path.to_path_buf(),
-        });
+        return Err(Invalid::Inexpressible(rule.into(), what, path.into()));
     }
     Ok(())
 }
@@ -271,12 +217,7 @@ fn expressible(rule: &str, what: &'static str, path: &Path) -> Result<(), Invali
 /// `glob` of rule `rule` is [`expressible`] and a valid glob.
 fn glob(rule: &str, what: &'static str, glob: &str) -> Result<(), Invalid> {
     expressible(rule, what, Path::new(glob))?;
-    glob::Pattern::new(glob).map_err(|error| Invalid::Glob {
-        rule: rule.to_string(),
-        what,
-        glob: glob.to_string(),
-        error,
-    })?;
+    glob::Pattern::new(glob).map_err(|e| Invalid::Glob(rule.into(), what, glob.into(), e))?;
     Ok(())
 }
 
@@ -363,7 +304,7 @@ mod tests {
         };
         assert!(matches!(
             invalid("host_root = \"x\"\n"),
-            Invalid::NotAbsolute { field: "host_root", path } if path == Path::new("x")
+            Invalid::NotAbsolute("host_root", path) if path == Path::new("x")
         ));
         assert!(matches!(
             invalid("nix_store = \"bin/nix-store\"\n"),
@@ -371,14 +312,11 @@ mod tests {
         ));
         assert!(matches!(
             invalid("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[[rule.mount]]\ninside=\"/x\"\noutside=\"/a\\nb\"\n"),
-            Invalid::Inexpressible { what: "mount outside", .. }
+            Invalid::Inexpressible(_, "mount outside", _)
         ));
         assert!(matches!(
             invalid("[[rule]]\nname=\"a\"\nfeatures=[\"c\"]\n[rule.driver]\ncompat=[\"/x/[\"]\n"),
-            Invalid::Glob {
-                what: "compat glob",
-                ..
-            }
+            Invalid::Glob(_, "compat glob", ..)
         ));
     }
 }

@@ -60,54 +60,40 @@ pub(super) fn run_child(
     env: &[CString],
 ) -> ExecError {
     use std::os::fd::AsRawFd;
-    let sys = ExecError::sys;
-    // No controlling terminal from here on: TIOCSTI, /dev/tty and job control signals need one.
-    if let Err(e) = nix::unistd::setsid() {
-        return sys("setsid", e);
-    }
-    for (fd, with) in stdio.replace.iter().enumerate() {
-        if let Some(with) = with {
-            if let Err(e) = nix::unistd::dup2(with.as_raw_fd(), fd as i32) {
-                return sys("standard streams", e);
+    let sys = |what: &'static str| move |e| ExecError::sys(what, e);
+    let run = || -> Result<std::convert::Infallible, ExecError> {
+        // No controlling terminal from here on: TIOCSTI, /dev/tty and job control signals need
+        // one.
+        nix::unistd::setsid().map_err(sys("setsid"))?;
+        for (fd, with) in stdio.replace.iter().enumerate() {
+            if let Some(with) = with {
+                nix::unistd::dup2(with.as_raw_fd(), fd as i32).map_err(sys("standard streams"))?;
             }
         }
-    }
-    // Mounted from inside the namespace, so it shows this namespace's processes only.
-    if let Err(e) = mount(
-        Some("proc"),
-        &root.join("proc"),
-        Some("proc"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        None::<&str>,
-    ) {
-        return sys("mounting /proc", e);
-    }
-    if let Err(e) = nix::unistd::chroot(root) {
-        return sys("chroot", e);
-    }
-    if let Err(e) = std::env::set_current_dir("/build") {
-        return ExecError::io("/build", e);
-    }
-    let (uid, gid) = (
-        nix::unistd::Uid::from_raw(user.0),
-        nix::unistd::Gid::from_raw(user.1),
-    );
-    if let Err(e) = nix::unistd::setgroups(&[]) {
-        return sys("dropping supplementary groups", e);
-    }
-    if let Err(e) = nix::unistd::setgid(gid) {
-        return sys("setgid", e);
-    }
-    if let Err(e) = nix::unistd::setuid(uid) {
-        return sys("setuid", e);
-    }
-    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) only sets a flag of this process.
-    if unsafe { nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return sys("no_new_privs", nix::Error::last());
-    }
-    close_descriptors_above_stderr();
-    match nix::unistd::execve(path, args, env) {
-        Err(e) => ExecError::sys(format!("running {}", path.to_string_lossy()), e),
+        // Mounted from inside the namespace, so it shows this namespace's processes only.
+        mount(
+            Some("proc"),
+            &root.join("proc"),
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .map_err(sys("mounting /proc"))?;
+        nix::unistd::chroot(root).map_err(sys("chroot"))?;
+        std::env::set_current_dir("/build").map_err(|e| ExecError::io("/build", e))?;
+        nix::unistd::setgroups(&[]).map_err(sys("dropping supplementary groups"))?;
+        nix::unistd::setgid(nix::unistd::Gid::from_raw(user.1)).map_err(sys("setgid"))?;
+        nix::unistd::setuid(nix::unistd::Uid::from_raw(user.0)).map_err(sys("setuid"))?;
+        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) only sets a flag of this process.
+        if unsafe { nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(ExecError::sys("no_new_privs", nix::Error::last()));
+        }
+        close_descriptors_above_stderr();
+        nix::unistd::execve(path, args, env)
+            .map_err(|e| ExecError::sys(format!("running {}", path.to_string_lossy()), e))
+    };
+    match run() {
+        Err(e) => e,
         Ok(never) => match never {},
     }
 }

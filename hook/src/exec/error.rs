@@ -31,36 +31,21 @@ pub enum ExecError {
     /// An `--env` argument is malformed.
     #[error("--env {0}: give NAME=VALUE or NAME")]
     BadEnv(String),
-    /// A `--bind` path cannot be used.
-    #[error("--bind {}: {why}", .path.display())]
-    BadBind {
-        /// The path as given.
-        path: PathBuf,
-        /// Why.
-        why: String,
-    },
+    /// A `--bind` path cannot be used: the path as given, and why.
+    #[error("--bind {path}: {1}", path = .0.display())]
+    BadBind(PathBuf, String),
     /// No command was given.
     #[error("exec needs a command after --")]
     NoCommand,
     /// The command cannot be found or is not a program.
     #[error("{0}")]
     Program(String),
-    /// A system call failed.
-    #[error("exec: {what}: {errno}")]
-    Sys {
-        /// What exec was doing.
-        what: String,
-        /// The error.
-        errno: nix::Error,
-    },
-    /// A file operation failed.
-    #[error("exec: {}: {error}", .path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        error: std::io::Error,
-    },
+    /// A system call failed: what exec was doing, and the error.
+    #[error("exec: {0}: {1}")]
+    Sys(String, nix::Error),
+    /// A file operation failed: the file, and the error.
+    #[error("exec: {path}: {1}", path = .0.display())]
+    Io(PathBuf, std::io::Error),
     /// An argument, the program path or an `--env` value holds a NUL byte.
     #[error("exec: {0} holds a NUL byte")]
     Nul(&'static str),
@@ -75,17 +60,11 @@ pub enum ExecError {
 impl ExecError {
     /// A failed system call while doing `what`.
     pub(crate) fn sys(what: impl Into<String>, errno: nix::Error) -> ExecError {
-        ExecError::Sys {
-            what: what.into(),
-            errno,
-        }
+        ExecError::Sys(what.into(), errno)
     }
 
     /// A failed file operation on `path`.
     pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> ExecError {
-        ExecError::Io {
-            path: path.into(),
-            error,
-        }
+        ExecError::Io(path.into(), error)
     }
 }

@@ -45,7 +45,7 @@ use root::{bind, minimal_root, staging_root};
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use stdio::{standard_descriptors_open, Stdio};
+use stdio::Stdio;
 
 /// What to run, and for which build.
 #[derive(Debug, Clone)]
@@ -115,23 +115,23 @@ pub fn prepare(
         .decision
         .exposures
         .iter()
-        .map(|e| Bind {
-            inside: e.inside.clone(),
-            outside: e.outside.clone(),
-            writable: is_char_device(&e.outside),
-            for_user: None,
+        .map(|e| {
+            Bind::new(
+                e.inside.clone(),
+                e.outside.clone(),
+                is_char_device(&e.outside),
+            )
         })
         .collect();
 
     let program = req.command.first().ok_or(ExecError::NoCommand)?;
     let (program_inside, program_real) = program_file(program, req.environment.path.as_deref())?;
     binds.extend(user_binds.iter().map(|b| b.bind(req.user)));
-    binds.push(Bind {
-        inside: program_inside.clone(),
-        outside: program_real.clone(),
-        writable: false,
-        for_user: None,
-    });
+    binds.push(Bind::new(
+        program_inside.clone(),
+        program_real.clone(),
+        false,
+    ));
     // What the command sees anyway; everything else its process loads must be the loader's.
     let visible: Vec<(PathBuf, PathBuf)> = binds
         .iter()
@@ -177,12 +177,7 @@ fn bind_libraries(binds: &mut Vec<Bind>, closure: &elfdeps::Closure) {
         let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
         if !covered {
             let outside = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.clone());
-            binds.push(Bind {
-                inside: lib.clone(),
-                outside,
-                writable: false,
-                for_user: None,
-            });
+            binds.push(Bind::new(lib.clone(), outside, false));
         }
     }
 }
@@ -259,7 +254,9 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     // What exec creates (mount points, /etc files) gets the modes written here, not the
     // caller's umask: 0755 directories the command can cross, 0644 files.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
-    standard_descriptors_open();
+    // Descriptors 0, 1 and 2 are open (on `/dev/null` where they were not): the process start
+    // saw to that (`main`'s `start_up`, as Rust's runtime does), so nothing opened here lands
+    // on one and reaches the command as a standard stream.
     let mut resolved = resolve(req);
     let (runtime_dir, store_dir) = match &resolved.verdict {
         Verdict::Fail(why) => return Err(ExecError::Refused(why.clone())),

@@ -19,6 +19,18 @@ pub struct Bind {
     pub(crate) for_user: Option<(u32, u32)>,
 }
 
+impl Bind {
+    /// `outside` bound at `inside`, `writable` or not (not a `--bind` path).
+    pub(super) fn new(inside: PathBuf, outside: PathBuf, writable: bool) -> Bind {
+        Bind {
+            inside,
+            outside,
+            writable,
+            for_user: None,
+        }
+    }
+}
+
 /// The host directory the private root is mounted on, `<runtime_dir>/exec-root`: a state
 /// directory of root's (checked from `/` without following links), mode 0700. Only exec
 /// itself uses the path: the command's root is a tmpfs mounted over it inside exec's own mount
@@ -43,15 +55,8 @@ pub(super) fn minimal_root(root: &Path, user: (u32, u32)) -> Result<(), ExecErro
         std::fs::create_dir_all(&p).map_err(|e| io(p.clone(), e))?;
     }
     for dev in ["null", "zero", "full", "random", "urandom", "tty"] {
-        bind(
-            root,
-            &Bind {
-                inside: Path::new("/dev").join(dev),
-                outside: Path::new("/dev").join(dev),
-                writable: true,
-                for_user: None,
-            },
-        )?;
+        let node = Path::new("/dev").join(dev);
+        bind(root, &Bind::new(node.clone(), node, true))?;
     }
     for (link, target) in [
         ("dev/fd", "/proc/self/fd"),
@@ -62,22 +67,17 @@ pub(super) fn minimal_root(root: &Path, user: (u32, u32)) -> Result<(), ExecErro
         std::os::unix::fs::symlink(target, root.join(link)).map_err(|e| io(root.join(link), e))?;
     }
     let sys = |what: &str, e| ExecError::sys(format!("mounting {what}"), e);
-    mount(
-        Some("tmpfs"),
-        &root.join("dev/shm"),
-        Some("tmpfs"),
-        MsFlags::empty(),
-        Some("mode=1777"),
-    )
-    .map_err(|e| sys("/dev/shm", e))?;
-    mount(
-        Some("tmpfs"),
-        &root.join("tmp"),
-        Some("tmpfs"),
-        MsFlags::empty(),
-        Some("mode=1777"),
-    )
-    .map_err(|e| sys("/tmp", e))?;
+    for dir in ["dev/shm", "tmp"] {
+        let at = root.join(dir);
+        mount(
+            Some("tmpfs"),
+            &at,
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("mode=1777"),
+        )
+        .map_err(|e| sys(&format!("/{dir}"), e))?;
+    }
     // /build belongs to the command's user, as a build's directory to its build user.
     nix::unistd::chown(
         &root.join("build"),

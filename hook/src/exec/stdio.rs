@@ -1,22 +1,5 @@
 //! The command's standard streams and descriptors: no terminal of exec's, nothing above 2.
 
-/// Makes sure descriptors 0, 1 and 2 are open (on `/dev/null` where they were not), so that
-/// nothing exec opens later lands on one of them and reaches the command as a standard stream.
-pub(super) fn standard_descriptors_open() {
-    for fd in 0..=2 {
-        if nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD) == Err(nix::Error::EBADF) {
-            // Opening takes the lowest free descriptor: this one. Kept open for the run.
-            if let Ok(null) = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-            {
-                std::mem::forget(null);
-            }
-        }
-    }
-}
-
 /// How the command's standard streams reach exec's: a terminal never does. stdin on a
 /// terminal becomes `/dev/null` (a build reads no terminal); stdout and stderr on a terminal
 /// become pipes that exec copies to it. Anything else (a file, a pipe) is passed as it is.

@@ -28,10 +28,7 @@ impl UserBind {
     /// Checks `given` for a command run as `user` (uid, gid): absolute (from the working
     /// directory), no symlink on it, writable by `user`.
     pub fn open(given: &Path, user: (u32, u32)) -> Result<UserBind, ExecError> {
-        let bad = |why: String| ExecError::BadBind {
-            path: given.to_path_buf(),
-            why,
-        };
+        let bad = |why: String| ExecError::BadBind(given.to_path_buf(), why);
         let path = std::path::absolute(given).map_err(|e| bad(e.to_string()))?;
         let (fd, stat) = trust::open_without_symlinks(&path).map_err(|e| bad(e.to_string()))?;
         if !writable_by(&stat, user) {

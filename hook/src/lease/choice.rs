@@ -5,34 +5,28 @@ use super::record::{LeaseRecord, Usage};
 use crate::fit::Fit;
 use crate::slot::Slot;
 
-/// Not enough slots are free: the live leases on the others.
-#[derive(Debug)]
-pub(super) struct Shortage {
-    /// The leases that hold slots.
-    pub held: Vec<LeaseRecord>,
-}
-
 /// `count` of `slots` that no lease in `held` overlaps ([`Slot::overlaps`]), the least used
 /// first (by `usage`), then in order, returned in ascending order. With `fit` (a build's
-/// `cuda-sm-*` features), only a set that satisfies them ([`Fit::choose`]).
+/// `cuda-sm-*` features), only a set that satisfies them ([`Fit::choose`]). Not enough free:
+/// `held` back, the live leases on the others.
 pub(super) fn choose(
     slots: &[Slot],
     held: Vec<LeaseRecord>,
     usage: &Usage,
     count: usize,
     fit: Option<&Fit>,
-) -> Result<Vec<Slot>, Shortage> {
+) -> Result<Vec<Slot>, Vec<LeaseRecord>> {
     let mut free: Vec<Slot> = slots
         .iter()
         .copied()
         .filter(|s| !held.iter().any(|h| h.slot().overlaps(s)))
         .collect();
     if free.len() < count {
-        return Err(Shortage { held });
+        return Err(held);
     }
     free.sort_by_key(|s| (usage.get(&s.key()).copied().unwrap_or(0), *s));
     match fit {
-        Some(fit) => fit.choose(&free, count).ok_or(Shortage { held }),
+        Some(fit) => fit.choose(&free, count).ok_or(held),
         None => {
             free.truncate(count);
             free.sort_unstable();
@@ -75,7 +69,7 @@ mod tests {
             gpus(&[1, 2])
         );
         let short = choose(&gpus(&[0, 1]), vec![lease(1)], &usage, 2, None).unwrap_err();
-        assert_eq!(short.held, [lease(1)]);
+        assert_eq!(short, [lease(1)]);
     }
 
     #[test]
@@ -112,7 +106,7 @@ mod tests {
             gpus(&[1])
         );
         let short = choose(&all, vec![lease(1)], &usage, 1, Some(&fit)).unwrap_err();
-        assert_eq!(short.held, [lease(1)]);
+        assert_eq!(short, [lease(1)]);
         assert_eq!(
             choose(&all, vec![lease(1)], &usage, 1, None).unwrap(),
             gpus(&[0])

@@ -1,6 +1,7 @@
 //! The lease a hook run took for its build, ended when the run gives up on the build.
 
-use super::{Holder, Leases};
+use super::{Holder, LeaseError, LeaseRequest, Leases};
+use crate::fit::Fit;
 use crate::slot::Slot;
 use std::path::PathBuf;
 
@@ -19,18 +20,26 @@ pub(crate) struct LeaseGuard {
     committed: bool,
 }
 
-impl LeaseGuard {
-    /// The guard of `slots`, just leased to the build in `chroot` for `holder`.
-    pub(super) fn new(leases: Leases, slots: Vec<Slot>, chroot: PathBuf, holder: Holder) -> Self {
-        LeaseGuard {
-            leases,
-            slots,
-            chroot,
+impl Leases {
+    /// [`Leases::acquire`], the lease held by a guard: ended when the guard is dropped
+    /// uncommitted (the hook failed after taking it), kept once it is committed.
+    pub(crate) fn acquire_guarded(
+        &self,
+        req: &LeaseRequest,
+        fit: Option<&Fit>,
+        holder: Holder,
+    ) -> Result<LeaseGuard, LeaseError> {
+        Ok(LeaseGuard {
+            slots: self.acquire_fitting(req, fit, holder)?,
+            leases: self.clone(),
+            chroot: req.chroot.to_path_buf(),
             holder,
             committed: false,
-        }
+        })
     }
+}
 
+impl LeaseGuard {
     /// The slots leased.
     pub(crate) fn slots(&self) -> &[Slot] {
         &self.slots

@@ -397,19 +397,17 @@ impl Processes {
         let Some(root) = self.get(pid).and_then(|p| p.root) else {
             return false;
         };
-        (root != own && leased.contains(&root)) || store.is_some_and(|s| self.in_nix_chroot(pid, s))
+        (root != own && leased.contains(&root))
+            || store.is_some_and(|s| self.in_nix_chroot(pid, root, s))
     }
 
-    /// Whether process `pid` runs in the chroot of a Nix build in `store`: its root is a
-    /// mount of `<store>/<name>.drv.chroot` (or `…/root`), is that very directory, and is no
-    /// store path's (see [`like_a_store_path`]): a build's input may be named like a chroot,
-    /// and a builder can `chroot` into it. Its mount table (`/proc/<pid>/mountinfo`, proc(5))
+    /// Whether process `pid`, rooted at `root` (device, inode), runs in the chroot of a Nix
+    /// build in `store`: its root is a mount of `<store>/<name>.drv.chroot` (or `…/root`), is
+    /// that very directory, and is no store path's (see [`like_a_store_path`]): a build's input
+    /// may be named like a chroot, and a builder can `chroot` into it. Its mount table (`/proc/<pid>/mountinfo`, proc(5))
     /// names the directory relative to its filesystem; this process's own mount table maps
     /// that back to a path here.
-    fn in_nix_chroot(&self, pid: u32, store: &Path) -> bool {
-        let Some(root) = self.get(pid).and_then(|p| p.root) else {
-            return false;
-        };
+    fn in_nix_chroot(&self, pid: u32, root: (u64, u64), store: &Path) -> bool {
         let Some(theirs) = read_mounts(&format!("/proc/{pid}/mountinfo")) else {
             return false;
         };

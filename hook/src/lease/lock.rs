@@ -15,35 +15,21 @@ pub(super) type Held = Flock<std::fs::File>;
 /// Why the lock could not be taken; one line.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    /// The lock file could not be opened.
-    #[error("cannot open {}: {source}", path.display())]
-    Open {
-        /// The lock file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Another process held the lock for the whole wait.
+    /// The lock file could not be opened: the file, and why.
+    #[error("cannot open {path}: {1}", path = .0.display())]
+    Open(PathBuf, #[source] std::io::Error),
+    /// Another process held the lock for the whole wait: the lock file, and how long the hook
+    /// waited.
     #[error(
-        "the GPU lease lock {} stayed held for {} s: find the process holding it (`fuser {}`)",
-        path.display(),
-        waited.as_secs(),
-        path.display()
+        "the GPU lease lock {path} stayed held for {secs} s: find the process holding it \
+         (`fuser {path}`)",
+        path = .0.display(),
+        secs = .1.as_secs()
     )]
-    StayedHeld {
-        /// The lock file.
-        path: PathBuf,
-        /// How long the hook waited.
-        waited: Duration,
-    },
-    /// `flock` failed for another reason.
-    #[error("cannot lock {}: {source}", path.display())]
-    Lock {
-        /// The lock file.
-        path: PathBuf,
-        /// Why.
-        source: nix::Error,
-    },
+    StayedHeld(PathBuf, Duration),
+    /// `flock` failed for another reason: the lock file, and why.
+    #[error("cannot lock {path}: {1}", path = .0.display())]
+    Lock(PathBuf, #[source] nix::Error),
 }
 
 /// Takes the exclusive lock of the lease directory `dir`, waiting at most `wait`, and at least a
@@ -53,24 +39,20 @@ pub enum LockError {
 pub(super) fn lock(dir: &StateDir, wait: Duration) -> Result<Held, LockError> {
     let path = dir.path.join(LOCK_FILE);
     let started = Instant::now();
-    let mut file = match dir.open_lock(LOCK_FILE) {
-        Ok(file) => file,
-        Err(source) => return Err(LockError::Open { path, source }),
-    };
+    let mut file = dir
+        .open_lock(LOCK_FILE)
+        .map_err(|e| LockError::Open(path.clone(), e))?;
     loop {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => return Ok(lock),
             Err((f, nix::Error::EWOULDBLOCK)) => {
                 if started.elapsed() >= wait.max(Duration::from_secs(1)) {
-                    return Err(LockError::StayedHeld {
-                        path,
-                        waited: started.elapsed(),
-                    });
+                    return Err(LockError::StayedHeld(path, started.elapsed()));
                 }
                 file = f;
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err((_, source)) => return Err(LockError::Lock { path, source }),
+            Err((_, source)) => return Err(LockError::Lock(path, source)),
         }
     }
 }

@@ -93,13 +93,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How often a waiting hook looks again.
 /// The device and inode of the build's `chroot`, which its lease records.
 fn chroot_id(chroot: &Path) -> Result<(u64, u64), LeaseError> {
     let meta = std::fs::metadata(chroot).map_err(|e| LeaseError::Io(chroot.to_path_buf(), e))?;
     Ok((meta.dev(), meta.ino()))
 }
 
+/// How often a waiting hook looks again.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Why no GPUs could be leased; one line.
@@ -180,21 +180,20 @@ fn exhausted(
 }
 
 impl LeaseError {
-    /// The error for a build asking `wanted` of `slots.len()` slots while `shortage` holds
-    /// too many, after waiting `waited`.
+    /// The error for a build asking `wanted` of `slots.len()` slots while the leases `held`
+    /// hold too many, after waiting `waited`.
     fn exhausted(
         slots: &[Slot],
         wanted: usize,
         fit: Option<&Fit>,
-        shortage: choice::Shortage,
+        held: Vec<LeaseRecord>,
         waited: Duration,
     ) -> Self {
         LeaseError::Exhausted {
             total: slots.len(),
             wanted,
             features: fit.map_or_else(Vec::new, |f| f.required.unmet_by(&[])),
-            held: shortage
-                .held
+            held: held
                 .into_iter()
                 .map(|r| (r.slot(), r.derivation, now_secs().saturating_sub(r.since)))
                 .collect(),
@@ -262,7 +261,7 @@ impl Leases {
         };
         let started = Instant::now();
         loop {
-            let shortage = {
+            let holders = {
                 let _lock = lock::lock(&dir, req.wait.saturating_sub(started.elapsed()))?;
                 let held = sweep::held(&dir, req.slots, Some(asker));
                 let mut usage = record::usage(&dir);
@@ -294,34 +293,17 @@ impl Leases {
                         let _ = record::write_usage(&dir, &usage);
                         return Ok(picked);
                     }
-                    Err(shortage) => shortage,
+                    Err(holders) => holders,
                 }
             };
             let waited = started.elapsed();
             if waited >= req.wait {
                 return Err(LeaseError::exhausted(
-                    req.slots, req.count, fit, shortage, waited,
+                    req.slots, req.count, fit, holders, waited,
                 ));
             }
             std::thread::sleep(POLL.min(req.wait - waited));
         }
-    }
-
-    /// [`Leases::acquire`], the lease held by a guard: ended when the guard is dropped
-    /// uncommitted (the hook failed after taking it), kept once it is committed.
-    pub(crate) fn acquire_guarded(
-        &self,
-        req: &LeaseRequest,
-        fit: Option<&Fit>,
-        holder: Holder,
-    ) -> Result<LeaseGuard, LeaseError> {
-        let picked = self.acquire_fitting(req, fit, holder)?;
-        Ok(LeaseGuard::new(
-            self.clone(),
-            picked,
-            req.chroot.to_path_buf(),
-            holder,
-        ))
     }
 
     /// Writes `leases`, all or none: when one cannot be written (a full runtime filesystem),
@@ -380,7 +362,7 @@ impl Leases {
             None => (Vec::new(), record::Usage::new()),
         };
         choice::choose(slots, held, &usage, count, fit)
-            .map_err(|shortage| LeaseError::exhausted(slots, count, fit, shortage, Duration::ZERO))
+            .map_err(|held| LeaseError::exhausted(slots, count, fit, held, Duration::ZERO))
     }
 
     /// Whether a lease file (live or not yet judged ended) names the build in `chroot`, with
@@ -450,10 +432,10 @@ mod tests {
              waited 0 s: raise lease_wait_seconds or lower gpus_per_build (or the \
              derivation's cudaSandboxGpus)"
         );
-        let held = LeaseError::Lock(LockError::StayedHeld {
-            path: "/run/cuda-sandbox/leases/.lock".into(),
-            waited: Duration::from_secs(2),
-        });
+        let held = LeaseError::Lock(LockError::StayedHeld(
+            "/run/cuda-sandbox/leases/.lock".into(),
+            Duration::from_secs(2),
+        ));
         assert_eq!(
             held.to_string(),
             "the GPU lease lock /run/cuda-sandbox/leases/.lock stayed held for 2 s: find the \

@@ -7,7 +7,7 @@
 //! [`crate::drv`], the GPU count with the features, and parsed only once a rule has matched; a
 //! derivation that repeats one of them is refused. Writes nothing.
 
-use crate::config::{self, Config, ConfigError, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
+use crate::config::{self, Config, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
 use crate::drv::{self, DrvAttrs, DrvEnv, DrvError, RequiredFeatures};
 use cuda_sandbox_cuda_facts::features::{self, Required};
 use std::borrow::Cow;
@@ -339,17 +339,17 @@ fn read(attrs: DrvAttrs<'_>) -> Derivation {
 /// repeated attribute the hook decides on fails the build; anything else is unreadable.
 fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) -> Derivation {
     match error {
-        DrvError::Repeated { .. } => Derivation::Repeated(RequestFailure::Repeated {
-            name: name.to_owned(),
-            from: from.map(str::to_owned),
-            error: error.clone(),
-        }),
+        DrvError::Repeated { .. } => Derivation::Repeated(RequestFailure::Repeated(
+            name.to_owned(),
+            from.map(str::to_owned),
+            error.clone(),
+        )),
         _ => Derivation::Unreadable(bytes, prefixed(from, error)),
     }
 }
 
 /// Resolves `input`: derivation → features → configuration → rules → verdict. The
-/// configuration's text is read here only, once, when the verdict needs it.
+/// configuration's text is read only once, by the step of the verdict that needs it.
 pub(crate) fn resolve(input: &Input<'_>) -> Request {
     let mut req = Request {
         derivation: input.drv.map(Path::to_path_buf),
@@ -359,12 +359,12 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         config_source: config::locate(input.config, input.env.config.as_deref()),
         matched: Vec::new(),
         search_path: input.env.path.clone(),
-        verdict: Verdict::Fail(RequestFailure::Unresolved {
-            derivation: input
+        verdict: Verdict::Fail(RequestFailure::Unresolved(
+            input
                 .drv
                 .map(|d| d.display().to_string())
                 .unwrap_or_default(),
-        }),
+        )),
         warnings: Vec::new(),
     };
     let name = req.derivation_name();
@@ -387,43 +387,25 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
                 // The fast path: no feature, no configuration read.
                 Verdict::untagged("the derivation requires no system feature", None)
             } else {
-                let text = config::read_text(&req.config_source);
-                req.by_features(
-                    text,
-                    input.always_load_config,
-                    attrs.gpus,
-                    attrs.unsandboxed,
-                )
+                req.by_features(input.always_load_config, attrs.gpus, attrs.unsandboxed)
             }
         }
-        Derivation::Unreadable(bytes, error) => {
-            req.unreadable(config::read_text(&req.config_source), &bytes, &name, &error)
-        }
-        Derivation::Missing(error) => {
-            req.missing_drv(config::read_text(&req.config_source), &name, &error)
-        }
+        Derivation::Unreadable(bytes, error) => req.unreadable(&bytes, &name, &error),
+        Derivation::Missing(error) => req.missing_drv(&name, &error),
     };
     req
 }
 
-/// The configuration's text, as [`config::read_text`] read it (trusted first).
-type ConfigText = Result<std::borrow::Cow<'static, str>, ConfigError>;
-
 impl Request {
-    /// The configuration of `text`, parsed and validated.
-    fn parse(&self, text: ConfigText) -> Result<Config, ConfigError> {
-        text.and_then(|t| Config::from_text(&self.config_source, &t))
-    }
-
     /// The verdict for the features: none the configuration's text can answer, a
     /// configuration that cannot be loaded, or the rules that answer them.
     fn by_features(
         &mut self,
-        text: ConfigText,
         always_load_config: bool,
         gpus: Option<String>,
         unsandboxed: Option<drv::Unsandboxed>,
     ) -> Verdict {
+        let text = config::read_text(&self.config_source);
         let builtin = self.features.iter().find(|f| {
             DEFAULT_FEATURES
                 .iter()
@@ -442,7 +424,7 @@ impl Request {
         if unanswerable && !always_load_config {
             return Verdict::untagged(nothing, None);
         }
-        match self.parse(text) {
+        match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
             Ok(config) => self.match_rules(config, gpus, unsandboxed),
             // `explain`: what the hook does (nothing, silently), and what is wrong.
             Err(e) if unanswerable => Verdict::untagged(
@@ -453,11 +435,11 @@ impl Request {
                 None,
             ),
             Err(e) => match builtin {
-                Some(f) => Verdict::Fail(RequestFailure::BrokenConfig {
-                    name: self.derivation_name(),
-                    feature: String::from_utf8_lossy(f).into_owned(),
-                    error: e.to_string(),
-                }),
+                Some(f) => Verdict::Fail(RequestFailure::BrokenConfig(
+                    self.derivation_name(),
+                    String::from_utf8_lossy(f).into_owned(),
+                    e.to_string(),
+                )),
                 None => {
                     self.warnings
                         .push(format!("{e} (ignored: this build asks for no GPU feature)"));
@@ -495,11 +477,11 @@ impl Request {
         }
         self.matched = RuleMatch::all(&config, &rules, &self.features);
         match unsandboxed {
-            Some(why) => Verdict::Fail(RequestFailure::Unsandboxed {
-                name: self.derivation_name(),
-                feature: self.first_match(),
+            Some(why) => Verdict::Fail(RequestFailure::Unsandboxed(
+                self.derivation_name(),
+                self.first_match(),
                 why,
-            }),
+            )),
             None => Verdict::Tagged(Tagged {
                 config,
                 rules,
@@ -510,8 +492,8 @@ impl Request {
 
     /// The `.drv` is not on disk and Nix passed no JSON (remote builders, NixOS/nix#9272):
     /// follow the configured `missing_drv` policy.
-    fn missing_drv(&mut self, text: ConfigText, name: &str, error: &str) -> Verdict {
-        let config = match self.parse(text) {
+    fn missing_drv(&mut self, name: &str, error: &str) -> Verdict {
+        let config = match Config::load(&self.config_source) {
             Ok(c) => c,
             Err(e) => {
                 let why =
@@ -530,10 +512,10 @@ impl Request {
                 self.warnings.push(why.clone());
                 Verdict::untagged(why, Some(config))
             }
-            MissingDrv::Fail => Verdict::Fail(RequestFailure::MissingDrv {
-                name: name.to_owned(),
-                error: error.to_owned(),
-            }),
+            MissingDrv::Fail => Verdict::Fail(RequestFailure::MissingDrv(
+                name.to_owned(),
+                error.to_owned(),
+            )),
             MissingDrv::Expose => {
                 self.features = config
                     .rules
@@ -560,8 +542,8 @@ impl Request {
 
     /// A derivation we cannot read: fail only when it could be a tagged build, i.e. when the
     /// bytes name a feature some rule answers to (with a broken config: a built-in feature).
-    fn unreadable(&mut self, text: ConfigText, bytes: &[u8], name: &str, error: &str) -> Verdict {
-        let loaded = self.parse(text);
+    fn unreadable(&mut self, bytes: &[u8], name: &str, error: &str) -> Verdict {
+        let loaded = Config::load(&self.config_source);
         let names: Vec<String> = match &loaded {
             Ok(c) => c.rules.iter().flat_map(|r| r.features.clone()).collect(),
             Err(_) => DEFAULT_FEATURES.iter().map(|s| s.to_string()).collect(),
@@ -570,10 +552,10 @@ impl Request {
             .iter()
             .any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some());
         if may_be_tagged {
-            return Verdict::Fail(RequestFailure::Unreadable {
-                name: name.to_owned(),
-                error: error.to_owned(),
-            });
+            return Verdict::Fail(RequestFailure::Unreadable(
+                name.to_owned(),
+                error.to_owned(),
+            ));
         }
         let why = format!(
             "cannot read derivation {name} ({error}); it names no GPU feature, so exposing nothing"

@@ -75,10 +75,7 @@ pub(crate) fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
 /// it lists, sorted.
 pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), TrustError> {
     let dir = trust::listed_dir(&host_root.join(GPUS_DIR))?;
-    let entries = std::fs::read_dir(&dir).map_err(|source| TrustError::Inspect {
-        path: dir.clone(),
-        source,
-    })?;
+    let entries = std::fs::read_dir(&dir).map_err(|e| TrustError::Inspect(dir.clone(), e))?;
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())

@@ -229,7 +229,7 @@ fn a_held_lock_makes_the_lease_fail_in_bounded_time() {
     assert!(
         matches!(
             &e,
-            Err(LeaseError::Lock(LockError::StayedHeld { path, .. })) if path.ends_with(".lock")
+            Err(LeaseError::Lock(LockError::StayedHeld(path, _))) if path.ends_with(".lock")
         ),
         "{e:?}"
     );
