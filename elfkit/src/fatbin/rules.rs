@@ -261,21 +261,6 @@ pub enum ToolkitFit {
     UnknownMajor,
 }
 
-impl ToolkitFit {
-    /// Whether the driver cannot serve it.
-    pub fn fails(self) -> bool {
-        matches!(self, ToolkitFit::NewerMajor | ToolkitFit::BelowFloor { .. })
-    }
-
-    /// Whether the rules cannot say.
-    pub fn unknown(self) -> bool {
-        matches!(
-            self,
-            ToolkitFit::FloorUnknown { .. } | ToolkitFit::UnknownMajor
-        )
-    }
-}
-
 /// Whether `driver` serves what toolkit `built` made (a runtime, a cubin): CUDA's rules as
 /// NVIDIA's CUDA Compatibility guide states them. A newer major fails; within a major, a
 /// newer minor needs the major's floor ([`FLOORS`]); an older major is served (binary
@@ -391,17 +376,6 @@ impl Load {
             self,
             Load::NoBinaryForGpu | Load::UnsupportedPtx { .. } | Load::CompressionTooNew { .. }
         )
-    }
-
-    /// The image the driver would load, when it picks one.
-    pub fn image(&self) -> Option<usize> {
-        match self {
-            Load::Sass { image }
-            | Load::Jit { image }
-            | Load::UnsupportedPtx { image, .. }
-            | Load::CompressionTooNew { image, .. } => Some(*image),
-            _ => None,
-        }
     }
 }
 
