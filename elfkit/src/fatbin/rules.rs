@@ -180,6 +180,18 @@ pub struct Floor {
     pub met_by_its_release: bool,
 }
 
+impl Floor {
+    /// The floor of `major`, whose driver is of the branch of CUDA `major`.0.
+    const fn new(major: i32, driver: DriverVersion, met_by_its_release: bool) -> Floor {
+        Floor {
+            major,
+            driver,
+            cuda: CudaVersion(major * 1000),
+            met_by_its_release,
+        }
+    }
+}
+
 /// NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility", table 1 (13.x >= 580,
 /// 12.x >= 525, 11.x >= 450, with the note: "CUDA 11.0 was released with an earlier driver
 /// version, but by upgrading to Tesla Recommended Drivers 450.80.02 (Linux) ... minor version
@@ -187,24 +199,9 @@ pub struct Floor {
 /// table of minimum drivers for minor-version compatibility (12.x >= 525.60.13, the 12.0
 /// release's own driver; 11.x >= 450.80.02; 11.0 itself shipped with 450.36.06).
 pub const FLOORS: &[Floor] = &[
-    Floor {
-        major: 11,
-        driver: DriverVersion::new(450, 80, 2),
-        cuda: CudaVersion(11000),
-        met_by_its_release: false,
-    },
-    Floor {
-        major: 12,
-        driver: DriverVersion::new(525, 60, 13),
-        cuda: CudaVersion(12000),
-        met_by_its_release: true,
-    },
-    Floor {
-        major: 13,
-        driver: DriverVersion::new(580, 0, 0),
-        cuda: CudaVersion(13000),
-        met_by_its_release: true,
-    },
+    Floor::new(11, DriverVersion::new(450, 80, 2), false),
+    Floor::new(12, DriverVersion::new(525, 60, 13), true),
+    Floor::new(13, DriverVersion::new(580, 0, 0), true),
 ];
 
 /// What built a runtime or a cubin: its CUDA release, or only its major (`libcudart.so.12`).
