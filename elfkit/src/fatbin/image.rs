@@ -157,10 +157,6 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
     // The bytes of the section at an index (none for an index past the table).
     let bytes_of = |i: usize| table.get(i).map_or(&[][..], |s| section_bytes(bytes, s));
     let names = bytes_of(usize::from(u16_at(bytes, 0x3e).unwrap_or(0)));
-    let name_of = |s: &Section| {
-        let rest = names.get(s.name as usize..)?;
-        rest.get(..memchr::memchr(0, rest)?)
-    };
     let (mut kernels, mut managed) = (Vec::new(), Vec::new());
     for symtab in table.iter().filter(|s| s.kind == SHT_SYMTAB) {
         let strings = bytes_of(symtab.link);
@@ -180,7 +176,7 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
         }
         _ => table
             .iter()
-            .find(|s| name_of(s) == Some(b".note.nv.tkinfo"))
+            .find(|s| string_at(names, s.name as usize) == ".note.nv.tkinfo")
             .and_then(|s| release_in(section_bytes(bytes, s))),
     };
     Ok(CubinFacts {
