@@ -59,12 +59,7 @@ fn release_in(note: &[u8]) -> Option<CudaVersion> {
     let end = rest
         .iter()
         .position(|b| !(b.is_ascii_digit() || *b == b'.'))?;
-    let text = std::str::from_utf8(&rest[..end]).ok()?;
-    let (major, minor) = text.split_once('.')?;
-    let major: i32 = major.parse().ok()?;
-    let minor: i32 = minor.parse().ok()?;
-    ((1..100).contains(&major) && (0..10).contains(&minor))
-        .then_some(CudaVersion(major * 1000 + minor * 10))
+    CudaVersion::parse(std::str::from_utf8(&rest[..end]).ok()?).ok()
 }
 
 /// The little-endian `u64` at `at` as an offset or size.
