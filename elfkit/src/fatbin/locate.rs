@@ -14,7 +14,7 @@ use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
 use super::parse::{bytes_at, container_at, containers_in, u32_at, u64_at, CONTAINER_MAGIC};
 use super::strings::{may_hold_strings, Ahead, CStrings, BLOCK};
-use super::{Container, FatbinError, GpuCode, Origin, Purpose};
+use super::{Container, Entry, FatbinError, GpuCode, Origin, Purpose};
 
 pub use super::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_MAGIC, WRAPPER_SECTION};
 
@@ -62,15 +62,8 @@ pub fn read_gpu_code_and_strings(
     } else if data.starts_with(b"\x7fELF") {
         elf_containers(data, 0, &mut code.containers, strings)?;
     } else if super::parse::has_magic(data, 0) {
-        for (at, entries, end) in containers_in(data, 0)? {
-            code.containers.push(Container {
-                offset: at as u64,
-                size: (end - at) as u64,
-                origin: Origin::File,
-                purpose: Purpose::Loadable,
-                member: None,
-                entries,
-            });
+        for found in containers_in(data, 0)? {
+            code.containers.push(container(0, found, Origin::File));
         }
     }
     Ok(code)
@@ -168,11 +161,6 @@ fn elf_containers(
         return Ok(());
     }
     let relocatable = file.kind() == ObjectKind::Relocatable;
-    let purpose_of = |section: &str| match (relocatable, section) {
-        (true, _) => Purpose::LinkInput,
-        (false, RELFATBIN_SECTION) => Purpose::DeviceLinkInput,
-        (false, _) => Purpose::Loadable,
-    };
     let mut walked = Ranges::default();
     let mut starts: BTreeSet<usize> = BTreeSet::new();
     for s in &placed {
@@ -183,16 +171,14 @@ fn elf_containers(
             continue;
         }
         let (start, end) = (s.start, s.end);
-        for (at, entries, stop) in containers_in(&data[start..end], base + start as u64)? {
-            starts.insert(start + at);
-            out.push(Container {
-                offset: base + (start + at) as u64,
-                size: (stop - at) as u64,
-                origin: Origin::Section(s.name.clone()),
-                purpose: purpose_of(&s.name),
-                member: None,
-                entries,
-            });
+        let section_base = base + start as u64;
+        for found in containers_in(&data[start..end], section_base)? {
+            starts.insert(start + found.0);
+            let mut c = container(section_base, found, Origin::Section(s.name.clone()));
+            if s.name == RELFATBIN_SECTION {
+                c.purpose = Purpose::DeviceLinkInput; // a relocatable object's: LinkInput below
+            }
+            out.push(c);
         }
         walked.add(start, end);
     }
@@ -213,14 +199,8 @@ fn elf_containers(
             let (entries, stop) = container_at(data, at, base)?;
             starts.insert(at);
             walked.add(at, stop);
-            out.push(Container {
-                offset: base + at as u64,
-                size: (stop - at) as u64,
-                origin: Origin::Wrapper(section),
-                purpose: Purpose::Loadable,
-                member: None,
-                entries,
-            });
+            let origin = Origin::Wrapper(section);
+            out.push(container(base, (at, entries, stop), origin));
         }
     }
     // The magic elsewhere: data sections only (never code, never the ones walked), each byte
@@ -306,6 +286,23 @@ fn elf_containers(
     Ok(())
 }
 
+/// The container read at `at` of the bytes walked, up to `end` (`base`: their offset in the
+/// file), found where `origin` says; loadable until the caller says otherwise.
+fn container(
+    base: u64,
+    (at, entries, end): (usize, Vec<Entry>, usize),
+    origin: Origin,
+) -> Container {
+    Container {
+        offset: base + at as u64,
+        size: (end - at) as u64,
+        origin,
+        purpose: Purpose::Loadable,
+        member: None,
+        entries,
+    }
+}
+
 /// The file offset of a virtual address, and the name of the section holding it, among
 /// `sections` sorted by address.
 fn file_offset_of(sections: &[Placed], address: u64) -> Option<(usize, String)> {
@@ -382,14 +379,8 @@ fn scan(
                 // No string holds the magic, so none runs from before `at` into the container.
                 strings_to(&mut s, at, at);
                 s = stop;
-                out.push(Container {
-                    offset: base + at as u64,
-                    size: (stop - at) as u64,
-                    origin: Origin::Scan(section.to_owned()),
-                    purpose: Purpose::Loadable,
-                    member: None,
-                    entries,
-                });
+                let origin = Origin::Scan(section.to_owned());
+                out.push(container(base, (at, entries, stop), origin));
                 p = stop;
             }
             Ok((_, stop)) => p = stop.max(at + 1),
