@@ -252,11 +252,7 @@ fn elf_containers(
             continue;
         }
         let ahead = aheads.remove(&s.start).filter(|_| is_text_data(s));
-        let search = ahead.map(|ahead| Search {
-            strings: &mut *strings,
-            walked: &walked,
-            ahead,
-        });
+        let search = ahead.map(|ahead| (&mut *strings, &walked, ahead));
         scan(data, start, s.end, base, &s.name, out, search);
         scanned_to = s.end;
     }
@@ -315,24 +311,17 @@ fn file_offset_of(sections: &[Placed], address: u64) -> Option<(usize, String)> 
     (s.address != 0 && at < s.end).then(|| (at, s.name.clone()))
 }
 
-/// Strings to look for as a scan reads a section, and the bytes already known to be
-/// containers (walked sections, wrappers' containers), where a match does not count.
-struct Search<'a> {
-    strings: &'a mut CStrings,
-    walked: &'a Ranges,
-    /// What the section's last block holds.
-    ahead: Ahead,
-}
-
 /// Finds containers by their magic in `data[start..end]`. A candidate that does not parse is
 /// a coincidence of bytes and is skipped, and the search resumes past what its walk read (the
 /// header it failed at): bytes a candidate walked, valid or not, are not searched again, so
 /// each byte is read a bounded number of times. (A real container hidden inside the entries of
 /// a bogus one is then missed: only a file made to deceive has that.)
 ///
-/// With `search`, its strings are looked for in the same bytes block by block, outside the
-/// containers found: each block of [`BLOCK`] bytes is searched for the magic, then for the
-/// strings up to the first container in it, while it is in the cache.
+/// With `search` (strings to look for, the bytes already known to be containers, where a match
+/// does not count, and what the section's last block holds), the strings are looked for in the
+/// same bytes block by block, outside the containers found: each block of [`BLOCK`] bytes is
+/// searched for the magic, then for the strings up to the first container in it, while it is
+/// in the cache.
 fn scan(
     data: &[u8],
     start: usize,
@@ -340,7 +329,7 @@ fn scan(
     base: u64,
     section: &str,
     out: &mut Vec<Container>,
-    mut search: Option<Search>,
+    mut search: Option<(&mut CStrings, &Ranges, Ahead)>,
 ) {
     let magic = CONTAINER_MAGIC.to_le_bytes();
     let finder = memmem::Finder::new(&magic);
@@ -350,13 +339,9 @@ fn scan(
     // Strings have been looked for in the matches that start before `s` (never past `p`).
     let mut s = start;
     let mut strings_to = |s: &mut usize, to: usize, limit: usize| {
-        if let Some(search) = search.as_mut().filter(|x| x.strings.wanted()) {
-            let walked = search.walked;
+        if let Some((strings, walked, ahead)) = search.as_mut().filter(|x| x.0.wanted()) {
             let excluded = |a, b| walked.meets(a, b);
-            let ahead = Some(&search.ahead);
-            search
-                .strings
-                .search(data, (*s, to, limit), ahead, &excluded);
+            strings.search(data, (*s, to, limit), Some(&*ahead), &excluded);
         }
         *s = to;
     };
@@ -390,7 +375,7 @@ fn scan(
             }
         }
     }
-    if let Some(search) = search.as_mut() {
+    if let Some((strings, walked, ahead)) = search {
         let containers: Vec<(usize, usize)> = out[from..]
             .iter()
             .map(|c| {
@@ -398,10 +383,7 @@ fn scan(
                 (at, at + c.size as usize)
             })
             .collect();
-        let walked = search.walked;
-        search
-            .strings
-            .settle(data, &search.ahead, &containers, &|a, b| walked.meets(a, b));
+        strings.settle(data, &ahead, &containers, &|a, b| walked.meets(a, b));
     }
 }
 
@@ -520,12 +502,8 @@ mod tests {
             let walked = Ranges::default();
             let mut out = Vec::new();
             let ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
-            let search = Search {
-                strings: &mut strings,
-                walked: &walked,
-                ahead,
-            };
-            scan(&data, 0, data.len(), 0, ".rodata", &mut out, Some(search));
+            let search = Some((&mut strings, &walked, ahead));
+            scan(&data, 0, data.len(), 0, ".rodata", &mut out, search);
             assert_eq!(out.len(), 2);
             let expected = outside_containers(&data, &out, &texts);
             assert_eq!(expected, [true, false, true, shm_early, true]);
