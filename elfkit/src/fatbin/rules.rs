@@ -108,19 +108,14 @@ impl DriverVersion {
     /// Parses `550.54.14`, `580.65` or `580`.
     pub fn parse(text: &str) -> Result<DriverVersion, ValueError> {
         let bad = || ValueError::DriverVersion(text.to_owned());
-        let mut parts = text.trim().split('.');
-        let mut next = |required: bool| -> Result<u32, ValueError> {
-            match parts.next() {
-                Some(p) => p.parse().map_err(|_| bad()),
-                None if required => Err(bad()),
-                None => Ok(0),
-            }
-        };
-        let version = DriverVersion::new(next(true)?, next(false)?, next(false)?);
-        if parts.next().is_some() {
-            return Err(bad());
+        let parts: Vec<u32> = (text.trim().split('.').map(str::parse))
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad())?;
+        let part = |i: usize| parts.get(i).copied().unwrap_or(0);
+        match parts.len() {
+            1..=3 => Ok(DriverVersion::new(part(0), part(1), part(2))),
+            _ => Err(bad()),
         }
-        Ok(version)
     }
 }
 
