@@ -48,7 +48,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::gpus::{self, Drives};
-use super::image::{cubin_facts, ptx_facts};
+use super::image::{cubin_facts, ptx_facts, Symbols};
 use super::payload::payload;
 use super::rules::{load, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit};
 use super::{
@@ -268,17 +268,13 @@ fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
     let mut read_any = false;
     for e in images {
         let read = match e.kind {
-            EntryKind::Sass => payload(data, e, room)
-                .ok()
+            EntryKind::Sass => (payload(data, e, room).ok())
                 .and_then(|b| cubin_facts(b).ok())
-                .map(|f| (f.kernels, f.managed)),
-            EntryKind::Ptx => payload(data, e, room).ok().map(|b| {
-                let f = ptx_facts(b);
-                (f.kernels, f.managed)
-            }),
+                .map(|f| f.symbols),
+            EntryKind::Ptx => payload(data, e, room).ok().map(ptx_facts),
             _ => None,
         };
-        let Some((kernels, managed)) = read else {
+        let Some(Symbols { kernels, managed }) = read else {
             continue;
         };
         read_any = true;
