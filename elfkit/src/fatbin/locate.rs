@@ -49,14 +49,13 @@ pub fn read_gpu_code_and_strings(
                 continue;
             }
             let name = String::from_utf8_lossy(member.name()).into_owned();
-            let mut found = Vec::new();
+            let from = code.containers.len();
             // ELF headers are read in place and must be aligned; `ar` aligns members to 2.
             let mut copy = Vec::new();
-            let mut none = CStrings::new(&[]);
-            elf_containers(aligned(bytes, &mut copy), start, &mut found, &mut none)?;
-            for mut c in found {
+            let none = &mut CStrings::new(&[]);
+            elf_containers(aligned(bytes, &mut copy), start, &mut code.containers, none)?;
+            for c in &mut code.containers[from..] {
                 c.member = Some(name.clone());
-                code.containers.push(c);
             }
         }
     } else if data.starts_with(b"\x7fELF") {
