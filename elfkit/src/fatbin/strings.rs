@@ -82,12 +82,6 @@ impl CStrings {
         self.covered = false;
     }
 
-    /// The longest string, NUL included, less one: how far a match may run past a block.
-    fn overlap(&self) -> usize {
-        let longest = self.finders.iter().map(|f| f.needle().len()).max();
-        longest.unwrap_or(1) - 1
-    }
-
     /// Looks for the missing strings starting in `data[from..to]` and ending by `limit`, in
     /// blocks of [`BLOCK`], but those `ahead` defers; `excluded(start, end)` rejects a match
     /// lying on bytes that are not searched (containers found another way).
@@ -114,7 +108,9 @@ impl CStrings {
         if !self.covered {
             return;
         }
-        let overlap = self.overlap();
+        // The longest string, NUL included, less one: how far a match may run past a block.
+        let longest = self.finders.iter().map(|f| f.needle().len()).max();
+        let overlap = longest.unwrap_or(1) - 1;
         let to = to.min(limit);
         let mut p = from;
         while p < to && (0..self.found.len()).any(|i| !self.found[i] && wanted(i)) {
