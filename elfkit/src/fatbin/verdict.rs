@@ -244,12 +244,9 @@ pub struct ModuleReads {
 impl ModuleReads {
     /// [`holds`] of module `index` of `code`, read from `data` the first time it is asked.
     fn holds(&self, data: &[u8], code: &GpuCode, index: usize) -> Option<Holds> {
-        if let Some(known) = self.held.borrow().get(&index) {
-            return known.clone();
-        }
-        let read = holds(data, &code.containers[index], &mut self.room.borrow_mut());
-        self.held.borrow_mut().insert(index, read.clone());
-        read
+        let read = || holds(data, &code.containers[index], &mut self.room.borrow_mut());
+        let mut held = self.held.borrow_mut();
+        held.entry(index).or_insert_with(read).clone()
     }
 }
 
