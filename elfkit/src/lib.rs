@@ -218,9 +218,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
         }
         value.split(':').map(String::from).collect()
     };
-    for offset in needed {
-        info.needed.push(string(offset)?);
-    }
+    info.needed = needed.into_iter().map(string).collect::<Result<_, _>>()?;
     info.runpath = runpath.map(string).transpose()?.map(split);
     info.rpath = rpath.map(string).transpose()?.map(split);
     info.soname = soname.map(string).transpose()?;
