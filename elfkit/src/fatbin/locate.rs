@@ -6,7 +6,7 @@
 //! are walked once, the magic scan covers the other data sections once and resumes past every
 //! candidate it tried, so a file of any size is read in linear time.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use memchr::memmem;
 use object::read::archive::ArchiveFile;
@@ -161,7 +161,6 @@ fn elf_containers(
     }
     let relocatable = file.kind() == ObjectKind::Relocatable;
     let mut walked = Ranges::default();
-    let mut starts: BTreeSet<usize> = BTreeSet::new();
     for s in &placed {
         if s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION {
             continue;
@@ -172,7 +171,6 @@ fn elf_containers(
         let (start, end) = (s.start, s.end);
         let section_base = base + start as u64;
         for found in containers_in(&data[start..end], section_base)? {
-            starts.insert(start + found.0);
             let mut c = container(section_base, found, Origin::Section(s.name.clone()));
             if s.name == RELFATBIN_SECTION {
                 c.purpose = Purpose::DeviceLinkInput; // a relocatable object's: LinkInput below
@@ -192,11 +190,10 @@ fn elf_containers(
             let Some((at, section)) = address.and_then(|a| file_offset_of(&placed, a)) else {
                 continue;
             };
-            if starts.contains(&at) || walked.meets(at, at + 1) {
+            if walked.meets(at, at + 1) {
                 continue;
             }
             let (entries, stop) = container_at(data, at, base)?;
-            starts.insert(at);
             walked.add(at, stop);
             let origin = Origin::Wrapper(section);
             out.push(container(base, (at, entries, stop), origin));
@@ -265,11 +262,12 @@ fn elf_containers(
         );
         strings.settle(data, &ahead, &[], &excluded);
     }
-    // A container a walk or a wrapper found is not found twice by the scan.
+    // A container a walk or a wrapper found (its bytes are walked) is not found twice by the
+    // scan.
     let mut kept = out.split_off(before);
     kept.retain(|c| {
         let at = (c.offset - base) as usize;
-        !starts.contains(&at) && !walked.meets(at, at + 1)
+        !walked.meets(at, at + 1)
     });
     out.extend(kept);
     out[from..].sort_by_key(|c| c.offset);
