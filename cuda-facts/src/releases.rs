@@ -13,7 +13,7 @@ use super::CudaVersion;
 pub const TABLE: &str = include_str!("releases.txt");
 
 /// The releases and branches, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Releases {
     /// Every CUDA toolkit release, in increasing order.
     pub releases: Vec<CudaVersion>,
@@ -23,10 +23,7 @@ pub struct Releases {
 
 /// Parses a table written as [`TABLE`] is.
 pub fn parse(text: &str) -> Result<Releases, TableError> {
-    let mut out = Releases {
-        releases: Vec::new(),
-        branches: Vec::new(),
-    };
+    let mut out = Releases::default();
     for (line, at) in table::rows(text, "releases.txt") {
         let fields: Vec<&str> = line.split(" | ").map(str::trim).collect();
         match fields[..] {

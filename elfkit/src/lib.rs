@@ -93,52 +93,18 @@ fn dynamic_info_in<'data, R: ReadRef<'data>>(data: R) -> Result<Option<DynamicIn
     }
 }
 
-/// The file as the loader maps it: its `PT_LOAD` segments, in program header order.
-struct LoadImage {
-    /// `(p_vaddr, p_memsz, p_offset, p_filesz)` of each `PT_LOAD`.
-    segments: Vec<(u64, u64, u64, u64)>,
-    /// The file's length.
-    len: u64,
-}
-
-impl LoadImage {
-    /// What the loader would have at `addr`: file bytes, as their offset and how many there
-    /// are to the end of the segment's file part, or `None` for zeros (past the segment's file
-    /// size, inside its memory size). A later segment maps over an earlier one, as
-    /// `mmap(MAP_FIXED)` in program header order does.
-    fn at(&self, addr: u64, what: &'static str) -> Result<Option<(u64, u64)>, ElfError> {
-        let &(vaddr, _, offset, filesz) = self
-            .segments
-            .iter()
-            .rev()
-            .find(|&&(v, m, _, _)| addr >= v && addr - v < m)
-            .ok_or(ElfError::Unmapped {
-                what,
-                address: addr,
-            })?;
-        let delta = addr - vaddr;
-        if delta >= filesz {
-            return Ok(None);
-        }
-        match offset.checked_add(filesz) {
-            Some(end) if end <= self.len => Ok(Some((offset + delta, filesz - delta))),
-            _ => Err(ElfError::SegmentPastEnd(what)),
-        }
-    }
-}
-
 fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
     data: R,
 ) -> Result<Option<DynamicInfo>, ElfError> {
     let header = Elf::parse(data).map_err(ElfError::Headers)?;
     let endian = header.endian().map_err(ElfError::Headers)?;
     let mut info = DynamicInfo::default();
-    let mut image = LoadImage {
-        segments: Vec::new(),
-        len: data
-            .len()
-            .map_err(|()| ElfError::Unreadable("its length"))?,
-    };
+    let len = data
+        .len()
+        .map_err(|()| ElfError::Unreadable("its length"))?;
+    // The file as the loader maps it: `(p_vaddr, p_memsz, p_offset, p_filesz)` of each
+    // `PT_LOAD`, in program header order.
+    let mut segments: Vec<(u64, u64, u64, u64)> = Vec::new();
     let mut dynamic = None;
     for ph in header
         .program_headers(endian, data)
@@ -153,7 +119,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
             elf::PT_DYNAMIC => {
                 dynamic = Some((ph.p_vaddr(endian).into(), ph.p_memsz(endian).into()));
             }
-            elf::PT_LOAD => image.segments.push((
+            elf::PT_LOAD => segments.push((
                 ph.p_vaddr(endian).into(),
                 ph.p_memsz(endian).into(),
                 ph.p_offset(endian).into(),
@@ -162,10 +128,30 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
             _ => {}
         }
     }
+    // What the loader would have at `addr`: file bytes, as their offset and how many there
+    // are to the end of the segment's file part, or `None` for zeros (past the segment's file
+    // size, inside its memory size). A later segment maps over an earlier one, as
+    // `mmap(MAP_FIXED)` in program header order does.
+    let mapped = |addr: u64, what: &'static str| -> Result<Option<(u64, u64)>, ElfError> {
+        let &(vaddr, _, offset, filesz) = (segments.iter().rev())
+            .find(|&&(v, m, _, _)| addr >= v && addr - v < m)
+            .ok_or(ElfError::Unmapped {
+                what,
+                address: addr,
+            })?;
+        let delta = addr - vaddr;
+        if delta >= filesz {
+            return Ok(None);
+        }
+        match offset.checked_add(filesz) {
+            Some(end) if end <= len => Ok(Some((offset + delta, filesz - delta))),
+            _ => Err(ElfError::SegmentPastEnd(what)),
+        }
+    };
     let Some((address, memsz)) = dynamic else {
         return Ok(Some(info)); // a static executable or an object file: no search path
     };
-    let Some((offset, available)) = image.at(address, "PT_DYNAMIC")? else {
+    let Some((offset, available)) = mapped(address, "PT_DYNAMIC")? else {
         return Ok(Some(info)); // zeros: DT_NULL first, nothing to load
     };
     let word_size: usize = if header.is_type_64() { 8 } else { 4 };
@@ -211,7 +197,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
         return Ok(Some(info));
     }
     let strtab = strtab.ok_or(ElfError::NoStringTable)?;
-    let (table, table_len) = match image.at(strtab, "DT_STRTAB")? {
+    let (table, table_len) = match mapped(strtab, "DT_STRTAB")? {
         Some((offset, available)) => (offset, available.min(strsz.unwrap_or(u64::MAX))),
         None => (0, 0),
     };
@@ -232,9 +218,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
         }
         value.split(':').map(String::from).collect()
     };
-    for offset in needed {
-        info.needed.push(string(offset)?);
-    }
+    info.needed = needed.into_iter().map(string).collect::<Result<_, _>>()?;
     info.runpath = runpath.map(string).transpose()?.map(split);
     info.rpath = rpath.map(string).transpose()?.map(split);
     info.soname = soname.map(string).transpose()?;

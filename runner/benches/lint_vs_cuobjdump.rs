@@ -457,7 +457,7 @@ fn verdict_reads<'a>(
             for e in images {
                 reads.push(e);
                 let holds = payload(data, e, &mut room).ok().and_then(|b| match e.kind {
-                    EntryKind::Sass => cubin_facts(b).ok().map(|f| !f.inert()),
+                    EntryKind::Sass => cubin_facts(b).ok().map(|f| !f.symbols.inert()),
                     _ => Some(!ptx_facts(b).inert()),
                 });
                 if holds == Some(true) {

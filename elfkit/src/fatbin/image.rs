@@ -30,25 +30,34 @@ pub const STO_CUDA_MANAGED: u8 = 0x04;
 /// `e_machine` of a cubin (`EM_CUDA`).
 pub const EM_CUDA: u16 = 190;
 
-/// What a cubin holds that decides whether it must load, and who built it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CubinFacts {
-    /// `EI_ABIVERSION`: 7 up to CUDA 12.9 (below sm_100), 8 after.
-    pub abi: u8,
-    /// Kernels: the names of the symbols marked `STO_CUDA_ENTRY`, in symbol-table order.
+/// What an image (a cubin or PTX) holds that decides whether its module must load.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Symbols {
+    /// Kernels: in a cubin the names of the symbols marked `STO_CUDA_ENTRY`, in symbol-table
+    /// order; in PTX the names of its `.entry` directives.
     pub kernels: Vec<String>,
-    /// Managed variables: the names of the symbols marked `STO_CUDA_MANAGED`.
+    /// Managed variables: in a cubin the names of the symbols marked `STO_CUDA_MANAGED`; in
+    /// PTX the `.global .attribute(.managed)` variables it defines.
     pub managed: Vec<String>,
-    /// The CUDA release whose ptxas built it, when it records one.
-    pub toolkit: Option<CudaVersion>,
 }
 
-impl CubinFacts {
+impl Symbols {
     /// Whether it holds neither a kernel nor a managed variable: nothing that fails if its
     /// module cannot load.
     pub fn inert(&self) -> bool {
         self.kernels.is_empty() && self.managed.is_empty()
     }
+}
+
+/// What a cubin holds that decides whether it must load, and who built it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CubinFacts {
+    /// `EI_ABIVERSION`: 7 up to CUDA 12.9 (below sm_100), 8 after.
+    pub abi: u8,
+    /// Its kernels and managed variables.
+    pub symbols: Symbols,
+    /// The CUDA release whose ptxas built it, when it records one.
+    pub toolkit: Option<CudaVersion>,
 }
 
 /// `release 13.0` in a `.note.nv.tkinfo` description → 13000.
@@ -59,12 +68,7 @@ fn release_in(note: &[u8]) -> Option<CudaVersion> {
     let end = rest
         .iter()
         .position(|b| !(b.is_ascii_digit() || *b == b'.'))?;
-    let text = std::str::from_utf8(&rest[..end]).ok()?;
-    let (major, minor) = text.split_once('.')?;
-    let major: i32 = major.parse().ok()?;
-    let minor: i32 = minor.parse().ok()?;
-    ((1..100).contains(&major) && (0..10).contains(&minor))
-        .then_some(CudaVersion(major * 1000 + minor * 10))
+    CudaVersion::parse(std::str::from_utf8(&rest[..end]).ok()?).ok()
 }
 
 /// The little-endian `u64` at `at` as an offset or size.
@@ -157,19 +161,15 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
     // The bytes of the section at an index (none for an index past the table).
     let bytes_of = |i: usize| table.get(i).map_or(&[][..], |s| section_bytes(bytes, s));
     let names = bytes_of(usize::from(u16_at(bytes, 0x3e).unwrap_or(0)));
-    let name_of = |s: &Section| {
-        let rest = names.get(s.name as usize..)?;
-        rest.get(..memchr::memchr(0, rest)?)
-    };
-    let (mut kernels, mut managed) = (Vec::new(), Vec::new());
+    let mut symbols = Symbols::default();
     for symtab in table.iter().filter(|s| s.kind == SHT_SYMTAB) {
         let strings = bytes_of(symtab.link);
         for sym in section_bytes(bytes, symtab).chunks_exact(SYM_SIZE) {
             let name = || string_at(strings, u32_at(sym, 0).unwrap_or(0) as usize);
             if sym[ST_OTHER] & STO_CUDA_ENTRY != 0 {
-                kernels.push(name());
+                symbols.kernels.push(name());
             } else if sym[ST_OTHER] & STO_CUDA_MANAGED != 0 {
-                managed.push(name());
+                symbols.managed.push(name());
             }
         }
     }
@@ -180,39 +180,22 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
         }
         _ => table
             .iter()
-            .find(|s| name_of(s) == Some(b".note.nv.tkinfo"))
+            .find(|s| string_at(names, s.name as usize) == ".note.nv.tkinfo")
             .and_then(|s| release_in(section_bytes(bytes, s))),
     };
     Ok(CubinFacts {
         abi: bytes[8],
-        kernels,
-        managed,
+        symbols,
         toolkit,
     })
-}
-
-/// What a PTX text declares that decides whether its module must load.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PtxFacts {
-    /// The names of its `.entry` directives: kernels.
-    pub kernels: Vec<String>,
-    /// The names of the `.global .attribute(.managed)` variables it defines.
-    pub managed: Vec<String>,
-}
-
-impl PtxFacts {
-    /// Whether it declares neither a kernel nor a managed variable.
-    pub fn inert(&self) -> bool {
-        self.kernels.is_empty() && self.managed.is_empty()
-    }
 }
 
 /// What the PTX `text` declares. Comments are skipped; a directive counts at module scope
 /// (outside every `{ }`), after the linkage directives `.visible`, `.weak` and `.common`
 /// (`.extern` declares what another module defines, so it is not this module's). A managed
 /// variable's name is the last word of its declaration before any `[`, `=` or `;`.
-pub fn ptx_facts(text: &[u8]) -> PtxFacts {
-    let mut facts = PtxFacts::default();
+pub fn ptx_facts(text: &[u8]) -> Symbols {
+    let mut facts = Symbols::default();
     let mut depth = 0usize;
     let mut in_block_comment = false;
     for line in text.split(|b| *b == b'\n') {

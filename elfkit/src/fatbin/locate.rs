@@ -6,7 +6,7 @@
 //! are walked once, the magic scan covers the other data sections once and resumes past every
 //! candidate it tried, so a file of any size is read in linear time.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use memchr::memmem;
 use object::read::archive::ArchiveFile;
@@ -14,7 +14,7 @@ use object::{Object, ObjectKind, ObjectSection, SectionKind};
 
 use super::parse::{bytes_at, container_at, containers_in, u32_at, u64_at, CONTAINER_MAGIC};
 use super::strings::{may_hold_strings, Ahead, CStrings, BLOCK};
-use super::{Container, FatbinError, GpuCode, Origin, Purpose};
+use super::{Container, Entry, FatbinError, GpuCode, Origin, Purpose};
 
 pub use super::sections::{FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_MAGIC, WRAPPER_SECTION};
 
@@ -49,28 +49,20 @@ pub fn read_gpu_code_and_strings(
                 continue;
             }
             let name = String::from_utf8_lossy(member.name()).into_owned();
-            let mut found = Vec::new();
+            let from = code.containers.len();
             // ELF headers are read in place and must be aligned; `ar` aligns members to 2.
             let mut copy = Vec::new();
-            let mut none = CStrings::new(&[]);
-            elf_containers(aligned(bytes, &mut copy), start, &mut found, &mut none)?;
-            for mut c in found {
+            let none = &mut CStrings::new(&[]);
+            elf_containers(aligned(bytes, &mut copy), start, &mut code.containers, none)?;
+            for c in &mut code.containers[from..] {
                 c.member = Some(name.clone());
-                code.containers.push(c);
             }
         }
     } else if data.starts_with(b"\x7fELF") {
         elf_containers(data, 0, &mut code.containers, strings)?;
     } else if super::parse::has_magic(data, 0) {
-        for (at, entries, end) in containers_in(data, 0)? {
-            code.containers.push(Container {
-                offset: at as u64,
-                size: (end - at) as u64,
-                origin: Origin::File,
-                purpose: Purpose::Loadable,
-                member: None,
-                entries,
-            });
+        for found in containers_in(data, 0)? {
+            code.containers.push(container(0, found, Origin::File));
         }
     }
     Ok(code)
@@ -168,13 +160,7 @@ fn elf_containers(
         return Ok(());
     }
     let relocatable = file.kind() == ObjectKind::Relocatable;
-    let purpose_of = |section: &str| match (relocatable, section) {
-        (true, _) => Purpose::LinkInput,
-        (false, RELFATBIN_SECTION) => Purpose::DeviceLinkInput,
-        (false, _) => Purpose::Loadable,
-    };
     let mut walked = Ranges::default();
-    let mut starts: BTreeSet<usize> = BTreeSet::new();
     for s in &placed {
         if s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION {
             continue;
@@ -183,16 +169,13 @@ fn elf_containers(
             continue;
         }
         let (start, end) = (s.start, s.end);
-        for (at, entries, stop) in containers_in(&data[start..end], base + start as u64)? {
-            starts.insert(start + at);
-            out.push(Container {
-                offset: base + (start + at) as u64,
-                size: (stop - at) as u64,
-                origin: Origin::Section(s.name.clone()),
-                purpose: purpose_of(&s.name),
-                member: None,
-                entries,
-            });
+        let section_base = base + start as u64;
+        for found in containers_in(&data[start..end], section_base)? {
+            let mut c = container(section_base, found, Origin::Section(s.name.clone()));
+            if s.name == RELFATBIN_SECTION {
+                c.purpose = Purpose::DeviceLinkInput; // a relocatable object's: LinkInput below
+            }
+            out.push(c);
         }
         walked.add(start, end);
     }
@@ -207,20 +190,13 @@ fn elf_containers(
             let Some((at, section)) = address.and_then(|a| file_offset_of(&placed, a)) else {
                 continue;
             };
-            if starts.contains(&at) || walked.meets(at, at + 1) {
+            if walked.meets(at, at + 1) {
                 continue;
             }
             let (entries, stop) = container_at(data, at, base)?;
-            starts.insert(at);
             walked.add(at, stop);
-            out.push(Container {
-                offset: base + at as u64,
-                size: (stop - at) as u64,
-                origin: Origin::Wrapper(section),
-                purpose: Purpose::Loadable,
-                member: None,
-                entries,
-            });
+            let origin = Origin::Wrapper(section);
+            out.push(container(base, (at, entries, stop), origin));
         }
     }
     // The magic elsewhere: data sections only (never code, never the ones walked), each byte
@@ -272,11 +248,7 @@ fn elf_containers(
             continue;
         }
         let ahead = aheads.remove(&s.start).filter(|_| is_text_data(s));
-        let search = ahead.map(|ahead| Search {
-            strings: &mut *strings,
-            walked: &walked,
-            ahead,
-        });
+        let search = ahead.map(|ahead| (&mut *strings, &walked, ahead));
         scan(data, start, s.end, base, &s.name, out, search);
         scanned_to = s.end;
     }
@@ -290,11 +262,12 @@ fn elf_containers(
         );
         strings.settle(data, &ahead, &[], &excluded);
     }
-    // A container a walk or a wrapper found is not found twice by the scan.
+    // A container a walk or a wrapper found (its bytes are walked) is not found twice by the
+    // scan.
     let mut kept = out.split_off(before);
     kept.retain(|c| {
         let at = (c.offset - base) as usize;
-        !starts.contains(&at) && !walked.meets(at, at + 1)
+        !walked.meets(at, at + 1)
     });
     out.extend(kept);
     out[from..].sort_by_key(|c| c.offset);
@@ -304,6 +277,23 @@ fn elf_containers(
         }
     }
     Ok(())
+}
+
+/// The container read at `at` of the bytes walked, up to `end` (`base`: their offset in the
+/// file), found where `origin` says; loadable until the caller says otherwise.
+fn container(
+    base: u64,
+    (at, entries, end): (usize, Vec<Entry>, usize),
+    origin: Origin,
+) -> Container {
+    Container {
+        offset: base + at as u64,
+        size: (end - at) as u64,
+        origin,
+        purpose: Purpose::Loadable,
+        member: None,
+        entries,
+    }
 }
 
 /// The file offset of a virtual address, and the name of the section holding it, among
@@ -318,24 +308,17 @@ fn file_offset_of(sections: &[Placed], address: u64) -> Option<(usize, String)> 
     (s.address != 0 && at < s.end).then(|| (at, s.name.clone()))
 }
 
-/// Strings to look for as a scan reads a section, and the bytes already known to be
-/// containers (walked sections, wrappers' containers), where a match does not count.
-struct Search<'a> {
-    strings: &'a mut CStrings,
-    walked: &'a Ranges,
-    /// What the section's last block holds.
-    ahead: Ahead,
-}
-
 /// Finds containers by their magic in `data[start..end]`. A candidate that does not parse is
 /// a coincidence of bytes and is skipped, and the search resumes past what its walk read (the
 /// header it failed at): bytes a candidate walked, valid or not, are not searched again, so
 /// each byte is read a bounded number of times. (A real container hidden inside the entries of
 /// a bogus one is then missed: only a file made to deceive has that.)
 ///
-/// With `search`, its strings are looked for in the same bytes block by block, outside the
-/// containers found: each block of [`BLOCK`] bytes is searched for the magic, then for the
-/// strings up to the first container in it, while it is in the cache.
+/// With `search` (strings to look for, the bytes already known to be containers, where a match
+/// does not count, and what the section's last block holds), the strings are looked for in the
+/// same bytes block by block, outside the containers found: each block of [`BLOCK`] bytes is
+/// searched for the magic, then for the strings up to the first container in it, while it is
+/// in the cache.
 fn scan(
     data: &[u8],
     start: usize,
@@ -343,7 +326,7 @@ fn scan(
     base: u64,
     section: &str,
     out: &mut Vec<Container>,
-    mut search: Option<Search>,
+    mut search: Option<(&mut CStrings, &Ranges, Ahead)>,
 ) {
     let magic = CONTAINER_MAGIC.to_le_bytes();
     let finder = memmem::Finder::new(&magic);
@@ -353,13 +336,9 @@ fn scan(
     // Strings have been looked for in the matches that start before `s` (never past `p`).
     let mut s = start;
     let mut strings_to = |s: &mut usize, to: usize, limit: usize| {
-        if let Some(search) = search.as_mut().filter(|x| x.strings.wanted()) {
-            let walked = search.walked;
+        if let Some((strings, walked, ahead)) = search.as_mut().filter(|x| x.0.wanted()) {
             let excluded = |a, b| walked.meets(a, b);
-            let ahead = Some(&search.ahead);
-            search
-                .strings
-                .search(data, (*s, to, limit), ahead, &excluded);
+            strings.search(data, (*s, to, limit), Some(&*ahead), &excluded);
         }
         *s = to;
     };
@@ -382,14 +361,8 @@ fn scan(
                 // No string holds the magic, so none runs from before `at` into the container.
                 strings_to(&mut s, at, at);
                 s = stop;
-                out.push(Container {
-                    offset: base + at as u64,
-                    size: (stop - at) as u64,
-                    origin: Origin::Scan(section.to_owned()),
-                    purpose: Purpose::Loadable,
-                    member: None,
-                    entries,
-                });
+                let origin = Origin::Scan(section.to_owned());
+                out.push(container(base, (at, entries, stop), origin));
                 p = stop;
             }
             Ok((_, stop)) => p = stop.max(at + 1),
@@ -399,7 +372,7 @@ fn scan(
             }
         }
     }
-    if let Some(search) = search.as_mut() {
+    if let Some((strings, walked, ahead)) = search {
         let containers: Vec<(usize, usize)> = out[from..]
             .iter()
             .map(|c| {
@@ -407,10 +380,7 @@ fn scan(
                 (at, at + c.size as usize)
             })
             .collect();
-        let walked = search.walked;
-        search
-            .strings
-            .settle(data, &search.ahead, &containers, &|a, b| walked.meets(a, b));
+        strings.settle(data, &ahead, &containers, &|a, b| walked.meets(a, b));
     }
 }
 
@@ -529,12 +499,8 @@ mod tests {
             let walked = Ranges::default();
             let mut out = Vec::new();
             let ahead = strings.look_ahead(&data, (0, data.len()), &|_, _| false);
-            let search = Search {
-                strings: &mut strings,
-                walked: &walked,
-                ahead,
-            };
-            scan(&data, 0, data.len(), 0, ".rodata", &mut out, Some(search));
+            let search = Some((&mut strings, &walked, ahead));
+            scan(&data, 0, data.len(), 0, ".rodata", &mut out, search);
             assert_eq!(out.len(), 2);
             let expected = outside_containers(&data, &out, &texts);
             assert_eq!(expected, [true, false, true, shm_early, true]);

@@ -128,14 +128,6 @@ pub fn payload<'a>(
     bytes_at(whole, part.offset, part.size).ok_or_else(|| bad(PayloadFault::PartOutside))
 }
 
-/// The first `n` bytes of `room`, which grows to hold them and never shrinks.
-fn room_for(room: &mut Vec<u8>, n: usize) -> &mut [u8] {
-    if room.len() < n {
-        room.resize(n, 0);
-    }
-    &mut room[..n]
-}
-
 /// An LZ4 block that must unpack to exactly `unpacked` bytes, into the start of `room`.
 fn lz4(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), PayloadFault> {
     if unpacked > packed.len().saturating_mul(255).saturating_add(16) {
@@ -144,7 +136,10 @@ fn lz4(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), Payload
             unpacked,
         });
     }
-    let n = lz4_flex::block::decompress_into(packed, room_for(room, unpacked))
+    if room.len() < unpacked {
+        room.resize(unpacked, 0); // it grows to the largest payload and never shrinks
+    }
+    let n = lz4_flex::block::decompress_into(packed, &mut room[..unpacked])
         .map_err(|e| PayloadFault::Lz4(e.to_string()))?;
     if n != unpacked {
         return Err(PayloadFault::Lz4Length { got: n, unpacked });

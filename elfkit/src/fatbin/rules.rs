@@ -108,19 +108,14 @@ impl DriverVersion {
     /// Parses `550.54.14`, `580.65` or `580`.
     pub fn parse(text: &str) -> Result<DriverVersion, ValueError> {
         let bad = || ValueError::DriverVersion(text.to_owned());
-        let mut parts = text.trim().split('.');
-        let mut next = |required: bool| -> Result<u32, ValueError> {
-            match parts.next() {
-                Some(p) => p.parse().map_err(|_| bad()),
-                None if required => Err(bad()),
-                None => Ok(0),
-            }
-        };
-        let version = DriverVersion::new(next(true)?, next(false)?, next(false)?);
-        if parts.next().is_some() {
-            return Err(bad());
+        let parts: Vec<u32> = (text.trim().split('.').map(str::parse))
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad())?;
+        let part = |i: usize| parts.get(i).copied().unwrap_or(0);
+        match parts.len() {
+            1..=3 => Ok(DriverVersion::new(part(0), part(1), part(2))),
+            _ => Err(bad()),
         }
-        Ok(version)
     }
 }
 
@@ -180,6 +175,18 @@ pub struct Floor {
     pub met_by_its_release: bool,
 }
 
+impl Floor {
+    /// The floor of `major`, whose driver is of the branch of CUDA `major`.0.
+    const fn new(major: i32, driver: DriverVersion, met_by_its_release: bool) -> Floor {
+        Floor {
+            major,
+            driver,
+            cuda: CudaVersion(major * 1000),
+            met_by_its_release,
+        }
+    }
+}
+
 /// NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility", table 1 (13.x >= 580,
 /// 12.x >= 525, 11.x >= 450, with the note: "CUDA 11.0 was released with an earlier driver
 /// version, but by upgrading to Tesla Recommended Drivers 450.80.02 (Linux) ... minor version
@@ -187,24 +194,9 @@ pub struct Floor {
 /// table of minimum drivers for minor-version compatibility (12.x >= 525.60.13, the 12.0
 /// release's own driver; 11.x >= 450.80.02; 11.0 itself shipped with 450.36.06).
 pub const FLOORS: &[Floor] = &[
-    Floor {
-        major: 11,
-        driver: DriverVersion::new(450, 80, 2),
-        cuda: CudaVersion(11000),
-        met_by_its_release: false,
-    },
-    Floor {
-        major: 12,
-        driver: DriverVersion::new(525, 60, 13),
-        cuda: CudaVersion(12000),
-        met_by_its_release: true,
-    },
-    Floor {
-        major: 13,
-        driver: DriverVersion::new(580, 0, 0),
-        cuda: CudaVersion(13000),
-        met_by_its_release: true,
-    },
+    Floor::new(11, DriverVersion::new(450, 80, 2), false),
+    Floor::new(12, DriverVersion::new(525, 60, 13), true),
+    Floor::new(13, DriverVersion::new(580, 0, 0), true),
 ];
 
 /// What built a runtime or a cubin: its CUDA release, or only its major (`libcudart.so.12`).
@@ -259,21 +251,6 @@ pub enum ToolkitFit {
     },
     /// A major the floors do not know.
     UnknownMajor,
-}
-
-impl ToolkitFit {
-    /// Whether the driver cannot serve it.
-    pub fn fails(self) -> bool {
-        matches!(self, ToolkitFit::NewerMajor | ToolkitFit::BelowFloor { .. })
-    }
-
-    /// Whether the rules cannot say.
-    pub fn unknown(self) -> bool {
-        matches!(
-            self,
-            ToolkitFit::FloorUnknown { .. } | ToolkitFit::UnknownMajor
-        )
-    }
 }
 
 /// Whether `driver` serves what toolkit `built` made (a runtime, a cubin): CUDA's rules as
@@ -391,17 +368,6 @@ impl Load {
             self,
             Load::NoBinaryForGpu | Load::UnsupportedPtx { .. } | Load::CompressionTooNew { .. }
         )
-    }
-
-    /// The image the driver would load, when it picks one.
-    pub fn image(&self) -> Option<usize> {
-        match self {
-            Load::Sass { image }
-            | Load::Jit { image }
-            | Load::UnsupportedPtx { image, .. }
-            | Load::CompressionTooNew { image, .. } => Some(*image),
-            _ => None,
-        }
     }
 }
 

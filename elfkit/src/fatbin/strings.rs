@@ -46,8 +46,6 @@ pub struct CStrings {
     /// Whether the search covered what the module documentation says (a file whose data
     /// sections overlap, or that has none, is not searched here).
     covered: bool,
-    /// The strings one [`CStrings::search`] looks for, its buffer kept between calls.
-    wanted: Vec<usize>,
 }
 
 impl CStrings {
@@ -65,7 +63,6 @@ impl CStrings {
                 .collect(),
             found: vec![false; texts.len()],
             covered: ascii,
-            wanted: Vec::with_capacity(texts.len()),
         }
     }
 
@@ -85,12 +82,6 @@ impl CStrings {
         self.covered = false;
     }
 
-    /// The longest string, NUL included, less one: how far a match may run past a block.
-    fn overlap(&self) -> usize {
-        let longest = self.finders.iter().map(|f| f.needle().len()).max();
-        longest.unwrap_or(1) - 1
-    }
-
     /// Looks for the missing strings starting in `data[from..to]` and ending by `limit`, in
     /// blocks of [`BLOCK`], but those `ahead` defers; `excluded(start, end)` rejects a match
     /// lying on bytes that are not searched (containers found another way).
@@ -101,34 +92,32 @@ impl CStrings {
         ahead: Option<&Ahead>,
         excluded: &dyn Fn(usize, usize) -> bool,
     ) {
-        let skip = |i: usize| ahead.is_some_and(|a| a.deferred[i]);
-        // Kept between calls: cuFFT's data is searched in 24,454 pieces, one call each.
-        let mut wanted = std::mem::take(&mut self.wanted);
-        wanted.clear();
-        wanted.extend((0..self.finders.len()).filter(|&i| !self.found[i] && !skip(i)));
+        let wanted = |i: usize| !ahead.is_some_and(|a| a.deferred[i]);
         self.search_for(data, (from, to, limit), &wanted, excluded);
-        self.wanted = wanted;
     }
 
-    /// Looks for the strings `wanted` (indices), as [`CStrings::search`] says.
+    /// Looks for the missing strings `wanted` says (by index), as [`CStrings::search`] says;
+    /// nothing is allocated (cuFFT's data is searched in 24,454 pieces, one call each).
     fn search_for(
         &mut self,
         data: &[u8],
         (from, to, limit): (usize, usize, usize),
-        wanted: &[usize],
+        wanted: &dyn Fn(usize) -> bool,
         excluded: &dyn Fn(usize, usize) -> bool,
     ) {
-        if !self.covered || wanted.is_empty() {
+        if !self.covered {
             return;
         }
-        let overlap = self.overlap();
+        // The longest string, NUL included, less one: how far a match may run past a block.
+        let longest = self.finders.iter().map(|f| f.needle().len()).max();
+        let overlap = longest.unwrap_or(1) - 1;
         let to = to.min(limit);
         let mut p = from;
-        while p < to && wanted.iter().any(|&i| !self.found[i]) {
+        while p < to && (0..self.found.len()).any(|i| !self.found[i] && wanted(i)) {
             let block_end = to.min(p + BLOCK);
             let window = &data[p..limit.min(block_end + overlap)];
-            for &i in wanted {
-                if self.found[i] {
+            for i in 0..self.finders.len() {
+                if self.found[i] || !wanted(i) {
                     continue;
                 }
                 let len = self.finders[i].needle().len();
@@ -208,10 +197,10 @@ impl CStrings {
             }
             let mut from = ahead.start;
             for &(s, e) in containers {
-                self.search_for(data, (from, s, s), &[i], excluded);
+                self.search_for(data, (from, s, s), &|j| j == i, excluded);
                 from = from.max(e);
             }
-            self.search_for(data, (from, ahead.end, ahead.end), &[i], excluded);
+            self.search_for(data, (from, ahead.end, ahead.end), &|j| j == i, excluded);
         }
     }
 }

@@ -48,7 +48,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::gpus::{self, Drives};
-use super::image::{cubin_facts, ptx_facts};
+use super::image::{cubin_facts, ptx_facts, Symbols};
 use super::payload::payload;
 use super::rules::{load, toolkit_on_driver, Driver, Load, Toolkit, ToolkitFit};
 use super::{
@@ -244,12 +244,9 @@ pub struct ModuleReads {
 impl ModuleReads {
     /// [`holds`] of module `index` of `code`, read from `data` the first time it is asked.
     fn holds(&self, data: &[u8], code: &GpuCode, index: usize) -> Option<Holds> {
-        if let Some(known) = self.held.borrow().get(&index) {
-            return known.clone();
-        }
-        let read = holds(data, &code.containers[index], &mut self.room.borrow_mut());
-        self.held.borrow_mut().insert(index, read.clone());
-        read
+        let read = || holds(data, &code.containers[index], &mut self.room.borrow_mut());
+        let mut held = self.held.borrow_mut();
+        held.entry(index).or_insert_with(read).clone()
     }
 }
 
@@ -264,21 +261,17 @@ fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
         .iter()
         .filter(|e| e.kind != EntryKind::NvvmIr)
         .collect();
-    images.sort_by_key(|e| (e.compression != super::Compression::None, e.stored.size));
+    images.sort_by_key(|e| read_cost(e));
     let mut read_any = false;
     for e in images {
         let read = match e.kind {
-            EntryKind::Sass => payload(data, e, room)
-                .ok()
+            EntryKind::Sass => (payload(data, e, room).ok())
                 .and_then(|b| cubin_facts(b).ok())
-                .map(|f| (f.kernels, f.managed)),
-            EntryKind::Ptx => payload(data, e, room).ok().map(|b| {
-                let f = ptx_facts(b);
-                (f.kernels, f.managed)
-            }),
+                .map(|f| f.symbols),
+            EntryKind::Ptx => payload(data, e, room).ok().map(ptx_facts),
             _ => None,
         };
-        let Some((kernels, managed)) = read else {
+        let Some(Symbols { kernels, managed }) = read else {
             continue;
         };
         read_any = true;
@@ -294,12 +287,13 @@ fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
 /// ABI 7 (entry 1.7) comes from ptxas 12.9 or older, ABI 8 from 12.8 or newer, 13.x the
 /// newest known.
 fn may_be_newer(entry: &Entry, driver: &Driver) -> bool {
-    let major = driver.cuda.major();
-    if entry.version >= Version::new(1, 8) {
-        major < 13
-    } else {
-        major < 12
-    }
+    let abi8 = entry.version >= Version::new(1, 8);
+    driver.cuda.major() < if abi8 { 13 } else { 12 }
+}
+
+/// What reading an image's payload costs, cheapest first: stored as it is, then the smallest.
+fn read_cost(e: &Entry) -> (bool, u64) {
+    (e.compression != super::Compression::None, e.stored.size)
 }
 
 /// Rule 5: one cubin per module the file registers, whose format allows a newer major, until
@@ -307,23 +301,16 @@ fn may_be_newer(entry: &Entry, driver: &Driver) -> bool {
 /// first (stored as they are, then the smallest), so a file that fails by it is found fast.
 /// It depends on the driver alone, not on the GPU: [`judge_given`] takes it computed once.
 pub fn newer_toolkit(code: &GpuCode, data: &[u8], driver: &Driver) -> Option<NewerToolkit> {
-    let mut candidates: Vec<(usize, usize, &Entry)> = Vec::new();
-    for (module, c) in code.containers.iter().enumerate() {
-        if c.purpose != Purpose::Loadable || matches!(c.origin, Origin::Scan(_)) {
-            continue;
-        }
-        let cost = |e: &Entry| (e.compression != super::Compression::None, e.stored.size);
-        let cheapest = c
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.kind == EntryKind::Sass && may_be_newer(e, driver))
-            .min_by_key(|(_, e)| cost(e));
-        if let Some((image, entry)) = cheapest {
-            candidates.push((module, image, entry));
-        }
-    }
-    candidates.sort_by_key(|(_, _, e)| (e.compression != super::Compression::None, e.stored.size));
+    let mut candidates: Vec<(usize, usize, &Entry)> = (code.containers.iter().enumerate())
+        .filter(|(_, c)| c.purpose == Purpose::Loadable && !matches!(c.origin, Origin::Scan(_)))
+        .filter_map(|(module, c)| {
+            let (image, entry) = (c.entries.iter().enumerate())
+                .filter(|(_, e)| e.kind == EntryKind::Sass && may_be_newer(e, driver))
+                .min_by_key(|(_, e)| read_cost(e))?;
+            Some((module, image, entry))
+        })
+        .collect();
+    candidates.sort_by_key(|(_, _, e)| read_cost(e));
     let mut room = Vec::new();
     candidates.into_iter().find_map(|(module, image, entry)| {
         let toolkit = cubin_facts(payload(data, entry, &mut room).ok()?)

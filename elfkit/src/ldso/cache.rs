@@ -183,12 +183,8 @@ impl Cache {
                     let Some(priority) = glibc_hwcaps.iter().position(|s| s == sub) else {
                         continue;
                     };
-                    match best {
-                        None => best = Some((&entry.path, Some(priority))),
-                        Some((_, Some(p))) if priority < p => {
-                            best = Some((&entry.path, Some(priority)))
-                        }
-                        Some(_) => continue,
+                    if best.is_none_or(|(_, p)| p.is_some_and(|p| priority < p)) {
+                        best = Some((&entry.path, Some(priority)));
                     }
                 }
                 None => {

@@ -243,15 +243,9 @@ impl Loader {
         if loader.system_dirs.is_empty() {
             return Err(NoSystemSearchPath);
         }
-        if tls || platform.is_some() || !bits.is_empty() {
-            let parts: Vec<String> = tls
-                .then(|| "tls".to_string())
-                .into_iter()
-                .chain(platform)
-                .chain(bits)
-                .collect();
-            loader.legacy_subdirs = power_set(&parts);
-        }
+        let tls = tls.then(|| "tls".to_string());
+        let parts: Vec<String> = tls.into_iter().chain(platform).chain(bits).collect();
+        loader.legacy_subdirs = power_set(&parts); // none without parts
         for line in diagnostics.lines() {
             let Some((key, value)) = line.split_once('=') else {
                 continue;

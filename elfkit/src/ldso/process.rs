@@ -203,13 +203,9 @@ impl<'a, F: Fs> Process<'a, F> {
         };
         let real =
             how == Start::Kernel || (how == Start::Loader && self.loader.explicit_origin_is_real());
-        let origin = if real {
-            self.fs
-                .canonicalize(path)
-                .ok()
-                .and_then(|r| r.parent().map(|p| p.to_string_lossy().into_owned()))
-        } else {
-            path_origin(path)
+        let origin = match real {
+            true => (self.fs.canonicalize(path).ok()).and_then(|r| path_origin(&r)),
+            false => path_origin(path),
         };
         let main = self.add(Object {
             origin,

@@ -6,7 +6,6 @@ use super::cache::Cache;
 use super::fs::{Fs, Opened};
 use super::{ElfHost, Loader};
 use object::{Endian, Endianness};
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -28,20 +27,6 @@ pub enum Source {
     Direct,
     /// Already loaded under this name: no search.
     Loaded,
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Rpath(p) => write!(f, "DT_RPATH of {}", p.display()),
-            Source::LdLibraryPath => f.write_str("LD_LIBRARY_PATH"),
-            Source::Runpath(p) => write!(f, "DT_RUNPATH of {}", p.display()),
-            Source::Cache(p) => write!(f, "the cache {}", p.display()),
-            Source::Default => f.write_str("the default directories"),
-            Source::Direct => f.write_str("the path itself"),
-            Source::Loaded => f.write_str("an object already loaded"),
-        }
-    }
 }
 
 /// One list of directories, from one source, after `$ORIGIN`/`$LIB`/`$PLATFORM` expansion,
@@ -160,7 +145,9 @@ impl Search {
                 Source::Rpath(p) if *p == self.requester => "DT_RPATH".to_string(),
                 Source::Rpath(p) => format!("the DT_RPATH of {}", p.display()),
                 Source::Runpath(_) => "DT_RUNPATH".to_string(),
-                other => other.to_string(),
+                Source::LdLibraryPath => "LD_LIBRARY_PATH".to_string(),
+                Source::Default => "the default directories".to_string(),
+                Source::Direct | Source::Loaded => continue, // no directories
             };
             parts.push(format!("{what} [{dirs}]"));
         }

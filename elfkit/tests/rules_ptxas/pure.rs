@@ -142,7 +142,7 @@ fn cubins_record_their_toolkit_kernels_and_managed_variables() {
         ))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(
-            (k.abi, k.toolkit, k.kernels, k.managed),
+            (k.abi, k.toolkit, k.symbols.kernels, k.symbols.managed),
             (abi, Some(toolkit), vec!["k".to_owned()], vec![]),
             "{name} kernel"
         );
@@ -155,7 +155,7 @@ fn cubins_record_their_toolkit_kernels_and_managed_variables() {
         ))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(
-            (d.kernels, d.managed),
+            (d.symbols.kernels, d.symbols.managed),
             (vec![], vec!["counter".to_owned()]),
             "{name} managed (cuobjdump -elf: MANAGED)"
         );
@@ -167,7 +167,7 @@ fn cubins_record_their_toolkit_kernels_and_managed_variables() {
             &format!("{name}-n"),
         ))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(none.inert(), "{name}: {none:?}");
+        assert!(none.symbols.inert(), "{name}: {none:?}");
         assert_eq!(none.toolkit, Some(toolkit), "{name}");
     }
 }

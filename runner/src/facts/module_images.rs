@@ -255,7 +255,7 @@ mod tests {
             (EntryKind::Sass, "sm_52".into())
         );
         let facts = cubin_facts(payload(&bytes, e, &mut Vec::new()).unwrap()).unwrap();
-        assert!(facts.inert(), "{facts:?}");
+        assert!(facts.symbols.inert(), "{facts:?}");
         assert_eq!((facts.abi, facts.toolkit), (7, Some(CudaVersion(12090))));
     }
 
@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(e.arch.sm_name(), "sm_80");
         let facts = cubin_facts(payload(&bytes, e, &mut Vec::new()).unwrap()).unwrap();
         assert_eq!(
-            (facts.kernels, facts.managed),
+            (facts.symbols.kernels, facts.symbols.managed),
             (vec![SM80_KERNEL.into()], vec![])
         );
         let bytes = managed_sm52_fatbin();
@@ -276,7 +276,7 @@ mod tests {
         assert_eq!(e.arch.sm_name(), "sm_52");
         let facts = cubin_facts(payload(&bytes, e, &mut Vec::new()).unwrap()).unwrap();
         assert_eq!(
-            (facts.kernels, facts.managed),
+            (facts.symbols.kernels, facts.symbols.managed),
             (vec![], vec![MANAGED_VARIABLE.into()])
         );
     }
