@@ -85,7 +85,7 @@ pub enum PayloadFault {
 
 /// The payload of `entry` in `data` (the whole file the entry was read from), unpacked into
 /// `room` when stored compressed. One `room` serves a file's payloads one after another: it
-/// grows to the largest and its pages are faulted in once, where a buffer per payload
+/// grows to the largest and its pages are faulted in a few times, where a buffer per payload
 /// faulted fresh pages in for each (about a fifth of a verdict's CPU on cuDNN's precompiled
 /// engines, whose verdict unpacks 565 MB).
 pub fn payload<'a>(
@@ -128,6 +128,17 @@ pub fn payload<'a>(
     bytes_at(whole, part.offset, part.size).ok_or_else(|| bad(PayloadFault::PartOutside))
 }
 
+/// The first `n` bytes of `room`, which never shrinks. It grows as a fresh zeroed
+/// allocation, whose pages are faulted in only as a decoder writes them, so a size a header
+/// merely claims costs no memory; at least twofold, so that payloads of growing sizes fault
+/// their pages in a few times, not once each.
+fn room_for(room: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if room.len() < n {
+        *room = vec![0; n.max(room.len() * 2)];
+    }
+    &mut room[..n]
+}
+
 /// An LZ4 block that must unpack to exactly `unpacked` bytes, into the start of `room`.
 fn lz4(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), PayloadFault> {
     if unpacked > packed.len().saturating_mul(255).saturating_add(16) {
@@ -136,10 +147,7 @@ fn lz4(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), Payload
             unpacked,
         });
     }
-    if room.len() < unpacked {
-        room.resize(unpacked, 0); // it grows to the largest payload and never shrinks
-    }
-    let n = lz4_flex::block::decompress_into(packed, &mut room[..unpacked])
+    let n = lz4_flex::block::decompress_into(packed, room_for(room, unpacked))
         .map_err(|e| PayloadFault::Lz4(e.to_string()))?;
     if n != unpacked {
         return Err(PayloadFault::Lz4Length { got: n, unpacked });
@@ -149,19 +157,17 @@ fn lz4(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), Payload
 
 /// A Zstandard frame that must unpack to exactly `unpacked` bytes, into the start of `room`:
 /// the first frame of `packed` (what follows it is not the payload's), unpacked into room for
-/// at least one byte more. The decoder writes into `room`'s spare capacity, so only the pages
-/// it fills are touched, whatever the header claims.
+/// one byte more, so that a larger frame stops there whatever room is left from before.
 fn zstd(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), PayloadFault> {
     use zstd::zstd_safe::{self, zstd_sys::ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall};
     let fault = |code| PayloadFault::Zstd(zstd_safe::get_error_name(code).to_owned());
     let frame = zstd_safe::find_frame_compressed_size(packed).map_err(fault)?;
     // The library's results are sizes, or an error's code negated.
     let too_small = 0usize.wrapping_sub(ZSTD_error_dstSize_tooSmall as usize);
-    room.clear();
-    room.reserve(unpacked + 1);
-    let got = match zstd_safe::DCtx::create().decompress(room, &packed[..frame]) {
+    let out = room_for(room, unpacked + 1);
+    let got = match zstd_safe::DCtx::create().decompress(out, &packed[..frame]) {
         Ok(n) => n,
-        Err(code) if code == too_small => room.capacity(),
+        Err(code) if code == too_small => unpacked + 1,
         Err(code) => return Err(fault(code)),
     };
     if got != unpacked {
@@ -280,6 +286,57 @@ mod tests {
             }
             .to_string(),
             "its Zstandard frame unpacks to more than 10 bytes, not the 10 its header claims"
+        );
+    }
+
+    /// Where a frame larger than its claim stops does not depend on what the room held
+    /// before: a frame whose checksum is wrong past the claimed size is refused for its size,
+    /// with a fresh room and with one a larger payload left, never decoded to its end.
+    #[test]
+    fn a_reused_room_decodes_no_further_than_the_claim() {
+        let text = b"hello ".repeat(700);
+        let mut frame = zstd::bulk::Compressor::new(3)
+            .and_then(|mut c| c.include_checksum(true).and(c.compress(&text)))
+            .unwrap();
+        let end = frame.len() - 1;
+        frame[end] ^= 0xff;
+        let c = packed(0x8000, &frame, frame.len() as u32, 10);
+        let too_long = Err(PayloadFault::ZstdLength {
+            more: true,
+            got: 10,
+            unpacked: 10,
+        });
+        assert_eq!(fault(&c), too_long);
+        let mut room = vec![0; 1 << 20];
+        let got = payload(&c, &first(&c), &mut room).map(<[u8]>::to_vec);
+        assert_eq!(got.map_err(|e| e.fault), too_long);
+        // Whole, the frame is refused for its checksum.
+        let c = packed(0x8000, &frame, frame.len() as u32, text.len() as u64);
+        assert!(matches!(fault(&c), Err(PayloadFault::Zstd(_))));
+    }
+
+    /// The resident memory of this process, in KiB.
+    fn resident_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// A size an LZ4 block claims, and fails at once to meet, is not made resident: the room
+    /// grows as a fresh allocation, not by writing zeros over the claim.
+    #[test]
+    fn a_claim_an_lz4_block_fails_to_meet_costs_no_memory() {
+        // A literal run whose length bytes never end: the decoder fails on its first token.
+        let mut block = vec![0xf0];
+        block.resize(2_200_000, 0xff);
+        let c = packed(0x2000, &block, 0, 1 << 29);
+        let mut room = Vec::new();
+        let before = resident_kib();
+        assert!(payload(&c, &first(&c), &mut room).is_err());
+        let grown = resident_kib().saturating_sub(before);
+        assert!(
+            grown < 64 << 10,
+            "a failed 512 MiB claim made {grown} KiB resident"
         );
     }
 
