@@ -23,6 +23,7 @@ use cuda_sandbox_elfkit::fatbin::rules::Toolkit;
 use cuda_sandbox_elfkit::fatbin::strings::{may_hold_strings, CStrings};
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code_and_strings, FatbinError, GpuCode};
 
+use crate::cuda::cudart::version_from_file_name;
 use crate::cuda::version::CudaVersion;
 
 mod dependency;
@@ -393,18 +394,14 @@ pub(crate) fn version_named_by(path: &Path) -> Option<Toolkit> {
         (rest[major.to_string().len()..].starts_with('.')).then_some(())?;
         Some(CudaVersion(major * 1000 + minor * 10))
     };
-    let name = path.file_name()?.to_string_lossy().into_owned();
-    if let Some(rest) = name.strip_prefix("libcudart.so.") {
-        if rest != "11.0" && rest.contains('.') {
-            return after("libcudart.so.").map(Toolkit::Exact);
-        }
+    let named = version_from_file_name(path);
+    if let Some(Toolkit::Exact(_)) = named {
+        return named;
     }
-    if let Some(v) = after("cuda_cudart-").or_else(|| after("cudart-")) {
-        return Some(Toolkit::Exact(v));
-    }
-    let major = name.strip_prefix("libcudart.so.")?.split('.').next()?;
-    let major: u32 = major.parse().ok()?;
-    i32::try_from(major).ok().map(Toolkit::Major)
+    after("cuda_cudart-")
+        .or_else(|| after("cudart-"))
+        .map(Toolkit::Exact)
+        .or(named)
 }
 
 /// Classifies one file; `data` is its bytes when it is an ELF file. `libcudart.so*` and
