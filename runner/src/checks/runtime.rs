@@ -447,13 +447,9 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
             ));
             continue;
         };
-        match first_call(session, runtime, function, &file, driver_version) {
-            Ok(()) => {}
-            Err(Some(failure)) => {
-                failures.push(failure);
-                continue;
-            }
-            Err(None) => continue,
+        if let Err(failure) = first_call(session, runtime, function, &file, driver_version) {
+            failures.extend(failure);
+            continue;
         }
         let Some(r) = runtime.version().and_then(|v| v.exact()) else {
             failures.push(format!("{file}: cudaRuntimeGetVersion gives no version"));
@@ -530,11 +526,8 @@ fn compare_symbols(
     r: CudaVersion,
     at: CudaVersion,
 ) -> Vec<RuntimeSymbol> {
-    let mut symbols = Vec::new();
-    for entry in CHECKED_SYMBOLS {
-        let Some(expected) = entry.expected_export(at.0) else {
-            continue;
-        };
+    let symbols = CHECKED_SYMBOLS.iter().filter_map(|entry| {
+        let expected = entry.expected_export(at.0)?;
         let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
         let from_driver = driver.get_proc_address(entry.symbol, at.0);
         let export = driver.export_address(expected);
@@ -543,13 +536,13 @@ fn compare_symbols(
             (Some(rt), Some(dr), Some(ex))
                 if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
         );
-        symbols.push(RuntimeSymbol {
+        Some(RuntimeSymbol {
             symbol: entry.symbol.to_owned(),
             expected_export: expected.to_owned(),
             runtime_result: from_runtime.map(|e| e.code),
             runtime_status: from_runtime.map(|e| e.status),
             matches: same,
-        });
-    }
-    symbols
+        })
+    });
+    symbols.collect()
 }
