@@ -261,8 +261,13 @@ fn judge_candidate(
     driver: CudaVersion,
     found: &mut Findings,
 ) -> JudgedRuntime {
-    let file = &candidate.file;
-    let form = candidate.form;
+    let (file, form) = (&candidate.file, candidate.form);
+    let mut entry = JudgedRuntime {
+        cudart: candidate.cudart.clone(),
+        form: form.to_owned(),
+        runtime_version: None,
+        judged: None,
+    };
     let Some(version) = candidate.version else {
         match candidate.loaded {
             Some(_) => found.failures.push(format!(
@@ -273,28 +278,20 @@ fn judge_candidate(
                  version string), so it is not judged"
             )),
         }
-        return JudgedRuntime {
-            cudart: candidate.cudart.clone(),
-            form: form.to_owned(),
-            runtime_version: None,
-            judged: None,
-        };
+        return entry;
     };
     let says_driver = candidate.loaded.and_then(|r| r.driver_version().ok());
     let standing = standing(&version, driver);
     let diffs = judge_version(candidate, &version, &standing, says_driver, driver, found);
-    JudgedRuntime {
-        cudart: candidate.cudart.clone(),
-        form: form.to_owned(),
-        runtime_version: version.exact().map(|v| v.to_string()),
-        judged: Some(Judged {
-            runtime_major: version.toolkit.major(),
-            runtime_version_error: version.error,
-            runtime_driver_version: says_driver.map(|v| v.to_string()),
-            standing: standing.name(),
-            abi_differences: diffs,
-        }),
-    }
+    entry.runtime_version = version.exact().map(|v| v.to_string());
+    entry.judged = Some(Judged {
+        runtime_major: version.toolkit.major(),
+        runtime_version_error: version.error,
+        runtime_driver_version: says_driver.map(|v| v.to_string()),
+        standing: standing.name(),
+        abi_differences: diffs,
+    });
+    entry
 }
 
 /// Judges a candidate of known `version` by its `standing` against the driver of CUDA
