@@ -258,13 +258,11 @@ impl Runtime {
 
     /// The entry-point export this runtime offers, if any.
     pub(crate) fn entry_point_export(&self) -> Option<&'static str> {
-        if self.get_entry_point.is_some() {
-            Some("cudaGetDriverEntryPoint")
-        } else if self.get_entry_point_by_version.is_some() {
-            Some("cudaGetDriverEntryPointByVersion")
-        } else {
-            None
-        }
+        self.get_entry_point
+            .map(|_| "cudaGetDriverEntryPoint")
+            .or(self
+                .get_entry_point_by_version
+                .map(|_| "cudaGetDriverEntryPointByVersion"))
     }
 }
 
