@@ -430,57 +430,36 @@ fn runtime_found(
 ) -> Option<FoundRuntime> {
     let name = path.file_name()?.to_string_lossy();
     let named = version_named_by(path);
-    let from_name = |version: &Option<Toolkit>| match version {
-        Some(v) => format!("version {v} from the path"),
-        None => "version unknown".to_owned(),
-    };
-    let found = |form, version: Option<Toolkit>, evidence: String| FoundRuntime {
-        file: path.to_path_buf(),
-        form,
-        version,
-        evidence,
-    };
-    if name.starts_with("libcudart.so") {
+    let (form, content, why) = if name.starts_with("libcudart.so") {
         let exact = matches!(named, Some(Toolkit::Exact(_)));
         let content = (!exact)
             .then(evidence)
             .flatten()
             .and_then(|e| e.version)
             .filter(|c| named.is_none_or(|n| n.major() == c.version.major()));
-        return Some(match content {
-            Some(c) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => found(
-                RuntimeForm::Shared,
-                Some(c.version),
-                format!("file name; version {} from {}", c.version, c.source),
-            ),
-            _ => found(
-                RuntimeForm::Shared,
-                named,
-                format!("file name; {}", from_name(&named)),
-            ),
-        });
-    }
-    if name.starts_with("libcudart_static") && name.ends_with(".a") {
-        return Some(found(
-            RuntimeForm::Archive,
-            named,
-            format!("file name; {}", from_name(&named)),
-        ));
-    }
-    let evidence = evidence()?;
-    let (why, content) = (evidence.describe(), evidence.version);
-    let (version, source) = match content {
-        Some(c) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => {
-            let text = format!("version {} from {}", c.version, c.source);
-            (Some(c.version), text)
-        }
-        _ => (named, from_name(&named)),
+        (RuntimeForm::Shared, content, "file name".to_owned())
+    } else if name.starts_with("libcudart_static") && name.ends_with(".a") {
+        (RuntimeForm::Archive, None, "file name".to_owned())
+    } else {
+        let evidence = evidence()?;
+        let why = evidence.describe();
+        (RuntimeForm::StaticCopy, evidence.version, why)
     };
-    Some(found(
-        RuntimeForm::StaticCopy,
+    // The content's version where it is exact or the path names none, else the path's.
+    let (version, source) = match (content, named) {
+        (Some(c), _) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => {
+            let source = format!("version {} from {}", c.version, c.source);
+            (Some(c.version), source)
+        }
+        (_, Some(v)) => (named, format!("version {v} from the path")),
+        (_, None) => (None, "version unknown".to_owned()),
+    };
+    Some(FoundRuntime {
+        file: path.to_path_buf(),
+        form,
         version,
-        format!("{why}; {source}"),
-    ))
+        evidence: format!("{why}; {source}"),
+    })
 }
 
 impl FoundRuntime {
