@@ -266,11 +266,6 @@ impl<'c> DeviceBuffer<'c> {
         })?;
         Ok(data)
     }
-
-    /// The number of floats.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
 }
 
 impl Drop for DeviceBuffer<'_> {
@@ -365,7 +360,7 @@ impl<'c> Saxpy<'c> {
     ) -> Result<(), GpuError> {
         let driver = self.module.driver;
         let launch = driver.need(driver.api.launch_kernel, "cuLaunchKernel")?;
-        let n = u32::try_from(x.len().min(y.len())).map_err(|_| GpuError::TooManyElements)?;
+        let n = u32::try_from(x.len.min(y.len)).map_err(|_| GpuError::TooManyElements)?;
         let (mut arg_n, mut arg_a, mut arg_x, mut arg_y) = (n, a, x.pointer, y.pointer);
         let mut params: [*mut c_void; 4] = [
             std::ptr::addr_of_mut!(arg_n).cast(),
