@@ -264,13 +264,12 @@ impl LintOptions {
 impl Options {
     /// Where the report goes: `--report`, else `$out` inside a Nix build.
     pub fn report_path(&self, env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
-        if let Some(path) = &self.report {
-            return Some(path.clone());
-        }
-        match (env("out"), env("NIX_BUILD_TOP")) {
-            (Some(out), Some(_)) if !out.is_empty() => Some(PathBuf::from(out)),
-            _ => None,
-        }
+        self.report
+            .clone()
+            .or_else(|| match (env("out"), env("NIX_BUILD_TOP")) {
+                (Some(out), Some(_)) if !out.is_empty() => Some(PathBuf::from(out)),
+                _ => None,
+            })
     }
 }
 

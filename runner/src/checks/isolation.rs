@@ -4,6 +4,8 @@
 //! neither the driver link nor a hook manifest: proof that the hook gave nothing to a build
 //! that did not ask.
 
+use std::path::Path;
+
 use super::Outcome;
 use crate::facts;
 use crate::session::Session;
@@ -23,29 +25,19 @@ const GPU_NODES: &[&str] = &[
 /// The check.
 pub(crate) fn no_gpu(session: &Session) -> Result<Outcome, Outcome> {
     let dev_root = &session.options.dev_root;
-    let mut seen: Vec<String> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dev_root) {
-        for e in entries.filter_map(Result::ok) {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if GPU_NODES.iter().any(|p| name.starts_with(p)) {
-                seen.push(dev_root.join(&name).display().to_string());
-            }
-        }
-    }
-    if let Ok(entries) = std::fs::read_dir(dev_root.join("dri")) {
-        seen.extend(
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path().display().to_string()),
-        );
-    }
-    let mut loadable: Vec<String> = Vec::new();
-    for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-        // A driver that loads here is exactly the failure this check reports.
-        if crate::cuda::loaded::library_loads(lib) {
-            loadable.push(lib.to_string());
-        }
-    }
+    let listed = |dir: &Path| std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let gpu_node = |name: &str| GPU_NODES.iter().any(|p| name.starts_with(p));
+    let mut seen: Vec<String> = listed(dev_root)
+        .filter(|e| gpu_node(&e.file_name().to_string_lossy()))
+        .chain(listed(&dev_root.join("dri")))
+        .map(|e| e.path().display().to_string())
+        .collect();
+    // A driver that loads here is exactly the failure this check reports.
+    let loadable: Vec<String> = ["libcuda.so.1", "libnvidia-ml.so.1"]
+        .into_iter()
+        .filter(|lib| crate::cuda::loaded::library_loads(lib))
+        .map(String::from)
+        .collect();
     let manifest = session
         .options
         .manifest

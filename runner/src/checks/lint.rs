@@ -40,13 +40,12 @@ pub(crate) fn manifest_driver(manifest: &ManifestState) -> Option<Driver> {
         .and_then(cuda_for_driver)
         .or(d.host_cuda_version)
         .unwrap_or(cuda);
-    let version = match d.kind {
-        DriverKind::Host => d
-            .kernel_driver
-            .as_deref()
-            .and_then(|v| DriverVersion::parse(v).ok()),
-        _ => None,
-    };
+    // The kernel driver's version is libcuda's only when the hook chose the host's driver.
+    let version = d
+        .kernel_driver
+        .as_deref()
+        .filter(|_| d.kind == DriverKind::Host)
+        .and_then(|v| DriverVersion::parse(v).ok());
     Some(Driver {
         cuda,
         kernel,

@@ -161,12 +161,12 @@ fn judge_by_nvml(
 ) -> Outcome {
     let mig_uuid = device.mig_uuid();
     facts.nvml_devices = Some(nvml_devices.to_vec());
-    if let Some(found) = find_mig(nvml_devices, &mig_uuid) {
+    if let Some((parent, mig)) = find_mig(nvml_devices, &mig_uuid) {
         facts.verified.push(format!(
             "NVML lists it as MIG device {} of {} {}",
-            found.mig.uuid, found.parent.name, found.parent.uuid
+            mig.uuid, parent.name, parent.uuid
         ));
-        if !found.mig.handle_checked {
+        if !mig.handle_checked {
             facts.not_verified.push(
                 "that NVML's handle for it is a MIG device handle of that GPU \
                  (nvmlDeviceIsMigDeviceHandle, nvmlDeviceGetDeviceHandleFromMigDeviceHandle)"
@@ -183,11 +183,11 @@ fn judge_by_nvml(
         };
         compare(
             "parent /dev/nvidiaN minor",
-            found.parent.mig.minor_number,
+            parent.mig.minor_number,
             leased.gpu,
         );
-        compare("GPU instance", found.mig.gpu_instance_id, leased.gi);
-        compare("compute instance", found.mig.compute_instance_id, leased.ci);
+        compare("GPU instance", mig.gpu_instance_id, leased.gi);
+        compare("compute instance", mig.compute_instance_id, leased.ci);
         if !mismatches.is_empty() {
             return Outcome::fail(
                 format!(

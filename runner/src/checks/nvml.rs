@@ -112,9 +112,9 @@ fn agreed_gpus(nvml_devices: &[NvmlDevice], cuda_devices: &[CudaDevice]) -> Vec<
     cuda_devices
         .iter()
         .map(|d| match find_mig(nvml_devices, &d.mig_uuid()) {
-            Some(m) => format!(
+            Some((parent, mig)) => format!(
                 "{} {} (MIG device of {} {})",
-                d.name, m.mig.uuid, m.parent.name, m.parent.uuid
+                d.name, mig.uuid, parent.name, parent.uuid
             ),
             None => format!("{} {}", d.name, d.uuid),
         })

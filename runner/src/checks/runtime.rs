@@ -261,8 +261,13 @@ fn judge_candidate(
     driver: CudaVersion,
     found: &mut Findings,
 ) -> JudgedRuntime {
-    let file = &candidate.file;
-    let form = candidate.form;
+    let (file, form) = (&candidate.file, candidate.form);
+    let mut entry = JudgedRuntime {
+        cudart: candidate.cudart.clone(),
+        form: form.to_owned(),
+        runtime_version: None,
+        judged: None,
+    };
     let Some(version) = candidate.version else {
         match candidate.loaded {
             Some(_) => found.failures.push(format!(
@@ -273,28 +278,20 @@ fn judge_candidate(
                  version string), so it is not judged"
             )),
         }
-        return JudgedRuntime {
-            cudart: candidate.cudart.clone(),
-            form: form.to_owned(),
-            runtime_version: None,
-            judged: None,
-        };
+        return entry;
     };
     let says_driver = candidate.loaded.and_then(|r| r.driver_version().ok());
     let standing = standing(&version, driver);
     let diffs = judge_version(candidate, &version, &standing, says_driver, driver, found);
-    JudgedRuntime {
-        cudart: candidate.cudart.clone(),
-        form: form.to_owned(),
-        runtime_version: version.exact().map(|v| v.to_string()),
-        judged: Some(Judged {
-            runtime_major: version.toolkit.major(),
-            runtime_version_error: version.error,
-            runtime_driver_version: says_driver.map(|v| v.to_string()),
-            standing: standing.name(),
-            abi_differences: diffs,
-        }),
-    }
+    entry.runtime_version = version.exact().map(|v| v.to_string());
+    entry.judged = Some(Judged {
+        runtime_major: version.toolkit.major(),
+        runtime_version_error: version.error,
+        runtime_driver_version: says_driver.map(|v| v.to_string()),
+        standing: standing.name(),
+        abi_differences: diffs,
+    });
+    entry
 }
 
 /// Judges a candidate of known `version` by its `standing` against the driver of CUDA
@@ -447,13 +444,9 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
             ));
             continue;
         };
-        match first_call(session, runtime, function, &file, driver_version) {
-            Ok(()) => {}
-            Err(Some(failure)) => {
-                failures.push(failure);
-                continue;
-            }
-            Err(None) => continue,
+        if let Err(failure) = first_call(session, runtime, function, &file, driver_version) {
+            failures.extend(failure);
+            continue;
         }
         let Some(r) = runtime.version().and_then(|v| v.exact()) else {
             failures.push(format!("{file}: cudaRuntimeGetVersion gives no version"));
@@ -530,11 +523,8 @@ fn compare_symbols(
     r: CudaVersion,
     at: CudaVersion,
 ) -> Vec<RuntimeSymbol> {
-    let mut symbols = Vec::new();
-    for entry in CHECKED_SYMBOLS {
-        let Some(expected) = entry.expected_export(at.0) else {
-            continue;
-        };
+    let symbols = CHECKED_SYMBOLS.iter().filter_map(|entry| {
+        let expected = entry.expected_export(at.0)?;
         let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
         let from_driver = driver.get_proc_address(entry.symbol, at.0);
         let export = driver.export_address(expected);
@@ -543,13 +533,13 @@ fn compare_symbols(
             (Some(rt), Some(dr), Some(ex))
                 if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
         );
-        symbols.push(RuntimeSymbol {
+        Some(RuntimeSymbol {
             symbol: entry.symbol.to_owned(),
             expected_export: expected.to_owned(),
             runtime_result: from_runtime.map(|e| e.code),
             runtime_status: from_runtime.map(|e| e.status),
             matches: same,
-        });
-    }
-    symbols
+        })
+    });
+    symbols.collect()
 }

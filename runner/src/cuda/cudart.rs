@@ -81,7 +81,7 @@ impl RuntimeVersion {
 
 /// The version in a runtime's file name: `libcudart.so.12.9.79` → 12.9, `libcudart.so.12` →
 /// major 12 only. `libcudart.so.11.0` is the SONAME of every 11.x runtime, not version 11.0.
-fn version_from_file_name(path: &Path) -> Option<Toolkit> {
+pub(crate) fn version_from_file_name(path: &Path) -> Option<Toolkit> {
     let name = path.file_name()?.to_str()?;
     let rest = name.strip_prefix("libcudart.so.")?;
     let mut parts = rest.split('.');
@@ -258,13 +258,11 @@ impl Runtime {
 
     /// The entry-point export this runtime offers, if any.
     pub(crate) fn entry_point_export(&self) -> Option<&'static str> {
-        if self.get_entry_point.is_some() {
-            Some("cudaGetDriverEntryPoint")
-        } else if self.get_entry_point_by_version.is_some() {
-            Some("cudaGetDriverEntryPointByVersion")
-        } else {
-            None
-        }
+        self.get_entry_point
+            .map(|_| "cudaGetDriverEntryPoint")
+            .or(self
+                .get_entry_point_by_version
+                .map(|_| "cudaGetDriverEntryPointByVersion"))
     }
 }
 

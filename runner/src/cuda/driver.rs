@@ -160,13 +160,10 @@ impl Driver {
 
     /// The name of the `cuGetProcAddress` export the runner uses: `_v2` when present.
     pub(crate) fn get_proc_address_export(&self) -> Option<&'static str> {
-        if self.api.get_proc_address_v2.is_some() {
-            Some("cuGetProcAddress_v2")
-        } else if self.api.get_proc_address.is_some() {
-            Some("cuGetProcAddress")
-        } else {
-            None
-        }
+        self.api
+            .get_proc_address_v2
+            .map(|_| "cuGetProcAddress_v2")
+            .or(self.api.get_proc_address.map(|_| "cuGetProcAddress"))
     }
 
     /// `cuGetProcAddress(symbol, version, flags 0)` through the `_v2` export when present.

@@ -94,9 +94,8 @@ impl<'d> PrimaryContext<'d> {
 
     /// Waits for all work in the context (`cuCtxSynchronize`).
     pub(crate) fn synchronize(&self) -> Result<(), GpuError> {
-        let f = self
-            .driver
-            .need(self.driver.api.ctx_synchronize, "cuCtxSynchronize")?;
+        let driver = self.driver;
+        let f = driver.need(driver.api.ctx_synchronize, "cuCtxSynchronize")?;
         // SAFETY: cuda.h signature; a context is current.
         Ok(CuError::check("cuCtxSynchronize", unsafe { f() })?)
     }
@@ -198,9 +197,8 @@ impl<'c> Module<'c> {
     }
 
     fn function(&self, name: &CStr) -> Result<Handle, GpuError> {
-        let get = self
-            .driver
-            .need(self.driver.api.module_get_function, "cuModuleGetFunction")?;
+        let driver = self.driver;
+        let get = driver.need(driver.api.module_get_function, "cuModuleGetFunction")?;
         let mut function: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; the module is loaded; `name` is NUL-terminated.
         CuError::check("cuModuleGetFunction", unsafe {
@@ -255,9 +253,8 @@ impl<'c> DeviceBuffer<'c> {
 
     /// Copies the buffer back (`cuMemcpyDtoH_v2`).
     pub(crate) fn to_host(&self) -> Result<Vec<f32>, GpuError> {
-        let dtoh = self
-            .driver
-            .need(self.driver.api.memcpy_dtoh, "cuMemcpyDtoH_v2")?;
+        let driver = self.driver;
+        let dtoh = driver.need(driver.api.memcpy_dtoh, "cuMemcpyDtoH_v2")?;
         let mut data = vec![0f32; self.len];
         // SAFETY: `data` and the device buffer both hold `len` floats.
         CuError::check("cuMemcpyDtoH_v2", unsafe {
@@ -268,11 +265,6 @@ impl<'c> DeviceBuffer<'c> {
             )
         })?;
         Ok(data)
-    }
-
-    /// The number of floats.
-    pub(crate) fn len(&self) -> usize {
-        self.len
     }
 }
 
@@ -309,9 +301,8 @@ impl<'c> Event<'c> {
 
     /// Records the event on the default stream.
     pub(crate) fn record(&self) -> Result<(), GpuError> {
-        let record = self
-            .driver
-            .need(self.driver.api.event_record, "cuEventRecord")?;
+        let driver = self.driver;
+        let record = driver.need(driver.api.event_record, "cuEventRecord")?;
         // SAFETY: cuda.h signature; a live event; the null stream is the default stream.
         Ok(CuError::check("cuEventRecord", unsafe {
             record(self.handle, std::ptr::null_mut())
@@ -320,13 +311,9 @@ impl<'c> Event<'c> {
 
     /// Milliseconds from `start` to this event, after waiting for this one.
     pub(crate) fn elapsed_since(&self, start: &Event<'_>) -> Result<f32, GpuError> {
-        let api = &self.driver.api;
-        let sync = self
-            .driver
-            .need(api.event_synchronize, "cuEventSynchronize")?;
-        let elapsed = self
-            .driver
-            .need(api.event_elapsed_time, "cuEventElapsedTime")?;
+        let driver = self.driver;
+        let sync = driver.need(driver.api.event_synchronize, "cuEventSynchronize")?;
+        let elapsed = driver.need(driver.api.event_elapsed_time, "cuEventElapsedTime")?;
         // SAFETY: cuda.h signature; a live event.
         CuError::check("cuEventSynchronize", unsafe { sync(self.handle) })?;
         let mut ms = 0f32;
@@ -373,7 +360,7 @@ impl<'c> Saxpy<'c> {
     ) -> Result<(), GpuError> {
         let driver = self.module.driver;
         let launch = driver.need(driver.api.launch_kernel, "cuLaunchKernel")?;
-        let n = u32::try_from(x.len().min(y.len())).map_err(|_| GpuError::TooManyElements)?;
+        let n = u32::try_from(x.len.min(y.len)).map_err(|_| GpuError::TooManyElements)?;
         let (mut arg_n, mut arg_a, mut arg_x, mut arg_y) = (n, a, x.pointer, y.pointer);
         let mut params: [*mut c_void; 4] = [
             std::ptr::addr_of_mut!(arg_n).cast(),

@@ -89,17 +89,15 @@ impl NodeSnapshot {
 
     /// The nodes every CUDA process needs that are missing, by path.
     pub(crate) fn missing(&self) -> Vec<PathBuf> {
-        let mut missing = Vec::new();
-        if !self.nvidiactl.exists() {
-            missing.push(self.dev_root.join("nvidiactl"));
-        }
-        if !self.nvidia_uvm.exists() {
-            missing.push(self.dev_root.join("nvidia-uvm"));
-        }
-        if self.gpus.is_empty() {
-            missing.push(self.dev_root.join("nvidiaN"));
-        }
-        missing
+        [
+            (!self.nvidiactl.exists(), "nvidiactl"),
+            (!self.nvidia_uvm.exists(), "nvidia-uvm"),
+            (self.gpus.is_empty(), "nvidiaN"),
+        ]
+        .into_iter()
+        .filter(|(missing, _)| *missing)
+        .map(|(_, name)| self.dev_root.join(name))
+        .collect()
     }
 }
 

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use cuda_sandbox_elfkit::fatbin::rules::{Driver as RulesDriver, Load};
-use cuda_sandbox_elfkit::fatbin::verdict::{FileVerdict, ModuleVerdict};
+use cuda_sandbox_elfkit::fatbin::verdict::FileVerdict;
 use cuda_sandbox_elfkit::fatbin::{EntryKind, Purpose};
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_manifest::versions::{cuda_for_driver, kernel_module_version};
@@ -289,7 +289,6 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         let Some(verdict) = judge_all(&code, data, &uses, provenance, &[target]).pop() else {
             continue; // one verdict per target: never
         };
-        let judged: Vec<&ModuleVerdict> = verdict.judgement.modules.iter().collect();
         let mut modules = Vec::new();
         let mut jits = 0;
         let mut jit_not_loaded = 0;
@@ -303,11 +302,8 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
                 continue;
             }
             let image = &data[c.offset as usize..(c.offset + c.size) as usize];
-            let judged_as = judged.iter().find(|m| m.module == i);
-            let (predicted, wanted) = match judged_as {
-                Some(m) => expected(&m.load),
-                None => ("not judged", None),
-            };
+            let judged = verdict.judgement.modules.iter().find(|m| m.module == i);
+            let (predicted, wanted) = judged.map_or(("not judged", None), |m| expected(&m.load));
             if predicted == "jit" {
                 jits += 1;
                 if jits > cli.jit_limit {

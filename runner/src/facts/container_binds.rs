@@ -172,13 +172,12 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
         if inside.starts_with("/nix/store") {
             continue;
         }
-        let target = match inside.strip_prefix("/run") {
-            Ok(rest) => match rest.components().next() {
-                Some(top) => Path::new("/run").join(top),
-                None => inside.clone(),
-            },
-            Err(_) => inside.clone(),
-        };
+        // Under /run, its top directory there; elsewhere, itself.
+        let top = inside
+            .strip_prefix("/run")
+            .ok()
+            .and_then(|r| r.components().next());
+        let target = top.map_or_else(|| inside.clone(), |top| Path::new("/run").join(top));
         if !binds.iter().any(|b: &Bind| target.starts_with(&b.target)) {
             binds.push(read_only(target));
         }

@@ -348,38 +348,33 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
         let named = roots.contains(file);
         graph_roots.extend(lint_file(file, named, config, &mut report));
     }
-    if config.closure {
-        let stored: BTreeSet<PathBuf> = roots
-            .iter()
-            .filter_map(|p| store_path_of(p, &config.store_dir))
-            .collect();
-        for root in stored {
-            match requisites(Path::new("nix-store"), &root) {
-                Ok(members) => {
-                    let entries = members
-                        .iter()
-                        .filter(|m| **m != root)
-                        .flat_map(|m| walkdir::WalkDir::new(m).sort_by_file_name())
-                        .filter_map(Result::ok);
-                    for entry in entries {
-                        let name = entry.file_name().to_string_lossy();
-                        if entry.file_type().is_file()
-                            && is_static_cuda_archive(&name)
-                            && seen.insert(entry.path().to_path_buf())
-                        {
-                            let found = archive_finding(entry.path(), Some(&root));
-                            report.findings.push(found);
-                        }
-                    }
-                }
-                Err(why) => report.findings.push(finding(
-                    &root,
-                    FindingKind::Unreadable,
-                    format!("its runtime closure is unknown: {why}"),
-                )),
+    // With `closure`, the static CUDA archives in the runtime closure of each store path given.
+    let stored: BTreeSet<PathBuf> = roots
+        .iter()
+        .filter(|_| config.closure)
+        .filter_map(|p| store_path_of(p, &config.store_dir))
+        .collect();
+    for root in stored {
+        match requisites(Path::new("nix-store"), &root) {
+            Ok(members) => {
+                let archives = members
+                    .iter()
+                    .filter(|m| **m != root)
+                    .flat_map(|m| walkdir::WalkDir::new(m).sort_by_file_name())
+                    .filter_map(Result::ok)
+                    .filter(|e| e.file_type().is_file())
+                    .filter(|e| is_static_cuda_archive(&e.file_name().to_string_lossy()))
+                    .filter(|e| seen.insert(e.path().to_path_buf()))
+                    .map(|e| archive_finding(e.path(), Some(&root)));
+                report.findings.extend(archives);
             }
-            report.closure_of.push(root);
+            Err(why) => report.findings.push(finding(
+                &root,
+                FindingKind::Unreadable,
+                format!("its runtime closure is unknown: {why}"),
+            )),
         }
+        report.closure_of.push(root);
     }
     for mixed in mixed_processes(&graph_roots, &report.cuda_runtimes, &config.store_dir) {
         report.findings.push(finding(

@@ -50,10 +50,8 @@ impl ManifestState {
                 ),
             };
         }
-        let (path, explicit) = match path {
-            Some(p) => (p.to_path_buf(), true),
-            None => (PathBuf::from(MANIFEST_PATH), false),
-        };
+        let explicit = path.is_some();
+        let path = path.map_or_else(|| PathBuf::from(MANIFEST_PATH), Path::to_path_buf);
         let status = if !explicit && !path.exists() {
             ManifestStatus::Absent(format!(
                 "no manifest: {} does not exist (not built under cuda-sandbox-hook, or a hook \
@@ -186,10 +184,7 @@ pub(crate) fn chosen_path(driver: &DriverManifest) -> String {
 
 /// `"CUDA 12.2"`, or `"CUDA unknown"`.
 pub(crate) fn cuda_label(version: Option<CudaVersion>) -> String {
-    match version {
-        Some(v) => format!("CUDA {v}"),
-        None => "CUDA unknown".to_string(),
-    }
+    version.map_or("CUDA unknown".to_string(), |v| format!("CUDA {v}"))
 }
 
 /// One line saying why the loaded libcuda is not the one the hook chose, and what to change.

@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use cuda_sandbox_cuda_facts::features::{self, Advertised, GpuCapabilityError};
+use cuda_sandbox_cuda_facts::features::{self, GpuCapabilityError};
 use cuda_sandbox_cuda_facts::gpus::{nixpkgs_pin, NixpkgsPin};
 use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Serialize};
@@ -139,17 +139,15 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
         ("capability", gpus)
     };
     let capabilities: Vec<Capability> = gpus.iter().map(|gpu| gpu.capability).collect();
-    let Advertised {
-        features: sm,
-        unknown,
-    } = features::advertised(&capabilities);
+    let advertised = features::advertised(&capabilities);
     Ok(FeaturesReport {
         features: std::iter::once(features::CUDA.to_owned())
-            .chain(sm)
+            .chain(advertised.features)
             .collect(),
         source,
         gpus,
-        unknown: unknown
+        unknown: advertised
+            .unknown
             .into_iter()
             .map(|(capability, why)| UnknownCapability {
                 capability,

@@ -638,7 +638,7 @@ pub(crate) fn examine(
     targets: &[Target],
 ) -> Option<FileGpuCode> {
     let verdicts = judge_all(&code, data, runtimes, provenance, targets);
-    let summary = if code.containers.is_empty() {
+    let mut summary = if code.containers.is_empty() {
         if !verdicts.iter().any(|v| v.fails() || v.unknown()) {
             return None;
         }
@@ -649,11 +649,7 @@ pub(crate) fn examine(
             carried_by_member(&code.containers).unwrap_or_else(|| carried(code.entries()));
         format!("{} module(s): {carries}", code.containers.len())
     };
-    let mut summary = summary;
-    for v in &verdicts {
-        summary.push_str("; ");
-        summary.push_str(&v.reason);
-    }
+    summary.extend(verdicts.iter().flat_map(|v| ["; ", v.reason.as_str()]));
     Some(FileGpuCode {
         file: path.to_path_buf(),
         modules: code.containers,

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -184,28 +184,18 @@ pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
         .mode(0o700)
         .create(dir)
         .map_err(write_error)?;
-    let name = path
-        .file_name()
+    path.file_name()
         .ok_or_else(|| write_error(std::io::Error::other("the path names no file")))?;
-    let temporary = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&temporary)?;
-        file.write_all(inventory.to_json().as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result.map_err(write_error)
+    // Written to a temporary file beside it (removed if anything fails), renamed over it.
+    let mut file = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(dir)
+        .map_err(write_error)?;
+    file.write_all(inventory.to_json().as_bytes())
+        .map_err(write_error)?;
+    file.as_file().sync_all().map_err(write_error)?;
+    file.persist(path).map_err(|e| write_error(e.error))?;
+    Ok(())
 }
 
 /// Runs `inventory`: writes the file and prints one line per GPU; 0, or 2 with the reason.

@@ -84,18 +84,16 @@ pub enum Holding {
 /// table, a call graph of no function, and what `holding` says. Only its layout is real: a
 /// kernel's code is zeros, for a GPU it cannot load on.
 pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
-    let (extra_name, extra_kind, extra_flags, extra_bytes, symbol): (&str, u32, u64, Vec<u8>, _) =
-        match holding {
-            Holding::Nothing => ("", 0, 0, Vec::new(), None),
-            // SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR; STT_FUNC | STB_GLOBAL, STO_CUDA_ENTRY.
-            Holding::Kernel(name) => (".text.", 1, 6, vec![0; 128], Some((name, 0x12u8, 0x10u8))),
-            // SHT_NOBITS, SHF_WRITE | SHF_ALLOC; STT_OBJECT | STB_GLOBAL, STO_CUDA_MANAGED.
-            Holding::Managed(name) => (".nv.global", 8, 3, Vec::new(), Some((name, 0x11, 0x04))),
-        };
-    let extra_section = match holding {
-        Holding::Kernel(name) => format!("{extra_name}{name}"),
-        _ => extra_name.to_owned(),
+    // The section of the kernel or variable (name, type, flags, size) and its symbol.
+    let (extra_section, extra_kind, extra_flags, size, symbol) = match holding {
+        Holding::Nothing => (String::new(), 0, 0, 0, None),
+        // SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR; STT_FUNC | STB_GLOBAL, STO_CUDA_ENTRY.
+        Holding::Kernel(name) => (format!(".text.{name}"), 1, 6, 128, Some((name, 0x12, 0x10))),
+        // SHT_NOBITS, SHF_WRITE | SHF_ALLOC; STT_OBJECT | STB_GLOBAL, STO_CUDA_MANAGED.
+        Holding::Managed(name) => (".nv.global".into(), 8, 3, 4, Some((name, 0x11, 0x04))),
     };
+    // The kernel's code is zeros; a NOBITS section has no bytes in the file.
+    let extra_bytes = vec![0u8; if extra_kind == 8 { 0 } else { size as usize }];
     let mut shstrtab = b"\0.shstrtab\0.strtab\0.symtab\0.nv.callgraph\0".to_vec();
     let extra_at = shstrtab.len() as u32;
     if symbol.is_some() {
@@ -122,7 +120,7 @@ pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
         symtab.extend_from_slice(&[info, other]);
         symtab.extend_from_slice(&5u16.to_le_bytes());
         push_u64(&mut symtab, 0);
-        push_u64(&mut symtab, if extra_kind == 8 { 4 } else { 128 });
+        push_u64(&mut symtab, size);
     }
     // The call graph of a module with no function: ptxas writes `<0,-1>` to `<0,-4>`.
     let mut callgraph = Vec::new();
@@ -156,15 +154,11 @@ pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
         Section(graph_name, 0x7000_0001, 0, callgraph_at, 3, 0, 4, 8),
     ];
     if symbol.is_some() {
-        let size = if extra_kind == 8 { 4 } else { 128 };
         let at = (extra_offset, size);
         let section = Section(extra_at, extra_kind, extra_flags, at, 0, 0, size, 0);
         sections.push(section);
     }
-    while body.len() % 8 != 0 {
-        body.push(0);
-    }
-    let shoff = body.len() as u64;
+    let (shoff, _) = place(&[], 8);
     for Section(name, kind, flags, (offset, size), link, info, align, entsize) in &sections {
         push_u32(&mut body, *name);
         push_u32(&mut body, *kind);

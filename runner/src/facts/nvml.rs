@@ -222,17 +222,12 @@ impl NvmlDevice {
     }
 }
 
-/// A MIG device NVML lists, with its parent GPU.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MigMatch<'a> {
-    /// The parent GPU.
-    pub parent: &'a NvmlDevice,
-    /// The MIG device.
-    pub mig: &'a NvmlMigDevice,
-}
-
-/// The MIG device whose UUID is `mig_uuid` (`MIG-…`), under any GPU in MIG mode.
-pub(crate) fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<MigMatch<'a>> {
+/// The MIG device whose UUID is `mig_uuid` (`MIG-…`), under any GPU in MIG mode, with that
+/// parent GPU.
+pub(crate) fn find_mig<'a>(
+    devices: &'a [NvmlDevice],
+    mig_uuid: &str,
+) -> Option<(&'a NvmlDevice, &'a NvmlMigDevice)> {
     devices
         .iter()
         .filter(|d| d.in_mig_mode())
@@ -242,7 +237,7 @@ pub(crate) fn find_mig<'a>(devices: &'a [NvmlDevice], mig_uuid: &str) -> Option<
                 .mig_devices
                 .iter()
                 .find(|m| m.uuid == mig_uuid)
-                .map(|mig| MigMatch { parent, mig })
+                .map(|mig| (parent, mig))
         })
 }
 

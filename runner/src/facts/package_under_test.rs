@@ -262,19 +262,17 @@ fn scan_file(path: &Path) -> Result<Option<ScannedFile>, String> {
         return Ok(None);
     };
     let data = map.bytes();
-    let elf = matches!(contents, Contents::Elf);
-    let (gpu_code, runtime) = match contents {
-        Contents::Elf => gpu_code_and_runtime(path, data),
-        Contents::Archive => (read_gpu_code(data), runtime_in(path, None, &[])),
-        Contents::Fatbin => (read_gpu_code(data), None),
+    let (gpu_code, runtime, dynamic) = match contents {
+        Contents::Elf => {
+            let (code, runtime) = gpu_code_and_runtime(path, data);
+            (code, runtime, dynamic_info(data))
+        }
+        Contents::Archive => (read_gpu_code(data), runtime_in(path, None, &[]), Ok(None)),
+        Contents::Fatbin => (read_gpu_code(data), None, Ok(None)),
         Contents::Zip | Contents::Other => return Ok(None),
     };
     let gpu_code = gpu_code.map_err(|e| format!("its GPU code: {e}"))?;
-    let dynamic = if elf {
-        dynamic_info(data).map_err(|e| e.to_string())?
-    } else {
-        None
-    };
+    let dynamic = dynamic.map_err(|e| e.to_string())?;
     if gpu_code.containers.is_empty() && dynamic.is_none() && runtime.is_none() {
         return Ok(None);
     }

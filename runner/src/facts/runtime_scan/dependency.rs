@@ -10,16 +10,15 @@ use memchr::memmem;
 use object::{Object, ObjectSection, SectionKind};
 
 use cuda_sandbox_elfkit::fatbin::parse::CONTAINER_MAGIC;
-use cuda_sandbox_elfkit::fatbin::read_gpu_code_and_strings;
 use cuda_sandbox_elfkit::fatbin::sections::{
     FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_MAGIC, WRAPPER_SECTION,
 };
-use cuda_sandbox_elfkit::fatbin::strings::{may_hold_strings, CStrings};
+use cuda_sandbox_elfkit::fatbin::strings::may_hold_strings;
 use cuda_sandbox_elfkit::map::Mapped;
 
 use super::{
-    device_ranges, evidence_of, getter_constants, runtime_found, searched_strings,
-    static_runtime_found, FoundRuntime, StaticEvidence, DECIDING, GETTER_LEN,
+    evidence_of, getter_constants, gpu_code_and_runtime, runtime_found, searched_strings,
+    FoundRuntime, StaticEvidence, DECIDING, GETTER_LEN,
 };
 
 /// Bytes of a dependency read at a time ([`runtime_in_dependency`]), then released: its
@@ -198,16 +197,11 @@ pub fn runtime_in_dependency(path: &Path) -> Option<FoundRuntime> {
         return None;
     }
     let map = Mapped::of(&file).ok()?;
-    runtime_found(path, || match dependency_evidence(&map) {
-        Ok(evidence) => evidence,
-        Err(Undecided) => {
-            let data = map.bytes();
-            let mut strings = CStrings::new(&searched_strings());
-            let code = read_gpu_code_and_strings(data, &mut strings);
-            let device = code.as_ref().map(device_ranges).unwrap_or_default();
-            static_runtime_found(data, &device, strings.found().filter(|_| code.is_ok()))
-        }
-    })
+    match dependency_evidence(&map) {
+        Ok(evidence) => runtime_found(path, || evidence),
+        // Read whole, as the package's own files are.
+        Err(Undecided) => gpu_code_and_runtime(path, map.bytes()).1,
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use cuda_sandbox_elfkit::fatbin::rules::Toolkit;
 use cuda_sandbox_elfkit::fatbin::strings::{may_hold_strings, CStrings};
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code_and_strings, FatbinError, GpuCode};
 
+use crate::cuda::cudart::version_from_file_name;
 use crate::cuda::version::CudaVersion;
 
 mod dependency;
@@ -393,18 +394,14 @@ pub(crate) fn version_named_by(path: &Path) -> Option<Toolkit> {
         (rest[major.to_string().len()..].starts_with('.')).then_some(())?;
         Some(CudaVersion(major * 1000 + minor * 10))
     };
-    let name = path.file_name()?.to_string_lossy().into_owned();
-    if let Some(rest) = name.strip_prefix("libcudart.so.") {
-        if rest != "11.0" && rest.contains('.') {
-            return after("libcudart.so.").map(Toolkit::Exact);
-        }
+    let named = version_from_file_name(path);
+    if let Some(Toolkit::Exact(_)) = named {
+        return named;
     }
-    if let Some(v) = after("cuda_cudart-").or_else(|| after("cudart-")) {
-        return Some(Toolkit::Exact(v));
-    }
-    let major = name.strip_prefix("libcudart.so.")?.split('.').next()?;
-    let major: u32 = major.parse().ok()?;
-    i32::try_from(major).ok().map(Toolkit::Major)
+    after("cuda_cudart-")
+        .or_else(|| after("cudart-"))
+        .map(Toolkit::Exact)
+        .or(named)
 }
 
 /// Classifies one file; `data` is its bytes when it is an ELF file. `libcudart.so*` and
@@ -433,57 +430,36 @@ fn runtime_found(
 ) -> Option<FoundRuntime> {
     let name = path.file_name()?.to_string_lossy();
     let named = version_named_by(path);
-    let from_name = |version: &Option<Toolkit>| match version {
-        Some(v) => format!("version {v} from the path"),
-        None => "version unknown".to_owned(),
-    };
-    let found = |form, version: Option<Toolkit>, evidence: String| FoundRuntime {
-        file: path.to_path_buf(),
-        form,
-        version,
-        evidence,
-    };
-    if name.starts_with("libcudart.so") {
+    let (form, content, why) = if name.starts_with("libcudart.so") {
         let exact = matches!(named, Some(Toolkit::Exact(_)));
         let content = (!exact)
             .then(evidence)
             .flatten()
             .and_then(|e| e.version)
             .filter(|c| named.is_none_or(|n| n.major() == c.version.major()));
-        return Some(match content {
-            Some(c) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => found(
-                RuntimeForm::Shared,
-                Some(c.version),
-                format!("file name; version {} from {}", c.version, c.source),
-            ),
-            _ => found(
-                RuntimeForm::Shared,
-                named,
-                format!("file name; {}", from_name(&named)),
-            ),
-        });
-    }
-    if name.starts_with("libcudart_static") && name.ends_with(".a") {
-        return Some(found(
-            RuntimeForm::Archive,
-            named,
-            format!("file name; {}", from_name(&named)),
-        ));
-    }
-    let evidence = evidence()?;
-    let (why, content) = (evidence.describe(), evidence.version);
-    let (version, source) = match content {
-        Some(c) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => {
-            let text = format!("version {} from {}", c.version, c.source);
-            (Some(c.version), text)
-        }
-        _ => (named, from_name(&named)),
+        (RuntimeForm::Shared, content, "file name".to_owned())
+    } else if name.starts_with("libcudart_static") && name.ends_with(".a") {
+        (RuntimeForm::Archive, None, "file name".to_owned())
+    } else {
+        let evidence = evidence()?;
+        let why = evidence.describe();
+        (RuntimeForm::StaticCopy, evidence.version, why)
     };
-    Some(found(
-        RuntimeForm::StaticCopy,
+    // The content's version where it is exact or the path names none, else the path's.
+    let (version, source) = match (content, named) {
+        (Some(c), _) if matches!(c.version, Toolkit::Exact(_)) || named.is_none() => {
+            let source = format!("version {} from {}", c.version, c.source);
+            (Some(c.version), source)
+        }
+        (_, Some(v)) => (named, format!("version {v} from the path")),
+        (_, None) => (None, "version unknown".to_owned()),
+    };
+    Some(FoundRuntime {
+        file: path.to_path_buf(),
+        form,
         version,
-        format!("{why}; {source}"),
-    ))
+        evidence: format!("{why}; {source}"),
+    })
 }
 
 impl FoundRuntime {
