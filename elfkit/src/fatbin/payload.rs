@@ -130,11 +130,12 @@ pub fn payload<'a>(
 
 /// The first `n` bytes of `room`, which never shrinks. It grows as a fresh zeroed
 /// allocation, whose pages are faulted in only as a decoder writes them, so a size a header
-/// merely claims costs no memory; at least twofold, so that payloads of growing sizes fault
-/// their pages in a few times, not once each.
+/// merely claims costs no memory; at least twofold (up to the largest payload allowed), so
+/// that payloads of growing sizes fault their pages in a few times, not once each.
 fn room_for(room: &mut Vec<u8>, n: usize) -> &mut [u8] {
     if room.len() < n {
-        *room = vec![0; n.max(room.len() * 2)];
+        let cap = MAX_UNPACKED as usize + 1;
+        *room = vec![0; n.max(room.len().saturating_mul(2).min(cap))];
     }
     &mut room[..n]
 }
@@ -338,6 +339,19 @@ mod tests {
             grown < 64 << 10,
             "a failed 512 MiB claim made {grown} KiB resident"
         );
+    }
+
+    /// The room doubles as it grows, but never past the largest payload allowed (its pages
+    /// are not written here: only address space is taken).
+    #[test]
+    fn the_room_grows_twofold_up_to_the_cap() {
+        let mut room = Vec::new();
+        assert_eq!(room_for(&mut room, 100).len(), 100);
+        room_for(&mut room, 101);
+        assert_eq!(room.len(), 200);
+        let mut room = vec![0; 3 << 28];
+        room_for(&mut room, (3 << 28) + 1);
+        assert_eq!(room.len() as u64, MAX_UNPACKED + 1);
     }
 
     #[test]
