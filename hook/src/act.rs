@@ -19,7 +19,7 @@ use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
 use crate::plan::{self, Decision, Exposure, PlannedManifest, ProblemKind, Skip, Skipped};
-use crate::request::BuildContext;
+use crate::request::Request;
 use crate::slot::{self, Slot};
 use crate::sysfs::{self, TreeBind, TreeGuard};
 use cuda_sandbox_manifest::DriverManifest;
@@ -131,12 +131,7 @@ impl Serialize for Granted {
 /// Grants `decision`: adds the closures of its store paths, prunes nested paths, leases (or
 /// previews) its GPUs and plans the manifest. Problems met here are added after the
 /// decision's.
-pub(crate) fn act(
-    decision: Decision,
-    build: &BuildContext<'_>,
-    config: &Config,
-    mode: Mode,
-) -> Granted {
+pub(crate) fn act(decision: Decision, build: &Request, config: &Config, mode: Mode) -> Granted {
     let (roots, demand, binds) = (
         decision.closure_roots.clone(),
         decision.gpu_demand.clone(),
@@ -146,7 +141,7 @@ pub(crate) fn act(
         decision,
         ..Granted::default()
     };
-    let name = manifest_file::name_for(build.chroot);
+    let name = manifest_file::name_for(build.chroot.as_deref());
     let tree_name = sysfs::tree_name(&name);
     let tree = plan::sysfs_exposures(&binds, tree_name, &config.runtime_dir);
     let more = !tree.is_empty();
@@ -194,7 +189,7 @@ pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), M
 fn add_closures(
     granted: &mut Granted,
     roots: &[PathBuf],
-    build: &BuildContext<'_>,
+    build: &Request,
     config: &Config,
     mode: Mode,
 ) -> bool {
@@ -205,7 +200,7 @@ fn add_closures(
         dir: config.closure_cache.clone(),
         store_dir: config.store_dir.clone(),
         nix_store: config.nix_store.clone(),
-        search_path: build.search_path.map(ToOwned::to_owned),
+        search_path: build.search_path.clone(),
     };
     // A user running `explain` cannot (and need not) use root's cache.
     let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
@@ -243,12 +238,12 @@ fn add_closures(
 fn lease(
     granted: &mut Granted,
     demand: &plan::GpuDemand,
-    build: &BuildContext<'_>,
+    build: &Request,
     config: &Config,
     mode: Mode,
 ) {
     let leases = Leases::new(&config.runtime_dir);
-    let (picked, guard) = match (mode, build.chroot) {
+    let (picked, guard) = match (mode, build.chroot.as_deref()) {
         (Mode::Hook, Some(chroot)) => {
             let Some(holder) = Holder::parent() else {
                 return granted.decision.add_problem(ProblemKind::NoLeaseHolder);
@@ -257,7 +252,7 @@ fn lease(
                 slots: &demand.slots,
                 count: demand.count,
                 chroot,
-                derivation: &build.derivation,
+                derivation: &build.derivation_name(),
                 wait: Duration::from_secs(config.lease_wait_seconds),
             };
             match leases.acquire_guarded(&lease_req, demand.fit.as_ref(), holder) {
@@ -362,11 +357,11 @@ fn sysfs_tree(
     granted: &mut Granted,
     binds: &[TreeBind],
     name: &str,
-    build: &BuildContext<'_>,
+    build: &Request,
     config: &Config,
     mode: Mode,
 ) {
-    let chroot = match (mode, build.chroot) {
+    let chroot = match (mode, build.chroot.as_deref()) {
         (Mode::Hook, Some(chroot)) => chroot,
         (Mode::Explain, _) => return,
         _ => {

@@ -16,7 +16,6 @@
 use cuda_sandbox_elfkit::ldso::{self, Environment, Fs, Loader, Opened, Process, RealFs, Start};
 use cuda_sandbox_elfkit::ElfError;
 use std::cell::RefCell;
-use std::collections::BTreeSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -129,9 +128,8 @@ pub(crate) struct Refused {
 #[derive(Debug, Clone, Default)]
 pub struct Closure {
     /// Every file its process loads (the program excluded, the interpreter included), as the
-    /// path the loader opens inside.
-    pub(crate) libraries: BTreeSet<PathBuf>,
-    /// Each of those with the name it was first asked for (`libcuda.so.1`), in load order.
+    /// path the loader opens inside, with the name it was first asked for (`libcuda.so.1`),
+    /// in load order, each once.
     pub named: Vec<(String, PathBuf)>,
     /// Names found nowhere (with the file needing them).
     pub(crate) missing: Vec<String>,
@@ -245,7 +243,7 @@ pub(crate) fn library_closure(
     let interpreter = process.interpreter();
     let listed = process.objects().skip(1).map(|(_, o)| o);
     for object in listed.chain(interpreter.map(|i| process.object(i))) {
-        if closure.libraries.insert(object.path.clone()) {
+        if !closure.named.iter().any(|(_, p)| *p == object.path) {
             let name = object.names.first().cloned().unwrap_or_default();
             closure.named.push((name, object.path.clone()));
         }
@@ -300,6 +298,11 @@ mod tests {
         library_closure(program, &[], None, &loader, sources)
     }
 
+    /// Whether `closure` has the process load `path`.
+    fn loads(closure: &Closure, path: &Path) -> bool {
+        closure.named.iter().any(|(_, p)| p == path)
+    }
+
     #[test]
     fn a_real_program_needs_libc_and_its_interpreter() {
         // What the file asks for is elfkit's to read (and test); here, that it is found.
@@ -309,14 +312,14 @@ mod tests {
         assert!(closure.missing.is_empty(), "{:?}", closure.missing);
         assert!(closure.refused.is_empty(), "{:?}", closure.refused);
         assert!(closure
-            .libraries
+            .named
             .iter()
-            .any(|p| p.to_string_lossy().contains("libc.so")));
+            .any(|(_, p)| p.to_string_lossy().contains("libc.so")));
         let interp = cuda_sandbox_elfkit::dynamic_info(&std::fs::read(&sh).unwrap())
             .unwrap()
             .unwrap()
             .interpreter;
-        assert!(closure.libraries.contains(&interp.unwrap()), "{closure:?}");
+        assert!(loads(&closure, &interp.unwrap()), "{closure:?}");
     }
 
     fn program_with_origin_library(d: &Path) -> PathBuf {
@@ -353,7 +356,7 @@ mod tests {
         // The program is bound, its directory is not: its library is refused ...
         let closure = closure_of(&main, &host(vec![(main.clone(), main.clone())]));
         let dep = d.join("libdep.so");
-        assert!(!closure.libraries.contains(&dep), "{closure:?}");
+        assert!(!loads(&closure, &dep), "{closure:?}");
         assert_eq!(closure.refused.len(), 1, "{closure:?}");
         assert_eq!(closure.refused[0].path, dep);
         assert_eq!(closure.refused[0].needed_by, main);
@@ -365,7 +368,7 @@ mod tests {
         // ... unless the command sees its directory anyway.
         let closure = closure_of(&main, &host(vec![(d.clone(), d.clone())]));
         assert!(closure.missing.is_empty(), "{:?}", closure.missing);
-        assert!(closure.libraries.contains(&dep), "{closure:?}");
+        assert!(loads(&closure, &dep), "{closure:?}");
     }
 
     #[test]
@@ -387,10 +390,7 @@ mod tests {
         let llp = Some("/run/opengl-driver/lib");
         let closure = library_closure(&main, &[], llp, &loader, &sources);
         assert!(closure.missing.is_empty(), "{closure:?}");
-        assert!(
-            closure.libraries.contains(&inside.join("libdep.so")),
-            "{closure:?}"
-        );
+        assert!(loads(&closure, &inside.join("libdep.so")), "{closure:?}");
     }
 
     #[test]

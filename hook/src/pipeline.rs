@@ -93,10 +93,9 @@ pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
         &tagged.matched_rules(),
         !required.is_empty(),
     );
-    let context = req.context();
     let decision = decide(req, tagged, &view);
-    let mut granted = act::act(decision, &context, &tagged.config, mode);
-    let answer = answer(req, tagged, mode, &granted, context.derivation);
+    let mut granted = act::act(decision, req, &tagged.config, mode);
+    let answer = answer(req, tagged, mode, &granted, req.derivation_name());
     if answer.is_ok() {
         // The build may start: its lease is its own now. On a failure Nix will not start
         // the build, and the guard ends the lease when the grant is dropped, as nothing else

@@ -65,24 +65,14 @@ pub(crate) struct SpecSet {
 /// Why a named device was not found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum LookupError {
-    /// No spec of the right kind defines it.
-    #[error("no CDI spec in {dirs} defines {name}")]
-    NotFound {
-        /// The device.
-        name: DeviceName,
-        /// The directories looked in, for the message.
-        dirs: String,
-    },
-    /// Two specs of the same priority define it (the CDI spec calls this a conflict).
-    #[error("{name} is defined by both {first} and {second}; remove one")]
-    Conflict {
-        /// The device.
-        name: DeviceName,
-        /// One spec.
-        first: PathBuf,
-        /// The other.
-        second: PathBuf,
-    },
+    /// No spec of the right kind defines the device (with the directories looked in, for
+    /// the message).
+    #[error("no CDI spec in {1} defines {0}")]
+    NotFound(DeviceName, String),
+    /// Two specs of the same priority define the device (the CDI spec calls this a
+    /// conflict).
+    #[error("{0} is defined by both {1} and {2}; remove one")]
+    Conflict(DeviceName, PathBuf, PathBuf),
 }
 
 /// A device and the spec that defines it.
@@ -198,23 +188,15 @@ impl SpecSet {
             match best {
                 Some((b, _)) if b.priority > s.priority => {}
                 Some((b, _)) if b.priority == s.priority => {
-                    return Err(LookupError::Conflict {
-                        name: name.clone(),
-                        first: b.file.clone(),
-                        second: s.file.clone(),
-                    })
+                    let (first, second) = (b.file.clone(), s.file.clone());
+                    return Err(LookupError::Conflict(name.clone(), first, second));
                 }
                 _ => best = Some((s, device)),
             }
         }
-        let (s, device) = best.ok_or_else(|| LookupError::NotFound {
-            name: name.clone(),
-            dirs: dirs
-                .dirs()
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
+        let (s, device) = best.ok_or_else(|| {
+            let shown = dirs.dirs().iter().map(|d| d.display().to_string());
+            LookupError::NotFound(name.clone(), shown.collect::<Vec<_>>().join(", "))
         })?;
         Ok(Found {
             file: &s.file,
@@ -267,18 +249,38 @@ mod tests {
         );
         assert!(matches!(
             set.find(&name("nvidia.com/gpu=2"), &d),
-            Err(LookupError::NotFound { .. })
+            Err(LookupError::NotFound(..))
         ));
+        assert_eq!(
+            set.find(&name("nvidia.com/gpu=2"), &d)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "no CDI spec in {}, {} defines nvidia.com/gpu=2",
+                etc.display(),
+                run.display()
+            )
+        );
         assert!(matches!(
             set.find(&name("other.com/gpu=0"), &d),
-            Err(LookupError::NotFound { .. })
+            Err(LookupError::NotFound(..))
         ));
         std::fs::write(etc.join("d.json"), spec("nvidia.com/gpu", "1", "/dev/two")).unwrap();
         let set = SpecSet::load(&d);
         assert!(matches!(
             set.find(&name("nvidia.com/gpu=1"), &d),
-            Err(LookupError::Conflict { .. })
+            Err(LookupError::Conflict(..))
         ));
+        assert_eq!(
+            set.find(&name("nvidia.com/gpu=1"), &d)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "nvidia.com/gpu=1 is defined by both {} and {}; remove one",
+                etc.join("c.json").display(),
+                etc.join("d.json").display()
+            )
+        );
     }
 
     #[test]

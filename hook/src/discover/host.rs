@@ -161,7 +161,7 @@ pub(crate) fn capability_of(stem: &str) -> Capability {
         .map_or(Capability::Compute, |(c, _)| *c)
 }
 
-/// A host driver library to expose.
+/// A host driver library to expose (what it is for: [`capability_of`] its stem).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HostLibrary {
     /// Its file name (the soname for cache entries), e.g. `libcuda.so.1`.
@@ -172,11 +172,9 @@ pub(crate) struct HostLibrary {
     pub outside: PathBuf,
     /// Where it was found (`ld.so.cache` or a directory).
     pub found_in: String,
-    /// What it is for.
-    pub capability: Capability,
 }
 
-/// A driver data file of the host's (an ICD file, `nvoptix.bin`).
+/// A driver data file of the host's (an ICD file, `nvoptix.bin`), for graphics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HostDataFile {
     /// Its place relative to its configuration directory, and under the driver link's `share`.
@@ -185,8 +183,6 @@ pub(crate) struct HostDataFile {
     pub outside: PathBuf,
     /// The configuration directory it was found in.
     pub found_in: String,
-    /// What it is for.
-    pub capability: Capability,
 }
 
 /// The host's driver data files ([`DRIVER_DATA_FILES`]), each from the first of
@@ -201,7 +197,6 @@ pub(crate) fn host_data_files(root: &Path, store_dir: &Path) -> Vec<HostDataFile
                     rel: PathBuf::from(rel),
                     outside,
                     found_in: (*dir).to_string(),
-                    capability: Capability::Graphics,
                 })
             })
         })
@@ -227,7 +222,6 @@ pub(crate) fn host_libraries(
             stem,
             outside,
             found_in,
-            capability: capability_of(stem),
         });
     };
     let cache_path = under(root, store_dir, Path::new("/etc/ld.so.cache"));

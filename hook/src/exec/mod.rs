@@ -173,7 +173,7 @@ fn bind_libraries(binds: &mut Vec<Bind>, closure: &elfdeps::Closure) {
     for r in &closure.refused {
         crate::log::warn(format_args!("exec: not binding {r}"));
     }
-    for lib in &closure.libraries {
+    for (_, lib) in &closure.named {
         let covered = binds.iter().any(|b| lib.starts_with(&b.inside));
         if !covered {
             let outside = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.clone());

@@ -5,7 +5,7 @@ use super::{stale, Decision, Problem, ProblemKind, Reason, Skipped, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
-use crate::discover::host::{Capability, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
+use crate::discover::host::{self, Capability, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::discover::versions;
 use crate::scan::{DriverView, HostFacts, HostView};
 use crate::symlinks::{self, Space};
@@ -26,10 +26,8 @@ pub(crate) enum DriverSource {
         found_in: String,
     },
     /// A host data file (ICD file, `nvoptix.bin`) bound under the link's `share`
-    /// (`host-data-file (<capability>) from <directory>`).
+    /// (`host-data-file (graphics) from <directory>`).
     HostDataFile {
-        /// What it is for.
-        capability: Capability,
         /// The configuration directory it was found in.
         found_in: String,
     },
@@ -47,10 +45,10 @@ impl std::fmt::Display for DriverSource {
                 capability,
                 found_in,
             } => write!(f, "host-library ({capability}) from {found_in}"),
-            DriverSource::HostDataFile {
-                capability,
-                found_in,
-            } => write!(f, "host-data-file ({capability}) from {found_in}"),
+            DriverSource::HostDataFile { found_in } => {
+                let graphics = Capability::Graphics;
+                write!(f, "host-data-file ({graphics}) from {found_in}")
+            }
             DriverSource::Compat => f.write_str("compat"),
             DriverSource::CompatAtDriverLink => f.write_str("compat-at-driver-link"),
         }
@@ -200,10 +198,8 @@ impl Decision {
             }
             HostSource::Libraries(libs, data_files) => {
                 for file in data_files {
-                    let why = site.reason(DriverSource::HostDataFile {
-                        capability: file.capability,
-                        found_in: file.found_in.clone(),
-                    });
+                    let found_in = file.found_in.clone();
+                    let why = site.reason(DriverSource::HostDataFile { found_in });
                     let inside = site.link.join("share").join(&file.rel);
                     self.add_optional_host_path(rule, &inside, &file.outside, view, why);
                 }
@@ -214,7 +210,7 @@ impl Decision {
                         continue;
                     }
                     let why = site.reason(DriverSource::HostLibrary {
-                        capability: lib.capability,
+                        capability: host::capability_of(lib.stem),
                         found_in: lib.found_in.clone(),
                     });
                     self.add_optional_host_path(rule, &inside, &lib.outside, view, why);

@@ -8,7 +8,7 @@ use super::{devices, sort_by_inside, Decision, Exposure, GpuDemand, PlannedManif
 use super::{DrmLeft, ProblemKind, Reason, Skip, Skipped};
 use crate::config::Config;
 use crate::mig::Capability;
-use crate::request::BuildContext;
+use crate::request::Request;
 use crate::slot::{self, Slot};
 use crate::symlinks::{self, Node};
 use crate::sysfs::drm::{DrmError, DRM_DEV_DIR};
@@ -134,7 +134,7 @@ impl Decision {
     pub(crate) fn plan_manifest(
         &mut self,
         leased: &[Slot],
-        build: &BuildContext<'_>,
+        build: &Request,
         config: &Config,
         name: &str,
     ) -> PlannedManifest {
@@ -148,13 +148,14 @@ impl Decision {
             .unwrap_or_else(|| DriverManifest::none("no rule configures a driver"));
         let content = Manifest {
             version: MANIFEST_VERSION,
-            derivation: build.derivation.clone(),
+            derivation: build.derivation_name(),
             chroot: build
                 .chroot
+                .as_ref()
                 .map(|c| c.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             rules: self.rules.clone(),
-            features: build.features.clone(),
+            features: build.features_lossy(),
             devices,
             leased_gpus: slot::gpus(leased),
             mig: slot::mig(leased).map(|i| MigInstance {

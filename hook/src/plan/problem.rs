@@ -322,7 +322,7 @@ impl ProblemKind {
                 sysfs in docs/configuration.md)"
                 .into(),
             ProblemKind::CdiLookup {
-                error: LookupError::NotFound { .. },
+                error: LookupError::NotFound(..),
                 hint,
             } => match hint {
                 Some(hint) => Cow::Borrowed(hint),
@@ -332,7 +332,7 @@ impl ProblemKind {
                     .into(),
             },
             ProblemKind::CdiLookup {
-                error: LookupError::Conflict { .. },
+                error: LookupError::Conflict(..),
                 ..
             } => "remove one of the two specs, or move it to another of cdi_spec_dirs".into(),
             ProblemKind::CdiSpecNode { .. } => "fix the spec (`nvidia-ctk cdi generate`)".into(),

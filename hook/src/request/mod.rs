@@ -254,16 +254,6 @@ impl Request {
         features::required(names.iter().map(String::as_str))
     }
 
-    /// What act needs of the request.
-    pub(crate) fn context(&self) -> BuildContext<'_> {
-        BuildContext {
-            chroot: self.chroot.as_deref(),
-            derivation: self.derivation_name(),
-            features: self.features_lossy(),
-            search_path: self.search_path.as_deref(),
-        }
-    }
-
     /// The tagged request, when the verdict is [`Verdict::Tagged`].
     pub(crate) fn tagged(&self) -> Option<&Tagged> {
         match &self.verdict {
@@ -271,20 +261,6 @@ impl Request {
             _ => None,
         }
     }
-}
-
-/// What act needs of a request: where the build runs and what it is, for the lease and the
-/// manifest, and where `nix-store` is found.
-#[derive(Debug, Clone)]
-pub(crate) struct BuildContext<'a> {
-    /// The sandbox root.
-    pub chroot: Option<&'a Path>,
-    /// The derivation's name ([`Request::derivation_name`]).
-    pub derivation: String,
-    /// The features, as text ([`Request::features_lossy`]).
-    pub features: Vec<String>,
-    /// The caller's `PATH`.
-    pub search_path: Option<&'a std::ffi::OsStr>,
 }
 
 /// What was read of the derivation, or why nothing was.

@@ -78,7 +78,6 @@ impl CdiView {
                         stem,
                         outside: outside.clone(),
                         found_in: found_in.clone(),
-                        capability: host::capability_of(stem),
                     });
                 }
             }

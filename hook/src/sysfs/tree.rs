@@ -261,17 +261,16 @@ fn remove_in(trees: &StateDir, name: &str) -> Result<(), TreeError> {
         for point in record.mount_points.iter().rev() {
             mount::detach(&tree.path.join(point))?;
         }
-        for (entry, is_dir) in record.entries.iter().rev() {
-            let removed = if *is_dir {
+        // The other entries, then the mount points (directories), each in reverse.
+        let points = record.mount_points.iter().rev().map(|p| (p, true));
+        let entries = record.entries.iter().rev().map(|(e, d)| (e, *d));
+        for (entry, is_dir) in entries.chain(points) {
+            let removed = if is_dir {
                 tree.remove_dir(entry)
             } else {
                 tree.remove(entry)
             };
             absent_ok(removed).map_err(io("remove", tree.path.join(entry)))?;
-        }
-        for point in record.mount_points.iter().rev() {
-            let target = tree.path.join(point);
-            absent_ok(tree.remove_dir(point)).map_err(io("remove", target))?;
         }
         drop(tree);
         absent_ok(trees.remove_dir(name)).map_err(io("remove", dir))?;
