@@ -31,7 +31,7 @@ const REQUIRED: [&str; 6] = [
 ];
 
 /// A file that is NVIDIA's stub libcuda.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct StubLibcuda {
     /// How many driver entry points it defines, each returning 34.
     pub entry_points: usize,

@@ -30,11 +30,25 @@ pub const STO_CUDA_MANAGED: u8 = 0x04;
 /// `e_machine` of a cubin (`EM_CUDA`).
 pub const EM_CUDA: u16 = 190;
 
+/// How many kernel names a module's JSON shows: enough to name a few.
+pub const NAMED_KERNELS: usize = 3;
+
+/// Kernel names in JSON: `{"count": N, "first": [the first NAMED_KERNELS]}`.
+fn few<S: serde::Serializer>(names: &[String], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut out = s.serialize_struct("Kernels", 2)?;
+    out.serialize_field("count", &names.len())?;
+    out.serialize_field("first", &names[..names.len().min(NAMED_KERNELS)])?;
+    out.end()
+}
+
 /// What an image (a cubin or PTX) holds that decides whether its module must load.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Symbols {
     /// Kernels: in a cubin the names of the symbols marked `STO_CUDA_ENTRY`, in symbol-table
-    /// order; in PTX the names of its `.entry` directives.
+    /// order; in PTX the names of its `.entry` directives (JSON: how many, and the first
+    /// [`NAMED_KERNELS`]).
+    #[serde(serialize_with = "few")]
     pub kernels: Vec<String>,
     /// Managed variables: in a cubin the names of the symbols marked `STO_CUDA_MANAGED`; in
     /// PTX the `.global .attribute(.managed)` variables it defines.

@@ -55,31 +55,12 @@ use super::{
     Capability, Container, CudaVersion, Entry, EntryKind, GpuCode, Origin, Purpose, Version,
 };
 
-/// How many kernel names a module's JSON shows: enough to name a few.
-pub const NAMED_KERNELS: usize = 3;
-
-/// Kernel names in JSON: `{"count": N, "first": [the first NAMED_KERNELS]}`.
-fn few<S: serde::Serializer>(names: &[String], s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeStruct;
-    let mut out = s.serialize_struct("Kernels", 2)?;
-    out.serialize_field("count", &names.len())?;
-    out.serialize_field("first", &names[..names.len().min(NAMED_KERNELS)])?;
-    out.end()
-}
-
 /// What a registered module that cannot load holds (rule 4), read from its images.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "holds")]
 pub enum Holds {
-    /// Read from one of its images.
-    Read {
-        /// Its kernels' names, as the symbol table spells them (JSON: how many, and the first
-        /// [`NAMED_KERNELS`]).
-        #[serde(serialize_with = "few")]
-        kernels: Vec<String>,
-        /// The names of its managed variables.
-        managed: Vec<String>,
-    },
+    /// Read from one of its images: its kernels and managed variables, never both empty.
+    Read(Symbols),
     /// None of its images could be read.
     Unreadable,
 }
@@ -89,7 +70,7 @@ impl Holds {
     /// known.
     pub fn undecided(&self) -> bool {
         match self {
-            Holds::Read { managed, .. } => !managed.is_empty(),
+            Holds::Read(symbols) => !symbols.managed.is_empty(),
             Holds::Unreadable => true,
         }
     }
@@ -97,7 +78,7 @@ impl Holds {
     /// Whether it holds managed variables and no kernel: nothing to launch, only a load at
     /// start whose outcome is not settled here.
     pub fn managed_only(&self) -> bool {
-        matches!(self, Holds::Read { kernels, managed } if kernels.is_empty() && !managed.is_empty())
+        matches!(self, Holds::Read(s) if s.kernels.is_empty() && !s.managed.is_empty())
     }
 }
 
@@ -271,14 +252,13 @@ fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
             EntryKind::Ptx => payload(data, e, room).ok().map(ptx_facts),
             _ => None,
         };
-        let Some(Symbols { kernels, managed }) = read else {
+        let Some(symbols) = read else {
             continue;
         };
         read_any = true;
-        if kernels.is_empty() && managed.is_empty() {
-            continue;
+        if !symbols.inert() {
+            return Some(Holds::Read(symbols));
         }
-        return Some(Holds::Read { kernels, managed });
     }
     (!read_any).then_some(Holds::Unreadable)
 }
@@ -547,10 +527,10 @@ mod tests {
         let first = on(&file.data, "8.0");
         let second = on(&[], "8.6");
         let held = |j: &Judgement| j.missing().map(|m| m.holds.clone()).collect::<Vec<_>>();
-        let kernel = Some(Holds::Read {
+        let kernel = Some(Holds::Read(Symbols {
             kernels: vec!["k_one".into()],
             managed: vec![],
-        });
+        }));
         assert_eq!(held(&first), std::slice::from_ref(&kernel));
         assert_eq!(held(&second), [kernel]);
         // Without the first read remembered, no bytes give nothing to read.
@@ -579,10 +559,10 @@ mod tests {
         assert_eq!(missing[0].module, 1);
         assert_eq!(
             missing[0].holds,
-            Some(Holds::Read {
+            Some(Holds::Read(Symbols {
                 kernels: vec!["k_one".into()],
                 managed: vec![],
-            })
+            }))
         );
         assert_eq!(j.failing().count(), 0);
         assert_eq!(
@@ -646,10 +626,10 @@ mod tests {
             .module(&[("sm_80", S), ("compute_100", P)], MANAGED);
         let j = file.judge("9.0", CudaVersion(12080));
         assert_eq!(j.verdict, FileVerdict::Unknown);
-        let Some(Holds::Read { managed, .. }) = &j.missing().next().unwrap().holds else {
+        let Some(Holds::Read(symbols)) = &j.missing().next().unwrap().holds else {
             panic!("{j:?}");
         };
-        assert_eq!(managed, &["counter"]);
+        assert_eq!(symbols.managed, ["counter"]);
         // Where it loads, it is no question: the other module is missing there.
         assert_eq!(
             file.judge("8.0", CudaVersion(12080)).verdict,

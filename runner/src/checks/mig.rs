@@ -96,7 +96,7 @@ fn cuda_device<'s>(
     facts.cuda_has_uuid_v2 = session
         .driver()
         .ok()
-        .map(|d| d.api.device_get_uuid_v2.is_some());
+        .map(|d| d.api.device_get_uuid_v2.f.is_some());
     let device = match cuda {
         [one] => one,
         _ => {

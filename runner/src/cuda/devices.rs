@@ -5,8 +5,7 @@ use std::ffi::{c_char, c_int, CStr};
 use cuda_sandbox_cuda_facts::Capability;
 use serde::{Deserialize, Serialize};
 
-use super::driver::{Driver, DriverError};
-use super::result::CuError;
+use super::driver::{Driver, DriverError, Export};
 
 /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
 const ATTRIBUTE_CC: [c_int; 2] = [75, 76];
@@ -53,43 +52,37 @@ pub(crate) fn nvml_uuid(bytes: &[u8; 16]) -> String {
 /// Every device, in CUDA order. Needs a successful `cuInit`.
 pub(crate) fn list(driver: &Driver) -> Result<Vec<CudaDevice>, DriverError> {
     let api = &driver.api;
-    let count_fn = driver.need(api.device_get_count, "cuDeviceGetCount")?;
-    let get = driver.need(api.device_get, "cuDeviceGet")?;
-    let get_name = driver.need(api.device_get_name, "cuDeviceGetName")?;
-    let get_uuid = driver.need(
-        api.device_get_uuid_v2.or(api.device_get_uuid),
-        "cuDeviceGetUuid",
-    )?;
-    let get_attribute = driver.need(api.device_get_attribute, "cuDeviceGetAttribute")?;
-    let total_mem = driver.need(api.device_total_mem, "cuDeviceTotalMem_v2")?;
-    let fail = |call: &'static str, code: c_int| CuError::check(call, code);
+    let count_fn = driver.need(api.device_get_count)?;
+    let get = driver.need(api.device_get)?;
+    let get_name = driver.need(api.device_get_name)?;
+    // Reported as cuDeviceGetUuid, whichever export answers.
+    let get_uuid = driver.need(Export {
+        f: api.device_get_uuid_v2.f.or(api.device_get_uuid.f),
+        ..api.device_get_uuid
+    })?;
+    let get_attribute = driver.need(api.device_get_attribute)?;
+    let total_mem = driver.need(api.device_total_mem)?;
 
     let mut count = 0;
     // SAFETY: cuda.h signatures, out-pointers to live locals of the right size (whole block).
     unsafe {
-        fail("cuDeviceGetCount", count_fn(&mut count))?;
+        count_fn.call(|f| f(&mut count))?;
         let mut devices = Vec::new();
         for ordinal in 0..count {
             let mut device = 0;
-            fail("cuDeviceGet", get(&mut device, ordinal))?;
+            get.call(|f| f(&mut device, ordinal))?;
             let mut name = [0 as c_char; 256];
-            fail(
-                "cuDeviceGetName",
-                get_name(name.as_mut_ptr(), name.len() as c_int, device),
-            )?;
+            get_name.call(|f| f(name.as_mut_ptr(), name.len() as c_int, device))?;
             let mut uuid = [0u8; 16];
-            fail("cuDeviceGetUuid", get_uuid(&mut uuid, device))?;
+            get_uuid.call(|f| f(&mut uuid, device))?;
             let mut cc = [0; 2];
             for (value, attribute) in cc.iter_mut().zip(ATTRIBUTE_CC) {
-                fail(
-                    "cuDeviceGetAttribute",
-                    get_attribute(value, attribute, device),
-                )?;
+                get_attribute.call(|f| f(value, attribute, device))?;
             }
             // Never negative (cuda.h); a capability of 0.0 would be one no table knows.
             let [major, minor] = cc.map(|v| u32::try_from(v).unwrap_or(0));
             let mut bytes = 0usize;
-            fail("cuDeviceTotalMem_v2", total_mem(&mut bytes, device))?;
+            total_mem.call(|f| f(&mut bytes, device))?;
             devices.push(CudaDevice {
                 ordinal,
                 name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),

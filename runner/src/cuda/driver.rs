@@ -24,18 +24,21 @@ pub(crate) type Handle = *mut c_void;
 
 macro_rules! driver_api {
     ($( $field:ident = $symbol:literal : fn($($arg:ty),*) ; )*) => {
-        /// The driver functions the runner calls, each `None` when this libcuda lacks it.
+        /// The driver functions the runner calls, each with `f` `None` when this libcuda lacks it.
         #[allow(non_snake_case, missing_docs)]
         #[derive(Clone, Copy)]
         pub(crate) struct DriverFunctions {
-            $( pub $field: Option<unsafe extern "C" fn($($arg),*) -> c_int>, )*
+            $( pub $field: Export<unsafe extern "C" fn($($arg),*) -> c_int>, )*
         }
 
         impl DriverFunctions {
             fn resolve(library: &Library) -> DriverFunctions {
                 DriverFunctions {
-                    // SAFETY: each symbol has this signature in cuda.h.
-                    $( $field: unsafe { library.get(concat!($symbol, "\0").as_bytes()).ok().map(|s| *s) }, )*
+                    $( $field: Export {
+                        name: $symbol,
+                        // SAFETY: each symbol has this signature in cuda.h.
+                        f: unsafe { library.get(concat!($symbol, "\0").as_bytes()).ok().map(|s| *s) },
+                    }, )*
                 }
             }
         }
@@ -73,6 +76,30 @@ driver_api! {
     event_destroy = "cuEventDestroy_v2": fn(Handle);
     get_proc_address = "cuGetProcAddress": fn(*const c_char, *mut *mut c_void, c_int, u64);
     get_proc_address_v2 = "cuGetProcAddress_v2": fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
+}
+
+/// A driver export: its C name, and the function when this libcuda has it.
+#[derive(Clone, Copy)]
+pub(crate) struct Export<F> {
+    /// The C name, e.g. `cuInit`: what a missing export or a failed call is reported as.
+    pub name: &'static str,
+    /// The function, `None` when not exported.
+    pub f: Option<F>,
+}
+
+/// A driver function this libcuda exports, with the name its failures are reported as.
+pub(crate) struct Found<F> {
+    /// The C name.
+    pub name: &'static str,
+    /// The function.
+    pub f: F,
+}
+
+impl<F: Copy> Found<F> {
+    /// What `call` returns when given the function, as [`CuError::check`] of this name.
+    pub(crate) fn call(&self, call: impl FnOnce(F) -> c_int) -> Result<(), CuError> {
+        CuError::check(self.name, call(self.f))
+    }
 }
 
 /// The loaded driver: its file and its functions. Never unloaded.
@@ -132,7 +159,7 @@ impl Driver {
         let library =
             unsafe { Library::new(LIBCUDA) }.map_err(|e| LoadError::NotLoadable(e.to_string()))?;
         let api = DriverFunctions::resolve(&library);
-        let anchor = Driver::symbol_in(&library, "cuInit").ok_or(LoadError::NoCuInit)?;
+        let anchor = Driver::symbol_in(&library, api.init.name).ok_or(LoadError::NoCuInit)?;
         let file = LoadedFile::containing(anchor).ok_or(LoadError::FileUnknown)?;
         Ok(Driver { file, api, library })
     }
@@ -151,19 +178,19 @@ impl Driver {
     }
 
     /// `f` if this libcuda exports it, else an error naming the missing export.
-    pub(crate) fn need<F>(&self, f: Option<F>, symbol: &'static str) -> Result<F, DriverError> {
-        f.ok_or_else(|| DriverError::MissingExport {
-            file: self.file.real_path.clone(),
-            symbol,
-        })
+    pub(crate) fn need<F>(&self, export: Export<F>) -> Result<Found<F>, DriverError> {
+        let Export { name, f } = export;
+        f.map(|f| Found { name, f })
+            .ok_or_else(|| DriverError::MissingExport {
+                file: self.file.real_path.clone(),
+                symbol: name,
+            })
     }
 
     /// The name of the `cuGetProcAddress` export the runner uses: `_v2` when present.
     pub(crate) fn get_proc_address_export(&self) -> Option<&'static str> {
-        self.api
-            .get_proc_address_v2
-            .map(|_| "cuGetProcAddress_v2")
-            .or(self.api.get_proc_address.map(|_| "cuGetProcAddress"))
+        let (v2, v1) = (self.api.get_proc_address_v2, self.api.get_proc_address);
+        v2.f.map(|_| v2.name).or(v1.f.map(|_| v1.name))
     }
 
     /// `cuGetProcAddress(symbol, version, flags 0)` through the `_v2` export when present.
@@ -171,10 +198,10 @@ impl Driver {
         let name = CString::new(symbol).ok()?;
         let mut pointer: *mut c_void = std::ptr::null_mut();
         let mut status: c_int = -1;
-        let v2 = self.api.get_proc_address_v2;
+        let v2 = self.api.get_proc_address_v2.f;
         // SAFETY: cuda.h signatures; all out-pointers point at live locals.
         let code = unsafe {
-            match (v2, self.api.get_proc_address) {
+            match (v2, self.api.get_proc_address.f) {
                 (Some(f), _) => f(name.as_ptr(), &mut pointer, version, 0, &mut status),
                 (None, Some(f)) => f(name.as_ptr(), &mut pointer, version, 0),
                 (None, None) => return None,
@@ -189,23 +216,23 @@ impl Driver {
 
     /// `cuDriverGetVersion`.
     pub(crate) fn version(&self) -> Result<CudaVersion, DriverError> {
-        let f = self.need(self.api.driver_get_version, "cuDriverGetVersion")?;
+        let get = self.need(self.api.driver_get_version)?;
         let mut version = 0;
         // SAFETY: cuda.h signature, valid out-pointer.
-        CuError::check("cuDriverGetVersion", unsafe { f(&mut version) })?;
+        get.call(|f| unsafe { f(&mut version) })?;
         Ok(CudaVersion(version))
     }
 
     /// `cuInit(0)`.
     pub(crate) fn init(&self) -> Result<(), CuError> {
-        let Some(f) = self.api.init else {
+        let Ok(init) = self.need(self.api.init) else {
             // Driver::load refuses a libcuda without cuInit; kept total all the same.
             return Err(CuError {
-                call: "cuInit",
+                call: self.api.init.name,
                 code: result::CUDA_ERROR_NOT_FOUND,
             });
         };
         // SAFETY: cuda.h signature.
-        CuError::check("cuInit", unsafe { f(0) })
+        init.call(|f| unsafe { f(0) })
     }
 }

@@ -75,36 +75,34 @@ impl<'d> PrimaryContext<'d> {
         ordinal: c_int,
     ) -> Result<PrimaryContext<'d>, GpuError> {
         let api = &driver.api;
-        let device_get = driver.need(api.device_get, "cuDeviceGet")?;
-        let retain = driver.need(api.primary_ctx_retain, "cuDevicePrimaryCtxRetain")?;
-        let set_current = driver.need(api.ctx_set_current, "cuCtxSetCurrent")?;
+        let device_get = driver.need(api.device_get)?;
+        let retain = driver.need(api.primary_ctx_retain)?;
+        let set_current = driver.need(api.ctx_set_current)?;
         let mut device: CuDevice = 0;
         // SAFETY: cuda.h signature; valid out-pointer.
-        CuError::check("cuDeviceGet", unsafe { device_get(&mut device, ordinal) })?;
+        device_get.call(|f| unsafe { f(&mut device, ordinal) })?;
         let mut context: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; valid out-pointer.
-        CuError::check("cuDevicePrimaryCtxRetain", unsafe {
-            retain(&mut context, device)
-        })?;
+        retain.call(|f| unsafe { f(&mut context, device) })?;
         let held = PrimaryContext { driver, device };
         // SAFETY: `context` was just retained by this driver.
-        CuError::check("cuCtxSetCurrent", unsafe { set_current(context) })?;
+        set_current.call(|f| unsafe { f(context) })?;
         Ok(held)
     }
 
     /// Waits for all work in the context (`cuCtxSynchronize`).
     pub(crate) fn synchronize(&self) -> Result<(), GpuError> {
         let driver = self.driver;
-        let f = driver.need(driver.api.ctx_synchronize, "cuCtxSynchronize")?;
+        let f = driver.need(driver.api.ctx_synchronize)?;
         // SAFETY: cuda.h signature; a context is current.
-        Ok(CuError::check("cuCtxSynchronize", unsafe { f() })?)
+        Ok(f.call(|f| unsafe { f() })?)
     }
 }
 
 impl Drop for PrimaryContext<'_> {
     fn drop(&mut self) {
         let api = &self.driver.api;
-        if let Some(release) = api.primary_ctx_release_v2.or(api.primary_ctx_release) {
+        if let Some(release) = api.primary_ctx_release_v2.f.or(api.primary_ctx_release.f) {
             // SAFETY: retained once in `retain`, released once here.
             unsafe { release(self.device) };
         }
@@ -127,7 +125,7 @@ impl<'c> Module<'c> {
         ptx: &str,
     ) -> Result<Module<'c>, GpuError> {
         let driver = context.driver;
-        let load = driver.need(driver.api.module_load_data_ex, "cuModuleLoadDataEx")?;
+        let load = driver.need(driver.api.module_load_data_ex)?;
         let ptx = CString::new(ptx).map_err(|e| GpuError::PtxHasNul(e.nul_position()))?;
         let mut log = vec![0u8; 16 * 1024];
         let mut options = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
@@ -136,7 +134,7 @@ impl<'c> Module<'c> {
         // SAFETY: cuda.h signature; `ptx` is NUL-terminated; the option values are the log
         // buffer and its size, both live for the call.
         let mut code = unsafe {
-            load(
+            (load.f)(
                 &mut handle,
                 ptx.as_ptr().cast(),
                 options.len() as c_uint,
@@ -145,13 +143,13 @@ impl<'c> Module<'c> {
             )
         };
         if code == CUDA_ERROR_NOT_SUPPORTED {
-            if let Some(load) = driver.api.module_load_data {
+            if let Ok(load_data) = driver.need(driver.api.module_load_data) {
                 // SAFETY: cuda.h signature; `ptx` is NUL-terminated and lives for the call.
-                code = unsafe { load(&mut handle, ptx.as_ptr().cast()) };
-                CuError::check("cuModuleLoadData", code)?;
+                code = unsafe { (load_data.f)(&mut handle, ptx.as_ptr().cast()) };
+                CuError::check(load_data.name, code)?;
             }
         }
-        if let Err(error) = CuError::check("cuModuleLoadDataEx", code) {
+        if let Err(error) = CuError::check(load.name, code) {
             // The driver writes the log's length back into the size option.
             let written = (values[1] as usize).min(log.len());
             let text = String::from_utf8_lossy(&log[..written]);
@@ -175,12 +173,12 @@ impl<'c> Module<'c> {
         image: &[u8],
     ) -> Result<Module<'c>, GpuError> {
         let driver = context.driver;
-        let load = driver.need(driver.api.module_load_data_ex, "cuModuleLoadDataEx")?;
+        let load = driver.need(driver.api.module_load_data_ex)?;
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; `image` lives for the call (the driver copies what it
         // keeps); no options.
         let code = unsafe {
-            load(
+            (load.f)(
                 &mut handle,
                 image.as_ptr().cast(),
                 0,
@@ -188,7 +186,7 @@ impl<'c> Module<'c> {
                 std::ptr::null_mut(),
             )
         };
-        CuError::check("cuModuleLoadDataEx", code)?;
+        CuError::check(load.name, code)?;
         Ok(Module {
             driver,
             handle,
@@ -198,19 +196,17 @@ impl<'c> Module<'c> {
 
     fn function(&self, name: &CStr) -> Result<Handle, GpuError> {
         let driver = self.driver;
-        let get = driver.need(driver.api.module_get_function, "cuModuleGetFunction")?;
+        let get = driver.need(driver.api.module_get_function)?;
         let mut function: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; the module is loaded; `name` is NUL-terminated.
-        CuError::check("cuModuleGetFunction", unsafe {
-            get(&mut function, self.handle, name.as_ptr())
-        })?;
+        get.call(|f| unsafe { f(&mut function, self.handle, name.as_ptr()) })?;
         Ok(function)
     }
 }
 
 impl Drop for Module<'_> {
     fn drop(&mut self) {
-        if let Some(unload) = self.driver.api.module_unload {
+        if let Some(unload) = self.driver.api.module_unload.f {
             // SAFETY: loaded once in `load_ptx`, unloaded once here.
             unsafe { unload(self.handle) };
         }
@@ -232,12 +228,12 @@ impl<'c> DeviceBuffer<'c> {
         data: &[f32],
     ) -> Result<DeviceBuffer<'c>, GpuError> {
         let driver = context.driver;
-        let alloc = driver.need(driver.api.mem_alloc, "cuMemAlloc_v2")?;
-        let htod = driver.need(driver.api.memcpy_htod, "cuMemcpyHtoD_v2")?;
+        let alloc = driver.need(driver.api.mem_alloc)?;
+        let htod = driver.need(driver.api.memcpy_htod)?;
         let bytes = std::mem::size_of_val(data);
         let mut pointer: CuDevicePtr = 0;
         // SAFETY: cuda.h signature; valid out-pointer.
-        CuError::check("cuMemAlloc_v2", unsafe { alloc(&mut pointer, bytes) })?;
+        alloc.call(|f| unsafe { f(&mut pointer, bytes) })?;
         let buffer = DeviceBuffer {
             driver,
             pointer,
@@ -245,20 +241,18 @@ impl<'c> DeviceBuffer<'c> {
             _context: PhantomData,
         };
         // SAFETY: the device buffer and `data` both hold `bytes` bytes.
-        CuError::check("cuMemcpyHtoD_v2", unsafe {
-            htod(pointer, data.as_ptr().cast(), bytes)
-        })?;
+        htod.call(|f| unsafe { f(pointer, data.as_ptr().cast(), bytes) })?;
         Ok(buffer)
     }
 
     /// Copies the buffer back (`cuMemcpyDtoH_v2`).
     pub(crate) fn to_host(&self) -> Result<Vec<f32>, GpuError> {
         let driver = self.driver;
-        let dtoh = driver.need(driver.api.memcpy_dtoh, "cuMemcpyDtoH_v2")?;
+        let dtoh = driver.need(driver.api.memcpy_dtoh)?;
         let mut data = vec![0f32; self.len];
         // SAFETY: `data` and the device buffer both hold `len` floats.
-        CuError::check("cuMemcpyDtoH_v2", unsafe {
-            dtoh(
+        dtoh.call(|f| unsafe {
+            f(
                 data.as_mut_ptr().cast(),
                 self.pointer,
                 std::mem::size_of_val(data.as_slice()),
@@ -270,7 +264,7 @@ impl<'c> DeviceBuffer<'c> {
 
 impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
-        if let Some(free) = self.driver.api.mem_free {
+        if let Some(free) = self.driver.api.mem_free.f {
             // SAFETY: allocated once in `from_host`, freed once here.
             unsafe { free(self.pointer) };
         }
@@ -288,10 +282,10 @@ impl<'c> Event<'c> {
     /// Creates an event (`cuEventCreate`, default flags: timing enabled).
     pub(crate) fn new(context: &'c PrimaryContext<'c>) -> Result<Event<'c>, GpuError> {
         let driver = context.driver;
-        let create = driver.need(driver.api.event_create, "cuEventCreate")?;
+        let create = driver.need(driver.api.event_create)?;
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; valid out-pointer.
-        CuError::check("cuEventCreate", unsafe { create(&mut handle, 0) })?;
+        create.call(|f| unsafe { f(&mut handle, 0) })?;
         Ok(Event {
             driver,
             handle,
@@ -302,32 +296,28 @@ impl<'c> Event<'c> {
     /// Records the event on the default stream.
     pub(crate) fn record(&self) -> Result<(), GpuError> {
         let driver = self.driver;
-        let record = driver.need(driver.api.event_record, "cuEventRecord")?;
+        let record = driver.need(driver.api.event_record)?;
         // SAFETY: cuda.h signature; a live event; the null stream is the default stream.
-        Ok(CuError::check("cuEventRecord", unsafe {
-            record(self.handle, std::ptr::null_mut())
-        })?)
+        Ok(record.call(|f| unsafe { f(self.handle, std::ptr::null_mut()) })?)
     }
 
     /// Milliseconds from `start` to this event, after waiting for this one.
     pub(crate) fn elapsed_since(&self, start: &Event<'_>) -> Result<f32, GpuError> {
         let driver = self.driver;
-        let sync = driver.need(driver.api.event_synchronize, "cuEventSynchronize")?;
-        let elapsed = driver.need(driver.api.event_elapsed_time, "cuEventElapsedTime")?;
+        let sync = driver.need(driver.api.event_synchronize)?;
+        let elapsed = driver.need(driver.api.event_elapsed_time)?;
         // SAFETY: cuda.h signature; a live event.
-        CuError::check("cuEventSynchronize", unsafe { sync(self.handle) })?;
+        sync.call(|f| unsafe { f(self.handle) })?;
         let mut ms = 0f32;
         // SAFETY: cuda.h signature; both events are live; valid out-pointer.
-        CuError::check("cuEventElapsedTime", unsafe {
-            elapsed(&mut ms, start.handle, self.handle)
-        })?;
+        elapsed.call(|f| unsafe { f(&mut ms, start.handle, self.handle) })?;
         Ok(ms)
     }
 }
 
 impl Drop for Event<'_> {
     fn drop(&mut self) {
-        if let Some(destroy) = self.driver.api.event_destroy {
+        if let Some(destroy) = self.driver.api.event_destroy.f {
             // SAFETY: created once in `new`, destroyed once here.
             unsafe { destroy(self.handle) };
         }
@@ -359,7 +349,7 @@ impl<'c> Saxpy<'c> {
         y: &DeviceBuffer<'_>,
     ) -> Result<(), GpuError> {
         let driver = self.module.driver;
-        let launch = driver.need(driver.api.launch_kernel, "cuLaunchKernel")?;
+        let launch = driver.need(driver.api.launch_kernel)?;
         let n = u32::try_from(x.len.min(y.len)).map_err(|_| GpuError::TooManyElements)?;
         let (mut arg_n, mut arg_a, mut arg_x, mut arg_y) = (n, a, x.pointer, y.pointer);
         let mut params: [*mut c_void; 4] = [
@@ -371,8 +361,8 @@ impl<'c> Saxpy<'c> {
         // SAFETY: cuda.h signature; `params` points at one live local per kernel parameter,
         // in the PTX's order and types (u32, f32, u64, u64), read during the call; both
         // buffers hold at least `n` floats, which bounds every access of the kernel.
-        CuError::check("cuLaunchKernel", unsafe {
-            launch(
+        launch.call(|f| unsafe {
+            f(
                 self.function,
                 n.div_ceil(Self::BLOCK),
                 1,

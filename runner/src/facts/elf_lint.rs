@@ -494,7 +494,7 @@ fn lint_bytes(
                 if let Some(stub) = stub_libcuda(data) {
                     report.stub_libcuda.push(FoundStub {
                         file: path.to_path_buf(),
-                        entry_points: stub.entry_points,
+                        stub,
                     });
                 }
             }

@@ -532,13 +532,13 @@ fn by_modules(
             let place = module_place(modules, undecided.module);
             let carries = carried(&modules[undecided.module].entries);
             let why = match &undecided.holds {
-                Some(Holds::Read { managed, .. }) => format!(
+                Some(Holds::Read(symbols)) => format!(
                     "{place} carries {carries}, no code for a {} GPU, and holds the managed \
                      variable(s) {}: a module with managed variables is loaded when the \
                      program starts, even under lazy loading, and whether that start then \
                      fails is not settled without a GPU (tests-gpu/device-check measures it)",
                     target.device,
-                    shown_names(managed)
+                    shown_names(&symbols.managed)
                 ),
                 _ => format!(
                     "{place} carries {carries}, no code for a {} GPU, and none of its images \

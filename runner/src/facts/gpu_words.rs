@@ -137,7 +137,7 @@ pub(crate) fn shown_names(names: &[String]) -> String {
 pub(crate) fn missing_kernels(j: &Judgement) -> impl Iterator<Item = &String> {
     j.missing()
         .filter_map(|m| match &m.holds {
-            Some(Holds::Read { kernels, .. }) => Some(kernels),
+            Some(Holds::Read(symbols)) => Some(&symbols.kernels),
             _ => None,
         })
         .flatten()

@@ -19,16 +19,14 @@ const LIBCUDA: &str = "libcuda.so.1";
 pub struct FoundStub {
     /// The file.
     pub file: PathBuf,
-    /// How many driver entry points it defines, each returning 34.
-    pub entry_points: usize,
+    /// What the fingerprint found (JSON: its fields beside `file`).
+    #[serde(flatten)]
+    pub stub: StubLibcuda,
 }
 
 impl std::fmt::Display for FoundStub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let stub = StubLibcuda {
-            entry_points: self.entry_points,
-        };
-        write!(f, "{}: {stub}", self.file.display())
+        write!(f, "{}: {}", self.file.display(), self.stub)
     }
 }
 
