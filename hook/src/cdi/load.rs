@@ -247,14 +247,10 @@ mod tests {
             node_of(set.find(&name("nvidia.com/gpu=1"), &d).unwrap()),
             "/dev/one"
         );
-        assert!(matches!(
-            set.find(&name("nvidia.com/gpu=2"), &d),
-            Err(LookupError::NotFound(..))
-        ));
+        let missing = set.find(&name("nvidia.com/gpu=2"), &d).unwrap_err();
+        assert!(matches!(missing, LookupError::NotFound(..)));
         assert_eq!(
-            set.find(&name("nvidia.com/gpu=2"), &d)
-                .unwrap_err()
-                .to_string(),
+            missing.to_string(),
             format!(
                 "no CDI spec in {}, {} defines nvidia.com/gpu=2",
                 etc.display(),
@@ -267,14 +263,10 @@ mod tests {
         ));
         std::fs::write(etc.join("d.json"), spec("nvidia.com/gpu", "1", "/dev/two")).unwrap();
         let set = SpecSet::load(&d);
-        assert!(matches!(
-            set.find(&name("nvidia.com/gpu=1"), &d),
-            Err(LookupError::Conflict(..))
-        ));
+        let both = set.find(&name("nvidia.com/gpu=1"), &d).unwrap_err();
+        assert!(matches!(both, LookupError::Conflict(..)));
         assert_eq!(
-            set.find(&name("nvidia.com/gpu=1"), &d)
-                .unwrap_err()
-                .to_string(),
+            both.to_string(),
             format!(
                 "nvidia.com/gpu=1 is defined by both {} and {}; remove one",
                 etc.join("c.json").display(),
