@@ -73,51 +73,34 @@ pub(crate) fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
 /// Why the package's closure cannot be known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum PackageError {
-    /// `--package-closure` cannot be read.
-    #[error("--package-closure {}: {error}", .file.display())]
-    ClosureFileUnreadable {
-        /// The file given.
-        file: PathBuf,
-        /// The I/O error.
-        error: String,
-    },
-    /// `--package-closure` does not list a store path given with `--package`.
+    /// `--package-closure` cannot be read: the file given, and the I/O error.
+    #[error("--package-closure {file}: {1}", file = .0.display())]
+    ClosureFileUnreadable(PathBuf, String),
+    /// `--package-closure` (the file given) does not list a store path given with
+    /// `--package` (the package it lacks).
     #[error(
         "--package-closure {} does not list {}: give the closure of the package \
          (exportReferencesGraph = [ \"closure\" package ])",
-        .file.display(),
-        .root.display()
+        .0.display(),
+        .1.display()
     )]
-    ClosureFileLacksRoot {
-        /// The file given.
-        file: PathBuf,
-        /// The package it lacks.
-        root: PathBuf,
-    },
+    ClosureFileLacksRoot(PathBuf, PathBuf),
     /// A path given with `--package` does not exist.
     #[error("--package {0}")]
     Missing(PathError),
-    /// The package holds no file: nothing judged is not a pass.
+    /// The package (the paths given) holds no file: nothing judged is not a pass.
     #[error(
         "--package {}: no file in it or its closure to judge (nothing judged is not a pass)",
-        .roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+        .0.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
-    Empty {
-        /// The paths given.
-        roots: Vec<PathBuf>,
-    },
-    /// `nix-store --query --requisites` did not answer.
+    Empty(Vec<PathBuf>),
+    /// `nix-store --query --requisites` did not answer: the store path asked about, and why.
     #[error(
-        "the runtime closure of {} is unknown ({error}); inside a Nix build give \
+        "the runtime closure of {path} is unknown ({1}); inside a Nix build give \
          --package-closure FILE (mkGpuCheck does)",
-        .path.display()
+        path = .0.display()
     )]
-    ClosureUnknown {
-        /// The store path asked about.
-        path: PathBuf,
-        /// Why `nix-store` did not answer.
-        error: String,
-    },
+    ClosureUnknown(PathBuf, String),
 }
 
 /// The paths given, absolute (against the working directory); one that is a link into the
@@ -146,19 +129,16 @@ impl PackageUnderTest {
         let (closure, closure_from) = match closure_file {
             Some(file) => {
                 let text = std::fs::read_to_string(file).map_err(|e| {
-                    PackageError::ClosureFileUnreadable {
-                        file: file.to_path_buf(),
-                        error: e.to_string(),
-                    }
+                    PackageError::ClosureFileUnreadable(file.to_path_buf(), e.to_string())
                 })?;
                 let members = parse_closure_file(&text, store);
                 for root in roots {
                     let in_store = store_path_of(root, store);
                     if in_store.as_ref().is_some_and(|r| !members.contains(r)) {
-                        return Err(PackageError::ClosureFileLacksRoot {
-                            file: file.to_path_buf(),
-                            root: root.clone(),
-                        });
+                        return Err(PackageError::ClosureFileLacksRoot(
+                            file.to_path_buf(),
+                            root.clone(),
+                        ));
                     }
                 }
                 let mut all: BTreeSet<PathBuf> = members.into_iter().collect();
@@ -182,10 +162,7 @@ impl PackageUnderTest {
                             asked = true;
                             let members =
                                 requisites(Path::new("nix-store"), &path).map_err(|e| {
-                                    PackageError::ClosureUnknown {
-                                        path: path.clone(),
-                                        error: e.to_string(),
-                                    }
+                                    PackageError::ClosureUnknown(path.clone(), e.to_string())
                                 })?;
                             all.extend(members);
                         }
@@ -212,9 +189,7 @@ impl PackageUnderTest {
         };
         package.scan();
         if package.files == 0 {
-            return Err(PackageError::Empty {
-                roots: roots.to_vec(),
-            });
+            return Err(PackageError::Empty(roots.to_vec()));
         }
         Ok(package)
     }
