@@ -59,23 +59,13 @@ pub(crate) struct Declared {
 /// Why the declared features cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum DeclaredError {
-    /// The structured attrs file is there but cannot be read.
-    #[error("cannot read {}: {why}", .path.display())]
-    Unreadable {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        why: String,
-    },
+    /// The structured attrs file is there but cannot be read: the file, and the I/O error.
+    #[error("cannot read {path}: {1}", path = .0.display())]
+    Unreadable(PathBuf, String),
     /// The structured attrs file is not a JSON object, or its `requiredSystemFeatures` is not
-    /// a list of strings.
-    #[error("{} is not structured attrs Nix wrote: {why}", .path.display())]
-    Malformed {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        why: String,
-    },
+    /// a list of strings: the file, and what is wrong.
+    #[error("{path} is not structured attrs Nix wrote: {1}", path = .0.display())]
+    Malformed(PathBuf, String),
 }
 
 /// Reads the declared features from `var` (the process environment in [`from_env`]): `None`
@@ -103,14 +93,10 @@ pub(crate) fn read(
     else {
         return Ok(None);
     };
-    let text = std::fs::read(&path).map_err(|e| DeclaredError::Unreadable {
-        path: path.clone(),
-        why: e.to_string(),
-    })?;
-    let features = features_of_attrs(&text).map_err(|why| DeclaredError::Malformed {
-        path: path.clone(),
-        why,
-    })?;
+    let text =
+        std::fs::read(&path).map_err(|e| DeclaredError::Unreadable(path.clone(), e.to_string()))?;
+    let features =
+        features_of_attrs(&text).map_err(|why| DeclaredError::Malformed(path.clone(), why))?;
     Ok(Some(Declared {
         source: Source::AttrsJson(path),
         features,
@@ -229,10 +215,7 @@ mod tests {
             ("{", "EOF"),
         ] {
             let err = named(text).unwrap_err();
-            assert!(
-                matches!(err, DeclaredError::Malformed { .. }),
-                "{text}: {err}"
-            );
+            assert!(matches!(err, DeclaredError::Malformed(..)), "{text}: {err}");
             assert!(err.to_string().contains(why), "{text}: {err}");
         }
     }
