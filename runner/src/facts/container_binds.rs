@@ -54,30 +54,17 @@ pub struct ContainerBindsCli {
 /// Why no bind list was printed. One line.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BindsError {
-    /// A path the manifest names is not a plain absolute path where it must be.
-    #[error("the manifest's {what} {path:?} is not an absolute path {rule}")]
-    Malformed {
-        /// Which field.
-        what: &'static str,
-        /// The path as written.
-        path: String,
-        /// What it must be.
-        rule: &'static str,
-    },
-    /// A path the manifest names is missing from this build.
-    #[error("{} ({what} in the manifest) is missing from this build", path.display())]
-    Missing {
-        /// Which field.
-        what: &'static str,
-        /// Where it was looked for.
-        path: PathBuf,
-    },
-    /// A device the manifest lists is not a character device here.
-    #[error("{} (a device in the manifest) is not a character device", path.display())]
-    NotCharDevice {
-        /// Where it was looked for.
-        path: PathBuf,
-    },
+    /// A path the manifest names is not a plain absolute path where it must be: which field,
+    /// the path as written, and what it must be.
+    #[error("the manifest's {0} {1:?} is not an absolute path {2}")]
+    Malformed(&'static str, String, &'static str),
+    /// A path the manifest names (which field) is missing from this build (where it was
+    /// looked for).
+    #[error("{path} ({0} in the manifest) is missing from this build", path = .1.display())]
+    Missing(&'static str, PathBuf),
+    /// A device the manifest lists is not a character device here (where it was looked for).
+    #[error("{} (a device in the manifest) is not a character device", .0.display())]
+    NotCharDevice(PathBuf),
 }
 
 /// One bind of the container: `source` (as this process sees it) at `target` inside.
@@ -142,12 +129,10 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
     for device in &manifest.devices {
         let target = plain(device, "device", "under /dev", |p| p.starts_with("/dev/"))?;
         let source = here(&target);
-        let meta = std::fs::metadata(&source).map_err(|_| BindsError::Missing {
-            what: "a device",
-            path: source.clone(),
-        })?;
+        let meta = std::fs::metadata(&source)
+            .map_err(|_| BindsError::Missing("a device", source.clone()))?;
         if !meta.file_type().is_char_device() {
-            return Err(BindsError::NotCharDevice { path: source });
+            return Err(BindsError::NotCharDevice(source));
         }
         binds.push(Bind {
             source,
@@ -164,10 +149,7 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
     for path in driver_paths {
         let inside = plain(path, "driver path", "", |_| true)?;
         if std::fs::symlink_metadata(here(&inside)).is_err() {
-            return Err(BindsError::Missing {
-                what: "a driver path",
-                path: here(&inside),
-            });
+            return Err(BindsError::Missing("a driver path", here(&inside)));
         }
         if inside.starts_with("/nix/store") {
             continue;
@@ -208,15 +190,12 @@ fn plain(
     if ok {
         Ok(p.to_path_buf())
     } else {
-        Err(BindsError::Malformed {
-            what,
-            path: path.to_string(),
-            rule: if rule_text.is_empty() {
-                "without . or .. or a newline"
-            } else {
-                rule_text
-            },
-        })
+        let rule = if rule_text.is_empty() {
+            "without . or .. or a newline"
+        } else {
+            rule_text
+        };
+        Err(BindsError::Malformed(what, path.to_string(), rule))
     }
 }
 
@@ -281,7 +260,7 @@ mod tests {
             )
             .unwrap_err();
             assert!(
-                matches!(&e, BindsError::Malformed { rule: r, .. } if *r == rule),
+                matches!(&e, BindsError::Malformed(_, _, r) if *r == rule),
                 "{device:?}: {e:?}"
             );
             assert!(!e.to_string().contains('\n'), "{e}");
@@ -290,7 +269,7 @@ mod tests {
         driver.driver_link_lib = Some("/run/../etc".into());
         assert!(matches!(
             binds(&manifest(&[], driver), Path::new("/run"), Path::new("/")),
-            Err(BindsError::Malformed { .. })
+            Err(BindsError::Malformed(..))
         ));
     }
 
@@ -308,9 +287,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e,
-            BindsError::NotCharDevice {
-                path: temp.path().join("dev/nvidia0")
-            }
+            BindsError::NotCharDevice(temp.path().join("dev/nvidia0"))
         );
         let e = binds(
             &manifest(&["/dev/nvidia1"], none),
@@ -318,7 +295,7 @@ mod tests {
             temp.path(),
         )
         .unwrap_err();
-        assert!(matches!(e, BindsError::Missing { .. }), "{e:?}");
+        assert!(matches!(e, BindsError::Missing(..)), "{e:?}");
     }
 
     #[test]
