@@ -63,41 +63,22 @@ pub enum InventoryError {
     /// More GPUs than an inventory may hold.
     #[error("NVML lists {0} GPUs, more than an inventory holds ({INVENTORY_MAX_GPUS})")]
     TooMany(usize),
-    /// A GPU NVML lists without what the inventory needs.
-    #[error("GPU {index} ({name}): {why}")]
-    Gpu {
-        /// NVML's index.
-        index: usize,
-        /// Its name.
-        name: String,
-        /// What is missing.
-        why: String,
-    },
-    /// `/proc/driver/nvidia/gpus` could not be read.
-    #[error("cannot list {}: {source}", path.display())]
-    Proc {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file could not be written.
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// A GPU NVML lists without what the inventory needs: NVML's index, its name, and what is
+    /// missing.
+    #[error("GPU {0} ({1}): {2}")]
+    Gpu(usize, String, String),
+    /// `/proc/driver/nvidia/gpus` (the directory) could not be read, and why.
+    #[error("cannot list {path}: {1}", path = .0.display())]
+    Proc(PathBuf, #[source] std::io::Error),
+    /// The file could not be written, and why.
+    #[error("cannot write {path}: {1}", path = .0.display())]
+    Write(PathBuf, #[source] std::io::Error),
 }
 
 /// The GPUs `/proc/driver/nvidia/gpus` under `root` lists, by "Device Minor": bus address.
 fn bus_addresses(root: &Path) -> Result<BTreeMap<u32, Bdf>, InventoryError> {
     let dir = root.join("proc/driver/nvidia/gpus");
-    let proc_error = |source| InventoryError::Proc {
-        path: dir.clone(),
-        source,
-    };
+    let proc_error = |source| InventoryError::Proc(dir.clone(), source);
     let mut found = BTreeMap::new();
     for entry in std::fs::read_dir(&dir).map_err(proc_error)? {
         let entry = entry.map_err(proc_error)?;
@@ -129,11 +110,7 @@ pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
         .iter()
         .enumerate()
         .map(|(index, device)| {
-            let fail = |why: String| InventoryError::Gpu {
-                index,
-                name: device.name.clone(),
-                why,
-            };
+            let fail = |why: String| InventoryError::Gpu(index, device.name.clone(), why);
             let minor = device
                 .mig
                 .minor_number
@@ -171,10 +148,7 @@ pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
 /// directory (created 0700 when missing, as the hook creates its runtime directory), synced,
 /// then renamed over `path`.
 pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
-    let write_error = |source| InventoryError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
+    let write_error = |source| InventoryError::Write(path.to_path_buf(), source);
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
