@@ -68,14 +68,9 @@ pub(crate) enum MigQueryError {
     /// `libnvidia-ml.so.1` lacks an export (a driver older than MIG, R450).
     #[error("{0} is not exported by libnvidia-ml.so.1 (a driver without MIG support)")]
     MissingExport(&'static str),
-    /// A call failed.
-    #[error("{call} failed with NVML error {code}")]
-    Call {
-        /// The NVML function.
-        call: &'static str,
-        /// Its `nvmlReturn_t`.
-        code: u32,
-    },
+    /// A call (the NVML function) failed with its `nvmlReturn_t`.
+    #[error("{0} failed with NVML error {1}")]
+    Call(&'static str, u32),
 }
 
 type CountFn = unsafe extern "C" fn(Handle, *mut c_uint) -> c_uint;
@@ -135,7 +130,7 @@ impl MigApi {
         let code = unsafe { f(handle, &mut value) };
         match code {
             SUCCESS => Ok(value),
-            code => Err(MigQueryError::Call { call, code }),
+            code => Err(MigQueryError::Call(call, code)),
         }
     }
 
@@ -145,7 +140,7 @@ impl MigApi {
         // SAFETY: nvml.h: (device, char *, length) with a live buffer of that length.
         let code = unsafe { f(handle, buffer.as_mut_ptr(), BUFFER as c_uint) };
         if code != SUCCESS {
-            return Err(MigQueryError::Call { call, code });
+            return Err(MigQueryError::Call(call, code));
         }
         // SAFETY: NVML wrote a NUL-terminated string into `buffer` (it returned success).
         Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
@@ -163,7 +158,7 @@ impl MigApi {
             match unsafe { by_index(parent, index, &mut handle) } {
                 SUCCESS => {}
                 NOT_FOUND => continue,
-                code => return Err(MigQueryError::Call { call, code }),
+                code => return Err(MigQueryError::Call(call, code)),
             }
             let mut back: Handle = std::ptr::null_mut();
             // SAFETY: nvml.h: (MIG device, nvmlDevice_t *) with a live local.
