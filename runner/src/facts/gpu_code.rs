@@ -275,15 +275,6 @@ pub(crate) fn failure(
     }
 }
 
-/// The rule of the first failing module.
-fn module_rule(load: &Load) -> Rule {
-    match load {
-        Load::UnsupportedPtx { .. } => Rule::PtxTooNew,
-        Load::CompressionTooNew { .. } => Rule::CompressionTooNew,
-        _ => Rule::NoKernelImage,
-    }
-}
-
 /// The runtime rule's answer for a file, when it decides: (rule, verdict, words).
 fn runtime_verdict(uses: &[RuntimeUse], target: &Target) -> Option<(Rule, FileVerdict, String)> {
     let d = &target.driver;
@@ -397,42 +388,34 @@ fn gpu_rule(gpu: Drives, target: &Target) -> Option<(Rule, String)> {
     })
 }
 
-/// Judges one file for one target: the driver against the GPU, against the file's runtimes,
-/// then its modules (the module doc). `data` is the file's bytes, read only where a rule
-/// needs a payload; elfkit's rule 6 (the file's cubins against the driver, `toolkit`) is
-/// already answered for this driver: it does not depend on the GPU; modules are read through
-/// `reads`, shared by the targets a file is judged for.
-fn judge_file_given(
+/// The verdict, its rule and its reason for a file of GPU code `code` whose modules were
+/// judged `j` for `target`: the driver against the GPU, against the file's runtimes
+/// (`runtimes`), then its modules (the module doc).
+fn decide(
     code: &GpuCode,
-    data: &[u8],
-    reads: &ModuleReads,
+    j: &Judgement,
     runtimes: &[RuntimeUse],
     provenance: Provenance,
     target: &Target,
-    toolkit: Option<NewerToolkit>,
-) -> TargetVerdict {
+) -> (FileVerdict, Rule, String) {
     let on = target.describe();
+    let modules = &code.containers;
     if target.on_zluda {
-        let j = zluda_code::judge(code, data, reads);
-        let (rule, reason) = match j.verdict {
-            FileVerdict::Fails => (Rule::SassOnlyOnZluda, zluda_code::reason(code, &j, &on)),
-            FileVerdict::NoGpuCode => (Rule::NothingToLoad, zluda_code::reason(code, &j, &on)),
-            FileVerdict::RunsByJit => (Rule::Jit, zluda_code::reason(code, &j, &on)),
-            _ => by_modules(&j, &code.containers, target, provenance),
+        let rule = match j.verdict {
+            FileVerdict::Fails => Rule::SassOnlyOnZluda,
+            FileVerdict::NoGpuCode => Rule::NothingToLoad,
+            FileVerdict::RunsByJit => Rule::Jit,
+            _ => return by_modules(j, modules, target, provenance),
         };
-        return verdict(target, j.verdict, rule, reason, j);
+        return (j.verdict, rule, zluda_code::reason(code, j, &on));
     }
-    let j = judge_given(code, data, reads, target.device, &target.driver, toolkit);
-    if !code.containers.is_empty()
-        && j.modules.is_empty()
-        && j.not_judged.link_input == code.containers.len()
-    {
+    if !modules.is_empty() && j.modules.is_empty() && j.not_judged.link_input == modules.len() {
         let reason = format!(
             "for the link, not loaded as it is: an object or archive carries {} for the program \
              it is linked into, which is judged itself",
             carried(code.entries())
         );
-        return verdict(target, FileVerdict::NoGpuCode, Rule::LinkInput, reason, j);
+        return (FileVerdict::NoGpuCode, Rule::LinkInput, reason);
     }
     let newest = newest_release();
     let d = &target.driver;
@@ -443,27 +426,34 @@ fn judge_file_given(
              serves are not known here",
             newest
         );
-        return verdict(target, FileVerdict::Unknown, Rule::DriverUnknown, reason, j);
+        return (FileVerdict::Unknown, Rule::DriverUnknown, reason);
     }
     if j.verdict != FileVerdict::NoGpuCode {
         if let Some((rule, why)) = gpu_rule(j.gpu, target) {
-            let reason = because(j.verdict, &on, &why);
-            return verdict(target, j.verdict, rule, reason, j);
+            return (j.verdict, rule, because(j.verdict, &on, &why));
         }
     }
     if let Some((rule, v, why)) = runtime_verdict(runtimes, target) {
         if v == FileVerdict::Fails || j.verdict != FileVerdict::Fails {
-            let reason = because(v, &on, &why);
-            return verdict(target, v, rule, reason, j);
+            return (v, rule, because(v, &on, &why));
         }
     }
-    let modules = &code.containers;
-    if let Some(t) = j.newer_toolkit {
-        let reason = cubin_too_new(modules, &t, target);
-        return verdict(target, FileVerdict::Fails, Rule::CubinTooNew, reason, j);
+    if let Some(t) = &j.newer_toolkit {
+        // Its cubin was built by a newer CUDA major than the driver's.
+        let (built, major) = (t.toolkit, t.toolkit.major());
+        let reason = format!(
+            "cannot run on {on}: it was built by CUDA {built} (its {} cubin in {} records ptxas \
+             {built}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at \
+             the major (a CUDA {major}.x build needs a driver of CUDA {major}.0 or newer); use a \
+             newer driver, or a build of it for CUDA {}.x",
+            modules[t.module].entries[t.image].arch_name(),
+            module_place(modules, t.module),
+            d.cuda,
+            d.cuda.major()
+        );
+        return (FileVerdict::Fails, Rule::CubinTooNew, reason);
     }
-    let (rule, reason) = by_modules(&j, modules, target, provenance);
-    verdict(target, j.verdict, rule, reason, j)
+    by_modules(j, modules, target, provenance)
 }
 
 /// The verdict of a file that no earlier rule decided, from its modules' judgement `j`: the
@@ -474,9 +464,9 @@ fn by_modules(
     modules: &[Container],
     target: &Target,
     provenance: Provenance,
-) -> (Rule, String) {
+) -> (FileVerdict, Rule, String) {
     let on = target.describe();
-    match j.verdict {
+    let (rule, reason) = match j.verdict {
         FileVerdict::NoGpuCode => (
             Rule::NothingToLoad,
             format!("nothing the driver loads on {on}{}", notes(j)),
@@ -508,8 +498,13 @@ fn by_modules(
                 0 => String::new(),
                 n => format!(" ({n} more module(s) fail alike)"),
             };
+            let rule = match first.load {
+                Load::UnsupportedPtx { .. } => Rule::PtxTooNew,
+                Load::CompressionTooNew { .. } => Rule::CompressionTooNew,
+                _ => Rule::NoKernelImage,
+            };
             (
-                module_rule(&first.load),
+                rule,
                 format!(
                     "cannot run on {on}: {}{more}",
                     failure(modules, first, target, provenance)
@@ -522,8 +517,8 @@ fn by_modules(
                 .iter()
                 .find(|m| matches!(m.load, Load::Unknown { .. }))
             {
-                let why = failure(modules, m, target, provenance);
-                return (Rule::ModuleUnknown, because(j.verdict, &on, &why));
+                let why = because(j.verdict, &on, &failure(modules, m, target, provenance));
+                return (j.verdict, Rule::ModuleUnknown, why);
             }
             let undecided = j
                 .missing()
@@ -548,7 +543,8 @@ fn by_modules(
             };
             (Rule::MissingModuleUnknown, because(j.verdict, &on, &why))
         }
-    }
+    };
+    (j.verdict, rule, reason)
 }
 
 /// `why` a file of `verdict` cannot run on the target `on` (a failure), or cannot be judged
@@ -557,43 +553,6 @@ fn because(verdict: FileVerdict, on: &str, why: &str) -> String {
     match verdict {
         FileVerdict::Fails => format!("cannot run on {on}: {why}"),
         _ => format!("cannot be judged for {on}: {why}"),
-    }
-}
-
-/// Why a file whose cubin (`t`, in `modules`) was built by a newer CUDA major than
-/// `target`'s driver cannot run there.
-fn cubin_too_new(modules: &[Container], t: &NewerToolkit, target: &Target) -> String {
-    let e = &modules[t.module].entries[t.image];
-    let on = target.describe();
-    format!(
-        "cannot run on {on}: it was built by CUDA {} (its {} cubin in {} records ptxas \
-         {}), a newer major than this driver's CUDA {}: CUDA's compatibility stops at the \
-         major (a CUDA {}.x build needs a driver of CUDA {}.0 or newer); use a newer \
-         driver, or a build of it for CUDA {}.x",
-        t.toolkit,
-        e.arch_name(),
-        module_place(modules, t.module),
-        t.toolkit,
-        target.driver.cuda,
-        t.toolkit.major(),
-        t.toolkit.major(),
-        target.driver.cuda.major()
-    )
-}
-
-fn verdict(
-    target: &Target,
-    verdict: FileVerdict,
-    rule: Rule,
-    reason: String,
-    judgement: Judgement,
-) -> TargetVerdict {
-    TargetVerdict {
-        target: *target,
-        verdict,
-        rule,
-        reason,
-        judgement,
     }
 }
 
@@ -621,7 +580,21 @@ pub(crate) fn judge_all(
                     found
                 }
             };
-            judge_file_given(code, data, &reads, runtimes, provenance, t, toolkit)
+            // Elfkit's rule 6 (the file's cubins against the driver, `toolkit`) is answered for
+            // this driver: it does not depend on the GPU.
+            let judgement = if t.on_zluda {
+                zluda_code::judge(code, data, &reads)
+            } else {
+                judge_given(code, data, &reads, t.device, &t.driver, toolkit)
+            };
+            let (verdict, rule, reason) = decide(code, &judgement, runtimes, provenance, t);
+            TargetVerdict {
+                target: *t,
+                verdict,
+                rule,
+                reason,
+                judgement,
+            }
         })
         .collect()
 }
