@@ -28,12 +28,12 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cuda_sandbox_elfkit::fatbin::{read_gpu_code, FatbinError, GpuCode};
+use cuda_sandbox_elfkit::fatbin::read_gpu_code;
 use cuda_sandbox_elfkit::map::Mapped;
 use cuda_sandbox_elfkit::stub::stub_libcuda;
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of};
 
-use crate::facts::gpu_code::{examine, runtime_uses, Rule, RuntimeUse, Target};
+use crate::facts::gpu_code::{examine, runtime_uses, Rule, Target};
 use crate::facts::mixing::{mixed_processes, Root};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, RuntimeForm};
@@ -522,7 +522,24 @@ fn lint_bytes(
             .findings
             .push(finding(path, FindingKind::Unreadable, e.to_string())),
     }
-    gpu_code_of(path, data, code, &uses, provenance, config, report);
+    // The GPU code, judged for each target: a file that cannot run on one, or that the rules
+    // cannot judge for one, is a finding (one per target).
+    match code.map(|code| examine(path, data, code, &uses, provenance, &config.targets)) {
+        Ok(Some(found)) => {
+            for v in &found.verdicts {
+                if let Some(kind) = finding_kind(v.rule).filter(|_| v.fails() || v.unknown()) {
+                    report.findings.push(finding(path, kind, v.reason.clone()));
+                }
+            }
+            report.gpu_code.push(found);
+        }
+        Ok(None) => {}
+        Err(e) => report.findings.push(finding(
+            path,
+            FindingKind::Unreadable,
+            format!("its GPU code cannot be read: {e}"),
+        )),
+    }
     root
 }
 
@@ -547,39 +564,6 @@ fn finding_kind(rule: Rule) -> Option<FindingKind> {
         | Rule::NothingToLoad
         | Rule::LinkInput => return None,
     })
-}
-
-/// The GPU code of one file, judged for each target: a file that cannot run on one, or that
-/// the rules cannot judge for one, is a finding (one per target).
-fn gpu_code_of(
-    path: &Path,
-    data: &[u8],
-    code: Result<GpuCode, FatbinError>,
-    runtimes: &[RuntimeUse],
-    provenance: Provenance,
-    config: &LintConfig,
-    report: &mut LintReport,
-) {
-    let code = match code {
-        Ok(code) => code,
-        Err(e) => {
-            report.findings.push(finding(
-                path,
-                FindingKind::Unreadable,
-                format!("its GPU code cannot be read: {e}"),
-            ));
-            return;
-        }
-    };
-    let Some(found) = examine(path, data, code, runtimes, provenance, &config.targets) else {
-        return;
-    };
-    for v in &found.verdicts {
-        if let Some(kind) = finding_kind(v.rule).filter(|_| v.fails() || v.unknown()) {
-            report.findings.push(finding(path, kind, v.reason.clone()));
-        }
-    }
-    report.gpu_code.push(found);
 }
 
 #[cfg(test)]
