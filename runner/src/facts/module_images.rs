@@ -14,16 +14,6 @@ const CONTAINER_MAGIC: u32 = 0xBA55_ED50;
 /// Entry flags: 64-bit code, built for Linux.
 const FLAGS_64_LINUX: u64 = 0x11;
 
-fn push_u16(out: &mut Vec<u8>, v: u16) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-fn push_u32(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-fn push_u64(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-
 /// One fat-binary container holding one uncompressed entry of `kind` (1 PTX, 2 ELF) for
 /// `arch`, of format or ISA version `major.minor`, with `payload` (padded to 8 bytes). A PTX
 /// entry gets the empty option block `fatbinary` 13.5 writes for one (its header 80 bytes,
@@ -34,31 +24,31 @@ fn container(kind: u16, arch: u32, major: u16, minor: u16, payload: &[u8]) -> Ve
     let mut body = payload.to_vec();
     body.resize(payload.len().next_multiple_of(8), 0);
     let mut entry = Vec::with_capacity(header_size as usize + body.len());
-    push_u16(&mut entry, kind);
-    push_u16(&mut entry, 0x0101);
-    push_u32(&mut entry, header_size);
-    push_u64(&mut entry, body.len() as u64);
-    push_u32(&mut entry, 0); // compressed size: stored as it is
-    push_u32(&mut entry, if ptx { 64 } else { 0 }); // options offset
-    push_u16(&mut entry, minor);
-    push_u16(&mut entry, major);
-    push_u32(&mut entry, arch);
-    push_u32(&mut entry, 0); // name offset
-    push_u32(&mut entry, 0); // name length
-    push_u64(&mut entry, FLAGS_64_LINUX);
-    push_u64(&mut entry, 0);
-    push_u64(&mut entry, 0); // uncompressed size: not compressed
+    entry.extend(u16::to_le_bytes(kind));
+    entry.extend(u16::to_le_bytes(0x0101));
+    entry.extend(u32::to_le_bytes(header_size));
+    entry.extend(u64::to_le_bytes(body.len() as u64));
+    entry.extend(u32::to_le_bytes(0)); // compressed size: stored as it is
+    entry.extend(u32::to_le_bytes(if ptx { 64 } else { 0 })); // options offset
+    entry.extend(u16::to_le_bytes(minor));
+    entry.extend(u16::to_le_bytes(major));
+    entry.extend(u32::to_le_bytes(arch));
+    entry.extend(u32::to_le_bytes(0)); // name offset
+    entry.extend(u32::to_le_bytes(0)); // name length
+    entry.extend(u64::to_le_bytes(FLAGS_64_LINUX));
+    entry.extend(u64::to_le_bytes(0));
+    entry.extend(u64::to_le_bytes(0)); // uncompressed size: not compressed
     if ptx {
-        push_u32(&mut entry, 72); // the option string's offset, from the entry's start
-        push_u32(&mut entry, 0); // and its length: none
-        push_u64(&mut entry, 0);
+        entry.extend(u32::to_le_bytes(72)); // the option string's offset, from the entry's start
+        entry.extend(u32::to_le_bytes(0)); // and its length: none
+        entry.extend(u64::to_le_bytes(0));
     }
     entry.extend(body);
     let mut out = Vec::with_capacity(16 + entry.len());
-    push_u32(&mut out, CONTAINER_MAGIC);
-    push_u16(&mut out, 1);
-    push_u16(&mut out, 16);
-    push_u64(&mut out, entry.len() as u64);
+    out.extend(u32::to_le_bytes(CONTAINER_MAGIC));
+    out.extend(u16::to_le_bytes(1));
+    out.extend(u16::to_le_bytes(16));
+    out.extend(u64::to_le_bytes(entry.len() as u64));
     out.extend(entry);
     out
 }
@@ -114,18 +104,18 @@ pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
     symtab.extend_from_slice(&4u16.to_le_bytes()); // st_shndx
     symtab.extend_from_slice(&[0; 16]); // st_value, st_size
     if let Some((name, info, other)) = symbol {
-        push_u32(&mut symtab, strtab.len() as u32);
+        symtab.extend(u32::to_le_bytes(strtab.len() as u32));
         strtab.extend_from_slice(name.as_bytes());
         strtab.push(0);
         symtab.extend_from_slice(&[info, other]);
         symtab.extend_from_slice(&5u16.to_le_bytes());
-        push_u64(&mut symtab, 0);
-        push_u64(&mut symtab, size);
+        symtab.extend(u64::to_le_bytes(0));
+        symtab.extend(u64::to_le_bytes(size));
     }
     // The call graph of a module with no function: ptxas writes `<0,-1>` to `<0,-4>`.
     let mut callgraph = Vec::new();
     for k in 1..=4i32 {
-        push_u32(&mut callgraph, 0);
+        callgraph.extend(u32::to_le_bytes(0));
         callgraph.extend_from_slice(&(-k).to_le_bytes());
     }
     let mut body = vec![0u8; 64];
@@ -160,34 +150,34 @@ pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
     }
     let (shoff, _) = place(&[], 8);
     for Section(name, kind, flags, (offset, size), link, info, align, entsize) in &sections {
-        push_u32(&mut body, *name);
-        push_u32(&mut body, *kind);
-        push_u64(&mut body, *flags);
-        push_u64(&mut body, 0); // address
-        push_u64(&mut body, *offset);
-        push_u64(&mut body, *size);
-        push_u32(&mut body, *link);
-        push_u32(&mut body, *info);
-        push_u64(&mut body, *align);
-        push_u64(&mut body, *entsize);
+        body.extend(u32::to_le_bytes(*name));
+        body.extend(u32::to_le_bytes(*kind));
+        body.extend(u64::to_le_bytes(*flags));
+        body.extend(u64::to_le_bytes(0)); // address
+        body.extend(u64::to_le_bytes(*offset));
+        body.extend(u64::to_le_bytes(*size));
+        body.extend(u32::to_le_bytes(*link));
+        body.extend(u32::to_le_bytes(*info));
+        body.extend(u64::to_le_bytes(*align));
+        body.extend(u64::to_le_bytes(*entsize));
     }
     let mut header = Vec::with_capacity(64);
     header.extend_from_slice(&[
         0x7f, b'E', b'L', b'F', 2, 1, 1, 0x33, 7, 0, 0, 0, 0, 0, 0, 0,
     ]);
-    push_u16(&mut header, 2); // ET_EXEC
-    push_u16(&mut header, 190); // EM_CUDA
-    push_u32(&mut header, 0x81); // e_version: CUDA 12.9
-    push_u64(&mut header, 0); // e_entry
-    push_u64(&mut header, 0); // e_phoff: no program headers
-    push_u64(&mut header, shoff);
-    push_u32(&mut header, sm << 16 | 0x500 | sm); // e_flags
-    push_u16(&mut header, 64); // e_ehsize
-    push_u16(&mut header, 56); // e_phentsize
-    push_u16(&mut header, 0); // e_phnum
-    push_u16(&mut header, 64); // e_shentsize
-    push_u16(&mut header, sections.len() as u16);
-    push_u16(&mut header, 1); // e_shstrndx
+    header.extend(u16::to_le_bytes(2)); // ET_EXEC
+    header.extend(u16::to_le_bytes(190)); // EM_CUDA
+    header.extend(u32::to_le_bytes(0x81)); // e_version: CUDA 12.9
+    header.extend(u64::to_le_bytes(0)); // e_entry
+    header.extend(u64::to_le_bytes(0)); // e_phoff: no program headers
+    header.extend(u64::to_le_bytes(shoff));
+    header.extend(u32::to_le_bytes(sm << 16 | 0x500 | sm)); // e_flags
+    header.extend(u16::to_le_bytes(64)); // e_ehsize
+    header.extend(u16::to_le_bytes(56)); // e_phentsize
+    header.extend(u16::to_le_bytes(0)); // e_phnum
+    header.extend(u16::to_le_bytes(64)); // e_shentsize
+    header.extend(u16::to_le_bytes(sections.len() as u16));
+    header.extend(u16::to_le_bytes(1)); // e_shstrndx
     body[..64].copy_from_slice(&header);
     body
 }
