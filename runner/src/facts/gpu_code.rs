@@ -65,17 +65,15 @@ impl Target {
     /// `sm_90 (driver CUDA 12.2)`, or under compat `sm_90 (driver CUDA 12.8 on a CUDA 12.2
     /// kernel module)`.
     pub(crate) fn describe(&self) -> String {
-        let d = &self.driver;
+        let (d, sm) = (&self.driver, self.device.sm());
         if self.on_zluda {
-            format!("ZLUDA on AMD (reporting sm_{})", self.device.sm())
+            format!("ZLUDA on AMD (reporting sm_{sm})")
         } else if d.kernel == d.cuda {
-            format!("sm_{} (driver CUDA {})", self.device.sm(), d.cuda)
+            format!("sm_{sm} (driver CUDA {})", d.cuda)
         } else {
             format!(
-                "sm_{} (driver CUDA {} on a CUDA {} kernel module)",
-                self.device.sm(),
-                d.cuda,
-                d.kernel
+                "sm_{sm} (driver CUDA {} on a CUDA {} kernel module)",
+                d.cuda, d.kernel
             )
         }
     }
@@ -278,65 +276,54 @@ pub(crate) fn failure(
 /// The runtime rule's answer for a file, when it decides: (rule, verdict, words).
 fn runtime_verdict(uses: &[RuntimeUse], target: &Target) -> Option<(Rule, FileVerdict, String)> {
     let d = &target.driver;
+    let cuda = d.cuda;
     let mut unknown = None;
     for u in uses {
-        match toolkit_on_driver(u.toolkit, d) {
+        let what = &u.what;
+        let (rule, why) = match toolkit_on_driver(u.toolkit, d) {
             ToolkitFit::NewerMajor => {
                 let major = u.toolkit.major();
-                return Some((
-                    Rule::RuntimeNewerMajor,
-                    FileVerdict::Fails,
-                    format!(
-                        "{} is a newer major than the driver's CUDA {}: every runtime call \
-                         fails with cudaErrorInsufficientDriver (35); install a driver \
-                         providing CUDA >= {major}.0 on the host, or use cuda_compat >= \
-                         {major}.0 on a data-centre GPU or Jetson, or build against CUDA {}.x",
-                        u.what,
-                        d.cuda,
-                        d.cuda.major()
-                    ),
-                ));
+                let why = format!(
+                    "{what} is a newer major than the driver's CUDA {cuda}: every runtime call \
+                     fails with cudaErrorInsufficientDriver (35); install a driver providing \
+                     CUDA >= {major}.0 on the host, or use cuda_compat >= {major}.0 on a \
+                     data-centre GPU or Jetson, or build against CUDA {}.x",
+                    cuda.major()
+                );
+                (Rule::RuntimeNewerMajor, why)
             }
             ToolkitFit::BelowFloor { floor } => {
-                return Some((
-                    Rule::RuntimeBelowFloor,
-                    FileVerdict::Fails,
-                    format!(
-                        "{} is newer than the driver's CUDA {}, and minor-version \
-                         compatibility needs a driver >= {} for CUDA {}.x (this one: {}); \
-                         update the driver",
-                        u.what,
-                        d.cuda,
-                        floor.driver,
-                        floor.major,
-                        d.version.map(|v| v.to_string()).unwrap_or_default()
-                    ),
-                ));
+                let why = format!(
+                    "{what} is newer than the driver's CUDA {cuda}, and minor-version \
+                     compatibility needs a driver >= {} for CUDA {}.x (this one: {}); update \
+                     the driver",
+                    floor.driver,
+                    floor.major,
+                    d.version.map(|v| v.to_string()).unwrap_or_default()
+                );
+                (Rule::RuntimeBelowFloor, why)
             }
             ToolkitFit::FloorUnknown { floor } => {
-                unknown.get_or_insert((
-                    Rule::RuntimeFloorUnknown,
-                    FileVerdict::Unknown,
-                    format!(
-                        "{} is newer than the driver's CUDA {}: minor-version compatibility \
-                         needs a driver >= {} for CUDA {}.x, and only the driver's CUDA \
-                         version is known",
-                        u.what, d.cuda, floor.driver, floor.major
-                    ),
-                ));
+                let why = format!(
+                    "{what} is newer than the driver's CUDA {cuda}: minor-version compatibility \
+                     needs a driver >= {} for CUDA {}.x, and only the driver's CUDA version is \
+                     known",
+                    floor.driver, floor.major
+                );
+                (Rule::RuntimeFloorUnknown, why)
             }
             ToolkitFit::UnknownMajor => {
-                unknown.get_or_insert((
-                    Rule::RuntimeFloorUnknown,
-                    FileVerdict::Unknown,
-                    format!(
-                        "{} is of a major the rules have no minimum driver for",
-                        u.what
-                    ),
-                ));
+                let why = format!("{what} is of a major the rules have no minimum driver for");
+                (Rule::RuntimeFloorUnknown, why)
             }
-            ToolkitFit::Served | ToolkitFit::MinorVersionCompatible => {}
+            ToolkitFit::Served | ToolkitFit::MinorVersionCompatible => continue,
+        };
+        // A runtime the driver cannot serve decides at once; the first one of unknown fit, only
+        // when none fails.
+        if rule != Rule::RuntimeFloorUnknown {
+            return Some((rule, FileVerdict::Fails, why));
         }
+        unknown.get_or_insert((rule, FileVerdict::Unknown, why));
     }
     unknown
 }
