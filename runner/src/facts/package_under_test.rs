@@ -103,21 +103,6 @@ pub(crate) enum PackageError {
     ClosureUnknown(PathBuf, String),
 }
 
-/// The paths given, absolute (against the working directory); one that is a link into the
-/// store (`./result`) stands for its store path, whose closure is asked.
-fn resolve_roots(roots: &[PathBuf], store: &Path) -> Result<Vec<PathBuf>, PackageError> {
-    roots
-        .iter()
-        .map(|root| {
-            let absolute = resolve(root).map_err(PackageError::Missing)?;
-            Ok(match std::fs::canonicalize(&absolute) {
-                Ok(real) if real.starts_with(store) => real,
-                _ => absolute,
-            })
-        })
-        .collect()
-}
-
 impl PackageUnderTest {
     /// Reads the closure of `roots` (from `closure_file`, else `nix-store`) and scans its files.
     pub(crate) fn read(
@@ -125,36 +110,41 @@ impl PackageUnderTest {
         closure_file: Option<&Path>,
     ) -> Result<PackageUnderTest, PackageError> {
         let store = Path::new(STORE_DIR);
-        let roots = &resolve_roots(roots, store)?;
-        let (closure, closure_from) = match closure_file {
+        // The paths given, absolute (against the working directory); one that is a link into
+        // the store (`./result`) stands for its store path, whose closure is asked.
+        let roots = &roots
+            .iter()
+            .map(|root| {
+                let absolute = resolve(root).map_err(PackageError::Missing)?;
+                Ok(match std::fs::canonicalize(&absolute) {
+                    Ok(real) if real.starts_with(store) => real,
+                    _ => absolute,
+                })
+            })
+            .collect::<Result<Vec<_>, PackageError>>()?;
+        let mut closure = BTreeSet::new();
+        let closure_from = match closure_file {
             Some(file) => {
                 let text = std::fs::read_to_string(file).map_err(|e| {
                     PackageError::ClosureFileUnreadable(file.to_path_buf(), e.to_string())
                 })?;
                 let members = parse_closure_file(&text, store);
                 for root in roots {
-                    let in_store = store_path_of(root, store);
-                    if in_store.as_ref().is_some_and(|r| !members.contains(r)) {
-                        return Err(PackageError::ClosureFileLacksRoot(
-                            file.to_path_buf(),
-                            root.clone(),
-                        ));
+                    if store_path_of(root, store).is_some_and(|r| !members.contains(&r)) {
+                        let (file, root) = (file.to_path_buf(), root.clone());
+                        return Err(PackageError::ClosureFileLacksRoot(file, root));
                     }
                 }
-                let mut all: BTreeSet<PathBuf> = members.into_iter().collect();
-                all.extend(
+                closure.extend(members);
+                closure.extend(
                     roots
                         .iter()
                         .filter(|r| store_path_of(r, store).is_none())
                         .cloned(),
                 );
-                (
-                    all.into_iter().collect(),
-                    format!("the closure file {}", file.display()),
-                )
+                format!("the closure file {}", file.display())
             }
             None => {
-                let mut all = BTreeSet::new();
                 let mut asked = false;
                 for root in roots {
                     match store_path_of(root, store) {
@@ -164,10 +154,10 @@ impl PackageUnderTest {
                                 requisites(Path::new("nix-store"), &path).map_err(|e| {
                                     PackageError::ClosureUnknown(path.clone(), e.to_string())
                                 })?;
-                            all.extend(members);
+                            closure.extend(members);
                         }
                         None => {
-                            all.insert(normalize(root));
+                            closure.insert(normalize(root));
                         }
                     }
                 }
@@ -176,12 +166,12 @@ impl PackageUnderTest {
                 } else {
                     "the paths given (not in the store: each is its own closure)"
                 };
-                (all.into_iter().collect(), from.into())
+                from.to_owned()
             }
         };
         let mut package = PackageUnderTest {
             roots: roots.to_vec(),
-            closure,
+            closure: closure.into_iter().collect(),
             closure_from,
             files: 0,
             unreadable: Vec::new(),
