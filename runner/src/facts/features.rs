@@ -108,11 +108,10 @@ pub(crate) struct FeaturesReport {
 
 /// The GPUs the driver reports to this process.
 fn driver_gpus() -> Result<Vec<FeatureGpu>, FeaturesError> {
-    let driver = Driver::load().map_err(|e| FeaturesError::Driver(e.to_string()))?;
-    driver
-        .init()
-        .map_err(|e| FeaturesError::Driver(e.to_string()))?;
-    let listed = devices::list(&driver).map_err(|e| FeaturesError::Driver(e.to_string()))?;
+    let failed = |e: &dyn std::fmt::Display| FeaturesError::Driver(e.to_string());
+    let driver = Driver::load().map_err(|e| failed(&e))?;
+    driver.init().map_err(|e| failed(&e))?;
+    let listed = devices::list(&driver).map_err(|e| failed(&e))?;
     let gpus: Vec<_> = listed.iter().map(FeatureGpu::from).collect();
     if gpus.is_empty() {
         return Err(FeaturesError::NoGpu);
@@ -178,9 +177,6 @@ fn run_features(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error
             unknown.capability, unknown.why, report.nixpkgs.repository, report.nixpkgs.commit
         ));
     }
-    Ok(ExitCode::from(if report.unknown.is_empty() {
-        0
-    } else {
-        3
-    }))
+    let code = if report.unknown.is_empty() { 0 } else { 3 };
+    Ok(ExitCode::from(code))
 }
