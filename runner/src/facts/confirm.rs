@@ -179,8 +179,8 @@ fn expected(load: &Load) -> (&'static str, Option<i32>) {
 }
 
 /// GPU 0's capability and the loaded driver (its kernel module's CUDA version from
-/// `/proc/driver/nvidia/version`).
-fn this_gpu(driver: &Driver) -> Result<Target, String> {
+/// `/proc/driver/nvidia/version`), with GPU 0's primary context.
+fn this_gpu(driver: &Driver) -> Result<(Target, PrimaryContext<'_>), String> {
     driver.init().map_err(|e| e.to_string())?;
     let list = devices::list(driver).map_err(|e| e.to_string())?;
     let first = list.first().ok_or("the driver reports no GPU")?;
@@ -191,12 +191,13 @@ fn this_gpu(driver: &Driver) -> Result<Target, String> {
         .and_then(|t| kernel_module_version(&t))
         .and_then(|v| cuda_for_driver(&v))
         .unwrap_or(cuda);
+    let context = PrimaryContext::retain(driver, 0).map_err(|e| e.to_string())?;
     let driver = RulesDriver {
         cuda,
         kernel,
         version: None,
     };
-    Ok(Target::new(device, driver, false))
+    Ok((Target::new(device, driver, false), context))
 }
 
 fn load_result(context: &PrimaryContext, image: &[u8]) -> i32 {
@@ -268,13 +269,9 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         Ok(d) => d,
         Err(e) => return no_gpu(report, e.to_string()),
     };
-    let target = match this_gpu(&driver) {
-        Ok(t) => t,
+    let (target, context) = match this_gpu(&driver) {
+        Ok(found) => found,
         Err(why) => return no_gpu(report, why),
-    };
-    let context = match PrimaryContext::retain(&driver, 0) {
-        Ok(c) => c,
-        Err(e) => return no_gpu(report, e.to_string()),
     };
     for path in &cli.files {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
