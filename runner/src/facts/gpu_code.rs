@@ -255,19 +255,14 @@ pub(crate) fn failure(
                 provenance.sass_instead(cc)
             )
         }
-        Load::CompressionTooNew { image, needs } => {
-            let e = &c.entries[*image];
-            format!(
-                "{place} carries {carries}: the image it would load ({}) is Zstandard-compressed, \
-                 which libcuda unpacks from CUDA {} ({}, 550.54.14) on; this driver is CUDA {}; \
-                 rebuild with `nvcc --compress-mode=speed` (LZ4) or `none`, or use a newer \
-                 driver",
-                e.arch_name(),
-                needs,
-                branch_of(*needs),
-                target.driver.cuda
-            )
-        }
+        Load::CompressionTooNew { image, needs } => format!(
+            "{place} carries {carries}: the image it would load ({}) is Zstandard-compressed, \
+             which libcuda unpacks from CUDA {needs} ({}, 550.54.14) on; this driver is CUDA {}; \
+             rebuild with `nvcc --compress-mode=speed` (LZ4) or `none`, or use a newer driver",
+            c.entries[*image].arch_name(),
+            branch_of(*needs),
+            target.driver.cuda
+        ),
         Load::Unknown { why } => format!("{place} carries {carries}: cannot be judged: {why}"),
         _ => format!("{place} carries {carries}: loads"),
     }
@@ -340,32 +335,27 @@ fn gpu_rule(gpu: Drives, target: &Target) -> Option<(Rule, String)> {
         Drives::TooOld { first } => (
             Rule::DriverPredatesGpu,
             format!(
-                "the kernel module (CUDA {}, {}) predates compute capability {cc}{name}: the \
-                 first driver for it is CUDA {} ({}); install a newer host driver (cuda_compat \
-                 cannot help: the kernel module decides which GPUs are driven)",
-                kernel,
+                "the kernel module (CUDA {kernel}, {}) predates compute capability {cc}{name}: \
+                 the first driver for it is CUDA {first} ({}); install a newer host driver \
+                 (cuda_compat cannot help: the kernel module decides which GPUs are driven)",
                 branch_of(kernel),
-                first,
                 branch_of(first)
             ),
         ),
         Drives::Dropped { last } => (
             Rule::DriverDroppedGpu,
             format!(
-                "compute capability {cc}{name} is driven up to CUDA {} ({}); this kernel module \
-                 (CUDA {}) is of a later branch, which no longer drives it; use a {} driver",
-                last,
-                branch_of(last),
-                kernel,
-                branch_of(last)
+                "compute capability {cc}{name} is driven up to CUDA {last} ({branch}); this \
+                 kernel module (CUDA {kernel}) is of a later branch, which no longer drives it; \
+                 use a {branch} driver",
+                branch = branch_of(last)
             ),
         ),
         Drives::Renamed { to, .. } => (
             Rule::GpuRenamed,
             format!(
-                "under a CUDA {} driver this GPU reports compute capability {to}, not {cc} \
-                 (NVIDIA renamed Thor in CUDA 13): judge it as {to}",
-                kernel
+                "under a CUDA {kernel} driver this GPU reports compute capability {to}, not \
+                 {cc} (NVIDIA renamed Thor in CUDA 13): judge it as {to}"
             ),
         ),
         Drives::Unknown => (
