@@ -200,14 +200,6 @@ fn this_gpu(driver: &Driver) -> Result<(Target, PrimaryContext<'_>), String> {
     Ok((Target::new(device, driver, false), context))
 }
 
-fn load_result(context: &PrimaryContext, image: &[u8]) -> i32 {
-    match Module::load_image(context, image) {
-        Ok(_) => 0,
-        Err(GpuError::Driver(crate::cuda::driver::DriverError::Call(e))) => e.code,
-        Err(_) => -1,
-    }
-}
-
 /// What `gpu-confirm` found.
 pub enum Confirmed {
     /// Every prediction held.
@@ -308,7 +300,11 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
                     continue;
                 }
             }
-            let got = load_result(&context, image);
+            let got = match Module::load_image(&context, image) {
+                Ok(_) => 0,
+                Err(GpuError::Driver(crate::cuda::driver::DriverError::Call(e))) => e.code,
+                Err(_) => -1,
+            };
             let agrees = wanted.map(|w| w == got);
             if agrees == Some(false) {
                 disagreements.push(format!(

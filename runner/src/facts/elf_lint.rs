@@ -111,14 +111,6 @@ pub(crate) fn is_static_cuda_archive(name: &str) -> bool {
     CUDA_LIBRARY_PREFIXES.iter().any(|p| stem.starts_with(p))
 }
 
-/// A search-path entry as a directory to compare with the driver link or compat directory:
-/// absolute entries normalised ([`normalize`]), others (relative, `$ORIGIN/…`) never equal to
-/// an absolute directory.
-fn entry_dir(entry: &str) -> Option<PathBuf> {
-    let path = Path::new(entry);
-    path.is_absolute().then(|| normalize(path))
-}
-
 /// How an ELF file loads libcuda, when it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LibcudaUse {
@@ -150,10 +142,11 @@ pub(crate) fn check_elf(
     config: &LintConfig,
 ) -> Option<Vec<Finding>> {
     let (search, tag) = info.search_path();
+    // Search-path entries compare with the driver link or compat directory as directories:
+    // absolute entries normalised ([`normalize`]), others (relative, `$ORIGIN/…`) never equal.
     let position = |dir: &Path| {
-        search
-            .iter()
-            .position(|e| entry_dir(e).as_deref() == Some(dir))
+        let entry_is = |e: &String| Path::new(e).is_absolute() && normalize(Path::new(e)) == dir;
+        search.iter().position(entry_is)
     };
     let link = normalize(&config.driver_link);
     let link_at = position(&link);

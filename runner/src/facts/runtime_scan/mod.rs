@@ -351,17 +351,13 @@ fn getter_constants(code: &[&[u8]]) -> Vec<i32> {
 /// The length of the getter [`getter_constants`] reads.
 const GETTER_LEN: usize = 14;
 
-/// A value `cudaRuntimeGetVersion` could answer: 1000·major + 10·minor, major 9 to 99.
-fn plausible_runtime_version(value: i32) -> bool {
-    (9000..100_000).contains(&value) && value % 10 == 0
-}
-
 /// The version from the getter constants of the code ([`getter_constants`]), and whether the
 /// runtime's table of API names holds [`NAME_OF_12`] and [`NAME_FROM_13`].
 fn version_of(names_12: bool, names_13: bool, constants: Vec<i32>) -> Option<ContentVersion> {
+    // Those `cudaRuntimeGetVersion` could answer: 1000·major + 10·minor, major 9 to 99.
     let mut constants: Vec<i32> = constants
         .into_iter()
-        .filter(|v| plausible_runtime_version(*v))
+        .filter(|v| (9000..100_000).contains(v) && v % 10 == 0)
         .collect();
     constants.sort_unstable();
     constants.dedup();
