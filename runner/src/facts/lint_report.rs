@@ -225,9 +225,7 @@ impl LintReport {
                 "cuda runtime: {} ({}, {})",
                 runtime.file.display(),
                 runtime.form.name(),
-                runtime
-                    .version
-                    .map_or("version unknown".into(), |v| v.to_string())
+                runtime.version_text()
             )?;
         }
         for stub in &self.stub_libcuda {

@@ -154,14 +154,7 @@ impl MixedProcess {
         let files: Vec<String> = self
             .runtimes
             .iter()
-            .map(|r| {
-                format!(
-                    "{} ({})",
-                    r.file.display(),
-                    r.version
-                        .map_or("version unknown".into(), |v| v.to_string())
-                )
-            })
+            .map(|r| format!("{} ({})", r.file.display(), r.version_text()))
             .collect();
         let process = match self.root.interpreter {
             Some(_) => format!("the process of {}", self.root.path.display()),

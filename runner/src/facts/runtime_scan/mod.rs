@@ -459,6 +459,12 @@ fn runtime_found(
 }
 
 impl FoundRuntime {
+    /// Its version, or `version unknown`.
+    pub(crate) fn version_text(&self) -> String {
+        self.version
+            .map_or("version unknown".into(), |v| v.to_string())
+    }
+
     /// Its version when it can mix with another runtime's: exact (`12.9`, not `12.x` or
     /// unknown), and not an archive (which no process loads).
     pub(crate) fn mixing_version(&self) -> Option<CudaVersion> {
