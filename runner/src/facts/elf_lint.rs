@@ -401,6 +401,7 @@ fn lint_file(
     }
     // A path given that cannot be judged is a `cannot-judge` finding; inside a directory, a
     // file that cannot be read is `unreadable`, and one the lint does not read is counted only.
+    // Such a file is no root of a dependency graph.
     let cannot_judge = |report: &mut LintReport, unreadable: bool, why: String| {
         if named || unreadable {
             let kind = match named {
@@ -409,17 +410,12 @@ fn lint_file(
             };
             report.findings.push(finding(path, kind, why));
         }
+        None
     };
     let (map, contents) = match map_file(path) {
         Ok(Some(found)) => found,
-        Ok(None) => {
-            cannot_judge(report, false, "is empty: nothing to judge".into());
-            return None;
-        }
-        Err(e) => {
-            cannot_judge(report, true, format!("cannot be read: {e}"));
-            return None;
-        }
+        Ok(None) => return cannot_judge(report, false, "is empty: nothing to judge".into()),
+        Err(e) => return cannot_judge(report, true, format!("cannot be read: {e}")),
     };
     let why = match contents {
         Contents::Elf | Contents::Fatbin | Contents::Archive => {
@@ -432,7 +428,7 @@ fn lint_file(
             });
             match read {
                 Ok(members) => report.files += members,
-                Err(e) => cannot_judge(report, true, e.to_string()),
+                Err(e) => return cannot_judge(report, true, e.to_string()),
             }
             // Its members are not on disk: no dependency graph to follow.
             return None;
@@ -447,8 +443,7 @@ fn lint_file(
         }
         Contents::Other => return None,
     };
-    cannot_judge(report, false, why.into());
-    None
+    cannot_judge(report, false, why.into())
 }
 
 /// Lints the bytes of one ELF file, fat binary or archive (`path`: a file, or a wheel's member)
