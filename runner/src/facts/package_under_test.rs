@@ -169,33 +169,28 @@ impl PackageUnderTest {
                 from.to_owned()
             }
         };
-        let mut package = PackageUnderTest {
-            roots: roots.to_vec(),
-            closure: closure.into_iter().collect(),
-            closure_from,
-            files: 0,
-            unreadable: Vec::new(),
-            scanned: Vec::new(),
-        };
-        package.scan();
-        if package.files == 0 {
+        let closure: Vec<PathBuf> = closure.into_iter().collect();
+        let walked = walk(&closure, store);
+        if walked.files.is_empty() {
             return Err(PackageError::Empty(roots.to_vec()));
         }
-        Ok(package)
-    }
-
-    fn scan(&mut self) {
-        let walked = walk(&self.closure, Path::new(STORE_DIR));
-        self.unreadable
-            .extend(walked.errors.iter().map(ToString::to_string));
+        let mut unreadable: Vec<String> = walked.errors.iter().map(ToString::to_string).collect();
+        let mut scanned = Vec::new();
         for path in &walked.files {
-            self.files += 1;
             match scan_file(path) {
-                Ok(Some(file)) => self.scanned.push(file),
+                Ok(Some(file)) => scanned.push(file),
                 Ok(None) => {}
-                Err(why) => self.unreadable.push(format!("{}: {why}", path.display())),
+                Err(why) => unreadable.push(format!("{}: {why}", path.display())),
             }
         }
+        Ok(PackageUnderTest {
+            roots: roots.to_vec(),
+            closure,
+            closure_from,
+            files: walked.files.len(),
+            unreadable,
+            scanned,
+        })
     }
 
     /// The scanned files the GPU code judgment looks at: those that carry GPU code, and those
