@@ -93,15 +93,10 @@ pub(crate) fn version_from_file_name(path: &Path) -> Option<Toolkit> {
     })
 }
 
-/// A `--cudart` file that cannot be used as a CUDA runtime.
+/// A `--cudart` file (as given) that cannot be used as a CUDA runtime, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("--cudart {}: {why}", .path.display())]
-pub(crate) struct CudartError {
-    /// The file as given.
-    pub path: PathBuf,
-    /// Why it is refused.
-    pub why: NotARuntime,
-}
+#[error("--cudart {}: {}", .0.display(), .1)]
+pub(crate) struct CudartError(PathBuf, NotARuntime);
 
 /// Why a library is not a usable CUDA runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,10 +121,7 @@ impl Runtime {
             return explicit
                 .iter()
                 .map(|path| {
-                    let refused = |why| CudartError {
-                        path: path.clone(),
-                        why,
-                    };
+                    let refused = |why| CudartError(path.clone(), why);
                     // SAFETY: loading a library runs its initialisers; that is the point.
                     let library = unsafe { Library::new(path) }
                         .map_err(|e| refused(NotARuntime::NotLoadable(e.to_string())))?;

@@ -23,14 +23,10 @@ pub(crate) enum GpuError {
     /// A driver function is missing or failed.
     #[error(transparent)]
     Driver(#[from] DriverError),
-    /// The JIT refused the PTX (`cuModuleLoadDataEx`); its error log, when it wrote one.
-    #[error("{error}")]
-    Jit {
-        /// The failed call.
-        error: CuError,
-        /// `JIT error log:` and the log's lines.
-        log: Option<String>,
-    },
+    /// The JIT refused the PTX (the failed `cuModuleLoadDataEx`); its error log, when it wrote
+    /// one (`JIT error log:` and the log's lines).
+    #[error("{0}")]
+    Jit(CuError, Option<String>),
     /// A launch over more elements than a 32-bit count holds.
     #[error("saxpy takes at most 2^32 - 1 elements")]
     TooManyElements,
@@ -55,7 +51,7 @@ impl GpuError {
     /// The JIT error log, when the JIT wrote one.
     pub(crate) fn jit_log(&self) -> Option<&str> {
         match self {
-            GpuError::Jit { log, .. } => log.as_deref(),
+            GpuError::Jit(_, log) => log.as_deref(),
             _ => None,
         }
     }
@@ -152,10 +148,8 @@ impl<'c> Module<'c> {
             let written = (values[1] as usize).min(log.len());
             let text = String::from_utf8_lossy(&log[..written]);
             let text = text.trim_end_matches('\0').trim();
-            return Err(GpuError::Jit {
-                error,
-                log: (!text.is_empty()).then(|| format!("JIT error log:\n{text}")),
-            });
+            let log = (!text.is_empty()).then(|| format!("JIT error log:\n{text}"));
+            return Err(GpuError::Jit(error, log));
         }
         Ok(Module { context, handle })
     }
