@@ -126,19 +126,16 @@ fn checks_help() -> String {
         });
     }
     let mut text = String::new();
-    let mut line = String::new();
     for word in format!("Checks: {}.", parts.join("; ")).split(' ') {
-        if !line.is_empty() && line.len() + 1 + word.len() > 94 {
-            text.push_str(&line);
-            text.push('\n');
-            line.clear();
+        // By the width of the last line so far: a word that would take it past 94 starts another.
+        match text.len() - text.rfind('\n').map_or(0, |i| i + 1) {
+            0 => {}
+            width if width + 1 + word.len() > 94 => text.push('\n'),
+            _ => text.push(' '),
         }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
+        text.push_str(word);
     }
-    text + &line
+    text
 }
 
 /// What `--help` lists after the flags: the checks, from [`CHECKS`], then [`AFTER_HELP`].
