@@ -129,14 +129,13 @@ fn primary_version(session: &Session, driver_version: CudaVersion) -> CudaVersio
 /// The API versions to probe for a driver of `driver_version`.
 fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<CudaVersion> {
     let mut versions = abi_boundaries(driver_version);
-    if let Ok(runtimes) = session.runtimes() {
-        versions.extend(
-            runtimes
-                .iter()
-                .filter_map(|r| r.version()?.exact())
-                .map(|r| r.min(driver_version)),
-        );
-    }
+    let runtimes = session.runtimes().unwrap_or_default();
+    versions.extend(
+        runtimes
+            .iter()
+            .filter_map(|r| r.version()?.exact())
+            .map(|r| r.min(driver_version)),
+    );
     versions.extend(session.options.api_version);
     versions.sort();
     versions.dedup();
