@@ -155,12 +155,7 @@ pub(crate) fn nodes(session: &Session) -> Result<Outcome, Outcome> {
     let ctl = root.join("nvidiactl");
     judge_ctl(&before.nvidiactl, &ctl, &not_exposed, &mut problems);
     let uvm_expected = major_from_proc("nvidia-uvm");
-    judge_uvm(
-        &before.nvidia_uvm,
-        &root.join("nvidia-uvm"),
-        uvm_expected,
-        &mut problems,
-    );
+    judge_uvm(before, uvm_expected, &mut problems);
     let gpus = before.gpus.len();
     judge_gpu_nodes(before, &not_exposed, &mut problems);
     let manifest_gpus = judge_manifest_devices(session, root, gpus, &mut problems);
@@ -209,10 +204,11 @@ fn judge_ctl(node: &Node, ctl: &Path, not_exposed: &str, problems: &mut Vec<Stri
     }
 }
 
-/// `nvidia-uvm` (at `uvm`): a character device of the major `/proc/devices` gives it
+/// `nvidia-uvm` of `before`: a character device of the major `/proc/devices` gives it
 /// (`expected`, when listed), not a GPU node.
-fn judge_uvm(node: &Node, uvm: &Path, expected: Option<u32>, problems: &mut Vec<String>) {
-    match node {
+fn judge_uvm(before: &NodeSnapshot, expected: Option<u32>, problems: &mut Vec<String>) {
+    let uvm = before.dev_root.join("nvidia-uvm");
+    match &before.nvidia_uvm {
         Node::Char(major, _) if expected.is_some_and(|m| m != *major) => problems.push(format!(
             "{} has major {major} but /proc/devices says nvidia-uvm is {}: a stale or wrong node",
             uvm.display(),
@@ -260,12 +256,10 @@ fn judge_manifest_devices(
     gpus: usize,
     problems: &mut Vec<String>,
 ) -> usize {
-    let exposed: Vec<&str> = session
-        .manifest
-        .manifest()
-        .map(|m| m.devices.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    for device in &exposed {
+    let Some(devices) = session.manifest.manifest().map(|m| &m.devices) else {
+        return 0;
+    };
+    for device in devices {
         // The manifest names inside paths under /dev; --dev-root moves /dev.
         let here = match Path::new(device).strip_prefix("/dev") {
             Ok(rest) => root.join(rest),
@@ -280,14 +274,14 @@ fn judge_manifest_devices(
             ));
         }
     }
-    let manifest_gpus = exposed
+    let manifest_gpus = devices
         .iter()
         .filter(|d| {
             d.strip_prefix("/dev/nvidia")
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         })
         .count();
-    if session.manifest.manifest().is_some() && gpus > manifest_gpus {
+    if gpus > manifest_gpus {
         problems.push(format!(
             "{gpus} /dev/nvidiaN node(s) are here but the hook's manifest lists {manifest_gpus}: \
              something other than cuda-sandbox-hook exposes GPUs to this build (check Nix's \
