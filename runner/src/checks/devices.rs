@@ -359,21 +359,15 @@ fn feature_names(required: &Required) -> Vec<String> {
 
 /// `GPU 0: 8.9, GPU 1: 9.0`, or `no GPU`.
 fn describe_gpus(gpus: &[FeatureGpu]) -> String {
+    if gpus.is_empty() {
+        return "no GPU".to_owned();
+    }
     let each: Vec<String> = gpus
         .iter()
-        .map(|gpu| {
-            format!(
-                "GPU {}: {}",
-                gpu.ordinal.unwrap_or_default(),
-                gpu.capability
-            )
-        })
+        .map(|gpu| (gpu.ordinal.unwrap_or_default(), gpu.capability))
+        .map(|(ordinal, capability)| format!("GPU {ordinal}: {capability}"))
         .collect();
-    if each.is_empty() {
-        "no GPU".to_owned()
-    } else {
-        each.join(", ")
-    }
+    each.join(", ")
 }
 
 /// Runs `devices::features`.
@@ -392,14 +386,8 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
     let listed = session
         .devices()
         .map(|devices| devices.iter().map(FeatureGpu::from).collect::<Vec<_>>());
-    let capabilities: Result<Vec<_>, _> = match &listed {
-        Ok(gpus) => Ok(gpus.iter().map(|gpu| gpu.capability).collect()),
-        Err(error) => Err(format!(
-            "the GPUs cannot be asked for their compute capability: {error}"
-        )),
-    };
-    let unmet = match &capabilities {
-        Ok(capabilities) => wanted.unmet_by(capabilities),
+    let unmet = match &listed {
+        Ok(gpus) => wanted.unmet_by(&gpus.iter().map(|gpu| gpu.capability).collect::<Vec<_>>()),
         Err(_) => cuda_sm.clone(),
     };
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
@@ -413,11 +401,13 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
              needs an architecture requires its cuda-sm-* feature)"
         );
         (Pass, message)
-    } else if let Err(why) = &capabilities {
-        (
-            Fail,
-            format!("the build requires {} but {why}", cuda_sm.join(" ")),
-        )
+    } else if let Err(error) = &listed {
+        let message = format!(
+            "the build requires {} but the GPUs cannot be asked for their compute capability: \
+             {error}",
+            cuda_sm.join(" ")
+        );
+        (Fail, message)
     } else if unmet.is_empty() {
         let message = format!(
             "{} met by the GPUs this process can use ({}){hook_note}",
@@ -470,17 +460,10 @@ fn against_manifest(cuda_sm: &[String], manifest: Option<&Manifest>) -> (Vec<Str
     let listed = feature_names(&fatbin_features::required(
         manifest.features.iter().map(String::as_str),
     ));
-    let not_in_manifest = cuda_sm
-        .iter()
-        .filter(|f| !listed.contains(f))
-        .cloned()
-        .collect();
-    let only_in_manifest = listed
-        .iter()
-        .filter(|f| !cuda_sm.contains(f))
-        .cloned()
-        .collect();
-    (not_in_manifest, only_in_manifest)
+    // The features of `a` that `b` lacks, in `a`'s order.
+    let lacking =
+        |a: &[String], b: &[String]| a.iter().filter(|f| !b.contains(f)).cloned().collect();
+    (lacking(cuda_sm, &listed), lacking(&listed, cuda_sm))
 }
 
 /// The failure of a manifest that holds the build to features (`only_in_manifest`) it does not
