@@ -229,32 +229,29 @@ fn match_devices(nvml: &[NvmlDevice], cuda: &[CudaDevice]) -> Result<(), String>
         if cuda_mig.iter().any(|m| m.ordinal == device.ordinal) {
             continue;
         }
-        match whole.iter().find(|n| n.uuid == device.uuid) {
-            None => {
-                return Err(format!(
-                    "CUDA device {} ({}) has UUID {} which NVML does not know{}: libcuda and \
-                     libnvidia-ml come from different drivers",
-                    device.ordinal,
-                    device.name,
-                    device.uuid,
-                    if in_mig_mode > 0 {
-                        format!(
-                            ", neither as a GPU nor as {} of a MIG device",
-                            device.mig_uuid()
-                        )
-                    } else {
-                        String::new()
-                    }
-                ))
-            }
-            Some(n) if n.name != device.name => {
-                return Err(format!(
-                    "GPU {} is {:?} to CUDA but {:?} to NVML: libcuda and libnvidia-ml come \
-                     from different drivers",
-                    device.uuid, device.name, n.name
-                ))
-            }
-            Some(_) => {}
+        let Some(n) = whole.iter().find(|n| n.uuid == device.uuid) else {
+            return Err(format!(
+                "CUDA device {} ({}) has UUID {} which NVML does not know{}: libcuda and \
+                 libnvidia-ml come from different drivers",
+                device.ordinal,
+                device.name,
+                device.uuid,
+                if in_mig_mode > 0 {
+                    format!(
+                        ", neither as a GPU nor as {} of a MIG device",
+                        device.mig_uuid()
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+        };
+        if n.name != device.name {
+            return Err(format!(
+                "GPU {} is {:?} to CUDA but {:?} to NVML: libcuda and libnvidia-ml come from \
+                 different drivers",
+                device.uuid, device.name, n.name
+            ));
         }
     }
     Ok(())
