@@ -440,8 +440,27 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
             ));
             continue;
         };
-        if let Err(failure) = first_call(session, runtime, function, &file, driver_version) {
-            failures.extend(failure);
+        // The first call initialises the runtime (afterwards even cudart 11.x knows its
+        // version); a runtime it cannot be made on is passed over.
+        let probe = runtime.driver_entry_point("cuInit", driver_version.0);
+        let failure = match probe.map(|p| p.code) {
+            Some(0) => None,
+            None => continue,
+            Some(CUDART_ERROR_NO_DEVICE) => Some(format!(
+                "{function} failed with cudaErrorNoDevice (100): {}",
+                session.access.explain_no_gpu()
+            )),
+            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => Some(format!(
+                "{function} of {file} failed with cudaErrorInsufficientDriver (35): the runtime \
+                 is newer than the driver's CUDA {driver_version} (see runtime::compatibility)"
+            )),
+            Some(code) => Some(format!(
+                "{function} of {file} failed with {code} {}",
+                error_name(code)
+            )),
+        };
+        if let Some(failure) = failure {
+            failures.push(failure);
             continue;
         }
         let Some(r) = runtime.version().and_then(|v| v.exact()) else {
@@ -479,35 +498,6 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
         cudarts: per_runtime,
     });
     Ok(Outcome::first_failure(&failures, &passes, facts))
-}
-
-/// The first `cudaGetDriverEntryPoint` call (`function`) of `runtime` (at `file`), which
-/// initialises it (afterwards even cudart 11.x knows its version): `Err` with its failure, or
-/// with `None` when the call could not be made.
-fn first_call(
-    session: &Session,
-    runtime: &Runtime,
-    function: &str,
-    file: &str,
-    driver_version: CudaVersion,
-) -> Result<(), Option<String>> {
-    let probe = runtime.driver_entry_point("cuInit", driver_version.0);
-    match probe.map(|p| p.code) {
-        Some(0) => Ok(()),
-        Some(CUDART_ERROR_NO_DEVICE) => Err(Some(format!(
-            "{function} failed with cudaErrorNoDevice (100): {}",
-            session.access.explain_no_gpu()
-        ))),
-        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => Err(Some(format!(
-            "{function} of {file} failed with cudaErrorInsufficientDriver (35): the runtime is \
-             newer than the driver's CUDA {driver_version} (see runtime::compatibility)"
-        ))),
-        Some(code) => Err(Some(format!(
-            "{function} of {file} failed with {code} {}",
-            error_name(code)
-        ))),
-        None => Err(None),
-    }
 }
 
 /// Each checked symbol as the runtime of version `r` gives it beside what the driver gives
