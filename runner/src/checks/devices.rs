@@ -391,7 +391,16 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
         Err(_) => cuda_sm.clone(),
     };
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
-    let hook_note = hook_note(&not_in_manifest);
+    // The note on required features the manifest lacks, or nothing.
+    let hook_note = if not_in_manifest.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
+             had no derivation to read: a remote build, see missing_drv)",
+            not_in_manifest.join(" ")
+        )
+    };
     // Whether it passes, and why, the first of these that holds deciding.
     let (verdict, message) = if !only_in_manifest.is_empty() {
         (Fail, another_builds(&only_in_manifest, &source, &cuda_sm))
@@ -479,19 +488,6 @@ fn another_builds(only_in_manifest: &[String], source: &str, cuda_sm: &[String])
             cuda_sm.join(" ")
         },
     )
-}
-
-/// The note on required features the manifest lacks (`not_in_manifest`), or nothing.
-fn hook_note(not_in_manifest: &[String]) -> String {
-    if not_in_manifest.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
-             had no derivation to read: a remote build, see missing_drv)",
-            not_in_manifest.join(" ")
-        )
-    }
 }
 
 /// The failure of features (`unmet`, of the requirement `wanted`) the `gpus` do not meet.
