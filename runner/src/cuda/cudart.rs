@@ -130,7 +130,6 @@ impl Runtime {
                 .collect();
         }
         let mut runtimes: Vec<Runtime> = Vec::new();
-        let mut seen: Vec<PathBuf> = Vec::new();
         let mut candidates: Vec<PathBuf> = Vec::new();
         for dir in loader_search_path() {
             let mut here: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -149,8 +148,9 @@ impl Runtime {
         }
         candidates.extend(CUDART_NAMES.iter().map(PathBuf::from));
         for candidate in candidates {
-            let real = std::fs::canonicalize(&candidate).ok();
-            if real.as_ref().is_some_and(|r| seen.contains(r)) {
+            // Each file once: by its real path, before loading it and as the loader names it.
+            let loaded = |real: &Path| runtimes.iter().any(|r| r.file.real_path == real);
+            if std::fs::canonicalize(&candidate).is_ok_and(|real| loaded(&real)) {
                 continue;
             }
             // SAFETY: as above. A bare name goes through the loader's search (ld.so.cache).
@@ -160,10 +160,9 @@ impl Runtime {
             let Ok(runtime) = Runtime::from_library(library) else {
                 continue;
             };
-            if seen.contains(&runtime.file.real_path) {
+            if loaded(&runtime.file.real_path) {
                 continue;
             }
-            seen.push(runtime.file.real_path.clone());
             runtimes.push(runtime);
         }
         Ok(runtimes)
