@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use cuda_sandbox_check::check::RunsWhen;
+use cuda_sandbox_check::check::RunsWhen::{Always, ExpectNoGpu, WithLint, WithPackage};
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::facts::container_binds;
@@ -107,12 +107,7 @@ As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $
 /// [`CHECKS`], wrapped at 94 columns.
 fn checks_help() -> String {
     let mut parts = Vec::new();
-    for when in [
-        RunsWhen::Always,
-        RunsWhen::WithLint,
-        RunsWhen::WithPackage,
-        RunsWhen::ExpectNoGpu,
-    ] {
+    for when in [Always, WithLint, WithPackage, ExpectNoGpu] {
         let names: Vec<&str> = CHECKS
             .iter()
             .filter(|check| check.runs_when == when)
