@@ -379,7 +379,19 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
         )
     })?;
     let manifest = session.manifest.manifest();
-    let (source, required) = required_features(declared.as_ref(), manifest);
+    // Where the build's required features are read, in words, and the features: the
+    // environment's, else the hook's manifest's, else none.
+    let (source, required) = match (declared, manifest) {
+        (Some(declared), _) => (declared.source.describe(), declared.features),
+        (None, Some(manifest)) => (
+            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
+            manifest.features.clone(),
+        ),
+        (None, None) => (
+            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
+            Vec::new(),
+        ),
+    };
     let wanted = fatbin_features::required(required.iter().map(String::as_str));
     let cuda_sm = feature_names(&wanted);
     let (not_in_manifest, only_in_manifest) = against_manifest(&cuda_sm, manifest);
@@ -439,25 +451,6 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
         only_in_manifest,
     });
     Ok(Outcome::new(verdict, message, facts))
-}
-
-/// Where the build's required features are read, in words, and the features: the
-/// environment's (`declared`), else the hook's manifest's, else none.
-fn required_features(
-    declared: Option<&build_features::Declared>,
-    manifest: Option<&Manifest>,
-) -> (String, Vec<String>) {
-    match (declared, manifest) {
-        (Some(declared), _) => (declared.source.describe(), declared.features.clone()),
-        (None, Some(manifest)) => (
-            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
-            manifest.features.clone(),
-        ),
-        (None, None) => (
-            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
-            Vec::new(),
-        ),
-    }
 }
 
 /// The build's `cuda-sm-*` features (`cuda_sm`) against the manifest's: those it lacks, and
