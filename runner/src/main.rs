@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use cuda_sandbox_check::check::RunsWhen;
+use cuda_sandbox_check::check::RunsWhen::{Always, ExpectNoGpu, WithLint, WithPackage};
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
 use cuda_sandbox_check::facts::container_binds;
@@ -107,12 +107,7 @@ As a Nix builder: builder = <this program>; args = [ ... ]; the report goes to $
 /// [`CHECKS`], wrapped at 94 columns.
 fn checks_help() -> String {
     let mut parts = Vec::new();
-    for when in [
-        RunsWhen::Always,
-        RunsWhen::WithLint,
-        RunsWhen::WithPackage,
-        RunsWhen::ExpectNoGpu,
-    ] {
+    for when in [Always, WithLint, WithPackage, ExpectNoGpu] {
         let names: Vec<&str> = CHECKS
             .iter()
             .filter(|check| check.runs_when == when)
@@ -126,19 +121,16 @@ fn checks_help() -> String {
         });
     }
     let mut text = String::new();
-    let mut line = String::new();
     for word in format!("Checks: {}.", parts.join("; ")).split(' ') {
-        if !line.is_empty() && line.len() + 1 + word.len() > 94 {
-            text.push_str(&line);
-            text.push('\n');
-            line.clear();
+        // By the width of the last line so far: a word that would take it past 94 starts another.
+        match text.len() - text.rfind('\n').map_or(0, |i| i + 1) {
+            0 => {}
+            width if width + 1 + word.len() > 94 => text.push('\n'),
+            _ => text.push(' '),
         }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
+        text.push_str(word);
     }
-    text + &line
+    text
 }
 
 /// What `--help` lists after the flags: the checks, from [`CHECKS`], then [`AFTER_HELP`].

@@ -13,16 +13,10 @@ use crate::options::{ExpectDriver, Options};
 /// Bumped when a field changes meaning or disappears.
 pub(crate) const REPORT_FORMAT: u32 = 1;
 
-/// The report cannot be written.
+/// The report cannot be written: where it was to go, and the I/O error.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write the report to {}: {error}", .path.display())]
-pub struct ReportError {
-    /// Where it was to go.
-    pub(crate) path: PathBuf,
-    /// The I/O error.
-    #[source]
-    pub(crate) error: std::io::Error,
-}
+#[error("cannot write the report to {}: {}", .0.display(), .1)]
+pub struct ReportError(PathBuf, #[source] std::io::Error);
 
 /// libtest's tally.
 #[derive(Debug, Clone, Serialize)]
@@ -105,9 +99,6 @@ impl Report {
     /// Writes the report as pretty JSON to `path`.
     pub fn write(&self, path: &Path) -> Result<(), ReportError> {
         let text = serde_json::to_string_pretty(self).expect("the report is plain data");
-        std::fs::write(path, text + "\n").map_err(|error| ReportError {
-            path: path.to_path_buf(),
-            error,
-        })
+        std::fs::write(path, text + "\n").map_err(|error| ReportError(path.to_path_buf(), error))
     }
 }

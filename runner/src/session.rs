@@ -25,15 +25,11 @@ pub(crate) enum GpuUnavailable {
          Nix put the driver on LD_LIBRARY_PATH"
     )]
     NoDriver(LoadError),
-    /// `cuInit` found no device; `cause` is [`Access::explain_no_gpu`], told apart from the
-    /// device nodes and kernel module as they were before any driver call.
-    #[error("{} failed with {CUDA_ERROR_NO_DEVICE} {}: {cause}", .error.call, result::name(CUDA_ERROR_NO_DEVICE))]
-    NoDevice {
-        /// `cuInit`'s error.
-        error: CuError,
-        /// The cause and its fix.
-        cause: String,
-    },
+    /// `cuInit` found no device (its error), and the cause with its fix:
+    /// [`Access::explain_no_gpu`], told apart from the device nodes and kernel module as they
+    /// were before any driver call.
+    #[error("{} failed with {CUDA_ERROR_NO_DEVICE} {}: {}", .0.call, result::name(CUDA_ERROR_NO_DEVICE), .1)]
+    NoDevice(CuError, String),
     /// Another driver failure (`cuInit`'s other errors, a missing export).
     #[error(transparent)]
     Driver(#[from] DriverError),
@@ -103,10 +99,9 @@ impl Session {
         let driver = self.driver()?;
         match self.init.get_or_init(|| driver.init()) {
             Ok(()) => Ok(driver),
-            Err(error) if error.code == CUDA_ERROR_NO_DEVICE => Err(GpuUnavailable::NoDevice {
-                error: *error,
-                cause: self.explain_no_gpu(),
-            }),
+            Err(error) if error.code == CUDA_ERROR_NO_DEVICE => {
+                Err(GpuUnavailable::NoDevice(*error, self.explain_no_gpu()))
+            }
             Err(error) => Err(DriverError::Call(*error).into()),
         }
     }

@@ -155,12 +155,7 @@ pub(crate) fn nodes(session: &Session) -> Result<Outcome, Outcome> {
     let ctl = root.join("nvidiactl");
     judge_ctl(&before.nvidiactl, &ctl, &not_exposed, &mut problems);
     let uvm_expected = major_from_proc("nvidia-uvm");
-    judge_uvm(
-        &before.nvidia_uvm,
-        &root.join("nvidia-uvm"),
-        uvm_expected,
-        &mut problems,
-    );
+    judge_uvm(before, uvm_expected, &mut problems);
     let gpus = before.gpus.len();
     judge_gpu_nodes(before, &not_exposed, &mut problems);
     let manifest_gpus = judge_manifest_devices(session, root, gpus, &mut problems);
@@ -209,10 +204,11 @@ fn judge_ctl(node: &Node, ctl: &Path, not_exposed: &str, problems: &mut Vec<Stri
     }
 }
 
-/// `nvidia-uvm` (at `uvm`): a character device of the major `/proc/devices` gives it
+/// `nvidia-uvm` of `before`: a character device of the major `/proc/devices` gives it
 /// (`expected`, when listed), not a GPU node.
-fn judge_uvm(node: &Node, uvm: &Path, expected: Option<u32>, problems: &mut Vec<String>) {
-    match node {
+fn judge_uvm(before: &NodeSnapshot, expected: Option<u32>, problems: &mut Vec<String>) {
+    let uvm = before.dev_root.join("nvidia-uvm");
+    match &before.nvidia_uvm {
         Node::Char(major, _) if expected.is_some_and(|m| m != *major) => problems.push(format!(
             "{} has major {major} but /proc/devices says nvidia-uvm is {}: a stale or wrong node",
             uvm.display(),
@@ -260,12 +256,10 @@ fn judge_manifest_devices(
     gpus: usize,
     problems: &mut Vec<String>,
 ) -> usize {
-    let exposed: Vec<&str> = session
-        .manifest
-        .manifest()
-        .map(|m| m.devices.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    for device in &exposed {
+    let Some(devices) = session.manifest.manifest().map(|m| &m.devices) else {
+        return 0;
+    };
+    for device in devices {
         // The manifest names inside paths under /dev; --dev-root moves /dev.
         let here = match Path::new(device).strip_prefix("/dev") {
             Ok(rest) => root.join(rest),
@@ -280,14 +274,14 @@ fn judge_manifest_devices(
             ));
         }
     }
-    let manifest_gpus = exposed
+    let manifest_gpus = devices
         .iter()
         .filter(|d| {
             d.strip_prefix("/dev/nvidia")
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         })
         .count();
-    if session.manifest.manifest().is_some() && gpus > manifest_gpus {
+    if gpus > manifest_gpus {
         problems.push(format!(
             "{gpus} /dev/nvidiaN node(s) are here but the hook's manifest lists {manifest_gpus}: \
              something other than cuda-sandbox-hook exposes GPUs to this build (check Nix's \
@@ -365,21 +359,15 @@ fn feature_names(required: &Required) -> Vec<String> {
 
 /// `GPU 0: 8.9, GPU 1: 9.0`, or `no GPU`.
 fn describe_gpus(gpus: &[FeatureGpu]) -> String {
+    if gpus.is_empty() {
+        return "no GPU".to_owned();
+    }
     let each: Vec<String> = gpus
         .iter()
-        .map(|gpu| {
-            format!(
-                "GPU {}: {}",
-                gpu.ordinal.unwrap_or_default(),
-                gpu.capability
-            )
-        })
+        .map(|gpu| (gpu.ordinal.unwrap_or_default(), gpu.capability))
+        .map(|(ordinal, capability)| format!("GPU {ordinal}: {capability}"))
         .collect();
-    if each.is_empty() {
-        "no GPU".to_owned()
-    } else {
-        each.join(", ")
-    }
+    each.join(", ")
 }
 
 /// Runs `devices::features`.
@@ -391,25 +379,40 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
         )
     })?;
     let manifest = session.manifest.manifest();
-    let (source, required) = required_features(declared.as_ref(), manifest);
+    // Where the build's required features are read, in words, and the features: the
+    // environment's, else the hook's manifest's, else none.
+    let (source, required) = match (declared, manifest) {
+        (Some(declared), _) => (declared.source.describe(), declared.features),
+        (None, Some(manifest)) => (
+            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
+            manifest.features.clone(),
+        ),
+        (None, None) => (
+            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
+            Vec::new(),
+        ),
+    };
     let wanted = fatbin_features::required(required.iter().map(String::as_str));
     let cuda_sm = feature_names(&wanted);
     let (not_in_manifest, only_in_manifest) = against_manifest(&cuda_sm, manifest);
     let listed = session
         .devices()
         .map(|devices| devices.iter().map(FeatureGpu::from).collect::<Vec<_>>());
-    let capabilities: Result<Vec<_>, _> = match &listed {
-        Ok(gpus) => Ok(gpus.iter().map(|gpu| gpu.capability).collect()),
-        Err(error) => Err(format!(
-            "the GPUs cannot be asked for their compute capability: {error}"
-        )),
-    };
-    let unmet = match &capabilities {
-        Ok(capabilities) => wanted.unmet_by(capabilities),
+    let unmet = match &listed {
+        Ok(gpus) => wanted.unmet_by(&gpus.iter().map(|gpu| gpu.capability).collect::<Vec<_>>()),
         Err(_) => cuda_sm.clone(),
     };
     let gpus: &[FeatureGpu] = listed.as_deref().unwrap_or_default();
-    let hook_note = hook_note(&not_in_manifest);
+    // The note on required features the manifest lacks, or nothing.
+    let hook_note = if not_in_manifest.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
+             had no derivation to read: a remote build, see missing_drv)",
+            not_in_manifest.join(" ")
+        )
+    };
     // Whether it passes, and why, the first of these that holds deciding.
     let (verdict, message) = if !only_in_manifest.is_empty() {
         (Fail, another_builds(&only_in_manifest, &source, &cuda_sm))
@@ -419,11 +422,13 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
              needs an architecture requires its cuda-sm-* feature)"
         );
         (Pass, message)
-    } else if let Err(why) = &capabilities {
-        (
-            Fail,
-            format!("the build requires {} but {why}", cuda_sm.join(" ")),
-        )
+    } else if let Err(error) = &listed {
+        let message = format!(
+            "the build requires {} but the GPUs cannot be asked for their compute capability: \
+             {error}",
+            cuda_sm.join(" ")
+        );
+        (Fail, message)
     } else if unmet.is_empty() {
         let message = format!(
             "{} met by the GPUs this process can use ({}){hook_note}",
@@ -448,25 +453,6 @@ pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
     Ok(Outcome::new(verdict, message, facts))
 }
 
-/// Where the build's required features are read, in words, and the features: the
-/// environment's (`declared`), else the hook's manifest's, else none.
-fn required_features(
-    declared: Option<&build_features::Declared>,
-    manifest: Option<&Manifest>,
-) -> (String, Vec<String>) {
-    match (declared, manifest) {
-        (Some(declared), _) => (declared.source.describe(), declared.features.clone()),
-        (None, Some(manifest)) => (
-            "the hook's manifest (no requiredSystemFeatures in the environment)".to_owned(),
-            manifest.features.clone(),
-        ),
-        (None, None) => (
-            "nothing declared: no $requiredSystemFeatures, no .attrs.json, no manifest".to_owned(),
-            Vec::new(),
-        ),
-    }
-}
-
 /// The build's `cuda-sm-*` features (`cuda_sm`) against the manifest's: those it lacks, and
 /// those only it has (both empty without a manifest).
 fn against_manifest(cuda_sm: &[String], manifest: Option<&Manifest>) -> (Vec<String>, Vec<String>) {
@@ -476,17 +462,10 @@ fn against_manifest(cuda_sm: &[String], manifest: Option<&Manifest>) -> (Vec<Str
     let listed = feature_names(&fatbin_features::required(
         manifest.features.iter().map(String::as_str),
     ));
-    let not_in_manifest = cuda_sm
-        .iter()
-        .filter(|f| !listed.contains(f))
-        .cloned()
-        .collect();
-    let only_in_manifest = listed
-        .iter()
-        .filter(|f| !cuda_sm.contains(f))
-        .cloned()
-        .collect();
-    (not_in_manifest, only_in_manifest)
+    // The features of `a` that `b` lacks, in `a`'s order.
+    let lacking =
+        |a: &[String], b: &[String]| a.iter().filter(|f| !b.contains(f)).cloned().collect();
+    (lacking(cuda_sm, &listed), lacking(&listed, cuda_sm))
 }
 
 /// The failure of a manifest that holds the build to features (`only_in_manifest`) it does not
@@ -502,19 +481,6 @@ fn another_builds(only_in_manifest: &[String], source: &str, cuda_sm: &[String])
             cuda_sm.join(" ")
         },
     )
-}
-
-/// The note on required features the manifest lacks (`not_in_manifest`), or nothing.
-fn hook_note(not_in_manifest: &[String]) -> String {
-    if not_in_manifest.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; note: the hook's manifest lacks {}, so the hook did not choose GPUs by it (it \
-             had no derivation to read: a remote build, see missing_drv)",
-            not_in_manifest.join(" ")
-        )
-    }
 }
 
 /// The failure of features (`unmet`, of the requirement `wanted`) the `gpus` do not meet.

@@ -82,17 +82,13 @@ pub(crate) fn library(session: &Session) -> Result<Outcome, Outcome> {
     if let Some(why) = session.manifest.broken() {
         return Ok(Outcome::fail(format!("{loaded}, but {why}"), facts));
     }
-    let loaded = match chosen {
-        Some(m) if !m.libcuda.is_empty() => {
-            if !expectations::is_chosen(file, m) {
-                return Ok(Outcome::fail(
-                    expectations::library_mismatch(file, version, m),
-                    facts,
-                ));
-            }
-            format!("{loaded}, the {} driver the hook chose", m.kind)
+    let loaded = match chosen.filter(|m| !m.libcuda.is_empty()) {
+        Some(m) if !expectations::is_chosen(file, m) => {
+            let why = expectations::library_mismatch(file, version, m);
+            return Ok(Outcome::fail(why, facts));
         }
-        _ => loaded,
+        Some(m) => format!("{loaded}, the {} driver the hook chose", m.kind),
+        None => loaded,
     };
     Ok(match expect {
         Some(ExpectDriver::PathPrefix(prefix)) if !file.is_under(prefix) => Outcome::fail(

@@ -114,29 +114,16 @@ pub(crate) fn compare_with_exports(
     (facts, mismatches)
 }
 
-/// The API version the process would ask at: `--api-version`, else min(runtime, driver) for
-/// the first loadable runtime (the loader's choice), else the driver's own.
-fn primary_version(session: &Session, driver_version: CudaVersion) -> CudaVersion {
-    session.options.api_version.unwrap_or_else(|| {
-        session
-            .runtimes()
-            .ok()
-            .and_then(|r| r.first()?.version()?.exact())
-            .map_or(driver_version, |r| r.min(driver_version))
-    })
-}
-
 /// The API versions to probe for a driver of `driver_version`.
 fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<CudaVersion> {
     let mut versions = abi_boundaries(driver_version);
-    if let Ok(runtimes) = session.runtimes() {
-        versions.extend(
-            runtimes
-                .iter()
-                .filter_map(|r| r.version()?.exact())
-                .map(|r| r.min(driver_version)),
-        );
-    }
+    let runtimes = session.runtimes().unwrap_or_default();
+    versions.extend(
+        runtimes
+            .iter()
+            .filter_map(|r| r.version()?.exact())
+            .map(|r| r.min(driver_version)),
+    );
     versions.extend(session.options.api_version);
     versions.sort();
     versions.dedup();
@@ -185,7 +172,13 @@ pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
         }
     }
     let versions = versions_to_probe(session, driver_version);
-    let primary = primary_version(session, driver_version);
+    // The API version the process would ask at: `--api-version`, else min(runtime, driver) for
+    // the first loadable runtime (the loader's choice), else the driver's own.
+    let primary = session.options.api_version.unwrap_or_else(|| {
+        let first = session.runtimes().unwrap_or_default().first();
+        let exact = first.and_then(|r| r.version()?.exact());
+        exact.map_or(driver_version, |r| r.min(driver_version))
+    });
     let (primary_symbols, _) = compare_with_exports(driver, primary, primary);
     // At each version, the answers compared with the versioned exports, and every mismatch.
     let mut mismatches = Vec::new();

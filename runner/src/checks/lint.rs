@@ -21,12 +21,9 @@ use crate::session::Session;
 #[error(
     "--target sm_{} needs the CUDA version of the driver that will load the code: add \
      --driver-cuda X.Y (e.g. 12.2 for a 535 driver) or --driver VERSION",
-    .device.sm()
+    .0.sm()
 )]
-pub struct TargetNeedsDriver {
-    /// The `--target` given.
-    pub(crate) device: Capability,
-}
+pub struct TargetNeedsDriver(Capability);
 
 /// The driver the hook chose, as the rules judge it: libcuda's CUDA version, the kernel
 /// module's (from its version, else the host's CUDA version: they differ under compat), and,
@@ -85,9 +82,7 @@ pub fn config(
             .map(|device| Target::new(device, driver, true))
             .collect();
     } else if let Some(first) = options.target.first() {
-        let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver {
-            device: first.capability,
-        })?;
+        let driver = target_driver(options, manifest).ok_or(TargetNeedsDriver(first.capability))?;
         config.targets = options
             .target
             .iter()

@@ -42,17 +42,15 @@ pub struct MigFacts {
 
 /// Runs `mig::instance`.
 pub(crate) fn instance(session: &Session) -> Result<Outcome, Outcome> {
-    let Some(manifest) = session.manifest.manifest() else {
-        return Ok(Outcome::skipped(
-            format!("no MIG instance to check: {}", session.manifest.fact()),
-            facts_of(&MigFacts::default()),
-        ));
-    };
-    let Some(leased) = manifest.mig.clone() else {
-        return Ok(Outcome::skipped(
-            "the hook's manifest names no MIG instance (the build was not leased one)",
-            facts_of(&MigFacts::default()),
-        ));
+    let manifest = session.manifest.manifest();
+    let Some(leased) = manifest.and_then(|m| m.mig.clone()) else {
+        let why = match manifest {
+            None => format!("no MIG instance to check: {}", session.manifest.fact()),
+            Some(_) => {
+                "the hook's manifest names no MIG instance (the build was not leased one)".into()
+            }
+        };
+        return Ok(Outcome::skipped(why, facts_of(&MigFacts::default())));
     };
     // The instance in words: `gpuN/giG/ciC`.
     let lease = format!("gpu{}/gi{}/ci{}", leased.gpu, leased.gi, leased.ci);
@@ -97,26 +95,23 @@ fn cuda_device<'s>(
         .driver()
         .ok()
         .map(|d| d.api.device_get_uuid_v2.f.is_some());
-    let device = match cuda {
-        [one] => one,
-        _ => {
-            let seen: Vec<String> = cuda
-                .iter()
-                .map(|d| format!("{} {}", d.name, d.uuid))
-                .collect();
-            return Err(Outcome::fail(
-                format!(
-                    "the hook leased MIG instance {lease} but CUDA sees {} device(s) [{}]: a CUDA \
-                     process enumerates one MIG instance, so the others are whole GPUs (or \
-                     none is usable); expose only /dev/nvidia{} and the instance's capability \
-                     nodes (see `cuda-sandbox-hook explain` on the builder)",
-                    cuda.len(),
-                    seen.join(", "),
-                    leased.gpu
-                ),
-                facts_of(facts),
-            ));
-        }
+    let [device] = cuda else {
+        let seen: Vec<String> = cuda
+            .iter()
+            .map(|d| format!("{} {}", d.name, d.uuid))
+            .collect();
+        return Err(Outcome::fail(
+            format!(
+                "the hook leased MIG instance {lease} but CUDA sees {} device(s) [{}]: a CUDA \
+                 process enumerates one MIG instance, so the others are whole GPUs (or \
+                 none is usable); expose only /dev/nvidia{} and the instance's capability \
+                 nodes (see `cuda-sandbox-hook explain` on the builder)",
+                cuda.len(),
+                seen.join(", "),
+                leased.gpu
+            ),
+            facts_of(facts),
+        ));
     };
     facts.verified.push("CUDA sees exactly one device".into());
     if facts.cuda_has_uuid_v2 == Some(false) {

@@ -88,7 +88,17 @@ pub(crate) fn consistency(session: &Session) -> Result<Outcome, Outcome> {
         cuda_devices: cuda_devices.as_ref().ok().map(|d| d.to_vec()),
         gpus: None,
     };
-    let which = which_driver(&kernel_driver, compat_active, loaded_cuda, kernel_cuda);
+    // Which driver is loaded, in words: compat (libcuda's CUDA above the kernel driver's),
+    // the host's, or unknown.
+    let which = match compat_active {
+        Some(true) => format!(
+            "compat active: libcuda provides CUDA {} above kernel driver {kernel_driver} (CUDA {})",
+            loaded_cuda.map(|v| v.to_string()).unwrap_or_default(),
+            kernel_cuda.map(|v| v.to_string()).unwrap_or_default()
+        ),
+        Some(false) => format!("host driver: kernel driver {kernel_driver}"),
+        None => format!("kernel driver {kernel_driver} (compat unknown: branch not in the table or libcuda unavailable)"),
+    };
     // The driver kind, then the GPUs NVML and CUDA agree on; or the first failure.
     let agreed = judge_driver_kind(session, &kernel_driver, compat_active, &which)
         .and_then(|()| nvml_devices.map_err(|error| explain(&error, &session.access)))
@@ -119,25 +129,6 @@ fn agreed_gpus(nvml_devices: &[NvmlDevice], cuda_devices: &[CudaDevice]) -> Vec<
             None => format!("{} {}", d.name, d.uuid),
         })
         .collect()
-}
-
-/// Which driver is loaded, in words: compat (libcuda's CUDA `loaded` above the kernel
-/// driver's `kernel`), the host's, or unknown.
-fn which_driver(
-    kernel_driver: &str,
-    compat_active: Option<bool>,
-    loaded_cuda: Option<CudaVersion>,
-    kernel_cuda: Option<CudaVersion>,
-) -> String {
-    match compat_active {
-        Some(true) => format!(
-            "compat active: libcuda provides CUDA {} above kernel driver {kernel_driver} (CUDA {})",
-            loaded_cuda.map(|v| v.to_string()).unwrap_or_default(),
-            kernel_cuda.map(|v| v.to_string()).unwrap_or_default()
-        ),
-        Some(false) => format!("host driver: kernel driver {kernel_driver}"),
-        None => format!("kernel driver {kernel_driver} (compat unknown: branch not in the table or libcuda unavailable)"),
-    }
 }
 
 /// The loaded driver (`which`, compat when `compat_active`) against the hook's choice (the
@@ -238,32 +229,29 @@ fn match_devices(nvml: &[NvmlDevice], cuda: &[CudaDevice]) -> Result<(), String>
         if cuda_mig.iter().any(|m| m.ordinal == device.ordinal) {
             continue;
         }
-        match whole.iter().find(|n| n.uuid == device.uuid) {
-            None => {
-                return Err(format!(
-                    "CUDA device {} ({}) has UUID {} which NVML does not know{}: libcuda and \
-                     libnvidia-ml come from different drivers",
-                    device.ordinal,
-                    device.name,
-                    device.uuid,
-                    if in_mig_mode > 0 {
-                        format!(
-                            ", neither as a GPU nor as {} of a MIG device",
-                            device.mig_uuid()
-                        )
-                    } else {
-                        String::new()
-                    }
-                ))
-            }
-            Some(n) if n.name != device.name => {
-                return Err(format!(
-                    "GPU {} is {:?} to CUDA but {:?} to NVML: libcuda and libnvidia-ml come \
-                     from different drivers",
-                    device.uuid, device.name, n.name
-                ))
-            }
-            Some(_) => {}
+        let Some(n) = whole.iter().find(|n| n.uuid == device.uuid) else {
+            return Err(format!(
+                "CUDA device {} ({}) has UUID {} which NVML does not know{}: libcuda and \
+                 libnvidia-ml come from different drivers",
+                device.ordinal,
+                device.name,
+                device.uuid,
+                if in_mig_mode > 0 {
+                    format!(
+                        ", neither as a GPU nor as {} of a MIG device",
+                        device.mig_uuid()
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+        };
+        if n.name != device.name {
+            return Err(format!(
+                "GPU {} is {:?} to CUDA but {:?} to NVML: libcuda and libnvidia-ml come from \
+                 different drivers",
+                device.uuid, device.name, n.name
+            ));
         }
     }
     Ok(())

@@ -29,7 +29,6 @@ use crate::check::Outcome;
 use crate::checks::lint::{manifest_driver, target_driver};
 use crate::checks::runtime::{judge as judge_runtimes, Candidate, CudartFile};
 use crate::cuda::cudart::{Runtime, RuntimeVersion};
-use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::gpu_code::{judge_all, runtime_uses, Target, TargetVerdict};
 use crate::facts::gpu_words::missing_kernels;
@@ -282,17 +281,6 @@ pub(crate) fn gpu_code(session: &Session) -> Result<Outcome, Outcome> {
     .with_detail_lines(partly.iter().chain(&jit)))
 }
 
-/// The CUDA version of the driver the package's runtimes are judged against: the one loaded,
-/// else `--driver-cuda`/`--driver`, else the manifest's.
-fn runtimes_driver(session: &Session) -> Option<CudaVersion> {
-    session
-        .driver()
-        .ok()
-        .and_then(|d| d.version().ok())
-        .or(session.options.lint.given_driver().map(|d| d.cuda))
-        .or_else(|| session.manifest.driver().and_then(|d| d.cuda_version))
-}
-
 /// The runtimes `found` in the package as candidates to judge: a loaded one (`loaded`, by its
 /// index in `found`) as it answers, the others as the scan read them.
 fn candidates<'r>(
@@ -343,7 +331,12 @@ pub(crate) fn runtimes(session: &Session) -> Result<Outcome, Outcome> {
             facts! { "closure_from" => &package.closure_from },
         ));
     }
-    let Some(driver) = runtimes_driver(session) else {
+    // The CUDA version of the driver to judge them against: the one loaded, else
+    // `--driver-cuda`/`--driver`, else the manifest's.
+    let loaded_cuda = session.driver().ok().and_then(|d| d.version().ok());
+    let given_cuda = session.options.lint.given_driver().map(|d| d.cuda);
+    let manifest_cuda = || session.manifest.driver().and_then(|d| d.cuda_version);
+    let Some(driver) = loaded_cuda.or(given_cuda).or_else(manifest_cuda) else {
         return Ok(Outcome::skipped(
             format!(
                 "{} CUDA runtime(s) in the package, but no driver to judge them against (none \

@@ -100,13 +100,6 @@ fn own_interpreter() -> Option<PathBuf> {
     cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter
 }
 
-/// What each object must get: the hook's choice (the manifest's driver), else the libcuda.so.1
-/// this runner loaded (its file and CUDA version).
-struct Wanted<'a> {
-    chosen: Option<&'a DriverManifest>,
-    loaded: Option<LoadedFile>,
-}
-
 /// Runs `package::driver`.
 pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
     let package = session.package().map_err(Outcome::fail_without_facts)?;
@@ -122,11 +115,11 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
             facts! { "closure_from" => &package.closure_from },
         ));
     }
-    let wanted = Wanted {
-        chosen: session.manifest.driver().filter(|d| !d.libcuda.is_empty()),
-        loaded: session.driver().ok().map(|d| d.file.clone()),
-    };
-    if wanted.chosen.is_none() && wanted.loaded.is_none() {
+    // What each object must get: the hook's choice (the manifest's driver), else the
+    // libcuda.so.1 this runner loaded.
+    let chosen = session.manifest.driver().filter(|d| !d.libcuda.is_empty());
+    let loaded = session.driver().ok().map(|d| d.file.clone());
+    if chosen.is_none() && loaded.is_none() {
         return Ok(Outcome::skipped(
             format!(
                 "{} object(s) of the package open libcuda.so.1, but there is no manifest and no \
@@ -160,7 +153,7 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
                     continue;
                 }
             };
-        let (found, verdict) = judge_search(&file.path, why, &outcome, &searched, &wanted);
+        let (found, verdict) = judge_search(&file.path, why, &outcome, &searched, chosen, &loaded);
         match verdict {
             Ok(line) => passes.push(line),
             Err(line) => failures.push(line),
@@ -171,7 +164,18 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
             found,
         });
     }
-    let against = against(session, wanted.chosen);
+    // What the objects were held to, for the message and the report.
+    let against = match chosen {
+        Some(d) => format!(
+            "the hook's choice ({} {})",
+            d.kind,
+            crate::facts::expectations::chosen_path(d)
+        ),
+        None if session.manifest.manifest().is_some() => {
+            "the libcuda.so.1 this runner loaded (the manifest names no driver)".to_string()
+        }
+        None => "the libcuda.so.1 this runner loaded (no manifest)".to_string(),
+    };
     let facts = facts_of(&DriverFacts {
         against: against.clone(),
         ld_library_path,
@@ -238,14 +242,15 @@ fn libcuda_search(
 }
 
 /// Judges what the object at `path` (which opens libcuda because `why`) would get, `outcome`
-/// after the search `searched`, against `wanted`: its report entry, and its line for the
-/// detail (`Ok`) or its failure (`Err`).
+/// after the search `searched`, against the hook's choice (`chosen`), else the libcuda.so.1 this
+/// runner `loaded`: its report entry, and its line for the detail (`Ok`) or its failure (`Err`).
 fn judge_search(
     path: &Path,
     why: &str,
     outcome: &Search,
     searched: &str,
-    wanted: &Wanted,
+    chosen: Option<&DriverManifest>,
+    loaded: &Option<LoadedFile>,
 ) -> (ObjectSearch, Result<String, String>) {
     let shown = path.display();
     match outcome {
@@ -267,7 +272,7 @@ fn judge_search(
                 .and_then(|n| n.strip_prefix("libcuda.so."))
                 .and_then(cuda_sandbox_manifest::versions::cuda_for_driver);
             // Why it is not the driver wanted, when it is not.
-            let why_wrong = match (wanted.chosen, &wanted.loaded) {
+            let why_wrong = match (chosen, loaded) {
                 (Some(driver), _) => {
                     (!is_chosen(&got, driver)).then(|| library_mismatch(&got, version, driver))
                 }
@@ -319,21 +324,6 @@ fn judge_search(
                  driver link to its DT_RUNPATH (Nixpkgs: autoAddDriverRunpath)"
             )),
         ),
-    }
-}
-
-/// What the objects were held to, for the message and the report.
-fn against(session: &Session, chosen: Option<&DriverManifest>) -> String {
-    match chosen {
-        Some(d) => format!(
-            "the hook's choice ({} {})",
-            d.kind,
-            crate::facts::expectations::chosen_path(d)
-        ),
-        None if session.manifest.manifest().is_some() => {
-            "the libcuda.so.1 this runner loaded (the manifest names no driver)".to_string()
-        }
-        None => "the libcuda.so.1 this runner loaded (no manifest)".to_string(),
     }
 }
 

@@ -215,19 +215,15 @@ pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
         .iter()
         .map(|candidate| judge_candidate(candidate, driver, &mut found))
         .collect();
-    let Findings {
-        mut failures,
-        notes,
-        mut resolved_at,
-    } = found;
     // Two runtimes in one process resolving at different versions hand out different ABIs.
+    let resolved_at = &mut found.resolved_at;
     resolved_at.sort();
     resolved_at.dedup_by_key(|(v, _, _)| *v);
     if let [(low, low_file, low_shown), .., (high, high_file, high_shown)] = resolved_at.as_slice()
     {
         let diffs = abi_differences(*low, *high);
         if !diffs.is_empty() {
-            failures.push(format!(
+            found.failures.push(format!(
                 "mixed CUDA runtimes: {low_file} resolves driver entry points at {low_shown}, \
                  {high_file} at {high_shown}; one process loading both gets two ABIs of {}; \
                  build everything against one CUDA version",
@@ -239,7 +235,7 @@ pub(crate) fn judge(candidates: &[Candidate], driver: CudaVersion) -> Outcome {
         driver_version: driver.to_string(),
         cudarts: per_runtime,
     });
-    Outcome::first_failure(&failures, &notes, facts)
+    Outcome::first_failure(&found.failures, &found.notes, facts)
 }
 
 /// Where a runtime resolves driver entry points: a version to compute differences with, the
@@ -400,9 +396,10 @@ fn newer_major(candidate: &Candidate, version: &RuntimeVersion, driver: CudaVers
     )
 }
 
-/// The runtimes the `runtime::*` checks look at, or the outcome to give when there are none.
-fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
-    match session.runtimes() {
+/// The runtimes the `runtime::*` checks look at, the driver and its CUDA version; or the
+/// outcome to give when there are no runtimes or no driver version.
+fn runtimes_and_driver(session: &Session) -> Result<(&[Runtime], &Driver, CudaVersion), Outcome> {
+    let runtimes = match session.runtimes() {
         Ok([]) => Err(Outcome::skipped(
             format!(
                 "no CUDA runtime loadable ({} not found by the loader, no --cudart): nothing to \
@@ -416,23 +413,22 @@ fn loadable_runtimes(session: &Session) -> Result<&[Runtime], Outcome> {
             format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
             facts! {},
         )),
-    }
+    }?;
+    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
+    let version = driver.version().map_err(Outcome::fail_without_facts)?;
+    Ok((runtimes, driver, version))
 }
 
 /// Runs `runtime::compatibility`.
 pub(crate) fn compatibility(session: &Session) -> Result<Outcome, Outcome> {
-    let runtimes = loadable_runtimes(session)?;
-    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
-    let driver = driver.version().map_err(Outcome::fail_without_facts)?;
+    let (runtimes, _, driver) = runtimes_and_driver(session)?;
     let candidates: Vec<Candidate> = runtimes.iter().map(Candidate::loaded).collect();
     Ok(judge(&candidates, driver))
 }
 
 /// Runs `runtime::entry_points`.
 pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
-    let runtimes = loadable_runtimes(session)?;
-    let driver = session.driver().map_err(Outcome::fail_without_facts)?;
-    let driver_version = driver.version().map_err(Outcome::fail_without_facts)?;
+    let (runtimes, driver, driver_version) = runtimes_and_driver(session)?;
     let mut failures: Vec<String> = Vec::new();
     let mut passes: Vec<String> = Vec::new();
     let mut per_runtime: Vec<RuntimeEntryPoints> = Vec::new();
@@ -444,8 +440,27 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
             ));
             continue;
         };
-        if let Err(failure) = first_call(session, runtime, function, &file, driver_version) {
-            failures.extend(failure);
+        // The first call initialises the runtime (afterwards even cudart 11.x knows its
+        // version); a runtime it cannot be made on is passed over.
+        let probe = runtime.driver_entry_point("cuInit", driver_version.0);
+        let failure = match probe.map(|p| p.code) {
+            Some(0) => None,
+            None => continue,
+            Some(CUDART_ERROR_NO_DEVICE) => Some(format!(
+                "{function} failed with cudaErrorNoDevice (100): {}",
+                session.access.explain_no_gpu()
+            )),
+            Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => Some(format!(
+                "{function} of {file} failed with cudaErrorInsufficientDriver (35): the runtime \
+                 is newer than the driver's CUDA {driver_version} (see runtime::compatibility)"
+            )),
+            Some(code) => Some(format!(
+                "{function} of {file} failed with {code} {}",
+                error_name(code)
+            )),
+        };
+        if let Some(failure) = failure {
+            failures.push(failure);
             continue;
         }
         let Some(r) = runtime.version().and_then(|v| v.exact()) else {
@@ -483,35 +498,6 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
         cudarts: per_runtime,
     });
     Ok(Outcome::first_failure(&failures, &passes, facts))
-}
-
-/// The first `cudaGetDriverEntryPoint` call (`function`) of `runtime` (at `file`), which
-/// initialises it (afterwards even cudart 11.x knows its version): `Err` with its failure, or
-/// with `None` when the call could not be made.
-fn first_call(
-    session: &Session,
-    runtime: &Runtime,
-    function: &str,
-    file: &str,
-    driver_version: CudaVersion,
-) -> Result<(), Option<String>> {
-    let probe = runtime.driver_entry_point("cuInit", driver_version.0);
-    match probe.map(|p| p.code) {
-        Some(0) => Ok(()),
-        Some(CUDART_ERROR_NO_DEVICE) => Err(Some(format!(
-            "{function} failed with cudaErrorNoDevice (100): {}",
-            session.access.explain_no_gpu()
-        ))),
-        Some(CUDART_ERROR_INSUFFICIENT_DRIVER) => Err(Some(format!(
-            "{function} of {file} failed with cudaErrorInsufficientDriver (35): the runtime is \
-             newer than the driver's CUDA {driver_version} (see runtime::compatibility)"
-        ))),
-        Some(code) => Err(Some(format!(
-            "{function} of {file} failed with {code} {}",
-            error_name(code)
-        ))),
-        None => Err(None),
-    }
 }
 
 /// Each checked symbol as the runtime of version `r` gives it beside what the driver gives

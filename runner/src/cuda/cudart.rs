@@ -93,15 +93,10 @@ pub(crate) fn version_from_file_name(path: &Path) -> Option<Toolkit> {
     })
 }
 
-/// A `--cudart` file that cannot be used as a CUDA runtime.
+/// A `--cudart` file (as given) that cannot be used as a CUDA runtime, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("--cudart {}: {why}", .path.display())]
-pub(crate) struct CudartError {
-    /// The file as given.
-    pub path: PathBuf,
-    /// Why it is refused.
-    pub why: NotARuntime,
-}
+#[error("--cudart {}: {}", .0.display(), .1)]
+pub(crate) struct CudartError(PathBuf, NotARuntime);
 
 /// Why a library is not a usable CUDA runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,10 +121,7 @@ impl Runtime {
             return explicit
                 .iter()
                 .map(|path| {
-                    let refused = |why| CudartError {
-                        path: path.clone(),
-                        why,
-                    };
+                    let refused = |why| CudartError(path.clone(), why);
                     // SAFETY: loading a library runs its initialisers; that is the point.
                     let library = unsafe { Library::new(path) }
                         .map_err(|e| refused(NotARuntime::NotLoadable(e.to_string())))?;
@@ -138,7 +130,6 @@ impl Runtime {
                 .collect();
         }
         let mut runtimes: Vec<Runtime> = Vec::new();
-        let mut seen: Vec<PathBuf> = Vec::new();
         let mut candidates: Vec<PathBuf> = Vec::new();
         for dir in loader_search_path() {
             let mut here: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -157,8 +148,9 @@ impl Runtime {
         }
         candidates.extend(CUDART_NAMES.iter().map(PathBuf::from));
         for candidate in candidates {
-            let real = std::fs::canonicalize(&candidate).ok();
-            if real.as_ref().is_some_and(|r| seen.contains(r)) {
+            // Each file once: by its real path, before loading it and as the loader names it.
+            let loaded = |real: &Path| runtimes.iter().any(|r| r.file.real_path == real);
+            if std::fs::canonicalize(&candidate).is_ok_and(|real| loaded(&real)) {
                 continue;
             }
             // SAFETY: as above. A bare name goes through the loader's search (ld.so.cache).
@@ -168,10 +160,9 @@ impl Runtime {
             let Ok(runtime) = Runtime::from_library(library) else {
                 continue;
             };
-            if seen.contains(&runtime.file.real_path) {
+            if loaded(&runtime.file.real_path) {
                 continue;
             }
-            seen.push(runtime.file.real_path.clone());
             runtimes.push(runtime);
         }
         Ok(runtimes)

@@ -139,14 +139,9 @@ pub(crate) enum LoadError {
 /// A driver function that is missing or failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum DriverError {
-    /// This libcuda does not export a function the runner calls.
-    #[error("{} does not export {symbol}: this driver is too old for the runner", .file.display())]
-    MissingExport {
-        /// The real file of the loaded libcuda.
-        file: PathBuf,
-        /// The missing export.
-        symbol: &'static str,
-    },
+    /// This libcuda (its real file) does not export a function the runner calls (this one).
+    #[error("{} does not export {}: this driver is too old for the runner", .0.display(), .1)]
+    MissingExport(PathBuf, &'static str),
     /// The call returned an error CUresult.
     #[error(transparent)]
     Call(#[from] CuError),
@@ -181,10 +176,7 @@ impl Driver {
     pub(crate) fn need<F>(&self, export: Export<F>) -> Result<Found<F>, DriverError> {
         let Export { name, f } = export;
         f.map(|f| Found { name, f })
-            .ok_or_else(|| DriverError::MissingExport {
-                file: self.file.real_path.clone(),
-                symbol: name,
-            })
+            .ok_or_else(|| DriverError::MissingExport(self.file.real_path.clone(), name))
     }
 
     /// The name of the `cuGetProcAddress` export the runner uses: `_v2` when present.

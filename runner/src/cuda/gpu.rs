@@ -4,7 +4,6 @@
 //! so an early return cleans up; release errors change nothing about a verdict and are ignored.
 
 use std::ffi::{c_int, c_uint, c_void, CStr, CString};
-use std::marker::PhantomData;
 
 use super::driver::{CuDevice, CuDevicePtr, Driver, DriverError, Handle};
 use super::result::{CuError, CUDA_ERROR_NOT_SUPPORTED};
@@ -24,14 +23,10 @@ pub(crate) enum GpuError {
     /// A driver function is missing or failed.
     #[error(transparent)]
     Driver(#[from] DriverError),
-    /// The JIT refused the PTX (`cuModuleLoadDataEx`); its error log, when it wrote one.
-    #[error("{error}")]
-    Jit {
-        /// The failed call.
-        error: CuError,
-        /// `JIT error log:` and the log's lines.
-        log: Option<String>,
-    },
+    /// The JIT refused the PTX (the failed `cuModuleLoadDataEx`); its error log, when it wrote
+    /// one (`JIT error log:` and the log's lines).
+    #[error("{0}")]
+    Jit(CuError, Option<String>),
     /// A launch over more elements than a 32-bit count holds.
     #[error("saxpy takes at most 2^32 - 1 elements")]
     TooManyElements,
@@ -56,7 +51,7 @@ impl GpuError {
     /// The JIT error log, when the JIT wrote one.
     pub(crate) fn jit_log(&self) -> Option<&str> {
         match self {
-            GpuError::Jit { log, .. } => log.as_deref(),
+            GpuError::Jit(_, log) => log.as_deref(),
             _ => None,
         }
     }
@@ -111,9 +106,8 @@ impl Drop for PrimaryContext<'_> {
 
 /// A module JIT-compiled from PTX, unloaded when dropped.
 pub(crate) struct Module<'c> {
-    driver: &'c Driver,
+    context: &'c PrimaryContext<'c>,
     handle: Handle,
-    _context: PhantomData<&'c PrimaryContext<'c>>,
 }
 
 impl<'c> Module<'c> {
@@ -154,16 +148,10 @@ impl<'c> Module<'c> {
             let written = (values[1] as usize).min(log.len());
             let text = String::from_utf8_lossy(&log[..written]);
             let text = text.trim_end_matches('\0').trim();
-            return Err(GpuError::Jit {
-                error,
-                log: (!text.is_empty()).then(|| format!("JIT error log:\n{text}")),
-            });
+            let log = (!text.is_empty()).then(|| format!("JIT error log:\n{text}"));
+            return Err(GpuError::Jit(error, log));
         }
-        Ok(Module {
-            driver,
-            handle,
-            _context: PhantomData,
-        })
+        Ok(Module { context, handle })
     }
 
     /// Loads a fat binary or cubin `image` as it is (`cuModuleLoadDataEx` without options):
@@ -187,15 +175,11 @@ impl<'c> Module<'c> {
             )
         };
         CuError::check(load.name, code)?;
-        Ok(Module {
-            driver,
-            handle,
-            _context: PhantomData,
-        })
+        Ok(Module { context, handle })
     }
 
     fn function(&self, name: &CStr) -> Result<Handle, GpuError> {
-        let driver = self.driver;
+        let driver = self.context.driver;
         let get = driver.need(driver.api.module_get_function)?;
         let mut function: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; the module is loaded; `name` is NUL-terminated.
@@ -206,7 +190,7 @@ impl<'c> Module<'c> {
 
 impl Drop for Module<'_> {
     fn drop(&mut self) {
-        if let Some(unload) = self.driver.api.module_unload.f {
+        if let Some(unload) = self.context.driver.api.module_unload.f {
             // SAFETY: loaded once in `load_ptx`, unloaded once here.
             unsafe { unload(self.handle) };
         }
@@ -215,10 +199,9 @@ impl Drop for Module<'_> {
 
 /// A device buffer of `f32`s, freed when dropped.
 pub(crate) struct DeviceBuffer<'c> {
-    driver: &'c Driver,
+    context: &'c PrimaryContext<'c>,
     pointer: CuDevicePtr,
     len: usize,
-    _context: PhantomData<&'c PrimaryContext<'c>>,
 }
 
 impl<'c> DeviceBuffer<'c> {
@@ -235,10 +218,9 @@ impl<'c> DeviceBuffer<'c> {
         // SAFETY: cuda.h signature; valid out-pointer.
         alloc.call(|f| unsafe { f(&mut pointer, bytes) })?;
         let buffer = DeviceBuffer {
-            driver,
+            context,
             pointer,
             len: data.len(),
-            _context: PhantomData,
         };
         // SAFETY: the device buffer and `data` both hold `bytes` bytes.
         htod.call(|f| unsafe { f(pointer, data.as_ptr().cast(), bytes) })?;
@@ -247,7 +229,7 @@ impl<'c> DeviceBuffer<'c> {
 
     /// Copies the buffer back (`cuMemcpyDtoH_v2`).
     pub(crate) fn to_host(&self) -> Result<Vec<f32>, GpuError> {
-        let driver = self.driver;
+        let driver = self.context.driver;
         let dtoh = driver.need(driver.api.memcpy_dtoh)?;
         let mut data = vec![0f32; self.len];
         // SAFETY: `data` and the device buffer both hold `len` floats.
@@ -264,7 +246,7 @@ impl<'c> DeviceBuffer<'c> {
 
 impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
-        if let Some(free) = self.driver.api.mem_free.f {
+        if let Some(free) = self.context.driver.api.mem_free.f {
             // SAFETY: allocated once in `from_host`, freed once here.
             unsafe { free(self.pointer) };
         }
@@ -273,9 +255,8 @@ impl Drop for DeviceBuffer<'_> {
 
 /// A timing event on the default stream, destroyed when dropped.
 pub(crate) struct Event<'c> {
-    driver: &'c Driver,
+    context: &'c PrimaryContext<'c>,
     handle: Handle,
-    _context: PhantomData<&'c PrimaryContext<'c>>,
 }
 
 impl<'c> Event<'c> {
@@ -286,16 +267,12 @@ impl<'c> Event<'c> {
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; valid out-pointer.
         create.call(|f| unsafe { f(&mut handle, 0) })?;
-        Ok(Event {
-            driver,
-            handle,
-            _context: PhantomData,
-        })
+        Ok(Event { context, handle })
     }
 
     /// Records the event on the default stream.
     pub(crate) fn record(&self) -> Result<(), GpuError> {
-        let driver = self.driver;
+        let driver = self.context.driver;
         let record = driver.need(driver.api.event_record)?;
         // SAFETY: cuda.h signature; a live event; the null stream is the default stream.
         Ok(record.call(|f| unsafe { f(self.handle, std::ptr::null_mut()) })?)
@@ -303,7 +280,7 @@ impl<'c> Event<'c> {
 
     /// Milliseconds from `start` to this event, after waiting for this one.
     pub(crate) fn elapsed_since(&self, start: &Event<'_>) -> Result<f32, GpuError> {
-        let driver = self.driver;
+        let driver = self.context.driver;
         let sync = driver.need(driver.api.event_synchronize)?;
         let elapsed = driver.need(driver.api.event_elapsed_time)?;
         // SAFETY: cuda.h signature; a live event.
@@ -317,7 +294,7 @@ impl<'c> Event<'c> {
 
 impl Drop for Event<'_> {
     fn drop(&mut self) {
-        if let Some(destroy) = self.driver.api.event_destroy.f {
+        if let Some(destroy) = self.context.driver.api.event_destroy.f {
             // SAFETY: created once in `new`, destroyed once here.
             unsafe { destroy(self.handle) };
         }
@@ -348,7 +325,7 @@ impl<'c> Saxpy<'c> {
         x: &DeviceBuffer<'_>,
         y: &DeviceBuffer<'_>,
     ) -> Result<(), GpuError> {
-        let driver = self.module.driver;
+        let driver = self.module.context.driver;
         let launch = driver.need(driver.api.launch_kernel)?;
         let n = u32::try_from(x.len.min(y.len)).map_err(|_| GpuError::TooManyElements)?;
         let (mut arg_n, mut arg_a, mut arg_x, mut arg_y) = (n, a, x.pointer, y.pointer);
