@@ -545,10 +545,7 @@ fn compat_not_listing_the_host_driver_is_rejected_with_its_reason() {
     assert_eq!(choice.rejected.len(), 1);
     assert_eq!(
         choice.rejected[0].why,
-        Rejected::BranchNotListed {
-            branch: 535,
-            listed: vec![550]
-        }
+        Rejected::BranchNotListed(535, vec![550])
     );
     assert!(!insides(&plan).contains(&"/usr/local/cuda-12.9/compat".to_string()));
     assert!(d
