@@ -222,13 +222,10 @@ impl Decision {
                     }
                 }
             }
-            HostSource::Absent if cfg.required => self.problems.push(Problem::new(
-                rule,
-                ProblemKind::NoDriver {
-                    link: site.link.clone(),
-                    library_dirs: cfg.library_dirs.clone(),
-                },
-            )),
+            HostSource::Absent if cfg.required => {
+                let kind = ProblemKind::NoDriver(site.link.clone(), cfg.library_dirs.clone());
+                self.problems.push(Problem::new(rule, kind));
+            }
             HostSource::Absent => self.skip(site.link.display(), Skipped::NoDriver),
         }
     }

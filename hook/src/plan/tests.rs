@@ -663,7 +663,7 @@ fn no_driver_is_a_problem_when_required() {
     assert!(
         matches!(
             &plan.problems[0].kind,
-            ProblemKind::NoDriver { link, .. } if link.ends_with("run/opengl-driver")
+            ProblemKind::NoDriver(link, _) if link.ends_with("run/opengl-driver")
         ),
         "{:?}",
         plan.problems
