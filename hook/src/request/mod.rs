@@ -327,6 +327,7 @@ fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) ->
 /// Resolves `input`: derivation → features → configuration → rules → verdict. The
 /// configuration's text is read only once, by the step of the verdict that needs it.
 pub(crate) fn resolve(input: &Input<'_>) -> Request {
+    let name = input.drv.map_or(String::new(), |d| d.display().to_string());
     let mut req = Request {
         derivation: input.drv.map(Path::to_path_buf),
         chroot: input.chroot.map(Path::to_path_buf),
@@ -335,15 +336,9 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         config_source: config::locate(input.config, input.env.config.as_deref()),
         matched: Vec::new(),
         search_path: input.env.path.clone(),
-        verdict: Verdict::Fail(RequestFailure::Unresolved(
-            input
-                .drv
-                .map(|d| d.display().to_string())
-                .unwrap_or_default(),
-        )),
+        verdict: Verdict::Fail(RequestFailure::Unresolved(name.clone())),
         warnings: Vec::new(),
     };
-    let name = req.derivation_name();
     let derivation = match input.drv {
         Some(path) => read_derivation(path, input.env, &name),
         None => Derivation::Read(DrvAttrs::default()),
