@@ -434,11 +434,7 @@ impl Request {
             .filter(|id| id.of(&config).answers_any(&features))
             .collect();
         if rules.is_empty() {
-            let configured: Vec<&str> = config
-                .rules
-                .iter()
-                .flat_map(|r| r.features.iter().map(String::as_str))
-                .collect();
+            let configured: Vec<&str> = config.features().collect();
             let why = format!(
                 "untagged: no required feature is one of [{}], so the hook exposes nothing; \
                  tag the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
@@ -488,11 +484,7 @@ impl Request {
                 error.to_owned(),
             )),
             MissingDrv::Expose => {
-                self.features = config
-                    .rules
-                    .iter()
-                    .flat_map(|r| r.features.iter().map(|f| f.as_bytes().to_vec()))
-                    .collect();
+                self.features = config.features().map(|f| f.as_bytes().to_vec()).collect();
                 if config.rules.is_empty() {
                     return Verdict::untagged("the configuration has no rule", Some(config));
                 }
@@ -515,9 +507,9 @@ impl Request {
     /// bytes name a feature some rule answers to (with a broken config: a built-in feature).
     fn unreadable(&mut self, bytes: &[u8], name: &str, error: &str) -> Verdict {
         let loaded = Config::load(&self.config_source);
-        let names: Vec<String> = match &loaded {
-            Ok(c) => c.rules.iter().flat_map(|r| r.features.clone()).collect(),
-            Err(_) => DEFAULT_FEATURES.iter().map(|s| s.to_string()).collect(),
+        let names: Vec<&str> = match &loaded {
+            Ok(c) => c.features().collect(),
+            Err(_) => DEFAULT_FEATURES.to_vec(),
         };
         let may_be_tagged = names
             .iter()
