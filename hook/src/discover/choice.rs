@@ -93,22 +93,17 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
         }
     }
     accepted.sort_by_key(|(cuda, _)| std::cmp::Reverse(*cuda));
-    let host_cuda = host
-        .cuda_version
-        .map_or("an unknown CUDA version".to_string(), |v| {
-            format!("CUDA {v}")
-        });
-    if let Some((cuda, best)) = accepted.first().cloned() {
-        for (_, other) in &accepted[1..] {
+    let host_cuda = (host.cuda_version.map(|v| format!("CUDA {v}")))
+        .unwrap_or_else(|| "an unknown CUDA version".to_string());
+    if let Some(((cuda, best), others)) = accepted.split_first() {
+        for (_, other) in others {
             rejected.push(Rejection {
                 dir: other.dir.display().to_string(),
                 why: Rejected::NewerChosen(best.dir.clone()),
             });
         }
-        let listed = match (
-            &best.note.as_ref().and_then(|n| n.drivers.clone()),
-            host.kernel_branch,
-        ) {
+        let drivers = best.note.as_ref().and_then(|n| n.drivers.as_ref());
+        let listed = match (drivers, host.kernel_branch) {
             (Some(_), Some(b)) => format!(", and its note lists kernel driver branch {b}"),
             (Some(_), None) => ", on a Jetson whose kernel driver version is unknown".to_string(),
             (None, _) => ", and its note lists no kernel drivers".to_string(),
@@ -116,7 +111,7 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
         return DriverChoice {
             kind: DriverKind::Compat,
             compat: Some(best.clone()),
-            cuda_version: Some(cuda),
+            cuda_version: Some(*cuda),
             reason: format!(
                 "compat driver {} provides CUDA {cuda}, newer than the host driver's {host_cuda}{listed}",
                 best.dir.display()
