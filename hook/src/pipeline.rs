@@ -69,12 +69,8 @@ pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
         return Outcome { granted, answer };
     };
     // Only a build requiring `cuda-sm-*` features reads the GPU inventory.
-    let required = req.required_gpu_features();
-    let view = scan(
-        &tagged.config,
-        &tagged.matched_rules(),
-        !required.is_empty(),
-    );
+    let need_inventory = !req.required_gpu_features().is_empty();
+    let view = scan(&tagged.config, &tagged.matched_rules(), need_inventory);
     let decision = decide(req, tagged, &view);
     let mut granted = act::act(decision, req, &tagged.config, mode);
     let answer = answer(req, tagged, mode, &granted);
