@@ -144,20 +144,15 @@ pub(crate) fn scan(
                 let shared = &f.spec.container_edits;
                 edits.extend(shared);
                 let sonames = record(&edits, config, fs);
-                let siblings: Vec<(String, ContainerEdits)> = if config.gpus_per_build > 0 {
-                    f.spec
-                        .devices
-                        .iter()
-                        .filter(|d| d.name != f.device.name)
-                        .map(|d| {
-                            record_nodes(&d.container_edits, config, fs);
-                            let qualified = format!("{}={}", f.spec.kind, d.name);
-                            (qualified, d.container_edits.clone())
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                // The spec's other devices, with leases only.
+                let siblings = (f.spec.devices.iter())
+                    .filter(|d| config.gpus_per_build > 0 && d.name != f.device.name)
+                    .map(|d| {
+                        record_nodes(&d.container_edits, config, fs);
+                        let qualified = format!("{}={}", f.spec.kind, d.name);
+                        (qualified, d.container_edits.clone())
+                    })
+                    .collect();
                 CdiDevice {
                     spec: f.file.to_path_buf(),
                     edits,
