@@ -297,18 +297,12 @@ fn read_derivation(drv_path: &Path, env: &Environment, name: &str) -> Derivation
 
 /// The attributes the hook decides on, owned.
 fn read(attrs: DrvAttrs<'_>) -> Derivation {
-    let owned = attrs
-        .features
-        .features
-        .into_iter()
-        .map(|f| Cow::Owned(f.into_owned()));
-    Derivation::Read(DrvAttrs {
-        features: RequiredFeatures {
-            features: owned.collect(),
-            ..attrs.features
-        },
-        ..attrs
-    })
+    let borrowed = attrs.features.features.into_iter();
+    let features = RequiredFeatures {
+        features: borrowed.map(|f| Cow::Owned(f.into_owned())).collect(),
+        ..attrs.features
+    };
+    Derivation::Read(DrvAttrs { features, ..attrs })
 }
 
 /// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
