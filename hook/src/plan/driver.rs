@@ -229,22 +229,15 @@ impl Decision {
         replace_at_link: bool,
         expected: &mut Vec<PathBuf>,
     ) {
+        let (rule, space, view) = (site.rule, site.space, site.view);
         let want = Want {
             required: true,
             hint: &None,
         };
         let why = site.reason(DriverSource::Compat);
-        self.add_path(
-            site.rule,
-            &c.dir,
-            &c.dir_outside,
-            site.space,
-            site.view,
-            why,
-            want,
-        );
+        self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, want);
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {
-            expected.extend(libcuda_paths(libcuda, site.space, site.config, site.view));
+            expected.extend(libcuda_paths(libcuda, space, site.config, view));
         }
         if !replace_at_link {
             return;
@@ -260,9 +253,9 @@ impl Decision {
             let inside = site.link_lib.join(name);
             let outside = c.dir_outside.join(name);
             let why = site.reason(DriverSource::CompatAtDriverLink);
-            self.add_optional_host_path(site.rule, &inside, &outside, site.view, why);
+            self.add_optional_host_path(rule, &inside, &outside, view, why);
             if name.starts_with("libcuda.so") {
-                expected.extend(chain_paths(&inside, &outside, Space::Literal, site.view));
+                expected.extend(chain_paths(&inside, &outside, Space::Literal, view));
             }
         }
     }
