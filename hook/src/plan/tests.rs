@@ -94,8 +94,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
     let rules = tagged
         .matched_rules()
         .into_iter()
-        .map(|(id, rule)| RuleView {
-            id,
+        .map(|rule| RuleView {
             name: rule.name.clone(),
             devices: rule
                 .devices

@@ -128,12 +128,9 @@ pub(crate) struct Tagged {
 }
 
 impl Tagged {
-    /// The matching rules, with their ids.
-    pub(crate) fn matched_rules(&self) -> Vec<(RuleId, &Rule)> {
-        self.rules
-            .iter()
-            .map(|id| (*id, id.of(&self.config)))
-            .collect()
+    /// The matching rules.
+    pub(crate) fn matched_rules(&self) -> Vec<&Rule> {
+        self.rules.iter().map(|id| id.of(&self.config)).collect()
     }
 }
 
