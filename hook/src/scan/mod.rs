@@ -291,10 +291,7 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
         .collect();
     nodes
         .into_iter()
-        .map(|(inside, outside)| {
-            let gpu = drm::nvidia_gpu(&config.host_root, outside, &gpus);
-            (inside, gpu)
-        })
+        .map(|(inside, outside)| (inside, drm::nvidia_gpu(&config.host_root, outside, &gpus)))
         .collect()
 }
 
