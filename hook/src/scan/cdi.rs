@@ -180,20 +180,17 @@ fn record(edits: &ContainerEdits, config: &Config, fs: &Recorder) -> BTreeMap<Pa
         let outside = host_path(&m.host_path, config);
         let inside = Path::new(&m.container_path);
         fs.follow(inside, &outside, Space::Literal);
-        let library = inside
-            .file_name()
-            .and_then(|f| f.to_str())
-            .is_some_and(is_library_name);
-        if !library {
+        let name = inside.file_name().and_then(|f| f.to_str());
+        if !name.is_some_and(is_library_name) {
             continue;
         }
-        if let Ok(chain) = symlinks::follow(inside, &outside, Space::Literal, fs) {
-            let last = chain.hops.last().map(|h| h.outside.clone());
-            if let (Node::File, Some(file)) = (chain.target, last) {
-                if let Some(soname) = soname_of(&file) {
-                    sonames.insert(outside, soname);
-                }
-            }
+        let Ok(chain) = symlinks::follow(inside, &outside, Space::Literal, fs) else {
+            continue;
+        };
+        // The library's soname, when its chain ends at a regular file.
+        let file = chain.hops.last().filter(|_| chain.target == Node::File);
+        if let Some(soname) = file.and_then(|f| soname_of(&f.outside)) {
+            sonames.insert(outside, soname);
         }
     }
     sonames
