@@ -63,26 +63,18 @@ pub fn explain(
         .tagged()
         .filter(|_| plan.decision.exposures.iter().any(|e| e.reason.is_device()))
         .map(|tagged| build_users::check(&plan.decision.exposures, &tagged.config.host_root));
-    let (verdict, nix_answer) = match answer {
-        Ok(answer) => {
-            let verdict = match &req.verdict {
-                Verdict::Untagged { why, .. } => why.clone(),
-                _ => format!("tagged: {} paths exposed", plan.decision.exposures.len()),
-            };
-            (verdict, String::from_utf8_lossy(&answer).into_owned())
-        }
-        Err(e) => {
-            let verdict = match plan.decision.problems.first() {
-                Some(first) => format!(
-                    "FAILS: the hook would refuse this build ({} problem(s), first: {})",
-                    plan.decision.problems.len(),
-                    first.kind
-                ),
-                None => format!("FAILS: {e}"),
-            };
-            (verdict, String::new())
-        }
+    let problems = &plan.decision.problems;
+    let verdict = match (&answer, &req.verdict, problems.first()) {
+        (Ok(_), Verdict::Untagged { why, .. }, _) => why.clone(),
+        (Ok(_), ..) => format!("tagged: {} paths exposed", plan.decision.exposures.len()),
+        (Err(_), _, Some(first)) => format!(
+            "FAILS: the hook would refuse this build ({} problem(s), first: {})",
+            problems.len(),
+            first.kind
+        ),
+        (Err(e), ..) => format!("FAILS: {e}"),
     };
+    let nix_answer = answer.map_or(String::new(), |a| String::from_utf8_lossy(&a).into_owned());
     Explanation {
         derivation: drv.map(|d| d.display().to_string()),
         features: req.features_lossy(),

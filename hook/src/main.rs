@@ -168,19 +168,15 @@ fn run() -> u8 {
     let cli = Cli::parse();
     let config = cli.config.as_deref();
     let Some(command) = cli.command else {
-        return match (cli.drv, cli.chroot) {
-            (Some(drv), Some(chroot)) => run_hook(&drv, &chroot, config),
-            (Some(_), None) => {
-                log::error("hook mode needs two arguments: <drv-path> <chroot-root>");
-                2
-            }
+        let why = match (cli.drv, cli.chroot) {
+            (Some(drv), Some(chroot)) => return run_hook(&drv, &chroot, config),
+            (Some(_), None) => "hook mode needs two arguments: <drv-path> <chroot-root>",
             (None, _) => {
-                log::error(
-                    "expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help",
-                );
-                2
+                "expected `<drv-path> <chroot-root>` (as Nix calls it) or a subcommand; see --help"
             }
         };
+        log::error(why);
+        return 2;
     };
     match command {
         Command::Explain {

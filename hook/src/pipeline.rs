@@ -29,37 +29,19 @@ pub enum HookFailure {
     /// derivation that may be tagged, `missing_drv = "fail"`…).
     #[error(transparent)]
     Refused(RequestFailure),
-    /// The plan cannot give the build a working GPU.
+    /// The plan cannot give the build a working GPU: the derivation, the feature and the name
+    /// of the first matching rule, and what stops it (each problem with its fix).
     #[error(
-        "{derivation} requires feature '{feature}' (rule '{rule}') but {}",
-        .problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
+        "{0} requires feature '{1}' (rule '{2}') but {problems}",
+        problems = .3.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
     )]
-    Problems {
-        /// The derivation.
-        derivation: String,
-        /// The feature of the first matching rule.
-        feature: String,
-        /// The first matching rule.
-        rule: String,
-        /// What stops it, each with its fix.
-        problems: Vec<Problem>,
-    },
-    /// Nix's protocol cannot express an exposure.
-    #[error("{derivation}: {why}")]
-    Unexpressible {
-        /// The derivation.
-        derivation: String,
-        /// What cannot be expressed.
-        why: protocol::Unexpressible,
-    },
-    /// The manifest could not be written.
-    #[error("{derivation}: {error}")]
-    Manifest {
-        /// The derivation.
-        derivation: String,
-        /// The error.
-        error: act::ManifestWriteError,
-    },
+    Problems(String, String, String, Vec<Problem>),
+    /// Nix's protocol cannot express an exposure: the derivation, and what cannot be expressed.
+    #[error("{0}: {1}")]
+    Unexpressible(String, protocol::Unexpressible),
+    /// The manifest could not be written: the derivation, and the error.
+    #[error("{0}: {1}")]
+    Manifest(String, act::ManifestWriteError),
 }
 
 /// What the pipeline produced for a request.
@@ -87,15 +69,11 @@ pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
         return Outcome { granted, answer };
     };
     // Only a build requiring `cuda-sm-*` features reads the GPU inventory.
-    let required = req.required_gpu_features();
-    let view = scan(
-        &tagged.config,
-        &tagged.matched_rules(),
-        !required.is_empty(),
-    );
+    let need_inventory = !req.required_gpu_features().is_empty();
+    let view = scan(&tagged.config, &tagged.matched_rules(), need_inventory);
     let decision = decide(req, tagged, &view);
     let mut granted = act::act(decision, req, &tagged.config, mode);
-    let answer = answer(req, tagged, mode, &granted, req.derivation_name());
+    let answer = answer(req, tagged, mode, &granted);
     if answer.is_ok() {
         // The build may start: its lease is its own now. On a failure Nix will not start
         // the build, and the guard ends the lease when the grant is dropped, as nothing else
@@ -112,24 +90,19 @@ fn answer(
     tagged: &Tagged,
     mode: Mode,
     granted: &Granted,
-    derivation: String,
 ) -> Result<Vec<u8>, HookFailure> {
+    let derivation = req.derivation_name();
     if !granted.decision.problems.is_empty() {
-        return Err(HookFailure::Problems {
-            derivation,
-            feature: req.first_match(),
-            rule: granted.decision.rules.first().cloned().unwrap_or_default(),
-            problems: granted.decision.problems.clone(),
-        });
+        let rule = granted.decision.rules.first().cloned().unwrap_or_default();
+        let problems = granted.decision.problems.clone();
+        let feature = req.first_match();
+        return Err(HookFailure::Problems(derivation, feature, rule, problems));
     }
-    let bytes =
-        protocol::render(&granted.decision.exposures).map_err(|e| HookFailure::Unexpressible {
-            derivation: derivation.clone(),
-            why: e,
-        })?;
+    let bytes = protocol::render(&granted.decision.exposures)
+        .map_err(|e| HookFailure::Unexpressible(derivation.clone(), e))?;
     if mode.writes_manifest() {
         act::write_manifest(granted, &tagged.config)
-            .map_err(|error| HookFailure::Manifest { derivation, error })?;
+            .map_err(|e| HookFailure::Manifest(derivation, e))?;
     }
     Ok(bytes)
 }

@@ -39,11 +39,8 @@ pub fn locate(explicit: Option<&Path>, from_env: Option<&OsStr>) -> ConfigSource
 
 /// [`locate`] with the default path given.
 fn locate_in(explicit: Option<&Path>, env: Option<&OsStr>, default: &Path) -> ConfigSource {
-    if let Some(p) = explicit {
-        return ConfigSource::File(p.to_path_buf());
-    }
-    if let Some(p) = env {
-        return ConfigSource::File(PathBuf::from(p));
+    if let Some(p) = explicit.map(Into::into).or_else(|| env.map(Into::into)) {
+        return ConfigSource::File(p);
     }
     // The file, or its directory without it: a deleted file is an error, not the built-in.
     let dir_exists = default

@@ -90,6 +90,11 @@ impl Config {
                 .any(|f| f.is_empty() || memchr::memmem::find(text, f).is_some())
     }
 
+    /// Every rule's features, in file order (a feature of several rules once for each).
+    pub(crate) fn features(&self) -> impl Iterator<Item = &str> {
+        (self.rules.iter()).flat_map(|r| r.features.iter().map(String::as_str))
+    }
+
     /// Builds the configuration of `source` from its text (as [`read_text`] gave it).
     pub(crate) fn from_text(source: &ConfigSource, text: &str) -> Result<Config, ConfigError> {
         match source {

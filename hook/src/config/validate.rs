@@ -129,16 +129,13 @@ impl Config {
 /// A setting that has no effect as written (`check-config` prints it, with what to change).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Note {
-    /// `max_gpus_per_build` without `gpus_per_build`, which gives every GPU to every build
-    /// and leases none.
+    /// `max_gpus_per_build` (the value set) without `gpus_per_build`, which gives every GPU
+    /// to every build and leases none.
     #[error(
-        "max_gpus_per_build = {max} has no effect: gpus_per_build = 0 gives every GPU to every \
+        "max_gpus_per_build = {0} has no effect: gpus_per_build = 0 gives every GPU to every \
          tagged build and leases none; set gpus_per_build (e.g. 1) to lease GPUs"
     )]
-    MaxWithoutLease {
-        /// The `max_gpus_per_build` set.
-        max: u32,
-    },
+    MaxWithoutLease(u32),
 }
 
 impl Config {
@@ -146,9 +143,7 @@ impl Config {
     pub fn notes(&self) -> Vec<Note> {
         let mut notes = Vec::new();
         if self.gpus_per_build == 0 && self.max_gpus_per_build > 0 {
-            notes.push(Note::MaxWithoutLease {
-                max: self.max_gpus_per_build,
-            });
+            notes.push(Note::MaxWithoutLease(self.max_gpus_per_build));
         }
         notes
     }
@@ -288,7 +283,7 @@ mod tests {
     #[test]
     fn a_cap_without_leases_is_noted() {
         let c = Config::parse("max_gpus_per_build = 2\n", "t").unwrap();
-        assert_eq!(c.notes(), [Note::MaxWithoutLease { max: 2 }]);
+        assert_eq!(c.notes(), [Note::MaxWithoutLease(2)]);
         assert!(c.notes()[0]
             .to_string()
             .starts_with("max_gpus_per_build = 2 has no effect"));

@@ -42,37 +42,26 @@ pub(crate) enum Rejected {
     /// Neither its note nor its file name gives its CUDA version.
     #[error("its CUDA version is unknown (no note, no version in the file name)")]
     UnknownCuda,
-    /// It provides no newer CUDA than the host driver.
-    #[error("it provides CUDA {cuda}, not newer than the host driver's CUDA {host}")]
-    NotNewer {
-        /// Its CUDA version.
-        cuda: CudaVersion,
-        /// The host driver's.
-        host: CudaVersion,
-    },
-    /// Its note lists driver branches, and not the host kernel module's.
+    /// It provides no newer CUDA than the host driver: its CUDA version, and the host
+    /// driver's.
+    #[error("it provides CUDA {0}, not newer than the host driver's CUDA {1}")]
+    NotNewer(CudaVersion, CudaVersion),
+    /// Its note lists driver branches, and not the host kernel module's: the host kernel
+    /// module's branch, and the branches its note lists.
     #[error(
-        "its note does not list the host's kernel driver branch {branch} (it lists {listed:?}); \
-         cuInit would fail with 803"
+        "its note does not list the host's kernel driver branch {0} (it lists {1:?}); cuInit \
+         would fail with 803"
     )]
-    BranchNotListed {
-        /// The host kernel module's branch.
-        branch: u32,
-        /// The branches its note lists.
-        listed: Vec<u32>,
-    },
+    BranchNotListed(u32, Vec<u32>),
     /// Its note lists driver branches, and the host kernel module's version is unknown.
     #[error(
         "the host's kernel driver version is unknown (no /proc/driver/nvidia/version), so its \
          driver list cannot be checked"
     )]
     KernelUnknown,
-    /// Another acceptable compat driver provides a newer CUDA.
-    #[error("a newer compat driver was chosen ({})", .chosen.display())]
-    NewerChosen {
-        /// The compat directory chosen.
-        chosen: PathBuf,
-    },
+    /// Another acceptable compat driver provides a newer CUDA: the compat directory chosen.
+    #[error("a newer compat driver was chosen ({})", .0.display())]
+    NewerChosen(PathBuf),
 }
 
 /// The decision.
@@ -104,24 +93,17 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
         }
     }
     accepted.sort_by_key(|(cuda, _)| std::cmp::Reverse(*cuda));
-    let host_cuda = host
-        .cuda_version
-        .map_or("an unknown CUDA version".to_string(), |v| {
-            format!("CUDA {v}")
-        });
-    if let Some((cuda, best)) = accepted.first().cloned() {
-        for (_, other) in &accepted[1..] {
+    let host_cuda = (host.cuda_version.map(|v| format!("CUDA {v}")))
+        .unwrap_or_else(|| "an unknown CUDA version".to_string());
+    if let Some(((cuda, best), others)) = accepted.split_first() {
+        for (_, other) in others {
             rejected.push(Rejection {
                 dir: other.dir.display().to_string(),
-                why: Rejected::NewerChosen {
-                    chosen: best.dir.clone(),
-                },
+                why: Rejected::NewerChosen(best.dir.clone()),
             });
         }
-        let listed = match (
-            &best.note.as_ref().and_then(|n| n.drivers.clone()),
-            host.kernel_branch,
-        ) {
+        let drivers = best.note.as_ref().and_then(|n| n.drivers.as_ref());
+        let listed = match (drivers, host.kernel_branch) {
             (Some(_), Some(b)) => format!(", and its note lists kernel driver branch {b}"),
             (Some(_), None) => ", on a Jetson whose kernel driver version is unknown".to_string(),
             (None, _) => ", and its note lists no kernel drivers".to_string(),
@@ -129,7 +111,7 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
         return DriverChoice {
             kind: DriverKind::Compat,
             compat: Some(best.clone()),
-            cuda_version: Some(cuda),
+            cuda_version: Some(*cuda),
             reason: format!(
                 "compat driver {} provides CUDA {cuda}, newer than the host driver's {host_cuda}{listed}",
                 best.dir.display()
@@ -165,15 +147,14 @@ fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<CudaVersion, Reject
     };
     if let Some(h) = host.cuda_version {
         if cuda <= h {
-            return Err(Rejected::NotNewer { cuda, host: h });
+            return Err(Rejected::NotNewer(cuda, h));
         }
     }
     let drivers = c.note.as_ref().and_then(|n| n.drivers.as_ref());
     match (drivers, host.kernel_branch) {
-        (Some(list), Some(branch)) if !list.contains(&branch) => Err(Rejected::BranchNotListed {
-            branch,
-            listed: list.clone(),
-        }),
+        (Some(list), Some(branch)) if !list.contains(&branch) => {
+            Err(Rejected::BranchNotListed(branch, list.clone()))
+        }
         (Some(_), None) if !host.tegra => Err(Rejected::KernelUnknown),
         _ => Ok(cuda),
     }
@@ -243,10 +224,7 @@ mod tests {
         assert_eq!(c.kind, DriverKind::Host);
         assert_eq!(
             c.rejected[0].why,
-            Rejected::NotNewer {
-                cuda: CudaVersion(12020),
-                host: CudaVersion(12040)
-            }
+            Rejected::NotNewer(CudaVersion(12020), CudaVersion(12040))
         );
         let c = choose(&host(Some(470), 11040), vec![compat("/c", 12020, None)]);
         assert_eq!(c.kind, DriverKind::Compat);
@@ -261,17 +239,11 @@ mod tests {
                 "its CUDA version is unknown (no note, no version in the file name)",
             ),
             (
-                Rejected::NotNewer {
-                    cuda: CudaVersion(12020),
-                    host: CudaVersion(12040),
-                },
+                Rejected::NotNewer(CudaVersion(12020), CudaVersion(12040)),
                 "it provides CUDA 12.2, not newer than the host driver's CUDA 12.4",
             ),
             (
-                Rejected::BranchNotListed {
-                    branch: 470,
-                    listed: vec![525, 535],
-                },
+                Rejected::BranchNotListed(470, vec![525, 535]),
                 "its note does not list the host's kernel driver branch 470 (it lists [525, \
                  535]); cuInit would fail with 803",
             ),
@@ -281,9 +253,7 @@ mod tests {
                  so its driver list cannot be checked",
             ),
             (
-                Rejected::NewerChosen {
-                    chosen: "/b".into(),
-                },
+                Rejected::NewerChosen("/b".into()),
                 "a newer compat driver was chosen (/b)",
             ),
         ] {

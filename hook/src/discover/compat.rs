@@ -113,15 +113,8 @@ pub(crate) fn inspect_dir(
     dir_outside: &Path,
 ) -> Result<Option<CompatDriver>, CompatError> {
     let entries = match std::fs::read_dir(dir_outside) {
-        Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(CompatError::Io(
-                "list",
-                dir_outside.to_path_buf(),
-                e.to_string(),
-            ))
-        }
+        listed => listed.map_err(|e| CompatError::Io("list", dir_outside.into(), e.to_string()))?,
     };
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)

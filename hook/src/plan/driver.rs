@@ -18,19 +18,13 @@ pub(crate) enum DriverSource {
     /// The NixOS driver link (`driver-link`).
     DriverLink,
     /// A host library bound at the link (`host-library (<capability>) from <where it was
-    /// found>`).
-    HostLibrary {
-        /// What it is for.
-        capability: Capability,
-        /// Where it was found (`ld.so.cache`, a directory, or a CDI spec).
-        found_in: String,
-    },
+    /// found>`): what it is for, and where it was found (`ld.so.cache`, a directory, or a CDI
+    /// spec).
+    HostLibrary(Capability, String),
     /// A host data file (ICD file, `nvoptix.bin`) bound under the link's `share`
-    /// (`host-data-file (graphics) from <directory>`).
-    HostDataFile {
-        /// The configuration directory it was found in.
-        found_in: String,
-    },
+    /// (`host-data-file (graphics) from <directory>`): the configuration directory it was
+    /// found in.
+    HostDataFile(String),
     /// The chosen compat driver's directory (`compat`).
     Compat,
     /// A compat library bound at the link in place of the host's (`compat-at-driver-link`).
@@ -41,13 +35,11 @@ impl std::fmt::Display for DriverSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DriverSource::DriverLink => f.write_str("driver-link"),
-            DriverSource::HostLibrary {
-                capability,
-                found_in,
-            } => write!(f, "host-library ({capability}) from {found_in}"),
-            DriverSource::HostDataFile { found_in } => {
-                let graphics = Capability::Graphics;
-                write!(f, "host-data-file ({graphics}) from {found_in}")
+            DriverSource::HostLibrary(capability, found_in) => {
+                write!(f, "host-library ({capability}) from {found_in}")
+            }
+            DriverSource::HostDataFile(found_in) => {
+                write!(f, "host-data-file (graphics) from {found_in}")
             }
             DriverSource::Compat => f.write_str("compat"),
             DriverSource::CompatAtDriverLink => f.write_str("compat-at-driver-link"),
@@ -198,8 +190,7 @@ impl Decision {
             }
             HostSource::Libraries(libs, data_files) => {
                 for file in data_files {
-                    let found_in = file.found_in.clone();
-                    let why = site.reason(DriverSource::HostDataFile { found_in });
+                    let why = site.reason(DriverSource::HostDataFile(file.found_in.clone()));
                     let inside = site.link.join("share").join(&file.rel);
                     self.add_optional_host_path(rule, &inside, &file.outside, view, why);
                 }
@@ -209,10 +200,9 @@ impl Decision {
                         self.skip(lib.outside.display(), Skipped::ReplacedByCompat);
                         continue;
                     }
-                    let why = site.reason(DriverSource::HostLibrary {
-                        capability: host::capability_of(lib.stem),
-                        found_in: lib.found_in.clone(),
-                    });
+                    let capability = host::capability_of(lib.stem);
+                    let source = DriverSource::HostLibrary(capability, lib.found_in.clone());
+                    let why = site.reason(source);
                     self.add_optional_host_path(rule, &inside, &lib.outside, view, why);
                 }
                 if !compat {
@@ -222,13 +212,10 @@ impl Decision {
                     }
                 }
             }
-            HostSource::Absent if cfg.required => self.problems.push(Problem::new(
-                rule,
-                ProblemKind::NoDriver {
-                    link: site.link.clone(),
-                    library_dirs: cfg.library_dirs.clone(),
-                },
-            )),
+            HostSource::Absent if cfg.required => {
+                let kind = ProblemKind::NoDriver(site.link.clone(), cfg.library_dirs.clone());
+                self.problems.push(Problem::new(rule, kind));
+            }
             HostSource::Absent => self.skip(site.link.display(), Skipped::NoDriver),
         }
     }
@@ -242,22 +229,15 @@ impl Decision {
         replace_at_link: bool,
         expected: &mut Vec<PathBuf>,
     ) {
+        let (rule, space, view) = (site.rule, site.space, site.view);
         let want = Want {
             required: true,
             hint: &None,
         };
         let why = site.reason(DriverSource::Compat);
-        self.add_path(
-            site.rule,
-            &c.dir,
-            &c.dir_outside,
-            site.space,
-            site.view,
-            why,
-            want,
-        );
+        self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, want);
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {
-            expected.extend(libcuda_paths(libcuda, site.space, site.config, site.view));
+            expected.extend(libcuda_paths(libcuda, space, site.config, view));
         }
         if !replace_at_link {
             return;
@@ -273,9 +253,9 @@ impl Decision {
             let inside = site.link_lib.join(name);
             let outside = c.dir_outside.join(name);
             let why = site.reason(DriverSource::CompatAtDriverLink);
-            self.add_optional_host_path(site.rule, &inside, &outside, site.view, why);
+            self.add_optional_host_path(rule, &inside, &outside, view, why);
             if name.starts_with("libcuda.so") {
-                expected.extend(chain_paths(&inside, &outside, Space::Literal, site.view));
+                expected.extend(chain_paths(&inside, &outside, Space::Literal, view));
             }
         }
     }

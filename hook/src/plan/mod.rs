@@ -240,10 +240,9 @@ pub(crate) fn decide(req: &Request, tagged: &Tagged, view: &HostView) -> Decisio
         if let Some(mig) = &rule.mig {
             plan.add_mig(&rule.name, mig, config, view);
         }
-        if let Some(driver) = &rule.driver {
-            if plan.driver.is_none() {
-                plan.add_driver(&rule.name, driver, config, view);
-            }
+        // The first matched rule with a driver gives the build its driver.
+        if let Some(driver) = rule.driver.as_ref().filter(|_| plan.driver.is_none()) {
+            plan.add_driver(&rule.name, driver, config, view);
         }
         if let Some(sysfs) = rule.sysfs {
             plan.add_sysfs(&rule.name, sysfs, config);

@@ -125,18 +125,14 @@ pub(crate) enum ProblemKind {
         /// The rule's hint, else the path's usual fix.
         fix: String,
     },
-    /// A required driver was not found.
+    /// A required driver was not found: the driver link looked at, and the library
+    /// directories looked in.
     #[error(
         "no NVIDIA driver found (no {} and no libcuda.so.1 in /etc/ld.so.cache or {})",
-        .link.display(),
-        joined(.library_dirs)
+        .0.display(),
+        .1.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
-    NoDriver {
-        /// The driver link looked at.
-        link: PathBuf,
-        /// The library directories looked in.
-        library_dirs: Vec<PathBuf>,
-    },
+    NoDriver(PathBuf, Vec<PathBuf>),
     /// The user-space driver does not match the loaded kernel module.
     #[error("{}", .0.what())]
     StaleDriver(StaleDriver),
@@ -299,7 +295,7 @@ impl ProblemKind {
             ProblemKind::DeviceUnexpressible { .. } => {
                 "rename the device node (its udev rule)".into()
             }
-            ProblemKind::NoDriver { .. } => "install the NVIDIA driver; on NixOS enable \
+            ProblemKind::NoDriver(..) => "install the NVIDIA driver; on NixOS enable \
                 hardware.graphics with the NVIDIA driver, elsewhere make sure ldconfig knows \
                 libcuda.so.1"
                 .into(),
@@ -372,14 +368,6 @@ fn create(capability: &Capability) -> String {
     )
 }
 
-/// `dirs`, joined by `, `.
-fn joined(dirs: &[PathBuf]) -> String {
-    dirs.iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,10 +393,10 @@ mod tests {
                     .to_owned(),
             ),
             (
-                ProblemKind::NoDriver {
-                    link: "/run/opengl-driver".into(),
-                    library_dirs: vec!["/usr/lib".into(), "/lib".into()],
-                },
+                ProblemKind::NoDriver(
+                    "/run/opengl-driver".into(),
+                    vec!["/usr/lib".into(), "/lib".into()],
+                ),
                 "no NVIDIA driver found (no /run/opengl-driver and no libcuda.so.1 in \
                  /etc/ld.so.cache or /usr/lib, /lib): install the NVIDIA driver; on NixOS \
                  enable hardware.graphics with the NVIDIA driver, elsewhere make sure ldconfig \

@@ -94,8 +94,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
     let rules = tagged
         .matched_rules()
         .into_iter()
-        .map(|(id, rule)| RuleView {
-            id,
+        .map(|rule| RuleView {
             name: rule.name.clone(),
             devices: rule
                 .devices
@@ -545,10 +544,7 @@ fn compat_not_listing_the_host_driver_is_rejected_with_its_reason() {
     assert_eq!(choice.rejected.len(), 1);
     assert_eq!(
         choice.rejected[0].why,
-        Rejected::BranchNotListed {
-            branch: 535,
-            listed: vec![550]
-        }
+        Rejected::BranchNotListed(535, vec![550])
     );
     assert!(!insides(&plan).contains(&"/usr/local/cuda-12.9/compat".to_string()));
     assert!(d
@@ -666,7 +662,7 @@ fn no_driver_is_a_problem_when_required() {
     assert!(
         matches!(
             &plan.problems[0].kind,
-            ProblemKind::NoDriver { link, .. } if link.ends_with("run/opengl-driver")
+            ProblemKind::NoDriver(link, _) if link.ends_with("run/opengl-driver")
         ),
         "{:?}",
         plan.problems

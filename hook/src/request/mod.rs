@@ -128,12 +128,9 @@ pub(crate) struct Tagged {
 }
 
 impl Tagged {
-    /// The matching rules, with their ids.
-    pub(crate) fn matched_rules(&self) -> Vec<(RuleId, &Rule)> {
-        self.rules
-            .iter()
-            .map(|id| (*id, id.of(&self.config)))
-            .collect()
+    /// The matching rules.
+    pub(crate) fn matched_rules(&self) -> Vec<&Rule> {
+        self.rules.iter().map(|id| id.of(&self.config)).collect()
     }
 }
 
@@ -297,18 +294,12 @@ fn read_derivation(drv_path: &Path, env: &Environment, name: &str) -> Derivation
 
 /// The attributes the hook decides on, owned.
 fn read(attrs: DrvAttrs<'_>) -> Derivation {
-    let owned = attrs
-        .features
-        .features
-        .into_iter()
-        .map(|f| Cow::Owned(f.into_owned()));
-    Derivation::Read(DrvAttrs {
-        features: RequiredFeatures {
-            features: owned.collect(),
-            ..attrs.features
-        },
-        ..attrs
-    })
+    let borrowed = attrs.features.features.into_iter();
+    let features = RequiredFeatures {
+        features: borrowed.map(|f| Cow::Owned(f.into_owned())).collect(),
+        ..attrs.features
+    };
+    Derivation::Read(DrvAttrs { features, ..attrs })
 }
 
 /// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
@@ -327,6 +318,7 @@ fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) ->
 /// Resolves `input`: derivation → features → configuration → rules → verdict. The
 /// configuration's text is read only once, by the step of the verdict that needs it.
 pub(crate) fn resolve(input: &Input<'_>) -> Request {
+    let name = input.drv.map_or(String::new(), |d| d.display().to_string());
     let mut req = Request {
         derivation: input.drv.map(Path::to_path_buf),
         chroot: input.chroot.map(Path::to_path_buf),
@@ -335,15 +327,9 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         config_source: config::locate(input.config, input.env.config.as_deref()),
         matched: Vec::new(),
         search_path: input.env.path.clone(),
-        verdict: Verdict::Fail(RequestFailure::Unresolved(
-            input
-                .drv
-                .map(|d| d.display().to_string())
-                .unwrap_or_default(),
-        )),
+        verdict: Verdict::Fail(RequestFailure::Unresolved(name.clone())),
         warnings: Vec::new(),
     };
-    let name = req.derivation_name();
     let derivation = match input.drv {
         Some(path) => read_derivation(path, input.env, &name),
         None => Derivation::Read(DrvAttrs::default()),
@@ -439,11 +425,7 @@ impl Request {
             .filter(|id| id.of(&config).answers_any(&features))
             .collect();
         if rules.is_empty() {
-            let configured: Vec<&str> = config
-                .rules
-                .iter()
-                .flat_map(|r| r.features.iter().map(String::as_str))
-                .collect();
+            let configured: Vec<&str> = config.features().collect();
             let why = format!(
                 "untagged: no required feature is one of [{}], so the hook exposes nothing; \
                  tag the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
@@ -493,11 +475,7 @@ impl Request {
                 error.to_owned(),
             )),
             MissingDrv::Expose => {
-                self.features = config
-                    .rules
-                    .iter()
-                    .flat_map(|r| r.features.iter().map(|f| f.as_bytes().to_vec()))
-                    .collect();
+                self.features = config.features().map(|f| f.as_bytes().to_vec()).collect();
                 if config.rules.is_empty() {
                     return Verdict::untagged("the configuration has no rule", Some(config));
                 }
@@ -520,9 +498,9 @@ impl Request {
     /// bytes name a feature some rule answers to (with a broken config: a built-in feature).
     fn unreadable(&mut self, bytes: &[u8], name: &str, error: &str) -> Verdict {
         let loaded = Config::load(&self.config_source);
-        let names: Vec<String> = match &loaded {
-            Ok(c) => c.rules.iter().flat_map(|r| r.features.clone()).collect(),
-            Err(_) => DEFAULT_FEATURES.iter().map(|s| s.to_string()).collect(),
+        let names: Vec<&str> = match &loaded {
+            Ok(c) => c.features().collect(),
+            Err(_) => DEFAULT_FEATURES.to_vec(),
         };
         let may_be_tagged = names
             .iter()

@@ -13,6 +13,7 @@
 //! Only the store is read past `/run/booted-system`, and only store paths are believed: the
 //! link must lead into the store, and so must every file read through it.
 
+use crate::discover::versions;
 use std::path::{Path, PathBuf};
 
 /// The booted system's driver, still in the store.
@@ -42,14 +43,10 @@ pub(crate) fn booted_driver(root: &Path, store_dir: &Path) -> Option<BootedDrive
         driver_link_target(&std::fs::read_to_string(file).ok()?)
     })?;
     let driver = in_store(&driver, store_dir)?;
-    let libcuda = std::fs::canonicalize(driver.join("lib/libcuda.so.1")).ok();
-    let libcuda_version = libcuda
-        .as_deref()
-        .and_then(|p| in_store(p, store_dir))
-        .and_then(|p| {
-            let name = p.file_name()?.to_str()?.to_string();
-            crate::discover::versions::version_in_file_name(&name, "libcuda")
-        });
+    let real = std::fs::canonicalize(driver.join("lib/libcuda.so.1")).ok();
+    let libcuda = real.as_deref().and_then(|p| in_store(p, store_dir));
+    let name = libcuda.as_ref().and_then(|p| p.file_name()?.to_str());
+    let libcuda_version = name.and_then(|n| versions::version_in_file_name(n, "libcuda"));
     driver.exists().then_some(BootedDriver {
         driver,
         libcuda_version,

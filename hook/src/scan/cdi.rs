@@ -144,20 +144,15 @@ pub(crate) fn scan(
                 let shared = &f.spec.container_edits;
                 edits.extend(shared);
                 let sonames = record(&edits, config, fs);
-                let siblings: Vec<(String, ContainerEdits)> = if config.gpus_per_build > 0 {
-                    f.spec
-                        .devices
-                        .iter()
-                        .filter(|d| d.name != f.device.name)
-                        .map(|d| {
-                            record_nodes(&d.container_edits, config, fs);
-                            let qualified = format!("{}={}", f.spec.kind, d.name);
-                            (qualified, d.container_edits.clone())
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                // The spec's other devices, with leases only.
+                let siblings = (f.spec.devices.iter())
+                    .filter(|d| config.gpus_per_build > 0 && d.name != f.device.name)
+                    .map(|d| {
+                        record_nodes(&d.container_edits, config, fs);
+                        let qualified = format!("{}={}", f.spec.kind, d.name);
+                        (qualified, d.container_edits.clone())
+                    })
+                    .collect();
                 CdiDevice {
                     spec: f.file.to_path_buf(),
                     edits,
@@ -185,20 +180,17 @@ fn record(edits: &ContainerEdits, config: &Config, fs: &Recorder) -> BTreeMap<Pa
         let outside = host_path(&m.host_path, config);
         let inside = Path::new(&m.container_path);
         fs.follow(inside, &outside, Space::Literal);
-        let library = inside
-            .file_name()
-            .and_then(|f| f.to_str())
-            .is_some_and(is_library_name);
-        if !library {
+        let name = inside.file_name().and_then(|f| f.to_str());
+        if !name.is_some_and(is_library_name) {
             continue;
         }
-        if let Ok(chain) = symlinks::follow(inside, &outside, Space::Literal, fs) {
-            let last = chain.hops.last().map(|h| h.outside.clone());
-            if let (Node::File, Some(file)) = (chain.target, last) {
-                if let Some(soname) = soname_of(&file) {
-                    sonames.insert(outside, soname);
-                }
-            }
+        let Ok(chain) = symlinks::follow(inside, &outside, Space::Literal, fs) else {
+            continue;
+        };
+        // The library's soname, when its chain ends at a regular file.
+        let file = chain.hops.last().filter(|_| chain.target == Node::File);
+        if let Some(soname) = file.and_then(|f| soname_of(&f.outside)) {
+            sonames.insert(outside, soname);
         }
     }
     sonames

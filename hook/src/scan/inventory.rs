@@ -45,10 +45,8 @@ pub(crate) struct KnownGpu {
 
 /// Reads and checks the inventory for `config`'s host.
 pub(crate) fn scan(config: &Config) -> InventoryView {
-    let host = match (
-        sysfs::listed_gpus(&config.host_root),
-        config.tegra_capability,
-    ) {
+    let listed = sysfs::listed_gpus(&config.host_root);
+    let host = match (listed, config.tegra_capability) {
         (Ok((_, host)), _) => host,
         (Err(_), Some(capability)) => return InventoryView::Tegra(capability),
         (Err(e), None) => {
@@ -58,19 +56,14 @@ pub(crate) fn scan(config: &Config) -> InventoryView {
         }
     };
     let path = config.runtime_dir.join(INVENTORY_FILE);
-    let inventory = match read(&path) {
-        Ok(inventory) => inventory,
-        Err(why) => {
-            return InventoryView::Missing(format!(
-                "{}: {why}; run `cuda-sandbox-check inventory` as root",
-                path.display()
-            ))
-        }
-    };
-    match check(&inventory, &host, &config.host_root) {
-        Ok(gpus) => InventoryView::Gpus(gpus),
-        Err(why) => InventoryView::Missing(format!(
+    match read(&path).map(|inventory| check(&inventory, &host, &config.host_root)) {
+        Ok(Ok(gpus)) => InventoryView::Gpus(gpus),
+        Ok(Err(why)) => InventoryView::Missing(format!(
             "{} no longer matches the host: {why}; run `cuda-sandbox-check inventory` again",
+            path.display()
+        )),
+        Err(why) => InventoryView::Missing(format!(
+            "{}: {why}; run `cuda-sandbox-check inventory` as root",
             path.display()
         )),
     }

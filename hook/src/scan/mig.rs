@@ -89,22 +89,14 @@ pub(crate) enum MigScanError {
     /// A file (its host path) is not of the documented form, and what is wrong.
     #[error("{path}: {1}", path = .0.display())]
     Format(PathBuf, FormatError),
-    /// A capability file and `mig-minors` disagree on its minor.
+    /// A capability file and `mig-minors` disagree on its minor: the capability, its file,
+    /// the minor its file gives and the minor `mig-minors` gives.
     #[error(
-        "{capability}: {} says minor {access}, {} says {listed}",
-        path.display(),
-        mig::MIG_MINORS
+        "{0}: {path} says minor {2}, {minors} says {3}",
+        path = .1.display(),
+        minors = mig::MIG_MINORS
     )]
-    Mismatch {
-        /// The capability.
-        capability: Capability,
-        /// Its file.
-        path: PathBuf,
-        /// The minor its file gives.
-        access: u32,
-        /// The minor `mig-minors` gives.
-        listed: u32,
-    },
+    Mismatch(Capability, PathBuf, u32, u32),
     /// Instances exist but `/proc/devices` lists no `nvidia-caps` major.
     #[error(
         "MIG instances exist but {} lists no nvidia-caps major",
@@ -140,12 +132,8 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     for (cap, minor) in &minors {
         if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
             if l != minor {
-                return Err(MigScanError::Mismatch {
-                    capability: *cap,
-                    path: rooted.outside(&cap.proc_path()),
-                    access: *minor,
-                    listed: *l,
-                });
+                let path = rooted.outside(&cap.proc_path());
+                return Err(MigScanError::Mismatch(*cap, path, *minor, *l));
             }
         }
     }

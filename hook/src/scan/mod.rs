@@ -30,7 +30,6 @@ pub(crate) mod paths;
 
 use crate::config::{Config, Platform, Rule};
 use crate::discover::versions;
-use crate::request::RuleId;
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -112,8 +111,6 @@ impl Lookup for HostView {
 /// One matched rule: its sources, each beside what the scan found for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RuleView {
-    /// The rule.
-    pub id: RuleId,
     /// Its name, for reasons and problems.
     pub name: String,
     /// Its device globs.
@@ -197,9 +194,9 @@ impl Recorder {
     }
 }
 
-/// Reads what the `rules` (matched, with their ids) under `config` need to know of the host,
-/// and the GPU inventory when the build's features `need_inventory`. Never writes.
-pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: bool) -> HostView {
+/// Reads what the `rules` (matched) under `config` need to know of the host, and the GPU
+/// inventory when the build's features `need_inventory`. Never writes.
+pub(crate) fn scan(config: &Config, rules: &[&Rule], need_inventory: bool) -> HostView {
     let fs = Recorder::default();
     let mut facts = host_facts(config, rules);
     let rooted = config.space();
@@ -207,7 +204,7 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
     let mut specs = None;
     let views: Vec<RuleView> = rules
         .iter()
-        .map(|(id, rule)| {
+        .map(|rule| {
             let cdi = (!rule.cdi.is_empty()).then(|| {
                 let hint = rule.cdi_hint.as_deref();
                 cdi::scan(&rule.cdi, hint, config, &mut specs, &fs)
@@ -218,7 +215,6 @@ pub(crate) fn scan(config: &Config, rules: &[(RuleId, &Rule)], need_inventory: b
                 .map(|c| c.driver_libraries(config))
                 .filter(|libs| !libs.is_empty());
             RuleView {
-                id: *id,
                 name: rule.name.clone(),
                 devices: rule
                     .devices
@@ -295,10 +291,7 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
         .collect();
     nodes
         .into_iter()
-        .map(|(inside, outside)| {
-            let gpu = drm::nvidia_gpu(&config.host_root, outside, &gpus);
-            (inside, gpu)
-        })
+        .map(|(inside, outside)| (inside, drm::nvidia_gpu(&config.host_root, outside, &gpus)))
         .collect()
 }
 
@@ -317,10 +310,10 @@ fn differs_from_kernel(snapshot: &Snapshot, kernel: Option<&str>) -> bool {
 
 /// The host facts, read only when a rule has a driver or a platform-specific device: a rule
 /// with neither (device nodes and paths alone) does without the three reads.
-fn host_facts(config: &Config, rules: &[(RuleId, &Rule)]) -> HostFacts {
+fn host_facts(config: &Config, rules: &[&Rule]) -> HostFacts {
     let needed = rules
         .iter()
-        .any(|(_, r)| r.driver.is_some() || r.devices.iter().any(|d| d.platform.is_some()));
+        .any(|r| r.driver.is_some() || r.devices.iter().any(|d| d.platform.is_some()));
     if !needed {
         return HostFacts::default();
     }
