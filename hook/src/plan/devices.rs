@@ -45,10 +45,10 @@ impl Decision {
         if glob.required {
             self.problems.push(Problem::new(
                 rule,
-                ProblemKind::MissingDevice {
-                    glob: glob.glob.clone(),
-                    fix: glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
-                },
+                ProblemKind::MissingDevice(
+                    glob.glob.clone(),
+                    glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
+                ),
             ));
         } else {
             self.skip(glob.glob.clone(), Skipped::NothingMatched);
@@ -88,11 +88,11 @@ impl Decision {
                         return true;
                     }
                     Some(bad) => {
-                        let kind = ProblemKind::DeviceUnexpressible {
-                            inside: inside.clone(),
-                            glob: glob.glob.clone(),
-                            bad: bad.to_path_buf(),
-                        };
+                        let kind = ProblemKind::DeviceUnexpressible(
+                            inside.clone(),
+                            glob.glob.clone(),
+                            bad.to_path_buf(),
+                        );
                         if glob.required {
                             self.problems.push(Problem::new(rule, kind));
                             return false;

@@ -110,10 +110,7 @@ impl Decision {
                 // An absolute target replaces the directory it is joined to.
                 let to = symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target));
                 if !to.starts_with(store_dir) {
-                    self.add_problem(ProblemKind::ClosureEscapes {
-                        member: member.clone(),
-                        to,
-                    });
+                    self.add_problem(ProblemKind::ClosureEscapes(member.clone(), to));
                     continue;
                 }
             }

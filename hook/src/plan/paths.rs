@@ -97,11 +97,7 @@ impl Decision {
                 };
                 self.problems.push(Problem::new(
                     rule,
-                    ProblemKind::RequiredPath {
-                        inside: inside.to_path_buf(),
-                        error: e,
-                        fix,
-                    },
+                    ProblemKind::RequiredPath(inside.to_path_buf(), e, fix),
                 ));
             }
             Err(e) => self.skip(inside.display(), Skipped::OptionalPath(e)),

@@ -87,10 +87,7 @@ impl Decision {
                 }
                 Err(error) => self.problems.push(Problem::new(
                     rule,
-                    ProblemKind::CdiLookup {
-                        error: error.clone(),
-                        hint: cdi.hint.clone(),
-                    },
+                    ProblemKind::CdiLookup(error.clone(), cdi.hint.clone()),
                 )),
             }
         }
@@ -140,7 +137,7 @@ impl Decision {
         let device = part.device.clone();
         let host = n.host_path.as_deref().unwrap_or(&n.path);
         if let Some(why) = unusable(&[&n.path, host]) {
-            let kind = ProblemKind::CdiSpecNode { device, why };
+            let kind = ProblemKind::CdiSpecNode(device, why);
             return self.problems.push(Problem::new(at.rule, kind));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
@@ -158,11 +155,7 @@ impl Decision {
                 }
             },
         };
-        let kind = ProblemKind::CdiNode {
-            device,
-            inside,
-            fault,
-        };
+        let kind = ProblemKind::CdiNode(device, inside, fault);
         self.problems.push(Problem::new(at.rule, kind));
     }
 
