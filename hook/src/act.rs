@@ -160,26 +160,17 @@ pub(crate) fn act(decision: Decision, build: &Request, config: &Config, mode: Mo
     granted
 }
 
-/// The manifest file could not be written.
+/// The manifest file could not be written: the file, and why.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write the manifest {}: {error}", .path.display())]
-pub struct ManifestWriteError {
-    /// The file.
-    pub path: PathBuf,
-    /// Why.
-    pub error: std::io::Error,
-}
+#[error("cannot write the manifest {path}: {1}", path = .0.display())]
+pub struct ManifestWriteError(pub PathBuf, pub std::io::Error);
 
 /// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
 /// grant has no problems and its answer could be rendered).
 pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), ManifestWriteError> {
     match &granted.manifest {
-        Some(m) => {
-            manifest_file::write(m, &config.runtime_dir).map_err(|error| ManifestWriteError {
-                path: m.outside.clone(),
-                error,
-            })
-        }
+        Some(m) => manifest_file::write(m, &config.runtime_dir)
+            .map_err(|error| ManifestWriteError(m.outside.clone(), error)),
         None => Ok(()),
     }
 }
