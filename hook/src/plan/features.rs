@@ -63,12 +63,9 @@ impl Decision {
             capabilities,
         };
         if fit.choose(&demand.slots, demand.count).is_none() {
-            let count = demand.count;
-            return self.unsatisfiable(ProblemKind::FeaturesUnmetTogether(
-                count,
-                required.unmet_by(&[]),
-                here,
-            ));
+            let kind =
+                ProblemKind::FeaturesUnmetTogether(demand.count, required.unmet_by(&[]), here);
+            return self.unsatisfiable(kind);
         }
         demand.fit = Some(fit);
     }
