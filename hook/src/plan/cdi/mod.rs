@@ -210,13 +210,8 @@ impl Decision {
         }
         if let Some(rel) = data_file_place(&inside) {
             let reason = cdi_reason(at, part, found, CdiItem::DataFile);
-            self.add_optional_host_path(
-                at.rule,
-                &at.link_share.join(rel),
-                &outside,
-                at.view,
-                reason,
-            );
+            let share = at.link_share.join(rel);
+            self.add_optional_host_path(at.rule, &share, &outside, at.view, reason);
         }
         let reason = cdi_reason(at, part, found, CdiItem::Mount);
         self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
