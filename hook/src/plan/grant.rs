@@ -91,7 +91,8 @@ impl GpuDemand {
             .into_iter()
             .map(|(o, why)| Skip::new(o.display(), why));
         decision.skipped.extend(skips);
-        cdi::keep_leased(&mut decision.not_carried_out, &parents);
+        // The edits not carried out: every build's, and those of the GPUs kept only.
+        (decision.not_carried_out).retain(|n| n.gpu.is_none_or(|g| parents.contains(&g)));
     }
 }
 

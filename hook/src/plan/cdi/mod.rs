@@ -269,11 +269,6 @@ pub(super) fn owning_gpu(e: &Exposure) -> Option<u32> {
     }
 }
 
-/// Keeps the edits not carried out of every build's and of the GPUs `leased` only.
-pub(super) fn keep_leased(not_carried_out: &mut Vec<NotCarriedOut>, leased: &[u32]) {
-    not_carried_out.retain(|n| n.gpu.is_none_or(|g| leased.contains(&g)));
-}
-
 /// The reason of an exposure `item` of a device's part.
 fn cdi_reason(at: &Place<'_>, part: &lease::Part, found: &CdiDevice, item: CdiItem) -> Reason {
     Reason::Cdi {
