@@ -24,6 +24,8 @@ use crate::slot::{self, Slot};
 use crate::sysfs::{self, TreeBind, TreeGuard};
 use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
+use std::collections::BTreeSet;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -306,9 +308,17 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
         }
     }
     if asked(&sysfs::KFD) {
-        for found in
-            sysfs::discover_drm(&config.host_root, &drm_minors(&granted.decision.exposures))
-        {
+        // The minors of the DRM nodes (character devices of major 226) among the exposures,
+        // from the nodes themselves, in order.
+        let minors: BTreeSet<u32> = (granted.decision.exposures.iter())
+            .filter(|e| e.inside.starts_with("/dev/dri"))
+            .filter_map(|e| std::fs::symlink_metadata(&e.outside).ok())
+            .filter(|m| m.file_type().is_char_device())
+            .filter(|m| nix::sys::stat::major(m.rdev()) == sysfs::DRM_MAJOR)
+            .map(|m| nix::sys::stat::minor(m.rdev()) as u32)
+            .collect();
+        let minors: Vec<u32> = minors.into_iter().collect();
+        for found in sysfs::discover_drm(&config.host_root, &minors) {
             match found {
                 Ok(node) => {
                     gpus.push(node.gpu.clone());
@@ -324,22 +334,6 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
     let mut layout = sysfs::PciLayout::new(&gpus, &config.host_root);
     layout.add_drm_links(&drm);
     layout
-}
-
-/// The minors of the DRM nodes (character devices of major 226) among `exposures`, from the
-/// nodes themselves, in order.
-fn drm_minors(exposures: &[Exposure]) -> Vec<u32> {
-    use std::os::unix::fs::FileTypeExt;
-    use std::os::unix::fs::MetadataExt;
-    let minors: std::collections::BTreeSet<u32> = exposures
-        .iter()
-        .filter(|e| e.inside.starts_with("/dev/dri"))
-        .filter_map(|e| std::fs::symlink_metadata(&e.outside).ok())
-        .filter(|m| m.file_type().is_char_device())
-        .filter(|m| nix::sys::stat::major(m.rdev()) == sysfs::DRM_MAJOR)
-        .map(|m| nix::sys::stat::minor(m.rdev()) as u32)
-        .collect();
-    minors.into_iter().collect()
 }
 
 /// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
