@@ -43,13 +43,9 @@ impl Decision {
             return;
         }
         if glob.required {
-            self.problems.push(Problem::new(
-                rule,
-                ProblemKind::MissingDevice(
-                    glob.glob.clone(),
-                    glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
-                ),
-            ));
+            let fix = glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob));
+            let kind = ProblemKind::MissingDevice(glob.glob.clone(), fix);
+            self.problems.push(Problem::new(rule, kind));
         } else {
             self.skip(glob.glob.clone(), Skipped::NothingMatched);
         }

@@ -17,9 +17,8 @@ impl Decision {
         let host = match &mig.found {
             Ok(host) => host,
             Err(e) => {
-                self.problems
-                    .push(Problem::new(rule, ProblemKind::MigUnreadable(e.clone())));
-                return;
+                let kind = ProblemKind::MigUnreadable(e.clone());
+                return self.problems.push(Problem::new(rule, kind));
             }
         };
         let mut gis = BTreeSet::new();

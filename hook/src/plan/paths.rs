@@ -103,10 +103,8 @@ impl Decision {
                     }
                     (_, None) => "fix the link or remove the entry from the config".to_string(),
                 };
-                self.problems.push(Problem::new(
-                    rule,
-                    ProblemKind::RequiredPath(inside.to_path_buf(), e, fix),
-                ));
+                let kind = ProblemKind::RequiredPath(inside.to_path_buf(), e, fix);
+                self.problems.push(Problem::new(rule, kind));
             }
             Err(e) => self.skip(inside.display(), Skipped::OptionalPath(e)),
         }
