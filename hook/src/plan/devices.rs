@@ -21,14 +21,8 @@ impl Decision {
         let glob = &device.source;
         let matches = match &device.found {
             DeviceScan::OtherPlatform { wants, host } => {
-                self.skip(
-                    glob.glob.clone(),
-                    Skipped::OtherPlatform {
-                        wants: *wants,
-                        host: *host,
-                    },
-                );
-                return;
+                let (wants, host) = (*wants, *host);
+                return self.skip(glob.glob.clone(), Skipped::OtherPlatform { wants, host });
             }
             DeviceScan::Matched(matches) => matches,
         };
