@@ -24,6 +24,8 @@ use crate::slot::{self, Slot};
 use crate::sysfs::{self, TreeBind, TreeGuard};
 use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
+use std::collections::BTreeSet;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -160,26 +162,17 @@ pub(crate) fn act(decision: Decision, build: &Request, config: &Config, mode: Mo
     granted
 }
 
-/// The manifest file could not be written.
+/// The manifest file could not be written: the file, and why.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write the manifest {}: {error}", .path.display())]
-pub struct ManifestWriteError {
-    /// The file.
-    pub path: PathBuf,
-    /// Why.
-    pub error: std::io::Error,
-}
+#[error("cannot write the manifest {path}: {1}", path = .0.display())]
+pub struct ManifestWriteError(pub PathBuf, pub std::io::Error);
 
 /// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
 /// grant has no problems and its answer could be rendered).
 pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), ManifestWriteError> {
     match &granted.manifest {
-        Some(m) => {
-            manifest_file::write(m, &config.runtime_dir).map_err(|error| ManifestWriteError {
-                path: m.outside.clone(),
-                error,
-            })
-        }
+        Some(m) => manifest_file::write(m, &config.runtime_dir)
+            .map_err(|error| ManifestWriteError(m.outside.clone(), error)),
         None => Ok(()),
     }
 }
@@ -315,9 +308,17 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
         }
     }
     if asked(&sysfs::KFD) {
-        for found in
-            sysfs::discover_drm(&config.host_root, &drm_minors(&granted.decision.exposures))
-        {
+        // The minors of the DRM nodes (character devices of major 226) among the exposures,
+        // from the nodes themselves, in order.
+        let minors: BTreeSet<u32> = (granted.decision.exposures.iter())
+            .filter(|e| e.inside.starts_with("/dev/dri"))
+            .filter_map(|e| std::fs::symlink_metadata(&e.outside).ok())
+            .filter(|m| m.file_type().is_char_device())
+            .filter(|m| nix::sys::stat::major(m.rdev()) == sysfs::DRM_MAJOR)
+            .map(|m| nix::sys::stat::minor(m.rdev()) as u32)
+            .collect();
+        let minors: Vec<u32> = minors.into_iter().collect();
+        for found in sysfs::discover_drm(&config.host_root, &minors) {
             match found {
                 Ok(node) => {
                     gpus.push(node.gpu.clone());
@@ -333,22 +334,6 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
     let mut layout = sysfs::PciLayout::new(&gpus, &config.host_root);
     layout.add_drm_links(&drm);
     layout
-}
-
-/// The minors of the DRM nodes (character devices of major 226) among `exposures`, from the
-/// nodes themselves, in order.
-fn drm_minors(exposures: &[Exposure]) -> Vec<u32> {
-    use std::os::unix::fs::FileTypeExt;
-    use std::os::unix::fs::MetadataExt;
-    let minors: std::collections::BTreeSet<u32> = exposures
-        .iter()
-        .filter(|e| e.inside.starts_with("/dev/dri"))
-        .filter_map(|e| std::fs::symlink_metadata(&e.outside).ok())
-        .filter(|m| m.file_type().is_char_device())
-        .filter(|m| nix::sys::stat::major(m.rdev()) == sysfs::DRM_MAJOR)
-        .map(|m| nix::sys::stat::minor(m.rdev()) as u32)
-        .collect();
-    minors.into_iter().collect()
 }
 
 /// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a

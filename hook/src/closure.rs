@@ -35,24 +35,11 @@ pub struct Closure {
     pub from_cache: bool,
 }
 
-/// Why a closure could not be had.
+/// Why a closure could not be had: the store path whose closure was wanted, and what went
+/// wrong, in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot compute the closure of {}: {message}", .store_path.display())]
-pub struct ClosureError {
-    /// The store path whose closure was wanted.
-    pub store_path: PathBuf,
-    /// What went wrong, in one line.
-    pub message: String,
-}
-
-impl ClosureError {
-    fn new(store_path: &Path, message: String) -> ClosureError {
-        ClosureError {
-            store_path: store_path.to_path_buf(),
-            message,
-        }
-    }
-}
+#[error("cannot compute the closure of {path}: {1}", path = .0.display())]
+pub struct ClosureError(pub PathBuf, pub String);
 
 /// Computes and caches closures.
 #[derive(Debug, Clone)]
@@ -76,7 +63,7 @@ impl ClosureCache {
     /// a warning).
     pub fn closure(&self, store_path: &Path) -> Result<Closure, ClosureError> {
         let entry = self.entry_path(store_path)?;
-        let fail = |message: String| ClosureError::new(store_path, message);
+        let fail = |message: String| ClosureError(store_path.to_path_buf(), message);
         let name = entry
             .file_name()
             .and_then(|n| n.to_str())
@@ -122,8 +109,8 @@ impl ClosureCache {
         let top = store_path_of(store_path, &self.store_dir).filter(|top| top == store_path);
         match top.as_deref().and_then(Path::file_name) {
             Some(name) => Ok(self.dir.join(name)),
-            None => Err(ClosureError::new(
-                store_path,
+            None => Err(ClosureError(
+                store_path.to_path_buf(),
                 format!(
                     "not a top-level path of the store {}",
                     self.store_dir.display()
@@ -133,7 +120,7 @@ impl ClosureCache {
     }
 
     fn query(&self, store_path: &Path) -> Result<Vec<(PathBuf, Node)>, ClosureError> {
-        let fail = |message: String| ClosureError::new(store_path, message);
+        let fail = |message: String| ClosureError(store_path.to_path_buf(), message);
         let nix_store = crate::trust::program(&self.nix_store, self.search_path.as_deref())
             .map_err(|e| {
                 fail(format!(

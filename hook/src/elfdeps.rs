@@ -112,17 +112,11 @@ pub(crate) enum Refusal {
     UnreadableElf(ElfError),
 }
 
-/// A file a program named that was not bound.
+/// A file a program named that was not bound: the path the loader would open, the file
+/// naming it, and why it is not bound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} (named by {}): {why}", .path.display(), .needed_by.display())]
-pub(crate) struct Refused {
-    /// The path the loader would open.
-    pub path: PathBuf,
-    /// The file naming it.
-    pub needed_by: PathBuf,
-    /// Why it is not bound.
-    pub why: Refusal,
-}
+#[error("{path} (named by {by}): {2}", path = .0.display(), by = .1.display())]
+pub(crate) struct Refused(pub PathBuf, pub PathBuf, pub Refusal);
 
 /// What a command's process needs.
 #[derive(Debug, Clone, Default)]
@@ -258,11 +252,7 @@ pub(crate) fn library_closure(
             .iter()
             .find(|s| s.tried.iter().any(|t| t.file == path))
             .map_or_else(|| program.to_path_buf(), |s| s.requester.clone());
-        let refused = Refused {
-            path,
-            needed_by,
-            why,
-        };
+        let refused = Refused(path, needed_by, why);
         if !closure.refused.contains(&refused) {
             closure.refused.push(refused);
         }
@@ -358,9 +348,9 @@ mod tests {
         let dep = d.join("libdep.so");
         assert!(!loads(&closure, &dep), "{closure:?}");
         assert_eq!(closure.refused.len(), 1, "{closure:?}");
-        assert_eq!(closure.refused[0].path, dep);
-        assert_eq!(closure.refused[0].needed_by, main);
-        assert_eq!(closure.refused[0].why, Refusal::Untrusted);
+        assert_eq!(closure.refused[0].0, dep);
+        assert_eq!(closure.refused[0].1, main);
+        assert_eq!(closure.refused[0].2, Refusal::Untrusted);
         assert_eq!(
             closure.missing,
             [format!("libdep.so (needed by {})", main.display())]

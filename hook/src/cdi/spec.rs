@@ -304,7 +304,7 @@ containerEdits:
         assert!(
             matches!(
                 e,
-                ParseError::YamlRefused(super::super::yaml::YamlError::Anchor { line: 1, .. })
+                ParseError::YamlRefused(super::super::yaml::YamlError::Anchor(_, 1, _))
             ),
             "{e:?}"
         );

@@ -20,19 +20,13 @@ pub(crate) const MAX_EVENTS: usize = 65_536;
 /// Why a YAML text is refused before it is deserialised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum YamlError {
-    /// The text anchors a node (`&name`) or aliases one (`*name`).
+    /// The text anchors a node (`&name`) or aliases one (`*name`): `an anchor` or `an alias`,
+    /// its line and its column (from 1).
     #[error(
-        "YAML {what} at line {line}, column {column}: anchors and aliases are not allowed in a \
-         CDI spec (write the value out in full)"
+        "YAML {0} at line {1}, column {2}: anchors and aliases are not allowed in a CDI spec \
+         (write the value out in full)"
     )]
-    Anchor {
-        /// `an anchor` or `an alias`.
-        what: &'static str,
-        /// Its line (from 1).
-        line: usize,
-        /// Its column (from 1).
-        column: usize,
-    },
+    Anchor(&'static str, usize, usize),
     /// The text has more events than any spec.
     #[error("more than {MAX_EVENTS} YAML events: no CDI spec is this large")]
     TooManyEvents,
@@ -62,11 +56,7 @@ pub(crate) fn check(text: &str) -> Result<(), YamlError> {
             _ => None,
         };
         if let Some(what) = anchored {
-            return Err(YamlError::Anchor {
-                what,
-                line: mark.line(),
-                column: mark.col() + 1,
-            });
+            return Err(YamlError::Anchor(what, mark.line(), mark.col() + 1));
         }
     }
     Err(YamlError::TooManyEvents)
@@ -89,9 +79,7 @@ mod tests {
             ("[&x a, b]\n", "an anchor", 1),
         ] {
             match check(text) {
-                Err(YamlError::Anchor {
-                    what: w, line: l, ..
-                }) => {
+                Err(YamlError::Anchor(w, l, _)) => {
                     assert_eq!((w, l), (what, line), "{text:?}");
                 }
                 other => panic!("{text:?}: {other:?}"),

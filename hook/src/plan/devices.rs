@@ -21,14 +21,8 @@ impl Decision {
         let glob = &device.source;
         let matches = match &device.found {
             DeviceScan::OtherPlatform { wants, host } => {
-                self.skip(
-                    glob.glob.clone(),
-                    Skipped::OtherPlatform {
-                        wants: *wants,
-                        host: *host,
-                    },
-                );
-                return;
+                let (wants, host) = (*wants, *host);
+                return self.skip(glob.glob.clone(), Skipped::OtherPlatform { wants, host });
             }
             DeviceScan::Matched(matches) => matches,
         };
@@ -43,13 +37,9 @@ impl Decision {
             return;
         }
         if glob.required {
-            self.problems.push(Problem::new(
-                rule,
-                ProblemKind::MissingDevice {
-                    glob: glob.glob.clone(),
-                    fix: glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob)),
-                },
-            ));
+            let fix = glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob));
+            let kind = ProblemKind::MissingDevice(glob.glob.clone(), fix);
+            self.problems.push(Problem::new(rule, kind));
         } else {
             self.skip(glob.glob.clone(), Skipped::NothingMatched);
         }
@@ -88,11 +78,11 @@ impl Decision {
                         return true;
                     }
                     Some(bad) => {
-                        let kind = ProblemKind::DeviceUnexpressible {
-                            inside: inside.clone(),
-                            glob: glob.glob.clone(),
-                            bad: bad.to_path_buf(),
-                        };
+                        let kind = ProblemKind::DeviceUnexpressible(
+                            inside.clone(),
+                            glob.glob.clone(),
+                            bad.to_path_buf(),
+                        );
                         if glob.required {
                             self.problems.push(Problem::new(rule, kind));
                             return false;

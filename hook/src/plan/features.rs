@@ -27,10 +27,7 @@ impl Decision {
             Some(InventoryView::Tegra(capability)) => {
                 let unmet = required.unmet_by(&[*capability]);
                 if !unmet.is_empty() {
-                    self.unsatisfiable(ProblemKind::TegraUnmet {
-                        capability: capability.to_string(),
-                        unmet,
-                    });
+                    self.unsatisfiable(ProblemKind::TegraUnmet(capability.to_string(), unmet));
                 }
                 return;
             }
@@ -56,7 +53,7 @@ impl Decision {
         };
         let unmet = required.unmet_by(&all);
         if !unmet.is_empty() {
-            return self.unsatisfiable(ProblemKind::FeaturesUnmet { unmet, here });
+            return self.unsatisfiable(ProblemKind::FeaturesUnmet(unmet, here));
         }
         let Some(demand) = &mut self.gpu_demand else {
             return;
@@ -66,12 +63,9 @@ impl Decision {
             capabilities,
         };
         if fit.choose(&demand.slots, demand.count).is_none() {
-            let count = demand.count;
-            return self.unsatisfiable(ProblemKind::FeaturesUnmetTogether {
-                count,
-                features: required.unmet_by(&[]),
-                here,
-            });
+            let kind =
+                ProblemKind::FeaturesUnmetTogether(demand.count, required.unmet_by(&[]), here);
+            return self.unsatisfiable(kind);
         }
         demand.fit = Some(fit);
     }

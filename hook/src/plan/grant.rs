@@ -91,7 +91,8 @@ impl GpuDemand {
             .into_iter()
             .map(|(o, why)| Skip::new(o.display(), why));
         decision.skipped.extend(skips);
-        cdi::keep_leased(&mut decision.not_carried_out, &parents);
+        // The edits not carried out: every build's, and those of the GPUs kept only.
+        (decision.not_carried_out).retain(|n| n.gpu.is_none_or(|g| parents.contains(&g)));
     }
 }
 
@@ -110,10 +111,7 @@ impl Decision {
                 // An absolute target replaces the directory it is joined to.
                 let to = symlinks::normalize(&member.parent().unwrap_or(store_dir).join(target));
                 if !to.starts_with(store_dir) {
-                    self.add_problem(ProblemKind::ClosureEscapes {
-                        member: member.clone(),
-                        to,
-                    });
+                    self.add_problem(ProblemKind::ClosureEscapes(member.clone(), to));
                     continue;
                 }
             }

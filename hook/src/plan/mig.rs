@@ -17,9 +17,8 @@ impl Decision {
         let host = match &mig.found {
             Ok(host) => host,
             Err(e) => {
-                self.problems
-                    .push(Problem::new(rule, ProblemKind::MigUnreadable(e.clone())));
-                return;
+                let kind = ProblemKind::MigUnreadable(e.clone());
+                return self.problems.push(Problem::new(rule, kind));
             }
         };
         let mut gis = BTreeSet::new();
@@ -41,26 +40,17 @@ impl Decision {
         let (inside, capability) = (cap.inside(), cap.capability);
         let space = config.space();
         let kind = match &cap.node {
-            NodeState::Missing => ProblemKind::MigNodeMissing { capability, inside },
-            NodeState::Wrong(why) => ProblemKind::MigNodeWrong {
-                capability,
-                inside,
-                why: why.clone(),
-            },
+            NodeState::Missing => ProblemKind::MigNodeMissing(capability, inside),
+            NodeState::Wrong(why) => ProblemKind::MigNodeWrong(capability, inside, why.clone()),
             NodeState::Present => {
                 match symlinks::follow(&inside, &space.outside(&inside), space, view)
                     .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
                 {
-                    Err(error) => ProblemKind::MigNodeChain {
-                        capability,
-                        inside,
-                        error,
-                    },
+                    Err(error) => ProblemKind::MigNodeChain(capability, inside, error),
                     Ok(chain) => match unexpressible(&chain.hops) {
-                        Some(bad) => ProblemKind::MigNodeUnexpressible {
-                            capability,
-                            bad: bad.to_path_buf(),
-                        },
+                        Some(bad) => {
+                            ProblemKind::MigNodeUnexpressible(capability, bad.to_path_buf())
+                        }
                         None => {
                             let rule = rule.to_string();
                             return self.add_chain(chain.hops, Reason::Mig { rule, capability });

@@ -92,30 +92,21 @@ impl Decision {
             Err(e) if want.required => {
                 let fix = match (&e, want.hint) {
                     (_, Some(h)) => h.clone(),
-                    (ChainError::Missing(_), None) => path_hint(inside),
+                    (ChainError::Missing(_), None) if inside.starts_with("/run/opengl-driver") => {
+                        "the driver link is missing: on NixOS enable hardware.graphics with the \
+                         NVIDIA driver; on other distributions add a [[rule.mount]] of the driver \
+                         libraries at /run/opengl-driver/lib"
+                            .to_string()
+                    }
+                    (ChainError::Missing(_), None) => {
+                        "create it, or mark it `required = false` in the config".to_string()
+                    }
                     (_, None) => "fix the link or remove the entry from the config".to_string(),
                 };
-                self.problems.push(Problem::new(
-                    rule,
-                    ProblemKind::RequiredPath {
-                        inside: inside.to_path_buf(),
-                        error: e,
-                        fix,
-                    },
-                ));
+                let kind = ProblemKind::RequiredPath(inside.to_path_buf(), e, fix);
+                self.problems.push(Problem::new(rule, kind));
             }
             Err(e) => self.skip(inside.display(), Skipped::OptionalPath(e)),
         }
-    }
-}
-
-fn path_hint(inside: &Path) -> String {
-    if inside.starts_with("/run/opengl-driver") {
-        "the driver link is missing: on NixOS enable hardware.graphics with the NVIDIA driver; \
-         on other distributions add a [[rule.mount]] of the driver libraries at \
-         /run/opengl-driver/lib"
-            .to_string()
-    } else {
-        "create it, or mark it `required = false` in the config".to_string()
     }
 }

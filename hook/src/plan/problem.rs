@@ -93,38 +93,22 @@ impl Serialize for Problem {
 /// the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ProblemKind {
-    /// A required device glob matched nothing.
-    #[error("required device {glob} is missing")]
-    MissingDevice {
-        /// The glob.
-        glob: String,
-        /// The rule's hint, else the glob's usual fix.
-        fix: String,
-    },
-    /// A required device's path cannot be said in Nix's protocol.
+    /// A required device glob matched nothing: the glob, and the rule's hint, else the glob's
+    /// usual fix.
+    #[error("required device {0} is missing")]
+    MissingDevice(String, String),
+    /// A required device's path cannot be said in Nix's protocol: the device as the build sees
+    /// it, the glob that matched it, and the path on its chain that cannot be said.
     #[error(
-        "device {} (glob {glob}) cannot be given to the build: {bad:?} holds a newline or '=', \
+        "device {inside} (glob {1}) cannot be given to the build: {2:?} holds a newline or '=', \
          which Nix's pre-build-hook protocol cannot express",
-        .inside.display()
+        inside = .0.display()
     )]
-    DeviceUnexpressible {
-        /// The device as the build sees it.
-        inside: PathBuf,
-        /// The glob that matched it.
-        glob: String,
-        /// The path on its chain that cannot be said.
-        bad: PathBuf,
-    },
-    /// A required path cannot be followed.
-    #[error("required path {} is unusable: {error}", .inside.display())]
-    RequiredPath {
-        /// The path as the build sees it.
-        inside: PathBuf,
-        /// Why.
-        error: ChainError,
-        /// The rule's hint, else the path's usual fix.
-        fix: String,
-    },
+    DeviceUnexpressible(PathBuf, String, PathBuf),
+    /// A required path cannot be followed: the path as the build sees it, why, and the rule's
+    /// hint, else the path's usual fix.
+    #[error("required path {inside} is unusable: {1}", inside = .0.display())]
+    RequiredPath(PathBuf, ChainError, String),
     /// A required driver was not found: the driver link looked at, and the library
     /// directories looked in.
     #[error(
@@ -142,18 +126,13 @@ pub(crate) enum ProblemKind {
     /// A store path's closure could not be had.
     #[error("{0}")]
     Closure(ClosureError),
-    /// A closure member leads out of the store.
+    /// A closure member leads out of the store: the member, and where it leads.
     #[error(
         "closure member {} is a symlink to {}, outside the store",
-        .member.display(),
-        .to.display()
+        .0.display(),
+        .1.display()
     )]
-    ClosureEscapes {
-        /// The member.
-        member: PathBuf,
-        /// Where it leads.
-        to: PathBuf,
-    },
+    ClosureEscapes(PathBuf, PathBuf),
     /// The hook's parent is not the Nix that runs the build (it does not read the hook's
     /// standard output), or cannot be read: no one would hold the lease.
     #[error(
@@ -166,106 +145,59 @@ pub(crate) enum ProblemKind {
     /// The build's read-only `/sys` could not be made (the tree's one-line error).
     #[error("cannot give the build its read-only /sys: {0}")]
     Sysfs(String),
-    /// A named CDI device is not in the specs, or two specs define it.
-    #[error("{error}")]
-    CdiLookup {
-        /// Why.
-        error: LookupError,
-        /// The rule's hint for a device not found.
-        hint: Option<String>,
-    },
-    /// A CDI spec's device node is not a path the hook can use.
-    #[error("CDI {device}: device node {why}")]
-    CdiSpecNode {
-        /// The CDI device.
-        device: String,
-        /// What is wrong with the spec's path.
-        why: String,
-    },
-    /// A CDI device node on the host cannot be given to the build.
-    #[error("CDI {device}: device node {} {fault}", .inside.display())]
-    CdiNode {
-        /// The CDI device.
-        device: String,
-        /// The node as the build sees it.
-        inside: PathBuf,
-        /// What is wrong with it.
-        fault: NodeFault,
-    },
-    /// No GPU here, busy or not, satisfies the build's `cuda-sm-*` features.
-    #[error("no GPU here satisfies {} (this host has {here})", .unmet.join(", "))]
-    FeaturesUnmet {
-        /// The features no GPU meets.
-        unmet: Vec<String>,
-        /// The GPUs, `nvidia1 9.0 at 0000:02:00.0, …`.
-        here: String,
-    },
-    /// No set of the build's count of GPUs satisfies its `cuda-sm-*` features together.
+    /// A named CDI device is not in the specs, or two specs define it: why, and the rule's
+    /// hint for a device not found.
+    #[error("{0}")]
+    CdiLookup(LookupError, Option<String>),
+    /// A CDI spec's device node is not a path the hook can use: the CDI device, and what is
+    /// wrong with the spec's path.
+    #[error("CDI {0}: device node {1}")]
+    CdiSpecNode(String, String),
+    /// A CDI device node on the host cannot be given to the build: the CDI device, the node
+    /// as the build sees it, and what is wrong with it.
+    #[error("CDI {0}: device node {inside} {2}", inside = .1.display())]
+    CdiNode(String, PathBuf, NodeFault),
+    /// No GPU here, busy or not, satisfies the build's `cuda-sm-*` features: the features no
+    /// GPU meets, and the GPUs, `nvidia1 9.0 at 0000:02:00.0, …`.
+    #[error("no GPU here satisfies {unmet} (this host has {1})", unmet = .0.join(", "))]
+    FeaturesUnmet(Vec<String>, String),
+    /// No set of the build's count of GPUs satisfies its `cuda-sm-*` features together: the
+    /// build's GPU count, its `cuda-sm-*` features, and the GPUs, as for
+    /// [`ProblemKind::FeaturesUnmet`].
     #[error(
-        "no {count} of this host's GPUs together satisfy {} (this host has {here})",
-        .features.join(", ")
+        "no {0} of this host's GPUs together satisfy {features} (this host has {2})",
+        features = .1.join(", ")
     )]
-    FeaturesUnmetTogether {
-        /// The build's GPU count.
-        count: usize,
-        /// Its `cuda-sm-*` features.
-        features: Vec<String>,
-        /// The GPUs, as for [`ProblemKind::FeaturesUnmet`].
-        here: String,
-    },
-    /// A Jetson's GPU (`tegra_capability`) does not satisfy the build's features.
+    FeaturesUnmetTogether(usize, Vec<String>, String),
+    /// A Jetson's GPU (`tegra_capability`) does not satisfy the build's features: the
+    /// configured capability, and the features it does not meet.
     #[error(
-        "this Jetson's GPU ({capability}, tegra_capability) does not satisfy {}",
-        .unmet.join(", ")
+        "this Jetson's GPU ({0}, tegra_capability) does not satisfy {unmet}",
+        unmet = .1.join(", ")
     )]
-    TegraUnmet {
-        /// The configured capability.
-        capability: String,
-        /// The features it does not meet.
-        unmet: Vec<String>,
-    },
+    TegraUnmet(String, Vec<String>),
     /// The MIG instances cannot be read.
     #[error("the MIG instances cannot be read: {0}")]
     MigUnreadable(MigScanError),
-    /// A MIG capability's device node is missing.
-    #[error("the {capability}'s device node {} is missing", .inside.display())]
-    MigNodeMissing {
-        /// The capability.
-        capability: Capability,
-        /// Its node as the build sees it.
-        inside: PathBuf,
-    },
-    /// Something else is where a MIG capability's node should be.
-    #[error("{} is not the {capability}'s device node: {why}", .inside.display())]
-    MigNodeWrong {
-        /// The capability.
-        capability: Capability,
-        /// Its node as the build sees it.
-        inside: PathBuf,
-        /// What is there instead.
-        why: String,
-    },
-    /// A MIG capability's node cannot be followed within the roots.
-    #[error("the {capability}'s device node {}: {error}", .inside.display())]
-    MigNodeChain {
-        /// The capability.
-        capability: Capability,
-        /// Its node as the build sees it.
-        inside: PathBuf,
-        /// Why.
-        error: ChainError,
-    },
-    /// A MIG capability's node cannot be said in Nix's protocol.
+    /// A MIG capability's device node is missing: the capability, and its node as the build
+    /// sees it.
+    #[error("the {0}'s device node {inside} is missing", inside = .1.display())]
+    MigNodeMissing(Capability, PathBuf),
+    /// Something else is where a MIG capability's node should be: the capability, its node as
+    /// the build sees it, and what is there instead.
+    #[error("{inside} is not the {0}'s device node: {2}", inside = .1.display())]
+    MigNodeWrong(Capability, PathBuf, String),
+    /// A MIG capability's node cannot be followed within the roots: the capability, its node
+    /// as the build sees it, and why.
+    #[error("the {0}'s device node {inside}: {2}", inside = .1.display())]
+    MigNodeChain(Capability, PathBuf, ChainError),
+    /// A MIG capability's node cannot be said in Nix's protocol: the capability, and the path
+    /// on its chain that cannot be said.
     #[error(
-        "the {capability}'s device node cannot be given to the build: {bad:?} holds a newline \
-         or '=', which Nix's pre-build-hook protocol cannot express"
+        "the {0}'s device node cannot be given to the build: {1:?} holds a newline or '=', \
+         which Nix's pre-build-hook protocol cannot express"
     )]
-    MigNodeUnexpressible {
-        /// The capability.
-        capability: Capability,
-        /// The path on its chain that cannot be said.
-        bad: PathBuf,
-    },
+    MigNodeUnexpressible(Capability, PathBuf),
 }
 
 /// What is wrong with a CDI device node found on the host.
@@ -289,12 +221,10 @@ impl ProblemKind {
     /// What to do about it, in one line.
     pub(crate) fn fix(&self) -> Cow<'_, str> {
         match self {
-            ProblemKind::MissingDevice { fix, .. } | ProblemKind::RequiredPath { fix, .. } => {
+            ProblemKind::MissingDevice(_, fix) | ProblemKind::RequiredPath(_, _, fix) => {
                 Cow::Borrowed(fix)
             }
-            ProblemKind::DeviceUnexpressible { .. } => {
-                "rename the device node (its udev rule)".into()
-            }
+            ProblemKind::DeviceUnexpressible(..) => "rename the device node (its udev rule)".into(),
             ProblemKind::NoDriver(..) => "install the NVIDIA driver; on NixOS enable \
                 hardware.graphics with the NVIDIA driver, elsewhere make sure ldconfig knows \
                 libcuda.so.1"
@@ -306,7 +236,7 @@ impl ProblemKind {
             ProblemKind::Closure(_) => {
                 "check that the path is valid in this Nix store (`nix-store --verify-path`)".into()
             }
-            ProblemKind::ClosureEscapes { .. } => "a store path must not lead out of the store: \
+            ProblemKind::ClosureEscapes(..) => "a store path must not lead out of the store: \
                 check the closure cache and the store (`nix-store --verify --check-contents`)"
                 .into(),
             ProblemKind::NoLeaseHolder => {
@@ -317,43 +247,39 @@ impl ProblemKind {
             ProblemKind::Sysfs(_) => "run the hook as root on a host with /sys mounted (see \
                 sysfs in docs/configuration.md)"
                 .into(),
-            ProblemKind::CdiLookup {
-                error: LookupError::NotFound(..),
-                hint,
-            } => match hint {
+            ProblemKind::CdiLookup(LookupError::NotFound(..), hint) => match hint {
                 Some(hint) => Cow::Borrowed(hint),
                 None => "generate the spec (`nvidia-ctk cdi generate \
                     --output=/etc/cdi/nvidia.yaml`) or name a device it lists (`nvidia-ctk cdi \
                     list`)"
                     .into(),
             },
-            ProblemKind::CdiLookup {
-                error: LookupError::Conflict(..),
-                ..
-            } => "remove one of the two specs, or move it to another of cdi_spec_dirs".into(),
-            ProblemKind::CdiSpecNode { .. } => "fix the spec (`nvidia-ctk cdi generate`)".into(),
-            ProblemKind::CdiNode { .. } => "load the driver and create its nodes \
+            ProblemKind::CdiLookup(LookupError::Conflict(..), _) => {
+                "remove one of the two specs, or move it to another of cdi_spec_dirs".into()
+            }
+            ProblemKind::CdiSpecNode(..) => "fix the spec (`nvidia-ctk cdi generate`)".into(),
+            ProblemKind::CdiNode(..) => "load the driver and create its nodes \
                 (`nvidia-modprobe`), or regenerate the spec (`nvidia-ctk cdi generate`)"
                 .into(),
-            ProblemKind::FeaturesUnmet { .. } => "build it on a builder whose GPUs do: this \
+            ProblemKind::FeaturesUnmet(..) => "build it on a builder whose GPUs do: this \
                 builder advertises features its GPUs lack (compare its system-features with \
                 `cuda-sandbox-check features`)"
                 .into(),
-            ProblemKind::FeaturesUnmetTogether { .. } => "ask for more GPUs (the derivation's \
+            ProblemKind::FeaturesUnmetTogether(..) => "ask for more GPUs (the derivation's \
                 cudaSandboxGpus, or gpus_per_build) or build it where fewer GPUs satisfy it"
                 .into(),
-            ProblemKind::TegraUnmet { .. } => "build it on a builder whose GPU does \
+            ProblemKind::TegraUnmet(..) => "build it on a builder whose GPU does \
                 (`cuda-sandbox-check features` prints what a builder may advertise)"
                 .into(),
             ProblemKind::MigUnreadable(_) => "check the NVIDIA driver's MIG files (`nvidia-smi \
                 mig -lgi`), or remove [rule.mig] from the rule"
                 .into(),
-            ProblemKind::MigNodeMissing { capability, .. }
-            | ProblemKind::MigNodeChain { capability, .. } => create(capability).into(),
-            ProblemKind::MigNodeWrong { capability, .. } => {
+            ProblemKind::MigNodeMissing(capability, _)
+            | ProblemKind::MigNodeChain(capability, ..) => create(capability).into(),
+            ProblemKind::MigNodeWrong(capability, ..) => {
                 format!("remove it, then {}", create(capability)).into()
             }
-            ProblemKind::MigNodeUnexpressible { .. } => {
+            ProblemKind::MigNodeUnexpressible(..) => {
                 "rename /dev/nvidia-caps (its udev rule)".into()
             }
         }
@@ -382,11 +308,11 @@ mod tests {
         let link = || ChainError::Missing("/dev/x".into());
         for (kind, text) in [
             (
-                ProblemKind::DeviceUnexpressible {
-                    inside: "/dev/a\nb".into(),
-                    glob: "/dev/a*".into(),
-                    bad: "/dev/a\nb".into(),
-                },
+                ProblemKind::DeviceUnexpressible(
+                    "/dev/a\nb".into(),
+                    "/dev/a*".into(),
+                    "/dev/a\nb".into(),
+                ),
                 "device /dev/a\nb (glob /dev/a*) cannot be given to the build: \"/dev/a\\nb\" \
                  holds a newline or '=', which Nix's pre-build-hook protocol cannot express: \
                  rename the device node (its udev rule)"
@@ -404,20 +330,17 @@ mod tests {
                     .to_owned(),
             ),
             (
-                ProblemKind::ClosureEscapes {
-                    member: "/nix/store/x".into(),
-                    to: "/etc".into(),
-                },
+                ProblemKind::ClosureEscapes("/nix/store/x".into(), "/etc".into()),
                 "closure member /nix/store/x is a symlink to /etc, outside the store: a store \
                  path must not lead out of the store: check the closure cache and the store \
                  (`nix-store --verify --check-contents`)"
                     .to_owned(),
             ),
             (
-                ProblemKind::FeaturesUnmet {
-                    unmet: vec!["cuda-sm-100a".into()],
-                    here: "nvidia0 8.9 at 0000:01:00.0, nvidia1 9.0 at 0000:02:00.0".into(),
-                },
+                ProblemKind::FeaturesUnmet(
+                    vec!["cuda-sm-100a".into()],
+                    "nvidia0 8.9 at 0000:01:00.0, nvidia1 9.0 at 0000:02:00.0".into(),
+                ),
                 "no GPU here satisfies cuda-sm-100a (this host has nvidia0 8.9 at 0000:01:00.0, \
                  nvidia1 9.0 at 0000:02:00.0): build it on a builder whose GPUs do: this builder \
                  advertises features its GPUs lack (compare its system-features with \
@@ -425,11 +348,11 @@ mod tests {
                     .to_owned(),
             ),
             (
-                ProblemKind::FeaturesUnmetTogether {
-                    count: 1,
-                    features: vec!["cuda-sm-90a".into(), "cuda-sm-100f".into()],
-                    here: "nvidia0 9.0 at 0000:01:00.0, nvidia1 10.0 at 0000:02:00.0".into(),
-                },
+                ProblemKind::FeaturesUnmetTogether(
+                    1,
+                    vec!["cuda-sm-90a".into(), "cuda-sm-100f".into()],
+                    "nvidia0 9.0 at 0000:01:00.0, nvidia1 10.0 at 0000:02:00.0".into(),
+                ),
                 "no 1 of this host's GPUs together satisfy cuda-sm-90a, cuda-sm-100f (this host \
                  has nvidia0 9.0 at 0000:01:00.0, nvidia1 10.0 at 0000:02:00.0): ask for more \
                  GPUs (the derivation's cudaSandboxGpus, or gpus_per_build) or build it where \
@@ -437,10 +360,7 @@ mod tests {
                     .to_owned(),
             ),
             (
-                ProblemKind::TegraUnmet {
-                    capability: "8.7".into(),
-                    unmet: vec!["cuda-sm-90".into()],
-                },
+                ProblemKind::TegraUnmet("8.7".into(), vec!["cuda-sm-90".into()]),
                 "this Jetson's GPU (8.7, tegra_capability) does not satisfy cuda-sm-90: build it \
                  on a builder whose GPU does (`cuda-sandbox-check features` prints what a \
                  builder may advertise)"
@@ -465,70 +385,56 @@ mod tests {
                     .to_owned(),
             ),
             (
-                ProblemKind::CdiSpecNode {
-                    device: "nvidia.com/gpu=0".into(),
-                    why: "\"x\" is not an absolute path".into(),
-                },
+                ProblemKind::CdiSpecNode(
+                    "nvidia.com/gpu=0".into(),
+                    "\"x\" is not an absolute path".into(),
+                ),
                 "CDI nvidia.com/gpu=0: device node \"x\" is not an absolute path: fix the spec \
                  (`nvidia-ctk cdi generate`)"
                     .to_owned(),
             ),
             (
-                ProblemKind::CdiNode {
-                    device: "nvidia.com/gpu=0".into(),
-                    inside: "/dev/nvidia0".into(),
-                    fault: NodeFault::NotCharDevice("/host/dev/nvidia0".into()),
-                },
+                ProblemKind::CdiNode(
+                    "nvidia.com/gpu=0".into(),
+                    "/dev/nvidia0".into(),
+                    NodeFault::NotCharDevice("/host/dev/nvidia0".into()),
+                ),
                 "CDI nvidia.com/gpu=0: device node /dev/nvidia0 (/host/dev/nvidia0) is not a \
                  character device: load the driver and create its nodes (`nvidia-modprobe`), \
                  or regenerate the spec (`nvidia-ctk cdi generate`)"
                     .to_owned(),
             ),
             (
-                ProblemKind::CdiNode {
-                    device: "d".into(),
-                    inside: "/dev/x".into(),
-                    fault: NodeFault::Unusable(link()),
-                },
+                ProblemKind::CdiNode("d".into(), "/dev/x".into(), NodeFault::Unusable(link())),
                 "CDI d: device node /dev/x is unusable: /dev/x does not exist: load the driver \
                  and create its nodes (`nvidia-modprobe`), or regenerate the spec (`nvidia-ctk \
                  cdi generate`)"
                     .to_owned(),
             ),
             (
-                ProblemKind::MigNodeMissing {
-                    capability: gi,
-                    inside: "/dev/nvidia-caps/nvidia-cap12".into(),
-                },
+                ProblemKind::MigNodeMissing(gi, "/dev/nvidia-caps/nvidia-cap12".into()),
                 format!(
                     "the GPU instance nvidia0/gi1's device node /dev/nvidia-caps/nvidia-cap12 \
                      is missing: {create}"
                 ),
             ),
             (
-                ProblemKind::MigNodeWrong {
-                    capability: gi,
-                    inside: "/dev/nvidia-caps/nvidia-cap12".into(),
-                    why: "a directory".into(),
-                },
+                ProblemKind::MigNodeWrong(
+                    gi,
+                    "/dev/nvidia-caps/nvidia-cap12".into(),
+                    "a directory".into(),
+                ),
                 format!(
                     "/dev/nvidia-caps/nvidia-cap12 is not the GPU instance nvidia0/gi1's device \
                      node: a directory: remove it, then {create}"
                 ),
             ),
             (
-                ProblemKind::MigNodeChain {
-                    capability: gi,
-                    inside: "/dev/x".into(),
-                    error: link(),
-                },
+                ProblemKind::MigNodeChain(gi, "/dev/x".into(), link()),
                 format!("the GPU instance nvidia0/gi1's device node /dev/x: /dev/x does not exist: {create}"),
             ),
             (
-                ProblemKind::MigNodeUnexpressible {
-                    capability: gi,
-                    bad: "/dev/nvidia-caps=".into(),
-                },
+                ProblemKind::MigNodeUnexpressible(gi, "/dev/nvidia-caps=".into()),
                 "the GPU instance nvidia0/gi1's device node cannot be given to the build: \
                  \"/dev/nvidia-caps=\" holds a newline or '=', which Nix's pre-build-hook \
                  protocol cannot express: rename /dev/nvidia-caps (its udev rule)"

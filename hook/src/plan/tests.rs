@@ -285,10 +285,10 @@ fn a_required_device_that_is_missing_is_a_problem_with_the_fix() {
         plan.problems[0],
         Problem::new(
             "gpu",
-            ProblemKind::MissingDevice {
-                glob: "/dev/nvidia-uvm".into(),
-                fix: devices::device_hint("/dev/nvidia-uvm"),
-            }
+            ProblemKind::MissingDevice(
+                "/dev/nvidia-uvm".into(),
+                devices::device_hint("/dev/nvidia-uvm"),
+            )
         )
     );
 }
@@ -823,10 +823,7 @@ fn a_closure_member_linking_out_of_the_store_is_refused() {
     );
     assert_eq!(insides(&plan), ["/nix/store/aaa-x", "/nix/store/bbb-ok"]);
     assert_eq!(plan.problems.len(), 2);
-    let escapes = |member: &str, to: &str| ProblemKind::ClosureEscapes {
-        member: member.into(),
-        to: to.into(),
-    };
+    let escapes = |member: &str, to: &str| ProblemKind::ClosureEscapes(member.into(), to.into());
     assert_eq!(
         plan.problems.iter().map(|p| &p.kind).collect::<Vec<_>>(),
         [
@@ -1040,10 +1037,10 @@ fn a_host_that_cannot_satisfy_the_features_fails_at_once_naming_them_and_its_gpu
         assert_eq!(plan.gpu_demand, None, "{top}");
         assert_eq!(
             plan.problems[0].kind,
-            ProblemKind::FeaturesUnmet {
-                unmet: vec!["cuda-sm-100a".into()],
-                here: "nvidia0 8.9 at 0000:01:00.0, nvidia1 9.0 at 0000:02:00.0".into(),
-            }
+            ProblemKind::FeaturesUnmet(
+                vec!["cuda-sm-100a".into()],
+                "nvidia0 8.9 at 0000:01:00.0, nvidia1 9.0 at 0000:02:00.0".into(),
+            )
         );
     }
     let (c, v) = mixed_host("gpus_per_build = 1\n");
@@ -1060,7 +1057,7 @@ fn a_host_that_cannot_satisfy_the_features_fails_at_once_naming_them_and_its_gpu
     let plan = decide_on(&req, &c, &v);
     assert!(
         matches!(&plan.problems[0].kind,
-            ProblemKind::FeaturesUnmet { unmet, .. } if unmet == &["cuda-sm-9x"]),
+            ProblemKind::FeaturesUnmet(unmet, _) if unmet == &["cuda-sm-9x"]),
         "{:?}",
         plan.problems
     );
@@ -1105,9 +1102,6 @@ fn a_jetson_is_held_to_its_configured_capability() {
     let plan = decide_on(&requiring(&c, &["cuda", "cuda-sm-90"]), &c, &v);
     assert_eq!(
         plan.problems[0].kind,
-        ProblemKind::TegraUnmet {
-            capability: "8.7".into(),
-            unmet: vec!["cuda-sm-90".into()],
-        }
+        ProblemKind::TegraUnmet("8.7".into(), vec!["cuda-sm-90".into()])
     );
 }

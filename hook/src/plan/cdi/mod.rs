@@ -87,10 +87,7 @@ impl Decision {
                 }
                 Err(error) => self.problems.push(Problem::new(
                     rule,
-                    ProblemKind::CdiLookup {
-                        error: error.clone(),
-                        hint: cdi.hint.clone(),
-                    },
+                    ProblemKind::CdiLookup(error.clone(), cdi.hint.clone()),
                 )),
             }
         }
@@ -140,7 +137,7 @@ impl Decision {
         let device = part.device.clone();
         let host = n.host_path.as_deref().unwrap_or(&n.path);
         if let Some(why) = unusable(&[&n.path, host]) {
-            let kind = ProblemKind::CdiSpecNode { device, why };
+            let kind = ProblemKind::CdiSpecNode(device, why);
             return self.problems.push(Problem::new(at.rule, kind));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
@@ -158,11 +155,7 @@ impl Decision {
                 }
             },
         };
-        let kind = ProblemKind::CdiNode {
-            device,
-            inside,
-            fault,
-        };
+        let kind = ProblemKind::CdiNode(device, inside, fault);
         self.problems.push(Problem::new(at.rule, kind));
     }
 
@@ -217,13 +210,8 @@ impl Decision {
         }
         if let Some(rel) = data_file_place(&inside) {
             let reason = cdi_reason(at, part, found, CdiItem::DataFile);
-            self.add_optional_host_path(
-                at.rule,
-                &at.link_share.join(rel),
-                &outside,
-                at.view,
-                reason,
-            );
+            let share = at.link_share.join(rel);
+            self.add_optional_host_path(at.rule, &share, &outside, at.view, reason);
         }
         let reason = cdi_reason(at, part, found, CdiItem::Mount);
         self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
@@ -279,11 +267,6 @@ pub(super) fn owning_gpu(e: &Exposure) -> Option<u32> {
         Reason::Cdi { gpu: Some(g), .. } => Some(*g),
         _ => super::gpu_number(&e.inside),
     }
-}
-
-/// Keeps the edits not carried out of every build's and of the GPUs `leased` only.
-pub(super) fn keep_leased(not_carried_out: &mut Vec<NotCarriedOut>, leased: &[u32]) {
-    not_carried_out.retain(|n| n.gpu.is_none_or(|g| leased.contains(&g)));
 }
 
 /// The reason of an exposure `item` of a device's part.
