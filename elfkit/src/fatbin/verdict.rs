@@ -383,15 +383,11 @@ pub fn judge_loads(
         let c = &code.containers[i];
         let load = load(&c.entries);
         let loaded_by_the_program = matches!(c.origin, Origin::Scan(_));
-        let mut holds = None;
-        if read_modules && load.fails() && !loaded_by_the_program {
-            match reads.holds(data, code, i) {
-                Some(h) => holds = Some(h),
-                None => {
-                    judgement.not_judged.inert += 1;
-                    continue;
-                }
-            }
+        let read = read_modules && load.fails() && !loaded_by_the_program;
+        let holds = read.then(|| reads.holds(data, code, i));
+        if holds == Some(None) {
+            judgement.not_judged.inert += 1;
+            continue;
         }
         match load {
             Load::NotForTheDriver => judgement.not_judged.nvvm_only += 1,
@@ -399,7 +395,7 @@ pub fn judge_loads(
                 module: i,
                 load,
                 loaded_by_the_program,
-                holds,
+                holds: holds.flatten(),
             }),
         }
     }
