@@ -118,25 +118,15 @@ pub struct Dlopen {
     pub missing: Vec<Missing>,
 }
 
-/// Why the first object cannot be started.
+/// Why the first object cannot be started: the file, and why not.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StartError {
     /// It cannot be opened.
-    #[error("{}: {error}", .path.display())]
-    Open {
-        /// The file.
-        path: PathBuf,
-        /// Why not.
-        error: String,
-    },
-    /// It is not an ELF file the loader takes.
-    #[error("{}: {reason}", .path.display())]
-    Unusable {
-        /// The file.
-        path: PathBuf,
-        /// Why not (glibc's words where it has them).
-        reason: String,
-    },
+    #[error("{path}: {1}", path = .0.display())]
+    Open(PathBuf, String),
+    /// It is not an ELF file the loader takes (glibc's words where it has them).
+    #[error("{path}: {1}", path = .0.display())]
+    Unusable(PathBuf, String),
     /// A process was already started.
     #[error("the process has started already")]
     Started,
@@ -185,14 +175,8 @@ impl<'a, F: Fs> Process<'a, F> {
             return Err(StartError::Started);
         }
         let (attempt, opened) = search::try_file(path, self.loader.elf, self.fs);
-        let unusable = |reason: String| StartError::Unusable {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let open = |error: String| StartError::Open {
-            path: path.to_path_buf(),
-            error,
-        };
+        let unusable = |reason: String| StartError::Unusable(path.to_path_buf(), reason);
+        let open = |error: String| StartError::Open(path.to_path_buf(), error);
         let opened = match (attempt, opened) {
             (search::Attempt::Loadable, Some(o)) => o,
             (search::Attempt::Unusable(reason), _) => return Err(unusable(reason)),
