@@ -80,11 +80,7 @@ pub struct Table {
 }
 
 fn optional(text: &str) -> Result<Option<CudaVersion>, TableFault> {
-    if text == "-" {
-        Ok(None)
-    } else {
-        table::release(text).map(Some)
-    }
+    (text != "-").then(|| table::release(text)).transpose()
 }
 
 fn until(text: &str) -> Result<Option<Until>, TableFault> {
