@@ -124,13 +124,10 @@ fn elf_containers(
     out: &mut Vec<Container>,
     strings: &mut CStrings,
 ) -> Result<(), FatbinError> {
-    let file = match object::File::parse(data) {
-        Ok(file) => file,
-        Err(e) => {
-            strings.give_up();
-            return Err(FatbinError::Container(e.to_string()));
-        }
-    };
+    let file = object::File::parse(data).map_err(|e| {
+        strings.give_up();
+        FatbinError::Container(e.to_string())
+    })?;
     if !file.is_little_endian() {
         strings.give_up();
         return Ok(()); // fat binaries are little-endian; NVIDIA ships no others
