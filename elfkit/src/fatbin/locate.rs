@@ -158,14 +158,11 @@ fn elf_containers(
     }
     let relocatable = file.kind() == ObjectKind::Relocatable;
     let mut walked = Ranges::default();
-    for s in &placed {
-        if s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION {
-            continue;
-        }
-        if walked.meets(s.start, s.end) {
-            continue;
-        }
+    for s in (placed.iter()).filter(|s| s.name == FATBIN_SECTION || s.name == RELFATBIN_SECTION) {
         let (start, end) = (s.start, s.end);
+        if walked.meets(start, end) {
+            continue;
+        }
         let section_base = base + start as u64;
         for found in containers_in(&data[start..end], section_base)? {
             let mut c = container(section_base, found, Origin::Section(s.name.clone()));
