@@ -152,11 +152,7 @@ mod tests {
 
     #[test]
     fn bad_rows_are_refused_with_their_line() {
-        let line = |line: usize, fault: TableFault| TableError::Line {
-            table: "releases.txt",
-            line,
-            fault,
-        };
+        let line = |line: usize, fault: TableFault| TableError::Line("releases.txt", line, fault);
         for (bad, want) in [
             ("release | 12.2", line(1, TableFault::ReleasesRow)),
             (

@@ -7,16 +7,10 @@ use super::{CudaVersion, ValueError};
 /// Why a table does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TableError {
-    /// A line is wrong.
-    #[error("{table} line {line}: {fault}")]
-    Line {
-        /// The table's file name.
-        table: &'static str,
-        /// The line's number, from 1.
-        line: usize,
-        /// What is wrong with it.
-        fault: TableFault,
-    },
+    /// A line is wrong: the table's file name, the line's number (from 1), what is wrong with
+    /// it.
+    #[error("{0} line {1}: {2}")]
+    Line(&'static str, usize, TableFault),
     /// `releases.txt` has no release or no branch rows.
     #[error("{0}: no releases or no branches")]
     Empty(&'static str),
@@ -80,7 +74,7 @@ pub(super) fn rows<'a>(
 ) -> impl Iterator<Item = (&'a str, impl Fn(TableFault) -> TableError + Copy)> {
     let rows = text.lines().map(str::trim).zip(1..);
     rows.filter(|(text, _)| !text.is_empty() && !text.starts_with('#'))
-        .map(move |(text, line)| (text, move |fault| TableError::Line { table, line, fault }))
+        .map(move |(text, line)| (text, move |fault| TableError::Line(table, line, fault)))
 }
 
 /// `12.8` → 12080.
