@@ -135,10 +135,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     let mapped = |addr: u64, what: &'static str| -> Result<Option<(u64, u64)>, ElfError> {
         let &(vaddr, _, offset, filesz) = (segments.iter().rev())
             .find(|&&(v, m, _, _)| addr >= v && addr - v < m)
-            .ok_or(ElfError::Unmapped {
-                what,
-                address: addr,
-            })?;
+            .ok_or(ElfError::Unmapped(what, addr))?;
         let delta = addr - vaddr;
         if delta >= filesz {
             return Ok(None);
