@@ -365,16 +365,14 @@ pub fn judge_loads(
     if loadable.is_empty() {
         return judgement;
     }
-    match judgement.gpu {
-        Drives::Yes => {}
-        Drives::TooOld { .. } | Drives::Dropped { .. } => {
-            judgement.verdict = FileVerdict::Fails;
-            return judgement;
-        }
-        Drives::Renamed { .. } | Drives::Unknown => {
-            judgement.verdict = FileVerdict::Unknown;
-            return judgement;
-        }
+    let undriven = match judgement.gpu {
+        Drives::Yes => None,
+        Drives::TooOld { .. } | Drives::Dropped { .. } => Some(FileVerdict::Fails),
+        Drives::Renamed { .. } | Drives::Unknown => Some(FileVerdict::Unknown),
+    };
+    if let Some(verdict) = undriven {
+        judgement.verdict = verdict;
+        return judgement;
     }
     // Rule 5 first: a file it fails needs no module read for rule 4.
     judgement.newer_toolkit = toolkit;
