@@ -406,18 +406,11 @@ impl<'a, F: Fs> Process<'a, F> {
         if self.objects[by].info.runpath.is_none() {
             // The DT_RPATH of the loading object, of the one that caused it to be loaded, and
             // on up; then the executable's, if not among them.
-            let mut did_main = false;
-            let mut at = Some(by);
-            while let Some(i) = at {
+            let up = || std::iter::successors(Some(by), |&i| self.objects[i].loaded_by);
+            let main = self.main.filter(|&m| !up().any(|i| i == m));
+            for i in up().chain(main) {
                 if let Some(r) = rpath(i) {
                     lists.push(list(Source::Rpath(self.objects[i].path.clone()), r, i));
-                    did_main |= Some(i) == self.main;
-                }
-                at = self.objects[i].loaded_by;
-            }
-            if let Some(m) = self.main.filter(|_| !did_main) {
-                if let Some(r) = rpath(m) {
-                    lists.push(list(Source::Rpath(self.objects[m].path.clone()), r, m));
                 }
             }
         }
