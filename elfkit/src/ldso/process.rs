@@ -266,7 +266,7 @@ impl<'a, F: Fs> Process<'a, F> {
     /// The object that answers to `name` (a name it was loaded by, its path, or its
     /// soname), as `_dl_lookup_map` finds it.
     pub fn lookup(&self, name: &str) -> Option<usize> {
-        self.order.iter().copied().chain(self.rtld).find(|&i| {
+        self.loaded().find(|&i| {
             let o = &self.objects[i];
             o.names.iter().any(|n| n == name)
                 || o.path.as_os_str() == name
@@ -299,6 +299,11 @@ impl<'a, F: Fs> Process<'a, F> {
     /// Every name that could not be loaded (at start, and by `dlopen`s that failed).
     pub fn missing(&self) -> &[Missing] {
         &self.missing
+    }
+
+    /// The objects loaded, in load order, and then the dynamic loader (loaded or not).
+    fn loaded(&self) -> impl Iterator<Item = usize> + '_ {
+        self.order.iter().copied().chain(self.rtld)
     }
 
     fn add(&mut self, object: Object) -> usize {
@@ -367,13 +372,8 @@ impl<'a, F: Fs> Process<'a, F> {
         };
         let path = path.to_path_buf();
         // The same file under another name is the object already loaded.
-        if let Some(id) = self
-            .order
-            .iter()
-            .copied()
-            .chain(self.rtld)
-            .find(|&i| self.objects[i].id == opened.id)
-        {
+        let same = self.loaded().find(|&i| self.objects[i].id == opened.id);
+        if let Some(id) = same {
             self.objects[id].names.push(name.to_string());
             if Some(id) == self.rtld && !self.order.contains(&id) {
                 self.order.push(id);
