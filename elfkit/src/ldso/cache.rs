@@ -245,8 +245,7 @@ fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
 
 fn c_string(bytes: &[u8], at: usize) -> Option<&[u8]> {
     let rest = bytes.get(at..)?;
-    let end = memchr::memchr(0, rest)?;
-    Some(&rest[..end])
+    rest.get(..memchr::memchr(0, rest)?)
 }
 
 #[cfg(test)]
