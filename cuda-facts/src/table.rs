@@ -81,10 +81,8 @@ pub(super) fn rows<'a>(
 pub(super) fn release(text: &str) -> Result<CudaVersion, TableFault> {
     let bad = || TableFault::Release(text.to_owned());
     let (major, minor) = text.split_once('.').ok_or_else(bad)?;
-    let major: i32 = major.parse().map_err(|_| bad())?;
-    let minor: i32 = minor.parse().map_err(|_| bad())?;
-    if !(0..10).contains(&minor) || major <= 0 {
-        return Err(bad());
+    match (major.parse::<i32>(), minor.parse::<i32>()) {
+        (Ok(major @ 1..), Ok(minor @ 0..=9)) => Ok(CudaVersion(major * 1000 + minor * 10)),
+        _ => Err(bad()),
     }
-    Ok(CudaVersion(major * 1000 + minor * 10))
 }
