@@ -193,19 +193,12 @@ fn elf_containers(
             out.push(container(base, (at, entries, stop), origin));
         }
     }
+    use SectionKind::{Data, ReadOnlyData, ReadOnlyDataWithRel};
     // The magic elsewhere: data sections only (never code, never the ones walked), each byte
     // once however the section headers overlap.
-    let mut data_sections: Vec<&Placed> = placed
-        .iter()
-        .filter(|s| {
-            s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION && s.name != WRAPPER_SECTION
-        })
-        .filter(|s| {
-            matches!(
-                s.kind,
-                SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
-            )
-        })
+    let mut data_sections: Vec<&Placed> = (placed.iter())
+        .filter(|s| ![FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION].contains(&&*s.name))
+        .filter(|s| matches!(s.kind, Data | ReadOnlyData | ReadOnlyDataWithRel))
         .collect();
     data_sections.sort_by_key(|s| (s.start, s.end));
     // The sections the strings are looked for in: the scanned ones but ReadOnlyDataWithRel
