@@ -97,11 +97,8 @@ pub fn native_flags() -> Option<i32> {
 
 /// The cache flags of `elf`'s libraries (`_DL_CACHE_DEFAULT_ID`), where glibc defines them.
 pub fn default_flags(elf: ElfHost) -> Option<i32> {
-    match (elf.machine, elf.class64) {
-        (62, true) => Some(FLAG_ELF_LIBC6 | FLAG_X8664_LIB64),
-        (183, true) => Some(FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64),
-        _ => None,
-    }
+    elf.x86_64_or_aarch64(FLAG_X8664_LIB64, FLAG_AARCH64_LIB64)
+        .map(|machine| FLAG_ELF_LIBC6 | machine)
 }
 
 /// Whether a cache entry with `flags` is for `elf` (`_dl_cache_check_flags`: the machine's

@@ -39,18 +39,21 @@ impl ElfHost {
     /// The path programs for this machine name as their interpreter (`PT_INTERP`) outside
     /// Nix: `/lib64/ld-linux-x86-64.so.2`, `/lib/ld-linux-aarch64.so.1`.
     pub fn standard_interpreter(self) -> Option<&'static Path> {
-        match (self.machine, self.class64) {
-            (62, true) => Some(Path::new("/lib64/ld-linux-x86-64.so.2")),
-            (183, true) => Some(Path::new("/lib/ld-linux-aarch64.so.1")),
-            _ => None,
-        }
+        self.x86_64_or_aarch64("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
+            .map(Path::new)
     }
 
     /// The Debian multiarch triplet (`x86_64-linux-gnu`), where known.
     pub fn multiarch(self) -> Option<&'static str> {
+        self.x86_64_or_aarch64("x86_64-linux-gnu", "aarch64-linux-gnu")
+    }
+
+    /// `x86_64` on a 64-bit x86 machine, `aarch64` on a 64-bit Arm one, none on others: what
+    /// this model knows of each machine.
+    pub(crate) fn x86_64_or_aarch64<T>(self, x86_64: T, aarch64: T) -> Option<T> {
         match (self.machine, self.class64) {
-            (62, true) => Some("x86_64-linux-gnu"),
-            (183, true) => Some("aarch64-linux-gnu"),
+            (62, true) => Some(x86_64),
+            (183, true) => Some(aarch64),
             _ => None,
         }
     }
