@@ -124,10 +124,9 @@ impl Cache {
                 .and_then(|n| n.checked_add(16))
                 .ok_or(CacheError::LegacySize)?;
             let start = end.div_ceil(8) * 8;
-            match bytes.get(start..) {
-                Some(rest) if rest.starts_with(MAGIC_NEW) => rest,
-                _ => return Err(CacheError::LegacyOnly),
-            }
+            (bytes.get(start..))
+                .filter(|rest| rest.starts_with(MAGIC_NEW))
+                .ok_or(CacheError::LegacyOnly)?
         } else {
             return Err(CacheError::Magic);
         };
