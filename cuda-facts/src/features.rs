@@ -103,17 +103,11 @@ pub fn required<'a>(features: impl IntoIterator<Item = &'a str>) -> Required {
         let Some(body) = name.strip_prefix("cuda-sm-") else {
             continue;
         };
-        match Arch::parse(body) {
-            Ok(arch) if feature_name(arch) == name => {
-                if !required.archs.contains(&arch) {
-                    required.archs.push(arch);
-                }
-            }
-            _ => {
-                if !required.malformed.iter().any(|m| m == name) {
-                    required.malformed.push(name.to_owned());
-                }
-            }
+        match (Arch::parse(body).ok()).filter(|&arch| feature_name(arch) == name) {
+            Some(arch) if required.archs.contains(&arch) => {}
+            Some(arch) => required.archs.push(arch),
+            None if required.malformed.iter().any(|m| m == name) => {}
+            None => required.malformed.push(name.to_owned()),
         }
     }
     required

@@ -80,11 +80,7 @@ pub struct Table {
 }
 
 fn optional(text: &str) -> Result<Option<CudaVersion>, TableFault> {
-    if text == "-" {
-        Ok(None)
-    } else {
-        table::release(text).map(Some)
-    }
+    (text != "-").then(|| table::release(text)).transpose()
 }
 
 fn until(text: &str) -> Result<Option<Until>, TableFault> {
@@ -281,11 +277,7 @@ mod tests {
     #[test]
     fn bad_rows_are_refused_with_their_line() {
         use crate::ValueError;
-        let line = |line: usize, fault: TableFault| TableError::Line {
-            table: "gpus.txt",
-            line,
-            fault,
-        };
+        let line = |line: usize, fault: TableFault| TableError::Line("gpus.txt", line, fault);
         let pin = "nixpkgs: NixOS/nixpkgs 1da571d99afc691f51e18caaf287375116e315d1";
         for (bad, want) in [
             ("9.0 | Hopper | no | 11.8 | - | -".to_owned(), line(1, TableFault::Fields(6))),

@@ -23,14 +23,10 @@ impl CudaVersion {
         let bad = || format!("bad CUDA version {text:?}: write 12.2 or 12020");
         let text = text.trim();
         let value = match text.split_once('.') {
-            Some((major, minor)) => {
-                let major: i32 = major.parse().map_err(|_| bad())?;
-                let minor: i32 = minor.parse().map_err(|_| bad())?;
-                if !(0..100).contains(&minor) || !(0..1000).contains(&major) {
-                    return Err(bad());
-                }
-                1000 * major + 10 * minor
-            }
+            Some((major, minor)) => match (major.parse::<i32>(), minor.parse::<i32>()) {
+                (Ok(major @ 0..=999), Ok(minor @ 0..=99)) => 1000 * major + 10 * minor,
+                _ => return Err(bad()),
+            },
             None => match text.parse::<i32>().map_err(|_| bad())? {
                 major @ 1..=999 => 1000 * major,
                 encoded => encoded,
@@ -144,12 +140,10 @@ impl Capability {
         let bad = || ValueError::Capability(text.to_owned());
         let t = text.trim();
         if let Some((major, minor)) = t.split_once('.') {
-            let major = major.parse().map_err(|_| bad())?;
-            let minor: u32 = minor.parse().map_err(|_| bad())?;
-            if minor > 9 {
-                return Err(bad());
-            }
-            return Ok(Capability { major, minor });
+            return match (major.parse(), minor.parse()) {
+                (Ok(major), Ok(minor @ 0..=9)) => Ok(Capability { major, minor }),
+                _ => Err(bad()),
+            };
         }
         let digits = t
             .strip_prefix("sm_")

@@ -126,10 +126,9 @@ pub fn needed_driver(needs: CudaVersion) -> String {
     let at_or_above = table().branches.iter().find(|(_, c)| *c >= needs);
     let between = at_or_above.filter(|(_, c)| *c < first);
     match (branch(first), between) {
-        (Some(b), Some(&(older, c))) => format!(
-            "CUDA {} ({b}; or an R{older} driver, which reports CUDA {})",
-            first, c
-        ),
+        (Some(b), Some(&(older, c))) => {
+            format!("CUDA {first} ({b}; or an R{older} driver, which reports CUDA {c})")
+        }
         (Some(b), None) => format!("CUDA {first} ({b})"),
         (None, _) => format!("CUDA {first}"),
     }
@@ -152,11 +151,7 @@ mod tests {
 
     #[test]
     fn bad_rows_are_refused_with_their_line() {
-        let line = |line: usize, fault: TableFault| TableError::Line {
-            table: "releases.txt",
-            line,
-            fault,
-        };
+        let line = |line: usize, fault: TableFault| TableError::Line("releases.txt", line, fault);
         for (bad, want) in [
             ("release | 12.2", line(1, TableFault::ReleasesRow)),
             (

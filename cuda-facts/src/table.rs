@@ -7,16 +7,10 @@ use super::{CudaVersion, ValueError};
 /// Why a table does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TableError {
-    /// A line is wrong.
-    #[error("{table} line {line}: {fault}")]
-    Line {
-        /// The table's file name.
-        table: &'static str,
-        /// The line's number, from 1.
-        line: usize,
-        /// What is wrong with it.
-        fault: TableFault,
-    },
+    /// A line is wrong: the table's file name, the line's number (from 1), what is wrong with
+    /// it.
+    #[error("{0} line {1}: {2}")]
+    Line(&'static str, usize, TableFault),
     /// `releases.txt` has no release or no branch rows.
     #[error("{0}: no releases or no branches")]
     Empty(&'static str),
@@ -80,17 +74,15 @@ pub(super) fn rows<'a>(
 ) -> impl Iterator<Item = (&'a str, impl Fn(TableFault) -> TableError + Copy)> {
     let rows = text.lines().map(str::trim).zip(1..);
     rows.filter(|(text, _)| !text.is_empty() && !text.starts_with('#'))
-        .map(move |(text, line)| (text, move |fault| TableError::Line { table, line, fault }))
+        .map(move |(text, line)| (text, move |fault| TableError::Line(table, line, fault)))
 }
 
 /// `12.8` → 12080.
 pub(super) fn release(text: &str) -> Result<CudaVersion, TableFault> {
     let bad = || TableFault::Release(text.to_owned());
     let (major, minor) = text.split_once('.').ok_or_else(bad)?;
-    let major: i32 = major.parse().map_err(|_| bad())?;
-    let minor: i32 = minor.parse().map_err(|_| bad())?;
-    if !(0..10).contains(&minor) || major <= 0 {
-        return Err(bad());
+    match (major.parse::<i32>(), minor.parse::<i32>()) {
+        (Ok(major @ 1..), Ok(minor @ 0..=9)) => Ok(CudaVersion(major * 1000 + minor * 10)),
+        _ => Err(bad()),
     }
-    Ok(CudaVersion(major * 1000 + minor * 10))
 }

@@ -16,14 +16,10 @@ pub enum ElfError {
     /// `PT_INTERP` names bytes outside the file.
     #[error("not a readable ELF file: bad PT_INTERP")]
     Interpreter,
-    /// An address the loader reads (`PT_DYNAMIC`, `DT_STRTAB`) lies in no `PT_LOAD` segment.
-    #[error("not a readable ELF file: {what} at {address:#x} lies in no PT_LOAD segment")]
-    Unmapped {
-        /// What lies there.
-        what: &'static str,
-        /// Its address.
-        address: u64,
-    },
+    /// An address the loader reads (`PT_DYNAMIC`, `DT_STRTAB`) lies in no `PT_LOAD` segment:
+    /// what lies there, and its address.
+    #[error("not a readable ELF file: {0} at {1:#x} lies in no PT_LOAD segment")]
+    Unmapped(&'static str, u64),
     /// The `PT_LOAD` segment holding `what` claims file bytes past the end of the file.
     #[error(
         "not a readable ELF file: the PT_LOAD segment holding {0} runs past the end of the file"
@@ -60,10 +56,7 @@ mod tests {
         let headers = object::File::parse(&b"\x7fELF"[..]).unwrap_err();
         for (error, text) in [
             (
-                ElfError::Unmapped {
-                    what: "PT_DYNAMIC",
-                    address: 0x3e00,
-                },
+                ElfError::Unmapped("PT_DYNAMIC", 0x3e00),
                 "not a readable ELF file: PT_DYNAMIC at 0x3e00 lies in no PT_LOAD segment",
             ),
             (

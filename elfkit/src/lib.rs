@@ -135,10 +135,7 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     let mapped = |addr: u64, what: &'static str| -> Result<Option<(u64, u64)>, ElfError> {
         let &(vaddr, _, offset, filesz) = (segments.iter().rev())
             .find(|&&(v, m, _, _)| addr >= v && addr - v < m)
-            .ok_or(ElfError::Unmapped {
-                what,
-                address: addr,
-            })?;
+            .ok_or(ElfError::Unmapped(what, addr))?;
         let delta = addr - vaddr;
         if delta >= filesz {
             return Ok(None);
@@ -297,24 +294,13 @@ pub fn normalize(path: &Path) -> PathBuf {
 /// Why `nix-store --query --requisites` gave no closure.
 #[derive(Debug, thiserror::Error)]
 pub enum RequisitesError {
-    /// The program could not be started.
-    #[error("cannot run {}: {error}", program.display())]
-    Spawn {
-        /// The program tried.
-        program: PathBuf,
-        /// Why it did not start.
-        error: std::io::Error,
-    },
-    /// It ran and failed.
-    #[error("`{} --query --requisites` failed ({status}): {stderr}", program.display())]
-    Failed {
-        /// The program run.
-        program: PathBuf,
-        /// Its exit status.
-        status: ExitStatus,
-        /// The first non-empty line of its standard error.
-        stderr: String,
-    },
+    /// The program tried could not be started, and why.
+    #[error("cannot run {program}: {1}", program = .0.display())]
+    Spawn(PathBuf, std::io::Error),
+    /// The program run failed: its exit status, the first non-empty line of its standard
+    /// error.
+    #[error("`{program} --query --requisites` failed ({1}): {2}", program = .0.display())]
+    Failed(PathBuf, ExitStatus, String),
 }
 
 /// The runtime closure of `store_path` as `nix_store --query --requisites` prints it: one path
@@ -328,22 +314,12 @@ pub fn requisites(nix_store: &Path, store_path: &Path) -> Result<Vec<PathBuf>, R
             .arg(store_path)
             .output()
     })
-    .map_err(|error| RequisitesError::Spawn {
-        program: nix_store.to_path_buf(),
-        error,
-    })?;
+    .map_err(|error| RequisitesError::Spawn(nix_store.to_path_buf(), error))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(RequisitesError::Failed {
-            program: nix_store.to_path_buf(),
-            status: output.status,
-            stderr: stderr
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .to_string(),
-        });
+        let first = (stderr.lines().find(|l| !l.trim().is_empty())).map_or("", str::trim);
+        let (program, status) = (nix_store.to_path_buf(), output.status);
+        return Err(RequisitesError::Failed(program, status, first.into()));
     }
     Ok(output
         .stdout
@@ -553,8 +529,11 @@ mod tests {
             [PathBuf::from("--query --requisites /nix/store/aaa-x")]
         );
         let e = requisites(Path::new("/bin/false"), p).unwrap_err();
-        assert!(matches!(e, RequisitesError::Failed { .. }), "{e}");
-        assert!(e.to_string().contains("failed"), "{e}");
+        assert!(matches!(e, RequisitesError::Failed(..)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "`/bin/false --query --requisites` failed (exit status: 1): "
+        );
         let e = requisites(Path::new("/nonexistent/nix-store"), p).unwrap_err();
         assert!(
             e.to_string()

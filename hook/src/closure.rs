@@ -129,7 +129,7 @@ impl ClosureCache {
             })?;
         let lines =
             cuda_sandbox_elfkit::requisites(&nix_store, store_path).map_err(|e| match e {
-                RequisitesError::Spawn { error, .. } => fail(format!(
+                RequisitesError::Spawn(_, error) => fail(format!(
                     "cannot run {}: {error} (set nix_store in the config to the nix-store program)",
                     self.nix_store.display()
                 )),

@@ -125,11 +125,8 @@ fn sections(b: &[u8]) -> Option<Vec<Section>> {
 
 /// The bytes of section `s` (none for SHT_NOBITS).
 fn section_bytes<'a>(b: &'a [u8], s: &Section) -> &'a [u8] {
-    if s.kind == SHT_NOBITS {
-        return &[];
-    }
-    s.start
-        .checked_add(s.size)
+    (s.start.checked_add(s.size))
+        .filter(|_| s.kind != SHT_NOBITS)
         .and_then(|end| b.get(s.start..end))
         .unwrap_or(&[])
 }

@@ -124,13 +124,10 @@ fn elf_containers(
     out: &mut Vec<Container>,
     strings: &mut CStrings,
 ) -> Result<(), FatbinError> {
-    let file = match object::File::parse(data) {
-        Ok(file) => file,
-        Err(e) => {
-            strings.give_up();
-            return Err(FatbinError::Container(e.to_string()));
-        }
-    };
+    let file = object::File::parse(data).map_err(|e| {
+        strings.give_up();
+        FatbinError::Container(e.to_string())
+    })?;
     if !file.is_little_endian() {
         strings.give_up();
         return Ok(()); // fat binaries are little-endian; NVIDIA ships no others
@@ -161,14 +158,11 @@ fn elf_containers(
     }
     let relocatable = file.kind() == ObjectKind::Relocatable;
     let mut walked = Ranges::default();
-    for s in &placed {
-        if s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION {
-            continue;
-        }
-        if walked.meets(s.start, s.end) {
-            continue;
-        }
+    for s in (placed.iter()).filter(|s| s.name == FATBIN_SECTION || s.name == RELFATBIN_SECTION) {
         let (start, end) = (s.start, s.end);
+        if walked.meets(start, end) {
+            continue;
+        }
         let section_base = base + start as u64;
         for found in containers_in(&data[start..end], section_base)? {
             let mut c = container(section_base, found, Origin::Section(s.name.clone()));
@@ -199,19 +193,12 @@ fn elf_containers(
             out.push(container(base, (at, entries, stop), origin));
         }
     }
+    use SectionKind::{Data, ReadOnlyData, ReadOnlyDataWithRel};
     // The magic elsewhere: data sections only (never code, never the ones walked), each byte
     // once however the section headers overlap.
-    let mut data_sections: Vec<&Placed> = placed
-        .iter()
-        .filter(|s| {
-            s.name != FATBIN_SECTION && s.name != RELFATBIN_SECTION && s.name != WRAPPER_SECTION
-        })
-        .filter(|s| {
-            matches!(
-                s.kind,
-                SectionKind::Data | SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel
-            )
-        })
+    let mut data_sections: Vec<&Placed> = (placed.iter())
+        .filter(|s| ![FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_SECTION].contains(&&*s.name))
+        .filter(|s| matches!(s.kind, Data | ReadOnlyData | ReadOnlyDataWithRel))
         .collect();
     data_sections.sort_by_key(|s| (s.start, s.end));
     // The sections the strings are looked for in: the scanned ones but ReadOnlyDataWithRel

@@ -263,22 +263,14 @@ pub struct Container {
 /// Why a file's GPU code could not be read: one line, naming the offset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FatbinError {
-    /// A header runs past the end of its container, section or file.
-    #[error("fat binary truncated: {what} at byte {at} runs past its end")]
-    Truncated {
-        /// What was being read.
-        what: &'static str,
-        /// Its offset in the file.
-        at: u64,
-    },
-    /// A field holds a value no container can have.
-    #[error("malformed fat binary at byte {at}: {what}")]
-    Malformed {
-        /// What is wrong.
-        what: String,
-        /// The offset of the header holding it.
-        at: u64,
-    },
+    /// A header runs past the end of its container, section or file: what was being read,
+    /// its offset in the file.
+    #[error("fat binary truncated: {0} at byte {1} runs past its end")]
+    Truncated(&'static str, u64),
+    /// A field holds a value no container can have: what is wrong, the offset of the header
+    /// holding it.
+    #[error("malformed fat binary at byte {1}: {0}")]
+    Malformed(String, u64),
     /// The file's ELF or archive structure could not be read.
     #[error("cannot read the file's structure: {0}")]
     Container(String),
@@ -291,7 +283,7 @@ impl FatbinError {
     /// The file offset the error is at (0 for errors of the file's structure).
     pub fn offset(&self) -> u64 {
         match self {
-            FatbinError::Truncated { at, .. } | FatbinError::Malformed { at, .. } => *at,
+            FatbinError::Truncated(_, at) | FatbinError::Malformed(_, at) => *at,
             FatbinError::Container(_) | FatbinError::Io(_) => 0,
         }
     }

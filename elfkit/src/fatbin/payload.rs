@@ -43,25 +43,15 @@ pub enum PayloadFault {
     /// Both compression flags are set.
     #[error("both compression flags are set, a layout NVIDIA's tools were not seen to write")]
     BothFlags,
-    /// An LZ4 block too small for the size claimed.
-    #[error("an LZ4 block of {packed} bytes cannot unpack to the {unpacked} its header claims")]
-    Lz4Impossible {
-        /// The block's size.
-        packed: usize,
-        /// The size claimed.
-        unpacked: usize,
-    },
+    /// An LZ4 block too small for the size claimed: the block's size, the size claimed.
+    #[error("an LZ4 block of {0} bytes cannot unpack to the {1} its header claims")]
+    Lz4Impossible(usize, usize),
     /// The LZ4 block does not decode (the decoder's one line).
     #[error("its LZ4 block does not unpack: {0}")]
     Lz4(String),
-    /// The LZ4 block decodes to another size.
-    #[error("its LZ4 block unpacks to {got} bytes, not the {unpacked} its header claims")]
-    Lz4Length {
-        /// The size it unpacked to.
-        got: usize,
-        /// The size claimed.
-        unpacked: usize,
-    },
+    /// The LZ4 block decodes to another size: the size it unpacked to, the size claimed.
+    #[error("its LZ4 block unpacks to {0} bytes, not the {1} its header claims")]
+    Lz4Length(usize, usize),
     /// The Zstandard frame does not decode (the decoder's one line).
     #[error("its Zstandard frame does not unpack: {0}")]
     Zstd(String),
@@ -143,15 +133,12 @@ fn room_for(room: &mut Vec<u8>, n: usize) -> &mut [u8] {
 /// An LZ4 block that must unpack to exactly `unpacked` bytes, into the start of `room`.
 fn lz4(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), PayloadFault> {
     if unpacked > packed.len().saturating_mul(255).saturating_add(16) {
-        return Err(PayloadFault::Lz4Impossible {
-            packed: packed.len(),
-            unpacked,
-        });
+        return Err(PayloadFault::Lz4Impossible(packed.len(), unpacked));
     }
     let n = lz4_flex::block::decompress_into(packed, room_for(room, unpacked))
         .map_err(|e| PayloadFault::Lz4(e.to_string()))?;
     if n != unpacked {
-        return Err(PayloadFault::Lz4Length { got: n, unpacked });
+        return Err(PayloadFault::Lz4Length(n, unpacked));
     }
     Ok(())
 }
@@ -229,15 +216,20 @@ mod tests {
         let c = packed(0x2000, &stored, lz.len() as u32, 1 << 29);
         assert_eq!(
             fault(&c),
-            Err(PayloadFault::Lz4Impossible {
-                packed: lz.len(),
-                unpacked: 1 << 29
-            })
+            Err(PayloadFault::Lz4Impossible(lz.len(), 1 << 29))
+        );
+        assert_eq!(
+            PayloadFault::Lz4Impossible(3, 1000).to_string(),
+            "an LZ4 block of 3 bytes cannot unpack to the 1000 its header claims"
+        );
+        assert_eq!(
+            PayloadFault::Lz4Length(999, 1000).to_string(),
+            "its LZ4 block unpacks to 999 bytes, not the 1000 its header claims"
         );
         let c = packed(0x2000, &stored, lz.len() as u32, text.len() as u64 - 1);
         assert!(matches!(
             payload(&c, &first(&c), &mut Vec::new()).map_err(|e| e.fault),
-            Err(PayloadFault::Lz4(_) | PayloadFault::Lz4Length { .. })
+            Err(PayloadFault::Lz4(_) | PayloadFault::Lz4Length(..))
         ));
     }
 

@@ -264,26 +264,18 @@ pub fn toolkit_on_driver(built: Toolkit, driver: &Driver) -> ToolkitFit {
     if built.major() > major {
         return ToolkitFit::NewerMajor;
     }
-    if built.major() < major {
+    if built.major() < major || matches!(built, Toolkit::Exact(v) if v <= driver.cuda) {
         return ToolkitFit::Served;
-    }
-    if let Toolkit::Exact(v) = built {
-        if v <= driver.cuda {
-            return ToolkitFit::Served;
-        }
     }
     let Some(floor) = FLOORS.iter().find(|f| f.major == major).copied() else {
         return ToolkitFit::UnknownMajor;
     };
-    let meets = match driver.version {
-        Some(v) => v >= floor.driver,
-        None if driver.cuda > floor.cuda || floor.met_by_its_release => true,
-        None => return ToolkitFit::FloorUnknown { floor },
-    };
-    if meets {
-        ToolkitFit::MinorVersionCompatible
-    } else {
-        ToolkitFit::BelowFloor { floor }
+    match driver.version {
+        Some(v) if v < floor.driver => ToolkitFit::BelowFloor { floor },
+        None if driver.cuda <= floor.cuda && !floor.met_by_its_release => {
+            ToolkitFit::FloorUnknown { floor }
+        }
+        _ => ToolkitFit::MinorVersionCompatible,
     }
 }
 

@@ -186,10 +186,8 @@ impl CStrings {
             let i = containers.partition_point(|&(_, e)| e <= a);
             containers.get(i).is_some_and(|&(s, _)| s <= a)
         };
-        for &(i, a) in &ahead.candidates {
-            if !inside(a) {
-                self.found[i] = true;
-            }
+        for &(i, _) in ahead.candidates.iter().filter(|&&(_, a)| !inside(a)) {
+            self.found[i] = true;
         }
         for i in 0..self.finders.len() {
             if !ahead.deferred[i] || self.found[i] || ahead.whole {

@@ -365,16 +365,14 @@ pub fn judge_loads(
     if loadable.is_empty() {
         return judgement;
     }
-    match judgement.gpu {
-        Drives::Yes => {}
-        Drives::TooOld { .. } | Drives::Dropped { .. } => {
-            judgement.verdict = FileVerdict::Fails;
-            return judgement;
-        }
-        Drives::Renamed { .. } | Drives::Unknown => {
-            judgement.verdict = FileVerdict::Unknown;
-            return judgement;
-        }
+    let undriven = match judgement.gpu {
+        Drives::Yes => None,
+        Drives::TooOld { .. } | Drives::Dropped { .. } => Some(FileVerdict::Fails),
+        Drives::Renamed { .. } | Drives::Unknown => Some(FileVerdict::Unknown),
+    };
+    if let Some(verdict) = undriven {
+        judgement.verdict = verdict;
+        return judgement;
     }
     // Rule 5 first: a file it fails needs no module read for rule 4.
     judgement.newer_toolkit = toolkit;
@@ -383,15 +381,11 @@ pub fn judge_loads(
         let c = &code.containers[i];
         let load = load(&c.entries);
         let loaded_by_the_program = matches!(c.origin, Origin::Scan(_));
-        let mut holds = None;
-        if read_modules && load.fails() && !loaded_by_the_program {
-            match reads.holds(data, code, i) {
-                Some(h) => holds = Some(h),
-                None => {
-                    judgement.not_judged.inert += 1;
-                    continue;
-                }
-            }
+        let read = read_modules && load.fails() && !loaded_by_the_program;
+        let holds = read.then(|| reads.holds(data, code, i));
+        if holds == Some(None) {
+            judgement.not_judged.inert += 1;
+            continue;
         }
         match load {
             Load::NotForTheDriver => judgement.not_judged.nvvm_only += 1,
@@ -399,7 +393,7 @@ pub fn judge_loads(
                 module: i,
                 load,
                 loaded_by_the_program,
-                holds,
+                holds: holds.flatten(),
             }),
         }
     }

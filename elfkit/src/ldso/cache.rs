@@ -97,11 +97,8 @@ pub fn native_flags() -> Option<i32> {
 
 /// The cache flags of `elf`'s libraries (`_DL_CACHE_DEFAULT_ID`), where glibc defines them.
 pub fn default_flags(elf: ElfHost) -> Option<i32> {
-    match (elf.machine, elf.class64) {
-        (62, true) => Some(FLAG_ELF_LIBC6 | FLAG_X8664_LIB64),
-        (183, true) => Some(FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64),
-        _ => None,
-    }
+    elf.x86_64_or_aarch64(FLAG_X8664_LIB64, FLAG_AARCH64_LIB64)
+        .map(|machine| FLAG_ELF_LIBC6 | machine)
 }
 
 /// Whether a cache entry with `flags` is for `elf` (`_dl_cache_check_flags`: the machine's
@@ -127,10 +124,9 @@ impl Cache {
                 .and_then(|n| n.checked_add(16))
                 .ok_or(CacheError::LegacySize)?;
             let start = end.div_ceil(8) * 8;
-            match bytes.get(start..) {
-                Some(rest) if rest.starts_with(MAGIC_NEW) => rest,
-                _ => return Err(CacheError::LegacyOnly),
-            }
+            (bytes.get(start..))
+                .filter(|rest| rest.starts_with(MAGIC_NEW))
+                .ok_or(CacheError::LegacyOnly)?
         } else {
             return Err(CacheError::Magic);
         };
@@ -245,8 +241,7 @@ fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
 
 fn c_string(bytes: &[u8], at: usize) -> Option<&[u8]> {
     let rest = bytes.get(at..)?;
-    let end = memchr::memchr(0, rest)?;
-    Some(&rest[..end])
+    rest.get(..memchr::memchr(0, rest)?)
 }
 
 #[cfg(test)]

@@ -39,18 +39,21 @@ impl ElfHost {
     /// The path programs for this machine name as their interpreter (`PT_INTERP`) outside
     /// Nix: `/lib64/ld-linux-x86-64.so.2`, `/lib/ld-linux-aarch64.so.1`.
     pub fn standard_interpreter(self) -> Option<&'static Path> {
-        match (self.machine, self.class64) {
-            (62, true) => Some(Path::new("/lib64/ld-linux-x86-64.so.2")),
-            (183, true) => Some(Path::new("/lib/ld-linux-aarch64.so.1")),
-            _ => None,
-        }
+        self.x86_64_or_aarch64("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
+            .map(Path::new)
     }
 
     /// The Debian multiarch triplet (`x86_64-linux-gnu`), where known.
     pub fn multiarch(self) -> Option<&'static str> {
+        self.x86_64_or_aarch64("x86_64-linux-gnu", "aarch64-linux-gnu")
+    }
+
+    /// `x86_64` on a 64-bit x86 machine, `aarch64` on a 64-bit Arm one, none on others: what
+    /// this model knows of each machine.
+    pub(crate) fn x86_64_or_aarch64<T>(self, x86_64: T, aarch64: T) -> Option<T> {
         match (self.machine, self.class64) {
-            (62, true) => Some("x86_64-linux-gnu"),
-            (183, true) => Some("aarch64-linux-gnu"),
+            (62, true) => Some(x86_64),
+            (183, true) => Some(aarch64),
             _ => None,
         }
     }
@@ -265,31 +268,19 @@ impl Loader {
     /// --list-diagnostics` ([`Loader::from_account`]). Only for a loader one would run anyway:
     /// it executes the file.
     pub fn ask(interpreter: &Path) -> Result<Loader, AskError> {
-        let run =
-            |arg: &str| -> Result<String, AskError> {
-                let out = Command::new(interpreter).arg(arg).output().map_err(|e| {
-                    AskError::CannotRun {
-                        interpreter: interpreter.to_path_buf(),
-                        error: e.to_string(),
-                    }
-                })?;
-                if !out.status.success() {
-                    return Err(AskError::Failed {
-                        interpreter: interpreter.to_path_buf(),
-                        arg: arg.to_string(),
-                        status: out.status.to_string(),
-                    });
-                }
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            };
+        let run = |arg: &str| -> Result<String, AskError> {
+            let out = (Command::new(interpreter).arg(arg).output())
+                .map_err(|e| AskError::CannotRun(interpreter.to_path_buf(), e.to_string()))?;
+            if !out.status.success() {
+                let (loader, status) = (interpreter.to_path_buf(), out.status.to_string());
+                return Err(AskError::Failed(loader, arg.into(), status));
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
         let help = run("--help")?;
         let diagnostics = run("--list-diagnostics")?;
-        Loader::from_account(interpreter.to_path_buf(), &help, &diagnostics).map_err(|why| {
-            AskError::NoSearchPath {
-                interpreter: interpreter.to_path_buf(),
-                why,
-            }
-        })
+        Loader::from_account(interpreter.to_path_buf(), &help, &diagnostics)
+            .map_err(|why| AskError::NoSearchPath(interpreter.to_path_buf(), why))
     }
 }
 
@@ -345,43 +336,50 @@ fn unquote(value: &str) -> String {
 #[error("its --help lists no \"(system search path)\" directories")]
 pub struct NoSystemSearchPath;
 
-/// Why a dynamic loader cannot say how it searches.
+/// Why a dynamic loader cannot say how it searches. Each names the loader first.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AskError {
-    /// It cannot be run.
-    #[error("cannot run {}: {error}", .interpreter.display())]
-    CannotRun {
-        /// The loader.
-        interpreter: PathBuf,
-        /// Why `exec` failed.
-        error: String,
-    },
-    /// It exits with an error.
+    /// It cannot be run: why `exec` failed.
+    #[error("cannot run {loader}: {1}", loader = .0.display())]
+    CannotRun(PathBuf, String),
+    /// It exits with an error: the option asked and its exit status.
     #[error(
-        "{} {arg} failed ({status}): it is not glibc's ld.so, or older than glibc 2.33",
-        .interpreter.display()
+        "{loader} {1} failed ({2}): it is not glibc's ld.so, or older than glibc 2.33",
+        loader = .0.display()
     )]
-    Failed {
-        /// The loader.
-        interpreter: PathBuf,
-        /// The option asked.
-        arg: String,
-        /// Its exit status.
-        status: String,
-    },
+    Failed(PathBuf, String, String),
     /// `--help` lists no system search path.
-    #[error("{}: {why}", .interpreter.display())]
-    NoSearchPath {
-        /// The loader.
-        interpreter: PathBuf,
-        /// What its output lacks.
-        why: NoSystemSearchPath,
-    },
+    #[error("{loader}: {1}", loader = .0.display())]
+    NoSearchPath(PathBuf, NoSystemSearchPath),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each of a loader's faults is one line naming the loader first, as when they were
+    /// struct variants.
+    #[test]
+    fn ask_errors_name_the_loader_first() {
+        let ld = PathBuf::from("/lib/ld.so");
+        for (error, text) in [
+            (
+                AskError::CannotRun(ld.clone(), "denied".into()),
+                "cannot run /lib/ld.so: denied",
+            ),
+            (
+                AskError::Failed(ld.clone(), "--help".into(), "exit status: 1".into()),
+                "/lib/ld.so --help failed (exit status: 1): it is not glibc's ld.so, or older \
+                 than glibc 2.33",
+            ),
+            (
+                AskError::NoSearchPath(ld, NoSystemSearchPath),
+                "/lib/ld.so: its --help lists no \"(system search path)\" directories",
+            ),
+        ] {
+            assert_eq!(error.to_string(), text);
+        }
+    }
 
     const HELP_236: &str = "\
 Shared library search path:

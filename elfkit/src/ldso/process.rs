@@ -118,25 +118,15 @@ pub struct Dlopen {
     pub missing: Vec<Missing>,
 }
 
-/// Why the first object cannot be started.
+/// Why the first object cannot be started: the file, and why not.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StartError {
     /// It cannot be opened.
-    #[error("{}: {error}", .path.display())]
-    Open {
-        /// The file.
-        path: PathBuf,
-        /// Why not.
-        error: String,
-    },
-    /// It is not an ELF file the loader takes.
-    #[error("{}: {reason}", .path.display())]
-    Unusable {
-        /// The file.
-        path: PathBuf,
-        /// Why not (glibc's words where it has them).
-        reason: String,
-    },
+    #[error("{path}: {1}", path = .0.display())]
+    Open(PathBuf, String),
+    /// It is not an ELF file the loader takes (glibc's words where it has them).
+    #[error("{path}: {1}", path = .0.display())]
+    Unusable(PathBuf, String),
     /// A process was already started.
     #[error("the process has started already")]
     Started,
@@ -185,14 +175,8 @@ impl<'a, F: Fs> Process<'a, F> {
             return Err(StartError::Started);
         }
         let (attempt, opened) = search::try_file(path, self.loader.elf, self.fs);
-        let unusable = |reason: String| StartError::Unusable {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let open = |error: String| StartError::Open {
-            path: path.to_path_buf(),
-            error,
-        };
+        let unusable = |reason: String| StartError::Unusable(path.to_path_buf(), reason);
+        let open = |error: String| StartError::Open(path.to_path_buf(), error);
         let opened = match (attempt, opened) {
             (search::Attempt::Loadable, Some(o)) => o,
             (search::Attempt::Unusable(reason), _) => return Err(unusable(reason)),
@@ -282,7 +266,7 @@ impl<'a, F: Fs> Process<'a, F> {
     /// The object that answers to `name` (a name it was loaded by, its path, or its
     /// soname), as `_dl_lookup_map` finds it.
     pub fn lookup(&self, name: &str) -> Option<usize> {
-        self.order.iter().copied().chain(self.rtld).find(|&i| {
+        self.loaded().find(|&i| {
             let o = &self.objects[i];
             o.names.iter().any(|n| n == name)
                 || o.path.as_os_str() == name
@@ -315,6 +299,11 @@ impl<'a, F: Fs> Process<'a, F> {
     /// Every name that could not be loaded (at start, and by `dlopen`s that failed).
     pub fn missing(&self) -> &[Missing] {
         &self.missing
+    }
+
+    /// The objects loaded, in load order, and then the dynamic loader (loaded or not).
+    fn loaded(&self) -> impl Iterator<Item = usize> + '_ {
+        self.order.iter().copied().chain(self.rtld)
     }
 
     fn add(&mut self, object: Object) -> usize {
@@ -383,13 +372,8 @@ impl<'a, F: Fs> Process<'a, F> {
         };
         let path = path.to_path_buf();
         // The same file under another name is the object already loaded.
-        if let Some(id) = self
-            .order
-            .iter()
-            .copied()
-            .chain(self.rtld)
-            .find(|&i| self.objects[i].id == opened.id)
-        {
+        let same = self.loaded().find(|&i| self.objects[i].id == opened.id);
+        if let Some(id) = same {
             self.objects[id].names.push(name.to_string());
             if Some(id) == self.rtld && !self.order.contains(&id) {
                 self.order.push(id);
@@ -422,18 +406,11 @@ impl<'a, F: Fs> Process<'a, F> {
         if self.objects[by].info.runpath.is_none() {
             // The DT_RPATH of the loading object, of the one that caused it to be loaded, and
             // on up; then the executable's, if not among them.
-            let mut did_main = false;
-            let mut at = Some(by);
-            while let Some(i) = at {
+            let up = || std::iter::successors(Some(by), |&i| self.objects[i].loaded_by);
+            let main = self.main.filter(|&m| !up().any(|i| i == m));
+            for i in up().chain(main) {
                 if let Some(r) = rpath(i) {
                     lists.push(list(Source::Rpath(self.objects[i].path.clone()), r, i));
-                    did_main |= Some(i) == self.main;
-                }
-                at = self.objects[i].loaded_by;
-            }
-            if let Some(m) = self.main.filter(|_| !did_main) {
-                if let Some(r) = rpath(m) {
-                    lists.push(list(Source::Rpath(self.objects[m].path.clone()), r, m));
                 }
             }
         }

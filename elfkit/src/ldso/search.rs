@@ -333,13 +333,10 @@ pub(crate) fn expand_list(
 ) -> Vec<String> {
     let mut dirs: Vec<String> = Vec::new();
     for e in entries {
-        let d = if e.is_empty() {
-            String::new()
-        } else {
-            match expand_dsts(e, origin, loader) {
-                Some(x) if !x.is_empty() => trim_dir(&x),
-                _ => continue,
-            }
+        let d = match expand_dsts(e, origin, loader) {
+            _ if e.is_empty() => String::new(),
+            Some(x) if !x.is_empty() => trim_dir(&x),
+            _ => continue,
         };
         if !dirs.contains(&d) {
             dirs.push(d);
@@ -381,17 +378,11 @@ pub fn expand_dsts(input: &str, origin: Option<&str>, loader: &Loader) -> Option
 /// glibc's `is_dst`: the length of DST `name` at the start of `input` (after the `$`),
 /// braces included, or `None`.
 fn dst_len(input: &str, name: &str) -> Option<usize> {
-    let body = input.strip_prefix('{');
-    let curly = body.is_some();
-    let tail = body.unwrap_or(input).strip_prefix(name)?;
-    let next = tail.bytes().next();
-    if curly {
-        (next == Some(b'}')).then_some(name.len() + 2)
-    } else if next.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
-        None
-    } else {
-        Some(name.len())
+    if let Some(body) = input.strip_prefix('{') {
+        return (body.strip_prefix(name)?.starts_with('}')).then_some(name.len() + 2);
     }
+    let next = input.strip_prefix(name)?.bytes().next();
+    (!next.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')).then_some(name.len())
 }
 
 /// `dir` + `/` + `rest`, as glibc builds names: `""` (the current directory) adds nothing.

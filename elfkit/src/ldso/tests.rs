@@ -510,3 +510,22 @@ fn the_runtimes_one_process_loads_are_in_its_graph_and_only_there() {
         [PathBuf::from("/p/lib/../cuda11/libcudart.so.11.0")]
     );
 }
+
+/// A start's faults name the file, then why, as when they were struct variants.
+#[test]
+fn start_errors_name_the_file_then_why() {
+    let exe = PathBuf::from("/bin/exe");
+    for (error, text) in [
+        (
+            StartError::Open(exe.clone(), "not found".into()),
+            "/bin/exe: not found",
+        ),
+        (
+            StartError::Unusable(exe, "wrong machine".into()),
+            "/bin/exe: wrong machine",
+        ),
+        (StartError::Started, "the process has started already"),
+    ] {
+        assert_eq!(error.to_string(), text);
+    }
+}
