@@ -137,7 +137,7 @@ impl CStrings {
     ///
     /// Kept for speed, measured (issue 58, 2026-12-04, docs/performance.md): without it (every
     /// string searched forward only), `lint --no-manifest --json` costs 1.20x the CPU on
-    /// cuRAND 10.3.10 and 1.07x on cuBLASLt 12.9.3 (farm-bench, 7 pairs, medians), whose
+    /// cuRAND 10.3.10 and 1.07x on cuBLASLt 12.9.3 (7 paired runs, medians), whose
     /// static runtimes' strings end a `.rodata` of 20 and 47 MB.
     pub(crate) fn look_ahead(
         &self,
