@@ -1,9 +1,9 @@
 //! CUresult codes: their names, and a one-line cause-and-fix for each that matters here.
 
-use std::fmt;
-
-/// A failed driver call: which call, and the CUresult it returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A failed driver call: which call, and the CUresult it returned. Its text:
+/// `cuInit failed with 100 CUDA_ERROR_NO_DEVICE: <cause and fix>`, one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{call} failed with {code} {}: {}", name(*code), explanation(*code))]
 pub(crate) struct CuError {
     /// The driver function that failed, e.g. `cuInit`.
     pub call: &'static str,
@@ -19,22 +19,6 @@ impl CuError {
         } else {
             Err(CuError { call, code })
         }
-    }
-}
-
-impl std::error::Error for CuError {}
-
-impl fmt::Display for CuError {
-    /// `cuInit failed with 100 CUDA_ERROR_NO_DEVICE: <cause and fix>`, one line.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} failed with {} {}: {}",
-            self.call,
-            self.code,
-            name(self.code),
-            explanation(self.code)
-        )
     }
 }
 
