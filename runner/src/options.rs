@@ -61,14 +61,10 @@ pub(crate) fn parse_driver_cuda(text: &str) -> Result<CudaVersion, String> {
         let cuda = releases::cuda_for_branch(branch)
             .map(|c| format!("CUDA {c}"))
             .unwrap_or_else(|| "a branch the driver table does not know".into());
-        let what = if words.len() == 1 {
-            format!("{text} is a driver branch: {cuda}")
-        } else {
-            format!("{text} is a driver version: {cuda}")
-        };
+        let what = if words.len() > 1 { "version" } else { "branch" };
         return Err(format!(
-            "{what}; give the driver's CUDA version (--driver-cuda X.Y) or its version \
-             (--driver {text})"
+            "{text} is a driver {what}: {cuda}; give the driver's CUDA version (--driver-cuda \
+             X.Y) or its version (--driver {text})"
         ));
     }
     let cuda = CudaVersion::parse(text)?;
