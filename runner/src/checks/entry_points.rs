@@ -185,9 +185,8 @@ pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
     let mut per_version = Vec::new();
     for version in &versions {
         let (symbols, wrong) = compare_with_exports(driver, *version, *version);
-        let api_version = version.to_string();
         per_version.push(VersionAnswers {
-            api_version,
+            api_version: version.to_string(),
             symbols,
         });
         mismatches.extend(wrong);
