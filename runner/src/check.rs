@@ -113,8 +113,7 @@ impl Outcome {
         self,
         lines: impl IntoIterator<Item = S>,
     ) -> Outcome {
-        let lines: Vec<S> = lines.into_iter().collect();
-        let lines: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
+        let lines: Vec<String> = lines.into_iter().map(|l| l.as_ref().to_owned()).collect();
         if lines.is_empty() {
             self
         } else {
