@@ -125,13 +125,6 @@ impl Session {
             })
     }
 
-    /// `cuInit`'s CUresult once it has run (0 on success); `None` before, or without a driver.
-    pub(crate) fn init_code(&self) -> Option<i32> {
-        self.init
-            .get()
-            .map(|r| r.as_ref().map_or_else(|error| error.code, |()| 0))
-    }
-
     /// The GPUs CUDA reports (needs `cuInit`).
     pub(crate) fn devices(&self) -> Result<&[CudaDevice], GpuUnavailable> {
         let driver = self.initialized()?;

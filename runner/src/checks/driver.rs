@@ -8,13 +8,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::check::{facts_of, Outcome};
-use crate::cuda::result::CUDA_ERROR_NO_DEVICE;
 use crate::cuda::version::CudaVersion;
 use crate::facts;
 use crate::facts::expectations;
 use crate::facts::zluda::Zluda;
 use crate::options::ExpectDriver;
-use crate::session::Session;
+use crate::session::{GpuUnavailable, Session};
 use cuda_sandbox_manifest::DriverKind;
 
 /// What `driver::library` reports once `libcuda.so.1` is loaded (the report's `facts`).
@@ -127,7 +126,7 @@ pub(crate) fn version(session: &Session) -> Result<Outcome, Outcome> {
     // that need a GPU report with its cause; any other cuInit failure is the driver's own.
     let init_note = match (&init, session.access.no_gpu_cause()) {
         (Ok(()), _) => "; cuInit ok".to_owned(),
-        (Err(why), _) if session.init_code() != Some(CUDA_ERROR_NO_DEVICE) => {
+        (Err(why), _) if !matches!(why, GpuUnavailable::NoDevice(..)) => {
             return Ok(Outcome::fail(why.clone(), facts))
         }
         (Err(_), _) if session.zluda().is_some() => {
