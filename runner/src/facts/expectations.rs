@@ -142,7 +142,6 @@ pub(crate) fn kind_of(
             return Some(DriverKind::Compat);
         }
     }
-    let host_cuda = driver.host_cuda_version;
     if let Some(link) = &driver.driver_link_lib {
         let at_link = file.path.starts_with(link);
         // A compat driver outside the store is bound at the driver link in place of the
@@ -156,7 +155,7 @@ pub(crate) fn kind_of(
             return Some(DriverKind::Host);
         }
     }
-    match (version, host_cuda) {
+    match (version, driver.host_cuda_version) {
         (Some(v), Some(h)) if v > h => Some(DriverKind::Compat),
         (Some(_), Some(_)) => Some(DriverKind::Host),
         _ => None,
