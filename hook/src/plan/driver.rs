@@ -173,10 +173,7 @@ impl Decision {
             HostSource::Link => {
                 let l = &site.link;
                 let outside = site.space.outside(l);
-                let want = Want {
-                    required: cfg.required,
-                    hint: &None,
-                };
+                let want = Want::bare(cfg.required);
                 let why = site.reason(DriverSource::DriverLink);
                 self.add_path(rule, l, &outside, site.space, view, why, want);
                 if !compat {
@@ -230,10 +227,7 @@ impl Decision {
         expected: &mut Vec<PathBuf>,
     ) {
         let (rule, space, view) = (site.rule, site.space, site.view);
-        let want = Want {
-            required: true,
-            hint: &None,
-        };
+        let want = Want::bare(true);
         let why = site.reason(DriverSource::Compat);
         self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, want);
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {

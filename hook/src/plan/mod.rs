@@ -273,10 +273,15 @@ struct Want<'a> {
     hint: &'a Option<String>,
 }
 
-const OPTIONAL: Want<'static> = Want {
-    required: false,
-    hint: &None,
-};
+impl Want<'static> {
+    /// Required or not, with no hint of the config's.
+    const fn bare(required: bool) -> Self {
+        Want {
+            required,
+            hint: &None,
+        }
+    }
+}
 
 impl Decision {
     /// With `gpus_per_build > 0`: the GPUs found and how many the build needs (its
