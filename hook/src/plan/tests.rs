@@ -696,7 +696,7 @@ fn gpu_demand_follows_the_derivation_and_the_cap() {
     assert!(
         matches!(
             &plan.problems[0].kind,
-            ProblemKind::GpuCount(gpus::GpuCountError::Attribute { text, max: 2, .. }) if text == "4"
+            ProblemKind::GpuCount(gpus::GpuCountError::Attribute(text, _, 2)) if text == "4"
         ),
         "{:?}",
         plan.problems
