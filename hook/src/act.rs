@@ -262,10 +262,7 @@ fn lease(
             Err(e) => {
                 granted.decision.skipped.push(Skip::new(
                     format!("{} GPU lease(s)", demand.count),
-                    Skipped::NoneFree {
-                        wait_seconds: config.lease_wait_seconds,
-                        error: e.to_string(),
-                    },
+                    Skipped::NoneFree(config.lease_wait_seconds, e.to_string()),
                 ));
                 let first = demand.fit.as_ref().map_or_else(
                     || Some(demand.slots[..demand.count].to_vec()),

@@ -74,11 +74,11 @@ impl Decision {
                     for path in unowned {
                         self.skip(
                             path,
-                            Skipped::CdiUnowned {
-                                device: d.name.as_str().to_owned(),
-                                spec: found.spec.to_path_buf(),
-                                gpus_per_build: config.gpus_per_build,
-                            },
+                            Skipped::CdiUnowned(
+                                d.name.as_str().to_owned(),
+                                found.spec.to_path_buf(),
+                                config.gpus_per_build,
+                            ),
                         );
                     }
                     for part in &parts {
@@ -171,7 +171,7 @@ impl Decision {
         let inside = symlinks::normalize(Path::new(&m.container_path));
         let outside = host_path(&m.host_path, at.config);
         if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
-            let why = Skipped::CdiMountPath { device, why };
+            let why = Skipped::CdiMountPath(device, why);
             return self.skip(m.container_path.clone(), why);
         }
         let name = inside
@@ -179,16 +179,16 @@ impl Decision {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         if is_host_runtime(&name) {
-            return self.skip(inside.display(), Skipped::CdiHostRuntime { device });
+            return self.skip(inside.display(), Skipped::CdiHostRuntime(device));
         }
         if is_fhs_program(&inside) {
             let dir = inside.parent().unwrap_or(Path::new("/")).to_path_buf();
-            return self.skip(inside.display(), Skipped::CdiFhsProgram { device, dir });
+            return self.skip(inside.display(), Skipped::CdiFhsProgram(device, dir));
         }
         if is_library_name(&name) {
             if at.link_present {
                 let link = at.link_lib.parent().unwrap_or(&at.link_lib).to_path_buf();
-                return self.skip(inside.display(), Skipped::CdiDriverLink { device, link });
+                return self.skip(inside.display(), Skipped::CdiDriverLink(device, link));
             }
             if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
                 // The driver planner binds it (the host driver comes from the spec).
