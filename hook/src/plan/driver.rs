@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{stale, Decision, Problem, ProblemKind, Reason, Skipped, Want};
+use super::{stale, Decision, ProblemKind, Reason, Skipped, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -107,8 +107,7 @@ impl Decision {
         let facts = host_facts(&view.facts, real_name.as_deref());
         let at_link = matches!(source, HostSource::Link).then_some(site.link.as_path());
         if let Some(stale) = stale::stale_driver(&view.facts, real_name.as_deref(), at_link) {
-            let kind = ProblemKind::StaleDriver(stale);
-            self.problems.push(Problem::new(rule, kind));
+            self.add_problem_of(rule, ProblemKind::StaleDriver(stale));
         }
 
         let candidates = self.compat_candidates(driver);
@@ -211,7 +210,7 @@ impl Decision {
             }
             HostSource::Absent if cfg.required => {
                 let kind = ProblemKind::NoDriver(site.link.clone(), cfg.library_dirs.clone());
-                self.problems.push(Problem::new(rule, kind));
+                self.add_problem_of(rule, kind);
             }
             HostSource::Absent => self.skip(site.link.display(), Skipped::NoDriver),
         }

@@ -349,6 +349,11 @@ impl Decision {
         self.problems.push(Problem::new(&self.rules, kind));
     }
 
+    /// Adds a problem of the rule `rule`.
+    fn add_problem_of(&mut self, rule: &str, kind: ProblemKind) {
+        self.problems.push(Problem::new(rule, kind));
+    }
+
     /// Leaves `path` out of the plan, for `why`.
     fn skip(&mut self, path: impl Display, why: Skipped) {
         self.skipped.push(Skip::new(path, why));

@@ -25,7 +25,7 @@ mod lease;
 
 pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Decision, Exposure, NodeFault, Problem, ProblemKind, Reason, Skip, Skipped};
+use super::{Decision, Exposure, NodeFault, ProblemKind, Reason, Skip, Skipped};
 use crate::cdi::spec::{DeviceNode, Mount};
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, DriverConfig};
@@ -85,10 +85,10 @@ impl Decision {
                         self.add_cdi_device(&place, part, found);
                     }
                 }
-                Err(error) => self.problems.push(Problem::new(
+                Err(error) => self.add_problem_of(
                     rule,
                     ProblemKind::CdiLookup(error.clone(), cdi.hint.clone()),
-                )),
+                ),
             }
         }
     }
@@ -137,8 +137,7 @@ impl Decision {
         let device = part.device.clone();
         let host = n.host_path.as_deref().unwrap_or(&n.path);
         if let Some(why) = unusable(&[&n.path, host]) {
-            let kind = ProblemKind::CdiSpecNode(device, why);
-            return self.problems.push(Problem::new(at.rule, kind));
+            return self.add_problem_of(at.rule, ProblemKind::CdiSpecNode(device, why));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
         let outside = host_path(host, at.config);
@@ -155,8 +154,7 @@ impl Decision {
                 }
             },
         };
-        let kind = ProblemKind::CdiNode(device, inside, fault);
-        self.problems.push(Problem::new(at.rule, kind));
+        self.add_problem_of(at.rule, ProblemKind::CdiNode(device, inside, fault));
     }
 
     /// Exposes one of a device's bind mounts where the build can use it: a library at the
