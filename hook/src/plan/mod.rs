@@ -355,7 +355,7 @@ impl Decision {
     }
 
     /// Leaves `path` out of the plan, for `why`.
-    fn skip(&mut self, path: impl Display, why: Skipped) {
+    pub(crate) fn skip(&mut self, path: impl Display, why: Skipped) {
         self.skipped.push(Skip::new(path, why));
     }
 
