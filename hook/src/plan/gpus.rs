@@ -85,21 +85,14 @@ pub(super) fn gpu_count(
     } else {
         available
     };
-    let Some(wanted) = wanted else {
-        let n = gpus_per_build as usize;
-        return if n <= available {
-            Ok(n)
-        } else {
-            Err(GpuCountError::PerBuild(n, available))
-        };
-    };
-    match wanted.count {
-        Some(n) if n >= 1 && n <= available => Ok(n),
-        _ => Err(GpuCountError::Attribute(
-            wanted.text.clone(),
-            available,
-            max,
-        )),
+    let per_build = gpus_per_build as usize;
+    match wanted {
+        None if per_build <= available => Ok(per_build),
+        None => Err(GpuCountError::PerBuild(per_build, available)),
+        Some(w) => match w.count {
+            Some(n) if n >= 1 && n <= available => Ok(n),
+            _ => Err(GpuCountError::Attribute(w.text.clone(), available, max)),
+        },
     }
 }
 
