@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::discover::choice::{DriverChoice, HostDriverFacts};
 use crate::lease::{Holder, LeaseGuard, LeaseRequest, Leases};
 use crate::manifest_file;
-use crate::plan::{self, Decision, Exposure, PlannedManifest, ProblemKind, Skip, Skipped};
+use crate::plan::{self, Decision, Exposure, PlannedManifest, ProblemKind, Skipped};
 use crate::request::Request;
 use crate::slot::{self, Slot};
 use crate::sysfs::{self, TreeBind, TreeGuard};
@@ -218,8 +218,7 @@ fn add_closures(
             // Not the hook's verdict: the hook runs as root.
             Err(e) if uncached => granted
                 .decision
-                .skipped
-                .push(Skip::new(root.display(), Skipped::ClosureNotShown(e))),
+                .skip(root.display(), Skipped::ClosureNotShown(e)),
             Err(e) => granted.decision.add_problem(ProblemKind::Closure(e)),
         }
     }
@@ -260,13 +259,10 @@ fn lease(
         _ => match leases.preview_fitting(&demand.slots, demand.count, demand.fit.as_ref()) {
             Ok(p) => (p, None),
             Err(e) => {
-                granted.decision.skipped.push(Skip::new(
+                granted.decision.skip(
                     format!("{} GPU lease(s)", demand.count),
-                    Skipped::NoneFree {
-                        wait_seconds: config.lease_wait_seconds,
-                        error: e.to_string(),
-                    },
-                ));
+                    Skipped::NoneFree(config.lease_wait_seconds, e.to_string()),
+                );
                 let first = demand.fit.as_ref().map_or_else(
                     || Some(demand.slots[..demand.count].to_vec()),
                     |fit| fit.choose(&demand.slots, demand.count),
@@ -300,10 +296,9 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
             match found {
                 Ok(gpu) if minors.contains(&gpu.minor) => gpus.push(gpu),
                 Ok(_) => {}
-                Err(e) => granted.decision.skipped.push(Skip::new(
-                    "/sys/devices/pci*",
-                    Skipped::PciDevice(e.to_string()),
-                )),
+                Err(e) => granted
+                    .decision
+                    .skip("/sys/devices/pci*", Skipped::PciDevice(e.to_string())),
             }
         }
     }
@@ -324,10 +319,9 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
                     gpus.push(node.gpu.clone());
                     drm.push(node);
                 }
-                Err(e) => granted.decision.skipped.push(Skip::new(
-                    "/sys/dev/char/226:*",
-                    Skipped::PciDevice(e.to_string()),
-                )),
+                Err(e) => granted
+                    .decision
+                    .skip("/sys/dev/char/226:*", Skipped::PciDevice(e.to_string())),
             }
         }
     }

@@ -2,7 +2,7 @@
 //! with the links on the way, as a device exposure; what cannot be exposed, skipped or a
 //! problem, with the reason.
 
-use super::{Decision, Problem, ProblemKind, Reason, Skipped};
+use super::{Decision, ProblemKind, Reason, Skipped};
 use crate::config::{Config, DeviceGlob};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
@@ -21,8 +21,7 @@ impl Decision {
         let glob = &device.source;
         let matches = match &device.found {
             DeviceScan::OtherPlatform { wants, host } => {
-                let (wants, host) = (*wants, *host);
-                return self.skip(glob.glob.clone(), Skipped::OtherPlatform { wants, host });
+                return self.skip(glob.glob.clone(), Skipped::OtherPlatform(*wants, *host));
             }
             DeviceScan::Matched(matches) => matches,
         };
@@ -38,8 +37,7 @@ impl Decision {
         }
         if glob.required {
             let fix = glob.hint.clone().unwrap_or_else(|| device_hint(&glob.glob));
-            let kind = ProblemKind::MissingDevice(glob.glob.clone(), fix);
-            self.problems.push(Problem::new(rule, kind));
+            self.add_problem_of(rule, ProblemKind::MissingDevice(glob.glob.clone(), fix));
         } else {
             self.skip(glob.glob.clone(), Skipped::NothingMatched);
         }
@@ -84,7 +82,7 @@ impl Decision {
                             bad.to_path_buf(),
                         );
                         if glob.required {
-                            self.problems.push(Problem::new(rule, kind));
+                            self.add_problem_of(rule, kind);
                             return false;
                         }
                         self.warnings.push(format!("{kind}; skipped (optional)"));

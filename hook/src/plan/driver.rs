@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{stale, Decision, Problem, ProblemKind, Reason, Skipped, Want};
+use super::{stale, Decision, ProblemKind, Reason, Skipped, Want};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -107,8 +107,7 @@ impl Decision {
         let facts = host_facts(&view.facts, real_name.as_deref());
         let at_link = matches!(source, HostSource::Link).then_some(site.link.as_path());
         if let Some(stale) = stale::stale_driver(&view.facts, real_name.as_deref(), at_link) {
-            let kind = ProblemKind::StaleDriver(stale);
-            self.problems.push(Problem::new(rule, kind));
+            self.add_problem_of(rule, ProblemKind::StaleDriver(stale));
         }
 
         let candidates = self.compat_candidates(driver);
@@ -173,10 +172,7 @@ impl Decision {
             HostSource::Link => {
                 let l = &site.link;
                 let outside = site.space.outside(l);
-                let want = Want {
-                    required: cfg.required,
-                    hint: &None,
-                };
+                let want = Want::bare(cfg.required);
                 let why = site.reason(DriverSource::DriverLink);
                 self.add_path(rule, l, &outside, site.space, view, why, want);
                 if !compat {
@@ -214,7 +210,7 @@ impl Decision {
             }
             HostSource::Absent if cfg.required => {
                 let kind = ProblemKind::NoDriver(site.link.clone(), cfg.library_dirs.clone());
-                self.problems.push(Problem::new(rule, kind));
+                self.add_problem_of(rule, kind);
             }
             HostSource::Absent => self.skip(site.link.display(), Skipped::NoDriver),
         }
@@ -230,10 +226,7 @@ impl Decision {
         expected: &mut Vec<PathBuf>,
     ) {
         let (rule, space, view) = (site.rule, site.space, site.view);
-        let want = Want {
-            required: true,
-            hint: &None,
-        };
+        let want = Want::bare(true);
         let why = site.reason(DriverSource::Compat);
         self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, want);
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {

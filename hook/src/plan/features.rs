@@ -72,10 +72,7 @@ impl Decision {
 
     /// The features select nothing: said in `explain` and on the hook's stderr.
     fn no_inventory(&mut self, names: &str, why: &str) {
-        let skipped = Skipped::NoInventory {
-            features: names.to_string(),
-            why: why.to_string(),
-        };
+        let skipped = Skipped::NoInventory(names.to_string(), why.to_string());
         self.warnings.push(skipped.to_string());
         self.skip(names, skipped);
     }

@@ -10,52 +10,34 @@ use crate::slot::Slot;
 /// Why a build's GPU count cannot be met. Renders as one line with the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum GpuCountError {
-    /// The configured per-build count is above what a build may have here.
+    /// The configured per-build count (`gpus_per_build`) is above the GPUs a build may have
+    /// here.
     #[error(
-        "gpus_per_build = {wanted} but a build may have only {available} GPU(s) here: lower \
-         gpus_per_build in the config"
+        "gpus_per_build = {0} but a build may have only {1} GPU(s) here: lower gpus_per_build in \
+         the config"
     )]
-    PerBuild {
-        /// `gpus_per_build`.
-        wanted: usize,
-        /// The GPUs a build may have.
-        available: usize,
-    },
-    /// The derivation's count is not a whole number in range.
+    PerBuild(usize, usize),
+    /// The derivation's count is not a whole number in range: the value as the derivation
+    /// wrote it, the GPUs a build may have, and `max_gpus_per_build` (0: no cap).
     #[error(
-        "{GPUS_ATTR} = {text:?} is not a whole number from 1 to {available} (the GPUs a build \
-         may have on this host{}): fix the derivation's {GPUS_ATTR}",
-        if *max > 0 { format!(", max_gpus_per_build = {max}") } else { String::new() }
+        "{GPUS_ATTR} = {0:?} is not a whole number from 1 to {1} (the GPUs a build may have on \
+         this host{cap}): fix the derivation's {GPUS_ATTR}",
+        cap = if *.2 > 0 { format!(", max_gpus_per_build = {}", .2) } else { String::new() }
     )]
-    Attribute {
-        /// The value as the derivation wrote it.
-        text: String,
-        /// The GPUs a build may have.
-        available: usize,
-        /// `max_gpus_per_build` (0: no cap).
-        max: u32,
-    },
-    /// More than one slot is asked where some GPUs are MIG instances and too few are whole.
+    Attribute(String, usize, u32),
+    /// More than one slot is asked where some GPUs are MIG instances and too few are whole:
+    /// who asks (the derivation's attribute, or the configuration), how many, the whole GPUs
+    /// (without MIG instances) there are, and the derivation's text when it asked.
     #[error(
-        "{asked} asks for {count} GPUs, but a build may have at most one MIG instance (CUDA \
-         enumerates one MIG instance per process) and this host has only {whole} GPU(s) \
-         without MIG: {}",
-        if attribute.is_some() {
+        "{0} asks for {1} GPUs, but a build may have at most one MIG instance (CUDA enumerates \
+         one MIG instance per process) and this host has only {2} GPU(s) without MIG: {fix}",
+        fix = if .3.is_some() {
             format!("set the derivation's {GPUS_ATTR} to \"1\" to get one MIG instance")
         } else {
             "set gpus_per_build = 1 to lease one MIG instance per build".to_string()
         }
     )]
-    OneMigInstance {
-        /// Who asks: the derivation's attribute, or the configuration.
-        asked: String,
-        /// How many.
-        count: usize,
-        /// The whole GPUs (without MIG instances) there are.
-        whole: usize,
-        /// The derivation's text, when it asked.
-        attribute: Option<String>,
-    },
+    OneMigInstance(String, usize, usize, Option<String>),
 }
 
 /// The slots of `slots` a build needing `count` may be given: any one of them for one; only
@@ -76,15 +58,17 @@ pub(super) fn one_mig_instance(
     if whole.len() >= count || whole.len() == slots.len() {
         return Ok(whole);
     }
-    Err(GpuCountError::OneMigInstance {
-        asked: match wanted {
-            Some(w) => format!("{GPUS_ATTR} = {:?}", w.text),
-            None => format!("gpus_per_build = {count}"),
-        },
+    let asked = match wanted {
+        Some(w) => format!("{GPUS_ATTR} = {:?}", w.text),
+        None => format!("gpus_per_build = {count}"),
+    };
+    let attribute = wanted.map(|w| w.text.clone());
+    Err(GpuCountError::OneMigInstance(
+        asked,
         count,
-        whole: whole.len(),
-        attribute: wanted.map(|w| w.text.clone()),
-    })
+        whole.len(),
+        attribute,
+    ))
 }
 
 /// The number of GPUs a build needs: the derivation's [`GPUS_ATTR`] when set (`wanted`), else
@@ -101,24 +85,14 @@ pub(super) fn gpu_count(
     } else {
         available
     };
-    let Some(wanted) = wanted else {
-        let n = gpus_per_build as usize;
-        return if n <= available {
-            Ok(n)
-        } else {
-            Err(GpuCountError::PerBuild {
-                wanted: n,
-                available,
-            })
-        };
-    };
-    match wanted.count {
-        Some(n) if n >= 1 && n <= available => Ok(n),
-        _ => Err(GpuCountError::Attribute {
-            text: wanted.text.clone(),
-            available,
-            max,
-        }),
+    let per_build = gpus_per_build as usize;
+    match wanted {
+        None if per_build <= available => Ok(per_build),
+        None => Err(GpuCountError::PerBuild(per_build, available)),
+        Some(w) => match w.count {
+            Some(n) if n >= 1 && n <= available => Ok(n),
+            _ => Err(GpuCountError::Attribute(w.text.clone(), available, max)),
+        },
     }
 }
 
@@ -137,11 +111,7 @@ mod tests {
     }
 
     fn attribute(text: &str, available: usize, max: u32) -> GpuCountError {
-        GpuCountError::Attribute {
-            text: text.into(),
-            available,
-            max,
-        }
+        GpuCountError::Attribute(text.into(), available, max)
     }
 
     #[test]
@@ -163,19 +133,9 @@ mod tests {
                  have on this host): fix the derivation's {GPUS_ATTR}"
             )
         );
+        assert_eq!(wanted(None, 3, 0, 2), Err(GpuCountError::PerBuild(3, 2)));
         assert_eq!(
-            wanted(None, 3, 0, 2),
-            Err(GpuCountError::PerBuild {
-                wanted: 3,
-                available: 2
-            })
-        );
-        assert_eq!(
-            GpuCountError::PerBuild {
-                wanted: 3,
-                available: 2
-            }
-            .to_string(),
+            GpuCountError::PerBuild(3, 2).to_string(),
             "gpus_per_build = 3 but a build may have only 2 GPU(s) here: lower gpus_per_build in \
              the config"
         );
@@ -194,13 +154,7 @@ mod tests {
             )
         );
         assert_eq!(wanted(Some("2"), 1, 2, 4), Ok(2));
-        assert_eq!(
-            wanted(None, 3, 2, 4),
-            Err(GpuCountError::PerBuild {
-                wanted: 3,
-                available: 2
-            })
-        );
+        assert_eq!(wanted(None, 3, 2, 4), Err(GpuCountError::PerBuild(3, 2)));
     }
 
     #[test]
@@ -227,12 +181,12 @@ mod tests {
         );
         assert_eq!(
             one_mig_instance(2, &slots, None),
-            Err(GpuCountError::OneMigInstance {
-                asked: "gpus_per_build = 2".into(),
-                count: 2,
-                whole: 1,
-                attribute: None
-            })
+            Err(GpuCountError::OneMigInstance(
+                "gpus_per_build = 2".into(),
+                2,
+                1,
+                None
+            ))
         );
     }
 }

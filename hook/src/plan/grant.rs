@@ -42,10 +42,7 @@ impl GpuDemand {
             any_mig: self.slots.iter().any(|s| matches!(s, Slot::Mig(_))),
             gpus_per_build,
         };
-        let drm = |why| Skipped::DrmNode {
-            why,
-            gpus_per_build,
-        };
+        let drm = |why| Skipped::DrmNode(why, gpus_per_build);
         // Why the build does not get the device node of `e`; `None`: it keeps it.
         let left_out = |e: &Exposure| match &e.reason {
             Reason::Mig { capability, .. } => {

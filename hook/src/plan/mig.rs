@@ -5,7 +5,7 @@
 //! only the leased instance's nodes.
 
 use super::devices::unexpressible;
-use super::{Decision, Problem, ProblemKind, Reason};
+use super::{Decision, ProblemKind, Reason};
 use crate::config::Config;
 use crate::scan::{CapNode, HostView, MigView, NodeState};
 use crate::symlinks;
@@ -16,10 +16,7 @@ impl Decision {
     pub(super) fn add_mig(&mut self, rule: &str, mig: &MigView, config: &Config, view: &HostView) {
         let host = match &mig.found {
             Ok(host) => host,
-            Err(e) => {
-                let kind = ProblemKind::MigUnreadable(e.clone());
-                return self.problems.push(Problem::new(rule, kind));
-            }
+            Err(e) => return self.add_problem_of(rule, ProblemKind::MigUnreadable(e.clone())),
         };
         let mut gis = BTreeSet::new();
         for instance in &host.instances {
@@ -59,6 +56,6 @@ impl Decision {
                 }
             }
         };
-        self.problems.push(Problem::new(rule, kind));
+        self.add_problem_of(rule, kind);
     }
 }

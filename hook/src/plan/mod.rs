@@ -273,10 +273,15 @@ struct Want<'a> {
     hint: &'a Option<String>,
 }
 
-const OPTIONAL: Want<'static> = Want {
-    required: false,
-    hint: &None,
-};
+impl Want<'static> {
+    /// Required or not, with no hint of the config's.
+    const fn bare(required: bool) -> Self {
+        Want {
+            required,
+            hint: &None,
+        }
+    }
+}
 
 impl Decision {
     /// With `gpus_per_build > 0`: the GPUs found and how many the build needs (its
@@ -344,8 +349,13 @@ impl Decision {
         self.problems.push(Problem::new(&self.rules, kind));
     }
 
+    /// Adds a problem of the rule `rule`.
+    fn add_problem_of(&mut self, rule: &str, kind: ProblemKind) {
+        self.problems.push(Problem::new(rule, kind));
+    }
+
     /// Leaves `path` out of the plan, for `why`.
-    fn skip(&mut self, path: impl Display, why: Skipped) {
+    pub(crate) fn skip(&mut self, path: impl Display, why: Skipped) {
         self.skipped.push(Skip::new(path, why));
     }
 

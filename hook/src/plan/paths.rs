@@ -2,7 +2,7 @@
 //! each with its symlink chain, and with `follow_entry_symlinks` the targets of the links in
 //! the directory. [`Decision::add_path`] is shared with the driver planner.
 
-use super::{Decision, Problem, ProblemKind, Reason, Skipped, Want, OPTIONAL};
+use super::{Decision, ProblemKind, Reason, Skipped, Want};
 use crate::config::Config;
 use crate::scan::{HostView, PathOrigin, PathView};
 use crate::symlinks::{self, ChainError, Space};
@@ -45,7 +45,7 @@ impl Decision {
                     space,
                     view,
                     reason,
-                    OPTIONAL,
+                    Want::bare(false),
                 );
             }
         }
@@ -68,7 +68,7 @@ impl Decision {
             Space::Literal,
             view,
             reason,
-            OPTIONAL,
+            Want::bare(false),
         );
     }
 
@@ -104,7 +104,7 @@ impl Decision {
                     (_, None) => "fix the link or remove the entry from the config".to_string(),
                 };
                 let kind = ProblemKind::RequiredPath(inside.to_path_buf(), e, fix);
-                self.problems.push(Problem::new(rule, kind));
+                self.add_problem_of(rule, kind);
             }
             Err(e) => self.skip(inside.display(), Skipped::OptionalPath(e)),
         }

@@ -40,13 +40,6 @@ impl Problem {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleIds(Vec<String>);
 
-impl RuleIds {
-    /// The rules' names, in the order the config gives them.
-    pub fn names(&self) -> &[String] {
-        &self.0
-    }
-}
-
 impl From<&str> for RuleIds {
     fn from(name: &str) -> RuleIds {
         RuleIds(vec![name.to_owned()])
@@ -452,10 +445,10 @@ mod tests {
         let rules = vec!["gpu".to_owned(), "nvidia".to_owned()];
         let kind = ProblemKind::Sysfs("cannot read /sys".into());
         let problem = Problem::new(&rules, kind.clone());
-        assert_eq!(problem.rule.names(), ["gpu", "nvidia"]);
+        assert_eq!(problem.rule.0, ["gpu", "nvidia"]);
         assert_eq!(problem.rule.to_string(), "gpu,nvidia");
         let json = serde_json::to_value(&problem).unwrap();
         assert_eq!(json["rule"], "gpu,nvidia");
-        assert_eq!(Problem::new("gpu", kind).rule.names(), ["gpu"]);
+        assert_eq!(Problem::new("gpu", kind).rule.0, ["gpu"]);
     }
 }

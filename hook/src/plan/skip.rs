@@ -48,14 +48,9 @@ pub(crate) enum DrmLeft {
 /// Why something was left out of a plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Skipped {
-    /// A device glob for another kind of host.
-    #[error("only on {} hosts; this one is {}", platform_name(*.wants), platform_name(*.host))]
-    OtherPlatform {
-        /// The kind of host the glob is for.
-        wants: Platform,
-        /// This host's kind.
-        host: Platform,
-    },
+    /// A device glob for another kind of host: the kind it is for, and this host's.
+    #[error("only on {} hosts; this one is {}", platform_name(*.0), platform_name(*.1))]
+    OtherPlatform(Platform, Platform),
     /// An optional device glob matched nothing.
     #[error("optional device glob matched nothing")]
     NothingMatched,
@@ -87,16 +82,12 @@ pub(crate) enum Skipped {
     #[error("conflicts with {} already exposed there", .0.display())]
     Conflicts(PathBuf),
     /// A build's `cuda-sm-*` features without a usable GPU inventory: they select nothing.
+    /// The features, comma-separated, and why there is no inventory, in one line.
     #[error(
-        "{features} select no GPU: no GPU inventory ({why}); the build gets GPUs as though it \
-         required no cuda-sm-* feature"
+        "{0} select no GPU: no GPU inventory ({1}); the build gets GPUs as though it required no \
+         cuda-sm-* feature"
     )]
-    NoInventory {
-        /// The features, comma-separated.
-        features: String,
-        /// Why there is no inventory, in one line.
-        why: String,
-    },
+    NoInventory(String, String),
     /// `cudaSandboxGpus` without `gpus_per_build`.
     #[error("ignored: gpus_per_build = 0 gives every GPU to every build")]
     GpusIgnored,
@@ -118,14 +109,9 @@ pub(crate) enum Skipped {
     /// A closure only root may compute (`explain` as another user).
     #[error("closure not shown: {0}; run explain as root to see it")]
     ClosureNotShown(ClosureError),
-    /// No GPU is free now (`explain`): the lease's one line.
-    #[error("none free now, a build would wait up to {wait_seconds} s: {error}")]
-    NoneFree {
-        /// `lease_wait_seconds`.
-        wait_seconds: u64,
-        /// Why none is free.
-        error: String,
-    },
+    /// No GPU is free now (`explain`): `lease_wait_seconds`, and the lease's one line.
+    #[error("none free now, a build would wait up to {0} s: {1}")]
+    NoneFree(u64, String),
     /// Another build's GPU or MIG instance.
     #[error(
         "{}: {} {} only ({count} of {total} {}; gpus_per_build = {gpus_per_build})",
@@ -150,17 +136,12 @@ pub(crate) enum Skipped {
         /// `gpus_per_build`.
         gpus_per_build: u32,
     },
-    /// With leases: a DRM node the build does not get.
+    /// With leases: a DRM node the build does not get: why, and `gpus_per_build`.
     #[error(
-        "a DRM node {why}; with gpus_per_build = {gpus_per_build} a build gets only the DRM \
-         nodes of the GPUs it is leased whole"
+        "a DRM node {0}; with gpus_per_build = {1} a build gets only the DRM nodes of the GPUs \
+         it is leased whole"
     )]
-    DrmNode {
-        /// Why.
-        why: DrmLeft,
-        /// `gpus_per_build`.
-        gpus_per_build: u32,
-    },
+    DrmNode(DrmLeft, u32),
     /// A GPU's PCI device cannot be given (its one line).
     #[error("a GPU's PCI device is not given: {0}")]
     PciDevice(String),
@@ -170,60 +151,33 @@ pub(crate) enum Skipped {
     /// A CDI spec directory or file that was not used.
     #[error("{0}")]
     CdiSpec(SpecError),
-    /// A CDI node no single-GPU device lists, with leases on.
+    /// A CDI node no single-GPU device lists, with leases on: the CDI device, its spec, and
+    /// `gpus_per_build`.
     #[error(
-        "CDI {device}: no device of {} for one GPU lists this node, and with gpus_per_build = \
-         {gpus_per_build} a build gets only its leased GPUs' devices",
-        .spec.display()
+        "CDI {0}: no device of {spec} for one GPU lists this node, and with gpus_per_build = {2} \
+         a build gets only its leased GPUs' devices",
+        spec = .1.display()
     )]
-    CdiUnowned {
-        /// The CDI device.
-        device: String,
-        /// Its spec.
-        spec: PathBuf,
-        /// `gpus_per_build`.
-        gpus_per_build: u32,
-    },
-    /// A CDI mount whose paths cannot be used.
-    #[error("CDI {device}: {why}")]
-    CdiMountPath {
-        /// The CDI device.
-        device: String,
-        /// What is wrong with its paths.
-        why: String,
-    },
-    /// A CDI mount of the host's C/C++ runtime.
+    CdiUnowned(String, PathBuf, u32),
+    /// A CDI mount whose paths cannot be used: the CDI device, and what is wrong with them.
+    #[error("CDI {0}: {1}")]
+    CdiMountPath(String, String),
+    /// A CDI mount of the host's C/C++ runtime (the CDI device).
     #[error(
-        "CDI {device}: the host's C/C++ runtime never enters the sandbox (Nix's glibc and \
-         libstdc++ must be the ones loaded)"
+        "CDI {0}: the host's C/C++ runtime never enters the sandbox (Nix's glibc and libstdc++ \
+         must be the ones loaded)"
     )]
-    CdiHostRuntime {
-        /// The CDI device.
-        device: String,
-    },
-    /// A CDI mount of an FHS program.
+    CdiHostRuntime(String),
+    /// A CDI mount of an FHS program: the CDI device, and the program's directory.
     #[error(
-        "CDI {device}: an FHS program; builds do not look in {} and a program built for the \
+        "CDI {0}: an FHS program; builds do not look in {dir} and a program built for the \
          host's glibc cannot run against Nix's (use the Nixpkgs package)",
-        .dir.display()
+        dir = .1.display()
     )]
-    CdiFhsProgram {
-        /// The CDI device.
-        device: String,
-        /// The program's directory.
-        dir: PathBuf,
-    },
-    /// A CDI library mount where the driver link is exposed.
-    #[error(
-        "CDI {device}: the driver link {} is exposed, with the driver behind it",
-        .link.display()
-    )]
-    CdiDriverLink {
-        /// The CDI device.
-        device: String,
-        /// The driver link.
-        link: PathBuf,
-    },
+    CdiFhsProgram(String, PathBuf),
+    /// A CDI library mount where the driver link is exposed: the CDI device, and the link.
+    #[error("CDI {0}: the driver link {link} is exposed, with the driver behind it", link = .1.display())]
+    CdiDriverLink(String, PathBuf),
 }
 
 /// How a kind of host is named.
@@ -270,47 +224,35 @@ mod tests {
                  only (2 of 3 GPUs and MIG instances; gpus_per_build = 2)",
             ),
             (
-                Skipped::NoInventory {
-                    features: "cuda-sm-90a".into(),
-                    why: "/run/x/inventory.json: gone".into(),
-                },
+                Skipped::NoInventory("cuda-sm-90a".into(), "/run/x/inventory.json: gone".into()),
                 "cuda-sm-90a select no GPU: no GPU inventory (/run/x/inventory.json: gone); the \
                  build gets GPUs as though it required no cuda-sm-* feature",
             ),
             (
-                Skipped::NoneFree {
-                    wait_seconds: 600,
-                    error: "all 1 GPUs are leased".into(),
-                },
+                Skipped::NoneFree(600, "all 1 GPUs are leased".into()),
                 "none free now, a build would wait up to 600 s: all 1 GPUs are leased",
             ),
             (
-                Skipped::CdiUnowned {
-                    device: "nvidia.com/gpu=all".into(),
-                    spec: "/etc/cdi/nvidia.yaml".into(),
-                    gpus_per_build: 1,
-                },
+                Skipped::CdiUnowned(
+                    "nvidia.com/gpu=all".into(),
+                    "/etc/cdi/nvidia.yaml".into(),
+                    1,
+                ),
                 "CDI nvidia.com/gpu=all: no device of /etc/cdi/nvidia.yaml for one GPU lists \
                  this node, and with gpus_per_build = 1 a build gets only its leased GPUs' \
                  devices",
             ),
             (
-                Skipped::CdiFhsProgram {
-                    device: "d".into(),
-                    dir: "/usr/bin".into(),
-                },
+                Skipped::CdiFhsProgram("d".into(), "/usr/bin".into()),
                 "CDI d: an FHS program; builds do not look in /usr/bin and a program built for \
                  the host's glibc cannot run against Nix's (use the Nixpkgs package)",
             ),
             (
-                Skipped::CdiDriverLink {
-                    device: "d".into(),
-                    link: "/run/opengl-driver".into(),
-                },
+                Skipped::CdiDriverLink("d".into(), "/run/opengl-driver".into()),
                 "CDI d: the driver link /run/opengl-driver is exposed, with the driver behind it",
             ),
             (
-                Skipped::CdiHostRuntime { device: "d".into() },
+                Skipped::CdiHostRuntime("d".into()),
                 "CDI d: the host's C/C++ runtime never enters the sandbox (Nix's glibc and \
                  libstdc++ must be the ones loaded)",
             ),

@@ -228,21 +228,13 @@ fn sweep_here(runtime_dir: &Path) -> Result<(), TreeError> {
         return Ok(());
     };
     let leases = Leases::new(runtime_dir);
-    let mut first_error = None;
-    for name in trees.names() {
-        let Some(tree) = name.strip_suffix(".json") else {
-            continue;
-        };
-        let Some(record) = read(&trees, tree) else {
-            continue;
-        };
-        if !record.live(&leases) {
-            if let Err(e) = remove_in(&trees, tree) {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    first_error.map_or(Ok(()), Err)
+    let names = trees.names();
+    // Every ended tree is tried; the first error is returned.
+    (names.iter())
+        .filter_map(|name| name.strip_suffix(".json"))
+        .filter(|tree| read(&trees, tree).is_some_and(|record| !record.live(&leases)))
+        .map(|tree| remove_in(&trees, tree))
+        .fold(Ok(()), Result::and)
 }
 
 fn read(trees: &StateDir, name: &str) -> Option<Record> {

@@ -25,7 +25,7 @@ mod lease;
 
 pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Decision, Exposure, NodeFault, Problem, ProblemKind, Reason, Skip, Skipped};
+use super::{Decision, Exposure, NodeFault, ProblemKind, Reason, Skip, Skipped};
 use crate::cdi::spec::{DeviceNode, Mount};
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, DriverConfig};
@@ -74,21 +74,21 @@ impl Decision {
                     for path in unowned {
                         self.skip(
                             path,
-                            Skipped::CdiUnowned {
-                                device: d.name.as_str().to_owned(),
-                                spec: found.spec.to_path_buf(),
-                                gpus_per_build: config.gpus_per_build,
-                            },
+                            Skipped::CdiUnowned(
+                                d.name.as_str().to_owned(),
+                                found.spec.to_path_buf(),
+                                config.gpus_per_build,
+                            ),
                         );
                     }
                     for part in &parts {
                         self.add_cdi_device(&place, part, found);
                     }
                 }
-                Err(error) => self.problems.push(Problem::new(
+                Err(error) => self.add_problem_of(
                     rule,
                     ProblemKind::CdiLookup(error.clone(), cdi.hint.clone()),
-                )),
+                ),
             }
         }
     }
@@ -137,8 +137,7 @@ impl Decision {
         let device = part.device.clone();
         let host = n.host_path.as_deref().unwrap_or(&n.path);
         if let Some(why) = unusable(&[&n.path, host]) {
-            let kind = ProblemKind::CdiSpecNode(device, why);
-            return self.problems.push(Problem::new(at.rule, kind));
+            return self.add_problem_of(at.rule, ProblemKind::CdiSpecNode(device, why));
         }
         let inside = symlinks::normalize(Path::new(&n.path));
         let outside = host_path(host, at.config);
@@ -155,8 +154,7 @@ impl Decision {
                 }
             },
         };
-        let kind = ProblemKind::CdiNode(device, inside, fault);
-        self.problems.push(Problem::new(at.rule, kind));
+        self.add_problem_of(at.rule, ProblemKind::CdiNode(device, inside, fault));
     }
 
     /// Exposes one of a device's bind mounts where the build can use it: a library at the
@@ -171,7 +169,7 @@ impl Decision {
         let inside = symlinks::normalize(Path::new(&m.container_path));
         let outside = host_path(&m.host_path, at.config);
         if let Some(why) = unusable(&[&m.container_path, &m.host_path]) {
-            let why = Skipped::CdiMountPath { device, why };
+            let why = Skipped::CdiMountPath(device, why);
             return self.skip(m.container_path.clone(), why);
         }
         let name = inside
@@ -179,16 +177,16 @@ impl Decision {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         if is_host_runtime(&name) {
-            return self.skip(inside.display(), Skipped::CdiHostRuntime { device });
+            return self.skip(inside.display(), Skipped::CdiHostRuntime(device));
         }
         if is_fhs_program(&inside) {
             let dir = inside.parent().unwrap_or(Path::new("/")).to_path_buf();
-            return self.skip(inside.display(), Skipped::CdiFhsProgram { device, dir });
+            return self.skip(inside.display(), Skipped::CdiFhsProgram(device, dir));
         }
         if is_library_name(&name) {
             if at.link_present {
                 let link = at.link_lib.parent().unwrap_or(&at.link_lib).to_path_buf();
-                return self.skip(inside.display(), Skipped::CdiDriverLink { device, link });
+                return self.skip(inside.display(), Skipped::CdiDriverLink(device, link));
             }
             if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
                 // The driver planner binds it (the host driver comes from the spec).
