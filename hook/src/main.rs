@@ -264,9 +264,7 @@ fn check_config(content_only: bool, config: Option<&Path>) -> u8 {
                 ""
             };
             let mut text = format!("config {source}: ok, {} rule(s){scope}\n", c.rules.len());
-            for note in c.notes() {
-                text.push_str(&format!("note: {note}\n"));
-            }
+            text.extend(c.notes().iter().map(|note| format!("note: {note}\n")));
             print_quietly(&text)
         }
         Err(e) => {
