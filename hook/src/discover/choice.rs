@@ -143,10 +143,8 @@ fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<CudaVersion, Reject
     let Some(cuda) = c.cuda_version else {
         return Err(Rejected::UnknownCuda);
     };
-    if let Some(h) = host.cuda_version {
-        if cuda <= h {
-            return Err(Rejected::NotNewer(cuda, h));
-        }
+    if let Some(h) = host.cuda_version.filter(|h| cuda <= *h) {
+        return Err(Rejected::NotNewer(cuda, h));
     }
     let drivers = c.note.as_ref().and_then(|n| n.drivers.as_ref());
     match (drivers, host.kernel_branch) {
