@@ -216,8 +216,7 @@ fn run_explain(drv: Option<&Path>, features: &[String], json: bool, config: Opti
         log::error("explain needs a .drv path or --features");
         return 2;
     }
-    let env = Environment::of_process();
-    let e = explain::explain(drv, features, config, &env);
+    let e = explain::explain(drv, features, config, &Environment::of_process());
     let text = if json {
         match serde_json::to_string_pretty(&e) {
             Ok(text) => text + "\n",
