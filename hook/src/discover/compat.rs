@@ -70,10 +70,9 @@ pub(crate) enum CompatError {
 
 /// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
 pub(crate) fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, NoteError> {
-    match cuda_sandbox_elfkit::compat_note(elf)? {
-        Some(desc) => parse_note_json(desc).map(Some),
-        None => Ok(None),
-    }
+    cuda_sandbox_elfkit::compat_note(elf)?
+        .map(parse_note_json)
+        .transpose()
 }
 
 fn parse_note_json(desc: &[u8]) -> Result<CompatNote, NoteError> {
