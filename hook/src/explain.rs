@@ -74,7 +74,6 @@ pub fn explain(
         ),
         (Err(e), ..) => format!("FAILS: {e}"),
     };
-    let nix_answer = answer.map_or(String::new(), |a| String::from_utf8_lossy(&a).into_owned());
     Explanation {
         derivation: drv.map(|d| d.display().to_string()),
         features: req.features_lossy(),
@@ -83,7 +82,7 @@ pub fn explain(
         rules: req.matched,
         plan,
         verdict,
-        nix_answer,
+        nix_answer: answer.map_or(String::new(), |a| String::from_utf8_lossy(&a).into_owned()),
         warnings: req.warnings,
         build_users,
     }

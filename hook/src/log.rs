@@ -8,18 +8,19 @@ pub(crate) const PREFIX: &str = "cuda-sandbox-hook:";
 
 /// Writes a warning line to stderr.
 pub(crate) fn warn(message: impl std::fmt::Display) {
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "{PREFIX} warning: {}",
-        one_line(&message.to_string())
-    );
+    line("warning", message);
 }
 
 /// Writes an error line to stderr.
 pub fn error(message: impl std::fmt::Display) {
+    line("error", message);
+}
+
+/// Writes `message` on one line to stderr, after the prefix and `level`.
+fn line(level: &str, message: impl std::fmt::Display) {
     let _ = writeln!(
         std::io::stderr().lock(),
-        "{PREFIX} error: {}",
+        "{PREFIX} {level}: {}",
         one_line(&message.to_string())
     );
 }

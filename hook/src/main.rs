@@ -191,17 +191,21 @@ fn run() -> u8 {
             user,
             env,
             command,
-        } => run_exec(exec::ExecRequest {
-            drv,
-            features,
-            config: cli.config.clone(),
-            extra_binds: binds,
-            command,
-            user: user.unwrap_or(exec::DEFAULT_USER),
-            env,
-            environment: Environment::of_process(),
-            caller_env: std::env::vars_os().collect(),
-        }),
+        } => {
+            let Err(e) = exec::exec(&exec::ExecRequest {
+                drv,
+                features,
+                config: cli.config.clone(),
+                extra_binds: binds,
+                command,
+                user: user.unwrap_or(exec::DEFAULT_USER),
+                env,
+                environment: Environment::of_process(),
+                caller_env: std::env::vars_os().collect(),
+            });
+            log::error(e);
+            2
+        }
         Command::CheckConfig { content_only } => check_config(content_only, config),
     }
 }
@@ -212,8 +216,7 @@ fn run_explain(drv: Option<&Path>, features: &[String], json: bool, config: Opti
         log::error("explain needs a .drv path or --features");
         return 2;
     }
-    let env = Environment::of_process();
-    let e = explain::explain(drv, features, config, &env);
+    let e = explain::explain(drv, features, config, &Environment::of_process());
     let text = if json {
         match serde_json::to_string_pretty(&e) {
             Ok(text) => text + "\n",
@@ -242,16 +245,6 @@ fn print_quietly(text: &str) -> u8 {
 }
 
 /// `exec`: runs the command in the root a build would get; returns only on failure.
-fn run_exec(req: exec::ExecRequest) -> u8 {
-    match exec::exec(&req) {
-        Ok(never) => match never {},
-        Err(e) => {
-            log::error(e);
-            2
-        }
-    }
-}
-
 /// `check-config`: loads the configuration (trusted first, unless `content_only`) and says
 /// how many rules it has and what it notes.
 fn check_config(content_only: bool, config: Option<&Path>) -> u8 {
@@ -270,9 +263,7 @@ fn check_config(content_only: bool, config: Option<&Path>) -> u8 {
                 ""
             };
             let mut text = format!("config {source}: ok, {} rule(s){scope}\n", c.rules.len());
-            for note in c.notes() {
-                text.push_str(&format!("note: {note}\n"));
-            }
+            text.extend(c.notes().iter().map(|note| format!("note: {note}\n")));
             print_quietly(&text)
         }
         Err(e) => {

@@ -155,21 +155,16 @@ impl SpecSet {
         names.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, format) in names {
             let file = resolved.join(&name);
-            let text = match config::read_text(&ConfigSource::File(file.clone())) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.errors
-                        .push(SpecError::File(file, e.problem.to_string()));
-                    continue;
-                }
-            };
-            match Spec::parse(&text, format) {
+            let parsed = config::read_text(&ConfigSource::File(file.clone()))
+                .map_err(|e| e.problem.to_string())
+                .and_then(|text| Spec::parse(&text, format).map_err(|e| e.to_string()));
+            match parsed {
                 Ok(spec) => self.specs.push(LoadedSpec {
                     file,
                     priority,
                     spec,
                 }),
-                Err(error) => self.errors.push(SpecError::File(file, error.to_string())),
+                Err(why) => self.errors.push(SpecError::File(file, why)),
             }
         }
     }

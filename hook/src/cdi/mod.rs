@@ -56,12 +56,10 @@ impl TryFrom<Vec<PathBuf>> for SpecDirs {
     type Error = String;
 
     fn try_from(dirs: Vec<PathBuf>) -> Result<Self, Self::Error> {
-        for d in &dirs {
-            if !d.is_absolute() {
-                return Err(format!(
-                    "cdi_spec_dirs entry {d:?} must be an absolute path"
-                ));
-            }
+        if let Some(d) = dirs.iter().find(|d| !d.is_absolute()) {
+            return Err(format!(
+                "cdi_spec_dirs entry {d:?} must be an absolute path"
+            ));
         }
         Ok(SpecDirs(dirs))
     }

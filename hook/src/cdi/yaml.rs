@@ -43,21 +43,19 @@ pub(crate) fn check(text: &str) -> Result<(), YamlError> {
         let (event, mark) = parser
             .next_token()
             .map_err(|e| YamlError::Syntax(e.to_string()))?;
-        let anchored = match event {
+        let what = match event {
             Event::StreamEnd => return Ok(()),
-            Event::Alias(_) => Some("an alias"),
+            Event::Alias(_) => "an alias",
             Event::Scalar(_, _, anchor, _)
             | Event::SequenceStart(anchor, _)
             | Event::MappingStart(anchor, _)
                 if anchor > 0 =>
             {
-                Some("an anchor")
+                "an anchor"
             }
-            _ => None,
+            _ => continue,
         };
-        if let Some(what) = anchored {
-            return Err(YamlError::Anchor(what, mark.line(), mark.col() + 1));
-        }
+        return Err(YamlError::Anchor(what, mark.line(), mark.col() + 1));
     }
     Err(YamlError::TooManyEvents)
 }

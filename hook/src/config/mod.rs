@@ -106,8 +106,7 @@ impl Config {
     /// Loads the configuration from `source`: its text, trusted first ([`read_text`]), parsed
     /// and validated.
     pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
-        let text = read_text(source)?;
-        Config::from_text(source, &text)
+        Config::from_text(source, &read_text(source)?)
     }
 
     /// Loads the configuration from `source` without the ownership and mode check of

@@ -218,8 +218,7 @@ pub(crate) struct Mount {
 
 /// A GPU's compute capability (`8.7`), as `cuda-sandbox-check features --capability` takes it.
 fn gpu_capability<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Capability>, D::Error> {
-    let text = String::deserialize(d)?;
-    parse_gpu(&text)
+    parse_gpu(&String::deserialize(d)?)
         .map(Some)
         .map_err(|e| serde::de::Error::custom(format!("tegra_capability: {e}")))
 }

@@ -96,12 +96,10 @@ pub(crate) fn choose(host: &HostDriverFacts, candidates: Vec<CompatDriver>) -> D
     let host_cuda = (host.cuda_version.map(|v| format!("CUDA {v}")))
         .unwrap_or_else(|| "an unknown CUDA version".to_string());
     if let Some(((cuda, best), others)) = accepted.split_first() {
-        for (_, other) in others {
-            rejected.push(Rejection {
-                dir: other.dir.display().to_string(),
-                why: Rejected::NewerChosen(best.dir.clone()),
-            });
-        }
+        rejected.extend(others.iter().map(|(_, other)| Rejection {
+            dir: other.dir.display().to_string(),
+            why: Rejected::NewerChosen(best.dir.clone()),
+        }));
         let drivers = best.note.as_ref().and_then(|n| n.drivers.as_ref());
         let listed = match (drivers, host.kernel_branch) {
             (Some(_), Some(b)) => format!(", and its note lists kernel driver branch {b}"),
@@ -145,10 +143,8 @@ fn judge(host: &HostDriverFacts, c: &CompatDriver) -> Result<CudaVersion, Reject
     let Some(cuda) = c.cuda_version else {
         return Err(Rejected::UnknownCuda);
     };
-    if let Some(h) = host.cuda_version {
-        if cuda <= h {
-            return Err(Rejected::NotNewer(cuda, h));
-        }
+    if let Some(h) = host.cuda_version.filter(|h| cuda <= *h) {
+        return Err(Rejected::NotNewer(cuda, h));
     }
     let drivers = c.note.as_ref().and_then(|n| n.drivers.as_ref());
     match (drivers, host.kernel_branch) {

@@ -70,10 +70,9 @@ pub(crate) enum CompatError {
 
 /// Reads the compat note of an ELF file's bytes. `Ok(None)`: a valid ELF without the note.
 pub(crate) fn read_note(elf: &[u8]) -> Result<Option<CompatNote>, NoteError> {
-    match cuda_sandbox_elfkit::compat_note(elf)? {
-        Some(desc) => parse_note_json(desc).map(Some),
-        None => Ok(None),
-    }
+    cuda_sandbox_elfkit::compat_note(elf)?
+        .map(parse_note_json)
+        .transpose()
 }
 
 fn parse_note_json(desc: &[u8]) -> Result<CompatNote, NoteError> {
@@ -116,19 +115,18 @@ pub(crate) fn inspect_dir(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         listed => listed.map_err(|e| CompatError::Io("list", dir_outside.into(), e.to_string()))?,
     };
-    let mut names: Vec<String> = entries
+    // Prefer the versioned file (`libcuda.so.550.54.15`) over `libcuda.so.1`.
+    let Some(libcuda) = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.starts_with("libcuda.so."))
-        .collect();
-    // Prefer the versioned file (`libcuda.so.550.54.15`) over `libcuda.so.1`.
-    names.sort_by_key(|n| {
-        (
-            versions::version_in_file_name(n, "libcuda").is_none(),
-            n.clone(),
-        )
-    });
-    let Some(libcuda) = names.into_iter().next() else {
+        .min_by_key(|n| {
+            (
+                versions::version_in_file_name(n, "libcuda").is_none(),
+                n.clone(),
+            )
+        })
+    else {
         return Ok(None);
     };
     let path = dir_outside.join(&libcuda);

@@ -142,15 +142,13 @@ pub(crate) fn driver_library_stem(name: &str) -> Option<&'static str> {
     if !(rest.is_empty() || rest.starts_with('.')) {
         return None;
     }
-    if let Some(s) = DRIVER_LIBRARIES
+    DRIVER_LIBRARIES
         .iter()
         .flat_map(|(_, stems)| stems.iter())
         .chain(JETSON_LIBRARIES)
         .find(|s| **s == stem)
-    {
-        return Some(s);
-    }
-    stem.starts_with("libnvrm_").then_some("libnvrm_")
+        .copied()
+        .or_else(|| stem.starts_with("libnvrm_").then_some("libnvrm_"))
 }
 
 /// The capability a driver library's stem serves (Jetson's host libraries: compute).

@@ -247,8 +247,7 @@ impl Request {
     /// The `cuda-sm-*` features among the required ones, by the rule the runner shares
     /// ([`features::required`]); a name that is not UTF-8 is malformed, so never met.
     pub(crate) fn required_gpu_features(&self) -> Required {
-        let names = self.features_lossy();
-        features::required(names.iter().map(String::as_str))
+        features::required(self.features_lossy().iter().map(String::as_str))
     }
 
     /// The tagged request, when the verdict is [`Verdict::Tagged`].

@@ -36,8 +36,7 @@ const RULE_FILES: [&str; 2] = [
 pub(crate) fn booted_driver(root: &Path, store_dir: &Path) -> Option<BootedDriver> {
     let link = crate::discover::host::under(root, store_dir, Path::new("/run/booted-system"));
     crate::trust::check_path(&link).ok()?;
-    let system = std::fs::read_link(&link).ok()?;
-    let system = in_store(&system, store_dir)?;
+    let system = in_store(&std::fs::read_link(&link).ok()?, store_dir)?;
     let driver = RULE_FILES.iter().find_map(|rel| {
         let file = in_store(&std::fs::canonicalize(system.join(rel)).ok()?, store_dir)?;
         driver_link_target(&std::fs::read_to_string(file).ok()?)

@@ -61,7 +61,6 @@ pub(crate) fn scan(
 ) -> DriverView {
     let rooted = config.space();
     let link = symlinks::normalize(&driver.link);
-    let link_lib = link.join("lib");
     fs.follow(&link, &rooted.outside(&link), rooted);
     let libcuda = link.join("lib/libcuda.so.1");
     let libcuda_outside = rooted.outside(&libcuda);
@@ -75,7 +74,7 @@ pub(crate) fn scan(
         source: driver.clone(),
         link_present,
         host_libraries,
-        compat: scan_compat(driver, config, &link_lib, fs),
+        compat: scan_compat(driver, config, &link.join("lib"), fs),
     }
 }
 

@@ -243,8 +243,7 @@ fn listed_minors(path: &Path) -> Result<Option<MigMinors>, MigScanError> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = read_bounded(path, formats::MIG_MINORS_MAX)?;
-    formats::mig_minors(&text)
+    formats::mig_minors(&read_bounded(path, formats::MIG_MINORS_MAX)?)
         .map(Some)
         .map_err(|error| MigScanError::Format(path.to_path_buf(), error))
 }

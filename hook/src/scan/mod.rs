@@ -297,14 +297,13 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
 
 /// Whether a libcuda whose real path the scan recorded names a version other than `kernel`'s.
 fn differs_from_kernel(snapshot: &Snapshot, kernel: Option<&str>) -> bool {
-    let Some(kernel) = kernel else {
-        return false;
-    };
-    snapshot.real_paths.values().any(|real| {
-        real.file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| versions::version_in_file_name(n, "libcuda"))
-            .is_some_and(|v| v != kernel)
+    kernel.is_some_and(|kernel| {
+        snapshot.real_paths.values().any(|real| {
+            real.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| versions::version_in_file_name(n, "libcuda"))
+                .is_some_and(|v| v != kernel)
+        })
     })
 }
 
