@@ -318,8 +318,11 @@ pub fn requisites(nix_store: &Path, store_path: &Path) -> Result<Vec<PathBuf>, R
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let first = (stderr.lines().find(|l| !l.trim().is_empty())).map_or("", str::trim);
-        let (program, status) = (nix_store.to_path_buf(), output.status);
-        return Err(RequisitesError::Failed(program, status, first.into()));
+        return Err(RequisitesError::Failed(
+            nix_store.to_path_buf(),
+            output.status,
+            first.into(),
+        ));
     }
     Ok(output
         .stdout

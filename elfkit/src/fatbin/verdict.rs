@@ -383,7 +383,7 @@ pub fn judge_loads(
         let loaded_by_the_program = matches!(c.origin, Origin::Scan(_));
         let read = read_modules && load.fails() && !loaded_by_the_program;
         let holds = read.then(|| reads.holds(data, code, i));
-        if holds == Some(None) {
+        if matches!(holds, Some(None)) {
             judgement.not_judged.inert += 1;
             continue;
         }

@@ -272,8 +272,11 @@ impl Loader {
             let out = (Command::new(interpreter).arg(arg).output())
                 .map_err(|e| AskError::CannotRun(interpreter.to_path_buf(), e.to_string()))?;
             if !out.status.success() {
-                let (loader, status) = (interpreter.to_path_buf(), out.status.to_string());
-                return Err(AskError::Failed(loader, arg.into(), status));
+                return Err(AskError::Failed(
+                    interpreter.to_path_buf(),
+                    arg.into(),
+                    out.status.to_string(),
+                ));
             }
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         };
