@@ -244,7 +244,6 @@ fn print_quietly(text: &str) -> u8 {
     }
 }
 
-/// `exec`: runs the command in the root a build would get; returns only on failure.
 /// `check-config`: loads the configuration (trusted first, unless `content_only`) and says
 /// how many rules it has and what it notes.
 fn check_config(content_only: bool, config: Option<&Path>) -> u8 {

@@ -33,6 +33,8 @@ impl GpuDemand {
         decision: &mut Decision,
     ) {
         let parents = slot::gpus(picked);
+        // Whether what belongs to `gpu` stays: every build's (no GPU), or a GPU kept.
+        let kept_gpu = |gpu: Option<u32>| gpu.is_none_or(|g| parents.contains(&g));
         let not_leased = |mig| Skipped::NotLeased {
             mig,
             leased: taken,
@@ -73,7 +75,7 @@ impl GpuDemand {
                     None => Some(drm(DrmLeft::Unmapped(DrmError::Unscanned))),
                 }
             }
-            _ if cdi::owning_gpu(e).is_none_or(|g| parents.contains(&g)) => None,
+            _ if kept_gpu(cdi::owning_gpu(e)) => None,
             _ => Some(not_leased(false)),
         };
         let others: Vec<(PathBuf, Skipped)> = devices(&decision.exposures)
@@ -89,7 +91,7 @@ impl GpuDemand {
             .map(|(o, why)| Skip::new(o.display(), why));
         decision.skipped.extend(skips);
         // The edits not carried out: every build's, and those of the GPUs kept only.
-        (decision.not_carried_out).retain(|n| n.gpu.is_none_or(|g| parents.contains(&g)));
+        decision.not_carried_out.retain(|n| kept_gpu(n.gpu));
     }
 }
 
