@@ -18,15 +18,11 @@ use super::{Compression, Entry};
 /// MiB): a header claiming more is refused rather than believed.
 pub const MAX_UNPACKED: u64 = 1 << 30;
 
-/// Why a payload could not be read, in one line.
+/// Why a payload could not be read, in one line: what is wrong, the entry header's offset in
+/// the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the payload of the entry at byte {at}: {fault}")]
-pub struct PayloadError {
-    /// What is wrong.
-    pub fault: PayloadFault,
-    /// The entry header's offset in the file.
-    pub at: u64,
-}
+#[error("the payload of the entry at byte {1}: {0}")]
+pub struct PayloadError(pub PayloadFault, pub u64);
 
 /// What is wrong with an entry's payload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,19 +51,14 @@ pub enum PayloadFault {
     /// The Zstandard frame does not decode (the decoder's one line).
     #[error("its Zstandard frame does not unpack: {0}")]
     Zstd(String),
-    /// The Zstandard frame decodes to another size.
+    /// The Zstandard frame decodes to another size: whether it unpacked to more than claimed
+    /// (reading stopped there), the size it unpacked to (at most the size claimed), the size
+    /// claimed.
     #[error(
-        "its Zstandard frame unpacks to {}{got} bytes, not the {unpacked} its header claims",
-        if *.more { "more than " } else { "" }
+        "its Zstandard frame unpacks to {more}{1} bytes, not the {2} its header claims",
+        more = if *.0 { "more than " } else { "" }
     )]
-    ZstdLength {
-        /// Whether it unpacked to more than claimed (reading stopped there).
-        more: bool,
-        /// The size it unpacked to, at most the size claimed.
-        got: usize,
-        /// The size claimed.
-        unpacked: usize,
-    },
+    ZstdLength(bool, usize, usize),
     /// A CUDA 13 part lies outside its outer entry's payload.
     #[error("its part lies outside the unpacked payload")]
     PartOutside,
@@ -83,10 +74,7 @@ pub fn payload<'a>(
     entry: &Entry,
     room: &'a mut Vec<u8>,
 ) -> Result<&'a [u8], PayloadError> {
-    let bad = |fault: PayloadFault| PayloadError {
-        fault,
-        at: entry.offset,
-    };
+    let bad = |fault: PayloadFault| PayloadError(fault, entry.offset);
     let s = entry.stored;
     let stored = bytes_at(data, s.offset, s.size).ok_or_else(|| bad(PayloadFault::PastEnd))?;
     let whole: &'a [u8] = match entry.compression {
@@ -159,11 +147,11 @@ fn zstd(packed: &[u8], unpacked: usize, room: &mut Vec<u8>) -> Result<(), Payloa
         Err(code) => return Err(fault(code)),
     };
     if got != unpacked {
-        return Err(PayloadFault::ZstdLength {
-            more: got > unpacked,
-            got: got.min(unpacked),
+        return Err(PayloadFault::ZstdLength(
+            got > unpacked,
+            got.min(unpacked),
             unpacked,
-        });
+        ));
     }
     Ok(())
 }
@@ -191,7 +179,7 @@ mod tests {
     fn fault(c: &[u8]) -> Result<Vec<u8>, PayloadFault> {
         payload(c, &first(c), &mut Vec::new())
             .map(<[u8]>::to_vec)
-            .map_err(|e| e.fault)
+            .map_err(|e| e.0)
     }
 
     #[test]
@@ -228,7 +216,7 @@ mod tests {
         );
         let c = packed(0x2000, &stored, lz.len() as u32, text.len() as u64 - 1);
         assert!(matches!(
-            payload(&c, &first(&c), &mut Vec::new()).map_err(|e| e.fault),
+            payload(&c, &first(&c), &mut Vec::new()).map_err(|e| e.0),
             Err(PayloadFault::Lz4(_) | PayloadFault::Lz4Length(..))
         ));
     }
@@ -252,32 +240,16 @@ mod tests {
         let s = packed(0x2000, &lz, lz.len() as u32, short.len() as u64);
         assert_eq!(payload(&s, &first(&s), &mut room).unwrap(), short);
         let c = packed(0x8000, frame, frame.len() as u32, 10);
-        assert_eq!(
-            fault(&c),
-            Err(PayloadFault::ZstdLength {
-                more: true,
-                got: 10,
-                unpacked: 10
-            })
-        );
+        assert_eq!(fault(&c), Err(PayloadFault::ZstdLength(true, 10, 10)));
         let c = packed(0x8000, frame, frame.len() as u32, 100);
         assert_eq!(
             fault(&c),
-            Err(PayloadFault::ZstdLength {
-                more: false,
-                got: text.len(),
-                unpacked: 100
-            })
+            Err(PayloadFault::ZstdLength(false, text.len(), 100))
         );
         let c = packed(0x8000, b"not a frame at all", 18, 5);
         assert!(matches!(fault(&c), Err(PayloadFault::Zstd(_))));
         assert_eq!(
-            PayloadFault::ZstdLength {
-                more: true,
-                got: 10,
-                unpacked: 10
-            }
-            .to_string(),
+            PayloadFault::ZstdLength(true, 10, 10).to_string(),
             "its Zstandard frame unpacks to more than 10 bytes, not the 10 its header claims"
         );
     }
@@ -294,15 +266,11 @@ mod tests {
         let end = frame.len() - 1;
         frame[end] ^= 0xff;
         let c = packed(0x8000, &frame, frame.len() as u32, 10);
-        let too_long = Err(PayloadFault::ZstdLength {
-            more: true,
-            got: 10,
-            unpacked: 10,
-        });
+        let too_long = Err(PayloadFault::ZstdLength(true, 10, 10));
         assert_eq!(fault(&c), too_long);
         let mut room = vec![0; 1 << 20];
         let got = payload(&c, &first(&c), &mut room).map(<[u8]>::to_vec);
-        assert_eq!(got.map_err(|e| e.fault), too_long);
+        assert_eq!(got.map_err(|e| e.0), too_long);
         // Whole, the frame is refused for its checksum.
         let c = packed(0x8000, &frame, frame.len() as u32, text.len() as u64);
         assert!(matches!(fault(&c), Err(PayloadFault::Zstd(_))));
@@ -353,11 +321,7 @@ mod tests {
         let c = packed(0x8000, b"x", 1, MAX_UNPACKED + 1);
         assert_eq!(fault(&c), Err(PayloadFault::TooLarge(MAX_UNPACKED + 1)));
         assert_eq!(
-            PayloadError {
-                fault: PayloadFault::TooLarge(MAX_UNPACKED + 1),
-                at: 64
-            }
-            .to_string(),
+            PayloadError(PayloadFault::TooLarge(MAX_UNPACKED + 1), 64).to_string(),
             "the payload of the entry at byte 64: it claims to unpack to 1073741825 bytes, over \
              the 1073741824 this reader allows"
         );
