@@ -206,7 +206,7 @@ pub(crate) fn run(
                     dir_exists,
                     attempt: attempt.clone(),
                 });
-                end = match (&attempt, opened) {
+                let found = match (attempt, opened) {
                     (Attempt::Loadable, Some(opened)) => {
                         let real = opened.real_path.clone();
                         let real_path = real.or_else(|| fs.canonicalize(&file).ok());
@@ -216,18 +216,16 @@ pub(crate) fn run(
                             real_path,
                             source,
                         };
-                        Some((found, Some(opened)))
+                        (found, Some(opened))
                     }
-                    (Attempt::Unusable(reason), _) => {
-                        let reason = reason.clone();
-                        Some((Outcome::Error { path: file, reason }, None))
+                    (Attempt::Unusable(reason), _) => (Outcome::Error { path: file, reason }, None),
+                    (attempt, _) => {
+                        last = attempt;
+                        continue;
                     }
-                    _ => None,
                 };
-                if end.is_some() {
-                    break 'lists;
-                }
-                last = attempt;
+                end = Some(found);
+                break 'lists;
             }
             if matches!(last, Attempt::ListEnded(_)) {
                 continue 'lists;
