@@ -43,11 +43,6 @@ impl ElfHost {
             .map(Path::new)
     }
 
-    /// The Debian multiarch triplet (`x86_64-linux-gnu`), where known.
-    pub fn multiarch(self) -> Option<&'static str> {
-        self.x86_64_or_aarch64("x86_64-linux-gnu", "aarch64-linux-gnu")
-    }
-
     /// `x86_64` on a 64-bit x86 machine, `aarch64` on a 64-bit Arm one, none on others: what
     /// this model knows of each machine.
     pub(crate) fn x86_64_or_aarch64<T>(self, x86_64: T, aarch64: T) -> Option<T> {
@@ -98,7 +93,8 @@ impl Loader {
     /// still searches, are left out (2.37 dropped them). The differential test holds this to
     /// the real loader's own account.
     pub fn debian(interpreter: PathBuf) -> Loader {
-        let triplet = ElfHost::native().multiarch();
+        // The Debian multiarch triplet (`x86_64-linux-gnu`), where known.
+        let triplet = ElfHost::native().x86_64_or_aarch64("x86_64-linux-gnu", "aarch64-linux-gnu");
         let mut system_dirs = Vec::new();
         if let Some(t) = triplet {
             system_dirs.push(Path::new("/lib").join(t));
