@@ -40,22 +40,19 @@ pub fn platform() -> Option<String> {
             if let Some(p) = x86::platform() {
                 return Some(p.to_string());
             }
-            at_platform()
+            // Else this process's `AT_PLATFORM` (`x86_64`, `aarch64`), when the kernel gave one.
+            // SAFETY: getauxval has no preconditions; AT_PLATFORM, when present, points at a
+            // NUL-terminated string the kernel put on the initial stack, alive for the whole
+            // process.
+            let p = unsafe { libc::getauxval(libc::AT_PLATFORM) } as *const libc::c_char;
+            if p.is_null() {
+                return None;
+            }
+            // SAFETY: as above, a valid NUL-terminated string that is never freed.
+            let s = unsafe { std::ffi::CStr::from_ptr(p) };
+            Some(s.to_string_lossy().into_owned())
         })
         .clone()
-}
-
-/// This process's `AT_PLATFORM` (`x86_64`, `aarch64`), when the kernel gave one.
-pub fn at_platform() -> Option<String> {
-    // SAFETY: getauxval has no preconditions; AT_PLATFORM, when present, points at a
-    // NUL-terminated string the kernel put on the initial stack, alive for the whole process.
-    let p = unsafe { libc::getauxval(libc::AT_PLATFORM) } as *const libc::c_char;
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: as above, a valid NUL-terminated string that is never freed.
-    let s = unsafe { std::ffi::CStr::from_ptr(p) };
-    Some(s.to_string_lossy().into_owned())
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -68,7 +68,7 @@ mod loader;
 mod process;
 mod search;
 
-pub use cpu::{at_platform, glibc_hwcaps, platform};
+pub use cpu::{glibc_hwcaps, platform};
 pub use fs::{kind, read_opened, FileId, Fs, Opened, RealFs, HEAD_LEN};
 pub use loader::{AskError, ElfHost, Loader, NoSystemSearchPath};
 pub use process::{Dlopen, Environment, Missing, Object, Process, Role, Start, StartError};
