@@ -84,11 +84,9 @@ fn optional(text: &str) -> Result<Option<CudaVersion>, TableFault> {
 }
 
 fn until(text: &str) -> Result<Option<Until>, TableFault> {
-    if text == "-" {
-        return Ok(None);
-    }
     let words: Vec<&str> = text.split_whitespace().collect();
     let (then, release) = match words[..] {
+        ["-"] => return Ok(None),
         [release, "dropped"] => (Retired::Dropped, release),
         [release, "renamed", to] => (Retired::RenamedTo(Capability::parse(to)?), release),
         _ => return Err(TableFault::Until(text.to_owned())),
