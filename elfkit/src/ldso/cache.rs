@@ -136,7 +136,7 @@ impl Cache {
             .and_then(|n| n.checked_add(HEADER_LEN))
             .filter(|end| *end <= table.len())
             .ok_or(CacheError::Entries(nlibs))?;
-        let hwcaps_names = hwcaps_names(bytes, table);
+        let hwcaps_names = hwcaps_names(bytes, table).unwrap_or_default();
         let mut entries = Vec::with_capacity(nlibs);
         for at in (HEADER_LEN..entries_end).step_by(ENTRY_LEN) {
             let word = |at: usize| read_u32(table, at).ok_or(CacheError::Entry);
@@ -201,37 +201,34 @@ impl Cache {
     }
 }
 
-/// The names of the glibc-hwcaps subdirectories in the cache's extension (empty when it has
+/// The names of the glibc-hwcaps subdirectories in the cache's extension (none when it has
 /// none or it is damaged: glibc then ignores those entries too).
-fn hwcaps_names(file: &[u8], table: &[u8]) -> Vec<String> {
-    let Some(offset) = read_u32(table, 32).map(|o| o as usize).filter(|o| *o != 0) else {
-        return Vec::new();
-    };
-    let ok = || -> Option<Vec<String>> {
-        if offset % 4 != 0 || read_u32(file, offset)? != EXTENSION_MAGIC {
+fn hwcaps_names(file: &[u8], table: &[u8]) -> Option<Vec<String>> {
+    let offset = read_u32(table, 32)
+        .map(|o| o as usize)
+        .filter(|o| *o != 0)?;
+    if offset % 4 != 0 || read_u32(file, offset)? != EXTENSION_MAGIC {
+        return None;
+    }
+    let count = read_u32(file, offset + 4)? as usize;
+    for i in 0..count.min(1 << 16) {
+        let at = offset.checked_add(8)?.checked_add(i.checked_mul(16)?)?;
+        if read_u32(file, at)? != EXTENSION_TAG_GLIBC_HWCAPS {
+            continue;
+        }
+        let start = read_u32(file, at + 8)? as usize;
+        let size = read_u32(file, at + 12)? as usize;
+        let section = file.get(start..start.checked_add(size)?)?;
+        if size == 0 || size % 4 != 0 || start % 4 != 0 {
             return None;
         }
-        let count = read_u32(file, offset + 4)? as usize;
-        for i in 0..count.min(1 << 16) {
-            let at = offset.checked_add(8)?.checked_add(i.checked_mul(16)?)?;
-            if read_u32(file, at)? != EXTENSION_TAG_GLIBC_HWCAPS {
-                continue;
-            }
-            let start = read_u32(file, at + 8)? as usize;
-            let size = read_u32(file, at + 12)? as usize;
-            let section = file.get(start..start.checked_add(size)?)?;
-            if size == 0 || size % 4 != 0 || start % 4 != 0 {
-                return None;
-            }
-            return section
-                .chunks_exact(4)
-                .map(|w| c_string(file, read_u32(w, 0)? as usize))
-                .map(|s| Some(String::from_utf8_lossy(s?).into_owned()))
-                .collect();
-        }
-        None
-    };
-    ok().unwrap_or_default()
+        return section
+            .chunks_exact(4)
+            .map(|w| c_string(file, read_u32(w, 0)? as usize))
+            .map(|s| Some(String::from_utf8_lossy(s?).into_owned()))
+            .collect();
+    }
+    None
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
