@@ -52,16 +52,6 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
-    /// The kind from an entry header's `kind` field (1 PTX, 2 ELF, 8 NVVM IR).
-    pub fn from_code(code: u16) -> EntryKind {
-        match code {
-            1 => EntryKind::Ptx,
-            2 => EntryKind::Sass,
-            8 => EntryKind::NvvmIr,
-            other => EntryKind::Other(other),
-        }
-    }
-
     /// `sass`, `ptx`, `nvvm-ir` or `kind-N`.
     pub fn name(self) -> String {
         match self {
@@ -122,18 +112,6 @@ pub mod flags {
     pub const ARCH_SPECIFIC: u64 = 0x10_0000;
     /// A family-specific ('f') architecture.
     pub const FAMILY: u64 = 0x20_0000;
-}
-
-impl Compression {
-    /// The compression an entry's flags name.
-    pub fn from_flags(value: u64) -> Compression {
-        match (value & flags::LZ4 != 0, value & flags::ZSTD != 0) {
-            (false, false) => Compression::None,
-            (true, false) => Compression::Lz4,
-            (false, true) => Compression::Zstd,
-            (true, true) => Compression::Unknown,
-        }
-    }
 }
 
 /// One image in a container: what the driver may pick to load the module. Serialized as

@@ -14,7 +14,8 @@
 //!   where the header size is (so a part's own size comes from its options: [`part_size`]).
 
 use super::{
-    Arch, Capability, Compression, Entry, EntryKind, FatbinError, Part, Stored, Variant, Version,
+    flags, Arch, Capability, Compression, Entry, EntryKind, FatbinError, Part, Stored, Variant,
+    Version,
 };
 
 /// The first four bytes of a container.
@@ -72,13 +73,19 @@ impl Header {
     /// `stored` says.
     fn entry(&self, compression: Compression, offset: u64, stored: Stored) -> Entry {
         let variant = match self.flags {
-            f if f & super::flags::ARCH_SPECIFIC != 0 => Variant::ArchSpecific,
-            f if f & super::flags::FAMILY != 0 => Variant::Family,
+            f if f & flags::ARCH_SPECIFIC != 0 => Variant::ArchSpecific,
+            f if f & flags::FAMILY != 0 => Variant::Family,
             _ => Variant::Plain,
         };
         let capability = Capability::from_sm(self.arch);
         Entry {
-            kind: EntryKind::from_code(self.kind),
+            // The header's `kind` field: 1 PTX, 2 ELF, 8 NVVM IR.
+            kind: match self.kind {
+                1 => EntryKind::Ptx,
+                2 => EntryKind::Sass,
+                8 => EntryKind::NvvmIr,
+                other => EntryKind::Other(other),
+            },
             arch: Arch {
                 capability,
                 variant,
@@ -163,7 +170,12 @@ pub fn container_at(data: &[u8], at: usize, base: u64) -> Result<(Vec<Entry>, us
             .and_then(|s| p.checked_add(header_size)?.checked_add(s))
             .filter(|&n| n <= end)
             .ok_or(truncated("entry", p))?;
-        let compression = Compression::from_flags(h.flags);
+        let compression = match (h.flags & flags::LZ4 != 0, h.flags & flags::ZSTD != 0) {
+            (false, false) => Compression::None,
+            (true, false) => Compression::Lz4,
+            (false, true) => Compression::Zstd,
+            (true, true) => Compression::Unknown,
+        };
         if h.kind == KIND_CONCATENATED {
             parts(data, p, &h, compression, base, &mut entries)?;
         } else {
@@ -309,8 +321,8 @@ pub(crate) mod tests {
     #[test]
     fn entries_give_kind_arch_variant_version_and_compression() {
         let c = container(&[
-            entry(2, 90, 1, 8, 0x11 | super::super::flags::ARCH_SPECIFIC, 8),
-            entry(1, 100, 9, 5, 0x8011 | super::super::flags::FAMILY, 16),
+            entry(2, 90, 1, 8, 0x11 | super::flags::ARCH_SPECIFIC, 8),
+            entry(1, 100, 9, 5, 0x8011 | super::flags::FAMILY, 16),
             entry(2, 75, 1, 8, 0x2011, 0),
         ]);
         let (entries, end) = container_at(&c, 0, 1000).unwrap();
