@@ -32,10 +32,7 @@ impl CudaVersion {
                 encoded => encoded,
             },
         };
-        if value <= 0 {
-            return Err(bad());
-        }
-        Ok(CudaVersion(value))
+        (value > 0).then_some(CudaVersion(value)).ok_or_else(bad)
     }
 
     /// The major version (`12` for 12.2): runtimes of a newer major need a newer driver.
@@ -149,11 +146,10 @@ impl Capability {
             .strip_prefix("sm_")
             .or_else(|| t.strip_prefix("compute_"))
             .unwrap_or(t);
-        let number: u32 = digits.parse().map_err(|_| bad())?;
-        if !(10..1000).contains(&number) {
-            return Err(bad());
+        match digits.parse() {
+            Ok(number @ 10..1000) => Ok(Capability::from_sm(number)),
+            _ => Err(bad()),
         }
-        Ok(Capability::from_sm(number))
     }
 }
 
