@@ -123,10 +123,9 @@ fn pin(text: &'static str) -> Result<NixpkgsPin, TableFault> {
     let bad = || TableFault::Pin(text.to_owned());
     let (repository, commit) = text.trim().split_once(' ').ok_or_else(bad)?;
     let hex = commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit());
-    if !repository.contains('/') || !hex {
-        return Err(bad());
-    }
-    Ok(NixpkgsPin { repository, commit })
+    (repository.contains('/') && hex)
+        .then_some(NixpkgsPin { repository, commit })
+        .ok_or_else(bad)
 }
 
 /// Parses a table written as [`TABLE`] is.
