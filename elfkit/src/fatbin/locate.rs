@@ -159,19 +159,18 @@ fn elf_containers(
     let relocatable = file.kind() == ObjectKind::Relocatable;
     let mut walked = Ranges::default();
     for s in (placed.iter()).filter(|s| s.name == FATBIN_SECTION || s.name == RELFATBIN_SECTION) {
-        let (start, end) = (s.start, s.end);
-        if walked.meets(start, end) {
+        if walked.meets(s.start, s.end) {
             continue;
         }
-        let section_base = base + start as u64;
-        for found in containers_in(&data[start..end], section_base)? {
+        let section_base = base + s.start as u64;
+        for found in containers_in(&data[s.start..s.end], section_base)? {
             let mut c = container(section_base, found, Origin::Section(s.name.clone()));
             if s.name == RELFATBIN_SECTION {
                 c.purpose = Purpose::DeviceLinkInput; // a relocatable object's: LinkInput below
             }
             out.push(c);
         }
-        walked.add(start, end);
+        walked.add(s.start, s.end);
     }
     // Wrappers hold the address of their container; in a relocatable object it is filled in by
     // a relocation, so only linked files are followed. Addresses are looked up among the
