@@ -75,18 +75,14 @@ impl RealFs {
 /// What a file that is not regular is, in words ("a directory", "a FIFO", …).
 pub fn kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    let kinds = [
-        (t.is_dir(), "a directory"),
-        (t.is_fifo(), "a FIFO"),
-        (t.is_char_device() || t.is_block_device(), "a device"),
-        (t.is_socket(), "a socket"),
-        (t.is_file(), "a regular file"),
-    ];
-    kinds
-        .into_iter()
-        .find(|k| k.0)
-        .map_or("not a file", |k| k.1)
+    match meta.file_type() {
+        t if t.is_dir() => "a directory",
+        t if t.is_fifo() => "a FIFO",
+        t if t.is_char_device() || t.is_block_device() => "a device",
+        t if t.is_socket() => "a socket",
+        t if t.is_file() => "a regular file",
+        _ => "not a file",
+    }
 }
 
 /// [`Opened`] for an open regular file: its identity, first bytes and dynamic information.
