@@ -244,18 +244,15 @@ pub fn compat_note(elf_bytes: &[u8]) -> Result<Option<&[u8]>, ElfError> {
     let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
     let mut at = 0;
     while at < data.len() {
-        let bad = || ElfError::NoteMalformed(at);
-        let namesz = word(at).ok_or_else(bad)?;
-        let descsz = word(at + 4).ok_or_else(bad)?;
-        let name_at = at + 12;
-        let desc_at = align4(namesz)
-            .and_then(|n| name_at.checked_add(n))
-            .ok_or_else(bad)?;
-        let next = align4(descsz)
-            .and_then(|n| desc_at.checked_add(n))
-            .ok_or_else(bad)?;
-        let name = field(name_at, namesz).ok_or_else(bad)?;
-        let desc = field(desc_at, descsz).ok_or_else(bad)?;
+        // The note at `at`: its name, its descriptor, where the next one starts.
+        let note = || {
+            let namesz = word(at)?;
+            let descsz = word(at + 4)?;
+            let desc_at = (at + 12).checked_add(align4(namesz)?)?;
+            let next = desc_at.checked_add(align4(descsz)?)?;
+            Some((field(at + 12, namesz)?, field(desc_at, descsz)?, next))
+        };
+        let (name, desc, next) = note().ok_or(ElfError::NoteMalformed(at))?;
         let name = name.strip_suffix(&[0]).unwrap_or(name);
         if name == COMPAT_NOTE_OWNER {
             return Ok(Some(desc.split(|b| *b == 0).next().unwrap_or_default()));
