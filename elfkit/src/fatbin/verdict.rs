@@ -234,14 +234,11 @@ impl ModuleReads {
 /// What `module` holds (rule 4), or `None` when it holds neither a kernel nor a managed
 /// variable. Its images are compilations of one source, so one that can be read tells; the
 /// cheapest are read first (stored as they are, then the smallest), and an image that holds
-/// nothing sends the reader on to the next. An image that cannot be read, or of a kind unknown
-/// here, is passed over; when no image could be read at all, what it holds is unknown.
+/// nothing sends the reader on to the next. An image that cannot be read, or that is neither
+/// SASS nor PTX (NVVM IR, a kind unknown here), is passed over; when no image could be read at
+/// all, what it holds is unknown.
 fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
-    let mut images: Vec<&Entry> = module
-        .entries
-        .iter()
-        .filter(|e| e.kind != EntryKind::NvvmIr)
-        .collect();
+    let mut images: Vec<&Entry> = module.entries.iter().collect();
     images.sort_by_key(|e| read_cost(e));
     let mut read_any = false;
     for e in images {
