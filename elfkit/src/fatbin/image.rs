@@ -186,9 +186,7 @@ pub fn cubin_facts(bytes: &[u8]) -> Result<CubinFacts, CubinError> {
     }
     let toolkit = match u32_at(bytes, 0x14).unwrap_or(0) {
         // ABI 7: major·10 + minor.
-        v if (90..1000).contains(&v) => {
-            Some(CudaVersion((v / 10) as i32 * 1000 + (v % 10) as i32 * 10))
-        }
+        v @ 90..1000 => Some(CudaVersion((v / 10) as i32 * 1000 + (v % 10) as i32 * 10)),
         _ => table
             .iter()
             .find(|s| string_at(names, s.name as usize) == ".note.nv.tkinfo")
