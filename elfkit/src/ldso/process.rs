@@ -196,24 +196,19 @@ impl<'a, F: Fs> Process<'a, F> {
             ..Object::new(path.to_path_buf(), opened, Role::Main)
         });
         self.main = Some(main);
-        self.load_interpreter();
+        // The loader itself, under its path and its soname; listed once something needs it.
+        let path = self.loader.interpreter.clone();
+        if let Ok(opened) = self.fs.open(&path) {
+            let name = path.to_string_lossy().into_owned();
+            let mut object = Object::new(path, opened, Role::Interpreter);
+            object.names = vec![name];
+            object.names.extend(object.info.soname.clone());
+            self.objects.push(object);
+            self.rtld = Some(self.objects.len() - 1);
+        }
         let missing = self.load_needed(main);
         self.missing.extend(missing);
         Ok(main)
-    }
-
-    /// The loader itself, under its path and its soname; listed once something needs it.
-    fn load_interpreter(&mut self) {
-        let path = self.loader.interpreter.clone();
-        let Ok(opened) = self.fs.open(&path) else {
-            return;
-        };
-        let name = path.to_string_lossy().into_owned();
-        let mut object = Object::new(path, opened, Role::Interpreter);
-        object.names = vec![name];
-        object.names.extend(object.info.soname.clone());
-        self.objects.push(object);
-        self.rtld = Some(self.objects.len() - 1);
     }
 
     /// `dlopen(name)` called from the object `caller`: the object already loaded under that
