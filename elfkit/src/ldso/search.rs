@@ -136,20 +136,16 @@ impl Search {
                 .map(|d| if d.is_empty() { "." } else { d.as_str() })
                 .collect::<Vec<_>>()
                 .join(":");
-            let what = match &list.source {
-                Source::Cache(p) => {
-                    parts.push(format!("ld.so.cache ({})", p.display()));
-                    continue;
-                }
+            parts.push(match &list.source {
+                Source::Cache(p) => format!("ld.so.cache ({})", p.display()),
                 _ if list.dirs.is_empty() && list.source != Source::Default => continue,
-                Source::Rpath(p) if *p == self.requester => "DT_RPATH".to_string(),
-                Source::Rpath(p) => format!("the DT_RPATH of {}", p.display()),
-                Source::Runpath(_) => "DT_RUNPATH".to_string(),
-                Source::LdLibraryPath => "LD_LIBRARY_PATH".to_string(),
-                Source::Default => "the default directories".to_string(),
+                Source::Rpath(p) if *p == self.requester => format!("DT_RPATH [{dirs}]"),
+                Source::Rpath(p) => format!("the DT_RPATH of {} [{dirs}]", p.display()),
+                Source::Runpath(_) => format!("DT_RUNPATH [{dirs}]"),
+                Source::LdLibraryPath => format!("LD_LIBRARY_PATH [{dirs}]"),
+                Source::Default => format!("the default directories [{dirs}]"),
                 Source::Direct | Source::Loaded => continue, // no directories
-            };
-            parts.push(format!("{what} [{dirs}]"));
+            });
         }
         parts.join(", then ")
     }
