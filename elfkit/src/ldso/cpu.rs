@@ -17,14 +17,10 @@ pub fn glibc_hwcaps() -> Vec<String> {
     SUBDIRS
         .get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
-            {
-                let level = x86::isa_level();
-                (2..=level).rev().map(|v| format!("x86-64-v{v}")).collect()
-            }
+            let level = x86::isa_level();
             #[cfg(not(target_arch = "x86_64"))]
-            {
-                Vec::new()
-            }
+            let level = 1; // the baseline: no glibc-hwcaps subdirectory
+            (2..=level).rev().map(|v| format!("x86-64-v{v}")).collect()
         })
         .clone()
 }
