@@ -183,13 +183,9 @@ impl Cache {
                         best = Some((&entry.path, Some(priority)));
                     }
                 }
+                None if best.is_some() => break,
+                None if entry.legacy_hwcap => {}
                 None => {
-                    if best.is_some() {
-                        break;
-                    }
-                    if entry.legacy_hwcap {
-                        continue;
-                    }
                     best = Some((&entry.path, None));
                     if Some(entry.flags) == default_flags(elf) {
                         break;
