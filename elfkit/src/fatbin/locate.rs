@@ -42,12 +42,11 @@ pub fn read_gpu_code_and_strings(
         for member in archive.members() {
             let member = member.map_err(|e| FatbinError::Container(e.to_string()))?;
             let (start, size) = member.file_range();
-            let Some(bytes) = bytes_at(data, start, size) else {
-                continue; // a thin archive's member lives in another file
-            };
-            if !bytes.starts_with(b"\x7fELF") {
+            // None: a thin archive's member lives in another file; else it must be ELF.
+            let Some(bytes) = bytes_at(data, start, size).filter(|b| b.starts_with(b"\x7fELF"))
+            else {
                 continue;
-            }
+            };
             let name = String::from_utf8_lossy(member.name()).into_owned();
             let from = code.containers.len();
             // ELF headers are read in place and must be aligned; `ar` aligns members to 2.
@@ -180,12 +179,10 @@ fn elf_containers(
     if let Some(wrappers) = wrappers.filter(|_| !relocatable) {
         for w in data[wrappers.start..wrappers.end].chunks_exact(24) {
             let address = u64_at(w, 8).filter(|_| u32_at(w, 0) == Some(WRAPPER_MAGIC));
-            let Some((at, section)) = address.and_then(|a| file_offset_of(&placed, a)) else {
+            let found = address.and_then(|a| file_offset_of(&placed, a));
+            let Some((at, section)) = found.filter(|&(at, _)| !walked.meets(at, at + 1)) else {
                 continue;
             };
-            if walked.meets(at, at + 1) {
-                continue;
-            }
             let (entries, stop) = container_at(data, at, base)?;
             walked.add(at, stop);
             let origin = Origin::Wrapper(section);
