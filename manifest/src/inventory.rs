@@ -94,19 +94,13 @@ impl<'de> Deserialize<'de> for Bdf {
 /// Whether `name` is a PCI bus address, `dddd:bb:dd.f` in lowercase hex (the names of
 /// `/proc/driver/nvidia/gpus` and `/sys/bus/pci/devices`).
 pub fn is_bdf(name: &str) -> bool {
-    let b = name.as_bytes();
-    let hex = |r: std::ops::Range<usize>| {
-        b[r].iter()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
-    };
-    b.len() == 12
-        && hex(0..4)
-        && b[4] == b':'
-        && hex(5..7)
-        && b[7] == b':'
-        && hex(8..10)
-        && b[10] == b'.'
-        && (b'0'..=b'7').contains(&b[11])
+    // Byte by byte: `h` a lowercase hex digit, `n` a function number 0 to 7, else that byte.
+    name.len() == 12
+        && (name.bytes().zip(b"hhhh:hh:hh.n")).all(|(c, t)| match t {
+            b'h' => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+            b'n' => (b'0'..=b'7').contains(&c),
+            _ => c == *t,
+        })
 }
 
 /// The "Device Minor" of a `/proc/driver/nvidia/gpus/<bdf>/information` file's text (a line
