@@ -105,15 +105,12 @@ impl CStrings {
         wanted: &dyn Fn(usize) -> bool,
         excluded: &dyn Fn(usize, usize) -> bool,
     ) {
-        if !self.covered {
-            return;
-        }
         // The longest string, NUL included, less one: how far a match may run past a block.
         let longest = self.finders.iter().map(|f| f.needle().len()).max();
         let overlap = longest.unwrap_or(1) - 1;
         let to = to.min(limit);
         let mut p = from;
-        while p < to && (0..self.found.len()).any(|i| !self.found[i] && wanted(i)) {
+        while self.covered && p < to && (0..self.found.len()).any(|i| !self.found[i] && wanted(i)) {
             let block_end = to.min(p + BLOCK);
             let window = &data[p..limit.min(block_end + overlap)];
             for i in 0..self.finders.len() {
