@@ -279,9 +279,7 @@ pub fn normalize(path: &Path) -> PathBuf {
     for c in path.components() {
         match c {
             Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
+            Component::ParentDir => _ = out.pop(),
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
     }
