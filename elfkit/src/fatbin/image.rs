@@ -211,21 +211,18 @@ pub fn ptx_facts(text: &[u8]) -> Symbols {
         let mut code = Vec::with_capacity(line.len());
         let mut i = 0;
         while i < line.len() {
-            if in_block_comment {
-                if line[i..].starts_with(b"*/") {
-                    in_block_comment = false;
+            match (in_block_comment, &line[i..]) {
+                // `*/` ends a block comment, `/*` outside one starts it.
+                (true, [b'*', b'/', ..]) | (false, [b'/', b'*', ..]) => {
+                    in_block_comment = !in_block_comment;
                     i += 2;
-                } else {
+                }
+                (true, _) => i += 1,
+                (false, [b'/', b'/', ..]) => break,
+                (false, _) => {
+                    code.push(line[i]);
                     i += 1;
                 }
-            } else if line[i..].starts_with(b"/*") {
-                in_block_comment = true;
-                i += 2;
-            } else if line[i..].starts_with(b"//") {
-                break;
-            } else {
-                code.push(line[i]);
-                i += 1;
             }
         }
         let declaration = code.split(|b| b"[=;".contains(b)).next().unwrap_or(&[]);
