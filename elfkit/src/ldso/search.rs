@@ -394,10 +394,8 @@ fn join(dir: &str, rest: &str) -> String {
 
 /// Removes trailing slashes, keeping `/`.
 pub(crate) fn trim_dir(d: &str) -> String {
-    let t = d.trim_end_matches('/');
-    if t.is_empty() && !d.is_empty() {
-        "/".into()
-    } else {
-        t.to_string()
+    match d.trim_end_matches('/') {
+        "" if !d.is_empty() => "/".into(),
+        t => t.to_string(),
     }
 }
