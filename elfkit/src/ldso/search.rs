@@ -278,13 +278,10 @@ pub fn verify_header(head: &[u8], host: ElfHost) -> Attempt {
     if head[4] != class {
         return Attempt::OtherClass;
     }
-    let data = if host.little_endian { 1 } else { 2 };
-    if head[5] != data {
-        return bad(if host.little_endian {
-            "ELF file data encoding not little-endian"
-        } else {
-            "ELF file data encoding not big-endian"
-        });
+    match (head[5], host.little_endian) {
+        (1, true) | (2, false) => {}
+        (_, true) => return bad("ELF file data encoding not little-endian"),
+        (_, false) => return bad("ELF file data encoding not big-endian"),
     }
     if head[6] != 1 {
         return bad("ELF file version ident does not match current one");
