@@ -303,8 +303,7 @@ pub fn verify_header(head: &[u8], host: ElfHost) -> Attempt {
     if u16_at(18) != host.machine {
         return Attempt::OtherMachine;
     }
-    let e_type = u16_at(16);
-    if e_type != 2 && e_type != 3 {
+    if !matches!(u16_at(16), 2 | 3) {
         return bad("only ET_DYN and ET_EXEC can be loaded");
     }
     let (phentsize_at, phentsize) = if host.class64 { (54, 56) } else { (42, 32) };
