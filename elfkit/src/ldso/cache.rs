@@ -104,10 +104,7 @@ pub fn default_flags(elf: ElfHost) -> Option<i32> {
 /// Whether a cache entry with `flags` is for `elf` (`_dl_cache_check_flags`: the machine's
 /// own flags, or on machines without any, `FLAG_ELF` or `FLAG_ELF_LIBC6`).
 pub fn flags_match(elf: ElfHost, flags: i32) -> bool {
-    match default_flags(elf) {
-        Some(f) => flags == f,
-        None => flags == 1 || flags == 3,
-    }
+    default_flags(elf).map_or(flags == 1 || flags == 3, |f| flags == f)
 }
 
 impl Cache {
