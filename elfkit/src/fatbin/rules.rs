@@ -380,10 +380,7 @@ pub fn load(entries: &[Entry], device: Capability, driver: &Driver) -> Load {
                   were not seen to write"
                 .into(),
         },
-        c => match unpacks(c, driver) {
-            Some(needs) => Load::CompressionTooNew { image, needs },
-            None => load,
-        },
+        c => unpacks(c, driver).map_or(load, |needs| Load::CompressionTooNew { image, needs }),
     };
     let images = || {
         entries
