@@ -209,11 +209,9 @@ fn dynamic_info_of<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data
     };
     // As glibc's `fillin_rpath` splits it: an empty string is no directory, an empty entry
     // of a longer one is the current directory.
-    let split = |value: String| -> Vec<String> {
-        if value.is_empty() {
-            return Vec::new();
-        }
-        value.split(':').map(String::from).collect()
+    let split = |value: String| match value.as_str() {
+        "" => Vec::new(),
+        v => v.split(':').map(String::from).collect(),
     };
     info.needed = needed.into_iter().map(string).collect::<Result<_, _>>()?;
     info.runpath = runpath.map(string).transpose()?.map(split);
