@@ -116,15 +116,14 @@ pub fn needed_driver(needs: CudaVersion) -> String {
     let Some(first) = first_release_at_or_above(needs) else {
         return format!("CUDA {needs}");
     };
-    let branch = |cuda| branch_for_cuda(cuda).map(|b| format!("R{b}"));
     // The first branch at or above `needs` (12.7 → R565), when it reports less than `first`.
     let at_or_above = table().branches.iter().find(|(_, c)| *c >= needs);
     let between = at_or_above.filter(|(_, c)| *c < first);
-    match (branch(first), between) {
+    match (branch_for_cuda(first), between) {
         (Some(b), Some(&(older, c))) => {
-            format!("CUDA {first} ({b}; or an R{older} driver, which reports CUDA {c})")
+            format!("CUDA {first} (R{b}; or an R{older} driver, which reports CUDA {c})")
         }
-        (Some(b), None) => format!("CUDA {first} ({b})"),
+        (Some(b), None) => format!("CUDA {first} (R{b})"),
         (None, _) => format!("CUDA {first}"),
     }
 }
