@@ -388,11 +388,6 @@ impl<'a, F: Fs> Process<'a, F> {
     /// order.
     fn lists(&self, by: usize) -> Vec<SearchList> {
         let loader = self.loader;
-        let rpath = |i: usize| {
-            let info = &self.objects[i].info;
-            // An object with DT_RUNPATH has its DT_RPATH ignored (get-dynamic-info.h).
-            info.rpath.as_ref().filter(|_| info.runpath.is_none())
-        };
         let list = |source, entries: &[String], i: usize| SearchList {
             source,
             dirs: expand_list(entries, self.objects[i].origin.as_deref(), loader),
@@ -404,7 +399,9 @@ impl<'a, F: Fs> Process<'a, F> {
             let up = || std::iter::successors(Some(by), |&i| self.objects[i].loaded_by);
             let main = self.main.filter(|&m| !up().any(|i| i == m));
             for i in up().chain(main) {
-                if let Some(r) = rpath(i) {
+                // An object with DT_RUNPATH has its DT_RPATH ignored (get-dynamic-info.h).
+                let info = &self.objects[i].info;
+                if let (Some(r), None) = (&info.rpath, &info.runpath) {
                     lists.push(list(Source::Rpath(self.objects[i].path.clone()), r, i));
                 }
             }
