@@ -229,10 +229,7 @@ pub fn ptx_facts(text: &[u8]) -> Symbols {
         let mut words = declaration
             .split(|b| b.is_ascii_whitespace() || b"(){,".contains(b))
             .filter(|w| !w.is_empty());
-        let mut first = words.next();
-        while matches!(first, Some(b".visible" | b".weak" | b".common")) {
-            first = words.next();
-        }
+        let first = words.find(|w| !matches!(*w, b".visible" | b".weak" | b".common"));
         if depth == 0 {
             let text = |w: &[u8]| String::from_utf8_lossy(w).into_owned();
             match first {
