@@ -230,18 +230,17 @@ pub fn ptx_facts(text: &[u8]) -> Symbols {
             .split(|b| b.is_ascii_whitespace() || b"(){,".contains(b))
             .filter(|w| !w.is_empty());
         let first = words.find(|w| !matches!(*w, b".visible" | b".weak" | b".common"));
-        if depth == 0 {
-            let text = |w: &[u8]| String::from_utf8_lossy(w).into_owned();
-            match first {
-                Some(b".entry") => facts.kernels.extend(words.next().map(text)),
-                Some(b".global") => {
-                    let rest: Vec<&[u8]> = words.collect();
-                    if rest.contains(&&b".managed"[..]) {
-                        facts.managed.extend(rest.last().map(|w| text(w)));
-                    }
+        let text = |w: &[u8]| String::from_utf8_lossy(w).into_owned();
+        // Only what is declared at module scope.
+        match first.filter(|_| depth == 0) {
+            Some(b".entry") => facts.kernels.extend(words.next().map(text)),
+            Some(b".global") => {
+                let rest: Vec<&[u8]> = words.collect();
+                if rest.contains(&&b".managed"[..]) {
+                    facts.managed.extend(rest.last().map(|w| text(w)));
                 }
-                _ => {}
             }
+            _ => {}
         }
         for b in &code {
             match b {
