@@ -242,13 +242,11 @@ pub fn ptx_facts(text: &[u8]) -> Symbols {
             }
             _ => {}
         }
-        for b in &code {
-            match b {
-                b'{' => depth += 1,
-                b'}' => depth = depth.saturating_sub(1),
-                _ => {}
-            }
-        }
+        depth = code.iter().fold(depth, |depth, b| match b {
+            b'{' => depth + 1,
+            b'}' => depth.saturating_sub(1),
+            _ => depth,
+        });
     }
     facts
 }
