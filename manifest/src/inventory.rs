@@ -202,9 +202,7 @@ impl Inventory {
 
     /// The inventory as JSON, one line and a newline.
     pub fn to_json(&self) -> String {
-        let mut text = serde_json::to_string(self).expect("plain data");
-        text.push('\n');
-        text
+        serde_json::to_string(self).expect("plain data") + "\n"
     }
 }
 
