@@ -245,10 +245,7 @@ impl Loader {
         let tls = tls.then(|| "tls".to_string());
         let parts: Vec<String> = tls.into_iter().chain(platform).chain(bits).collect();
         loader.legacy_subdirs = power_set(&parts); // none without parts
-        for line in diagnostics.lines() {
-            let Some((key, value)) = line.split_once('=') else {
-                continue;
-            };
+        for (key, value) in diagnostics.lines().filter_map(|l| l.split_once('=')) {
             let value = unquote(value);
             match key {
                 "dl_dst_lib" => loader.lib = value,
