@@ -241,17 +241,14 @@ fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
     let mut images: Vec<&Entry> = module.entries.iter().collect();
     images.sort_by_key(|e| read_cost(e));
     let mut read_any = false;
-    for e in images {
-        let read = match e.kind {
-            EntryKind::Sass => (payload(data, e, room).ok())
-                .and_then(|b| cubin_facts(b).ok())
-                .map(|f| f.symbols),
-            EntryKind::Ptx => payload(data, e, room).ok().map(ptx_facts),
-            _ => None,
-        };
-        let Some(symbols) = read else {
-            continue;
-        };
+    let read = images.into_iter().filter_map(|e| match e.kind {
+        EntryKind::Sass => (payload(data, e, room).ok())
+            .and_then(|b| cubin_facts(b).ok())
+            .map(|f| f.symbols),
+        EntryKind::Ptx => payload(data, e, room).ok().map(ptx_facts),
+        _ => None,
+    });
+    for symbols in read {
         read_any = true;
         if !symbols.inert() {
             return Some(Holds::Read(symbols));
