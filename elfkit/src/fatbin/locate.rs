@@ -254,10 +254,8 @@ fn elf_containers(
     });
     out.extend(kept);
     out[from..].sort_by_key(|c| c.offset);
-    if relocatable {
-        for c in &mut out[from..] {
-            c.purpose = Purpose::LinkInput;
-        }
+    for c in out[from..].iter_mut().filter(|_| relocatable) {
+        c.purpose = Purpose::LinkInput;
     }
     Ok(())
 }
