@@ -95,7 +95,9 @@ pub fn nearest_releases(cuda: CudaVersion) -> (Option<CudaVersion>, Option<CudaV
 pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
     let branches = &table().branches;
     let newest_known = branches[branches.len() - 1].0;
-    (branches.iter().rev())
+    branches
+        .iter()
+        .rev()
         .find(|(b, _)| *b <= branch && branch <= newest_known + 9)
         .map(|(_, cuda)| *cuda)
 }

@@ -94,13 +94,14 @@ impl<'de> Deserialize<'de> for Bdf {
 /// Whether `name` is a PCI bus address, `dddd:bb:dd.f` in lowercase hex (the names of
 /// `/proc/driver/nvidia/gpus` and `/sys/bus/pci/devices`).
 pub fn is_bdf(name: &str) -> bool {
-    // Byte by byte: `h` a lowercase hex digit, `n` a function number 0 to 7, else that byte.
-    name.len() == 12
-        && (name.bytes().zip(b"hhhh:hh:hh.n")).all(|(c, t)| match t {
-            b'h' => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
-            b'n' => (b'0'..=b'7').contains(&c),
-            _ => c == *t,
-        })
+    // One byte against the template's: `h` a lowercase hex digit, `n` a function number 0 to
+    // 7, else that byte.
+    let fits = |(c, t): (u8, &u8)| match t {
+        b'h' => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+        b'n' => (b'0'..=b'7').contains(&c),
+        _ => c == *t,
+    };
+    name.len() == 12 && name.bytes().zip(b"hhhh:hh:hh.n").all(fits)
 }
 
 /// The "Device Minor" of a `/proc/driver/nvidia/gpus/<bdf>/information` file's text (a line
