@@ -179,8 +179,10 @@ fn elf_containers(
     if let Some(wrappers) = wrappers.filter(|_| !relocatable) {
         for w in data[wrappers.start..wrappers.end].chunks_exact(24) {
             let address = u64_at(w, 8).filter(|_| u32_at(w, 0) == Some(WRAPPER_MAGIC));
-            let found = address.and_then(|a| file_offset_of(&placed, a));
-            let Some((at, section)) = found.filter(|&(at, _)| !walked.meets(at, at + 1)) else {
+            let Some((at, section)) = address
+                .and_then(|a| file_offset_of(&placed, a))
+                .filter(|&(at, _)| !walked.meets(at, at + 1))
+            else {
                 continue;
             };
             let (entries, stop) = container_at(data, at, base)?;
