@@ -202,7 +202,7 @@ pub(crate) fn run(
                     dir_exists,
                     attempt: attempt.clone(),
                 });
-                let found = match (attempt, opened) {
+                end = Some(match (attempt, opened) {
                     (Attempt::Loadable, Some(opened)) => {
                         let real = opened.real_path.clone();
                         let real_path = real.or_else(|| fs.canonicalize(&file).ok());
@@ -219,8 +219,7 @@ pub(crate) fn run(
                         last = attempt;
                         continue;
                     }
-                };
-                end = Some(found);
+                });
                 break 'lists;
             }
             if matches!(last, Attempt::ListEnded(_)) {
