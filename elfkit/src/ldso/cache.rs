@@ -171,15 +171,13 @@ impl Cache {
                 continue;
             }
             match &entry.glibc_hwcaps {
-                Some(sub) => {
-                    // Priority: the position among the subdirectories searched (0 best).
-                    let Some(priority) = glibc_hwcaps.iter().position(|s| s == sub) else {
-                        continue;
-                    };
-                    if best.is_none_or(|(_, p)| p.is_some_and(|p| priority < p)) {
+                // Priority: the position among the subdirectories searched (0 best).
+                Some(sub) => match glibc_hwcaps.iter().position(|s| s == sub) {
+                    Some(priority) if best.is_none_or(|(_, p)| p.is_some_and(|p| priority < p)) => {
                         best = Some((&entry.path, Some(priority)));
                     }
-                }
+                    _ => {}
+                },
                 None if best.is_some() => break,
                 None if entry.legacy_hwcap => {}
                 None => {
