@@ -164,11 +164,10 @@ impl Loader {
     /// 25263); earlier ones take the path as given. A loader of unknown version is taken to
     /// be a current one.
     pub fn explicit_origin_is_real(&self) -> bool {
-        let Some(v) = &self.version else {
-            return true;
-        };
-        let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 42)
+        self.version.as_ref().is_none_or(|v| {
+            let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 42)
+        })
     }
 
     /// The subdirectories tried in each directory of a search, in order, the directory itself
