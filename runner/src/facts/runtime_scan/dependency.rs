@@ -17,8 +17,8 @@ use cuda_sandbox_elfkit::fatbin::strings::may_hold_strings;
 use cuda_sandbox_elfkit::map::Mapped;
 
 use super::{
-    evidence_of, getter_constants, gpu_code_and_runtime, runtime_found, searched_strings,
-    FoundRuntime, StaticEvidence, DECIDING, GETTER_LEN,
+    c_string_finders, evidence_of, getter_constants, gpu_code_and_runtime, runtime_found,
+    searched_strings, FoundRuntime, StaticEvidence, DECIDING, GETTER_LEN,
 };
 
 /// Bytes of a dependency read at a time ([`runtime_in_dependency`]), then released: its
@@ -120,11 +120,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
         }
     }
     let texts = searched_strings();
-    let needles: Vec<Vec<u8>> = texts
-        .iter()
-        .map(|t| [t.as_bytes(), b"\0"].concat())
-        .collect();
-    let overlap = needles.iter().map(Vec::len).max().unwrap_or(1) - 1;
+    let (finders, overlap) = c_string_finders(&texts);
     let magic = memmem::Finder::new(&CONTAINER_MAGIC.to_le_bytes()).into_owned();
     // Per string: `Some(true)` found in a section without the magic (so outside any
     // container), `Some(false)` found only in sections with it, `None` not found. `search`
@@ -142,7 +138,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
             let mut here = vec![false; texts.len()];
             each_piece(map, section.clone(), overlap, |piece| {
                 for &i in &missing {
-                    here[i] = here[i] || memmem::find(piece, &needles[i]).is_some();
+                    here[i] = here[i] || finders[i].find(piece).is_some();
                 }
                 match missing.iter().all(|&i| here[i]) {
                     true => ControlFlow::Break(()),

@@ -204,6 +204,18 @@ pub fn device_ranges(code: &GpuCode) -> Vec<Range<usize>> {
     merged
 }
 
+/// A searcher for each of `texts` as a C string (with its NUL; a longer string ending in it
+/// counts too, as the linker merges such tails), and how far a match may run past a block of
+/// the bytes searched: the longest string, NUL included, less one.
+pub(super) fn c_string_finders(texts: &[&str]) -> (Vec<memmem::Finder<'static>>, usize) {
+    let finders: Vec<memmem::Finder> = texts
+        .iter()
+        .map(|t| memmem::Finder::new(&[t.as_bytes(), b"\0"].concat()).into_owned())
+        .collect();
+    let overlap = finders.iter().map(|f| f.needle().len()).max().unwrap_or(1) - 1;
+    (finders, overlap)
+}
+
 /// Bytes searched at a time by [`strings_present`]: small enough to stay in the CPU's cache
 /// while every string is looked for in them.
 const BLOCK: usize = 256 << 10;
@@ -216,12 +228,7 @@ const BLOCK: usize = 256 << 10;
 /// line), so its strings lie at the end of `.rodata`, and a string found there is not looked
 /// for through the tens of MB of data before it (cuRAND's 20 MB of tables).
 fn strings_present(regions: &[&[u8]], texts: &[&str]) -> Vec<bool> {
-    let needles: Vec<Vec<u8>> = texts
-        .iter()
-        .map(|t| [t.as_bytes(), b"\0"].concat())
-        .collect();
-    let finders: Vec<memmem::Finder> = needles.iter().map(memmem::Finder::new).collect();
-    let overlap = needles.iter().map(Vec::len).max().unwrap_or(1) - 1;
+    let (finders, overlap) = c_string_finders(texts);
     let mut found = vec![false; texts.len()];
     for region in regions {
         for p in (0..region.len()).step_by(BLOCK).rev() {
