@@ -3,7 +3,7 @@
 //! memory, the file read in released pieces.
 
 use std::fs::File;
-use std::ops::{ControlFlow, Range};
+use std::ops::Range;
 use std::path::Path;
 
 use memchr::memmem;
@@ -26,20 +26,15 @@ use super::{
 const PIECE: usize = 4 << 20;
 
 /// Calls `f` with each piece of `map`'s bytes `range`, [`PIECE`] bytes and the `overlap` after
-/// them (within `range`), from the last piece to the first, until `f` says to stop: a match of
-/// up to `overlap + 1` bytes is whole in some piece. Each piece's pages are released once `f`
-/// has read them ([`Mapped::release`]), so they do not add up in the process's memory.
-fn each_piece(
-    map: &Mapped,
-    range: Range<usize>,
-    overlap: usize,
-    mut f: impl FnMut(&[u8]) -> ControlFlow<()>,
-) {
+/// them (within `range`), from the last piece to the first, until `f` returns `true` (stop): a
+/// match of up to `overlap + 1` bytes is whole in some piece. Each piece's pages are released
+/// once `f` has read them ([`Mapped::release`]), so they do not add up in the process's memory.
+fn each_piece(map: &Mapped, range: Range<usize>, overlap: usize, mut f: impl FnMut(&[u8]) -> bool) {
     for p in range.clone().step_by(PIECE).rev() {
         let end = range.end.min(p + PIECE + overlap);
-        let flow = f(&map.bytes()[p..end]);
+        let stop = f(&map.bytes()[p..end]);
         map.release(p..end);
-        if flow.is_break() {
+        if stop {
             break;
         }
     }
@@ -140,10 +135,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
                 for &i in &missing {
                     here[i] = here[i] || finders[i].find(piece).is_some();
                 }
-                match missing.iter().all(|&i| here[i]) {
-                    true => ControlFlow::Break(()),
-                    false => ControlFlow::Continue(()),
-                }
+                missing.iter().all(|&i| here[i])
             });
             if !here.contains(&true) {
                 continue;
@@ -151,10 +143,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
             let mut has_magic = false;
             each_piece(map, section.clone(), 3, |piece| {
                 has_magic = magic.find(piece).is_some();
-                match has_magic {
-                    true => ControlFlow::Break(()),
-                    false => ControlFlow::Continue(()),
-                }
+                has_magic
             });
             for i in (0..texts.len()).filter(|&i| here[i]) {
                 present[i] = Some(present[i] == Some(true) || !has_magic);
@@ -176,7 +165,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
         for section in &code {
             each_piece(map, section.clone(), GETTER_LEN - 1, |piece| {
                 constants.extend(getter_constants(&[piece]));
-                ControlFlow::Continue(())
+                false
             });
         }
         constants
@@ -225,7 +214,7 @@ mod tests {
             each_piece(&map, 5..data.len(), text.len() - 1, |piece| {
                 read += piece.len();
                 found += memmem::find_iter(piece, text).count();
-                ControlFlow::Continue(())
+                false
             });
             assert!(found >= usize::from(at >= 5), "at {at}");
             assert!(read < data.len() + 3 * text.len(), "each byte about once");
