@@ -260,10 +260,6 @@ fn searched_strings() -> Vec<&'static str> {
     all
 }
 
-/// Which of [`searched_strings`] a file's data holds, when a reader found them already (the
-/// magic scan: [`gpu_code_and_runtime`]).
-type Found<'a> = Option<&'a [bool]>;
-
 /// The markers that decide alone: without one of the first two, three of the four cannot be
 /// there.
 const DECIDING: usize = 4 + 1 - MARKERS_NEEDED; // of the four markers
@@ -287,13 +283,13 @@ pub fn gpu_code_and_runtime(
 }
 
 /// [`static_runtime_in`], the file ranges `device` ([`device_ranges`]) left out of the data
-/// searched, with the strings already `found` when a reader found them. The markers that
-/// decide alone first: without the first two, three of the four cannot be there, and no more
-/// is read.
+/// searched, with which of [`searched_strings`] the data holds already `found` when a reader
+/// found them (the magic scan: [`gpu_code_and_runtime`]). The markers that decide alone first:
+/// without the first two, three of the four cannot be there, and no more is read.
 fn static_runtime_found(
     data: &[u8],
     device: &[Range<usize>],
-    found: Found,
+    found: Option<&[bool]>,
 ) -> Option<StaticEvidence> {
     let present = match found {
         Some(found) if !found[..DECIDING].contains(&true) => return None,
