@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
 pub(crate) use crate::facts::gpu_words::{carried, carried_by_member, module_place};
-use crate::facts::gpu_words::{notes, partly, shown_names};
+use crate::facts::gpu_words::{jit_modules, notes, partly, shown_names};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 use crate::facts::zluda_code;
@@ -453,21 +453,15 @@ fn by_modules(
             Rule::SomeModulesDoNotLoad,
             format!("runs on {on}, partly: {}{}", partly(j, modules), notes(j)),
         ),
-        FileVerdict::RunsByJit => {
-            let jit = j
-                .modules
-                .iter()
-                .filter(|m| matches!(m.load, Load::Jit { .. }))
-                .count();
-            (
-                Rule::Jit,
-                format!(
-                    "runs on {on} by JIT: {jit} module(s) have no SASS for it and are compiled \
-                     from PTX at their first launch{}",
-                    notes(j)
-                ),
-            )
-        }
+        FileVerdict::RunsByJit => (
+            Rule::Jit,
+            format!(
+                "runs on {on} by JIT: {} module(s) have no SASS for it and are compiled from \
+                 PTX at their first launch{}",
+                jit_modules(j),
+                notes(j)
+            ),
+        ),
         FileVerdict::Fails => {
             let mut failing = j.failing();
             let first = failing.next().expect("a failing file has a failing module");

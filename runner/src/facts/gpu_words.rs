@@ -143,6 +143,14 @@ pub(crate) fn missing_kernels(j: &Judgement) -> impl Iterator<Item = &String> {
         .flatten()
 }
 
+/// How many of `j`'s modules load by JIT from PTX.
+pub(crate) fn jit_modules(j: &Judgement) -> usize {
+    j.modules
+        .iter()
+        .filter(|m| matches!(m.load, Load::Jit { .. }))
+        .count()
+}
+
 /// What is missing from a file that runs partly (judgement `j` of `modules`): how many modules
 /// with kernels have no code that loads there, a few of their kernels, the error launching
 /// one gives, and how the rest loads.
@@ -166,11 +174,7 @@ pub(crate) fn partly(j: &Judgement, modules: &[Container]) -> String {
         })
         .collect();
     let errors: Vec<&str> = errors.into_iter().map(|(_, error)| error).collect();
-    let jit = j
-        .modules
-        .iter()
-        .filter(|m| matches!(m.load, Load::Jit { .. }))
-        .count();
+    let jit = jit_modules(j);
     let rest = if jit > 0 {
         format!("the rest runs, {jit} module(s) by JIT from PTX at their first launch")
     } else {
