@@ -115,13 +115,6 @@ pub struct StaticEvidence {
     pub version: Option<ContentVersion>,
 }
 
-impl StaticEvidence {
-    /// `strings: /cudart.shm.%x.%x.%llx, …`.
-    pub(crate) fn describe(&self) -> String {
-        format!("strings: {}", self.markers.join(", "))
-    }
-}
-
 /// A runtime version read from the runtime's own code or data, and from what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContentVersion {
@@ -441,7 +434,7 @@ fn runtime_found(
         (RuntimeForm::Archive, None, "file name".to_owned())
     } else {
         let evidence = evidence()?;
-        let why = evidence.describe();
+        let why = format!("strings: {}", evidence.markers.join(", "));
         (RuntimeForm::StaticCopy, evidence.version, why)
     };
     // The content's version where it is exact or the path names none, else the path's.
