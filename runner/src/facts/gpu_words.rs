@@ -86,6 +86,13 @@ pub(crate) fn module_place(modules: &[Container], index: usize) -> String {
     )
 }
 
+/// A module and what it carries, for messages: `module 2 of 13 (.nv_fatbin at byte 0x1806b8)
+/// carries SASS sm_80`.
+pub(crate) fn module_carries(modules: &[Container], index: usize) -> String {
+    let carries = carried(&modules[index].entries);
+    format!("{} carries {carries}", module_place(modules, index))
+}
+
 /// What was listed and not judged, and what was reported and not failed, as a parenthesis.
 pub(crate) fn notes(j: &Judgement) -> String {
     let n = &j.not_judged;
@@ -181,14 +188,12 @@ pub(crate) fn partly(j: &Judgement, modules: &[Container]) -> String {
         "the rest runs by SASS".into()
     };
     format!(
-        "{} of the {judged} module(s) judged have no code that loads on it ({} \
-         carries {}{}), \
+        "{} of the {judged} module(s) judged have no code that loads on it ({}{}), \
          so launching one of their {kernels} kernel(s) ({}) fails with {}; NVIDIA's and \
          other libraries keep kernels for some GPUs in modules of their own and choose kernels \
          by the GPU at run time, so this is expected of them; {rest}",
         missing.len(),
-        module_place(modules, missing[0].module),
-        carried(&modules[missing[0].module].entries),
+        module_carries(modules, missing[0].module),
         if missing.len() > 1 {
             ", and others"
         } else {
