@@ -212,9 +212,7 @@ pub const MANAGED_VARIABLE: &str = "cuda_sandbox_managed";
 /// A fat binary of one module holding the saxpy PTX (ISA 6.0, compute_50): every driver from
 /// CUDA 9.0 on JIT-compiles it for its GPU.
 pub fn saxpy_fatbin() -> Vec<u8> {
-    let mut text = SAXPY_PTX.as_bytes().to_vec();
-    text.push(0);
-    container(1, 50, 6, 0, &text)
+    container(1, 50, 6, 0, &[SAXPY_PTX.as_bytes(), b"\0"].concat())
 }
 
 #[cfg(test)]
