@@ -2,7 +2,6 @@
 //! check, [`crate::facts::mixing`]): the same answer as [`super::runtime_in`], in bounded
 //! memory, the file read in released pieces.
 
-use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
 
@@ -14,6 +13,7 @@ use cuda_sandbox_elfkit::fatbin::sections::{
     FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_MAGIC, WRAPPER_SECTION,
 };
 use cuda_sandbox_elfkit::fatbin::strings::may_hold_strings;
+use cuda_sandbox_elfkit::ldso::RealFs;
 use cuda_sandbox_elfkit::map::Mapped;
 
 use super::{
@@ -177,10 +177,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
 /// strings and code read in pieces ([`dependency_evidence`]); the whole file only where that
 /// search cannot decide.
 pub fn runtime_in_dependency(path: &Path) -> Option<FoundRuntime> {
-    let file = File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
+    let file = RealFs::open_regular(path).ok()?.ok()?;
     let map = Mapped::of(&file).ok()?;
     match dependency_evidence(&map) {
         Ok(evidence) => runtime_found(path, || evidence),
