@@ -34,8 +34,10 @@ use cuda_sandbox_manifest::versions::branch_for_cuda;
 use serde::Serialize;
 
 use crate::cuda::version::CudaVersion;
-pub(crate) use crate::facts::gpu_words::{carried, carried_by_member, module_place};
-use crate::facts::gpu_words::{notes, partly, shown_names};
+use crate::facts::gpu_words::{
+    carried, carried_by_member, jit_modules, module_carries, module_place, notes, partly,
+    shown_names,
+};
 use crate::facts::provenance::Provenance;
 use crate::facts::runtime_scan::{FoundRuntime, RuntimeForm};
 use crate::facts::zluda_code;
@@ -221,8 +223,7 @@ pub(crate) fn failure(
 ) -> String {
     let c = &modules[module.module];
     let cc = target.device;
-    let place = module_place(modules, module.module);
-    let carries = carried(&c.entries);
+    let what = module_carries(modules, module.module);
     match &module.load {
         Load::NoBinaryForGpu => {
             let sass = if cc.minor == 0 {
@@ -231,7 +232,7 @@ pub(crate) fn failure(
                 format!("one of sm_{}0 to sm_{}", cc.major, cc.sm())
             };
             format!(
-                "{place} carries {carries}: no kernel image for a {cc} GPU \
+                "{what}: no kernel image for a {cc} GPU \
                  (CUDA_ERROR_NO_BINARY_FOR_GPU, 209); it needs SASS {sass}, or PTX for \
                  compute_{} or older; {}",
                 cc.sm(),
@@ -241,7 +242,7 @@ pub(crate) fn failure(
         Load::UnsupportedPtx { image, needs } => {
             let ptx = &c.entries[*image];
             format!(
-                "{place} carries {carries}: no SASS for a {cc} GPU, and its PTX {} is ISA {}, \
+                "{what}: no SASS for a {cc} GPU, and its PTX {} is ISA {}, \
                  which needs a driver of {}; this driver (CUDA {}) JITs PTX up to ISA {} \
                  (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222); {}, or load it with a newer driver \
                  (a newer host driver, or cuda_compat where this GPU supports it)",
@@ -256,15 +257,15 @@ pub(crate) fn failure(
             )
         }
         Load::CompressionTooNew { image, needs } => format!(
-            "{place} carries {carries}: the image it would load ({}) is Zstandard-compressed, \
+            "{what}: the image it would load ({}) is Zstandard-compressed, \
              which libcuda unpacks from CUDA {needs} ({}, 550.54.14) on; this driver is CUDA {}; \
              rebuild with `nvcc --compress-mode=speed` (LZ4) or `none`, or use a newer driver",
             c.entries[*image].arch_name(),
             branch_of(*needs),
             target.driver.cuda
         ),
-        Load::Unknown { why } => format!("{place} carries {carries}: cannot be judged: {why}"),
-        _ => format!("{place} carries {carries}: loads"),
+        Load::Unknown { why } => format!("{what}: cannot be judged: {why}"),
+        _ => format!("{what}: loads"),
     }
 }
 
@@ -453,21 +454,15 @@ fn by_modules(
             Rule::SomeModulesDoNotLoad,
             format!("runs on {on}, partly: {}{}", partly(j, modules), notes(j)),
         ),
-        FileVerdict::RunsByJit => {
-            let jit = j
-                .modules
-                .iter()
-                .filter(|m| matches!(m.load, Load::Jit { .. }))
-                .count();
-            (
-                Rule::Jit,
-                format!(
-                    "runs on {on} by JIT: {jit} module(s) have no SASS for it and are compiled \
-                     from PTX at their first launch{}",
-                    notes(j)
-                ),
-            )
-        }
+        FileVerdict::RunsByJit => (
+            Rule::Jit,
+            format!(
+                "runs on {on} by JIT: {} module(s) have no SASS for it and are compiled from \
+                 PTX at their first launch{}",
+                jit_modules(j),
+                notes(j)
+            ),
+        ),
         FileVerdict::Fails => {
             let mut failing = j.failing();
             let first = failing.next().expect("a failing file has a failing module");
@@ -501,11 +496,10 @@ fn by_modules(
                 .missing()
                 .find(|m| m.holds.as_ref().is_some_and(Holds::undecided))
                 .expect("an unknown file has an unknown or undecided module");
-            let place = module_place(modules, undecided.module);
-            let carries = carried(&modules[undecided.module].entries);
+            let what = module_carries(modules, undecided.module);
             let why = match &undecided.holds {
                 Some(Holds::Read(symbols)) => format!(
-                    "{place} carries {carries}, no code for a {} GPU, and holds the managed \
+                    "{what}, no code for a {} GPU, and holds the managed \
                      variable(s) {}: a module with managed variables is loaded when the \
                      program starts, even under lazy loading, and whether that start then \
                      fails is not settled without a GPU (tests-gpu/device-check measures it)",
@@ -513,7 +507,7 @@ fn by_modules(
                     shown_names(&symbols.managed)
                 ),
                 _ => format!(
-                    "{place} carries {carries}, no code for a {} GPU, and none of its images \
+                    "{what}, no code for a {} GPU, and none of its images \
                      could be read to say whether it holds a kernel or a managed variable",
                     target.device
                 ),

@@ -86,6 +86,13 @@ pub(crate) fn module_place(modules: &[Container], index: usize) -> String {
     )
 }
 
+/// A module and what it carries, for messages: `module 2 of 13 (.nv_fatbin at byte 0x1806b8)
+/// carries SASS sm_80`.
+pub(crate) fn module_carries(modules: &[Container], index: usize) -> String {
+    let carries = carried(&modules[index].entries);
+    format!("{} carries {carries}", module_place(modules, index))
+}
+
 /// What was listed and not judged, and what was reported and not failed, as a parenthesis.
 pub(crate) fn notes(j: &Judgement) -> String {
     let n = &j.not_judged;
@@ -143,6 +150,14 @@ pub(crate) fn missing_kernels(j: &Judgement) -> impl Iterator<Item = &String> {
         .flatten()
 }
 
+/// How many of `j`'s modules load by JIT from PTX.
+pub(crate) fn jit_modules(j: &Judgement) -> usize {
+    j.modules
+        .iter()
+        .filter(|m| matches!(m.load, Load::Jit { .. }))
+        .count()
+}
+
 /// What is missing from a file that runs partly (judgement `j` of `modules`): how many modules
 /// with kernels have no code that loads there, a few of their kernels, the error launching
 /// one gives, and how the rest loads.
@@ -166,25 +181,19 @@ pub(crate) fn partly(j: &Judgement, modules: &[Container]) -> String {
         })
         .collect();
     let errors: Vec<&str> = errors.into_iter().map(|(_, error)| error).collect();
-    let jit = j
-        .modules
-        .iter()
-        .filter(|m| matches!(m.load, Load::Jit { .. }))
-        .count();
+    let jit = jit_modules(j);
     let rest = if jit > 0 {
         format!("the rest runs, {jit} module(s) by JIT from PTX at their first launch")
     } else {
         "the rest runs by SASS".into()
     };
     format!(
-        "{} of the {judged} module(s) judged have no code that loads on it ({} \
-         carries {}{}), \
+        "{} of the {judged} module(s) judged have no code that loads on it ({}{}), \
          so launching one of their {kernels} kernel(s) ({}) fails with {}; NVIDIA's and \
          other libraries keep kernels for some GPUs in modules of their own and choose kernels \
          by the GPU at run time, so this is expected of them; {rest}",
         missing.len(),
-        module_place(modules, missing[0].module),
-        carried(&modules[missing[0].module].entries),
+        module_carries(modules, missing[0].module),
         if missing.len() > 1 {
             ", and others"
         } else {

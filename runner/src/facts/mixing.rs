@@ -60,21 +60,17 @@ fn runtimes_of(
     unread.dedup_by(|a, b| a.1 == b.1);
     let largest = unread.pop();
     for (_, path) in unread {
-        let found = runtime_in_dependency(path);
-        cache.insert(path.clone(), found);
+        cache.insert(path.clone(), runtime_in_dependency(path));
     }
-    let can_mix = |cache: &HashMap<PathBuf, Option<FoundRuntime>>| {
-        objects.iter().any(|path| {
-            cache
-                .get(path)
-                .and_then(Option::as_ref)
-                .and_then(FoundRuntime::mixing_version)
-                .is_some()
-        })
-    };
-    if let Some((_, path)) = largest.filter(|_| can_mix(cache)) {
-        let found = runtime_in_dependency(path);
-        cache.insert(path.clone(), found);
+    let can_mix = objects.iter().any(|path| {
+        cache
+            .get(path)
+            .and_then(Option::as_ref)
+            .and_then(FoundRuntime::mixing_version)
+            .is_some()
+    });
+    if let Some((_, path)) = largest.filter(|_| can_mix) {
+        cache.insert(path.clone(), runtime_in_dependency(path));
     }
     objects
         .iter()

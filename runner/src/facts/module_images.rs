@@ -182,15 +182,11 @@ pub(crate) fn cubin(sm: u32, holding: Holding) -> Vec<u8> {
     body
 }
 
-/// An sm_52 cubin with no kernel and no device data ([`cubin`] holding nothing).
-pub(crate) fn kernelless_sm52_cubin() -> Vec<u8> {
-    cubin(52, Holding::Nothing)
-}
-
-/// A fat binary of one module holding [`kernelless_sm52_cubin`] alone (entry format 1.7, as
-/// CUDA 12.9's fatbinary writes an ABI 7 cubin): on any GPU but a 5.x one, no image fits.
+/// A fat binary of one module holding an sm_52 cubin with no kernel and no device data alone
+/// ([`cubin`] holding nothing; entry format 1.7, as CUDA 12.9's fatbinary writes an ABI 7
+/// cubin): on any GPU but a 5.x one, no image fits.
 pub fn kernelless_sm52_fatbin() -> Vec<u8> {
-    container(2, 52, 1, 7, &kernelless_sm52_cubin())
+    container(2, 52, 1, 7, &cubin(52, Holding::Nothing))
 }
 
 /// A fat binary of one module holding one kernel, `cuda_sandbox_sm80_only`, in SASS for sm_80
@@ -216,9 +212,7 @@ pub const MANAGED_VARIABLE: &str = "cuda_sandbox_managed";
 /// A fat binary of one module holding the saxpy PTX (ISA 6.0, compute_50): every driver from
 /// CUDA 9.0 on JIT-compiles it for its GPU.
 pub fn saxpy_fatbin() -> Vec<u8> {
-    let mut text = SAXPY_PTX.as_bytes().to_vec();
-    text.push(0);
-    container(1, 50, 6, 0, &text)
+    container(1, 50, 6, 0, &[SAXPY_PTX.as_bytes(), b"\0"].concat())
 }
 
 #[cfg(test)]

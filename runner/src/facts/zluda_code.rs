@@ -18,11 +18,11 @@
 //! The judgement is made in elfkit's terms ([`Judgement`], [`Load`]) so that it reads like any
 //! other target's.
 
-use crate::facts::gpu_words::{carried, module_place};
+use crate::facts::gpu_words::module_carries;
 use cuda_sandbox_cuda_facts::gpus::Drives;
 use cuda_sandbox_cuda_facts::{Capability, CudaVersion};
 use cuda_sandbox_elfkit::fatbin::rules::Load;
-use cuda_sandbox_elfkit::fatbin::verdict::{judge_loads, Judgement, ModuleReads, ModuleVerdict};
+use cuda_sandbox_elfkit::fatbin::verdict::{judge_loads, Judgement, ModuleReads};
 use cuda_sandbox_elfkit::fatbin::{Entry, EntryKind, GpuCode};
 
 /// The compute capability ZLUDA reports by default: 8.8 in v4 (as Nixpkgs builds it) and v6,
@@ -56,19 +56,12 @@ fn load(entries: &[Entry]) -> Load {
 /// The verdict of [`judge`] in one line, on `on` (the target described).
 pub(crate) fn reason(code: &GpuCode, judgement: &Judgement, on: &str) -> String {
     let modules = &code.containers;
-    let described = |m: &ModuleVerdict| {
-        format!(
-            "{} carries {}",
-            module_place(modules, m.module),
-            carried(&modules[m.module].entries)
-        )
-    };
     if let Some(m) = judgement.failing().next() {
         return format!(
             "cannot run on {on}: {}: SASS only, and ZLUDA loads no SASS (it compiles PTX for \
              the AMD GPU); build it with PTX as well (nvcc -gencode arch=compute_XY,\
              code=compute_XY, or Nixpkgs' cudaForwardCompat)",
-            described(m)
+            module_carries(modules, m.module)
         );
     }
     match judgement.modules.iter().find(|m| m.load.loads()) {
@@ -76,7 +69,7 @@ pub(crate) fn reason(code: &GpuCode, judgement: &Judgement, on: &str) -> String 
         Some(m) => format!(
             "runs on {on} by compiling its PTX ({}): ZLUDA refuses no PTX ISA version; whether \
              it compiles every instruction is known only by loading it",
-            described(m)
+            module_carries(modules, m.module)
         ),
     }
 }

@@ -2,8 +2,7 @@
 //! check, [`crate::facts::mixing`]): the same answer as [`super::runtime_in`], in bounded
 //! memory, the file read in released pieces.
 
-use std::fs::File;
-use std::ops::{ControlFlow, Range};
+use std::ops::Range;
 use std::path::Path;
 
 use memchr::memmem;
@@ -14,11 +13,12 @@ use cuda_sandbox_elfkit::fatbin::sections::{
     FATBIN_SECTION, RELFATBIN_SECTION, WRAPPER_MAGIC, WRAPPER_SECTION,
 };
 use cuda_sandbox_elfkit::fatbin::strings::may_hold_strings;
+use cuda_sandbox_elfkit::ldso::RealFs;
 use cuda_sandbox_elfkit::map::Mapped;
 
 use super::{
-    evidence_of, getter_constants, gpu_code_and_runtime, runtime_found, searched_strings,
-    FoundRuntime, StaticEvidence, DECIDING, GETTER_LEN,
+    c_string_finders, evidence_of, getter_constants, gpu_code_and_runtime, runtime_found,
+    searched_strings, FoundRuntime, StaticEvidence, DECIDING, GETTER_LEN,
 };
 
 /// Bytes of a dependency read at a time ([`runtime_in_dependency`]), then released: its
@@ -26,20 +26,15 @@ use super::{
 const PIECE: usize = 4 << 20;
 
 /// Calls `f` with each piece of `map`'s bytes `range`, [`PIECE`] bytes and the `overlap` after
-/// them (within `range`), from the last piece to the first, until `f` says to stop: a match of
-/// up to `overlap + 1` bytes is whole in some piece. Each piece's pages are released once `f`
-/// has read them ([`Mapped::release`]), so they do not add up in the process's memory.
-fn each_piece(
-    map: &Mapped,
-    range: Range<usize>,
-    overlap: usize,
-    mut f: impl FnMut(&[u8]) -> ControlFlow<()>,
-) {
+/// them (within `range`), from the last piece to the first, until `f` returns `true` (stop): a
+/// match of up to `overlap + 1` bytes is whole in some piece. Each piece's pages are released
+/// once `f` has read them ([`Mapped::release`]), so they do not add up in the process's memory.
+fn each_piece(map: &Mapped, range: Range<usize>, overlap: usize, mut f: impl FnMut(&[u8]) -> bool) {
     for p in range.clone().step_by(PIECE).rev() {
         let end = range.end.min(p + PIECE + overlap);
-        let flow = f(&map.bytes()[p..end]);
+        let stop = f(&map.bytes()[p..end]);
         map.release(p..end);
-        if flow.is_break() {
+        if stop {
             break;
         }
     }
@@ -120,11 +115,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
         }
     }
     let texts = searched_strings();
-    let needles: Vec<Vec<u8>> = texts
-        .iter()
-        .map(|t| [t.as_bytes(), b"\0"].concat())
-        .collect();
-    let overlap = needles.iter().map(Vec::len).max().unwrap_or(1) - 1;
+    let (finders, overlap) = c_string_finders(&texts);
     let magic = memmem::Finder::new(&CONTAINER_MAGIC.to_le_bytes()).into_owned();
     // Per string: `Some(true)` found in a section without the magic (so outside any
     // container), `Some(false)` found only in sections with it, `None` not found. `search`
@@ -142,12 +133,9 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
             let mut here = vec![false; texts.len()];
             each_piece(map, section.clone(), overlap, |piece| {
                 for &i in &missing {
-                    here[i] = here[i] || memmem::find(piece, &needles[i]).is_some();
+                    here[i] = here[i] || finders[i].find(piece).is_some();
                 }
-                match missing.iter().all(|&i| here[i]) {
-                    true => ControlFlow::Break(()),
-                    false => ControlFlow::Continue(()),
-                }
+                missing.iter().all(|&i| here[i])
             });
             if !here.contains(&true) {
                 continue;
@@ -155,10 +143,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
             let mut has_magic = false;
             each_piece(map, section.clone(), 3, |piece| {
                 has_magic = magic.find(piece).is_some();
-                match has_magic {
-                    true => ControlFlow::Break(()),
-                    false => ControlFlow::Continue(()),
-                }
+                has_magic
             });
             for i in (0..texts.len()).filter(|&i| here[i]) {
                 present[i] = Some(present[i] == Some(true) || !has_magic);
@@ -180,7 +165,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
         for section in &code {
             each_piece(map, section.clone(), GETTER_LEN - 1, |piece| {
                 constants.extend(getter_constants(&[piece]));
-                ControlFlow::Continue(())
+                false
             });
         }
         constants
@@ -192,10 +177,7 @@ fn dependency_evidence(map: &Mapped) -> Result<Option<StaticEvidence>, Undecided
 /// strings and code read in pieces ([`dependency_evidence`]); the whole file only where that
 /// search cannot decide.
 pub fn runtime_in_dependency(path: &Path) -> Option<FoundRuntime> {
-    let file = File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
+    let file = RealFs::open_regular(path).ok()?.ok()?;
     let map = Mapped::of(&file).ok()?;
     match dependency_evidence(&map) {
         Ok(evidence) => runtime_found(path, || evidence),
@@ -229,7 +211,7 @@ mod tests {
             each_piece(&map, 5..data.len(), text.len() - 1, |piece| {
                 read += piece.len();
                 found += memmem::find_iter(piece, text).count();
-                ControlFlow::Continue(())
+                false
             });
             assert!(found >= usize::from(at >= 5), "at {at}");
             assert!(read < data.len() + 3 * text.len(), "each byte about once");

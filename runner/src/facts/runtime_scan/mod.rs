@@ -115,13 +115,6 @@ pub struct StaticEvidence {
     pub version: Option<ContentVersion>,
 }
 
-impl StaticEvidence {
-    /// `strings: /cudart.shm.%x.%x.%llx, …`.
-    pub(crate) fn describe(&self) -> String {
-        format!("strings: {}", self.markers.join(", "))
-    }
-}
-
 /// A runtime version read from the runtime's own code or data, and from what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContentVersion {
@@ -204,6 +197,18 @@ pub fn device_ranges(code: &GpuCode) -> Vec<Range<usize>> {
     merged
 }
 
+/// A searcher for each of `texts` as a C string (with its NUL; a longer string ending in it
+/// counts too, as the linker merges such tails), and how far a match may run past a block of
+/// the bytes searched: the longest string, NUL included, less one.
+pub(super) fn c_string_finders(texts: &[&str]) -> (Vec<memmem::Finder<'static>>, usize) {
+    let finders: Vec<memmem::Finder> = texts
+        .iter()
+        .map(|t| memmem::Finder::new(&[t.as_bytes(), b"\0"].concat()).into_owned())
+        .collect();
+    let overlap = finders.iter().map(|f| f.needle().len()).max().unwrap_or(1) - 1;
+    (finders, overlap)
+}
+
 /// Bytes searched at a time by [`strings_present`]: small enough to stay in the CPU's cache
 /// while every string is looked for in them.
 const BLOCK: usize = 256 << 10;
@@ -216,12 +221,7 @@ const BLOCK: usize = 256 << 10;
 /// line), so its strings lie at the end of `.rodata`, and a string found there is not looked
 /// for through the tens of MB of data before it (cuRAND's 20 MB of tables).
 fn strings_present(regions: &[&[u8]], texts: &[&str]) -> Vec<bool> {
-    let needles: Vec<Vec<u8>> = texts
-        .iter()
-        .map(|t| [t.as_bytes(), b"\0"].concat())
-        .collect();
-    let finders: Vec<memmem::Finder> = needles.iter().map(memmem::Finder::new).collect();
-    let overlap = needles.iter().map(Vec::len).max().unwrap_or(1) - 1;
+    let (finders, overlap) = c_string_finders(texts);
     let mut found = vec![false; texts.len()];
     for region in regions {
         for p in (0..region.len()).step_by(BLOCK).rev() {
@@ -253,10 +253,6 @@ fn searched_strings() -> Vec<&'static str> {
     all
 }
 
-/// Which of [`searched_strings`] a file's data holds, when a reader found them already (the
-/// magic scan: [`gpu_code_and_runtime`]).
-type Found<'a> = Option<&'a [bool]>;
-
 /// The markers that decide alone: without one of the first two, three of the four cannot be
 /// there.
 const DECIDING: usize = 4 + 1 - MARKERS_NEEDED; // of the four markers
@@ -280,13 +276,13 @@ pub fn gpu_code_and_runtime(
 }
 
 /// [`static_runtime_in`], the file ranges `device` ([`device_ranges`]) left out of the data
-/// searched, with the strings already `found` when a reader found them. The markers that
-/// decide alone first: without the first two, three of the four cannot be there, and no more
-/// is read.
+/// searched, with which of [`searched_strings`] the data holds already `found` when a reader
+/// found them (the magic scan: [`gpu_code_and_runtime`]). The markers that decide alone first:
+/// without the first two, three of the four cannot be there, and no more is read.
 fn static_runtime_found(
     data: &[u8],
     device: &[Range<usize>],
-    found: Found,
+    found: Option<&[bool]>,
 ) -> Option<StaticEvidence> {
     let present = match found {
         Some(found) if !found[..DECIDING].contains(&true) => return None,
@@ -438,7 +434,7 @@ fn runtime_found(
         (RuntimeForm::Archive, None, "file name".to_owned())
     } else {
         let evidence = evidence()?;
-        let why = evidence.describe();
+        let why = format!("strings: {}", evidence.markers.join(", "));
         (RuntimeForm::StaticCopy, evidence.version, why)
     };
     // The content's version where it is exact or the path names none, else the path's.
