@@ -127,18 +127,6 @@ fn describe(node: &Node) -> &'static str {
     }
 }
 
-/// A note for a node that was missing before any driver call but is here now: the real
-/// `cuInit`, run as root, creates `/dev/nvidiactl` itself.
-fn created_since(before: &Node, path: &Path) -> String {
-    if *before == Node::Missing && Node::at(path).exists() {
-        " (it exists now because the driver created it: cuInit running as root makes a missing \
-         nvidiactl itself; it was not exposed)"
-            .to_owned()
-    } else {
-        String::new()
-    }
-}
-
 /// Runs `devices::nodes`.
 pub(crate) fn nodes(session: &Session) -> Result<Outcome, Outcome> {
     if let Some(zluda) = session.zluda() {
@@ -199,7 +187,14 @@ fn judge_ctl(node: &Node, ctl: &Path, not_exposed: &str, problems: &mut Vec<Stri
             "{} was {} before any driver call{}: {not_exposed}",
             ctl.display(),
             describe(other),
-            created_since(other, ctl)
+            // Missing before any driver call but here now: the real `cuInit`, run as root,
+            // creates `/dev/nvidiactl` itself.
+            if *other == Node::Missing && Node::at(ctl).exists() {
+                " (it exists now because the driver created it: cuInit running as root makes a \
+                 missing nvidiactl itself; it was not exposed)"
+            } else {
+                ""
+            }
         )),
     }
 }
