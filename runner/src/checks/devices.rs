@@ -256,10 +256,9 @@ fn judge_manifest_devices(
     };
     for device in devices {
         // The manifest names inside paths under /dev; --dev-root moves /dev.
-        let here = match Path::new(device).strip_prefix("/dev") {
-            Ok(rest) => root.join(rest),
-            Err(_) => Path::new(device).to_path_buf(),
-        };
+        let here = Path::new(device)
+            .strip_prefix("/dev")
+            .map_or_else(|_| PathBuf::from(device), |rest| root.join(rest));
         if std::fs::symlink_metadata(&here).is_err() {
             problems.push(format!(
                 "the hook's manifest lists {device} as exposed, but {} is missing: the sandbox \
