@@ -140,13 +140,13 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
         let Some(info) = file.dynamic.as_ref() else {
             continue;
         };
-        let interpreter = info
-            .interpreter
-            .as_deref()
-            .or(runner_interpreter.as_deref());
-        let executable = info.interpreter.is_some();
+        // A program starts under its own interpreter; a library is loaded by this process's.
+        let (start, interpreter) = match info.interpreter.as_deref() {
+            Some(own) => (Start::Kernel, Some(own)),
+            None => (Start::Library, runner_interpreter.as_deref()),
+        };
         let (outcome, searched) =
-            match libcuda_search(&file.path, executable, interpreter, &ld_library_path) {
+            match libcuda_search(&file.path, start, interpreter, &ld_library_path) {
                 Ok(search) => search,
                 Err(why_not) => {
                     failures.push(why_not);
@@ -204,7 +204,7 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
 /// modelled.
 fn libcuda_search(
     path: &Path,
-    executable: bool,
+    start: Start,
     interpreter: Option<&Path>,
     ld_library_path: &Option<String>,
 ) -> Result<(Search, String), String> {
@@ -225,11 +225,6 @@ fn libcuda_search(
         ld_library_path: ld_library_path.clone(),
     };
     let mut process = Process::new(&loader, &RealFs, env);
-    let start = if executable {
-        Start::Kernel
-    } else {
-        Start::Library
-    };
     let main = process
         .start(path, start)
         .map_err(|e| format!("{}: cannot be loaded: {e}", path.display()))?;
