@@ -198,19 +198,17 @@ impl Runtime {
     /// The runtime's version: `cudaRuntimeGetVersion`, else what the file names say (the
     /// loaded path, then the real file), else `None`.
     pub(crate) fn version(&self) -> Option<RuntimeVersion> {
-        match get_version(self.runtime_get_version) {
-            Ok(v) => Some(RuntimeVersion {
-                toolkit: Toolkit::Exact(v),
-                error: None,
-            }),
-            Err(code) => Some(RuntimeVersion {
-                toolkit: [&self.file.real_path, &self.file.path]
+        let (toolkit, error) = match get_version(self.runtime_get_version) {
+            Ok(v) => (Toolkit::Exact(v), None),
+            Err(code) => (
+                [&self.file.real_path, &self.file.path]
                     .into_iter()
                     .filter_map(|p| version_from_file_name(p))
                     .max_by_key(|t| matches!(t, Toolkit::Exact(_)))?,
-                error: Some(code),
-            }),
-        }
+                Some(code),
+            ),
+        };
+        Some(RuntimeVersion { toolkit, error })
     }
 
     /// `cudaDriverGetVersion` (`Err` holds the cudaError_t).
