@@ -225,17 +225,16 @@ impl Runtime {
         // SAFETY: cuda_runtime_api.h signatures, out-pointers to live locals. The 11.x ABI
         // has no status parameter; passing one more argument is harmless in the C ABI.
         let code = unsafe {
-            if let Some(f) = self.get_entry_point {
-                f(name.as_ptr(), &mut pointer, 0, &mut status)
-            } else {
-                let f = self.get_entry_point_by_version?;
-                f(
+            match (self.get_entry_point, self.get_entry_point_by_version) {
+                (Some(f), _) => f(name.as_ptr(), &mut pointer, 0, &mut status),
+                (None, Some(f)) => f(
                     name.as_ptr(),
                     &mut pointer,
                     version as c_uint,
                     0,
                     &mut status,
-                )
+                ),
+                (None, None) => return None,
             }
         };
         Some(EntryPoint {
