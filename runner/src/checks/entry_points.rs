@@ -111,22 +111,6 @@ pub(crate) fn compare_with_exports(
     (facts, mismatches)
 }
 
-/// The API versions to probe for a driver of `driver_version`.
-fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<CudaVersion> {
-    let mut versions = abi_boundaries(driver_version);
-    let runtimes = session.runtimes().unwrap_or_default();
-    versions.extend(
-        runtimes
-            .iter()
-            .filter_map(|r| r.version()?.exact())
-            .map(|r| r.min(driver_version)),
-    );
-    versions.extend(session.options.api_version);
-    versions.sort();
-    versions.dedup();
-    versions
-}
-
 /// Runs `driver::entry_points`.
 pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
@@ -168,12 +152,23 @@ pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
             ));
         }
     }
-    let versions = versions_to_probe(session, driver_version);
+    // The API versions to probe: the ABI boundaries up to the driver's, min(runtime, driver)
+    // for each loadable runtime, and `--api-version`.
+    let runtimes = session.runtimes().unwrap_or_default();
+    let mut versions = abi_boundaries(driver_version);
+    versions.extend(
+        runtimes
+            .iter()
+            .filter_map(|r| r.version()?.exact())
+            .map(|r| r.min(driver_version)),
+    );
+    versions.extend(session.options.api_version);
+    versions.sort();
+    versions.dedup();
     // The API version the process would ask at: `--api-version`, else min(runtime, driver) for
     // the first loadable runtime (the loader's choice), else the driver's own.
     let primary = session.options.api_version.unwrap_or_else(|| {
-        let first = session.runtimes().unwrap_or_default().first();
-        let exact = first.and_then(|r| r.version()?.exact());
+        let exact = runtimes.first().and_then(|r| r.version()?.exact());
         exact.map_or(driver_version, |r| r.min(driver_version))
     });
     let (primary_symbols, _) = compare_with_exports(driver, primary, primary);
