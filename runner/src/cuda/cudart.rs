@@ -130,8 +130,7 @@ impl Runtime {
                 .collect();
         }
         let mut runtimes: Vec<Runtime> = Vec::new();
-        let mut candidates: Vec<PathBuf> = Vec::new();
-        for dir in loader_search_path() {
+        let in_search_path = loader_search_path().into_iter().flat_map(|dir| {
             let mut here: Vec<PathBuf> = std::fs::read_dir(&dir)
                 .into_iter()
                 .flatten()
@@ -144,10 +143,9 @@ impl Runtime {
                 })
                 .collect();
             here.sort();
-            candidates.extend(here);
-        }
-        candidates.extend(CUDART_NAMES.iter().map(PathBuf::from));
-        for candidate in candidates {
+            here
+        });
+        for candidate in in_search_path.chain(CUDART_NAMES.iter().map(PathBuf::from)) {
             // Each file once: by its real path, before loading it and as the loader names it.
             let loaded = |real: &Path| runtimes.iter().any(|r| r.file.real_path == real);
             if std::fs::canonicalize(&candidate).is_ok_and(|real| loaded(&real)) {
