@@ -94,12 +94,6 @@ fn opens_libcuda(file: &ScannedFile) -> Option<&'static str> {
     }
 }
 
-/// The interpreter of this process: a library of the package is judged as loaded by it.
-fn own_interpreter() -> Option<PathBuf> {
-    let exe = std::fs::read("/proc/self/exe").ok()?;
-    cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter
-}
-
 /// Runs `package::driver`.
 pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
     let package = session.package().map_err(Outcome::fail_without_facts)?;
@@ -132,7 +126,10 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
     let ld_library_path = std::env::var("LD_LIBRARY_PATH").ok();
     // Model and judge each object's search for libcuda.so.1, as this process's
     // LD_LIBRARY_PATH would make it.
-    let runner_interpreter = own_interpreter();
+    // The interpreter of this process: a library of the package is judged as loaded by it.
+    let runner_interpreter = std::fs::read("/proc/self/exe")
+        .ok()
+        .and_then(|exe| cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter);
     let mut failures = Vec::new();
     let mut passes = Vec::new();
     let mut per_object = Vec::new();
