@@ -152,10 +152,8 @@ impl Runtime {
                 continue;
             }
             // SAFETY: as above. A bare name goes through the loader's search (ld.so.cache).
-            let Ok(library) = (unsafe { Library::new(&candidate) }) else {
-                continue;
-            };
-            let Ok(runtime) = Runtime::from_library(library) else {
+            let library = unsafe { Library::new(&candidate) };
+            let Some(runtime) = library.ok().and_then(|l| Runtime::from_library(l).ok()) else {
                 continue;
             };
             if loaded(&runtime.file.real_path) {
