@@ -82,8 +82,7 @@ impl RuntimeVersion {
 /// The version in a runtime's file name: `libcudart.so.12.9.79` → 12.9, `libcudart.so.12` →
 /// major 12 only. `libcudart.so.11.0` is the SONAME of every 11.x runtime, not version 11.0.
 pub(crate) fn version_from_file_name(path: &Path) -> Option<Toolkit> {
-    let name = path.file_name()?.to_str()?;
-    let rest = name.strip_prefix("libcudart.so.")?;
+    let rest = path.file_name()?.to_str()?.strip_prefix("libcudart.so.")?;
     let mut parts = rest.split('.');
     let major: i32 = parts.next()?.parse().ok()?;
     let minor: Option<i32> = parts.next().and_then(|m| m.parse().ok());
