@@ -367,10 +367,9 @@ fn describe_gpus(gpus: &[FeatureGpu]) -> String {
 /// Runs `devices::features`.
 pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
     let declared = build_features::from_env().map_err(|error| {
-        Outcome::fail(
-            format!("cannot read the build's required features: {error}"),
-            Facts::new(),
-        )
+        Outcome::fail_without_facts(format!(
+            "cannot read the build's required features: {error}"
+        ))
     })?;
     let manifest = session.manifest.manifest();
     // Where the build's required features are read, in words, and the features: the

@@ -115,9 +115,8 @@ pub(crate) fn compare_with_exports(
 pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let Some(export) = driver.get_proc_address_export() else {
-        return Ok(Outcome::fail(
+        return Ok(Outcome::fail_without_facts(
             "the driver exports no cuGetProcAddress: it is older than CUDA 11.3; expose a newer driver",
-            facts! {},
         ));
     };
     let driver_version = driver

@@ -404,10 +404,9 @@ fn runtimes_and_driver(session: &Session) -> Result<(&[Runtime], &Driver, CudaVe
             facts! { "cudarts" => Vec::<String>::new() },
         )),
         Ok(runtimes) => Ok(runtimes),
-        Err(why) => Err(Outcome::fail(
-            format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
-            facts! {},
-        )),
+        Err(why) => Err(Outcome::fail_without_facts(format!(
+            "{why}: point --cudart at a libcudart.so, or drop the flag"
+        ))),
     }?;
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let version = driver.version().map_err(Outcome::fail_without_facts)?;
