@@ -127,18 +127,6 @@ fn describe(node: &Node) -> &'static str {
     }
 }
 
-/// A note for a node that was missing before any driver call but is here now: the real
-/// `cuInit`, run as root, creates `/dev/nvidiactl` itself.
-fn created_since(before: &Node, path: &Path) -> String {
-    if *before == Node::Missing && Node::at(path).exists() {
-        " (it exists now because the driver created it: cuInit running as root makes a missing \
-         nvidiactl itself; it was not exposed)"
-            .to_owned()
-    } else {
-        String::new()
-    }
-}
-
 /// Runs `devices::nodes`.
 pub(crate) fn nodes(session: &Session) -> Result<Outcome, Outcome> {
     if let Some(zluda) = session.zluda() {
@@ -199,7 +187,14 @@ fn judge_ctl(node: &Node, ctl: &Path, not_exposed: &str, problems: &mut Vec<Stri
             "{} was {} before any driver call{}: {not_exposed}",
             ctl.display(),
             describe(other),
-            created_since(other, ctl)
+            // Missing before any driver call but here now: the real `cuInit`, run as root,
+            // creates `/dev/nvidiactl` itself.
+            if *other == Node::Missing && Node::at(ctl).exists() {
+                " (it exists now because the driver created it: cuInit running as root makes a \
+                 missing nvidiactl itself; it was not exposed)"
+            } else {
+                ""
+            }
         )),
     }
 }
@@ -261,10 +256,9 @@ fn judge_manifest_devices(
     };
     for device in devices {
         // The manifest names inside paths under /dev; --dev-root moves /dev.
-        let here = match Path::new(device).strip_prefix("/dev") {
-            Ok(rest) => root.join(rest),
-            Err(_) => Path::new(device).to_path_buf(),
-        };
+        let here = Path::new(device)
+            .strip_prefix("/dev")
+            .map_or_else(|_| PathBuf::from(device), |rest| root.join(rest));
         if std::fs::symlink_metadata(&here).is_err() {
             problems.push(format!(
                 "the hook's manifest lists {device} as exposed, but {} is missing: the sandbox \
@@ -373,10 +367,9 @@ fn describe_gpus(gpus: &[FeatureGpu]) -> String {
 /// Runs `devices::features`.
 pub(crate) fn features(session: &Session) -> Result<Outcome, Outcome> {
     let declared = build_features::from_env().map_err(|error| {
-        Outcome::fail(
-            format!("cannot read the build's required features: {error}"),
-            Facts::new(),
-        )
+        Outcome::fail_without_facts(format!(
+            "cannot read the build's required features: {error}"
+        ))
     })?;
     let manifest = session.manifest.manifest();
     // Where the build's required features are read, in words, and the features: the

@@ -60,7 +60,6 @@ pub(crate) fn library(session: &Session) -> Result<Outcome, Outcome> {
         )
     })?;
     let file = &driver.file;
-    let version = driver.version().ok();
     let facts = facts_of(&LibraryFacts {
         path: file.path.clone(),
         real_path: file.real_path.clone(),
@@ -83,7 +82,7 @@ pub(crate) fn library(session: &Session) -> Result<Outcome, Outcome> {
     }
     let loaded = match chosen.filter(|m| !m.libcuda.is_empty()) {
         Some(m) if !expectations::is_chosen(file, m) => {
-            let why = expectations::library_mismatch(file, version, m);
+            let why = expectations::library_mismatch(file, driver.version().ok(), m);
             return Ok(Outcome::fail(why, facts));
         }
         Some(m) => format!("{loaded}, the {} driver the hook chose", m.kind),

@@ -89,54 +89,34 @@ pub(crate) fn compare_with_exports(
         };
         let exported = driver.export_address(expected);
         let answer = driver.get_proc_address(entry.symbol, version.0);
-        let ok = matches!(
-            (answer, exported),
-            (Some(a), Some(e)) if a.code == 0 && a.pointer == e
-        );
-        if !ok {
-            mismatches.push(match (answer, exported) {
-                (_, None) => format!("{expected} is not exported"),
-                (Some(a), _) if a.code != 0 => format!(
-                    "{} at {version}: CUresult {} (symbolStatus {:?}) instead of {expected}",
-                    entry.symbol, a.code, a.symbol_status
-                ),
-                _ => format!("{} at {version} is not {expected}", entry.symbol),
-            });
-        }
+        // CUDA_SUCCESS with exactly the export's address, or what differs.
+        let wrong = match (answer, exported) {
+            (_, None) => Some(format!("{expected} is not exported")),
+            (Some(a), _) if a.code != 0 => Some(format!(
+                "{} at {version}: CUresult {} (symbolStatus {:?}) instead of {expected}",
+                entry.symbol, a.code, a.symbol_status
+            )),
+            (Some(a), Some(e)) if a.pointer == e => None,
+            _ => Some(format!("{} at {version} is not {expected}", entry.symbol)),
+        };
         facts.push(SymbolAnswer {
             symbol: entry.symbol.to_owned(),
             expected_export: expected.to_owned(),
             result: answer.map(|a| a.code),
             symbol_status: answer.and_then(|a| a.symbol_status),
-            matches: ok,
+            matches: wrong.is_none(),
         });
+        mismatches.extend(wrong);
     }
     (facts, mismatches)
-}
-
-/// The API versions to probe for a driver of `driver_version`.
-fn versions_to_probe(session: &Session, driver_version: CudaVersion) -> Vec<CudaVersion> {
-    let mut versions = abi_boundaries(driver_version);
-    let runtimes = session.runtimes().unwrap_or_default();
-    versions.extend(
-        runtimes
-            .iter()
-            .filter_map(|r| r.version()?.exact())
-            .map(|r| r.min(driver_version)),
-    );
-    versions.extend(session.options.api_version);
-    versions.sort();
-    versions.dedup();
-    versions
 }
 
 /// Runs `driver::entry_points`.
 pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let Some(export) = driver.get_proc_address_export() else {
-        return Ok(Outcome::fail(
+        return Ok(Outcome::fail_without_facts(
             "the driver exports no cuGetProcAddress: it is older than CUDA 11.3; expose a newer driver",
-            facts! {},
         ));
     };
     let driver_version = driver
@@ -171,12 +151,23 @@ pub(crate) fn probe(session: &Session) -> Result<Outcome, Outcome> {
             ));
         }
     }
-    let versions = versions_to_probe(session, driver_version);
+    // The API versions to probe: the ABI boundaries up to the driver's, min(runtime, driver)
+    // for each loadable runtime, and `--api-version`.
+    let runtimes = session.runtimes().unwrap_or_default();
+    let mut versions = abi_boundaries(driver_version);
+    versions.extend(
+        runtimes
+            .iter()
+            .filter_map(|r| r.version()?.exact())
+            .map(|r| r.min(driver_version)),
+    );
+    versions.extend(session.options.api_version);
+    versions.sort();
+    versions.dedup();
     // The API version the process would ask at: `--api-version`, else min(runtime, driver) for
     // the first loadable runtime (the loader's choice), else the driver's own.
     let primary = session.options.api_version.unwrap_or_else(|| {
-        let first = session.runtimes().unwrap_or_default().first();
-        let exact = first.and_then(|r| r.version()?.exact());
+        let exact = runtimes.first().and_then(|r| r.version()?.exact());
         exact.map_or(driver_version, |r| r.min(driver_version))
     });
     let (primary_symbols, _) = compare_with_exports(driver, primary, primary);

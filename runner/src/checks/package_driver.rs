@@ -94,12 +94,6 @@ fn opens_libcuda(file: &ScannedFile) -> Option<&'static str> {
     }
 }
 
-/// The interpreter of this process: a library of the package is judged as loaded by it.
-fn own_interpreter() -> Option<PathBuf> {
-    let exe = std::fs::read("/proc/self/exe").ok()?;
-    cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter
-}
-
 /// Runs `package::driver`.
 pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
     let package = session.package().map_err(Outcome::fail_without_facts)?;
@@ -132,7 +126,10 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
     let ld_library_path = std::env::var("LD_LIBRARY_PATH").ok();
     // Model and judge each object's search for libcuda.so.1, as this process's
     // LD_LIBRARY_PATH would make it.
-    let runner_interpreter = own_interpreter();
+    // The interpreter of this process: a library of the package is judged as loaded by it.
+    let runner_interpreter = std::fs::read("/proc/self/exe")
+        .ok()
+        .and_then(|exe| cuda_sandbox_elfkit::dynamic_info(&exe).ok()??.interpreter);
     let mut failures = Vec::new();
     let mut passes = Vec::new();
     let mut per_object = Vec::new();
@@ -140,13 +137,13 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
         let Some(info) = file.dynamic.as_ref() else {
             continue;
         };
-        let interpreter = info
-            .interpreter
-            .as_deref()
-            .or(runner_interpreter.as_deref());
-        let executable = info.interpreter.is_some();
+        // A program starts under its own interpreter; a library is loaded by this process's.
+        let (start, interpreter) = match info.interpreter.as_deref() {
+            Some(own) => (Start::Kernel, Some(own)),
+            None => (Start::Library, runner_interpreter.as_deref()),
+        };
         let (outcome, searched) =
-            match libcuda_search(&file.path, executable, interpreter, &ld_library_path) {
+            match libcuda_search(&file.path, start, interpreter, &ld_library_path) {
                 Ok(search) => search,
                 Err(why_not) => {
                     failures.push(why_not);
@@ -204,7 +201,7 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
 /// modelled.
 fn libcuda_search(
     path: &Path,
-    executable: bool,
+    start: Start,
     interpreter: Option<&Path>,
     ld_library_path: &Option<String>,
 ) -> Result<(Search, String), String> {
@@ -225,11 +222,6 @@ fn libcuda_search(
         ld_library_path: ld_library_path.clone(),
     };
     let mut process = Process::new(&loader, &RealFs, env);
-    let start = if executable {
-        Start::Kernel
-    } else {
-        Start::Library
-    };
     let main = process
         .start(path, start)
         .map_err(|e| format!("{}: cannot be loaded: {e}", path.display()))?;

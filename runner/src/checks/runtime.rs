@@ -347,20 +347,15 @@ fn judge_version(
                 .resolved_at
                 .push((last, file.clone(), version.toolkit.to_string()));
         }
-        (Standing::SameMajor, _) => found.notes.push(match version.error {
-            Some(code) => format!(
-                "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
-                 {code} {} without a GPU, so the minor is unknown; minor-version \
-                 compatibility covers it)",
-                version.toolkit,
+        (Standing::SameMajor, _) => found.notes.push(format!(
+            "{form} {} on driver {driver}: same major ({}the minor is unknown; minor-version \
+             compatibility covers it)",
+            version.toolkit,
+            version.error.map_or(String::new(), |code| format!(
+                "cudaRuntimeGetVersion answers {code} {} without a GPU, so ",
                 error_name(code)
-            ),
-            None => format!(
-                "{form} {} on driver {driver}: same major (the minor is unknown; \
-                 minor-version compatibility covers it)",
-                version.toolkit
-            ),
-        }),
+            ))
+        )),
     }
     diffs
 }
@@ -409,10 +404,9 @@ fn runtimes_and_driver(session: &Session) -> Result<(&[Runtime], &Driver, CudaVe
             facts! { "cudarts" => Vec::<String>::new() },
         )),
         Ok(runtimes) => Ok(runtimes),
-        Err(why) => Err(Outcome::fail(
-            format!("{why}: point --cudart at a libcudart.so, or drop the flag"),
-            facts! {},
-        )),
+        Err(why) => Err(Outcome::fail_without_facts(format!(
+            "{why}: point --cudart at a libcudart.so, or drop the flag"
+        ))),
     }?;
     let driver = session.driver().map_err(Outcome::fail_without_facts)?;
     let version = driver.version().map_err(Outcome::fail_without_facts)?;
@@ -468,7 +462,30 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
             continue;
         };
         let at = r.min(driver_version);
-        let symbols = compare_symbols(runtime, driver, r, at);
+        // Each checked symbol as the runtime gives it beside what the driver gives at `at` and
+        // the export of that version's variant: the same function, or not.
+        let symbols: Vec<RuntimeSymbol> = CHECKED_SYMBOLS
+            .iter()
+            .filter_map(|entry| {
+                let expected = entry.expected_export(at.0)?;
+                let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
+                let from_driver = driver.get_proc_address(entry.symbol, at.0);
+                let export = driver.export_address(expected);
+                let same = matches!(
+                    (from_runtime, from_driver, export),
+                    (Some(rt), Some(dr), Some(ex))
+                        if rt.code == 0 && dr.code == 0
+                            && rt.pointer == dr.pointer && rt.pointer == ex
+                );
+                Some(RuntimeSymbol {
+                    symbol: entry.symbol.to_owned(),
+                    expected_export: expected.to_owned(),
+                    runtime_result: from_runtime.map(|e| e.code),
+                    runtime_status: from_runtime.map(|e| e.status),
+                    matches: same,
+                })
+            })
+            .collect();
         let wrong: Vec<&str> = symbols
             .iter()
             .filter(|s| !s.matches)
@@ -498,34 +515,4 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
         cudarts: per_runtime,
     });
     Ok(Outcome::first_failure(&failures, &passes, facts))
-}
-
-/// Each checked symbol as the runtime of version `r` gives it beside what the driver gives
-/// at `at` (min(runtime, driver)) and the export of that version's variant: the same
-/// function, or not.
-fn compare_symbols(
-    runtime: &Runtime,
-    driver: &Driver,
-    r: CudaVersion,
-    at: CudaVersion,
-) -> Vec<RuntimeSymbol> {
-    let symbols = CHECKED_SYMBOLS.iter().filter_map(|entry| {
-        let expected = entry.expected_export(at.0)?;
-        let from_runtime = runtime.driver_entry_point(entry.symbol, r.0);
-        let from_driver = driver.get_proc_address(entry.symbol, at.0);
-        let export = driver.export_address(expected);
-        let same = matches!(
-            (from_runtime, from_driver, export),
-            (Some(rt), Some(dr), Some(ex))
-                if rt.code == 0 && dr.code == 0 && rt.pointer == dr.pointer && rt.pointer == ex
-        );
-        Some(RuntimeSymbol {
-            symbol: entry.symbol.to_owned(),
-            expected_export: expected.to_owned(),
-            runtime_result: from_runtime.map(|e| e.code),
-            runtime_status: from_runtime.map(|e| e.status),
-            matches: same,
-        })
-    });
-    symbols.collect()
 }

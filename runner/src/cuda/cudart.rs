@@ -82,8 +82,7 @@ impl RuntimeVersion {
 /// The version in a runtime's file name: `libcudart.so.12.9.79` → 12.9, `libcudart.so.12` →
 /// major 12 only. `libcudart.so.11.0` is the SONAME of every 11.x runtime, not version 11.0.
 pub(crate) fn version_from_file_name(path: &Path) -> Option<Toolkit> {
-    let name = path.file_name()?.to_str()?;
-    let rest = name.strip_prefix("libcudart.so.")?;
+    let rest = path.file_name()?.to_str()?.strip_prefix("libcudart.so.")?;
     let mut parts = rest.split('.');
     let major: i32 = parts.next()?.parse().ok()?;
     let minor: Option<i32> = parts.next().and_then(|m| m.parse().ok());
@@ -130,8 +129,7 @@ impl Runtime {
                 .collect();
         }
         let mut runtimes: Vec<Runtime> = Vec::new();
-        let mut candidates: Vec<PathBuf> = Vec::new();
-        for dir in loader_search_path() {
+        let in_search_path = loader_search_path().into_iter().flat_map(|dir| {
             let mut here: Vec<PathBuf> = std::fs::read_dir(&dir)
                 .into_iter()
                 .flatten()
@@ -144,20 +142,17 @@ impl Runtime {
                 })
                 .collect();
             here.sort();
-            candidates.extend(here);
-        }
-        candidates.extend(CUDART_NAMES.iter().map(PathBuf::from));
-        for candidate in candidates {
+            here
+        });
+        for candidate in in_search_path.chain(CUDART_NAMES.iter().map(PathBuf::from)) {
             // Each file once: by its real path, before loading it and as the loader names it.
             let loaded = |real: &Path| runtimes.iter().any(|r| r.file.real_path == real);
             if std::fs::canonicalize(&candidate).is_ok_and(|real| loaded(&real)) {
                 continue;
             }
             // SAFETY: as above. A bare name goes through the loader's search (ld.so.cache).
-            let Ok(library) = (unsafe { Library::new(&candidate) }) else {
-                continue;
-            };
-            let Ok(runtime) = Runtime::from_library(library) else {
+            let library = unsafe { Library::new(&candidate) };
+            let Some(runtime) = library.ok().and_then(|l| Runtime::from_library(l).ok()) else {
                 continue;
             };
             if loaded(&runtime.file.real_path) {
@@ -198,19 +193,17 @@ impl Runtime {
     /// The runtime's version: `cudaRuntimeGetVersion`, else what the file names say (the
     /// loaded path, then the real file), else `None`.
     pub(crate) fn version(&self) -> Option<RuntimeVersion> {
-        match get_version(self.runtime_get_version) {
-            Ok(v) => Some(RuntimeVersion {
-                toolkit: Toolkit::Exact(v),
-                error: None,
-            }),
-            Err(code) => Some(RuntimeVersion {
-                toolkit: [&self.file.real_path, &self.file.path]
+        let (toolkit, error) = match get_version(self.runtime_get_version) {
+            Ok(v) => (Toolkit::Exact(v), None),
+            Err(code) => (
+                [&self.file.real_path, &self.file.path]
                     .into_iter()
                     .filter_map(|p| version_from_file_name(p))
                     .max_by_key(|t| matches!(t, Toolkit::Exact(_)))?,
-                error: Some(code),
-            }),
-        }
+                Some(code),
+            ),
+        };
+        Some(RuntimeVersion { toolkit, error })
     }
 
     /// `cudaDriverGetVersion` (`Err` holds the cudaError_t).
@@ -227,17 +220,16 @@ impl Runtime {
         // SAFETY: cuda_runtime_api.h signatures, out-pointers to live locals. The 11.x ABI
         // has no status parameter; passing one more argument is harmless in the C ABI.
         let code = unsafe {
-            if let Some(f) = self.get_entry_point {
-                f(name.as_ptr(), &mut pointer, 0, &mut status)
-            } else {
-                let f = self.get_entry_point_by_version?;
-                f(
+            match (self.get_entry_point, self.get_entry_point_by_version) {
+                (Some(f), _) => f(name.as_ptr(), &mut pointer, 0, &mut status),
+                (None, Some(f)) => f(
                     name.as_ptr(),
                     &mut pointer,
                     version as c_uint,
                     0,
                     &mut status,
-                )
+                ),
+                (None, None) => return None,
             }
         };
         Some(EntryPoint {

@@ -217,14 +217,12 @@ impl Driver {
 
     /// `cuInit(0)`.
     pub(crate) fn init(&self) -> Result<(), CuError> {
-        let Ok(init) = self.need(self.api.init) else {
-            // Driver::load refuses a libcuda without cuInit; kept total all the same.
-            return Err(CuError {
-                call: self.api.init.name,
-                code: result::CUDA_ERROR_NOT_FOUND,
-            });
-        };
+        let init = self.api.init;
+        // Driver::load refuses a libcuda without cuInit; kept total all the same.
         // SAFETY: cuda.h signature.
-        init.call(|f| unsafe { f(0) })
+        let code = init
+            .f
+            .map_or(result::CUDA_ERROR_NOT_FOUND, |f| unsafe { f(0) });
+        CuError::check(init.name, code)
     }
 }

@@ -255,14 +255,12 @@ pub(crate) fn register_and_launch(
     run.synchronize = Some(unsafe { synchronize() });
     // SAFETY: `y` and `dy` both hold `bytes` bytes.
     let back = unsafe { memcpy(y.as_mut_ptr().cast(), dy, bytes, DEVICE_TO_HOST) };
-    if back == 0 {
-        let wrong = x
-            .iter()
+    run.wrong_elements = (back == 0).then(|| {
+        x.iter()
             .zip(&y)
             .filter(|(x, y)| **y != 2.0 * **x + 1.0)
-            .count();
-        run.wrong_elements = Some(wrong);
-    }
+            .count()
+    });
     // SAFETY: allocated above, freed once.
     unsafe {
         free(dx);

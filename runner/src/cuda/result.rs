@@ -14,10 +14,9 @@ pub(crate) struct CuError {
 impl CuError {
     /// `Ok(())` for CUDA_SUCCESS, else the error of `call`.
     pub(crate) fn check(call: &'static str, code: i32) -> Result<(), CuError> {
-        if code == 0 {
-            Ok(())
-        } else {
-            Err(CuError { call, code })
+        match code {
+            0 => Ok(()),
+            code => Err(CuError { call, code }),
         }
     }
 }
