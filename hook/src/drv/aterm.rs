@@ -180,10 +180,7 @@ impl<'a> Parser<'a> {
     }
 
     fn error(&self, message: impl Into<String>) -> DrvError {
-        DrvError::Malformed {
-            offset: self.pos,
-            message: message.into(),
-        }
+        DrvError::Malformed(self.pos, message.into())
     }
 
     fn peek(&self) -> Option<u8> {
@@ -287,10 +284,7 @@ impl<'a> Parser<'a> {
         let body = self.pos;
         let mut at = body;
         let mut escaped = false;
-        let unterminated = || DrvError::Malformed {
-            offset: start,
-            message: "unterminated string".to_string(),
-        };
+        let unterminated = || DrvError::Malformed(start, "unterminated string".to_string());
         loop {
             let next =
                 crate::bytes::find2(b'"', b'\\', &self.input[at..]).ok_or_else(unterminated)? + at;
