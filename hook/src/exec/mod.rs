@@ -360,7 +360,7 @@ fn run_command(
     // SAFETY: the hook is single-threaded here; the child only makes system calls and execs.
     match unsafe { nix::unistd::fork() }.map_err(|e| sys("fork", e))? {
         nix::unistd::ForkResult::Child => {
-            let e = run_child(root, user, &stdio, path, args, env);
+            let Err(e) = run_child(root, user, &stdio, path, args, env);
             crate::log::error(e);
             // SAFETY: _exit in the forked child, without running the parent's destructors.
             unsafe { nix::libc::_exit(127) }
