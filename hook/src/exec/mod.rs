@@ -44,6 +44,7 @@ use nix::sched::{unshare, CloneFlags};
 use root::{bind, minimal_root, staging_root};
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use stdio::Stdio;
 
@@ -116,11 +117,9 @@ pub fn prepare(
         .exposures
         .iter()
         .map(|e| {
-            Bind::new(
-                e.inside.clone(),
-                e.outside.clone(),
-                is_char_device(&e.outside),
-            )
+            let device =
+                std::fs::metadata(&e.outside).is_ok_and(|m| m.file_type().is_char_device());
+            Bind::new(e.inside.clone(), e.outside.clone(), device)
         })
         .collect();
 
@@ -285,8 +284,7 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     resolved.chroot = Some(root.clone());
     let Prepared { binds, program, .. } = prepare(req, &resolved, &user_binds, &env)?;
     build_root(&root, req.user, &binds)?;
-    let (path, args, env) = command_line(&program, &req.command, &env)?;
-    run_command(&root, req.user, &path, &args, &env)
+    run_command(&root, req.user, &program, &req.command, &env)
 }
 
 /// Makes `root` the command's root in a new mount namespace (and a new PID namespace for the
@@ -321,13 +319,18 @@ fn build_root(root: &Path, user: (u32, u32), binds: &[Bind]) -> Result<(), ExecE
     Ok(())
 }
 
-/// What `execve` gets: the program's path, the arguments (the program's path inside, then
-/// the command's), and the environment as `NAME=VALUE`; a NUL in any of them is an error.
-fn command_line(
+/// Forks the command (it chroots, drops to `user` and execs `program` with `command`'s
+/// arguments and `env`), relays its standard descriptors and signals, and exits with its
+/// status.
+fn run_command(
+    root: &Path,
+    user: (u32, u32),
     program: &Path,
     command: &[OsString],
     env: &[(OsString, OsString)],
-) -> Result<(CString, Vec<CString>, Vec<CString>), ExecError> {
+) -> Result<std::convert::Infallible, ExecError> {
+    // What `execve` gets: the program's path, the arguments (the program's path inside, then
+    // the command's), and the environment as `NAME=VALUE`; a NUL in any of them is an error.
     let args: Vec<CString> = std::iter::once(program.as_os_str().to_owned())
         .chain(command.iter().skip(1).cloned())
         .map(|a| CString::new(a.as_bytes()).map_err(|_| ExecError::Nul("an argument")))
@@ -343,24 +346,12 @@ fn command_line(
             CString::new(pair).map_err(|_| ExecError::Nul("an --env value"))
         })
         .collect::<Result<_, _>>()?;
-    Ok((path, args, env))
-}
-
-/// Forks the command (it chroots, drops to `user` and execs `path`), relays its standard
-/// descriptors and signals, and exits with its status.
-fn run_command(
-    root: &Path,
-    user: (u32, u32),
-    path: &CString,
-    args: &[CString],
-    env: &[CString],
-) -> Result<std::convert::Infallible, ExecError> {
     let sys = ExecError::sys;
     let stdio = Stdio::for_command().map_err(ExecError::Stdio)?;
     // SAFETY: the hook is single-threaded here; the child only makes system calls and execs.
     match unsafe { nix::unistd::fork() }.map_err(|e| sys("fork", e))? {
         nix::unistd::ForkResult::Child => {
-            let Err(e) = run_child(root, user, &stdio, path, args, env);
+            let Err(e) = run_child(root, user, &stdio, &path, &args, &env);
             crate::log::error(e);
             // SAFETY: _exit in the forked child, without running the parent's destructors.
             unsafe { nix::libc::_exit(127) }
@@ -380,11 +371,6 @@ fn run_command(
             std::process::exit(code)
         }
     }
-}
-
-fn is_char_device(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 /// The absolute path of `program`: as given when it holds a `/`, else found in `path` (the
