@@ -210,13 +210,21 @@ fn driver_libraries(exposures: &[Exposure]) -> Vec<PathBuf> {
         if driver_lib && e.outside.is_file() {
             dlopened.push(e.inside.clone());
         } else if matches!(e.reason, Reason::Driver { .. }) && e.outside.is_dir() {
+            // The shared objects (`*.so*`) directly in the directory and in its `lib`.
             for sub in ["", "lib"] {
                 let inside = e.inside.join(sub);
-                let found = shared_objects_in(&e.outside.join(sub));
+                let entries = std::fs::read_dir(e.outside.join(sub)).into_iter().flatten();
                 dlopened.extend(
-                    found
-                        .iter()
-                        .filter_map(|p| Some(inside.join(p.file_name()?))),
+                    entries
+                        .filter_map(Result::ok)
+                        .map(|d| d.path())
+                        .filter(|p| p.is_file())
+                        .filter_map(|p| {
+                            let name = p.file_name()?;
+                            name.to_string_lossy()
+                                .contains(".so")
+                                .then(|| inside.join(name))
+                        }),
                 );
             }
         }
@@ -385,20 +393,4 @@ fn find_program(program: &OsString, path: Option<&std::ffi::OsStr>) -> Result<Pa
         .map(|d| d.join(p))
         .find(|c| c.is_file())
         .ok_or_else(|| ExecError::Program(format!("{} not found in PATH", p.display())))
-}
-
-/// The shared objects (`*.so*`) directly in `dir`.
-fn shared_objects_in(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_file()
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().contains(".so"))
-        })
-        .collect()
 }
