@@ -124,7 +124,17 @@ pub fn prepare(
         .collect();
 
     let program = req.command.first().ok_or(ExecError::NoCommand)?;
-    let (program_inside, program_real) = program_file(program, req.environment.path.as_deref())?;
+    // The program as found (the inside path it is bound at), and its real path, which must be
+    // a regular file.
+    let program_inside = find_program(program, req.environment.path.as_deref())?;
+    let program_real = std::fs::canonicalize(&program_inside)
+        .map_err(|e| ExecError::Program(format!("{}: {e}", program_inside.display())))?;
+    if !std::fs::metadata(&program_real).is_ok_and(|m| m.is_file()) {
+        return Err(ExecError::Program(format!(
+            "{} is not a regular file: exec runs programs only",
+            program_inside.display()
+        )));
+    }
     binds.extend(user_binds.iter().map(|b| b.bind(req.user)));
     binds.push(Bind::new(
         program_inside.clone(),
@@ -179,21 +189,6 @@ fn bind_libraries(binds: &mut Vec<Bind>, closure: &elfdeps::Closure) {
             binds.push(Bind::new(lib.clone(), outside, false));
         }
     }
-}
-
-/// The command's program: its path as found in `path` (the inside path it is bound at) and
-/// its real path, which must be a regular file.
-fn program_file(program: &OsString, path: Option<&OsStr>) -> Result<(PathBuf, PathBuf), ExecError> {
-    let inside = find_program(program, path)?;
-    let real = std::fs::canonicalize(&inside)
-        .map_err(|e| ExecError::Program(format!("{}: {e}", inside.display())))?;
-    if !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
-        return Err(ExecError::Program(format!(
-            "{} is not a regular file: exec runs programs only",
-            inside.display()
-        )));
-    }
-    Ok((inside, real))
 }
 
 /// The exposed driver libraries, by their inside paths: the command needs its libraries, and
@@ -383,7 +378,7 @@ fn run_command(
 
 /// The absolute path of `program`: as given when it holds a `/`, else found in `path` (the
 /// caller's `PATH`).
-fn find_program(program: &OsString, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, ExecError> {
+fn find_program(program: &OsString, path: Option<&OsStr>) -> Result<PathBuf, ExecError> {
     let p = Path::new(program);
     if p.as_os_str().as_bytes().contains(&b'/') {
         return std::path::absolute(p)
