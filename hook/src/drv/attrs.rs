@@ -182,13 +182,15 @@ impl<V> Deciding<V> {
 
     /// An error for the first repeat, if any.
     pub(super) fn unrepeated(&self) -> Result<(), DrvError> {
-        match self.repeated {
-            Some(key) => Err(DrvError::Repeated {
-                key,
-                within: Within::Env,
-            }),
-            None => Ok(()),
-        }
+        unrepeated(self.repeated, Within::Env)
+    }
+}
+
+/// An error for `repeated`, the first [`DecidingKey`] repeated `within`, if any.
+fn unrepeated(repeated: Option<DecidingKey>, within: Within) -> Result<(), DrvError> {
+    match repeated {
+        Some(key) => Err(DrvError::Repeated { key, within }),
+        None => Ok(()),
     }
 }
 
@@ -268,12 +270,7 @@ impl StructuredAttrs {
 
     /// What the hook decides on; a repeat is refused.
     pub(super) fn attrs(&self) -> Result<DrvAttrs<'static>, DrvError> {
-        if let Some(key) = self.repeated {
-            return Err(DrvError::Repeated {
-                key,
-                within: Within::StructuredAttrs,
-            });
-        }
+        unrepeated(self.repeated, Within::StructuredAttrs)?;
         Ok(DrvAttrs {
             features: RequiredFeatures {
                 features: self
