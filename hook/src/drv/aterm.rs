@@ -45,7 +45,11 @@ impl<'a> DrvEnv<'a> {
 
 impl<'a> EnvValue<'a> for RawStr<'a> {
     fn structured_attrs(&self) -> Result<StructuredAttrs, DrvError> {
-        StructuredAttrs::parsed(serde_json::from_reader(self.reader()))
+        // Unescaped while read, so that a huge value is never copied whole. `serde_json` reads
+        // a byte at a time: the buffer turns that into one [`Read::read`](std::io::Read::read)
+        // of [`Unescape`] per 64 KiB.
+        let reader = std::io::BufReader::with_capacity(64 << 10, Unescape { rest: self.raw });
+        StructuredAttrs::parsed(serde_json::from_reader(reader))
     }
     fn string(&self) -> Option<DrvStr<'a>> {
         Some(self.unescape())
@@ -84,13 +88,6 @@ impl<'a> RawStr<'a> {
             return None;
         }
         DecidingKey::of(&self.unescape())
-    }
-
-    /// A buffered reader of the unescaped bytes, so that a huge value (`__json`) is never
-    /// copied whole. `serde_json` reads a byte at a time: the buffer turns that into one
-    /// [`Read::read`](std::io::Read::read) of [`Unescape`] per 64 KiB.
-    fn reader(&self) -> std::io::BufReader<Unescape<'a>> {
-        std::io::BufReader::with_capacity(64 << 10, Unescape { rest: self.raw })
     }
 }
 

@@ -101,7 +101,7 @@ impl<'de> serde::Deserialize<'de> for Deciding<AttrText> {
 }
 
 /// A JSON value that may be a derivation object: read as one when it is an object
-/// ([`read_object`]), skipped unbuilt when it is not.
+/// ([`ReadObject`]), skipped unbuilt when it is not.
 struct AnyObject;
 
 impl<'de> serde::de::Visitor<'de> for AnyObject {
@@ -109,8 +109,37 @@ impl<'de> serde::de::Visitor<'de> for AnyObject {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        read_object(map).map(Some)
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut read = ReadObject {
+            derivation: JsonDerivation::default(),
+            is_derivation: false,
+            others: Others::None,
+        };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "env" => {
+                    read.is_derivation = true;
+                    read.derivation.env = Some(map.next_value()?);
+                }
+                "structuredAttrs" => {
+                    read.is_derivation = true;
+                    read.derivation.structured_attrs = Some(map.next_value()?);
+                }
+                other => {
+                    read.others = match read.others {
+                        Others::None => Others::One(other.to_owned(), map.next_value()?),
+                        Others::One(first, _) if first == other => {
+                            Others::One(first, map.next_value()?)
+                        }
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            Others::Several
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(read))
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
@@ -165,37 +194,4 @@ enum Others {
     One(String, Box<Candidate>),
     /// More than one key.
     Several,
-}
-
-fn read_object<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<ReadObject, A::Error> {
-    let mut read = ReadObject {
-        derivation: JsonDerivation::default(),
-        is_derivation: false,
-        others: Others::None,
-    };
-    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-        match key.as_ref() {
-            "env" => {
-                read.is_derivation = true;
-                read.derivation.env = Some(map.next_value()?);
-            }
-            "structuredAttrs" => {
-                read.is_derivation = true;
-                read.derivation.structured_attrs = Some(map.next_value()?);
-            }
-            other => {
-                read.others = match read.others {
-                    Others::None => Others::One(other.to_owned(), map.next_value()?),
-                    Others::One(first, _) if first == other => {
-                        Others::One(first, map.next_value()?)
-                    }
-                    _ => {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                        Others::Several
-                    }
-                }
-            }
-        }
-    }
-    Ok(read)
 }
