@@ -132,9 +132,7 @@ impl DrvAttrs<'_> {
     /// Adds an output with a hash (`name`) as the reason the derivation is unsandboxed, unless
     /// an attribute gave one already.
     pub(super) fn with_hashed_output(mut self, name: Option<String>) -> Self {
-        if self.unsandboxed.is_none() {
-            self.unsandboxed = name.map(Unsandboxed::HashedOutput);
-        }
+        self.unsandboxed = self.unsandboxed.or(name.map(Unsandboxed::HashedOutput));
         self
     }
 }
