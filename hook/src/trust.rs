@@ -216,10 +216,8 @@ pub(crate) fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBu
     } else {
         return Err(ProgramError::NotAbsolute(name.to_path_buf()));
     };
-    match check_path(&found) {
-        Ok(()) => Ok(found),
-        Err(e) => Err(ProgramError::Untrusted(found, e)),
-    }
+    check_path(&found).map_err(|e| ProgramError::Untrusted(found.clone(), e))?;
+    Ok(found)
 }
 
 /// What [`walk`] asks of each entry on a path.
