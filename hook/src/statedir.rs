@@ -141,9 +141,8 @@ impl StateDir {
         self.fd.as_fd().as_raw_fd()
     }
 
-    /// Opens the regular file `name` in this directory for reading, never following a link,
-    /// with the file's size.
-    fn open_read_sized(&self, name: &str) -> std::io::Result<(File, u64)> {
+    /// Reads the regular file `name` as bytes (never through a link).
+    pub(crate) fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
         let fd = nix::fcntl::openat(
             Some(self.raw()),
             name,
@@ -155,13 +154,7 @@ impl StateDir {
         if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFREG {
             return Err(std::io::Error::other("not a regular file"));
         }
-        Ok((file, u64::try_from(st.st_size).unwrap_or(0)))
-    }
-
-    /// Reads the regular file `name` as bytes (never through a link).
-    pub(crate) fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
-        let (file, size) = self.open_read_sized(name)?;
-        read_sized(&file, size)
+        read_sized(&file, u64::try_from(st.st_size).unwrap_or(0))
     }
 
     /// Opens (creating, mode 0600) the file `name` for a lock, never following a link.
@@ -186,10 +179,12 @@ impl StateDir {
         mode: u32,
         durable: bool,
     ) -> std::io::Result<()> {
-        let mut tmp = String::new();
-        let mut fd = None;
-        for attempt in 0..100u32 {
-            tmp = format!(".tmp-{}-{attempt}-{}", std::process::id(), nanos());
+        let mut attempts = 0..100u32;
+        let (tmp, fd) = loop {
+            let attempt = attempts
+                .next()
+                .ok_or_else(|| std::io::Error::other("cannot create a temporary file"))?;
+            let tmp = format!(".tmp-{}-{attempt}-{}", std::process::id(), nanos());
             match nix::fcntl::openat(
                 Some(self.raw()),
                 tmp.as_str(),
@@ -200,15 +195,11 @@ impl StateDir {
                     | OFlag::O_CLOEXEC,
                 Mode::from_bits_truncate(0o600),
             ) {
-                Ok(f) => {
-                    fd = Some(f);
-                    break;
-                }
+                Ok(fd) => break (tmp, fd),
                 Err(nix::Error::EEXIST) => continue,
                 Err(e) => return Err(e.into()),
             }
-        }
-        let fd = fd.ok_or_else(|| std::io::Error::other("cannot create a temporary file"))?;
+        };
         let mut file = File::from(adopt(fd));
         let written = file
             .write_all(bytes)
@@ -285,7 +276,7 @@ impl StateDir {
 
     /// The names of the entries in this directory.
     pub(crate) fn names(&self) -> Vec<String> {
-        let Ok(dir) = nix::dir::Dir::openat(
+        let Ok(mut dir) = nix::dir::Dir::openat(
             Some(self.raw()),
             ".",
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -293,7 +284,6 @@ impl StateDir {
         ) else {
             return Vec::new();
         };
-        let mut dir = dir;
         dir.iter()
             .filter_map(Result::ok)
             .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))

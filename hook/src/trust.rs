@@ -140,16 +140,13 @@ pub(crate) fn check_path(path: &Path) -> Result<(), TrustError> {
 /// [`check_path`], returning what the path leads to: [`walk`] with `follow`, so the entry is
 /// held by the descriptor the walk reached, with the path it resolved (no symlink on it).
 pub(crate) fn resolve(path: &Path) -> Result<Walked, TrustError> {
-    if !path.is_absolute() {
-        return Err(TrustError::NotAbsolute(path.to_path_buf()));
-    }
     let how = Walk {
         directories: false,
         judged: true,
         create: false,
         follow: true,
     };
-    walk(path, how).map_err(|e| untrusted(path, e))
+    walk_absolute(path, how)
 }
 
 /// The directory at `path` (absolute), every symlink resolved, once trusted for the hook to
@@ -219,10 +216,8 @@ pub(crate) fn program(name: &Path, search_path: Option<&OsStr>) -> Result<PathBu
     } else {
         return Err(ProgramError::NotAbsolute(name.to_path_buf()));
     };
-    match check_path(&found) {
-        Ok(()) => Ok(found),
-        Err(e) => Err(ProgramError::Untrusted(found, e)),
-    }
+    check_path(&found).map_err(|e| ProgramError::Untrusted(found.clone(), e))?;
+    Ok(found)
 }
 
 /// What [`walk`] asks of each entry on a path.
@@ -297,11 +292,10 @@ pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
     let enter = |fd: nix::Result<_>, path: PathBuf| {
         let fd = adopt(fd.map_err(opening(&path))?);
         let stat = fstat(fd.as_raw_fd()).map_err(opening(&path))?;
-        let parent = None;
         Ok(Walked {
             fd,
             stat,
-            parent,
+            parent: None,
             path,
         })
     };
@@ -396,27 +390,27 @@ pub(crate) fn walk(path: &Path, how: Walk) -> Result<Walked, WalkError> {
 /// on it ([`walk`]). Owners and modes are not judged (the caller says whose the entry must
 /// be). Returns it with its `fstat`.
 pub(crate) fn open_without_symlinks(path: &Path) -> Result<(OwnedFd, FileStat), TrustError> {
-    if !path.is_absolute() {
-        return Err(TrustError::NotAbsolute(path.to_path_buf()));
-    }
     let how = Walk {
         directories: false,
         judged: false,
         create: false,
         follow: false,
     };
-    let walked = walk(path, how).map_err(|e| untrusted(path, e))?;
+    let walked = walk_absolute(path, how)?;
     Ok((walked.fd, walked.stat))
 }
 
-/// The [`TrustError`] for why [`walk`] stopped on `path`.
-fn untrusted(path: &Path, e: WalkError) -> TrustError {
-    match e {
+/// [`walk`] of `path`, which must be absolute, with why it stopped as a [`TrustError`].
+fn walk_absolute(path: &Path, how: Walk) -> Result<Walked, TrustError> {
+    if !path.is_absolute() {
+        return Err(TrustError::NotAbsolute(path.to_path_buf()));
+    }
+    walk(path, how).map_err(|e| match e {
         WalkError::Open(at, e) | WalkError::Create(at, e) => TrustError::Inspect(at, e.into()),
         WalkError::Symlink(at) => TrustError::Symlink(at),
         WalkError::ParentDir => TrustError::ParentDir(path.to_path_buf()),
         WalkError::Untrusted(e) => e,
-    }
+    })
 }
 
 /// Whether `stat` is of the file type `kind`.

@@ -45,7 +45,11 @@ impl<'a> DrvEnv<'a> {
 
 impl<'a> EnvValue<'a> for RawStr<'a> {
     fn structured_attrs(&self) -> Result<StructuredAttrs, DrvError> {
-        StructuredAttrs::parsed(serde_json::from_reader(self.reader()))
+        // Unescaped while read, so that a huge value is never copied whole. `serde_json` reads
+        // a byte at a time: the buffer turns that into one [`Read::read`](std::io::Read::read)
+        // of [`Unescape`] per 64 KiB.
+        let reader = std::io::BufReader::with_capacity(64 << 10, Unescape { rest: self.raw });
+        StructuredAttrs::parsed(serde_json::from_reader(reader))
     }
     fn string(&self) -> Option<DrvStr<'a>> {
         Some(self.unescape())
@@ -69,17 +73,8 @@ impl<'a> RawStr<'a> {
             return Cow::Borrowed(self.raw);
         }
         let mut out = Vec::with_capacity(self.raw.len());
-        let mut rest = self.raw;
-        // Copy each run up to the next backslash, then the byte it stands for.
-        while let Some(at) = crate::bytes::find(b'\\', rest) {
-            out.extend_from_slice(&rest[..at]);
-            let Some(&escaped) = rest.get(at + 1) else {
-                break;
-            };
-            out.push(unescaped(escaped));
-            rest = &rest[at + 2..];
-        }
-        out.extend_from_slice(rest);
+        // Read whole by the one unescaping reader, which never fails.
+        let _ = std::io::Read::read_to_end(&mut Unescape { rest: self.raw }, &mut out);
         Cow::Owned(out)
     }
 
@@ -93,13 +88,6 @@ impl<'a> RawStr<'a> {
             return None;
         }
         DecidingKey::of(&self.unescape())
-    }
-
-    /// A buffered reader of the unescaped bytes, so that a huge value (`__json`) is never
-    /// copied whole. `serde_json` reads a byte at a time: the buffer turns that into one
-    /// [`Read::read`](std::io::Read::read) of [`Unescape`] per 64 KiB.
-    fn reader(&self) -> std::io::BufReader<Unescape<'a>> {
-        std::io::BufReader::with_capacity(64 << 10, Unescape { rest: self.raw })
     }
 }
 
@@ -180,10 +168,7 @@ impl<'a> Parser<'a> {
     }
 
     fn error(&self, message: impl Into<String>) -> DrvError {
-        DrvError::Malformed {
-            offset: self.pos,
-            message: message.into(),
-        }
+        DrvError::Malformed(self.pos, message.into())
     }
 
     fn peek(&self) -> Option<u8> {
@@ -287,10 +272,7 @@ impl<'a> Parser<'a> {
         let body = self.pos;
         let mut at = body;
         let mut escaped = false;
-        let unterminated = || DrvError::Malformed {
-            offset: start,
-            message: "unterminated string".to_string(),
-        };
+        let unterminated = || DrvError::Malformed(start, "unterminated string".to_string());
         loop {
             let next =
                 crate::bytes::find2(b'"', b'\\', &self.input[at..]).ok_or_else(unterminated)? + at;

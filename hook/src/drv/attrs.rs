@@ -132,9 +132,7 @@ impl DrvAttrs<'_> {
     /// Adds an output with a hash (`name`) as the reason the derivation is unsandboxed, unless
     /// an attribute gave one already.
     pub(super) fn with_hashed_output(mut self, name: Option<String>) -> Self {
-        if self.unsandboxed.is_none() {
-            self.unsandboxed = name.map(Unsandboxed::HashedOutput);
-        }
+        self.unsandboxed = self.unsandboxed.or(name.map(Unsandboxed::HashedOutput));
         self
     }
 }
@@ -144,29 +142,21 @@ impl DrvAttrs<'_> {
 /// three values, whatever the derivation repeats.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Deciding<V> {
-    features: Option<V>,
-    structured_attrs: Option<V>,
-    gpus: Option<V>,
-    output_hash: Option<V>,
-    impure: Option<V>,
+    /// Each key's value, at the key's place in [`DecidingKey`].
+    values: [Option<V>; 5],
     repeated: Option<DecidingKey>,
 }
 
 impl<V> Deciding<V> {
-    fn slot(&mut self, key: DecidingKey) -> &mut Option<V> {
-        match key {
-            DecidingKey::Features => &mut self.features,
-            DecidingKey::StructuredAttrs => &mut self.structured_attrs,
-            DecidingKey::Gpus => &mut self.gpus,
-            DecidingKey::OutputHash => &mut self.output_hash,
-            DecidingKey::Impure => &mut self.impure,
-        }
+    /// The value kept for `key`, if it is set.
+    fn get(&self, key: DecidingKey) -> Option<&V> {
+        self.values[key as usize].as_ref()
     }
 
     /// Whether `key` is set already: then a new value of it is a repeat (recorded, so that a
     /// reader can skip the value unread).
     pub(super) fn repeats(&mut self, key: DecidingKey) -> bool {
-        let repeated = self.slot(key).is_some();
+        let repeated = self.get(key).is_some();
         if repeated {
             self.repeated.get_or_insert(key);
         }
@@ -176,29 +166,29 @@ impl<V> Deciding<V> {
     /// Keeps `value` for `key`, or records the repeat.
     pub(super) fn set(&mut self, key: DecidingKey, value: V) {
         if !self.repeats(key) {
-            *self.slot(key) = Some(value);
+            self.values[key as usize] = Some(value);
         }
     }
 
     /// The first of `outputHash` and `__impure` set in this env, whatever its value.
     pub(super) fn unsandboxed(&self) -> Option<Unsandboxed> {
-        let key = match (&self.output_hash, &self.impure) {
-            (Some(_), _) => DecidingKey::OutputHash,
-            (None, Some(_)) => DecidingKey::Impure,
-            (None, None) => return None,
-        };
-        Some(Unsandboxed::Attr(key, Within::Env))
+        [DecidingKey::OutputHash, DecidingKey::Impure]
+            .into_iter()
+            .find(|key| self.get(*key).is_some())
+            .map(|key| Unsandboxed::Attr(key, Within::Env))
     }
 
     /// An error for the first repeat, if any.
     pub(super) fn unrepeated(&self) -> Result<(), DrvError> {
-        match self.repeated {
-            Some(key) => Err(DrvError::Repeated {
-                key,
-                within: Within::Env,
-            }),
-            None => Ok(()),
-        }
+        unrepeated(self.repeated, Within::Env)
+    }
+}
+
+/// An error for `repeated`, the first [`DecidingKey`] repeated `within`, if any.
+fn unrepeated(repeated: Option<DecidingKey>, within: Within) -> Result<(), DrvError> {
+    match repeated {
+        Some(key) => Err(DrvError::Repeated { key, within }),
+        None => Ok(()),
     }
 }
 
@@ -220,12 +210,12 @@ pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
     env: &Deciding<V>,
 ) -> Result<DrvAttrs<'a>, DrvError> {
     env.unrepeated()?;
-    if let Some(json) = &env.structured_attrs {
+    if let Some(json) = env.get(DecidingKey::StructuredAttrs) {
         let mut attrs = json.structured_attrs()?.attrs()?;
         attrs.unsandboxed = env.unsandboxed().or(attrs.unsandboxed);
         return Ok(attrs);
     }
-    let features = match &env.features {
+    let features = match env.get(DecidingKey::Features) {
         None => Vec::new(),
         Some(value) => split_features(
             value
@@ -238,7 +228,7 @@ pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
             features,
             structured: false,
         },
-        gpus: env.gpus.as_ref().map(EnvValue::text),
+        gpus: env.get(DecidingKey::Gpus).map(EnvValue::text),
         unsandboxed: env.unsandboxed(),
     })
 }
@@ -278,12 +268,7 @@ impl StructuredAttrs {
 
     /// What the hook decides on; a repeat is refused.
     pub(super) fn attrs(&self) -> Result<DrvAttrs<'static>, DrvError> {
-        if let Some(key) = self.repeated {
-            return Err(DrvError::Repeated {
-                key,
-                within: Within::StructuredAttrs,
-            });
-        }
+        unrepeated(self.repeated, Within::StructuredAttrs)?;
         Ok(DrvAttrs {
             features: RequiredFeatures {
                 features: self

@@ -13,7 +13,8 @@ use std::fmt;
 /// What the hook reads of a derivation given as JSON, and nothing more.
 #[derive(Debug, Default)]
 pub struct JsonDerivation {
-    env: Option<JsonEnv>,
+    /// The [`super::DecidingKey`]s of its `env` object.
+    env: Option<Deciding<AttrText>>,
     /// `Some(None)`: `"structuredAttrs": null`, which means none.
     structured_attrs: Option<Option<StructuredAttrs>>,
 }
@@ -42,16 +43,15 @@ impl JsonDerivation {
     /// else as from a `.drv`'s env. A repeated [`super::DecidingKey`] in `env` is refused
     /// even then.
     pub fn attrs(&self) -> Result<DrvAttrs<'static>, DrvError> {
-        let env = self.env.as_ref().map(|e| &e.0);
-        if let Some(env) = env {
-            env.unrepeated()?;
-        }
+        let none = Deciding::default();
+        let env = self.env.as_ref().unwrap_or(&none);
+        env.unrepeated()?;
         if let Some(Some(attrs)) = &self.structured_attrs {
             let mut attrs = attrs.attrs()?;
-            attrs.unsandboxed = env.and_then(Deciding::unsandboxed).or(attrs.unsandboxed);
+            attrs.unsandboxed = env.unsandboxed().or(attrs.unsandboxed);
             return Ok(attrs);
         }
-        attrs_of_env(env.unwrap_or(&Deciding::default()))
+        attrs_of_env(env)
     }
 }
 
@@ -71,22 +71,19 @@ impl EnvValue<'static> for AttrText {
     }
 }
 
-/// The `env` object of a derivation given as JSON: its [`super::DecidingKey`]s.
-#[derive(Debug, Default)]
-struct JsonEnv(Deciding<AttrText>);
-
-impl<'de> serde::Deserialize<'de> for JsonEnv {
+/// The `env` object of a derivation given as JSON, read for its [`super::DecidingKey`]s.
+impl<'de> serde::Deserialize<'de> for Deciding<AttrText> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Object;
         impl<'de> serde::de::Visitor<'de> for Object {
-            type Value = JsonEnv;
+            type Value = Deciding<AttrText>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> Result<JsonEnv, A::Error> {
+            ) -> Result<Deciding<AttrText>, A::Error> {
                 let mut env = Deciding::default();
                 while let Some(JsonKey(key)) = map.next_key()? {
                     match key {
@@ -96,7 +93,7 @@ impl<'de> serde::Deserialize<'de> for JsonEnv {
                         }
                     }
                 }
-                Ok(JsonEnv(env))
+                Ok(env)
             }
         }
         d.deserialize_map(Object)
@@ -104,7 +101,7 @@ impl<'de> serde::Deserialize<'de> for JsonEnv {
 }
 
 /// A JSON value that may be a derivation object: read as one when it is an object
-/// ([`read_object`]), skipped unbuilt when it is not.
+/// ([`ReadObject`]), skipped unbuilt when it is not.
 struct AnyObject;
 
 impl<'de> serde::de::Visitor<'de> for AnyObject {
@@ -112,8 +109,37 @@ impl<'de> serde::de::Visitor<'de> for AnyObject {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        read_object(map).map(Some)
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut read = ReadObject {
+            derivation: JsonDerivation::default(),
+            is_derivation: false,
+            others: Others::None,
+        };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "env" => {
+                    read.is_derivation = true;
+                    read.derivation.env = Some(map.next_value()?);
+                }
+                "structuredAttrs" => {
+                    read.is_derivation = true;
+                    read.derivation.structured_attrs = Some(map.next_value()?);
+                }
+                other => {
+                    read.others = match read.others {
+                        Others::None => Others::One(other.to_owned(), map.next_value()?),
+                        Others::One(first, _) if first == other => {
+                            Others::One(first, map.next_value()?)
+                        }
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            Others::Several
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(read))
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
@@ -168,37 +194,4 @@ enum Others {
     One(String, Box<Candidate>),
     /// More than one key.
     Several,
-}
-
-fn read_object<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<ReadObject, A::Error> {
-    let mut read = ReadObject {
-        derivation: JsonDerivation::default(),
-        is_derivation: false,
-        others: Others::None,
-    };
-    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-        match key.as_ref() {
-            "env" => {
-                read.is_derivation = true;
-                read.derivation.env = Some(map.next_value()?);
-            }
-            "structuredAttrs" => {
-                read.is_derivation = true;
-                read.derivation.structured_attrs = Some(map.next_value()?);
-            }
-            other => {
-                read.others = match read.others {
-                    Others::None => Others::One(other.to_owned(), map.next_value()?),
-                    Others::One(first, _) if first == other => {
-                        Others::One(first, map.next_value()?)
-                    }
-                    _ => {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                        Others::Several
-                    }
-                }
-            }
-        }
-    }
-    Ok(read)
 }

@@ -44,14 +44,10 @@ pub(crate) type DrvStr<'a> = Cow<'a, [u8]>;
 /// Why the hook cannot decide on a derivation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DrvError {
-    /// The ATerm does not follow the grammar.
-    #[error("malformed derivation at byte {offset}: {message}")]
-    Malformed {
-        /// Byte offset in the input at which the problem was found.
-        offset: usize,
-        /// What was wrong there.
-        message: String,
-    },
+    /// The ATerm does not follow the grammar: the byte offset in the input at which the problem
+    /// was found, and what was wrong there.
+    #[error("malformed derivation at byte {0}: {1}")]
+    Malformed(usize, String),
     /// JSON the hook reads (the derivation as JSON, or its structured attrs) is not what Nix
     /// writes.
     #[error("{0}")]
@@ -79,7 +75,7 @@ impl DrvError {
     /// The byte offset of a [`DrvError::Malformed`] ATerm's problem.
     pub fn offset(&self) -> Option<usize> {
         match self {
-            DrvError::Malformed { offset, .. } => Some(*offset),
+            DrvError::Malformed(offset, _) => Some(*offset),
             _ => None,
         }
     }

@@ -58,42 +58,36 @@ pub(super) fn run_child(
     path: &CString,
     args: &[CString],
     env: &[CString],
-) -> ExecError {
+) -> Result<std::convert::Infallible, ExecError> {
     use std::os::fd::AsRawFd;
     let sys = |what: &'static str| move |e| ExecError::sys(what, e);
-    let run = || -> Result<std::convert::Infallible, ExecError> {
-        // No controlling terminal from here on: TIOCSTI, /dev/tty and job control signals need
-        // one.
-        nix::unistd::setsid().map_err(sys("setsid"))?;
-        for (fd, with) in stdio.replace.iter().enumerate() {
-            if let Some(with) = with {
-                nix::unistd::dup2(with.as_raw_fd(), fd as i32).map_err(sys("standard streams"))?;
-            }
+    // No controlling terminal from here on: TIOCSTI, /dev/tty and job control signals need
+    // one.
+    nix::unistd::setsid().map_err(sys("setsid"))?;
+    for (fd, with) in stdio.replace.iter().enumerate() {
+        if let Some(with) = with {
+            nix::unistd::dup2(with.as_raw_fd(), fd as i32).map_err(sys("standard streams"))?;
         }
-        // Mounted from inside the namespace, so it shows this namespace's processes only.
-        mount(
-            Some("proc"),
-            &root.join("proc"),
-            Some("proc"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            None::<&str>,
-        )
-        .map_err(sys("mounting /proc"))?;
-        nix::unistd::chroot(root).map_err(sys("chroot"))?;
-        std::env::set_current_dir("/build").map_err(|e| ExecError::io("/build", e))?;
-        nix::unistd::setgroups(&[]).map_err(sys("dropping supplementary groups"))?;
-        nix::unistd::setgid(nix::unistd::Gid::from_raw(user.1)).map_err(sys("setgid"))?;
-        nix::unistd::setuid(nix::unistd::Uid::from_raw(user.0)).map_err(sys("setuid"))?;
-        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) only sets a flag of this process.
-        if unsafe { nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-            return Err(ExecError::sys("no_new_privs", nix::Error::last()));
-        }
-        close_descriptors_above_stderr();
-        nix::unistd::execve(path, args, env)
-            .map_err(|e| ExecError::sys(format!("running {}", path.to_string_lossy()), e))
-    };
-    match run() {
-        Err(e) => e,
-        Ok(never) => match never {},
     }
+    // Mounted from inside the namespace, so it shows this namespace's processes only.
+    mount(
+        Some("proc"),
+        &root.join("proc"),
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(sys("mounting /proc"))?;
+    nix::unistd::chroot(root).map_err(sys("chroot"))?;
+    std::env::set_current_dir("/build").map_err(|e| ExecError::io("/build", e))?;
+    nix::unistd::setgroups(&[]).map_err(sys("dropping supplementary groups"))?;
+    nix::unistd::setgid(nix::unistd::Gid::from_raw(user.1)).map_err(sys("setgid"))?;
+    nix::unistd::setuid(nix::unistd::Uid::from_raw(user.0)).map_err(sys("setuid"))?;
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) only sets a flag of this process.
+    if unsafe { nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(ExecError::sys("no_new_privs", nix::Error::last()));
+    }
+    close_descriptors_above_stderr();
+    nix::unistd::execve(path, args, env)
+        .map_err(|e| ExecError::sys(format!("running {}", path.to_string_lossy()), e))
 }

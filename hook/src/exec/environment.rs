@@ -1,7 +1,7 @@
 //! The command's environment: Nix's sandbox base, plus what `--env` names, never exec's own.
 
 use super::ExecError;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -27,7 +27,7 @@ pub const BASE_ENVIRONMENT: &[(&str, &str)] = &[
 pub fn environment(
     settings: &[OsString],
     store_dir: &Path,
-    host: impl Fn(&std::ffi::OsStr) -> Option<OsString>,
+    host: impl Fn(&OsStr) -> Option<OsString>,
 ) -> Result<Vec<(OsString, OsString)>, ExecError> {
     let mut env: Vec<(OsString, OsString)> = BASE_ENVIRONMENT
         .iter()
@@ -36,13 +36,9 @@ pub fn environment(
     env.push(("NIX_STORE".into(), store_dir.as_os_str().to_owned()));
     for setting in settings {
         let bytes = setting.as_bytes();
-        let (name, value) = match bytes.iter().position(|b| *b == b'=') {
-            Some(at) => (
-                std::ffi::OsStr::from_bytes(&bytes[..at]).to_owned(),
-                Some(std::ffi::OsStr::from_bytes(&bytes[at + 1..]).to_owned()),
-            ),
-            None => (setting.clone(), None),
-        };
+        let mut parts = bytes.splitn(2, |b| *b == b'=');
+        let name = OsStr::from_bytes(parts.next().unwrap_or_default()).to_owned();
+        let value = parts.next().map(|v| OsStr::from_bytes(v).to_owned());
         if name.is_empty() || bytes.contains(&0) {
             return Err(ExecError::BadEnv(setting.to_string_lossy().into_owned()));
         }

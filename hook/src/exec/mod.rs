@@ -44,6 +44,7 @@ use nix::sched::{unshare, CloneFlags};
 use root::{bind, minimal_root, staging_root};
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use stdio::Stdio;
 
@@ -116,16 +117,24 @@ pub fn prepare(
         .exposures
         .iter()
         .map(|e| {
-            Bind::new(
-                e.inside.clone(),
-                e.outside.clone(),
-                is_char_device(&e.outside),
-            )
+            let device =
+                std::fs::metadata(&e.outside).is_ok_and(|m| m.file_type().is_char_device());
+            Bind::new(e.inside.clone(), e.outside.clone(), device)
         })
         .collect();
 
     let program = req.command.first().ok_or(ExecError::NoCommand)?;
-    let (program_inside, program_real) = program_file(program, req.environment.path.as_deref())?;
+    // The program as found (the inside path it is bound at), and its real path, which must be
+    // a regular file.
+    let program_inside = find_program(program, req.environment.path.as_deref())?;
+    let program_real = std::fs::canonicalize(&program_inside)
+        .map_err(|e| ExecError::Program(format!("{}: {e}", program_inside.display())))?;
+    if !std::fs::metadata(&program_real).is_ok_and(|m| m.is_file()) {
+        return Err(ExecError::Program(format!(
+            "{} is not a regular file: exec runs programs only",
+            program_inside.display()
+        )));
+    }
     binds.extend(user_binds.iter().map(|b| b.bind(req.user)));
     binds.push(Bind::new(
         program_inside.clone(),
@@ -182,21 +191,6 @@ fn bind_libraries(binds: &mut Vec<Bind>, closure: &elfdeps::Closure) {
     }
 }
 
-/// The command's program: its path as found in `path` (the inside path it is bound at) and
-/// its real path, which must be a regular file.
-fn program_file(program: &OsString, path: Option<&OsStr>) -> Result<(PathBuf, PathBuf), ExecError> {
-    let inside = find_program(program, path)?;
-    let real = std::fs::canonicalize(&inside)
-        .map_err(|e| ExecError::Program(format!("{}: {e}", inside.display())))?;
-    if !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
-        return Err(ExecError::Program(format!(
-            "{} is not a regular file: exec runs programs only",
-            inside.display()
-        )));
-    }
-    Ok((inside, real))
-}
-
 /// The exposed driver libraries, by their inside paths: the command needs its libraries, and
 /// exposed host driver libraries need theirs (libc and friends), which a Nix build would get
 /// from its own closure, so the command's process is planned as if it dlopened each of them
@@ -211,13 +205,21 @@ fn driver_libraries(exposures: &[Exposure]) -> Vec<PathBuf> {
         if driver_lib && e.outside.is_file() {
             dlopened.push(e.inside.clone());
         } else if matches!(e.reason, Reason::Driver { .. }) && e.outside.is_dir() {
+            // The shared objects (`*.so*`) directly in the directory and in its `lib`.
             for sub in ["", "lib"] {
                 let inside = e.inside.join(sub);
-                let found = shared_objects_in(&e.outside.join(sub));
+                let entries = std::fs::read_dir(e.outside.join(sub)).into_iter().flatten();
                 dlopened.extend(
-                    found
-                        .iter()
-                        .filter_map(|p| Some(inside.join(p.file_name()?))),
+                    entries
+                        .filter_map(Result::ok)
+                        .map(|d| d.path())
+                        .filter(|p| p.is_file())
+                        .filter_map(|p| {
+                            let name = p.file_name()?;
+                            name.to_string_lossy()
+                                .contains(".so")
+                                .then(|| inside.join(name))
+                        }),
                 );
             }
         }
@@ -285,8 +287,7 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     resolved.chroot = Some(root.clone());
     let Prepared { binds, program, .. } = prepare(req, &resolved, &user_binds, &env)?;
     build_root(&root, req.user, &binds)?;
-    let (path, args, env) = command_line(&program, &req.command, &env)?;
-    run_command(&root, req.user, &path, &args, &env)
+    run_command(&root, req.user, &program, &req.command, &env)
 }
 
 /// Makes `root` the command's root in a new mount namespace (and a new PID namespace for the
@@ -321,13 +322,18 @@ fn build_root(root: &Path, user: (u32, u32), binds: &[Bind]) -> Result<(), ExecE
     Ok(())
 }
 
-/// What `execve` gets: the program's path, the arguments (the program's path inside, then
-/// the command's), and the environment as `NAME=VALUE`; a NUL in any of them is an error.
-fn command_line(
+/// Forks the command (it chroots, drops to `user` and execs `program` with `command`'s
+/// arguments and `env`), relays its standard descriptors and signals, and exits with its
+/// status.
+fn run_command(
+    root: &Path,
+    user: (u32, u32),
     program: &Path,
     command: &[OsString],
     env: &[(OsString, OsString)],
-) -> Result<(CString, Vec<CString>, Vec<CString>), ExecError> {
+) -> Result<std::convert::Infallible, ExecError> {
+    // What `execve` gets: the program's path, the arguments (the program's path inside, then
+    // the command's), and the environment as `NAME=VALUE`; a NUL in any of them is an error.
     let args: Vec<CString> = std::iter::once(program.as_os_str().to_owned())
         .chain(command.iter().skip(1).cloned())
         .map(|a| CString::new(a.as_bytes()).map_err(|_| ExecError::Nul("an argument")))
@@ -343,24 +349,12 @@ fn command_line(
             CString::new(pair).map_err(|_| ExecError::Nul("an --env value"))
         })
         .collect::<Result<_, _>>()?;
-    Ok((path, args, env))
-}
-
-/// Forks the command (it chroots, drops to `user` and execs `path`), relays its standard
-/// descriptors and signals, and exits with its status.
-fn run_command(
-    root: &Path,
-    user: (u32, u32),
-    path: &CString,
-    args: &[CString],
-    env: &[CString],
-) -> Result<std::convert::Infallible, ExecError> {
     let sys = ExecError::sys;
     let stdio = Stdio::for_command().map_err(ExecError::Stdio)?;
     // SAFETY: the hook is single-threaded here; the child only makes system calls and execs.
     match unsafe { nix::unistd::fork() }.map_err(|e| sys("fork", e))? {
         nix::unistd::ForkResult::Child => {
-            let e = run_child(root, user, &stdio, path, args, env);
+            let Err(e) = run_child(root, user, &stdio, &path, &args, &env);
             crate::log::error(e);
             // SAFETY: _exit in the forked child, without running the parent's destructors.
             unsafe { nix::libc::_exit(127) }
@@ -382,14 +376,9 @@ fn run_command(
     }
 }
 
-fn is_char_device(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
-}
-
 /// The absolute path of `program`: as given when it holds a `/`, else found in `path` (the
 /// caller's `PATH`).
-fn find_program(program: &OsString, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, ExecError> {
+fn find_program(program: &OsString, path: Option<&OsStr>) -> Result<PathBuf, ExecError> {
     let p = Path::new(program);
     if p.as_os_str().as_bytes().contains(&b'/') {
         return std::path::absolute(p)
@@ -399,20 +388,4 @@ fn find_program(program: &OsString, path: Option<&std::ffi::OsStr>) -> Result<Pa
         .map(|d| d.join(p))
         .find(|c| c.is_file())
         .ok_or_else(|| ExecError::Program(format!("{} not found in PATH", p.display())))
-}
-
-/// The shared objects (`*.so*`) directly in `dir`.
-fn shared_objects_in(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_file()
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().contains(".so"))
-        })
-        .collect()
 }

@@ -3,6 +3,7 @@
 /// How the command's standard streams reach exec's: a terminal never does. stdin on a
 /// terminal becomes `/dev/null` (a build reads no terminal); stdout and stderr on a terminal
 /// become pipes that exec copies to it. Anything else (a file, a pipe) is passed as it is.
+#[derive(Default)]
 pub(super) struct Stdio {
     /// For each of 0, 1, 2: the descriptor the command gets instead, if not exec's own.
     pub(super) replace: [Option<std::os::fd::OwnedFd>; 3],
@@ -14,10 +15,7 @@ impl Stdio {
     pub(super) fn for_command() -> std::io::Result<Stdio> {
         use std::os::fd::OwnedFd;
         let is_tty = |fd| nix::unistd::isatty(fd).unwrap_or(false);
-        let mut stdio = Stdio {
-            replace: [None, None, None],
-            relay: [None, None],
-        };
+        let mut stdio = Stdio::default();
         if is_tty(0) {
             stdio.replace[0] = Some(OwnedFd::from(std::fs::File::open("/dev/null")?));
         }

@@ -49,10 +49,8 @@ impl UserBind {
     /// bound, [`Bind::for_user`]).
     pub(crate) fn bind(&self, user: (u32, u32)) -> Bind {
         Bind {
-            inside: self.path.clone(),
-            outside: self.path.clone(),
-            writable: true,
             for_user: Some(user),
+            ..Bind::new(self.path.clone(), self.path.clone(), true)
         }
     }
 

@@ -219,17 +219,13 @@ impl Checked {
 /// The store directory a Nix chroot `chroot` lies in: `<store>/<drv>.chroot` (Nix 2.8) or
 /// `<store>/<drv>.chroot/root` (current Nix).
 fn chroot_store_dir(chroot: &Path) -> Option<&Path> {
-    let is_chroot = |p: &Path| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.ends_with(".drv.chroot"))
-    };
     let dir = if chroot.file_name() == Some("root".as_ref()) {
         chroot.parent()?
     } else {
         chroot
     };
-    is_chroot(dir).then(|| dir.parent()).flatten()
+    let is_chroot = dir.file_name()?.to_str()?.ends_with(".drv.chroot");
+    is_chroot.then(|| dir.parent()).flatten()
 }
 
 /// Whether a builder has left its Nix's root for its sandbox.
@@ -514,13 +510,10 @@ fn parse_mounts(text: &[u8]) -> Vec<Mount> {
     text.split(|b| *b == b'\n')
         .filter_map(|line| {
             let mut f = line.split(|b| *b == b' ');
-            let device = std::str::from_utf8(f.nth(2)?).ok()?.to_string();
-            let root = unescape(f.next()?);
-            let mount_point = unescape(f.next()?);
             Some(Mount {
-                device,
-                root,
-                mount_point,
+                device: std::str::from_utf8(f.nth(2)?).ok()?.to_string(),
+                root: unescape(f.next()?),
+                mount_point: unescape(f.next()?),
             })
         })
         .collect()

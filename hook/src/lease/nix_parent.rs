@@ -18,12 +18,7 @@ pub(super) fn reads_our_stdout(pid: u32) -> bool {
     };
     fds.flatten().any(|fd| {
         std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == pipe.as_str())
-            && read_only(
-                &Path::new("/proc")
-                    .join(pid.to_string())
-                    .join("fdinfo")
-                    .join(fd.file_name()),
-            )
+            && read_only(&Path::new(&format!("/proc/{pid}/fdinfo")).join(fd.file_name()))
     })
 }
 
