@@ -142,21 +142,29 @@ impl DrvAttrs<'_> {
 /// three values, whatever the derivation repeats.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Deciding<V> {
-    /// Each key's value, at the key's place in [`DecidingKey`].
-    values: [Option<V>; 5],
+    features: Option<V>,
+    structured_attrs: Option<V>,
+    gpus: Option<V>,
+    output_hash: Option<V>,
+    impure: Option<V>,
     repeated: Option<DecidingKey>,
 }
 
 impl<V> Deciding<V> {
-    /// The value kept for `key`, if it is set.
-    fn get(&self, key: DecidingKey) -> Option<&V> {
-        self.values[key as usize].as_ref()
+    fn slot(&mut self, key: DecidingKey) -> &mut Option<V> {
+        match key {
+            DecidingKey::Features => &mut self.features,
+            DecidingKey::StructuredAttrs => &mut self.structured_attrs,
+            DecidingKey::Gpus => &mut self.gpus,
+            DecidingKey::OutputHash => &mut self.output_hash,
+            DecidingKey::Impure => &mut self.impure,
+        }
     }
 
     /// Whether `key` is set already: then a new value of it is a repeat (recorded, so that a
     /// reader can skip the value unread).
     pub(super) fn repeats(&mut self, key: DecidingKey) -> bool {
-        let repeated = self.get(key).is_some();
+        let repeated = self.slot(key).is_some();
         if repeated {
             self.repeated.get_or_insert(key);
         }
@@ -166,16 +174,18 @@ impl<V> Deciding<V> {
     /// Keeps `value` for `key`, or records the repeat.
     pub(super) fn set(&mut self, key: DecidingKey, value: V) {
         if !self.repeats(key) {
-            self.values[key as usize] = Some(value);
+            *self.slot(key) = Some(value);
         }
     }
 
     /// The first of `outputHash` and `__impure` set in this env, whatever its value.
     pub(super) fn unsandboxed(&self) -> Option<Unsandboxed> {
-        [DecidingKey::OutputHash, DecidingKey::Impure]
-            .into_iter()
-            .find(|key| self.get(*key).is_some())
-            .map(|key| Unsandboxed::Attr(key, Within::Env))
+        let key = match (&self.output_hash, &self.impure) {
+            (Some(_), _) => DecidingKey::OutputHash,
+            (None, Some(_)) => DecidingKey::Impure,
+            (None, None) => return None,
+        };
+        Some(Unsandboxed::Attr(key, Within::Env))
     }
 
     /// An error for the first repeat, if any.
@@ -210,12 +220,12 @@ pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
     env: &Deciding<V>,
 ) -> Result<DrvAttrs<'a>, DrvError> {
     env.unrepeated()?;
-    if let Some(json) = env.get(DecidingKey::StructuredAttrs) {
+    if let Some(json) = &env.structured_attrs {
         let mut attrs = json.structured_attrs()?.attrs()?;
         attrs.unsandboxed = env.unsandboxed().or(attrs.unsandboxed);
         return Ok(attrs);
     }
-    let features = match env.get(DecidingKey::Features) {
+    let features = match &env.features {
         None => Vec::new(),
         Some(value) => split_features(
             value
@@ -228,7 +238,7 @@ pub(super) fn attrs_of_env<'a, V: EnvValue<'a>>(
             features,
             structured: false,
         },
-        gpus: env.get(DecidingKey::Gpus).map(EnvValue::text),
+        gpus: env.gpus.as_ref().map(EnvValue::text),
         unsandboxed: env.unsandboxed(),
     })
 }
