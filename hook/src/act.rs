@@ -41,13 +41,6 @@ pub(crate) enum Mode {
     Exec,
 }
 
-impl Mode {
-    /// Whether this mode writes the build's manifest.
-    pub(crate) fn writes_manifest(self) -> bool {
-        matches!(self, Mode::Hook | Mode::Exec)
-    }
-}
-
 /// What a build was granted: the decision, completed by act, and what act added. Empty for an
 /// untagged or refused request.
 #[derive(Debug, Default)]
@@ -167,13 +160,17 @@ pub(crate) fn act(decision: Decision, build: &Request, config: &Config, mode: Mo
 #[error("cannot write the manifest {path}: {1}", path = .0.display())]
 pub struct ManifestWriteError(pub PathBuf, pub std::io::Error);
 
-/// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
-/// grant has no problems and its answer could be rendered).
-pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), ManifestWriteError> {
+/// Writes the grant's manifest in the modes that write one, the hook's and `exec`'s (the
+/// pipeline calls it once the grant has no problems and its answer could be rendered).
+pub(crate) fn write_manifest(
+    granted: &Granted,
+    config: &Config,
+    mode: Mode,
+) -> Result<(), ManifestWriteError> {
     match &granted.manifest {
-        Some(m) => manifest_file::write(m, &config.runtime_dir)
+        Some(m) if mode != Mode::Explain => manifest_file::write(m, &config.runtime_dir)
             .map_err(|error| ManifestWriteError(m.outside.clone(), error)),
-        None => Ok(()),
+        _ => Ok(()),
     }
 }
 

@@ -100,9 +100,7 @@ fn answer(
     }
     let bytes = protocol::render(&granted.decision.exposures)
         .map_err(|e| HookFailure::Unexpressible(derivation.clone(), e))?;
-    if mode.writes_manifest() {
-        act::write_manifest(granted, &tagged.config)
-            .map_err(|e| HookFailure::Manifest(derivation, e))?;
-    }
+    act::write_manifest(granted, &tagged.config, mode)
+        .map_err(|e| HookFailure::Manifest(derivation, e))?;
     Ok(bytes)
 }
