@@ -196,12 +196,7 @@ fn add_closures(
     let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
     let before = granted.decision.exposures.len();
     for root in roots {
-        let closure = if uncached {
-            cache.closure_uncached(root)
-        } else {
-            cache.closure(root)
-        };
-        match closure {
+        match cache.closure(root, !uncached) {
             Ok(closure) => {
                 if closure.from_cache {
                     granted.closures.cached += 1;

@@ -60,9 +60,17 @@ pub(crate) use cuda_sandbox_elfkit::store_path_of;
 impl ClosureCache {
     /// The closure of `store_path` (a top-level store path), from the cache when a valid entry
     /// exists, else from `nix-store` (and then cached; a cache that cannot be written only costs
-    /// a warning).
-    pub fn closure(&self, store_path: &Path) -> Result<Closure, ClosureError> {
+    /// a warning). Without `cached`, from `nix-store`, without reading or writing the cache (for
+    /// `explain` run by a user who may not use root's cache).
+    pub fn closure(&self, store_path: &Path, cached: bool) -> Result<Closure, ClosureError> {
         let entry = self.entry_path(store_path)?;
+        if !cached {
+            let members = self.query(store_path)?;
+            return Ok(Closure {
+                members,
+                from_cache: false,
+            });
+        }
         let fail = |message: String| ClosureError(store_path.to_path_buf(), message);
         let name = entry
             .file_name()
@@ -91,16 +99,6 @@ impl ClosureCache {
         }
         Ok(Closure {
             members,
-            from_cache: false,
-        })
-    }
-
-    /// The closure of `store_path` from `nix-store`, without reading or writing the cache (for
-    /// `explain` run by a user who may not use root's cache).
-    pub(crate) fn closure_uncached(&self, store_path: &Path) -> Result<Closure, ClosureError> {
-        self.entry_path(store_path)?;
-        Ok(Closure {
-            members: self.query(store_path)?,
             from_cache: false,
         })
     }
@@ -264,10 +262,10 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let c = cache(t.path(), &fake_nix_store(t.path()));
         let p = Path::new("/nix/store/aaa-top");
-        let first = c.closure(p).unwrap();
+        let first = c.closure(p, true).unwrap();
         assert!(!first.from_cache);
         assert_eq!(first.members.len(), 2);
-        let second = c.closure(p).unwrap();
+        let second = c.closure(p, true).unwrap();
         assert!(second.from_cache);
         assert_eq!(second.members, first.members);
         assert_eq!(calls(t.path()), 1);
@@ -278,7 +276,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let c = cache(t.path(), &fake_nix_store(t.path()));
         let p = Path::new("/nix/store/aaa-top");
-        c.closure(p).unwrap();
+        c.closure(p, true).unwrap();
         let entry = t.path().join("cache/aaa-top");
         for damage in [
             b"".to_vec(),
@@ -292,7 +290,7 @@ mod tests {
             format!("{HEADER} /nix/store/aaa-top\n? /nix/store/bbb-dep\n").into_bytes(),
         ] {
             std::fs::write(&entry, &damage).unwrap();
-            let again = c.closure(p).unwrap();
+            let again = c.closure(p, true).unwrap();
             assert!(
                 !again.from_cache,
                 "trusted {:?}",
@@ -332,10 +330,14 @@ mod tests {
     fn failing_nix_store_is_an_error() {
         let t = tempfile::tempdir().unwrap();
         let c = cache(t.path(), Path::new("/bin/false"));
-        let e = c.closure(Path::new("/nix/store/aaa-top")).unwrap_err();
+        let e = c
+            .closure(Path::new("/nix/store/aaa-top"), true)
+            .unwrap_err();
         assert!(e.to_string().contains("failed"), "{e}");
         let c = cache(t.path(), Path::new("/nonexistent/nix-store"));
-        let e = c.closure(Path::new("/nix/store/aaa-top")).unwrap_err();
+        let e = c
+            .closure(Path::new("/nix/store/aaa-top"), true)
+            .unwrap_err();
         assert!(e.to_string().contains("set nix_store"), "{e}");
     }
 
