@@ -147,7 +147,7 @@ impl ClosureCache {
 
     /// The members an entry's `text` lists: its [`header`], then lines of `<kind> <store path>`,
     /// each path a direct child of the store, the path itself among them; a kind that is not
-    /// kept is looked at again ([`kind_byte`]).
+    /// kept is looked at again (see [`ClosureCache::store`]).
     fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
         let body = text.strip_prefix(header(store_path).as_slice())?;
@@ -197,7 +197,14 @@ impl ClosureCache {
         use std::os::unix::ffi::OsStrExt;
         let mut file = header(store_path);
         for (m, node) in members {
-            file.extend_from_slice(&[kind_byte(node), b' ']);
+            // What the entry records of a member: `d` a directory, `f` a regular file, `?`
+            // anything else, looked at again on use.
+            let kind = match node {
+                Node::Dir => b'd',
+                Node::File => b'f',
+                _ => b'?',
+            };
+            file.extend_from_slice(&[kind, b' ']);
             file.extend_from_slice(m.as_os_str().as_bytes());
             file.push(b'\n');
         }
@@ -212,16 +219,6 @@ fn header(store_path: &Path) -> Vec<u8> {
     line.extend_from_slice(store_path.as_os_str().as_bytes());
     line.push(b'\n');
     line
-}
-
-/// What a cache entry records of a member: `d` a directory, `f` a regular file, `?` anything
-/// else, looked at again on use.
-fn kind_byte(node: &Node) -> u8 {
-    match node {
-        Node::Dir => b'd',
-        Node::File => b'f',
-        _ => b'?',
-    }
 }
 
 #[cfg(test)]
