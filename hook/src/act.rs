@@ -76,19 +76,6 @@ pub(crate) struct Closures {
     pub computed: usize,
 }
 
-impl Granted {
-    /// Keeps the lease for the build (the answer for Nix was rendered and the manifest
-    /// written): it is no longer ended when the grant is dropped.
-    pub(crate) fn commit(&mut self) {
-        if let Some(lease) = &mut self.lease {
-            lease.commit();
-        }
-        if let Some(tree) = &mut self.sysfs {
-            tree.commit();
-        }
-    }
-}
-
 /// `explain --json`'s `plan`: the decision's lists, the closure counts, the driver, the
 /// manifest and the lease, in the order they have always been printed.
 #[derive(Serialize)]

@@ -77,8 +77,13 @@ pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
     if answer.is_ok() {
         // The build may start: its lease is its own now. On a failure Nix will not start
         // the build, and the guard ends the lease when the grant is dropped, as nothing else
-        // would before that Nix ends.
-        granted.commit();
+        // would before that Nix ends. The same holds for its `/sys` tree.
+        if let Some(lease) = &mut granted.lease {
+            lease.commit();
+        }
+        if let Some(tree) = &mut granted.sysfs {
+            tree.commit();
+        }
     }
     Outcome { granted, answer }
 }
