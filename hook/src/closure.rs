@@ -63,7 +63,14 @@ impl ClosureCache {
     /// a warning). Without `cached`, from `nix-store`, without reading or writing the cache (for
     /// `explain` run by a user who may not use root's cache).
     pub fn closure(&self, store_path: &Path, cached: bool) -> Result<Closure, ClosureError> {
-        let entry = self.entry_path(store_path)?;
+        let fail = |message: String| ClosureError(store_path.to_path_buf(), message);
+        let top = store_path_of(store_path, &self.store_dir).filter(|top| top == store_path);
+        let Some(name) = top.as_deref().and_then(Path::file_name) else {
+            return Err(fail(format!(
+                "not a top-level path of the store {}",
+                self.store_dir.display()
+            )));
+        };
         if !cached {
             let members = self.query(store_path)?;
             return Ok(Closure {
@@ -71,10 +78,9 @@ impl ClosureCache {
                 from_cache: false,
             });
         }
-        let fail = |message: String| ClosureError(store_path.to_path_buf(), message);
-        let name = entry
-            .file_name()
-            .and_then(|n| n.to_str())
+        let entry = self.dir.join(name);
+        let name = name
+            .to_str()
             .ok_or_else(|| fail("the store path's name is not UTF-8".to_string()))?
             .to_string();
         let dir = StateDir::open(&self.dir).map_err(|e| fail(e.to_string()))?;
@@ -101,20 +107,6 @@ impl ClosureCache {
             members,
             from_cache: false,
         })
-    }
-
-    fn entry_path(&self, store_path: &Path) -> Result<PathBuf, ClosureError> {
-        let top = store_path_of(store_path, &self.store_dir).filter(|top| top == store_path);
-        match top.as_deref().and_then(Path::file_name) {
-            Some(name) => Ok(self.dir.join(name)),
-            None => Err(ClosureError(
-                store_path.to_path_buf(),
-                format!(
-                    "not a top-level path of the store {}",
-                    self.store_dir.display()
-                ),
-            )),
-        }
     }
 
     fn query(&self, store_path: &Path) -> Result<Vec<(PathBuf, Node)>, ClosureError> {
