@@ -126,9 +126,38 @@ pub(crate) fn act(decision: Decision, build: &Request, config: &Config, mode: Mo
     let name = manifest_file::name_for(build.chroot.as_deref());
     let tree_name = sysfs::tree_name(&name);
     let tree = plan::sysfs_exposures(&binds, tree_name, &config.runtime_dir);
-    let more = !tree.is_empty();
+    let before = granted.decision.exposures.len();
     granted.decision.exposures.extend(tree);
-    if add_closures(&mut granted, &roots, build, config, mode) || more {
+    // The closures of the store paths: from the cache, else from `nix-store`.
+    let cache = ClosureCache {
+        dir: config.closure_cache.clone(),
+        store_dir: config.store_dir.clone(),
+        nix_store: config.nix_store.clone(),
+        search_path: build.search_path.clone(),
+    };
+    // A user running `explain` cannot (and need not) use root's cache.
+    let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
+    for root in &roots {
+        match cache.closure(root, !uncached) {
+            Ok(closure) => {
+                if closure.from_cache {
+                    granted.closures.cached += 1;
+                } else {
+                    granted.closures.computed += 1;
+                }
+                granted
+                    .decision
+                    .add_closure(root, closure.members, &config.store_dir);
+            }
+            // Not the hook's verdict: the hook runs as root.
+            Err(e) if uncached => granted
+                .decision
+                .skip(root.display(), Skipped::ClosureNotShown(e)),
+            Err(e) => granted.decision.add_problem(ProblemKind::Closure(e)),
+        }
+    }
+    // The tree or a closure added exposures: prune again.
+    if granted.decision.exposures.len() > before {
         granted.decision.prune_nested();
     }
     if let (true, Some(demand)) = (granted.decision.problems.is_empty(), &demand) {
@@ -159,49 +188,6 @@ pub(crate) fn write_manifest(
             .map_err(|error| ManifestWriteError(m.outside.clone(), error)),
         _ => Ok(()),
     }
-}
-
-/// Adds the closures of `roots` to `granted`; whether any member was added (the exposures
-/// then need pruning again).
-fn add_closures(
-    granted: &mut Granted,
-    roots: &[PathBuf],
-    build: &Request,
-    config: &Config,
-    mode: Mode,
-) -> bool {
-    if roots.is_empty() {
-        return false;
-    }
-    let cache = ClosureCache {
-        dir: config.closure_cache.clone(),
-        store_dir: config.store_dir.clone(),
-        nix_store: config.nix_store.clone(),
-        search_path: build.search_path.clone(),
-    };
-    // A user running `explain` cannot (and need not) use root's cache.
-    let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
-    let before = granted.decision.exposures.len();
-    for root in roots {
-        match cache.closure(root, !uncached) {
-            Ok(closure) => {
-                if closure.from_cache {
-                    granted.closures.cached += 1;
-                } else {
-                    granted.closures.computed += 1;
-                }
-                granted
-                    .decision
-                    .add_closure(root, closure.members, &config.store_dir);
-            }
-            // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => granted
-                .decision
-                .skip(root.display(), Skipped::ClosureNotShown(e)),
-            Err(e) => granted.decision.add_problem(ProblemKind::Closure(e)),
-        }
-    }
-    granted.decision.exposures.len() > before
 }
 
 /// Leases `demand` to the build (hook mode), or shows which slots a build would get now, and
