@@ -64,7 +64,7 @@ pub fn explain(
         .map(|tagged| build_users::check(&plan.decision.exposures, &tagged.config.host_root));
     let problems = &plan.decision.problems;
     let verdict = match (&answer, &req.verdict, problems.first()) {
-        (Ok(_), Verdict::Untagged { why, .. }, _) => why.clone(),
+        (Ok(_), Verdict::Untagged(why, _), _) => why.clone(),
         (Ok(_), ..) => format!("tagged: {} paths exposed", plan.decision.exposures.len()),
         (Err(_), _, Some(first)) => format!(
             "FAILS: the hook would refuse this build ({} problem(s), first: {})",
