@@ -259,26 +259,6 @@ enum Derivation {
     Missing(String),
 }
 
-/// Reads the derivation `drv_path` names: the file, else what Nix passed instead.
-fn read_derivation(drv_path: &Path, env: &Environment, name: &str) -> Derivation {
-    match std::fs::read(drv_path) {
-        Ok(bytes) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()).map(read) {
-            Ok(read) => read,
-            Err(e) => unusable(bytes, name, None, &e),
-        },
-        Err(e) => match &env.derivation_json {
-            Some(json) => {
-                let json = json.as_encoded_bytes();
-                match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
-                    Ok(attrs) => read(attrs),
-                    Err(e) => unusable(json.to_vec(), name, Some(DERIVATION_ENV), &e),
-                }
-            }
-            None => Derivation::Missing(e.to_string()),
-        },
-    }
-}
-
 /// The attributes the hook decides on, owned.
 fn read(attrs: DrvAttrs<'_>) -> Derivation {
     let borrowed = attrs.features.features.into_iter();
@@ -317,9 +297,23 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         verdict: Verdict::Fail(RequestFailure::Unresolved(name.clone())),
         warnings: Vec::new(),
     };
-    let derivation = match input.drv {
-        Some(path) => read_derivation(path, input.env, &name),
+    // The derivation: the `.drv` file, else what Nix passed instead.
+    let derivation = match input.drv.map(std::fs::read) {
         None => Derivation::Read(DrvAttrs::default()),
+        Some(Ok(bytes)) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()).map(read) {
+            Ok(read) => read,
+            Err(e) => unusable(bytes, &name, None, &e),
+        },
+        Some(Err(e)) => match &input.env.derivation_json {
+            Some(json) => {
+                let json = json.as_encoded_bytes();
+                match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
+                    Ok(attrs) => read(attrs),
+                    Err(e) => unusable(json.to_vec(), &name, Some(DERIVATION_ENV), &e),
+                }
+            }
+            None => Derivation::Missing(e.to_string()),
+        },
     };
     req.verdict = match derivation {
         Derivation::Repeated(failure) => Verdict::Fail(failure),
