@@ -250,11 +250,6 @@ fn paths(list: &[&str]) -> Vec<PathBuf> {
 }
 
 impl Rule {
-    /// Whether this rule answers to any of `features`.
-    pub(crate) fn answers_any(&self, features: &[&[u8]]) -> bool {
-        self.first_match(features).is_some()
-    }
-
     /// The first of `features` this rule answers to, for messages.
     pub(crate) fn first_match<'f>(&self, features: &[&'f [u8]]) -> Option<&'f [u8]> {
         features

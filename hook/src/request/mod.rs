@@ -403,7 +403,7 @@ impl Request {
     ) -> Verdict {
         let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
         let rules: Vec<RuleId> = RuleId::all(&config)
-            .filter(|id| id.of(&config).answers_any(&features))
+            .filter(|id| id.of(&config).first_match(&features).is_some())
             .collect();
         if rules.is_empty() {
             let configured: Vec<&str> = config.features().collect();
