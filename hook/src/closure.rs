@@ -128,13 +128,8 @@ impl ClosureCache {
         let members = self.check_members(store_path, lines).ok_or_else(|| {
             fail("nix-store printed something that is not a list of store paths".into())
         })?;
-        Ok(members
-            .into_iter()
-            .map(|m| {
-                let node = Node::of(&m);
-                (m, node)
-            })
-            .collect())
+        let nodes: Vec<Node> = members.iter().map(|m| Node::of(m)).collect();
+        Ok(members.into_iter().zip(nodes).collect())
     }
 
     /// The members an entry's `text` lists: its [`header`], then lines of `<kind> <store path>`,
