@@ -246,11 +246,33 @@ fn lease(
     granted.lease = guard;
 }
 
-/// The PCI part of the build's tree: with `topology`, the PCI devices of the GPUs whose
-/// `/dev/nvidia<N>` the build gets (after the lease kept only the leased ones); with `kfd`,
-/// those of the DRM nodes it gets, and their `/sys/dev/char` links. A device that cannot be
-/// found is left out, saying why (the build still gets the rest of its tree).
-fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sysfs::PciLayout {
+/// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
+/// problem: the build does not start without what its rule asks for). `exec` makes none.
+fn sysfs_tree(
+    granted: &mut Granted,
+    binds: &[TreeBind],
+    name: &str,
+    build: &Request,
+    config: &Config,
+    mode: Mode,
+) {
+    let chroot = match (mode, build.chroot.as_deref()) {
+        (Mode::Hook, Some(chroot)) => chroot,
+        (Mode::Explain, _) => return,
+        _ => {
+            let why = "exec makes no /sys tree: run the build under Nix";
+            return granted.decision.drop_sysfs(why);
+        }
+    };
+    let _ = sysfs::sweep(&config.runtime_dir);
+    if binds.is_empty() || !granted.decision.problems.is_empty() {
+        return;
+    }
+    let leased = granted.lease.is_some();
+    // The PCI part of the build's tree: with `topology`, the PCI devices of the GPUs whose
+    // `/dev/nvidia<N>` the build gets (after the lease kept only the leased ones); with `kfd`,
+    // those of the DRM nodes it gets, and their `/sys/dev/char` links. A device that cannot be
+    // found is left out, saying why (the build still gets the rest of its tree).
     let asked = |part: &[(&str, &str)]| binds.iter().any(|b| b.mount_point == part[0].1);
     let mut gpus = Vec::new();
     let mut drm = Vec::new();
@@ -290,35 +312,8 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
             }
         }
     }
-    let mut layout = sysfs::PciLayout::new(&gpus, &config.host_root);
-    layout.add_drm_links(&drm);
-    layout
-}
-
-/// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
-/// problem: the build does not start without what its rule asks for). `exec` makes none.
-fn sysfs_tree(
-    granted: &mut Granted,
-    binds: &[TreeBind],
-    name: &str,
-    build: &Request,
-    config: &Config,
-    mode: Mode,
-) {
-    let chroot = match (mode, build.chroot.as_deref()) {
-        (Mode::Hook, Some(chroot)) => chroot,
-        (Mode::Explain, _) => return,
-        _ => {
-            let why = "exec makes no /sys tree: run the build under Nix";
-            return granted.decision.drop_sysfs(why);
-        }
-    };
-    let _ = sysfs::sweep(&config.runtime_dir);
-    if binds.is_empty() || !granted.decision.problems.is_empty() {
-        return;
-    }
-    let leased = granted.lease.is_some();
-    let pci = pci_layout(granted, binds, config);
+    let mut pci = sysfs::PciLayout::new(&gpus, &config.host_root);
+    pci.add_drm_links(&drm);
     let tree = config.runtime_dir.join(sysfs::TREES_DIR).join(name);
     let rule = binds[0].rule.clone();
     let parts = sysfs::TreeParts { binds, pci: &pci };
