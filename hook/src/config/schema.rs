@@ -251,10 +251,10 @@ fn paths(list: &[&str]) -> Vec<PathBuf> {
 
 impl Rule {
     /// The first of `features` this rule answers to, for messages.
-    pub(crate) fn first_match<'f>(&self, features: &[&'f [u8]]) -> Option<&'f [u8]> {
+    pub(crate) fn first_match<'f>(&self, features: &'f [impl AsRef<[u8]>]) -> Option<&'f [u8]> {
         features
             .iter()
-            .copied()
+            .map(AsRef::as_ref)
             .find(|f| self.features.iter().any(|mine| mine.as_bytes() == *f))
     }
 }

@@ -134,12 +134,11 @@ pub(crate) struct RuleMatch {
 impl RuleMatch {
     /// Each of `rules` of `config`, with the first of `features` it answers.
     fn all(config: &Config, rules: &[RuleId], features: &[Vec<u8>]) -> Vec<RuleMatch> {
-        let features: Vec<&[u8]> = features.iter().map(Vec::as_slice).collect();
         rules
             .iter()
             .map(|id| RuleMatch {
                 rule: id.of(config).name.clone(),
-                feature: (id.of(config).first_match(&features))
+                feature: (id.of(config).first_match(features))
                     .map(|f| String::from_utf8_lossy(f).into_owned())
                     .unwrap_or_default(),
             })
@@ -401,9 +400,8 @@ impl Request {
         gpus: Option<String>,
         unsandboxed: Option<drv::Unsandboxed>,
     ) -> Verdict {
-        let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
         let rules: Vec<RuleId> = RuleId::all(&config)
-            .filter(|id| id.of(&config).first_match(&features).is_some())
+            .filter(|id| id.of(&config).first_match(&self.features).is_some())
             .collect();
         if rules.is_empty() {
             let configured: Vec<&str> = config.features().collect();
