@@ -112,13 +112,11 @@ pub(crate) enum Sysfs {
 /// The MIG source of a rule: each instance's GPU-instance and compute-instance capability
 /// nodes; the administration capabilities only when named here.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(crate) struct MigConfig {
     /// Also expose the `config` capability (create and destroy MIG instances).
-    #[serde(default)]
     pub config: bool,
     /// Also expose the `monitor` capability (see every instance of every GPU).
-    #[serde(default)]
     pub monitor: bool,
 }
 
