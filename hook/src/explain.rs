@@ -143,8 +143,7 @@ pub fn render_text(e: &Explanation) -> String {
         }),
     );
     if e.plan.closures.cached + e.plan.closures.computed > 0 {
-        s.blank();
-        s.line(format!(
+        s.section(format!(
             "closures:    {} from cache, {} computed",
             e.plan.closures.cached, e.plan.closures.computed
         ));
@@ -163,8 +162,7 @@ pub fn render_text(e: &Explanation) -> String {
                 ),
             })
             .collect();
-        s.blank();
-        s.line(format!(
+        s.section(format!(
             "gpus:        {} ({})",
             gpus.join(", "),
             if e.plan.lease.is_some() {
@@ -177,8 +175,7 @@ pub fn render_text(e: &Explanation) -> String {
     // The driver the build gets: its kind and CUDA version, the kernel module, why, and the
     // libcuda paths it may load.
     if let Some(d) = &e.plan.decision.driver {
-        s.blank();
-        s.line(format!(
+        s.section(format!(
             "driver:      {} (CUDA {})",
             d.kind,
             d.cuda_version
@@ -193,16 +190,14 @@ pub fn render_text(e: &Explanation) -> String {
         }
     }
     if !e.plan.decision.problems.is_empty() {
-        s.blank();
-        s.line("problems:".to_string());
+        s.section("problems:".to_string());
         for p in &e.plan.decision.problems {
             s.line(format!("  {} (rule {})", p.kind, p.rule));
             s.line(format!("    fix: {}", p.kind.fix()));
         }
     }
     if let Some(check) = &e.build_users {
-        s.blank();
-        s.line(format!("build users: {}", check.builders.describe()));
+        s.section(format!("build users: {}", check.builders.describe()));
     }
     let access = e.build_users.as_ref().map(AccessCheck::warnings);
     for w in e
@@ -211,11 +206,9 @@ pub fn render_text(e: &Explanation) -> String {
         .chain(&e.plan.decision.warnings)
         .chain(access.iter().flatten())
     {
-        s.blank();
-        s.line(format!("warning:     {w}"));
+        s.section(format!("warning:     {w}"));
     }
-    s.blank();
-    s.line(format!("verdict:     {}", e.verdict));
+    s.section(format!("verdict:     {}", e.verdict));
     s.0
 }
 
@@ -251,15 +244,17 @@ impl Lines {
         self.0.push('\n');
     }
 
-    fn blank(&mut self) {
+    /// Appends a blank line, then `text` as one [`line`](Lines::line): the first line of a
+    /// section.
+    fn section(&mut self, text: String) {
         self.0.push('\n');
+        self.line(text);
     }
 
     /// A list under its title and length, unless it is empty.
     fn list(&mut self, title: &str, items: impl ExactSizeIterator<Item = String>) {
         if items.len() > 0 {
-            self.blank();
-            self.line(format!("{title} ({}):", items.len()));
+            self.section(format!("{title} ({}):", items.len()));
             for item in items {
                 self.line(format!("  {item}"));
             }
