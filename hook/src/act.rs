@@ -41,13 +41,6 @@ pub(crate) enum Mode {
     Exec,
 }
 
-impl Mode {
-    /// Whether this mode writes the build's manifest.
-    pub(crate) fn writes_manifest(self) -> bool {
-        matches!(self, Mode::Hook | Mode::Exec)
-    }
-}
-
 /// What a build was granted: the decision, completed by act, and what act added. Empty for an
 /// untagged or refused request.
 #[derive(Debug, Default)]
@@ -81,19 +74,6 @@ pub(crate) struct Closures {
     /// How many were computed with `nix-store`.
     #[serde(rename = "closures_computed")]
     pub computed: usize,
-}
-
-impl Granted {
-    /// Keeps the lease for the build (the answer for Nix was rendered and the manifest
-    /// written): it is no longer ended when the grant is dropped.
-    pub(crate) fn commit(&mut self) {
-        if let Some(lease) = &mut self.lease {
-            lease.commit();
-        }
-        if let Some(tree) = &mut self.sysfs {
-            tree.commit();
-        }
-    }
 }
 
 /// `explain --json`'s `plan`: the decision's lists, the closure counts, the driver, the
@@ -146,9 +126,38 @@ pub(crate) fn act(decision: Decision, build: &Request, config: &Config, mode: Mo
     let name = manifest_file::name_for(build.chroot.as_deref());
     let tree_name = sysfs::tree_name(&name);
     let tree = plan::sysfs_exposures(&binds, tree_name, &config.runtime_dir);
-    let more = !tree.is_empty();
+    let before = granted.decision.exposures.len();
     granted.decision.exposures.extend(tree);
-    if add_closures(&mut granted, &roots, build, config, mode) || more {
+    // The closures of the store paths: from the cache, else from `nix-store`.
+    let cache = ClosureCache {
+        dir: config.closure_cache.clone(),
+        store_dir: config.store_dir.clone(),
+        nix_store: config.nix_store.clone(),
+        search_path: build.search_path.clone(),
+    };
+    // A user running `explain` cannot (and need not) use root's cache.
+    let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
+    for root in &roots {
+        match cache.closure(root, !uncached) {
+            Ok(closure) => {
+                if closure.from_cache {
+                    granted.closures.cached += 1;
+                } else {
+                    granted.closures.computed += 1;
+                }
+                granted
+                    .decision
+                    .add_closure(root, closure.members, &config.store_dir);
+            }
+            // Not the hook's verdict: the hook runs as root.
+            Err(e) if uncached => granted
+                .decision
+                .skip(root.display(), Skipped::ClosureNotShown(e)),
+            Err(e) => granted.decision.add_problem(ProblemKind::Closure(e)),
+        }
+    }
+    // The tree or a closure added exposures: prune again.
+    if granted.decision.exposures.len() > before {
         granted.decision.prune_nested();
     }
     if let (true, Some(demand)) = (granted.decision.problems.is_empty(), &demand) {
@@ -167,62 +176,18 @@ pub(crate) fn act(decision: Decision, build: &Request, config: &Config, mode: Mo
 #[error("cannot write the manifest {path}: {1}", path = .0.display())]
 pub struct ManifestWriteError(pub PathBuf, pub std::io::Error);
 
-/// Writes the grant's manifest (the pipeline calls it in the modes that write one, once the
-/// grant has no problems and its answer could be rendered).
-pub(crate) fn write_manifest(granted: &Granted, config: &Config) -> Result<(), ManifestWriteError> {
-    match &granted.manifest {
-        Some(m) => manifest_file::write(m, &config.runtime_dir)
-            .map_err(|error| ManifestWriteError(m.outside.clone(), error)),
-        None => Ok(()),
-    }
-}
-
-/// Adds the closures of `roots` to `granted`; whether any member was added (the exposures
-/// then need pruning again).
-fn add_closures(
-    granted: &mut Granted,
-    roots: &[PathBuf],
-    build: &Request,
+/// Writes the grant's manifest in the modes that write one, the hook's and `exec`'s (the
+/// pipeline calls it once the grant has no problems and its answer could be rendered).
+pub(crate) fn write_manifest(
+    granted: &Granted,
     config: &Config,
     mode: Mode,
-) -> bool {
-    if roots.is_empty() {
-        return false;
+) -> Result<(), ManifestWriteError> {
+    match &granted.manifest {
+        Some(m) if mode != Mode::Explain => manifest_file::write(m, &config.runtime_dir)
+            .map_err(|error| ManifestWriteError(m.outside.clone(), error)),
+        _ => Ok(()),
     }
-    let cache = ClosureCache {
-        dir: config.closure_cache.clone(),
-        store_dir: config.store_dir.clone(),
-        nix_store: config.nix_store.clone(),
-        search_path: build.search_path.clone(),
-    };
-    // A user running `explain` cannot (and need not) use root's cache.
-    let uncached = mode == Mode::Explain && !nix::unistd::geteuid().is_root();
-    let before = granted.decision.exposures.len();
-    for root in roots {
-        let closure = if uncached {
-            cache.closure_uncached(root)
-        } else {
-            cache.closure(root)
-        };
-        match closure {
-            Ok(closure) => {
-                if closure.from_cache {
-                    granted.closures.cached += 1;
-                } else {
-                    granted.closures.computed += 1;
-                }
-                granted
-                    .decision
-                    .add_closure(root, closure.members, &config.store_dir);
-            }
-            // Not the hook's verdict: the hook runs as root.
-            Err(e) if uncached => granted
-                .decision
-                .skip(root.display(), Skipped::ClosureNotShown(e)),
-            Err(e) => granted.decision.add_problem(ProblemKind::Closure(e)),
-        }
-    }
-    granted.decision.exposures.len() > before
 }
 
 /// Leases `demand` to the build (hook mode), or shows which slots a build would get now, and
@@ -281,11 +246,33 @@ fn lease(
     granted.lease = guard;
 }
 
-/// The PCI part of the build's tree: with `topology`, the PCI devices of the GPUs whose
-/// `/dev/nvidia<N>` the build gets (after the lease kept only the leased ones); with `kfd`,
-/// those of the DRM nodes it gets, and their `/sys/dev/char` links. A device that cannot be
-/// found is left out, saying why (the build still gets the rest of its tree).
-fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sysfs::PciLayout {
+/// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
+/// problem: the build does not start without what its rule asks for). `exec` makes none.
+fn sysfs_tree(
+    granted: &mut Granted,
+    binds: &[TreeBind],
+    name: &str,
+    build: &Request,
+    config: &Config,
+    mode: Mode,
+) {
+    let chroot = match (mode, build.chroot.as_deref()) {
+        (Mode::Hook, Some(chroot)) => chroot,
+        (Mode::Explain, _) => return,
+        _ => {
+            let why = "exec makes no /sys tree: run the build under Nix";
+            return granted.decision.drop_sysfs(why);
+        }
+    };
+    let _ = sysfs::sweep(&config.runtime_dir);
+    if binds.is_empty() || !granted.decision.problems.is_empty() {
+        return;
+    }
+    let leased = granted.lease.is_some();
+    // The PCI part of the build's tree: with `topology`, the PCI devices of the GPUs whose
+    // `/dev/nvidia<N>` the build gets (after the lease kept only the leased ones); with `kfd`,
+    // those of the DRM nodes it gets, and their `/sys/dev/char` links. A device that cannot be
+    // found is left out, saying why (the build still gets the rest of its tree).
     let asked = |part: &[(&str, &str)]| binds.iter().any(|b| b.mount_point == part[0].1);
     let mut gpus = Vec::new();
     let mut drm = Vec::new();
@@ -325,35 +312,8 @@ fn pci_layout(granted: &mut Granted, binds: &[TreeBind], config: &Config) -> sys
             }
         }
     }
-    let mut layout = sysfs::PciLayout::new(&gpus, &config.host_root);
-    layout.add_drm_links(&drm);
-    layout
-}
-
-/// Hook mode: sweeps the trees of ended builds, then makes this build's (a failure is a
-/// problem: the build does not start without what its rule asks for). `exec` makes none.
-fn sysfs_tree(
-    granted: &mut Granted,
-    binds: &[TreeBind],
-    name: &str,
-    build: &Request,
-    config: &Config,
-    mode: Mode,
-) {
-    let chroot = match (mode, build.chroot.as_deref()) {
-        (Mode::Hook, Some(chroot)) => chroot,
-        (Mode::Explain, _) => return,
-        _ => {
-            let why = "exec makes no /sys tree: run the build under Nix";
-            return granted.decision.drop_sysfs(why);
-        }
-    };
-    let _ = sysfs::sweep(&config.runtime_dir);
-    if binds.is_empty() || !granted.decision.problems.is_empty() {
-        return;
-    }
-    let leased = granted.lease.is_some();
-    let pci = pci_layout(granted, binds, config);
+    let mut pci = sysfs::PciLayout::new(&gpus, &config.host_root);
+    pci.add_drm_links(&drm);
     let tree = config.runtime_dir.join(sysfs::TREES_DIR).join(name);
     let rule = binds[0].rule.clone();
     let parts = sysfs::TreeParts { binds, pci: &pci };

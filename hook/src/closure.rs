@@ -60,13 +60,27 @@ pub(crate) use cuda_sandbox_elfkit::store_path_of;
 impl ClosureCache {
     /// The closure of `store_path` (a top-level store path), from the cache when a valid entry
     /// exists, else from `nix-store` (and then cached; a cache that cannot be written only costs
-    /// a warning).
-    pub fn closure(&self, store_path: &Path) -> Result<Closure, ClosureError> {
-        let entry = self.entry_path(store_path)?;
+    /// a warning). Without `cached`, from `nix-store`, without reading or writing the cache (for
+    /// `explain` run by a user who may not use root's cache).
+    pub fn closure(&self, store_path: &Path, cached: bool) -> Result<Closure, ClosureError> {
         let fail = |message: String| ClosureError(store_path.to_path_buf(), message);
-        let name = entry
-            .file_name()
-            .and_then(|n| n.to_str())
+        let top = store_path_of(store_path, &self.store_dir).filter(|top| top == store_path);
+        let Some(name) = top.as_deref().and_then(Path::file_name) else {
+            return Err(fail(format!(
+                "not a top-level path of the store {}",
+                self.store_dir.display()
+            )));
+        };
+        if !cached {
+            let members = self.query(store_path)?;
+            return Ok(Closure {
+                members,
+                from_cache: false,
+            });
+        }
+        let entry = self.dir.join(name);
+        let name = name
+            .to_str()
             .ok_or_else(|| fail("the store path's name is not UTF-8".to_string()))?
             .to_string();
         let dir = StateDir::open(&self.dir).map_err(|e| fail(e.to_string()))?;
@@ -95,30 +109,6 @@ impl ClosureCache {
         })
     }
 
-    /// The closure of `store_path` from `nix-store`, without reading or writing the cache (for
-    /// `explain` run by a user who may not use root's cache).
-    pub(crate) fn closure_uncached(&self, store_path: &Path) -> Result<Closure, ClosureError> {
-        self.entry_path(store_path)?;
-        Ok(Closure {
-            members: self.query(store_path)?,
-            from_cache: false,
-        })
-    }
-
-    fn entry_path(&self, store_path: &Path) -> Result<PathBuf, ClosureError> {
-        let top = store_path_of(store_path, &self.store_dir).filter(|top| top == store_path);
-        match top.as_deref().and_then(Path::file_name) {
-            Some(name) => Ok(self.dir.join(name)),
-            None => Err(ClosureError(
-                store_path.to_path_buf(),
-                format!(
-                    "not a top-level path of the store {}",
-                    self.store_dir.display()
-                ),
-            )),
-        }
-    }
-
     fn query(&self, store_path: &Path) -> Result<Vec<(PathBuf, Node)>, ClosureError> {
         let fail = |message: String| ClosureError(store_path.to_path_buf(), message);
         let nix_store = crate::trust::program(&self.nix_store, self.search_path.as_deref())
@@ -138,18 +128,13 @@ impl ClosureCache {
         let members = self.check_members(store_path, lines).ok_or_else(|| {
             fail("nix-store printed something that is not a list of store paths".into())
         })?;
-        Ok(members
-            .into_iter()
-            .map(|m| {
-                let node = Node::of(&m);
-                (m, node)
-            })
-            .collect())
+        let nodes: Vec<Node> = members.iter().map(|m| Node::of(m)).collect();
+        Ok(members.into_iter().zip(nodes).collect())
     }
 
     /// The members an entry's `text` lists: its [`header`], then lines of `<kind> <store path>`,
     /// each path a direct child of the store, the path itself among them; a kind that is not
-    /// kept is looked at again ([`kind_byte`]).
+    /// kept is looked at again (see [`ClosureCache::store`]).
     fn decode(&self, store_path: &Path, text: &[u8]) -> Option<Vec<(PathBuf, Node)>> {
         use std::os::unix::ffi::OsStrExt;
         let body = text.strip_prefix(header(store_path).as_slice())?;
@@ -199,7 +184,14 @@ impl ClosureCache {
         use std::os::unix::ffi::OsStrExt;
         let mut file = header(store_path);
         for (m, node) in members {
-            file.extend_from_slice(&[kind_byte(node), b' ']);
+            // What the entry records of a member: `d` a directory, `f` a regular file, `?`
+            // anything else, looked at again on use.
+            let kind = match node {
+                Node::Dir => b'd',
+                Node::File => b'f',
+                _ => b'?',
+            };
+            file.extend_from_slice(&[kind, b' ']);
             file.extend_from_slice(m.as_os_str().as_bytes());
             file.push(b'\n');
         }
@@ -214,16 +206,6 @@ fn header(store_path: &Path) -> Vec<u8> {
     line.extend_from_slice(store_path.as_os_str().as_bytes());
     line.push(b'\n');
     line
-}
-
-/// What a cache entry records of a member: `d` a directory, `f` a regular file, `?` anything
-/// else, looked at again on use.
-fn kind_byte(node: &Node) -> u8 {
-    match node {
-        Node::Dir => b'd',
-        Node::File => b'f',
-        _ => b'?',
-    }
 }
 
 #[cfg(test)]
@@ -264,10 +246,10 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let c = cache(t.path(), &fake_nix_store(t.path()));
         let p = Path::new("/nix/store/aaa-top");
-        let first = c.closure(p).unwrap();
+        let first = c.closure(p, true).unwrap();
         assert!(!first.from_cache);
         assert_eq!(first.members.len(), 2);
-        let second = c.closure(p).unwrap();
+        let second = c.closure(p, true).unwrap();
         assert!(second.from_cache);
         assert_eq!(second.members, first.members);
         assert_eq!(calls(t.path()), 1);
@@ -278,7 +260,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let c = cache(t.path(), &fake_nix_store(t.path()));
         let p = Path::new("/nix/store/aaa-top");
-        c.closure(p).unwrap();
+        c.closure(p, true).unwrap();
         let entry = t.path().join("cache/aaa-top");
         for damage in [
             b"".to_vec(),
@@ -292,7 +274,7 @@ mod tests {
             format!("{HEADER} /nix/store/aaa-top\n? /nix/store/bbb-dep\n").into_bytes(),
         ] {
             std::fs::write(&entry, &damage).unwrap();
-            let again = c.closure(p).unwrap();
+            let again = c.closure(p, true).unwrap();
             assert!(
                 !again.from_cache,
                 "trusted {:?}",
@@ -332,10 +314,14 @@ mod tests {
     fn failing_nix_store_is_an_error() {
         let t = tempfile::tempdir().unwrap();
         let c = cache(t.path(), Path::new("/bin/false"));
-        let e = c.closure(Path::new("/nix/store/aaa-top")).unwrap_err();
+        let e = c
+            .closure(Path::new("/nix/store/aaa-top"), true)
+            .unwrap_err();
         assert!(e.to_string().contains("failed"), "{e}");
         let c = cache(t.path(), Path::new("/nonexistent/nix-store"));
-        let e = c.closure(Path::new("/nix/store/aaa-top")).unwrap_err();
+        let e = c
+            .closure(Path::new("/nix/store/aaa-top"), true)
+            .unwrap_err();
         assert!(e.to_string().contains("set nix_store"), "{e}");
     }
 

@@ -159,7 +159,14 @@ impl Fs for PolicyFs<'_> {
             if !under(&normal) || !under(&real) {
                 return Err(self.refuse(path, Refusal::Untrusted));
             }
-            if !readable_by_all(&real, &file.metadata()?) {
+            // Everyone must be able to read it: the file readable by others and every
+            // directory above it searchable by others.
+            if file.metadata()?.mode() & 0o004 == 0
+                || !real
+                    .ancestors()
+                    .skip(1)
+                    .all(|d| std::fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0))
+            {
                 return Err(self.refuse(path, Refusal::Private));
             }
         }
@@ -258,16 +265,6 @@ pub(crate) fn library_closure(
         }
     }
     closure
-}
-
-/// Whether everyone may read `real` (a canonical path, `meta` its metadata): the file readable
-/// by others and every directory above it searchable by others.
-fn readable_by_all(real: &Path, meta: &std::fs::Metadata) -> bool {
-    meta.mode() & 0o004 != 0
-        && real
-            .ancestors()
-            .skip(1)
-            .all(|d| std::fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0))
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ use crate::pipeline::{self, Mode};
 use crate::plan::Reason;
 use crate::request::{self, Environment, Input, RuleMatch, Verdict};
 use crate::slot::Slot;
-use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
 use std::path::Path;
 
@@ -65,7 +64,7 @@ pub fn explain(
         .map(|tagged| build_users::check(&plan.decision.exposures, &tagged.config.host_root));
     let problems = &plan.decision.problems;
     let verdict = match (&answer, &req.verdict, problems.first()) {
-        (Ok(_), Verdict::Untagged { why, .. }, _) => why.clone(),
+        (Ok(_), Verdict::Untagged(why, _), _) => why.clone(),
         (Ok(_), ..) => format!("tagged: {} paths exposed", plan.decision.exposures.len()),
         (Err(_), _, Some(first)) => format!(
             "FAILS: the hook would refuse this build ({} problem(s), first: {})",
@@ -94,48 +93,7 @@ pub fn explain(
 /// line (`verdict: …`) or drive the terminal.
 pub fn render_text(e: &Explanation) -> String {
     let mut s = Lines(String::new());
-    render_request(&mut s, e);
-    render_lists(&mut s, &e.plan);
-    if e.plan.closures.cached + e.plan.closures.computed > 0 {
-        s.blank();
-        s.line(format!(
-            "closures:    {} from cache, {} computed",
-            e.plan.closures.cached, e.plan.closures.computed
-        ));
-    }
-    render_gpus(&mut s, &e.plan);
-    if let Some(d) = &e.plan.decision.driver {
-        render_driver(&mut s, d);
-    }
-    if !e.plan.decision.problems.is_empty() {
-        s.blank();
-        s.line("problems:".to_string());
-        for p in &e.plan.decision.problems {
-            s.line(format!("  {} (rule {})", p.kind, p.rule));
-            s.line(format!("    fix: {}", p.kind.fix()));
-        }
-    }
-    if let Some(check) = &e.build_users {
-        s.blank();
-        s.line(format!("build users: {}", check.builders.describe()));
-    }
-    let access = e.build_users.as_ref().map(AccessCheck::warnings);
-    for w in e
-        .warnings
-        .iter()
-        .chain(&e.plan.decision.warnings)
-        .chain(access.iter().flatten())
-    {
-        s.blank();
-        s.line(format!("warning:     {w}"));
-    }
-    s.blank();
-    s.line(format!("verdict:     {}", e.verdict));
-    s.0
-}
-
-/// What was asked: the derivation, its features, the configuration and the rules matched.
-fn render_request(s: &mut Lines, e: &Explanation) {
+    // What was asked: the derivation, its features, the configuration and the rules matched.
     if let Some(d) = &e.derivation {
         s.line(format!("derivation:  {d}"));
     }
@@ -157,12 +115,9 @@ fn render_request(s: &mut Lines, e: &Explanation) {
             m.rule, m.feature
         ));
     }
-}
-
-/// What was exposed (with why), skipped (with why) and not carried out, each list under its
-/// count when it is not empty.
-fn render_lists(s: &mut Lines, plan: &Granted) {
-    let d = &plan.decision;
+    // What was exposed (with why), skipped (with why) and not carried out, each list under its
+    // count when it is not empty.
+    let d = &e.plan.decision;
     s.list(
         "exposed",
         d.exposures.iter().map(|x| {
@@ -187,6 +142,74 @@ fn render_lists(s: &mut Lines, plan: &Granted) {
             format!("{what:<60} {}", n.why)
         }),
     );
+    if e.plan.closures.cached + e.plan.closures.computed > 0 {
+        s.section(format!(
+            "closures:    {} from cache, {} computed",
+            e.plan.closures.cached, e.plan.closures.computed
+        ));
+    }
+    // The GPUs (or MIG instances) the build is leased, or would be.
+    if !e.plan.slots.is_empty() {
+        let gpus: Vec<String> = e
+            .plan
+            .slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Gpu(g) => format!("nvidia{g}"),
+                Slot::Mig(i) => format!(
+                    "nvidia{} MIG instance gi{} ci{} (one MIG instance per build)",
+                    i.gpu, i.gi, i.ci
+                ),
+            })
+            .collect();
+        s.section(format!(
+            "gpus:        {} ({})",
+            gpus.join(", "),
+            if e.plan.lease.is_some() {
+                "leased to this build"
+            } else {
+                "would be leased now; explain takes no lease"
+            }
+        ));
+    }
+    // The driver the build gets: its kind and CUDA version, the kernel module, why, and the
+    // libcuda paths it may load.
+    if let Some(d) = &e.plan.decision.driver {
+        s.section(format!(
+            "driver:      {} (CUDA {})",
+            d.kind,
+            d.cuda_version
+                .map_or_else(|| "unknown".to_string(), |v| v.to_string())
+        ));
+        if let Some(k) = &d.kernel_driver {
+            s.line(format!("kernel:      NVIDIA kernel module {k}"));
+        }
+        s.line(format!("why:         {}", d.reason));
+        if !d.libcuda.is_empty() {
+            s.line(format!("libcuda:     {}", d.libcuda.join(" | ")));
+        }
+    }
+    if !e.plan.decision.problems.is_empty() {
+        s.section("problems:".to_string());
+        for p in &e.plan.decision.problems {
+            s.line(format!("  {} (rule {})", p.kind, p.rule));
+            s.line(format!("    fix: {}", p.kind.fix()));
+        }
+    }
+    if let Some(check) = &e.build_users {
+        s.section(format!("build users: {}", check.builders.describe()));
+    }
+    let access = e.build_users.as_ref().map(AccessCheck::warnings);
+    for w in e
+        .warnings
+        .iter()
+        .chain(&e.plan.decision.warnings)
+        .chain(access.iter().flatten())
+    {
+        s.section(format!("warning:     {w}"));
+    }
+    s.section(format!("verdict:     {}", e.verdict));
+    s.0
 }
 
 /// Why a path is exposed, in words.
@@ -211,53 +234,6 @@ fn reason_words(reason: &Reason) -> String {
     }
 }
 
-/// The GPUs (or MIG instances) the build is leased, or would be.
-fn render_gpus(s: &mut Lines, plan: &Granted) {
-    if plan.slots.is_empty() {
-        return;
-    }
-    let gpus: Vec<String> = plan
-        .slots
-        .iter()
-        .map(|slot| match slot {
-            Slot::Gpu(g) => format!("nvidia{g}"),
-            Slot::Mig(i) => format!(
-                "nvidia{} MIG instance gi{} ci{} (one MIG instance per build)",
-                i.gpu, i.gi, i.ci
-            ),
-        })
-        .collect();
-    s.blank();
-    s.line(format!(
-        "gpus:        {} ({})",
-        gpus.join(", "),
-        if plan.lease.is_some() {
-            "leased to this build"
-        } else {
-            "would be leased now; explain takes no lease"
-        }
-    ));
-}
-
-/// The driver the build gets: its kind and CUDA version, the kernel module, why, and the
-/// libcuda paths it may load.
-fn render_driver(s: &mut Lines, d: &DriverManifest) {
-    s.blank();
-    s.line(format!(
-        "driver:      {} (CUDA {})",
-        d.kind,
-        d.cuda_version
-            .map_or_else(|| "unknown".to_string(), |v| v.to_string())
-    ));
-    if let Some(k) = &d.kernel_driver {
-        s.line(format!("kernel:      NVIDIA kernel module {k}"));
-    }
-    s.line(format!("why:         {}", d.reason));
-    if !d.libcuda.is_empty() {
-        s.line(format!("libcuda:     {}", d.libcuda.join(" | ")));
-    }
-}
-
 /// The text output, one escaped line at a time.
 struct Lines(String);
 
@@ -268,15 +244,17 @@ impl Lines {
         self.0.push('\n');
     }
 
-    fn blank(&mut self) {
+    /// Appends a blank line, then `text` as one [`line`](Lines::line): the first line of a
+    /// section.
+    fn section(&mut self, text: String) {
         self.0.push('\n');
+        self.line(text);
     }
 
     /// A list under its title and length, unless it is empty.
     fn list(&mut self, title: &str, items: impl ExactSizeIterator<Item = String>) {
         if items.len() > 0 {
-            self.blank();
-            self.line(format!("{title} ({}):", items.len()));
+            self.section(format!("{title} ({}):", items.len()));
             for item in items {
                 self.line(format!("  {item}"));
             }

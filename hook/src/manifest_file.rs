@@ -106,14 +106,11 @@ fn remove_stale(dir: &StateDir) {
         return;
     }
     for name in names {
-        let stale = match dir
+        let stale = dir
             .read_bytes(&name)
             .ok()
             .and_then(|b| serde_json::from_slice::<Owner>(&b).ok())
-        {
-            Some(o) => o.chroot.is_empty() || !Path::new(&o.chroot).exists(),
-            None => true,
-        };
+            .is_none_or(|o| o.chroot.is_empty() || !Path::new(&o.chroot).exists());
         if stale {
             let _ = dir.remove(&name);
         }

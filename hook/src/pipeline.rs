@@ -77,8 +77,13 @@ pub(crate) fn run(req: &Request, mode: Mode) -> Outcome {
     if answer.is_ok() {
         // The build may start: its lease is its own now. On a failure Nix will not start
         // the build, and the guard ends the lease when the grant is dropped, as nothing else
-        // would before that Nix ends.
-        granted.commit();
+        // would before that Nix ends. The same holds for its `/sys` tree.
+        if let Some(lease) = &mut granted.lease {
+            lease.commit();
+        }
+        if let Some(tree) = &mut granted.sysfs {
+            tree.commit();
+        }
     }
     Outcome { granted, answer }
 }
@@ -100,9 +105,7 @@ fn answer(
     }
     let bytes = protocol::render(&granted.decision.exposures)
         .map_err(|e| HookFailure::Unexpressible(derivation.clone(), e))?;
-    if mode.writes_manifest() {
-        act::write_manifest(granted, &tagged.config)
-            .map_err(|e| HookFailure::Manifest(derivation, e))?;
-    }
+    act::write_manifest(granted, &tagged.config, mode)
+        .map_err(|e| HookFailure::Manifest(derivation, e))?;
     Ok(bytes)
 }

@@ -24,7 +24,6 @@ pub(crate) mod nix_conf;
 
 use crate::plan::Exposure;
 use accounts::BuildUser;
-use nix_conf::BuildUserSettings;
 use serde::Serialize;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -162,35 +161,32 @@ impl AccessCheck {
     }
 }
 
-/// Who builds run as on the host at `root`, from its nix.conf and accounts.
-pub(crate) fn builders(settings: &BuildUserSettings, root: &Path) -> Builders {
-    if settings.auto_allocate_uids {
-        return Builders::AutoAllocated {
-            start_id: settings.start_id,
-            id_count: settings.id_count,
-        };
-    }
-    if settings.build_users_group.is_empty() {
-        return Builders::NixUser;
-    }
-    match accounts::build_users(root, &settings.build_users_group) {
-        Some((group, users)) => Builders::Users {
-            group: group.name,
-            gid: group.gid,
-            users,
-        },
-        None => Builders::MissingGroup {
-            group: settings.build_users_group.clone(),
-        },
-    }
-}
-
 /// Checks the device nodes among `exposures` (those a device glob matched; character devices
 /// only) against the build users of the host at `root`.
 pub(crate) fn check(exposures: &[Exposure], root: &Path) -> AccessCheck {
     let settings = nix_conf::read(root);
-    let builders = builders(&settings, root);
     let groups = accounts::groups(root);
+    // Who builds run as, from the host's nix.conf and accounts.
+    let group = &settings.build_users_group;
+    let builders = if settings.auto_allocate_uids {
+        Builders::AutoAllocated {
+            start_id: settings.start_id,
+            id_count: settings.id_count,
+        }
+    } else if group.is_empty() {
+        Builders::NixUser
+    } else {
+        match accounts::build_users(root, group) {
+            Some((group, users)) => Builders::Users {
+                group: group.name,
+                gid: group.gid,
+                users,
+            },
+            None => Builders::MissingGroup {
+                group: group.clone(),
+            },
+        }
+    };
     let unopenable = exposures
         .iter()
         .filter(|e| e.reason.is_device())

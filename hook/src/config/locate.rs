@@ -61,9 +61,8 @@ fn locate_in(explicit: Option<&Path>, env: Option<&OsStr>, default: &Path) -> Co
 /// opened without following a link or blocking, and checked again once open), and read only
 /// when at most [`MAX_CONFIG_BYTES`].
 pub(crate) fn read_text(source: &ConfigSource) -> Result<Cow<'static, str>, ConfigError> {
-    let path = match source {
-        ConfigSource::Builtin => return Ok(Cow::Borrowed(BUILTIN_TOML)),
-        ConfigSource::File(path) => path,
+    let ConfigSource::File(path) = source else {
+        return Ok(Cow::Borrowed(BUILTIN_TOML));
     };
     let fail = |problem: Problem| ConfigError {
         file: path.display().to_string(),

@@ -144,7 +144,7 @@ impl Config {
     fn matching_rules<'c>(&'c self, features: &[&[u8]]) -> Vec<&'c Rule> {
         self.rules
             .iter()
-            .filter(|r| r.answers_any(features))
+            .filter(|r| r.first_match(features).is_some())
             .collect()
     }
 }

@@ -112,13 +112,11 @@ pub(crate) enum Sysfs {
 /// The MIG source of a rule: each instance's GPU-instance and compute-instance capability
 /// nodes; the administration capabilities only when named here.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(crate) struct MigConfig {
     /// Also expose the `config` capability (create and destroy MIG instances).
-    #[serde(default)]
     pub config: bool,
     /// Also expose the `monitor` capability (see every instance of every GPU).
-    #[serde(default)]
     pub monitor: bool,
 }
 
@@ -250,16 +248,11 @@ fn paths(list: &[&str]) -> Vec<PathBuf> {
 }
 
 impl Rule {
-    /// Whether this rule answers to any of `features`.
-    pub(crate) fn answers_any(&self, features: &[&[u8]]) -> bool {
-        self.first_match(features).is_some()
-    }
-
     /// The first of `features` this rule answers to, for messages.
-    pub(crate) fn first_match<'f>(&self, features: &[&'f [u8]]) -> Option<&'f [u8]> {
+    pub(crate) fn first_match<'f>(&self, features: &'f [impl AsRef<[u8]>]) -> Option<&'f [u8]> {
         features
             .iter()
-            .copied()
+            .map(AsRef::as_ref)
             .find(|f| self.features.iter().any(|mine| mine.as_bytes() == *f))
     }
 }

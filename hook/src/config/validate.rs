@@ -96,7 +96,17 @@ impl Config {
                     return Err(Invalid::Feature(name.clone(), feature.clone()));
                 }
             }
-            if !names_a_source(rule) {
+            // A rule naming no device glob, path, mount, driver, CDI device, MIG or part of
+            // `/sys` can never give a build anything (what the host then has is the scan's
+            // business).
+            if rule.devices.is_empty()
+                && rule.paths.is_empty()
+                && rule.mounts.is_empty()
+                && rule.driver.is_none()
+                && rule.cdi.is_empty()
+                && rule.mig.is_none()
+                && rule.sysfs.is_none()
+            {
                 return Err(Invalid::NothingToExpose(name.clone()));
             }
             if let (true, Some(what)) = (self.gpus_per_build > 0, exposes_amd_gpus(rule)) {
@@ -124,6 +134,15 @@ impl Config {
         }
         Ok(())
     }
+
+    /// The settings of this configuration that have no effect as written.
+    pub fn notes(&self) -> Vec<Note> {
+        let mut notes = Vec::new();
+        if self.gpus_per_build == 0 && self.max_gpus_per_build > 0 {
+            notes.push(Note::MaxWithoutLease(self.max_gpus_per_build));
+        }
+        notes
+    }
 }
 
 /// A setting that has no effect as written (`check-config` prints it, with what to change).
@@ -136,30 +155,6 @@ pub enum Note {
          tagged build and leases none; set gpus_per_build (e.g. 1) to lease GPUs"
     )]
     MaxWithoutLease(u32),
-}
-
-impl Config {
-    /// The settings of this configuration that have no effect as written.
-    pub fn notes(&self) -> Vec<Note> {
-        let mut notes = Vec::new();
-        if self.gpus_per_build == 0 && self.max_gpus_per_build > 0 {
-            notes.push(Note::MaxWithoutLease(self.max_gpus_per_build));
-        }
-        notes
-    }
-}
-
-/// Whether `rule` names anything to expose: a device glob, a path, a mount, the driver, a CDI
-/// device, MIG or a part of `/sys`. What the host then has is the scan's business; a rule naming none of them
-/// can never give a build anything.
-fn names_a_source(rule: &Rule) -> bool {
-    !rule.devices.is_empty()
-        || !rule.paths.is_empty()
-        || !rule.mounts.is_empty()
-        || rule.driver.is_some()
-        || !rule.cdi.is_empty()
-        || rule.mig.is_some()
-        || rule.sysfs.is_some()
 }
 
 /// What of `rule` gives its builds AMD GPUs, if anything: `/dev/kfd` (a device glob that

@@ -262,12 +262,10 @@ pub fn exec(req: &ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     let mut resolved = resolve(req);
     let (runtime_dir, store_dir) = match &resolved.verdict {
         Verdict::Fail(why) => return Err(ExecError::Refused(why.clone())),
-        Verdict::Untagged { why, config: None } => return Err(ExecError::NoConfig(why.clone())),
-        Verdict::Tagged(Tagged { config, .. })
-        | Verdict::Untagged {
-            config: Some(config),
-            ..
-        } => (config.runtime_dir.clone(), config.store_dir.clone()),
+        Verdict::Untagged(why, None) => return Err(ExecError::NoConfig(why.clone())),
+        Verdict::Tagged(Tagged { config, .. }) | Verdict::Untagged(_, Some(config)) => {
+            (config.runtime_dir.clone(), config.store_dir.clone())
+        }
     };
     // Checked before anything is planned, for a clear error; each is checked again when it
     // is bound, and bound through the descriptor of that walk.

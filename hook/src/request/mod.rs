@@ -83,14 +83,10 @@ impl RuleId {
 /// What the build is to get.
 #[derive(Debug, Clone)]
 pub(crate) enum Verdict {
-    /// Nothing: no configured feature (or a policy said so). `why` says why; `config` is the
-    /// configuration when it was loaded (`explain` and `exec` load it for any request).
-    Untagged {
-        /// Why nothing is exposed.
-        why: String,
-        /// The configuration, when loaded and usable.
-        config: Option<Config>,
-    },
+    /// Nothing: no configured feature (or a policy said so). Why nothing is exposed, and the
+    /// configuration when it was loaded and is usable (`explain` and `exec` load it for any
+    /// request).
+    Untagged(String, Option<Config>),
     /// Plan for the matching rules, with the configuration they belong to.
     Tagged(Tagged),
     /// The build must fail, for this reason (one line).
@@ -98,19 +94,11 @@ pub(crate) enum Verdict {
 }
 
 impl Verdict {
-    /// Nothing for the build, for `why`, with the configuration when it was loaded.
-    fn untagged(why: impl Into<String>, config: Option<Config>) -> Verdict {
-        Verdict::Untagged {
-            why: why.into(),
-            config,
-        }
-    }
-
     /// The configuration, when it was loaded and is usable (never for a failure).
     pub(crate) fn config(&self) -> Option<&Config> {
         match self {
             Verdict::Tagged(t) => Some(&t.config),
-            Verdict::Untagged { config, .. } => config.as_ref(),
+            Verdict::Untagged(_, config) => config.as_ref(),
             Verdict::Fail(_) => None,
         }
     }
@@ -146,12 +134,11 @@ pub(crate) struct RuleMatch {
 impl RuleMatch {
     /// Each of `rules` of `config`, with the first of `features` it answers.
     fn all(config: &Config, rules: &[RuleId], features: &[Vec<u8>]) -> Vec<RuleMatch> {
-        let features: Vec<&[u8]> = features.iter().map(Vec::as_slice).collect();
         rules
             .iter()
             .map(|id| RuleMatch {
                 rule: id.of(config).name.clone(),
-                feature: (id.of(config).first_match(&features))
+                feature: (id.of(config).first_match(features))
                     .map(|f| String::from_utf8_lossy(f).into_owned())
                     .unwrap_or_default(),
             })
@@ -271,26 +258,6 @@ enum Derivation {
     Missing(String),
 }
 
-/// Reads the derivation `drv_path` names: the file, else what Nix passed instead.
-fn read_derivation(drv_path: &Path, env: &Environment, name: &str) -> Derivation {
-    match std::fs::read(drv_path) {
-        Ok(bytes) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()).map(read) {
-            Ok(read) => read,
-            Err(e) => unusable(bytes, name, None, &e),
-        },
-        Err(e) => match &env.derivation_json {
-            Some(json) => {
-                let json = json.as_encoded_bytes();
-                match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
-                    Ok(attrs) => read(attrs),
-                    Err(e) => unusable(json.to_vec(), name, Some(DERIVATION_ENV), &e),
-                }
-            }
-            None => Derivation::Missing(e.to_string()),
-        },
-    }
-}
-
 /// The attributes the hook decides on, owned.
 fn read(attrs: DrvAttrs<'_>) -> Derivation {
     let borrowed = attrs.features.features.into_iter();
@@ -329,9 +296,23 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         verdict: Verdict::Fail(RequestFailure::Unresolved(name.clone())),
         warnings: Vec::new(),
     };
-    let derivation = match input.drv {
-        Some(path) => read_derivation(path, input.env, &name),
+    // The derivation: the `.drv` file, else what Nix passed instead.
+    let derivation = match input.drv.map(std::fs::read) {
         None => Derivation::Read(DrvAttrs::default()),
+        Some(Ok(bytes)) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()).map(read) {
+            Ok(read) => read,
+            Err(e) => unusable(bytes, &name, None, &e),
+        },
+        Some(Err(e)) => match &input.env.derivation_json {
+            Some(json) => {
+                let json = json.as_encoded_bytes();
+                match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
+                    Ok(attrs) => read(attrs),
+                    Err(e) => unusable(json.to_vec(), &name, Some(DERIVATION_ENV), &e),
+                }
+            }
+            None => Derivation::Missing(e.to_string()),
+        },
     };
     req.verdict = match derivation {
         Derivation::Repeated(failure) => Verdict::Fail(failure),
@@ -346,7 +327,7 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
             req.structured = attrs.features.structured;
             if req.features.is_empty() && !input.always_load_config {
                 // The fast path: no feature, no configuration read.
-                Verdict::untagged("the derivation requires no system feature", None)
+                Verdict::Untagged("the derivation requires no system feature".into(), None)
             } else {
                 req.by_features(input.always_load_config, attrs.gpus, attrs.unsandboxed)
             }
@@ -383,12 +364,12 @@ impl Request {
         let nothing = "untagged: no required feature appears in the configuration, so the hook \
                        exposes nothing";
         if unanswerable && !always_load_config {
-            return Verdict::untagged(nothing, None);
+            return Verdict::Untagged(nothing.into(), None);
         }
         match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
             Ok(config) => self.match_rules(config, gpus, unsandboxed),
             // `explain`: what the hook does (nothing, silently), and what is wrong.
-            Err(e) if unanswerable => Verdict::untagged(
+            Err(e) if unanswerable => Verdict::Untagged(
                 format!(
                     "{nothing} (and does not read it further; note that it is broken, which \
                      fails tagged builds: {e})"
@@ -404,7 +385,7 @@ impl Request {
                 None => {
                     self.warnings
                         .push(format!("{e} (ignored: this build asks for no GPU feature)"));
-                    Verdict::untagged(format!("the configuration is broken: {e}"), None)
+                    Verdict::Untagged(format!("the configuration is broken: {e}"), None)
                 }
             },
         }
@@ -419,9 +400,8 @@ impl Request {
         gpus: Option<String>,
         unsandboxed: Option<drv::Unsandboxed>,
     ) -> Verdict {
-        let features: Vec<&[u8]> = self.features.iter().map(Vec::as_slice).collect();
         let rules: Vec<RuleId> = RuleId::all(&config)
-            .filter(|id| id.of(&config).answers_any(&features))
+            .filter(|id| id.of(&config).first_match(&self.features).is_some())
             .collect();
         if rules.is_empty() {
             let configured: Vec<&str> = config.features().collect();
@@ -430,7 +410,7 @@ impl Request {
                  tag the derivation with requiredSystemFeatures = [ \"cuda\" ] to get the GPU",
                 configured.join(", ")
             );
-            return Verdict::untagged(why, Some(config));
+            return Verdict::Untagged(why, Some(config));
         }
         self.matched = RuleMatch::all(&config, &rules, &self.features);
         match unsandboxed {
@@ -456,7 +436,7 @@ impl Request {
                 let why =
                     format!("cannot read derivation {name} ({error}) and {e}; exposing nothing");
                 self.warnings.push(why.clone());
-                return Verdict::untagged(why, None);
+                return Verdict::Untagged(why, None);
             }
         };
         match config.missing_drv {
@@ -467,7 +447,7 @@ impl Request {
                      missing_drv = \"expose\")"
                 );
                 self.warnings.push(why.clone());
-                Verdict::untagged(why, Some(config))
+                Verdict::Untagged(why, Some(config))
             }
             MissingDrv::Fail => Verdict::Fail(RequestFailure::MissingDrv(
                 name.to_owned(),
@@ -476,7 +456,7 @@ impl Request {
             MissingDrv::Expose => {
                 self.features = config.features().map(|f| f.as_bytes().to_vec()).collect();
                 if config.rules.is_empty() {
-                    return Verdict::untagged("the configuration has no rule", Some(config));
+                    return Verdict::Untagged("the configuration has no rule".into(), Some(config));
                 }
                 self.warnings.push(format!(
                     "derivation {name} is not on disk; exposing every rule (missing_drv = \
@@ -514,6 +494,6 @@ impl Request {
             "cannot read derivation {name} ({error}); it names no GPU feature, so exposing nothing"
         );
         self.warnings.push(why.clone());
-        Verdict::untagged(why, loaded.ok())
+        Verdict::Untagged(why, loaded.ok())
     }
 }

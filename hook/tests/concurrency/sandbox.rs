@@ -66,7 +66,9 @@ fn sixteen_concurrent_tagged_builds_pass_and_leave_whole_cache_and_manifests() {
         if name.to_string_lossy().starts_with('.') {
             continue;
         }
-        let closure = cache.closure(&Path::new("/nix/store").join(&name)).unwrap();
+        let closure = cache
+            .closure(&Path::new("/nix/store").join(&name), true)
+            .unwrap();
         assert!(closure.from_cache, "{name:?}");
         entries += 1;
     }
