@@ -64,9 +64,7 @@ impl Decision {
             // capabilities, to every build.
             Skipped::MigCapabilityNode
         } else {
-            match symlinks::follow(&inside, outside, config.space(), view)
-                .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-            {
+            match self.follow(&inside, outside, config.space(), view) {
                 Err(e) => Skipped::DeviceChain(e),
                 Ok(c) if !matches!(c.target, Node::CharDevice | Node::Dir) => Skipped::NotDevice,
                 Ok(c) => match unexpressible(&c.hops) {

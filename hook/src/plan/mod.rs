@@ -373,6 +373,19 @@ impl Decision {
         }
     }
 
+    /// Follows the chain at (`inside`, `outside`) in `space` and checks that it stays within
+    /// the roots symlinks may be followed into ([`symlinks::check_within`]).
+    fn follow(
+        &self,
+        inside: &Path,
+        outside: &Path,
+        space: symlinks::Space<'_>,
+        view: &HostView,
+    ) -> Result<symlinks::Chain, symlinks::ChainError> {
+        let chain = symlinks::follow(inside, outside, space, view)?;
+        symlinks::check_within(&chain, &self.symlink_roots).map(|()| chain)
+    }
+
     /// Sorts the exposures by inside path and drops those already covered by another: exact
     /// duplicates and paths nested in an exposed directory at the same relative place; an
     /// entry at the same inside path as another with a different outside is a conflict,

@@ -5,7 +5,7 @@
 use super::{Decision, ProblemKind, Reason, Skipped, Want};
 use crate::config::Config;
 use crate::scan::{HostView, PathOrigin, PathView};
-use crate::symlinks::{self, ChainError, Space};
+use crate::symlinks::{ChainError, Space};
 use std::path::Path;
 
 impl Decision {
@@ -85,9 +85,7 @@ impl Decision {
         reason: Reason,
         want: Want<'_>,
     ) {
-        match symlinks::follow(inside, outside, space, view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-        {
+        match self.follow(inside, outside, space, view) {
             Ok(chain) => self.add_chain(chain.hops, reason),
             Err(e) if want.required => {
                 let fix = match (&e, want.hint) {

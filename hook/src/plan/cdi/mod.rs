@@ -141,9 +141,7 @@ impl Decision {
         }
         let inside = symlinks::normalize(Path::new(&n.path));
         let outside = host_path(host, at.config);
-        let fault = match symlinks::follow(&inside, &outside, Space::Literal, at.view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-        {
+        let fault = match self.follow(&inside, &outside, Space::Literal, at.view) {
             Err(e) => NodeFault::Unusable(e),
             Ok(chain) if chain.target != Node::CharDevice => NodeFault::NotCharDevice(outside),
             Ok(chain) => match super::devices::unexpressible(&chain.hops) {
