@@ -3,7 +3,7 @@
 
 use super::{stale, Decision, ProblemKind, Reason, Skipped, Want};
 use crate::config::{Config, Platform};
-use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
+use crate::discover::choice::{self, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
 use crate::discover::host::{self, Capability, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::discover::versions;
@@ -126,14 +126,34 @@ impl Decision {
         expected.sort();
         expected.dedup();
 
-        self.driver = Some(driver_manifest(
-            &source,
-            &choice,
-            &facts,
-            &expected,
-            &site.link_lib,
-            replace_at_link,
-        ));
+        // The driver part of the manifest: which driver the build gets, the libcuda paths it
+        // may load, the versions, and why.
+        let kind = match (&source, &choice.compat) {
+            (_, Some(_)) => DriverKind::Compat,
+            (HostSource::Absent, None) => DriverKind::None,
+            _ => DriverKind::Host,
+        };
+        self.driver = Some(DriverManifest {
+            kind,
+            libcuda: expected
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+            cuda_version: choice.cuda_version,
+            host_cuda_version: facts.cuda_version,
+            kernel_driver: facts.kernel_driver.clone(),
+            compat_dir: choice
+                .compat
+                .as_ref()
+                .map(|c| c.dir.to_string_lossy().into_owned()),
+            driver_link_lib: (!matches!(source, HostSource::Absent) || replace_at_link)
+                .then(|| site.link_lib.to_string_lossy().into_owned()),
+            reason: if kind == DriverKind::None {
+                "no NVIDIA driver was found on this host".to_string()
+            } else {
+                choice.reason.clone()
+            },
+        });
         self.driver_facts = Some(facts);
         self.driver_choice = Some(choice);
     }
@@ -286,44 +306,6 @@ fn host_libcuda_name(source: &HostSource, site: &DriverSite) -> Option<String> {
         .as_ref()
         .and_then(|p| site.view.snapshot.real_paths.get(p))
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-}
-
-/// The driver part of the manifest: which driver the build gets, the libcuda paths it may
-/// load (`expected`), the versions, and why.
-fn driver_manifest(
-    source: &HostSource,
-    choice: &DriverChoice,
-    facts: &HostDriverFacts,
-    expected: &[PathBuf],
-    link_lib: &Path,
-    replace_at_link: bool,
-) -> DriverManifest {
-    let kind = match (source, &choice.compat) {
-        (_, Some(_)) => DriverKind::Compat,
-        (HostSource::Absent, None) => DriverKind::None,
-        _ => DriverKind::Host,
-    };
-    DriverManifest {
-        kind,
-        libcuda: expected
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect(),
-        cuda_version: choice.cuda_version,
-        host_cuda_version: facts.cuda_version,
-        kernel_driver: facts.kernel_driver.clone(),
-        compat_dir: choice
-            .compat
-            .as_ref()
-            .map(|c| c.dir.to_string_lossy().into_owned()),
-        driver_link_lib: (!matches!(source, HostSource::Absent) || replace_at_link)
-            .then(|| link_lib.to_string_lossy().into_owned()),
-        reason: if kind == DriverKind::None {
-            "no NVIDIA driver was found on this host".to_string()
-        } else {
-            choice.reason.clone()
-        },
-    }
 }
 
 /// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain and
