@@ -102,8 +102,16 @@ impl Decision {
         };
         let source = self.host_source(driver);
 
-        // The host libcuda's real file name tells the host driver's version.
-        let real_name = host_libcuda_name(&source, &site);
+        // The host libcuda's real file name, as the scan recorded it, tells the host driver's
+        // version.
+        let libcuda = match &source {
+            HostSource::Link => Some(site.space.outside(&site.link_lib.join("libcuda.so.1"))),
+            HostSource::Libraries(libs, _) => host_libcuda(libs).map(|l| l.outside.clone()),
+            HostSource::Absent => None,
+        };
+        let real_name = libcuda
+            .and_then(|p| view.snapshot.real_paths.get(&p))
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
         let facts = host_facts(&view.facts, real_name.as_deref());
         let at_link = matches!(source, HostSource::Link).then_some(site.link.as_path());
         if let Some(stale) = stale::stale_driver(&view.facts, real_name.as_deref(), at_link) {
@@ -293,19 +301,6 @@ fn host_libcuda(libs: &[HostLibrary]) -> Option<&HostLibrary> {
     libs.iter()
         .find(|l| l.name == "libcuda.so.1")
         .or_else(|| libs.iter().find(|l| l.stem == "libcuda"))
-}
-
-/// The real file name of the host's libcuda from `source`, as the scan recorded it.
-fn host_libcuda_name(source: &HostSource, site: &DriverSite) -> Option<String> {
-    let outside = match source {
-        HostSource::Link => Some(site.space.outside(&site.link_lib.join("libcuda.so.1"))),
-        HostSource::Libraries(libs, _) => host_libcuda(libs).map(|l| l.outside.clone()),
-        HostSource::Absent => None,
-    };
-    outside
-        .as_ref()
-        .and_then(|p| site.view.snapshot.real_paths.get(p))
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
 }
 
 /// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain and
