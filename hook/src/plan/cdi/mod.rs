@@ -56,11 +56,9 @@ impl Decision {
             }
         }
         let default_driver = DriverConfig::default();
-        let link = symlinks::normalize(&driver.map_or(&default_driver, |d| &d.source).link);
         let place = Place {
             rule,
-            link_lib: link.join("lib"),
-            link_share: link.join("share"),
+            link: symlinks::normalize(&driver.map_or(&default_driver, |d| &d.source).link),
             link_present: driver.is_some_and(|d| d.link_present),
             driver_binds_libraries: driver.is_some_and(|d| d.host_libraries.is_some()),
             config,
@@ -183,7 +181,7 @@ impl Decision {
         }
         if is_library_name(&name) {
             if at.link_present {
-                let link = at.link_lib.parent().unwrap_or(&at.link_lib).to_path_buf();
+                let link = at.link.clone();
                 return self.skip(inside.display(), Skipped::CdiDriverLink(device, link));
             }
             if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
@@ -198,7 +196,7 @@ impl Decision {
                     .map(|s| rel.with_file_name(s)),
             );
             for rel in names {
-                let inside = at.link_lib.join(rel);
+                let inside = at.link.join("lib").join(rel);
                 let reason = cdi_reason(at, part, found, CdiItem::Library);
                 self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
             }
@@ -206,7 +204,7 @@ impl Decision {
         }
         if let Some(rel) = data_file_place(&inside) {
             let reason = cdi_reason(at, part, found, CdiItem::DataFile);
-            let share = at.link_share.join(rel);
+            let share = at.link.join("share").join(rel);
             self.add_optional_host_path(at.rule, &share, &outside, at.view, reason);
         }
         let reason = cdi_reason(at, part, found, CdiItem::Mount);
@@ -247,7 +245,7 @@ impl Decision {
                 target: target.to_string(),
             });
         };
-        let inside = at.link_lib.join(below_library_dir(&link_path));
+        let inside = at.link.join("lib").join(below_library_dir(&link_path));
         let reason = cdi_reason(at, part, found, CdiItem::Link);
         let outside = host_path(&m.host_path, at.config);
         self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
@@ -332,8 +330,7 @@ fn unsupported_edits(edits: &ContainerEdits) -> (Vec<CdiEdit>, Vec<(String, Stri
 /// configuration and host the rule is planned under.
 struct Place<'a> {
     rule: &'a str,
-    link_lib: PathBuf,
-    link_share: PathBuf,
+    link: PathBuf,
     link_present: bool,
     driver_binds_libraries: bool,
     config: &'a Config,
