@@ -204,12 +204,7 @@ impl Decision {
                 let why = site.reason(DriverSource::DriverLink);
                 self.add_path(rule, l, &outside, site.space, view, why, want);
                 if !compat {
-                    expected.extend(libcuda_paths(
-                        &site.link_lib.join("libcuda.so.1"),
-                        site.space,
-                        site.config,
-                        view,
-                    ));
+                    expected.extend(libcuda_paths(&site.link_lib.join("libcuda.so.1"), site));
                 }
             }
             HostSource::Libraries(libs, data_files) => {
@@ -258,7 +253,7 @@ impl Decision {
         let why = site.reason(DriverSource::Compat);
         self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, want);
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {
-            expected.extend(libcuda_paths(libcuda, space, site.config, view));
+            expected.extend(libcuda_paths(libcuda, site));
         }
         if !replace_at_link {
             return;
@@ -305,16 +300,11 @@ fn host_libcuda(libs: &[HostLibrary]) -> Option<&HostLibrary> {
 
 /// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain and
 /// its real path.
-fn libcuda_paths(
-    inside: &Path,
-    space: Space<'_>,
-    config: &Config,
-    view: &HostView,
-) -> Vec<PathBuf> {
-    let outside = space.outside(inside);
-    let mut out = chain_paths(inside, &outside, space, view);
-    let real = view.snapshot.real_paths.get(&outside);
-    out.extend(real.map(|real| inside_of(real, config)));
+fn libcuda_paths(inside: &Path, site: &DriverSite) -> Vec<PathBuf> {
+    let outside = site.space.outside(inside);
+    let mut out = chain_paths(inside, &outside, site.space, site.view);
+    let real = site.view.snapshot.real_paths.get(&outside);
+    out.extend(real.map(|real| inside_of(real, site.config)));
     out
 }
 
