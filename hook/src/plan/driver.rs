@@ -118,7 +118,16 @@ impl Decision {
             self.add_problem_of(rule, ProblemKind::StaleDriver(stale));
         }
 
-        let candidates = self.compat_candidates(driver);
+        // The compat drivers the scan found in the config's compat directories; directories
+        // without one, or unreadable, are skips.
+        let mut candidates = Vec::new();
+        for seen in &driver.compat {
+            match &seen.found {
+                Ok(Some(c)) => candidates.push(c.clone()),
+                Ok(None) => self.skip(seen.inside.display(), Skipped::CompatWithoutLibcuda),
+                Err(e) => self.skip(seen.inside.display(), Skipped::CompatUnreadable(e.clone())),
+            }
+        }
         let choice = choice::choose(&facts, candidates);
         // Where the hook binds the driver file by file (no NixOS link), the compat driver's
         // libraries replace the host's at the link, so that binaries finding libcuda through
@@ -274,20 +283,6 @@ impl Decision {
                 expected.extend(chain_paths(&inside, &outside, Space::Literal, view));
             }
         }
-    }
-
-    /// The compat drivers the scan found in the config's compat directories; directories
-    /// without one, or unreadable, are skips.
-    fn compat_candidates(&mut self, driver: &DriverView) -> Vec<CompatDriver> {
-        let mut out = Vec::new();
-        for seen in &driver.compat {
-            match &seen.found {
-                Ok(Some(c)) => out.push(c.clone()),
-                Ok(None) => self.skip(seen.inside.display(), Skipped::CompatWithoutLibcuda),
-                Err(e) => self.skip(seen.inside.display(), Skipped::CompatUnreadable(e.clone())),
-            }
-        }
-        out
     }
 }
 
