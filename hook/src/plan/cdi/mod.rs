@@ -25,7 +25,7 @@ mod lease;
 
 pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Decision, Exposure, NodeFault, ProblemKind, Reason, Skip, Skipped};
+use super::{Decision, NodeFault, ProblemKind, Reason, Skip, Skipped};
 use crate::cdi::spec::{DeviceNode, Mount};
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, DriverConfig};
@@ -250,16 +250,6 @@ impl Decision {
         let outside = host_path(&m.host_path, at.config);
         self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
         None
-    }
-}
-
-/// The GPU an exposure belongs to, so that only a build leased that GPU keeps it: a CDI
-/// exposure of one GPU's device ([`lease`]), else the N of a `/dev/nvidiaN` node; `None`
-/// for what every build gets.
-pub(super) fn owning_gpu(e: &Exposure) -> Option<u32> {
-    match &e.reason {
-        Reason::Cdi { gpu: Some(g), .. } => Some(*g),
-        _ => super::gpu_number(&e.inside),
     }
 }
 
