@@ -1,7 +1,7 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{stale, Decision, ProblemKind, Reason, Skipped, Want};
+use super::{stale, Decision, ProblemKind, Reason, Skipped};
 use crate::config::{Config, Platform};
 use crate::discover::choice::{self, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
@@ -209,7 +209,7 @@ impl Decision {
             HostSource::Link => {
                 let l = &site.link;
                 let outside = site.space.outside(l);
-                let want = Want::bare(cfg.required);
+                let want = cfg.required.then_some(None);
                 let why = site.reason(DriverSource::DriverLink);
                 self.add_path(rule, l, &outside, site.space, view, why, want);
                 if !compat {
@@ -258,9 +258,8 @@ impl Decision {
         expected: &mut Vec<PathBuf>,
     ) {
         let (rule, space, view) = (site.rule, site.space, site.view);
-        let want = Want::bare(true);
         let why = site.reason(DriverSource::Compat);
-        self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, want);
+        self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, Some(None));
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {
             expected.extend(libcuda_paths(libcuda, site));
         }
