@@ -103,9 +103,7 @@ impl Decision {
             self.add_cdi_mount(at, part, found, m);
         }
         for (target, link) in links {
-            if let Some(edit) = self.add_cdi_link(at, part, found, &target, &link) {
-                pending.push(edit);
-            }
+            pending.extend(self.add_cdi_link(at, part, found, &target, &link));
         }
         for edit in pending {
             let why = edit.why();
