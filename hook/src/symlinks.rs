@@ -71,24 +71,15 @@ impl Node {
     /// `lstat` (and `readlink`) of `path` on the real filesystem.
     pub(crate) fn of(path: &Path) -> Node {
         use std::os::unix::fs::FileTypeExt;
-        match std::fs::symlink_metadata(path) {
-            Ok(m) => {
-                let ft = m.file_type();
-                if ft.is_symlink() {
-                    match std::fs::read_link(path) {
-                        Ok(t) => Node::Symlink(t),
-                        Err(e) => Node::Error(e.to_string()),
-                    }
-                } else if ft.is_dir() {
-                    Node::Dir
-                } else if ft.is_char_device() {
-                    Node::CharDevice
-                } else if ft.is_file() {
-                    Node::File
-                } else {
-                    Node::Other
-                }
-            }
+        match std::fs::symlink_metadata(path).map(|m| m.file_type()) {
+            Ok(ft) if ft.is_symlink() => match std::fs::read_link(path) {
+                Ok(t) => Node::Symlink(t),
+                Err(e) => Node::Error(e.to_string()),
+            },
+            Ok(ft) if ft.is_dir() => Node::Dir,
+            Ok(ft) if ft.is_char_device() => Node::CharDevice,
+            Ok(ft) if ft.is_file() => Node::File,
+            Ok(_) => Node::Other,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Node::Missing,
             // A component that is not a directory means the path cannot exist.
             Err(e) if e.raw_os_error() == Some(20) => Node::Missing,
