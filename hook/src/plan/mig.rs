@@ -42,9 +42,7 @@ impl Decision {
                 match self.follow(&inside, &space.outside(&inside), space, view) {
                     Err(error) => ProblemKind::MigNodeChain(capability, inside, error),
                     Ok(chain) => match unexpressible(&chain.hops) {
-                        Some(bad) => {
-                            ProblemKind::MigNodeUnexpressible(capability, bad.to_path_buf())
-                        }
+                        Some(bad) => ProblemKind::MigNodeUnexpressible(capability, bad),
                         None => {
                             let rule = rule.to_string();
                             return self.add_chain(chain.hops, Reason::Mig { rule, capability });

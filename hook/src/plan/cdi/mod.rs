@@ -141,7 +141,7 @@ impl Decision {
             Err(e) => NodeFault::Unusable(e),
             Ok(chain) if chain.target != Node::CharDevice => NodeFault::NotCharDevice(outside),
             Ok(chain) => match super::devices::unexpressible(&chain.hops) {
-                Some(bad) => NodeFault::Unexpressible(bad.to_path_buf()),
+                Some(bad) => NodeFault::Unexpressible(bad),
                 None => {
                     let reason = cdi_reason(at, part, found, CdiItem::DeviceNode);
                     return self.add_chain(chain.hops, reason);
