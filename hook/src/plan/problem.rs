@@ -58,12 +58,6 @@ impl fmt::Display for RuleIds {
     }
 }
 
-impl Serialize for RuleIds {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.kind, self.kind.fix())
@@ -75,7 +69,7 @@ impl Serialize for Problem {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut out = s.serialize_struct("Problem", 3)?;
-        out.serialize_field("rule", &self.rule)?;
+        out.serialize_field("rule", &self.rule.to_string())?;
         out.serialize_field("what", &self.kind.to_string())?;
         out.serialize_field("fix", &self.kind.fix())?;
         out.end()
