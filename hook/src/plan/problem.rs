@@ -11,12 +11,12 @@ use crate::scan::mig::MigScanError;
 use crate::symlinks::ChainError;
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
-use std::fmt;
 use std::path::PathBuf;
 
 /// A reason the plan cannot serve the build: a required device or path is missing, or a
 /// closure could not be computed. Each renders as one line with the fix.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {}", .kind.fix())]
 pub struct Problem {
     /// The rule or rules concerned.
     pub rule: RuleIds,
@@ -37,7 +37,8 @@ impl Problem {
 /// The config rules a [`Problem`] concerns, by name: one rule, or every rule that matched the
 /// build for a problem of the build as a whole. Shown, and written in `explain --json`, as the
 /// names joined by `,`, as `explain` has always written them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join(","))]
 pub struct RuleIds(Vec<String>);
 
 impl From<&str> for RuleIds {
@@ -49,18 +50,6 @@ impl From<&str> for RuleIds {
 impl From<&Vec<String>> for RuleIds {
     fn from(names: &Vec<String>) -> RuleIds {
         RuleIds(names.clone())
-    }
-}
-
-impl fmt::Display for RuleIds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join(","))
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.kind.fix())
     }
 }
 
