@@ -94,7 +94,7 @@ pub(crate) enum ProblemKind {
     )]
     NoDriver(PathBuf, Vec<PathBuf>),
     /// The user-space driver does not match the loaded kernel module.
-    #[error("{}", .0.what())]
+    #[error("{0}")]
     StaleDriver(StaleDriver),
     /// The build's GPU count cannot be met.
     #[error("{0}")]
