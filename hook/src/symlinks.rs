@@ -71,24 +71,15 @@ impl Node {
     /// `lstat` (and `readlink`) of `path` on the real filesystem.
     pub(crate) fn of(path: &Path) -> Node {
         use std::os::unix::fs::FileTypeExt;
-        match std::fs::symlink_metadata(path) {
-            Ok(m) => {
-                let ft = m.file_type();
-                if ft.is_symlink() {
-                    match std::fs::read_link(path) {
-                        Ok(t) => Node::Symlink(t),
-                        Err(e) => Node::Error(e.to_string()),
-                    }
-                } else if ft.is_dir() {
-                    Node::Dir
-                } else if ft.is_char_device() {
-                    Node::CharDevice
-                } else if ft.is_file() {
-                    Node::File
-                } else {
-                    Node::Other
-                }
-            }
+        match std::fs::symlink_metadata(path).map(|m| m.file_type()) {
+            Ok(ft) if ft.is_symlink() => match std::fs::read_link(path) {
+                Ok(t) => Node::Symlink(t),
+                Err(e) => Node::Error(e.to_string()),
+            },
+            Ok(ft) if ft.is_dir() => Node::Dir,
+            Ok(ft) if ft.is_char_device() => Node::CharDevice,
+            Ok(ft) if ft.is_file() => Node::File,
+            Ok(_) => Node::Other,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Node::Missing,
             // A component that is not a directory means the path cannot exist.
             Err(e) if e.raw_os_error() == Some(20) => Node::Missing,
@@ -134,14 +125,9 @@ pub(crate) enum ChainError {
     /// The starting path does not exist.
     #[error("{} does not exist", .0.display())]
     Missing(PathBuf),
-    /// A link points at something that does not exist.
-    #[error("symlink {} points to {}, which does not exist", .link.display(), .target.display())]
-    Dangling {
-        /// The link.
-        link: PathBuf,
-        /// Its (outside) target.
-        target: PathBuf,
-    },
+    /// A link points at something that does not exist: the link, and its (outside) target.
+    #[error("symlink {} points to {}, which does not exist", .0.display(), .1.display())]
+    Dangling(PathBuf, PathBuf),
     /// More than [`MAX_HOPS`] hops, or a path seen twice.
     #[error("symlink loop at {}", .0.display())]
     Loop(PathBuf),
@@ -154,19 +140,15 @@ pub(crate) enum ChainError {
         .0.display()
     )]
     Unscanned(PathBuf),
-    /// A link leads outside the roots symlinks may be followed into.
+    /// A link leads outside the roots symlinks may be followed into: the link, and where it
+    /// leads (inside paths).
     #[error(
         "symlink {} leads to {}, outside the roots symlinks may be followed into (add its root \
          to symlink_roots in the config to allow it)",
-        .link.display(),
-        .target.display()
+        .0.display(),
+        .1.display()
     )]
-    Escapes {
-        /// The link (inside path).
-        link: PathBuf,
-        /// Where it leads (inside path).
-        target: PathBuf,
-    },
+    Escapes(PathBuf, PathBuf),
 }
 
 /// Follows the chain starting at (`inside`, `outside`) in `space`, looking entries up in
@@ -192,10 +174,7 @@ pub(crate) fn follow(
             Node::Missing => {
                 return Err(match hops.last() {
                     None => ChainError::Missing(here.outside),
-                    Some(link) => ChainError::Dangling {
-                        link: link.outside.clone(),
-                        target: here.outside,
-                    },
+                    Some(link) => ChainError::Dangling(link.outside.clone(), here.outside),
                 })
             }
             Node::Error(e) => return Err(ChainError::Io(here.outside, e)),
@@ -307,10 +286,7 @@ pub(crate) fn check_within(chain: &Chain, roots: &[PathBuf]) -> Result<(), Chain
         .chain(hops.map(|(link, to)| (&link.inside, &to.inside)))
         .find(|(_, target)| !allowed(target))
     {
-        Some((link, target)) => Err(ChainError::Escapes {
-            link: link.clone(),
-            target: target.clone(),
-        }),
+        Some((link, target)) => Err(ChainError::Escapes(link.clone(), target.clone())),
         None => Ok(()),
     }
 }
@@ -380,7 +356,7 @@ mod tests {
         ));
         assert!(matches!(
             follow(&d.join("c"), &d.join("c"), Space::Literal, &RealFs),
-            Err(ChainError::Dangling { .. })
+            Err(ChainError::Dangling(..))
         ));
         assert!(matches!(
             follow(&d.join("zz"), &d.join("zz"), Space::Literal, &RealFs),

@@ -7,7 +7,7 @@ use crate::config::{Config, DeviceGlob};
 use crate::mig;
 use crate::scan::{DeviceScan, DeviceView, HostView};
 use crate::symlinks::{self, Node};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 impl Decision {
     /// Plans one device glob of the rule `rule`.
@@ -64,9 +64,7 @@ impl Decision {
             // capabilities, to every build.
             Skipped::MigCapabilityNode
         } else {
-            match symlinks::follow(&inside, outside, config.space(), view)
-                .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-            {
+            match self.follow(&inside, outside, config.space(), view) {
                 Err(e) => Skipped::DeviceChain(e),
                 Ok(c) if !matches!(c.target, Node::CharDevice | Node::Dir) => Skipped::NotDevice,
                 Ok(c) => match unexpressible(&c.hops) {
@@ -79,7 +77,7 @@ impl Decision {
                         let kind = ProblemKind::DeviceUnexpressible(
                             inside.clone(),
                             glob.glob.clone(),
-                            bad.to_path_buf(),
+                            bad,
                         );
                         if glob.required {
                             self.add_problem_of(rule, kind);
@@ -98,13 +96,14 @@ impl Decision {
 
 /// The first path of `hops` (inside or outside) that the hook protocol cannot express
 /// ([`crate::protocol`]): one holding a newline or `=`.
-pub(super) fn unexpressible(hops: &[symlinks::Hop]) -> Option<&Path> {
+pub(super) fn unexpressible(hops: &[symlinks::Hop]) -> Option<PathBuf> {
     hops.iter()
         .flat_map(|h| [h.inside.as_path(), h.outside.as_path()])
         .find(|p| {
             let bytes = p.as_os_str().as_encoded_bytes();
             bytes.contains(&b'\n') || bytes.contains(&b'=')
         })
+        .map(Path::to_path_buf)
 }
 
 /// The fix to suggest when a required device glob matches nothing.

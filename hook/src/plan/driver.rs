@@ -1,9 +1,9 @@
 //! The driver part of the plan: the NixOS driver link or the host's libraries, the compat
 //! choice, and the libcuda paths the build is expected to load.
 
-use super::{stale, Decision, ProblemKind, Reason, Skipped, Want};
+use super::{stale, Decision, ProblemKind, Reason, Skipped};
 use crate::config::{Config, Platform};
-use crate::discover::choice::{self, DriverChoice, HostDriverFacts};
+use crate::discover::choice::{self, HostDriverFacts};
 use crate::discover::compat::CompatDriver;
 use crate::discover::host::{self, Capability, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
 use crate::discover::versions;
@@ -13,38 +13,25 @@ use cuda_sandbox_manifest::{DriverKind, DriverManifest};
 use std::path::{Path, PathBuf};
 
 /// Where an exposed driver file or directory comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum DriverSource {
-    /// The NixOS driver link (`driver-link`).
+    /// The NixOS driver link.
+    #[error("driver-link")]
     DriverLink,
-    /// A host library bound at the link (`host-library (<capability>) from <where it was
-    /// found>`): what it is for, and where it was found (`ld.so.cache`, a directory, or a CDI
-    /// spec).
+    /// A host library bound at the link: what it is for, and where it was found
+    /// (`ld.so.cache`, a directory, or a CDI spec).
+    #[error("host-library ({0}) from {1}")]
     HostLibrary(Capability, String),
-    /// A host data file (ICD file, `nvoptix.bin`) bound under the link's `share`
-    /// (`host-data-file (graphics) from <directory>`): the configuration directory it was
-    /// found in.
+    /// A host data file (ICD file, `nvoptix.bin`) bound under the link's `share`: the
+    /// configuration directory it was found in.
+    #[error("host-data-file (graphics) from {0}")]
     HostDataFile(String),
-    /// The chosen compat driver's directory (`compat`).
+    /// The chosen compat driver's directory.
+    #[error("compat")]
     Compat,
-    /// A compat library bound at the link in place of the host's (`compat-at-driver-link`).
+    /// A compat library bound at the link in place of the host's.
+    #[error("compat-at-driver-link")]
     CompatAtDriverLink,
-}
-
-impl std::fmt::Display for DriverSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DriverSource::DriverLink => f.write_str("driver-link"),
-            DriverSource::HostLibrary(capability, found_in) => {
-                write!(f, "host-library ({capability}) from {found_in}")
-            }
-            DriverSource::HostDataFile(found_in) => {
-                write!(f, "host-data-file (graphics) from {found_in}")
-            }
-            DriverSource::Compat => f.write_str("compat"),
-            DriverSource::CompatAtDriverLink => f.write_str("compat-at-driver-link"),
-        }
-    }
 }
 
 /// Where the host driver comes from.
@@ -102,15 +89,32 @@ impl Decision {
         };
         let source = self.host_source(driver);
 
-        // The host libcuda's real file name tells the host driver's version.
-        let real_name = host_libcuda_name(&source, &site);
+        // The host libcuda's real file name, as the scan recorded it, tells the host driver's
+        // version.
+        let libcuda = match &source {
+            HostSource::Link => Some(site.space.outside(&site.link_lib.join("libcuda.so.1"))),
+            HostSource::Libraries(libs, _) => host_libcuda(libs).map(|l| l.outside.clone()),
+            HostSource::Absent => None,
+        };
+        let real_name = libcuda
+            .and_then(|p| view.snapshot.real_paths.get(&p))
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
         let facts = host_facts(&view.facts, real_name.as_deref());
         let at_link = matches!(source, HostSource::Link).then_some(site.link.as_path());
         if let Some(stale) = stale::stale_driver(&view.facts, real_name.as_deref(), at_link) {
             self.add_problem_of(rule, ProblemKind::StaleDriver(stale));
         }
 
-        let candidates = self.compat_candidates(driver);
+        // The compat drivers the scan found in the config's compat directories; directories
+        // without one, or unreadable, are skips.
+        let mut candidates = Vec::new();
+        for seen in &driver.compat {
+            match &seen.found {
+                Ok(Some(c)) => candidates.push(c.clone()),
+                Ok(None) => self.skip(seen.inside.display(), Skipped::CompatWithoutLibcuda),
+                Err(e) => self.skip(seen.inside.display(), Skipped::CompatUnreadable(e.clone())),
+            }
+        }
         let choice = choice::choose(&facts, candidates);
         // Where the hook binds the driver file by file (no NixOS link), the compat driver's
         // libraries replace the host's at the link, so that binaries finding libcuda through
@@ -126,14 +130,34 @@ impl Decision {
         expected.sort();
         expected.dedup();
 
-        self.driver = Some(driver_manifest(
-            &source,
-            &choice,
-            &facts,
-            &expected,
-            &site.link_lib,
-            replace_at_link,
-        ));
+        // The driver part of the manifest: which driver the build gets, the libcuda paths it
+        // may load, the versions, and why.
+        let kind = match (&source, &choice.compat) {
+            (_, Some(_)) => DriverKind::Compat,
+            (HostSource::Absent, None) => DriverKind::None,
+            _ => DriverKind::Host,
+        };
+        self.driver = Some(DriverManifest {
+            kind,
+            libcuda: expected
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+            cuda_version: choice.cuda_version,
+            host_cuda_version: facts.cuda_version,
+            kernel_driver: facts.kernel_driver.clone(),
+            compat_dir: choice
+                .compat
+                .as_ref()
+                .map(|c| c.dir.to_string_lossy().into_owned()),
+            driver_link_lib: (!matches!(source, HostSource::Absent) || replace_at_link)
+                .then(|| site.link_lib.to_string_lossy().into_owned()),
+            reason: if kind == DriverKind::None {
+                "no NVIDIA driver was found on this host".to_string()
+            } else {
+                choice.reason.clone()
+            },
+        });
         self.driver_facts = Some(facts);
         self.driver_choice = Some(choice);
     }
@@ -172,16 +196,11 @@ impl Decision {
             HostSource::Link => {
                 let l = &site.link;
                 let outside = site.space.outside(l);
-                let want = Want::bare(cfg.required);
+                let want = cfg.required.then_some(None);
                 let why = site.reason(DriverSource::DriverLink);
                 self.add_path(rule, l, &outside, site.space, view, why, want);
                 if !compat {
-                    expected.extend(libcuda_paths(
-                        &site.link_lib.join("libcuda.so.1"),
-                        site.space,
-                        site.config,
-                        view,
-                    ));
+                    expected.extend(libcuda_paths(&site.link_lib.join("libcuda.so.1"), site));
                 }
             }
             HostSource::Libraries(libs, data_files) => {
@@ -226,11 +245,10 @@ impl Decision {
         expected: &mut Vec<PathBuf>,
     ) {
         let (rule, space, view) = (site.rule, site.space, site.view);
-        let want = Want::bare(true);
         let why = site.reason(DriverSource::Compat);
-        self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, want);
+        self.add_path(rule, &c.dir, &c.dir_outside, space, view, why, Some(None));
         for libcuda in [&c.dir.join("libcuda.so.1"), &c.dir.join(&c.libcuda)] {
-            expected.extend(libcuda_paths(libcuda, space, site.config, view));
+            expected.extend(libcuda_paths(libcuda, site));
         }
         if !replace_at_link {
             return;
@@ -252,20 +270,6 @@ impl Decision {
             }
         }
     }
-
-    /// The compat drivers the scan found in the config's compat directories; directories
-    /// without one, or unreadable, are skips.
-    fn compat_candidates(&mut self, driver: &DriverView) -> Vec<CompatDriver> {
-        let mut out = Vec::new();
-        for seen in &driver.compat {
-            match &seen.found {
-                Ok(Some(c)) => out.push(c.clone()),
-                Ok(None) => self.skip(seen.inside.display(), Skipped::CompatWithoutLibcuda),
-                Err(e) => self.skip(seen.inside.display(), Skipped::CompatUnreadable(e.clone())),
-            }
-        }
-        out
-    }
 }
 
 /// The host's libcuda among `libs`: `libcuda.so.1`, else any libcuda.
@@ -275,69 +279,13 @@ fn host_libcuda(libs: &[HostLibrary]) -> Option<&HostLibrary> {
         .or_else(|| libs.iter().find(|l| l.stem == "libcuda"))
 }
 
-/// The real file name of the host's libcuda from `source`, as the scan recorded it.
-fn host_libcuda_name(source: &HostSource, site: &DriverSite) -> Option<String> {
-    let outside = match source {
-        HostSource::Link => Some(site.space.outside(&site.link_lib.join("libcuda.so.1"))),
-        HostSource::Libraries(libs, _) => host_libcuda(libs).map(|l| l.outside.clone()),
-        HostSource::Absent => None,
-    };
-    outside
-        .as_ref()
-        .and_then(|p| site.view.snapshot.real_paths.get(p))
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-}
-
-/// The driver part of the manifest: which driver the build gets, the libcuda paths it may
-/// load (`expected`), the versions, and why.
-fn driver_manifest(
-    source: &HostSource,
-    choice: &DriverChoice,
-    facts: &HostDriverFacts,
-    expected: &[PathBuf],
-    link_lib: &Path,
-    replace_at_link: bool,
-) -> DriverManifest {
-    let kind = match (source, &choice.compat) {
-        (_, Some(_)) => DriverKind::Compat,
-        (HostSource::Absent, None) => DriverKind::None,
-        _ => DriverKind::Host,
-    };
-    DriverManifest {
-        kind,
-        libcuda: expected
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect(),
-        cuda_version: choice.cuda_version,
-        host_cuda_version: facts.cuda_version,
-        kernel_driver: facts.kernel_driver.clone(),
-        compat_dir: choice
-            .compat
-            .as_ref()
-            .map(|c| c.dir.to_string_lossy().into_owned()),
-        driver_link_lib: (!matches!(source, HostSource::Absent) || replace_at_link)
-            .then(|| link_lib.to_string_lossy().into_owned()),
-        reason: if kind == DriverKind::None {
-            "no NVIDIA driver was found on this host".to_string()
-        } else {
-            choice.reason.clone()
-        },
-    }
-}
-
 /// The inside paths a libcuda reached at `inside` may resolve to: each hop of its chain and
 /// its real path.
-fn libcuda_paths(
-    inside: &Path,
-    space: Space<'_>,
-    config: &Config,
-    view: &HostView,
-) -> Vec<PathBuf> {
-    let outside = space.outside(inside);
-    let mut out = chain_paths(inside, &outside, space, view);
-    let real = view.snapshot.real_paths.get(&outside);
-    out.extend(real.map(|real| inside_of(real, config)));
+fn libcuda_paths(inside: &Path, site: &DriverSite) -> Vec<PathBuf> {
+    let outside = site.space.outside(inside);
+    let mut out = chain_paths(inside, &outside, site.space, site.view);
+    let real = site.view.snapshot.real_paths.get(&outside);
+    out.extend(real.map(|real| inside_of(real, site.config)));
     out
 }
 

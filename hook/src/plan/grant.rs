@@ -3,8 +3,7 @@
 //! nodes are kept ([`GpuDemand::keep`]), and the manifest is planned from the result
 //! ([`Decision::plan_manifest`]). Reads nothing but its arguments.
 
-use super::cdi;
-use super::{devices, sort_by_inside, Decision, Exposure, GpuDemand, PlannedManifest};
+use super::{devices, gpu_number, sort_by_inside, Decision, Exposure, GpuDemand, PlannedManifest};
 use super::{DrmLeft, ProblemKind, Reason, Skip, Skipped};
 use crate::config::Config;
 use crate::mig::Capability;
@@ -75,7 +74,10 @@ impl GpuDemand {
                     None => Some(drm(DrmLeft::Unmapped(DrmError::Unscanned))),
                 }
             }
-            _ if kept_gpu(cdi::owning_gpu(e)) => None,
+            // A CDI exposure of one GPU's device is that GPU's, a `/dev/nvidiaN` node GPU N's;
+            // what is no GPU's every build gets.
+            Reason::Cdi { gpu: Some(g), .. } => (!parents.contains(g)).then(|| not_leased(false)),
+            _ if kept_gpu(gpu_number(&e.inside)) => None,
             _ => Some(not_leased(false)),
         };
         let others: Vec<(PathBuf, Skipped)> = devices(&decision.exposures)

@@ -8,7 +8,6 @@ use super::devices::unexpressible;
 use super::{Decision, ProblemKind, Reason};
 use crate::config::Config;
 use crate::scan::{CapNode, HostView, MigView, NodeState};
-use crate::symlinks;
 use std::collections::BTreeSet;
 
 impl Decision {
@@ -40,14 +39,10 @@ impl Decision {
             NodeState::Missing => ProblemKind::MigNodeMissing(capability, inside),
             NodeState::Wrong(why) => ProblemKind::MigNodeWrong(capability, inside, why.clone()),
             NodeState::Present => {
-                match symlinks::follow(&inside, &space.outside(&inside), space, view)
-                    .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-                {
+                match self.follow(&inside, &space.outside(&inside), space, view) {
                     Err(error) => ProblemKind::MigNodeChain(capability, inside, error),
                     Ok(chain) => match unexpressible(&chain.hops) {
-                        Some(bad) => {
-                            ProblemKind::MigNodeUnexpressible(capability, bad.to_path_buf())
-                        }
+                        Some(bad) => ProblemKind::MigNodeUnexpressible(capability, bad),
                         None => {
                             let rule = rule.to_string();
                             return self.add_chain(chain.hops, Reason::Mig { rule, capability });

@@ -266,23 +266,6 @@ pub(crate) fn decide(req: &Request, tagged: &Tagged, view: &HostView) -> Decisio
     plan
 }
 
-/// Whether a configured path must exist, and what to say when it does not.
-#[derive(Clone, Copy)]
-struct Want<'a> {
-    required: bool,
-    hint: &'a Option<String>,
-}
-
-impl Want<'static> {
-    /// Required or not, with no hint of the config's.
-    const fn bare(required: bool) -> Self {
-        Want {
-            required,
-            hint: &None,
-        }
-    }
-}
-
 impl Decision {
     /// With `gpus_per_build > 0`: the GPUs found and how many the build needs (its
     /// `cudaSandboxGpus`, else `gpus_per_build`, never above `max_gpus_per_build`).
@@ -371,6 +354,19 @@ impl Decision {
                 reason,
             });
         }
+    }
+
+    /// Follows the chain at (`inside`, `outside`) in `space` and checks that it stays within
+    /// the roots symlinks may be followed into ([`symlinks::check_within`]).
+    fn follow(
+        &self,
+        inside: &Path,
+        outside: &Path,
+        space: symlinks::Space<'_>,
+        view: &HostView,
+    ) -> Result<symlinks::Chain, symlinks::ChainError> {
+        let chain = symlinks::follow(inside, outside, space, view)?;
+        symlinks::check_within(&chain, &self.symlink_roots).map(|()| chain)
     }
 
     /// Sorts the exposures by inside path and drops those already covered by another: exact

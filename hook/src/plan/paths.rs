@@ -2,10 +2,10 @@
 //! each with its symlink chain, and with `follow_entry_symlinks` the targets of the links in
 //! the directory. [`Decision::add_path`] is shared with the driver planner.
 
-use super::{Decision, ProblemKind, Reason, Skipped, Want};
+use super::{Decision, ProblemKind, Reason, Skipped};
 use crate::config::Config;
 use crate::scan::{HostView, PathOrigin, PathView};
-use crate::symlinks::{self, ChainError, Space};
+use crate::symlinks::{ChainError, Space};
 use std::path::Path;
 
 impl Decision {
@@ -26,10 +26,7 @@ impl Decision {
                 rule: rule.to_string(),
             },
         };
-        let want = Want {
-            required: path.required,
-            hint: &path.hint,
-        };
+        let want = path.required.then_some(path.hint.as_deref());
         self.add_path(rule, &path.inside, &path.outside, space, view, reason, want);
         // Each link directly in the directory is exposed with its targets, as an optional
         // host path (a target outside `symlink_roots` is skipped, named).
@@ -45,7 +42,7 @@ impl Decision {
                     space,
                     view,
                     reason,
-                    Want::bare(false),
+                    None,
                 );
             }
         }
@@ -61,19 +58,12 @@ impl Decision {
         view: &HostView,
         reason: Reason,
     ) {
-        self.add_path(
-            rule,
-            inside,
-            outside,
-            Space::Literal,
-            view,
-            reason,
-            Want::bare(false),
-        );
+        self.add_path(rule, inside, outside, Space::Literal, view, reason, None);
     }
 
     /// Exposes the chain at (`inside`, `outside`) for `reason`; when it cannot be followed or
-    /// leaves the allowed roots, a problem if `want` requires it, else a skip.
+    /// leaves the allowed roots, a problem if `want` requires it (`Some`, of the config's hint
+    /// for the fix if it has one), else a skip.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn add_path(
         &mut self,
@@ -83,15 +73,13 @@ impl Decision {
         space: Space<'_>,
         view: &HostView,
         reason: Reason,
-        want: Want<'_>,
+        want: Option<Option<&str>>,
     ) {
-        match symlinks::follow(inside, outside, space, view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-        {
+        match self.follow(inside, outside, space, view) {
             Ok(chain) => self.add_chain(chain.hops, reason),
-            Err(e) if want.required => {
-                let fix = match (&e, want.hint) {
-                    (_, Some(h)) => h.clone(),
+            Err(e) if want.is_some() => {
+                let fix = match (&e, want.flatten()) {
+                    (_, Some(h)) => h.to_string(),
                     (ChainError::Missing(_), None) if inside.starts_with("/run/opengl-driver") => {
                         "the driver link is missing: on NixOS enable hardware.graphics with the \
                          NVIDIA driver; on other distributions add a [[rule.mount]] of the driver \

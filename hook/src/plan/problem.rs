@@ -11,12 +11,12 @@ use crate::scan::mig::MigScanError;
 use crate::symlinks::ChainError;
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
-use std::fmt;
 use std::path::PathBuf;
 
 /// A reason the plan cannot serve the build: a required device or path is missing, or a
 /// closure could not be computed. Each renders as one line with the fix.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {}", .kind.fix())]
 pub struct Problem {
     /// The rule or rules concerned.
     pub rule: RuleIds,
@@ -37,7 +37,8 @@ impl Problem {
 /// The config rules a [`Problem`] concerns, by name: one rule, or every rule that matched the
 /// build for a problem of the build as a whole. Shown, and written in `explain --json`, as the
 /// names joined by `,`, as `explain` has always written them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join(","))]
 pub struct RuleIds(Vec<String>);
 
 impl From<&str> for RuleIds {
@@ -52,30 +53,12 @@ impl From<&Vec<String>> for RuleIds {
     }
 }
 
-impl fmt::Display for RuleIds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join(","))
-    }
-}
-
-impl Serialize for RuleIds {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.kind.fix())
-    }
-}
-
 /// As `explain --json` has always written a problem: `rule`, `what`, `fix`.
 impl Serialize for Problem {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let mut out = s.serialize_struct("Problem", 3)?;
-        out.serialize_field("rule", &self.rule)?;
+        out.serialize_field("rule", &self.rule.to_string())?;
         out.serialize_field("what", &self.kind.to_string())?;
         out.serialize_field("fix", &self.kind.fix())?;
         out.end()
@@ -111,7 +94,7 @@ pub(crate) enum ProblemKind {
     )]
     NoDriver(PathBuf, Vec<PathBuf>),
     /// The user-space driver does not match the loaded kernel module.
-    #[error("{}", .0.what())]
+    #[error("{0}")]
     StaleDriver(StaleDriver),
     /// The build's GPU count cannot be met.
     #[error("{0}")]

@@ -14,8 +14,14 @@ use crate::discover::versions;
 use crate::scan::{BootedDriver, HostFacts};
 use std::path::Path;
 
-/// The host's user-space driver and the loaded kernel module disagree.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The host's user-space driver and the loaded kernel module disagree. Display says what is
+/// wrong, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the NVIDIA user-space driver ({user_space}) does not match the loaded kernel module \
+     ({kernel_module}, /proc/driver/nvidia/version), so every CUDA call would fail with a \
+     version mismatch"
+)]
 pub(crate) struct StaleDriver {
     /// The user-space version (the host libcuda's real file name).
     pub user_space: String,
@@ -28,15 +34,6 @@ pub(crate) struct StaleDriver {
 }
 
 impl StaleDriver {
-    /// What is wrong, in one line.
-    pub(crate) fn what(&self) -> String {
-        format!(
-            "the NVIDIA user-space driver ({}) does not match the loaded kernel module ({}, \
-             /proc/driver/nvidia/version), so every CUDA call would fail with a version mismatch",
-            self.user_space, self.kernel_module
-        )
-    }
-
     /// What to do about it, in one line.
     pub(crate) fn fix(&self) -> String {
         let reboot = format!(

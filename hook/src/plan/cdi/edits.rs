@@ -2,47 +2,41 @@
 //! spec a pre-build hook cannot carry out ([`CdiEdit`]), with why.
 
 use serde::Serialize;
-use std::fmt;
 
 /// What a CDI exposure is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum CdiItem {
     /// One of the device's nodes.
+    #[error("device node")]
     DeviceNode,
     /// A mount, at its container path.
+    #[error("mount")]
     Mount,
     /// A library mount, at the driver link.
+    #[error("library at the driver link")]
     Library,
     /// A data file (ICD file, …) mount, under the driver link's `share`.
+    #[error("data file at the driver link")]
     DataFile,
     /// A link the `create-symlinks` hook would make, at the driver link.
+    #[error("create-symlinks link at the driver link")]
     Link,
-}
-
-impl fmt::Display for CdiItem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CdiItem::DeviceNode => "device node",
-            CdiItem::Mount => "mount",
-            CdiItem::Library => "library at the driver link",
-            CdiItem::DataFile => "data file at the driver link",
-            CdiItem::Link => "create-symlinks link at the driver link",
-        })
-    }
 }
 
 /// An edit of a CDI spec that a pre-build hook cannot carry out: it can only add paths to the
 /// sandbox, before the sandbox exists.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "edit", rename_all = "kebab-case")]
 pub(crate) enum CdiEdit {
     /// An environment variable.
+    #[error("env {value}")]
     Env {
         /// `NAME=value`.
         value: String,
     },
     /// An OCI hook.
+    #[error("{hook_name} hook {program}")]
     Hook {
         /// When it would run.
         hook_name: String,
@@ -50,11 +44,13 @@ pub(crate) enum CdiEdit {
         program: String,
     },
     /// Supplementary groups.
+    #[error("additionalGids {gids:?}")]
     AdditionalGids {
         /// The groups.
         gids: Vec<u32>,
     },
     /// Options of a mount (the mount itself is planned apart).
+    #[error("mount options {} of {container_path}", .options.join(","))]
     MountOptions {
         /// The mount's container path.
         container_path: String,
@@ -62,6 +58,7 @@ pub(crate) enum CdiEdit {
         options: Vec<String>,
     },
     /// A mount of a filesystem type other than a bind mount.
+    #[error("{kind} mount at {container_path}")]
     MountType {
         /// The mount's container path.
         container_path: String,
@@ -69,11 +66,13 @@ pub(crate) enum CdiEdit {
         kind: String,
     },
     /// Owner, mode or cgroup permissions of a device node.
+    #[error("owner/mode/permissions of {path}")]
     NodeAttributes {
         /// The node's path.
         path: String,
     },
     /// A link of the `create-symlinks` hook outside the library directories.
+    #[error("link {link} -> {target}")]
     Link {
         /// The link.
         link: String,
@@ -81,6 +80,7 @@ pub(crate) enum CdiEdit {
         target: String,
     },
     /// An edit the hook does not know (`intelRdt`, `netDevices`, …).
+    #[error("{key}")]
     Other {
         /// Its key.
         key: String,
@@ -112,27 +112,6 @@ impl CdiEdit {
             }
             CdiEdit::Link { .. } => "builds do not look in FHS directories",
             CdiEdit::Other { .. } => "an edit the hook does not know",
-        }
-    }
-}
-
-impl fmt::Display for CdiEdit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CdiEdit::Env { value } => write!(f, "env {value}"),
-            CdiEdit::Hook { hook_name, program } => write!(f, "{hook_name} hook {program}"),
-            CdiEdit::AdditionalGids { gids } => write!(f, "additionalGids {gids:?}"),
-            CdiEdit::MountOptions {
-                container_path,
-                options,
-            } => write!(f, "mount options {} of {container_path}", options.join(",")),
-            CdiEdit::MountType {
-                container_path,
-                kind,
-            } => write!(f, "{kind} mount at {container_path}"),
-            CdiEdit::NodeAttributes { path } => write!(f, "owner/mode/permissions of {path}"),
-            CdiEdit::Link { link, target } => write!(f, "link {link} -> {target}"),
-            CdiEdit::Other { key } => write!(f, "{key}"),
         }
     }
 }

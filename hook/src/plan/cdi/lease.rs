@@ -1,7 +1,7 @@
 //! What a CDI device a rule names gives a build when GPUs are leased (`gpus_per_build > 0`):
 //! its spec's top-level edits, which every build gets, and the edits of each GPU it lists,
 //! each tagged with that GPU so that only a build leased it keeps them
-//! ([`super::owning_gpu`]).
+//! ([`crate::plan::GpuDemand::keep`]).
 //!
 //! A device belongs to GPU N when the one `/dev/nvidiaN` node it lists itself is N (nvidia-ctk's
 //! `0`, `GPU-<uuid>`, and a MIG device `0:1` of that GPU). Such a device a rule names is that

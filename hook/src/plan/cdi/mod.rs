@@ -25,7 +25,7 @@ mod lease;
 
 pub(crate) use edits::{CdiEdit, CdiItem, NotCarriedOut};
 
-use super::{Decision, Exposure, NodeFault, ProblemKind, Reason, Skip, Skipped};
+use super::{Decision, NodeFault, ProblemKind, Reason, Skip, Skipped};
 use crate::cdi::spec::{DeviceNode, Mount};
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, DriverConfig};
@@ -56,11 +56,9 @@ impl Decision {
             }
         }
         let default_driver = DriverConfig::default();
-        let link = symlinks::normalize(&driver.map_or(&default_driver, |d| &d.source).link);
         let place = Place {
             rule,
-            link_lib: link.join("lib"),
-            link_share: link.join("share"),
+            link: symlinks::normalize(&driver.map_or(&default_driver, |d| &d.source).link),
             link_present: driver.is_some_and(|d| d.link_present),
             driver_binds_libraries: driver.is_some_and(|d| d.host_libraries.is_some()),
             config,
@@ -105,9 +103,7 @@ impl Decision {
             self.add_cdi_mount(at, part, found, m);
         }
         for (target, link) in links {
-            if let Some(edit) = self.add_cdi_link(at, part, found, &target, &link) {
-                pending.push(edit);
-            }
+            pending.extend(self.add_cdi_link(at, part, found, &target, &link));
         }
         for edit in pending {
             let why = edit.why();
@@ -141,13 +137,11 @@ impl Decision {
         }
         let inside = symlinks::normalize(Path::new(&n.path));
         let outside = host_path(host, at.config);
-        let fault = match symlinks::follow(&inside, &outside, Space::Literal, at.view)
-            .and_then(|c| symlinks::check_within(&c, &self.symlink_roots).map(|()| c))
-        {
+        let fault = match self.follow(&inside, &outside, Space::Literal, at.view) {
             Err(e) => NodeFault::Unusable(e),
             Ok(chain) if chain.target != Node::CharDevice => NodeFault::NotCharDevice(outside),
             Ok(chain) => match super::devices::unexpressible(&chain.hops) {
-                Some(bad) => NodeFault::Unexpressible(bad.to_path_buf()),
+                Some(bad) => NodeFault::Unexpressible(bad),
                 None => {
                     let reason = cdi_reason(at, part, found, CdiItem::DeviceNode);
                     return self.add_chain(chain.hops, reason);
@@ -185,7 +179,7 @@ impl Decision {
         }
         if is_library_name(&name) {
             if at.link_present {
-                let link = at.link_lib.parent().unwrap_or(&at.link_lib).to_path_buf();
+                let link = at.link.clone();
                 return self.skip(inside.display(), Skipped::CdiDriverLink(device, link));
             }
             if at.driver_binds_libraries && host::driver_library_stem(&name).is_some() {
@@ -200,7 +194,7 @@ impl Decision {
                     .map(|s| rel.with_file_name(s)),
             );
             for rel in names {
-                let inside = at.link_lib.join(rel);
+                let inside = at.link.join("lib").join(rel);
                 let reason = cdi_reason(at, part, found, CdiItem::Library);
                 self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
             }
@@ -208,7 +202,7 @@ impl Decision {
         }
         if let Some(rel) = data_file_place(&inside) {
             let reason = cdi_reason(at, part, found, CdiItem::DataFile);
-            let share = at.link_share.join(rel);
+            let share = at.link.join("share").join(rel);
             self.add_optional_host_path(at.rule, &share, &outside, at.view, reason);
         }
         let reason = cdi_reason(at, part, found, CdiItem::Mount);
@@ -249,21 +243,11 @@ impl Decision {
                 target: target.to_string(),
             });
         };
-        let inside = at.link_lib.join(below_library_dir(&link_path));
+        let inside = at.link.join("lib").join(below_library_dir(&link_path));
         let reason = cdi_reason(at, part, found, CdiItem::Link);
         let outside = host_path(&m.host_path, at.config);
         self.add_optional_host_path(at.rule, &inside, &outside, at.view, reason);
         None
-    }
-}
-
-/// The GPU an exposure belongs to, so that only a build leased that GPU keeps it: a CDI
-/// exposure of one GPU's device ([`lease`]), else the N of a `/dev/nvidiaN` node; `None`
-/// for what every build gets.
-pub(super) fn owning_gpu(e: &Exposure) -> Option<u32> {
-    match &e.reason {
-        Reason::Cdi { gpu: Some(g), .. } => Some(*g),
-        _ => super::gpu_number(&e.inside),
     }
 }
 
@@ -334,8 +318,7 @@ fn unsupported_edits(edits: &ContainerEdits) -> (Vec<CdiEdit>, Vec<(String, Stri
 /// configuration and host the rule is planned under.
 struct Place<'a> {
     rule: &'a str,
-    link_lib: PathBuf,
-    link_share: PathBuf,
+    link: PathBuf,
     link_present: bool,
     driver_binds_libraries: bool,
     config: &'a Config,
