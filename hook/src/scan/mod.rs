@@ -295,6 +295,20 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
         .collect()
 }
 
+/// The file at `path`, opened once trusted ([`crate::trust::open_file`]: root's, not writable
+/// by group or others, a regular file opened without following a link or blocking), read to
+/// at most `limit` + 1 bytes (so that a larger one is caught by its parser's bound); why not,
+/// in one line.
+pub(crate) fn read_trusted(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let (file, _) = crate::trust::open_file(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
 /// Whether a libcuda whose real path the scan recorded names a version other than `kernel`'s.
 fn differs_from_kernel(snapshot: &Snapshot, kernel: Option<&str>) -> bool {
     kernel.is_some_and(|kernel| {
