@@ -11,6 +11,7 @@ use super::Recorder;
 use crate::cdi::load::{LookupError, SpecError, SpecSet};
 use crate::cdi::{ContainerEdits, DeviceName, SpecDirs};
 use crate::config::Config;
+pub(crate) use crate::discover::host::is_library_name;
 use crate::discover::host::{self, HostLibrary};
 use crate::symlinks::{self, Node, Space};
 use std::collections::BTreeMap;
@@ -91,14 +92,6 @@ pub(crate) fn host_path(path: &str, config: &Config) -> PathBuf {
     config
         .space()
         .outside(&symlinks::normalize(Path::new(path)))
-}
-
-/// Whether a file name is a shared library's (`libX.so`, `libX.so.1`, `libX.so.570.86`).
-pub(crate) fn is_library_name(name: &str) -> bool {
-    name.starts_with("lib")
-        && name
-            .split_once(".so")
-            .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// The library directories a spec's libraries are in: their last component.
