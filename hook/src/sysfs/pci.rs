@@ -65,10 +65,12 @@ pub(crate) fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
     let Ok((dir, names)) = listed_gpus(host_root) else {
         return Vec::new();
     };
-    names
-        .into_iter()
-        .map(|bdf| gpu(host_root, &dir, bdf))
-        .collect()
+    let gpu = |bdf: String| {
+        let minor = device_minor(&dir.join(&bdf).join("information"))?;
+        let path = device_path(&host_root.join(BUS_DEVICES_DIR).join(&bdf), &bdf)?;
+        Ok(PciGpu { minor, bdf, path })
+    };
+    names.into_iter().map(gpu).collect()
 }
 
 /// The directory `/proc/driver/nvidia/gpus` under `host_root`, trusted, and the bus addresses
@@ -83,12 +85,6 @@ pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), Tr
         .collect();
     names.sort();
     Ok((dir, names))
-}
-
-fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
-    let minor = device_minor(&gpus.join(&bdf).join("information"))?;
-    let path = device_path(&host_root.join(BUS_DEVICES_DIR).join(&bdf), &bdf)?;
-    Ok(PciGpu { minor, bdf, path })
 }
 
 /// What the host says now of the GPU at bus address `bdf` (under `host_root`): the "Device
