@@ -140,7 +140,18 @@ fn scan_compat(
                     fs.follow(&inside, &outside, rooted);
                     fs.record_real(&outside);
                 }
-                libraries = compat_library_names(&c.dir_outside);
+                // The compat libraries it holds, sorted.
+                if let Ok(entries) = std::fs::read_dir(&c.dir_outside) {
+                    libraries = entries
+                        .filter_map(Result::ok)
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .filter(|n| {
+                            host::driver_library_stem(n)
+                                .is_some_and(|s| COMPAT_LIBRARIES.contains(&s))
+                        })
+                        .collect();
+                    libraries.sort();
+                }
                 for name in &libraries {
                     fs.follow(
                         &link_lib.join(name),
@@ -183,18 +194,4 @@ fn compat_dirs(config: &Config, pattern: &str) -> Vec<(PathBuf, PathBuf)> {
             Some((inside, outside))
         })
         .collect()
-}
-
-/// The compat libraries (`libcuda`, the JIT compiler, …) directly in `dir`, sorted.
-fn compat_library_names(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| host::driver_library_stem(n).is_some_and(|s| COMPAT_LIBRARIES.contains(&s)))
-        .collect();
-    names.sort();
-    names
 }
