@@ -75,17 +75,6 @@ pub(crate) enum LookupError {
     Conflict(DeviceName, PathBuf, PathBuf),
 }
 
-/// A device and the spec that defines it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Found<'a> {
-    /// The spec's file.
-    pub file: &'a Path,
-    /// The spec (its own edits come with the device).
-    pub spec: &'a Spec,
-    /// The device.
-    pub device: &'a Device,
-}
-
 impl SpecSet {
     /// Reads every spec in `dirs`. A missing directory holds no spec; anything else that
     /// cannot be used is recorded in [`SpecSet::errors`].
@@ -169,12 +158,13 @@ impl SpecSet {
         }
     }
 
-    /// The device `name`: from the spec of its kind with the highest priority that defines it.
+    /// The device `name` and the spec that defines it: the spec of its kind with the highest
+    /// priority that defines it.
     pub(crate) fn find(
         &self,
         name: &DeviceName,
         dirs: &SpecDirs,
-    ) -> Result<Found<'_>, LookupError> {
+    ) -> Result<(&LoadedSpec, &Device), LookupError> {
         let mut best: Option<(&LoadedSpec, &Device)> = None;
         for s in self.specs.iter().filter(|s| s.spec.kind == name.kind()) {
             let Some(device) = s.spec.device(name.device()) else {
@@ -189,14 +179,9 @@ impl SpecSet {
                 _ => best = Some((s, device)),
             }
         }
-        let (s, device) = best.ok_or_else(|| {
+        best.ok_or_else(|| {
             let shown = dirs.dirs().iter().map(|d| d.display().to_string());
             LookupError::NotFound(name.clone(), shown.collect::<Vec<_>>().join(", "))
-        })?;
-        Ok(Found {
-            file: &s.file,
-            spec: &s.spec,
-            device,
         })
     }
 }
@@ -216,8 +201,8 @@ mod tests {
         SpecDirs::try_from(paths.iter().map(|p| p.to_path_buf()).collect::<Vec<_>>()).unwrap()
     }
 
-    fn node_of(found: Found<'_>) -> String {
-        found.device.container_edits.device_nodes[0].path.clone()
+    fn node_of((_, device): (&LoadedSpec, &Device)) -> String {
+        device.container_edits.device_nodes[0].path.clone()
     }
 
     #[test]

@@ -132,25 +132,25 @@ pub(crate) fn scan(
         .iter()
         .map(|name| CdiDeviceView {
             name: name.clone(),
-            found: set.find(name, dirs).map(|f| {
-                let mut edits = f.device.container_edits.clone();
-                let shared = &f.spec.container_edits;
+            found: set.find(name, dirs).map(|(loaded, device)| {
+                let mut edits = device.container_edits.clone();
+                let shared = &loaded.spec.container_edits;
                 edits.extend(shared);
                 let sonames = record(&edits, config, fs);
                 // The spec's other devices, with leases only.
-                let siblings = (f.spec.devices.iter())
-                    .filter(|d| config.gpus_per_build > 0 && d.name != f.device.name)
+                let siblings = (loaded.spec.devices.iter())
+                    .filter(|d| config.gpus_per_build > 0 && d.name != device.name)
                     .map(|d| {
                         record_nodes(&d.container_edits, config, fs);
-                        let qualified = format!("{}={}", f.spec.kind, d.name);
+                        let qualified = format!("{}={}", loaded.spec.kind, d.name);
                         (qualified, d.container_edits.clone())
                     })
                     .collect();
                 CdiDevice {
-                    spec: f.file.to_path_buf(),
+                    spec: loaded.file.to_path_buf(),
                     edits,
                     sonames,
-                    own: f.device.container_edits.clone(),
+                    own: device.container_edits.clone(),
                     shared: shared.clone(),
                     siblings,
                 }
