@@ -171,14 +171,10 @@ fn make_binds(trees: &StateDir, parts: TreeParts<'_>, name: &str) -> Result<(), 
             .map_err(io("make", target.clone()))?;
         mount::bind_read_only(&bind.source, &target)?;
     }
-    make_pci(&tree, parts.pci)
-}
-
-/// The PCI entries (paths in the tree, which this hook made and only root can change: no
-/// link is ever crossed, links are only ever leaves), then the tops bound on themselves
-/// read-only, then the GPUs' directories bound in them.
-fn make_pci(tree: &StateDir, pci: &PciLayout) -> Result<(), TreeError> {
-    for entry in &pci.entries {
+    // The PCI entries (paths in the tree, which this hook made and only root can change: no
+    // link is ever crossed, links are only ever leaves), then the tops bound on themselves
+    // read-only, then the GPUs' directories bound in them.
+    for entry in &parts.pci.entries {
         let at = tree.path.join(entry.path());
         match entry {
             Entry::Dir(p) => tree.make_dir(p, 0o755).map_err(io("make", at))?,
@@ -193,11 +189,11 @@ fn make_pci(tree: &StateDir, pci: &PciLayout) -> Result<(), TreeError> {
             }
         }
     }
-    for top in pci.tops() {
+    for top in parts.pci.tops() {
         let at = tree.path.join(top);
         mount::bind_read_only(&at, &at)?;
     }
-    for (dir, source) in &pci.devices {
+    for (dir, source) in &parts.pci.devices {
         mount::bind_read_only(source, &tree.path.join(dir))?;
     }
     Ok(())
