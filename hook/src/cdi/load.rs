@@ -99,20 +99,18 @@ impl SpecSet {
             };
             // `/var/run` is `/run` on most hosts: one directory named twice is read once, at
             // its higher priority.
-            match seen.iter().position(|s| *s == resolved) {
-                Some(i) => {
-                    seen.remove(i);
-                    for s in set
-                        .specs
-                        .iter_mut()
-                        .filter(|s| s.file.starts_with(&resolved))
-                    {
-                        s.priority = priority;
-                    }
+            if seen.contains(&resolved) {
+                for s in set
+                    .specs
+                    .iter_mut()
+                    .filter(|s| s.file.starts_with(&resolved))
+                {
+                    s.priority = priority;
                 }
-                None => set.read_dir(dir, &resolved, priority),
+            } else {
+                set.read_dir(dir, &resolved, priority);
+                seen.push(resolved);
             }
-            seen.push(resolved);
         }
         set
     }
