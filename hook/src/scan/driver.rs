@@ -68,53 +68,44 @@ pub(crate) fn scan(
     fs.record_real(&libcuda_outside);
     let link_present = !matches!(fs.lstat(&rooted.outside(&link)), Node::Missing);
     let wanted = from_spec.is_some() || driver.host_libraries;
-    let host_libraries = (!link_present && wanted)
-        .then(|| scan_host_libraries(driver, config, from_spec, &link, fs));
+    let link_lib = link.join("lib");
+    // The host's driver libraries (`from_spec` when given, else found through the loader cache
+    // and `library_dirs`) and data files, each followed in `fs` from where it is bound under
+    // `link`.
+    let host_libraries = (!link_present && wanted).then(|| {
+        let mut warnings = Vec::new();
+        let data_files = match from_spec {
+            Some(_) => Vec::new(),
+            None => host::host_data_files(&config.host_root, &config.store_dir),
+        };
+        for f in &data_files {
+            fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
+        }
+        let libraries = from_spec.unwrap_or_else(|| {
+            host::host_libraries(
+                &config.host_root,
+                &config.store_dir,
+                &driver.library_dirs,
+                &mut warnings,
+            )
+        });
+        for lib in &libraries {
+            fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
+            if lib.stem == "libcuda" {
+                fs.record_real(&lib.outside);
+            }
+        }
+        HostLibraries {
+            libraries,
+            data_files,
+            warnings,
+        }
+    });
     DriverView {
         source: driver.clone(),
         link_present,
         host_libraries,
-        compat: scan_compat(driver, config, &link.join("lib"), fs),
-    }
-}
-
-/// The host's driver libraries (`from_spec` when given, else found through the loader cache
-/// and `library_dirs`) and data files, each followed in `fs` from where it is bound under
-/// `link`.
-fn scan_host_libraries(
-    driver: &DriverConfig,
-    config: &Config,
-    from_spec: Option<Vec<HostLibrary>>,
-    link: &Path,
-    fs: &Recorder,
-) -> HostLibraries {
-    let mut warnings = Vec::new();
-    let data_files = match from_spec {
-        Some(_) => Vec::new(),
-        None => host::host_data_files(&config.host_root, &config.store_dir),
-    };
-    for f in &data_files {
-        fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
-    }
-    let libraries = from_spec.unwrap_or_else(|| {
-        host::host_libraries(
-            &config.host_root,
-            &config.store_dir,
-            &driver.library_dirs,
-            &mut warnings,
-        )
-    });
-    let link_lib = link.join("lib");
-    for lib in &libraries {
-        fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
-        if lib.stem == "libcuda" {
-            fs.record_real(&lib.outside);
-        }
-    }
-    HostLibraries {
-        libraries,
-        data_files,
-        warnings,
+        compat: scan_compat(driver, config, &link_lib, fs),
     }
 }
 
