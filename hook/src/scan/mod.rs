@@ -243,7 +243,16 @@ pub(crate) fn scan(config: &Config, rules: &[&Rule], need_inventory: bool) -> Ho
     // driver does too, and is then judged by the planner), never on a host whose driver
     // matches its module.
     let has_driver = views.iter().any(|v| v.driver.is_some());
-    if has_driver && differs_from_kernel(&snapshot, facts.kernel_driver.as_deref()) {
+    // Whether a libcuda whose real path the scan recorded names a version other than `kernel`.
+    let differs = |kernel: &str| {
+        snapshot.real_paths.values().any(|real| {
+            real.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| versions::version_in_file_name(n, "libcuda"))
+                .is_some_and(|v| v != kernel)
+        })
+    };
+    if has_driver && facts.kernel_driver.as_deref().is_some_and(differs) {
         facts.booted_driver = booted::booted_driver(&config.host_root, &config.store_dir);
     }
     HostView {
@@ -307,18 +316,6 @@ pub(crate) fn read_trusted(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
         .read_to_end(&mut bytes)
         .map_err(|e| e.to_string())?;
     Ok(bytes)
-}
-
-/// Whether a libcuda whose real path the scan recorded names a version other than `kernel`'s.
-fn differs_from_kernel(snapshot: &Snapshot, kernel: Option<&str>) -> bool {
-    kernel.is_some_and(|kernel| {
-        snapshot.real_paths.values().any(|real| {
-            real.file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| versions::version_in_file_name(n, "libcuda"))
-                .is_some_and(|v| v != kernel)
-        })
-    })
 }
 
 /// The host facts, read only when a rule has a driver or a platform-specific device: a rule
