@@ -236,10 +236,9 @@ pub(crate) fn host_libraries(
                     if native.is_some_and(|f| e.flags != f) || e.glibc_hwcaps.is_some() {
                         continue;
                     }
-                    let outside = under(root, store_dir, &e.path);
                     add(
                         String::from_utf8(e.soname).ok(),
-                        outside,
+                        under(root, store_dir, &e.path),
                         "/etc/ld.so.cache".into(),
                     );
                 }
