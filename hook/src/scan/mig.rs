@@ -178,6 +178,11 @@ fn walk_capabilities(
     source: &MigConfig,
     rooted: Space<'_>,
 ) -> Result<Vec<(Capability, u32)>, MigScanError> {
+    // A capability and the `DeviceFileMinor` its file gives.
+    let with_minor = |cap: Capability| {
+        let path = rooted.outside(&cap.proc_path());
+        read_parsed(&path, formats::ACCESS_MAX, formats::access_minor).map(|minor| (cap, minor))
+    };
     let caps_dir = rooted.outside(Path::new(mig::CAPABILITIES_DIR));
     let mut walked = Vec::new();
     if !caps_dir.exists() {
@@ -189,13 +194,9 @@ fn walk_capabilities(
             continue;
         }
         for gi in numbered(&mig_dir, "gi")? {
-            let gi_dir = mig_dir.join(format!("gi{gi}"));
-            let minor = access_minor(&gi_dir.join("access"))?;
-            walked.push((Capability::Gi { gpu, gi }, minor));
-            for ci in numbered(&gi_dir, "ci")? {
-                let path = gi_dir.join(format!("ci{ci}/access"));
-                let cap = Capability::Ci(InstanceId { gpu, gi, ci });
-                walked.push((cap, access_minor(&path)?));
+            walked.push(with_minor(Capability::Gi { gpu, gi })?);
+            for ci in numbered(&mig_dir.join(format!("gi{gi}")), "ci")? {
+                walked.push(with_minor(Capability::Ci(InstanceId { gpu, gi, ci }))?);
             }
         }
     }
@@ -204,7 +205,7 @@ fn walk_capabilities(
         (source.monitor, Capability::Monitor),
     ];
     for (_, cap) in named.iter().filter(|(named, _)| *named) {
-        walked.push((*cap, access_minor(&rooted.outside(&cap.proc_path()))?));
+        walked.push(with_minor(*cap)?);
     }
     Ok(walked)
 }
@@ -231,11 +232,6 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, MigScanError> {
     }
     found.sort_unstable();
     Ok(found)
-}
-
-/// The `DeviceFileMinor` of the capability file at `path`.
-fn access_minor(path: &Path) -> Result<u32, MigScanError> {
-    read_parsed(path, formats::ACCESS_MAX, formats::access_minor)
 }
 
 /// The file at `path`, opened once trusted and read to at most `limit` + 1 bytes (so that a
