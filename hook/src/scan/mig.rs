@@ -128,7 +128,8 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     // `mig-minors` must not list a capability with another minor than its `access` file
     // gives (a capability it does not list is not judged).
     let listed_file = rooted.outside(Path::new(mig::MIG_MINORS));
-    let listed = (listed_file.exists())
+    let listed = listed_file
+        .exists()
         .then(|| read_parsed(&listed_file, formats::MIG_MINORS_MAX, formats::mig_minors))
         .transpose()?;
     for (cap, minor) in &minors {
