@@ -10,7 +10,7 @@
 use super::Recorder;
 use crate::cdi::load::{LookupError, SpecError, SpecSet};
 use crate::cdi::{ContainerEdits, DeviceName, SpecDirs};
-use crate::config::Config;
+use crate::config::{Config, Rule};
 pub(crate) use crate::discover::host::is_library_name;
 use crate::discover::host::{self, HostLibrary};
 use crate::symlinks::{self, Node, Space};
@@ -116,19 +116,19 @@ pub(crate) fn below_library_dir(path: &Path) -> PathBuf {
     names[start.min(names.len())..].iter().collect()
 }
 
-/// Scans the devices `names` (with the rule's `hint` for a missing one) under `config`,
+/// Scans the CDI devices `rule` names (with its `cdi_hint` for a missing one) under `config`,
 /// reading the spec directories into `specs` (read once for every rule that names a CDI
 /// device) the first time.
 pub(crate) fn scan(
-    names: &[DeviceName],
-    hint: Option<&str>,
+    rule: &Rule,
     config: &Config,
     specs: &mut Option<SpecSet>,
     fs: &Recorder,
 ) -> CdiView {
     let dirs: &SpecDirs = &config.cdi_spec_dirs;
     let set = specs.get_or_insert_with(|| SpecSet::load(dirs));
-    let devices = names
+    let devices = rule
+        .cdi
         .iter()
         .map(|name| CdiDeviceView {
             name: name.clone(),
@@ -160,7 +160,7 @@ pub(crate) fn scan(
     CdiView {
         devices,
         spec_errors: set.errors.clone(),
-        hint: hint.map(str::to_owned),
+        hint: rule.cdi_hint.clone(),
     }
 }
 

@@ -205,10 +205,7 @@ pub(crate) fn scan(config: &Config, rules: &[&Rule], need_inventory: bool) -> Ho
     let views: Vec<RuleView> = rules
         .iter()
         .map(|rule| {
-            let cdi = (!rule.cdi.is_empty()).then(|| {
-                let hint = rule.cdi_hint.as_deref();
-                cdi::scan(&rule.cdi, hint, config, &mut specs, &fs)
-            });
+            let cdi = (!rule.cdi.is_empty()).then(|| cdi::scan(rule, config, &mut specs, &fs));
             // A host driver a spec mounts replaces the one the loader cache would give.
             let spec_libraries = cdi
                 .as_ref()
