@@ -54,7 +54,10 @@ pub(crate) fn scan(config: &Config) -> InventoryView {
         }
     };
     let path = config.runtime_dir.join(INVENTORY_FILE);
-    match read(&path).map(|inventory| check(&inventory, &host, &config.host_root)) {
+    // The inventory, trusted, bounded (a longer one is caught by the parser) and parsed.
+    let read = super::read_trusted(&path, INVENTORY_MAX_BYTES)
+        .and_then(|bytes| Inventory::parse(&bytes).map_err(|e| e.to_string()));
+    match read.map(|inventory| check(&inventory, &host, &config.host_root)) {
         Ok(Ok(gpus)) => InventoryView::Gpus(gpus),
         Ok(Err(why)) => InventoryView::Missing(format!(
             "{} no longer matches the host: {why}; run `cuda-sandbox-check inventory` again",
@@ -65,12 +68,6 @@ pub(crate) fn scan(config: &Config) -> InventoryView {
             path.display()
         )),
     }
-}
-
-/// The inventory at `path`, trusted, bounded (a longer one is caught by the parser) and
-/// parsed; the reason in one line otherwise.
-fn read(path: &Path) -> Result<Inventory, String> {
-    Inventory::parse(&super::read_trusted(path, INVENTORY_MAX_BYTES)?).map_err(|e| e.to_string())
 }
 
 /// The inventory's GPUs when they are exactly the `host`'s (bus addresses under
