@@ -75,17 +75,6 @@ pub(crate) enum LookupError {
     Conflict(DeviceName, PathBuf, PathBuf),
 }
 
-/// A device and the spec that defines it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Found<'a> {
-    /// The spec's file.
-    pub file: &'a Path,
-    /// The spec (its own edits come with the device).
-    pub spec: &'a Spec,
-    /// The device.
-    pub device: &'a Device,
-}
-
 impl SpecSet {
     /// Reads every spec in `dirs`. A missing directory holds no spec; anything else that
     /// cannot be used is recorded in [`SpecSet::errors`].
@@ -110,20 +99,18 @@ impl SpecSet {
             };
             // `/var/run` is `/run` on most hosts: one directory named twice is read once, at
             // its higher priority.
-            match seen.iter().position(|s| *s == resolved) {
-                Some(i) => {
-                    seen.remove(i);
-                    for s in set
-                        .specs
-                        .iter_mut()
-                        .filter(|s| s.file.starts_with(&resolved))
-                    {
-                        s.priority = priority;
-                    }
+            if seen.contains(&resolved) {
+                for s in set
+                    .specs
+                    .iter_mut()
+                    .filter(|s| s.file.starts_with(&resolved))
+                {
+                    s.priority = priority;
                 }
-                None => set.read_dir(dir, &resolved, priority),
+            } else {
+                set.read_dir(dir, &resolved, priority);
+                seen.push(resolved);
             }
-            seen.push(resolved);
         }
         set
     }
@@ -169,12 +156,13 @@ impl SpecSet {
         }
     }
 
-    /// The device `name`: from the spec of its kind with the highest priority that defines it.
+    /// The device `name` and the spec that defines it: the spec of its kind with the highest
+    /// priority that defines it.
     pub(crate) fn find(
         &self,
         name: &DeviceName,
         dirs: &SpecDirs,
-    ) -> Result<Found<'_>, LookupError> {
+    ) -> Result<(&LoadedSpec, &Device), LookupError> {
         let mut best: Option<(&LoadedSpec, &Device)> = None;
         for s in self.specs.iter().filter(|s| s.spec.kind == name.kind()) {
             let Some(device) = s.spec.device(name.device()) else {
@@ -189,14 +177,9 @@ impl SpecSet {
                 _ => best = Some((s, device)),
             }
         }
-        let (s, device) = best.ok_or_else(|| {
+        best.ok_or_else(|| {
             let shown = dirs.dirs().iter().map(|d| d.display().to_string());
             LookupError::NotFound(name.clone(), shown.collect::<Vec<_>>().join(", "))
-        })?;
-        Ok(Found {
-            file: &s.file,
-            spec: &s.spec,
-            device,
         })
     }
 }
@@ -216,8 +199,8 @@ mod tests {
         SpecDirs::try_from(paths.iter().map(|p| p.to_path_buf()).collect::<Vec<_>>()).unwrap()
     }
 
-    fn node_of(found: Found<'_>) -> String {
-        found.device.container_edits.device_nodes[0].path.clone()
+    fn node_of((_, device): (&LoadedSpec, &Device)) -> String {
+        device.container_edits.device_nodes[0].path.clone()
     }
 
     #[test]

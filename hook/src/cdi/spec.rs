@@ -193,10 +193,8 @@ impl Spec {
             }
         };
         let mut names = std::collections::BTreeSet::new();
-        for d in &spec.devices {
-            if !names.insert(d.name.as_str()) {
-                return Err(ParseError::Duplicate(d.name.clone()));
-            }
+        if let Some(d) = spec.devices.iter().find(|d| !names.insert(d.name.as_str())) {
+            return Err(ParseError::Duplicate(d.name.clone()));
         }
         Ok(spec)
     }

@@ -135,13 +135,18 @@ pub(crate) const USUAL_LIBRARY_DIRS: &[&str] = &[
     "/usr/local/nvidia/lib",
 ];
 
+/// Whether a file name is a shared library's (`libX.so`, `libX.so.1`, `libX.so.570.86`).
+pub(crate) fn is_library_name(name: &str) -> bool {
+    name.starts_with("lib")
+        && name
+            .split_once(".so")
+            .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with('.'))
+}
+
 /// The stem of `name` when it is a driver library (`libcuda.so.1` → `libcuda`); `None` for
 /// everything else, libc and libstdc++ included.
 pub(crate) fn driver_library_stem(name: &str) -> Option<&'static str> {
-    let (stem, rest) = name.split_once(".so")?;
-    if !(rest.is_empty() || rest.starts_with('.')) {
-        return None;
-    }
+    let (stem, _) = name.split_once(".so").filter(|_| is_library_name(name))?;
     DRIVER_LIBRARIES
         .iter()
         .flat_map(|(_, stems)| stems.iter())
@@ -231,10 +236,9 @@ pub(crate) fn host_libraries(
                     if native.is_some_and(|f| e.flags != f) || e.glibc_hwcaps.is_some() {
                         continue;
                     }
-                    let outside = under(root, store_dir, &e.path);
                     add(
                         String::from_utf8(e.soname).ok(),
-                        outside,
+                        under(root, store_dir, &e.path),
                         "/etc/ld.so.cache".into(),
                     );
                 }

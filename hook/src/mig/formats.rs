@@ -42,9 +42,8 @@ pub(crate) type MigMinors = BTreeMap<Capability, u32>;
 
 /// The `DeviceFileMinor` of a capability file's text.
 pub(crate) fn access_minor(text: &[u8]) -> Result<u32, FormatError> {
-    bounded(text, ACCESS_MAX)?;
     let mut minor = None;
-    for (i, line) in lines(text) {
+    for (i, line) in lines(text, ACCESS_MAX)? {
         let Some((key, value)) = line.split_once(':') else {
             return Err(FormatError::Line(i, "not a `Key: value` line"));
         };
@@ -63,9 +62,8 @@ pub(crate) fn access_minor(text: &[u8]) -> Result<u32, FormatError> {
 
 /// The capabilities and minors `mig-minors` lists.
 pub(crate) fn mig_minors(text: &[u8]) -> Result<MigMinors, FormatError> {
-    bounded(text, MIG_MINORS_MAX)?;
     let mut minors = MigMinors::new();
-    for (i, line) in lines(text) {
+    for (i, line) in lines(text, MIG_MINORS_MAX)? {
         let mut fields = line.split_ascii_whitespace();
         let (Some(name), Some(minor), None) = (fields.next(), fields.next(), fields.next()) else {
             return Err(FormatError::Line(i, "not a `<capability> <minor>` line"));
@@ -83,9 +81,8 @@ pub(crate) fn mig_minors(text: &[u8]) -> Result<MigMinors, FormatError> {
 
 /// The `nvidia-caps` character-device major in `/proc/devices`, if it is listed.
 pub(crate) fn caps_major(text: &[u8]) -> Result<Option<u32>, FormatError> {
-    bounded(text, PROC_DEVICES_MAX)?;
     let mut in_char = false;
-    for (i, line) in lines(text) {
+    for (i, line) in lines(text, PROC_DEVICES_MAX)? {
         if line.ends_with(':') {
             in_char = line == "Character devices:";
             continue;
@@ -137,20 +134,17 @@ pub(crate) fn number(text: &str) -> Option<u32> {
     text.parse().ok()
 }
 
-fn bounded(text: &[u8], limit: u64) -> Result<(), FormatError> {
+/// The non-empty lines of `text`, numbered from 1, trimmed, once `text` is within `limit`
+/// bytes; bytes that are not UTF-8 make their line fail to match anything.
+fn lines(text: &[u8], limit: u64) -> Result<impl Iterator<Item = (usize, &str)>, FormatError> {
     if text.len() as u64 > limit {
         return Err(FormatError::TooLarge(limit));
     }
-    Ok(())
-}
-
-/// The non-empty lines of `text`, numbered from 1, trimmed; bytes that are not UTF-8 make
-/// their line fail to match anything.
-fn lines(text: &[u8]) -> impl Iterator<Item = (usize, &str)> {
-    text.split(|b| *b == b'\n')
+    Ok(text
+        .split(|b| *b == b'\n')
         .enumerate()
         .map(|(i, l)| (i + 1, std::str::from_utf8(l).unwrap_or("\u{fffd}").trim()))
-        .filter(|(_, l)| !l.is_empty())
+        .filter(|(_, l)| !l.is_empty()))
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 use super::Recorder;
 use crate::cdi::load::{LookupError, SpecError, SpecSet};
 use crate::cdi::{ContainerEdits, DeviceName, SpecDirs};
-use crate::config::Config;
+use crate::config::{Config, Rule};
+pub(crate) use crate::discover::host::is_library_name;
 use crate::discover::host::{self, HostLibrary};
 use crate::symlinks::{self, Node, Space};
 use std::collections::BTreeMap;
@@ -93,14 +94,6 @@ pub(crate) fn host_path(path: &str, config: &Config) -> PathBuf {
         .outside(&symlinks::normalize(Path::new(path)))
 }
 
-/// Whether a file name is a shared library's (`libX.so`, `libX.so.1`, `libX.so.570.86`).
-pub(crate) fn is_library_name(name: &str) -> bool {
-    name.starts_with("lib")
-        && name
-            .split_once(".so")
-            .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with('.'))
-}
-
 /// The library directories a spec's libraries are in: their last component.
 fn is_library_dir(name: &str) -> bool {
     name == "lib" || name == "lib64" || name.ends_with("-linux-gnu")
@@ -123,41 +116,41 @@ pub(crate) fn below_library_dir(path: &Path) -> PathBuf {
     names[start.min(names.len())..].iter().collect()
 }
 
-/// Scans the devices `names` (with the rule's `hint` for a missing one) under `config`,
+/// Scans the CDI devices `rule` names (with its `cdi_hint` for a missing one) under `config`,
 /// reading the spec directories into `specs` (read once for every rule that names a CDI
 /// device) the first time.
 pub(crate) fn scan(
-    names: &[DeviceName],
-    hint: Option<&str>,
+    rule: &Rule,
     config: &Config,
     specs: &mut Option<SpecSet>,
     fs: &Recorder,
 ) -> CdiView {
     let dirs: &SpecDirs = &config.cdi_spec_dirs;
     let set = specs.get_or_insert_with(|| SpecSet::load(dirs));
-    let devices = names
+    let devices = rule
+        .cdi
         .iter()
         .map(|name| CdiDeviceView {
             name: name.clone(),
-            found: set.find(name, dirs).map(|f| {
-                let mut edits = f.device.container_edits.clone();
-                let shared = &f.spec.container_edits;
+            found: set.find(name, dirs).map(|(loaded, device)| {
+                let mut edits = device.container_edits.clone();
+                let shared = &loaded.spec.container_edits;
                 edits.extend(shared);
                 let sonames = record(&edits, config, fs);
                 // The spec's other devices, with leases only.
-                let siblings = (f.spec.devices.iter())
-                    .filter(|d| config.gpus_per_build > 0 && d.name != f.device.name)
+                let siblings = (loaded.spec.devices.iter())
+                    .filter(|d| config.gpus_per_build > 0 && d.name != device.name)
                     .map(|d| {
                         record_nodes(&d.container_edits, config, fs);
-                        let qualified = format!("{}={}", f.spec.kind, d.name);
+                        let qualified = format!("{}={}", loaded.spec.kind, d.name);
                         (qualified, d.container_edits.clone())
                     })
                     .collect();
                 CdiDevice {
-                    spec: f.file.to_path_buf(),
+                    spec: loaded.file.to_path_buf(),
                     edits,
                     sonames,
-                    own: f.device.container_edits.clone(),
+                    own: device.container_edits.clone(),
                     shared: shared.clone(),
                     siblings,
                 }
@@ -167,7 +160,7 @@ pub(crate) fn scan(
     CdiView {
         devices,
         spec_errors: set.errors.clone(),
-        hint: hint.map(str::to_owned),
+        hint: rule.cdi_hint.clone(),
     }
 }
 

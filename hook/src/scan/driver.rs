@@ -68,53 +68,44 @@ pub(crate) fn scan(
     fs.record_real(&libcuda_outside);
     let link_present = !matches!(fs.lstat(&rooted.outside(&link)), Node::Missing);
     let wanted = from_spec.is_some() || driver.host_libraries;
-    let host_libraries = (!link_present && wanted)
-        .then(|| scan_host_libraries(driver, config, from_spec, &link, fs));
+    let link_lib = link.join("lib");
+    // The host's driver libraries (`from_spec` when given, else found through the loader cache
+    // and `library_dirs`) and data files, each followed in `fs` from where it is bound under
+    // `link`.
+    let host_libraries = (!link_present && wanted).then(|| {
+        let mut warnings = Vec::new();
+        let data_files = match from_spec {
+            Some(_) => Vec::new(),
+            None => host::host_data_files(&config.host_root, &config.store_dir),
+        };
+        for f in &data_files {
+            fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
+        }
+        let libraries = from_spec.unwrap_or_else(|| {
+            host::host_libraries(
+                &config.host_root,
+                &config.store_dir,
+                &driver.library_dirs,
+                &mut warnings,
+            )
+        });
+        for lib in &libraries {
+            fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
+            if lib.stem == "libcuda" {
+                fs.record_real(&lib.outside);
+            }
+        }
+        HostLibraries {
+            libraries,
+            data_files,
+            warnings,
+        }
+    });
     DriverView {
         source: driver.clone(),
         link_present,
         host_libraries,
-        compat: scan_compat(driver, config, &link.join("lib"), fs),
-    }
-}
-
-/// The host's driver libraries (`from_spec` when given, else found through the loader cache
-/// and `library_dirs`) and data files, each followed in `fs` from where it is bound under
-/// `link`.
-fn scan_host_libraries(
-    driver: &DriverConfig,
-    config: &Config,
-    from_spec: Option<Vec<HostLibrary>>,
-    link: &Path,
-    fs: &Recorder,
-) -> HostLibraries {
-    let mut warnings = Vec::new();
-    let data_files = match from_spec {
-        Some(_) => Vec::new(),
-        None => host::host_data_files(&config.host_root, &config.store_dir),
-    };
-    for f in &data_files {
-        fs.follow(&link.join("share").join(&f.rel), &f.outside, Space::Literal);
-    }
-    let libraries = from_spec.unwrap_or_else(|| {
-        host::host_libraries(
-            &config.host_root,
-            &config.store_dir,
-            &driver.library_dirs,
-            &mut warnings,
-        )
-    });
-    let link_lib = link.join("lib");
-    for lib in &libraries {
-        fs.follow(&link_lib.join(&lib.name), &lib.outside, Space::Literal);
-        if lib.stem == "libcuda" {
-            fs.record_real(&lib.outside);
-        }
-    }
-    HostLibraries {
-        libraries,
-        data_files,
-        warnings,
+        compat: scan_compat(driver, config, &link_lib, fs),
     }
 }
 
@@ -140,7 +131,18 @@ fn scan_compat(
                     fs.follow(&inside, &outside, rooted);
                     fs.record_real(&outside);
                 }
-                libraries = compat_library_names(&c.dir_outside);
+                // The compat libraries it holds, sorted.
+                if let Ok(entries) = std::fs::read_dir(&c.dir_outside) {
+                    libraries = entries
+                        .filter_map(Result::ok)
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .filter(|n| {
+                            host::driver_library_stem(n)
+                                .is_some_and(|s| COMPAT_LIBRARIES.contains(&s))
+                        })
+                        .collect();
+                    libraries.sort();
+                }
                 for name in &libraries {
                     fs.follow(
                         &link_lib.join(name),
@@ -183,18 +185,4 @@ fn compat_dirs(config: &Config, pattern: &str) -> Vec<(PathBuf, PathBuf)> {
             Some((inside, outside))
         })
         .collect()
-}
-
-/// The compat libraries (`libcuda`, the JIT compiler, …) directly in `dir`, sorted.
-fn compat_library_names(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| host::driver_library_stem(n).is_some_and(|s| COMPAT_LIBRARIES.contains(&s)))
-        .collect();
-    names.sort();
-    names
 }

@@ -3,7 +3,7 @@
 //! `cuda-sandbox-check inventory` to `<runtime_dir>/inventory.json`, so that the hook need
 //! not load the driver.
 //!
-//! The file is opened once trusted ([`trust::open_file`]: root's, not writable by group or
+//! The file is opened once trusted ([`crate::trust::open_file`]: root's, not writable by group or
 //! others, a regular file opened without following a link or blocking), read to at most
 //! [`INVENTORY_MAX_BYTES`] and parsed in linear time. Then every entry is checked against the
 //! host as it is now, under `host_root`: the GPUs `/proc/driver/nvidia/gpus` lists must be
@@ -15,10 +15,8 @@
 
 use crate::config::Config;
 use crate::sysfs;
-use crate::trust;
 use cuda_sandbox_cuda_facts::Capability;
 use cuda_sandbox_manifest::inventory::{Bdf, Inventory, INVENTORY_FILE, INVENTORY_MAX_BYTES};
-use std::io::Read;
 use std::path::Path;
 
 /// What is known of the GPUs' capabilities.
@@ -56,7 +54,10 @@ pub(crate) fn scan(config: &Config) -> InventoryView {
         }
     };
     let path = config.runtime_dir.join(INVENTORY_FILE);
-    match read(&path).map(|inventory| check(&inventory, &host, &config.host_root)) {
+    // The inventory, trusted, bounded (a longer one is caught by the parser) and parsed.
+    let read = super::read_trusted(&path, INVENTORY_MAX_BYTES)
+        .and_then(|bytes| Inventory::parse(&bytes).map_err(|e| e.to_string()));
+    match read.map(|inventory| check(&inventory, &host, &config.host_root)) {
         Ok(Ok(gpus)) => InventoryView::Gpus(gpus),
         Ok(Err(why)) => InventoryView::Missing(format!(
             "{} no longer matches the host: {why}; run `cuda-sandbox-check inventory` again",
@@ -67,17 +68,6 @@ pub(crate) fn scan(config: &Config) -> InventoryView {
             path.display()
         )),
     }
-}
-
-/// The inventory at `path`, trusted, bounded (a longer one is caught by the parser) and
-/// parsed; the reason in one line otherwise.
-fn read(path: &Path) -> Result<Inventory, String> {
-    let (file, _) = trust::open_file(path).map_err(|e| e.to_string())?;
-    let mut bytes = Vec::new();
-    file.take(INVENTORY_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    Inventory::parse(&bytes).map_err(|e| e.to_string())
 }
 
 /// The inventory's GPUs when they are exactly the `host`'s (bus addresses under

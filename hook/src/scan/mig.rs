@@ -9,11 +9,10 @@
 
 use super::Recorder;
 use crate::config::{Config, MigConfig};
-use crate::mig::formats::{self, FormatError, MigMinors};
+use crate::mig::formats::{self, FormatError};
 use crate::mig::{self, Capability, InstanceId};
 use crate::symlinks::Space;
-use crate::trust::{self, TrustError};
-use std::io::Read;
+use crate::trust;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -128,7 +127,11 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
     }
     // `mig-minors` must not list a capability with another minor than its `access` file
     // gives (a capability it does not list is not judged).
-    let listed = listed_minors(&rooted.outside(Path::new(mig::MIG_MINORS)))?;
+    let listed_file = rooted.outside(Path::new(mig::MIG_MINORS));
+    let listed = listed_file
+        .exists()
+        .then(|| read_parsed(&listed_file, formats::MIG_MINORS_MAX, formats::mig_minors))
+        .transpose()?;
     for (cap, minor) in &minors {
         if let Some(l) = listed.as_ref().and_then(|l| l.get(cap)) {
             if l != minor {
@@ -138,8 +141,7 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
         }
     }
     let devices = rooted.outside(Path::new(mig::PROC_DEVICES));
-    let major = formats::caps_major(&read_bounded(&devices, formats::PROC_DEVICES_MAX)?)
-        .map_err(|error| MigScanError::Format(devices, error))?
+    let major = read_parsed(&devices, formats::PROC_DEVICES_MAX, formats::caps_major)?
         .ok_or(MigScanError::NoMajor)?;
     let mut host = MigHost::default();
     // The walk gives each GPU instance before its compute instances.
@@ -177,6 +179,11 @@ fn walk_capabilities(
     source: &MigConfig,
     rooted: Space<'_>,
 ) -> Result<Vec<(Capability, u32)>, MigScanError> {
+    // A capability and the `DeviceFileMinor` its file gives.
+    let with_minor = |cap: Capability| {
+        let path = rooted.outside(&cap.proc_path());
+        read_parsed(&path, formats::ACCESS_MAX, formats::access_minor).map(|minor| (cap, minor))
+    };
     let caps_dir = rooted.outside(Path::new(mig::CAPABILITIES_DIR));
     let mut walked = Vec::new();
     if !caps_dir.exists() {
@@ -188,13 +195,9 @@ fn walk_capabilities(
             continue;
         }
         for gi in numbered(&mig_dir, "gi")? {
-            let gi_dir = mig_dir.join(format!("gi{gi}"));
-            let minor = access_minor(&gi_dir.join("access"))?;
-            walked.push((Capability::Gi { gpu, gi }, minor));
-            for ci in numbered(&gi_dir, "ci")? {
-                let path = gi_dir.join(format!("ci{ci}/access"));
-                let cap = Capability::Ci(InstanceId { gpu, gi, ci });
-                walked.push((cap, access_minor(&path)?));
+            walked.push(with_minor(Capability::Gi { gpu, gi })?);
+            for ci in numbered(&mig_dir.join(format!("gi{gi}")), "ci")? {
+                walked.push(with_minor(Capability::Ci(InstanceId { gpu, gi, ci }))?);
             }
         }
     }
@@ -203,7 +206,7 @@ fn walk_capabilities(
         (source.monitor, Capability::Monitor),
     ];
     for (_, cap) in named.iter().filter(|(named, _)| *named) {
-        walked.push((*cap, access_minor(&rooted.outside(&cap.proc_path()))?));
+        walked.push(with_minor(*cap)?);
     }
     Ok(walked)
 }
@@ -232,33 +235,17 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, MigScanError> {
     Ok(found)
 }
 
-/// The `DeviceFileMinor` of the capability file at `path`.
-fn access_minor(path: &Path) -> Result<u32, MigScanError> {
-    formats::access_minor(&read_bounded(path, formats::ACCESS_MAX)?)
-        .map_err(|error| MigScanError::Format(path.to_path_buf(), error))
-}
-
-/// `mig-minors`, when the driver has one.
-fn listed_minors(path: &Path) -> Result<Option<MigMinors>, MigScanError> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    formats::mig_minors(&read_bounded(path, formats::MIG_MINORS_MAX)?)
-        .map(Some)
-        .map_err(|error| MigScanError::Format(path.to_path_buf(), error))
-}
-
-/// The file at `path`, opened once trusted, read to at most `limit` + 1 bytes (so that a
-/// larger one is caught by the parser's bound). `/proc` files report size 0, so the size is
-/// not asked.
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, MigScanError> {
-    let err = |why: String| MigScanError::Read(path.to_path_buf(), why);
-    let (file, _) = trust::open_file(path).map_err(|e: TrustError| err(e.to_string()))?;
-    let mut bytes = Vec::new();
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| err(e.to_string()))?;
-    Ok(bytes)
+/// The file at `path`, opened once trusted and read to at most `limit` + 1 bytes (so that a
+/// larger one is caught by the parser's bound), parsed by `parse`. `/proc` files report size
+/// 0, so the size is not asked.
+fn read_parsed<T>(
+    path: &Path,
+    limit: u64,
+    parse: fn(&[u8]) -> Result<T, FormatError>,
+) -> Result<T, MigScanError> {
+    let bytes = super::read_trusted(path, limit)
+        .map_err(|why| MigScanError::Read(path.to_path_buf(), why))?;
+    parse(&bytes).map_err(|error| MigScanError::Format(path.to_path_buf(), error))
 }
 
 /// Whether `outside` is the character device `major`:`minor` (no symlink followed).

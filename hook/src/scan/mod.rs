@@ -205,10 +205,7 @@ pub(crate) fn scan(config: &Config, rules: &[&Rule], need_inventory: bool) -> Ho
     let views: Vec<RuleView> = rules
         .iter()
         .map(|rule| {
-            let cdi = (!rule.cdi.is_empty()).then(|| {
-                let hint = rule.cdi_hint.as_deref();
-                cdi::scan(&rule.cdi, hint, config, &mut specs, &fs)
-            });
+            let cdi = (!rule.cdi.is_empty()).then(|| cdi::scan(rule, config, &mut specs, &fs));
             // A host driver a spec mounts replaces the one the loader cache would give.
             let spec_libraries = cdi
                 .as_ref()
@@ -243,7 +240,16 @@ pub(crate) fn scan(config: &Config, rules: &[&Rule], need_inventory: bool) -> Ho
     // driver does too, and is then judged by the planner), never on a host whose driver
     // matches its module.
     let has_driver = views.iter().any(|v| v.driver.is_some());
-    if has_driver && differs_from_kernel(&snapshot, facts.kernel_driver.as_deref()) {
+    // Whether a libcuda whose real path the scan recorded names a version other than `kernel`.
+    let differs = |kernel: &str| {
+        snapshot.real_paths.values().any(|real| {
+            real.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| versions::version_in_file_name(n, "libcuda"))
+                .is_some_and(|v| v != kernel)
+        })
+    };
+    if has_driver && facts.kernel_driver.as_deref().is_some_and(differs) {
         facts.booted_driver = booted::booted_driver(&config.host_root, &config.store_dir);
     }
     HostView {
@@ -295,16 +301,18 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
         .collect()
 }
 
-/// Whether a libcuda whose real path the scan recorded names a version other than `kernel`'s.
-fn differs_from_kernel(snapshot: &Snapshot, kernel: Option<&str>) -> bool {
-    kernel.is_some_and(|kernel| {
-        snapshot.real_paths.values().any(|real| {
-            real.file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| versions::version_in_file_name(n, "libcuda"))
-                .is_some_and(|v| v != kernel)
-        })
-    })
+/// The file at `path`, opened once trusted ([`crate::trust::open_file`]: root's, not writable
+/// by group or others, a regular file opened without following a link or blocking), read to
+/// at most `limit` + 1 bytes (so that a larger one is caught by its parser's bound); why not,
+/// in one line.
+pub(crate) fn read_trusted(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let (file, _) = crate::trust::open_file(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 /// The host facts, read only when a rule has a driver or a platform-specific device: a rule

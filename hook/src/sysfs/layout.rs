@@ -106,8 +106,7 @@ impl PciLayout {
                         layout.add(Entry::Copy(format!("{dir}/{name}"), source));
                     }
                 }
-                let child = path[depth + 1].as_str();
-                let bus = &child[..7];
+                let bus = &path[depth + 1][..7];
                 layout.add(Entry::Dir(format!("{dir}/pci_bus")));
                 layout.add(Entry::Dir(format!("{dir}/pci_bus/{bus}")));
                 let link = format!("{CLASS_PCI_BUS}/{bus}");

@@ -65,10 +65,11 @@ pub(crate) fn discover(host_root: &Path) -> Vec<Result<PciGpu, PciError>> {
     let Ok((dir, names)) = listed_gpus(host_root) else {
         return Vec::new();
     };
-    names
-        .into_iter()
-        .map(|bdf| gpu(host_root, &dir, bdf))
-        .collect()
+    let gpu = |bdf: String| {
+        let minor = device_minor(&dir.join(&bdf).join("information"))?;
+        linked_device(&host_root.join(BUS_DEVICES_DIR).join(&bdf), &bdf, minor)
+    };
+    names.into_iter().map(gpu).collect()
 }
 
 /// The directory `/proc/driver/nvidia/gpus` under `host_root`, trusted, and the bus addresses
@@ -83,12 +84,6 @@ pub(crate) fn listed_gpus(host_root: &Path) -> Result<(PathBuf, Vec<String>), Tr
         .collect();
     names.sort();
     Ok((dir, names))
-}
-
-fn gpu(host_root: &Path, gpus: &Path, bdf: String) -> Result<PciGpu, PciError> {
-    let minor = device_minor(&gpus.join(&bdf).join("information"))?;
-    let path = device_path(&host_root.join(BUS_DEVICES_DIR).join(&bdf), &bdf)?;
-    Ok(PciGpu { minor, bdf, path })
 }
 
 /// What the host says now of the GPU at bus address `bdf` (under `host_root`): the "Device
@@ -127,14 +122,15 @@ pub(super) fn read_small(path: &Path, max: u64) -> Result<Vec<u8>, PciError> {
     Ok(bytes)
 }
 
-/// The device's path below `/sys/devices`, from its link in `/sys/bus/pci/devices`
-/// (`../../../devices/pci0000:00/0000:00:01.0/<bdf>`), which must be root's (or the hook's user's).
-fn device_path(link: &Path, bdf: &str) -> Result<Vec<String>, PciError> {
+/// The device at `bdf` (its `/dev/nvidia<minor>`), its path below `/sys/devices` from its
+/// link in `/sys/bus/pci/devices` (`../../../devices/pci0000:00/0000:00:01.0/<bdf>`), which
+/// must be root's (or the hook's user's).
+fn linked_device(link: &Path, bdf: &str, minor: u32) -> Result<PciGpu, PciError> {
     let target = root_link(link)?;
     target
         .strip_prefix("../../../devices/")
-        .and_then(pci_path)
-        .filter(|parts| parts.last().map(String::as_str) == Some(bdf))
+        .and_then(|below| pci_device(below, minor))
+        .filter(|gpu| gpu.bdf == bdf)
         .ok_or_else(|| unexpected(link, &target))
 }
 
@@ -162,13 +158,7 @@ pub(crate) fn discover_drm(host_root: &Path, minors: &[u32]) -> Vec<Result<DrmDe
             let link = dir.join(format!("{DRM_MAJOR}:{minor}"));
             let target = root_link(&link)?;
             let gpu = drm_pci_path(&target)
-                .and_then(|path| {
-                    Some(PciGpu {
-                        minor,
-                        bdf: path.last()?.clone(),
-                        path,
-                    })
-                })
+                .and_then(|below| pci_device(below, minor))
                 .ok_or_else(|| unexpected(&link, &target))?;
             Ok(DrmDevice { target, gpu })
         })
@@ -176,26 +166,25 @@ pub(crate) fn discover_drm(host_root: &Path, minors: &[u32]) -> Vec<Result<DrmDe
 }
 
 /// The PCI path of a DRM node's link target, `../../devices/<PCI path>/drm/<node>`.
-fn drm_pci_path(target: &str) -> Option<Vec<String>> {
+fn drm_pci_path(target: &str) -> Option<&str> {
     let below = target.strip_prefix("../../devices/")?;
     let (device, node) = below.rsplit_once("/drm/")?;
     let number = node
         .strip_prefix("renderD")
         .or_else(|| node.strip_prefix("card"))?;
-    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    pci_path(device)
+    (!number.is_empty() && number.bytes().all(|b| b.is_ascii_digit())).then_some(device)
 }
 
-/// `below` (a path below `/sys/devices`) as a root bus and bus addresses, the device's last.
-fn pci_path(below: &str) -> Option<Vec<String>> {
-    let parts: Vec<String> = below.split('/').map(str::to_string).collect();
-    let well_formed = parts.len() >= 2
-        && parts.len() <= PATH_MAX_DEPTH
-        && is_root_bus(&parts[0])
-        && parts[1..].iter().all(|p| is_bdf(p));
-    well_formed.then_some(parts)
+/// The PCI device (numbered `minor`) at `below` (a path below `/sys/devices`), when that is a
+/// root bus and bus addresses, the device's last.
+fn pci_device(below: &str, minor: u32) -> Option<PciGpu> {
+    let path: Vec<String> = below.split('/').map(str::to_string).collect();
+    let well_formed = path.len() >= 2
+        && path.len() <= PATH_MAX_DEPTH
+        && is_root_bus(&path[0])
+        && path[1..].iter().all(|p| is_bdf(p));
+    let bdf = path.last()?.clone();
+    well_formed.then_some(PciGpu { minor, bdf, path })
 }
 
 /// The target of the symlink `link`, which must be root's (or the hook's user's), in a

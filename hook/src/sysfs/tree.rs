@@ -86,7 +86,42 @@ pub(crate) fn build(
     chroot: &Path,
     leased: bool,
 ) -> Result<TreeGuard, TreeError> {
-    mount::in_parents_namespace(|| build_here(parts, name, runtime_dir, chroot, leased))??;
+    mount::in_parents_namespace(|| -> Result<(), TreeError> {
+        let trees = StateDir::open(&runtime_dir.join(TREES_DIR))?;
+        let meta = std::fs::metadata(chroot)
+            .map_err(io("look at the build's chroot", chroot.to_path_buf()))?;
+        // A tree of the same name is an ended build's whose chroot had this inode.
+        remove_in(&trees, name)?;
+        let record = Record {
+            chroot: chroot.to_path_buf(),
+            chroot_id: (meta.dev(), meta.ino()),
+            chroot_born: born(chroot),
+            leased,
+            mount_points: parts
+                .binds
+                .iter()
+                .map(|b| b.mount_point.clone())
+                .chain(parts.pci.tops().cloned())
+                .chain(parts.pci.devices.iter().map(|(d, _)| d.clone()))
+                .collect(),
+            entries: parts
+                .pci
+                .entries
+                .iter()
+                .map(|e| (e.path().to_string(), matches!(e, Entry::Dir(_))))
+                .collect(),
+        };
+        let bytes = serde_json::to_vec(&record).expect("a record serialises");
+        let record_name = record_file(name);
+        trees
+            .write_atomic(&record_name, &bytes, 0o600, false)
+            .map_err(io("write", trees.path.join(&record_name)))?;
+        let made = make_binds(&trees, parts, name);
+        if made.is_err() {
+            let _ = remove_in(&trees, name);
+        }
+        made
+    })??;
     Ok(TreeGuard {
         runtime_dir: runtime_dir.to_path_buf(),
         name: name.to_string(),
@@ -115,52 +150,14 @@ impl TreeGuard {
 impl Drop for TreeGuard {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = mount::in_parents_namespace(|| remove_here(&self.runtime_dir, &self.name));
+            let _ = mount::in_parents_namespace(|| {
+                match StateDir::open_existing(&self.runtime_dir.join(TREES_DIR))? {
+                    Some(trees) => remove_in(&trees, &self.name),
+                    None => Ok(()),
+                }
+            });
         }
     }
-}
-
-fn build_here(
-    parts: TreeParts<'_>,
-    name: &str,
-    runtime_dir: &Path,
-    chroot: &Path,
-    leased: bool,
-) -> Result<(), TreeError> {
-    let trees = StateDir::open(&runtime_dir.join(TREES_DIR))?;
-    let meta = std::fs::metadata(chroot)
-        .map_err(io("look at the build's chroot", chroot.to_path_buf()))?;
-    // A tree of the same name is an ended build's whose chroot had this inode.
-    remove_in(&trees, name)?;
-    let record = Record {
-        chroot: chroot.to_path_buf(),
-        chroot_id: (meta.dev(), meta.ino()),
-        chroot_born: born(chroot),
-        leased,
-        mount_points: parts
-            .binds
-            .iter()
-            .map(|b| b.mount_point.clone())
-            .chain(parts.pci.tops().cloned())
-            .chain(parts.pci.devices.iter().map(|(d, _)| d.clone()))
-            .collect(),
-        entries: parts
-            .pci
-            .entries
-            .iter()
-            .map(|e| (e.path().to_string(), matches!(e, Entry::Dir(_))))
-            .collect(),
-    };
-    let bytes = serde_json::to_vec(&record).expect("a record serialises");
-    let record_name = record_file(name);
-    trees
-        .write_atomic(&record_name, &bytes, 0o600, false)
-        .map_err(io("write", trees.path.join(&record_name)))?;
-    let made = make_binds(&trees, parts, name);
-    if made.is_err() {
-        let _ = remove_in(&trees, name);
-    }
-    made
 }
 
 fn make_binds(trees: &StateDir, parts: TreeParts<'_>, name: &str) -> Result<(), TreeError> {
@@ -174,14 +171,10 @@ fn make_binds(trees: &StateDir, parts: TreeParts<'_>, name: &str) -> Result<(), 
             .map_err(io("make", target.clone()))?;
         mount::bind_read_only(&bind.source, &target)?;
     }
-    make_pci(&tree, parts.pci)
-}
-
-/// The PCI entries (paths in the tree, which this hook made and only root can change: no
-/// link is ever crossed, links are only ever leaves), then the tops bound on themselves
-/// read-only, then the GPUs' directories bound in them.
-fn make_pci(tree: &StateDir, pci: &PciLayout) -> Result<(), TreeError> {
-    for entry in &pci.entries {
+    // The PCI entries (paths in the tree, which this hook made and only root can change: no
+    // link is ever crossed, links are only ever leaves), then the tops bound on themselves
+    // read-only, then the GPUs' directories bound in them.
+    for entry in &parts.pci.entries {
         let at = tree.path.join(entry.path());
         match entry {
             Entry::Dir(p) => tree.make_dir(p, 0o755).map_err(io("make", at))?,
@@ -196,21 +189,14 @@ fn make_pci(tree: &StateDir, pci: &PciLayout) -> Result<(), TreeError> {
             }
         }
     }
-    for top in pci.tops() {
+    for top in parts.pci.tops() {
         let at = tree.path.join(top);
         mount::bind_read_only(&at, &at)?;
     }
-    for (dir, source) in &pci.devices {
+    for (dir, source) in &parts.pci.devices {
         mount::bind_read_only(source, &tree.path.join(dir))?;
     }
     Ok(())
-}
-
-fn remove_here(runtime_dir: &Path, name: &str) -> Result<(), TreeError> {
-    match StateDir::open_existing(&runtime_dir.join(TREES_DIR))? {
-        Some(trees) => remove_in(&trees, name),
-        None => Ok(()),
-    }
 }
 
 /// Removes every tree whose build has ended (see [`Record::live`]); one that cannot be
@@ -220,21 +206,19 @@ pub(crate) fn sweep(runtime_dir: &Path) -> Result<(), TreeError> {
     if std::fs::symlink_metadata(runtime_dir.join(TREES_DIR)).is_err() {
         return Ok(());
     }
-    mount::in_parents_namespace(|| sweep_here(runtime_dir))?
-}
-
-fn sweep_here(runtime_dir: &Path) -> Result<(), TreeError> {
-    let Some(trees) = StateDir::open_existing(&runtime_dir.join(TREES_DIR))? else {
-        return Ok(());
-    };
-    let leases = Leases::new(runtime_dir);
-    let names = trees.names();
-    // Every ended tree is tried; the first error is returned.
-    (names.iter())
-        .filter_map(|name| name.strip_suffix(".json"))
-        .filter(|tree| read(&trees, tree).is_some_and(|record| !record.live(&leases)))
-        .map(|tree| remove_in(&trees, tree))
-        .fold(Ok(()), Result::and)
+    mount::in_parents_namespace(|| {
+        let Some(trees) = StateDir::open_existing(&runtime_dir.join(TREES_DIR))? else {
+            return Ok(());
+        };
+        let leases = Leases::new(runtime_dir);
+        let names = trees.names();
+        // Every ended tree is tried; the first error is returned.
+        (names.iter())
+            .filter_map(|name| name.strip_suffix(".json"))
+            .filter(|tree| read(&trees, tree).is_some_and(|record| !record.live(&leases)))
+            .map(|tree| remove_in(&trees, tree))
+            .fold(Ok(()), Result::and)
+    })?
 }
 
 fn read(trees: &StateDir, name: &str) -> Option<Record> {
