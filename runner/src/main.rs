@@ -114,10 +114,11 @@ fn checks_help() -> String {
             .map(|check| check.name)
             .collect();
         let names = names.join(", ");
-        parts.push(match when.flag() {
-            None => names,
-            Some(flag @ "--expect-no-gpu") => format!("{names} alone with {flag}"),
-            Some(flag) => format!("{names} with {flag}"),
+        parts.push(match when {
+            Always => names,
+            WithLint => format!("{names} with --lint"),
+            WithPackage => format!("{names} with --package"),
+            ExpectNoGpu => format!("{names} alone with --expect-no-gpu"),
         });
     }
     let mut text = String::new();
