@@ -33,17 +33,21 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some((command, rest)) = args.split_first() {
         let rest = rest.iter().cloned();
-        match command.as_str() {
-            "lint" => return output::exit(command, lint_main(parse_after(command, rest))),
-            "gpu-confirm" => {
-                return output::exit(command, confirm_main(&parse_after(command, rest)))
-            }
-            "features" => return features::run(&parse_after(command, rest)),
-            "inventory" => return inventory::run(&parse_after(command, rest)),
-            "container-binds" => return container_binds::run(&parse_after(command, rest)),
-            _ => {}
-        }
+        let result = match command.as_str() {
+            "lint" => lint_main(parse_after(command, rest)),
+            "gpu-confirm" => confirm_main(&parse_after(command, rest)),
+            "features" => features::run(&parse_after(command, rest)),
+            "inventory" => inventory::run(&parse_after(command, rest)),
+            "container-binds" => container_binds::run(&parse_after(command, rest)),
+            _ => return run_checks(),
+        };
+        return output::exit(command, result);
     }
+    run_checks()
+}
+
+/// The check run: the flags, the checks as libtest trials, the report and the exit status.
+fn run_checks() -> ExitCode {
     let cli = Cli::from_env(after_help());
     let allow_no_checks = cli.options.allow_no_checks;
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());

@@ -158,12 +158,9 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
 }
 
 /// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
-/// 3 with an unknown capability, 2 without GPUs or with bad input.
-pub fn run(cli: &FeaturesCli) -> ExitCode {
-    output::exit("features", run_features(cli))
-}
-
-fn run_features(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+/// 3 with an unknown capability, or the error without GPUs or with bad input (main's
+/// [`output::exit`] says it, exit status 2).
+pub fn run(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let report = report(cli)?;
     if cli.json {
         output::json(&report)?;

@@ -172,12 +172,9 @@ pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
     Ok(())
 }
 
-/// Runs `inventory`: writes the file and prints one line per GPU; 0, or 2 with the reason.
-pub fn run(cli: &InventoryCli) -> ExitCode {
-    output::exit("inventory", run_inventory(cli))
-}
-
-fn run_inventory(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main's
+/// [`output::exit`] says it, exit status 2).
+pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let inventory = take(&cli.root)?;
     write(&inventory, &cli.output)?;
     output::to_stdout(|out| {
