@@ -65,16 +65,6 @@ pub(crate) const NVIDIA_SONAMES: &[&str] = &[
     "libnvinfer",
 ];
 
-/// Whether `soname` (`libcufft.so.11`, `libcublasLt.so.12`) names one of [`NVIDIA_SONAMES`].
-fn nvidia_soname(soname: &str) -> bool {
-    let stem = soname
-        .split(".so")
-        .next()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    NVIDIA_SONAMES.iter().any(|p| stem.starts_with(p))
-}
-
 /// Who built a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -92,7 +82,11 @@ impl Provenance {
     /// Where `file` (an absolute path, of DT_SONAME `soname`) comes from, by the rules of the
     /// module doc.
     pub(crate) fn of(file: &Path, soname: Option<&str>, store_dir: &Path) -> Provenance {
-        if soname.is_some_and(nvidia_soname) {
+        // `libcufft.so.11`, `libcublasLt.so.12`: one of NVIDIA's, by the name before `.so`.
+        let stem = soname
+            .and_then(|s| s.split(".so").next())
+            .map(str::to_ascii_lowercase);
+        if stem.is_some_and(|stem| NVIDIA_SONAMES.iter().any(|p| stem.starts_with(p))) {
             return Provenance::Prebuilt;
         }
         let names: Vec<&str> = file
