@@ -106,23 +106,18 @@ pub(crate) struct FeaturesReport {
     pub nixpkgs: &'static NixpkgsPin,
 }
 
-/// The GPUs the driver reports to this process.
-fn driver_gpus() -> Result<Vec<FeatureGpu>, FeaturesError> {
-    let failed = |e: &dyn std::fmt::Display| FeaturesError::Driver(e.to_string());
-    let driver = Driver::load().map_err(|e| failed(&e))?;
-    driver.init().map_err(|e| failed(&e))?;
-    let listed = devices::list(&driver).map_err(|e| failed(&e))?;
-    let gpus: Vec<_> = listed.iter().map(FeatureGpu::from).collect();
-    if gpus.is_empty() {
-        return Err(FeaturesError::NoGpu);
-    }
-    Ok(gpus)
-}
-
 /// Computes the report: from `--capability`, else from the driver.
 pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError> {
     let (source, gpus) = if cli.capabilities.is_empty() {
-        ("driver", driver_gpus()?)
+        // The GPUs the driver reports to this process.
+        let failed = |e: &dyn std::fmt::Display| FeaturesError::Driver(e.to_string());
+        let driver = Driver::load().map_err(|e| failed(&e))?;
+        driver.init().map_err(|e| failed(&e))?;
+        let listed = devices::list(&driver).map_err(|e| failed(&e))?;
+        if listed.is_empty() {
+            return Err(FeaturesError::NoGpu);
+        }
+        ("driver", listed.iter().map(FeatureGpu::from).collect())
     } else {
         let gpus = cli
             .capabilities
