@@ -10,7 +10,7 @@ use std::sync::Arc;
 use clap::Parser;
 use cuda_sandbox_check::check::RunsWhen::{Always, ExpectNoGpu, WithLint, WithPackage};
 use cuda_sandbox_check::checks::{self, CHECKS};
-use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
+use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli};
 use cuda_sandbox_check::facts::container_binds;
 use cuda_sandbox_check::facts::elf_lint;
 use cuda_sandbox_check::facts::expectations::ManifestState;
@@ -145,13 +145,9 @@ fn after_help() -> String {
 
 /// `gpu-confirm`: the report as JSON; 0 every prediction held, 101 one did not, 2 no GPU.
 fn confirm_main(cli: &ConfirmCli) -> Result<ExitCode, Box<dyn Error>> {
-    let (report, found) = confirm(cli)?;
+    let report = confirm(cli)?;
     output::json(&report)?;
-    Ok(ExitCode::from(match found {
-        Confirmed::Held => 0,
-        Confirmed::NotBorneOut => 101,
-        Confirmed::NoGpu => 2,
-    }))
+    Ok(ExitCode::from(report.status()))
 }
 
 /// Exit status of a check run in which nothing failed but `package::gpu_code` could not judge

@@ -166,6 +166,19 @@ pub struct ConfirmReport {
     pub(crate) disagreements: Vec<String>,
 }
 
+impl ConfirmReport {
+    /// What `gpu-confirm` found, as its exit status: 0 every prediction held, 101 one did not
+    /// (listed in the report), 2 there is no GPU to confirm on (the runtime's part may have
+    /// run).
+    pub fn status(&self) -> u8 {
+        match (&self.no_gpu, self.disagreements.is_empty()) {
+            (Some(_), _) => 2,
+            (None, true) => 0,
+            (None, false) => 101,
+        }
+    }
+}
+
 /// The CUresult a prediction expects, and its name.
 fn expected(load: &Load) -> (&'static str, Option<i32>) {
     match load {
@@ -200,18 +213,9 @@ fn this_gpu(driver: &Driver) -> Result<(Target, PrimaryContext<'_>), String> {
     Ok((Target::new(device, driver, false), context))
 }
 
-/// What `gpu-confirm` found.
-pub enum Confirmed {
-    /// Every prediction held.
-    Held,
-    /// One did not (listed in the report).
-    NotBorneOut,
-    /// There is no GPU to confirm on (the runtime's part may have run).
-    NoGpu,
-}
-
-/// Runs `gpu-confirm`: the report and what it found. An error is a FILE that cannot be read.
-pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
+/// Runs `gpu-confirm`: the report ([`ConfirmReport::status`] says what it found). An error is
+/// a FILE that cannot be read.
+pub fn confirm(cli: &ConfirmCli) -> Result<ConfirmReport, String> {
     let mut disagreements = Vec::new();
     let registered = if cli.register.is_empty() {
         vec![HandBuilt::Kernelless]
@@ -255,7 +259,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
     // Without a GPU, the runtime's part alone (its disagreements are not reported).
     let no_gpu = |mut report: ConfirmReport, why: String| {
         report.no_gpu = Some(why);
-        Ok((report, Confirmed::NoGpu))
+        Ok(report)
     };
     let driver = match Driver::load() {
         Ok(d) => d,
@@ -329,12 +333,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
             ptx_only_skipped,
         });
     }
-    let found = if disagreements.is_empty() {
-        Confirmed::Held
-    } else {
-        Confirmed::NotBorneOut
-    };
     report.target = Some(target);
     report.disagreements = disagreements;
-    Ok((report, found))
+    Ok(report)
 }
