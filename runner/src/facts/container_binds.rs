@@ -147,7 +147,9 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
         .chain(&driver.compat_dir)
         .chain(&driver.libcuda);
     for path in driver_paths {
-        let inside = plain(path, "driver path", "", |_| true)?;
+        let inside = plain(path, "driver path", "without . or .. or a newline", |_| {
+            true
+        })?;
         if std::fs::symlink_metadata(here(&inside)).is_err() {
             return Err(BindsError::Missing("a driver path", here(&inside)));
         }
@@ -190,12 +192,7 @@ fn plain(
     if ok {
         Ok(p.to_path_buf())
     } else {
-        let rule = if rule_text.is_empty() {
-            "without . or .. or a newline"
-        } else {
-            rule_text
-        };
-        Err(BindsError::Malformed(what, path.to_string(), rule))
+        Err(BindsError::Malformed(what, path.to_string(), rule_text))
     }
 }
 
