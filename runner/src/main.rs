@@ -41,7 +41,11 @@ fn main() -> ExitCode {
             "container-binds" => container_binds::run(&parse_after(command, rest)),
             _ => return run_checks(),
         };
-        return output::exit(command, result);
+        // Why a command failed, on stderr, with exit status 2 (bad input, nothing to judge).
+        return result.unwrap_or_else(|why| {
+            output::error_line(format_args!("cuda-sandbox-check {command}: {why}"));
+            ExitCode::from(2)
+        });
     }
     run_checks()
 }

@@ -196,8 +196,8 @@ fn plain(
     }
 }
 
-/// Runs `container-binds`: the arguments on stdout, or the reason (main's [`output::exit`] says
-/// it in one line on stderr, exit status 2).
+/// Runs `container-binds`: the arguments on stdout, or the reason (main says it in one line on
+/// stderr, exit status 2).
 pub fn run(cli: &ContainerBindsCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let manifest = Manifest::read(&cli.run_dir.join("cuda-sandbox/manifest.json"))?;
     let binds = binds(&manifest, &cli.run_dir, Path::new("/"))?;

@@ -153,8 +153,8 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
 }
 
 /// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
-/// 3 with an unknown capability, or the error without GPUs or with bad input (main's
-/// [`output::exit`] says it, exit status 2).
+/// 3 with an unknown capability, or the error without GPUs or with bad input (main says
+/// it on stderr, exit status 2).
 pub fn run(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let report = report(cli)?;
     if cli.json {

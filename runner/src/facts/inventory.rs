@@ -167,8 +167,8 @@ pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
     Ok(())
 }
 
-/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main's
-/// [`output::exit`] says it, exit status 2).
+/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main says
+/// it on stderr, exit status 2).
 pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let inventory = take(&cli.root)?;
     write(&inventory, &cli.output)?;
