@@ -22,11 +22,6 @@ pub fn to_stdout(
     }
 }
 
-/// `text` and a newline on stdout, as [`to_stdout`] writes.
-pub fn line(text: impl Display) -> io::Result<()> {
-    to_stdout(|out| writeln!(out, "{text}"))
-}
-
 /// `text` and a newline on stderr; a closed stderr drops it (there is nowhere left to say so).
 pub fn error_line(text: impl Display) {
     let _ = writeln!(io::stderr().lock(), "{text}");

@@ -8,6 +8,7 @@
 //! `--capability`, for a machine being configured without its driver. A capability the
 //! convention does not know is named on stderr and adds nothing (exit status 3).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -160,7 +161,7 @@ pub fn run(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if cli.json {
         output::json(&report)?;
     } else {
-        output::line(report.features.join(" "))?;
+        output::to_stdout(|out| writeln!(out, "{}", report.features.join(" ")))?;
     }
     for unknown in &report.unknown {
         output::error_line(format_args!(
