@@ -125,9 +125,9 @@ pub(crate) struct Access {
 }
 
 impl Access {
-    /// Takes the snapshot: the nodes under `dev_root`, the module's `version_file`.
-    pub(crate) fn scan(dev_root: &Path, version_file: &Path, in_hook_build: bool) -> Access {
-        let kernel_module = std::fs::read_to_string(version_file)
+    /// Takes the snapshot: the nodes under `dev_root`, the module's [`KERNEL_MODULE_FILE`].
+    pub(crate) fn scan(dev_root: &Path, in_hook_build: bool) -> Access {
+        let kernel_module = std::fs::read_to_string(KERNEL_MODULE_FILE)
             .ok()
             .map(|text| text.lines().next().unwrap_or_default().trim().to_owned());
         Access {
