@@ -284,7 +284,6 @@ pub fn confirm(cli: &ConfirmCli) -> Result<ConfirmReport, String> {
         };
         let mut modules = Vec::new();
         let mut jits = 0;
-        let mut jit_not_loaded = 0;
         let mut ptx_only_skipped = 0;
         for (i, c) in code.containers.iter().enumerate() {
             if c.purpose != Purpose::Loadable {
@@ -300,7 +299,6 @@ pub fn confirm(cli: &ConfirmCli) -> Result<ConfirmReport, String> {
             if predicted == "jit" {
                 jits += 1;
                 if jits > cli.jit_limit {
-                    jit_not_loaded += 1;
                     continue;
                 }
             }
@@ -329,7 +327,7 @@ pub fn confirm(cli: &ConfirmCli) -> Result<ConfirmReport, String> {
             rule: verdict.rule,
             reason: verdict.reason,
             modules,
-            jit_not_loaded,
+            jit_not_loaded: jits.saturating_sub(cli.jit_limit),
             ptx_only_skipped,
         });
     }
