@@ -179,18 +179,6 @@ impl ConfirmReport {
     }
 }
 
-/// The CUresult a prediction expects, and its name.
-fn expected(load: &Load) -> (&'static str, Option<i32>) {
-    match load {
-        Load::Sass { .. } => ("sass", Some(0)),
-        Load::Jit { .. } => ("jit", Some(0)),
-        Load::NoBinaryForGpu => ("209", Some(209)),
-        Load::UnsupportedPtx { .. } => ("222", Some(222)),
-        Load::CompressionTooNew { .. } => ("unpack", None),
-        _ => ("unknown", None),
-    }
-}
-
 /// GPU 0's capability and the loaded driver (its kernel module's CUDA version from
 /// `/proc/driver/nvidia/version`), with GPU 0's primary context.
 fn this_gpu(driver: &Driver) -> Result<(Target, PrimaryContext<'_>), String> {
@@ -295,7 +283,16 @@ pub fn confirm(cli: &ConfirmCli) -> Result<ConfirmReport, String> {
             }
             let image = &data[c.offset as usize..(c.offset + c.size) as usize];
             let judged = verdict.judgement.modules.iter().find(|m| m.module == i);
-            let (predicted, wanted) = judged.map_or(("not judged", None), |m| expected(&m.load));
+            // What the rules predict, and the CUresult that bears it out.
+            let (predicted, wanted) = match judged.map(|m| &m.load) {
+                None => ("not judged", None),
+                Some(Load::Sass { .. }) => ("sass", Some(0)),
+                Some(Load::Jit { .. }) => ("jit", Some(0)),
+                Some(Load::NoBinaryForGpu) => ("209", Some(209)),
+                Some(Load::UnsupportedPtx { .. }) => ("222", Some(222)),
+                Some(Load::CompressionTooNew { .. }) => ("unpack", None),
+                Some(_) => ("unknown", None),
+            };
             if predicted == "jit" {
                 jits += 1;
                 if jits > cli.jit_limit {
