@@ -19,7 +19,7 @@ use cuda_sandbox_check::facts::inventory;
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
 use cuda_sandbox_check::options::{Cli, LintCli};
 use cuda_sandbox_check::output;
-use cuda_sandbox_check::report::{Report, Summary};
+use cuda_sandbox_check::report::Report;
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
 
@@ -82,7 +82,7 @@ fn run_checks() -> ExitCode {
             &session.options,
             &session.manifest,
             outcomes.all(),
-            Summary::of(&conclusion),
+            &conclusion,
         );
         if let Err(error) = report.write(&path) {
             output::error_line(format_args!("cuda-sandbox-check: {error}"));

@@ -20,7 +20,7 @@ pub struct ReportError(PathBuf, #[source] std::io::Error);
 
 /// libtest's tally.
 #[derive(Debug, Clone, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Checks that passed.
     pub(crate) passed: u64,
     /// Checks that failed.
@@ -31,19 +31,6 @@ pub struct Summary {
     pub(crate) filtered_out: u64,
     /// The process exit status (0 or 101).
     pub(crate) exit_code: u8,
-}
-
-impl Summary {
-    /// The tally of a libtest-mimic run.
-    pub fn of(conclusion: &libtest_mimic::Conclusion) -> Summary {
-        Summary {
-            passed: conclusion.num_passed,
-            failed: conclusion.num_failed,
-            ignored: conclusion.num_ignored,
-            filtered_out: conclusion.num_filtered_out,
-            exit_code: if conclusion.has_failed() { 101 } else { 0 },
-        }
-    }
 }
 
 /// The whole report.
@@ -66,12 +53,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// Assembles the report of a finished run.
+    /// Assembles the report of a finished run, with libtest-mimic's tally of it.
     pub fn new(
         options: &Options,
         manifest: &ManifestState,
         checks: BTreeMap<String, Outcome>,
-        summary: Summary,
+        conclusion: &libtest_mimic::Conclusion,
     ) -> Report {
         Report {
             format: REPORT_FORMAT,
@@ -92,7 +79,13 @@ impl Report {
             }),
             manifest: manifest.report(),
             checks,
-            summary,
+            summary: Summary {
+                passed: conclusion.num_passed,
+                failed: conclusion.num_failed,
+                ignored: conclusion.num_ignored,
+                filtered_out: conclusion.num_filtered_out,
+                exit_code: if conclusion.has_failed() { 101 } else { 0 },
+            },
         }
     }
 
