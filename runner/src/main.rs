@@ -7,7 +7,7 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{FromArgMatches, Parser};
 use cuda_sandbox_check::check::RunsWhen::{Always, ExpectNoGpu, WithLint, WithPackage};
 use cuda_sandbox_check::checks::{self, CHECKS};
 use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli};
@@ -52,7 +52,9 @@ fn main() -> ExitCode {
 
 /// The check run: the flags, the checks as libtest trials, the report and the exit status.
 fn run_checks() -> ExitCode {
-    let cli = Cli::from_env(after_help());
+    // Exits with clap's message on bad flags, `--help`, `--version`.
+    let matches = Cli::command_line().after_help(after_help()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let allow_no_checks = cli.options.allow_no_checks;
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
