@@ -102,12 +102,10 @@ impl Provenance {
         {
             return Provenance::Prebuilt;
         }
-        let Ok(rest) = file.strip_prefix(store_dir) else {
-            return Provenance::Other;
-        };
-        let Some(entry) = rest
-            .components()
-            .next()
+        let Some(entry) = file
+            .strip_prefix(store_dir)
+            .ok()
+            .and_then(|rest| rest.components().next())
             .and_then(|c| c.as_os_str().to_str())
         else {
             return Provenance::Other;
