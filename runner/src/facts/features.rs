@@ -107,8 +107,11 @@ pub(crate) struct FeaturesReport {
     pub nixpkgs: &'static NixpkgsPin,
 }
 
-/// Computes the report: from `--capability`, else from the driver.
-pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError> {
+/// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
+/// 3 with an unknown capability, or the error without GPUs or with bad input (main says
+/// it on stderr, exit status 2).
+pub fn run(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // The report: from `--capability`, else from the driver.
     let (source, gpus) = if cli.capabilities.is_empty() {
         // The GPUs the driver reports to this process.
         let failed = |e: &dyn std::fmt::Display| FeaturesError::Driver(e.to_string());
@@ -116,7 +119,7 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
         driver.init().map_err(|e| failed(&e))?;
         let listed = devices::list(&driver).map_err(|e| failed(&e))?;
         if listed.is_empty() {
-            return Err(FeaturesError::NoGpu);
+            return Err(FeaturesError::NoGpu.into());
         }
         ("driver", listed.iter().map(FeatureGpu::from).collect())
     } else {
@@ -135,7 +138,7 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
     };
     let capabilities: Vec<Capability> = gpus.iter().map(|gpu| gpu.capability).collect();
     let advertised = features::advertised(&capabilities);
-    Ok(FeaturesReport {
+    let report = FeaturesReport {
         features: std::iter::once(features::CUDA.to_owned())
             .chain(advertised.features)
             .collect(),
@@ -150,14 +153,7 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
             })
             .collect(),
         nixpkgs: nixpkgs_pin(),
-    })
-}
-
-/// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
-/// 3 with an unknown capability, or the error without GPUs or with bad input (main says
-/// it on stderr, exit status 2).
-pub fn run(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let report = report(cli)?;
+    };
     if cli.json {
         output::json(&report)?;
     } else {
