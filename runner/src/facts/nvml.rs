@@ -203,17 +203,12 @@ pub(crate) fn find_mig<'a>(
     devices: &'a [NvmlDevice],
     mig_uuid: &str,
 ) -> Option<(&'a NvmlDevice, &'a NvmlMigDevice)> {
-    devices
-        .iter()
-        .filter(|d| d.in_mig_mode())
-        .find_map(|parent| {
-            parent
-                .mig
-                .mig_devices
-                .iter()
-                .find(|m| m.uuid == mig_uuid)
-                .map(|mig| (parent, mig))
-        })
+    for parent in devices.iter().filter(|d| d.in_mig_mode()) {
+        if let Some(mig) = parent.mig.mig_devices.iter().find(|m| m.uuid == mig_uuid) {
+            return Some((parent, mig));
+        }
+    }
+    None
 }
 
 /// Loads and initialises NVML by [`LIBNVIDIA_ML`], as the loader finds it.
