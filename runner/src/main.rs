@@ -55,7 +55,6 @@ fn run_checks() -> ExitCode {
     // Exits with clap's message on bad flags, `--help`, `--version`.
     let matches = Cli::command_line().after_help(after_help()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let allow_no_checks = cli.options.allow_no_checks;
     let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
         Some(FormatSetting::Json) => FactsOutput::Stderr,
@@ -72,7 +71,7 @@ fn run_checks() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let ran = conclusion.num_passed + conclusion.num_failed + conclusion.num_ignored;
-    if ran == 0 && !allow_no_checks {
+    if ran == 0 && !session.options.allow_no_checks {
         output::error_line(
             "cuda-sandbox-check: the filter selects no check of this run, and nothing checked is \
              not a pass (--list names them; --allow-no-checks accepts it)",
