@@ -127,8 +127,7 @@ impl MigApi {
     fn number(&self, (f, call): Named<CountFn>, handle: Handle) -> Result<u32, MigQueryError> {
         let mut value: c_uint = 0;
         // SAFETY: nvml.h: (device, unsigned int *) with a live local as the out-parameter.
-        let code = unsafe { f(handle, &mut value) };
-        match code {
+        match unsafe { f(handle, &mut value) } {
             SUCCESS => Ok(value),
             code => Err(MigQueryError::Call(call, code)),
         }
