@@ -25,13 +25,13 @@
 //! build was given.
 
 use std::io::Write;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use cuda_sandbox_manifest::{Manifest, MANIFEST_PATH};
 
+use crate::facts::access::Node;
 use crate::output;
 
 /// `cuda-sandbox-check container-binds`.
@@ -129,16 +129,15 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
     for device in &manifest.devices {
         let target = plain(device, "device", "under /dev", |p| p.starts_with("/dev/"))?;
         let source = here(&target);
-        let meta = std::fs::metadata(&source)
-            .map_err(|_| BindsError::Missing("a device", source.clone()))?;
-        if !meta.file_type().is_char_device() {
-            return Err(BindsError::NotCharDevice(source));
+        match Node::at(&source) {
+            Node::Char(..) => binds.push(Bind {
+                source,
+                target,
+                read_only: false,
+            }),
+            Node::NotCharDevice => return Err(BindsError::NotCharDevice(source)),
+            Node::Missing => return Err(BindsError::Missing("a device", source)),
         }
-        binds.push(Bind {
-            source,
-            target,
-            read_only: false,
-        });
     }
     let driver = &manifest.driver;
     let driver_paths = driver
