@@ -57,16 +57,12 @@ pub(crate) struct PackageUnderTest {
 /// deriver, a count, its references) or `closureInfo`'s `store-paths` (one a line). Every line
 /// that is a store path and not a `.drv` is a member.
 pub(crate) fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
-    let mut members = BTreeSet::new();
-    for line in text.lines().map(str::trim) {
-        let path = Path::new(line);
-        if line.ends_with(".drv") || !path.is_absolute() {
-            continue;
-        }
-        if let Some(member) = store_path_of(path, store_dir) {
-            members.insert(member);
-        }
-    }
+    let members: BTreeSet<PathBuf> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.ends_with(".drv") && Path::new(line).is_absolute())
+        .filter_map(|line| store_path_of(Path::new(line), store_dir))
+        .collect();
     members.into_iter().collect()
 }
 
