@@ -79,13 +79,7 @@ fn run_checks() -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(path) = report_path {
-        let report = Report::new(
-            &session.options,
-            &session.manifest,
-            outcomes.all(),
-            &conclusion,
-        );
-        if let Err(error) = report.write(&path) {
+        if let Err(error) = Report::new(&session, outcomes.all(), &conclusion).write(&path) {
             output::error_line(format_args!("cuda-sandbox-check: {error}"));
             return ExitCode::from(101);
         }
