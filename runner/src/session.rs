@@ -143,12 +143,7 @@ impl Session {
     /// The package under test (`--package`), read and scanned once.
     pub(crate) fn package(&self) -> Result<&PackageUnderTest, PackageError> {
         self.package
-            .get_or_init(|| {
-                PackageUnderTest::read(
-                    &self.options.packages,
-                    self.options.package_closure.as_deref(),
-                )
-            })
+            .get_or_init(|| PackageUnderTest::read(&self.options))
             .as_ref()
             .map_err(Clone::clone)
     }

@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::facts::elf_lint::{map_file, Contents};
 use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
 use crate::facts::walk::{resolve, walk, PathError};
+use crate::options::Options;
 
 /// The store directory package paths live in.
 pub(crate) const STORE_DIR: &str = "/nix/store";
@@ -100,15 +101,14 @@ pub(crate) enum PackageError {
 }
 
 impl PackageUnderTest {
-    /// Reads the closure of `roots` (from `closure_file`, else `nix-store`) and scans its files.
-    pub(crate) fn read(
-        roots: &[PathBuf],
-        closure_file: Option<&Path>,
-    ) -> Result<PackageUnderTest, PackageError> {
+    /// Reads the closure of the `--package` paths (from `--package-closure`, else `nix-store`)
+    /// and scans its files.
+    pub(crate) fn read(options: &Options) -> Result<PackageUnderTest, PackageError> {
         let store = Path::new(STORE_DIR);
         // The paths given, absolute (against the working directory); one that is a link into
         // the store (`./result`) stands for its store path, whose closure is asked.
-        let roots = &roots
+        let roots = &options
+            .packages
             .iter()
             .map(|root| {
                 let absolute = resolve(root).map_err(PackageError::Missing)?;
@@ -119,7 +119,7 @@ impl PackageUnderTest {
             })
             .collect::<Result<Vec<_>, PackageError>>()?;
         let mut closure = BTreeSet::new();
-        let closure_from = match closure_file {
+        let closure_from = match options.package_closure.as_deref() {
             Some(file) => {
                 let text = std::fs::read_to_string(file).map_err(|e| {
                     PackageError::ClosureFileUnreadable(file.to_path_buf(), e.to_string())
