@@ -244,18 +244,14 @@ pub fn confirm(cli: &ConfirmCli) -> Result<ConfirmReport, String> {
             }
         }
     }
-    // Without a GPU, the runtime's part alone (its disagreements are not reported).
-    let no_gpu = |mut report: ConfirmReport, why: String| {
-        report.no_gpu = Some(why);
-        Ok(report)
-    };
-    let driver = match Driver::load() {
-        Ok(d) => d,
-        Err(e) => return no_gpu(report, e.to_string()),
-    };
-    let (target, context) = match this_gpu(&driver) {
+    let driver = Driver::load().map_err(|e| e.to_string());
+    let (target, context) = match driver.as_ref().map_err(Clone::clone).and_then(this_gpu) {
         Ok(found) => found,
-        Err(why) => return no_gpu(report, why),
+        // Without a GPU, the runtime's part alone (its disagreements are not reported).
+        Err(why) => {
+            report.no_gpu = Some(why);
+            return Ok(report);
+        }
     };
     for path in &cli.files {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
