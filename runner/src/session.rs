@@ -82,10 +82,7 @@ impl Session {
     /// `None` for NVIDIA's driver, or when none is loaded.
     pub(crate) fn zluda(&self) -> Option<&Zluda> {
         self.zluda
-            .get_or_init(|| {
-                let driver = self.driver().ok()?;
-                Zluda::recognise(&driver.file.real_path)
-            })
+            .get_or_init(|| Zluda::recognise(&self.driver().ok()?.file.real_path))
             .as_ref()
     }
 
