@@ -127,7 +127,7 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
     };
     let mut binds = Vec::new();
     for device in &manifest.devices {
-        let target = plain(device, "device", "under /dev", |p| p.starts_with("/dev/"))?;
+        let target = plain(device, "device", "under /dev", "/dev/")?;
         let source = here(&target);
         match Node::at(&source) {
             Node::Char(..) => binds.push(Bind {
@@ -146,9 +146,7 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
         .chain(&driver.compat_dir)
         .chain(&driver.libcuda);
     for path in driver_paths {
-        let inside = plain(path, "driver path", "without . or .. or a newline", |_| {
-            true
-        })?;
+        let inside = plain(path, "driver path", "without . or .. or a newline", "/")?;
         if std::fs::symlink_metadata(here(&inside)).is_err() {
             return Err(BindsError::Missing("a driver path", here(&inside)));
         }
@@ -175,19 +173,19 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
 }
 
 /// `path` as a plain absolute path (no `.` or `..`, no newline, which the one-a-line output
-/// could not carry) that satisfies `rule`.
+/// could not carry) under the directory `under` (`/` for any), else the error naming `rule_text`.
 fn plain(
     path: &str,
     what: &'static str,
     rule_text: &'static str,
-    rule: impl Fn(&Path) -> bool,
+    under: &str,
 ) -> Result<PathBuf, BindsError> {
     let p = Path::new(path);
     let ok = p.is_absolute()
         && !path.contains('\n')
         && p.components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        && rule(p);
+        && p.starts_with(under);
     if ok {
         Ok(p.to_path_buf())
     } else {
