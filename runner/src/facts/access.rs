@@ -102,8 +102,7 @@ impl NodeSnapshot {
 }
 
 /// Why the driver finds no GPU: three causes with three different fixes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NoGpuCause {
     /// Device nodes the driver needs are not in this process's `/dev`.
     NodesNotExposed,
