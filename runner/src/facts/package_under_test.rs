@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code, GpuCode};
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
-use serde::Serialize;
 
 use crate::facts::elf_lint::{map_file, Contents};
 use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
@@ -37,7 +36,7 @@ pub(crate) struct ScannedFile {
 }
 
 /// The package under test, read.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub(crate) struct PackageUnderTest {
     /// The paths given with `--package`.
     pub roots: Vec<PathBuf>,
@@ -50,7 +49,6 @@ pub(crate) struct PackageUnderTest {
     /// Files that could not be read, with why.
     pub unreadable: Vec<String>,
     /// The files that carry GPU code, a CUDA runtime, or an ELF dynamic section.
-    #[serde(skip)]
     pub scanned: Vec<ScannedFile>,
 }
 

@@ -18,7 +18,6 @@
 use std::path::{Component, Path};
 
 use cuda_sandbox_cuda_facts::Capability;
-use serde::Serialize;
 
 /// The names Nixpkgs' `cudaPackages` gives NVIDIA's redistributables (its `redist` manifests'
 /// package names: `cuda_*` for the toolkit's parts, `lib*` for the libraries), the store path
@@ -66,8 +65,7 @@ pub(crate) const NVIDIA_SONAMES: &[&str] = &[
 ];
 
 /// Who built a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Provenance {
     /// Nixpkgs compiled it (a store path that is not a redistributable).
     Nixpkgs,
