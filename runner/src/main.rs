@@ -84,8 +84,7 @@ fn run_checks() -> ExitCode {
             return ExitCode::from(101);
         }
     }
-    let undecided = outcomes.all().values().any(|o| o.undecided);
-    if !conclusion.has_failed() && undecided {
+    if !conclusion.has_failed() && outcomes.all().values().any(|o| o.undecided) {
         return ExitCode::from(UNDECIDED);
     }
     conclusion.exit_code()
