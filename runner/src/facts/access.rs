@@ -190,10 +190,9 @@ impl Access {
                  driver finds no usable GPU{}: check `nvidia-smi` on the host (a GPU lost from \
                  the bus, MIG without compute instances, node permissions)",
                 self.kernel_module.as_deref().unwrap_or_default(),
-                match std::env::var("CUDA_VISIBLE_DEVICES") {
-                    Ok(v) => format!(" (CUDA_VISIBLE_DEVICES={v:?} narrows the GPUs)"),
-                    Err(_) => String::new(),
-                }
+                std::env::var("CUDA_VISIBLE_DEVICES")
+                    .map(|v| format!(" (CUDA_VISIBLE_DEVICES={v:?} narrows the GPUs)"))
+                    .unwrap_or_default()
             ),
         }
     }
