@@ -55,7 +55,6 @@ fn run_checks() -> ExitCode {
     // Exits with clap's message on bad flags, `--help`, `--version`.
     let matches = Cli::command_line().after_help(after_help()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let report_path = cli.options.report_path(|key| std::env::var(key).ok());
     let facts_output = match cli.libtest.format {
         Some(FormatSetting::Json) => FactsOutput::Stderr,
         _ => FactsOutput::Stdout,
@@ -78,7 +77,7 @@ fn run_checks() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    if let Some(path) = report_path {
+    if let Some(path) = session.options.report_path(|key| std::env::var(key).ok()) {
         if let Err(error) = Report::new(&session, outcomes.all(), &conclusion).write(&path) {
             output::error_line(format_args!("cuda-sandbox-check: {error}"));
             return ExitCode::from(101);
