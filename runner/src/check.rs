@@ -135,18 +135,6 @@ pub enum RunsWhen {
     ExpectNoGpu,
 }
 
-impl RunsWhen {
-    /// The flag that turns the check on, as `--help` names it; `None` for [`RunsWhen::Always`].
-    pub fn flag(self) -> Option<&'static str> {
-        match self {
-            RunsWhen::Always => None,
-            RunsWhen::WithLint => Some("--lint"),
-            RunsWhen::WithPackage => Some("--package"),
-            RunsWhen::ExpectNoGpu => Some("--expect-no-gpu"),
-        }
-    }
-}
-
 /// A named check.
 pub struct Check {
     /// Stable name, `group::check`, as libtest filters and the report use it.

@@ -47,12 +47,6 @@ fn print(name: &str, outcome: &Outcome, to: FactsOutput) {
 pub struct Outcomes(Mutex<BTreeMap<String, Outcome>>);
 
 impl Outcomes {
-    /// Records a check's outcome.
-    pub(crate) fn record(&self, name: &str, outcome: Outcome) {
-        let mut outcomes = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        outcomes.insert(name.to_owned(), outcome);
-    }
-
     /// Every recorded outcome, by check name.
     pub fn all(&self) -> BTreeMap<String, Outcome> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -86,7 +80,8 @@ pub fn trials(
                     None => outcome.message.clone(),
                 })),
             };
-            outcomes.record(check.name, outcome);
+            let mut recorded = outcomes.0.lock().unwrap_or_else(|e| e.into_inner());
+            recorded.insert(check.name.to_owned(), outcome);
             result
         })
     })

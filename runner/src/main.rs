@@ -7,10 +7,10 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{FromArgMatches, Parser};
 use cuda_sandbox_check::check::RunsWhen::{Always, ExpectNoGpu, WithLint, WithPackage};
 use cuda_sandbox_check::checks::{self, CHECKS};
-use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli, Confirmed};
+use cuda_sandbox_check::facts::confirm::{confirm, ConfirmCli};
 use cuda_sandbox_check::facts::container_binds;
 use cuda_sandbox_check::facts::elf_lint;
 use cuda_sandbox_check::facts::expectations::ManifestState;
@@ -19,7 +19,7 @@ use cuda_sandbox_check::facts::inventory;
 use cuda_sandbox_check::harness::{self, FactsOutput, Outcomes};
 use cuda_sandbox_check::options::{Cli, LintCli};
 use cuda_sandbox_check::output;
-use cuda_sandbox_check::report::{Report, Summary};
+use cuda_sandbox_check::report::Report;
 use cuda_sandbox_check::session::Session;
 use libtest_mimic::FormatSetting;
 
@@ -33,20 +33,28 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some((command, rest)) = args.split_first() {
         let rest = rest.iter().cloned();
-        match command.as_str() {
-            "lint" => return output::exit(command, lint_main(parse_after(command, rest))),
-            "gpu-confirm" => {
-                return output::exit(command, confirm_main(&parse_after(command, rest)))
-            }
-            "features" => return features::run(&parse_after(command, rest)),
-            "inventory" => return inventory::run(&parse_after(command, rest)),
-            "container-binds" => return container_binds::run(&parse_after(command, rest)),
-            _ => {}
-        }
+        let result = match command.as_str() {
+            "lint" => lint_main(parse_after(command, rest)),
+            "gpu-confirm" => confirm_main(&parse_after(command, rest)),
+            "features" => features::run(&parse_after(command, rest)),
+            "inventory" => inventory::run(&parse_after(command, rest)),
+            "container-binds" => container_binds::run(&parse_after(command, rest)),
+            _ => return run_checks(),
+        };
+        // Why a command failed, on stderr, with exit status 2 (bad input, nothing to judge).
+        return result.unwrap_or_else(|why| {
+            output::error_line(format_args!("cuda-sandbox-check {command}: {why}"));
+            ExitCode::from(2)
+        });
     }
-    let cli = Cli::from_env(after_help());
-    let allow_no_checks = cli.options.allow_no_checks;
-    let report_path = cli.options.report_path(|key| std::env::var(key).ok());
+    run_checks()
+}
+
+/// The check run: the flags, the checks as libtest trials, the report and the exit status.
+fn run_checks() -> ExitCode {
+    // Exits with clap's message on bad flags, `--help`, `--version`.
+    let matches = Cli::command_line().after_help(after_help()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let facts_output = match cli.libtest.format {
         Some(FormatSetting::Json) => FactsOutput::Stderr,
         _ => FactsOutput::Stdout,
@@ -62,27 +70,20 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let ran = conclusion.num_passed + conclusion.num_failed + conclusion.num_ignored;
-    if ran == 0 && !allow_no_checks {
+    if ran == 0 && !session.options.allow_no_checks {
         output::error_line(
             "cuda-sandbox-check: the filter selects no check of this run, and nothing checked is \
              not a pass (--list names them; --allow-no-checks accepts it)",
         );
         return ExitCode::from(2);
     }
-    if let Some(path) = report_path {
-        let report = Report::new(
-            &session.options,
-            &session.manifest,
-            outcomes.all(),
-            Summary::of(&conclusion),
-        );
-        if let Err(error) = report.write(&path) {
+    if let Some(path) = session.options.report_path(|key| std::env::var(key).ok()) {
+        if let Err(error) = Report::new(&session, outcomes.all(), &conclusion).write(&path) {
             output::error_line(format_args!("cuda-sandbox-check: {error}"));
             return ExitCode::from(101);
         }
     }
-    let undecided = outcomes.all().values().any(|o| o.undecided);
-    if !conclusion.has_failed() && undecided {
+    if !conclusion.has_failed() && outcomes.all().values().any(|o| o.undecided) {
         return ExitCode::from(UNDECIDED);
     }
     conclusion.exit_code()
@@ -114,10 +115,11 @@ fn checks_help() -> String {
             .map(|check| check.name)
             .collect();
         let names = names.join(", ");
-        parts.push(match when.flag() {
-            None => names,
-            Some(flag @ "--expect-no-gpu") => format!("{names} alone with {flag}"),
-            Some(flag) => format!("{names} with {flag}"),
+        parts.push(match when {
+            Always => names,
+            WithLint => format!("{names} with --lint"),
+            WithPackage => format!("{names} with --package"),
+            ExpectNoGpu => format!("{names} alone with --expect-no-gpu"),
         });
     }
     let mut text = String::new();
@@ -140,13 +142,9 @@ fn after_help() -> String {
 
 /// `gpu-confirm`: the report as JSON; 0 every prediction held, 101 one did not, 2 no GPU.
 fn confirm_main(cli: &ConfirmCli) -> Result<ExitCode, Box<dyn Error>> {
-    let (report, found) = confirm(cli)?;
+    let report = confirm(cli)?;
     output::json(&report)?;
-    Ok(ExitCode::from(match found {
-        Confirmed::Held => 0,
-        Confirmed::NotBorneOut => 101,
-        Confirmed::NoGpu => 2,
-    }))
+    Ok(ExitCode::from(report.status()))
 }
 
 /// Exit status of a check run in which nothing failed but `package::gpu_code` could not judge

@@ -313,13 +313,6 @@ impl Cli {
             .before_help(COMMANDS_HELP)
             .disable_version_flag(false)
     }
-
-    /// Parses `std::env::args`, with `after_help` after the flags in `--help`; exits with
-    /// clap's message on bad flags, `--help`, `--version`.
-    pub fn from_env(after_help: String) -> Cli {
-        let matches = Cli::command_line().after_help(after_help).get_matches();
-        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
-    }
 }
 
 /// `cuda-sandbox-check lint PATH...`: the ELF RUNPATH and static-archive lint on its own.

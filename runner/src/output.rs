@@ -7,7 +7,6 @@
 use std::fmt::Display;
 use std::io::{self, BufWriter, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::process::ExitCode;
 
 /// Runs `write` on a buffered, locked stdout and flushes it. A closed stdout is no error: what
 /// was left unwritten is dropped. Another error (a full disk) is returned. The writer's type is
@@ -23,11 +22,6 @@ pub fn to_stdout(
     }
 }
 
-/// `text` and a newline on stdout, as [`to_stdout`] writes.
-pub fn line(text: impl Display) -> io::Result<()> {
-    to_stdout(|out| writeln!(out, "{text}"))
-}
-
 /// `text` and a newline on stderr; a closed stderr drops it (there is nowhere left to say so).
 pub fn error_line(text: impl Display) {
     let _ = writeln!(io::stderr().lock(), "{text}");
@@ -38,15 +32,6 @@ pub fn json(value: &impl serde::Serialize) -> io::Result<()> {
     to_stdout(|out| {
         serde_json::to_writer_pretty(&mut *out, value)?;
         writeln!(out)
-    })
-}
-
-/// A subcommand's end: its exit status, or why it failed, said on stderr as
-/// `cuda-sandbox-check COMMAND: WHY` with exit status 2 (bad input, nothing to judge).
-pub fn exit(command: &str, result: Result<ExitCode, Box<dyn std::error::Error>>) -> ExitCode {
-    result.unwrap_or_else(|why| {
-        error_line(format_args!("cuda-sandbox-check {command}: {why}"));
-        ExitCode::from(2)
     })
 }
 

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::check::Outcome;
-use crate::facts::expectations::ManifestState;
-use crate::options::{ExpectDriver, Options};
+use crate::options::ExpectDriver;
+use crate::session::Session;
 
 /// Bumped when a field changes meaning or disappears.
 pub(crate) const REPORT_FORMAT: u32 = 1;
@@ -20,7 +20,7 @@ pub struct ReportError(PathBuf, #[source] std::io::Error);
 
 /// libtest's tally.
 #[derive(Debug, Clone, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Checks that passed.
     pub(crate) passed: u64,
     /// Checks that failed.
@@ -31,19 +31,6 @@ pub struct Summary {
     pub(crate) filtered_out: u64,
     /// The process exit status (0 or 101).
     pub(crate) exit_code: u8,
-}
-
-impl Summary {
-    /// The tally of a libtest-mimic run.
-    pub fn of(conclusion: &libtest_mimic::Conclusion) -> Summary {
-        Summary {
-            passed: conclusion.num_passed,
-            failed: conclusion.num_failed,
-            ignored: conclusion.num_ignored,
-            filtered_out: conclusion.num_filtered_out,
-            exit_code: if conclusion.has_failed() { 101 } else { 0 },
-        }
-    }
 }
 
 /// The whole report.
@@ -66,33 +53,39 @@ pub struct Report {
 }
 
 impl Report {
-    /// Assembles the report of a finished run.
+    /// Assembles the report of a finished run of `session`: its options and manifest, every
+    /// check's outcome, and libtest-mimic's tally.
     pub fn new(
-        options: &Options,
-        manifest: &ManifestState,
+        session: &Session,
         checks: BTreeMap<String, Outcome>,
-        summary: Summary,
+        conclusion: &libtest_mimic::Conclusion,
     ) -> Report {
         Report {
             format: REPORT_FORMAT,
             tool: env!("CARGO_PKG_NAME"),
             version: env!("CARGO_PKG_VERSION"),
             options: serde_json::json!({
-                "expect_driver": options.expect_driver.as_ref().map(ExpectDriver::describe),
-                "min_cuda_version": options.min_cuda_version.map(|v| v.to_string()),
-                "api_version": options.api_version.map(|v| v.to_string()),
-                "cudart": options.cudart,
-                "saxpy_elements": options.saxpy_elements,
-                "dev_root": options.dev_root,
-                "manifest": options.manifest,
-                "no_manifest": options.no_manifest,
-                "lint": options.lint_paths,
-                "driver_link": options.lint.driver_link,
-                "compat_dir": options.lint.compat_dir,
+                "expect_driver": session.options.expect_driver.as_ref().map(ExpectDriver::describe),
+                "min_cuda_version": session.options.min_cuda_version.map(|v| v.to_string()),
+                "api_version": session.options.api_version.map(|v| v.to_string()),
+                "cudart": session.options.cudart,
+                "saxpy_elements": session.options.saxpy_elements,
+                "dev_root": session.options.dev_root,
+                "manifest": session.options.manifest,
+                "no_manifest": session.options.no_manifest,
+                "lint": session.options.lint_paths,
+                "driver_link": session.options.lint.driver_link,
+                "compat_dir": session.options.lint.compat_dir,
             }),
-            manifest: manifest.report(),
+            manifest: session.manifest.report(),
             checks,
-            summary,
+            summary: Summary {
+                passed: conclusion.num_passed,
+                failed: conclusion.num_failed,
+                ignored: conclusion.num_ignored,
+                filtered_out: conclusion.num_filtered_out,
+                exit_code: if conclusion.has_failed() { 101 } else { 0 },
+            },
         }
     }
 

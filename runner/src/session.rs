@@ -7,7 +7,7 @@ use crate::cuda::cudart::{CudartError, Runtime};
 use crate::cuda::devices::{self, CudaDevice};
 use crate::cuda::driver::{Driver, DriverError, LoadError, LIBCUDA};
 use crate::cuda::result::{self, CuError, CUDA_ERROR_NO_DEVICE};
-use crate::facts::access::{Access, KERNEL_MODULE_FILE};
+use crate::facts::access::Access;
 use crate::facts::amd_nodes::AmdNodes;
 use crate::facts::expectations::ManifestState;
 use crate::facts::package_under_test::{PackageError, PackageUnderTest};
@@ -56,11 +56,7 @@ impl Session {
     /// nothing is loaded until a check asks.
     pub fn new(options: Options) -> Session {
         let manifest = ManifestState::load(options.manifest.as_deref(), options.no_manifest);
-        let access = Access::scan(
-            &options.dev_root,
-            std::path::Path::new(KERNEL_MODULE_FILE),
-            manifest.manifest().is_some(),
-        );
+        let access = Access::scan(&options.dev_root, manifest.manifest().is_some());
         Session {
             options,
             manifest,
@@ -86,10 +82,7 @@ impl Session {
     /// `None` for NVIDIA's driver, or when none is loaded.
     pub(crate) fn zluda(&self) -> Option<&Zluda> {
         self.zluda
-            .get_or_init(|| {
-                let driver = self.driver().ok()?;
-                Zluda::recognise(&driver.file.real_path)
-            })
+            .get_or_init(|| Zluda::recognise(&self.driver().ok()?.file.real_path))
             .as_ref()
     }
 
@@ -147,12 +140,7 @@ impl Session {
     /// The package under test (`--package`), read and scanned once.
     pub(crate) fn package(&self) -> Result<&PackageUnderTest, PackageError> {
         self.package
-            .get_or_init(|| {
-                PackageUnderTest::read(
-                    &self.options.packages,
-                    self.options.package_closure.as_deref(),
-                )
-            })
+            .get_or_init(|| PackageUnderTest::read(&self.options))
             .as_ref()
             .map_err(Clone::clone)
     }

@@ -102,8 +102,7 @@ impl NodeSnapshot {
 }
 
 /// Why the driver finds no GPU: three causes with three different fixes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NoGpuCause {
     /// Device nodes the driver needs are not in this process's `/dev`.
     NodesNotExposed,
@@ -125,9 +124,9 @@ pub(crate) struct Access {
 }
 
 impl Access {
-    /// Takes the snapshot: the nodes under `dev_root`, the module's `version_file`.
-    pub(crate) fn scan(dev_root: &Path, version_file: &Path, in_hook_build: bool) -> Access {
-        let kernel_module = std::fs::read_to_string(version_file)
+    /// Takes the snapshot: the nodes under `dev_root`, the module's [`KERNEL_MODULE_FILE`].
+    pub(crate) fn scan(dev_root: &Path, in_hook_build: bool) -> Access {
+        let kernel_module = std::fs::read_to_string(KERNEL_MODULE_FILE)
             .ok()
             .map(|text| text.lines().next().unwrap_or_default().trim().to_owned());
         Access {
@@ -191,10 +190,9 @@ impl Access {
                  driver finds no usable GPU{}: check `nvidia-smi` on the host (a GPU lost from \
                  the bus, MIG without compute instances, node permissions)",
                 self.kernel_module.as_deref().unwrap_or_default(),
-                match std::env::var("CUDA_VISIBLE_DEVICES") {
-                    Ok(v) => format!(" (CUDA_VISIBLE_DEVICES={v:?} narrows the GPUs)"),
-                    Err(_) => String::new(),
-                }
+                std::env::var("CUDA_VISIBLE_DEVICES")
+                    .map(|v| format!(" (CUDA_VISIBLE_DEVICES={v:?} narrows the GPUs)"))
+                    .unwrap_or_default()
             ),
         }
     }

@@ -16,8 +16,6 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
 /// The variable Nix exports for the attribute (without structured attrs).
 pub(crate) const VARIABLE: &str = "requiredSystemFeatures";
 
@@ -28,8 +26,7 @@ pub(crate) const ATTRS_JSON_VARIABLE: &str = "NIX_ATTRS_JSON_FILE";
 pub(crate) const BUILD_TOP_VARIABLE: &str = "NIX_BUILD_TOP";
 
 /// Where the features were read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind", content = "path")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Source {
     /// The variable `requiredSystemFeatures`.
     Variable,
@@ -48,7 +45,7 @@ impl Source {
 }
 
 /// The features a build declares, and where they were read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Declared {
     /// Where.
     pub source: Source,

@@ -166,15 +166,16 @@ pub struct ConfirmReport {
     pub(crate) disagreements: Vec<String>,
 }
 
-/// The CUresult a prediction expects, and its name.
-fn expected(load: &Load) -> (&'static str, Option<i32>) {
-    match load {
-        Load::Sass { .. } => ("sass", Some(0)),
-        Load::Jit { .. } => ("jit", Some(0)),
-        Load::NoBinaryForGpu => ("209", Some(209)),
-        Load::UnsupportedPtx { .. } => ("222", Some(222)),
-        Load::CompressionTooNew { .. } => ("unpack", None),
-        _ => ("unknown", None),
+impl ConfirmReport {
+    /// What `gpu-confirm` found, as its exit status: 0 every prediction held, 101 one did not
+    /// (listed in the report), 2 there is no GPU to confirm on (the runtime's part may have
+    /// run).
+    pub fn status(&self) -> u8 {
+        match (&self.no_gpu, self.disagreements.is_empty()) {
+            (Some(_), _) => 2,
+            (None, true) => 0,
+            (None, false) => 101,
+        }
     }
 }
 
@@ -200,18 +201,9 @@ fn this_gpu(driver: &Driver) -> Result<(Target, PrimaryContext<'_>), String> {
     Ok((Target::new(device, driver, false), context))
 }
 
-/// What `gpu-confirm` found.
-pub enum Confirmed {
-    /// Every prediction held.
-    Held,
-    /// One did not (listed in the report).
-    NotBorneOut,
-    /// There is no GPU to confirm on (the runtime's part may have run).
-    NoGpu,
-}
-
-/// Runs `gpu-confirm`: the report and what it found. An error is a FILE that cannot be read.
-pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
+/// Runs `gpu-confirm`: the report ([`ConfirmReport::status`] says what it found). An error is
+/// a FILE that cannot be read.
+pub fn confirm(cli: &ConfirmCli) -> Result<ConfirmReport, String> {
     let mut disagreements = Vec::new();
     let registered = if cli.register.is_empty() {
         vec![HandBuilt::Kernelless]
@@ -252,18 +244,14 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
             }
         }
     }
-    // Without a GPU, the runtime's part alone (its disagreements are not reported).
-    let no_gpu = |mut report: ConfirmReport, why: String| {
-        report.no_gpu = Some(why);
-        Ok((report, Confirmed::NoGpu))
-    };
-    let driver = match Driver::load() {
-        Ok(d) => d,
-        Err(e) => return no_gpu(report, e.to_string()),
-    };
-    let (target, context) = match this_gpu(&driver) {
+    let driver = Driver::load().map_err(|e| e.to_string());
+    let (target, context) = match driver.as_ref().map_err(Clone::clone).and_then(this_gpu) {
         Ok(found) => found,
-        Err(why) => return no_gpu(report, why),
+        // Without a GPU, the runtime's part alone (its disagreements are not reported).
+        Err(why) => {
+            report.no_gpu = Some(why);
+            return Ok(report);
+        }
     };
     for path in &cli.files {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -280,7 +268,6 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
         };
         let mut modules = Vec::new();
         let mut jits = 0;
-        let mut jit_not_loaded = 0;
         let mut ptx_only_skipped = 0;
         for (i, c) in code.containers.iter().enumerate() {
             if c.purpose != Purpose::Loadable {
@@ -292,11 +279,19 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
             }
             let image = &data[c.offset as usize..(c.offset + c.size) as usize];
             let judged = verdict.judgement.modules.iter().find(|m| m.module == i);
-            let (predicted, wanted) = judged.map_or(("not judged", None), |m| expected(&m.load));
+            // What the rules predict, and the CUresult that bears it out.
+            let (predicted, wanted) = match judged.map(|m| &m.load) {
+                None => ("not judged", None),
+                Some(Load::Sass { .. }) => ("sass", Some(0)),
+                Some(Load::Jit { .. }) => ("jit", Some(0)),
+                Some(Load::NoBinaryForGpu) => ("209", Some(209)),
+                Some(Load::UnsupportedPtx { .. }) => ("222", Some(222)),
+                Some(Load::CompressionTooNew { .. }) => ("unpack", None),
+                Some(_) => ("unknown", None),
+            };
             if predicted == "jit" {
                 jits += 1;
                 if jits > cli.jit_limit {
-                    jit_not_loaded += 1;
                     continue;
                 }
             }
@@ -325,16 +320,11 @@ pub fn confirm(cli: &ConfirmCli) -> Result<(ConfirmReport, Confirmed), String> {
             rule: verdict.rule,
             reason: verdict.reason,
             modules,
-            jit_not_loaded,
+            jit_not_loaded: jits.saturating_sub(cli.jit_limit),
             ptx_only_skipped,
         });
     }
-    let found = if disagreements.is_empty() {
-        Confirmed::Held
-    } else {
-        Confirmed::NotBorneOut
-    };
     report.target = Some(target);
     report.disagreements = disagreements;
-    Ok((report, found))
+    Ok(report)
 }

@@ -25,13 +25,13 @@
 //! build was given.
 
 use std::io::Write;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use cuda_sandbox_manifest::{Manifest, MANIFEST_PATH};
 
+use crate::facts::access::Node;
 use crate::output;
 
 /// `cuda-sandbox-check container-binds`.
@@ -127,18 +127,17 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
     };
     let mut binds = Vec::new();
     for device in &manifest.devices {
-        let target = plain(device, "device", "under /dev", |p| p.starts_with("/dev/"))?;
+        let target = plain(device, "device", "under /dev", "/dev/")?;
         let source = here(&target);
-        let meta = std::fs::metadata(&source)
-            .map_err(|_| BindsError::Missing("a device", source.clone()))?;
-        if !meta.file_type().is_char_device() {
-            return Err(BindsError::NotCharDevice(source));
+        match Node::at(&source) {
+            Node::Char(..) => binds.push(Bind {
+                source,
+                target,
+                read_only: false,
+            }),
+            Node::NotCharDevice => return Err(BindsError::NotCharDevice(source)),
+            Node::Missing => return Err(BindsError::Missing("a device", source)),
         }
-        binds.push(Bind {
-            source,
-            target,
-            read_only: false,
-        });
     }
     let driver = &manifest.driver;
     let driver_paths = driver
@@ -147,7 +146,7 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
         .chain(&driver.compat_dir)
         .chain(&driver.libcuda);
     for path in driver_paths {
-        let inside = plain(path, "driver path", "", |_| true)?;
+        let inside = plain(path, "driver path", "without . or .. or a newline", "/")?;
         if std::fs::symlink_metadata(here(&inside)).is_err() {
             return Err(BindsError::Missing("a driver path", here(&inside)));
         }
@@ -174,37 +173,29 @@ pub fn binds(manifest: &Manifest, run_dir: &Path, root: &Path) -> Result<Vec<Bin
 }
 
 /// `path` as a plain absolute path (no `.` or `..`, no newline, which the one-a-line output
-/// could not carry) that satisfies `rule`.
+/// could not carry) under the directory `under` (`/` for any), else the error naming `rule_text`.
 fn plain(
     path: &str,
     what: &'static str,
     rule_text: &'static str,
-    rule: impl Fn(&Path) -> bool,
+    under: &str,
 ) -> Result<PathBuf, BindsError> {
     let p = Path::new(path);
     let ok = p.is_absolute()
         && !path.contains('\n')
         && p.components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        && rule(p);
+        && p.starts_with(under);
     if ok {
         Ok(p.to_path_buf())
     } else {
-        let rule = if rule_text.is_empty() {
-            "without . or .. or a newline"
-        } else {
-            rule_text
-        };
-        Err(BindsError::Malformed(what, path.to_string(), rule))
+        Err(BindsError::Malformed(what, path.to_string(), rule_text))
     }
 }
 
-/// Runs `container-binds`: the arguments on stdout, or one line on stderr and exit status 2.
-pub fn run(cli: &ContainerBindsCli) -> ExitCode {
-    output::exit("container-binds", run_binds(cli))
-}
-
-fn run_binds(cli: &ContainerBindsCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+/// Runs `container-binds`: the arguments on stdout, or the reason (main says it in one line on
+/// stderr, exit status 2).
+pub fn run(cli: &ContainerBindsCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let manifest = Manifest::read(&cli.run_dir.join("cuda-sandbox/manifest.json"))?;
     let binds = binds(&manifest, &cli.run_dir, Path::new("/"))?;
     output::to_stdout(|out| {

@@ -8,6 +8,7 @@
 //! `--capability`, for a machine being configured without its driver. A capability the
 //! convention does not know is named on stderr and adds nothing (exit status 3).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -106,23 +107,21 @@ pub(crate) struct FeaturesReport {
     pub nixpkgs: &'static NixpkgsPin,
 }
 
-/// The GPUs the driver reports to this process.
-fn driver_gpus() -> Result<Vec<FeatureGpu>, FeaturesError> {
-    let failed = |e: &dyn std::fmt::Display| FeaturesError::Driver(e.to_string());
-    let driver = Driver::load().map_err(|e| failed(&e))?;
-    driver.init().map_err(|e| failed(&e))?;
-    let listed = devices::list(&driver).map_err(|e| failed(&e))?;
-    let gpus: Vec<_> = listed.iter().map(FeatureGpu::from).collect();
-    if gpus.is_empty() {
-        return Err(FeaturesError::NoGpu);
-    }
-    Ok(gpus)
-}
-
-/// Computes the report: from `--capability`, else from the driver.
-pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError> {
+/// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
+/// 3 with an unknown capability, or the error without GPUs or with bad input (main says
+/// it on stderr, exit status 2).
+pub fn run(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // The report: from `--capability`, else from the driver.
     let (source, gpus) = if cli.capabilities.is_empty() {
-        ("driver", driver_gpus()?)
+        // The GPUs the driver reports to this process.
+        let failed = |e: &dyn std::fmt::Display| FeaturesError::Driver(e.to_string());
+        let driver = Driver::load().map_err(|e| failed(&e))?;
+        driver.init().map_err(|e| failed(&e))?;
+        let listed = devices::list(&driver).map_err(|e| failed(&e))?;
+        if listed.is_empty() {
+            return Err(FeaturesError::NoGpu.into());
+        }
+        ("driver", listed.iter().map(FeatureGpu::from).collect())
     } else {
         let gpus = cli
             .capabilities
@@ -139,7 +138,7 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
     };
     let capabilities: Vec<Capability> = gpus.iter().map(|gpu| gpu.capability).collect();
     let advertised = features::advertised(&capabilities);
-    Ok(FeaturesReport {
+    let report = FeaturesReport {
         features: std::iter::once(features::CUDA.to_owned())
             .chain(advertised.features)
             .collect(),
@@ -154,21 +153,11 @@ pub(crate) fn report(cli: &FeaturesCli) -> Result<FeaturesReport, FeaturesError>
             })
             .collect(),
         nixpkgs: nixpkgs_pin(),
-    })
-}
-
-/// Runs `features`: the line (or the JSON) on stdout, the unknown capabilities on stderr; 0,
-/// 3 with an unknown capability, 2 without GPUs or with bad input.
-pub fn run(cli: &FeaturesCli) -> ExitCode {
-    output::exit("features", run_features(cli))
-}
-
-fn run_features(cli: &FeaturesCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let report = report(cli)?;
+    };
     if cli.json {
         output::json(&report)?;
     } else {
-        output::line(report.features.join(" "))?;
+        output::to_stdout(|out| writeln!(out, "{}", report.features.join(" ")))?;
     }
     for unknown in &report.unknown {
         output::error_line(format_args!(

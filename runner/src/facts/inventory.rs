@@ -75,37 +75,36 @@ pub enum InventoryError {
     Write(PathBuf, #[source] std::io::Error),
 }
 
-/// The GPUs `/proc/driver/nvidia/gpus` under `root` lists, by "Device Minor": bus address.
-fn bus_addresses(root: &Path) -> Result<BTreeMap<u32, Bdf>, InventoryError> {
-    let dir = root.join("proc/driver/nvidia/gpus");
-    let proc_error = |source| InventoryError::Proc(dir.clone(), source);
-    let mut found = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).map_err(proc_error)? {
+/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main says
+/// it on stderr, exit status 2). The file is written atomically, mode 0644: a temporary file in
+/// the same directory (created 0700 when missing, as the hook creates its runtime directory),
+/// synced, then renamed over it.
+pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // The inventory of the GPUs NVML lists, with their bus addresses and device ids under
+    // `--root`.
+    let devices = nvml::load()
+        .and_then(|nvml| nvml::devices(&nvml))
+        .map_err(|e| InventoryError::Nvml(e.to_string()))?;
+    if devices.is_empty() {
+        return Err(InventoryError::NoGpu.into());
+    }
+    if devices.len() > INVENTORY_MAX_GPUS {
+        return Err(InventoryError::TooMany(devices.len()).into());
+    }
+    // The GPUs `/proc/driver/nvidia/gpus` lists, by "Device Minor": bus address.
+    let gpus_dir = cli.root.join("proc/driver/nvidia/gpus");
+    let proc_error = |source| InventoryError::Proc(gpus_dir.clone(), source);
+    let mut addresses = BTreeMap::new();
+    for entry in std::fs::read_dir(&gpus_dir).map_err(proc_error)? {
         let entry = entry.map_err(proc_error)?;
         let Some(bdf) = entry.file_name().to_str().and_then(Bdf::parse) else {
             continue;
         };
         let text = std::fs::read_to_string(entry.path().join("information")).unwrap_or_default();
         if let Some(minor) = inventory::device_minor(&text) {
-            found.insert(minor, bdf);
+            addresses.insert(minor, bdf);
         }
     }
-    Ok(found)
-}
-
-/// The inventory of the GPUs NVML lists, with their bus addresses and device ids under
-/// `root`.
-pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
-    let devices = nvml::load()
-        .and_then(|nvml| nvml::devices(&nvml))
-        .map_err(|e| InventoryError::Nvml(e.to_string()))?;
-    if devices.is_empty() {
-        return Err(InventoryError::NoGpu);
-    }
-    if devices.len() > INVENTORY_MAX_GPUS {
-        return Err(InventoryError::TooMany(devices.len()));
-    }
-    let addresses = bus_addresses(root)?;
     let gpus = devices
         .iter()
         .enumerate()
@@ -125,7 +124,8 @@ pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
                     "no /proc/driver/nvidia/gpus/*/information names Device Minor {minor}"
                 ))
             })?;
-            let device_file = root
+            let device_file = cli
+                .root
                 .join("sys/bus/pci/devices")
                 .join(bdf.as_str())
                 .join("device");
@@ -141,13 +141,8 @@ pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
             })
         })
         .collect::<Result<Vec<_>, InventoryError>>()?;
-    Ok(Inventory::new(gpus))
-}
-
-/// Writes `inventory` to `path` atomically, mode 0644: a temporary file in the same
-/// directory (created 0700 when missing, as the hook creates its runtime directory), synced,
-/// then renamed over `path`.
-pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
+    let inventory = Inventory::new(gpus);
+    let path = &cli.output;
     let write_error = |source| InventoryError::Write(path.to_path_buf(), source);
     let dir = path
         .parent()
@@ -169,17 +164,6 @@ pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
         .map_err(write_error)?;
     file.as_file().sync_all().map_err(write_error)?;
     file.persist(path).map_err(|e| write_error(e.error))?;
-    Ok(())
-}
-
-/// Runs `inventory`: writes the file and prints one line per GPU; 0, or 2 with the reason.
-pub fn run(cli: &InventoryCli) -> ExitCode {
-    output::exit("inventory", run_inventory(cli))
-}
-
-fn run_inventory(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let inventory = take(&cli.root)?;
-    write(&inventory, &cli.output)?;
     output::to_stdout(|out| {
         for gpu in &inventory.gpus {
             writeln!(

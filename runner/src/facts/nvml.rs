@@ -14,7 +14,7 @@
 use std::ffi::{c_char, c_uint, c_void, CStr, OsStr};
 
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::Nvml;
 use serde::{Deserialize, Serialize};
 
 use crate::facts::access::Access;
@@ -127,8 +127,7 @@ impl MigApi {
     fn number(&self, (f, call): Named<CountFn>, handle: Handle) -> Result<u32, MigQueryError> {
         let mut value: c_uint = 0;
         // SAFETY: nvml.h: (device, unsigned int *) with a live local as the out-parameter.
-        let code = unsafe { f(handle, &mut value) };
-        match code {
+        match unsafe { f(handle, &mut value) } {
             SUCCESS => Ok(value),
             code => Err(MigQueryError::Call(call, code)),
         }
@@ -176,26 +175,6 @@ impl MigApi {
     }
 }
 
-/// MIG mode, minor number and MIG devices of `device` (a GPU handle). A GPU without MIG
-/// support answers NOT_SUPPORTED to `nvmlDeviceGetMigMode`: `mig_mode` is then `None`.
-pub(crate) fn query(device: &Device<'_>) -> GpuMig {
-    let mig_mode = device.mig_mode().ok().map(|mode| mode.current == 1);
-    let mut gpu = GpuMig {
-        mig_mode,
-        minor_number: device.minor_number().ok(),
-        ..GpuMig::default()
-    };
-    if mig_mode == Some(true) {
-        // SAFETY: the raw handle is used only while `device` (and so NVML) is alive.
-        let handle = unsafe { device.handle() } as Handle;
-        match MigApi::load().and_then(|api| api.mig_devices(handle)) {
-            Ok(devices) => gpu.mig_devices = devices,
-            Err(error) => gpu.mig_devices_unavailable = Some(error.to_string()),
-        }
-    }
-    gpu
-}
-
 /// One GPU as NVML sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct NvmlDevice {
@@ -223,17 +202,12 @@ pub(crate) fn find_mig<'a>(
     devices: &'a [NvmlDevice],
     mig_uuid: &str,
 ) -> Option<(&'a NvmlDevice, &'a NvmlMigDevice)> {
-    devices
-        .iter()
-        .filter(|d| d.in_mig_mode())
-        .find_map(|parent| {
-            parent
-                .mig
-                .mig_devices
-                .iter()
-                .find(|m| m.uuid == mig_uuid)
-                .map(|mig| (parent, mig))
-        })
+    for parent in devices.iter().filter(|d| d.in_mig_mode()) {
+        if let Some(mig) = parent.mig.mig_devices.iter().find(|m| m.uuid == mig_uuid) {
+            return Some((parent, mig));
+        }
+    }
+    None
 }
 
 /// Loads and initialises NVML by [`LIBNVIDIA_ML`], as the loader finds it.
@@ -256,21 +230,37 @@ pub(crate) fn explain(error: &NvmlError, access: &Access) -> String {
     }
 }
 
-/// Every GPU NVML lists, with what it says about MIG on each.
+/// Every GPU NVML lists, with what it says about MIG on each: its mode, minor number and MIG
+/// devices.
 pub(crate) fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>, NvmlError> {
     let count = nvml.device_count()?;
     (0..count)
         .map(|index| {
             let device = nvml.device_by_index(index)?;
-            Ok(NvmlDevice {
+            // A GPU without MIG support answers NOT_SUPPORTED to `nvmlDeviceGetMigMode`:
+            // `mig_mode` is then `None`.
+            let mut gpu = NvmlDevice {
                 name: device.name()?,
                 uuid: device.uuid()?,
                 compute_capability: device
                     .cuda_compute_capability()
                     .ok()
                     .map(|cc| format!("{}.{}", cc.major, cc.minor)),
-                mig: query(&device),
-            })
+                mig: GpuMig {
+                    mig_mode: device.mig_mode().ok().map(|mode| mode.current == 1),
+                    minor_number: device.minor_number().ok(),
+                    ..GpuMig::default()
+                },
+            };
+            if gpu.in_mig_mode() {
+                // SAFETY: the raw handle is used only while `device` (and so NVML) is alive.
+                let handle = unsafe { device.handle() } as Handle;
+                match MigApi::load().and_then(|api| api.mig_devices(handle)) {
+                    Ok(devices) => gpu.mig.mig_devices = devices,
+                    Err(error) => gpu.mig.mig_devices_unavailable = Some(error.to_string()),
+                }
+            }
+            Ok(gpu)
         })
         .collect()
 }

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::fatbin::{read_gpu_code, GpuCode};
 use cuda_sandbox_elfkit::{dynamic_info, normalize, requisites, store_path_of, DynamicInfo};
-use serde::Serialize;
 
 use crate::facts::elf_lint::{map_file, Contents};
 use crate::facts::runtime_scan::{gpu_code_and_runtime, runtime_in, FoundRuntime, RuntimeForm};
 use crate::facts::walk::{resolve, walk, PathError};
+use crate::options::Options;
 
 /// The store directory package paths live in.
 pub(crate) const STORE_DIR: &str = "/nix/store";
@@ -36,7 +36,7 @@ pub(crate) struct ScannedFile {
 }
 
 /// The package under test, read.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub(crate) struct PackageUnderTest {
     /// The paths given with `--package`.
     pub roots: Vec<PathBuf>,
@@ -49,7 +49,6 @@ pub(crate) struct PackageUnderTest {
     /// Files that could not be read, with why.
     pub unreadable: Vec<String>,
     /// The files that carry GPU code, a CUDA runtime, or an ELF dynamic section.
-    #[serde(skip)]
     pub scanned: Vec<ScannedFile>,
 }
 
@@ -57,16 +56,12 @@ pub(crate) struct PackageUnderTest {
 /// deriver, a count, its references) or `closureInfo`'s `store-paths` (one a line). Every line
 /// that is a store path and not a `.drv` is a member.
 pub(crate) fn parse_closure_file(text: &str, store_dir: &Path) -> Vec<PathBuf> {
-    let mut members = BTreeSet::new();
-    for line in text.lines().map(str::trim) {
-        let path = Path::new(line);
-        if line.ends_with(".drv") || !path.is_absolute() {
-            continue;
-        }
-        if let Some(member) = store_path_of(path, store_dir) {
-            members.insert(member);
-        }
-    }
+    let members: BTreeSet<PathBuf> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.ends_with(".drv") && Path::new(line).is_absolute())
+        .filter_map(|line| store_path_of(Path::new(line), store_dir))
+        .collect();
     members.into_iter().collect()
 }
 
@@ -104,15 +99,14 @@ pub(crate) enum PackageError {
 }
 
 impl PackageUnderTest {
-    /// Reads the closure of `roots` (from `closure_file`, else `nix-store`) and scans its files.
-    pub(crate) fn read(
-        roots: &[PathBuf],
-        closure_file: Option<&Path>,
-    ) -> Result<PackageUnderTest, PackageError> {
+    /// Reads the closure of the `--package` paths (from `--package-closure`, else `nix-store`)
+    /// and scans its files.
+    pub(crate) fn read(options: &Options) -> Result<PackageUnderTest, PackageError> {
         let store = Path::new(STORE_DIR);
         // The paths given, absolute (against the working directory); one that is a link into
         // the store (`./result`) stands for its store path, whose closure is asked.
-        let roots = &roots
+        let roots = &options
+            .packages
             .iter()
             .map(|root| {
                 let absolute = resolve(root).map_err(PackageError::Missing)?;
@@ -123,7 +117,7 @@ impl PackageUnderTest {
             })
             .collect::<Result<Vec<_>, PackageError>>()?;
         let mut closure = BTreeSet::new();
-        let closure_from = match closure_file {
+        let closure_from = match options.package_closure.as_deref() {
             Some(file) => {
                 let text = std::fs::read_to_string(file).map_err(|e| {
                     PackageError::ClosureFileUnreadable(file.to_path_buf(), e.to_string())

@@ -18,7 +18,6 @@
 use std::path::{Component, Path};
 
 use cuda_sandbox_cuda_facts::Capability;
-use serde::Serialize;
 
 /// The names Nixpkgs' `cudaPackages` gives NVIDIA's redistributables (its `redist` manifests'
 /// package names: `cuda_*` for the toolkit's parts, `lib*` for the libraries), the store path
@@ -65,19 +64,8 @@ pub(crate) const NVIDIA_SONAMES: &[&str] = &[
     "libnvinfer",
 ];
 
-/// Whether `soname` (`libcufft.so.11`, `libcublasLt.so.12`) names one of [`NVIDIA_SONAMES`].
-fn nvidia_soname(soname: &str) -> bool {
-    let stem = soname
-        .split(".so")
-        .next()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    NVIDIA_SONAMES.iter().any(|p| stem.starts_with(p))
-}
-
 /// Who built a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Provenance {
     /// Nixpkgs compiled it (a store path that is not a redistributable).
     Nixpkgs,
@@ -92,7 +80,11 @@ impl Provenance {
     /// Where `file` (an absolute path, of DT_SONAME `soname`) comes from, by the rules of the
     /// module doc.
     pub(crate) fn of(file: &Path, soname: Option<&str>, store_dir: &Path) -> Provenance {
-        if soname.is_some_and(nvidia_soname) {
+        // `libcufft.so.11`, `libcublasLt.so.12`: one of NVIDIA's, by the name before `.so`.
+        let stem = soname
+            .and_then(|s| s.split(".so").next())
+            .map(str::to_ascii_lowercase);
+        if stem.is_some_and(|stem| NVIDIA_SONAMES.iter().any(|p| stem.starts_with(p))) {
             return Provenance::Prebuilt;
         }
         let names: Vec<&str> = file
@@ -108,12 +100,10 @@ impl Provenance {
         {
             return Provenance::Prebuilt;
         }
-        let Ok(rest) = file.strip_prefix(store_dir) else {
-            return Provenance::Other;
-        };
-        let Some(entry) = rest
-            .components()
-            .next()
+        let Some(entry) = file
+            .strip_prefix(store_dir)
+            .ok()
+            .and_then(|rest| rest.components().next())
             .and_then(|c| c.as_os_str().to_str())
         else {
             return Provenance::Other;
