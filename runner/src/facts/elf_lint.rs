@@ -247,7 +247,7 @@ pub(crate) enum Contents {
 
 impl Contents {
     /// What `bytes` (a file's first bytes) are.
-    pub(crate) fn of(bytes: &[u8]) -> Contents {
+    fn of(bytes: &[u8]) -> Contents {
         match bytes {
             [0x7f, b'E', b'L', b'F', ..] => Contents::Elf,
             [0x50, 0xed, 0x55, 0xba, ..] => Contents::Fatbin,

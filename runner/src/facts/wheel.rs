@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::map::Mapped;
 
-use crate::facts::elf_lint::Contents;
-
 /// Why a wheel cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum WheelError {
@@ -44,7 +42,10 @@ pub(crate) fn each_binary_member(
         files += 1;
         let mut head = Vec::with_capacity(4);
         member.by_ref().take(4).read_to_end(&mut head)?;
-        if !matches!(Contents::of(&head), Contents::Elf | Contents::Fatbin) {
+        if !matches!(
+            head.as_slice(),
+            [0x7f, b'E', b'L', b'F'] | [0x50, 0xed, 0x55, 0xba]
+        ) {
             continue;
         }
         // A member named with `..` or an absolute path keeps its name as written, inside the
