@@ -481,7 +481,7 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
                     symbol: entry.symbol.to_owned(),
                     expected_export: expected.to_owned(),
                     runtime_result: from_runtime.map(|e| e.code),
-                    runtime_status: from_runtime.map(|e| e.status),
+                    runtime_status: from_runtime.and_then(|e| e.symbol_status),
                     matches: same,
                 })
             })
