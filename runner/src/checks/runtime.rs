@@ -129,14 +129,19 @@ pub struct JudgedRuntime {
 }
 
 /// What `runtime::compatibility` and `package::runtimes` report once there are runtimes and a
-/// driver version to judge them by (the report's `facts`).
+/// driver version to judge them by (the report's `facts`), and, of [`RuntimeEntryPoints`],
+/// what `runtime::entry_points` reports once the driver gives its version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimesFacts {
+pub struct RuntimesFacts<Entry = JudgedRuntime> {
     /// The driver's CUDA version they were judged against.
     pub(crate) driver_version: String,
-    /// Every runtime judged, in order.
-    pub cudarts: Vec<JudgedRuntime>,
+    /// Every runtime judged, in order (for `runtime::entry_points`: every one that answered,
+    /// in the loader's order).
+    pub cudarts: Vec<Entry>,
 }
+
+/// What `runtime::entry_points` reports (the report's `facts`).
+pub type RuntimeEntryPointsFacts = RuntimesFacts<RuntimeEntryPoints>;
 
 /// One function as `runtime::entry_points` compared it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,16 +167,6 @@ pub struct RuntimeEntryPoints {
     pub compared_at: String,
     /// Every checked function that exists there.
     pub(crate) symbols: Vec<RuntimeSymbol>,
-}
-
-/// What `runtime::entry_points` reports once the driver gives its version (the report's
-/// `facts`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimeEntryPointsFacts {
-    /// The driver's CUDA version.
-    pub(crate) driver_version: String,
-    /// Every runtime that answered, in the loader's order.
-    pub cudarts: Vec<RuntimeEntryPoints>,
 }
 
 /// One CUDA runtime to judge against the driver: where it is, its version, and, for a loaded
@@ -510,7 +505,7 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
             symbols,
         });
     }
-    let facts = facts_of(&RuntimeEntryPointsFacts {
+    let facts = facts_of(&RuntimesFacts {
         driver_version: driver_version.to_string(),
         cudarts: per_runtime,
     });
