@@ -271,39 +271,20 @@ fn judge_candidate(
         }
         return entry;
     };
+    // Judged by its standing against the driver (and the driver its loaded runtime talks
+    // to): the checked functions whose ABI differs between them, under minor-version
+    // compatibility.
     let says_driver = candidate.loaded.and_then(|r| r.driver_version().ok());
     let standing = standing(&version, driver);
-    let diffs = judge_version(candidate, &version, &standing, says_driver, driver, found);
-    entry.runtime_version = version.exact().map(|v| v.to_string());
-    entry.judged = Some(Judged {
-        runtime_major: version.toolkit.major(),
-        runtime_version_error: version.error,
-        runtime_driver_version: says_driver.map(|v| v.to_string()),
-        standing: standing.name(),
-        abi_differences: diffs,
-    });
-    entry
-}
-
-/// Judges a candidate of known `version` by its `standing` against the driver of CUDA
-/// `driver` (and the driver its loaded runtime talks to, `says_driver`), adding to `found`;
-/// the checked functions whose ABI differs between them, under minor-version compatibility.
-fn judge_version(
-    candidate: &Candidate,
-    version: &RuntimeVersion,
-    standing: &Standing,
-    says_driver: Option<CudaVersion>,
-    driver: CudaVersion,
-    found: &mut Findings,
-) -> Vec<AbiDifference> {
-    let (file, form) = (&candidate.file, candidate.form);
     let mut diffs: Vec<AbiDifference> = Vec::new();
-    match (standing, says_driver) {
+    match (&standing, says_driver) {
         (_, Some(d)) if d != driver => found.failures.push(format!(
             "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
              {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
         )),
-        (Standing::NewerMajor, _) => found.failures.push(newer_major(candidate, version, driver)),
+        (Standing::NewerMajor, _) => found
+            .failures
+            .push(newer_major(candidate, &version, driver)),
         (Standing::MinorNewer(r), _) => {
             diffs = abi_differences(driver, *r);
             found.notes.push(format!(
@@ -352,7 +333,15 @@ fn judge_version(
             ))
         )),
     }
-    diffs
+    entry.runtime_version = version.exact().map(|v| v.to_string());
+    entry.judged = Some(Judged {
+        runtime_major: version.toolkit.major(),
+        runtime_version_error: version.error,
+        runtime_driver_version: says_driver.map(|v| v.to_string()),
+        standing: standing.name(),
+        abi_differences: diffs,
+    });
+    entry
 }
 
 /// The failure of a runtime of a newer major than the driver's CUDA `driver`, with what a
