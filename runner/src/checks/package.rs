@@ -64,17 +64,15 @@ fn loaded_driver(session: &Session) -> Option<Driver> {
 fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
     let loaded = loaded_driver(session);
     let devices = session.devices();
-    if let Ok(devices) = devices {
-        if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
-            let mut targets = Vec::new();
-            for d in devices {
-                let target = Target::new(d.compute_capability, driver, session.zluda().is_some());
-                if !targets.contains(&target) {
-                    targets.push(target);
-                }
+    if let (Ok(devices @ [_, ..]), Some(driver)) = (&devices, loaded) {
+        let mut targets = Vec::new();
+        for d in devices.iter() {
+            let target = Target::new(d.compute_capability, driver, session.zluda().is_some());
+            if !targets.contains(&target) {
+                targets.push(target);
             }
-            return Ok((targets, "every GPU the driver reports".into()));
         }
+        return Ok((targets, "every GPU the driver reports".into()));
     }
     let lint = &session.options.lint;
     let Some(first) = lint.target.first() else {
