@@ -350,8 +350,8 @@ pub(crate) fn runtimes(session: &Session) -> Result<Outcome, Outcome> {
     for (i, (file, runtime)) in found.iter().enumerate() {
         if runtime.form == RuntimeForm::Shared {
             match Runtime::load_all(std::slice::from_ref(&file.path)) {
-                Ok(mut one) if one.len() == 1 => loaded.push((i, one.remove(0))),
-                Ok(_) => {}
+                // One runtime for the one path.
+                Ok(one) => loaded.extend(one.into_iter().map(|r| (i, r))),
                 Err(why) => failures.push(why.to_string()),
             }
         }
