@@ -64,17 +64,15 @@ fn loaded_driver(session: &Session) -> Option<Driver> {
 fn targets(session: &Session) -> Result<(Vec<Target>, String), String> {
     let loaded = loaded_driver(session);
     let devices = session.devices();
-    if let Ok(devices) = devices {
-        if let Some(driver) = loaded.filter(|_| !devices.is_empty()) {
-            let mut targets = Vec::new();
-            for d in devices {
-                let target = Target::new(d.compute_capability, driver, session.zluda().is_some());
-                if !targets.contains(&target) {
-                    targets.push(target);
-                }
+    if let (Ok(devices @ [_, ..]), Some(driver)) = (&devices, loaded) {
+        let mut targets = Vec::new();
+        for d in devices.iter() {
+            let target = Target::new(d.compute_capability, driver, session.zluda().is_some());
+            if !targets.contains(&target) {
+                targets.push(target);
             }
-            return Ok((targets, "every GPU the driver reports".into()));
         }
+        return Ok((targets, "every GPU the driver reports".into()));
     }
     let lint = &session.options.lint;
     let Some(first) = lint.target.first() else {
@@ -352,8 +350,8 @@ pub(crate) fn runtimes(session: &Session) -> Result<Outcome, Outcome> {
     for (i, (file, runtime)) in found.iter().enumerate() {
         if runtime.form == RuntimeForm::Shared {
             match Runtime::load_all(std::slice::from_ref(&file.path)) {
-                Ok(mut one) if one.len() == 1 => loaded.push((i, one.remove(0))),
-                Ok(_) => {}
+                // One runtime for the one path.
+                Ok(one) => loaded.extend(one.into_iter().map(|r| (i, r))),
                 Err(why) => failures.push(why.to_string()),
             }
         }

@@ -97,10 +97,11 @@ fn opens_libcuda(file: &ScannedFile) -> Option<&'static str> {
 /// Runs `package::driver`.
 pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
     let package = session.package().map_err(Outcome::fail_without_facts)?;
+    // Each object that opens libcuda, with its dynamic section (which says why it does).
     let objects: Vec<_> = package
         .scanned
         .iter()
-        .filter_map(|f| opens_libcuda(f).map(|why| (f, why)))
+        .filter_map(|f| Some((f, f.dynamic.as_ref()?, opens_libcuda(f)?)))
         .collect();
     if objects.is_empty() {
         return Ok(Outcome::pass(
@@ -133,10 +134,7 @@ pub(crate) fn driver(session: &Session) -> Result<Outcome, Outcome> {
     let mut failures = Vec::new();
     let mut passes = Vec::new();
     let mut per_object = Vec::new();
-    for (file, why) in &objects {
-        let Some(info) = file.dynamic.as_ref() else {
-            continue;
-        };
+    for (file, info, why) in &objects {
         // A program starts under its own interpreter; a library is loaded by this process's.
         let (start, interpreter) = match info.interpreter.as_deref() {
             Some(own) => (Start::Kernel, Some(own)),

@@ -129,14 +129,19 @@ pub struct JudgedRuntime {
 }
 
 /// What `runtime::compatibility` and `package::runtimes` report once there are runtimes and a
-/// driver version to judge them by (the report's `facts`).
+/// driver version to judge them by (the report's `facts`), and, of [`RuntimeEntryPoints`],
+/// what `runtime::entry_points` reports once the driver gives its version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimesFacts {
+pub struct RuntimesFacts<Entry = JudgedRuntime> {
     /// The driver's CUDA version they were judged against.
     pub(crate) driver_version: String,
-    /// Every runtime judged, in order.
-    pub cudarts: Vec<JudgedRuntime>,
+    /// Every runtime judged, in order (for `runtime::entry_points`: every one that answered,
+    /// in the loader's order).
+    pub cudarts: Vec<Entry>,
 }
+
+/// What `runtime::entry_points` reports (the report's `facts`).
+pub type RuntimeEntryPointsFacts = RuntimesFacts<RuntimeEntryPoints>;
 
 /// One function as `runtime::entry_points` compared it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,16 +167,6 @@ pub struct RuntimeEntryPoints {
     pub compared_at: String,
     /// Every checked function that exists there.
     pub(crate) symbols: Vec<RuntimeSymbol>,
-}
-
-/// What `runtime::entry_points` reports once the driver gives its version (the report's
-/// `facts`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimeEntryPointsFacts {
-    /// The driver's CUDA version.
-    pub(crate) driver_version: String,
-    /// Every runtime that answered, in the loader's order.
-    pub cudarts: Vec<RuntimeEntryPoints>,
 }
 
 /// One CUDA runtime to judge against the driver: where it is, its version, and, for a loaded
@@ -276,39 +271,20 @@ fn judge_candidate(
         }
         return entry;
     };
+    // Judged by its standing against the driver (and the driver its loaded runtime talks
+    // to): the checked functions whose ABI differs between them, under minor-version
+    // compatibility.
     let says_driver = candidate.loaded.and_then(|r| r.driver_version().ok());
     let standing = standing(&version, driver);
-    let diffs = judge_version(candidate, &version, &standing, says_driver, driver, found);
-    entry.runtime_version = version.exact().map(|v| v.to_string());
-    entry.judged = Some(Judged {
-        runtime_major: version.toolkit.major(),
-        runtime_version_error: version.error,
-        runtime_driver_version: says_driver.map(|v| v.to_string()),
-        standing: standing.name(),
-        abi_differences: diffs,
-    });
-    entry
-}
-
-/// Judges a candidate of known `version` by its `standing` against the driver of CUDA
-/// `driver` (and the driver its loaded runtime talks to, `says_driver`), adding to `found`;
-/// the checked functions whose ABI differs between them, under minor-version compatibility.
-fn judge_version(
-    candidate: &Candidate,
-    version: &RuntimeVersion,
-    standing: &Standing,
-    says_driver: Option<CudaVersion>,
-    driver: CudaVersion,
-    found: &mut Findings,
-) -> Vec<AbiDifference> {
-    let (file, form) = (&candidate.file, candidate.form);
     let mut diffs: Vec<AbiDifference> = Vec::new();
-    match (standing, says_driver) {
+    match (&standing, says_driver) {
         (_, Some(d)) if d != driver => found.failures.push(format!(
             "{file}: cudaDriverGetVersion says CUDA {d} but the loaded libcuda.so.1 says \
              {driver}: the runtime talks to another driver; expose a single libcuda.so.1"
         )),
-        (Standing::NewerMajor, _) => found.failures.push(newer_major(candidate, version, driver)),
+        (Standing::NewerMajor, _) => found
+            .failures
+            .push(newer_major(candidate, &version, driver)),
         (Standing::MinorNewer(r), _) => {
             diffs = abi_differences(driver, *r);
             found.notes.push(format!(
@@ -357,7 +333,15 @@ fn judge_version(
             ))
         )),
     }
-    diffs
+    entry.runtime_version = version.exact().map(|v| v.to_string());
+    entry.judged = Some(Judged {
+        runtime_major: version.toolkit.major(),
+        runtime_version_error: version.error,
+        runtime_driver_version: says_driver.map(|v| v.to_string()),
+        standing: standing.name(),
+        abi_differences: diffs,
+    });
+    entry
 }
 
 /// The failure of a runtime of a newer major than the driver's CUDA `driver`, with what a
@@ -481,7 +465,7 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
                     symbol: entry.symbol.to_owned(),
                     expected_export: expected.to_owned(),
                     runtime_result: from_runtime.map(|e| e.code),
-                    runtime_status: from_runtime.map(|e| e.status),
+                    runtime_status: from_runtime.and_then(|e| e.symbol_status),
                     matches: same,
                 })
             })
@@ -510,7 +494,7 @@ pub(crate) fn entry_points(session: &Session) -> Result<Outcome, Outcome> {
             symbols,
         });
     }
-    let facts = facts_of(&RuntimeEntryPointsFacts {
+    let facts = facts_of(&RuntimesFacts {
         driver_version: driver_version.to_string(),
         cudarts: per_runtime,
     });

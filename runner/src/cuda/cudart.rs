@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use cuda_sandbox_elfkit::fatbin::rules::Toolkit;
 use libloading::Library;
 
+use super::driver::ProcAddress;
 use super::loaded::{loader_search_path, LoadedFile};
 use super::version::CudaVersion;
 
@@ -46,17 +47,6 @@ pub(crate) struct Runtime {
     get_entry_point: Option<GetEntryPoint>,
     get_entry_point_by_version: Option<GetEntryPointByVersion>,
     _library: Library,
-}
-
-/// What `cudaGetDriverEntryPoint` answered for one symbol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct EntryPoint {
-    /// The `cudaError_t`.
-    pub code: c_int,
-    /// The pointer (null on failure).
-    pub pointer: usize,
-    /// `cudaDriverEntryPointQueryResult` (0 success, 1 symbol not found, 2 version not sufficient).
-    pub status: c_int,
 }
 
 /// A runtime's CUDA version, and how it was learnt.
@@ -213,7 +203,9 @@ impl Runtime {
 
     /// `cudaGetDriverEntryPoint(symbol, flags 0)`, which resolves at min(the runtime's own
     /// version, the driver's); through `…ByVersion` at `version` when only that is exported.
-    pub(crate) fn driver_entry_point(&self, symbol: &str, version: i32) -> Option<EntryPoint> {
+    /// Its `code` is a `cudaError_t`, its status a `cudaDriverEntryPointQueryResult` (always
+    /// given).
+    pub(crate) fn driver_entry_point(&self, symbol: &str, version: i32) -> Option<ProcAddress> {
         let name = CString::new(symbol).ok()?;
         let mut pointer: *mut c_void = std::ptr::null_mut();
         let mut status: c_int = -1;
@@ -232,10 +224,10 @@ impl Runtime {
                 (None, None) => return None,
             }
         };
-        Some(EntryPoint {
+        Some(ProcAddress {
             code,
             pointer: pointer as usize,
-            status,
+            symbol_status: Some(status),
         })
     }
 

@@ -111,14 +111,16 @@ pub(crate) struct Driver {
     library: Library,
 }
 
-/// What one `cuGetProcAddress` call answered.
+/// What one lookup of a driver function answered: `cuGetProcAddress`, or the runtime's
+/// `cudaGetDriverEntryPoint` ([`crate::cuda::cudart::Runtime::driver_entry_point`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ProcAddress {
-    /// The CUresult.
+    /// The CUresult (the runtime's: its `cudaError_t`).
     pub code: c_int,
     /// The pointer (null on failure).
     pub pointer: usize,
-    /// `symbolStatus` (0 found, 1 not found, 2 version not sufficient); `None` from the 11.3 ABI.
+    /// `symbolStatus` (0 found, 1 not found, 2 version not sufficient); `None` from
+    /// `cuGetProcAddress`'s 11.3 ABI.
     pub symbol_status: Option<c_int>,
 }
 

@@ -5,7 +5,9 @@
 
 use std::ffi::{c_int, c_uint, c_void, CStr, CString};
 
-use super::driver::{CuDevice, CuDevicePtr, Driver, DriverError, Handle};
+use super::driver::{
+    CuDevice, CuDevicePtr, Driver, DriverError, DriverFunctions, Export, Found, Handle,
+};
 use super::result::{CuError, CUDA_ERROR_NOT_SUPPORTED};
 
 /// The saxpy kernel (`y[i] = a * x[i] + y[i]` for `i < n`), as the driver JIT-compiles it:
@@ -85,10 +87,17 @@ impl<'d> PrimaryContext<'d> {
         Ok(held)
     }
 
+    /// The driver function `export` picks, if this libcuda exports it ([`Driver::need`]).
+    fn need<F>(
+        &self,
+        export: impl FnOnce(&DriverFunctions) -> Export<F>,
+    ) -> Result<Found<F>, DriverError> {
+        self.driver.need(export(&self.driver.api))
+    }
+
     /// Waits for all work in the context (`cuCtxSynchronize`).
     pub(crate) fn synchronize(&self) -> Result<(), GpuError> {
-        let driver = self.driver;
-        let f = driver.need(driver.api.ctx_synchronize)?;
+        let f = self.need(|api| api.ctx_synchronize)?;
         // SAFETY: cuda.h signature; a context is current.
         Ok(f.call(|f| unsafe { f() })?)
     }
@@ -118,8 +127,7 @@ impl<'c> Module<'c> {
         context: &'c PrimaryContext<'c>,
         ptx: &str,
     ) -> Result<Module<'c>, GpuError> {
-        let driver = context.driver;
-        let load = driver.need(driver.api.module_load_data_ex)?;
+        let load = context.need(|api| api.module_load_data_ex)?;
         let ptx = CString::new(ptx).map_err(|e| GpuError::PtxHasNul(e.nul_position()))?;
         let mut log = vec![0u8; 16 * 1024];
         let mut options = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
@@ -137,7 +145,7 @@ impl<'c> Module<'c> {
             )
         };
         if code == CUDA_ERROR_NOT_SUPPORTED {
-            if let Ok(load_data) = driver.need(driver.api.module_load_data) {
+            if let Ok(load_data) = context.need(|api| api.module_load_data) {
                 // SAFETY: cuda.h signature; `ptx` is NUL-terminated and lives for the call.
                 code = unsafe { (load_data.f)(&mut handle, ptx.as_ptr().cast()) };
                 CuError::check(load_data.name, code)?;
@@ -160,8 +168,7 @@ impl<'c> Module<'c> {
         context: &'c PrimaryContext<'c>,
         image: &[u8],
     ) -> Result<Module<'c>, GpuError> {
-        let driver = context.driver;
-        let load = driver.need(driver.api.module_load_data_ex)?;
+        let load = context.need(|api| api.module_load_data_ex)?;
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; `image` lives for the call (the driver copies what it
         // keeps); no options.
@@ -179,8 +186,7 @@ impl<'c> Module<'c> {
     }
 
     fn function(&self, name: &CStr) -> Result<Handle, GpuError> {
-        let driver = self.context.driver;
-        let get = driver.need(driver.api.module_get_function)?;
+        let get = self.context.need(|api| api.module_get_function)?;
         let mut function: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; the module is loaded; `name` is NUL-terminated.
         get.call(|f| unsafe { f(&mut function, self.handle, name.as_ptr()) })?;
@@ -210,9 +216,8 @@ impl<'c> DeviceBuffer<'c> {
         context: &'c PrimaryContext<'c>,
         data: &[f32],
     ) -> Result<DeviceBuffer<'c>, GpuError> {
-        let driver = context.driver;
-        let alloc = driver.need(driver.api.mem_alloc)?;
-        let htod = driver.need(driver.api.memcpy_htod)?;
+        let alloc = context.need(|api| api.mem_alloc)?;
+        let htod = context.need(|api| api.memcpy_htod)?;
         let bytes = std::mem::size_of_val(data);
         let mut pointer: CuDevicePtr = 0;
         // SAFETY: cuda.h signature; valid out-pointer.
@@ -229,8 +234,7 @@ impl<'c> DeviceBuffer<'c> {
 
     /// Copies the buffer back (`cuMemcpyDtoH_v2`).
     pub(crate) fn to_host(&self) -> Result<Vec<f32>, GpuError> {
-        let driver = self.context.driver;
-        let dtoh = driver.need(driver.api.memcpy_dtoh)?;
+        let dtoh = self.context.need(|api| api.memcpy_dtoh)?;
         let mut data = vec![0f32; self.len];
         // SAFETY: `data` and the device buffer both hold `len` floats.
         dtoh.call(|f| unsafe {
@@ -262,8 +266,7 @@ pub(crate) struct Event<'c> {
 impl<'c> Event<'c> {
     /// Creates an event (`cuEventCreate`, default flags: timing enabled).
     pub(crate) fn new(context: &'c PrimaryContext<'c>) -> Result<Event<'c>, GpuError> {
-        let driver = context.driver;
-        let create = driver.need(driver.api.event_create)?;
+        let create = context.need(|api| api.event_create)?;
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: cuda.h signature; valid out-pointer.
         create.call(|f| unsafe { f(&mut handle, 0) })?;
@@ -272,17 +275,15 @@ impl<'c> Event<'c> {
 
     /// Records the event on the default stream.
     pub(crate) fn record(&self) -> Result<(), GpuError> {
-        let driver = self.context.driver;
-        let record = driver.need(driver.api.event_record)?;
+        let record = self.context.need(|api| api.event_record)?;
         // SAFETY: cuda.h signature; a live event; the null stream is the default stream.
         Ok(record.call(|f| unsafe { f(self.handle, std::ptr::null_mut()) })?)
     }
 
     /// Milliseconds from `start` to this event, after waiting for this one.
     pub(crate) fn elapsed_since(&self, start: &Event<'_>) -> Result<f32, GpuError> {
-        let driver = self.context.driver;
-        let sync = driver.need(driver.api.event_synchronize)?;
-        let elapsed = driver.need(driver.api.event_elapsed_time)?;
+        let sync = self.context.need(|api| api.event_synchronize)?;
+        let elapsed = self.context.need(|api| api.event_elapsed_time)?;
         // SAFETY: cuda.h signature; a live event.
         sync.call(|f| unsafe { f(self.handle) })?;
         let mut ms = 0f32;
@@ -325,8 +326,7 @@ impl<'c> Saxpy<'c> {
         x: &DeviceBuffer<'_>,
         y: &DeviceBuffer<'_>,
     ) -> Result<(), GpuError> {
-        let driver = self.module.context.driver;
-        let launch = driver.need(driver.api.launch_kernel)?;
+        let launch = self.module.context.need(|api| api.launch_kernel)?;
         let n = u32::try_from(x.len.min(y.len)).map_err(|_| GpuError::TooManyElements)?;
         let (mut arg_n, mut arg_a, mut arg_x, mut arg_y) = (n, a, x.pointer, y.pointer);
         let mut params: [*mut c_void; 4] = [

@@ -369,13 +369,11 @@ pub fn lint(paths: &[PathBuf], config: &LintConfig) -> LintReport {
         }
         report.closure_of.push(root);
     }
-    for mixed in mixed_processes(&graph_roots, &report.cuda_runtimes, &config.store_dir) {
-        report.findings.push(finding(
-            &mixed.root.path,
-            FindingKind::MixedCudaRuntimes,
-            mixed.describe(),
-        ));
-    }
+    report.findings.extend(mixed_processes(
+        &graph_roots,
+        &report.cuda_runtimes,
+        &config.store_dir,
+    ));
     report
 }
 

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use cuda_sandbox_elfkit::ldso::{ElfHost, Environment, Loader, Process, RealFs, Start};
 
+use crate::facts::lint_report::{Finding, FindingKind};
 use crate::facts::runtime_scan::{mixed_versions, runtime_in_dependency, FoundRuntime};
 
 /// An ELF file of the package that starts a dependency graph.
@@ -23,17 +24,6 @@ pub(crate) struct Root {
     pub path: PathBuf,
     /// Its `PT_INTERP`, for an executable; `None` for a shared library.
     pub interpreter: Option<PathBuf>,
-}
-
-/// One process that would load CUDA runtimes of more than one version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MixedProcess {
-    /// The executable (or, for a library, the library whose `dlopen` loads them).
-    pub root: Root,
-    /// The distinct exact versions, in order.
-    pub versions: Vec<String>,
-    /// The runtimes it loads, in load order.
-    pub runtimes: Vec<FoundRuntime>,
 }
 
 /// The real path of `path`, or `path` when it has none.
@@ -78,14 +68,17 @@ fn runtimes_of(
         .collect()
 }
 
-/// Every root whose dependency graph holds runtimes of two versions; `known` are the runtimes
-/// found in the package (by file; a root not among them holds none, and is not read again). Executables first, then libraries whose runtimes are not
-/// already those of an executable reported.
+/// Every root whose dependency graph holds runtimes of two versions, as a
+/// `mixed-cuda-runtimes` finding about it (the executable, or, for a library, the library whose
+/// `dlopen` loads them) that says which process loads which runtimes (in load order), and why
+/// that is a hazard; `known` are the runtimes found in the package (by file; a root not among
+/// them holds none, and is not read again). Executables first, then libraries whose runtimes
+/// are not already those of an executable reported.
 pub(crate) fn mixed_processes(
     roots: &[Root],
     known: &[FoundRuntime],
     store_dir: &Path,
-) -> Vec<MixedProcess> {
+) -> Vec<Finding> {
     // The package's own files are classified already: each root holds `known`'s runtime or none.
     let mut runtimes: HashMap<PathBuf, Option<FoundRuntime>> =
         roots.iter().map(|r| (real(&r.path), None)).collect();
@@ -93,7 +86,7 @@ pub(crate) fn mixed_processes(
     let default_interpreter = ElfHost::native()
         .standard_interpreter()
         .map(Path::to_path_buf);
-    let mut out: Vec<MixedProcess> = Vec::new();
+    let mut out: Vec<Finding> = Vec::new();
     let mut reported: Vec<BTreeSet<PathBuf>> = Vec::new();
     let mut ordered: Vec<&Root> = roots.iter().filter(|r| r.interpreter.is_some()).collect();
     ordered.extend(roots.iter().filter(|r| r.interpreter.is_none()));
@@ -135,34 +128,26 @@ pub(crate) fn mixed_processes(
             continue;
         }
         reported.push(files);
-        out.push(MixedProcess {
-            root: root.clone(),
-            versions,
-            runtimes: in_order,
-        });
-    }
-    out
-}
-
-impl MixedProcess {
-    /// The finding's line: which process loads which runtimes, and why that is a hazard.
-    pub(crate) fn describe(&self) -> String {
-        let files: Vec<String> = self
-            .runtimes
+        let files: Vec<String> = in_order
             .iter()
             .map(|r| format!("{} ({})", r.file.display(), r.version_text()))
             .collect();
-        let process = match self.root.interpreter {
-            Some(_) => format!("the process of {}", self.root.path.display()),
-            None => format!("a process that loads {}", self.root.path.display()),
+        let process = match root.interpreter {
+            Some(_) => format!("the process of {}", root.path.display()),
+            None => format!("a process that loads {}", root.path.display()),
         };
-        format!(
-            "{process} would load CUDA runtimes of versions {} ({}): each resolves driver entry \
-             points through cudaGetDriverEntryPoint at min(its own version, the driver's), so \
-             one process gets two ABIs of the same driver functions; build everything it \
-             loads against one CUDA version",
-            self.versions.join(" and "),
-            files.join(", ")
-        )
+        out.push(Finding {
+            file: root.path.clone(),
+            kind: FindingKind::MixedCudaRuntimes,
+            message: format!(
+                "{process} would load CUDA runtimes of versions {} ({}): each resolves driver \
+                 entry points through cudaGetDriverEntryPoint at min(its own version, the \
+                 driver's), so one process gets two ABIs of the same driver functions; build \
+                 everything it loads against one CUDA version",
+                versions.join(" and "),
+                files.join(", ")
+            ),
+        });
     }
+    out
 }
