@@ -435,10 +435,7 @@ mod tests {
             arch: Arch::parse(arch).unwrap(),
             version: Version::new(isa.0, isa.1),
             compression: Compression::None,
-            flags: 0x11,
             offset: 0,
-            stored_size: 0,
-            concatenated: false,
             stored: Default::default(),
         }
     }
@@ -713,7 +710,6 @@ mod tests {
     fn a_zstd_image_needs_an_r550_libcuda_and_lz4_needs_nothing() {
         let zstd = Entry {
             compression: Compression::Zstd,
-            flags: 0x8011,
             ..ptx("compute_80", (8, 0))
         };
         assert_eq!(

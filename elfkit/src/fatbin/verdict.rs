@@ -456,10 +456,7 @@ mod tests {
                         Version::new(1, 8)
                     },
                     compression: Compression::None,
-                    flags: 0,
                     offset: at,
-                    stored_size: text.len() as u64,
-                    concatenated: false,
                     stored: Stored {
                         offset: at,
                         size: text.len() as u64,
