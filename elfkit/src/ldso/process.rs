@@ -96,9 +96,7 @@ pub struct Missing {
     pub name: String,
     /// The object that needed it or called `dlopen`.
     pub by: usize,
-    /// How its search ended (never `Found`).
-    pub outcome: Outcome,
-    /// The search ([`Process::searches`]).
+    /// The search ([`Process::searches`]), and how it ended (never `Found`).
     pub search: usize,
 }
 
@@ -218,7 +216,7 @@ impl<'a, F: Fs> Process<'a, F> {
         let (objects, order) = (self.objects.len(), self.order.len());
         match self.map(caller, name) {
             Err(m) => Dlopen {
-                outcome: m.outcome.clone(),
+                outcome: self.searches[m.search].outcome.clone(),
                 search: Some(m.search),
                 object: None,
                 missing: vec![m],
@@ -361,7 +359,6 @@ impl<'a, F: Fs> Process<'a, F> {
             return Err(Missing {
                 name: name.to_string(),
                 by,
-                outcome: self.searches[search].outcome.clone(),
                 search,
             });
         };
