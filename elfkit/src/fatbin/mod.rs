@@ -249,9 +249,6 @@ pub enum FatbinError {
     /// The file's ELF or archive structure could not be read.
     #[error("cannot read the file's structure: {0}")]
     Container(String),
-    /// The file could not be opened or mapped.
-    #[error("{0}")]
-    Io(String),
 }
 
 impl FatbinError {
@@ -259,7 +256,7 @@ impl FatbinError {
     pub fn offset(&self) -> u64 {
         match self {
             FatbinError::Truncated(_, at) | FatbinError::Malformed(_, at) => *at,
-            FatbinError::Container(_) | FatbinError::Io(_) => 0,
+            FatbinError::Container(_) => 0,
         }
     }
 }
