@@ -93,11 +93,9 @@ pub struct Dlopen {
     /// The search that found it or failed ([`Process::searches`]); for an object already
     /// loaded, the search that loaded it.
     pub search: Option<usize>,
-    /// The object, when it is loaded (with every dependency; else the `dlopen` fails and
-    /// what it loaded is unloaded again).
+    /// The object, when it is loaded (with every dependency; else the `dlopen` fails, what it
+    /// loaded is unloaded again, and the dependencies not found are [`Process::missing`]).
     pub object: Option<usize>,
-    /// Its dependencies that could not be loaded.
-    pub missing: Vec<Missing>,
 }
 
 /// Why the first object cannot be started: the file, and why not.
@@ -203,7 +201,6 @@ impl<'a, F: Fs> Process<'a, F> {
                 outcome: self.searches[m.search].outcome.clone(),
                 search: Some(m.search),
                 object: None,
-                missing: vec![m],
             },
             Ok((id, created)) => {
                 let object = &self.objects[id];
@@ -226,14 +223,13 @@ impl<'a, F: Fs> Process<'a, F> {
                 } else {
                     self.objects.truncate(objects);
                     self.order.truncate(order);
-                    self.missing.extend(missing.iter().cloned());
+                    self.missing.extend(missing);
                     None
                 };
                 Dlopen {
                     outcome,
                     search,
                     object,
-                    missing,
                 }
             }
         }
