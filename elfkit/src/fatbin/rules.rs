@@ -283,10 +283,9 @@ pub fn toolkit_on_driver(built: Toolkit, driver: &Driver) -> ToolkitFit {
 /// can, else the CUDA release it needs.
 pub fn unpacks(compression: Compression, driver: &Driver) -> Option<CudaVersion> {
     let (release, version) = ZSTD_DRIVER;
-    let old = match driver.version {
-        Some(v) => v < version,
-        None => driver.cuda < release,
-    };
+    let old = driver
+        .version
+        .map_or(driver.cuda < release, |v| v < version);
     (compression == Compression::Zstd && old).then_some(release)
 }
 
