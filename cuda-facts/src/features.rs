@@ -167,10 +167,7 @@ impl fmt::Display for Advertised {
 
 /// The features a builder with GPUs of these capabilities advertises (the union over them).
 pub fn advertised(gpus: &[Capability]) -> Advertised {
-    advertised_by(gpus::architectures(), gpus)
-}
-
-fn advertised_by(rows: &[Architecture], gpus: &[Capability]) -> Advertised {
+    let rows = gpus::architectures();
     let forms = forms_of(rows);
     let mut unknown: Vec<(Capability, Unknown)> = Vec::new();
     let mut known = Vec::new();

@@ -178,13 +178,12 @@ impl Inventory {
         struct Versioned {
             version: u32,
         }
-        let version: Versioned =
-            serde_json::from_slice(bytes).map_err(|e| InventoryError::Malformed(e.to_string()))?;
+        let malformed = |e: serde_json::Error| InventoryError::Malformed(e.to_string());
+        let version: Versioned = serde_json::from_slice(bytes).map_err(malformed)?;
         if version.version != INVENTORY_VERSION {
             return Err(InventoryError::Version(version.version));
         }
-        let inventory: Inventory =
-            serde_json::from_slice(bytes).map_err(|e| InventoryError::Malformed(e.to_string()))?;
+        let inventory: Inventory = serde_json::from_slice(bytes).map_err(malformed)?;
         if inventory.gpus.len() > INVENTORY_MAX_GPUS {
             return Err(InventoryError::TooManyGpus(inventory.gpus.len()));
         }

@@ -239,12 +239,7 @@ fn elf_containers(
     }
     // The string sections, which the magic scan does not read.
     for (_, ahead) in aheads {
-        strings.search(
-            data,
-            (ahead.start, ahead.end, ahead.end),
-            Some(&ahead),
-            &excluded,
-        );
+        strings.search(data, (ahead.start, ahead.end, ahead.end), &ahead, &excluded);
         strings.settle(data, &ahead, &[], &excluded);
     }
     // A container a walk or a wrapper found (its bytes are walked) is not found twice by the
@@ -321,7 +316,7 @@ fn scan(
     let mut strings_to = |s: &mut usize, to: usize, limit: usize| {
         if let Some((strings, walked, ahead)) = search.as_mut().filter(|x| x.0.wanted()) {
             let excluded = |a, b| walked.meets(a, b);
-            strings.search(data, (*s, to, limit), Some(&*ahead), &excluded);
+            strings.search(data, (*s, to, limit), ahead, &excluded);
         }
         *s = to;
     };

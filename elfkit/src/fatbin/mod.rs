@@ -126,15 +126,11 @@ pub struct Entry {
     pub version: Version,
     /// How its payload is stored.
     pub compression: Compression,
-    /// The header's flags, as they are.
-    pub flags: u64,
     /// Offset of its header in the file (for a part of a concatenated entry: the outer one's).
     pub offset: u64,
-    /// Payload bytes as stored (for a part of a concatenated entry: its size once unpacked).
-    pub stored_size: u64,
-    /// Whether it is one part of a CUDA 13 concatenated entry (kind 0x100).
-    pub concatenated: bool,
-    /// Where its bytes are, for reading them ([`fn@payload`]); not serialized.
+    /// Where its bytes are, for reading them ([`fn@payload`]): JSON's `concatenated` (one part
+    /// of a CUDA 13 concatenated entry, kind 0x100) and `stored_size` (the payload bytes as
+    /// stored; a part's size once unpacked) come from it.
     pub stored: Stored,
 }
 
@@ -173,9 +169,10 @@ impl Serialize for Entry {
             _ => out.serialize_field("cubin_version", &self.version)?,
         }
         out.serialize_field("compression", &self.compression)?;
-        out.serialize_field("concatenated", &self.concatenated)?;
+        out.serialize_field("concatenated", &self.stored.part.is_some())?;
         out.serialize_field("offset", &self.offset)?;
-        out.serialize_field("stored_size", &self.stored_size)?;
+        let stored_size = self.stored.part.map_or(self.stored.size, |p| p.size);
+        out.serialize_field("stored_size", &stored_size)?;
         out.end()
     }
 }
@@ -252,9 +249,6 @@ pub enum FatbinError {
     /// The file's ELF or archive structure could not be read.
     #[error("cannot read the file's structure: {0}")]
     Container(String),
-    /// The file could not be opened or mapped.
-    #[error("{0}")]
-    Io(String),
 }
 
 impl FatbinError {
@@ -262,7 +256,7 @@ impl FatbinError {
     pub fn offset(&self) -> u64 {
         match self {
             FatbinError::Truncated(_, at) | FatbinError::Malformed(_, at) => *at,
-            FatbinError::Container(_) | FatbinError::Io(_) => 0,
+            FatbinError::Container(_) => 0,
         }
     }
 }

@@ -92,10 +92,7 @@ impl Header {
             },
             version: self.version,
             compression,
-            flags: self.flags,
             offset,
-            stored_size: self.payload,
-            concatenated: stored.part.is_some(),
             stored,
         }
     }

@@ -283,10 +283,9 @@ pub fn toolkit_on_driver(built: Toolkit, driver: &Driver) -> ToolkitFit {
 /// can, else the CUDA release it needs.
 pub fn unpacks(compression: Compression, driver: &Driver) -> Option<CudaVersion> {
     let (release, version) = ZSTD_DRIVER;
-    let old = match driver.version {
-        Some(v) => v < version,
-        None => driver.cuda < release,
-    };
+    let old = driver
+        .version
+        .map_or(driver.cuda < release, |v| v < version);
     (compression == Compression::Zstd && old).then_some(release)
 }
 
@@ -435,10 +434,7 @@ mod tests {
             arch: Arch::parse(arch).unwrap(),
             version: Version::new(isa.0, isa.1),
             compression: Compression::None,
-            flags: 0x11,
             offset: 0,
-            stored_size: 0,
-            concatenated: false,
             stored: Default::default(),
         }
     }
@@ -713,7 +709,6 @@ mod tests {
     fn a_zstd_image_needs_an_r550_libcuda_and_lz4_needs_nothing() {
         let zstd = Entry {
             compression: Compression::Zstd,
-            flags: 0x8011,
             ..ptx("compute_80", (8, 0))
         };
         assert_eq!(

@@ -89,11 +89,10 @@ impl CStrings {
         &mut self,
         data: &[u8],
         (from, to, limit): (usize, usize, usize),
-        ahead: Option<&Ahead>,
+        ahead: &Ahead,
         excluded: &dyn Fn(usize, usize) -> bool,
     ) {
-        let wanted = |i: usize| !ahead.is_some_and(|a| a.deferred[i]);
-        self.search_for(data, (from, to, limit), &wanted, excluded);
+        self.search_for(data, (from, to, limit), &|i| !ahead.deferred[i], excluded);
     }
 
     /// Looks for the missing strings `wanted` says (by index), as [`CStrings::search`] says;
@@ -231,20 +230,20 @@ mod tests {
             data[at..at + text.len()].copy_from_slice(text.as_bytes());
             data[at + text.len()] = 0;
             let mut s = CStrings::new(&[text, "libcuda.so.1"]);
-            s.search(&data, (0, data.len(), data.len()), None, &never);
+            s.search_for(&data, (0, data.len(), data.len()), &|_| true, &never);
             assert_eq!(s.found(), Some(&[true, false][..]), "at {at}");
             // Starting at or after `to`: not found here.
             let mut s = CStrings::new(&[text]);
-            s.search(&data, (0, at, data.len()), None, &never);
+            s.search_for(&data, (0, at, data.len()), &|_| true, &never);
             assert_eq!(s.found(), Some(&[false][..]), "at {at}");
             // Ending past `limit`: not found.
             let mut s = CStrings::new(&[text]);
-            s.search(&data, (0, data.len(), at + text.len()), None, &never);
+            s.search_for(&data, (0, data.len(), at + text.len()), &|_| true, &never);
             assert_eq!(s.found(), Some(&[false][..]), "at {at}");
             // On excluded bytes: not found.
             let mut s = CStrings::new(&[text]);
             let inside = |a: usize, b: usize| a < at + 1 && b > at;
-            s.search(&data, (0, data.len(), data.len()), None, &inside);
+            s.search_for(&data, (0, data.len(), data.len()), &|_| true, &inside);
             assert_eq!(s.found(), Some(&[false][..]), "at {at}");
         }
     }
@@ -254,7 +253,7 @@ mod tests {
     fn a_later_string_is_found_without_an_earlier_one() {
         let data = b"junk\0libcuda.so.1\0".to_vec();
         let mut s = CStrings::new(&["cudaErrorCudartUnloading", "libcuda.so.1"]);
-        s.search(&data, (0, data.len(), data.len()), None, &never);
+        s.search_for(&data, (0, data.len(), data.len()), &|_| true, &never);
         assert_eq!(s.found(), Some(&[false, true][..]));
     }
 

@@ -240,21 +240,20 @@ impl ModuleReads {
 fn holds(data: &[u8], module: &Container, room: &mut Vec<u8>) -> Option<Holds> {
     let mut images: Vec<&Entry> = module.entries.iter().collect();
     images.sort_by_key(|e| read_cost(e));
-    let mut read_any = false;
-    let read = images.into_iter().filter_map(|e| match e.kind {
-        EntryKind::Sass => (payload(data, e, room).ok())
-            .and_then(|b| cubin_facts(b).ok())
-            .map(|f| f.symbols),
-        EntryKind::Ptx => payload(data, e, room).ok().map(ptx_facts),
-        _ => None,
-    });
-    for symbols in read {
-        read_any = true;
-        if !symbols.inert() {
-            return Some(Holds::Read(symbols));
-        }
+    let mut read = images
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::Sass => (payload(data, e, room).ok())
+                .and_then(|b| cubin_facts(b).ok())
+                .map(|f| f.symbols),
+            EntryKind::Ptx => payload(data, e, room).ok().map(ptx_facts),
+            _ => None,
+        })
+        .peekable();
+    if read.peek().is_none() {
+        return Some(Holds::Unreadable);
     }
-    (!read_any).then_some(Holds::Unreadable)
+    read.find(|symbols| !symbols.inert()).map(Holds::Read)
 }
 
 /// Whether the cubin `entry`'s format allows a toolkit of a newer major than `driver`'s: ELF
@@ -457,10 +456,7 @@ mod tests {
                         Version::new(1, 8)
                     },
                     compression: Compression::None,
-                    flags: 0,
                     offset: at,
-                    stored_size: text.len() as u64,
-                    concatenated: false,
                     stored: Stored {
                         offset: at,
                         size: text.len() as u64,

@@ -71,7 +71,7 @@ mod search;
 pub use cpu::{glibc_hwcaps, platform};
 pub use fs::{kind, read_opened, FileId, Fs, Opened, RealFs, HEAD_LEN};
 pub use loader::{AskError, ElfHost, Loader, NoSystemSearchPath};
-pub use process::{Dlopen, Environment, Missing, Object, Process, Role, Start, StartError};
+pub use process::{Dlopen, Environment, Missing, Object, Process, Start, StartError};
 pub use search::{expand_dsts, verify_header, Attempt, Outcome, Search, SearchList, Source, Tried};
 
 #[cfg(test)]

@@ -34,19 +34,6 @@ pub enum Start {
     Library,
 }
 
-/// An object's place in the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The first object (the executable's link map).
-    Main,
-    /// The dynamic loader itself.
-    Interpreter,
-    /// Loaded for a `DT_NEEDED` of this object.
-    Needed(usize),
-    /// Loaded by `dlopen` called from this object.
-    Dlopened(usize),
-}
-
 /// One loaded object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Object {
@@ -59,8 +46,6 @@ pub struct Object {
     pub names: Vec<String>,
     /// What it asks of the loader.
     pub info: DynamicInfo,
-    /// Why it is here.
-    pub role: Role,
     /// The object that caused it to be loaded (`l_loader`), whose `DT_RPATH` chain its own
     /// searches inherit; `None` for the first object, the loader and what `dlopen` loaded
     /// (glibc drops the caller then: `__RTLD_CALLMAP`).
@@ -74,14 +59,13 @@ pub struct Object {
 impl Object {
     /// The object opened by `path`, with `$ORIGIN` its directory, known by no name yet, loaded
     /// by nothing and found by no search.
-    fn new(path: PathBuf, opened: Opened, role: Role) -> Object {
+    fn new(path: PathBuf, opened: Opened) -> Object {
         Object {
             origin: path_origin(&path),
             path,
             real_path: opened.real_path,
             names: Vec::new(),
             info: opened.dynamic.ok().flatten().unwrap_or_default(),
-            role,
             loaded_by: None,
             search: None,
             id: opened.id,
@@ -96,9 +80,7 @@ pub struct Missing {
     pub name: String,
     /// The object that needed it or called `dlopen`.
     pub by: usize,
-    /// How its search ended (never `Found`).
-    pub outcome: Outcome,
-    /// The search ([`Process::searches`]).
+    /// The search ([`Process::searches`]), and how it ended (never `Found`).
     pub search: usize,
 }
 
@@ -111,11 +93,9 @@ pub struct Dlopen {
     /// The search that found it or failed ([`Process::searches`]); for an object already
     /// loaded, the search that loaded it.
     pub search: Option<usize>,
-    /// The object, when it is loaded (with every dependency; else the `dlopen` fails and
-    /// what it loaded is unloaded again).
+    /// The object, when it is loaded (with every dependency; else the `dlopen` fails, what it
+    /// loaded is unloaded again, and the dependencies not found are [`Process::missing`]).
     pub object: Option<usize>,
-    /// Its dependencies that could not be loaded.
-    pub missing: Vec<Missing>,
 }
 
 /// Why the first object cannot be started: the file, and why not.
@@ -193,14 +173,14 @@ impl<'a, F: Fs> Process<'a, F> {
         };
         let main = self.add(Object {
             origin,
-            ..Object::new(path.to_path_buf(), opened, Role::Main)
+            ..Object::new(path.to_path_buf(), opened)
         });
         self.main = Some(main);
         // The loader itself, under its path and its soname; listed once something needs it.
         let path = self.loader.interpreter.clone();
         if let Ok(opened) = self.fs.open(&path) {
             let name = path.to_string_lossy().into_owned();
-            let mut object = Object::new(path, opened, Role::Interpreter);
+            let mut object = Object::new(path, opened);
             object.names = vec![name];
             object.names.extend(object.info.soname.clone());
             self.objects.push(object);
@@ -218,10 +198,9 @@ impl<'a, F: Fs> Process<'a, F> {
         let (objects, order) = (self.objects.len(), self.order.len());
         match self.map(caller, name) {
             Err(m) => Dlopen {
-                outcome: m.outcome.clone(),
+                outcome: self.searches[m.search].outcome.clone(),
                 search: Some(m.search),
                 object: None,
-                missing: vec![m],
             },
             Ok((id, created)) => {
                 let object = &self.objects[id];
@@ -237,7 +216,6 @@ impl<'a, F: Fs> Process<'a, F> {
                 let mut missing = Vec::new();
                 if created {
                     self.objects[id].loaded_by = None;
-                    self.objects[id].role = Role::Dlopened(caller);
                     missing = self.load_needed(id);
                 }
                 let object = if missing.is_empty() {
@@ -245,14 +223,13 @@ impl<'a, F: Fs> Process<'a, F> {
                 } else {
                     self.objects.truncate(objects);
                     self.order.truncate(order);
-                    self.missing.extend(missing.iter().cloned());
+                    self.missing.extend(missing);
                     None
                 };
                 Dlopen {
                     outcome,
                     search,
                     object,
-                    missing,
                 }
             }
         }
@@ -315,10 +292,7 @@ impl<'a, F: Fs> Process<'a, F> {
         while let Some(object) = queue.pop_front() {
             for name in self.objects[object].info.needed.clone() {
                 match self.map(object, &name) {
-                    Ok((dep, true)) => {
-                        self.objects[dep].role = Role::Needed(object);
-                        queue.push_back(dep);
-                    }
+                    Ok((dep, true)) => queue.push_back(dep),
                     Ok((dep, false)) => {
                         if Some(dep) == self.rtld && !self.order.contains(&dep) {
                             self.order.push(dep);
@@ -361,7 +335,6 @@ impl<'a, F: Fs> Process<'a, F> {
             return Err(Missing {
                 name: name.to_string(),
                 by,
-                outcome: self.searches[search].outcome.clone(),
                 search,
             });
         };
@@ -379,7 +352,7 @@ impl<'a, F: Fs> Process<'a, F> {
             names: vec![name.to_string()],
             loaded_by: Some(by),
             search: Some(search),
-            ..Object::new(path, opened, Role::Needed(by))
+            ..Object::new(path, opened)
         };
         Ok((self.add(object), true))
     }

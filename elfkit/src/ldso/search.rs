@@ -164,7 +164,6 @@ pub(crate) fn run(
     fs: &impl Fs,
 ) -> (Search, Option<Opened>) {
     let mut tried = Vec::new();
-    let mut other_class = false;
     let mut end = None;
     let subdirs = loader.subdirs();
     'lists: for list in &lists {
@@ -194,7 +193,6 @@ pub(crate) fn run(
                 let (attempt, opened) = try_file(&file, loader.elf, fs);
                 let dir_exists = matches!(list.source, Source::Cache(_))
                     || fs.is_dir(Path::new(if dir.is_empty() { "." } else { &dir }));
-                other_class |= attempt == Attempt::OtherClass;
                 tried.push(Tried {
                     source: list.source.clone(),
                     dir,
@@ -227,6 +225,7 @@ pub(crate) fn run(
             }
         }
     }
+    let other_class = tried.iter().any(|t| t.attempt == Attempt::OtherClass);
     let (outcome, opened) = end.unwrap_or((Outcome::NotFound { other_class }, None));
     let search = Search {
         name: name.to_string(),
@@ -322,13 +321,10 @@ pub(crate) fn expand_list(
 ) -> Vec<String> {
     let mut dirs: Vec<String> = Vec::new();
     for e in entries {
-        let d = if e.is_empty() {
-            String::new()
-        } else {
-            match expand_dsts(e, origin, loader) {
-                Some(x) if !x.is_empty() => trim_dir(&x),
-                _ => continue,
-            }
+        let d = match expand_dsts(e, origin, loader) {
+            _ if e.is_empty() => String::new(), // the current directory
+            Some(x) if !x.is_empty() => trim_dir(&x),
+            _ => continue,
         };
         if !dirs.contains(&d) {
             dirs.push(d);

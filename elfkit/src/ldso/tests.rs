@@ -415,8 +415,8 @@ fn nixpkgs_glibc_ignores_etc_ld_so_cache_and_searches_only_its_own_lib() {
     // The library only /etc/ld.so.cache knows is not found ...
     let only = &p.missing()[0];
     assert_eq!(only.name, "libonly-cache.so.1");
-    assert_eq!(only.outcome, Outcome::NotFound { other_class: false });
     let s = &p.searches()[only.search];
+    assert_eq!(s.outcome, Outcome::NotFound { other_class: false });
     assert!(
         s.lists
             .iter()

@@ -95,10 +95,7 @@ mod tests {
                     arch: Arch::parse(arch).unwrap(),
                     version: Version::new(9, 9),
                     compression: Compression::None,
-                    flags: 0,
                     offset: 0,
-                    stored_size: 0,
-                    concatenated: false,
                     stored: Default::default(),
                 })
                 .collect(),
