@@ -284,7 +284,9 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
 
 impl Request {
     /// The verdict for the derivation's attributes `attrs` (none when no derivation was
-    /// named): its features and the caller's, else the defaults.
+    /// named), by its features and the caller's (else the defaults): untagged for none, or
+    /// none the configuration's text can answer; then by a configuration that cannot be
+    /// loaded, or by the rules that answer them.
     fn by_attrs(&mut self, input: &Input<'_>, attrs: DrvAttrs<'_>) -> Verdict {
         let features = attrs.features.features.into_iter().map(Cow::into_owned);
         let mut features: Vec<Vec<u8>> = features.collect();
@@ -296,33 +298,8 @@ impl Request {
         self.structured = attrs.features.structured;
         if self.features.is_empty() && !input.always_load_config {
             // The fast path: no feature, no configuration read.
-            Verdict::Untagged("the derivation requires no system feature".into(), None)
-        } else {
-            self.by_features(input.always_load_config, attrs.gpus, attrs.unsandboxed)
+            return Verdict::Untagged("the derivation requires no system feature".into(), None);
         }
-    }
-
-    /// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
-    /// repeated attribute the hook decides on fails the build; anything else is unreadable.
-    fn unusable(&mut self, bytes: &[u8], name: &str, from: Option<&str>, e: &DrvError) -> Verdict {
-        match e {
-            DrvError::Repeated { .. } => Verdict::Fail(RequestFailure::Repeated(
-                name.to_owned(),
-                from.map(str::to_owned),
-                e.clone(),
-            )),
-            _ => self.unreadable(bytes, name, &prefixed(from, e)),
-        }
-    }
-
-    /// The verdict for the features: none the configuration's text can answer, a
-    /// configuration that cannot be loaded, or the rules that answer them.
-    fn by_features(
-        &mut self,
-        always_load_config: bool,
-        gpus: Option<String>,
-        unsandboxed: Option<drv::Unsandboxed>,
-    ) -> Verdict {
         let text = config::read_text(&self.config_source);
         let builtin = self.features.iter().find(|f| {
             DEFAULT_FEATURES
@@ -339,11 +316,11 @@ impl Request {
                 .is_ok_and(|t| !Config::text_may_answer(t.as_bytes(), &self.features));
         let nothing = "untagged: no required feature appears in the configuration, so the hook \
                        exposes nothing";
-        if unanswerable && !always_load_config {
+        if unanswerable && !input.always_load_config {
             return Verdict::Untagged(nothing.into(), None);
         }
         match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
-            Ok(config) => self.match_rules(config, gpus, unsandboxed),
+            Ok(config) => self.match_rules(config, attrs.gpus, attrs.unsandboxed),
             // `explain`: what the hook does (nothing, silently), and what is wrong.
             Err(e) if unanswerable => Verdict::Untagged(
                 format!(
@@ -364,6 +341,19 @@ impl Request {
                     Verdict::Untagged(format!("the configuration is broken: {e}"), None)
                 }
             },
+        }
+    }
+
+    /// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
+    /// repeated attribute the hook decides on fails the build; anything else is unreadable.
+    fn unusable(&mut self, bytes: &[u8], name: &str, from: Option<&str>, e: &DrvError) -> Verdict {
+        match e {
+            DrvError::Repeated { .. } => Verdict::Fail(RequestFailure::Repeated(
+                name.to_owned(),
+                from.map(str::to_owned),
+                e.clone(),
+            )),
+            _ => self.unreadable(bytes, name, &prefixed(from, e)),
         }
     }
 
