@@ -81,10 +81,9 @@ impl ClosureCache {
         let entry = self.dir.join(name);
         let name = name
             .to_str()
-            .ok_or_else(|| fail("the store path's name is not UTF-8".to_string()))?
-            .to_string();
+            .ok_or_else(|| fail("the store path's name is not UTF-8".to_string()))?;
         let dir = StateDir::open(&self.dir).map_err(|e| fail(e.to_string()))?;
-        if let Ok(text) = dir.read_bytes(&name) {
+        if let Ok(text) = dir.read_bytes(name) {
             if let Some(members) = self.decode(store_path, &text) {
                 return Ok(Closure {
                     members,
@@ -97,7 +96,7 @@ impl ClosureCache {
             ));
         }
         let members = self.query(store_path)?;
-        if let Err(e) = self.store(&dir, &name, store_path, &members) {
+        if let Err(e) = self.store(&dir, name, store_path, &members) {
             crate::log::warn(format_args!(
                 "cannot write closure cache entry {}: {e}",
                 entry.display()

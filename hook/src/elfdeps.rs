@@ -188,10 +188,8 @@ impl Fs for PolicyFs<'_> {
         let bind = self.sources.visible.iter().find(|(i, o)| {
             cuda_sandbox_elfkit::normalize(path).starts_with(i) && outside.starts_with(o)
         });
-        match bind.and_then(|(i, o)| Some(i.join(real.strip_prefix(o).ok()?))) {
-            Some(inside) => Ok(cuda_sandbox_elfkit::normalize(&inside)),
-            None => Ok(real),
-        }
+        let inside = bind.and_then(|(i, o)| Some(i.join(real.strip_prefix(o).ok()?)));
+        Ok(inside.map_or(real, |inside| cuda_sandbox_elfkit::normalize(&inside)))
     }
 
     fn is_dir(&self, path: &Path) -> bool {

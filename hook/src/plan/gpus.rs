@@ -26,18 +26,23 @@ pub(crate) enum GpuCountError {
     )]
     Attribute(String, usize, u32),
     /// More than one slot is asked where some GPUs are MIG instances and too few are whole:
-    /// who asks (the derivation's attribute, or the configuration), how many, the whole GPUs
-    /// (without MIG instances) there are, and the derivation's text when it asked.
+    /// how many, the whole GPUs (without MIG instances) there are, and the derivation's text
+    /// when it asked (else the configuration did).
     #[error(
-        "{0} asks for {1} GPUs, but a build may have at most one MIG instance (CUDA enumerates \
-         one MIG instance per process) and this host has only {2} GPU(s) without MIG: {fix}",
-        fix = if .3.is_some() {
+        "{asked} asks for {0} GPUs, but a build may have at most one MIG instance (CUDA \
+         enumerates one MIG instance per process) and this host has only {1} GPU(s) without \
+         MIG: {fix}",
+        asked = match .2 {
+            Some(text) => format!("{GPUS_ATTR} = {text:?}"),
+            None => format!("gpus_per_build = {}", .0),
+        },
+        fix = if .2.is_some() {
             format!("set the derivation's {GPUS_ATTR} to \"1\" to get one MIG instance")
         } else {
             "set gpus_per_build = 1 to lease one MIG instance per build".to_string()
         }
     )]
-    OneMigInstance(String, usize, usize, Option<String>),
+    OneMigInstance(usize, usize, Option<String>),
 }
 
 /// The slots of `slots` a build needing `count` may be given: any one of them for one; only
@@ -58,17 +63,8 @@ pub(super) fn one_mig_instance(
     if whole.len() >= count || whole.len() == slots.len() {
         return Ok(whole);
     }
-    let asked = match wanted {
-        Some(w) => format!("{GPUS_ATTR} = {:?}", w.text),
-        None => format!("gpus_per_build = {count}"),
-    };
     let attribute = wanted.map(|w| w.text.clone());
-    Err(GpuCountError::OneMigInstance(
-        asked,
-        count,
-        whole.len(),
-        attribute,
-    ))
+    Err(GpuCountError::OneMigInstance(count, whole.len(), attribute))
 }
 
 /// The number of GPUs a build needs: the derivation's [`GPUS_ATTR`] when set (`wanted`), else
@@ -181,12 +177,10 @@ mod tests {
         );
         assert_eq!(
             one_mig_instance(2, &slots, None),
-            Err(GpuCountError::OneMigInstance(
-                "gpus_per_build = 2".into(),
-                2,
-                1,
-                None
-            ))
+            Err(GpuCountError::OneMigInstance(2, 1, None))
         );
+        assert!(GpuCountError::OneMigInstance(2, 1, None)
+            .to_string()
+            .starts_with("gpus_per_build = 2 asks for 2 GPUs, but"));
     }
 }

@@ -8,7 +8,7 @@
 //! derivation that repeats one of them is refused. Writes nothing.
 
 use crate::config::{self, Config, ConfigSource, MissingDrv, Rule, DEFAULT_FEATURES};
-use crate::drv::{self, DrvAttrs, DrvEnv, DrvError, RequiredFeatures};
+use crate::drv::{self, DrvAttrs, DrvEnv, DrvError};
 use cuda_sandbox_cuda_facts::features::{self, Required};
 use std::borrow::Cow;
 use std::ffi::OsString;
@@ -246,41 +246,6 @@ impl Request {
     }
 }
 
-/// What was read of the derivation, or why nothing was.
-enum Derivation {
-    /// Its attributes, owned (none when no derivation was named).
-    Read(DrvAttrs<'static>),
-    /// It repeats an attribute the hook decides on.
-    Repeated(RequestFailure),
-    /// Its bytes cannot be read as a derivation (with why, one line).
-    Unreadable(Vec<u8>, String),
-    /// The `.drv` is not on disk and Nix passed no JSON (with why).
-    Missing(String),
-}
-
-/// The attributes the hook decides on, owned.
-fn read(attrs: DrvAttrs<'_>) -> Derivation {
-    let borrowed = attrs.features.features.into_iter();
-    let features = RequiredFeatures {
-        features: borrowed.map(|f| Cow::Owned(f.into_owned())).collect(),
-        ..attrs.features
-    };
-    Derivation::Read(DrvAttrs { features, ..attrs })
-}
-
-/// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
-/// repeated attribute the hook decides on fails the build; anything else is unreadable.
-fn unusable(bytes: Vec<u8>, name: &str, from: Option<&str>, error: &DrvError) -> Derivation {
-    match error {
-        DrvError::Repeated { .. } => Derivation::Repeated(RequestFailure::Repeated(
-            name.to_owned(),
-            from.map(str::to_owned),
-            error.clone(),
-        )),
-        _ => Derivation::Unreadable(bytes, prefixed(from, error)),
-    }
-}
-
 /// Resolves `input`: derivation → features → configuration → rules → verdict. The
 /// configuration's text is read only once, by the step of the verdict that needs it.
 pub(crate) fn resolve(input: &Input<'_>) -> Request {
@@ -297,56 +262,44 @@ pub(crate) fn resolve(input: &Input<'_>) -> Request {
         warnings: Vec::new(),
     };
     // The derivation: the `.drv` file, else what Nix passed instead.
-    let derivation = match input.drv.map(std::fs::read) {
-        None => Derivation::Read(DrvAttrs::default()),
-        Some(Ok(bytes)) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()).map(read) {
-            Ok(read) => read,
-            Err(e) => unusable(bytes, &name, None, &e),
+    req.verdict = match input.drv.map(std::fs::read) {
+        None => req.by_attrs(input, DrvAttrs::default()),
+        Some(Ok(bytes)) => match DrvEnv::parse(&bytes).and_then(|d| d.attrs()) {
+            Ok(attrs) => req.by_attrs(input, attrs),
+            Err(e) => req.unusable(&bytes, &name, None, &e),
         },
         Some(Err(e)) => match &input.env.derivation_json {
             Some(json) => {
                 let json = json.as_encoded_bytes();
                 match drv::JsonDerivation::parse(json).and_then(|d| d.attrs()) {
-                    Ok(attrs) => read(attrs),
-                    Err(e) => unusable(json.to_vec(), &name, Some(DERIVATION_ENV), &e),
+                    Ok(attrs) => req.by_attrs(input, attrs),
+                    Err(e) => req.unusable(json, &name, Some(DERIVATION_ENV), &e),
                 }
             }
-            None => Derivation::Missing(e.to_string()),
+            None => req.missing_drv(&name, &e.to_string()),
         },
-    };
-    req.verdict = match derivation {
-        Derivation::Repeated(failure) => Verdict::Fail(failure),
-        Derivation::Read(attrs) => {
-            let features = attrs.features.features.into_iter().map(Cow::into_owned);
-            let mut features: Vec<Vec<u8>> = features.collect();
-            features.extend(input.extra_features.iter().map(|f| f.as_bytes().to_vec()));
-            if features.is_empty() {
-                features.extend(input.default_features.iter().map(|f| f.as_bytes().to_vec()));
-            }
-            req.features = features;
-            req.structured = attrs.features.structured;
-            if req.features.is_empty() && !input.always_load_config {
-                // The fast path: no feature, no configuration read.
-                Verdict::Untagged("the derivation requires no system feature".into(), None)
-            } else {
-                req.by_features(input.always_load_config, attrs.gpus, attrs.unsandboxed)
-            }
-        }
-        Derivation::Unreadable(bytes, error) => req.unreadable(&bytes, &name, &error),
-        Derivation::Missing(error) => req.missing_drv(&name, &error),
     };
     req
 }
 
 impl Request {
-    /// The verdict for the features: none the configuration's text can answer, a
-    /// configuration that cannot be loaded, or the rules that answer them.
-    fn by_features(
-        &mut self,
-        always_load_config: bool,
-        gpus: Option<String>,
-        unsandboxed: Option<drv::Unsandboxed>,
-    ) -> Verdict {
+    /// The verdict for the derivation's attributes `attrs` (none when no derivation was
+    /// named), by its features and the caller's (else the defaults): untagged for none, or
+    /// none the configuration's text can answer; then by a configuration that cannot be
+    /// loaded, or by the rules that answer them.
+    fn by_attrs(&mut self, input: &Input<'_>, attrs: DrvAttrs<'_>) -> Verdict {
+        let features = attrs.features.features.into_iter().map(Cow::into_owned);
+        let mut features: Vec<Vec<u8>> = features.collect();
+        features.extend(input.extra_features.iter().map(|f| f.as_bytes().to_vec()));
+        if features.is_empty() {
+            features.extend(input.default_features.iter().map(|f| f.as_bytes().to_vec()));
+        }
+        self.features = features;
+        self.structured = attrs.features.structured;
+        if self.features.is_empty() && !input.always_load_config {
+            // The fast path: no feature, no configuration read.
+            return Verdict::Untagged("the derivation requires no system feature".into(), None);
+        }
         let text = config::read_text(&self.config_source);
         let builtin = self.features.iter().find(|f| {
             DEFAULT_FEATURES
@@ -363,11 +316,11 @@ impl Request {
                 .is_ok_and(|t| !Config::text_may_answer(t.as_bytes(), &self.features));
         let nothing = "untagged: no required feature appears in the configuration, so the hook \
                        exposes nothing";
-        if unanswerable && !always_load_config {
+        if unanswerable && !input.always_load_config {
             return Verdict::Untagged(nothing.into(), None);
         }
         match text.and_then(|t| Config::from_text(&self.config_source, &t)) {
-            Ok(config) => self.match_rules(config, gpus, unsandboxed),
+            Ok(config) => self.match_rules(config, attrs.gpus, attrs.unsandboxed),
             // `explain`: what the hook does (nothing, silently), and what is wrong.
             Err(e) if unanswerable => Verdict::Untagged(
                 format!(
@@ -388,6 +341,19 @@ impl Request {
                     Verdict::Untagged(format!("the configuration is broken: {e}"), None)
                 }
             },
+        }
+    }
+
+    /// A derivation (`bytes`, from `from` when not the `.drv` file) that cannot be used: a
+    /// repeated attribute the hook decides on fails the build; anything else is unreadable.
+    fn unusable(&mut self, bytes: &[u8], name: &str, from: Option<&str>, e: &DrvError) -> Verdict {
+        match e {
+            DrvError::Repeated { .. } => Verdict::Fail(RequestFailure::Repeated(
+                name.to_owned(),
+                from.map(str::to_owned),
+                e.clone(),
+            )),
+            _ => self.unreadable(bytes, name, &prefixed(from, e)),
         }
     }
 

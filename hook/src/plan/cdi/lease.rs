@@ -34,28 +34,25 @@ pub(super) struct Part {
 /// else split by GPU, with the paths of the nodes that belong to no GPU (which cannot be
 /// given to one build).
 pub(super) fn parts(name: &str, found: &CdiDevice, leased: bool) -> (Vec<Part>, Vec<String>) {
-    let whole = |edits: &ContainerEdits, gpu| Part {
-        device: name.to_string(),
+    // The part of the device `device` that goes with `gpu` (none: every build's).
+    let part = |device: &str, gpu, edits: &ContainerEdits| Part {
+        device: device.to_string(),
         gpu,
         edits: edits.clone(),
     };
     let own_gpus = gpus_of(&found.own);
     if !leased || own_gpus.is_empty() {
-        return (vec![whole(&found.edits, None)], Vec::new());
+        return (vec![part(name, None, &found.edits)], Vec::new());
     }
-    let shared = whole(&found.shared, None);
+    let shared = part(name, None, &found.shared);
     if let [gpu] = own_gpus[..] {
-        return (vec![whole(&found.own, Some(gpu)), shared], Vec::new());
+        return (vec![part(name, Some(gpu), &found.own), shared], Vec::new());
     }
     let mut parts: Vec<Part> = found
         .siblings
         .iter()
         .filter_map(|(device, edits)| match gpus_of(edits)[..] {
-            [gpu] if own_gpus.contains(&gpu) => Some(Part {
-                device: device.clone(),
-                gpu: Some(gpu),
-                edits: edits.clone(),
-            }),
+            [gpu] if own_gpus.contains(&gpu) => Some(part(device, Some(gpu), edits)),
             _ => None,
         })
         .collect();
@@ -87,20 +84,20 @@ pub(super) fn parts(name: &str, found: &CdiDevice, leased: bool) -> (Vec<Part>, 
             continue;
         }
         match gpu_number(Path::new(&n.path)) {
-            Some(gpu) => alone.push(Part {
-                device: name.to_string(),
-                gpu: Some(gpu),
-                edits: ContainerEdits {
+            Some(gpu) => alone.push(part(
+                name,
+                Some(gpu),
+                &ContainerEdits {
                     device_nodes: vec![n.clone()],
                     ..ContainerEdits::default()
                 },
-            }),
+            )),
             None => unowned.push(n.path.clone()),
         }
     }
     parts.extend(alone);
     rest.extend(&found.shared);
-    parts.push(whole(&rest, None));
+    parts.push(part(name, None, &rest));
     (parts, unowned)
 }
 

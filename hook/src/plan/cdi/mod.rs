@@ -166,10 +166,7 @@ impl Decision {
             let why = Skipped::CdiMountPath(device, why);
             return self.skip(m.container_path.clone(), why);
         }
-        let name = inside
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = inside.file_name().unwrap_or_default().to_string_lossy();
         if is_host_runtime(&name) {
             return self.skip(inside.display(), Skipped::CdiHostRuntime(device));
         }
@@ -220,10 +217,7 @@ impl Decision {
         link: &str,
     ) -> Option<CdiEdit> {
         let link_path = symlinks::normalize(Path::new(link));
-        let name = link_path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = link_path.file_name().unwrap_or_default().to_string_lossy();
         let target_path =
             symlinks::normalize(&link_path.parent().unwrap_or(Path::new("/")).join(target));
         // The target is a mounted file, or the soname link ldconfig makes to one.
