@@ -63,50 +63,56 @@ pub(crate) struct EntrySymlinks {
 pub(crate) fn scan_host_path(p: &HostPath, rooted: Space<'_>, fs: &Recorder) -> PathView {
     let inside = symlinks::normalize(&p.path);
     let outside = rooted.outside(&inside);
-    PathView {
-        origin: PathOrigin::HostPath,
-        entry_symlinks: follow(&inside, &outside, p.follow_entry_symlinks, rooted, fs),
-        inside,
-        outside,
-        required: p.required,
-        hint: p.hint.clone(),
-    }
+    scan_one(
+        PathView {
+            origin: PathOrigin::HostPath,
+            inside,
+            outside,
+            required: p.required,
+            hint: p.hint.clone(),
+            entry_symlinks: None,
+        },
+        p.follow_entry_symlinks,
+        rooted,
+        fs,
+    )
 }
 
 /// Scans a `[[rule.mount]]`.
 pub(crate) fn scan_mount(m: &Mount, fs: &Recorder) -> PathView {
-    let inside = symlinks::normalize(&m.inside);
-    PathView {
-        origin: PathOrigin::Mount,
-        entry_symlinks: follow(
-            &inside,
-            &m.outside,
-            m.follow_entry_symlinks,
-            Space::Literal,
-            fs,
-        ),
-        inside,
-        outside: m.outside.clone(),
-        required: m.required,
-        hint: m.hint.clone(),
-    }
+    scan_one(
+        PathView {
+            origin: PathOrigin::Mount,
+            inside: symlinks::normalize(&m.inside),
+            outside: m.outside.clone(),
+            required: m.required,
+            hint: m.hint.clone(),
+            entry_symlinks: None,
+        },
+        m.follow_entry_symlinks,
+        Space::Literal,
+        fs,
+    )
 }
 
-/// Follows the chain at `inside`, recording it in `fs`; `with_entries`, also lists the
-/// symlinks directly inside the directory it leads to (where it really is, once its own links
-/// are followed; `None` when it is not a directory) and follows each, so that the planner can
-/// expose their targets.
-fn follow(
+fn scan_one(mut view: PathView, follow_entries: bool, space: Space<'_>, fs: &Recorder) -> PathView {
+    fs.follow(&view.inside, &view.outside, space);
+    if follow_entries {
+        view.entry_symlinks = entry_symlinks(&view.inside, &view.outside, space, fs);
+    }
+    view
+}
+
+/// Lists the symlinks directly inside the directory at `inside` (where it really is, once its
+/// own links are followed; `None` when it is not a directory) and follows each, so that the
+/// planner can expose their targets.
+fn entry_symlinks(
     inside: &Path,
     outside: &Path,
-    with_entries: bool,
     space: Space<'_>,
     fs: &Recorder,
 ) -> Option<EntrySymlinks> {
     let chain = symlinks::follow(inside, outside, space, fs).ok()?;
-    if !with_entries {
-        return None;
-    }
     let dir = (chain.target == Node::Dir).then(|| chain.hops.last().cloned())??;
     let entries = std::fs::read_dir(&dir.outside).ok()?;
     let mut names = Vec::new();
