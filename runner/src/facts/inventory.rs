@@ -75,27 +75,23 @@ pub enum InventoryError {
     Write(PathBuf, #[source] std::io::Error),
 }
 
-/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main says
-/// it on stderr, exit status 2). The file is written atomically, mode 0644: a temporary file in
-/// the same directory (created 0700 when missing, as the hook creates its runtime directory),
-/// synced, then renamed over it.
-pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    // The inventory of the GPUs NVML lists, with their bus addresses and device ids under
-    // `--root`.
+/// The inventory of the GPUs NVML lists, with their bus addresses and device ids under
+/// `root`.
+pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
     let devices = nvml::load()
         .and_then(|nvml| nvml::devices(&nvml))
         .map_err(|e| InventoryError::Nvml(e.to_string()))?;
     if devices.is_empty() {
-        return Err(InventoryError::NoGpu.into());
+        return Err(InventoryError::NoGpu);
     }
     if devices.len() > INVENTORY_MAX_GPUS {
-        return Err(InventoryError::TooMany(devices.len()).into());
+        return Err(InventoryError::TooMany(devices.len()));
     }
     // The GPUs `/proc/driver/nvidia/gpus` lists, by "Device Minor": bus address.
-    let gpus_dir = cli.root.join("proc/driver/nvidia/gpus");
-    let proc_error = |source| InventoryError::Proc(gpus_dir.clone(), source);
+    let dir = root.join("proc/driver/nvidia/gpus");
+    let proc_error = |source| InventoryError::Proc(dir.clone(), source);
     let mut addresses = BTreeMap::new();
-    for entry in std::fs::read_dir(&gpus_dir).map_err(proc_error)? {
+    for entry in std::fs::read_dir(&dir).map_err(proc_error)? {
         let entry = entry.map_err(proc_error)?;
         let Some(bdf) = entry.file_name().to_str().and_then(Bdf::parse) else {
             continue;
@@ -124,8 +120,7 @@ pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     "no /proc/driver/nvidia/gpus/*/information names Device Minor {minor}"
                 ))
             })?;
-            let device_file = cli
-                .root
+            let device_file = root
                 .join("sys/bus/pci/devices")
                 .join(bdf.as_str())
                 .join("device");
@@ -141,7 +136,15 @@ pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             })
         })
         .collect::<Result<Vec<_>, InventoryError>>()?;
-    let inventory = Inventory::new(gpus);
+    Ok(Inventory::new(gpus))
+}
+
+/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main says
+/// it on stderr, exit status 2). The file is written atomically, mode 0644: a temporary file in
+/// the same directory (created 0700 when missing, as the hook creates its runtime directory),
+/// synced, then renamed over it.
+pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let inventory = take(&cli.root)?;
     let path = &cli.output;
     let write_error = |source| InventoryError::Write(path.to_path_buf(), source);
     let dir = path
