@@ -139,13 +139,10 @@ pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
     Ok(Inventory::new(gpus))
 }
 
-/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main says
-/// it on stderr, exit status 2). The file is written atomically, mode 0644: a temporary file in
-/// the same directory (created 0700 when missing, as the hook creates its runtime directory),
-/// synced, then renamed over it.
-pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let inventory = take(&cli.root)?;
-    let path = &cli.output;
+/// Writes `inventory` to `path` atomically, mode 0644: a temporary file in the same
+/// directory (created 0700 when missing, as the hook creates its runtime directory), synced,
+/// then renamed over `path`.
+pub fn write(inventory: &Inventory, path: &Path) -> Result<(), InventoryError> {
     let write_error = |source| InventoryError::Write(path.to_path_buf(), source);
     let dir = path
         .parent()
@@ -167,6 +164,14 @@ pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         .map_err(write_error)?;
     file.as_file().sync_all().map_err(write_error)?;
     file.persist(path).map_err(|e| write_error(e.error))?;
+    Ok(())
+}
+
+/// Runs `inventory`: writes the file and prints one line per GPU; 0, or the reason (main says
+/// it on stderr, exit status 2).
+pub fn run(cli: &InventoryCli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let inventory = take(&cli.root)?;
+    write(&inventory, &cli.output)?;
     output::to_stdout(|out| {
         for gpu in &inventory.gpus {
             writeln!(
