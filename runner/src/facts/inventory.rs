@@ -75,6 +75,24 @@ pub enum InventoryError {
     Write(PathBuf, #[source] std::io::Error),
 }
 
+/// The GPUs `/proc/driver/nvidia/gpus` under `root` lists, by "Device Minor": bus address.
+fn bus_addresses(root: &Path) -> Result<BTreeMap<u32, Bdf>, InventoryError> {
+    let dir = root.join("proc/driver/nvidia/gpus");
+    let proc_error = |source| InventoryError::Proc(dir.clone(), source);
+    let mut found = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).map_err(proc_error)? {
+        let entry = entry.map_err(proc_error)?;
+        let Some(bdf) = entry.file_name().to_str().and_then(Bdf::parse) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(entry.path().join("information")).unwrap_or_default();
+        if let Some(minor) = inventory::device_minor(&text) {
+            found.insert(minor, bdf);
+        }
+    }
+    Ok(found)
+}
+
 /// The inventory of the GPUs NVML lists, with their bus addresses and device ids under
 /// `root`.
 pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
@@ -87,20 +105,7 @@ pub fn take(root: &Path) -> Result<Inventory, InventoryError> {
     if devices.len() > INVENTORY_MAX_GPUS {
         return Err(InventoryError::TooMany(devices.len()));
     }
-    // The GPUs `/proc/driver/nvidia/gpus` lists, by "Device Minor": bus address.
-    let dir = root.join("proc/driver/nvidia/gpus");
-    let proc_error = |source| InventoryError::Proc(dir.clone(), source);
-    let mut addresses = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).map_err(proc_error)? {
-        let entry = entry.map_err(proc_error)?;
-        let Some(bdf) = entry.file_name().to_str().and_then(Bdf::parse) else {
-            continue;
-        };
-        let text = std::fs::read_to_string(entry.path().join("information")).unwrap_or_default();
-        if let Some(minor) = inventory::device_minor(&text) {
-            addresses.insert(minor, bdf);
-        }
-    }
+    let addresses = bus_addresses(root)?;
     let gpus = devices
         .iter()
         .enumerate()
