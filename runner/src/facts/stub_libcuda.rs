@@ -59,6 +59,9 @@ pub(crate) fn stubs_in_search_path(
     store_dir: &Path,
 ) -> Vec<StubInSearchPath> {
     let (search, _) = info.search_path();
+    if search.is_empty() {
+        return Vec::new();
+    }
     let mut names = vec![LIBCUDA];
     for needed in &info.needed {
         if needed.starts_with("libcuda.so") && !names.contains(&needed.as_str()) {
