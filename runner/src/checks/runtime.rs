@@ -323,15 +323,20 @@ fn judge_candidate(
                 .resolved_at
                 .push((last, file.clone(), version.toolkit.to_string()));
         }
-        (Standing::SameMajor, _) => found.notes.push(format!(
-            "{form} {} on driver {driver}: same major ({}the minor is unknown; minor-version \
-             compatibility covers it)",
-            version.toolkit,
-            version.error.map_or(String::new(), |code| format!(
-                "cudaRuntimeGetVersion answers {code} {} without a GPU, so ",
+        (Standing::SameMajor, _) => found.notes.push(match version.error {
+            Some(code) => format!(
+                "{form} {} on driver {driver}: same major (cudaRuntimeGetVersion answers \
+                 {code} {} without a GPU, so the minor is unknown; minor-version \
+                 compatibility covers it)",
+                version.toolkit,
                 error_name(code)
-            ))
-        )),
+            ),
+            None => format!(
+                "{form} {} on driver {driver}: same major (the minor is unknown; \
+                 minor-version compatibility covers it)",
+                version.toolkit
+            ),
+        }),
     }
     entry.runtime_version = version.exact().map(|v| v.to_string());
     entry.judged = Some(Judged {
