@@ -321,10 +321,13 @@ pub(crate) fn expand_list(
 ) -> Vec<String> {
     let mut dirs: Vec<String> = Vec::new();
     for e in entries {
-        let d = match expand_dsts(e, origin, loader) {
-            _ if e.is_empty() => String::new(), // the current directory
-            Some(x) if !x.is_empty() => trim_dir(&x),
-            _ => continue,
+        let d = if e.is_empty() {
+            String::new()
+        } else {
+            match expand_dsts(e, origin, loader) {
+                Some(x) if !x.is_empty() => trim_dir(&x),
+                _ => continue,
+            }
         };
         if !dirs.contains(&d) {
             dirs.push(d);
