@@ -251,8 +251,10 @@ fn elf_containers(
     });
     out.extend(kept);
     out[from..].sort_by_key(|c| c.offset);
-    for c in out[from..].iter_mut().filter(|_| relocatable) {
-        c.purpose = Purpose::LinkInput;
+    if relocatable {
+        for c in &mut out[from..] {
+            c.purpose = Purpose::LinkInput;
+        }
     }
     Ok(())
 }
