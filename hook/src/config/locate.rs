@@ -5,17 +5,25 @@ use super::{BUILTIN_TOML, DEFAULT_CONFIG_PATH, MAX_CONFIG_BYTES};
 use crate::trust::{self, TrustError};
 use std::borrow::Cow;
 use std::ffi::OsStr;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Where the configuration was taken from; shown as the path, or `built-in default`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Where the configuration was taken from.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigSource {
     /// A file named by `--config`, the environment, or found at the default path.
-    #[error("{}", .0.display())]
     File(PathBuf),
     /// No file: the built-in NixOS default.
-    #[error("built-in default")]
     Builtin,
+}
+
+impl fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::File(p) => write!(f, "{}", p.display()),
+            ConfigSource::Builtin => write!(f, "built-in default"),
+        }
+    }
 }
 
 /// The configuration file to read: `explicit` (`--config`), else `from_env` (the value of
