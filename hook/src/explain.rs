@@ -9,6 +9,7 @@
 use crate::act::Granted;
 use crate::build_users::{self, AccessCheck};
 use crate::pipeline::{self, Mode};
+use crate::plan::Reason;
 use crate::request::{self, Environment, Input, RuleMatch, Verdict};
 use crate::slot::Slot;
 use serde::Serialize;
@@ -125,7 +126,7 @@ pub fn render_text(e: &Explanation) -> String {
             } else {
                 format!("{} <- {}", x.inside.display(), x.outside.display())
             };
-            format!("{place:<60} {}", x.reason)
+            format!("{place:<60} {}", reason_words(&x.reason))
         }),
     );
     s.list(
@@ -209,6 +210,28 @@ pub fn render_text(e: &Explanation) -> String {
     }
     s.section(format!("verdict:     {}", e.verdict));
     s.0
+}
+
+/// Why a path is exposed, in words.
+fn reason_words(reason: &Reason) -> String {
+    match reason {
+        Reason::Device { rule, glob } => format!("device {glob} (rule {rule})"),
+        Reason::HostPath { rule } => format!("host path (rule {rule})"),
+        Reason::Mount { rule } => format!("mount (rule {rule})"),
+        Reason::SymlinkTarget { link } => format!("symlink target of {}", link.display()),
+        Reason::ClosureMember { of } => format!("closure of {}", of.display()),
+        Reason::Driver { rule, source } => format!("driver: {source} (rule {rule})"),
+        Reason::Cdi {
+            rule,
+            device,
+            spec,
+            item,
+            ..
+        } => format!("CDI {device}: {item} from {} (rule {rule})", spec.display()),
+        Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
+        Reason::Sysfs { rule } => format!("read-only part of /sys (rule {rule})"),
+        Reason::Manifest => "manifest for the runner".to_string(),
+    }
 }
 
 /// The text output, one escaped line at a time.

@@ -42,12 +42,11 @@ use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
-/// Why a path is exposed; shown as `explain` words it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+/// Why a path is exposed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub(crate) enum Reason {
     /// Matched a rule's device glob.
-    #[error("device {glob} (rule {rule})")]
     Device {
         /// The rule.
         rule: String,
@@ -55,26 +54,22 @@ pub(crate) enum Reason {
         glob: String,
     },
     /// A rule's host path.
-    #[error("host path (rule {rule})")]
     HostPath {
         /// The rule.
         rule: String,
     },
     /// A rule's mount.
-    #[error("mount (rule {rule})")]
     Mount {
         /// The rule.
         rule: String,
     },
     /// A hop of a symlink chain that starts at `link` (inside path).
-    #[error("symlink target of {}", .link.display())]
     SymlinkTarget {
         /// The exposed link the chain starts from.
         #[serde(serialize_with = "lossy_path")]
         link: PathBuf,
     },
     /// The NVIDIA driver.
-    #[error("driver: {source} (rule {rule})")]
     Driver {
         /// The rule.
         rule: String,
@@ -83,7 +78,6 @@ pub(crate) enum Reason {
         source: DriverSource,
     },
     /// What a CDI spec lists for a device a rule names.
-    #[error("CDI {device}: {item} from {} (rule {rule})", .spec.display())]
     Cdi {
         /// The rule.
         rule: String,
@@ -99,7 +93,6 @@ pub(crate) enum Reason {
         gpu: Option<u32>,
     },
     /// A MIG capability node of a rule's MIG source.
-    #[error("MIG: {capability} (rule {rule})")]
     Mig {
         /// The rule.
         rule: String,
@@ -108,16 +101,13 @@ pub(crate) enum Reason {
         capability: Capability,
     },
     /// A read-only part of the host's `/sys` (`sysfs` on a rule), bound from the build's tree.
-    #[error("read-only part of /sys (rule {rule})")]
     Sysfs {
         /// The rule.
         rule: String,
     },
     /// The manifest the runner reads.
-    #[error("manifest for the runner")]
     Manifest,
     /// In the runtime closure of an exposed store path.
-    #[error("closure of {}", .of.display())]
     ClosureMember {
         /// The store path whose closure this belongs to.
         #[serde(serialize_with = "lossy_path")]
