@@ -13,25 +13,38 @@ use cuda_sandbox_manifest::{DriverKind, DriverManifest};
 use std::path::{Path, PathBuf};
 
 /// Where an exposed driver file or directory comes from.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum DriverSource {
-    /// The NixOS driver link.
-    #[error("driver-link")]
+    /// The NixOS driver link (`driver-link`).
     DriverLink,
-    /// A host library bound at the link: what it is for, and where it was found
-    /// (`ld.so.cache`, a directory, or a CDI spec).
-    #[error("host-library ({0}) from {1}")]
+    /// A host library bound at the link (`host-library (<capability>) from <where it was
+    /// found>`): what it is for, and where it was found (`ld.so.cache`, a directory, or a CDI
+    /// spec).
     HostLibrary(Capability, String),
-    /// A host data file (ICD file, `nvoptix.bin`) bound under the link's `share`: the
-    /// configuration directory it was found in.
-    #[error("host-data-file (graphics) from {0}")]
+    /// A host data file (ICD file, `nvoptix.bin`) bound under the link's `share`
+    /// (`host-data-file (graphics) from <directory>`): the configuration directory it was
+    /// found in.
     HostDataFile(String),
-    /// The chosen compat driver's directory.
-    #[error("compat")]
+    /// The chosen compat driver's directory (`compat`).
     Compat,
-    /// A compat library bound at the link in place of the host's.
-    #[error("compat-at-driver-link")]
+    /// A compat library bound at the link in place of the host's (`compat-at-driver-link`).
     CompatAtDriverLink,
+}
+
+impl std::fmt::Display for DriverSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverSource::DriverLink => f.write_str("driver-link"),
+            DriverSource::HostLibrary(capability, found_in) => {
+                write!(f, "host-library ({capability}) from {found_in}")
+            }
+            DriverSource::HostDataFile(found_in) => {
+                write!(f, "host-data-file (graphics) from {found_in}")
+            }
+            DriverSource::Compat => f.write_str("compat"),
+            DriverSource::CompatAtDriverLink => f.write_str("compat-at-driver-link"),
+        }
+    }
 }
 
 /// Where the host driver comes from.
