@@ -73,8 +73,17 @@ impl<'a> RawStr<'a> {
             return Cow::Borrowed(self.raw);
         }
         let mut out = Vec::with_capacity(self.raw.len());
-        // Read whole by the one unescaping reader, which never fails.
-        let _ = std::io::Read::read_to_end(&mut Unescape { rest: self.raw }, &mut out);
+        let mut rest = self.raw;
+        // Copy each run up to the next backslash, then the byte it stands for.
+        while let Some(at) = crate::bytes::find(b'\\', rest) {
+            out.extend_from_slice(&rest[..at]);
+            let Some(&escaped) = rest.get(at + 1) else {
+                break;
+            };
+            out.push(unescaped(escaped));
+            rest = &rest[at + 2..];
+        }
+        out.extend_from_slice(rest);
         Cow::Owned(out)
     }
 
