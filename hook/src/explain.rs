@@ -115,33 +115,7 @@ pub fn render_text(e: &Explanation) -> String {
             m.rule, m.feature
         ));
     }
-    // What was exposed (with why), skipped (with why) and not carried out, each list under its
-    // count when it is not empty.
-    let d = &e.plan.decision;
-    s.list(
-        "exposed",
-        d.exposures.iter().map(|x| {
-            let place = if x.inside == x.outside {
-                x.inside.display().to_string()
-            } else {
-                format!("{} <- {}", x.inside.display(), x.outside.display())
-            };
-            format!("{place:<60} {}", reason_words(&x.reason))
-        }),
-    );
-    s.list(
-        "skipped",
-        d.skipped
-            .iter()
-            .map(|k| format!("{:<60} {}", k.path, k.why)),
-    );
-    s.list(
-        "not carried out",
-        d.not_carried_out.iter().map(|n| {
-            let what = format!("CDI {}: {}", n.device, n.edit);
-            format!("{what:<60} {}", n.why)
-        }),
-    );
+    render_lists(&mut s, &e.plan);
     if e.plan.closures.cached + e.plan.closures.computed > 0 {
         s.section(format!(
             "closures:    {} from cache, {} computed",
@@ -210,6 +184,36 @@ pub fn render_text(e: &Explanation) -> String {
     }
     s.section(format!("verdict:     {}", e.verdict));
     s.0
+}
+
+/// What was exposed (with why), skipped (with why) and not carried out, each list under its
+/// count when it is not empty.
+fn render_lists(s: &mut Lines, plan: &Granted) {
+    let d = &plan.decision;
+    s.list(
+        "exposed",
+        d.exposures.iter().map(|x| {
+            let place = if x.inside == x.outside {
+                x.inside.display().to_string()
+            } else {
+                format!("{} <- {}", x.inside.display(), x.outside.display())
+            };
+            format!("{place:<60} {}", reason_words(&x.reason))
+        }),
+    );
+    s.list(
+        "skipped",
+        d.skipped
+            .iter()
+            .map(|k| format!("{:<60} {}", k.path, k.why)),
+    );
+    s.list(
+        "not carried out",
+        d.not_carried_out.iter().map(|n| {
+            let what = format!("CDI {}: {}", n.device, n.edit);
+            format!("{what:<60} {}", n.why)
+        }),
+    );
 }
 
 /// Why a path is exposed, in words.
