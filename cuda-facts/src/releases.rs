@@ -95,10 +95,13 @@ pub fn nearest_releases(cuda: CudaVersion) -> (Option<CudaVersion>, Option<CudaV
 pub fn cuda_for_branch(branch: u32) -> Option<CudaVersion> {
     let branches = &table().branches;
     let newest_known = branches[branches.len() - 1].0;
+    if branch > newest_known + 9 {
+        return None;
+    }
     branches
         .iter()
         .rev()
-        .find(|(b, _)| *b <= branch && branch <= newest_known + 9)
+        .find(|(b, _)| *b <= branch)
         .map(|(_, cuda)| *cuda)
 }
 

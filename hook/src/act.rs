@@ -184,8 +184,10 @@ pub(crate) fn write_manifest(
     mode: Mode,
 ) -> Result<(), ManifestWriteError> {
     match &granted.manifest {
-        Some(m) if mode != Mode::Explain => manifest_file::write(m, &config.runtime_dir)
-            .map_err(|error| ManifestWriteError(m.outside.clone(), error)),
+        Some(m) if matches!(mode, Mode::Hook | Mode::Exec) => {
+            manifest_file::write(m, &config.runtime_dir)
+                .map_err(|error| ManifestWriteError(m.outside.clone(), error))
+        }
         _ => Ok(()),
     }
 }
