@@ -12,6 +12,7 @@ use crate::pipeline::{self, Mode};
 use crate::plan::Reason;
 use crate::request::{self, Environment, Input, RuleMatch, Verdict};
 use crate::slot::Slot;
+use cuda_sandbox_manifest::DriverManifest;
 use serde::Serialize;
 use std::path::Path;
 
@@ -93,28 +94,7 @@ pub fn explain(
 /// line (`verdict: …`) or drive the terminal.
 pub fn render_text(e: &Explanation) -> String {
     let mut s = Lines(String::new());
-    // What was asked: the derivation, its features, the configuration and the rules matched.
-    if let Some(d) = &e.derivation {
-        s.line(format!("derivation:  {d}"));
-    }
-    let from = if e.structured_attrs {
-        " (structured attrs)"
-    } else {
-        ""
-    };
-    let features = if e.features.is_empty() {
-        "(none)".to_string()
-    } else {
-        e.features.join(", ")
-    };
-    s.line(format!("features:    {features}{from}"));
-    s.line(format!("config:      {}", e.config));
-    for m in &e.rules {
-        s.line(format!(
-            "rule:        {} (matched feature '{}')",
-            m.rule, m.feature
-        ));
-    }
+    render_request(&mut s, e);
     render_lists(&mut s, &e.plan);
     if e.plan.closures.cached + e.plan.closures.computed > 0 {
         s.section(format!(
@@ -122,46 +102,9 @@ pub fn render_text(e: &Explanation) -> String {
             e.plan.closures.cached, e.plan.closures.computed
         ));
     }
-    // The GPUs (or MIG instances) the build is leased, or would be.
-    if !e.plan.slots.is_empty() {
-        let gpus: Vec<String> = e
-            .plan
-            .slots
-            .iter()
-            .map(|slot| match slot {
-                Slot::Gpu(g) => format!("nvidia{g}"),
-                Slot::Mig(i) => format!(
-                    "nvidia{} MIG instance gi{} ci{} (one MIG instance per build)",
-                    i.gpu, i.gi, i.ci
-                ),
-            })
-            .collect();
-        s.section(format!(
-            "gpus:        {} ({})",
-            gpus.join(", "),
-            if e.plan.lease.is_some() {
-                "leased to this build"
-            } else {
-                "would be leased now; explain takes no lease"
-            }
-        ));
-    }
-    // The driver the build gets: its kind and CUDA version, the kernel module, why, and the
-    // libcuda paths it may load.
+    render_gpus(&mut s, &e.plan);
     if let Some(d) = &e.plan.decision.driver {
-        s.section(format!(
-            "driver:      {} (CUDA {})",
-            d.kind,
-            d.cuda_version
-                .map_or_else(|| "unknown".to_string(), |v| v.to_string())
-        ));
-        if let Some(k) = &d.kernel_driver {
-            s.line(format!("kernel:      NVIDIA kernel module {k}"));
-        }
-        s.line(format!("why:         {}", d.reason));
-        if !d.libcuda.is_empty() {
-            s.line(format!("libcuda:     {}", d.libcuda.join(" | ")));
-        }
+        render_driver(&mut s, d);
     }
     if !e.plan.decision.problems.is_empty() {
         s.section("problems:".to_string());
@@ -184,6 +127,31 @@ pub fn render_text(e: &Explanation) -> String {
     }
     s.section(format!("verdict:     {}", e.verdict));
     s.0
+}
+
+/// What was asked: the derivation, its features, the configuration and the rules matched.
+fn render_request(s: &mut Lines, e: &Explanation) {
+    if let Some(d) = &e.derivation {
+        s.line(format!("derivation:  {d}"));
+    }
+    let from = if e.structured_attrs {
+        " (structured attrs)"
+    } else {
+        ""
+    };
+    let features = if e.features.is_empty() {
+        "(none)".to_string()
+    } else {
+        e.features.join(", ")
+    };
+    s.line(format!("features:    {features}{from}"));
+    s.line(format!("config:      {}", e.config));
+    for m in &e.rules {
+        s.line(format!(
+            "rule:        {} (matched feature '{}')",
+            m.rule, m.feature
+        ));
+    }
 }
 
 /// What was exposed (with why), skipped (with why) and not carried out, each list under its
@@ -235,6 +203,51 @@ fn reason_words(reason: &Reason) -> String {
         Reason::Mig { rule, capability } => format!("MIG: {capability} (rule {rule})"),
         Reason::Sysfs { rule } => format!("read-only part of /sys (rule {rule})"),
         Reason::Manifest => "manifest for the runner".to_string(),
+    }
+}
+
+/// The GPUs (or MIG instances) the build is leased, or would be.
+fn render_gpus(s: &mut Lines, plan: &Granted) {
+    if plan.slots.is_empty() {
+        return;
+    }
+    let gpus: Vec<String> = plan
+        .slots
+        .iter()
+        .map(|slot| match slot {
+            Slot::Gpu(g) => format!("nvidia{g}"),
+            Slot::Mig(i) => format!(
+                "nvidia{} MIG instance gi{} ci{} (one MIG instance per build)",
+                i.gpu, i.gi, i.ci
+            ),
+        })
+        .collect();
+    s.section(format!(
+        "gpus:        {} ({})",
+        gpus.join(", "),
+        if plan.lease.is_some() {
+            "leased to this build"
+        } else {
+            "would be leased now; explain takes no lease"
+        }
+    ));
+}
+
+/// The driver the build gets: its kind and CUDA version, the kernel module, why, and the
+/// libcuda paths it may load.
+fn render_driver(s: &mut Lines, d: &DriverManifest) {
+    s.section(format!(
+        "driver:      {} (CUDA {})",
+        d.kind,
+        d.cuda_version
+            .map_or_else(|| "unknown".to_string(), |v| v.to_string())
+    ));
+    if let Some(k) = &d.kernel_driver {
+        s.line(format!("kernel:      NVIDIA kernel module {k}"));
+    }
+    s.line(format!("why:         {}", d.reason));
+    if !d.libcuda.is_empty() {
+        s.line(format!("libcuda:     {}", d.libcuda.join(" | ")));
     }
 }
 
