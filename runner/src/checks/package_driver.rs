@@ -13,7 +13,7 @@ use cuda_sandbox_manifest::DriverManifest;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{facts_of, Outcome};
-use crate::cuda::loaded::LoadedFile;
+use crate::cuda::{driver::LIBCUDA, loaded::LoadedFile};
 use crate::facts;
 use crate::facts::expectations::{is_chosen, library_mismatch};
 use crate::facts::package_under_test::ScannedFile;
@@ -67,9 +67,6 @@ pub struct DriverFacts {
     /// Every object that opens libcuda, in the package's order.
     pub objects: Vec<ObjectDriver>,
 }
-
-/// The driver library name every object asks the loader for.
-const LIBCUDA: &str = "libcuda.so.1";
 
 /// Why an object of the package opens libcuda, or `None` when it does not.
 fn opens_libcuda(file: &ScannedFile) -> Option<&'static str> {
