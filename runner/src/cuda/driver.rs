@@ -28,7 +28,7 @@ macro_rules! driver_api {
         #[allow(non_snake_case, missing_docs)]
         #[derive(Clone, Copy)]
         pub(crate) struct DriverFunctions {
-            $( pub $field: Export<unsafe extern "C" fn($($arg),*) -> c_int>, )*
+            $( pub $field: Export<Option<unsafe extern "C" fn($($arg),*) -> c_int>>, )*
         }
 
         impl DriverFunctions {
@@ -78,24 +78,17 @@ driver_api! {
     get_proc_address_v2 = "cuGetProcAddress_v2": fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
 }
 
-/// A driver export: its C name, and the function when this libcuda has it.
+/// A driver export: its C name, and `f`: in [`DriverFunctions`] `Option` of the function
+/// (`None` when this libcuda does not export it); once [`Driver::need`] found it, the function.
 #[derive(Clone, Copy)]
 pub(crate) struct Export<F> {
     /// The C name, e.g. `cuInit`: what a missing export or a failed call is reported as.
     pub name: &'static str,
-    /// The function, `None` when not exported.
-    pub f: Option<F>,
-}
-
-/// A driver function this libcuda exports, with the name its failures are reported as.
-pub(crate) struct Found<F> {
-    /// The C name.
-    pub name: &'static str,
-    /// The function.
+    /// The function; in [`DriverFunctions`], `Option` of it.
     pub f: F,
 }
 
-impl<F: Copy> Found<F> {
+impl<F: Copy> Export<F> {
     /// What `call` returns when given the function, as [`CuError::check`] of this name.
     pub(crate) fn call(&self, call: impl FnOnce(F) -> c_int) -> Result<(), CuError> {
         CuError::check(self.name, call(self.f))
@@ -175,9 +168,9 @@ impl Driver {
     }
 
     /// `f` if this libcuda exports it, else an error naming the missing export.
-    pub(crate) fn need<F>(&self, export: Export<F>) -> Result<Found<F>, DriverError> {
+    pub(crate) fn need<F>(&self, export: Export<Option<F>>) -> Result<Export<F>, DriverError> {
         let Export { name, f } = export;
-        f.map(|f| Found { name, f })
+        f.map(|f| Export { name, f })
             .ok_or_else(|| DriverError::MissingExport(self.file.real_path.clone(), name))
     }
 

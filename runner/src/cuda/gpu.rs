@@ -5,9 +5,7 @@
 
 use std::ffi::{c_int, c_uint, c_void, CStr, CString};
 
-use super::driver::{
-    CuDevice, CuDevicePtr, Driver, DriverError, DriverFunctions, Export, Found, Handle,
-};
+use super::driver::{CuDevice, CuDevicePtr, Driver, DriverError, DriverFunctions, Export, Handle};
 use super::result::{CuError, CUDA_ERROR_NOT_SUPPORTED};
 
 /// The saxpy kernel (`y[i] = a * x[i] + y[i]` for `i < n`), as the driver JIT-compiles it:
@@ -90,8 +88,8 @@ impl<'d> PrimaryContext<'d> {
     /// The driver function `export` picks, if this libcuda exports it ([`Driver::need`]).
     fn need<F>(
         &self,
-        export: impl FnOnce(&DriverFunctions) -> Export<F>,
-    ) -> Result<Found<F>, DriverError> {
+        export: impl FnOnce(&DriverFunctions) -> Export<Option<F>>,
+    ) -> Result<Export<F>, DriverError> {
         self.driver.need(export(&self.driver.api))
     }
 
