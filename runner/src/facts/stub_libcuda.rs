@@ -24,12 +24,6 @@ pub struct FoundStub {
     pub stub: StubLibcuda,
 }
 
-impl std::fmt::Display for FoundStub {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.file.display(), self.stub)
-    }
-}
-
 /// Whether the regular file at `path` is NVIDIA's stub libcuda (a FIFO, a device, a missing or
 /// unreadable file is not).
 pub(crate) fn stub_at(path: &Path) -> Option<StubLibcuda> {
