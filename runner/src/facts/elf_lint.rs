@@ -199,16 +199,14 @@ pub(crate) fn check_elf(
             _ => {}
         }
     }
-    for found in stubs_in_search_path(file, info, &config.store_dir) {
+    for (entry, found) in stubs_in_search_path(file, info, &config.store_dir) {
         out.push(finding(
             FindingKind::StubsInSearchPath,
             format!(
-                "{tag} entry {} holds {}, {}: loaded at run time instead of the driver, it \
-                 makes every driver call fail; it is for linking only, remove {} from {tag}",
-                found.entry,
+                "{tag} entry {entry} holds {}, {}: loaded at run time instead of the driver, it \
+                 makes every driver call fail; it is for linking only, remove {entry} from {tag}",
                 found.file.display(),
-                found.stub,
-                found.entry
+                found.stub
             ),
         ));
     }

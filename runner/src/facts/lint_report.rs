@@ -229,7 +229,7 @@ impl LintReport {
             )?;
         }
         for stub in &self.stub_libcuda {
-            writeln!(out, "stub libcuda: {stub}")?;
+            writeln!(out, "stub libcuda: {}: {}", stub.file.display(), stub.stub)?;
         }
         for finding in &self.findings {
             if finding.kind != FindingKind::CannotJudge {

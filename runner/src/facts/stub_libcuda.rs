@@ -24,12 +24,6 @@ pub struct FoundStub {
     pub stub: StubLibcuda,
 }
 
-impl std::fmt::Display for FoundStub {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.file.display(), self.stub)
-    }
-}
-
 /// Whether the regular file at `path` is NVIDIA's stub libcuda (a FIFO, a device, a missing or
 /// unreadable file is not).
 pub(crate) fn stub_at(path: &Path) -> Option<StubLibcuda> {
@@ -38,26 +32,16 @@ pub(crate) fn stub_at(path: &Path) -> Option<StubLibcuda> {
     stub_libcuda(map.bytes())
 }
 
-/// A directory of a file's own search path that holds NVIDIA's stub libcuda.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StubInSearchPath {
-    /// The search-path entry as the file writes it (`$ORIGIN/../stubs`).
-    pub entry: String,
-    /// The stub found through it.
-    pub file: PathBuf,
-    /// What the fingerprint found.
-    pub stub: StubLibcuda,
-}
-
 /// The entries of `info`'s own search path (DT_RUNPATH, else DT_RPATH) that hold NVIDIA's
-/// stub libcuda under a name `file` loads libcuda by: `libcuda.so.1`, and each `libcuda.so*`
+/// stub libcuda, each as the file writes it (`$ORIGIN/../stubs`) with the stub found through
+/// it, under a name `file` loads libcuda by: `libcuda.so.1`, and each `libcuda.so*`
 /// of its DT_NEEDED. `$ORIGIN` is `file`'s directory; an entry naming `$LIB` or `$PLATFORM`
 /// takes them from the loader that runs `file` as far as it is known ([`Loader::known`]).
 pub(crate) fn stubs_in_search_path(
     file: &Path,
     info: &DynamicInfo,
     store_dir: &Path,
-) -> Vec<StubInSearchPath> {
+) -> Vec<(String, FoundStub)> {
     let (search, _) = info.search_path();
     if search.is_empty() {
         return Vec::new();
@@ -85,11 +69,13 @@ pub(crate) fn stubs_in_search_path(
         for name in &names {
             let candidate = Path::new(&dir).join(name);
             if let Some(stub) = stub_at(&candidate) {
-                out.push(StubInSearchPath {
-                    entry: entry.clone(),
-                    file: candidate,
-                    stub,
-                });
+                out.push((
+                    entry.clone(),
+                    FoundStub {
+                        file: candidate,
+                        stub,
+                    },
+                ));
                 break;
             }
         }
