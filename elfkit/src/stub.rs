@@ -61,8 +61,8 @@ pub fn stub_libcuda(data: &[u8]) -> Option<StubLibcuda> {
     if file.architecture() != Architecture::X86_64 {
         return None;
     }
-    let mut entry_points = 0;
-    let mut required = [false; REQUIRED.len()];
+    // The `cu*` entry points, each checked to be the stub's body.
+    let mut entry_points = Vec::new();
     for symbol in file.dynamic_symbols() {
         if !symbol.is_definition() || symbol.kind() != SymbolKind::Text {
             continue;
@@ -80,15 +80,14 @@ pub fn stub_libcuda(data: &[u8]) -> Option<StubLibcuda> {
         if body != RETURN_34_X86_64 {
             return None;
         }
-        entry_points += 1;
-        if let Some(at) = REQUIRED.iter().position(|r| *r == name) {
-            required[at] = true;
-        }
+        entry_points.push(name);
     }
-    required
+    REQUIRED
         .iter()
-        .all(|&r| r)
-        .then_some(StubLibcuda { entry_points })
+        .all(|r| entry_points.contains(r))
+        .then_some(StubLibcuda {
+            entry_points: entry_points.len(),
+        })
 }
 
 #[cfg(test)]

@@ -149,15 +149,14 @@ impl CStrings {
             deferred: vec![false; self.finders.len()],
         };
         let from = start.max(end.saturating_sub(BLOCK));
-        for i in 0..self.finders.len() {
-            let finder = &self.finders[i];
+        for (i, finder) in self.finders.iter().enumerate() {
             if self.found[i] || !self.covered {
                 continue;
             }
             // A section no longer than a block is searched whole here: every match is known.
             ahead.deferred[i] |= ahead.whole;
             for at in finder.find_iter(&data[from..end]) {
-                let (a, b) = (from + at, from + at + self.finders[i].needle().len());
+                let (a, b) = (from + at, from + at + finder.needle().len());
                 if !excluded(a, b) {
                     ahead.candidates.push((i, a));
                     ahead.deferred[i] = true;
