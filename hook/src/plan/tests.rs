@@ -154,10 +154,10 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
                     .collect(),
             }),
             cdi: None,
-            mig: rule.mig.as_ref().map(|m| crate::scan::MigView {
-                source: m.clone(),
-                found: hand.mig.clone().unwrap_or_else(|| Ok(Default::default())),
-            }),
+            mig: rule
+                .mig
+                .as_ref()
+                .map(|_| hand.mig.clone().unwrap_or_else(|| Ok(Default::default()))),
             sysfs: rule.sysfs,
         })
         .collect();
