@@ -267,13 +267,7 @@ impl Decision {
             return;
         }
         // The compat driver's libraries, bound at the driver link in place of the host's.
-        let names = site
-            .driver
-            .compat
-            .iter()
-            .find(|seen| seen.outside == c.dir_outside)
-            .map_or(&[][..], |seen| seen.libraries.as_slice());
-        for name in names {
+        for name in &c.libraries {
             let inside = site.link_lib.join(name);
             let outside = c.dir_outside.join(name);
             let why = site.reason(DriverSource::CompatAtDriverLink);

@@ -461,6 +461,7 @@ fn compat(branches: Option<Vec<u32>>, cuda: i32) -> CompatDriver {
             json: String::new(),
         }),
         cuda_version: Some(CudaVersion(cuda)),
+        libraries: Vec::new(),
     }
 }
 
@@ -501,9 +502,7 @@ fn driver_host(c: CompatDriver) -> Hand {
         "/usr/local/cuda*/compat".into(),
         vec![CompatSeen {
             inside: c.dir.clone(),
-            outside: c.dir_outside.clone(),
             found: Ok(Some(c)),
-            libraries: Vec::new(),
         }],
     );
     v
