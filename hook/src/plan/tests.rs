@@ -102,10 +102,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
                 .map(|d| DeviceView {
                     source: d.clone(),
                     found: match d.platform.filter(|p| *p != facts.platform()) {
-                        Some(wants) => DeviceScan::OtherPlatform {
-                            wants,
-                            host: facts.platform(),
-                        },
+                        Some(wants) => DeviceScan::OtherPlatform(wants, facts.platform()),
                         None => DeviceScan::Matched(
                             hand.globs.get(&d.glob).cloned().unwrap_or_default(),
                         ),

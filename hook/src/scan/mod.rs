@@ -276,7 +276,7 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
         .flat_map(|v| &v.devices)
         .filter_map(|d| match &d.found {
             devices::DeviceScan::Matched(m) => Some(m),
-            devices::DeviceScan::OtherPlatform { .. } => None,
+            devices::DeviceScan::OtherPlatform(..) => None,
         })
         .flatten()
         .filter_map(|m| {
