@@ -36,8 +36,6 @@ pub(crate) struct MigHost {
 /// One compute instance and the two nodes a process needs to use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct InstanceFound {
-    /// The instance.
-    pub id: InstanceId,
     /// Its GPU instance's capability node.
     pub gi: CapNode,
     /// Its own capability node.
@@ -147,8 +145,7 @@ pub(crate) fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigVie
         };
         match (capability, &gi) {
             (Capability::Gi { .. }, _) => gi = Some(node),
-            (Capability::Ci(id), Some(gi)) => host.instances.push(InstanceFound {
-                id,
+            (Capability::Ci(_), Some(gi)) => host.instances.push(InstanceFound {
                 gi: gi.clone(),
                 ci: node,
             }),
