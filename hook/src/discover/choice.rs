@@ -181,6 +181,7 @@ mod tests {
                 json: String::new(),
             }),
             cuda_version: Some(CudaVersion(cuda)),
+            libraries: Vec::new(),
         }
     }
 

@@ -5,6 +5,7 @@
 //! (docs/architecture.md, the NVIDIA driver). The note is found by the shared ELF crate (`cuda_sandbox_elfkit`), with
 //! bounds checks, so a damaged file is an error, not a panic; its JSON is read here.
 
+use super::host::{self, COMPAT_LIBRARIES};
 use super::versions::{self, CudaVersion};
 use cuda_sandbox_elfkit::ElfError;
 use serde::Serialize;
@@ -34,6 +35,10 @@ pub(crate) struct CompatDriver {
     pub note: Option<CompatNote>,
     /// The CUDA version: from the note, else from the file name's driver branch.
     pub cuda_version: Option<CudaVersion>,
+    /// The names of the compat libraries in the directory (libcuda, the JIT compiler, …),
+    /// sorted.
+    #[serde(skip)]
+    pub libraries: Vec<String>,
 }
 
 /// Why a compat library's note cannot be read.
@@ -115,17 +120,19 @@ pub(crate) fn inspect_dir(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         listed => listed.map_err(|e| CompatError::Io("list", dir_outside.into(), e.to_string()))?,
     };
-    // Prefer the versioned file (`libcuda.so.550.54.15`) over `libcuda.so.1`.
-    let Some(libcuda) = entries
+    let mut libraries: Vec<String> = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| host::driver_library_stem(n).is_some_and(|s| COMPAT_LIBRARIES.contains(&s)))
+        .collect();
+    libraries.sort();
+    // Prefer the versioned file (`libcuda.so.550.54.15`) over `libcuda.so.1` (each
+    // `libcuda.so.*` is a compat library).
+    let Some(libcuda) = libraries
+        .iter()
         .filter(|n| n.starts_with("libcuda.so."))
-        .min_by_key(|n| {
-            (
-                versions::version_in_file_name(n, "libcuda").is_none(),
-                n.clone(),
-            )
-        })
+        .min_by_key(|n| (versions::version_in_file_name(n, "libcuda").is_none(), *n))
+        .cloned()
     else {
         return Ok(None);
     };
@@ -144,6 +151,7 @@ pub(crate) fn inspect_dir(
         libcuda,
         note,
         cuda_version,
+        libraries,
     }))
 }
 

@@ -6,22 +6,15 @@ pub(crate) use cuda_sandbox_manifest::versions::{
     cuda_for_branch, driver_branch, kernel_module_version, CudaVersion,
 };
 
-/// The L4T release from `/etc/nv_tegra_release`, e.g. `# R35 (release), REVISION: 4.1, …` →
-/// `(35, "35.4.1")`.
-pub(crate) fn l4t_release(text: &str) -> Option<(u32, String)> {
+/// The L4T major release from `/etc/nv_tegra_release`, e.g. `# R35 (release), REVISION: 4.1,
+/// …` → `35`.
+pub(crate) fn l4t_release(text: &str) -> Option<u32> {
     let line = text.lines().find(|l| l.trim_start().starts_with("# R"))?;
-    let major: u32 = line.trim_start()[3..]
+    line.trim_start()[3..]
         .split(|c: char| !c.is_ascii_digit())
         .next()?
         .parse()
-        .ok()?;
-    let revision = line
-        .split("REVISION:")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .map(str::trim)
-        .unwrap_or("0");
-    Some((major, format!("{major}.{revision}")))
+        .ok()
 }
 
 /// The CUDA version of a Jetson's own (non-compat) driver by L4T major release.
@@ -49,7 +42,7 @@ mod tests {
     #[test]
     fn tegra_release() {
         let t = "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, DATE: Tue Aug  1 19:57:35 UTC 2023\n";
-        assert_eq!(l4t_release(t), Some((35, "35.4.1".to_string())));
+        assert_eq!(l4t_release(t), Some(35));
         assert_eq!(cuda_for_l4t(35), Some(CudaVersion(11040)));
     }
 

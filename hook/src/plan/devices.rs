@@ -20,7 +20,7 @@ impl Decision {
     ) {
         let glob = &device.source;
         let matches = match &device.found {
-            DeviceScan::OtherPlatform { wants, host } => {
+            DeviceScan::OtherPlatform(wants, host) => {
                 return self.skip(glob.glob.clone(), Skipped::OtherPlatform(*wants, *host));
             }
             DeviceScan::Matched(matches) => matches,

@@ -267,13 +267,7 @@ impl Decision {
             return;
         }
         // The compat driver's libraries, bound at the driver link in place of the host's.
-        let names = site
-            .driver
-            .compat
-            .iter()
-            .find(|seen| seen.outside == c.dir_outside)
-            .map_or(&[][..], |seen| seen.libraries.as_slice());
-        for name in names {
+        for name in &c.libraries {
             let inside = site.link_lib.join(name);
             let outside = c.dir_outside.join(name);
             let why = site.reason(DriverSource::CompatAtDriverLink);
@@ -326,11 +320,7 @@ pub(super) fn host_facts(view: &HostFacts, libcuda_file: Option<&str>) -> HostDr
         .and_then(versions::cuda_for_branch);
     let cuda_version = from_file
         .or_else(|| kernel_branch.and_then(versions::cuda_for_branch))
-        .or_else(|| {
-            view.l4t
-                .as_ref()
-                .and_then(|(major, _)| versions::cuda_for_l4t(*major))
-        });
+        .or_else(|| view.l4t.and_then(versions::cuda_for_l4t));
     HostDriverFacts {
         kernel_driver: view.kernel_driver.clone(),
         kernel_branch,

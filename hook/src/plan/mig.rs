@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 impl Decision {
     /// Plans the MIG source of the rule `rule`.
     pub(super) fn add_mig(&mut self, rule: &str, mig: &MigView, config: &Config, view: &HostView) {
-        let host = match &mig.found {
+        let host = match mig {
             Ok(host) => host,
             Err(e) => return self.add_problem_of(rule, ProblemKind::MigUnreadable(e.clone())),
         };

@@ -102,10 +102,7 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
                 .map(|d| DeviceView {
                     source: d.clone(),
                     found: match d.platform.filter(|p| *p != facts.platform()) {
-                        Some(wants) => DeviceScan::OtherPlatform {
-                            wants,
-                            host: facts.platform(),
-                        },
+                        Some(wants) => DeviceScan::OtherPlatform(wants, facts.platform()),
                         None => DeviceScan::Matched(
                             hand.globs.get(&d.glob).cloned().unwrap_or_default(),
                         ),
@@ -154,10 +151,10 @@ fn decide_on(req: &Request, config: &Config, hand: &Hand) -> Decision {
                     .collect(),
             }),
             cdi: None,
-            mig: rule.mig.as_ref().map(|m| crate::scan::MigView {
-                source: m.clone(),
-                found: hand.mig.clone().unwrap_or_else(|| Ok(Default::default())),
-            }),
+            mig: rule
+                .mig
+                .as_ref()
+                .map(|_| hand.mig.clone().unwrap_or_else(|| Ok(Default::default()))),
             sysfs: rule.sysfs,
         })
         .collect();
@@ -461,6 +458,7 @@ fn compat(branches: Option<Vec<u32>>, cuda: i32) -> CompatDriver {
             json: String::new(),
         }),
         cuda_version: Some(CudaVersion(cuda)),
+        libraries: Vec::new(),
     }
 }
 
@@ -501,9 +499,7 @@ fn driver_host(c: CompatDriver) -> Hand {
         "/usr/local/cuda*/compat".into(),
         vec![CompatSeen {
             inside: c.dir.clone(),
-            outside: c.dir_outside.clone(),
             found: Ok(Some(c)),
-            libraries: Vec::new(),
         }],
     );
     v

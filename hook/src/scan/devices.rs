@@ -19,13 +19,9 @@ pub(crate) struct DeviceView {
 /// What the scan found for one device glob.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum DeviceScan {
-    /// The glob is for another kind of host than this one; it was not matched.
-    OtherPlatform {
-        /// The kind of host the glob is for.
-        wants: Platform,
-        /// This host's kind.
-        host: Platform,
-    },
+    /// The glob is for another kind of host than this one (the kind it is for, and this
+    /// host's); it was not matched.
+    OtherPlatform(Platform, Platform),
     /// The host paths it matched, in the order `glob::glob` gives them.
     Matched(GlobMatches),
 }
@@ -66,10 +62,7 @@ pub(crate) fn scan(
 ) -> DeviceView {
     let source = device.clone();
     if let Some(wants) = device.platform.filter(|p| *p != platform) {
-        let found = DeviceScan::OtherPlatform {
-            wants,
-            host: platform,
-        };
+        let found = DeviceScan::OtherPlatform(wants, platform);
         return DeviceView { source, found };
     }
     let rooted = config.space();

@@ -6,7 +6,7 @@
 use super::Recorder;
 use crate::config::{Config, DriverConfig};
 use crate::discover::compat::{self, CompatDriver, CompatError};
-use crate::discover::host::{self, HostDataFile, HostLibrary, COMPAT_LIBRARIES};
+use crate::discover::host::{self, HostDataFile, HostLibrary};
 use crate::symlinks::{self, Lookup, Node, Space};
 use std::path::{Path, PathBuf};
 
@@ -42,12 +42,8 @@ pub(crate) struct HostLibraries {
 pub(crate) struct CompatSeen {
     /// Inside path of the directory.
     pub inside: PathBuf,
-    /// Host path.
-    pub outside: PathBuf,
     /// The compat driver in it (`Ok(None)`: no compat libcuda there).
     pub found: Result<Option<CompatDriver>, CompatError>,
-    /// The names of the compat libraries in it (libcuda, the JIT compiler, …), sorted.
-    pub libraries: Vec<String>,
 }
 
 /// Scans `driver` under `config`: every path the planner follows is recorded in `fs`. Without
@@ -122,7 +118,6 @@ fn scan_compat(
     for pattern in &driver.compat {
         for (inside, outside) in compat_dirs(config, pattern) {
             let found = compat::inspect_dir(&inside, &outside);
-            let mut libraries = Vec::new();
             if let Ok(Some(c)) = &found {
                 fs.follow(&c.dir, &c.dir_outside, rooted);
                 for name in ["libcuda.so.1", c.libcuda.as_str()] {
@@ -132,18 +127,7 @@ fn scan_compat(
                     fs.record_real(&outside);
                 }
                 // The compat libraries it holds, sorted.
-                if let Ok(entries) = std::fs::read_dir(&c.dir_outside) {
-                    libraries = entries
-                        .filter_map(Result::ok)
-                        .filter_map(|e| e.file_name().into_string().ok())
-                        .filter(|n| {
-                            host::driver_library_stem(n)
-                                .is_some_and(|s| COMPAT_LIBRARIES.contains(&s))
-                        })
-                        .collect();
-                    libraries.sort();
-                }
-                for name in &libraries {
+                for name in &c.libraries {
                     fs.follow(
                         &link_lib.join(name),
                         &c.dir_outside.join(name),
@@ -151,12 +135,7 @@ fn scan_compat(
                     );
                 }
             }
-            compat_seen.push(CompatSeen {
-                inside,
-                outside,
-                found,
-                libraries,
-            });
+            compat_seen.push(CompatSeen { inside, found });
         }
     }
     compat_seen

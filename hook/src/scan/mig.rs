@@ -20,14 +20,9 @@ use std::path::{Path, PathBuf};
 /// at most 32 GPUs, 15 GPU instances and 8 compute instances each).
 pub(crate) const ENTRIES_MAX: usize = 4096;
 
-/// A rule's MIG source and what was found for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MigView {
-    /// The source, as configured.
-    pub source: MigConfig,
-    /// The instances (none where MIG is off), or why they could not be read.
-    pub found: Result<MigHost, MigScanError>,
-}
+/// What was found for a rule's MIG source: the instances (none where MIG is off), or why they
+/// could not be read.
+pub(crate) type MigView = Result<MigHost, MigScanError>;
 
 /// The MIG instances of the host and the administration capabilities the source names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,8 +36,6 @@ pub(crate) struct MigHost {
 /// One compute instance and the two nodes a process needs to use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct InstanceFound {
-    /// The instance.
-    pub id: InstanceId,
     /// Its GPU instance's capability node.
     pub gi: CapNode,
     /// Its own capability node.
@@ -107,19 +100,11 @@ pub(crate) enum MigScanError {
     TooMany(PathBuf),
 }
 
-/// Scans the MIG source `source` under `config`'s host root, recording each present node in
-/// `fs` for the planner.
+/// Scans the MIG source `source` under `config`'s host root: the instances the driver
+/// publishes and the administration capabilities the rule names, checked against
+/// `mig-minors`, with the state of each capability's node (each present node followed in `fs`
+/// for the planner).
 pub(crate) fn scan(source: &MigConfig, config: &Config, fs: &Recorder) -> MigView {
-    MigView {
-        source: source.clone(),
-        found: scan_host(source, config, fs),
-    }
-}
-
-/// The instances the driver publishes and the administration capabilities the rule names,
-/// checked against `mig-minors`, with the state of each capability's node (each present node
-/// followed in `fs`).
-fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHost, MigScanError> {
     let rooted = config.space();
     let minors = walk_capabilities(source, rooted)?;
     if minors.is_empty() {
@@ -160,8 +145,7 @@ fn scan_host(source: &MigConfig, config: &Config, fs: &Recorder) -> Result<MigHo
         };
         match (capability, &gi) {
             (Capability::Gi { .. }, _) => gi = Some(node),
-            (Capability::Ci(id), Some(gi)) => host.instances.push(InstanceFound {
-                id,
+            (Capability::Ci(_), Some(gi)) => host.instances.push(InstanceFound {
                 gi: gi.clone(),
                 ci: node,
             }),

@@ -71,8 +71,8 @@ pub(crate) struct HostFacts {
     /// The kernel module version (`/proc/driver/nvidia/version`; read only when a matched rule
     /// has a driver or a platform-specific device, as the Tegra facts).
     pub kernel_driver: Option<String>,
-    /// The L4T release (major, revision) from `/etc/nv_tegra_release`.
-    pub l4t: Option<(u32, String)>,
+    /// The L4T major release from `/etc/nv_tegra_release`.
+    pub l4t: Option<u32>,
     /// The booted NixOS system's driver, read only when a matched rule has a driver and a
     /// libcuda found names a version other than the kernel module's (a stale driver is then
     /// offered this one).
@@ -276,7 +276,7 @@ fn drm_owners(config: &Config, views: &[RuleView]) -> DrmOwners {
         .flat_map(|v| &v.devices)
         .filter_map(|d| match &d.found {
             devices::DeviceScan::Matched(m) => Some(m),
-            devices::DeviceScan::OtherPlatform { .. } => None,
+            devices::DeviceScan::OtherPlatform(..) => None,
         })
         .flatten()
         .filter_map(|m| {
