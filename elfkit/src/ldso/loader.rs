@@ -352,30 +352,6 @@ pub enum AskError {
 mod tests {
     use super::*;
 
-    /// Each of a loader's faults is one line naming the loader first, as when they were
-    /// struct variants.
-    #[test]
-    fn ask_errors_name_the_loader_first() {
-        let ld = PathBuf::from("/lib/ld.so");
-        for (error, text) in [
-            (
-                AskError::CannotRun(ld.clone(), "denied".into()),
-                "cannot run /lib/ld.so: denied",
-            ),
-            (
-                AskError::Failed(ld.clone(), "--help".into(), "exit status: 1".into()),
-                "/lib/ld.so --help failed (exit status: 1): it is not glibc's ld.so, or older \
-                 than glibc 2.33",
-            ),
-            (
-                AskError::NoSearchPath(ld, NoSystemSearchPath),
-                "/lib/ld.so: its --help lists no \"(system search path)\" directories",
-            ),
-        ] {
-            assert_eq!(error.to_string(), text);
-        }
-    }
-
     const HELP_236: &str = "\
 Shared library search path:
   (libraries located via /etc/ld.so.cache)

@@ -511,21 +511,38 @@ fn the_runtimes_one_process_loads_are_in_its_graph_and_only_there() {
     );
 }
 
-/// A start's faults name the file, then why, as when they were struct variants.
+/// A loader's faults and a start's are each one line naming their subject (the loader, the
+/// file) first, as when they were struct variants.
 #[test]
-fn start_errors_name_the_file_then_why() {
-    let exe = PathBuf::from("/bin/exe");
+fn faults_name_their_subject_first() {
+    let (ld, exe) = (PathBuf::from("/lib/ld.so"), PathBuf::from("/bin/exe"));
     for (error, text) in [
         (
-            StartError::Open(exe.clone(), "not found".into()),
+            AskError::CannotRun(ld.clone(), "denied".into()).to_string(),
+            "cannot run /lib/ld.so: denied",
+        ),
+        (
+            AskError::Failed(ld.clone(), "--help".into(), "exit status: 1".into()).to_string(),
+            "/lib/ld.so --help failed (exit status: 1): it is not glibc's ld.so, or older than \
+             glibc 2.33",
+        ),
+        (
+            AskError::NoSearchPath(ld, NoSystemSearchPath).to_string(),
+            "/lib/ld.so: its --help lists no \"(system search path)\" directories",
+        ),
+        (
+            StartError::Open(exe.clone(), "not found".into()).to_string(),
             "/bin/exe: not found",
         ),
         (
-            StartError::Unusable(exe, "wrong machine".into()),
+            StartError::Unusable(exe, "wrong machine".into()).to_string(),
             "/bin/exe: wrong machine",
         ),
-        (StartError::Started, "the process has started already"),
+        (
+            StartError::Started.to_string(),
+            "the process has started already",
+        ),
     ] {
-        assert_eq!(error.to_string(), text);
+        assert_eq!(error, text);
     }
 }
